@@ -1,0 +1,106 @@
+//! The shape every algorithm shares: a pure decision function over a small
+//! per-key state. No IO, no clock, no allocation on the decision path; the
+//! store around it only makes it atomic.
+
+use crate::{Decision, Timestamp};
+
+/// How a decision may change the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Apply {
+    /// Evaluate only; never change the state (a dry run or a peek).
+    Check,
+    /// Charge the cost if this limit admits the request (the normal case).
+    Commit,
+    /// Charge the cost whether or not the request is admitted (penalty mode:
+    /// denied requests still count, as in Kong and HAProxy).
+    Force,
+    /// The request was denied by another limit checked together with this
+    /// one: charge nothing (a penalty-mode limit charges anyway).
+    Rejected,
+}
+
+impl Apply {
+    /// Whether an admitted request changes the state.
+    #[inline]
+    pub fn charge_if_allowed(self) -> bool {
+        matches!(self, Apply::Commit | Apply::Force)
+    }
+
+    /// Whether a denied request changes the state.
+    #[inline]
+    pub fn charge_if_denied(self) -> bool {
+        matches!(self, Apply::Force)
+    }
+}
+
+/// A rate limiting algorithm with its parameters (a limit).
+///
+/// `decide` is the whole algorithm: given the key's state, the time and the
+/// request's cost, it returns the [`Decision`] and updates the state as
+/// `apply` says. A `cost` of 0 peeks without consuming. Stores call it under
+/// a lock, which is all they add.
+pub trait Algorithm: Send + Sync {
+    /// Per-key state. A fresh state is what a never-seen key has.
+    type State: Send;
+
+    /// The state of a key that has never been seen.
+    fn fresh(&self) -> Self::State;
+
+    /// Decides on a request of `cost` units at `now`.
+    fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision;
+
+    /// The earliest time at which `state` behaves exactly like [`fresh`], so a
+    /// store may forget the key without changing any future decision
+    /// ([`Timestamp::MAX`] while it must be kept, e.g. permits are held).
+    ///
+    /// [`fresh`]: Algorithm::fresh
+    fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp;
+}
+
+impl<A: Algorithm + ?Sized> Algorithm for &A {
+    type State = A::State;
+    fn fresh(&self) -> Self::State {
+        (**self).fresh()
+    }
+    fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        (**self).decide(state, now, cost, apply)
+    }
+    fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp {
+        (**self).idle_at(state, now)
+    }
+}
+
+/// Penalty mode for any limit: requests it sees denied still count against it
+/// (including requests denied by another limit checked together with it).
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Penalize, Timestamp};
+/// use floodgate::algorithms::FixedWindow;
+/// use std::time::Duration;
+///
+/// let limit = Penalize(FixedWindow::new(2, Duration::from_secs(60)).unwrap());
+/// let mut state = limit.fresh();
+/// let now = Timestamp::from_secs(0);
+/// for _ in 0..2 { assert!(limit.decide(&mut state, now, 1, Apply::Commit).is_allowed()); }
+/// // Denied, but counted: the window now holds 3.
+/// assert!(limit.decide(&mut state, now, 1, Apply::Commit).is_denied());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Penalize<A>(pub A);
+
+impl<A: Algorithm> Algorithm for Penalize<A> {
+    type State = A::State;
+    fn fresh(&self) -> Self::State {
+        self.0.fresh()
+    }
+    fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        let apply = match apply {
+            Apply::Check => Apply::Check,
+            Apply::Commit | Apply::Force | Apply::Rejected => Apply::Force,
+        };
+        self.0.decide(state, now, cost, apply)
+    }
+    fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp {
+        self.0.idle_at(state, now)
+    }
+}

@@ -1,0 +1,83 @@
+//! Concurrency (in-flight) limit: at most `max` units held at once. Units are
+//! taken by an admitted request and given back when it completes; the
+//! [`RateLimiter::acquire`](crate::RateLimiter::acquire) permit does that on
+//! drop, so a holder that panics still releases.
+
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::error::{ConfigError, check_count};
+use crate::{Decision, Outcome, Timestamp};
+
+/// At most `max` in flight at once.
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Timestamp};
+/// use floodgate::algorithms::Concurrency;
+///
+/// let c = Concurrency::new(2).unwrap();
+/// let mut held = c.fresh();
+/// let now = Timestamp::ZERO;
+/// assert!(c.decide(&mut held, now, 2, Apply::Commit).is_allowed());
+/// assert!(c.decide(&mut held, now, 1, Apply::Commit).is_denied());
+/// c.release(&mut held, 1);
+/// assert!(c.decide(&mut held, now, 1, Apply::Commit).is_allowed());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Concurrency {
+    max: u64,
+}
+
+impl Concurrency {
+    /// At most `max` units in flight.
+    pub fn new(max: u64) -> Result<Self, ConfigError> {
+        Ok(Concurrency {
+            max: check_count("max", max)?,
+        })
+    }
+
+    /// The maximum in flight.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Gives back `units` taken by an admitted request.
+    pub fn release(&self, held: &mut u64, units: u64) {
+        *held = held.saturating_sub(units);
+    }
+}
+
+impl Algorithm for Concurrency {
+    /// Units in flight.
+    type State = u64;
+
+    fn fresh(&self) -> u64 {
+        0
+    }
+
+    /// Penalty mode has no meaning for in-flight limits: a denied request
+    /// holds nothing, so `Apply::Force` charges only admitted requests.
+    fn decide(&self, held: &mut u64, _now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        let outcome = if cost > self.max {
+            Outcome::Never
+        } else if *held + cost <= self.max {
+            if apply.charge_if_allowed() {
+                *held += cost;
+            }
+            Outcome::Allowed
+        } else {
+            Outcome::Denied
+        };
+        Decision {
+            outcome,
+            limit: self.max,
+            remaining: self.max.saturating_sub(*held),
+            reset_after: Duration::ZERO,
+            retry_after: None,
+        }
+    }
+
+    fn idle_at(&self, held: &u64, now: Timestamp) -> Timestamp {
+        if *held == 0 { now } else { Timestamp::MAX }
+    }
+}

@@ -1,0 +1,120 @@
+//! Fixed window counter: at most `limit` per window, windows aligned to the
+//! clock's epoch (`window_start = now − now mod window`, as Envoy's rate
+//! limit service computes it), the count resetting at each boundary.
+
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::error::{ConfigError, check_count, check_period};
+use crate::{Decision, Outcome, Timestamp};
+
+/// At most `limit` per epoch-aligned window of fixed length.
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Timestamp};
+/// use floodgate::algorithms::FixedWindow;
+/// use std::time::Duration;
+///
+/// let per_minute = FixedWindow::new(2, Duration::from_secs(60)).unwrap();
+/// let mut s = per_minute.fresh();
+/// let t = Timestamp::from_secs(125); // 5 s into the window [120, 180)
+/// assert!(per_minute.decide(&mut s, t, 2, Apply::Commit).is_allowed());
+/// let d = per_minute.decide(&mut s, t, 1, Apply::Commit);
+/// assert_eq!(d.retry_after, Some(Duration::from_secs(55)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    limit: u64,
+    window: u64,
+}
+
+/// The current window's start (ns) and count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowState {
+    start: u64,
+    count: u64,
+}
+
+impl WindowState {
+    /// The count in the window that starts at [`WindowState::start`].
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The start of the window the count belongs to.
+    pub fn start(&self) -> Timestamp {
+        Timestamp::from_nanos(self.start)
+    }
+}
+
+impl FixedWindow {
+    /// `limit` per `window`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        Ok(FixedWindow {
+            limit: check_count("limit", limit)?,
+            window: check_period("window", window)?,
+        })
+    }
+
+    /// The count per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = WindowState;
+
+    fn fresh(&self) -> WindowState {
+        WindowState::default()
+    }
+
+    #[inline]
+    fn decide(&self, s: &mut WindowState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        let now = now.as_nanos();
+        let current = now - now % self.window;
+        if current > s.start {
+            s.start = current;
+            s.count = 0;
+        }
+        // A clock behind the stored window counts as the window's start.
+        let reset_after = Duration::from_nanos(
+            s.start
+                .saturating_add(self.window)
+                .saturating_sub(now.max(s.start)),
+        );
+        let (outcome, retry_after) = if cost > self.limit {
+            (Outcome::Never, None)
+        } else if s.count.saturating_add(cost) <= self.limit {
+            if apply.charge_if_allowed() {
+                s.count += cost;
+            }
+            (Outcome::Allowed, None)
+        } else {
+            if apply.charge_if_denied() {
+                s.count = s.count.saturating_add(cost);
+            }
+            (Outcome::Denied, Some(reset_after))
+        };
+        Decision {
+            outcome,
+            limit: self.limit,
+            remaining: self.limit.saturating_sub(s.count),
+            reset_after,
+            retry_after,
+        }
+    }
+
+    fn idle_at(&self, s: &WindowState, now: Timestamp) -> Timestamp {
+        if s.count == 0 {
+            now
+        } else {
+            Timestamp::from_nanos(s.start.saturating_add(self.window))
+        }
+    }
+}

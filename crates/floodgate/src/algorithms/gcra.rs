@@ -1,0 +1,213 @@
+//! GCRA — and, through the same arithmetic, the token bucket and the
+//! leaky bucket as a meter.
+//!
+//! A limit of `count` requests per `period` with a burst capacity `B` has the
+//! emission interval `T = period / count` and the tolerance `τ = (B − 1)·T`.
+//! The only state is the theoretical arrival time `TAT`. A request of cost `n`
+//! at `t` conforms iff `max(TAT, t) + n·T ≤ t + B·T`, and then
+//! `TAT ← max(TAT, t) + n·T` (ITU-T I.371 virtual scheduling, as governor and
+//! redis-cell; governor's `Quota::per_second(n)` is `Gcra::new(n, 1s, n)`).
+//!
+//! **Token bucket mapping.** A bucket of capacity `C` refilled continuously
+//! with `r` tokens per `p` holds `C − (TAT − t)/T` tokens when `TAT > t`, and is
+//! full otherwise: GCRA with `B = C`, `T = p/r` *is* the token bucket with lazy
+//! continuous refill, starting full, including weighted costs. **Leaky bucket
+//! meter mapping.** A counter-based leaky bucket of capacity `C` draining `r`
+//! per `p` holds the level `(TAT − t)/T`; it admits a request of cost `n` iff
+//! `level + n ≤ C`: again the same test.
+//!
+//! **Exactness.** `T` is usually not a whole number of nanoseconds (3 per
+//! second is 333 333 333⅓ ns). Time is therefore measured in *ticks* of
+//! `1/c` ns, where `period/count = p/c` in lowest terms, so `T = p` ticks
+//! exactly and no fractional refill is ever lost or rounded. Most quotas
+//! (10/s, 1000/h) have `c = 1`.
+
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::arith::{div, div_ceil, gcd, nanos, sat64};
+use crate::error::{ConfigError, check_count, check_period};
+use crate::{Decision, Outcome, Timestamp};
+
+/// Generic cell rate algorithm: `count` per `period`, with a burst capacity.
+/// Also the token bucket and the leaky-bucket meter (see the module docs).
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Timestamp};
+/// use floodgate::algorithms::Gcra;
+/// use std::time::Duration;
+///
+/// // 10 per second, bursts of up to 5.
+/// let gcra = Gcra::new(10, Duration::from_secs(1), 5).unwrap();
+/// let mut tat = gcra.fresh();
+/// let t0 = Timestamp::from_secs(1);
+/// for _ in 0..5 {
+///     assert!(gcra.decide(&mut tat, t0, 1, Apply::Commit).is_allowed());
+/// }
+/// let d = gcra.decide(&mut tat, t0, 1, Apply::Commit);
+/// assert!(d.is_denied());
+/// assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Gcra {
+    /// Emission interval in ticks.
+    t: u64,
+    /// Ticks per nanosecond.
+    c: u64,
+    burst: u64,
+    /// `burst · t`: the tolerance plus one interval, in ticks.
+    window: u128,
+    count: u64,
+    period: u64,
+}
+
+/// GCRA state: the theoretical arrival time in ticks (0 for a fresh key).
+pub type GcraState = u128;
+
+impl Gcra {
+    /// `count` requests per `period`, admitting up to `burst` at once.
+    pub fn new(count: u64, period: Duration, burst: u64) -> Result<Self, ConfigError> {
+        let count = check_count("count", count)?;
+        let period = check_period("period", period)?;
+        let burst = check_count("burst", burst)?;
+        let g = gcd(period, count);
+        let (t, c) = (period / g, count / g);
+        Ok(Gcra {
+            t,
+            c,
+            burst,
+            window: burst as u128 * t as u128,
+            count,
+            period,
+        })
+    }
+
+    /// `count` per second with a burst of `count` (governor's `per_second`).
+    pub fn per_second(count: u64) -> Result<Self, ConfigError> {
+        Self::new(count, Duration::from_secs(1), count)
+    }
+
+    /// `count` per minute with a burst of `count`.
+    pub fn per_minute(count: u64) -> Result<Self, ConfigError> {
+        Self::new(count, Duration::from_secs(60), count)
+    }
+
+    /// `count` per hour with a burst of `count`.
+    pub fn per_hour(count: u64) -> Result<Self, ConfigError> {
+        Self::new(count, Duration::from_secs(3600), count)
+    }
+
+    /// The same rate with another burst capacity.
+    pub fn with_burst(self, burst: u64) -> Result<Self, ConfigError> {
+        Self::new(self.count, Duration::from_nanos(self.period), burst)
+    }
+
+    /// A token bucket holding up to `capacity` tokens, starting full, refilled
+    /// continuously with `refill` tokens every `per`.
+    pub fn token_bucket(capacity: u64, refill: u64, per: Duration) -> Result<Self, ConfigError> {
+        Self::new(refill, per, capacity).map_err(|e| match e.field() {
+            "count" => ConfigError::new("refill", e.reason().to_owned()),
+            "period" => ConfigError::new("per", e.reason().to_owned()),
+            "burst" => ConfigError::new("capacity", e.reason().to_owned()),
+            _ => e,
+        })
+    }
+
+    /// A leaky bucket used as a meter: a level of at most `capacity`, draining
+    /// `leak` every `per`, rejecting (never queueing) what does not fit.
+    pub fn leaky_meter(capacity: u64, leak: u64, per: Duration) -> Result<Self, ConfigError> {
+        Self::token_bucket(capacity, leak, per)
+    }
+
+    /// The burst capacity.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The rate as `(count, period)`.
+    pub fn rate(&self) -> (u64, Duration) {
+        (self.count, Duration::from_nanos(self.period))
+    }
+
+    /// The emission interval `T` (rounded down to whole nanoseconds).
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.period / self.count)
+    }
+
+    /// Nanoseconds from `now_t` (ticks) up to `until` (ticks), rounded up.
+    #[inline]
+    fn nanos_until(&self, until: u128, now_t: u128) -> Duration {
+        nanos(div_ceil(until.saturating_sub(now_t), self.c))
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = GcraState;
+
+    #[inline]
+    fn fresh(&self) -> GcraState {
+        0
+    }
+
+    #[inline]
+    fn decide(&self, tat: &mut GcraState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        let now_t = now.as_nanos() as u128 * self.c as u128;
+        let limit_t = now_t + self.window;
+        let base = (*tat).max(now_t);
+        if cost > self.burst {
+            return Decision {
+                outcome: Outcome::Never,
+                limit: self.burst,
+                remaining: div(limit_t.saturating_sub(base), self.t) as u64,
+                reset_after: self.nanos_until(base, now_t),
+                retry_after: None,
+            };
+        }
+        let next = base.saturating_add(cost as u128 * self.t as u128);
+        if next <= limit_t {
+            let after = if apply.charge_if_allowed() {
+                *tat = next;
+                next
+            } else {
+                base
+            };
+            Decision {
+                outcome: Outcome::Allowed,
+                limit: self.burst,
+                remaining: div(limit_t - after, self.t) as u64,
+                reset_after: self.nanos_until(after, now_t),
+                retry_after: None,
+            }
+        } else {
+            let after = if apply.charge_if_denied() {
+                *tat = next;
+                next
+            } else {
+                base
+            };
+            // Admitted at t iff after + cost·T ≤ t·c + B·T.
+            let at = after
+                .saturating_add(cost as u128 * self.t as u128)
+                .saturating_sub(self.window);
+            Decision {
+                outcome: Outcome::Denied,
+                limit: self.burst,
+                remaining: div(limit_t.saturating_sub(after), self.t) as u64,
+                reset_after: self.nanos_until(after, now_t),
+                retry_after: Some(self.nanos_until(at, now_t)),
+            }
+        }
+    }
+
+    #[inline]
+    fn idle_at(&self, tat: &GcraState, now: Timestamp) -> Timestamp {
+        let now_t = now.as_nanos() as u128 * self.c as u128;
+        if *tat <= now_t {
+            now
+        } else if self.c == 1 {
+            Timestamp::from_nanos(sat64(*tat))
+        } else {
+            Timestamp::from_nanos(sat64(div_ceil(*tat, self.c)))
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The leaky bucket as a shaper, with nginx `limit_req` semantics.
+//!
+//! The accounting is nginx's, unit for unit: the state is `excess` in
+//! milli-requests (1000 = one request) and `last`, a millisecond timestamp.
+//! A request at `now_ms` computes
+//!
+//! `excess = max(0, excess − rate·(now_ms − last)/1000 + 1000)`
+//!
+//! (integer division, `rate` in milli-requests per second: `N r/s` is
+//! `N·1000`, `N r/m` is `N·1000/60` truncated, so `1r/m` drains one request
+//! every 62.5 s exactly as nginx does). A request is rejected iff
+//! `excess > burst·1000`; a rejection changes nothing. Otherwise the state
+//! becomes `excess` (and `last = now_ms` unless no millisecond has passed) and
+//! the request waits `(excess − delay·1000)·1000/rate` ms when `excess`
+//! exceeds the `delay` threshold (0 by default, infinite with `nodelay`). A
+//! key never seen starts at `excess = 0`, so an instant burst admits
+//! `burst + 1` requests.
+//!
+//! A weighted request of cost `n` adds `1000·(n − 1)` on top (the first unit
+//! is accounted exactly as nginx accounts a request), so `n = 1` is nginx
+//! and a cost that can never fit (`1000·(n − 1) > burst·1000`) is
+//! [`Outcome::Never`]. A clock that goes backwards counts as no time elapsed.
+
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::arith::sat64;
+use crate::error::{ConfigError, MAX_COUNT, check_count};
+use crate::{Decision, Outcome, Timestamp};
+
+/// An nginx `rate=`: requests per second or per minute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NginxRate {
+    /// `N r/s`.
+    PerSecond(u64),
+    /// `N r/m` (stored as `N·1000/60` milli-requests per second, truncated).
+    PerMinute(u64),
+}
+
+/// What the shaper does with requests inside the burst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ShaperDelay {
+    /// Delay every request that is ahead of the rate (nginx's default).
+    #[default]
+    Queue,
+    /// Pass everything inside the burst at once (`nodelay`).
+    NoDelay,
+    /// Pass the first `N` excess requests at once, delay the rest up to the
+    /// burst (`delay=N`).
+    After(u64),
+}
+
+/// nginx `limit_req` as a decision function: pass, delay(d) or reject.
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Outcome, Timestamp};
+/// use floodgate::algorithms::{NginxRate, Shaper, ShaperDelay};
+/// use std::time::Duration;
+///
+/// // rate=10r/s burst=5: an instant burst is delayed 0, 100, ..., 500 ms.
+/// let shaper = Shaper::new(NginxRate::PerSecond(10), 5, ShaperDelay::Queue).unwrap();
+/// let mut s = shaper.fresh();
+/// let t = Timestamp::from_secs(1);
+/// let delays: Vec<_> = (0..6).map(|_| shaper.decide(&mut s, t, 1, Apply::Commit).delay()).collect();
+/// assert_eq!(delays[5], Duration::from_millis(500));
+/// assert_eq!(shaper.decide(&mut s, t, 1, Apply::Commit).outcome, Outcome::Denied);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Shaper {
+    /// Milli-requests per second.
+    rate: u64,
+    /// Milli-requests.
+    burst: u64,
+    /// Milli-requests passed without delay.
+    delay: u64,
+}
+
+/// nginx's node: `excess` (milli-requests) and `last` (ms); `last == u64::MAX`
+/// means the key has no node yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShaperState {
+    excess: u64,
+    last: u64,
+}
+
+impl Default for ShaperState {
+    fn default() -> Self {
+        ShaperState {
+            excess: 0,
+            last: u64::MAX,
+        }
+    }
+}
+
+impl ShaperState {
+    /// The stored excess in milli-requests (0 for a key never seen).
+    pub fn excess(&self) -> u64 {
+        self.excess
+    }
+}
+
+impl Shaper {
+    /// `rate`, `burst` in requests, and the delay mode.
+    pub fn new(rate: NginxRate, burst: u64, delay: ShaperDelay) -> Result<Self, ConfigError> {
+        let rate = match rate {
+            NginxRate::PerSecond(n) => check_count("rate", n)? * 1000,
+            NginxRate::PerMinute(n) => check_count("rate", n)? * 1000 / 60,
+        };
+        if burst > MAX_COUNT {
+            return Err(ConfigError::new(
+                "burst",
+                format!("must be at most {MAX_COUNT} (got {burst})"),
+            ));
+        }
+        let delay = match delay {
+            ShaperDelay::Queue => 0,
+            ShaperDelay::NoDelay => u64::MAX,
+            ShaperDelay::After(n) if n > MAX_COUNT => {
+                return Err(ConfigError::new(
+                    "delay",
+                    format!("must be at most {MAX_COUNT} (got {n})"),
+                ));
+            }
+            ShaperDelay::After(n) => n * 1000,
+        };
+        Ok(Shaper {
+            rate,
+            burst: burst * 1000,
+            delay,
+        })
+    }
+
+    /// The rate in milli-requests per second, as nginx stores it.
+    pub fn rate_millis(&self) -> u64 {
+        self.rate
+    }
+
+    /// The burst in requests.
+    pub fn burst(&self) -> u64 {
+        self.burst / 1000
+    }
+
+    /// The excess the next request would compute before its own extra cost:
+    /// `max(0, excess − rate·ms/1000 + 1000)`, or 0 for a key never seen.
+    fn next_excess(&self, s: &ShaperState, now_ms: u64) -> u128 {
+        if s.last == u64::MAX {
+            return 0;
+        }
+        let ms = now_ms.saturating_sub(s.last) as u128;
+        (s.excess as u128 + 1000).saturating_sub(self.rate as u128 * ms / 1000)
+    }
+
+    /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
+    fn ms_to_drain(&self, units: u128) -> u128 {
+        (units * 1000).div_ceil(self.rate as u128)
+    }
+
+    /// The instant a node with this state behaves like no node at all.
+    fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
+        (s.last != u64::MAX).then(|| s.last as u128 + self.ms_to_drain(s.excess as u128 + 1000))
+    }
+}
+
+fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
+    Duration::from_nanos(sat64(at_ms * 1_000_000).saturating_sub(now.as_nanos()))
+}
+
+impl Algorithm for Shaper {
+    type State = ShaperState;
+
+    fn fresh(&self) -> ShaperState {
+        ShaperState::default()
+    }
+
+    fn decide(&self, s: &mut ShaperState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        let now_ms = now.as_millis();
+        let limit = self.burst / 1000 + 1;
+        let extra = 1000 * cost.saturating_sub(1) as u128;
+        let excess = self.next_excess(s, now_ms) + extra;
+        let fits = excess <= self.burst as u128;
+        let (outcome, charge) = if cost == 0 {
+            (Outcome::Allowed, false)
+        } else if extra > self.burst as u128 {
+            (Outcome::Never, false)
+        } else if fits {
+            let delay = match excess.checked_sub(self.delay as u128) {
+                Some(over) if over > 0 => over * 1000 / self.rate as u128,
+                _ => 0,
+            };
+            let outcome = if delay == 0 {
+                Outcome::Allowed
+            } else {
+                Outcome::Delayed(Duration::from_millis(sat64(delay)))
+            };
+            (outcome, apply.charge_if_allowed())
+        } else {
+            (Outcome::Denied, apply.charge_if_denied())
+        };
+        if charge {
+            if s.last == u64::MAX || now_ms > s.last {
+                s.last = now_ms;
+            }
+            s.excess = sat64(excess);
+        }
+        let retry_after = (outcome == Outcome::Denied).then(|| {
+            // Earliest ms after `last` with excess − rate·ms/1000 + 1000 + extra ≤ burst.
+            let need = (s.excess as u128 + 1000 + extra).saturating_sub(self.burst as u128);
+            until_ms(s.last as u128 + self.ms_to_drain(need), now)
+        });
+        let next = self.next_excess(s, now_ms);
+        let remaining = match (self.burst as u128).checked_sub(next) {
+            Some(room) => sat64(room / 1000 + 1),
+            None => 0,
+        };
+        let reset_after = self
+            .idle_ms(s)
+            .map_or(Duration::ZERO, |at| until_ms(at, now));
+        Decision {
+            outcome,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+        }
+    }
+
+    fn idle_at(&self, s: &ShaperState, now: Timestamp) -> Timestamp {
+        match self.idle_ms(s) {
+            Some(at) => Timestamp::from_nanos(sat64(at * 1_000_000)),
+            None => now,
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Sliding window log: the exact count of requests in the last `window`.
+//!
+//! Each admitted unit of cost is remembered with its arrival time; a unit
+//! that arrived at `a` counts while `now < a + window`. The log never holds
+//! more than `limit` entries (in penalty mode it keeps the newest `limit`,
+//! which decides exactly as the full log would), so memory per key is bounded
+//! by `8 · limit` bytes.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::error::{ConfigError, check_count, check_period};
+use crate::{Decision, Outcome, Timestamp};
+
+/// At most `limit` in any interval of length `window`, exactly.
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Timestamp};
+/// use floodgate::algorithms::SlidingLog;
+/// use std::time::Duration;
+///
+/// // The login brute-force limit: 5 attempts per 15 minutes.
+/// let log = SlidingLog::new(5, Duration::from_secs(900)).unwrap();
+/// let mut s = log.fresh();
+/// for i in 0..5 {
+///     assert!(log.decide(&mut s, Timestamp::from_secs(i * 60), 1, Apply::Commit).is_allowed());
+/// }
+/// let d = log.decide(&mut s, Timestamp::from_secs(300), 1, Apply::Commit);
+/// // The first attempt (t = 0) leaves the window at t = 900.
+/// assert_eq!(d.retry_after, Some(Duration::from_secs(600)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: u64,
+    window: u64,
+}
+
+/// Arrival times (ns) of the counted units, oldest first.
+pub type LogState = VecDeque<u64>;
+
+impl SlidingLog {
+    /// `limit` per sliding `window`. The limit is also the log's capacity per
+    /// key, so it is capped at 1 000 000.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        let limit = check_count("limit", limit)?;
+        if limit > 1_000_000 {
+            return Err(ConfigError::new(
+                "limit",
+                format!(
+                    "a sliding log stores one timestamp per request, so its limit must be at most 1000000 (got {limit}); use a sliding window counter"
+                ),
+            ));
+        }
+        Ok(SlidingLog {
+            limit,
+            window: check_period("window", window)?,
+        })
+    }
+
+    /// The count per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+
+    fn push(&self, log: &mut LogState, at: u64, cost: u64) {
+        let keep = self.limit as usize;
+        // Only the newest `limit` entries can matter.
+        let cost = (cost as usize).min(keep);
+        let overflow = (log.len() + cost).saturating_sub(keep);
+        log.drain(..overflow);
+        log.extend(std::iter::repeat_n(at, cost));
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = LogState;
+
+    fn fresh(&self) -> LogState {
+        VecDeque::new()
+    }
+
+    fn decide(&self, log: &mut LogState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        let now = now.as_nanos();
+        while log
+            .front()
+            .is_some_and(|&a| a.saturating_add(self.window) <= now)
+        {
+            log.pop_front();
+        }
+        let (outcome, retry_after) = if cost > self.limit {
+            (Outcome::Never, None)
+        } else if log.len() as u64 + cost <= self.limit {
+            if apply.charge_if_allowed() {
+                self.push(log, now, cost);
+            }
+            (Outcome::Allowed, None)
+        } else {
+            if apply.charge_if_denied() {
+                self.push(log, now, cost);
+            }
+            // The k-th oldest unit must leave the window first.
+            let k = (log.len() as u64 + cost - self.limit) as usize;
+            let leaves = log[k - 1].saturating_add(self.window);
+            (
+                Outcome::Denied,
+                Some(Duration::from_nanos(leaves.saturating_sub(now))),
+            )
+        };
+        let reset_after = log.back().map_or(Duration::ZERO, |&a| {
+            Duration::from_nanos(a.saturating_add(self.window).saturating_sub(now))
+        });
+        Decision {
+            outcome,
+            limit: self.limit,
+            remaining: self.limit - log.len() as u64,
+            reset_after,
+            retry_after,
+        }
+    }
+
+    fn idle_at(&self, log: &LogState, now: Timestamp) -> Timestamp {
+        match log.back() {
+            Some(&a) => Timestamp::from_nanos(a.saturating_add(self.window)),
+            None => now,
+        }
+    }
+}

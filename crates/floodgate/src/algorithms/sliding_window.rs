@@ -1,0 +1,314 @@
+//! Sliding window counter: the weighted estimate of the last `window` from
+//! fixed sub-window counts (Cloudflare's two-window approximation, and an
+//! N-sub-window variant for tighter accuracy).
+//!
+//! With `N` sub-windows of length `S = window / N`, the state is the count of
+//! the current sub-window and of the `N` before it. At `e` into the current
+//! sub-window the window `[now − window, now]` covers the current and `N − 1`
+//! previous sub-windows fully and the oldest for `(S − e)/S` of its length:
+//!
+//! `estimate = oldest · (S − e)/S + (sum of the other counts)`.
+//!
+//! A request of cost `n` is admitted iff `estimate + n ≤ limit`. `N = 1` is
+//! the classic `previous · (W − e)/W + current`. All comparisons are exact
+//! integer arithmetic (the estimate is never rounded), `remaining` is the
+//! estimate's headroom rounded down, and `retry_after` solves the inequality
+//! exactly for the earliest instant at which it holds.
+
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::error::{ConfigError, check_count, check_period};
+use crate::{Decision, Outcome, Timestamp};
+
+/// The weighted two-window estimate (Cloudflare): `limit` per `window`.
+///
+/// ```
+/// use floodgate::{Algorithm, Apply, Timestamp};
+/// use floodgate::algorithms::SlidingWindow;
+/// use std::time::Duration;
+///
+/// // Cloudflare's example: 50 per minute; 42 in the previous minute,
+/// // 18 in the current one that started 15 s ago: 42·45/60 + 18 = 49.5.
+/// let sw = SlidingWindow::new(50, Duration::from_secs(60)).unwrap();
+/// let mut s = sw.fresh();
+/// assert!(sw.decide(&mut s, Timestamp::from_secs(0), 42, Apply::Commit).is_allowed());
+/// let d = sw.decide(&mut s, Timestamp::from_secs(75), 18, Apply::Commit);
+/// assert!(d.is_allowed());
+/// assert_eq!(d.remaining, 0); // 50 − 49.5, rounded down
+/// // One more would make 50.5: denied until the estimate has decayed by 0.5,
+/// // i.e. 0.5/42 of a minute later.
+/// let d = sw.decide(&mut s, Timestamp::from_secs(75), 1, Apply::Commit);
+/// assert_eq!(d.retry_after, Some(Duration::from_nanos(714_285_715)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingWindow {
+    limit: u64,
+    window: u64,
+}
+
+/// Start of the current window (ns) and the counts `[previous, current]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlidingWindowState {
+    start: u64,
+    counts: [u64; 2],
+}
+
+/// The sliding window counter over `N` sub-windows: `limit` per `window`,
+/// estimated from `N + 1` sub-window counts. Accuracy improves with `N`;
+/// memory is `8 · (N + 2)` bytes per key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SubWindowCounter {
+    limit: u64,
+    window: u64,
+    sub: u64,
+    n: usize,
+}
+
+/// Start of the current sub-window (ns) and the `N + 1` counts, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubWindowState {
+    start: u64,
+    counts: Box<[u64]>,
+}
+
+impl SlidingWindow {
+    /// `limit` per sliding `window`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        Ok(SlidingWindow {
+            limit: check_count("limit", limit)?,
+            window: check_period("window", window)?,
+        })
+    }
+
+    /// The count per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+}
+
+impl SubWindowCounter {
+    /// `limit` per sliding `window`, counted in `sub_windows` equal parts
+    /// (between 1 and 1024; the window must divide evenly in nanoseconds).
+    pub fn new(limit: u64, window: Duration, sub_windows: u32) -> Result<Self, ConfigError> {
+        let limit = check_count("limit", limit)?;
+        let window = check_period("window", window)?;
+        if sub_windows == 0 || sub_windows > 1024 {
+            return Err(ConfigError::new(
+                "sub_windows",
+                format!("must be between 1 and 1024 (got {sub_windows})"),
+            ));
+        }
+        if window % sub_windows as u64 != 0 {
+            return Err(ConfigError::new(
+                "sub_windows",
+                format!("the window ({window} ns) must divide evenly into {sub_windows} parts"),
+            ));
+        }
+        Ok(SubWindowCounter {
+            limit,
+            window,
+            sub: window / sub_windows as u64,
+            n: sub_windows as usize,
+        })
+    }
+
+    /// The count per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+
+    /// The number of sub-windows.
+    pub fn sub_windows(&self) -> u32 {
+        self.n as u32
+    }
+}
+
+impl Algorithm for SlidingWindow {
+    type State = SlidingWindowState;
+
+    fn fresh(&self) -> SlidingWindowState {
+        SlidingWindowState::default()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        s: &mut SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> Decision {
+        decide(
+            &mut s.start,
+            &mut s.counts,
+            self.window,
+            self.limit,
+            now.as_nanos(),
+            cost,
+            apply,
+        )
+    }
+
+    fn idle_at(&self, s: &SlidingWindowState, now: Timestamp) -> Timestamp {
+        idle_at(s.start, &s.counts, self.window, now)
+    }
+}
+
+impl Algorithm for SubWindowCounter {
+    type State = SubWindowState;
+
+    fn fresh(&self) -> SubWindowState {
+        SubWindowState {
+            start: 0,
+            counts: vec![0; self.n + 1].into_boxed_slice(),
+        }
+    }
+
+    fn decide(&self, s: &mut SubWindowState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        if s.counts.len() != self.n + 1 {
+            *s = self.fresh();
+        }
+        decide(
+            &mut s.start,
+            &mut s.counts,
+            self.sub,
+            self.limit,
+            now.as_nanos(),
+            cost,
+            apply,
+        )
+    }
+
+    fn idle_at(&self, s: &SubWindowState, now: Timestamp) -> Timestamp {
+        idle_at(s.start, &s.counts, self.sub, now)
+    }
+}
+
+/// When every count has left the window: the end of the sub-window after the
+/// newest non-zero count's window.
+fn idle_at(start: u64, counts: &[u64], sub: u64, now: Timestamp) -> Timestamp {
+    match counts.iter().rposition(|&c| c != 0) {
+        Some(j) => Timestamp::from_nanos(start.saturating_add((j as u64 + 1).saturating_mul(sub))),
+        None => now,
+    }
+}
+
+/// Moves the counts forward so that the last one is the sub-window holding
+/// `now`. A clock behind `start` moves nothing.
+fn roll(start: &mut u64, counts: &mut [u64], sub: u64, now: u64) {
+    let current = now - now % sub;
+    if current <= *start {
+        return;
+    }
+    let shift = (current - *start) / sub;
+    if shift >= counts.len() as u64 {
+        counts.fill(0);
+    } else {
+        let shift = shift as usize;
+        counts.rotate_left(shift);
+        let len = counts.len();
+        counts[len - shift..].fill(0);
+    }
+    *start = current;
+}
+
+/// `estimate · sub` with the counts shifted `k` sub-windows into the future
+/// at `e` into that sub-window, plus `extra` units in the newest.
+fn scaled_estimate(counts: &[u64], k: usize, e: u64, sub: u64, extra: u64) -> u128 {
+    let shifted = counts.get(k..).unwrap_or(&[]);
+    let (oldest, rest) = match shifted.split_first() {
+        Some((o, r)) => (*o, r),
+        None => (0, &[][..]),
+    };
+    let rest = sum(rest).saturating_add(extra as u128);
+    (oldest as u128 * (sub - e) as u128).saturating_add(rest.saturating_mul(sub as u128))
+}
+
+fn sum(counts: &[u64]) -> u128 {
+    counts.iter().map(|&c| c as u128).sum()
+}
+
+fn decide(
+    start: &mut u64,
+    counts: &mut [u64],
+    sub: u64,
+    limit: u64,
+    now: u64,
+    cost: u64,
+    apply: Apply,
+) -> Decision {
+    roll(start, counts, sub, now);
+    let e = now.max(*start) - *start;
+    let cap = limit as u128 * sub as u128;
+    let last = counts.len() - 1;
+    let (outcome, retry_after) = if cost > limit {
+        (Outcome::Never, None)
+    } else if scaled_estimate(counts, 0, e, sub, cost) <= cap {
+        if apply.charge_if_allowed() {
+            counts[last] += cost;
+        }
+        (Outcome::Allowed, None)
+    } else {
+        if apply.charge_if_denied() {
+            counts[last] = counts[last].saturating_add(cost);
+        }
+        (Outcome::Denied, Some(retry(counts, e, sub, limit, cost)))
+    };
+    let used = scaled_estimate(counts, 0, e, sub, 0);
+    let remaining = (cap.saturating_sub(used) / sub as u128) as u64;
+    // Every count has left the window once the newest non-zero one has.
+    let reset_after = match counts.iter().rposition(|&c| c != 0) {
+        Some(j) => Duration::from_nanos((j as u64 + 1).saturating_mul(sub) - e),
+        None => Duration::ZERO,
+    };
+    Decision {
+        outcome,
+        limit,
+        remaining,
+        reset_after,
+        retry_after,
+    }
+}
+
+/// The exact wait until `estimate + cost ≤ limit`, at `e` into the current
+/// sub-window. The estimate only falls as time passes, so the first solution
+/// found walking forward is the earliest.
+fn retry(counts: &[u64], e: u64, sub: u64, limit: u64, cost: u64) -> Duration {
+    let cap = limit as u128 * sub as u128;
+    for k in 0..=counts.len() {
+        let shifted = counts.get(k..).unwrap_or(&[]);
+        let (oldest, rest) = match shifted.split_first() {
+            Some((o, r)) => (*o as u128, r),
+            None => (0, &[][..]),
+        };
+        let rest_scaled = sum(rest)
+            .saturating_add(cost as u128)
+            .saturating_mul(sub as u128);
+        if rest_scaled > cap {
+            continue;
+        }
+        // Need oldest · (sub − x) ≤ cap − rest·sub; the smallest such x.
+        let x = match (cap - rest_scaled).checked_div(oldest) {
+            None => 0,
+            Some(room) => (sub as u128).saturating_sub(room) as u64,
+        };
+        let x = if k == 0 { x.max(e) } else { x };
+        if x < sub {
+            let at = k as u64 * sub + x;
+            return Duration::from_nanos(at - e);
+        }
+    }
+    // Unreachable while cost ≤ limit: with every count gone the request fits.
+    Duration::from_nanos((counts.len() as u64 + 1) * sub - e)
+}

@@ -1,0 +1,205 @@
+//! Several keys, several limits, one atomic decision: the request is admitted
+//! only if every limit admits it, and then every limit is charged; otherwise
+//! nothing is charged (except penalty-mode limits).
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use parking_lot::MutexGuard;
+
+use super::Store;
+use super::shard::{Shard, Swept, idle_secs};
+use crate::algorithm::{Algorithm, Apply};
+use crate::key::ToKey;
+use crate::{Decision, Timestamp};
+
+/// One (key, limit, cost) of a batch.
+#[derive(Debug)]
+pub struct Item<'a, Q: ?Sized, A> {
+    /// The key the limit applies to.
+    pub key: &'a Q,
+    /// The limit.
+    pub limit: &'a A,
+    /// The request's cost under this limit (0 checks without charging).
+    pub cost: u64,
+}
+
+impl<Q: ?Sized, A> Clone for Item<'_, Q, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<Q: ?Sized, A> Copy for Item<'_, Q, A> {}
+
+/// Per-item bookkeeping: hash, the index of its shard's guard, and the item
+/// it is merged into (items with the same key share one state).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    hash: u64,
+    shard: usize,
+    guard: usize,
+    lead: usize,
+    cost: u64,
+}
+
+impl<K: Hash + Eq, S> Store<K, S> {
+    /// Decides on one request against several (key, limit) pairs at once,
+    /// atomically: all admit it and all are charged, or none is charged
+    /// (penalty-mode limits excepted). Each item's own decision is written to
+    /// `out` (same order, same length as `items`); the returned decision is
+    /// the [narrowest](Decision::narrowest).
+    ///
+    /// Items with equal keys share one state: their costs are added up and
+    /// they get the same decision (give them the same limit). `apply` is
+    /// [`Apply::Commit`] for a normal request or [`Apply::Check`] for a dry
+    /// run.
+    ///
+    /// # Panics
+    ///
+    /// If `items` is empty or `out` is shorter than `items`.
+    pub fn decide_many<A, Q>(
+        &self,
+        items: &[Item<'_, Q, A>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        assert!(!items.is_empty() && out.len() >= items.len());
+        let mut inline = [Slot::default(); 16];
+        let mut heap = Vec::new();
+        let slots: &mut [Slot] = if items.len() <= inline.len() {
+            &mut inline[..items.len()]
+        } else {
+            heap.resize(items.len(), Slot::default());
+            &mut heap
+        };
+        for (i, item) in items.iter().enumerate() {
+            let hash = self.hash(item.key);
+            let lead = (0..i)
+                .find(|&j| slots[j].hash == hash && items[j].key == item.key)
+                .unwrap_or(i);
+            slots[i] = Slot {
+                hash,
+                shard: self.shard_of(hash),
+                guard: 0,
+                lead,
+                cost: 0,
+            };
+            slots[lead].cost = slots[lead].cost.saturating_add(item.cost);
+        }
+        // Lock the distinct shards in ascending order.
+        let mut order: Vec<usize> = Vec::new();
+        let mut small = [0usize; 16];
+        let distinct: &mut [usize] = if items.len() <= small.len() {
+            for (d, s) in small.iter_mut().zip(slots.iter()) {
+                *d = s.shard;
+            }
+            &mut small[..items.len()]
+        } else {
+            order.extend(slots.iter().map(|s| s.shard));
+            &mut order
+        };
+        distinct.sort_unstable();
+        let mut n = 0;
+        for i in 0..distinct.len() {
+            if i == 0 || distinct[i] != distinct[n - 1] {
+                distinct[n] = distinct[i];
+                n += 1;
+            }
+        }
+        let distinct = &distinct[..n];
+        let mut guards: Vec<MutexGuard<'_, Shard<K, S>>> = Vec::with_capacity(n);
+        for &s in distinct {
+            guards.push(self.shards[s].lock());
+        }
+        for slot in slots.iter_mut() {
+            slot.guard = distinct.binary_search(&slot.shard).unwrap_or(0);
+        }
+
+        let leads = || (0..items.len()).filter(|&i| slots[i].lead == i);
+        let mode = match apply {
+            Apply::Commit | Apply::Force => {
+                let mut all = true;
+                for i in leads() {
+                    let guard = &mut guards[slots[i].guard];
+                    let (d, _) = self.visit(guard, &slots[i], &items[i], now, Apply::Check, false);
+                    if !d.is_allowed() {
+                        all = false;
+                        break;
+                    }
+                }
+                match (all, apply) {
+                    (true, a) => a,
+                    (false, Apply::Force) => Apply::Force,
+                    (false, _) => Apply::Rejected,
+                }
+            }
+            other => other,
+        };
+        let mut swept = Swept::default();
+        let mut combined: Option<Decision> = None;
+        for i in 0..items.len() {
+            let slot = slots[i];
+            let d = if slot.lead == i {
+                let (d, s) = self.visit(&mut guards[slot.guard], &slot, &items[i], now, mode, true);
+                swept.reclaimed += s.reclaimed;
+                swept.evicted += s.evicted;
+                d
+            } else {
+                out[slot.lead]
+            };
+            out[i] = d;
+            combined = Some(match combined {
+                Some(c) => c.narrowest(d),
+                None => d,
+            });
+        }
+        drop(guards);
+        self.record(swept);
+        combined.expect("items is not empty")
+    }
+
+    /// Decides one merged item in its (locked) shard; inserts the key when
+    /// `store` is set and its state is no longer fresh.
+    fn visit<A, Q>(
+        &self,
+        shard: &mut Shard<K, S>,
+        slot: &Slot,
+        item: &Item<'_, Q, A>,
+        now: Timestamp,
+        apply: Apply,
+        store: bool,
+    ) -> (Decision, Swept)
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        let tick = shard.next_tick();
+        let limit = item.limit;
+        if let Some(e) = shard
+            .table
+            .find_mut(slot.hash, |e| e.key.borrow() == item.key)
+        {
+            let d = limit.decide(&mut e.state, now, slot.cost, apply);
+            if store {
+                e.idle = idle_secs(limit.idle_at(&e.state, now));
+                e.touched = tick;
+            }
+            return (d, Swept::default());
+        }
+        let mut state = limit.fresh();
+        let d = limit.decide(&mut state, now, slot.cost, apply);
+        let idle = limit.idle_at(&state, now);
+        let mut swept = Swept::default();
+        if store && idle > now {
+            swept = self.insert(shard, slot.hash, item.key.to_key(), state, idle, now);
+        }
+        (d, swept)
+    }
+}

@@ -1,0 +1,278 @@
+//! The in-memory store: keyed, concurrent, sharded, bounded.
+//!
+//! Each key's state lives in one of a power-of-two number of shards, each a
+//! hash table behind its own lock (padded to a cache line). A decision locks
+//! one shard, runs the algorithm's pure decision function on the key's state
+//! and unlocks: exact under any contention. Several keys decided together
+//! ([`Store::decide_many`]) lock their shards in ascending order, so batches
+//! never deadlock and all-or-nothing holds across keys.
+//!
+//! Memory is bounded. A key whose state equals a fresh key's (a full bucket,
+//! an expired window) is dropped by the next sweep, which runs when a shard
+//! has doubled since the last one; at the configured capacity the least
+//! recently used keys are evicted first (an eighth of the shard at a time,
+//! counted in [`StoreStats::evictions`]). Keys holding concurrency permits are
+//! never dropped.
+
+mod batch;
+mod shard;
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+
+use crate::algorithm::{Algorithm, Apply};
+use crate::key::ToKey;
+use crate::{ConfigError, Decision, Timestamp};
+use shard::{Entry, Shard, Swept, idle_secs};
+
+pub use batch::Item;
+
+/// Sizing of a [`Store`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The most keys kept; beyond it the least recently used are evicted.
+    /// Default 1 048 576.
+    pub capacity: usize,
+    /// Number of shards, a power of two (default 64).
+    pub shards: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            capacity: 1 << 20,
+            shards: 64,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// The default sizing with another capacity.
+    pub fn with_capacity(capacity: usize) -> Self {
+        StoreConfig {
+            capacity,
+            ..Self::default()
+        }
+    }
+}
+
+/// Counters of a [`Store`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Keys currently held.
+    pub keys: usize,
+    /// Keys dropped because their state had become equal to a fresh key's.
+    pub reclaimed: u64,
+    /// Keys evicted (least recently used first) because the store was full.
+    pub evictions: u64,
+}
+
+type Shards<K, S> = Box<[CachePadded<Mutex<Shard<K, S>>>]>;
+
+/// A concurrent map from keys to algorithm states. See the module docs.
+pub struct Store<K, S> {
+    shards: Shards<K, S>,
+    hasher: foldhash::fast::RandomState,
+    mask: usize,
+    shard_cap: usize,
+    reclaimed: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl<K, S> Store<K, S>
+where
+    K: Hash + Eq,
+{
+    /// A store sized by `config`.
+    pub fn new(config: StoreConfig) -> Result<Self, ConfigError> {
+        if config.capacity == 0 {
+            return Err(ConfigError::new("capacity", "must be at least 1"));
+        }
+        if !config.shards.is_power_of_two() || config.shards > 1 << 16 {
+            return Err(ConfigError::new(
+                "shards",
+                format!("must be a power of two up to 65536 (got {})", config.shards),
+            ));
+        }
+        let shards = config.shards.min(config.capacity.next_power_of_two());
+        Ok(Store {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Mutex::new(Shard::new())))
+                .collect(),
+            hasher: foldhash::fast::RandomState::default(),
+            mask: shards - 1,
+            shard_cap: config.capacity.div_ceil(shards),
+            reclaimed: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        })
+    }
+
+    #[inline]
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Shard from bits the table does not use for buckets (low bits) or
+    /// tags (top seven bits).
+    #[inline]
+    fn shard_of(&self, hash: u64) -> usize {
+        (hash >> 40) as usize & self.mask
+    }
+
+    fn record(&self, swept: Swept) {
+        if swept.reclaimed != 0 {
+            self.reclaimed.fetch_add(swept.reclaimed, Ordering::Relaxed);
+        }
+        if swept.evicted != 0 {
+            self.evictions.fetch_add(swept.evicted, Ordering::Relaxed);
+        }
+    }
+
+    /// Decides on a request of `cost` for `key` under `limit` at `now`.
+    #[inline]
+    pub fn decide<A, Q>(
+        &self,
+        limit: &A,
+        key: &Q,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> Decision
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        let hash = self.hash(key);
+        let mut shard = self.shards[self.shard_of(hash)].lock();
+        let tick = shard.next_tick();
+        if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
+            let d = limit.decide(&mut e.state, now, cost, apply);
+            e.idle = idle_secs(limit.idle_at(&e.state, now));
+            e.touched = tick;
+            return d;
+        }
+        let mut state = limit.fresh();
+        let d = limit.decide(&mut state, now, cost, apply);
+        let idle = limit.idle_at(&state, now);
+        if idle > now {
+            let swept = self.insert(&mut shard, hash, key.to_key(), state, idle, now);
+            drop(shard);
+            self.record(swept);
+        }
+        d
+    }
+
+    fn insert(
+        &self,
+        shard: &mut Shard<K, S>,
+        hash: u64,
+        key: K,
+        state: S,
+        idle: Timestamp,
+        now: Timestamp,
+    ) -> Swept {
+        let swept = shard.before_insert(now, self.shard_cap);
+        let touched = shard.tick;
+        shard.table.insert_unique(
+            hash,
+            Entry {
+                state,
+                key,
+                idle: idle_secs(idle),
+                touched,
+            },
+            |e| self.hasher.hash_one(&e.key),
+        );
+        swept
+    }
+
+    /// Runs `f` on the state of `key`, if the store holds it, and updates its
+    /// idle time for `limit` (used to release concurrency permits).
+    pub fn update<A, Q, R>(
+        &self,
+        limit: &A,
+        key: &Q,
+        now: Timestamp,
+        f: impl FnOnce(&mut S) -> R,
+    ) -> Option<R>
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let mut shard = self.shards[self.shard_of(hash)].lock();
+        let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
+        let r = f(&mut e.state);
+        e.idle = idle_secs(limit.idle_at(&e.state, now));
+        Some(r)
+    }
+
+    /// Forgets `key`. Returns whether it was held.
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let mut shard = self.shards[self.shard_of(hash)].lock();
+        match shard.table.find_entry(hash, |e| e.key.borrow() == key) {
+            Ok(e) => {
+                e.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Drops every key whose state equals a fresh key's at `now`. Sweeps run
+    /// by themselves as keys are inserted; this forces one everywhere.
+    pub fn sweep(&self, now: Timestamp) {
+        let now_secs = now.as_secs().min(u32::MAX as u64 - 1) as u32;
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let before = shard.table.len();
+            shard.table.retain(|e| e.idle > now_secs);
+            let reclaimed = (before - shard.table.len()) as u64;
+            drop(shard);
+            self.record(Swept {
+                reclaimed,
+                evicted: 0,
+            });
+        }
+    }
+
+    /// Keys currently held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().table.len()).sum()
+    }
+
+    /// True when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slots allocated across all shards' tables (memory is proportional).
+    pub fn allocated(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().table.capacity()).sum()
+    }
+
+    /// The configured capacity.
+    pub fn capacity(&self) -> usize {
+        self.shard_cap * self.shards.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            keys: self.len(),
+            reclaimed: self.reclaimed.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+        }
+    }
+}

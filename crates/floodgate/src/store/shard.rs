@@ -1,0 +1,117 @@
+//! One shard of the store: a hash table of entries, with idle-key reclaim
+//! and approximate-LRU eviction, both amortized over insertions.
+
+use hashbrown::HashTable;
+
+use crate::Timestamp;
+
+/// Shards never sweep below this many entries.
+const MIN_SWEEP: usize = 64;
+/// How many entries the LRU threshold is estimated from.
+const SAMPLE: usize = 256;
+/// `idle` of an entry that must never be dropped (permits are held).
+pub(crate) const PINNED: u32 = u32::MAX;
+
+pub(crate) struct Entry<K, S> {
+    pub(crate) state: S,
+    pub(crate) key: K,
+    /// Whole seconds (rounded up) at which the state equals a fresh one.
+    pub(crate) idle: u32,
+    /// The shard's access tick at the last use (for LRU).
+    pub(crate) touched: u32,
+}
+
+pub(crate) struct Shard<K, S> {
+    pub(crate) table: HashTable<Entry<K, S>>,
+    pub(crate) tick: u32,
+    sweep_at: usize,
+}
+
+/// What a sweep removed.
+#[derive(Default)]
+pub(crate) struct Swept {
+    pub(crate) reclaimed: u64,
+    pub(crate) evicted: u64,
+}
+
+/// `t` as whole seconds rounded up, [`PINNED`] for [`Timestamp::MAX`].
+#[inline]
+pub(crate) fn idle_secs(t: Timestamp) -> u32 {
+    if t == Timestamp::MAX {
+        return PINNED;
+    }
+    let secs = t.as_nanos().div_ceil(1_000_000_000);
+    secs.min(PINNED as u64 - 1) as u32
+}
+
+impl<K, S> Shard<K, S> {
+    pub(crate) fn new() -> Self {
+        Shard {
+            table: HashTable::new(),
+            tick: 0,
+            sweep_at: MIN_SWEEP,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next_tick(&mut self) -> u32 {
+        self.tick = self.tick.wrapping_add(1);
+        self.tick
+    }
+
+    /// Makes room before an insertion once the shard has grown enough since
+    /// the last sweep: drops every idle entry, then, if the shard is still at
+    /// its capacity, the least recently used eighth.
+    pub(crate) fn before_insert(&mut self, now: Timestamp, cap: usize) -> Swept {
+        let mut swept = Swept::default();
+        if self.table.len() < self.sweep_at {
+            return swept;
+        }
+        let now_secs = (now.as_secs()).min(PINNED as u64 - 1) as u32;
+        let before = self.table.len();
+        self.table.retain(|e| e.idle > now_secs);
+        swept.reclaimed = (before - self.table.len()) as u64;
+        if self.table.len() >= cap {
+            swept.evicted = self.evict_lru(cap);
+        }
+        let len = self.table.len();
+        self.sweep_at = if len >= cap {
+            // Only pinned entries are left: grow a little before trying again.
+            len + (cap / 8).max(1)
+        } else {
+            (2 * len).clamp(MIN_SWEEP.min(cap), cap)
+        };
+        swept
+    }
+
+    /// Evicts about an eighth of `cap`, oldest use first, never a pinned
+    /// entry. The age threshold is estimated from a sample of entries (hash
+    /// order is random, so the first entries are a fair sample).
+    fn evict_lru(&mut self, cap: usize) -> u64 {
+        let len = self.table.len();
+        let target = (len + 1).saturating_sub(cap - cap / 8).max(1);
+        let tick = self.tick;
+        let mut ages = [0u32; SAMPLE];
+        let mut n = 0;
+        for e in self.table.iter() {
+            if e.idle != PINNED {
+                ages[n] = tick.wrapping_sub(e.touched);
+                n += 1;
+                if n == SAMPLE {
+                    break;
+                }
+            }
+        }
+        if n == 0 {
+            return 0;
+        }
+        // Keep entries younger than the age at the (1 − target/len) quantile.
+        let drop = (n * target).div_ceil(len).clamp(1, n);
+        let idx = n - drop;
+        let (_, &mut threshold, _) = ages[..n].select_nth_unstable(idx);
+        let before = len;
+        self.table
+            .retain(|e| e.idle == PINNED || tick.wrapping_sub(e.touched) < threshold);
+        (before - self.table.len()) as u64
+    }
+}

@@ -1,0 +1,185 @@
+//! Time as the algorithms see it: a [`Timestamp`] read from an injected [`Clock`].
+//!
+//! Every decision takes `now` as an argument; nothing in the algorithms reads a
+//! clock by itself. Production code uses [`SystemClock`] (nanoseconds since the
+//! Unix epoch, so fixed windows line up with wall-clock minutes, days and so
+//! on); tests use [`ManualClock`] and move time by hand.
+
+use std::ops::{Add, Sub};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A point in time: nanoseconds since the clock's epoch (the Unix epoch for
+/// [`SystemClock`]). Arithmetic saturates instead of overflowing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The epoch itself.
+    pub const ZERO: Timestamp = Timestamp(0);
+    /// The largest representable instant (year 2554 for the Unix epoch).
+    pub const MAX: Timestamp = Timestamp(u64::MAX);
+
+    /// A timestamp `nanos` nanoseconds after the epoch.
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Timestamp(nanos)
+    }
+
+    /// A timestamp `micros` microseconds after the epoch (saturating).
+    pub const fn from_micros(micros: u64) -> Self {
+        Timestamp(micros.saturating_mul(1_000))
+    }
+
+    /// A timestamp `millis` milliseconds after the epoch (saturating).
+    pub const fn from_millis(millis: u64) -> Self {
+        Timestamp(millis.saturating_mul(1_000_000))
+    }
+
+    /// A timestamp `secs` seconds after the epoch (saturating).
+    pub const fn from_secs(secs: u64) -> Self {
+        Timestamp(secs.saturating_mul(1_000_000_000))
+    }
+
+    /// Nanoseconds since the epoch.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Whole microseconds since the epoch (rounded down).
+    pub const fn as_micros(self) -> u64 {
+        self.0 / 1_000
+    }
+
+    /// Whole milliseconds since the epoch (rounded down).
+    pub const fn as_millis(self) -> u64 {
+        self.0 / 1_000_000
+    }
+
+    /// Whole seconds since the epoch (rounded down).
+    pub const fn as_secs(self) -> u64 {
+        self.0 / 1_000_000_000
+    }
+
+    /// `self + d`, saturating at [`Timestamp::MAX`].
+    pub fn saturating_add(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_add(duration_nanos(d)))
+    }
+
+    /// `self - d`, saturating at [`Timestamp::ZERO`].
+    pub fn saturating_sub(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_sub(duration_nanos(d)))
+    }
+
+    /// The time from `earlier` to `self`; zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, rhs: Duration) -> Timestamp {
+        self.saturating_add(rhs)
+    }
+}
+
+impl Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn sub(self, rhs: Duration) -> Timestamp {
+        self.saturating_sub(rhs)
+    }
+}
+
+/// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
+pub(crate) fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A source of time. Implementations must be cheap: one read per decision.
+///
+/// A clock is allowed to go backwards (NTP steps the wall clock); every
+/// algorithm treats a timestamp earlier than one it has already seen as "no
+/// time has passed", never as a free refill.
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> Timestamp;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Box<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+/// The wall clock: nanoseconds since the Unix epoch, as the operating system
+/// reports them. Fixed windows therefore start on wall-clock boundaries (a
+/// `DAY` window starts at midnight UTC), as in Envoy's rate limit service.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> Timestamp {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp(duration_nanos(d)),
+            Err(_) => Timestamp::ZERO,
+        }
+    }
+}
+
+/// A clock that only moves when told to. Shareable across threads.
+///
+/// ```
+/// use floodgate::{Clock, ManualClock, Timestamp};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new(Timestamp::from_secs(100));
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(clock.now(), Timestamp::from_millis(101_500));
+/// clock.set(Timestamp::from_secs(50)); // time may go backwards too
+/// assert_eq!(clock.now().as_secs(), 50);
+/// ```
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    /// A clock reading `start`.
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock(AtomicU64::new(start.0))
+    }
+
+    /// Moves the clock forward by `d` (saturating).
+    pub fn advance(&self, d: Duration) {
+        let n = duration_nanos(d);
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(n))
+            });
+    }
+
+    /// Sets the clock to `t`, forwards or backwards.
+    pub fn set(&self, t: Timestamp) {
+        self.0.store(t.0, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> Timestamp {
+        Timestamp(self.0.load(Ordering::SeqCst))
+    }
+}
