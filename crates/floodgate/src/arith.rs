@@ -6,7 +6,9 @@ use std::time::Duration;
 #[inline]
 pub(crate) fn div(x: u128, d: u64) -> u128 {
     debug_assert!(d != 0);
-    if x <= u64::MAX as u128 {
+    if d == 1 {
+        x
+    } else if x <= u64::MAX as u128 {
         ((x as u64) / d) as u128
     } else {
         x / d as u128
@@ -17,7 +19,9 @@ pub(crate) fn div(x: u128, d: u64) -> u128 {
 #[inline]
 pub(crate) fn div_ceil(x: u128, d: u64) -> u128 {
     debug_assert!(d != 0);
-    if x <= u64::MAX as u128 {
+    if d == 1 {
+        x
+    } else if x <= u64::MAX as u128 {
         (x as u64).div_ceil(d) as u128
     } else {
         x.div_ceil(d as u128)

@@ -57,3 +57,8 @@ pub use key::ToKey;
 pub use limiter::{OwnedPermit, Permit, RateLimiter};
 pub use store::{Store, StoreConfig, StoreStats};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+
+/// The workspace README's examples, compiled and run as doc tests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -124,19 +124,71 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
-/// The wall clock: nanoseconds since the Unix epoch, as the operating system
-/// reports them. Fixed windows therefore start on wall-clock boundaries (a
-/// `DAY` window starts at midnight UTC), as in Envoy's rate limit service.
+/// The wall clock: nanoseconds since the Unix epoch. Fixed windows therefore
+/// start on wall-clock boundaries (a `DAY` window starts at midnight UTC), as
+/// in Envoy's rate limit service.
+///
+/// Reading the operating system's wall clock costs about 30 ns, a large part
+/// of a decision, so this clock reads the CPU's time-stamp counter (through
+/// `quanta`, about 10 ns) and adds an offset to the Unix epoch that is
+/// re-read from the operating system once a second. Between re-reads it
+/// advances at the monotonic clock's rate; a re-read may move it by the
+/// drift accumulated in that second (microseconds), backwards included,
+/// which every algorithm treats as no time elapsed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
+
+struct Anchor {
+    clock: quanta::Clock,
+    /// The raw counter reading at start.
+    origin: u64,
+    /// Unix nanoseconds minus monotonic nanoseconds (wrapping).
+    offset: AtomicU64,
+    /// Monotonic nanoseconds at which to re-read the wall clock.
+    next_sync: AtomicU64,
+}
+
+const RESYNC_NANOS: u64 = 1_000_000_000;
+
+fn os_wall_clock() -> u64 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => duration_nanos(d),
+        Err(_) => 0,
+    }
+}
+
+impl Anchor {
+    fn get() -> &'static Anchor {
+        static ANCHOR: std::sync::OnceLock<Anchor> = std::sync::OnceLock::new();
+        ANCHOR.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let origin = clock.raw();
+            Anchor {
+                offset: AtomicU64::new(os_wall_clock()),
+                next_sync: AtomicU64::new(RESYNC_NANOS),
+                clock,
+                origin,
+            }
+        })
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        let mono = self.clock.delta_as_nanos(self.origin, self.clock.raw());
+        if mono >= self.next_sync.load(Ordering::Relaxed) {
+            self.next_sync
+                .store(mono.saturating_add(RESYNC_NANOS), Ordering::Relaxed);
+            self.offset
+                .store(os_wall_clock().wrapping_sub(mono), Ordering::Relaxed);
+        }
+        mono.wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+}
 
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Timestamp {
-        match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => Timestamp(duration_nanos(d)),
-            Err(_) => Timestamp::ZERO,
-        }
+        Timestamp(Anchor::get().now())
     }
 }
 

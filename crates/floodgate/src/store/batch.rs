@@ -5,9 +5,8 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use parking_lot::MutexGuard;
-
 use super::Store;
+use super::lock::SpinGuard;
 use super::shard::{Shard, Swept, idle_secs};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
@@ -113,7 +112,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
             }
         }
         let distinct = &distinct[..n];
-        let mut guards: Vec<MutexGuard<'_, Shard<K, S>>> = Vec::with_capacity(n);
+        let mut guards: Vec<SpinGuard<'_, Shard<K, S>>> = Vec::with_capacity(n);
         for &s in distinct {
             guards.push(self.shards[s].lock());
         }

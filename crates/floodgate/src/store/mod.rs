@@ -15,6 +15,7 @@
 //! never dropped.
 
 mod batch;
+mod lock;
 mod shard;
 
 use std::borrow::Borrow;
@@ -22,11 +23,11 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
+use lock::SpinMutex;
 use shard::{Entry, Shard, Swept, idle_secs};
 
 pub use batch::Item;
@@ -71,7 +72,7 @@ pub struct StoreStats {
     pub evictions: u64,
 }
 
-type Shards<K, S> = Box<[CachePadded<Mutex<Shard<K, S>>>]>;
+type Shards<K, S> = Box<[CachePadded<SpinMutex<Shard<K, S>>>]>;
 
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
@@ -101,7 +102,7 @@ where
         let shards = config.shards.min(config.capacity.next_power_of_two());
         Ok(Store {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(Shard::new())))
+                .map(|_| CachePadded::new(SpinMutex::new(Shard::new())))
                 .collect(),
             hasher: foldhash::fast::RandomState::default(),
             mask: shards - 1,
