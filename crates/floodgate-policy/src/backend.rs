@@ -1,0 +1,151 @@
+//! Where counters live. The engine decides through a [`Backend`]: the
+//! embedded in-memory store ([`MemoryBackend`]) or a shared one (Redis).
+
+use std::future::Future;
+use std::time::Duration;
+
+use floodgate::algorithms::{AnyLimit, AnyState};
+use floodgate::{Apply, Decision, Store, StoreConfig, Timestamp};
+use thiserror::Error;
+
+/// One counter of a request: a key, its limit and the request's cost.
+#[derive(Clone, Copy, Debug)]
+pub struct Item<'a> {
+    /// The keys of one rule share a group: a backend keeps a group together
+    /// (one Redis hash slot), so a rule's limits are always decided
+    /// atomically. The group is a prefix of `key`.
+    pub group: &'a [u8],
+    /// The counter's full key (binary; never empty).
+    pub key: &'a [u8],
+    /// The limit.
+    pub limit: &'a AnyLimit,
+    /// The request's cost under this limit (0 checks without charging).
+    pub cost: u64,
+}
+
+/// A backend that could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BackendError {
+    /// The backend cannot be reached (connection refused, reset, no node).
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// The backend did not answer in time.
+    #[error("backend timed out after {0:?}")]
+    Timeout(Duration),
+    /// The backend answered something unexpected.
+    #[error("unexpected backend reply: {0}")]
+    Protocol(String),
+}
+
+/// A store of counters that decides atomically.
+pub trait Backend: Send + Sync + 'static {
+    /// Decides on one request against all `items` atomically: every limit
+    /// admits it and every one is charged, or none is (penalty-mode limits
+    /// excepted), exactly as [`Store::decide_many`]. Writes each item's
+    /// decision to `out` (same order and length) and returns the narrowest.
+    ///
+    /// `now` is the caller's clock; a backend may use its own (Redis uses the
+    /// server's clock so that all instances agree).
+    fn decide<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
+
+    /// Gives back `units` of a concurrency limit taken by an admitted request.
+    fn release<'a>(
+        &'a self,
+        item: Item<'a>,
+        units: u64,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a;
+
+    /// Whether the backend can decide right now (for readiness checks).
+    fn is_ready(&self) -> bool;
+
+    /// A short name for logs and metrics (`"memory"`, `"redis"`).
+    fn name(&self) -> &'static str;
+}
+
+/// The embedded store: counters in this process's memory.
+pub struct MemoryBackend {
+    store: Store<Box<[u8]>, AnyState>,
+}
+
+impl MemoryBackend {
+    /// A store sized by `config`.
+    pub fn new(config: StoreConfig) -> Result<Self, floodgate::ConfigError> {
+        Ok(MemoryBackend {
+            store: Store::new(config)?,
+        })
+    }
+
+    /// The underlying store (sizes and counters).
+    pub fn store(&self) -> &Store<Box<[u8]>, AnyState> {
+        &self.store
+    }
+
+    /// The synchronous decision (what [`Backend::decide`] resolves to).
+    pub fn decide_now(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
+        fn convert<'b>(i: &Item<'b>) -> floodgate::store::Item<'b, [u8], AnyLimit> {
+            floodgate::store::Item {
+                key: i.key,
+                limit: i.limit,
+                cost: i.cost,
+            }
+        }
+        const INLINE: usize = 16;
+        if items.len() <= INLINE {
+            let batch: [floodgate::store::Item<'_, [u8], AnyLimit>; INLINE] =
+                std::array::from_fn(|i| convert(&items[i.min(items.len() - 1)]));
+            self.store.decide_many(&batch[..items.len()], now, apply, out)
+        } else {
+            let batch: Vec<_> = items.iter().map(convert).collect();
+            self.store.decide_many(&batch, now, apply, out)
+        }
+    }
+
+    /// The synchronous release.
+    pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) {
+        self.store
+            .update(item.limit, item.key, now, |s| item.limit.release(s, units));
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn decide<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        std::future::ready(Ok(self.decide_now(items, now, apply, out)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        item: Item<'a>,
+        units: u64,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+        self.release_now(item, units, now);
+        std::future::ready(Ok(()))
+    }
+
+    fn is_ready(&self) -> bool {
+        true
+    }
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+}
