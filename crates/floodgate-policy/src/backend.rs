@@ -106,7 +106,8 @@ impl MemoryBackend {
         if items.len() <= INLINE {
             let batch: [floodgate::store::Item<'_, [u8], AnyLimit>; INLINE] =
                 std::array::from_fn(|i| convert(&items[i.min(items.len() - 1)]));
-            self.store.decide_many(&batch[..items.len()], now, apply, out)
+            self.store
+                .decide_many(&batch[..items.len()], now, apply, out)
         } else {
             let batch: Vec<_> = items.iter().map(convert).collect();
             self.store.decide_many(&batch, now, apply, out)

@@ -3,5 +3,18 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod compile;
+pub mod engine;
+pub mod error;
+pub mod read;
+pub mod reload;
+pub mod spec;
+pub mod unit;
+pub mod yaml;
 
 pub use backend::{Backend, BackendError, Item, MemoryBackend};
+pub use compile::PolicySet;
+pub use engine::{
+    Code, Descriptor, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,
+};
+pub use error::{ConfigError, ConfigErrors, Location};

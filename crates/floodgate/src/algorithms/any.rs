@@ -2,14 +2,15 @@
 //! state type for all, so one store can hold keys of every kind of limit.
 
 use crate::algorithm::{Algorithm, Apply};
-use crate::{Decision, Timestamp};
+use crate::{Decision, Outcome, Timestamp};
 
 use super::{
     Concurrency, FixedWindow, Gcra, GcraState, LogState, Shaper, ShaperState, SlidingLog,
     SlidingWindow, SlidingWindowState, SubWindowCounter, SubWindowState, WindowState,
 };
 
-/// One limit of any algorithm, optionally in penalty mode.
+/// One limit of any algorithm, with its penalty mode and an optional block
+/// duration.
 ///
 /// ```
 /// use floodgate::{Algorithm, Apply, Timestamp};
@@ -24,7 +25,23 @@ use super::{
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AnyLimit {
     kind: Kind,
-    penalty: bool,
+    penalty: Penalty,
+    /// Nanoseconds a key stays blocked after a denial (0: never blocked).
+    block: u64,
+}
+
+/// Who pays for a denied request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Penalty {
+    /// Nobody: a denied request changes no state (the default).
+    #[default]
+    None,
+    /// The limits that denied it count it (envoyproxy/ratelimit with
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    OwnDenials,
+    /// This limit counts every denied request, whoever denied it (Kong,
+    /// HAProxy; see [`Penalize`](crate::Penalize)).
+    AllDenials,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -58,13 +75,16 @@ pub enum AnyState {
     Shaper(ShaperState),
     /// See [`Concurrency`].
     Concurrency(u64),
+    /// Denied outright until this instant (ns), after a denial of a limit
+    /// with a block duration.
+    Blocked(u64),
 }
 
 macro_rules! any_from {
     ($($t:ident),+) => {$(
         impl From<$t> for AnyLimit {
             fn from(a: $t) -> Self {
-                AnyLimit { kind: Kind::$t(a), penalty: false }
+                AnyLimit { kind: Kind::$t(a), penalty: Penalty::None, block: 0 }
             }
         }
     )+};
@@ -82,22 +102,99 @@ impl From<SubWindowCounter> for AnyLimit {
     fn from(a: SubWindowCounter) -> Self {
         AnyLimit {
             kind: Kind::SubWindows(a),
-            penalty: false,
+            penalty: Penalty::None,
+            block: 0,
         }
     }
 }
 
+/// A borrowed view of an [`AnyLimit`]'s algorithm and parameters (for
+/// backends that implement the algorithms elsewhere, e.g. in Redis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitKind<'a> {
+    /// See [`Gcra`].
+    Gcra(&'a Gcra),
+    /// See [`FixedWindow`].
+    FixedWindow(&'a FixedWindow),
+    /// See [`SlidingWindow`].
+    SlidingWindow(&'a SlidingWindow),
+    /// See [`SubWindowCounter`].
+    SubWindows(&'a SubWindowCounter),
+    /// See [`SlidingLog`].
+    SlidingLog(&'a SlidingLog),
+    /// See [`Shaper`].
+    Shaper(&'a Shaper),
+    /// See [`Concurrency`].
+    Concurrency(&'a Concurrency),
+}
+
 impl AnyLimit {
-    /// The same limit with penalty mode on or off (see
-    /// [`Penalize`](crate::Penalize)). Off by default.
-    pub fn with_penalty(mut self, penalty: bool) -> Self {
+    /// The algorithm and its parameters.
+    pub fn kind(&self) -> LimitKind<'_> {
+        match &self.kind {
+            Kind::Gcra(a) => LimitKind::Gcra(a),
+            Kind::FixedWindow(a) => LimitKind::FixedWindow(a),
+            Kind::SlidingWindow(a) => LimitKind::SlidingWindow(a),
+            Kind::SubWindows(a) => LimitKind::SubWindows(a),
+            Kind::SlidingLog(a) => LimitKind::SlidingLog(a),
+            Kind::Shaper(a) => LimitKind::Shaper(a),
+            Kind::Concurrency(a) => LimitKind::Concurrency(a),
+        }
+    }
+
+    /// The same limit with penalty mode on ([`Penalty::AllDenials`], see
+    /// [`Penalize`](crate::Penalize)) or off. Off by default.
+    pub fn with_penalty(self, penalty: bool) -> Self {
+        self.with_penalty_mode(if penalty {
+            Penalty::AllDenials
+        } else {
+            Penalty::None
+        })
+    }
+
+    /// The same limit with the given penalty mode.
+    pub fn with_penalty_mode(mut self, penalty: Penalty) -> Self {
         self.penalty = penalty;
         self
     }
 
-    /// Whether denied requests still count.
+    /// The same limit, blocking a key for `block` after each denial: every
+    /// request in that time is denied (and charged nothing), then the key
+    /// starts afresh. Zero disables blocking (the default).
+    ///
+    /// ```
+    /// use floodgate::{Algorithm, Apply, Timestamp};
+    /// use floodgate::algorithms::{AnyLimit, FixedWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limit = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+    ///     .with_block(Duration::from_secs(600));
+    /// let mut s = limit.fresh();
+    /// let t = Timestamp::from_secs(10);
+    /// limit.decide(&mut s, t, 1, Apply::Commit);
+    /// assert!(limit.decide(&mut s, t, 1, Apply::Commit).is_denied()); // blocked now
+    /// let later = Timestamp::from_secs(15);
+    /// let d = limit.decide(&mut s, later, 1, Apply::Commit);
+    /// assert_eq!(d.retry_after, Some(Duration::from_secs(595)));
+    /// ```
+    pub fn with_block(mut self, block: std::time::Duration) -> Self {
+        self.block = crate::time::duration_nanos(block);
+        self
+    }
+
+    /// Whether denied requests count against this limit in any way.
     pub fn penalty(&self) -> bool {
+        self.penalty != Penalty::None
+    }
+
+    /// The penalty mode.
+    pub fn penalty_mode(&self) -> Penalty {
         self.penalty
+    }
+
+    /// How long a key is blocked after a denial (zero: not at all).
+    pub fn block(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.block)
     }
 
     /// True for a concurrency (in-flight) limit, whose units must be released.
@@ -113,18 +210,21 @@ impl AnyLimit {
     }
 }
 
-impl Algorithm for AnyLimit {
-    type State = AnyState;
-
-    fn fresh(&self) -> AnyState {
-        AnyState::Fresh
+impl AnyLimit {
+    /// The decision for a blocked key.
+    fn blocked(&self, until: u64, now: Timestamp) -> Decision {
+        let quota = self.run(&mut AnyState::Fresh, now, 0, Apply::Check).limit;
+        let wait = std::time::Duration::from_nanos(until.saturating_sub(now.as_nanos()));
+        Decision {
+            outcome: Outcome::Denied,
+            limit: quota,
+            remaining: 0,
+            reset_after: wait,
+            retry_after: Some(wait),
+        }
     }
 
-    fn decide(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
-        let apply = match (self.penalty, apply) {
-            (true, Apply::Commit | Apply::Rejected) => Apply::Force,
-            (_, a) => a,
-        };
+    fn run(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         macro_rules! run {
             ($($k:ident),+) => {
                 match &self.kind {
@@ -148,6 +248,42 @@ impl Algorithm for AnyLimit {
             Concurrency
         )
     }
+}
+
+impl Algorithm for AnyLimit {
+    type State = AnyState;
+
+    fn fresh(&self) -> AnyState {
+        AnyState::Fresh
+    }
+
+    fn decide(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        if let AnyState::Blocked(until) = *state {
+            if now.as_nanos() < until {
+                return self.blocked(until, now);
+            }
+            *state = AnyState::Fresh;
+        }
+        let d = match (self.penalty, apply) {
+            (Penalty::AllDenials, Apply::Commit | Apply::Rejected)
+            | (Penalty::OwnDenials, Apply::Commit) => self.run(state, now, cost, Apply::Force),
+            (Penalty::OwnDenials, Apply::Rejected) => {
+                let own = self.run(state, now, cost, Apply::Check);
+                if own.is_allowed() {
+                    own
+                } else {
+                    self.run(state, now, cost, Apply::Force)
+                }
+            }
+            (_, a) => self.run(state, now, cost, a),
+        };
+        if self.block > 0 && d.outcome == Outcome::Denied && apply != Apply::Check {
+            let until = now.as_nanos().saturating_add(self.block);
+            *state = AnyState::Blocked(until);
+            return self.blocked(until, now);
+        }
+        d
+    }
 
     fn idle_at(&self, state: &AnyState, now: Timestamp) -> Timestamp {
         match (&self.kind, state) {
@@ -158,6 +294,7 @@ impl Algorithm for AnyLimit {
             (Kind::SlidingLog(a), AnyState::SlidingLog(s)) => a.idle_at(s, now),
             (Kind::Shaper(a), AnyState::Shaper(s)) => a.idle_at(s, now),
             (Kind::Concurrency(a), AnyState::Concurrency(s)) => a.idle_at(s, now),
+            (_, AnyState::Blocked(until)) => Timestamp::from_nanos(*until).max(now),
             _ => now,
         }
     }

@@ -11,7 +11,7 @@ mod shaper;
 mod sliding_log;
 mod sliding_window;
 
-pub use any::{AnyLimit, AnyState};
+pub use any::{AnyLimit, AnyState, LimitKind, Penalty};
 pub use concurrency::Concurrency;
 pub use fixed_window::{FixedWindow, WindowState};
 pub use gcra::{Gcra, GcraState};

@@ -1,0 +1,275 @@
+//! Compiling a [`PolicySpec`] into a [`PolicySet`]: rule trees with hashed
+//! levels, core limits built once, fingerprints, metric handles.
+
+mod lists;
+mod pattern;
+mod rule;
+mod stable_hash;
+mod tree;
+
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use crate::error::{ConfigError, ConfigErrors, Errors};
+use crate::spec::{
+    Dialect, DomainSpec, LimitSpec, NodeSpec, Penalty, PolicySpec, Reported, Settings,
+};
+
+pub use lists::{List, in_network};
+pub use pattern::Pattern;
+pub use rule::{Action, Rule, RuleId, RuleLimit, RuleMetrics};
+pub use stable_hash::StableHasher;
+pub use tree::{MAX_DEPTH, NodeId, Path, Tree, TreeNode};
+
+use tree::NodeValue;
+
+/// Most rules a configuration may define.
+pub const MAX_RULES: usize = 1_000_000;
+
+/// A domain, compiled.
+#[derive(Debug)]
+pub struct Domain {
+    /// Its name.
+    pub name: Arc<str>,
+    /// Its rule tree.
+    pub tree: Tree,
+    /// Entries never limited.
+    pub allow: List,
+    /// Entries always denied.
+    pub deny: List,
+    /// The file format it came from.
+    pub dialect: Dialect,
+}
+
+/// A validated, compiled configuration: what the engine evaluates against.
+/// Immutable; a reload builds a new one and swaps it in atomically.
+#[derive(Debug)]
+pub struct PolicySet {
+    /// Global settings.
+    pub settings: Settings,
+    domains: HashMap<Box<str>, Domain>,
+    rules: Vec<Rule>,
+}
+
+impl PolicySet {
+    /// Compiles `spec`, reporting every problem found.
+    pub fn compile(spec: &PolicySpec) -> Result<PolicySet, ConfigErrors> {
+        let mut errors = Errors::default();
+        let mut set = PolicySet {
+            settings: spec.settings.clone(),
+            domains: HashMap::new(),
+            rules: Vec::new(),
+        };
+        for d in &spec.domains {
+            let domain = compile_domain(d, &spec.settings, &mut set.rules, &mut errors);
+            set.domains.insert(d.name.as_str().into(), domain);
+        }
+        if set.rules.len() > MAX_RULES {
+            errors.push(ConfigError::new(
+                Default::default(),
+                format!("too many rules: {} (at most {MAX_RULES})", set.rules.len()),
+            ));
+        }
+        errors.finish(set)
+    }
+
+    /// An empty configuration (every request is admitted).
+    pub fn empty() -> PolicySet {
+        PolicySet {
+            settings: Settings::default(),
+            domains: HashMap::new(),
+            rules: Vec::new(),
+        }
+    }
+
+    /// A domain by name.
+    #[inline]
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// The domains.
+    pub fn domains(&self) -> impl Iterator<Item = &Domain> {
+        self.domains.values()
+    }
+
+    /// A rule by id.
+    #[inline]
+    pub fn rule(&self, id: RuleId) -> &Rule {
+        &self.rules[id as usize]
+    }
+
+    /// Every rule.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+}
+
+fn compile_domain(
+    d: &DomainSpec,
+    settings: &Settings,
+    rules: &mut Vec<Rule>,
+    errors: &mut Errors,
+) -> Domain {
+    let name: Arc<str> = d.name.as_str().into();
+    let mut tree = Tree::default();
+    let mut ctx = Ctx {
+        domain: &name,
+        dialect: d.dialect,
+        settings,
+        rules,
+        errors,
+    };
+    let prefix = format!("{}.", d.name);
+    ctx.level(
+        &mut tree,
+        Tree::ROOT,
+        &d.descriptors,
+        &prefix,
+        &mut StableHasher::default(),
+    );
+    Domain {
+        name,
+        tree,
+        allow: List::new(&d.allow),
+        deny: List::new(&d.deny),
+        dialect: d.dialect,
+    }
+}
+
+struct Ctx<'a> {
+    domain: &'a Arc<str>,
+    dialect: Dialect,
+    settings: &'a Settings,
+    rules: &'a mut Vec<Rule>,
+    errors: &'a mut Errors,
+}
+
+impl Ctx<'_> {
+    fn level(
+        &mut self,
+        tree: &mut Tree,
+        level: u32,
+        nodes: &[NodeSpec],
+        parent: &str,
+        path_hash: &mut StableHasher,
+    ) {
+        for n in nodes {
+            let composite = match &n.value {
+                Some(v) => format!("{}_{}", n.key, v),
+                None => n.key.clone(),
+            };
+            let path = format!("{parent}{composite}");
+            let mut hash = path_hash.clone();
+            hash.field(n.key.as_bytes())
+                .field(n.value.as_deref().unwrap_or("").as_bytes());
+            let rule = n
+                .rate_limit
+                .as_ref()
+                .and_then(|rl| self.rule(n, rl, &path, &hash));
+            let value = match n.value.as_deref() {
+                None => NodeValue::Any,
+                Some(v) => match Pattern::new(v) {
+                    Some(p) => NodeValue::Wildcard(p),
+                    None => NodeValue::Exact(v),
+                },
+            };
+            let Some(id) = tree.add(level, &n.key, value, rule, n.share_threshold) else {
+                self.errors.push(ConfigError::new(
+                    n.at.clone(),
+                    format!("duplicate descriptor composite key '{path}'"),
+                ));
+                continue;
+            };
+            if !n.children.is_empty() {
+                let child = tree.children_of(id);
+                self.level(tree, child, &n.children, &format!("{path}."), &mut hash);
+            }
+        }
+    }
+
+    fn rule(
+        &mut self,
+        n: &NodeSpec,
+        rl: &crate::spec::RateLimitSpec,
+        path: &str,
+        path_hash: &StableHasher,
+    ) -> Option<RuleId> {
+        let penalty = match (self.dialect, rl.penalty) {
+            (Dialect::Envoy, _) if self.settings.envoy_increment_all => Penalty::AllDenials,
+            (_, p) => p,
+        };
+        let mut fingerprint = path_hash.clone();
+        fingerprint.field(self.domain.as_bytes());
+        let action = if rl.unlimited {
+            Action::Unlimited
+        } else if let [LimitSpec::Block { window }] = rl.limits.as_slice() {
+            Action::Block {
+                window: *window,
+                reported: rl.reported,
+            }
+        } else {
+            let mut limits = Vec::with_capacity(rl.limits.len());
+            for spec in &rl.limits {
+                fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
+                match rule::build_limit(spec, penalty, rl.block_for) {
+                    Ok(Some(limit)) => limits.push(RuleLimit {
+                        limit,
+                        reported: reported_of(spec, rl.reported),
+                    }),
+                    Ok(None) => self.errors.push(ConfigError::new(
+                        rl.at.clone(),
+                        "a rule with several limits cannot include a zero limit (use requests_per_unit: 0 alone to block)",
+                    )),
+                    Err(e) => self.errors.push(ConfigError::new(rl.at.clone(), e.to_string())),
+                }
+            }
+            if limits.is_empty() {
+                return None;
+            }
+            Action::Limit(limits.into_boxed_slice())
+        };
+        let id = self.rules.len() as RuleId;
+        let label = rl.name.clone().unwrap_or_else(|| path.to_owned());
+        self.rules.push(Rule {
+            id,
+            domain: self.domain.clone(),
+            path: path.into(),
+            name: rl.name.as_deref().map(Into::into),
+            replaces: rl.replaces.iter().map(|s| s.as_str().into()).collect(),
+            action,
+            shadow: n.shadow_mode,
+            quota: n.quota_mode,
+            enabled: n.enabled,
+            cost: n.cost,
+            fingerprint: fingerprint.finish(),
+            metrics: RuleMetrics::new(self.domain, &label),
+        });
+        Some(id)
+    }
+}
+
+/// What to report for one limit of a rule: the rule's own numbers for a
+/// single limit, otherwise the limit's.
+fn reported_of(spec: &LimitSpec, rule: Reported) -> Reported {
+    let fit = |count: u64, period: std::time::Duration| {
+        let (unit, k) = crate::unit::Unit::best_fit(period);
+        Reported {
+            requests_per_unit: (count / k.max(1)).clamp(1, u32::MAX as u64) as u32,
+            unit,
+        }
+    };
+    match spec {
+        LimitSpec::FixedWindow { limit, window }
+        | LimitSpec::SlidingLog { limit, window }
+        | LimitSpec::SlidingWindow { limit, window, .. } => fit(*limit, *window),
+        LimitSpec::Gcra { count, period, .. } => fit(*count, *period),
+        _ => rule,
+    }
+}
+
+/// Compile errors as one list (for callers that only need a message).
+pub fn describe(errors: &ConfigErrors) -> String {
+    errors.to_string()
+}

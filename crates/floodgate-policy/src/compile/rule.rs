@@ -1,0 +1,163 @@
+//! A compiled rule: its limits as core algorithms, its reporting, its
+//! switches, and its metric handles (resolved once, at load).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::algorithms::{
+    AnyLimit, Concurrency, FixedWindow, Gcra, Penalty as CorePenalty, Shaper, SlidingLog,
+    SlidingWindow, SubWindowCounter,
+};
+use metrics::Counter;
+
+use crate::spec::{LimitSpec, Penalty, Reported};
+
+/// Index of a rule in its [`PolicySet`](crate::PolicySet).
+pub type RuleId = u32;
+
+/// One limit of a rule.
+#[derive(Debug)]
+pub struct RuleLimit {
+    /// The algorithm and its numbers.
+    pub limit: AnyLimit,
+    /// What Envoy responses report for it.
+    pub reported: Reported,
+}
+
+/// What a rule does when matched.
+#[derive(Debug)]
+pub enum Action {
+    /// Count with these limits (all checked atomically).
+    Limit(Box<[RuleLimit]>),
+    /// Deny every request (`requests_per_unit: 0`); the window sets the
+    /// reported reset.
+    Block {
+        /// The reporting window.
+        window: Duration,
+        /// What Envoy responses report.
+        reported: Reported,
+    },
+    /// Count nothing, never limit.
+    Unlimited,
+}
+
+/// A compiled rule.
+#[derive(Debug)]
+pub struct Rule {
+    /// Its index.
+    pub id: RuleId,
+    /// The domain it belongs to.
+    pub domain: Arc<str>,
+    /// Its path in the tree, as envoyproxy/ratelimit names it in statistics
+    /// (`domain.key_value.key`); also the metrics label.
+    pub path: Box<str>,
+    /// Its name, if given.
+    pub name: Option<Box<str>>,
+    /// Names of rules it replaces.
+    pub replaces: Box<[Box<str>]>,
+    /// What it does.
+    pub action: Action,
+    /// Dark launch: counted and reported, never enforced.
+    pub shadow: bool,
+    /// A soft limit (envoyproxy/ratelimit's quota mode).
+    pub quota: bool,
+    /// The per-rule kill switch.
+    pub enabled: bool,
+    /// Units each hit costs.
+    pub cost: u64,
+    /// A fingerprint of everything that defines the rule's counters: equal
+    /// across processes and reloads for an unchanged rule.
+    pub fingerprint: u64,
+    /// Metric handles.
+    pub metrics: RuleMetrics,
+}
+
+impl Rule {
+    /// The label used for this rule in metrics and logs: its name, or its
+    /// path.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.path)
+    }
+
+    /// The limits, if it counts.
+    pub fn limits(&self) -> &[RuleLimit] {
+        match &self.action {
+            Action::Limit(l) => l,
+            _ => &[],
+        }
+    }
+}
+
+/// Counters of one rule, labelled by domain and rule (bounded: one set per
+/// configured rule, never per request value).
+#[derive(Debug, Clone)]
+pub struct RuleMetrics {
+    /// Hits (cost units) seen.
+    pub hits: Counter,
+    /// Requests admitted.
+    pub within_limit: Counter,
+    /// Requests admitted with more than the near-limit ratio used.
+    pub near_limit: Counter,
+    /// Requests denied.
+    pub over_limit: Counter,
+    /// Requests a shadow-mode rule would have denied.
+    pub shadow_mode: Counter,
+}
+
+impl RuleMetrics {
+    /// Handles for `domain`/`rule` from the installed metrics recorder.
+    pub fn new(domain: &str, rule: &str) -> Self {
+        let labels = [("domain", domain.to_owned()), ("rule", rule.to_owned())];
+        let decision = |outcome: &'static str| {
+            metrics::counter!("floodgate_rule_decisions_total",
+                "domain" => labels[0].1.clone(), "rule" => labels[1].1.clone(), "outcome" => outcome)
+        };
+        RuleMetrics {
+            hits: metrics::counter!("floodgate_rule_hits_total", &labels),
+            within_limit: decision("within_limit"),
+            near_limit: decision("near_limit"),
+            over_limit: decision("over_limit"),
+            shadow_mode: decision("shadow_mode"),
+        }
+    }
+}
+
+/// Builds the core limit of a spec, with the rule's penalty and block.
+pub(crate) fn build_limit(
+    spec: &LimitSpec,
+    penalty: Penalty,
+    block_for: Option<Duration>,
+) -> Result<Option<AnyLimit>, floodgate::ConfigError> {
+    let limit: AnyLimit = match spec {
+        LimitSpec::Block { .. } => return Ok(None),
+        LimitSpec::FixedWindow { limit, window } => FixedWindow::new(*limit, *window)?.into(),
+        LimitSpec::Gcra {
+            count,
+            period,
+            burst,
+        } => Gcra::new(*count, *period, *burst)?.into(),
+        LimitSpec::SlidingWindow {
+            limit,
+            window,
+            sub_windows: 1,
+        } if *limit <= u32::MAX as u64 => SlidingWindow::new(*limit, *window)?.into(),
+        LimitSpec::SlidingWindow {
+            limit,
+            window,
+            sub_windows,
+        } => SubWindowCounter::new(*limit, *window, *sub_windows)?.into(),
+        LimitSpec::SlidingLog { limit, window } => SlidingLog::new(*limit, *window)?.into(),
+        LimitSpec::Shaper { rate, burst, delay } => Shaper::new(*rate, *burst, *delay)?.into(),
+        LimitSpec::Concurrency { max } => Concurrency::new(*max)?.into(),
+    };
+    let penalty = match penalty {
+        Penalty::None => CorePenalty::None,
+        Penalty::OwnDenials => CorePenalty::OwnDenials,
+        Penalty::AllDenials => CorePenalty::AllDenials,
+    };
+    Ok(Some(
+        limit
+            .with_penalty_mode(penalty)
+            .with_block(block_for.unwrap_or_default()),
+    ))
+}

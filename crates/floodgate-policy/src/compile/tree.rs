@@ -1,0 +1,197 @@
+//! The rule tree of a domain, matched with envoyproxy/ratelimit's semantics.
+//!
+//! A request descriptor's entries are walked level by level. At each level
+//! the entry `(key, value)` selects, in this order: the node with exactly
+//! that key and value; else the first wildcard node of that key (in file
+//! order) whose pattern matches the value; else the key-only node (any
+//! value, each value counted separately). A limit applies only if the node
+//! reached by the *last* entry has one: a two-entry descriptor does not
+//! match a one-level rule. Lookups hash borrowed strings: matching allocates
+//! nothing.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use smallvec::SmallVec;
+
+use super::pattern::Pattern;
+use super::rule::RuleId;
+
+/// Index of a node.
+pub type NodeId = u32;
+
+/// Deepest descriptor matched (entries beyond are rejected by the engine).
+pub const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    exact: HashTable<(Box<str>, Box<str>, NodeId)>,
+    wildcards: Vec<(Box<str>, Pattern, NodeId)>,
+    defaults: HashTable<(Box<str>, NodeId)>,
+}
+
+/// A node of the tree.
+#[derive(Debug)]
+pub struct TreeNode {
+    /// The rule applied when a descriptor ends here.
+    pub rule: Option<RuleId>,
+    children: Option<u32>,
+    /// For a wildcard node with `share_threshold`, the pattern: every
+    /// matching value shares one counter.
+    pub shared_pattern: Option<Box<str>>,
+}
+
+/// The nodes a descriptor walked through, one per entry.
+pub type Path = SmallVec<[NodeId; 8]>;
+
+/// A domain's rule tree.
+#[derive(Debug)]
+pub struct Tree {
+    levels: Vec<Level>,
+    nodes: Vec<TreeNode>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Tree {
+            levels: vec![Level::default()],
+            nodes: Vec::new(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed),
+        }
+    }
+}
+
+/// How a configured node matches values.
+pub(crate) enum NodeValue<'a> {
+    Exact(&'a str),
+    Wildcard(Pattern),
+    Any,
+}
+
+impl Tree {
+    /// The root level.
+    pub(crate) const ROOT: u32 = 0;
+
+    /// Adds a node for `key`/`value` to `level`; `None` if an equal node is
+    /// already there.
+    pub(crate) fn add(
+        &mut self,
+        level: u32,
+        key: &str,
+        value: NodeValue<'_>,
+        rule: Option<RuleId>,
+        share: bool,
+    ) -> Option<NodeId> {
+        let id = self.nodes.len() as NodeId;
+        let hasher = self.hasher.clone();
+        let lvl = &mut self.levels[level as usize];
+        let mut shared_pattern = None;
+        match value {
+            NodeValue::Exact(v) => {
+                let h = hasher.hash_one((key, v));
+                let dup = lvl
+                    .exact
+                    .find(h, |(k, val, _)| &**k == key && &**val == v)
+                    .is_some()
+                    || lvl
+                        .wildcards
+                        .iter()
+                        .any(|(k, p, _)| &**k == key && p.as_str() == v);
+                if dup {
+                    return None;
+                }
+                lvl.exact
+                    .insert_unique(h, (key.into(), v.into(), id), |(k, v, _)| {
+                        hasher.hash_one((&**k, &**v))
+                    });
+            }
+            NodeValue::Wildcard(p) => {
+                let h = hasher.hash_one((key, p.as_str()));
+                let dup = lvl
+                    .exact
+                    .find(h, |(k, v, _)| &**k == key && **v == *p.as_str())
+                    .is_some()
+                    || lvl.wildcards.iter().any(|(k, q, _)| &**k == key && q == &p);
+                if dup {
+                    return None;
+                }
+                if share {
+                    shared_pattern = Some(p.as_str().into());
+                }
+                lvl.wildcards.push((key.into(), p, id));
+            }
+            NodeValue::Any => {
+                let h = hasher.hash_one(key);
+                if lvl.defaults.find(h, |(k, _)| &**k == key).is_some() {
+                    return None;
+                }
+                lvl.defaults
+                    .insert_unique(h, (key.into(), id), |(k, _)| hasher.hash_one(&**k));
+            }
+        }
+        self.nodes.push(TreeNode {
+            rule,
+            children: None,
+            shared_pattern,
+        });
+        Some(id)
+    }
+
+    /// The level under `node`, created on first use.
+    pub(crate) fn children_of(&mut self, node: NodeId) -> u32 {
+        if let Some(l) = self.nodes[node as usize].children {
+            return l;
+        }
+        let l = self.levels.len() as u32;
+        self.levels.push(Level::default());
+        self.nodes[node as usize].children = Some(l);
+        l
+    }
+
+    /// A node.
+    pub fn node(&self, id: NodeId) -> &TreeNode {
+        &self.nodes[id as usize]
+    }
+
+    fn step(&self, level: u32, key: &str, value: &str) -> Option<NodeId> {
+        let lvl = &self.levels[level as usize];
+        let h = self.hasher.hash_one((key, value));
+        if let Some((_, _, id)) = lvl.exact.find(h, |(k, v, _)| &**k == key && &**v == value) {
+            return Some(*id);
+        }
+        if let Some((_, _, id)) = lvl
+            .wildcards
+            .iter()
+            .find(|(k, p, _)| &**k == key && p.matches(value))
+        {
+            return Some(*id);
+        }
+        let h = self.hasher.hash_one(key);
+        lvl.defaults
+            .find(h, |(k, _)| &**k == key)
+            .map(|(_, id)| *id)
+    }
+
+    /// The rule a descriptor's entries select, and the nodes walked (one per
+    /// entry, when the rule applies).
+    pub fn lookup<'e>(
+        &self,
+        entries: impl ExactSizeIterator<Item = (&'e str, &'e str)>,
+        path: &mut Path,
+    ) -> Option<RuleId> {
+        path.clear();
+        let last = entries.len().checked_sub(1)?;
+        let mut level = Self::ROOT;
+        for (i, (key, value)) in entries.enumerate() {
+            let id = self.step(level, key, value)?;
+            path.push(id);
+            let node = &self.nodes[id as usize];
+            if i == last {
+                return node.rule;
+            }
+            level = node.children?;
+        }
+        None
+    }
+}

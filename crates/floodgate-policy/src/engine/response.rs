@@ -1,0 +1,95 @@
+//! The answer: one status per descriptor, in order, and the overall code.
+
+use std::time::Duration;
+
+use floodgate::Decision;
+
+use crate::compile::RuleId;
+use crate::spec::Reported;
+
+/// Envoy's response codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Code {
+    /// Within the limits.
+    #[default]
+    Ok,
+    /// Over a limit.
+    OverLimit,
+}
+
+/// What the current limit is reported as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentLimit {
+    /// Requests per unit and unit.
+    pub reported: Reported,
+    /// The rule's name, if any.
+    pub name: Option<Box<str>>,
+}
+
+/// Why a descriptor got its status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reason {
+    /// No rule matched (or the domain is unknown, or the rule is disabled).
+    #[default]
+    NoMatch,
+    /// A rule matched and was evaluated.
+    Limited,
+    /// The matched rule is `unlimited`, or an entry is on the allow list.
+    Unlimited,
+    /// The matched rule was replaced by another matched rule.
+    Replaced,
+    /// The matched rule blocks every request (`requests_per_unit: 0`).
+    Blocked,
+    /// An entry is on the deny list.
+    Denied,
+    /// Enforcement is switched off (the global kill switch).
+    Disabled,
+}
+
+/// The status of one descriptor.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Status {
+    /// OK or over the limit (after shadow mode).
+    pub code: Code,
+    /// The limit reported, if a counting rule matched.
+    pub current_limit: Option<CurrentLimit>,
+    /// Requests left (0 when over, `u32::MAX` when unlimited).
+    pub limit_remaining: u32,
+    /// Time until the limit resets.
+    pub duration_until_reset: Duration,
+    /// The full decision of the narrowest limit (retry-after, delay, ...).
+    pub decision: Option<Decision>,
+    /// The rule that matched.
+    pub rule: Option<RuleId>,
+    /// Why.
+    pub reason: Reason,
+    /// The rule is in shadow mode (its verdict is reported, not enforced).
+    pub shadow: bool,
+    /// The hits charged (before the rule's cost multiplier).
+    pub hits: u64,
+}
+
+/// A full response; reusable from one request to the next (its buffers are
+/// kept, so a steady stream of requests allocates nothing).
+#[derive(Debug, Default)]
+pub struct Response {
+    /// Over the limit if any enforced descriptor is.
+    pub overall: Code,
+    /// One per descriptor, in request order.
+    pub statuses: Vec<Status>,
+    /// Global shadow mode turned an over-limit answer into OK.
+    pub shadowed: bool,
+    pub(crate) scratch: super::scratch::Scratch,
+}
+
+impl Response {
+    /// The decision to report to a client: the narrowest of all the
+    /// enforced statuses (the most restrictive).
+    pub fn narrowest(&self) -> Option<Decision> {
+        self.statuses
+            .iter()
+            .filter(|s| !s.shadow)
+            .filter_map(|s| s.decision)
+            .reduce(Decision::narrowest)
+    }
+}

@@ -1,0 +1,54 @@
+//! Per-request working memory, kept inside a [`Response`](super::Response)
+//! and reused, so that steady traffic allocates nothing.
+
+use floodgate::Decision;
+use floodgate::algorithms::AnyLimit;
+
+use crate::compile::{Path, RuleId};
+
+/// Which batch a counter is decided in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// The request's enforced limits, all decided atomically together.
+    Enforced,
+    /// A shadow-mode or quota-mode rule, decided on its own.
+    Own,
+}
+
+/// Where a counter's limit comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LimitRef {
+    /// Limit `index` of a configured rule.
+    Rule(RuleId, u8),
+    /// A limit override sent with the descriptor.
+    Override(u32),
+}
+
+/// One counter of the request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    pub descriptor: u32,
+    pub key: (u32, u32),
+    pub limit: LimitRef,
+    pub cost: u64,
+    pub batch: Batch,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Every counter key, back to back.
+    pub keys: Vec<u8>,
+    pub slots: Vec<Slot>,
+    pub overrides: Vec<AnyLimit>,
+    pub decisions: Vec<Decision>,
+    pub path: Path,
+}
+
+impl Scratch {
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.slots.clear();
+        self.overrides.clear();
+        self.decisions.clear();
+    }
+}

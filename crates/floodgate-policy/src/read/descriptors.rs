@@ -1,0 +1,298 @@
+//! Reading descriptor trees, in both dialects: envoyproxy/ratelimit's (its
+//! keys, its messages) and Floodgate's superset.
+
+use crate::error::Errors;
+use crate::spec::{Dialect, NodeSpec, Penalty, RateLimitSpec, Reported};
+use crate::unit::Unit;
+use crate::yaml::{Map, Node, excerpt};
+
+use super::limits::read_limits;
+
+/// Keys envoyproxy/ratelimit accepts anywhere in a file.
+pub(crate) const ENVOY_KEYS: &[&str] = &[
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "quota_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+
+const NODE_KEYS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+    "enabled",
+    "cost",
+];
+
+const RATE_LIMIT_KEYS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "algorithm",
+    "requests",
+    "per",
+    "burst",
+    "sub_windows",
+    "rate",
+    "nodelay",
+    "delay",
+    "max",
+    "limits",
+    "penalty",
+    "block_for",
+];
+
+/// Reports keys the dialect does not allow. envoyproxy/ratelimit checks
+/// every key of a file against one list and ignores misplaced known keys;
+/// Floodgate rejects any key not allowed at its level.
+pub(crate) fn check_keys(map: &Map<'_>, dialect: Dialect, allowed: &[&str], errors: &mut Errors) {
+    match dialect {
+        Dialect::Envoy => {
+            for (name, key) in map.unread() {
+                if !ENVOY_KEYS.contains(&name) {
+                    errors
+                        .push(key.error(format!("config error, unknown key '{}'", excerpt(name))));
+                }
+            }
+        }
+        Dialect::Floodgate => {
+            for e in map.deny_unknown(allowed) {
+                errors.push(e);
+            }
+        }
+    }
+}
+
+/// Reads a `descriptors` list.
+pub(crate) fn read_nodes(list: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Vec<NodeSpec> {
+    let Some(items) = errors.take(list.list()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let map = match item.map() {
+            Ok(m) if !item.is_null() => m,
+            _ => {
+                errors.push(item.error(format!(
+                    "config error, yaml file contains list of type other than map: {}",
+                    item.describe()
+                )));
+                continue;
+            }
+        };
+        if let Some(node) = read_node(&map, dialect, errors) {
+            out.push(node);
+        }
+    }
+    out
+}
+
+fn bool_key(map: &Map<'_>, key: &str, errors: &mut Errors) -> bool {
+    map.get(key)
+        .and_then(|n| errors.take(n.bool()))
+        .unwrap_or(false)
+}
+
+fn read_node(map: &Map<'_>, dialect: Dialect, errors: &mut Errors) -> Option<NodeSpec> {
+    let floodgate = dialect == Dialect::Floodgate;
+    let key = match map.get("key") {
+        Some(n) => errors.take(n.str()).unwrap_or_default().to_owned(),
+        None => String::new(),
+    };
+    let value = map
+        .get("value")
+        .and_then(|n| errors.take(n.str()))
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned);
+    let mut node = NodeSpec {
+        key,
+        value,
+        at: map.node().at(),
+        rate_limit: None,
+        shadow_mode: bool_key(map, "shadow_mode", errors),
+        quota_mode: bool_key(map, "quota_mode", errors),
+        detailed_metric: bool_key(map, "detailed_metric", errors),
+        value_to_metric: bool_key(map, "value_to_metric", errors),
+        share_threshold: bool_key(map, "share_threshold", errors),
+        enabled: true,
+        cost: 1,
+        children: Vec::new(),
+    };
+    map.has("metadata");
+    if floodgate {
+        if let Some(n) = map.get("enabled") {
+            node.enabled = errors.take(n.bool()).unwrap_or(true);
+        }
+        if let Some(n) = map.get("cost") {
+            match errors.take(n.u64()) {
+                Some(0) => errors.push(n.error("cost must be at least 1")),
+                Some(c) if c > floodgate::MAX_COUNT => errors.push(n.error(format!(
+                    "cost must be at most {} (got {c})",
+                    floodgate::MAX_COUNT
+                ))),
+                Some(c) => node.cost = c,
+                None => {}
+            }
+        }
+    }
+    if node.key.is_empty() {
+        errors.push(map.node().error("descriptor has empty key"));
+    }
+    if node.share_threshold && !node.value.as_deref().is_some_and(|v| v.contains('*')) {
+        errors.push(map.node().error(format!(
+            "share_threshold can only be set on a value with a wildcard '*' (value: '{}')",
+            node.value.as_deref().map(excerpt).unwrap_or_default()
+        )));
+    }
+    if let Some(rl) = map.get("rate_limit") {
+        node.rate_limit = read_rate_limit(rl, dialect, errors);
+    } else if map.has("rate_limit") {
+        errors.push(
+            map.node()
+                .error("rate_limit must be a mapping, found nothing"),
+        );
+    }
+    if let Some(children) = map.get("descriptors") {
+        node.children = read_nodes(children, dialect, errors);
+    }
+    check_keys(map, dialect, NODE_KEYS, errors);
+    Some(node)
+}
+
+fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option<RateLimitSpec> {
+    let map = errors.take(n.map())?;
+    let name = map
+        .get("name")
+        .and_then(|n| errors.take(n.str()))
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let mut replaces = Vec::new();
+    if let Some(list) = map.get("replaces") {
+        for item in errors.take(list.list()).unwrap_or_default() {
+            let Some(entry) = errors.take(item.map()) else {
+                continue;
+            };
+            let replaced = entry
+                .get("name")
+                .and_then(|n| errors.take(n.str()))
+                .unwrap_or_default();
+            if replaced.is_empty() {
+                errors.push(item.error("should not have an empty replaces entry"));
+            } else if Some(replaced) == name.as_deref() {
+                errors.push(item.error("replaces should not contain name of same descriptor"));
+            } else {
+                replaces.push(replaced.to_owned());
+            }
+            check_keys(&entry, dialect, &["name"], errors);
+        }
+    }
+    let unlimited = map
+        .get("unlimited")
+        .and_then(|n| errors.take(n.bool()))
+        .unwrap_or(false);
+    let unit_node = map.get("unit");
+    let unit_text = unit_node.and_then(|n| errors.take(n.str())).unwrap_or("");
+    let unit = Unit::parse(unit_text);
+    let mut spec = RateLimitSpec {
+        at: n.at(),
+        name,
+        replaces,
+        unlimited,
+        limits: Vec::new(),
+        penalty: match dialect {
+            Dialect::Envoy => Penalty::OwnDenials,
+            Dialect::Floodgate => Penalty::None,
+        },
+        block_for: None,
+        reported: Reported {
+            requests_per_unit: 0,
+            unit: unit.unwrap_or(Unit::Second),
+        },
+    };
+    if unlimited {
+        if unit.is_some() {
+            errors.push(
+                unit_node
+                    .unwrap_or(n)
+                    .error("should not specify rate limit unit when unlimited"),
+            );
+        }
+        map.has("requests_per_unit");
+        check_keys(&map, dialect, RATE_LIMIT_KEYS, errors);
+        return Some(spec);
+    }
+    match dialect {
+        Dialect::Envoy => {
+            let Some(unit) = unit else {
+                errors.push(
+                    unit_node
+                        .unwrap_or(n)
+                        .error(format!("invalid rate limit unit '{}'", excerpt(unit_text))),
+                );
+                check_keys(&map, dialect, RATE_LIMIT_KEYS, errors);
+                return None;
+            };
+            let rpu = read_rpu(&map, errors);
+            spec.reported = Reported {
+                requests_per_unit: rpu,
+                unit,
+            };
+            spec.limits.push(super::limits::envoy_limit(rpu, unit));
+        }
+        Dialect::Floodgate => {
+            let (limits, reported) = read_limits(&map, unit, errors)?;
+            spec.limits = limits;
+            spec.reported = reported;
+            if let Some(p) = map.get("penalty") {
+                if errors.take(p.bool()) == Some(true) {
+                    spec.penalty = Penalty::AllDenials;
+                }
+            }
+            if let Some(b) = map.get("block_for") {
+                spec.block_for = super::limits::read_duration(b, errors);
+            }
+        }
+    }
+    check_keys(&map, dialect, RATE_LIMIT_KEYS, errors);
+    Some(spec)
+}
+
+/// `requests_per_unit`: a uint32; missing means 0 (every request denied),
+/// as envoyproxy/ratelimit reads it.
+pub(crate) fn read_rpu(map: &Map<'_>, errors: &mut Errors) -> u32 {
+    let Some(n) = map.get("requests_per_unit") else {
+        return 0;
+    };
+    match n.u64().ok().and_then(|v| u32::try_from(v).ok()) {
+        Some(v) => v,
+        None => {
+            errors.push(n.error(format!(
+                "error loading config file: yaml: unmarshal errors: line {}: cannot unmarshal {} into uint32",
+                n.at().line,
+                n.describe()
+            )));
+            0
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Reading Floodgate limit definitions: any algorithm, any period, several
+//! limits per rule.
+
+use std::time::Duration;
+
+use floodgate::algorithms::{NginxRate, ShaperDelay};
+
+use crate::error::Errors;
+use crate::spec::{LimitSpec, Reported};
+use crate::unit::{Unit, parse_duration};
+use crate::yaml::{Map, Node, excerpt};
+
+/// Algorithm names accepted in `algorithm:`.
+pub const ALGORITHMS: &[&str] = &[
+    "fixed_window",
+    "token_bucket",
+    "gcra",
+    "leaky_bucket",
+    "sliding_window",
+    "sliding_log",
+    "shaper",
+    "concurrency",
+];
+
+const LIMIT_KEYS: &[&str] = &[
+    "algorithm",
+    "requests",
+    "per",
+    "unit",
+    "requests_per_unit",
+    "burst",
+    "sub_windows",
+    "rate",
+    "nodelay",
+    "delay",
+    "max",
+];
+
+/// The limit an envoyproxy/ratelimit rule means: a fixed window of one unit,
+/// or a block when `requests_per_unit` is 0.
+pub(crate) fn envoy_limit(rpu: u32, unit: Unit) -> LimitSpec {
+    if rpu == 0 {
+        LimitSpec::Block {
+            window: unit.duration(),
+        }
+    } else {
+        LimitSpec::FixedWindow {
+            limit: rpu as u64,
+            window: unit.duration(),
+        }
+    }
+}
+
+/// A duration value (`5m`, `90s`, `hour`).
+pub(crate) fn read_duration(n: Node<'_>, errors: &mut Errors) -> Option<Duration> {
+    let text = errors.take(n.str())?;
+    match parse_duration(text) {
+        Some(d) if !d.is_zero() => Some(d),
+        _ => {
+            errors.push(n.error(format!(
+                "invalid duration '{}' (expected e.g. 500ms, 90s, 5m, 1h, 1d or a unit name)",
+                excerpt(text)
+            )));
+            None
+        }
+    }
+}
+
+/// Reads the limits of a Floodgate `rate_limit` block: either its own keys
+/// describe one limit, or `limits:` lists several.
+pub(crate) fn read_limits(
+    map: &Map<'_>,
+    unit: Option<Unit>,
+    errors: &mut Errors,
+) -> Option<(Vec<LimitSpec>, Reported)> {
+    if let Some(list) = map.get("limits") {
+        let items = errors.take(list.list())?;
+        if items.is_empty() {
+            errors.push(list.error("limits must list at least one limit"));
+            return None;
+        }
+        let mut limits = Vec::new();
+        let mut reported = None;
+        for item in items {
+            let Some(m) = errors.take(item.map()) else {
+                continue;
+            };
+            let unit = m
+                .get("unit")
+                .and_then(|n| errors.take(n.str()))
+                .and_then(Unit::parse);
+            if let Some((l, r)) = read_one(&m, unit, errors) {
+                reported.get_or_insert(r);
+                limits.push(l);
+            }
+            for e in m.deny_unknown(LIMIT_KEYS) {
+                errors.push(e);
+            }
+        }
+        return Some((limits, reported?));
+    }
+    let (l, r) = read_one(map, unit, errors)?;
+    Some((vec![l], r))
+}
+
+/// One limit from `algorithm`, `requests`/`requests_per_unit`,
+/// `per`/`unit`, and the algorithm's own keys.
+fn read_one(
+    map: &Map<'_>,
+    unit: Option<Unit>,
+    errors: &mut Errors,
+) -> Option<(LimitSpec, Reported)> {
+    let algorithm = match map.get("algorithm") {
+        Some(n) => {
+            let name = errors.take(n.str())?;
+            match ALGORITHMS.iter().find(|a| **a == name) {
+                Some(a) => *a,
+                None => {
+                    errors.push(n.error(format!(
+                        "unknown algorithm '{}' (expected one of: {})",
+                        excerpt(name),
+                        ALGORITHMS.join(", ")
+                    )));
+                    return None;
+                }
+            }
+        }
+        None => "fixed_window",
+    };
+    let node = map.node();
+    let u64_key = |key: &str, errors: &mut Errors| -> Option<u64> {
+        map.get(key).and_then(|n| errors.take(n.u64()))
+    };
+    let requests = u64_key("requests", errors).or_else(|| u64_key("requests_per_unit", errors));
+    let per = match (map.get("per"), unit) {
+        (Some(p), _) => read_duration(p, errors),
+        (None, Some(u)) => Some(u.duration()),
+        (None, None) => {
+            if map.has("unit") {
+                let text = map.get("unit").and_then(|n| n.scalar_text()).unwrap_or("");
+                errors.push(node.error(format!("invalid rate limit unit '{}'", excerpt(text))));
+                return None;
+            }
+            None
+        }
+    };
+    let reported = |requests: u64, per: Duration| {
+        let (unit, k) = Unit::best_fit(per);
+        let rpu = (requests / k.max(1)).max(1).min(u32::MAX as u64) as u32;
+        Reported {
+            requests_per_unit: rpu,
+            unit,
+        }
+    };
+    let need = |what: &str, v: Option<u64>, errors: &mut Errors| -> Option<u64> {
+        if v.is_none() {
+            errors.push(node.error(format!("the {algorithm} algorithm needs '{what}'")));
+        }
+        v
+    };
+    let spec = match algorithm {
+        "fixed_window" | "sliding_log" | "sliding_window" => {
+            let requests = need("requests", requests, errors)?;
+            let window = per.or_else(|| {
+                errors
+                    .push(node.error(format!("the {algorithm} algorithm needs 'per' (or 'unit')")));
+                None
+            })?;
+            if requests == 0 {
+                return Some((LimitSpec::Block { window }, reported(0, window)));
+            }
+            let l = match algorithm {
+                "fixed_window" => LimitSpec::FixedWindow {
+                    limit: requests,
+                    window,
+                },
+                "sliding_log" => LimitSpec::SlidingLog {
+                    limit: requests,
+                    window,
+                },
+                _ => {
+                    let sub = u64_key("sub_windows", errors).unwrap_or(1);
+                    LimitSpec::SlidingWindow {
+                        limit: requests,
+                        window,
+                        sub_windows: u32::try_from(sub).unwrap_or(u32::MAX),
+                    }
+                }
+            };
+            (l, reported(requests, window))
+        }
+        "token_bucket" | "gcra" | "leaky_bucket" => {
+            let count = need("requests", requests, errors)?;
+            let period = per.or_else(|| {
+                errors
+                    .push(node.error(format!("the {algorithm} algorithm needs 'per' (or 'unit')")));
+                None
+            })?;
+            let burst = u64_key("burst", errors).unwrap_or(count);
+            (
+                LimitSpec::Gcra {
+                    count,
+                    period,
+                    burst,
+                },
+                reported(count, period),
+            )
+        }
+        "shaper" => read_shaper(map, requests, per, errors)?,
+        "concurrency" => {
+            let max = u64_key("max", errors).or(requests);
+            let max = need("max", max, errors)?;
+            (
+                LimitSpec::Concurrency { max },
+                Reported {
+                    requests_per_unit: max.min(u32::MAX as u64) as u32,
+                    unit: Unit::Second,
+                },
+            )
+        }
+        _ => unreachable!("algorithm names are checked above"),
+    };
+    Some(spec)
+}
+
+/// The shaper: `rate: 10r/s` (or `requests` + `per: 1s|1m`), `burst`,
+/// `nodelay` or `delay`.
+fn read_shaper(
+    map: &Map<'_>,
+    requests: Option<u64>,
+    per: Option<Duration>,
+    errors: &mut Errors,
+) -> Option<(LimitSpec, Reported)> {
+    let node = map.node();
+    let rate = if let Some(r) = map.get("rate") {
+        let text = errors.take(r.str())?;
+        let Some(rate) = parse_nginx_rate(text) else {
+            errors.push(r.error(format!(
+                "invalid rate '{}' (expected N r/s or N r/m, e.g. 10r/s)",
+                excerpt(text)
+            )));
+            return None;
+        };
+        rate
+    } else {
+        match (requests, per.map(|d| d.as_nanos())) {
+            (Some(n), Some(1_000_000_000)) => NginxRate::PerSecond(n),
+            (Some(n), Some(60_000_000_000)) => NginxRate::PerMinute(n),
+            _ => {
+                errors.push(node.error(
+                    "the shaper algorithm needs 'rate' (e.g. 10r/s), or 'requests' with 'per' of 1s or 1m",
+                ));
+                return None;
+            }
+        }
+    };
+    let burst = map
+        .get("burst")
+        .and_then(|n| errors.take(n.u64()))
+        .unwrap_or(0);
+    let nodelay = map
+        .get("nodelay")
+        .and_then(|n| errors.take(n.bool()))
+        .unwrap_or(false);
+    let delay = match (nodelay, map.get("delay")) {
+        (true, Some(d)) => {
+            errors.push(d.error("set either nodelay or delay, not both"));
+            return None;
+        }
+        (true, None) => ShaperDelay::NoDelay,
+        (false, Some(d)) => ShaperDelay::After(errors.take(d.u64())?),
+        (false, None) => ShaperDelay::Queue,
+    };
+    let (rpu, unit) = match rate {
+        NginxRate::PerSecond(n) => (n, Unit::Second),
+        NginxRate::PerMinute(n) => (n, Unit::Minute),
+    };
+    Some((
+        LimitSpec::Shaper { rate, burst, delay },
+        Reported {
+            requests_per_unit: rpu.min(u32::MAX as u64) as u32,
+            unit,
+        },
+    ))
+}
+
+/// Parses nginx's `rate=` syntax: `10r/s`, `30r/m`, or a bare number (r/s).
+///
+/// ```
+/// use floodgate_policy::read::parse_nginx_rate;
+/// use floodgate::algorithms::NginxRate;
+/// assert_eq!(parse_nginx_rate("10r/s"), Some(NginxRate::PerSecond(10)));
+/// assert_eq!(parse_nginx_rate("1r/m"), Some(NginxRate::PerMinute(1)));
+/// assert_eq!(parse_nginx_rate("0.5r/s"), None);
+/// ```
+pub fn parse_nginx_rate(text: &str) -> Option<NginxRate> {
+    let text = text.trim();
+    let (digits, per_minute) = if let Some(d) = text.strip_suffix("r/s") {
+        (d, false)
+    } else if let Some(d) = text.strip_suffix("r/m") {
+        (d, true)
+    } else {
+        (text, false)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok().filter(|&n| n > 0)?;
+    Some(if per_minute {
+        NginxRate::PerMinute(n)
+    } else {
+        NginxRate::PerSecond(n)
+    })
+}

@@ -1,0 +1,252 @@
+//! Loading configuration files into a [`PolicySpec`].
+//!
+//! A path is a file or a directory (every `*.yaml`/`*.yml` in it that does
+//! not start with a dot, in name order). A file whose top level has `domain:`
+//! is an envoyproxy/ratelimit file (one domain); any other file is a
+//! Floodgate file, which may list envoyproxy/ratelimit files or directories
+//! under `envoy_configs:`.
+
+mod descriptors;
+mod envoy;
+mod floodgate;
+mod limits;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{ConfigError, ConfigErrors, Errors, Location};
+use crate::spec::PolicySpec;
+use crate::yaml::Document;
+
+pub use floodgate::{POLICY_SECTIONS, parse_cidr};
+pub use limits::{ALGORITHMS, parse_nginx_rate};
+
+/// How to load.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Merge several files of the same domain instead of rejecting them
+    /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
+    /// Top-level sections of Floodgate files that other components read
+    /// (e.g. `server`, `store`); accepted here, rejected if unknown to all.
+    pub other_sections: Vec<&'static str>,
+}
+
+/// The result of loading.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The policies.
+    pub spec: PolicySpec,
+    /// Every file read (to watch for changes).
+    pub files: Vec<PathBuf>,
+    /// The Floodgate-format documents, for the components that read their
+    /// own sections from them.
+    pub documents: Vec<Document>,
+}
+
+/// Loads `paths` (files or directories).
+pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigErrors> {
+    let mut errors = Errors::default();
+    let mut loaded = Loaded::default();
+    let mut settings_from: Option<Location> = None;
+    let mut envoy_queue: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        for file in expand(path, &mut errors) {
+            let Some(text) = read_text(&file, &mut errors) else {
+                continue;
+            };
+            load_file(
+                &file,
+                &text,
+                options,
+                &mut loaded,
+                &mut settings_from,
+                &mut envoy_queue,
+                &mut errors,
+            );
+        }
+    }
+    // envoyproxy/ratelimit files referenced from Floodgate files.
+    for path in envoy_queue {
+        for file in expand(&path, &mut errors) {
+            let Some(text) = read_text(&file, &mut errors) else {
+                continue;
+            };
+            let name: Arc<str> = file.display().to_string().into();
+            match Document::parse(&name, &text) {
+                Ok(doc) => {
+                    let Some(root) = errors.take(doc.root().map()) else {
+                        continue;
+                    };
+                    if let Some(d) = envoy::read_envoy_file(&root, &mut errors) {
+                        loaded.spec.domains.push(d);
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+            loaded.files.push(file);
+        }
+    }
+    merge_domains(&mut loaded.spec, options.merge_domains, &mut errors);
+    errors.finish(loaded)
+}
+
+/// Loads one file's text (for tests and `config check` of inline input).
+pub fn load_str(name: &str, text: &str, options: &LoadOptions) -> Result<PolicySpec, ConfigErrors> {
+    let mut errors = Errors::default();
+    let mut loaded = Loaded::default();
+    let mut queue = Vec::new();
+    load_file(
+        Path::new(name),
+        text,
+        options,
+        &mut loaded,
+        &mut None,
+        &mut queue,
+        &mut errors,
+    );
+    if !queue.is_empty() {
+        errors.push(ConfigError::new(
+            Location::file(&Arc::from(name)),
+            "envoy_configs can only be used in a file loaded from disk",
+        ));
+    }
+    merge_domains(&mut loaded.spec, options.merge_domains, &mut errors);
+    errors.finish(loaded.spec)
+}
+
+fn load_file(
+    file: &Path,
+    text: &str,
+    options: &LoadOptions,
+    loaded: &mut Loaded,
+    settings_from: &mut Option<Location>,
+    envoy_queue: &mut Vec<PathBuf>,
+    errors: &mut Errors,
+) {
+    let name: Arc<str> = file.display().to_string().into();
+    loaded.files.push(file.to_path_buf());
+    let doc = match Document::parse(&name, text) {
+        Ok(doc) => doc,
+        Err(e) => return errors.push(e),
+    };
+    let Some(root) = errors.take(doc.root().map()) else {
+        return;
+    };
+    if root.keys().any(|(k, _)| k == "domain") {
+        if let Some(d) = envoy::read_envoy_file(&root, errors) {
+            loaded.spec.domains.push(d);
+        }
+        return;
+    }
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let f = floodgate::read_floodgate_file(&root, dir, &options.other_sections, errors);
+    if let Some(s) = f.settings {
+        match settings_from {
+            Some(first) => errors.push(ConfigError::new(
+                root.get("settings")
+                    .map(|n| n.at())
+                    .unwrap_or_else(|| Location::file(&name)),
+                format!("settings are already given in {first}"),
+            )),
+            None => {
+                *settings_from = Some(root.get("settings").map(|n| n.at()).unwrap_or_default());
+                loaded.spec.settings = s;
+            }
+        }
+    }
+    loaded.spec.domains.extend(f.domains);
+    envoy_queue.extend(f.envoy_configs);
+    drop(root);
+    loaded.documents.push(doc);
+}
+
+/// Rejects (or merges) several files of one domain.
+fn merge_domains(spec: &mut PolicySpec, merge: bool, errors: &mut Errors) {
+    let mut out: Vec<crate::spec::DomainSpec> = Vec::with_capacity(spec.domains.len());
+    for d in spec.domains.drain(..) {
+        match out.iter_mut().find(|o| o.name == d.name) {
+            Some(first) if merge => {
+                first.descriptors.extend(d.descriptors);
+                first.allow.extend(d.allow);
+                first.deny.extend(d.deny);
+            }
+            Some(_) => errors.push(ConfigError::new(
+                d.at.clone(),
+                format!("duplicate domain '{}' in config file", d.name),
+            )),
+            None => out.push(d),
+        }
+    }
+    spec.domains = out;
+}
+
+/// The files a path stands for.
+fn expand(path: &Path, errors: &mut Errors) -> Vec<PathBuf> {
+    let name: Arc<str> = path.display().to_string().into();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            let mut files: Vec<PathBuf> = match std::fs::read_dir(path) {
+                Ok(rd) => rd
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                        !file.starts_with('.')
+                            && (file.ends_with(".yaml") || file.ends_with(".yml"))
+                            && p.is_file()
+                    })
+                    .collect(),
+                Err(e) => {
+                    errors.push(ConfigError::new(
+                        Location::file(&name),
+                        format!("cannot read directory: {e}"),
+                    ));
+                    return Vec::new();
+                }
+            };
+            files.sort();
+            files
+        }
+        Ok(_) => vec![path.to_path_buf()],
+        Err(e) => {
+            errors.push(ConfigError::new(
+                Location::file(&name),
+                format!("cannot read: {e}"),
+            ));
+            Vec::new()
+        }
+    }
+}
+
+fn read_text(file: &Path, errors: &mut Errors) -> Option<String> {
+    let name: Arc<str> = file.display().to_string().into();
+    match std::fs::metadata(file) {
+        Ok(m) if m.len() > crate::yaml::MAX_FILE_BYTES as u64 => {
+            errors.push(ConfigError::new(
+                Location::file(&name),
+                format!("file is larger than {} bytes", crate::yaml::MAX_FILE_BYTES),
+            ));
+            return None;
+        }
+        _ => {}
+    }
+    match std::fs::read(file) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                errors.push(ConfigError::new(
+                    Location::file(&name),
+                    "file is not valid UTF-8",
+                ));
+                None
+            }
+        },
+        Err(e) => {
+            errors.push(ConfigError::new(
+                Location::file(&name),
+                format!("cannot read: {e}"),
+            ));
+            None
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Hot reload: watch the configuration files, and when they change, load and
+//! compile them; a valid configuration is swapped in atomically, an invalid
+//! one is rejected (logged, counted) and the running one stays.
+//!
+//! Files are polled (size, modification time and identity of each file,
+//! following symlinks, then a hash of the contents), which also catches the
+//! symlink swaps of Kubernetes ConfigMap volumes and editors that replace
+//! files instead of writing them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use crate::compile::PolicySet;
+use crate::compile::StableHasher;
+use crate::error::ConfigErrors;
+use crate::read::{LoadOptions, Loaded, load};
+
+/// Where the configuration comes from.
+#[derive(Clone, Debug)]
+pub struct ConfigSource {
+    /// Files and directories.
+    pub paths: Vec<PathBuf>,
+    /// How to read them.
+    pub options: LoadOptions,
+}
+
+/// A loaded and compiled configuration.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The compiled policies.
+    pub policy: PolicySet,
+    /// Everything read (other components parse their sections from it).
+    pub loaded: Loaded,
+}
+
+impl ConfigSource {
+    /// Loads and compiles.
+    pub fn compile(&self) -> Result<Compiled, ConfigErrors> {
+        let loaded = load(&self.paths, &self.options)?;
+        let policy = PolicySet::compile(&loaded.spec)?;
+        Ok(Compiled { policy, loaded })
+    }
+
+    /// A cheap fingerprint of the files' metadata (names, sizes, times).
+    fn stamp(&self, files: &[PathBuf]) -> u64 {
+        let mut h = StableHasher::default();
+        let mut all: Vec<PathBuf> = files.to_vec();
+        // New files in watched directories count as changes too.
+        for p in &self.paths {
+            if let Ok(rd) = std::fs::read_dir(p) {
+                all.extend(rd.filter_map(|e| e.ok().map(|e| e.path())));
+            }
+        }
+        all.sort();
+        all.dedup();
+        for f in all {
+            h.field(f.as_os_str().as_encoded_bytes());
+            match std::fs::metadata(&f) {
+                Ok(m) => {
+                    let mtime = m
+                        .modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                        .unwrap_or_default();
+                    h.u64(m.len()).u64(mtime.as_nanos() as u64);
+                    #[cfg(unix)]
+                    {
+                        use std::os::unix::fs::MetadataExt;
+                        h.u64(m.ino()).u64(m.dev());
+                    }
+                }
+                Err(_) => {
+                    h.u64(u64::MAX);
+                }
+            }
+        }
+        h.finish()
+    }
+
+    /// A fingerprint of the files' contents.
+    fn digest(&self, files: &[PathBuf]) -> u64 {
+        let mut h = StableHasher::default();
+        for f in files {
+            h.field(f.as_os_str().as_encoded_bytes());
+            h.field(&std::fs::read(f).unwrap_or_default());
+        }
+        h.finish()
+    }
+}
+
+/// The result of one check for changes.
+#[derive(Debug)]
+pub enum ReloadOutcome {
+    /// Nothing changed.
+    Unchanged,
+    /// A new configuration was loaded and handed over.
+    Applied,
+    /// The files changed but do not load; the running configuration stays.
+    Rejected(ConfigErrors),
+}
+
+/// Checks a [`ConfigSource`] for changes and hands each new valid
+/// configuration to `apply`.
+pub struct Reloader<F> {
+    source: ConfigSource,
+    files: Vec<PathBuf>,
+    stamp: u64,
+    digest: u64,
+    apply: F,
+}
+
+impl<F: FnMut(Compiled) + Send> Reloader<F> {
+    /// Watches `source`, whose current configuration `current` is already
+    /// running.
+    pub fn new(source: ConfigSource, current: &Compiled, apply: F) -> Self {
+        let files = current.loaded.files.clone();
+        Reloader {
+            stamp: source.stamp(&files),
+            digest: source.digest(&files),
+            files,
+            source,
+            apply,
+        }
+    }
+
+    /// Checks once.
+    pub fn poll(&mut self) -> ReloadOutcome {
+        let stamp = self.source.stamp(&self.files);
+        if stamp == self.stamp {
+            return ReloadOutcome::Unchanged;
+        }
+        self.stamp = stamp;
+        let outcome = match self.source.compile() {
+            Ok(compiled) => {
+                let digest = self.source.digest(&compiled.loaded.files);
+                self.files = compiled.loaded.files.clone();
+                self.stamp = self.source.stamp(&self.files);
+                if digest == self.digest {
+                    return ReloadOutcome::Unchanged;
+                }
+                self.digest = digest;
+                (self.apply)(compiled);
+                metrics::counter!("floodgate_config_reloads_total", "result" => "ok").increment(1);
+                tracing::info!("configuration reloaded");
+                ReloadOutcome::Applied
+            }
+            Err(errors) => {
+                metrics::counter!("floodgate_config_reloads_total", "result" => "error")
+                    .increment(1);
+                tracing::error!(%errors, "configuration rejected; the running configuration stays in force");
+                ReloadOutcome::Rejected(errors)
+            }
+        };
+        metrics::gauge!("floodgate_config_last_reload_ok").set(
+            if matches!(outcome, ReloadOutcome::Rejected(_)) {
+                0.0
+            } else {
+                1.0
+            },
+        );
+        outcome
+    }
+
+    /// Polls every `interval` on a background thread until the returned
+    /// handle is dropped.
+    pub fn spawn(mut self, interval: Duration) -> WatchHandle
+    where
+        F: 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("floodgate-config-watch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(interval);
+                    if !flag.load(Ordering::Relaxed) {
+                        self.poll();
+                    }
+                }
+            })
+            .ok();
+        WatchHandle { stop, thread }
+    }
+}
+
+/// Stops the watcher thread when dropped.
+pub struct WatchHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for WatchHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The configuration as written: domains, descriptor trees and limits, read
+//! from envoyproxy/ratelimit files or Floodgate files, before compilation
+//! into a [`PolicySet`](crate::PolicySet).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use floodgate::algorithms::{NginxRate, ShaperDelay};
+
+use crate::error::Location;
+use crate::unit::Unit;
+
+/// Global settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Dark launch everything: count and report, never enforce.
+    pub shadow_mode: bool,
+    /// The kill switch: `false` disables every rule at once (nothing is
+    /// counted or limited).
+    pub enforce: bool,
+    /// Hits above `floor(limit × ratio)` but within the limit count as
+    /// "near limit" (Envoy's `NEAR_LIMIT_RATIO`).
+    pub near_limit_ratio: f64,
+    /// envoyproxy/ratelimit's default accounting: every matched counter is
+    /// incremented on every request, admitted or not
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`). Off by default:
+    /// a denied request then only counts against the limits that denied it.
+    pub envoy_increment_all: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            shadow_mode: false,
+            enforce: true,
+            near_limit_ratio: 0.8,
+            envoy_increment_all: false,
+        }
+    }
+}
+
+/// Which file format a domain came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// An envoyproxy/ratelimit file, read with that service's rules.
+    Envoy,
+    /// A Floodgate file (a superset).
+    Floodgate,
+}
+
+/// A whole configuration.
+#[derive(Clone, Debug, Default)]
+pub struct PolicySpec {
+    /// Global settings.
+    pub settings: Settings,
+    /// The domains, in file order.
+    pub domains: Vec<DomainSpec>,
+}
+
+/// One domain: a tree of descriptor rules and allow/deny lists.
+#[derive(Clone, Debug)]
+pub struct DomainSpec {
+    /// The domain's name.
+    pub name: String,
+    /// Where it was declared.
+    pub at: Location,
+    /// The file format.
+    pub dialect: Dialect,
+    /// The top level of the rule tree.
+    pub descriptors: Vec<NodeSpec>,
+    /// Entries never limited.
+    pub allow: Vec<ListSpec>,
+    /// Entries always denied.
+    pub deny: Vec<ListSpec>,
+}
+
+/// One node of a descriptor tree.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    /// The descriptor entry key.
+    pub key: String,
+    /// The value: exact, a wildcard pattern (`*`), or none (any value, each
+    /// with its own counter).
+    pub value: Option<String>,
+    /// Where it was declared.
+    pub at: Location,
+    /// The limit applied when a descriptor ends at this node.
+    pub rate_limit: Option<RateLimitSpec>,
+    /// Count and report, never enforce.
+    pub shadow_mode: bool,
+    /// A soft ("quota") limit: it only fails a request when every quota
+    /// descriptor of the request is over.
+    pub quota_mode: bool,
+    /// Accepted for compatibility; metrics never carry request values.
+    pub detailed_metric: bool,
+    /// Accepted for compatibility; metrics never carry request values.
+    pub value_to_metric: bool,
+    /// All values matching a wildcard share one counter.
+    pub share_threshold: bool,
+    /// The per-rule kill switch (`false`: as if the rule did not exist).
+    pub enabled: bool,
+    /// Each hit costs this many units (weighted endpoints).
+    pub cost: u64,
+    /// Nested nodes.
+    pub children: Vec<NodeSpec>,
+}
+
+/// The limit of a rule.
+#[derive(Clone, Debug)]
+pub struct RateLimitSpec {
+    /// Where it was declared.
+    pub at: Location,
+    /// Its name (for `replaces`, reporting and metrics).
+    pub name: Option<String>,
+    /// Names of rules this one replaces when both match.
+    pub replaces: Vec<String>,
+    /// Matches, counts nothing, never limits.
+    pub unlimited: bool,
+    /// The limits, checked atomically; empty when unlimited.
+    pub limits: Vec<LimitSpec>,
+    /// Who pays for a denied request.
+    pub penalty: Penalty,
+    /// After a denial, deny the key outright for this long.
+    pub block_for: Option<Duration>,
+    /// What to report as the current limit in Envoy responses.
+    pub reported: Reported,
+}
+
+/// How denied requests are counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Penalty {
+    /// Not at all (the default for Floodgate rules).
+    #[default]
+    None,
+    /// Against the limit that denied it (envoyproxy/ratelimit with
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`).
+    OwnDenials,
+    /// Against this limit whenever the request is denied, by any limit
+    /// (Kong and HAProxy's "denied requests still count"; envoyproxy/ratelimit
+    /// by default).
+    AllDenials,
+}
+
+/// The limit as an Envoy `RateLimit` message reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reported {
+    /// `requests_per_unit`.
+    pub requests_per_unit: u32,
+    /// `unit`.
+    pub unit: Unit,
+}
+
+/// One limit with its algorithm.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LimitSpec {
+    /// Every request is denied (`requests_per_unit: 0`); the window sets the
+    /// reported reset time.
+    Block {
+        /// The reporting window.
+        window: Duration,
+    },
+    /// Fixed window.
+    FixedWindow {
+        /// Requests per window.
+        limit: u64,
+        /// Window length.
+        window: Duration,
+    },
+    /// Token bucket / GCRA / leaky-bucket meter.
+    Gcra {
+        /// Requests per period.
+        count: u64,
+        /// The period.
+        period: Duration,
+        /// Burst capacity.
+        burst: u64,
+    },
+    /// Sliding window counter.
+    SlidingWindow {
+        /// Requests per window.
+        limit: u64,
+        /// Window length.
+        window: Duration,
+        /// Sub-windows (1 = the classic two-window estimate).
+        sub_windows: u32,
+    },
+    /// Sliding log.
+    SlidingLog {
+        /// Requests per window.
+        limit: u64,
+        /// Window length.
+        window: Duration,
+    },
+    /// nginx-compatible shaper.
+    Shaper {
+        /// The rate.
+        rate: NginxRate,
+        /// Burst in requests.
+        burst: u64,
+        /// Delay mode.
+        delay: ShaperDelay,
+    },
+    /// In-flight limit.
+    Concurrency {
+        /// Maximum in flight.
+        max: u64,
+    },
+}
+
+/// An allow or deny list entry: a descriptor key and the values (exact
+/// strings, or IP networks for address-valued keys) it applies to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListSpec {
+    /// Where it was declared.
+    pub at: Location,
+    /// The descriptor entry key (e.g. `remote_address`, `api_key`).
+    pub key: String,
+    /// Exact values.
+    pub values: Vec<String>,
+    /// Networks: an entry matches when its value parses as an address
+    /// inside one of them.
+    pub networks: Vec<(IpAddr, u8)>,
+}

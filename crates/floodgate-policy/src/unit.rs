@@ -1,0 +1,215 @@
+//! Time units and durations as configuration files spell them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Envoy's rate limit units, numbered as in the RLS protocol
+/// (`RateLimitResponse.RateLimit.Unit`). Window lengths are those of
+/// envoyproxy/ratelimit: a MONTH is 30 days and a YEAR 365 days, and windows
+/// are aligned to the Unix epoch (so WEEK windows start on Thursdays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// 1 s.
+    Second = 1,
+    /// 60 s.
+    Minute = 2,
+    /// 3600 s.
+    Hour = 3,
+    /// 86 400 s.
+    Day = 4,
+    /// 30 days.
+    Month = 5,
+    /// 365 days.
+    Year = 6,
+    /// 7 days.
+    Week = 7,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// The unit's window length in seconds.
+    pub const fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+            Unit::Week => 604_800,
+            Unit::Month => 2_592_000,
+            Unit::Year => 31_536_000,
+        }
+    }
+
+    /// The window length.
+    pub const fn duration(self) -> Duration {
+        Duration::from_secs(self.seconds())
+    }
+
+    /// The unit named `name`, case-insensitively (`second` ... `year`).
+    pub fn parse(name: &str) -> Option<Unit> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// The unit with protocol number `n` (`UNKNOWN` = 0 is none).
+    pub fn from_number(n: i32) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| *u as i32 == n)
+    }
+
+    /// The largest unit whose window fits `d` a whole number of times, with
+    /// that number (for reporting a limit over an arbitrary period in a
+    /// protocol that only knows units).
+    pub fn best_fit(d: Duration) -> (Unit, u64) {
+        let secs = d.as_secs();
+        Unit::ALL
+            .into_iter()
+            .rev()
+            .filter(|u| d.subsec_nanos() == 0 && secs >= u.seconds() && secs % u.seconds() == 0)
+            .map(|u| (u, secs / u.seconds()))
+            .next()
+            .unwrap_or((Unit::Second, 1))
+    }
+
+    /// The protocol name (`SECOND` ... `WEEK`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a duration: a number followed by `ns`, `us`, `ms`, `s`, `m`, `h`,
+/// `d` or `w` (`500ms`, `90s`, `5m`, `1h`, `1d`), a sequence of them
+/// (`1m30s`), or a unit name (`second`, `minute`, ... `year`).
+///
+/// ```
+/// use floodgate_policy::unit::parse_duration;
+/// use std::time::Duration;
+/// assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+/// assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+/// assert_eq!(parse_duration("day"), Some(Duration::from_secs(86_400)));
+/// assert_eq!(parse_duration("5 parsecs"), None);
+/// ```
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Some(u) = Unit::parse(text) {
+        return Some(u.duration());
+    }
+    let mut rest = text;
+    let mut total: u128 = 0;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 20 {
+            return None;
+        }
+        let n: u128 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let nanos_per: u128 = match &rest[..unit_len] {
+            "ns" => 1,
+            "us" | "µs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "d" => 86_400_000_000_000,
+            "w" => 604_800_000_000_000,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total = total.checked_add(n.checked_mul(nanos_per)?)?;
+    }
+    u64::try_from(total).ok().map(Duration::from_nanos)
+}
+
+/// Formats a duration the way [`parse_duration`] reads it (`5m`, `1500ms`).
+pub fn format_duration(d: Duration) -> String {
+    let n = d.as_nanos();
+    for (suffix, per) in [
+        ("w", 604_800_000_000_000u128),
+        ("d", 86_400_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+    ] {
+        if n >= per && n % per == 0 {
+            return format!("{}{suffix}", n / per);
+        }
+    }
+    format!("{n}ns")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("MINUTE"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2w"), Some(Duration::from_secs(1_209_600)));
+        for bad in [
+            "",
+            "5",
+            "s",
+            "1.5s",
+            "-1s",
+            "5x",
+            "99999999999999999999999d",
+        ] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        for d in [90, 300, 3600, 86_400] {
+            let d = Duration::from_secs(d);
+            assert_eq!(parse_duration(&format_duration(d)), Some(d));
+        }
+    }
+
+    #[test]
+    fn best_fit() {
+        assert_eq!(Unit::best_fit(Duration::from_secs(300)), (Unit::Minute, 5));
+        assert_eq!(Unit::best_fit(Duration::from_secs(90)), (Unit::Second, 90));
+        assert_eq!(Unit::best_fit(Duration::from_secs(86_400)), (Unit::Day, 1));
+        assert_eq!(
+            Unit::best_fit(Duration::from_millis(500)),
+            (Unit::Second, 1)
+        );
+    }
+}

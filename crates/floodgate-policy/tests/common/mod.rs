@@ -1,0 +1,79 @@
+//! Shared test helpers: an engine on the in-memory store and a manual
+//! clock, built from inline YAML.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use floodgate::{ManualClock, StoreConfig, Timestamp};
+use floodgate_policy::read::{LoadOptions, load_str};
+use floodgate_policy::{Code, Engine, MemoryBackend, OwnedDescriptor, PolicySet, Response};
+
+/// Runs a future that completes without waiting (the memory backend's).
+pub fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the in-memory engine never waits"),
+    }
+}
+
+pub fn policy(yaml: &str) -> PolicySet {
+    let spec =
+        load_str("test.yaml", yaml, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    PolicySet::compile(&spec).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub struct Harness {
+    pub engine: Engine<MemoryBackend, Arc<ManualClock>>,
+    pub clock: Arc<ManualClock>,
+    pub response: Response,
+}
+
+/// 2023-11-14 22:13:20 UTC, a whole second, minute, hour and day boundary.
+pub const START: u64 = 1_700_000_000 - 1_700_000_000 % 86_400;
+
+impl Harness {
+    pub fn new(yaml: &str) -> Self {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_secs(START)));
+        let backend = MemoryBackend::new(StoreConfig::default()).unwrap();
+        Harness {
+            engine: Engine::with_clock(policy(yaml), backend, clock.clone()),
+            clock,
+            response: Response::default(),
+        }
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+
+    /// Sends one request; returns the overall code.
+    pub fn send(&mut self, domain: &str, descriptors: &[OwnedDescriptor]) -> Code {
+        self.send_hits(domain, descriptors, 0)
+    }
+
+    pub fn send_hits(&mut self, domain: &str, descriptors: &[OwnedDescriptor], hits: u32) -> Code {
+        ready(
+            self.engine
+                .evaluate(domain, descriptors, hits, &mut self.response),
+        )
+        .unwrap();
+        self.response.overall
+    }
+
+    /// Sends `n` identical requests; returns how many were OK.
+    pub fn admitted(&mut self, n: usize, domain: &str, descriptors: &[OwnedDescriptor]) -> usize {
+        (0..n)
+            .filter(|_| self.send(domain, descriptors) == Code::Ok)
+            .count()
+    }
+}
+
+pub fn d(entries: &[(&str, &str)]) -> OwnedDescriptor {
+    OwnedDescriptor::new(entries.iter().copied())
+}
