@@ -329,7 +329,10 @@ descriptors:
     assert_eq!(h.response.statuses[0].limit_remaining, 5);
     // A descriptor's own addend overrides the request's; 0 only checks.
     let check = d(&[("k", "a")]).hits(0);
-    assert_eq!(h.send_hits("hits", std::slice::from_ref(&check), 7), Code::Ok);
+    assert_eq!(
+        h.send_hits("hits", std::slice::from_ref(&check), 7),
+        Code::Ok
+    );
     assert_eq!(h.response.statuses[0].limit_remaining, 5);
     assert_eq!(
         h.send_hits("hits", &[d(&[("k", "a")]).hits(5)], 1),

@@ -1,0 +1,152 @@
+//! Hot reload: a valid change takes effect, an invalid one is rejected and
+//! the old rules keep enforcing, counters of unchanged rules carry over —
+//! while other threads keep sending requests.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{START, d, ready};
+use floodgate::{ManualClock, StoreConfig, Timestamp};
+use floodgate_policy::read::LoadOptions;
+use floodgate_policy::reload::{ConfigSource, ReloadOutcome, Reloader};
+use floodgate_policy::{Code, Engine, MemoryBackend, Response};
+
+fn write(path: &Path, text: &str) {
+    // Replace the file (as editors and ConfigMap updates do), so the change
+    // is visible even within one timestamp tick.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+const V1: &str = "domains:
+  - domain: api
+    descriptors:
+      - key: user
+        rate_limit: {requests: 5, per: 1h}
+      - key: ip
+        rate_limit: {requests: 3, per: 1h}
+";
+
+#[test]
+fn reloads_apply_valid_changes_and_reject_invalid_ones_under_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    write(&file, V1);
+    let source = ConfigSource {
+        paths: vec![file.clone()],
+        options: LoadOptions::default(),
+    };
+    let compiled = source.compile().unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(START)));
+    let engine = Arc::new(Engine::with_clock(
+        floodgate_policy::PolicySet::empty(),
+        MemoryBackend::new(StoreConfig::default()).unwrap(),
+        clock,
+    ));
+    let e = engine.clone();
+    let mut reloader = Reloader::new(source, &compiled, move |c| {
+        e.replace_policy(c.policy);
+    });
+    engine.replace_policy(compiled.policy);
+
+    // Background traffic on another key the whole time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let traffic: Vec<_> = (0..2)
+        .map(|t| {
+            let (engine, stop, errors) = (engine.clone(), stop.clone(), errors.clone());
+            std::thread::spawn(move || {
+                let mut r = Response::default();
+                let req = [d(&[("user", &*format!("background-{t}"))])];
+                while !stop.load(Ordering::Relaxed) {
+                    if ready(engine.evaluate("api", &req, 1, &mut r)).is_err() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let admitted = |key: (&str, &str), n: usize| {
+        let mut r = Response::default();
+        let req = [d(&[key])];
+        (0..n)
+            .filter(|_| {
+                ready(engine.evaluate("api", &req, 1, &mut r)).unwrap();
+                r.overall == Code::Ok
+            })
+            .count()
+    };
+    assert_eq!(admitted(("user", "alice"), 2), 2);
+    assert_eq!(admitted(("ip", "1.2.3.4"), 1), 1);
+    assert!(matches!(reloader.poll(), ReloadOutcome::Unchanged));
+
+    // A valid change: the ip limit goes to 10; the user rule is unchanged,
+    // so alice's counter (2 used of 5) carries over.
+    write(&file, &V1.replace("requests: 3", "requests: 10"));
+    assert!(matches!(reloader.poll(), ReloadOutcome::Applied));
+    assert_eq!(admitted(("user", "alice"), 10), 3);
+    assert_eq!(
+        admitted(("ip", "1.2.3.4"), 20),
+        10,
+        "a changed rule starts afresh"
+    );
+
+    // An invalid change is rejected; the rules in force stay.
+    write(&file, &V1.replace("requests: 5", "requests: five"));
+    match reloader.poll() {
+        ReloadOutcome::Rejected(e) => assert!(e.to_string().contains("floodgate.yaml:5:"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(admitted(("user", "bob"), 10), 5);
+    // Still rejected on the next poll without a new change? Unchanged.
+    assert!(matches!(reloader.poll(), ReloadOutcome::Unchanged));
+
+    // A deleted file is rejected too.
+    std::fs::remove_file(&file).unwrap();
+    assert!(matches!(reloader.poll(), ReloadOutcome::Rejected(_)));
+    assert_eq!(admitted(("user", "carol"), 10), 5);
+
+    // Fixed again: applied.
+    write(&file, &V1.replace("requests: 5", "requests: 7"));
+    assert!(matches!(reloader.poll(), ReloadOutcome::Applied));
+    assert_eq!(admitted(("user", "dave"), 10), 7);
+
+    stop.store(true, Ordering::Relaxed);
+    for t in traffic {
+        t.join().unwrap();
+    }
+    assert_eq!(errors.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn the_watcher_thread_picks_up_changes_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    write(&file, V1);
+    let source = ConfigSource {
+        paths: vec![dir.path().to_path_buf()],
+        options: LoadOptions::default(),
+    };
+    let compiled = source.compile().unwrap();
+    let applied = Arc::new(Mutex::new(0));
+    let a = applied.clone();
+    let handle = Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1)
+        .spawn(Duration::from_millis(20));
+    // A new file in the watched directory counts as a change.
+    write(
+        &dir.path().join("more.yaml"),
+        "domain: other\ndescriptors: []\n",
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while *applied.lock().unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no reload seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(handle);
+}
