@@ -1,0 +1,414 @@
+//! [`RedisBackend`]: [`Backend`] on Redis, one script call per decision
+//! (per hash slot on a cluster).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use floodgate::{Apply, Decision, Outcome, Timestamp};
+use floodgate_policy::{Backend, BackendError, Item};
+use futures_util::future::try_join_all;
+use redis::Value;
+
+use crate::batch::{CallArgs, Plan};
+use crate::cache::OverLimitCache;
+use crate::error::map_error;
+use crate::keys::KeyLayout;
+use crate::pool::{Pool, PoolError};
+use crate::script::{DECIDE, RELEASE, Script};
+use crate::stats::RedisStats;
+use crate::{ConfigError, Mode, RedisConfig, TimeSource, UnsupportedLimit, reply};
+
+/// Rate limiting state in Redis (a single server or a cluster).
+///
+/// Every decision is one atomic Lua script call (`EVALSHA`, re-sent as
+/// `EVAL` after `NOSCRIPT`) over all the batch's keys of one hash slot, with
+/// exactly the in-memory algorithms' semantics. Items of one group always
+/// share a slot; a batch over several slots is decided in two phases (see
+/// `docs/redis.md`). Every call is bounded by the configured timeout.
+pub struct RedisBackend {
+    pool: Pool,
+    layout: KeyLayout,
+    decide: Script,
+    release: Script,
+    cluster: bool,
+    timeout: Duration,
+    time: TimeSource,
+    slack: String,
+    lease_ms: u64,
+    cache: Option<OverLimitCache>,
+    stats: RedisStats,
+    epoch: Instant,
+    ready: AtomicBool,
+}
+
+/// Why [`RedisBackend::connect`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The servers could not be reached.
+    #[error("cannot connect to Redis: {0}")]
+    Connect(BackendError),
+}
+
+/// A failed decision: a limit Redis cannot decide, or a backend failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DecideError {
+    Unsupported(UnsupportedLimit),
+    Backend(BackendError),
+}
+
+impl From<DecideError> for BackendError {
+    fn from(e: DecideError) -> Self {
+        match e {
+            DecideError::Unsupported(u) => u.into(),
+            DecideError::Backend(b) => b,
+        }
+    }
+}
+
+/// The decision of an item that was not evaluated (a batch answered from
+/// the over-limit cache because another item is known to be denied).
+pub(crate) fn unevaluated(quota: u64) -> Decision {
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: quota,
+        remaining: quota,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    }
+}
+
+impl RedisBackend {
+    /// Connects to the servers of `config` (failing if they cannot be
+    /// reached) and returns the backend.
+    pub async fn connect(config: &RedisConfig) -> Result<Self, ConnectError> {
+        Self::build(config, false).await
+    }
+
+    /// Builds the backend without dialling: connections are made on first
+    /// use (decisions fail until Redis answers), so an application can
+    /// start while Redis is down.
+    pub async fn connect_lazy(config: &RedisConfig) -> Result<Self, ConnectError> {
+        Self::build(config, true).await
+    }
+
+    async fn build(config: &RedisConfig, lazy: bool) -> Result<Self, ConnectError> {
+        config.check()?;
+        let pool = tokio::time::timeout(
+            config.connect_timeout.max(config.timeout) * 4,
+            Pool::open(config, lazy),
+        )
+        .await
+        .map_err(|_| ConnectError::Connect(BackendError::Timeout(config.connect_timeout)))?
+        .map_err(|e| match e {
+            PoolError::Config(c) => ConnectError::Config(c),
+            PoolError::Connect(e) => ConnectError::Connect(map_error(&e, config.timeout)),
+        })?;
+        let slack = match config.time_source {
+            TimeSource::Server => String::new(),
+            TimeSource::Client { expiry_slack } => expiry_slack.as_millis().to_string(),
+        };
+        Ok(RedisBackend {
+            pool,
+            layout: KeyLayout::new(&config.key_prefix),
+            decide: Script::new(DECIDE),
+            release: Script::new(RELEASE),
+            cluster: config.mode == Mode::Cluster,
+            timeout: config.timeout,
+            time: config.time_source,
+            slack,
+            lease_ms: config
+                .concurrency_lease
+                .map_or(0, |d| d.as_millis().max(1) as u64),
+            cache: (config.local_cache_capacity > 0)
+                .then(|| OverLimitCache::new(config.local_cache_capacity)),
+            stats: RedisStats::default(),
+            epoch: Instant::now(),
+            ready: AtomicBool::new(true),
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &RedisStats {
+        &self.stats
+    }
+
+    /// The Redis key holding `item`'s state (for operations and tests).
+    pub fn state_key(&self, item: &Item<'_>) -> Vec<u8> {
+        self.layout.key(item.group, item.key).name
+    }
+
+    /// The decision script's source and SHA-1 (e.g. to preload it with
+    /// `SCRIPT LOAD`, or to benchmark it).
+    pub fn decide_script(&self) -> (&'static str, &str) {
+        (self.decide.code(), self.decide.sha())
+    }
+
+    /// As [`Backend::decide`], also returning the time the decision was
+    /// made at: the Redis server's clock (µs precision) with
+    /// [`TimeSource::Server`], `now` otherwise. On a cluster batch spanning
+    /// several slots, the latest of the nodes' clocks.
+    pub async fn decide_timed(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Result<(Decision, Timestamp), BackendError> {
+        self.decide_inner(items, now, apply, out)
+            .await
+            .map_err(Into::into)
+    }
+
+    pub(crate) async fn decide_inner(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Result<(Decision, Timestamp), DecideError> {
+        if items.is_empty() || out.len() < items.len() {
+            return Err(DecideError::Backend(BackendError::Protocol(format!(
+                "a batch needs at least one item and as many outputs ({} items, {} outputs)",
+                items.len(),
+                out.len()
+            ))));
+        }
+        let plan = Plan::new(items, &self.layout).map_err(DecideError::Unsupported)?;
+        let sent = self.cache_clock(now);
+        let cacheable = apply != Apply::Force && !plan.leads.iter().any(|l| l.penalty);
+        if let Some(cache) = self.cache.as_ref().filter(|_| cacheable)
+            && let Some(d) = self.answer_from_cache(cache, &plan, items, sent, out)
+        {
+            self.stats.decisions.inc();
+            self.stats.cache_hits.inc();
+            return Ok((d, now));
+        }
+        let run = tokio::time::timeout(self.timeout, self.run(&plan, now, apply)).await;
+        let (decided, now_us) = match run {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => return Err(DecideError::Backend(self.failed(e))),
+            Err(_) => {
+                self.stats.timeouts.inc();
+                return Err(DecideError::Backend(
+                    self.failed(BackendError::Timeout(self.timeout)),
+                ));
+            }
+        };
+        self.ready.store(true, Ordering::Relaxed);
+        self.stats.decisions.inc();
+        let mut combined: Option<Decision> = None;
+        for (i, &lead) in plan.lead_of.iter().enumerate() {
+            let d = decided[lead];
+            out[i] = d;
+            combined = Some(combined.map_or(d, |c| c.narrowest(d)));
+        }
+        if let Some(cache) = self.cache.as_ref().filter(|_| cacheable) {
+            for (l, d) in plan.leads.iter().zip(&decided) {
+                let item = &items[l.item];
+                if cache.insert(item.key, item.limit, l.cost, sent, d) {
+                    self.stats.cache_inserts.inc();
+                }
+            }
+        }
+        let at = match self.time {
+            TimeSource::Server => Timestamp::from_micros(now_us),
+            TimeSource::Client { .. } => now,
+        };
+        // `items` is not empty, so neither is the combination.
+        Ok((combined.unwrap_or(decided[0]), at))
+    }
+
+    fn failed(&self, e: BackendError) -> BackendError {
+        self.stats.errors.inc();
+        if !matches!(e, BackendError::Protocol(_)) {
+            self.ready.store(false, Ordering::Relaxed);
+        }
+        e
+    }
+
+    /// Nanoseconds on the over-limit cache's clock: the caller's time when
+    /// decisions use it, otherwise this process's monotonic clock.
+    fn cache_clock(&self, now: Timestamp) -> u64 {
+        match self.time {
+            TimeSource::Client { .. } => now.as_nanos(),
+            TimeSource::Server => {
+                u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
+    fn answer_from_cache(
+        &self,
+        cache: &OverLimitCache,
+        plan: &Plan,
+        items: &[Item<'_>],
+        t: u64,
+        out: &mut [Decision],
+    ) -> Option<Decision> {
+        let hits: Vec<Option<Decision>> = plan
+            .leads
+            .iter()
+            .map(|l| cache.get(items[l.item].key, items[l.item].limit, l.cost, t))
+            .collect();
+        if hits.iter().all(Option::is_none) {
+            return None;
+        }
+        let mut combined: Option<Decision> = None;
+        for (i, &lead) in plan.lead_of.iter().enumerate() {
+            let d = hits[lead].unwrap_or_else(|| unevaluated(plan.leads[lead].params.quota()));
+            out[i] = d;
+            combined = Some(combined.map_or(d, |c| c.narrowest(d)));
+        }
+        combined
+    }
+
+    /// Decides the plan: one call per slot group; several groups in two
+    /// phases. Returns the decisions per lead and the decision time (µs).
+    async fn run(
+        &self,
+        plan: &Plan,
+        now: Timestamp,
+        apply: Apply,
+    ) -> Result<(Vec<Decision>, u64), BackendError> {
+        let now_arg = match self.time {
+            TimeSource::Server => String::new(),
+            TimeSource::Client { .. } => now.as_micros().to_string(),
+        };
+        let args = CallArgs {
+            now: &now_arg,
+            slack: &self.slack,
+            lease: self.lease_ms,
+        };
+        let groups = plan.groups(self.cluster);
+        let mut decided = vec![unevaluated(0); plan.leads.len()];
+        let mut latest = 0;
+        let mut keep = |group: &[usize], (ds, now_us): (Vec<Decision>, u64)| {
+            for (&i, d) in group.iter().zip(ds) {
+                decided[i] = d;
+            }
+            latest = latest.max(now_us);
+        };
+        if groups.len() == 1 {
+            keep(&groups[0], self.call(plan, &groups[0], apply, &args).await?);
+            return Ok((decided, latest));
+        }
+        self.stats.cross_slot.inc();
+        let first = match apply {
+            Apply::Commit | Apply::Force => Apply::Check,
+            other => other,
+        };
+        let phase1 = try_join_all(groups.iter().map(|g| self.call(plan, g, first, &args))).await?;
+        let all = phase1
+            .iter()
+            .all(|(ds, _)| ds.iter().all(Decision::is_allowed));
+        for (g, r) in groups.iter().zip(phase1) {
+            keep(g, r);
+        }
+        if first == apply {
+            return Ok((decided, latest));
+        }
+        let second = match (all, apply) {
+            (true, a) => a,
+            (false, Apply::Force) => Apply::Force,
+            (false, _) => Apply::Rejected,
+        };
+        // A rejected group without penalty-mode limits would change nothing
+        // and decide as its check did.
+        let todo: Vec<&Vec<usize>> = groups
+            .iter()
+            .filter(|g| second != Apply::Rejected || g.iter().any(|&i| plan.leads[i].penalty))
+            .collect();
+        let phase2 = try_join_all(todo.iter().map(|g| self.call(plan, g, second, &args))).await?;
+        for (g, r) in todo.into_iter().zip(phase2) {
+            keep(g, r);
+        }
+        Ok((decided, latest))
+    }
+
+    async fn call(
+        &self,
+        plan: &Plan,
+        group: &[usize],
+        apply: Apply,
+        args: &CallArgs<'_>,
+    ) -> Result<(Vec<Decision>, u64), BackendError> {
+        let cmd = plan.command(&self.decide, group, apply, args);
+        let value = self
+            .decide
+            .run(&self.pool, &cmd, &self.stats)
+            .await
+            .map_err(|e| map_error(&e, self.timeout))?;
+        let r = reply::parse(value, group.len())?;
+        if r.resets > 0 {
+            self.stats.state_resets.add(r.resets);
+        }
+        Ok((r.decisions, r.now_us))
+    }
+
+    pub(crate) async fn release_inner(
+        &self,
+        item: Item<'_>,
+        units: u64,
+    ) -> Result<(), BackendError> {
+        if !item.limit.is_concurrency() || units == 0 {
+            return Ok(());
+        }
+        let key = self.state_key(&item);
+        let mut cmd = self.release.call(1);
+        cmd.arg(key).arg(units.min(1 << 52));
+        let run = tokio::time::timeout(
+            self.timeout,
+            self.release.run(&self.pool, &cmd, &self.stats),
+        );
+        match run.await {
+            Ok(Ok(Value::Int(_))) => Ok(()),
+            Ok(Ok(other)) => Err(self.failed(BackendError::Protocol(format!(
+                "unexpected release reply: {other:?}"
+            )))),
+            Ok(Err(e)) => Err(self.failed(map_error(&e, self.timeout))),
+            Err(_) => {
+                self.stats.timeouts.inc();
+                Err(self.failed(BackendError::Timeout(self.timeout)))
+            }
+        }
+    }
+}
+
+impl Backend for RedisBackend {
+    #[allow(clippy::manual_async_fn)] // the trait requires the future to be `Send`
+    fn decide<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        async move {
+            self.decide_timed(items, now, apply, out)
+                .await
+                .map(|(d, _)| d)
+        }
+    }
+
+    fn release<'a>(
+        &'a self,
+        item: Item<'a>,
+        units: u64,
+        _now: Timestamp,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+        self.release_inner(item, units)
+    }
+
+    /// False after a decision failed for lack of Redis, until one succeeds.
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}

@@ -1,0 +1,109 @@
+//! A batch as the script sees it: items with equal keys merged (their costs
+//! added, the first item's limit applying, as `Store::decide_many` does),
+//! limits validated and encoded, and the merged items grouped by hash slot.
+
+use floodgate::Apply;
+use floodgate_policy::Item;
+use redis::Cmd;
+
+use crate::UnsupportedLimit;
+use crate::encode::Params;
+use crate::keys::KeyLayout;
+use crate::script::Script;
+
+/// One distinct key of the batch.
+pub(crate) struct Lead {
+    /// The first item with this key.
+    pub item: usize,
+    /// The merged cost.
+    pub cost: u64,
+    pub params: Params,
+    pub penalty: bool,
+    pub key: Vec<u8>,
+    pub slot: u16,
+}
+
+pub(crate) struct Plan {
+    pub leads: Vec<Lead>,
+    /// For each item, the index of its lead.
+    pub lead_of: Vec<usize>,
+}
+
+/// The arguments every call of the decision script shares.
+pub(crate) struct CallArgs<'a> {
+    /// `now` in µs, or `""` for the server's clock.
+    pub now: &'a str,
+    /// `""` for absolute expiry, or the slack in ms for relative expiry.
+    pub slack: &'a str,
+    /// Concurrency lease in ms (0: none).
+    pub lease: u64,
+}
+
+pub(crate) fn apply_code(apply: Apply) -> u8 {
+    match apply {
+        Apply::Check => 0,
+        Apply::Commit => 1,
+        Apply::Force => 2,
+        Apply::Rejected => 3,
+    }
+}
+
+impl Plan {
+    pub fn new(items: &[Item<'_>], layout: &KeyLayout) -> Result<Plan, UnsupportedLimit> {
+        let mut leads: Vec<Lead> = Vec::with_capacity(items.len());
+        let mut lead_of = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            if let Some(j) = leads.iter().position(|l| items[l.item].key == item.key) {
+                leads[j].cost = leads[j].cost.saturating_add(item.cost);
+                lead_of.push(j);
+                continue;
+            }
+            let key = layout.key(item.group, item.key);
+            lead_of.push(leads.len());
+            leads.push(Lead {
+                item: i,
+                cost: item.cost,
+                params: Params::of(item.limit)?,
+                penalty: item.limit.penalty(),
+                key: key.name,
+                slot: key.slot,
+            });
+        }
+        Ok(Plan { leads, lead_of })
+    }
+
+    /// The leads grouped by hash slot (one group unless `cluster`), each
+    /// group in batch order.
+    pub fn groups(&self, cluster: bool) -> Vec<Vec<usize>> {
+        if !cluster {
+            return vec![(0..self.leads.len()).collect()];
+        }
+        let mut order: Vec<usize> = (0..self.leads.len()).collect();
+        order.sort_by_key(|&i| (self.leads[i].slot, i));
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for i in order {
+            match groups.last_mut() {
+                Some(g) if self.leads[g[0]].slot == self.leads[i].slot => g.push(i),
+                _ => groups.push(vec![i]),
+            }
+        }
+        groups
+    }
+
+    /// The script call deciding `group` with `apply`.
+    pub fn command(&self, script: &Script, group: &[usize], apply: Apply, args: &CallArgs) -> Cmd {
+        let mut cmd = script.call(group.len());
+        for &i in group {
+            cmd.arg(&self.leads[i].key);
+        }
+        cmd.arg(apply_code(apply))
+            .arg(args.now)
+            .arg(args.slack)
+            .arg(args.lease);
+        for &i in group {
+            let l = &self.leads[i];
+            l.params.push_args(l.cost, l.penalty, &mut cmd);
+        }
+        cmd
+    }
+}

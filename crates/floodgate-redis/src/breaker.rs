@@ -1,0 +1,198 @@
+//! A circuit breaker: after `failure_threshold` consecutive failures it
+//! opens and keeps requests away from Redis for `cool_down`; then it lets a
+//! single probe through (half-open). A probe that succeeds closes it; one
+//! that fails (or is abandoned) opens it for another cool-down.
+
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::BreakerConfig;
+use crate::stats::ResilienceStats;
+
+/// The breaker's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Requests go to Redis.
+    Closed,
+    /// Requests get the failure policy until the cool-down ends.
+    Open,
+    /// One probe is in flight; other requests get the failure policy.
+    HalfOpen,
+}
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+pub(crate) struct Breaker {
+    state: AtomicU8,
+    failures: AtomicU32,
+    /// Nanoseconds since `epoch` at which an open breaker may probe.
+    retry_at: AtomicU64,
+    epoch: Instant,
+    config: BreakerConfig,
+}
+
+/// Permission to call Redis.
+pub(crate) enum Pass<'a> {
+    /// The breaker is closed.
+    Call,
+    /// This call is the half-open probe; it must report its result.
+    Probe(ProbeGuard<'a>),
+}
+
+/// Re-opens the breaker if the probe is dropped without a result (its
+/// caller gave up).
+pub(crate) struct ProbeGuard<'a> {
+    breaker: &'a Breaker,
+    stats: &'a ResilienceStats,
+    done: bool,
+}
+
+impl ProbeGuard<'_> {
+    pub fn finish(mut self, ok: bool) {
+        self.done = true;
+        if ok {
+            self.breaker.close(self.stats);
+        } else {
+            self.breaker.reopen();
+        }
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.breaker.reopen();
+        }
+    }
+}
+
+impl Breaker {
+    pub fn new(config: BreakerConfig) -> Self {
+        Breaker {
+            state: AtomicU8::new(CLOSED),
+            failures: AtomicU32::new(0),
+            retry_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+            config,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub fn state(&self) -> BreakerState {
+        match self.state.load(Ordering::Acquire) {
+            CLOSED => BreakerState::Closed,
+            OPEN => BreakerState::Open,
+            _ => BreakerState::HalfOpen,
+        }
+    }
+
+    /// Whether this call may go to Redis, and as what.
+    pub fn pass<'a>(&'a self, stats: &'a ResilienceStats) -> Option<Pass<'a>> {
+        match self.state.load(Ordering::Acquire) {
+            CLOSED => Some(Pass::Call),
+            OPEN if self.now() >= self.retry_at.load(Ordering::Acquire) => self
+                .state
+                .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
+                .ok()
+                .map(|_| {
+                    stats.breaker_probes.inc();
+                    Pass::Probe(ProbeGuard {
+                        breaker: self,
+                        stats,
+                        done: false,
+                    })
+                }),
+            _ => None,
+        }
+    }
+
+    /// A call made while closed succeeded.
+    pub fn success(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A call made while closed failed.
+    pub fn failure(&self, stats: &ResilienceStats) {
+        let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= self.config.failure_threshold {
+            self.retry_at.store(
+                self.now()
+                    .saturating_add(self.config.cool_down.as_nanos() as u64),
+                Ordering::Release,
+            );
+            if self
+                .state
+                .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                stats.breaker_opened.inc();
+            }
+        }
+    }
+
+    fn close(&self, stats: &ResilienceStats) {
+        self.failures.store(0, Ordering::Release);
+        if self
+            .state
+            .compare_exchange(HALF_OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            stats.breaker_closed.inc();
+        }
+    }
+
+    fn reopen(&self) {
+        self.retry_at.store(
+            self.now()
+                .saturating_add(self.config.cool_down.as_nanos() as u64),
+            Ordering::Release,
+        );
+        self.state.store(OPEN, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn opens_probes_and_closes() {
+        let stats = ResilienceStats::default();
+        let b = Breaker::new(BreakerConfig {
+            failure_threshold: 2,
+            cool_down: Duration::from_millis(20),
+        });
+        assert!(matches!(b.pass(&stats), Some(Pass::Call)));
+        b.failure(&stats);
+        b.success();
+        b.failure(&stats);
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.failure(&stats);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(b.pass(&stats).is_none());
+        std::thread::sleep(Duration::from_millis(25));
+        let Some(Pass::Probe(p)) = b.pass(&stats) else {
+            panic!("expected a probe")
+        };
+        // Only one probe at a time.
+        assert!(b.pass(&stats).is_none());
+        drop(p); // abandoned: open again
+        assert_eq!(b.state(), BreakerState::Open);
+        std::thread::sleep(Duration::from_millis(25));
+        let Some(Pass::Probe(p)) = b.pass(&stats) else {
+            panic!("expected a probe")
+        };
+        p.finish(true);
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(stats.breaker_opened.get(), 1);
+        assert_eq!(stats.breaker_closed.get(), 1);
+    }
+}

@@ -1,0 +1,258 @@
+//! Settings of the Redis backend and of the resilience around it.
+
+use std::time::Duration;
+
+use crate::ConfigError;
+
+/// How the servers are deployed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// One server (optionally with replicas behind a failover proxy or
+    /// Sentinel-managed address): every batch is one script call.
+    #[default]
+    Single,
+    /// Redis Cluster: keys are spread over hash slots by their group.
+    Cluster,
+}
+
+/// Where the time of a decision comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TimeSource {
+    /// The Redis server's clock (`TIME` inside the script). App servers'
+    /// clocks need not agree; the `now` passed to `decide` is ignored. Keys
+    /// expire at the absolute instant their state becomes idle.
+    #[default]
+    Server,
+    /// The caller's `now` (microsecond precision; nanoseconds are dropped).
+    /// Deterministic, for tests and for deployments with one trusted clock.
+    /// Because Redis expires keys by its own clock, a key's expiry is set
+    /// relative to the decision (`idle_at − now`) plus `expiry_slack`, which
+    /// must cover how far the callers' time can run ahead of Redis's.
+    Client {
+        /// Extra time to keep keys beyond their idle instant.
+        expiry_slack: Duration,
+    },
+}
+
+/// What a decision does when Redis cannot be asked (error, timeout, or the
+/// circuit breaker is open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Admit the request (counted in `fail_open`).
+    FailOpen,
+    /// Deny the request (counted in `fail_closed`).
+    FailClosed,
+    /// Decide with an in-process store holding the same limits, each count
+    /// divided by `divide_by` (the expected number of instances sharing the
+    /// load; 1 keeps the limits as they are).
+    Local {
+        /// Divisor of every count, burst and capacity (at least 1).
+        divide_by: u32,
+    },
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        FailurePolicy::Local { divide_by: 1 }
+    }
+}
+
+/// The circuit breaker in front of Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open the breaker (default 5).
+    pub failure_threshold: u32,
+    /// How long an open breaker keeps requests away from Redis before it
+    /// lets one probe through (default 1 s).
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failure_threshold: 5,
+            cool_down: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Everything the Redis backend needs. `Default` is a single local server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Server addresses (see [`parse_redis_urls`]); for a cluster, any
+    /// subset of its nodes. Default `redis://127.0.0.1:6379`.
+    pub urls: Vec<String>,
+    /// Single server or cluster.
+    pub mode: Mode,
+    /// Prepended to every key (default `"fg:"`); must not contain `{`/`}`.
+    pub key_prefix: String,
+    /// Multiplexed connections per server (default 2). Each carries any
+    /// number of concurrent, pipelined requests.
+    pub connections: usize,
+    /// The most a decision may take, round trips included (default 50 ms);
+    /// past it the decision fails with `BackendError::Timeout`.
+    pub timeout: Duration,
+    /// The most a (re)connection attempt may take (default 250 ms).
+    pub connect_timeout: Duration,
+    /// The clock decisions use.
+    pub time_source: TimeSource,
+    /// What to do when Redis cannot decide (used by
+    /// [`ResilientBackend`](crate::ResilientBackend)).
+    pub failure_policy: FailurePolicy,
+    /// The circuit breaker's settings.
+    pub breaker: BreakerConfig,
+    /// Entries of the local over-limit cache (0 disables it, the default).
+    pub local_cache_capacity: usize,
+    /// Capacity in keys of the in-process store used by
+    /// [`FailurePolicy::Local`] (default 100 000).
+    pub fallback_capacity: usize,
+    /// How long concurrency permits live without a new acquisition on the
+    /// same key (`None`, the default: until released). A lease bounds the
+    /// damage of holders that die without releasing.
+    pub concurrency_lease: Option<Duration>,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            urls: vec!["redis://127.0.0.1:6379".to_owned()],
+            mode: Mode::Single,
+            key_prefix: "fg:".to_owned(),
+            connections: 2,
+            timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_millis(250),
+            time_source: TimeSource::Server,
+            failure_policy: FailurePolicy::default(),
+            breaker: BreakerConfig::default(),
+            local_cache_capacity: 0,
+            fallback_capacity: 100_000,
+            concurrency_lease: None,
+        }
+    }
+}
+
+impl RedisConfig {
+    /// A configuration for `urls` (parsed with [`parse_redis_urls`]) in
+    /// `mode`, everything else default.
+    pub fn new(urls: &str, mode: Mode) -> Result<Self, ConfigError> {
+        Ok(RedisConfig {
+            urls: parse_redis_urls(urls)?,
+            mode,
+            ..RedisConfig::default()
+        })
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        if self.urls.is_empty() {
+            return Err(ConfigError::NoUrl);
+        }
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(ConfigError::Prefix(self.key_prefix.clone()));
+        }
+        if self.connections == 0 {
+            return Err(ConfigError::Zero("connections"));
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::Zero("timeout"));
+        }
+        if self.breaker.failure_threshold == 0 {
+            return Err(ConfigError::Zero("breaker.failure_threshold"));
+        }
+        if let FailurePolicy::Local { divide_by: 0 } = self.failure_policy {
+            return Err(ConfigError::Zero("failure_policy.divide_by"));
+        }
+        Ok(())
+    }
+}
+
+/// Parses Envoy-style Redis addresses: `host:port`, `redis://…`,
+/// `rediss://…` or `unix://…` URLs, several separated by commas (a
+/// cluster's seed nodes). Bare `host:port` becomes `redis://host:port`.
+///
+/// ```
+/// use floodgate_redis::parse_redis_urls;
+/// assert_eq!(
+///     parse_redis_urls("10.0.0.1:6379, redis://cache:7000/0").unwrap(),
+///     ["redis://10.0.0.1:6379", "redis://cache:7000/0"],
+/// );
+/// assert!(parse_redis_urls("cache").is_err()); // no port
+/// ```
+pub fn parse_redis_urls(value: &str) -> Result<Vec<String>, ConfigError> {
+    let mut urls = Vec::new();
+    for part in value.split(',') {
+        let part = part.trim();
+        let err = |reason: &str| ConfigError::Url {
+            url: part.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if part.is_empty() {
+            return Err(err("empty address"));
+        }
+        if let Some((scheme, rest)) = part.split_once("://") {
+            if !matches!(scheme, "redis" | "rediss" | "unix" | "redis+unix") {
+                return Err(err("the scheme must be redis, rediss or unix"));
+            }
+            if rest.is_empty() {
+                return Err(err("no host"));
+            }
+            urls.push(part.to_owned());
+            continue;
+        }
+        let (host, port) = part
+            .rsplit_once(':')
+            .ok_or_else(|| err("expected host:port"))?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if bare.is_empty() || (bare.contains(':') && !host.starts_with('[')) {
+            return Err(err("expected host:port (IPv6 hosts in brackets)"));
+        }
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => urls.push(format!("redis://{host}:{p}")),
+            _ => return Err(err("the port must be a number from 1 to 65535")),
+        }
+    }
+    Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_redis_urls("a:1,b:2 , [::1]:6379").unwrap(),
+            ["redis://a:1", "redis://b:2", "redis://[::1]:6379"]
+        );
+        assert_eq!(
+            parse_redis_urls("rediss://u:p@h:6380/2").unwrap(),
+            ["rediss://u:p@h:6380/2"]
+        );
+        for bad in [
+            "",
+            "a:1,",
+            "h",
+            "h:0",
+            "h:99999",
+            "::1:6379",
+            "http://h:1",
+            "redis://",
+        ] {
+            assert!(parse_redis_urls(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn checks() {
+        assert!(RedisConfig::default().check().is_ok());
+        let bad = RedisConfig {
+            key_prefix: "a{b}".into(),
+            ..RedisConfig::default()
+        };
+        assert_eq!(bad.check(), Err(ConfigError::Prefix("a{b}".into())));
+        let bad = RedisConfig {
+            connections: 0,
+            ..RedisConfig::default()
+        };
+        assert!(bad.check().is_err());
+    }
+}

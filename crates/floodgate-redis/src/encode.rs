@@ -1,0 +1,278 @@
+//! A limit as the decision script's arguments: validated once per call and
+//! precomputed in exact integer arithmetic, so that the script only adds,
+//! compares and divides integers below 2^53.
+
+use std::time::Duration;
+
+use floodgate::algorithms::{AnyLimit, LimitKind};
+use redis::Cmd;
+
+use crate::UnsupportedLimit;
+
+/// Every magnitude the script computes with stays at or below this.
+const EXACT: u64 = 1 << 52;
+
+/// The script's parameters for one limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Params {
+    /// `T = p/c` µs in lowest terms; `burst·p = wq·c + wr`.
+    Gcra {
+        p: u64,
+        c: u64,
+        burst: u64,
+        wq: u64,
+        wr: u64,
+    },
+    Fixed {
+        limit: u64,
+        window: u64,
+    },
+    TwoWindows {
+        limit: u64,
+        sub: u64,
+    },
+    SubWindows {
+        limit: u64,
+        sub: u64,
+        n: u64,
+    },
+    Log {
+        limit: u64,
+        window: u64,
+    },
+    /// Milli-requests (per second for `rate`); `delay < 0` is `nodelay`;
+    /// `emax` caps the excess penalties can pile up.
+    Shaper {
+        rate: u64,
+        burst: u64,
+        delay: i64,
+        emax: u64,
+    },
+    Concurrency {
+        max: u64,
+    },
+}
+
+/// Checks that `limit` can be decided exactly by the Redis scripts.
+///
+/// Rejected: periods and windows that are not whole microseconds (the
+/// scripts' clock ticks in µs), and limits whose magnitudes would leave the
+/// range where Lua's doubles are exact (a GCRA burst taking more than about
+/// 142 years to refill, an nginx shaper taking as long to drain). Call it
+/// when loading a configuration; the backend also refuses such limits.
+pub fn validate(limit: &AnyLimit) -> Result<(), UnsupportedLimit> {
+    Params::of(limit).map(|_| ())
+}
+
+fn micros(what: &str, d: Duration) -> Result<u64, UnsupportedLimit> {
+    let nanos = d.as_nanos();
+    if !nanos.is_multiple_of(1000) {
+        return Err(UnsupportedLimit::new(format!(
+            "the {what} ({d:?}) must be whole microseconds"
+        )));
+    }
+    let us = nanos / 1000;
+    if us == 0 || us > EXACT as u128 {
+        return Err(UnsupportedLimit::new(format!(
+            "the {what} ({d:?}) is out of range"
+        )));
+    }
+    Ok(us as u64)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl Params {
+    pub fn of(limit: &AnyLimit) -> Result<Params, UnsupportedLimit> {
+        Ok(match limit.kind() {
+            LimitKind::Gcra(g) => {
+                let (count, period) = g.rate();
+                let period = micros("period", period)?;
+                let g2 = gcd(period, count);
+                let (p, c) = (period / g2, count / g2);
+                let burst = g.burst();
+                let window = burst as u128 * p as u128;
+                let (wq, wr) = (window / c as u128, window % c as u128);
+                if wq > EXACT as u128 {
+                    return Err(UnsupportedLimit::new(format!(
+                        "a burst of {burst} at {count} per {period} µs takes more than 2^52 µs to refill"
+                    )));
+                }
+                Params::Gcra {
+                    p,
+                    c,
+                    burst,
+                    wq: wq as u64,
+                    wr: wr as u64,
+                }
+            }
+            LimitKind::FixedWindow(f) => Params::Fixed {
+                limit: f.limit(),
+                window: micros("window", f.window())?,
+            },
+            LimitKind::SlidingWindow(w) => Params::TwoWindows {
+                limit: w.limit(),
+                sub: micros("window", w.window())?,
+            },
+            LimitKind::SubWindows(w) => {
+                let n = w.sub_windows() as u64;
+                Params::SubWindows {
+                    limit: w.limit(),
+                    sub: micros("sub-window", w.window() / w.sub_windows())?,
+                    n,
+                }
+            }
+            LimitKind::SlidingLog(l) => Params::Log {
+                limit: l.limit(),
+                window: micros("window", l.window())?,
+            },
+            LimitKind::Shaper(s) => {
+                let rate = s.rate_millis();
+                let burst = s.burst() * 1000;
+                // Milliseconds to drain a full burst: must stay well inside
+                // the exact range once turned into microseconds.
+                let max_drain = EXACT / 1000;
+                let drain = ((burst as u128 + 1000) * 1000).div_ceil(rate as u128);
+                if drain > max_drain as u128 {
+                    return Err(UnsupportedLimit::new(format!(
+                        "a burst of {} at {rate} milli-requests/s takes more than 2^52 µs to drain",
+                        s.burst()
+                    )));
+                }
+                let emax = (max_drain as u128 * rate as u128 / 1000 - 1000).min(EXACT as u128 / 2);
+                let delay = match s.delay_millis() {
+                    u64::MAX => -1,
+                    d => d as i64,
+                };
+                Params::Shaper {
+                    rate,
+                    burst,
+                    delay,
+                    emax: emax as u64,
+                }
+            }
+            LimitKind::Concurrency(c) => Params::Concurrency { max: c.max() },
+        })
+    }
+
+    /// The quota a decision reports as `limit`.
+    pub fn quota(&self) -> u64 {
+        match *self {
+            Params::Gcra { burst, .. } => burst,
+            Params::Fixed { limit, .. }
+            | Params::TwoWindows { limit, .. }
+            | Params::SubWindows { limit, .. }
+            | Params::Log { limit, .. } => limit,
+            Params::Shaper { burst, .. } => burst / 1000 + 1,
+            Params::Concurrency { max } => max,
+        }
+    }
+
+    /// Appends this item's arguments: kind, cost, penalty, parameters.
+    pub fn push_args(&self, cost: u64, penalty: bool, cmd: &mut Cmd) {
+        // Every limit is at most 2^40, so any larger cost is "never" alike.
+        let cost = cost.min(EXACT);
+        let kind = match self {
+            Params::Gcra { .. } => "g",
+            Params::Fixed { .. } => "f",
+            Params::TwoWindows { .. } => "w",
+            Params::SubWindows { .. } => "n",
+            Params::Log { .. } => "l",
+            Params::Shaper { .. } => "s",
+            Params::Concurrency { .. } => "c",
+        };
+        cmd.arg(kind).arg(cost).arg(if penalty { "1" } else { "0" });
+        match *self {
+            Params::Gcra {
+                p,
+                c,
+                burst,
+                wq,
+                wr,
+            } => {
+                let (nq, nr) = if cost <= burst {
+                    let t = cost as u128 * p as u128;
+                    ((t / c as u128) as u64, (t % c as u128) as u64)
+                } else {
+                    (0, 0)
+                };
+                cmd.arg(p).arg(c).arg(burst).arg(wq).arg(wr).arg(nq).arg(nr);
+            }
+            Params::Fixed { limit, window } | Params::Log { limit, window } => {
+                cmd.arg(limit).arg(window);
+            }
+            Params::TwoWindows { limit, sub } => {
+                cmd.arg(limit).arg(sub);
+            }
+            Params::SubWindows { limit, sub, n } => {
+                cmd.arg(limit).arg(sub).arg(n);
+            }
+            Params::Shaper {
+                rate,
+                burst,
+                delay,
+                emax,
+            } => {
+                cmd.arg(rate).arg(burst).arg(delay).arg(emax);
+            }
+            Params::Concurrency { max } => {
+                cmd.arg(max);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate::algorithms::{
+        Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+        SubWindowCounter,
+    };
+
+    fn any(l: impl Into<AnyLimit>) -> AnyLimit {
+        l.into()
+    }
+
+    #[test]
+    fn gcra_in_lowest_terms() {
+        let g = any(Gcra::new(3, Duration::from_secs(1), 2).unwrap());
+        // T = 1e6/3 µs: p = 1e6, c = 3; window = 2e6 ticks = 666666 µs + 2/3.
+        assert_eq!(
+            Params::of(&g).unwrap(),
+            Params::Gcra {
+                p: 1_000_000,
+                c: 3,
+                burst: 2,
+                wq: 666_666,
+                wr: 2
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_what_is_not_exact() {
+        let odd = any(Gcra::new(1, Duration::from_nanos(1_500), 1).unwrap());
+        assert!(validate(&odd).is_err());
+        let huge = any(Gcra::new(1, Duration::from_secs(86_400 * 365 * 100), 1 << 20).unwrap());
+        assert!(validate(&huge).is_err());
+        let sub = any(SubWindowCounter::new(5, Duration::from_micros(1), 8).unwrap());
+        assert!(validate(&sub).is_err());
+        let slow = any(Shaper::new(NginxRate::PerMinute(1), 1 << 40, ShaperDelay::Queue).unwrap());
+        assert!(validate(&slow).is_err());
+        for ok in [
+            any(Gcra::new(1 << 40, Duration::from_secs(1), 1 << 40).unwrap()),
+            any(FixedWindow::new(1 << 40, Duration::from_secs(86_400 * 365 * 100)).unwrap()),
+            any(SlidingLog::new(1_000_000, Duration::from_micros(1)).unwrap()),
+            any(Shaper::new(NginxRate::PerSecond(10), 5, ShaperDelay::NoDelay).unwrap()),
+            any(Concurrency::new(1 << 40).unwrap()),
+        ] {
+            validate(&ok).unwrap();
+        }
+    }
+}

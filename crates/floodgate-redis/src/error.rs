@@ -1,0 +1,101 @@
+//! Errors: configuration mistakes, limits Redis cannot decide exactly, and
+//! the mapping of the client's errors onto [`BackendError`].
+
+use std::time::Duration;
+
+use floodgate_policy::BackendError;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+use thiserror::Error;
+
+/// A [`RedisConfig`](crate::RedisConfig) that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// No server address was given.
+    #[error("no Redis URL given")]
+    NoUrl,
+    /// An address that is neither `host:port` nor a `redis://` style URL.
+    #[error("invalid Redis URL {url:?}: {reason}")]
+    Url {
+        /// The address as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key prefix with `{` or `}`: it would change the keys' hash slot.
+    #[error("invalid key prefix {0:?}: it must not contain '{{' or '}}'")]
+    Prefix(String),
+    /// A setting that must be positive is zero.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    /// The client refused the settings.
+    #[error("Redis client: {0}")]
+    Client(String),
+}
+
+/// A limit whose parameters cannot be represented exactly by the Redis
+/// scripts (which compute in whole microseconds with integers below 2^53),
+/// so deciding it in Redis could differ from the in-memory algorithm.
+///
+/// ```
+/// use floodgate::algorithms::{AnyLimit, FixedWindow};
+/// use std::time::Duration;
+///
+/// let odd = AnyLimit::from(FixedWindow::new(10, Duration::from_nanos(1_500)).unwrap());
+/// let err = floodgate_redis::validate(&odd).unwrap_err();
+/// assert!(err.to_string().contains("whole microseconds"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("limit cannot be decided exactly in Redis: {reason}")]
+pub struct UnsupportedLimit {
+    reason: String,
+}
+
+impl UnsupportedLimit {
+    pub(crate) fn new(reason: impl Into<String>) -> Self {
+        UnsupportedLimit {
+            reason: reason.into(),
+        }
+    }
+
+    /// Why the limit is rejected.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl From<UnsupportedLimit> for BackendError {
+    fn from(e: UnsupportedLimit) -> Self {
+        BackendError::Protocol(e.to_string())
+    }
+}
+
+/// Maps a client error: unreachable or overloaded servers are
+/// [`BackendError::Unavailable`], client-side I/O timeouts
+/// [`BackendError::Timeout`], anything else (a script error, an unexpected
+/// reply) [`BackendError::Protocol`].
+pub(crate) fn map_error(e: &RedisError, timeout: Duration) -> BackendError {
+    if e.is_timeout() {
+        return BackendError::Timeout(timeout);
+    }
+    let unavailable = match e.kind() {
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
+        ErrorKind::Server(kind) => matches!(
+            kind,
+            ServerErrorKind::BusyLoading
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+        ),
+        _ => false,
+    };
+    // BUSY (a script runs too long) and OOM are the server's state, not ours.
+    let busy = matches!(e.code(), Some("BUSY" | "OOM" | "NOREPLICAS" | "LOADING"));
+    if unavailable || busy || e.is_connection_dropped() || e.is_connection_refusal() {
+        BackendError::Unavailable(e.to_string())
+    } else {
+        BackendError::Protocol(e.to_string())
+    }
+}

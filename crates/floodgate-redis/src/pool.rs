@@ -1,0 +1,119 @@
+//! A few multiplexed connections, shared by every concurrent decision.
+//!
+//! Single server: [`ConnectionManager`]s (a multiplexed, pipelined
+//! connection that reconnects by itself). Cluster: the cluster client's
+//! async connection (one multiplexed connection per node, routing by slot,
+//! following `MOVED`/`ASK`, refreshing the slot map after failovers).
+//! Requests are spread round-robin; each connection carries any number of
+//! requests in flight, so a handful serve thousands of concurrent callers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, RedisResult, Value};
+
+use crate::{ConfigError, Mode, RedisConfig};
+
+enum Conns {
+    Single(Vec<ConnectionManager>),
+    Cluster(Vec<ClusterConnection>),
+}
+
+/// The connections of one backend.
+pub(crate) struct Pool {
+    conns: Conns,
+    next: AtomicUsize,
+}
+
+fn client_error(e: redis::RedisError) -> ConfigError {
+    ConfigError::Client(e.to_string())
+}
+
+impl Pool {
+    /// Opens the connections. With `lazy`, nothing is dialled until the
+    /// first request (so a backend can be built while Redis is down).
+    pub async fn open(config: &RedisConfig, lazy: bool) -> Result<Pool, PoolError> {
+        let n = config.connections;
+        let conns = match config.mode {
+            Mode::Single => {
+                let client = Client::open(config.urls[0].as_str()).map_err(client_error)?;
+                let settings = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_response_timeout(Some(config.timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(std::time::Duration::from_millis(10))
+                    .set_max_delay(config.connect_timeout);
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let c = if lazy {
+                        ConnectionManager::new_lazy_with_config(client.clone(), settings.clone())
+                            .map_err(client_error)?
+                    } else {
+                        ConnectionManager::new_with_config(client.clone(), settings.clone())
+                            .await
+                            .map_err(PoolError::Connect)?
+                    };
+                    v.push(c);
+                }
+                Conns::Single(v)
+            }
+            Mode::Cluster => {
+                let client = ClusterClientBuilder::new(config.urls.iter().map(String::as_str))
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.timeout)
+                    .retries(3)
+                    .min_retry_wait(5)
+                    .max_retry_wait(config.timeout.as_millis().max(10) as u64)
+                    .build()
+                    .map_err(client_error)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let c = if lazy {
+                        client.get_pending_async_connection_with_config(ClusterConfig::default())
+                    } else {
+                        client
+                            .get_async_connection()
+                            .await
+                            .map_err(PoolError::Connect)?
+                    };
+                    v.push(c);
+                }
+                Conns::Cluster(v)
+            }
+        };
+        Ok(Pool {
+            conns,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Sends one command on the next connection.
+    pub async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        match &self.conns {
+            Conns::Single(v) => {
+                let mut c = v[i % v.len()].clone();
+                cmd.query_async(&mut c).await
+            }
+            Conns::Cluster(v) => {
+                let mut c = v[i % v.len()].clone();
+                cmd.query_async(&mut c).await
+            }
+        }
+    }
+}
+
+/// Why the connections could not be opened.
+#[derive(Debug)]
+pub(crate) enum PoolError {
+    Config(ConfigError),
+    Connect(redis::RedisError),
+}
+
+impl From<ConfigError> for PoolError {
+    fn from(e: ConfigError) -> Self {
+        PoolError::Config(e)
+    }
+}

@@ -1,0 +1,203 @@
+//! [`ResilientBackend`]: the Redis backend behind a circuit breaker, with a
+//! failure policy for every decision Redis cannot make.
+
+use std::future::Future;
+use std::time::Duration;
+
+use floodgate::{Apply, Decision, Outcome, Timestamp};
+use floodgate_policy::{Backend, BackendError, Item};
+
+use crate::backend::{DecideError, unevaluated};
+use crate::breaker::{Breaker, BreakerState, Pass};
+use crate::encode::Params;
+use crate::fallback::LocalFallback;
+use crate::stats::ResilienceStats;
+use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
+
+/// A [`RedisBackend`] that always decides: when Redis fails, times out, or
+/// the breaker keeps requests away from it, the [`FailurePolicy`] answers.
+///
+/// * Every Redis failure counts towards the breaker; `failure_threshold`
+///   consecutive ones open it for `cool_down`, then one probe goes through
+///   and closes it again if Redis answers.
+/// * Limits Redis cannot decide exactly ([`validate`](crate::validate)) are
+///   configuration errors: returned as `BackendError::Protocol`, without
+///   touching the breaker or the policy.
+/// * Releases go to Redis; with the local policy they also go to the local
+///   store when Redis fails or the breaker is open (where the permit was
+///   probably taken).
+pub struct ResilientBackend {
+    redis: RedisBackend,
+    policy: FailurePolicy,
+    breaker: Breaker,
+    local: Option<LocalFallback>,
+    stats: ResilienceStats,
+}
+
+impl ResilientBackend {
+    /// Wraps `redis` with the policy and breaker of `config`.
+    pub fn new(redis: RedisBackend, config: &RedisConfig) -> Result<Self, ConfigError> {
+        config.check()?;
+        let local = match config.failure_policy {
+            FailurePolicy::Local { divide_by } => Some(
+                LocalFallback::new(config.fallback_capacity, divide_by)
+                    .map_err(|e| ConfigError::Client(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        Ok(ResilientBackend {
+            redis,
+            policy: config.failure_policy,
+            breaker: Breaker::new(config.breaker),
+            local,
+            stats: ResilienceStats::default(),
+        })
+    }
+
+    /// The wrapped backend (and its own counters).
+    pub fn redis(&self) -> &RedisBackend {
+        &self.redis
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ResilienceStats {
+        &self.stats
+    }
+
+    /// The breaker's state now.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Decides with `policy` instead of the backend's own (for a rule that
+    /// overrides it). `FailurePolicy::Local` needs the backend to have been
+    /// built with a local policy; otherwise it fails open.
+    pub async fn decide_with_policy(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+        policy: FailurePolicy,
+    ) -> Result<Decision, BackendError> {
+        if items.is_empty() || out.len() < items.len() {
+            return Err(BackendError::Protocol(
+                "a batch needs at least one item and as many outputs".into(),
+            ));
+        }
+        // A limit Redis cannot decide is a configuration error, not an outage.
+        for item in items {
+            Params::of(item.limit).map_err(BackendError::from)?;
+        }
+        match self.breaker.pass(&self.stats) {
+            Some(pass) => {
+                let result = self.redis.decide_inner(items, now, apply, out).await;
+                let ok = result.is_ok();
+                match pass {
+                    Pass::Probe(p) => p.finish(ok),
+                    Pass::Call if ok => self.breaker.success(),
+                    Pass::Call => self.breaker.failure(&self.stats),
+                }
+                match result {
+                    Ok((d, _)) => {
+                        self.stats.decisions.inc();
+                        return Ok(d);
+                    }
+                    Err(DecideError::Unsupported(u)) => return Err(u.into()),
+                    Err(DecideError::Backend(_)) => self.stats.backend_errors.inc(),
+                }
+            }
+            None => self.stats.short_circuited.inc(),
+        }
+        self.apply_policy(items, now, apply, out, policy)
+    }
+
+    fn apply_policy(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+        policy: FailurePolicy,
+    ) -> Result<Decision, BackendError> {
+        self.stats.decisions.inc();
+        if let (FailurePolicy::Local { .. }, Some(local)) = (policy, &self.local) {
+            self.stats.local_fallbacks.inc();
+            return Ok(local.decide(items, now, apply, out));
+        }
+        let closed = policy == FailurePolicy::FailClosed;
+        if closed {
+            self.stats.fail_closed.inc();
+        } else {
+            self.stats.fail_open.inc();
+        }
+        let mut combined: Option<Decision> = None;
+        for (i, item) in items.iter().enumerate() {
+            let quota = Params::of(item.limit).map_or(0, |p| p.quota());
+            let d = if closed {
+                Decision {
+                    outcome: Outcome::Denied,
+                    limit: quota,
+                    remaining: 0,
+                    reset_after: Duration::ZERO,
+                    retry_after: None,
+                }
+            } else {
+                unevaluated(quota)
+            };
+            out[i] = d;
+            combined = Some(combined.map_or(d, |c| c.narrowest(d)));
+        }
+        Ok(combined.unwrap_or_else(|| unevaluated(0)))
+    }
+}
+
+impl Backend for ResilientBackend {
+    fn decide<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.decide_with_policy(items, now, apply, out, self.policy)
+    }
+
+    #[allow(clippy::manual_async_fn)] // the trait requires the future to be `Send`
+    fn release<'a>(
+        &'a self,
+        item: Item<'a>,
+        units: u64,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+        async move {
+            // Releases never take the half-open probe (decisions do).
+            let result = if self.breaker.state() == BreakerState::Closed {
+                let r = self.redis.release_inner(item, units).await;
+                match &r {
+                    Ok(()) => self.breaker.success(),
+                    Err(_) => {
+                        self.stats.backend_errors.inc();
+                        self.breaker.failure(&self.stats);
+                    }
+                }
+                r
+            } else {
+                Err(BackendError::Unavailable("circuit breaker open".into()))
+            };
+            if let (Err(_), Some(local)) = (&result, &self.local) {
+                local.release(item, units, now);
+            }
+            result
+        }
+    }
+
+    /// True while the breaker is closed.
+    fn is_ready(&self) -> bool {
+        self.breaker.state() == BreakerState::Closed
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}

@@ -1,0 +1,70 @@
+//! Server-side scripts, called with `EVALSHA`. Redis's script cache is
+//! volatile (restarts, failovers, `SCRIPT FLUSH`, a new cluster node), so a
+//! `NOSCRIPT` reply is answered by sending the same call as `EVAL`, which
+//! loads the script into that node's cache and runs it, atomically and in
+//! one more round trip. `EVAL` goes to the same node as `EVALSHA` would (the
+//! first key's slot), which `SCRIPT LOAD` cannot guarantee on a cluster.
+
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value, cmd};
+use sha1_smol::Sha1;
+
+use crate::pool::Pool;
+use crate::stats::RedisStats;
+
+/// The decision script.
+pub(crate) const DECIDE: &str = include_str!("lua/decide.lua");
+/// The release script (concurrency permits).
+pub(crate) const RELEASE: &str = include_str!("lua/release.lua");
+
+/// A script and its SHA-1.
+#[derive(Clone, Debug)]
+pub(crate) struct Script {
+    code: &'static str,
+    sha: String,
+}
+
+impl Script {
+    pub fn new(code: &'static str) -> Self {
+        Script {
+            code,
+            sha: Sha1::from(code).digest().to_string(),
+        }
+    }
+
+    /// The script's SHA-1 (what `EVALSHA` names it by).
+    pub fn sha(&self) -> &str {
+        &self.sha
+    }
+
+    /// The script's source.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// Starts a call: `EVALSHA <sha> <numkeys>`; keys and arguments follow.
+    pub fn call(&self, numkeys: usize) -> Cmd {
+        let mut c = cmd("EVALSHA");
+        c.arg(&self.sha).arg(numkeys);
+        c
+    }
+
+    /// Runs `call` (built by [`Script::call`]); on `NOSCRIPT`, runs it again
+    /// as `EVAL` with the script's source.
+    pub async fn run(&self, pool: &Pool, call: &Cmd, stats: &RedisStats) -> RedisResult<Value> {
+        stats.calls.inc();
+        match pool.query(call).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                stats.script_loads.inc();
+                let mut eval = cmd("EVAL");
+                eval.arg(self.code);
+                for arg in call.args_iter().skip(2) {
+                    if let redis::Arg::Simple(bytes) = arg {
+                        eval.arg(bytes);
+                    }
+                }
+                pool.query(&eval).await
+            }
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Counters, as plain atomics (exported as metrics elsewhere).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The current value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters of a [`RedisBackend`](crate::RedisBackend).
+#[derive(Debug, Default)]
+pub struct RedisStats {
+    /// Decisions answered (by Redis or by the over-limit cache).
+    pub decisions: Counter,
+    /// Script calls sent to Redis (two per slot for cross-slot batches).
+    pub calls: Counter,
+    /// `NOSCRIPT` replies answered by re-sending the script (after a
+    /// restart, a failover or `SCRIPT FLUSH`).
+    pub script_loads: Counter,
+    /// Decisions that spanned several hash slots (two phases).
+    pub cross_slot: Counter,
+    /// Decisions or releases that failed (any error, timeouts included).
+    pub errors: Counter,
+    /// Of those, the ones that ran out of time.
+    pub timeouts: Counter,
+    /// Decisions answered by the local over-limit cache.
+    pub cache_hits: Counter,
+    /// Denials stored in the over-limit cache.
+    pub cache_inserts: Counter,
+    /// Keys found holding something that is not a state of their limit's
+    /// kind (another Redis type, or unparseable bytes): reset to fresh.
+    pub state_resets: Counter,
+}
+
+/// Counters of a [`ResilientBackend`](crate::ResilientBackend).
+#[derive(Debug, Default)]
+pub struct ResilienceStats {
+    /// Decisions answered (by Redis or by the failure policy).
+    pub decisions: Counter,
+    /// Redis calls that failed (each one counts towards the breaker).
+    pub backend_errors: Counter,
+    /// Decisions that never reached Redis because the breaker was open.
+    pub short_circuited: Counter,
+    /// Decisions admitted by [`FailurePolicy::FailOpen`](crate::FailurePolicy).
+    pub fail_open: Counter,
+    /// Decisions denied by [`FailurePolicy::FailClosed`](crate::FailurePolicy).
+    pub fail_closed: Counter,
+    /// Decisions made by the local fallback store.
+    pub local_fallbacks: Counter,
+    /// Times the breaker opened.
+    pub breaker_opened: Counter,
+    /// Times the breaker closed again after a successful probe.
+    pub breaker_closed: Counter,
+    /// Probes sent while the breaker was half-open.
+    pub breaker_probes: Counter,
+}

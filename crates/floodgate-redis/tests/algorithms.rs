@@ -1,0 +1,254 @@
+//! Hand-written cases for every algorithm: the Redis scripts against the
+//! in-memory algorithms (client-supplied, microsecond-aligned time), plus
+//! the exact values the algorithms' documentation promises.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, Twin, item};
+use floodgate::Apply::{Check, Commit};
+use floodgate::Outcome;
+use floodgate::algorithms::{
+    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+    SlidingWindow, SubWindowCounter,
+};
+use floodgate_redis::Mode;
+
+async fn twin(server: &Server) -> Twin {
+    Twin::new(vec![server.url()], Mode::Single, "t:").await
+}
+
+const T0: u64 = 1_700_000_000_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_fractional_interval() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    // 3 per second: T = 333 333⅓ µs, never rounded.
+    let limit = AnyLimit::from(Gcra::new(3, Duration::from_secs(1), 2).unwrap());
+    let one = [item(b"g", b"g:a", &limit, 1)];
+    assert!(t.step(&one, T0, Commit, "1st").await.is_allowed());
+    assert!(t.step(&one, T0, Commit, "2nd").await.is_allowed());
+    let d = t.step(&one, T0, Commit, "3rd").await;
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert_eq!(d.retry_after, Some(Duration::from_micros(333_334)));
+    assert!(
+        t.step(&one, T0 + 333_333, Commit, "early")
+            .await
+            .is_denied()
+    );
+    assert!(
+        t.step(&one, T0 + 333_334, Commit, "on time")
+            .await
+            .is_allowed()
+    );
+    // Three intervals later exactly one whole refill has accumulated.
+    for dt in [
+        666_667, 1_000_000, 1_000_001, 1_333_334, 1_999_999, 2_000_000,
+    ] {
+        t.step(&one, T0 + dt, Commit, "refill").await;
+    }
+    let peek = [item(b"g", b"g:a", &limit, 0)];
+    t.step(&peek, T0 + 2_100_000, Commit, "peek").await;
+    let never = [item(b"g", b"g:a", &limit, 3)];
+    let d = t.step(&never, T0 + 2_100_000, Commit, "never").await;
+    assert_eq!(d.outcome, Outcome::Never);
+    // Weighted and dry-run requests.
+    let two = [item(b"g", b"g:a", &limit, 2)];
+    t.step(&two, T0 + 9_000_000, Check, "check").await;
+    t.step(&two, T0 + 9_000_000, Commit, "two").await;
+    t.step(&two, T0 + 9_500_000, Commit, "two again").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_penalty_and_odd_rates() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let pen = AnyLimit::from(Gcra::new(7, Duration::from_millis(3), 3).unwrap()).with_penalty(true);
+    let big = AnyLimit::from(Gcra::new(999_983, Duration::from_secs(3600), 999_983).unwrap());
+    for (k, dt) in [
+        0u64, 0, 0, 0, 1, 429, 430, 2_000, 2_001, 10_000, 10_000, 10_000,
+    ]
+    .iter()
+    .enumerate()
+    {
+        let items = [item(b"p", b"p:x", &pen, 1)];
+        t.step(&items, T0 + dt, Commit, &format!("penalty {k}"))
+            .await;
+        let items = [item(b"b", b"b:x", &big, 1 + k as u64 * 77_777)];
+        t.step(&items, T0 + dt, Commit, &format!("big {k}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let limit = AnyLimit::from(FixedWindow::new(2, Duration::from_secs(60)).unwrap());
+    let one = [item(b"f", b"f:a", &limit, 1)];
+    let t5 = 125_000_000; // 5 s into the window [120 s, 180 s)
+    let two = [item(b"f", b"f:a", &limit, 2)];
+    assert!(t.step(&two, t5, Commit, "fill").await.is_allowed());
+    let d = t.step(&one, t5, Commit, "over").await;
+    assert_eq!(d.retry_after, Some(Duration::from_secs(55)));
+    t.step(&one, 179_999_999, Commit, "last µs").await;
+    assert!(t.step(&one, 180_000_000, Commit, "next").await.is_allowed());
+    t.step(
+        &[item(b"f", b"f:a", &limit, 0)],
+        180_000_001,
+        Commit,
+        "peek",
+    )
+    .await;
+    t.step(
+        &[item(b"f", b"f:a", &limit, 3)],
+        180_000_001,
+        Commit,
+        "never",
+    )
+    .await;
+    // Penalty mode counts the denied requests too.
+    let pen = AnyLimit::from(FixedWindow::new(3, Duration::from_micros(1_000_003)).unwrap())
+        .with_penalty(true);
+    for k in 0..8u64 {
+        let items = [item(b"f", b"f:p", &pen, 1 + k % 2)];
+        t.step(&items, T0 + k * 300_001, Commit, &format!("penalty {k}"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_windows() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    // Cloudflare's example: 50 per minute, 42 then 18 15 s into the next.
+    let limit = AnyLimit::from(SlidingWindow::new(50, Duration::from_secs(60)).unwrap());
+    let at = |k| [item(b"w", b"w:a", &limit, k)];
+    t.step(&at(42), 0, Commit, "42").await;
+    let d = t.step(&at(18), 75_000_000, Commit, "18").await;
+    assert_eq!(d.remaining, 0);
+    let d = t.step(&at(1), 75_000_000, Commit, "one more").await;
+    assert_eq!(d.retry_after, Some(Duration::from_micros(714_286)));
+    for dt in [
+        714_285,
+        714_286,
+        20_000_000,
+        45_000_000,
+        60_000_000,
+        119_999_999,
+    ] {
+        t.step(&at(7), 75_000_000 + dt, Commit, "later").await;
+    }
+    let subs = AnyLimit::from(SubWindowCounter::new(20, Duration::from_secs(4), 4).unwrap())
+        .with_penalty(true);
+    for k in 0..30u64 {
+        let items = [item(b"n", b"n:a", &subs, k % 5)];
+        t.step(&items, T0 + k * 377_777, Commit, &format!("subs {k}"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_log() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    // The login limit: 5 attempts per 15 minutes.
+    let limit = AnyLimit::from(SlidingLog::new(5, Duration::from_secs(900)).unwrap());
+    let one = [item(b"l", b"l:a", &limit, 1)];
+    for i in 0..5 {
+        assert!(
+            t.step(&one, i * 60_000_000, Commit, "attempt")
+                .await
+                .is_allowed()
+        );
+    }
+    let d = t.step(&one, 300_000_000, Commit, "sixth").await;
+    assert_eq!(d.retry_after, Some(Duration::from_secs(600)));
+    t.step(&one, 899_999_999, Commit, "early").await;
+    t.step(&one, 900_000_000, Commit, "first left").await;
+    let pen =
+        AnyLimit::from(SlidingLog::new(4, Duration::from_millis(10)).unwrap()).with_penalty(true);
+    for k in 0..40u64 {
+        let items = [item(b"l", b"l:p", &pen, k % 3)];
+        t.step(&items, T0 + k * 1_777, Commit, &format!("penalty {k}"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shaper() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    // rate=10r/s burst=5: an instant burst is delayed 0, 100, ..., 500 ms.
+    let limit =
+        AnyLimit::from(Shaper::new(NginxRate::PerSecond(10), 5, ShaperDelay::Queue).unwrap());
+    let one = [item(b"s", b"s:a", &limit, 1)];
+    for k in 0..6u64 {
+        let d = t.step(&one, 1_000_000, Commit, "burst").await;
+        assert_eq!(d.delay(), Duration::from_millis(100 * k));
+    }
+    assert_eq!(
+        t.step(&one, 1_000_000, Commit, "over").await.outcome,
+        Outcome::Denied
+    );
+    let kinds = [
+        Shaper::new(NginxRate::PerMinute(1), 2, ShaperDelay::NoDelay).unwrap(),
+        Shaper::new(NginxRate::PerMinute(90), 6, ShaperDelay::After(2)).unwrap(),
+        Shaper::new(NginxRate::PerSecond(3), 0, ShaperDelay::Queue).unwrap(),
+    ];
+    for (n, s) in kinds.into_iter().enumerate() {
+        let limit = AnyLimit::from(s).with_penalty(n == 1);
+        let key = format!("s:k{n}");
+        for k in 0..25u64 {
+            let items = [item(b"s", key.as_bytes(), &limit, k % 4)];
+            t.step(&items, T0 + k * 123_457, Commit, &format!("shaper {n}/{k}"))
+                .await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let limit = AnyLimit::from(Concurrency::new(2).unwrap());
+    let it = |c| [item(b"c", b"c:a", &limit, c)];
+    assert!(t.step(&it(2), 0, Commit, "take 2").await.is_allowed());
+    assert!(t.step(&it(1), 0, Commit, "full").await.is_denied());
+    t.release(it(1)[0], 1).await;
+    assert!(t.step(&it(1), 0, Commit, "one back").await.is_allowed());
+    t.release(it(1)[0], 5).await;
+    t.step(&it(3), 0, Commit, "never").await;
+    let d = t.step(&it(2), 0, Check, "empty again").await;
+    assert_eq!(d.remaining, 2);
+    // Nothing held: the key is gone.
+    t.release(it(1)[0], 2).await;
+    let key = t.redis.state_key(&it(1)[0]);
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_merge_duplicates_and_charge_all_or_nothing() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let per_sec = AnyLimit::from(Gcra::new(10, Duration::from_secs(1), 3).unwrap());
+    let per_hour = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
+    let log =
+        AnyLimit::from(SlidingLog::new(4, Duration::from_secs(1)).unwrap()).with_penalty(true);
+    for k in 0..12u64 {
+        let items = [
+            item(b"u", b"u:sec", &per_sec, 1),
+            item(b"u", b"u:hour", &per_hour, 1),
+            item(b"u", b"u:sec", &per_sec, k % 2),
+            item(b"v", b"v:log", &log, 1),
+        ];
+        let apply = if k % 5 == 4 { Check } else { Commit };
+        t.step(&items, T0 + k * 50_000, apply, &format!("batch {k}"))
+            .await;
+    }
+}
