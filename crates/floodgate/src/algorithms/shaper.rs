@@ -140,6 +140,12 @@ impl Shaper {
         self.burst / 1000
     }
 
+    /// The delay threshold in milli-requests: 0 by default, `N·1000` with
+    /// `delay=N`, `u64::MAX` with `nodelay`.
+    pub fn delay_millis(&self) -> u64 {
+        self.delay
+    }
+
     /// The excess the next request would compute before its own extra cost:
     /// `max(0, excess − rate·ms/1000 + 1000)`, or 0 for a key never seen.
     fn next_excess(&self, s: &ShaperState, now_ms: u64) -> u128 {
