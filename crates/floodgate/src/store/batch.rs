@@ -112,9 +112,18 @@ impl<K: Hash + Eq, S> Store<K, S> {
             }
         }
         let distinct = &distinct[..n];
-        let mut guards: Vec<SpinGuard<'_, Shard<K, S>>> = Vec::with_capacity(n);
-        for &s in distinct {
-            guards.push(self.shards[s].lock());
+        // The guards live on the stack for the usual small batches.
+        let mut inline_guards: [Option<SpinGuard<'_, Shard<K, S>>>; 16] =
+            std::array::from_fn(|_| None);
+        let mut heap_guards: Vec<Option<SpinGuard<'_, Shard<K, S>>>> = Vec::new();
+        let guards: &mut [Option<SpinGuard<'_, Shard<K, S>>>] = if n <= inline_guards.len() {
+            &mut inline_guards[..n]
+        } else {
+            heap_guards.resize_with(n, || None);
+            &mut heap_guards
+        };
+        for (g, &s) in guards.iter_mut().zip(distinct) {
+            *g = Some(self.shards[s].lock());
         }
         for slot in slots.iter_mut() {
             slot.guard = distinct.binary_search(&slot.shard).unwrap_or(0);
@@ -125,7 +134,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
             Apply::Commit | Apply::Force => {
                 let mut all = true;
                 for i in leads() {
-                    let guard = &mut guards[slots[i].guard];
+                    let guard = locked(&mut guards[slots[i].guard]);
                     let (d, _) = self.visit(guard, &slots[i], &items[i], now, Apply::Check, false);
                     if !d.is_allowed() {
                         all = false;
@@ -145,7 +154,8 @@ impl<K: Hash + Eq, S> Store<K, S> {
         for i in 0..items.len() {
             let slot = slots[i];
             let d = if slot.lead == i {
-                let (d, s) = self.visit(&mut guards[slot.guard], &slot, &items[i], now, mode, true);
+                let guard = locked(&mut guards[slot.guard]);
+                let (d, s) = self.visit(guard, &slot, &items[i], now, mode, true);
                 swept.reclaimed += s.reclaimed;
                 swept.evicted += s.evicted;
                 d
@@ -158,7 +168,8 @@ impl<K: Hash + Eq, S> Store<K, S> {
                 None => d,
             });
         }
-        drop(guards);
+        drop(inline_guards);
+        drop(heap_guards);
         self.record(swept);
         combined.expect("items is not empty")
     }
@@ -201,4 +212,10 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
         (d, swept)
     }
+}
+
+/// The guard of a shard locked at the start of the batch.
+fn locked<'a, 'g, T>(g: &'a mut Option<SpinGuard<'g, T>>) -> &'a mut T {
+    g.as_deref_mut()
+        .expect("every shard of the batch is locked before any item is visited")
 }
