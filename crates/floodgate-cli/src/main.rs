@@ -1,0 +1,52 @@
+//! `floodgate`: the rate limiting service, gateway and tools.
+
+mod check;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Floodgate: rate limiting, exact and fast.
+#[derive(Parser, Debug)]
+#[command(name = "floodgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Configuration tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Validates configuration files (Floodgate or envoyproxy/ratelimit
+    /// format, or directories of them) without starting anything.
+    Check {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Merge several files of one domain (envoyproxy/ratelimit's
+        /// MERGE_DOMAIN_CONFIG) instead of rejecting them.
+        #[arg(long, env = "MERGE_DOMAIN_CONFIG")]
+        merge_domains: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config {
+            command: ConfigCommand::Check {
+                paths,
+                merge_domains,
+            },
+        } => check::run(&paths, merge_domains),
+    }
+}
