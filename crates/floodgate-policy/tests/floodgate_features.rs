@@ -360,3 +360,25 @@ fn bad_requests_are_clear_errors() {
     // And the engine keeps serving.
     assert_eq!(h.admitted(3, "api", &[d(&[("k", "v")])]), 2);
 }
+
+#[test]
+fn the_documented_shaper_example_passes_6_delays_15_rejects_the_rest() {
+    let mut h = Harness::new(&domain(
+        "      - key: remote_address
+        rate_limit: {algorithm: shaper, rate: 10r/s, burst: 20, delay: 5}
+",
+    ));
+    let req = [d(&[("remote_address", "198.51.100.7")])];
+    let (mut now, mut later, mut rejected) = (0, Vec::new(), 0);
+    for _ in 0..30 {
+        h.send("api", &req);
+        match h.response.statuses[0].decision.unwrap().outcome {
+            Outcome::Allowed => now += 1,
+            Outcome::Delayed(d) => later.push(d.as_millis()),
+            _ => rejected += 1,
+        }
+    }
+    assert_eq!(now, 6);
+    assert_eq!(later, (1..=15).map(|k| k * 100).collect::<Vec<_>>());
+    assert_eq!(rejected, 9);
+}
