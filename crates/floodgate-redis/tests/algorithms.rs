@@ -252,3 +252,52 @@ async fn batches_merge_duplicates_and_charge_all_or_nothing() {
             .await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn magnitudes_beyond_2_pow_53_in_products() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let day = Duration::from_secs(86_400);
+    // Products such as limit × window in µs exceed 2^53: the scripts' exact
+    // multiply-divide must agree with the in-memory 128-bit arithmetic.
+    let limits = [
+        AnyLimit::from(SlidingWindow::new(4_000_000_000, day).unwrap()),
+        AnyLimit::from(SubWindowCounter::new(1 << 40, day * 1000, 1000).unwrap())
+            .with_penalty(true),
+        AnyLimit::from(Gcra::new(999_999_937, Duration::from_secs(3600), 999_999_937).unwrap()),
+        AnyLimit::from(Gcra::new((1 << 40) - 87, day * 365, 1 << 40).unwrap()),
+        AnyLimit::from(FixedWindow::new(1 << 40, day * 365 * 100).unwrap()).with_penalty(true),
+        AnyLimit::from(
+            Shaper::new(
+                NginxRate::PerSecond(1 << 30),
+                1 << 30,
+                ShaperDelay::After(1 << 29),
+            )
+            .unwrap(),
+        ),
+    ];
+    let costs = [
+        1u64,
+        3_999_999_999,
+        1 << 39,
+        123_456_789_012,
+        (1 << 40) + 1,
+        7,
+        0,
+        1 << 40,
+    ];
+    for k in 0..40u64 {
+        for (n, limit) in limits.iter().enumerate() {
+            let key = format!("big:{n}");
+            let cost = costs[(k as usize + n) % costs.len()];
+            let items = [item(b"big", key.as_bytes(), limit, cost)];
+            t.step(
+                &items,
+                T0 + k * 7_777_777_777,
+                Commit,
+                &format!("limit {n} step {k}"),
+            )
+            .await;
+        }
+    }
+}

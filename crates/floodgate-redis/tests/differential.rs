@@ -1,0 +1,227 @@
+//! Differential tests: random limits (every kind, penalty on and off), random
+//! schedules of microsecond-aligned times, random costs (0, within, equal to
+//! and above the quota), multi-item batches with duplicate keys, dry runs
+//! and releases — decided by the in-memory backend and by Redis (a single
+//! server and a cluster, where batches span several slots) must agree on
+//! every item: outcome, limit and remaining exactly, durations after
+//! rounding the in-memory ones up to whole microseconds.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Cluster, Server, Twin, item};
+use floodgate::Apply;
+use floodgate::algorithms::{
+    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+    SlidingWindow, SubWindowCounter,
+};
+use floodgate_redis::Mode;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+#[derive(Clone, Debug)]
+enum Spec {
+    Gcra(u64, u64, u64),
+    Fixed(u64, u64),
+    Two(u64, u64),
+    Subs(u64, u64, u32),
+    Log(u64, u64),
+    Shaper(NginxRate, u64, ShaperDelay),
+    Conc(u64),
+}
+
+impl Spec {
+    fn limit(&self) -> AnyLimit {
+        let us = Duration::from_micros;
+        match *self {
+            Spec::Gcra(count, period, burst) => Gcra::new(count, us(period), burst).unwrap().into(),
+            Spec::Fixed(l, w) => FixedWindow::new(l, us(w)).unwrap().into(),
+            Spec::Two(l, w) => SlidingWindow::new(l, us(w)).unwrap().into(),
+            Spec::Subs(l, s, n) => SubWindowCounter::new(l, us(s * n as u64), n)
+                .unwrap()
+                .into(),
+            Spec::Log(l, w) => SlidingLog::new(l, us(w)).unwrap().into(),
+            Spec::Shaper(r, b, d) => Shaper::new(r, b, d).unwrap().into(),
+            Spec::Conc(m) => Concurrency::new(m).unwrap().into(),
+        }
+    }
+
+    fn quota(&self) -> u64 {
+        match *self {
+            Spec::Gcra(_, _, b) => b,
+            Spec::Fixed(l, _) | Spec::Two(l, _) | Spec::Subs(l, _, _) | Spec::Log(l, _) => l,
+            Spec::Shaper(_, b, _) => b + 1,
+            Spec::Conc(m) => m,
+        }
+    }
+}
+
+fn period() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(1_000u64),
+        Just(1_000_000),
+        Just(3_000_000),
+        1u64..5_000_000,
+    ]
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    prop_oneof![
+        (1u64..=20, period(), 1u64..=10).prop_map(|(c, p, b)| Spec::Gcra(c, p, b)),
+        (1u64..=10, period()).prop_map(|(l, w)| Spec::Fixed(l, w)),
+        (1u64..=10, period()).prop_map(|(l, w)| Spec::Two(l, w)),
+        (1u64..=20, 1u64..=1_000_000, 1u32..=6).prop_map(|(l, s, n)| Spec::Subs(l, s, n)),
+        (1u64..=8, period()).prop_map(|(l, w)| Spec::Log(l, w)),
+        (
+            prop_oneof![
+                (1u64..=20).prop_map(NginxRate::PerSecond),
+                (1u64..=600).prop_map(NginxRate::PerMinute)
+            ],
+            0u64..=6,
+            prop_oneof![
+                Just(ShaperDelay::Queue),
+                Just(ShaperDelay::NoDelay),
+                (0u64..=4).prop_map(ShaperDelay::After)
+            ]
+        )
+            .prop_map(|(r, b, d)| Spec::Shaper(r, b, d)),
+        (1u64..=5).prop_map(Spec::Conc),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Advance time, then decide on (key, cost selector) picks.
+    Decide(u64, bool, Vec<(usize, u64)>),
+    /// Give back units of a key (a no-op unless it is a concurrency limit).
+    Release(usize, u64),
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    /// Per key: its limit, penalty mode, and group.
+    keys: Vec<(Spec, bool, usize)>,
+    base_us: u64,
+    steps: Vec<Step>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let keys = prop::collection::vec((spec(), any::<bool>(), 0usize..3), 1..=4);
+    let dt = prop_oneof![
+        3 => Just(0u64),
+        3 => 1u64..2_000,
+        3 => 2_000u64..3_000_000,
+        1 => 3_000_000u64..20_000_000,
+    ];
+    let step = prop_oneof![
+        9 => (dt, prop::bool::weighted(0.15), prop::collection::vec((0usize..4, 0u64..=11), 1..=3))
+            .prop_map(|(dt, check, picks)| Step::Decide(dt, check, picks)),
+        1 => (0usize..4, 1u64..=3).prop_map(|(k, u)| Step::Release(k, u)),
+    ];
+    (
+        keys,
+        0u64..2_000_000_000_000_000,
+        prop::collection::vec(step, 1..40),
+    )
+        .prop_map(|(keys, base_us, steps)| Case {
+            keys,
+            base_us,
+            steps,
+        })
+}
+
+/// Cost selector: 0..=8 as is, 9 = the quota, 10 = above it, 11 = half.
+fn cost(sel: u64, quota: u64) -> u64 {
+    match sel {
+        9 => quota,
+        10 => quota + 1,
+        11 => quota / 2,
+        s => s,
+    }
+}
+
+async fn run_case(t: &Twin, c: &Case, id: u64) {
+    let limits: Vec<AnyLimit> = c
+        .keys
+        .iter()
+        .map(|(s, p, _)| s.limit().with_penalty(*p))
+        .collect();
+    let groups: Vec<String> = (0..3).map(|g| format!("c{id}g{g}")).collect();
+    let names: Vec<String> = c
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, (_, _, g))| format!("{}:k{i}", groups[*g]))
+        .collect();
+    let mut now = c.base_us;
+    for (n, step) in c.steps.iter().enumerate() {
+        match step {
+            Step::Decide(dt, check, picks) => {
+                now += dt;
+                let items: Vec<_> = picks
+                    .iter()
+                    .map(|&(k, sel)| {
+                        let k = k % c.keys.len();
+                        let (spec, _, g) = &c.keys[k];
+                        item(
+                            groups[*g].as_bytes(),
+                            names[k].as_bytes(),
+                            &limits[k],
+                            cost(sel, spec.quota()),
+                        )
+                    })
+                    .collect();
+                let apply = if *check { Apply::Check } else { Apply::Commit };
+                t.step(&items, now, apply, &format!("case {id} step {n}"))
+                    .await;
+            }
+            Step::Release(k, units) => {
+                let k = k % c.keys.len();
+                let (_, _, g) = &c.keys[k];
+                t.release(
+                    item(groups[*g].as_bytes(), names[k].as_bytes(), &limits[k], 0),
+                    *units,
+                )
+                .await;
+            }
+        }
+    }
+}
+
+fn run(urls: Vec<String>, mode: Mode, cases: u32) {
+    static IDS: AtomicU64 = AtomicU64::new(0);
+    let rt = common::runtime();
+    let twin = rt.block_on(Twin::new(urls, mode, "d:"));
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&case(), |c| {
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
+        rt.block_on(run_case(&twin, &c, id));
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let stats = twin.redis.stats();
+    if mode == Mode::Cluster {
+        assert!(stats.cross_slot.get() > 0, "no batch spanned several slots");
+    }
+    assert_eq!(stats.errors.get(), 0);
+}
+
+#[test]
+fn memory_and_single_server_agree() {
+    let server = Server::start();
+    run(vec![server.url()], Mode::Single, 64);
+}
+
+#[test]
+fn memory_and_cluster_agree() {
+    let cluster = Cluster::start();
+    run(cluster.urls(), Mode::Cluster, 40);
+}

@@ -1,0 +1,341 @@
+//! What lands in Redis: key expiry (never before the state is idle), the
+//! script cache being flushed, huge and binary keys, keys holding something
+//! else (another type, corrupted bytes), limits that cannot be decided
+//! exactly, and the local over-limit cache.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{Server, Twin, blank, item};
+use floodgate::algorithms::{
+    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+    SlidingWindow, SubWindowCounter,
+};
+use floodgate::{Apply, Outcome, Timestamp};
+use floodgate_policy::{Backend, BackendError};
+use floodgate_redis::{Mode, RedisBackend, RedisConfig, TimeSource};
+use redis::Commands;
+
+fn every_kind() -> Vec<AnyLimit> {
+    let s = Duration::from_secs;
+    vec![
+        Gcra::new(3, s(1), 4).unwrap().into(),
+        FixedWindow::new(5, s(60)).unwrap().into(),
+        SlidingWindow::new(5, s(60)).unwrap().into(),
+        SubWindowCounter::new(5, s(60), 6).unwrap().into(),
+        SlidingLog::new(5, s(60)).unwrap().into(),
+        Shaper::new(NginxRate::PerMinute(7), 3, ShaperDelay::Queue)
+            .unwrap()
+            .into(),
+        Concurrency::new(5).unwrap().into(),
+    ]
+}
+
+async fn backend(server: &Server, f: impl FnOnce(&mut RedisConfig)) -> RedisBackend {
+    let mut config = RedisConfig {
+        urls: vec![server.url()],
+        timeout: Duration::from_secs(2),
+        ..RedisConfig::default()
+    };
+    f(&mut config);
+    RedisBackend::connect(&config).await.expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_when_idle_never_earlier() {
+    let server = Server::start();
+    let b = backend(&server, |_| {}).await;
+    let mut conn = server.conn();
+    for (n, limit) in every_kind().iter().enumerate() {
+        let key = format!("exp:{n}");
+        let items = [item(b"exp", key.as_bytes(), limit, 2)];
+        let mut out = [blank()];
+        let (d, at) = b
+            .decide_timed(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        assert!(d.is_allowed(), "{n}: {d:?}");
+        let name = b.state_key(&items[0]);
+        let expire: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&name)
+            .query(&mut conn)
+            .unwrap();
+        if limit.is_concurrency() {
+            assert_eq!(expire, -1, "permits never expire without a lease");
+            continue;
+        }
+        // The state is idle at now + reset_after; the key expires at that
+        // instant rounded up to Redis's millisecond precision.
+        let idle_us = at.as_micros() + d.reset_after.as_micros() as u64;
+        assert_eq!(expire as u64, idle_us.div_ceil(1000), "{n}: {d:?}");
+    }
+    // And it really goes: a 150 ms window's key is gone after its end.
+    let short = AnyLimit::from(FixedWindow::new(5, Duration::from_millis(150)).unwrap());
+    let items = [item(b"exp", b"exp:short", &short, 1)];
+    let mut out = [blank()];
+    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    let name = b.state_key(&items[0]);
+    assert!(conn.exists::<_, bool>(&name).unwrap());
+    std::thread::sleep(out[0].reset_after + Duration::from_millis(20));
+    assert!(!conn.exists::<_, bool>(&name).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_expiry_with_client_time_and_leases() {
+    let server = Server::start();
+    let b = backend(&server, |c| {
+        c.time_source = TimeSource::Client {
+            expiry_slack: Duration::from_secs(10),
+        };
+        c.concurrency_lease = Some(Duration::from_secs(30));
+    })
+    .await;
+    let mut conn = server.conn();
+    // A client clock far from Redis's: expiry follows the decision, not
+    // the absolute instant (which Redis would see as long past).
+    let now = Timestamp::from_secs(1_000);
+    let limit = AnyLimit::from(Gcra::new(1, Duration::from_secs(5), 2).unwrap());
+    let items = [item(b"rel", b"rel:g", &limit, 2)];
+    let mut out = [blank()];
+    b.decide(&items, now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    let ttl: i64 = conn.pttl(b.state_key(&items[0])).unwrap();
+    assert!((14_000..=20_000).contains(&ttl), "ttl {ttl}");
+    let permits = AnyLimit::from(Concurrency::new(3).unwrap());
+    let items = [item(b"rel", b"rel:c", &permits, 1)];
+    b.decide(&items, now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    let ttl: i64 = conn.pttl(b.state_key(&items[0])).unwrap();
+    assert!((29_000..=30_000).contains(&ttl), "lease ttl {ttl}");
+    b.release(items[0], 1, now).await.unwrap();
+    assert!(!conn.exists::<_, bool>(b.state_key(&items[0])).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_time_is_the_decision_time() {
+    let server = Server::start();
+    let b = backend(&server, |_| {}).await;
+    let limit = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(1)).unwrap());
+    let items = [item(b"t", b"t:a", &limit, 1)];
+    let mut out = [blank()];
+    // The caller's `now` is ignored: Redis's clock decides.
+    let (_, at) = b
+        .decide_timed(&items, Timestamp::from_secs(5), Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    assert!(wall.abs_diff(Duration::from_nanos(at.as_nanos())) < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushed_script_cache_is_reloaded() {
+    let server = Server::start();
+    let t = Twin::new(vec![server.url()], Mode::Single, "nos:").await;
+    let limit = AnyLimit::from(Gcra::new(10, Duration::from_secs(1), 5).unwrap());
+    let items = [item(b"n", b"n:a", &limit, 2)];
+    t.step(&items, 1_000_000, Apply::Commit, "first").await;
+    let loads = t.redis.stats().script_loads.get();
+    assert_eq!(server.cli(&["script", "flush"]).trim(), "OK");
+    t.step(&items, 1_000_000, Apply::Commit, "after flush")
+        .await;
+    assert_eq!(t.redis.stats().script_loads.get(), loads + 1);
+    t.step(&items, 1_000_000, Apply::Commit, "cached again")
+        .await;
+    assert_eq!(t.redis.stats().script_loads.get(), loads + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_and_binary_keys() {
+    let server = Server::start();
+    let t = Twin::new(vec![server.url()], Mode::Single, "bin:").await;
+    let limit = AnyLimit::from(SlidingLog::new(3, Duration::from_secs(10)).unwrap());
+    let mut huge = vec![b'x'; 1 << 20];
+    huge[..5].copy_from_slice(b"huge:");
+    let weird_group: &[u8] = b"\0{}\xff{";
+    let weird_key: &[u8] = b"\0{}\xff{:}\0{{";
+    for k in 0..5u64 {
+        let items = [
+            item(b"huge", &huge, &limit, 1),
+            item(weird_group, weird_key, &limit, 1),
+        ];
+        t.step(&items, 1_000_000 + k, Apply::Commit, "keys").await;
+    }
+    let name = t.redis.state_key(&item(b"huge", &huge, &limit, 1));
+    assert!(name.len() < 100, "huge keys are stored under their hash");
+    let name = t.redis.state_key(&item(weird_group, weird_key, &limit, 1));
+    assert!(name.ends_with(weird_key));
+    let mut conn = server.conn();
+    assert!(conn.exists::<_, bool>(&name).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_holding_something_else_are_reset() {
+    let server = Server::start();
+    let t = Twin::new(vec![server.url()], Mode::Single, "bad:").await;
+    let mut conn = server.conn();
+    let junk: [&[u8]; 9] = [
+        b"garbage",
+        b"f12:abc",
+        b"g99999999999999999999999",
+        b"g5:7:0",
+        b"w1:2",
+        b"l\xff\xff\xff\xff\xff\xff\xff\xff",
+        b"s-1:5",
+        b"c",
+        b"",
+    ];
+    let mut resets = 0;
+    for (n, limit) in every_kind().iter().enumerate() {
+        for (j, bytes) in junk.iter().enumerate() {
+            for kind in ["list", "hash", "string"] {
+                let key = format!("bad:{n}:{j}:{kind}");
+                let it = item(b"bad", key.as_bytes(), limit, 1);
+                let name = t.redis.state_key(&it);
+                match kind {
+                    "list" => conn.lpush::<_, _, ()>(&name, *bytes).unwrap(),
+                    "hash" => conn.hset::<_, _, _, ()>(&name, "f", *bytes).unwrap(),
+                    _ => conn.set::<_, _, ()>(&name, *bytes).unwrap(),
+                }
+                // Decided as a fresh key, like the in-memory store does.
+                let d = t.step(&[it], 5_000_000, Apply::Commit, &key).await;
+                assert_eq!(d.outcome, Outcome::Allowed, "{key}");
+                resets += 1;
+                let kind: String = redis::cmd("TYPE").arg(&name).query(&mut conn).unwrap();
+                assert_eq!(kind, "string", "{key} now holds its state");
+                t.step(&[it], 5_000_001, Apply::Commit, &key).await;
+            }
+        }
+    }
+    // A few junk strings happen to parse as a state of their own kind only
+    // when they are valid; every other one was reset.
+    assert!(t.redis.stats().state_resets.get() >= resets - 3);
+    // A release on a key of another type leaves it alone.
+    let permits = AnyLimit::from(Concurrency::new(3).unwrap());
+    let it = item(b"bad", b"bad:list-release", &permits, 1);
+    conn.lpush::<_, _, ()>(t.redis.state_key(&it), "x").unwrap();
+    t.redis.release(it, 1, Timestamp::ZERO).await.unwrap();
+    let len: usize = conn.llen(t.redis.state_key(&it)).unwrap();
+    assert_eq!(len, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_errors_not_panics() {
+    let server = Server::start();
+    let b = backend(&server, |_| {}).await;
+    let odd = AnyLimit::from(Gcra::new(1, Duration::from_nanos(1_500), 1).unwrap());
+    let mut out = [blank(), blank()];
+    let e = b
+        .decide(
+            &[item(b"x", b"x:1", &odd, 1)],
+            Timestamp::ZERO,
+            Apply::Commit,
+            &mut out,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, BackendError::Protocol(m) if m.contains("whole microseconds")),
+        "{e}"
+    );
+    let e = b
+        .decide(&[], Timestamp::ZERO, Apply::Commit, &mut out)
+        .await;
+    assert!(e.is_err());
+    let ok = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap());
+    let two = [item(b"x", b"x:1", &ok, 1), item(b"x", b"x:2", &ok, 1)];
+    assert!(
+        b.decide(&two, Timestamp::ZERO, Apply::Commit, &mut out[..1])
+            .await
+            .is_err()
+    );
+    let d = b
+        .decide(
+            &[item(b"x", b"x:3", &ok, u64::MAX)],
+            Timestamp::ZERO,
+            Apply::Commit,
+            &mut out,
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Outcome::Never);
+    assert_eq!(b.stats().errors.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_limit_cache_answers_denials_until_retry() {
+    let server = Server::start();
+    let b = backend(&server, |c| {
+        c.local_cache_capacity = 100;
+        c.time_source = TimeSource::Client {
+            expiry_slack: Duration::from_secs(60),
+        };
+    })
+    .await;
+    let limit = AnyLimit::from(FixedWindow::new(2, Duration::from_secs(1)).unwrap());
+    let other = AnyLimit::from(Gcra::new(100, Duration::from_secs(1), 100).unwrap());
+    let mut out = [blank(), blank()];
+    let at = |us: u64| Timestamp::from_micros(10_000_000 + us);
+    let one = |cost| [item(b"oc", b"oc:a", &limit, cost)];
+    for _ in 0..2 {
+        assert!(
+            b.decide(&one(1), at(0), Apply::Commit, &mut out)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    let denied = b
+        .decide(&one(1), at(0), Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(denied.retry_after, Some(Duration::from_secs(1)));
+    let calls = b.stats().calls.get();
+    // Answered locally, with the remaining wait.
+    let d = b
+        .decide(&one(2), at(400_000), Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(d.retry_after, Some(Duration::from_micros(600_000)));
+    assert_eq!(b.stats().calls.get(), calls);
+    assert_eq!(b.stats().cache_hits.get(), 1);
+    // A batch with the denied key is denied as a whole, locally.
+    let batch = [
+        item(b"oc", b"oc:b", &other, 1),
+        item(b"oc", b"oc:a", &limit, 1),
+    ];
+    let d = b
+        .decide(&batch, at(999_999), Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert_eq!(d.retry_after, Some(Duration::from_micros(1)));
+    assert_eq!(b.stats().calls.get(), calls);
+    // A peek (cost 0) and the retry instant itself go to Redis.
+    assert!(
+        b.decide(&one(0), at(500_000), Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(
+        b.decide(&one(1), at(1_000_000), Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    assert_eq!(b.stats().calls.get(), calls + 2);
+    // Penalty-mode limits always reach Redis (their denials count there).
+    let pen =
+        AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap()).with_penalty(true);
+    let p = [item(b"oc", b"oc:p", &pen, 1)];
+    for _ in 0..3 {
+        b.decide(&p, at(0), Apply::Commit, &mut out).await.unwrap();
+    }
+    assert_eq!(b.stats().calls.get(), calls + 5);
+    assert_eq!(b.stats().cache_hits.get(), 2);
+}
