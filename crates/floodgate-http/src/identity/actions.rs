@@ -1,0 +1,194 @@
+//! Running actions against a request: each writes its entry's value into
+//! the descriptor being built, or yields nothing.
+
+use std::net::IpAddr;
+
+use http::{HeaderMap, Method, Uri, header::AUTHORIZATION};
+
+use super::client_ip::{ClientIp, MAX_RENDERED};
+use super::config::{Action, SecretSource, Source};
+use super::extension::ExtensionSource;
+use super::hash::{SECRET_HASH_LEN, write_bounded, write_secret_hash};
+use super::output::HttpDescriptor;
+use super::route::Routes;
+
+/// The parts of a request actions read.
+pub(crate) struct Request<'r, E: ?Sized> {
+    pub method: &'r Method,
+    pub uri: &'r Uri,
+    pub headers: &'r HeaderMap,
+    pub ext: &'r E,
+    pub peer: IpAddr,
+}
+
+/// What is worked out at most once per request.
+pub(crate) struct Lazy<'s> {
+    pub client: Option<IpAddr>,
+    pub route: Option<Option<&'s str>>,
+}
+
+/// What actions need from the identity.
+pub(crate) struct Env<'s> {
+    pub client_ip: &'s ClientIp,
+    pub routes: &'s Routes,
+    pub max_value_len: usize,
+}
+
+/// The value of `source`, trimmed; none when absent or empty.
+pub(crate) fn source_value<'r, E: ExtensionSource + ?Sized>(
+    source: &Source,
+    headers: &'r HeaderMap,
+    ext: &'r E,
+) -> Option<&'r [u8]> {
+    let raw = match source {
+        Source::Header(name) => headers.get(name)?.as_bytes(),
+        Source::Extension(name) => ext.get(name)?.as_bytes(),
+    };
+    Some(raw.trim_ascii()).filter(|v| !v.is_empty())
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme in any case).
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(AUTHORIZATION)?.as_bytes().trim_ascii();
+    let space = value.iter().position(|&b| b == b' ' || b == b'\t')?;
+    let (scheme, rest) = value.split_at(space);
+    let token = rest.trim_ascii();
+    let valid = scheme.eq_ignore_ascii_case(b"bearer")
+        && !token.is_empty()
+        && !token.iter().any(|&b| b == b' ' || b == b'\t');
+    valid.then_some(token)
+}
+
+impl Env<'_> {
+    /// The most bytes `action` writes (key and value).
+    pub(crate) fn bound(&self, action: &Action) -> usize {
+        let value = match action {
+            Action::ClientIp { .. } => MAX_RENDERED,
+            Action::Value { .. } | Action::Method { .. } | Action::Path { .. } => {
+                self.max_value_len
+            }
+            Action::Secret { hash: true, .. } => SECRET_HASH_LEN,
+            Action::Secret { hash: false, .. } => self.max_value_len,
+            Action::Route { unmatched, .. } => self
+                .routes
+                .longest()
+                .max(unmatched.as_deref().map_or(0, str::len)),
+            Action::Generic { value, .. } => value.len(),
+            Action::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
+        };
+        action.key().len() + value
+    }
+}
+
+impl<'s> Env<'s> {
+    /// Runs `action`, appending its entry to `out`; false when it yields
+    /// nothing (`out` then holds a partial entry: discard the descriptor).
+    pub(crate) fn run<E: ExtensionSource + ?Sized>(
+        &self,
+        action: &'s Action,
+        req: &Request<'_, E>,
+        lazy: &mut Lazy<'s>,
+        out: &mut HttpDescriptor,
+    ) -> bool {
+        let key = action.key();
+        let start = out.begin_entry(key);
+        let text = out.text_mut();
+        let max = self.max_value_len;
+        let written = match action {
+            Action::ClientIp { .. } => {
+                let ip = *lazy
+                    .client
+                    .get_or_insert_with(|| self.client_ip.resolve(req.headers, req.peer));
+                self.client_ip.render(ip, text);
+                true
+            }
+            Action::Value { source, .. } => source_value(source, req.headers, req.ext)
+                .map(|v| write_bounded(text, v, max))
+                .is_some(),
+            Action::Secret { source, hash, .. } => {
+                let secret = match source {
+                    SecretSource::Header(name) => req
+                        .headers
+                        .get(name)
+                        .map(|v| v.as_bytes().trim_ascii())
+                        .filter(|v| !v.is_empty()),
+                    SecretSource::Bearer => bearer_token(req.headers),
+                };
+                match (secret, hash) {
+                    (Some(s), true) => write_secret_hash(text, s),
+                    (Some(s), false) => write_bounded(text, s, max),
+                    (None, _) => {}
+                }
+                secret.is_some()
+            }
+            Action::Method { .. } => {
+                write_bounded(text, req.method.as_str().as_bytes(), max);
+                true
+            }
+            Action::Route { unmatched, .. } => {
+                let found = *lazy
+                    .route
+                    .get_or_insert_with(|| self.routes.find(req.uri.path()));
+                match found.or(unmatched.as_deref()) {
+                    Some(v) => {
+                        text.push_str(v);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            Action::Path { .. } => {
+                write_bounded(text, req.uri.path().as_bytes(), max);
+                true
+            }
+            Action::Generic { value, .. } => {
+                text.push_str(value);
+                true
+            }
+            Action::Tier {
+                source,
+                values,
+                default,
+                ..
+            } => {
+                let given = source_value(source, req.headers, req.ext);
+                let known = given
+                    .and_then(|g| values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g)));
+                match known.or(default.as_ref()) {
+                    Some(tier) => {
+                        text.push_str(tier);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        };
+        if written {
+            out.end_entry(start, key.len());
+        }
+        written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer() {
+        let token = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(AUTHORIZATION, v.parse().unwrap());
+            bearer_token(&h).map(|t| String::from_utf8(t.to_vec()).unwrap())
+        };
+        assert_eq!(token("Bearer abc.def-ghi"), Some("abc.def-ghi".into()));
+        assert_eq!(token("bearer   tok=="), Some("tok==".into()));
+        assert_eq!(token("BEARER\ttok"), Some("tok".into()));
+        assert_eq!(token("Basic dXNlcjpwYXNz"), None);
+        assert_eq!(token("Bearer"), None);
+        assert_eq!(token("Bearer "), None);
+        assert_eq!(token("Bearer a b"), None);
+        assert_eq!(token("Bearerabc"), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+}

@@ -1,0 +1,166 @@
+//! The client address: the socket peer, or the address trusted proxies say
+//! they saw.
+//!
+//! The addresses form a chain, `[entry 1, ..., entry n, peer]`: each proxy
+//! appends the address that connected to it. Walking from the right (the
+//! peer), an address is trusted when it is among the `trusted_hops`
+//! rightmost of the chain or inside a trusted network; the client is the
+//! first address that is not. Entries to its left were written by the
+//! client and are never read. So:
+//!
+//! - nothing trusted (the default): the peer, whatever the headers say;
+//! - `trusted_proxies` set: the header is read only when the peer is in
+//!   them;
+//! - an unreadable entry on the walk (garbage, `unknown`, an obfuscated
+//!   identifier, an invalid address or port), or a trusted walk longer than
+//!   32 entries: the peer (never a guess);
+//! - the walk runs out of entries while all are trusted: the leftmost
+//!   (written by a trusted proxy).
+
+use std::fmt::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use floodgate_policy::compile::in_network;
+use http::{HeaderMap, HeaderName};
+
+use super::config::{ClientIpConfig, ClientIpHeader};
+use super::forwarded::{Chain, entry_address, normalize};
+
+/// Longest rendered client value (`ffff:...:ffff/128`).
+pub(crate) const MAX_RENDERED: usize = 43;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    List,
+    Forwarded,
+    Single,
+}
+
+/// Finds and renders client addresses.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientIp {
+    header: HeaderName,
+    format: Format,
+    hops: usize,
+    proxies: Box<[(IpAddr, u8)]>,
+    read_header: bool,
+    v4_prefix: u8,
+    v6_prefix: u8,
+}
+
+impl ClientIp {
+    pub(crate) fn new(c: &ClientIpConfig) -> Self {
+        ClientIp {
+            header: c.header.name(),
+            format: match c.header {
+                ClientIpHeader::Forwarded => Format::Forwarded,
+                ClientIpHeader::XRealIp => Format::Single,
+                _ => Format::List,
+            },
+            hops: c.trusted_hops as usize,
+            proxies: c.trusted_proxies.clone().into_boxed_slice(),
+            read_header: c.trusts_proxies(),
+            v4_prefix: c.ipv4_prefix.unwrap_or(32).min(32),
+            v6_prefix: c.ipv6_prefix.unwrap_or(128).min(128),
+        }
+    }
+
+    fn in_proxies(&self, ip: IpAddr) -> bool {
+        self.proxies.iter().any(|&net| in_network(ip, net))
+    }
+
+    /// Whether the address at position `k` of the chain (0 is the peer) is
+    /// a trusted proxy.
+    fn trusted(&self, k: usize, ip: IpAddr) -> bool {
+        k < self.hops || self.in_proxies(ip)
+    }
+
+    /// The client address of a request from `peer`.
+    pub(crate) fn resolve(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
+        let peer = normalize(peer);
+        if !self.read_header || !self.trusted(0, peer) {
+            return peer;
+        }
+        if !self.proxies.is_empty() && !self.in_proxies(peer) {
+            return peer;
+        }
+        let mut chain = Chain::new();
+        let lines = headers.get_all(&self.header).iter();
+        match self.format {
+            Format::List => chain.read_list(lines),
+            Format::Forwarded => chain.read_forwarded(lines),
+            Format::Single => {
+                chain.read_list(lines);
+                chain.keep_last();
+            }
+        }
+        let mut current = peer;
+        for k in 1.. {
+            if k > chain.total() {
+                return current;
+            }
+            let Some(entry) = chain.nth_from_right(k) else {
+                return peer; // a trusted walk longer than we keep
+            };
+            let Some(ip) = entry_address(entry, self.format == Format::Forwarded) else {
+                return peer;
+            };
+            if !self.trusted(k, ip) {
+                return ip;
+            }
+            current = ip;
+        }
+        peer
+    }
+
+    /// Appends the key of `ip`: the address, or its network
+    /// (`2001:db8:1:2::/64`) when grouped.
+    pub(crate) fn render(&self, ip: IpAddr, out: &mut String) {
+        let (prefix, full) = match ip {
+            IpAddr::V4(_) => (self.v4_prefix, 32),
+            IpAddr::V6(_) => (self.v6_prefix, 128),
+        };
+        if prefix >= full {
+            let _ = write!(out, "{ip}");
+            return;
+        }
+        let net = match ip {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX.checked_shl(32 - prefix as u32).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX.checked_shl(128 - prefix as u32).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        let _ = write!(out, "{net}/{prefix}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(c: &ClientIpConfig, ip: &str) -> String {
+        let mut s = String::new();
+        ClientIp::new(c).render(ip.parse().unwrap(), &mut s);
+        s
+    }
+
+    #[test]
+    fn rendering() {
+        let mut c = ClientIpConfig::default();
+        assert_eq!(render(&c, "2001:db8:1:2:3:4:5:6"), "2001:db8:1:2:3:4:5:6");
+        c.ipv6_prefix = Some(64);
+        c.ipv4_prefix = Some(24);
+        assert_eq!(render(&c, "2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
+        assert_eq!(render(&c, "192.0.2.77"), "192.0.2.0/24");
+        c.ipv6_prefix = Some(128);
+        c.ipv4_prefix = Some(32);
+        assert_eq!(render(&c, "192.0.2.77"), "192.0.2.77");
+        let longest = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
+        c.ipv6_prefix = Some(127);
+        assert_eq!(render(&c, longest).len(), MAX_RENDERED);
+    }
+}

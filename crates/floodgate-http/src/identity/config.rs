@@ -1,0 +1,360 @@
+//! The identity configuration as plain data: what the YAML `http:` section
+//! reads into, and what code can build directly.
+
+use std::net::IpAddr;
+
+use http::HeaderName;
+
+use super::error::IdentityError;
+use super::hash::MIN_VALUE_LEN;
+
+/// Default longest value of an entry read from a request, in bytes.
+pub const DEFAULT_MAX_VALUE_LEN: usize = 256;
+/// Largest `max_value_len` (the engine's limit on an entry).
+pub const MAX_VALUE_LEN: usize = 16 * 1024;
+/// Most trusted hops.
+pub const MAX_TRUSTED_HOPS: u8 = 16;
+/// Most descriptors.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// Most actions in one descriptor (the engine's limit on entries).
+pub const MAX_ACTIONS: usize = floodgate_policy::compile::MAX_DEPTH;
+/// Largest cost.
+pub const MAX_COST: u32 = 1_000_000;
+
+/// How a request is turned into descriptors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentityConfig {
+    /// The policy domain the descriptors are evaluated in.
+    pub domain: String,
+    /// How the client address is found.
+    pub client_ip: ClientIpConfig,
+    /// Route templates for `route` actions, e.g. `/users/{id}`.
+    pub routes: Vec<String>,
+    /// Where a request's weighted cost comes from (none: every request
+    /// costs 1).
+    pub cost: Option<CostConfig>,
+    /// Longest value taken from a request as it is, in bytes; longer values
+    /// (and values that are not UTF-8) are shortened to a prefix, `~` and a
+    /// hash of the whole value.
+    pub max_value_len: usize,
+    /// The descriptors, each a list of actions producing one entry each.
+    pub descriptors: Vec<Vec<Action>>,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            domain: String::new(),
+            client_ip: ClientIpConfig::default(),
+            routes: Vec::new(),
+            cost: None,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+            descriptors: Vec::new(),
+        }
+    }
+}
+
+/// The header carrying the addresses proxies saw.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=192.0.2.1, for="[2001:db8::1]:4711"`.
+    Forwarded,
+    /// `X-Real-IP: client`: one address, set by the proxy in front.
+    XRealIp,
+    /// Another header of comma-separated addresses, read like
+    /// `X-Forwarded-For` (e.g. `x-envoy-external-address`).
+    Custom(HeaderName),
+}
+
+impl ClientIpHeader {
+    /// The header's name.
+    pub fn name(&self) -> HeaderName {
+        match self {
+            ClientIpHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ClientIpHeader::Forwarded => http::header::FORWARDED,
+            ClientIpHeader::XRealIp => HeaderName::from_static("x-real-ip"),
+            ClientIpHeader::Custom(name) => name.clone(),
+        }
+    }
+}
+
+/// How the client address is found. By default it is the socket peer and
+/// no header is read.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ClientIpConfig {
+    /// The header proxies write (read only through trusted proxies).
+    pub header: ClientIpHeader,
+    /// How many proxies in front of this server append to the header: the
+    /// peer and the `trusted_hops - 1` rightmost entries are proxies.
+    pub trusted_hops: u8,
+    /// Networks of trusted proxies. When not empty, the header is read only
+    /// when the peer is in one of them, and entries in them are skipped
+    /// too.
+    pub trusted_proxies: Vec<(IpAddr, u8)>,
+    /// Group IPv4 clients by this prefix length (e.g. 24); none or 32: each
+    /// address is its own key.
+    pub ipv4_prefix: Option<u8>,
+    /// Group IPv6 clients by this prefix length (64 is typical: one
+    /// subscriber's network); none or 128: each address is its own key.
+    pub ipv6_prefix: Option<u8>,
+}
+
+impl ClientIpConfig {
+    /// Whether any proxy is trusted (else the header is never read).
+    pub fn trusts_proxies(&self) -> bool {
+        self.trusted_hops > 0 || !self.trusted_proxies.is_empty()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), IdentityError> {
+        let err = |m: String| Err(IdentityError::ClientIp(m));
+        if self.trusted_hops > MAX_TRUSTED_HOPS {
+            return err(format!(
+                "trusted_hops is {} (at most {MAX_TRUSTED_HOPS})",
+                self.trusted_hops
+            ));
+        }
+        for &(net, prefix) in &self.trusted_proxies {
+            let max = if net.is_ipv4() { 32 } else { 128 };
+            if prefix > max {
+                return err(format!("invalid network {net}/{prefix}"));
+            }
+        }
+        match self.ipv4_prefix {
+            Some(p) if !(1..=32).contains(&p) => err(format!("ipv4_prefix {p} is not in 1..=32")),
+            _ => match self.ipv6_prefix {
+                Some(p) if !(1..=128).contains(&p) => {
+                    err(format!("ipv6_prefix {p} is not in 1..=128"))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// Where a value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A request header (the first line when there are several).
+    Header(HeaderName),
+    /// A value the application knows, by name (see
+    /// [`ExtensionSource`](super::ExtensionSource)).
+    Extension(String),
+}
+
+/// Where a secret comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    /// A header holding the secret itself, e.g. `x-api-key`.
+    Header(HeaderName),
+    /// The token of `Authorization: Bearer <token>`.
+    Bearer,
+}
+
+/// One action: produces one entry of a descriptor, or nothing (and then
+/// the descriptor is not sent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The client address (or its network, when grouped).
+    ClientIp {
+        /// Entry key (`remote_address`).
+        key: String,
+    },
+    /// A value from a header or the application (`header`, `user`,
+    /// `tenant`, `extension`); nothing when absent or empty.
+    Value {
+        /// Where from.
+        source: Source,
+        /// Entry key.
+        key: String,
+    },
+    /// An API key or bearer token; nothing when absent.
+    Secret {
+        /// Where from.
+        source: SecretSource,
+        /// Entry key.
+        key: String,
+        /// Send a hash of the secret (see [`secret_hash`](super::secret_hash))
+        /// instead of the secret itself.
+        hash: bool,
+    },
+    /// The request method (`GET`, ...).
+    Method {
+        /// Entry key (`method`).
+        key: String,
+    },
+    /// The matched route template; otherwise `unmatched`, or nothing.
+    Route {
+        /// Entry key (`route`).
+        key: String,
+        /// The value for paths matching no template (none: nothing).
+        unmatched: Option<String>,
+    },
+    /// The raw request path, without the query.
+    Path {
+        /// Entry key (`path`).
+        key: String,
+    },
+    /// A constant entry.
+    Generic {
+        /// Entry key.
+        key: String,
+        /// Entry value.
+        value: String,
+    },
+    /// A value restricted to known tiers (matched ignoring ASCII case and
+    /// sent as configured); unknown or absent values become `default`, or
+    /// nothing without one.
+    Tier {
+        /// Where from.
+        source: Source,
+        /// Entry key (`tier`).
+        key: String,
+        /// The known tiers.
+        values: Vec<String>,
+        /// The tier of unknown or absent values.
+        default: Option<String>,
+    },
+}
+
+impl Action {
+    /// `client_ip` with the key `remote_address`.
+    pub fn client_ip() -> Action {
+        Action::ClientIp {
+            key: "remote_address".into(),
+        }
+    }
+
+    /// The value of header `name` under `key`.
+    pub fn header(name: HeaderName, key: &str) -> Action {
+        Action::Value {
+            source: Source::Header(name),
+            key: key.into(),
+        }
+    }
+
+    /// A constant entry.
+    pub fn generic(key: &str, value: &str) -> Action {
+        Action::Generic {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    /// The entry key this action produces.
+    pub fn key(&self) -> &str {
+        match self {
+            Action::ClientIp { key }
+            | Action::Value { key, .. }
+            | Action::Secret { key, .. }
+            | Action::Method { key }
+            | Action::Route { key, .. }
+            | Action::Path { key }
+            | Action::Generic { key, .. }
+            | Action::Tier { key, .. } => key,
+        }
+    }
+
+    pub(crate) fn validate(&self, has_routes: bool) -> Result<(), String> {
+        if self.key().is_empty() {
+            return Err("an entry key must not be empty".into());
+        }
+        match self {
+            Action::Generic { value, .. } if value.is_empty() => {
+                Err("a generic value must not be empty".into())
+            }
+            Action::Route { .. } if !has_routes => {
+                Err("route needs route templates under 'routes'".into())
+            }
+            Action::Route {
+                unmatched: Some(u), ..
+            } if u.is_empty() => Err("unmatched must not be empty".into()),
+            Action::Tier {
+                values, default, ..
+            } => {
+                if values.is_empty() || values.iter().any(String::is_empty) {
+                    return Err("tier needs non-empty 'values'".into());
+                }
+                match default {
+                    Some(d) if !values.iter().any(|v| v == d) => Err(format!(
+                        "the default tier `{d}` is not one of the values ({})",
+                        values.join(", ")
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where a request's weighted cost (its hits addend) comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CostConfig {
+    /// The header (or application value) holding a decimal integer.
+    pub source: Source,
+    /// The largest cost; larger values count as this.
+    pub max: u32,
+    /// The cost of requests without a valid value (absent, not a number,
+    /// or 0).
+    pub default: u32,
+}
+
+impl CostConfig {
+    pub(crate) fn validate(&self) -> Result<(), IdentityError> {
+        if self.max == 0 || self.max > MAX_COST {
+            return Err(IdentityError::Cost(format!(
+                "max is {} (expected 1 to {MAX_COST})",
+                self.max
+            )));
+        }
+        if self.default == 0 || self.default > self.max {
+            return Err(IdentityError::Cost(format!(
+                "default is {} (expected 1 to max, {})",
+                self.default, self.max
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl IdentityConfig {
+    /// Checks everything [`HttpIdentity::new`](super::HttpIdentity::new)
+    /// relies on, except the route templates (checked as they compile).
+    pub(crate) fn validate(&self) -> Result<(), IdentityError> {
+        if self.domain.is_empty() {
+            return Err(IdentityError::Invalid("domain must not be empty".into()));
+        }
+        if !(MIN_VALUE_LEN..=MAX_VALUE_LEN).contains(&self.max_value_len) {
+            return Err(IdentityError::Invalid(format!(
+                "max_value_len is {} (expected {MIN_VALUE_LEN} to {MAX_VALUE_LEN})",
+                self.max_value_len
+            )));
+        }
+        self.client_ip.validate()?;
+        if let Some(c) = &self.cost {
+            c.validate()?;
+        }
+        if self.descriptors.is_empty() || self.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(IdentityError::Invalid(format!(
+                "{} descriptors (expected 1 to {MAX_DESCRIPTORS})",
+                self.descriptors.len()
+            )));
+        }
+        for (index, d) in self.descriptors.iter().enumerate() {
+            let err = |reason: String| IdentityError::Descriptor { index, reason };
+            if d.is_empty() || d.len() > MAX_ACTIONS {
+                return Err(err(format!(
+                    "{} actions (expected 1 to {MAX_ACTIONS})",
+                    d.len()
+                )));
+            }
+            for a in d {
+                a.validate(!self.routes.is_empty()).map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+}

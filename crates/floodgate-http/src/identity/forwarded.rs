@@ -1,0 +1,368 @@
+//! Reading the addresses proxies wrote: `X-Forwarded-For`-style lists and
+//! RFC 7239 `Forwarded` elements, every line of the header in order, keeping
+//! only the rightmost entries (the only ones the client address is taken
+//! from), without allocating.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use http::HeaderValue;
+
+/// Entries kept from the right: the most a trusted chain can be walked.
+pub(crate) const CHAIN: usize = 33;
+/// Longest node (address and port) accepted, in bytes.
+const MAX_NODE: usize = 64;
+
+/// One entry: the node text (for `Forwarded`, the `for=` value).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Entry<'a> {
+    bytes: &'a [u8],
+    /// A quoted-string whose escapes are still in `bytes`.
+    quoted: bool,
+    /// Not an entry we can read (bad syntax, no `for=`, a repeated `for=`).
+    invalid: bool,
+}
+
+/// The rightmost [`CHAIN`] entries of a header and how many there were.
+pub(crate) struct Chain<'a> {
+    ring: [Entry<'a>; CHAIN],
+    total: usize,
+}
+
+impl<'a> Chain<'a> {
+    pub(crate) fn new() -> Self {
+        Chain {
+            ring: [Entry::default(); CHAIN],
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, e: Entry<'a>) {
+        self.ring[self.total % CHAIN] = e;
+        self.total += 1;
+    }
+
+    /// Number of entries in the header.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Entry `k` from the right (1 is the rightmost), if kept.
+    pub(crate) fn nth_from_right(&self, k: usize) -> Option<Entry<'a>> {
+        (k >= 1 && k <= self.total && k <= CHAIN).then(|| self.ring[(self.total - k) % CHAIN])
+    }
+
+    /// Keeps only the rightmost entry.
+    pub(crate) fn keep_last(&mut self) {
+        if self.total > 1 {
+            self.ring[0] = self.ring[(self.total - 1) % CHAIN];
+            self.total = 1;
+        }
+    }
+
+    /// Adds the comma-separated entries of `lines` (empty ones are not
+    /// entries).
+    pub(crate) fn read_list<I: Iterator<Item = &'a HeaderValue>>(&mut self, lines: I) {
+        for line in lines {
+            for part in line.as_bytes().split(|&b| b == b',') {
+                let bytes = part.trim_ascii();
+                if !bytes.is_empty() {
+                    self.push(Entry {
+                        bytes,
+                        quoted: false,
+                        invalid: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Adds the `for=` nodes of the `Forwarded` elements of `lines`.
+    pub(crate) fn read_forwarded<I: Iterator<Item = &'a HeaderValue>>(&mut self, lines: I) {
+        for line in lines {
+            let b = line.as_bytes();
+            let mut i = 0;
+            while i <= b.len() {
+                let (entry, end) = forwarded_element(b, i);
+                if let Some(e) = entry {
+                    self.push(e);
+                }
+                i = end + 1;
+            }
+        }
+    }
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn skip_ows(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// The end of a quoted-string starting at `i` (the closing quote), if any.
+fn quoted_end(b: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The position of the `,` ending the element at `i` (outside quotes), or
+/// the end of the line.
+fn element_end(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() {
+        match b[i] {
+            b',' => return i,
+            b'"' => match quoted_end(b, i) {
+                Some(end) => i = end + 1,
+                None => return b.len(),
+            },
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// Reads the element starting at `i`: its entry (none for an empty
+/// element) and the position of its end.
+fn forwarded_element(b: &[u8], mut i: usize) -> (Option<Entry<'_>>, usize) {
+    let mut node: Option<(&[u8], bool)> = None;
+    let mut invalid = false;
+    let mut empty = true;
+    loop {
+        i = skip_ows(b, i);
+        if i >= b.len() || b[i] == b',' {
+            break;
+        }
+        if b[i] == b';' {
+            i += 1;
+            continue;
+        }
+        empty = false;
+        let name_start = i;
+        while i < b.len() && is_tchar(b[i]) {
+            i += 1;
+        }
+        let name = &b[name_start..i];
+        if name.is_empty() || b.get(i) != Some(&b'=') {
+            invalid = true;
+            break;
+        }
+        i += 1;
+        let value = if b.get(i) == Some(&b'"') {
+            let Some(end) = quoted_end(b, i) else {
+                invalid = true;
+                break;
+            };
+            let v = (&b[i + 1..end], true);
+            i = end + 1;
+            v
+        } else {
+            let start = i;
+            // Lenient: unquoted IPv6 nodes are accepted too.
+            while i < b.len() && (is_tchar(b[i]) || matches!(b[i], b':' | b'[' | b']')) {
+                i += 1;
+            }
+            (&b[start..i], false)
+        };
+        if name.eq_ignore_ascii_case(b"for") {
+            if node.is_some() {
+                invalid = true;
+            }
+            node = Some(value);
+        }
+        i = skip_ows(b, i);
+        match b.get(i) {
+            None | Some(b',') => break,
+            Some(b';') => i += 1,
+            Some(_) => {
+                invalid = true;
+                break;
+            }
+        }
+    }
+    let end = element_end(b, i);
+    if empty && !invalid {
+        return (None, end);
+    }
+    let (bytes, quoted) = node.unwrap_or((&[], false));
+    let entry = Entry {
+        bytes,
+        quoted,
+        invalid: invalid || node.is_none(),
+    };
+    (Some(entry), end)
+}
+
+/// The address of an entry: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
+/// `[2001:db8::1]`, `[2001:db8::1]:443` (for `Forwarded`, also obfuscated
+/// ports `:_x`); IPv4-mapped IPv6 addresses become IPv4. None for anything
+/// else (`unknown`, obfuscated identifiers, garbage).
+pub(crate) fn entry_address(e: Entry<'_>, forwarded: bool) -> Option<IpAddr> {
+    if e.invalid || e.bytes.len() > MAX_NODE {
+        return None;
+    }
+    let mut buf = [0u8; MAX_NODE];
+    let text: &[u8] = if e.quoted {
+        let mut n = 0;
+        let mut it = e.bytes.iter();
+        while let Some(&c) = it.next() {
+            buf[n] = if c == b'\\' { *it.next()? } else { c };
+            n += 1;
+        }
+        &buf[..n]
+    } else {
+        e.bytes
+    };
+    parse_node(std::str::from_utf8(text).ok()?.trim(), forwarded).map(normalize)
+}
+
+fn parse_node(text: &str, forwarded: bool) -> Option<IpAddr> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (addr, after) = rest.split_once(']')?;
+        let ip: Ipv6Addr = addr.parse().ok()?;
+        return match after {
+            "" => Some(IpAddr::V6(ip)),
+            _ => valid_port(after.strip_prefix(':')?, forwarded).then_some(IpAddr::V6(ip)),
+        };
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (addr, port) = text.split_once(':')?;
+    let ip: std::net::Ipv4Addr = addr.parse().ok()?;
+    valid_port(port, forwarded).then_some(IpAddr::V4(ip))
+}
+
+fn valid_port(p: &str, forwarded: bool) -> bool {
+    let digits = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+    if digits {
+        return p.parse::<u32>().is_ok_and(|n| n <= 65535);
+    }
+    // RFC 7239 obfuscated port: "_" 1*(ALPHA / DIGIT / "." / "_" / "-").
+    forwarded
+        && p.len() > 1
+        && p.starts_with('_')
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) as IPv4.
+pub(crate) fn normalize(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(lines: &[&str]) -> Vec<Option<String>> {
+        let values: Vec<HeaderValue> = lines.iter().map(|l| l.parse().unwrap()).collect();
+        let mut c = Chain::new();
+        c.read_list(values.iter());
+        entries(&c, false)
+    }
+
+    fn forwarded(lines: &[&str]) -> Vec<Option<String>> {
+        let values: Vec<HeaderValue> = lines.iter().map(|l| l.parse().unwrap()).collect();
+        let mut c = Chain::new();
+        c.read_forwarded(values.iter());
+        entries(&c, true)
+    }
+
+    fn entries(c: &Chain<'_>, fwd: bool) -> Vec<Option<String>> {
+        (1..=c.total().min(CHAIN))
+            .rev()
+            .map(|k| entry_address(c.nth_from_right(k).unwrap(), fwd).map(|ip| ip.to_string()))
+            .collect()
+    }
+
+    fn some(v: &[&str]) -> Vec<Option<String>> {
+        v.iter().map(|s| Some(s.to_string())).collect()
+    }
+
+    #[test]
+    fn lists() {
+        assert_eq!(list(&["1.2.3.4, 5.6.7.8"]), some(&["1.2.3.4", "5.6.7.8"]));
+        assert_eq!(list(&["1.2.3.4", "5.6.7.8,9.9.9.9"]).len(), 3);
+        assert_eq!(list(&[" , 1.2.3.4 ,, "]), some(&["1.2.3.4"]));
+        assert_eq!(
+            list(&["[2001:db8::1]:443, 2001:db8::2, 1.2.3.4:8080, ::ffff:10.0.0.1"]),
+            some(&["2001:db8::1", "2001:db8::2", "1.2.3.4", "10.0.0.1"])
+        );
+        assert_eq!(
+            list(&["unknown, _hidden, 1.2.3, 1.2.3.4:99999, 1.2.3.4:x, [1.2.3.4]"]),
+            vec![None; 6]
+        );
+    }
+
+    #[test]
+    fn forwarded_elements() {
+        assert_eq!(
+            forwarded(&[
+                r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711""#
+            ]),
+            some(&["192.0.2.60", "2001:db8:cafe::17"])
+        );
+        assert_eq!(
+            forwarded(&[r#"for="_gazonk", for=unknown, for="198.51.100.17:_x", for="1.2.3.4:80""#]),
+            vec![
+                None,
+                None,
+                Some("198.51.100.17".into()),
+                Some("1.2.3.4".into())
+            ]
+        );
+        // A quoted comma does not split elements; escapes are read.
+        assert_eq!(
+            forwarded(&[r#"for="a,b";by=x, for="1.2.\3.4""#]),
+            vec![None, Some("1.2.3.4".into())]
+        );
+        // No for=, a repeated for=, bad syntax, an unterminated quote.
+        assert_eq!(
+            forwarded(&["proto=https, for=1.1.1.1;for=2.2.2.2, for 3.3.3.3, for=\"4.4.4.4"]),
+            vec![None; 4]
+        );
+        assert_eq!(
+            forwarded(&["for=1.1.1.1", "for=[::1]"]),
+            some(&["1.1.1.1", "::1"])
+        );
+        assert_eq!(
+            forwarded(&[" , ;, for=1.1.1.1 ; proto=http"]),
+            some(&["1.1.1.1"])
+        );
+    }
+
+    #[test]
+    fn keeps_the_rightmost() {
+        let line = (0..100)
+            .map(|i| format!("10.0.0.{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let v: HeaderValue = line.parse().unwrap();
+        let mut c = Chain::new();
+        c.read_list(std::iter::once(&v));
+        assert_eq!(c.total(), 100);
+        let last = entry_address(c.nth_from_right(1).unwrap(), false).unwrap();
+        assert_eq!(last.to_string(), "10.0.0.99");
+        assert!(c.nth_from_right(CHAIN + 1).is_none());
+        c.keep_last();
+        assert_eq!(c.total(), 1);
+        assert_eq!(
+            entry_address(c.nth_from_right(1).unwrap(), false),
+            Some(last)
+        );
+    }
+}

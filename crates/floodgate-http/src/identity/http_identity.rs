@@ -1,0 +1,214 @@
+//! [`HttpIdentity`]: a compiled identity configuration, turning requests
+//! into descriptors.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::{HeaderMap, Method, Uri};
+
+use super::actions::{Env, Lazy, Request, source_value};
+use super::client_ip::ClientIp;
+use super::config::{Action, CostConfig, IdentityConfig};
+use super::cost::cost_of;
+use super::error::IdentityError;
+use super::extension::ExtensionSource;
+use super::output::RequestDescriptors;
+use super::route::Routes;
+
+/// Turns HTTP requests into the descriptors of one policy domain.
+///
+/// Immutable and shareable across threads; build each request's
+/// descriptors into a [`RequestDescriptors`] kept per connection or task.
+///
+/// ```
+/// use floodgate_http::identity::{HttpIdentity, NoExtensions, RequestDescriptors};
+/// use floodgate_policy::Descriptor;
+///
+/// let id = HttpIdentity::from_yaml_str("gw.yaml", r#"
+/// http:
+///   domain: api
+///   client_ip: {trusted_hops: 1}
+///   routes: ["/users/{id}"]
+///   descriptors:
+///     - [client_ip]
+///     - [method, route]
+/// "#).unwrap();
+///
+/// let (parts, ()) = http::Request::get("/users/42")
+///     .header("x-forwarded-for", "198.51.100.7")
+///     .body(())
+///     .unwrap()
+///     .into_parts();
+/// let peer = "10.0.0.2:40000".parse().unwrap();
+/// let mut out = RequestDescriptors::new();
+/// id.descriptors(&parts, peer, &NoExtensions, &mut out);
+///
+/// assert_eq!(out.len(), 2);
+/// assert_eq!(out[0].entry(0), ("remote_address", "198.51.100.7"));
+/// assert_eq!(out[1].entry(1), ("route", "/users/{id}"));
+/// assert_eq!(out.hits_addend(), 1);
+/// ```
+#[derive(Clone, Debug)]
+pub struct HttpIdentity {
+    domain: Box<str>,
+    client_ip: ClientIp,
+    routes: Routes,
+    cost: Option<CostConfig>,
+    max_value_len: usize,
+    descriptors: Box<[Box<[Action]>]>,
+    slot_bytes: usize,
+    slot_entries: usize,
+}
+
+impl HttpIdentity {
+    /// Compiles `config`.
+    pub fn new(config: IdentityConfig) -> Result<Self, IdentityError> {
+        config.validate()?;
+        let mut routes = Routes::default();
+        for t in &config.routes {
+            routes.insert(t)?;
+        }
+        let mut id = HttpIdentity {
+            domain: config.domain.into(),
+            client_ip: ClientIp::new(&config.client_ip),
+            routes,
+            cost: config.cost,
+            max_value_len: config.max_value_len,
+            descriptors: config
+                .descriptors
+                .into_iter()
+                .map(Vec::into_boxed_slice)
+                .collect(),
+            slot_bytes: 0,
+            slot_entries: 0,
+        };
+        let env = id.env();
+        let bytes = id
+            .descriptors
+            .iter()
+            .map(|d| d.iter().map(|a| env.bound(a)).sum::<usize>())
+            .max()
+            .unwrap_or(0);
+        let entries = id.descriptors.iter().map(|d| d.len()).max().unwrap_or(0);
+        id.slot_bytes = bytes;
+        id.slot_entries = entries;
+        Ok(id)
+    }
+
+    fn env(&self) -> Env<'_> {
+        Env {
+            client_ip: &self.client_ip,
+            routes: &self.routes,
+            max_value_len: self.max_value_len,
+        }
+    }
+
+    /// The policy domain to evaluate the descriptors in.
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// Number of configured descriptors (at most this many are built).
+    pub fn descriptor_count(&self) -> usize {
+        self.descriptors.len()
+    }
+
+    /// Buffers sized for this identity: building into them never
+    /// allocates, from the first request on.
+    pub fn new_output(&self) -> RequestDescriptors {
+        let mut out = RequestDescriptors::new();
+        out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
+        out
+    }
+
+    /// Builds the descriptors of a request (its head `parts`, from `peer`,
+    /// with the application's values in `ext`) into `out`, replacing what
+    /// it held. A descriptor is built only when all its actions produce an
+    /// entry.
+    pub fn descriptors<E: ExtensionSource + ?Sized>(
+        &self,
+        parts: &http::request::Parts,
+        peer: SocketAddr,
+        ext: &E,
+        out: &mut RequestDescriptors,
+    ) {
+        self.build(&parts.method, &parts.uri, &parts.headers, peer, ext, out);
+    }
+
+    /// Like [`descriptors`](Self::descriptors) for a whole request, reading
+    /// `extension` values from its [`http::Extensions`] (the
+    /// [`Attributes`](super::Attributes) an earlier middleware inserted).
+    pub fn request_descriptors<B>(
+        &self,
+        request: &http::Request<B>,
+        peer: SocketAddr,
+        out: &mut RequestDescriptors,
+    ) {
+        self.build(
+            request.method(),
+            request.uri(),
+            request.headers(),
+            peer,
+            request.extensions(),
+            out,
+        );
+    }
+
+    /// Like [`descriptors`](Self::descriptors), from the request's pieces.
+    pub fn build<E: ExtensionSource + ?Sized>(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+        ext: &E,
+        out: &mut RequestDescriptors,
+    ) {
+        let req = Request {
+            method,
+            uri,
+            headers,
+            ext,
+            peer: peer.ip(),
+        };
+        out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
+        let hits = self.cost(headers, ext);
+        out.set_hits(hits);
+        let per_descriptor = self.cost.as_ref().map(|_| hits as u64);
+        let env = self.env();
+        let mut lazy = Lazy {
+            client: None,
+            route: None,
+        };
+        for actions in self.descriptors.iter() {
+            let Some(slot) = out.current() else { break };
+            let complete = actions.iter().all(|a| env.run(a, &req, &mut lazy, slot));
+            if complete {
+                out.commit(per_descriptor);
+            } else {
+                out.discard();
+            }
+        }
+        if let Some(ip) = lazy.client {
+            out.set_client(ip);
+        }
+    }
+
+    /// The client address of a request from `peer` (after trusted proxies;
+    /// not grouped by prefix).
+    pub fn client_ip(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
+        self.client_ip.resolve(headers, peer)
+    }
+
+    /// The cost of a request (1 without a cost source).
+    pub fn cost<E: ExtensionSource + ?Sized>(&self, headers: &HeaderMap, ext: &E) -> u32 {
+        match &self.cost {
+            Some(c) => cost_of(source_value(&c.source, headers, ext), c),
+            None => 1,
+        }
+    }
+
+    /// The route template matching `path`, if any.
+    pub fn route(&self, path: &str) -> Option<&str> {
+        self.routes.find(path)
+    }
+}

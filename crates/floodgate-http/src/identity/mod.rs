@@ -1,0 +1,106 @@
+//! Request identity: turning an HTTP request into the descriptors a
+//! Floodgate policy matches on.
+//!
+//! A configuration lists descriptors, each a list of *actions*; each action
+//! produces one `(key, value)` entry from the request. As in Envoy's route
+//! `rate_limits`, a descriptor is sent only when every one of its actions
+//! produces an entry. Building is allocation-free once the reused
+//! [`RequestDescriptors`] buffers have grown (from the first request with
+//! [`HttpIdentity::new_output`]).
+//!
+//! # Configuration
+//!
+//! The `http:` section of a Floodgate file (unknown keys are errors; every
+//! error names its file, line and column and the offending value):
+//!
+//! ```yaml
+//! http:
+//!   domain: api                  # the policy domain (required)
+//!   client_ip:
+//!     trusted_hops: 1            # proxies in front that append to the header
+//!     trusted_proxies: [10.0.0.0/8, "::1"]
+//!     header: x-forwarded-for    # or forwarded (RFC 7239), x-real-ip, another name
+//!     ipv6_prefix: 64            # group IPv6 clients by /64 (`true` = 64)
+//!     ipv4_prefix: 32            # group IPv4 clients by /N (default: none)
+//!   routes: ["/users/{id}", "/orders/{id}/items/{item}", "/static/{*rest}"]
+//!   cost: {header: x-request-cost, max: 100, default: 1}
+//!   max_value_len: 256           # longer values: prefix + "~" + hash
+//!   descriptors:
+//!     - [{generic: {key: scope, value: global}}]
+//!     - [client_ip]
+//!     - [{api_key: {header: x-api-key, hash: true}}]
+//!     - [{tier: {header: x-plan, values: [free, pro, enterprise], default: free}},
+//!        {api_key: {header: x-api-key, hash: true}}]
+//!     - [{user: {extension: user}}, route]
+//! ```
+//!
+//! ## `client_ip`
+//!
+//! By default the client is the socket peer and no header is read.
+//! `trusted_hops: N` trusts the peer and the `N - 1` rightmost header
+//! entries as proxies; `trusted_proxies` reads the header only when the
+//! peer is in those networks, and skips entries in them too. The client is
+//! the rightmost address that is not a trusted proxy — never the leftmost,
+//! which the client writes. Several header lines count as one list, in
+//! order. An unreadable entry on the way (garbage, `unknown`, obfuscated
+//! identifiers, bad ports) or a trusted walk of more than 32 entries falls
+//! back to the peer. IPv4-mapped IPv6 addresses count as IPv4. `header` is
+//! only accepted with trusted proxies (it would be ignored otherwise).
+//!
+//! ## Actions
+//!
+//! | action | entry | yields nothing when |
+//! | --- | --- | --- |
+//! | `client_ip` / `{client_ip: {key}}` | `remote_address`: the address, or its network (`2001:db8:1:2::/64`) when grouped | never |
+//! | `{header: {name, key}}` | the header's value (key defaults to the name) | absent or empty |
+//! | `{extension: {name, key}}` | a value the application knows ([`ExtensionSource`]) | absent or empty |
+//! | `{user: {header \| extension, key}}`, `{tenant: ...}` | `user` / `tenant` | absent or empty |
+//! | `api_key` / `{api_key: {header, key, hash}}` | `api_key` from `x-api-key` | absent or empty |
+//! | `bearer` / `{bearer: {key, hash}}` | `bearer`: the token of `Authorization: Bearer <token>` | absent, another scheme, malformed |
+//! | `method` / `{method: {key}}` | `method`: `GET`, ... | never |
+//! | `route` / `{route: {key, unmatched}}` | `route`: the matching template (see `routes`) | no template matches and no `unmatched` constant |
+//! | `path` / `{path: {key}}` | `path`: the raw path, without the query | never |
+//! | `{generic: {key, value}}` | a constant (key defaults to `generic_key`) | never |
+//! | `{tier: {header \| extension, key, values, default}}` | `tier`: a known value (any case; sent as configured), else `default` | unknown and no `default` |
+//!
+//! `hash: true` sends the first 32 hex digits of the SHA-256 of a secret
+//! instead of the secret ([`secret_hash`]), so secrets never reach counters
+//! or Redis keys. Values read from a request longer than `max_value_len`
+//! bytes, or not UTF-8, are sent as their longest UTF-8 prefix that fits,
+//! `~`, and 16 hex digits of the SHA-256 of the whole value: still counted,
+//! bounded, and distinct. Several lines of a header: the first is read.
+//!
+//! ## `cost`
+//!
+//! `{header: NAME | extension: NAME, max, default: 1}`: a decimal integer
+//! from 1 to `max` is the request's cost; larger ones count as `max`;
+//! absent, `0` or malformed values count as `default`. It is
+//! [`RequestDescriptors::hits_addend`] and every descriptor's hits addend.
+
+mod actions;
+mod client_ip;
+mod config;
+mod cost;
+mod error;
+mod extension;
+mod forwarded;
+mod hash;
+mod http_identity;
+mod output;
+mod read;
+mod read_action;
+mod route;
+
+pub use config::{
+    Action, ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig,
+    MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN, SecretSource, Source,
+};
+pub use cost::cost_of;
+pub use error::IdentityError;
+pub use extension::{Attributes, ExtensionSource, ExtensionSourceExt, NoExtensions};
+pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
+pub use http_identity::HttpIdentity;
+pub use output::{HttpDescriptor, RequestDescriptors};
+pub use read::SECTION;
+pub use read_action::ACTION_NAMES;
+pub use route::{MAX_TEMPLATE_SEGMENTS, Routes};

@@ -1,0 +1,179 @@
+//! A request's descriptors, built into buffers reused from request to
+//! request: once they have grown to fit, building allocates nothing.
+
+use std::net::IpAddr;
+
+use floodgate_policy::Descriptor;
+
+/// One descriptor of a request: its entries' keys and values back to back
+/// in one string, plus their ranges.
+#[derive(Clone, Debug, Default)]
+pub struct HttpDescriptor {
+    text: String,
+    /// (key start, key end = value start, value end).
+    entries: Vec<[u32; 3]>,
+    hits: Option<u64>,
+}
+
+impl HttpDescriptor {
+    /// The entries, in order.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.entries.iter().map(|&r| self.pair(r))
+    }
+
+    /// The value of the first entry named `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    fn pair(&self, [a, b, c]: [u32; 3]) -> (&str, &str) {
+        let text = self.text.as_str();
+        (
+            text.get(a as usize..b as usize).unwrap_or_default(),
+            text.get(b as usize..c as usize).unwrap_or_default(),
+        )
+    }
+
+    fn clear(&mut self) {
+        self.text.clear();
+        self.entries.clear();
+        self.hits = None;
+    }
+
+    /// Starts an entry: writes its key; the value is appended next.
+    pub(crate) fn begin_entry(&mut self, key: &str) -> usize {
+        let start = self.text.len();
+        self.text.push_str(key);
+        start
+    }
+
+    /// The buffer the current entry's value is appended to.
+    pub(crate) fn text_mut(&mut self) -> &mut String {
+        &mut self.text
+    }
+
+    /// Ends the entry begun at `start` with key length `key_len`.
+    pub(crate) fn end_entry(&mut self, start: usize, key_len: usize) {
+        let mid = start + key_len;
+        self.entries
+            .push([start as u32, mid as u32, self.text.len() as u32]);
+    }
+
+    fn reserve(&mut self, bytes: usize, entries: usize) {
+        self.text.reserve(bytes);
+        self.entries.reserve(entries);
+    }
+}
+
+impl Descriptor for HttpDescriptor {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn entry(&self, i: usize) -> (&str, &str) {
+        self.entries
+            .get(i)
+            .map_or(("", ""), |&range| self.pair(range))
+    }
+
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits
+    }
+}
+
+/// The descriptors of one request, reused across requests.
+///
+/// [`as_slice`](Self::as_slice) is what the engine evaluates; build with
+/// [`HttpIdentity::descriptors`](super::HttpIdentity::descriptors).
+#[derive(Clone, Debug, Default)]
+pub struct RequestDescriptors {
+    slots: Vec<HttpDescriptor>,
+    len: usize,
+    hits: u32,
+    client: Option<IpAddr>,
+}
+
+impl RequestDescriptors {
+    /// Empty buffers (they grow on first use).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The descriptors built, in configuration order (those whose actions
+    /// all produced an entry).
+    pub fn as_slice(&self) -> &[HttpDescriptor] {
+        self.slots.get(..self.len).unwrap_or_default()
+    }
+
+    /// Number of descriptors built.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no descriptor was built (nothing to evaluate).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The request's cost: the hits addend to evaluate with (1 without a
+    /// cost source).
+    pub fn hits_addend(&self) -> u32 {
+        self.hits
+    }
+
+    /// The client address, when an action needed it (for logs).
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        self.client
+    }
+
+    /// Makes room for `count` descriptors of up to `bytes` bytes and
+    /// `entries` entries each, and clears the previous request's.
+    pub(crate) fn prepare(&mut self, count: usize, bytes: usize, entries: usize) {
+        while self.slots.len() < count {
+            self.slots.push(HttpDescriptor::default());
+        }
+        for slot in &mut self.slots[..count] {
+            slot.clear();
+            slot.reserve(bytes, entries);
+        }
+        self.len = 0;
+        self.hits = 1;
+        self.client = None;
+    }
+
+    /// The descriptor being built (after [`prepare`](Self::prepare)).
+    pub(crate) fn current(&mut self) -> Option<&mut HttpDescriptor> {
+        self.slots.get_mut(self.len)
+    }
+
+    /// Keeps the descriptor being built; `hits` is its hits addend.
+    pub(crate) fn commit(&mut self, hits: Option<u64>) {
+        if let Some(slot) = self.slots.get_mut(self.len) {
+            slot.hits = hits;
+            self.len += 1;
+        }
+    }
+
+    /// Drops what was written into the descriptor being built.
+    pub(crate) fn discard(&mut self) {
+        if let Some(slot) = self.slots.get_mut(self.len) {
+            slot.clear();
+        }
+    }
+
+    pub(crate) fn set_hits(&mut self, hits: u32) {
+        self.hits = hits;
+    }
+
+    pub(crate) fn set_client(&mut self, ip: IpAddr) {
+        self.client = Some(ip);
+    }
+}
+
+impl std::ops::Deref for RequestDescriptors {
+    type Target = [HttpDescriptor];
+
+    fn deref(&self) -> &[HttpDescriptor] {
+        self.as_slice()
+    }
+}

@@ -1,0 +1,269 @@
+//! Reading the `http:` section of a Floodgate file, reporting every problem
+//! with its file, line and column.
+
+use std::sync::Arc;
+
+use floodgate_policy::error::{ConfigError, ConfigErrors, Errors, Location};
+use floodgate_policy::read::parse_cidr;
+use floodgate_policy::yaml::{Document, Map, Node, excerpt};
+use http::HeaderName;
+
+use super::config::{
+    ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig, MAX_ACTIONS,
+    MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN,
+};
+use super::hash::MIN_VALUE_LEN;
+use super::http_identity::HttpIdentity;
+use super::read_action::{read_action, read_source};
+use super::route::Routes;
+
+/// The top-level key of a Floodgate file this module reads.
+pub const SECTION: &str = "http";
+
+const HTTP_KEYS: &[&str] = &[
+    "domain",
+    "client_ip",
+    "routes",
+    "cost",
+    "max_value_len",
+    "descriptors",
+];
+const CLIENT_IP_KEYS: &[&str] = &[
+    "header",
+    "trusted_hops",
+    "trusted_proxies",
+    "ipv4_prefix",
+    "ipv6_prefix",
+];
+const COST_KEYS: &[&str] = &["header", "extension", "max", "default"];
+
+fn deny_unknown(map: &Map<'_>, allowed: &[&str], errors: &mut Errors) {
+    for e in map.deny_unknown(allowed) {
+        errors.push(e);
+    }
+}
+
+/// An integer from `min` to `max`.
+fn int_in(n: Node<'_>, what: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
+    let v = n.u64()?;
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(n.error(format!(
+            "{what} must be from {min} to {max} (got {})",
+            n.describe()
+        )))
+    }
+}
+
+impl IdentityConfig {
+    /// Reads an `http:` section (the node under the key).
+    pub fn from_yaml(node: Node<'_>) -> Result<IdentityConfig, ConfigErrors> {
+        let mut errors = Errors::default();
+        let config = read_section(node, &mut errors);
+        match config {
+            Some(c) => errors.finish(c),
+            None => Err(errors.finish(()).err().unwrap_or_default()),
+        }
+    }
+}
+
+impl HttpIdentity {
+    /// Reads and compiles an `http:` section (the node under the key).
+    pub fn from_yaml(node: Node<'_>) -> Result<HttpIdentity, ConfigErrors> {
+        let config = IdentityConfig::from_yaml(node)?;
+        HttpIdentity::new(config).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
+    }
+
+    /// Reads the `http:` section of the Floodgate file `text` (named `file`
+    /// in messages).
+    pub fn from_yaml_str(file: &str, text: &str) -> Result<HttpIdentity, ConfigErrors> {
+        let doc = Document::parse(&Arc::from(file), text)?;
+        let root = doc.root().map()?;
+        let section = root.required(SECTION)?;
+        HttpIdentity::from_yaml(section)
+    }
+
+    /// Reads the `http:` section of whichever of `documents` (as loaded by
+    /// [`floodgate_policy::read::load`]) has one; none when none has.
+    pub fn from_documents(documents: &[Document]) -> Result<Option<HttpIdentity>, ConfigErrors> {
+        let mut found: Option<(Node<'_>, Location)> = None;
+        for doc in documents {
+            let root = doc.root();
+            let Ok(map) = root.map() else { continue };
+            let Some(section) = map.get(SECTION) else {
+                continue;
+            };
+            if let Some((_, first)) = &found {
+                return Err(section
+                    .error(format!("the http section is already given in {first}"))
+                    .into());
+            }
+            found = Some((section, section.at()));
+        }
+        found.map(|(n, _)| HttpIdentity::from_yaml(n)).transpose()
+    }
+}
+
+fn read_section(node: Node<'_>, errors: &mut Errors) -> Option<IdentityConfig> {
+    let map = errors.take(node.map())?;
+    let mut c = IdentityConfig::default();
+    match map.get("domain").and_then(|d| errors.take(d.str())) {
+        Some(d) if !d.is_empty() => c.domain = d.to_owned(),
+        Some(_) => errors.push(node.error("domain must not be empty")),
+        None if map.has("domain") => errors.push(node.error("domain must not be empty")),
+        None => errors.push(node.error("missing required key 'domain'")),
+    }
+    if let Some(n) = map.get("client_ip") {
+        c.client_ip = read_client_ip(n, errors);
+    }
+    if let Some(list) = map.get("routes") {
+        let mut routes = Routes::default();
+        for t in errors.take(list.list()).unwrap_or_default() {
+            let Some(text) = errors.take(t.str()) else {
+                continue;
+            };
+            match routes.insert(text) {
+                Ok(()) => c.routes.push(text.to_owned()),
+                Err(e) => errors.push(t.error(e.to_string())),
+            }
+        }
+    }
+    if let Some(n) = map.get("cost") {
+        c.cost = read_cost(n, errors);
+    }
+    if let Some(n) = map.get("max_value_len") {
+        let max = MAX_VALUE_LEN as u64;
+        if let Some(v) = errors.take(int_in(n, "max_value_len", MIN_VALUE_LEN as u64, max)) {
+            c.max_value_len = v as usize;
+        }
+    } else {
+        c.max_value_len = DEFAULT_MAX_VALUE_LEN;
+    }
+    match map.get("descriptors") {
+        Some(n) => read_descriptors(n, &mut c, errors),
+        None => errors.push(node.error("missing required key 'descriptors'")),
+    }
+    deny_unknown(&map, HTTP_KEYS, errors);
+    Some(c)
+}
+
+fn read_descriptors(n: Node<'_>, c: &mut IdentityConfig, errors: &mut Errors) {
+    let items = errors.take(n.list()).unwrap_or_default();
+    if items.is_empty() || items.len() > MAX_DESCRIPTORS {
+        errors.push(n.error(format!(
+            "descriptors needs 1 to {MAX_DESCRIPTORS} descriptors (found {})",
+            items.len()
+        )));
+    }
+    for item in items.into_iter().take(MAX_DESCRIPTORS) {
+        let nodes = match item.list() {
+            Ok(list) => list,
+            Err(_) => vec![item],
+        };
+        if nodes.is_empty() || nodes.len() > MAX_ACTIONS {
+            errors.push(item.error(format!(
+                "a descriptor needs 1 to {MAX_ACTIONS} actions (found {})",
+                nodes.len()
+            )));
+            continue;
+        }
+        let mut actions = Vec::with_capacity(nodes.len());
+        for a in nodes {
+            let Some(action) = read_action(a, errors) else {
+                continue;
+            };
+            match action.validate(!c.routes.is_empty()) {
+                Ok(()) => actions.push(action),
+                Err(m) => errors.push(a.error(m)),
+            }
+        }
+        c.descriptors.push(actions);
+    }
+}
+
+fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
+    let mut c = ClientIpConfig::default();
+    let Some(map) = errors.take(n.map()) else {
+        return c;
+    };
+    if let Some(h) = map.get("trusted_hops") {
+        let max = MAX_TRUSTED_HOPS as u64;
+        c.trusted_hops = errors.take(int_in(h, "trusted_hops", 0, max)).unwrap_or(0) as u8;
+    }
+    if let Some(list) = map.get("trusted_proxies") {
+        for item in errors.take(list.list()).unwrap_or_default() {
+            let Some(text) = errors.take(item.str()) else {
+                continue;
+            };
+            match parse_cidr(text) {
+                Some(net) => c.trusted_proxies.push(net),
+                None => errors.push(item.error(format!(
+                    "invalid network '{}' (expected an address or address/prefix, e.g. 10.0.0.0/8 or 2001:db8::/32)",
+                    excerpt(text)
+                ))),
+            }
+        }
+    }
+    if let Some(h) = map.get("header") {
+        if let Some(text) = errors.take(h.str()) {
+            c.header = match text.to_ascii_lowercase().as_str() {
+                "x-forwarded-for" => ClientIpHeader::XForwardedFor,
+                "forwarded" => ClientIpHeader::Forwarded,
+                "x-real-ip" => ClientIpHeader::XRealIp,
+                other => match HeaderName::from_bytes(other.as_bytes()) {
+                    Ok(name) => ClientIpHeader::Custom(name),
+                    Err(_) => {
+                        errors.push(h.error(format!("invalid header name `{}`", excerpt(text))));
+                        ClientIpHeader::XForwardedFor
+                    }
+                },
+            };
+            if !c.trusts_proxies() {
+                errors.push(h.error(format!(
+                    "the header `{}` is read only through trusted proxies: set trusted_hops or trusted_proxies",
+                    excerpt(text)
+                )));
+            }
+        }
+    }
+    if let Some(p) = map.get("ipv4_prefix") {
+        c.ipv4_prefix = errors
+            .take(int_in(p, "ipv4_prefix", 1, 32))
+            .map(|v| v as u8);
+    }
+    if let Some(p) = map.get("ipv6_prefix") {
+        c.ipv6_prefix = match p.bool() {
+            Ok(true) => Some(64),
+            Ok(false) => None,
+            Err(_) => errors
+                .take(int_in(p, "ipv6_prefix", 1, 128))
+                .map(|v| v as u8),
+        };
+    }
+    deny_unknown(&map, CLIENT_IP_KEYS, errors);
+    c
+}
+
+fn read_cost(n: Node<'_>, errors: &mut Errors) -> Option<CostConfig> {
+    let map = errors.take(n.map())?;
+    let source = read_source(&map, "cost", errors);
+    let source = errors.take(source).flatten();
+    let max = map
+        .required("max")
+        .and_then(|m| int_in(m, "cost max", 1, MAX_COST as u64));
+    let max = errors.take(max).map(|v| v as u32);
+    let mut default = 1;
+    if let Some(d) = map.get("default") {
+        let upper = max.unwrap_or(MAX_COST) as u64;
+        default = errors
+            .take(int_in(d, "cost default", 1, upper))
+            .unwrap_or(1) as u32;
+    }
+    deny_unknown(&map, COST_KEYS, errors);
+    Some(CostConfig {
+        source: source?,
+        max: max?,
+        default,
+    })
+}

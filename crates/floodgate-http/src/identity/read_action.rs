@@ -1,0 +1,274 @@
+//! Reading one action of a descriptor: a bare name (`client_ip`) or a
+//! one-key mapping of a name to its options
+//! (`{header: {name: x-plan, key: plan}}`).
+
+use floodgate_policy::error::{ConfigError, Errors};
+use floodgate_policy::yaml::{Map, Node, excerpt};
+use http::HeaderName;
+
+use super::config::{Action, SecretSource, Source};
+
+/// The action names.
+pub const ACTION_NAMES: &[&str] = &[
+    "client_ip",
+    "header",
+    "api_key",
+    "bearer",
+    "user",
+    "tenant",
+    "extension",
+    "method",
+    "route",
+    "path",
+    "generic",
+    "tier",
+];
+
+/// An action's options: a mapping, or nothing for a bare name.
+struct Opts<'a> {
+    name: &'a str,
+    at: Node<'a>,
+    map: Option<Map<'a>>,
+}
+
+impl<'a> Opts<'a> {
+    fn get(&self, key: &str) -> Option<Node<'a>> {
+        self.map.as_ref()?.get(key)
+    }
+
+    fn required(&self, key: &str) -> Result<Node<'a>, ConfigError> {
+        self.get(key)
+            .ok_or_else(|| self.at.error(format!("{} needs '{key}'", self.name)))
+    }
+
+    fn string(&self, key: &str, default: &str, errors: &mut Errors) -> String {
+        self.get(key)
+            .and_then(|n| errors.take(n.str()))
+            .unwrap_or(default)
+            .to_owned()
+    }
+
+    fn flag(&self, key: &str, errors: &mut Errors) -> bool {
+        self.get(key)
+            .and_then(|n| errors.take(n.bool()))
+            .unwrap_or(false)
+    }
+
+    /// Reports the options not in `allowed` (whether read or not).
+    fn finish(&self, allowed: &[&str], errors: &mut Errors) {
+        let Some(m) = &self.map else { return };
+        for (key, node) in m.keys() {
+            if !allowed.contains(&key) {
+                errors.push(node.error(format!(
+                    "unknown key '{}' for {} (expected one of: {})",
+                    excerpt(key),
+                    self.name,
+                    allowed.join(", ")
+                )));
+            }
+        }
+    }
+}
+
+/// A header name from `n`.
+pub(crate) fn header_name(n: Node<'_>) -> Result<HeaderName, ConfigError> {
+    let text = n.str()?;
+    HeaderName::from_bytes(text.as_bytes())
+        .map_err(|_| n.error(format!("invalid header name `{}`", excerpt(text))))
+}
+
+/// `header: NAME` or `extension: NAME` (exactly one).
+pub(crate) fn read_source(
+    map: &Map<'_>,
+    what: &str,
+    errors: &mut Errors,
+) -> Result<Option<Source>, ConfigError> {
+    match (map.get("header"), map.get("extension")) {
+        (Some(h), None) => header_name(h).map(|n| Some(Source::Header(n))),
+        (None, Some(e)) => e.str().map(|s| Some(Source::Extension(s.to_owned()))),
+        (Some(_), Some(e)) => {
+            errors.push(e.error(format!(
+                "{what} takes either 'header' or 'extension', not both"
+            )));
+            Ok(None)
+        }
+        (None, None) => Err(map
+            .node()
+            .error(format!("{what} needs 'header' or 'extension'"))),
+    }
+}
+
+fn opts<'a>(n: Node<'a>, errors: &mut Errors) -> Option<Opts<'a>> {
+    if let Some(name) = n.scalar_text() {
+        return Some(Opts {
+            name,
+            at: n,
+            map: None,
+        });
+    }
+    let outer = errors.take(n.map())?;
+    let mut keys = outer.entries();
+    let (Some((name, value)), None) = (keys.next(), keys.next()) else {
+        let found: Vec<&str> = outer.keys().map(|(k, _)| k).collect();
+        errors.push(n.error(format!(
+            "an action is one name (optionally with options), found {} keys: {}",
+            found.len(),
+            excerpt(&found.join(", "))
+        )));
+        return None;
+    };
+    let map = errors.take(value.map())?;
+    Some(Opts {
+        name,
+        at: n,
+        map: Some(map),
+    })
+}
+
+/// Reads one action; errors go to `errors`.
+pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
+    let o = opts(n, errors)?;
+    let action = match o.name {
+        "client_ip" => {
+            o.finish(&["key"], errors);
+            Action::ClientIp {
+                key: o.string("key", "remote_address", errors),
+            }
+        }
+        "method" | "path" => {
+            o.finish(&["key"], errors);
+            let key = o.string("key", o.name, errors);
+            match o.name {
+                "method" => Action::Method { key },
+                _ => Action::Path { key },
+            }
+        }
+        "route" => {
+            o.finish(&["key", "unmatched"], errors);
+            Action::Route {
+                key: o.string("key", "route", errors),
+                unmatched: o
+                    .get("unmatched")
+                    .and_then(|u| errors.take(u.str()))
+                    .map(str::to_owned),
+            }
+        }
+        "generic" => {
+            o.finish(&["key", "value"], errors);
+            let value = errors.take(o.required("value").and_then(|v| v.str()))?;
+            Action::Generic {
+                key: o.string("key", "generic_key", errors),
+                value: value.to_owned(),
+            }
+        }
+        "header" | "extension" => {
+            o.finish(&["name", "key"], errors);
+            let name_node = errors.take(o.required("name"))?;
+            let name = errors.take(name_node.str())?;
+            let source = match o.name {
+                "header" => Source::Header(errors.take(header_name(name_node))?),
+                _ => Source::Extension(name.to_owned()),
+            };
+            Action::Value {
+                source,
+                key: o.string("key", &name.to_ascii_lowercase(), errors),
+            }
+        }
+        "user" | "tenant" => {
+            o.finish(&["header", "extension", "key"], errors);
+            let Some(map) = &o.map else {
+                errors.push(n.error(format!(
+                    "{} needs 'header' or 'extension', e.g. {{{}: {{header: x-{}-id}}}}",
+                    o.name, o.name, o.name
+                )));
+                return None;
+            };
+            let source = read_source(map, o.name, errors);
+            let source = errors.take(source)??;
+            Action::Value {
+                source,
+                key: o.string("key", o.name, errors),
+            }
+        }
+        "api_key" => {
+            o.finish(&["header", "key", "hash"], errors);
+            let header = match o.get("header") {
+                Some(h) => errors.take(header_name(h))?,
+                None => HeaderName::from_static("x-api-key"),
+            };
+            Action::Secret {
+                source: SecretSource::Header(header),
+                key: o.string("key", "api_key", errors),
+                hash: o.flag("hash", errors),
+            }
+        }
+        "bearer" => {
+            o.finish(&["key", "hash"], errors);
+            Action::Secret {
+                source: SecretSource::Bearer,
+                key: o.string("key", "bearer", errors),
+                hash: o.flag("hash", errors),
+            }
+        }
+        "tier" => read_tier(&o, errors)?,
+        other => {
+            errors.push(n.error(format!(
+                "unknown action `{}` (expected one of: {})",
+                excerpt(other),
+                ACTION_NAMES.join(", ")
+            )));
+            return None;
+        }
+    };
+    Some(action)
+}
+
+fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
+    o.finish(&["header", "extension", "key", "values", "default"], errors);
+    let Some(map) = &o.map else {
+        errors.push(o.at.error(
+            "tier needs 'header' (or 'extension') and 'values', e.g. {tier: {header: x-plan, values: [free, pro]}}",
+        ));
+        return None;
+    };
+    let source = read_source(map, "tier", errors);
+    let source = errors.take(source);
+    let values_node = errors.take(o.required("values"));
+    let mut values: Vec<String> = Vec::new();
+    for v in values_node
+        .and_then(|n| errors.take(n.list()))
+        .unwrap_or_default()
+    {
+        let Some(text) = errors.take(v.str()) else {
+            continue;
+        };
+        if values.iter().any(|t| t.eq_ignore_ascii_case(text)) {
+            errors.push(v.error(format!("duplicate tier `{}`", excerpt(text))));
+        } else {
+            values.push(text.to_owned());
+        }
+    }
+    if values_node.is_some() && values.is_empty() {
+        errors.push(o.at.error("tier needs at least one value"));
+    }
+    let mut default = None;
+    if let Some(d) = o.get("default") {
+        if let Some(text) = errors.take(d.str()) {
+            match values.iter().find(|v| v.eq_ignore_ascii_case(text)) {
+                Some(v) => default = Some(v.clone()),
+                None if values.is_empty() => {}
+                None => errors.push(d.error(format!(
+                    "the default tier `{}` is not one of the values ({})",
+                    excerpt(text),
+                    values.join(", ")
+                ))),
+            }
+        }
+    }
+    Some(Action::Tier {
+        source: source??,
+        key: o.string("key", "tier", errors),
+        values,
+        default,
+    })
+}

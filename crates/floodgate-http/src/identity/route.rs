@@ -1,0 +1,329 @@
+//! Route templates: many request paths, one key.
+//!
+//! A template is a path whose segments are literals, parameters (`{id}`,
+//! one whole segment) or, last, a catch-all (`{*rest}`, one or more
+//! segments). Matching is allocation-free and tries literals before
+//! parameters before catch-alls, so `/users/me` wins over `/users/{id}`.
+//!
+//! Request paths are compared the way servers resolve them, so a client
+//! cannot dodge a route's key by spelling the path differently: empty
+//! segments (`//`, a trailing `/`) and `.` segments are ignored, literal
+//! segments are compared after percent-decoding (`/us%65rs` is `/users`),
+//! and a path with a `..` segment matches no template.
+
+use super::error::IdentityError;
+
+/// Most segments in a template.
+pub const MAX_TEMPLATE_SEGMENTS: usize = 32;
+
+#[derive(Debug, Default, Clone)]
+struct Node {
+    statics: Vec<(Box<[u8]>, u32)>,
+    param: Option<u32>,
+    catch_all: Option<u32>,
+    route: Option<u32>,
+}
+
+/// A compiled set of route templates.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    templates: Vec<Box<str>>,
+    nodes: Vec<Node>,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes {
+            templates: Vec::new(),
+            nodes: vec![Node::default()],
+        }
+    }
+}
+
+enum Segment<'a> {
+    Literal(&'a str),
+    Param,
+    CatchAll,
+}
+
+fn parse(template: &str) -> Result<Vec<Segment<'_>>, String> {
+    if !template.starts_with('/') {
+        return Err("a route template starts with '/'".into());
+    }
+    let parts: Vec<&str> = template
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    if parts.len() > MAX_TEMPLATE_SEGMENTS {
+        return Err(format!("more than {MAX_TEMPLATE_SEGMENTS} segments"));
+    }
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        if *part == ".." {
+            return Err("'..' segments are not allowed".into());
+        }
+        let seg = match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+            Some(inner) => {
+                let (catch_all, name) = match inner.strip_prefix('*') {
+                    Some(name) => (true, name),
+                    None => (false, inner),
+                };
+                let valid = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if !valid {
+                    return Err(format!(
+                        "invalid parameter `{part}` (expected {{name}} or {{*name}})"
+                    ));
+                }
+                if catch_all && i + 1 != parts.len() {
+                    return Err("a catch-all {*name} must be the last segment".into());
+                }
+                if catch_all {
+                    Segment::CatchAll
+                } else {
+                    Segment::Param
+                }
+            }
+            None if part.contains(['{', '}']) => {
+                return Err(format!(
+                    "invalid segment `{part}`: a parameter must be a whole segment, e.g. /files/{{name}}"
+                ));
+            }
+            None => Segment::Literal(part),
+        };
+        out.push(seg);
+    }
+    Ok(out)
+}
+
+impl Routes {
+    /// Adds `template`; an error if it is malformed or matches exactly the
+    /// same paths as an earlier one.
+    pub fn insert(&mut self, template: &str) -> Result<(), IdentityError> {
+        let err = |reason: String| IdentityError::Route {
+            template: template.to_owned(),
+            reason,
+        };
+        let segments = parse(template).map_err(err)?;
+        let index = self.templates.len() as u32;
+        let mut node = 0usize;
+        for seg in &segments {
+            let next = self.nodes.len() as u32;
+            let n = &mut self.nodes[node];
+            let child = match seg {
+                Segment::Literal(lit) => {
+                    match n.statics.iter().find(|(l, _)| **l == *lit.as_bytes()) {
+                        Some(&(_, c)) => c,
+                        None => {
+                            n.statics.push((lit.as_bytes().into(), next));
+                            self.nodes.push(Node::default());
+                            next
+                        }
+                    }
+                }
+                Segment::Param => match n.param {
+                    Some(c) => c,
+                    None => {
+                        n.param = Some(next);
+                        self.nodes.push(Node::default());
+                        next
+                    }
+                },
+                Segment::CatchAll => {
+                    if let Some(other) = n.catch_all {
+                        return Err(err(self.same_as(other)));
+                    }
+                    n.catch_all = Some(index);
+                    self.templates.push(template.into());
+                    return Ok(());
+                }
+            };
+            node = child as usize;
+        }
+        if let Some(other) = self.nodes[node].route {
+            return Err(err(self.same_as(other)));
+        }
+        self.nodes[node].route = Some(index);
+        self.templates.push(template.into());
+        Ok(())
+    }
+
+    fn same_as(&self, other: u32) -> String {
+        format!(
+            "it matches the same paths as `{}`",
+            self.templates[other as usize]
+        )
+    }
+
+    /// Number of templates.
+    pub fn len(&self) -> usize {
+        self.templates.len()
+    }
+
+    /// True when there are no templates.
+    pub fn is_empty(&self) -> bool {
+        self.templates.is_empty()
+    }
+
+    /// The longest template, in bytes.
+    pub fn longest(&self) -> usize {
+        self.templates.iter().map(|t| t.len()).max().unwrap_or(0)
+    }
+
+    /// The template matching `path` (a request path without the query).
+    pub fn find(&self, path: &str) -> Option<&str> {
+        if has_dot_dot(path.as_bytes()) {
+            return None;
+        }
+        let index = self.walk(0, Segments(path.as_bytes()))?;
+        self.templates.get(index as usize).map(|t| &**t)
+    }
+
+    fn walk(&self, node: u32, mut segs: Segments<'_>) -> Option<u32> {
+        let n = self.nodes.get(node as usize)?;
+        let Some(seg) = segs.next() else {
+            return n.route;
+        };
+        let literal = n.statics.iter().find(|(lit, _)| eq_decoded(seg, lit));
+        literal
+            .and_then(|&(_, child)| self.walk(child, segs.clone()))
+            .or_else(|| n.param.and_then(|child| self.walk(child, segs)))
+            .or(n.catch_all)
+    }
+}
+
+/// The segments of a request path, without empty and `.` segments.
+#[derive(Clone)]
+struct Segments<'a>(&'a [u8]);
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        loop {
+            let rest = self.0;
+            if rest.is_empty() {
+                return None;
+            }
+            let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+            let seg = &rest[..end];
+            self.0 = rest.get(end + 1..).unwrap_or_default();
+            if !seg.is_empty() && !eq_decoded(seg, b".") {
+                return Some(seg);
+            }
+        }
+    }
+}
+
+fn has_dot_dot(path: &[u8]) -> bool {
+    path.split(|&b| b == b'/').any(|seg| eq_decoded(seg, b".."))
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Whether `raw`, percent-decoded, equals `literal`.
+fn eq_decoded(raw: &[u8], literal: &[u8]) -> bool {
+    if raw.len() < literal.len() {
+        return false;
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < raw.len() {
+        let mut b = raw[i];
+        i += 1;
+        if b == b'%' {
+            let h = raw.get(i).copied().and_then(hex);
+            let l = raw.get(i + 1).copied().and_then(hex);
+            if let (Some(h), Some(l)) = (h, l) {
+                b = h << 4 | l;
+                i += 2;
+            }
+        }
+        if literal.get(j) != Some(&b) {
+            return false;
+        }
+        j += 1;
+    }
+    j == literal.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes(list: &[&str]) -> Routes {
+        let mut r = Routes::default();
+        for t in list {
+            r.insert(t).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn matching() {
+        let r = routes(&[
+            "/",
+            "/users/{id}",
+            "/users/me",
+            "/orders/{id}/items/{item}",
+            "/static/{*rest}",
+        ]);
+        assert_eq!(r.find("/"), Some("/"));
+        assert_eq!(r.find("/users/42"), Some("/users/{id}"));
+        assert_eq!(r.find("/users/me"), Some("/users/me"));
+        assert_eq!(
+            r.find("/orders/1/items/2"),
+            Some("/orders/{id}/items/{item}")
+        );
+        assert_eq!(r.find("/static/a/b/c.css"), Some("/static/{*rest}"));
+        assert_eq!(r.find("/static"), None);
+        assert_eq!(r.find("/users/42/posts"), None);
+        assert_eq!(r.find("/nope"), None);
+    }
+
+    #[test]
+    fn normalisation() {
+        let r = routes(&["/users/{id}", "/admin/stats"]);
+        assert_eq!(r.find("//users//42/"), Some("/users/{id}"));
+        assert_eq!(r.find("/./users/42"), Some("/users/{id}"));
+        assert_eq!(r.find("/%61dmin/st%61ts"), Some("/admin/stats"));
+        assert_eq!(r.find("/users/../admin/stats"), None);
+        assert_eq!(r.find("/users/%2e%2E/admin/stats"), None);
+        assert_eq!(r.find("/admin/stats%"), None);
+    }
+
+    #[test]
+    fn backtracking() {
+        let r = routes(&["/a/{x}/c", "/a/b/d"]);
+        assert_eq!(r.find("/a/b/c"), Some("/a/{x}/c"));
+        assert_eq!(r.find("/a/b/d"), Some("/a/b/d"));
+    }
+
+    #[test]
+    fn invalid_templates() {
+        let mut r = Routes::default();
+        for bad in [
+            "users",
+            "/files/{name}.png",
+            "/{}",
+            "/{*rest}/x",
+            "/a/../b",
+            "/{a b}",
+        ] {
+            assert!(r.insert(bad).is_err(), "{bad}");
+        }
+        r.insert("/users/{id}").unwrap();
+        let e = r.insert("/users/{name}/").unwrap_err().to_string();
+        assert!(e.contains("same paths as `/users/{id}`"), "{e}");
+        r.insert("/s/{*a}").unwrap();
+        assert!(r.insert("/s/{*b}").is_err());
+    }
+}
