@@ -192,7 +192,6 @@ impl RedisBackend {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => return Err(DecideError::Backend(self.failed(e))),
             Err(_) => {
-                self.stats.timeouts.inc();
                 return Err(DecideError::Backend(
                     self.failed(BackendError::Timeout(self.timeout)),
                 ));
@@ -224,6 +223,9 @@ impl RedisBackend {
 
     fn failed(&self, e: BackendError) -> BackendError {
         self.stats.errors.inc();
+        if matches!(e, BackendError::Timeout(_)) {
+            self.stats.timeouts.inc();
+        }
         if !matches!(e, BackendError::Protocol(_)) {
             self.ready.store(false, Ordering::Relaxed);
         }
@@ -370,10 +372,7 @@ impl RedisBackend {
                 "unexpected release reply: {other:?}"
             )))),
             Ok(Err(e)) => Err(self.failed(map_error(&e, self.timeout))),
-            Err(_) => {
-                self.stats.timeouts.inc();
-                Err(self.failed(BackendError::Timeout(self.timeout)))
-            }
+            Err(_) => Err(self.failed(BackendError::Timeout(self.timeout))),
         }
     }
 }

@@ -36,11 +36,14 @@ async fn backends(urls: Vec<String>, mode: Mode, n: usize) -> Vec<Arc<RedisBacke
     v
 }
 
+/// A rule's limits: (group, key, limit).
+type Rule = Arc<Vec<(Vec<u8>, Vec<u8>, AnyLimit)>>;
+
 /// `tasks` callers spread over `backends`, each trying `per_task` times;
 /// returns how many were admitted.
 async fn hammer(
     backends: &[Arc<RedisBackend>],
-    limits: Arc<Vec<(Vec<u8>, Vec<u8>, AnyLimit)>>,
+    limits: Rule,
     tasks: usize,
     per_task: usize,
 ) -> u64 {

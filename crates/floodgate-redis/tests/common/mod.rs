@@ -325,40 +325,35 @@ impl Cluster {
         }
     }
 
-    /// The node serving `slot` as primary, and its replica.
-    pub fn owners(&self, slot: u16) -> (usize, usize) {
-        let nodes = self.nodes[0].cli(&["cluster", "nodes"]);
-        let mut primary_id = None;
-        for line in nodes.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 8 && f[2].contains("master") {
-                for range in &f[8..] {
-                    let (a, b) = range.split_once('-').unwrap_or((range, range));
-                    if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>())
-                        && (a..=b).contains(&slot)
-                    {
-                        primary_id = Some((f[0].to_owned(), f[1].to_owned()));
-                    }
-                }
-            }
-        }
-        let (id, addr) = primary_id.expect("slot owner");
-        let port_of = |addr: &str| -> u16 {
-            addr.split('@')
-                .next()
-                .and_then(|a| a.rsplit(':').next())
-                .and_then(|p| p.parse().ok())
-                .expect("port")
+    /// The node serving `slot` as primary, and its replica if it has one,
+    /// as seen by a live node (`None` while nobody serves the slot).
+    pub fn owners(&self, slot: u16) -> Option<(usize, Option<usize>)> {
+        let live = self.nodes.iter().find(|n| n.child.is_some())?;
+        let nodes = live.cli(&["cluster", "nodes"]);
+        let port_of = |addr: &str| -> Option<u16> {
+            addr.split('@').next()?.rsplit(':').next()?.parse().ok()
         };
-        let primary = port_of(&addr);
-        let replica = nodes
+        let idx = |p: u16| self.nodes.iter().position(|n| n.port() == p);
+        let lines: Vec<Vec<&str>> = nodes
             .lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
-            .map(|f| port_of(f[1]))
-            .expect("replica");
-        let idx = |p: u16| self.nodes.iter().position(|n| n.port() == p).expect("node");
-        (idx(primary), idx(replica))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let owner = lines.iter().find(|f| {
+            f.len() > 8
+                && f[2].contains("master")
+                && !f[2].contains("fail")
+                && f[8..].iter().any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+                })
+        })?;
+        let primary = idx(port_of(owner[1])?)?;
+        let replica = lines
+            .iter()
+            .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == owner[0])
+            .and_then(|f| port_of(f[1]))
+            .and_then(idx);
+        Some((primary, replica))
     }
 
     /// A synchronous cluster connection for inspecting keys.

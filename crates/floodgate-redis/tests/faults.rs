@@ -1,0 +1,235 @@
+//! Faults under load: Redis killed and restarted empty (its script cache
+//! gone), frozen (SIGSTOP), blocked (`DEBUG SLEEP`), and a cluster primary
+//! failed over and killed. Every request must still get a decision within
+//! the timeout, by the failure policy when Redis cannot answer; nothing
+//! panics; and the breaker closes again by itself once Redis is back.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Server, blank, item};
+use floodgate::algorithms::{AnyLimit, FixedWindow, Gcra, SlidingLog};
+use floodgate::{Apply, Timestamp};
+use floodgate_policy::Backend;
+use floodgate_redis::{
+    BreakerConfig, BreakerState, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend,
+};
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+/// Scheduling slack on a busy two-core machine.
+const SLACK: Duration = Duration::from_millis(100);
+
+async fn resilient(urls: Vec<String>, mode: Mode, policy: FailurePolicy) -> Arc<ResilientBackend> {
+    let config = RedisConfig {
+        urls,
+        mode,
+        timeout: TIMEOUT,
+        connect_timeout: Duration::from_millis(100),
+        failure_policy: policy,
+        breaker: BreakerConfig {
+            failure_threshold: 3,
+            cool_down: Duration::from_millis(200),
+        },
+        ..RedisConfig::default()
+    };
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    Arc::new(ResilientBackend::new(redis, &config).expect("resilient"))
+}
+
+/// Callers deciding in a loop until stopped; each decision is timed.
+struct Load {
+    stop: Arc<AtomicBool>,
+    handles: Vec<tokio::task::JoinHandle<(u64, Duration)>>,
+}
+
+impl Load {
+    fn start(b: &Arc<ResilientBackend>, tasks: usize, groups: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles = (0..tasks)
+            .map(|t| {
+                let b = b.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let limits = [
+                        AnyLimit::from(Gcra::new(1000, Duration::from_secs(1), 50).unwrap()),
+                        AnyLimit::from(FixedWindow::new(100_000, Duration::from_secs(60)).unwrap()),
+                        AnyLimit::from(SlidingLog::new(20, Duration::from_millis(100)).unwrap()),
+                    ];
+                    let (mut n, mut worst) = (0u64, Duration::ZERO);
+                    while !stop.load(Ordering::Relaxed) {
+                        let g = format!("load{}", (t + n as usize) % groups);
+                        let keys: Vec<String> = (0..3).map(|i| format!("{g}:{i}")).collect();
+                        let items: Vec<_> = limits
+                            .iter()
+                            .zip(&keys)
+                            .map(|(l, k)| item(g.as_bytes(), k.as_bytes(), l, 1))
+                            .collect();
+                        let mut out = vec![blank(); items.len()];
+                        let started = Instant::now();
+                        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+                            .await
+                            .expect("a decision, whatever happens to Redis");
+                        worst = worst.max(started.elapsed());
+                        n += 1;
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    (n, worst)
+                })
+            })
+            .collect();
+        Load { stop, handles }
+    }
+
+    /// Stops the callers; returns the decisions made and the slowest one.
+    async fn finish(self) -> (u64, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut total = (0, Duration::ZERO);
+        for h in self.handles {
+            let (n, worst) = h.await.expect("no caller panicked");
+            total = (total.0 + n, total.1.max(worst));
+        }
+        total
+    }
+}
+
+/// Waits until the breaker has closed and Redis answers decisions again.
+async fn wait_recovered(b: &ResilientBackend, within: Duration) {
+    let end = Instant::now() + within;
+    let before = b.redis().stats().decisions.get();
+    while b.breaker_state() != BreakerState::Closed
+        || b.redis().stats().decisions.get() < before + 20
+    {
+        assert!(
+            Instant::now() < end,
+            "did not recover: {:?}",
+            b.breaker_state()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn assert_bounded(worst: Duration) {
+    assert!(worst <= TIMEOUT + SLACK, "a decision took {worst:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_then_restarted_empty() {
+    let mut server = Server::start();
+    let b = resilient(
+        vec![server.url()],
+        Mode::Single,
+        FailurePolicy::Local { divide_by: 2 },
+    )
+    .await;
+    let load = Load::start(&b, 8, 4);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_ne!(b.breaker_state(), BreakerState::Closed);
+    assert!(!b.is_ready());
+    // Back, empty: no data and no cached script (NOSCRIPT on first use).
+    tokio::task::block_in_place(|| server.restart());
+    wait_recovered(&b, Duration::from_secs(5)).await;
+    let (n, worst) = load.finish().await;
+    assert!(n > 100);
+    assert_bounded(worst);
+    let s = b.stats();
+    assert!(s.backend_errors.get() > 0);
+    assert!(s.local_fallbacks.get() > 0);
+    assert!(s.short_circuited.get() > 0);
+    assert!(s.breaker_opened.get() >= 1 && s.breaker_closed.get() >= 1);
+    assert!(b.redis().stats().script_loads.get() >= 1);
+    assert!(b.is_ready());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_process_times_out_and_recovers() {
+    let server = Server::start();
+    let b = resilient(vec![server.url()], Mode::Single, FailurePolicy::FailClosed).await;
+    let load = Load::start(&b, 8, 4);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.resume();
+    wait_recovered(&b, Duration::from_secs(5)).await;
+    let (_, worst) = load.finish().await;
+    assert_bounded(worst);
+    assert!(b.stats().fail_closed.get() > 0);
+    assert!(b.redis().stats().timeouts.get() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_server_debug_sleep() {
+    let server = Server::start_with(&["--enable-debug-command", "yes"]);
+    let b = resilient(vec![server.url()], Mode::Single, FailurePolicy::FailOpen).await;
+    let load = Load::start(&b, 8, 4);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let port = server.port();
+    let sleeper = std::thread::spawn(move || common::cli(port, &["debug", "sleep", "0.8"]));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::task::block_in_place(|| sleeper.join().expect("debug sleep"));
+    wait_recovered(&b, Duration::from_secs(5)).await;
+    let (_, worst) = load.finish().await;
+    assert_bounded(worst);
+    assert!(b.stats().fail_open.get() > 0);
+}
+
+#[test]
+fn cluster_failover_and_primary_loss() {
+    let mut cluster = Cluster::start();
+    let rt = common::runtime();
+    rt.block_on(async {
+        let b = resilient(
+            cluster.urls(),
+            Mode::Cluster,
+            FailurePolicy::Local { divide_by: 3 },
+        )
+        .await;
+        let load = Load::start(&b, 8, 6);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The group "load0" lives on some primary: fail it over to its replica.
+        let slot = common::slot(&b.redis().state_key(&item(
+            b"load0",
+            b"x",
+            &AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap()),
+            1,
+        )));
+        let (primary, replica) = match cluster.owners(slot) {
+            Some((p, Some(r))) => (p, r),
+            other => panic!("no replica for slot {slot}: {other:?}"),
+        };
+        assert_eq!(
+            cluster.nodes[replica].cli(&["cluster", "failover"]).trim(),
+            "OK"
+        );
+        tokio::task::block_in_place(|| {
+            let end = Instant::now() + Duration::from_secs(10);
+            while cluster.owners(slot).map(|o| o.0) != Some(replica) {
+                assert!(Instant::now() < end, "failover did not happen");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        wait_recovered(&b, Duration::from_secs(10)).await;
+        let loads = b.redis().stats().script_loads.get();
+        // Now kill the new primary: its replica (the old primary) takes over
+        // after the node timeout.
+        tokio::task::block_in_place(|| cluster.nodes[replica].kill());
+        tokio::task::block_in_place(|| {
+            let end = Instant::now() + Duration::from_secs(20);
+            while cluster.owners(slot).map(|o| o.0) != Some(primary) {
+                assert!(Instant::now() < end, "no automatic failover");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        wait_recovered(&b, Duration::from_secs(15)).await;
+        let (n, worst) = load.finish().await;
+        assert!(n > 100);
+        assert_bounded(worst);
+        // The promoted replicas never ran the script: NOSCRIPT was handled.
+        assert!(b.redis().stats().script_loads.get() >= loads.max(1));
+        assert!(b.stats().backend_errors.get() > 0 || b.stats().short_circuited.get() > 0);
+    });
+}
