@@ -138,8 +138,9 @@ impl<'s> Env<'s> {
                 }
             }
             Action::Path { .. } => {
-                write_bounded(text, req.uri.path().as_bytes(), max);
-                true
+                let path = req.uri.path();
+                write_bounded(text, path.as_bytes(), max);
+                !path.is_empty()
             }
             Action::Generic { value, .. } => {
                 text.push_str(value);

@@ -261,6 +261,29 @@ impl Action {
         if self.key().is_empty() {
             return Err("an entry key must not be empty".into());
         }
+        let constants: &[&String] = match self {
+            Action::Generic { value, .. } => &[value],
+            Action::Route {
+                unmatched: Some(u), ..
+            } => &[u],
+            _ => &[],
+        };
+        let tiers = match self {
+            Action::Tier { values, .. } => values.as_slice(),
+            _ => &[],
+        };
+        let longest = constants
+            .iter()
+            .map(|s| s.len())
+            .chain(tiers.iter().map(String::len))
+            .chain([self.key().len()])
+            .max()
+            .unwrap_or(0);
+        if longest > MAX_VALUE_LEN {
+            return Err(format!(
+                "keys and values are at most {MAX_VALUE_LEN} bytes (found {longest})"
+            ));
+        }
         match self {
             Action::Generic { value, .. } if value.is_empty() => {
                 Err("a generic value must not be empty".into())

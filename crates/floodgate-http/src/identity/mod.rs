@@ -59,7 +59,7 @@
 //! | `bearer` / `{bearer: {key, hash}}` | `bearer`: the token of `Authorization: Bearer <token>` | absent, another scheme, malformed |
 //! | `method` / `{method: {key}}` | `method`: `GET`, ... | never |
 //! | `route` / `{route: {key, unmatched}}` | `route`: the matching template (see `routes`) | no template matches and no `unmatched` constant |
-//! | `path` / `{path: {key}}` | `path`: the raw path, without the query | never |
+//! | `path` / `{path: {key}}` | `path`: the raw path, without the query | no path (authority-form `CONNECT`) |
 //! | `{generic: {key, value}}` | a constant (key defaults to `generic_key`) | never |
 //! | `{tier: {header \| extension, key, values, default}}` | `tier`: a known value (any case; sent as configured), else `default` | unknown and no `default` |
 //!

@@ -251,6 +251,9 @@ fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
     if values_node.is_some() && values.is_empty() {
         errors.push(o.at.error("tier needs at least one value"));
     }
+    if values.is_empty() {
+        return None;
+    }
     let mut default = None;
     if let Some(d) = o.get("default") {
         if let Some(text) = errors.take(d.str()) {

@@ -1,0 +1,169 @@
+//! Building descriptors allocates nothing once the buffers have grown:
+//! a counting global allocator (per thread, so parallel tests do not
+//! interfere) proves it.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use common::{identity, peer, request};
+use floodgate_http::identity::{Attributes, RequestDescriptors};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const CONFIG: &str = r#"domain: api
+client_ip:
+  trusted_hops: 2
+  trusted_proxies: [10.0.0.0/8, "2001:db8:ffff::/48"]
+  header: forwarded
+  ipv6_prefix: 64
+routes: ["/users/{id}", "/orders/{id}/items/{item}", "/static/{*rest}"]
+cost: {header: x-request-cost, max: 100}
+max_value_len: 64
+descriptors:
+  - [{generic: {key: scope, value: global}}]
+  - [client_ip]
+  - [{api_key: {header: x-api-key, hash: true}}]
+  - [{api_key: {key: raw_key}}]
+  - [{bearer: {hash: true}}]
+  - [{tier: {header: x-plan, values: [free, pro, enterprise], default: free}}, {api_key: {header: x-api-key}}]
+  - [{user: {header: x-user-id}}, {route: {unmatched: other}}]
+  - [{tenant: {extension: tenant}}, method]
+  - [path]"#;
+
+fn requests() -> Vec<(http::Request<()>, std::net::SocketAddr)> {
+    let long = "v".repeat(500);
+    let mut out = Vec::new();
+    let heads = [
+        request(
+            "GET",
+            "/users/42?q=1",
+            &[
+                (
+                    "forwarded",
+                    r#"for="[2001:db8:1:2::99]:4711";proto=https, for=10.1.1.1"#,
+                ),
+                ("x-api-key", "k-1"),
+                ("x-plan", "PRO"),
+                ("x-user-id", "alice"),
+                ("x-request-cost", "7"),
+                ("authorization", "Bearer abc.def.ghi"),
+            ],
+        ),
+        request(
+            "POST",
+            "/orders/1/items/2",
+            &[
+                ("forwarded", "for=unknown"),
+                ("x-api-key", &long),
+                ("x-user-id", &long),
+                ("x-plan", "platinum"),
+            ],
+        ),
+        request(
+            "DELETE",
+            &format!("/nowhere/{long}"),
+            &[("x-request-cost", "99999999")],
+        ),
+        request(
+            "GET",
+            "/static/a/b/c.css",
+            &[
+                ("forwarded", "for=203.0.113.1"),
+                ("forwarded", "for=10.0.0.9"),
+            ],
+        ),
+    ];
+    for (i, parts) in heads.into_iter().enumerate() {
+        let mut req = http::Request::from_parts(parts, ());
+        if i % 2 == 0 {
+            req.extensions_mut()
+                .insert(Attributes::new().with("tenant", "acme"));
+        }
+        let from = if i == 2 {
+            "[::ffff:192.0.2.1]:1"
+        } else {
+            "10.0.0.2:1"
+        };
+        out.push((req, peer(from)));
+    }
+    out
+}
+
+#[test]
+fn steady_state_builds_allocate_nothing() {
+    let id = identity(CONFIG);
+    let reqs = requests();
+    let mut out = RequestDescriptors::new();
+    // Warm-up: the buffers grow.
+    for (req, from) in &reqs {
+        id.request_descriptors(req, *from, &mut out);
+    }
+    // The counter counts.
+    let before = allocations();
+    drop(std::hint::black_box(String::from("x")));
+    assert_eq!(allocations() - before, 1);
+
+    let before = allocations();
+    let mut built = 0;
+    for _ in 0..100 {
+        for (req, from) in &reqs {
+            id.request_descriptors(req, *from, &mut out);
+            built += out.len();
+        }
+    }
+    assert_eq!(allocations() - before, 0, "allocations in steady state");
+    assert!(built > 400, "{built}");
+}
+
+#[test]
+fn presized_buffers_allocate_nothing_from_the_first_request() {
+    let id = identity(CONFIG);
+    let reqs = requests();
+    let mut out = id.new_output();
+    let before = allocations();
+    for (req, from) in &reqs {
+        id.request_descriptors(req, *from, &mut out);
+    }
+    assert_eq!(allocations() - before, 0);
+    // The values are the expected ones.
+    id.request_descriptors(&reqs[0].0, reqs[0].1, &mut out);
+    let ip = out.iter().find_map(|d| d.get("remote_address"));
+    assert_eq!(ip, Some("2001:db8:1:2::/64"));
+    assert_eq!(out.hits_addend(), 7);
+}

@@ -1,0 +1,266 @@
+//! Configuration errors: every problem reported at once, with file, line,
+//! column and the offending value.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::errors;
+use floodgate_http::HttpIdentity;
+use floodgate_http::identity::{Action, IdentityConfig, IdentityError};
+use floodgate_policy::yaml::Document;
+
+/// Asserts `report` has a line `test.yaml:LINE:COL: ...` containing `text`.
+#[track_caller]
+fn has(report: &str, line: usize, column: usize, text: &str) {
+    let prefix = format!("test.yaml:{line}:{column}: ");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with(&prefix) && l.contains(text)),
+        "no `{prefix}...{text}` in:\n{report}"
+    );
+}
+
+#[test]
+fn unknown_keys_everywhere() {
+    let r = errors(
+        "domain: api
+bogus: 1
+client_ip: {trusted_hop: 1}
+cost: {header: x-cost, max: 5, maxi: 6}
+descriptors:
+  - [{client_ip: {key: ip, name: x}}]",
+    );
+    has(
+        &r,
+        3,
+        3,
+        "unknown key 'bogus' (expected one of: domain, client_ip",
+    );
+    has(&r, 4, 15, "unknown key 'trusted_hop'");
+    has(&r, 5, 34, "unknown key 'maxi'");
+    has(
+        &r,
+        7,
+        30,
+        "unknown key 'name' for client_ip (expected one of: key)",
+    );
+    assert_eq!(r.lines().count(), 4, "{r}");
+}
+
+#[test]
+fn client_ip_values() {
+    let r = errors(
+        "domain: api
+client_ip:
+  trusted_hops: 99
+  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33, nonsense]
+  ipv4_prefix: 0
+  ipv6_prefix: 200
+descriptors: [[client_ip]]",
+    );
+    has(&r, 4, 19, "trusted_hops must be from 0 to 16 (got `99`)");
+    has(&r, 5, 35, "invalid network '10.0.0.0/33'");
+    has(&r, 5, 48, "invalid network 'nonsense'");
+    has(&r, 6, 18, "ipv4_prefix must be from 1 to 32 (got `0`)");
+    has(&r, 7, 18, "ipv6_prefix must be from 1 to 128 (got `200`)");
+}
+
+#[test]
+fn a_header_without_trusted_proxies_is_an_error() {
+    let r = errors("domain: api\nclient_ip: {header: forwarded}\ndescriptors: [[client_ip]]");
+    has(
+        &r,
+        3,
+        23,
+        "the header `forwarded` is read only through trusted proxies",
+    );
+    let r = errors(
+        "domain: api\nclient_ip: {header: 'bad header', trusted_hops: 1}\ndescriptors: [[method]]",
+    );
+    has(&r, 3, 23, "invalid header name `bad header`");
+}
+
+#[test]
+fn actions() {
+    let r = errors(
+        "domain: api
+descriptors:
+  - [frobnicate]
+  - [{header: {name: x-a}, method: {}}]
+  - [header]
+  - [{header: {name: 'x y'}}]
+  - [user]
+  - [{tenant: {key: t}}]
+  - [{user: {header: x-u, extension: u}}]
+  - [{generic: {key: g}}]
+  - [{client_ip: {key: ''}}]
+  - [route]
+  - []
+  - [{api_key: {hash: maybe}}]
+  - [{method: [1]}]",
+    );
+    has(
+        &r,
+        4,
+        8,
+        "unknown action `frobnicate` (expected one of: client_ip, header",
+    );
+    has(
+        &r,
+        5,
+        8,
+        "an action is one name (optionally with options), found 2 keys: header, method",
+    );
+    has(&r, 6, 8, "header needs 'name'");
+    has(&r, 7, 24, "invalid header name `x y`");
+    has(&r, 8, 8, "user needs 'header' or 'extension'");
+    has(&r, 9, 17, "tenant needs 'header' or 'extension'");
+    has(
+        &r,
+        10,
+        40,
+        "user takes either 'header' or 'extension', not both",
+    );
+    has(&r, 11, 8, "generic needs 'value'");
+    has(&r, 12, 8, "an entry key must not be empty");
+    has(&r, 13, 8, "route needs route templates under 'routes'");
+    has(&r, 14, 7, "a descriptor needs 1 to 64 actions (found 0)");
+    has(&r, 15, 25, "expected true or false, found `maybe`");
+    has(&r, 16, 17, "expected a mapping, found a list");
+}
+
+#[test]
+fn tiers() {
+    let r = errors(
+        "domain: api
+descriptors:
+  - [{tier: {header: x-plan, values: [free, pro], default: gold}}]
+  - [{tier: {header: x-plan, values: [free, FREE]}}]
+  - [{tier: {header: x-plan}}]
+  - [tier]",
+    );
+    has(
+        &r,
+        4,
+        62,
+        "the default tier `gold` is not one of the values (free, pro)",
+    );
+    has(&r, 5, 47, "duplicate tier `FREE`");
+    has(&r, 6, 8, "tier needs 'values'");
+    has(
+        &r,
+        7,
+        8,
+        "tier needs 'header' (or 'extension') and 'values'",
+    );
+}
+
+#[test]
+fn routes_and_costs() {
+    let r = errors(
+        r#"domain: api
+routes: ["/users/{id}", "/users/{name}", "files/{f}", "/a/{b}.png"]
+cost: {header: x-cost, max: 0, default: 5}
+descriptors: [[route]]"#,
+    );
+    has(
+        &r,
+        3,
+        27,
+        "invalid route template `/users/{name}`: it matches the same paths as `/users/{id}`",
+    );
+    has(&r, 3, 44, "a route template starts with '/'");
+    has(&r, 3, 57, "a parameter must be a whole segment");
+    has(&r, 4, 31, "cost max must be from 1 to 1000000 (got `0`)");
+    let r = errors("domain: api\ncost: {max: 5, default: 6}\ndescriptors: [[method]]");
+    has(&r, 3, 9, "cost needs 'header' or 'extension'");
+    has(&r, 3, 27, "cost default must be from 1 to 5 (got `6`)");
+    let r = errors("domain: api\ncost: {header: x-cost}\ndescriptors: [[method]]");
+    has(&r, 3, 9, "missing required key 'max'");
+}
+
+#[test]
+fn section_level() {
+    let r = errors("client_ip: {}\nmax_value_len: 8");
+    has(&r, 2, 3, "missing required key 'domain'");
+    has(&r, 2, 3, "missing required key 'descriptors'");
+    has(
+        &r,
+        3,
+        18,
+        "max_value_len must be from 32 to 16384 (got `8`)",
+    );
+    let r = errors("domain: ''\ndescriptors: []");
+    has(&r, 2, 3, "domain must not be empty");
+    has(&r, 3, 16, "descriptors needs 1 to 64 descriptors (found 0)");
+
+    let e = HttpIdentity::from_yaml_str("test.yaml", "domains: []\n").unwrap_err();
+    assert_eq!(e.to_string(), "test.yaml:1:1: missing required key 'http'");
+    let e = HttpIdentity::from_yaml_str("test.yaml", "http: {domain: [\n").unwrap_err();
+    assert!(e.to_string().starts_with("test.yaml:"), "{e}");
+    let e = HttpIdentity::from_yaml_str("test.yaml", "http: 5\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "test.yaml:1:7: expected a mapping, found a scalar"
+    );
+}
+
+#[test]
+fn read_from_loaded_documents() {
+    let doc = |text: &str| Document::parse(&Arc::from("f.yaml"), text).unwrap();
+    let with = "http: {domain: api, descriptors: [[method]]}\n";
+    let docs = [doc("domains: []\n"), doc(with)];
+    let id = HttpIdentity::from_documents(&docs).unwrap().unwrap();
+    assert_eq!(id.domain(), "api");
+    assert!(HttpIdentity::from_documents(&docs[..1]).unwrap().is_none());
+    let e = HttpIdentity::from_documents(&[doc(with), doc(with)]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "f.yaml:1:7: the http section is already given in f.yaml:1:7"
+    );
+}
+
+#[test]
+fn configuration_in_code() {
+    let mut c = IdentityConfig {
+        domain: "api".into(),
+        descriptors: vec![vec![Action::client_ip(), Action::generic("scope", "all")]],
+        ..Default::default()
+    };
+    assert!(HttpIdentity::new(c.clone()).is_ok());
+    c.routes = vec!["/a/{x}".into(), "/a/{y}".into()];
+    assert!(matches!(
+        HttpIdentity::new(c.clone()),
+        Err(IdentityError::Route { .. })
+    ));
+    c.routes.clear();
+    c.client_ip.trusted_hops = 17;
+    let e = HttpIdentity::new(c.clone()).unwrap_err();
+    assert_eq!(e.to_string(), "client_ip: trusted_hops is 17 (at most 16)");
+    c.client_ip.trusted_hops = 1;
+    c.descriptors.push(vec![]);
+    let e = HttpIdentity::new(c.clone()).unwrap_err();
+    assert_eq!(e.to_string(), "descriptor 1: 0 actions (expected 1 to 64)");
+    c.descriptors.pop();
+    c.domain.clear();
+    assert!(HttpIdentity::new(c).is_err());
+}
+
+#[test]
+fn the_documented_example_is_valid() {
+    let docs = include_str!("../src/identity/mod.rs");
+    let yaml: String = docs
+        .lines()
+        .map(|l| l.strip_prefix("//!").unwrap_or(l))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .skip_while(|l| *l != "```yaml")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(yaml.starts_with("http:\n"), "{yaml}");
+    let id = HttpIdentity::from_yaml_str("doc.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((id.domain(), id.descriptor_count()), ("api", 5));
+}
