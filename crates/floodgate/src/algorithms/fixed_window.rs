@@ -78,34 +78,39 @@ impl Algorithm for FixedWindow {
     fn decide(&self, s: &mut WindowState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let now = now.as_nanos();
         let current = now - now % self.window;
-        if current > s.start {
-            s.start = current;
-            s.count = 0;
-        }
-        // A clock behind the stored window counts as the window's start.
-        let reset_after = Duration::from_nanos(
-            s.start
-                .saturating_add(self.window)
-                .saturating_sub(now.max(s.start)),
-        );
+        // The window holding `now`, as seen from the state; only a charge
+        // stores it. A clock behind the stored window counts as its start.
+        let (start, mut count) = if current > s.start {
+            (current, 0)
+        } else {
+            (s.start, s.count)
+        };
+        let window_end = Duration::from_nanos(self.window - (now.max(start) - start));
         let (outcome, retry_after) = if cost > self.limit {
             (Outcome::Never, None)
-        } else if s.count.saturating_add(cost) <= self.limit {
-            if apply.charge_if_allowed() {
-                s.count += cost;
+        } else if cost == 0 || count.saturating_add(cost) <= self.limit {
+            if cost > 0 && apply.charge_if_allowed() {
+                count += cost;
+                *s = WindowState { start, count };
             }
             (Outcome::Allowed, None)
         } else {
             if apply.charge_if_denied() {
-                s.count = s.count.saturating_add(cost);
+                count = count.saturating_add(cost);
+                *s = WindowState { start, count };
             }
-            (Outcome::Denied, Some(reset_after))
+            (Outcome::Denied, Some(window_end))
         };
         Decision {
             outcome,
             limit: self.limit,
-            remaining: self.limit.saturating_sub(s.count),
-            reset_after,
+            remaining: self.limit.saturating_sub(count),
+            // Nothing counted: the quota is already full.
+            reset_after: if count == 0 {
+                Duration::ZERO
+            } else {
+                window_end
+            },
             retry_after,
         }
     }

@@ -116,7 +116,10 @@ impl Gcra {
     /// A leaky bucket used as a meter: a level of at most `capacity`, draining
     /// `leak` every `per`, rejecting (never queueing) what does not fit.
     pub fn leaky_meter(capacity: u64, leak: u64, per: Duration) -> Result<Self, ConfigError> {
-        Self::token_bucket(capacity, leak, per)
+        Self::token_bucket(capacity, leak, per).map_err(|e| match e.field() {
+            "refill" => ConfigError::new("leak", e.reason().to_owned()),
+            _ => e,
+        })
     }
 
     /// The burst capacity.
@@ -164,8 +167,10 @@ impl Algorithm for Gcra {
             };
         }
         let next = base.saturating_add(cost as u128 * self.t as u128);
-        if next <= limit_t {
-            let after = if apply.charge_if_allowed() {
+        // A cost of 0 only peeks: always admitted, never charged (even when
+        // penalties or a clock gone backwards put `TAT` past the window).
+        if cost == 0 || next <= limit_t {
+            let after = if cost > 0 && apply.charge_if_allowed() {
                 *tat = next;
                 next
             } else {
@@ -174,7 +179,7 @@ impl Algorithm for Gcra {
             Decision {
                 outcome: Outcome::Allowed,
                 limit: self.burst,
-                remaining: div(limit_t - after, self.t) as u64,
+                remaining: div(limit_t.saturating_sub(after), self.t) as u64,
                 reset_after: self.nanos_until(after, now_t),
                 retry_after: None,
             }

@@ -168,7 +168,9 @@ impl Shaper {
 }
 
 fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
-    Duration::from_nanos(sat64(at_ms * 1_000_000).saturating_sub(now.as_nanos()))
+    Duration::from_nanos(sat64(
+        (at_ms * 1_000_000).saturating_sub(now.as_nanos() as u128),
+    ))
 }
 
 impl Algorithm for Shaper {

@@ -1,10 +1,12 @@
 //! Sliding window log: the exact count of requests in the last `window`.
 //!
 //! Each admitted unit of cost is remembered with its arrival time; a unit
-//! that arrived at `a` counts while `now < a + window`. The log never holds
-//! more than `limit` entries (in penalty mode it keeps the newest `limit`,
-//! which decides exactly as the full log would), so memory per key is bounded
-//! by `8 · limit` bytes.
+//! that arrived at `a` counts while `now < a + window`. A request arriving
+//! at a time earlier than the newest entry (a clock gone backwards) is
+//! stamped with the newest entry's time: no time has passed. The log never
+//! holds more than `limit` entries (in penalty mode it keeps the newest
+//! `limit`, which decides exactly as the full log would), so memory per key
+//! is bounded by `8 · limit` bytes.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -68,6 +70,14 @@ impl SlidingLog {
         Duration::from_nanos(self.window)
     }
 
+    /// How long a unit that arrived at `a` still counts (it counts at `now`).
+    fn until_gone(&self, a: u64, now: u64) -> Duration {
+        Duration::from_nanos(match a.checked_sub(now) {
+            Some(ahead) => ahead.saturating_add(self.window),
+            None => self.window.saturating_sub(now - a),
+        })
+    }
+
     fn push(&self, log: &mut LogState, at: u64, cost: u64) {
         let keep = self.limit as usize;
         // Only the newest `limit` entries can matter.
@@ -87,38 +97,39 @@ impl Algorithm for SlidingLog {
 
     fn decide(&self, log: &mut LogState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let now = now.as_nanos();
-        while log
-            .front()
-            .is_some_and(|&a| a.saturating_add(self.window) <= now)
-        {
-            log.pop_front();
-        }
-        let (outcome, retry_after) = if cost > self.limit {
-            (Outcome::Never, None)
-        } else if log.len() as u64 + cost <= self.limit {
-            if apply.charge_if_allowed() {
-                self.push(log, now, cost);
-            }
-            (Outcome::Allowed, None)
+        // The log is sorted: the units that have left the window come first.
+        // Only a charge drops them.
+        let mut gone = log.partition_point(|&a| now.saturating_sub(a) >= self.window);
+        let held = (log.len() - gone) as u64;
+        let (outcome, charge) = if cost > self.limit {
+            (Outcome::Never, false)
+        } else if held + cost <= self.limit {
+            (Outcome::Allowed, apply.charge_if_allowed())
         } else {
-            if apply.charge_if_denied() {
-                self.push(log, now, cost);
-            }
-            // The k-th oldest unit must leave the window first.
-            let k = (log.len() as u64 + cost - self.limit) as usize;
-            let leaves = log[k - 1].saturating_add(self.window);
-            (
-                Outcome::Denied,
-                Some(Duration::from_nanos(leaves.saturating_sub(now))),
-            )
+            (Outcome::Denied, apply.charge_if_denied())
         };
-        let reset_after = log.back().map_or(Duration::ZERO, |&a| {
-            Duration::from_nanos(a.saturating_add(self.window).saturating_sub(now))
+        if charge && cost > 0 {
+            log.drain(..gone);
+            gone = 0;
+            // A clock behind the newest entry counts as no time passed, which
+            // also keeps the log sorted.
+            let at = log.back().map_or(now, |&newest| newest.max(now));
+            self.push(log, at, cost);
+        }
+        let held = log.range(gone..);
+        let retry_after = (outcome == Outcome::Denied).then(|| {
+            // The k-th oldest unit must leave the window first.
+            let k = (held.len() as u64 + cost - self.limit) as usize;
+            self.until_gone(log[gone + k - 1], now)
         });
+        let reset_after = held
+            .last()
+            .map_or(Duration::ZERO, |&a| self.until_gone(a, now));
         Decision {
             outcome,
             limit: self.limit,
-            remaining: self.limit - log.len() as u64,
+            // (A log kept from a larger limit may hold more than `limit`.)
+            remaining: self.limit.saturating_sub((log.len() - gone) as u64),
             reset_after,
             retry_after,
         }

@@ -239,6 +239,17 @@ fn sum(counts: &[u64]) -> u128 {
     counts.iter().map(|&c| c as u128).sum()
 }
 
+/// How many counts have left the window at `now`, and the start of the
+/// sub-window holding `now` (a clock behind `start` counts as `start`).
+fn view(start: u64, len: usize, sub: u64, now: u64) -> (usize, u64) {
+    let current = now - now % sub;
+    if current <= start {
+        return (0, start);
+    }
+    let shift = (current - start) / sub;
+    (shift.min(len as u64) as usize, current)
+}
+
 fn decide(
     start: &mut u64,
     counts: &mut [u64],
@@ -248,23 +259,26 @@ fn decide(
     cost: u64,
     apply: Apply,
 ) -> Decision {
-    roll(start, counts, sub, now);
-    let e = now.max(*start) - *start;
+    // The counts as seen at `now` are `counts[gone..]` followed by `gone`
+    // zeros; only a charge actually moves them.
+    let (mut gone, current) = view(*start, counts.len(), sub, now);
+    let e = now.max(current) - current;
     let cap = limit as u128 * sub as u128;
-    let last = counts.len() - 1;
-    let (outcome, retry_after) = if cost > limit {
-        (Outcome::Never, None)
-    } else if scaled_estimate(counts, 0, e, sub, cost) <= cap {
-        if apply.charge_if_allowed() {
-            counts[last] += cost;
-        }
-        (Outcome::Allowed, None)
+    let (outcome, charge) = if cost > limit {
+        (Outcome::Never, false)
+    } else if cost == 0 || scaled_estimate(&counts[gone..], 0, e, sub, cost) <= cap {
+        (Outcome::Allowed, apply.charge_if_allowed())
     } else {
-        if apply.charge_if_denied() {
-            counts[last] = counts[last].saturating_add(cost);
-        }
-        (Outcome::Denied, Some(retry(counts, e, sub, limit, cost)))
+        (Outcome::Denied, apply.charge_if_denied())
     };
+    if charge && cost > 0 {
+        roll(start, counts, sub, now);
+        gone = 0;
+        let last = counts.len() - 1;
+        counts[last] = counts[last].saturating_add(cost);
+    }
+    let counts = &counts[gone..];
+    let retry_after = (outcome == Outcome::Denied).then(|| retry(counts, e, sub, limit, cost));
     let used = scaled_estimate(counts, 0, e, sub, 0);
     let remaining = (cap.saturating_sub(used) / sub as u128) as u64;
     // Every count has left the window once the newest non-zero one has.

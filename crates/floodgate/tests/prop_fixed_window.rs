@@ -1,0 +1,150 @@
+//! The fixed window counter against a model that keeps the count of every
+//! epoch-aligned window it has seen.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use floodgate::algorithms::{AnyState, FixedWindow, WindowState};
+use floodgate::{Algorithm, Apply, MAX_COUNT, MAX_PERIOD_NANOS, Outcome, Timestamp};
+use proptest::prelude::*;
+
+/// Counts per window index (`t / window`).
+#[derive(Clone, Debug)]
+struct Windows {
+    limit: u64,
+    window: u128,
+    counts: BTreeMap<u128, u128>,
+}
+
+impl Windows {
+    fn new(limit: u64, window: u64) -> Self {
+        Windows {
+            limit,
+            window: window as u128,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    fn count_at(&self, t: u128) -> u128 {
+        self.counts.get(&(t / self.window)).copied().unwrap_or(0)
+    }
+}
+
+impl Model for Windows {
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+    fn remaining_at(&self, t: u128) -> u64 {
+        (self.limit as u128).saturating_sub(self.count_at(t)) as u64
+    }
+    fn admits_at(&self, t: u128, cost: u64) -> bool {
+        self.count_at(t) + cost as u128 <= self.limit as u128
+    }
+    fn charge(&mut self, t: u128, cost: u64) {
+        *self.counts.entry(t / self.window).or_default() += cost as u128;
+    }
+}
+
+fn params() -> impl Strategy<Value = (u64, u64)> {
+    let limit = prop_oneof![6 => 1..=12u64, 2 => 1..=1_000u64, 1 => Just(MAX_COUNT)];
+    let window = prop_oneof![
+        2 => Just(SEC),
+        2 => Just(60 * SEC),
+        4 => 1..=10 * SEC,
+        1 => 1..=100u64,
+        1 => Just(MAX_PERIOD_NANOS),
+    ];
+    (limit, window)
+}
+
+fn case() -> impl Strategy<Value = ((u64, u64), Vec<Step>)> {
+    params().prop_flat_map(|(limit, window)| {
+        let small = window / (limit.min(64) + 1);
+        (Just((limit, window)), schedule(small, window, limit, 40))
+    })
+}
+
+/// At most `limit` admitted in every epoch-aligned window.
+fn per_window(admitted: &[(u64, u64)], limit: u64, window: u64) -> Result<(), TestCaseError> {
+    let mut per: BTreeMap<u64, u128> = BTreeMap::new();
+    for &(t, c) in admitted {
+        *per.entry(t / window).or_default() += c as u128;
+    }
+    for (w, n) in per {
+        prop_assert!(
+            n <= limit as u128,
+            "window {} admitted {} > {}",
+            w,
+            n,
+            limit
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(160))]
+
+    /// Every decision equals the model's (plain, `Penalize`, `AnyLimit` with
+    /// and without penalty); at most `limit` per window.
+    #[test]
+    fn fixed_window_matches_model(((limit, window), steps) in case()) {
+        let fw = FixedWindow::new(limit, Duration::from_nanos(window)).unwrap();
+        let model = Windows::new(limit, window);
+        let (admitted, admitted_pen) =
+            check_all_modes(&fw, &model, &steps, AnyState::FixedWindow(WindowState::default()))?;
+        per_window(&admitted, limit, window)?;
+        per_window(&admitted_pen, limit, window)?;
+    }
+
+    /// A clock going backwards never opens a window early.
+    #[test]
+    fn fixed_window_clock_backwards(((limit, window), steps) in params().prop_flat_map(|(l, w)| {
+        (Just((l, w)), backwards_schedule(w / (l.min(64) + 1), w, l, 40))
+    })) {
+        let fw = FixedWindow::new(limit, Duration::from_nanos(window)).unwrap();
+        check_backwards(&fw, &steps, |a| per_window(a, limit, window))?;
+    }
+}
+
+#[test]
+fn doc_example_two_per_minute() {
+    let fw = FixedWindow::new(2, Duration::from_secs(60)).unwrap();
+    let mut s = fw.fresh();
+    let t = Timestamp::from_secs(125);
+    let d = fw.decide(&mut s, t, 0, Apply::Commit);
+    assert_eq!(
+        (d.outcome, d.remaining, d.reset_after),
+        (Outcome::Allowed, 2, Duration::ZERO)
+    );
+    let d = fw.decide(&mut s, t, 2, Apply::Commit);
+    assert_eq!((d.remaining, d.reset_after), (0, Duration::from_secs(55)));
+    let d = fw.decide(&mut s, t, 1, Apply::Commit);
+    assert_eq!(d.retry_after, Some(Duration::from_secs(55)));
+    assert!(
+        fw.decide(&mut s, Timestamp::from_secs(179), 1, Apply::Commit)
+            .is_denied()
+    );
+    assert!(
+        fw.decide(&mut s, Timestamp::from_secs(180), 2, Apply::Commit)
+            .is_allowed()
+    );
+}
+
+#[test]
+fn penalty_counts_denied_requests() {
+    let fw = floodgate::Penalize(FixedWindow::new(2, Duration::from_secs(10)).unwrap());
+    let mut s = fw.fresh();
+    let t = Timestamp::from_secs(3);
+    for _ in 0..3 {
+        fw.decide(&mut s, t, 1, Apply::Commit);
+    }
+    assert_eq!(s.count(), 3);
+    // Cost 0 still peeks.
+    let d = fw.decide(&mut s, t, 0, Apply::Commit);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 0));
+    assert_eq!(s.count(), 3);
+}
