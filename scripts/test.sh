@@ -3,6 +3,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ---- The decision service (floodgate serve) ---------------------------------
+# Its tests (crates/floodgate-cli/tests/serve_*.rs, run with the workspace
+# below) drive the real binary with independent clients: Python grpcio with
+# Envoy's generated stubs (xds-protos), curl, and a real redis-server.
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "==> installing ${need_apt[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+VENV=.venv
+PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0)
+if ! "$VENV/bin/python" -c 'import grpc; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
+    echo "==> creating $VENV with ${PY_PINS[*]}"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"
+fi
+export FLOODGATE_PYTHON="$PWD/$VENV/bin/python"
+
 echo "==> cargo test (workspace, all targets and doc tests)"
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
+

@@ -8,7 +8,7 @@ use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::ConfigSource;
 
 /// Top-level sections read by other components of the binary.
-pub const OTHER_SECTIONS: &[&str] = &[];
+pub const OTHER_SECTIONS: &[&str] = floodgate_server::settings::SECTIONS;
 
 pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
     let source = ConfigSource {
@@ -18,7 +18,11 @@ pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
             other_sections: OTHER_SECTIONS.to_vec(),
         },
     };
-    match source.compile() {
+    let result = source.compile().and_then(|c| {
+        // The service's own sections (`server:`, `store:`).
+        floodgate_server::settings::read_sections(&c.loaded.documents).map(|_| c)
+    });
+    match result {
         Ok(c) => {
             let domains = c.policy.domains().count();
             let rules = c.policy.rules().len();

@@ -1,6 +1,8 @@
 //! `floodgate`: the rate limiting service, gateway and tools.
 
+mod bench;
 mod check;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,10 +19,18 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Runs the decision service: Envoy RLS over gRPC, JSON over HTTP,
+    /// metrics on the admin listener.
+    Serve(Box<serve::ServeArgs>),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+    /// Load generation and reference servers for benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
     },
 }
 
@@ -39,14 +49,27 @@ enum ConfigCommand {
     },
 }
 
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("floodgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => report(serve::run(*args)),
         Command::Config {
-            command: ConfigCommand::Check {
-                paths,
-                merge_domains,
-            },
+            command:
+                ConfigCommand::Check {
+                    paths,
+                    merge_domains,
+                },
         } => check::run(&paths, merge_domains),
+        Command::Bench { command } => report(bench::run(command)),
     }
 }

@@ -1,0 +1,75 @@
+//! `floodgate bench`: a closed-loop load generator for Envoy RLS servers,
+//! and a do-nothing RLS server (the harness's ceiling).
+
+mod cpu;
+mod load;
+mod null;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+/// Benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Closed-loop load on an Envoy RLS v3 server over HTTP/2.
+    Rls(RlsArgs),
+    /// A do-nothing RLS server (answers OK, one status per descriptor).
+    NullRls {
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:8091")]
+        addr: SocketAddr,
+    },
+}
+
+/// Load generator settings.
+#[derive(Args, Debug, Clone)]
+pub struct RlsArgs {
+    /// The server's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub addr: SocketAddr,
+    /// Requests in flight (closed loop: each sends its next when answered).
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// HTTP/2 connections the requests are spread over.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// Distinct descriptor values, drawn at random.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Measured time.
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    pub duration: Duration,
+    /// Unmeasured time before.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub warmup: Duration,
+    /// The domain sent.
+    #[arg(long, default_value = "bench")]
+    pub domain: String,
+    /// The descriptor key sent (the value is `k<n>`).
+    #[arg(long, default_value = "key")]
+    pub key: String,
+    /// A server process whose CPU time to report per request.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// A label for the report line.
+    #[arg(long, default_value = "")]
+    pub label: String,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    floodgate_policy::unit::parse_duration(s)
+        .ok_or_else(|| "expected a duration such as 15s".into())
+}
+
+/// Runs a benchmark command.
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cmd {
+        BenchCommand::Rls(args) => rt.block_on(load::run(args)),
+        BenchCommand::NullRls { addr } => rt.block_on(null::serve(addr)),
+    }
+}

@@ -1,0 +1,32 @@
+//! Why the service could not start or run.
+
+use std::net::SocketAddr;
+
+use floodgate_policy::ConfigErrors;
+
+use crate::settings::SettingError;
+
+/// A startup or runtime failure of the service.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration files do not load.
+    #[error("invalid configuration:\n{0}")]
+    Config(ConfigErrors),
+    /// An environment variable or flag is invalid.
+    #[error("invalid setting {0}")]
+    Setting(#[from] SettingError),
+    /// The store could not be created or reached.
+    #[error("store: {0}")]
+    Store(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Metrics, logging or a server failed.
+    #[error("{0}")]
+    Runtime(String),
+}

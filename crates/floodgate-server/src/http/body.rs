@@ -1,0 +1,53 @@
+//! Reading a JSON request body: size limit, content type, syntax — each
+//! failure a clear error.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+
+use super::ApiError;
+
+/// The body, or the error to answer (413 when over the limit).
+pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        let status = r.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                status,
+                "PAYLOAD_TOO_LARGE",
+                "the request body is larger than the configured body limit",
+            )
+        } else {
+            ApiError::new(status, "INVALID_ARGUMENT", r.body_text())
+        }
+    })
+}
+
+/// Requires `Content-Type: application/json` (415 otherwise).
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    if mime.eq_ignore_ascii_case("application/json") || mime.to_ascii_lowercase().ends_with("+json")
+    {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UNSUPPORTED_MEDIA_TYPE",
+            format!(
+                "expected Content-Type: application/json, found `{}`",
+                if ct.is_empty() { "nothing" } else { ct }
+            ),
+        ))
+    }
+}
+
+/// Parses JSON, borrowing strings from `bytes` where it can.
+pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON request: {e}")))
+}

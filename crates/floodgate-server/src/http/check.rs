@@ -1,0 +1,231 @@
+//! `POST /v1/check`: Floodgate's own JSON API, with everything the engine
+//! decides — each descriptor's outcome (allowed, delayed, denied, never),
+//! remaining, reset, retry-after and delay, the rule that matched and why;
+//! dry runs (`"dry_run": true` decides without charging); several limits
+//! per rule (the narrowest is reported).
+//!
+//! 200 when the request may proceed, 429 when it is over the limit (with
+//! `Retry-After` when known); errors as `{"error": {...}}` with the status
+//! of their [`ErrorCode`](floodgate_policy::ErrorCode).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use floodgate::{Apply, Decision, Outcome};
+use floodgate_policy::engine::Reason;
+use floodgate_policy::{Code, PolicySet, Status};
+use serde::{Deserialize, Serialize};
+
+use super::envoy_json::{code_name, unit_name};
+use super::json_types::{JsonDescriptor, opt_u32_num};
+use super::{ApiError, body};
+use crate::metrics::Api;
+use crate::service::Service;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest<'a> {
+    #[serde(borrow)]
+    domain: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    descriptors: Vec<JsonDescriptor<'a>>,
+    /// Hits charged to every descriptor without its own (0 or absent: 1).
+    #[serde(alias = "hits_addend", default, deserialize_with = "opt_u32_num")]
+    hits: Option<u32>,
+    /// Decide without charging anything.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Serialize)]
+struct CheckResponse<'a> {
+    code: &'static str,
+    allowed: bool,
+    dry_run: bool,
+    shadowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    statuses: Vec<CheckStatus<'a>>,
+}
+
+#[derive(Serialize)]
+struct CheckStatus<'a> {
+    code: &'static str,
+    reason: &'static str,
+    rule: Option<&'a str>,
+    shadow: bool,
+    hits: u64,
+    current_limit: Option<Limit<'a>>,
+    limit_remaining: u32,
+    duration_until_reset_ms: u64,
+    decision: Option<DecisionJson>,
+}
+
+#[derive(Serialize)]
+struct Limit<'a> {
+    requests_per_unit: u32,
+    unit: &'static str,
+    name: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct DecisionJson {
+    outcome: &'static str,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    delay_ms: Option<u64>,
+}
+
+/// Milliseconds, rounded up (so a client never retries early).
+fn ms(d: Duration) -> u64 {
+    d.as_nanos().div_ceil(1_000_000).min(u64::MAX as u128) as u64
+}
+
+fn reason(r: Reason) -> &'static str {
+    match r {
+        Reason::NoMatch => "no_match",
+        Reason::Limited => "limited",
+        Reason::Unlimited => "unlimited",
+        Reason::Replaced => "replaced",
+        Reason::Blocked => "blocked",
+        Reason::Denied => "denied",
+        Reason::Disabled => "disabled",
+    }
+}
+
+fn decision(d: &Decision) -> DecisionJson {
+    let (outcome, delay) = match d.outcome {
+        Outcome::Allowed => ("allowed", None),
+        Outcome::Delayed(w) => ("delayed", Some(ms(w))),
+        Outcome::Denied => ("denied", None),
+        Outcome::Never => ("never", None),
+    };
+    DecisionJson {
+        outcome,
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after_ms: ms(d.reset_after),
+        retry_after_ms: d.retry_after.map(ms),
+        delay_ms: delay,
+    }
+}
+
+fn status<'a>(s: &'a Status, policy: &'a PolicySet) -> CheckStatus<'a> {
+    CheckStatus {
+        code: code_name(s.code),
+        reason: reason(s.reason),
+        rule: s
+            .rule
+            .and_then(|id| policy.rules().get(id as usize))
+            .map(|r| r.label()),
+        shadow: s.shadow,
+        hits: s.hits,
+        current_limit: s.current_limit.as_ref().map(|l| Limit {
+            requests_per_unit: l.reported.requests_per_unit,
+            unit: unit_name(l.reported.unit),
+            name: l.name.as_deref(),
+        }),
+        limit_remaining: s.limit_remaining,
+        duration_until_reset_ms: ms(s.duration_until_reset),
+        decision: s.decision.as_ref().map(decision),
+    }
+}
+
+/// `POST /v1/check`.
+pub async fn handle(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    match run(&svc, &headers, raw).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run(
+    svc: &Service,
+    headers: &HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let invalid = |e: ApiError| {
+        svc.metrics.failed(
+            Api::Check,
+            floodgate_policy::ErrorCode::InvalidArgument,
+            started,
+        );
+        e
+    };
+    let bytes = body::bytes(raw).map_err(invalid)?;
+    body::require_json(headers).map_err(invalid)?;
+    let req: CheckRequest<'_> = body::parse(&bytes).map_err(invalid)?;
+    let apply = if req.dry_run {
+        Apply::Check
+    } else {
+        Apply::Commit
+    };
+    let policy = svc.engine().policy();
+    let mut response = svc.pool.take();
+    svc.decide(
+        Api::Check,
+        &req.domain,
+        &req.descriptors,
+        req.hits.unwrap_or(0),
+        apply,
+        &mut response,
+    )
+    .await
+    .map_err(|e| ApiError::engine(&e))?;
+    let over = response.overall == Code::OverLimit;
+    let narrowest = response.narrowest();
+    let retry_after = if over {
+        narrowest.and_then(|d| d.retry_after)
+    } else {
+        None
+    };
+    let body = CheckResponse {
+        code: code_name(response.overall),
+        allowed: !over,
+        dry_run: req.dry_run,
+        shadowed: response.shadowed,
+        retry_after_ms: retry_after.map(ms),
+        statuses: response
+            .statuses
+            .iter()
+            .map(|s| status(s, &policy))
+            .collect(),
+    };
+    let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let code = if over {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
+    };
+    let mut out = (code, json).into_response();
+    let h = out.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(r) = retry_after {
+        h.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(r.as_nanos().div_ceil(1_000_000_000).min(u64::MAX as u128) as u64),
+        );
+    }
+    let mut buf = String::new();
+    svc.headers.emit(&response, &mut buf, |name, value| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name.clone(), v);
+        }
+    });
+    Ok(out)
+}

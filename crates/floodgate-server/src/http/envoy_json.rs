@@ -1,0 +1,206 @@
+//! envoyproxy/ratelimit's `POST /json`: a proto3-JSON `RateLimitRequest`
+//! in, a proto3-JSON `RateLimitResponse` out; 200 when OK, 429 when over
+//! the limit, 400 for any error (as that service answers).
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use floodgate::Apply;
+use floodgate_policy::{Code, Status};
+use serde::{Deserialize, Serialize};
+
+use super::json_types::{JsonDescriptor, opt_u32_num};
+use super::{ApiError, body};
+use crate::metrics::Api;
+use crate::service::Service;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request<'a> {
+    #[serde(borrow, default)]
+    domain: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    descriptors: Vec<JsonDescriptor<'a>>,
+    #[serde(
+        rename = "hitsAddend",
+        alias = "hits_addend",
+        default,
+        deserialize_with = "opt_u32_num"
+    )]
+    hits_addend: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonResponse<'a> {
+    overall_code: &'static str,
+    statuses: Vec<JsonStatus<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    response_headers_to_add: Vec<JsonHeader>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonStatus<'a> {
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_limit: Option<JsonLimit<'a>>,
+    #[serde(skip_serializing_if = "is_zero")]
+    limit_remaining: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_until_reset: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonLimit<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    requests_per_unit: u32,
+    unit: &'static str,
+}
+
+#[derive(Serialize)]
+struct JsonHeader {
+    key: String,
+    value: String,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// The proto name of a code.
+pub fn code_name(c: Code) -> &'static str {
+    match c {
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    }
+}
+
+/// A duration as proto3 JSON writes it: `"42s"`, `"1.500s"`.
+pub fn proto_duration(d: Duration) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{}", d.as_secs());
+    let n = d.subsec_nanos();
+    if n != 0 {
+        if n % 1_000_000 == 0 {
+            let _ = write!(s, ".{:03}", n / 1_000_000);
+        } else if n % 1_000 == 0 {
+            let _ = write!(s, ".{:06}", n / 1_000);
+        } else {
+            let _ = write!(s, ".{n:09}");
+        }
+    }
+    s.push('s');
+    s
+}
+
+fn status(s: &Status) -> JsonStatus<'_> {
+    let current_limit = s.current_limit.as_ref().map(|l| JsonLimit {
+        name: l.name.as_deref().unwrap_or(""),
+        requests_per_unit: l.reported.requests_per_unit,
+        unit: unit_name(l.reported.unit),
+    });
+    let duration_until_reset = (current_limit.is_some() || !s.duration_until_reset.is_zero())
+        .then(|| proto_duration(s.duration_until_reset));
+    JsonStatus {
+        code: code_name(s.code),
+        current_limit,
+        limit_remaining: s.limit_remaining,
+        duration_until_reset,
+    }
+}
+
+/// The proto name of a unit.
+pub fn unit_name(u: floodgate_policy::unit::Unit) -> &'static str {
+    use floodgate_policy::unit::Unit::*;
+    match u {
+        Second => "SECOND",
+        Minute => "MINUTE",
+        Hour => "HOUR",
+        Day => "DAY",
+        Week => "WEEK",
+        Month => "MONTH",
+        Year => "YEAR",
+    }
+}
+
+/// `POST /json`.
+pub async fn handle(
+    State(svc): State<Arc<Service>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    match run(&svc, raw).await {
+        Ok(r) => r,
+        // envoyproxy/ratelimit answers every error with 400.
+        Err(e) => e.with_status(StatusCode::BAD_REQUEST).into_response(),
+    }
+}
+
+async fn run(svc: &Service, raw: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let bytes = body::bytes(raw)?;
+    let req: Request<'_> = body::parse(&bytes).inspect_err(|_| {
+        svc.metrics.failed(
+            Api::Json,
+            floodgate_policy::ErrorCode::InvalidArgument,
+            started,
+        )
+    })?;
+    let mut response = svc.pool.take();
+    svc.decide(
+        Api::Json,
+        &req.domain,
+        &req.descriptors,
+        req.hits_addend.unwrap_or(0),
+        Apply::Commit,
+        &mut response,
+    )
+    .await
+    .map_err(|e| ApiError::engine(&e))?;
+    let mut headers = Vec::new();
+    let mut buf = String::new();
+    svc.headers.emit(&response, &mut buf, |name, value| {
+        headers.push(JsonHeader {
+            key: name.as_str().to_owned(),
+            value: value.to_owned(),
+        })
+    });
+    let http_status = match response.overall {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let body = JsonResponse {
+        overall_code: code_name(response.overall),
+        statuses: response.statuses.iter().map(status).collect(),
+        response_headers_to_add: headers,
+    };
+    let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut out = (http_status, json).into_response();
+    out.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_proto3_json() {
+        assert_eq!(proto_duration(Duration::from_secs(42)), "42s");
+        assert_eq!(proto_duration(Duration::from_millis(1500)), "1.500s");
+        assert_eq!(proto_duration(Duration::from_micros(1)), "0.000001s");
+        assert_eq!(proto_duration(Duration::from_nanos(5)), "0.000000005s");
+    }
+}

@@ -1,0 +1,62 @@
+//! Errors of the HTTP API, as a JSON body with a status code.
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use floodgate_policy::{EngineError, ErrorCode};
+
+/// An error answer: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with a status, a code name and a message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A malformed request (400).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
+    }
+
+    /// An engine error, with the status of its [`ErrorCode`].
+    pub fn engine(e: &EngineError) -> Self {
+        let code = e.code();
+        let name = match code {
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::Unavailable => "UNAVAILABLE",
+            ErrorCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            ErrorCode::Internal => "INTERNAL",
+        };
+        let status =
+            StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Self::new(status, name, e.to_string())
+    }
+
+    /// The same error with another status (envoyproxy/ratelimit's `/json`
+    /// answers 400 for every error).
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response()
+    }
+}

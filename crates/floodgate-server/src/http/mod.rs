@@ -1,0 +1,56 @@
+//! The HTTP API: envoyproxy/ratelimit's `POST /json`, Floodgate's
+//! `POST /v1/check`, `/healthcheck` and `/ready`.
+
+mod body;
+mod check;
+mod envoy_json;
+mod error;
+mod json_types;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+
+use crate::service::Service;
+
+pub use error::ApiError;
+
+/// The public HTTP routes, with bodies limited to `body_limit` bytes.
+pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
+    Router::new()
+        .route("/json", post(envoy_json::handle))
+        .route("/v1/check", post(check::handle))
+        .route("/healthcheck", get(healthcheck))
+        .route("/ready", get(ready))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(service)
+}
+
+/// Liveness: 200 while the process serves (503 once it is shutting down).
+pub async fn healthcheck(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
+    if s.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else {
+        (StatusCode::OK, "OK\n")
+    }
+}
+
+/// Readiness: 200 when the configuration is loaded and the store can
+/// decide, else 503.
+pub async fn ready(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
+    if s.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if !s.backend_ready() {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
+}

@@ -1,0 +1,111 @@
+//! The decision service shared by every API: the engine on the chosen
+//! store, pooled responses, header names, metric handles, readiness.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use floodgate::Apply;
+use floodgate_policy::engine::RequestLimits;
+use floodgate_policy::{Backend, Descriptor, Engine, EngineError, PolicySet, Response};
+
+use crate::backend::AnyBackend;
+use crate::headers::RateLimitHeaders;
+use crate::metrics::{Api, ServiceMetrics};
+use crate::pool::ResponsePool;
+use crate::settings::{PolicyOverrides, Settings};
+
+/// Everything a request needs, built once at startup.
+pub struct Service {
+    engine: Engine<AnyBackend>,
+    /// Reusable responses.
+    pub pool: ResponsePool,
+    /// Rate limit headers to add.
+    pub headers: RateLimitHeaders,
+    /// Request-path metric handles.
+    pub metrics: ServiceMetrics,
+    overrides: PolicyOverrides,
+    draining: AtomicBool,
+}
+
+impl Service {
+    /// A service deciding `policy` on `backend`.
+    pub fn new(
+        mut policy: PolicySet,
+        backend: AnyBackend,
+        settings: &Settings,
+    ) -> Result<Self, crate::settings::SettingError> {
+        settings.policy.apply(&mut policy.settings);
+        let limits = RequestLimits {
+            max_descriptors: settings.server.max_descriptors,
+            max_entry_bytes: settings.server.max_value_bytes,
+            ..RequestLimits::default()
+        };
+        Ok(Service {
+            engine: Engine::new(policy, backend).with_request_limits(limits),
+            pool: ResponsePool::default(),
+            headers: RateLimitHeaders::new(&settings.server.headers)?,
+            metrics: ServiceMetrics::default(),
+            overrides: settings.policy,
+            draining: AtomicBool::new(false),
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine<AnyBackend> {
+        &self.engine
+    }
+
+    /// Swaps in a new policy (with the forced settings applied).
+    pub fn replace_policy(&self, mut policy: PolicySet) {
+        self.overrides.apply(&mut policy.settings);
+        self.engine.replace_policy(policy);
+    }
+
+    /// Decides one request and records its metrics.
+    pub async fn decide<D: Descriptor>(
+        &self,
+        api: Api,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        apply: Apply,
+        response: &mut Response,
+    ) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let result = self
+            .engine
+            .evaluate_with(domain, descriptors, hits_addend, apply, response)
+            .await;
+        match &result {
+            Ok(()) => self.metrics.decided(api, response.overall, started),
+            Err(e) => {
+                self.metrics.failed(api, e.code(), started);
+                if !matches!(e, EngineError::InvalidArgument(_)) {
+                    tracing::warn!(error = %e, "decision failed");
+                }
+            }
+        }
+        result
+    }
+
+    /// Ready to take traffic: not draining, and the store can decide.
+    pub fn is_ready(&self) -> bool {
+        !self.draining.load(Ordering::Relaxed)
+            && crate::metrics::ready(self.engine.backend(), &self.metrics)
+    }
+
+    /// Whether the store can decide (regardless of draining).
+    pub fn backend_ready(&self) -> bool {
+        self.engine.backend().is_ready()
+    }
+
+    /// Marks the service as shutting down (readiness turns false).
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,289 @@
+//! Settings from environment variables: Floodgate's own (`FLOODGATE_*`)
+//! and envoyproxy/ratelimit's names, for teams migrating from it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use floodgate_policy::unit::parse_duration;
+use floodgate_redis::{FailurePolicy, Mode};
+
+use super::{LogFormat, Overrides, SettingError, StoreKind, parse_listen, parse_size};
+
+/// The configuration path the environment names, if any:
+/// `FLOODGATE_CONFIG`, else envoyproxy/ratelimit's
+/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` (the app
+/// directory defaulting to `config`).
+pub fn config_path_from_env(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(p) = env("FLOODGATE_CONFIG").filter(|p| !p.is_empty()) {
+        return Some(p.into());
+    }
+    let root = env("RUNTIME_ROOT").filter(|p| !p.is_empty())?;
+    let mut path = PathBuf::from(root);
+    if let Some(sub) = env("RUNTIME_SUBDIRECTORY").filter(|p| !p.is_empty()) {
+        path.push(sub);
+    }
+    path.push(env("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+    Some(path)
+}
+
+/// Reads every supported variable from `env` (a lookup such as
+/// `|k| std::env::var(k).ok()`).
+pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overrides, SettingError> {
+    let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    let mut o = Overrides {
+        grpc: listen(&get, "FLOODGATE_GRPC_ADDR", "GRPC_HOST", "GRPC_PORT")?,
+        http: listen(&get, "FLOODGATE_HTTP_ADDR", "HOST", "PORT")?,
+        admin: listen(&get, "FLOODGATE_ADMIN_ADDR", "DEBUG_HOST", "DEBUG_PORT")?,
+        ..Overrides::default()
+    };
+    if o.admin.is_none() && flag(&get, "USE_PROMETHEUS")? == Some(true) {
+        if let Some(a) = get("PROMETHEUS_ADDR") {
+            o.admin = Some(parse_listen(&a).map_err(|m| SettingError::new("PROMETHEUS_ADDR", m))?);
+        }
+    }
+    if let Some(v) = get("FLOODGATE_BODY_LIMIT") {
+        o.body_limit = Some(parse_size(&v).ok_or_else(|| {
+            SettingError::new("FLOODGATE_BODY_LIMIT", "expected a size such as 1MiB")
+        })?);
+    }
+    o.store = match get("FLOODGATE_STORE").or_else(|| get("BACKEND_TYPE")) {
+        None => None,
+        Some(v) => Some(match v.to_ascii_lowercase().as_str() {
+            "memory" => StoreKind::Memory,
+            "redis" => StoreKind::Redis,
+            other => {
+                return Err(SettingError::new(
+                    "FLOODGATE_STORE",
+                    format!("expected memory or redis, found `{other}`"),
+                ));
+            }
+        }),
+    };
+    o.redis_url = get("REDIS_URL");
+    o.redis_mode = match get("REDIS_TYPE") {
+        None => None,
+        Some(v) => Some(parse_mode(&v).map_err(|m| SettingError::new("REDIS_TYPE", m))?),
+    };
+    o.redis_auth = get("REDIS_AUTH");
+    o.redis_tls = flag(&get, "REDIS_TLS")?;
+    o.redis_connections = number(&get, "REDIS_POOL_SIZE")?;
+    o.redis_timeout = duration(&get, "REDIS_TIMEOUT")?;
+    o.redis_prefix = get("CACHE_KEY_PREFIX");
+    o.failure_policy = match get("FLOODGATE_FAILURE_POLICY") {
+        None => None,
+        Some(v) => Some(
+            parse_failure_policy(&v)
+                .map_err(|m| SettingError::new("FLOODGATE_FAILURE_POLICY", m))?,
+        ),
+    };
+    o.headers_enabled = flag(&get, "LIMIT_RESPONSE_HEADERS_ENABLED")?;
+    o.limit_header = get("LIMIT_LIMIT_HEADER");
+    o.remaining_header = get("LIMIT_REMAINING_HEADER");
+    o.reset_header = get("LIMIT_RESET_HEADER");
+    o.x_ratelimit = flag(&get, "FLOODGATE_X_RATELIMIT_HEADERS")?;
+    o.log_level = get("FLOODGATE_LOG").or_else(|| get("LOG_LEVEL"));
+    o.log_format = match get("FLOODGATE_LOG_FORMAT").or_else(|| get("LOG_FORMAT")) {
+        None => None,
+        Some(v) => Some(parse_log_format(&v).map_err(|m| SettingError::new("LOG_FORMAT", m))?),
+    };
+    o.shadow_mode = flag(&get, "SHADOW_MODE")?;
+    o.near_limit_ratio = match get("NEAR_LIMIT_RATIO") {
+        None => None,
+        Some(v) => Some(
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .ok_or_else(|| {
+                    SettingError::new("NEAR_LIMIT_RATIO", "expected a number from 0 to 1")
+                })?,
+        ),
+    };
+    o.reload_interval = duration(&get, "FLOODGATE_RELOAD_INTERVAL")?;
+    o.shutdown_grace = duration(&get, "FLOODGATE_SHUTDOWN_GRACE")?;
+    Ok(o)
+}
+
+type Get<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// An address from `full` (`host:port`), else from a host and a port
+/// variable (the host defaulting to all interfaces).
+fn listen(
+    get: &Get<'_>,
+    full: &str,
+    host: &str,
+    port: &str,
+) -> Result<Option<Option<SocketAddr>>, SettingError> {
+    if let Some(v) = get(full) {
+        return parse_listen(&v)
+            .map(Some)
+            .map_err(|m| SettingError::new(full, m));
+    }
+    let Some(p) = get(port) else {
+        return Ok(None);
+    };
+    let p: u16 = p
+        .trim()
+        .parse()
+        .map_err(|_| SettingError::new(port, format!("expected a port number, found `{p}`")))?;
+    let h = get(host).unwrap_or_else(|| "0.0.0.0".into());
+    let text = if h.contains(':') && !h.starts_with('[') {
+        format!("[{h}]:{p}")
+    } else {
+        format!("{h}:{p}")
+    };
+    parse_listen(&text)
+        .map(Some)
+        .map_err(|m| SettingError::new(host, m))
+}
+
+/// A boolean the way envoyproxy/ratelimit reads them (Go's `strconv.ParseBool`).
+fn flag(get: &Get<'_>, name: &str) -> Result<Option<bool>, SettingError> {
+    match get(name) {
+        None => Ok(None),
+        Some(v) => parse_bool(&v)
+            .map(Some)
+            .ok_or_else(|| SettingError::new(name, format!("expected true or false, found `{v}`"))),
+    }
+}
+
+/// `true`/`false` and the spellings Go accepts (`1`, `t`, `TRUE`, ...).
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "yes" | "on" => Some(true),
+        "0" | "f" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn number(get: &Get<'_>, name: &str) -> Result<Option<usize>, SettingError> {
+    match get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Some)
+            .ok_or_else(|| {
+                SettingError::new(name, format!("expected a positive number, found `{v}`"))
+            }),
+    }
+}
+
+fn duration(get: &Get<'_>, name: &str) -> Result<Option<Duration>, SettingError> {
+    match get(name) {
+        None => Ok(None),
+        Some(v) => parse_duration(&v).map(Some).ok_or_else(|| {
+            SettingError::new(
+                name,
+                format!("expected a duration such as 50ms, found `{v}`"),
+            )
+        }),
+    }
+}
+
+/// `single` or `cluster`.
+pub fn parse_mode(v: &str) -> Result<Mode, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "single" => Ok(Mode::Single),
+        "cluster" => Ok(Mode::Cluster),
+        "sentinel" => Err("sentinel is not supported: use the address of the current primary (single) or a cluster".into()),
+        other => Err(format!("expected single or cluster, found `{other}`")),
+    }
+}
+
+/// `fail_open`, `fail_closed`, `local` or `local/N` (N instances share the
+/// limits).
+pub fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
+    let v = v.trim().to_ascii_lowercase().replace('-', "_");
+    if let Some(n) = v.strip_prefix("local/") {
+        return n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(|divide_by| FailurePolicy::Local { divide_by })
+            .ok_or_else(|| format!("expected local/N with N ≥ 1, found `{v}`"));
+    }
+    match v.as_str() {
+        "fail_open" | "open" => Ok(FailurePolicy::FailOpen),
+        "fail_closed" | "closed" => Ok(FailurePolicy::FailClosed),
+        "local" => Ok(FailurePolicy::Local { divide_by: 1 }),
+        other => Err(format!(
+            "expected fail_open, fail_closed or local, found `{other}`"
+        )),
+    }
+}
+
+/// `text` or `json`.
+pub fn parse_log_format(v: &str) -> Result<LogFormat, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "text" | "" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("expected text or json, found `{other}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn envoy_names() {
+        let o = overrides_from_env(env(&[
+            ("GRPC_PORT", "9001"),
+            ("PORT", "9002"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":9090"),
+            ("REDIS_URL", "r:6379"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_POOL_SIZE", "4"),
+            ("SHADOW_MODE", "true"),
+            ("NEAR_LIMIT_RATIO", "0.9"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LOG_LEVEL", "debug"),
+            ("LOG_FORMAT", "json"),
+        ]))
+        .unwrap();
+        assert_eq!(o.grpc, Some(Some("0.0.0.0:9001".parse().unwrap())));
+        assert_eq!(o.http, Some(Some("0.0.0.0:9002".parse().unwrap())));
+        assert_eq!(o.admin, Some(Some("0.0.0.0:9090".parse().unwrap())));
+        assert_eq!(o.redis_mode, Some(Mode::Cluster));
+        assert_eq!(o.redis_connections, Some(4));
+        assert_eq!(o.shadow_mode, Some(true));
+        assert_eq!(o.near_limit_ratio, Some(0.9));
+        assert_eq!(o.headers_enabled, Some(true));
+        assert_eq!(o.log_format, Some(LogFormat::Json));
+        assert_eq!(o.log_level.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = overrides_from_env(env(&[("GRPC_PORT", "eighty")])).unwrap_err();
+        assert_eq!(e.name, "GRPC_PORT");
+        let e = overrides_from_env(env(&[("REDIS_TYPE", "sentinel")])).unwrap_err();
+        assert!(e.message.contains("sentinel"));
+    }
+
+    #[test]
+    fn runtime_root_names_the_config_directory() {
+        assert_eq!(
+            config_path_from_env(env(&[
+                ("RUNTIME_ROOT", "/srv/rt"),
+                ("RUNTIME_SUBDIRECTORY", "ratelimit")
+            ])),
+            Some(PathBuf::from("/srv/rt/ratelimit/config"))
+        );
+        assert_eq!(config_path_from_env(env(&[])), None);
+    }
+}

@@ -1,0 +1,378 @@
+//! The `server:` and `store:` sections of Floodgate files, read with the
+//! policy crate's positioned YAML (errors carry file, line and column).
+
+use std::time::Duration;
+
+use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
+use floodgate_policy::unit::parse_duration;
+use floodgate_policy::yaml::{Document, Map, Node};
+use floodgate_redis::{BreakerConfig, FailurePolicy, RedisConfig, TimeSource, parse_redis_urls};
+
+use super::env::{parse_failure_policy, parse_log_format, parse_mode};
+use super::{HeaderSettings, Settings, StoreSettings, parse_listen, parse_size};
+
+/// The top-level sections this crate reads.
+pub const SECTIONS: &[&str] = &["server", "store"];
+
+const SERVER_KEYS: &[&str] = &[
+    "grpc",
+    "http",
+    "admin",
+    "body_limit",
+    "max_descriptors",
+    "max_value_bytes",
+    "response_headers",
+    "reload_interval",
+    "shutdown_grace",
+    "log",
+];
+const HEADER_KEYS: &[&str] = &["enabled", "limit", "remaining", "reset", "x_ratelimit"];
+const LOG_KEYS: &[&str] = &["level", "format"];
+const MEMORY_KEYS: &[&str] = &["backend", "capacity"];
+const REDIS_KEYS: &[&str] = &[
+    "backend",
+    "url",
+    "mode",
+    "prefix",
+    "connections",
+    "timeout",
+    "connect_timeout",
+    "failure_policy",
+    "divide_by",
+    "local_cache",
+    "fallback_capacity",
+    "breaker",
+    "clock",
+    "concurrency_lease",
+];
+const BREAKER_KEYS: &[&str] = &["failures", "cool_down"];
+
+/// Reads the sections from the loaded Floodgate documents (each section
+/// may appear in one file only). Absent sections keep their defaults.
+pub fn read_sections(documents: &[Document]) -> Result<Settings, ConfigErrors> {
+    let mut errors = Errors::default();
+    let mut settings = Settings::default();
+    let mut seen: [Option<String>; 2] = [None, None];
+    for doc in documents {
+        let Some(root) = errors.take(doc.root().map()) else {
+            continue;
+        };
+        for (i, name) in SECTIONS.iter().enumerate() {
+            let Some(node) = root.get(name) else {
+                continue;
+            };
+            if let Some(first) = &seen[i] {
+                errors.push(node.error(format!("'{name}' is already given in {first}")));
+                continue;
+            }
+            seen[i] = Some(node.at().to_string());
+            match i {
+                0 => read_server(node, &mut settings, &mut errors),
+                _ => read_store(node, &mut settings, &mut errors),
+            }
+        }
+    }
+    errors.finish(settings)
+}
+
+fn read_server(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
+    let Some(map) = errors.take(node.map()) else {
+        return;
+    };
+    let s = &mut settings.server;
+    for (key, field) in [
+        ("grpc", &mut s.grpc),
+        ("http", &mut s.http),
+        ("admin", &mut s.admin),
+    ] {
+        if let Some(n) = map.get(key) {
+            if let Some(a) = errors.take(
+                n.str()
+                    .and_then(|t| parse_listen(t).map_err(|m| n.error(m))),
+            ) {
+                *field = a;
+            }
+        }
+    }
+    size(&map, "body_limit", &mut s.body_limit, errors);
+    count(&map, "max_descriptors", &mut s.max_descriptors, errors);
+    size(&map, "max_value_bytes", &mut s.max_value_bytes, errors);
+    duration(
+        &map,
+        "reload_interval",
+        &mut s.reload_interval,
+        true,
+        errors,
+    );
+    duration(&map, "shutdown_grace", &mut s.shutdown_grace, true, errors);
+    if let Some(n) = map.get("response_headers") {
+        read_headers(n, &mut s.headers, errors);
+    }
+    if let Some(n) = map.get("log") {
+        if let Some(m) = errors.take(n.map()) {
+            if let Some(l) = m.get("level") {
+                if let Some(t) = errors.take(l.str()) {
+                    s.log.level = t.to_owned();
+                }
+            }
+            if let Some(f) = m.get("format") {
+                if let Some(t) = errors.take(
+                    f.str()
+                        .and_then(|t| parse_log_format(t).map_err(|m| f.error(m))),
+                ) {
+                    s.log.format = t;
+                }
+            }
+            deny(&m, LOG_KEYS, errors);
+        }
+    }
+    deny(&map, SERVER_KEYS, errors);
+}
+
+fn read_headers(node: Node<'_>, h: &mut HeaderSettings, errors: &mut Errors) {
+    let Some(map) = errors.take(node.map()) else {
+        return;
+    };
+    if let Some(n) = map.get("enabled") {
+        if let Some(b) = errors.take(n.bool()) {
+            h.enabled = b;
+        }
+    }
+    if let Some(n) = map.get("x_ratelimit") {
+        if let Some(b) = errors.take(n.bool()) {
+            h.x_ratelimit = b;
+        }
+    }
+    for (key, field) in [
+        ("limit", &mut h.limit),
+        ("remaining", &mut h.remaining),
+        ("reset", &mut h.reset),
+    ] {
+        if let Some(n) = map.get(key) {
+            if let Some(t) = errors.take(n.str()) {
+                if http::HeaderName::from_bytes(t.as_bytes()).is_err() {
+                    errors.push(n.error(format!("`{t}` is not a valid header name")));
+                } else {
+                    *field = t.to_owned();
+                }
+            }
+        }
+    }
+    deny(&map, HEADER_KEYS, errors);
+}
+
+fn read_store(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
+    let Some(map) = errors.take(node.map()) else {
+        return;
+    };
+    let backend = match map.get("backend") {
+        None => "memory",
+        Some(n) => match errors.take(n.str()) {
+            Some(t) => t,
+            None => return,
+        },
+    };
+    match backend {
+        "memory" => {
+            let mut capacity = 1_000_000;
+            count(&map, "capacity", &mut capacity, errors);
+            settings.store = StoreSettings::Memory { capacity };
+            deny(&map, MEMORY_KEYS, errors);
+        }
+        "redis" => {
+            let mut r = RedisConfig::default();
+            read_redis(&map, &mut r, errors);
+            settings.store = StoreSettings::Redis(Box::new(r));
+            deny(&map, REDIS_KEYS, errors);
+        }
+        other => errors.push(
+            map.get("backend")
+                .map(|n| {
+                    n.error(format!(
+                        "unknown backend `{other}` (expected memory or redis)"
+                    ))
+                })
+                .unwrap_or_else(|| map.node().error("unknown backend")),
+        ),
+    }
+}
+
+fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
+    if let Some(n) = map.get("url") {
+        let urls = match n.list() {
+            Ok(items) if !items.is_empty() => {
+                let parts: Vec<&str> = items.iter().filter_map(|i| errors.take(i.str())).collect();
+                parts.join(",")
+            }
+            _ => errors.take(n.str()).unwrap_or_default().to_owned(),
+        };
+        if let Some(u) = errors.take(parse_redis_urls(&urls).map_err(|e| n.error(e.to_string()))) {
+            r.urls = u;
+        }
+    }
+    if let Some(n) = map.get("mode") {
+        if let Some(m) = errors.take(n.str().and_then(|t| parse_mode(t).map_err(|m| n.error(m)))) {
+            r.mode = m;
+        }
+    }
+    if let Some(n) = map.get("prefix") {
+        if let Some(t) = errors.take(n.str()) {
+            if t.contains(['{', '}']) {
+                errors.push(n.error("the key prefix must not contain `{` or `}`"));
+            } else {
+                r.key_prefix = t.to_owned();
+            }
+        }
+    }
+    count(map, "connections", &mut r.connections, errors);
+    duration(map, "timeout", &mut r.timeout, false, errors);
+    duration(
+        map,
+        "connect_timeout",
+        &mut r.connect_timeout,
+        false,
+        errors,
+    );
+    if let Some(n) = map.get("failure_policy") {
+        if let Some(p) = errors.take(
+            n.str()
+                .and_then(|t| parse_failure_policy(t).map_err(|m| n.error(m))),
+        ) {
+            r.failure_policy = p;
+        }
+    }
+    if let Some(n) = map.get("divide_by") {
+        let d = errors.take(n.u64()).unwrap_or(1);
+        match r.failure_policy {
+            FailurePolicy::Local { .. } if d >= 1 && d <= u32::MAX as u64 => {
+                r.failure_policy = FailurePolicy::Local {
+                    divide_by: d as u32,
+                }
+            }
+            FailurePolicy::Local { .. } => errors.push(n.error("divide_by must be at least 1")),
+            _ => errors.push(n.error("divide_by only applies to failure_policy: local")),
+        }
+    }
+    if let Some(n) = map.get("local_cache") {
+        if let Some(c) = errors.take(n.u64()) {
+            r.local_cache_capacity = c.min(usize::MAX as u64) as usize;
+        }
+    }
+    count(map, "fallback_capacity", &mut r.fallback_capacity, errors);
+    if let Some(n) = map.get("breaker") {
+        if let Some(m) = errors.take(n.map()) {
+            let mut b = BreakerConfig::default();
+            let mut failures = b.failure_threshold as usize;
+            count(&m, "failures", &mut failures, errors);
+            b.failure_threshold = failures.min(u32::MAX as usize) as u32;
+            duration(&m, "cool_down", &mut b.cool_down, false, errors);
+            r.breaker = b;
+            deny(&m, BREAKER_KEYS, errors);
+        }
+    }
+    if let Some(n) = map.get("clock") {
+        match errors.take(n.str()) {
+            Some("server") => r.time_source = TimeSource::Server,
+            Some("client") => {
+                r.time_source = TimeSource::Client {
+                    expiry_slack: Duration::from_secs(1),
+                }
+            }
+            Some(other) => {
+                errors.push(n.error(format!("expected server or client, found `{other}`")))
+            }
+            None => {}
+        }
+    }
+    if map.has("concurrency_lease") {
+        let mut d = Duration::ZERO;
+        duration(map, "concurrency_lease", &mut d, false, errors);
+        r.concurrency_lease = (!d.is_zero()).then_some(d);
+    }
+}
+
+fn deny(map: &Map<'_>, allowed: &[&str], errors: &mut Errors) {
+    for e in map.deny_unknown(allowed) {
+        errors.push(e);
+    }
+}
+
+fn size(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
+    if let Some(n) = map.get(key) {
+        let parsed = n.scalar_text().and_then(parse_size).filter(|s| *s > 0);
+        match parsed {
+            Some(s) => *field = s,
+            None => errors.push(n.error(format!(
+                "{key}: expected a size such as 1MiB or 65536, found {}",
+                n.describe()
+            ))),
+        }
+    }
+}
+
+fn count(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
+    if let Some(n) = map.get(key) {
+        match errors.take(n.u64()) {
+            Some(0) => errors.push(n.error(format!("{key} must be at least 1"))),
+            Some(v) => *field = v.min(usize::MAX as u64) as usize,
+            None => {}
+        }
+    }
+}
+
+fn duration(map: &Map<'_>, key: &str, field: &mut Duration, zero_ok: bool, errors: &mut Errors) {
+    if let Some(n) = map.get(key) {
+        let text = n.scalar_text().unwrap_or("");
+        match parse_duration(text).or_else(|| (text == "0").then_some(Duration::ZERO)) {
+            Some(d) if zero_ok || !d.is_zero() => *field = d,
+            _ => errors.push(ConfigError::new(
+                n.at(),
+                format!(
+                    "{key}: expected a duration such as 500ms or 10s, found {}",
+                    n.describe()
+                ),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn read(text: &str) -> Result<Settings, ConfigErrors> {
+        let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
+        read_sections(&[doc])
+    }
+
+    #[test]
+    fn full_sections() {
+        let s = read(
+            "server:\n  grpc: 127.0.0.1:9001\n  http: off\n  body_limit: 64KiB\n  response_headers: {enabled: true, limit: X-Limit, x_ratelimit: yes}\n  log: {level: debug, format: json}\nstore:\n  backend: redis\n  url: [a:1, b:2]\n  mode: cluster\n  timeout: 20ms\n  failure_policy: local\n  divide_by: 3\n  breaker: {failures: 2, cool_down: 5s}\n",
+        )
+        .unwrap();
+        assert_eq!(s.server.grpc, Some("127.0.0.1:9001".parse().unwrap()));
+        assert_eq!(s.server.http, None);
+        assert_eq!(s.server.body_limit, 64 << 10);
+        assert!(s.server.headers.enabled && s.server.headers.x_ratelimit);
+        assert_eq!(s.server.headers.limit, "X-Limit");
+        let StoreSettings::Redis(r) = s.store else {
+            panic!()
+        };
+        assert_eq!(r.urls, ["redis://a:1", "redis://b:2"]);
+        assert_eq!(r.timeout, Duration::from_millis(20));
+        assert_eq!(r.failure_policy, FailurePolicy::Local { divide_by: 3 });
+        assert_eq!(r.breaker.failure_threshold, 2);
+    }
+
+    #[test]
+    fn errors_have_positions() {
+        let e = read("server:\n  grpc: nowhere\n  colour: blue\nstore:\n  backend: etcd\n")
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("f.yaml:2:"), "{text}");
+        assert!(text.contains("unknown key 'colour'"), "{text}");
+        assert!(text.contains("unknown backend `etcd`"), "{text}");
+    }
+}

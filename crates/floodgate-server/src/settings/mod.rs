@@ -1,0 +1,272 @@
+//! The service's settings: the `server:` and `store:` sections of the
+//! Floodgate file, then environment variables, then command-line flags
+//! (each overriding the one before).
+
+mod env;
+mod file;
+mod overrides;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use floodgate_redis::RedisConfig;
+
+pub use env::{
+    config_path_from_env, overrides_from_env, parse_bool, parse_failure_policy, parse_log_format,
+    parse_mode,
+};
+pub use file::{SECTIONS, read_sections};
+pub use overrides::{Overrides, StoreKind};
+
+/// Everything the service reads at startup.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Listeners, limits, headers, logging.
+    pub server: ServerSettings,
+    /// Where counters live.
+    pub store: StoreSettings,
+    /// Policy settings forced from the environment or flags, over the
+    /// file's `settings:` (envoyproxy/ratelimit's `SHADOW_MODE`,
+    /// `NEAR_LIMIT_RATIO`).
+    pub policy: PolicyOverrides,
+}
+
+/// The `server:` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSettings {
+    /// The gRPC listener (Envoy RLS v3, health, reflection).
+    pub grpc: Option<SocketAddr>,
+    /// The HTTP listener (`/json`, `/v1/check`, `/healthcheck`, `/ready`).
+    pub http: Option<SocketAddr>,
+    /// The admin listener (`/metrics`, `/rlconfig`); loopback by default.
+    pub admin: Option<SocketAddr>,
+    /// Largest request body or gRPC message accepted, in bytes.
+    pub body_limit: usize,
+    /// Most descriptors in one request.
+    pub max_descriptors: usize,
+    /// Longest descriptor key or value, in bytes.
+    pub max_value_bytes: usize,
+    /// Rate limit headers added to responses.
+    pub headers: HeaderSettings,
+    /// How often the configuration files are checked for changes (zero:
+    /// never).
+    pub reload_interval: Duration,
+    /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
+    pub shutdown_grace: Duration,
+    /// Logging.
+    pub log: LogSettings,
+}
+
+/// Which rate limit headers responses carry (gRPC
+/// `response_headers_to_add`, and HTTP response headers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderSettings {
+    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` headers:
+    /// limit, remaining and reset (seconds) of the most restrictive
+    /// descriptor.
+    pub enabled: bool,
+    /// Name of the limit header (`RateLimit-Limit`).
+    pub limit: String,
+    /// Name of the remaining header (`RateLimit-Remaining`).
+    pub remaining: String,
+    /// Name of the reset header (`RateLimit-Reset`).
+    pub reset: String,
+    /// Envoy's `DRAFT_VERSION_03` headers: `X-RateLimit-Limit` (with quota
+    /// policies), `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    pub x_ratelimit: bool,
+}
+
+/// Log output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// A `tracing` filter: `info`, `debug`, `floodgate_server=debug,info`.
+    pub level: String,
+    /// Text or JSON lines.
+    pub format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable text.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The `store:` section.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreSettings {
+    /// Counters in this process's memory.
+    Memory {
+        /// Most keys kept (the least recently used are evicted beyond).
+        capacity: usize,
+    },
+    /// Counters in Redis, shared by every instance.
+    Redis(Box<RedisConfig>),
+}
+
+/// Policy settings forced over the configuration file's `settings:`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PolicyOverrides {
+    /// Force global shadow mode on or off.
+    pub shadow_mode: Option<bool>,
+    /// Force the near-limit ratio.
+    pub near_limit_ratio: Option<f64>,
+}
+
+impl PolicyOverrides {
+    /// Applies the forced values to a compiled policy's settings.
+    pub fn apply(&self, settings: &mut floodgate_policy::spec::Settings) {
+        if let Some(s) = self.shadow_mode {
+            settings.shadow_mode = s;
+        }
+        if let Some(r) = self.near_limit_ratio {
+            settings.near_limit_ratio = r;
+        }
+    }
+}
+
+/// Default gRPC address (envoyproxy/ratelimit's `GRPC_PORT` 8081).
+pub const DEFAULT_GRPC: &str = "0.0.0.0:8081";
+/// Default HTTP address (envoyproxy/ratelimit's `PORT` 8080).
+pub const DEFAULT_HTTP: &str = "0.0.0.0:8080";
+/// Default admin address (loopback only; envoyproxy/ratelimit's debug
+/// port 6070).
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:6070";
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            grpc: DEFAULT_GRPC.parse().ok(),
+            http: DEFAULT_HTTP.parse().ok(),
+            admin: DEFAULT_ADMIN.parse().ok(),
+            body_limit: 1 << 20,
+            max_descriptors: 256,
+            max_value_bytes: 16 * 1024,
+            headers: HeaderSettings::default(),
+            reload_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+            log: LogSettings {
+                level: "info".into(),
+                format: LogFormat::Text,
+            },
+        }
+    }
+}
+
+impl Default for HeaderSettings {
+    fn default() -> Self {
+        HeaderSettings {
+            enabled: false,
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+            x_ratelimit: false,
+        }
+    }
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings::Memory {
+            capacity: 1_000_000,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            server: ServerSettings::default(),
+            store: StoreSettings::default(),
+            policy: PolicyOverrides::default(),
+        }
+    }
+}
+
+/// A setting from the environment or a flag that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {message}")]
+pub struct SettingError {
+    /// The variable or flag.
+    pub name: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl SettingError {
+    pub(crate) fn new(name: &str, message: impl Into<String>) -> Self {
+        SettingError {
+            name: name.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses a listen address: `host:port`, `:port` (all interfaces), a bare
+/// port, or `off` (no listener).
+pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("off") || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    if let Ok(port) = t.parse::<u16>() {
+        return Ok(Some(SocketAddr::from(([0, 0, 0, 0], port))));
+    }
+    let full = if let Some(port) = t.strip_prefix(':') {
+        format!("0.0.0.0:{port}")
+    } else {
+        t.replace("localhost:", "127.0.0.1:")
+    };
+    full.parse::<SocketAddr>()
+        .map(Some)
+        .map_err(|_| format!("expected host:port, :port, a port number or off, found `{t}`"))
+}
+
+/// Parses a size: bytes, or with a suffix `KiB`, `MiB`, `GiB` (also `K`,
+/// `M`, `G`, `KB`, `MB`, `GB`, all powers of 1024).
+pub fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let n: usize = t[..digits].parse().ok()?;
+    let mult: usize = match t[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("8081").unwrap(),
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen(":9090").unwrap(),
+            Some("0.0.0.0:9090".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("localhost:1").unwrap(),
+            Some("127.0.0.1:1".parse().unwrap())
+        );
+        assert_eq!(parse_listen("off").unwrap(), None);
+        assert!(parse_listen("nowhere").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1MiB"), Some(1 << 20));
+        assert_eq!(parse_size("64 KiB"), Some(64 << 10));
+        assert_eq!(parse_size("100"), Some(100));
+        assert_eq!(parse_size("1 parsec"), None);
+    }
+}
