@@ -335,3 +335,27 @@ fn connect_requests_have_no_path() {
     );
     assert_eq!(got, e(&[&[("method", "CONNECT")]]));
 }
+
+#[test]
+fn default_keys() {
+    let id = identity(
+        "domain: api
+descriptors:
+  - [{header: {name: X-Region}}]
+  - [{extension: {name: Plan}}]
+  - [{route: {unmatched: none}}]
+routes: ['/x']",
+    );
+    let mut out = RequestDescriptors::new();
+    let attrs = Attributes::new().with("Plan", "gold");
+    let parts = request("GET", "/", &[("x-region", "eu")]);
+    id.descriptors(&parts, peer("192.0.2.1"), &attrs, &mut out);
+    assert_eq!(
+        plain(&out),
+        e(&[
+            &[("x-region", "eu")],
+            &[("Plan", "gold")],
+            &[("route", "none")]
+        ])
+    );
+}

@@ -169,9 +169,13 @@ pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
                 "header" => Source::Header(errors.take(header_name(name_node))?),
                 _ => Source::Extension(name.to_owned()),
             };
+            let default_key = match &source {
+                Source::Header(h) => h.as_str(),
+                Source::Extension(_) => name,
+            };
             Action::Value {
+                key: o.string("key", default_key, errors),
                 source,
-                key: o.string("key", &name.to_ascii_lowercase(), errors),
             }
         }
         "user" | "tenant" => {
