@@ -100,7 +100,9 @@ fn limiters() -> Vec<(&'static str, Box<dyn Fn() -> Box<dyn Decide>>)> {
         ),
         (
             "sliding_window",
-            Box::new(move || Box::new(floodgate(SlidingWindow::new(u32::MAX as u64, sec).unwrap()))),
+            Box::new(move || {
+                Box::new(floodgate(SlidingWindow::new(u32::MAX as u64, sec).unwrap()))
+            }),
         ),
         (
             "sub_windows_6",
@@ -147,7 +149,10 @@ fn bench(c: &mut Criterion) {
     // Under `cargo test` criterion runs each benchmark once: skip the
     // million-key setup there.
     let bench_mode = std::env::args().any(|a| a == "--bench");
-    for keys in KEY_COUNTS.into_iter().filter(|&k| bench_mode || k <= 10_000) {
+    for keys in KEY_COUNTS
+        .into_iter()
+        .filter(|&k| bench_mode || k <= 10_000)
+    {
         let stream = stream(keys);
         let mut group = c.benchmark_group(format!("keys_{keys}"));
         group

@@ -107,7 +107,11 @@ fn main() {
     let exe = std::env::current_exe().unwrap();
     for name in NAMES {
         let out = Command::new(&exe).args(["--child", name]).output().unwrap();
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let bytes: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
         println!(
             "{:<18} {:>11} MiB {:>12.1}",

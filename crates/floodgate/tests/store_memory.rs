@@ -38,8 +38,10 @@ fn idle_keys_are_reclaimed_without_any_call() {
 #[test]
 fn requests_that_leave_a_key_fresh_store_nothing() {
     let clock = clock();
-    let limiter: RateLimiter<u64, _, _> =
-        RateLimiter::with_clock(FixedWindow::new(5, Duration::from_secs(60)).unwrap(), &clock);
+    let limiter: RateLimiter<u64, _, _> = RateLimiter::with_clock(
+        FixedWindow::new(5, Duration::from_secs(60)).unwrap(),
+        &clock,
+    );
     for k in 0..1000u64 {
         // Peeks and never-admissible costs do not create state.
         assert!(limiter.peek(&k, 1).is_allowed());
@@ -55,7 +57,10 @@ fn a_full_store_evicts_least_recently_used_first() {
     let capacity = 4096;
     let limiter: RateLimiter<u64, _, _> = RateLimiter::with_config(
         Gcra::new(1, Duration::from_secs(3600), 10).unwrap(),
-        StoreConfig { capacity, shards: 16 },
+        StoreConfig {
+            capacity,
+            shards: 16,
+        },
         &clock,
     )
     .unwrap();
@@ -107,7 +112,10 @@ fn hostile_churn_keeps_memory_flat() {
         assert!(limiter.store().len() <= 10_000 + 64, "round {round}");
     }
     // The allocation reached its bound early and never grew after.
-    assert!(allocated.windows(2).skip(1).all(|w| w[1] <= w[0]), "{allocated:?}");
+    assert!(
+        allocated.windows(2).skip(1).all(|w| w[1] <= w[0]),
+        "{allocated:?}"
+    );
     assert!(limiter.store().stats().evictions >= 900_000);
 }
 
@@ -116,17 +124,25 @@ fn keys_holding_permits_are_never_evicted() {
     let clock = clock();
     let limiter: RateLimiter<u64, _, _> = RateLimiter::with_config(
         Concurrency::new(1).unwrap(),
-        StoreConfig { capacity: 64, shards: 1 },
+        StoreConfig {
+            capacity: 64,
+            shards: 1,
+        },
         &clock,
     )
     .unwrap();
-    let held: Vec<_> = (0..32u64).map(|k| limiter.acquire(&k, 1).unwrap()).collect();
+    let held: Vec<_> = (0..32u64)
+        .map(|k| limiter.acquire(&k, 1).unwrap())
+        .collect();
     // Churn through many short-lived permits.
     for k in 1000..5000u64 {
         drop(limiter.acquire(&k, 1).unwrap());
     }
     for k in 0..32u64 {
-        assert!(limiter.acquire(&k, 1).is_err(), "permit of key {k} was lost");
+        assert!(
+            limiter.acquire(&k, 1).is_err(),
+            "permit of key {k} was lost"
+        );
     }
     drop(held);
     for k in 0..32u64 {
@@ -138,10 +154,18 @@ fn keys_holding_permits_are_never_evicted() {
 fn the_system_clock_follows_the_wall_clock() {
     use floodgate::{Clock, SystemClock};
     use std::time::{SystemTime, UNIX_EPOCH};
-    let wall = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let wall = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
     let before = wall();
     let ours = SystemClock.now().as_nanos();
     let after = wall();
     // Within a millisecond of the operating system's reading.
-    assert!(ours + 1_000_000 >= before && ours <= after + 1_000_000, "{before} {ours} {after}");
+    assert!(
+        ours + 1_000_000 >= before && ours <= after + 1_000_000,
+        "{before} {ours} {after}"
+    );
 }

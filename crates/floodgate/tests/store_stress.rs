@@ -50,7 +50,10 @@ fn one_hot_key_admits_exactly_the_limit() {
         let secs = Duration::from_secs(3600);
         assert_eq!(hammer(Gcra::new(1, secs, limit).unwrap(), tries), limit);
         assert_eq!(hammer(FixedWindow::new(limit, secs).unwrap(), tries), limit);
-        assert_eq!(hammer(SlidingWindow::new(limit, secs).unwrap(), tries), limit);
+        assert_eq!(
+            hammer(SlidingWindow::new(limit, secs).unwrap(), tries),
+            limit
+        );
         assert_eq!(hammer(SlidingLog::new(limit, secs).unwrap(), tries), limit);
         assert_eq!(
             hammer(
@@ -104,14 +107,21 @@ fn layered_batches_are_atomic_under_contention() {
         let store: Arc<Store<String, _>> = Arc::new(Store::new(StoreConfig::default()).unwrap());
         let hour = Duration::from_secs(3600);
         let global_limit = 150 + round;
-        let global = Arc::new(AnyLimit::from(FixedWindow::new(global_limit, hour).unwrap()));
+        let global = Arc::new(AnyLimit::from(
+            FixedWindow::new(global_limit, hour).unwrap(),
+        ));
         let per_user = Arc::new(AnyLimit::from(Gcra::new(1, hour, 40).unwrap()));
         let now = Timestamp::from_secs(1_700_000_000);
-        let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..THREADS).map(|_| AtomicU64::new(0)).collect());
+        let admitted: Arc<Vec<AtomicU64>> =
+            Arc::new((0..THREADS).map(|_| AtomicU64::new(0)).collect());
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (store, global, per_user, admitted) =
-                    (store.clone(), global.clone(), per_user.clone(), admitted.clone());
+                let (store, global, per_user, admitted) = (
+                    store.clone(),
+                    global.clone(),
+                    per_user.clone(),
+                    admitted.clone(),
+                );
                 thread::spawn(move || {
                     // Threads share users pairwise: user t/2.
                     let user = format!("user:{}", t / 2);
@@ -124,10 +134,21 @@ fn layered_batches_are_atomic_under_contention() {
                     }; 2];
                     for _ in 0..100 {
                         let items = [
-                            Item { key: "global", limit: &*global, cost: 1 },
-                            Item { key: user.as_str(), limit: &*per_user, cost: 1 },
+                            Item {
+                                key: "global",
+                                limit: &*global,
+                                cost: 1,
+                            },
+                            Item {
+                                key: user.as_str(),
+                                limit: &*per_user,
+                                cost: 1,
+                            },
                         ];
-                        if store.decide_many(&items, now, Apply::Commit, &mut out).is_allowed() {
+                        if store
+                            .decide_many(&items, now, Apply::Commit, &mut out)
+                            .is_allowed()
+                        {
                             admitted[t].fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -145,7 +166,11 @@ fn layered_batches_are_atomic_under_contention() {
             assert!(pair.iter().sum::<u64>() <= 40, "{per:?}");
         }
         // Nothing denied leaked into the global counter.
-        let items = [Item { key: "global", limit: &*global, cost: 0 }];
+        let items = [Item {
+            key: "global",
+            limit: &*global,
+            cost: 0,
+        }];
         let mut out = [items_decision(); 1];
         let d = store.decide_many(&items, now, Apply::Check, &mut out);
         assert_eq!(d.remaining, global_limit - total);

@@ -47,11 +47,12 @@ pub struct SlidingWindow {
     window: u64,
 }
 
-/// Start of the current window (ns) and the counts `[previous, current]`.
+/// Start of the current window (ns) and the counts `[previous, current]`
+/// (32-bit, so that a key costs 16 bytes of state).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlidingWindowState {
     start: u64,
-    counts: [u64; 2],
+    counts: [u32; 2],
 }
 
 /// The sliding window counter over `N` sub-windows: `limit` per `window`,
@@ -73,10 +74,22 @@ pub struct SubWindowState {
 }
 
 impl SlidingWindow {
-    /// `limit` per sliding `window`.
+    /// `limit` per sliding `window`. The limit is at most 4 294 967 295 (its
+    /// counts are 32-bit); [`SubWindowCounter`] with one sub-window has the
+    /// same semantics with 64-bit counts.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        let limit = check_count("limit", limit)?;
+        if limit > u32::MAX as u64 {
+            return Err(ConfigError::new(
+                "limit",
+                format!(
+                    "must be at most {} for the two-window counter (got {limit}); use sub-windows for larger limits",
+                    u32::MAX
+                ),
+            ));
+        }
         Ok(SlidingWindow {
-            limit: check_count("limit", limit)?,
+            limit,
             window: check_period("window", window)?,
         })
     }
@@ -149,19 +162,23 @@ impl Algorithm for SlidingWindow {
         cost: u64,
         apply: Apply,
     ) -> Decision {
-        decide(
+        let mut counts = s.counts.map(u64::from);
+        let d = decide(
             &mut s.start,
-            &mut s.counts,
+            &mut counts,
             self.window,
             self.limit,
             now.as_nanos(),
             cost,
             apply,
-        )
+        );
+        // Counts stay within the limit except in penalty mode, which saturates.
+        s.counts = counts.map(|c| c.min(u32::MAX as u64) as u32);
+        d
     }
 
     fn idle_at(&self, s: &SlidingWindowState, now: Timestamp) -> Timestamp {
-        idle_at(s.start, &s.counts, self.window, now)
+        idle_at(s.start, &s.counts.map(u64::from), self.window, now)
     }
 }
 

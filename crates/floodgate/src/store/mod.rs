@@ -99,7 +99,9 @@ where
                 format!("must be a power of two up to 65536 (got {})", config.shards),
             ));
         }
-        let shards = config.shards.min(config.capacity.next_power_of_two());
+        let shards = config
+            .shards
+            .min(config.capacity.min(1 << 16).next_power_of_two());
         Ok(Store {
             shards: (0..shards)
                 .map(|_| CachePadded::new(SpinMutex::new(Shard::new())))
