@@ -10,33 +10,52 @@ use http::HeaderName;
 
 use crate::settings::{HeaderSettings, SettingError};
 
-/// The header names, validated once at startup.
+/// A header name as configured (kept for gRPC and JSON answers) and as
+/// HTTP uses it.
+#[derive(Clone, Debug)]
+pub struct Header {
+    /// The HTTP name (lower case).
+    pub http: HeaderName,
+    /// The name as configured.
+    pub text: Box<str>,
+}
+
+impl Header {
+    fn new(text: &str, what: &str) -> Result<Self, SettingError> {
+        let http = HeaderName::from_bytes(text.as_bytes())
+            .map_err(|_| SettingError::new(what, format!("`{text}` is not a valid header name")))?;
+        Ok(Header {
+            http,
+            text: text.into(),
+        })
+    }
+}
+
+/// The headers to add, validated once at startup.
 #[derive(Clone, Debug)]
 pub struct RateLimitHeaders {
     enabled: bool,
     x_ratelimit: bool,
-    limit: HeaderName,
-    remaining: HeaderName,
-    reset: HeaderName,
+    limit: Header,
+    remaining: Header,
+    reset: Header,
+    x_limit: Header,
+    x_remaining: Header,
+    x_reset: Header,
 }
-
-const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 impl RateLimitHeaders {
     /// From the settings.
     pub fn new(s: &HeaderSettings) -> Result<Self, SettingError> {
-        let name = |n: &str, what: &str| {
-            HeaderName::from_bytes(n.as_bytes())
-                .map_err(|_| SettingError::new(what, format!("`{n}` is not a valid header name")))
-        };
         Ok(RateLimitHeaders {
             enabled: s.enabled,
             x_ratelimit: s.x_ratelimit,
-            limit: name(&s.limit, "LIMIT_LIMIT_HEADER")?,
-            remaining: name(&s.remaining, "LIMIT_REMAINING_HEADER")?,
-            reset: name(&s.reset, "LIMIT_RESET_HEADER")?,
+            limit: Header::new(&s.limit, "LIMIT_LIMIT_HEADER")?,
+            remaining: Header::new(&s.remaining, "LIMIT_REMAINING_HEADER")?,
+            reset: Header::new(&s.reset, "LIMIT_RESET_HEADER")?,
+            x_limit: Header::new("X-RateLimit-Limit", "x_ratelimit")?,
+            x_remaining: Header::new("X-RateLimit-Remaining", "x_ratelimit")?,
+            x_reset: Header::new("X-RateLimit-Reset", "x_ratelimit")?,
         })
     }
 
@@ -47,12 +66,7 @@ impl RateLimitHeaders {
 
     /// Calls `emit` for each header of `response` (nothing when no
     /// descriptor has a limit). `buf` is scratch space.
-    pub fn emit(
-        &self,
-        response: &Response,
-        buf: &mut String,
-        mut emit: impl FnMut(&HeaderName, &str),
-    ) {
+    pub fn emit(&self, response: &Response, buf: &mut String, mut emit: impl FnMut(&Header, &str)) {
         if !self.any() {
             return;
         }
@@ -63,28 +77,16 @@ impl RateLimitHeaders {
             return;
         };
         let reset = pick.duration_until_reset.as_secs();
-        let num = |v: u64,
-                   name: &HeaderName,
-                   buf: &mut String,
-                   emit: &mut dyn FnMut(&HeaderName, &str)| {
-            buf.clear();
-            let _ = write!(buf, "{v}");
-            emit(name, buf);
-        };
+        let emit: &mut dyn FnMut(&Header, &str) = &mut emit;
         if self.enabled {
-            num(
-                u64::from(limit.reported.requests_per_unit),
+            number(
+                emit,
                 &self.limit,
+                u64::from(limit.reported.requests_per_unit),
                 buf,
-                &mut emit,
             );
-            num(
-                u64::from(pick.limit_remaining),
-                &self.remaining,
-                buf,
-                &mut emit,
-            );
-            num(reset, &self.reset, buf, &mut emit);
+            number(emit, &self.remaining, u64::from(pick.limit_remaining), buf);
+            number(emit, &self.reset, reset, buf);
         }
         if self.x_ratelimit {
             buf.clear();
@@ -102,16 +104,22 @@ impl RateLimitHeaders {
                     }
                 }
             }
-            emit(&X_LIMIT, buf);
-            num(
+            emit(&self.x_limit, buf);
+            number(
+                emit,
+                &self.x_remaining,
                 u64::from(pick.limit_remaining),
-                &X_REMAINING,
                 buf,
-                &mut emit,
             );
-            num(reset, &X_RESET, buf, &mut emit);
+            number(emit, &self.x_reset, reset, buf);
         }
     }
+}
+
+fn number(emit: &mut dyn FnMut(&Header, &str), h: &Header, v: u64, buf: &mut String) {
+    buf.clear();
+    let _ = write!(buf, "{v}");
+    emit(h, buf);
 }
 
 /// The status with the least remaining among those with a limit (the first

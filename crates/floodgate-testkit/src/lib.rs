@@ -1,1 +1,62 @@
-//! Test helpers.
+//! Process helpers for end-to-end tests: free ports, `redis-server`
+//! processes, the `floodgate` binary started on a temporary configuration
+//! and awaited until ready, the Python interpreter with Envoy's stubs.
+//!
+//! Everything fails loudly: a missing tool is a test failure, never a skip.
+
+mod floodgate;
+mod net;
+mod redis;
+
+pub use floodgate::Floodgate;
+pub use net::{free_port, http_request, wait_until};
+pub use redis::Redis;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("crates/floodgate-testkit is two levels below the root")
+        .to_path_buf()
+}
+
+/// The Python interpreter with `grpcio` and `xds-protos`:
+/// `$FLOODGATE_PYTHON`, else `.venv/bin/python` at the workspace root.
+/// Panics with instructions when it is missing or lacks the packages.
+pub fn python() -> PathBuf {
+    let path = std::env::var_os("FLOODGATE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
+    let ok = Command::new(&path)
+        .args([
+            "-c",
+            "import grpc; from envoy.service.ratelimit.v3 import rls_pb2_grpc",
+        ])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "no Python with grpcio and xds-protos at {} (set FLOODGATE_PYTHON, or run scripts/test.sh, \
+         which creates .venv with them)",
+        path.display()
+    );
+    path
+}
+
+/// Panics unless `tool` is on the PATH.
+pub fn require(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        found,
+        "`{tool}` is not installed (run scripts/test.sh, which installs it)"
+    );
+}

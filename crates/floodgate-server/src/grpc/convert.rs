@@ -114,7 +114,7 @@ pub fn fill_response(response: &Response, headers: &RateLimitHeaders, out: &mut 
     let mut buf = String::new();
     headers.emit(response, &mut buf, |name, value| {
         out.response_headers_to_add.push(HeaderValue {
-            key: name.as_str().to_owned(),
+            key: name.text.to_string(),
             value: value.to_owned(),
             raw_value: Vec::new(),
         })

@@ -224,7 +224,7 @@ async fn run(
     let mut buf = String::new();
     svc.headers.emit(&response, &mut buf, |name, value| {
         if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name.clone(), v);
+            h.insert(name.http.clone(), v);
         }
     });
     Ok(out)

@@ -170,7 +170,7 @@ async fn run(svc: &Service, raw: Result<Bytes, BytesRejection>) -> Result<Respon
     let mut buf = String::new();
     svc.headers.emit(&response, &mut buf, |name, value| {
         headers.push(JsonHeader {
-            key: name.as_str().to_owned(),
+            key: name.text.to_string(),
             value: value.to_owned(),
         })
     });

@@ -1,0 +1,255 @@
+"""Envoy RLS v3 semantics, checked with Envoy's own generated stubs
+(xds-protos) over grpcio against a running floodgate server.
+
+Usage: rls_semantics.py HOST:PORT RUN_ID
+Every descriptor value carries RUN_ID, so runs never share counters.
+Prints one line per check and "N passed, M failed"; exits 1 on failure.
+"""
+
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+
+ADDR, RUN = sys.argv[1], sys.argv[2]
+CHANNEL = grpc.insecure_channel(ADDR)
+STUB = rls_pb2_grpc.RateLimitServiceStub(CHANNEL)
+R = rls_pb2.RateLimitResponse
+OK, OVER = R.OK, R.OVER_LIMIT
+Entry = ratelimit_pb2.RateLimitDescriptor.Entry
+
+
+def desc(*pairs, limit=None, hits=None):
+    d = ratelimit_pb2.RateLimitDescriptor(
+        entries=[Entry(key=k, value=v) for k, v in pairs])
+    if limit is not None:
+        d.limit.requests_per_unit, d.limit.unit = limit
+    if hits is not None:
+        d.hits_addend.value = hits
+    return d
+
+
+def call(domain, *descriptors, hits=0, metadata=None):
+    req = rls_pb2.RateLimitRequest(domain=domain, descriptors=list(descriptors),
+                                   hits_addend=hits)
+    resp = STUB.ShouldRateLimit(req, timeout=5, metadata=metadata)
+    assert resp.overall_code in (OK, OVER), f"overall_code {resp.overall_code}"
+    assert len(resp.statuses) == len(descriptors), resp
+    return resp
+
+
+def v(name):
+    return f"{name}-{RUN}"
+
+
+def codes(resp):
+    return [s.code for s in resp.statuses]
+
+
+def expect_error(code, domain, descriptors, hits=0):
+    try:
+        STUB.ShouldRateLimit(rls_pb2.RateLimitRequest(
+            domain=domain, descriptors=descriptors, hits_addend=hits), timeout=5)
+    except grpc.RpcError as e:
+        assert e.code() == code, f"{e.code()} != {code}: {e.details()}"
+        return e
+    raise AssertionError(f"expected {code}")
+
+
+def t_exact_counts():
+    for i in range(3):
+        r = call("counts", desc(("user", v("alice"))))
+        assert r.overall_code == OK, (i, r)
+        s = r.statuses[0]
+        assert s.limit_remaining == 2 - i, s
+        assert s.current_limit.requests_per_unit == 3
+        assert s.current_limit.unit == R.RateLimit.DAY
+        assert s.current_limit.name == "per-user"
+        assert 0 < s.duration_until_reset.seconds <= 86400
+    for _ in range(2):
+        r = call("counts", desc(("user", v("alice"))))
+        assert r.overall_code == OVER and r.statuses[0].code == OVER, r
+        assert r.statuses[0].limit_remaining == 0
+    # Another value has its own counter.
+    assert call("counts", desc(("user", v("bob")))).overall_code == OK
+
+
+def t_multiple_descriptors():
+    a, b = desc(("a", v("x"))), desc(("b", v("x")))
+    for i in range(2):
+        r = call("multi", a, b)
+        assert r.overall_code == OK and codes(r) == [OK, OK], r
+        assert [s.limit_remaining for s in r.statuses] == [1 - i, 4 - i], r
+    r = call("multi", a, b)
+    assert r.overall_code == OVER and codes(r) == [OVER, OK], r
+    # The denied request was not charged to b (atomic).
+    assert r.statuses[1].limit_remaining == 3, r
+
+
+def t_nested_wildcard_default():
+    # Nested: tier=free -> user.
+    assert call("nested", desc(("tier", "free"), ("user", v("u")))).overall_code == OK
+    assert call("nested", desc(("tier", "free"), ("user", v("u")))).overall_code == OVER
+    # A one-entry descriptor does not match the nested rule.
+    r = call("nested", desc(("tier", "free")))
+    assert r.overall_code == OK and not r.statuses[0].HasField("current_limit"), r
+    # Wildcard /api/* (limit 2) before the default (limit 4).
+    p = f"/api/{RUN}"
+    r = call("nested", desc(("path", p)))
+    assert r.statuses[0].current_limit.requests_per_unit == 2, r
+    call("nested", desc(("path", p)))
+    assert call("nested", desc(("path", p))).overall_code == OVER
+    # Default: any other value, its own counter of 4.
+    q = f"/other/{RUN}"
+    for _ in range(4):
+        assert call("nested", desc(("path", q))).overall_code == OK
+    assert call("nested", desc(("path", q))).overall_code == OVER
+    # Exempt value: a node without a limit.
+    for _ in range(6):
+        r = call("nested", desc(("path", "/exempt")))
+        assert r.overall_code == OK and not r.statuses[0].HasField("current_limit"), r
+
+
+def t_replaces():
+    g, p = desc(("k", "general")), desc(("k", "premium"))
+    for _ in range(3):
+        r = call("replaces", g, p)
+        assert r.overall_code == OK, r
+        assert not r.statuses[0].HasField("current_limit"), r
+        assert r.statuses[1].current_limit.requests_per_unit == 5, r
+
+
+def t_unlimited():
+    for _ in range(5):
+        r = call("unlimited", desc(("k", v("u"))))
+        assert r.overall_code == OK, r
+        assert r.statuses[0].limit_remaining == 2**32 - 1, r
+        assert not r.statuses[0].HasField("current_limit")
+
+
+def t_shadow():
+    for _ in range(3):
+        r = call("shadow", desc(("k", v("s"))))
+        assert r.overall_code == OK and r.statuses[0].code == OK, r
+
+
+def t_hits_addend():
+    u = ("user", v("hits"))
+    r = call("counts", desc(u), hits=2)
+    assert r.statuses[0].limit_remaining == 1, r
+    # Descriptor-level 0: check only, nothing charged.
+    r = call("counts", desc(u, hits=0), hits=5)
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == 1, r
+    # Descriptor-level overrides the request's.
+    r = call("counts", desc(u, hits=2), hits=1)
+    assert r.overall_code == OVER, r
+    r = call("counts", desc(u), hits=0)  # 0 means 1
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == 0, r
+
+
+def t_unknown_domain():
+    r = call("no-such-domain", desc(("k", "v")), desc(("x", "y")))
+    assert r.overall_code == OK and codes(r) == [OK, OK], r
+    assert not r.statuses[0].HasField("current_limit")
+
+
+def t_limit_override():
+    # A key no rule matches, in a configured domain: the override applies.
+    d = desc(("anything", v("ov")), limit=(2, R.RateLimit.DAY))
+    for i in range(2):
+        r = call("counts", d)
+        assert r.overall_code == OK, r
+        assert r.statuses[0].current_limit.requests_per_unit == 2, r
+        assert r.statuses[0].limit_remaining == 1 - i, r
+    assert call("counts", d).overall_code == OVER
+    # An unknown domain has no limits at all (as envoyproxy/ratelimit).
+    assert call("no-such-domain", d).overall_code == OK
+    # An override replaces the configured limit (3/day here).
+    d = desc(("user", v("ovr")), limit=(1, R.RateLimit.HOUR))
+    assert call("counts", d).overall_code == OK
+    r = call("counts", d)
+    assert r.overall_code == OVER and r.statuses[0].current_limit.unit == R.RateLimit.HOUR, r
+
+
+def t_week_unit():
+    r = call("week", desc(("k", v("w"))))
+    assert r.statuses[0].current_limit.unit == R.RateLimit.WEEK, r
+    assert R.RateLimit.Unit.Name(7) == "WEEK"
+
+
+def t_response_headers():
+    r = call("counts", desc(("user", v("hdr"))), desc(("a", v("hdr"))), )
+    # counts: 3/day -> 2 left; "a" is not a key of "counts": no limit.
+    h = {x.key.lower(): x.value for x in r.response_headers_to_add}
+    assert h["ratelimit-limit"] == "3" and h["ratelimit-remaining"] == "2", h
+    assert 0 < int(h["ratelimit-reset"]) <= 86400, h
+    assert h["x-ratelimit-limit"] == '3, 3;w=86400;name="per-user"', h
+    assert h["x-ratelimit-remaining"] == "2", h
+    names = [x.key for x in r.response_headers_to_add]
+    assert "RateLimit-Limit" in names, names  # configured case kept
+
+
+def t_concurrency_exact():
+    d = desc(("k", v("conc")))
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(lambda _: call("concurrency", d).overall_code, range(50)))
+    assert results.count(OK) == 20, results.count(OK)
+    assert results.count(OVER) == 30
+
+
+def t_errors_and_recovery():
+    C = grpc.StatusCode
+    expect_error(C.INVALID_ARGUMENT, "", [desc(("k", "v"))])
+    expect_error(C.INVALID_ARGUMENT, "counts", [])
+    expect_error(C.INVALID_ARGUMENT, "counts", [desc(("k", str(i))) for i in range(10000)])
+    expect_error(C.INVALID_ARGUMENT, "counts", [desc(("user", "x" * 100_000))])
+    expect_error(C.INVALID_ARGUMENT, "counts", [ratelimit_pb2.RateLimitDescriptor()])
+    expect_error(C.INVALID_ARGUMENT, "counts", [desc(("", "v"))])
+    bad_unit = desc(("user", "z"))
+    bad_unit.limit.requests_per_unit, bad_unit.limit.unit = 1, 0
+    expect_error(C.INVALID_ARGUMENT, "counts", [bad_unit])
+    # Larger than the server's message limit (1 MiB): refused before decoding.
+    try:
+        expect_error(C.RESOURCE_EXHAUSTED, "counts", [desc(("user", "y" * (2 << 20)))])
+    except AssertionError:
+        expect_error(C.OUT_OF_RANGE, "counts", [desc(("user", "y" * (2 << 20)))])
+    # Still serving.
+    assert call("counts", desc(("user", v("after-errors")))).overall_code == OK
+
+
+def t_health_and_reflection():
+    check = CHANNEL.unary_unary("/grpc.health.v1.Health/Check",
+                                request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b)
+    assert check(b"", timeout=5) == b"\x08\x01"  # SERVING
+    name = b"envoy.service.ratelimit.v3.RateLimitService"
+    assert check(b"\x0a" + bytes([len(name)]) + name, timeout=5) == b"\x08\x01"
+    info = CHANNEL.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=lambda b: b,
+                                 response_deserializer=lambda b: b)
+    replies = list(info(iter([b"\x3a\x00"]), timeout=5))  # list_services: ""
+    assert any(name in r for r in replies), replies
+
+
+TESTS = [(n, f) for n, f in list(globals().items()) if n.startswith("t_")]
+
+if __name__ == "__main__":
+    grpc.channel_ready_future(CHANNEL).result(timeout=10)
+    only = sys.argv[3:] or None
+    passed = failed = 0
+    for name, f in TESTS:
+        if only and name not in only:
+            continue
+        try:
+            f()
+            passed += 1
+            print(f"ok     {name}")
+        except Exception:
+            failed += 1
+            print(f"FAILED {name}")
+            traceback.print_exc()
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,79 @@
+//! A `redis-server` on a free port, with no persistence, stopped on drop.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{free_port, require, wait_until};
+
+/// A running `redis-server`.
+pub struct Redis {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// Starts one (panics if `redis-server` is missing or does not start).
+    pub fn start() -> Redis {
+        require("redis-server");
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = tempfile::tempdir().expect("temp dir");
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                ])
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            let mut r = Redis {
+                child,
+                port,
+                _dir: dir,
+            };
+            let up = wait_until(Duration::from_secs(5), || {
+                std::net::TcpStream::connect(("127.0.0.1", port))
+                    .and_then(|mut s| {
+                        use std::io::{Read, Write};
+                        s.write_all(b"PING\r\n")?;
+                        let mut b = [0u8; 7];
+                        s.read_exact(&mut b)?;
+                        Ok(&b == b"+PONG\r\n")
+                    })
+                    .unwrap_or(false)
+            });
+            if up {
+                return r;
+            }
+            let _ = r.child.kill();
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
