@@ -52,9 +52,12 @@ impl List {
     }
 }
 
-/// An address, accepting the bracketed IPv6 form.
+/// An address, accepting the bracketed IPv6 form and the network form
+/// `addr/len` that grouped client addresses take (its network address is
+/// checked).
 fn parse_ip(value: &str) -> Option<IpAddr> {
-    let v = value.trim_start_matches('[').trim_end_matches(']');
+    let v = value.split('/').next().unwrap_or(value);
+    let v = v.trim_start_matches('[').trim_end_matches(']');
     v.parse().ok()
 }
 
@@ -93,5 +96,18 @@ mod tests {
         assert!(!in_network(ip("2001:db9::1"), net("2001:db8::", 32)));
         assert!(in_network(ip("1.2.3.4"), net("0.0.0.0", 0)));
         assert!(!in_network(ip("1.2.3.4"), net("::", 0)));
+    }
+
+    #[test]
+    fn grouped_addresses_match_by_their_network_address() {
+        let list = List::new(&[crate::spec::ListSpec {
+            at: Default::default(),
+            key: "remote_address".into(),
+            values: vec![],
+            networks: vec![("2001:db8::".parse().unwrap(), 32)],
+        }]);
+        assert!(list.contains("remote_address", "2001:db8:1:2::/64"));
+        assert!(list.contains("remote_address", "[2001:db8::1]"));
+        assert!(!list.contains("remote_address", "2001:db9::/64"));
     }
 }

@@ -162,19 +162,7 @@ impl Algorithm for SlidingWindow {
         cost: u64,
         apply: Apply,
     ) -> Decision {
-        let mut counts = s.counts.map(u64::from);
-        let d = decide(
-            &mut s.start,
-            &mut counts,
-            self.window,
-            self.limit,
-            now.as_nanos(),
-            cost,
-            apply,
-        );
-        // Counts stay within the limit except in penalty mode, which saturates.
-        s.counts = counts.map(|c| c.min(u32::MAX as u64) as u32);
-        d
+        decide_two(s, self.window, self.limit, now.as_nanos(), cost, apply)
     }
 
     fn idle_at(&self, s: &SlidingWindowState, now: Timestamp) -> Timestamp {
@@ -209,6 +197,67 @@ impl Algorithm for SubWindowCounter {
 
     fn idle_at(&self, s: &SubWindowState, now: Timestamp) -> Timestamp {
         idle_at(s.start, &s.counts, self.sub, now)
+    }
+}
+
+/// The two-window counter, on scalars: the same arithmetic as [`decide`]
+/// with `N = 1`, without slices (the common case, kept fast).
+#[inline]
+fn decide_two(
+    s: &mut SlidingWindowState,
+    window: u64,
+    limit: u64,
+    now: u64,
+    cost: u64,
+    apply: Apply,
+) -> Decision {
+    let current = now - now % window;
+    // The counts as seen at `now`; only a charge stores them.
+    let (start, prev, curr) = if current <= s.start {
+        (s.start, s.counts[0] as u64, s.counts[1] as u64)
+    } else if current - s.start == window {
+        (current, s.counts[1] as u64, 0)
+    } else {
+        (current, 0, 0)
+    };
+    let e = now.max(start) - start;
+    let w = window as u128;
+    let cap = limit as u128 * w;
+    let aged = prev as u128 * (window - e) as u128;
+    let estimate = |curr: u64| aged + curr as u128 * w;
+    let (outcome, charge) = if cost > limit {
+        (Outcome::Never, false)
+    } else if cost == 0 || estimate(curr + cost) <= cap {
+        (Outcome::Allowed, apply.charge_if_allowed())
+    } else {
+        (Outcome::Denied, apply.charge_if_denied())
+    };
+    let curr = if charge && cost > 0 {
+        let c = curr.saturating_add(cost).min(u32::MAX as u64);
+        *s = SlidingWindowState {
+            start,
+            counts: [prev as u32, c as u32],
+        };
+        c
+    } else {
+        curr
+    };
+    let retry_after =
+        (outcome == Outcome::Denied).then(|| retry(&[prev, curr], e, window, limit, cost));
+    let remaining = crate::arith::div(cap.saturating_sub(estimate(curr)), window) as u64;
+    let reset_after = if curr > 0 {
+        Duration::from_nanos(2 * window - e)
+    } else if prev > 0 {
+        Duration::from_nanos(window - e)
+    } else {
+        Duration::ZERO
+    };
+    Decision {
+        outcome,
+        limit,
+        remaining,
+        reset_after,
+        retry_after,
     }
 }
 
