@@ -1,1 +1,239 @@
-fn main() {}
+//! Throughput and latency of the Redis backend, against the ceiling of the
+//! same script driven by `redis-benchmark`.
+//!
+//! 1. Starts a `redis-server` (no persistence) on a free port.
+//! 2. Ceiling: `redis-benchmark` runs the decision script with `EVALSHA` on
+//!    random keys, 64 clients, pipelined 16 deep (the command is printed).
+//! 3. The backend: 64 concurrent tokio callers deciding on random keys
+//!    (fixed window; GCRA; a two-limit rule) for a few seconds: decisions/s.
+//! 4. Latency: the same callers paced to half the measured throughput:
+//!    p50/p99/max of each decision.
+//!
+//! `cargo bench -p floodgate-redis --bench redis_throughput` (set
+//! `BENCH_SECS` to change the measuring time, default 3).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Server, blank, item};
+use floodgate::algorithms::{AnyLimit, FixedWindow, Gcra};
+use floodgate::{Apply, Timestamp};
+use floodgate_policy::Backend;
+use floodgate_redis::{RedisBackend, RedisConfig};
+
+const CALLERS: usize = 64;
+const KEYS: u64 = 1_000_000;
+
+fn secs() -> Duration {
+    let s = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    Duration::from_secs_f64(s)
+}
+
+/// `redis-benchmark` running the script with the arguments the backend
+/// sends for one fixed-window item (1000 per minute) on a random key.
+fn ceiling(server: &Server, sha: &str) -> (String, f64) {
+    let port = server.port().to_string();
+    let args = [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-c",
+        "64",
+        "-P",
+        "16",
+        "-n",
+        "1000000",
+        "-r",
+        "1000000",
+        "--csv",
+        "EVALSHA",
+        sha,
+        "1",
+        "fg:{bench}:__rand_int__",
+        "1",
+        "",
+        "",
+        "0",
+        "f",
+        "1",
+        "0",
+        "1000",
+        "60000000",
+    ];
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| {
+            if a.is_empty() {
+                "''".into()
+            } else {
+                a.to_string()
+            }
+        })
+        .collect();
+    let out = Command::new("redis-benchmark")
+        .args(args)
+        .output()
+        .expect("redis-benchmark is installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps = text
+        .lines()
+        .filter_map(|l| l.split(',').nth(1))
+        .filter_map(|f| f.trim_matches('"').parse::<f64>().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no result from redis-benchmark: {text}"));
+    (format!("redis-benchmark {}", shown.join(" ")), rps)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Work {
+    Fixed,
+    Gcra,
+    Rule,
+}
+
+/// A cheap per-caller random key.
+fn next_key(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state % KEYS
+}
+
+async fn decide_one(b: &RedisBackend, work: Work, limits: &[AnyLimit; 2], rng: &mut u64) {
+    let k = next_key(rng);
+    let group = format!("u{k}");
+    let a = format!("u{k}:a");
+    let z = format!("u{k}:b");
+    let mut out = [blank(), blank()];
+    let items = match work {
+        Work::Fixed => vec![item(group.as_bytes(), a.as_bytes(), &limits[0], 1)],
+        Work::Gcra => vec![item(group.as_bytes(), a.as_bytes(), &limits[1], 1)],
+        Work::Rule => vec![
+            item(group.as_bytes(), a.as_bytes(), &limits[0], 1),
+            item(group.as_bytes(), z.as_bytes(), &limits[1], 1),
+        ],
+    };
+    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .expect("decision");
+}
+
+fn limits() -> [AnyLimit; 2] {
+    [
+        FixedWindow::new(1000, Duration::from_secs(60))
+            .unwrap()
+            .into(),
+        Gcra::new(100, Duration::from_secs(1), 50).unwrap().into(),
+    ]
+}
+
+/// Decisions per second with `CALLERS` unpaced callers.
+async fn throughput(b: &Arc<RedisBackend>, work: Work, dur: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let (b, stop) = (b.clone(), stop.clone());
+            tokio::spawn(async move {
+                let limits = limits();
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1) * 0x1000_0001;
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    decide_one(&b, work, &limits, &mut rng).await;
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(dur).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("caller");
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Latencies with the callers paced to `rate` decisions per second in all.
+async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) -> Vec<Duration> {
+    let interval = Duration::from_secs_f64(CALLERS as f64 / rate);
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let limits = limits();
+                let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ (i as u64 + 1) * 0x1000_0001;
+                let start = Instant::now() + interval.mul_f64(i as f64 / CALLERS as f64);
+                let mut ticker = tokio::time::interval_at(start.into(), interval);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let end = Instant::now() + dur;
+                let mut lat = Vec::new();
+                while Instant::now() < end {
+                    ticker.tick().await;
+                    let t = Instant::now();
+                    decide_one(&b, work, &limits, &mut rng).await;
+                    lat.push(t.elapsed());
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("caller"));
+    }
+    all.sort();
+    all
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+fn main() {
+    let server = Server::start();
+    let rt = common::runtime();
+    let dur = secs();
+    rt.block_on(async {
+        let config = RedisConfig {
+            urls: vec![server.url()],
+            timeout: Duration::from_secs(1),
+            ..RedisConfig::default()
+        };
+        let b = Arc::new(RedisBackend::connect(&config).await.expect("connect"));
+        let (code, sha) = b.decide_script();
+        let loaded = server.cli(&["script", "load", code]);
+        assert_eq!(loaded.trim(), sha);
+        let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha));
+        println!("machine: {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
+        println!("ceiling: {cmd}");
+        println!("ceiling: {ceiling:.0} EVALSHA/s");
+        for work in [Work::Fixed, Work::Gcra, Work::Rule] {
+            let calls = b.stats().calls.get();
+            let decisions = b.stats().decisions.get();
+            let rps = throughput(&b, work, dur).await;
+            let trips = (b.stats().calls.get() - calls) as f64 / (b.stats().decisions.get() - decisions) as f64;
+            let lat = latency(&b, work, rps / 2.0, dur).await;
+            println!(
+                "{work:?}: {rps:.0} decisions/s ({:.0}% of the ceiling), {trips:.2} round trips/decision; \
+                 at {:.0}/s: p50 {:?} p99 {:?} max {:?} ({} samples)",
+                100.0 * rps / ceiling,
+                rps / 2.0,
+                pct(&lat, 0.50),
+                pct(&lat, 0.99),
+                lat[lat.len() - 1],
+                lat.len(),
+            );
+        }
+    });
+}
