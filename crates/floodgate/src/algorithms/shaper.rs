@@ -152,13 +152,20 @@ impl Shaper {
         if s.last == u64::MAX {
             return 0;
         }
-        let ms = now_ms.saturating_sub(s.last) as u128;
-        (s.excess as u128 + 1000).saturating_sub(self.rate as u128 * ms / 1000)
+        let ms = now_ms.saturating_sub(s.last);
+        let drained = match self.rate.checked_mul(ms) {
+            Some(p) => (p / 1000) as u128,
+            None => self.rate as u128 * ms as u128 / 1000,
+        };
+        (s.excess as u128 + 1000).saturating_sub(drained)
     }
 
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
     fn ms_to_drain(&self, units: u128) -> u128 {
-        (units * 1000).div_ceil(self.rate as u128)
+        match u64::try_from(units).ok().and_then(|u| u.checked_mul(1000)) {
+            Some(scaled) => scaled.div_ceil(self.rate) as u128,
+            None => (units * 1000).div_ceil(self.rate as u128),
+        }
     }
 
     /// The instant a node with this state behaves like no node at all.
@@ -168,9 +175,8 @@ impl Shaper {
 }
 
 fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
-    Duration::from_nanos(sat64(
-        (at_ms * 1_000_000).saturating_sub(now.as_nanos() as u128),
-    ))
+    let at = sat64(at_ms.saturating_mul(1_000_000));
+    Duration::from_nanos(at.saturating_sub(now.as_nanos()))
 }
 
 impl Algorithm for Shaper {
@@ -192,7 +198,12 @@ impl Algorithm for Shaper {
             (Outcome::Never, false)
         } else if fits {
             let delay = match excess.checked_sub(self.delay as u128) {
-                Some(over) if over > 0 => over * 1000 / self.rate as u128,
+                Some(over) if over > 0 => {
+                    match u64::try_from(over).ok().and_then(|o| o.checked_mul(1000)) {
+                        Some(scaled) => (scaled / self.rate) as u128,
+                        None => over * 1000 / self.rate as u128,
+                    }
+                }
                 _ => 0,
             };
             let outcome = if delay == 0 {
@@ -217,7 +228,7 @@ impl Algorithm for Shaper {
         });
         let next = self.next_excess(s, now_ms);
         let remaining = match (self.burst as u128).checked_sub(next) {
-            Some(room) => sat64(room / 1000 + 1),
+            Some(room) => sat64(room) / 1000 + 1,
             None => 0,
         };
         let reset_after = self
@@ -234,7 +245,7 @@ impl Algorithm for Shaper {
 
     fn idle_at(&self, s: &ShaperState, now: Timestamp) -> Timestamp {
         match self.idle_ms(s) {
-            Some(at) => Timestamp::from_nanos(sat64(at * 1_000_000)),
+            Some(at) => Timestamp::from_nanos(sat64(at.saturating_mul(1_000_000))),
             None => now,
         }
     }
