@@ -175,8 +175,12 @@ impl Shaper {
 }
 
 fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
-    let at = sat64(at_ms.saturating_mul(1_000_000));
-    Duration::from_nanos(at.saturating_sub(now.as_nanos()))
+    // In 128 bits: near the end of time the instant itself may not fit.
+    Duration::from_nanos(sat64(
+        at_ms
+            .saturating_mul(1_000_000)
+            .saturating_sub(now.as_nanos() as u128),
+    ))
 }
 
 impl Algorithm for Shaper {
