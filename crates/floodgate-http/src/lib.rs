@@ -1,12 +1,27 @@
 //! Floodgate for HTTP.
 //!
-//! [`identity`] turns an HTTP request into the descriptors a Floodgate
-//! policy matches on: the client address (behind trusted proxies), API
-//! keys, bearer tokens, users, tenants, tiers, methods, route templates and
-//! constants, plus the request's weighted cost.
+//! * [`identity`] turns an HTTP request into the descriptors a Floodgate
+//!   policy matches on: the client address (behind trusted proxies), API
+//!   keys, bearer tokens, users, tenants, tiers, methods, route templates
+//!   and constants, plus the request's weighted cost.
+//! * [`contract`] is what responses tell clients: `RateLimit` headers
+//!   (IETF draft -11 and the older forms), `Retry-After`, 429/503 with
+//!   RFC 9457 problem details.
+//! * [`layer`] is a tower layer (axum, hyper, tonic) deciding every request
+//!   with a policy engine and answering per the contract, with shaper
+//!   delays, concurrency permits and queues, and priority load shedding.
+//! * [`client`] helps programs that call rate-limited APIs: backoff with
+//!   jitter, `Retry-After`, proactive pacing and a retry budget.
+//!
+//! See `docs/http-contract.md`.
 
 #![warn(missing_docs)]
 
+pub mod client;
+pub mod contract;
 pub mod identity;
+pub mod layer;
 
+pub use contract::{Contract, ContractConfig, HeaderForm};
 pub use identity::{HttpDescriptor, HttpIdentity, RequestDescriptors};
+pub use layer::FloodgateLayer;

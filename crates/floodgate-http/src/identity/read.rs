@@ -27,6 +27,9 @@ const HTTP_KEYS: &[&str] = &[
     "cost",
     "max_value_len",
     "descriptors",
+    // Read by the contract and the layer.
+    "responses",
+    "layer",
 ];
 const CLIENT_IP_KEYS: &[&str] = &[
     "header",
@@ -144,6 +147,8 @@ fn read_section(node: Node<'_>, errors: &mut Errors) -> Option<IdentityConfig> {
         Some(n) => read_descriptors(n, &mut c, errors),
         None => errors.push(node.error("missing required key 'descriptors'")),
     }
+    // Read by the contract and the layer.
+    let _ = (map.get("responses"), map.get("layer"));
     deny_unknown(&map, HTTP_KEYS, errors);
     Some(c)
 }

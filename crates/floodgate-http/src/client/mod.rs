@@ -1,0 +1,1 @@
+//! Calling rate-limited APIs (see below).

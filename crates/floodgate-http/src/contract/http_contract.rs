@@ -1,0 +1,195 @@
+//! [`Contract`]: the compiled contract, writing headers on every response
+//! and whole responses for rejections.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use floodgate::Timestamp;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use super::config::ContractConfig;
+use super::names::{GRPC_MESSAGE, GRPC_STATUS};
+use super::problem::{
+    BodyKind, PROBLEM_JSON, Problem, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN,
+    negotiate, write_body,
+};
+use super::report::Report;
+use super::sf::{ceil_secs, clamp};
+
+/// Why a request is rejected.
+#[derive(Clone, Copy, Debug)]
+pub enum Rejection<'a> {
+    /// Over a limit, as the report says (429 unless a rule says otherwise).
+    Limited(&'a Report),
+    /// Shed to keep capacity for critical traffic (503,
+    /// `temporary-reduced-capacity`).
+    Overloaded {
+        /// The wait suggested to the client.
+        retry_after: Option<Duration>,
+    },
+    /// The limiter could not decide and fails closed (the configured error
+    /// status, 503 by default).
+    Unavailable,
+}
+
+/// The HTTP contract with clients: which headers every response carries and
+/// what a rejection looks like.
+///
+/// ```
+/// use floodgate::{Decision, Outcome, Timestamp};
+/// use floodgate_http::contract::{Contract, ContractConfig, QuotaUnit, Rejection, Report, Verdict};
+/// use std::time::Duration;
+///
+/// let contract = Contract::new(ContractConfig::default());
+/// let mut report = Report::new();
+/// let p = report.add_policy("per-ip", 10, Some(1), QuotaUnit::Requests);
+/// let retry = Duration::from_millis(2300);
+/// report.add_current(p, &Decision {
+///     outcome: Outcome::Denied, limit: 10, remaining: 0,
+///     reset_after: Duration::from_secs(1), retry_after: Some(retry),
+/// });
+/// report.set_verdict(Verdict::Denied, Some(retry));
+///
+/// let res = contract.reject(Rejection::Limited(&report), &http::HeaderMap::new(),
+///     Timestamp::from_secs(1_700_000_000), &mut String::new());
+/// assert_eq!(res.status(), 429);
+/// assert_eq!(res.headers()["retry-after"], "3");
+/// assert_eq!(res.headers()["ratelimit"], r#""per-ip";r=0;t=3"#);
+/// assert_eq!(res.headers()["ratelimit-policy"], r#""per-ip";q=10;w=1"#);
+/// assert_eq!(res.headers()["cache-control"], "no-store");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Contract {
+    config: ContractConfig,
+}
+
+static NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+
+impl Contract {
+    /// A contract with `config`.
+    pub fn new(config: ContractConfig) -> Self {
+        Contract { config }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &ContractConfig {
+        &self.config
+    }
+
+    /// The status a rejection gets.
+    pub fn status_of(&self, rejection: &Rejection<'_>) -> StatusCode {
+        match rejection {
+            Rejection::Limited(r) => r.status().unwrap_or(self.config.status),
+            Rejection::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::Unavailable => self.config.error_status,
+        }
+    }
+
+    /// The whole response rejecting a request whose headers are
+    /// `request_headers` (for `Accept` and gRPC): status, `Retry-After`,
+    /// rate-limit headers, `Cache-Control: no-store`, and a problem+json or
+    /// plain-text body. A gRPC request (`content-type: application/grpc...`)
+    /// gets a trailers-only gRPC response instead (`RESOURCE_EXHAUSTED`, or
+    /// `UNAVAILABLE` for a 503) with the same headers.
+    ///
+    /// `now` is the decision's instant; `buf` a reusable buffer.
+    pub fn reject(
+        &self,
+        rejection: Rejection<'_>,
+        request_headers: &HeaderMap,
+        now: Timestamp,
+        buf: &mut String,
+    ) -> http::Response<Bytes> {
+        let status = self.status_of(&rejection);
+        let mut headers = HeaderMap::new();
+        let (report, retry_after, kind) = match rejection {
+            Rejection::Limited(report) => {
+                self.write_headers(report, now, Duration::ZERO, &mut headers, buf);
+                let kind = if status == StatusCode::SERVICE_UNAVAILABLE {
+                    TEMPORARY_REDUCED_CAPACITY
+                } else {
+                    QUOTA_EXCEEDED
+                };
+                (Some(report), self.retry_after_secs(report), kind)
+            }
+            Rejection::Overloaded { retry_after } => {
+                let secs = retry_after.map(|d| clamp(ceil_secs(d)));
+                if let Some(s) = secs {
+                    headers.insert(RETRY_AFTER, HeaderValue::from(s));
+                }
+                (None, secs, TEMPORARY_REDUCED_CAPACITY)
+            }
+            Rejection::Unavailable => (None, None, "about:blank"),
+        };
+        headers.insert(CACHE_CONTROL, NO_STORE.clone());
+        let hidden =
+            self.config.hide_headers || report.is_some_and(|r| r.violated().next().is_none());
+        let problem = Problem {
+            status,
+            kind,
+            report,
+            hidden,
+            retry_after,
+            detail: match rejection {
+                Rejection::Overloaded { .. } => {
+                    Some("The service is shedding load to protect critical requests.")
+                }
+                Rejection::Unavailable => Some("The rate limiter is unavailable."),
+                Rejection::Limited(_) => None,
+            },
+        };
+        if is_grpc(request_headers) {
+            return grpc(status, &problem, headers, buf);
+        }
+        let body_kind = negotiate(request_headers);
+        write_body(&problem, body_kind, buf);
+        let content_type = match body_kind {
+            BodyKind::Json => PROBLEM_JSON,
+            BodyKind::Text => TEXT_PLAIN,
+        };
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        let mut res = http::Response::new(Bytes::copy_from_slice(buf.as_bytes()));
+        *res.status_mut() = status;
+        *res.headers_mut() = headers;
+        res
+    }
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A trailers-only gRPC response: HTTP 200, the status in headers.
+fn grpc(
+    status: StatusCode,
+    problem: &Problem<'_>,
+    mut headers: HeaderMap,
+    buf: &mut String,
+) -> http::Response<Bytes> {
+    let code = if status == StatusCode::SERVICE_UNAVAILABLE {
+        "14"
+    } else {
+        "8"
+    };
+    write_body(problem, BodyKind::Text, buf);
+    // grpc-message: percent-encoded; keep printable ASCII but `%`.
+    let mut msg = String::with_capacity(buf.len());
+    for b in buf.trim_end().bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            msg.push(b as char);
+        } else {
+            msg.push_str(&format!("%{b:02X}"));
+        }
+    }
+    headers.insert(GRPC_STATUS, HeaderValue::from_static(code));
+    if let Ok(v) = HeaderValue::from_str(&msg) {
+        headers.insert(GRPC_MESSAGE, v);
+    }
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    let mut res = http::Response::new(Bytes::new());
+    *res.headers_mut() = headers;
+    res
+}

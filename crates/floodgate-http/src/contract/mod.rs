@@ -1,0 +1,57 @@
+//! The HTTP contract with clients: what every response says about rate
+//! limits, and what a rejection looks like. See `docs/http-contract.md`.
+//!
+//! * **Headers** on every response (unless hidden): `RateLimit-Policy` and
+//!   `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11, or
+//!   `X-RateLimit-Limit/Remaining/Reset` (reset in seconds, or as Unix epoch
+//!   seconds like GitHub), or the draft-03 form Envoy emits.
+//! * **Rejections**: 429 (or a rule's status, e.g. 503), `Retry-After` in
+//!   delay-seconds rounded up from the exact wait, `Cache-Control:
+//!   no-store`, and an RFC 9457 problem (`application/problem+json`) or a
+//!   plain-text body, by `Accept`.
+//! * **Exact and stable**: relative values come from the decision's exact
+//!   durations, rounded up; the epoch reset is `ceil(now + reset)` from the
+//!   one instant the decision was taken at, so it does not wobble between
+//!   responses of one window state.
+//!
+//! # Configuration
+//!
+//! ```yaml
+//! http:
+//!   responses:
+//!     headers: [ietf]              # ietf | x-ratelimit | x-ratelimit-epoch | draft-03 | none
+//!     hide_headers: false          # hide every rate-limit header
+//!     on_success: true             # headers on admitted responses too
+//!     status: 429                  # the status of a denial
+//!     error_status: 503            # limiter failure, when failing closed
+//!     retry_after_unknown: 1s      # Retry-After when no wait is known (default: none)
+//!     rules:                       # by rule name (or path)
+//!       shed-batch: {status: 503}
+//!       internal-abuse: {hide: true}
+//!       per-ip: {policy_name: ip}
+//! ```
+
+mod config;
+mod headers;
+mod http_contract;
+#[cfg(feature = "axum")]
+mod into_response;
+mod names;
+mod problem;
+pub(crate) mod read;
+mod report;
+mod sf;
+
+pub use config::{ContractConfig, HeaderForm, RuleResponse};
+pub use headers::{draft03_limit, epoch_reset, ietf_current, ietf_policy};
+pub use http_contract::{Contract, Rejection};
+#[cfg(feature = "axum")]
+pub use into_response::Rejected;
+pub use names::*;
+pub use problem::{
+    BodyKind, PROBLEM_JSON, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN, negotiate,
+};
+pub use read::RESPONSES;
+pub(crate) use read::read_duration;
+pub use report::{CurrentLine, PolicyLine, QuotaUnit, Report, Verdict, shape};
+pub use sf::{MAX_NAME_LEN, MAX_SF_INTEGER, ceil_secs, clamp, push_int, push_string};

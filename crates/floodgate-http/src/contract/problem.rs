@@ -1,0 +1,220 @@
+//! Problem details (RFC 9457) and their plain-text twin, chosen by the
+//! request's `Accept`.
+
+use std::fmt::Write;
+
+use http::{HeaderMap, StatusCode};
+
+use super::report::{QuotaUnit, Report};
+use super::sf::{MAX_NAME_LEN, push_printable};
+
+/// The problem type of a request over its quota (429).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+/// The problem type of a request shed while capacity is reduced (503).
+pub const TEMPORARY_REDUCED_CAPACITY: &str =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+/// `application/problem+json`.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+/// `text/plain; charset=utf-8`.
+pub const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+
+/// Which body a client gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// `application/problem+json`.
+    Json,
+    /// `text/plain`.
+    Text,
+}
+
+/// Chooses the body by `Accept` (RFC 9110 §12.5.1): problem+json unless
+/// plain text is preferred (a higher `q`) or JSON is not acceptable at all.
+/// No `Accept` means JSON; a malformed one is read as far as it makes sense.
+///
+/// ```
+/// use floodgate_http::contract::{BodyKind, negotiate};
+/// let mut h = http::HeaderMap::new();
+/// assert_eq!(negotiate(&h), BodyKind::Json);
+/// h.insert("accept", "text/plain".parse().unwrap());
+/// assert_eq!(negotiate(&h), BodyKind::Text);
+/// h.insert("accept", "text/plain;q=0.5, application/json".parse().unwrap());
+/// assert_eq!(negotiate(&h), BodyKind::Json);
+/// ```
+pub fn negotiate(headers: &HeaderMap) -> BodyKind {
+    // (q, specificity) of the most specific range matching each kind.
+    let mut json: Option<(u16, u8)> = None;
+    let mut text: Option<(u16, u8)> = None;
+    let mut any = false;
+    let better = |cur: &mut Option<(u16, u8)>, new: Option<(u16, u8)>| {
+        if let Some((q, s)) = new {
+            if cur.is_none_or(|(_, spec)| s > spec) {
+                *cur = Some((q, s));
+            }
+        }
+    };
+    for value in headers.get_all(http::header::ACCEPT) {
+        let Ok(value) = value.to_str() else { continue };
+        for range in value.split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim();
+            if media.is_empty() {
+                continue;
+            }
+            any = true;
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(parse_q)
+                .unwrap_or(1000);
+            let is = |m: &str| media.eq_ignore_ascii_case(m);
+            let (j, t) = if is("application/problem+json") || is("application/json") {
+                (Some((q, 3)), None)
+            } else if is("application/*") {
+                (Some((q, 1)), None)
+            } else if is("text/plain") {
+                (None, Some((q, 3)))
+            } else if is("text/*") {
+                (None, Some((q, 1)))
+            } else if is("*/*") {
+                (Some((q, 0)), Some((q, 0)))
+            } else {
+                (None, None)
+            };
+            better(&mut json, j);
+            better(&mut text, t);
+        }
+    }
+    if !any {
+        return BodyKind::Json;
+    }
+    let q = |x: Option<(u16, u8)>| x.map_or(0, |(q, _)| q);
+    match (q(json), q(text)) {
+        (j, t) if t > j => BodyKind::Text,
+        (0, 0) => BodyKind::Text,
+        _ => BodyKind::Json,
+    }
+}
+
+/// A `q` value in thousandths (`0.5` → 500); malformed → none.
+fn parse_q(s: &str) -> Option<u16> {
+    let s = s.trim();
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let int: u16 = match int {
+        "0" => 0,
+        "1" => 1,
+        _ => return None,
+    };
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut f: u16 = frac.parse().unwrap_or(0);
+    for _ in frac.len()..3 {
+        f *= 10;
+    }
+    Some((int * 1000 + f).min(1000))
+}
+
+/// Appends `s` as a JSON string.
+pub(crate) fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars().take(MAX_NAME_LEN * 4) {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// What a problem body says.
+pub(crate) struct Problem<'a> {
+    pub status: StatusCode,
+    pub kind: &'a str,
+    pub report: Option<&'a Report>,
+    pub hidden: bool,
+    pub retry_after: Option<u64>,
+    pub detail: Option<&'a str>,
+}
+
+/// The sentence naming the limit.
+fn detail(p: &Problem<'_>, out: &mut String) {
+    if let Some(d) = p.detail {
+        out.push_str(d);
+    } else if let Some(report) = p.report.filter(|_| !p.hidden) {
+        let line = report.primary().filter(|l| l.denied);
+        match line.and_then(|l| report.policies().get(l.policy).map(|p| (l, p))) {
+            Some((l, policy)) if report.is_never() => {
+                out.push_str("The request can never be admitted under policy \"");
+                push_printable(out, report.name(l.policy));
+                let _ = write!(out, "\": its cost exceeds the quota of {}.", policy.quota);
+            }
+            Some((l, policy)) => {
+                out.push_str("Rate limit exceeded for policy \"");
+                push_printable(out, report.name(l.policy));
+                let _ = match (policy.unit, policy.window) {
+                    (QuotaUnit::ConcurrentRequests, _) => {
+                        write!(out, "\": {} concurrent requests.", policy.quota)
+                    }
+                    (_, Some(1)) => write!(out, "\": {} requests per second.", policy.quota),
+                    (_, Some(w)) => write!(out, "\": {} requests per {w} seconds.", policy.quota),
+                    (_, None) => write!(out, "\": {} requests.", policy.quota),
+                };
+            }
+            None if report.is_never() => out.push_str("The request can never be admitted."),
+            None => out.push_str("Rate limit exceeded."),
+        }
+    } else if p.report.is_some_and(Report::is_never) {
+        out.push_str("The request can never be admitted.");
+    } else {
+        out.push_str("Rate limit exceeded.");
+    }
+    match p.retry_after {
+        Some(1) => out.push_str(" Retry after 1 second."),
+        Some(s) => {
+            let _ = write!(out, " Retry after {s} seconds.");
+        }
+        None => {}
+    }
+}
+
+/// Writes the body of `p` as `kind` into `out`.
+pub(crate) fn write_body(p: &Problem<'_>, kind: BodyKind, out: &mut String) {
+    out.clear();
+    let title = p.status.canonical_reason().unwrap_or("Error");
+    match kind {
+        BodyKind::Text => {
+            let _ = writeln!(out, "{} {title}", p.status.as_u16());
+            detail(p, out);
+            out.push('\n');
+        }
+        BodyKind::Json => {
+            out.push_str("{\"type\":");
+            push_json_str(out, p.kind);
+            out.push_str(",\"title\":");
+            push_json_str(out, title);
+            let _ = write!(out, ",\"status\":{}", p.status.as_u16());
+            let mut d = String::new();
+            detail(p, &mut d);
+            out.push_str(",\"detail\":");
+            push_json_str(out, &d);
+            out.push_str(",\"violated-policies\":[");
+            if let Some(report) = p.report.filter(|_| !p.hidden) {
+                for (i, name) in report.violated().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    push_json_str(out, name);
+                }
+            }
+            out.push(']');
+            if let Some(s) = p.retry_after {
+                let _ = write!(out, ",\"retry-after\":{s}");
+            }
+            out.push('}');
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! What a response tells a client: the policies that applied, where each
+//! stands, and the verdict. Built from an engine [`Response`] (or by hand),
+//! reused from request to request.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use floodgate::algorithms::{AnyLimit, LimitKind};
+use floodgate::{Decision, Outcome};
+use floodgate_policy::compile::{Action, PolicySet};
+use floodgate_policy::engine::Reason;
+use floodgate_policy::{Code, Response};
+use http::StatusCode;
+
+use super::config::ContractConfig;
+use super::sf::ceil_secs;
+
+/// What a policy's quota counts (the draft's `qu` parameter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuotaUnit {
+    /// Requests (the default, not written).
+    Requests,
+    /// Requests in flight (`qu="concurrent-requests"`).
+    ConcurrentRequests,
+}
+
+/// One quota policy: a line of `RateLimit-Policy`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyLine {
+    name: Range<u32>,
+    /// The quota (`q`): requests admissible at once from idle.
+    pub quota: u64,
+    /// The window in whole seconds (`w`), when the policy has one.
+    pub window: Option<u64>,
+    /// What the quota counts.
+    pub unit: QuotaUnit,
+}
+
+/// Where a client stands under one policy: a line of `RateLimit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CurrentLine {
+    /// Index of the policy in [`Report::policies`].
+    pub policy: usize,
+    /// Available quota (`r`).
+    pub remaining: u64,
+    /// Exact time until the quota is whole again (allowed), or until this
+    /// request would pass (denied, when known).
+    pub reset: Duration,
+    /// Whether this policy denied the request.
+    pub denied: bool,
+    /// Whether a time is known at all (in-flight limits have none).
+    pub timed: bool,
+}
+
+/// The verdict on a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Verdict {
+    /// Proceed now.
+    #[default]
+    Allowed,
+    /// Proceed after this delay (a shaper).
+    Delayed(Duration),
+    /// Rejected.
+    Denied,
+}
+
+/// The policies, positions and verdict of one request.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    names: String,
+    policies: Vec<PolicyLine>,
+    current: Vec<CurrentLine>,
+    verdict: Verdict,
+    retry_after: Option<Duration>,
+    status: Option<StatusCode>,
+    never: bool,
+}
+
+impl Report {
+    /// An empty report (an admitted request under no policy).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Clears it for the next request (keeping its buffers).
+    pub fn clear(&mut self) {
+        self.names.clear();
+        self.policies.clear();
+        self.current.clear();
+        self.verdict = Verdict::Allowed;
+        self.retry_after = None;
+        self.status = None;
+        self.never = false;
+    }
+
+    /// Adds a policy; returns its index.
+    pub fn add_policy(
+        &mut self,
+        name: &str,
+        quota: u64,
+        window: Option<u64>,
+        unit: QuotaUnit,
+    ) -> usize {
+        self.add_policy_with(|s| s.push_str(name), quota, window, unit)
+    }
+
+    fn add_policy_with(
+        &mut self,
+        name: impl FnOnce(&mut String),
+        quota: u64,
+        window: Option<u64>,
+        unit: QuotaUnit,
+    ) -> usize {
+        let start = self.names.len() as u32;
+        name(&mut self.names);
+        let end = self.names.len() as u32;
+        self.policies.push(PolicyLine {
+            name: start..end,
+            quota,
+            window: window.map(|w| w.max(1)),
+            unit,
+        });
+        self.policies.len() - 1
+    }
+
+    /// Adds where the client stands under policy `policy` after `decision`
+    /// (a [`Decision`] of the core, exact).
+    pub fn add_current(&mut self, policy: usize, decision: &Decision) {
+        let denied = decision.is_denied();
+        let (reset, timed) = match (decision.outcome, decision.retry_after) {
+            (Outcome::Denied, Some(r)) => (r, true),
+            (Outcome::Denied | Outcome::Never, None) => (decision.reset_after, false),
+            _ => (decision.reset_after, true),
+        };
+        self.current.push(CurrentLine {
+            policy,
+            remaining: decision.remaining,
+            reset,
+            denied,
+            timed,
+        });
+    }
+
+    /// Sets the verdict and, for a denial, the exact wait after which the
+    /// request would pass (`None`: unknown or never).
+    pub fn set_verdict(&mut self, verdict: Verdict, retry_after: Option<Duration>) {
+        self.verdict = verdict;
+        self.retry_after = match verdict {
+            Verdict::Denied => retry_after,
+            _ => None,
+        };
+    }
+
+    /// Overrides the status of a denial.
+    pub fn set_status(&mut self, status: StatusCode) {
+        self.status = Some(status);
+    }
+
+    /// The verdict.
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// The exact wait of a denial, when known.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// `Retry-After` in delay-seconds: the exact wait rounded up.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(ceil_secs)
+    }
+
+    /// The status chosen by a rule for this denial, if any.
+    pub fn status(&self) -> Option<StatusCode> {
+        self.status
+    }
+
+    /// True when the request can never pass (its cost exceeds a limit, or a
+    /// rule blocks everything): retrying is pointless.
+    pub fn is_never(&self) -> bool {
+        self.never
+    }
+
+    /// The policies (`RateLimit-Policy`).
+    pub fn policies(&self) -> &[PolicyLine] {
+        &self.policies
+    }
+
+    /// The positions (`RateLimit`).
+    pub fn current(&self) -> &[CurrentLine] {
+        &self.current
+    }
+
+    /// The name of policy `i`.
+    pub fn name(&self, i: usize) -> &str {
+        self.policies
+            .get(i)
+            .and_then(|p| self.names.get(p.name.start as usize..p.name.end as usize))
+            .unwrap_or("")
+    }
+
+    /// The position reported by single-valued headers (`X-RateLimit-*`):
+    /// on a denial, the denying one with the longest wait; otherwise the one
+    /// with the least remaining (ties: the smaller quota, then the first).
+    pub fn primary(&self) -> Option<&CurrentLine> {
+        let quota = |c: &CurrentLine| self.policies.get(c.policy).map_or(0, |p| p.quota);
+        if self.current.iter().any(|c| c.denied) {
+            self.current
+                .iter()
+                .filter(|c| c.denied)
+                .reduce(|a, b| if b.reset > a.reset { b } else { a })
+        } else {
+            self.current.iter().reduce(|a, b| {
+                if (b.remaining, quota(b)) < (a.remaining, quota(a)) {
+                    b
+                } else {
+                    a
+                }
+            })
+        }
+    }
+
+    /// The names of the policies that denied the request.
+    pub fn violated(&self) -> impl Iterator<Item = &str> + '_ {
+        self.current
+            .iter()
+            .filter(|c| c.denied)
+            .map(|c| self.name(c.policy))
+    }
+
+    /// Fills the report from an engine `response` under `policy` (the one
+    /// the response was decided on) and `config`. Shadow-mode rules are
+    /// left out (they are not enforced); hidden rules are left out of the
+    /// lines but still decide the verdict, status and wait.
+    pub fn fill(&mut self, response: &Response, policy: &PolicySet, config: &ContractConfig) {
+        self.clear();
+        let denied = response.overall == Code::OverLimit;
+        let mut delay = Duration::ZERO;
+        let mut waits = Waits::default();
+        for status in &response.statuses {
+            if status.shadow {
+                continue;
+            }
+            let over = status.code == Code::OverLimit;
+            let Some(id) = status.rule else {
+                if over {
+                    // A deny list: no policy to name, no time to wait.
+                    waits.unknown = true;
+                    self.never = true;
+                }
+                continue;
+            };
+            let rule = policy.rule(id);
+            let settings = config
+                .rule(rule.label())
+                .or_else(|| config.rule(&rule.path));
+            if over {
+                if let Some(s) = settings.and_then(|s| s.status) {
+                    self.status.get_or_insert(s);
+                }
+            }
+            let hidden = config.hide_headers || settings.is_some_and(|s| s.hide);
+            let base = settings
+                .and_then(|s| s.policy_name.as_deref())
+                .unwrap_or(rule.label());
+            match &rule.action {
+                Action::Unlimited => {}
+                Action::Block { window, .. } => {
+                    if over {
+                        waits.unknown = true;
+                        self.never = true;
+                    }
+                    if !hidden {
+                        let p =
+                            self.add_policy(base, 0, Some(ceil_secs(*window)), QuotaUnit::Requests);
+                        self.current.push(CurrentLine {
+                            policy: p,
+                            remaining: 0,
+                            reset: status.duration_until_reset,
+                            denied: over,
+                            timed: false,
+                        });
+                    }
+                }
+                Action::Limit(limits) => {
+                    let Some(d) = status.decision else { continue };
+                    if let Outcome::Delayed(x) = d.outcome {
+                        delay = delay.max(x);
+                    }
+                    if over {
+                        match (d.outcome, d.retry_after) {
+                            (Outcome::Denied, Some(r)) => waits.longest = waits.longest.max(r),
+                            (Outcome::Never, _) => {
+                                waits.unknown = true;
+                                self.never = true;
+                            }
+                            _ => waits.unknown = true,
+                        }
+                    }
+                    if hidden {
+                        continue;
+                    }
+                    let first = self.policies.len();
+                    let many = limits.len() > 1;
+                    for (i, l) in limits.iter().enumerate() {
+                        let (quota, window, unit) = shape(&l.limit);
+                        self.add_policy_with(
+                            |s| {
+                                s.push_str(base);
+                                if many {
+                                    suffix(s, i, window);
+                                }
+                            },
+                            quota,
+                            window,
+                            unit,
+                        );
+                    }
+                    let reported = status.current_limit.as_ref().map(|c| c.reported);
+                    let pick = limits
+                        .iter()
+                        .position(|l| Some(l.reported) == reported && shape(&l.limit).0 == d.limit)
+                        .or_else(|| limits.iter().position(|l| shape(&l.limit).0 == d.limit))
+                        .unwrap_or(0);
+                    let mut shown = d;
+                    if !over && shown.is_denied() {
+                        // Quota mode: over, but the request passed.
+                        shown.outcome = Outcome::Allowed;
+                    }
+                    self.add_current(first + pick, &shown);
+                }
+            }
+            if status.reason == Reason::Denied && over {
+                waits.unknown = true;
+            }
+        }
+        if denied {
+            let retry = (!waits.unknown && waits.longest > Duration::ZERO).then_some(waits.longest);
+            self.set_verdict(Verdict::Denied, retry);
+        } else if delay > Duration::ZERO {
+            self.set_verdict(Verdict::Delayed(delay), None);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Waits {
+    longest: Duration,
+    unknown: bool,
+}
+
+/// The name suffix of limit `i` of a rule with several: its window
+/// (`/1s`, `/1h`) or its position.
+fn suffix(s: &mut String, i: usize, window: Option<u64>) {
+    use std::fmt::Write;
+    let _ = match window {
+        Some(w) if w % 86_400 == 0 => write!(s, "/{}d", w / 86_400),
+        Some(w) if w % 3600 == 0 => write!(s, "/{}h", w / 3600),
+        Some(w) if w % 60 == 0 => write!(s, "/{}m", w / 60),
+        Some(w) => write!(s, "/{w}s"),
+        None => write!(s, "/{i}"),
+    };
+}
+
+/// A limit's quota, window (whole seconds, rounded up) and unit, as the
+/// contract reports them.
+pub fn shape(limit: &AnyLimit) -> (u64, Option<u64>, QuotaUnit) {
+    let secs = |d: Duration| Some(ceil_secs(d).max(1));
+    match limit.kind() {
+        LimitKind::Gcra(g) => {
+            // The burst, refilled over burst × emission interval.
+            let (count, period) = g.rate();
+            let nanos = (g.burst() as u128 * period.as_nanos()).div_ceil(count.max(1) as u128);
+            let window = Duration::from_nanos(nanos.min(u64::MAX as u128) as u64);
+            (g.burst(), secs(window), QuotaUnit::Requests)
+        }
+        LimitKind::FixedWindow(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
+        LimitKind::SlidingWindow(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
+        LimitKind::SubWindows(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
+        LimitKind::SlidingLog(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
+        LimitKind::Shaper(s) => {
+            let quota = s.burst() + 1;
+            let millis = (quota as u128 * 1_000_000).div_ceil(s.rate_millis().max(1) as u128);
+            let window = Duration::from_millis(millis.min(u64::MAX as u128) as u64);
+            (quota, secs(window), QuotaUnit::Requests)
+        }
+        LimitKind::Concurrency(c) => (c.max(), None, QuotaUnit::ConcurrentRequests),
+    }
+}

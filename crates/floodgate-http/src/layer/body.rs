@@ -1,0 +1,102 @@
+//! The response body: the inner service's body, or the contract's
+//! rejection; either way it holds what a request keeps until its body
+//! ends (concurrency units, permits, the in-flight count).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use super::shared::Hold;
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B },
+        Full { data: Option<Bytes> },
+    }
+}
+
+pin_project! {
+    /// A response body of the layer. What the request held (concurrency
+    /// units, queue permits, its place in the in-flight count) is given
+    /// back when the body ends, fails, or is dropped — whichever comes
+    /// first, cancellation and panics included.
+    pub struct FloodgateBody<B> {
+        #[pin]
+        kind: Kind<B>,
+        held: Option<Box<dyn Hold>>,
+    }
+}
+
+impl<B> FloodgateBody<B> {
+    /// The inner service's body, holding `held` until it ends.
+    pub(crate) fn inner(body: B, held: Option<Box<dyn Hold>>) -> Self {
+        FloodgateBody {
+            kind: Kind::Inner { body },
+            held,
+        }
+    }
+
+    /// A complete body (a rejection).
+    pub fn full(data: Bytes) -> Self {
+        FloodgateBody {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
+            held: None,
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for FloodgateBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FloodgateBody")
+            .field("holds", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for FloodgateBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = match this.kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        };
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+                this.held.take();
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}

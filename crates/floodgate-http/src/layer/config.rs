@@ -1,0 +1,125 @@
+//! The layer's own settings: failure handling, bounded delays, load
+//! shedding and concurrency queues.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{Extensions, HeaderName};
+
+/// What to do when the limiter cannot decide (a backend error).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// Let the request through, without rate-limit headers, and count it
+    /// (`floodgate_http_fail_open_total`, [`LayerStats::fail_open`](super::LayerStats)).
+    #[default]
+    Allow,
+    /// Reject it with the contract's error status (503 by default).
+    Reject,
+}
+
+/// A concurrency limit with an optional bounded FIFO queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimit {
+    /// Requests in flight at most.
+    pub max: usize,
+    /// Requests waiting for a permit at most (0: no queue, reject at once).
+    pub queue: usize,
+    /// Longest wait in the queue (none: wait as long as it takes).
+    pub timeout: Option<Duration>,
+}
+
+/// A concurrency limit per value of a descriptor entry (per user, per
+/// tenant, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyedQueueLimit {
+    /// The descriptor entry key whose value selects the counter (`user`,
+    /// `remote_address`, ...); requests without it are not limited.
+    pub key: String,
+    /// The limit of each value.
+    pub limit: QueueLimit,
+}
+
+/// How requests are classified as low priority.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LowPriority {
+    /// Route templates (of `http.routes`) that are low priority.
+    pub routes: Vec<String>,
+    /// A header whose value (any case) marks low priority.
+    pub header: Option<(HeaderName, Vec<String>)>,
+}
+
+/// Priority load shedding (Stripe's fleet usage shedder): beyond a number of
+/// requests in flight in this layer, low-priority requests are rejected with
+/// 503 so the remaining capacity serves critical ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shedding {
+    /// In-flight requests (all priorities) above which low-priority ones are
+    /// shed.
+    pub low_priority_above: usize,
+    /// In-flight requests above which every request is shed (optional).
+    pub max_in_flight: Option<usize>,
+    /// What is low priority.
+    pub low_priority: LowPriority,
+    /// `Retry-After` of a shed request (none: not sent).
+    pub retry_after: Option<Duration>,
+}
+
+/// Where the layer finds the client's socket address in a request's
+/// extensions (the peer of `client_ip`). The default reads [`PeerAddr`]
+/// and a bare [`SocketAddr`]; with axum use
+/// `|e| e.get::<ConnectInfo<SocketAddr>>().map(|c| c.0)`.
+pub type PeerFn = fn(&Extensions) -> Option<SocketAddr>;
+
+/// The peer address, inserted into request extensions by whatever accepts
+/// connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Reads [`PeerAddr`], then a bare [`SocketAddr`].
+pub fn default_peer(ext: &Extensions) -> Option<SocketAddr> {
+    ext.get::<PeerAddr>()
+        .map(|p| p.0)
+        .or_else(|| ext.get::<SocketAddr>().copied())
+}
+
+/// The layer's settings.
+#[derive(Clone, Debug)]
+pub struct LayerSettings {
+    /// Limiter failures: fail open (default) or reject.
+    pub on_error: OnError,
+    /// Shaper-delayed requests waiting in this layer at most; beyond, a
+    /// delayed request is rejected like one over a full burst.
+    pub max_delayed: usize,
+    /// Priority load shedding.
+    pub shedding: Option<Shedding>,
+    /// A concurrency limit over all requests of the layer.
+    pub global_concurrency: Option<QueueLimit>,
+    /// A concurrency limit per entry value.
+    pub keyed_concurrency: Option<KeyedQueueLimit>,
+    /// Where the peer address is found.
+    pub peer: PeerFn,
+}
+
+impl Default for LayerSettings {
+    fn default() -> Self {
+        LayerSettings {
+            on_error: OnError::Allow,
+            max_delayed: 1024,
+            shedding: None,
+            global_concurrency: None,
+            keyed_concurrency: None,
+            peer: default_peer,
+        }
+    }
+}
+
+impl PartialEq for LayerSettings {
+    fn eq(&self, o: &Self) -> bool {
+        self.on_error == o.on_error
+            && self.max_delayed == o.max_delayed
+            && self.shedding == o.shedding
+            && self.global_concurrency == o.global_concurrency
+            && self.keyed_concurrency == o.keyed_concurrency
+            && std::ptr::fn_addr_eq(self.peer, o.peer)
+    }
+}

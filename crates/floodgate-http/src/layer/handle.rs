@@ -1,0 +1,278 @@
+//! One request through the layer: shed, queue, decide, delay, call, and
+//! answer per the contract.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::{Clock, Decision, Outcome};
+use floodgate_policy::compile::PolicySet;
+use floodgate_policy::{Backend, Response};
+use http::{Request, Response as HttpResponse};
+use tower_service::Service;
+
+use super::body::FloodgateBody;
+use super::config::OnError;
+use super::queue::QueueError;
+use super::shared::{Held, Hold, LayerStats, Shared};
+use crate::contract::{QuotaUnit, Rejection, Report, Verdict};
+
+type Out<B> = HttpResponse<FloodgateBody<B>>;
+
+const NO_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+
+/// What a request keeps until its response body ends.
+#[derive(Default)]
+struct Keep {
+    parts: Vec<Box<dyn Hold>>,
+}
+
+impl Keep {
+    fn push(&mut self, h: impl Hold + 'static) {
+        self.parts.push(Box::new(h));
+    }
+
+    fn into_hold(self) -> Option<Box<dyn Hold>> {
+        (!self.parts.is_empty()).then(|| Box::new(self.parts) as Box<dyn Hold>)
+    }
+}
+
+fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
+    res.map(FloodgateBody::full)
+}
+
+/// Whether an admitted request holds units of an engine concurrency limit.
+fn holds_units(response: &Response, policy: &PolicySet) -> bool {
+    response.statuses.iter().any(|s| {
+        s.decision.is_some_and(|d| d.is_allowed())
+            && s.rule.is_some_and(|id| {
+                policy
+                    .rule(id)
+                    .limits()
+                    .iter()
+                    .any(|l| l.limit.is_concurrency())
+            })
+    })
+}
+
+/// The report of a layer concurrency rejection.
+fn concurrency_report(report: &mut Report, name: &str, max: usize) {
+    report.clear();
+    let p = report.add_policy(name, max as u64, None, QuotaUnit::ConcurrentRequests);
+    report.add_current(
+        p,
+        &Decision {
+            outcome: Outcome::Denied,
+            limit: max as u64,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+        },
+    );
+    report.set_verdict(Verdict::Denied, None);
+}
+
+pub(crate) async fn handle<S, ReqBody, ResBody, B, C>(
+    shared: Arc<Shared<B, C>>,
+    mut inner: S,
+    req: Request<ReqBody>,
+) -> Result<Out<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = HttpResponse<ResBody>>,
+    B: Backend,
+    C: Clock + 'static,
+{
+    let mut keep = Keep::default();
+    let now = shared.engine.clock().now();
+    // Priority shedding first: it protects everything behind it.
+    if let Some(shedder) = &shared.shedder {
+        let low = shedder.is_low(&req, &shared.identity);
+        match shedder.enter(low) {
+            Some(g) => keep.push(g),
+            None => {
+                LayerStats::inc(&shared.stats.shed);
+                metrics::counter!("floodgate_http_shed_total").increment(1);
+                let retry_after = shedder.config.retry_after;
+                let res = shared.contract.reject(
+                    Rejection::Overloaded { retry_after },
+                    req.headers(),
+                    now,
+                    &mut String::new(),
+                );
+                return Ok(full(res));
+            }
+        }
+    }
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let peer = (shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER);
+    {
+        let s = held.scratch();
+        shared.identity.request_descriptors(&req, peer, &mut s.out);
+    }
+    // Layer concurrency limits, waiting in line when configured.
+    if let Some(q) = &shared.global {
+        match q.acquire().await {
+            Ok(p) => keep.push(p),
+            Err(e) => {
+                return Ok(queue_rejection(
+                    &shared,
+                    &mut held,
+                    &req,
+                    "concurrency",
+                    q.limit().max,
+                    e,
+                ));
+            }
+        }
+    }
+    if let Some(kq) = &shared.keyed {
+        let value = held
+            .scratch()
+            .out
+            .iter()
+            .find_map(|d| d.get(&kq.config.key))
+            .map(Box::<str>::from);
+        if let Some(v) = value {
+            match kq.acquire(&v).await {
+                Ok(p) => keep.push(p),
+                Err(e) => {
+                    let name = format!("concurrency:{}", kq.config.key);
+                    let max = kq.config.limit.max;
+                    return Ok(queue_rejection(&shared, &mut held, &req, &name, max, e));
+                }
+            }
+        }
+    }
+    // The decision, from one clock reading taken just before it.
+    let now = shared.engine.clock().now();
+    let decided = {
+        let s = held.scratch();
+        if s.out.is_empty() {
+            Ok(false)
+        } else {
+            let hits = s.out.hits_addend();
+            shared
+                .engine
+                .evaluate(shared.identity.domain(), &s.out, hits, &mut s.response)
+                .await
+                .map(|()| true)
+        }
+    };
+    match decided {
+        Ok(true) => {}
+        Ok(false) => {
+            drop(held);
+            let res = inner.call(req).await?;
+            return Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())));
+        }
+        Err(e) => {
+            drop(held);
+            match shared.settings.on_error {
+                OnError::Allow => {
+                    LayerStats::inc(&shared.stats.fail_open);
+                    metrics::counter!("floodgate_http_fail_open_total").increment(1);
+                    let _ = e;
+                    let res = inner.call(req).await?;
+                    return Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())));
+                }
+                OnError::Reject => {
+                    LayerStats::inc(&shared.stats.fail_closed);
+                    let res = shared.contract.reject(
+                        Rejection::Unavailable,
+                        req.headers(),
+                        now,
+                        &mut String::new(),
+                    );
+                    return Ok(full(res));
+                }
+            }
+        }
+    }
+    LayerStats::inc(&shared.stats.decided);
+    let policy = shared.engine.policy();
+    {
+        let s = held.scratch();
+        s.report
+            .fill(&s.response, &policy, shared.contract.config());
+        held.holds_units = holds_units(&held.scratch().response, &policy);
+    }
+    drop(policy);
+    let mut elapsed = Duration::ZERO;
+    match held.scratch().report.verdict() {
+        Verdict::Denied => {
+            LayerStats::inc(&shared.stats.denied);
+            let s = held.scratch();
+            let res = shared.contract.reject(
+                Rejection::Limited(&s.report),
+                req.headers(),
+                now,
+                &mut s.buf,
+            );
+            return Ok(full(res));
+        }
+        Verdict::Delayed(delay) => {
+            let Some(slot) = shared.delayed.try_enter(shared.settings.max_delayed) else {
+                // Like a request over a full burst.
+                LayerStats::inc(&shared.stats.delay_queue_full);
+                let s = held.scratch();
+                s.report.set_verdict(Verdict::Denied, Some(delay));
+                let res = shared.contract.reject(
+                    Rejection::Limited(&s.report),
+                    req.headers(),
+                    now,
+                    &mut s.buf,
+                );
+                return Ok(full(res));
+            };
+            LayerStats::inc(&shared.stats.delayed);
+            // Dropped with this future if the client goes away: the slot,
+            // the permits and the engine's units are all given back.
+            tokio::time::sleep(delay).await;
+            drop(slot);
+            elapsed = delay;
+        }
+        Verdict::Allowed => {}
+    }
+    let mut res = inner.call(req).await?;
+    {
+        let s = held.scratch();
+        let (report, buf) = (&s.report, &mut s.buf);
+        shared
+            .contract
+            .write_headers(report, now, elapsed, res.headers_mut(), buf);
+    }
+    if held.holds_units {
+        keep.push(held);
+    } else {
+        drop(held);
+    }
+    Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())))
+}
+
+fn queue_rejection<B: Backend, C: Clock + 'static, T, RB>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    req: &Request<T>,
+    name: &str,
+    max: usize,
+    e: QueueError,
+) -> Out<RB> {
+    LayerStats::inc(&shared.stats.concurrency_rejected);
+    let now = shared.engine.clock().now();
+    let s = held.scratch();
+    concurrency_report(&mut s.report, name, max);
+    metrics::counter!("floodgate_http_concurrency_rejected_total",
+        "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
+    .increment(1);
+    let res = shared.contract.reject(
+        Rejection::Limited(&s.report),
+        req.headers(),
+        now,
+        &mut s.buf,
+    );
+    full(res)
+}

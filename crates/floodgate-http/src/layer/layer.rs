@@ -1,0 +1,136 @@
+//! [`FloodgateLayer`]: the tower layer.
+
+use std::fmt;
+use std::sync::Arc;
+
+use floodgate::Clock;
+use floodgate_policy::error::ConfigErrors;
+use floodgate_policy::{Backend, Engine};
+use tower_layer::Layer;
+
+use super::config::LayerSettings;
+use super::service::FloodgateService;
+use super::shared::{LayerStats, Shared};
+use crate::contract::{Contract, ContractConfig};
+use crate::identity::HttpIdentity;
+
+/// Rate limits HTTP requests with a Floodgate [`Engine`]: each request's
+/// descriptors (from an [`HttpIdentity`]) are decided, and the answer
+/// follows the [`Contract`] — rejected (429 + headers + problem body),
+/// delayed (a shaper), or passed to the inner service with the
+/// rate-limit headers added to its response.
+///
+/// Works with any tower-based server whose bodies carry [`bytes::Bytes`]:
+/// axum, hyper (through `hyper-util`'s tower adapter), tonic.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use floodgate_http::FloodgateLayer;
+/// use floodgate_policy::{Engine, MemoryBackend, PolicySet};
+/// use floodgate_policy::read::{LoadOptions, load_str};
+///
+/// let text = std::fs::read_to_string("floodgate.yaml")?;
+/// let options = LoadOptions { other_sections: vec!["http"], ..Default::default() };
+/// let policy = PolicySet::compile(&load_str("floodgate.yaml", &text, &options)?)?;
+/// let engine = Arc::new(Engine::new(policy, MemoryBackend::new(Default::default())?));
+/// let layer = FloodgateLayer::from_yaml_str(engine, "floodgate.yaml", &text)?;
+/// // axum::Router::new().route(...).layer(layer)
+/// # Ok(()) }
+/// ```
+pub struct FloodgateLayer<B, C> {
+    shared: Arc<Shared<B, C>>,
+}
+
+impl<B, C> Clone for FloodgateLayer<B, C> {
+    fn clone(&self) -> Self {
+        FloodgateLayer {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<B, C> fmt::Debug for FloodgateLayer<B, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FloodgateLayer").finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
+    /// A layer deciding with `engine` the descriptors `identity` builds,
+    /// answering per the default contract, with the default settings.
+    pub fn new(engine: Arc<Engine<B, C>>, identity: HttpIdentity) -> Self {
+        Self::with(
+            engine,
+            identity,
+            Contract::default(),
+            LayerSettings::default(),
+        )
+    }
+
+    /// A layer with a contract and settings.
+    pub fn with(
+        engine: Arc<Engine<B, C>>,
+        identity: HttpIdentity,
+        contract: Contract,
+        settings: LayerSettings,
+    ) -> Self {
+        FloodgateLayer {
+            shared: Arc::new(Shared::new(engine, identity, contract, settings)),
+        }
+    }
+
+    /// A layer from the `http:` section of the Floodgate file `text` (named
+    /// `file` in messages): its identity, `responses` and `layer`.
+    pub fn from_yaml_str(
+        engine: Arc<Engine<B, C>>,
+        file: &str,
+        text: &str,
+    ) -> Result<Self, ConfigErrors> {
+        let identity = HttpIdentity::from_yaml_str(file, text)?;
+        let contract = Contract::new(ContractConfig::from_yaml_str(file, text)?);
+        let settings = LayerSettings::from_yaml_str(file, text)?;
+        Ok(Self::with(engine, identity, contract, settings))
+    }
+
+    /// The layer's counters.
+    pub fn stats(&self) -> &LayerStats {
+        &self.shared.stats
+    }
+
+    /// Requests in flight through the layer (counted when shedding is on).
+    pub fn in_flight(&self) -> usize {
+        self.shared
+            .shedder
+            .as_ref()
+            .map_or(0, |s| s.in_flight.get())
+    }
+
+    /// Shaper-delayed requests waiting now.
+    pub fn delayed(&self) -> usize {
+        self.shared.delayed.get()
+    }
+
+    /// Values with a per-key concurrency queue now.
+    pub fn keyed_queues(&self) -> usize {
+        self.shared.keyed.as_ref().map_or(0, |k| k.len())
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine<B, C>> {
+        &self.shared.engine
+    }
+
+    /// The contract.
+    pub fn contract(&self) -> &Contract {
+        &self.shared.contract
+    }
+}
+
+impl<S, B, C> Layer<S> for FloodgateLayer<B, C> {
+    type Service = FloodgateService<S, B, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FloodgateService::new(inner, self.shared.clone())
+    }
+}

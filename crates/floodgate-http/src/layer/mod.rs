@@ -1,0 +1,66 @@
+//! A tower layer limiting HTTP requests with a Floodgate policy engine,
+//! answering per the [`contract`](crate::contract).
+//!
+//! For each request the layer:
+//!
+//! 1. sheds it with 503 if shedding is on, the layer is busy and the
+//!    request is low priority (by route template or header);
+//! 2. builds its descriptors ([`HttpIdentity`](crate::HttpIdentity), with
+//!    `extension` values from the [`Attributes`](crate::identity::Attributes)
+//!    an earlier middleware put in the request's extensions) into pooled
+//!    buffers;
+//! 3. waits for a permit of the layer's concurrency limits (global, per
+//!    key) in a bounded FIFO queue with a timeout, if configured;
+//! 4. decides with the engine: **denied** → the contract's rejection,
+//!    without calling the inner service; **delayed** (a shaper) → sleeps
+//!    the delay (at most `max_delayed` requests at once), then continues;
+//!    **allowed** → calls the inner service and adds the rate-limit
+//!    headers to its response;
+//! 5. keeps the engine's concurrency units, the queue permits and its
+//!    in-flight count until the response **body** ends or is dropped
+//!    (cancellation and panics included);
+//! 6. on an engine error, fails open (default; counted) or rejects with 503.
+//!
+//! # Configuration
+//!
+//! ```yaml
+//! http:
+//!   layer:
+//!     on_error: allow            # allow (fail open) | reject (503)
+//!     max_delayed: 1024          # shaper-delayed requests at once
+//!     shedding:
+//!       low_priority_above: 400  # in flight; low priority beyond → 503
+//!       max_in_flight: 1000      # optional: everything beyond → 503
+//!       retry_after: 1s
+//!       low_priority:
+//!         routes: ["/reports/{id}"]
+//!         header: {name: x-priority, values: [low, batch]}
+//!     concurrency:
+//!       global: {max: 100, queue: 50, timeout: 2s}
+//!       per_key: {key: user, max: 4, queue: 8, timeout: 500ms}
+//! ```
+
+mod body;
+mod config;
+mod future;
+mod handle;
+#[allow(clippy::module_inception)]
+mod layer;
+mod queue;
+mod read;
+mod service;
+mod shared;
+mod shed;
+
+pub use body::FloodgateBody;
+pub use config::{
+    KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit, Shedding,
+    default_peer,
+};
+pub use future::ResponseFuture;
+pub use layer::FloodgateLayer;
+pub use queue::QueueError;
+pub use read::LAYER;
+pub use service::FloodgateService;
+pub use shared::LayerStats;
+pub use shed::{Gauge, GaugeGuard};

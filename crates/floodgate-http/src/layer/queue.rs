@@ -1,0 +1,136 @@
+//! Concurrency limits with bounded FIFO queues and timeouts: globally, and
+//! per value of a descriptor entry.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::config::{KeyedQueueLimit, QueueLimit};
+
+/// Why no permit was had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueError {
+    /// Every permit is taken and the queue is full (or there is none).
+    Full,
+    /// The wait exceeded the queue timeout.
+    Timeout,
+}
+
+/// A semaphore whose waiters are served in arrival order (tokio's
+/// semaphore is fair), with at most `queue` waiting.
+pub(crate) struct ConcurrencyQueue {
+    limit: QueueLimit,
+    permits: Arc<Semaphore>,
+    waiting: AtomicUsize,
+}
+
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ConcurrencyQueue {
+    pub fn new(limit: QueueLimit) -> Self {
+        ConcurrencyQueue {
+            permits: Arc::new(Semaphore::new(limit.max.min(Semaphore::MAX_PERMITS))),
+            limit,
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn limit(&self) -> QueueLimit {
+        self.limit
+    }
+
+    /// A permit now, or after waiting in line (bounded, with a timeout).
+    pub async fn acquire(&self) -> Result<OwnedSemaphorePermit, QueueError> {
+        if let Ok(p) = self.permits.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        let n = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(&self.waiting);
+        if n >= self.limit.queue {
+            return Err(QueueError::Full);
+        }
+        let acquire = self.permits.clone().acquire_owned();
+        let permit = match self.limit.timeout {
+            Some(t) => tokio::time::timeout(t, acquire)
+                .await
+                .map_err(|_| QueueError::Timeout)?,
+            None => acquire.await,
+        };
+        permit.map_err(|_| QueueError::Full)
+    }
+
+    fn idle(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
+            && self.permits.available_permits() == self.limit.max.min(Semaphore::MAX_PERMITS)
+    }
+}
+
+/// One [`ConcurrencyQueue`] per value, created on first use and dropped
+/// when idle (so the map holds only values with requests in flight).
+pub(crate) struct KeyedQueues {
+    pub config: KeyedQueueLimit,
+    map: Arc<Mutex<HashMap<Box<str>, Arc<ConcurrencyQueue>>>>,
+}
+
+/// A permit of a keyed queue; removes the value's queue when it was the
+/// last user.
+pub(crate) struct KeyedPermit {
+    permit: Option<OwnedSemaphorePermit>,
+    queue: Arc<ConcurrencyQueue>,
+    key: Box<str>,
+    map: Arc<Mutex<HashMap<Box<str>, Arc<ConcurrencyQueue>>>>,
+}
+
+impl Drop for KeyedPermit {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        if let Ok(mut map) = self.map.lock() {
+            // Others get a clone only under this lock: two references (the
+            // map's and ours) mean nobody else uses it.
+            if Arc::strong_count(&self.queue) == 2 && self.queue.idle() {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl KeyedQueues {
+    pub fn new(config: KeyedQueueLimit) -> Self {
+        KeyedQueues {
+            config,
+            map: Arc::default(),
+        }
+    }
+
+    /// A permit for `value`.
+    pub async fn acquire(&self, value: &str) -> Result<KeyedPermit, QueueError> {
+        let queue = {
+            let mut map = self.map.lock().map_err(|_| QueueError::Full)?;
+            map.entry(value.into())
+                .or_insert_with(|| Arc::new(ConcurrencyQueue::new(self.config.limit)))
+                .clone()
+        };
+        let mut guard = KeyedPermit {
+            permit: None,
+            queue: queue.clone(),
+            key: value.into(),
+            map: self.map.clone(),
+        };
+        drop(queue);
+        guard.permit = Some(guard.queue.acquire().await?);
+        Ok(guard)
+    }
+
+    /// Values with a queue (requests in flight or waiting).
+    pub fn len(&self) -> usize {
+        self.map.lock().map_or(0, |m| m.len())
+    }
+}

@@ -1,0 +1,204 @@
+//! Reading the `http.layer` section of a Floodgate file.
+
+use std::sync::Arc;
+
+use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::yaml::{Document, Map, Node, excerpt};
+use http::HeaderName;
+
+use super::config::{KeyedQueueLimit, LayerSettings, LowPriority, OnError, QueueLimit, Shedding};
+use crate::contract::read_duration;
+
+/// The key of the layer's section under `http:`.
+pub const LAYER: &str = "layer";
+
+const KEYS: &[&str] = &["on_error", "max_delayed", "shedding", "concurrency"];
+const SHED_KEYS: &[&str] = &[
+    "low_priority_above",
+    "max_in_flight",
+    "retry_after",
+    "low_priority",
+];
+const LOW_KEYS: &[&str] = &["routes", "header"];
+const HEADER_KEYS: &[&str] = &["name", "values"];
+const CONC_KEYS: &[&str] = &["global", "per_key"];
+const QUEUE_KEYS: &[&str] = &["max", "queue", "timeout", "key"];
+
+fn count(map: &Map<'_>, key: &str, errors: &mut Errors) -> Option<usize> {
+    let n = map.get(key)?;
+    let v = errors.take(n.u64())?;
+    match usize::try_from(v) {
+        Ok(v) if v <= 1 << 32 => Some(v),
+        _ => {
+            errors.push(n.error(format!("{key} is too large (got {v})")));
+            None
+        }
+    }
+}
+
+fn read_queue(
+    n: Node<'_>,
+    keyed: bool,
+    errors: &mut Errors,
+) -> Option<(QueueLimit, Option<String>)> {
+    let map = errors.take(n.map())?;
+    let max = count(&map, "max", errors);
+    if max.is_none() && !map.has("max") {
+        errors.push(n.error("missing required key 'max'"));
+    }
+    if max == Some(0) {
+        errors.push(n.error("max must be at least 1"));
+    }
+    let limit = QueueLimit {
+        max: max.unwrap_or(1).max(1),
+        queue: count(&map, "queue", errors).unwrap_or(0),
+        timeout: map.get("timeout").and_then(|t| read_duration(t, errors)),
+    };
+    let key = if keyed {
+        match map.get("key").and_then(|k| errors.take(k.str())) {
+            Some(k) if !k.is_empty() => Some(k.to_owned()),
+            _ => {
+                errors.push(n.error("per_key needs 'key': the descriptor entry key (e.g. user)"));
+                None
+            }
+        }
+    } else {
+        if let Some(k) = map.get("key") {
+            errors.push(k.error("only per_key takes 'key'"));
+        }
+        None
+    };
+    for e in map.deny_unknown(QUEUE_KEYS) {
+        errors.push(e);
+    }
+    Some((limit, key))
+}
+
+fn read_low(n: Node<'_>, errors: &mut Errors) -> LowPriority {
+    let mut low = LowPriority::default();
+    let Some(map) = errors.take(n.map()) else {
+        return low;
+    };
+    if let Some(list) = map.get("routes") {
+        for r in errors.take(list.list()).unwrap_or_default() {
+            if let Some(t) = errors.take(r.str()) {
+                low.routes.push(t.to_owned());
+            }
+        }
+    }
+    if let Some(h) = map.get("header").and_then(|h| errors.take(h.map())) {
+        let name = h.required("name").and_then(|n| n.str());
+        let name = errors.take(name).and_then(|text| {
+            match HeaderName::from_bytes(text.to_ascii_lowercase().as_bytes()) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    errors.push(
+                        h.node()
+                            .error(format!("invalid header name `{}`", excerpt(text))),
+                    );
+                    None
+                }
+            }
+        });
+        let mut values = Vec::new();
+        if let Some(list) = h.get("values") {
+            for v in errors.take(list.list()).unwrap_or_default() {
+                if let Some(t) = errors.take(v.str()) {
+                    values.push(t.to_owned());
+                }
+            }
+        }
+        if values.is_empty() {
+            errors.push(h.node().error("the low-priority header needs 'values'"));
+        }
+        for e in h.deny_unknown(HEADER_KEYS) {
+            errors.push(e);
+        }
+        low.header = name.map(|n| (n, values));
+    }
+    for e in map.deny_unknown(LOW_KEYS) {
+        errors.push(e);
+    }
+    low
+}
+
+impl LayerSettings {
+    /// Reads an `http.layer` section (the node under the key).
+    pub fn from_yaml(node: Node<'_>) -> Result<LayerSettings, ConfigErrors> {
+        let mut errors = Errors::default();
+        let mut s = LayerSettings::default();
+        let Some(map) = errors.take(node.map()) else {
+            return Err(errors.finish(()).err().unwrap_or_default());
+        };
+        if let Some(n) = map.get("on_error") {
+            match errors.take(n.str()) {
+                Some("allow") => s.on_error = OnError::Allow,
+                Some("reject") => s.on_error = OnError::Reject,
+                Some(other) => errors.push(n.error(format!(
+                    "on_error must be allow or reject (got '{}')",
+                    excerpt(other)
+                ))),
+                None => {}
+            }
+        }
+        if let Some(m) = count(&map, "max_delayed", &mut errors) {
+            s.max_delayed = m;
+        }
+        if let Some(n) = map.get("shedding") {
+            if let Some(m) = errors.take(n.map()) {
+                let above = count(&m, "low_priority_above", &mut errors);
+                if above.is_none() && !m.has("low_priority_above") {
+                    errors.push(n.error("missing required key 'low_priority_above'"));
+                }
+                s.shedding = Some(Shedding {
+                    low_priority_above: above.unwrap_or(0),
+                    max_in_flight: count(&m, "max_in_flight", &mut errors),
+                    retry_after: m
+                        .get("retry_after")
+                        .and_then(|t| read_duration(t, &mut errors)),
+                    low_priority: m
+                        .get("low_priority")
+                        .map(|l| read_low(l, &mut errors))
+                        .unwrap_or_default(),
+                });
+                for e in m.deny_unknown(SHED_KEYS) {
+                    errors.push(e);
+                }
+            }
+        }
+        if let Some(n) = map.get("concurrency") {
+            if let Some(m) = errors.take(n.map()) {
+                if let Some(g) = m.get("global") {
+                    s.global_concurrency = read_queue(g, false, &mut errors).map(|(l, _)| l);
+                }
+                if let Some(k) = m.get("per_key") {
+                    if let Some((limit, Some(key))) = read_queue(k, true, &mut errors) {
+                        s.keyed_concurrency = Some(KeyedQueueLimit { key, limit });
+                    }
+                }
+                for e in m.deny_unknown(CONC_KEYS) {
+                    errors.push(e);
+                }
+            }
+        }
+        for e in map.deny_unknown(KEYS) {
+            errors.push(e);
+        }
+        errors.finish(s)
+    }
+
+    /// Reads the `http.layer` section of the Floodgate file `text`; the
+    /// defaults when there is none.
+    pub fn from_yaml_str(file: &str, text: &str) -> Result<LayerSettings, ConfigErrors> {
+        let doc = Document::parse(&Arc::from(file), text)?;
+        let root = doc.root().map()?;
+        let Some(http) = root.get(crate::identity::SECTION) else {
+            return Ok(LayerSettings::default());
+        };
+        let http = http.map().map_err(ConfigErrors::from)?;
+        match http.get(LAYER) {
+            Some(n) => LayerSettings::from_yaml(n),
+            None => Ok(LayerSettings::default()),
+        }
+    }
+}

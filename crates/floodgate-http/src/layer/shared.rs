@@ -1,0 +1,163 @@
+//! What every request of a layer shares: the engine, identity and contract,
+//! a pool of reusable buffers, counters, and the guard that gives back
+//! concurrency units when a request ends.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use floodgate::Clock;
+use floodgate_policy::{Backend, Engine, Response};
+
+use super::config::LayerSettings;
+use super::queue::{ConcurrencyQueue, KeyedQueues};
+use super::shed::Shedder;
+use crate::contract::{Contract, Report};
+use crate::identity::{HttpIdentity, RequestDescriptors};
+
+/// Counters of a layer (cumulative).
+#[derive(Debug, Default)]
+pub struct LayerStats {
+    /// Requests decided by the engine.
+    pub decided: AtomicU64,
+    /// Requests rejected by a limit.
+    pub denied: AtomicU64,
+    /// Requests delayed by a shaper.
+    pub delayed: AtomicU64,
+    /// Requests rejected because too many were already delayed.
+    pub delay_queue_full: AtomicU64,
+    /// Requests shed by priority.
+    pub shed: AtomicU64,
+    /// Requests rejected by a layer concurrency limit (queue full or timed out).
+    pub concurrency_rejected: AtomicU64,
+    /// Limiter failures let through (fail open).
+    pub fail_open: AtomicU64,
+    /// Limiter failures rejected (fail closed).
+    pub fail_closed: AtomicU64,
+    /// Concurrency releases that could not run (no async runtime).
+    pub release_lost: AtomicU64,
+}
+
+impl LayerStats {
+    pub(crate) fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A counter's value.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// The buffers of one request, reused.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub out: RequestDescriptors,
+    pub response: Response,
+    pub report: Report,
+    pub buf: String,
+}
+
+const POOL_MAX: usize = 256;
+
+pub(crate) struct Shared<B, C> {
+    pub engine: Arc<Engine<B, C>>,
+    pub identity: HttpIdentity,
+    pub contract: Contract,
+    pub settings: LayerSettings,
+    pub stats: LayerStats,
+    pub shedder: Option<Shedder>,
+    pub global: Option<ConcurrencyQueue>,
+    pub keyed: Option<KeyedQueues>,
+    pub delayed: super::shed::Gauge,
+    #[allow(clippy::vec_box)] // moved in and out whole
+    pool: Mutex<Vec<Box<Scratch>>>,
+}
+
+impl<B: Backend, C: Clock + 'static> Shared<B, C> {
+    pub fn new(
+        engine: Arc<Engine<B, C>>,
+        identity: HttpIdentity,
+        contract: Contract,
+        settings: LayerSettings,
+    ) -> Self {
+        Shared {
+            shedder: settings.shedding.clone().map(Shedder::new),
+            global: settings.global_concurrency.map(ConcurrencyQueue::new),
+            keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
+            delayed: super::shed::Gauge::default(),
+            engine,
+            identity,
+            contract,
+            settings,
+            stats: LayerStats::default(),
+            pool: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn take(&self) -> Box<Scratch> {
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        pooled.unwrap_or_else(|| {
+            Box::new(Scratch {
+                out: self.identity.new_output(),
+                ..Scratch::default()
+            })
+        })
+    }
+
+    pub fn put(&self, scratch: Box<Scratch>) {
+        if let Ok(mut p) = self.pool.lock() {
+            if p.len() < POOL_MAX {
+                p.push(scratch);
+            }
+        }
+    }
+}
+
+/// Anything kept alive until a request ends; dropping it does the work.
+pub(crate) trait Hold: Send + Sync {}
+impl<T: Send + Sync> Hold for T {}
+
+/// A request's buffers, holding concurrency units when `holds_units`:
+/// dropping it gives them back (at body end, on cancellation, on panic),
+/// then returns the buffers to the pool.
+pub(crate) struct Held<B: Backend, C: Clock + 'static> {
+    pub shared: Arc<Shared<B, C>>,
+    pub scratch: Option<Box<Scratch>>,
+    pub holds_units: bool,
+}
+
+impl<B: Backend, C: Clock + 'static> Held<B, C> {
+    pub fn scratch(&mut self) -> &mut Scratch {
+        self.scratch.get_or_insert_with(Box::default)
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> Drop for Held<B, C> {
+    fn drop(&mut self) {
+        let Some(scratch) = self.scratch.take() else {
+            return;
+        };
+        if !self.holds_units {
+            self.shared.put(scratch);
+            return;
+        }
+        let shared = self.shared.clone();
+        let mut release = Box::pin(async move {
+            shared.engine.release(&scratch.response).await;
+            shared.put(scratch);
+        });
+        // The in-memory backend is done at the first poll; a remote one
+        // finishes on the runtime.
+        let mut cx = Context::from_waker(Waker::noop());
+        if release.as_mut().poll(&mut cx).is_pending() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(release);
+                }
+                Err(_) => LayerStats::inc(&self.shared.stats.release_lost),
+            }
+        }
+    }
+}

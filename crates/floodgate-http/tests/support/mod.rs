@@ -1,0 +1,161 @@
+//! A real axum app behind the layer, served on 127.0.0.1:0.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use bytes::Bytes;
+use floodgate::{Clock, ManualClock, Timestamp};
+use floodgate_http::identity::{Attributes, HttpIdentity};
+use floodgate_http::layer::LayerSettings;
+use floodgate_http::{Contract, FloodgateLayer};
+use floodgate_policy::read::{LoadOptions, load_str};
+use floodgate_policy::{Engine, MemoryBackend, PolicySet};
+use http_body::Frame;
+
+pub fn peer(e: &http::Extensions) -> Option<SocketAddr> {
+    e.get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
+}
+
+pub fn engine_with<C: Clock + 'static>(text: &str, clock: C) -> Arc<Engine<MemoryBackend, C>> {
+    let options = LoadOptions {
+        other_sections: vec!["http"],
+        ..Default::default()
+    };
+    let spec = load_str("test.yaml", text, &options).unwrap_or_else(|e| panic!("{e}"));
+    let policy = PolicySet::compile(&spec).unwrap_or_else(|e| panic!("{e:?}"));
+    let backend = MemoryBackend::new(Default::default()).unwrap();
+    Arc::new(Engine::with_clock(policy, backend, clock))
+}
+
+pub fn layer_for<C: Clock + 'static>(
+    engine: Arc<Engine<MemoryBackend, C>>,
+    text: &str,
+) -> FloodgateLayer<MemoryBackend, C> {
+    let identity = HttpIdentity::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let contract = Contract::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let mut settings =
+        LayerSettings::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    settings.peer = peer;
+    FloodgateLayer::with(engine, identity, contract, settings)
+}
+
+pub fn manual() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(Timestamp::from_secs(1_700_000_000)))
+}
+
+/// `Authorization: User <name>` → `Attributes { user }`, as an
+/// authentication middleware would.
+async fn auth(mut req: Request, next: Next) -> Response {
+    let user = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("User "))
+        .map(str::to_owned);
+    if let Some(u) = user {
+        req.extensions_mut()
+            .insert(Attributes::new().with("user", u));
+    }
+    next.run(req).await
+}
+
+/// A body of `n` chunks, `gap` apart.
+pub struct SlowBody {
+    left: usize,
+    gap: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for SlowBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let gap = self.gap;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                self.sleep = None;
+                self.left -= 1;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"chunk\n")))))
+            }
+        }
+    }
+}
+
+/// The app: `/` answers "ok"; `/slow` streams 5 chunks 100 ms apart;
+/// `/reports/{id}` and `/charges` for priorities; `/wait` answers after
+/// 300 ms. An auth middleware runs before the limiter.
+pub fn app<C: Clock + 'static>(layer: FloodgateLayer<MemoryBackend, C>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/me", get(|| async { "me" }))
+        .route(
+            "/slow",
+            get(|| async {
+                Body::new(SlowBody {
+                    left: 5,
+                    gap: Duration::from_millis(100),
+                    sleep: None,
+                })
+            }),
+        )
+        .route(
+            "/wait",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "waited"
+            }),
+        )
+        .route("/reports/{id}", get(|| async { "report" }))
+        .route("/charges", get(|| async { "charge" }))
+        .layer(layer)
+        .layer(middleware::from_fn(auth))
+}
+
+/// Serves `app` on 127.0.0.1:0; returns its base URL.
+pub async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    format!("http://{addr}")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+pub fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    r.headers().get(name).and_then(|v| v.to_str().ok())
+}
