@@ -329,6 +329,12 @@ impl Report {
                         shown.outcome = Outcome::Allowed;
                     }
                     self.add_current(first + pick, &shown);
+                    if self.policies[first + pick].unit == QuotaUnit::ConcurrentRequests {
+                        // Units free up when a holder finishes, not at a time.
+                        if let Some(c) = self.current.last_mut() {
+                            c.timed = false;
+                        }
+                    }
                 }
             }
             if status.reason == Reason::Denied && over {
