@@ -201,15 +201,18 @@ impl Report {
     }
 
     /// The position reported by single-valued headers (`X-RateLimit-*`):
-    /// on a denial, the denying one with the longest wait; otherwise the one
+    /// on a denial, the denying one with the longest known wait; otherwise the one
     /// with the least remaining (ties: the smaller quota, then the first).
     pub fn primary(&self) -> Option<&CurrentLine> {
         let quota = |c: &CurrentLine| self.policies.get(c.policy).map_or(0, |p| p.quota);
         if self.current.iter().any(|c| c.denied) {
-            self.current
-                .iter()
-                .filter(|c| c.denied)
-                .reduce(|a, b| if b.reset > a.reset { b } else { a })
+            self.current.iter().filter(|c| c.denied).reduce(|a, b| {
+                if (b.timed, b.reset) > (a.timed, a.reset) {
+                    b
+                } else {
+                    a
+                }
+            })
         } else {
             self.current.iter().reduce(|a, b| {
                 if (b.remaining, quota(b)) < (a.remaining, quota(a)) {

@@ -25,7 +25,9 @@ use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use http_body::Frame;
 
 pub fn peer(e: &http::Extensions) -> Option<SocketAddr> {
-    e.get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
+    e.get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+        .or_else(|| floodgate_http::layer::default_peer(e))
 }
 
 pub fn engine_with<C: Clock + 'static>(text: &str, clock: C) -> Arc<Engine<MemoryBackend, C>> {
