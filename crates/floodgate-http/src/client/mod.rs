@@ -1,1 +1,32 @@
-//! Calling rate-limited APIs (see below).
+//! Calling rate-limited APIs politely.
+//!
+//! * [`RetryState`] — plain state, no IO: after each response,
+//!   [`on_response(status, &headers)`](RetryState::on_response) says
+//!   [`Next`]: done (with a pace before the next request), retry after a
+//!   wait, or give up. Waits are exponential backoff with full jitter
+//!   ([`Backoff`]), never shorter than `Retry-After` (delay-seconds or
+//!   HTTP-date) or, without it, an exhausted quota's reset.
+//! * [`RetryBudget`] — retries are at most `ratio` of requests plus a small
+//!   steady allowance, shared by a client's requests, so retries cannot
+//!   amplify an outage.
+//! * Proactive pacing: near exhaustion (`RateLimit: "p";r=2;t=30`, or
+//!   `X-RateLimit-Remaining` + reset) the next request waits
+//!   `reset / (remaining + 1)`, spreading what is left over the window.
+//! * [`Retrier`] — an async helper wrapping any client (reqwest, hyper)
+//!   with all of the above.
+//! * [`parse_list`] / [`Signals`] — the tolerant header reading: String or
+//!   Token policy ids, unknown parameters ignored, malformed fields ignored.
+
+mod backoff;
+mod budget;
+mod send;
+mod sf;
+mod signals;
+mod state;
+
+pub use backoff::{Backoff, Rng};
+pub use budget::{BudgetConfig, RetryBudget};
+pub use send::Retrier;
+pub use sf::{Member, Value, parse_list};
+pub use signals::{Signals, retry_after};
+pub use state::{GiveUp, Next, RetryPolicy, RetryState};
