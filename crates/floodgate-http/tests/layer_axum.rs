@@ -2,10 +2,6 @@
 
 mod support;
 
-#[allow(unused_imports)]
-use std::time as _time;
-use std::time::{Duration, Instant};
-
 use floodgate::SystemClock;
 use support::{app, client, engine_with, header, layer_for, serve};
 
