@@ -38,10 +38,11 @@ fn secs() -> Duration {
 }
 
 /// `redis-benchmark` running the script with the arguments the backend
-/// sends for one fixed-window item (1000 per minute) on a random key.
-fn ceiling(server: &Server, sha: &str) -> (String, f64) {
+/// sends for `work` (see `Work::args`) on random keys: returns the command
+/// and its requests per second.
+fn ceiling(server: &Server, sha: &str, work: Work) -> (String, f64) {
     let port = server.port().to_string();
-    let args = [
+    let mut args: Vec<&str> = vec![
         "-h",
         "127.0.0.1",
         "-p",
@@ -57,18 +58,8 @@ fn ceiling(server: &Server, sha: &str) -> (String, f64) {
         "--csv",
         "EVALSHA",
         sha,
-        "1",
-        "fg:{bench}:__rand_int__",
-        "1",
-        "",
-        "",
-        "0",
-        "f",
-        "1",
-        "0",
-        "1000",
-        "60000000",
     ];
+    args.extend(work.args());
     let shown: Vec<String> = args
         .iter()
         .map(|a| {
@@ -80,7 +71,7 @@ fn ceiling(server: &Server, sha: &str) -> (String, f64) {
         })
         .collect();
     let out = Command::new("redis-benchmark")
-        .args(args)
+        .args(&args)
         .output()
         .expect("redis-benchmark is installed");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -95,9 +86,35 @@ fn ceiling(server: &Server, sha: &str) -> (String, f64) {
 
 #[derive(Clone, Copy, Debug)]
 enum Work {
+    /// One fixed window, 1000 per minute.
     Fixed,
+    /// One GCRA bucket, 100 per second, bursts of 50.
     Gcra,
+    /// A rule with both limits (one group: one slot, one script call).
     Rule,
+}
+
+impl Work {
+    /// The script's keys and arguments for one decision of cost 1, as the
+    /// backend encodes them (server time, absolute expiry, no lease).
+    fn args(self) -> Vec<&'static str> {
+        const FIXED: [&str; 5] = ["f", "1", "0", "1000", "60000000"];
+        const GCRA: [&str; 10] = [
+            "g", "1", "0", "10000", "1", "50", "500000", "0", "10000", "0",
+        ];
+        let head = ["1", "", "", "0"];
+        match self {
+            Work::Fixed => [&["1", "fg:{__rand_int__}:a"][..], &head, &FIXED].concat(),
+            Work::Gcra => [&["1", "fg:{__rand_int__}:a"][..], &head, &GCRA].concat(),
+            Work::Rule => [
+                &["2", "fg:{__rand_int__}:a", "fg:{__rand_int__}:b"][..],
+                &head,
+                &FIXED,
+                &GCRA,
+            ]
+            .concat(),
+        }
+    }
 }
 
 /// A cheap per-caller random key.
@@ -164,22 +181,36 @@ async fn throughput(b: &Arc<RedisBackend>, work: Work, dur: Duration) -> f64 {
     total as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Latencies with the callers paced to `rate` decisions per second in all.
+/// Latencies at `rate` decisions per second: a pacer thread hands out
+/// permits evenly (every 100 µs, not in 1 ms timer bursts) to the callers,
+/// and each decision is timed from the moment its caller takes a permit.
 async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) -> Vec<Duration> {
-    let interval = Duration::from_secs_f64(CALLERS as f64 / rate);
+    let permits = Arc::new(tokio::sync::Semaphore::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let pacer = {
+        let (permits, stop) = (permits.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut issued = 0u64;
+            while start.elapsed() < dur {
+                let due = (start.elapsed().as_secs_f64() * rate) as u64;
+                permits.add_permits((due - issued) as usize);
+                issued = due;
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            stop.store(true, Ordering::Relaxed);
+            permits.close();
+        })
+    };
     let tasks: Vec<_> = (0..CALLERS)
         .map(|i| {
-            let b = b.clone();
+            let (b, permits) = (b.clone(), permits.clone());
             tokio::spawn(async move {
                 let limits = limits();
                 let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ (i as u64 + 1) * 0x1000_0001;
-                let start = Instant::now() + interval.mul_f64(i as f64 / CALLERS as f64);
-                let mut ticker = tokio::time::interval_at(start.into(), interval);
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                let end = Instant::now() + dur;
                 let mut lat = Vec::new();
-                while Instant::now() < end {
-                    ticker.tick().await;
+                while let Ok(p) = permits.acquire().await {
+                    p.forget();
                     let t = Instant::now();
                     decide_one(&b, work, &limits, &mut rng).await;
                     lat.push(t.elapsed());
@@ -192,6 +223,8 @@ async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) ->
     for t in tasks {
         all.extend(t.await.expect("caller"));
     }
+    let _ = stop.load(Ordering::Relaxed);
+    pacer.join().expect("pacer");
     all.sort();
     all
 }
@@ -202,7 +235,17 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let server = Server::start();
-    let rt = common::runtime();
+    // Two cores: one for redis-server, one for the client (a second worker
+    // thread would only time-slice with Redis and inflate tail latency).
+    let workers = std::env::var("BENCH_WORKERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let dur = secs();
     rt.block_on(async {
         let config = RedisConfig {
@@ -214,19 +257,24 @@ fn main() {
         let (code, sha) = b.decide_script();
         let loaded = server.cli(&["script", "load", code]);
         assert_eq!(loaded.trim(), sha);
-        let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha));
         println!("machine: {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
-        println!("ceiling: {cmd}");
-        println!("ceiling: {ceiling:.0} EVALSHA/s");
         for work in [Work::Fixed, Work::Gcra, Work::Rule] {
+            server.cli(&["flushall"]);
+            let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha, work));
+            println!("{work:?} ceiling: {cmd}");
+            // Each phase starts empty: keys left by the previous phase would
+            // all expire at their window's end and skew it.
+            server.cli(&["flushall"]);
             let calls = b.stats().calls.get();
             let decisions = b.stats().decisions.get();
             let rps = throughput(&b, work, dur).await;
-            let trips = (b.stats().calls.get() - calls) as f64 / (b.stats().decisions.get() - decisions) as f64;
+            server.cli(&["flushall"]);
+            let trips = (b.stats().calls.get() - calls) as f64
+                / (b.stats().decisions.get() - decisions) as f64;
             let lat = latency(&b, work, rps / 2.0, dur).await;
             println!(
-                "{work:?}: {rps:.0} decisions/s ({:.0}% of the ceiling), {trips:.2} round trips/decision; \
-                 at {:.0}/s: p50 {:?} p99 {:?} max {:?} ({} samples)",
+                "{work:?}: ceiling {ceiling:.0}/s; backend {rps:.0} decisions/s ({:.0}% of it), \
+                 {trips:.2} round trips/decision; at {:.0}/s: p50 {:?} p99 {:?} max {:?} ({} samples)",
                 100.0 * rps / ceiling,
                 rps / 2.0,
                 pct(&lat, 0.50),
