@@ -161,7 +161,7 @@ async fn throughput(b: &Arc<RedisBackend>, work: Work, dur: Duration) -> f64 {
             let (b, stop) = (b.clone(), stop.clone());
             tokio::spawn(async move {
                 let limits = limits();
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1) * 0x1000_0001;
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ ((i as u64 + 1) * 0x1000_0001);
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     decide_one(&b, work, &limits, &mut rng).await;
@@ -207,7 +207,7 @@ async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) ->
             let (b, permits) = (b.clone(), permits.clone());
             tokio::spawn(async move {
                 let limits = limits();
-                let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ (i as u64 + 1) * 0x1000_0001;
+                let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ ((i as u64 + 1) * 0x1000_0001);
                 let mut lat = Vec::new();
                 while let Ok(p) = permits.acquire().await {
                     p.forget();
