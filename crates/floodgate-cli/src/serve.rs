@@ -169,8 +169,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         env,
         flags: args.overrides()?,
     };
+    // Before loading: rules resolve their metric handles when compiled.
+    let prometheus = floodgate_server::metrics::install()?;
     let (source, compiled, settings) = floodgate_server::load(&opts)?;
     logging::init(&settings.server.log)?;
-    floodgate_server::run(source, compiled, settings).context("floodgate serve")?;
+    floodgate_server::run(source, compiled, settings, Some(prometheus))
+        .context("floodgate serve")?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource, Reloader};
 use futures_util::future::join_all;
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -44,7 +45,9 @@ pub fn config_source(paths: &[PathBuf], merge_domains: bool) -> ConfigSource {
 }
 
 /// Loads the configuration and the settings (file, then environment,
-/// then flags).
+/// then flags). Install the metrics recorder first
+/// ([`crate::metrics::install`]): rules resolve their metric handles when
+/// they are compiled.
 pub fn load(opts: &ServeOptions) -> Result<(ConfigSource, Compiled, Settings), ServerError> {
     let source = config_source(&opts.paths, opts.merge_domains);
     let compiled = source.compile().map_err(ServerError::Config)?;
@@ -60,13 +63,20 @@ pub fn run(
     source: ConfigSource,
     compiled: Compiled,
     settings: Settings,
+    prometheus: Option<PrometheusHandle>,
 ) -> Result<(), ServerError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("floodgate")
         .build()
         .map_err(|e| ServerError::Runtime(e.to_string()))?;
-    runtime.block_on(serve(source, compiled, settings, shutdown_signal()))
+    runtime.block_on(serve(
+        source,
+        compiled,
+        settings,
+        prometheus,
+        shutdown_signal(),
+    ))
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -96,18 +106,12 @@ pub async fn serve(
     source: ConfigSource,
     compiled: Compiled,
     settings: Settings,
+    prometheus: Option<PrometheusHandle>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let prometheus = match crate::metrics::install() {
-        Ok(h) => {
-            crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
-            Some(h)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics disabled");
-            None
-        }
-    };
+    if let Some(h) = &prometheus {
+        crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
+    }
     let store = match &settings.store {
         StoreSettings::Memory { capacity } => format!("memory (capacity {capacity} keys)"),
         StoreSettings::Redis(r) => format!("redis {:?} {}", r.mode, r.urls.join(",")),

@@ -140,7 +140,9 @@ pub async fn handle(
 ) -> Response {
     match run(&svc, raw).await {
         Ok(r) => r,
-        // envoyproxy/ratelimit answers every error with 400.
+        // envoyproxy/ratelimit answers every error with 400; a body over
+        // the limit keeps its 413.
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => e.into_response(),
         Err(e) => e.with_status(StatusCode::BAD_REQUEST).into_response(),
     }
 }

@@ -41,6 +41,11 @@ impl ApiError {
         Self::new(status, name, e.to_string())
     }
 
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
     /// The same error with another status (envoyproxy/ratelimit's `/json`
     /// answers 400 for every error).
     pub fn with_status(mut self, status: StatusCode) -> Self {

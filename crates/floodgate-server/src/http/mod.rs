@@ -27,6 +27,10 @@ pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
         .route("/ready", get(ready))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            body::reject_declared_oversize,
+        ))
         .with_state(service)
 }
 

@@ -1,0 +1,376 @@
+//! The HTTP API end to end with a Rust client (reqwest) and with curl:
+//! envoyproxy/ratelimit's `/json`, Floodgate's `/v1/check`, health,
+//! metrics, bad input, and settings from the environment.
+
+use std::path::Path;
+use std::process::Command;
+
+use floodgate_testkit::{Floodgate, http_request, require};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+fn config() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/configs/http.yaml"))
+        .unwrap()
+}
+
+async fn post(port: u16, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}{path}"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn descriptor(pairs: &[(&str, &str)]) -> Value {
+    json!({"entries": pairs.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn json_endpoint_speaks_envoy_proto3_json() {
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    let req = json!({"domain": "quickstart", "descriptors": [descriptor(&[("user", "alice")])]});
+    for left in [2, 1, 0] {
+        let (status, _, body) = post(s.http, "/json", &req).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["overallCode"], "OK");
+        let st = &body["statuses"][0];
+        assert_eq!(st["code"], "OK");
+        assert_eq!(st["currentLimit"]["requestsPerUnit"], 3);
+        assert_eq!(st["currentLimit"]["unit"], "DAY");
+        // proto3 JSON leaves zero values out.
+        assert_eq!(
+            st.get("limitRemaining").cloned().unwrap_or(json!(0)),
+            json!(left)
+        );
+        assert!(st["durationUntilReset"].as_str().unwrap().ends_with('s'));
+        assert_eq!(body["responseHeadersToAdd"][0]["key"], "RateLimit-Limit");
+    }
+    let (status, _, body) = post(s.http, "/json", &req).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["overallCode"], "OVER_LIMIT");
+    assert_eq!(body["statuses"][0]["code"], "OVER_LIMIT");
+
+    // proto field names and 64-bit numbers as strings are accepted too.
+    let req = json!({"domain": "quickstart", "hits_addend": "2",
+        "descriptors": [{"entries": [{"key": "user", "value": "bob"}], "hitsAddend": null}]});
+    let (status, _, body) = post(s.http, "/json", &req).await;
+    assert_eq!(
+        (status, body["statuses"][0]["limitRemaining"].clone()),
+        (200, json!(1)),
+        "{body}"
+    );
+
+    // Unknown domain: OK, no limit.
+    let (status, _, body) = post(
+        s.http,
+        "/json",
+        &json!({"domain": "nope", "descriptors": [descriptor(&[("a", "b")])]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body["statuses"][0].get("currentLimit").is_none(), "{body}");
+
+    // Errors are 400 with a message, as the reference service answers.
+    for bad in [
+        json!({"domain": "", "descriptors": [descriptor(&[("a", "b")])]}),
+        json!({"domain": "quickstart", "descriptors": []}),
+        json!({"domain": "quickstart", "descriptors": [descriptor(&[("a", "b")])], "colour": 1}),
+        json!({"domain": "quickstart", "descriptors": [{"entries": [{"key": "user", "value": "x"}], "limit": {"requestsPerUnit": 1, "unit": "FORTNIGHT"}}]}),
+    ] {
+        let (status, _, body) = post(s.http, "/json", &bad).await;
+        assert_eq!(status, 400, "{bad} -> {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().len() > 5,
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn check_endpoint_exposes_every_decision() {
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    let user = |hits: u64, dry: bool| {
+        json!({"domain": "api", "dry_run": dry, "hits": hits,
+               "descriptors": [{"entries": {"user": "carol"}}]})
+    };
+    // Dry runs charge nothing.
+    for _ in 0..3 {
+        let (status, _, b) = post(s.http, "/v1/check", &user(1, true)).await;
+        assert_eq!(status, 200, "{b}");
+        // Decided as if charged, nothing taken: still 5 left.
+        assert_eq!(b["statuses"][0]["decision"]["remaining"], 5, "{b}");
+        assert_eq!(b["dry_run"], true);
+    }
+    // Several limits: the narrowest (the 5/hour bucket) is reported.
+    let (status, _, b) = post(s.http, "/v1/check", &user(5, false)).await;
+    assert_eq!(status, 200, "{b}");
+    let st = &b["statuses"][0];
+    assert_eq!(st["rule"], "per-user");
+    assert_eq!(st["reason"], "limited");
+    assert_eq!(st["decision"]["outcome"], "allowed");
+    assert_eq!(st["decision"]["limit"], 5);
+    assert_eq!(st["decision"]["remaining"], 0);
+    // Denied: 429, retry-after in ms and as a header, RateLimit headers.
+    let (status, headers, b) = post(s.http, "/v1/check", &user(1, false)).await;
+    assert_eq!(status, 429, "{b}");
+    assert_eq!(b["allowed"], false);
+    assert_eq!(b["statuses"][0]["decision"]["outcome"], "denied");
+    let retry = b["retry_after_ms"].as_u64().unwrap();
+    assert!(retry > 0 && retry <= 720_000, "{b}");
+    assert!(headers.get("retry-after").is_some());
+    assert_eq!(headers["ratelimit-remaining"], "0");
+    // A cost above the capacity can never pass.
+    let (status, _, b) = post(s.http, "/v1/check", &user(50, true)).await;
+    assert_eq!(status, 429);
+    assert_eq!(b["statuses"][0]["decision"]["outcome"], "never", "{b}");
+    // The shaper delays instead of denying.
+    let up =
+        json!({"domain": "api", "descriptors": [{"entries": [{"key": "upload", "value": "u1"}]}]});
+    let mut delayed = 0;
+    for _ in 0..4 {
+        let (status, _, b) = post(s.http, "/v1/check", &up).await;
+        assert_eq!(status, 200, "{b}");
+        if b["statuses"][0]["decision"]["outcome"] == "delayed" {
+            assert!(b["statuses"][0]["decision"]["delay_ms"].as_u64().unwrap() > 0);
+            delayed += 1;
+        }
+    }
+    assert!(delayed >= 2, "{delayed}");
+    // No match.
+    let (_, _, b) = post(
+        s.http,
+        "/v1/check",
+        &json!({"domain": "api", "descriptors": [{"entries": {"other": "x"}}]}),
+    )
+    .await;
+    assert_eq!(b["statuses"][0]["reason"], "no_match");
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    let c = reqwest::Client::new();
+    let url = |p: &str| format!("http://127.0.0.1:{}{p}", s.http);
+    let send = |path: &str, ct: &str, body: Vec<u8>| {
+        c.post(url(path))
+            .header("content-type", ct)
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
+        ("/v1/check", "application/json", b"{not json".to_vec(), 400),
+        (
+            "/json",
+            "application/json",
+            b"{\"domain\": \"api\", \"descriptors\": [".to_vec(),
+            400,
+        ),
+        ("/json", "application/json", vec![0xff, 0xfe, 0x00], 400),
+        ("/v1/check", "text/plain", b"{}".to_vec(), 415),
+        ("/json", "application/json", b"[]".to_vec(), 400),
+        (
+            "/json",
+            "application/json",
+            b"{\"domain\": 7}".to_vec(),
+            400,
+        ),
+    ];
+    for (path, ct, body, want) in cases {
+        let r = send(path, ct, body).await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, want, "{path} {ct}: {text}");
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON error body: {text}"));
+        assert!(v["error"]["message"].is_string(), "{text}");
+    }
+    // Bodies over the limit: refused from their declared length, before
+    // any of it is read.
+    for path in ["/json", "/v1/check"] {
+        assert_eq!(declared_body(s.http, path, 2 << 20), 413, "{path}");
+    }
+    // 10 000 descriptors, and a huge value: refused by the engine's bounds.
+    let many: Vec<Value> = (0..10_000)
+        .map(|i| descriptor(&[("user", &i.to_string())]))
+        .collect();
+    let (status, _, b) = post(
+        s.http,
+        "/v1/check",
+        &json!({"domain": "api", "descriptors": many}),
+    )
+    .await;
+    assert_eq!(status, 400, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many descriptors")
+    );
+    let huge = "v".repeat(100_000);
+    let (status, _, b) = post(
+        s.http,
+        "/json",
+        &json!({"domain": "api", "descriptors": [descriptor(&[("user", &huge)])]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{b}");
+    let (status, _, _) = post(s.http, "/v1/check", &json!({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "x"}], "hits": -1}]})).await;
+    assert_eq!(status, 400);
+    // Wrong method, unknown path.
+    assert_eq!(
+        c.get(url("/json")).send().await.unwrap().status().as_u16(),
+        405
+    );
+    assert_eq!(
+        c.get(url("/nowhere"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+    // Still serving.
+    let (status, _, _) = post(
+        s.http,
+        "/json",
+        &json!({"domain": "quickstart", "descriptors": [descriptor(&[("user", "after")])]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+/// Sends only the headers of a POST declaring `len` bytes; the status.
+fn declared_body(port: u16, path: &str, len: usize) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.contains("PAYLOAD_TOO_LARGE") || n < 512, "{text}");
+    text.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    assert_eq!(
+        http_request(s.http, "GET", "/healthcheck", None, b"")
+            .unwrap()
+            .0,
+        200
+    );
+    assert_eq!(
+        http_request(s.http, "GET", "/ready", None, b"").unwrap().0,
+        200
+    );
+    // Metrics live on the admin listener only.
+    assert_eq!(
+        http_request(s.http, "GET", "/metrics", None, b"")
+            .unwrap()
+            .0,
+        404
+    );
+    let req = json!({"domain": "quickstart", "descriptors": [descriptor(&[("user", "m")])]});
+    for _ in 0..4 {
+        post(s.http, "/json", &req).await;
+    }
+    let (status, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
+    assert_eq!(status, 200);
+    for needle in [
+        "floodgate_requests_total{api=\"json\",result=\"ok\"} 3",
+        "floodgate_requests_total{api=\"json\",result=\"over_limit\"} 1",
+        "floodgate_request_duration_seconds_bucket{api=\"json\"",
+        "floodgate_rule_decisions_total",
+        "floodgate_backend_ready 1",
+    ] {
+        assert!(text.contains(needle), "{needle} not in:\n{text}");
+    }
+    // No request value ever becomes a label.
+    assert!(!text.contains("\"m\""), "{text}");
+    let (status, text) = http_request(s.admin, "GET", "/rlconfig", None, b"").unwrap();
+    assert_eq!(status, 200);
+    assert!(text.contains("quickstart"), "{text}");
+}
+
+#[test]
+fn curl_quick_start() {
+    require("curl");
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    let body =
+        r#"{"domain":"quickstart","descriptors":[{"entries":[{"key":"user","value":"dave"}]}]}"#;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-d", body])
+            .arg(format!("http://127.0.0.1:{}/json", s.http))
+            .output()
+            .unwrap();
+        codes.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    assert_eq!(codes, ["200", "200", "200", "429"]);
+    let out = Command::new("curl")
+        .args(["-s", "-d", body])
+        .arg(format!("http://127.0.0.1:{}/json", s.http))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"overallCode\":\"OVER_LIMIT\""));
+}
+
+#[tokio::test]
+async fn environment_settings_and_flag_precedence() {
+    // envoyproxy/ratelimit's variables: global shadow mode, JSON logs, the
+    // header switch; PORT is overridden by the --http-addr flag.
+    let s = Floodgate::start(
+        bin(),
+        &config(),
+        &["--response-headers"],
+        &[
+            ("SHADOW_MODE", "true"),
+            ("LOG_FORMAT", "json"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "false"),
+            ("LIMIT_REMAINING_HEADER", "X-Left"),
+            ("PORT", "1"),
+        ],
+    );
+    let req = json!({"domain": "quickstart", "descriptors": [descriptor(&[("user", "shadow")])]});
+    for _ in 0..5 {
+        let (status, _, b) = post(s.http, "/json", &req).await;
+        assert_eq!(status, 200, "{b}");
+    }
+    let (_, _, b) = post(s.http, "/json", &req).await;
+    // The descriptor is reported over, the answer is OK.
+    assert_eq!(b["overallCode"], "OK");
+    assert_eq!(b["statuses"][0]["code"], "OVER_LIMIT");
+    let names: Vec<&str> = b["responseHeadersToAdd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["key"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"X-Left"), "{names:?}");
+    let log = s.log();
+    let first = log.lines().next().unwrap();
+    let parsed: Value = serde_json::from_str(first).unwrap_or_else(|_| panic!("not JSON: {first}"));
+    assert_eq!(parsed["level"], "INFO");
+}
