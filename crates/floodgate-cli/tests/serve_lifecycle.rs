@@ -1,0 +1,226 @@
+//! The service's life cycle end to end: hot reload (a new limit takes
+//! effect; a broken edit is rejected and the old limit keeps enforcing),
+//! graceful shutdown (in-flight calls finish, exit status 0), and
+//! `config check` on the service's sections.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use floodgate_testkit::{Floodgate, Redis, http_request, wait_until};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+fn limit_config(n: u32) -> String {
+    format!(
+        "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {{requests_per_unit: {n}, unit: day}}\n"
+    )
+}
+
+/// (status, requestsPerUnit) of one `/json` call for `user`.
+fn call(s: &Floodgate, user: &str) -> (u16, u64) {
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
+    );
+    let (status, text) = http_request(
+        s.http,
+        "POST",
+        "/json",
+        Some("application/json"),
+        body.as_bytes(),
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (
+        status,
+        v["statuses"][0]["currentLimit"]["requestsPerUnit"]
+            .as_u64()
+            .unwrap_or(0),
+    )
+}
+
+fn metric(s: &Floodgate, line_prefix: &str) -> f64 {
+    let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
+    text.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn hot_reload_on(s: &Floodgate) {
+    assert_eq!(call(s, "a"), (200, 2));
+    assert_eq!(call(s, "a"), (200, 2));
+    assert_eq!(call(s, "a").0, 429);
+
+    // A new limit takes effect without a restart.
+    s.write_config(&limit_config(4));
+    assert!(
+        wait_until(Duration::from_secs(10), || call(s, "probe").1 == 4),
+        "new limit not applied; log:\n{}",
+        s.log()
+    );
+    for _ in 0..4 {
+        assert_eq!(call(s, "b").0, 200);
+    }
+    assert_eq!(call(s, "b").0, 429);
+
+    // A broken edit is rejected, counted, and the old limit keeps enforcing.
+    s.write_config("domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: lots, unit: day}\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            metric(s, "floodgate_config_reloads_total{result=\"error\"}") >= 1.0
+        }),
+        "rejection not counted; log:\n{}",
+        s.log()
+    );
+    assert!(s.log().contains("configuration rejected"), "{}", s.log());
+    assert_eq!(call(s, "b").0, 429);
+    assert_eq!(call(s, "c"), (200, 4));
+    assert_eq!(metric(s, "floodgate_config_last_reload_ok"), 0.0);
+}
+
+#[test]
+fn hot_reload_applies_valid_edits_and_rejects_broken_ones() {
+    let s = Floodgate::start(bin(), &limit_config(2), &[], &[]);
+    hot_reload_on(&s);
+}
+
+#[test]
+fn hot_reload_on_redis() {
+    let redis = Redis::start();
+    let s = Floodgate::start(
+        bin(),
+        &limit_config(2),
+        &["--redis-url", &redis.addr()],
+        &[],
+    );
+    hot_reload_on(&s);
+}
+
+#[test]
+fn graceful_shutdown_drains_in_flight_calls_and_exits_zero() {
+    let mut s = Floodgate::start(bin(), &limit_config(100), &["--shutdown-grace", "5s"], &[]);
+    // A call in flight: its headers and half its body are sent.
+    let body = br#"{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"drain"}]}]}"#;
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", s.http)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    conn.write_all(&body[..10]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    // Still running: the call is not finished.
+    assert!(
+        s.wait_exit(Duration::from_millis(10)).is_none(),
+        "exited before the call finished"
+    );
+    assert_eq!(
+        http_request(s.http, "GET", "/healthcheck", None, b"")
+            .map(|r| r.0)
+            .unwrap_or(0)
+            != 200,
+        true
+    );
+    conn.write_all(&body[10..]).unwrap();
+    let mut reply = Vec::new();
+    let _ = conn.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("\"overallCode\":\"OK\""), "{reply}");
+    let status = s
+        .wait_exit(Duration::from_secs(5))
+        .expect("exits after draining");
+    assert!(status.success(), "{status:?}\n{}", s.log());
+    assert!(s.log().contains("stopped"), "{}", s.log());
+}
+
+#[test]
+fn shutdown_grace_bounds_the_wait() {
+    let mut s = Floodgate::start(
+        bin(),
+        &limit_config(100),
+        &["--shutdown-grace", "300ms"],
+        &[],
+    );
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", s.http)).unwrap();
+    write!(
+        conn,
+        "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.signal("INT");
+    let status = s
+        .wait_exit(Duration::from_secs(5))
+        .expect("exits after the grace period");
+    assert!(status.success(), "{status:?}");
+    assert!(s.log().contains("grace period over"), "{}", s.log());
+}
+
+#[test]
+fn config_check_validates_the_service_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "server:\n  grpc: 0.0.0.0:8081\n  admin: 127.0.0.1:6070\n  response_headers: {enabled: true}\nstore:\n  backend: redis\n  url: 127.0.0.1:6379\n  failure_policy: local\n  divide_by: 2\n".to_owned()
+            + &limit_config(3),
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["config", "check"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "server:\n  grpc: somewhere\n  colour: blue\nstore:\n  backend: etcd\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("bad.yaml:2:"), "{err}");
+    assert!(err.contains("unknown key 'colour'"), "{err}");
+    assert!(err.contains("unknown backend `etcd`"), "{err}");
+    // serve refuses it the same way, naming the problems.
+    let out = Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key 'colour'"));
+}
+
+#[test]
+fn the_bundled_example_runs_on_the_memory_store() {
+    let root = floodgate_testkit::workspace_root();
+    let example = std::fs::read_to_string(root.join("examples/floodgate.yaml")).unwrap();
+    let s = Floodgate::start(bin(), &example, &[], &[]);
+    let body = br#"{"domain":"quickstart","descriptors":[{"entries":[{"key":"user","value":"newcomer"}]}]}"#;
+    let codes: Vec<u16> = (0..4)
+        .map(|_| http_request(s.http, "POST", "/json", None, body).unwrap().0)
+        .collect();
+    assert_eq!(codes, [200, 200, 200, 429]);
+}
