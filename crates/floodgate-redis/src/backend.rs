@@ -170,6 +170,17 @@ impl RedisBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Result<(Decision, Timestamp), DecideError> {
+        let plan = self.plan(items, out)?;
+        if let Some(d) = self.cached(&plan, items, now, apply, out) {
+            return Ok((d, now));
+        }
+        self.remote(&plan, items, now, apply, out)
+            .await
+            .map_err(DecideError::Backend)
+    }
+
+    /// Validates and merges a batch.
+    pub(crate) fn plan(&self, items: &[Item<'_>], out: &[Decision]) -> Result<Plan, DecideError> {
         if items.is_empty() || out.len() < items.len() {
             return Err(DecideError::Backend(BackendError::Protocol(format!(
                 "a batch needs at least one item and as many outputs ({} items, {} outputs)",
@@ -177,25 +188,63 @@ impl RedisBackend {
                 out.len()
             ))));
         }
-        let plan = Plan::new(items, &self.layout).map_err(DecideError::Unsupported)?;
-        let sent = self.cache_clock(now);
-        let cacheable = apply != Apply::Force && !plan.leads.iter().any(|l| l.penalty);
-        if let Some(cache) = self.cache.as_ref().filter(|_| cacheable)
-            && let Some(d) = self.answer_from_cache(cache, &plan, items, sent, out)
-        {
-            self.stats.decisions.inc();
-            self.stats.cache_hits.inc();
-            return Ok((d, now));
+        Plan::new(items, &self.layout).map_err(DecideError::Unsupported)
+    }
+
+    /// Penalty-mode limits and forced charges must reach Redis.
+    fn cacheable(plan: &Plan, apply: Apply) -> bool {
+        apply != Apply::Force && !plan.leads.iter().any(|l| l.penalty)
+    }
+
+    /// The batch's answer from the over-limit cache, if one of its keys is
+    /// known to be denied.
+    pub(crate) fn cached(
+        &self,
+        plan: &Plan,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Option<Decision> {
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| Self::cacheable(plan, apply))?;
+        let t = self.cache_clock(now);
+        let hits: Vec<Option<Decision>> = plan
+            .leads
+            .iter()
+            .map(|l| cache.get(items[l.item].key, items[l.item].limit, l.cost, t))
+            .collect();
+        if hits.iter().all(Option::is_none) {
+            return None;
         }
-        let run = tokio::time::timeout(self.timeout, self.run(&plan, now, apply)).await;
+        let mut combined: Option<Decision> = None;
+        for (i, &lead) in plan.lead_of.iter().enumerate() {
+            let d = hits[lead].unwrap_or_else(|| unevaluated(plan.leads[lead].params.quota()));
+            out[i] = d;
+            combined = Some(combined.map_or(d, |c| c.narrowest(d)));
+        }
+        self.stats.decisions.inc();
+        self.stats.cache_hits.inc();
+        combined
+    }
+
+    /// The batch decided by Redis, within the timeout.
+    pub(crate) async fn remote(
+        &self,
+        plan: &Plan,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Result<(Decision, Timestamp), BackendError> {
+        let sent = self.cache_clock(now);
+        let run = tokio::time::timeout(self.timeout, self.run(plan, now, apply)).await;
         let (decided, now_us) = match run {
             Ok(Ok(x)) => x,
-            Ok(Err(e)) => return Err(DecideError::Backend(self.failed(e))),
-            Err(_) => {
-                return Err(DecideError::Backend(
-                    self.failed(BackendError::Timeout(self.timeout)),
-                ));
-            }
+            Ok(Err(e)) => return Err(self.failed(e)),
+            Err(_) => return Err(self.failed(BackendError::Timeout(self.timeout))),
         };
         self.ready.store(true, Ordering::Relaxed);
         self.stats.decisions.inc();
@@ -205,7 +254,7 @@ impl RedisBackend {
             out[i] = d;
             combined = Some(combined.map_or(d, |c| c.narrowest(d)));
         }
-        if let Some(cache) = self.cache.as_ref().filter(|_| cacheable) {
+        if let Some(cache) = self.cache.as_ref().filter(|_| Self::cacheable(plan, apply)) {
             for (l, d) in plan.leads.iter().zip(&decided) {
                 let item = &items[l.item];
                 if cache.insert(item.key, item.limit, l.cost, sent, d) {
@@ -241,31 +290,6 @@ impl RedisBackend {
                 u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
             }
         }
-    }
-
-    fn answer_from_cache(
-        &self,
-        cache: &OverLimitCache,
-        plan: &Plan,
-        items: &[Item<'_>],
-        t: u64,
-        out: &mut [Decision],
-    ) -> Option<Decision> {
-        let hits: Vec<Option<Decision>> = plan
-            .leads
-            .iter()
-            .map(|l| cache.get(items[l.item].key, items[l.item].limit, l.cost, t))
-            .collect();
-        if hits.iter().all(Option::is_none) {
-            return None;
-        }
-        let mut combined: Option<Decision> = None;
-        for (i, &lead) in plan.lead_of.iter().enumerate() {
-            let d = hits[lead].unwrap_or_else(|| unevaluated(plan.leads[lead].params.quota()));
-            out[i] = d;
-            combined = Some(combined.map_or(d, |c| c.narrowest(d)));
-        }
-        combined
     }
 
     /// Decides the plan: one call per slot group; several groups in two

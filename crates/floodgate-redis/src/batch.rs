@@ -2,6 +2,8 @@
 //! added, the first item's limit applying, as `Store::decide_many` does),
 //! limits validated and encoded, and the merged items grouped by hash slot.
 
+use std::collections::HashMap;
+
 use floodgate::Apply;
 use floodgate_policy::Item;
 use redis::Cmd;
@@ -52,13 +54,24 @@ impl Plan {
     pub fn new(items: &[Item<'_>], layout: &KeyLayout) -> Result<Plan, UnsupportedLimit> {
         let mut leads: Vec<Lead> = Vec::with_capacity(items.len());
         let mut lead_of = Vec::with_capacity(items.len());
+        // Large batches find duplicates by hashing, small ones by scanning.
+        let mut seen: HashMap<&[u8], usize> = HashMap::new();
+        let hashed = items.len() > 16;
         for (i, item) in items.iter().enumerate() {
-            if let Some(j) = leads.iter().position(|l| items[l.item].key == item.key) {
+            let dup = if hashed {
+                seen.get(item.key).copied()
+            } else {
+                leads.iter().position(|l| items[l.item].key == item.key)
+            };
+            if let Some(j) = dup {
                 leads[j].cost = leads[j].cost.saturating_add(item.cost);
                 lead_of.push(j);
                 continue;
             }
             let key = layout.key(item.group, item.key);
+            if hashed {
+                seen.insert(item.key, leads.len());
+            }
             lead_of.push(leads.len());
             leads.push(Lead {
                 item: i,

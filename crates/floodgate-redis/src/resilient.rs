@@ -7,7 +7,7 @@ use std::time::Duration;
 use floodgate::{Apply, Decision, Outcome, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item};
 
-use crate::backend::{DecideError, unevaluated};
+use crate::backend::unevaluated;
 use crate::breaker::{Breaker, BreakerState, Pass};
 use crate::encode::Params;
 use crate::fallback::LocalFallback;
@@ -86,26 +86,29 @@ impl ResilientBackend {
             ));
         }
         // A limit Redis cannot decide is a configuration error, not an outage.
-        for item in items {
-            Params::of(item.limit).map_err(BackendError::from)?;
+        let plan = match self.redis.plan(items, out) {
+            Ok(plan) => plan,
+            Err(e) => return Err(e.into()),
+        };
+        // Known denials are answered locally, whatever the breaker says.
+        if let Some(d) = self.redis.cached(&plan, items, now, apply, out) {
+            self.stats.decisions.inc();
+            return Ok(d);
         }
         match self.breaker.pass(&self.stats) {
             Some(pass) => {
-                let result = self.redis.decide_inner(items, now, apply, out).await;
+                let result = self.redis.remote(&plan, items, now, apply, out).await;
                 let ok = result.is_ok();
                 match pass {
                     Pass::Probe(p) => p.finish(ok),
                     Pass::Call if ok => self.breaker.success(),
                     Pass::Call => self.breaker.failure(&self.stats),
                 }
-                match result {
-                    Ok((d, _)) => {
-                        self.stats.decisions.inc();
-                        return Ok(d);
-                    }
-                    Err(DecideError::Unsupported(u)) => return Err(u.into()),
-                    Err(DecideError::Backend(_)) => self.stats.backend_errors.inc(),
+                if let Ok((d, _)) = result {
+                    self.stats.decisions.inc();
+                    return Ok(d);
                 }
+                self.stats.backend_errors.inc();
             }
             None => self.stats.short_circuited.inc(),
         }

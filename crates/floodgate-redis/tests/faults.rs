@@ -233,3 +233,118 @@ fn cluster_failover_and_primary_loss() {
         assert!(b.stats().backend_errors.get() > 0 || b.stats().short_circuited.get() > 0);
     });
 }
+
+async fn with_policy(server: &Server, policy: FailurePolicy, cache: usize) -> ResilientBackend {
+    let config = RedisConfig {
+        urls: vec![server.url()],
+        timeout: TIMEOUT,
+        connect_timeout: Duration::from_millis(100),
+        failure_policy: policy,
+        local_cache_capacity: cache,
+        breaker: BreakerConfig {
+            failure_threshold: 3,
+            cool_down: Duration::from_secs(60),
+        },
+        ..RedisConfig::default()
+    };
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    ResilientBackend::new(redis, &config).expect("resilient")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_policy_when_redis_is_gone() {
+    let mut server = Server::start();
+    let open = with_policy(&server, FailurePolicy::FailOpen, 100).await;
+    let closed = with_policy(&server, FailurePolicy::FailClosed, 0).await;
+    let local = with_policy(&server, FailurePolicy::Local { divide_by: 2 }, 0).await;
+    let ten = AnyLimit::from(FixedWindow::new(10, Duration::from_secs(60)).unwrap());
+    let one = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(60)).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    let mut out = [blank()];
+    // Known to Redis as denied before it goes away.
+    let hot = [item(b"p", b"p:hot", &one, 1)];
+    open.decide(&hot, now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    let d = open
+        .decide(&hot, now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_denied());
+    tokio::task::block_in_place(|| server.kill());
+    let key = [item(b"p", b"p:k", &ten, 1)];
+    let mut admitted = 0;
+    for _ in 0..8 {
+        let started = Instant::now();
+        assert!(
+            open.decide(&key, now, Apply::Commit, &mut out)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            closed
+                .decide(&key, now, Apply::Commit, &mut out)
+                .await
+                .unwrap()
+                .is_denied()
+        );
+        admitted += local
+            .decide(&key, now, Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_allowed() as u32;
+        assert_bounded(started.elapsed() / 3);
+        // The denial Redis gave stays in force locally, even failing open.
+        let d = open
+            .decide(&hot, now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        assert!(d.is_denied() && d.retry_after.is_some(), "{d:?}");
+    }
+    assert_eq!(admitted, 5, "10 per window divided by 2 instances");
+    assert_eq!(open.stats().fail_open.get(), 8);
+    assert_eq!(closed.stats().fail_closed.get(), 8);
+    assert_eq!(local.stats().local_fallbacks.get(), 8);
+    assert!(open.redis().stats().cache_hits.get() >= 8);
+    for b in [&open, &closed, &local] {
+        assert_eq!(b.breaker_state(), BreakerState::Open);
+        assert_eq!(b.stats().backend_errors.get(), 3);
+        assert_eq!(b.stats().short_circuited.get(), 5);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_is_unavailable() {
+    let server = Server::start();
+    let b = with_policy(&server, FailurePolicy::FailOpen, 0).await;
+    let limit = AnyLimit::from(Gcra::new(5, Duration::from_secs(1), 5).unwrap());
+    let items = [item(b"m", b"m:a", &limit, 1)];
+    let mut out = [blank()];
+    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    server.cli(&["config", "set", "maxmemory", "1"]);
+    // The script is refused as a whole (it may write), never half-applied.
+    let e = b
+        .redis()
+        .decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, floodgate_policy::BackendError::Unavailable(m) if m.contains("OOM")),
+        "{e}"
+    );
+    assert!(
+        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    assert_eq!(b.stats().fail_open.get(), 1);
+    server.cli(&["config", "set", "maxmemory", "0"]);
+    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(b.stats().fail_open.get(), 1);
+}
