@@ -3,6 +3,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ---- The Redis backend (crates/floodgate-redis) -----------------------------
+# Its tests start real servers (standalone, and a six-node cluster created
+# with redis-cli) and fail, never skip, when redis-server or redis-cli is
+# missing; its benchmark also uses redis-benchmark (same package family).
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "==> installing redis-server (with redis-cli)"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
 # ---- The decision service (floodgate serve) ---------------------------------
 # Its tests (crates/floodgate-cli/tests/serve_*.rs, run with the workspace
 # below) drive the real binary with independent clients: Python grpcio with
