@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::ConfigSource;
 
-/// Top-level sections read by other components of the binary.
-pub const OTHER_SECTIONS: &[&str] = floodgate_server::settings::SECTIONS;
+/// Top-level sections read by other components of the binary: the
+/// service's `server:` and `store:`, and the gateway's `http:` and
+/// `gateway:`.
+pub const OTHER_SECTIONS: &[&str] = &["server", "store", "http", "gateway"];
 
 pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
     let source = ConfigSource {
@@ -19,8 +21,20 @@ pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
         },
     };
     let result = source.compile().and_then(|c| {
-        // The service's own sections (`server:`, `store:`).
-        floodgate_server::settings::read_sections(&c.loaded.documents).map(|_| c)
+        // The service's own sections (`server:`, `store:`), then the
+        // gateway's (`gateway:`, `http:`): every problem of every section.
+        let docs = &c.loaded.documents;
+        let mut errors = floodgate_policy::error::Errors::default();
+        if let Err(e) = floodgate_server::settings::read_sections(docs) {
+            errors.extend(e);
+        }
+        if let Err(e) = floodgate_gateway::GatewayConfig::from_documents(docs) {
+            errors.extend(e);
+        }
+        if let Err(e) = floodgate_gateway::HttpSection::from_documents(docs) {
+            errors.extend(e);
+        }
+        errors.finish(c)
     });
     match result {
         Ok(c) => {

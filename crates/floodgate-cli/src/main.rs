@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod gateway;
 mod serve;
 
 use std::path::PathBuf;
@@ -22,6 +23,9 @@ enum Command {
     /// Runs the decision service: Envoy RLS over gRPC, JSON over HTTP,
     /// metrics on the admin listener.
     Serve(Box<serve::ServeArgs>),
+    /// Runs the gateway: a reverse proxy enforcing the policies in front
+    /// of an HTTP/1.1 or HTTP/2 upstream.
+    Gateway(Box<gateway::GatewayArgs>),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => report(serve::run(*args)),
+        Command::Gateway(args) => report(gateway::run(*args)),
         Command::Config {
             command:
                 ConfigCommand::Check {

@@ -21,6 +21,9 @@ pub enum BenchCommand {
         #[arg(long, default_value = "127.0.0.1:8091")]
         addr: SocketAddr,
     },
+    /// A tiny HTTP/1.1 and HTTP/2 upstream answering 200 with a small body
+    /// (for the gateway's quick start and benchmarks).
+    Upstream(crate::gateway::UpstreamArgs),
 }
 
 /// Load generator settings.
@@ -65,11 +68,15 @@ fn duration(s: &str) -> Result<Duration, String> {
 
 /// Runs a benchmark command.
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    if let BenchCommand::Upstream(args) = cmd {
+        return crate::gateway::run_upstream(args);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     match cmd {
         BenchCommand::Rls(args) => rt.block_on(load::run(args)),
         BenchCommand::NullRls { addr } => rt.block_on(null::serve(addr)),
+        BenchCommand::Upstream(_) => Ok(()),
     }
 }

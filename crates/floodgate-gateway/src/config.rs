@@ -1,0 +1,197 @@
+//! The gateway's settings as plain data: what the `gateway:` section of a
+//! Floodgate file reads into, and what code can build directly.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Uri;
+
+/// The protocol spoken to the upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge (h2c): one multiplexed
+    /// connection per upstream address.
+    Http2,
+}
+
+impl UpstreamProtocol {
+    /// The configuration name (`http1`, `http2`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::Http2 => "http2",
+        }
+    }
+}
+
+/// The `Host` the upstream sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostHeader {
+    /// The client's `Host` (or HTTP/2 `:authority`), unchanged (the
+    /// default; nginx's `proxy_set_header Host $http_host`).
+    #[default]
+    Preserve,
+    /// The upstream URL's authority (nginx's default, `$proxy_host`).
+    Upstream,
+}
+
+/// One upstream base URL: `http://host:port` with an optional path prefix
+/// prepended to every request path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamUrl {
+    /// `host:port` (the port is always explicit).
+    pub authority: http::uri::Authority,
+    /// A path prefix without a trailing `/` (empty: none).
+    pub prefix: String,
+}
+
+impl UpstreamUrl {
+    /// Parses `http://host[:port][/prefix]`. Only `http` is supported (TLS
+    /// to the upstream is not).
+    pub fn parse(text: &str) -> Result<UpstreamUrl, String> {
+        let uri: Uri = text
+            .trim()
+            .parse()
+            .map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(other) => {
+                return Err(format!(
+                    "upstream scheme `{other}` is not supported (only http://)"
+                ));
+            }
+            None => return Err(format!("`{text}` has no scheme (write http://host:port)")),
+        }
+        let Some(auth) = uri.authority() else {
+            return Err(format!("`{text}` has no host"));
+        };
+        if auth.as_str().contains('@') {
+            return Err(format!(
+                "`{text}`: credentials in upstream URLs are not supported"
+            ));
+        }
+        let port = auth.port_u16().unwrap_or(80);
+        let authority = format!("{}:{port}", auth.host())
+            .parse()
+            .map_err(|e| format!("`{text}`: {e}"))?;
+        if uri.query().is_some() {
+            return Err(format!("`{text}`: an upstream URL has no query"));
+        }
+        let prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(UpstreamUrl { authority, prefix })
+    }
+}
+
+/// Where requests go and how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamConfig {
+    /// Base URLs, used in turn (round robin); at least one.
+    pub urls: Vec<UpstreamUrl>,
+    /// HTTP/1.1 or HTTP/2.
+    pub protocol: UpstreamProtocol,
+    /// Longest time to open a TCP connection; beyond → 502.
+    pub connect_timeout: Duration,
+    /// Longest time from sending the request to the response head; beyond
+    /// → 504.
+    pub response_timeout: Duration,
+    /// Idle pooled connections are closed after this long.
+    pub pool_idle_timeout: Duration,
+    /// Idle connections kept per upstream address.
+    pub pool_max_idle: usize,
+    /// The `Host` sent.
+    pub host: HostHeader,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            urls: Vec::new(),
+            protocol: UpstreamProtocol::Http1,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(60),
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle: 1024,
+            host: HostHeader::Preserve,
+        }
+    }
+}
+
+/// Client-side protections of the listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Time a client has to send a complete request head (HTTP/1.1), or
+    /// the connection preface; also how long an idle keep-alive connection
+    /// is kept. Slow clients (slowloris) are disconnected after it.
+    pub header_read_timeout: Duration,
+    /// Largest request head: HTTP/1.1 read buffer (beyond → 431) and
+    /// HTTP/2 header list.
+    pub max_header_bytes: usize,
+    /// Most header fields in an HTTP/1.1 request (beyond → 431).
+    pub max_headers: usize,
+    /// Open client connections at most; beyond, new connections wait in
+    /// the kernel's accept backlog.
+    pub max_connections: usize,
+    /// Concurrent streams per HTTP/2 connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            max_connections: 10_000,
+            max_concurrent_streams: 256,
+        }
+    }
+}
+
+/// The `gateway:` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatewayConfig {
+    /// The client-facing listener.
+    pub listen: SocketAddr,
+    /// The upstream.
+    pub upstream: UpstreamConfig,
+    /// Listener protections.
+    pub limits: ListenerLimits,
+    /// Worker threads of the runtime (none: one per core).
+    pub workers: Option<usize>,
+}
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8000)),
+            upstream: UpstreamConfig::default(),
+            limits: ListenerLimits::default(),
+            workers: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls() {
+        let u = UpstreamUrl::parse("http://127.0.0.1:9000").unwrap();
+        assert_eq!(u.authority.as_str(), "127.0.0.1:9000");
+        assert_eq!(u.prefix, "");
+        let u = UpstreamUrl::parse("http://backend/api/").unwrap();
+        assert_eq!(u.authority.as_str(), "backend:80");
+        assert_eq!(u.prefix, "/api");
+        assert!(UpstreamUrl::parse("https://x").is_err());
+        assert!(UpstreamUrl::parse("x:1").is_err());
+        assert!(UpstreamUrl::parse("http://u:p@x").is_err());
+        assert!(UpstreamUrl::parse("http://x/?a=1").is_err());
+    }
+}

@@ -1,0 +1,30 @@
+//! The gateway's errors.
+
+use std::net::SocketAddr;
+
+use floodgate_policy::error::ConfigErrors;
+
+/// Why the gateway could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The configuration does not load.
+    #[error("configuration: {0}")]
+    Config(ConfigErrors),
+    /// The configuration has no `gateway:` section.
+    #[error("the configuration has no `gateway:` section (listen address and upstream)")]
+    NoSection,
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store, metrics or the runtime failed.
+    #[error(transparent)]
+    Server(#[from] floodgate_server::ServerError),
+    /// Anything else at startup.
+    #[error("{0}")]
+    Startup(String),
+}

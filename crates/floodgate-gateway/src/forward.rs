@@ -1,0 +1,187 @@
+//! Header rewriting between the client and the upstream: hop-by-hop
+//! fields removed (RFC 9110 §7.6.1) in both directions, and the
+//! forwarding fields (`X-Forwarded-For`, `X-Forwarded-Proto`,
+//! `Forwarded`) appended on the way up.
+
+use std::fmt::Write;
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::HeaderMap;
+use http::header::{
+    CONNECTION, FORWARDED, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
+};
+
+/// `X-Forwarded-For`.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`.
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes the hop-by-hop fields: `Connection` and every field it names,
+/// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, and
+/// `TE` unless it is exactly `trailers` (which gRPC needs end to end and
+/// HTTP/2 allows).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(CONNECTION) {
+        // The named fields: comma-separated tokens, over all lines.
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        headers.remove(CONNECTION);
+    }
+    for name in [KEEP_ALIVE, PROXY_CONNECTION, TRANSFER_ENCODING, UPGRADE] {
+        if headers.contains_key(&name) {
+            headers.remove(name);
+        }
+    }
+    if let Some(te) = headers.get(TE) {
+        if !te.as_bytes().eq_ignore_ascii_case(b"trailers") {
+            headers.remove(TE);
+        }
+    }
+}
+
+/// Appends `peer` to `X-Forwarded-For` (all existing lines joined into one,
+/// as nginx's `$proxy_add_x_forwarded_for`).
+pub fn append_x_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+    let mut buf = BytesMut::with_capacity(64);
+    join_existing(headers, &X_FORWARDED_FOR, &mut buf);
+    let _ = write!(Writer(&mut buf), "{peer}");
+    set(headers, X_FORWARDED_FOR, buf.freeze());
+}
+
+/// Appends an RFC 7239 element for this hop to `Forwarded`:
+/// `for=<peer>;proto=http[;host="<host>"]` (IPv6 addresses quoted and
+/// bracketed).
+pub fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<&[u8]>) {
+    let mut buf = BytesMut::with_capacity(96);
+    join_existing(headers, &FORWARDED, &mut buf);
+    let _ = match peer.ip() {
+        IpAddr::V4(a) => write!(Writer(&mut buf), "for={a}"),
+        IpAddr::V6(a) => write!(Writer(&mut buf), "for=\"[{a}]\""),
+    };
+    buf.put_slice(b";proto=http");
+    if let Some(h) = host.filter(|h| !h.is_empty()) {
+        // A quoted-string: visible ASCII with `"` and `\` escaped.
+        if h.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+            buf.put_slice(b";host=\"");
+            for &b in h {
+                if b == b'"' || b == b'\\' {
+                    buf.put_u8(b'\\');
+                }
+                buf.put_u8(b);
+            }
+            buf.put_u8(b'"');
+        }
+    }
+    set(headers, FORWARDED, buf.freeze());
+}
+
+/// Sets `X-Forwarded-Proto: http`, unless `keep` (the request came through
+/// a trusted proxy) and the field is present.
+pub fn set_x_forwarded_proto(headers: &mut HeaderMap, keep: bool) {
+    if keep && headers.contains_key(&X_FORWARDED_PROTO) {
+        return;
+    }
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+}
+
+/// Writes the existing lines of `name`, joined by `, `, then `, ` (nothing
+/// when absent).
+fn join_existing(headers: &HeaderMap, name: &HeaderName, buf: &mut BytesMut) {
+    for v in headers.get_all(name) {
+        let v = v.as_bytes().trim_ascii();
+        if !v.is_empty() {
+            buf.put_slice(v);
+            buf.put_slice(b", ");
+        }
+    }
+}
+
+fn set(headers: &mut HeaderMap, name: HeaderName, value: Bytes) {
+    // Existing values were valid field values, and so is what was added.
+    if let Ok(v) = HeaderValue::from_maybe_shared(value) {
+        headers.insert(name, v);
+    }
+}
+
+struct Writer<'a>(&'a mut BytesMut);
+
+impl std::fmt::Write for Writer<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.put_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_fields_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, x-secret"),
+            ("connection", "close"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("upgrade", "websocket"),
+            ("te", "gzip"),
+            ("transfer-encoding", "chunked"),
+            ("x-kept", "yes"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["x-kept"], "yes");
+        let mut h = map(&[("te", "trailers")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["te"], "trailers");
+    }
+
+    #[test]
+    fn forwarding_fields_are_appended() {
+        let mut h = map(&[
+            ("x-forwarded-for", "203.0.113.1"),
+            ("x-forwarded-for", "198.51.100.2"),
+        ]);
+        append_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "203.0.113.1, 198.51.100.2, 10.0.0.1");
+        let mut h = HeaderMap::new();
+        append_x_forwarded_for(&mut h, "::1".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "::1");
+
+        let mut h = map(&[("forwarded", "for=192.0.2.60;proto=https")]);
+        append_forwarded(&mut h, "[2001:db8::1]:4711".parse().unwrap(), Some(b"a\"b"));
+        assert_eq!(
+            h["forwarded"],
+            "for=192.0.2.60;proto=https, for=\"[2001:db8::1]\";proto=http;host=\"a\\\"b\""
+        );
+
+        let mut h = map(&[("x-forwarded-proto", "https")]);
+        set_x_forwarded_proto(&mut h, true);
+        assert_eq!(h["x-forwarded-proto"], "https");
+        set_x_forwarded_proto(&mut h, false);
+        assert_eq!(h["x-forwarded-proto"], "http");
+    }
+}

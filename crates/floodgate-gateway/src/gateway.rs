@@ -1,0 +1,225 @@
+//! [`Gateway`]: one request through the limiter and the proxy. The
+//! limiter is [`FloodgateLayer`] itself, so the gateway speaks exactly the
+//! tower layer's HTTP contract; the layer (built from the `http:` section)
+//! is swapped atomically when that section changes.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use floodgate::SystemClock;
+use floodgate_http::layer::{FloodgateBody, PeerAddr};
+use floodgate_http::{Contract, FloodgateLayer, HttpIdentity};
+use floodgate_policy::{Backend, Engine};
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::body::ProxyBody;
+use crate::forward::X_FORWARDED_PROTO;
+use crate::http_section::HttpSection;
+use crate::proxy::{Proxy, TrustedHop};
+
+/// The limiter of a gateway: the layer and the identity it was built from.
+pub struct Limiter<B> {
+    section: HttpSection,
+    layer: FloodgateLayer<B, SystemClock>,
+    identity: HttpIdentity,
+    trusts_proxies: bool,
+}
+
+impl<B: Backend> Limiter<B> {
+    /// A limiter deciding with `engine` per `section`.
+    pub fn new(
+        engine: Arc<Engine<B, SystemClock>>,
+        section: HttpSection,
+    ) -> Result<Self, floodgate_http::identity::IdentityError> {
+        let identity = HttpIdentity::new(section.identity.clone())?;
+        let layer = FloodgateLayer::with(
+            engine,
+            identity.clone(),
+            Contract::new(section.contract.clone()),
+            section.layer.clone(),
+        );
+        Ok(Limiter {
+            trusts_proxies: section.identity.client_ip.trusts_proxies(),
+            section,
+            layer,
+            identity,
+        })
+    }
+
+    /// The layer.
+    pub fn layer(&self) -> &FloodgateLayer<B, SystemClock> {
+        &self.layer
+    }
+
+    /// The section it was built from.
+    pub fn section(&self) -> &HttpSection {
+        &self.section
+    }
+}
+
+/// The gateway: an engine, the current limiter (none: limit nothing) and
+/// the proxy.
+pub struct Gateway<B> {
+    engine: Arc<Engine<B, SystemClock>>,
+    limiter: ArcSwap<Option<Limiter<B>>>,
+    proxy: Proxy,
+}
+
+impl<B: Backend> Gateway<B> {
+    /// A gateway limiting with `limiter` (none: a plain proxy) in front of
+    /// `proxy`.
+    pub fn new(
+        engine: Arc<Engine<B, SystemClock>>,
+        limiter: Option<Limiter<B>>,
+        proxy: Proxy,
+    ) -> Self {
+        Gateway {
+            engine,
+            limiter: ArcSwap::from_pointee(limiter),
+            proxy,
+        }
+    }
+
+    /// The engine (its policy is swapped on reload).
+    pub fn engine(&self) -> &Arc<Engine<B, SystemClock>> {
+        &self.engine
+    }
+
+    /// The proxy.
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+
+    /// The current limiter.
+    pub fn limiter(&self) -> Arc<Option<Limiter<B>>> {
+        self.limiter.load_full()
+    }
+
+    /// Applies a (re)loaded `http:` section: a new limiter when it changed
+    /// (requests in flight finish with the old one), none when it is gone.
+    pub fn apply_http(
+        &self,
+        section: Option<HttpSection>,
+    ) -> Result<bool, floodgate_http::identity::IdentityError> {
+        let current = self.limiter.load();
+        let unchanged = match (current.as_ref(), &section) {
+            (None, None) => true,
+            (Some(l), Some(s)) => l.section == *s,
+            _ => false,
+        };
+        if unchanged {
+            return Ok(false);
+        }
+        let next = match section {
+            Some(s) => Some(Limiter::new(self.engine.clone(), s)?),
+            None => None,
+        };
+        self.limiter.store(Arc::new(next));
+        Ok(true)
+    }
+
+    /// Handles one client request from `peer`: limited per the contract,
+    /// then forwarded.
+    pub async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<GatewayBody> {
+        req.extensions_mut().insert(PeerAddr(peer));
+        let limiter = self.limiter.load_full();
+        let Some(l) = limiter.as_ref() else {
+            return self.proxy.forward(req).await.map(GatewayBody::direct);
+        };
+        if l.trusts_proxies
+            && req.headers().contains_key(X_FORWARDED_PROTO)
+            && l.identity.client_ip(req.headers(), peer.ip()) != peer.ip()
+        {
+            req.extensions_mut().insert(TrustedHop);
+        }
+        let mut svc = l.layer.layer(self.proxy.clone());
+        // The proxy is always ready, and so is the layer in front of it.
+        let ready: Poll<Result<(), Infallible>> =
+            svc.poll_ready(&mut Context::from_waker(std::task::Waker::noop()));
+        debug_assert!(ready.is_ready());
+        match svc.call(req).await {
+            Ok(res) => res.map(GatewayBody::limited),
+            Err(never) => match never {},
+        }
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind {
+        Limited { #[pin] body: FloodgateBody<ProxyBody> },
+        Direct { #[pin] body: ProxyBody },
+    }
+}
+
+pin_project! {
+    /// A response body of the gateway: through the limiter (holding its
+    /// permits until the body ends) or straight from the proxy.
+    pub struct GatewayBody {
+        #[pin]
+        kind: Kind,
+    }
+}
+
+impl GatewayBody {
+    fn limited(body: FloodgateBody<ProxyBody>) -> Self {
+        GatewayBody {
+            kind: Kind::Limited { body },
+        }
+    }
+
+    fn direct(body: ProxyBody) -> Self {
+        GatewayBody {
+            kind: Kind::Direct { body },
+        }
+    }
+}
+
+impl std::fmt::Debug for GatewayBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GatewayBody")
+    }
+}
+
+impl Body for GatewayBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Limited { body } => body.poll_frame(cx),
+            KindProj::Direct { body } => body.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Limited { body } => body.is_end_stream(),
+            Kind::Direct { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Limited { body } => body.size_hint(),
+            Kind::Direct { body } => body.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The `http:` section as the gateway reads it: the request identity, the
+//! contract (`responses`) and the layer's settings (`layer`), compared on
+//! reload so that an unchanged section keeps its running layer.
+
+use floodgate_http::contract::RESPONSES;
+use floodgate_http::identity::{IdentityConfig, SECTION as HTTP};
+use floodgate_http::layer::{LAYER, LayerSettings};
+use floodgate_http::{ContractConfig, HttpIdentity};
+use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::yaml::Document;
+
+/// What the `http:` section says, as plain data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpSection {
+    /// How requests become descriptors.
+    pub identity: IdentityConfig,
+    /// What responses say.
+    pub contract: ContractConfig,
+    /// Delays, queues, shedding, failure handling.
+    pub layer: LayerSettings,
+}
+
+impl HttpSection {
+    /// Reads the `http:` section of the loaded documents (in one file
+    /// only); `Ok(None)` when there is none: the gateway then limits
+    /// nothing.
+    pub fn from_documents(documents: &[Document]) -> Result<Option<HttpSection>, ConfigErrors> {
+        let mut errors = Errors::default();
+        let mut found: Option<(HttpSection, String)> = None;
+        for doc in documents {
+            let Some(root) = errors.take(doc.root().map()) else {
+                continue;
+            };
+            let Some(node) = root.get(HTTP) else {
+                continue;
+            };
+            if let Some((_, first)) = &found {
+                errors.push(node.error(format!("'{HTTP}' is already given in {first}")));
+                continue;
+            }
+            let Some(map) = errors.take(node.map()) else {
+                continue;
+            };
+            let identity = IdentityConfig::from_yaml(node);
+            let contract = match map.get(RESPONSES) {
+                Some(n) => ContractConfig::from_yaml(n),
+                None => Ok(ContractConfig::default()),
+            };
+            let layer = match map.get(LAYER) {
+                Some(n) => LayerSettings::from_yaml(n),
+                None => Ok(LayerSettings::default()),
+            };
+            // The identity compiles (routes, limits of the configuration).
+            let compiled = identity
+                .clone()
+                .and_then(|c| HttpIdentity::new(c).map_err(|e| node.error(e.to_string()).into()));
+            match (identity, contract, layer, compiled) {
+                (Ok(identity), Ok(contract), Ok(layer), Ok(_)) => {
+                    let section = HttpSection {
+                        identity,
+                        contract,
+                        layer,
+                    };
+                    found = Some((section, node.at().to_string()));
+                }
+                (i, c, l, compiled) => {
+                    let mut compile_error = true;
+                    if let Err(e) = i {
+                        errors.extend(e);
+                        compile_error = false;
+                    }
+                    if let Err(e) = c {
+                        errors.extend(e);
+                    }
+                    if let Err(e) = l {
+                        errors.extend(e);
+                    }
+                    if let (true, Err(e)) = (compile_error, compiled) {
+                        errors.extend(e);
+                    }
+                }
+            }
+        }
+        errors.finish(found.map(|(s, _)| s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn read(text: &str) -> Result<Option<HttpSection>, ConfigErrors> {
+        let doc = Document::parse(&Arc::from("h.yaml"), text).unwrap();
+        HttpSection::from_documents(&[doc])
+    }
+
+    #[test]
+    fn reads_all_three_parts() {
+        let s = read(
+            "http:\n  domain: gw\n  descriptors: [[client_ip]]\n  responses: {status: 503}\n  layer: {max_delayed: 7}\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.identity.domain, "gw");
+        assert_eq!(s.contract.status.as_u16(), 503);
+        assert_eq!(s.layer.max_delayed, 7);
+        assert!(read("domains: []\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn reports_every_problem() {
+        let e = read(
+            "http:\n  domain: gw\n  colour: red\n  responses: {status: 99}\n  layer: {on_error: maybe}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("colour"), "{e}");
+        assert!(e.contains("on_error"), "{e}");
+    }
+}

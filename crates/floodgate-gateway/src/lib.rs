@@ -1,0 +1,52 @@
+//! # The Floodgate gateway
+//!
+//! `floodgate gateway`: a reverse proxy in front of any HTTP/1.1 or HTTP/2
+//! upstream that enforces Floodgate policies before requests reach it.
+//!
+//! * Clients speak HTTP/1.1 or HTTP/2 (cleartext, prior knowledge); the
+//!   upstream is reached over HTTP/1.1 or HTTP/2 through a pooled
+//!   keep-alive client ([`Upstream`]). Bodies stream both ways untouched;
+//!   hop-by-hop fields are removed and `X-Forwarded-For`,
+//!   `X-Forwarded-Proto` and `Forwarded` are appended ([`forward`]).
+//! * Every request goes through
+//!   [`FloodgateLayer`](floodgate_http::FloodgateLayer) first: the same
+//!   identity, contract (429 or the rule's status, `RateLimit` headers on
+//!   every response), shaper delays (nginx `limit_req` semantics),
+//!   concurrency queues and priority shedding as the tower layer.
+//! * An unreachable upstream is answered 502, a slow one 504 — never a
+//!   rate-limit status.
+//! * Slow clients are disconnected after the header timeout, request heads
+//!   are bounded, request smuggling is rejected by hyper's parser,
+//!   connections are capped, and shutdown drains requests in flight.
+//! * The configuration is the Floodgate file: `gateway:` (this crate),
+//!   `http:`, `store:`, `server:` and the policies; policies and `http:`
+//!   are reloaded while running.
+//!
+//! See `docs/gateway.md`.
+
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod forward;
+pub mod gateway;
+pub mod http_section;
+pub mod io;
+pub mod listener;
+pub mod proxy;
+pub mod read;
+pub mod run;
+pub mod upstream;
+
+pub use config::{
+    GatewayConfig, HostHeader, ListenerLimits, UpstreamConfig, UpstreamProtocol, UpstreamUrl,
+};
+pub use error::GatewayError;
+pub use gateway::{Gateway, GatewayBody, Limiter};
+pub use http_section::HttpSection;
+pub use proxy::Proxy;
+pub use run::{GatewayOptions, Loaded, Running, SECTIONS, load, run, start};
+pub use upstream::Upstream;

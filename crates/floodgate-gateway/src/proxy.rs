@@ -1,0 +1,184 @@
+//! [`Proxy`]: the service behind the limiter, forwarding a request to the
+//! upstream and streaming its response back. Upstream failures are
+//! gateway errors (502, 504), never rate-limit statuses.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use floodgate_http::layer::PeerAddr;
+use http::header::{CONTENT_TYPE, EXPECT, HOST};
+use http::{HeaderValue, Request, Response, StatusCode, Version};
+use hyper::body::Incoming;
+use tower_service::Service;
+
+use crate::body::ProxyBody;
+use crate::forward::{
+    append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
+};
+use crate::upstream::Upstream;
+
+/// A request extension: the request came through a trusted proxy, so its
+/// `X-Forwarded-Proto` is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrustedHop;
+
+/// Counters of the proxy (cumulative).
+#[derive(Debug, Default)]
+pub struct ProxyStats {
+    /// Requests sent to the upstream.
+    pub forwarded: AtomicU64,
+    /// Upstream connection failures and broken exchanges (502).
+    pub bad_gateway: AtomicU64,
+    /// Upstream response timeouts (504).
+    pub timeouts: AtomicU64,
+    /// Requests whose target could not be rewritten (400).
+    pub bad_target: AtomicU64,
+}
+
+impl ProxyStats {
+    /// A counter's value.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+struct Shared {
+    upstream: Upstream,
+    stats: ProxyStats,
+    metrics: Metrics,
+}
+
+#[derive(Clone)]
+struct Metrics {
+    bad_gateway: metrics::Counter,
+    timeout: metrics::Counter,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        Metrics {
+            bad_gateway: metrics::counter!("floodgate_gateway_upstream_errors_total", "kind" => "bad_gateway"),
+            timeout: metrics::counter!("floodgate_gateway_upstream_errors_total", "kind" => "timeout"),
+        }
+    }
+}
+
+/// Forwards requests to an [`Upstream`]. Always ready; never fails (errors
+/// are responses).
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("upstream", &self.shared.upstream)
+            .finish()
+    }
+}
+
+impl Proxy {
+    /// A proxy to `upstream`.
+    pub fn new(upstream: Upstream) -> Self {
+        Proxy {
+            shared: Arc::new(Shared {
+                upstream,
+                stats: ProxyStats::default(),
+                metrics: Metrics::new(),
+            }),
+        }
+    }
+
+    /// The proxy's counters.
+    pub fn stats(&self) -> &ProxyStats {
+        &self.shared.stats
+    }
+
+    /// Forwards one request and returns the upstream's response (or the
+    /// gateway's error response).
+    pub async fn forward(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+        forward(&self.shared, req).await
+    }
+}
+
+async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyBody> {
+    let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
+    let keep_proto = req.extensions().get::<TrustedHop>().is_some();
+    let headers = req.headers_mut();
+    strip_hop_by_hop(headers);
+    // The gateway answers `100-continue` itself when it reads the body.
+    headers.remove(EXPECT);
+    if let Some(peer) = peer {
+        append_x_forwarded_for(req.headers_mut(), peer.ip());
+        let host = match req.headers().get(HOST) {
+            Some(h) => Some(h.as_bytes().to_vec()),
+            None => req
+                .uri()
+                .authority()
+                .map(|a| a.as_str().as_bytes().to_vec()),
+        };
+        append_forwarded(req.headers_mut(), peer, host.as_deref());
+    }
+    set_x_forwarded_proto(req.headers_mut(), keep_proto);
+    let up = &shared.upstream;
+    if up.prepare(&mut req).is_err() {
+        shared.stats.bad_target.fetch_add(1, Ordering::Relaxed);
+        return error(
+            StatusCode::BAD_REQUEST,
+            "400 Bad Request: invalid request target\n",
+        );
+    }
+    shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    match tokio::time::timeout(up.response_timeout(), up.client().request(req)).await {
+        Ok(Ok(res)) => {
+            let (mut parts, body) = res.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            parts.version = Version::HTTP_11;
+            Response::from_parts(parts, ProxyBody::upstream(body))
+        }
+        Ok(Err(e)) => {
+            shared.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
+            shared.metrics.bad_gateway.increment(1);
+            tracing::debug!(error = %e, connect = e.is_connect(), "upstream request failed");
+            error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
+        }
+        Err(_) => {
+            shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            shared.metrics.timeout.increment(1);
+            tracing::debug!(timeout = ?up.response_timeout(), "upstream response timed out");
+            error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
+        }
+    }
+}
+
+fn error(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
+    let mut res = Response::new(ProxyBody::full(text));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+impl Service<Request<Incoming>> for Proxy {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> BoxFuture {
+        let shared = self.shared.clone();
+        Box::pin(async move { Ok(forward(&shared, req).await) })
+    }
+}

@@ -1,0 +1,349 @@
+//! Running the gateway: load the configuration (the `gateway:`, `http:`,
+//! `server:`, `store:` sections and the policies), build the store
+//! (memory or Redis, as `floodgate serve` does), bind, serve until
+//! SIGTERM/SIGINT, then drain within `server.shutdown_grace`. Policies and
+//! the `http:` section are reloaded while running.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use floodgate_policy::Engine;
+use floodgate_policy::engine::RequestLimits;
+use floodgate_policy::read::LoadOptions;
+use floodgate_policy::reload::{Compiled, ConfigSource, Reloader, WatchHandle};
+use floodgate_server::AnyBackend;
+use floodgate_server::settings::{self, Overrides, Settings};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::config::{GatewayConfig, UpstreamUrl};
+use crate::error::GatewayError;
+use crate::gateway::{Gateway, Limiter};
+use crate::http_section::HttpSection;
+use crate::proxy::Proxy;
+use crate::upstream::Upstream;
+
+/// The top-level sections a gateway configuration may have besides the
+/// policies (`floodgate config check` accepts them too).
+pub const SECTIONS: &[&str] = &["server", "store", "http", crate::read::SECTION];
+
+/// What `floodgate gateway` was asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct GatewayOptions {
+    /// Configuration files or directories.
+    pub paths: Vec<PathBuf>,
+    /// Merge several files of one domain.
+    pub merge_domains: bool,
+    /// `server:`/`store:` settings from the environment.
+    pub env: Overrides,
+    /// `server:`/`store:` settings from flags (over the environment's).
+    pub flags: Overrides,
+    /// The listen address (over `gateway.listen`).
+    pub listen: Option<SocketAddr>,
+    /// Upstream URLs (over `gateway.upstream.url`).
+    pub upstreams: Vec<UpstreamUrl>,
+}
+
+/// A loaded configuration, ready to run.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Where it came from (watched for reloads).
+    pub source: ConfigSource,
+    /// The policies and documents.
+    pub compiled: Compiled,
+    /// The `server:` and `store:` sections.
+    pub settings: Settings,
+    /// The `gateway:` section.
+    pub gateway: GatewayConfig,
+    /// The `http:` section (none: nothing is limited).
+    pub http: Option<HttpSection>,
+}
+
+/// The configuration source for `paths`, accepting the gateway's sections.
+pub fn config_source(paths: &[PathBuf], merge_domains: bool) -> ConfigSource {
+    ConfigSource {
+        paths: paths.to_vec(),
+        options: LoadOptions {
+            merge_domains,
+            other_sections: SECTIONS.to_vec(),
+        },
+    }
+}
+
+/// Reads every section the gateway uses from loaded documents; reports
+/// all problems at once.
+pub fn read_sections(
+    compiled: &Compiled,
+) -> Result<(Settings, Option<GatewayConfig>, Option<HttpSection>), GatewayError> {
+    let docs = &compiled.loaded.documents;
+    let mut errors = floodgate_policy::error::Errors::default();
+    let settings = settings::read_sections(docs)
+        .map_err(|e| errors.extend(e))
+        .ok();
+    let gateway = GatewayConfig::from_documents(docs)
+        .map_err(|e| errors.extend(e))
+        .ok();
+    let http = HttpSection::from_documents(docs)
+        .map_err(|e| errors.extend(e))
+        .ok();
+    errors.finish(()).map_err(GatewayError::Config)?;
+    match (settings, gateway, http) {
+        (Some(s), Some(g), Some(h)) => Ok((s, g, h)),
+        _ => Err(GatewayError::Startup(
+            "configuration sections unreadable".into(),
+        )),
+    }
+}
+
+/// Loads the configuration, then applies the environment and the flags.
+/// Install the metrics recorder first: rules resolve their metric handles
+/// when they are compiled.
+pub fn load(opts: &GatewayOptions) -> Result<Loaded, GatewayError> {
+    let source = config_source(&opts.paths, opts.merge_domains);
+    let compiled = source.compile().map_err(GatewayError::Config)?;
+    let (mut settings, gateway, http) = read_sections(&compiled)?;
+    opts.env
+        .apply(&mut settings)
+        .map_err(floodgate_server::ServerError::from)?;
+    opts.flags
+        .apply(&mut settings)
+        .map_err(floodgate_server::ServerError::from)?;
+    let mut gateway = match (gateway, opts.upstreams.is_empty()) {
+        (Some(g), _) => g,
+        (None, false) => GatewayConfig::default(),
+        (None, true) => return Err(GatewayError::NoSection),
+    };
+    if let Some(l) = opts.listen {
+        gateway.listen = l;
+    }
+    if !opts.upstreams.is_empty() {
+        gateway.upstream.urls = opts.upstreams.clone();
+    }
+    Ok(Loaded {
+        source,
+        compiled,
+        settings,
+        gateway,
+        http,
+    })
+}
+
+/// Runs the gateway on a new runtime (`gateway.workers` threads) until
+/// SIGTERM or SIGINT; logging must already be set up.
+pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), GatewayError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(w) = loaded.gateway.workers {
+        builder.worker_threads(w);
+    }
+    let runtime = builder
+        .enable_all()
+        .thread_name("floodgate-gw")
+        .build()
+        .map_err(|e| GatewayError::Startup(e.to_string()))?;
+    runtime.block_on(async move {
+        let running = start(loaded, prometheus).await?;
+        floodgate_server::run::shutdown_signal().await;
+        running.shutdown().await;
+        Ok(())
+    })
+}
+
+/// A gateway serving in the background.
+pub struct Running {
+    addr: SocketAddr,
+    admin: Option<SocketAddr>,
+    gateway: Arc<Gateway<AnyBackend>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<bool>,
+    admin_task: Option<JoinHandle<()>>,
+    draining: Arc<AtomicBool>,
+    _watch: Option<WatchHandle>,
+}
+
+impl Running {
+    /// The client-facing address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin address, if any.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
+
+    /// The gateway.
+    pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
+        &self.gateway
+    }
+
+    /// Stops accepting, drains within the grace period; true when every
+    /// request in flight finished.
+    pub async fn shutdown(mut self) -> bool {
+        self.draining.store(true, Ordering::Relaxed);
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let drained = (&mut self.task).await.unwrap_or(false);
+        if let Some(a) = self.admin_task.take() {
+            a.abort();
+        }
+        if drained {
+            tracing::info!("stopped");
+        } else {
+            tracing::warn!("grace period over; requests still in flight were abandoned");
+        }
+        drained
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| GatewayError::Bind { addr, source })
+}
+
+/// Builds the store, the engine, the limiter and the proxy, binds the
+/// listeners and serves in the background.
+pub async fn start(
+    loaded: Loaded,
+    prometheus: Option<PrometheusHandle>,
+) -> Result<Running, GatewayError> {
+    let Loaded {
+        source,
+        compiled,
+        settings,
+        gateway: config,
+        http,
+    } = loaded;
+    if config.upstream.urls.is_empty() {
+        return Err(GatewayError::Startup("no upstream URL".into()));
+    }
+    if let Some(h) = &prometheus {
+        floodgate_server::metrics::spawn_upkeep(h.clone(), std::time::Duration::from_secs(5));
+    }
+    let backend = AnyBackend::build(&settings.store).await?;
+    let Compiled { mut policy, loaded } = compiled;
+    settings.policy.apply(&mut policy.settings);
+    let limits = RequestLimits {
+        max_descriptors: settings.server.max_descriptors,
+        max_entry_bytes: settings.server.max_value_bytes,
+        ..RequestLimits::default()
+    };
+    let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
+    let limiter = match http {
+        Some(s) => Some(
+            Limiter::new(engine.clone(), s).map_err(|e| GatewayError::Startup(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let limited = limiter.is_some();
+    let proxy = Proxy::new(Upstream::new(&config.upstream));
+    let gateway = Arc::new(Gateway::new(engine, limiter, proxy));
+    let watch = spawn_reloader(
+        source,
+        Compiled {
+            policy: floodgate_policy::PolicySet::empty(),
+            loaded,
+        },
+        &gateway,
+        &settings,
+        config.clone(),
+    );
+    let listener = bind(config.listen).await?;
+    let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let draining = Arc::new(AtomicBool::new(false));
+    let (admin, admin_task) = match settings.server.admin {
+        Some(a) => {
+            let l = bind(a).await?;
+            let bound = l.local_addr().ok();
+            let admin = Admin {
+                metrics: prometheus,
+                draining: draining.clone(),
+            };
+            (bound, Some(tokio::spawn(admin.serve(l))))
+        }
+        None => (None, None),
+    };
+    let upstreams: Vec<&str> = config
+        .upstream
+        .urls
+        .iter()
+        .map(|u| u.authority.as_str())
+        .collect();
+    tracing::info!(
+        %addr,
+        upstream = %upstreams.join(","),
+        protocol = config.upstream.protocol.name(),
+        limited,
+        rules = gateway.engine().policy().rules().len(),
+        "gateway listening"
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let grace = settings.server.shutdown_grace;
+    let task = tokio::spawn(crate::listener::serve(
+        gateway.clone(),
+        listener,
+        config.limits.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+        grace,
+    ));
+    Ok(Running {
+        addr,
+        admin,
+        gateway,
+        stop: Some(stop),
+        task,
+        admin_task,
+        draining,
+        _watch: watch,
+    })
+}
+
+fn spawn_reloader(
+    source: ConfigSource,
+    compiled: Compiled,
+    gateway: &Arc<Gateway<AnyBackend>>,
+    settings: &Settings,
+    started_with: GatewayConfig,
+) -> Option<WatchHandle> {
+    let interval = settings.server.reload_interval;
+    if interval.is_zero() {
+        return None;
+    }
+    let gateway = gateway.clone();
+    let overrides = settings.policy;
+    let reloader = Reloader::new(source, &compiled, move |c: Compiled| {
+        let docs = &c.loaded.documents;
+        let section = match HttpSection::from_documents(docs) {
+            Ok(s) => s,
+            Err(errors) => {
+                tracing::error!(%errors, "http section rejected; the running configuration stays in force");
+                return;
+            }
+        };
+        if let Ok(Some(g)) = GatewayConfig::from_documents(docs) {
+            if g.upstream != started_with.upstream || g.listen != started_with.listen {
+                tracing::warn!("the gateway section changed: it is only read at startup");
+            }
+        }
+        let mut policy = c.policy;
+        overrides.apply(&mut policy.settings);
+        gateway.engine().replace_policy(policy);
+        match gateway.apply_http(section) {
+            Ok(true) => tracing::info!("http section reloaded: new limiter"),
+            Ok(false) => {}
+            Err(e) => tracing::error!(error = %e, "http section rejected"),
+        }
+    });
+    Some(reloader.spawn(interval))
+}
