@@ -36,6 +36,20 @@ if ! "$VENV/bin/python" -c 'import grpc; from envoy.service.ratelimit.v3 import 
 fi
 export FLOODGATE_PYTHON="$PWD/$VENV/bin/python"
 
+# ---- The gateway (floodgate gateway) ----------------------------------------
+# Its differential tests (crates/floodgate-gateway/tests/nginx_*.rs) run a
+# real nginx (Debian's, limit_req) against the gateway; its benchmark uses
+# wrk. The tests fail, never skip, when nginx is missing.
+need_gw=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_gw+=(nginx-light)
+command -v wrk >/dev/null 2>&1 || need_gw+=(wrk)
+if [ ${#need_gw[@]} -gt 0 ]; then
+    echo "==> installing ${need_gw[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_gw[@]}" >/dev/null
+fi
+
 echo "==> cargo test (workspace, all targets and doc tests)"
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
