@@ -1,0 +1,257 @@
+//! Hostile clients over raw TCP: smuggling attempts, invalid bytes, huge
+//! heads, slowloris, spoofed `X-Forwarded-For`. None reaches the upstream;
+//! everyone else keeps being served.
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{ConfigFile, gateway, h1, raw, status_of, upstream};
+
+const CONFIG: &str = r#"
+http:
+  domain: gw
+  descriptors:
+    - [client_ip]
+domains:
+  - domain: gw
+    descriptors:
+      - key: remote_address
+        rate_limit: {name: per-ip, requests: 3, per: 1m}
+gateway:
+  upstream: http://127.0.0.1:1
+  limits: {header_read_timeout: 1s, max_header_bytes: 16KiB}
+server: {reload_interval: 0}
+"#;
+
+const TRUSTING: &str = r#"
+http:
+  domain: gw
+  client_ip: {trusted_hops: 1}
+  descriptors:
+    - [client_ip]
+domains:
+  - domain: gw
+    descriptors:
+      - key: remote_address
+        rate_limit: {name: per-ip, requests: 1, per: 1m}
+server: {reload_interval: 0}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smuggling_and_invalid_heads_are_rejected_before_the_upstream() {
+    let up = upstream().await;
+    let file = ConfigFile::new(CONFIG);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let addr = gw.addr();
+    let cases: &[(&str, &[u8], u16)] = &[
+        (
+            "conflicting Content-Length",
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+            400,
+        ),
+        (
+            "Content-Length list",
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\nhello!",
+            400,
+        ),
+        (
+            "non-numeric Content-Length",
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello",
+            400,
+        ),
+        (
+            "Transfer-Encoding not ending in chunked",
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nhello",
+            400,
+        ),
+        (
+            "NUL in a value",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n",
+            400,
+        ),
+        (
+            "space in a field name",
+            b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: x\r\n\r\n",
+            400,
+        ),
+        (
+            "space before the colon",
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello",
+            400,
+        ),
+        (
+            "bare LF inside a value",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\rX-B: 2\r\n\r\n",
+            400,
+        ),
+        ("garbage request line", b"HELLO\r\n\r\n", 400),
+    ];
+    for (what, bytes, want) in cases {
+        let text = raw(addr, bytes, Duration::from_secs(3));
+        assert_eq!(status_of(&text), Some(*want), "{what}: {text:?}");
+    }
+    assert_eq!(up.requests(), 0, "nothing reached the upstream");
+
+    // Content-Length with Transfer-Encoding: hyper lets chunked framing win
+    // (RFC 9112 §6.3), drops the length, and closes the connection after
+    // the response, so nothing can be smuggled behind it; the upstream gets
+    // one consistent request.
+    let text = raw(
+        addr,
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    let status = status_of(&text);
+    assert!(matches!(status, Some(200) | Some(400)), "{text:?}");
+    if status == Some(200) {
+        assert!(text.contains("\r\n\r\n5\r\nhello\r\n0\r\n"), "{text:?}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text:?}"
+        );
+        assert_eq!(
+            text.matches("HTTP/1.1").count(),
+            1,
+            "no second response: {text:?}"
+        );
+    }
+    assert!(up.requests() <= 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_heads_get_431() {
+    let up = upstream().await;
+    let file = ConfigFile::new(CONFIG);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let big = "a".repeat(64 * 1024);
+    let req = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+    let text = raw(gw.addr(), req.as_bytes(), Duration::from_secs(3));
+    assert_eq!(
+        status_of(&text),
+        Some(431),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    let many: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n");
+    let text = raw(gw.addr(), req.as_bytes(), Duration::from_secs(3));
+    assert_eq!(status_of(&text), Some(431), "{text}");
+    // Over HTTP/2 too: the header list is bounded.
+    let r = support::h2()
+        .get(format!("http://{}/", gw.addr()))
+        .header("x-big", &big)
+        .send()
+        .await;
+    assert!(r.map(|r| r.status() == 431).unwrap_or(true));
+    assert_eq!(up.requests(), 0);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_is_disconnected_while_others_are_served() {
+    let up = upstream().await;
+    let file = ConfigFile::new(CONFIG);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let addr = gw.addr();
+    // Dribblers: one byte every 100 ms, a head that never ends; and one
+    // that never sends anything.
+    let dribblers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                let started = Instant::now();
+                let line = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+                for &b in line.iter().chain(std::iter::repeat(&b'a')) {
+                    if s.write_all(&[b]).is_err() {
+                        return started.elapsed();
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                    if started.elapsed() > Duration::from_secs(6) {
+                        break;
+                    }
+                }
+                started.elapsed()
+            })
+        })
+        .collect();
+    let silent = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        let _ = std::io::Read::read(&mut s, &mut buf);
+        started.elapsed()
+    });
+    // Meanwhile a normal client is served, several times.
+    let c = h1();
+    for _ in 0..3 {
+        let r = c.get(format!("http://{addr}/")).send().await.unwrap();
+        assert!(r.status() == 200 || r.status() == 429);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for d in dribblers {
+        let took = d.join().unwrap();
+        assert!(took < Duration::from_secs(4), "dribbler kept for {took:?}");
+    }
+    let took = silent.join().unwrap();
+    assert!(
+        took < Duration::from_secs(3),
+        "silent client kept for {took:?}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_forwarded_for_is_trusted_only_when_configured() {
+    let up = upstream().await;
+    // Not trusted: every spoofed address is the same client (the peer).
+    let file = ConfigFile::new(CONFIG);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let c = h1();
+    let mut statuses = Vec::new();
+    for xff in [
+        "203.0.113.1",
+        "203.0.113.2",
+        "garbage,,,",
+        "999.1.1.1, ::zz",
+    ] {
+        let r = c
+            .get(format!("http://{}/", gw.addr()))
+            .header("x-forwarded-for", xff)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    gw.shutdown().await;
+
+    // Trusted (one hop): the rightmost entry is the client; a malformed
+    // one falls back to the peer, never to the client's leftmost claim.
+    let file = ConfigFile::new(TRUSTING);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let send = |xff: &'static str| {
+        let c = c.clone();
+        let url = format!("http://{}/", gw.addr());
+        async move {
+            c.get(url)
+                .header("x-forwarded-for", xff)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(send("198.51.100.1").await, 200);
+    assert_eq!(send("10.0.0.1, 198.51.100.2").await, 200);
+    assert_eq!(send("198.51.100.2").await, 429, "same client");
+    assert_eq!(send("not-an-ip").await, 200, "the peer's first");
+    assert_eq!(send("1.2.3.4, ###").await, 429, "the peer again");
+    assert_eq!(up.requests(), 3 + 3);
+    gw.shutdown().await;
+}
