@@ -1,0 +1,390 @@
+//! Differential tests against a real nginx: the same `limit_req`
+//! configuration, the same timed request schedules, the same per-request
+//! decisions (pass, delay and its length, reject with the configured
+//! status), and a jitter-free replay of nginx's own logged arrival times
+//! into the gateway's decision function.
+//!
+//! Requires Debian's `nginx` (scripts/test.sh installs it): the tests fail
+//! when it is missing.
+
+mod nginx;
+mod support;
+
+use std::sync::Mutex;
+
+use floodgate::{ManualClock, Timestamp};
+use floodgate_http::contract::{Report, Verdict};
+use floodgate_http::{ContractConfig, HttpIdentity};
+use floodgate_policy::read::{LoadOptions, load_str};
+use floodgate_policy::{Engine, MemoryBackend, PolicySet};
+use nginx::model::{self, Class, Req, Zone};
+use nginx::{Limit, Nginx, fire};
+use support::{ConfigFile, gateway, upstream};
+
+/// One scenario at a time: timing needs the machine's two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const HEADERS: [&str; 2] = ["x-limit-key", "x-limit-key2"];
+/// Allowed difference between a measured and an expected delay, in ms
+/// (nginx releases delayed requests 0–3 ms late; both sides share a
+/// loaded two-core machine with the client).
+const TOLERANCE: f64 = 15.0;
+
+struct Scenario {
+    name: &'static str,
+    limits: Vec<Limit>,
+    zones: Vec<Zone>,
+    /// Floodgate `rate_limit` bodies, one per limit.
+    rules: Vec<&'static str>,
+    dry_run: bool,
+    status: u16,
+    keys: Vec<&'static [&'static str]>,
+    n: usize,
+    span: u64,
+    seed: u64,
+}
+
+fn gateway_config(s: &Scenario) -> String {
+    let mut descriptors = String::new();
+    let mut rules = String::new();
+    for (i, rule) in s.rules.iter().enumerate() {
+        descriptors.push_str(&format!(
+            "    - [{{header: {{name: {}, key: z{i}}}}}]\n",
+            HEADERS[i]
+        ));
+        rules.push_str(&format!(
+            "      - key: z{i}\n        shadow_mode: {}\n        rate_limit: {{name: z{i}, algorithm: shaper, {rule}}}\n",
+            s.dry_run
+        ));
+    }
+    format!(
+        "http:\n  domain: nginx\n  descriptors:\n{descriptors}  responses: {{status: {}}}\ndomains:\n  - domain: nginx\n    descriptors:\n{rules}server: {{reload_interval: 0}}\n",
+        s.status
+    )
+}
+
+fn nginx_status(class: Option<Class>, dry_run: bool) -> &'static str {
+    match (class, dry_run) {
+        (None, _) => "-",
+        (Some(Class::Pass), _) => "PASSED",
+        (Some(Class::Delay(_)), false) => "DELAYED",
+        (Some(Class::Delay(_)), true) => "DELAYED_DRY_RUN",
+        (Some(Class::Reject), false) => "REJECTED",
+        (Some(Class::Reject), true) => "REJECTED_DRY_RUN",
+    }
+}
+
+/// The gateway's decision function, fed nginx's logged arrival times.
+struct Replay {
+    engine: Engine<MemoryBackend, std::sync::Arc<ManualClock>>,
+    clock: std::sync::Arc<ManualClock>,
+    identity: HttpIdentity,
+    contract: ContractConfig,
+}
+
+impl Replay {
+    fn new(text: &str) -> Self {
+        let options = LoadOptions {
+            other_sections: floodgate_gateway::SECTIONS.to_vec(),
+            ..Default::default()
+        };
+        let spec = load_str("g.yaml", text, &options).unwrap();
+        let policy = PolicySet::compile(&spec).unwrap();
+        let clock = std::sync::Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+        Replay {
+            engine: Engine::with_clock(
+                policy,
+                MemoryBackend::new(Default::default()).unwrap(),
+                clock.clone(),
+            ),
+            clock,
+            identity: HttpIdentity::from_yaml_str("g.yaml", text).unwrap(),
+            contract: ContractConfig::from_yaml_str("g.yaml", text).unwrap(),
+        }
+    }
+
+    async fn decide(&self, at_ms: u64, req: &Req, dry_run: bool) -> (&'static str, u64) {
+        self.clock.set(Timestamp::from_millis(at_ms));
+        let mut headers = http::HeaderMap::new();
+        for (h, k) in HEADERS.iter().zip(&req.keys) {
+            if let Some(k) = k {
+                headers.insert(*h, k.parse().unwrap());
+            }
+        }
+        let mut out = self.identity.new_output();
+        self.identity.build(
+            &http::Method::GET,
+            &"/t/x".parse().unwrap(),
+            &headers,
+            "127.0.0.1:1".parse().unwrap(),
+            &http::Extensions::new(),
+            &mut out,
+        );
+        let mut response = floodgate_policy::Response::default();
+        self.engine
+            .evaluate(
+                self.identity.domain(),
+                &out,
+                out.hits_addend(),
+                &mut response,
+            )
+            .await
+            .unwrap();
+        if dry_run {
+            // Shadow rules: decided and counted, never enforced.
+            let mut class = "PASSED";
+            for s in &response.statuses {
+                match s.decision.map(|d| d.outcome) {
+                    Some(floodgate::Outcome::Denied) => return ("REJECTED_DRY_RUN", 0),
+                    Some(floodgate::Outcome::Delayed(_)) => class = "DELAYED_DRY_RUN",
+                    _ => {}
+                }
+            }
+            return (class, 0);
+        }
+        let mut report = Report::new();
+        report.fill(&response, &self.engine.policy(), &self.contract);
+        match report.verdict() {
+            Verdict::Allowed => ("PASSED", 0),
+            Verdict::Delayed(d) => ("DELAYED", d.as_millis() as u64),
+            Verdict::Denied => ("REJECTED", 0),
+        }
+    }
+}
+
+async fn check(s: Scenario) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let schedule = model::robust_schedule(&s.zones, s.seed, s.n, s.span, &s.keys);
+    let expected = model::run(&s.zones, &schedule, 1_000_000);
+    let headers = &HEADERS[..s.limits.len()];
+
+    let nginx = Nginx::start(&s.limits, s.dry_run, s.status);
+    let url = format!("http://127.0.0.1:{}/t/x", nginx.port);
+    let seen_nginx = fire(&url, &schedule, headers, "").await;
+
+    let up = upstream().await;
+    let text = gateway_config(&s);
+    let file = ConfigFile::new(&text);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let url = format!("http://{}/t/x", gw.addr());
+    let seen_gw = fire(&url, &schedule, headers, "").await;
+    gw.shutdown().await;
+
+    let mut problems = Vec::new();
+    let mut table = String::new();
+    for (i, ((want, n), g)) in expected.iter().zip(&seen_nginx).zip(&seen_gw).enumerate() {
+        let delay = match want {
+            Some(Class::Delay(d)) if !s.dry_run => *d as f64,
+            _ => 0.0,
+        };
+        let status = if *want == Some(Class::Reject) && !s.dry_run {
+            s.status
+        } else {
+            200
+        };
+        table.push_str(&format!(
+            "#{i:<3} t={:<5} keys={:?} model={want:?} nginx={} {} {:.1}ms gateway={} {:.1}ms\n",
+            schedule[i].at,
+            schedule[i].keys,
+            n.limit_status,
+            n.status,
+            n.latency,
+            g.status,
+            g.latency
+        ));
+        if n.limit_status != nginx_status(*want, s.dry_run) || n.status != status {
+            problems.push(format!(
+                "#{i}: nginx decided {} {}",
+                n.limit_status, n.status
+            ));
+        }
+        if g.status != status {
+            problems.push(format!(
+                "#{i}: gateway answered {}, nginx {}",
+                g.status, n.status
+            ));
+        }
+        if (n.latency - delay).abs() > TOLERANCE || (g.latency - delay).abs() > TOLERANCE {
+            problems.push(format!(
+                "#{i}: delays differ: model {delay} ms, nginx {:.1} ms, gateway {:.1} ms",
+                n.latency, g.latency
+            ));
+        }
+    }
+
+    // The jitter-free check: nginx's own arrival times, replayed.
+    let mut logged = nginx.decisions();
+    logged.sort_by_key(|(at, _, idx, _, _)| (*at, *idx));
+    assert_eq!(logged.len(), schedule.len(), "nginx logged every request");
+    let replay = Replay::new(&text);
+    for (at, took, idx, status, _) in &logged {
+        let (got, d) = replay.decide(*at, &schedule[*idx], s.dry_run).await;
+        if got != status {
+            problems.push(format!(
+                "replay #{idx} at {at}: gateway {got}, nginx {status}"
+            ));
+        } else if got == "DELAYED" {
+            let d = d as i64;
+            let t = *took as i64;
+            // Released 0–3 ms late; ±1 ms between nginx's wall and
+            // monotonic millisecond truncations.
+            if !(d - 1..=d + 5).contains(&t) {
+                problems.push(format!("replay #{idx}: delay {d} ms, nginx took {t} ms"));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}: {} difference(s):\n{}\n{table}",
+        s.name,
+        problems.len(),
+        problems.join("\n")
+    );
+    eprintln!("{}: {} requests agree\n{table}", s.name, schedule.len());
+}
+
+fn one(
+    name: &'static str,
+    rate: &'static str,
+    burst: Option<u64>,
+    mode: &'static str,
+    zone: Zone,
+    rule: &'static str,
+) -> Scenario {
+    Scenario {
+        name,
+        limits: vec![Limit {
+            header: HEADERS[0],
+            rate,
+            burst,
+            mode,
+        }],
+        zones: vec![zone],
+        rules: vec![rule],
+        dry_run: false,
+        status: 503,
+        keys: vec![&["a", "b"]],
+        n: 30,
+        span: 2500,
+        seed: 7,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_per_second_with_burst() {
+    check(one(
+        "10r/s burst=5",
+        "10r/s",
+        Some(5),
+        "",
+        Zone::per_second(10, 5, None),
+        "rate: 10r/s, burst: 5",
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_nodelay() {
+    let mut s = one(
+        "10r/s burst=5 nodelay",
+        "10r/s",
+        Some(5),
+        "nodelay",
+        Zone::per_second(10, 5, Some(u64::MAX)),
+        "rate: 10r/s, burst: 5, nodelay: true",
+    );
+    s.status = 429;
+    check(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stage_delay() {
+    let mut s = one(
+        "20r/s burst=8 delay=3",
+        "20r/s",
+        Some(8),
+        "delay=3",
+        Zone::per_second(20, 8, Some(3)),
+        "rate: 20r/s, burst: 8, delay: 3",
+    );
+    s.seed = 11;
+    check(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_per_minute() {
+    let mut s = one(
+        "30r/m burst=2 nodelay",
+        "30r/m",
+        Some(2),
+        "nodelay",
+        Zone::per_minute(30, 2, Some(u64::MAX)),
+        "rate: 30r/m, burst: 2, nodelay: true",
+    );
+    s.n = 14;
+    s.span = 6000;
+    s.keys = vec![&["a"]];
+    check(s).await;
+    // 1r/m drains 16 units a second (62.5 s a request): within seconds,
+    // only the burst passes.
+    let mut s = one(
+        "1r/m burst=1 nodelay",
+        "1r/m",
+        Some(1),
+        "nodelay",
+        Zone::per_minute(1, 1, Some(u64::MAX)),
+        "rate: 1r/m, burst: 1, nodelay: true",
+    );
+    s.n = 8;
+    s.span = 1500;
+    check(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_zones_on_one_location() {
+    check(Scenario {
+        name: "two limit_req: 10r/s burst=4 + 5r/s burst=6 delay=2",
+        limits: vec![
+            Limit {
+                header: HEADERS[0],
+                rate: "10r/s",
+                burst: Some(4),
+                mode: "",
+            },
+            Limit {
+                header: HEADERS[1],
+                rate: "5r/s",
+                burst: Some(6),
+                mode: "delay=2",
+            },
+        ],
+        zones: vec![
+            Zone::per_second(10, 4, None),
+            Zone::per_second(5, 6, Some(2)),
+        ],
+        rules: vec!["rate: 10r/s, burst: 4", "rate: 5r/s, burst: 6, delay: 2"],
+        dry_run: false,
+        status: 503,
+        keys: vec![&["a", "b", "c"], &["s", "t"]],
+        n: 30,
+        span: 3000,
+        seed: 5,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run() {
+    let mut s = one(
+        "10r/s burst=2 dry run",
+        "10r/s",
+        Some(2),
+        "",
+        Zone::per_second(10, 2, None),
+        "rate: 10r/s, burst: 2",
+    );
+    s.dry_run = true;
+    s.n = 24;
+    s.span = 1500;
+    check(s).await;
+}
