@@ -5,7 +5,11 @@ use floodgate_policy::read::{LoadOptions, load_str};
 
 #[test]
 fn the_documented_examples_are_valid() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policies.md")).unwrap();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/policies.md"
+    ))
+    .unwrap();
     let mut blocks = 0;
     for (i, block) in doc.split("```yaml\n").skip(1).enumerate() {
         let yaml = block.split("```").next().unwrap();
