@@ -98,7 +98,7 @@ impl RedisBackend {
     async fn build(config: &RedisConfig, lazy: bool) -> Result<Self, ConnectError> {
         config.check()?;
         let pool = tokio::time::timeout(
-            config.connect_timeout.max(config.timeout) * 4,
+            config.connect_timeout.max(config.timeout).saturating_mul(4),
             Pool::open(config, lazy),
         )
         .await
@@ -109,7 +109,10 @@ impl RedisBackend {
         })?;
         let slack = match config.time_source {
             TimeSource::Server => String::new(),
-            TimeSource::Client { expiry_slack } => expiry_slack.as_millis().to_string(),
+            // Capped so that the script's expiry arithmetic stays exact.
+            TimeSource::Client { expiry_slack } => {
+                expiry_slack.as_millis().min(1 << 40).to_string()
+            }
         };
         Ok(RedisBackend {
             pool,
