@@ -19,7 +19,7 @@ pub enum ServerError {
     #[error("store: {0}")]
     Store(String),
     /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

@@ -34,7 +34,7 @@ impl RateLimitService for Null {
     }
 }
 
-/// Serves until SIGINT.
+/// Serves until SIGTERM or SIGINT.
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("null RLS server listening on {}", listener.local_addr()?);
@@ -42,9 +42,7 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
         .add_service(RateLimitServiceServer::new(Null))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                let _ = tokio::signal::ctrl_c().await;
-            },
+            floodgate_server::run::shutdown_signal(),
         )
         .await?;
     Ok(())
