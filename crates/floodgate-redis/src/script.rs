@@ -11,8 +11,29 @@ use sha1_smol::Sha1;
 use crate::pool::Pool;
 use crate::stats::RedisStats;
 
-/// The decision script.
-pub(crate) const DECIDE: &str = include_str!("lua/decide.lua");
+/// The decision script, assembled from one file per concept (see
+/// `lua/prelude.lua`).
+pub(crate) const DECIDE: &str = concat!(
+    include_str!("lua/prelude.lua"),
+    "\n",
+    include_str!("lua/items.lua"),
+    "\n",
+    include_str!("lua/arith.lua"),
+    "\n",
+    include_str!("lua/gcra.lua"),
+    "\n",
+    include_str!("lua/fixed_window.lua"),
+    "\n",
+    include_str!("lua/sliding_window.lua"),
+    "\n",
+    include_str!("lua/sliding_log.lua"),
+    "\n",
+    include_str!("lua/shaper.lua"),
+    "\n",
+    include_str!("lua/concurrency.lua"),
+    "\n",
+    include_str!("lua/main.lua"),
+);
 /// The release script (concurrency permits).
 pub(crate) const RELEASE: &str = include_str!("lua/release.lua");
 

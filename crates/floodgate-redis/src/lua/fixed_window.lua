@@ -1,0 +1,41 @@
+-- Part of the decision script (see prelude.lua).
+
+-- Fixed window. State 'f<start>:<count>': the window's start and its count.
+local fixed_parse, fixed
+if need.f then
+  fixed_parse = function(v)
+    local s, c = string.match(v, '^f(%d+):(%d+)$')
+    s, c = int(s), int(c)
+    if s and c then
+      return { s, c }
+    end
+    return false
+  end
+
+  fixed = function(it, st, apply, now)
+    local L, W, cost = it.L, it.W, it.cost
+    local _, r = divmod(now, W)
+    local start, count = now - r, 0
+    if st and st[1] >= start then
+      start, count = st[1], st[2]
+    end
+    local stop = W - (math.max(now, start) - start)
+    local o, retry, charged = NEVER, -1, false
+    if cost <= L then
+      local fits = cost == 0 or count + cost <= L
+      o = fits and ALLOWED or DENIED
+      if cost > 0 and charges(apply, fits) then
+        count = math.min(count + cost, TWO52)
+        charged = true
+      end
+      if not fits then
+        retry = stop
+      end
+    end
+    local remaining, reset = math.max(L - count, 0), (count == 0) and 0 or stop
+    if charged then
+      return o, L, remaining, reset, retry, 0, 'f' .. format('%d', start) .. ':' .. format('%d', count), start + W
+    end
+    return o, L, remaining, reset, retry, 0
+  end
+end

@@ -1,0 +1,80 @@
+//! The in-memory backend and a Redis backend side by side.
+
+use std::time::Duration;
+
+use floodgate::Decision;
+use floodgate_policy::Item;
+
+use super::{as_redis, blank};
+
+/// The same decisions made by the in-memory backend and a Redis backend
+/// (client-supplied time), compared item by item.
+pub struct Twin {
+    pub memory: floodgate_policy::MemoryBackend,
+    pub redis: floodgate_redis::RedisBackend,
+}
+
+impl Twin {
+    /// A twin over `urls` in `mode`, keys under `prefix`.
+    pub async fn new(urls: Vec<String>, mode: floodgate_redis::Mode, prefix: &str) -> Twin {
+        let config = floodgate_redis::RedisConfig {
+            urls,
+            mode,
+            key_prefix: prefix.to_owned(),
+            timeout: Duration::from_secs(5),
+            time_source: floodgate_redis::TimeSource::Client {
+                expiry_slack: Duration::from_secs(3600),
+            },
+            ..floodgate_redis::RedisConfig::default()
+        };
+        Twin {
+            memory: floodgate_policy::MemoryBackend::new(floodgate::StoreConfig::default())
+                .expect("memory backend"),
+            redis: floodgate_redis::RedisBackend::connect(&config)
+                .await
+                .expect("connect"),
+        }
+    }
+
+    /// Decides `items` at `now_us` on both; panics (with `ctx`) if they
+    /// differ; returns the combined decision.
+    pub async fn step(
+        &self,
+        items: &[Item<'_>],
+        now_us: u64,
+        apply: floodgate::Apply,
+        ctx: &str,
+    ) -> Decision {
+        use floodgate_policy::Backend;
+        let now = floodgate::Timestamp::from_micros(now_us);
+        let mut m = vec![blank(); items.len()];
+        let mut r = vec![blank(); items.len()];
+        let dm = self.memory.decide_now(items, now, apply, &mut m);
+        let dr = self
+            .redis
+            .decide(items, now, apply, &mut r)
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: redis failed: {e}"));
+        for (i, (a, b)) in m.iter().zip(&r).enumerate() {
+            assert_eq!(
+                as_redis(*a),
+                *b,
+                "{ctx}: item {i} at {now_us} µs ({apply:?})"
+            );
+        }
+        assert_eq!(
+            as_redis(dm),
+            dr,
+            "{ctx}: combined at {now_us} µs ({apply:?})"
+        );
+        dr
+    }
+
+    /// Releases on both.
+    pub async fn release(&self, item: Item<'_>, units: u64) {
+        use floodgate_policy::Backend;
+        let now = floodgate::Timestamp::ZERO;
+        self.memory.release_now(item, units, now);
+        self.redis.release(item, units, now).await.expect("release");
+    }
+}
