@@ -38,6 +38,7 @@ impl AnyBackend {
     }
 }
 
+#[allow(clippy::manual_async_fn)] // the trait requires the futures to be `Send`
 impl Backend for AnyBackend {
     fn decide<'a>(
         &'a self,

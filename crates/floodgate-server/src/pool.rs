@@ -10,6 +10,8 @@ const MAX_IDLE: usize = 1024;
 
 /// Reusable responses.
 #[derive(Default)]
+// Boxed: a response moves in and out of the pool as one pointer.
+#[allow(clippy::vec_box)]
 pub struct ResponsePool {
     idle: Mutex<Vec<Box<Response>>>,
 }

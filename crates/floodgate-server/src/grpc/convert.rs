@@ -44,13 +44,13 @@ impl Descriptor for RateLimitDescriptor {
 /// known one.
 pub fn check_request(req: &RateLimitRequest) -> Result<(), EngineError> {
     for (i, d) in req.descriptors.iter().enumerate() {
-        if let Some(l) = &d.limit {
-            if Unit::from_number(l.unit).is_none() {
-                return Err(EngineError::InvalidArgument(format!(
-                    "descriptor {i}: the limit override has an unknown unit ({})",
-                    l.unit
-                )));
-            }
+        if let Some(l) = &d.limit
+            && Unit::from_number(l.unit).is_none()
+        {
+            return Err(EngineError::InvalidArgument(format!(
+                "descriptor {i}: the limit override has an unknown unit ({})",
+                l.unit
+            )));
         }
     }
     Ok(())

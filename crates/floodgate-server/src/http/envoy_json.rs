@@ -91,9 +91,9 @@ pub fn proto_duration(d: Duration) -> String {
     let _ = write!(s, "{}", d.as_secs());
     let n = d.subsec_nanos();
     if n != 0 {
-        if n % 1_000_000 == 0 {
+        if n.is_multiple_of(1_000_000) {
             let _ = write!(s, ".{:03}", n / 1_000_000);
-        } else if n % 1_000 == 0 {
+        } else if n.is_multiple_of(1_000) {
             let _ = write!(s, ".{:06}", n / 1_000);
         } else {
             let _ = write!(s, ".{n:09}");

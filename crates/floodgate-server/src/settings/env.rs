@@ -37,10 +37,11 @@ pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overri
         admin: listen(&get, "FLOODGATE_ADMIN_ADDR", "DEBUG_HOST", "DEBUG_PORT")?,
         ..Overrides::default()
     };
-    if o.admin.is_none() && flag(&get, "USE_PROMETHEUS")? == Some(true) {
-        if let Some(a) = get("PROMETHEUS_ADDR") {
-            o.admin = Some(parse_listen(&a).map_err(|m| SettingError::new("PROMETHEUS_ADDR", m))?);
-        }
+    if o.admin.is_none()
+        && flag(&get, "USE_PROMETHEUS")? == Some(true)
+        && let Some(a) = get("PROMETHEUS_ADDR")
+    {
+        o.admin = Some(parse_listen(&a).map_err(|m| SettingError::new("PROMETHEUS_ADDR", m))?);
     }
     if let Some(v) = get("FLOODGATE_BODY_LIMIT") {
         o.body_limit = Some(parse_size(&v).ok_or_else(|| {

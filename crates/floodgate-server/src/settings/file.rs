@@ -85,13 +85,13 @@ fn read_server(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
         ("http", &mut s.http),
         ("admin", &mut s.admin),
     ] {
-        if let Some(n) = map.get(key) {
-            if let Some(a) = errors.take(
+        if let Some(n) = map.get(key)
+            && let Some(a) = errors.take(
                 n.str()
                     .and_then(|t| parse_listen(t).map_err(|m| n.error(m))),
-            ) {
-                *field = a;
-            }
+            )
+        {
+            *field = a;
         }
     }
     size(&map, "body_limit", &mut s.body_limit, errors);
@@ -108,23 +108,23 @@ fn read_server(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
     if let Some(n) = map.get("response_headers") {
         read_headers(n, &mut s.headers, errors);
     }
-    if let Some(n) = map.get("log") {
-        if let Some(m) = errors.take(n.map()) {
-            if let Some(l) = m.get("level") {
-                if let Some(t) = errors.take(l.str()) {
-                    s.log.level = t.to_owned();
-                }
-            }
-            if let Some(f) = m.get("format") {
-                if let Some(t) = errors.take(
-                    f.str()
-                        .and_then(|t| parse_log_format(t).map_err(|m| f.error(m))),
-                ) {
-                    s.log.format = t;
-                }
-            }
-            deny(&m, LOG_KEYS, errors);
+    if let Some(n) = map.get("log")
+        && let Some(m) = errors.take(n.map())
+    {
+        if let Some(l) = m.get("level")
+            && let Some(t) = errors.take(l.str())
+        {
+            s.log.level = t.to_owned();
         }
+        if let Some(f) = m.get("format")
+            && let Some(t) = errors.take(
+                f.str()
+                    .and_then(|t| parse_log_format(t).map_err(|m| f.error(m))),
+            )
+        {
+            s.log.format = t;
+        }
+        deny(&m, LOG_KEYS, errors);
     }
     deny(&map, SERVER_KEYS, errors);
 }
@@ -133,28 +133,28 @@ fn read_headers(node: Node<'_>, h: &mut HeaderSettings, errors: &mut Errors) {
     let Some(map) = errors.take(node.map()) else {
         return;
     };
-    if let Some(n) = map.get("enabled") {
-        if let Some(b) = errors.take(n.bool()) {
-            h.enabled = b;
-        }
+    if let Some(n) = map.get("enabled")
+        && let Some(b) = errors.take(n.bool())
+    {
+        h.enabled = b;
     }
-    if let Some(n) = map.get("x_ratelimit") {
-        if let Some(b) = errors.take(n.bool()) {
-            h.x_ratelimit = b;
-        }
+    if let Some(n) = map.get("x_ratelimit")
+        && let Some(b) = errors.take(n.bool())
+    {
+        h.x_ratelimit = b;
     }
     for (key, field) in [
         ("limit", &mut h.limit),
         ("remaining", &mut h.remaining),
         ("reset", &mut h.reset),
     ] {
-        if let Some(n) = map.get(key) {
-            if let Some(t) = errors.take(n.str()) {
-                if http::HeaderName::from_bytes(t.as_bytes()).is_err() {
-                    errors.push(n.error(format!("`{t}` is not a valid header name")));
-                } else {
-                    *field = t.to_owned();
-                }
+        if let Some(n) = map.get(key)
+            && let Some(t) = errors.take(n.str())
+        {
+            if http::HeaderName::from_bytes(t.as_bytes()).is_err() {
+                errors.push(n.error(format!("`{t}` is not a valid header name")));
+            } else {
+                *field = t.to_owned();
             }
         }
     }
@@ -210,18 +210,18 @@ fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
             r.urls = u;
         }
     }
-    if let Some(n) = map.get("mode") {
-        if let Some(m) = errors.take(n.str().and_then(|t| parse_mode(t).map_err(|m| n.error(m)))) {
-            r.mode = m;
-        }
+    if let Some(n) = map.get("mode")
+        && let Some(m) = errors.take(n.str().and_then(|t| parse_mode(t).map_err(|m| n.error(m))))
+    {
+        r.mode = m;
     }
-    if let Some(n) = map.get("prefix") {
-        if let Some(t) = errors.take(n.str()) {
-            if t.contains(['{', '}']) {
-                errors.push(n.error("the key prefix must not contain `{` or `}`"));
-            } else {
-                r.key_prefix = t.to_owned();
-            }
+    if let Some(n) = map.get("prefix")
+        && let Some(t) = errors.take(n.str())
+    {
+        if t.contains(['{', '}']) {
+            errors.push(n.error("the key prefix must not contain `{` or `}`"));
+        } else {
+            r.key_prefix = t.to_owned();
         }
     }
     count(map, "connections", &mut r.connections, errors);
@@ -233,13 +233,13 @@ fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
         false,
         errors,
     );
-    if let Some(n) = map.get("failure_policy") {
-        if let Some(p) = errors.take(
+    if let Some(n) = map.get("failure_policy")
+        && let Some(p) = errors.take(
             n.str()
                 .and_then(|t| parse_failure_policy(t).map_err(|m| n.error(m))),
-        ) {
-            r.failure_policy = p;
-        }
+        )
+    {
+        r.failure_policy = p;
     }
     if let Some(n) = map.get("divide_by") {
         let d = errors.take(n.u64()).unwrap_or(1);
@@ -253,22 +253,22 @@ fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
             _ => errors.push(n.error("divide_by only applies to failure_policy: local")),
         }
     }
-    if let Some(n) = map.get("local_cache") {
-        if let Some(c) = errors.take(n.u64()) {
-            r.local_cache_capacity = c.min(usize::MAX as u64) as usize;
-        }
+    if let Some(n) = map.get("local_cache")
+        && let Some(c) = errors.take(n.u64())
+    {
+        r.local_cache_capacity = c.min(usize::MAX as u64) as usize;
     }
     count(map, "fallback_capacity", &mut r.fallback_capacity, errors);
-    if let Some(n) = map.get("breaker") {
-        if let Some(m) = errors.take(n.map()) {
-            let mut b = BreakerConfig::default();
-            let mut failures = b.failure_threshold as usize;
-            count(&m, "failures", &mut failures, errors);
-            b.failure_threshold = failures.min(u32::MAX as usize) as u32;
-            duration(&m, "cool_down", &mut b.cool_down, false, errors);
-            r.breaker = b;
-            deny(&m, BREAKER_KEYS, errors);
-        }
+    if let Some(n) = map.get("breaker")
+        && let Some(m) = errors.take(n.map())
+    {
+        let mut b = BreakerConfig::default();
+        let mut failures = b.failure_threshold as usize;
+        count(&m, "failures", &mut failures, errors);
+        b.failure_threshold = failures.min(u32::MAX as usize) as u32;
+        duration(&m, "cool_down", &mut b.cool_down, false, errors);
+        r.breaker = b;
+        deny(&m, BREAKER_KEYS, errors);
     }
     if let Some(n) = map.get("clock") {
         match errors.take(n.str()) {

@@ -19,7 +19,7 @@ pub use file::{SECTIONS, read_sections};
 pub use overrides::{Overrides, StoreKind};
 
 /// Everything the service reads at startup.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct Settings {
     /// Listeners, limits, headers, logging.
     pub server: ServerSettings,
@@ -171,16 +171,6 @@ impl Default for StoreSettings {
     fn default() -> Self {
         StoreSettings::Memory {
             capacity: 1_000_000,
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            server: ServerSettings::default(),
-            store: StoreSettings::default(),
-            policy: PolicyOverrides::default(),
         }
     }
 }
