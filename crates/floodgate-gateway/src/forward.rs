@@ -43,10 +43,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
-    if let Some(te) = headers.get(TE) {
-        if !te.as_bytes().eq_ignore_ascii_case(b"trailers") {
-            headers.remove(TE);
-        }
+    if let Some(te) = headers.get(TE)
+        && !te.as_bytes().eq_ignore_ascii_case(b"trailers")
+    {
+        headers.remove(TE);
     }
 }
 

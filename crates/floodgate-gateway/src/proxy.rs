@@ -115,14 +115,19 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
     headers.remove(EXPECT);
     if let Some(peer) = peer {
         append_x_forwarded_for(req.headers_mut(), peer.ip());
+        // A cheap clone (shared bytes), so the map can be written to.
         let host = match req.headers().get(HOST) {
-            Some(h) => Some(h.as_bytes().to_vec()),
+            Some(h) => Some(h.clone()),
             None => req
                 .uri()
                 .authority()
-                .map(|a| a.as_str().as_bytes().to_vec()),
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
         };
-        append_forwarded(req.headers_mut(), peer, host.as_deref());
+        append_forwarded(
+            req.headers_mut(),
+            peer,
+            host.as_ref().map(HeaderValue::as_bytes),
+        );
     }
     set_x_forwarded_proto(req.headers_mut(), keep_proto);
     let up = &shared.upstream;

@@ -159,10 +159,10 @@ fn read_upstream(node: Node<'_>, c: &mut GatewayConfig, errors: &mut Errors) {
     duration(&map, "connect_timeout", &mut u.connect_timeout, errors);
     duration(&map, "response_timeout", &mut u.response_timeout, errors);
     duration(&map, "pool_idle_timeout", &mut u.pool_idle_timeout, errors);
-    if let Some(n) = map.get("pool_max_idle") {
-        if let Some(v) = errors.take(n.u64()) {
-            u.pool_max_idle = v.min(1 << 20) as usize;
-        }
+    if let Some(n) = map.get("pool_max_idle")
+        && let Some(v) = errors.take(n.u64())
+    {
+        u.pool_max_idle = v.min(1 << 20) as usize;
     }
     for e in map.deny_unknown(UPSTREAM_KEYS) {
         errors.push(e);

@@ -331,10 +331,10 @@ fn spawn_reloader(
                 return;
             }
         };
-        if let Ok(Some(g)) = GatewayConfig::from_documents(docs) {
-            if g.upstream != started_with.upstream || g.listen != started_with.listen {
-                tracing::warn!("the gateway section changed: it is only read at startup");
-            }
+        if let Ok(Some(g)) = GatewayConfig::from_documents(docs)
+            && (g.upstream != started_with.upstream || g.listen != started_with.listen)
+        {
+            tracing::warn!("the gateway section changed: it is only read at startup");
         }
         let mut policy = c.policy;
         overrides.apply(&mut policy.settings);

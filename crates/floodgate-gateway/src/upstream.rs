@@ -116,12 +116,11 @@ impl Upstream {
         match self.host {
             HostHeader::Preserve => {
                 // HTTP/2 clients send `:authority` instead of `Host`.
-                if !req.headers().contains_key(HOST) {
-                    if let Some(a) = original.authority() {
-                        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                            req.headers_mut().insert(HOST, v);
-                        }
-                    }
+                if !req.headers().contains_key(HOST)
+                    && let Some(a) = original.authority()
+                    && let Ok(v) = HeaderValue::from_str(a.as_str())
+                {
+                    req.headers_mut().insert(HOST, v);
                 }
             }
             HostHeader::Upstream => {

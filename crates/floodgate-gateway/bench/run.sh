@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The gateway benchmark (docs/benchmarks.md, "Gateway"): nginx with
+# limit_req, nginx without, the gateway with the equivalent policy, and the
+# gateway without limits, all in front of the same upstream, driven by wrk.
+#
+# Layout on a 2-core machine: the proxy under test on core 0 (one worker);
+# wrk (one thread) and the upstream (one worker) on core 1.
+#
+#   crates/floodgate-gateway/bench/run.sh [DURATION] [CONNECTIONS]
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+DUR=${1:-15s}
+CONNS=${2:-64}
+BENCH=crates/floodgate-gateway/bench
+BIN=target/release/floodgate
+NGINX=${NGINX:-/usr/sbin/nginx}
+cargo build --release -p floodgate-cli --quiet
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+taskset -c 1 "$BIN" bench upstream --listen 127.0.0.1:9000 --workers 1 >/dev/null 2>&1 &
+PIDS+=($!)
+
+nginx_conf() { # $1: the limit_req line (or nothing)
+    sed -e "s#@DIR@#$WORK#g" -e "s#@LIMIT@#$1#" "$BENCH/nginx.conf" > "$WORK/nginx.conf"
+}
+wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not open" >&2; return 1; }
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system ticks
+load() { # $1: label, $2: port, $3: the proxy's pid
+    wait_port "$2"
+    # Warm up (connections, the upstream pool, the key tables).
+    taskset -c 1 wrk -t1 -c"$CONNS" -d3s -s "$BENCH/keys.lua" "http://127.0.0.1:$2/" >/dev/null
+    echo "== $1"
+    local before; before=$(cpu "$3")
+    taskset -c 1 wrk -t1 -c"$CONNS" -d"$DUR" --latency -s "$BENCH/keys.lua" "http://127.0.0.1:$2/" > "$WORK/wrk.txt"
+    local after; after=$(cpu "$3")
+    grep -E "Requests/sec|Latency |50%|90%|99%|Non-2xx|requests in" "$WORK/wrk.txt"
+    local n; n=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
+    local hz; hz=$(getconf CLK_TCK)
+    awk -v t=$((after - before)) -v n="$n" -v hz="$hz" \
+        'BEGIN { printf "  proxy CPU: %.1f s, %.1f us per request\n", t / hz, t / hz * 1e6 / n }'
+}
+wait_port 9000
+
+nginx_conf "limit_req zone=bench burst=20 nodelay;"
+taskset -c 0 "$NGINX" -p "$WORK" -e "$WORK/error.log" -c "$WORK/nginx.conf" &
+NG=$!; PIDS+=($NG)
+load "nginx 1.22, limit_req" 8081 "$NG"
+kill "$NG"; wait "$NG" 2>/dev/null || true
+
+nginx_conf ""
+taskset -c 0 "$NGINX" -p "$WORK" -e "$WORK/error.log" -c "$WORK/nginx.conf" &
+NG=$!; PIDS+=($NG)
+load "nginx 1.22, no limit" 8081 "$NG"
+kill "$NG"; wait "$NG" 2>/dev/null || true
+
+taskset -c 0 "$BIN" gateway --config "$BENCH/gateway-limited.yaml" &
+GW=$!; PIDS+=($GW)
+load "floodgate gateway, shaper" 8082 "$GW"
+kill "$GW"; wait "$GW" 2>/dev/null || true
+
+taskset -c 0 "$BIN" gateway --config "$BENCH/gateway-plain.yaml" &
+GW=$!; PIDS+=($GW)
+load "floodgate gateway, no limit" 8083 "$GW"
+kill "$GW"; wait "$GW" 2>/dev/null || true
