@@ -188,14 +188,14 @@ async fn attempt_once(
 
     let nginx = Nginx::start(&s.limits, s.dry_run, s.status);
     let url = format!("http://127.0.0.1:{}/t/x", nginx.port);
-    let seen_nginx = fire(&url, &schedule, headers, "").await;
+    let seen_nginx = fire(&url, schedule, headers, "").await;
 
     let up = upstream().await;
     let text = gateway_config(s);
     let file = ConfigFile::new(&text);
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
     let url = format!("http://{}/t/x", gw.addr());
-    let seen_gw = fire(&url, &schedule, headers, "").await;
+    let seen_gw = fire(&url, schedule, headers, "").await;
     gw.shutdown().await;
 
     let mut problems = Vec::new();
