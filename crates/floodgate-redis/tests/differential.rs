@@ -224,4 +224,39 @@ fn memory_and_single_server_agree() {
 fn memory_and_cluster_agree() {
     let cluster = Cluster::start();
     run(cluster.urls(), Mode::Cluster, 40);
+    odd_keys_on_a_cluster(&cluster);
+}
+
+/// Huge keys, binary groups with braces, and a key of the wrong type, in
+/// batches spanning slots: no CROSSSLOT, no error, the in-memory decisions.
+fn odd_keys_on_a_cluster(cluster: &Cluster) {
+    use redis::Commands;
+    let rt = common::runtime();
+    rt.block_on(async {
+        let t = Twin::new(cluster.urls(), Mode::Cluster, "odd:").await;
+        let limit = AnyLimit::from(SlidingLog::new(3, Duration::from_secs(10)).unwrap());
+        let bucket = AnyLimit::from(Gcra::new(3, Duration::from_secs(1), 2).unwrap());
+        let mut huge = vec![b'{'; 1 << 20];
+        huge[..3].copy_from_slice(b"hg}");
+        let groups: [&[u8]; 4] = [b"{", b"}{", b"\0{x}\0", &huge[..3]];
+        let keys: [&[u8]; 4] = [b"{:a", b"}{:\0", b"\0{x}\0:}{", &huge];
+        let wrong = t.redis.state_key(&item(groups[1], keys[1], &bucket, 1));
+        let _: () = cluster.conn().lpush(&wrong, "x").unwrap();
+        for k in 0..6u64 {
+            let items: Vec<_> = (0..4)
+                .map(|i| item(groups[i], keys[i], if i == 1 { &bucket } else { &limit }, 1))
+                .collect();
+            t.step(
+                &items,
+                5_000_000 + k * 100_000,
+                Apply::Commit,
+                &format!("odd {k}"),
+            )
+            .await;
+        }
+        assert!(t.redis.stats().cross_slot.get() > 0);
+        // Seen by both phases of the first (cross-slot) batch, then fixed.
+        assert_eq!(t.redis.stats().state_resets.get(), 2);
+        assert_eq!(t.redis.stats().errors.get(), 0);
+    });
 }

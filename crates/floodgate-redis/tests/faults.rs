@@ -112,6 +112,7 @@ async fn wait_recovered(b: &ResilientBackend, within: Duration) {
 }
 
 fn assert_bounded(worst: Duration) {
+    eprintln!("slowest decision: {worst:?}");
     assert!(worst <= TIMEOUT + SLACK, "a decision took {worst:?}");
 }
 
