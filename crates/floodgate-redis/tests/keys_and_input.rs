@@ -339,3 +339,51 @@ async fn over_limit_cache_answers_denials_until_retry() {
     assert_eq!(b.stats().calls.get(), calls + 5);
     assert_eq!(b.stats().cache_hits.get(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_is_the_algorithms_idle_instant() {
+    use floodgate::Algorithm;
+    let server = Server::start();
+    let slack = Duration::from_secs(600);
+    let b = backend(&server, |c| {
+        c.time_source = TimeSource::Client {
+            expiry_slack: slack,
+        };
+    })
+    .await;
+    let mut conn = server.conn();
+    let mut limits = every_kind();
+    limits.pop(); // permits do not expire
+    limits.push(
+        AnyLimit::from(Gcra::new(7, Duration::from_millis(30), 3).unwrap()).with_penalty(true),
+    );
+    for (n, limit) in limits.iter().enumerate() {
+        let key = format!("idle:{n}");
+        let mut state = limit.fresh();
+        let mut now = 1_000_000_000u64;
+        for step in 0..12u64 {
+            now += [0, 1, 999, 12_345, 400_000, 3_000_000][step as usize % 6];
+            let cost = 1 + step % 3;
+            let t = Timestamp::from_micros(now);
+            let items = [item(b"idle", key.as_bytes(), limit, cost)];
+            let mut out = [blank()];
+            let before = state.clone();
+            let expected = limit.decide(&mut state, t, cost, Apply::Commit);
+            let got = b.decide(&items, t, Apply::Commit, &mut out).await.unwrap();
+            assert_eq!(got.outcome, expected.outcome, "{n}/{step}");
+            if state == before {
+                continue; // nothing written: the expiry set before stands
+            }
+            let idle = limit.idle_at(&state, t);
+            let ttl: i64 = conn.pttl(b.state_key(&items[0])).unwrap();
+            // Written now: Redis keeps the key ceil_ms(idle − now) + slack;
+            // a few ms may have passed since.
+            let want = (idle.as_nanos() - t.as_nanos()).div_ceil(1_000_000) as i64
+                + slack.as_millis() as i64;
+            assert!(
+                ttl <= want && ttl >= want - 50,
+                "{n}/{step}: ttl {ttl}, want {want}"
+            );
+        }
+    }
+}
