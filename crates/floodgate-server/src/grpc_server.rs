@@ -4,15 +4,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::Request;
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::error::ServerError;
-use crate::grpc::RlsService;
+use crate::grpc::{GrpcService, RlsService};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::service::Service;
@@ -25,7 +29,7 @@ pub async fn spawn(
     svc: Arc<Service>,
     listener: TcpListener,
     body_limit: usize,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<Result<(), String>>, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -72,17 +76,63 @@ pub async fn spawn(
     };
     tokio::spawn(watcher);
 
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Ok(tokio::spawn(async move {
-        Server::builder()
-            .add_service(health)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(rls)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = stop.wait_for(|v| *v).await;
-            })
-            .await
-            .map_err(|e| e.to_string())
-    }))
+    let routes = tonic::service::Routes::new(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(rls)
+        .prepare();
+    let grpc = Arc::new(GrpcService::new(svc, routes, body_limit));
+    Ok(tokio::spawn(accept_loop(listener, grpc, stop)))
+}
+
+/// Accepts HTTP/2 connections until `stop`, then waits for the open ones
+/// to finish their calls (the caller bounds the wait).
+async fn accept_loop(
+    listener: TcpListener,
+    grpc: Arc<GrpcService>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let graceful = GracefulShutdown::new();
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(1024)
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(4 << 20)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let stopped = async move {
+        let _ = stop.wait_for(|v| *v).await;
+    };
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let grpc = grpc.clone();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let grpc = grpc.clone();
+                    async move { grpc.call(req).await }
+                });
+                let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "gRPC connection ended");
+                    }
+                });
+            }
+            _ = &mut stopped => break,
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

@@ -66,7 +66,12 @@ impl RateLimitHeaders {
 
     /// Calls `emit` for each header of `response` (nothing when no
     /// descriptor has a limit). `buf` is scratch space.
-    pub fn emit(&self, response: &Response, buf: &mut String, mut emit: impl FnMut(&Header, &str)) {
+    pub fn emit<'s>(
+        &'s self,
+        response: &Response,
+        buf: &mut String,
+        mut emit: impl FnMut(&'s Header, &str),
+    ) {
         if !self.any() {
             return;
         }
@@ -77,7 +82,7 @@ impl RateLimitHeaders {
             return;
         };
         let reset = pick.duration_until_reset.as_secs();
-        let emit: &mut dyn FnMut(&Header, &str) = &mut emit;
+        let emit: &mut dyn FnMut(&'s Header, &str) = &mut emit;
         if self.enabled {
             number(
                 emit,
@@ -116,7 +121,7 @@ impl RateLimitHeaders {
     }
 }
 
-fn number(emit: &mut dyn FnMut(&Header, &str), h: &Header, v: u64, buf: &mut String) {
+fn number<'s>(emit: &mut dyn FnMut(&'s Header, &str), h: &'s Header, v: u64, buf: &mut String) {
     buf.clear();
     let _ = write!(buf, "{v}");
     emit(h, buf);

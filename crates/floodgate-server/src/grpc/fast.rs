@@ -1,0 +1,206 @@
+//! `ShouldRateLimit` served straight on hyper's HTTP/2: the gRPC frame is
+//! read from the request body, decoded in place ([`wire`](super::wire)),
+//! decided with a pooled response, and the answer written in one buffer —
+//! no per-call codec machinery. Every other gRPC path (health,
+//! reflection) goes to tonic.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use floodgate::Apply;
+use floodgate_policy::{EngineError, ErrorCode};
+use http::{HeaderMap, HeaderValue, Request, Response, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Limited};
+use tonic::service::Routes;
+
+use super::wire::{WireRequest, encode_response};
+use crate::metrics::Api;
+use crate::service::Service;
+
+/// The RLS method's path.
+pub const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// A unary gRPC answer: one message, then the trailers.
+struct Unary {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl Body for Unary {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(d) = self.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(d))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+fn grpc_headers(map: &mut HeaderMap) {
+    map.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+}
+
+/// A trailers-only error answer.
+fn error(code: i32, message: &str) -> Response<tonic::body::Body> {
+    let mut r = Response::new(tonic::body::Body::empty());
+    grpc_headers(r.headers_mut());
+    r.headers_mut()
+        .insert("grpc-status", HeaderValue::from(code));
+    let msg: String = message
+        .bytes()
+        .flat_map(|b| {
+            // Percent-encode as gRPC requires for grpc-message.
+            if (0x20..0x7f).contains(&b) && b != b'%' {
+                vec![b as char]
+            } else {
+                format!("%{b:02X}").chars().collect()
+            }
+        })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&msg) {
+        r.headers_mut().insert("grpc-message", v);
+    }
+    r
+}
+
+/// The gRPC listener's service: the fast RLS path, tonic for the rest.
+#[derive(Clone)]
+pub struct GrpcService {
+    service: Arc<Service>,
+    routes: Routes,
+    body_limit: usize,
+}
+
+impl GrpcService {
+    /// The fast path for `service`, `routes` for every other method.
+    pub fn new(service: Arc<Service>, routes: Routes, body_limit: usize) -> Self {
+        GrpcService {
+            service,
+            routes,
+            body_limit,
+        }
+    }
+
+    /// Answers one request.
+    pub async fn call<B>(&self, req: Request<B>) -> Result<Response<tonic::body::Body>, Infallible>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        if req.uri().path() != RLS_PATH {
+            let mut routes = self.routes.clone();
+            return tower_service::Service::call(&mut routes, req).await;
+        }
+        Ok(self.rls(req).await)
+    }
+
+    async fn rls<B>(&self, req: Request<B>) -> Response<tonic::body::Body>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let started = Instant::now();
+        let svc = &*self.service;
+        let invalid = |message: &str| {
+            svc.metrics
+                .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
+            error(ErrorCode::InvalidArgument.grpc_code(), message)
+        };
+        let body = match Limited::new(req.into_body(), self.body_limit + 5)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                let text = e.to_string();
+                return if text.contains("length limit") {
+                    svc.metrics
+                        .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
+                    error(
+                        tonic::Code::OutOfRange as i32,
+                        &format!(
+                            "the message is larger than the limit of {} bytes",
+                            self.body_limit
+                        ),
+                    )
+                } else {
+                    invalid(&format!("cannot read the request: {text}"))
+                };
+            }
+        };
+        if body.len() < 5 {
+            return invalid("missing gRPC message");
+        }
+        if body[0] != 0 {
+            return error(
+                tonic::Code::Unimplemented as i32,
+                "compressed messages are not supported",
+            );
+        }
+        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        if len != body.len() - 5 {
+            return invalid("exactly one gRPC message is expected");
+        }
+        let request = match WireRequest::decode(&body[5..]) {
+            Ok(r) => r,
+            Err(e) => return invalid(&e.to_string()),
+        };
+        if let Some((i, unit)) = request.bad_override() {
+            return invalid(&format!(
+                "invalid request: descriptor {i}: the limit override has an unknown unit ({unit})"
+            ));
+        }
+        let descriptors = request.descriptors();
+        let mut response = svc.pool.take();
+        if let Err(e) = svc
+            .decide(
+                Api::Grpc,
+                request.domain,
+                &descriptors,
+                request.hits_addend,
+                Apply::Commit,
+                &mut response,
+            )
+            .await
+        {
+            return engine_error(&e);
+        }
+        let mut out = BytesMut::with_capacity(64 + 48 * response.statuses.len());
+        let mut scratch = String::new();
+        encode_response(&response, &svc.headers, &mut scratch, &mut out);
+        drop(response);
+        let mut trailers = HeaderMap::with_capacity(1);
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let mut r = Response::new(tonic::body::Body::new(Unary {
+            data: Some(out.freeze()),
+            trailers: Some(trailers),
+        }));
+        grpc_headers(r.headers_mut());
+        r
+    }
+}
+
+fn engine_error(e: &EngineError) -> Response<tonic::body::Body> {
+    error(e.code().grpc_code(), &e.to_string())
+}

@@ -1,0 +1,509 @@
+//! The RLS messages on the wire, by hand: a `RateLimitRequest` read in
+//! place (keys and values borrowed from the received bytes, no copies) and
+//! a `RateLimitResponse` written straight from the engine's [`Response`].
+//! Field numbers are those of `proto/`; unknown fields are skipped, as
+//! protobuf requires.
+
+use bytes::{BufMut, BytesMut};
+use floodgate_policy::engine::LimitOverride;
+use floodgate_policy::unit::Unit;
+use floodgate_policy::{Code, Descriptor, Response, Status};
+use smallvec::SmallVec;
+
+use crate::headers::{Header, RateLimitHeaders};
+
+/// A malformed message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid RateLimitRequest: {0}")]
+pub struct WireError(&'static str);
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    fn done(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    fn varint(&mut self) -> Result<u64, WireError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = *self
+                .buf
+                .get(self.pos)
+                .ok_or(WireError("truncated varint"))?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(WireError("varint too long"))
+    }
+
+    fn key(&mut self) -> Result<(u64, u8), WireError> {
+        let k = self.varint()?;
+        Ok((k >> 3, (k & 7) as u8))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], WireError> {
+        let len = self.varint()?;
+        let end = (self.pos as u64)
+            .checked_add(len)
+            .filter(|e| *e <= self.buf.len() as u64)
+            .ok_or(WireError("truncated field"))? as usize;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn str(&mut self) -> Result<&'a str, WireError> {
+        std::str::from_utf8(self.bytes()?)
+            .map_err(|_| WireError("a string field is not valid UTF-8"))
+    }
+
+    fn skip(&mut self, wire: u8) -> Result<(), WireError> {
+        match wire {
+            0 => self.varint().map(drop),
+            1 => self.advance(8),
+            2 => self.bytes().map(drop),
+            5 => self.advance(4),
+            _ => Err(WireError("unsupported wire type")),
+        }
+    }
+
+    fn advance(&mut self, n: usize) -> Result<(), WireError> {
+        if self.pos + n > self.buf.len() {
+            return Err(WireError("truncated field"));
+        }
+        self.pos += n;
+        Ok(())
+    }
+}
+
+/// One descriptor, borrowed from the request bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct WireDescriptor<'a> {
+    entries: &'a [(&'a str, &'a str)],
+    limit: Option<(u32, i32)>,
+    hits: Option<u64>,
+}
+
+impl Descriptor for WireDescriptor<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    #[inline]
+    fn entry(&self, i: usize) -> (&str, &str) {
+        self.entries[i]
+    }
+    fn limit_override(&self) -> Option<LimitOverride> {
+        let (requests_per_unit, unit) = self.limit?;
+        Some(LimitOverride {
+            requests_per_unit,
+            unit: Unit::from_number(unit)?,
+        })
+    }
+    #[inline]
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits
+    }
+}
+
+/// Entries of all descriptors, back to back (inline for small requests).
+pub type Entries<'a> = SmallVec<[(&'a str, &'a str); 16]>;
+
+/// Where a descriptor's entries are, and its other fields.
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    start: u32,
+    end: u32,
+    limit: Option<(u32, i32)>,
+    hits: Option<u64>,
+}
+
+/// A decoded request.
+pub struct WireRequest<'a> {
+    /// The domain.
+    pub domain: &'a str,
+    /// The request's hits addend.
+    pub hits_addend: u32,
+    entries: Entries<'a>,
+    metas: SmallVec<[Meta; 8]>,
+}
+
+impl<'a> WireRequest<'a> {
+    /// Decodes `buf`.
+    pub fn decode(buf: &'a [u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(buf);
+        let mut req = WireRequest {
+            domain: "",
+            hits_addend: 0,
+            entries: SmallVec::new(),
+            metas: SmallVec::new(),
+        };
+        while !r.done() {
+            match r.key()? {
+                (1, 2) => req.domain = r.str()?,
+                (2, 2) => {
+                    let d = r.bytes()?;
+                    req.descriptor(d)?;
+                }
+                (3, 0) => req.hits_addend = r.varint()? as u32,
+                (_, w) => r.skip(w)?,
+            }
+        }
+        Ok(req)
+    }
+
+    fn descriptor(&mut self, buf: &'a [u8]) -> Result<(), WireError> {
+        let mut r = Reader::new(buf);
+        let start = self.entries.len() as u32;
+        let mut meta = Meta {
+            start,
+            end: start,
+            limit: None,
+            hits: None,
+        };
+        while !r.done() {
+            match r.key()? {
+                (1, 2) => {
+                    let mut e = Reader::new(r.bytes()?);
+                    let (mut k, mut v) = ("", "");
+                    while !e.done() {
+                        match e.key()? {
+                            (1, 2) => k = e.str()?,
+                            (2, 2) => v = e.str()?,
+                            (_, w) => e.skip(w)?,
+                        }
+                    }
+                    self.entries.push((k, v));
+                }
+                (2, 2) => {
+                    let mut l = Reader::new(r.bytes()?);
+                    let (mut rpu, mut unit) = meta.limit.unwrap_or((0, 0));
+                    while !l.done() {
+                        match l.key()? {
+                            (1, 0) => rpu = l.varint()? as u32,
+                            (2, 0) => unit = l.varint()? as i32,
+                            (_, w) => l.skip(w)?,
+                        }
+                    }
+                    meta.limit = Some((rpu, unit));
+                }
+                (3, 2) => {
+                    let mut h = Reader::new(r.bytes()?);
+                    let mut value = 0;
+                    while !h.done() {
+                        match h.key()? {
+                            (1, 0) => value = h.varint()?,
+                            (_, w) => h.skip(w)?,
+                        }
+                    }
+                    meta.hits = Some(value);
+                }
+                (_, w) => r.skip(w)?,
+            }
+        }
+        meta.end = self.entries.len() as u32;
+        self.metas.push(meta);
+        Ok(())
+    }
+
+    /// The descriptors, as the engine reads them.
+    pub fn descriptors(&self) -> SmallVec<[WireDescriptor<'_>; 8]> {
+        self.metas
+            .iter()
+            .map(|m| WireDescriptor {
+                entries: &self.entries[m.start as usize..m.end as usize],
+                limit: m.limit,
+                hits: m.hits,
+            })
+            .collect()
+    }
+
+    /// The first limit override with an unknown unit, if any.
+    pub fn bad_override(&self) -> Option<(usize, i32)> {
+        self.metas.iter().enumerate().find_map(|(i, m)| {
+            m.limit
+                .filter(|(_, u)| Unit::from_number(*u).is_none())
+                .map(|(_, u)| (i, u))
+        })
+    }
+}
+
+fn varint_len(v: u64) -> usize {
+    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+}
+
+fn put_varint(out: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        out.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
+}
+
+fn code(c: Code) -> u64 {
+    match c {
+        Code::Ok => 1,
+        Code::OverLimit => 2,
+    }
+}
+
+/// Sizes of a status's parts: (current_limit, duration, whole).
+fn status_sizes(s: &Status) -> (usize, usize, usize) {
+    let mut cl = 0;
+    if let Some(l) = &s.current_limit {
+        let name = l.name.as_deref().unwrap_or("");
+        if !name.is_empty() {
+            cl += 1 + varint_len(name.len() as u64) + name.len();
+        }
+        if l.reported.requests_per_unit != 0 {
+            cl += 1 + varint_len(u64::from(l.reported.requests_per_unit));
+        }
+        cl += 1 + varint_len(l.reported.unit as u64);
+    }
+    let has_duration = s.current_limit.is_some() || !s.duration_until_reset.is_zero();
+    let mut dur = 0;
+    if has_duration {
+        let secs = s.duration_until_reset.as_secs();
+        let nanos = s.duration_until_reset.subsec_nanos();
+        if secs != 0 {
+            dur += 1 + varint_len(secs);
+        }
+        if nanos != 0 {
+            dur += 1 + varint_len(u64::from(nanos));
+        }
+    }
+    let mut total = 1 + varint_len(code(s.code));
+    if s.current_limit.is_some() {
+        total += 1 + varint_len(cl as u64) + cl;
+    }
+    if s.limit_remaining != 0 {
+        total += 1 + varint_len(u64::from(s.limit_remaining));
+    }
+    if has_duration {
+        total += 1 + varint_len(dur as u64) + dur;
+    }
+    (cl, dur, total)
+}
+
+fn put_str(out: &mut BytesMut, field: u8, s: &str) {
+    out.put_u8(field << 3 | 2);
+    put_varint(out, s.len() as u64);
+    out.put_slice(s.as_bytes());
+}
+
+fn put_status(out: &mut BytesMut, s: &Status) {
+    let (cl, dur, total) = status_sizes(s);
+    out.put_u8(2 << 3 | 2);
+    put_varint(out, total as u64);
+    out.put_u8(1 << 3);
+    put_varint(out, code(s.code));
+    if let Some(l) = &s.current_limit {
+        out.put_u8(2 << 3 | 2);
+        put_varint(out, cl as u64);
+        if l.reported.requests_per_unit != 0 {
+            out.put_u8(1 << 3);
+            put_varint(out, u64::from(l.reported.requests_per_unit));
+        }
+        out.put_u8(2 << 3);
+        put_varint(out, l.reported.unit as u64);
+        let name = l.name.as_deref().unwrap_or("");
+        if !name.is_empty() {
+            put_str(out, 3, name);
+        }
+    }
+    if s.limit_remaining != 0 {
+        out.put_u8(3 << 3);
+        put_varint(out, u64::from(s.limit_remaining));
+    }
+    if s.current_limit.is_some() || !s.duration_until_reset.is_zero() {
+        out.put_u8(4 << 3 | 2);
+        put_varint(out, dur as u64);
+        let secs = s.duration_until_reset.as_secs();
+        let nanos = s.duration_until_reset.subsec_nanos();
+        if secs != 0 {
+            out.put_u8(1 << 3);
+            put_varint(out, secs);
+        }
+        if nanos != 0 {
+            out.put_u8(2 << 3);
+            put_varint(out, u64::from(nanos));
+        }
+    }
+}
+
+/// Writes the gRPC frame (5-byte prefix and message) of the response to
+/// `response` into `out`; `scratch` holds header values.
+pub fn encode_response(
+    response: &Response,
+    headers: &RateLimitHeaders,
+    scratch: &mut String,
+    out: &mut BytesMut,
+) {
+    let mut pairs: SmallVec<[(&Header, (usize, usize)); 6]> = SmallVec::new();
+    let mut values = std::mem::take(scratch);
+    values.clear();
+    let mut buf = String::new();
+    headers.emit(response, &mut buf, |h, v| {
+        let start = values.len();
+        values.push_str(v);
+        pairs.push((h, (start, values.len())));
+    });
+    let mut len = 1 + varint_len(code(response.overall));
+    for s in &response.statuses {
+        let (_, _, t) = status_sizes(s);
+        len += 1 + varint_len(t as u64) + t;
+    }
+    let header_size = |h: &Header, v: &str| {
+        let k = h.text.len();
+        1 + varint_len(k as u64) + k + 1 + varint_len(v.len() as u64) + v.len()
+    };
+    for (h, (a, b)) in &pairs {
+        let t = header_size(h, &values[*a..*b]);
+        len += 1 + varint_len(t as u64) + t;
+    }
+    out.reserve(5 + len);
+    out.put_u8(0);
+    out.put_u32(len as u32);
+    out.put_u8(1 << 3);
+    put_varint(out, code(response.overall));
+    for s in &response.statuses {
+        put_status(out, s);
+    }
+    for (h, (a, b)) in &pairs {
+        let v = &values[*a..*b];
+        out.put_u8(3 << 3 | 2);
+        put_varint(out, header_size(h, v) as u64);
+        put_str(out, 1, &h.text);
+        put_str(out, 2, v);
+    }
+    *scratch = values;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::ratelimit::RateLimitDescriptor;
+    use crate::proto::ratelimit::rate_limit_descriptor::{Entry, RateLimitOverride};
+    use crate::proto::rls::RateLimitRequest;
+    use prost::Message;
+
+    #[test]
+    fn decodes_what_prost_encodes() {
+        let req = RateLimitRequest {
+            domain: "api".into(),
+            hits_addend: 7,
+            descriptors: vec![
+                RateLimitDescriptor {
+                    entries: vec![
+                        Entry {
+                            key: "user".into(),
+                            value: "alice".into(),
+                        },
+                        Entry {
+                            key: "route".into(),
+                            value: "".into(),
+                        },
+                    ],
+                    limit: Some(RateLimitOverride {
+                        requests_per_unit: 9,
+                        unit: 2,
+                    }),
+                    hits_addend: Some(0),
+                },
+                RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "k".into(),
+                        value: "v".into(),
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        let bytes = req.encode_to_vec();
+        let w = WireRequest::decode(&bytes).unwrap();
+        assert_eq!((w.domain, w.hits_addend), ("api", 7));
+        let d = w.descriptors();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].entry(0), ("user", "alice"));
+        assert_eq!(d[0].entry(1), ("route", ""));
+        assert_eq!(d[0].hits_addend(), Some(0));
+        assert_eq!(d[0].limit_override().unwrap().requests_per_unit, 9);
+        assert_eq!(d[1].len(), 1);
+        assert_eq!(d[1].hits_addend(), None);
+        for cut in 1..bytes.len() {
+            // Never panics on truncated input.
+            let _ = WireRequest::decode(&bytes[..cut]);
+        }
+        assert!(WireRequest::decode(&[0x0a, 0x02, 0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn encodes_what_prost_decodes() {
+        use crate::proto::rls::RateLimitResponse;
+        use floodgate_policy::engine::CurrentLimit;
+        use floodgate_policy::spec::Reported;
+        use std::time::Duration;
+
+        let mut r = Response::default();
+        r.overall = Code::OverLimit;
+        r.statuses.push(Status {
+            code: Code::OverLimit,
+            current_limit: Some(CurrentLimit {
+                reported: Reported {
+                    requests_per_unit: 3,
+                    unit: Unit::Minute,
+                },
+                name: Some("per-user".into()),
+            }),
+            limit_remaining: 0,
+            duration_until_reset: Duration::new(41, 500),
+            ..Status::default()
+        });
+        r.statuses.push(Status::default());
+        r.statuses.push(Status {
+            limit_remaining: u32::MAX,
+            ..Status::default()
+        });
+        r.statuses.push(Status {
+            current_limit: Some(CurrentLimit {
+                reported: Reported {
+                    requests_per_unit: 300,
+                    unit: Unit::Week,
+                },
+                name: None,
+            }),
+            limit_remaining: 299,
+            duration_until_reset: Duration::from_secs(600_000),
+            ..Status::default()
+        });
+        let settings = crate::settings::HeaderSettings {
+            enabled: true,
+            x_ratelimit: true,
+            ..Default::default()
+        };
+        let headers = RateLimitHeaders::new(&settings).unwrap();
+        let mut out = BytesMut::new();
+        encode_response(&r, &headers, &mut String::new(), &mut out);
+        assert_eq!(out[0], 0);
+        assert_eq!(
+            u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize,
+            out.len() - 5
+        );
+        let decoded = RateLimitResponse::decode(&out[5..]).unwrap();
+        let mut expected = RateLimitResponse::default();
+        super::super::fill_response(&r, &headers, &mut expected);
+        assert_eq!(decoded, expected);
+        assert_eq!(decoded.response_headers_to_add.len(), 6);
+    }
+}
