@@ -1,0 +1,67 @@
+//! The bundled quick start (examples/gateway.yaml) loads, and behaves as
+//! the README says: three answers from the upstream with rate-limit
+//! headers, then 429.
+
+mod support;
+
+use std::path::PathBuf;
+
+use floodgate_gateway::GatewayOptions;
+use support::{h1, header, upstream};
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway.yaml")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_works() {
+    let plain = floodgate_gateway::load(&GatewayOptions {
+        paths: vec![example()],
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plain.gateway.listen, "127.0.0.1:8000".parse().unwrap());
+    assert_eq!(
+        plain.gateway.upstream.urls[0].authority.as_str(),
+        "127.0.0.1:9000"
+    );
+    assert!(plain.http.is_some());
+
+    // The same file, on free ports, in front of a real upstream.
+    let up = upstream().await;
+    let loaded = floodgate_gateway::load(&GatewayOptions {
+        paths: vec![example()],
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        upstreams: vec![
+            floodgate_gateway::UpstreamUrl::parse(&format!("http://{}", up.addr)).unwrap(),
+        ],
+        flags: floodgate_server::settings::Overrides {
+            admin: Some(None),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let gw = floodgate_gateway::start(loaded, None).await.unwrap();
+    let c = h1();
+    for i in 0..4 {
+        let r = c
+            .get(format!("http://{}/", gw.addr()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"per-ip\";q=3;w=60"));
+        let current = header(&r, "ratelimit").unwrap().to_owned();
+        if i < 3 {
+            assert_eq!(r.status(), 200);
+            assert!(
+                current.starts_with(&format!("\"per-ip\";r={};t=", 2 - i)),
+                "{current}"
+            );
+        } else {
+            assert_eq!(r.status(), 429);
+            assert!(header(&r, "retry-after").is_some());
+        }
+    }
+    gw.shutdown().await;
+}
