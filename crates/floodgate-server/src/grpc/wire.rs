@@ -240,7 +240,7 @@ impl<'a> WireRequest<'a> {
 }
 
 fn varint_len(v: u64) -> usize {
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 fn put_varint(out: &mut BytesMut, mut v: u64) {
