@@ -67,7 +67,33 @@ fn period() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// Large magnitudes, where the scripts' products leave 2^53.
+fn big_spec() -> impl Strategy<Value = Spec> {
+    const MAX: u64 = 1 << 40;
+    prop_oneof![
+        (1u64..=MAX, 1u64..=100_000_000_000, 1u64..=MAX).prop_map(|(c, p, b)| Spec::Gcra(c, p, b)),
+        (1u64..=MAX, 1u64..=3_000_000_000_000_000).prop_map(|(l, w)| Spec::Fixed(l, w)),
+        (1u64..=u32::MAX as u64, 1u64..=3_000_000_000_000).prop_map(|(l, w)| Spec::Two(l, w)),
+        (1u64..=MAX, 1u64..=100_000_000_000, 1u32..=6).prop_map(|(l, s, n)| Spec::Subs(l, s, n)),
+        (
+            (1u64..=1 << 30).prop_map(NginxRate::PerSecond),
+            0u64..=1 << 30
+        )
+            .prop_map(|(r, b)| Spec::Shaper(r, b, ShaperDelay::After(b / 2))),
+    ]
+    .prop_filter("exact in Redis", |s| {
+        floodgate_redis::validate(&s.limit()).is_ok()
+    })
+}
+
 fn spec() -> impl Strategy<Value = Spec> {
+    prop_oneof![
+        4 => small_spec(),
+        1 => big_spec(),
+    ]
+}
+
+fn small_spec() -> impl Strategy<Value = Spec> {
     prop_oneof![
         (1u64..=20, period(), 1u64..=10).prop_map(|(c, p, b)| Spec::Gcra(c, p, b)),
         (1u64..=10, period()).prop_map(|(l, w)| Spec::Fixed(l, w)),
@@ -194,8 +220,13 @@ fn run(urls: Vec<String>, mode: Mode, cases: u32) {
     static IDS: AtomicU64 = AtomicU64::new(0);
     let rt = common::runtime();
     let twin = rt.block_on(Twin::new(urls, mode, "d:"));
+    // FLOODGATE_REDIS_CASES multiplies the number of cases (a longer soak).
+    let factor = std::env::var("FLOODGATE_REDIS_CASES")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1);
     let mut runner = TestRunner::new(Config {
-        cases,
+        cases: cases * factor.max(1),
         failure_persistence: None,
         ..Config::default()
     });
@@ -217,13 +248,13 @@ fn run(urls: Vec<String>, mode: Mode, cases: u32) {
 #[test]
 fn memory_and_single_server_agree() {
     let server = Server::start();
-    run(vec![server.url()], Mode::Single, 64);
+    run(vec![server.url()], Mode::Single, 200);
 }
 
 #[test]
 fn memory_and_cluster_agree() {
     let cluster = Cluster::start();
-    run(cluster.urls(), Mode::Cluster, 40);
+    run(cluster.urls(), Mode::Cluster, 100);
     odd_keys_on_a_cluster(&cluster);
 }
 

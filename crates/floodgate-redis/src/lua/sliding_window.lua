@@ -71,6 +71,10 @@ if need.w or need.n then
           counts, start = shifted, current
         end
         counts[len] = counts[len] + cost
+      if it.kind == 'w' then
+        -- The two-window state holds 32-bit counts, and decides with them.
+        counts[len] = math.min(counts[len], U32)
+      end
         gone = 0
       end
     end
