@@ -78,10 +78,15 @@ pub struct UpstreamArgs {
 
 /// Serves the demo upstream forever.
 pub fn run_upstream(args: UpstreamArgs) -> anyhow::Result<()> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(w) = args.workers {
-        builder.worker_threads(w.max(1));
-    }
+    let mut builder = match args.workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(w) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(w.max(1));
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let rt = builder.enable_all().build()?;
     eprintln!("upstream listening on http://{}", args.listen);
     rt.block_on(floodgate_gateway::demo::run_demo(

@@ -133,13 +133,21 @@ pub fn load(opts: &GatewayOptions) -> Result<Loaded, GatewayError> {
     })
 }
 
-/// Runs the gateway on a new runtime (`gateway.workers` threads) until
+/// Runs the gateway on a new runtime (`gateway.workers` threads; one is a
+/// current-thread runtime) until
 /// SIGTERM or SIGINT; logging must already be set up.
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), GatewayError> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(w) = loaded.gateway.workers {
-        builder.worker_threads(w);
-    }
+    // One worker: a single-threaded scheduler (no work stealing, no
+    // cross-thread wake-ups), as an nginx worker process.
+    let mut builder = match loaded.gateway.workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(w) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(w);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = builder
         .enable_all()
         .thread_name("floodgate-gw")
