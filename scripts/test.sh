@@ -4,14 +4,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # ---- The Redis backend (crates/floodgate-redis) -----------------------------
-# Its tests start real servers (standalone, and a six-node cluster created
-# with redis-cli) and fail, never skip, when redis-server or redis-cli is
-# missing; its benchmark also uses redis-benchmark (same package family).
+# Its tests start real servers (standalone, TLS, and a six-node cluster
+# created with redis-cli; the TLS test makes its certificates with openssl)
+# and fail, never skip, when a tool is missing; its benchmark also uses
+# redis-benchmark (installed with redis-cli).
+redis_apt=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-    echo "==> installing redis-server (with redis-cli)"
+    redis_apt+=(redis-server)
+fi
+command -v openssl >/dev/null 2>&1 || redis_apt+=(openssl)
+if [ ${#redis_apt[@]} -gt 0 ]; then
+    echo "==> installing ${redis_apt[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${redis_apt[@]}" >/dev/null
 fi
 
 # ---- The decision service (floodgate serve) ---------------------------------

@@ -1,5 +1,6 @@
 //! Settings of the Redis backend and of the resilience around it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::ConfigError;
@@ -76,6 +77,18 @@ impl Default for BreakerConfig {
     }
 }
 
+/// TLS settings for `rediss://` URLs (the `tls` feature, on by default).
+/// Without a CA file the system's trust store is used.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM file of the CA that signed the servers' certificates.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate, for servers that require one (mutual TLS).
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    pub client_key_file: Option<PathBuf>,
+}
+
 /// Everything the Redis backend needs. `Default` is a single local server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisConfig {
@@ -110,6 +123,8 @@ pub struct RedisConfig {
     /// same key (`None`, the default: until released). A lease bounds the
     /// damage of holders that die without releasing.
     pub concurrency_lease: Option<Duration>,
+    /// Certificates for `rediss://` URLs.
+    pub tls: TlsFiles,
 }
 
 impl Default for RedisConfig {
@@ -127,6 +142,7 @@ impl Default for RedisConfig {
             local_cache_capacity: 0,
             fallback_capacity: 100_000,
             concurrency_lease: None,
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -160,6 +176,11 @@ impl RedisConfig {
         }
         if let FailurePolicy::Local { divide_by: 0 } = self.failure_policy {
             return Err(ConfigError::Zero("failure_policy.divide_by"));
+        }
+        if self.tls.client_cert_file.is_some() != self.tls.client_key_file.is_some() {
+            return Err(ConfigError::Tls(
+                "a client certificate needs its key, and a key its certificate".into(),
+            ));
         }
         Ok(())
     }

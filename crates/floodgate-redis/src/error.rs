@@ -27,6 +27,9 @@ pub enum ConfigError {
     /// A setting that must be positive is zero.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// TLS is misconfigured (or not compiled in: the `tls` feature).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The client refused the settings.
     #[error("Redis client: {0}")]
     Client(String),

@@ -62,7 +62,9 @@ mod stats;
 
 pub use backend::{ConnectError, RedisBackend};
 pub use breaker::BreakerState;
-pub use config::{BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource, parse_redis_urls};
+pub use config::{
+    BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource, TlsFiles, parse_redis_urls,
+};
 pub use encode::validate;
 pub use error::{ConfigError, UnsupportedLimit};
 pub use fallback::scale;

@@ -31,6 +31,57 @@ fn client_error(e: redis::RedisError) -> ConfigError {
     ConfigError::Client(e.to_string())
 }
 
+/// The certificates for `rediss://` URLs: `None` to use the system's trust
+/// store (or when no URL uses TLS).
+#[cfg(feature = "tls")]
+fn certificates(config: &RedisConfig) -> Result<Option<redis::TlsCertificates>, ConfigError> {
+    if !config.urls.iter().any(|u| u.starts_with("rediss://")) {
+        return Ok(None);
+    }
+    // One crypto provider for the process (another crate may have chosen).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let files = &config.tls;
+    if files.ca_file.is_none() && files.client_cert_file.is_none() {
+        return Ok(None);
+    }
+    let read = |p: &std::path::PathBuf| {
+        std::fs::read(p).map_err(|e| ConfigError::Tls(format!("{}: {e}", p.display())))
+    };
+    let client_tls = match (&files.client_cert_file, &files.client_key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        _ => None,
+    };
+    let root_cert = files.ca_file.as_ref().map(read).transpose()?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+#[cfg(not(feature = "tls"))]
+fn certificates(config: &RedisConfig) -> Result<Option<()>, ConfigError> {
+    if config.urls.iter().any(|u| u.starts_with("rediss://")) {
+        return Err(ConfigError::Tls(
+            "rediss:// needs the `tls` feature of floodgate-redis".into(),
+        ));
+    }
+    Ok(None)
+}
+
+fn single_client(config: &RedisConfig) -> Result<Client, ConfigError> {
+    let url = config.urls[0].as_str();
+    match certificates(config)? {
+        #[cfg(feature = "tls")]
+        Some(certs) => Client::build_with_tls(url, certs).map_err(client_error),
+        #[cfg(not(feature = "tls"))]
+        Some(()) => Client::open(url).map_err(client_error),
+        None => Client::open(url).map_err(client_error),
+    }
+}
+
 impl Pool {
     /// Opens the connections. With `lazy`, nothing is dialled until the
     /// first request (so a backend can be built while Redis is down).
@@ -38,7 +89,7 @@ impl Pool {
         let n = config.connections;
         let conns = match config.mode {
             Mode::Single => {
-                let client = Client::open(config.urls[0].as_str()).map_err(client_error)?;
+                let client = single_client(config)?;
                 let settings = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_response_timeout(Some(config.timeout))
@@ -60,7 +111,15 @@ impl Pool {
                 Conns::Single(v)
             }
             Mode::Cluster => {
-                let client = ClusterClientBuilder::new(config.urls.iter().map(String::as_str))
+                let builder = ClusterClientBuilder::new(config.urls.iter().map(String::as_str));
+                #[cfg(feature = "tls")]
+                let builder = match certificates(config)? {
+                    Some(certs) => builder.certs(certs),
+                    None => builder,
+                };
+                #[cfg(not(feature = "tls"))]
+                certificates(config)?;
+                let client = builder
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.timeout)
                     .retries(3)
