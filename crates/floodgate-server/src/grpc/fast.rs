@@ -112,7 +112,9 @@ impl GrpcService {
             let mut routes = self.routes.clone();
             return tower_service::Service::call(&mut routes, req).await;
         }
-        Ok(self.rls(req).await)
+        // Boxed: the decision's state is a few KiB, and the task that polls
+        // it is moved around by the runtime; a pointer moves cheaper.
+        Ok(Box::pin(self.rls(req)).await)
     }
 
     async fn rls<B>(&self, req: Request<B>) -> Response<tonic::body::Body>
