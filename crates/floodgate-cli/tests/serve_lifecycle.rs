@@ -223,3 +223,37 @@ fn the_bundled_example_runs_on_the_memory_store() {
         .collect();
     assert_eq!(codes, [200, 200, 200, 429]);
 }
+
+#[test]
+fn serve_without_arguments_uses_the_bundled_example() {
+    let root = floodgate_testkit::workspace_root();
+    let (grpc, http, admin) = (
+        floodgate_testkit::free_port(),
+        floodgate_testkit::free_port(),
+        floodgate_testkit::free_port(),
+    );
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .current_dir(&root)
+        .env("FLOODGATE_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+        .env("FLOODGATE_HTTP_ADDR", format!("127.0.0.1:{http}"))
+        .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
+        .env_remove("FLOODGATE_CONFIG")
+        .env_remove("RUNTIME_ROOT")
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let ready = wait_until(Duration::from_secs(20), || {
+        matches!(
+            http_request(http, "GET", "/ready", None, b""),
+            Some((200, _))
+        )
+    });
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    assert!(ready, "{text}");
+    assert!(text.contains("files=examples/floodgate.yaml"), "{text}");
+    assert!(status.success(), "{status:?}");
+}

@@ -1,5 +1,6 @@
-//! The gRPC listener: `RateLimitService`, `grpc.health.v1.Health` (serving
-//! while the store can decide) and server reflection (v1 and v1alpha).
+//! The gRPC listener: `RateLimitService` (on the fast path, see
+//! [`GrpcService`]), `grpc.health.v1.Health` (serving while the store can
+//! decide) and server reflection (v1 and v1alpha), over HTTP/2.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +17,8 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::error::ServerError;
-use crate::grpc::{GrpcService, RlsService};
+use crate::grpc::GrpcService;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::service::Service;
 
 /// The RLS service name, as health checks ask for it.
@@ -42,8 +42,6 @@ pub async fn spawn(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|e| ServerError::Runtime(format!("reflection: {e}")))?;
-    let rls = RateLimitServiceServer::new(RlsService::new(svc.clone()))
-        .max_decoding_message_size(body_limit);
 
     // Health follows readiness (the store, and draining on shutdown).
     let watcher = {
@@ -79,7 +77,6 @@ pub async fn spawn(
     let routes = tonic::service::Routes::new(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(rls)
         .prepare();
     let grpc = Arc::new(GrpcService::new(svc, routes, body_limit));
     Ok(tokio::spawn(accept_loop(listener, grpc, stop)))

@@ -1,4 +1,7 @@
-//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` as a tonic
+//! service, for programs that embed the decision service in their own tonic
+//! server (`floodgate serve` answers the method on its fast path,
+//! [`GrpcService`](super::GrpcService), with the same semantics).
 
 use std::sync::Arc;
 
