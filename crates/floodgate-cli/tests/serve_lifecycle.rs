@@ -257,3 +257,38 @@ fn serve_without_arguments_uses_the_bundled_example() {
     assert!(text.contains("files=examples/floodgate.yaml"), "{text}");
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn a_redis_outage_turns_readiness_off_and_the_failure_policy_answers() {
+    let redis = Redis::start();
+    let config = "store:\n  backend: redis\n  url: REDIS\n  timeout: 50ms\n  connect_timeout: 100ms\n  failure_policy: fail_closed\n  breaker: {failures: 2, cool_down: 30s}\n"
+        .replace("REDIS", &redis.addr())
+        + &limit_config(5);
+    let s = Floodgate::start(bin(), &config, &[], &[]);
+    assert_eq!(call(&s, "r"), (200, 5));
+    drop(redis);
+    // Failing closed: every answer is over the limit, never an error.
+    for _ in 0..4 {
+        assert_eq!(call(&s, "r").0, 429);
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            matches!(
+                http_request(s.http, "GET", "/ready", None, b""),
+                Some((503, _))
+            )
+        }),
+        "readiness still on; log:\n{}",
+        s.log()
+    );
+    // Liveness stays on: the process is healthy, its store is not.
+    assert_eq!(
+        http_request(s.http, "GET", "/healthcheck", None, b"")
+            .unwrap()
+            .0,
+        200
+    );
+    assert!(metric(&s, "floodgate_redis_fail_closed_total") >= 4.0);
+    assert_eq!(metric(&s, "floodgate_redis_breaker_state"), 1.0);
+    assert_eq!(metric(&s, "floodgate_backend_ready"), 0.0);
+}
