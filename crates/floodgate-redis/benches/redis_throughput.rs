@@ -10,7 +10,8 @@
 //!    p50/p99/max of each decision.
 //!
 //! `cargo bench -p floodgate-redis --bench redis_throughput` (set
-//! `BENCH_SECS` to change the measuring time, default 3).
+//! `BENCH_SECS` to change the measuring time, default 3). Run by `cargo
+//! test --all-targets` (without `--bench`), it only makes a short smoke run.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -29,7 +30,15 @@ use floodgate_redis::{RedisBackend, RedisConfig};
 const CALLERS: usize = 64;
 const KEYS: u64 = 1_000_000;
 
+/// `cargo bench` passes `--bench`; `cargo test` runs the binary without it.
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
 fn secs() -> Duration {
+    if smoke() {
+        return Duration::from_millis(200);
+    }
     let s = std::env::var("BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -42,6 +51,7 @@ fn secs() -> Duration {
 /// and its requests per second.
 fn ceiling(server: &Server, sha: &str, work: Work) -> (String, f64) {
     let port = server.port().to_string();
+    let requests = if smoke() { "20000" } else { "1000000" };
     let mut args: Vec<&str> = vec![
         "-h",
         "127.0.0.1",
@@ -52,7 +62,7 @@ fn ceiling(server: &Server, sha: &str, work: Work) -> (String, f64) {
         "-P",
         "16",
         "-n",
-        "1000000",
+        requests,
         "-r",
         "1000000",
         "--csv",
@@ -234,6 +244,9 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn main() {
+    if smoke() {
+        println!("smoke run (numbers come from `cargo bench`)");
+    }
     let server = Server::start();
     // Two cores: one for redis-server, one for the client (a second worker
     // thread would only time-slice with Redis and inflate tail latency).
