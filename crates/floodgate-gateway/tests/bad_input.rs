@@ -255,3 +255,32 @@ async fn x_forwarded_for_is_trusted_only_when_configured() {
     assert_eq!(up.requests(), 3 + 3);
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_wait_for_a_free_slot() {
+    let up = upstream().await;
+    let text = CONFIG.replace(
+        "limits: {header_read_timeout: 1s,",
+        "limits: {max_connections: 2, header_read_timeout: 1s,",
+    );
+    let file = ConfigFile::new(&text);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    // Two silent connections take both slots until the header timeout
+    // closes them.
+    let _a = TcpStream::connect(gw.addr()).unwrap();
+    let _b = TcpStream::connect(gw.addr()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let r = h1()
+        .get(format!("http://{}/", gw.addr()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(600) && waited < Duration::from_secs(3),
+        "served after {waited:?}"
+    );
+    gw.shutdown().await;
+}
