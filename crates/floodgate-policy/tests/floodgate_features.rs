@@ -382,3 +382,24 @@ fn the_documented_shaper_example_passes_6_delays_15_rejects_the_rest() {
     assert_eq!(later, (1..=15).map(|k| k * 100).collect::<Vec<_>>());
     assert_eq!(rejected, 9);
 }
+
+#[test]
+fn shadow_rules_are_decided_together_like_a_dry_run() {
+    // nginx's limit_req_dry_run over two zones: when one zone would reject,
+    // neither is charged — exactly as if both were enforced.
+    let mut h = Harness::new(&domain(
+        "      - key: zone_a
+        shadow_mode: true
+        rate_limit: {requests: 1, per: 1h}
+      - key: zone_b
+        shadow_mode: true
+        rate_limit: {requests: 5, per: 1h}
+",
+    ));
+    let req = [d(&[("zone_a", "k")]), d(&[("zone_b", "k")])];
+    // Every request passes (shadow), the first charges both zones, the
+    // others are rejected by zone a and charge nothing.
+    assert_eq!(h.admitted(4, "api", &req), 4);
+    assert_eq!(h.response.statuses[1].limit_remaining, 4);
+    assert!(h.response.statuses[0].decision.unwrap().is_denied());
+}

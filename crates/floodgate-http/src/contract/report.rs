@@ -347,7 +347,9 @@ impl Report {
         if denied {
             let retry = (!waits.unknown && waits.longest > Duration::ZERO).then_some(waits.longest);
             self.set_verdict(Verdict::Denied, retry);
-        } else if delay > Duration::ZERO {
+        } else if delay > Duration::ZERO && !response.shadowed && !policy.settings.shadow_mode {
+            // Global shadow mode enforces nothing: not even a shaper's delay
+            // (as nginx's dry run serves a delayed request at once).
             self.set_verdict(Verdict::Delayed(delay), None);
         }
     }

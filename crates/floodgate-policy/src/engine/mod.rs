@@ -289,8 +289,10 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                 }
                 Action::Limit(limits) => {
                     status.reason = Reason::Limited;
-                    let batch = if rule.shadow || rule.quota {
+                    let batch = if rule.quota {
                         Batch::Own
+                    } else if rule.shadow {
+                        Batch::Shadow
                     } else {
                         Batch::Enforced
                     };
@@ -374,8 +376,9 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         });
     }
 
-    /// Decides the counters: the enforced ones in one atomic batch, each
-    /// shadow or quota rule on its own.
+    /// Decides the counters: the enforced ones in one atomic batch, the
+    /// shadow-mode ones in another (as if enforced, like nginx's dry run),
+    /// each quota rule on its own.
     async fn decide(
         &self,
         policy: &PolicySet,
@@ -389,23 +392,25 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return Ok(());
         }
         scratch.decisions.resize(n, PLACEHOLDER);
-        let mut enforced: SmallVec<[Item<'_>; 16]> = SmallVec::new();
-        let mut enforced_at: SmallVec<[u32; 16]> = SmallVec::new();
-        for (k, slot) in scratch.slots.iter().enumerate() {
-            if slot.batch == Batch::Enforced {
-                enforced.push(item(policy, &scratch.keys, &scratch.overrides, slot));
-                enforced_at.push(k as u32);
+        for batch in [Batch::Enforced, Batch::Shadow] {
+            let mut items: SmallVec<[Item<'_>; 16]> = SmallVec::new();
+            let mut at: SmallVec<[u32; 16]> = SmallVec::new();
+            for (k, slot) in scratch.slots.iter().enumerate() {
+                if slot.batch == batch {
+                    items.push(item(policy, &scratch.keys, &scratch.overrides, slot));
+                    at.push(k as u32);
+                }
             }
-        }
-        if !enforced.is_empty() {
-            let mut out: SmallVec<[Decision; 16]> =
-                SmallVec::from_elem(PLACEHOLDER, enforced.len());
-            self.backend.decide(&enforced, now, apply, &mut out).await?;
-            for (d, &k) in out.iter().zip(&enforced_at) {
+            if items.is_empty() {
+                continue;
+            }
+            let mut out: SmallVec<[Decision; 16]> = SmallVec::from_elem(PLACEHOLDER, items.len());
+            self.backend.decide(&items, now, apply, &mut out).await?;
+            for (d, &k) in out.iter().zip(&at) {
                 scratch.decisions[k as usize] = *d;
             }
         }
-        // Shadow and quota rules: each rule's limits together.
+        // Quota rules: each rule's limits together.
         let mut k = 0;
         while k < n {
             let slot = scratch.slots[k];

@@ -11,7 +11,10 @@ use crate::compile::{Path, RuleId};
 pub(crate) enum Batch {
     /// The request's enforced limits, all decided atomically together.
     Enforced,
-    /// A shadow-mode or quota-mode rule, decided on its own.
+    /// The request's shadow-mode limits, decided atomically together as if
+    /// they were enforced (nginx's dry run), apart from the enforced ones.
+    Shadow,
+    /// A quota-mode rule, decided on its own.
     Own,
 }
 
