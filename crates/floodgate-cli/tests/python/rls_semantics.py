@@ -232,6 +232,11 @@ def t_health_and_reflection():
                                  response_deserializer=lambda b: b)
     replies = list(info(iter([b"\x3a\x00"]), timeout=5))  # list_services: ""
     assert any(name in r for r in replies), replies
+    # file_containing_symbol: what grpcurl asks to describe the method.
+    ask = b"\x22" + bytes([len(name)]) + name
+    replies = list(info(iter([ask]), timeout=5))
+    assert any(b"envoy/service/ratelimit/v3/rls.proto" in r for r in replies), replies
+    assert any(b"ratelimit_unit.proto" in r or b"RateLimitDescriptor" in r for r in replies), replies
 
 
 TESTS = [(n, f) for n, f in list(globals().items()) if n.startswith("t_")]
