@@ -168,6 +168,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         merge_domains: args.merge_domains || merge_env,
         env,
         flags: args.overrides()?,
+        // One file may configure the gateway too.
+        other_sections: crate::check::OTHER_SECTIONS.to_vec(),
     };
     // Before loading: rules resolve their metric handles when compiled.
     let prometheus = floodgate_server::metrics::install()?;

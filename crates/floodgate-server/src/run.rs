@@ -31,15 +31,29 @@ pub struct ServeOptions {
     pub env: Overrides,
     /// Settings from flags (over the environment's).
     pub flags: Overrides,
+    /// Top-level sections of the same files that other components read
+    /// (accepted and left alone).
+    pub other_sections: Vec<&'static str>,
 }
 
-/// The configuration source for `paths`, accepting the service's sections.
-pub fn config_source(paths: &[PathBuf], merge_domains: bool) -> ConfigSource {
+/// The configuration source for `paths`, accepting the service's sections
+/// and `other_sections`.
+pub fn config_source(
+    paths: &[PathBuf],
+    merge_domains: bool,
+    other_sections: &[&'static str],
+) -> ConfigSource {
+    let mut sections = settings::SECTIONS.to_vec();
+    sections.extend(
+        other_sections
+            .iter()
+            .filter(|s| !settings::SECTIONS.contains(s)),
+    );
     ConfigSource {
         paths: paths.to_vec(),
         options: LoadOptions {
             merge_domains,
-            other_sections: settings::SECTIONS.to_vec(),
+            other_sections: sections,
         },
     }
 }
@@ -49,7 +63,7 @@ pub fn config_source(paths: &[PathBuf], merge_domains: bool) -> ConfigSource {
 /// ([`crate::metrics::install`]): rules resolve their metric handles when
 /// they are compiled.
 pub fn load(opts: &ServeOptions) -> Result<(ConfigSource, Compiled, Settings), ServerError> {
-    let source = config_source(&opts.paths, opts.merge_domains);
+    let source = config_source(&opts.paths, opts.merge_domains, &opts.other_sections);
     let compiled = source.compile().map_err(ServerError::Config)?;
     let mut s = settings::read_sections(&compiled.loaded.documents).map_err(ServerError::Config)?;
     opts.env.apply(&mut s)?;
