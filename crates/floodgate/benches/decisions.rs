@@ -75,7 +75,10 @@ fn floodgate<A: Algorithm>(limit: A) -> RateLimiter<u64, A> {
     .unwrap()
 }
 
-fn limiters() -> Vec<(&'static str, Box<dyn Fn() -> Box<dyn Decide>>)> {
+/// A named way to build a limiter.
+type Make = (&'static str, Box<dyn Fn() -> Box<dyn Decide>>);
+
+fn limiters() -> Vec<Make> {
     let sec = Duration::from_secs(1);
     vec![
         (

@@ -6,8 +6,8 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::Store;
-use super::lock::SpinGuard;
 use super::shard::{Shard, Swept, idle_secs};
+use super::slot::SlotGuard;
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{Decision, Timestamp};
@@ -113,10 +113,10 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
         let distinct = &distinct[..n];
         // The guards live on the stack for the usual small batches.
-        let mut inline_guards: [Option<SpinGuard<'_, Shard<K, S>>>; 16] =
+        let mut inline_guards: [Option<SlotGuard<'_, Shard<K, S>>>; 16] =
             std::array::from_fn(|_| None);
-        let mut heap_guards: Vec<Option<SpinGuard<'_, Shard<K, S>>>> = Vec::new();
-        let guards: &mut [Option<SpinGuard<'_, Shard<K, S>>>] = if n <= inline_guards.len() {
+        let mut heap_guards: Vec<Option<SlotGuard<'_, Shard<K, S>>>> = Vec::new();
+        let guards: &mut [Option<SlotGuard<'_, Shard<K, S>>>] = if n <= inline_guards.len() {
             &mut inline_guards[..n]
         } else {
             heap_guards.resize_with(n, || None);
@@ -178,7 +178,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
     /// `store` is set and its state is no longer fresh.
     fn visit<A, Q>(
         &self,
-        shard: &mut Shard<K, S>,
+        shard: &mut SlotGuard<'_, Shard<K, S>>,
         slot: &Slot,
         item: &Item<'_, Q, A>,
         now: Timestamp,
@@ -215,7 +215,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
 }
 
 /// The guard of a shard locked at the start of the batch.
-fn locked<'a, 'g, T>(g: &'a mut Option<SpinGuard<'g, T>>) -> &'a mut T {
-    g.as_deref_mut()
+fn locked<'a, 'g, T>(g: &'a mut Option<SlotGuard<'g, T>>) -> &'a mut SlotGuard<'g, T> {
+    g.as_mut()
         .expect("every shard of the batch is locked before any item is visited")
 }

@@ -8,13 +8,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The raw lock, used through [`lock_api::Mutex`].
+/// The raw lock (see [`Slot`](super::slot::Slot)).
 pub(crate) struct RawSpinLock(AtomicBool);
-
-/// A mutex over a [`RawSpinLock`].
-pub(crate) type SpinMutex<T> = lock_api::Mutex<RawSpinLock, T>;
-/// Its guard.
-pub(crate) type SpinGuard<'a, T> = lock_api::MutexGuard<'a, RawSpinLock, T>;
 
 impl RawSpinLock {
     #[cold]
@@ -47,7 +42,9 @@ unsafe impl lock_api::RawMutex for RawSpinLock {
 
     #[inline]
     fn lock(&self) {
-        if self.0.swap(true, Ordering::Acquire) {
+        // Test before test-and-set: a waiter reads the line instead of
+        // taking it away from the holder.
+        if self.0.load(Ordering::Relaxed) || self.0.swap(true, Ordering::Acquire) {
             self.lock_contended();
         }
     }

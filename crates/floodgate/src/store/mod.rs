@@ -17,18 +17,17 @@
 mod batch;
 mod lock;
 mod shard;
+mod slot;
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_utils::CachePadded;
-
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
-use lock::SpinMutex;
 use shard::{Entry, Shard, Swept, idle_secs};
+use slot::{Slot, SlotGuard};
 
 pub use batch::Item;
 
@@ -72,7 +71,7 @@ pub struct StoreStats {
     pub evictions: u64,
 }
 
-type Shards<K, S> = Box<[CachePadded<SpinMutex<Shard<K, S>>>]>;
+type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
 
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
@@ -103,9 +102,7 @@ where
             .shards
             .min(config.capacity.min(1 << 16).next_power_of_two());
         Ok(Store {
-            shards: (0..shards)
-                .map(|_| CachePadded::new(SpinMutex::new(Shard::new())))
-                .collect(),
+            shards: (0..shards).map(|_| Slot::new(Shard::new())).collect(),
             hasher: foldhash::fast::RandomState::default(),
             mask: shards - 1,
             shard_cap: config.capacity.div_ceil(shards),
@@ -172,15 +169,15 @@ where
 
     fn insert(
         &self,
-        shard: &mut Shard<K, S>,
+        shard: &mut SlotGuard<'_, Shard<K, S>>,
         hash: u64,
         key: K,
         state: S,
         idle: Timestamp,
         now: Timestamp,
     ) -> Swept {
-        let swept = shard.before_insert(now, self.shard_cap);
-        let touched = shard.tick;
+        let touched = shard.tick();
+        let swept = shard.before_insert(now, self.shard_cap, touched);
         shard.table.insert_unique(
             hash,
             Entry {

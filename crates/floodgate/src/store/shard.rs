@@ -23,7 +23,6 @@ pub(crate) struct Entry<K, S> {
 
 pub(crate) struct Shard<K, S> {
     pub(crate) table: HashTable<Entry<K, S>>,
-    pub(crate) tick: u32,
     sweep_at: usize,
 }
 
@@ -48,21 +47,14 @@ impl<K, S> Shard<K, S> {
     pub(crate) fn new() -> Self {
         Shard {
             table: HashTable::new(),
-            tick: 0,
             sweep_at: MIN_SWEEP,
         }
-    }
-
-    #[inline]
-    pub(crate) fn next_tick(&mut self) -> u32 {
-        self.tick = self.tick.wrapping_add(1);
-        self.tick
     }
 
     /// Makes room before an insertion once the shard has grown enough since
     /// the last sweep: drops every idle entry, then, if the shard is still at
     /// its capacity, the least recently used eighth.
-    pub(crate) fn before_insert(&mut self, now: Timestamp, cap: usize) -> Swept {
+    pub(crate) fn before_insert(&mut self, now: Timestamp, cap: usize, tick: u32) -> Swept {
         let mut swept = Swept::default();
         if self.table.len() < self.sweep_at {
             return swept;
@@ -72,7 +64,7 @@ impl<K, S> Shard<K, S> {
         self.table.retain(|e| e.idle > now_secs);
         swept.reclaimed = (before - self.table.len()) as u64;
         if self.table.len() >= cap {
-            swept.evicted = self.evict_lru(cap);
+            swept.evicted = self.evict_lru(cap, tick);
         }
         let len = self.table.len();
         self.sweep_at = if len >= cap {
@@ -87,10 +79,9 @@ impl<K, S> Shard<K, S> {
     /// Evicts about an eighth of `cap`, oldest use first, never a pinned
     /// entry. The age threshold is estimated from a sample of entries (hash
     /// order is random, so the first entries are a fair sample).
-    fn evict_lru(&mut self, cap: usize) -> u64 {
+    fn evict_lru(&mut self, cap: usize, tick: u32) -> u64 {
         let len = self.table.len();
         let target = (len + 1).saturating_sub(cap - cap / 8).max(1);
-        let tick = self.tick;
         let mut ages = [0u32; SAMPLE];
         let mut n = 0;
         for e in self.table.iter() {

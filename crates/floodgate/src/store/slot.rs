@@ -1,0 +1,105 @@
+//! A shard's home: its lock and the per-access LRU tick on one cache line,
+//! its table on another.
+//!
+//! Every access writes the lock and the tick, so that line moves between
+//! cores that use the shard; the table's header (bucket pointer and mask) is
+//! read on every access but written only when keys come and go, so on its
+//! own line it stays cached, shared, on every core. One line in motion per
+//! access instead of two.
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+use crossbeam_utils::CachePadded;
+use lock_api::RawMutex;
+
+use super::lock::RawSpinLock;
+
+struct Head {
+    raw: RawSpinLock,
+    tick: UnsafeCell<u32>,
+}
+
+/// A value behind a spin lock, with an access tick kept next to the lock.
+pub(crate) struct Slot<T> {
+    head: CachePadded<Head>,
+    data: CachePadded<UnsafeCell<T>>,
+}
+
+// SAFETY: the data and the tick are only reached through a `SlotGuard`,
+// which exists only while the lock is held, so at most one thread touches
+// them at a time; `T: Send` lets that thread be any thread.
+unsafe impl<T: Send> Sync for Slot<T> {}
+unsafe impl<T: Send> Send for Slot<T> {}
+
+impl<T> Slot<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Slot {
+            head: CachePadded::new(Head {
+                raw: RawSpinLock::INIT,
+                tick: UnsafeCell::new(0),
+            }),
+            data: CachePadded::new(UnsafeCell::new(value)),
+        }
+    }
+
+    /// Locks the slot.
+    #[inline]
+    pub(crate) fn lock(&self) -> SlotGuard<'_, T> {
+        self.head.raw.lock();
+        SlotGuard {
+            slot: self,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+/// Access to a locked slot; unlocks on drop.
+pub(crate) struct SlotGuard<'a, T> {
+    slot: &'a Slot<T>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<T> SlotGuard<'_, T> {
+    /// Advances the access tick and returns it.
+    #[inline]
+    pub(crate) fn next_tick(&mut self) -> u32 {
+        // SAFETY: the lock is held (this guard exists).
+        let tick = unsafe { &mut *self.slot.head.tick.get() };
+        *tick = tick.wrapping_add(1);
+        *tick
+    }
+
+    /// The current access tick.
+    #[inline]
+    pub(crate) fn tick(&self) -> u32 {
+        // SAFETY: the lock is held (this guard exists).
+        unsafe { *self.slot.head.tick.get() }
+    }
+}
+
+impl<T> Deref for SlotGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the lock is held (this guard exists).
+        unsafe { &*self.slot.data.get() }
+    }
+}
+
+impl<T> DerefMut for SlotGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the lock is held and this guard is borrowed mutably.
+        unsafe { &mut *self.slot.data.get() }
+    }
+}
+
+impl<T> Drop for SlotGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: this guard took the lock and releases it exactly once.
+        unsafe { self.slot.head.raw.unlock() }
+    }
+}
