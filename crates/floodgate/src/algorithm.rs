@@ -55,6 +55,22 @@ pub trait Algorithm: Send + Sync {
     ///
     /// [`fresh`]: Algorithm::fresh
     fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp;
+
+    /// [`decide`](Algorithm::decide) followed by
+    /// [`idle_at`](Algorithm::idle_at) on the resulting state, which stores
+    /// call on every decision; algorithms override it when the two share
+    /// work.
+    #[inline]
+    fn decide_idle(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> (Decision, Timestamp) {
+        let d = self.decide(state, now, cost, apply);
+        (d, self.idle_at(state, now))
+    }
 }
 
 impl<A: Algorithm + ?Sized> Algorithm for &A {
@@ -67,6 +83,15 @@ impl<A: Algorithm + ?Sized> Algorithm for &A {
     }
     fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp {
         (**self).idle_at(state, now)
+    }
+    fn decide_idle(
+        &self,
+        state: &mut Self::State,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> (Decision, Timestamp) {
+        (**self).decide_idle(state, now, cost, apply)
     }
 }
 

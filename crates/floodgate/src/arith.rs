@@ -53,3 +53,87 @@ pub(crate) const fn gcd(mut a: u64, mut b: u64) -> u64 {
     }
     a
 }
+
+/// Division by a divisor fixed at configuration time, by multiplication:
+/// two multiplications and one correction instead of a hardware divide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Divisor {
+    d: u64,
+    /// `floor((2^64 − 1) / d)`.
+    m: u64,
+}
+
+impl Divisor {
+    /// `d` must not be zero.
+    pub(crate) const fn new(d: u64) -> Divisor {
+        Divisor { d, m: u64::MAX / d }
+    }
+
+    /// `floor(x / d)`, exact for every `x`.
+    #[inline]
+    pub(crate) fn div(&self, x: u64) -> u64 {
+        // q ∈ {x/d − 1, x/d} because m·d > 2^64 − 1 − d: one correction.
+        let q = ((x as u128 * self.m as u128) >> 64) as u64;
+        if x - q * self.d >= self.d { q + 1 } else { q }
+    }
+
+    /// `ceil(x / d)`.
+    #[inline]
+    pub(crate) fn div_ceil(&self, x: u64) -> u64 {
+        let q = self.div(x);
+        if q * self.d < x { q + 1 } else { q }
+    }
+
+    /// `floor(x / d)` for a 128-bit `x`.
+    #[inline]
+    pub(crate) fn div_wide(&self, x: u128) -> u128 {
+        if x <= u64::MAX as u128 {
+            self.div(x as u64) as u128
+        } else {
+            x / self.d as u128
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Divisor;
+
+    #[test]
+    fn division_by_multiplication_is_exact() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut divisors: Vec<u64> = vec![
+            1,
+            2,
+            3,
+            7,
+            10,
+            1000,
+            16_666,
+            1 << 32,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        divisors.extend(
+            (0..200)
+                .map(|_| next() >> (next() % 64))
+                .filter(|&d| d != 0),
+        );
+        for d in divisors {
+            let div = Divisor::new(d);
+            let mut xs = vec![0, 1, d - 1, d, d.wrapping_add(1), u64::MAX, u64::MAX - 1];
+            xs.extend((0..200).map(|_| next() >> (next() % 64)));
+            for x in xs {
+                assert_eq!(div.div(x), x / d, "{x} / {d}");
+                assert_eq!(div.div_ceil(x), x.div_ceil(d), "ceil {x} / {d}");
+                assert_eq!(div.div_wide(x as u128 * 3), (x as u128 * 3) / d as u128);
+            }
+        }
+    }
+}

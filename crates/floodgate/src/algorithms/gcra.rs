@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
-use crate::arith::{div, div_ceil, gcd, nanos, sat64};
+use crate::arith::{Divisor, div_ceil, gcd, nanos, sat64};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
 
@@ -59,6 +59,8 @@ pub struct Gcra {
     window: u128,
     count: u64,
     period: u64,
+    /// Division by `t`.
+    per_t: Divisor,
 }
 
 /// GCRA state: the theoretical arrival time in ticks (0 for a fresh key).
@@ -79,6 +81,7 @@ impl Gcra {
             window: burst as u128 * t as u128,
             count,
             period,
+            per_t: Divisor::new(t),
         })
     }
 
@@ -161,7 +164,7 @@ impl Algorithm for Gcra {
             return Decision {
                 outcome: Outcome::Never,
                 limit: self.burst,
-                remaining: div(limit_t.saturating_sub(base), self.t) as u64,
+                remaining: self.per_t.div_wide(limit_t.saturating_sub(base)) as u64,
                 reset_after: self.nanos_until(base, now_t),
                 retry_after: None,
             };
@@ -179,7 +182,7 @@ impl Algorithm for Gcra {
             Decision {
                 outcome: Outcome::Allowed,
                 limit: self.burst,
-                remaining: div(limit_t.saturating_sub(after), self.t) as u64,
+                remaining: self.per_t.div_wide(limit_t.saturating_sub(after)) as u64,
                 reset_after: self.nanos_until(after, now_t),
                 retry_after: None,
             }
@@ -197,11 +200,24 @@ impl Algorithm for Gcra {
             Decision {
                 outcome: Outcome::Denied,
                 limit: self.burst,
-                remaining: div(limit_t.saturating_sub(after), self.t) as u64,
+                remaining: self.per_t.div_wide(limit_t.saturating_sub(after)) as u64,
                 reset_after: self.nanos_until(after, now_t),
                 retry_after: Some(self.nanos_until(at, now_t)),
             }
         }
+    }
+
+    /// The state is full again `reset_after` from now: no second division.
+    #[inline]
+    fn decide_idle(
+        &self,
+        tat: &mut GcraState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> (Decision, Timestamp) {
+        let d = self.decide(tat, now, cost, apply);
+        (d, now.saturating_add(d.reset_after))
     }
 
     #[inline]

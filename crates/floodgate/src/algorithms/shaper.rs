@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
-use crate::arith::sat64;
+use crate::arith::{Divisor, sat64};
 use crate::error::{ConfigError, MAX_COUNT, check_count};
 use crate::{Decision, Outcome, Timestamp};
 
@@ -73,6 +73,8 @@ pub struct Shaper {
     burst: u64,
     /// Milli-requests passed without delay.
     delay: u64,
+    /// Division by `rate`.
+    per_rate: Divisor,
 }
 
 /// nginx's node: `excess` (milli-requests) and `last` (ms); `last == u64::MAX`
@@ -127,6 +129,7 @@ impl Shaper {
             rate,
             burst: burst * 1000,
             delay,
+            per_rate: Divisor::new(rate),
         })
     }
 
@@ -148,22 +151,23 @@ impl Shaper {
 
     /// The excess the next request would compute before its own extra cost:
     /// `max(0, excess − rate·ms/1000 + 1000)`, or 0 for a key never seen.
-    fn next_excess(&self, s: &ShaperState, now_ms: u64) -> u128 {
+    #[inline]
+    fn next_excess(&self, s: &ShaperState, now_ms: u64) -> u64 {
         if s.last == u64::MAX {
             return 0;
         }
         let ms = now_ms.saturating_sub(s.last);
         let drained = match self.rate.checked_mul(ms) {
-            Some(p) => (p / 1000) as u128,
-            None => self.rate as u128 * ms as u128 / 1000,
+            Some(p) => p / 1000,
+            None => sat64(self.rate as u128 * ms as u128 / 1000),
         };
-        (s.excess as u128 + 1000).saturating_sub(drained)
+        s.excess.saturating_add(1000).saturating_sub(drained)
     }
 
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
     fn ms_to_drain(&self, units: u128) -> u128 {
         match u64::try_from(units).ok().and_then(|u| u.checked_mul(1000)) {
-            Some(scaled) => scaled.div_ceil(self.rate) as u128,
+            Some(scaled) => self.per_rate.div_ceil(scaled) as u128,
             None => (units * 1000).div_ceil(self.rate as u128),
         }
     }
@@ -191,60 +195,90 @@ impl Algorithm for Shaper {
     }
 
     fn decide(&self, s: &mut ShaperState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        self.decide_idle(s, now, cost, apply).0
+    }
+
+    #[inline]
+    fn decide_idle(
+        &self,
+        s: &mut ShaperState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> (Decision, Timestamp) {
         let now_ms = now.as_millis();
         let limit = self.burst / 1000 + 1;
-        let extra = 1000 * cost.saturating_sub(1) as u128;
-        let excess = self.next_excess(s, now_ms) + extra;
-        let fits = excess <= self.burst as u128;
+        let base = self.next_excess(s, now_ms);
+        // 1000·(cost − 1) on top of nginx's own accounting; more than the
+        // burst can never fit (and then does not fit in the arithmetic).
+        let never = cost.saturating_sub(1) > self.burst / 1000;
+        let extra = if never {
+            0
+        } else {
+            1000 * cost.saturating_sub(1)
+        };
+        let excess = base.saturating_add(extra);
         let (outcome, charge) = if cost == 0 {
             (Outcome::Allowed, false)
-        } else if extra > self.burst as u128 {
+        } else if never {
             (Outcome::Never, false)
-        } else if fits {
-            let delay = match excess.checked_sub(self.delay as u128) {
-                Some(over) if over > 0 => {
-                    match u64::try_from(over).ok().and_then(|o| o.checked_mul(1000)) {
-                        Some(scaled) => (scaled / self.rate) as u128,
-                        None => over * 1000 / self.rate as u128,
-                    }
-                }
+        } else if excess <= self.burst {
+            let delay = match excess.checked_sub(self.delay) {
+                Some(over) if over > 0 => match over.checked_mul(1000) {
+                    Some(scaled) => self.per_rate.div(scaled),
+                    None => sat64(over as u128 * 1000 / self.rate as u128),
+                },
                 _ => 0,
             };
             let outcome = if delay == 0 {
                 Outcome::Allowed
             } else {
-                Outcome::Delayed(Duration::from_millis(sat64(delay)))
+                Outcome::Delayed(Duration::from_millis(delay))
             };
             (outcome, apply.charge_if_allowed())
         } else {
             (Outcome::Denied, apply.charge_if_denied())
         };
-        if charge {
-            if s.last == u64::MAX || now_ms > s.last {
-                s.last = now_ms;
-            }
-            s.excess = sat64(excess);
-        }
+        // What the next request would start from (its `base`).
+        let next = if charge {
+            // `last` moves only when a millisecond has passed (branch-free:
+            // whether it has is a coin flip on busy keys).
+            s.last = if s.last == u64::MAX {
+                now_ms
+            } else {
+                s.last.max(now_ms)
+            };
+            s.excess = excess;
+            excess.saturating_add(1000)
+        } else {
+            base
+        };
         let retry_after = (outcome == Outcome::Denied).then(|| {
             // Earliest ms after `last` with excess − rate·ms/1000 + 1000 + extra ≤ burst.
-            let need = (s.excess as u128 + 1000 + extra).saturating_sub(self.burst as u128);
+            let need = (s.excess as u128 + 1000 + extra as u128).saturating_sub(self.burst as u128);
             until_ms(s.last as u128 + self.ms_to_drain(need), now)
         });
-        let next = self.next_excess(s, now_ms);
-        let remaining = match (self.burst as u128).checked_sub(next) {
-            Some(room) => sat64(room) / 1000 + 1,
+        let remaining = match self.burst.checked_sub(next) {
+            Some(room) => room / 1000 + 1,
             None => 0,
         };
-        let reset_after = self
-            .idle_ms(s)
-            .map_or(Duration::ZERO, |at| until_ms(at, now));
-        Decision {
-            outcome,
-            limit,
-            remaining,
-            reset_after,
-            retry_after,
-        }
+        let (reset_after, idle) = match self.idle_ms(s) {
+            Some(at) => (
+                until_ms(at, now),
+                Timestamp::from_nanos(sat64(at.saturating_mul(1_000_000))),
+            ),
+            None => (Duration::ZERO, now),
+        };
+        (
+            Decision {
+                outcome,
+                limit,
+                remaining,
+                reset_after,
+                retry_after,
+            },
+            idle,
+        )
     }
 
     fn idle_at(&self, s: &ShaperState, now: Timestamp) -> Timestamp {

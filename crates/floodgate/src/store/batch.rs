@@ -196,16 +196,19 @@ impl<K: Hash + Eq, S> Store<K, S> {
             .table
             .find_mut(slot.hash, |e| e.key.borrow() == item.key)
         {
-            let d = limit.decide(&mut e.state, now, slot.cost, apply);
-            if store {
-                e.idle = idle_secs(limit.idle_at(&e.state, now));
-                e.touched = tick;
+            if !store {
+                return (
+                    limit.decide(&mut e.state, now, slot.cost, apply),
+                    Swept::default(),
+                );
             }
+            let (d, idle) = limit.decide_idle(&mut e.state, now, slot.cost, apply);
+            e.idle = idle_secs(idle);
+            e.touched = tick;
             return (d, Swept::default());
         }
         let mut state = limit.fresh();
-        let d = limit.decide(&mut state, now, slot.cost, apply);
-        let idle = limit.idle_at(&state, now);
+        let (d, idle) = limit.decide_idle(&mut state, now, slot.cost, apply);
         let mut swept = Swept::default();
         if store && idle > now {
             swept = self.insert(shard, slot.hash, item.key.to_key(), state, idle, now);

@@ -151,14 +151,13 @@ where
         let mut shard = self.shards[self.shard_of(hash)].lock();
         let tick = shard.next_tick();
         if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
-            let d = limit.decide(&mut e.state, now, cost, apply);
-            e.idle = idle_secs(limit.idle_at(&e.state, now));
+            let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
+            e.idle = idle_secs(idle);
             e.touched = tick;
             return d;
         }
         let mut state = limit.fresh();
-        let d = limit.decide(&mut state, now, cost, apply);
-        let idle = limit.idle_at(&state, now);
+        let (d, idle) = limit.decide_idle(&mut state, now, cost, apply);
         if idle > now {
             let swept = self.insert(&mut shard, hash, key.to_key(), state, idle, now);
             drop(shard);
