@@ -18,6 +18,7 @@ pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
         options: LoadOptions {
             merge_domains,
             other_sections: OTHER_SECTIONS.to_vec(),
+            ..Default::default()
         },
     };
     let result = source.compile().and_then(|c| {

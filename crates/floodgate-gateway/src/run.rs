@@ -71,6 +71,7 @@ pub fn config_source(paths: &[PathBuf], merge_domains: bool) -> ConfigSource {
         options: LoadOptions {
             merge_domains,
             other_sections: SECTIONS.to_vec(),
+            ..Default::default()
         },
     }
 }

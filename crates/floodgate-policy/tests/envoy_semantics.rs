@@ -482,3 +482,27 @@ descriptors:
     // Both descriptors hit the same counter: 2 hits against a limit of 1.
     assert_eq!(h.send("v", &req), Code::OverLimit);
 }
+
+#[test]
+fn envoys_default_accounting_counts_every_matched_counter_when_asked() {
+    let yaml = "domain: layers
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: endpoint
+    rate_limit: {unit: hour, requests_per_unit: 2}
+";
+    let opts = floodgate_policy::read::LoadOptions {
+        envoy_increment_all: Some(true),
+        ..Default::default()
+    };
+    let spec = floodgate_policy::read::load_str("envoy.yaml", yaml, &opts).unwrap();
+    let mut h = Harness::new(yaml);
+    h.engine
+        .replace_policy(floodgate_policy::PolicySet::compile(&spec).unwrap());
+    let req = [d(&[("user", "u1")]), d(&[("endpoint", "/search")])];
+    assert_eq!(h.admitted(5, "layers", &req), 2);
+    // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false: the three denied
+    // requests were counted against the user limit too.
+    assert_eq!(h.response.statuses[0].limit_remaining, 95);
+}

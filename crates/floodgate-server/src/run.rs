@@ -54,6 +54,7 @@ pub fn config_source(
         options: LoadOptions {
             merge_domains,
             other_sections: sections,
+            envoy_increment_all: None,
         },
     }
 }
@@ -63,7 +64,11 @@ pub fn config_source(
 /// ([`crate::metrics::install`]): rules resolve their metric handles when
 /// they are compiled.
 pub fn load(opts: &ServeOptions) -> Result<(ConfigSource, Compiled, Settings), ServerError> {
-    let source = config_source(&opts.paths, opts.merge_domains, &opts.other_sections);
+    let mut source = config_source(&opts.paths, opts.merge_domains, &opts.other_sections);
+    source.options.envoy_increment_all = opts
+        .flags
+        .envoy_increment_all
+        .or(opts.env.envoy_increment_all);
     let compiled = source.compile().map_err(ServerError::Config)?;
     let mut s = settings::read_sections(&compiled.loaded.documents).map_err(ServerError::Config)?;
     opts.env.apply(&mut s)?;

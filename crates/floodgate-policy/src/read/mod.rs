@@ -30,6 +30,9 @@ pub struct LoadOptions {
     /// Top-level sections of Floodgate files that other components read
     /// (e.g. `server`, `store`); accepted here, rejected if unknown to all.
     pub other_sections: Vec<&'static str>,
+    /// Forces `settings.envoy_increment_all` (envoyproxy/ratelimit's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, inverted).
+    pub envoy_increment_all: Option<bool>,
 }
 
 /// The result of loading.
@@ -88,6 +91,9 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigEr
         }
     }
     merge_domains(&mut loaded.spec, options.merge_domains, &mut errors);
+    if let Some(v) = options.envoy_increment_all {
+        loaded.spec.settings.envoy_increment_all = v;
+    }
     errors.finish(loaded)
 }
 
@@ -112,6 +118,9 @@ pub fn load_str(name: &str, text: &str, options: &LoadOptions) -> Result<PolicyS
         ));
     }
     merge_domains(&mut loaded.spec, options.merge_domains, &mut errors);
+    if let Some(v) = options.envoy_increment_all {
+        loaded.spec.settings.envoy_increment_all = v;
+    }
     errors.finish(loaded.spec)
 }
 

@@ -101,6 +101,12 @@ pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overri
                 })?,
         ),
     };
+    // envoyproxy/ratelimit increments every matched counter unless told to
+    // stop at the limit; Floodgate's default is to stop.
+    o.envoy_increment_all =
+        flag(&get, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")?.map(|stop| !stop);
+    // Envoy sizes its over-limit cache in bytes; an entry is about 64.
+    o.local_cache_entries = number(&get, "LOCAL_CACHE_SIZE_IN_BYTES")?.map(|bytes| bytes / 64);
     o.reload_interval = duration(&get, "FLOODGATE_RELOAD_INTERVAL")?;
     o.shutdown_grace = duration(&get, "FLOODGATE_SHUTDOWN_GRACE")?;
     Ok(o)
@@ -254,8 +260,12 @@ mod tests {
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
             ("LOG_LEVEL", "debug"),
             ("LOG_FORMAT", "json"),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false"),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
         ]))
         .unwrap();
+        assert_eq!(o.envoy_increment_all, Some(true));
+        assert_eq!(o.local_cache_entries, Some(16_384));
         assert_eq!(o.grpc, Some(Some("0.0.0.0:9001".parse().unwrap())));
         assert_eq!(o.http, Some(Some("0.0.0.0:9002".parse().unwrap())));
         assert_eq!(o.admin, Some(Some("0.0.0.0:9090".parse().unwrap())));

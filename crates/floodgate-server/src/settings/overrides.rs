@@ -68,6 +68,12 @@ pub struct Overrides {
     pub shadow_mode: Option<bool>,
     /// Near-limit ratio.
     pub near_limit_ratio: Option<f64>,
+    /// Count every matched counter on every request (envoyproxy/ratelimit's
+    /// default; `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`). Applied
+    /// when the configuration is compiled.
+    pub envoy_increment_all: Option<bool>,
+    /// Capacity of the Redis store's local over-limit cache, in entries.
+    pub local_cache_entries: Option<usize>,
     /// Reload polling interval.
     pub reload_interval: Option<Duration>,
     /// Shutdown grace period.
@@ -140,6 +146,7 @@ impl Overrides {
         set(&mut r.timeout, self.redis_timeout);
         set(&mut r.key_prefix, self.redis_prefix.clone());
         set(&mut r.failure_policy, self.failure_policy);
+        set(&mut r.local_cache_capacity, self.local_cache_entries);
         if self.redis_tls == Some(true) {
             for u in &mut r.urls {
                 if let Some(rest) = u.strip_prefix("redis://") {
