@@ -20,7 +20,11 @@ fn the_documented_examples_are_valid() {
             .filter(|l| !l.contains("envoy_configs") && !l.contains("ratelimit/config"))
             .map(|l| format!("{l}\n"))
             .collect();
-        let spec = load_str(&format!("policies.md#{i}"), &yaml, &LoadOptions::default())
+        let options = LoadOptions {
+            other_sections: vec!["http"],
+            ..Default::default()
+        };
+        let spec = load_str(&format!("policies.md#{i}"), &yaml, &options)
             .unwrap_or_else(|e| panic!("example {i}:\n{yaml}\n{e}"));
         PolicySet::compile(&spec).unwrap_or_else(|e| panic!("example {i}:\n{yaml}\n{e}"));
         blocks += 1;
