@@ -8,6 +8,8 @@ use floodgate::algorithms::{AnyLimit, AnyState};
 use floodgate::{Apply, Decision, Store, StoreConfig, Timestamp};
 use thiserror::Error;
 
+use crate::failure::OnFailure;
+
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
 pub struct Item<'a> {
@@ -21,6 +23,10 @@ pub struct Item<'a> {
     pub limit: &'a AnyLimit,
     /// The request's cost under this limit (0 checks without charging).
     pub cost: u64,
+    /// The rule's failure policy, if it sets one: what a shared backend
+    /// does with this item when it cannot decide (`None`: the backend's
+    /// own policy). The in-memory backend always decides and ignores it.
+    pub on_failure: Option<OnFailure>,
 }
 
 /// A backend that could not decide.

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod compile;
 pub mod engine;
 pub mod error;
+pub mod failure;
 pub mod read;
 pub mod reload;
 pub mod spec;
@@ -18,3 +19,4 @@ pub use engine::{
     Code, Descriptor, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,
 };
 pub use error::{ConfigError, ConfigErrors, Location};
+pub use failure::OnFailure;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use floodgate::algorithms::{NginxRate, ShaperDelay};
 
 use crate::error::Location;
+use crate::failure::OnFailure;
 use crate::unit::Unit;
 
 /// Global settings.
@@ -122,6 +123,9 @@ pub struct RateLimitSpec {
     pub penalty: Penalty,
     /// After a denial, deny the key outright for this long.
     pub block_for: Option<Duration>,
+    /// What a shared store does with this rule's counters when it cannot
+    /// decide (`None`: the store's global failure policy).
+    pub on_failure: Option<OnFailure>,
     /// What to report as the current limit in Envoy responses.
     pub reported: Reported,
 }

@@ -2,15 +2,13 @@
 //! failure policy for every decision Redis cannot make.
 
 use std::future::Future;
-use std::time::Duration;
 
-use floodgate::{Apply, Decision, Outcome, Timestamp};
+use floodgate::{Apply, Decision, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item};
 
-use crate::backend::unevaluated;
 use crate::breaker::{Breaker, BreakerState, Pass};
-use crate::encode::Params;
 use crate::fallback::LocalFallback;
+use crate::policy::{self, Fallback};
 use crate::stats::ResilienceStats;
 use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 
@@ -23,14 +21,18 @@ use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 /// * Limits Redis cannot decide exactly ([`validate`](crate::validate)) are
 ///   configuration errors: returned as `BackendError::Protocol`, without
 ///   touching the breaker or the policy.
-/// * Releases go to Redis; with the local policy they also go to the local
-///   store when Redis fails or the breaker is open (where the permit was
-///   probably taken).
+/// * Each item follows its rule's policy (`Item::on_failure`) when it has
+///   one, the backend's otherwise; a batch mixing policies is answered by
+///   its narrowest decision (one fail-closed item denies it), its `local`
+///   items decided together, atomically, on the local store.
+/// * Releases go to Redis; those of items under the local policy also go
+///   to the local store when Redis fails or the breaker is open (where the
+///   permit was probably taken).
 pub struct ResilientBackend {
     redis: RedisBackend,
     policy: FailurePolicy,
     breaker: Breaker,
-    local: Option<LocalFallback>,
+    local: LocalFallback,
     stats: ResilienceStats,
 }
 
@@ -38,13 +40,13 @@ impl ResilientBackend {
     /// Wraps `redis` with the policy and breaker of `config`.
     pub fn new(redis: RedisBackend, config: &RedisConfig) -> Result<Self, ConfigError> {
         config.check()?;
-        let local = match config.failure_policy {
-            FailurePolicy::Local { divide_by } => Some(
-                LocalFallback::new(config.fallback_capacity, divide_by)
-                    .map_err(|e| ConfigError::Client(e.to_string()))?,
-            ),
-            _ => None,
+        // Rules may ask for the local fallback whatever the global policy.
+        let divide_by = match config.failure_policy {
+            FailurePolicy::Local { divide_by } => divide_by,
+            _ => 1,
         };
+        let local = LocalFallback::new(config.fallback_capacity, divide_by)
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
         Ok(ResilientBackend {
             redis,
             policy: config.failure_policy,
@@ -69,9 +71,10 @@ impl ResilientBackend {
         self.breaker.state()
     }
 
-    /// Decides with `policy` instead of the backend's own (for a rule that
-    /// overrides it). `FailurePolicy::Local` needs the backend to have been
-    /// built with a local policy; otherwise it fails open.
+    /// Decides with `policy` instead of the backend's own as the policy of
+    /// the items that carry none (`Item::on_failure`). The local fallback
+    /// divides limits by the backend's `divide_by` (1 unless its own policy
+    /// is local), whatever `divide_by` `policy` names.
     pub async fn decide_with_policy(
         &self,
         items: &[Item<'_>],
@@ -123,35 +126,15 @@ impl ResilientBackend {
         out: &mut [Decision],
         policy: FailurePolicy,
     ) -> Result<Decision, BackendError> {
-        self.stats.decisions.inc();
-        if let (FailurePolicy::Local { .. }, Some(local)) = (policy, &self.local) {
-            self.stats.local_fallbacks.inc();
-            return Ok(local.decide(items, now, apply, out));
-        }
-        let closed = policy == FailurePolicy::FailClosed;
-        if closed {
-            self.stats.fail_closed.inc();
-        } else {
-            self.stats.fail_open.inc();
-        }
-        let mut combined: Option<Decision> = None;
-        for (i, item) in items.iter().enumerate() {
-            let quota = Params::of(item.limit).map_or(0, |p| p.quota());
-            let d = if closed {
-                Decision {
-                    outcome: Outcome::Denied,
-                    limit: quota,
-                    remaining: 0,
-                    reset_after: Duration::ZERO,
-                    retry_after: None,
-                }
-            } else {
-                unevaluated(quota)
-            };
-            out[i] = d;
-            combined = Some(combined.map_or(d, |c| c.narrowest(d)));
-        }
-        Ok(combined.unwrap_or_else(|| unevaluated(0)))
+        Ok(policy::decide(
+            &self.local,
+            &self.stats,
+            items,
+            now,
+            apply,
+            out,
+            policy,
+        ))
     }
 }
 
@@ -188,8 +171,8 @@ impl Backend for ResilientBackend {
             } else {
                 Err(BackendError::Unavailable("circuit breaker open".into()))
             };
-            if let (Err(_), Some(local)) = (&result, &self.local) {
-                local.release(item, units, now);
+            if result.is_err() && Fallback::of(&item, self.policy) == Fallback::Local {
+                self.local.release(item, units, now);
             }
             result
         }

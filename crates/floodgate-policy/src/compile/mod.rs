@@ -243,6 +243,7 @@ impl Ctx<'_> {
             quota: n.quota_mode,
             enabled: n.enabled,
             cost: n.cost,
+            on_failure: rl.on_failure,
             fingerprint: fingerprint.finish(),
             metrics: RuleMetrics::new(self.domain, &label),
         });

@@ -10,6 +10,7 @@ use floodgate::algorithms::{
 };
 use metrics::Counter;
 
+use crate::failure::OnFailure;
 use crate::spec::{LimitSpec, Penalty, Reported};
 
 /// Index of a rule in its [`PolicySet`](crate::PolicySet).
@@ -65,6 +66,11 @@ pub struct Rule {
     pub enabled: bool,
     /// Units each hit costs.
     pub cost: u64,
+    /// What a shared store does with the rule's counters when it cannot
+    /// decide (`None`: the store's global failure policy). Carried on every
+    /// backend item of the rule; not part of the fingerprint (it does not
+    /// change the counters).
+    pub on_failure: Option<OnFailure>,
     /// A fingerprint of everything that defines the rule's counters: equal
     /// across processes and reloads for an unchanged rule.
     pub fingerprint: u64,

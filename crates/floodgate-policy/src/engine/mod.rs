@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 
 use crate::backend::{Backend, Item};
 use crate::compile::{Action, Domain, PolicySet, Rule};
+use crate::failure::OnFailure;
 use crate::spec::{Dialect, Reported};
 
 pub use errors::{EngineError, ErrorCode};
@@ -167,6 +168,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                     key,
                     limit,
                     cost: slot.cost,
+                    on_failure: on_failure_of(&policy, slot.limit),
                 };
                 let _ = self.backend.release(item, slot.cost, now).await;
             }
@@ -461,6 +463,16 @@ fn item<'a>(
         key,
         limit: limit_of(policy, overrides, slot.limit),
         cost: slot.cost,
+        on_failure: on_failure_of(policy, slot.limit),
+    }
+}
+
+/// The failure policy of the rule a counter belongs to (limit overrides
+/// sent with a request have none).
+fn on_failure_of(policy: &PolicySet, r: LimitRef) -> Option<OnFailure> {
+    match r {
+        LimitRef::Rule(id, _) => policy.rule(id).on_failure,
+        LimitRef::Override(_) => None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! keys, its messages) and Floodgate's superset.
 
 use crate::error::Errors;
+use crate::failure::OnFailure;
 use crate::spec::{Dialect, NodeSpec, Penalty, RateLimitSpec, Reported};
 use crate::unit::Unit;
 use crate::yaml::{Map, Node, excerpt};
@@ -61,6 +62,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "limits",
     "penalty",
     "block_for",
+    "on_failure",
 ];
 
 /// Reports keys the dialect does not allow. envoyproxy/ratelimit checks
@@ -225,6 +227,7 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
             Dialect::Floodgate => Penalty::None,
         },
         block_for: None,
+        on_failure: None,
         reported: Reported {
             requests_per_unit: 0,
             unit: unit.unwrap_or(Unit::Second),
@@ -272,10 +275,27 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
             if let Some(b) = map.get("block_for") {
                 spec.block_for = super::limits::read_duration(b, errors);
             }
+            if let Some(f) = map.get("on_failure") {
+                spec.on_failure = read_on_failure(f, errors);
+            }
         }
     }
     check_keys(&map, dialect, RATE_LIMIT_KEYS, errors);
     Some(spec)
+}
+
+/// `on_failure`: `fail_open`, `fail_closed` or `local`.
+fn read_on_failure(n: Node<'_>, errors: &mut Errors) -> Option<OnFailure> {
+    let text = errors.take(n.str())?;
+    let policy = OnFailure::parse(text);
+    if policy.is_none() {
+        errors.push(n.error(format!(
+            "unknown on_failure '{}' (expected one of: {})",
+            excerpt(text),
+            OnFailure::NAMES.join(", ")
+        )));
+    }
+    policy
 }
 
 /// `requests_per_unit`: a uint32; missing means 0 (every request denied),

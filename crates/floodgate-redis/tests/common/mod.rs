@@ -69,6 +69,7 @@ pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) 
         key,
         limit,
         cost,
+        on_failure: None,
     }
 }
 

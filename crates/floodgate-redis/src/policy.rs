@@ -1,0 +1,116 @@
+//! The failure policies applied to a batch Redis could not decide: each
+//! item's own (its rule's `on_failure`) or else the backend's.
+//!
+//! Items that fail open are admitted unevaluated, items that fail closed
+//! are denied, and the `local` ones are decided together, atomically, by
+//! the local fallback store. The batch's answer is the narrowest decision,
+//! as always: one fail-closed item denies the request. A denied request
+//! charges nothing locally (penalty-mode limits excepted), exactly as a
+//! batch denied by one of its limits.
+
+use std::time::Duration;
+
+use floodgate::{Apply, Decision, Outcome, Timestamp};
+use floodgate_policy::{Item, OnFailure};
+
+use crate::FailurePolicy;
+use crate::backend::unevaluated;
+use crate::encode::Params;
+use crate::fallback::LocalFallback;
+use crate::stats::ResilienceStats;
+
+/// What happens to one item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fallback {
+    Open,
+    Closed,
+    Local,
+}
+
+impl Fallback {
+    /// The item's own policy, else the backend's `default`.
+    pub fn of(item: &Item<'_>, default: FailurePolicy) -> Fallback {
+        match (item.on_failure, default) {
+            (Some(OnFailure::FailOpen), _) | (None, FailurePolicy::FailOpen) => Fallback::Open,
+            (Some(OnFailure::FailClosed), _) | (None, FailurePolicy::FailClosed) => {
+                Fallback::Closed
+            }
+            (Some(OnFailure::Local), _) | (None, FailurePolicy::Local { .. }) => Fallback::Local,
+        }
+    }
+}
+
+/// Decides `items` without Redis. Writes each item's decision to `out` and
+/// returns the narrowest; counts each policy used once per decision.
+pub(crate) fn decide(
+    local: &LocalFallback,
+    stats: &ResilienceStats,
+    items: &[Item<'_>],
+    now: Timestamp,
+    apply: Apply,
+    out: &mut [Decision],
+    default: FailurePolicy,
+) -> Decision {
+    stats.decisions.inc();
+    let first = Fallback::of(&items[0], default);
+    let uniform = items.iter().all(|i| Fallback::of(i, default) == first);
+    if uniform && first == Fallback::Local {
+        // The common case: one policy for the whole batch.
+        stats.local_fallbacks.inc();
+        return local.decide(items, now, apply, out);
+    }
+    let (mut open, mut closed, mut locals) = (false, false, Vec::new());
+    for (i, item) in items.iter().enumerate() {
+        match Fallback::of(item, default) {
+            Fallback::Open => {
+                open = true;
+                out[i] = unevaluated(quota(item));
+            }
+            Fallback::Closed => {
+                closed = true;
+                out[i] = denied(quota(item));
+            }
+            Fallback::Local => locals.push(i),
+        }
+    }
+    if !locals.is_empty() {
+        stats.local_fallbacks.inc();
+        // A fail-closed item denies the request: the local limits then
+        // charge nothing, as when one limit of a batch denies it.
+        let local_apply = match apply {
+            Apply::Commit if closed => Apply::Rejected,
+            other => other,
+        };
+        let batch: Vec<Item<'_>> = locals.iter().map(|&i| items[i]).collect();
+        let mut decided = vec![unevaluated(0); batch.len()];
+        local.decide(&batch, now, local_apply, &mut decided);
+        for (&i, d) in locals.iter().zip(decided) {
+            out[i] = d;
+        }
+    }
+    if open {
+        stats.fail_open.inc();
+    }
+    if closed {
+        stats.fail_closed.inc();
+    }
+    let mut combined = out[0];
+    for d in &out[1..items.len()] {
+        combined = combined.narrowest(*d);
+    }
+    combined
+}
+
+fn quota(item: &Item<'_>) -> u64 {
+    Params::of(item.limit).map_or(0, |p| p.quota())
+}
+
+fn denied(quota: u64) -> Decision {
+    Decision {
+        outcome: Outcome::Denied,
+        limit: quota,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    }
+}

@@ -1,0 +1,232 @@
+//! Failure policies per rule (`Item::on_failure`, a rule's `on_failure`)
+//! with a real Redis taken down: each item follows its rule's policy, the
+//! others the backend's; a batch gets its narrowest decision; the `local`
+//! items count on the local store, atomically together. Also through the
+//! engine, from a Floodgate YAML file.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, blank, item};
+use floodgate::algorithms::{AnyLimit, FixedWindow};
+use floodgate::{Apply, Timestamp};
+use floodgate_policy::read::{LoadOptions, load_str};
+use floodgate_policy::{
+    Backend, Code, Engine, Item, OnFailure, OwnedDescriptor, PolicySet, Response,
+};
+use floodgate_redis::{
+    BreakerConfig, BreakerState, FailurePolicy, RedisBackend, RedisConfig, ResilientBackend,
+};
+
+async fn backend(server: &Server, policy: FailurePolicy) -> ResilientBackend {
+    let config = RedisConfig {
+        urls: vec![server.url()],
+        timeout: Duration::from_millis(50),
+        connect_timeout: Duration::from_millis(100),
+        failure_policy: policy,
+        breaker: BreakerConfig {
+            failure_threshold: 3,
+            cool_down: Duration::from_secs(60),
+        },
+        ..RedisConfig::default()
+    };
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    ResilientBackend::new(redis, &config).expect("resilient")
+}
+
+fn with(policy: Option<OnFailure>, i: Item<'_>) -> Item<'_> {
+    Item {
+        on_failure: policy,
+        ..i
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_item_follows_its_rules_policy() {
+    let mut server = Server::start();
+    let b = backend(&server, FailurePolicy::FailOpen).await;
+    let ten = AnyLimit::from(FixedWindow::new(10, Duration::from_secs(3600)).unwrap());
+    let three = AnyLimit::from(FixedWindow::new(3, Duration::from_secs(3600)).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    let open = with(Some(OnFailure::FailOpen), item(b"o", b"o:1", &ten, 1));
+    let closed = with(Some(OnFailure::FailClosed), item(b"c", b"c:1", &ten, 1));
+    let local = with(Some(OnFailure::Local), item(b"l", b"l:1", &three, 1));
+    let global = item(b"g", b"g:1", &ten, 1);
+    let mut out = [blank(); 3];
+    // Redis decides while it is up, whatever the policies say.
+    let d = b
+        .decide(&[open, closed], now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(b.redis().stats().decisions.get(), 1);
+    tokio::task::block_in_place(|| server.kill());
+
+    // A fail-open and a fail-closed rule on one request: denied.
+    let d = b
+        .decide(&[open, closed], now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_denied(), "{d:?}");
+    assert!(out[0].is_allowed() && out[1].is_denied());
+    assert_eq!(out[1].retry_after, None);
+    // The fail-open rule alone: admitted, with its full quota.
+    let d = b
+        .decide(&[open], now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_allowed() && d.remaining == 10, "{d:?}");
+    // An item without a policy follows the backend's (fail open here).
+    assert!(
+        b.decide(&[global], now, Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    // A denied request charges nothing locally: the fail-closed item
+    // denies it, the local limit keeps its 3 units.
+    for _ in 0..5 {
+        let d = b
+            .decide(&[local, closed], now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        assert!(d.is_denied() && out[0].is_allowed());
+    }
+    // The local rule counts on the local store: 3 admitted, then denied.
+    let mut admitted = 0;
+    for _ in 0..5 {
+        let d = b
+            .decide(&[local, open], now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        admitted += d.is_allowed() as u32;
+    }
+    assert_eq!(admitted, 3);
+    assert!(out[0].is_denied() && out[0].retry_after.is_some());
+    // Local items of one batch are decided together, atomically: a second
+    // local limit that is spent keeps the first from being charged.
+    let fresh = with(Some(OnFailure::Local), item(b"l2", b"l2:1", &three, 1));
+    let d = b
+        .decide(&[fresh, local], now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_denied() && out[0].is_allowed() && out[1].is_denied());
+    let d = b
+        .decide(&[fresh], now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(d.remaining, 2, "the denied batch did not charge it");
+
+    let s = b.stats();
+    assert_eq!(b.breaker_state(), BreakerState::Open);
+    assert_eq!(s.decisions.get(), 1 + 1 + 1 + 1 + 5 + 5 + 2);
+    // Each policy counted once per decision that used it.
+    assert_eq!(s.fail_closed.get(), 1 + 5);
+    assert_eq!(s.fail_open.get(), 1 + 1 + 1 + 5);
+    assert_eq!(s.local_fallbacks.get(), 5 + 5 + 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backends_policy_covers_items_without_one() {
+    let mut server = Server::start();
+    let b = backend(&server, FailurePolicy::FailClosed).await;
+    let ten = AnyLimit::from(FixedWindow::new(10, Duration::from_secs(3600)).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    tokio::task::block_in_place(|| server.kill());
+    let mut out = [blank(); 2];
+    let plain = item(b"p", b"p:1", &ten, 1);
+    let open = with(Some(OnFailure::FailOpen), item(b"o", b"o:1", &ten, 1));
+    assert!(
+        b.decide(&[plain], now, Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_denied()
+    );
+    assert!(
+        b.decide(&[open], now, Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(
+        b.decide(&[open, plain], now, Apply::Commit, &mut out)
+            .await
+            .unwrap()
+            .is_denied()
+    );
+    // A local rule works even though the backend's policy is not local.
+    let local = with(Some(OnFailure::Local), item(b"l", b"l:1", &ten, 1));
+    for i in 0..12 {
+        let d = b
+            .decide(&[local], now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        assert_eq!(d.is_allowed(), i < 10, "request {i}");
+    }
+}
+
+const POLICY: &str = "domains:
+  - domain: shop
+    descriptors:
+      - key: login
+        rate_limit: {requests: 100, per: 1h, on_failure: fail_closed}
+      - key: browse
+        rate_limit: {requests: 100, per: 1h, on_failure: fail_open}
+      - key: upload
+        rate_limit: {requests: 3, per: 1h, on_failure: local}
+";
+
+fn d(key: &str, value: &str) -> OwnedDescriptor {
+    OwnedDescriptor::new([(key, value)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_engine_from_yaml() {
+    let mut server = Server::start();
+    let spec = load_str("shop.yaml", POLICY, &LoadOptions::default()).unwrap();
+    let policy = PolicySet::compile(&spec).unwrap();
+    let engine = Engine::new(policy, backend(&server, FailurePolicy::FailOpen).await);
+    let mut r = Response::default();
+    let login_and_browse = [d("login", "alice"), d("browse", "home")];
+    engine
+        .evaluate("shop", &login_and_browse, 1, &mut r)
+        .await
+        .unwrap();
+    assert_eq!(r.overall, Code::Ok);
+    tokio::task::block_in_place(|| server.kill());
+
+    engine
+        .evaluate("shop", &login_and_browse, 1, &mut r)
+        .await
+        .unwrap();
+    assert_eq!(r.overall, Code::OverLimit, "the fail-closed rule denies");
+    assert_eq!(r.statuses[0].code, Code::OverLimit);
+    engine
+        .evaluate("shop", &[d("browse", "home")], 1, &mut r)
+        .await
+        .unwrap();
+    assert_eq!(r.overall, Code::Ok, "the fail-open rule alone passes");
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        engine
+            .evaluate("shop", &[d("upload", "bob")], 1, &mut r)
+            .await
+            .unwrap();
+        codes.push(r.overall);
+    }
+    assert_eq!(
+        codes,
+        [
+            Code::Ok,
+            Code::Ok,
+            Code::Ok,
+            Code::OverLimit,
+            Code::OverLimit
+        ],
+        "the local rule counts on the local store"
+    );
+    let s = engine.backend().stats();
+    assert!(s.fail_closed.get() >= 1 && s.fail_open.get() >= 2);
+    assert_eq!(s.local_fallbacks.get(), 5);
+}
