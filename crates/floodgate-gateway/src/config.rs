@@ -2,6 +2,7 @@
 //! Floodgate file reads into, and what code can build directly.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::Uri;
@@ -12,8 +13,9 @@ pub enum UpstreamProtocol {
     /// HTTP/1.1 with keep-alive (the default).
     #[default]
     Http1,
-    /// HTTP/2 over cleartext with prior knowledge (h2c): one multiplexed
-    /// connection per upstream address.
+    /// HTTP/2: over cleartext with prior knowledge (h2c) for `http://`
+    /// URLs, negotiated with ALPN (`h2`) for `https://` ones; one
+    /// multiplexed connection per upstream address.
     Http2,
 }
 
@@ -38,33 +40,36 @@ pub enum HostHeader {
     Upstream,
 }
 
-/// One upstream base URL: `http://host:port` with an optional path prefix
-/// prepended to every request path.
+/// One upstream base URL: `http://host:port` or `https://host:port`, with
+/// an optional path prefix prepended to every request path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamUrl {
     /// `host:port` (the port is always explicit).
     pub authority: http::uri::Authority,
     /// A path prefix without a trailing `/` (empty: none).
     pub prefix: String,
+    /// `https://`: the upstream is reached over TLS.
+    pub tls: bool,
 }
 
 impl UpstreamUrl {
-    /// Parses `http://host[:port][/prefix]`. Only `http` is supported (TLS
-    /// to the upstream is not).
+    /// Parses `http://host[:port][/prefix]` or `https://host[:port][/prefix]`
+    /// (default ports 80 and 443).
     pub fn parse(text: &str) -> Result<UpstreamUrl, String> {
         let uri: Uri = text
             .trim()
             .parse()
             .map_err(|e| format!("`{text}` is not a URL: {e}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             Some(other) => {
                 return Err(format!(
-                    "upstream scheme `{other}` is not supported (only http://)"
+                    "upstream scheme `{other}` is not supported (http:// or https://)"
                 ));
             }
             None => return Err(format!("`{text}` has no scheme (write http://host:port)")),
-        }
+        };
         let Some(auth) = uri.authority() else {
             return Err(format!("`{text}` has no host"));
         };
@@ -73,7 +78,7 @@ impl UpstreamUrl {
                 "`{text}`: credentials in upstream URLs are not supported"
             ));
         }
-        let port = auth.port_u16().unwrap_or(80);
+        let port = auth.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let authority = format!("{}:{port}", auth.host())
             .parse()
             .map_err(|e| format!("`{text}`: {e}"))?;
@@ -81,8 +86,43 @@ impl UpstreamUrl {
             return Err(format!("`{text}`: an upstream URL has no query"));
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
-        Ok(UpstreamUrl { authority, prefix })
+        Ok(UpstreamUrl {
+            authority,
+            prefix,
+            tls,
+        })
     }
+
+    /// The scheme (`http` or `https`).
+    pub fn scheme(&self) -> http::uri::Scheme {
+        if self.tls {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        }
+    }
+}
+
+/// TLS towards `https://` upstreams.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// PEM file of the certificate authorities trusted for the upstream
+    /// (none: the system's roots).
+    pub ca: Option<PathBuf>,
+    /// PEM certificate chain presented to the upstream (client
+    /// authentication), with `key`.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<PathBuf>,
+}
+
+/// TLS on the client-facing listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// PEM certificate chain (leaf first).
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// Where requests go and how.
@@ -103,6 +143,8 @@ pub struct UpstreamConfig {
     pub pool_max_idle: usize,
     /// The `Host` sent.
     pub host: HostHeader,
+    /// TLS settings for `https://` URLs.
+    pub tls: UpstreamTls,
 }
 
 impl Default for UpstreamConfig {
@@ -115,6 +157,7 @@ impl Default for UpstreamConfig {
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle: 1024,
             host: HostHeader::Preserve,
+            tls: UpstreamTls::default(),
         }
     }
 }
@@ -155,6 +198,8 @@ impl Default for ListenerLimits {
 pub struct GatewayConfig {
     /// The client-facing listener.
     pub listen: SocketAddr,
+    /// TLS on the listener (none: cleartext).
+    pub tls: Option<ListenerTls>,
     /// The upstream.
     pub upstream: UpstreamConfig,
     /// Listener protections.
@@ -170,6 +215,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8000)),
+            tls: None,
             upstream: UpstreamConfig::default(),
             limits: ListenerLimits::default(),
             workers: None,
@@ -189,7 +235,10 @@ mod tests {
         let u = UpstreamUrl::parse("http://backend/api/").unwrap();
         assert_eq!(u.authority.as_str(), "backend:80");
         assert_eq!(u.prefix, "/api");
-        assert!(UpstreamUrl::parse("https://x").is_err());
+        let u = UpstreamUrl::parse("https://x").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.authority.as_str(), "x:443");
+        assert!(UpstreamUrl::parse("ftp://x").is_err());
         assert!(UpstreamUrl::parse("x:1").is_err());
         assert!(UpstreamUrl::parse("http://u:p@x").is_err());
         assert!(UpstreamUrl::parse("http://x/?a=1").is_err());

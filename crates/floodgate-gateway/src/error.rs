@@ -24,6 +24,9 @@ pub enum GatewayError {
     /// The store, metrics or the runtime failed.
     #[error(transparent)]
     Server(#[from] floodgate_server::ServerError),
+    /// A TLS certificate, key or CA file could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// Anything else at startup.
     #[error("{0}")]
     Startup(String),

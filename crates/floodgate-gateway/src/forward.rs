@@ -60,16 +60,25 @@ pub fn append_x_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
 }
 
 /// Appends an RFC 7239 element for this hop to `Forwarded`:
-/// `for=<peer>;proto=http[;host="<host>"]` (IPv6 addresses quoted and
-/// bracketed).
-pub fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<&[u8]>) {
+/// `for=<peer>;proto=http[s][;host="<host>"]` (IPv6 addresses quoted and
+/// bracketed; `https` when the client connection is TLS).
+pub fn append_forwarded(
+    headers: &mut HeaderMap,
+    peer: SocketAddr,
+    host: Option<&[u8]>,
+    https: bool,
+) {
     let mut buf = BytesMut::with_capacity(96);
     join_existing(headers, &FORWARDED, &mut buf);
     let _ = match peer.ip() {
         IpAddr::V4(a) => write!(Writer(&mut buf), "for={a}"),
         IpAddr::V6(a) => write!(Writer(&mut buf), "for=\"[{a}]\""),
     };
-    buf.put_slice(b";proto=http");
+    buf.put_slice(if https {
+        b";proto=https"
+    } else {
+        b";proto=http"
+    });
     if let Some(h) = host.filter(|h| !h.is_empty()) {
         // A quoted-string: visible ASCII with `"` and `\` escaped.
         if h.iter().all(|&b| (0x21..0x7f).contains(&b)) {
@@ -86,13 +95,15 @@ pub fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr, host: Option<
     set(headers, FORWARDED, buf.freeze());
 }
 
-/// Sets `X-Forwarded-Proto: http`, unless `keep` (the request came through
-/// a trusted proxy) and the field is present.
-pub fn set_x_forwarded_proto(headers: &mut HeaderMap, keep: bool) {
+/// Sets `X-Forwarded-Proto` to the client connection's scheme (`http`, or
+/// `https` over TLS), unless `keep` (the request came through a trusted
+/// proxy) and the field is present.
+pub fn set_x_forwarded_proto(headers: &mut HeaderMap, keep: bool, https: bool) {
     if keep && headers.contains_key(&X_FORWARDED_PROTO) {
         return;
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = if https { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 /// Writes the existing lines of `name`, joined by `, `, then `, ` (nothing
@@ -172,16 +183,27 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "::1");
 
         let mut h = map(&[("forwarded", "for=192.0.2.60;proto=https")]);
-        append_forwarded(&mut h, "[2001:db8::1]:4711".parse().unwrap(), Some(b"a\"b"));
+        append_forwarded(
+            &mut h,
+            "[2001:db8::1]:4711".parse().unwrap(),
+            Some(b"a\"b"),
+            false,
+        );
         assert_eq!(
             h["forwarded"],
             "for=192.0.2.60;proto=https, for=\"[2001:db8::1]\";proto=http;host=\"a\\\"b\""
         );
 
+        let mut h = HeaderMap::new();
+        append_forwarded(&mut h, "192.0.2.1:1".parse().unwrap(), None, true);
+        assert_eq!(h["forwarded"], "for=192.0.2.1;proto=https");
+
         let mut h = map(&[("x-forwarded-proto", "https")]);
-        set_x_forwarded_proto(&mut h, true);
+        set_x_forwarded_proto(&mut h, true, false);
         assert_eq!(h["x-forwarded-proto"], "https");
-        set_x_forwarded_proto(&mut h, false);
+        set_x_forwarded_proto(&mut h, false, false);
         assert_eq!(h["x-forwarded-proto"], "http");
+        set_x_forwarded_proto(&mut h, false, true);
+        assert_eq!(h["x-forwarded-proto"], "https");
     }
 }

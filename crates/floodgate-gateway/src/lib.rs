@@ -3,11 +3,13 @@
 //! `floodgate gateway`: a reverse proxy in front of any HTTP/1.1 or HTTP/2
 //! upstream that enforces Floodgate policies before requests reach it.
 //!
-//! * Clients speak HTTP/1.1 or HTTP/2 (cleartext, prior knowledge); the
-//!   upstream is reached over HTTP/1.1 or HTTP/2 through a pooled
-//!   keep-alive client ([`Upstream`]). Bodies stream both ways untouched;
-//!   hop-by-hop fields are removed and `X-Forwarded-For`,
+//! * Clients speak HTTP/1.1 or HTTP/2, in cleartext (prior knowledge) or
+//!   over TLS terminated by the gateway (ALPN; [`tls`]); the upstream is
+//!   reached over HTTP/1.1 or HTTP/2, `http://` or `https://`, through a
+//!   pooled keep-alive client ([`Upstream`]). Bodies stream both ways
+//!   untouched; hop-by-hop fields are removed and `X-Forwarded-For`,
 //!   `X-Forwarded-Proto` and `Forwarded` are appended ([`forward`]).
+//! * Upgrades (WebSocket) are limited, then tunnelled ([`upgrade`]).
 //! * Every request goes through
 //!   [`FloodgateLayer`](floodgate_http::FloodgateLayer) first: the same
 //!   identity, contract (429 or the rule's status, `RateLimit` headers on
@@ -30,6 +32,7 @@ pub mod admin;
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod drain;
 pub mod error;
 pub mod forward;
 pub mod gateway;
@@ -38,11 +41,15 @@ pub mod io;
 pub mod listener;
 pub mod proxy;
 pub mod read;
+pub mod read_tls;
 pub mod run;
+pub mod tls;
+pub mod upgrade;
 pub mod upstream;
 
 pub use config::{
-    GatewayConfig, HostHeader, ListenerLimits, UpstreamConfig, UpstreamProtocol, UpstreamUrl,
+    GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
+    UpstreamTls, UpstreamUrl,
 };
 pub use error::GatewayError;
 pub use gateway::{Gateway, GatewayBody, Limiter};

@@ -1,26 +1,33 @@
 //! The client-facing listener: accepts connections (at most
-//! `max_connections`), tells HTTP/2 from HTTP/1.1 within the header
-//! timeout, serves each with hyper under the configured protections, and
-//! on shutdown stops accepting and lets every connection finish its
-//! requests in flight.
+//! `max_connections`), completes the TLS handshake when TLS is on, tells
+//! HTTP/2 from HTTP/1.1 (ALPN, else the first bytes) within the header
+//! timeout, serves each with hyper under the configured protections
+//! (HTTP/1.1 with upgrades), and on shutdown stops accepting and lets
+//! every connection finish its requests in flight.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use floodgate_policy::Backend;
+use http::header::UPGRADE;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::ListenerLimits;
+use crate::drain::{Drain, DrainWatcher};
 use crate::gateway::Gateway;
 use crate::io::{Prefixed, Sniffed, sniff};
+use crate::proxy::ClientTls;
+use crate::upgrade::ConnectionGuard;
 
 /// The protocol builders, shared by every connection.
 struct Protocols {
@@ -51,19 +58,21 @@ impl Protocols {
     }
 }
 
-/// Serves `gateway` on `listener` until `shutdown` resolves, then stops
-/// accepting and waits up to `grace` for the connections to finish their
-/// requests in flight. Returns whether they all did.
+/// Serves `gateway` on `listener` (TLS with `tls`) until `shutdown`
+/// resolves, then stops accepting and waits up to `grace` for the
+/// connections to finish their requests in flight. Returns whether they
+/// all did.
 pub async fn serve<B: Backend + 'static>(
     gateway: Arc<Gateway<B>>,
     listener: TcpListener,
     limits: ListenerLimits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
     grace: Duration,
 ) -> bool {
     let protocols = Arc::new(Protocols::new(&limits));
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = GracefulShutdown::new();
+    let graceful = Drain::new();
     let connections = metrics::gauge!("floodgate_gateway_connections");
     tokio::pin!(shutdown);
     loop {
@@ -93,11 +102,24 @@ pub async fn serve<B: Backend + 'static>(
         let gateway = gateway.clone();
         let protocols = protocols.clone();
         let connections = connections.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             connections.increment(1.0);
-            serve_connection(gateway, &protocols, stream, peer, watcher).await;
-            connections.decrement(1.0);
-            drop(permit);
+            // The slot is held by the connection and by a tunnel it was
+            // upgraded to, whichever ends last.
+            let slot = Arc::new(Slot {
+                _permit: permit,
+                gauge: connections,
+            });
+            let conn = Conn {
+                gateway,
+                peer,
+                slot,
+            };
+            match tls {
+                None => serve_tcp(conn, &protocols, stream, watcher).await,
+                Some(tls) => serve_tls(conn, &protocols, stream, tls, watcher).await,
+            }
         });
     }
     drop(listener);
@@ -107,12 +129,30 @@ pub async fn serve<B: Backend + 'static>(
         .is_ok()
 }
 
-async fn serve_connection<B: Backend + 'static>(
+/// A client connection's place under `max_connections`.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    gauge: metrics::Gauge,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.gauge.decrement(1.0);
+    }
+}
+
+/// What every request of a connection shares.
+struct Conn<B> {
     gateway: Arc<Gateway<B>>,
+    peer: SocketAddr,
+    slot: Arc<Slot>,
+}
+
+async fn serve_tcp<B: Backend + 'static>(
+    conn: Conn<B>,
     protocols: &Protocols,
     mut stream: TcpStream,
-    peer: SocketAddr,
-    watcher: hyper_util::server::graceful::Watcher,
+    watcher: DrainWatcher,
 ) {
     // The first bytes (the HTTP/2 preface or a request line) are due within
     // the header timeout too.
@@ -122,15 +162,94 @@ async fn serve_connection<B: Backend + 'static>(
         Ok(Ok(s)) => s,
         Ok(Err(_)) | Err(_) => return,
     };
-    let io = TokioIo::new(Prefixed::new(prefix, stream));
-    let svc = service_fn(move |req: hyper::Request<Incoming>| {
+    serve_io(
+        conn,
+        protocols,
+        Prefixed::new(prefix, stream),
+        kind,
+        false,
+        watcher,
+    )
+    .await;
+}
+
+async fn serve_tls<B: Backend + 'static>(
+    conn: Conn<B>,
+    protocols: &Protocols,
+    stream: TcpStream,
+    tls: TlsAcceptor,
+    watcher: DrainWatcher,
+) {
+    // The handshake and the first bytes are due within the header timeout.
+    let deadline = tokio::time::Instant::now() + protocols.limits.header_read_timeout;
+    let mut stream = match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, peer = %conn.peer, "TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let (kind, prefix) = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        (Sniffed::Http2, Bytes::new())
+    } else {
+        // No ALPN (or http/1.1): HTTP/2 with prior knowledge is still
+        // recognised by its preface.
+        match tokio::time::timeout_at(deadline, sniff(&mut stream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) | Err(_) => return,
+        }
+    };
+    serve_io(
+        conn,
+        protocols,
+        Prefixed::new(prefix, stream),
+        kind,
+        true,
+        watcher,
+    )
+    .await;
+}
+
+async fn serve_io<B, I>(
+    conn: Conn<B>,
+    protocols: &Protocols,
+    io: I,
+    kind: Sniffed,
+    tls: bool,
+    watcher: DrainWatcher,
+) where
+    B: Backend + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    let Conn {
+        gateway,
+        peer,
+        slot,
+    } = conn;
+    let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
+        if tls {
+            req.extensions_mut().insert(ClientTls);
+        }
+        if req.headers().contains_key(UPGRADE) {
+            req.extensions_mut().insert(ConnectionGuard(
+                slot.clone() as Arc<dyn std::any::Any + Send + Sync>
+            ));
+        }
         let gateway = gateway.clone();
         async move { Ok::<_, Infallible>(gateway.handle(req, peer).await) }
     });
     let result = match kind {
         Sniffed::Closed => return,
-        Sniffed::Http2 => watcher.watch(protocols.h2.serve_connection(io, svc)).await,
-        Sniffed::Http1 => watcher.watch(protocols.h1.serve_connection(io, svc)).await,
+        Sniffed::Http2 => {
+            let conn = protocols.h2.serve_connection(io, svc);
+            watcher.watch(conn, |c| c.graceful_shutdown()).await
+        }
+        Sniffed::Http1 => {
+            let conn = protocols.h1.serve_connection(io, svc).with_upgrades();
+            watcher.watch(conn, |c| c.graceful_shutdown()).await
+        }
     };
     if let Err(e) = result {
         tracing::debug!(error = %e, %peer, "connection ended with an error");

@@ -1,6 +1,7 @@
 //! [`Proxy`]: the service behind the limiter, forwarding a request to the
-//! upstream and streaming its response back. Upstream failures are
-//! gateway errors (502, 504), never rate-limit statuses.
+//! upstream and streaming its response back (or, after `101 Switching
+//! Protocols`, joining the two connections). Upstream failures are gateway
+//! errors (502, 504), never rate-limit statuses.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use floodgate_http::layer::PeerAddr;
-use http::header::{CONTENT_TYPE, EXPECT, HOST};
+use http::header::{CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use tower_service::Service;
@@ -19,12 +20,18 @@ use crate::body::ProxyBody;
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
+use crate::upgrade::{self, ConnectionGuard};
 use crate::upstream::Upstream;
 
 /// A request extension: the request came through a trusted proxy, so its
 /// `X-Forwarded-Proto` is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrustedHop;
+
+/// A request extension: the client connection is TLS (`X-Forwarded-Proto:
+/// https`, `proto=https`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientTls;
 
 /// Counters of the proxy (cumulative).
 #[derive(Debug, Default)]
@@ -37,6 +44,8 @@ pub struct ProxyStats {
     pub timeouts: AtomicU64,
     /// Requests whose target could not be rewritten (400).
     pub bad_target: AtomicU64,
+    /// Connections switched to another protocol (`101`) and tunnelled.
+    pub upgraded: AtomicU64,
 }
 
 impl ProxyStats {
@@ -109,6 +118,8 @@ impl Proxy {
 async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyBody> {
     let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
     let keep_proto = req.extensions().get::<TrustedHop>().is_some();
+    let https = req.extensions().get::<ClientTls>().is_some();
+    let upgrade = upgrade::requested(req.version(), req.headers());
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
     // The gateway answers `100-continue` itself when it reads the body.
@@ -127,9 +138,10 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
             req.headers_mut(),
             peer,
             host.as_ref().map(HeaderValue::as_bytes),
+            https,
         );
     }
-    set_x_forwarded_proto(req.headers_mut(), keep_proto);
+    set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let up = &shared.upstream;
     if up.prepare(&mut req).is_err() {
         shared.stats.bad_target.fetch_add(1, Ordering::Relaxed);
@@ -138,11 +150,31 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
             "400 Bad Request: invalid request target\n",
         );
     }
+    // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
+    // goes as a plain one.
+    let upgrade = upgrade.filter(|_| req.version() == Version::HTTP_11);
+    let client_upgrade = upgrade.map(|v| {
+        upgrade::restore(req.headers_mut(), v.clone());
+        let guard = req.extensions().get::<ConnectionGuard>().cloned();
+        (hyper::upgrade::on(&mut req), guard, v)
+    });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     match tokio::time::timeout(up.response_timeout(), up.client().request(req)).await {
-        Ok(Ok(res)) => {
+        Ok(Ok(mut res)) => {
+            let switched = match client_upgrade {
+                Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                    let upstream = hyper::upgrade::on(&mut res);
+                    upgrade::spawn_tunnel(client, upstream, guard);
+                    Some(res.headers().get(UPGRADE).cloned().unwrap_or(asked))
+                }
+                _ => None,
+            };
             let (mut parts, body) = res.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            if let Some(v) = switched {
+                upgrade::restore(&mut parts.headers, v);
+                shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
+            }
             parts.version = Version::HTTP_11;
             Response::from_parts(parts, ProxyBody::upstream(body))
         }

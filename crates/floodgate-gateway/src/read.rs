@@ -9,11 +9,12 @@ use floodgate_policy::yaml::{Document, Map, Node, excerpt};
 use floodgate_server::settings::{parse_listen, parse_size};
 
 use crate::config::{GatewayConfig, HostHeader, UpstreamProtocol, UpstreamUrl};
+use crate::read_tls::{read_listener_tls, read_upstream_tls};
 
 /// The top-level key this crate reads.
 pub const SECTION: &str = "gateway";
 
-const KEYS: &[&str] = &["listen", "upstream", "limits", "workers"];
+const KEYS: &[&str] = &["listen", "tls", "upstream", "limits", "workers"];
 const UPSTREAM_KEYS: &[&str] = &[
     "url",
     "protocol",
@@ -22,6 +23,7 @@ const UPSTREAM_KEYS: &[&str] = &[
     "pool_idle_timeout",
     "pool_max_idle",
     "host",
+    "tls",
 ];
 const LIMIT_KEYS: &[&str] = &[
     "header_read_timeout",
@@ -76,6 +78,9 @@ fn read_section(node: Node<'_>, errors: &mut Errors) -> GatewayConfig {
         if let Some(a) = errors.take(parsed) {
             c.listen = a;
         }
+    }
+    if let Some(n) = map.get("tls") {
+        c.tls = read_listener_tls(n, errors);
     }
     if let Some(n) = map.get("workers") {
         match errors.take(n.u64()) {
@@ -154,6 +159,9 @@ fn read_upstream(node: Node<'_>, c: &mut GatewayConfig, errors: &mut Errors) {
             ))),
             None => {}
         }
+    }
+    if let Some(n) = map.get("tls") {
+        c.upstream.tls = read_upstream_tls(n, errors);
     }
     let u = &mut c.upstream;
     duration(&map, "connect_timeout", &mut u.connect_timeout, errors);

@@ -26,6 +26,7 @@ use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
 use crate::http_section::HttpSection;
 use crate::proxy::Proxy;
+use crate::tls::ServerTls;
 use crate::upstream::Upstream;
 
 /// The top-level sections a gateway configuration may have besides the
@@ -170,6 +171,7 @@ pub struct Running {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<bool>,
     admin_task: Option<JoinHandle<()>>,
+    tls_task: Option<JoinHandle<()>>,
     draining: Arc<AtomicBool>,
     _watch: Option<WatchHandle>,
 }
@@ -200,6 +202,9 @@ impl Running {
         let drained = (&mut self.task).await.unwrap_or(false);
         if let Some(a) = self.admin_task.take() {
             a.abort();
+        }
+        if let Some(t) = self.tls_task.take() {
+            t.abort();
         }
         if drained {
             tracing::info!("stopped");
@@ -251,7 +256,18 @@ pub async fn start(
         None => None,
     };
     let limited = limiter.is_some();
-    let proxy = Proxy::new(Upstream::new(&config.upstream));
+    let proxy = Proxy::new(Upstream::new(&config.upstream)?);
+    let tls = match &config.tls {
+        Some(files) => Some(Arc::new(ServerTls::new(files)?)),
+        None => None,
+    };
+    // A renewed certificate is picked up at the policies' pace.
+    let tls_task = match &tls {
+        Some(t) if !settings.server.reload_interval.is_zero() => {
+            Some(t.spawn_reloader(settings.server.reload_interval))
+        }
+        _ => None,
+    };
     let gateway = Arc::new(Gateway::new(engine, limiter, proxy));
     let watch = spawn_reloader(
         source,
@@ -289,6 +305,7 @@ pub async fn start(
         .collect();
     tracing::info!(
         %addr,
+        tls = tls.is_some(),
         upstream = %upstreams.join(","),
         protocol = config.upstream.protocol.name(),
         limited,
@@ -301,6 +318,7 @@ pub async fn start(
         gateway.clone(),
         listener,
         config.limits.clone(),
+        tls.as_ref().map(|t| t.acceptor().clone()),
         async move {
             let _ = stopped.await;
         },
@@ -313,6 +331,7 @@ pub async fn start(
         stop: Some(stop),
         task,
         admin_task,
+        tls_task,
         draining,
         _watch: watch,
     })
@@ -341,7 +360,9 @@ fn spawn_reloader(
             }
         };
         if let Ok(Some(g)) = GatewayConfig::from_documents(docs)
-            && (g.upstream != started_with.upstream || g.listen != started_with.listen)
+            && (g.upstream != started_with.upstream
+                || g.listen != started_with.listen
+                || g.tls != started_with.tls)
         {
             tracing::warn!("the gateway section changed: it is only read at startup");
         }

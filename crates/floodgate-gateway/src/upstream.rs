@@ -1,23 +1,29 @@
 //! The upstream: a pooled keep-alive client (HTTP/1.1, or HTTP/2 with
-//! prior knowledge), the base URLs taken in turn, and the rewriting of a
-//! client's request into the upstream's.
+//! prior knowledge or ALPN), over TCP or TLS (`https://` URLs), the base
+//! URLs taken in turn, and the rewriting of a client's request into the
+//! upstream's.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::header::HOST;
-use http::uri::{PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Uri, Version};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
+use crate::tls::TlsError;
+
+/// The connector: TCP, with TLS for `https://` URLs.
+pub type Connector = HttpsConnector<HttpConnector>;
 
 /// The pooled client and where it sends requests.
 pub struct Upstream {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<Connector, Incoming>,
     urls: Box<[UpstreamUrl]>,
     next: AtomicUsize,
     protocol: UpstreamProtocol,
@@ -39,13 +45,30 @@ impl std::fmt::Debug for Upstream {
 pub struct BadTarget;
 
 impl Upstream {
-    /// A client for `config` (call inside a tokio runtime).
-    pub fn new(config: &UpstreamConfig) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        connector.enforce_http(true);
+    /// A client for `config` (call inside a tokio runtime). TLS settings
+    /// are loaded when a URL is `https://` (a missing CA file, a client key
+    /// that does not match its certificate are errors).
+    pub fn new(config: &UpstreamConfig) -> Result<Self, TlsError> {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(config.connect_timeout));
+        tcp.set_keepalive(Some(Duration::from_secs(60)));
+        // The TLS connector wraps it and handles `https://` itself.
+        tcp.enforce_http(false);
+        let tls = if config.urls.iter().any(|u| u.tls) {
+            crate::tls::client_config(&config.tls)?
+        } else {
+            crate::tls::client::unused_config()?
+        };
+        let https = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let connector = match config.protocol {
+            // No ALPN: the upstream speaks HTTP/1.1.
+            UpstreamProtocol::Http1 => https.enable_http1().wrap_connector(tcp),
+            // ALPN `h2` over TLS; prior knowledge over cleartext.
+            UpstreamProtocol::Http2 => https.enable_http2().wrap_connector(tcp),
+        };
         let mut builder = Client::builder(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())
@@ -62,18 +85,18 @@ impl Upstream {
                 .http2_keep_alive_interval(Duration::from_secs(30))
                 .http2_keep_alive_timeout(Duration::from_secs(10));
         }
-        Upstream {
+        Ok(Upstream {
             client: builder.build(connector),
             urls: config.urls.clone().into_boxed_slice(),
             next: AtomicUsize::new(0),
             protocol: config.protocol,
             host: config.host,
             response_timeout: config.response_timeout,
-        }
+        })
     }
 
     /// The client.
-    pub fn client(&self) -> &Client<HttpConnector, Incoming> {
+    pub fn client(&self) -> &Client<Connector, Incoming> {
         &self.client
     }
 
@@ -107,7 +130,7 @@ impl Upstream {
                 .map_err(|_| BadTarget)?
         };
         let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
+            .scheme(target.scheme())
             .authority(target.authority.clone())
             .path_and_query(pq)
             .build()

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -113,6 +115,29 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
     Ok(res)
 }
 
+/// Serves one upstream connection (HTTP/1.1 or HTTP/2 by its first bytes).
+pub fn spawn_upstream_connection<I>(mut stream: I, seen: Arc<Seen>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let Ok((kind, prefix)) = sniff(&mut stream).await else {
+            return;
+        };
+        let io = TokioIo::new(Prefixed::new(prefix, stream));
+        let svc = service_fn(move |req| answer(req, seen.clone()));
+        let _ = match kind {
+            Sniffed::Closed => return,
+            Sniffed::Http2 => {
+                http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(io, svc)
+                    .await
+            }
+            Sniffed::Http1 => http1::Builder::new().serve_connection(io, svc).await,
+        };
+    });
+}
+
 /// Starts the upstream (HTTP/1.1 and HTTP/2 prior knowledge).
 pub async fn upstream() -> Upstream {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -121,27 +146,11 @@ pub async fn upstream() -> Upstream {
     let s = seen.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
+            let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
             s.connections.fetch_add(1, Ordering::SeqCst);
-            let seen = s.clone();
-            tokio::spawn(async move {
-                let Ok((kind, prefix)) = sniff(&mut stream).await else {
-                    return;
-                };
-                let io = TokioIo::new(Prefixed::new(prefix, stream));
-                let svc = service_fn(move |req| answer(req, seen.clone()));
-                let _ = match kind {
-                    Sniffed::Closed => return,
-                    Sniffed::Http2 => {
-                        http2::Builder::new(TokioExecutor::new())
-                            .serve_connection(io, svc)
-                            .await
-                    }
-                    Sniffed::Http1 => http1::Builder::new().serve_connection(io, svc).await,
-                };
-            });
+            spawn_upstream_connection(stream, s.clone());
         }
     });
     Upstream { addr, seen }

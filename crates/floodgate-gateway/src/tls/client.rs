@@ -1,0 +1,75 @@
+//! The rustls configuration towards `https://` upstreams: trusted roots
+//! (a CA file, or the system's), an optional client certificate. ALPN is
+//! set by the connector from the upstream protocol (`h2` for `http2`).
+
+use rustls::{ClientConfig, RootCertStore};
+
+use super::pem::{TlsError, certificates, private_key};
+use crate::config::UpstreamTls;
+
+/// The trusted roots: every certificate of `tls.ca`, else the system's.
+fn roots(tls: &UpstreamTls) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    match &tls.ca {
+        Some(path) => {
+            for cert in certificates(path)? {
+                store.add(cert).map_err(|source| TlsError::Rustls {
+                    context: format!("CA file {}", path.display()),
+                    source,
+                })?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            let (added, _ignored) = store.add_parsable_certificates(native.certs);
+            if added == 0 {
+                let why = native
+                    .errors
+                    .first()
+                    .map_or_else(|| "the system store is empty".to_owned(), |e| e.to_string());
+                return Err(TlsError::NoRoots(format!(
+                    "{why} (set gateway.upstream.tls.ca)"
+                )));
+            }
+        }
+    }
+    Ok(store)
+}
+
+/// The client configuration for `tls` (TLS 1.2 and 1.3, no ALPN yet).
+pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
+    let builder = ClientConfig::builder_with_provider(super::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Rustls {
+            context: "TLS versions".into(),
+            source,
+        })?
+        .with_root_certificates(roots(tls)?);
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates(cert)?;
+            let key = private_key(key)?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|source| TlsError::Rustls {
+                    context: format!("client certificate {}", cert.display()),
+                    source,
+                })
+        }
+        (None, None) => Ok(builder.with_no_client_auth()),
+        _ => Err(TlsError::HalfClientAuth),
+    }
+}
+
+/// A configuration for a connector that never makes a TLS connection (no
+/// `https://` URL): no roots are loaded.
+pub fn unused_config() -> Result<ClientConfig, TlsError> {
+    Ok(ClientConfig::builder_with_provider(super::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Rustls {
+            context: "TLS versions".into(),
+            source,
+        })?
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth())
+}

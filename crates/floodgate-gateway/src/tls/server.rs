@@ -1,0 +1,169 @@
+//! [`ServerTls`]: TLS termination on the listener. The certificate is
+//! served through a resolver whose key pair can be swapped while running:
+//! [`ServerTls::reload`] re-reads the files when they changed, and
+//! [`ServerTls::spawn_reloader`] does so periodically (new handshakes use
+//! the new certificate; established connections keep theirs).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio_rustls::TlsAcceptor;
+
+use super::pem::{TlsError, certificates, private_key};
+use crate::config::ListenerTls;
+
+/// ALPN protocols offered to clients, preferred first.
+pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// The certificate currently served.
+struct Resolver {
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolver").finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// What the files looked like when last loaded (modification time and
+/// length of each), to reload only on change.
+type Stamp = [(Option<SystemTime>, u64); 2];
+
+fn stamp(files: &ListenerTls) -> Stamp {
+    let one = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| (m.modified().ok(), m.len()))
+            .unwrap_or((None, 0))
+    };
+    [one(&files.cert), one(&files.key)]
+}
+
+/// Loads and checks a certificate chain and its key.
+pub fn load_certified_key(files: &ListenerTls) -> Result<CertifiedKey, TlsError> {
+    let chain = certificates(&files.cert)?;
+    let key = private_key(&files.key)?;
+    let provider = super::provider();
+    let context = || {
+        format!(
+            "certificate {} with key {}",
+            files.cert.display(),
+            files.key.display()
+        )
+    };
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|source| TlsError::Rustls {
+            context: context(),
+            source,
+        })?;
+    let certified = CertifiedKey::new(chain, signing);
+    certified.keys_match().map_err(|source| TlsError::Rustls {
+        context: context(),
+        source,
+    })?;
+    Ok(certified)
+}
+
+/// TLS termination for the listener.
+pub struct ServerTls {
+    files: ListenerTls,
+    resolver: Arc<Resolver>,
+    acceptor: TlsAcceptor,
+    stamp: Mutex<Stamp>,
+}
+
+impl fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("cert", &self.files.cert)
+            .field("key", &self.files.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// Loads the certificate and key of `files` and builds the acceptor
+    /// (TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`).
+    pub fn new(files: &ListenerTls) -> Result<Self, TlsError> {
+        let stamp = stamp(files);
+        let certified = load_certified_key(files)?;
+        let resolver = Arc::new(Resolver {
+            current: ArcSwap::from_pointee(certified),
+        });
+        let mut config = ServerConfig::builder_with_provider(super::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|source| TlsError::Rustls {
+                context: "TLS versions".into(),
+                source,
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+        Ok(ServerTls {
+            files: files.clone(),
+            resolver,
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            stamp: Mutex::new(stamp),
+        })
+    }
+
+    /// The acceptor (cheap to clone).
+    pub fn acceptor(&self) -> &TlsAcceptor {
+        &self.acceptor
+    }
+
+    /// Re-reads the files if they changed since the last load and swaps in
+    /// the new certificate. `Ok(true)` when it was replaced; on an error
+    /// (a half-written file, a key that does not match) the current one
+    /// stays and the next call tries again.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let now = stamp(&self.files);
+        let Ok(mut last) = self.stamp.lock() else {
+            return Ok(false);
+        };
+        if *last == now {
+            return Ok(false);
+        }
+        let certified = load_certified_key(&self.files)?;
+        self.resolver.current.store(Arc::new(certified));
+        *last = now;
+        Ok(true)
+    }
+
+    /// Checks the files every `interval` and reloads them when they
+    /// changed, until the returned task is aborted.
+    pub fn spawn_reloader(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let tls = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match tls.reload() {
+                    Ok(true) => {
+                        tracing::info!(cert = %tls.files.cert.display(), "TLS certificate reloaded")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,91 @@
+//! Protocol upgrades (`Connection: Upgrade`, WebSocket): an HTTP/1.1
+//! request asking for one is limited like any other, forwarded with its
+//! `Connection: upgrade` and `Upgrade` fields, and when the upstream
+//! answers `101 Switching Protocols` the two connections become one
+//! bidirectional byte stream until either side closes.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use http::header::{CONNECTION, UPGRADE};
+use http::{HeaderMap, HeaderValue, Version};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+
+/// A request extension: something the client connection holds (its slot
+/// under `max_connections`), kept by the tunnel until it closes.
+#[derive(Clone)]
+pub struct ConnectionGuard(pub Arc<dyn Any + Send + Sync>);
+
+impl std::fmt::Debug for ConnectionGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectionGuard")
+    }
+}
+
+/// The `Upgrade` field of an HTTP/1.1 request that asks for an upgrade
+/// (`Connection` names `upgrade`), or none.
+pub fn requested(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
+    if version != Version::HTTP_11 {
+        return None;
+    }
+    let upgrade = headers.get(UPGRADE)?;
+    let asked = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asked.then(|| upgrade.clone())
+}
+
+/// Puts back the two fields an upgrade travels with (after the hop-by-hop
+/// fields were removed).
+pub fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(UPGRADE, upgrade);
+}
+
+/// Joins the client's and the upstream's upgraded connections once both
+/// are handed over, and copies bytes both ways until either side closes;
+/// `guard` is kept until then.
+pub fn spawn_tunnel(client: OnUpgrade, upstream: OnUpgrade, guard: Option<ConnectionGuard>) {
+    tokio::spawn(async move {
+        let (client, upstream) = tokio::join!(client, upstream);
+        let (client, upstream) = match (client, upstream) {
+            (Ok(c), Ok(u)) => (c, u),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::debug!(error = %e, "upgrade failed");
+                return;
+            }
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
+            Err(e) => tracing::debug!(error = %e, "upgraded connection ended with an error"),
+        }
+        drop(guard);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http11_with_connection_upgrade() {
+        let mut h = HeaderMap::new();
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(requested(Version::HTTP_11, &h), None);
+        h.insert(CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
+        assert_eq!(
+            requested(Version::HTTP_11, &h).unwrap(),
+            HeaderValue::from_static("websocket")
+        );
+        assert_eq!(requested(Version::HTTP_2, &h), None);
+        assert_eq!(requested(Version::HTTP_10, &h), None);
+        h.remove(UPGRADE);
+        assert_eq!(requested(Version::HTTP_11, &h), None);
+    }
+}
