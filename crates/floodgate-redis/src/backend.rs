@@ -19,7 +19,8 @@ use crate::script::{DECIDE, RELEASE, Script};
 use crate::stats::RedisStats;
 use crate::{ConfigError, Mode, RedisConfig, TimeSource, UnsupportedLimit, reply};
 
-/// Rate limiting state in Redis (a single server or a cluster).
+/// Rate limiting state in Redis (a single server, a Sentinel-managed
+/// primary or a cluster).
 ///
 /// Every decision is one atomic Lua script call (`EVALSHA`, re-sent as
 /// `EVAL` after `NOSCRIPT`) over all the batch's keys of one hash slot, with
@@ -97,8 +98,16 @@ impl RedisBackend {
 
     async fn build(config: &RedisConfig, lazy: bool) -> Result<Self, ConnectError> {
         config.check()?;
+        // Sentinel takes two exchanges more: the sentinels, then `ROLE`.
+        let rounds = match config.mode {
+            Mode::Sentinel { .. } => 8,
+            _ => 4,
+        };
         let pool = tokio::time::timeout(
-            config.connect_timeout.max(config.timeout).saturating_mul(4),
+            config
+                .connect_timeout
+                .max(config.timeout)
+                .saturating_mul(rounds),
             Pool::open(config, lazy),
         )
         .await
@@ -280,6 +289,7 @@ impl RedisBackend {
         }
         if !matches!(e, BackendError::Protocol(_)) {
             self.ready.store(false, Ordering::Relaxed);
+            self.pool.suspect();
         }
         e
     }

@@ -6,14 +6,40 @@ use std::time::Duration;
 use crate::ConfigError;
 
 /// How the servers are deployed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum Mode {
-    /// One server (optionally with replicas behind a failover proxy or
-    /// Sentinel-managed address): every batch is one script call.
+    /// One server (or a stable address in front of one, such as a failover
+    /// proxy): every batch is one script call.
     #[default]
     Single,
     /// Redis Cluster: keys are spread over hash slots by their group.
     Cluster,
+    /// A primary managed by Redis Sentinel: `urls` are the sentinels'
+    /// addresses. The backend asks them for the primary, decides there as
+    /// on a single server, and follows failovers by itself (see
+    /// `docs/redis.md`).
+    Sentinel {
+        /// The name the sentinels monitor the primary under (`sentinel
+        /// monitor <name> …`).
+        master_name: String,
+    },
+}
+
+impl Mode {
+    /// [`Mode::Sentinel`] for `master_name`, checked: not empty, no
+    /// whitespace, control characters or commas.
+    ///
+    /// ```
+    /// use floodgate_redis::Mode;
+    /// assert!(Mode::sentinel("mymaster").is_ok());
+    /// assert!(Mode::sentinel("my master").is_err());
+    /// ```
+    pub fn sentinel(master_name: &str) -> Result<Mode, ConfigError> {
+        check_master_name(master_name)?;
+        Ok(Mode::Sentinel {
+            master_name: master_name.to_owned(),
+        })
+    }
 }
 
 /// Where the time of a decision comes from.
@@ -93,9 +119,10 @@ pub struct TlsFiles {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisConfig {
     /// Server addresses (see [`parse_redis_urls`]); for a cluster, any
-    /// subset of its nodes. Default `redis://127.0.0.1:6379`.
+    /// subset of its nodes; with Sentinel, the sentinels. Default
+    /// `redis://127.0.0.1:6379`.
     pub urls: Vec<String>,
-    /// Single server or cluster.
+    /// Single server, Sentinel-managed primary or cluster.
     pub mode: Mode,
     /// Prepended to every key (default `"fg:"`); must not contain `{`/`}`.
     pub key_prefix: String,
@@ -125,6 +152,10 @@ pub struct RedisConfig {
     pub concurrency_lease: Option<Duration>,
     /// Certificates for `rediss://` URLs.
     pub tls: TlsFiles,
+    /// [`Mode::Sentinel`] only: credentials of the primary (`password` or
+    /// `user:password`); the sentinels' own go in their URLs. The primary
+    /// is reached over TLS when the sentinels are (`rediss://`).
+    pub primary_auth: Option<String>,
 }
 
 impl Default for RedisConfig {
@@ -143,6 +174,7 @@ impl Default for RedisConfig {
             fallback_capacity: 100_000,
             concurrency_lease: None,
             tls: TlsFiles::default(),
+            primary_auth: None,
         }
     }
 }
@@ -161,6 +193,9 @@ impl RedisConfig {
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
         if self.urls.is_empty() {
             return Err(ConfigError::NoUrl);
+        }
+        if let Mode::Sentinel { master_name } = &self.mode {
+            check_master_name(master_name)?;
         }
         if self.key_prefix.contains(['{', '}']) {
             return Err(ConfigError::Prefix(self.key_prefix.clone()));
@@ -184,6 +219,54 @@ impl RedisConfig {
         }
         Ok(())
     }
+}
+
+/// A master name the sentinels can be asked about: not empty, no
+/// whitespace or control characters, no commas (the Envoy format's
+/// separator).
+fn check_master_name(name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() {
+        return Err(ConfigError::NoMasterName);
+    }
+    let bad = name.len() > 256
+        || name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == ',');
+    if bad {
+        return Err(ConfigError::MasterName(name.chars().take(80).collect()));
+    }
+    Ok(())
+}
+
+/// Parses envoyproxy/ratelimit's Sentinel `REDIS_URL`: the master name,
+/// then the sentinels' addresses (as [`parse_redis_urls`] reads them), all
+/// separated by commas. Returns the name and the addresses.
+///
+/// ```
+/// use floodgate_redis::parse_sentinel_url;
+/// let (name, sentinels) = parse_sentinel_url("mymaster,10.0.0.1:26379,10.0.0.2:26379").unwrap();
+/// assert_eq!(name, "mymaster");
+/// assert_eq!(sentinels, ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]);
+/// assert!(parse_sentinel_url("10.0.0.1:26379").is_err()); // no master name
+/// assert!(parse_sentinel_url("mymaster").is_err()); // no sentinel
+/// ```
+pub fn parse_sentinel_url(value: &str) -> Result<(String, Vec<String>), ConfigError> {
+    let (name, rest) = value.split_once(',').unwrap_or((value, ""));
+    let name = name.trim();
+    if name.contains(':') || name.contains('/') {
+        return Err(ConfigError::Url {
+            url: name.to_owned(),
+            reason: "a Sentinel URL starts with the master name: name,host:port,...".into(),
+        });
+    }
+    check_master_name(name)?;
+    if rest.trim().is_empty() {
+        return Err(ConfigError::Url {
+            url: value.trim().to_owned(),
+            reason: "no sentinel address after the master name".into(),
+        });
+    }
+    Ok((name.to_owned(), parse_redis_urls(rest)?))
 }
 
 /// Parses Envoy-style Redis addresses: `host:port`, `redis://…`,
@@ -260,6 +343,32 @@ mod tests {
         ] {
             assert!(parse_redis_urls(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let (name, urls) = parse_sentinel_url(" mymaster , a:26379, rediss://b:26380").unwrap();
+        assert_eq!(name, "mymaster");
+        assert_eq!(urls, ["redis://a:26379", "rediss://b:26380"]);
+        for bad in [
+            "",
+            "mymaster",
+            "mymaster,",
+            "a:26379,b:26379",
+            "redis://a:1",
+            "my master,a:1",
+            ",a:1",
+            "m,a",
+        ] {
+            assert!(parse_sentinel_url(bad).is_err(), "{bad:?}");
+        }
+        let bad = RedisConfig {
+            mode: Mode::Sentinel {
+                master_name: String::new(),
+            },
+            ..RedisConfig::default()
+        };
+        assert_eq!(bad.check(), Err(ConfigError::NoMasterName));
     }
 
     #[test]

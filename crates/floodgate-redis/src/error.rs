@@ -21,6 +21,13 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Sentinel mode without the name of the master to ask for.
+    #[error("Sentinel mode needs the name of the master to ask the sentinels for")]
+    NoMasterName,
+    /// A Sentinel master name that holds whitespace, control characters or
+    /// commas, or is too long.
+    #[error("invalid Sentinel master name {0:?}")]
+    MasterName(String),
     /// A key prefix with `{` or `}`: it would change the keys' hash slot.
     #[error("invalid key prefix {0:?}: it must not contain '{{' or '}}'")]
     Prefix(String),

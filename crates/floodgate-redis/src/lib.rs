@@ -1,8 +1,9 @@
 //! # Floodgate on Redis
 //!
 //! A [`Backend`](floodgate_policy::Backend) keeping rate limiting state in
-//! Redis (a single server or Redis Cluster), so that every instance of a
-//! service shares one set of counters.
+//! Redis (a single server, a primary managed by Redis Sentinel, or Redis
+//! Cluster), so that every instance of a service shares one set of
+//! counters.
 //!
 //! * **Every algorithm**, with the in-memory algorithms' exact semantics:
 //!   GCRA / token bucket / leaky meter, fixed window, sliding window (two
@@ -18,8 +19,9 @@
 //! * **Keys expire by themselves** when their state becomes equal to a
 //!   fresh key's, never earlier.
 //! * **Resilience**: a timeout on every call, a circuit breaker and a
-//!   [`FailurePolicy`] ([`ResilientBackend`]), plus an optional local
-//!   over-limit cache.
+//!   [`FailurePolicy`] ([`ResilientBackend`]), globally or per rule
+//!   (`Item::on_failure`), plus an optional local over-limit cache; with
+//!   Sentinel, failovers followed by themselves.
 //!
 //! ```no_run
 //! use floodgate::{Apply, Decision, Outcome, Timestamp};
@@ -56,15 +58,18 @@ mod fallback;
 mod keys;
 mod policy;
 mod pool;
+mod primary;
 mod reply;
 mod resilient;
 mod script;
+mod sentinel;
 mod stats;
 
 pub use backend::{ConnectError, RedisBackend};
 pub use breaker::BreakerState;
 pub use config::{
     BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource, TlsFiles, parse_redis_urls,
+    parse_sentinel_url,
 };
 pub use encode::validate;
 pub use error::{ConfigError, UnsupportedLimit};

@@ -1,9 +1,11 @@
 //! A few multiplexed connections, shared by every concurrent decision.
 //!
 //! Single server: [`ConnectionManager`]s (a multiplexed, pipelined
-//! connection that reconnects by itself). Cluster: the cluster client's
-//! async connection (one multiplexed connection per node, routing by slot,
-//! following `MOVED`/`ASK`, refreshing the slot map after failovers).
+//! connection that reconnects by itself). Sentinel: the same, to the
+//! primary the sentinels name, replaced when it moves ([`Primary`]).
+//! Cluster: the cluster client's async connection (one multiplexed
+//! connection per node, routing by slot, following `MOVED`/`ASK`,
+//! refreshing the slot map after failovers).
 //! Requests are spread round-robin; each connection carries any number of
 //! requests in flight, so a handful serve thousands of concurrent callers.
 
@@ -14,11 +16,14 @@ use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, RedisResult, Value};
 
+use crate::primary::{Primary, PrimarySettings, primary_redis_settings};
+use crate::sentinel::Sentinels;
 use crate::{ConfigError, Mode, RedisConfig};
 
 enum Conns {
     Single(Vec<ConnectionManager>),
     Cluster(Vec<ClusterConnection>),
+    Sentinel(Primary),
 }
 
 /// The connections of one backend.
@@ -71,8 +76,8 @@ fn certificates(config: &RedisConfig) -> Result<Option<()>, ConfigError> {
     Ok(None)
 }
 
-fn single_client(config: &RedisConfig) -> Result<Client, ConfigError> {
-    let url = config.urls[0].as_str();
+/// A client for `url`, with the certificates of `config`.
+fn client(config: &RedisConfig, url: &str) -> Result<Client, ConfigError> {
     match certificates(config)? {
         #[cfg(feature = "tls")]
         Some(certs) => Client::build_with_tls(url, certs).map_err(client_error),
@@ -87,15 +92,15 @@ impl Pool {
     /// first request (so a backend can be built while Redis is down).
     pub async fn open(config: &RedisConfig, lazy: bool) -> Result<Pool, PoolError> {
         let n = config.connections;
-        let conns = match config.mode {
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(std::time::Duration::from_millis(10))
+            .set_max_delay(config.connect_timeout);
+        let conns = match &config.mode {
             Mode::Single => {
-                let client = single_client(config)?;
-                let settings = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(config.connect_timeout))
-                    .set_response_timeout(Some(config.timeout))
-                    .set_number_of_retries(2)
-                    .set_min_delay(std::time::Duration::from_millis(10))
-                    .set_max_delay(config.connect_timeout);
+                let client = client(config, &config.urls[0])?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     let c = if lazy {
@@ -141,6 +146,33 @@ impl Pool {
                 }
                 Conns::Cluster(v)
             }
+            Mode::Sentinel { master_name } => {
+                let clients = config
+                    .urls
+                    .iter()
+                    .map(|u| client(config, u))
+                    .collect::<Result<Vec<_>, _>>()?;
+                // The primary is reached as the sentinels are (TLS or not,
+                // same certificates), with its own credentials.
+                let template = clients
+                    .first()
+                    .ok_or(ConfigError::NoUrl)?
+                    .get_connection_info()
+                    .clone()
+                    .set_redis_settings(primary_redis_settings(config.primary_auth.as_deref()));
+                let primary = PrimarySettings {
+                    sentinels: Sentinels::new(clients, master_name, config.connect_timeout),
+                    template,
+                    settings,
+                    connections: n,
+                    connect_timeout: config.connect_timeout,
+                };
+                Conns::Sentinel(
+                    Primary::open(primary, lazy)
+                        .await
+                        .map_err(PoolError::Connect)?,
+                )
+            }
         };
         Ok(Pool {
             conns,
@@ -160,6 +192,16 @@ impl Pool {
                 let mut c = v[i % v.len()].clone();
                 cmd.query_async(&mut c).await
             }
+            Conns::Sentinel(p) => p.query(cmd, i).await,
+        }
+    }
+
+    /// A call failed for lack of a server: with Sentinel, checks in the
+    /// background whether the primary moved. (The other modes' clients
+    /// reconnect and follow failovers by themselves.)
+    pub fn suspect(&self) {
+        if let Conns::Sentinel(p) = &self.conns {
+            p.suspect();
         }
     }
 }

@@ -219,7 +219,7 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
 fn run(urls: Vec<String>, mode: Mode, cases: u32) {
     static IDS: AtomicU64 = AtomicU64::new(0);
     let rt = common::runtime();
-    let twin = rt.block_on(Twin::new(urls, mode, "d:"));
+    let twin = rt.block_on(Twin::new(urls, mode.clone(), "d:"));
     // FLOODGATE_REDIS_CASES multiplies the number of cases (a longer soak).
     let factor = std::env::var("FLOODGATE_REDIS_CASES")
         .ok()

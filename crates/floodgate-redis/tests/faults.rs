@@ -7,11 +7,10 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Server, blank, item};
-use floodgate::algorithms::{AnyLimit, FixedWindow, Gcra, SlidingLog};
+use common::{Cluster, Load, Server, blank, item};
+use floodgate::algorithms::{AnyLimit, FixedWindow, Gcra};
 use floodgate::{Apply, Timestamp};
 use floodgate_policy::Backend;
 use floodgate_redis::{
@@ -37,62 +36,6 @@ async fn resilient(urls: Vec<String>, mode: Mode, policy: FailurePolicy) -> Arc<
     };
     let redis = RedisBackend::connect(&config).await.expect("connect");
     Arc::new(ResilientBackend::new(redis, &config).expect("resilient"))
-}
-
-/// Callers deciding in a loop until stopped; each decision is timed.
-struct Load {
-    stop: Arc<AtomicBool>,
-    handles: Vec<tokio::task::JoinHandle<(u64, Duration)>>,
-}
-
-impl Load {
-    fn start(b: &Arc<ResilientBackend>, tasks: usize, groups: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let handles = (0..tasks)
-            .map(|t| {
-                let b = b.clone();
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    let limits = [
-                        AnyLimit::from(Gcra::new(1000, Duration::from_secs(1), 50).unwrap()),
-                        AnyLimit::from(FixedWindow::new(100_000, Duration::from_secs(60)).unwrap()),
-                        AnyLimit::from(SlidingLog::new(20, Duration::from_millis(100)).unwrap()),
-                    ];
-                    let (mut n, mut worst) = (0u64, Duration::ZERO);
-                    while !stop.load(Ordering::Relaxed) {
-                        let g = format!("load{}", (t + n as usize) % groups);
-                        let keys: Vec<String> = (0..3).map(|i| format!("{g}:{i}")).collect();
-                        let items: Vec<_> = limits
-                            .iter()
-                            .zip(&keys)
-                            .map(|(l, k)| item(g.as_bytes(), k.as_bytes(), l, 1))
-                            .collect();
-                        let mut out = vec![blank(); items.len()];
-                        let started = Instant::now();
-                        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
-                            .await
-                            .expect("a decision, whatever happens to Redis");
-                        worst = worst.max(started.elapsed());
-                        n += 1;
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    (n, worst)
-                })
-            })
-            .collect();
-        Load { stop, handles }
-    }
-
-    /// Stops the callers; returns the decisions made and the slowest one.
-    async fn finish(self) -> (u64, Duration) {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut total = (0, Duration::ZERO);
-        for h in self.handles {
-            let (n, worst) = h.await.expect("no caller panicked");
-            total = (total.0 + n, total.1.max(worst));
-        }
-        total
-    }
 }
 
 /// Waits until the breaker has closed and Redis answers decisions again.

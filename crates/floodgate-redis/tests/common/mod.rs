@@ -1,6 +1,7 @@
 //! Real Redis servers for the tests: `redis-server` processes on free ports,
-//! killed on drop (and by the kernel if the test process dies), and a real
-//! six-node cluster (three primaries, three replicas).
+//! killed on drop (and by the kernel if the test process dies), a real
+//! six-node cluster (three primaries, three replicas), and a Sentinel
+//! deployment (a primary, a replica, one or three sentinels).
 //!
 //! `redis-server` and `redis-cli` must be installed: the tests fail, loudly,
 //! without them (`scripts/test.sh` installs them).
@@ -9,7 +10,9 @@
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
+mod load;
 mod process;
+mod sentinel;
 mod server;
 mod twin;
 
@@ -20,7 +23,9 @@ use floodgate::{Decision, Outcome};
 use floodgate_policy::Item;
 
 pub use cluster::Cluster;
+pub use load::Load;
 pub use process::{free_port, ping};
+pub use sentinel::{MASTER, Sentinel, SentinelSet, wait};
 pub use server::{Server, cli};
 pub use twin::Twin;
 

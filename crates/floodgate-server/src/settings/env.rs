@@ -67,6 +67,7 @@ pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overri
         Some(v) => Some(parse_mode(&v).map_err(|m| SettingError::new("REDIS_TYPE", m))?),
     };
     o.redis_auth = get("REDIS_AUTH");
+    o.redis_sentinel_auth = get("REDIS_SENTINEL_AUTH");
     o.redis_tls = flag(&get, "REDIS_TLS")?;
     o.redis_connections = number(&get, "REDIS_POOL_SIZE")?;
     o.redis_timeout = duration(&get, "REDIS_TIMEOUT")?;
@@ -191,13 +192,20 @@ fn duration(get: &Get<'_>, name: &str) -> Result<Option<Duration>, SettingError>
     }
 }
 
-/// `single` or `cluster`.
+/// `single`, `cluster` or `sentinel`. Sentinel's master name is not part
+/// of the mode's spelling: it comes with the URL (envoyproxy/ratelimit's
+/// `REDIS_URL=name,host:port,...`) or the file's `store.master`, so the
+/// mode returned here has an empty one.
 pub fn parse_mode(v: &str) -> Result<Mode, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "single" => Ok(Mode::Single),
         "cluster" => Ok(Mode::Cluster),
-        "sentinel" => Err("sentinel is not supported: use the address of the current primary (single) or a cluster".into()),
-        other => Err(format!("expected single or cluster, found `{other}`")),
+        "sentinel" => Ok(Mode::Sentinel {
+            master_name: String::new(),
+        }),
+        other => Err(format!(
+            "expected single, cluster or sentinel, found `{other}`"
+        )),
     }
 }
 
@@ -282,8 +290,51 @@ mod tests {
     fn bad_values_name_the_variable() {
         let e = overrides_from_env(env(&[("GRPC_PORT", "eighty")])).unwrap_err();
         assert_eq!(e.name, "GRPC_PORT");
-        let e = overrides_from_env(env(&[("REDIS_TYPE", "sentinel")])).unwrap_err();
-        assert!(e.message.contains("sentinel"));
+        let e = overrides_from_env(env(&[("REDIS_TYPE", "sentinal")])).unwrap_err();
+        assert_eq!(e.name, "REDIS_TYPE");
+        assert!(e.message.contains("single, cluster or sentinel"), "{e}");
+    }
+
+    #[test]
+    fn sentinel_the_envoy_way() {
+        let o = overrides_from_env(env(&[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+            ("REDIS_AUTH", "primary-secret"),
+            ("REDIS_SENTINEL_AUTH", "sentinel-secret"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            o.redis_mode,
+            Some(Mode::Sentinel {
+                master_name: String::new()
+            })
+        );
+        assert_eq!(o.redis_sentinel_auth.as_deref(), Some("sentinel-secret"));
+        let mut s = super::super::Settings::default();
+        o.apply(&mut s).unwrap();
+        let super::super::StoreSettings::Redis(r) = &s.store else {
+            panic!("{:?}", s.store)
+        };
+        assert_eq!(r.mode, Mode::sentinel("mymaster").unwrap());
+        assert_eq!(
+            r.urls,
+            [
+                "redis://:sentinel-secret@s1:26379",
+                "redis://:sentinel-secret@s2:26379"
+            ]
+        );
+        assert_eq!(r.primary_auth.as_deref(), Some("primary-secret"));
+        // Envoy's format starts with the master name.
+        let e = overrides_from_env(env(&[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "s1:26379,s2:26379"),
+        ]))
+        .unwrap()
+        .apply(&mut super::super::Settings::default())
+        .unwrap_err();
+        assert_eq!(e.name, "REDIS_URL");
+        assert!(e.message.contains("master name"), "{e}");
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! The `server:` and `store:` sections of Floodgate files, read with the
-//! policy crate's positioned YAML (errors carry file, line and column).
+//! policy crate's positioned YAML (errors carry file, line and column);
+//! the `server:` section here, `store:` in its own module.
 
 use std::time::Duration;
 
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::unit::parse_duration;
 use floodgate_policy::yaml::{Document, Map, Node};
-use floodgate_redis::{BreakerConfig, FailurePolicy, RedisConfig, TimeSource, parse_redis_urls};
 
-use super::env::{parse_failure_policy, parse_log_format, parse_mode};
-use super::{HeaderSettings, Settings, StoreSettings, parse_listen, parse_size};
+use super::env::parse_log_format;
+use super::{HeaderSettings, Settings, parse_listen, parse_size};
 
 /// The top-level sections this crate reads.
 pub const SECTIONS: &[&str] = &["server", "store"];
@@ -28,24 +28,6 @@ const SERVER_KEYS: &[&str] = &[
 ];
 const HEADER_KEYS: &[&str] = &["enabled", "limit", "remaining", "reset", "x_ratelimit"];
 const LOG_KEYS: &[&str] = &["level", "format"];
-const MEMORY_KEYS: &[&str] = &["backend", "capacity"];
-const REDIS_KEYS: &[&str] = &[
-    "backend",
-    "url",
-    "mode",
-    "prefix",
-    "connections",
-    "timeout",
-    "connect_timeout",
-    "failure_policy",
-    "divide_by",
-    "local_cache",
-    "fallback_capacity",
-    "breaker",
-    "clock",
-    "concurrency_lease",
-];
-const BREAKER_KEYS: &[&str] = &["failures", "cool_down"];
 
 /// Reads the sections from the loaded Floodgate documents (each section
 /// may appear in one file only). Absent sections keep their defaults.
@@ -68,7 +50,7 @@ pub fn read_sections(documents: &[Document]) -> Result<Settings, ConfigErrors> {
             seen[i] = Some(node.at().to_string());
             match i {
                 0 => read_server(node, &mut settings, &mut errors),
-                _ => read_store(node, &mut settings, &mut errors),
+                _ => super::store::read_store(node, &mut settings, &mut errors),
             }
         }
     }
@@ -161,143 +143,13 @@ fn read_headers(node: Node<'_>, h: &mut HeaderSettings, errors: &mut Errors) {
     deny(&map, HEADER_KEYS, errors);
 }
 
-fn read_store(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
-    let Some(map) = errors.take(node.map()) else {
-        return;
-    };
-    let backend = match map.get("backend") {
-        None => "memory",
-        Some(n) => match errors.take(n.str()) {
-            Some(t) => t,
-            None => return,
-        },
-    };
-    match backend {
-        "memory" => {
-            let mut capacity = 1_000_000;
-            count(&map, "capacity", &mut capacity, errors);
-            settings.store = StoreSettings::Memory { capacity };
-            deny(&map, MEMORY_KEYS, errors);
-        }
-        "redis" => {
-            let mut r = RedisConfig::default();
-            read_redis(&map, &mut r, errors);
-            settings.store = StoreSettings::Redis(Box::new(r));
-            deny(&map, REDIS_KEYS, errors);
-        }
-        other => errors.push(
-            map.get("backend")
-                .map(|n| {
-                    n.error(format!(
-                        "unknown backend `{other}` (expected memory or redis)"
-                    ))
-                })
-                .unwrap_or_else(|| map.node().error("unknown backend")),
-        ),
-    }
-}
-
-fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
-    if let Some(n) = map.get("url") {
-        let urls = match n.list() {
-            Ok(items) if !items.is_empty() => {
-                let parts: Vec<&str> = items.iter().filter_map(|i| errors.take(i.str())).collect();
-                parts.join(",")
-            }
-            _ => errors.take(n.str()).unwrap_or_default().to_owned(),
-        };
-        if let Some(u) = errors.take(parse_redis_urls(&urls).map_err(|e| n.error(e.to_string()))) {
-            r.urls = u;
-        }
-    }
-    if let Some(n) = map.get("mode")
-        && let Some(m) = errors.take(n.str().and_then(|t| parse_mode(t).map_err(|m| n.error(m))))
-    {
-        r.mode = m;
-    }
-    if let Some(n) = map.get("prefix")
-        && let Some(t) = errors.take(n.str())
-    {
-        if t.contains(['{', '}']) {
-            errors.push(n.error("the key prefix must not contain `{` or `}`"));
-        } else {
-            r.key_prefix = t.to_owned();
-        }
-    }
-    count(map, "connections", &mut r.connections, errors);
-    duration(map, "timeout", &mut r.timeout, false, errors);
-    duration(
-        map,
-        "connect_timeout",
-        &mut r.connect_timeout,
-        false,
-        errors,
-    );
-    if let Some(n) = map.get("failure_policy")
-        && let Some(p) = errors.take(
-            n.str()
-                .and_then(|t| parse_failure_policy(t).map_err(|m| n.error(m))),
-        )
-    {
-        r.failure_policy = p;
-    }
-    if let Some(n) = map.get("divide_by") {
-        let d = errors.take(n.u64()).unwrap_or(1);
-        match r.failure_policy {
-            FailurePolicy::Local { .. } if d >= 1 && d <= u32::MAX as u64 => {
-                r.failure_policy = FailurePolicy::Local {
-                    divide_by: d as u32,
-                }
-            }
-            FailurePolicy::Local { .. } => errors.push(n.error("divide_by must be at least 1")),
-            _ => errors.push(n.error("divide_by only applies to failure_policy: local")),
-        }
-    }
-    if let Some(n) = map.get("local_cache")
-        && let Some(c) = errors.take(n.u64())
-    {
-        r.local_cache_capacity = c.min(usize::MAX as u64) as usize;
-    }
-    count(map, "fallback_capacity", &mut r.fallback_capacity, errors);
-    if let Some(n) = map.get("breaker")
-        && let Some(m) = errors.take(n.map())
-    {
-        let mut b = BreakerConfig::default();
-        let mut failures = b.failure_threshold as usize;
-        count(&m, "failures", &mut failures, errors);
-        b.failure_threshold = failures.min(u32::MAX as usize) as u32;
-        duration(&m, "cool_down", &mut b.cool_down, false, errors);
-        r.breaker = b;
-        deny(&m, BREAKER_KEYS, errors);
-    }
-    if let Some(n) = map.get("clock") {
-        match errors.take(n.str()) {
-            Some("server") => r.time_source = TimeSource::Server,
-            Some("client") => {
-                r.time_source = TimeSource::Client {
-                    expiry_slack: Duration::from_secs(1),
-                }
-            }
-            Some(other) => {
-                errors.push(n.error(format!("expected server or client, found `{other}`")))
-            }
-            None => {}
-        }
-    }
-    if map.has("concurrency_lease") {
-        let mut d = Duration::ZERO;
-        duration(map, "concurrency_lease", &mut d, false, errors);
-        r.concurrency_lease = (!d.is_zero()).then_some(d);
-    }
-}
-
-fn deny(map: &Map<'_>, allowed: &[&str], errors: &mut Errors) {
+pub(super) fn deny(map: &Map<'_>, allowed: &[&str], errors: &mut Errors) {
     for e in map.deny_unknown(allowed) {
         errors.push(e);
     }
 }
 
-fn size(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
+pub(super) fn size(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
     if let Some(n) = map.get(key) {
         let parsed = n.scalar_text().and_then(parse_size).filter(|s| *s > 0);
         match parsed {
@@ -310,7 +162,7 @@ fn size(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
     }
 }
 
-fn count(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
+pub(super) fn count(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
     if let Some(n) = map.get(key) {
         match errors.take(n.u64()) {
             Some(0) => errors.push(n.error(format!("{key} must be at least 1"))),
@@ -320,7 +172,13 @@ fn count(map: &Map<'_>, key: &str, field: &mut usize, errors: &mut Errors) {
     }
 }
 
-fn duration(map: &Map<'_>, key: &str, field: &mut Duration, zero_ok: bool, errors: &mut Errors) {
+pub(super) fn duration(
+    map: &Map<'_>,
+    key: &str,
+    field: &mut Duration,
+    zero_ok: bool,
+    errors: &mut Errors,
+) {
     if let Some(n) = map.get(key) {
         let text = n.scalar_text().unwrap_or("");
         match parse_duration(text).or_else(|| (text == "0").then_some(Duration::ZERO)) {
@@ -338,7 +196,9 @@ fn duration(map: &Map<'_>, key: &str, field: &mut Duration, zero_ok: bool, error
 
 #[cfg(test)]
 mod tests {
+    use super::super::StoreSettings;
     use super::*;
+    use floodgate_redis::FailurePolicy;
     use std::sync::Arc;
 
     fn read(text: &str) -> Result<Settings, ConfigErrors> {

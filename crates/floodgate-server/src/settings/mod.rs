@@ -5,6 +5,7 @@
 mod env;
 mod file;
 mod overrides;
+mod store;
 
 use std::net::SocketAddr;
 use std::time::Duration;

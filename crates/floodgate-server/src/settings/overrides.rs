@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use floodgate_redis::{FailurePolicy, Mode, RedisConfig, parse_redis_urls};
+use floodgate_redis::{
+    ConfigError, FailurePolicy, Mode, RedisConfig, parse_redis_urls, parse_sentinel_url,
+};
 
 use super::{LogFormat, SettingError, Settings, StoreSettings};
 
@@ -36,10 +38,15 @@ pub struct Overrides {
     pub memory_capacity: Option<usize>,
     /// Redis addresses (implies the Redis store).
     pub redis_url: Option<String>,
-    /// Single server or cluster.
+    /// Single server, cluster or Sentinel (a Sentinel mode without a master
+    /// name keeps the one configured, or takes the URL's).
     pub redis_mode: Option<Mode>,
-    /// `password` or `user:password`, added to URLs that carry none.
+    /// `password` or `user:password`, added to URLs that carry none; with
+    /// Sentinel, the primary's credentials.
     pub redis_auth: Option<String>,
+    /// With Sentinel, the sentinels' credentials (`password` or
+    /// `user:password`), added to their URLs that carry none.
+    pub redis_sentinel_auth: Option<String>,
     /// Use TLS (`rediss://`).
     pub redis_tls: Option<bool>,
     /// Connections per Redis server.
@@ -137,11 +144,29 @@ impl Overrides {
     }
 
     fn apply_redis(&self, r: &mut RedisConfig) -> Result<(), SettingError> {
-        if let Some(u) = &self.redis_url {
-            r.urls =
-                parse_redis_urls(u).map_err(|e| SettingError::new("REDIS_URL", e.to_string()))?;
+        if let Some(mode) = &self.redis_mode {
+            // `sentinel` alone keeps the master name already configured.
+            let keep = matches!(
+                (mode, &r.mode),
+                (Mode::Sentinel { master_name }, Mode::Sentinel { .. }) if master_name.is_empty()
+            );
+            if !keep {
+                r.mode = mode.clone();
+            }
         }
-        set(&mut r.mode, self.redis_mode);
+        if let Some(u) = &self.redis_url {
+            let url_error = |e: ConfigError| SettingError::new("REDIS_URL", e.to_string());
+            match &mut r.mode {
+                // envoyproxy/ratelimit's format: the master name, then the
+                // sentinels.
+                Mode::Sentinel { master_name } => {
+                    let (name, urls) = parse_sentinel_url(u).map_err(url_error)?;
+                    *master_name = name;
+                    r.urls = urls;
+                }
+                _ => r.urls = parse_redis_urls(u).map_err(url_error)?,
+            }
+        }
         set(&mut r.connections, self.redis_connections);
         set(&mut r.timeout, self.redis_timeout);
         set(&mut r.key_prefix, self.redis_prefix.clone());
@@ -154,7 +179,17 @@ impl Overrides {
                 }
             }
         }
+        let sentinel = matches!(r.mode, Mode::Sentinel { .. });
         if let Some(auth) = &self.redis_auth {
+            if sentinel {
+                r.primary_auth = Some(auth.clone());
+            } else {
+                for u in &mut r.urls {
+                    *u = with_auth(u, auth);
+                }
+            }
+        }
+        if let (Some(auth), true) = (&self.redis_sentinel_auth, sentinel) {
             for u in &mut r.urls {
                 *u = with_auth(u, auth);
             }
@@ -216,6 +251,57 @@ mod tests {
         .apply(&mut s)
         .unwrap();
         assert_eq!(s.store, StoreSettings::default());
+    }
+
+    #[test]
+    fn sentinel_keeps_the_files_master_name() {
+        let mut s = Settings {
+            store: StoreSettings::Redis(Box::new(RedisConfig {
+                mode: Mode::sentinel("from-file").unwrap(),
+                urls: vec!["redis://s1:26379".into()],
+                ..RedisConfig::default()
+            })),
+            ..Settings::default()
+        };
+        let sentinel = Overrides {
+            redis_mode: Some(Mode::Sentinel {
+                master_name: String::new(),
+            }),
+            ..Overrides::default()
+        };
+        sentinel.apply(&mut s).unwrap();
+        let StoreSettings::Redis(r) = &s.store else {
+            panic!()
+        };
+        assert_eq!(r.mode, Mode::sentinel("from-file").unwrap());
+        // A URL in sentinel mode names the master (flags after the
+        // environment).
+        Overrides {
+            redis_url: Some("other,s2:26379".into()),
+            ..Overrides::default()
+        }
+        .apply(&mut s)
+        .unwrap();
+        let StoreSettings::Redis(r) = &s.store else {
+            panic!()
+        };
+        assert_eq!(r.mode, Mode::sentinel("other").unwrap());
+        assert_eq!(r.urls, ["redis://s2:26379"]);
+        // Back to a single server.
+        Overrides {
+            redis_mode: Some(Mode::Single),
+            redis_url: Some("cache:6379".into()),
+            ..Overrides::default()
+        }
+        .apply(&mut s)
+        .unwrap();
+        let StoreSettings::Redis(r) = &s.store else {
+            panic!()
+        };
+        assert_eq!(
+            (&r.mode, r.urls.as_slice()),
+            (&Mode::Single, &["redis://cache:6379".to_owned()][..])
+        );
     }
 
     #[test]
