@@ -36,7 +36,7 @@ pub struct ServeArgs {
     /// Redis addresses (host:port or redis:// URLs, comma-separated).
     #[arg(long, value_name = "URLS")]
     pub redis_url: Option<String>,
-    /// Redis deployment: single or cluster.
+    /// Redis deployment: single, cluster or sentinel.
     #[arg(long, value_name = "MODE")]
     pub redis_mode: Option<String>,
     /// When Redis cannot decide: fail_open, fail_closed, local or local/N.

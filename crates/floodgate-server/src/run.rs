@@ -133,7 +133,10 @@ pub async fn serve(
     }
     let store = match &settings.store {
         StoreSettings::Memory { capacity } => format!("memory (capacity {capacity} keys)"),
-        StoreSettings::Redis(r) => format!("redis {:?} {}", r.mode, r.urls.join(",")),
+        StoreSettings::Redis(r) => {
+            let urls: Vec<String> = r.urls.iter().map(|u| redact(u)).collect();
+            format!("redis {:?} {}", r.mode, urls.join(","))
+        }
     };
     let backend = AnyBackend::build(&settings.store).await?;
     let files: Vec<String> = compiled
@@ -248,4 +251,39 @@ fn spawn_reloader(
         svc.replace_policy(c.policy);
     });
     Some(reloader.spawn(interval))
+}
+
+/// `url` without its credentials (`redis://user:secret@host` becomes
+/// `redis://***@host`), for logs.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let redacted = match rest[..authority_end].rfind('@') {
+        Some(at) => format!("***{}", &rest[at..]),
+        None => rest.to_owned(),
+    };
+    match scheme {
+        Some(s) => format!("{s}://{redacted}"),
+        None => redacted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn credentials_never_reach_the_logs() {
+        assert_eq!(
+            redact("redis://user:s3cret@10.0.0.1:6379/0"),
+            "redis://***@10.0.0.1:6379/0"
+        );
+        assert_eq!(redact("rediss://:pw@host:6380"), "rediss://***@host:6380");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact("host:6379"), "host:6379");
+        assert_eq!(redact("redis://host/path@x"), "redis://host/path@x");
+    }
 }
