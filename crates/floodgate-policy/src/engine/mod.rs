@@ -3,8 +3,11 @@
 //! status per descriptor — envoyproxy/ratelimit's semantics, plus
 //! Floodgate's algorithms, layers, lists and switches.
 
+mod batches;
 mod errors;
+mod finish;
 mod keys;
+mod matching;
 mod request;
 mod response;
 mod scratch;
@@ -13,20 +16,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use floodgate::algorithms::{AnyLimit, FixedWindow, Penalty as CorePenalty};
+use floodgate::algorithms::AnyLimit;
 use floodgate::{Apply, Clock, Decision, SystemClock, Timestamp};
-use smallvec::SmallVec;
 
 use crate::backend::{Backend, Item};
-use crate::compile::{Action, Domain, PolicySet, Rule};
+use crate::compile::{PolicySet, Rule};
 use crate::failure::OnFailure;
-use crate::spec::{Dialect, Reported};
+use crate::spec::Reported;
 
 pub use errors::{EngineError, ErrorCode};
 pub use request::{Descriptor, LimitOverride, OwnedDescriptor};
 pub use response::{Code, CurrentLimit, Reason, Response, Status};
 
-use scratch::{Batch, LimitRef, Slot};
+use scratch::{LimitRef, Slot};
 
 /// Bounds on a request, so hostile input costs bounded work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +151,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let now = self.clock.now();
         self.match_descriptors(&policy, dom, descriptors, hits_addend, now, response);
         self.decide(&policy, now, apply, response).await?;
-        finish(&policy, response);
+        finish::finish(&policy, response);
         Ok(())
     }
 
@@ -225,215 +227,6 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         }
         Ok(())
     }
-
-    /// Matches every descriptor, fills the statuses that need no counter,
-    /// and lays out the counters of the others.
-    fn match_descriptors<D: Descriptor>(
-        &self,
-        policy: &PolicySet,
-        dom: &Domain,
-        descriptors: &[D],
-        hits_addend: u32,
-        now: Timestamp,
-        response: &mut Response,
-    ) {
-        let Response {
-            statuses, scratch, ..
-        } = response;
-        let default_hits = (hits_addend as u64).max(1);
-        let on_list = |list: &crate::compile::List, d: &D| {
-            !list.is_empty()
-                && (0..d.len()).any(|j| {
-                    let (k, v) = d.entry(j);
-                    list.contains(k, v)
-                })
-        };
-        for (i, d) in descriptors.iter().enumerate() {
-            let status = &mut statuses[i];
-            let hits = d.hits_addend().unwrap_or(default_hits);
-            status.hits = hits;
-            if on_list(&dom.deny, d) {
-                status.code = Code::OverLimit;
-                status.reason = Reason::Denied;
-                continue;
-            }
-            if on_list(&dom.allow, d) {
-                status.reason = Reason::Unlimited;
-                status.limit_remaining = u32::MAX;
-                continue;
-            }
-            if let Some(ov) = d.limit_override() {
-                self.layout_override(dom, d, ov, i, hits, now, policy, scratch, status);
-                continue;
-            }
-            let entries = (0..d.len()).map(|j| d.entry(j));
-            let Some(id) = dom.tree.lookup(entries, &mut scratch.path) else {
-                continue;
-            };
-            let rule = policy.rule(id);
-            if !rule.enabled {
-                continue;
-            }
-            status.rule = Some(id);
-            status.shadow = rule.shadow;
-            match &rule.action {
-                Action::Unlimited => {
-                    status.reason = Reason::Unlimited;
-                    status.limit_remaining = u32::MAX;
-                }
-                Action::Block { window, reported } => {
-                    status.reason = Reason::Blocked;
-                    status.current_limit = Some(current(rule, *reported));
-                    status.duration_until_reset = until_window_end(now, *window);
-                    if hits > 0 {
-                        status.code = Code::OverLimit;
-                    }
-                }
-                Action::Limit(limits) => {
-                    status.reason = Reason::Limited;
-                    let batch = if rule.quota {
-                        Batch::Own
-                    } else if rule.shadow {
-                        Batch::Shadow
-                    } else {
-                        Batch::Enforced
-                    };
-                    let (start, end) = keys::group(
-                        &mut scratch.keys,
-                        rule.fingerprint,
-                        d,
-                        &scratch.path,
-                        &dom.tree,
-                    );
-                    for idx in 0..limits.len() {
-                        let key = keys::member(&mut scratch.keys, (start, end), idx as u8);
-                        scratch.slots.push(Slot {
-                            descriptor: i as u32,
-                            key,
-                            limit: LimitRef::Rule(id, idx as u8),
-                            cost: hits.saturating_mul(rule.cost),
-                            batch,
-                        });
-                    }
-                }
-            }
-        }
-        apply_replaces(policy, statuses, scratch);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn layout_override<D: Descriptor>(
-        &self,
-        dom: &Domain,
-        d: &D,
-        ov: LimitOverride,
-        i: usize,
-        hits: u64,
-        now: Timestamp,
-        policy: &PolicySet,
-        scratch: &mut scratch::Scratch,
-        status: &mut Status,
-    ) {
-        let reported = Reported {
-            requests_per_unit: ov.requests_per_unit,
-            unit: ov.unit,
-        };
-        status.current_limit = Some(CurrentLimit {
-            reported,
-            name: None,
-        });
-        let window = ov.unit.duration();
-        let Ok(limit) = FixedWindow::new(ov.requests_per_unit as u64, window) else {
-            // requests_per_unit 0: every request is over.
-            status.reason = Reason::Blocked;
-            status.duration_until_reset = until_window_end(now, window);
-            if hits > 0 {
-                status.code = Code::OverLimit;
-            }
-            return;
-        };
-        let penalty = if dom.dialect == Dialect::Envoy && policy.settings.envoy_increment_all {
-            CorePenalty::AllDenials
-        } else {
-            CorePenalty::OwnDenials
-        };
-        status.reason = Reason::Limited;
-        let index = scratch.overrides.len() as u32;
-        scratch
-            .overrides
-            .push(AnyLimit::from(limit).with_penalty_mode(penalty));
-        let mut fp = crate::compile::StableHasher::default();
-        fp.field(b"override")
-            .field(dom.name.as_bytes())
-            .u64(ov.requests_per_unit as u64)
-            .u64(ov.unit as u64);
-        let (start, end) = keys::group_plain(&mut scratch.keys, fp.finish(), d);
-        let key = keys::member(&mut scratch.keys, (start, end), 0);
-        scratch.slots.push(Slot {
-            descriptor: i as u32,
-            key,
-            limit: LimitRef::Override(index),
-            cost: hits,
-            batch: Batch::Enforced,
-        });
-    }
-
-    /// Decides the counters: the enforced ones in one atomic batch, the
-    /// shadow-mode ones in another (as if enforced, like nginx's dry run),
-    /// each quota rule on its own.
-    async fn decide(
-        &self,
-        policy: &PolicySet,
-        now: Timestamp,
-        apply: Apply,
-        response: &mut Response,
-    ) -> Result<(), EngineError> {
-        let scratch = &mut response.scratch;
-        let n = scratch.slots.len();
-        if n == 0 {
-            return Ok(());
-        }
-        scratch.decisions.resize(n, PLACEHOLDER);
-        for batch in [Batch::Enforced, Batch::Shadow] {
-            let mut items: SmallVec<[Item<'_>; 16]> = SmallVec::new();
-            let mut at: SmallVec<[u32; 16]> = SmallVec::new();
-            for (k, slot) in scratch.slots.iter().enumerate() {
-                if slot.batch == batch {
-                    items.push(item(policy, &scratch.keys, &scratch.overrides, slot));
-                    at.push(k as u32);
-                }
-            }
-            if items.is_empty() {
-                continue;
-            }
-            let mut out: SmallVec<[Decision; 16]> = SmallVec::from_elem(PLACEHOLDER, items.len());
-            self.backend.decide(&items, now, apply, &mut out).await?;
-            for (d, &k) in out.iter().zip(&at) {
-                scratch.decisions[k as usize] = *d;
-            }
-        }
-        // Quota rules: each rule's limits together.
-        let mut k = 0;
-        while k < n {
-            let slot = scratch.slots[k];
-            let mut end = k + 1;
-            while end < n && scratch.slots[end].descriptor == slot.descriptor {
-                end += 1;
-            }
-            if slot.batch == Batch::Own {
-                let items: SmallVec<[Item<'_>; 4]> = scratch.slots[k..end]
-                    .iter()
-                    .map(|s| item(policy, &scratch.keys, &scratch.overrides, s))
-                    .collect();
-                let mut out: SmallVec<[Decision; 4]> =
-                    SmallVec::from_elem(PLACEHOLDER, items.len());
-                self.backend.decide(&items, now, apply, &mut out).await?;
-                scratch.decisions[k..end].copy_from_slice(&out);
-            }
-            k = end;
-        }
-        Ok(())
-    }
 }
 
 const PLACEHOLDER: Decision = Decision {
@@ -487,142 +280,4 @@ fn current(rule: &Rule, reported: Reported) -> CurrentLimit {
 fn until_window_end(now: Timestamp, window: Duration) -> Duration {
     let w = window.as_nanos().max(1) as u64;
     Duration::from_nanos(w - now.as_nanos() % w)
-}
-
-/// Which of `decisions` [`Decision::narrowest`] takes its numbers from: the
-/// denying one with the least remaining if any denies, else the one with the
-/// least remaining (ties: the smaller limit, then the first).
-fn narrowest_index(decisions: &[Decision]) -> usize {
-    let any_denied = decisions.iter().any(Decision::is_denied);
-    decisions
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| !any_denied || d.is_denied())
-        .min_by_key(|(_, d)| (d.remaining, d.limit))
-        .map_or(0, |(i, _)| i)
-}
-
-/// Drops the counters of rules replaced by another matched rule.
-fn apply_replaces(policy: &PolicySet, statuses: &mut [Status], scratch: &mut scratch::Scratch) {
-    let replaces_any = statuses
-        .iter()
-        .filter_map(|s| s.rule)
-        .any(|id| !policy.rule(id).replaces.is_empty());
-    if !replaces_any {
-        return;
-    }
-    let replaced = |name: &str| {
-        statuses
-            .iter()
-            .filter_map(|s| s.rule)
-            .any(|id| policy.rule(id).replaces.iter().any(|r| &**r == name))
-    };
-    let mut drop_desc: SmallVec<[bool; 16]> = SmallVec::from_elem(false, statuses.len());
-    for (i, s) in statuses.iter().enumerate() {
-        if let Some(name) = s.rule.and_then(|id| policy.rule(id).name.as_deref()) {
-            drop_desc[i] = replaced(name);
-        }
-    }
-    for (i, s) in statuses.iter_mut().enumerate() {
-        if drop_desc[i] {
-            *s = Status {
-                reason: Reason::Replaced,
-                hits: s.hits,
-                ..Status::default()
-            };
-        }
-    }
-    scratch
-        .slots
-        .retain(|slot| !drop_desc[slot.descriptor as usize]);
-}
-
-/// Turns the decisions into statuses, the overall code and metrics.
-fn finish(policy: &PolicySet, response: &mut Response) {
-    let Response {
-        statuses,
-        scratch,
-        overall,
-        shadowed,
-    } = response;
-    let ratio = policy.settings.near_limit_ratio;
-    let mut k = 0;
-    let slots = &scratch.slots;
-    while k < slots.len() {
-        let desc = slots[k].descriptor as usize;
-        let mut end = k + 1;
-        while end < slots.len() && slots[end].descriptor as usize == desc {
-            end += 1;
-        }
-        let decisions = &scratch.decisions[k..end];
-        let narrowest = decisions
-            .iter()
-            .copied()
-            .reduce(Decision::narrowest)
-            .unwrap_or(PLACEHOLDER);
-        let pick = k + narrowest_index(decisions);
-        let status = &mut statuses[desc];
-        let reported = match slots[pick].limit {
-            LimitRef::Rule(id, idx) => {
-                let rule = policy.rule(id);
-                let r = rule.limits()[idx as usize].reported;
-                status.current_limit = Some(current(rule, r));
-                Some(rule)
-            }
-            LimitRef::Override(_) => None,
-        };
-        let over = narrowest.is_denied();
-        status.decision = Some(narrowest);
-        status.duration_until_reset = narrowest.reset_after;
-        status.limit_remaining = if over {
-            0
-        } else {
-            narrowest.remaining.min(u32::MAX as u64) as u32
-        };
-        if let Some(rule) = reported {
-            rule.metrics
-                .hits
-                .increment(status.hits.saturating_mul(rule.cost));
-            if over {
-                if status.shadow {
-                    rule.metrics.shadow_mode.increment(1);
-                } else {
-                    rule.metrics.over_limit.increment(1);
-                }
-            } else {
-                let used = narrowest.limit.saturating_sub(narrowest.remaining);
-                if used as f64 > (narrowest.limit as f64 * ratio).floor() {
-                    rule.metrics.near_limit.increment(1);
-                }
-                rule.metrics.within_limit.increment(1);
-            }
-        }
-        if over && !status.shadow {
-            status.code = Code::OverLimit;
-        }
-        k = end;
-    }
-    // Blocked rules count as over-limit decisions too.
-    for s in statuses.iter() {
-        if s.reason == Reason::Blocked && s.code == Code::OverLimit {
-            if let Some(id) = s.rule {
-                policy.rule(id).metrics.over_limit.increment(1);
-            }
-        }
-    }
-    // Overall: any enforced over-limit descriptor, or every quota one.
-    let quota = |s: &Status| s.rule.is_some_and(|id| policy.rule(id).quota);
-    let hard_over = statuses
-        .iter()
-        .any(|s| s.code == Code::OverLimit && !quota(s));
-    let mut quotas = statuses.iter().filter(|s| quota(s)).peekable();
-    let quota_over = quotas.peek().is_some() && quotas.all(|s| s.code == Code::OverLimit);
-    if hard_over || quota_over {
-        if policy.settings.shadow_mode {
-            *shadowed = true;
-            metrics::counter!("floodgate_global_shadow_mode_total").increment(1);
-        } else {
-            *overall = Code::OverLimit;
-        }
-    }
 }

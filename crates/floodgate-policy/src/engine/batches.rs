@@ -1,0 +1,73 @@
+//! Deciding a request's counters through the backend: the enforced ones in
+//! one atomic batch, the shadow-mode ones in another, quota rules each on
+//! their own.
+
+use floodgate::{Apply, Decision, Timestamp};
+use smallvec::SmallVec;
+
+use crate::backend::{Backend, Item};
+use crate::compile::PolicySet;
+
+use super::errors::EngineError;
+use super::response::Response;
+use super::scratch::Batch;
+use super::{Engine, PLACEHOLDER, item};
+
+impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
+    /// Decides the counters: the enforced ones in one atomic batch, the
+    /// shadow-mode ones in another (as if enforced, like nginx's dry run),
+    /// each quota rule on its own.
+    pub(super) async fn decide(
+        &self,
+        policy: &PolicySet,
+        now: Timestamp,
+        apply: Apply,
+        response: &mut Response,
+    ) -> Result<(), EngineError> {
+        let scratch = &mut response.scratch;
+        let n = scratch.slots.len();
+        if n == 0 {
+            return Ok(());
+        }
+        scratch.decisions.resize(n, PLACEHOLDER);
+        for batch in [Batch::Enforced, Batch::Shadow] {
+            let mut items: SmallVec<[Item<'_>; 16]> = SmallVec::new();
+            let mut at: SmallVec<[u32; 16]> = SmallVec::new();
+            for (k, slot) in scratch.slots.iter().enumerate() {
+                if slot.batch == batch {
+                    items.push(item(policy, &scratch.keys, &scratch.overrides, slot));
+                    at.push(k as u32);
+                }
+            }
+            if items.is_empty() {
+                continue;
+            }
+            let mut out: SmallVec<[Decision; 16]> = SmallVec::from_elem(PLACEHOLDER, items.len());
+            self.backend.decide(&items, now, apply, &mut out).await?;
+            for (d, &k) in out.iter().zip(&at) {
+                scratch.decisions[k as usize] = *d;
+            }
+        }
+        // Quota rules: each rule's limits together.
+        let mut k = 0;
+        while k < n {
+            let slot = scratch.slots[k];
+            let mut end = k + 1;
+            while end < n && scratch.slots[end].descriptor == slot.descriptor {
+                end += 1;
+            }
+            if slot.batch == Batch::Own {
+                let items: SmallVec<[Item<'_>; 4]> = scratch.slots[k..end]
+                    .iter()
+                    .map(|s| item(policy, &scratch.keys, &scratch.overrides, s))
+                    .collect();
+                let mut out: SmallVec<[Decision; 4]> =
+                    SmallVec::from_elem(PLACEHOLDER, items.len());
+                self.backend.decide(&items, now, apply, &mut out).await?;
+                scratch.decisions[k..end].copy_from_slice(&out);
+            }
+            k = end;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! Turning decisions into statuses, the overall code and metrics.
+
+use floodgate::Decision;
+
+use crate::compile::PolicySet;
+
+use super::response::{Code, Reason, Response, Status};
+use super::scratch::LimitRef;
+use super::{PLACEHOLDER, current};
+
+/// Which of `decisions` [`Decision::narrowest`] takes its numbers from: the
+/// denying one with the least remaining if any denies, else the one with the
+/// least remaining (ties: the smaller limit, then the first).
+fn narrowest_index(decisions: &[Decision]) -> usize {
+    let any_denied = decisions.iter().any(Decision::is_denied);
+    decisions
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !any_denied || d.is_denied())
+        .min_by_key(|(_, d)| (d.remaining, d.limit))
+        .map_or(0, |(i, _)| i)
+}
+
+/// Turns the decisions into statuses, the overall code and metrics.
+pub(super) fn finish(policy: &PolicySet, response: &mut Response) {
+    let Response {
+        statuses,
+        scratch,
+        overall,
+        shadowed,
+    } = response;
+    let ratio = policy.settings.near_limit_ratio;
+    let mut k = 0;
+    let slots = &scratch.slots;
+    while k < slots.len() {
+        let desc = slots[k].descriptor as usize;
+        let mut end = k + 1;
+        while end < slots.len() && slots[end].descriptor as usize == desc {
+            end += 1;
+        }
+        let decisions = &scratch.decisions[k..end];
+        let narrowest = decisions
+            .iter()
+            .copied()
+            .reduce(Decision::narrowest)
+            .unwrap_or(PLACEHOLDER);
+        let pick = k + narrowest_index(decisions);
+        let status = &mut statuses[desc];
+        let reported = match slots[pick].limit {
+            LimitRef::Rule(id, idx) => {
+                let rule = policy.rule(id);
+                let r = rule.limits()[idx as usize].reported;
+                status.current_limit = Some(current(rule, r));
+                Some(rule)
+            }
+            LimitRef::Override(_) => None,
+        };
+        let over = narrowest.is_denied();
+        status.decision = Some(narrowest);
+        status.duration_until_reset = narrowest.reset_after;
+        status.limit_remaining = if over {
+            0
+        } else {
+            narrowest.remaining.min(u32::MAX as u64) as u32
+        };
+        if let Some(rule) = reported {
+            rule.metrics
+                .hits
+                .increment(status.hits.saturating_mul(rule.cost));
+            if over {
+                if status.shadow {
+                    rule.metrics.shadow_mode.increment(1);
+                } else {
+                    rule.metrics.over_limit.increment(1);
+                }
+            } else {
+                let used = narrowest.limit.saturating_sub(narrowest.remaining);
+                if used as f64 > (narrowest.limit as f64 * ratio).floor() {
+                    rule.metrics.near_limit.increment(1);
+                }
+                rule.metrics.within_limit.increment(1);
+            }
+        }
+        if over && !status.shadow {
+            status.code = Code::OverLimit;
+        }
+        k = end;
+    }
+    // Blocked rules count as over-limit decisions too.
+    for s in statuses.iter() {
+        if s.reason == Reason::Blocked && s.code == Code::OverLimit {
+            if let Some(id) = s.rule {
+                policy.rule(id).metrics.over_limit.increment(1);
+            }
+        }
+    }
+    // Overall: any enforced over-limit descriptor, or every quota one.
+    let quota = |s: &Status| s.rule.is_some_and(|id| policy.rule(id).quota);
+    let hard_over = statuses
+        .iter()
+        .any(|s| s.code == Code::OverLimit && !quota(s));
+    let mut quotas = statuses.iter().filter(|s| quota(s)).peekable();
+    let quota_over = quotas.peek().is_some() && quotas.all(|s| s.code == Code::OverLimit);
+    if hard_over || quota_over {
+        if policy.settings.shadow_mode {
+            *shadowed = true;
+            metrics::counter!("floodgate_global_shadow_mode_total").increment(1);
+        } else {
+            *overall = Code::OverLimit;
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Matching a request's descriptors against the domain's rule tree: lists,
+//! overrides, rules, and the layout of the counters to decide.
+
+use floodgate::Timestamp;
+use floodgate::algorithms::{AnyLimit, FixedWindow, Penalty as CorePenalty};
+use smallvec::SmallVec;
+
+use crate::backend::Backend;
+use crate::compile::{Action, Domain, PolicySet};
+use crate::spec::{Dialect, Reported};
+
+use super::request::{Descriptor, LimitOverride};
+use super::response::{Code, CurrentLimit, Reason, Response, Status};
+use super::scratch::{self, Batch, LimitRef, Slot};
+use super::{Engine, current, keys, until_window_end};
+
+impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
+    /// Matches every descriptor, fills the statuses that need no counter,
+    /// and lays out the counters of the others.
+    pub(super) fn match_descriptors<D: Descriptor>(
+        &self,
+        policy: &PolicySet,
+        dom: &Domain,
+        descriptors: &[D],
+        hits_addend: u32,
+        now: Timestamp,
+        response: &mut Response,
+    ) {
+        let Response {
+            statuses, scratch, ..
+        } = response;
+        let default_hits = (hits_addend as u64).max(1);
+        let on_list = |list: &crate::compile::List, d: &D| {
+            !list.is_empty()
+                && (0..d.len()).any(|j| {
+                    let (k, v) = d.entry(j);
+                    list.contains(k, v)
+                })
+        };
+        for (i, d) in descriptors.iter().enumerate() {
+            let status = &mut statuses[i];
+            let hits = d.hits_addend().unwrap_or(default_hits);
+            status.hits = hits;
+            if on_list(&dom.deny, d) {
+                status.code = Code::OverLimit;
+                status.reason = Reason::Denied;
+                continue;
+            }
+            if on_list(&dom.allow, d) {
+                status.reason = Reason::Unlimited;
+                status.limit_remaining = u32::MAX;
+                continue;
+            }
+            if let Some(ov) = d.limit_override() {
+                self.layout_override(dom, d, ov, i, hits, now, policy, scratch, status);
+                continue;
+            }
+            let entries = (0..d.len()).map(|j| d.entry(j));
+            let Some(id) = dom.tree.lookup(entries, &mut scratch.path) else {
+                continue;
+            };
+            let rule = policy.rule(id);
+            if !rule.enabled {
+                continue;
+            }
+            status.rule = Some(id);
+            status.shadow = rule.shadow;
+            match &rule.action {
+                Action::Unlimited => {
+                    status.reason = Reason::Unlimited;
+                    status.limit_remaining = u32::MAX;
+                }
+                Action::Block { window, reported } => {
+                    status.reason = Reason::Blocked;
+                    status.current_limit = Some(current(rule, *reported));
+                    status.duration_until_reset = until_window_end(now, *window);
+                    if hits > 0 {
+                        status.code = Code::OverLimit;
+                    }
+                }
+                Action::Limit(limits) => {
+                    status.reason = Reason::Limited;
+                    let batch = if rule.quota {
+                        Batch::Own
+                    } else if rule.shadow {
+                        Batch::Shadow
+                    } else {
+                        Batch::Enforced
+                    };
+                    let (start, end) = keys::group(
+                        &mut scratch.keys,
+                        rule.fingerprint,
+                        d,
+                        &scratch.path,
+                        &dom.tree,
+                    );
+                    for idx in 0..limits.len() {
+                        let key = keys::member(&mut scratch.keys, (start, end), idx as u8);
+                        scratch.slots.push(Slot {
+                            descriptor: i as u32,
+                            key,
+                            limit: LimitRef::Rule(id, idx as u8),
+                            cost: hits.saturating_mul(rule.cost),
+                            batch,
+                        });
+                    }
+                }
+            }
+        }
+        apply_replaces(policy, statuses, scratch);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn layout_override<D: Descriptor>(
+        &self,
+        dom: &Domain,
+        d: &D,
+        ov: LimitOverride,
+        i: usize,
+        hits: u64,
+        now: Timestamp,
+        policy: &PolicySet,
+        scratch: &mut scratch::Scratch,
+        status: &mut Status,
+    ) {
+        let reported = Reported {
+            requests_per_unit: ov.requests_per_unit,
+            unit: ov.unit,
+        };
+        status.current_limit = Some(CurrentLimit {
+            reported,
+            name: None,
+        });
+        let window = ov.unit.duration();
+        let Ok(limit) = FixedWindow::new(ov.requests_per_unit as u64, window) else {
+            // requests_per_unit 0: every request is over.
+            status.reason = Reason::Blocked;
+            status.duration_until_reset = until_window_end(now, window);
+            if hits > 0 {
+                status.code = Code::OverLimit;
+            }
+            return;
+        };
+        let penalty = if dom.dialect == Dialect::Envoy && policy.settings.envoy_increment_all {
+            CorePenalty::AllDenials
+        } else {
+            CorePenalty::OwnDenials
+        };
+        status.reason = Reason::Limited;
+        let index = scratch.overrides.len() as u32;
+        scratch
+            .overrides
+            .push(AnyLimit::from(limit).with_penalty_mode(penalty));
+        let mut fp = crate::compile::StableHasher::default();
+        fp.field(b"override")
+            .field(dom.name.as_bytes())
+            .u64(ov.requests_per_unit as u64)
+            .u64(ov.unit as u64);
+        let (start, end) = keys::group_plain(&mut scratch.keys, fp.finish(), d);
+        let key = keys::member(&mut scratch.keys, (start, end), 0);
+        scratch.slots.push(Slot {
+            descriptor: i as u32,
+            key,
+            limit: LimitRef::Override(index),
+            cost: hits,
+            batch: Batch::Enforced,
+        });
+    }
+}
+
+/// Drops the counters of rules replaced by another matched rule.
+fn apply_replaces(policy: &PolicySet, statuses: &mut [Status], scratch: &mut scratch::Scratch) {
+    let replaces_any = statuses
+        .iter()
+        .filter_map(|s| s.rule)
+        .any(|id| !policy.rule(id).replaces.is_empty());
+    if !replaces_any {
+        return;
+    }
+    let replaced = |name: &str| {
+        statuses
+            .iter()
+            .filter_map(|s| s.rule)
+            .any(|id| policy.rule(id).replaces.iter().any(|r| &**r == name))
+    };
+    let mut drop_desc: SmallVec<[bool; 16]> = SmallVec::from_elem(false, statuses.len());
+    for (i, s) in statuses.iter().enumerate() {
+        if let Some(name) = s.rule.and_then(|id| policy.rule(id).name.as_deref()) {
+            drop_desc[i] = replaced(name);
+        }
+    }
+    for (i, s) in statuses.iter_mut().enumerate() {
+        if drop_desc[i] {
+            *s = Status {
+                reason: Reason::Replaced,
+                hits: s.hits,
+                ..Status::default()
+            };
+        }
+    }
+    scratch
+        .slots
+        .retain(|slot| !drop_desc[slot.descriptor as usize]);
+}
