@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../../.."
 DUR=${1:-15s}
 CONNS=${2:-64}
 BENCH=crates/floodgate-gateway/bench
-BIN=target/release/floodgate
+BIN=${CARGO_TARGET_DIR:-target}/release/floodgate
 NGINX=${NGINX:-/usr/sbin/nginx}
 cargo build --release -p floodgate-cli --quiet
 WORK=$(mktemp -d)

@@ -51,29 +51,57 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Appends `peer` to `X-Forwarded-For` (all existing lines joined into one,
-/// as nginx's `$proxy_add_x_forwarded_for`).
-pub fn append_x_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
-    let mut buf = BytesMut::with_capacity(64);
-    join_existing(headers, &X_FORWARDED_FOR, &mut buf);
-    let _ = write!(Writer(&mut buf), "{peer}");
-    set(headers, X_FORWARDED_FOR, buf.freeze());
+/// as nginx's `$proxy_add_x_forwarded_for`). The value is split off `buf`
+/// (the forwarding values of a request share one buffer).
+pub fn append_x_forwarded_for(headers: &mut HeaderMap, peer: IpAddr, buf: &mut BytesMut) {
+    join_existing(headers, &X_FORWARDED_FOR, buf);
+    push_ip(buf, peer);
+    set(headers, X_FORWARDED_FOR, buf.split().freeze());
+}
+
+/// Writes an IP address (IPv4 without the formatting machinery).
+fn push_ip(buf: &mut BytesMut, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(a) => {
+            for (i, octet) in a.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf.put_u8(b'.');
+                }
+                if octet >= 100 {
+                    buf.put_u8(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    buf.put_u8(b'0' + octet / 10 % 10);
+                }
+                buf.put_u8(b'0' + octet % 10);
+            }
+        }
+        IpAddr::V6(a) => {
+            let _ = write!(Writer(buf), "{a}");
+        }
+    }
 }
 
 /// Appends an RFC 7239 element for this hop to `Forwarded`:
 /// `for=<peer>;proto=http[s][;host="<host>"]` (IPv6 addresses quoted and
-/// bracketed; `https` when the client connection is TLS).
+/// bracketed; `https` when the client connection is TLS), split off `buf`.
 pub fn append_forwarded(
     headers: &mut HeaderMap,
     peer: SocketAddr,
     host: Option<&[u8]>,
     https: bool,
+    buf: &mut BytesMut,
 ) {
-    let mut buf = BytesMut::with_capacity(96);
-    join_existing(headers, &FORWARDED, &mut buf);
-    let _ = match peer.ip() {
-        IpAddr::V4(a) => write!(Writer(&mut buf), "for={a}"),
-        IpAddr::V6(a) => write!(Writer(&mut buf), "for=\"[{a}]\""),
-    };
+    join_existing(headers, &FORWARDED, buf);
+    match peer.ip() {
+        IpAddr::V4(a) => {
+            buf.put_slice(b"for=");
+            push_ip(buf, IpAddr::V4(a));
+        }
+        IpAddr::V6(a) => {
+            let _ = write!(Writer(buf), "for=\"[{a}]\"");
+        }
+    }
     buf.put_slice(if https {
         b";proto=https"
     } else {
@@ -92,7 +120,7 @@ pub fn append_forwarded(
             buf.put_u8(b'"');
         }
     }
-    set(headers, FORWARDED, buf.freeze());
+    set(headers, FORWARDED, buf.split().freeze());
 }
 
 /// Sets `X-Forwarded-Proto` to the client connection's scheme (`http`, or
@@ -176,10 +204,19 @@ mod tests {
             ("x-forwarded-for", "203.0.113.1"),
             ("x-forwarded-for", "198.51.100.2"),
         ]);
-        append_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap());
+        let mut buf = BytesMut::new();
+        append_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap(), &mut buf);
         assert_eq!(h["x-forwarded-for"], "203.0.113.1, 198.51.100.2, 10.0.0.1");
         let mut h = HeaderMap::new();
-        append_x_forwarded_for(&mut h, "::1".parse().unwrap());
+        append_x_forwarded_for(&mut h, "::1".parse().unwrap(), &mut buf);
+        assert_eq!(h["x-forwarded-for"], "::1");
+        for ip in ["0.0.0.0", "9.10.99.100", "255.254.1.200"] {
+            let mut h = HeaderMap::new();
+            append_x_forwarded_for(&mut h, ip.parse().unwrap(), &mut buf);
+            assert_eq!(h["x-forwarded-for"], ip);
+        }
+        let mut h = HeaderMap::new();
+        append_x_forwarded_for(&mut h, "::1".parse().unwrap(), &mut buf);
         assert_eq!(h["x-forwarded-for"], "::1");
 
         let mut h = map(&[("forwarded", "for=192.0.2.60;proto=https")]);
@@ -188,6 +225,7 @@ mod tests {
             "[2001:db8::1]:4711".parse().unwrap(),
             Some(b"a\"b"),
             false,
+            &mut buf,
         );
         assert_eq!(
             h["forwarded"],
@@ -195,7 +233,7 @@ mod tests {
         );
 
         let mut h = HeaderMap::new();
-        append_forwarded(&mut h, "192.0.2.1:1".parse().unwrap(), None, true);
+        append_forwarded(&mut h, "192.0.2.1:1".parse().unwrap(), None, true, &mut buf);
         assert_eq!(h["forwarded"], "for=192.0.2.1;proto=https");
 
         let mut h = map(&[("x-forwarded-proto", "https")]);

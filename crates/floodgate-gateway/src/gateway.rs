@@ -19,8 +19,6 @@ use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
-use tower_layer::Layer;
-use tower_service::Service;
 
 use crate::body::ProxyBody;
 use crate::forward::X_FORWARDED_PROTO;
@@ -146,12 +144,12 @@ impl<B: Backend> Gateway<B> {
         {
             req.extensions_mut().insert(TrustedHop);
         }
-        let mut svc = l.layer.layer(self.proxy.clone());
-        // The proxy is always ready, and so is the layer in front of it.
-        let ready: Poll<Result<(), Infallible>> =
-            svc.poll_ready(&mut Context::from_waker(std::task::Waker::noop()));
-        debug_assert!(ready.is_ready());
-        match svc.call(req).await {
+        // The layer's own entry point: no tower service, no boxed future.
+        let proxy = self.proxy.clone();
+        let limited = l.layer.serve(req, move |req| async move {
+            Ok::<_, Infallible>(proxy.forward(req).await)
+        });
+        match limited.await {
             Ok(res) => res.map(GatewayBody::limited),
             Err(never) => match never {},
         }

@@ -125,7 +125,9 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
     // The gateway answers `100-continue` itself when it reads the body.
     headers.remove(EXPECT);
     if let Some(peer) = peer {
-        append_x_forwarded_for(req.headers_mut(), peer.ip());
+        // One buffer for both values.
+        let mut buf = bytes::BytesMut::with_capacity(160);
+        append_x_forwarded_for(req.headers_mut(), peer.ip(), &mut buf);
         // A cheap clone (shared bytes), so the map can be written to.
         let host = match req.headers().get(HOST) {
             Some(h) => Some(h.clone()),
@@ -139,6 +141,7 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
             peer,
             host.as_ref().map(HeaderValue::as_bytes),
             https,
+            &mut buf,
         );
     }
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);

@@ -6,6 +6,7 @@ use floodgate::Timestamp;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::config::HeaderForm;
+use super::header_buf::HeaderBuf;
 use super::http_contract::Contract;
 use super::names::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
@@ -26,14 +27,46 @@ pub fn epoch_reset(now: Timestamp, reset: Duration) -> u64 {
     clamp(at.div_ceil(1_000_000_000).min(u64::MAX as u128) as u64)
 }
 
-fn put(headers: &mut HeaderMap, name: HeaderName, buf: &str) {
-    if let Ok(v) = HeaderValue::from_str(buf) {
+/// Where values are rendered and how they become header values.
+trait Values {
+    fn text(&mut self) -> &mut String;
+    fn value(&mut self) -> Option<HeaderValue>;
+}
+
+/// A plain string; every value is its own allocation.
+struct Alloc<'a>(&'a mut String);
+
+impl Values for Alloc<'_> {
+    fn text(&mut self) -> &mut String {
+        self.0
+    }
+
+    fn value(&mut self) -> Option<HeaderValue> {
+        HeaderValue::from_str(self.0).ok()
+    }
+}
+
+impl Values for HeaderBuf {
+    fn text(&mut self) -> &mut String {
+        HeaderBuf::text(self)
+    }
+
+    fn value(&mut self) -> Option<HeaderValue> {
+        HeaderBuf::value(self)
+    }
+}
+
+fn put(headers: &mut HeaderMap, name: HeaderName, out: &mut impl Values) {
+    if let Some(v) = out.value() {
         headers.insert(name, v);
     }
 }
 
-fn put_int(headers: &mut HeaderMap, name: HeaderName, n: u64) {
-    headers.insert(name, HeaderValue::from(clamp(n)));
+fn put_int(headers: &mut HeaderMap, name: HeaderName, n: u64, out: &mut impl Values) {
+    let text = out.text();
+    text.clear();
+    push_int(text, n);
+    put(headers, name, out);
 }
 
 impl Contract {
@@ -51,9 +84,44 @@ impl Contract {
         headers: &mut HeaderMap,
         buf: &mut String,
     ) {
+        self.write_into(report, now, elapsed, headers, &mut Alloc(buf), None);
+    }
+
+    /// [`write_headers`](Self::write_headers) without an allocation per
+    /// value: values are split off `out`'s shared buffer, and
+    /// `RateLimit-Policy` is `policy` when given (the rendering of the
+    /// report's policies, cached: see [`Report::single_rule`]).
+    pub fn write_headers_with(
+        &self,
+        report: &Report,
+        now: Timestamp,
+        elapsed: Duration,
+        headers: &mut HeaderMap,
+        out: &mut HeaderBuf,
+        policy: Option<&HeaderValue>,
+    ) {
+        self.write_into(report, now, elapsed, headers, out, policy);
+    }
+
+    /// `RateLimit-Policy` of `report`, rendered (for caching).
+    pub fn policy_value(&self, report: &Report) -> Option<HeaderValue> {
+        let mut text = String::new();
+        ietf_policy(report, &mut text);
+        HeaderValue::from_str(&text).ok()
+    }
+
+    fn write_into(
+        &self,
+        report: &Report,
+        now: Timestamp,
+        elapsed: Duration,
+        headers: &mut HeaderMap,
+        out: &mut impl Values,
+        policy: Option<&HeaderValue>,
+    ) {
         if report.verdict() == Verdict::Denied {
             if let Some(secs) = self.retry_after_secs(report) {
-                put_int(headers, http::header::RETRY_AFTER, secs);
+                put_int(headers, http::header::RETRY_AFTER, secs, out);
             }
         } else if !self.config().on_success {
             return;
@@ -64,10 +132,17 @@ impl Contract {
         for form in &self.config().forms {
             match form {
                 HeaderForm::Ietf => {
-                    ietf_policy(report, buf);
-                    put(headers, RATELIMIT_POLICY, buf);
-                    ietf_current(report, elapsed, buf);
-                    put(headers, RATELIMIT, buf);
+                    match policy {
+                        Some(v) => {
+                            headers.insert(RATELIMIT_POLICY, v.clone());
+                        }
+                        None => {
+                            ietf_policy(report, out.text());
+                            put(headers, RATELIMIT_POLICY, out);
+                        }
+                    }
+                    ietf_current(report, elapsed, out.text());
+                    put(headers, RATELIMIT, out);
                 }
                 HeaderForm::XRateLimit | HeaderForm::XRateLimitEpoch | HeaderForm::Draft03 => {
                     let Some(line) = report.primary() else {
@@ -75,18 +150,18 @@ impl Contract {
                     };
                     let quota = report.policies().get(line.policy).map_or(0, |p| p.quota);
                     if *form == HeaderForm::Draft03 {
-                        draft03_limit(report, quota, buf);
-                        put(headers, X_RATELIMIT_LIMIT, buf);
+                        draft03_limit(report, quota, out.text());
+                        put(headers, X_RATELIMIT_LIMIT, out);
                     } else {
-                        put_int(headers, X_RATELIMIT_LIMIT, quota);
+                        put_int(headers, X_RATELIMIT_LIMIT, quota, out);
                     }
-                    put_int(headers, X_RATELIMIT_REMAINING, line.remaining);
+                    put_int(headers, X_RATELIMIT_REMAINING, line.remaining, out);
                     if line.timed {
                         let reset = match form {
                             HeaderForm::XRateLimitEpoch => epoch_reset(now, line.reset),
                             _ => delta(line, elapsed),
                         };
-                        put_int(headers, X_RATELIMIT_RESET, reset);
+                        put_int(headers, X_RATELIMIT_RESET, reset, out);
                     }
                 }
             }

@@ -32,6 +32,7 @@
 //! ```
 
 mod config;
+mod header_buf;
 mod headers;
 mod http_contract;
 #[cfg(feature = "axum")]
@@ -43,6 +44,7 @@ mod report;
 mod sf;
 
 pub use config::{ContractConfig, HeaderForm, RuleResponse};
+pub use header_buf::HeaderBuf;
 pub use headers::{draft03_limit, epoch_reset, ietf_current, ietf_policy};
 pub use http_contract::{Contract, Rejection};
 #[cfg(feature = "axum")]

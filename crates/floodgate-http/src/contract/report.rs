@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use floodgate::algorithms::{AnyLimit, LimitKind};
 use floodgate::{Decision, Outcome};
-use floodgate_policy::compile::{Action, PolicySet};
+use floodgate_policy::compile::{Action, PolicySet, RuleId};
 use floodgate_policy::engine::Reason;
 use floodgate_policy::{Code, Response};
 use http::StatusCode;
@@ -64,10 +64,24 @@ pub enum Verdict {
     Denied,
 }
 
+/// Where the policy lines of a report come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Source {
+    /// No line yet.
+    #[default]
+    Empty,
+    /// Every line is of this rule (its lines depend on the rule and the
+    /// contract only, so their rendering can be reused).
+    Rule(RuleId),
+    /// Several rules, or lines added by hand.
+    Mixed,
+}
+
 /// The policies, positions and verdict of one request.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     names: String,
+    source: Source,
     policies: Vec<PolicyLine>,
     current: Vec<CurrentLine>,
     verdict: Verdict,
@@ -85,6 +99,7 @@ impl Report {
     /// Clears it for the next request (keeping its buffers).
     pub fn clear(&mut self) {
         self.names.clear();
+        self.source = Source::Empty;
         self.policies.clear();
         self.current.clear();
         self.verdict = Verdict::Allowed;
@@ -101,7 +116,27 @@ impl Report {
         window: Option<u64>,
         unit: QuotaUnit,
     ) -> usize {
+        self.source = Source::Mixed;
         self.add_policy_with(|s| s.push_str(name), quota, window, unit)
+    }
+
+    /// The rule every policy line comes from, when there is exactly one:
+    /// then `RateLimit-Policy` is the same for every request of that rule
+    /// (under one contract), and can be rendered once.
+    pub fn single_rule(&self) -> Option<RuleId> {
+        match self.source {
+            Source::Rule(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Records that rule `id` added policy lines.
+    fn note_rule(&mut self, id: RuleId) {
+        // A rule matched twice has its lines twice: not the rule's own.
+        self.source = match self.source {
+            Source::Empty => Source::Rule(id),
+            _ => Source::Mixed,
+        };
     }
 
     fn add_policy_with(
@@ -275,8 +310,13 @@ impl Report {
                         self.never = true;
                     }
                     if !hidden {
-                        let p =
-                            self.add_policy(base, 0, Some(ceil_secs(*window)), QuotaUnit::Requests);
+                        self.note_rule(id);
+                        let p = self.add_policy_with(
+                            |s| s.push_str(base),
+                            0,
+                            Some(ceil_secs(*window)),
+                            QuotaUnit::Requests,
+                        );
                         self.current.push(CurrentLine {
                             policy: p,
                             remaining: 0,
@@ -304,6 +344,7 @@ impl Report {
                     if hidden {
                         continue;
                     }
+                    self.note_rule(id);
                     let first = self.policies.len();
                     let many = limits.len() > 1;
                     for (i, l) in limits.iter().enumerate() {

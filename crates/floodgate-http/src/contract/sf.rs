@@ -2,7 +2,6 @@
 //! emits: Integers (at most 15 digits), Strings (printable ASCII, escaped),
 //! and whole seconds rounded up.
 
-use std::fmt::Write;
 use std::time::Duration;
 
 /// The largest Integer a Structured Field can carry (15 digits).
@@ -34,7 +33,20 @@ pub fn clamp(n: u64) -> u64 {
 
 /// Appends `n` (clamped to 15 digits) in decimal.
 pub fn push_int(out: &mut String, n: u64) {
-    let _ = write!(out, "{}", clamp(n));
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = clamp(n);
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(d as char);
+    }
 }
 
 /// Appends `name` as an sf-string: quoted, `"` and `\` escaped, every byte
@@ -92,5 +104,10 @@ mod tests {
         let mut s = String::new();
         push_int(&mut s, u64::MAX);
         assert_eq!(s, "999999999999999");
+        for n in [0u64, 7, 10, 99, 100, 12_345, 999_999_999_999_998] {
+            s.clear();
+            push_int(&mut s, n);
+            assert_eq!(s, n.to_string());
+        }
     }
 }

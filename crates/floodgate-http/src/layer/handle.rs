@@ -1,6 +1,7 @@
 //! One request through the layer: shed, queue, decide, delay, call, and
 //! answer per the contract.
 
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,6 @@ use floodgate::{Clock, Decision, Outcome};
 use floodgate_policy::compile::PolicySet;
 use floodgate_policy::{Backend, Response};
 use http::{Request, Response as HttpResponse};
-use tower_service::Service;
 
 use super::body::FloodgateBody;
 use super::config::OnError;
@@ -72,13 +72,15 @@ fn concurrency_report(report: &mut Report, name: &str, max: usize) {
     report.set_verdict(Verdict::Denied, None);
 }
 
-pub(crate) async fn handle<S, ReqBody, ResBody, B, C>(
+/// One request: `inner` is called (at most once) when it is admitted.
+pub(crate) async fn handle<F, Fut, ReqBody, ResBody, E, B, C>(
     shared: Arc<Shared<B, C>>,
-    mut inner: S,
+    inner: F,
     req: Request<ReqBody>,
-) -> Result<Out<ResBody>, S::Error>
+) -> Result<Out<ResBody>, E>
 where
-    S: Service<Request<ReqBody>, Response = HttpResponse<ResBody>>,
+    F: FnOnce(Request<ReqBody>) -> Fut,
+    Fut: Future<Output = Result<HttpResponse<ResBody>, E>>,
     B: Backend,
     C: Clock + 'static,
 {
@@ -166,7 +168,7 @@ where
         Ok(true) => {}
         Ok(false) => {
             drop(held);
-            let res = inner.call(req).await?;
+            let res = inner(req).await?;
             return Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())));
         }
         Err(e) => {
@@ -176,7 +178,7 @@ where
                     LayerStats::inc(&shared.stats.fail_open);
                     metrics::counter!("floodgate_http_fail_open_total").increment(1);
                     let _ = e;
-                    let res = inner.call(req).await?;
+                    let res = inner(req).await?;
                     return Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())));
                 }
                 OnError::Reject => {
@@ -198,6 +200,9 @@ where
         let s = held.scratch();
         s.report
             .fill(&s.response, &policy, shared.contract.config());
+        s.policy_value = shared
+            .policy_headers
+            .get(&policy, &s.report, &shared.contract);
         held.holds_units = holds_units(&held.scratch().response, &policy);
     }
     drop(policy);
@@ -210,7 +215,7 @@ where
                 Rejection::Limited(&s.report),
                 req.headers(),
                 now,
-                &mut s.buf,
+                s.buf.text(),
             );
             return Ok(full(res));
         }
@@ -224,7 +229,7 @@ where
                     Rejection::Limited(&s.report),
                     req.headers(),
                     now,
-                    &mut s.buf,
+                    s.buf.text(),
                 );
                 return Ok(full(res));
             };
@@ -237,13 +242,17 @@ where
         }
         Verdict::Allowed => {}
     }
-    let mut res = inner.call(req).await?;
+    let mut res = inner(req).await?;
     {
         let s = held.scratch();
-        let (report, buf) = (&s.report, &mut s.buf);
-        shared
-            .contract
-            .write_headers(report, now, elapsed, res.headers_mut(), buf);
+        shared.contract.write_headers_with(
+            &s.report,
+            now,
+            elapsed,
+            res.headers_mut(),
+            &mut s.buf,
+            s.policy_value.as_ref(),
+        );
     }
     if held.holds_units {
         keep.push(held);
@@ -272,7 +281,7 @@ fn queue_rejection<B: Backend, C: Clock + 'static, T, RB>(
         Rejection::Limited(&s.report),
         req.headers(),
         now,
-        &mut s.buf,
+        s.buf.text(),
     );
     full(res)
 }

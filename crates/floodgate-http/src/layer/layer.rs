@@ -1,14 +1,18 @@
 //! [`FloodgateLayer`]: the tower layer.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use floodgate::Clock;
 use floodgate_policy::error::ConfigErrors;
 use floodgate_policy::{Backend, Engine};
+use http::{Request, Response};
 use tower_layer::Layer;
 
+use super::body::FloodgateBody;
 use super::config::LayerSettings;
+use super::handle::handle;
 use super::service::FloodgateService;
 use super::shared::{LayerStats, Shared};
 use crate::contract::{Contract, ContractConfig};
@@ -91,6 +95,36 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         let contract = Contract::new(ContractConfig::from_yaml_str(file, text)?);
         let settings = LayerSettings::from_yaml_str(file, text)?;
         Ok(Self::with(engine, identity, contract, settings))
+    }
+
+    /// Limits one request without the tower machinery (and without the
+    /// boxed future of [`FloodgateService`]): the same steps, with `inner`
+    /// called — at most once — with the request when it is admitted. For
+    /// servers that call the layer from their own handler (the gateway).
+    ///
+    /// ```
+    /// # async fn run(layer: floodgate_http::FloodgateLayer<floodgate_policy::MemoryBackend, floodgate::SystemClock>) {
+    /// let req = http::Request::get("/").body(()).unwrap();
+    /// let res = layer
+    ///     .serve(req, |req| async move {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from("hi")))
+    ///     })
+    ///     .await;
+    /// # let _ = res; }
+    /// ```
+    pub fn serve<F, Fut, ReqBody, ResBody, E>(
+        &self,
+        req: Request<ReqBody>,
+        inner: F,
+    ) -> impl Future<Output = Result<Response<FloodgateBody<ResBody>>, E>> + Send + 'static
+    where
+        F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+        E: Send + 'static,
+    {
+        handle(self.shared.clone(), inner, req)
     }
 
     /// The layer's counters.

@@ -46,6 +46,7 @@ mod future;
 mod handle;
 #[allow(clippy::module_inception)]
 mod layer;
+mod policy_cache;
 mod queue;
 mod read;
 mod service;

@@ -67,7 +67,7 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         // The clone is not ready; keep it and send the ready one.
         let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(handle(self.shared.clone(), inner, req))
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(handle(self.shared.clone(), move |r| inner.call(r), req))
     }
 }

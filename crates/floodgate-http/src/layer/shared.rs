@@ -11,9 +11,10 @@ use floodgate::Clock;
 use floodgate_policy::{Backend, Engine, Response};
 
 use super::config::LayerSettings;
+use super::policy_cache::PolicyCache;
 use super::queue::{ConcurrencyQueue, KeyedQueues};
 use super::shed::Shedder;
-use crate::contract::{Contract, Report};
+use crate::contract::{Contract, HeaderBuf, Report};
 use crate::identity::{HttpIdentity, RequestDescriptors};
 
 /// Counters of a layer (cumulative).
@@ -56,7 +57,9 @@ pub(crate) struct Scratch {
     pub out: RequestDescriptors,
     pub response: Response,
     pub report: Report,
-    pub buf: String,
+    pub buf: HeaderBuf,
+    /// `RateLimit-Policy` of this request, from the cache.
+    pub policy_value: Option<http::HeaderValue>,
 }
 
 const POOL_MAX: usize = 256;
@@ -71,6 +74,7 @@ pub(crate) struct Shared<B, C> {
     pub global: Option<ConcurrencyQueue>,
     pub keyed: Option<KeyedQueues>,
     pub delayed: super::shed::Gauge,
+    pub policy_headers: PolicyCache,
     #[allow(clippy::vec_box)] // moved in and out whole
     pool: Mutex<Vec<Box<Scratch>>>,
 }
@@ -87,6 +91,7 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
             global: settings.global_concurrency.map(ConcurrencyQueue::new),
             keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
             delayed: super::shed::Gauge::default(),
+            policy_headers: PolicyCache::default(),
             engine,
             identity,
             contract,
