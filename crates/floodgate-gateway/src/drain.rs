@@ -64,6 +64,11 @@ impl Drain {
 }
 
 impl DrainWatcher {
+    /// Resolves once shutdown is signalled.
+    pub async fn signalled(&mut self) {
+        let _ = self.signal.wait_for(|stop| *stop).await;
+    }
+
     /// Drives `conn` to its end; once shutdown is signalled, `graceful`
     /// asks it to finish its requests in flight and close.
     pub async fn watch<C, T>(mut self, conn: C, graceful: impl FnOnce(Pin<&mut C>)) -> T

@@ -31,6 +31,7 @@
 pub mod admin;
 pub mod body;
 pub mod config;
+pub mod connect;
 pub mod demo;
 pub mod drain;
 pub mod error;
@@ -39,6 +40,7 @@ pub mod gateway;
 pub mod http_section;
 pub mod io;
 pub mod listener;
+pub mod pool;
 pub mod proxy;
 pub mod read;
 pub mod read_tls;

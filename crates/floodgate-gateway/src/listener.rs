@@ -155,9 +155,13 @@ async fn serve_tcp<B: Backend + 'static>(
     watcher: DrainWatcher,
 ) {
     // The first bytes (the HTTP/2 preface or a request line) are due within
-    // the header timeout too.
-    let sniffed =
-        tokio::time::timeout(protocols.limits.header_read_timeout, sniff(&mut stream)).await;
+    // the header timeout too. A connection that has sent nothing when
+    // shutdown begins has nothing in flight: it is closed.
+    let mut watcher = watcher;
+    let sniffed = tokio::select! {
+        s = tokio::time::timeout(protocols.limits.header_read_timeout, sniff(&mut stream)) => s,
+        _ = watcher.signalled() => return,
+    };
     let (kind, prefix) = match sniffed {
         Ok(Ok(s)) => s,
         Ok(Err(_)) | Err(_) => return,
@@ -182,7 +186,12 @@ async fn serve_tls<B: Backend + 'static>(
 ) {
     // The handshake and the first bytes are due within the header timeout.
     let deadline = tokio::time::Instant::now() + protocols.limits.header_read_timeout;
-    let mut stream = match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
+    let mut watcher = watcher;
+    let accepted = tokio::select! {
+        a = tokio::time::timeout_at(deadline, tls.accept(stream)) => a,
+        _ = watcher.signalled() => return,
+    };
+    let mut stream = match accepted {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, peer = %conn.peer, "TLS handshake failed");
@@ -195,7 +204,11 @@ async fn serve_tls<B: Backend + 'static>(
     } else {
         // No ALPN (or http/1.1): HTTP/2 with prior knowledge is still
         // recognised by its preface.
-        match tokio::time::timeout_at(deadline, sniff(&mut stream)).await {
+        let sniffed = tokio::select! {
+            s = tokio::time::timeout_at(deadline, sniff(&mut stream)) => s,
+            _ = watcher.signalled() => return,
+        };
+        match sniffed {
             Ok(Ok(s)) => s,
             Ok(Err(_)) | Err(_) => return,
         }

@@ -103,6 +103,11 @@ impl Proxy {
         }
     }
 
+    /// The upstream.
+    pub fn upstream(&self) -> &Upstream {
+        &self.shared.upstream
+    }
+
     /// The proxy's counters.
     pub fn stats(&self) -> &ProxyStats {
         &self.shared.stats
@@ -146,13 +151,13 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
     }
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let up = &shared.upstream;
-    if up.prepare(&mut req).is_err() {
+    let Ok(target) = up.prepare(&mut req) else {
         shared.stats.bad_target.fetch_add(1, Ordering::Relaxed);
         return error(
             StatusCode::BAD_REQUEST,
             "400 Bad Request: invalid request target\n",
         );
-    }
+    };
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
     // goes as a plain one.
     let upgrade = upgrade.filter(|_| req.version() == Version::HTTP_11);
@@ -162,8 +167,8 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
         (hyper::upgrade::on(&mut req), guard, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    match tokio::time::timeout(up.response_timeout(), up.client().request(req)).await {
-        Ok(Ok(mut res)) => {
+    match tokio::time::timeout(up.response_timeout(), up.send(target, req)).await {
+        Ok(Ok((mut res, conn))) => {
             let switched = match client_upgrade {
                 Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
                     let upstream = hyper::upgrade::on(&mut res);
@@ -174,17 +179,19 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
             };
             let (mut parts, body) = res.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            // An upgraded connection belongs to its tunnel, not the pool.
+            let conn = conn.filter(|_| switched.is_none());
             if let Some(v) = switched {
                 upgrade::restore(&mut parts.headers, v);
                 shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
             }
             parts.version = Version::HTTP_11;
-            Response::from_parts(parts, ProxyBody::upstream(body))
+            Response::from_parts(parts, ProxyBody::upstream(body, conn))
         }
         Ok(Err(e)) => {
             shared.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
             shared.metrics.bad_gateway.increment(1);
-            tracing::debug!(error = %e, connect = e.is_connect(), "upstream request failed");
+            tracing::debug!(error = %e, "upstream request failed");
             error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
         }
         Err(_) => {

@@ -1,30 +1,43 @@
-//! The upstream: a pooled keep-alive client (HTTP/1.1, or HTTP/2 with
-//! prior knowledge or ALPN), over TCP or TLS (`https://` URLs), the base
-//! URLs taken in turn, and the rewriting of a client's request into the
-//! upstream's.
+//! The upstream: where requests go (the base URLs, taken in turn), how a
+//! client's request is rewritten for it, and sending it on a pooled
+//! connection ([`pool`](crate::pool)): HTTP/1.1, or HTTP/2 with prior
+//! knowledge or ALPN, over TCP or TLS (`https://` URLs).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::header::HOST;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Request, Uri, Version};
+use http::{HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
+use crate::connect::{ConnectError, Connector};
+use crate::pool::{Checkout, HostPool, Pooled, spawn_reaper};
 use crate::tls::TlsError;
 
-/// The connector: TCP, with TLS for `https://` URLs.
-pub type Connector = HttpsConnector<HttpConnector>;
+/// Why a request got no response from the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No connection could be opened.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The exchange broke (the connection closed, a malformed response).
+    #[error("upstream exchange: {0}")]
+    Exchange(hyper::Error),
+}
 
-/// The pooled client and where it sends requests.
+/// Attempts for a request whose reused connection closed before the
+/// request was written (it never reached the upstream).
+const ATTEMPTS: usize = 8;
+
+/// The pooled connections and where requests go.
 pub struct Upstream {
-    client: Client<Connector, Incoming>,
-    urls: Box<[UpstreamUrl]>,
+    pools: Box<[Arc<HostPool>]>,
+    /// `Host` of each URL (the default port left out).
+    hosts: Box<[HeaderValue]>,
+    connector: Connector,
     next: AtomicUsize,
     protocol: UpstreamProtocol,
     host: HostHeader,
@@ -33,8 +46,9 @@ pub struct Upstream {
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<&UpstreamUrl> = self.pools.iter().map(|p| p.url()).collect();
         f.debug_struct("Upstream")
-            .field("urls", &self.urls)
+            .field("urls", &urls)
             .field("protocol", &self.protocol)
             .finish_non_exhaustive()
     }
@@ -44,50 +58,42 @@ impl std::fmt::Debug for Upstream {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadTarget;
 
+/// `host[:port]`, the port left out when it is the scheme's default.
+fn host_value(url: &UpstreamUrl) -> HeaderValue {
+    let a = &url.authority;
+    let default = if url.tls { 443 } else { 80 };
+    let text = match a.port_u16() {
+        Some(p) if p != default => a.as_str().to_owned(),
+        _ => a.host().to_owned(),
+    };
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("localhost"))
+}
+
 impl Upstream {
-    /// A client for `config` (call inside a tokio runtime). TLS settings
-    /// are loaded when a URL is `https://` (a missing CA file, a client key
-    /// that does not match its certificate are errors).
+    /// Pools for `config` (call inside a tokio runtime: idle connections
+    /// are reaped by a task). TLS settings are loaded when a URL is
+    /// `https://` (a missing CA file, a client key that does not match its
+    /// certificate are errors).
     pub fn new(config: &UpstreamConfig) -> Result<Self, TlsError> {
-        let mut tcp = HttpConnector::new();
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(Some(config.connect_timeout));
-        tcp.set_keepalive(Some(Duration::from_secs(60)));
-        // The TLS connector wraps it and handles `https://` itself.
-        tcp.enforce_http(false);
-        let tls = if config.urls.iter().any(|u| u.tls) {
-            crate::tls::client_config(&config.tls)?
-        } else {
-            crate::tls::client::unused_config()?
-        };
-        let https = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http();
-        let connector = match config.protocol {
-            // No ALPN: the upstream speaks HTTP/1.1.
-            UpstreamProtocol::Http1 => https.enable_http1().wrap_connector(tcp),
-            // ALPN `h2` over TLS; prior knowledge over cleartext.
-            UpstreamProtocol::Http2 => https.enable_http2().wrap_connector(tcp),
-        };
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_max_idle_per_host(config.pool_max_idle)
-            // A request whose connection closed before it was written is
-            // sent again on another (it never reached the upstream).
-            .retry_canceled_requests(true);
-        if config.protocol == UpstreamProtocol::Http2 {
-            builder
-                .http2_only(true)
-                .http2_adaptive_window(true)
-                .http2_keep_alive_interval(Duration::from_secs(30))
-                .http2_keep_alive_timeout(Duration::from_secs(10));
-        }
+        let connector = Connector::new(config)?;
+        let pools: Box<[Arc<HostPool>]> = config
+            .urls
+            .iter()
+            .map(|u| {
+                Arc::new(HostPool::new(
+                    u.clone(),
+                    config.pool_max_idle,
+                    config.pool_idle_timeout,
+                ))
+            })
+            .collect();
+        let every = (config.pool_idle_timeout / 2)
+            .clamp(Duration::from_millis(100), Duration::from_secs(30));
+        spawn_reaper(&pools, every);
         Ok(Upstream {
-            client: builder.build(connector),
-            urls: config.urls.clone().into_boxed_slice(),
+            hosts: config.urls.iter().map(host_value).collect(),
+            pools,
+            connector,
             next: AtomicUsize::new(0),
             protocol: config.protocol,
             host: config.host,
@@ -95,66 +101,125 @@ impl Upstream {
         })
     }
 
-    /// The client.
-    pub fn client(&self) -> &Client<Connector, Incoming> {
-        &self.client
-    }
-
     /// Longest wait for a response head.
     pub fn response_timeout(&self) -> Duration {
         self.response_timeout
     }
 
-    /// The next base URL (round robin).
-    fn pick(&self) -> Option<&UpstreamUrl> {
-        match self.urls.len() {
+    /// Idle pooled connections now, over every URL.
+    pub fn idle_connections(&self) -> usize {
+        self.pools.iter().map(|p| p.idle_count()).sum()
+    }
+
+    /// The next URL (round robin).
+    fn pick(&self) -> Option<usize> {
+        match self.pools.len() {
             0 => None,
-            1 => self.urls.first(),
-            n => self.urls.get(self.next.fetch_add(1, Ordering::Relaxed) % n),
+            1 => Some(0),
+            n => Some(self.next.fetch_add(1, Ordering::Relaxed) % n),
         }
     }
 
     /// Rewrites a client's request (already stripped of its hop-by-hop
-    /// fields) for the upstream: its URI, version and `Host`.
-    pub fn prepare(&self, req: &mut Request<Incoming>) -> Result<(), BadTarget> {
+    /// fields) for the upstream: its URI (origin-form towards HTTP/1.1,
+    /// absolute towards HTTP/2), version and `Host`. Returns the URL
+    /// chosen, for [`send`](Self::send).
+    pub fn prepare(&self, req: &mut Request<Incoming>) -> Result<usize, BadTarget> {
         let target = self.pick().ok_or(BadTarget)?;
+        let url = self.pools[target].url();
         let original = std::mem::take(req.uri_mut());
         let pq = original
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let pq = if target.prefix.is_empty() {
+        let pq = if url.prefix.is_empty() {
             pq
         } else {
-            PathAndQuery::try_from(format!("{}{}", target.prefix, pq.as_str()))
+            PathAndQuery::try_from(format!("{}{}", url.prefix, pq.as_str()))
                 .map_err(|_| BadTarget)?
         };
-        let uri = Uri::builder()
-            .scheme(target.scheme())
-            .authority(target.authority.clone())
-            .path_and_query(pq)
-            .build()
-            .map_err(|_| BadTarget)?;
-        *req.uri_mut() = uri;
+        let http2 = self.protocol == UpstreamProtocol::Http2;
+        *req.uri_mut() = if http2 {
+            Uri::builder()
+                .scheme(url.scheme())
+                .authority(url.authority.clone())
+                .path_and_query(pq)
+                .build()
+                .map_err(|_| BadTarget)?
+        } else {
+            Uri::from(pq)
+        };
         match self.host {
             HostHeader::Preserve => {
                 // HTTP/2 clients send `:authority` instead of `Host`.
-                if !req.headers().contains_key(HOST)
-                    && let Some(a) = original.authority()
-                    && let Ok(v) = HeaderValue::from_str(a.as_str())
-                {
-                    req.headers_mut().insert(HOST, v);
+                if !req.headers().contains_key(HOST) {
+                    let from_client = original
+                        .authority()
+                        .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+                    match from_client {
+                        Some(v) => {
+                            req.headers_mut().insert(HOST, v);
+                        }
+                        None if !http2 => {
+                            req.headers_mut().insert(HOST, self.hosts[target].clone());
+                        }
+                        None => {}
+                    }
                 }
             }
-            HostHeader::Upstream => {
-                // The client sets it from the URI.
+            // HTTP/2 carries it as `:authority`, from the URI.
+            HostHeader::Upstream if http2 => {
                 req.headers_mut().remove(HOST);
             }
+            HostHeader::Upstream => {
+                req.headers_mut().insert(HOST, self.hosts[target].clone());
+            }
         }
-        *req.version_mut() = match self.protocol {
-            UpstreamProtocol::Http1 => Version::HTTP_11,
-            UpstreamProtocol::Http2 => Version::HTTP_2,
+        *req.version_mut() = if http2 {
+            Version::HTTP_2
+        } else {
+            Version::HTTP_11
         };
-        Ok(())
+        Ok(target)
+    }
+
+    /// Sends a prepared request to URL `target`. An HTTP/1.1 response comes
+    /// with its connection, to be [released](Pooled::release) when the
+    /// body ends.
+    pub async fn send(
+        &self,
+        target: usize,
+        mut req: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Option<Pooled>), SendError> {
+        let pool = &self.pools[target];
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let checkout = match self.protocol {
+                UpstreamProtocol::Http1 => pool.checkout(&self.connector).await?,
+                UpstreamProtocol::Http2 => pool.checkout_h2(&self.connector).await?,
+            };
+            let (result, pooled, reused) = match checkout {
+                Checkout::Http1(mut p) => {
+                    let r = p.sender.try_send_request(req).await;
+                    let reused = p.reused;
+                    (r, Some(p), reused)
+                }
+                Checkout::Http2(mut s) => {
+                    if let Err(e) = s.ready().await {
+                        return Err(SendError::Exchange(e));
+                    }
+                    (s.try_send_request(req).await, None, true)
+                }
+            };
+            match result {
+                Ok(res) => return Ok((res, pooled)),
+                Err(mut e) => match e.take_message() {
+                    // Never written: safe to send again on another connection.
+                    Some(r) if reused && attempt < ATTEMPTS => req = r,
+                    _ => return Err(SendError::Exchange(e.into_error())),
+                },
+            }
+        }
     }
 }

@@ -60,16 +60,3 @@ pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
         _ => Err(TlsError::HalfClientAuth),
     }
 }
-
-/// A configuration for a connector that never makes a TLS connection (no
-/// `https://` URL): no roots are loaded.
-pub fn unused_config() -> Result<ClientConfig, TlsError> {
-    Ok(ClientConfig::builder_with_provider(super::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|source| TlsError::Rustls {
-            context: "TLS versions".into(),
-            source,
-        })?
-        .with_root_certificates(RootCertStore::empty())
-        .with_no_client_auth())
-}

@@ -1,0 +1,156 @@
+//! Opening one upstream connection: TCP (no delay, keep-alive, within
+//! `connect_timeout`), TLS for `https://` URLs (ALPN `h2` when the
+//! upstream protocol is HTTP/2), then the HTTP/1.1 or HTTP/2 handshake;
+//! the connection itself is driven by a task of its own.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
+use crate::tls::TlsError;
+
+/// A request sender on one connection.
+pub enum Sender {
+    /// HTTP/1.1: one request at a time.
+    Http1(http1::SendRequest<Incoming>),
+    /// HTTP/2: shared by concurrent requests.
+    Http2(http2::SendRequest<Incoming>),
+}
+
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Name resolution or TCP connect failed.
+    #[error("connect to {0}: {1}")]
+    Tcp(String, io::Error),
+    /// `connect_timeout` elapsed.
+    #[error("connect to {0}: timed out")]
+    Timeout(String),
+    /// The TLS handshake failed (an untrusted or mismatched certificate,
+    /// a refused client certificate).
+    #[error("TLS with {0}: {1}")]
+    Tls(String, io::Error),
+    /// The host is not a valid TLS server name.
+    #[error("TLS with {0}: invalid server name")]
+    ServerName(String),
+    /// The HTTP handshake failed.
+    #[error("HTTP handshake with {0}: {1}")]
+    Handshake(String, hyper::Error),
+}
+
+/// Opens connections for one upstream configuration.
+pub struct Connector {
+    protocol: UpstreamProtocol,
+    connect_timeout: Duration,
+    tls: Option<TlsConnector>,
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("protocol", &self.protocol)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    /// A connector for `config`; TLS is set up when a URL is `https://`.
+    pub fn new(config: &UpstreamConfig) -> Result<Self, TlsError> {
+        let tls = if config.urls.iter().any(|u| u.tls) {
+            let mut c: ClientConfig = crate::tls::client_config(&config.tls)?;
+            if config.protocol == UpstreamProtocol::Http2 {
+                c.alpn_protocols = vec![b"h2".to_vec()];
+            }
+            Some(TlsConnector::from(Arc::new(c)))
+        } else {
+            None
+        };
+        let h1 = http1::Builder::new();
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .adaptive_window(true)
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10));
+        Ok(Connector {
+            protocol: config.protocol,
+            connect_timeout: config.connect_timeout,
+            tls,
+            h1,
+            h2,
+        })
+    }
+
+    /// Opens a connection to `url` and spawns its task.
+    pub async fn connect(&self, url: &UpstreamUrl) -> Result<Sender, ConnectError> {
+        let name = url.authority.as_str();
+        let host = url.authority.host();
+        let port = url.authority.port_u16().unwrap_or(80);
+        // Brackets around an IPv6 literal are not part of the address.
+        let addr_host = host.trim_start_matches('[').trim_end_matches(']');
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect((addr_host, port)))
+            .await
+            .map_err(|_| ConnectError::Timeout(name.to_owned()))?
+            .map_err(|e| ConnectError::Tcp(name.to_owned(), e))?;
+        let _ = tcp.set_nodelay(true);
+        let _ = socket_keepalive(&tcp);
+        match (&self.tls, url.tls) {
+            (Some(tls), true) => {
+                let server = ServerName::try_from(addr_host.to_owned())
+                    .map_err(|_| ConnectError::ServerName(name.to_owned()))?;
+                let stream = tokio::time::timeout(self.connect_timeout, tls.connect(server, tcp))
+                    .await
+                    .map_err(|_| ConnectError::Timeout(name.to_owned()))?
+                    .map_err(|e| ConnectError::Tls(name.to_owned(), e))?;
+                self.handshake(name, stream).await
+            }
+            _ => self.handshake(name, tcp).await,
+        }
+    }
+
+    async fn handshake<I>(&self, name: &str, io: I) -> Result<Sender, ConnectError>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = TokioIo::new(io);
+        let err = |e| ConnectError::Handshake(name.to_owned(), e);
+        match self.protocol {
+            UpstreamProtocol::Http1 => {
+                let (sender, conn) = self.h1.handshake(io).await.map_err(err)?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.with_upgrades().await {
+                        tracing::debug!(error = %e, "upstream connection ended with an error");
+                    }
+                });
+                Ok(Sender::Http1(sender))
+            }
+            UpstreamProtocol::Http2 => {
+                let (sender, conn) = self.h2.handshake(io).await.map_err(err)?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "upstream connection ended with an error");
+                    }
+                });
+                Ok(Sender::Http2(sender))
+            }
+        }
+    }
+}
+
+/// TCP keep-alive probes after 60 s idle (dead peers behind NATs).
+fn socket_keepalive(tcp: &TcpStream) -> io::Result<()> {
+    let sock = socket2::SockRef::from(tcp);
+    sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(Duration::from_secs(60)))
+}

@@ -1,0 +1,208 @@
+//! The upstream connection pool, per upstream URL: idle HTTP/1.1
+//! connections are kept (at most `pool_max_idle`, closed after
+//! `pool_idle_timeout`) and taken last in, first out; HTTP/2 has one
+//! shared connection, reopened when it closes. A taken HTTP/1.1
+//! connection travels with its response body and comes back when the body
+//! ends (a body dropped early closes it).
+
+use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+
+use crate::config::UpstreamUrl;
+use crate::connect::{ConnectError, Connector, Sender};
+
+struct Idle {
+    sender: http1::SendRequest<Incoming>,
+    since: Instant,
+}
+
+/// The connections to one upstream URL.
+pub struct HostPool {
+    url: UpstreamUrl,
+    idle: Mutex<Vec<Idle>>,
+    shared: Mutex<Option<http2::SendRequest<Incoming>>>,
+    connecting: tokio::sync::Mutex<()>,
+    max_idle: usize,
+    idle_timeout: Duration,
+}
+
+/// A connection ready for one request.
+pub enum Checkout {
+    /// An HTTP/1.1 connection, taken from the pool (or new).
+    Http1(Pooled),
+    /// The shared HTTP/2 connection.
+    Http2(http2::SendRequest<Incoming>),
+}
+
+/// An HTTP/1.1 connection out of the pool: [`Pooled::release`] gives it
+/// back; dropping it closes it.
+pub struct Pooled {
+    /// The sender.
+    pub sender: http1::SendRequest<Incoming>,
+    /// Whether it served requests before (a request that fails before it is
+    /// written may be sent again on another).
+    pub reused: bool,
+    pool: Weak<HostPool>,
+}
+
+impl std::fmt::Debug for Pooled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pooled")
+            .field("reused", &self.reused)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pooled {
+    /// Back to the pool, if it can serve another request and there is
+    /// room.
+    pub fn release(self) {
+        if self.sender.is_closed() {
+            return;
+        }
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        if let Ok(mut idle) = pool.idle.lock()
+            && idle.len() < pool.max_idle
+        {
+            idle.push(Idle {
+                sender: self.sender,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+impl HostPool {
+    /// An empty pool for `url`.
+    pub fn new(url: UpstreamUrl, max_idle: usize, idle_timeout: Duration) -> Self {
+        HostPool {
+            url,
+            idle: Mutex::new(Vec::new()),
+            shared: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            max_idle,
+            idle_timeout,
+        }
+    }
+
+    /// The URL.
+    pub fn url(&self) -> &UpstreamUrl {
+        &self.url
+    }
+
+    fn pop_idle(&self) -> Option<Idle> {
+        self.idle.lock().ok()?.pop()
+    }
+
+    /// An HTTP/1.1 connection for one request: an idle one that is still
+    /// open and ready (the most recently used first), else a new one.
+    pub async fn checkout(
+        self: &Arc<Self>,
+        connector: &Connector,
+    ) -> Result<Checkout, ConnectError> {
+        while let Some(mut idle) = self.pop_idle() {
+            if idle.sender.is_closed() || idle.since.elapsed() >= self.idle_timeout {
+                continue;
+            }
+            // Returned when its response ended, the connection may still be
+            // finishing the exchange (a request body still streaming up):
+            // then it stays for later and a new one is opened, rather than
+            // waiting behind it.
+            let ready = idle.sender.is_ready()
+                || std::future::poll_fn(|cx| Poll::Ready(idle.sender.poll_ready(cx).is_ready()))
+                    .await;
+            if !ready {
+                if let Ok(mut pool) = self.idle.lock() {
+                    pool.push(idle);
+                }
+                break;
+            }
+            if idle.sender.is_ready() {
+                return Ok(Checkout::Http1(Pooled {
+                    sender: idle.sender,
+                    reused: true,
+                    pool: Arc::downgrade(self),
+                }));
+            }
+        }
+        self.connect(connector).await
+    }
+
+    async fn connect(self: &Arc<Self>, connector: &Connector) -> Result<Checkout, ConnectError> {
+        match connector.connect(&self.url).await? {
+            Sender::Http1(sender) => Ok(Checkout::Http1(Pooled {
+                sender,
+                reused: false,
+                pool: Arc::downgrade(self),
+            })),
+            Sender::Http2(sender) => {
+                if let Ok(mut shared) = self.shared.lock() {
+                    *shared = Some(sender.clone());
+                }
+                Ok(Checkout::Http2(sender))
+            }
+        }
+    }
+
+    /// The shared HTTP/2 connection, if open.
+    fn shared_h2(&self) -> Option<http2::SendRequest<Incoming>> {
+        let shared = self.shared.lock().ok()?;
+        shared.as_ref().filter(|s| !s.is_closed()).cloned()
+    }
+
+    /// The shared HTTP/2 connection, opened by the first request that
+    /// finds none (the others wait for it).
+    pub async fn checkout_h2(
+        self: &Arc<Self>,
+        connector: &Connector,
+    ) -> Result<Checkout, ConnectError> {
+        if let Some(s) = self.shared_h2() {
+            return Ok(Checkout::Http2(s));
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(s) = self.shared_h2() {
+            return Ok(Checkout::Http2(s));
+        }
+        self.connect(connector).await
+    }
+
+    /// Closes idle connections past the idle timeout.
+    pub fn reap(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            let timeout = self.idle_timeout;
+            idle.retain(|i| !i.sender.is_closed() && i.since.elapsed() < timeout);
+        }
+    }
+
+    /// Idle HTTP/1.1 connections now.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().map_or(0, |i| i.len())
+    }
+}
+
+/// Reaps the pools every `every` while any of them is alive.
+pub fn spawn_reaper(pools: &[Arc<HostPool>], every: Duration) {
+    let weak: Vec<Weak<HostPool>> = pools.iter().map(Arc::downgrade).collect();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let mut alive = false;
+            for p in weak.iter().filter_map(Weak::upgrade) {
+                p.reap();
+                alive = true;
+            }
+            if !alive {
+                return;
+            }
+        }
+    });
+}
