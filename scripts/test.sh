@@ -56,6 +56,9 @@ if [ ${#need_gw[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_gw[@]}" >/dev/null
 fi
 
+# Incremental caches only grow the target directory on a one-off run.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 echo "==> cargo test (workspace, all targets and doc tests)"
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
