@@ -10,7 +10,10 @@
 //!    p50/p99/max of each decision.
 //!
 //! `cargo bench -p floodgate-redis --bench redis_throughput` (set
-//! `BENCH_SECS` to change the measuring time, default 3). Run by `cargo
+//! `BENCH_SECS` to change the measuring time, default 3). On a machine with
+//! two or more cores, redis-server is pinned to core 0 and the benchmark
+//! (its callers and the pacer) to core 1, so that neither time-slices with
+//! the other (`BENCH_PIN=0` leaves placement to the scheduler). Run by `cargo
 //! test --all-targets` (without `--bench`), it only makes a short smoke run.
 
 #[path = "../tests/common/mod.rs"]
@@ -243,11 +246,40 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
+/// Pins every thread of process `pid` to `cpu` with util-linux's
+/// `taskset`; reports (and carries on) when that is not possible.
+fn pin(pid: u32, cpu: usize) {
+    let ok = Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("could not pin process {pid} to core {cpu}: running unpinned");
+    }
+}
+
+fn pinned() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    !smoke() && cores >= 2 && std::env::var("BENCH_PIN").map_or(true, |v| v != "0")
+}
+
 fn main() {
     if smoke() {
         println!("smoke run (numbers come from `cargo bench`)");
     }
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let pinned = pinned();
+    if pinned {
+        // Before any thread starts, so that all of them inherit it.
+        pin(std::process::id(), 1);
+    }
     let server = Server::start();
+    if pinned {
+        let pid = server.child.as_ref().expect("running server").id();
+        pin(pid, 0);
+        println!("redis-server on core 0, callers and pacer on core 1");
+    }
     // Two cores: one for redis-server, one for the client (a second worker
     // thread would only time-slice with Redis and inflate tail latency).
     let workers = std::env::var("BENCH_WORKERS")
@@ -270,7 +302,7 @@ fn main() {
         let (code, sha) = b.decide_script();
         let loaded = server.cli(&["script", "load", code]);
         assert_eq!(loaded.trim(), sha);
-        println!("machine: {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
+        println!("machine: {cores} cores");
         for work in [Work::Fixed, Work::Gcra, Work::Rule] {
             server.cli(&["flushall"]);
             let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha, work));
