@@ -129,9 +129,11 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 /// in Envoy's rate limit service.
 ///
 /// Reading the operating system's wall clock costs about 30 ns, a large part
-/// of a decision, so this clock reads the CPU's time-stamp counter (through
-/// `quanta`, about 10 ns) and adds an offset to the Unix epoch that is
-/// re-read from the operating system once a second. Between re-reads it
+/// of a decision, so this clock reads the CPU's time-stamp counter (inline
+/// `rdtsc`, scaled by `quanta`'s calibration, when `quanta` finds an
+/// invariant TSC; `quanta`'s own clock otherwise) and adds an offset to the
+/// Unix epoch that is re-read from the operating system once a second.
+/// Reading it writes nothing shared (only the once-a-second re-read does). Between re-reads it
 /// advances at the monotonic clock's rate; a re-read may move it by the
 /// drift accumulated in that second (microseconds), backwards included,
 /// which every algorithm treats as no time elapsed.
@@ -142,6 +144,10 @@ struct Anchor {
     clock: quanta::Clock,
     /// The raw counter reading at start.
     origin: u64,
+    /// Nanoseconds per time-stamp-counter tick in 32.32 fixed point when
+    /// quanta runs on the TSC (read inline with `rdtsc`), 0 otherwise.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    tsc_scale: u64,
     /// Unix nanoseconds minus monotonic nanoseconds (wrapping).
     offset: AtomicU64,
     /// Monotonic nanoseconds at which to re-read the wall clock.
@@ -158,30 +164,60 @@ fn os_wall_clock() -> u64 {
 }
 
 impl Anchor {
+    #[inline]
     fn get() -> &'static Anchor {
         static ANCHOR: std::sync::OnceLock<Anchor> = std::sync::OnceLock::new();
         ANCHOR.get_or_init(|| {
             let clock = quanta::Clock::new();
             let origin = clock.raw();
+            // quanta scales raw readings only when they are TSC ticks; the
+            // identity (a monotonic clock in nanoseconds, or a 1 GHz TSC)
+            // keeps quanta's own reading.
+            let scale = clock.delta_as_nanos(0, 1 << 32);
+            let tsc_scale = if cfg!(target_arch = "x86_64") && scale != 1 << 32 {
+                scale
+            } else {
+                0
+            };
             Anchor {
                 offset: AtomicU64::new(os_wall_clock()),
                 next_sync: AtomicU64::new(RESYNC_NANOS),
                 clock,
                 origin,
+                tsc_scale,
             }
         })
     }
 
+    /// Monotonic nanoseconds since the anchor was made. Reads only.
+    #[inline]
+    fn mono(&self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if self.tsc_scale != 0 {
+            // SAFETY: quanta reads this counter itself (it checked that the
+            // CPU has an invariant TSC); `rdtsc` has no preconditions.
+            let raw = unsafe { core::arch::x86_64::_rdtsc() };
+            let ticks = raw.saturating_sub(self.origin);
+            return ((ticks as u128 * self.tsc_scale as u128) >> 32) as u64;
+        }
+        self.clock.delta_as_nanos(self.origin, self.clock.raw())
+    }
+
     #[inline]
     fn now(&self) -> u64 {
-        let mono = self.clock.delta_as_nanos(self.origin, self.clock.raw());
+        let mono = self.mono();
         if mono >= self.next_sync.load(Ordering::Relaxed) {
-            self.next_sync
-                .store(mono.saturating_add(RESYNC_NANOS), Ordering::Relaxed);
-            self.offset
-                .store(os_wall_clock().wrapping_sub(mono), Ordering::Relaxed);
+            self.resync(mono);
         }
         mono.wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    #[cold]
+    fn resync(&self, mono: u64) {
+        self.next_sync
+            .store(mono.saturating_add(RESYNC_NANOS), Ordering::Relaxed);
+        self.offset
+            .store(os_wall_clock().wrapping_sub(mono), Ordering::Relaxed);
     }
 }
 
