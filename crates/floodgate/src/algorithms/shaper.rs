@@ -165,6 +165,7 @@ impl Shaper {
     }
 
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
+    #[inline]
     fn ms_to_drain(&self, units: u128) -> u128 {
         match u64::try_from(units).ok().and_then(|u| u.checked_mul(1000)) {
             Some(scaled) => self.per_rate.div_ceil(scaled) as u128,
@@ -173,18 +174,28 @@ impl Shaper {
     }
 
     /// The instant a node with this state behaves like no node at all.
+    #[inline]
     fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
         (s.last != u64::MAX).then(|| s.last as u128 + self.ms_to_drain(s.excess as u128 + 1000))
     }
 }
 
+#[inline]
 fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
-    // In 128 bits: near the end of time the instant itself may not fit.
     Duration::from_nanos(sat64(
-        at_ms
-            .saturating_mul(1_000_000)
-            .saturating_sub(now.as_nanos() as u128),
+        at_nanos(at_ms).saturating_sub(now.as_nanos() as u128),
     ))
+}
+
+/// `at_ms` in nanoseconds, in 128 bits: near the end of time the instant
+/// itself may not fit in 64 bits.
+#[inline]
+fn at_nanos(at_ms: u128) -> u128 {
+    if at_ms <= (u64::MAX / 1_000_000) as u128 {
+        (at_ms as u64 * 1_000_000) as u128
+    } else {
+        at_ms.saturating_mul(1_000_000)
+    }
 }
 
 impl Algorithm for Shaper {
@@ -263,10 +274,13 @@ impl Algorithm for Shaper {
             None => 0,
         };
         let (reset_after, idle) = match self.idle_ms(s) {
-            Some(at) => (
-                until_ms(at, now),
-                Timestamp::from_nanos(sat64(at.saturating_mul(1_000_000))),
-            ),
+            Some(at) => {
+                let at = at_nanos(at);
+                (
+                    Duration::from_nanos(sat64(at.saturating_sub(now.as_nanos() as u128))),
+                    Timestamp::from_nanos(sat64(at)),
+                )
+            }
             None => (Duration::ZERO, now),
         };
         (
@@ -283,7 +297,7 @@ impl Algorithm for Shaper {
 
     fn idle_at(&self, s: &ShaperState, now: Timestamp) -> Timestamp {
         match self.idle_ms(s) {
-            Some(at) => Timestamp::from_nanos(sat64(at.saturating_mul(1_000_000))),
+            Some(at) => Timestamp::from_nanos(sat64(at_nanos(at))),
             None => now,
         }
     }
