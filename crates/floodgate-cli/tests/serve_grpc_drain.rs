@@ -1,6 +1,8 @@
-//! Graceful shutdown of the gRPC listener: a `ShouldRateLimit` call in
-//! flight when SIGTERM arrives (its message half sent) is answered, then the
-//! process exits 0.
+//! `ShouldRateLimit` over raw HTTP/2, where the test controls every frame
+//! and header: a call in flight when SIGTERM arrives (its message half
+//! sent) is answered before the process exits 0, and a call whose
+//! `grpc-timeout` passes while the store cannot answer gets
+//! `DEADLINE_EXCEEDED` at its deadline.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -10,7 +12,7 @@ use bytes::Bytes;
 use floodgate_server::proto::ratelimit::RateLimitDescriptor;
 use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
 use floodgate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
-use floodgate_testkit::Floodgate;
+use floodgate_testkit::{Floodgate, Redis};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -94,4 +96,97 @@ async fn an_rls_call_in_flight_is_answered_before_exit() {
         .wait_exit(Duration::from_secs(5))
         .expect("exits after draining");
     assert!(status.success(), "{status:?}\n{}", s.log());
+}
+
+fn rls_frame(domain: &str, value: &str) -> Bytes {
+    let msg = RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+    .encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&msg);
+    Bytes::from(frame)
+}
+
+/// One call with an optional `grpc-timeout`: the grpc-status (from the
+/// trailers, or the headers of a trailers-only answer) and the time taken.
+async fn timed_call(
+    send: &mut hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>>,
+    port: u16,
+    timeout: Option<&str>,
+) -> (String, Duration) {
+    let mut req = http::Request::post(format!(
+        "http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers");
+    if let Some(t) = timeout {
+        req = req.header("grpc-timeout", t);
+    }
+    let req = req
+        .body(http_body_util::Full::new(rls_frame("d", "deadline")))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let resp = send.send_request(req).await.unwrap();
+    let in_headers = resp.headers().get("grpc-status").cloned();
+    let collected = resp.into_body().collect().await.unwrap();
+    let status = in_headers
+        .or_else(|| {
+            collected
+                .trailers()
+                .and_then(|t| t.get("grpc-status").cloned())
+        })
+        .expect("a grpc-status");
+    (status.to_str().unwrap().to_owned(), started.elapsed())
+}
+
+#[tokio::test]
+async fn a_call_past_its_grpc_timeout_gets_deadline_exceeded() {
+    let redis = Redis::start();
+    // The store waits up to 10 s for Redis: only the caller's deadline can
+    // end a call sooner.
+    let config = "store:\n  backend: redis\n  url: REDIS\n  timeout: 10s\n  failure_policy: fail_closed\ndomains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 100, unit: day}\n"
+        .replace("REDIS", &redis.addr());
+    let s = Floodgate::start(
+        Path::new(env!("CARGO_BIN_EXE_floodgate")),
+        &config,
+        &[],
+        &[],
+    );
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.grpc))
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+
+    // Redis answering: the deadline is not in the way.
+    let (status, _) = timed_call(&mut send, s.grpc, Some("5S")).await;
+    assert_eq!(status, "0", "{}", s.log());
+
+    redis.pause();
+    let (status, took) = timed_call(&mut send, s.grpc, Some("300m")).await;
+    assert_eq!(status, "4", "DEADLINE_EXCEEDED expected; log:\n{}", s.log());
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_secs(3),
+        "answered after {took:?}"
+    );
+    // A malformed header imposes no deadline; it is not an error either
+    // (checked with Redis back, so the call completes).
+    redis.resume();
+    let (status, _) = timed_call(&mut send, s.grpc, Some("soon")).await;
+    assert_eq!(status, "0", "{}", s.log());
+    let (status, _) = timed_call(&mut send, s.grpc, Some("2S")).await;
+    assert_eq!(status, "0", "{}", s.log());
 }

@@ -18,6 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
 use tonic::service::Routes;
 
+use super::deadline::parse_grpc_timeout;
 use super::wire::{WireRequest, encode_response};
 use crate::metrics::Api;
 use crate::service::Service;
@@ -112,17 +113,38 @@ impl GrpcService {
             let mut routes = self.routes.clone();
             return tower_service::Service::call(&mut routes, req).await;
         }
+        let deadline = req
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| parse_grpc_timeout(v.as_bytes()));
+        let started = Instant::now();
         // Boxed: the decision's state is a few KiB, and the task that polls
         // it is moved around by the runtime; a pointer moves cheaper.
-        Ok(Box::pin(self.rls(req)).await)
+        let answer = Box::pin(self.rls(req, started));
+        let Some(timeout) = deadline else {
+            return Ok(answer.await);
+        };
+        // The caller has given up by then: stop waiting (for the body or
+        // for the store) and say so.
+        Ok(match tokio::time::timeout(timeout, answer).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.service
+                    .metrics
+                    .failed(Api::Grpc, ErrorCode::DeadlineExceeded, started);
+                error(
+                    ErrorCode::DeadlineExceeded.grpc_code(),
+                    &format!("no decision within the call's deadline (grpc-timeout {timeout:?})"),
+                )
+            }
+        })
     }
 
-    async fn rls<B>(&self, req: Request<B>) -> Response<tonic::body::Body>
+    async fn rls<B>(&self, req: Request<B>, started: Instant) -> Response<tonic::body::Body>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let started = Instant::now();
         let svc = &*self.service;
         let invalid = |message: &str| {
             svc.metrics
