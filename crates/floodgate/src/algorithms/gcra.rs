@@ -61,6 +61,9 @@ pub struct Gcra {
     period: u64,
     /// Division by `t`.
     per_t: Divisor,
+    /// `window` when time needs no ticks (`c = 1`) and it fits in 64 bits:
+    /// the 64-bit path of [`Gcra::admit_fast`]; 0 otherwise.
+    window64: u64,
 }
 
 /// GCRA state: the theoretical arrival time in ticks (0 for a fresh key).
@@ -82,6 +85,10 @@ impl Gcra {
             count,
             period,
             per_t: Divisor::new(t),
+            window64: match u64::try_from(burst as u128 * t as u128) {
+                Ok(w) if c == 1 => w,
+                _ => 0,
+            },
         })
     }
 
@@ -138,6 +145,48 @@ impl Gcra {
     /// The emission interval `T` (rounded down to whole nanoseconds).
     pub fn emission_interval(&self) -> Duration {
         Duration::from_nanos(self.period / self.count)
+    }
+
+    /// The admitting case of [`decide_idle`](Algorithm::decide_idle) in
+    /// 64-bit arithmetic, when every quantity fits (`c = 1`, `TAT` and
+    /// `now + window` in 64 bits, `0 < cost ≤ burst`); `None` otherwise, or
+    /// when the request is not admitted. Same results as the general path:
+    /// there `now_t = now`, nothing saturates, `after ≥ now` and the key is
+    /// idle at `now + (after − now) = after`.
+    #[inline]
+    fn admit_fast(
+        &self,
+        tat: &mut GcraState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> Option<(Decision, Timestamp)> {
+        if self.window64 == 0 || cost == 0 || cost > self.burst {
+            return None;
+        }
+        let tat64 = u64::try_from(*tat).ok()?;
+        let now = now.as_nanos();
+        let limit = now.checked_add(self.window64)?;
+        let base = tat64.max(now);
+        // cost · t ≤ burst · t = window: no overflow.
+        let next = base.checked_add(cost * self.t)?;
+        if next > limit {
+            return None;
+        }
+        let after = if apply.charge_if_allowed() {
+            *tat = next as u128;
+            next
+        } else {
+            base
+        };
+        let d = Decision {
+            outcome: Outcome::Allowed,
+            limit: self.burst,
+            remaining: self.per_t.div(limit - after),
+            reset_after: Duration::from_nanos(after - now),
+            retry_after: None,
+        };
+        Some((d, Timestamp::from_nanos(after)))
     }
 
     /// Nanoseconds from `now_t` (ticks) up to `until` (ticks), rounded up.
@@ -216,6 +265,9 @@ impl Algorithm for Gcra {
         cost: u64,
         apply: Apply,
     ) -> (Decision, Timestamp) {
+        if let Some(r) = self.admit_fast(tat, now, cost, apply) {
+            return r;
+        }
         let d = self.decide(tat, now, cost, apply);
         (d, now.saturating_add(d.reset_after))
     }
