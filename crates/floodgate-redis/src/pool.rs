@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, RedisResult, Value};
+use redis::io::tcp::TcpSettings;
+use redis::{Client, Cmd, IntoConnectionInfo, RedisResult, Value};
 
 use crate::primary::{Primary, PrimarySettings, primary_redis_settings};
 use crate::sentinel::Sentinels;
@@ -76,14 +77,25 @@ fn certificates(config: &RedisConfig) -> Result<Option<()>, ConfigError> {
     Ok(None)
 }
 
+/// The sockets' settings. `TCP_NODELAY`: a multiplexed connection has
+/// requests in flight nearly all the time, and with Nagle's algorithm each
+/// small write would wait for the acknowledgement of the previous one.
+fn tcp() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
 /// A client for `url`, with the certificates of `config`.
 fn client(config: &RedisConfig, url: &str) -> Result<Client, ConfigError> {
+    let info = url
+        .into_connection_info()
+        .map_err(client_error)?
+        .set_tcp_settings(tcp());
     match certificates(config)? {
         #[cfg(feature = "tls")]
-        Some(certs) => Client::build_with_tls(url, certs).map_err(client_error),
+        Some(certs) => Client::build_with_tls(info, certs).map_err(client_error),
         #[cfg(not(feature = "tls"))]
-        Some(()) => Client::open(url).map_err(client_error),
-        None => Client::open(url).map_err(client_error),
+        Some(()) => Client::open(info).map_err(client_error),
+        None => Client::open(info).map_err(client_error),
     }
 }
 
@@ -125,6 +137,7 @@ impl Pool {
                 #[cfg(not(feature = "tls"))]
                 certificates(config)?;
                 let client = builder
+                    .tcp_settings(tcp())
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.timeout)
                     .retries(3)
