@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
-use shard::{Entry, Shard, Swept, idle_secs};
+use shard::{Entry, Shard, Swept, idle_secs, prefetch};
 use slot::{Slot, SlotGuard};
 
 pub use batch::Item;
@@ -148,7 +148,9 @@ where
         Q: Hash + Eq + ToKey<K> + ?Sized,
     {
         let hash = self.hash(key);
-        let mut shard = self.shards[self.shard_of(hash)].lock();
+        let slot = &self.shards[self.shard_of(hash)];
+        prefetch::<K, S>(slot.hint(), hash);
+        let mut shard = slot.lock();
         let tick = shard.next_tick();
         if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
             let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
@@ -177,6 +179,8 @@ where
     ) -> Swept {
         let touched = shard.tick();
         let swept = shard.before_insert(now, self.shard_cap, touched);
+        let buckets = shard.table.num_buckets();
+        let first = shard.table.is_empty();
         shard.table.insert_unique(
             hash,
             Entry {
@@ -187,6 +191,10 @@ where
             },
             |e| self.hasher.hash_one(&e.key),
         );
+        if first || shard.table.num_buckets() != buckets {
+            let hint = shard.table_hint();
+            shard.set_hint(hint);
+        }
         swept
     }
 

@@ -43,12 +43,55 @@ pub(crate) fn idle_secs(t: Timestamp) -> u32 {
     secs.min(PINNED as u64 - 1) as u32
 }
 
+/// Where a key's entry probably is, from a shard's published [`table_hint`]
+/// (taken before the shard is locked): its control group and its home
+/// bucket are prefetched, so they arrive while the lock is being taken.
+/// A stale or wrong hint costs a useless prefetch, never a wrong access:
+/// prefetches do not fault and nothing is read through these addresses.
+///
+/// [`table_hint`]: Shard::table_hint
+#[inline]
+pub(crate) fn prefetch<K, S>([ctrl, mask]: [usize; 2], hash: u64) {
+    #[cfg(target_arch = "x86_64")]
+    if ctrl != 0 {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // hashbrown probes from `hash & bucket_mask`; bucket `i` sits
+        // `(i + 1)` entries below the control bytes.
+        let pos = hash as usize & mask;
+        let group = ctrl.wrapping_add(pos) as *const i8;
+        let entry = ctrl.wrapping_sub((pos + 1) * std::mem::size_of::<Entry<K, S>>()) as *const i8;
+        // SAFETY: prefetching has no architectural effect and never faults,
+        // whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(group);
+            _mm_prefetch::<_MM_HINT_T0>(entry);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ctrl, mask, hash);
+}
+
 impl<K, S> Shard<K, S> {
     pub(crate) fn new() -> Self {
         Shard {
             table: HashTable::new(),
             sweep_at: MIN_SWEEP,
         }
+    }
+
+    /// The table's location for [`prefetch`]: the address of its control
+    /// bytes (found from any occupied bucket, hashbrown keeping bucket `i`
+    /// `(i + 1)` entries below them) and its bucket mask; zeros when empty.
+    pub(crate) fn table_hint(&self) -> [usize; 2] {
+        let Some(i) = self.table.iter_buckets().next() else {
+            return [0, 0];
+        };
+        let Some(e) = self.table.get_bucket(i) else {
+            return [0, 0];
+        };
+        let ctrl =
+            (e as *const Entry<K, S> as usize) + (i + 1) * std::mem::size_of::<Entry<K, S>>();
+        [ctrl, self.table.num_buckets() - 1]
     }
 
     /// Makes room before an insertion once the shard has grown enough since

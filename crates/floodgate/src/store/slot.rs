@@ -10,6 +10,7 @@
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use lock_api::RawMutex;
@@ -19,6 +20,9 @@ use super::lock::RawSpinLock;
 struct Head {
     raw: RawSpinLock,
     tick: UnsafeCell<u32>,
+    /// Two words the holder publishes for readers that do not lock (the
+    /// shard's table location, for prefetching before the lock is taken).
+    hint: [AtomicUsize; 2],
 }
 
 /// A value behind a spin lock, with an access tick kept next to the lock.
@@ -39,9 +43,20 @@ impl<T> Slot<T> {
             head: CachePadded::new(Head {
                 raw: RawSpinLock::INIT,
                 tick: UnsafeCell::new(0),
+                hint: [AtomicUsize::new(0), AtomicUsize::new(0)],
             }),
             data: CachePadded::new(UnsafeCell::new(value)),
         }
+    }
+
+    /// The words last published with [`SlotGuard::set_hint`] (possibly
+    /// stale by the time they are used: only for hints).
+    #[inline]
+    pub(crate) fn hint(&self) -> [usize; 2] {
+        [
+            self.head.hint[0].load(Ordering::Relaxed),
+            self.head.hint[1].load(Ordering::Relaxed),
+        ]
     }
 
     /// Locks the slot.
@@ -69,6 +84,13 @@ impl<T> SlotGuard<'_, T> {
         let tick = unsafe { &mut *self.slot.head.tick.get() };
         *tick = tick.wrapping_add(1);
         *tick
+    }
+
+    /// Publishes two words for [`Slot::hint`].
+    #[inline]
+    pub(crate) fn set_hint(&self, hint: [usize; 2]) {
+        self.slot.head.hint[0].store(hint[0], Ordering::Relaxed);
+        self.slot.head.hint[1].store(hint[1], Ordering::Relaxed);
     }
 
     /// The current access tick.
