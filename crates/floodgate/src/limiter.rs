@@ -77,9 +77,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> RateLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToKey<K> + ?Sized,
     {
-        let now = self.clock.now();
         self.store
-            .decide(&self.limit, key, now, cost, Apply::Commit)
+            .decide_when(&self.limit, key, || self.clock.now(), cost, Apply::Commit)
     }
 
     /// Like [`check_n`](Self::check_n) at an explicit time.
@@ -99,8 +98,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> RateLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToKey<K> + ?Sized,
     {
-        let now = self.clock.now();
-        self.store.decide(&self.limit, key, now, cost, Apply::Check)
+        self.store
+            .decide_when(&self.limit, key, || self.clock.now(), cost, Apply::Check)
     }
 
     /// The limit.

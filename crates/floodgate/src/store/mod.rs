@@ -147,9 +147,30 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToKey<K> + ?Sized,
     {
+        self.decide_when(limit, key, || now, cost, apply)
+    }
+
+    /// [`decide`](Self::decide) at the time `now()` returns, read after the
+    /// key's entry has been prefetched (reading a clock takes long enough to
+    /// hide much of the fetch).
+    #[inline]
+    pub(crate) fn decide_when<A, Q>(
+        &self,
+        limit: &A,
+        key: &Q,
+        now: impl FnOnce() -> Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> Decision
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
         let hash = self.hash(key);
         let slot = &self.shards[self.shard_of(hash)];
         prefetch::<K, S>(slot.hint(), hash);
+        let now = now();
         let mut shard = slot.lock();
         let tick = shard.next_tick();
         if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
