@@ -23,6 +23,8 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
+
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
@@ -79,8 +81,9 @@ pub struct Store<K, S> {
     hasher: foldhash::fast::RandomState,
     mask: usize,
     shard_cap: usize,
-    reclaimed: AtomicU64,
-    evictions: AtomicU64,
+    /// Reclaimed and evicted keys, on a line of their own: sweeps write
+    /// them, while every decision reads the fields above.
+    counters: CachePadded<[AtomicU64; 2]>,
 }
 
 impl<K, S> Store<K, S>
@@ -106,8 +109,7 @@ where
             hasher: foldhash::fast::RandomState::default(),
             mask: shards - 1,
             shard_cap: config.capacity.div_ceil(shards),
-            reclaimed: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
+            counters: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
         })
     }
 
@@ -125,10 +127,10 @@ where
 
     fn record(&self, swept: Swept) {
         if swept.reclaimed != 0 {
-            self.reclaimed.fetch_add(swept.reclaimed, Ordering::Relaxed);
+            self.counters[0].fetch_add(swept.reclaimed, Ordering::Relaxed);
         }
         if swept.evicted != 0 {
-            self.evictions.fetch_add(swept.evicted, Ordering::Relaxed);
+            self.counters[1].fetch_add(swept.evicted, Ordering::Relaxed);
         }
     }
 
@@ -234,7 +236,9 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        let mut shard = self.shards[self.shard_of(hash)].lock();
+        let slot = &self.shards[self.shard_of(hash)];
+        prefetch::<K, S>(slot.hint(), hash);
+        let mut shard = slot.lock();
         let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
         let r = f(&mut e.state);
         e.idle = idle_secs(limit.idle_at(&e.state, now));
@@ -299,8 +303,8 @@ where
     pub fn stats(&self) -> StoreStats {
         StoreStats {
             keys: self.len(),
-            reclaimed: self.reclaimed.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
+            reclaimed: self.counters[0].load(Ordering::Relaxed),
+            evictions: self.counters[1].load(Ordering::Relaxed),
         }
     }
 }
