@@ -1,0 +1,183 @@
+//! Two-thread scaling on a shared machine: best of many short trials.
+//!
+//! `cargo bench -p floodgate --bench scaling`
+//!
+//! The `decisions` benchmark reports criterion's estimate over seconds of
+//! samples, which on a machine whose cores other processes also use measures
+//! how much CPU the two threads were given as much as how the store scales.
+//! This one alternates short trials (200 000 decisions per thread, a few
+//! milliseconds) of one thread, two threads on one limiter, and, as a control,
+//! two threads on two separate limiters (nothing shared), and reports the
+//! fastest and the median of each: the fastest trials are those in which
+//! both threads had a core to themselves. Keys and quotas are those of the
+//! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use floodgate::algorithms::{FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingWindow};
+use floodgate::{Algorithm, MAX_COUNT, RateLimiter, StoreConfig};
+
+const STREAM: usize = 1 << 20;
+
+fn stream(keys: u64) -> Vec<u64> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..STREAM)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % keys
+        })
+        .collect()
+}
+
+trait Decide: Send + Sync {
+    fn decide(&self, key: u64) -> bool;
+}
+
+impl<A: Algorithm> Decide for RateLimiter<u64, A> {
+    #[inline]
+    fn decide(&self, key: u64) -> bool {
+        self.check(&key).is_allowed()
+    }
+}
+
+struct Governor(governor::DefaultKeyedRateLimiter<u64>);
+
+impl Decide for Governor {
+    #[inline]
+    fn decide(&self, key: u64) -> bool {
+        self.0.check_key(&key).is_ok()
+    }
+}
+
+fn floodgate<A: Algorithm + 'static>(limit: A) -> Arc<dyn Decide> {
+    Arc::new(
+        RateLimiter::with_config(
+            limit,
+            StoreConfig::with_capacity(2_000_000),
+            floodgate::SystemClock,
+        )
+        .unwrap(),
+    )
+}
+
+fn make(name: &str) -> Arc<dyn Decide> {
+    let sec = Duration::from_secs(1);
+    match name {
+        "governor" => Arc::new(Governor(governor::RateLimiter::keyed(
+            governor::Quota::per_second(NonZeroU32::MAX),
+        ))),
+        "gcra" => floodgate(Gcra::new(1, Duration::from_nanos(1), u32::MAX as u64).unwrap()),
+        "fixed_window" => floodgate(FixedWindow::new(MAX_COUNT, sec).unwrap()),
+        "sliding_window" => floodgate(SlidingWindow::new(u32::MAX as u64, sec).unwrap()),
+        _ => floodgate(
+            Shaper::new(NginxRate::PerSecond(1 << 30), 1 << 30, ShaperDelay::NoDelay).unwrap(),
+        ),
+    }
+}
+
+#[inline(never)]
+fn run(l: &dyn Decide, keys: &[u64], start: usize, n: usize) -> u64 {
+    let mut admitted = 0;
+    for i in 0..n {
+        admitted += l.decide(black_box(keys[(start + i) & (STREAM - 1)])) as u64;
+    }
+    admitted
+}
+
+/// ns per decision: fastest and median.
+fn stats(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[0], v[v.len() / 2])
+}
+
+fn main() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    // Under `cargo test` only check that it runs.
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    let keys = env("KEYS", 10_000);
+    let trials = if bench_mode {
+        env("TRIALS", 60) as usize
+    } else {
+        1
+    };
+    let n = if bench_mode { 200_000 } else { 1_000 };
+    let st = Arc::new(stream(keys));
+    println!(
+        "{keys} keys, {trials} trials, ns per decision (2 threads: aggregate), fastest / median"
+    );
+    println!(
+        "{:16} {:>15} {:>15} {:>15} {:>9} {:>9}",
+        "", "1 thread", "2 shared", "2 separate", "speed-up", "separate"
+    );
+    let names = [
+        "governor",
+        "gcra",
+        "fixed_window",
+        "sliding_window",
+        "shaper",
+    ];
+    for name in names {
+        let (shared, other) = (make(name), make(name));
+        for k in 0..keys {
+            shared.decide(k);
+            other.decide(k);
+        }
+        // A helper thread runs the second half of each two-thread trial on
+        // the limiter it is sent.
+        let bar = Arc::new(Barrier::new(2));
+        let (tx, rx) = mpsc::channel::<Option<(Arc<dyn Decide>, usize)>>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let helper = {
+            let (st, bar) = (st.clone(), bar.clone());
+            std::thread::spawn(move || {
+                while let Ok(Some((l, start))) = rx.recv() {
+                    bar.wait();
+                    black_box(run(&*l, &st, start, n));
+                    done_tx.send(()).unwrap();
+                }
+            })
+        };
+        let (mut one, mut two, mut sep) = (Vec::new(), Vec::new(), Vec::new());
+        let mut start = 0usize;
+        for _ in 0..trials {
+            let t = Instant::now();
+            black_box(run(&*shared, &st, start, n));
+            one.push(t.elapsed().as_nanos() as f64 / n as f64);
+            for (l, out) in [(&other, &mut sep), (&shared, &mut two)] {
+                start += n;
+                tx.send(Some((l.clone(), start + STREAM / 2))).unwrap();
+                bar.wait();
+                let t = Instant::now();
+                black_box(run(&*shared, &st, start, n));
+                done_rx.recv().unwrap();
+                out.push(t.elapsed().as_nanos() as f64 / (2 * n) as f64);
+            }
+            start += n;
+        }
+        tx.send(None).unwrap();
+        helper.join().unwrap();
+        let (one, two, sep) = (stats(one), stats(two), stats(sep));
+        println!(
+            "{name:16} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>8.2}× {:>8.2}×",
+            one.0,
+            one.1,
+            two.0,
+            two.1,
+            sep.0,
+            sep.1,
+            one.0 / two.0,
+            one.0 / sep.0
+        );
+    }
+}
