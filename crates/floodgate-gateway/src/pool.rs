@@ -135,7 +135,10 @@ impl HostPool {
     }
 
     async fn connect(self: &Arc<Self>, connector: &Connector) -> Result<Checkout, ConnectError> {
-        match connector.connect(&self.url).await? {
+        // Boxed: opening a connection (TLS included) is a large future, and
+        // it is rare; inline, every request's future would carry (and move)
+        // its kilobytes.
+        match Box::pin(connector.connect(&self.url)).await? {
             Sender::Http1(sender) => Ok(Checkout::Http1(Pooled {
                 sender,
                 reused: false,
