@@ -10,7 +10,8 @@
 //! two threads on two separate limiters (nothing shared), and reports the
 //! fastest and the median of each: the fastest trials are those in which
 //! both threads had a core to themselves. Keys and quotas are those of the
-//! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override).
+//! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override; names
+//! after `--` select limiters).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -127,7 +128,15 @@ fn main() {
         "sliding_window",
         "shaper",
     ];
+    // Names given on the command line select limiters.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     for name in names {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
         let (shared, other) = (make(name), make(name));
         for k in 0..keys {
             shared.decide(k);
