@@ -2,12 +2,10 @@
 //! its table on another.
 //!
 //! Every access writes the lock and the tick, so that line moves between
-//! cores that use the shard; the table's header (bucket pointer and mask)
-//! and the published hint are read on every access but written only when
-//! the table grows, so on their own line they stay cached, shared, on every
-//! core. One line in motion per access instead of two, and it is asked for
-//! (for writing) before the clock is read, so the lock is usually there
-//! when it is taken.
+//! cores that use the shard; the table's header (bucket pointer and mask) is
+//! read on every access but written only when keys come and go, so on its
+//! own line it stays cached, shared, on every core. One line in motion per
+//! access instead of two.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -22,20 +20,15 @@ use super::lock::RawSpinLock;
 struct Head {
     raw: RawSpinLock,
     tick: UnsafeCell<u32>,
-}
-
-struct Data<T> {
     /// Two words the holder publishes for readers that do not lock (the
-    /// shard's table location, for prefetching before the lock is taken);
-    /// written only when the table moves, so the line stays shared.
+    /// shard's table location, for prefetching before the lock is taken).
     hint: [AtomicUsize; 2],
-    value: UnsafeCell<T>,
 }
 
 /// A value behind a spin lock, with an access tick kept next to the lock.
 pub(crate) struct Slot<T> {
     head: CachePadded<Head>,
-    data: CachePadded<Data<T>>,
+    data: CachePadded<UnsafeCell<T>>,
 }
 
 // SAFETY: the data and the tick are only reached through a `SlotGuard`,
@@ -50,11 +43,9 @@ impl<T> Slot<T> {
             head: CachePadded::new(Head {
                 raw: RawSpinLock::INIT,
                 tick: UnsafeCell::new(0),
-            }),
-            data: CachePadded::new(Data {
                 hint: [AtomicUsize::new(0), AtomicUsize::new(0)],
-                value: UnsafeCell::new(value),
             }),
+            data: CachePadded::new(UnsafeCell::new(value)),
         }
     }
 
@@ -63,17 +54,9 @@ impl<T> Slot<T> {
     #[inline]
     pub(crate) fn hint(&self) -> [usize; 2] {
         [
-            self.data.hint[0].load(Ordering::Relaxed),
-            self.data.hint[1].load(Ordering::Relaxed),
+            self.head.hint[0].load(Ordering::Relaxed),
+            self.head.hint[1].load(Ordering::Relaxed),
         ]
-    }
-
-    /// Asks for the lock's cache line, for writing, ahead of [`lock`].
-    ///
-    /// [`lock`]: Slot::lock
-    #[inline]
-    pub(crate) fn prefetch_lock(&self) {
-        super::prefetch::write(&*self.head as *const Head as usize);
     }
 
     /// Locks the slot.
@@ -106,8 +89,8 @@ impl<T> SlotGuard<'_, T> {
     /// Publishes two words for [`Slot::hint`].
     #[inline]
     pub(crate) fn set_hint(&self, hint: [usize; 2]) {
-        self.slot.data.hint[0].store(hint[0], Ordering::Relaxed);
-        self.slot.data.hint[1].store(hint[1], Ordering::Relaxed);
+        self.slot.head.hint[0].store(hint[0], Ordering::Relaxed);
+        self.slot.head.hint[1].store(hint[1], Ordering::Relaxed);
     }
 
     /// The current access tick.
@@ -123,7 +106,7 @@ impl<T> Deref for SlotGuard<'_, T> {
     #[inline]
     fn deref(&self) -> &T {
         // SAFETY: the lock is held (this guard exists).
-        unsafe { &*self.slot.data.value.get() }
+        unsafe { &*self.slot.data.get() }
     }
 }
 
@@ -131,7 +114,7 @@ impl<T> DerefMut for SlotGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: the lock is held and this guard is borrowed mutably.
-        unsafe { &mut *self.slot.data.value.get() }
+        unsafe { &mut *self.slot.data.get() }
     }
 }
 
