@@ -4,7 +4,7 @@
 //! is swapped atomically when that section changes.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use floodgate::SystemClock;
-use floodgate_http::layer::{FloodgateBody, PeerAddr};
+use floodgate_http::layer::FloodgateBody;
 use floodgate_http::{Contract, FloodgateLayer, HttpIdentity};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
@@ -23,7 +23,7 @@ use pin_project_lite::pin_project;
 use crate::body::ProxyBody;
 use crate::forward::X_FORWARDED_PROTO;
 use crate::http_section::HttpSection;
-use crate::proxy::{Proxy, TrustedHop};
+use crate::proxy::{ClientInfo, Proxy};
 
 /// The limiter of a gateway: the layer and the identity it was built from.
 pub struct Limiter<B> {
@@ -126,28 +126,33 @@ impl<B: Backend> Gateway<B> {
         Ok(true)
     }
 
-    /// Handles one client request from `peer`: limited per the contract,
+    /// Handles one client request from `client`: limited per the contract,
     /// then forwarded.
     pub async fn handle(
         &self,
-        mut req: Request<Incoming>,
-        peer: SocketAddr,
+        req: Request<Incoming>,
+        mut client: ClientInfo,
     ) -> Response<GatewayBody> {
-        req.extensions_mut().insert(PeerAddr(peer));
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
-            return self.proxy.forward(req).await.map(GatewayBody::direct);
+            return self
+                .proxy
+                .forward(req, client)
+                .await
+                .map(GatewayBody::direct);
         };
-        if l.trusts_proxies
+        // No address: the layer's own default (the unspecified one).
+        let peer = client
+            .peer
+            .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
+        client.trusted_hop = l.trusts_proxies
             && req.headers().contains_key(X_FORWARDED_PROTO)
-            && l.identity.client_ip(req.headers(), peer.ip()) != peer.ip()
-        {
-            req.extensions_mut().insert(TrustedHop);
-        }
-        // The layer's own entry point: no tower service, no boxed future.
+            && l.identity.client_ip(req.headers(), peer.ip()) != peer.ip();
+        // The layer's own entry point: no tower service, no boxed future,
+        // the peer given rather than put in the request's extensions.
         let proxy = self.proxy.clone();
-        let limited = l.layer.serve(req, move |req| async move {
-            Ok::<_, Infallible>(proxy.forward(req).await)
+        let limited = l.layer.serve_from(peer, req, move |req| async move {
+            Ok::<_, Infallible>(proxy.forward(req, client).await)
         });
         match limited.await {
             Ok(res) => res.map(GatewayBody::limited),

@@ -26,7 +26,7 @@ use crate::config::ListenerLimits;
 use crate::drain::{Drain, DrainWatcher};
 use crate::gateway::Gateway;
 use crate::io::{Prefixed, Sniffed, sniff};
-use crate::proxy::ClientTls;
+use crate::proxy::ClientInfo;
 use crate::upgrade::ConnectionGuard;
 
 /// The protocol builders, shared by every connection.
@@ -241,17 +241,18 @@ async fn serve_io<B, I>(
         peer,
         slot,
     } = conn;
-    let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
-        if tls {
-            req.extensions_mut().insert(ClientTls);
-        }
-        if req.headers().contains_key(UPGRADE) {
-            req.extensions_mut().insert(ConnectionGuard(
-                slot.clone() as Arc<dyn std::any::Any + Send + Sync>
-            ));
-        }
+    let svc = service_fn(move |req: hyper::Request<Incoming>| {
+        let client = ClientInfo {
+            peer: Some(peer),
+            tls,
+            trusted_hop: false,
+            guard: req
+                .headers()
+                .contains_key(UPGRADE)
+                .then(|| ConnectionGuard(slot.clone() as Arc<dyn std::any::Any + Send + Sync>)),
+        };
         let gateway = gateway.clone();
-        async move { Ok::<_, Infallible>(gateway.handle(req, peer).await) }
+        async move { Ok::<_, Infallible>(gateway.handle(req, client).await) }
     });
     let result = match kind {
         Sniffed::Closed => return,

@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,15 +24,35 @@ use crate::forward::{
 use crate::upgrade::{self, ConnectionGuard};
 use crate::upstream::Upstream;
 
-/// A request extension: the request came through a trusted proxy, so its
-/// `X-Forwarded-Proto` is kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TrustedHop;
+/// What the proxy needs to know of the client connection a request came
+/// on (passed along with the request rather than in its extensions: no
+/// extension map to allocate per request).
+#[derive(Clone, Debug)]
+pub struct ClientInfo {
+    /// The client's address (none: no forwarding fields are added).
+    pub peer: Option<SocketAddr>,
+    /// The client connection is TLS (`X-Forwarded-Proto: https`,
+    /// `proto=https`).
+    pub tls: bool,
+    /// The request came through a trusted proxy, so its
+    /// `X-Forwarded-Proto` is kept.
+    pub trusted_hop: bool,
+    /// What the client connection holds, kept by a tunnel if the request
+    /// is upgraded.
+    pub guard: Option<ConnectionGuard>,
+}
 
-/// A request extension: the client connection is TLS (`X-Forwarded-Proto:
-/// https`, `proto=https`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientTls;
+impl ClientInfo {
+    /// A plain-text connection from `peer`.
+    pub fn new(peer: SocketAddr) -> Self {
+        ClientInfo {
+            peer: Some(peer),
+            tls: false,
+            trusted_hop: false,
+            guard: None,
+        }
+    }
+}
 
 /// Counters of the proxy (cumulative).
 #[derive(Debug, Default)]
@@ -113,17 +134,21 @@ impl Proxy {
         &self.shared.stats
     }
 
-    /// Forwards one request and returns the upstream's response (or the
-    /// gateway's error response).
-    pub async fn forward(&self, req: Request<Incoming>) -> Response<ProxyBody> {
-        forward(&self.shared, req).await
+    /// Forwards one request from `client` and returns the upstream's
+    /// response (or the gateway's error response).
+    pub async fn forward(&self, req: Request<Incoming>, client: ClientInfo) -> Response<ProxyBody> {
+        forward(&self.shared, req, client).await
     }
 }
 
-async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyBody> {
-    let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
-    let keep_proto = req.extensions().get::<TrustedHop>().is_some();
-    let https = req.extensions().get::<ClientTls>().is_some();
+async fn forward(
+    shared: &Shared,
+    mut req: Request<Incoming>,
+    client: ClientInfo,
+) -> Response<ProxyBody> {
+    let peer = client.peer;
+    let keep_proto = client.trusted_hop;
+    let https = client.tls;
     let upgrade = upgrade::requested(req.version(), req.headers());
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
@@ -163,8 +188,7 @@ async fn forward(shared: &Shared, mut req: Request<Incoming>) -> Response<ProxyB
     let upgrade = upgrade.filter(|_| req.version() == Version::HTTP_11);
     let client_upgrade = upgrade.map(|v| {
         upgrade::restore(req.headers_mut(), v.clone());
-        let guard = req.extensions().get::<ConnectionGuard>().cloned();
-        (hyper::upgrade::on(&mut req), guard, v)
+        (hyper::upgrade::on(&mut req), client.guard, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     match tokio::time::timeout(up.response_timeout(), up.send(target, req)).await {
@@ -224,8 +248,16 @@ impl Service<Request<Incoming>> for Proxy {
         Poll::Ready(Ok(()))
     }
 
+    /// The client's address is read from the request's [`PeerAddr`]
+    /// extension.
     fn call(&mut self, req: Request<Incoming>) -> BoxFuture {
         let shared = self.shared.clone();
-        Box::pin(async move { Ok(forward(&shared, req).await) })
+        let client = ClientInfo {
+            peer: req.extensions().get::<PeerAddr>().map(|p| p.0),
+            tls: false,
+            trusted_hop: false,
+            guard: None,
+        };
+        Box::pin(async move { Ok(forward(&shared, req, client).await) })
     }
 }

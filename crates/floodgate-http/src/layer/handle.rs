@@ -73,10 +73,13 @@ fn concurrency_report(report: &mut Report, name: &str, max: usize) {
 }
 
 /// One request: `inner` is called (at most once) when it is admitted.
+/// `peer` is the client's address when the caller knows it (else it is
+/// looked up in the request's extensions).
 pub(crate) async fn handle<F, Fut, ReqBody, ResBody, E, B, C>(
     shared: Arc<Shared<B, C>>,
     inner: F,
     req: Request<ReqBody>,
+    peer: Option<SocketAddr>,
 ) -> Result<Out<ResBody>, E>
 where
     F: FnOnce(Request<ReqBody>) -> Fut,
@@ -110,7 +113,9 @@ where
         scratch: Some(shared.take()),
         holds_units: false,
     };
-    let peer = (shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER);
+    let peer = peer
+        .or_else(|| (shared.settings.peer)(req.extensions()))
+        .unwrap_or(NO_PEER);
     {
         let s = held.scratch();
         shared.identity.request_descriptors(&req, peer, &mut s.out);

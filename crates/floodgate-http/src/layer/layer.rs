@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use floodgate::Clock;
@@ -124,7 +125,26 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        handle(self.shared.clone(), inner, req)
+        handle(self.shared.clone(), inner, req, None)
+    }
+
+    /// Like [`serve`](Self::serve), with the client's address given rather
+    /// than looked up in the request's extensions (a server that knows it
+    /// need not insert it: no extension map to allocate per request).
+    pub fn serve_from<F, Fut, ReqBody, ResBody, E>(
+        &self,
+        peer: SocketAddr,
+        req: Request<ReqBody>,
+        inner: F,
+    ) -> impl Future<Output = Result<Response<FloodgateBody<ResBody>>, E>> + Send + 'static
+    where
+        F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+        E: Send + 'static,
+    {
+        handle(self.shared.clone(), inner, req, Some(peer))
     }
 
     /// The layer's counters.

@@ -68,6 +68,11 @@ where
         // The clone is not ready; keep it and send the ready one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(handle(self.shared.clone(), move |r| inner.call(r), req))
+        ResponseFuture::new(handle(
+            self.shared.clone(),
+            move |r| inner.call(r),
+            req,
+            None,
+        ))
     }
 }
