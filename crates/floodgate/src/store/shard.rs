@@ -149,3 +149,48 @@ impl<K, S> Shard<K, S> {
         (before - self.table.len()) as u64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Entry, Shard};
+
+    /// The hint is right about hashbrown's layout: bucket `i` is `i + 1`
+    /// entries below the control bytes, and the mask is the bucket mask (a
+    /// hashbrown release that changed either would only make the prefetches
+    /// useless, which this test would notice), and probing starts at
+    /// `hash & mask`.
+    #[test]
+    fn the_table_hint_locates_every_bucket() {
+        let mut shard: Shard<u64, u128> = Shard::new();
+        assert_eq!(shard.table_hint(), [0, 0]);
+        let size = std::mem::size_of::<Entry<u64, u128>>();
+        for n in 0..3_000u64 {
+            let hash = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            shard.table.insert_unique(
+                hash,
+                Entry {
+                    state: 0,
+                    key: n,
+                    idle: 1,
+                    touched: 0,
+                },
+                |e| e.key.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            );
+            if n == 0 {
+                // Alone in its table, a key sits in its home bucket.
+                let [_, mask] = shard.table_hint();
+                let home = shard.table.find_bucket_index(hash, |e| e.key == 0);
+                assert_eq!(home, Some(hash as usize & mask));
+            }
+            if n % 97 != 0 {
+                continue;
+            }
+            let [ctrl, mask] = shard.table_hint();
+            assert_eq!(mask + 1, shard.table.num_buckets());
+            for i in shard.table.iter_buckets() {
+                let e = shard.table.get_bucket(i).unwrap();
+                assert_eq!(e as *const Entry<u64, u128> as usize, ctrl - (i + 1) * size);
+            }
+        }
+    }
+}
