@@ -3,6 +3,7 @@
 //! Protocols`, joining the two connections). Upstream failures are gateway
 //! errors (502, 504), never rate-limit statuses.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use floodgate_http::layer::PeerAddr;
 use http::header::{CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
@@ -155,9 +157,6 @@ async fn forward(
     // The gateway answers `100-continue` itself when it reads the body.
     headers.remove(EXPECT);
     if let Some(peer) = peer {
-        // One buffer for both values.
-        let mut buf = bytes::BytesMut::with_capacity(160);
-        append_x_forwarded_for(req.headers_mut(), peer.ip(), &mut buf);
         // A cheap clone (shared bytes), so the map can be written to.
         let host = match req.headers().get(HOST) {
             Some(h) => Some(h.clone()),
@@ -166,13 +165,16 @@ async fn forward(
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
         };
-        append_forwarded(
-            req.headers_mut(),
-            peer,
-            host.as_ref().map(HeaderValue::as_bytes),
-            https,
-            &mut buf,
-        );
+        with_forwarding_buf(|buf| {
+            append_x_forwarded_for(req.headers_mut(), peer.ip(), buf);
+            append_forwarded(
+                req.headers_mut(),
+                peer,
+                host.as_ref().map(HeaderValue::as_bytes),
+                https,
+                buf,
+            );
+        });
     }
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let up = &shared.upstream;
@@ -225,6 +227,26 @@ async fn forward(
             error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
         }
     }
+}
+
+/// Bytes reserved at a time for forwarding values.
+const FORWARDING_CHUNK: usize = 4096;
+
+thread_local! {
+    /// The forwarding values of this thread's requests are split off one
+    /// buffer, reclaimed in place once they are all dropped (after their
+    /// requests are written): no allocation per request.
+    static FORWARDING: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+fn with_forwarding_buf(f: impl FnOnce(&mut BytesMut)) {
+    FORWARDING.with(|b| {
+        let mut buf = b.borrow_mut();
+        if buf.capacity() < FORWARDING_CHUNK / 8 {
+            buf.reserve(FORWARDING_CHUNK);
+        }
+        f(&mut buf);
+    });
 }
 
 fn error(status: StatusCode, text: &'static str) -> Response<ProxyBody> {

@@ -42,9 +42,10 @@ unsafe impl lock_api::RawMutex for RawSpinLock {
 
     #[inline]
     fn lock(&self) {
-        // Test before test-and-set: a waiter reads the line instead of
-        // taking it away from the holder.
-        if self.0.load(Ordering::Relaxed) || self.0.swap(true, Ordering::Acquire) {
+        // Straight to the swap: the line is usually free, and reading it
+        // first would fetch it shared, then again to own it. A waiter spins
+        // on reads (`lock_contended`), not taking the line from the holder.
+        if self.0.swap(true, Ordering::Acquire) {
             self.lock_contended();
         }
     }

@@ -16,6 +16,7 @@
 
 mod batch;
 mod lock;
+mod prefetch;
 mod shard;
 mod slot;
 
@@ -28,7 +29,7 @@ use crossbeam_utils::CachePadded;
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
-use shard::{Entry, Shard, Swept, idle_secs, prefetch};
+use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
 
 pub use batch::Item;
@@ -101,6 +102,7 @@ where
                 format!("must be a power of two up to 65536 (got {})", config.shards),
             ));
         }
+        prefetch::init();
         let shards = config
             .shards
             .min(config.capacity.min(1 << 16).next_power_of_two());
@@ -171,7 +173,8 @@ where
     {
         let hash = self.hash(key);
         let slot = &self.shards[self.shard_of(hash)];
-        prefetch::<K, S>(slot.hint(), hash);
+        prefetch_entry::<K, S>(slot.hint(), hash);
+        slot.prefetch_lock();
         let now = now();
         let mut shard = slot.lock();
         let tick = shard.next_tick();
@@ -237,7 +240,7 @@ where
     {
         let hash = self.hash(key);
         let slot = &self.shards[self.shard_of(hash)];
-        prefetch::<K, S>(slot.hint(), hash);
+        prefetch_entry::<K, S>(slot.hint(), hash);
         let mut shard = slot.lock();
         let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
         let r = f(&mut e.state);

@@ -3,6 +3,7 @@
 
 use hashbrown::HashTable;
 
+use super::prefetch;
 use crate::Timestamp;
 
 /// Shards never sweep below this many entries.
@@ -44,31 +45,21 @@ pub(crate) fn idle_secs(t: Timestamp) -> u32 {
 }
 
 /// Where a key's entry probably is, from a shard's published [`table_hint`]
-/// (taken before the shard is locked): its control group and its home
-/// bucket are prefetched, so they arrive while the lock is being taken.
-/// A stale or wrong hint costs a useless prefetch, never a wrong access:
-/// prefetches do not fault and nothing is read through these addresses.
+/// (taken before the shard is locked): its control group is prefetched, and
+/// its home bucket for writing, so they arrive while the lock is being
+/// taken. A stale or wrong hint costs a useless prefetch, never a wrong
+/// access: nothing is read through these addresses.
 ///
 /// [`table_hint`]: Shard::table_hint
 #[inline]
-pub(crate) fn prefetch<K, S>([ctrl, mask]: [usize; 2], hash: u64) {
-    #[cfg(target_arch = "x86_64")]
+pub(crate) fn prefetch_entry<K, S>([ctrl, mask]: [usize; 2], hash: u64) {
     if ctrl != 0 {
-        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // hashbrown probes from `hash & bucket_mask`; bucket `i` sits
         // `(i + 1)` entries below the control bytes.
         let pos = hash as usize & mask;
-        let group = ctrl.wrapping_add(pos) as *const i8;
-        let entry = ctrl.wrapping_sub((pos + 1) * std::mem::size_of::<Entry<K, S>>()) as *const i8;
-        // SAFETY: prefetching has no architectural effect and never faults,
-        // whatever the address.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(group);
-            _mm_prefetch::<_MM_HINT_T0>(entry);
-        }
+        prefetch::read(ctrl.wrapping_add(pos));
+        prefetch::write(ctrl.wrapping_sub((pos + 1) * std::mem::size_of::<Entry<K, S>>()));
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (ctrl, mask, hash);
 }
 
 impl<K, S> Shard<K, S> {

@@ -2,10 +2,12 @@
 //! its table on another.
 //!
 //! Every access writes the lock and the tick, so that line moves between
-//! cores that use the shard; the table's header (bucket pointer and mask) is
-//! read on every access but written only when keys come and go, so on its
-//! own line it stays cached, shared, on every core. One line in motion per
-//! access instead of two.
+//! cores that use the shard; the table's header (bucket pointer and mask)
+//! and the published hint are read on every access but written only when
+//! the table grows, so on their own line they stay cached, shared, on every
+//! core. One line in motion per access instead of two, and it is asked for
+//! (for writing) before the clock is read, so the lock is usually there
+//! when it is taken.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -20,15 +22,20 @@ use super::lock::RawSpinLock;
 struct Head {
     raw: RawSpinLock,
     tick: UnsafeCell<u32>,
+}
+
+struct Data<T> {
     /// Two words the holder publishes for readers that do not lock (the
-    /// shard's table location, for prefetching before the lock is taken).
+    /// shard's table location, for prefetching before the lock is taken);
+    /// written only when the table moves, so the line stays shared.
     hint: [AtomicUsize; 2],
+    value: UnsafeCell<T>,
 }
 
 /// A value behind a spin lock, with an access tick kept next to the lock.
 pub(crate) struct Slot<T> {
     head: CachePadded<Head>,
-    data: CachePadded<UnsafeCell<T>>,
+    data: CachePadded<Data<T>>,
 }
 
 // SAFETY: the data and the tick are only reached through a `SlotGuard`,
@@ -43,9 +50,11 @@ impl<T> Slot<T> {
             head: CachePadded::new(Head {
                 raw: RawSpinLock::INIT,
                 tick: UnsafeCell::new(0),
-                hint: [AtomicUsize::new(0), AtomicUsize::new(0)],
             }),
-            data: CachePadded::new(UnsafeCell::new(value)),
+            data: CachePadded::new(Data {
+                hint: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                value: UnsafeCell::new(value),
+            }),
         }
     }
 
@@ -54,9 +63,17 @@ impl<T> Slot<T> {
     #[inline]
     pub(crate) fn hint(&self) -> [usize; 2] {
         [
-            self.head.hint[0].load(Ordering::Relaxed),
-            self.head.hint[1].load(Ordering::Relaxed),
+            self.data.hint[0].load(Ordering::Relaxed),
+            self.data.hint[1].load(Ordering::Relaxed),
         ]
+    }
+
+    /// Asks for the lock's cache line, for writing, ahead of [`lock`].
+    ///
+    /// [`lock`]: Slot::lock
+    #[inline]
+    pub(crate) fn prefetch_lock(&self) {
+        super::prefetch::write(&*self.head as *const Head as usize);
     }
 
     /// Locks the slot.
@@ -89,8 +106,8 @@ impl<T> SlotGuard<'_, T> {
     /// Publishes two words for [`Slot::hint`].
     #[inline]
     pub(crate) fn set_hint(&self, hint: [usize; 2]) {
-        self.slot.head.hint[0].store(hint[0], Ordering::Relaxed);
-        self.slot.head.hint[1].store(hint[1], Ordering::Relaxed);
+        self.slot.data.hint[0].store(hint[0], Ordering::Relaxed);
+        self.slot.data.hint[1].store(hint[1], Ordering::Relaxed);
     }
 
     /// The current access tick.
@@ -106,7 +123,7 @@ impl<T> Deref for SlotGuard<'_, T> {
     #[inline]
     fn deref(&self) -> &T {
         // SAFETY: the lock is held (this guard exists).
-        unsafe { &*self.slot.data.get() }
+        unsafe { &*self.slot.data.value.get() }
     }
 }
 
@@ -114,7 +131,7 @@ impl<T> DerefMut for SlotGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: the lock is held and this guard is borrowed mutably.
-        unsafe { &mut *self.slot.data.get() }
+        unsafe { &mut *self.slot.data.value.get() }
     }
 }
 
