@@ -80,7 +80,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
         for (i, item) in items.iter().enumerate() {
             let hash = self.hash(item.key);
             let shard = self.shard_of(hash);
-            prefetch_entry::<K, S>(self.shards[shard].hint(), hash);
+            prefetch_entry::<K, S>(self.prefetch, self.shards[shard].hint(), hash);
             let lead = (0..i)
                 .find(|&j| slots[j].hash == hash && items[j].key == item.key)
                 .unwrap_or(i);

@@ -29,6 +29,7 @@ use crossbeam_utils::CachePadded;
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
+use prefetch::Prefetch;
 use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
 
@@ -82,6 +83,7 @@ pub struct Store<K, S> {
     hasher: foldhash::fast::RandomState,
     mask: usize,
     shard_cap: usize,
+    prefetch: Prefetch,
     /// Reclaimed and evicted keys, on a line of their own: sweeps write
     /// them, while every decision reads the fields above.
     counters: CachePadded<[AtomicU64; 2]>,
@@ -102,7 +104,6 @@ where
                 format!("must be a power of two up to 65536 (got {})", config.shards),
             ));
         }
-        prefetch::init();
         let shards = config
             .shards
             .min(config.capacity.min(1 << 16).next_power_of_two());
@@ -111,6 +112,7 @@ where
             hasher: foldhash::fast::RandomState::default(),
             mask: shards - 1,
             shard_cap: config.capacity.div_ceil(shards),
+            prefetch: Prefetch::detect(),
             counters: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
         })
     }
@@ -173,8 +175,8 @@ where
     {
         let hash = self.hash(key);
         let slot = &self.shards[self.shard_of(hash)];
-        prefetch_entry::<K, S>(slot.hint(), hash);
-        slot.prefetch_lock();
+        prefetch_entry::<K, S>(self.prefetch, slot.hint(), hash);
+        slot.prefetch_lock(self.prefetch);
         let now = now();
         let mut shard = slot.lock();
         let tick = shard.next_tick();
@@ -240,7 +242,7 @@ where
     {
         let hash = self.hash(key);
         let slot = &self.shards[self.shard_of(hash)];
-        prefetch_entry::<K, S>(slot.hint(), hash);
+        prefetch_entry::<K, S>(self.prefetch, slot.hint(), hash);
         let mut shard = slot.lock();
         let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
         let r = f(&mut e.state);

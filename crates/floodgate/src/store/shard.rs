@@ -3,7 +3,7 @@
 
 use hashbrown::HashTable;
 
-use super::prefetch;
+use super::prefetch::Prefetch;
 use crate::Timestamp;
 
 /// Shards never sweep below this many entries.
@@ -52,13 +52,13 @@ pub(crate) fn idle_secs(t: Timestamp) -> u32 {
 ///
 /// [`table_hint`]: Shard::table_hint
 #[inline]
-pub(crate) fn prefetch_entry<K, S>([ctrl, mask]: [usize; 2], hash: u64) {
+pub(crate) fn prefetch_entry<K, S>(p: Prefetch, [ctrl, mask]: [usize; 2], hash: u64) {
     if ctrl != 0 {
         // hashbrown probes from `hash & bucket_mask`; bucket `i` sits
         // `(i + 1)` entries below the control bytes.
         let pos = hash as usize & mask;
-        prefetch::read(ctrl.wrapping_add(pos));
-        prefetch::write(ctrl.wrapping_sub((pos + 1) * std::mem::size_of::<Entry<K, S>>()));
+        p.read(ctrl.wrapping_add(pos));
+        p.write(ctrl.wrapping_sub((pos + 1) * std::mem::size_of::<Entry<K, S>>()));
     }
 }
 

@@ -72,8 +72,8 @@ impl<T> Slot<T> {
     ///
     /// [`lock`]: Slot::lock
     #[inline]
-    pub(crate) fn prefetch_lock(&self) {
-        super::prefetch::write(&*self.head as *const Head as usize);
+    pub(crate) fn prefetch_lock(&self, p: super::prefetch::Prefetch) {
+        p.write(&*self.head as *const Head as usize);
     }
 
     /// Locks the slot.
