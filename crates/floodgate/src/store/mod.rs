@@ -7,6 +7,13 @@
 //! ([`Store::decide_many`]) lock their shards in ascending order, so batches
 //! never deadlock and all-or-nothing holds across keys.
 //!
+//! Before taking the lock, a decision prefetches what it will touch: the
+//! key's control bytes and home bucket (from where the shard last published
+//! its table to be) and the lock's own line, the last two for writing. The
+//! fetches, from memory or from the other core that last wrote them, then
+//! overlap the clock read instead of following one another inside the
+//! critical section.
+//!
 //! Memory is bounded. A key whose state equals a fresh key's (a full bucket,
 //! an expired window) is dropped by the next sweep, which runs when a shard
 //! has doubled since the last one; at the configured capacity the least
