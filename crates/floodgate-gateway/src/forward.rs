@@ -24,7 +24,26 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 /// `TE` unless it is exactly `trailers` (which gRPC needs end to end and
 /// HTTP/2 allows).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(CONNECTION) {
+    // One pass over the names first (most messages carry none of them)
+    // rather than a lookup per field.
+    let mut connection = false;
+    let mut others = false;
+    for name in headers.keys() {
+        if name == CONNECTION {
+            connection = true;
+        } else if name == TE
+            || name == TRANSFER_ENCODING
+            || name == UPGRADE
+            || name == KEEP_ALIVE
+            || name == PROXY_CONNECTION
+        {
+            others = true;
+        }
+    }
+    if !connection && !others {
+        return;
+    }
+    if connection {
         // The named fields: comma-separated tokens, over all lines.
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
