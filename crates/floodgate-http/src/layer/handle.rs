@@ -88,7 +88,6 @@ where
     C: Clock + 'static,
 {
     let mut keep = Keep::default();
-    let now = shared.engine.clock().now();
     // Priority shedding first: it protects everything behind it.
     if let Some(shedder) = &shared.shedder {
         let low = shedder.is_low(&req, &shared.identity);
@@ -101,7 +100,7 @@ where
                 let res = shared.contract.reject(
                     Rejection::Overloaded { retry_after },
                     req.headers(),
-                    now,
+                    shared.engine.clock().now(),
                     &mut String::new(),
                 );
                 return Ok(full(res));
