@@ -255,6 +255,48 @@ async fn forwarding_and_hop_by_hop_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_forwarded_proto_is_kept_only_through_a_trusted_proxy() {
+    let up = upstream().await;
+    let file = ConfigFile::new(
+        r#"
+http:
+  domain: gw
+  client_ip: {trusted_hops: 1}
+  descriptors:
+    - [{header: {name: x-limit-key, key: key}}]
+domains:
+  - domain: gw
+    descriptors:
+      - key: key
+        rate_limit: {requests: 100, per: 1m}
+server: {reload_interval: 0}
+"#,
+    );
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let send = |xff: Option<&'static str>| {
+        let url = format!("http://{}/", gw.addr());
+        async move {
+            let mut req = h1()
+                .get(url)
+                .header("x-limit-key", "k")
+                .header("x-forwarded-proto", "https");
+            if let Some(xff) = xff {
+                req = req.header("x-forwarded-for", xff);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            header(&r, "x-seen-proto").map(str::to_owned)
+        }
+    };
+    // The client named by the trusted hop differs from the peer: the
+    // request came through that proxy, whose scheme is kept.
+    assert_eq!(send(Some("203.0.113.9")).await.as_deref(), Some("https"));
+    // No forwarding hop: the claim is replaced by the connection's scheme.
+    assert_eq!(send(None).await.as_deref(), Some("http"));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shaper_delays_and_a_client_leaving_mid_delay() {
     let up = upstream().await;
     let file = ConfigFile::new(LIMITED);
