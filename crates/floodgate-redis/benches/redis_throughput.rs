@@ -274,7 +274,13 @@ fn main() {
         // Before any thread starts, so that all of them inherit it.
         pin(std::process::id(), 1);
     }
-    let server = Server::start();
+    // Extra redis-server settings, e.g. BENCH_REDIS_ARGS="--hz 100".
+    let extra = std::env::var("BENCH_REDIS_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    if !extra.is_empty() {
+        println!("redis-server {}", extra.join(" "));
+    }
+    let server = Server::start_with(&extra);
     if pinned {
         let pid = server.child.as_ref().expect("running server").id();
         pin(pid, 0);
@@ -292,6 +298,12 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let dur = secs();
+    // The latency phase's load, as a share of the measured throughput.
+    let share: f64 = std::env::var("BENCH_LOAD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s| *s > 0.0 && *s <= 1.0)
+        .unwrap_or(0.5);
     rt.block_on(async {
         let config = RedisConfig {
             urls: vec![server.url()],
@@ -316,17 +328,31 @@ fn main() {
             server.cli(&["flushall"]);
             let trips = (b.stats().calls.get() - calls) as f64
                 / (b.stats().decisions.get() - decisions) as f64;
-            let lat = latency(&b, work, rps / 2.0, dur).await;
+            // Redis's own stalls of 1 ms or more during the latency phase
+            // (expiry cycles, rehashing, slow commands): LATENCY LATEST.
+            server.cli(&["config", "set", "latency-monitor-threshold", "1"]);
+            server.cli(&["latency", "reset"]);
+            let lat = latency(&b, work, rps * share, dur).await;
+            let stalls = server.cli(&["latency", "latest"]);
             println!(
                 "{work:?}: ceiling {ceiling:.0}/s; backend {rps:.0} decisions/s ({:.0}% of it), \
                  {trips:.2} round trips/decision; at {:.0}/s: p50 {:?} p99 {:?} max {:?} ({} samples)",
                 100.0 * rps / ceiling,
-                rps / 2.0,
+                rps * share,
                 pct(&lat, 0.50),
                 pct(&lat, 0.99),
                 lat[lat.len() - 1],
                 lat.len(),
             );
+            let stalls: Vec<&str> = stalls.split_whitespace().collect();
+            if !stalls.is_empty() {
+                // event, time, latest ms, max ms (per event)
+                let events: Vec<String> = stalls
+                    .chunks(4)
+                    .map(|c| format!("{} (latest {} ms, max {} ms)", c[0], c.get(2).unwrap_or(&"?"), c.get(3).unwrap_or(&"?")))
+                    .collect();
+                println!("  Redis stalls of 1 ms or more meanwhile: {}", events.join(", "));
+            }
         }
     });
 }
