@@ -10,6 +10,9 @@ use crate::error::ServerError;
 use crate::settings::StoreSettings;
 
 /// Either store, behind one [`Backend`].
+// One value per process: the in-memory store stays inline, so its decisions
+// (the hot path) follow no extra pointer.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyBackend {
     /// Counters in this process.
     Memory(MemoryBackend),
