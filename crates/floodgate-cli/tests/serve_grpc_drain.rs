@@ -18,6 +18,24 @@ use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 
+/// An HTTP/2 connection to the gRPC listener on `port`.
+async fn connect<B>(port: u16) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
 #[tokio::test]
 async fn an_rls_call_in_flight_is_answered_before_exit() {
     let config = "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 5, unit: day}\n";
@@ -27,30 +45,9 @@ async fn an_rls_call_in_flight_is_answered_before_exit() {
         &["--shutdown-grace", "5s"],
         &[],
     );
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.grpc))
-        .await
-        .unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut send = connect(s.grpc).await;
 
-    let msg = RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: "drain".into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-    .encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&msg);
+    let frame = rls_frame("d", "drain");
 
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let body = StreamBody::new(Box::pin(futures_util::stream::unfold(
@@ -162,14 +159,7 @@ async fn a_call_past_its_grpc_timeout_gets_deadline_exceeded() {
         &[],
         &[],
     );
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.grpc))
-        .await
-        .unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut send = connect(s.grpc).await;
 
     // Redis answering: the deadline is not in the way.
     let (status, _) = timed_call(&mut send, s.grpc, Some("5S")).await;
