@@ -193,7 +193,8 @@ async fn forward(
         (hyper::upgrade::on(&mut req), client.guard, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    match tokio::time::timeout(up.response_timeout(), up.send(target, req)).await {
+    let send = up.send(target, req, client_upgrade.is_some());
+    match tokio::time::timeout(up.response_timeout(), send).await {
         Ok(Ok((mut res, conn))) => {
             let switched = match client_upgrade {
                 Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {

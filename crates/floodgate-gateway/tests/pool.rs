@@ -80,3 +80,83 @@ async fn concurrent_requests_keep_at_most_max_idle() {
     let drained = tokio::time::timeout(Duration::from_secs(3), gw.shutdown()).await;
     assert_eq!(drained.ok(), Some(true));
 }
+
+/// An upstream that answers each connection's first request, then closes
+/// it — with `Connection: close`, or silently (as a server whose keep-alive
+/// timeout fires right after a response). Returns its address and how many
+/// connections it accepted.
+async fn one_shot_upstream(
+    say_close: bool,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let close = if say_close {
+                    "Connection: close\r\n"
+                } else {
+                    ""
+                };
+                let res = format!("HTTP/1.1 200 OK\r\n{close}Content-Length: 2\r\n\r\nok");
+                let _ = s.write_all(res.as_bytes()).await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// Connections the upstream closes (announced or not) are never handed to
+/// a request as if open: every request is answered, on a new connection,
+/// and the pool does not keep the closed ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_upstream_closes_are_replaced() {
+    for say_close in [true, false] {
+        let (addr, accepted) = one_shot_upstream(say_close).await;
+        let url = format!("http://{addr}");
+        let file = ConfigFile::new(&config(&url, "    pool_idle_timeout: 10s\n"));
+        let gw = gateway(&file, &url).await;
+        let c = h1();
+        for i in 0..20 {
+            let r = c
+                .get(format!("http://{}/", gw.addr()))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                r.status(),
+                200,
+                "request {i}, Connection: close {say_close}"
+            );
+            assert_eq!(r.bytes().await.unwrap(), "ok");
+            if !say_close {
+                // Let the close reach the gateway before the next request
+                // (otherwise the request may be written before the close
+                // arrives, and be retried: also fine, but not this case).
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 20);
+        // The reaper (every 5 s at this timeout) or the next checkout drops
+        // them: none is left once closed connections are noticed.
+        if say_close {
+            assert_eq!(gw.gateway().proxy().upstream().idle_connections(), 0);
+        }
+        gw.shutdown().await;
+    }
+}
