@@ -6,15 +6,27 @@
 //!    random keys, 64 clients, pipelined 16 deep (the command is printed).
 //! 3. The backend: 64 concurrent tokio callers deciding on random keys
 //!    (fixed window; GCRA; a two-limit rule) for a few seconds: decisions/s.
-//! 4. Latency: the same callers paced to half the measured throughput:
-//!    p50/p99/max of each decision.
+//! 4. Latency: requests scheduled open loop at half the measured throughput
+//!    (evenly spaced; a 50 µs tick of a timer in the runtime's own event
+//!    loop hands them to the same 64 callers), each timed from its
+//!    *scheduled* start, so a caller or a client that falls behind shows up
+//!    in the figures instead of delaying the schedule: p50/p99/max, where
+//!    the slowest 1 % spent their time (waiting for a caller, on the way to
+//!    Redis's clock, on the way back), the CPU time of both processes and
+//!    the time they were runnable but not running.
 //!
 //! `cargo bench -p floodgate-redis --bench redis_throughput` (set
 //! `BENCH_SECS` to change the measuring time, default 3). On a machine with
 //! two or more cores, redis-server is pinned to core 0 and the benchmark
 //! (its callers and the pacer) to core 1, so that neither time-slices with
-//! the other (`BENCH_PIN=0` leaves placement to the scheduler). Run by `cargo
-//! test --all-targets` (without `--bench`), it only makes a short smoke run.
+//! the other (`BENCH_PIN=0` leaves placement to the scheduler). Other
+//! settings: `BENCH_LOAD` (the latency phase's share of the throughput,
+//! default 0.5), `BENCH_RATE` (a fixed rate for the latency phase instead,
+//! skipping the ceiling and throughput phases), `BENCH_WORK` (e.g.
+//! `fixed,gcra`: only these workloads), `BENCH_REDIS_ARGS` (extra
+//! redis-server settings), `BENCH_DUMP` (a file to write every latency
+//! sample to). Run by `cargo test --all-targets` (without `--bench`), it
+//! only makes a short smoke run.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -27,7 +39,6 @@ use std::time::{Duration, Instant};
 use common::{Server, blank, item};
 use floodgate::algorithms::{AnyLimit, FixedWindow, Gcra};
 use floodgate::{Apply, Timestamp};
-use floodgate_policy::Backend;
 use floodgate_redis::{RedisBackend, RedisConfig};
 
 const CALLERS: usize = 64;
@@ -138,7 +149,9 @@ fn next_key(state: &mut u64) -> u64 {
     *state % KEYS
 }
 
-async fn decide_one(b: &RedisBackend, work: Work, limits: &[AnyLimit; 2], rng: &mut u64) {
+/// One decision on a random key; returns the Redis server's clock (µs since
+/// the Unix epoch) when the script ran.
+async fn decide_one(b: &RedisBackend, work: Work, limits: &[AnyLimit; 2], rng: &mut u64) -> i64 {
     let k = next_key(rng);
     let group = format!("u{k}");
     let a = format!("u{k}:a");
@@ -152,9 +165,11 @@ async fn decide_one(b: &RedisBackend, work: Work, limits: &[AnyLimit; 2], rng: &
             item(group.as_bytes(), z.as_bytes(), &limits[1], 1),
         ],
     };
-    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+    let (_, at) = b
+        .decide_timed(&items, Timestamp::ZERO, Apply::Commit, &mut out)
         .await
         .expect("decision");
+    at.as_micros() as i64
 }
 
 fn limits() -> [AnyLimit; 2] {
@@ -194,39 +209,172 @@ async fn throughput(b: &Arc<RedisBackend>, work: Work, dur: Duration) -> f64 {
     total as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Latencies at `rate` decisions per second: a pacer thread hands out
-/// permits evenly (every 100 µs, not in 1 ms timer bursts) to the callers,
-/// and each decision is timed from the moment its caller takes a permit.
-async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) -> Vec<Duration> {
-    let permits = Arc::new(tokio::sync::Semaphore::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let pacer = {
-        let (permits, stop) = (permits.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            let mut issued = 0u64;
-            while start.elapsed() < dur {
-                let due = (start.elapsed().as_secs_f64() * rate) as u64;
-                permits.add_permits((due - issued) as usize);
-                issued = due;
-                std::thread::sleep(Duration::from_micros(100));
+/// One timed decision of the latency phase.
+#[derive(Clone, Copy)]
+struct Sample {
+    /// Its scheduled start, from the start of the phase (µs).
+    at: u64,
+    /// From its scheduled start to its answer.
+    total: Duration,
+    /// From its scheduled start until a caller began it.
+    wait: Duration,
+    /// From the call's start until the script read Redis's clock (µs, both
+    /// wall clocks of this machine).
+    to_redis: i64,
+    /// From the script reading Redis's clock until the answer (µs).
+    from_redis: i64,
+}
+
+/// This machine's wall clock in µs since the Unix epoch (Redis's `TIME`).
+fn wall_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// The pacer's tick.
+const TICK: Duration = Duration::from_micros(50);
+
+/// A periodic timer with microsecond precision in the runtime's own event
+/// loop (a `timerfd`): tokio's timers have a granularity of 1 ms, which
+/// would bunch the schedule into bursts, and a pacer thread would compete
+/// with the runtime's worker for its core.
+#[cfg(target_os = "linux")]
+struct Ticker(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
+
+#[cfg(target_os = "linux")]
+impl Ticker {
+    fn new(period: Duration) -> Ticker {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscalls; the descriptor is owned from here on.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        assert!(fd >= 0, "timerfd_create");
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let ts = libc::timespec {
+            tv_sec: period.as_secs() as _,
+            tv_nsec: period.subsec_nanos() as _,
+        };
+        let spec = libc::itimerspec {
+            it_interval: ts,
+            it_value: ts,
+        };
+        use std::os::fd::AsRawFd;
+        let ok = unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        assert_eq!(ok, 0, "timerfd_settime");
+        // SAFETY: the `OwnedFd` stays open, and the same descriptor, for as
+        // long as the `AsyncFd` owns it.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        };
+        Ticker(
+            fd.map_err(|e| e.to_string())
+                .expect("timerfd in the runtime"),
+        )
+    }
+
+    async fn tick(&mut self) {
+        use std::os::fd::AsRawFd;
+        loop {
+            let mut guard = self.0.readable().await.expect("timerfd");
+            let mut expired = 0u64;
+            // SAFETY: reads 8 bytes into a u64.
+            let n = unsafe {
+                libc::read(
+                    self.0.get_ref().as_raw_fd(),
+                    (&mut expired as *mut u64).cast(),
+                    8,
+                )
+            };
+            if n == 8 {
+                return;
             }
-            stop.store(true, Ordering::Relaxed);
-            permits.close();
+            guard.clear_ready();
+        }
+    }
+}
+
+/// Elsewhere, tokio's own timer (1 ms granularity: coarser bursts).
+#[cfg(not(target_os = "linux"))]
+struct Ticker(tokio::time::Interval);
+
+#[cfg(not(target_os = "linux"))]
+impl Ticker {
+    fn new(period: Duration) -> Ticker {
+        Ticker(tokio::time::interval(period))
+    }
+
+    async fn tick(&mut self) {
+        self.0.tick().await;
+    }
+}
+
+/// Latencies at `rate` decisions per second, open loop: decision `k` is
+/// scheduled at `k / rate` seconds; at every tick the pacer queues the
+/// decisions due by then and the `CALLERS` callers take them in order. Each
+/// is timed from its scheduled start, however late a caller takes it (no
+/// coordinated omission), and every scheduled decision is measured.
+async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) -> Vec<Sample> {
+    let due = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+    let permits = Arc::new(tokio::sync::Semaphore::new(0));
+    let total = (dur.as_secs_f64() * rate) as u64;
+    let start = Instant::now();
+    let pacer = {
+        let (permits, due) = (permits.clone(), due.clone());
+        tokio::spawn(async move {
+            let mut ticker = Ticker::new(TICK);
+            let mut k = 0u64;
+            while k < total {
+                ticker.tick().await;
+                let now = Instant::now();
+                let mut queue = due.lock().expect("schedule");
+                let mut n = 0;
+                while k < total {
+                    let at = start + Duration::from_secs_f64(k as f64 / rate);
+                    if at > now {
+                        break;
+                    }
+                    queue.push_back(Some(at));
+                    k += 1;
+                    n += 1;
+                }
+                if k == total {
+                    // One end marker per caller.
+                    queue.extend(std::iter::repeat_n(None, CALLERS));
+                    n += CALLERS;
+                }
+                drop(queue);
+                permits.add_permits(n);
+            }
         })
     };
     let tasks: Vec<_> = (0..CALLERS)
         .map(|i| {
-            let (b, permits) = (b.clone(), permits.clone());
+            let (b, permits, due) = (b.clone(), permits.clone(), due.clone());
             tokio::spawn(async move {
                 let limits = limits();
                 let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ ((i as u64 + 1) * 0x1000_0001);
                 let mut lat = Vec::new();
-                while let Ok(p) = permits.acquire().await {
-                    p.forget();
-                    let t = Instant::now();
-                    decide_one(&b, work, &limits, &mut rng).await;
-                    lat.push(t.elapsed());
+                loop {
+                    permits.acquire().await.expect("never closed").forget();
+                    let next = due.lock().expect("schedule").pop_front();
+                    let Some(Some(at)) = next else { break };
+                    let began = Instant::now();
+                    let sent = wall_us();
+                    let redis = decide_one(&b, work, &limits, &mut rng).await;
+                    let answered = wall_us();
+                    let done = Instant::now();
+                    lat.push(Sample {
+                        at: (at - start).as_micros() as u64,
+                        total: done - at,
+                        wait: began - at,
+                        to_redis: redis - sent,
+                        from_redis: answered - redis,
+                    });
                 }
                 lat
             })
@@ -236,14 +384,98 @@ async fn latency(b: &Arc<RedisBackend>, work: Work, rate: f64, dur: Duration) ->
     for t in tasks {
         all.extend(t.await.expect("caller"));
     }
-    let _ = stop.load(Ordering::Relaxed);
-    pacer.join().expect("pacer");
-    all.sort();
+    pacer.await.expect("pacer");
+    all.sort_by_key(|s| s.total);
     all
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
+fn pct<T: Copy>(sorted: &[T], p: f64) -> T {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+/// Where the time went: the parts' percentiles, and their means over the
+/// slowest 1 % (`lat` sorted by total). Writes every sample to
+/// `BENCH_DUMP` if set.
+fn breakdown(lat: &[Sample]) {
+    let mut wait: Vec<Duration> = lat.iter().map(|s| s.wait).collect();
+    let mut to: Vec<i64> = lat.iter().map(|s| s.to_redis).collect();
+    let mut from: Vec<i64> = lat.iter().map(|s| s.from_redis).collect();
+    wait.sort();
+    to.sort();
+    from.sort();
+    println!(
+        "  parts: waiting for a caller p50 {:?} p99 {:?}; to Redis's clock p50 {} µs p99 {} µs; \
+         from it to the answer p50 {} µs p99 {} µs",
+        pct(&wait, 0.5),
+        pct(&wait, 0.99),
+        pct(&to, 0.5),
+        pct(&to, 0.99),
+        pct(&from, 0.5),
+        pct(&from, 0.99),
+    );
+    let tail = &lat[lat.len() * 99 / 100..];
+    let mean = |f: &dyn Fn(&Sample) -> f64| tail.iter().map(f).sum::<f64>() / tail.len() as f64;
+    println!(
+        "  slowest 1 %: {:.0} µs on average = waiting {:.0} + to Redis {:.0} + back {:.0}",
+        mean(&|s| s.total.as_secs_f64() * 1e6),
+        mean(&|s| s.wait.as_secs_f64() * 1e6),
+        mean(&|s| s.to_redis as f64),
+        mean(&|s| s.from_redis as f64),
+    );
+    if let Ok(path) = std::env::var("BENCH_DUMP") {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("BENCH_DUMP"));
+        writeln!(
+            f,
+            "# scheduled_us total_us wait_us to_redis_us from_redis_us"
+        )
+        .expect("dump");
+        let mut by_time = lat.to_vec();
+        by_time.sort_by_key(|s| s.at);
+        for s in by_time {
+            writeln!(
+                f,
+                "{} {} {} {} {}",
+                s.at,
+                s.total.as_micros(),
+                s.wait.as_micros(),
+                s.to_redis,
+                s.from_redis
+            )
+            .expect("dump");
+        }
+        println!("  samples written to {path}");
+    }
+}
+
+/// CPU time of process `pid` (user + system) in ms, and the time its
+/// threads were runnable but waited for a CPU in ms (Linux; zeros
+/// elsewhere).
+fn cpu_and_wait(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // utime and stime, in clock ticks of 10 ms (USER_HZ 100).
+    let cpu = (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) * 10.0;
+    let mut waited = 0.0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                let ns: f64 = s
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(0.0);
+                waited += ns / 1e6;
+            }
+        }
+    }
+    (cpu, waited)
 }
 
 /// Pins every thread of process `pid` to `cpu` with util-linux's
@@ -315,34 +547,65 @@ fn main() {
         let loaded = server.cli(&["script", "load", code]);
         assert_eq!(loaded.trim(), sha);
         println!("machine: {cores} cores");
+        let only = std::env::var("BENCH_WORK").unwrap_or_default().to_lowercase();
+        // A fixed rate for the latency phase, skipping the other two.
+        let fixed_rate: Option<f64> = std::env::var("BENCH_RATE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|r: &f64| *r > 0.0);
+        let redis_pid = server.child.as_ref().expect("running server").id();
         for work in [Work::Fixed, Work::Gcra, Work::Rule] {
+            let name = format!("{work:?}").to_lowercase();
+            if !only.is_empty() && !only.split(',').any(|w| w.trim() == name) {
+                continue;
+            }
+            let rate = if let Some(rate) = fixed_rate {
+                println!("{work:?}: latency at a fixed {rate:.0}/s (ceiling and throughput not measured)");
+                rate
+            } else {
+                server.cli(&["flushall"]);
+                let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha, work));
+                println!("{work:?} ceiling: {cmd}");
+                // Each phase starts empty: keys left by the previous phase
+                // would all expire at their window's end and skew it.
+                server.cli(&["flushall"]);
+                let calls = b.stats().calls.get();
+                let decisions = b.stats().decisions.get();
+                let rps = throughput(&b, work, dur).await;
+                let trips = (b.stats().calls.get() - calls) as f64
+                    / (b.stats().decisions.get() - decisions) as f64;
+                println!(
+                    "{work:?}: ceiling {ceiling:.0}/s; backend {rps:.0} decisions/s ({:.0}% of it), \
+                     {trips:.2} round trips/decision",
+                    100.0 * rps / ceiling,
+                );
+                rps * share
+            };
             server.cli(&["flushall"]);
-            let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha, work));
-            println!("{work:?} ceiling: {cmd}");
-            // Each phase starts empty: keys left by the previous phase would
-            // all expire at their window's end and skew it.
-            server.cli(&["flushall"]);
-            let calls = b.stats().calls.get();
-            let decisions = b.stats().decisions.get();
-            let rps = throughput(&b, work, dur).await;
-            server.cli(&["flushall"]);
-            let trips = (b.stats().calls.get() - calls) as f64
-                / (b.stats().decisions.get() - decisions) as f64;
             // Redis's own stalls of 1 ms or more during the latency phase
             // (expiry cycles, rehashing, slow commands): LATENCY LATEST.
             server.cli(&["config", "set", "latency-monitor-threshold", "1"]);
             server.cli(&["latency", "reset"]);
-            let lat = latency(&b, work, rps * share, dur).await;
+            let (me, redis) = (cpu_and_wait(std::process::id()), cpu_and_wait(redis_pid));
+            let lat = latency(&b, work, rate, dur).await;
+            let (me2, redis2) = (cpu_and_wait(std::process::id()), cpu_and_wait(redis_pid));
             let stalls = server.cli(&["latency", "latest"]);
             println!(
-                "{work:?}: ceiling {ceiling:.0}/s; backend {rps:.0} decisions/s ({:.0}% of it), \
-                 {trips:.2} round trips/decision; at {:.0}/s: p50 {:?} p99 {:?} max {:?} ({} samples)",
-                100.0 * rps / ceiling,
-                rps * share,
-                pct(&lat, 0.50),
-                pct(&lat, 0.99),
-                lat[lat.len() - 1],
+                "{work:?}: at {rate:.0}/s: p50 {:?} p99 {:?} max {:?} ({} samples, from the scheduled start)",
+                pct(&lat, 0.50).total,
+                pct(&lat, 0.99).total,
+                lat[lat.len() - 1].total,
                 lat.len(),
+            );
+            breakdown(&lat);
+            println!(
+                "  CPU: benchmark {:.0} ms, redis-server {:.0} ms in {:.0} ms; runnable but not \
+                 running: benchmark {:.1} ms, redis-server {:.1} ms",
+                me2.0 - me.0,
+                redis2.0 - redis.0,
+                dur.as_secs_f64() * 1e3,
+                me2.1 - me.1,
+                redis2.1 - redis.1,
             );
             let stalls: Vec<&str> = stalls.split_whitespace().collect();
             if !stalls.is_empty() {
