@@ -26,7 +26,9 @@
 //! skipping the ceiling and throughput phases), `BENCH_WORK` (e.g.
 //! `fixed,gcra`: only these workloads), `BENCH_REDIS_ARGS` (extra
 //! redis-server settings), `BENCH_DUMP` (a file to write every latency
-//! sample to). Run by `cargo test --all-targets` (without `--bench`), it
+//! sample to), `BENCH_PREFILL=0` (start the latency phase from an empty
+//! database instead of one holding a stale fixed-window state for each of
+//! the 10⁶ keys; see `prefill`). Run by `cargo test --all-targets` (without `--bench`), it
 //! only makes a short smoke run.
 
 #[path = "../tests/common/mod.rs"]
@@ -488,6 +490,39 @@ fn cpu_and_wait(pid: u32) -> (f64, f64) {
     (cpu, waited)
 }
 
+/// Writes a stale fixed-window state (a window long past: what a key left
+/// over from an earlier window holds, decided exactly like a missing key)
+/// under every fixed-window key `work` can touch, with an expiry beyond the
+/// run: the latency phase then meets a database of steady size, as a
+/// long-running deployment's is, instead of one growing from empty (whose
+/// hash tables Redis rehashes in its cron, 1 ms at a time every 100 ms).
+fn prefill(b: &RedisBackend, server: &Server, work: Work) -> u64 {
+    if matches!(work, Work::Gcra) {
+        return 0;
+    }
+    let limits = limits();
+    let mut conn = server.conn();
+    let mut n = 0;
+    let batch = 10_000;
+    for from in (0..KEYS).step_by(batch) {
+        let mut pipe = redis::pipe();
+        for k in from..(from + batch as u64).min(KEYS) {
+            let group = format!("u{k}");
+            let key = format!("u{k}:a");
+            let name = b.state_key(&item(group.as_bytes(), key.as_bytes(), &limits[0], 1));
+            pipe.cmd("SET")
+                .arg(name)
+                .arg("f0:0")
+                .arg("PX")
+                .arg(3_600_000)
+                .ignore();
+            n += 1;
+        }
+        pipe.exec(&mut conn).expect("prefill");
+    }
+    n
+}
+
 /// Pins every thread of process `pid` to `cpu` with util-linux's
 /// `taskset`; reports (and carries on) when that is not possible.
 fn pin(pid: u32, cpu: usize) {
@@ -592,6 +627,16 @@ fn main() {
                 rps * share
             };
             server.cli(&["flushall"]);
+            if std::env::var("BENCH_PREFILL").map_or(!smoke(), |v| v != "0") {
+                let t = Instant::now();
+                let n = tokio::task::block_in_place(|| prefill(&b, &server, work));
+                if n > 0 {
+                    println!(
+                        "  prefilled {n} stale fixed-window keys in {:.1} s",
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+            }
             // Redis's own stalls of 1 ms or more during the latency phase
             // (expiry cycles, rehashing, slow commands): LATENCY LATEST.
             server.cli(&["config", "set", "latency-monitor-threshold", "1"]);
