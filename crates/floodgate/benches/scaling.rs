@@ -9,7 +9,10 @@
 //! milliseconds) of one thread, two threads on one limiter, and, as a control,
 //! two threads on two separate limiters (nothing shared), and reports the
 //! fastest and the median of each: the fastest trials are those in which
-//! both threads had a core to themselves. Keys and quotas are those of the
+//! both threads had a core to themselves. A fourth case, two threads on one
+//! limiter with disjoint keys (one takes the even keys, the other the odd
+//! ones, same table), separates what sharing the shard locks costs from
+//! what sharing the keys' own entries costs. Keys and quotas are those of the
 //! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override; names
 //! after `--` select limiters).
 
@@ -82,11 +85,17 @@ fn make(name: &str) -> Arc<dyn Decide> {
     }
 }
 
+/// Which keys a thread uses: all (`(!0, 0)`), or those of one parity
+/// (`(!1, 0)` even, `(!1, 1)` odd): `key & mask | bit`.
+type Keys = (u64, u64);
+const ALL: Keys = (!0, 0);
+
 #[inline(never)]
-fn run(l: &dyn Decide, keys: &[u64], start: usize, n: usize) -> u64 {
+fn run(l: &dyn Decide, keys: &[u64], start: usize, n: usize, (mask, bit): Keys) -> u64 {
     let mut admitted = 0;
     for i in 0..n {
-        admitted += l.decide(black_box(keys[(start + i) & (STREAM - 1)])) as u64;
+        let key = keys[(start + i) & (STREAM - 1)] & mask | bit;
+        admitted += l.decide(black_box(key)) as u64;
     }
     admitted
 }
@@ -118,8 +127,8 @@ fn main() {
         "{keys} keys, {trials} trials, ns per decision (2 threads: aggregate), fastest / median"
     );
     println!(
-        "{:16} {:>15} {:>15} {:>15} {:>9} {:>9}",
-        "", "1 thread", "2 shared", "2 separate", "speed-up", "separate"
+        "{:16} {:>15} {:>15} {:>15} {:>15} {:>9} {:>9} {:>9}",
+        "", "1 thread", "2 shared", "2 separate", "2 disjoint", "speed-up", "separate", "disjoint"
     );
     let names = [
         "governor",
@@ -145,30 +154,35 @@ fn main() {
         // A helper thread runs the second half of each two-thread trial on
         // the limiter it is sent.
         let bar = Arc::new(Barrier::new(2));
-        let (tx, rx) = mpsc::channel::<Option<(Arc<dyn Decide>, usize)>>();
+        let (tx, rx) = mpsc::channel::<Option<(Arc<dyn Decide>, usize, Keys)>>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let helper = {
             let (st, bar) = (st.clone(), bar.clone());
             std::thread::spawn(move || {
-                while let Ok(Some((l, start))) = rx.recv() {
+                while let Ok(Some((l, start, keys))) = rx.recv() {
                     bar.wait();
-                    black_box(run(&*l, &st, start, n));
+                    black_box(run(&*l, &st, start, n, keys));
                     done_tx.send(()).unwrap();
                 }
             })
         };
-        let (mut one, mut two, mut sep) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut one, mut two, mut sep, mut dis) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut start = 0usize;
         for _ in 0..trials {
             let t = Instant::now();
-            black_box(run(&*shared, &st, start, n));
+            black_box(run(&*shared, &st, start, n, ALL));
             one.push(t.elapsed().as_nanos() as f64 / n as f64);
-            for (l, out) in [(&other, &mut sep), (&shared, &mut two)] {
+            let cases = [
+                (&other, &mut sep, ALL, ALL),
+                (&shared, &mut two, ALL, ALL),
+                (&shared, &mut dis, (!1, 0), (!1, 1)),
+            ];
+            for (l, out, mine, its) in cases {
                 start += n;
-                tx.send(Some((l.clone(), start + STREAM / 2))).unwrap();
+                tx.send(Some((l.clone(), start + STREAM / 2, its))).unwrap();
                 bar.wait();
                 let t = Instant::now();
-                black_box(run(&*shared, &st, start, n));
+                black_box(run(&*shared, &st, start, n, mine));
                 done_rx.recv().unwrap();
                 out.push(t.elapsed().as_nanos() as f64 / (2 * n) as f64);
             }
@@ -176,17 +190,20 @@ fn main() {
         }
         tx.send(None).unwrap();
         helper.join().unwrap();
-        let (one, two, sep) = (stats(one), stats(two), stats(sep));
+        let (one, two, sep, dis) = (stats(one), stats(two), stats(sep), stats(dis));
         println!(
-            "{name:16} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>8.2}× {:>8.2}×",
+            "{name:16} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>6.2} / {:>6.2} {:>8.2}× {:>8.2}× {:>8.2}×",
             one.0,
             one.1,
             two.0,
             two.1,
             sep.0,
             sep.1,
+            dis.0,
+            dis.1,
             one.0 / two.0,
-            one.0 / sep.0
+            one.0 / sep.0,
+            one.0 / dis.0
         );
     }
 }
