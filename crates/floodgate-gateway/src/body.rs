@@ -67,10 +67,6 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.project().kind.project() {
             KindProj::Upstream { mut body, conn } => {
-                // The connection reads the body only while driven.
-                if let Some(c) = conn.as_mut() {
-                    c.drive(cx);
-                }
                 let polled = body.as_mut().poll_frame(cx);
                 // The end: no more frames, or the last one of a body of
                 // known length (the server may not poll again).

@@ -12,21 +12,17 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::tls::TlsError;
-use crate::upstream_io::UpstreamIo;
-
-/// An HTTP/1.1 connection's own future: it reads and writes only while
-/// polled.
-pub type Http1Conn = http1::Connection<TokioIo<UpstreamIo>, Incoming>;
 
 /// A request sender on one connection.
 pub enum Sender {
-    /// HTTP/1.1: one request at a time, with the connection to drive.
-    Http1(http1::SendRequest<Incoming>, Box<Http1Conn>),
+    /// HTTP/1.1: one request at a time.
+    Http1(http1::SendRequest<Incoming>),
     /// HTTP/2: shared by concurrent requests.
     Http2(http2::SendRequest<Incoming>),
 }
@@ -97,7 +93,7 @@ impl Connector {
         })
     }
 
-    /// Opens a connection to `url` (an HTTP/2 one with its task spawned).
+    /// Opens a connection to `url` and spawns its task.
     pub async fn connect(&self, url: &UpstreamUrl) -> Result<Sender, ConnectError> {
         let name = url.authority.as_str();
         let host = url.authority.host();
@@ -118,20 +114,27 @@ impl Connector {
                     .await
                     .map_err(|_| ConnectError::Timeout(name.to_owned()))?
                     .map_err(|e| ConnectError::Tls(name.to_owned(), e))?;
-                self.handshake(name, UpstreamIo::Tls(Box::new(stream)))
-                    .await
+                self.handshake(name, stream).await
             }
-            _ => self.handshake(name, UpstreamIo::Tcp(tcp)).await,
+            _ => self.handshake(name, tcp).await,
         }
     }
 
-    async fn handshake(&self, name: &str, io: UpstreamIo) -> Result<Sender, ConnectError> {
+    async fn handshake<I>(&self, name: &str, io: I) -> Result<Sender, ConnectError>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let io = TokioIo::new(io);
         let err = |e| ConnectError::Handshake(name.to_owned(), e);
         match self.protocol {
             UpstreamProtocol::Http1 => {
                 let (sender, conn) = self.h1.handshake(io).await.map_err(err)?;
-                Ok(Sender::Http1(sender, Box::new(conn)))
+                tokio::spawn(async move {
+                    if let Err(e) = conn.with_upgrades().await {
+                        tracing::debug!(error = %e, "upstream connection ended with an error");
+                    }
+                });
+                Ok(Sender::Http1(sender))
             }
             UpstreamProtocol::Http2 => {
                 let (sender, conn) = self.h2.handshake(io).await.map_err(err)?;

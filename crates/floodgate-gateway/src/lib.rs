@@ -48,7 +48,6 @@ pub mod run;
 pub mod tls;
 pub mod upgrade;
 pub mod upstream;
-pub mod upstream_io;
 
 pub use config::{
     GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,

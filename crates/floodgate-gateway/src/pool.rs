@@ -4,32 +4,19 @@
 //! shared connection, reopened when it closes. A taken HTTP/1.1
 //! connection travels with its response body and comes back when the body
 //! ends (a body dropped early closes it).
-//!
-//! An HTTP/1.1 connection has no task of its own: whoever holds it drives
-//! it ([`Pooled::drive`]) — the request while it waits for the response
-//! head, then the response body as the client's connection pulls it. The
-//! client's connection, the request and the upstream exchange then run in
-//! one task, as in an event-driven proxy: no hand-over between tasks, no
-//! wake-ups across them. While idle in the pool a connection is not
-//! polled; a close by the upstream is noticed when it is next taken (or by
-//! the reaper), and a request that finds it closed before being written is
-//! sent on another connection.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::client::conn::{TrySendError, http1, http2};
+use hyper::client::conn::{http1, http2};
 
 use crate::config::UpstreamUrl;
-use crate::connect::{ConnectError, Connector, Http1Conn, Sender};
+use crate::connect::{ConnectError, Connector, Sender};
 
 struct Idle {
     sender: http1::SendRequest<Incoming>,
-    conn: Option<Box<Http1Conn>>,
     since: Instant,
 }
 
@@ -52,13 +39,10 @@ pub enum Checkout {
 }
 
 /// An HTTP/1.1 connection out of the pool: [`Pooled::release`] gives it
-/// back; dropping it closes it. Its holder drives it ([`Pooled::drive`]).
+/// back; dropping it closes it.
 pub struct Pooled {
     /// The sender.
     pub sender: http1::SendRequest<Incoming>,
-    /// The connection's future, while it is driven by the holder (`None`
-    /// once it ended, or once handed to a task of its own).
-    conn: Option<Box<Http1Conn>>,
     /// Whether it served requests before (a request that fails before it is
     /// written may be sent again on another).
     pub reused: bool,
@@ -69,74 +53,15 @@ impl std::fmt::Debug for Pooled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pooled")
             .field("reused", &self.reused)
-            .field("driven", &self.conn.is_some())
             .finish_non_exhaustive()
     }
 }
 
-/// Polls a connection as far as it goes now; true when it has ended (closed
-/// by either side, or broken), when it must be dropped.
-fn drive(conn: &mut Option<Box<Http1Conn>>, cx: &mut Context<'_>) -> bool {
-    let Some(c) = conn else {
-        return false;
-    };
-    match c.poll_without_shutdown(cx) {
-        Poll::Pending => false,
-        Poll::Ready(r) => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-            *conn = None;
-            true
-        }
-    }
-}
-
 impl Pooled {
-    /// Reads and writes what the connection can now: call it whenever the
-    /// exchange is waited on (it registers `cx` for the connection's
-    /// readiness). A connection on a task of its own needs nothing.
-    #[inline]
-    pub fn drive(&mut self, cx: &mut Context<'_>) {
-        drive(&mut self.conn, cx);
-    }
-
-    /// Hands the connection to a task of its own that also completes
-    /// upgrades (`101 Switching Protocols` hands its bytes to the tunnel).
-    pub fn spawn_with_upgrades(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            tokio::spawn(async move {
-                if let Err(e) = conn.with_upgrades().await {
-                    tracing::debug!(error = %e, "upstream connection ended with an error");
-                }
-            });
-        }
-    }
-
-    /// Sends `req`, driving the connection until the response head comes.
-    pub async fn send(
-        &mut self,
-        req: Request<Incoming>,
-    ) -> Result<Response<Incoming>, TrySendError<Request<Incoming>>> {
-        let Pooled { sender, conn, .. } = self;
-        let mut response = std::pin::pin!(sender.try_send_request(req));
-        std::future::poll_fn(|cx| {
-            drive(conn, cx);
-            response.as_mut().poll(cx)
-        })
-        .await
-    }
-
     /// Back to the pool, if it can serve another request and there is
     /// room.
-    pub fn release(mut self) {
-        if self.conn.is_some() && !self.sender.is_ready() {
-            // The exchange may need one more turn to settle (the end of the
-            // body read, the connection back to idle); what is not ready
-            // then is still busy and not worth keeping.
-            drive(&mut self.conn, &mut Context::from_waker(Waker::noop()));
-        }
-        if self.sender.is_closed() || !self.sender.is_ready() {
+    pub fn release(self) {
+        if self.sender.is_closed() {
             return;
         }
         let Some(pool) = self.pool.upgrade() else {
@@ -147,7 +72,6 @@ impl Pooled {
         {
             idle.push(Idle {
                 sender: self.sender,
-                conn: self.conn,
                 since: Instant::now(),
             });
         }
@@ -183,22 +107,25 @@ impl HostPool {
         connector: &Connector,
     ) -> Result<Checkout, ConnectError> {
         while let Some(mut idle) = self.pop_idle() {
-            if idle.since.elapsed() >= self.idle_timeout {
+            if idle.sender.is_closed() || idle.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            // One turn of the connection: it notices a close by the
-            // upstream, and settles what the last exchange left.
-            let ready = std::future::poll_fn(|cx| {
-                if drive(&mut idle.conn, cx) {
-                    return Poll::Ready(false);
+            // Returned when its response ended, the connection may still be
+            // finishing the exchange (a request body still streaming up):
+            // then it stays for later and a new one is opened, rather than
+            // waiting behind it.
+            let ready = idle.sender.is_ready()
+                || std::future::poll_fn(|cx| Poll::Ready(idle.sender.poll_ready(cx).is_ready()))
+                    .await;
+            if !ready {
+                if let Ok(mut pool) = self.idle.lock() {
+                    pool.push(idle);
                 }
-                Poll::Ready(matches!(idle.sender.poll_ready(cx), Poll::Ready(Ok(()))))
-            })
-            .await;
-            if ready {
+                break;
+            }
+            if idle.sender.is_ready() {
                 return Ok(Checkout::Http1(Pooled {
                     sender: idle.sender,
-                    conn: idle.conn,
                     reused: true,
                     pool: Arc::downgrade(self),
                 }));
@@ -212,9 +139,8 @@ impl HostPool {
         // it is rare; inline, every request's future would carry (and move)
         // its kilobytes.
         match Box::pin(connector.connect(&self.url)).await? {
-            Sender::Http1(sender, conn) => Ok(Checkout::Http1(Pooled {
+            Sender::Http1(sender) => Ok(Checkout::Http1(Pooled {
                 sender,
-                conn: Some(conn),
                 reused: false,
                 pool: Arc::downgrade(self),
             })),
@@ -249,15 +175,11 @@ impl HostPool {
         self.connect(connector).await
     }
 
-    /// Closes idle connections past the idle timeout, and those the
-    /// upstream closed.
+    /// Closes idle connections past the idle timeout.
     pub fn reap(&self) {
         if let Ok(mut idle) = self.idle.lock() {
             let timeout = self.idle_timeout;
-            let mut cx = Context::from_waker(Waker::noop());
-            idle.retain_mut(|i| {
-                !drive(&mut i.conn, &mut cx) && !i.sender.is_closed() && i.since.elapsed() < timeout
-            });
+            idle.retain(|i| !i.sender.is_closed() && i.since.elapsed() < timeout);
         }
     }
 

@@ -193,8 +193,7 @@ async fn forward(
         (hyper::upgrade::on(&mut req), client.guard, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    let send = up.send(target, req, client_upgrade.is_some());
-    match tokio::time::timeout(up.response_timeout(), send).await {
+    match tokio::time::timeout(up.response_timeout(), up.send(target, req)).await {
         Ok(Ok((mut res, conn))) => {
             let switched = match client_upgrade {
                 Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {

@@ -184,15 +184,12 @@ impl Upstream {
     }
 
     /// Sends a prepared request to URL `target`. An HTTP/1.1 response comes
-    /// with its connection, to be driven while its body is read and
-    /// [released](Pooled::release) when the body ends. A request asking
-    /// for an `upgrade` gets a connection driven by a task of its own,
-    /// which hands it to the tunnel if the upstream switches protocols.
+    /// with its connection, to be [released](Pooled::release) when the
+    /// body ends.
     pub async fn send(
         &self,
         target: usize,
         mut req: Request<Incoming>,
-        upgrade: bool,
     ) -> Result<(Response<Incoming>, Option<Pooled>), SendError> {
         let pool = &self.pools[target];
         let mut attempt = 0;
@@ -204,10 +201,7 @@ impl Upstream {
             };
             let (result, pooled, reused) = match checkout {
                 Checkout::Http1(mut p) => {
-                    if upgrade {
-                        p.spawn_with_upgrades();
-                    }
-                    let r = p.send(req).await;
+                    let r = p.sender.try_send_request(req).await;
                     let reused = p.reused;
                     (r, Some(p), reused)
                 }
