@@ -331,6 +331,11 @@ fn main() {
                 rate
             } else {
                 server.cli(&["flushall"]);
+                // The ceiling meets a database of the same size as the
+                // backend does.
+                if prefilled {
+                    fill(&b, &server, work);
+                }
                 let (cmd, ceiling) = tokio::task::block_in_place(|| ceiling(&server, sha, work));
                 println!("{work:?} ceiling: {cmd}");
                 // Each phase starts empty: keys left by the previous phase
