@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{ConfigFile, gateway, h1, upstream};
+use support::{ConfigFile, gateway, get_ok, h1, upstream};
 
 fn config(up: &str, extra: &str) -> String {
     format!("gateway:\n  upstream:\n    url: {up}\n{extra}server: {{reload_interval: 0}}\n")
@@ -20,13 +20,7 @@ async fn idle_connections_expire() {
     let gw = gateway(&file, &url).await;
     let c = h1();
     for _ in 0..3 {
-        let r = c
-            .get(format!("http://{}/", gw.addr()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        get_ok(&c, gw.addr(), "/").await;
     }
     assert_eq!(up.connections(), 1, "reused while fresh");
     assert_eq!(gw.gateway().proxy().upstream().idle_connections(), 1);
@@ -36,12 +30,7 @@ async fn idle_connections_expire() {
         0,
         "closed once idle for the timeout"
     );
-    let r = c
-        .get(format!("http://{}/", gw.addr()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    get_ok(&c, gw.addr(), "/").await;
     assert_eq!(up.connections(), 2);
     // Quickly, even with a client connection that never sent a request
     // (clients sometimes open one they do not use).
@@ -60,13 +49,7 @@ async fn concurrent_requests_keep_at_most_max_idle() {
     let calls: Vec<_> = (0..8)
         .map(|_| {
             tokio::spawn(async move {
-                let r = h1()
-                    .get(format!("http://{addr}/slow?ms=300"))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-                r.bytes().await.unwrap();
+                get_ok(&h1(), addr, "/slow?ms=300").await;
             })
         })
         .collect();
@@ -132,18 +115,9 @@ async fn connections_the_upstream_closes_are_replaced() {
         let file = ConfigFile::new(&config(&url, "    pool_idle_timeout: 10s\n"));
         let gw = gateway(&file, &url).await;
         let c = h1();
-        for i in 0..20 {
-            let r = c
-                .get(format!("http://{}/", gw.addr()))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                r.status(),
-                200,
-                "request {i}, Connection: close {say_close}"
-            );
-            assert_eq!(r.bytes().await.unwrap(), "ok");
+        for _ in 0..20 {
+            let body = get_ok(&c, gw.addr(), "/").await;
+            assert_eq!(body, "ok", "Connection: close {say_close}");
             if !say_close {
                 // Let the close reach the gateway before the next request
                 // (otherwise the request may be written before the close

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::{ConfigFile, gateway, h1, h2, header, pattern, upstream};
+use support::{ConfigFile, gateway, get_ok, h1, h2, header, pattern, upstream};
 
 const LIMITED: &str = r#"
 http:
@@ -99,13 +99,7 @@ async fn keep_alive_is_reused_both_sides() {
     assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 3, "{text}");
     let c = h1();
     for _ in 0..20 {
-        let r = c
-            .get(format!("http://{}/", gw.addr()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        get_ok(&c, gw.addr(), "/").await;
     }
     // 23 requests one after the other: the pool reuses its connection (a
     // second one may open when a request overtakes the return of the

@@ -242,3 +242,10 @@ pub fn h2() -> reqwest::Client {
 pub fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     r.headers().get(name).and_then(|v| v.to_str().ok())
 }
+
+/// `GET http://{addr}{path}` with `c`: asserts a 200 and returns the body.
+pub async fn get_ok(c: &reqwest::Client, addr: SocketAddr, path: &str) -> String {
+    let r = c.get(format!("http://{addr}{path}")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "GET {path}");
+    r.text().await.unwrap()
+}
