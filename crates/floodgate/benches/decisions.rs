@@ -14,6 +14,8 @@
 //! the machine's other load delays leaves its share to the other instead of
 //! holding the sample up.
 
+mod keys;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,21 +27,9 @@ use floodgate::algorithms::{
     SubWindowCounter,
 };
 use floodgate::{Algorithm, MAX_COUNT, RateLimiter, StoreConfig};
+use keys::{STREAM, stream};
 
 const KEY_COUNTS: [u64; 3] = [1, 10_000, 1_000_000];
-const STREAM: usize = 1 << 20;
-
-fn stream(keys: u64) -> Vec<u64> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..STREAM)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % keys
-        })
-        .collect()
-}
 
 /// Something that decides on a key.
 trait Decide: Sync {

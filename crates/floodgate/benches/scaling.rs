@@ -16,6 +16,8 @@
 //! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override; names
 //! after `--` select limiters).
 
+mod keys;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::mpsc;
@@ -24,20 +26,7 @@ use std::time::{Duration, Instant};
 
 use floodgate::algorithms::{FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingWindow};
 use floodgate::{Algorithm, MAX_COUNT, RateLimiter, StoreConfig};
-
-const STREAM: usize = 1 << 20;
-
-fn stream(keys: u64) -> Vec<u64> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..STREAM)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % keys
-        })
-        .collect()
-}
+use keys::{STREAM, stream};
 
 trait Decide: Send + Sync {
     fn decide(&self, key: u64) -> bool;
