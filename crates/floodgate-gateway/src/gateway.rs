@@ -127,19 +127,21 @@ impl<B: Backend> Gateway<B> {
     }
 
     /// Handles one client request from `client`: limited per the contract,
-    /// then forwarded.
+    /// then forwarded. Owns its gateway (a server's service calls it
+    /// directly, so the future is not wrapped in another one: futures are
+    /// moved whole, and every wrapper is one more copy per request).
     pub async fn handle(
-        &self,
+        self: Arc<Self>,
         req: Request<Incoming>,
         mut client: ClientInfo,
-    ) -> Response<GatewayBody> {
+    ) -> Result<Response<GatewayBody>, Infallible> {
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
-            return self
+            return Ok(self
                 .proxy
                 .forward(req, client)
                 .await
-                .map(GatewayBody::direct);
+                .map(GatewayBody::direct));
         };
         // No address: the layer's own default (the unspecified one).
         let peer = client
@@ -151,13 +153,10 @@ impl<B: Backend> Gateway<B> {
         // The layer's own entry point: no tower service, no boxed future,
         // the peer given rather than put in the request's extensions.
         let proxy = self.proxy.clone();
-        let limited = l.layer.serve_from(peer, req, move |req| async move {
-            Ok::<_, Infallible>(proxy.forward(req, client).await)
-        });
-        match limited.await {
-            Ok(res) => res.map(GatewayBody::limited),
-            Err(never) => match never {},
-        }
+        let limited = l
+            .layer
+            .serve_from(peer, req, move |req| proxy.forward_owned(req, client));
+        Ok(limited.await?.map(GatewayBody::limited))
     }
 }
 

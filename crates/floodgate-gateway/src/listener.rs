@@ -5,7 +5,6 @@
 //! (HTTP/1.1 with upgrades), and on shutdown stops accepting and lets
 //! every connection finish its requests in flight.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,8 +250,7 @@ async fn serve_io<B, I>(
                 .contains_key(UPGRADE)
                 .then(|| ConnectionGuard(slot.clone() as Arc<dyn std::any::Any + Send + Sync>)),
         };
-        let gateway = gateway.clone();
-        async move { Ok::<_, Infallible>(gateway.handle(req, client).await) }
+        gateway.clone().handle(req, client)
     });
     let result = match kind {
         Sniffed::Closed => return,

@@ -138,8 +138,22 @@ impl Proxy {
 
     /// Forwards one request from `client` and returns the upstream's
     /// response (or the gateway's error response).
-    pub async fn forward(&self, req: Request<Incoming>, client: ClientInfo) -> Response<ProxyBody> {
-        forward(&self.shared, req, client).await
+    pub fn forward(
+        &self,
+        req: Request<Incoming>,
+        client: ClientInfo,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
+        forward(&self.shared, req, client)
+    }
+
+    /// [`forward`](Self::forward) owning the proxy (for a future that must
+    /// be `'static`), as a service's result.
+    pub async fn forward_owned(
+        self,
+        req: Request<Incoming>,
+        client: ClientInfo,
+    ) -> Result<Response<ProxyBody>, Infallible> {
+        Ok(forward(&self.shared, req, client).await)
     }
 }
 

@@ -68,11 +68,31 @@ pub trait Backend: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a;
 
+    /// The backend as one that decides without IO, if it is one (the
+    /// in-memory store): the engine then decides synchronously, without
+    /// building the futures of [`decide`](Self::decide). `None` by default.
+    fn as_sync(&self) -> Option<&dyn SyncBackend> {
+        None
+    }
+
     /// Whether the backend can decide right now (for readiness checks).
     fn is_ready(&self) -> bool;
 
     /// A short name for logs and metrics (`"memory"`, `"redis"`).
     fn name(&self) -> &'static str;
+}
+
+/// A backend that decides without IO (see [`Backend::as_sync`]).
+pub trait SyncBackend: Send + Sync {
+    /// What [`Backend::decide`] would resolve to, decided now; it cannot
+    /// fail.
+    fn decide_now(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision;
 }
 
 /// The embedded store: counters in this process's memory.
@@ -127,6 +147,18 @@ impl MemoryBackend {
     }
 }
 
+impl SyncBackend for MemoryBackend {
+    fn decide_now(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
+        MemoryBackend::decide_now(self, items, now, apply, out)
+    }
+}
+
 impl Backend for MemoryBackend {
     fn decide<'a>(
         &'a self,
@@ -146,6 +178,10 @@ impl Backend for MemoryBackend {
     ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
         self.release_now(item, units, now);
         std::future::ready(Ok(()))
+    }
+
+    fn as_sync(&self) -> Option<&dyn SyncBackend> {
+        Some(self)
     }
 
     fn is_ready(&self) -> bool {

@@ -13,7 +13,7 @@ pub mod spec;
 pub mod unit;
 pub mod yaml;
 
-pub use backend::{Backend, BackendError, Item, MemoryBackend};
+pub use backend::{Backend, BackendError, Item, MemoryBackend, SyncBackend};
 pub use compile::PolicySet;
 pub use engine::{
     Code, Descriptor, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,

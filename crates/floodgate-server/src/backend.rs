@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use floodgate::{Apply, Decision, StoreConfig, Timestamp};
-use floodgate_policy::{Backend, BackendError, Item, MemoryBackend};
+use floodgate_policy::{Backend, BackendError, Item, MemoryBackend, SyncBackend};
 use floodgate_redis::{RedisBackend, ResilientBackend};
 
 use crate::error::ServerError;
@@ -72,6 +72,13 @@ impl Backend for AnyBackend {
                 }
                 AnyBackend::Redis(r) => r.release(item, units, now).await,
             }
+        }
+    }
+
+    fn as_sync(&self) -> Option<&dyn SyncBackend> {
+        match self {
+            AnyBackend::Memory(m) => Some(m),
+            AnyBackend::Redis(_) => None,
         }
     }
 

@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::{Clock, Decision, Outcome};
+use floodgate::{Apply, Clock, Decision, Outcome};
 use floodgate_policy::compile::PolicySet;
 use floodgate_policy::{Backend, Response};
 use http::{Request, Response as HttpResponse};
@@ -161,11 +161,16 @@ where
             Ok(false)
         } else {
             let hits = s.out.hits_addend();
-            shared
-                .engine
-                .evaluate(shared.identity.domain(), &s.out, hits, &mut s.response)
-                .await
-                .map(|()| true)
+            let domain = shared.identity.domain();
+            let engine = &shared.engine;
+            // In memory, decided right here; a shared store's round trip is
+            // a future of its own, boxed so that this one stays small (it is
+            // moved whole, and its size is that of its largest await).
+            match engine.evaluate_now(domain, &s.out, hits, Apply::Commit, &mut s.response) {
+                Some(decided) => decided,
+                None => Box::pin(engine.evaluate(domain, &s.out, hits, &mut s.response)).await,
+            }
+            .map(|()| true)
         }
     };
     match decided {

@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use floodgate::algorithms::AnyLimit;
 use floodgate::{Apply, Clock, Decision, SystemClock, Timestamp};
 
-use crate::backend::{Backend, Item};
+use crate::backend::{Backend, Item, SyncBackend};
 use crate::compile::{PolicySet, Rule};
 use crate::failure::OnFailure;
 use crate::spec::Reported;
@@ -129,6 +129,60 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         apply: Apply,
         response: &mut Response,
     ) -> Result<(), EngineError> {
+        if let Some(backend) = self.backend.as_sync() {
+            return self.evaluate_sync(backend, domain, descriptors, hits_addend, apply, response);
+        }
+        let Some((policy, now)) = self.begin(domain, descriptors, hits_addend, response)? else {
+            return Ok(());
+        };
+        self.decide(&policy, now, apply, response).await?;
+        finish::finish(&policy, response);
+        Ok(())
+    }
+
+    /// [`evaluate_with`](Self::evaluate_with) decided synchronously, when the
+    /// backend needs no IO (the in-memory store; `None` otherwise): the
+    /// same answer without building the futures, for callers that can then
+    /// skip awaiting one.
+    pub fn evaluate_now<D: Descriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        apply: Apply,
+        response: &mut Response,
+    ) -> Option<Result<(), EngineError>> {
+        let backend = self.backend.as_sync()?;
+        Some(self.evaluate_sync(backend, domain, descriptors, hits_addend, apply, response))
+    }
+
+    fn evaluate_sync<D: Descriptor>(
+        &self,
+        backend: &dyn SyncBackend,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        apply: Apply,
+        response: &mut Response,
+    ) -> Result<(), EngineError> {
+        let Some((policy, now)) = self.begin(domain, descriptors, hits_addend, response)? else {
+            return Ok(());
+        };
+        self.decide_sync(backend, &policy, now, apply, response);
+        finish::finish(&policy, response);
+        Ok(())
+    }
+
+    /// Validates the request, resets `response` and matches the
+    /// descriptors; the policy and the time to decide at, or `None` when
+    /// there is nothing to decide (limiting disabled, unknown domain).
+    fn begin<D: Descriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        response: &mut Response,
+    ) -> Result<Option<(arc_swap::Guard<Arc<PolicySet>>, Timestamp)>, EngineError> {
         self.validate(domain, descriptors)?;
         let policy = self.policy.load();
         response.overall = Code::Ok;
@@ -142,17 +196,15 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             for s in &mut response.statuses {
                 s.reason = Reason::Disabled;
             }
-            return Ok(());
+            return Ok(None);
         }
         let Some(dom) = policy.domain(domain) else {
             metrics::counter!("floodgate_domain_not_found_total").increment(1);
-            return Ok(());
+            return Ok(None);
         };
         let now = self.clock.now();
         self.match_descriptors(&policy, dom, descriptors, hits_addend, now, response);
-        self.decide(&policy, now, apply, response).await?;
-        finish::finish(&policy, response);
-        Ok(())
+        Ok(Some((policy, now)))
     }
 
     /// Gives back the concurrency units a response holds (call when the

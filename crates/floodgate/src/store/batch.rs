@@ -69,6 +69,14 @@ impl<K: Hash + Eq, S> Store<K, S> {
         Q: Hash + Eq + ToKey<K> + ?Sized,
     {
         assert!(!items.is_empty() && out.len() >= items.len());
+        if let [item] = items {
+            // One limit is its own batch: deciding it with `apply` is what
+            // checking it and then committing (or rejecting) would do, in
+            // one pass and without the batch's bookkeeping.
+            let d = self.decide(item.limit, item.key, now, item.cost, apply);
+            out[0] = d;
+            return d;
+        }
         let mut inline = [Slot::default(); 16];
         let mut heap = Vec::new();
         let slots: &mut [Slot] = if items.len() <= inline.len() {
