@@ -30,6 +30,10 @@ pub use response::{Code, CurrentLimit, Reason, Response, Status};
 
 use scratch::{LimitRef, Slot};
 
+/// What [`Engine::begin`] hands to the decision: the policy the request
+/// was matched against and the time to decide at.
+type Begun = (arc_swap::Guard<Arc<PolicySet>>, Timestamp);
+
 /// Bounds on a request, so hostile input costs bounded work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
@@ -182,7 +186,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         descriptors: &[D],
         hits_addend: u32,
         response: &mut Response,
-    ) -> Result<Option<(arc_swap::Guard<Arc<PolicySet>>, Timestamp)>, EngineError> {
+    ) -> Result<Option<Begun>, EngineError> {
         self.validate(domain, descriptors)?;
         let policy = self.policy.load();
         response.overall = Code::Ok;
