@@ -170,3 +170,88 @@ fn the_engine_puts_the_rules_policy_on_every_item() {
         ]
     );
 }
+
+/// Enforced, shadow-mode and quota-mode rules: every kind of batch.
+const MIXED: &str = "domains:
+  - domain: api
+    descriptors:
+      - key: login
+        rate_limit: {requests: 3, per: 1s}
+      - key: search
+        rate_limit:
+          limits:
+            - {requests: 4, per: 1s}
+            - {requests: 9, per: 1m}
+      - key: dark
+        shadow_mode: true
+        rate_limit: {algorithm: sliding_window, requests: 2, per: 1s}
+      - key: quota
+        quota_mode: true
+        rate_limit: {requests: 5, per: 1m}
+";
+
+/// The synchronous path (a backend that needs no IO) and the futures path
+/// (any other backend) give the same answers, request after request.
+#[test]
+fn the_synchronous_and_the_asynchronous_paths_agree() {
+    let clock = std::sync::Arc::new(floodgate::ManualClock::new(Timestamp::from_secs(
+        1_700_000_000,
+    )));
+    let memory = || MemoryBackend::new(StoreConfig::default()).unwrap();
+    let sync = Engine::with_clock(policy(MIXED), memory(), clock.clone());
+    let futures = Engine::with_clock(
+        policy(MIXED),
+        Recording {
+            memory: memory(),
+            seen: Mutex::new(Vec::new()),
+        },
+        clock.clone(),
+    );
+    let mut unused = Response::default();
+    let probe = [d(&[("login", "a")])];
+    assert!(
+        futures
+            .evaluate_now("api", &probe, 1, Apply::Commit, &mut unused)
+            .is_none()
+    );
+    let requests: Vec<Vec<OwnedDescriptor>> = vec![
+        vec![d(&[("login", "a")]), d(&[("dark", "a")])],
+        vec![
+            d(&[("search", "q")]),
+            d(&[("quota", "a")]),
+            d(&[("quota", "b")]),
+        ],
+        vec![
+            d(&[("login", "b")]),
+            d(&[("search", "q")]),
+            d(&[("dark", "b")]),
+        ],
+        vec![
+            d(&[("quota", "a")]),
+            d(&[("login", "a")]).limit(2, Unit::Second),
+        ],
+        vec![d(&[("unknown", "x")])],
+    ];
+    let (mut a, mut b) = (Response::default(), Response::default());
+    let mut over = 0;
+    for step in 0..400usize {
+        let request = &requests[(step * 7 + step / 5) % requests.len()];
+        let apply = if step % 11 == 0 {
+            Apply::Check
+        } else {
+            Apply::Commit
+        };
+        let hits = (step % 3) as u32;
+        sync.evaluate_now("api", request, hits, apply, &mut a)
+            .expect("the in-memory store decides synchronously")
+            .unwrap();
+        ready(futures.evaluate_with("api", request, hits, apply, &mut b)).unwrap();
+        assert_eq!(a.overall, b.overall, "step {step}");
+        assert_eq!(a.statuses, b.statuses, "step {step}");
+        assert_eq!(a.shadowed, b.shadowed, "step {step}");
+        over += usize::from(a.overall == floodgate_policy::Code::OverLimit);
+        clock.advance(std::time::Duration::from_millis(97));
+    }
+    // Both answers were exercised.
+    assert!((40..360).contains(&over), "{over} of 400 over the limit");
+}

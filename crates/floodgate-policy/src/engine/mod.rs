@@ -148,6 +148,27 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// backend needs no IO (the in-memory store; `None` otherwise): the
     /// same answer without building the futures, for callers that can then
     /// skip awaiting one.
+    ///
+    /// ```
+    /// use floodgate::{Apply, StoreConfig};
+    /// use floodgate_policy::read::{LoadOptions, load_str};
+    /// use floodgate_policy::{Code, Engine, MemoryBackend, OwnedDescriptor, PolicySet, Response};
+    ///
+    /// let yaml = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {requests_per_unit: 2, unit: minute}\n";
+    /// let spec = load_str("api.yaml", yaml, &LoadOptions::default())?;
+    /// let policy = PolicySet::compile(&spec)?;
+    /// let engine = Engine::new(policy, MemoryBackend::new(StoreConfig::default())?);
+    ///
+    /// let request = [OwnedDescriptor::new([("user", "alice")])];
+    /// let mut response = Response::default();
+    /// for expected in [Code::Ok, Code::Ok, Code::OverLimit] {
+    ///     let decided = engine.evaluate_now("api", &request, 1, Apply::Commit, &mut response);
+    ///     // In memory there is always an answer right away.
+    ///     decided.expect("the in-memory store decides synchronously")?;
+    ///     assert_eq!(response.overall, expected);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn evaluate_now<D: Descriptor>(
         &self,
         domain: &str,
