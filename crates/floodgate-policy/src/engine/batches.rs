@@ -6,81 +6,63 @@
 use floodgate::{Apply, Decision, Timestamp};
 use smallvec::SmallVec;
 
-use crate::backend::{Backend, Item, SyncBackend};
+use crate::backend::{Backend, SyncBackend};
 use crate::compile::PolicySet;
 
 use super::errors::EngineError;
 use super::response::Response;
-use super::scratch::{Batch, Scratch, Slot};
+use super::scratch::Batch;
 use super::{Engine, PLACEHOLDER, item};
 
-/// One atomic decision of a request: the enforced counters, the
-/// shadow-mode ones, or one quota rule's (slots `start..end`).
-#[derive(Clone, Copy)]
-enum Group {
-    Batch(Batch),
-    Own(usize, usize),
-}
-
-/// A group's items, the slots they came from, and room for their decisions.
-struct Prepared<'a> {
-    items: SmallVec<[Item<'a>; 16]>,
-    at: SmallVec<[u32; 16]>,
-    out: SmallVec<[Decision; 16]>,
-}
-
-/// The request's groups, in the order they are decided.
-fn groups(slots: &[Slot]) -> SmallVec<[Group; 4]> {
-    let mut groups: SmallVec<[Group; 4]> = SmallVec::new();
-    for batch in [Batch::Enforced, Batch::Shadow] {
-        if slots.iter().any(|s| s.batch == batch) {
-            groups.push(Group::Batch(batch));
-        }
-    }
-    // Quota rules: each rule's limits together.
-    let mut k = 0;
-    while k < slots.len() {
-        let mut end = k + 1;
-        while end < slots.len() && slots[end].descriptor == slots[k].descriptor {
-            end += 1;
-        }
-        if slots[k].batch == Batch::Own {
-            groups.push(Group::Own(k, end));
-        }
-        k = end;
-    }
-    groups
-}
-
-fn prepare<'a>(policy: &'a PolicySet, scratch: &'a Scratch, group: Group) -> Prepared<'a> {
-    let mut items = SmallVec::new();
-    let mut at = SmallVec::new();
-    let mut add = |k: usize, slot: &Slot| {
-        items.push(item(policy, &scratch.keys, &scratch.overrides, slot));
-        at.push(k as u32);
-    };
-    match group {
-        Group::Batch(batch) => {
+/// The decision loop, written once for both paths: `$decide` decides the
+/// group of items `$items` into `$out` (awaiting the backend's future, or
+/// calling it synchronously). A macro, not a function taking a closure, so
+/// that the futures path can await inside it.
+macro_rules! decide_groups {
+    ($policy:expr, $response:expr, |$items:ident, $out:ident| $decide:expr) => {{
+        let policy: &PolicySet = $policy;
+        let scratch = &mut $response.scratch;
+        let n = scratch.slots.len();
+        scratch.decisions.resize(n, PLACEHOLDER);
+        for batch in [Batch::Enforced, Batch::Shadow] {
+            let mut $items: SmallVec<[_; 16]> = SmallVec::new();
+            let mut at: SmallVec<[u32; 16]> = SmallVec::new();
             for (k, slot) in scratch.slots.iter().enumerate() {
                 if slot.batch == batch {
-                    add(k, slot);
+                    $items.push(item(policy, &scratch.keys, &scratch.overrides, slot));
+                    at.push(k as u32);
                 }
             }
-        }
-        Group::Own(start, end) => {
-            for (k, slot) in scratch.slots[start..end].iter().enumerate() {
-                add(start + k, slot);
+            if $items.is_empty() {
+                continue;
+            }
+            let mut $out: SmallVec<[Decision; 16]> = SmallVec::from_elem(PLACEHOLDER, $items.len());
+            $decide;
+            for (d, &k) in $out.iter().zip(&at) {
+                scratch.decisions[k as usize] = *d;
             }
         }
-    }
-    let out = SmallVec::from_elem(PLACEHOLDER, items.len());
-    Prepared { items, at, out }
-}
-
-fn record(decisions: &mut [Decision], at: &[u32], out: &[Decision]) {
-    for (d, &k) in out.iter().zip(at) {
-        decisions[k as usize] = *d;
-    }
+        // Quota rules: each rule's limits together.
+        let mut k = 0;
+        while k < n {
+            let slot = scratch.slots[k];
+            let mut end = k + 1;
+            while end < n && scratch.slots[end].descriptor == slot.descriptor {
+                end += 1;
+            }
+            if slot.batch == Batch::Own {
+                let $items: SmallVec<[_; 4]> = scratch.slots[k..end]
+                    .iter()
+                    .map(|s| item(policy, &scratch.keys, &scratch.overrides, s))
+                    .collect();
+                let mut $out: SmallVec<[Decision; 4]> =
+                    SmallVec::from_elem(PLACEHOLDER, $items.len());
+                $decide;
+                scratch.decisions[k..end].copy_from_slice(&$out);
+            }
+            k = end;
+        }
+    }};
 }
 
 impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
@@ -94,20 +76,11 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         apply: Apply,
         response: &mut Response,
     ) -> Result<(), EngineError> {
-        let scratch = &mut response.scratch;
-        let mut decisions = std::mem::take(&mut scratch.decisions);
-        decisions.resize(scratch.slots.len(), PLACEHOLDER);
-        let mut result = Ok(());
-        for group in groups(&scratch.slots) {
-            let mut p = prepare(policy, scratch, group);
-            if let Err(e) = self.backend.decide(&p.items, now, apply, &mut p.out).await {
-                result = Err(e.into());
-                break;
-            }
-            record(&mut decisions, &p.at, &p.out);
-        }
-        scratch.decisions = decisions;
-        result
+        decide_groups!(policy, response, |items, out| self
+            .backend
+            .decide(&items, now, apply, &mut out)
+            .await?);
+        Ok(())
     }
 
     /// [`decide`](Self::decide) on a backend that needs no IO.
@@ -119,14 +92,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         apply: Apply,
         response: &mut Response,
     ) {
-        let scratch = &mut response.scratch;
-        let mut decisions = std::mem::take(&mut scratch.decisions);
-        decisions.resize(scratch.slots.len(), PLACEHOLDER);
-        for group in groups(&scratch.slots) {
-            let mut p = prepare(policy, scratch, group);
-            backend.decide_now(&p.items, now, apply, &mut p.out);
-            record(&mut decisions, &p.at, &p.out);
-        }
-        scratch.decisions = decisions;
+        decide_groups!(policy, response, |items, out| backend
+            .decide_now(&items, now, apply, &mut out));
     }
 }

@@ -181,6 +181,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         Some(self.evaluate_sync(backend, domain, descriptors, hits_addend, apply, response))
     }
 
+    #[inline]
     fn evaluate_sync<D: Descriptor>(
         &self,
         backend: &dyn SyncBackend,
@@ -201,6 +202,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// Validates the request, resets `response` and matches the
     /// descriptors; the policy and the time to decide at, or `None` when
     /// there is nothing to decide (limiting disabled, unknown domain).
+    #[inline]
     fn begin<D: Descriptor>(
         &self,
         domain: &str,
