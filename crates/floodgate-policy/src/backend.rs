@@ -113,8 +113,15 @@ impl MemoryBackend {
         &self.store
     }
 
-    /// The synchronous decision (what [`Backend::decide`] resolves to).
-    pub fn decide_now(
+    /// The synchronous release.
+    pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) {
+        self.store
+            .update(item.limit, item.key, now, |s| item.limit.release(s, units));
+    }
+}
+
+impl SyncBackend for MemoryBackend {
+    fn decide_now(
         &self,
         items: &[Item<'_>],
         now: Timestamp,
@@ -138,24 +145,6 @@ impl MemoryBackend {
             let batch: Vec<_> = items.iter().map(convert).collect();
             self.store.decide_many(&batch, now, apply, out)
         }
-    }
-
-    /// The synchronous release.
-    pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) {
-        self.store
-            .update(item.limit, item.key, now, |s| item.limit.release(s, units));
-    }
-}
-
-impl SyncBackend for MemoryBackend {
-    fn decide_now(
-        &self,
-        items: &[Item<'_>],
-        now: Timestamp,
-        apply: Apply,
-        out: &mut [Decision],
-    ) -> Decision {
-        MemoryBackend::decide_now(self, items, now, apply, out)
     }
 }
 

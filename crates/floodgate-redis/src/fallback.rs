@@ -11,7 +11,7 @@ use floodgate::algorithms::{
     SlidingLog, SlidingWindow, SubWindowCounter,
 };
 use floodgate::{Apply, Decision, StoreConfig, Timestamp};
-use floodgate_policy::{Item, MemoryBackend};
+use floodgate_policy::{Item, MemoryBackend, SyncBackend};
 
 pub(crate) struct LocalFallback {
     memory: MemoryBackend,

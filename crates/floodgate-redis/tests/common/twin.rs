@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use floodgate::Decision;
-use floodgate_policy::Item;
+use floodgate_policy::{Item, SyncBackend};
 
 use super::{as_redis, blank};
 
