@@ -287,13 +287,12 @@ impl Service<Request<Incoming>> for Proxy {
     /// The client's address is read from the request's [`PeerAddr`]
     /// extension.
     fn call(&mut self, req: Request<Incoming>) -> BoxFuture {
-        let shared = self.shared.clone();
         let client = ClientInfo {
             peer: req.extensions().get::<PeerAddr>().map(|p| p.0),
             tls: false,
             trusted_hop: false,
             guard: None,
         };
-        Box::pin(async move { Ok(forward(&shared, req, client).await) })
+        Box::pin(self.clone().forward_owned(req, client))
     }
 }
