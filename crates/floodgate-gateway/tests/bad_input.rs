@@ -19,7 +19,7 @@ domains:
   - domain: gw
     descriptors:
       - key: remote_address
-        rate_limit: {name: per-ip, requests: 3, per: 1m}
+        rate_limit: {name: per-ip, algorithm: sliding_log, requests: 3, per: 1m}
 gateway:
   upstream: http://127.0.0.1:1
   limits: {header_read_timeout: 1s, max_header_bytes: 16KiB}
@@ -36,7 +36,7 @@ domains:
   - domain: gw
     descriptors:
       - key: remote_address
-        rate_limit: {name: per-ip, requests: 1, per: 1m}
+        rate_limit: {name: per-ip, algorithm: sliding_log, requests: 1, per: 1m}
 server: {reload_interval: 0}
 "#;
 

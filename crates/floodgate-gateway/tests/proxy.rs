@@ -16,8 +16,10 @@ http:
 domains:
   - domain: gw
     descriptors:
+      # A sliding log, not the default fixed window: a test that crosses a
+      # minute boundary must not see its count reset.
       - key: key
-        rate_limit: {name: per-key, requests: 3, per: 1m}
+        rate_limit: {name: per-key, algorithm: sliding_log, requests: 3, per: 1m}
       - key: key
         value: shaped
         rate_limit: {name: shaped, algorithm: shaper, rate: 2r/s, burst: 5}

@@ -23,7 +23,7 @@ domains:
   - domain: gw
     descriptors:
       - key: key
-        rate_limit: {name: per-key, requests: 2, per: 1m}
+        rate_limit: {name: per-key, algorithm: sliding_log, requests: 2, per: 1m}
 "#;
 
 fn config(listener: &str, upstream: &str, extra: &str) -> String {

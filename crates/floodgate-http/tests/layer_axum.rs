@@ -10,7 +10,7 @@ domains:
   - domain: api
     descriptors:
       - key: remote_address
-        rate_limit: {name: per-ip, requests: 3, per: 1m}
+        rate_limit: {name: per-ip, algorithm: sliding_log, requests: 3, per: 1m}
 http:
   domain: api
   descriptors:
@@ -106,7 +106,7 @@ domains:
   - domain: api
     descriptors:
       - key: remote_address
-        rate_limit: {name: secret, requests: 1, per: 1m}
+        rate_limit: {name: secret, algorithm: sliding_log, requests: 1, per: 1m}
       - key: generic_key
         value: shed
         rate_limit: {name: shed-me, requests: 1, per: 1h}
@@ -175,7 +175,7 @@ domains:
   - domain: api
     descriptors:
       - key: user
-        rate_limit: {name: per-user, requests: 2, per: 1m}
+        rate_limit: {name: per-user, algorithm: sliding_log, requests: 2, per: 1m}
 http:
   domain: api
   descriptors:

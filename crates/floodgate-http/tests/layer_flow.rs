@@ -373,7 +373,7 @@ domains:
   - domain: api
     descriptors:
       - key: remote_address
-        rate_limit: {requests: 1, per: 1m}
+        rate_limit: {algorithm: sliding_log, requests: 1, per: 1m}
 http:
   domain: api
   descriptors:

@@ -22,7 +22,7 @@ domains:
   - domain: api
     descriptors:
       - key: remote_address
-        rate_limit: {name: per-ip, requests: 1, per: 1m}
+        rate_limit: {name: per-ip, algorithm: sliding_log, requests: 1, per: 1m}
 http:
   domain: api
   descriptors:

@@ -22,10 +22,10 @@ domains:
   - domain: grpc
     descriptors:
       - key: user
-        rate_limit: {name: per-user, requests: 2, per: 1m}
+        rate_limit: {name: per-user, algorithm: sliding_log, requests: 2, per: 1m}
       - key: user
         value: batch
-        rate_limit: {name: batch, requests: 1, per: 1m}
+        rate_limit: {name: batch, algorithm: sliding_log, requests: 1, per: 1m}
       - key: user
         value: streamer
         rate_limit: {name: streams, algorithm: concurrency, max: 1}
@@ -160,7 +160,7 @@ domains:
   - domain: grpc
     descriptors:
       - key: remote_address
-        rate_limit: {name: per-ip, requests: 1, per: 1m}
+        rate_limit: {name: per-ip, algorithm: sliding_log, requests: 1, per: 1m}
 http:
   domain: grpc
   descriptors:
