@@ -2,10 +2,12 @@
 //! embedded in-memory store ([`MemoryBackend`]) or a shared one (Redis).
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use floodgate::algorithms::{AnyLimit, AnyState};
 use floodgate::{Apply, Decision, Store, StoreConfig, Timestamp};
+use siphasher::sip128::{Hasher128, SipHasher13};
 use thiserror::Error;
 
 use crate::failure::OnFailure;
@@ -96,8 +98,42 @@ pub trait SyncBackend: Send + Sync {
 }
 
 /// The embedded store: counters in this process's memory.
+///
+/// A counter is held under a 128-bit keyed hash of its key (SipHash-1-3
+/// with a key drawn at random per store) instead of the key's bytes: an
+/// entry then holds no pointer to chase and no allocation of its own, so a
+/// decision touches one line less and a new key allocates nothing. Two
+/// distinct keys share a counter only if their 128-bit hashes collide,
+/// about 2⁻⁸⁹ for a million keys held, and the hash key is secret, so
+/// clients cannot aim at a collision.
 pub struct MemoryBackend {
-    store: Store<Box<[u8]>, AnyState>,
+    store: Store<u128, AnyState>,
+    ids: KeyIds,
+}
+
+/// The 128-bit identity of a counter key (see [`MemoryBackend`]).
+struct KeyIds {
+    k0: u64,
+    k1: u64,
+}
+
+impl KeyIds {
+    fn random() -> Self {
+        // `RandomState` is seeded from the OS once per process and differs
+        // per instance; its hashes of two constants are two secret words.
+        let seed = std::hash::RandomState::new();
+        KeyIds {
+            k0: seed.hash_one(0x243f_6a88_85a3_08d3_u64),
+            k1: seed.hash_one(0x1319_8a2e_0370_7344_u64),
+        }
+    }
+
+    #[inline]
+    fn of(&self, key: &[u8]) -> u128 {
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        h.write(key);
+        h.finish128().as_u128()
+    }
 }
 
 impl MemoryBackend {
@@ -105,18 +141,22 @@ impl MemoryBackend {
     pub fn new(config: StoreConfig) -> Result<Self, floodgate::ConfigError> {
         Ok(MemoryBackend {
             store: Store::new(config)?,
+            ids: KeyIds::random(),
         })
     }
 
-    /// The underlying store (sizes and counters).
-    pub fn store(&self) -> &Store<Box<[u8]>, AnyState> {
+    /// The underlying store (sizes and counters), keyed by each counter
+    /// key's 128-bit hash.
+    pub fn store(&self) -> &Store<u128, AnyState> {
         &self.store
     }
 
     /// The synchronous release.
     pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) {
         self.store
-            .update(item.limit, item.key, now, |s| item.limit.release(s, units));
+            .update(item.limit, &self.ids.of(item.key), now, |s| {
+                item.limit.release(s, units)
+            });
     }
 }
 
@@ -128,21 +168,34 @@ impl SyncBackend for MemoryBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Decision {
-        fn convert<'b>(i: &Item<'b>) -> floodgate::store::Item<'b, [u8], AnyLimit> {
-            floodgate::store::Item {
-                key: i.key,
-                limit: i.limit,
-                cost: i.cost,
-            }
-        }
         const INLINE: usize = 16;
         if items.len() <= INLINE {
-            let batch: [floodgate::store::Item<'_, [u8], AnyLimit>; INLINE] =
-                std::array::from_fn(|i| convert(&items[i.min(items.len() - 1)]));
+            let mut ids = [0u128; INLINE];
+            for (id, i) in ids.iter_mut().zip(items) {
+                *id = self.ids.of(i.key);
+            }
+            let batch: [floodgate::store::Item<'_, u128, AnyLimit>; INLINE] =
+                std::array::from_fn(|n| {
+                    let i = &items[n.min(items.len() - 1)];
+                    floodgate::store::Item {
+                        key: &ids[n],
+                        limit: i.limit,
+                        cost: i.cost,
+                    }
+                });
             self.store
                 .decide_many(&batch[..items.len()], now, apply, out)
         } else {
-            let batch: Vec<_> = items.iter().map(convert).collect();
+            let ids: Vec<u128> = items.iter().map(|i| self.ids.of(i.key)).collect();
+            let batch: Vec<_> = items
+                .iter()
+                .zip(&ids)
+                .map(|(i, id)| floodgate::store::Item {
+                    key: id,
+                    limit: i.limit,
+                    cost: i.cost,
+                })
+                .collect();
             self.store.decide_many(&batch, now, apply, out)
         }
     }

@@ -1,4 +1,5 @@
-//! CPU time of a process, from `/proc/<pid>/stat` (user + system).
+//! CPU time of a process, from `/proc/<pid>/stat` (user + system), and its
+//! resident memory, from `/proc/<pid>/status`.
 
 use std::time::Duration;
 
@@ -18,4 +19,12 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
 fn clock_ticks() -> f64 {
     // CLK_TCK is 100 on Linux for every architecture this runs on.
     100.0
+}
+
+/// The resident memory of `pid` in bytes (`VmRSS`), if it can be read.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -4,7 +4,7 @@
 //! `keys` each time; latency in an HDR histogram.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use tonic::transport::{Channel, Endpoint};
 
 use super::RlsArgs;
-use super::cpu::cpu_time;
+use super::cpu::{cpu_time, rss_bytes};
 
 #[derive(Default)]
 struct Tally {
@@ -59,6 +59,7 @@ async fn worker(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<RlsArgs>,
     seed: u64,
+    next: Arc<AtomicU64>,
     measuring: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> (Histogram<u64>, Tally) {
@@ -66,7 +67,11 @@ async fn worker(
     let mut tally = Tally::default();
     let mut rng = Rng(seed | 1);
     while !stop.load(Ordering::Relaxed) {
-        let n = rng.next() % args.keys.max(1);
+        let n = if args.sequential {
+            next.fetch_add(1, Ordering::Relaxed)
+        } else {
+            rng.next()
+        } % args.keys.max(1);
         let req = RateLimitRequest {
             domain: args.domain.clone(),
             descriptors: vec![RateLimitDescriptor {
@@ -100,6 +105,8 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
     let args = Arc::new(args);
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicU64::new(0));
+    let rss0 = args.server_pid.and_then(rss_bytes);
     let mut tasks = Vec::new();
     for i in 0..args.concurrency.max(1) {
         let client = RateLimitServiceClient::new(channels[i % channels.len()].clone())
@@ -108,6 +115,7 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
             client,
             args.clone(),
             0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1),
+            next.clone(),
             measuring.clone(),
             stop.clone(),
         )));
@@ -121,6 +129,7 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
     measuring.store(false, Ordering::Relaxed);
     let elapsed = t0.elapsed();
     let cpu1 = args.server_pid.and_then(cpu_time);
+    let rss1 = args.server_pid.and_then(rss_bytes);
     let self1 = cpu_time(std::process::id());
     stop.store(true, Ordering::Relaxed);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
@@ -156,6 +165,10 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
             used / elapsed.as_secs_f64(),
             used * 1e6 / total.max(1) as f64
         ));
+    }
+    if let (Some(a), Some(b)) = (rss0, rss1) {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        line.push_str(&format!("  server RSS {:.1} → {:.1} MiB", mib(a), mib(b)));
     }
     if let (Some(a), Some(b)) = (self0, self1) {
         line.push_str(&format!(

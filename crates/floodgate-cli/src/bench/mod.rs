@@ -53,7 +53,12 @@ pub struct RlsArgs {
     /// The descriptor key sent (the value is `k<n>`).
     #[arg(long, default_value = "key")]
     pub key: String,
-    /// A server process whose CPU time to report per request.
+    /// Take the descriptor values in order (`k0`, `k1`, …, wrapping at
+    /// `keys`) instead of at random: every value is sent once before any is
+    /// sent twice (to fill a server with `keys` distinct keys).
+    #[arg(long)]
+    pub sequential: bool,
+    /// A server process whose CPU time (and resident memory) to report.
     #[arg(long)]
     pub server_pid: Option<u32>,
     /// A label for the report line.
