@@ -133,10 +133,12 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 /// `rdtsc`, scaled by `quanta`'s calibration, when `quanta` finds an
 /// invariant TSC; `quanta`'s own clock otherwise) and adds an offset to the
 /// Unix epoch that is re-read from the operating system once a second.
-/// Reading it writes nothing shared (only the once-a-second re-read does). Between re-reads it
-/// advances at the monotonic clock's rate; a re-read may move it by the
-/// drift accumulated in that second (microseconds), backwards included,
-/// which every algorithm treats as no time elapsed.
+/// Reading it writes nothing shared (only the once-a-second re-read does).
+/// Between re-reads it advances at the monotonic clock's rate. A re-read
+/// moves it forward to the wall clock, or back by at most 1 ms (the drift
+/// accumulated in a second is microseconds; a wall clock stepped back by
+/// more is approached at 1 ms a second rather than followed). The store
+/// treats any step back as no time elapsed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
@@ -216,8 +218,30 @@ impl Anchor {
     fn resync(&self, mono: u64) {
         self.next_sync
             .store(mono.saturating_add(RESYNC_NANOS), Ordering::Relaxed);
+        let current = self.offset.load(Ordering::Relaxed);
+        let target = os_wall_clock().wrapping_sub(mono);
         self.offset
-            .store(os_wall_clock().wrapping_sub(mono), Ordering::Relaxed);
+            .store(next_offset(current, target), Ordering::Relaxed);
+    }
+}
+
+/// The most the clock is moved back at one re-read: 1 ms a second.
+const MAX_SLEW_BACK: u64 = 1_000_000;
+
+/// The offset after a re-read: the wall clock's when it is ahead (the
+/// clock jumps forward with it), otherwise at most [`MAX_SLEW_BACK`] less
+/// than before, so that a wall clock stepped back (by hand, or by a time
+/// daemon) is approached slowly instead of followed: the clock never steps
+/// back by more than a millisecond, and the rate limiter never sees an hour
+/// repeated.
+fn next_offset(current: u64, target: u64) -> u64 {
+    // Offsets wrap (Unix minus monotonic nanoseconds); compare the
+    // difference as signed.
+    let diff = target.wrapping_sub(current) as i64;
+    if diff >= 0 {
+        target
+    } else {
+        current.wrapping_sub(diff.unsigned_abs().min(MAX_SLEW_BACK))
     }
 }
 
@@ -269,5 +293,26 @@ impl Clock for ManualClock {
     #[inline]
     fn now(&self) -> Timestamp {
         Timestamp(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_SLEW_BACK, next_offset};
+
+    #[test]
+    fn the_wall_clock_is_followed_forward_and_approached_backward() {
+        let hour = 3_600_000_000_000u64;
+        let base = 1_700_000_000_000_000_000u64;
+        // Forward, by any amount: followed.
+        assert_eq!(next_offset(base, base + hour), base + hour);
+        assert_eq!(next_offset(base, base + 5), base + 5);
+        // Back by a few microseconds (drift): followed.
+        assert_eq!(next_offset(base, base - 3_000), base - 3_000);
+        // Back by an hour: at most a millisecond per re-read.
+        assert_eq!(next_offset(base, base - hour), base - MAX_SLEW_BACK);
+        // Offsets wrap (Unix minus monotonic nanoseconds).
+        assert_eq!(next_offset(u64::MAX, 4), 4);
+        assert_eq!(next_offset(4, u64::MAX), u64::MAX);
     }
 }

@@ -54,7 +54,13 @@ impl Nginx {
             Some((excess, last)) => {
                 // A clock behind `last` counts as no time elapsed.
                 let ms = (t / 1_000_000).saturating_sub(last);
-                (excess + 1000).saturating_sub(self.rate.saturating_mul(ms) / 1000)
+                let drained = self.rate.saturating_mul(ms) / 1000;
+                // nginx's expire(zone, 1), as in a zone where other keys
+                // arrive: a node idle a minute and drained is deleted.
+                if ms >= 60_000 && excess <= drained {
+                    return 0;
+                }
+                (excess + 1000).saturating_sub(drained)
             }
         }
     }
@@ -230,18 +236,22 @@ fn nginx_rate_10_burst_12_delay_8() {
 #[test]
 fn nginx_one_per_minute_drains_every_62_5_seconds() {
     // 1r/m is 1000/60 = 16 milli-requests per second (truncated), so one
-    // request drains in 1000·1000/16 ms = 62.5 s.
-    let shaper = Shaper::new(NginxRate::PerMinute(1), 0, ShaperDelay::Queue).unwrap();
+    // request drains in 1000·1000/16 ms = 62.5 s. With burst=1 two requests
+    // pass at once and the stored excess (1000) keeps the node alive past
+    // the minute, so the drain alone decides.
+    let shaper = Shaper::new(NginxRate::PerMinute(1), 1, ShaperDelay::NoDelay).unwrap();
     assert_eq!(shaper.rate_millis(), 16);
     let t0 = 5_000 * SEC;
     let mut s = shaper.fresh();
     let at = |ms: u64| Timestamp::from_nanos(t0 + ms * MS);
     assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
-    // At +62 s: excess = 0 − 16·62000/1000 + 1000 = 8 > 0.
+    assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
+    assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_denied());
+    // At +62 s: excess = 1000 − 16·62000/1000 + 1000 = 1008 > 1000.
     let d = shaper.decide(&mut s, at(62_000), 1, Apply::Commit);
     assert_eq!(d.outcome, Outcome::Denied);
     assert_eq!(d.retry_after, Some(Duration::from_millis(500)));
-    // At +62.499 s the drain is 16·62499/1000 = 999 (truncated): excess 1.
+    // At +62.499 s the drain is 16·62499/1000 = 999 (truncated): 1001.
     assert!(
         shaper
             .decide(&mut s, at(62_499), 1, Apply::Commit)
@@ -256,6 +266,10 @@ fn nginx_one_per_minute_drains_every_62_5_seconds() {
     );
     let d = shaper.decide(&mut s, at(62_500), 1, Apply::Commit);
     assert_eq!(d.outcome, Outcome::Allowed);
+    // The node had drained and was over a minute old, so that request found
+    // none (nginx deletes it): the burst is whole again.
+    assert!(shaper.decide(&mut s, at(62_500), 1, Apply::Commit).is_allowed());
+    assert!(shaper.decide(&mut s, at(62_500), 1, Apply::Commit).is_denied());
     // And the next one 62.5 s after that.
     assert!(
         shaper
@@ -267,6 +281,35 @@ fn nginx_one_per_minute_drains_every_62_5_seconds() {
             .decide(&mut s, at(125_000), 1, Apply::Commit)
             .is_allowed()
     );
+}
+
+#[test]
+fn nginx_expires_a_drained_node_after_a_minute() {
+    // 1r/m, burst=0: the stored excess is 0, so after a minute the node is
+    // drained by nginx's expiry test (0 ≤ 16·60000/1000) and deleted when
+    // another key arrives; the next request then finds no node and passes,
+    // before the 62.5 s the drain alone would need.
+    let shaper = Shaper::new(NginxRate::PerMinute(1), 0, ShaperDelay::Queue).unwrap();
+    let t0 = 5_000 * SEC;
+    let mut s = shaper.fresh();
+    let at = |ms: u64| Timestamp::from_nanos(t0 + ms * MS);
+    assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
+    let d = shaper.decide(&mut s, at(59_999), 1, Apply::Commit);
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert_eq!(d.retry_after, Some(Duration::from_millis(1)));
+    assert_eq!(d.reset_after, Duration::from_millis(1));
+    assert_eq!(
+        shaper.decide(&mut s, at(60_000), 1, Apply::Commit).outcome,
+        Outcome::Allowed
+    );
+    // A node that has not drained is kept, whatever its age: burst=5 after
+    // six requests holds 5000, and 61 s drain only 976 of it.
+    let shaper = Shaper::new(NginxRate::PerMinute(1), 5, ShaperDelay::NoDelay).unwrap();
+    let mut s = shaper.fresh();
+    for _ in 0..6 {
+        assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
+    }
+    assert!(shaper.decide(&mut s, at(61_000), 1, Apply::Commit).is_denied());
 }
 
 #[test]

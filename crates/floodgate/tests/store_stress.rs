@@ -186,3 +186,22 @@ fn items_decision() -> floodgate::Decision {
         retry_after: None,
     }
 }
+
+#[test]
+fn shaper_and_sub_window_counter_admit_exactly_the_limit() {
+    use floodgate::algorithms::{NginxRate, Shaper, ShaperDelay, SubWindowCounter};
+    for round in 0..30 {
+        let limit = 100 + round * 41;
+        let tries = (limit as usize) / THREADS + 50;
+        // nginx admits `burst + 1` at once on a fresh key.
+        let shaper = Shaper::new(NginxRate::PerMinute(1), limit - 1, ShaperDelay::NoDelay).unwrap();
+        assert_eq!(hammer(shaper, tries), limit);
+        let queued = Shaper::new(NginxRate::PerSecond(1), limit - 1, ShaperDelay::Queue).unwrap();
+        assert_eq!(hammer(queued, tries), limit);
+        let secs = Duration::from_secs(3600);
+        assert_eq!(
+            hammer(SubWindowCounter::new(limit, secs, 6).unwrap(), tries),
+            limit
+        );
+    }
+}

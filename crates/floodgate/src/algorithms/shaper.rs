@@ -8,7 +8,8 @@
 //!
 //! (integer division, `rate` in milli-requests per second: `N r/s` is
 //! `N·1000`, `N r/m` is `N·1000/60` truncated, so `1r/m` drains one request
-//! every 62.5 s exactly as nginx does). A request is rejected iff
+//! every 62.5 s exactly as nginx does, see below for the minute's expiry).
+//! A request is rejected iff
 //! `excess > burst·1000`; a rejection changes nothing. Otherwise the state
 //! becomes `excess` (and `last = now_ms` unless no millisecond has passed) and
 //! the request waits `(excess − delay·1000)·1000/rate` ms when `excess`
@@ -20,6 +21,14 @@
 //! is accounted exactly as nginx accounts a request), so `n = 1` is nginx
 //! and a cost that can never fit (`1000·(n − 1) > burst·1000`) is
 //! [`Outcome::Never`]. A clock that goes backwards counts as no time elapsed.
+//!
+//! nginx deletes a node that has been idle for a minute and has drained
+//! (`excess ≤ rate·ms/1000`, without the `+ 1000`) when another key needs a
+//! node, so in a zone with any traffic such a key starts afresh (excess 0).
+//! The shaper does the same: after a minute idle a drained key counts as
+//! never seen. It shows only with `burst = 0` at rates slower than one
+//! request a minute's drain (`1r/m`: a request 60 to 62.5 s after the last
+//! one passes, as in nginx with other keys in the zone).
 
 use std::time::Duration;
 
@@ -84,6 +93,9 @@ pub struct ShaperState {
     excess: u64,
     last: u64,
 }
+
+/// How long a node must be idle before nginx may delete it (ms).
+const EXPIRE_MS: u64 = 60_000;
 
 impl Default for ShaperState {
     fn default() -> Self {
@@ -161,7 +173,20 @@ impl Shaper {
             Some(p) => p / 1000,
             None => sat64(self.rate as u128 * ms as u128 / 1000),
         };
+        if ms >= EXPIRE_MS && s.excess <= drained {
+            // nginx deletes such a node when another key needs one (its
+            // `expire(zone, 1)`), which in a zone with any traffic happens
+            // within the minute: the key starts afresh.
+            return 0;
+        }
         s.excess.saturating_add(1000).saturating_sub(drained)
+    }
+
+    /// The first instant (ms) at which nginx would delete the node: idle for
+    /// a minute and drained (`excess ≤ rate·ms/1000`).
+    #[inline]
+    fn expire_ms(&self, s: &ShaperState) -> u128 {
+        s.last as u128 + self.ms_to_drain(s.excess as u128).max(EXPIRE_MS as u128)
     }
 
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
@@ -176,7 +201,9 @@ impl Shaper {
     /// The instant a node with this state behaves like no node at all.
     #[inline]
     fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
-        (s.last != u64::MAX).then(|| s.last as u128 + self.ms_to_drain(s.excess as u128 + 1000))
+        (s.last != u64::MAX).then(|| {
+            (s.last as u128 + self.ms_to_drain(s.excess as u128 + 1000)).min(self.expire_ms(s))
+        })
     }
 }
 
@@ -266,8 +293,12 @@ impl Algorithm for Shaper {
         };
         let retry_after = (outcome == Outcome::Denied).then(|| {
             // Earliest ms after `last` with excess − rate·ms/1000 + 1000 + extra ≤ burst.
+            // Or the instant the node expires (the request then finds none).
             let need = (s.excess as u128 + 1000 + extra as u128).saturating_sub(self.burst as u128);
-            until_ms(s.last as u128 + self.ms_to_drain(need), now)
+            until_ms(
+                (s.last as u128 + self.ms_to_drain(need)).min(self.expire_ms(s)),
+                now,
+            )
         });
         let remaining = match self.burst.checked_sub(next) {
             Some(room) => room / 1000 + 1,

@@ -135,6 +135,17 @@ impl<K: Hash + Eq, S> Store<K, S> {
         for (g, &s) in guards.iter_mut().zip(distinct) {
             *g = Some(self.shards[s].lock());
         }
+        // One instant for the whole batch: the latest any of its shards has
+        // seen (a clock that went backwards is no time elapsed), recorded
+        // in all of them.
+        let mut latest = now.as_nanos();
+        for g in guards.iter_mut() {
+            latest = latest.max(locked(g).monotonic(now.as_nanos()));
+        }
+        for g in guards.iter_mut() {
+            locked(g).monotonic(latest);
+        }
+        let now = Timestamp::from_nanos(latest);
         for slot in slots.iter_mut() {
             slot.guard = distinct.binary_search(&slot.shard).unwrap_or(0);
         }

@@ -186,6 +186,7 @@ where
         slot.prefetch_lock(self.prefetch);
         let now = now();
         let mut shard = slot.lock();
+        let now = Timestamp::from_nanos(shard.monotonic(now.as_nanos()));
         let tick = shard.next_tick();
         if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
             let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
@@ -251,6 +252,7 @@ where
         let slot = &self.shards[self.shard_of(hash)];
         prefetch_entry::<K, S>(self.prefetch, slot.hint(), hash);
         let mut shard = slot.lock();
+        let now = Timestamp::from_nanos(shard.monotonic(now.as_nanos()));
         let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
         let r = f(&mut e.state);
         e.idle = idle_secs(limit.idle_at(&e.state, now));

@@ -22,6 +22,8 @@ use super::lock::RawSpinLock;
 struct Head {
     raw: RawSpinLock,
     tick: UnsafeCell<u32>,
+    /// The latest instant a decision in this shard was made at (ns).
+    latest: UnsafeCell<u64>,
 }
 
 struct Data<T> {
@@ -50,6 +52,7 @@ impl<T> Slot<T> {
             head: CachePadded::new(Head {
                 raw: RawSpinLock::INIT,
                 tick: UnsafeCell::new(0),
+                latest: UnsafeCell::new(0),
             }),
             data: CachePadded::new(Data {
                 hint: [AtomicUsize::new(0), AtomicUsize::new(0)],
@@ -101,6 +104,22 @@ impl<T> SlotGuard<'_, T> {
         let tick = unsafe { &mut *self.slot.head.tick.get() };
         *tick = tick.wrapping_add(1);
         *tick
+    }
+
+    /// The latest instant seen in this slot, at least `now`: `now` when it is
+    /// not earlier than every instant seen before (and it becomes the
+    /// latest), the latest otherwise. A clock that went backwards is thus
+    /// seen as no time elapsed.
+    #[inline]
+    pub(crate) fn monotonic(&mut self, now: u64) -> u64 {
+        // SAFETY: the lock is held (this guard exists).
+        let latest = unsafe { &mut *self.slot.head.latest.get() };
+        if now >= *latest {
+            *latest = now;
+            now
+        } else {
+            *latest
+        }
     }
 
     /// Publishes two words for [`Slot::hint`].
