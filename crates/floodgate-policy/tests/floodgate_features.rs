@@ -30,13 +30,37 @@ fn token_bucket_with_burst_refills_continuously() {
         s.decision.unwrap().retry_after,
         Some(Duration::from_millis(100))
     );
+    // The burst exceeds the rate, so the burst is reported: the reported
+    // limit is never below what can remain.
     let cl = s.current_limit.as_ref().unwrap();
     assert_eq!(
         (cl.reported.requests_per_unit, cl.reported.unit),
-        (10, Unit::Second)
+        (20, Unit::Second)
     );
     h.advance(Duration::from_millis(250));
     assert_eq!(h.admitted(5, "api", &req), 2);
+}
+
+#[test]
+fn the_reported_limit_is_never_below_the_remaining() {
+    let mut h = Harness::new(&domain(
+        "      - key: a
+        rate_limit: {algorithm: token_bucket, requests: 10, per: 1s, burst: 20}
+      - key: b
+        rate_limit: {algorithm: token_bucket, requests: 10, per: 1s, burst: 5}
+      - key: c
+        rate_limit: {algorithm: shaper, rate: 10r/s, burst: 20, nodelay: true}
+      - key: d
+        rate_limit: {algorithm: shaper, rate: 100r/s, burst: 5, nodelay: true}
+",
+    ));
+    for (key, reported) in [("a", 20), ("b", 10), ("c", 21), ("d", 100)] {
+        h.send("api", &[d(&[(key, "x")])]);
+        let s = &h.response.statuses[0];
+        let cl = s.current_limit.as_ref().unwrap();
+        assert_eq!(cl.reported.requests_per_unit, reported, "{key}");
+        assert!(s.limit_remaining <= reported, "{key}: {s:?}");
+    }
 }
 
 #[test]

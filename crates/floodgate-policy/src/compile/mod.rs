@@ -265,7 +265,11 @@ fn reported_of(spec: &LimitSpec, rule: Reported) -> Reported {
         LimitSpec::FixedWindow { limit, window }
         | LimitSpec::SlidingLog { limit, window }
         | LimitSpec::SlidingWindow { limit, window, .. } => fit(*limit, *window),
-        LimitSpec::Gcra { count, period, .. } => fit(*count, *period),
+        LimitSpec::Gcra {
+            count,
+            period,
+            burst,
+        } => crate::read::limits::at_least(fit(*count, *period), *burst),
         _ => rule,
     }
 }

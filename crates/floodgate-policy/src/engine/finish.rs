@@ -64,9 +64,11 @@ pub(super) fn finish(policy: &PolicySet, response: &mut Response) {
             narrowest.remaining.min(u32::MAX as u64) as u32
         };
         if let Some(rule) = reported {
+            // A counter must never wrap (Prometheus would read a reset):
+            // one request adds at most 2³².
             rule.metrics
                 .hits
-                .increment(status.hits.saturating_mul(rule.cost));
+                .increment(status.hits.saturating_mul(rule.cost).min(1 << 32));
             if over {
                 if status.shadow {
                     rule.metrics.shadow_mode.increment(1);

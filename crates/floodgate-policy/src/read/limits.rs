@@ -203,7 +203,7 @@ fn read_one(
                     period,
                     burst,
                 },
-                reported(count, period),
+                at_least(reported(count, period), burst),
             )
         }
         "shaper" => read_shaper(map, requests, per, errors)?,
@@ -277,11 +277,26 @@ fn read_shaper(
     };
     Some((
         LimitSpec::Shaper { rate, burst, delay },
-        Reported {
-            requests_per_unit: rpu.min(u32::MAX as u64) as u32,
-            unit,
-        },
+        at_least(
+            Reported {
+                requests_per_unit: rpu.min(u32::MAX as u64) as u32,
+                unit,
+            },
+            burst.saturating_add(1),
+        ),
     ))
+}
+
+/// `r`, with `requests_per_unit` raised to `capacity` (what can pass at
+/// once) when that is more: a bucket whose burst exceeds its rate reports
+/// the burst, so that `limit_remaining` never exceeds the reported limit.
+pub(crate) fn at_least(r: Reported, capacity: u64) -> Reported {
+    Reported {
+        requests_per_unit: r
+            .requests_per_unit
+            .max(capacity.min(u32::MAX as u64) as u32),
+        unit: r.unit,
+    }
 }
 
 /// Parses nginx's `rate=` syntax: `10r/s`, `30r/m`, or a bare number (r/s).

@@ -9,7 +9,7 @@
 mod descriptors;
 mod envoy;
 mod floodgate;
-mod limits;
+pub(crate) mod limits;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
