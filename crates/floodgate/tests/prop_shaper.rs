@@ -268,8 +268,16 @@ fn nginx_one_per_minute_drains_every_62_5_seconds() {
     assert_eq!(d.outcome, Outcome::Allowed);
     // The node had drained and was over a minute old, so that request found
     // none (nginx deletes it): the burst is whole again.
-    assert!(shaper.decide(&mut s, at(62_500), 1, Apply::Commit).is_allowed());
-    assert!(shaper.decide(&mut s, at(62_500), 1, Apply::Commit).is_denied());
+    assert!(
+        shaper
+            .decide(&mut s, at(62_500), 1, Apply::Commit)
+            .is_allowed()
+    );
+    assert!(
+        shaper
+            .decide(&mut s, at(62_500), 1, Apply::Commit)
+            .is_denied()
+    );
     // And the next one 62.5 s after that.
     assert!(
         shaper
@@ -309,7 +317,11 @@ fn nginx_expires_a_drained_node_after_a_minute() {
     for _ in 0..6 {
         assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
     }
-    assert!(shaper.decide(&mut s, at(61_000), 1, Apply::Commit).is_denied());
+    assert!(
+        shaper
+            .decide(&mut s, at(61_000), 1, Apply::Commit)
+            .is_denied()
+    );
 }
 
 #[test]
