@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use floodgate_gateway::{GatewayOptions, UpstreamUrl};
 use floodgate_server::logging;
-use floodgate_server::settings::{overrides_from_env, parse_listen};
+use floodgate_server::settings::{overrides_from_env, parse_listen, warn_unsupported_env};
 
 /// Flags of `floodgate gateway`; each overrides the configuration file.
 #[derive(Args, Debug, Default)]
@@ -58,6 +58,7 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     let prometheus = floodgate_server::metrics::install()?;
     let loaded = floodgate_gateway::load(&opts)?;
     logging::init(&loaded.settings.server.log)?;
+    warn_unsupported_env(|k| std::env::var(k).ok());
     floodgate_gateway::run(loaded, Some(prometheus)).context("floodgate gateway")?;
     Ok(())
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use floodgate_server::settings::{
-    Overrides, StoreKind, config_path_from_env, overrides_from_env, parse_failure_policy,
-    parse_listen, parse_log_format, parse_mode, parse_size,
+    Overrides, StoreKind, config_path_from_env, overrides_from_env, parse_bool,
+    parse_failure_policy, parse_listen, parse_log_format, parse_mode, parse_setting_duration,
+    parse_size, warn_unsupported_env,
 };
 use floodgate_server::{ServeOptions, logging};
 
@@ -45,18 +46,25 @@ pub struct ServeArgs {
     /// Largest request body or gRPC message (e.g. 1MiB).
     #[arg(long, value_name = "SIZE", value_parser = size)]
     pub body_limit: Option<usize>,
-    /// Add RateLimit-Limit/Remaining/Reset headers.
-    #[arg(long)]
-    pub response_headers: bool,
-    /// Add Envoy's DRAFT_VERSION_03 X-RateLimit-* headers.
-    #[arg(long)]
-    pub x_ratelimit_headers: bool,
-    /// Global shadow mode: count and report, never deny.
-    #[arg(long)]
-    pub shadow_mode: bool,
-    /// Merge several files of one domain (MERGE_DOMAIN_CONFIG).
-    #[arg(long)]
-    pub merge_domains: bool,
+    /// Add RateLimit-Limit/Remaining/Reset headers (`=false` turns them
+    /// off over the environment and the file).
+    #[arg(long, value_name = "BOOL", value_parser = boolean, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub response_headers: Option<bool>,
+    /// Add Envoy's DRAFT_VERSION_03 X-RateLimit-* headers (`=false`: off).
+    #[arg(long, value_name = "BOOL", value_parser = boolean, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub x_ratelimit_headers: Option<bool>,
+    /// Global shadow mode: count and report, never deny (`=false`: off,
+    /// over SHADOW_MODE).
+    #[arg(long, value_name = "BOOL", value_parser = boolean, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub shadow_mode: Option<bool>,
+    /// Merge several files of one domain (`=false`: do not, over
+    /// MERGE_DOMAIN_CONFIG).
+    #[arg(long, value_name = "BOOL", value_parser = boolean, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub merge_domains: Option<bool>,
     /// Log filter (info, debug, ...).
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
@@ -69,6 +77,10 @@ pub struct ServeArgs {
     /// Time allowed for in-flight calls after SIGTERM/SIGINT.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub shutdown_grace: Option<Duration>,
+    /// After SIGTERM/SIGINT, how long to keep serving while not ready,
+    /// before the drain (0: drain at once).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub shutdown_delay: Option<Duration>,
 }
 
 /// A listen address, or none (`off`).
@@ -84,11 +96,11 @@ fn size(s: &str) -> Result<usize, String> {
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
-    if s.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    floodgate_policy::unit::parse_duration(s)
-        .ok_or_else(|| "expected a duration such as 500ms".into())
+    parse_setting_duration(s).ok_or_else(|| "expected a duration such as 0, 500ms or 1.5s".into())
+}
+
+fn boolean(s: &str) -> Result<bool, String> {
+    parse_bool(s).ok_or_else(|| format!("expected true or false, found `{s}`"))
 }
 
 fn store(s: &str) -> Result<StoreKind, String> {
@@ -101,7 +113,6 @@ fn store(s: &str) -> Result<StoreKind, String> {
 
 impl ServeArgs {
     fn overrides(&self) -> anyhow::Result<Overrides> {
-        let flag = |b: bool| b.then_some(true);
         Ok(Overrides {
             grpc: self.grpc_addr.map(|l| l.0),
             http: self.http_addr.map(|l| l.0),
@@ -120,9 +131,9 @@ impl ServeArgs {
                         .map_err(|e| anyhow::anyhow!("--failure-policy: {e}"))?,
                 ),
             },
-            headers_enabled: flag(self.response_headers),
-            x_ratelimit: flag(self.x_ratelimit_headers),
-            shadow_mode: flag(self.shadow_mode),
+            headers_enabled: self.response_headers,
+            x_ratelimit: self.x_ratelimit_headers,
+            shadow_mode: self.shadow_mode,
             log_level: self.log_level.clone(),
             log_format: match self.log_format.as_deref() {
                 None => None,
@@ -132,6 +143,7 @@ impl ServeArgs {
             },
             reload_interval: self.reload_interval,
             shutdown_grace: self.shutdown_grace,
+            shutdown_delay: self.shutdown_delay,
             ..Overrides::default()
         })
     }
@@ -160,12 +172,15 @@ fn config_paths(args: &ServeArgs) -> anyhow::Result<Vec<PathBuf>> {
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let env = overrides_from_env(|k| std::env::var(k).ok())?;
-    let merge_env = std::env::var("MERGE_DOMAIN_CONFIG")
-        .ok()
-        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "t" | "true"));
+    let merge_env = match std::env::var("MERGE_DOMAIN_CONFIG") {
+        Ok(v) if !v.trim().is_empty() => Some(parse_bool(&v).ok_or_else(|| {
+            anyhow::anyhow!("MERGE_DOMAIN_CONFIG: expected true or false, found `{v}`")
+        })?),
+        _ => None,
+    };
     let opts = ServeOptions {
         paths: config_paths(&args)?,
-        merge_domains: args.merge_domains || merge_env,
+        merge_domains: args.merge_domains.or(merge_env).unwrap_or(false),
         env,
         flags: args.overrides()?,
         // One file may configure the gateway too.
@@ -175,6 +190,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let prometheus = floodgate_server::metrics::install()?;
     let (source, compiled, settings) = floodgate_server::load(&opts)?;
     logging::init(&settings.server.log)?;
+    warn_unsupported_env(|k| std::env::var(k).ok());
     floodgate_server::run(source, compiled, settings, Some(prometheus))
         .context("floodgate serve")?;
     Ok(())

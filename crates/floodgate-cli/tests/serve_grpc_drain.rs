@@ -180,3 +180,82 @@ async fn a_call_past_its_grpc_timeout_gets_deadline_exceeded() {
     let (status, _) = timed_call(&mut send, s.grpc, Some("2S")).await;
     assert_eq!(status, "0", "{}", s.log());
 }
+
+/// The gRPC health status of the RLS service: 1 SERVING, 2 NOT_SERVING.
+async fn health(port: u16) -> u8 {
+    let mut send = connect::<http_body_util::Full<Bytes>>(port).await;
+    let name = b"envoy.service.ratelimit.v3.RateLimitService";
+    let mut msg = vec![0x0a, name.len() as u8];
+    msg.extend_from_slice(name);
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&msg);
+    let req = http::Request::post(format!(
+        "http://127.0.0.1:{port}/grpc.health.v1.Health/Check"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(http_body_util::Full::new(Bytes::from(frame)))
+    .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let data = resp.into_body().collect().await.unwrap().to_bytes();
+    // One message: the frame header, then field 1 (status).
+    assert_eq!(&data[5..6], b"\x08", "{data:?}");
+    data[6]
+}
+
+// Multi-threaded: the client connections must see the server's GOAWAY
+// (and close) while the test thread waits for the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shutdown_delay_keeps_serving_while_not_ready() {
+    use floodgate_testkit::{http_request, wait_until};
+
+    let config = "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 100, unit: day}\n";
+    let delay = Duration::from_secs(3);
+    let mut s = Floodgate::start(
+        Path::new(env!("CARGO_BIN_EXE_floodgate")),
+        config,
+        &["--shutdown-grace", "5s"],
+        &[("FLOODGATE_SHUTDOWN_DELAY", "3s")],
+    );
+    assert_eq!(health(s.grpc).await, 1);
+    let json = br#"{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"late"}]}]}"#;
+    let signalled = std::time::Instant::now();
+    s.signal("TERM");
+    // Not ready at once, on HTTP and gRPC health alike...
+    assert!(
+        wait_until(Duration::from_secs(1), || {
+            matches!(
+                http_request(s.http, "GET", "/ready", None, b""),
+                Some((503, _))
+            )
+        }),
+        "{}",
+        s.log()
+    );
+    assert_eq!(health(s.grpc).await, 2, "{}", s.log());
+    // ... while both listeners still take new connections and decide.
+    let (status, body) = http_request(s.http, "POST", "/json", None, json).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let mut send = connect(s.grpc).await;
+    let (grpc_status, _) = timed_call(&mut send, s.grpc, None).await;
+    assert_eq!(grpc_status, "0");
+    drop(send);
+    assert!(
+        signalled.elapsed() < delay,
+        "the checks took longer than the delay; log:\n{}",
+        s.log()
+    );
+    assert!(
+        s.wait_exit(Duration::from_millis(10)).is_none(),
+        "exited during the shutdown delay"
+    );
+    // Then the drain, and a clean exit after the delay.
+    let status = s
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits after the delay");
+    assert!(status.success(), "{status:?}\n{}", s.log());
+    assert!(signalled.elapsed() >= delay, "exited before the delay");
+    assert!(s.log().contains("shutdown delay"), "{}", s.log());
+    assert!(!s.log().contains("grace period over"), "{}", s.log());
+}

@@ -224,6 +224,49 @@ fn the_bundled_example_runs_on_the_memory_store() {
     assert_eq!(codes, [200, 200, 200, 429]);
 }
 
+/// The README's promise on an injected clock: whatever the time, the
+/// fourth call within a minute is over the limit, also when the calls
+/// straddle a minute boundary.
+#[test]
+fn the_quick_start_denies_any_fourth_call_within_a_minute() {
+    use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
+    use floodgate_policy::{Code, Engine, MemoryBackend, OwnedDescriptor, Response};
+    use std::sync::Arc;
+
+    let root = floodgate_testkit::workspace_root();
+    let compiled =
+        floodgate_server::run::config_source(&[root.join("examples/floodgate.yaml")], false, &[])
+            .compile()
+            .unwrap_or_else(|e| panic!("{e}"));
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000_000)));
+    let engine = Engine::with_clock(
+        compiled.policy,
+        MemoryBackend::new(StoreConfig::default()).unwrap(),
+        clock.clone(),
+    );
+    let mut response = Response::default();
+    // Four calls spread over 59 s, starting 1.5 s later in the minute each
+    // time (so some straddle a boundary wherever the minutes begin).
+    for k in 0..40u64 {
+        let start = Timestamp::from_millis(1_000_000_000 + k * 61_500);
+        let user = [OwnedDescriptor::new([("user", format!("u{k}"))])];
+        let mut codes = Vec::new();
+        for at in [0, 20_000, 40_000, 59_000] {
+            clock.set(start.saturating_add(Duration::from_millis(at)));
+            engine
+                .evaluate_now("quickstart", &user, 1, Apply::Commit, &mut response)
+                .expect("decided in memory")
+                .unwrap();
+            codes.push(response.overall);
+        }
+        assert_eq!(
+            codes,
+            [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit],
+            "calls from {start:?}"
+        );
+    }
+}
+
 #[test]
 fn serve_without_arguments_uses_the_bundled_example() {
     let root = floodgate_testkit::workspace_root();

@@ -43,10 +43,12 @@ pub async fn spawn(
         .build_v1alpha()
         .map_err(|e| ServerError::Runtime(format!("reflection: {e}")))?;
 
-    // Health follows readiness (the store, and draining on shutdown).
+    // Health follows readiness (the store, and draining on shutdown, which
+    // turns it NOT_SERVING at once).
     let watcher = {
         let svc = svc.clone();
         let mut stop = stop.clone();
+        let mut draining = svc.watch_draining();
         async move {
             let mut last = None;
             loop {
@@ -63,6 +65,11 @@ pub async fn spawn(
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {
+                        reporter.set_service_status("", ServingStatus::NotServing).await;
+                        reporter.set_service_status(RLS_SERVICE, ServingStatus::NotServing).await;
+                        return;
+                    }
                     _ = stop.changed() => {
                         reporter.set_service_status("", ServingStatus::NotServing).await;
                         reporter.set_service_status(RLS_SERVICE, ServingStatus::NotServing).await;

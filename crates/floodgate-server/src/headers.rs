@@ -81,7 +81,7 @@ impl RateLimitHeaders {
         let Some(limit) = pick.current_limit.as_ref() else {
             return;
         };
-        let reset = pick.duration_until_reset.as_secs();
+        let reset = reset_seconds(pick);
         let emit: &mut dyn FnMut(&'s Header, &str) = &mut emit;
         if self.enabled {
             number(
@@ -127,6 +127,19 @@ fn number<'s>(emit: &mut dyn FnMut(&'s Header, &str), h: &'s Header, v: u64, buf
     emit(h, buf);
 }
 
+/// The reset header's value: delta-seconds until `status`'s limit resets,
+/// rounded up (a reset 0.3 s away is 1, so a client waiting that long finds
+/// the limit reset), and at least 1 while nothing remains.
+pub fn reset_seconds(status: &Status) -> u64 {
+    let d = status.duration_until_reset;
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    if secs == 0 && status.limit_remaining == 0 {
+        1
+    } else {
+        secs
+    }
+}
+
 /// The status with the least remaining among those with a limit (the first
 /// on ties), as Envoy picks it.
 pub fn most_restrictive(statuses: &[Status]) -> Option<&Status> {
@@ -137,4 +150,79 @@ pub fn most_restrictive(statuses: &[Status]) -> Option<&Status> {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use floodgate_policy::engine::CurrentLimit;
+    use floodgate_policy::spec::Reported;
+    use floodgate_policy::unit::Unit;
+    use floodgate_policy::{Code, Response, Status};
+
+    use super::*;
+
+    fn status(remaining: u32, reset: Duration) -> Status {
+        Status {
+            code: if remaining == 0 {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            },
+            current_limit: Some(CurrentLimit {
+                reported: Reported {
+                    requests_per_unit: 3,
+                    unit: Unit::Minute,
+                },
+                name: None,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: reset,
+            ..Status::default()
+        }
+    }
+
+    /// The headers `emit` produces for one status, as (name, value).
+    fn headers(s: Status, settings: HeaderSettings) -> Vec<(String, String)> {
+        let h = RateLimitHeaders::new(&settings).unwrap();
+        let mut response = Response::default();
+        response.overall = s.code;
+        response.statuses.push(s);
+        let mut out = Vec::new();
+        h.emit(&response, &mut String::new(), |name, v| {
+            out.push((name.text.to_string(), v.to_owned()))
+        });
+        out
+    }
+
+    fn reset_of(s: Status) -> Vec<String> {
+        let settings = HeaderSettings {
+            enabled: true,
+            x_ratelimit: true,
+            ..HeaderSettings::default()
+        };
+        headers(s, settings)
+            .into_iter()
+            .filter(|(n, _)| n.ends_with("Reset"))
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    #[test]
+    fn reset_is_rounded_up() {
+        let ms = Duration::from_millis;
+        assert_eq!(reset_of(status(0, ms(300))), ["1", "1"]);
+        assert_eq!(reset_of(status(0, ms(41_203))), ["42", "42"]);
+        assert_eq!(reset_of(status(2, ms(59_001))), ["60", "60"]);
+        assert_eq!(reset_of(status(2, ms(60_000))), ["60", "60"]);
+        assert_eq!(reset_of(status(1, Duration::from_nanos(1))), ["1", "1"]);
+    }
+
+    #[test]
+    fn reset_is_never_zero_while_exhausted() {
+        assert_eq!(reset_of(status(0, Duration::ZERO)), ["1", "1"]);
+        // With some left, a limit that resets now says so.
+        assert_eq!(reset_of(status(2, Duration::ZERO)), ["0", "0"]);
+    }
 }

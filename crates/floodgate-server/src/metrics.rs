@@ -42,7 +42,7 @@ fn describe() {
     );
     metrics::describe_counter!(
         "floodgate_request_errors_total",
-        "Requests answered with an error, by class (invalid_argument, unavailable, deadline_exceeded, internal)."
+        "Requests answered with an error, by class (invalid_argument, resource_exhausted, unavailable, deadline_exceeded, internal)."
     );
     metrics::describe_gauge!(
         "floodgate_backend_ready",
@@ -67,6 +67,46 @@ impl Api {
             Api::Grpc => "grpc",
             Api::Json => "json",
             Api::Check => "check",
+        }
+    }
+}
+
+/// The class of a failed request, as its `floodgate_request_errors_total`
+/// label names it: the gRPC status code it was answered with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// `INVALID_ARGUMENT`: a malformed or out-of-bounds request.
+    InvalidArgument,
+    /// `UNAVAILABLE`: the store cannot decide.
+    Unavailable,
+    /// `DEADLINE_EXCEEDED`: no decision in time.
+    DeadlineExceeded,
+    /// `INTERNAL`: an unexpected store reply.
+    Internal,
+    /// `RESOURCE_EXHAUSTED`: a message (or body) over the size limit.
+    ResourceExhausted,
+}
+
+impl ErrorClass {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorClass::InvalidArgument => "invalid_argument",
+            ErrorClass::Unavailable => "unavailable",
+            ErrorClass::DeadlineExceeded => "deadline_exceeded",
+            ErrorClass::Internal => "internal",
+            ErrorClass::ResourceExhausted => "resource_exhausted",
+        }
+    }
+}
+
+impl From<ErrorCode> for ErrorClass {
+    fn from(code: ErrorCode) -> Self {
+        match code {
+            ErrorCode::InvalidArgument => ErrorClass::InvalidArgument,
+            ErrorCode::Unavailable => ErrorClass::Unavailable,
+            ErrorCode::DeadlineExceeded => ErrorClass::DeadlineExceeded,
+            ErrorCode::Internal => ErrorClass::Internal,
         }
     }
 }
@@ -96,13 +136,13 @@ impl ApiHandles {
 #[derive(Clone)]
 pub struct ServiceMetrics {
     apis: [ApiHandles; 3],
-    errors: [Counter; 4],
+    errors: [Counter; 5],
     ready: Gauge,
 }
 
 impl Default for ServiceMetrics {
     fn default() -> Self {
-        let err = |class: &'static str| metrics::counter!("floodgate_request_errors_total", "class" => class);
+        let err = |class: ErrorClass| metrics::counter!("floodgate_request_errors_total", "class" => class.label());
         ServiceMetrics {
             apis: [
                 ApiHandles::new(Api::Grpc),
@@ -110,10 +150,11 @@ impl Default for ServiceMetrics {
                 ApiHandles::new(Api::Check),
             ],
             errors: [
-                err("invalid_argument"),
-                err("unavailable"),
-                err("deadline_exceeded"),
-                err("internal"),
+                err(ErrorClass::InvalidArgument),
+                err(ErrorClass::Unavailable),
+                err(ErrorClass::DeadlineExceeded),
+                err(ErrorClass::Internal),
+                err(ErrorClass::ResourceExhausted),
             ],
             ready: metrics::gauge!("floodgate_backend_ready"),
         }
@@ -132,16 +173,18 @@ impl ServiceMetrics {
         h.latency.record(started.elapsed().as_secs_f64());
     }
 
-    /// Records a failed request.
-    pub fn failed(&self, api: Api, code: ErrorCode, started: Instant) {
+    /// Records a failed request (`class`: an [`ErrorClass`] or the
+    /// engine's [`ErrorCode`]).
+    pub fn failed(&self, api: Api, class: impl Into<ErrorClass>, started: Instant) {
         let h = &self.apis[api as usize];
         h.error.increment(1);
         h.latency.record(started.elapsed().as_secs_f64());
-        let i = match code {
-            ErrorCode::InvalidArgument => 0,
-            ErrorCode::Unavailable => 1,
-            ErrorCode::DeadlineExceeded => 2,
-            ErrorCode::Internal => 3,
+        let i = match class.into() {
+            ErrorClass::InvalidArgument => 0,
+            ErrorClass::Unavailable => 1,
+            ErrorClass::DeadlineExceeded => 2,
+            ErrorClass::Internal => 3,
+            ErrorClass::ResourceExhausted => 4,
         };
         self.errors[i].increment(1);
     }

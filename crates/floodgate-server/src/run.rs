@@ -1,6 +1,6 @@
 //! Running the service: load the configuration, build the store, bind the
-//! listeners, serve until SIGTERM/SIGINT, then drain within the grace
-//! period and return.
+//! listeners, serve until SIGTERM/SIGINT, turn not-ready and keep serving
+//! for the shutdown delay, then drain within the grace period and return.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -138,6 +138,7 @@ pub async fn serve(
             format!("redis {:?} {}", r.mode, urls.join(","))
         }
     };
+    crate::backend::check_policy(&settings.store, &compiled.policy)?;
     let backend = AnyBackend::build(&settings.store).await?;
     let files: Vec<String> = compiled
         .loaded
@@ -199,7 +200,14 @@ pub async fn serve(
             }
         }
     }
+    // Not ready first: load balancers and Envoy stop sending new calls
+    // while the listeners still answer those already on their way.
     svc.start_draining();
+    let delay = settings.server.shutdown_delay;
+    if failed.is_none() && !delay.is_zero() {
+        tracing::info!(delay = ?delay, "not ready; serving on for the shutdown delay");
+        tokio::time::sleep(delay).await;
+    }
     let _ = stop_tx.send(true);
     let grace = settings.server.shutdown_grace;
     tracing::info!(grace = ?grace, "draining in-flight calls");
@@ -248,7 +256,9 @@ fn spawn_reloader(
         if let Err(e) = settings::read_sections(&c.loaded.documents) {
             tracing::warn!(errors = %e, "server/store sections are invalid (they are only read at startup)");
         }
-        svc.replace_policy(c.policy);
+        if let Err(e) = crate::backend::replace_policy(&svc, c.policy) {
+            tracing::error!(error = %e, "configuration rejected; the running configuration stays in force");
+        }
     });
     Some(reloader.spawn(interval))
 }

@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use tokio::sync::watch;
+
 use floodgate::Apply;
 use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::{Backend, Descriptor, Engine, EngineError, PolicySet, Response};
@@ -25,6 +27,7 @@ pub struct Service {
     pub metrics: ServiceMetrics,
     overrides: PolicyOverrides,
     draining: AtomicBool,
+    draining_tx: watch::Sender<bool>,
 }
 
 impl Service {
@@ -47,6 +50,7 @@ impl Service {
             metrics: ServiceMetrics::default(),
             overrides: settings.policy,
             draining: AtomicBool::new(false),
+            draining_tx: watch::Sender::new(false),
         })
     }
 
@@ -99,9 +103,17 @@ impl Service {
         self.engine.backend().is_ready()
     }
 
-    /// Marks the service as shutting down (readiness turns false).
+    /// Marks the service as shutting down (readiness turns false, and
+    /// every [`watch_draining`](Self::watch_draining) receiver sees it at
+    /// once).
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
+        self.draining_tx.send_replace(true);
+    }
+
+    /// A receiver that turns true when shutdown begins.
+    pub fn watch_draining(&self) -> watch::Receiver<bool> {
+        self.draining_tx.subscribe()
     }
 
     /// Whether shutdown has begun.

@@ -13,14 +13,14 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use floodgate::Apply;
 use floodgate_policy::{EngineError, ErrorCode};
-use http::{HeaderMap, HeaderValue, Request, Response, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tonic::service::Routes;
 
 use super::deadline::parse_grpc_timeout;
 use super::wire::{WireRequest, encode_response};
-use crate::metrics::Api;
+use crate::metrics::{Api, ErrorClass};
 use crate::service::Service;
 
 /// The RLS method's path.
@@ -85,6 +85,36 @@ fn error(code: i32, message: &str) -> Response<tonic::body::Body> {
     r
 }
 
+/// Checks that a request's content type is gRPC's protobuf one:
+/// `application/grpc`, optionally `+proto`, optionally with parameters (any
+/// case); on failure, what was found, for the message.
+fn grpc_content_type(headers: &HeaderMap) -> Result<(), String> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Err("none".into());
+    };
+    let text = value.to_str().map_err(|_| "a non-ASCII value".to_owned())?;
+    let media = text.split(';').next().unwrap_or("").trim();
+    if media.eq_ignore_ascii_case("application/grpc")
+        || media.eq_ignore_ascii_case("application/grpc+proto")
+    {
+        Ok(())
+    } else {
+        Err(format!("`{text}`"))
+    }
+}
+
+/// A plain HTTP answer (no gRPC status) to a request that is not a gRPC
+/// call.
+fn not_grpc(status: StatusCode, message: String) -> Response<tonic::body::Body> {
+    let mut r = Response::new(tonic::body::Body::new(Full::new(Bytes::from(message))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
 /// The gRPC listener's service: the fast RLS path, tonic for the rest.
 #[derive(Clone)]
 pub struct GrpcService {
@@ -112,6 +142,30 @@ impl GrpcService {
         if req.uri().path() != RLS_PATH {
             let mut routes = self.routes.clone();
             return tower_service::Service::call(&mut routes, req).await;
+        }
+        // Not a gRPC call: answered in plain HTTP, as the gRPC-over-HTTP/2
+        // protocol prescribes, so that no client takes an error for a
+        // success; the body is never read.
+        if req.method() != Method::POST {
+            let mut r = not_grpc(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{RLS_PATH} is a gRPC method: expected POST, found {}\n",
+                    req.method()
+                ),
+            );
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            return Ok(r);
+        }
+        if let Err(found) = grpc_content_type(req.headers()) {
+            return Ok(not_grpc(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "{RLS_PATH} is a gRPC method: expected Content-Type: application/grpc \
+                     (or application/grpc+proto), found {found}\n"
+                ),
+            ));
         }
         let deadline = req
             .headers()
@@ -157,19 +211,19 @@ impl GrpcService {
         {
             Ok(b) => b.to_bytes(),
             Err(e) => {
-                let text = e.to_string();
-                return if text.contains("length limit") {
+                return if e.is::<LengthLimitError>() {
+                    // As gRPC servers answer a message over their limit.
                     svc.metrics
-                        .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
+                        .failed(Api::Grpc, ErrorClass::ResourceExhausted, started);
                     error(
-                        tonic::Code::OutOfRange as i32,
+                        tonic::Code::ResourceExhausted as i32,
                         &format!(
                             "the message is larger than the limit of {} bytes",
                             self.body_limit
                         ),
                     )
                 } else {
-                    invalid(&format!("cannot read the request: {text}"))
+                    invalid(&format!("cannot read the request: {e}"))
                 };
             }
         };

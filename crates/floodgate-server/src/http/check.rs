@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::envoy_json::{code_name, unit_name};
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
-use crate::metrics::Api;
+use crate::metrics::{Api, ErrorClass};
 use crate::service::Service;
 
 #[derive(Deserialize)]
@@ -164,7 +164,15 @@ async fn run(
         );
         e
     };
-    let bytes = body::bytes(raw).map_err(invalid)?;
+    let bytes = body::bytes(raw).map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            svc.metrics
+                .failed(Api::Check, ErrorClass::ResourceExhausted, started);
+            e
+        } else {
+            invalid(e)
+        }
+    })?;
     body::require_json(headers).map_err(invalid)?;
     let req: CheckRequest<'_> = body::parse(&bytes).map_err(invalid)?;
     let apply = if req.dry_run {

@@ -5,10 +5,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use floodgate_policy::unit::parse_duration;
 use floodgate_redis::{FailurePolicy, Mode};
 
-use super::{LogFormat, Overrides, SettingError, StoreKind, parse_listen, parse_size};
+use super::{
+    LogFormat, Overrides, SettingError, StoreKind, parse_listen, parse_setting_duration, parse_size,
+};
 
 /// The configuration path the environment names, if any:
 /// `FLOODGATE_CONFIG`, else envoyproxy/ratelimit's
@@ -69,8 +70,10 @@ pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overri
     o.redis_auth = get("REDIS_AUTH");
     o.redis_sentinel_auth = get("REDIS_SENTINEL_AUTH");
     o.redis_tls = flag(&get, "REDIS_TLS")?;
-    o.redis_connections = number(&get, "REDIS_POOL_SIZE")?;
-    o.redis_timeout = duration(&get, "REDIS_TIMEOUT")?;
+    // envoyproxy/ratelimit reads 0 as "no explicit size" and "no explicit
+    // timeout": both keep Floodgate's defaults.
+    o.redis_connections = count(&get, "REDIS_POOL_SIZE")?.filter(|n| *n > 0);
+    o.redis_timeout = duration(&get, "REDIS_TIMEOUT")?.filter(|d| !d.is_zero());
     o.redis_prefix = get("CACHE_KEY_PREFIX");
     o.failure_policy = match get("FLOODGATE_FAILURE_POLICY") {
         None => None,
@@ -106,11 +109,240 @@ pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overri
     // stop at the limit; Floodgate's default is to stop.
     o.envoy_increment_all =
         flag(&get, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")?.map(|stop| !stop);
-    // Envoy sizes its over-limit cache in bytes; an entry is about 64.
-    o.local_cache_entries = number(&get, "LOCAL_CACHE_SIZE_IN_BYTES")?.map(|bytes| bytes / 64);
+    // Envoy sizes its over-limit cache in bytes; an entry is about 64. 0
+    // (envoyproxy/ratelimit's default) turns the cache off.
+    o.local_cache_entries =
+        count(&get, "LOCAL_CACHE_SIZE_IN_BYTES")?.map(|bytes| bytes.div_ceil(64));
     o.reload_interval = duration(&get, "FLOODGATE_RELOAD_INTERVAL")?;
     o.shutdown_grace = duration(&get, "FLOODGATE_SHUTDOWN_GRACE")?;
+    o.shutdown_delay = duration(&get, "FLOODGATE_SHUTDOWN_DELAY")?;
     Ok(o)
+}
+
+/// envoyproxy/ratelimit's variables that Floodgate does not implement,
+/// each with what to do instead. Setting one changes nothing, so startup
+/// warns about each that is set ([`warn_unsupported_env`]).
+pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&str, &str)] = &[
+    ("PROTO", "the listeners are TCP"),
+    ("GRPC_UDS", "the gRPC listener is TCP (FLOODGATE_GRPC_ADDR)"),
+    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are not aged out",
+    ),
+    (
+        "GRPC_SERVER_USE_TLS",
+        "the gRPC listener speaks plaintext HTTP/2; terminate TLS in front of it",
+    ),
+    ("GRPC_SERVER_TLS_CERT", "the gRPC listener has no TLS"),
+    ("GRPC_SERVER_TLS_KEY", "the gRPC listener has no TLS"),
+    ("GRPC_CLIENT_TLS_CACERT", "the gRPC listener has no TLS"),
+    ("GRPC_CLIENT_TLS_SAN", "the gRPC listener has no TLS"),
+    ("CONFIG_TYPE", "the configuration comes from files only"),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "a configuration file is required",
+    ),
+    ("CONFIG_GRPC_XDS_NODE_ID", "no xDS configuration source"),
+    (
+        "CONFIG_GRPC_XDS_NODE_METADATA",
+        "no xDS configuration source",
+    ),
+    ("CONFIG_GRPC_XDS_SERVER_URL", "no xDS configuration source"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "no xDS configuration source",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        "no xDS configuration source",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "no xDS configuration source",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        "no xDS configuration source",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        "no xDS configuration source",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+        "no xDS configuration source",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+        "no xDS configuration source",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+        "no xDS configuration source",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+        "no xDS configuration source",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "no xDS configuration source",
+    ),
+    ("XDS_CLIENT_BACKOFF_JITTER", "no xDS configuration source"),
+    (
+        "USE_STATSD",
+        "metrics are Prometheus only (admin listener /metrics)",
+    ),
+    (
+        "STATSD_HOST",
+        "metrics are Prometheus only (admin listener /metrics)",
+    ),
+    (
+        "STATSD_PORT",
+        "metrics are Prometheus only (admin listener /metrics)",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "metrics are Prometheus only (admin listener /metrics)",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "metrics are Prometheus only (admin listener /metrics)",
+    ),
+    ("EXTRA_TAGS", "metric labels are fixed"),
+    ("STATS_FLUSH_INTERVAL", "metrics are scraped, not pushed"),
+    (
+        "DISABLE_STATS",
+        "metrics are always kept; turn the admin listener off to hide them",
+    ),
+    ("PROMETHEUS_PATH", "metrics are served at /metrics"),
+    ("PROMETHEUS_MAPPER_YAML", "metric names are fixed"),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        "files and directories are read as configured",
+    ),
+    (
+        "RUNTIME_WATCH_ROOT",
+        "the configured files are polled (FLOODGATE_RELOAD_INTERVAL)",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "counter expiry is exact, without jitter",
+    ),
+    (
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        "the service starts only with a valid configuration",
+    ),
+    (
+        "REDIS_SOCKET_TYPE",
+        "REDIS_URL decides: host:port for TCP, unix:///path for a socket",
+    ),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        "client certificates for Redis are not supported",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        "client certificates for Redis are not supported",
+    ),
+    (
+        "REDIS_TLS_CACERT",
+        "Redis TLS uses the system's trusted roots",
+    ),
+    (
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "Redis TLS always verifies the host name",
+    ),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        "commands are pipelined per connection automatically",
+    ),
+    (
+        "REDIS_PIPELINE_LIMIT",
+        "commands are pipelined per connection automatically",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "readiness follows the store's circuit breaker",
+    ),
+    ("REDIS_PERSECOND", "one Redis serves every limit"),
+    (
+        "REDIS_PERSECOND_SOCKET_TYPE",
+        "one Redis serves every limit",
+    ),
+    ("REDIS_PERSECOND_TYPE", "one Redis serves every limit"),
+    ("REDIS_PERSECOND_URL", "one Redis serves every limit"),
+    ("REDIS_PERSECOND_POOL_SIZE", "one Redis serves every limit"),
+    ("REDIS_PERSECOND_AUTH", "one Redis serves every limit"),
+    (
+        "REDIS_PERSECOND_SENTINEL_AUTH",
+        "one Redis serves every limit",
+    ),
+    ("REDIS_PERSECOND_TLS", "one Redis serves every limit"),
+    ("REDIS_PERSECOND_TIMEOUT", "one Redis serves every limit"),
+    (
+        "REDIS_PERSECOND_PIPELINE_WINDOW",
+        "one Redis serves every limit",
+    ),
+    (
+        "REDIS_PERSECOND_PIPELINE_LIMIT",
+        "one Redis serves every limit",
+    ),
+    ("MEMCACHE_HOST_PORT", "the stores are memory and Redis"),
+    ("MEMCACHE_MAX_IDLE_CONNS", "the stores are memory and Redis"),
+    ("MEMCACHE_SRV", "the stores are memory and Redis"),
+    ("MEMCACHE_SRV_REFRESH", "the stores are memory and Redis"),
+    ("MEMCACHE_TLS", "the stores are memory and Redis"),
+    (
+        "MEMCACHE_TLS_CLIENT_CERT",
+        "the stores are memory and Redis",
+    ),
+    ("MEMCACHE_TLS_CLIENT_KEY", "the stores are memory and Redis"),
+    ("MEMCACHE_TLS_CACERT", "the stores are memory and Redis"),
+    (
+        "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "the stores are memory and Redis",
+    ),
+    (
+        "RESPONSE_DYNAMIC_METADATA",
+        "responses carry no dynamic metadata",
+    ),
+    (
+        "TRACING_ENABLED",
+        "no OpenTelemetry tracing; logs are structured (LOG_FORMAT=json)",
+    ),
+    ("TRACING_SERVICE_NAME", "no OpenTelemetry tracing"),
+    ("TRACING_SERVICE_NAMESPACE", "no OpenTelemetry tracing"),
+    ("TRACING_SERVICE_INSTANCE_ID", "no OpenTelemetry tracing"),
+    ("TRACING_EXPORTER_PROTOCOL", "no OpenTelemetry tracing"),
+    ("TRACING_SAMPLING_RATE", "no OpenTelemetry tracing"),
+];
+
+/// The unsupported envoyproxy/ratelimit variables that are set (to
+/// anything but blanks), each with what to do instead, in the order of
+/// [`UNSUPPORTED_ENVOY_VARIABLES`].
+pub fn unsupported_from_env(
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<(&'static str, &'static str)> {
+    UNSUPPORTED_ENVOY_VARIABLES
+        .iter()
+        .filter(|(name, _)| env(name).is_some_and(|v| !v.trim().is_empty()))
+        .copied()
+        .collect()
+}
+
+/// Logs one warning per unsupported envoyproxy/ratelimit variable that is
+/// set (call once logging is set up); returns how many there were.
+pub fn warn_unsupported_env(env: impl Fn(&str) -> Option<String>) -> usize {
+    let found = unsupported_from_env(env);
+    for (name, instead) in &found {
+        tracing::warn!(
+            variable = name,
+            "{name} is an envoyproxy/ratelimit setting that Floodgate does not support; it is ignored ({instead})"
+        );
+    }
+    found.len()
 }
 
 type Get<'a> = dyn Fn(&str) -> Option<String> + 'a;
@@ -165,28 +397,28 @@ pub fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-fn number(get: &Get<'_>, name: &str) -> Result<Option<usize>, SettingError> {
+/// A whole number, 0 included (each caller says what 0 means).
+fn count(get: &Get<'_>, name: &str) -> Result<Option<usize>, SettingError> {
     match get(name) {
         None => Ok(None),
-        Some(v) => v
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n > 0)
-            .map(Some)
-            .ok_or_else(|| {
-                SettingError::new(name, format!("expected a positive number, found `{v}`"))
-            }),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            SettingError::new(
+                name,
+                format!("expected a whole number (0 or more), found `{v}`"),
+            )
+        }),
     }
 }
 
+/// A duration as [`parse_setting_duration`] reads it (Go's syntax
+/// included), `0` too.
 fn duration(get: &Get<'_>, name: &str) -> Result<Option<Duration>, SettingError> {
     match get(name) {
         None => Ok(None),
-        Some(v) => parse_duration(&v).map(Some).ok_or_else(|| {
+        Some(v) => parse_setting_duration(&v).map(Some).ok_or_else(|| {
             SettingError::new(
                 name,
-                format!("expected a duration such as 50ms, found `{v}`"),
+                format!("expected a duration such as 0, 250ms, 1.5s or 1m30s, found `{v}`"),
             )
         }),
     }
@@ -335,6 +567,99 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.name, "REDIS_URL");
         assert!(e.message.contains("master name"), "{e}");
+    }
+
+    #[test]
+    fn envoy_zeros_are_accepted() {
+        // envoyproxy/ratelimit's default: the local cache off.
+        let o = overrides_from_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "0")])).unwrap();
+        assert_eq!(o.local_cache_entries, Some(0));
+        let mut s = super::super::Settings::default();
+        overrides_from_env(env(&[
+            ("REDIS_URL", "r:6379"),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "0"),
+        ]))
+        .unwrap()
+        .apply(&mut s)
+        .unwrap();
+        let super::super::StoreSettings::Redis(r) = &s.store else {
+            panic!("{:?}", s.store)
+        };
+        assert_eq!(r.local_cache_capacity, 0);
+        // A budget smaller than an entry still holds one.
+        let o = overrides_from_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "10")])).unwrap();
+        assert_eq!(o.local_cache_entries, Some(1));
+        // Pool size and timeout 0: the defaults.
+        let o =
+            overrides_from_env(env(&[("REDIS_POOL_SIZE", "0"), ("REDIS_TIMEOUT", "0")])).unwrap();
+        assert_eq!((o.redis_connections, o.redis_timeout), (None, None));
+        // 0 as the file and the flags accept it.
+        let o = overrides_from_env(env(&[
+            ("FLOODGATE_RELOAD_INTERVAL", "0"),
+            ("FLOODGATE_SHUTDOWN_GRACE", "0"),
+            ("FLOODGATE_SHUTDOWN_DELAY", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(o.reload_interval, Some(Duration::ZERO));
+        assert_eq!(o.shutdown_grace, Some(Duration::ZERO));
+        assert_eq!(o.shutdown_delay, Some(Duration::ZERO));
+        let e = overrides_from_env(env(&[("REDIS_POOL_SIZE", "-1")])).unwrap_err();
+        assert_eq!(e.name, "REDIS_POOL_SIZE");
+        let e = overrides_from_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "lots")])).unwrap_err();
+        assert_eq!(e.name, "LOCAL_CACHE_SIZE_IN_BYTES");
+    }
+
+    #[test]
+    fn go_durations_with_fractions() {
+        for (text, ms) in [
+            ("1.5s", 1500),
+            ("1m30s", 90_000),
+            ("250ms", 250),
+            ("0.5s", 500),
+        ] {
+            let o = overrides_from_env(env(&[
+                ("REDIS_TIMEOUT", text),
+                ("FLOODGATE_SHUTDOWN_GRACE", text),
+                ("FLOODGATE_SHUTDOWN_DELAY", text),
+            ]))
+            .unwrap();
+            let d = Some(Duration::from_millis(ms));
+            assert_eq!(o.redis_timeout, d, "{text}");
+            assert_eq!(o.shutdown_grace, d, "{text}");
+            assert_eq!(o.shutdown_delay, d, "{text}");
+        }
+        let e = overrides_from_env(env(&[("REDIS_TIMEOUT", "1.5")])).unwrap_err();
+        assert_eq!(e.name, "REDIS_TIMEOUT");
+        assert!(e.message.contains("1.5s"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_envoy_variables_are_named() {
+        let found = unsupported_from_env(env(&[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("REDIS_PERSECOND_URL", "r2:6379"),
+            ("REDIS_URL", "r:6379"),
+            ("USE_STATSD", " "),
+        ]));
+        let names: Vec<&str> = found.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["GRPC_SERVER_USE_TLS", "REDIS_PERSECOND_URL"]);
+        // Every supported variable is absent from the list.
+        for supported in [
+            "REDIS_URL",
+            "REDIS_POOL_SIZE",
+            "REDIS_TIMEOUT",
+            "LOCAL_CACHE_SIZE_IN_BYTES",
+            "USE_PROMETHEUS",
+            "PROMETHEUS_ADDR",
+            "SHADOW_MODE",
+        ] {
+            assert!(
+                UNSUPPORTED_ENVOY_VARIABLES
+                    .iter()
+                    .all(|(n, _)| *n != supported),
+                "{supported}"
+            );
+        }
     }
 
     #[test]

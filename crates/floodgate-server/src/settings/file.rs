@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
-use floodgate_policy::unit::parse_duration;
 use floodgate_policy::yaml::{Document, Map, Node};
 
 use super::env::parse_log_format;
-use super::{HeaderSettings, Settings, parse_listen, parse_size};
+use super::{HeaderSettings, Settings, parse_listen, parse_setting_duration, parse_size};
 
 /// The top-level sections this crate reads.
 pub const SECTIONS: &[&str] = &["server", "store"];
@@ -24,6 +23,7 @@ const SERVER_KEYS: &[&str] = &[
     "response_headers",
     "reload_interval",
     "shutdown_grace",
+    "shutdown_delay",
     "log",
 ];
 const HEADER_KEYS: &[&str] = &["enabled", "limit", "remaining", "reset", "x_ratelimit"];
@@ -87,6 +87,7 @@ fn read_server(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
         errors,
     );
     duration(&map, "shutdown_grace", &mut s.shutdown_grace, true, errors);
+    duration(&map, "shutdown_delay", &mut s.shutdown_delay, true, errors);
     if let Some(n) = map.get("response_headers") {
         read_headers(n, &mut s.headers, errors);
     }
@@ -181,12 +182,12 @@ pub(super) fn duration(
 ) {
     if let Some(n) = map.get(key) {
         let text = n.scalar_text().unwrap_or("");
-        match parse_duration(text).or_else(|| (text == "0").then_some(Duration::ZERO)) {
+        match parse_setting_duration(text) {
             Some(d) if zero_ok || !d.is_zero() => *field = d,
             _ => errors.push(ConfigError::new(
                 n.at(),
                 format!(
-                    "{key}: expected a duration such as 500ms or 10s, found {}",
+                    "{key}: expected a duration such as 500ms, 1.5s or 1m30s, found {}",
                     n.describe()
                 ),
             )),
@@ -224,6 +225,23 @@ mod tests {
         assert_eq!(r.timeout, Duration::from_millis(20));
         assert_eq!(r.failure_policy, FailurePolicy::Local { divide_by: 3 });
         assert_eq!(r.breaker.failure_threshold, 2);
+    }
+
+    #[test]
+    fn shutdown_and_reload_durations() {
+        let s = read(
+            "server:\n  shutdown_delay: 1.5s\n  shutdown_grace: 1m30s\n  reload_interval: 0\n",
+        )
+        .unwrap();
+        assert_eq!(s.server.shutdown_delay, Duration::from_millis(1500));
+        assert_eq!(s.server.shutdown_grace, Duration::from_secs(90));
+        assert_eq!(s.server.reload_interval, Duration::ZERO);
+        assert_eq!(
+            read("server: {}\n").unwrap().server.shutdown_delay,
+            Duration::ZERO
+        );
+        let e = read("server:\n  shutdown_delay: soon\n").unwrap_err();
+        assert!(e.to_string().contains("shutdown_delay"), "{e}");
     }
 
     #[test]

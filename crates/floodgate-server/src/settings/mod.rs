@@ -13,8 +13,8 @@ use std::time::Duration;
 use floodgate_redis::RedisConfig;
 
 pub use env::{
-    config_path_from_env, overrides_from_env, parse_bool, parse_failure_policy, parse_log_format,
-    parse_mode,
+    UNSUPPORTED_ENVOY_VARIABLES, config_path_from_env, overrides_from_env, parse_bool,
+    parse_failure_policy, parse_log_format, parse_mode, unsupported_from_env, warn_unsupported_env,
 };
 pub use file::{SECTIONS, read_sections};
 pub use overrides::{Overrides, StoreKind};
@@ -54,6 +54,10 @@ pub struct ServerSettings {
     pub reload_interval: Duration,
     /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
     pub shutdown_grace: Duration,
+    /// After SIGTERM/SIGINT, how long the listeners keep serving while
+    /// readiness already reports the shutdown (so load balancers stop
+    /// sending new calls first); the drain starts after it.
+    pub shutdown_delay: Duration,
     /// Logging.
     pub log: LogSettings,
 }
@@ -148,6 +152,7 @@ impl Default for ServerSettings {
             headers: HeaderSettings::default(),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
+            shutdown_delay: Duration::ZERO,
             log: LogSettings {
                 level: "info".into(),
                 format: LogFormat::Text,
@@ -231,9 +236,122 @@ pub fn parse_size(text: &str) -> Option<usize> {
     n.checked_mul(mult)
 }
 
+/// Parses a duration setting: `0`; Go's `time.ParseDuration` syntax, the
+/// one envoyproxy/ratelimit's variables use (`250ms`, `1.5s`, `1m30s`,
+/// `2h45m`, units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, decimal fractions
+/// allowed); and Floodgate's own spellings (`1d`, `1w`, `minute`). A
+/// negative duration is refused.
+pub fn parse_setting_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    if t == "0" || t == "+0" {
+        return Some(Duration::ZERO);
+    }
+    parse_go_duration(t).or_else(|| floodgate_policy::unit::parse_duration(t))
+}
+
+/// Go's duration syntax: an optional `+`, then one or more decimal numbers
+/// (with an optional fraction), each with a unit.
+fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(after_dot) = rest.strip_prefix('.') {
+            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+            frac_part = &after_dot[..frac_len];
+            rest = &after_dot[frac_len..];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return None;
+        }
+        let unit_len = rest
+            .char_indices()
+            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
+            .map_or(rest.len(), |(i, _)| i);
+        let nanos_per: u128 = match &rest[..unit_len] {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        // Whole units, then the fraction (truncated to a nanosecond, as Go
+        // does).
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().ok()?
+        };
+        total = total.checked_add(whole.checked_mul(nanos_per)?)?;
+        let mut scale = nanos_per;
+        let mut frac_nanos: u128 = 0;
+        for d in frac_part.bytes() {
+            if scale < 10 {
+                break;
+            }
+            scale /= 10;
+            frac_nanos += u128::from(d - b'0') * scale;
+        }
+        total = total.checked_add(frac_nanos)?;
+    }
+    u64::try_from(total).ok().map(Duration::from_nanos)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_setting_duration("1.5s"), Some(ms(1500)));
+        assert_eq!(parse_setting_duration("1m30s"), Some(ms(90_000)));
+        assert_eq!(parse_setting_duration("250ms"), Some(ms(250)));
+        assert_eq!(parse_setting_duration("0.5m"), Some(ms(30_000)));
+        assert_eq!(parse_setting_duration(".25s"), Some(ms(250)));
+        assert_eq!(parse_setting_duration("1h0.5m"), Some(ms(3_630_000)));
+        assert_eq!(
+            parse_setting_duration("1.5µs"),
+            Some(Duration::from_nanos(1500))
+        );
+        assert_eq!(
+            parse_setting_duration("2.0000000009s"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(parse_setting_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_setting_duration("0s"), Some(Duration::ZERO));
+        // Floodgate's own spellings still read.
+        assert_eq!(
+            parse_setting_duration("1d"),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(
+            parse_setting_duration("minute"),
+            Some(Duration::from_secs(60))
+        );
+        for bad in [
+            "",
+            "1.5",
+            "-1s",
+            "1.s.",
+            ".s",
+            "s",
+            "1x",
+            "1..5s",
+            "99999999999999999999h",
+        ] {
+            assert_eq!(parse_setting_duration(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn listen_addresses() {

@@ -85,6 +85,8 @@ pub struct Overrides {
     pub reload_interval: Option<Duration>,
     /// Shutdown grace period.
     pub shutdown_grace: Option<Duration>,
+    /// Delay between turning not-ready and draining, on shutdown.
+    pub shutdown_delay: Option<Duration>,
 }
 
 impl Overrides {
@@ -113,6 +115,7 @@ impl Overrides {
         set(&mut s.log.format, self.log_format);
         set(&mut s.reload_interval, self.reload_interval);
         set(&mut s.shutdown_grace, self.shutdown_grace);
+        set(&mut s.shutdown_delay, self.shutdown_delay);
         if self.shadow_mode.is_some() {
             settings.policy.shadow_mode = self.shadow_mode;
         }

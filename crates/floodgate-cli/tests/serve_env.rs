@@ -1,0 +1,140 @@
+//! Settings from the environment and flags, on the real binary: the values
+//! teams migrating from envoyproxy/ratelimit carry over (zeros, Go
+//! durations), warnings for its variables Floodgate does not implement,
+//! and boolean flags that override the environment both ways.
+
+use std::path::Path;
+
+use floodgate_testkit::{Floodgate, Redis, http_request};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+const ONE_PER_DAY: &str = "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 1, unit: day}\n";
+
+/// Status and body of one `/json` call for `user`.
+fn call(s: &Floodgate, user: &str) -> (u16, String) {
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
+    );
+    http_request(s.http, "POST", "/json", None, body.as_bytes()).unwrap()
+}
+
+#[test]
+fn envoy_zeros_and_go_durations_are_accepted() {
+    let redis = Redis::start();
+    let s = Floodgate::start(
+        bin(),
+        ONE_PER_DAY,
+        &[],
+        &[
+            ("REDIS_URL", &redis.addr()),
+            // envoyproxy/ratelimit's default: the local cache off.
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "0"),
+            ("REDIS_POOL_SIZE", "0"),
+            ("REDIS_TIMEOUT", "1.5s"),
+            ("FLOODGATE_SHUTDOWN_GRACE", "0"),
+            ("FLOODGATE_RELOAD_INTERVAL", "0"),
+        ],
+    );
+    assert_eq!(call(&s, "zero").0, 200, "{}", s.log());
+    assert_eq!(call(&s, "zero").0, 429, "{}", s.log());
+    assert!(s.log().contains("store=redis"), "{}", s.log());
+}
+
+#[test]
+fn more_go_durations_are_accepted() {
+    for timeout in ["1m30s", "250ms"] {
+        let s = Floodgate::start(
+            bin(),
+            ONE_PER_DAY,
+            &["--shutdown-grace", "1.5s", "--shutdown-delay", "0.25s"],
+            &[
+                ("REDIS_TIMEOUT", timeout),
+                ("FLOODGATE_SHUTDOWN_GRACE", timeout),
+            ],
+        );
+        assert_eq!(call(&s, "go").0, 200, "{}", s.log());
+    }
+}
+
+#[test]
+fn a_bad_value_names_the_variable() {
+    let out = std::process::Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(floodgate_testkit::workspace_root().join("examples/floodgate.yaml"))
+        .env("REDIS_TIMEOUT", "1.5")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("REDIS_TIMEOUT"), "{err}");
+}
+
+#[test]
+fn unsupported_envoy_variables_are_warned_about_by_name() {
+    let s = Floodgate::start(
+        bin(),
+        ONE_PER_DAY,
+        &[],
+        &[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
+        ],
+    );
+    let log = s.log();
+    for name in ["GRPC_SERVER_USE_TLS", "REDIS_PERSECOND_URL"] {
+        let warnings: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains(name))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{name}:\n{log}");
+        assert!(warnings[0].contains("not support"), "{}", warnings[0]);
+    }
+}
+
+#[test]
+fn boolean_flags_override_the_environment_both_ways() {
+    // SHADOW_MODE=true in the environment, --shadow-mode=false wins.
+    let s = Floodgate::start(
+        bin(),
+        ONE_PER_DAY,
+        &["--shadow-mode=false", "--response-headers=false"],
+        &[
+            ("SHADOW_MODE", "true"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ],
+    );
+    assert_eq!(call(&s, "a").0, 200);
+    let (status, body) = call(&s, "a");
+    assert_eq!(status, 429, "{body}");
+    assert!(!body.contains("RateLimit-Limit"), "{body}");
+    drop(s);
+
+    // The bare flag still means true, over SHADOW_MODE=false.
+    let s = Floodgate::start(
+        bin(),
+        ONE_PER_DAY,
+        &["--shadow-mode", "--response-headers=true"],
+        &[("SHADOW_MODE", "false")],
+    );
+    assert_eq!(call(&s, "b").0, 200);
+    let (status, body) = call(&s, "b");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("RateLimit-Limit"), "{body}");
+}
+
+#[test]
+fn a_bad_boolean_flag_is_refused() {
+    let out = std::process::Command::new(bin())
+        .args(["serve", "--shadow-mode=maybe"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--shadow-mode") && err.contains("maybe"),
+        "{err}"
+    );
+}
