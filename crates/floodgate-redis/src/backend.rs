@@ -203,13 +203,12 @@ impl RedisBackend {
         Plan::new(items, &self.layout).map_err(DecideError::Unsupported)
     }
 
-    /// Penalty-mode limits and forced charges must reach Redis.
-    fn cacheable(plan: &Plan, apply: Apply) -> bool {
-        apply != Apply::Force && !plan.leads.iter().any(|l| l.penalty)
-    }
-
     /// The batch's answer from the over-limit cache, if one of its keys is
-    /// known to be denied.
+    /// known to be denied and answering here changes nothing Redis would
+    /// decide later: the denied keys' entries say it for them (see
+    /// `cache::skipping_is_harmless`), and every other key must be one that
+    /// a request denied by another limit leaves as it is (no penalty, no
+    /// block). Forced charges always go to Redis.
     pub(crate) fn cached(
         &self,
         plan: &Plan,
@@ -218,10 +217,7 @@ impl RedisBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Option<Decision> {
-        let cache = self
-            .cache
-            .as_ref()
-            .filter(|_| Self::cacheable(plan, apply))?;
+        let cache = self.cache.as_ref().filter(|_| apply != Apply::Force)?;
         let t = self.cache_clock(now);
         let hits: Vec<Option<Decision>> = plan
             .leads
@@ -229,6 +225,14 @@ impl RedisBackend {
             .map(|l| cache.get(items[l.item].key, items[l.item].limit, l.cost, t))
             .collect();
         if hits.iter().all(Option::is_none) {
+            return None;
+        }
+        let rest_unchanged = plan
+            .leads
+            .iter()
+            .zip(&hits)
+            .all(|(l, hit)| hit.is_some() || !l.acts_when_rejected());
+        if !rest_unchanged {
             return None;
         }
         let mut combined: Option<Decision> = None;
@@ -266,10 +270,11 @@ impl RedisBackend {
             out[i] = d;
             combined = Some(combined.map_or(d, |c| c.narrowest(d)));
         }
-        if let Some(cache) = self.cache.as_ref().filter(|_| Self::cacheable(plan, apply)) {
+        if let Some(cache) = self.cache.as_ref().filter(|_| apply != Apply::Force) {
+            let charged = apply != Apply::Check;
             for (l, d) in plan.leads.iter().zip(&decided) {
                 let item = &items[l.item];
-                if cache.insert(item.key, item.limit, l.cost, sent, d) {
+                if cache.insert(item.key, item.limit, l.cost, sent, d, charged) {
                     self.stats.cache_inserts.inc();
                 }
             }
@@ -355,11 +360,13 @@ impl RedisBackend {
             (false, Apply::Force) => Apply::Force,
             (false, _) => Apply::Rejected,
         };
-        // A rejected group without penalty-mode limits would change nothing
-        // and decide as its check did.
+        // A rejected group without penalty-mode or blocking limits would
+        // change nothing and decide as its check did.
         let todo: Vec<&Vec<usize>> = groups
             .iter()
-            .filter(|g| second != Apply::Rejected || g.iter().any(|&i| plan.leads[i].penalty))
+            .filter(|g| {
+                second != Apply::Rejected || g.iter().any(|&i| plan.leads[i].acts_when_rejected())
+            })
             .collect();
         let phase2 = try_join_all(todo.iter().map(|g| self.call(plan, g, second, &args))).await?;
         for (g, r) in todo.into_iter().zip(phase2) {

@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 
 use floodgate::Apply;
+use floodgate::algorithms::Penalty;
 use floodgate_policy::Item;
 use redis::Cmd;
 
 use crate::UnsupportedLimit;
-use crate::encode::Params;
+use crate::encode::{Params, block_micros};
 use crate::keys::KeyLayout;
 use crate::script::Script;
 
@@ -20,9 +21,19 @@ pub(crate) struct Lead {
     /// The merged cost.
     pub cost: u64,
     pub params: Params,
-    pub penalty: bool,
+    pub penalty: Penalty,
+    /// Microseconds the key is blocked after a denial (0: never).
+    pub block_us: u64,
     pub key: Vec<u8>,
     pub slot: u16,
+}
+
+impl Lead {
+    /// Whether deciding this key for a request another limit denied can
+    /// change it: a penalty charges the denial, a block starts one.
+    pub fn acts_when_rejected(&self) -> bool {
+        self.penalty != Penalty::None || self.block_us > 0
+    }
 }
 
 pub(crate) struct Plan {
@@ -77,7 +88,8 @@ impl Plan {
                 item: i,
                 cost: item.cost,
                 params: Params::of(item.limit)?,
-                penalty: item.limit.penalty(),
+                penalty: item.limit.penalty_mode(),
+                block_us: block_micros(item.limit)?,
                 key: key.name,
                 slot: key.slot,
             });
@@ -115,7 +127,7 @@ impl Plan {
             .arg(args.lease);
         for &i in group {
             let l = &self.leads[i];
-            l.params.push_args(l.cost, l.penalty, &mut cmd);
+            l.params.push_args(l.cost, l.penalty, l.block_us, &mut cmd);
         }
         cmd
     }

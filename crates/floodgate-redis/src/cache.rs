@@ -10,9 +10,13 @@
 //! * it expires at `sent + retry_after`, where `sent` is when the request
 //!   that was denied left this process: Redis decided after that, so the
 //!   true instant is no earlier (other traffic only pushes it later);
-//! * concurrency limits (freed by releases, not by time) and penalty-mode
-//!   limits (whose denials must still be counted in Redis) are never cached,
-//!   and a request with a penalty-mode limit always goes to Redis.
+//! * concurrency limits (freed by releases, not by time) are never cached.
+//!
+//! And it never changes what Redis decides later: a request answered here
+//! is not charged in Redis, so an entry is only made where that charge
+//! could change no later decision (see [`skipping_is_harmless`]), and a
+//! batch is only answered here when each of its other keys would be left
+//! as it is by a request denied by another limit (no penalty, no block).
 //!
 //! If Redis loses the key (a restart, a failover to a lagging replica), the
 //! cache keeps denying until the retry instant it was told. Capacity is
@@ -23,7 +27,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floodgate::algorithms::AnyLimit;
+use floodgate::algorithms::{AnyLimit, LimitKind, Penalty};
 use floodgate::{Decision, Outcome};
 
 /// Keys longer than this are not cached (hashing them costs more than it
@@ -39,6 +43,32 @@ struct Entry {
     reset_until: u64,
     quota: u64,
     remaining: u64,
+}
+
+/// Whether a denial of `limit` may be remembered: whether, until the
+/// denial's retry instant, denying a request for the key here instead of in
+/// Redis (which then does not see it) changes no later decision. `charged`
+/// says whether the denial came from a charging call (not a dry run).
+///
+/// * No penalty and no block: a denied request changes nothing in Redis.
+/// * A block (after a charging call): the denial blocked the key until the
+///   retry instant, and a blocked key is left as it is by every request.
+/// * A fixed window with a penalty (after a charging call): the denial was
+///   counted, so the window's count is over the limit until the window
+///   ends (the retry instant); more denials counted there would change no
+///   decision (every cost is denied, nothing remains, the window reopens
+///   at its end either way).
+/// * Any other penalty-mode limit: never. Counting a denial moves a GCRA
+///   bucket's or a shaper's state, adds to a sliding window's count or to
+///   a sliding log, all of which outlive the retry instant.
+pub(crate) fn skipping_is_harmless(limit: &AnyLimit, charged: bool) -> bool {
+    if limit.is_concurrency() {
+        return false;
+    }
+    if limit.penalty_mode() == Penalty::None && limit.block().is_zero() {
+        return true;
+    }
+    charged && (!limit.block().is_zero() || matches!(limit.kind(), LimitKind::FixedWindow(_)))
 }
 
 /// A bounded map from keys to the instant their denial ends.
@@ -84,13 +114,22 @@ impl OverLimitCache {
     }
 
     /// Remembers Redis's denial of `key` (cost `cost`) for a request sent at
-    /// `sent`. Returns whether it was stored.
-    pub fn insert(&self, key: &[u8], limit: &AnyLimit, cost: u64, sent: u64, d: &Decision) -> bool {
+    /// `sent`; `charged` says whether Redis was asked to charge it (not a dry
+    /// run). Returns whether it was stored.
+    pub fn insert(
+        &self,
+        key: &[u8],
+        limit: &AnyLimit,
+        cost: u64,
+        sent: u64,
+        d: &Decision,
+        charged: bool,
+    ) -> bool {
         let retry = match (d.outcome, d.retry_after) {
             (Outcome::Denied, Some(r)) if !r.is_zero() => r,
             _ => return false,
         };
-        if key.len() > MAX_KEY || cost == 0 || limit.penalty() || limit.is_concurrency() {
+        if key.len() > MAX_KEY || cost == 0 || !skipping_is_harmless(limit, charged) {
             return false;
         }
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -132,7 +171,10 @@ impl OverLimitCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use floodgate::algorithms::FixedWindow;
+    use floodgate::algorithms::{
+        Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog, SlidingWindow,
+        SubWindowCounter,
+    };
 
     fn denial(retry_ms: u64) -> Decision {
         Decision {
@@ -148,7 +190,7 @@ mod tests {
     fn valid_until_retry_for_larger_costs_only() {
         let c = OverLimitCache::new(100);
         let l = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(1)).unwrap());
-        assert!(c.insert(b"k", &l, 2, 1_000, &denial(10)));
+        assert!(c.insert(b"k", &l, 2, 1_000, &denial(10), true));
         let end = 1_000 + 10_000_000;
         assert!(c.get(b"k", &l, 2, end - 1).is_some());
         assert!(c.get(b"k", &l, 3, end - 1).is_some());
@@ -156,7 +198,8 @@ mod tests {
         assert!(c.get(b"k", &l, 2, end).is_none());
         let other = AnyLimit::from(FixedWindow::new(6, Duration::from_secs(1)).unwrap());
         assert!(c.get(b"k", &other, 2, 2_000).is_none());
-        assert!(!c.insert(b"p", &l.clone().with_penalty(true), 1, 0, &denial(10)));
+        let gcra = AnyLimit::from(Gcra::new(5, Duration::from_secs(1), 5).unwrap());
+        assert!(!c.insert(b"p", &gcra.with_penalty(true), 1, 0, &denial(10), true));
     }
 
     #[test]
@@ -164,8 +207,46 @@ mod tests {
         let c = OverLimitCache::new(32);
         let l = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(1)).unwrap());
         for i in 0..10_000u32 {
-            c.insert(&i.to_le_bytes(), &l, 1, i as u64, &denial(1 + i as u64 % 7));
+            c.insert(
+                &i.to_le_bytes(),
+                &l,
+                1,
+                i as u64,
+                &denial(1 + i as u64 % 7),
+                true,
+            );
         }
         assert!(c.len() <= 32);
+    }
+
+    #[test]
+    fn penalties_and_blocks_are_cached_only_where_harmless() {
+        let sec = Duration::from_secs(1);
+        let kinds: [AnyLimit; 7] = [
+            FixedWindow::new(5, sec).unwrap().into(),
+            Gcra::new(5, sec, 5).unwrap().into(),
+            SlidingWindow::new(5, sec).unwrap().into(),
+            SubWindowCounter::new(5, sec, 4).unwrap().into(),
+            SlidingLog::new(5, sec).unwrap().into(),
+            Shaper::new(NginxRate::PerSecond(5), 2, ShaperDelay::NoDelay)
+                .unwrap()
+                .into(),
+            Concurrency::new(5).unwrap().into(),
+        ];
+        for (n, l) in kinds.iter().enumerate() {
+            let fixed = n == 0;
+            let conc = l.is_concurrency();
+            for charged in [false, true] {
+                assert_eq!(skipping_is_harmless(l, charged), !conc);
+                for p in [Penalty::OwnDenials, Penalty::AllDenials] {
+                    let pen = l.clone().with_penalty_mode(p);
+                    assert_eq!(skipping_is_harmless(&pen, charged), fixed && charged);
+                    let blocked = pen.with_block(sec);
+                    assert_eq!(skipping_is_harmless(&blocked, charged), charged && !conc);
+                }
+                let blocked = l.clone().with_block(sec);
+                assert_eq!(skipping_is_harmless(&blocked, charged), charged && !conc);
+            }
+        }
     }
 }

@@ -115,6 +115,11 @@ pub struct TlsFiles {
     pub client_key_file: Option<PathBuf>,
 }
 
+/// The default [`RedisConfig::concurrency_lease`]: 10 minutes, far longer
+/// than requests usually hold a permit, short enough that permits leaked by
+/// a crashed instance come back within minutes.
+pub const DEFAULT_CONCURRENCY_LEASE: Duration = Duration::from_secs(600);
+
 /// Everything the Redis backend needs. `Default` is a single local server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisConfig {
@@ -147,8 +152,14 @@ pub struct RedisConfig {
     /// [`FailurePolicy::Local`] (default 100 000).
     pub fallback_capacity: usize,
     /// How long concurrency permits live without a new acquisition on the
-    /// same key (`None`, the default: until released). A lease bounds the
-    /// damage of holders that die without releasing.
+    /// same key (default [`DEFAULT_CONCURRENCY_LEASE`], 10 minutes): every
+    /// acquisition sets the key's expiry to this far ahead, so the permits
+    /// of holders that die without releasing (or whose release is lost in
+    /// an outage) are freed at most a lease after the key's last
+    /// acquisition. The trade-off: a request holding a permit longer than
+    /// the lease, with no acquisition of the key in between, loses it (the
+    /// key expires and its later release finds nothing). `None`: permits
+    /// are held until released, whatever happens to their holders.
     pub concurrency_lease: Option<Duration>,
     /// Certificates for `rediss://` URLs.
     pub tls: TlsFiles,
@@ -172,7 +183,7 @@ impl Default for RedisConfig {
             breaker: BreakerConfig::default(),
             local_cache_capacity: 0,
             fallback_capacity: 100_000,
-            concurrency_lease: None,
+            concurrency_lease: Some(DEFAULT_CONCURRENCY_LEASE),
             tls: TlsFiles::default(),
             primary_auth: None,
         }
@@ -369,6 +380,18 @@ mod tests {
             ..RedisConfig::default()
         };
         assert_eq!(bad.check(), Err(ConfigError::NoMasterName));
+    }
+
+    #[test]
+    fn permits_have_a_lease_by_default() {
+        let c = RedisConfig::default();
+        assert_eq!(c.concurrency_lease, Some(DEFAULT_CONCURRENCY_LEASE));
+        assert_eq!(
+            RedisConfig::new("h:1", Mode::Cluster)
+                .unwrap()
+                .concurrency_lease,
+            Some(DEFAULT_CONCURRENCY_LEASE)
+        );
     }
 
     #[test]

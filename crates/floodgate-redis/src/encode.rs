@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use floodgate::algorithms::{AnyLimit, LimitKind};
+use floodgate::algorithms::{AnyLimit, LimitKind, Penalty};
 use redis::Cmd;
 
 use crate::UnsupportedLimit;
@@ -61,7 +61,35 @@ pub(crate) enum Params {
 /// 142 years to refill, an nginx shaper taking as long to drain). Call it
 /// when loading a configuration; the backend also refuses such limits.
 pub fn validate(limit: &AnyLimit) -> Result<(), UnsupportedLimit> {
-    Params::of(limit).map(|_| ())
+    Params::of(limit)?;
+    block_micros(limit)?;
+    Ok(())
+}
+
+/// The limit's block duration in whole microseconds, rounded up (0: none).
+///
+/// Rounding up is exact on the scripts' microsecond clock: a key blocked
+/// at `t` for `b` ns is blocked at `t + d` µs exactly when `d·1000 < b`,
+/// that is when `d < ⌈b / 1000⌉`, and the wait left is then
+/// `⌈b / 1000⌉ − d` µs, the in-memory wait rounded up.
+pub(crate) fn block_micros(limit: &AnyLimit) -> Result<u64, UnsupportedLimit> {
+    let block = limit.block();
+    let us = block.as_nanos().div_ceil(1000);
+    if us > EXACT as u128 {
+        return Err(UnsupportedLimit::new(format!(
+            "the block duration ({block:?}) is out of range"
+        )));
+    }
+    Ok(us as u64)
+}
+
+/// The script's code for a penalty mode.
+pub(crate) fn penalty_code(p: Penalty) -> u8 {
+    match p {
+        Penalty::None => 0,
+        Penalty::OwnDenials => 1,
+        Penalty::AllDenials => 2,
+    }
 }
 
 fn micros(what: &str, d: Duration) -> Result<u64, UnsupportedLimit> {
@@ -173,8 +201,9 @@ impl Params {
         }
     }
 
-    /// Appends this item's arguments: kind, cost, penalty, parameters.
-    pub fn push_args(&self, cost: u64, penalty: bool, cmd: &mut Cmd) {
+    /// Appends this item's arguments: kind, cost, penalty (see
+    /// [`penalty_code`]), block (µs), parameters.
+    pub fn push_args(&self, cost: u64, penalty: Penalty, block_us: u64, cmd: &mut Cmd) {
         // Every limit is at most 2^40, so any larger cost is "never" alike.
         let cost = cost.min(EXACT);
         let kind = match self {
@@ -186,7 +215,10 @@ impl Params {
             Params::Shaper { .. } => "s",
             Params::Concurrency { .. } => "c",
         };
-        cmd.arg(kind).arg(cost).arg(if penalty { "1" } else { "0" });
+        cmd.arg(kind)
+            .arg(cost)
+            .arg(penalty_code(penalty))
+            .arg(block_us);
         match *self {
             Params::Gcra {
                 p,
@@ -265,6 +297,11 @@ mod tests {
         assert!(validate(&sub).is_err());
         let slow = any(Shaper::new(NginxRate::PerMinute(1), 1 << 40, ShaperDelay::Queue).unwrap());
         assert!(validate(&slow).is_err());
+        let fixed = any(FixedWindow::new(5, Duration::from_secs(1)).unwrap());
+        let forever = fixed.clone().with_block(Duration::from_secs(1 << 40));
+        assert!(validate(&forever).is_err());
+        let odd_block = fixed.with_block(Duration::from_nanos(1_500));
+        assert_eq!(block_micros(&odd_block), Ok(2));
         for ok in [
             any(Gcra::new(1 << 40, Duration::from_secs(1), 1 << 40).unwrap()),
             any(FixedWindow::new(1 << 40, Duration::from_secs(86_400 * 365 * 100)).unwrap()),

@@ -22,8 +22,9 @@ pub(crate) struct LocalFallback {
 /// `limit` with every count, burst and capacity divided by `d` (rounded
 /// down, at least 1); periods and windows unchanged. GCRA keeps its exact
 /// rate divided by `d` (the period is multiplied instead when it can be);
-/// an nginx rate is rounded to a whole number of requests per minute. A
-/// limit that cannot be scaled is kept as it is.
+/// an nginx rate is rounded to a whole number of requests per minute. The
+/// penalty mode and the block duration are kept. A limit that cannot be
+/// scaled is kept as it is.
 pub fn scale(limit: &AnyLimit, d: u32) -> AnyLimit {
     let d64 = u64::from(d.max(1));
     let div = |x: u64| (x / d64).max(1);
@@ -69,7 +70,13 @@ pub fn scale(limit: &AnyLimit, d: u32) -> AnyLimit {
         }
         LimitKind::Concurrency(c) => Concurrency::new(div(c.max())).ok().map(Into::into),
     };
-    scaled.map_or_else(|| limit.clone(), |s| s.with_penalty(limit.penalty()))
+    scaled.map_or_else(
+        || limit.clone(),
+        |s| {
+            s.with_penalty_mode(limit.penalty_mode())
+                .with_block(limit.block())
+        },
+    )
 }
 
 impl LocalFallback {
@@ -136,6 +143,7 @@ impl LocalFallback {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use floodgate::algorithms::Penalty;
     use std::time::Duration;
 
     #[test]
@@ -173,5 +181,17 @@ mod tests {
             panic!()
         };
         assert_eq!(sc.max(), 4);
+    }
+
+    #[test]
+    fn scale_keeps_penalty_mode_and_block() {
+        for p in [Penalty::None, Penalty::OwnDenials, Penalty::AllDenials] {
+            let limit = AnyLimit::from(FixedWindow::new(8, Duration::from_secs(1)).unwrap())
+                .with_penalty_mode(p)
+                .with_block(Duration::from_millis(1500));
+            let s = scale(&limit, 4);
+            assert_eq!(s.penalty_mode(), p);
+            assert_eq!(s.block(), Duration::from_millis(1500));
+        }
     }
 }

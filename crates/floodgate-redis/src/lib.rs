@@ -8,7 +8,8 @@
 //! * **Every algorithm**, with the in-memory algorithms' exact semantics:
 //!   GCRA / token bucket / leaky meter, fixed window, sliding window (two
 //!   windows or N sub-windows), sliding log, the nginx shaper and
-//!   concurrency limits, weighted costs and penalty mode. Each decision is
+//!   concurrency limits, weighted costs, penalty modes and block
+//!   durations. Each decision is
 //!   one atomic Lua script call; the scripts compute in whole microseconds
 //!   with exact integer arithmetic, so on microsecond-aligned times a
 //!   decision equals the in-memory one, durations rounded up to whole µs.
@@ -68,8 +69,8 @@ mod stats;
 pub use backend::{ConnectError, RedisBackend};
 pub use breaker::BreakerState;
 pub use config::{
-    BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource, TlsFiles, parse_redis_urls,
-    parse_sentinel_url,
+    BreakerConfig, DEFAULT_CONCURRENCY_LEASE, FailurePolicy, Mode, RedisConfig, TimeSource,
+    TlsFiles, parse_redis_urls, parse_sentinel_url,
 };
 pub use encode::validate;
 pub use error::{ConfigError, UnsupportedLimit};

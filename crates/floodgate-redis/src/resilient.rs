@@ -28,6 +28,9 @@ use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 /// * Releases go to Redis; those of items under the local policy also go
 ///   to the local store when Redis fails or the breaker is open (where the
 ///   permit was probably taken).
+/// * Ready ([`Backend::is_ready`]) whenever the backend's policy decides
+///   without Redis (`Local`, `FailOpen`); with `FailClosed`, only while the
+///   breaker is closed.
 pub struct ResilientBackend {
     redis: RedisBackend,
     policy: FailurePolicy,
@@ -178,9 +181,17 @@ impl Backend for ResilientBackend {
         }
     }
 
-    /// True while the breaker is closed.
+    /// True while the breaker is closed, and always when the backend's
+    /// failure policy decides without Redis (`Local`, `FailOpen`): such a
+    /// replica keeps answering during an outage, so taking it out of
+    /// service would only move its traffic to replicas in the same state.
+    /// With `FailClosed` every request is denied while Redis cannot decide,
+    /// so the replica reports not ready until the breaker closes again.
     fn is_ready(&self) -> bool {
-        self.breaker.state() == BreakerState::Closed
+        match self.policy {
+            FailurePolicy::Local { .. } | FailurePolicy::FailOpen => true,
+            FailurePolicy::FailClosed => self.breaker.state() == BreakerState::Closed,
+        }
     }
 
     fn name(&self) -> &'static str {

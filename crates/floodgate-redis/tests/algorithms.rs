@@ -10,7 +10,7 @@ use common::{Server, Twin, item};
 use floodgate::Apply::{Check, Commit};
 use floodgate::Outcome;
 use floodgate::algorithms::{
-    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Penalty, Shaper, ShaperDelay, SlidingLog,
     SlidingWindow, SubWindowCounter,
 };
 use floodgate_redis::Mode;
@@ -300,4 +300,110 @@ async fn magnitudes_beyond_2_pow_53_in_products() {
             .await;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_denials_charge_only_the_denying_limit() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let sec = Duration::from_secs(1);
+    let own = |n| {
+        AnyLimit::from(FixedWindow::new(n, sec).unwrap()).with_penalty_mode(Penalty::OwnDenials)
+    };
+    let (small, large) = (own(2), own(5));
+    let all =
+        AnyLimit::from(FixedWindow::new(5, sec).unwrap()).with_penalty_mode(Penalty::AllDenials);
+    let batch = [
+        item(b"o", b"o:small", &small, 1),
+        item(b"o", b"o:large", &large, 1),
+        item(b"o", b"o:all", &all, 1),
+    ];
+    let mut out = [common::blank(); 3];
+    for k in 0..4u64 {
+        t.step(&batch, T0 + k, Commit, &format!("batch {k}")).await;
+    }
+    // Two admitted, then two denied by `small` alone: `small` and `all`
+    // count the denials, `large` does not.
+    use floodgate_policy::Backend;
+    let now = floodgate::Timestamp::from_micros(T0 + 10);
+    t.redis.decide(&batch, now, Check, &mut out).await.unwrap();
+    assert_eq!(out.map(|d| d.remaining), [0, 3, 1]);
+    // A single item denied by itself counts the denial too.
+    let one = [item(b"o", b"o:single", &small, 2)];
+    for k in 0..3u64 {
+        t.step(&one, T0 + k, Commit, &format!("single {k}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_deny_until_they_end_then_start_afresh() {
+    use redis::Commands;
+    let server = Server::start();
+    let t = twin(&server).await;
+    let block = Duration::from_millis(10_000);
+    let limit =
+        AnyLimit::from(FixedWindow::new(2, Duration::from_secs(1)).unwrap()).with_block(block);
+    let other = AnyLimit::from(Gcra::new(1, Duration::from_secs(1), 1).unwrap())
+        .with_block(Duration::from_nanos(2_500_500));
+    let one = [item(b"b", b"b:k", &limit, 1)];
+    t.step(&one, T0, Commit, "1").await;
+    t.step(&one, T0, Commit, "2").await;
+    let d = t.step(&one, T0 + 1, Commit, "denied").await;
+    assert_eq!(d.retry_after, Some(block));
+    // Blocked: a dry run and a later window are denied too, without
+    // extending the block.
+    let d = t.step(&one, T0 + 2_000_000, Check, "check").await;
+    assert_eq!(
+        d.retry_after,
+        Some(block - Duration::from_micros(1_999_999))
+    );
+    t.step(&one, T0 + 5_000_000, Commit, "later").await;
+    let key = t.redis.state_key(&one[0]);
+    let v: Vec<u8> = server.conn().get(&key).unwrap();
+    assert_eq!(v[0], b'b');
+    // The key lives until the block ends (plus the client-time slack).
+    let ttl: i64 = server.conn().pttl(&key).unwrap();
+    assert!(ttl > 3_600_000 + 9_000, "{ttl}");
+    // When it ends the key starts afresh.
+    let end = T0 + 1 + 10_000_000;
+    assert!(
+        t.step(&one, end - 1, Commit, "last blocked")
+            .await
+            .is_denied()
+    );
+    assert!(t.step(&one, end, Commit, "fresh").await.is_allowed());
+    // A block that is not whole microseconds, in a batch, and a dry run
+    // that never blocks.
+    let batch = [
+        item(b"b", b"b:g", &other, 1),
+        item(b"b", b"b:k2", &limit, 1),
+    ];
+    for (k, dt) in [0u64, 0, 1, 2_500, 2_501, 900_000, 1_000_000, 4_000_000]
+        .into_iter()
+        .enumerate()
+    {
+        let apply = if k == 1 { Check } else { Commit };
+        t.step(&batch, end + dt, apply, &format!("batch {k}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_key_expires_when_its_block_ends_on_server_time() {
+    use floodgate_policy::Backend;
+    use redis::Commands;
+    let server = Server::start();
+    let config = floodgate_redis::RedisConfig::new(&server.url(), Mode::Single).unwrap();
+    let redis = floodgate_redis::RedisBackend::connect(&config)
+        .await
+        .unwrap();
+    let limit = AnyLimit::from(FixedWindow::new(1, Duration::from_millis(100)).unwrap())
+        .with_block(Duration::from_secs(30));
+    let one = [item(b"s", b"s:k", &limit, 1)];
+    let mut out = [common::blank()];
+    let now = floodgate::Timestamp::ZERO;
+    redis.decide(&one, now, Commit, &mut out).await.unwrap();
+    let d = redis.decide(&one, now, Commit, &mut out).await.unwrap();
+    assert_eq!(d.retry_after, Some(Duration::from_secs(30)));
+    let ttl: i64 = server.conn().pttl(redis.state_key(&one[0])).unwrap();
+    assert!((29_000..=30_001).contains(&ttl), "{ttl}");
 }

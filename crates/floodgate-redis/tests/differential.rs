@@ -1,5 +1,5 @@
-//! Differential tests: random limits (every kind, penalty on and off), random
-//! schedules of microsecond-aligned times, random costs (0, within, equal to
+//! Differential tests: random limits (every kind, every penalty mode, with
+//! and without a block duration), random schedules of microsecond-aligned times, random costs (0, within, equal to
 //! and above the quota), multi-item batches with duplicate keys, dry runs
 //! and releases — decided by the in-memory backend and by Redis (a single
 //! server and a cluster, where batches span several slots) must agree on
@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{Cluster, Server, Twin, item};
 use floodgate::Apply;
 use floodgate::algorithms::{
-    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+    AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Penalty, Shaper, ShaperDelay, SlidingLog,
     SlidingWindow, SubWindowCounter,
 };
 use floodgate_redis::Mode;
@@ -127,14 +127,14 @@ enum Step {
 
 #[derive(Clone, Debug)]
 struct Case {
-    /// Per key: its limit, penalty mode, and group.
-    keys: Vec<(Spec, bool, usize)>,
+    /// Per key: its limit, penalty mode, block (ns, 0: none), and group.
+    keys: Vec<(Spec, Penalty, u64, usize)>,
     base_us: u64,
     steps: Vec<Step>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    let keys = prop::collection::vec((spec(), any::<bool>(), 0usize..3), 1..=4);
+    let keys = prop::collection::vec((spec(), penalty(), block(), 0usize..3), 1..=4);
     let dt = prop_oneof![
         3 => Just(0u64),
         3 => 1u64..2_000,
@@ -158,6 +158,25 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
+fn penalty() -> impl Strategy<Value = Penalty> {
+    prop_oneof![
+        Just(Penalty::None),
+        Just(Penalty::OwnDenials),
+        Just(Penalty::AllDenials),
+    ]
+}
+
+/// A block duration in ns (0: none): whole microseconds on the schedules'
+/// scale, and some that are not whole microseconds (Redis rounds them up).
+fn block() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        5 => Just(0u64),
+        1 => (1u64..3_000).prop_map(|us| us * 1_000),
+        1 => (1u64..5_000_000).prop_map(|us| us * 1_000),
+        1 => 1u64..5_000_000_000,
+    ]
+}
+
 /// Cost selector: 0..=8 as is, 9 = the quota, 10 = above it, 11 = half.
 fn cost(sel: u64, quota: u64) -> u64 {
     match sel {
@@ -169,17 +188,24 @@ fn cost(sel: u64, quota: u64) -> u64 {
 }
 
 async fn run_case(t: &Twin, c: &Case, id: u64) {
+    // Every case has keys of its own in Redis, and a store of its own in
+    // memory (cases start at unrelated times).
+    t.forget_memory();
     let limits: Vec<AnyLimit> = c
         .keys
         .iter()
-        .map(|(s, p, _)| s.limit().with_penalty(*p))
+        .map(|(s, p, b, _)| {
+            s.limit()
+                .with_penalty_mode(*p)
+                .with_block(Duration::from_nanos(*b))
+        })
         .collect();
     let groups: Vec<String> = (0..3).map(|g| format!("c{id}g{g}")).collect();
     let names: Vec<String> = c
         .keys
         .iter()
         .enumerate()
-        .map(|(i, (_, _, g))| format!("{}:k{i}", groups[*g]))
+        .map(|(i, (_, _, _, g))| format!("{}:k{i}", groups[*g]))
         .collect();
     let mut now = c.base_us;
     for (n, step) in c.steps.iter().enumerate() {
@@ -190,7 +216,7 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
                     .iter()
                     .map(|&(k, sel)| {
                         let k = k % c.keys.len();
-                        let (spec, _, g) = &c.keys[k];
+                        let (spec, _, _, g) = &c.keys[k];
                         item(
                             groups[*g].as_bytes(),
                             names[k].as_bytes(),
@@ -205,7 +231,7 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
             }
             Step::Release(k, units) => {
                 let k = k % c.keys.len();
-                let (_, _, g) = &c.keys[k];
+                let (_, _, _, g) = &c.keys[k];
                 t.release(
                     item(groups[*g].as_bytes(), names[k].as_bytes(), &limits[k], 0),
                     *units,

@@ -62,7 +62,10 @@ async fn keys_expire_when_idle_never_earlier() {
             .query(&mut conn)
             .unwrap();
         if limit.is_concurrency() {
-            assert_eq!(expire, -1, "permits never expire without a lease");
+            // Permits live for the default lease after their acquisition.
+            let lease = floodgate_redis::DEFAULT_CONCURRENCY_LEASE.as_millis() as i64;
+            let want = (at.as_micros() / 1000) as i64 + lease;
+            assert!((want..=want + 50).contains(&expire), "{expire} vs {want}");
             continue;
         }
         // The state is idle at now + reset_after; the key expires at that
@@ -81,6 +84,35 @@ async fn keys_expire_when_idle_never_earlier() {
     assert!(conn.exists::<_, bool>(&name).unwrap());
     std::thread::sleep(out[0].reset_after + Duration::from_millis(20));
     assert!(!conn.exists::<_, bool>(&name).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_have_a_lease_unless_it_is_turned_off() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let permits = AnyLimit::from(Concurrency::new(3).unwrap());
+    let mut out = [blank()];
+    // By default every acquisition sets the key's expiry a lease ahead
+    // (releases keep it), so permits whose release never comes are freed.
+    let b = backend(&server, |_| {}).await;
+    let items = [item(b"lease", b"lease:a", &permits, 1)];
+    for _ in 0..2 {
+        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+    }
+    b.release(items[0], 1, Timestamp::ZERO).await.unwrap();
+    let ttl: i64 = conn.pttl(b.state_key(&items[0])).unwrap();
+    let lease = floodgate_redis::DEFAULT_CONCURRENCY_LEASE.as_millis() as i64;
+    assert!((lease - 1_000..=lease).contains(&ttl), "lease ttl {ttl}");
+    // Turned off, permits are held until released.
+    let b = backend(&server, |c| c.concurrency_lease = None).await;
+    let items = [item(b"lease", b"lease:b", &permits, 1)];
+    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    let ttl: i64 = conn.pttl(b.state_key(&items[0])).unwrap();
+    assert_eq!(ttl, -1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +233,9 @@ async fn keys_holding_something_else_are_reset() {
                     "hash" => conn.hset::<_, _, _, ()>(&name, "f", *bytes).unwrap(),
                     _ => conn.set::<_, _, ()>(&name, *bytes).unwrap(),
                 }
-                // Decided as a fresh key, like the in-memory store does.
+                // Decided as a fresh key, like the in-memory store does
+                // (a store of its own: every key starts at the same time).
+                t.forget_memory();
                 let d = t.step(&[it], 5_000_000, Apply::Commit, &key).await;
                 assert_eq!(d.outcome, Outcome::Allowed, "{key}");
                 resets += 1;
@@ -329,15 +363,89 @@ async fn over_limit_cache_answers_denials_until_retry() {
             .is_allowed()
     );
     assert_eq!(b.stats().calls.get(), calls + 2);
-    // Penalty-mode limits always reach Redis (their denials count there).
-    let pen =
-        AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap()).with_penalty(true);
+    // Penalty-mode limits whose counted denials outlive the retry instant
+    // always reach Redis (their denials count there).
+    let pen = AnyLimit::from(Gcra::new(1, Duration::from_secs(1), 1).unwrap()).with_penalty(true);
     let p = [item(b"oc", b"oc:p", &pen, 1)];
     for _ in 0..3 {
         b.decide(&p, at(0), Apply::Commit, &mut out).await.unwrap();
     }
     assert_eq!(b.stats().calls.get(), calls + 5);
     assert_eq!(b.stats().cache_hits.get(), 2);
+}
+
+/// Envoy-dialect rules (fixed windows counting their own denials) are
+/// answered from the over-limit cache once denied, and every decision,
+/// cached or not, is the in-memory engine's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_limit_cache_serves_envoy_rules_exactly() {
+    use floodgate::algorithms::Penalty;
+    use floodgate_policy::SyncBackend;
+    let server = Server::start();
+    let b = backend(&server, |c| {
+        c.local_cache_capacity = 1000;
+        c.time_source = TimeSource::Client {
+            expiry_slack: Duration::from_secs(60),
+        };
+    })
+    .await;
+    let memory = floodgate_policy::MemoryBackend::new(floodgate::StoreConfig::default()).unwrap();
+    let envoy = |n, secs| {
+        AnyLimit::from(FixedWindow::new(n, Duration::from_secs(secs)).unwrap())
+            .with_penalty_mode(Penalty::OwnDenials)
+    };
+    let (per_min, per_sec, per_hour) = (envoy(3, 60), envoy(2, 1), envoy(5, 3600));
+    let plain = AnyLimit::from(Gcra::new(100, Duration::from_secs(1), 100).unwrap());
+    let t0 = 1_700_000_000_000_000u64;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut now = t0;
+    for step in 0..400 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        now += [0, 1, 1_000, 90_000, 400_000, 2_000_000][(rng % 6) as usize];
+        let user = format!("user-{}", (rng >> 8) % 3);
+        let (k1, k2, k3) = (
+            format!("envoy:{user}:min"),
+            format!("envoy:{user}:sec"),
+            format!("envoy:{user}:hour"),
+        );
+        let cost = 1 + (rng >> 16) % 2;
+        // One descriptor; two of one rule; one with an unpenalised limit.
+        let items: Vec<_> = match (rng >> 24) % 3 {
+            0 => vec![item(b"envoy", k1.as_bytes(), &per_min, cost)],
+            1 => vec![
+                item(b"envoy", k2.as_bytes(), &per_sec, cost),
+                item(b"envoy", k3.as_bytes(), &per_hour, cost),
+            ],
+            _ => vec![
+                item(b"envoy", k1.as_bytes(), &per_min, cost),
+                item(b"other", b"other", &plain, 1),
+            ],
+        };
+        let apply = if (rng >> 32).is_multiple_of(10) {
+            Apply::Check
+        } else {
+            Apply::Commit
+        };
+        let at = Timestamp::from_micros(now);
+        let mut m = vec![blank(); items.len()];
+        let mut r = vec![blank(); items.len()];
+        let dm = memory.decide_now(&items, at, apply, &mut m);
+        let dr = b.decide(&items, at, apply, &mut r).await.unwrap();
+        assert_eq!(common::as_redis(dm), dr, "step {step} at {now}");
+        for (i, it) in items.iter().enumerate() {
+            // A batch answered from the cache reports its unpenalised,
+            // unevaluated items as admitted; every other item is exact.
+            if !std::ptr::eq(it.limit, &plain) || dr.is_allowed() {
+                assert_eq!(common::as_redis(m[i]), r[i], "step {step} item {i}");
+            }
+        }
+    }
+    let hits = b.stats().cache_hits.get();
+    eprintln!("{hits} cache hits, {} script calls", b.stats().calls.get());
+    assert!(hits > 20, "{hits} cache hits");
+    assert_eq!(b.stats().errors.get(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -230,3 +230,42 @@ async fn through_the_engine_from_yaml() {
     assert!(s.fail_closed.get() >= 1 && s.fail_open.get() >= 2);
     assert_eq!(s.local_fallbacks.get(), 5);
 }
+
+/// With Redis unreachable and the breaker open, a replica stays ready when
+/// its global failure policy still decides (local, fail open), and reports
+/// not ready when it would deny everything (fail closed); each rule's own
+/// policy does not change that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_whether_the_global_policy_decides() {
+    let limit = AnyLimit::from(FixedWindow::new(10, Duration::from_secs(3600)).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    for (policy, ready) in [
+        (FailurePolicy::Local { divide_by: 1 }, true),
+        (FailurePolicy::Local { divide_by: 4 }, true),
+        (FailurePolicy::FailOpen, true),
+        (FailurePolicy::FailClosed, false),
+    ] {
+        let config = RedisConfig {
+            urls: vec![format!("redis://127.0.0.1:{}", common::free_port())],
+            timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_millis(50),
+            failure_policy: policy,
+            breaker: BreakerConfig {
+                failure_threshold: 1,
+                cool_down: Duration::from_secs(60),
+            },
+            ..RedisConfig::default()
+        };
+        let redis = RedisBackend::connect_lazy(&config).await.expect("lazy");
+        let b = ResilientBackend::new(redis, &config).expect("resilient");
+        assert!(b.is_ready(), "{policy:?} before any failure");
+        let mut out = [blank()];
+        for on_failure in [None, Some(OnFailure::FailClosed), Some(OnFailure::Local)] {
+            let it = with(on_failure, item(b"r", b"r:1", &limit, 1));
+            b.decide(&[it], now, Apply::Commit, &mut out).await.unwrap();
+            assert_eq!(b.breaker_state(), BreakerState::Open, "{policy:?}");
+            assert_eq!(b.is_ready(), ready, "{policy:?}");
+        }
+        assert!(b.stats().backend_errors.get() >= 1);
+    }
+}

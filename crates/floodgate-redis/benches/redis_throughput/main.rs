@@ -129,9 +129,10 @@ impl Work {
     /// The script's keys and arguments for one decision of cost 1, as the
     /// backend encodes them (server time, absolute expiry, no lease).
     fn args(self) -> Vec<&'static str> {
-        const FIXED: [&str; 5] = ["f", "1", "0", "1000", "60000000"];
-        const GCRA: [&str; 10] = [
-            "g", "1", "0", "10000", "1", "50", "500000", "0", "10000", "0",
+        // kind, cost, penalty, block, then the kind's parameters.
+        const FIXED: [&str; 6] = ["f", "1", "0", "0", "1000", "60000000"];
+        const GCRA: [&str; 11] = [
+            "g", "1", "0", "0", "10000", "1", "50", "500000", "0", "10000", "0",
         ];
         let head = ["1", "", "", "0"];
         match self {

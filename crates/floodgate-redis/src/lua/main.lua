@@ -17,9 +17,28 @@ local function parse(it, v)
   return conc_parse(v)
 end
 
+-- The quota a decision reports as `limit`.
+local function quota(it)
+  local kind = it.kind
+  if kind == 'g' then
+    return it.B
+  elseif kind == 's' then
+    return floor(it.B / 1000) + 1
+  elseif kind == 'c' then
+    return it.M
+  end
+  return it.L
+end
+
 -- Returns outcome, limit, remaining, reset_us, retry_us, delay_ms, and when
--- the state changed its new value and idle instant (false: none).
+-- the state changed its new value and idle instant (false: none). A blocked
+-- key is denied until its block ends, whatever the cost, and is left as it
+-- is.
 local function decide(it, a, now)
+  if it.blocked then
+    local wait = it.blocked - now
+    return DENIED, quota(it), 0, wait, wait, 0
+  end
   local kind = it.kind
   if kind == 'f' then
     return fixed(it, it.st, a, now)
@@ -50,11 +69,21 @@ for i = 1, n do
   if type(v) == 'table' then
     resets = resets + 1
   elseif v then
-    local st = parse(it, v)
-    if st == false then
-      resets = resets + 1
+    if string.byte(v, 1) == 98 then
+      -- 'b<until>': blocked until then, a fresh key afterwards.
+      local u = int(string.match(v, '^b(%d+)$'))
+      if not u then
+        resets = resets + 1
+      elseif u > now then
+        it.blocked = u
+      end
     else
-      it.st = st
+      local st = parse(it, v)
+      if st == false then
+        resets = resets + 1
+      else
+        it.st = st
+      end
     end
   end
 end
@@ -62,6 +91,11 @@ end
 -- Check every item first (stopping at the first refusal), then decide each
 -- with what the outcome allows: all charged, or none (penalty excepted). A
 -- single item needs no separate check: its own decision is check-then-charge.
+-- Penalty 2 charges every denied request (commit and rejected become
+-- force); penalty 1 charges the requests the limit itself denies (commit
+-- becomes force, rejected charges only the limit's own denial: 4). A limit
+-- with a block that denies a request (except in a dry run) blocks the key:
+-- its state is replaced by 'b<until>', which expires when the block ends.
 local mode = apply
 if n > 1 and (apply == 1 or apply == 2) then
   for i = 1, n do
@@ -77,11 +111,22 @@ local reply = { now, resets }
 local r = 2
 for i = 1, n do
   local it = items[i]
-  local a = mode
-  if it.penalty and (a == 1 or a == 3) then
+  local a, p = mode, it.penalty
+  if p == 2 and (a == 1 or a == 3) then
     a = 2
+  elseif p == 1 then
+    if a == 1 then
+      a = 2
+    elseif a == 3 then
+      a = 4
+    end
   end
   local o, limit, remaining, reset, retry, delay, v, idle = decide(it, a, now)
+  if o == DENIED and it.block > 0 and mode ~= 0 and not it.blocked then
+    local u = now + it.block
+    remaining, reset, retry, delay = 0, it.block, it.block, 0
+    v, idle = 'b' .. format('%d', u), u
+  end
   reply[r + 1], reply[r + 2], reply[r + 3] = o, limit, remaining
   reply[r + 4], reply[r + 5], reply[r + 6] = reset, retry, delay
   r = r + 6

@@ -8,8 +8,12 @@
 -- ARGV[3]    '' to expire keys at their absolute idle instant (server clock);
 --            otherwise a slack in ms added to a relative expiry (client time).
 -- ARGV[4]    concurrency lease in ms (0: permits never expire).
--- ARGV[5..]  per item: kind, cost, penalty (0/1), then the kind's parameters,
---            all precomputed by the client as integers below 2^53:
+-- ARGV[5..]  per item: kind, cost, penalty, block, then the kind's parameters,
+--            all precomputed by the client as integers below 2^53. Penalty:
+--            0 a denied request charges nothing, 1 it charges the limits that
+--            denied it themselves, 2 it charges this limit whoever denied it.
+--            Block: microseconds the key stays blocked after a denial (0:
+--            never); a blocked key holds 'b<until>' and is denied outright.
 --   g  GCRA          P C B Wq Wr Nq Nr  (T = P/C us; B*P = Wq*C + Wr;
 --                                        cost*P = Nq*C + Nr)
 --   f  fixed window  L W
@@ -68,9 +72,12 @@ local function int(s)
   return nil
 end
 
+-- Whether a decision with `apply` charges the cost. Besides the call's own
+-- codes, 4 charges only a denial (a request another limit denied, under a
+-- limit that counts its own denials).
 local function charges(apply, allowed)
   if allowed then
     return apply == 1 or apply == 2
   end
-  return apply == 2
+  return apply == 2 or apply == 4
 end

@@ -28,7 +28,16 @@ if need.s then
       if ms >= ceil_muldiv(ex + 1000, 1000, R) then
         return 0
       end
+      -- Idle a minute and drained: nginx deletes the node when another key
+      -- needs one, so the key starts afresh.
+      if ms >= 60000 and ex <= muldiv(R, ms, 1000) then
+        return 0
+      end
       return ex + 1000 - muldiv(R, ms, 1000)
+    end
+    -- The first instant (ms) nginx would delete the node.
+    local function expire_ms()
+      return last + math.max(ceil_muldiv(ex, 1000, R), 60000)
     end
     local extra = 0
     if cost > 0 then
@@ -59,7 +68,7 @@ if need.s then
     local retry = -1
     if o == DENIED then
       local need = math.max(ex + 1000 + extra - B, 0)
-      retry = math.max((last + ceil_muldiv(need, 1000, R)) * 1000 - now, 0)
+      retry = math.max(math.min(last + ceil_muldiv(need, 1000, R), expire_ms()) * 1000 - now, 0)
     end
     local left = B - next_excess()
     local remaining = 0
@@ -68,7 +77,7 @@ if need.s then
     end
     local reset, idle = 0, nil
     if ex then
-      idle = (last + ceil_muldiv(ex + 1000, 1000, R)) * 1000
+      idle = math.min(last + ceil_muldiv(ex + 1000, 1000, R), expire_ms()) * 1000
       reset = math.max(idle - now, 0)
     end
     if charged then

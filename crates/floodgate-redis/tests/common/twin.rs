@@ -10,7 +10,7 @@ use super::{as_redis, blank};
 /// The same decisions made by the in-memory backend and a Redis backend
 /// (client-supplied time), compared item by item.
 pub struct Twin {
-    pub memory: floodgate_policy::MemoryBackend,
+    memory: std::sync::Mutex<floodgate_policy::MemoryBackend>,
     pub redis: floodgate_redis::RedisBackend,
 }
 
@@ -28,12 +28,18 @@ impl Twin {
             ..floodgate_redis::RedisConfig::default()
         };
         Twin {
-            memory: floodgate_policy::MemoryBackend::new(floodgate::StoreConfig::default())
-                .expect("memory backend"),
+            memory: std::sync::Mutex::new(fresh_memory()),
             redis: floodgate_redis::RedisBackend::connect(&config)
                 .await
                 .expect("connect"),
         }
+    }
+
+    /// Starts the in-memory side afresh (a new store), so that a case whose
+    /// keys are new in Redis too does not depend on the times earlier cases
+    /// used.
+    pub fn forget_memory(&self) {
+        *self.memory.lock().expect("memory backend") = fresh_memory();
     }
 
     /// Decides `items` at `now_us` on both; panics (with `ctx`) if they
@@ -49,7 +55,11 @@ impl Twin {
         let now = floodgate::Timestamp::from_micros(now_us);
         let mut m = vec![blank(); items.len()];
         let mut r = vec![blank(); items.len()];
-        let dm = self.memory.decide_now(items, now, apply, &mut m);
+        let dm = self
+            .memory
+            .lock()
+            .expect("memory backend")
+            .decide_now(items, now, apply, &mut m);
         let dr = self
             .redis
             .decide(items, now, apply, &mut r)
@@ -74,7 +84,14 @@ impl Twin {
     pub async fn release(&self, item: Item<'_>, units: u64) {
         use floodgate_policy::Backend;
         let now = floodgate::Timestamp::ZERO;
-        self.memory.release_now(item, units, now);
+        self.memory
+            .lock()
+            .expect("memory backend")
+            .release_now(item, units, now);
         self.redis.release(item, units, now).await.expect("release");
     }
+}
+
+fn fresh_memory() -> floodgate_policy::MemoryBackend {
+    floodgate_policy::MemoryBackend::new(floodgate::StoreConfig::default()).expect("memory backend")
 }
