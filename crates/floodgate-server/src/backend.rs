@@ -257,6 +257,8 @@ store:
             lease("  concurrency_lease: 30s\n"),
             Some(std::time::Duration::from_secs(30))
         );
+        // 0 turns the lease off: permits live until released.
+        assert_eq!(lease("  concurrency_lease: 0s\n"), None);
     }
 
     /// During a Redis outage (breaker open) the service stays ready when the

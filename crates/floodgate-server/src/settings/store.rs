@@ -173,7 +173,7 @@ fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
     }
     if map.has("concurrency_lease") {
         let mut d = Duration::ZERO;
-        duration(map, "concurrency_lease", &mut d, false, errors);
+        duration(map, "concurrency_lease", &mut d, true, errors);
         r.concurrency_lease = (!d.is_zero()).then_some(d);
     }
 }
