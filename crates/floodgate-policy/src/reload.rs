@@ -100,6 +100,28 @@ pub enum ReloadOutcome {
     Applied,
     /// The files changed but do not load; the running configuration stays.
     Rejected(ConfigErrors),
+    /// The files load, but the hand-over refused the configuration (e.g. a
+    /// rule the store cannot decide); the running configuration stays.
+    Refused(String),
+}
+
+/// What a reloader's hand-over returns: `()` (it always takes the new
+/// configuration) or a `Result` whose error refuses it.
+pub trait HandOver {
+    /// `Err` with the reason when the configuration was refused.
+    fn refused(self) -> Result<(), String>;
+}
+
+impl HandOver for () {
+    fn refused(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl<E: std::fmt::Display> HandOver for Result<(), E> {
+    fn refused(self) -> Result<(), String> {
+        self.map_err(|e| e.to_string())
+    }
 }
 
 /// Checks a [`ConfigSource`] for changes and hands each new valid
@@ -112,7 +134,11 @@ pub struct Reloader<F> {
     apply: F,
 }
 
-impl<F: FnMut(Compiled) + Send> Reloader<F> {
+impl<F, R> Reloader<F>
+where
+    F: FnMut(Compiled) -> R + Send,
+    R: HandOver,
+{
     /// Watches `source`, whose current configuration `current` is already
     /// running.
     pub fn new(source: ConfigSource, current: &Compiled, apply: F) -> Self {
@@ -142,10 +168,20 @@ impl<F: FnMut(Compiled) + Send> Reloader<F> {
                     return ReloadOutcome::Unchanged;
                 }
                 self.digest = digest;
-                (self.apply)(compiled);
-                metrics::counter!("floodgate_config_reloads_total", "result" => "ok").increment(1);
-                tracing::info!("configuration reloaded");
-                ReloadOutcome::Applied
+                match (self.apply)(compiled).refused() {
+                    Ok(()) => {
+                        metrics::counter!("floodgate_config_reloads_total", "result" => "ok")
+                            .increment(1);
+                        tracing::info!("configuration reloaded");
+                        ReloadOutcome::Applied
+                    }
+                    Err(reason) => {
+                        metrics::counter!("floodgate_config_reloads_total", "result" => "error")
+                            .increment(1);
+                        tracing::error!(%reason, "configuration refused; the running configuration stays in force");
+                        ReloadOutcome::Refused(reason)
+                    }
+                }
             }
             Err(errors) => {
                 metrics::counter!("floodgate_config_reloads_total", "result" => "error")
@@ -155,7 +191,10 @@ impl<F: FnMut(Compiled) + Send> Reloader<F> {
             }
         };
         metrics::gauge!("floodgate_config_last_reload_ok").set(
-            if matches!(outcome, ReloadOutcome::Rejected(_)) {
+            if matches!(
+                outcome,
+                ReloadOutcome::Rejected(_) | ReloadOutcome::Refused(_)
+            ) {
                 0.0
             } else {
                 1.0

@@ -150,3 +150,32 @@ fn the_watcher_thread_picks_up_changes_by_itself() {
     }
     drop(handle);
 }
+
+#[test]
+fn a_hand_over_can_refuse_a_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    write(&file, V1);
+    let source = ConfigSource {
+        paths: vec![file.clone()],
+        options: LoadOptions::default(),
+    };
+    let compiled = source.compile().unwrap();
+    // The hand-over refuses the first configuration it is given.
+    let mut calls = 0;
+    let mut reloader = Reloader::new(source, &compiled, move |_| {
+        calls += 1;
+        if calls == 1 {
+            Err("an ip rule")
+        } else {
+            Ok(())
+        }
+    });
+    write(&file, &V1.replace("requests: 3", "requests: 4"));
+    match reloader.poll() {
+        ReloadOutcome::Refused(reason) => assert_eq!(reason, "an ip rule"),
+        other => panic!("{other:?}"),
+    }
+    write(&file, &V1.replace("key: ip", "key: asn"));
+    assert!(matches!(reloader.poll(), ReloadOutcome::Applied));
+}

@@ -256,9 +256,7 @@ fn spawn_reloader(
         if let Err(e) = settings::read_sections(&c.loaded.documents) {
             tracing::warn!(errors = %e, "server/store sections are invalid (they are only read at startup)");
         }
-        if let Err(e) = crate::backend::replace_policy(&svc, c.policy) {
-            tracing::error!(error = %e, "configuration rejected; the running configuration stays in force");
-        }
+        crate::backend::replace_policy(&svc, c.policy)
     });
     Some(reloader.spawn(interval))
 }
