@@ -1,21 +1,43 @@
 //! The body of a proxied response: the upstream's, streamed as it comes
 //! (with the HTTP/1.1 connection it came on, given back to the pool when
-//! the body ends), or one the gateway wrote itself (502, 504).
+//! the body ends), or one the gateway wrote itself (502, 504). An upstream
+//! body that stalls (no frame within its idle timeout) ends with an error.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
 
 use crate::pool::Pooled;
+
+/// Why a proxied response body ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The upstream connection failed mid-body.
+    #[error("upstream body: {0}")]
+    Upstream(#[from] hyper::Error),
+    /// The upstream sent nothing for this long mid-body.
+    #[error("upstream body idle for {0:?}")]
+    Idle(Duration),
+}
 
 pin_project! {
     #[project = KindProj]
     enum Kind {
-        Upstream { #[pin] body: Incoming, conn: Option<Pooled> },
+        Upstream {
+            #[pin] body: Incoming,
+            conn: Option<Pooled>,
+            idle: Duration,
+            // Armed when the upstream has nothing to give; re-armed after
+            // every frame.
+            #[pin] timer: Option<Sleep>,
+            fresh: bool,
+        },
         Full { data: Option<Bytes> },
     }
 }
@@ -41,8 +63,10 @@ impl ProxyBody {
     }
 
     /// The upstream's body, streamed; `conn` goes back to the pool once it
-    /// ends (dropped with the body otherwise, which closes it).
-    pub fn upstream(body: Incoming, conn: Option<Pooled>) -> Self {
+    /// ends (dropped with the body otherwise, which closes it). A body
+    /// that yields nothing for `idle` ends with [`BodyError::Idle`] (and
+    /// its connection is closed).
+    pub fn upstream(body: Incoming, conn: Option<Pooled>, idle: Duration) -> Self {
         let conn = match conn {
             // Nothing to read: the connection is free already.
             Some(c) if body.is_end_stream() => {
@@ -52,22 +76,52 @@ impl ProxyBody {
             c => c,
         };
         ProxyBody {
-            kind: Kind::Upstream { body, conn },
+            kind: Kind::Upstream {
+                body,
+                conn,
+                idle,
+                timer: None,
+                fresh: true,
+            },
         }
     }
 }
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.project().kind.project() {
-            KindProj::Upstream { mut body, conn } => {
+            KindProj::Upstream {
+                mut body,
+                conn,
+                idle,
+                mut timer,
+                fresh,
+            } => {
                 let polled = body.as_mut().poll_frame(cx);
+                if polled.is_pending() {
+                    let deadline = Instant::now() + *idle;
+                    match timer.as_mut().as_pin_mut() {
+                        Some(t) if *fresh => t.reset(deadline),
+                        Some(_) => {}
+                        None => timer.set(Some(tokio::time::sleep_until(deadline))),
+                    }
+                    *fresh = false;
+                    if let Some(t) = timer.as_pin_mut()
+                        && t.poll(cx).is_ready()
+                    {
+                        // The connection is in an unknown state: closed.
+                        conn.take();
+                        return Poll::Ready(Some(Err(BodyError::Idle(*idle))));
+                    }
+                    return Poll::Pending;
+                }
+                *fresh = true;
                 // The end: no more frames, or the last one of a body of
                 // known length (the server may not poll again).
                 let ended = match &polled {
@@ -78,7 +132,7 @@ impl Body for ProxyBody {
                 if ended && let Some(c) = conn.take() {
                     c.release();
                 }
-                polled
+                polled.map(|f| f.map(|r| r.map_err(BodyError::Upstream)))
             }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }

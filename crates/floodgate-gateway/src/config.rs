@@ -132,10 +132,13 @@ pub struct UpstreamConfig {
     pub urls: Vec<UpstreamUrl>,
     /// HTTP/1.1 or HTTP/2.
     pub protocol: UpstreamProtocol,
-    /// Longest time to open a TCP connection; beyond → 502.
+    /// Longest time to open a TCP connection (and complete the TLS
+    /// handshake); beyond → 504.
     pub connect_timeout: Duration,
-    /// Longest time from sending the request to the response head; beyond
-    /// → 504.
+    /// Longest time from the request being sent whole to the response
+    /// head, and longest pause of an upstream not reading the request
+    /// body (beyond → 504); also the longest pause in the response body
+    /// (beyond, the client's response ends with an error).
     pub response_timeout: Duration,
     /// Idle pooled connections are closed after this long.
     pub pool_idle_timeout: Duration,
@@ -169,6 +172,9 @@ pub struct ListenerLimits {
     /// the connection preface; also how long an idle keep-alive connection
     /// is kept. Slow clients (slowloris) are disconnected after it.
     pub header_read_timeout: Duration,
+    /// Longest pause between two chunks of a request body while it is
+    /// forwarded (beyond → 408, and the upstream request is aborted).
+    pub body_read_timeout: Duration,
     /// Largest request head: HTTP/1.1 read buffer (beyond → 431) and
     /// HTTP/2 header list.
     pub max_header_bytes: usize,
@@ -179,16 +185,21 @@ pub struct ListenerLimits {
     pub max_connections: usize,
     /// Concurrent streams per HTTP/2 connection.
     pub max_concurrent_streams: u32,
+    /// An HTTP/2 connection with no open stream for this long is closed
+    /// (`GOAWAY`, then disconnected if it still opens none for as long).
+    pub http2_idle_timeout: Duration,
 }
 
 impl Default for ListenerLimits {
     fn default() -> Self {
         ListenerLimits {
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             max_connections: 10_000,
             max_concurrent_streams: 256,
+            http2_idle_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -7,13 +7,14 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Incoming;
+use crate::upload::UploadBody;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
@@ -21,10 +22,28 @@ use crate::tls::TlsError;
 
 /// A request sender on one connection.
 pub enum Sender {
-    /// HTTP/1.1: one request at a time.
-    Http1(http1::SendRequest<Incoming>),
+    /// HTTP/1.1: one request at a time; the connection is closed when its
+    /// [`Abort`] is dropped.
+    Http1(http1::SendRequest<UploadBody>, Abort),
     /// HTTP/2: shared by concurrent requests.
-    Http2(http2::SendRequest<Incoming>),
+    Http2(http2::SendRequest<UploadBody>),
+}
+
+/// Held with an HTTP/1.1 connection's sender: dropping it closes the
+/// connection at once, even mid-exchange (an exchange given up on — a
+/// timeout — must not keep a request body or an upstream connection
+/// busy). [`detach`](Abort::detach) leaves the connection to finish by
+/// itself (an upgraded one, now a tunnel's).
+#[derive(Debug)]
+pub struct Abort(Option<oneshot::Sender<()>>);
+
+impl Abort {
+    /// Lets the connection run to its own end.
+    pub fn detach(mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// Why a connection could not be opened.
@@ -129,12 +148,22 @@ impl Connector {
         match self.protocol {
             UpstreamProtocol::Http1 => {
                 let (sender, conn) = self.h1.handshake(io).await.map_err(err)?;
+                let (abort, aborted) = oneshot::channel();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.with_upgrades().await {
+                    let mut conn = std::pin::pin!(conn.with_upgrades());
+                    let ended = tokio::select! {
+                        ended = conn.as_mut() => ended,
+                        detached = aborted => match detached {
+                            Ok(()) => conn.await,
+                            // Dropped: the connection is closed with this task.
+                            Err(_) => return,
+                        },
+                    };
+                    if let Err(e) = ended {
                         tracing::debug!(error = %e, "upstream connection ended with an error");
                     }
                 });
-                Ok(Sender::Http1(sender))
+                Ok(Sender::Http1(sender, Abort(Some(abort))))
             }
             UpstreamProtocol::Http2 => {
                 let (sender, conn) = self.h2.handshake(io).await.map_err(err)?;

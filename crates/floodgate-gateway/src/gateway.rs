@@ -20,9 +20,10 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 
-use crate::body::ProxyBody;
+use crate::body::{BodyError, ProxyBody};
 use crate::forward::X_FORWARDED_PROTO;
 use crate::http_section::HttpSection;
+use crate::idle::OpenStream;
 use crate::proxy::{ClientInfo, Proxy};
 
 /// The limiter of a gateway: the layer and the identity it was built from.
@@ -174,6 +175,7 @@ pin_project! {
     pub struct GatewayBody {
         #[pin]
         kind: Kind,
+        stream: Option<OpenStream>,
     }
 }
 
@@ -181,13 +183,20 @@ impl GatewayBody {
     fn limited(body: FloodgateBody<ProxyBody>) -> Self {
         GatewayBody {
             kind: Kind::Limited { body },
+            stream: None,
         }
     }
 
     fn direct(body: ProxyBody) -> Self {
         GatewayBody {
             kind: Kind::Direct { body },
+            stream: None,
         }
+    }
+
+    /// Keeps `stream` counted as open until this body is dropped.
+    pub fn hold(&mut self, stream: OpenStream) {
+        self.stream = Some(stream);
     }
 }
 
@@ -199,12 +208,12 @@ impl std::fmt::Debug for GatewayBody {
 
 impl Body for GatewayBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.project().kind.project() {
             KindProj::Limited { body } => body.poll_frame(cx),
             KindProj::Direct { body } => body.poll_frame(cx),

@@ -38,6 +38,7 @@ pub mod error;
 pub mod forward;
 pub mod gateway;
 pub mod http_section;
+pub mod idle;
 pub mod io;
 pub mod listener;
 pub mod pool;
@@ -47,6 +48,7 @@ pub mod read_tls;
 pub mod run;
 pub mod tls;
 pub mod upgrade;
+pub mod upload;
 pub mod upstream;
 
 pub use config::{

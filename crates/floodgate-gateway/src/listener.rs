@@ -24,6 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::ListenerLimits;
 use crate::drain::{Drain, DrainWatcher};
 use crate::gateway::Gateway;
+use crate::idle::Streams;
 use crate::io::{Prefixed, Sniffed, sniff};
 use crate::proxy::ClientInfo;
 use crate::upgrade::ConnectionGuard;
@@ -240,30 +241,78 @@ async fn serve_io<B, I>(
         peer,
         slot,
     } = conn;
-    let svc = service_fn(move |req: hyper::Request<Incoming>| {
-        let client = ClientInfo {
-            peer: Some(peer),
-            tls,
-            trusted_hop: false,
-            guard: req
-                .headers()
-                .contains_key(UPGRADE)
-                .then(|| ConnectionGuard(slot.clone() as Arc<dyn std::any::Any + Send + Sync>)),
-        };
-        gateway.clone().handle(req, client)
-    });
+    let client = move |req: &hyper::Request<Incoming>| ClientInfo {
+        peer: Some(peer),
+        tls,
+        trusted_hop: false,
+        guard: req
+            .headers()
+            .contains_key(UPGRADE)
+            .then(|| ConnectionGuard(slot.clone() as Arc<dyn std::any::Any + Send + Sync>)),
+    };
     let result = match kind {
         Sniffed::Closed => return,
         Sniffed::Http2 => {
+            // Every stream is counted open until its response body is
+            // dropped; a connection with none for the idle timeout closes.
+            let streams = Arc::new(Streams::new());
+            let counted = streams.clone();
+            let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                let open = counted.open();
+                let client = client(&req);
+                let handled = gateway.clone().handle(req, client);
+                async move {
+                    let mut res = handled.await?;
+                    res.body_mut().hold(open);
+                    Ok::<_, std::convert::Infallible>(res)
+                }
+            });
             let conn = protocols.h2.serve_connection(io, svc);
-            watcher.watch(conn, |c| c.graceful_shutdown()).await
+            let idle = protocols.limits.http2_idle_timeout;
+            serve_h2(conn, &streams, idle, watcher, |c| c.graceful_shutdown()).await
         }
         Sniffed::Http1 => {
+            let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                let client = client(&req);
+                gateway.clone().handle(req, client)
+            });
             let conn = protocols.h1.serve_connection(io, svc).with_upgrades();
             watcher.watch(conn, |c| c.graceful_shutdown()).await
         }
     };
     if let Err(e) = result {
         tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+/// Drives an HTTP/2 connection: on shutdown, or once it has had no open
+/// stream for `idle`, it is asked to close gracefully (`GOAWAY`); a client
+/// that opens no stream in the next `idle` either is disconnected.
+async fn serve_h2<C>(
+    conn: C,
+    streams: &Streams,
+    idle: Duration,
+    mut watcher: DrainWatcher,
+    graceful: impl FnOnce(std::pin::Pin<&mut C>),
+) -> Result<(), hyper::Error>
+where
+    C: std::future::Future<Output = Result<(), hyper::Error>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    let idled = tokio::select! {
+        out = conn.as_mut() => return out,
+        _ = watcher.signalled() => false,
+        _ = streams.idle_for(idle) => true,
+    };
+    graceful(conn.as_mut());
+    if !idled {
+        return conn.await;
+    }
+    tokio::select! {
+        out = conn.as_mut() => out,
+        _ = streams.idle_for(idle) => {
+            tracing::debug!("idle HTTP/2 connection closed");
+            Ok(())
+        }
     }
 }

@@ -9,14 +9,15 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use hyper::body::Incoming;
+use crate::upload::UploadBody;
 use hyper::client::conn::{http1, http2};
 
 use crate::config::UpstreamUrl;
-use crate::connect::{ConnectError, Connector, Sender};
+use crate::connect::{Abort, ConnectError, Connector, Sender};
 
 struct Idle {
-    sender: http1::SendRequest<Incoming>,
+    sender: http1::SendRequest<UploadBody>,
+    abort: Abort,
     since: Instant,
 }
 
@@ -24,7 +25,7 @@ struct Idle {
 pub struct HostPool {
     url: UpstreamUrl,
     idle: Mutex<Vec<Idle>>,
-    shared: Mutex<Option<http2::SendRequest<Incoming>>>,
+    shared: Mutex<Option<http2::SendRequest<UploadBody>>>,
     connecting: tokio::sync::Mutex<()>,
     max_idle: usize,
     idle_timeout: Duration,
@@ -35,17 +36,18 @@ pub enum Checkout {
     /// An HTTP/1.1 connection, taken from the pool (or new).
     Http1(Pooled),
     /// The shared HTTP/2 connection.
-    Http2(http2::SendRequest<Incoming>),
+    Http2(http2::SendRequest<UploadBody>),
 }
 
 /// An HTTP/1.1 connection out of the pool: [`Pooled::release`] gives it
 /// back; dropping it closes it.
 pub struct Pooled {
     /// The sender.
-    pub sender: http1::SendRequest<Incoming>,
+    pub sender: http1::SendRequest<UploadBody>,
     /// Whether it served requests before (a request that fails before it is
     /// written may be sent again on another).
     pub reused: bool,
+    abort: Abort,
     pool: Weak<HostPool>,
 }
 
@@ -58,6 +60,12 @@ impl std::fmt::Debug for Pooled {
 }
 
 impl Pooled {
+    /// Leaves the connection to run to its own end outside the pool (an
+    /// upgraded connection, now a tunnel's).
+    pub fn detach(self) {
+        self.abort.detach();
+    }
+
     /// Back to the pool, if it can serve another request and there is
     /// room.
     pub fn release(self) {
@@ -72,6 +80,7 @@ impl Pooled {
         {
             idle.push(Idle {
                 sender: self.sender,
+                abort: self.abort,
                 since: Instant::now(),
             });
         }
@@ -126,6 +135,7 @@ impl HostPool {
             if idle.sender.is_ready() {
                 return Ok(Checkout::Http1(Pooled {
                     sender: idle.sender,
+                    abort: idle.abort,
                     reused: true,
                     pool: Arc::downgrade(self),
                 }));
@@ -139,8 +149,9 @@ impl HostPool {
         // it is rare; inline, every request's future would carry (and move)
         // its kilobytes.
         match Box::pin(connector.connect(&self.url)).await? {
-            Sender::Http1(sender) => Ok(Checkout::Http1(Pooled {
+            Sender::Http1(sender, abort) => Ok(Checkout::Http1(Pooled {
                 sender,
+                abort,
                 reused: false,
                 pool: Arc::downgrade(self),
             })),
@@ -154,7 +165,7 @@ impl HostPool {
     }
 
     /// The shared HTTP/2 connection, if open.
-    fn shared_h2(&self) -> Option<http2::SendRequest<Incoming>> {
+    fn shared_h2(&self) -> Option<http2::SendRequest<UploadBody>> {
         let shared = self.shared.lock().ok()?;
         shared.as_ref().filter(|s| !s.is_closed()).cloned()
     }

@@ -11,20 +11,25 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use floodgate_http::layer::PeerAddr;
-use http::header::{CONTENT_TYPE, EXPECT, HOST, UPGRADE};
+use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use tower_service::Service;
 
 use crate::body::ProxyBody;
+use crate::config::ListenerLimits;
+use crate::connect::ConnectError;
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
+use crate::pool::Pooled;
 use crate::upgrade::{self, ConnectionGuard};
-use crate::upstream::Upstream;
+use crate::upload::{Progress, UploadBody};
+use crate::upstream::{SendError, Upstream};
 
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no
@@ -63,8 +68,10 @@ pub struct ProxyStats {
     pub forwarded: AtomicU64,
     /// Upstream connection failures and broken exchanges (502).
     pub bad_gateway: AtomicU64,
-    /// Upstream response timeouts (504).
+    /// Upstream connect and response timeouts (504).
     pub timeouts: AtomicU64,
+    /// Request bodies the client stopped sending (408).
+    pub upload_timeouts: AtomicU64,
     /// Requests whose target could not be rewritten (400).
     pub bad_target: AtomicU64,
     /// Connections switched to another protocol (`101`) and tunnelled.
@@ -80,6 +87,7 @@ impl ProxyStats {
 
 struct Shared {
     upstream: Upstream,
+    body_read_timeout: Duration,
     stats: ProxyStats,
     metrics: Metrics,
 }
@@ -115,11 +123,18 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// A proxy to `upstream`.
+    /// A proxy to `upstream`, with the default `body_read_timeout`.
     pub fn new(upstream: Upstream) -> Self {
+        Self::with_body_read_timeout(upstream, ListenerLimits::default().body_read_timeout)
+    }
+
+    /// A proxy to `upstream` whose clients may pause `body_read_timeout`
+    /// between two chunks of a request body (beyond: 408).
+    pub fn with_body_read_timeout(upstream: Upstream, body_read_timeout: Duration) -> Self {
         Proxy {
             shared: Arc::new(Shared {
                 upstream,
+                body_read_timeout,
                 stats: ProxyStats::default(),
                 metrics: Metrics::new(),
             }),
@@ -207,8 +222,14 @@ async fn forward(
         (hyper::upgrade::on(&mut req), client.guard, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    match tokio::time::timeout(up.response_timeout(), up.send(target, req)).await {
-        Ok(Ok((mut res, conn))) => {
+    let (req, progress) = {
+        let (parts, body) = req.into_parts();
+        let (body, progress) = UploadBody::new(body);
+        (Request::from_parts(parts, body), progress)
+    };
+    let result = exchange(shared, up.send(target, req), progress.as_deref()).await;
+    match result {
+        Exchange::Response(mut res, conn) => {
             let switched = match client_upgrade {
                 Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
                     let upstream = hyper::upgrade::on(&mut res);
@@ -220,26 +241,120 @@ async fn forward(
             let (mut parts, body) = res.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             // An upgraded connection belongs to its tunnel, not the pool.
-            let conn = conn.filter(|_| switched.is_none());
+            let conn = match conn {
+                Some(c) if switched.is_some() => {
+                    c.detach();
+                    None
+                }
+                c => c,
+            };
             if let Some(v) = switched {
                 upgrade::restore(&mut parts.headers, v);
                 shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
             }
             parts.version = Version::HTTP_11;
-            Response::from_parts(parts, ProxyBody::upstream(body, conn))
+            Response::from_parts(
+                parts,
+                ProxyBody::upstream(body, conn, up.response_timeout()),
+            )
         }
-        Ok(Err(e)) => {
+        Exchange::Failed(e) => {
+            if matches!(e, SendError::Connect(ConnectError::Timeout(_))) {
+                shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                shared.metrics.timeout.increment(1);
+                tracing::debug!(error = %e, "upstream connect timed out");
+                return error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n");
+            }
             shared.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
             shared.metrics.bad_gateway.increment(1);
             tracing::debug!(error = %e, "upstream request failed");
             error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
         }
-        Err(_) => {
+        Exchange::TimedOut => {
             shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
             shared.metrics.timeout.increment(1);
             tracing::debug!(timeout = ?up.response_timeout(), "upstream response timed out");
             error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
         }
+        Exchange::UploadStalled => {
+            shared.stats.upload_timeouts.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
+            let mut res = error(StatusCode::REQUEST_TIMEOUT, "408 Request Timeout\n");
+            res.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            res
+        }
+    }
+}
+
+/// How an exchange with the upstream ended.
+enum Exchange {
+    Response(Response<Incoming>, Option<Pooled>),
+    Failed(SendError),
+    /// No response head within `response_timeout` of the end of the
+    /// upload, or the upstream stopped reading the upload that long.
+    TimedOut,
+    /// The client stopped sending its body for `body_read_timeout`.
+    UploadStalled,
+}
+
+/// Waits for the upstream's response head. While the request body is
+/// still being uploaded, only its pauses are timed: the client may pause
+/// `body_read_timeout` between two chunks, the upstream may leave one
+/// unread `response_timeout`. Once the body is sent whole (at once for a
+/// request without one), the head is due within `response_timeout`.
+async fn exchange(
+    shared: &Shared,
+    send: impl Future<Output = Result<(Response<Incoming>, Option<Pooled>), SendError>>,
+    progress: Option<&Progress>,
+) -> Exchange {
+    let response_timeout = shared.upstream.response_timeout();
+    let done = |r: Result<(Response<Incoming>, Option<Pooled>), SendError>| match r {
+        Ok((res, conn)) => Exchange::Response(res, conn),
+        Err(e) => Exchange::Failed(e),
+    };
+    let mut send = std::pin::pin!(send);
+    if let Some(p) = progress {
+        let body_read_timeout = shared.body_read_timeout;
+        // Checked at least every quarter of the shorter timeout, so a
+        // switch between waiting for the client and for the upstream is
+        // seen in time.
+        let tick = (body_read_timeout.min(response_timeout) / 4).max(Duration::from_millis(10));
+        let upload = async {
+            loop {
+                let client = p.waiting_client();
+                let due = p.last_progress()
+                    + if client {
+                        body_read_timeout
+                    } else {
+                        response_timeout
+                    };
+                let now = tokio::time::Instant::now();
+                if now >= due {
+                    return if client {
+                        Exchange::UploadStalled
+                    } else {
+                        Exchange::TimedOut
+                    };
+                }
+                tokio::time::sleep_until(due.min(now + tick)).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            r = &mut send => return done(r),
+            _ = p.finished() => {}
+            stalled = upload => {
+                // The upload may have just ended: then the head is timed.
+                if !p.is_done() {
+                    return stalled;
+                }
+            }
+        }
+    }
+    match tokio::time::timeout(response_timeout, send).await {
+        Ok(r) => done(r),
+        Err(_) => Exchange::TimedOut,
     }
 }
 

@@ -27,10 +27,12 @@ const UPSTREAM_KEYS: &[&str] = &[
 ];
 const LIMIT_KEYS: &[&str] = &[
     "header_read_timeout",
+    "body_read_timeout",
     "max_header_bytes",
     "max_headers",
     "max_connections",
     "max_concurrent_streams",
+    "http2_idle_timeout",
 ];
 
 impl GatewayConfig {
@@ -186,6 +188,13 @@ fn read_limits(node: Node<'_>, c: &mut GatewayConfig, errors: &mut Errors) {
         &map,
         "header_read_timeout",
         &mut l.header_read_timeout,
+        errors,
+    );
+    duration(&map, "body_read_timeout", &mut l.body_read_timeout, errors);
+    duration(
+        &map,
+        "http2_idle_timeout",
+        &mut l.http2_idle_timeout,
         errors,
     );
     if let Some(n) = map.get("max_header_bytes") {

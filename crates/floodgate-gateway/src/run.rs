@@ -256,7 +256,10 @@ pub async fn start(
         None => None,
     };
     let limited = limiter.is_some();
-    let proxy = Proxy::new(Upstream::new(&config.upstream)?);
+    let proxy = Proxy::with_body_read_timeout(
+        Upstream::new(&config.upstream)?,
+        config.limits.body_read_timeout,
+    );
     let tls = match &config.tls {
         Some(files) => Some(Arc::new(ServerTls::new(files)?)),
         None => None,

@@ -16,6 +16,7 @@ use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::connect::{ConnectError, Connector};
 use crate::pool::{Checkout, HostPool, Pooled, spawn_reaper};
 use crate::tls::TlsError;
+use crate::upload::UploadBody;
 
 /// Why a request got no response from the upstream.
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +125,7 @@ impl Upstream {
     /// fields) for the upstream: its URI (origin-form towards HTTP/1.1,
     /// absolute towards HTTP/2), version and `Host`. Returns the URL
     /// chosen, for [`send`](Self::send).
-    pub fn prepare(&self, req: &mut Request<Incoming>) -> Result<usize, BadTarget> {
+    pub fn prepare<B>(&self, req: &mut Request<B>) -> Result<usize, BadTarget> {
         let target = self.pick().ok_or(BadTarget)?;
         let url = self.pools[target].url();
         let original = std::mem::take(req.uri_mut());
@@ -189,7 +190,7 @@ impl Upstream {
     pub async fn send(
         &self,
         target: usize,
-        mut req: Request<Incoming>,
+        mut req: Request<UploadBody>,
     ) -> Result<(Response<Incoming>, Option<Pooled>), SendError> {
         let pool = &self.pools[target];
         let mut attempt = 0;

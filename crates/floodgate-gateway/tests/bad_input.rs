@@ -284,3 +284,58 @@ async fn connections_beyond_the_limit_wait_for_a_free_slot() {
     );
     gw.shutdown().await;
 }
+
+/// The HTTP/2 preface and an empty `SETTINGS` frame: a connection that
+/// then opens no stream.
+const H2_PREFACE_AND_SETTINGS: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed_and_free_their_slots() {
+    let up = upstream().await;
+    let text = CONFIG.replace(
+        "limits: {header_read_timeout: 1s,",
+        "limits: {max_connections: 2, header_read_timeout: 1s, http2_idle_timeout: 300ms,",
+    );
+    let file = ConfigFile::new(&text);
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let addr = gw.addr();
+    // Two HTTP/2 connections that never open a stream take both slots.
+    let idlers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(H2_PREFACE_AND_SETTINGS).unwrap();
+            std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+                let started = Instant::now();
+                let mut out = Vec::new();
+                let closed = std::io::Read::read_to_end(&mut s, &mut out).is_ok();
+                (closed, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let r = h1()
+        .get(format!("http://{addr}/"))
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .expect("served once the idle connections are closed");
+    assert_eq!(r.status(), 200);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    for i in idlers {
+        let (closed, took) = i.join().unwrap();
+        assert!(closed, "closed by the gateway");
+        assert!(took < Duration::from_secs(2), "idle for {took:?}");
+    }
+    // A stream in progress longer than the idle timeout is not cut.
+    let r = support::h2()
+        .get(format!("http://{addr}/slow?ms=700"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "slow");
+    gw.shutdown().await;
+}

@@ -41,7 +41,7 @@ type Log = Arc<Mutex<Vec<(Duration, u16, Option<u64>)>>>;
 async fn run(retrier: &Retrier, url: &str, log: &Log, start: Instant) -> u16 {
     let c = client();
     let res = retrier
-        .send(|| {
+        .send(&http::Method::GET, || {
             let (c, url, log) = (c.clone(), url.to_owned(), log.clone());
             async move {
                 let res = c.get(&url).send().await.map(http::Response::from)?;
@@ -188,7 +188,9 @@ fn state_and_signals() {
     // HTTP-date Retry-After, in the future.
     let at = std::time::SystemTime::now() + Duration::from_secs(30);
     h.insert("retry-after", httpdate::fmt_http_date(at).parse().unwrap());
-    let mut s = RetryState::new(RetryPolicy::default(), budget.clone()).with_rng(Rng::seeded(7));
+    let mut s = RetryState::new(RetryPolicy::default(), budget.clone())
+        .for_method(&http::Method::GET)
+        .with_rng(Rng::seeded(7));
     match s.on_response(503, &h) {
         Next::Retry { after } => assert!(after >= Duration::from_secs(28), "{after:?}"),
         other => panic!("{other:?}"),
@@ -198,7 +200,10 @@ fn state_and_signals() {
     let mut s = RetryState::new(RetryPolicy::default(), budget.clone());
     assert_eq!(
         s.on_response(429, &h),
-        Next::GiveUp(GiveUp::TooLong(Duration::from_secs(3600)))
+        Next::GiveUp {
+            reason: GiveUp::TooLong(Duration::from_secs(3600)),
+            pace: Duration::from_secs(3600)
+        }
     );
     // Success near exhaustion: a pace.
     let mut h = http::HeaderMap::new();
@@ -241,4 +246,138 @@ fn state_and_signals() {
     let waits: Vec<_> = (0..50).map(|_| b.wait(3, &mut rng)).collect();
     assert!(waits.iter().all(|w| *w <= b.ceiling(3)));
     assert!(waits.iter().any(|w| *w != waits[0]));
+}
+
+#[test]
+fn giving_up_keeps_the_servers_wait_as_the_pace() {
+    let budget = Arc::new(RetryBudget::new(BudgetConfig {
+        ratio: 1.0,
+        min_per_sec: 0.0,
+        max_saved: 10.0,
+    }));
+    let mut h = http::HeaderMap::new();
+    h.insert("retry-after", "7".parse().unwrap());
+    // Attempts spent.
+    let policy = RetryPolicy {
+        max_attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let mut s = RetryState::new(policy, budget.clone()).for_method(&http::Method::GET);
+    assert_eq!(
+        s.on_response(429, &h),
+        Next::GiveUp {
+            reason: GiveUp::Attempts,
+            pace: Duration::from_secs(7)
+        }
+    );
+    // Budget spent.
+    let empty = Arc::new(RetryBudget::new(BudgetConfig {
+        ratio: 0.0,
+        min_per_sec: 0.0,
+        max_saved: 0.0,
+    }));
+    let mut s = RetryState::new(RetryPolicy::default(), empty).for_method(&http::Method::GET);
+    assert_eq!(
+        s.on_response(503, &h),
+        Next::GiveUp {
+            reason: GiveUp::Budget,
+            pace: Duration::from_secs(7)
+        }
+    );
+    // Without Retry-After, an exhausted quota's reset is the wait.
+    let mut h = http::HeaderMap::new();
+    h.insert("ratelimit", r#""p";r=0;t=4"#.parse().unwrap());
+    let mut s = RetryState::new(policy, budget).for_method(&http::Method::GET);
+    assert_eq!(
+        s.on_response(429, &h),
+        Next::GiveUp {
+            reason: GiveUp::Attempts,
+            pace: Duration::from_secs(4)
+        }
+    );
+}
+
+#[test]
+fn non_idempotent_requests_are_retried_only_when_unprocessed() {
+    let budget = Arc::new(RetryBudget::new(BudgetConfig {
+        ratio: 10.0,
+        min_per_sec: 0.0,
+        max_saved: 100.0,
+    }));
+    let none = http::HeaderMap::new();
+    let mut ra = http::HeaderMap::new();
+    ra.insert("retry-after", "1".parse().unwrap());
+    let state =
+        |policy, method: &http::Method| RetryState::new(policy, budget.clone()).for_method(method);
+    let not_idempotent = |n: Next| {
+        matches!(
+            n,
+            Next::GiveUp {
+                reason: GiveUp::NotIdempotent,
+                ..
+            }
+        )
+    };
+    let retried = |n: Next| matches!(n, Next::Retry { .. });
+    let policy = RetryPolicy::default();
+    for method in [http::Method::POST, http::Method::PATCH] {
+        // Possibly processed: not sent again.
+        for status in [502, 504] {
+            assert!(not_idempotent(
+                state(policy, &method).on_response(status, &none)
+            ));
+        }
+        assert!(not_idempotent(
+            state(policy, &method).on_response(503, &none)
+        ));
+        assert!(not_idempotent(state(policy, &method).on_error()));
+        // Rejected before processing: retried.
+        assert!(retried(state(policy, &method).on_response(429, &none)));
+        assert!(retried(state(policy, &method).on_response(429, &ra)));
+        assert!(retried(state(policy, &method).on_response(503, &ra)));
+    }
+    // An unknown method is not assumed idempotent.
+    assert!(not_idempotent(
+        RetryState::new(policy, budget.clone()).on_response(502, &none)
+    ));
+    // Idempotent methods: retried after all of them.
+    for method in [http::Method::GET, http::Method::PUT, http::Method::DELETE] {
+        for status in [502, 503, 504] {
+            assert!(retried(state(policy, &method).on_response(status, &none)));
+        }
+        assert!(retried(state(policy, &method).on_error()));
+    }
+    // Configurable.
+    let lenient = RetryPolicy {
+        retry_non_idempotent: true,
+        ..RetryPolicy::default()
+    };
+    assert!(retried(
+        state(lenient, &http::Method::POST).on_response(502, &none)
+    ));
+    assert!(retried(state(lenient, &http::Method::POST).on_error()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_giving_up_the_next_send_waits_for_retry_after() {
+    let text = config("algorithm: token_bucket, requests: 1, per: 1500ms, burst: 1");
+    let url = server(&text).await;
+    // One attempt only: the 429 is final, but its Retry-After holds.
+    let policy = RetryPolicy {
+        max_attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let retrier = Retrier::new(policy, Arc::default());
+    let log: Log = Arc::default();
+    let start = Instant::now();
+    assert_eq!(client().get(&url).send().await.unwrap().status(), 200);
+    assert_eq!(run(&retrier, &url, &log, start).await, 429);
+    assert!(retrier.pending_pace() > Duration::from_secs(1));
+    assert_eq!(run(&retrier, &url, &log, start).await, 200);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let (t429, status, ra) = log[0];
+    assert_eq!(status, 429);
+    let waited = log[1].0 - t429;
+    assert!(waited >= Duration::from_secs(ra.unwrap()), "{waited:?}");
 }

@@ -406,3 +406,107 @@ http:
     assert_eq!(header(&r, "cache-control"), Some("no-store"));
     assert_eq!(LayerStats::get(&layer.stats().fail_closed), 1);
 }
+
+const DELAYED_AND_LIMITED: &str = r#"
+domains:
+  - domain: api
+    descriptors:
+      - key: shaped
+        rate_limit: {name: smooth, algorithm: shaper, rate: 10r/s, burst: 5}
+http:
+  domain: api
+  routes: ["/reports/{id}"]
+  descriptors:
+    - [{header: {name: x-shaped, key: shaped}}]
+  layer:
+    shedding:
+      low_priority_above: 1
+      low_priority: {routes: ["/reports/{id}"]}
+    concurrency:
+      global: {max: 1, queue: 0, timeout: 100ms}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_requests_hold_no_permit_nor_place_in_flight() {
+    let text = DELAYED_AND_LIMITED;
+    // A fixed clock: the shaper's delays are exactly 100 and 200 ms.
+    let layer = layer_for(engine_with(text, support::manual()), text);
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    let shaped = |c: &reqwest::Client| {
+        let (c, url) = (c.clone(), url.clone());
+        async move {
+            let start = Instant::now();
+            let r = c
+                .get(format!("{url}/"))
+                .header("x-shaped", "a")
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), start.elapsed())
+        }
+    };
+    assert_eq!(shaped(&c).await.0, 200);
+    let first = tokio::spawn(shaped(&c));
+    wait_until("one delayed", || layer.delayed() == 1).await;
+    let second = tokio::spawn(shaped(&c));
+    wait_until("two delayed", || layer.delayed() == 2).await;
+    // Two requests are merely waiting out their delays: nothing is in
+    // flight, the global permit is free, low priority is not shed.
+    assert_eq!(layer.in_flight(), 0);
+    let r = c.get(format!("{url}/reports/1")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "not shed, not queued out");
+    assert_eq!(LayerStats::get(&layer.stats().shed), 0);
+    assert_eq!(LayerStats::get(&layer.stats().concurrency_rejected), 0);
+    // The delayed ones are served after their delays, with their permits.
+    let (s1, t1) = first.await.unwrap();
+    let (s2, t2) = second.await.unwrap();
+    assert_eq!((s1, s2), (200, 200));
+    assert!(t1 >= Duration::from_millis(100), "{t1:?}");
+    assert!(t2 >= Duration::from_millis(150), "{t2:?}");
+    wait_until("nothing in flight", || layer.in_flight() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_delay_queue_rejects_without_charging_and_names_the_shaper() {
+    let text = SHAPER.replace("MAX", "1").replace("10r/s", "2r/s");
+    // A fixed clock: the shaper's delays are exactly 500 ms per request
+    // ahead in line.
+    let layer = layer_for(engine_with(&text, support::manual()), &text);
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    assert_eq!(c.get(format!("{url}/")).send().await.unwrap().status(), 200);
+    // The next one waits 500 ms, in the only delay slot.
+    let waiting = tokio::spawn({
+        let (c, url) = (c.clone(), url.clone());
+        async move { c.get(format!("{url}/")).send().await.unwrap().status() }
+    });
+    wait_until("the slot taken", || layer.delayed() == 1).await;
+    // Two more would wait 1 s each: rejected, and not charged (else the
+    // second would have to wait 1.5 s).
+    for _ in 0..2 {
+        let r = c.get(format!("{url}/")).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(header(&r, "retry-after"), Some("1"));
+        let current = header(&r, "ratelimit").unwrap().to_owned();
+        assert_eq!(current, r#""smooth";r=0;t=1"#, "t equals Retry-After");
+        let body: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert_eq!(body["violated-policies"], serde_json::json!(["smooth"]));
+        assert_eq!(body["retry-after"], 1);
+        assert!(
+            body["detail"].as_str().unwrap().contains("smooth"),
+            "{body}"
+        );
+    }
+    assert_eq!(LayerStats::get(&layer.stats().delay_queue_full), 2);
+    assert_eq!(waiting.await.unwrap(), 200);
+    // The slot is free again: the next request waits its 1 s (nothing
+    // was charged for the two rejections).
+    let start = Instant::now();
+    assert_eq!(c.get(format!("{url}/")).send().await.unwrap().status(), 200);
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_millis(1400),
+        "{waited:?}"
+    );
+}

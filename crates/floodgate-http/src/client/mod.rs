@@ -3,9 +3,13 @@
 //! * [`RetryState`] — plain state, no IO: after each response,
 //!   [`on_response(status, &headers)`](RetryState::on_response) says
 //!   [`Next`]: done (with a pace before the next request), retry after a
-//!   wait, or give up. Waits are exponential backoff with full jitter
-//!   ([`Backoff`]), never shorter than `Retry-After` (delay-seconds or
-//!   HTTP-date) or, without it, an exhausted quota's reset.
+//!   wait, or give up (with the server's wait as the pace: giving up never
+//!   means coming back early). Waits are exponential backoff with full
+//!   jitter ([`Backoff`]), never shorter than `Retry-After` (delay-seconds
+//!   or HTTP-date) or, without it, an exhausted quota's reset.
+//!   Non-idempotent requests (POST, PATCH) are retried only after answers
+//!   that say they were not processed (429, 503 with `Retry-After`),
+//!   unless [`RetryPolicy::retry_non_idempotent`] is set.
 //! * [`RetryBudget`] — retries are at most `ratio` of requests plus a small
 //!   steady allowance, shared by a client's requests, so retries cannot
 //!   amplify an outage.
@@ -29,4 +33,4 @@ pub use budget::{BudgetConfig, RetryBudget};
 pub use send::Retrier;
 pub use sf::{Member, Value, parse_list};
 pub use signals::{Signals, retry_after};
-pub use state::{GiveUp, Next, RetryPolicy, RetryState};
+pub use state::{GiveUp, Next, RetryPolicy, RetryState, is_idempotent};

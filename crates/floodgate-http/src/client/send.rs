@@ -15,7 +15,10 @@ use super::state::{Next, RetryPolicy, RetryState};
 ///
 /// It wraps any client: `send` makes one attempt and returns an
 /// `http::Response` (reqwest: `.send().await.map(http::Response::from)`;
-/// hyper: the response as is).
+/// hyper: the response as is). The request's method decides what may be
+/// retried: a non-idempotent one (POST, PATCH) is sent again only after a
+/// 429 or a 503 with `Retry-After`, unless
+/// [`RetryPolicy::retry_non_idempotent`] is set.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), reqwest::Error> {
@@ -23,7 +26,9 @@ use super::state::{Next, RetryPolicy, RetryState};
 /// let retrier = Retrier::default();
 /// let http = reqwest::Client::new();
 /// let res = retrier
-///     .send(|| async { http.get("http://127.0.0.1:8080/").send().await.map(http::Response::from) })
+///     .send(&http::Method::GET, || async {
+///         http.get("http://127.0.0.1:8080/").send().await.map(http::Response::from)
+///     })
 ///     .await?;
 /// # Ok(()) }
 /// ```
@@ -57,10 +62,17 @@ impl Retrier {
         })
     }
 
-    /// Sends one logical request: waits any pending pace, then attempts
-    /// with `send` until a final answer, retrying per the policy. A
-    /// transport error is retried too; the last one is returned.
-    pub async fn send<B, E, F, Fut>(&self, mut send: F) -> Result<http::Response<B>, E>
+    /// Sends one logical request with `method`: waits any pending pace,
+    /// then attempts with `send` until a final answer, retrying per the
+    /// policy. A transport error is retried too (an idempotent request
+    /// only, by default); the last one is returned. When it gives up after
+    /// an answer with `Retry-After` (attempts or budget spent, or a wait
+    /// over `max_wait`), that wait still applies to the next `send`.
+    pub async fn send<B, E, F, Fut>(
+        &self,
+        method: &http::Method,
+        mut send: F,
+    ) -> Result<http::Response<B>, E>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<http::Response<B>, E>>,
@@ -69,7 +81,7 @@ impl Retrier {
         if !pace.is_zero() {
             tokio::time::sleep(pace).await;
         }
-        let mut state = RetryState::new(self.policy, self.budget.clone());
+        let mut state = RetryState::new(self.policy, self.budget.clone()).for_method(method);
         loop {
             let result = send().await;
             let next = match &result {
@@ -77,13 +89,12 @@ impl Retrier {
                 Err(_) => state.on_error(),
             };
             match next {
-                Next::Done { pace } => {
+                Next::Done { pace } | Next::GiveUp { pace, .. } => {
                     if let Ok(mut g) = self.not_before.lock() {
                         *g = (!pace.is_zero()).then(|| Instant::now() + pace);
                     }
                     return result;
                 }
-                Next::GiveUp(_) => return result,
                 Next::Retry { after } => tokio::time::sleep(after).await,
             }
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::HeaderMap;
+use http::{HeaderMap, Method};
 
 use super::backoff::{Backoff, Rng};
 use super::budget::RetryBudget;
@@ -22,6 +22,13 @@ pub struct RetryPolicy {
     pub max_wait: Duration,
     /// Also retry 502 and 504 (429 and 503 always are).
     pub retry_gateway_errors: bool,
+    /// Also retry requests whose method is not idempotent (POST, PATCH,
+    /// CONNECT, unknown methods) after a 502, a 504, a 503 without
+    /// `Retry-After` or a transport error — answers after which the server
+    /// may have processed the request. Off by default: such a request is
+    /// retried only after a 429 or a 503 with `Retry-After` (rejected
+    /// before it was processed).
+    pub retry_non_idempotent: bool,
     /// Spread the remaining quota once it is at most this low: the next
     /// request waits `reset / (remaining + 1)`; at 0, the whole reset.
     pub spread_below: u64,
@@ -34,6 +41,7 @@ impl Default for RetryPolicy {
             backoff: Backoff::default(),
             max_wait: Duration::from_secs(60),
             retry_gateway_errors: true,
+            retry_non_idempotent: false,
             spread_below: 10,
         }
     }
@@ -48,6 +56,9 @@ pub enum GiveUp {
     Budget,
     /// The server asks for a wait longer than `max_wait`.
     TooLong(Duration),
+    /// The request is not idempotent and the answer does not say that it
+    /// was not processed (see [`RetryPolicy::retry_non_idempotent`]).
+    NotIdempotent,
 }
 
 /// What to do next.
@@ -64,8 +75,16 @@ pub enum Next {
         /// The wait.
         after: Duration,
     },
-    /// Stop: return the last response.
-    GiveUp(GiveUp),
+    /// Stop: return the last response. Before this client's next request,
+    /// wait `pace`: what the server asked for (`Retry-After`, or an
+    /// exhausted quota's reset), so that giving up never means coming back
+    /// early.
+    GiveUp {
+        /// Why.
+        reason: GiveUp,
+        /// Wait before the next request.
+        pace: Duration,
+    },
 }
 
 /// The retry state of one logical request, over its attempts.
@@ -76,7 +95,7 @@ pub enum Next {
 /// use std::time::Duration;
 ///
 /// let budget = Arc::new(RetryBudget::default());
-/// let mut state = RetryState::new(RetryPolicy::default(), budget);
+/// let mut state = RetryState::new(RetryPolicy::default(), budget).for_method(&http::Method::GET);
 /// let mut h = http::HeaderMap::new();
 /// h.insert("retry-after", "3".parse().unwrap());
 /// match state.on_response(429, &h) {
@@ -90,11 +109,25 @@ pub struct RetryState {
     budget: Arc<RetryBudget>,
     rng: Rng,
     attempt: u32,
+    idempotent: bool,
+}
+
+/// Whether `method` is idempotent (RFC 9110 §9.2.2: GET, HEAD, OPTIONS,
+/// TRACE, PUT, DELETE).
+pub fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 impl RetryState {
     /// A new logical request under `policy`, drawing retries from `budget`
     /// (shared by the client's requests). Counts the request in the budget.
+    ///
+    /// Its method is unknown, so it is treated as not idempotent (see
+    /// [`RetryPolicy::retry_non_idempotent`]) until
+    /// [`for_method`](Self::for_method) says otherwise.
     pub fn new(policy: RetryPolicy, budget: Arc<RetryBudget>) -> Self {
         budget.deposit();
         RetryState {
@@ -102,7 +135,15 @@ impl RetryState {
             budget,
             rng: Rng::default(),
             attempt: 0,
+            idempotent: false,
         }
+    }
+
+    /// For a request with `method`: an idempotent one (GET, HEAD, OPTIONS,
+    /// TRACE, PUT, DELETE) is retried after any retryable answer.
+    pub fn for_method(mut self, method: &Method) -> Self {
+        self.idempotent = is_idempotent(method);
+        self
     }
 
     /// With a seeded random generator (reproducible jitter).
@@ -135,28 +176,56 @@ impl RetryState {
         }
         // The server's word is a floor: Retry-After, else an exhausted
         // quota's reset.
-        let floor = signals.retry_after.or(match signals.remaining {
-            Some(0) => signals.reset,
-            _ => None,
-        });
-        self.retry(floor.unwrap_or(Duration::ZERO))
+        let floor = signals
+            .retry_after
+            .or(match signals.remaining {
+                Some(0) => signals.reset,
+                _ => None,
+            })
+            .unwrap_or(Duration::ZERO);
+        // A 429, or a 503 with Retry-After, rejected the request before it
+        // was processed: sending it again is safe whatever its method.
+        let unprocessed = status == 429 || (status == 503 && signals.retry_after.is_some());
+        if !unprocessed && !self.may_repeat() {
+            return Next::GiveUp {
+                reason: GiveUp::NotIdempotent,
+                pace: floor,
+            };
+        }
+        self.retry(floor)
     }
 
-    /// After a transport error (no response).
+    /// After a transport error (no response). The request may have
+    /// reached the server: it is retried only when it may be repeated.
     pub fn on_error(&mut self) -> Next {
         self.attempt += 1;
+        if !self.may_repeat() {
+            return Next::GiveUp {
+                reason: GiveUp::NotIdempotent,
+                pace: Duration::ZERO,
+            };
+        }
         self.retry(Duration::ZERO)
     }
 
+    fn may_repeat(&self) -> bool {
+        self.idempotent || self.policy.retry_non_idempotent
+    }
+
     fn retry(&mut self, floor: Duration) -> Next {
+        // Giving up, the server's wait still holds for the next request.
+        let give_up = |reason| Next::GiveUp {
+            reason,
+            pace: floor,
+        };
         if floor > self.policy.max_wait {
-            return Next::GiveUp(GiveUp::TooLong(floor));
+            return give_up(GiveUp::TooLong(floor));
         }
         if self.attempt >= self.policy.max_attempts {
-            return Next::GiveUp(GiveUp::Attempts);
+            return give_up(GiveUp::Attempts);
         }
         if !self.budget.try_withdraw() {
-            return Next::GiveUp(GiveUp::Budget);
+            return give_up(GiveUp::Budget);
         }
         let jitter = self.policy.backoff.wait(self.attempt - 1, &mut self.rng);
         // Never before the server's time; jitter on top of it spreads the

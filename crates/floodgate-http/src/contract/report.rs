@@ -88,6 +88,9 @@ pub struct Report {
     retry_after: Option<Duration>,
     status: Option<StatusCode>,
     never: bool,
+    /// Lines of shaping policies that delay the request: (index in
+    /// `current`, the delay).
+    delaying: Vec<(usize, Duration)>,
 }
 
 impl Report {
@@ -106,6 +109,27 @@ impl Report {
         self.retry_after = None;
         self.status = None;
         self.never = false;
+        self.delaying.clear();
+    }
+
+    /// Turns a delay into a rejection (no room to wait): the shaping
+    /// policies that delayed the request become the denying ones, each
+    /// with its own delay as the time until the request would pass
+    /// (their `t`), and the longest is the wait (`Retry-After`). Nothing
+    /// changes unless the verdict is a delay.
+    pub fn deny_delayed(&mut self) {
+        let Verdict::Delayed(delay) = self.verdict else {
+            return;
+        };
+        for &(i, wait) in &self.delaying {
+            if let Some(c) = self.current.get_mut(i) {
+                c.denied = true;
+                c.timed = true;
+                c.remaining = 0;
+                c.reset = wait;
+            }
+        }
+        self.set_verdict(Verdict::Denied, Some(delay));
     }
 
     /// Adds a policy; returns its index.
@@ -373,6 +397,11 @@ impl Report {
                         shown.outcome = Outcome::Allowed;
                     }
                     self.add_current(first + pick, &shown);
+                    if let Outcome::Delayed(x) = d.outcome
+                        && x > Duration::ZERO
+                    {
+                        self.delaying.push((self.current.len() - 1, x));
+                    }
                     if self.policies[first + pick].unit == QuotaUnit::ConcurrentRequests {
                         // Units free up when a holder finishes, not at a time.
                         if let Some(c) = self.current.last_mut() {

@@ -89,23 +89,8 @@ where
 {
     let mut keep = Keep::default();
     // Priority shedding first: it protects everything behind it.
-    if let Some(shedder) = &shared.shedder {
-        let low = shedder.is_low(&req, &shared.identity);
-        match shedder.enter(low) {
-            Some(g) => keep.push(g),
-            None => {
-                LayerStats::inc(&shared.stats.shed);
-                metrics::counter!("floodgate_http_shed_total").increment(1);
-                let retry_after = shedder.config.retry_after;
-                let res = shared.contract.reject(
-                    Rejection::Overloaded { retry_after },
-                    req.headers(),
-                    shared.engine.clock().now(),
-                    &mut String::new(),
-                );
-                return Ok(full(res));
-            }
-        }
+    if let Some(rejected) = shed(&shared, &req, &mut keep) {
+        return Ok(rejected);
     }
     let mut held = Held {
         shared: shared.clone(),
@@ -120,59 +105,35 @@ where
         shared.identity.request_descriptors(&req, peer, &mut s.out);
     }
     // Layer concurrency limits, waiting in line when configured.
-    if let Some(q) = &shared.global {
-        match q.acquire().await {
-            Ok(p) => keep.push(p),
-            Err(e) => {
-                return Ok(queue_rejection(
-                    &shared,
-                    &mut held,
-                    &req,
-                    "concurrency",
-                    q.limit().max,
-                    e,
-                ));
-            }
-        }
-    }
-    if let Some(kq) = &shared.keyed {
-        let value = held
-            .scratch()
-            .out
-            .iter()
-            .find_map(|d| d.get(&kq.config.key))
-            .map(Box::<str>::from);
-        if let Some(v) = value {
-            match kq.acquire(&v).await {
-                Ok(p) => keep.push(p),
-                Err(e) => {
-                    let name = format!("concurrency:{}", kq.config.key);
-                    let max = kq.config.limit.max;
-                    return Ok(queue_rejection(&shared, &mut held, &req, &name, max, e));
-                }
-            }
-        }
+    if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
+        return Ok(rejected);
     }
     // The decision, from one clock reading taken just before it.
     let now = shared.engine.clock().now();
-    let decided = {
+    // Every delay slot taken: a request the shaper would delay is to be
+    // rejected, so it is first decided without charging anything — the
+    // rejection costs it nothing, as a rejection over a full burst.
+    if shared.delayed.get() >= shared.settings.max_delayed
+        && let Ok(true) = decide(&shared, &mut held, Apply::Check).await
+    {
+        let policy = shared.engine.policy();
         let s = held.scratch();
-        if s.out.is_empty() {
-            Ok(false)
-        } else {
-            let hits = s.out.hits_addend();
-            let domain = shared.identity.domain();
-            let engine = &shared.engine;
-            // In memory, decided right here; a shared store's round trip is
-            // a future of its own, boxed so that this one stays small (it is
-            // moved whole, and its size is that of its largest await).
-            match engine.evaluate_now(domain, &s.out, hits, Apply::Commit, &mut s.response) {
-                Some(decided) => decided,
-                None => Box::pin(engine.evaluate(domain, &s.out, hits, &mut s.response)).await,
-            }
-            .map(|()| true)
+        s.report
+            .fill(&s.response, &policy, shared.contract.config());
+        if let Verdict::Delayed(_) = s.report.verdict() {
+            LayerStats::inc(&shared.stats.decided);
+            LayerStats::inc(&shared.stats.delay_queue_full);
+            s.report.deny_delayed();
+            let res = shared.contract.reject(
+                Rejection::Limited(&s.report),
+                req.headers(),
+                now,
+                s.buf.text(),
+            );
+            return Ok(full(res));
         }
-    };
+    }
+    let decided = decide(&shared, &mut held, Apply::Commit).await;
     match decided {
         Ok(true) => {}
         Ok(false) => {
@@ -229,25 +190,31 @@ where
             return Ok(full(res));
         }
         Verdict::Delayed(delay) => {
-            let Some(slot) = shared.delayed.try_enter(shared.settings.max_delayed) else {
-                // Like a request over a full burst.
-                LayerStats::inc(&shared.stats.delay_queue_full);
-                let s = held.scratch();
-                s.report.set_verdict(Verdict::Denied, Some(delay));
-                let res = shared.contract.reject(
-                    Rejection::Limited(&s.report),
-                    req.headers(),
-                    now,
-                    s.buf.text(),
-                );
-                return Ok(full(res));
-            };
+            // The slots were free a moment ago (else the request was
+            // decided without charging, above). Taken by others since, the
+            // charged request still waits, one over the bound, rather than
+            // be rejected after paying.
+            let slot = shared
+                .delayed
+                .try_enter(shared.settings.max_delayed)
+                .unwrap_or_else(|| shared.delayed.enter());
             LayerStats::inc(&shared.stats.delayed);
-            // Dropped with this future if the client goes away: the slot,
-            // the permits and the engine's units are all given back.
+            // A delayed request is not in flight yet: while it sleeps, its
+            // place in the in-flight count and its concurrency permits are
+            // given back (others may use them), and taken again — through
+            // shedding and the queues, in arrival order — once the delay
+            // is over. Dropped with this future if the client goes away:
+            // the slot and the engine's units are given back too.
+            drop(std::mem::take(&mut keep));
             tokio::time::sleep(delay).await;
             drop(slot);
             elapsed = delay;
+            if let Some(rejected) = shed(&shared, &req, &mut keep) {
+                return Ok(rejected);
+            }
+            if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
+                return Ok(rejected);
+            }
         }
         Verdict::Allowed => {}
     }
@@ -271,10 +238,108 @@ where
     Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())))
 }
 
-fn queue_rejection<B: Backend, C: Clock + 'static, T, RB>(
+/// Priority shedding: counts the request in flight (in `keep`), or
+/// answers 503 when it must be shed.
+fn shed<B: Backend, C: Clock + 'static, T, RB>(
+    shared: &Shared<B, C>,
+    req: &Request<T>,
+    keep: &mut Keep,
+) -> Option<Out<RB>> {
+    let shedder = shared.shedder.as_ref()?;
+    let low = shedder.is_low(req, &shared.identity);
+    match shedder.enter(low) {
+        Some(g) => {
+            keep.push(g);
+            None
+        }
+        None => {
+            LayerStats::inc(&shared.stats.shed);
+            metrics::counter!("floodgate_http_shed_total").increment(1);
+            let retry_after = shedder.config.retry_after;
+            let res = shared.contract.reject(
+                Rejection::Overloaded { retry_after },
+                req.headers(),
+                shared.engine.clock().now(),
+                &mut String::new(),
+            );
+            Some(full(res))
+        }
+    }
+}
+
+/// The layer's concurrency permits (global, then per key), waited for in
+/// line; kept in `keep`. A full queue or a wait past its timeout is
+/// answered per the contract.
+async fn queues<B: Backend, C: Clock + 'static, RB>(
     shared: &Shared<B, C>,
     held: &mut Held<B, C>,
-    req: &Request<T>,
+    headers: &http::HeaderMap,
+    keep: &mut Keep,
+) -> Option<Out<RB>> {
+    if let Some(q) = &shared.global {
+        match q.acquire().await {
+            Ok(p) => keep.push(p),
+            Err(e) => {
+                return Some(queue_rejection(
+                    shared,
+                    held,
+                    headers,
+                    "concurrency",
+                    q.limit().max,
+                    e,
+                ));
+            }
+        }
+    }
+    if let Some(kq) = &shared.keyed {
+        let value = held
+            .scratch()
+            .out
+            .iter()
+            .find_map(|d| d.get(&kq.config.key))
+            .map(Box::<str>::from);
+        if let Some(v) = value {
+            match kq.acquire(&v).await {
+                Ok(p) => keep.push(p),
+                Err(e) => {
+                    let name = format!("concurrency:{}", kq.config.key);
+                    let max = kq.config.limit.max;
+                    return Some(queue_rejection(shared, held, headers, &name, max, e));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// One engine decision on the request's descriptors (`Ok(false)`: none,
+/// nothing to decide).
+async fn decide<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    apply: Apply,
+) -> Result<bool, floodgate_policy::EngineError> {
+    let s = held.scratch();
+    if s.out.is_empty() {
+        return Ok(false);
+    }
+    let hits = s.out.hits_addend();
+    let domain = shared.identity.domain();
+    let engine = &shared.engine;
+    // In memory, decided right here; a shared store's round trip is a
+    // future of its own, boxed so that this one stays small (it is moved
+    // whole, and its size is that of its largest await).
+    match engine.evaluate_now(domain, &s.out, hits, apply, &mut s.response) {
+        Some(decided) => decided,
+        None => Box::pin(engine.evaluate_with(domain, &s.out, hits, apply, &mut s.response)).await,
+    }
+    .map(|()| true)
+}
+
+fn queue_rejection<B: Backend, C: Clock + 'static, RB>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    headers: &http::HeaderMap,
     name: &str,
     max: usize,
     e: QueueError,
@@ -286,11 +351,8 @@ fn queue_rejection<B: Backend, C: Clock + 'static, T, RB>(
     metrics::counter!("floodgate_http_concurrency_rejected_total",
         "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
     .increment(1);
-    let res = shared.contract.reject(
-        Rejection::Limited(&s.report),
-        req.headers(),
-        now,
-        s.buf.text(),
-    );
+    let res = shared
+        .contract
+        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text());
     full(res)
 }

@@ -13,7 +13,9 @@
 //!    key) in a bounded FIFO queue with a timeout, if configured;
 //! 4. decides with the engine: **denied** → the contract's rejection,
 //!    without calling the inner service; **delayed** (a shaper) → sleeps
-//!    the delay (at most `max_delayed` requests at once), then continues;
+//!    the delay (at most `max_delayed` requests at once; beyond, rejected
+//!    without being charged) without holding its in-flight place or
+//!    permits, takes them again (steps 1 and 3), then continues;
 //!    **allowed** → calls the inner service and adds the rate-limit
 //!    headers to its response;
 //! 5. keeps the engine's concurrency units, the queue permits and its

@@ -33,6 +33,12 @@ impl Gauge {
         }
     }
 
+    /// Takes a unit whatever the count.
+    pub fn enter(&self) -> GaugeGuard {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        GaugeGuard(self.0.clone())
+    }
+
     /// The units taken.
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Relaxed)
