@@ -240,6 +240,8 @@ pub async fn start(
     if let Some(h) = &prometheus {
         floodgate_server::metrics::spawn_upkeep(h.clone(), std::time::Duration::from_secs(5));
     }
+    floodgate_server::backend::check_policy(&settings.store, &compiled.policy)
+        .map_err(|e| GatewayError::Startup(e.to_string()))?;
     let backend = AnyBackend::build(&settings.store).await?;
     let Compiled { mut policy, loaded } = compiled;
     settings.policy.apply(&mut policy.settings);
@@ -357,10 +359,7 @@ fn spawn_reloader(
         let docs = &c.loaded.documents;
         let section = match HttpSection::from_documents(docs) {
             Ok(s) => s,
-            Err(errors) => {
-                tracing::error!(%errors, "http section rejected; the running configuration stays in force");
-                return;
-            }
+            Err(errors) => return Err(format!("http section: {errors}")),
         };
         if let Ok(Some(g)) = GatewayConfig::from_documents(docs)
             && (g.upstream != started_with.upstream
@@ -371,12 +370,18 @@ fn spawn_reloader(
         }
         let mut policy = c.policy;
         overrides.apply(&mut policy.settings);
+        gateway
+            .engine()
+            .backend()
+            .check_policy(&policy)
+            .map_err(|e| e.to_string())?;
         gateway.engine().replace_policy(policy);
         match gateway.apply_http(section) {
             Ok(true) => tracing::info!("http section reloaded: new limiter"),
             Ok(false) => {}
-            Err(e) => tracing::error!(error = %e, "http section rejected"),
+            Err(e) => return Err(format!("http section: {e}")),
         }
+        Ok(())
     });
     Some(reloader.spawn(interval))
 }

@@ -117,3 +117,35 @@ async fn shutdown_drains_requests_in_flight() {
             .is_err()
     );
 }
+
+/// A rule the Redis store cannot decide exactly (a period of 1.5 µs) stops
+/// the gateway at startup, naming it, before any connection is attempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_redis_cannot_decide_stops_startup() {
+    let file = ConfigFile::new(
+        r#"gateway:
+  listen: 127.0.0.1:0
+  upstream: {url: "http://127.0.0.1:1"}
+store:
+  backend: redis
+  url: 127.0.0.1:1
+  timeout: 20ms
+  connect_timeout: 20ms
+domains:
+  - domain: gw
+    descriptors:
+      - key: odd
+        rate_limit: {name: too-fine, algorithm: token_bucket, requests: 1, per: 1500ns}
+"#,
+    );
+    let loaded = floodgate_gateway::load(&floodgate_gateway::GatewayOptions {
+        paths: vec![file.path.clone()],
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let err = match floodgate_gateway::start(loaded, None).await {
+        Ok(_) => panic!("startup must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("too-fine"), "{err}");
+}
