@@ -202,7 +202,14 @@ impl Shaper {
     #[inline]
     fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
         (s.last != u64::MAX).then(|| {
-            (s.last as u128 + self.ms_to_drain(s.excess as u128 + 1000)).min(self.expire_ms(s))
+            let drained = self.ms_to_drain(s.excess as u128 + 1000);
+            // Within the minute the drain comes first (the expiry needs a
+            // minute at least): no second division on the usual path.
+            if drained <= EXPIRE_MS as u128 {
+                s.last as u128 + drained
+            } else {
+                (s.last as u128 + drained).min(self.expire_ms(s))
+            }
         })
     }
 }
