@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use floodgate::{Apply, Clock, Decision, Outcome};
 use floodgate_policy::compile::PolicySet;
-use floodgate_policy::{Backend, Response};
+use floodgate_policy::{Backend, Code, Response};
 use http::{Request, Response as HttpResponse};
 
 use super::body::FloodgateBody;
@@ -53,6 +53,17 @@ fn holds_units(response: &Response, policy: &PolicySet) -> bool {
                     .any(|l| l.limit.is_concurrency())
             })
     })
+}
+
+/// Whether `response` admits the request at once: nothing over the limit
+/// and no shaper delay. Its report's verdict is then "allowed" whatever
+/// else it holds.
+fn plainly_allowed(response: &Response) -> bool {
+    response.overall != Code::OverLimit
+        && !response.statuses.iter().any(|s| {
+            s.decision
+                .is_some_and(|d| matches!(d.outcome, Outcome::Delayed(x) if x > Duration::ZERO))
+        })
 }
 
 /// The report of a layer concurrency rejection.
@@ -168,11 +179,18 @@ where
     let policy = shared.engine.policy();
     {
         let s = held.scratch();
-        s.report
-            .fill(&s.response, &policy, shared.contract.config());
-        s.policy_value = shared
-            .policy_headers
-            .get(&policy, &s.report, &shared.contract);
+        if shared.contract.config().on_success || !plainly_allowed(&s.response) {
+            s.report
+                .fill(&s.response, &policy, shared.contract.config());
+            s.policy_value = shared
+                .policy_headers
+                .get(&policy, &s.report, &shared.contract);
+        } else {
+            // Admitted, and nothing is written on admitted responses: the
+            // report would only be read for its verdict, "allowed".
+            s.report.clear();
+            s.policy_value = None;
+        }
         held.holds_units = holds_units(&held.scratch().response, &policy);
     }
     drop(policy);
