@@ -106,10 +106,28 @@ impl<B: Backend> Gateway<B> {
 
     /// Applies a (re)loaded `http:` section: a new limiter when it changed
     /// (requests in flight finish with the old one), none when it is gone.
+    /// Returns whether the limiter was replaced.
     pub fn apply_http(
         &self,
         section: Option<HttpSection>,
     ) -> Result<bool, floodgate_http::identity::IdentityError> {
+        match self.limiter_for(section)? {
+            Some(next) => {
+                self.replace_limiter(next);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Builds the limiter for a (re)loaded `http:` section without putting
+    /// it in force: `None` when the section is unchanged (the running
+    /// limiter, with its queues and counts, is to stay), `Some(None)` when
+    /// the section is gone.
+    pub fn limiter_for(
+        &self,
+        section: Option<HttpSection>,
+    ) -> Result<Option<Option<Limiter<B>>>, floodgate_http::identity::IdentityError> {
         let current = self.limiter.load();
         let unchanged = match (current.as_ref(), &section) {
             (None, None) => true,
@@ -117,14 +135,19 @@ impl<B: Backend> Gateway<B> {
             _ => false,
         };
         if unchanged {
-            return Ok(false);
+            return Ok(None);
         }
         let next = match section {
             Some(s) => Some(Limiter::new(self.engine.clone(), s)?),
             None => None,
         };
-        self.limiter.store(Arc::new(next));
-        Ok(true)
+        Ok(Some(next))
+    }
+
+    /// Puts `limiter` in force (none: limit nothing); requests in flight
+    /// finish with the previous one.
+    pub fn replace_limiter(&self, limiter: Option<Limiter<B>>) {
+        self.limiter.store(Arc::new(limiter));
     }
 
     /// Handles one client request from `client`: limited per the contract,

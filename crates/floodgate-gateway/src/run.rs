@@ -1,13 +1,15 @@
 //! Running the gateway: load the configuration (the `gateway:`, `http:`,
 //! `server:`, `store:` sections and the policies), build the store
 //! (memory or Redis, as `floodgate serve` does), bind, serve until
-//! SIGTERM/SIGINT, then drain within `server.shutdown_grace`. Policies and
-//! the `http:` section are reloaded while running.
+//! SIGTERM/SIGINT, stay up not ready for `server.shutdown_delay`, then drain
+//! within `server.shutdown_grace`. Policies and the `http:` section are
+//! reloaded while running, all or nothing ([`crate::reload`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use floodgate_policy::Engine;
 use floodgate_policy::engine::RequestLimits;
@@ -26,6 +28,7 @@ use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
 use crate::http_section::HttpSection;
 use crate::proxy::Proxy;
+use crate::reload::Reload;
 use crate::tls::ServerTls;
 use crate::upstream::Upstream;
 
@@ -155,10 +158,11 @@ pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), G
         .thread_name("floodgate-gw")
         .build()
         .map_err(|e| GatewayError::Startup(e.to_string()))?;
+    let delay = loaded.settings.server.shutdown_delay;
     runtime.block_on(async move {
         let running = start(loaded, prometheus).await?;
         floodgate_server::run::shutdown_signal().await;
-        running.shutdown().await;
+        running.shutdown_after(delay).await;
         Ok(())
     })
 }
@@ -190,6 +194,19 @@ impl Running {
     /// The gateway.
     pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
         &self.gateway
+    }
+
+    /// Shuts down behind a load balancer: `/ready` answers 503 at once
+    /// while the listener keeps serving (new connections included) for
+    /// `delay`, so that the balancer takes this instance out of rotation
+    /// first; then as [`shutdown`](Self::shutdown).
+    pub async fn shutdown_after(self, delay: Duration) -> bool {
+        self.draining.store(true, Ordering::Relaxed);
+        if !delay.is_zero() {
+            tracing::info!(delay = ?delay, "not ready; serving on for the shutdown delay");
+            tokio::time::sleep(delay).await;
+        }
+        self.shutdown().await
     }
 
     /// Stops accepting, drains within the grace period; true when every
@@ -238,7 +255,7 @@ pub async fn start(
         return Err(GatewayError::Startup("no upstream URL".into()));
     }
     if let Some(h) = &prometheus {
-        floodgate_server::metrics::spawn_upkeep(h.clone(), std::time::Duration::from_secs(5));
+        floodgate_server::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
     floodgate_server::backend::check_policy(&settings.store, &compiled.policy)
         .map_err(|e| GatewayError::Startup(e.to_string()))?;
@@ -353,35 +370,7 @@ fn spawn_reloader(
     if interval.is_zero() {
         return None;
     }
-    let gateway = gateway.clone();
-    let overrides = settings.policy;
-    let reloader = Reloader::new(source, &compiled, move |c: Compiled| {
-        let docs = &c.loaded.documents;
-        let section = match HttpSection::from_documents(docs) {
-            Ok(s) => s,
-            Err(errors) => return Err(format!("http section: {errors}")),
-        };
-        if let Ok(Some(g)) = GatewayConfig::from_documents(docs)
-            && (g.upstream != started_with.upstream
-                || g.listen != started_with.listen
-                || g.tls != started_with.tls)
-        {
-            tracing::warn!("the gateway section changed: it is only read at startup");
-        }
-        let mut policy = c.policy;
-        overrides.apply(&mut policy.settings);
-        gateway
-            .engine()
-            .backend()
-            .check_policy(&policy)
-            .map_err(|e| e.to_string())?;
-        gateway.engine().replace_policy(policy);
-        match gateway.apply_http(section) {
-            Ok(true) => tracing::info!("http section reloaded: new limiter"),
-            Ok(false) => {}
-            Err(e) => return Err(format!("http section: {e}")),
-        }
-        Ok(())
-    });
+    let reload = Reload::new(gateway.clone(), settings.policy, started_with);
+    let reloader = Reloader::new(source, &compiled, move |c: Compiled| reload.apply(c));
     Some(reloader.spawn(interval))
 }

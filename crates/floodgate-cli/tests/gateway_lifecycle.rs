@@ -1,0 +1,542 @@
+//! `floodgate gateway` end to end, the real binary in front of a real
+//! upstream: a reload is all or nothing (a new file with any invalid part
+//! changes nothing, and is counted and logged as refused; a valid one puts
+//! its policies and its `http:` section in force together), and shutdown
+//! honours `server.shutdown_delay` / `FLOODGATE_SHUTDOWN_DELAY` (not ready
+//! while still serving, then the drain and a clean exit).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use floodgate_testkit::{Redis, free_port, http_request, wait_until};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+/// The demo upstream (`floodgate bench upstream`'s), served in this
+/// process on an ephemeral port.
+struct Upstream {
+    addr: SocketAddr,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn upstream() -> Upstream {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    runtime.spawn(floodgate_gateway::demo::serve_demo(
+        listener,
+        bytes::Bytes::from_static(b"from the upstream\n"),
+    ));
+    Upstream {
+        addr,
+        _runtime: runtime,
+    }
+}
+
+/// A running `floodgate gateway` on free ports (the listener by flag, the
+/// admin listener by environment), its configuration in a temporary
+/// directory. Killed on drop.
+struct Gateway {
+    child: Option<Child>,
+    port: u16,
+    admin: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts the gateway on `config` with extra environment variables and
+    /// waits until `/ready` answers 200.
+    fn start(config: &str, env: &[(&str, &str)]) -> Gateway {
+        let (mut child, port, admin, dir) = spawn(config, env);
+        let ready = wait_until(Duration::from_secs(20), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+                || matches!(
+                    http_request(admin, "GET", "/ready", None, b""),
+                    Some((200, _))
+                )
+        });
+        let exited = child.try_wait().ok().flatten();
+        let gw = Gateway {
+            child: Some(child),
+            port,
+            admin,
+            dir,
+        };
+        assert!(
+            ready && exited.is_none(),
+            "the gateway did not become ready (exit: {exited:?}); its log:\n{}",
+            gw.log()
+        );
+        gw
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("gateway.yaml")
+    }
+
+    /// Replaces the configuration file (atomically, by rename).
+    fn write_config(&self, text: &str) {
+        let tmp = self.dir.path().join(".gateway.yaml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.config_path()).unwrap();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status();
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut status = None;
+        wait_until(timeout, || {
+            status = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            status.is_some()
+        });
+        if status.is_some() {
+            self.child = None;
+        }
+        status
+    }
+
+    /// The value of the first metric line starting with `prefix` (0 when
+    /// there is none).
+    fn metric(&self, prefix: &str) -> f64 {
+        let (_, text) = http_request(self.admin, "GET", "/metrics", None, b"").unwrap_or_default();
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Reloads counted so far: (applied, refused or rejected).
+    fn reloads(&self) -> (f64, f64) {
+        (
+            self.metric("floodgate_config_reloads_total{result=\"ok\"}"),
+            self.metric("floodgate_config_reloads_total{result=\"error\"}"),
+        )
+    }
+
+    /// Writes `config`, then waits until the gateway has counted one more
+    /// reload, applied or not; returns the new counts.
+    fn reload(&self, config: &str) -> (f64, f64) {
+        let before = self.reloads();
+        self.write_config(config);
+        let mut after = before;
+        let counted = wait_until(Duration::from_secs(10), || {
+            after = self.reloads();
+            after.0 + after.1 > before.0 + before.1
+        });
+        assert!(
+            counted,
+            "the reload was never counted; log:\n{}",
+            self.log()
+        );
+        after
+    }
+
+    /// One GET through the gateway as `user`: the status and the
+    /// `RateLimit-Policy` field.
+    fn get(&self, path: &str, user: &str) -> (u16, String) {
+        let (status, head) = get(self.port, path, user);
+        let policy = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("ratelimit-policy")
+                    .then(|| value.trim().to_owned())
+            })
+            .unwrap_or_default();
+        (status, policy)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Spawns `floodgate gateway` on `config` without waiting for it.
+fn spawn(config: &str, env: &[(&str, &str)]) -> (Child, u16, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, config).unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.arg("gateway")
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
+        .env_remove("REDIS_URL")
+        .env_remove("FLOODGATE_CONFIG")
+        .env_remove("FLOODGATE_SHUTDOWN_DELAY")
+        .env_remove("FLOODGATE_SHUTDOWN_GRACE")
+        .env_remove("FLOODGATE_RELOAD_INTERVAL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    (cmd.spawn().expect("spawn floodgate"), port, admin, dir)
+}
+
+/// One HTTP/1.1 GET on a new connection: the status and the response
+/// head (status 0 when nothing answers).
+fn get(port: u16, path: &str, user: &str) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: gw\r\nx-user: {user}\r\nConnection: close\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let head = text.split_once("\r\n\r\n").map(|(h, _)| h).unwrap_or(&text);
+    (status, head.to_owned())
+}
+
+/// The statuses of `n` requests to `/api/orders` as `user`, and the
+/// `RateLimit-Policy` of the last.
+fn burst(gw: &Gateway, user: &str, n: usize) -> (Vec<u16>, String) {
+    let mut statuses = Vec::new();
+    let mut policy = String::new();
+    for _ in 0..n {
+        let (s, p) = gw.get("/api/orders", user);
+        statuses.push(s);
+        policy = p;
+    }
+    (statuses, policy)
+}
+
+/// `ok` 200s, then one `denied`.
+fn expected(ok: usize, denied: u16) -> Vec<u16> {
+    let mut v = vec![200; ok];
+    v.push(denied);
+    v
+}
+
+/// The parts of one reload scenario's configuration.
+struct Parts<'a> {
+    upstream: SocketAddr,
+    /// `store:` section (empty: memory).
+    store: &'a str,
+    /// Lines appended to `gateway:` (indented by 2).
+    gateway: &'a str,
+    /// The `http.routes` list.
+    routes: &'a str,
+    /// Lines appended to `http:` (indented by 2).
+    http: &'a str,
+    /// The per-user limit on the `/api/` route: name and requests per hour.
+    limit: (&'a str, u32),
+    /// Rules appended to the domain (indented by 6).
+    rules: &'a str,
+}
+
+impl Parts<'_> {
+    fn yaml(&self) -> String {
+        let (name, n) = self.limit;
+        format!(
+            r#"gateway:
+  upstream: http://{up}
+{gateway}server: {{reload_interval: 100ms, shutdown_grace: 5s}}
+{store}http:
+  domain: gw
+  routes: {routes}
+  descriptors:
+    - [{{header: {{name: x-user, key: user}}}}, route]
+{http}domains:
+  - domain: gw
+    descriptors:
+      - key: user
+        descriptors:
+          - key: route
+            value: "/api/{{*rest}}"
+            rate_limit: {{name: {name}, requests: {n}, per: 1h}}
+{rules}"#,
+            up = self.upstream,
+            gateway = self.gateway,
+            store = self.store,
+            routes = self.routes,
+            http = self.http,
+            rules = self.rules,
+        )
+    }
+}
+
+const ROUTES: &str = r#"["/api/{*rest}"]"#;
+/// Two templates matching the same paths: the identity does not compile.
+const CLASHING_ROUTES: &str = r#"["/api/{*rest}", "/api/{*other}"]"#;
+const L1: &str = r#""l1";q=3;w=3600"#;
+const L2: &str = r#""l2";q=6;w=3600"#;
+
+/// Starts on limit L1 (3 an hour), then offers new files that raise the
+/// limit to L2 (6) but are invalid elsewhere: each is refused whole — L1
+/// keeps deciding, with L1's `RateLimit-Policy` — and counted and logged
+/// with its error. A valid file then puts L2 and its `http:` section
+/// (status 503) in force together. `redis`: the store, where a rule Redis
+/// cannot decide is one more invalid part.
+fn reload_all_or_nothing(redis: Option<&Redis>) {
+    let up = upstream();
+    let store = redis
+        .map(|r| format!("store: {{backend: redis, url: {}}}\n", r.addr()))
+        .unwrap_or_default();
+    let base = Parts {
+        upstream: up.addr,
+        store: &store,
+        gateway: "",
+        routes: ROUTES,
+        http: "",
+        limit: ("l1", 3),
+        rules: "",
+    };
+    let gw = Gateway::start(&base.yaml(), &[]);
+    assert_eq!(burst(&gw, "u1", 4), (expected(3, 429), L1.to_owned()));
+
+    let raised = Parts {
+        limit: ("l2", 6),
+        ..base
+    };
+    let mut invalid: Vec<(&str, String, &str)> = vec![
+        (
+            "a broken http section",
+            Parts {
+                routes: CLASHING_ROUTES,
+                ..raised
+            }
+            .yaml(),
+            "matches the same paths",
+        ),
+        (
+            "a broken gateway section",
+            Parts {
+                gateway: "  limits: {max_headers: lots}\n",
+                ..raised
+            }
+            .yaml(),
+            "found `lots`",
+        ),
+        (
+            "a broken server section",
+            Parts {
+                http: "  responses: {status: 503}\n",
+                ..raised
+            }
+            .yaml()
+            .replace("shutdown_grace: 5s", "shutdown_grace: 5s, colour: blue"),
+            "colour",
+        ),
+    ];
+    if redis.is_some() {
+        invalid.push((
+            "a rule Redis cannot decide",
+            Parts {
+                rules: "      - key: odd\n        rate_limit: {name: too-fine, algorithm: token_bucket, requests: 1, per: 1500ns}\n",
+                ..raised
+            }
+            .yaml(),
+            "too-fine",
+        ));
+    }
+    for (n, (what, yaml, error)) in invalid.iter().enumerate() {
+        let (applied, refused) = gw.reload(yaml);
+        assert_eq!(
+            (applied, refused),
+            (0.0, n as f64 + 1.0),
+            "{what}: a reload with an invalid part must be refused whole; log:\n{}",
+            gw.log()
+        );
+        let user = format!("refused-{n}");
+        assert_eq!(
+            burst(&gw, &user, 4),
+            (expected(3, 429), L1.to_owned()),
+            "{what}: L1 still decides; log:\n{}",
+            gw.log()
+        );
+        let log = gw.log();
+        assert!(log.contains("configuration refused"), "{what}: {log}");
+        assert!(log.contains(error), "{what}: `{error}` not logged: {log}");
+        assert_eq!(gw.metric("floodgate_config_last_reload_ok"), 0.0);
+    }
+
+    // A valid file: the new limit and the new http section, together.
+    let good = Parts {
+        http: "  responses: {status: 503}\n",
+        ..raised
+    };
+    let (applied, _) = gw.reload(&good.yaml());
+    assert_eq!(applied, 1.0, "log:\n{}", gw.log());
+    assert_eq!(burst(&gw, "after", 7), (expected(6, 503), L2.to_owned()));
+    assert_eq!(gw.metric("floodgate_config_last_reload_ok"), 1.0);
+    assert!(gw.log().contains("http section reloaded"), "{}", gw.log());
+}
+
+#[test]
+fn a_reload_with_any_invalid_part_changes_nothing() {
+    reload_all_or_nothing(None);
+}
+
+#[test]
+fn a_reload_with_any_invalid_part_changes_nothing_on_redis() {
+    let redis = Redis::start();
+    reload_all_or_nothing(Some(&redis));
+}
+
+fn plain_config(upstream: SocketAddr, server: &str) -> String {
+    format!("gateway:\n  upstream: http://{upstream}\nserver: {{{server}}}\n")
+}
+
+/// After SIGTERM, `/ready` answers 503 at once while requests — on new
+/// connections too — are still proxied for the whole delay; then the
+/// gateway drains and exits 0, well within delay + grace.
+fn serves_through_the_delay(mut gw: Gateway, delay: Duration, grace: Duration) {
+    assert_eq!(gw.get("/", "before").0, 200);
+    let signalled = Instant::now();
+    gw.signal("TERM");
+    assert!(
+        wait_until(Duration::from_secs(1), || matches!(
+            http_request(gw.admin, "GET", "/ready", None, b""),
+            Some((503, _))
+        )),
+        "still ready; log:\n{}",
+        gw.log()
+    );
+    let mut served = 0;
+    while signalled.elapsed() + Duration::from_millis(300) < delay {
+        let status = gw.get("/", "during").0;
+        if status != 200 && signalled.elapsed() >= delay {
+            // A machine slow enough for the delay to run out meanwhile.
+            break;
+        }
+        assert_eq!(status, 200, "log:\n{}", gw.log());
+        served += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(served > 0, "no request was tried during the delay");
+    let early = gw.wait_exit(Duration::from_millis(10));
+    let checked = signalled.elapsed();
+    assert!(
+        early.is_none() || checked >= delay,
+        "exited during the shutdown delay ({checked:?}); log:\n{}",
+        gw.log()
+    );
+    let status = match early {
+        Some(s) => s,
+        None => gw
+            .wait_exit(delay + grace + Duration::from_secs(2))
+            .expect("exits after the delay"),
+    };
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status:?}\n{}", gw.log());
+    assert!(took >= delay, "exited after {took:?}, before the delay");
+    assert!(took < delay + grace, "exited after {took:?}");
+    let log = gw.log();
+    assert!(log.contains("shutdown delay"), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    assert!(!log.contains("grace period over"), "{log}");
+    assert_eq!(get(gw.port, "/", "after").0, 0, "still listening");
+}
+
+#[test]
+fn the_shutdown_delay_keeps_serving_while_not_ready() {
+    let up = upstream();
+    let config = plain_config(up.addr, "shutdown_delay: 2s, shutdown_grace: 5s");
+    let gw = Gateway::start(&config, &[]);
+    serves_through_the_delay(gw, Duration::from_secs(2), Duration::from_secs(5));
+}
+
+#[test]
+fn the_shutdown_delay_from_the_environment_overrides_the_file() {
+    let up = upstream();
+    let config = plain_config(up.addr, "shutdown_delay: 0, shutdown_grace: 5s");
+    let gw = Gateway::start(&config, &[("FLOODGATE_SHUTDOWN_DELAY", "1500ms")]);
+    serves_through_the_delay(gw, Duration::from_millis(1500), Duration::from_secs(5));
+}
+
+#[test]
+fn without_a_shutdown_delay_shutdown_begins_at_once() {
+    let up = upstream();
+    let mut gw = Gateway::start(&plain_config(up.addr, "shutdown_grace: 5s"), &[]);
+    assert_eq!(gw.get("/", "before").0, 200);
+    gw.signal("TERM");
+    let status = gw
+        .wait_exit(Duration::from_secs(5))
+        .expect("exits after draining");
+    assert!(status.success(), "{status:?}\n{}", gw.log());
+    assert!(!gw.log().contains("shutdown delay"), "{}", gw.log());
+}
+
+#[test]
+fn a_bad_shutdown_delay_stops_startup_naming_it() {
+    let up = upstream();
+    for (config, env, named) in [
+        (
+            plain_config(up.addr, "shutdown_delay: soon"),
+            None,
+            "shutdown_delay",
+        ),
+        (
+            plain_config(up.addr, "shutdown_delay: -1s"),
+            None,
+            "shutdown_delay",
+        ),
+        (
+            plain_config(up.addr, "shutdown_grace: 5s"),
+            Some("soon"),
+            "FLOODGATE_SHUTDOWN_DELAY",
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = env
+            .map(|v| vec![("FLOODGATE_SHUTDOWN_DELAY", v)])
+            .unwrap_or_default();
+        let (mut child, _, _, dir) = spawn(&config, &env);
+        let mut status = None;
+        wait_until(Duration::from_secs(10), || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+        let Some(status) = status else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("started with {config} {env:?}; log:\n{log}");
+        };
+        assert!(!status.success(), "{config} {env:?}");
+        assert!(log.contains(named), "{config} {env:?}: {log}");
+    }
+}

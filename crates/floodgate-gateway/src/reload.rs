@@ -1,0 +1,114 @@
+//! Reloading a running gateway, all or nothing: every part of the new
+//! configuration is read and built first — the `server:`, `store:` and
+//! `gateway:` sections read, the policies checked against the store, the
+//! `http:` section compiled into a limiter — and only then are the new
+//! policies and the new limiter put in force, together. A problem anywhere
+//! leaves the running configuration exactly as it was.
+
+use std::sync::Arc;
+
+use floodgate_http::identity::IdentityError;
+use floodgate_policy::PolicySet;
+use floodgate_policy::reload::Compiled;
+use floodgate_server::settings::PolicyOverrides;
+use floodgate_server::{AnyBackend, ServerError};
+
+use crate::config::GatewayConfig;
+use crate::error::GatewayError;
+use crate::gateway::{Gateway, Limiter};
+use crate::run::read_sections;
+
+/// Why a new configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// A section does not read (`server:`, `store:`, `gateway:`, `http:`).
+    #[error(transparent)]
+    Sections(#[from] GatewayError),
+    /// The store cannot decide a rule (e.g. Redis and too fine a period).
+    #[error(transparent)]
+    Store(#[from] ServerError),
+    /// The `http:` section does not compile into a limiter.
+    #[error("http section: {0}")]
+    Http(#[from] IdentityError),
+}
+
+/// A new configuration, built whole and not yet in force.
+pub struct Prepared {
+    policy: PolicySet,
+    /// `None`: the `http:` section is unchanged and the running limiter
+    /// (its queues and counts) stays; `Some(None)`: the section is gone.
+    limiter: Option<Option<Limiter<AnyBackend>>>,
+    /// The `gateway:` section differs from the one the gateway started
+    /// with (it is only read at startup).
+    gateway_changed: bool,
+}
+
+/// Reloads the configuration of one running gateway.
+pub struct Reload {
+    gateway: Arc<Gateway<AnyBackend>>,
+    overrides: PolicyOverrides,
+    started_with: GatewayConfig,
+}
+
+impl Reload {
+    /// Reloads for `gateway`, which started with the `gateway:` section
+    /// `started_with`; `overrides` (from the environment and flags) are
+    /// applied to every new policy as they were at startup.
+    pub fn new(
+        gateway: Arc<Gateway<AnyBackend>>,
+        overrides: PolicyOverrides,
+        started_with: GatewayConfig,
+    ) -> Self {
+        Reload {
+            gateway,
+            overrides,
+            started_with,
+        }
+    }
+
+    /// Reads, checks and builds everything `compiled` holds; nothing is put
+    /// in force.
+    pub fn prepare(&self, compiled: Compiled) -> Result<Prepared, ReloadError> {
+        let (_settings, gateway, http) = read_sections(&compiled)?;
+        let gateway_changed = gateway.is_some_and(|g| {
+            g.upstream != self.started_with.upstream
+                || g.listen != self.started_with.listen
+                || g.tls != self.started_with.tls
+        });
+        let mut policy = compiled.policy;
+        self.overrides.apply(&mut policy.settings);
+        self.gateway.engine().backend().check_policy(&policy)?;
+        let limiter = self.gateway.limiter_for(http)?;
+        Ok(Prepared {
+            policy,
+            limiter,
+            gateway_changed,
+        })
+    }
+
+    /// Puts a prepared configuration in force: the policies, then the
+    /// limiter (requests in flight finish with the ones they started on).
+    pub fn commit(&self, prepared: Prepared) {
+        let Prepared {
+            policy,
+            limiter,
+            gateway_changed,
+        } = prepared;
+        if gateway_changed {
+            tracing::warn!("the gateway section changed: it is only read at startup");
+        }
+        self.gateway.engine().replace_policy(policy);
+        if let Some(next) = limiter {
+            self.gateway.replace_limiter(next);
+            tracing::info!("http section reloaded: new limiter");
+        }
+    }
+
+    /// [`prepare`](Self::prepare), then [`commit`](Self::commit) when
+    /// everything is valid.
+    pub fn apply(&self, compiled: Compiled) -> Result<(), ReloadError> {
+        let prepared = self.prepare(compiled)?;
+        self.commit(prepared);
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+//! Reloads in process, all or nothing: a configuration with any invalid
+//! part leaves the running policies and limiter the very same objects; a
+//! valid one replaces the policies, and the limiter only when the `http:`
+//! section changed.
+
+mod support;
+
+use std::sync::Arc;
+
+use floodgate_gateway::run::config_source;
+use floodgate_gateway::{GatewayConfig, Reload};
+use support::{ConfigFile, gateway, upstream};
+
+const ROUTES: &str = r#"["/api/{*rest}"]"#;
+const CLASHING_ROUTES: &str = r#"["/api/{*rest}", "/api/{*other}"]"#;
+const SERVER: &str = "server: {reload_interval: 0}\n";
+
+fn config(requests: u32, routes: &str, http: &str, more: &str) -> String {
+    format!(
+        r#"http:
+  domain: gw
+  routes: {routes}
+  descriptors:
+    - [{{header: {{name: x-user, key: user}}}}, route]
+{http}domains:
+  - domain: gw
+    descriptors:
+      - key: user
+        descriptors:
+          - key: route
+            rate_limit: {{name: per-user, requests: {requests}, per: 1h}}
+{more}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
+    let up = upstream().await;
+    let file = ConfigFile::new(&config(3, ROUTES, "", SERVER));
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let g = gw.gateway().clone();
+    let reload = Reload::new(g.clone(), Default::default(), GatewayConfig::default());
+    let source = config_source(std::slice::from_ref(&file.path), false);
+    let (policy, limiter) = (g.engine().policy(), g.limiter());
+
+    for (what, text, error) in [
+        (
+            "http routes",
+            config(6, CLASHING_ROUTES, "", SERVER),
+            "matches the same paths",
+        ),
+        (
+            "http trusted hops",
+            config(6, ROUTES, "  client_ip: {trusted_hops: 1000}\n", SERVER),
+            "trusted_hops",
+        ),
+        (
+            "gateway section",
+            config(
+                6,
+                ROUTES,
+                "",
+                &format!("{SERVER}gateway: {{limits: {{max_headers: lots}}}}\n"),
+            ),
+            "found `lots`",
+        ),
+        (
+            "server section",
+            config(
+                6,
+                ROUTES,
+                "",
+                "server: {reload_interval: 0, colour: blue}\n",
+            ),
+            "colour",
+        ),
+        (
+            "store section",
+            config(
+                6,
+                ROUTES,
+                "",
+                &format!("{SERVER}store: {{backend: etcd}}\n"),
+            ),
+            "etcd",
+        ),
+    ] {
+        file.rewrite(&text);
+        let compiled = source.compile().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let err = match reload.apply(compiled) {
+            Ok(()) => panic!("{what}: applied"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(error), "{what}: {err}");
+        assert!(
+            Arc::ptr_eq(&g.engine().policy(), &policy),
+            "{what}: policy replaced"
+        );
+        assert!(
+            Arc::ptr_eq(&g.limiter(), &limiter),
+            "{what}: limiter replaced"
+        );
+    }
+
+    // The same `http:` section: new policies, the running limiter stays.
+    file.rewrite(&config(6, ROUTES, "", SERVER));
+    reload.apply(source.compile().unwrap()).unwrap();
+    assert!(!Arc::ptr_eq(&g.engine().policy(), &policy));
+    assert!(Arc::ptr_eq(&g.limiter(), &limiter));
+
+    // A changed one: both.
+    let policy = g.engine().policy();
+    file.rewrite(&config(9, ROUTES, "  responses: {status: 503}\n", SERVER));
+    reload.apply(source.compile().unwrap()).unwrap();
+    assert!(!Arc::ptr_eq(&g.engine().policy(), &policy));
+    let now = g.limiter();
+    assert!(!Arc::ptr_eq(&now, &limiter));
+    let section = now.as_ref().as_ref().map(|l| l.section().contract.status);
+    assert_eq!(section.map(|s| s.as_u16()), Some(503));
+    gw.shutdown().await;
+}
