@@ -29,6 +29,12 @@ pub struct Item<'a> {
     /// does with this item when it cannot decide (`None`: the backend's
     /// own policy). The in-memory backend always decides and ignores it.
     pub on_failure: Option<OnFailure>,
+    /// Identifies the acquisition for a concurrency limit: the request's
+    /// permit, the same value at [`Backend::release`] as at
+    /// [`Backend::decide`], so that a backend holding each permit on its
+    /// own (with its own lease, as Redis does) gives back that one. 0 for
+    /// other limits. Backends that count in memory ignore it.
+    pub permit: u64,
 }
 
 /// A backend that could not decide.
@@ -62,7 +68,8 @@ pub trait Backend: Send + Sync + 'static {
         out: &'a mut [Decision],
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
 
-    /// Gives back `units` of a concurrency limit taken by an admitted request.
+    /// Gives back `units` of a concurrency limit taken by an admitted request;
+    /// `item.permit` is the permit its decision was made with.
     fn release<'a>(
         &'a self,
         item: Item<'a>,

@@ -12,6 +12,7 @@ use redis::Value;
 
 use crate::batch::{CallArgs, Plan};
 use crate::cache::OverLimitCache;
+use crate::encode::permit_arg;
 use crate::error::map_error;
 use crate::keys::KeyLayout;
 use crate::pool::{Pool, PoolError};
@@ -132,9 +133,11 @@ impl RedisBackend {
             timeout: config.timeout,
             time: config.time_source,
             slack,
+            // Capped (about 35 years) so that every lease's end stays exact
+            // in the scripts.
             lease_ms: config
                 .concurrency_lease
-                .map_or(0, |d| d.as_millis().max(1) as u64),
+                .map_or(0, |d| d.as_millis().clamp(1, 1 << 40) as u64),
             cache: (config.local_cache_capacity > 0)
                 .then(|| OverLimitCache::new(config.local_cache_capacity)),
             stats: RedisStats::default(),
@@ -395,17 +398,28 @@ impl RedisBackend {
         Ok((r.decisions, r.now_us))
     }
 
+    /// Gives back `units` of `item.permit` (see `lua/release.lua`), at
+    /// `now` with client-supplied time.
     pub(crate) async fn release_inner(
         &self,
         item: Item<'_>,
         units: u64,
+        now: Timestamp,
     ) -> Result<(), BackendError> {
         if !item.limit.is_concurrency() || units == 0 {
             return Ok(());
         }
         let key = self.state_key(&item);
+        let now_arg = match self.time {
+            TimeSource::Server => String::new(),
+            TimeSource::Client { .. } => now.as_micros().to_string(),
+        };
         let mut cmd = self.release.call(1);
-        cmd.arg(key).arg(units.min(1 << 52));
+        cmd.arg(key)
+            .arg(units.min(1 << 52))
+            .arg(permit_arg(item.permit))
+            .arg(now_arg)
+            .arg(&self.slack);
         let run = tokio::time::timeout(
             self.timeout,
             self.release.run(&self.pool, &cmd, &self.stats),
@@ -441,9 +455,9 @@ impl Backend for RedisBackend {
         &'a self,
         item: Item<'a>,
         units: u64,
-        _now: Timestamp,
+        now: Timestamp,
     ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
-        self.release_inner(item, units)
+        self.release_inner(item, units, now)
     }
 
     /// False after a decision failed for lack of Redis, until one succeeds.

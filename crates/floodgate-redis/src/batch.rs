@@ -1,5 +1,6 @@
 //! A batch as the script sees it: items with equal keys merged (their costs
-//! added, the first item's limit applying, as `Store::decide_many` does),
+//! added, the first item's limit and permit applying, as
+//! `Store::decide_many` takes the first item's limit),
 //! limits validated and encoded, and the merged items grouped by hash slot.
 
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ pub(crate) struct Lead {
     pub penalty: Penalty,
     /// Microseconds the key is blocked after a denial (0: never).
     pub block_us: u64,
+    /// The first item's permit (concurrency limits).
+    pub permit: u64,
     pub key: Vec<u8>,
     pub slot: u16,
 }
@@ -90,6 +93,7 @@ impl Plan {
                 params: Params::of(item.limit)?,
                 penalty: item.limit.penalty_mode(),
                 block_us: block_micros(item.limit)?,
+                permit: item.permit,
                 key: key.name,
                 slot: key.slot,
             });
@@ -127,7 +131,8 @@ impl Plan {
             .arg(args.lease);
         for &i in group {
             let l = &self.leads[i];
-            l.params.push_args(l.cost, l.penalty, l.block_us, &mut cmd);
+            l.params
+                .push_args(l.cost, l.penalty, l.block_us, l.permit, &mut cmd);
         }
         cmd
     }

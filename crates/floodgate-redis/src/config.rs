@@ -151,15 +151,18 @@ pub struct RedisConfig {
     /// Capacity in keys of the in-process store used by
     /// [`FailurePolicy::Local`] (default 100 000).
     pub fallback_capacity: usize,
-    /// How long concurrency permits live without a new acquisition on the
-    /// same key (default [`DEFAULT_CONCURRENCY_LEASE`], 10 minutes): every
-    /// acquisition sets the key's expiry to this far ahead, so the permits
-    /// of holders that die without releasing (or whose release is lost in
-    /// an outage) are freed at most a lease after the key's last
-    /// acquisition. The trade-off: a request holding a permit longer than
-    /// the lease, with no acquisition of the key in between, loses it (the
-    /// key expires and its later release finds nothing). `None`: permits
-    /// are held until released, whatever happens to their holders.
+    /// How long a concurrency permit lives unless released (default
+    /// [`DEFAULT_CONCURRENCY_LEASE`], 10 minutes): each permit (one per
+    /// request, [`Item::permit`](floodgate_policy::Item::permit)) has a
+    /// lease of its own, from its acquisition (Redis's clock, or the
+    /// caller's with [`TimeSource::Client`]), so a permit whose holder dies
+    /// without releasing it (or whose release is lost in an outage) is
+    /// freed exactly a lease after it was taken, whatever other traffic the
+    /// key sees. The trade-off: a request holding a permit longer than the
+    /// lease loses it (its units count no more, and its late release finds
+    /// nothing). The key expires when the last lease on it ends. Capped at
+    /// 2⁴⁰ ms (about 35 years). `None`: permits are held until released,
+    /// whatever happens to their holders.
     pub concurrency_lease: Option<Duration>,
     /// Certificates for `rediss://` URLs.
     pub tls: TlsFiles,

@@ -108,6 +108,11 @@ fn micros(what: &str, d: Duration) -> Result<u64, UnsupportedLimit> {
     Ok(us as u64)
 }
 
+/// A permit as the scripts name it: lowercase hex digits, no leading zeros.
+pub(crate) fn permit_arg(permit: u64) -> String {
+    format!("{permit:x}")
+}
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -202,8 +207,16 @@ impl Params {
     }
 
     /// Appends this item's arguments: kind, cost, penalty (see
-    /// [`penalty_code`]), block (µs), parameters.
-    pub fn push_args(&self, cost: u64, penalty: Penalty, block_us: u64, cmd: &mut Cmd) {
+    /// [`penalty_code`]), block (µs), parameters; a concurrency limit's
+    /// parameters end with the request's permit (hex digits).
+    pub fn push_args(
+        &self,
+        cost: u64,
+        penalty: Penalty,
+        block_us: u64,
+        permit: u64,
+        cmd: &mut Cmd,
+    ) {
         // Every limit is at most 2^40, so any larger cost is "never" alike.
         let cost = cost.min(EXACT);
         let kind = match self {
@@ -253,7 +266,7 @@ impl Params {
                 cmd.arg(rate).arg(burst).arg(delay).arg(emax);
             }
             Params::Concurrency { max } => {
-                cmd.arg(max);
+                cmd.arg(max).arg(permit_arg(permit));
             }
         }
     }

@@ -162,7 +162,7 @@ impl Backend for ResilientBackend {
         async move {
             // Releases never take the half-open probe (decisions do).
             let result = if self.breaker.state() == BreakerState::Closed {
-                let r = self.redis.release_inner(item, units).await;
+                let r = self.redis.release_inner(item, units, now).await;
                 match &r {
                     Ok(()) => self.breaker.success(),
                     Err(_) => {

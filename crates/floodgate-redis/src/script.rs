@@ -30,12 +30,21 @@ pub(crate) const DECIDE: &str = concat!(
     "\n",
     include_str!("lua/shaper.lua"),
     "\n",
+    include_str!("lua/permits.lua"),
+    "\n",
     include_str!("lua/concurrency.lua"),
     "\n",
     include_str!("lua/main.lua"),
 );
-/// The release script (concurrency permits).
-pub(crate) const RELEASE: &str = include_str!("lua/release.lua");
+/// The release script (concurrency permits), assembled from its header, the
+/// permits' state shared with the decision script, and its body.
+pub(crate) const RELEASE: &str = concat!(
+    include_str!("lua/release.lua"),
+    "\n",
+    include_str!("lua/permits.lua"),
+    "\n",
+    include_str!("lua/release_main.lua"),
+);
 
 /// A script and its SHA-1.
 #[derive(Clone, Debug)]

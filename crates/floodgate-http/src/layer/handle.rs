@@ -127,10 +127,15 @@ where
     if shared.delayed.get() >= shared.settings.max_delayed
         && let Ok(true) = decide(&shared, &mut held, Apply::Check).await
     {
-        let policy = shared.engine.policy();
         let s = held.scratch();
-        s.report
-            .fill(&s.response, &policy, shared.contract.config());
+        match shared.engine.policy_of(&s.response) {
+            Some(policy) => s
+                .report
+                .fill(&s.response, &policy, shared.contract.config()),
+            // Decided under a policy replaced since: no delay to turn
+            // into a rejection.
+            None => s.report.clear(),
+        }
         if let Verdict::Delayed(_) = s.report.verdict() {
             LayerStats::inc(&shared.stats.decided);
             LayerStats::inc(&shared.stats.delay_queue_full);
@@ -176,22 +181,32 @@ where
         }
     }
     LayerStats::inc(&shared.stats.decided);
-    let policy = shared.engine.policy();
-    {
+    let policy = shared.engine.policy_of(&held.scratch().response);
+    if let Some(policy) = &policy {
         let s = held.scratch();
         if shared.contract.config().on_success || !plainly_allowed(&s.response) {
-            s.report
-                .fill(&s.response, &policy, shared.contract.config());
+            s.report.fill(&s.response, policy, shared.contract.config());
             s.policy_value = shared
                 .policy_headers
-                .get(&policy, &s.report, &shared.contract);
+                .get(policy, &s.report, &shared.contract);
         } else {
             // Admitted, and nothing is written on admitted responses: the
             // report would only be read for its verdict, "allowed".
             s.report.clear();
             s.policy_value = None;
         }
-        held.holds_units = holds_units(&held.scratch().response, &policy);
+        held.holds_units = holds_units(&held.scratch().response, policy);
+    } else {
+        // Decided under a policy a reload replaced in the meantime (its
+        // rule ids do not index the new one): the verdict alone, without
+        // the policy's names. A response holding units keeps its policy,
+        // so none is lost here.
+        let s = held.scratch();
+        s.report.clear();
+        s.policy_value = None;
+        if s.response.overall == Code::OverLimit {
+            s.report.set_verdict(Verdict::Denied, None);
+        }
     }
     drop(policy);
     let mut elapsed = Duration::ZERO;

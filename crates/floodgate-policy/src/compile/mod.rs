@@ -50,6 +50,14 @@ pub struct PolicySet {
     pub settings: Settings,
     domains: HashMap<Box<str>, Domain>,
     rules: Vec<Rule>,
+    generation: u64,
+}
+
+/// The generation of the next policy compiled in this process.
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl PolicySet {
@@ -60,6 +68,7 @@ impl PolicySet {
             settings: spec.settings.clone(),
             domains: HashMap::new(),
             rules: Vec::new(),
+            generation: next_generation(),
         };
         for d in &spec.domains {
             let domain = compile_domain(d, &spec.settings, &mut set.rules, &mut errors);
@@ -80,7 +89,16 @@ impl PolicySet {
             settings: Settings::default(),
             domains: HashMap::new(),
             rules: Vec::new(),
+            generation: next_generation(),
         }
+    }
+
+    /// Which compilation this is: distinct for every policy compiled in
+    /// this process, so that a decision can be matched with the policy it
+    /// was made under (its rule ids index that policy's rules only).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// A domain by name.

@@ -29,7 +29,13 @@ macro_rules! decide_groups {
             let mut at: SmallVec<[u32; 16]> = SmallVec::new();
             for (k, slot) in scratch.slots.iter().enumerate() {
                 if slot.batch == batch {
-                    $items.push(item(policy, &scratch.keys, &scratch.overrides, slot));
+                    $items.push(item(
+                        policy,
+                        &scratch.keys,
+                        &scratch.overrides,
+                        scratch.permit,
+                        slot,
+                    ));
                     at.push(k as u32);
                 }
             }
@@ -53,7 +59,7 @@ macro_rules! decide_groups {
             if slot.batch == Batch::Own {
                 let $items: SmallVec<[_; 4]> = scratch.slots[k..end]
                     .iter()
-                    .map(|s| item(policy, &scratch.keys, &scratch.overrides, s))
+                    .map(|s| item(policy, &scratch.keys, &scratch.overrides, scratch.permit, s))
                     .collect();
                 let mut $out: SmallVec<[Decision; 4]> =
                     SmallVec::from_elem(PLACEHOLDER, $items.len());

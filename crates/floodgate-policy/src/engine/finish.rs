@@ -1,12 +1,12 @@
 //! Turning decisions into statuses, the overall code and metrics.
 
-use floodgate::Decision;
+use floodgate::{Decision, Timestamp};
 
 use crate::compile::PolicySet;
 
 use super::response::{Code, Reason, Response, Status};
 use super::scratch::LimitRef;
-use super::{PLACEHOLDER, current};
+use super::{PLACEHOLDER, current, limit_of, reset};
 
 /// Which of `decisions` [`Decision::narrowest`] takes its numbers from: the
 /// denying one with the least remaining if any denies, else the one with the
@@ -21,14 +21,19 @@ fn narrowest_index(decisions: &[Decision]) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
-/// Turns the decisions into statuses, the overall code and metrics.
-pub(super) fn finish(policy: &PolicySet, response: &mut Response) {
+/// Turns the decisions (made at `now`) into statuses, the overall code and
+/// metrics.
+pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response) {
     let Response {
         statuses,
         scratch,
         overall,
         shadowed,
+        ..
     } = response;
+    for (slot, d) in scratch.slots.iter().zip(scratch.decisions.iter_mut()) {
+        reset::fill_empty_reset(limit_of(policy, &scratch.overrides, slot.limit), now, d);
+    }
     let ratio = policy.settings.near_limit_ratio;
     let mut k = 0;
     let slots = &scratch.slots;

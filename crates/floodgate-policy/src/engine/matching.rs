@@ -94,7 +94,10 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
                         &scratch.path,
                         &dom.tree,
                     );
-                    for idx in 0..limits.len() {
+                    for (idx, l) in limits.iter().enumerate() {
+                        if l.limit.is_concurrency() && scratch.permit == 0 {
+                            scratch.permit = self.permits.next();
+                        }
                         let key = keys::member(&mut scratch.keys, (start, end), idx as u8);
                         scratch.slots.push(Slot {
                             descriptor: i as u32,

@@ -7,8 +7,12 @@ mod batches;
 mod errors;
 mod finish;
 mod keys;
+mod limits;
 mod matching;
+mod permits;
+mod release;
 mod request;
+mod reset;
 mod response;
 mod scratch;
 
@@ -25,9 +29,11 @@ use crate::failure::OnFailure;
 use crate::spec::Reported;
 
 pub use errors::{EngineError, ErrorCode};
+pub use limits::LimitEntry;
 pub use request::{Descriptor, LimitOverride, OwnedDescriptor};
 pub use response::{Code, CurrentLimit, Reason, Response, Status};
 
+use permits::PermitIds;
 use scratch::{LimitRef, Slot};
 
 /// What [`Engine::begin`] hands to the decision: the policy the request
@@ -61,6 +67,7 @@ pub struct Engine<B, C = SystemClock> {
     backend: B,
     clock: C,
     limits: RequestLimits,
+    permits: PermitIds,
 }
 
 impl<B: Backend> Engine<B, SystemClock> {
@@ -78,6 +85,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             backend,
             clock,
             limits: RequestLimits::default(),
+            permits: PermitIds::random(),
         }
     }
 
@@ -90,6 +98,18 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// The current policy.
     pub fn policy(&self) -> Arc<PolicySet> {
         self.policy.load_full()
+    }
+
+    /// The policy `response` was decided under (its statuses' rule ids
+    /// index its rules), or `None` when that policy has been replaced
+    /// since (a reload between the decision and this call) or nothing was
+    /// decided.
+    pub fn policy_of(&self, response: &Response) -> Option<Arc<PolicySet>> {
+        if let Some(p) = &response.scratch.policy {
+            return Some(Arc::clone(p));
+        }
+        let current = self.policy.load_full();
+        (response.generation != 0 && current.generation() == response.generation).then_some(current)
     }
 
     /// Swaps in a new policy atomically (requests in flight finish on the
@@ -140,7 +160,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return Ok(());
         };
         self.decide(&policy, now, apply, response).await?;
-        finish::finish(&policy, response);
+        finish::finish(&policy, now, response);
         Ok(())
     }
 
@@ -195,7 +215,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return Ok(());
         };
         self.decide_sync(backend, &policy, now, apply, response);
-        finish::finish(&policy, response);
+        finish::finish(&policy, now, response);
         Ok(())
     }
 
@@ -214,6 +234,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let policy = self.policy.load();
         response.overall = Code::Ok;
         response.shadowed = false;
+        response.generation = 0;
         response.statuses.clear();
         response
             .statuses
@@ -230,27 +251,33 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return Ok(None);
         };
         let now = self.clock.now();
+        response.generation = policy.generation();
         self.match_descriptors(&policy, dom, descriptors, hits_addend, now, response);
+        if response.scratch.permit != 0 {
+            response.scratch.policy = Some(Arc::clone(&policy));
+        }
         Ok(Some((policy, now)))
     }
 
     /// Gives back the concurrency units a response holds (call when the
     /// request completes; the gateway and the tower layer do).
     pub async fn release(&self, response: &Response) {
-        let policy = self.policy.load();
-        let now = self.clock.now();
         let scratch = &response.scratch;
+        // A response holding units keeps the policy it was decided under;
+        // one without has nothing to give back.
+        let Some(policy) = scratch.policy.as_deref() else {
+            return;
+        };
+        let now = self.clock.now();
         for (slot, d) in scratch.slots.iter().zip(&scratch.decisions) {
-            let limit = limit_of(&policy, &scratch.overrides, slot.limit);
-            if limit.is_concurrency() && d.is_allowed() && slot.cost > 0 {
-                let key = &scratch.keys[slot.key.0 as usize..slot.key.1 as usize];
-                let item = Item {
-                    group: &key[..key.len() - 1],
-                    key,
-                    limit,
-                    cost: slot.cost,
-                    on_failure: on_failure_of(&policy, slot.limit),
-                };
+            let item = item(
+                policy,
+                &scratch.keys,
+                &scratch.overrides,
+                scratch.permit,
+                slot,
+            );
+            if item.limit.is_concurrency() && d.is_allowed() && slot.cost > 0 {
                 let _ = self.backend.release(item, slot.cost, now).await;
             }
         }
@@ -323,19 +350,25 @@ fn limit_of<'a>(policy: &'a PolicySet, overrides: &'a [AnyLimit], r: LimitRef) -
     }
 }
 
+/// The backend's item for `slot`: its key, limit and cost, and the
+/// request's `permit` when the limit is a concurrency limit (other limits
+/// hold none).
 fn item<'a>(
     policy: &'a PolicySet,
     keys: &'a [u8],
     overrides: &'a [AnyLimit],
+    permit: u64,
     slot: &Slot,
 ) -> Item<'a> {
     let key = &keys[slot.key.0 as usize..slot.key.1 as usize];
+    let limit = limit_of(policy, overrides, slot.limit);
     Item {
         group: &key[..key.len() - 1],
         key,
-        limit: limit_of(policy, overrides, slot.limit),
+        limit,
         cost: slot.cost,
         on_failure: on_failure_of(policy, slot.limit),
+        permit: if limit.is_concurrency() { permit } else { 0 },
     }
 }
 

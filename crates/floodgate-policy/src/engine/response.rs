@@ -79,6 +79,9 @@ pub struct Response {
     pub statuses: Vec<Status>,
     /// Global shadow mode turned an over-limit answer into OK.
     pub shadowed: bool,
+    /// The [generation](crate::PolicySet::generation) of the policy the
+    /// response was decided under (0: none yet).
+    pub(crate) generation: u64,
     pub(crate) scratch: super::scratch::Scratch,
 }
 

@@ -1,10 +1,12 @@
 //! Per-request working memory, kept inside a [`Response`](super::Response)
 //! and reused, so that steady traffic allocates nothing.
 
+use std::sync::Arc;
+
 use floodgate::Decision;
 use floodgate::algorithms::AnyLimit;
 
-use crate::compile::{Path, RuleId};
+use crate::compile::{Path, PolicySet, RuleId};
 
 /// Which batch a counter is decided in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +47,11 @@ pub(crate) struct Scratch {
     pub overrides: Vec<AnyLimit>,
     pub decisions: Vec<Decision>,
     pub path: Path,
+    /// The request's permit if it holds a concurrency limit (0: none).
+    pub permit: u64,
+    /// The policy decided under, kept while the request holds a permit:
+    /// its release must find the same rules after a reload.
+    pub policy: Option<Arc<PolicySet>>,
 }
 
 impl Scratch {
@@ -53,5 +60,7 @@ impl Scratch {
         self.slots.clear();
         self.overrides.clear();
         self.decisions.clear();
+        self.permit = 0;
+        self.policy = None;
     }
 }

@@ -2,6 +2,8 @@
 
 local apply = tonumber(ARGV[1])
 local n = #KEYS
+-- The concurrency lease in µs (0: permits never expire).
+local lease = tonumber(ARGV[4]) * 1000
 
 -- Read the items: one table per item, built by one constructor with exactly
 -- its kind's fields. Only the functions of the kinds present are created
@@ -39,8 +41,11 @@ for i = 1, n do
     }
     pos = a + 4
   elseif kind == 'c' then
-    it = { kind = kind, cost = cost, penalty = penalty, block = block, M = tonumber(ARGV[a]) }
-    pos = a + 1
+    it = { kind = kind, cost = cost, penalty = penalty, block = block, M = tonumber(ARGV[a]), id = ARGV[a + 1] }
+    if not string.match(it.id, '^%x+$') then
+      return redis.error_reply('floodgate: bad permit id')
+    end
+    pos = a + 2
   else
     return redis.error_reply('floodgate: unknown limit kind')
   end

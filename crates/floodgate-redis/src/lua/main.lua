@@ -31,9 +31,9 @@ local function quota(it)
 end
 
 -- Returns outcome, limit, remaining, reset_us, retry_us, delay_ms, and when
--- the state changed its new value and idle instant (false: none). A blocked
--- key is denied until its block ends, whatever the cost, and is left as it
--- is.
+-- the state changed its new value ('': none left, the key goes) and idle
+-- instant (false: none). A blocked key is denied until its block ends,
+-- whatever the cost, and is left as it is.
 local function decide(it, a, now)
   if it.blocked then
     local wait = it.blocked - now
@@ -51,7 +51,7 @@ local function decide(it, a, now)
   elseif kind == 's' then
     return shaper(it, it.st, a, now)
   end
-  return concurrency(it, it.st, a)
+  return concurrency(it, it.st, a, now)
 end
 
 local now
@@ -133,18 +133,18 @@ for i = 1, n do
   it.v, it.idle = v, idle
 end
 
-local slack, lease = ARGV[3], tonumber(ARGV[4])
+local slack = ARGV[3]
 for i = 1, n do
   local it = items[i]
   local v, idle = it.v, it.idle
   if not v then
     -- Unchanged: nothing to write.
+  elseif v == '' then
+    -- Nothing left (a concurrency state whose permits all ended).
+    redis.call('DEL', KEYS[i])
   elseif not idle then
-    if lease > 0 then
-      redis.call('SET', KEYS[i], v, 'PX', lease)
-    else
-      redis.call('SET', KEYS[i], v)
-    end
+    -- Never idle by itself (permits held until released).
+    redis.call('SET', KEYS[i], v)
   elseif slack == '' then
     redis.call('SET', KEYS[i], v, 'PXAT', floor((idle + 999) / 1000))
   else

@@ -7,7 +7,8 @@
 -- ARGV[2]    now in microseconds, or '' to read the server clock (TIME).
 -- ARGV[3]    '' to expire keys at their absolute idle instant (server clock);
 --            otherwise a slack in ms added to a relative expiry (client time).
--- ARGV[4]    concurrency lease in ms (0: permits never expire).
+-- ARGV[4]    concurrency lease in ms (0: permits never expire): a permit
+--            acquired at `now` is held until `now + lease` unless released.
 -- ARGV[5..]  per item: kind, cost, penalty, block, then the kind's parameters,
 --            all precomputed by the client as integers below 2^53. Penalty:
 --            0 a denied request charges nothing, 1 it charges the limits that
@@ -22,7 +23,7 @@
 --   l  sliding log   L W
 --   s  shaper        R B D E            (milli-requests; D = -1: nodelay;
 --                                        E: the largest excess kept)
---   c  concurrency   M
+--   c  concurrency   M id               (id: the request's permit, hex digits)
 --
 -- Reply: {now, resets, then per item: outcome, limit, remaining, reset_us,
 -- retry_us (-1: none), delay_ms}; outcome 0 allowed, 1 delayed, 2 denied,
@@ -35,7 +36,8 @@
 -- decisions happen before the first write.
 --
 -- The script is assembled from these files, in this order: prelude.lua,
--- items.lua, arith.lua, one file per algorithm, main.lua. Redis compiles
+-- items.lua, arith.lua, one file per algorithm (permits.lua, shared with
+-- the release script, before concurrency.lua), main.lua. Redis compiles
 -- it into one function run on every call, so every closure below is created
 -- on every call: the algorithms' functions are only created when the batch
 -- has items of their kind (`need`).

@@ -1,25 +1,31 @@
 #!lua
--- Floodgate: give back units of a concurrency limit.
+-- Floodgate: give back units of a concurrency permit.
 --
--- KEYS[1]  the state key ('c<held>').
+-- KEYS[1]  the state key (see permits.lua).
 -- ARGV[1]  the units to give back.
+-- ARGV[2]  the permit's id (hex digits).
+-- ARGV[3]  now in microseconds, or '' to read the server clock (TIME).
+-- ARGV[4]  '' to expire the key at the end of its last lease (server
+--          clock); otherwise a slack in ms added to a relative expiry.
 --
--- Reply: the units still held. A key that holds anything else is left
--- alone (as the in-memory store does for a limit of another kind); the key
--- is deleted when nothing is held any more.
+-- Reply: the units still held. The permit gives back at most what it
+-- holds and goes once it holds nothing; a permit the key does not hold
+-- (never acquired, already released, or its lease ended) gives back
+-- nothing. Permits whose lease has ended are dropped, and the key is
+-- deleted when no permit is left. A key that holds anything else, or the
+-- legacy count 'c<held>', is left alone.
+--
+-- The script is assembled from this file, permits.lua and release_main.lua.
 
-local v = redis.pcall('GET', KEYS[1])
-if type(v) ~= 'string' then
-  return 0
+local TWO53 = 9007199254740992
+local format = string.format
+local need = { c = true }
+
+-- A stored integer, or nil when it is not one below 2^53.
+local function int(s)
+  local x = tonumber(s)
+  if x and x < TWO53 then
+    return x
+  end
+  return nil
 end
-local held = tonumber(string.match(v, '^c(%d+)$'))
-if not held or held >= 9007199254740992 then
-  return 0
-end
-held = math.max(held - tonumber(ARGV[1]), 0)
-if held == 0 then
-  redis.call('DEL', KEYS[1])
-else
-  redis.call('SET', KEYS[1], string.format('c%d', held), 'KEEPTTL')
-end
-return held

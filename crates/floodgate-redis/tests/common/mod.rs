@@ -67,7 +67,7 @@ pub fn blank() -> Decision {
     }
 }
 
-/// A batch item.
+/// A batch item (holding permit 0 if it is a concurrency limit).
 pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) -> Item<'a> {
     Item {
         group,
@@ -75,6 +75,21 @@ pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) 
         limit,
         cost,
         on_failure: None,
+        permit: 0,
+    }
+}
+
+/// A concurrency item holding `permit`.
+pub fn permit<'a>(
+    group: &'a [u8],
+    key: &'a [u8],
+    limit: &'a AnyLimit,
+    cost: u64,
+    permit: u64,
+) -> Item<'a> {
+    Item {
+        permit,
+        ..item(group, key, limit, cost)
     }
 }
 

@@ -1,0 +1,51 @@
+//! Every limit a response's descriptors were matched to, one by one: the
+//! detail behind each status's narrowest decision.
+
+use floodgate::Decision;
+
+use crate::compile::RuleId;
+
+use super::response::Response;
+use super::scratch::LimitRef;
+
+/// One limit of a descriptor: a limit of its matched rule, or the limit
+/// override sent with it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimitEntry {
+    /// The descriptor, by its index in the request.
+    pub descriptor: usize,
+    /// The rule the limit belongs to; `None` for a limit override.
+    pub rule: Option<RuleId>,
+    /// The limit's index in the rule's [`limits`](crate::compile::Rule::limits)
+    /// (0 for an override).
+    pub index: usize,
+    /// The units the request puts on this limit (its hits times the rule's
+    /// cost; 0 checks without charging).
+    pub units: u64,
+    /// This limit's own decision; `None` when the response was not decided
+    /// (a [`release_request`](super::Engine::release_request)).
+    pub decision: Option<Decision>,
+}
+
+impl Response {
+    /// Every limit that took part in the decision, in request order (a
+    /// rule's limits in their configured order). Descriptors that needed no
+    /// counter (no match, unlimited, blocked, on a list, replaced) have
+    /// none.
+    pub fn limits(&self) -> impl Iterator<Item = LimitEntry> + '_ {
+        let s = &self.scratch;
+        s.slots.iter().enumerate().map(|(k, slot)| {
+            let (rule, index) = match slot.limit {
+                LimitRef::Rule(id, idx) => (Some(id), idx as usize),
+                LimitRef::Override(_) => (None, 0),
+            };
+            LimitEntry {
+                descriptor: slot.descriptor as usize,
+                rule,
+                index,
+                units: slot.cost,
+                decision: s.decisions.get(k).copied(),
+            }
+        })
+    }
+}
