@@ -2,10 +2,17 @@
 //! teams migrating from envoyproxy/ratelimit carry over (zeros, Go
 //! durations), warnings for its variables Floodgate does not implement,
 //! and boolean flags that override the environment both ways.
+//!
+//! The limit is a fixed window of a day: tests that count in it first make
+//! sure 00:00 UTC is not about to pass.
+
+mod serve_support;
 
 use std::path::Path;
+use std::time::Duration;
 
 use floodgate_testkit::{Floodgate, Redis, http_request};
+use serve_support::{DAY, clear_of_boundary};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -38,6 +45,7 @@ fn envoy_zeros_and_go_durations_are_accepted() {
             ("FLOODGATE_RELOAD_INTERVAL", "0"),
         ],
     );
+    clear_of_boundary(DAY, Duration::from_secs(10));
     assert_eq!(call(&s, "zero").0, 200, "{}", s.log());
     assert_eq!(call(&s, "zero").0, 429, "{}", s.log());
     assert!(s.log().contains("store=redis"), "{}", s.log());
@@ -106,6 +114,7 @@ fn boolean_flags_override_the_environment_both_ways() {
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
         ],
     );
+    clear_of_boundary(DAY, Duration::from_secs(10));
     assert_eq!(call(&s, "a").0, 200);
     let (status, body) = call(&s, "a");
     assert_eq!(status, 429, "{body}");

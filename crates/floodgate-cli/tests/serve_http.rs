@@ -1,12 +1,20 @@
 //! The HTTP API end to end with a Rust client (reqwest) and with curl:
-//! envoyproxy/ratelimit's `/json`, Floodgate's `/v1/check`, health,
-//! metrics, bad input, and settings from the environment.
+//! envoyproxy/ratelimit's `/json`, Floodgate's `/v1/check` and
+//! `/v1/release`, health, metrics, bad input, and settings from the
+//! environment.
+//!
+//! The `quickstart` limit is a fixed window of a day: tests counting in it
+//! first make sure 00:00 UTC is not about to pass.
+
+mod serve_support;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use floodgate_testkit::{Floodgate, http_request, require};
+use floodgate_testkit::{Floodgate, Redis, http_request, require};
 use serde_json::{Value, json};
+use serve_support::{DAY, clear_of_boundary};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -41,6 +49,7 @@ fn descriptor(pairs: &[(&str, &str)]) -> Value {
 #[tokio::test]
 async fn json_endpoint_speaks_envoy_proto3_json() {
     let s = Floodgate::start(bin(), &config(), &[], &[]);
+    clear_of_boundary(DAY, Duration::from_secs(10));
     let req = json!({"domain": "quickstart", "descriptors": [descriptor(&[("user", "alice")])]});
     for left in [2, 1, 0] {
         let (status, _, body) = post(s.http, "/json", &req).await;
@@ -102,6 +111,7 @@ async fn json_endpoint_speaks_envoy_proto3_json() {
 #[tokio::test]
 async fn check_endpoint_exposes_every_decision() {
     let s = Floodgate::start(bin(), &config(), &[], &[]);
+    clear_of_boundary(DAY, Duration::from_secs(10));
     let user = |hits: u64, dry: bool| {
         json!({"domain": "api", "dry_run": dry, "hits": hits,
                "descriptors": [{"entries": {"user": "carol"}}]})
@@ -123,6 +133,39 @@ async fn check_endpoint_exposes_every_decision() {
     assert_eq!(st["decision"]["outcome"], "allowed");
     assert_eq!(st["decision"]["limit"], 5);
     assert_eq!(st["decision"]["remaining"], 0);
+    // Every limit of the rule, each with its own decision: the bucket and
+    // the day's fixed window.
+    let limits = st["limits"].as_array().unwrap();
+    assert_eq!(limits.len(), 2, "{b}");
+    let (bucket, day) = (&limits[0], &limits[1]);
+    assert_eq!(
+        (&bucket["index"], &bucket["algorithm"], &bucket["allowed"]),
+        (&json!(0), &json!("token_bucket"), &json!(true)),
+        "{b}"
+    );
+    assert_eq!(
+        bucket["current_limit"],
+        json!({"requests_per_unit": 5, "unit": "HOUR", "name": "per-user"})
+    );
+    assert_eq!(
+        (&bucket["limit"], &bucket["remaining"]),
+        (&json!(5), &json!(0))
+    );
+    assert_eq!(
+        (&day["index"], &day["algorithm"], &day["outcome"]),
+        (&json!(1), &json!("fixed_window"), &json!("allowed")),
+        "{b}"
+    );
+    assert_eq!(
+        day["current_limit"],
+        json!({"requests_per_unit": 100, "unit": "DAY", "name": "per-user"})
+    );
+    assert_eq!(
+        (&day["limit"], &day["remaining"]),
+        (&json!(100), &json!(95))
+    );
+    let reset = day["reset_after_ms"].as_u64().unwrap();
+    assert!(reset > 0 && reset <= 86_400_000, "{b}");
     // Denied: 429, retry-after in ms and as a header, RateLimit headers.
     let (status, headers, b) = post(s.http, "/v1/check", &user(1, false)).await;
     assert_eq!(status, 429, "{b}");
@@ -132,6 +175,20 @@ async fn check_endpoint_exposes_every_decision() {
     assert!(retry > 0 && retry <= 720_000, "{b}");
     assert!(headers.get("retry-after").is_some());
     assert_eq!(headers["ratelimit-remaining"], "0");
+    // The bucket denied it; the day's window would have admitted it and
+    // was not charged.
+    let limits = &b["statuses"][0]["limits"];
+    assert_eq!(
+        (&limits[0]["allowed"], &limits[0]["outcome"]),
+        (&json!(false), &json!("denied")),
+        "{b}"
+    );
+    assert!(limits[0]["retry_after_ms"].as_u64().unwrap() > 0, "{b}");
+    assert_eq!(
+        (&limits[1]["allowed"], &limits[1]["remaining"]),
+        (&json!(true), &json!(95)),
+        "{b}"
+    );
     // A cost above the capacity can never pass.
     let (status, _, b) = post(s.http, "/v1/check", &user(50, true)).await;
     assert_eq!(status, 429);
@@ -157,6 +214,174 @@ async fn check_endpoint_exposes_every_decision() {
     )
     .await;
     assert_eq!(b["statuses"][0]["reason"], "no_match");
+    assert_eq!(b["statuses"][0]["limits"], json!([]));
+}
+
+#[tokio::test]
+async fn release_gives_back_in_flight_units() {
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    let job = json!({"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}]});
+    let check = || post(s.http, "/v1/check", &job);
+    let release = || post(s.http, "/v1/release", &job);
+    // Limit 2: two checks admitted, the third denied.
+    for left in [1, 0] {
+        let (status, _, b) = check().await;
+        assert_eq!(status, 200, "{b}");
+        let l = &b["statuses"][0]["limits"][0];
+        assert_eq!(
+            (&l["algorithm"], &l["remaining"]),
+            (&json!("concurrency"), &json!(left)),
+            "{b}"
+        );
+        assert!(b["permit"].as_str().unwrap().parse::<u64>().is_ok(), "{b}");
+    }
+    let (status, _, b) = check().await;
+    assert_eq!(status, 429, "{b}");
+    assert!(b.get("permit").is_none(), "{b}");
+    // One release: the next check is admitted, the one after is not.
+    let (status, _, b) = release().await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(b["units"], 1, "{b}");
+    assert_eq!(
+        b["statuses"][0],
+        json!({"reason": "limited", "rule": "in-flight", "hits": 1, "units": 1})
+    );
+    assert_eq!(check().await.0, 200);
+    assert_eq!(check().await.0, 429);
+
+    // Releasing more than is held frees what is held, no more: the limit
+    // still admits exactly 2.
+    for _ in 0..5 {
+        assert_eq!(release().await.0, 200);
+    }
+    assert_eq!(check().await.0, 200);
+    assert_eq!(check().await.0, 200);
+    assert_eq!(check().await.0, 429);
+
+    // A check's body is released as it is (the permit it answered, hits);
+    // one that takes 2 gives back 2.
+    let (_, _, b) = post(
+        s.http,
+        "/v1/release",
+        &json!({"domain": "jobs", "hits": 2,
+        "descriptors": [{"entries": {"job": "render"}}]}),
+    )
+    .await;
+    assert_eq!(b["units"], 2, "{b}");
+    let (status, _, b) = check().await;
+    assert_eq!(status, 200, "{b}");
+    let permit = b["permit"].clone();
+    let (status, _, b) = post(
+        s.http,
+        "/v1/release",
+        &json!({"domain": "jobs", "dry_run": false,
+        "permit": permit, "descriptors": [{"entries": [{"key": "job", "value": "render"}]}]}),
+    )
+    .await;
+    assert_eq!((status, &b["units"]), (200, &json!(1)), "{b}");
+    // Limits that are not in-flight limits, unknown domains: nothing.
+    let (_, _, b) = post(
+        s.http,
+        "/v1/release",
+        &json!({"domain": "quickstart",
+        "descriptors": [{"entries": {"user": "x"}}]}),
+    )
+    .await;
+    assert_eq!(b["units"], 0, "{b}");
+    let (status, _, b) = post(
+        s.http,
+        "/v1/release",
+        &json!({"domain": "nope",
+        "descriptors": [{"entries": {"user": "x"}}]}),
+    )
+    .await;
+    assert_eq!(
+        (status, &b["statuses"][0]["reason"]),
+        (200, &json!("no_match")),
+        "{b}"
+    );
+
+    // Bad bodies: specific 4xx errors, as for /v1/check, and nothing
+    // released.
+    assert_eq!(check().await.0, 200);
+    assert_eq!(check().await.0, 200);
+    let c = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{}/v1/release", s.http);
+    for (ct, body, want, says) in [
+        ("application/json", "{not json", 400, "invalid JSON"),
+        (
+            "text/plain",
+            r#"{"domain": "jobs"}"#,
+            415,
+            "application/json",
+        ),
+        (
+            "application/json",
+            r#"{"descriptors": [{"entries": {"job": "render"}}]}"#,
+            400,
+            "domain",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "", "descriptors": [{"entries": {"job": "render"}}]}"#,
+            400,
+            "domain",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": []}"#,
+            400,
+            "descriptor",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}], "colour": 1}"#,
+            400,
+            "colour",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}, "hits": -1}]}"#,
+            400,
+            "non-negative",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}], "permit": "x"}"#,
+            400,
+            "non-negative",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}], "dry_run": true}"#,
+            400,
+            "dry run",
+        ),
+    ] {
+        let r = c
+            .post(&url)
+            .header("content-type", ct)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert_eq!(status, want, "{body} -> {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{body} -> {message}");
+    }
+    assert_eq!(declared_body(s.http, "/v1/release", 2 << 20), 413);
+    assert_eq!(c.get(&url).send().await.unwrap().status().as_u16(), 405);
+    assert_eq!(check().await.0, 429);
+
+    let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
+    for needle in [
+        "floodgate_requests_total{api=\"release\",result=\"ok\"} 10",
+        "floodgate_requests_total{api=\"release\",result=\"error\"} 9",
+    ] {
+        assert!(text.contains(needle), "{needle} not in:\n{text}");
+    }
 }
 
 #[tokio::test]
@@ -253,6 +478,44 @@ async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     assert_eq!(status, 200);
 }
 
+#[tokio::test]
+async fn release_on_redis_gives_back_the_checks_permit() {
+    let redis = Redis::start();
+    let s = Floodgate::start(bin(), &config(), &["--redis-url", &redis.addr()], &[]);
+    let job = json!({"domain": "jobs", "descriptors": [{"entries": {"job": "encode"}}]});
+    let check = || post(s.http, "/v1/check", &job);
+    let release = |permit: &Value| {
+        let mut body = job.clone();
+        body["permit"] = permit.clone();
+        async move { post(s.http, "/v1/release", &body).await }
+    };
+    let (_, _, first) = check().await;
+    let (_, _, second) = check().await;
+    let permits = [first["permit"].clone(), second["permit"].clone()];
+    assert!(
+        permits[0].is_string() && permits[0] != permits[1],
+        "{permits:?}"
+    );
+    assert_eq!(check().await.0, 429);
+    // Redis holds each permit on its own: the release must name one.
+    let (status, _, b) = post(s.http, "/v1/release", &job).await;
+    assert_eq!(status, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("permit"),
+        "{b}"
+    );
+    let (status, _, b) = release(&permits[0]).await;
+    assert_eq!((status, &b["units"]), (200, &json!(1)), "{b}");
+    // Released twice: the permit holds nothing any more, nothing more is
+    // freed.
+    assert_eq!(release(&permits[0]).await.0, 200);
+    assert_eq!(check().await.0, 200);
+    assert_eq!(check().await.0, 429);
+    assert_eq!(release(&permits[1]).await.0, 200);
+    assert_eq!(check().await.0, 200);
+    assert_eq!(check().await.0, 429);
+}
+
 /// Sends only the headers of a POST declaring `len` bytes; the status.
 fn declared_body(port: u16, path: &str, len: usize) -> u16 {
     use std::io::{Read, Write};
@@ -274,6 +537,7 @@ fn declared_body(port: u16, path: &str, len: usize) -> u16 {
 #[tokio::test]
 async fn health_readiness_and_metrics() {
     let s = Floodgate::start(bin(), &config(), &[], &[]);
+    clear_of_boundary(DAY, Duration::from_secs(10));
     assert_eq!(
         http_request(s.http, "GET", "/healthcheck", None, b"")
             .unwrap()
@@ -317,6 +581,7 @@ async fn health_readiness_and_metrics() {
 fn curl_quick_start() {
     require("curl");
     let s = Floodgate::start(bin(), &config(), &[], &[]);
+    clear_of_boundary(DAY, Duration::from_secs(10));
     let body =
         r#"{"domain":"quickstart","descriptors":[{"entries":[{"key":"user","value":"dave"}]}]}"#;
     let mut codes = Vec::new();
@@ -354,6 +619,7 @@ async fn environment_settings_and_flag_precedence() {
         ],
     );
     let req = json!({"domain": "quickstart", "descriptors": [descriptor(&[("user", "shadow")])]});
+    clear_of_boundary(DAY, Duration::from_secs(10));
     for _ in 0..5 {
         let (status, _, b) = post(s.http, "/json", &req).await;
         assert_eq!(status, 200, "{b}");

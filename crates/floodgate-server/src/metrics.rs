@@ -59,6 +59,8 @@ pub enum Api {
     Json,
     /// HTTP `POST /v1/check`.
     Check,
+    /// HTTP `POST /v1/release` (counted as `ok` or `error`).
+    Release,
 }
 
 impl Api {
@@ -67,6 +69,7 @@ impl Api {
             Api::Grpc => "grpc",
             Api::Json => "json",
             Api::Check => "check",
+            Api::Release => "release",
         }
     }
 }
@@ -135,7 +138,7 @@ impl ApiHandles {
 /// Every request-path metric handle.
 #[derive(Clone)]
 pub struct ServiceMetrics {
-    apis: [ApiHandles; 3],
+    apis: [ApiHandles; 4],
     errors: [Counter; 5],
     ready: Gauge,
 }
@@ -148,6 +151,7 @@ impl Default for ServiceMetrics {
                 ApiHandles::new(Api::Grpc),
                 ApiHandles::new(Api::Json),
                 ApiHandles::new(Api::Check),
+                ApiHandles::new(Api::Release),
             ],
             errors: [
                 err(ErrorClass::InvalidArgument),

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use floodgate::Apply;
 use floodgate_policy::engine::RequestLimits;
-use floodgate_policy::{Backend, Descriptor, Engine, EngineError, PolicySet, Response};
+use floodgate_policy::{Backend, Code, Descriptor, Engine, EngineError, PolicySet, Response};
 
 use crate::backend::AnyBackend;
 use crate::headers::RateLimitHeaders;
@@ -88,6 +88,28 @@ impl Service {
                     tracing::warn!(error = %e, "decision failed");
                 }
             }
+        }
+        result
+    }
+
+    /// Gives back the in-flight units an admitted request of `descriptors`
+    /// took (see [`Engine::release_request`]) and records its metrics.
+    pub async fn release<D: Descriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        permit: Option<u64>,
+        response: &mut Response,
+    ) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let result = self
+            .engine
+            .release_request(domain, descriptors, hits_addend, permit, response)
+            .await;
+        match &result {
+            Ok(()) => self.metrics.decided(Api::Release, Code::Ok, started),
+            Err(e) => self.metrics.failed(Api::Release, e.code(), started),
         }
         result
     }

@@ -1,12 +1,18 @@
 """Envoy RLS v3 semantics, checked with Envoy's own generated stubs
 (xds-protos) over grpcio against a running floodgate server.
 
-Usage: rls_semantics.py HOST:PORT RUN_ID
+Usage: rls_semantics.py HOST:PORT RUN_ID [TEST...]
 Every descriptor value carries RUN_ID, so runs never share counters.
 Prints one line per check and "N passed, M failed"; exits 1 on failure.
+
+The limits are fixed windows of the real clock (days, a week, an hour
+override): before each check, the suite makes sure no hour boundary (which
+every day and week boundary is too) is about to pass, so that a count never
+resets between two calls of one check.
 """
 
 import sys
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,6 +51,25 @@ def v(name):
     return f"{name}-{RUN}"
 
 
+def clear_of_boundary(period=3600, margin=10.0):
+    """Returns once at least `margin` seconds are left before the next
+    boundary of the epoch-aligned windows of `period` seconds, waiting just
+    past that boundary when it is nearer."""
+    left = period - time.time() % period
+    if left < margin:
+        time.sleep(left + 0.05)
+
+
+def seconds(d):
+    return d.seconds + d.nanos / 1e9
+
+
+def until_window_end(period, t):
+    """envoyproxy/ratelimit's duration_until_reset at `t`: windows are
+    aligned to the epoch."""
+    return period - t % period
+
+
 def codes(resp):
     return [s.code for s in resp.statuses]
 
@@ -75,6 +100,44 @@ def t_exact_counts():
         assert r.statuses[0].limit_remaining == 0
     # Another value has its own counter.
     assert call("counts", desc(("user", v("bob")))).overall_code == OK
+
+
+def t_fresh_key_reset():
+    # A key never seen, checked without charging (a descriptor's hits_addend
+    # 0): duration_until_reset is the time to its window's end, as for a
+    # used key, not 0.
+    before = time.time()
+    r = call("counts", desc(("user", v("fresh-reset")), hits=0))
+    after = time.time()
+    s = r.statuses[0]
+    assert s.code == OK and s.limit_remaining == 3, s
+    assert s.current_limit.unit == R.RateLimit.DAY, s
+    got = seconds(s.duration_until_reset)
+    lo, hi = until_window_end(86400, after), until_window_end(86400, before)
+    assert lo - 1e-3 <= got <= hi + 1e-3, (got, lo, hi)
+    # A cost the limit can never admit counts nothing either.
+    before = time.time()
+    r = call("counts", desc(("user", v("fresh-never")), hits=9))
+    after = time.time()
+    s = r.statuses[0]
+    assert s.code == OVER, s
+    got = seconds(s.duration_until_reset)
+    lo, hi = until_window_end(86400, after), until_window_end(86400, before)
+    assert lo - 1e-3 <= got <= hi + 1e-3, (got, lo, hi)
+    # A limit override (an hour) on a fresh key, checked only.
+    before = time.time()
+    r = call("counts", desc(("anything", v("fresh-ov")), limit=(5, R.RateLimit.HOUR), hits=0))
+    after = time.time()
+    got = seconds(r.statuses[0].duration_until_reset)
+    lo, hi = until_window_end(3600, after), until_window_end(3600, before)
+    assert lo - 1e-3 <= got <= hi + 1e-3, (got, lo, hi)
+    # The week: windows aligned to the epoch too.
+    before = time.time()
+    r = call("week", desc(("k", v("fresh-week")), hits=0))
+    after = time.time()
+    got = seconds(r.statuses[0].duration_until_reset)
+    lo, hi = until_window_end(604800, after), until_window_end(604800, before)
+    assert lo - 1e-3 <= got <= hi + 1e-3, (got, lo, hi)
 
 
 def t_multiple_descriptors():
@@ -247,6 +310,7 @@ if __name__ == "__main__":
         if only and name not in only:
             continue
         try:
+            clear_of_boundary()
             f()
             passed += 1
             print(f"ok     {name}")

@@ -2,7 +2,7 @@
 //! decides — each descriptor's outcome (allowed, delayed, denied, never),
 //! remaining, reset, retry-after and delay, the rule that matched and why;
 //! dry runs (`"dry_run": true` decides without charging); several limits
-//! per rule (the narrowest is reported).
+//! per rule (the narrowest is reported, and each in `limits`).
 //!
 //! 200 when the request may proceed, 429 when it is over the limit (with
 //! `Retry-After` when known); errors as `{"error": {...}}` with the status
@@ -21,6 +21,7 @@ use floodgate_policy::engine::Reason;
 use floodgate_policy::{Code, PolicySet, Status};
 use serde::{Deserialize, Serialize};
 
+use super::check_limits::{self, LimitJson};
 use super::envoy_json::{code_name, unit_name};
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
@@ -50,6 +51,10 @@ struct CheckResponse<'a> {
     shadowed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
+    /// The permit an admitted request holds its concurrency limits under
+    /// (a decimal string), for `/v1/release`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permit: Option<String>,
     statuses: Vec<CheckStatus<'a>>,
 }
 
@@ -64,17 +69,20 @@ struct CheckStatus<'a> {
     limit_remaining: u32,
     duration_until_reset_ms: u64,
     decision: Option<DecisionJson>,
+    limits: Vec<LimitJson<'a>>,
 }
 
+/// A limit in Envoy's terms.
 #[derive(Serialize)]
-struct Limit<'a> {
-    requests_per_unit: u32,
-    unit: &'static str,
-    name: Option<&'a str>,
+pub(super) struct Limit<'a> {
+    pub requests_per_unit: u32,
+    pub unit: &'static str,
+    pub name: Option<&'a str>,
 }
 
+/// A decision.
 #[derive(Serialize)]
-struct DecisionJson {
+pub(super) struct DecisionJson {
     outcome: &'static str,
     limit: u64,
     remaining: u64,
@@ -88,7 +96,8 @@ fn ms(d: Duration) -> u64 {
     d.as_nanos().div_ceil(1_000_000).min(u64::MAX as u128) as u64
 }
 
-fn reason(r: Reason) -> &'static str {
+/// The name of a reason.
+pub(super) fn reason(r: Reason) -> &'static str {
     match r {
         Reason::NoMatch => "no_match",
         Reason::Limited => "limited",
@@ -100,7 +109,8 @@ fn reason(r: Reason) -> &'static str {
     }
 }
 
-fn decision(d: &Decision) -> DecisionJson {
+/// The JSON of a decision.
+pub(super) fn decision(d: &Decision) -> DecisionJson {
     let (outcome, delay) = match d.outcome {
         Outcome::Allowed => ("allowed", None),
         Outcome::Delayed(w) => ("delayed", Some(ms(w))),
@@ -117,7 +127,12 @@ fn decision(d: &Decision) -> DecisionJson {
     }
 }
 
-fn status<'a>(s: &'a Status, policy: &'a PolicySet) -> CheckStatus<'a> {
+fn status<'a>(
+    response: &floodgate_policy::Response,
+    index: usize,
+    s: &'a Status,
+    policy: &'a PolicySet,
+) -> CheckStatus<'a> {
     CheckStatus {
         code: code_name(s.code),
         reason: reason(s.reason),
@@ -135,6 +150,7 @@ fn status<'a>(s: &'a Status, policy: &'a PolicySet) -> CheckStatus<'a> {
         limit_remaining: s.limit_remaining,
         duration_until_reset_ms: ms(s.duration_until_reset),
         decision: s.decision.as_ref().map(decision),
+        limits: check_limits::limits(response, index, s, policy),
     }
 }
 
@@ -180,7 +196,6 @@ async fn run(
     } else {
         Apply::Commit
     };
-    let policy = svc.engine().policy();
     let mut response = svc.pool.take();
     svc.decide(
         Api::Check,
@@ -192,6 +207,12 @@ async fn run(
     )
     .await
     .map_err(|e| ApiError::engine(&e))?;
+    // The names come from the policy decided under (replaced by a reload
+    // since: none are shown).
+    let policy = svc
+        .engine()
+        .policy_of(&response)
+        .unwrap_or_else(|| std::sync::Arc::new(PolicySet::empty()));
     let over = response.overall == Code::OverLimit;
     let narrowest = response.narrowest();
     let retry_after = if over {
@@ -205,10 +226,15 @@ async fn run(
         dry_run: req.dry_run,
         shadowed: response.shadowed,
         retry_after_ms: retry_after.map(ms),
+        permit: response
+            .permit()
+            .filter(|_| !over && !req.dry_run)
+            .map(|p| p.to_string()),
         statuses: response
             .statuses
             .iter()
-            .map(|s| status(s, &policy))
+            .enumerate()
+            .map(|(i, s)| status(&response, i, s, &policy))
             .collect(),
     };
     let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -1,11 +1,13 @@
 //! The HTTP API: envoyproxy/ratelimit's `POST /json`, Floodgate's
-//! `POST /v1/check`, `/healthcheck` and `/ready`.
+//! `POST /v1/check` and `POST /v1/release`, `/healthcheck` and `/ready`.
 
 mod body;
 mod check;
+mod check_limits;
 mod envoy_json;
 mod error;
 mod json_types;
+mod release;
 
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
     Router::new()
         .route("/json", post(envoy_json::handle))
         .route("/v1/check", post(check::handle))
+        .route("/v1/release", post(release::handle))
         .route("/healthcheck", get(healthcheck))
         .route("/ready", get(ready))
         .fallback(not_found)

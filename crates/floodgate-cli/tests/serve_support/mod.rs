@@ -1,0 +1,26 @@
+//! Wall-clock help for the end-to-end tests of `floodgate serve`, whose
+//! counts live in fixed windows of the real clock (the binary has no
+//! injected clock): a test that expects a count to persist between calls
+//! would fail if a window boundary fell between them.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A day: the boundary of `unit: day` windows is 00:00 UTC; week windows
+/// end on day boundaries too.
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+/// Returns once at least `margin` is left before the next boundary of the
+/// epoch-aligned windows of `period`, waiting just past that boundary
+/// when it is nearer. Call it before the calls whose counts must stay in
+/// one window, with a margin longer than they take.
+pub fn clear_of_boundary(period: Duration, margin: Duration) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos();
+    let p = period.as_nanos();
+    let left = p - now % p;
+    if left < margin.as_nanos() {
+        std::thread::sleep(Duration::from_nanos(left as u64) + Duration::from_millis(50));
+    }
+}

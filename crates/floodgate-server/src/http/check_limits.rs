@@ -1,0 +1,90 @@
+//! The per-limit detail of `/v1/check`: every limit a descriptor was
+//! decided against (a rule with several `limits:` has one entry each), with
+//! its own decision, next to the narrowest one the status reports.
+
+use floodgate::algorithms::{AnyLimit, LimitKind};
+use floodgate_policy::engine::LimitEntry;
+use floodgate_policy::{PolicySet, Response, Status};
+use serde::Serialize;
+
+use super::check::{DecisionJson, Limit, decision};
+use super::envoy_json::unit_name;
+
+/// One limit of a descriptor and its decision.
+#[derive(Serialize)]
+pub struct LimitJson<'a> {
+    /// The limit's position in the rule's `limits:` (0 for a single limit
+    /// or an override).
+    index: usize,
+    /// `fixed_window`, `token_bucket` (also `gcra` and `leaky_bucket`),
+    /// `sliding_window`, `sliding_log`, `shaper` or `concurrency`.
+    algorithm: &'static str,
+    /// The limit as reported in Envoy's terms, with the rule's name.
+    current_limit: Option<Limit<'a>>,
+    /// Whether this limit admitted the request.
+    allowed: bool,
+    /// Its decision: outcome, limit, remaining, reset, retry-after, delay.
+    #[serde(flatten)]
+    decision: DecisionJson,
+}
+
+/// The name of a limit's algorithm.
+pub fn algorithm(limit: &AnyLimit) -> &'static str {
+    match limit.kind() {
+        LimitKind::FixedWindow(_) => "fixed_window",
+        LimitKind::Gcra(_) => "token_bucket",
+        LimitKind::SlidingWindow(_) | LimitKind::SubWindows(_) => "sliding_window",
+        LimitKind::SlidingLog(_) => "sliding_log",
+        LimitKind::Shaper(_) => "shaper",
+        LimitKind::Concurrency(_) => "concurrency",
+    }
+}
+
+/// The limits of descriptor `index` (whose status is `status`), in their
+/// configured order.
+pub fn limits<'a>(
+    response: &Response,
+    index: usize,
+    status: &'a Status,
+    policy: &'a PolicySet,
+) -> Vec<LimitJson<'a>> {
+    response
+        .limits()
+        .filter(|l| l.descriptor == index)
+        .filter_map(|l| entry(&l, status, policy))
+        .collect()
+}
+
+fn entry<'a>(l: &LimitEntry, status: &'a Status, policy: &'a PolicySet) -> Option<LimitJson<'a>> {
+    let d = l.decision?;
+    let (algorithm, current_limit) = match l.rule {
+        // A rule's limit: looked up in the policy it was decided on (a
+        // reload in between may have removed it: then it is left out).
+        Some(id) => {
+            let rule = policy.rules().get(id as usize)?;
+            let limit = rule.limits().get(l.index)?;
+            let current = Limit {
+                requests_per_unit: limit.reported.requests_per_unit,
+                unit: unit_name(limit.reported.unit),
+                name: rule.name.as_deref(),
+            };
+            (algorithm(&limit.limit), Some(current))
+        }
+        // A limit override: a fixed window, reported as the status's.
+        None => (
+            "fixed_window",
+            status.current_limit.as_ref().map(|c| Limit {
+                requests_per_unit: c.reported.requests_per_unit,
+                unit: unit_name(c.reported.unit),
+                name: c.name.as_deref(),
+            }),
+        ),
+    };
+    Some(LimitJson {
+        index: l.index,
+        algorithm,
+        current_limit,
+        allowed: d.is_allowed(),
+        decision: decision(&d),
+    })
+}
