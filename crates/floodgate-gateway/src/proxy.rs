@@ -158,25 +158,48 @@ impl Proxy {
         req: Request<Incoming>,
         client: ClientInfo,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
-        forward(&self.shared, req, client)
+        forward(&*self.shared, req, client)
     }
 
     /// [`forward`](Self::forward) owning the proxy (for a future that must
-    /// be `'static`), as a service's result.
-    pub async fn forward_owned(
+    /// be `'static`), as a service's result. The forwarding future itself,
+    /// not one awaiting it: a wrapper would be one more copy of it.
+    pub fn forward_owned(
         self,
         req: Request<Incoming>,
         client: ClientInfo,
-    ) -> Result<Response<ProxyBody>, Infallible> {
-        Ok(forward(&self.shared, req, client).await)
+    ) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static {
+        AlwaysOk {
+            inner: forward(self.shared, req, client),
+        }
     }
 }
 
-async fn forward(
-    shared: &Shared,
+pin_project_lite::pin_project! {
+    /// A future's output as an infallible result.
+    struct AlwaysOk<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future> Future for AlwaysOk<F> {
+    type Output = Result<F::Output, Infallible>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.project().inner.poll(cx).map(Ok)
+    }
+}
+
+async fn forward<S: std::ops::Deref<Target = Shared>>(
+    shared: S,
     mut req: Request<Incoming>,
     client: ClientInfo,
 ) -> Response<ProxyBody> {
+    let shared: &Shared = &shared;
     let peer = client.peer;
     let keep_proto = client.trusted_hop;
     let https = client.tls;
