@@ -1,7 +1,11 @@
 //! The local fallback of [`FailurePolicy::Local`](crate::FailurePolicy): an
 //! in-process [`MemoryBackend`] deciding the same limits, each count divided
 //! by the expected number of instances. Scaled limits are built once per
-//! distinct limit and cached, never per request.
+//! distinct limit and cached, never per request. The concurrency permits it
+//! admits are remembered until given back ([`permits`]), so that their
+//! releases find it whatever the breaker says by then.
+
+mod permits;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -13,10 +17,13 @@ use floodgate::algorithms::{
 use floodgate::{Apply, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{Item, MemoryBackend, SyncBackend};
 
+use permits::LocalPermits;
+
 pub(crate) struct LocalFallback {
     memory: MemoryBackend,
     divide_by: u32,
     scaled: RwLock<HashMap<AnyLimit, Arc<AnyLimit>>>,
+    permits: LocalPermits,
 }
 
 /// `limit` with every count, burst and capacity divided by `d` (rounded
@@ -80,12 +87,35 @@ pub fn scale(limit: &AnyLimit, d: u32) -> AnyLimit {
 }
 
 impl LocalFallback {
-    pub fn new(capacity: usize, divide_by: u32) -> Result<Self, floodgate::ConfigError> {
+    /// A store of `capacity` keys dividing limits by `divide_by`,
+    /// remembering at most `permit_bound` permits it admitted.
+    pub fn new(
+        capacity: usize,
+        divide_by: u32,
+        permit_bound: usize,
+    ) -> Result<Self, floodgate::ConfigError> {
         Ok(LocalFallback {
             memory: MemoryBackend::new(StoreConfig::with_capacity(capacity.max(1)))?,
             divide_by,
             scaled: RwLock::new(HashMap::new()),
+            permits: LocalPermits::new(permit_bound),
         })
+    }
+
+    /// Remembers at most `bound` permits from now on (forgetting those
+    /// remembered so far).
+    pub fn set_permit_bound(&mut self, bound: usize) {
+        self.permits = LocalPermits::new(bound);
+    }
+
+    /// The permits admitted here and not given back that are remembered.
+    pub fn permits(&self) -> usize {
+        self.permits.len()
+    }
+
+    /// The most permits remembered at once.
+    pub fn permit_bound(&self) -> usize {
+        self.permits.bound()
     }
 
     fn limit_for(&self, limit: &AnyLimit) -> Option<Arc<AnyLimit>> {
@@ -127,7 +157,35 @@ impl LocalFallback {
                 ..*i
             })
             .collect();
-        self.memory.decide_now(&local, now, apply, out)
+        let d = self.memory.decide_now(&local, now, apply, out);
+        // An admitted batch charged every item (concurrency limits charge
+        // admitted requests only).
+        if apply.charge_if_allowed() && d.is_allowed() {
+            for i in items {
+                if i.permit != 0 && i.cost > 0 && i.limit.is_concurrency() {
+                    self.permits.insert(i.permit, i.key, i.cost);
+                }
+            }
+        }
+        d
+    }
+
+    /// Gives back up to `units` of `item.permit` here if this store admitted
+    /// that permit (and it is still remembered); false otherwise, without
+    /// touching the store. Costs one atomic load while no permit is held.
+    pub fn release_permit(&self, item: Item<'_>, units: u64, now: Timestamp) -> bool {
+        if item.permit == 0 {
+            return false;
+        }
+        match self.permits.take(item.permit, item.key, units) {
+            Some(given) => {
+                if given > 0 {
+                    self.release(item, given, now);
+                }
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn release(&self, item: Item<'_>, units: u64, now: Timestamp) {

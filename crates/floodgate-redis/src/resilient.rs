@@ -25,9 +25,19 @@ use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 ///   one, the backend's otherwise; a batch mixing policies is answered by
 ///   its narrowest decision (one fail-closed item denies it), its `local`
 ///   items decided together, atomically, on the local store.
-/// * Releases go to Redis; those of items under the local policy also go
-///   to the local store when Redis fails or the breaker is open (where the
-///   permit was probably taken).
+/// * A release of a permit (`Item::permit` ≠ 0) goes to the store that
+///   admitted it, whatever the breaker says by then: to the local store if
+///   the local fallback admitted it (even after Redis is back), to Redis
+///   otherwise (even while the breaker is open; if Redis cannot take it,
+///   the permit is freed there when its lease ends). The local fallback
+///   remembers the permits it admitted, at most
+///   [`LOCAL_PERMIT_BOUND`](Self::LOCAL_PERMIT_BOUND) of them by default
+///   ([`with_local_permit_bound`](Self::with_local_permit_bound)); when
+///   full it forgets the oldest, whose releases then go to Redis and leave
+///   their local units taken.
+/// * Releases of items without a permit go to Redis while the breaker is
+///   closed; those under the local policy also go to the local store when
+///   Redis fails or the breaker is open.
 /// * Ready ([`Backend::is_ready`]) whenever the backend's policy decides
 ///   without Redis (`Local`, `FailOpen`); with `FailClosed`, only while the
 ///   breaker is closed.
@@ -40,6 +50,11 @@ pub struct ResilientBackend {
 }
 
 impl ResilientBackend {
+    /// How many permits admitted by the local fallback and not yet given
+    /// back are remembered at most, by default (see
+    /// [`with_local_permit_bound`](Self::with_local_permit_bound)).
+    pub const LOCAL_PERMIT_BOUND: usize = 1_000_000;
+
     /// Wraps `redis` with the policy and breaker of `config`.
     pub fn new(redis: RedisBackend, config: &RedisConfig) -> Result<Self, ConfigError> {
         config.check()?;
@@ -48,8 +63,12 @@ impl ResilientBackend {
             FailurePolicy::Local { divide_by } => divide_by,
             _ => 1,
         };
-        let local = LocalFallback::new(config.fallback_capacity, divide_by)
-            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let local = LocalFallback::new(
+            config.fallback_capacity,
+            divide_by,
+            Self::LOCAL_PERMIT_BOUND,
+        )
+        .map_err(|e| ConfigError::Client(e.to_string()))?;
         Ok(ResilientBackend {
             redis,
             policy: config.failure_policy,
@@ -57,6 +76,30 @@ impl ResilientBackend {
             local,
             stats: ResilienceStats::default(),
         })
+    }
+
+    /// Remembers at most `bound` permits admitted by the local fallback
+    /// (at least 2; the default is
+    /// [`LOCAL_PERMIT_BOUND`](Self::LOCAL_PERMIT_BOUND)). The live ones are
+    /// at most the requests in flight during an outage; the bound only
+    /// matters when holders never release. Once it is reached the oldest
+    /// are forgotten: their releases go to Redis, which does not hold them,
+    /// so the local units they hold stay taken.
+    pub fn with_local_permit_bound(mut self, bound: usize) -> Self {
+        self.local.set_permit_bound(bound);
+        self
+    }
+
+    /// The permits admitted by the local fallback, not given back yet, that
+    /// are remembered (so that their releases go to the local store).
+    pub fn local_permits(&self) -> usize {
+        self.local.permits()
+    }
+
+    /// The most permits [`local_permits`](Self::local_permits) counts at
+    /// once.
+    pub fn local_permit_bound(&self) -> usize {
+        self.local.permit_bound()
     }
 
     /// The wrapped backend (and its own counters).
@@ -121,6 +164,30 @@ impl ResilientBackend {
         self.apply_policy(items, now, apply, out, policy)
     }
 
+    /// Gives back `units` of `item` in Redis, whatever the breaker's state.
+    /// Only a release made while the breaker is closed counts towards it
+    /// (an open breaker keeps its own schedule of probes).
+    async fn release_to_redis(
+        &self,
+        item: Item<'_>,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<(), BackendError> {
+        let closed = self.breaker.state() == BreakerState::Closed;
+        let result = self.redis.release_inner(item, units, now).await;
+        match &result {
+            Ok(()) if closed => self.breaker.success(),
+            Ok(()) => {}
+            Err(_) => {
+                self.stats.backend_errors.inc();
+                if closed {
+                    self.breaker.failure(&self.stats);
+                }
+            }
+        }
+        result
+    }
+
     fn apply_policy(
         &self,
         items: &[Item<'_>],
@@ -160,17 +227,16 @@ impl Backend for ResilientBackend {
         now: Timestamp,
     ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
         async move {
+            if item.permit != 0 {
+                // Given back where it was taken.
+                if self.local.release_permit(item, units, now) {
+                    return Ok(());
+                }
+                return self.release_to_redis(item, units, now).await;
+            }
             // Releases never take the half-open probe (decisions do).
             let result = if self.breaker.state() == BreakerState::Closed {
-                let r = self.redis.release_inner(item, units, now).await;
-                match &r {
-                    Ok(()) => self.breaker.success(),
-                    Err(_) => {
-                        self.stats.backend_errors.inc();
-                        self.breaker.failure(&self.stats);
-                    }
-                }
-                r
+                self.release_to_redis(item, units, now).await
             } else {
                 Err(BackendError::Unavailable("circuit breaker open".into()))
             };

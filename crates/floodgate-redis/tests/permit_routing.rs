@@ -1,0 +1,287 @@
+//! Releases go to the store that admitted the permit, whatever the breaker
+//! says at release time: a permit the local fallback admitted during an
+//! outage is given back locally even after Redis is back, one Redis
+//! admitted is given back to Redis even while the breaker is open (and is
+//! never credited to the local store). The permits remembered for that
+//! stay bounded. Client-supplied time makes every lease instant exact; only
+//! the breaker's cool-down runs on the real clock.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Server, blank, item, permit};
+use floodgate::algorithms::{AnyLimit, Concurrency, FixedWindow};
+use floodgate::{Apply, Decision, Timestamp};
+use floodgate_policy::{Backend, BackendError};
+use floodgate_redis::{
+    BreakerConfig, BreakerState, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend,
+    TimeSource,
+};
+
+/// The lease of every permit here.
+const LEASE_US: u64 = 600_000_000;
+/// A time far from Redis's own clock (client-supplied time).
+const T0: u64 = 1_000_000_000_000;
+
+fn config(url: String) -> RedisConfig {
+    RedisConfig {
+        urls: vec![url],
+        mode: Mode::Single,
+        timeout: Duration::from_millis(50),
+        connect_timeout: Duration::from_millis(100),
+        time_source: TimeSource::Client {
+            expiry_slack: Duration::ZERO,
+        },
+        concurrency_lease: Some(Duration::from_micros(LEASE_US)),
+        failure_policy: FailurePolicy::Local { divide_by: 1 },
+        breaker: BreakerConfig {
+            failure_threshold: 1,
+            cool_down: Duration::from_millis(100),
+        },
+        ..RedisConfig::default()
+    }
+}
+
+async fn backend(server: &Server) -> ResilientBackend {
+    let config = config(server.url());
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    ResilientBackend::new(redis, &config).expect("resilient")
+}
+
+/// A backend whose Redis never answers (nothing listens on its port).
+async fn unreachable() -> ResilientBackend {
+    let config = config(format!("redis://127.0.0.1:{}", common::free_port()));
+    let redis = RedisBackend::connect_lazy(&config).await.expect("lazy");
+    ResilientBackend::new(redis, &config).expect("resilient")
+}
+
+/// One concurrency key of group `route`.
+struct Key<'a> {
+    b: &'a ResilientBackend,
+    limit: AnyLimit,
+    key: &'static [u8],
+}
+
+impl<'a> Key<'a> {
+    fn new(b: &'a ResilientBackend, max: u64, key: &'static [u8]) -> Self {
+        Key {
+            b,
+            limit: Concurrency::new(max).unwrap().into(),
+            key,
+        }
+    }
+
+    /// Takes `cost` units under permit `id` at `at` µs.
+    async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
+        let items = [permit(b"route", self.key, &self.limit, cost, id)];
+        let mut out = [blank()];
+        self.b
+            .decide(&items, Timestamp::from_micros(at), Apply::Commit, &mut out)
+            .await
+            .expect("decision")
+    }
+
+    /// Gives back `units` of permit `id` at `at` µs.
+    async fn release(&self, id: u64, units: u64, at: u64) -> Result<(), BackendError> {
+        let it = permit(b"route", self.key, &self.limit, 0, id);
+        self.b.release(it, units, Timestamp::from_micros(at)).await
+    }
+
+    /// The units held at `at` µs (a dry run, wherever the backend decides).
+    async fn held(&self, at: u64) -> u64 {
+        let items = [item(b"route", self.key, &self.limit, 0)];
+        let mut out = [blank()];
+        let d = self
+            .b
+            .decide(&items, Timestamp::from_micros(at), Apply::Check, &mut out)
+            .await
+            .expect("check");
+        assert!(d.is_allowed(), "{d:?}");
+        d.limit - d.remaining
+    }
+}
+
+/// Probes until the breaker has closed and Redis decides again.
+async fn wait_closed(b: &ResilientBackend) {
+    let limit = AnyLimit::from(FixedWindow::new(1_000_000, Duration::from_secs(3600)).unwrap());
+    let probe = [item(b"probe", b"probe:1", &limit, 1)];
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = b.redis().stats().decisions.get();
+        let mut out = [blank()];
+        b.decide(&probe, Timestamp::from_micros(T0), Apply::Commit, &mut out)
+            .await
+            .expect("decision");
+        if b.breaker_state() == BreakerState::Closed && b.redis().stats().decisions.get() > before {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "breaker still {:?}",
+            b.breaker_state()
+        );
+        // The breaker's cool-down runs on the real clock.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_taken_locally_is_given_back_locally_after_redis_returns() {
+    let mut server = Server::start();
+    let b = backend(&server).await;
+    let k = Key::new(&b, 1, b"route:local");
+    // Outage: the local fallback admits permit 1 and is then full.
+    tokio::task::block_in_place(|| server.kill());
+    assert!(k.acquire(1, 1, T0).await.is_allowed());
+    assert_eq!(b.breaker_state(), BreakerState::Open);
+    assert_eq!(b.stats().local_fallbacks.get(), 1);
+    assert!(k.acquire(2, 1, T0 + 1).await.is_denied());
+    assert_eq!(b.local_permits(), 1);
+    // Redis is back and the breaker closed before the request completes.
+    tokio::task::block_in_place(|| server.restart());
+    wait_closed(&b).await;
+    let calls = b.redis().stats().calls.get();
+    k.release(1, 1, T0 + 2).await.expect("given back locally");
+    assert_eq!(b.local_permits(), 0);
+    assert_eq!(
+        b.redis().stats().calls.get(),
+        calls,
+        "nothing sent to Redis"
+    );
+    // Redis decides its own key, untouched by the local permit.
+    assert!(k.acquire(3, 1, T0 + 3).await.is_allowed());
+    k.release(3, 1, T0 + 4).await.expect("given back to Redis");
+    assert_eq!(b.redis().stats().calls.get(), calls + 2);
+    assert_eq!(b.local_permits(), 0);
+    // A second outage: the local store has its whole capacity again.
+    tokio::task::block_in_place(|| server.kill());
+    let fallbacks = b.stats().local_fallbacks.get();
+    assert!(
+        k.acquire(4, 1, T0 + 5).await.is_allowed(),
+        "local unit leaked"
+    );
+    assert_eq!(b.stats().local_fallbacks.get(), fallbacks + 1);
+    assert!(k.acquire(5, 1, T0 + 6).await.is_denied());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
+    // Written to its append-only file, the key survives a restart.
+    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let b = backend(&server).await;
+    let k = Key::new(&b, 2, b"route:redis");
+    assert!(k.acquire(1, 1, T0).await.is_allowed());
+    assert_eq!(b.redis().stats().decisions.get(), 1);
+    assert_eq!(b.local_permits(), 0);
+    // Outage: the local store admits permit 2 (one of its two units).
+    tokio::task::block_in_place(|| server.kill());
+    assert!(k.acquire(2, 1, T0 + 1).await.is_allowed());
+    assert_eq!(b.breaker_state(), BreakerState::Open);
+    assert_eq!(b.local_permits(), 1);
+    // Permit 1's release goes to Redis, which cannot take it.
+    let calls = b.redis().stats().calls.get();
+    let e = k.release(1, 1, T0 + 2).await.unwrap_err();
+    assert_eq!(b.redis().stats().calls.get(), calls + 1);
+    assert!(
+        matches!(e, BackendError::Unavailable(_) | BackendError::Timeout(_)),
+        "{e}"
+    );
+    assert_eq!(b.breaker_state(), BreakerState::Open);
+    // The local store was not credited: one unit left there, not two.
+    assert_eq!(k.held(T0 + 3).await, 1);
+    assert!(k.acquire(3, 1, T0 + 4).await.is_allowed());
+    assert!(k.acquire(4, 1, T0 + 5).await.is_denied());
+    k.release(2, 1, T0 + 6).await.expect("given back locally");
+    k.release(3, 1, T0 + 6).await.expect("given back locally");
+    assert_eq!(b.local_permits(), 0);
+    // Redis is back: it still holds permit 1, until its lease ends.
+    tokio::task::block_in_place(|| server.restart());
+    wait_closed(&b).await;
+    let decided = b.redis().stats().decisions.get();
+    assert_eq!(k.held(T0 + 7).await, 1);
+    assert_eq!(k.held(T0 + LEASE_US - 1).await, 1);
+    assert_eq!(k.held(T0 + LEASE_US).await, 0);
+    assert_eq!(b.redis().stats().decisions.get(), decided + 3);
+    // Or until a later release.
+    k.release(1, 1, T0 + 8).await.expect("given back to Redis");
+    assert_eq!(k.held(T0 + 9).await, 0);
+    assert_eq!(b.redis().stats().decisions.get(), decided + 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remembered_permits_stay_bounded() {
+    let b = unreachable().await.with_local_permit_bound(64);
+    assert_eq!(b.local_permit_bound(), 64);
+    let k = Key::new(&b, 10_000, b"route:bounded");
+    // Holders that never give back: the oldest are forgotten.
+    for id in 1..=1_000u64 {
+        assert!(k.acquire(id, 1, T0 + id).await.is_allowed(), "{id}");
+        assert!(b.local_permits() <= 64, "{id}: {}", b.local_permits());
+    }
+    assert_eq!(b.breaker_state(), BreakerState::Open);
+    // One shard at this bound: the newest ones are remembered.
+    let n = b.local_permits() as u64;
+    assert!((32..=64).contains(&n), "{n}");
+    assert_eq!(k.held(T0 + 2_000).await, 1_000);
+    for id in (1_001 - n..=1_000).rev() {
+        k.release(id, 1, T0 + 2_001)
+            .await
+            .expect("given back locally");
+    }
+    assert_eq!(b.local_permits(), 0);
+    assert_eq!(k.held(T0 + 2_001).await, 1_000 - n);
+    // A forgotten one goes to Redis, and its local unit stays taken.
+    assert!(k.release(1_000 - n, 1, T0 + 2_002).await.is_err());
+    assert!(k.release(1, 1, T0 + 2_002).await.is_err());
+    assert_eq!(k.held(T0 + 2_002).await, 1_000 - n);
+    // Requests that complete leave nothing behind, however many.
+    for id in 2_000..5_000u64 {
+        assert!(k.acquire(id, 2, T0 + id).await.is_allowed(), "{id}");
+        k.release(id, 2, T0 + id).await.expect("local");
+    }
+    assert_eq!(b.local_permits(), 0);
+    assert_eq!(k.held(T0 + 5_000).await, 1_000 - n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_of_a_permit_give_back_at_most_what_it_took() {
+    let b = unreachable().await;
+    let k = Key::new(&b, 4, b"route:partial");
+    assert!(k.acquire(1, 3, T0).await.is_allowed());
+    assert!(k.acquire(2, 1, T0).await.is_allowed());
+    k.release(1, 2, T0 + 1).await.expect("local");
+    assert_eq!(k.held(T0 + 1).await, 2);
+    assert_eq!(b.local_permits(), 2);
+    // More than it still holds: only its last unit, never permit 2's.
+    k.release(1, 5, T0 + 2).await.expect("local");
+    assert_eq!(k.held(T0 + 2).await, 1);
+    assert_eq!(b.local_permits(), 1);
+    // Given back already: to Redis, not to the local store.
+    assert!(k.release(1, 1, T0 + 3).await.is_err());
+    assert_eq!(k.held(T0 + 3).await, 1);
+    // A dry run holds nothing and is not remembered.
+    let items = [permit(b"route", k.key, &k.limit, 1, 9)];
+    let mut out = [blank()];
+    b.decide(&items, Timestamp::from_micros(T0), Apply::Check, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(b.local_permits(), 1);
+}
+
+/// Items built without a permit (0) keep the breaker's routing: to the
+/// local store while the breaker is open, for items under the local policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_without_a_permit_follow_the_breaker() {
+    let b = unreachable().await;
+    let k = Key::new(&b, 2, b"route:anonymous");
+    let calls = b.redis().stats().calls.get();
+    assert!(k.acquire(0, 1, T0).await.is_allowed());
+    assert!(k.acquire(0, 1, T0).await.is_allowed());
+    assert!(k.acquire(0, 1, T0).await.is_denied());
+    assert_eq!(b.local_permits(), 0);
+    assert!(k.release(0, 1, T0 + 1).await.is_err());
+    assert_eq!(k.held(T0 + 1).await, 1);
+    // Only the first decision tried Redis; the release did not.
+    assert_eq!(b.redis().stats().calls.get(), calls + 1);
+}
