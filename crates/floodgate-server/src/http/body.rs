@@ -75,3 +75,28 @@ pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON request: {e}")))
 }
+
+/// A JSON API call's body (`api`), read and checked: its bytes, or the
+/// error to answer, counted in the call's metrics (413 as resource
+/// exhaustion, every other refusal as an invalid argument).
+pub fn json_call(
+    svc: &crate::service::Service,
+    api: crate::metrics::Api,
+    headers: &HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+    started: std::time::Instant,
+) -> Result<Bytes, ApiError> {
+    let bytes = bytes(raw).inspect_err(|e| {
+        let class = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            crate::metrics::ErrorClass::ResourceExhausted
+        } else {
+            crate::metrics::ErrorClass::InvalidArgument
+        };
+        svc.metrics.failed(api, class, started);
+    })?;
+    require_json(headers).inspect_err(|_| {
+        svc.metrics
+            .failed(api, crate::metrics::ErrorClass::InvalidArgument, started);
+    })?;
+    Ok(bytes)
+}

@@ -25,7 +25,7 @@ use super::check_limits::{self, LimitJson};
 use super::envoy_json::{code_name, unit_name};
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
-use crate::metrics::{Api, ErrorClass};
+use crate::metrics::Api;
 use crate::service::Service;
 
 #[derive(Deserialize)]
@@ -180,16 +180,7 @@ async fn run(
         );
         e
     };
-    let bytes = body::bytes(raw).map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            svc.metrics
-                .failed(Api::Check, ErrorClass::ResourceExhausted, started);
-            e
-        } else {
-            invalid(e)
-        }
-    })?;
-    body::require_json(headers).map_err(invalid)?;
+    let bytes = body::json_call(svc, Api::Check, headers, raw, started)?;
     let req: CheckRequest<'_> = body::parse(&bytes).map_err(invalid)?;
     let apply = if req.dry_run {
         Apply::Check

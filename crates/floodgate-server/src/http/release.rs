@@ -24,7 +24,7 @@ use super::check::reason;
 use super::json_types::{JsonDescriptor, opt_u32_num, opt_u64_num};
 use super::{ApiError, body};
 use crate::backend::AnyBackend;
-use crate::metrics::{Api, ErrorClass};
+use crate::metrics::Api;
 use crate::service::Service;
 
 #[derive(Deserialize)]
@@ -89,16 +89,7 @@ async fn run(
         );
         e
     };
-    let bytes = body::bytes(raw).map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            svc.metrics
-                .failed(Api::Release, ErrorClass::ResourceExhausted, started);
-            e
-        } else {
-            invalid(e)
-        }
-    })?;
-    body::require_json(headers).map_err(invalid)?;
+    let bytes = body::json_call(svc, Api::Release, headers, raw, started)?;
     let req: ReleaseRequest<'_> = body::parse(&bytes).map_err(invalid)?;
     if req.dry_run {
         return Err(invalid(ApiError::bad_request(
