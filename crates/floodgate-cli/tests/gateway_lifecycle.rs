@@ -7,11 +7,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::{Redis, free_port, http_request, wait_until};
+use floodgate_testkit::{Process, Redis, free_port, http_request, wait_until};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -46,77 +46,38 @@ fn upstream() -> Upstream {
 
 /// A running `floodgate gateway` on free ports (the listener by flag, the
 /// admin listener by environment), its configuration in a temporary
-/// directory. Killed on drop.
+/// directory. Killed on drop; the [`Process`] methods apply to it.
 struct Gateway {
-    child: Option<Child>,
+    process: Process,
     port: u16,
     admin: u16,
-    dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Gateway {
+    type Target = Process;
+
+    fn deref(&self) -> &Process {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Gateway {
+    fn deref_mut(&mut self) -> &mut Process {
+        &mut self.process
+    }
 }
 
 impl Gateway {
     /// Starts the gateway on `config` with extra environment variables and
     /// waits until `/ready` answers 200.
     fn start(config: &str, env: &[(&str, &str)]) -> Gateway {
-        let (mut child, port, admin, dir) = spawn(config, env);
-        let ready = wait_until(Duration::from_secs(20), || {
-            matches!(child.try_wait(), Ok(Some(_)))
-                || matches!(
-                    http_request(admin, "GET", "/ready", None, b""),
-                    Some((200, _))
-                )
-        });
-        let exited = child.try_wait().ok().flatten();
-        let gw = Gateway {
-            child: Some(child),
+        let (mut process, port, admin) = spawn(config, env);
+        process.wait_ready(admin);
+        Gateway {
+            process,
             port,
             admin,
-            dir,
-        };
-        assert!(
-            ready && exited.is_none(),
-            "the gateway did not become ready (exit: {exited:?}); its log:\n{}",
-            gw.log()
-        );
-        gw
-    }
-
-    fn config_path(&self) -> PathBuf {
-        self.dir.path().join("gateway.yaml")
-    }
-
-    /// Replaces the configuration file (atomically, by rename).
-    fn write_config(&self, text: &str) {
-        let tmp = self.dir.path().join(".gateway.yaml.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.config_path()).unwrap();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
-        let _ = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .status();
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let mut status = None;
-        wait_until(timeout, || {
-            status = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            status.is_some()
-        });
-        if status.is_some() {
-            self.child = None;
         }
-        status
     }
 
     /// The value of the first metric line starting with `prefix` (0 when
@@ -172,39 +133,28 @@ impl Gateway {
     }
 }
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Spawns `floodgate gateway` on `config` without waiting for it.
-fn spawn(config: &str, env: &[(&str, &str)]) -> (Child, u16, u16, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, config).unwrap();
+/// Spawns `floodgate gateway` on `config` without waiting for it; its
+/// listener and admin ports.
+fn spawn(config: &str, env: &[(&str, &str)]) -> (Process, u16, u16) {
     let (port, admin) = (free_port(), free_port());
-    let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.arg("gateway")
-        .arg("--config")
-        .arg(&path)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
-        .env_remove("REDIS_URL")
-        .env_remove("FLOODGATE_CONFIG")
-        .env_remove("FLOODGATE_SHUTDOWN_DELAY")
-        .env_remove("FLOODGATE_SHUTDOWN_GRACE")
-        .env_remove("FLOODGATE_RELOAD_INTERVAL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    (cmd.spawn().expect("spawn floodgate"), port, admin, dir)
+    let process = Process::spawn("gateway.yaml", config, |path| {
+        let mut cmd = Command::new(bin());
+        cmd.arg("gateway")
+            .arg("--config")
+            .arg(path)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
+            .env_remove("REDIS_URL")
+            .env_remove("FLOODGATE_CONFIG")
+            .env_remove("FLOODGATE_SHUTDOWN_DELAY")
+            .env_remove("FLOODGATE_SHUTDOWN_GRACE")
+            .env_remove("FLOODGATE_RELOAD_INTERVAL");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    });
+    (process, port, admin)
 }
 
 /// One HTTP/1.1 GET on a new connection: the status and the response
@@ -524,16 +474,10 @@ fn a_bad_shutdown_delay_stops_startup_naming_it() {
         let env: Vec<(&str, &str)> = env
             .map(|v| vec![("FLOODGATE_SHUTDOWN_DELAY", v)])
             .unwrap_or_default();
-        let (mut child, _, _, dir) = spawn(&config, &env);
-        let mut status = None;
-        wait_until(Duration::from_secs(10), || {
-            status = child.try_wait().ok().flatten();
-            status.is_some()
-        });
-        let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+        let (mut process, _, _) = spawn(&config, &env);
+        let status = process.wait_exit(Duration::from_secs(10));
+        let log = process.log();
         let Some(status) = status else {
-            let _ = child.kill();
-            let _ = child.wait();
             panic!("started with {config} {env:?}; log:\n{log}");
         };
         assert!(!status.success(), "{config} {env:?}");

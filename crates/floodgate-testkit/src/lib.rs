@@ -6,10 +6,12 @@
 
 mod floodgate;
 mod net;
+mod process;
 mod redis;
 
 pub use floodgate::Floodgate;
 pub use net::{free_port, http_request, wait_until};
+pub use process::Process;
 pub use redis::Redis;
 
 use std::path::PathBuf;
