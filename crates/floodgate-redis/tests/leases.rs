@@ -10,9 +10,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cluster, Server, blank, item, permit};
+use common::{Cluster, PermitKey, Server, blank, item, permit};
 use floodgate::algorithms::{AnyLimit, Concurrency, FixedWindow};
-use floodgate::{Apply, Decision, ManualClock, Timestamp};
+use floodgate::{Apply, ManualClock, Timestamp};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Backend, Code, Engine, OwnedDescriptor, PolicySet, Response};
 use floodgate_redis::{
@@ -44,56 +44,7 @@ async fn backend(server: &Server) -> RedisBackend {
         .expect("connect")
 }
 
-/// One concurrency key of group `lease`.
-struct Key<'a, B> {
-    b: &'a B,
-    limit: AnyLimit,
-    key: &'static [u8],
-}
-
-impl<'a, B: Backend> Key<'a, B> {
-    fn new(b: &'a B, max: u64, key: &'static [u8]) -> Self {
-        Key {
-            b,
-            limit: Concurrency::new(max).unwrap().into(),
-            key,
-        }
-    }
-
-    /// Takes `cost` units under permit `id` at `at` µs.
-    async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
-        let items = [permit(b"lease", self.key, &self.limit, cost, id)];
-        let mut out = [blank()];
-        self.b
-            .decide(&items, Timestamp::from_micros(at), Apply::Commit, &mut out)
-            .await
-            .expect("decision")
-    }
-
-    /// Gives back `units` of permit `id` at `at` µs.
-    async fn release(&self, id: u64, units: u64, at: u64) {
-        let it = permit(b"lease", self.key, &self.limit, 0, id);
-        self.b
-            .release(it, units, Timestamp::from_micros(at))
-            .await
-            .expect("release");
-    }
-
-    /// The units held at `at` µs (a dry run).
-    async fn held(&self, at: u64) -> u64 {
-        let items = [item(b"lease", self.key, &self.limit, 0)];
-        let mut out = [blank()];
-        let d = self
-            .b
-            .decide(&items, Timestamp::from_micros(at), Apply::Check, &mut out)
-            .await
-            .expect("check");
-        assert!(d.is_allowed(), "{d:?}");
-        d.limit - d.remaining
-    }
-}
-
-impl Key<'_, RedisBackend> {
+impl PermitKey<'_, RedisBackend> {
     fn name(&self) -> Vec<u8> {
         self.b.state_key(&item(b"lease", self.key, &self.limit, 0))
     }
@@ -103,7 +54,7 @@ impl Key<'_, RedisBackend> {
 async fn a_leaked_permit_is_freed_a_lease_after_its_acquisition_under_steady_traffic() {
     let server = Server::start();
     let b = backend(&server).await;
-    let k = Key::new(&b, 3, b"lease:leak");
+    let k = PermitKey::new(&b, b"lease", 3, b"lease:leak");
     // A holder takes a unit and never gives it back.
     assert!(k.acquire(1, 1, T0).await.is_allowed());
     // Meanwhile, every 250 ms a request takes a unit and gives it back
@@ -138,7 +89,7 @@ async fn a_released_permit_is_freed_at_once() {
     let server = Server::start();
     let mut conn = server.conn();
     let b = backend(&server).await;
-    let k = Key::new(&b, 3, b"lease:released");
+    let k = PermitKey::new(&b, b"lease", 3, b"lease:released");
     assert_eq!(k.acquire(7, 2, T0).await.remaining, 1);
     assert!(k.acquire(8, 1, T0 + 1).await.is_allowed());
     assert!(k.acquire(9, 1, T0 + 2).await.is_denied());
@@ -157,7 +108,7 @@ async fn each_permit_expires_at_its_own_time() {
     let server = Server::start();
     let mut conn = server.conn();
     let b = backend(&server).await;
-    let k = Key::new(&b, 5, b"lease:own");
+    let k = PermitKey::new(&b, b"lease", 5, b"lease:own");
     let s = 1_000_000;
     assert!(k.acquire(1, 1, T0).await.is_allowed());
     assert!(k.acquire(2, 2, T0 + 3 * s).await.is_allowed());
@@ -192,7 +143,7 @@ async fn the_key_expires_when_the_last_lease_ends_on_server_time() {
         ..RedisConfig::default()
     };
     let b = RedisBackend::connect(&config).await.expect("connect");
-    let k = Key::new(&b, 3, b"lease:server");
+    let k = PermitKey::new(&b, b"lease", 3, b"lease:server");
     let lease_us = floodgate_redis::DEFAULT_CONCURRENCY_LEASE.as_micros() as u64;
     let expiry = || -> u64 {
         redis::cmd("PEXPIRETIME")
@@ -228,7 +179,7 @@ async fn releases_naming_nothing_held_are_harmless() {
     let server = Server::start();
     let mut conn = server.conn();
     let b = backend(&server).await;
-    let k = Key::new(&b, 5, b"lease:odd");
+    let k = PermitKey::new(&b, b"lease", 5, b"lease:odd");
     let s = 1_000_000;
     assert!(k.acquire(1, 2, T0).await.is_allowed());
     assert!(k.acquire(2, 1, T0 + s).await.is_allowed());
@@ -284,7 +235,7 @@ async fn permits_without_a_lease_are_held_until_released() {
     })
     .await
     .expect("connect");
-    let k = Key::new(&b, 2, b"lease:none");
+    let k = PermitKey::new(&b, b"lease", 2, b"lease:none");
     assert!(k.acquire(1, 1, T0).await.is_allowed());
     assert!(k.acquire(2, 1, T0 + 1).await.is_allowed());
     let far = T0 + 1_000 * LEASE_US;
@@ -300,7 +251,7 @@ async fn a_legacy_count_is_one_permit_with_a_lease() {
     let server = Server::start();
     let mut conn = server.conn();
     let b = backend(&server).await;
-    let k = Key::new(&b, 3, b"lease:legacy");
+    let k = PermitKey::new(&b, b"lease", 3, b"lease:legacy");
     // 'c<held>': the state before permits had leases of their own.
     let _: () = conn.set(k.name(), "c2").unwrap();
     // A release names no permit of it: left as it is.
@@ -372,7 +323,7 @@ async fn releases_during_an_outage_go_to_the_local_store() {
     };
     let redis = RedisBackend::connect(&config).await.expect("connect");
     let b = ResilientBackend::new(redis, &config).expect("resilient");
-    let k = Key::new(&b, 1, b"lease:outage");
+    let k = PermitKey::new(&b, b"lease", 1, b"lease:outage");
     // In Redis while it is up.
     assert!(k.acquire(1, 1, T0).await.is_allowed());
     k.release(1, 1, T0).await;

@@ -10,9 +10,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Server, blank, item, permit};
-use floodgate::algorithms::{AnyLimit, Concurrency, FixedWindow};
-use floodgate::{Apply, Decision, Timestamp};
+use common::{PermitKey, Server, blank, item, permit};
+use floodgate::algorithms::{AnyLimit, FixedWindow};
+use floodgate::{Apply, Timestamp};
 use floodgate_policy::{Backend, BackendError};
 use floodgate_redis::{
     BreakerConfig, BreakerState, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend,
@@ -56,52 +56,6 @@ async fn unreachable() -> ResilientBackend {
     ResilientBackend::new(redis, &config).expect("resilient")
 }
 
-/// One concurrency key of group `route`.
-struct Key<'a> {
-    b: &'a ResilientBackend,
-    limit: AnyLimit,
-    key: &'static [u8],
-}
-
-impl<'a> Key<'a> {
-    fn new(b: &'a ResilientBackend, max: u64, key: &'static [u8]) -> Self {
-        Key {
-            b,
-            limit: Concurrency::new(max).unwrap().into(),
-            key,
-        }
-    }
-
-    /// Takes `cost` units under permit `id` at `at` µs.
-    async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
-        let items = [permit(b"route", self.key, &self.limit, cost, id)];
-        let mut out = [blank()];
-        self.b
-            .decide(&items, Timestamp::from_micros(at), Apply::Commit, &mut out)
-            .await
-            .expect("decision")
-    }
-
-    /// Gives back `units` of permit `id` at `at` µs.
-    async fn release(&self, id: u64, units: u64, at: u64) -> Result<(), BackendError> {
-        let it = permit(b"route", self.key, &self.limit, 0, id);
-        self.b.release(it, units, Timestamp::from_micros(at)).await
-    }
-
-    /// The units held at `at` µs (a dry run, wherever the backend decides).
-    async fn held(&self, at: u64) -> u64 {
-        let items = [item(b"route", self.key, &self.limit, 0)];
-        let mut out = [blank()];
-        let d = self
-            .b
-            .decide(&items, Timestamp::from_micros(at), Apply::Check, &mut out)
-            .await
-            .expect("check");
-        assert!(d.is_allowed(), "{d:?}");
-        d.limit - d.remaining
-    }
-}
-
 /// Probes until the breaker has closed and Redis decides again.
 async fn wait_closed(b: &ResilientBackend) {
     let limit = AnyLimit::from(FixedWindow::new(1_000_000, Duration::from_secs(3600)).unwrap());
@@ -130,7 +84,7 @@ async fn wait_closed(b: &ResilientBackend) {
 async fn a_permit_taken_locally_is_given_back_locally_after_redis_returns() {
     let mut server = Server::start();
     let b = backend(&server).await;
-    let k = Key::new(&b, 1, b"route:local");
+    let k = PermitKey::new(&b, b"route", 1, b"route:local");
     // Outage: the local fallback admits permit 1 and is then full.
     tokio::task::block_in_place(|| server.kill());
     assert!(k.acquire(1, 1, T0).await.is_allowed());
@@ -142,7 +96,9 @@ async fn a_permit_taken_locally_is_given_back_locally_after_redis_returns() {
     tokio::task::block_in_place(|| server.restart());
     wait_closed(&b).await;
     let calls = b.redis().stats().calls.get();
-    k.release(1, 1, T0 + 2).await.expect("given back locally");
+    k.try_release(1, 1, T0 + 2)
+        .await
+        .expect("given back locally");
     assert_eq!(b.local_permits(), 0);
     assert_eq!(
         b.redis().stats().calls.get(),
@@ -151,7 +107,9 @@ async fn a_permit_taken_locally_is_given_back_locally_after_redis_returns() {
     );
     // Redis decides its own key, untouched by the local permit.
     assert!(k.acquire(3, 1, T0 + 3).await.is_allowed());
-    k.release(3, 1, T0 + 4).await.expect("given back to Redis");
+    k.try_release(3, 1, T0 + 4)
+        .await
+        .expect("given back to Redis");
     assert_eq!(b.redis().stats().calls.get(), calls + 2);
     assert_eq!(b.local_permits(), 0);
     // A second outage: the local store has its whole capacity again.
@@ -170,7 +128,7 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
     // Written to its append-only file, the key survives a restart.
     let mut server = Server::start_with(&["--appendonly", "yes"]);
     let b = backend(&server).await;
-    let k = Key::new(&b, 2, b"route:redis");
+    let k = PermitKey::new(&b, b"route", 2, b"route:redis");
     assert!(k.acquire(1, 1, T0).await.is_allowed());
     assert_eq!(b.redis().stats().decisions.get(), 1);
     assert_eq!(b.local_permits(), 0);
@@ -181,7 +139,7 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
     assert_eq!(b.local_permits(), 1);
     // Permit 1's release goes to Redis, which cannot take it.
     let calls = b.redis().stats().calls.get();
-    let e = k.release(1, 1, T0 + 2).await.unwrap_err();
+    let e = k.try_release(1, 1, T0 + 2).await.unwrap_err();
     assert_eq!(b.redis().stats().calls.get(), calls + 1);
     assert!(
         matches!(e, BackendError::Unavailable(_) | BackendError::Timeout(_)),
@@ -192,8 +150,12 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
     assert_eq!(k.held(T0 + 3).await, 1);
     assert!(k.acquire(3, 1, T0 + 4).await.is_allowed());
     assert!(k.acquire(4, 1, T0 + 5).await.is_denied());
-    k.release(2, 1, T0 + 6).await.expect("given back locally");
-    k.release(3, 1, T0 + 6).await.expect("given back locally");
+    k.try_release(2, 1, T0 + 6)
+        .await
+        .expect("given back locally");
+    k.try_release(3, 1, T0 + 6)
+        .await
+        .expect("given back locally");
     assert_eq!(b.local_permits(), 0);
     // Redis is back: it still holds permit 1, until its lease ends.
     tokio::task::block_in_place(|| server.restart());
@@ -204,7 +166,9 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
     assert_eq!(k.held(T0 + LEASE_US).await, 0);
     assert_eq!(b.redis().stats().decisions.get(), decided + 3);
     // Or until a later release.
-    k.release(1, 1, T0 + 8).await.expect("given back to Redis");
+    k.try_release(1, 1, T0 + 8)
+        .await
+        .expect("given back to Redis");
     assert_eq!(k.held(T0 + 9).await, 0);
     assert_eq!(b.redis().stats().decisions.get(), decided + 4);
 }
@@ -213,7 +177,7 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
 async fn the_remembered_permits_stay_bounded() {
     let b = unreachable().await.with_local_permit_bound(64);
     assert_eq!(b.local_permit_bound(), 64);
-    let k = Key::new(&b, 10_000, b"route:bounded");
+    let k = PermitKey::new(&b, b"route", 10_000, b"route:bounded");
     // Holders that never give back: the oldest are forgotten.
     for id in 1..=1_000u64 {
         assert!(k.acquire(id, 1, T0 + id).await.is_allowed(), "{id}");
@@ -225,20 +189,20 @@ async fn the_remembered_permits_stay_bounded() {
     assert!((32..=64).contains(&n), "{n}");
     assert_eq!(k.held(T0 + 2_000).await, 1_000);
     for id in (1_001 - n..=1_000).rev() {
-        k.release(id, 1, T0 + 2_001)
+        k.try_release(id, 1, T0 + 2_001)
             .await
             .expect("given back locally");
     }
     assert_eq!(b.local_permits(), 0);
     assert_eq!(k.held(T0 + 2_001).await, 1_000 - n);
     // A forgotten one goes to Redis, and its local unit stays taken.
-    assert!(k.release(1_000 - n, 1, T0 + 2_002).await.is_err());
-    assert!(k.release(1, 1, T0 + 2_002).await.is_err());
+    assert!(k.try_release(1_000 - n, 1, T0 + 2_002).await.is_err());
+    assert!(k.try_release(1, 1, T0 + 2_002).await.is_err());
     assert_eq!(k.held(T0 + 2_002).await, 1_000 - n);
     // Requests that complete leave nothing behind, however many.
     for id in 2_000..5_000u64 {
         assert!(k.acquire(id, 2, T0 + id).await.is_allowed(), "{id}");
-        k.release(id, 2, T0 + id).await.expect("local");
+        k.try_release(id, 2, T0 + id).await.expect("local");
     }
     assert_eq!(b.local_permits(), 0);
     assert_eq!(k.held(T0 + 5_000).await, 1_000 - n);
@@ -247,18 +211,18 @@ async fn the_remembered_permits_stay_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_of_a_permit_give_back_at_most_what_it_took() {
     let b = unreachable().await;
-    let k = Key::new(&b, 4, b"route:partial");
+    let k = PermitKey::new(&b, b"route", 4, b"route:partial");
     assert!(k.acquire(1, 3, T0).await.is_allowed());
     assert!(k.acquire(2, 1, T0).await.is_allowed());
-    k.release(1, 2, T0 + 1).await.expect("local");
+    k.try_release(1, 2, T0 + 1).await.expect("local");
     assert_eq!(k.held(T0 + 1).await, 2);
     assert_eq!(b.local_permits(), 2);
     // More than it still holds: only its last unit, never permit 2's.
-    k.release(1, 5, T0 + 2).await.expect("local");
+    k.try_release(1, 5, T0 + 2).await.expect("local");
     assert_eq!(k.held(T0 + 2).await, 1);
     assert_eq!(b.local_permits(), 1);
     // Given back already: to Redis, not to the local store.
-    assert!(k.release(1, 1, T0 + 3).await.is_err());
+    assert!(k.try_release(1, 1, T0 + 3).await.is_err());
     assert_eq!(k.held(T0 + 3).await, 1);
     // A dry run holds nothing and is not remembered.
     let items = [permit(b"route", k.key, &k.limit, 1, 9)];
@@ -274,13 +238,13 @@ async fn releases_of_a_permit_give_back_at_most_what_it_took() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_without_a_permit_follow_the_breaker() {
     let b = unreachable().await;
-    let k = Key::new(&b, 2, b"route:anonymous");
+    let k = PermitKey::new(&b, b"route", 2, b"route:anonymous");
     let calls = b.redis().stats().calls.get();
     assert!(k.acquire(0, 1, T0).await.is_allowed());
     assert!(k.acquire(0, 1, T0).await.is_allowed());
     assert!(k.acquire(0, 1, T0).await.is_denied());
     assert_eq!(b.local_permits(), 0);
-    assert!(k.release(0, 1, T0 + 1).await.is_err());
+    assert!(k.try_release(0, 1, T0 + 1).await.is_err());
     assert_eq!(k.held(T0 + 1).await, 1);
     // Only the first decision tried Redis; the release did not.
     assert_eq!(b.redis().stats().calls.get(), calls + 1);

@@ -11,6 +11,7 @@
 
 mod cluster;
 mod load;
+mod permit_key;
 mod process;
 mod sentinel;
 mod server;
@@ -24,6 +25,7 @@ use floodgate_policy::Item;
 
 pub use cluster::Cluster;
 pub use load::Load;
+pub use permit_key::PermitKey;
 pub use process::{free_port, ping};
 pub use sentinel::{MASTER, Sentinel, SentinelSet, wait};
 pub use server::{Server, cli};

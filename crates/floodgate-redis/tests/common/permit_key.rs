@@ -1,0 +1,61 @@
+//! One concurrency key, acquired and released under permit ids.
+
+use floodgate::algorithms::{AnyLimit, Concurrency};
+use floodgate::{Apply, Decision, Timestamp};
+use floodgate_policy::{Backend, BackendError};
+
+use super::{blank, item, permit};
+
+/// One concurrency key of a group, decided through backend `b`.
+pub struct PermitKey<'a, B> {
+    pub b: &'a B,
+    pub group: &'static [u8],
+    pub limit: AnyLimit,
+    pub key: &'static [u8],
+}
+
+impl<'a, B: Backend> PermitKey<'a, B> {
+    /// Key `key` of `group`, at most `max` units in flight.
+    pub fn new(b: &'a B, group: &'static [u8], max: u64, key: &'static [u8]) -> Self {
+        PermitKey {
+            b,
+            group,
+            limit: Concurrency::new(max).unwrap().into(),
+            key,
+        }
+    }
+
+    /// Takes `cost` units under permit `id` at `at` µs.
+    pub async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
+        let items = [permit(self.group, self.key, &self.limit, cost, id)];
+        let mut out = [blank()];
+        self.b
+            .decide(&items, Timestamp::from_micros(at), Apply::Commit, &mut out)
+            .await
+            .expect("decision")
+    }
+
+    /// Gives back `units` of permit `id` at `at` µs: what the backend says.
+    pub async fn try_release(&self, id: u64, units: u64, at: u64) -> Result<(), BackendError> {
+        let it = permit(self.group, self.key, &self.limit, 0, id);
+        self.b.release(it, units, Timestamp::from_micros(at)).await
+    }
+
+    /// Gives back `units` of permit `id` at `at` µs, which must succeed.
+    pub async fn release(&self, id: u64, units: u64, at: u64) {
+        self.try_release(id, units, at).await.expect("release");
+    }
+
+    /// The units held at `at` µs (a dry run, wherever the backend decides).
+    pub async fn held(&self, at: u64) -> u64 {
+        let items = [item(self.group, self.key, &self.limit, 0)];
+        let mut out = [blank()];
+        let d = self
+            .b
+            .decide(&items, Timestamp::from_micros(at), Apply::Check, &mut out)
+            .await
+            .expect("check");
+        assert!(d.is_allowed(), "{d:?}");
+        d.limit - d.remaining
+    }
+}
