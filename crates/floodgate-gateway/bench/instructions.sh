@@ -15,7 +15,16 @@ DUR=${1:-10s}
 BENCH=crates/floodgate-gateway/bench
 BIN=${CARGO_TARGET_DIR:-target}/release/floodgate
 NGINX=${NGINX:-/usr/sbin/nginx}
-command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+need=()
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "==> installing ${need[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
 cargo build --release -p floodgate-cli --quiet
 WORK=$(mktemp -d)
 PIDS=()
