@@ -161,9 +161,10 @@ impl<B: Backend> Gateway<B> {
     ) -> Result<Response<GatewayBody>, Infallible> {
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
-            return Ok(self
-                .proxy
-                .forward(req, client)
+            // Boxed (here and below): the forwarding future is kilobytes,
+            // and a future held inline is copied whole each time the one
+            // holding it moves (into hyper's connection, per request).
+            return Ok(Box::pin(self.proxy.forward(req, client))
                 .await
                 .map(GatewayBody::direct));
         };
@@ -174,12 +175,13 @@ impl<B: Backend> Gateway<B> {
         client.trusted_hop = l.trusts_proxies
             && req.headers().contains_key(X_FORWARDED_PROTO)
             && l.identity.client_ip(req.headers(), peer.ip()) != peer.ip();
-        // The layer's own entry point: no tower service, no boxed future,
-        // the peer given rather than put in the request's extensions.
+        // The layer's own entry point: no tower service, the peer given
+        // rather than put in the request's extensions; only the forwarding
+        // future is boxed (see above).
         let proxy = self.proxy.clone();
-        let limited = l
-            .layer
-            .serve_from(peer, req, move |req| proxy.forward_owned(req, client));
+        let limited = l.layer.serve_from(peer, req, move |req| {
+            Box::pin(proxy.forward_owned(req, client))
+        });
         Ok(limited.await?.map(GatewayBody::limited))
     }
 }

@@ -250,7 +250,10 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
         let (body, progress) = UploadBody::new(body);
         (Request::from_parts(parts, body), progress)
     };
-    let result = exchange(shared, up.send(target, req), progress.as_deref()).await;
+    // Pinned here, once: the exchange borrows it rather than holding (and
+    // moving) a copy of its own.
+    let send = std::pin::pin!(up.send(target, req));
+    let result = exchange(shared, send, progress.as_deref()).await;
     match result {
         Exchange::Response(mut res, conn) => {
             let switched = match client_upgrade {
@@ -328,7 +331,9 @@ enum Exchange {
 /// request without one), the head is due within `response_timeout`.
 async fn exchange(
     shared: &Shared,
-    send: impl Future<Output = Result<(Response<Incoming>, Option<Pooled>), SendError>>,
+    mut send: Pin<
+        &mut impl Future<Output = Result<(Response<Incoming>, Option<Pooled>), SendError>>,
+    >,
     progress: Option<&Progress>,
 ) -> Exchange {
     let response_timeout = shared.upstream.response_timeout();
@@ -336,7 +341,6 @@ async fn exchange(
         Ok((res, conn)) => Exchange::Response(res, conn),
         Err(e) => Exchange::Failed(e),
     };
-    let mut send = std::pin::pin!(send);
     if let Some(p) = progress {
         let body_read_timeout = shared.body_read_timeout;
         // Checked at least every quarter of the shorter timeout, so a
@@ -365,7 +369,7 @@ async fn exchange(
         };
         tokio::select! {
             biased;
-            r = &mut send => return done(r),
+            r = send.as_mut() => return done(r),
             _ = p.finished() => {}
             stalled = upload => {
                 // The upload may have just ended: then the head is timed.
