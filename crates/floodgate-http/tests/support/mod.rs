@@ -106,7 +106,7 @@ impl http_body::Body for SlowBody {
     }
 }
 
-/// The app: `/` answers "ok"; `/slow` streams 5 chunks 100 ms apart;
+/// The app: `/` answers "ok"; `/slow` streams 5 chunks 200 ms apart;
 /// `/reports/{id}` and `/charges` for priorities; `/wait` answers after
 /// 300 ms. An auth middleware runs before the limiter.
 pub fn app<C: Clock + 'static>(layer: FloodgateLayer<MemoryBackend, C>) -> Router {
@@ -118,7 +118,7 @@ pub fn app<C: Clock + 'static>(layer: FloodgateLayer<MemoryBackend, C>) -> Route
             get(|| async {
                 Body::new(SlowBody {
                     left: 5,
-                    gap: Duration::from_millis(100),
+                    gap: Duration::from_millis(200),
                     sleep: None,
                 })
             }),
