@@ -87,7 +87,10 @@ type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
     shards: Shards<K, S>,
-    hasher: foldhash::fast::RandomState,
+    /// foldhash's quality variant: the shard is taken from the hash's
+    /// middle bits, and with the fast variant some process-wide seeds send
+    /// whole ranges of sequential keys (user ids) to a few shards.
+    hasher: foldhash::quality::RandomState,
     mask: usize,
     shard_cap: usize,
     prefetch: Prefetch,
@@ -116,7 +119,7 @@ where
             .min(config.capacity.min(1 << 16).next_power_of_two());
         Ok(Store {
             shards: (0..shards).map(|_| Slot::new(Shard::new())).collect(),
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: foldhash::quality::RandomState::default(),
             mask: shards - 1,
             shard_cap: config.capacity.div_ceil(shards),
             prefetch: Prefetch::detect(),
