@@ -16,7 +16,7 @@ pub mod yaml;
 pub use backend::{Backend, BackendError, Item, MemoryBackend, SyncBackend};
 pub use compile::PolicySet;
 pub use engine::{
-    Code, Descriptor, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,
+    Code, Descriptor, DirectPlan, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,
 };
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use failure::OnFailure;

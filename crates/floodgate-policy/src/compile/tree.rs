@@ -173,6 +173,32 @@ impl Tree {
             .map(|(_, id)| *id)
     }
 
+    /// The rule every descriptor with entry keys `keys` selects, whatever
+    /// its values: at each level only the key-only node of that key exists
+    /// (no exact value, no wildcard). `None` when the values decide (or no
+    /// rule applies). Values then never shape the counter key either: a
+    /// key-only node shares no pattern.
+    pub fn rule_for_any_values(&self, keys: &[&str]) -> Option<RuleId> {
+        let last = keys.len().checked_sub(1)?;
+        let mut level = Self::ROOT;
+        for (i, key) in keys.iter().enumerate() {
+            let lvl = &self.levels[level as usize];
+            if lvl.exact.iter().any(|(k, _, _)| &**k == *key)
+                || lvl.wildcards.iter().any(|(k, _, _)| &**k == *key)
+            {
+                return None;
+            }
+            let h = self.hasher.hash_one(*key);
+            let (_, id) = lvl.defaults.find(h, |(k, _)| &**k == *key)?;
+            let node = &self.nodes[*id as usize];
+            if i == last {
+                return node.rule;
+            }
+            level = node.children?;
+        }
+        None
+    }
+
     /// The rule a descriptor's entries select, and the nodes walked (one per
     /// entry, when the rule applies).
     pub fn lookup<'e>(

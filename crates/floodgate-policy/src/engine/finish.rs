@@ -2,7 +2,8 @@
 
 use floodgate::{Decision, Timestamp};
 
-use crate::compile::PolicySet;
+use crate::compile::{PolicySet, Rule};
+use crate::spec::Reported;
 
 use super::response::{Code, Reason, Response, Status};
 use super::scratch::LimitRef;
@@ -11,7 +12,7 @@ use super::{PLACEHOLDER, current, limit_of, reset};
 /// Which of `decisions` [`Decision::narrowest`] takes its numbers from: the
 /// denying one with the least remaining if any denies, else the one with the
 /// least remaining (ties: the smaller limit, then the first).
-fn narrowest_index(decisions: &[Decision]) -> usize {
+pub(super) fn narrowest_index(decisions: &[Decision]) -> usize {
     let any_denied = decisions.iter().any(Decision::is_denied);
     decisions
         .iter()
@@ -44,53 +45,15 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
             end += 1;
         }
         let decisions = &scratch.decisions[k..end];
-        let narrowest = decisions
-            .iter()
-            .copied()
-            .reduce(Decision::narrowest)
-            .unwrap_or(PLACEHOLDER);
         let pick = k + narrowest_index(decisions);
-        let status = &mut statuses[desc];
         let reported = match slots[pick].limit {
             LimitRef::Rule(id, idx) => {
                 let rule = policy.rule(id);
-                let r = rule.limits()[idx as usize].reported;
-                status.current_limit = Some(current(rule, r));
-                Some(rule)
+                Some((rule, rule.limits()[idx as usize].reported))
             }
             LimitRef::Override(_) => None,
         };
-        let over = narrowest.is_denied();
-        status.decision = Some(narrowest);
-        status.duration_until_reset = narrowest.reset_after;
-        status.limit_remaining = if over {
-            0
-        } else {
-            narrowest.remaining.min(u32::MAX as u64) as u32
-        };
-        if let Some(rule) = reported {
-            // A counter must never wrap (Prometheus would read a reset):
-            // one request adds at most 2³².
-            rule.metrics
-                .hits
-                .increment(status.hits.saturating_mul(rule.cost).min(1 << 32));
-            if over {
-                if status.shadow {
-                    rule.metrics.shadow_mode.increment(1);
-                } else {
-                    rule.metrics.over_limit.increment(1);
-                }
-            } else {
-                let used = narrowest.limit.saturating_sub(narrowest.remaining);
-                if used as f64 > (narrowest.limit as f64 * ratio).floor() {
-                    rule.metrics.near_limit.increment(1);
-                }
-                rule.metrics.within_limit.increment(1);
-            }
-        }
-        if over && !status.shadow {
-            status.code = Code::OverLimit;
-        }
+        settle(&mut statuses[desc], decisions, reported, ratio);
         k = end;
     }
     // Blocked rules count as over-limit decisions too.
@@ -109,11 +72,71 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
     let mut quotas = statuses.iter().filter(|s| quota(s)).peekable();
     let quota_over = quotas.peek().is_some() && quotas.all(|s| s.code == Code::OverLimit);
     if hard_over || quota_over {
-        if policy.settings.shadow_mode {
-            *shadowed = true;
-            metrics::counter!("floodgate_global_shadow_mode_total").increment(1);
-        } else {
-            *overall = Code::OverLimit;
+        over_limit(policy, overall, shadowed);
+    }
+}
+
+/// The response is over the limit: so it answers, unless global shadow
+/// mode only reports it.
+pub(super) fn over_limit(policy: &PolicySet, overall: &mut Code, shadowed: &mut bool) {
+    if policy.settings.shadow_mode {
+        *shadowed = true;
+        metrics::counter!("floodgate_global_shadow_mode_total").increment(1);
+    } else {
+        *overall = Code::OverLimit;
+    }
+}
+
+/// One descriptor's status from the decisions of its counters (resets
+/// already filled): the narrowest decides, `reported` is the rule and limit
+/// it comes from (none for a limit override). Counts the rule's metrics.
+pub(super) fn settle(
+    status: &mut Status,
+    decisions: &[Decision],
+    reported: Option<(&Rule, Reported)>,
+    ratio: f64,
+) {
+    let narrowest = decisions
+        .iter()
+        .copied()
+        .reduce(Decision::narrowest)
+        .unwrap_or(PLACEHOLDER);
+    if let Some((rule, r)) = reported {
+        match &mut status.current_limit {
+            // Kept from the last request of the same rule: no name to copy.
+            Some(c) if c.name == rule.name => c.reported = r,
+            slot => *slot = Some(current(rule, r)),
         }
+    }
+    let over = narrowest.is_denied();
+    status.decision = Some(narrowest);
+    status.duration_until_reset = narrowest.reset_after;
+    status.limit_remaining = if over {
+        0
+    } else {
+        narrowest.remaining.min(u32::MAX as u64) as u32
+    };
+    if let Some((rule, _)) = reported {
+        // A counter must never wrap (Prometheus would read a reset):
+        // one request adds at most 2³².
+        rule.metrics
+            .hits
+            .increment(status.hits.saturating_mul(rule.cost).min(1 << 32));
+        if over {
+            if status.shadow {
+                rule.metrics.shadow_mode.increment(1);
+            } else {
+                rule.metrics.over_limit.increment(1);
+            }
+        } else {
+            let used = narrowest.limit.saturating_sub(narrowest.remaining);
+            if used as f64 > (narrowest.limit as f64 * ratio).floor() {
+                rule.metrics.near_limit.increment(1);
+            }
+            rule.metrics.within_limit.increment(1);
+        }
+    }
+    if over && !status.shadow {
+        status.code = Code::OverLimit;
     }
 }

@@ -4,6 +4,7 @@
 //! Floodgate's algorithms, layers, lists and switches.
 
 mod batches;
+mod direct;
 mod errors;
 mod finish;
 mod keys;
@@ -28,6 +29,7 @@ use crate::compile::{PolicySet, Rule};
 use crate::failure::OnFailure;
 use crate::spec::Reported;
 
+pub use direct::DirectPlan;
 pub use errors::{EngineError, ErrorCode};
 pub use limits::LimitEntry;
 pub use request::{Descriptor, LimitOverride, OwnedDescriptor};
