@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::{Apply, Clock, Decision, Outcome};
+use floodgate::{Apply, Clock, Decision, Outcome, Timestamp};
 use floodgate_policy::compile::PolicySet;
 use floodgate_policy::{Backend, Code, Response};
 use http::{Request, Response as HttpResponse};
@@ -17,13 +17,14 @@ use super::queue::QueueError;
 use super::shared::{Held, Hold, LayerStats, Shared};
 use crate::contract::{QuotaUnit, Rejection, Report, Verdict};
 
-type Out<B> = HttpResponse<FloodgateBody<B>>;
+pub(super) type Out<B> = HttpResponse<FloodgateBody<B>>;
 
-const NO_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+pub(super) const NO_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
 /// What a request keeps until its response body ends.
 #[derive(Default)]
-struct Keep {
+pub(super) struct Keep {
     parts: Vec<Box<dyn Hold>>,
 }
 
@@ -37,7 +38,7 @@ impl Keep {
     }
 }
 
-fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
+pub(super) fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
     res.map(FloodgateBody::full)
 }
 
@@ -58,7 +59,7 @@ fn holds_units(response: &Response, policy: &PolicySet) -> bool {
 /// Whether `response` admits the request at once: nothing over the limit
 /// and no shaper delay. Its report's verdict is then "allowed" whatever
 /// else it holds.
-fn plainly_allowed(response: &Response) -> bool {
+pub(super) fn plainly_allowed(response: &Response) -> bool {
     response.overall != Code::OverLimit
         && !response.statuses.iter().any(|s| {
             s.decision
@@ -181,6 +182,13 @@ where
         }
     }
     LayerStats::inc(&shared.stats.decided);
+    settle(&shared, &mut held);
+    finish(shared, held, keep, req, now, inner).await
+}
+
+/// The report of a decided request (its headers, its verdict), and whether
+/// it holds engine concurrency units.
+pub(super) fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held<B, C>) {
     let policy = shared.engine.policy_of(&held.scratch().response);
     if let Some(policy) = &policy {
         let s = held.scratch();
@@ -208,20 +216,27 @@ where
             s.report.set_verdict(Verdict::Denied, None);
         }
     }
-    drop(policy);
+}
+
+/// A decided request, settled: rejected, delayed then passed on, or passed
+/// on at once, its response given the contract's headers.
+pub(super) async fn finish<F, Fut, ReqBody, ResBody, E, B, C>(
+    shared: Arc<Shared<B, C>>,
+    mut held: Held<B, C>,
+    mut keep: Keep,
+    req: Request<ReqBody>,
+    now: Timestamp,
+    inner: F,
+) -> Result<Out<ResBody>, E>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut,
+    Fut: Future<Output = Result<HttpResponse<ResBody>, E>>,
+    B: Backend,
+    C: Clock + 'static,
+{
     let mut elapsed = Duration::ZERO;
     match held.scratch().report.verdict() {
-        Verdict::Denied => {
-            LayerStats::inc(&shared.stats.denied);
-            let s = held.scratch();
-            let res = shared.contract.reject(
-                Rejection::Limited(&s.report),
-                req.headers(),
-                now,
-                s.buf.text(),
-            );
-            return Ok(full(res));
-        }
+        Verdict::Denied => return Ok(denied(&shared, &mut held, req.headers(), now)),
         Verdict::Delayed(delay) => {
             // The slots were free a moment ago (else the request was
             // decided without charging, above). Taken by others since, the
@@ -269,6 +284,21 @@ where
         drop(held);
     }
     Ok(res.map(|b| FloodgateBody::inner(b, keep.into_hold())))
+}
+
+/// The contract's rejection of a request its report denies.
+pub(super) fn denied<B: Backend, C: Clock + 'static, RB>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    headers: &http::HeaderMap,
+    now: Timestamp,
+) -> Out<RB> {
+    LayerStats::inc(&shared.stats.denied);
+    let s = held.scratch();
+    let res = shared
+        .contract
+        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text());
+    full(res)
 }
 
 /// Priority shedding: counts the request in flight (in `keep`), or

@@ -13,7 +13,7 @@ use tower_layer::Layer;
 
 use super::body::FloodgateBody;
 use super::config::LayerSettings;
-use super::handle::handle;
+use super::direct;
 use super::service::FloodgateService;
 use super::shared::{LayerStats, Shared};
 use crate::contract::{Contract, ContractConfig};
@@ -125,7 +125,7 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        handle(self.shared.clone(), inner, req, None)
+        direct::serve(&self.shared, inner, req, None)
     }
 
     /// Like [`serve`](Self::serve), with the client's address given rather
@@ -144,7 +144,7 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        handle(self.shared.clone(), inner, req, Some(peer))
+        direct::serve(&self.shared, inner, req, Some(peer))
     }
 
     /// The layer's counters.

@@ -44,6 +44,7 @@
 
 mod body;
 mod config;
+mod direct;
 mod future;
 mod handle;
 #[allow(clippy::module_inception)]

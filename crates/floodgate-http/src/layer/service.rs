@@ -10,8 +10,8 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::FloodgateBody;
+use super::direct;
 use super::future::ResponseFuture;
-use super::handle::handle;
 use super::shared::Shared;
 
 /// A service limited by a [`FloodgateLayer`](super::FloodgateLayer).
@@ -68,8 +68,8 @@ where
         // The clone is not ready; keep it and send the ready one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(handle(
-            self.shared.clone(),
+        ResponseFuture::new(direct::serve(
+            &self.shared,
             move |r| inner.call(r),
             req,
             None,

@@ -75,6 +75,9 @@ pub(crate) struct Shared<B, C> {
     pub keyed: Option<KeyedQueues>,
     pub delayed: super::shed::Gauge,
     pub policy_headers: PolicyCache,
+    /// The engine plan for the short path, and whether the layer can take it.
+    pub plans: super::direct::PlanCache,
+    pub direct_eligible: bool,
     #[allow(clippy::vec_box)] // moved in and out whole
     pool: Mutex<Vec<Box<Scratch>>>,
 }
@@ -86,19 +89,23 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
         contract: Contract,
         settings: LayerSettings,
     ) -> Self {
-        Shared {
+        let mut shared = Shared {
             shedder: settings.shedding.clone().map(Shedder::new),
             global: settings.global_concurrency.map(ConcurrencyQueue::new),
             keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
             delayed: super::shed::Gauge::default(),
             policy_headers: PolicyCache::default(),
+            plans: Default::default(),
+            direct_eligible: false,
             engine,
             identity,
             contract,
             settings,
             stats: LayerStats::default(),
             pool: Mutex::new(Vec::new()),
-        }
+        };
+        shared.direct_eligible = super::direct::eligible(&shared);
+        shared
     }
 
     pub fn take(&self) -> Box<Scratch> {

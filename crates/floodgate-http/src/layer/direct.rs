@@ -1,0 +1,242 @@
+//! The layer's short path: a request whose one descriptor selects a rule
+//! known in advance (an engine [`DirectPlan`]) is decided before any future
+//! is built, and only what is left to wait for is returned: the inner
+//! service's future (plus the headers to add to its response), a finished
+//! rejection, or — for a delay — the general steps from the decision on.
+//!
+//! Everything else (shedding, the layer's concurrency queues, several
+//! descriptors, a shared store, a full delay queue) takes the general path
+//! of [`handle`](super::handle::handle), unchanged.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use arc_swap::ArcSwapOption;
+use floodgate::{Apply, Clock, Timestamp};
+use floodgate_policy::{Backend, Descriptor, DirectPlan, Engine};
+use http::{Request, Response as HttpResponse};
+use pin_project_lite::pin_project;
+
+use super::body::FloodgateBody;
+use super::handle::{Keep, NO_PEER, Out, denied, finish, handle, plainly_allowed, settle};
+use super::shared::{Held, LayerStats, Shared};
+use crate::contract::Verdict;
+
+type Boxed<RB, E> = Pin<Box<dyn Future<Output = Result<Out<RB>, E>> + Send>>;
+
+/// The engine plan of the current policy for a layer's descriptor shape
+/// (none: that policy has no rule for it that can be decided directly).
+struct Cached {
+    generation: u64,
+    plan: Option<DirectPlan>,
+}
+
+/// A layer's plan, remade when the engine's policy is replaced.
+#[derive(Default)]
+pub(crate) struct PlanCache {
+    current: ArcSwapOption<Cached>,
+}
+
+impl PlanCache {
+    /// Decides `d` directly into `held`'s response if the current plan
+    /// applies (`false`: decide it the general way).
+    fn decide<B: Backend, C: Clock>(
+        &self,
+        engine: &Engine<B, C>,
+        domain: &str,
+        held: &mut Held<B, C>,
+    ) -> bool {
+        let s = held.scratch();
+        let Some(d) = s.out.as_slice().first() else {
+            return false;
+        };
+        let hits = s.out.hits_addend();
+        let guard = self.current.load();
+        if let Some(cached) = guard.as_deref() {
+            if let Some(plan) = &cached.plan {
+                match engine.evaluate_direct(plan, d, hits, Apply::Commit, &mut s.response) {
+                    Some(Ok(())) => return true,
+                    Some(Err(_)) => return false,
+                    None => {}
+                }
+            }
+            if cached.generation == engine.generation() {
+                // Current, and this request is not of the planned shape.
+                return false;
+            }
+        }
+        // The first request, or a policy replaced since: plan again (for
+        // this request's shape); this one goes the general way.
+        let keys: Vec<&str> = (0..d.len()).map(|i| d.entry(i).0).collect();
+        let generation = engine.generation();
+        let plan = engine.direct_plan(domain, &keys);
+        self.current.store(Some(Arc::new(Cached {
+            generation: plan.as_ref().map_or(generation, DirectPlan::generation),
+            plan,
+        })));
+        false
+    }
+}
+
+pin_project! {
+    /// What a request through the layer waits for.
+    #[project = LimitedProj]
+    pub(crate) enum Limited<Fut, RB, E, B, C>
+    where
+        B: Backend,
+        C: Clock,
+        C: 'static,
+    {
+        /// The inner service, then (if any) the headers to add.
+        Pass { #[pin] fut: Fut, after: Option<(Held<B, C>, Timestamp)> },
+        /// Answered already.
+        Ready { res: Option<Out<RB>> },
+        /// The general steps.
+        General { fut: Boxed<RB, E> },
+    }
+}
+
+impl<Fut, RB, E, B, C> Future for Limited<Fut, RB, E, B, C>
+where
+    Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    B: Backend,
+    C: Clock + 'static,
+{
+    type Output = Result<Out<RB>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            LimitedProj::Pass { fut, after } => {
+                let mut res = ready!(fut.poll(cx))?;
+                if let Some((mut held, now)) = after.take() {
+                    let shared = held.shared.clone();
+                    let s = held.scratch();
+                    shared.contract.write_headers_with(
+                        &s.report,
+                        now,
+                        std::time::Duration::ZERO,
+                        res.headers_mut(),
+                        &mut s.buf,
+                        s.policy_value.as_ref(),
+                    );
+                }
+                Poll::Ready(Ok(res.map(|b| FloodgateBody::inner(b, None))))
+            }
+            LimitedProj::Ready { res } => {
+                Poll::Ready(Ok(res.take().expect("polled after completion")))
+            }
+            LimitedProj::General { fut } => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+/// Whether a layer can take the short path at all: nothing it does before
+/// the decision (shedding, its concurrency queues) and one descriptor.
+pub(crate) fn eligible<B, C>(shared: &Shared<B, C>) -> bool {
+    shared.shedder.is_none()
+        && shared.global.is_none()
+        && shared.keyed.is_none()
+        && shared.identity.descriptor_count() == 1
+}
+
+/// One request through the layer, decided now when it can be.
+pub(crate) fn serve<F, Fut, ReqBody, ResBody, E, B, C>(
+    shared: &Arc<Shared<B, C>>,
+    inner: F,
+    req: Request<ReqBody>,
+    peer: Option<SocketAddr>,
+) -> Limited<Fut, ResBody, E, B, C>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<HttpResponse<ResBody>, E>> + Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    E: Send + 'static,
+    B: Backend,
+    C: Clock + 'static,
+{
+    if !shared.direct_eligible || shared.delayed.get() >= shared.settings.max_delayed {
+        return general(shared, inner, req, peer);
+    }
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let peer = peer
+        .or_else(|| (shared.settings.peer)(req.extensions()))
+        .unwrap_or(NO_PEER);
+    let s = held.scratch();
+    shared.identity.request_descriptors(&req, peer, &mut s.out);
+    if s.out.is_empty() {
+        // Nothing to decide.
+        drop(held);
+        return Limited::Pass {
+            fut: inner(req),
+            after: None,
+        };
+    }
+    let now = shared.engine.clock().now();
+    if !shared
+        .plans
+        .decide(&shared.engine, shared.identity.domain(), &mut held)
+    {
+        drop(held);
+        return general(shared, inner, req, Some(peer));
+    }
+    LayerStats::inc(&shared.stats.decided);
+    let s = held.scratch();
+    let on_success = shared.contract.config().on_success;
+    if !on_success && plainly_allowed(&s.response) {
+        // Admitted, nothing to write (and no units held: a plan has no
+        // concurrency limit).
+        drop(held);
+        return Limited::Pass {
+            fut: inner(req),
+            after: None,
+        };
+    }
+    settle(shared, &mut held);
+    match held.scratch().report.verdict() {
+        Verdict::Denied => Limited::Ready {
+            res: Some(denied(shared, &mut held, req.headers(), now)),
+        },
+        Verdict::Allowed if !held.holds_units => Limited::Pass {
+            fut: inner(req),
+            after: on_success.then_some((held, now)),
+        },
+        _ => Limited::General {
+            fut: Box::pin(finish(
+                shared.clone(),
+                held,
+                Keep::default(),
+                req,
+                now,
+                inner,
+            )),
+        },
+    }
+}
+
+fn general<F, Fut, ReqBody, ResBody, E, B, C>(
+    shared: &Arc<Shared<B, C>>,
+    inner: F,
+    req: Request<ReqBody>,
+    peer: Option<SocketAddr>,
+) -> Limited<Fut, ResBody, E, B, C>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<HttpResponse<ResBody>, E>> + Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    E: Send + 'static,
+    B: Backend,
+    C: Clock + 'static,
+{
+    Limited::General {
+        fut: Box::pin(handle(shared.clone(), inner, req, peer)),
+    }
+}

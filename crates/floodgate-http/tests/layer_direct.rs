@@ -1,0 +1,198 @@
+//! The layer's short path (one descriptor, its rule known in advance,
+//! decided before any future is built) answers exactly as the general
+//! steps do: the same statuses, headers and bodies for the same schedule.
+//! The general steps are forced on a twin layer by turning shedding on with
+//! a threshold no test reaches (shedding changes nothing else).
+
+mod support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use floodgate::ManualClock;
+use floodgate_http::FloodgateLayer;
+use floodgate_policy::read::{LoadOptions, load_str};
+use floodgate_policy::{MemoryBackend, PolicySet};
+use http_body_util::{BodyExt, Full};
+use support::{engine_with, layer_for, manual};
+
+type Layer = FloodgateLayer<MemoryBackend, Arc<ManualClock>>;
+
+const RULES: &[&str] = &[
+    // A shaper that delays (burst without nodelay, two free).
+    "      - key: key
+        rate_limit: {algorithm: shaper, rate: 20r/s, burst: 4, delay: 2}
+",
+    // Several named limits on one rule.
+    "      - key: key
+        rate_limit:
+          name: per-key
+          limits:
+            - {algorithm: token_bucket, requests: 3, per: 1s}
+            - {requests: 8, per: 1m}
+",
+    // A fixed window reported with its reset, in shadow mode every third key.
+    "      - key: key
+        rate_limit: {requests_per_unit: 2, unit: second}
+",
+    "      - key: key
+        shadow_mode: true
+        rate_limit: {algorithm: sliding_window, requests: 2, per: 1s}
+",
+];
+
+const RESPONSES: &[&str] = &[
+    "  responses: {headers: [ietf, x-ratelimit, x-ratelimit-epoch]}\n",
+    "  responses: {on_success: false, status: 503}\n",
+    "  responses: {hide_headers: true}\n",
+];
+
+fn config(rules: &str, responses: &str, general: bool) -> String {
+    let layer = if general {
+        "  layer:\n    shedding:\n      low_priority_above: 1000000\n"
+    } else {
+        ""
+    };
+    format!(
+        "domains:\n  - domain: api\n    descriptors:\n{rules}http:\n  domain: api\n  descriptors:\n    - [{{header: {{name: x-limit-key, key: key}}}}]\n{responses}{layer}"
+    )
+}
+
+fn twin(rules: &str, responses: &str, general: bool) -> (Layer, Arc<ManualClock>) {
+    let clock = manual();
+    let text = config(rules, responses, general);
+    let layer = layer_for(engine_with(&text, clock.clone()), &text);
+    (layer, clock)
+}
+
+/// Status, headers (in order) and body of one request with `key` (none:
+/// no descriptor).
+async fn send(layer: &Layer, key: Option<&str>) -> (u16, Vec<(String, String)>, Bytes) {
+    let mut req = http::Request::get("/").header("accept", "application/json");
+    if let Some(k) = key {
+        req = req.header("x-limit-key", k);
+    }
+    let res = layer
+        .serve(req.body(()).unwrap(), |_req| async {
+            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+        })
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let headers = res
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+        .collect();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, body)
+}
+
+/// A fixed pseudo-random schedule (xorshift), the same for both layers.
+struct Schedule(u64);
+
+impl Schedule {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_short_path_answers_exactly_as_the_general_one() {
+    let mut compared = 0;
+    let mut denied = 0;
+    for rules in RULES {
+        for responses in RESPONSES {
+            let (direct, d_clock) = twin(rules, responses, false);
+            let (general, g_clock) = twin(rules, responses, true);
+            let mut schedule = Schedule(0x9e37_79b9_7f4a_7c15);
+            for _ in 0..150 {
+                let step = Duration::from_millis(match schedule.next(4) {
+                    0 => 0,
+                    1 => schedule.next(60),
+                    2 => schedule.next(400),
+                    _ => schedule.next(2500),
+                });
+                d_clock.advance(step);
+                g_clock.advance(step);
+                let key = match schedule.next(8) {
+                    7 => None,
+                    k => Some(format!("k{}", k % 3)),
+                };
+                let a = send(&direct, key.as_deref()).await;
+                let b = send(&general, key.as_deref()).await;
+                assert_eq!(a, b, "{rules}{responses}key {key:?}");
+                compared += 1;
+                denied += usize::from(a.0 != 200);
+            }
+            let (d, g) = (direct.stats(), general.stats());
+            use floodgate_http::layer::LayerStats as S;
+            assert_eq!(S::get(&d.decided), S::get(&g.decided));
+            assert_eq!(S::get(&d.denied), S::get(&g.denied));
+            assert_eq!(S::get(&d.delayed), S::get(&g.delayed));
+        }
+    }
+    // The schedule reaches the limits: rejections were compared too.
+    assert!(denied > compared / 10, "{denied} of {compared} rejected");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_is_followed_by_the_short_path() {
+    let (layer, _clock) = twin(RULES[2], RESPONSES[0], false);
+    let key = Some("k");
+    assert_eq!(send(&layer, key).await.0, 200);
+    assert_eq!(send(&layer, key).await.0, 200);
+    assert_eq!(send(&layer, key).await.0, 429);
+    // A policy with a larger limit replaces it: the next requests are
+    // decided under it, on a counter of its own (the rule changed).
+    let text = config(
+        "      - key: key\n        rate_limit: {requests_per_unit: 5, unit: second}\n",
+        RESPONSES[0],
+        false,
+    );
+    let options = LoadOptions {
+        other_sections: vec!["http"],
+        ..Default::default()
+    };
+    let policy = PolicySet::compile(&load_str("t.yaml", &text, &options).unwrap()).unwrap();
+    layer.engine().replace_policy(policy);
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        let (status, headers, _) = send(&layer, key).await;
+        codes.push(status);
+        if status == 200 {
+            let policy = headers.iter().find(|(n, _)| n == "ratelimit-policy");
+            assert!(policy.unwrap().1.contains("q=5"), "{headers:?}");
+        }
+    }
+    assert_eq!(codes, [200, 200, 200, 200, 200, 429]);
+    // And a policy the short path cannot take (a value-specific sibling):
+    // the general steps answer.
+    let text = config(
+        "      - key: key\n        rate_limit: {requests_per_unit: 1, unit: second}\n      - key: key\n        value: vip\n        rate_limit: {requests_per_unit: 9, unit: second}\n",
+        RESPONSES[0],
+        false,
+    );
+    let policy = PolicySet::compile(&load_str("t.yaml", &text, &options).unwrap()).unwrap();
+    layer.engine().replace_policy(policy);
+    let vip: Vec<u16> = futures_codes(&layer, "vip", 10).await;
+    assert_eq!(
+        vip,
+        [200; 9].iter().copied().chain([429]).collect::<Vec<_>>()
+    );
+    let other: Vec<u16> = futures_codes(&layer, "k", 2).await;
+    assert_eq!(other, [200, 429]);
+}
+
+async fn futures_codes(layer: &Layer, key: &str, n: usize) -> Vec<u16> {
+    let mut codes = Vec::new();
+    for _ in 0..n {
+        codes.push(send(layer, Some(key)).await.0);
+    }
+    codes
+}
