@@ -176,6 +176,18 @@ impl SyncBackend for MemoryBackend {
         out: &mut [Decision],
     ) -> Decision {
         const INLINE: usize = 16;
+        if let [item] = items {
+            // One counter: no batch to lay out.
+            let d = self.store.decide(
+                item.limit,
+                &self.ids.of(item.key),
+                now,
+                item.cost,
+                apply,
+            );
+            out[0] = d;
+            return d;
+        }
         if items.len() <= INLINE {
             let mut ids = [0u128; INLINE];
             for (id, i) in ids.iter_mut().zip(items) {

@@ -44,9 +44,8 @@ pub fn push_int(out: &mut String, n: u64) {
             break;
         }
     }
-    for &d in &digits[i..] {
-        out.push(d as char);
-    }
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// Appends `name` as an sf-string: quoted, `"` and `\` escaped, every byte
@@ -56,6 +55,16 @@ pub fn push_string(out: &mut String, name: &str) {
     out.push('"');
     if name.is_empty() {
         out.push('-');
+    }
+    // The common name: short, printable, nothing to escape.
+    if name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| matches!(b, 0x20..=0x7e) && b != b'"' && b != b'\\')
+    {
+        out.push_str(name);
+        out.push('"');
+        return;
     }
     for &b in name.as_bytes().iter().take(MAX_NAME_LEN) {
         match b {

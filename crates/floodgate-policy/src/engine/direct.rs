@@ -14,6 +14,8 @@ use smallvec::SmallVec;
 
 use crate::backend::{Backend, Item};
 use crate::compile::{Action, PolicySet, RuleId};
+use crate::failure::OnFailure;
+use floodgate::algorithms::AnyLimit;
 
 use super::errors::EngineError;
 use super::finish::{narrowest_index, over_limit, settle};
@@ -178,38 +180,50 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         // Key-only nodes share no pattern: the values themselves.
         let group = keys::group_plain(buf, rule.fingerprint, d);
         let cost = hits.saturating_mul(rule.cost);
-        let mut ranges: SmallVec<[(u32, u32); MAX_LIMITS]> = SmallVec::new();
-        for idx in 0..limits.len() {
-            ranges.push(keys::member(buf, group, idx as u8));
-        }
-        let buf = &response.scratch.keys;
-        let items: SmallVec<[Item<'_>; MAX_LIMITS]> = ranges
-            .iter()
-            .zip(limits.iter())
-            .map(|(&(a, b), l)| {
-                let key = &buf[a as usize..b as usize];
-                Item {
-                    group: &key[..key.len() - 1],
-                    key,
-                    limit: &l.limit,
-                    cost,
-                    on_failure: rule.on_failure,
-                    permit: 0,
-                }
-            })
-            .collect();
-        let mut out: SmallVec<[Decision; MAX_LIMITS]> =
-            SmallVec::from_elem(PLACEHOLDER, items.len());
-        backend.decide_now(&items, now, apply, &mut out);
+        let mut one = [PLACEHOLDER];
+        let mut many: SmallVec<[Decision; MAX_LIMITS]> = SmallVec::new();
+        let out: &mut [Decision] = if let [l] = &limits[..] {
+            // One limit: its key is the group's plus its index, in place.
+            buf.push(0);
+            let items = [counter(
+                &response.scratch.keys,
+                &l.limit,
+                cost,
+                rule.on_failure,
+            )];
+            backend.decide_now(&items, now, apply, &mut one);
+            &mut one
+        } else {
+            let mut ranges: SmallVec<[(u32, u32); MAX_LIMITS]> = SmallVec::new();
+            for idx in 0..limits.len() {
+                ranges.push(keys::member(buf, group, idx as u8));
+            }
+            let buf = &response.scratch.keys;
+            let items: SmallVec<[Item<'_>; MAX_LIMITS]> = ranges
+                .iter()
+                .zip(limits.iter())
+                .map(|(&(a, b), l)| {
+                    counter(
+                        &buf[a as usize..b as usize],
+                        &l.limit,
+                        cost,
+                        rule.on_failure,
+                    )
+                })
+                .collect();
+            many.resize(items.len(), PLACEHOLDER);
+            backend.decide_now(&items, now, apply, &mut many);
+            &mut many
+        };
         for (d, l) in out.iter_mut().zip(limits.iter()) {
             reset::fill_empty_reset(&l.limit, now, d);
         }
-        let pick = narrowest_index(&out);
+        let pick = narrowest_index(out);
         let reported = limits[pick].reported;
         let status = &mut response.statuses[0];
         settle(
             status,
-            &out,
+            out,
             Some((rule, reported)),
             policy.settings.near_limit_ratio,
         );
@@ -219,5 +233,23 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             over_limit(&policy, &mut response.overall, &mut response.shadowed);
         }
         Some(Ok(()))
+    }
+}
+
+/// The backend's item for a counter `key` (its group: all but the last
+/// byte).
+fn counter<'a>(
+    key: &'a [u8],
+    limit: &'a AnyLimit,
+    cost: u64,
+    on_failure: Option<OnFailure>,
+) -> Item<'a> {
+    Item {
+        group: &key[..key.len() - 1],
+        key,
+        limit,
+        cost,
+        on_failure,
+        permit: 0,
     }
 }
