@@ -34,6 +34,23 @@ http:
     - [{user: {header: x-user}}]
 "#;
 
+/// One descriptor whose rule no value changes: decided by the short path.
+/// With `GENERAL` appended, shedding (at a threshold never reached) makes
+/// the same layer take the general steps: the two side by side.
+const ONE: &str = r#"
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        rate_limit: {name: per-user, algorithm: shaper, rate: 1000000000r/s, burst: 20, nodelay: true}
+http:
+  domain: api
+  descriptors:
+    - [{user: {header: x-user}}]
+"#;
+
+const GENERAL: &str = "  layer:\n    shedding:\n      low_priority_above: 1000000000\n";
+
 fn request(ip: &str) -> http::Request<()> {
     let mut req = http::Request::get("/orders/1")
         .header("x-user", "alice")
@@ -64,6 +81,18 @@ fn bench(c: &mut Criterion) {
     });
     let mut bare = inner;
     let mut limited = layer.layer(inner);
+    let one = |text: &str| {
+        let policy = PolicySet::compile(&load_str("b.yaml", text, &options).unwrap()).unwrap();
+        let engine = Arc::new(Engine::new(
+            policy,
+            MemoryBackend::new(Default::default()).unwrap(),
+        ));
+        FloodgateLayer::from_yaml_str(engine, "b.yaml", text)
+            .unwrap()
+            .layer(inner)
+    };
+    let mut direct = one(ONE);
+    let mut general = one(&format!("{ONE}{GENERAL}"));
 
     let mut g = c.benchmark_group("layer");
     g.bench_function("bare service", |b| {
@@ -95,6 +124,25 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    for (name, svc) in [
+        ("one descriptor, short path", &mut direct),
+        ("one descriptor, general steps", &mut general),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    black_box(
+                        svc.ready()
+                            .await
+                            .unwrap()
+                            .call(request("198.51.100.7"))
+                            .await
+                            .unwrap(),
+                    )
+                })
+            })
+        });
+    }
     g.bench_function("behind the layer, denied (429 + problem body)", |b| {
         b.iter(|| {
             rt.block_on(async {

@@ -1,5 +1,6 @@
 //! Policy lookup plus decision: a request of 3 descriptors against a
-//! configuration of 1 000 rules, in process, on the in-memory store.
+//! configuration of 1 000 rules, in process, on the in-memory store; and
+//! one descriptor decided the general way and by a direct plan.
 //!
 //! `cargo bench -p floodgate-policy --bench policy`
 //!
@@ -15,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use floodgate::StoreConfig;
+use floodgate::{Apply, StoreConfig};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, OwnedDescriptor, PolicySet, Response};
 
@@ -118,6 +119,36 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             i = i.wrapping_add(1);
             ready(engine.evaluate("api", black_box(&requests[i % 1024]), 1, &mut response))
+                .unwrap();
+            black_box(response.overall)
+        })
+    });
+    // One descriptor of the per-IP rule (no value changes it): matched
+    // and decided the general way, and by a direct plan.
+    let ips: Vec<[OwnedDescriptor; 1]> = requests.iter().map(|r| [r[0].clone()]).collect();
+    let plan = engine
+        .direct_plan("api", &["remote_address"])
+        .expect("the per-IP rule has a plan");
+    group.bench_function("1_descriptor_general", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            let d = black_box(&ips[i % 1024]);
+            engine
+                .evaluate_now("api", d, 1, Apply::Commit, &mut response)
+                .unwrap()
+                .unwrap();
+            black_box(response.overall)
+        })
+    });
+    group.bench_function("1_descriptor_direct", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            let d = black_box(&ips[i % 1024][0]);
+            engine
+                .evaluate_direct(&plan, d, 1, Apply::Commit, &mut response)
+                .unwrap()
                 .unwrap();
             black_box(response.overall)
         })

@@ -178,13 +178,9 @@ impl SyncBackend for MemoryBackend {
         const INLINE: usize = 16;
         if let [item] = items {
             // One counter: no batch to lay out.
-            let d = self.store.decide(
-                item.limit,
-                &self.ids.of(item.key),
-                now,
-                item.cost,
-                apply,
-            );
+            let d = self
+                .store
+                .decide(item.limit, &self.ids.of(item.key), now, item.cost, apply);
             out[0] = d;
             return d;
         }

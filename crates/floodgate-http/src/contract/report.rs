@@ -386,11 +386,17 @@ impl Report {
                         );
                     }
                     let reported = status.current_limit.as_ref().map(|c| c.reported);
-                    let pick = limits
-                        .iter()
-                        .position(|l| Some(l.reported) == reported && shape(&l.limit).0 == d.limit)
-                        .or_else(|| limits.iter().position(|l| shape(&l.limit).0 == d.limit))
-                        .unwrap_or(0);
+                    let pick = if many {
+                        limits
+                            .iter()
+                            .position(|l| {
+                                Some(l.reported) == reported && shape(&l.limit).0 == d.limit
+                            })
+                            .or_else(|| limits.iter().position(|l| shape(&l.limit).0 == d.limit))
+                            .unwrap_or(0)
+                    } else {
+                        0
+                    };
                     let mut shown = d;
                     if !over && shown.is_denied() {
                         // Quota mode: over, but the request passed.
