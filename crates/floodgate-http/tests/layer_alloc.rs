@@ -26,9 +26,8 @@ domains:
   - domain: api
     descriptors:
       - key: key
-        # Unnamed: the engine's response carries a named rule's name as a
-        # copy (an allocation of the engine's, not the layer's).
-        rate_limit: {algorithm: shaper, rate: 1000000r/s, burst: 20, nodelay: true}
+        # Named: the response shares the rule's name, it does not copy it.
+        rate_limit: {name: per-key, algorithm: shaper, rate: 1000000r/s, burst: 20, nodelay: true}
 http:
   domain: api
   descriptors:
@@ -37,9 +36,37 @@ http:
 
 const KEYS: u64 = 64;
 
+/// Two descriptors: decided by the layer's general steps.
+const TWO: &str = r#"
+domains:
+  - domain: api
+    descriptors:
+      - key: key
+        rate_limit: {name: per-key, algorithm: shaper, rate: 1000000r/s, burst: 20, nodelay: true}
+      - key: remote_address
+        rate_limit: {name: per-ip, algorithm: token_bucket, requests: 1000000000, per: 1s}
+http:
+  domain: api
+  descriptors:
+    - [{header: {name: x-limit-key, key: key}}]
+    - [client_ip]
+"#;
+
 #[test]
 fn admitted_requests_allocate_nothing() {
-    let layer = layer_for(engine_with(CONFIG, SystemClock), CONFIG);
+    admitted_requests_allocate_nothing_under(CONFIG, 40);
+}
+
+#[test]
+fn admitted_requests_of_several_descriptors_allocate_nothing() {
+    // Two policies per header value: twice the bytes per response.
+    admitted_requests_allocate_nothing_under(TWO, 20);
+}
+
+/// `per_chunk`: responses whose header values fill one pooled 4 KiB
+/// buffer (less some slack), when responses are all kept alive.
+fn admitted_requests_allocate_nothing_under(config: &str, per_chunk: u64) {
+    let layer = layer_for(engine_with(config, SystemClock), config);
     let peer: SocketAddr = "198.51.100.7:4000".parse().unwrap();
     let requests = |n: u64| -> Vec<(http::Request<()>, http::Response<()>)> {
         (0..n)
@@ -94,7 +121,7 @@ fn admitted_requests_allocate_nothing() {
     // 4 KiB buffers: a new one every ~60 responses while earlier responses
     // are all kept alive (none when they are dropped as they are written).
     assert!(
-        used <= 1 + n / 40,
+        used <= 1 + n / per_chunk,
         "{used} allocations for {n} requests ({:.2} per request)",
         used as f64 / n as f64
     );

@@ -84,7 +84,7 @@ impl PlanCache {
 pin_project! {
     /// What a request through the layer waits for.
     #[project = LimitedProj]
-    pub(crate) enum Limited<Fut, RB, E, B, C>
+    pub(crate) enum Limited<Fut, G, RB, E, B, C>
     where
         B: Backend,
         C: Clock,
@@ -94,14 +94,17 @@ pin_project! {
         Pass { #[pin] fut: Fut, after: Option<(Held<B, C>, Timestamp)> },
         /// Answered already.
         Ready { res: Option<Out<RB>> },
-        /// The general steps.
-        General { fut: Boxed<RB, E> },
+        /// The general steps, held inline: no allocation per request.
+        General { #[pin] fut: G },
+        /// A short-path decision the general steps finish (a delay).
+        Finish { fut: Boxed<RB, E> },
     }
 }
 
-impl<Fut, RB, E, B, C> Future for Limited<Fut, RB, E, B, C>
+impl<Fut, G, RB, E, B, C> Future for Limited<Fut, G, RB, E, B, C>
 where
     Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    G: Future<Output = Result<Out<RB>, E>>,
     B: Backend,
     C: Clock + 'static,
 {
@@ -128,7 +131,8 @@ where
             LimitedProj::Ready { res } => {
                 Poll::Ready(Ok(res.take().expect("polled after completion")))
             }
-            LimitedProj::General { fut } => fut.as_mut().poll(cx),
+            LimitedProj::General { fut } => fut.poll(cx),
+            LimitedProj::Finish { fut } => fut.as_mut().poll(cx),
         }
     }
 }
@@ -148,7 +152,14 @@ pub(crate) fn serve<F, Fut, ReqBody, ResBody, E, B, C>(
     inner: F,
     req: Request<ReqBody>,
     peer: Option<SocketAddr>,
-) -> Limited<Fut, ResBody, E, B, C>
+) -> Limited<
+    Fut,
+    impl Future<Output = Result<Out<ResBody>, E>> + Send + use<F, Fut, ReqBody, ResBody, E, B, C>,
+    ResBody,
+    E,
+    B,
+    C,
+>
 where
     F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<HttpResponse<ResBody>, E>> + Send + 'static,
@@ -159,7 +170,9 @@ where
     C: Clock + 'static,
 {
     if !shared.direct_eligible || shared.delayed.get() >= shared.settings.max_delayed {
-        return general(shared, inner, req, peer);
+        return Limited::General {
+            fut: handle(shared.clone(), inner, req, peer),
+        };
     }
     let mut held = Held {
         shared: shared.clone(),
@@ -185,7 +198,9 @@ where
         .decide(&shared.engine, shared.identity.domain(), &mut held)
     {
         drop(held);
-        return general(shared, inner, req, Some(peer));
+        return Limited::General {
+            fut: handle(shared.clone(), inner, req, Some(peer)),
+        };
     }
     LayerStats::inc(&shared.stats.decided);
     let s = held.scratch();
@@ -208,7 +223,7 @@ where
             fut: inner(req),
             after: on_success.then_some((held, now)),
         },
-        _ => Limited::General {
+        _ => Limited::Finish {
             fut: Box::pin(finish(
                 shared.clone(),
                 held,
@@ -218,25 +233,5 @@ where
                 inner,
             )),
         },
-    }
-}
-
-fn general<F, Fut, ReqBody, ResBody, E, B, C>(
-    shared: &Arc<Shared<B, C>>,
-    inner: F,
-    req: Request<ReqBody>,
-    peer: Option<SocketAddr>,
-) -> Limited<Fut, ResBody, E, B, C>
-where
-    F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<HttpResponse<ResBody>, E>> + Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Send + 'static,
-    E: Send + 'static,
-    B: Backend,
-    C: Clock + 'static,
-{
-    Limited::General {
-        fut: Box::pin(handle(shared.clone(), inner, req, peer)),
     }
 }

@@ -53,7 +53,7 @@ pub struct Rule {
     /// (`domain.key_value.key`); also the metrics label.
     pub path: Box<str>,
     /// Its name, if given.
-    pub name: Option<Box<str>>,
+    pub name: Option<std::sync::Arc<str>>,
     /// Names of rules it replaces.
     pub replaces: Box<[Box<str>]>,
     /// What it does.

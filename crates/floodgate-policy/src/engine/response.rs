@@ -23,7 +23,7 @@ pub struct CurrentLimit {
     /// Requests per unit and unit.
     pub reported: Reported,
     /// The rule's name, if any.
-    pub name: Option<Box<str>>,
+    pub name: Option<std::sync::Arc<str>>,
 }
 
 /// Why a descriptor got its status.
