@@ -21,7 +21,7 @@ use http::{Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
 
 use super::body::FloodgateBody;
-use super::handle::{Keep, NO_PEER, Out, denied, finish, handle, plainly_allowed, settle};
+use super::handle::{Keep, Out, denied, descriptors, finish, handle, plainly_allowed, settle};
 use super::shared::{Held, LayerStats, Shared};
 use crate::contract::Verdict;
 
@@ -174,17 +174,8 @@ where
             fut: handle(shared.clone(), inner, req, peer),
         };
     }
-    let mut held = Held {
-        shared: shared.clone(),
-        scratch: Some(shared.take()),
-        holds_units: false,
-    };
-    let peer = peer
-        .or_else(|| (shared.settings.peer)(req.extensions()))
-        .unwrap_or(NO_PEER);
-    let s = held.scratch();
-    shared.identity.request_descriptors(&req, peer, &mut s.out);
-    if s.out.is_empty() {
+    let mut held = descriptors(shared, &req, peer);
+    if held.scratch().out.is_empty() {
         // Nothing to decide.
         drop(held);
         return Limited::Pass {
@@ -199,7 +190,7 @@ where
     {
         drop(held);
         return Limited::General {
-            fut: handle(shared.clone(), inner, req, Some(peer)),
+            fut: handle(shared.clone(), inner, req, peer),
         };
     }
     LayerStats::inc(&shared.stats.decided);

@@ -19,8 +19,7 @@ use crate::contract::{QuotaUnit, Rejection, Report, Verdict};
 
 pub(super) type Out<B> = HttpResponse<FloodgateBody<B>>;
 
-pub(super) const NO_PEER: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+const NO_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
 /// What a request keeps until its response body ends.
 #[derive(Default)]
@@ -104,18 +103,7 @@ where
     if let Some(rejected) = shed(&shared, &req, &mut keep) {
         return Ok(rejected);
     }
-    let mut held = Held {
-        shared: shared.clone(),
-        scratch: Some(shared.take()),
-        holds_units: false,
-    };
-    let peer = peer
-        .or_else(|| (shared.settings.peer)(req.extensions()))
-        .unwrap_or(NO_PEER);
-    {
-        let s = held.scratch();
-        shared.identity.request_descriptors(&req, peer, &mut s.out);
-    }
+    let mut held = descriptors(&shared, &req, peer);
     // Layer concurrency limits, waiting in line when configured.
     if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
         return Ok(rejected);
@@ -184,6 +172,26 @@ where
     LayerStats::inc(&shared.stats.decided);
     settle(&shared, &mut held);
     finish(shared, held, keep, req, now, inner).await
+}
+
+/// The request's pooled buffers, holding its descriptors (built for the
+/// client at `peer`, else at the address in its extensions).
+pub(super) fn descriptors<B: Backend, C: Clock + 'static, T>(
+    shared: &Arc<Shared<B, C>>,
+    req: &Request<T>,
+    peer: Option<SocketAddr>,
+) -> Held<B, C> {
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let peer = peer
+        .or_else(|| (shared.settings.peer)(req.extensions()))
+        .unwrap_or(NO_PEER);
+    let s = held.scratch();
+    shared.identity.request_descriptors(req, peer, &mut s.out);
+    held
 }
 
 /// The report of a decided request (its headers, its verdict), and whether
