@@ -142,7 +142,7 @@ async fn the_short_path_answers_exactly_as_the_general_one() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_reload_is_followed_by_the_short_path() {
+async fn after_a_reload_the_new_policy_decides_on_either_path() {
     let (layer, _clock) = twin(RULES[2], RESPONSES[0], false);
     let key = Some("k");
     assert_eq!(send(&layer, key).await.0, 200);

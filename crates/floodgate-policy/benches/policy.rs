@@ -148,7 +148,6 @@ fn bench(c: &mut Criterion) {
             let d = black_box(&ips[i % 1024][0]);
             engine
                 .evaluate_direct(&plan, d, 1, Apply::Commit, &mut response)
-                .unwrap()
                 .unwrap();
             black_box(response.overall)
         })

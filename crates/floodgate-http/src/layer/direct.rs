@@ -41,10 +41,15 @@ pub(crate) struct PlanCache {
 }
 
 impl PlanCache {
-    /// Decides `d` directly into `held`'s response if the current plan
+    fn load(&self) -> arc_swap::Guard<Option<Arc<Cached>>> {
+        self.current.load()
+    }
+
+    /// Decides `d` directly into `held`'s response if the `cached` plan
     /// applies (`false`: decide it the general way).
     fn decide<B: Backend, C: Clock>(
         &self,
+        cached: Option<&Cached>,
         engine: &Engine<B, C>,
         domain: &str,
         held: &mut Held<B, C>,
@@ -54,13 +59,11 @@ impl PlanCache {
             return false;
         };
         let hits = s.out.hits_addend();
-        let guard = self.current.load();
-        if let Some(cached) = guard.as_deref() {
+        if let Some(cached) = cached {
             if let Some(plan) = &cached.plan {
-                match engine.evaluate_direct(plan, d, hits, Apply::Commit, &mut s.response) {
-                    Some(Ok(())) => return true,
-                    Some(Err(_)) => return false,
-                    None => {}
+                let decided = engine.evaluate_direct(plan, d, hits, Apply::Commit, &mut s.response);
+                if decided.is_some() {
+                    return true;
                 }
             }
             if cached.generation == engine.generation() {
@@ -79,6 +82,13 @@ impl PlanCache {
         })));
         false
     }
+}
+
+/// Whether the current policy is known to have no plan for the layer's
+/// descriptor: the request then goes the general way at once, without
+/// building its descriptors twice.
+fn known_unplanned<B: Backend, C: Clock>(cached: Option<&Cached>, engine: &Engine<B, C>) -> bool {
+    cached.is_some_and(|c| c.plan.is_none() && c.generation == engine.generation())
 }
 
 pin_project! {
@@ -169,7 +179,11 @@ where
     B: Backend,
     C: Clock + 'static,
 {
-    if !shared.direct_eligible || shared.delayed.get() >= shared.settings.max_delayed {
+    let cached = shared.plans.load();
+    if !shared.direct_eligible
+        || shared.delayed.get() >= shared.settings.max_delayed
+        || known_unplanned(cached.as_deref(), &shared.engine)
+    {
         return Limited::General {
             fut: handle(shared.clone(), inner, req, peer),
         };
@@ -184,9 +198,10 @@ where
         };
     }
     let now = shared.engine.clock().now();
+    let domain = shared.identity.domain();
     if !shared
         .plans
-        .decide(&shared.engine, shared.identity.domain(), &mut held)
+        .decide(cached.as_deref(), &shared.engine, domain, &mut held)
     {
         drop(held);
         return Limited::General {

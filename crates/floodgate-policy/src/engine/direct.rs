@@ -9,15 +9,14 @@
 //! the same statuses and metrics, the same answer as
 //! [`Engine::evaluate_now`], in a fraction of the work.
 
+use floodgate::algorithms::AnyLimit;
 use floodgate::{Apply, Clock, Decision};
 use smallvec::SmallVec;
 
 use crate::backend::{Backend, Item};
 use crate::compile::{Action, PolicySet, RuleId};
 use crate::failure::OnFailure;
-use floodgate::algorithms::AnyLimit;
 
-use super::errors::EngineError;
 use super::finish::{narrowest_index, over_limit, settle};
 use super::request::Descriptor;
 use super::response::{Code, Reason, Response, Status};
@@ -102,9 +101,10 @@ impl<B: Backend, C: Clock> Engine<B, C> {
 
     /// Decides the single descriptor `d` by `plan`: exactly what
     /// [`evaluate_now`](Self::evaluate_now) would answer for `[d]`.
-    /// `None` when the plan does not apply (the policy was replaced since,
-    /// `d` has other keys, a limit override, or a value the general path
-    /// must refuse): decide it the general way.
+    /// `Some` once decided into `response`; `None` when the plan does not
+    /// apply (the policy was replaced since, `d` has other keys, a limit
+    /// override, or a value the general path must refuse): decide it the
+    /// general way.
     ///
     /// ```
     /// use floodgate::{Apply, StoreConfig};
@@ -120,7 +120,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// let mut response = Response::default();
     /// for expected in [Code::Ok, Code::Ok, Code::OverLimit] {
     ///     let decided = engine.evaluate_direct(&plan, &alice, 1, Apply::Commit, &mut response);
-    ///     decided.expect("the plan applies")?;
+    ///     decided.expect("the plan applies");
     ///     assert_eq!(response.overall, expected);
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -132,7 +132,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         hits_addend: u32,
         apply: Apply,
         response: &mut Response,
-    ) -> Option<Result<(), EngineError>> {
+    ) -> Option<()> {
         let backend = self.backend.as_sync()?;
         if d.limit_override().is_some()
             || d.len() != plan.keys.len()
@@ -232,7 +232,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         if status.code == Code::OverLimit {
             over_limit(&policy, &mut response.overall, &mut response.shadowed);
         }
-        Some(Ok(()))
+        Some(())
     }
 }
 
