@@ -32,20 +32,9 @@ pub fn clamp(n: u64) -> u64 {
 }
 
 /// Appends `n` (clamped to 15 digits) in decimal.
+#[inline]
 pub fn push_int(out: &mut String, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = clamp(n);
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // ASCII digits: always UTF-8.
-    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
+    out.push_str(itoa::Buffer::new().format(clamp(n)));
 }
 
 /// Appends `name` as an sf-string: quoted, `"` and `\` escaped, every byte
