@@ -47,6 +47,11 @@ const RESPONSES: &[&str] = &[
     "  responses: {headers: [ietf, x-ratelimit, x-ratelimit-epoch]}\n",
     "  responses: {on_success: false, status: 503}\n",
     "  responses: {hide_headers: true}\n",
+    // The defaults: `RateLimit-Policy` and `RateLimit` on every response.
+    "",
+    // Names that need escaping, and a hidden rule.
+    "  responses: {rules: {per-key: {policy_name: 'pk \"x\"'}, api.key: {policy_name: 'k\\y'}}}\n",
+    "  responses: {rules: {api.key: {hide: true}}}\n",
 ];
 
 fn config(rules: &str, responses: &str, general: bool) -> String {

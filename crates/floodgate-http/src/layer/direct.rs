@@ -15,15 +15,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use arc_swap::ArcSwapOption;
-use floodgate::{Apply, Clock, Timestamp};
-use floodgate_policy::{Backend, Descriptor, DirectPlan, Engine};
+use floodgate::{Apply, Clock, Outcome, Timestamp};
+use floodgate_policy::{Backend, Code, Descriptor, DirectPlan, Engine};
 use http::{Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
 
 use super::body::FloodgateBody;
 use super::handle::{Keep, Out, denied, descriptors, finish, handle, plainly_allowed, settle};
 use super::shared::{Held, LayerStats, Shared};
-use crate::contract::Verdict;
+use crate::contract::{RATELIMIT, RATELIMIT_POLICY, Verdict};
 
 type Boxed<RB, E> = Pin<Box<dyn Future<Output = Result<Out<RB>, E>> + Send>>;
 
@@ -127,6 +127,16 @@ where
                 if let Some((mut held, now)) = after.take() {
                     let shared = held.shared.clone();
                     let s = held.scratch();
+                    if s.prerendered {
+                        let headers = res.headers_mut();
+                        if let Some(policy) = s.policy_value.take() {
+                            headers.insert(RATELIMIT_POLICY, policy);
+                        }
+                        if let Some(current) = s.buf.value() {
+                            headers.insert(RATELIMIT, current);
+                        }
+                        return Poll::Ready(Ok(res.map(|b| FloodgateBody::inner(b, None))));
+                    }
                     shared.contract.write_headers_with(
                         &s.report,
                         now,
@@ -220,6 +230,14 @@ where
             after: None,
         };
     }
+    if on_success && admitted_headers(shared, held.scratch()) {
+        // Admitted, its headers rendered from the rule's cached pieces
+        // (no report to fill).
+        return Limited::Pass {
+            fut: inner(req),
+            after: Some((held, now)),
+        };
+    }
     settle(shared, &mut held);
     match held.scratch().report.verdict() {
         Verdict::Denied => Limited::Ready {
@@ -240,4 +258,44 @@ where
             )),
         },
     }
+}
+
+/// For an admitted request decided on the short path under one rule:
+/// renders its `RateLimit` and `RateLimit-Policy` from the rule's cached
+/// pieces, exactly as the contract would from a filled report; false
+/// (nothing changed) when that does not apply — a delay, a denial, a shadow
+/// rule, a rule not rendered yet or reported differently — and the report
+/// is to be filled.
+fn admitted_headers<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    s: &mut super::shared::Scratch,
+) -> bool {
+    let r = &s.response;
+    let [status] = &r.statuses[..] else {
+        return false;
+    };
+    let (Some(rule), Some(d)) = (status.rule, status.decision) else {
+        return false;
+    };
+    if r.overall != Code::Ok
+        || r.shadowed
+        || status.code != Code::Ok
+        || status.shadow
+        || d.outcome != Outcome::Allowed
+    {
+        return false;
+    }
+    let Some(policy) = shared.policy_headers.admitted(
+        r.generation(),
+        rule,
+        d.remaining,
+        d.reset_after,
+        s.buf.text(),
+    ) else {
+        return false;
+    };
+    s.report.clear();
+    s.policy_value = Some(policy);
+    s.prerendered = true;
+    true
 }

@@ -190,6 +190,7 @@ pub(super) fn descriptors<B: Backend, C: Clock + 'static, T>(
         .or_else(|| (shared.settings.peer)(req.extensions()))
         .unwrap_or(NO_PEER);
     let s = held.scratch();
+    s.prerendered = false;
     shared.identity.request_descriptors(req, peer, &mut s.out);
     held
 }

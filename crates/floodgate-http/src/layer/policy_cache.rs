@@ -1,21 +1,58 @@
-//! `RateLimit-Policy` values rendered once per rule: a request whose
-//! policy lines all come from one rule (the common case) reuses the value
-//! rendered for the first request of that rule. The cache belongs to one
-//! policy set: when the engine's policy is replaced, it starts over.
+//! Rate-limit header pieces rendered once per rule: a request whose policy
+//! lines all come from one rule (the common case) reuses the
+//! `RateLimit-Policy` value rendered for the first request of that rule,
+//! and — on the short path — the start of its `RateLimit` value. The cache
+//! belongs to one layer (one contract) and one policy set: when the
+//! engine's policy is replaced, it starts over.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use floodgate_policy::compile::PolicySet;
+use floodgate_policy::compile::{PolicySet, RuleId};
 use http::HeaderValue;
 
-use crate::contract::{Contract, Report};
+use crate::contract::{Contract, HeaderForm, Report, ceil_secs, clamp, push_int, push_string};
 
-/// The values of one policy set, by rule id (none: not rendered yet, or
-/// not representable as a field value).
+/// What is rendered once for a rule.
+struct Rendered {
+    /// `RateLimit-Policy` (none: not representable as a field value).
+    policy: Option<HeaderValue>,
+    /// `"name";r=` — the start of the rule's `RateLimit` value, when the
+    /// rule reports exactly one line and `RateLimit-Policy` and `RateLimit`
+    /// are the only headers of an admitted response under the contract.
+    current_prefix: Option<Box<str>>,
+}
+
+impl Rendered {
+    fn of(report: &Report, contract: &Contract) -> Self {
+        let config = contract.config();
+        let one_line = report.policies().len() == 1 && report.current().len() == 1;
+        let ietf_only = config.forms == [HeaderForm::Ietf];
+        let policy = contract.policy_value(report);
+        let current_prefix = (one_line
+            && ietf_only
+            && config.on_success
+            && !config.hide_headers
+            && policy.is_some())
+        .then(|| {
+            let mut s = String::new();
+            push_string(&mut s, report.name(0));
+            s.push_str(";r=");
+            s.into_boxed_str()
+        });
+        Rendered {
+            policy,
+            current_prefix,
+        }
+    }
+}
+
+/// The rendered pieces of one policy set, by rule id (none: not rendered
+/// yet).
 struct Values {
     policy: Arc<PolicySet>,
-    rules: Box<[OnceLock<Option<HeaderValue>>]>,
+    rules: Box<[OnceLock<Rendered>]>,
 }
 
 /// The cache of a layer.
@@ -35,11 +72,11 @@ impl PolicyCache {
         contract: &Contract,
     ) -> Option<HeaderValue> {
         let rule = report.single_rule()? as usize;
-        let render = || contract.policy_value(report);
+        let render = || Rendered::of(report, contract);
         {
             let guard = self.current.load();
             if let Some(v) = guard.as_ref().filter(|v| Arc::ptr_eq(&v.policy, policy)) {
-                return v.rules.get(rule)?.get_or_init(render).clone();
+                return v.rules.get(rule)?.get_or_init(render).policy.clone();
             }
         }
         // A new policy set: start over (concurrent requests may each build
@@ -49,6 +86,35 @@ impl PolicyCache {
             rules: (0..policy.rules().len()).map(|_| OnceLock::new()).collect(),
         });
         self.current.store(Some(fresh.clone()));
-        fresh.rules.get(rule)?.get_or_init(render).clone()
+        fresh.rules.get(rule)?.get_or_init(render).policy.clone()
+    }
+
+    /// The headers of an admitted request whose one line is rule `rule`'s
+    /// (of the policy set of generation `generation`), with `remaining`
+    /// left and whole again in `reset`: `RateLimit` written into `text`
+    /// and `RateLimit-Policy` returned — exactly what the contract writes
+    /// from a filled report — when the rule's pieces are rendered already
+    /// and the rule qualifies (see [`Rendered::current_prefix`]); none
+    /// otherwise (fill the report).
+    pub fn admitted(
+        &self,
+        generation: u64,
+        rule: RuleId,
+        remaining: u64,
+        reset: Duration,
+        text: &mut String,
+    ) -> Option<HeaderValue> {
+        let guard = self.current.load();
+        let values = guard
+            .as_ref()
+            .filter(|v| v.policy.generation() == generation)?;
+        let rendered = values.rules.get(rule as usize)?.get()?;
+        let prefix = rendered.current_prefix.as_deref()?;
+        text.clear();
+        text.push_str(prefix);
+        push_int(text, remaining);
+        text.push_str(";t=");
+        push_int(text, clamp(ceil_secs(reset)));
+        rendered.policy.clone()
     }
 }

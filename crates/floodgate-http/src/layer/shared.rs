@@ -60,6 +60,9 @@ pub(crate) struct Scratch {
     pub buf: HeaderBuf,
     /// `RateLimit-Policy` of this request, from the cache.
     pub policy_value: Option<http::HeaderValue>,
+    /// The short path rendered this admitted request's `RateLimit` into
+    /// `buf`'s text already (and `policy_value`); `report` is not filled.
+    pub prerendered: bool,
 }
 
 const POOL_MAX: usize = 256;

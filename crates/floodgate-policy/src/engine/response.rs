@@ -95,4 +95,10 @@ impl Response {
             .filter_map(|s| s.decision)
             .reduce(Decision::narrowest)
     }
+
+    /// The [generation](crate::PolicySet::generation) of the policy it was
+    /// decided under (0: none yet).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
 }
