@@ -180,7 +180,12 @@ impl<B: Backend> Gateway<B> {
         // future is boxed (see above).
         let proxy = self.proxy.clone();
         let limited = l.layer.serve_from(peer, req, move |req| {
-            Box::pin(proxy.forward_owned(req, client))
+            // Allocated first, then written: the future is built in its
+            // box rather than on the stack and copied there (kilobytes).
+            Box::into_pin(Box::write(
+                Box::new_uninit(),
+                proxy.forward_owned(req, client),
+            ))
         });
         Ok(limited.await?.map(GatewayBody::limited))
     }
