@@ -7,6 +7,9 @@
 # wrk (one thread) and the upstream (one worker) on core 1.
 #
 #   [ROUNDS=3] crates/floodgate-gateway/bench/run.sh [DURATION] [CONNECTIONS]
+#
+# Ends with a summary: medians over the rounds, and the targets' ratios
+# paired within each round (bench/summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DUR=${1:-15s}
@@ -32,15 +35,16 @@ load() { # $1: label, $2: port, $3: the proxy's pid
     wait_port "$2"
     # Warm up (connections, the upstream pool, the key tables).
     taskset -c 1 wrk -t1 -c"$CONNS" -d3s -s "$BENCH/keys.lua" "http://127.0.0.1:$2/" >/dev/null
-    echo "== $1"
+    echo "== $1" | tee -a "$WORK/run.txt"
     local before; before=$(cpu "$3")
     taskset -c 1 wrk -t1 -c"$CONNS" -d"$DUR" --latency -s "$BENCH/keys.lua" "http://127.0.0.1:$2/" > "$WORK/wrk.txt"
     local after; after=$(cpu "$3")
-    grep -E "Requests/sec|Latency |50%|90%|99%|Non-2xx|requests in" "$WORK/wrk.txt"
+    grep -E "Requests/sec|Latency |50%|90%|99%|Non-2xx|requests in" "$WORK/wrk.txt" | tee -a "$WORK/run.txt"
     local n; n=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
     local hz; hz=$(getconf CLK_TCK)
     awk -v t=$((after - before)) -v n="$n" -v hz="$hz" \
-        'BEGIN { printf "  proxy CPU: %.1f s, %.1f us per request\n", t / hz, t / hz * 1e6 / n }'
+        'BEGIN { printf "  proxy CPU: %.1f s, %.1f us per request\n", t / hz, t / hz * 1e6 / n }' \
+        | tee -a "$WORK/run.txt"
 }
 wait_port 9000
 
@@ -64,12 +68,15 @@ run_gateway() { # $1: label, $2: config, $3: port
 }
 
 # Interleaved rounds, so that a disturbance (the machine is shared) hits
-# every configuration alike.
+# every configuration alike; the summary pairs the configurations of each
+# round (bench/summary.py).
 for round in $(seq "${ROUNDS:-1}"); do
-    echo "#### round $round"
+    echo "#### round $round" | tee -a "$WORK/run.txt"
     run_nginx "nginx 1.22, limit_req" "limit_req zone=bench burst=20 nodelay;"
     run_gateway "floodgate gateway, shaper" "$BENCH/gateway-limited.yaml" 8082
     run_gateway "floodgate gateway, shaper, headers on rejections only" "$WORK/gateway-quiet.yaml" 8082
     run_gateway "floodgate gateway, no limit" "$BENCH/gateway-plain.yaml" 8083
     run_nginx "nginx 1.22, no limit" ""
 done
+echo
+python3 "$BENCH/summary.py" "$WORK/run.txt"

@@ -9,7 +9,8 @@ over the rounds:
 
 * the gateway with limits against nginx with limit_req (requests/s, p99);
 * the gateway with limits against the gateway without (the limiter's
-  overhead, in requests/s and in CPU per request).
+  overhead, in requests/s and in CPU per request);
+* for scale, nginx with limit_req against nginx without.
 
     summary.py RUN_OUTPUT
 """
@@ -107,6 +108,16 @@ def main():
         if x:
             print(f"  {name}: limiter overhead, CPU per request   "
                   f"{(med(x) - 1) * 100:+.1f} % {spread([(v - 1) * 100 for v in x], '{:+.1f}')}")
+    # For scale: the same measure of nginx's own limiter.
+    x = ratios(NGINX_LIMIT, NGINX_PLAIN, "rps")
+    if x:
+        cost = [1 - v for v in x]
+        print(f"  nginx: limit_req overhead, requests/s          "
+              f"{med(cost) * 100:+.1f} % {spread([c * 100 for c in cost], '{:+.1f}')}")
+    x = ratios(NGINX_LIMIT, NGINX_PLAIN, "cpu")
+    if x:
+        print(f"  nginx: limit_req overhead, CPU per request     "
+              f"{(med(x) - 1) * 100:+.1f} % {spread([(v - 1) * 100 for v in x], '{:+.1f}')}")
 
 
 if __name__ == "__main__":
