@@ -68,15 +68,24 @@ run_gateway() { # $1: label, $2: config, $3: port
 }
 
 # Interleaved rounds, so that a disturbance (the machine is shared) hits
-# every configuration alike; the summary pairs the configurations of each
-# round (bench/summary.py).
+# every configuration alike, each round starting one configuration later
+# than the last (no configuration always runs after the same one); the
+# summary pairs the configurations of each round (bench/summary.py).
+CONFIGS=(nginx_limit gw_shaper gw_quiet gw_plain nginx_plain)
+run_config() {
+    case $1 in
+        nginx_limit) run_nginx "nginx 1.22, limit_req" "limit_req zone=bench burst=20 nodelay;" ;;
+        gw_shaper) run_gateway "floodgate gateway, shaper" "$BENCH/gateway-limited.yaml" 8082 ;;
+        gw_quiet) run_gateway "floodgate gateway, shaper, headers on rejections only" "$WORK/gateway-quiet.yaml" 8082 ;;
+        gw_plain) run_gateway "floodgate gateway, no limit" "$BENCH/gateway-plain.yaml" 8083 ;;
+        nginx_plain) run_nginx "nginx 1.22, no limit" "" ;;
+    esac
+}
 for round in $(seq "${ROUNDS:-1}"); do
     echo "#### round $round" | tee -a "$WORK/run.txt"
-    run_nginx "nginx 1.22, limit_req" "limit_req zone=bench burst=20 nodelay;"
-    run_gateway "floodgate gateway, shaper" "$BENCH/gateway-limited.yaml" 8082
-    run_gateway "floodgate gateway, shaper, headers on rejections only" "$WORK/gateway-quiet.yaml" 8082
-    run_gateway "floodgate gateway, no limit" "$BENCH/gateway-plain.yaml" 8083
-    run_nginx "nginx 1.22, no limit" ""
+    for i in $(seq 0 $((${#CONFIGS[@]} - 1))); do
+        run_config "${CONFIGS[$(((i + round - 1) % ${#CONFIGS[@]}))]}"
+    done
 done
 echo
 python3 "$BENCH/summary.py" "$WORK/run.txt"
