@@ -130,7 +130,16 @@ pub(super) fn settle(
             }
         } else {
             let used = narrowest.limit.saturating_sub(narrowest.remaining);
-            if used as f64 > (narrowest.limit as f64 * ratio).floor() {
+            // Over ⌊limit × ratio⌋, in integers (no call to `floor`):
+            // truncation is the floor of a non-negative product; a negative
+            // one is below any count, NaN above every count.
+            let threshold = narrowest.limit as f64 * ratio;
+            let near = if threshold >= 0.0 {
+                used > threshold as u64
+            } else {
+                threshold < 0.0
+            };
+            if near {
                 rule.metrics.near_limit.increment(1);
             }
             rule.metrics.within_limit.increment(1);
