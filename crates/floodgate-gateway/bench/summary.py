@@ -86,39 +86,32 @@ def main():
         return [r[a][key] / r[b][key] for r in rounds
                 if key in r.get(a, {}) and key in r.get(b, {}) and r[b][key] > 0]
 
+    def line(text, values, unit):
+        """One summary line: the median and each round's value."""
+        if not values:
+            return
+        if unit == "x":
+            print(f"  {text:<72} {med(values):.3f}x {spread(values, '{:.2f}')}")
+        else:  # a percentage
+            pct = [v * 100 for v in values]
+            print(f"  {text:<72} {med(pct):+.1f} % {spread(pct, '{:+.1f}')}")
+
+    def overhead(text, limited, plain):
+        # Lost requests/s, and extra CPU per request, against `plain`.
+        line(f"{text}: limiter overhead, requests/s",
+             [1 - v for v in ratios(limited, plain, "rps")], "%")
+        line(f"{text}: limiter overhead, CPU per request",
+             [v - 1 for v in ratios(limited, plain, "cpu")], "%")
+
     print("paired within each round; median (rounds)")
-    for gw in (GW_SHAPER, GW_QUIET):
+    for gw, name in ((GW_SHAPER, "shaper"), (GW_QUIET, "shaper, headers on rejections only")):
         if gw not in labels:
             continue
-        name = "shaper" if gw == GW_SHAPER else "shaper, headers on rejections only"
-        x = ratios(gw, NGINX_LIMIT, "rps")
-        if x:
-            print(f"  {name}: requests/s against nginx limit_req  "
-                  f"{med(x):.3f}x {spread(x, '{:.2f}')}")
-        x = ratios(gw, NGINX_LIMIT, "p99")
-        if x:
-            print(f"  {name}: p99 against nginx limit_req         "
-                  f"{med(x):.3f}x {spread(x, '{:.2f}')}")
-        x = ratios(gw, GW_PLAIN, "rps")
-        if x:
-            cost = [1 - v for v in x]
-            print(f"  {name}: limiter overhead, requests/s        "
-                  f"{med(cost) * 100:+.1f} % {spread([c * 100 for c in cost], '{:+.1f}')}")
-        x = ratios(gw, GW_PLAIN, "cpu")
-        if x:
-            print(f"  {name}: limiter overhead, CPU per request   "
-                  f"{(med(x) - 1) * 100:+.1f} % {spread([(v - 1) * 100 for v in x], '{:+.1f}')}")
+        line(f"{name}: requests/s against nginx limit_req", ratios(gw, NGINX_LIMIT, "rps"), "x")
+        line(f"{name}: p99 against nginx limit_req", ratios(gw, NGINX_LIMIT, "p99"), "x")
+        overhead(name, gw, GW_PLAIN)
     # For scale: the same measure of nginx's own limiter.
-    x = ratios(NGINX_LIMIT, NGINX_PLAIN, "rps")
-    if x:
-        cost = [1 - v for v in x]
-        print(f"  nginx: limit_req overhead, requests/s          "
-              f"{med(cost) * 100:+.1f} % {spread([c * 100 for c in cost], '{:+.1f}')}")
-    x = ratios(NGINX_LIMIT, NGINX_PLAIN, "cpu")
-    if x:
-        print(f"  nginx: limit_req overhead, CPU per request     "
-              f"{(med(x) - 1) * 100:+.1f} % {spread([(v - 1) * 100 for v in x], '{:+.1f}')}")
-
+    overhead("nginx, limit_req", NGINX_LIMIT, NGINX_PLAIN)
 
 if __name__ == "__main__":
     main()
