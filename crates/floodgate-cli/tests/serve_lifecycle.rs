@@ -343,3 +343,61 @@ fn a_redis_outage_turns_readiness_off_and_the_failure_policy_answers() {
     assert_eq!(metric(&s, "floodgate_redis_breaker_state"), 1.0);
     assert_eq!(metric(&s, "floodgate_backend_ready"), 0.0);
 }
+
+/// `POST` `body` to `path` of the service's HTTP API: (status, JSON body).
+fn post_json(s: &Floodgate, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let (status, text) = http_request(
+        s.http,
+        "POST",
+        path,
+        Some("application/json"),
+        body.as_bytes(),
+    )
+    .unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+#[test]
+fn permits_the_local_fallback_holds_in_an_outage_are_a_gauge() {
+    let redis = Redis::start();
+    let config = "store:\n  backend: redis\n  url: REDIS\n  timeout: 50ms\n  connect_timeout: 100ms\n  failure_policy: local\n  breaker: {failures: 1, cool_down: 30s}\ndomains:\n  - domain: jobs\n    descriptors:\n      - key: job\n        rate_limit: {algorithm: concurrency, max: 2, name: in-flight}\n"
+        .replace("REDIS", &redis.addr());
+    let s = Floodgate::start(bin(), &config, &[], &[]);
+    let job = r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}]}"#;
+    // Checks one job in; returns its permit.
+    let check = || {
+        let (status, b) = post_json(&s, "/v1/check", job);
+        assert_eq!(status, 200, "{b}");
+        b["permit"].as_str().unwrap().to_owned()
+    };
+    let release = |permit: &str| {
+        let body = format!(
+            r#"{{"domain": "jobs", "descriptors": [{{"entries": {{"job": "render"}}}}], "permit": "{permit}"}}"#
+        );
+        let (status, b) = post_json(&s, "/v1/release", &body);
+        assert_eq!(status, 200, "{b}");
+    };
+    // Taken on Redis: not local.
+    let permit = check();
+    release(&permit);
+    assert_eq!(metric(&s, "floodgate_redis_local_permits"), 0.0);
+    drop(redis);
+    // Redis is gone: the local store admits, and remembers the permits.
+    let first = check();
+    let _second = check();
+    assert!(metric(&s, "floodgate_redis_local_fallbacks_total") >= 2.0);
+    assert_eq!(
+        metric(&s, "floodgate_redis_local_permits"),
+        2.0,
+        "{}",
+        s.log()
+    );
+    // Given back locally.
+    release(&first);
+    assert_eq!(
+        metric(&s, "floodgate_redis_local_permits"),
+        1.0,
+        "{}",
+        s.log()
+    );
+}

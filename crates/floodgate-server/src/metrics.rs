@@ -48,6 +48,10 @@ fn describe() {
         "floodgate_backend_ready",
         "1 when the store can decide (Redis reachable, breaker closed)."
     );
+    metrics::describe_gauge!(
+        "floodgate_redis_local_permits",
+        "Concurrency permits the local fallback admitted during a Redis outage and that are not released yet."
+    );
 }
 
 /// The API a request came through.
@@ -255,6 +259,7 @@ pub fn export_store(backend: &AnyBackend) {
         _ => 2.0,
     };
     metrics::gauge!("floodgate_redis_breaker_state").set(state);
+    metrics::gauge!("floodgate_redis_local_permits").set(r.local_permits() as f64);
 }
 
 /// Runs the recorder's upkeep (draining histogram buffers) every `every`.
