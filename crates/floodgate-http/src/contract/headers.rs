@@ -210,12 +210,19 @@ pub fn ietf_current(report: &Report, elapsed: Duration, buf: &mut String) {
             buf.push_str(", ");
         }
         push_string(buf, report.name(c.policy));
-        buf.push_str(";r=");
-        push_int(buf, c.remaining);
-        if c.timed {
-            buf.push_str(";t=");
-            push_int(buf, delta(c, elapsed));
-        }
+        push_position(buf, c.remaining, c.timed.then(|| delta(c, elapsed)));
+    }
+}
+
+/// `;r=R[;t=T]`: the parameters of one position in `RateLimit`, after its
+/// policy's name (`reset_secs`: whole seconds until the quota is whole, if
+/// known).
+pub(crate) fn push_position(buf: &mut String, remaining: u64, reset_secs: Option<u64>) {
+    buf.push_str(";r=");
+    push_int(buf, remaining);
+    if let Some(t) = reset_secs {
+        buf.push_str(";t=");
+        push_int(buf, t);
     }
 }
 

@@ -125,7 +125,6 @@ where
             LimitedProj::Pass { fut, after } => {
                 let mut res = ready!(fut.poll(cx))?;
                 if let Some((mut held, now)) = after.take() {
-                    let shared = held.shared.clone();
                     let s = held.scratch();
                     if s.prerendered {
                         let headers = res.headers_mut();
@@ -137,6 +136,8 @@ where
                         }
                         return Poll::Ready(Ok(res.map(|b| FloodgateBody::inner(b, None))));
                     }
+                    let shared = held.shared.clone();
+                    let s = held.scratch();
                     shared.contract.write_headers_with(
                         &s.report,
                         now,

@@ -12,16 +12,17 @@ use arc_swap::ArcSwapOption;
 use floodgate_policy::compile::{PolicySet, RuleId};
 use http::HeaderValue;
 
-use crate::contract::{Contract, HeaderForm, Report, ceil_secs, clamp, push_int, push_string};
+use crate::contract::{Contract, HeaderForm, Report, ceil_secs, push_position, push_string};
 
 /// What is rendered once for a rule.
 struct Rendered {
     /// `RateLimit-Policy` (none: not representable as a field value).
     policy: Option<HeaderValue>,
-    /// `"name";r=` — the start of the rule's `RateLimit` value, when the
-    /// rule reports exactly one line and `RateLimit-Policy` and `RateLimit`
-    /// are the only headers of an admitted response under the contract.
-    current_prefix: Option<Box<str>>,
+    /// `"name"`, the rule's policy name as it starts its `RateLimit`
+    /// value, when the rule reports exactly one line and `RateLimit-Policy`
+    /// and `RateLimit` are the only headers of an admitted response under
+    /// the contract.
+    current_name: Option<Box<str>>,
 }
 
 impl Rendered {
@@ -30,7 +31,7 @@ impl Rendered {
         let one_line = report.policies().len() == 1 && report.current().len() == 1;
         let ietf_only = config.forms == [HeaderForm::Ietf];
         let policy = contract.policy_value(report);
-        let current_prefix = (one_line
+        let current_name = (one_line
             && ietf_only
             && config.on_success
             && !config.hide_headers
@@ -38,12 +39,11 @@ impl Rendered {
         .then(|| {
             let mut s = String::new();
             push_string(&mut s, report.name(0));
-            s.push_str(";r=");
             s.into_boxed_str()
         });
         Rendered {
             policy,
-            current_prefix,
+            current_name,
         }
     }
 }
@@ -94,7 +94,7 @@ impl PolicyCache {
     /// left and whole again in `reset`: `RateLimit` written into `text`
     /// and `RateLimit-Policy` returned — exactly what the contract writes
     /// from a filled report — when the rule's pieces are rendered already
-    /// and the rule qualifies (see [`Rendered::current_prefix`]); none
+    /// and the rule qualifies (see [`Rendered::current_name`]); none
     /// otherwise (fill the report).
     pub fn admitted(
         &self,
@@ -109,12 +109,10 @@ impl PolicyCache {
             .as_ref()
             .filter(|v| v.policy.generation() == generation)?;
         let rendered = values.rules.get(rule as usize)?.get()?;
-        let prefix = rendered.current_prefix.as_deref()?;
+        let name = rendered.current_name.as_deref()?;
         text.clear();
-        text.push_str(prefix);
-        push_int(text, remaining);
-        text.push_str(";t=");
-        push_int(text, clamp(ceil_secs(reset)));
+        text.push_str(name);
+        push_position(text, remaining, Some(ceil_secs(reset)));
         rendered.policy.clone()
     }
 }
