@@ -358,7 +358,7 @@ fn post_json(s: &Floodgate, path: &str, body: &str) -> (u16, serde_json::Value) 
 }
 
 #[test]
-fn permits_the_local_fallback_holds_in_an_outage_are_a_gauge() {
+fn permits_held_through_an_outage_are_gauges() {
     let redis = Redis::start();
     let config = "store:\n  backend: redis\n  url: REDIS\n  timeout: 50ms\n  connect_timeout: 100ms\n  failure_policy: local\n  breaker: {failures: 1, cool_down: 30s}\ndomains:\n  - domain: jobs\n    descriptors:\n      - key: job\n        rate_limit: {algorithm: concurrency, max: 2, name: in-flight}\n"
         .replace("REDIS", &redis.addr());
@@ -381,6 +381,8 @@ fn permits_the_local_fallback_holds_in_an_outage_are_a_gauge() {
     let permit = check();
     release(&permit);
     assert_eq!(metric(&s, "floodgate_redis_local_permits"), 0.0);
+    // One held on Redis when it goes away.
+    let on_redis = check();
     drop(redis);
     // Redis is gone: the local store admits, and remembers the permits.
     let first = check();
@@ -400,4 +402,16 @@ fn permits_the_local_fallback_holds_in_an_outage_are_a_gauge() {
         "{}",
         s.log()
     );
+    // Redis's, given back while it is down: queued for it, not credited to
+    // the local store.
+    assert_eq!(metric(&s, "floodgate_redis_deferred_releases"), 0.0);
+    release(&on_redis);
+    assert_eq!(
+        metric(&s, "floodgate_redis_deferred_releases"),
+        1.0,
+        "{}",
+        s.log()
+    );
+    assert_eq!(metric(&s, "floodgate_redis_releases_deferred_total"), 1.0);
+    assert_eq!(metric(&s, "floodgate_redis_local_permits"), 1.0);
 }

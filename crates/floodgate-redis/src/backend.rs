@@ -409,7 +409,19 @@ impl RedisBackend {
         if !item.limit.is_concurrency() || units == 0 {
             return Ok(());
         }
-        let key = self.state_key(&item);
+        self.release_key(&self.state_key(&item), units, item.permit, now)
+            .await
+    }
+
+    /// Gives back `units` of `permit` under the concurrency state `key` (a
+    /// [`state_key`](Self::state_key)).
+    pub(crate) async fn release_key(
+        &self,
+        key: &[u8],
+        units: u64,
+        permit: u64,
+        now: Timestamp,
+    ) -> Result<(), BackendError> {
         let now_arg = match self.time {
             TimeSource::Server => String::new(),
             TimeSource::Client { .. } => now.as_micros().to_string(),
@@ -417,7 +429,7 @@ impl RedisBackend {
         let mut cmd = self.release.call(1);
         cmd.arg(key)
             .arg(units.min(1 << 52))
-            .arg(permit_arg(item.permit))
+            .arg(permit_arg(permit))
             .arg(now_arg)
             .arg(&self.slack);
         let run = tokio::time::timeout(

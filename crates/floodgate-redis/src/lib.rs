@@ -53,6 +53,7 @@ mod batch;
 mod breaker;
 mod cache;
 mod config;
+mod deferred;
 mod encode;
 mod error;
 mod fallback;

@@ -2,11 +2,13 @@
 //! failure policy for every decision Redis cannot make.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use floodgate::{Apply, Decision, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item};
 
 use crate::breaker::{Breaker, BreakerState, Pass};
+use crate::deferred::{DeferredReleases, deliver_soon};
 use crate::fallback::LocalFallback;
 use crate::policy::{self, Fallback};
 use crate::stats::ResilienceStats;
@@ -28,8 +30,12 @@ use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 /// * A release of a permit (`Item::permit` ≠ 0) goes to the store that
 ///   admitted it, whatever the breaker says by then: to the local store if
 ///   the local fallback admitted it (even after Redis is back), to Redis
-///   otherwise (even while the breaker is open; if Redis cannot take it,
-///   the permit is freed there when its lease ends). The local fallback
+///   otherwise. A release Redis cannot take (it fails, or the breaker is
+///   open: then it is not even tried) is queued and sent again in the
+///   background as soon as a call to Redis succeeds; at most
+///   [`DEFERRED_RELEASE_BOUND`](Self::DEFERRED_RELEASE_BOUND) wait by
+///   default ([`with_deferred_release_bound`](Self::with_deferred_release_bound)),
+///   the oldest dropped beyond (freed when their leases end). The local fallback
 ///   remembers the permits it admitted, at most
 ///   [`LOCAL_PERMIT_BOUND`](Self::LOCAL_PERMIT_BOUND) of them by default
 ///   ([`with_local_permit_bound`](Self::with_local_permit_bound)); when
@@ -42,11 +48,12 @@ use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 ///   without Redis (`Local`, `FailOpen`); with `FailClosed`, only while the
 ///   breaker is closed.
 pub struct ResilientBackend {
-    redis: RedisBackend,
+    redis: Arc<RedisBackend>,
     policy: FailurePolicy,
     breaker: Breaker,
     local: LocalFallback,
-    stats: ResilienceStats,
+    stats: Arc<ResilienceStats>,
+    deferred: Arc<DeferredReleases>,
 }
 
 impl ResilientBackend {
@@ -54,6 +61,11 @@ impl ResilientBackend {
     /// back are remembered at most, by default (see
     /// [`with_local_permit_bound`](Self::with_local_permit_bound)).
     pub const LOCAL_PERMIT_BOUND: usize = 1_000_000;
+
+    /// How many releases Redis could not take wait to be sent again at
+    /// most, by default (see
+    /// [`with_deferred_release_bound`](Self::with_deferred_release_bound)).
+    pub const DEFERRED_RELEASE_BOUND: usize = 100_000;
 
     /// Wraps `redis` with the policy and breaker of `config`.
     pub fn new(redis: RedisBackend, config: &RedisConfig) -> Result<Self, ConfigError> {
@@ -70,11 +82,12 @@ impl ResilientBackend {
         )
         .map_err(|e| ConfigError::Client(e.to_string()))?;
         Ok(ResilientBackend {
-            redis,
+            redis: Arc::new(redis),
             policy: config.failure_policy,
             breaker: Breaker::new(config.breaker),
             local,
-            stats: ResilienceStats::default(),
+            stats: Arc::default(),
+            deferred: Arc::new(DeferredReleases::new(Self::DEFERRED_RELEASE_BOUND)),
         })
     }
 
@@ -88,6 +101,28 @@ impl ResilientBackend {
     pub fn with_local_permit_bound(mut self, bound: usize) -> Self {
         self.local.set_permit_bound(bound);
         self
+    }
+
+    /// Keeps at most `bound` releases that Redis could not take (at least
+    /// 1; the default is
+    /// [`DEFERRED_RELEASE_BOUND`](Self::DEFERRED_RELEASE_BOUND)) until
+    /// Redis answers again. Beyond it the oldest are dropped
+    /// (`releases_dropped`): their permits stay held in Redis until their
+    /// leases end.
+    pub fn with_deferred_release_bound(self, bound: usize) -> Self {
+        self.deferred.set_bound(bound);
+        self
+    }
+
+    /// Releases Redis could not take, waiting to be sent again.
+    pub fn deferred_releases(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// The most releases [`deferred_releases`](Self::deferred_releases)
+    /// counts at once.
+    pub fn deferred_release_bound(&self) -> usize {
+        self.deferred.bound()
     }
 
     /// The permits admitted by the local fallback, not given back yet, that
@@ -153,6 +188,9 @@ impl ResilientBackend {
                     Pass::Call if ok => self.breaker.success(),
                     Pass::Call => self.breaker.failure(&self.stats),
                 }
+                if ok {
+                    self.deliver_deferred();
+                }
                 if let Ok((d, _)) = result {
                     self.stats.decisions.inc();
                     return Ok(d);
@@ -164,9 +202,27 @@ impl ResilientBackend {
         self.apply_policy(items, now, apply, out, policy)
     }
 
-    /// Gives back `units` of `item` in Redis, whatever the breaker's state.
-    /// Only a release made while the breaker is closed counts towards it
-    /// (an open breaker keeps its own schedule of probes).
+    /// Sends the queued releases in the background if there are any.
+    #[inline]
+    fn deliver_deferred(&self) {
+        if self.deferred.len() != 0 {
+            deliver_soon(&self.redis, &self.deferred, &self.stats);
+        }
+    }
+
+    /// Queues a release of a Redis-held permit that Redis could not take.
+    fn defer(&self, item: Item<'_>, units: u64, now: Timestamp) {
+        if !item.limit.is_concurrency() || units == 0 {
+            return;
+        }
+        let key = self.redis.state_key(&item);
+        self.deferred
+            .push(key, units, item.permit, now, &self.stats);
+    }
+
+    /// Gives back `units` of `item` in Redis. Only a release made while the
+    /// breaker is closed counts towards it (an open breaker keeps its own
+    /// schedule of probes).
     async fn release_to_redis(
         &self,
         item: Item<'_>,
@@ -176,8 +232,12 @@ impl ResilientBackend {
         let closed = self.breaker.state() == BreakerState::Closed;
         let result = self.redis.release_inner(item, units, now).await;
         match &result {
-            Ok(()) if closed => self.breaker.success(),
-            Ok(()) => {}
+            Ok(()) => {
+                if closed {
+                    self.breaker.success();
+                }
+                self.deliver_deferred();
+            }
             Err(_) => {
                 self.stats.backend_errors.inc();
                 if closed {
@@ -232,7 +292,16 @@ impl Backend for ResilientBackend {
                 if self.local.release_permit(item, units, now) {
                     return Ok(());
                 }
-                return self.release_to_redis(item, units, now).await;
+                // Redis holds it: given back now, or queued until Redis
+                // answers again (an open breaker is not even tried: no
+                // timeout to pay per release during an outage).
+                if self.breaker.state() == BreakerState::Closed
+                    && self.release_to_redis(item, units, now).await.is_ok()
+                {
+                    return Ok(());
+                }
+                self.defer(item, units, now);
+                return Ok(());
             }
             // Releases never take the half-open probe (decisions do).
             let result = if self.breaker.state() == BreakerState::Closed {

@@ -70,4 +70,12 @@ pub struct ResilienceStats {
     pub breaker_closed: Counter,
     /// Probes sent while the breaker was half-open.
     pub breaker_probes: Counter,
+    /// Releases of Redis-held permits that Redis could not take at once
+    /// (it failed, or the breaker was open), queued to be sent again.
+    pub releases_deferred: Counter,
+    /// Queued releases Redis has since taken.
+    pub releases_redelivered: Counter,
+    /// Queued releases dropped because the queue was full (their permits
+    /// are freed when their leases end).
+    pub releases_dropped: Counter,
 }

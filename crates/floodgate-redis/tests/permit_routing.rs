@@ -1,10 +1,12 @@
 //! Releases go to the store that admitted the permit, whatever the breaker
 //! says at release time: a permit the local fallback admitted during an
 //! outage is given back locally even after Redis is back, one Redis
-//! admitted is given back to Redis even while the breaker is open (and is
-//! never credited to the local store). The permits remembered for that
-//! stay bounded. Client-supplied time makes every lease instant exact; only
-//! the breaker's cool-down runs on the real clock.
+//! admitted is given back to Redis (and is never credited to the local
+//! store): at once, or, when Redis cannot take it (down, or the breaker
+//! open), queued and sent again once Redis answers. The permits remembered
+//! for that and the queue stay bounded. Client-supplied time makes every
+//! lease instant exact; only the breaker's cool-down and the background
+//! delivery run on the real clock.
 
 mod common;
 
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{PermitKey, Server, blank, item, permit};
 use floodgate::algorithms::{AnyLimit, FixedWindow};
 use floodgate::{Apply, Timestamp};
-use floodgate_policy::{Backend, BackendError};
+use floodgate_policy::Backend;
 use floodgate_redis::{
     BreakerConfig, BreakerState, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend,
     TimeSource,
@@ -54,6 +56,20 @@ async fn unreachable() -> ResilientBackend {
     let config = config(format!("redis://127.0.0.1:{}", common::free_port()));
     let redis = RedisBackend::connect_lazy(&config).await.expect("lazy");
     ResilientBackend::new(redis, &config).expect("resilient")
+}
+
+/// Waits for the queued releases to be delivered (in the background, once
+/// a call to Redis succeeded).
+async fn wait_delivered(b: &ResilientBackend) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while b.deferred_releases() != 0 {
+        assert!(
+            Instant::now() < end,
+            "{} releases still queued",
+            b.deferred_releases()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Probes until the breaker has closed and Redis decides again.
@@ -124,7 +140,7 @@ async fn a_permit_taken_locally_is_given_back_locally_after_redis_returns() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
+async fn a_permit_taken_in_redis_is_given_back_to_redis_after_an_outage() {
     // Written to its append-only file, the key survives a restart.
     let mut server = Server::start_with(&["--appendonly", "yes"]);
     let b = backend(&server).await;
@@ -137,14 +153,13 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
     assert!(k.acquire(2, 1, T0 + 1).await.is_allowed());
     assert_eq!(b.breaker_state(), BreakerState::Open);
     assert_eq!(b.local_permits(), 1);
-    // Permit 1's release goes to Redis, which cannot take it.
+    // Permit 1's release is Redis's, and the breaker is open: queued, not
+    // tried (no timeout to pay).
     let calls = b.redis().stats().calls.get();
-    let e = k.try_release(1, 1, T0 + 2).await.unwrap_err();
-    assert_eq!(b.redis().stats().calls.get(), calls + 1);
-    assert!(
-        matches!(e, BackendError::Unavailable(_) | BackendError::Timeout(_)),
-        "{e}"
-    );
+    k.try_release(1, 1, T0 + 2).await.expect("queued");
+    assert_eq!(b.redis().stats().calls.get(), calls);
+    assert_eq!(b.deferred_releases(), 1);
+    assert_eq!(b.stats().releases_deferred.get(), 1);
     assert_eq!(b.breaker_state(), BreakerState::Open);
     // The local store was not credited: one unit left there, not two.
     assert_eq!(k.held(T0 + 3).await, 1);
@@ -157,20 +172,72 @@ async fn a_permit_taken_in_redis_is_given_back_to_redis_during_an_outage() {
         .await
         .expect("given back locally");
     assert_eq!(b.local_permits(), 0);
-    // Redis is back: it still holds permit 1, until its lease ends.
+    // Redis is back (with permit 1, from its append-only file): the first
+    // call that succeeds sends the queued release.
     tokio::task::block_in_place(|| server.restart());
     wait_closed(&b).await;
+    wait_delivered(&b).await;
+    assert_eq!(b.stats().releases_redelivered.get(), 1);
     let decided = b.redis().stats().decisions.get();
-    assert_eq!(k.held(T0 + 7).await, 1);
-    assert_eq!(k.held(T0 + LEASE_US - 1).await, 1);
-    assert_eq!(k.held(T0 + LEASE_US).await, 0);
-    assert_eq!(b.redis().stats().decisions.get(), decided + 3);
-    // Or until a later release.
-    k.try_release(1, 1, T0 + 8)
-        .await
-        .expect("given back to Redis");
-    assert_eq!(k.held(T0 + 9).await, 0);
-    assert_eq!(b.redis().stats().decisions.get(), decided + 4);
+    assert_eq!(k.held(T0 + 7).await, 0);
+    assert_eq!(b.redis().stats().decisions.get(), decided + 1);
+    // Its whole capacity again, in Redis.
+    assert!(k.acquire(5, 2, T0 + 8).await.is_allowed());
+    assert!(k.acquire(6, 1, T0 + 9).await.is_denied());
+    assert_eq!(b.stats().releases_dropped.get(), 0);
+}
+
+/// A release Redis fails to take while the breaker is still closed is
+/// queued as well; a concurrency limit whose permits were all in flight
+/// when Redis went away is whole again once it is back, not when the
+/// leases end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_redis_failed_to_take_are_sent_again_once_it_answers() {
+    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let b = backend(&server).await;
+    let k = PermitKey::new(&b, b"route", 3, b"route:full");
+    for id in 1..=3 {
+        assert!(k.acquire(id, 1, T0).await.is_allowed());
+    }
+    assert!(k.acquire(4, 1, T0).await.is_denied());
+    // Redis goes away with every permit in flight; the breaker is closed
+    // still, so the first release tries Redis, fails and opens it.
+    tokio::task::block_in_place(|| server.kill());
+    assert_eq!(b.breaker_state(), BreakerState::Closed);
+    let calls = b.redis().stats().calls.get();
+    for id in 1..=3 {
+        k.try_release(id, 1, T0 + 1).await.expect("queued");
+    }
+    assert_eq!(b.redis().stats().calls.get(), calls + 1);
+    assert_eq!(b.breaker_state(), BreakerState::Open);
+    assert_eq!(b.deferred_releases(), 3);
+    tokio::task::block_in_place(|| server.restart());
+    wait_closed(&b).await;
+    wait_delivered(&b).await;
+    assert_eq!(b.stats().releases_redelivered.get(), 3);
+    assert_eq!(k.held(T0 + 2).await, 0);
+    for id in 5..=7 {
+        assert!(k.acquire(id, 1, T0 + 3).await.is_allowed(), "{id}");
+    }
+}
+
+/// The queue of releases waiting for Redis is bounded: beyond it the
+/// oldest are dropped (and counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queued_releases_stay_bounded() {
+    let b = unreachable().await.with_deferred_release_bound(3);
+    assert_eq!(b.deferred_release_bound(), 3);
+    let k = PermitKey::new(&b, b"route", 10, b"route:queued");
+    // Permits the local store never admitted: Redis's to give back.
+    for id in 1..=5 {
+        k.try_release(id, 1, T0).await.expect("queued");
+    }
+    assert_eq!(b.deferred_releases(), 3);
+    assert_eq!(b.stats().releases_deferred.get(), 5);
+    assert_eq!(b.stats().releases_dropped.get(), 2);
+    assert_eq!(b.stats().releases_redelivered.get(), 0);
+    // Nothing but the first call went to Redis.
+    assert!(b.redis().stats().calls.get() <= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,9 +262,14 @@ async fn the_remembered_permits_stay_bounded() {
     }
     assert_eq!(b.local_permits(), 0);
     assert_eq!(k.held(T0 + 2_001).await, 1_000 - n);
-    // A forgotten one goes to Redis, and its local unit stays taken.
-    assert!(k.try_release(1_000 - n, 1, T0 + 2_002).await.is_err());
-    assert!(k.try_release(1, 1, T0 + 2_002).await.is_err());
+    // A forgotten one goes to Redis (queued for it), and its local unit
+    // stays taken.
+    let queued = b.deferred_releases();
+    k.try_release(1_000 - n, 1, T0 + 2_002)
+        .await
+        .expect("queued");
+    k.try_release(1, 1, T0 + 2_002).await.expect("queued");
+    assert_eq!(b.deferred_releases(), queued + 2);
     assert_eq!(k.held(T0 + 2_002).await, 1_000 - n);
     // Requests that complete leave nothing behind, however many.
     for id in 2_000..5_000u64 {
@@ -221,8 +293,9 @@ async fn releases_of_a_permit_give_back_at_most_what_it_took() {
     k.try_release(1, 5, T0 + 2).await.expect("local");
     assert_eq!(k.held(T0 + 2).await, 1);
     assert_eq!(b.local_permits(), 1);
-    // Given back already: to Redis, not to the local store.
-    assert!(k.try_release(1, 1, T0 + 3).await.is_err());
+    // Given back already: to Redis (queued for it), not to the local store.
+    k.try_release(1, 1, T0 + 3).await.expect("queued");
+    assert_eq!(b.deferred_releases(), 1);
     assert_eq!(k.held(T0 + 3).await, 1);
     // A dry run holds nothing and is not remembered.
     let items = [permit(b"route", k.key, &k.limit, 1, 9)];

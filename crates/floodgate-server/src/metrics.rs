@@ -52,6 +52,10 @@ fn describe() {
         "floodgate_redis_local_permits",
         "Concurrency permits the local fallback admitted during a Redis outage and that are not released yet."
     );
+    metrics::describe_gauge!(
+        "floodgate_redis_deferred_releases",
+        "Releases of Redis-held concurrency permits that Redis could not take, queued to be sent again."
+    );
 }
 
 /// The API a request came through.
@@ -238,6 +242,18 @@ pub fn export_store(backend: &AnyBackend) {
         "floodgate_redis_breaker_probes_total",
         s.breaker_probes.get(),
     );
+    c(
+        "floodgate_redis_releases_deferred_total",
+        s.releases_deferred.get(),
+    );
+    c(
+        "floodgate_redis_releases_redelivered_total",
+        s.releases_redelivered.get(),
+    );
+    c(
+        "floodgate_redis_releases_dropped_total",
+        s.releases_dropped.get(),
+    );
     let rs = r.redis().stats();
     c("floodgate_redis_calls_total", rs.calls.get());
     c("floodgate_redis_errors_total", rs.errors.get());
@@ -260,6 +276,7 @@ pub fn export_store(backend: &AnyBackend) {
     };
     metrics::gauge!("floodgate_redis_breaker_state").set(state);
     metrics::gauge!("floodgate_redis_local_permits").set(r.local_permits() as f64);
+    metrics::gauge!("floodgate_redis_deferred_releases").set(r.deferred_releases() as f64);
 }
 
 /// Runs the recorder's upkeep (draining histogram buffers) every `every`.

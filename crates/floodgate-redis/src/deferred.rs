@@ -1,0 +1,178 @@
+//! Releases of Redis-held permits that Redis could not take when they were
+//! made (it failed, timed out, or the breaker was keeping calls away from
+//! it): kept, bounded, and sent again as soon as Redis answers a call.
+//!
+//! Without them, a permit whose holder finished during an outage would stay
+//! held in Redis until its lease ends (ten minutes by default, never without
+//! a lease), and a concurrency limit whose permits were all in flight when
+//! Redis went away would deny everything for that long after it came back.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use floodgate::Timestamp;
+use futures_util::future::join_all;
+
+use crate::RedisBackend;
+use crate::stats::ResilienceStats;
+
+/// How many releases are sent at once when delivering the queue (pipelined
+/// on the backend's connections).
+const BATCH: usize = 64;
+
+/// One release to send again.
+struct Pending {
+    /// The permit's concurrency state key.
+    key: Vec<u8>,
+    units: u64,
+    permit: u64,
+    /// When it was made (used with client-supplied time).
+    at: Timestamp,
+}
+
+/// The queue of releases waiting for Redis.
+pub(crate) struct DeferredReleases {
+    queue: Mutex<VecDeque<Pending>>,
+    /// The queue's length, read without the lock on every successful call.
+    len: AtomicUsize,
+    /// Whether a delivery is running (one at a time).
+    delivering: AtomicBool,
+    bound: AtomicUsize,
+}
+
+impl DeferredReleases {
+    pub(crate) fn new(bound: usize) -> Self {
+        DeferredReleases {
+            queue: Mutex::new(VecDeque::new()),
+            len: AtomicUsize::new(0),
+            delivering: AtomicBool::new(false),
+            bound: AtomicUsize::new(bound.max(1)),
+        }
+    }
+
+    pub(crate) fn set_bound(&self, bound: usize) {
+        self.bound.store(bound.max(1), Ordering::Relaxed);
+    }
+
+    pub(crate) fn bound(&self) -> usize {
+        self.bound.load(Ordering::Relaxed)
+    }
+
+    /// Releases waiting for Redis.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Pending>> {
+        // A panic never happens under this lock; a poisoned one still holds
+        // a consistent queue.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps a release for later; when the queue is full the oldest is
+    /// dropped (its permit is then freed in Redis when its lease ends).
+    pub(crate) fn push(
+        &self,
+        key: Vec<u8>,
+        units: u64,
+        permit: u64,
+        at: Timestamp,
+        stats: &ResilienceStats,
+    ) {
+        let mut q = self.lock();
+        if q.len() >= self.bound() {
+            q.pop_front();
+            stats.releases_dropped.inc();
+        }
+        q.push_back(Pending {
+            key,
+            units,
+            permit,
+            at,
+        });
+        self.len.store(q.len(), Ordering::Release);
+        stats.releases_deferred.inc();
+    }
+
+    fn take(&self, n: usize) -> Vec<Pending> {
+        let mut q = self.lock();
+        let n = n.min(q.len());
+        let batch: Vec<Pending> = q.drain(..n).collect();
+        self.len.store(q.len(), Ordering::Release);
+        batch
+    }
+
+    fn put_back(&self, failed: Vec<Pending>, stats: &ResilienceStats) {
+        let mut q = self.lock();
+        for p in failed.into_iter().rev() {
+            if q.len() >= self.bound() {
+                // Newer releases came in meanwhile: the oldest give way.
+                stats.releases_dropped.inc();
+                continue;
+            }
+            q.push_front(p);
+        }
+        self.len.store(q.len(), Ordering::Release);
+    }
+}
+
+/// Starts delivering the queue in the background, unless it is empty, a
+/// delivery is already running, or there is no tokio runtime to run it on
+/// (the next successful call tries again).
+pub(crate) fn deliver_soon(
+    redis: &Arc<RedisBackend>,
+    deferred: &Arc<DeferredReleases>,
+    stats: &Arc<ResilienceStats>,
+) {
+    if deferred.len() == 0 {
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if deferred
+        .delivering
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    handle.spawn(deliver(redis.clone(), deferred.clone(), stats.clone()));
+}
+
+/// Sends the queued releases, [`BATCH`] at a time, until the queue is
+/// empty or one fails (the failed ones are queued again, for the next
+/// successful call to retry).
+async fn deliver(
+    redis: Arc<RedisBackend>,
+    deferred: Arc<DeferredReleases>,
+    stats: Arc<ResilienceStats>,
+) {
+    loop {
+        let batch = deferred.take(BATCH);
+        if batch.is_empty() {
+            break;
+        }
+        let results = join_all(
+            batch
+                .iter()
+                .map(|p| redis.release_key(&p.key, p.units, p.permit, p.at)),
+        )
+        .await;
+        let mut failed = Vec::new();
+        for (p, r) in batch.into_iter().zip(results) {
+            match r {
+                Ok(()) => stats.releases_redelivered.inc(),
+                Err(_) => failed.push(p),
+            }
+        }
+        if !failed.is_empty() {
+            deferred.put_back(failed, &stats);
+            break;
+        }
+    }
+    deferred.delivering.store(false, Ordering::Release);
+}
