@@ -9,6 +9,9 @@
 //! the same statuses and metrics, the same answer as
 //! [`Engine::evaluate_now`], in a fraction of the work.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use floodgate::algorithms::AnyLimit;
 use floodgate::{Apply, Clock, Decision};
 use smallvec::SmallVec;
@@ -34,6 +37,9 @@ pub struct DirectPlan {
     generation: u64,
     keys: Box<[Box<str>]>,
     rule: RuleId,
+    /// The policy it was made for (kept, so that deciding by the plan needs
+    /// no load of the engine's current one: only its generation).
+    policy: Arc<PolicySet>,
 }
 
 impl DirectPlan {
@@ -48,7 +54,7 @@ impl DirectPlan {
 /// concurrency, which hold units until released), no list that could
 /// catch a value, and nothing that makes the answer depend on other
 /// descriptors.
-fn plan(policy: &PolicySet, domain: &str, keys: &[&str]) -> Option<DirectPlan> {
+fn plan(policy: &Arc<PolicySet>, domain: &str, keys: &[&str]) -> Option<DirectPlan> {
     if !policy.settings.enforce
         || domain.is_empty()
         || keys.is_empty()
@@ -81,6 +87,7 @@ fn plan(policy: &PolicySet, domain: &str, keys: &[&str]) -> Option<DirectPlan> {
         generation: policy.generation(),
         keys: keys.iter().map(|&k| k.into()).collect(),
         rule: id,
+        policy: policy.clone(),
     })
 }
 
@@ -91,12 +98,13 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// them with [`evaluate_now`](Self::evaluate_now)).
     pub fn direct_plan(&self, domain: &str, keys: &[&str]) -> Option<DirectPlan> {
         self.backend.as_sync()?;
-        plan(&self.policy.load(), domain, keys)
+        plan(&self.policy.load_full(), domain, keys)
     }
 
     /// The generation of the current policy.
+    #[inline]
     pub fn generation(&self) -> u64 {
-        self.policy.load().generation()
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Decides the single descriptor `d` by `plan`: exactly what
@@ -147,10 +155,11 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                 return None;
             }
         }
-        let policy = self.policy.load();
-        if policy.generation() != plan.generation {
+        // The plan's policy, while it is the current one.
+        if self.generation() != plan.generation {
             return None;
         }
+        let policy = &plan.policy;
         let rule = policy.rule(plan.rule);
         let Action::Limit(limits) = &rule.action else {
             return None;

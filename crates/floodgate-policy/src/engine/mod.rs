@@ -66,6 +66,8 @@ impl Default for RequestLimits {
 /// Decides requests against a hot-swappable policy.
 pub struct Engine<B, C = SystemClock> {
     policy: ArcSwap<PolicySet>,
+    /// The current policy's generation, read without loading the policy.
+    generation: std::sync::atomic::AtomicU64,
     backend: B,
     clock: C,
     limits: RequestLimits,
@@ -83,6 +85,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// An engine on `clock`.
     pub fn with_clock(policy: PolicySet, backend: B, clock: C) -> Self {
         Engine {
+            generation: std::sync::atomic::AtomicU64::new(policy.generation()),
             policy: ArcSwap::from_pointee(policy),
             backend,
             clock,
@@ -118,7 +121,11 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// old one); returns the old one. Counters of unchanged rules carry over
     /// (their keys are equal).
     pub fn replace_policy(&self, policy: PolicySet) -> Arc<PolicySet> {
-        self.policy.swap(Arc::new(policy))
+        let generation = policy.generation();
+        let old = self.policy.swap(Arc::new(policy));
+        self.generation
+            .store(generation, std::sync::atomic::Ordering::Release);
+        old
     }
 
     /// The backend.
