@@ -239,7 +239,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         // One descriptor: over overall exactly when it is (a quota rule
         // being every quota rule of the request).
         if status.code == Code::OverLimit {
-            over_limit(&policy, &mut response.overall, &mut response.shadowed);
+            over_limit(policy, &mut response.overall, &mut response.shadowed);
         }
         Some(())
     }
