@@ -57,7 +57,12 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     // Before loading: rules resolve their metric handles when compiled.
     let prometheus = floodgate_server::metrics::install()?;
     let loaded = floodgate_gateway::load(&opts)?;
-    logging::init(&loaded.settings.server.log)?;
+    let mut log = loaded.settings.server.log.clone();
+    if loaded.gateway.access_log {
+        // Access lines pass whatever level the other logs are filtered at.
+        log.level = format!("{},{}=info", log.level, floodgate_gateway::access::TARGET);
+    }
+    logging::init(&log)?;
     warn_unsupported_env(|k| std::env::var(k).ok());
     floodgate_gateway::run(loaded, Some(prometheus)).context("floodgate gateway")?;
     Ok(())

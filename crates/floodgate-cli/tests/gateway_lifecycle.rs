@@ -484,3 +484,89 @@ fn a_bad_shutdown_delay_stops_startup_naming_it() {
         assert!(log.contains(named), "{config} {env:?}: {log}");
     }
 }
+
+/// `gateway.access_log: true`: one line per request, passed whatever the
+/// log level (here `warn`), with the status the client got and whether the
+/// limiter answered; the query is never logged.
+#[test]
+fn the_access_log_has_a_line_per_request() {
+    let up = upstream();
+    let parts = Parts {
+        upstream: up.addr,
+        store: "",
+        gateway: "  access_log: true\n",
+        routes: ROUTES,
+        http: "",
+        limit: ("l1", 1),
+        rules: "",
+    };
+    let config = parts.yaml().replace(
+        "server: {reload_interval: 100ms,",
+        "server: {log: {level: warn, format: json}, reload_interval: 100ms,",
+    );
+    let gw = Gateway::start(&config, &[]);
+    assert_eq!(gw.get("/api/orders?token=secret", "ann").0, 200);
+    assert_eq!(gw.get("/api/orders?token=secret", "ann").0, 429);
+    let lines = |gw: &Gateway| -> Vec<serde_json::Value> {
+        gw.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "floodgate::access")
+            .collect()
+    };
+    let mut found = Vec::new();
+    let logged = wait_until(Duration::from_secs(10), || {
+        found = lines(&gw);
+        found.len() >= 2
+    });
+    assert!(logged, "no access lines; log:\n{}", gw.log());
+    assert_eq!(found.len(), 2, "{found:?}");
+    for (line, (status, limited)) in found.iter().zip([(200, false), (429, true)]) {
+        assert_eq!(line["level"], "INFO", "{line}");
+        assert_eq!(line["method"], "GET", "{line}");
+        assert_eq!(line["path"], "/api/orders", "{line}");
+        assert_eq!(line["version"], "HTTP/1.1", "{line}");
+        assert_eq!(line["status"], status, "{line}");
+        assert_eq!(line["limited"], limited, "{line}");
+        assert_eq!(line["client"], "127.0.0.1", "{line}");
+        assert!(
+            line["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{line}"
+        );
+        assert!(line["micros"].as_u64().is_some(), "{line}");
+    }
+    assert!(!gw.log().contains("secret"), "{}", gw.log());
+}
+
+/// Off by default: no access lines, even at level `info`.
+#[test]
+fn no_access_log_unless_asked() {
+    let up = upstream();
+    let gw = Gateway::start(&plain_config(up.addr, "log: {level: info}"), &[]);
+    assert_eq!(gw.get("/", "ann").0, 200);
+    assert_eq!(gw.get("/", "ann").0, 200);
+    assert!(!gw.log().contains("floodgate::access"), "{}", gw.log());
+}
+
+/// Without an `http:` section (nothing limited) the proxy logs as well.
+#[test]
+fn the_access_log_without_limits() {
+    let up = upstream();
+    let config = plain_config(up.addr, "log: {level: error}")
+        .replace("gateway:\n", "gateway:\n  access_log: true\n");
+    let gw = Gateway::start(&config, &[]);
+    assert_eq!(gw.get("/a/b?q=1", "ann").0, 200);
+    let logged = wait_until(Duration::from_secs(10), || {
+        gw.log().contains("floodgate::access")
+    });
+    assert!(logged, "{}", gw.log());
+    let log = gw.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("floodgate::access"))
+        .unwrap();
+    for want in ["method=GET", "path=/a/b ", "status=200", "limited=false"] {
+        assert!(line.contains(want), "{want} not in {line}");
+    }
+    assert!(!line.contains("q=1"), "{line}");
+}

@@ -217,6 +217,8 @@ pub struct GatewayConfig {
     pub limits: ListenerLimits,
     /// Worker threads of the runtime (none: one per core).
     pub workers: Option<usize>,
+    /// One log line per request (see [`crate::access`]).
+    pub access_log: bool,
 }
 
 /// The default listen address.
@@ -230,6 +232,7 @@ impl Default for GatewayConfig {
             upstream: UpstreamConfig::default(),
             limits: ListenerLimits::default(),
             workers: None,
+            access_log: false,
         }
     }
 }

@@ -20,6 +20,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 
+use crate::access::AccessEntry;
 use crate::body::{BodyError, ProxyBody};
 use crate::forward::X_FORWARDED_PROTO;
 use crate::http_section::HttpSection;
@@ -72,6 +73,7 @@ pub struct Gateway<B> {
     engine: Arc<Engine<B, SystemClock>>,
     limiter: ArcSwap<Option<Limiter<B>>>,
     proxy: Proxy,
+    access_log: bool,
 }
 
 impl<B: Backend> Gateway<B> {
@@ -86,7 +88,14 @@ impl<B: Backend> Gateway<B> {
             engine,
             limiter: ArcSwap::from_pointee(limiter),
             proxy,
+            access_log: false,
         }
+    }
+
+    /// With an access log line per request (see [`crate::access`]).
+    pub fn with_access_log(mut self, on: bool) -> Self {
+        self.access_log = on;
+        self
     }
 
     /// The engine (its policy is swapped on reload).
@@ -159,14 +168,19 @@ impl<B: Backend> Gateway<B> {
         req: Request<Incoming>,
         mut client: ClientInfo,
     ) -> Result<Response<GatewayBody>, Infallible> {
+        let mut access = self
+            .access_log
+            .then(|| AccessEntry::begin(&req, client.peer));
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
             // Boxed (here and below): the forwarding future is kilobytes,
             // and a future held inline is copied whole each time the one
             // holding it moves (into hyper's connection, per request).
-            return Ok(Box::pin(self.proxy.forward(req, client))
-                .await
-                .map(GatewayBody::direct));
+            let res = Box::pin(self.proxy.forward(req, client)).await;
+            if let Some(a) = access {
+                a.finish(res.status(), false);
+            }
+            return Ok(res.map(GatewayBody::direct));
         };
         // No address: the layer's own default (the unspecified one).
         let peer = client
@@ -175,6 +189,11 @@ impl<B: Backend> Gateway<B> {
         client.trusted_hop = l.trusts_proxies
             && req.headers().contains_key(X_FORWARDED_PROTO)
             && l.identity.client_ip(req.headers(), peer.ip()) != peer.ip();
+        if let Some(a) = access.as_mut()
+            && l.trusts_proxies
+        {
+            a.set_client(l.identity.client_ip(req.headers(), peer.ip()));
+        }
         // The layer's own entry point: no tower service, the peer given
         // rather than put in the request's extensions; only the forwarding
         // future is boxed (see above).
@@ -187,7 +206,11 @@ impl<B: Backend> Gateway<B> {
                 proxy.forward_owned(req, client),
             ))
         });
-        Ok(limited.await?.map(GatewayBody::limited))
+        let res = limited.await?;
+        if let Some(a) = access {
+            a.finish(res.status(), res.body().is_from_layer());
+        }
+        Ok(res.map(GatewayBody::limited))
     }
 }
 

@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod admin;
 pub mod body;
 pub mod config;

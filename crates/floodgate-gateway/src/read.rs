@@ -14,7 +14,14 @@ use crate::read_tls::{read_listener_tls, read_upstream_tls};
 /// The top-level key this crate reads.
 pub const SECTION: &str = "gateway";
 
-const KEYS: &[&str] = &["listen", "tls", "upstream", "limits", "workers"];
+const KEYS: &[&str] = &[
+    "listen",
+    "tls",
+    "upstream",
+    "limits",
+    "workers",
+    "access_log",
+];
 const UPSTREAM_KEYS: &[&str] = &[
     "url",
     "protocol",
@@ -90,6 +97,11 @@ fn read_section(node: Node<'_>, errors: &mut Errors) -> GatewayConfig {
             Some(_) => errors.push(n.error("workers must be from 1 to 1024")),
             None => {}
         }
+    }
+    if let Some(n) = map.get("access_log")
+        && let Some(on) = errors.take(n.bool())
+    {
+        c.access_log = on;
     }
     match map.get("upstream") {
         Some(n) => read_upstream(n, &mut c, errors),
@@ -255,12 +267,13 @@ mod tests {
     #[test]
     fn full_section() {
         let c = read(
-            "gateway:\n  listen: 127.0.0.1:8001\n  workers: 2\n  upstream:\n    url: [http://a:1, http://b:2/api]\n    protocol: http2\n    connect_timeout: 1s\n    response_timeout: 3s\n    host: upstream\n  limits:\n    header_read_timeout: 2s\n    max_header_bytes: 16KiB\n    max_connections: 5\n",
+            "gateway:\n  listen: 127.0.0.1:8001\n  workers: 2\n  access_log: true\n  upstream:\n    url: [http://a:1, http://b:2/api]\n    protocol: http2\n    connect_timeout: 1s\n    response_timeout: 3s\n    host: upstream\n  limits:\n    header_read_timeout: 2s\n    max_header_bytes: 16KiB\n    max_connections: 5\n",
         )
         .unwrap()
         .unwrap();
         assert_eq!(c.listen, "127.0.0.1:8001".parse().unwrap());
         assert_eq!(c.workers, Some(2));
+        assert!(c.access_log);
         assert_eq!(c.upstream.urls.len(), 2);
         assert_eq!(c.upstream.urls[1].prefix, "/api");
         assert_eq!(c.upstream.protocol, UpstreamProtocol::Http2);
@@ -277,19 +290,21 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(c.upstream.urls[0].authority.as_str(), "127.0.0.1:9000");
+        assert!(!c.access_log);
         assert!(read("domains: []\n").unwrap().is_none());
     }
 
     #[test]
     fn errors_have_positions() {
         let e = read(
-            "gateway:\n  listen: nowhere\n  colour: blue\n  upstream:\n    url: ftp://x\n    protocol: spdy\n  limits: {header_read_timeout: soon}\n",
+            "gateway:\n  listen: nowhere\n  colour: blue\n  access_log: sometimes\n  upstream:\n    url: ftp://x\n    protocol: spdy\n  limits: {header_read_timeout: soon}\n",
         )
         .unwrap_err()
         .to_string();
         for want in [
             "g.yaml:2:",
             "unknown key 'colour'",
+            "g.yaml:4:",
             "scheme `ftp`",
             "protocol must be http1 or http2",
             "header_read_timeout: expected a duration",

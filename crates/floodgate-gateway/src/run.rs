@@ -290,7 +290,7 @@ pub async fn start(
         }
         _ => None,
     };
-    let gateway = Arc::new(Gateway::new(engine, limiter, proxy));
+    let gateway = Arc::new(Gateway::new(engine, limiter, proxy).with_access_log(config.access_log));
     let watch = spawn_reloader(
         source,
         Compiled {

@@ -40,6 +40,13 @@ impl<B> FloodgateBody<B> {
         }
     }
 
+    /// Whether the layer answered with this body itself (a rejection, a
+    /// shed request, a limiter failure) rather than passing on the inner
+    /// service's.
+    pub fn is_from_layer(&self) -> bool {
+        matches!(self.kind, Kind::Full { .. })
+    }
+
     /// A complete body (a rejection).
     pub fn full(data: Bytes) -> Self {
         FloodgateBody {
