@@ -206,11 +206,16 @@ impl<B: Backend> Gateway<B> {
                 proxy.forward_owned(req, client),
             ))
         });
-        let res = limited.await?;
-        if let Some(a) = access {
-            a.finish(res.status(), res.body().is_from_layer());
+        match access {
+            // Mapped straight into the result: the response is not moved
+            // once more through a local.
+            None => Ok(limited.await?.map(GatewayBody::limited)),
+            Some(a) => {
+                let res = limited.await?;
+                a.finish(res.status(), res.body().is_from_layer());
+                Ok(res.map(GatewayBody::limited))
+            }
         }
-        Ok(res.map(GatewayBody::limited))
     }
 }
 
