@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use floodgate::Timestamp;
+use floodgate_policy::BackendError;
 use futures_util::future::join_all;
 
 use crate::RedisBackend;
@@ -37,6 +38,8 @@ pub(crate) struct DeferredReleases {
     queue: Mutex<VecDeque<Pending>>,
     /// The queue's length, read without the lock on every successful call.
     len: AtomicUsize,
+    /// Releases taken from the queue and being sent.
+    sending: AtomicUsize,
     /// Whether a delivery is running (one at a time).
     delivering: AtomicBool,
     bound: AtomicUsize,
@@ -47,6 +50,7 @@ impl DeferredReleases {
         DeferredReleases {
             queue: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
+            sending: AtomicUsize::new(0),
             delivering: AtomicBool::new(false),
             bound: AtomicUsize::new(bound.max(1)),
         }
@@ -60,10 +64,10 @@ impl DeferredReleases {
         self.bound.load(Ordering::Relaxed)
     }
 
-    /// Releases waiting for Redis.
+    /// Releases waiting for Redis: queued, or being sent.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Acquire)
+        self.len.load(Ordering::Acquire) + self.sending.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Pending>> {
@@ -101,6 +105,8 @@ impl DeferredReleases {
         let mut q = self.lock();
         let n = n.min(q.len());
         let batch: Vec<Pending> = q.drain(..n).collect();
+        // Counted as sending before they leave the queue's count.
+        self.sending.store(batch.len(), Ordering::Release);
         self.len.store(q.len(), Ordering::Release);
         batch
     }
@@ -116,6 +122,12 @@ impl DeferredReleases {
             q.push_front(p);
         }
         self.len.store(q.len(), Ordering::Release);
+        self.sending.store(0, Ordering::Release);
+    }
+
+    /// The batch being sent is done with.
+    fn sent(&self) {
+        self.sending.store(0, Ordering::Release);
     }
 }
 
@@ -144,8 +156,9 @@ pub(crate) fn deliver_soon(
 }
 
 /// Sends the queued releases, [`BATCH`] at a time, until the queue is
-/// empty or one fails (the failed ones are queued again, for the next
-/// successful call to retry).
+/// empty or one fails for lack of Redis (those are queued again, for the
+/// next successful call to retry; one Redis answers with an error is
+/// dropped).
 async fn deliver(
     redis: Arc<RedisBackend>,
     deferred: Arc<DeferredReleases>,
@@ -166,6 +179,8 @@ async fn deliver(
         for (p, r) in batch.into_iter().zip(results) {
             match r {
                 Ok(()) => stats.releases_redelivered.inc(),
+                // Redis answered, with something no retry changes.
+                Err(BackendError::Protocol(_)) => stats.releases_dropped.inc(),
                 Err(_) => failed.push(p),
             }
         }
@@ -173,6 +188,7 @@ async fn deliver(
             deferred.put_back(failed, &stats);
             break;
         }
+        deferred.sent();
     }
     deferred.delivering.store(false, Ordering::Release);
 }

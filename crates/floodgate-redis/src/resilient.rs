@@ -295,10 +295,13 @@ impl Backend for ResilientBackend {
                 // Redis holds it: given back now, or queued until Redis
                 // answers again (an open breaker is not even tried: no
                 // timeout to pay per release during an outage).
-                if self.breaker.state() == BreakerState::Closed
-                    && self.release_to_redis(item, units, now).await.is_ok()
-                {
-                    return Ok(());
+                if self.breaker.state() == BreakerState::Closed {
+                    match self.release_to_redis(item, units, now).await {
+                        Ok(()) => return Ok(()),
+                        // Redis answered, with something no retry changes.
+                        Err(e @ BackendError::Protocol(_)) => return Err(e),
+                        Err(_) => {}
+                    }
                 }
                 self.defer(item, units, now);
                 return Ok(());
