@@ -36,10 +36,9 @@ struct Pending {
 /// The queue of releases waiting for Redis.
 pub(crate) struct DeferredReleases {
     queue: Mutex<VecDeque<Pending>>,
-    /// The queue's length, read without the lock on every successful call.
-    len: AtomicUsize,
-    /// Releases taken from the queue and being sent.
-    sending: AtomicUsize,
+    /// Releases waiting: queued or being sent (read without the lock on
+    /// every successful call).
+    waiting: AtomicUsize,
     /// Whether a delivery is running (one at a time).
     delivering: AtomicBool,
     bound: AtomicUsize,
@@ -49,8 +48,7 @@ impl DeferredReleases {
     pub(crate) fn new(bound: usize) -> Self {
         DeferredReleases {
             queue: Mutex::new(VecDeque::new()),
-            len: AtomicUsize::new(0),
-            sending: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             delivering: AtomicBool::new(false),
             bound: AtomicUsize::new(bound.max(1)),
         }
@@ -67,7 +65,12 @@ impl DeferredReleases {
     /// Releases waiting for Redis: queued, or being sent.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Acquire) + self.sending.load(Ordering::Acquire)
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// `n` waiting releases are done with (delivered or dropped).
+    fn done(&self, n: usize) {
+        self.waiting.fetch_sub(n, Ordering::AcqRel);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Pending>> {
@@ -88,8 +91,11 @@ impl DeferredReleases {
     ) {
         let mut q = self.lock();
         if q.len() >= self.bound() {
+            // Replaced: the count stays.
             q.pop_front();
             stats.releases_dropped.inc();
+        } else {
+            self.waiting.fetch_add(1, Ordering::AcqRel);
         }
         q.push_back(Pending {
             key,
@@ -97,18 +103,14 @@ impl DeferredReleases {
             permit,
             at,
         });
-        self.len.store(q.len(), Ordering::Release);
         stats.releases_deferred.inc();
     }
 
     fn take(&self, n: usize) -> Vec<Pending> {
         let mut q = self.lock();
         let n = n.min(q.len());
-        let batch: Vec<Pending> = q.drain(..n).collect();
-        // Counted as sending before they leave the queue's count.
-        self.sending.store(batch.len(), Ordering::Release);
-        self.len.store(q.len(), Ordering::Release);
-        batch
+        // Still counted as waiting while they are sent.
+        q.drain(..n).collect()
     }
 
     fn put_back(&self, failed: Vec<Pending>, stats: &ResilienceStats) {
@@ -117,31 +119,22 @@ impl DeferredReleases {
             if q.len() >= self.bound() {
                 // Newer releases came in meanwhile: the oldest give way.
                 stats.releases_dropped.inc();
+                self.done(1);
                 continue;
             }
             q.push_front(p);
         }
-        self.len.store(q.len(), Ordering::Release);
-        self.sending.store(0, Ordering::Release);
-    }
-
-    /// The batch being sent is done with.
-    fn sent(&self) {
-        self.sending.store(0, Ordering::Release);
     }
 }
 
-/// Starts delivering the queue in the background, unless it is empty, a
-/// delivery is already running, or there is no tokio runtime to run it on
+/// Starts delivering the queue in the background (the caller has seen it
+/// non-empty), unless a delivery is already running, or there is no tokio runtime to run it on
 /// (the next successful call tries again).
 pub(crate) fn deliver_soon(
     redis: &Arc<RedisBackend>,
     deferred: &Arc<DeferredReleases>,
     stats: &Arc<ResilienceStats>,
 ) {
-    if deferred.len() == 0 {
-        return;
-    }
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -176,6 +169,7 @@ async fn deliver(
         )
         .await;
         let mut failed = Vec::new();
+        let sent = batch.len();
         for (p, r) in batch.into_iter().zip(results) {
             match r {
                 Ok(()) => stats.releases_redelivered.inc(),
@@ -184,11 +178,11 @@ async fn deliver(
                 Err(_) => failed.push(p),
             }
         }
+        deferred.done(sent - failed.len());
         if !failed.is_empty() {
             deferred.put_back(failed, &stats);
             break;
         }
-        deferred.sent();
     }
     deferred.delivering.store(false, Ordering::Release);
 }
