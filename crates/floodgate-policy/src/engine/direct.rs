@@ -34,7 +34,6 @@ const MAX_LIMITS: usize = 8;
 /// [`Engine::direct_plan`]; stale plans are refused, never misapplied.
 #[derive(Clone, Debug)]
 pub struct DirectPlan {
-    generation: u64,
     keys: Box<[Box<str>]>,
     rule: RuleId,
     /// The policy it was made for (kept, so that deciding by the plan needs
@@ -44,8 +43,9 @@ pub struct DirectPlan {
 
 impl DirectPlan {
     /// The generation of the policy it was made for.
+    #[inline]
     pub fn generation(&self) -> u64 {
-        self.generation
+        self.policy.generation()
     }
 }
 
@@ -84,7 +84,6 @@ fn plan(policy: &Arc<PolicySet>, domain: &str, keys: &[&str]) -> Option<DirectPl
         return None;
     }
     Some(DirectPlan {
-        generation: policy.generation(),
         keys: keys.iter().map(|&k| k.into()).collect(),
         rule: id,
         policy: policy.clone(),
@@ -156,7 +155,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             }
         }
         // The plan's policy, while it is the current one.
-        if self.generation() != plan.generation {
+        if self.generation() != plan.generation() {
             return None;
         }
         let policy = &plan.policy;
