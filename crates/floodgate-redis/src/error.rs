@@ -79,16 +79,35 @@ impl From<UnsupportedLimit> for BackendError {
     }
 }
 
-/// Maps a client error: unreachable or overloaded servers are
-/// [`BackendError::Unavailable`], client-side I/O timeouts
-/// [`BackendError::Timeout`], anything else (a script error, an unexpected
-/// reply) [`BackendError::Protocol`].
+/// Maps a client error: unreachable or overloaded servers, broken
+/// connections and failures inside the client (a cluster connection's task
+/// gone, a reply stream it could not parse, a rejected authentication) are
+/// [`BackendError::Unavailable`]; client-side I/O timeouts
+/// [`BackendError::Timeout`]; what a retry cannot change (a script error,
+/// a reply of an unexpected type, an invalid client configuration)
+/// [`BackendError::Protocol`].
+///
+/// The difference matters beyond the message: an unavailable Redis makes
+/// the connection pool reconnect, counts towards the breaker, and a
+/// permit's release that meets it is queued and sent again later, whereas
+/// a protocol error's release is reported and dropped.
 pub(crate) fn map_error(e: &RedisError, timeout: Duration) -> BackendError {
     if e.is_timeout() {
         return BackendError::Timeout(timeout);
     }
     let unavailable = match e.kind() {
-        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
+        ErrorKind::Io
+        | ErrorKind::ClusterConnectionNotFound
+        // The connection must be re-established (its stream is out of
+        // step, or the server no longer accepts the credentials).
+        | ErrorKind::Parse
+        | ErrorKind::AuthenticationFailed
+        // Raised inside the client before or while sending: a cluster
+        // request whose connection task failed, a missing slot, a failed
+        // TLS handshake. Floodgate never sends an empty command.
+        | ErrorKind::Client
+        | ErrorKind::MasterNameNotFoundBySentinel
+        | ErrorKind::NoValidReplicasFoundBySentinel => true,
         ErrorKind::Server(kind) => matches!(
             kind,
             ServerErrorKind::BusyLoading
@@ -107,5 +126,78 @@ pub(crate) fn map_error(e: &RedisError, timeout: Duration) -> BackendError {
         BackendError::Unavailable(e.to_string())
     } else {
         BackendError::Protocol(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped(e: RedisError) -> BackendError {
+        map_error(&e, Duration::from_millis(50))
+    }
+
+    fn unavailable(e: RedisError) -> bool {
+        matches!(mapped(e), BackendError::Unavailable(_))
+    }
+
+    fn protocol(e: RedisError) -> bool {
+        matches!(mapped(e), BackendError::Protocol(_))
+    }
+
+    #[test]
+    fn failures_a_retry_can_cure_are_unavailability() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(unavailable(RedisError::from(refused)));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(unavailable(RedisError::from(reset)));
+        assert!(unavailable(RedisError::from((
+            ErrorKind::Client,
+            "request wasn't handled due to internal failure",
+        ))));
+        assert!(unavailable(RedisError::from((
+            ErrorKind::Parse,
+            "invalid reply"
+        ))));
+        assert!(unavailable(RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "WRONGPASS",
+        ))));
+        assert!(unavailable(RedisError::from((
+            ErrorKind::ClusterConnectionNotFound,
+            "no connection",
+        ))));
+        let loading =
+            RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "LOADING"));
+        assert!(unavailable(loading));
+    }
+
+    #[test]
+    fn timeouts_name_the_configured_timeout() {
+        let timed_out = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(
+            mapped(timed_out),
+            BackendError::Timeout(Duration::from_millis(50))
+        );
+    }
+
+    #[test]
+    fn what_no_retry_changes_is_a_protocol_error() {
+        assert!(protocol(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "not an array",
+        ))));
+        assert!(protocol(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "bad URL",
+        ))));
+        assert!(protocol(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "ERR Error running script",
+        ))));
+        assert!(protocol(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::CrossSlot),
+            "CROSSSLOT",
+        ))));
     }
 }
