@@ -12,7 +12,12 @@
 //! both threads had a core to themselves. A fourth case, two threads on one
 //! limiter with disjoint keys (one takes the even keys, the other the odd
 //! ones, same table), separates what sharing the shard locks costs from
-//! what sharing the keys' own entries costs. Keys and quotas are those of the
+//! what sharing the keys' own entries costs. The `floor_P_Q` rows are no
+//! limiter: one atomic update of a per-key cache line between `P` rounds
+//! of arithmetic that do not need the key's state and `Q` that do (see
+//! `Floor`), the least an exact decision of that shape does, so their
+//! speed-ups on shared keys are what this machine allows such decisions.
+//! Keys and quotas are those of the
 //! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override; names
 //! after `--` select limiters).
 
@@ -20,10 +25,12 @@ mod keys;
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use floodgate::algorithms::{FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingWindow};
 use floodgate::{Algorithm, MAX_COUNT, RateLimiter, StoreConfig};
 use keys::{STREAM, stream};
@@ -48,6 +55,61 @@ impl Decide for Governor {
     }
 }
 
+/// What two cores sharing keys allow on this machine, for a decision of a
+/// given shape (no limiter; the rows `floor_P_Q`): ask for the key's state
+/// line for writing, do `P` rounds of arithmetic that do not need the state
+/// (as a decision hashes its key and reads the clock), update the state
+/// with one atomic instruction, then do `Q` rounds that depend on the value
+/// read (as a decision probes the table and runs its algorithm on the
+/// state). Each state is alone on its cache line and found without hashing
+/// or locking, so nothing else is shared: the rows show how the speed-up on
+/// shared keys depends on how much of a decision can proceed while the
+/// state is still on its way from the other core.
+struct Floor {
+    lines: Box<[CachePadded<AtomicU64>]>,
+    before: u32,
+    after: u32,
+}
+
+#[inline(always)]
+fn mix(mut h: u64, rounds: u32) -> u64 {
+    for _ in 0..rounds {
+        h = (h ^ (h >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    }
+    h
+}
+
+impl Floor {
+    fn new(name: &str, keys: u64) -> Option<Self> {
+        let mut shape = name.strip_prefix("floor_")?.split('_');
+        let before = shape.next()?.parse().ok()?;
+        let after = shape.next()?.parse().ok()?;
+        Some(Floor {
+            lines: (0..=keys)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            before,
+            after,
+        })
+    }
+}
+
+impl Decide for Floor {
+    #[inline]
+    fn decide(&self, key: u64) -> bool {
+        let line = &self.lines[key as usize % self.lines.len()];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint; it reads nothing.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_ET0>(&**line as *const AtomicU64 as *const i8);
+        }
+        let h = mix(key, self.before);
+        let v = line.fetch_add(h | 1, Ordering::AcqRel);
+        mix(v, self.after) & 1 == 0
+    }
+}
+
 fn floodgate<A: Algorithm + 'static>(limit: A) -> Arc<dyn Decide> {
     Arc::new(
         RateLimiter::with_config(
@@ -59,7 +121,10 @@ fn floodgate<A: Algorithm + 'static>(limit: A) -> Arc<dyn Decide> {
     )
 }
 
-fn make(name: &str) -> Arc<dyn Decide> {
+fn make(name: &str, keys: u64) -> Arc<dyn Decide> {
+    if let Some(floor) = Floor::new(name, keys) {
+        return Arc::new(floor);
+    }
     let sec = Duration::from_secs(1);
     match name {
         "governor" => Arc::new(Governor(governor::RateLimiter::keyed(
@@ -125,6 +190,10 @@ fn main() {
         "fixed_window",
         "sliding_window",
         "shaper",
+        "floor_28_0",
+        "floor_20_8",
+        "floor_14_14",
+        "floor_8_20",
     ];
     // Names given on the command line select limiters.
     let only: Vec<String> = std::env::args()
@@ -135,7 +204,7 @@ fn main() {
         if !only.is_empty() && !only.iter().any(|o| o == name) {
             continue;
         }
-        let (shared, other) = (make(name), make(name));
+        let (shared, other) = (make(name, keys), make(name, keys));
         for k in 0..keys {
             shared.decide(k);
             other.decide(k);
