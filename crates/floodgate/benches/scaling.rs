@@ -25,7 +25,7 @@ mod keys;
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -65,8 +65,14 @@ impl Decide for Governor {
 /// or locking, so nothing else is shared: the rows show how the speed-up on
 /// shared keys depends on how much of a decision can proceed while the
 /// state is still on its way from the other core.
+///
+/// `floor_lock_P_Q` does the same under one of 64 shard locks (each on a
+/// line of its own, asked for with the state's line), the state read and
+/// written plainly while the lock is held: two lines per decision, as the
+/// store's.
 struct Floor {
     lines: Box<[CachePadded<AtomicU64>]>,
+    locks: Option<Box<[CachePadded<AtomicBool>]>>,
     before: u32,
     after: u32,
 }
@@ -79,15 +85,34 @@ fn mix(mut h: u64, rounds: u32) -> u64 {
     h
 }
 
+#[inline(always)]
+fn prefetch_write(_addr: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(_addr);
+    }
+}
+
 impl Floor {
     fn new(name: &str, keys: u64) -> Option<Self> {
-        let mut shape = name.strip_prefix("floor_")?.split('_');
+        let shape = name.strip_prefix("floor_")?;
+        let (locked, shape) = match shape.strip_prefix("lock_") {
+            Some(rest) => (true, rest),
+            None => (false, shape),
+        };
+        let mut shape = shape.split('_');
         let before = shape.next()?.parse().ok()?;
         let after = shape.next()?.parse().ok()?;
         Some(Floor {
             lines: (0..=keys)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
+            locks: locked.then(|| {
+                (0..64)
+                    .map(|_| CachePadded::new(AtomicBool::new(false)))
+                    .collect()
+            }),
             before,
             after,
         })
@@ -98,15 +123,27 @@ impl Decide for Floor {
     #[inline]
     fn decide(&self, key: u64) -> bool {
         let line = &self.lines[key as usize % self.lines.len()];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint; it reads nothing.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_ET0>(&**line as *const AtomicU64 as *const i8);
+        let lock = self
+            .locks
+            .as_ref()
+            .map(|l| &l[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize]);
+        prefetch_write(&**line as *const AtomicU64 as *const i8);
+        if let Some(lock) = lock {
+            prefetch_write(&**lock as *const AtomicBool as *const i8);
         }
         let h = mix(key, self.before);
-        let v = line.fetch_add(h | 1, Ordering::AcqRel);
-        mix(v, self.after) & 1 == 0
+        let Some(lock) = lock else {
+            let v = line.fetch_add(h | 1, Ordering::AcqRel);
+            return mix(v, self.after) & 1 == 0;
+        };
+        while lock.swap(true, Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        let v = line.load(Ordering::Relaxed);
+        line.store(v.wrapping_add(h | 1), Ordering::Relaxed);
+        let admit = mix(v, self.after) & 1 == 0;
+        lock.store(false, Ordering::Release);
+        admit
     }
 }
 
@@ -194,6 +231,9 @@ fn main() {
         "floor_20_8",
         "floor_14_14",
         "floor_8_20",
+        "floor_lock_20_8",
+        "floor_lock_14_14",
+        "floor_lock_8_20",
     ];
     // Names given on the command line select limiters.
     let only: Vec<String> = std::env::args()
