@@ -14,12 +14,12 @@
 //! ones, same table), separates what sharing the shard locks costs from
 //! what sharing the keys' own entries costs. The `floor_P_Q` rows are no
 //! limiter: one atomic update of a per-key cache line between `P` rounds
-//! of arithmetic that do not need the key's state and `Q` that do (see
-//! `Floor`), the least an exact decision of that shape does, so their
-//! speed-ups on shared keys are what this machine allows such decisions.
-//! Keys and quotas are those of the
-//! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override; names
-//! after `--` select limiters).
+//! of arithmetic that do not need the key's state and `Q` that do, and
+//! `floor_lock_P_Q` the same under a shard lock (see `Floor`): the least a
+//! decision of that shape does, so their speed-ups on shared keys are what
+//! this machine allows such decisions. Keys and quotas are those of the
+//! `decisions` benchmark at 10 000 keys (`KEYS` and `TRIALS` override;
+//! names after `--` select limiters).
 
 mod keys;
 
