@@ -75,7 +75,8 @@ pub struct ResilienceStats {
     pub releases_deferred: Counter,
     /// Queued releases Redis has since taken.
     pub releases_redelivered: Counter,
-    /// Queued releases dropped because the queue was full (their permits
-    /// are freed when their leases end).
+    /// Queued releases dropped: the queue was full, or Redis answered one
+    /// with an error no retry changes (their permits are freed when their
+    /// leases end).
     pub releases_dropped: Counter,
 }
