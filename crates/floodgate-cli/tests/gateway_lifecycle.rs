@@ -570,3 +570,63 @@ fn the_access_log_without_limits() {
     }
     assert!(!line.contains("q=1"), "{line}");
 }
+
+/// Behind a trusted proxy the access log names the client the identity
+/// resolved from `X-Forwarded-For`, with or without `X-Forwarded-Proto`;
+/// the header of an untrusted peer is ignored.
+#[test]
+fn the_access_log_names_the_client_behind_a_trusted_proxy() {
+    let up = upstream();
+    let parts = Parts {
+        upstream: up.addr,
+        store: "",
+        gateway: "  access_log: true\n",
+        routes: ROUTES,
+        http: "",
+        limit: ("l1", 100),
+        rules: "",
+    };
+    let config = |trusted: &str| {
+        parts
+            .yaml()
+            .replace(
+                "server: {reload_interval: 100ms,",
+                "server: {log: {level: warn, format: json}, reload_interval: 100ms,",
+            )
+            .replace(
+                "  domain: gw\n",
+                &format!("  domain: gw\n  client_ip: {{trusted_proxies: [{trusted}]}}\n"),
+            )
+    };
+    for (trusted, client) in [("127.0.0.0/8", "203.0.113.7"), ("10.0.0.0/8", "127.0.0.1")] {
+        let gw = Gateway::start(&config(trusted), &[]);
+        for proto in ["", "X-Forwarded-Proto: https\r\n"] {
+            let mut s = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let request = format!(
+                "GET /api/orders HTTP/1.1\r\nHost: gw\r\nx-user: ann\r\n\
+                 X-Forwarded-For: 203.0.113.7\r\n{proto}Connection: close\r\n\r\n"
+            );
+            s.write_all(request.as_bytes()).unwrap();
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            assert!(
+                out.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        let lines = || -> Vec<serde_json::Value> {
+            gw.log()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| v["target"] == "floodgate::access")
+                .collect()
+        };
+        let logged = wait_until(Duration::from_secs(10), || lines().len() >= 2);
+        assert!(logged, "no access lines; log:\n{}", gw.log());
+        for line in lines() {
+            assert_eq!(line["client"], client, "trusting {trusted}: {line}");
+        }
+    }
+}

@@ -186,13 +186,19 @@ impl<B: Backend> Gateway<B> {
         let peer = client
             .peer
             .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
-        client.trusted_hop = l.trusts_proxies
-            && req.headers().contains_key(X_FORWARDED_PROTO)
-            && l.identity.client_ip(req.headers(), peer.ip()) != peer.ip();
-        if let Some(a) = access.as_mut()
-            && l.trusts_proxies
-        {
-            a.set_client(l.identity.client_ip(req.headers(), peer.ip()));
+        // The client's address as the identity resolves it, once: only
+        // when a trusted hop may have named another one, and only when it
+        // is used (the forwarded scheme kept, the access log).
+        let needs_client =
+            l.trusts_proxies && (access.is_some() || req.headers().contains_key(X_FORWARDED_PROTO));
+        if needs_client {
+            let ip = l.identity.client_ip(req.headers(), peer.ip());
+            client.trusted_hop = ip != peer.ip() && req.headers().contains_key(X_FORWARDED_PROTO);
+            if let Some(a) = access.as_mut() {
+                a.set_client(ip);
+            }
+        } else {
+            client.trusted_hop = false;
         }
         // The layer's own entry point: no tower service, the peer given
         // rather than put in the request's extensions; only the forwarding
