@@ -485,22 +485,27 @@ fn a_bad_shutdown_delay_stops_startup_naming_it() {
     }
 }
 
+/// The standard parts with `gateway.access_log: true` and `n` requests an
+/// hour per user.
+fn access_logged(upstream: SocketAddr, n: u32) -> Parts<'static> {
+    Parts {
+        upstream,
+        store: "",
+        gateway: "  access_log: true\n",
+        routes: ROUTES,
+        http: "",
+        limit: ("l1", n),
+        rules: "",
+    }
+}
+
 /// `gateway.access_log: true`: one line per request, passed whatever the
 /// log level (here `warn`), with the status the client got and whether the
 /// limiter answered; the query is never logged.
 #[test]
 fn the_access_log_has_a_line_per_request() {
     let up = upstream();
-    let parts = Parts {
-        upstream: up.addr,
-        store: "",
-        gateway: "  access_log: true\n",
-        routes: ROUTES,
-        http: "",
-        limit: ("l1", 1),
-        rules: "",
-    };
-    let config = parts.yaml().replace(
+    let config = access_logged(up.addr, 1).yaml().replace(
         "server: {reload_interval: 100ms,",
         "server: {log: {level: warn, format: json}, reload_interval: 100ms,",
     );
@@ -577,15 +582,7 @@ fn the_access_log_without_limits() {
 #[test]
 fn the_access_log_names_the_client_behind_a_trusted_proxy() {
     let up = upstream();
-    let parts = Parts {
-        upstream: up.addr,
-        store: "",
-        gateway: "  access_log: true\n",
-        routes: ROUTES,
-        http: "",
-        limit: ("l1", 100),
-        rules: "",
-    };
+    let parts = access_logged(up.addr, 100);
     let config = |trusted: &str| {
         parts
             .yaml()
