@@ -189,16 +189,14 @@ impl<B: Backend> Gateway<B> {
         // The client's address as the identity resolves it, once: only
         // when a trusted hop may have named another one, and only when it
         // is used (the forwarded scheme kept, the access log).
-        let needs_client =
-            l.trusts_proxies && (access.is_some() || req.headers().contains_key(X_FORWARDED_PROTO));
-        if needs_client {
+        let forwarded_proto = l.trusts_proxies && req.headers().contains_key(X_FORWARDED_PROTO);
+        client.trusted_hop = false;
+        if forwarded_proto || (l.trusts_proxies && access.is_some()) {
             let ip = l.identity.client_ip(req.headers(), peer.ip());
-            client.trusted_hop = ip != peer.ip() && req.headers().contains_key(X_FORWARDED_PROTO);
+            client.trusted_hop = forwarded_proto && ip != peer.ip();
             if let Some(a) = access.as_mut() {
                 a.set_client(ip);
             }
-        } else {
-            client.trusted_hop = false;
         }
         // The layer's own entry point: no tower service, the peer given
         // rather than put in the request's extensions; only the forwarding

@@ -151,22 +151,17 @@ mod tests {
         assert!(unavailable(RedisError::from(refused)));
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert!(unavailable(RedisError::from(reset)));
-        assert!(unavailable(RedisError::from((
-            ErrorKind::Client,
-            "request wasn't handled due to internal failure",
-        ))));
-        assert!(unavailable(RedisError::from((
-            ErrorKind::Parse,
-            "invalid reply"
-        ))));
-        assert!(unavailable(RedisError::from((
-            ErrorKind::AuthenticationFailed,
-            "WRONGPASS",
-        ))));
-        assert!(unavailable(RedisError::from((
-            ErrorKind::ClusterConnectionNotFound,
-            "no connection",
-        ))));
+        for (kind, text) in [
+            (
+                ErrorKind::Client,
+                "request wasn't handled due to internal failure",
+            ),
+            (ErrorKind::Parse, "invalid reply"),
+            (ErrorKind::AuthenticationFailed, "WRONGPASS"),
+            (ErrorKind::ClusterConnectionNotFound, "no connection"),
+        ] {
+            assert!(unavailable(RedisError::from((kind, text))), "{text}");
+        }
         let loading =
             RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "LOADING"));
         assert!(unavailable(loading));
@@ -183,21 +178,16 @@ mod tests {
 
     #[test]
     fn what_no_retry_changes_is_a_protocol_error() {
-        assert!(protocol(RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "not an array",
-        ))));
-        assert!(protocol(RedisError::from((
-            ErrorKind::InvalidClientConfig,
-            "bad URL",
-        ))));
-        assert!(protocol(RedisError::from((
-            ErrorKind::Server(ServerErrorKind::ResponseError),
-            "ERR Error running script",
-        ))));
-        assert!(protocol(RedisError::from((
-            ErrorKind::Server(ServerErrorKind::CrossSlot),
-            "CROSSSLOT",
-        ))));
+        for (kind, text) in [
+            (ErrorKind::UnexpectedReturnType, "not an array"),
+            (ErrorKind::InvalidClientConfig, "bad URL"),
+            (
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                "ERR Error running script",
+            ),
+            (ErrorKind::Server(ServerErrorKind::CrossSlot), "CROSSSLOT"),
+        ] {
+            assert!(protocol(RedisError::from((kind, text))), "{text}");
+        }
     }
 }
