@@ -59,6 +59,16 @@ fi
 # Incremental caches only grow the target directory on a one-off run.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
+# A clean test build takes about 1 GiB; a linker that runs out of disk dies
+# with a bus error, so say so first.
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+free_kib=$(df -Pk "$target_dir" | awk 'NR==2 {print $4}')
+if [ "${free_kib:-0}" -lt 1572864 ]; then
+    echo "==> warning: only $((free_kib / 1024)) MiB free under $target_dir;" \
+         "a clean test build needs about 1 GiB" >&2
+fi
+
 echo "==> cargo test (workspace, all targets and doc tests)"
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet

@@ -6,7 +6,7 @@
 //! The `quickstart` limit is a fixed window of a day: tests counting in it
 //! first make sure 00:00 UTC is not about to pass.
 
-mod serve_support;
+use crate::serve_support;
 
 use std::path::Path;
 use std::process::Command;

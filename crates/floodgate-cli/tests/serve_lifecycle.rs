@@ -6,7 +6,7 @@
 //! The limits are fixed windows of a day: tests that count in them first
 //! make sure 00:00 UTC is not about to pass.
 
-mod serve_support;
+use crate::serve_support;
 
 use std::io::{Read, Write};
 use std::path::Path;

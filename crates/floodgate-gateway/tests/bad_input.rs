@@ -2,7 +2,7 @@
 //! heads, slowloris, spoofed `X-Forwarded-For`. None reaches the upstream;
 //! everyone else keeps being served.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! `Retry-After` (when retrying, and after giving up), and it does not
 //! repeat a POST the upstream may have processed.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! the README says: three answers from the upstream with rate-limit
 //! headers, then 429.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 //! Hot reload under traffic and graceful shutdown.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -7,8 +7,8 @@
 //! Requires Debian's `nginx` (scripts/test.sh installs it): the tests fail
 //! when it is missing.
 
-mod nginx;
-mod support;
+use crate::nginx;
+use crate::support;
 
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};

@@ -2,7 +2,7 @@
 //! `pool_idle_timeout`, concurrent requests open connections as needed and
 //! keep at most `pool_max_idle` of them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

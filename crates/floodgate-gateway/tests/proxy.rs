@@ -1,7 +1,7 @@
 //! End to end through real sockets: a hyper upstream, the gateway, and
 //! reqwest clients over HTTP/1.1 and HTTP/2.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! valid one replaces the policies, and the limiter only when the `http:`
 //! section changed.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! client certificate towards the upstream, and a certificate renewed
 //! while running.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! Protocols` is passed on and the two connections carry bytes both ways;
 //! denied, it is the normal 429 and the upstream never sees it.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! never accepts (connect timeout), one that reads a slow upload whole
 //! before answering, and one that stalls mid-body.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

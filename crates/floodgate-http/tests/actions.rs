@@ -1,7 +1,7 @@
 //! Every action, composite descriptors, the skip-if-absent rule, route
 //! templates, tiers, secrets and costs.
 
-mod common;
+use crate::common;
 
 use common::{e, identity, peer, plain, request, run, run_request};
 use floodgate_http::identity::{Attributes, RequestDescriptors, secret_hash};

@@ -2,8 +2,8 @@
 //! a counting global allocator (per thread, so parallel tests do not
 //! interfere) proves it.
 
-mod common;
-mod counting;
+use crate::common;
+use crate::counting;
 
 use common::{identity, peer, request};
 use counting::allocations;

@@ -2,7 +2,7 @@
 //! retries before `Retry-After`, backs off with jitter within bounds,
 //! respects its budget, and slows down near exhaustion.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The client address: trusted hops and networks, header syntaxes,
 //! malformed input, IPv4-mapped peers and prefix grouping.
 
-mod common;
+use crate::common;
 
 use common::{client, identity};
 use floodgate_http::HttpIdentity;

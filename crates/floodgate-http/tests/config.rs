@@ -1,7 +1,7 @@
 //! Configuration errors: every problem reported at once, with file, line,
 //! column and the offending value.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

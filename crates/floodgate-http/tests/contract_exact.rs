@@ -4,7 +4,7 @@
 //! responses of one window state say the same; the epoch reset does not
 //! wobble when every clock reading differs (GitHub's bug).
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

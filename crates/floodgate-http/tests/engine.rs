@@ -1,7 +1,7 @@
 //! End to end: one Floodgate file with policies and an `http:` section;
 //! requests become descriptors the engine decides on.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::pin;

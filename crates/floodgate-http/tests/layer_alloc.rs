@@ -6,8 +6,8 @@
 //! measured calls, and the futures are polled by hand (an admitted request
 //! on the in-memory store completes at its first poll).
 
-mod counting;
-mod support;
+use crate::counting;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! The tower layer in a real axum app on a real socket, with a real client.
 
-mod support;
+use crate::support;
 
 use floodgate::SystemClock;
 use support::{app, client, engine_with, header, layer_for, serve};

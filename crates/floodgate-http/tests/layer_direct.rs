@@ -4,7 +4,7 @@
 //! The general steps are forced on a twin layer by turning shedding on with
 //! a threshold no test reaches (shedding changes nothing else).
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! bounded queue, concurrency permits held until the body ends, priority
 //! shedding, concurrency queues, and limiter failures.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

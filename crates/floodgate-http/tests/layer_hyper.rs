@@ -1,6 +1,6 @@
 //! The layer under plain hyper (no axum): hyper-util's tower adapter.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

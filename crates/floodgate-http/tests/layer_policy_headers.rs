@@ -3,7 +3,7 @@
 //! requests whose lines come from several rules (or one rule twice).
 //! Driven through `FloodgateLayer::serve`, the unboxed entry point.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! `RESOURCE_EXHAUSTED` (or `UNAVAILABLE` for a rule answering 503); a
 //! streaming call holds its concurrency unit until the stream ends.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Arbitrary header bytes and paths never panic, never produce unbounded
 //! values, and never let a client-written entry through.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;

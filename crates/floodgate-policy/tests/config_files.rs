@@ -2,8 +2,6 @@
 //! covering every key), the same rejections with the same reasons, and
 //! Floodgate's own format with file:line:column errors.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use floodgate_policy::PolicySet;

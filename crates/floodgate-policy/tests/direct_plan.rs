@@ -4,7 +4,7 @@
 //! algorithm and rule shape a plan accepts; shapes whose values decide the
 //! rule get no plan.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! envoyproxy/ratelimit's matching and aggregation semantics, case by case,
 //! on envoyproxy/ratelimit-format files.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

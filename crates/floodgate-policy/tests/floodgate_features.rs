@@ -2,7 +2,7 @@
 //! several limits per rule, costs, penalties, blocks, allow/deny lists,
 //! shadow mode and kill switches, in Floodgate's own format.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

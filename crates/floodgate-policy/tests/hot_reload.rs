@@ -2,7 +2,7 @@
 //! the old rules keep enforcing, counters of unchanged rules carry over —
 //! while other threads keep sending requests.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! compiled onto the rule, and carried by the engine on every backend item
 //! of the rule (limit overrides carry none).
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::Mutex;

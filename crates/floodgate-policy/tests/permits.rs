@@ -3,7 +3,7 @@
 //! item of the decision, and passes the same id when the request releases;
 //! other limits carry 0.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::Mutex;

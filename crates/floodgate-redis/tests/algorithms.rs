@@ -2,7 +2,7 @@
 //! in-memory algorithms (client-supplied, microsecond-aligned time), plus
 //! the exact values the algorithms' documentation promises.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

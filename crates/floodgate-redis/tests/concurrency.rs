@@ -3,7 +3,7 @@
 //! admitted, for every algorithm; and on a cluster, for a rule with several
 //! limits (one group, so one slot and one atomic script).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

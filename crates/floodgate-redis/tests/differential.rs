@@ -6,7 +6,7 @@
 //! every item: outcome, limit and remaining exactly, durations after
 //! rounding the in-memory ones up to whole microseconds.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! the timeout, by the failure policy when Redis cannot answer; nothing
 //! panics; and the breaker closes again by itself once Redis is back.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! else (another type, corrupted bytes), limits that cannot be decided
 //! exactly, and the local over-limit cache.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

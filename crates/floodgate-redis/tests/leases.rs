@@ -5,7 +5,7 @@
 //! already released, expired) or more units than the permit holds change
 //! nothing else. Client-supplied time makes every instant exact.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

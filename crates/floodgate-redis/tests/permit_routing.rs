@@ -8,7 +8,7 @@
 //! lease instant exact; only the breaker's cool-down and the background
 //! delivery run on the real clock.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! items count on the local store, atomically together. Also through the
 //! engine, from a Floodgate YAML file.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

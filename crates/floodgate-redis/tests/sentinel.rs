@@ -6,7 +6,7 @@
 //! failure policy), and decisions go back to Redis — the new primary — by
 //! themselves within a few seconds, counting exactly.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "tls")]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! fault; and every valid limit decides on any time and any cost (overflow
 //! checks are on in the test profile, so an overflow would panic).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! same schedule; every allow/deny, every "can never fit", and every wait
 //! must agree to the nanosecond.
 
-mod common;
+use crate::common;
 
 use std::num::NonZeroU32;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The in-flight limit against a plain counter, and its permits: released on
 //! drop, including when the holder panics.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};

@@ -5,7 +5,7 @@
 //! across their whole ranges: huge bursts, timestamps near the end of time,
 //! states past 64 bits, costs of 0 and above the burst, every apply mode.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The fixed window counter against a model that keeps the count of every
 //! epoch-aligned window it has seen.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! the period, so refilling `count` per `period` adds exactly `count` per ns)
 //! and a leaky bucket level (its mirror image, `level = capacity − tokens`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

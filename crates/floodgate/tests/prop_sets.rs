@@ -7,7 +7,7 @@
 //! members excepted: they charge as they would alone in penalty mode). The
 //! decision is the narrowest of the members'.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

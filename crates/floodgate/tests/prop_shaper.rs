@@ -6,7 +6,7 @@
 //! a new node starts at excess 0, and the delay is
 //! `(excess − delay)·1000/rate` ms. Weighted costs add `1000·(cost − 1)`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

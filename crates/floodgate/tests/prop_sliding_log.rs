@@ -1,7 +1,7 @@
 //! The sliding log against a model that simply remembers every admitted (or,
 //! in penalty mode, charged) request with its time and cost, forever.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //!   approximation: e.g. `limit` at the very end of one window, and nearly
 //!   `limit` more before the end of the next one's first window length.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

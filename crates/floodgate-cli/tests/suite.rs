@@ -1,0 +1,14 @@
+//! Every integration test of this crate, one module per file of `tests/`,
+//! linked into one binary: one link instead of one per file, and a
+//! fraction of the disk a clean test build needs.
+
+mod serve_support;
+
+mod config_check;
+mod gateway_lifecycle;
+mod serve_env;
+mod serve_grpc;
+mod serve_grpc_checks;
+mod serve_grpc_drain;
+mod serve_http;
+mod serve_lifecycle;

@@ -1,0 +1,18 @@
+//! Every integration test of this crate, one module per file of `tests/`,
+//! linked into one binary: one link instead of one per file, and a
+//! fraction of the disk a clean test build needs.
+
+mod nginx;
+mod support;
+
+mod bad_input;
+mod client_helper;
+mod example;
+mod lifecycle;
+mod nginx_parity;
+mod pool;
+mod proxy;
+mod reload;
+mod tls;
+mod upgrade;
+mod upstream_faults;

@@ -1,0 +1,15 @@
+//! Every integration test of this crate, one module per file of `tests/`,
+//! linked into one binary: one link instead of one per file, and a
+//! fraction of the disk a clean test build needs.
+
+mod common;
+
+mod config_files;
+mod direct_plan;
+mod docs_examples;
+mod envoy_semantics;
+mod floodgate_features;
+mod hot_reload;
+mod near_limit;
+mod on_failure;
+mod permits;

@@ -1,0 +1,16 @@
+//! Every integration test of this crate, one module per file of `tests/`,
+//! linked into one binary: one link instead of one per file, and a
+//! fraction of the disk a clean test build needs.
+
+mod common;
+
+mod algorithms;
+mod concurrency;
+mod differential;
+mod faults;
+mod keys_and_input;
+mod leases;
+mod permit_routing;
+mod rule_policies;
+mod sentinel;
+mod tls;
