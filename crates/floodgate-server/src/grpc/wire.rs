@@ -17,6 +17,9 @@ use crate::headers::{Header, RateLimitHeaders};
 #[error("invalid RateLimitRequest: {0}")]
 pub struct WireError(&'static str);
 
+/// How deep unknown groups may nest (prost's recursion limit).
+const MAX_GROUP_DEPTH: u32 = 100;
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -68,11 +71,30 @@ impl<'a> Reader<'a> {
             .map_err(|_| WireError("a string field is not valid UTF-8"))
     }
 
-    fn skip(&mut self, wire: u8) -> Result<(), WireError> {
+    /// Skips an unknown field `field` of wire type `wire`, groups
+    /// (proto2's wire types 3 and 4) included, as generated decoders do.
+    fn skip(&mut self, field: u64, wire: u8) -> Result<(), WireError> {
+        self.skip_nested(field, wire, 0)
+    }
+
+    fn skip_nested(&mut self, field: u64, wire: u8, depth: u32) -> Result<(), WireError> {
         match wire {
             0 => self.varint().map(drop),
             1 => self.advance(8),
             2 => self.bytes().map(drop),
+            3 => {
+                if depth >= MAX_GROUP_DEPTH {
+                    return Err(WireError("groups nested too deep"));
+                }
+                loop {
+                    match self.key()? {
+                        (f, 4) if f == field => return Ok(()),
+                        (_, 4) => return Err(WireError("a group ends with another field's tag")),
+                        (f, w) => self.skip_nested(f, w, depth + 1)?,
+                    }
+                }
+            }
+            4 => Err(WireError("a group ends that never began")),
             5 => self.advance(4),
             _ => Err(WireError("unsupported wire type")),
         }
@@ -157,7 +179,7 @@ impl<'a> WireRequest<'a> {
                     req.descriptor(d)?;
                 }
                 (3, 0) => req.hits_addend = r.varint()? as u32,
-                (_, w) => r.skip(w)?,
+                (f, w) => r.skip(f, w)?,
             }
         }
         Ok(req)
@@ -181,7 +203,7 @@ impl<'a> WireRequest<'a> {
                         match e.key()? {
                             (1, 2) => k = e.str()?,
                             (2, 2) => v = e.str()?,
-                            (_, w) => e.skip(w)?,
+                            (f, w) => e.skip(f, w)?,
                         }
                     }
                     self.entries.push((k, v));
@@ -193,23 +215,24 @@ impl<'a> WireRequest<'a> {
                         match l.key()? {
                             (1, 0) => rpu = l.varint()? as u32,
                             (2, 0) => unit = l.varint()? as i32,
-                            (_, w) => l.skip(w)?,
+                            (f, w) => l.skip(f, w)?,
                         }
                     }
                     meta.limit = Some((rpu, unit));
                 }
                 (3, 2) => {
                     let mut h = Reader::new(r.bytes()?);
-                    let mut value = 0;
+                    // A repeated message field merges, as the limit does.
+                    let mut value = meta.hits.unwrap_or(0);
                     while !h.done() {
                         match h.key()? {
                             (1, 0) => value = h.varint()?,
-                            (_, w) => h.skip(w)?,
+                            (f, w) => h.skip(f, w)?,
                         }
                     }
                     meta.hits = Some(value);
                 }
-                (_, w) => r.skip(w)?,
+                (f, w) => r.skip(f, w)?,
             }
         }
         meta.end = self.entries.len() as u32;
@@ -446,6 +469,70 @@ mod tests {
             let _ = WireRequest::decode(&bytes[..cut]);
         }
         assert!(WireRequest::decode(&[0x0a, 0x02, 0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn merges_a_repeated_hits_addend_as_prost_does() {
+        // One descriptor, its hits addend sent twice: `{value: 5}` then `{}`
+        // (the second merges into the first, so the value stays 5), then a
+        // limit sent as `{requests_per_unit: 9}` and `{unit: MINUTE}`.
+        let bytes = [
+            0x12, 14, 0x1a, 0x02, 0x08, 0x05, 0x1a, 0x00, 0x12, 0x02, 0x08, 0x09, 0x12, 0x02, 0x10,
+            0x02,
+        ];
+        let generated = RateLimitRequest::decode(&bytes[..]).unwrap();
+        let w = WireRequest::decode(&bytes).unwrap();
+        let d = w.descriptors();
+        assert_eq!(generated.descriptors[0].hits_addend, Some(5));
+        assert_eq!(d[0].hits_addend(), Some(5));
+        let limit = generated.descriptors[0].limit.unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (9, 2));
+        let ours = d[0].limit_override().unwrap();
+        assert_eq!((ours.requests_per_unit, ours.unit), (9, Unit::Minute));
+    }
+
+    #[test]
+    fn skips_unknown_groups_as_prost_does() {
+        let mut bytes = RateLimitRequest {
+            domain: "api".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        // Field 14 as a group holding a varint and a nested group (field 2).
+        bytes.extend_from_slice(&[
+            14 << 3 | 3,
+            1 << 3,
+            0x96,
+            0x01,
+            2 << 3 | 3,
+            2 << 3 | 4,
+            14 << 3 | 4,
+        ]);
+        bytes.extend_from_slice(&[3 << 3, 5]);
+        let generated = RateLimitRequest::decode(bytes.as_slice()).unwrap();
+        let w = WireRequest::decode(&bytes).unwrap();
+        assert_eq!((w.domain, w.hits_addend), (generated.domain.as_str(), 5));
+        // An empty group, found by fuzzing (prost reads it, as must we).
+        assert!(RateLimitRequest::decode(&[0x73, 0x74][..]).is_ok());
+        assert!(WireRequest::decode(&[0x73, 0x74]).is_ok());
+        // What prost refuses: an end without a start, another field's end,
+        // a group never closed, groups nested past the recursion limit.
+        for bad in [&[0x74][..], &[0x73, 0x7c], &[0x73, 0x08, 0x01]] {
+            assert!(RateLimitRequest::decode(bad).is_err());
+            assert!(WireRequest::decode(bad).is_err(), "{bad:x?}");
+        }
+        let nested = |n| -> Vec<u8> {
+            std::iter::repeat_n(0x73, n)
+                .chain(std::iter::repeat_n(0x74, n))
+                .collect()
+        };
+        assert!(RateLimitRequest::decode(nested(100).as_slice()).is_ok());
+        assert!(WireRequest::decode(&nested(100)).is_ok());
+        assert!(RateLimitRequest::decode(nested(101).as_slice()).is_err());
+        assert_eq!(
+            WireRequest::decode(&nested(101)).err(),
+            Some(WireError("groups nested too deep"))
+        );
     }
 
     #[test]
