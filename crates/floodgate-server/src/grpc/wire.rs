@@ -262,6 +262,12 @@ impl<'a> WireRequest<'a> {
     }
 }
 
+/// A `google.protobuf.Duration`'s seconds (an `int64`): larger durations
+/// are capped, as [`fill_response`](super::fill_response) caps them.
+fn proto_secs(d: std::time::Duration) -> u64 {
+    d.as_secs().min(i64::MAX as u64)
+}
+
 fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
@@ -297,7 +303,7 @@ fn status_sizes(s: &Status) -> (usize, usize, usize) {
     let has_duration = s.current_limit.is_some() || !s.duration_until_reset.is_zero();
     let mut dur = 0;
     if has_duration {
-        let secs = s.duration_until_reset.as_secs();
+        let secs = proto_secs(s.duration_until_reset);
         let nanos = s.duration_until_reset.subsec_nanos();
         if secs != 0 {
             dur += 1 + varint_len(secs);
@@ -352,7 +358,7 @@ fn put_status(out: &mut BytesMut, s: &Status) {
     if s.current_limit.is_some() || !s.duration_until_reset.is_zero() {
         out.put_u8(4 << 3 | 2);
         put_varint(out, dur as u64);
-        let secs = s.duration_until_reset.as_secs();
+        let secs = proto_secs(s.duration_until_reset);
         let nanos = s.duration_until_reset.subsec_nanos();
         if secs != 0 {
             out.put_u8(1 << 3);
@@ -572,6 +578,11 @@ mod tests {
             }),
             limit_remaining: 299,
             duration_until_reset: Duration::from_secs(600_000),
+            ..Status::default()
+        });
+        // Longer than an int64 of seconds holds (found by fuzzing).
+        r.statuses.push(Status {
+            duration_until_reset: Duration::new(u64::MAX, 7),
             ..Status::default()
         });
         let settings = crate::settings::HeaderSettings {
