@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O
@@ -29,14 +29,26 @@ python3 - "$BLOCKS" ../docs/*.md ../README.md <<'PY'
 import pathlib, re, sys
 out = pathlib.Path(sys.argv[1]); n = 0
 for doc in sys.argv[2:]:
-    for block in re.findall(r"```ya?ml\n(.*?)```", pathlib.Path(doc).read_text(), re.S):
+    text = pathlib.Path(doc).read_text()
+    for block in re.findall(r"```ya?ml\n(.*?)```", text, re.S):
         n += 1
         (out / f"block{n}.yaml").write_text(block)
+    for block in re.findall(r"```json\n(.*?)```", text, re.S):
+        n += 1
+        (out / f"block{n}.json").write_text(block)
 PY
 mapfile -t YAML < <(find ../examples ../crates -name '*.yaml' -o -name '*.yml' | grep -v '/target/' | sort)
 seed policy_config "${YAML[@]}" "$BLOCKS"/*.yaml
 seed http_section "${YAML[@]}" "$BLOCKS"/*.yaml
 seed config_check "${YAML[@]}" "$BLOCKS"/*.yaml
+# The HTTP API's: a route selector byte (0 /json, 1 /v1/check, 2 /v1/release),
+# then every JSON block of the service's docs.
+mkdir -p corpus/http_api
+for f in "$BLOCKS"/*.json; do
+    for route in 0 1 2; do
+        { printf "\\x0$route"; cat "$f"; } > "corpus/http_api/seed-$route-$(sha1sum "$f" | cut -c1-12)"
+    done
+done
 
 status=0
 run() {
