@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use floodgate_http::identity::{HttpIdentity, NoExtensions};
 use libfuzzer_sys::fuzz_target;
 
+/// A request: method, path and headers.
+type Head<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -16,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut out = identity.new_output();
     let long = "v".repeat(4096);
-    let heads: [(&str, &str, &[(&str, &str)]); 4] = [
+    let heads: [Head<'_>; 4] = [
         ("GET", "/", &[]),
         (
             "POST",

@@ -67,8 +67,7 @@ struct Head<'a> {
 
 fuzz_target!(|head: Head<'_>| {
     let method = http::Method::from_bytes(head.method).unwrap_or(http::Method::GET);
-    let uri = http::Uri::from_maybe_shared(head.path.to_vec())
-        .unwrap_or_else(|_| http::Uri::from_static("/"));
+    let uri = http::Uri::try_from(head.path).unwrap_or_else(|_| http::Uri::from_static("/"));
     let mut b = http::Request::builder().method(method).uri(uri);
     for (name, value) in &head.headers {
         let Ok(value) = http::HeaderValue::from_bytes(value) else {
