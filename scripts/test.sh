@@ -23,7 +23,7 @@ fi
 # ---- The decision service (floodgate serve) ---------------------------------
 # Its tests (crates/floodgate-cli/tests/serve_*.rs, run with the workspace
 # below) drive the real binary with independent clients: Python grpcio with
-# Envoy's generated stubs (xds-protos), curl, and a real redis-server.
+# Envoy's generated gRPC client code (xds-protos), curl, and a real redis-server.
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)

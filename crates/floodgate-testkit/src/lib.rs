@@ -1,6 +1,6 @@
 //! Process helpers for end-to-end tests: free ports, `redis-server`
 //! processes, the `floodgate` binary started on a temporary configuration
-//! and awaited until ready, the Python interpreter with Envoy's stubs.
+//! and awaited until ready, the Python interpreter with Envoy's generated gRPC client (xds-protos).
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
 

@@ -1,4 +1,4 @@
-"""Envoy RLS v3 semantics, checked with Envoy's own generated stubs
+"""Envoy RLS v3 semantics, checked with the gRPC client code generated from Envoy's own protos
 (xds-protos) over grpcio against a running floodgate server.
 
 Usage: rls_semantics.py HOST:PORT RUN_ID [TEST...]
