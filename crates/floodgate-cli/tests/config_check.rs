@@ -43,3 +43,31 @@ fn valid_files_pass_and_invalid_ones_are_reported_with_positions() {
     assert!(!ok);
     assert!(stderr.contains("missing.yaml: cannot read"), "{stderr}");
 }
+
+/// Paths naming an endless device, as the configuration or as a TLS file,
+/// are refused at their size bound with the file named (never read until
+/// memory runs out).
+#[cfg(unix)]
+#[test]
+fn endless_devices_are_refused_not_read_forever() {
+    let (ok, _, stderr) = check(&["/dev/zero"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("/dev/zero: file is larger than 16777216 bytes"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "gateway:\n  listen: 127.0.0.1:8443\n  upstream: {url: \"http://127.0.0.1:9000\"}\n  tls: {cert: /dev/zero, key: /dev/zero}\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = check(&[config.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("gateway.yaml:4:15: cannot read /dev/zero: larger than 4194304 bytes"),
+        "{stderr}"
+    );
+}

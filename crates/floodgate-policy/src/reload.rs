@@ -85,7 +85,10 @@ impl ConfigSource {
         let mut h = StableHasher::default();
         for f in files {
             h.field(f.as_os_str().as_encoded_bytes());
-            h.field(&std::fs::read(f).unwrap_or_default());
+            h.field(
+                &crate::read::read_bounded(f, crate::yaml::MAX_FILE_BYTES as u64)
+                    .unwrap_or_default(),
+            );
         }
         h.finish()
     }

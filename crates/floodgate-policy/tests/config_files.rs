@@ -265,6 +265,24 @@ fn hostile_inputs_give_bounded_errors_never_panics() {
     assert!(err.0.len() <= 1000);
 }
 
+/// A path naming an endless device is refused after the size bound, not
+/// read until memory runs out; an empty device is an empty file.
+#[cfg(unix)]
+#[test]
+fn endless_files_are_refused_at_the_size_bound() {
+    let opts = LoadOptions::default();
+    let started = std::time::Instant::now();
+    let err = load(&[PathBuf::from("/dev/zero")], &opts).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("file is larger than 16777216 bytes"),
+        "{err}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let empty = load(&[PathBuf::from("/dev/null")], &opts).unwrap();
+    assert!(PolicySet::compile(&empty.spec).is_ok());
+}
+
 #[test]
 fn ten_thousand_rules_load_quickly() {
     let mut yaml = String::from("domain: big\ndescriptors:\n");

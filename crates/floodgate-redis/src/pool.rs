@@ -50,8 +50,11 @@ fn certificates(config: &RedisConfig) -> Result<Option<redis::TlsCertificates>, 
     if files.ca_file.is_none() && files.client_cert_file.is_none() {
         return Ok(None);
     }
+    // Bounded: a path naming a device or an endless pipe is refused, not
+    // read until memory runs out.
     let read = |p: &std::path::PathBuf| {
-        std::fs::read(p).map_err(|e| ConfigError::Tls(format!("{}: {e}", p.display())))
+        floodgate_policy::read::read_bounded(p, 4 << 20)
+            .map_err(|e| ConfigError::Tls(format!("{}: {e}", p.display())))
     };
     let client_tls = match (&files.client_cert_file, &files.client_key_file) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {

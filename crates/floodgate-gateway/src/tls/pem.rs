@@ -56,8 +56,12 @@ pub enum TlsError {
     HalfClientAuth,
 }
 
+/// Largest certificate, key or CA bundle file read (4 MiB: a full public
+/// CA bundle is about 200 KB).
+pub const MAX_PEM_BYTES: u64 = 4 << 20;
+
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    floodgate_policy::read::read_bounded(path, MAX_PEM_BYTES).map_err(|source| TlsError::Read {
         path: path.to_owned(),
         source,
     })

@@ -6,6 +6,7 @@
 //! Floodgate file, which may list envoyproxy/ratelimit files or directories
 //! under `envoy_configs:`.
 
+mod bounded;
 mod descriptors;
 mod envoy;
 mod floodgate;
@@ -18,6 +19,7 @@ use crate::error::{ConfigError, ConfigErrors, Errors, Location};
 use crate::spec::PolicySpec;
 use crate::yaml::Document;
 
+pub use bounded::read_bounded;
 pub use floodgate::{POLICY_SECTIONS, parse_cidr};
 pub use limits::{ALGORITHMS, parse_nginx_rate};
 
@@ -229,17 +231,9 @@ fn expand(path: &Path, errors: &mut Errors) -> Vec<PathBuf> {
 
 fn read_text(file: &Path, errors: &mut Errors) -> Option<String> {
     let name: Arc<str> = file.display().to_string().into();
-    match std::fs::metadata(file) {
-        Ok(m) if m.len() > crate::yaml::MAX_FILE_BYTES as u64 => {
-            errors.push(ConfigError::new(
-                Location::file(&name),
-                format!("file is larger than {} bytes", crate::yaml::MAX_FILE_BYTES),
-            ));
-            return None;
-        }
-        _ => {}
-    }
-    match std::fs::read(file) {
+    // Bounded whatever the path names (a device, a pipe): never read
+    // without end.
+    match read_bounded(file, crate::yaml::MAX_FILE_BYTES as u64) {
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(s) => Some(s),
             Err(_) => {
@@ -250,6 +244,13 @@ fn read_text(file: &Path, errors: &mut Errors) -> Option<String> {
                 None
             }
         },
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            errors.push(ConfigError::new(
+                Location::file(&name),
+                format!("file is {e}"),
+            ));
+            None
+        }
         Err(e) => {
             errors.push(ConfigError::new(
                 Location::file(&name),
