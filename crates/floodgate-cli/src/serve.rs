@@ -71,7 +71,7 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
-    /// Configuration polling interval (0 disables hot reload).
+    /// Configuration polling interval (0: reload only on SIGHUP).
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub reload_interval: Option<Duration>,
     /// Time allowed for in-flight calls after SIGTERM/SIGINT.

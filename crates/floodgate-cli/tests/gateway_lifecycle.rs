@@ -367,6 +367,52 @@ fn a_reload_with_any_invalid_part_changes_nothing_on_redis() {
     reload_all_or_nothing(Some(&redis));
 }
 
+/// With polling off (`reload_interval: 0`) an edit waits for SIGHUP, which
+/// puts the new policies and `http:` section in force at once and leaves
+/// the gateway serving.
+#[test]
+fn sighup_reloads_the_gateway_at_once_without_polling() {
+    let up = upstream();
+    let base = Parts {
+        upstream: up.addr,
+        store: "",
+        gateway: "",
+        routes: ROUTES,
+        http: "",
+        limit: ("l1", 3),
+        rules: "",
+    };
+    let off = |p: &Parts<'_>| {
+        p.yaml()
+            .replace("reload_interval: 100ms", "reload_interval: 0")
+    };
+    let mut gw = Gateway::start(&off(&base), &[]);
+    assert_eq!(burst(&gw, "u1", 4), (expected(3, 429), L1.to_owned()));
+    gw.write_config(&off(&Parts {
+        limit: ("l2", 6),
+        http: "  responses: {status: 503}\n",
+        ..base
+    }));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        gw.get("/api/orders", "u2").1,
+        L1,
+        "reloaded without being asked"
+    );
+    gw.signal("HUP");
+    assert!(
+        wait_until(Duration::from_secs(10), || gw.reloads().0 == 1.0),
+        "SIGHUP did not reload; log:\n{}",
+        gw.log()
+    );
+    assert!(gw.log().contains("SIGHUP received"), "{}", gw.log());
+    assert_eq!(burst(&gw, "u3", 7), (expected(6, 503), L2.to_owned()));
+    assert!(
+        gw.wait_exit(Duration::from_millis(100)).is_none(),
+        "SIGHUP ended the gateway"
+    );
+}
+
 fn plain_config(upstream: SocketAddr, server: &str) -> String {
     format!("gateway:\n  upstream: http://{upstream}\nserver: {{{server}}}\n")
 }

@@ -109,6 +109,48 @@ fn hot_reload_on_redis() {
     hot_reload_on(&s);
 }
 
+/// With polling off (`--reload-interval 0`), an edit waits for SIGHUP;
+/// SIGHUP reloads at once (and no longer ends the process, as it would by
+/// default); a SIGHUP with nothing changed changes nothing.
+#[test]
+fn sighup_reloads_at_once_without_polling() {
+    let mut s = Floodgate::start_polling(bin(), &limit_config(2), "0", &[], &[]);
+    clear_of_boundary(DAY, Duration::from_secs(30));
+    assert_eq!(call(&s, "a"), (200, 2));
+    s.write_config(&limit_config(5));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(call(&s, "probe").1, 2, "reloaded without being asked");
+    s.signal("HUP");
+    assert!(
+        wait_until(Duration::from_secs(10), || call(&s, "probe").1 == 5),
+        "SIGHUP did not reload; log:\n{}",
+        s.log()
+    );
+    assert!(s.log().contains("SIGHUP received"), "{}", s.log());
+    // Counted just after it is applied.
+    assert!(wait_until(Duration::from_secs(10), || metric(
+        &s,
+        "floodgate_config_reloads_total{result=\"ok\"}"
+    ) == 1.0));
+    s.signal("HUP");
+    assert!(
+        wait_until(Duration::from_secs(10), || s
+            .log()
+            .contains("the configuration is unchanged")),
+        "{}",
+        s.log()
+    );
+    assert_eq!(
+        metric(&s, "floodgate_config_reloads_total{result=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(call(&s, "probe").1, 5);
+    assert!(
+        s.wait_exit(Duration::from_millis(100)).is_none(),
+        "SIGHUP ended the process"
+    );
+}
+
 #[test]
 fn graceful_shutdown_drains_in_flight_calls_and_exits_zero() {
     let mut s = Floodgate::start(bin(), &limit_config(100), &["--shutdown-grace", "5s"], &[]);

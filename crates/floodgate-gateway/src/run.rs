@@ -3,7 +3,8 @@
 //! (memory or Redis, as `floodgate serve` does), bind, serve until
 //! SIGTERM/SIGINT, stay up not ready for `server.shutdown_delay`, then drain
 //! within `server.shutdown_grace`. Policies and the `http:` section are
-//! reloaded while running, all or nothing ([`crate::reload`]).
+//! reloaded while running, all or nothing ([`crate::reload`]): polled every
+//! `server.reload_interval`, and at once on SIGHUP.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,8 +15,9 @@ use std::time::Duration;
 use floodgate_policy::Engine;
 use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::read::LoadOptions;
-use floodgate_policy::reload::{Compiled, ConfigSource, Reloader, WatchHandle};
+use floodgate_policy::reload::{Compiled, ConfigSource, ReloadTrigger, Reloader, WatchHandle};
 use floodgate_server::AnyBackend;
+use floodgate_server::run::{AbortOnDrop, spawn_on_hangup};
 use floodgate_server::settings::{self, Overrides, Settings};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
@@ -177,7 +179,10 @@ pub struct Running {
     admin_task: Option<JoinHandle<()>>,
     tls_task: Option<JoinHandle<()>>,
     draining: Arc<AtomicBool>,
-    _watch: Option<WatchHandle>,
+    reload_now: ReloadNow,
+    /// Reloads on SIGHUP (aborted when the gateway is dropped).
+    _hangup: AbortOnDrop,
+    _watch: WatchHandle,
 }
 
 impl Running {
@@ -194,6 +199,14 @@ impl Running {
     /// The gateway.
     pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
         &self.gateway
+    }
+
+    /// Reloads now, as on SIGHUP: the configuration files are checked at
+    /// once, contents compared (in the background, on the watcher's
+    /// thread; the outcome is logged and counted as any reload's), and the
+    /// listener's certificate is re-read.
+    pub fn reload_now(&self) {
+        self.reload_now.run();
     }
 
     /// Shuts down behind a load balancer: `/ready` answers 503 at once
@@ -346,6 +359,10 @@ pub async fn start(
         },
         grace,
     ));
+    let reload_now = ReloadNow {
+        trigger: watch.trigger(),
+        tls: tls.clone(),
+    };
     Ok(Running {
         addr,
         admin,
@@ -355,22 +372,49 @@ pub async fn start(
         admin_task,
         tls_task,
         draining,
+        _hangup: AbortOnDrop(spawn_on_hangup({
+            let r = reload_now.clone();
+            move || r.run()
+        })),
+        reload_now,
         _watch: watch,
     })
 }
 
+/// Watches the configuration: every `server.reload_interval` (zero: only
+/// when asked, on SIGHUP).
 fn spawn_reloader(
     source: ConfigSource,
     compiled: Compiled,
     gateway: &Arc<Gateway<AnyBackend>>,
     settings: &Settings,
     started_with: GatewayConfig,
-) -> Option<WatchHandle> {
+) -> WatchHandle {
     let interval = settings.server.reload_interval;
-    if interval.is_zero() {
-        return None;
-    }
     let reload = Reload::new(gateway.clone(), settings.policy, started_with);
     let reloader = Reloader::new(source, &compiled, move |c: Compiled| reload.apply(c));
-    Some(reloader.spawn(interval))
+    reloader.spawn(interval)
+}
+
+/// What a reload asked for (SIGHUP, [`Running::reload_now`]) does: the
+/// configuration checked at once (contents compared, on the watcher's
+/// thread) and the listener's certificate re-read.
+#[derive(Clone)]
+struct ReloadNow {
+    trigger: ReloadTrigger,
+    tls: Option<Arc<ServerTls>>,
+}
+
+impl ReloadNow {
+    fn run(&self) {
+        self.trigger.request();
+        if let Some(t) = &self.tls {
+            match t.reload_now() {
+                Ok(()) => tracing::info!("TLS certificate re-read"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
+                }
+            }
+        }
+    }
 }

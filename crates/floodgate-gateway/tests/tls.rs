@@ -247,6 +247,42 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     gw.shutdown().await;
 }
 
+/// With polling off, a renewed certificate is served once a reload is
+/// asked for (what SIGHUP does), at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_asked_for_rereads_the_certificate() {
+    let pki = Pki::new("edge");
+    let first = pki.leaf("gateway");
+    let up = support::upstream().await;
+    let url = format!("http://{}", up.addr);
+    let text = config(
+        &format!(
+            "  tls: {{cert: {}, key: {}}}\n",
+            first.cert.display(),
+            first.key.display()
+        ),
+        &format!("    url: {url}\n"),
+        "server: {reload_interval: 0}\n",
+    );
+    let file = ConfigFile::new(&text);
+    let gw = gateway(&file, &url).await;
+    let before = presented(gw.addr(), pki.roots()).await;
+    let next = pki.leaf("next");
+    std::fs::rename(&next.key, &first.key).unwrap();
+    std::fs::rename(&next.cert, &first.cert).unwrap();
+    let want = pem_der(&first.cert);
+    assert_ne!(want, before);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        presented(gw.addr(), pki.roots()).await,
+        before,
+        "not polled"
+    );
+    gw.reload_now();
+    assert_eq!(presented(gw.addr(), pki.roots()).await, want);
+    gw.shutdown().await;
+}
+
 fn pem_der(path: &std::path::Path) -> Vec<u8> {
     use rustls::pki_types::pem::PemObject;
     rustls::pki_types::CertificateDer::from_pem_file(path)

@@ -5,7 +5,9 @@
 //! Files are polled (size, modification time and identity of each file,
 //! following symlinks, then a hash of the contents), which also catches the
 //! symlink swaps of Kubernetes ConfigMap volumes and editors that replace
-//! files instead of writing them.
+//! files instead of writing them. A reload can also be asked for at once
+//! ([`ReloadTrigger`], e.g. on `SIGHUP`): the contents are then compared
+//! whatever the files' metadata says.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -155,10 +157,21 @@ where
         }
     }
 
-    /// Checks once.
+    /// Checks once: nothing more when no file's metadata changed.
     pub fn poll(&mut self) -> ReloadOutcome {
+        self.check(false)
+    }
+
+    /// Checks once, comparing the contents even when no file's metadata
+    /// changed (a reload asked for: a file rewritten within the same
+    /// modification time and size is still seen).
+    pub fn poll_now(&mut self) -> ReloadOutcome {
+        self.check(true)
+    }
+
+    fn check(&mut self, forced: bool) -> ReloadOutcome {
         let stamp = self.source.stamp(&self.files);
-        if stamp == self.stamp {
+        if stamp == self.stamp && !forced {
             return ReloadOutcome::Unchanged;
         }
         self.stamp = stamp;
@@ -207,40 +220,102 @@ where
     }
 
     /// Polls every `interval` on a background thread until the returned
-    /// handle is dropped.
-    pub fn spawn(mut self, interval: Duration) -> WatchHandle
+    /// handle is dropped; [`WatchHandle::trigger`] asks for a check at once.
+    pub fn spawn(self, interval: Duration) -> WatchHandle
     where
         F: 'static,
     {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        self.spawn_with(Some(interval).filter(|i| !i.is_zero()))
+    }
+
+    /// Like [`spawn`](Self::spawn); with no interval the thread checks only
+    /// when a [`ReloadTrigger`] asks.
+    pub fn spawn_with(mut self, interval: Option<Duration>) -> WatchHandle
+    where
+        F: 'static,
+    {
+        let flags = Arc::new(Flags::default());
+        let shared = flags.clone();
         let thread = std::thread::Builder::new()
             .name("floodgate-config-watch".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::park_timeout(interval);
-                    if !flag.load(Ordering::Relaxed) {
+                while !shared.stop.load(Ordering::Acquire) {
+                    match interval {
+                        Some(i) => std::thread::park_timeout(i),
+                        None => std::thread::park(),
+                    }
+                    if shared.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if shared.asked.swap(false, Ordering::AcqRel) {
+                        if let ReloadOutcome::Unchanged = self.poll_now() {
+                            tracing::info!("reload asked for: the configuration is unchanged");
+                        }
+                    } else if interval.is_some() {
                         self.poll();
                     }
                 }
             })
             .ok();
-        WatchHandle { stop, thread }
+        WatchHandle { flags, thread }
     }
+}
+
+#[derive(Default)]
+struct Flags {
+    stop: AtomicBool,
+    asked: AtomicBool,
 }
 
 /// Stops the watcher thread when dropped.
 pub struct WatchHandle {
-    stop: Arc<AtomicBool>,
+    flags: Arc<Flags>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl WatchHandle {
+    /// A handle that asks the watcher for a check at once (cloneable, for
+    /// a signal handler).
+    pub fn trigger(&self) -> ReloadTrigger {
+        ReloadTrigger {
+            flags: self.flags.clone(),
+            thread: self.thread.as_ref().map(|t| t.thread().clone()),
+        }
+    }
 }
 
 impl Drop for WatchHandle {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.flags.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
         }
+    }
+}
+
+/// Asks a running watcher to check its files now, contents included (see
+/// [`Reloader::poll_now`]). Requests made while a check runs are merged
+/// into the next one.
+#[derive(Clone)]
+pub struct ReloadTrigger {
+    flags: Arc<Flags>,
+    thread: Option<std::thread::Thread>,
+}
+
+impl ReloadTrigger {
+    /// Asks for a check; returns at once (the check runs on the watcher's
+    /// thread, and its outcome is logged and counted as any reload's).
+    pub fn request(&self) {
+        self.flags.asked.store(true, Ordering::Release);
+        if let Some(t) = &self.thread {
+            t.unpark();
+        }
+    }
+}
+
+impl std::fmt::Debug for ReloadTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReloadTrigger")
     }
 }

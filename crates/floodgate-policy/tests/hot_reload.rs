@@ -179,3 +179,75 @@ fn a_hand_over_can_refuse_a_configuration() {
     write(&file, &V1.replace("key: ip", "key: asn"));
     assert!(matches!(reloader.poll(), ReloadOutcome::Applied));
 }
+
+/// A reload asked for compares the contents even when no file's metadata
+/// changed (rewritten in place, same size, modification time put back),
+/// where a poll sees nothing.
+#[test]
+fn a_reload_asked_for_compares_contents_whatever_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    write(&file, V1);
+    let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let source = ConfigSource {
+        paths: vec![file.clone()],
+        options: LoadOptions::default(),
+    };
+    let compiled = source.compile().unwrap();
+    let applied = Arc::new(Mutex::new(0));
+    let a = applied.clone();
+    let mut reloader = Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1);
+    // Same length ("5" becomes "7"), same file, same modification time.
+    let edited = V1.replace("requests: 5", "requests: 7");
+    assert_eq!(edited.len(), V1.len());
+    std::fs::write(&file, &edited).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert!(matches!(reloader.poll(), ReloadOutcome::Unchanged));
+    assert_eq!(*applied.lock().unwrap(), 0);
+    assert!(matches!(reloader.poll_now(), ReloadOutcome::Applied));
+    assert_eq!(*applied.lock().unwrap(), 1);
+    // Asked again with nothing changed: nothing applied.
+    assert!(matches!(reloader.poll_now(), ReloadOutcome::Unchanged));
+    assert_eq!(*applied.lock().unwrap(), 1);
+}
+
+/// A watcher without an interval checks only when asked (as `serve` and
+/// `gateway` do on SIGHUP with `reload_interval: 0`).
+#[test]
+fn a_watcher_without_interval_reloads_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    write(&file, V1);
+    let source = ConfigSource {
+        paths: vec![file.clone()],
+        options: LoadOptions::default(),
+    };
+    let compiled = source.compile().unwrap();
+    let applied = Arc::new(Mutex::new(0));
+    let a = applied.clone();
+    let handle =
+        Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1).spawn_with(None);
+    let trigger = handle.trigger();
+    write(&file, &V1.replace("requests: 5", "requests: 9"));
+    // Not polled: a while later, still nothing applied.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(*applied.lock().unwrap(), 0);
+    trigger.request();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while *applied.lock().unwrap() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the asked-for reload never ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The handle stops the thread even though it never times out.
+    drop(handle);
+    trigger.request();
+    assert_eq!(*applied.lock().unwrap(), 1);
+}

@@ -1,6 +1,8 @@
 //! Running the service: load the configuration, build the store, bind the
 //! listeners, serve until SIGTERM/SIGINT, turn not-ready and keep serving
 //! for the shutdown delay, then drain within the grace period and return.
+//! The configuration is reloaded while serving: polled every
+//! `server.reload_interval`, and at once on SIGHUP.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -114,6 +116,32 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Runs `on_hangup` on every SIGHUP until the returned task is aborted
+/// (none: the signal cannot be listened to). A SIGHUP then no longer ends
+/// the process, as it would by default.
+pub fn spawn_on_hangup(on_hangup: impl Fn() + Send + 'static) -> Option<JoinHandle<()>> {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| tracing::warn!(error = %e, "cannot listen to SIGHUP"))
+        .ok()?;
+    Some(tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP received: reloading the configuration");
+            on_hangup();
+        }
+    }))
+}
+
+/// Aborts a task when dropped.
+pub struct AbortOnDrop(pub Option<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr)
         .await
@@ -160,7 +188,10 @@ pub async fn serve(
         store = %store,
         "configuration loaded"
     );
-    let _watch = spawn_reloader(source, compiled, &svc, settings.server.reload_interval);
+    let watch = spawn_reloader(source, compiled, &svc, settings.server.reload_interval);
+    let trigger = watch.trigger();
+    let _hangup = AbortOnDrop(spawn_on_hangup(move || trigger.request()));
+    let _watch = watch;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();
@@ -242,15 +273,13 @@ fn spawn_axum(
     })
 }
 
+/// Watches the configuration: every `interval` (zero: only on SIGHUP).
 fn spawn_reloader(
     source: ConfigSource,
     compiled: Compiled,
     svc: &Arc<Service>,
     interval: Duration,
-) -> Option<floodgate_policy::reload::WatchHandle> {
-    if interval.is_zero() {
-        return None;
-    }
+) -> floodgate_policy::reload::WatchHandle {
     let svc = svc.clone();
     let reloader = Reloader::new(source, &compiled, move |c: Compiled| {
         if let Err(e) = settings::read_sections(&c.loaded.documents) {
@@ -258,7 +287,7 @@ fn spawn_reloader(
         }
         crate::backend::replace_policy(&svc, c.policy)
     });
-    Some(reloader.spawn(interval))
+    reloader.spawn(interval)
 }
 
 /// `url` without its credentials (`redis://user:secret@host` becomes

@@ -24,6 +24,18 @@ impl Floodgate {
     /// Starts `bin serve` on `config` (YAML text) with extra arguments and
     /// environment variables, and waits until `/ready` answers 200.
     pub fn start(bin: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Floodgate {
+        Self::start_polling(bin, config, "100ms", args, env)
+    }
+
+    /// Like [`start`](Self::start), polling the configuration every
+    /// `reload_interval` (`"0"`: only on SIGHUP).
+    pub fn start_polling(
+        bin: &Path,
+        config: &str,
+        reload_interval: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Floodgate {
         let (grpc, http, admin) = (free_port(), free_port(), free_port());
         let mut process = Process::spawn("floodgate.yaml", config, |path| {
             let mut cmd = Command::new(bin);
@@ -33,7 +45,7 @@ impl Floodgate {
                 .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
                 .args(["--http-addr", &format!("127.0.0.1:{http}")])
                 .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-                .args(["--reload-interval", "100ms"])
+                .args(["--reload-interval", reload_interval])
                 .args(args)
                 .env_remove("REDIS_URL")
                 .env_remove("FLOODGATE_CONFIG");

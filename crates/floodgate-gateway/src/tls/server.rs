@@ -131,11 +131,22 @@ impl ServerTls {
     /// (a half-written file, a key that does not match) the current one
     /// stays and the next call tries again.
     pub fn reload(&self) -> Result<bool, TlsError> {
+        self.load(false)
+    }
+
+    /// Re-reads the files whatever their metadata says (a reload asked
+    /// for, e.g. on SIGHUP) and swaps in the certificate; on an error the
+    /// current one stays.
+    pub fn reload_now(&self) -> Result<(), TlsError> {
+        self.load(true).map(|_| ())
+    }
+
+    fn load(&self, forced: bool) -> Result<bool, TlsError> {
         let now = stamp(&self.files);
         let Ok(mut last) = self.stamp.lock() else {
             return Ok(false);
         };
-        if *last == now {
+        if *last == now && !forced {
             return Ok(false);
         }
         let certified = load_certified_key(&self.files)?;
