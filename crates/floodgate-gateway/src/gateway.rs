@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use floodgate::SystemClock;
-use floodgate_http::layer::FloodgateBody;
+use floodgate_http::layer::{Early, FloodgateBody};
 use floodgate_http::{Contract, FloodgateLayer, HttpIdentity};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
@@ -198,11 +198,32 @@ impl<B: Backend> Gateway<B> {
                 a.set_client(ip);
             }
         }
-        // The layer's own entry point: no tower service, the peer given
-        // rather than put in the request's extensions; only the forwarding
-        // future is boxed (see above).
+        // The layer's short path first: the common case (one descriptor of
+        // a rule known in advance, admitted) is decided without any future
+        // of the layer's, and the request is forwarded exactly as without
+        // limits (the same future, borrowed from the gateway).
+        let pending = match l.layer.decide_early::<_, ProxyBody>(peer, &req) {
+            Early::Pass(admitted) => {
+                let mut res = Box::pin(self.proxy.forward(req, client)).await;
+                admitted.finish(&mut res);
+                if let Some(a) = access {
+                    a.finish(res.status(), false);
+                }
+                return Ok(res.map(GatewayBody::direct));
+            }
+            Early::Answer(res) => {
+                if let Some(a) = access {
+                    a.finish(res.status(), true);
+                }
+                return Ok(res.map(GatewayBody::limited));
+            }
+            Early::Later(pending) => pending,
+        };
+        // The layer's general steps: the peer given rather than put in the
+        // request's extensions; only the forwarding future is boxed (see
+        // above).
         let proxy = self.proxy.clone();
-        let limited = l.layer.serve_from(peer, req, move |req| {
+        let limited = l.layer.finish_later(pending, peer, req, move |req| {
             // Allocated first, then written: the future is built in its
             // box rather than on the stack and copied there (kilobytes).
             Box::into_pin(Box::write(

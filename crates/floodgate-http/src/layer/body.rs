@@ -40,6 +40,12 @@ impl<B> FloodgateBody<B> {
         }
     }
 
+    /// The inner service's body of a request that holds nothing (e.g. one
+    /// admitted by [`Early::Pass`](super::Early::Pass)).
+    pub fn new(body: B) -> Self {
+        Self::inner(body, None)
+    }
+
     /// Whether the layer answered with this body itself (a rejection, a
     /// shed request, a limiter failure) rather than passing on the inner
     /// service's.

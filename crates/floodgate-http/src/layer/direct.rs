@@ -124,28 +124,8 @@ where
         match self.project() {
             LimitedProj::Pass { fut, after } => {
                 let mut res = ready!(fut.poll(cx))?;
-                if let Some((mut held, now)) = after.take() {
-                    let s = held.scratch();
-                    if s.prerendered {
-                        let headers = res.headers_mut();
-                        if let Some(policy) = s.policy_value.take() {
-                            headers.insert(RATELIMIT_POLICY, policy);
-                        }
-                        if let Some(current) = s.buf.value() {
-                            headers.insert(RATELIMIT, current);
-                        }
-                        return Poll::Ready(Ok(res.map(|b| FloodgateBody::inner(b, None))));
-                    }
-                    let shared = held.shared.clone();
-                    let s = held.scratch();
-                    shared.contract.write_headers_with(
-                        &s.report,
-                        now,
-                        std::time::Duration::ZERO,
-                        res.headers_mut(),
-                        &mut s.buf,
-                        s.policy_value.as_ref(),
-                    );
+                if let Some((held, now)) = after.take() {
+                    write_admitted(held, now, &mut res);
                 }
                 Poll::Ready(Ok(res.map(|b| FloodgateBody::inner(b, None))))
             }
@@ -165,6 +145,149 @@ pub(crate) fn eligible<B, C>(shared: &Shared<B, C>) -> bool {
         && shared.global.is_none()
         && shared.keyed.is_none()
         && shared.identity.descriptor_count() == 1
+}
+
+/// The rate-limit headers of a request admitted on the short path, added
+/// to the inner service's response (then its buffers go back to the pool).
+pub(crate) fn write_admitted<B: Backend, C: Clock + 'static, RB>(
+    mut held: Held<B, C>,
+    now: Timestamp,
+    res: &mut HttpResponse<RB>,
+) {
+    let s = held.scratch();
+    if s.prerendered {
+        let headers = res.headers_mut();
+        if let Some(policy) = s.policy_value.take() {
+            headers.insert(RATELIMIT_POLICY, policy);
+        }
+        if let Some(current) = s.buf.value() {
+            headers.insert(RATELIMIT, current);
+        }
+        return;
+    }
+    let shared = held.shared.clone();
+    let s = held.scratch();
+    shared.contract.write_headers_with(
+        &s.report,
+        now,
+        std::time::Duration::ZERO,
+        res.headers_mut(),
+        &mut s.buf,
+        s.policy_value.as_ref(),
+    );
+}
+
+/// What the short path made of a request before anything is awaited.
+pub(crate) enum Decided<B: Backend, C: Clock + 'static, RB> {
+    /// Admitted, holding nothing: call the inner service, then add these
+    /// headers (none: nothing to add) with [`write_admitted`].
+    Pass(Option<(Held<B, C>, Timestamp)>),
+    /// Answered (a rejection).
+    Ready(Out<RB>),
+    /// Decided, and left to the general steps to finish (a delay, or units
+    /// held).
+    Finish(Held<B, C>, Timestamp),
+    /// Not decided: the general steps from the start.
+    General,
+}
+
+/// Decides `req` now when the short path applies; charges nothing
+/// otherwise ([`Decided::General`]).
+pub(crate) fn decide<B, C, T, RB>(
+    shared: &Arc<Shared<B, C>>,
+    req: &Request<T>,
+    peer: Option<SocketAddr>,
+) -> Decided<B, C, RB>
+where
+    B: Backend,
+    C: Clock + 'static,
+{
+    let cached = shared.plans.load();
+    if !shared.direct_eligible
+        || shared.delayed.get() >= shared.settings.max_delayed
+        || known_unplanned(cached.as_deref(), &shared.engine)
+    {
+        return Decided::General;
+    }
+    let mut held = descriptors(shared, req, peer);
+    if held.scratch().out.is_empty() {
+        // Nothing to decide.
+        return Decided::Pass(None);
+    }
+    let now = shared.engine.clock().now();
+    let domain = shared.identity.domain();
+    if !shared
+        .plans
+        .decide(cached.as_deref(), &shared.engine, domain, &mut held)
+    {
+        return Decided::General;
+    }
+    LayerStats::inc(&shared.stats.decided);
+    let s = held.scratch();
+    let on_success = shared.contract.config().on_success;
+    if !on_success && plainly_allowed(&s.response) {
+        // Admitted, nothing to write (and no units held: a plan has no
+        // concurrency limit).
+        return Decided::Pass(None);
+    }
+    if on_success && admitted_headers(shared, held.scratch()) {
+        // Admitted, its headers rendered from the rule's cached pieces
+        // (no report to fill).
+        return Decided::Pass(Some((held, now)));
+    }
+    settle(shared, &mut held);
+    match held.scratch().report.verdict() {
+        Verdict::Denied => Decided::Ready(denied(shared, &mut held, req.headers(), now)),
+        Verdict::Allowed if !held.holds_units => Decided::Pass(on_success.then_some((held, now))),
+        _ => Decided::Finish(held, now),
+    }
+}
+
+/// What is left to wait for once [`decide`] has not answered: the general
+/// steps (from the start, or finishing a decision).
+pub(crate) fn later<F, Fut, ReqBody, ResBody, E, B, C>(
+    shared: &Arc<Shared<B, C>>,
+    decided: Decided<B, C, ResBody>,
+    inner: F,
+    req: Request<ReqBody>,
+    peer: Option<SocketAddr>,
+) -> Limited<
+    Fut,
+    impl Future<Output = Result<Out<ResBody>, E>> + Send + use<F, Fut, ReqBody, ResBody, E, B, C>,
+    ResBody,
+    E,
+    B,
+    C,
+>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<HttpResponse<ResBody>, E>> + Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    E: Send + 'static,
+    B: Backend,
+    C: Clock + 'static,
+{
+    match decided {
+        Decided::Pass(after) => Limited::Pass {
+            fut: inner(req),
+            after,
+        },
+        Decided::Ready(res) => Limited::Ready { res: Some(res) },
+        Decided::Finish(held, now) => Limited::Finish {
+            fut: Box::pin(finish(
+                shared.clone(),
+                held,
+                Keep::default(),
+                req,
+                now,
+                inner,
+            )),
+        },
+        Decided::General => Limited::General {
+            fut: handle(shared.clone(), inner, req, peer),
+        },
+    }
 }
 
 /// One request through the layer, decided now when it can be.
@@ -190,75 +313,8 @@ where
     B: Backend,
     C: Clock + 'static,
 {
-    let cached = shared.plans.load();
-    if !shared.direct_eligible
-        || shared.delayed.get() >= shared.settings.max_delayed
-        || known_unplanned(cached.as_deref(), &shared.engine)
-    {
-        return Limited::General {
-            fut: handle(shared.clone(), inner, req, peer),
-        };
-    }
-    let mut held = descriptors(shared, &req, peer);
-    if held.scratch().out.is_empty() {
-        // Nothing to decide.
-        drop(held);
-        return Limited::Pass {
-            fut: inner(req),
-            after: None,
-        };
-    }
-    let now = shared.engine.clock().now();
-    let domain = shared.identity.domain();
-    if !shared
-        .plans
-        .decide(cached.as_deref(), &shared.engine, domain, &mut held)
-    {
-        drop(held);
-        return Limited::General {
-            fut: handle(shared.clone(), inner, req, peer),
-        };
-    }
-    LayerStats::inc(&shared.stats.decided);
-    let s = held.scratch();
-    let on_success = shared.contract.config().on_success;
-    if !on_success && plainly_allowed(&s.response) {
-        // Admitted, nothing to write (and no units held: a plan has no
-        // concurrency limit).
-        drop(held);
-        return Limited::Pass {
-            fut: inner(req),
-            after: None,
-        };
-    }
-    if on_success && admitted_headers(shared, held.scratch()) {
-        // Admitted, its headers rendered from the rule's cached pieces
-        // (no report to fill).
-        return Limited::Pass {
-            fut: inner(req),
-            after: Some((held, now)),
-        };
-    }
-    settle(shared, &mut held);
-    match held.scratch().report.verdict() {
-        Verdict::Denied => Limited::Ready {
-            res: Some(denied(shared, &mut held, req.headers(), now)),
-        },
-        Verdict::Allowed if !held.holds_units => Limited::Pass {
-            fut: inner(req),
-            after: on_success.then_some((held, now)),
-        },
-        _ => Limited::Finish {
-            fut: Box::pin(finish(
-                shared.clone(),
-                held,
-                Keep::default(),
-                req,
-                now,
-                inner,
-            )),
-        },
-    }
+    let decided = decide(shared, &req, peer);
+    later(shared, decided, inner, req, peer)
 }
 
 /// For an admitted request decided on the short path under one rule:

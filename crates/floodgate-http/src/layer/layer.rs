@@ -14,6 +14,7 @@ use tower_layer::Layer;
 use super::body::FloodgateBody;
 use super::config::LayerSettings;
 use super::direct;
+use super::early::{Early, Pending};
 use super::service::FloodgateService;
 use super::shared::{LayerStats, Shared};
 use crate::contract::{Contract, ContractConfig};
@@ -145,6 +146,57 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         E: Send + 'static,
     {
         direct::serve(&self.shared, inner, req, Some(peer))
+    }
+
+    /// The short path alone: decides `req` (from `peer`) now when its rule
+    /// is known in advance, and returns what is left to do without
+    /// building any future — the common case of a server calling the
+    /// layer from its own handler costs no more than the decision. The
+    /// outcome is exactly [`serve_from`](Self::serve_from)'s: on
+    /// [`Early::Pass`] call the inner service and
+    /// [`finish`](super::Admitted::finish) its response, send an
+    /// [`Early::Answer`] as it is, and await [`finish_later`](Self::finish_later)
+    /// for [`Early::Later`].
+    ///
+    /// ```
+    /// # async fn run(layer: floodgate_http::FloodgateLayer<floodgate_policy::MemoryBackend, floodgate::SystemClock>) {
+    /// use floodgate_http::layer::{Early, FloodgateBody};
+    /// let peer = "192.0.2.1:4000".parse().unwrap();
+    /// let req = http::Request::get("/").body(()).unwrap();
+    /// let inner = |_req| async { Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from("hi"))) };
+    /// let res = match layer.decide_early(peer, &req) {
+    ///     Early::Pass(admitted) => {
+    ///         let mut res = inner(req).await.unwrap();
+    ///         admitted.finish(&mut res);
+    ///         res.map(FloodgateBody::new)
+    ///     }
+    ///     Early::Answer(res) => res,
+    ///     Early::Later(pending) => layer.finish_later(pending, peer, req, inner).await.unwrap(),
+    /// };
+    /// # let _ = res; }
+    /// ```
+    pub fn decide_early<T, RB>(&self, peer: SocketAddr, req: &Request<T>) -> Early<B, C, RB> {
+        direct::decide(&self.shared, req, Some(peer)).into()
+    }
+
+    /// The rest of the layer's steps for a request
+    /// [`decide_early`](Self::decide_early) left [`Early::Later`]; `inner`
+    /// is called (at most once) with the request if it is admitted.
+    pub fn finish_later<F, Fut, ReqBody, ResBody, E>(
+        &self,
+        pending: Pending<B, C, ResBody>,
+        peer: SocketAddr,
+        req: Request<ReqBody>,
+        inner: F,
+    ) -> impl Future<Output = Result<Response<FloodgateBody<ResBody>>, E>> + Send + 'static
+    where
+        F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+        E: Send + 'static,
+    {
+        direct::later(&self.shared, pending.0, inner, req, Some(peer))
     }
 
     /// The layer's counters.

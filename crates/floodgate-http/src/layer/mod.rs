@@ -45,6 +45,7 @@
 mod body;
 mod config;
 mod direct;
+mod early;
 mod future;
 mod handle;
 #[allow(clippy::module_inception)]
@@ -61,6 +62,7 @@ pub use config::{
     KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit, Shedding,
     default_peer,
 };
+pub use early::{Admitted, Early, Pending};
 pub use future::ResponseFuture;
 pub use layer::FloodgateLayer;
 pub use queue::QueueError;
