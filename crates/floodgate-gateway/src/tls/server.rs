@@ -38,17 +38,31 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
-/// What the files looked like when last loaded (modification time and
-/// length of each), to reload only on change.
-type Stamp = [(Option<SystemTime>, u64); 2];
+/// What the files looked like when last loaded (modification time, length
+/// and identity of each), to reload only on change. The identity catches
+/// a file renamed into place even when it has the size and the
+/// modification time (to the file system's clock tick) of the one it
+/// replaces: two certificates of one issuer often have the same size.
+type Stamp = [(Option<SystemTime>, u64, u64); 2];
 
 fn stamp(files: &ListenerTls) -> Stamp {
     let one = |p: &Path| {
         std::fs::metadata(p)
-            .map(|m| (m.modified().ok(), m.len()))
-            .unwrap_or((None, 0))
+            .map(|m| (m.modified().ok(), m.len(), identity(&m)))
+            .unwrap_or((None, 0, 0))
     };
     [one(&files.cert), one(&files.key)]
+}
+
+#[cfg(unix)]
+fn identity(m: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    m.ino() ^ m.dev().rotate_left(32)
+}
+
+#[cfg(not(unix))]
+fn identity(_: &std::fs::Metadata) -> u64 {
+    0
 }
 
 /// Loads and checks a certificate chain and its key.
