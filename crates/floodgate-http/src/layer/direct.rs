@@ -244,7 +244,8 @@ where
 }
 
 /// What is left to wait for once [`decide`] has not answered: the general
-/// steps (from the start, or finishing a decision).
+/// steps (from the start, or finishing a decision). `decide`, then this,
+/// is one request through the layer.
 pub(crate) fn later<F, Fut, ReqBody, ResBody, E, B, C>(
     shared: &Arc<Shared<B, C>>,
     decided: Decided<B, C, ResBody>,
@@ -288,33 +289,6 @@ where
             fut: handle(shared.clone(), inner, req, peer),
         },
     }
-}
-
-/// One request through the layer, decided now when it can be.
-pub(crate) fn serve<F, Fut, ReqBody, ResBody, E, B, C>(
-    shared: &Arc<Shared<B, C>>,
-    inner: F,
-    req: Request<ReqBody>,
-    peer: Option<SocketAddr>,
-) -> Limited<
-    Fut,
-    impl Future<Output = Result<Out<ResBody>, E>> + Send + use<F, Fut, ReqBody, ResBody, E, B, C>,
-    ResBody,
-    E,
-    B,
-    C,
->
-where
-    F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<HttpResponse<ResBody>, E>> + Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Send + 'static,
-    E: Send + 'static,
-    B: Backend,
-    C: Clock + 'static,
-{
-    let decided = decide(shared, &req, peer);
-    later(shared, decided, inner, req, peer)
 }
 
 /// For an admitted request decided on the short path under one rule:

@@ -126,7 +126,8 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        direct::serve(&self.shared, inner, req, None)
+        let decided = direct::decide(&self.shared, &req, None);
+        direct::later(&self.shared, decided, inner, req, None)
     }
 
     /// Like [`serve`](Self::serve), with the client's address given rather
@@ -145,7 +146,8 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        direct::serve(&self.shared, inner, req, Some(peer))
+        let decided = direct::decide(&self.shared, &req, Some(peer));
+        direct::later(&self.shared, decided, inner, req, Some(peer))
     }
 
     /// The short path alone: decides `req` (from `peer`) now when its rule

@@ -68,8 +68,10 @@ where
         // The clone is not ready; keep it and send the ready one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(direct::serve(
+        let decided = direct::decide(&self.shared, &req, None);
+        ResponseFuture::new(direct::later(
             &self.shared,
+            decided,
             move |r| inner.call(r),
             req,
             None,
