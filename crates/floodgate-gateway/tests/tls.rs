@@ -204,8 +204,20 @@ async fn a_client_certificate_is_presented_to_the_upstream() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewed_certificate_is_served_without_a_restart() {
+/// A gateway terminating TLS with `pki`'s leaf `first`, polling its
+/// files per `server` (a `server:` line), with its certificate's renewal
+/// (`next`) renamed into place: the gateway and its files, and the
+/// certificates presented before and to be presented after.
+struct Renewal {
+    gw: floodgate_gateway::run::Running,
+    pki: Pki,
+    key: std::path::PathBuf,
+    before: Vec<u8>,
+    after: Vec<u8>,
+    _files: (ConfigFile, support::Upstream),
+}
+
+async fn renewal(server: &str) -> Renewal {
     let pki = Pki::new("edge");
     let first = pki.leaf("gateway");
     let up = support::upstream().await;
@@ -217,7 +229,7 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
             first.key.display()
         ),
         &format!("    url: {url}\n"),
-        "server: {reload_interval: 50ms}\n",
+        server,
     );
     let file = ConfigFile::new(&text);
     let gw = gateway(&file, &url).await;
@@ -227,11 +239,24 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     let next = pki.leaf("next");
     std::fs::rename(&next.key, &first.key).unwrap();
     std::fs::rename(&next.cert, &first.cert).unwrap();
-    let want = pem_der(&first.cert);
-    assert_ne!(want, before);
+    let after = pem_der(&first.cert);
+    assert_ne!(after, before);
+    Renewal {
+        gw,
+        pki,
+        key: first.key,
+        before,
+        after,
+        _files: (file, up),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_is_served_without_a_restart() {
+    let r = renewal("server: {reload_interval: 50ms}\n").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if presented(gw.addr(), pki.roots()).await == want {
+        if presented(r.gw.addr(), r.pki.roots()).await == r.after {
             break;
         }
         assert!(
@@ -241,46 +266,26 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Half-written files (a key that does not match) keep the current one.
-    std::fs::write(&first.key, std::fs::read(&pki.leaf("stray").key).unwrap()).unwrap();
+    std::fs::write(&r.key, std::fs::read(&r.pki.leaf("stray").key).unwrap()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(presented(gw.addr(), pki.roots()).await, want);
-    gw.shutdown().await;
+    assert_eq!(presented(r.gw.addr(), r.pki.roots()).await, r.after);
+    r.gw.shutdown().await;
 }
 
 /// With polling off, a renewed certificate is served once a reload is
 /// asked for (what SIGHUP does), at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_asked_for_rereads_the_certificate() {
-    let pki = Pki::new("edge");
-    let first = pki.leaf("gateway");
-    let up = support::upstream().await;
-    let url = format!("http://{}", up.addr);
-    let text = config(
-        &format!(
-            "  tls: {{cert: {}, key: {}}}\n",
-            first.cert.display(),
-            first.key.display()
-        ),
-        &format!("    url: {url}\n"),
-        "server: {reload_interval: 0}\n",
-    );
-    let file = ConfigFile::new(&text);
-    let gw = gateway(&file, &url).await;
-    let before = presented(gw.addr(), pki.roots()).await;
-    let next = pki.leaf("next");
-    std::fs::rename(&next.key, &first.key).unwrap();
-    std::fs::rename(&next.cert, &first.cert).unwrap();
-    let want = pem_der(&first.cert);
-    assert_ne!(want, before);
+    let r = renewal("server: {reload_interval: 0}\n").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        presented(gw.addr(), pki.roots()).await,
-        before,
+        presented(r.gw.addr(), r.pki.roots()).await,
+        r.before,
         "not polled"
     );
-    gw.reload_now();
-    assert_eq!(presented(gw.addr(), pki.roots()).await, want);
-    gw.shutdown().await;
+    r.gw.reload_now();
+    assert_eq!(presented(r.gw.addr(), r.pki.roots()).await, r.after);
+    r.gw.shutdown().await;
 }
 
 fn pem_der(path: &std::path::Path) -> Vec<u8> {
