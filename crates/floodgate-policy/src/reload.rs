@@ -9,7 +9,7 @@
 //! ([`ReloadTrigger`], e.g. on `SIGHUP`): the contents are then compared
 //! whatever the files' metadata says.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -27,6 +27,50 @@ pub struct ConfigSource {
     pub paths: Vec<PathBuf>,
     /// How to read them.
     pub options: LoadOptions,
+}
+
+/// What a file looks like from outside, to tell that it changed without
+/// reading it: its size, modification time and identity (device and
+/// inode, following symlinks; zero where the platform has none). The
+/// identity catches a file renamed into place with the size and the
+/// modification time (to the file system's clock tick) of the one it
+/// replaces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileStamp {
+    /// Size in bytes.
+    pub len: u64,
+    /// Modification time, in nanoseconds since the Unix epoch.
+    pub modified: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Device number.
+    pub dev: u64,
+}
+
+impl FileStamp {
+    /// The stamp of `path` now (none: it cannot be looked at).
+    pub fn of(path: &Path) -> Option<FileStamp> {
+        let m = std::fs::metadata(path).ok()?;
+        let modified = m
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        #[cfg(unix)]
+        let (ino, dev) = {
+            use std::os::unix::fs::MetadataExt;
+            (m.ino(), m.dev())
+        };
+        #[cfg(not(unix))]
+        let (ino, dev) = (0, 0);
+        Some(FileStamp {
+            len: m.len(),
+            modified,
+            ino,
+            dev,
+        })
+    }
 }
 
 /// A loaded and compiled configuration.
@@ -60,21 +104,16 @@ impl ConfigSource {
         all.dedup();
         for f in all {
             h.field(f.as_os_str().as_encoded_bytes());
-            match std::fs::metadata(&f) {
-                Ok(m) => {
-                    let mtime = m
-                        .modified()
-                        .ok()
-                        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-                        .unwrap_or_default();
-                    h.u64(m.len()).u64(mtime.as_nanos() as u64);
-                    #[cfg(unix)]
-                    {
-                        use std::os::unix::fs::MetadataExt;
-                        h.u64(m.ino()).u64(m.dev());
-                    }
+            match FileStamp::of(&f) {
+                Some(FileStamp {
+                    len,
+                    modified,
+                    ino,
+                    dev,
+                }) => {
+                    h.u64(len).u64(modified).u64(ino).u64(dev);
                 }
-                Err(_) => {
+                None => {
                     h.u64(u64::MAX);
                 }
             }

@@ -5,11 +5,11 @@
 //! the new certificate; established connections keep theirs).
 
 use std::fmt;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use floodgate_policy::reload::FileStamp;
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -38,31 +38,13 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
-/// What the files looked like when last loaded (modification time, length
-/// and identity of each), to reload only on change. The identity catches
-/// a file renamed into place even when it has the size and the
-/// modification time (to the file system's clock tick) of the one it
-/// replaces: two certificates of one issuer often have the same size.
-type Stamp = [(Option<SystemTime>, u64, u64); 2];
+/// What the two files looked like when last loaded, to reload only on
+/// change (a renewed pair renamed into place often has the sizes of the
+/// old one: the files' identity tells them apart).
+type Stamp = [Option<FileStamp>; 2];
 
 fn stamp(files: &ListenerTls) -> Stamp {
-    let one = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| (m.modified().ok(), m.len(), identity(&m)))
-            .unwrap_or((None, 0, 0))
-    };
-    [one(&files.cert), one(&files.key)]
-}
-
-#[cfg(unix)]
-fn identity(m: &std::fs::Metadata) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    m.ino() ^ m.dev().rotate_left(32)
-}
-
-#[cfg(not(unix))]
-fn identity(_: &std::fs::Metadata) -> u64 {
-    0
+    [FileStamp::of(&files.cert), FileStamp::of(&files.key)]
 }
 
 /// Loads and checks a certificate chain and its key.
