@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{START, d, ready};
 use floodgate::{ManualClock, StoreConfig, Timestamp};
 use floodgate_policy::read::LoadOptions;
-use floodgate_policy::reload::{ConfigSource, ReloadOutcome, Reloader};
+use floodgate_policy::reload::{Compiled, ConfigSource, ReloadOutcome, Reloader};
 use floodgate_policy::{Code, Engine, MemoryBackend, Response};
 
 fn write(path: &Path, text: &str) {
@@ -21,6 +21,36 @@ fn write(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
+}
+
+/// `floodgate.yaml` (holding [`V1`]) in a temporary directory, and a
+/// source watching the file (or, `whole_dir`, the directory), compiled.
+struct Watched {
+    dir: tempfile::TempDir,
+    file: PathBuf,
+    source: ConfigSource,
+    compiled: Compiled,
+}
+
+fn watched(whole_dir: bool) -> Watched {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    write(&file, V1);
+    let source = ConfigSource {
+        paths: vec![if whole_dir {
+            dir.path().to_path_buf()
+        } else {
+            file.clone()
+        }],
+        options: LoadOptions::default(),
+    };
+    let compiled = source.compile().unwrap();
+    Watched {
+        dir,
+        file,
+        source,
+        compiled,
+    }
 }
 
 const V1: &str = "domains:
@@ -34,14 +64,12 @@ const V1: &str = "domains:
 
 #[test]
 fn reloads_apply_valid_changes_and_reject_invalid_ones_under_traffic() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("floodgate.yaml");
-    write(&file, V1);
-    let source = ConfigSource {
-        paths: vec![file.clone()],
-        options: LoadOptions::default(),
-    };
-    let compiled = source.compile().unwrap();
+    let Watched {
+        dir: _dir,
+        file,
+        source,
+        compiled,
+    } = watched(false);
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(START)));
     let engine = Arc::new(Engine::with_clock(
         floodgate_policy::PolicySet::empty(),
@@ -126,14 +154,12 @@ fn reloads_apply_valid_changes_and_reject_invalid_ones_under_traffic() {
 
 #[test]
 fn the_watcher_thread_picks_up_changes_by_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("floodgate.yaml");
-    write(&file, V1);
-    let source = ConfigSource {
-        paths: vec![dir.path().to_path_buf()],
-        options: LoadOptions::default(),
-    };
-    let compiled = source.compile().unwrap();
+    let Watched {
+        dir,
+        file: _,
+        source,
+        compiled,
+    } = watched(true);
     let applied = Arc::new(Mutex::new(0));
     let a = applied.clone();
     let handle = Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1)
@@ -153,14 +179,12 @@ fn the_watcher_thread_picks_up_changes_by_itself() {
 
 #[test]
 fn a_hand_over_can_refuse_a_configuration() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("floodgate.yaml");
-    write(&file, V1);
-    let source = ConfigSource {
-        paths: vec![file.clone()],
-        options: LoadOptions::default(),
-    };
-    let compiled = source.compile().unwrap();
+    let Watched {
+        dir: _dir,
+        file,
+        source,
+        compiled,
+    } = watched(false);
     // The hand-over refuses the first configuration it is given.
     let mut calls = 0;
     let mut reloader = Reloader::new(source, &compiled, move |_| {
@@ -185,15 +209,13 @@ fn a_hand_over_can_refuse_a_configuration() {
 /// where a poll sees nothing.
 #[test]
 fn a_reload_asked_for_compares_contents_whatever_the_metadata() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("floodgate.yaml");
-    write(&file, V1);
+    let Watched {
+        dir: _dir,
+        file,
+        source,
+        compiled,
+    } = watched(false);
     let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
-    let source = ConfigSource {
-        paths: vec![file.clone()],
-        options: LoadOptions::default(),
-    };
-    let compiled = source.compile().unwrap();
     let applied = Arc::new(Mutex::new(0));
     let a = applied.clone();
     let mut reloader = Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1);
@@ -220,14 +242,12 @@ fn a_reload_asked_for_compares_contents_whatever_the_metadata() {
 /// `gateway` do on SIGHUP with `reload_interval: 0`).
 #[test]
 fn a_watcher_without_interval_reloads_only_when_asked() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("floodgate.yaml");
-    write(&file, V1);
-    let source = ConfigSource {
-        paths: vec![file.clone()],
-        options: LoadOptions::default(),
-    };
-    let compiled = source.compile().unwrap();
+    let Watched {
+        dir: _dir,
+        file,
+        source,
+        compiled,
+    } = watched(false);
     let applied = Arc::new(Mutex::new(0));
     let a = applied.clone();
     let handle =
