@@ -8,7 +8,10 @@
 #   crates/floodgate-gateway/bench/instructions.sh [DURATION]
 #
 # Prints, per configuration, the requests served and the instructions per
-# request; with TOP=N also the N functions that cost most per request.
+# request; with TOP=N also the N functions that cost most per request;
+# with CACHE=1 also the cache misses of callgrind's cache simulation
+# (I1mr: instruction-cache read misses, D1mr/D1mw: data-cache ones).
+# CACHE=1 changes no instruction count.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DUR=${1:-10s}
@@ -44,8 +47,11 @@ per_request() { # $1: dump, $2: requests
     python3 - "$1" "$2" "${TOP:-0}" <<'EOF'
 import collections, sys
 costs = collections.Counter(); fn = None; after_call = False
+events = []; totals = collections.Counter()
 for line in open(sys.argv[1]):
-    if line.startswith('fn='):
+    if line.startswith('events:'):
+        events = line.split()[1:]
+    elif line.startswith('fn='):
         fn = line[3:].strip(); after_call = False
     elif line.startswith('calls='):
         after_call = True
@@ -56,8 +62,12 @@ for line in open(sys.argv[1]):
                 after_call = False
             else:
                 costs[fn] += int(parts[1])
+                for e, v in zip(events[1:], parts[2:]):
+                    totals[e] += int(v)
 n = int(sys.argv[2])
 print(f"  {sum(costs.values()) / n:,.0f} instructions per request")
+if totals:
+    print("  per request: " + ", ".join(f"{e} {totals[e] / n:,.0f}" for e in events[1:]))
 for name, c in costs.most_common(int(sys.argv[3])):
     print(f"    {c / n:8,.0f}  {name[:110]}")
 EOF
@@ -65,7 +75,7 @@ EOF
 
 measure() { # $1: label, $2: port, then the command
     local label=$1 port=$2; shift 2
-    valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+    valgrind --tool=callgrind ${CACHE:+--cache-sim=yes} --compress-strings=no --compress-pos=no \
         --callgrind-out-file="$WORK/cg.out" "$@" >"$WORK/valgrind.log" 2>&1 &
     local pid=$!
     wait_port "$port"
