@@ -13,7 +13,47 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use crate::h1;
 use crate::pool::Pooled;
+
+/// An upstream response's body, as read by hyper's client or by the
+/// gateway's own ([`h1`]).
+#[derive(Debug)]
+pub enum UpstreamBody {
+    /// From hyper's client.
+    Hyper(Incoming),
+    /// From the gateway's own client.
+    Direct(h1::ResponseBody),
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            UpstreamBody::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(BodyError::from),
+            UpstreamBody::Direct(body) => Pin::new(body).poll_frame(cx).map_err(BodyError::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Hyper(body) => body.is_end_stream(),
+            UpstreamBody::Direct(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Hyper(body) => body.size_hint(),
+            UpstreamBody::Direct(body) => body.size_hint(),
+        }
+    }
+}
 
 /// Why a proxied response body ended early.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +61,10 @@ pub enum BodyError {
     /// The upstream connection failed mid-body.
     #[error("upstream body: {0}")]
     Upstream(#[from] hyper::Error),
+    /// The upstream connection of the gateway's own client failed
+    /// mid-body, or the body broke its framing.
+    #[error("upstream body: {0}")]
+    Direct(#[from] h1::ExchangeError),
     /// The upstream sent nothing for this long mid-body.
     #[error("upstream body idle for {0:?}")]
     Idle(Duration),
@@ -30,7 +74,7 @@ pin_project! {
     #[project = KindProj]
     enum Kind {
         Upstream {
-            #[pin] body: Incoming,
+            #[pin] body: UpstreamBody,
             conn: Option<Pooled>,
             idle: Duration,
             // Armed when the upstream has nothing to give; re-armed after
@@ -66,7 +110,7 @@ impl ProxyBody {
     /// ends (dropped with the body otherwise, which closes it). A body
     /// that yields nothing for `idle` ends with [`BodyError::Idle`] (and
     /// its connection is closed).
-    pub fn upstream(body: Incoming, conn: Option<Pooled>, idle: Duration) -> Self {
+    pub fn upstream(body: UpstreamBody, conn: Option<Pooled>, idle: Duration) -> Self {
         let conn = match conn {
             // Nothing to read: the connection is free already.
             Some(c) if body.is_end_stream() => {
@@ -132,7 +176,7 @@ impl Body for ProxyBody {
                 if ended && let Some(c) = conn.take() {
                     c.release();
                 }
-                polled.map(|f| f.map(|r| r.map_err(BodyError::Upstream)))
+                polled
             }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }

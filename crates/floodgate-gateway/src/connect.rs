@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
+use crate::h1::Stream;
 use crate::tls::TlsError;
 
 /// A request sender on one connection.
@@ -115,6 +116,16 @@ impl Connector {
     /// Opens a connection to `url` and spawns its task.
     pub async fn connect(&self, url: &UpstreamUrl) -> Result<Sender, ConnectError> {
         let name = url.authority.as_str();
+        match self.open(url).await? {
+            Stream::Tcp(tcp) => self.handshake(name, tcp).await,
+            Stream::Tls(tls) => self.handshake(name, tls).await,
+        }
+    }
+
+    /// Opens a connection to `url`: TCP, and TLS for an `https://` URL;
+    /// no HTTP handshake (for the gateway's own HTTP/1.1 client, [`h1`](crate::h1)).
+    pub async fn open(&self, url: &UpstreamUrl) -> Result<Stream, ConnectError> {
+        let name = url.authority.as_str();
         let host = url.authority.host();
         let port = url.authority.port_u16().unwrap_or(80);
         // Brackets around an IPv6 literal are not part of the address.
@@ -133,9 +144,9 @@ impl Connector {
                     .await
                     .map_err(|_| ConnectError::Timeout(name.to_owned()))?
                     .map_err(|e| ConnectError::Tls(name.to_owned(), e))?;
-                self.handshake(name, stream).await
+                Ok(Stream::Tls(Box::new(stream)))
             }
-            _ => self.handshake(name, tcp).await,
+            _ => Ok(Stream::Tcp(tcp)),
         }
     }
 

@@ -38,6 +38,7 @@ pub mod drain;
 pub mod error;
 pub mod forward;
 pub mod gateway;
+pub mod h1;
 pub mod http_section;
 pub mod idle;
 pub mod io;

@@ -4,6 +4,11 @@
 //! shared connection, reopened when it closes. A taken HTTP/1.1
 //! connection travels with its response body and comes back when the body
 //! ends (a body dropped early closes it).
+//!
+//! HTTP/1.1 connections are of two kinds, kept apart: hyper's (driven by a
+//! task of their own, for requests with a body and upgrades) and the
+//! gateway's own client's ([`h1`](crate::h1), for requests without a
+//! body).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
@@ -14,6 +19,7 @@ use hyper::client::conn::{http1, http2};
 
 use crate::config::UpstreamUrl;
 use crate::connect::{Abort, ConnectError, Connector, Sender};
+use crate::h1;
 
 struct Idle {
     sender: http1::SendRequest<UploadBody>,
@@ -25,6 +31,7 @@ struct Idle {
 pub struct HostPool {
     url: UpstreamUrl,
     idle: Mutex<Vec<Idle>>,
+    direct: Mutex<Vec<(h1::Conn, Instant)>>,
     shared: Mutex<Option<http2::SendRequest<UploadBody>>>,
     connecting: tokio::sync::Mutex<()>,
     max_idle: usize,
@@ -93,6 +100,7 @@ impl HostPool {
         HostPool {
             url,
             idle: Mutex::new(Vec::new()),
+            direct: Mutex::new(Vec::new()),
             shared: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             max_idle,
@@ -186,17 +194,51 @@ impl HostPool {
         self.connect(connector).await
     }
 
-    /// Closes idle connections past the idle timeout.
-    pub fn reap(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            let timeout = self.idle_timeout;
-            idle.retain(|i| !i.sender.is_closed() && i.since.elapsed() < timeout);
+    /// A connection for the gateway's own client: an idle one that is
+    /// still usable (the most recently used first), else a new one. The
+    /// flag says whether it served requests before.
+    pub async fn checkout_direct(
+        &self,
+        connector: &Connector,
+    ) -> Result<(h1::Conn, bool), ConnectError> {
+        loop {
+            let Some((conn, since)) = self.direct.lock().ok().and_then(|mut d| d.pop()) else {
+                break;
+            };
+            if since.elapsed() < self.idle_timeout && conn.is_usable() {
+                return Ok((conn, true));
+            }
+        }
+        // Boxed, as in `connect`: rare, and large.
+        let stream = Box::pin(connector.open(&self.url)).await?;
+        Ok((h1::Conn::new(stream), false))
+    }
+
+    /// Gives back a connection of the gateway's own client whose exchange
+    /// ended cleanly, if there is room.
+    pub fn checkin_direct(&self, conn: h1::Conn) {
+        if let Ok(mut direct) = self.direct.lock()
+            && direct.len() < self.max_idle
+        {
+            direct.push((conn, Instant::now()));
         }
     }
 
-    /// Idle HTTP/1.1 connections now.
+    /// Closes idle connections past the idle timeout, or closed by the
+    /// upstream.
+    pub fn reap(&self) {
+        let timeout = self.idle_timeout;
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.retain(|i| !i.sender.is_closed() && i.since.elapsed() < timeout);
+        }
+        if let Ok(mut direct) = self.direct.lock() {
+            direct.retain(|(c, since)| since.elapsed() < timeout && c.is_usable());
+        }
+    }
+
+    /// Idle HTTP/1.1 connections now (of both kinds).
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().map_or(0, |i| i.len())
+        self.idle.lock().map_or(0, |i| i.len()) + self.direct.lock().map_or(0, |d| d.len())
     }
 }
 

@@ -20,7 +20,7 @@ use http::{HeaderValue, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use tower_service::Service;
 
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, UpstreamBody};
 use crate::config::ListenerLimits;
 use crate::connect::ConnectError;
 use crate::forward::{
@@ -314,8 +314,11 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
 }
 
 /// How an exchange with the upstream ended.
+// Matched at once where it is made: boxing the response would cost an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
 enum Exchange {
-    Response(Response<Incoming>, Option<Pooled>),
+    Response(Response<UpstreamBody>, Option<Pooled>),
     Failed(SendError),
     /// No response head within `response_timeout` of the end of the
     /// upload, or the upstream stopped reading the upload that long.
@@ -332,12 +335,12 @@ enum Exchange {
 async fn exchange(
     shared: &Shared,
     mut send: Pin<
-        &mut impl Future<Output = Result<(Response<Incoming>, Option<Pooled>), SendError>>,
+        &mut impl Future<Output = Result<(Response<UpstreamBody>, Option<Pooled>), SendError>>,
     >,
     progress: Option<&Progress>,
 ) -> Exchange {
     let response_timeout = shared.upstream.response_timeout();
-    let done = |r: Result<(Response<Incoming>, Option<Pooled>), SendError>| match r {
+    let done = |r: Result<(Response<UpstreamBody>, Option<Pooled>), SendError>| match r {
         Ok((res, conn)) => Exchange::Response(res, conn),
         Err(e) => Exchange::Failed(e),
     };

@@ -7,13 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http::header::HOST;
+use http::header::{HOST, UPGRADE};
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Response, Uri, Version};
+use http_body::Body;
 use hyper::body::Incoming;
 
+use crate::body::UpstreamBody;
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::connect::{ConnectError, Connector};
+use crate::h1;
 use crate::pool::{Checkout, HostPool, Pooled, spawn_reaper};
 use crate::tls::TlsError;
 use crate::upload::UploadBody;
@@ -27,6 +30,9 @@ pub enum SendError {
     /// The exchange broke (the connection closed, a malformed response).
     #[error("upstream exchange: {0}")]
     Exchange(hyper::Error),
+    /// The exchange of the gateway's own client broke.
+    #[error("upstream exchange: {0}")]
+    Direct(#[from] h1::ExchangeError),
 }
 
 /// Attempts for a request whose reused connection closed before the
@@ -184,10 +190,61 @@ impl Upstream {
         Ok(target)
     }
 
-    /// Sends a prepared request to URL `target`. An HTTP/1.1 response comes
-    /// with its connection, to be [released](Pooled::release) when the
-    /// body ends.
+    /// Sends a prepared request to URL `target`. A response from hyper's
+    /// HTTP/1.1 client comes with its connection, to be
+    /// [released](Pooled::release) when the body ends; one from the
+    /// gateway's own client (a request without a body, towards HTTP/1.1)
+    /// carries its connection in its body.
     pub async fn send(
+        &self,
+        target: usize,
+        req: Request<UploadBody>,
+    ) -> Result<(Response<UpstreamBody>, Option<Pooled>), SendError> {
+        if self.protocol == UpstreamProtocol::Http1
+            && req.body().is_end_stream()
+            && !req.headers().contains_key(UPGRADE)
+        {
+            return self.send_direct(target, req).await;
+        }
+        let (res, pooled) = self.send_hyper(target, req).await?;
+        Ok((res.map(UpstreamBody::Hyper), pooled))
+    }
+
+    /// A request without a body, on the gateway's own HTTP/1.1 client.
+    async fn send_direct(
+        &self,
+        target: usize,
+        req: Request<UploadBody>,
+    ) -> Result<(Response<UpstreamBody>, Option<Pooled>), SendError> {
+        let pool = &self.pools[target];
+        let (parts, _empty) = req.into_parts();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (mut conn, reused) = pool.checkout_direct(&self.connector).await?;
+            match conn
+                .request(&parts.method, &parts.uri, &parts.headers)
+                .await
+            {
+                Ok(head) => {
+                    let body = h1::ResponseBody::new(
+                        conn,
+                        head.framing,
+                        head.keep_alive,
+                        Arc::downgrade(pool),
+                    );
+                    let res = Response::from_parts(head.parts, UpstreamBody::Direct(body));
+                    return Ok((res, None));
+                }
+                Err(e) if reused && attempt < ATTEMPTS && e.may_retry(&parts.method) => {
+                    tracing::debug!(error = %e, "reused upstream connection failed; retrying");
+                }
+                Err(e) => return Err(SendError::Direct(e)),
+            }
+        }
+    }
+
+    async fn send_hyper(
         &self,
         target: usize,
         mut req: Request<UploadBody>,

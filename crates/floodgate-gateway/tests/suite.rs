@@ -13,6 +13,7 @@ mod nginx_parity;
 mod pool;
 mod proxy;
 mod reload;
+mod response_framing;
 mod tls;
 mod upgrade;
 mod upstream_faults;

@@ -1,0 +1,179 @@
+//! A response body read by the gateway's own client: decoded from its
+//! connection as the client side asks for it (data frames share the read
+//! buffer's bytes), the connection returned to its pool at the body's end
+//! when it can carry another exchange, closed otherwise (a body dropped
+//! early, a close-delimited body, stray bytes after the body).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Weak;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::AsyncReadExt;
+
+use super::chunked::{Chunked, Step};
+use super::conn::READ_CHUNK;
+use super::head::Framing;
+use super::{Conn, ExchangeError};
+use crate::pool::HostPool;
+
+enum Decoder {
+    Length(u64),
+    Chunked(Chunked),
+    Close,
+}
+
+struct Reading {
+    conn: Conn,
+    decoder: Decoder,
+    keep_alive: bool,
+    pool: Weak<HostPool>,
+}
+
+/// The body of a response from the gateway's own client.
+pub struct ResponseBody {
+    reading: Option<Reading>,
+}
+
+impl std::fmt::Debug for ResponseBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("ended", &self.reading.is_none())
+            .finish()
+    }
+}
+
+impl ResponseBody {
+    /// The body framed by `framing` on `conn`, whose head was just read;
+    /// `conn` goes back to `pool` at the end if `keep_alive`.
+    pub fn new(conn: Conn, framing: Framing, keep_alive: bool, pool: Weak<HostPool>) -> Self {
+        let decoder = match framing {
+            Framing::Empty => {
+                if keep_alive && conn.buf.is_empty() {
+                    checkin(conn, &pool);
+                }
+                return ResponseBody { reading: None };
+            }
+            Framing::Length(n) => Decoder::Length(n),
+            Framing::Chunked => Decoder::Chunked(Chunked::new()),
+            Framing::Close => Decoder::Close,
+        };
+        ResponseBody {
+            reading: Some(Reading {
+                conn,
+                decoder,
+                keep_alive,
+                pool,
+            }),
+        }
+    }
+
+    /// The body has ended: the connection goes back to the pool if it
+    /// can carry another exchange.
+    fn end(&mut self) {
+        if let Some(r) = self.reading.take() {
+            let reusable =
+                r.keep_alive && !matches!(r.decoder, Decoder::Close) && r.conn.buf.is_empty();
+            if reusable {
+                checkin(r.conn, &r.pool);
+            }
+        }
+    }
+}
+
+fn checkin(conn: Conn, pool: &Weak<HostPool>) {
+    if let Some(pool) = pool.upgrade() {
+        pool.checkin_direct(conn);
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = ExchangeError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        loop {
+            let Some(r) = self.reading.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let buf = &mut r.conn.buf;
+            match &mut r.decoder {
+                Decoder::Length(left) => {
+                    if !buf.is_empty() {
+                        let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+                        let data = buf.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            self.end();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                Decoder::Chunked(c) => match c.step(buf) {
+                    Ok(Step::Data(d)) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                    Ok(Step::Trailers(t)) => {
+                        self.end();
+                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                    }
+                    Ok(Step::End) => {
+                        self.end();
+                        return Poll::Ready(None);
+                    }
+                    Ok(Step::More) => {}
+                    Err(e) => {
+                        self.reading = None;
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                },
+                Decoder::Close => {
+                    if !buf.is_empty() {
+                        let data = buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+            }
+            // The buffer is spent: read more.
+            if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+                buf.reserve(READ_CHUNK * 2);
+            }
+            let read = std::pin::pin!(r.conn.stream.read_buf(&mut r.conn.buf)).poll(cx);
+            match read {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => {
+                    let complete = matches!(r.decoder, Decoder::Close);
+                    self.reading = None;
+                    return Poll::Ready(if complete {
+                        None
+                    } else {
+                        Some(Err(ExchangeError::Incomplete))
+                    });
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => {
+                    self.reading = None;
+                    return Poll::Ready(Some(Err(ExchangeError::Read(e))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.reading.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.reading.as_ref() {
+            None => SizeHint::with_exact(0),
+            Some(Reading {
+                decoder: Decoder::Length(n),
+                ..
+            }) => SizeHint::with_exact(*n),
+            Some(_) => SizeHint::default(),
+        }
+    }
+}

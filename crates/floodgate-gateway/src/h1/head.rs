@@ -1,0 +1,348 @@
+//! Message heads on an upstream HTTP/1.1 connection: a request's written
+//! out, a response's parsed, with how its body is framed (RFC 9112 §6.3).
+//! Pure: bytes in, bytes or values out.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+
+use super::FramingError;
+
+/// The most fields in a response head (as hyper's client).
+pub const MAX_HEADERS: usize = 100;
+/// The largest response head.
+pub const MAX_HEAD_BYTES: usize = 256 * 1024;
+
+/// Writes a request head without a body: request line, fields (all but
+/// `Transfer-Encoding`: there is no body to frame), empty line.
+pub fn encode_request(out: &mut Vec<u8>, method: &Method, uri: &Uri, headers: &HeaderMap) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(if target.is_empty() {
+        b"/"
+    } else {
+        target.as_bytes()
+    });
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        if name == TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How a response's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (`HEAD`, 204, 304, or a length of 0).
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// The chunked transfer coding.
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// A parsed final response head.
+#[derive(Debug)]
+pub struct Head {
+    /// Status, version and fields (the values share the head's bytes).
+    pub parts: http::response::Parts,
+    /// How the body is delimited.
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this
+    /// response's body.
+    pub keep_alive: bool,
+}
+
+/// What the start of the read buffer holds.
+#[derive(Debug)]
+pub enum Parsed {
+    /// Not a whole head yet.
+    Partial,
+    /// An interim response (1xx other than 101), consumed: read on.
+    Interim,
+    /// A final response head, consumed.
+    Final(Head),
+}
+
+/// Offsets of a field's name and value in the head.
+#[derive(Clone, Copy, Default)]
+struct Field {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// Parses a response head at the start of `buf` (consuming it when
+/// whole) for a request of method `method`.
+pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, FramingError> {
+    let mut fields = [Field::default(); MAX_HEADERS];
+    let (len, code, version, count) = {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut headers);
+        let len = match res.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+                return Err(FramingError::HeadTooLarge);
+            }
+            Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+            Err(e) => return Err(FramingError::Head(e)),
+        };
+        if len > MAX_HEAD_BYTES {
+            return Err(FramingError::HeadTooLarge);
+        }
+        let base = buf.as_ptr() as usize;
+        let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
+        for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
+            *slot = Field {
+                name: at(h.name.as_bytes()),
+                value: at(h.value),
+            };
+        }
+        (
+            len,
+            res.code.unwrap_or(0),
+            res.version.unwrap_or(1),
+            res.headers.len(),
+        )
+    };
+    let status = StatusCode::from_u16(code).map_err(|_| FramingError::Status(code))?;
+    if status.is_informational() {
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(FramingError::UnaskedUpgrade);
+        }
+        let _ = buf.split_to(len);
+        return Ok(Parsed::Interim);
+    }
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(count);
+    let mut length: Option<u64> = None;
+    let mut transfer_encoding = false;
+    let mut chunked = false;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    for f in &fields[..count] {
+        let name = slice(&head, f.name);
+        let name = HeaderName::from_bytes(&name).map_err(|_| FramingError::FieldName)?;
+        let value = HeaderValue::from_maybe_shared(slice(&head, f.value))
+            .map_err(|_| FramingError::FieldValue)?;
+        if name == CONTENT_LENGTH {
+            let n = content_length(value.as_bytes())?;
+            if length.is_some_and(|l| l != n) {
+                return Err(FramingError::ContentLength);
+            }
+            length = Some(n);
+        } else if name == TRANSFER_ENCODING {
+            transfer_encoding = true;
+            // Only the last coding decides; a later field is appended.
+            chunked = last_token_is(value.as_bytes(), b"chunked");
+        } else if name == CONNECTION {
+            for token in value.as_bytes().split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        headers.append(name, value);
+    }
+    let version = if version == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let mut keep_alive = !close && (version == Version::HTTP_11 || keep_alive_token);
+    let no_body = method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framing = if no_body {
+        Framing::Empty
+    } else if transfer_encoding {
+        // Both fields: the coding wins, and the connection is not trusted
+        // with another message (RFC 9112 §6.3, item 3).
+        if length.is_some() {
+            keep_alive = false;
+        }
+        if chunked {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        }
+    } else {
+        match length {
+            Some(0) => Framing::Empty,
+            Some(n) => Framing::Length(n),
+            None => Framing::Close,
+        }
+    };
+    if framing == Framing::Close {
+        keep_alive = false;
+    }
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = status;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Parsed::Final(Head {
+        parts,
+        framing,
+        keep_alive,
+    }))
+}
+
+fn slice(head: &Bytes, (at, len): (u32, u32)) -> Bytes {
+    head.slice(at as usize..(at + len) as usize)
+}
+
+/// A `Content-Length` value: digits only (a list of equal values, as some
+/// servers send, is taken as one).
+fn content_length(value: &[u8]) -> Result<u64, FramingError> {
+    let mut found: Option<u64> = None;
+    for part in value.split(|&b| b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return Err(FramingError::ContentLength);
+        }
+        let n = part.iter().try_fold(0u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        });
+        let n = n.ok_or(FramingError::ContentLength)?;
+        if found.is_some_and(|f| f != n) {
+            return Err(FramingError::ContentLength);
+        }
+        found = Some(n);
+    }
+    found.ok_or(FramingError::ContentLength)
+}
+
+fn last_token_is(value: &[u8], token: &[u8]) -> bool {
+    value
+        .rsplit(|&b| b == b',')
+        .next()
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(wire: &str, method: Method) -> Result<Parsed, FramingError> {
+        parse_response(&mut BytesMut::from(wire.as_bytes()), &method)
+    }
+
+    fn head(wire: &str) -> Head {
+        match parse(wire, Method::GET).unwrap() {
+            Parsed::Final(h) => h,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_request_head_is_written_whole() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("up:9000"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        let mut out = Vec::new();
+        let uri: Uri = "/p?q=1".parse().unwrap();
+        encode_request(&mut out, &Method::GET, &uri, &headers);
+        assert_eq!(
+            out,
+            b"GET /p?q=1 HTTP/1.1\r\nhost: up:9000\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(5), true));
+        let h = head("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(h.framing, Framing::Empty);
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
+        let h = head("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        let h = head("HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Empty, true));
+        let h = head("HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert_eq!(h.framing, Framing::Empty);
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\nconnection: close\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(3), false));
+        match parse("HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\n", Method::HEAD).unwrap() {
+            Parsed::Final(h) => assert_eq!(h.framing, Framing::Empty),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn http_1_0_keeps_alive_only_when_it_says_so() {
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n");
+        assert_eq!((h.parts.version, h.keep_alive), (Version::HTTP_10, false));
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 1\r\nConnection: Keep-Alive\r\n\r\n");
+        assert!(h.keep_alive);
+    }
+
+    #[test]
+    fn fields_and_status_are_kept() {
+        let h = head("HTTP/1.1 418 Teapot\r\nX-One: a b\r\nx-one: c\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(h.parts.status, StatusCode::IM_A_TEAPOT);
+        let all: Vec<_> = h.parts.headers.get_all("x-one").iter().collect();
+        assert_eq!(all, ["a b", "c"]);
+    }
+
+    #[test]
+    fn interim_responses_are_skipped_and_101_refused() {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n"[..],
+        );
+        assert!(matches!(
+            parse_response(&mut buf, &Method::GET),
+            Ok(Parsed::Interim)
+        ));
+        assert_eq!(&buf[..], b"HTTP/1.1 200 OK\r\n");
+        assert!(matches!(
+            parse_response(&mut buf, &Method::GET),
+            Ok(Parsed::Partial)
+        ));
+        assert!(matches!(
+            parse("HTTP/1.1 101 Switching Protocols\r\n\r\n", Method::GET),
+            Err(FramingError::UnaskedUpgrade)
+        ));
+    }
+
+    #[test]
+    fn bad_heads_are_errors() {
+        for wire in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 1, 2\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length:\r\n\r\n",
+            "HTTP/1.1 20 OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nbad name: x\r\n\r\n",
+            "HTTP/2 200 OK\r\n\r\n",
+        ] {
+            assert!(parse(wire, Method::GET).is_err(), "{wire:?}");
+        }
+        let endless = format!("HTTP/1.1 200 OK\r\nx-a: {}", "b".repeat(MAX_HEAD_BYTES));
+        assert!(matches!(
+            parse(&endless, Method::GET),
+            Err(FramingError::HeadTooLarge)
+        ));
+        let many = format!(
+            "HTTP/1.1 200 OK\r\n{}\r\n",
+            "x-a: b\r\n".repeat(MAX_HEADERS + 1)
+        );
+        assert!(parse(&many, Method::GET).is_err());
+    }
+}
