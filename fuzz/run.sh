@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O
@@ -49,6 +49,12 @@ for f in "$BLOCKS"/*.json; do
         { printf "\\x0$route"; cat "$f"; } > "corpus/http_api/seed-$route-$(sha1sum "$f" | cut -c1-12)"
     done
 done
+
+# The upstream's answers: a few framed responses.
+mkdir -p corpus/upstream_response
+printf 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nx: 1\r\n\r\n' > corpus/upstream_response/seed-chunked
+printf 'HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabc' > corpus/upstream_response/seed-length
+printf 'HTTP/1.0 200 OK\r\n\r\nuntil the end' > corpus/upstream_response/seed-close
 
 status=0
 run() {

@@ -4,6 +4,7 @@
 //! is swapped atomically when that section changes.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -176,7 +177,7 @@ impl<B: Backend> Gateway<B> {
             // Boxed (here and below): the forwarding future is kilobytes,
             // and a future held inline is copied whole each time the one
             // holding it moves (into hyper's connection, per request).
-            let res = Box::pin(self.proxy.forward(req, client)).await;
+            let res = in_box(self.proxy.forward(req, client)).await;
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
@@ -204,7 +205,7 @@ impl<B: Backend> Gateway<B> {
         // limits (the same future, borrowed from the gateway).
         let pending = match l.layer.decide_early::<_, ProxyBody>(peer, &req) {
             Early::Pass(admitted) => {
-                let mut res = Box::pin(self.proxy.forward(req, client)).await;
+                let mut res = in_box(self.proxy.forward(req, client)).await;
                 admitted.finish(&mut res);
                 if let Some(a) = access {
                     a.finish(res.status(), false);
@@ -226,10 +227,7 @@ impl<B: Backend> Gateway<B> {
         let limited = l.layer.finish_later(pending, peer, req, move |req| {
             // Allocated first, then written: the future is built in its
             // box rather than on the stack and copied there (kilobytes).
-            Box::into_pin(Box::write(
-                Box::new_uninit(),
-                proxy.forward_owned(req, client),
-            ))
+            in_box(proxy.forward_owned(req, client))
         });
         match access {
             // Mapped straight into the result: the response is not moved
@@ -316,4 +314,12 @@ impl Body for GatewayBody {
             Kind::Direct { body } => body.size_hint(),
         }
     }
+}
+
+/// A future pinned in a box allocated first and written in place, rather
+/// than built on the stack and copied there (the forwarding future is
+/// kilobytes).
+#[inline(always)]
+fn in_box<F: Future>(future: F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), future))
 }

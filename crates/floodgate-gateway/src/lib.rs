@@ -6,7 +6,8 @@
 //! * Clients speak HTTP/1.1 or HTTP/2, in cleartext (prior knowledge) or
 //!   over TLS terminated by the gateway (ALPN; [`tls`]); the upstream is
 //!   reached over HTTP/1.1 or HTTP/2, `http://` or `https://`, through a
-//!   pooled keep-alive client ([`Upstream`]). Bodies stream both ways
+//!   pooled keep-alive client ([`Upstream`]): the gateway's own HTTP/1.1
+//!   client ([`h1`]) for requests without a body, hyper's for the rest. Bodies stream both ways
 //!   untouched; hop-by-hop fields are removed and `X-Forwarded-For`,
 //!   `X-Forwarded-Proto` and `Forwarded` are appended ([`forward`]).
 //! * Upgrades (WebSocket) are limited, then tunnelled ([`upgrade`]).

@@ -206,7 +206,8 @@ impl Upstream {
         {
             return self.send_direct(target, req).await;
         }
-        let (res, pooled) = self.send_hyper(target, req).await?;
+        // Boxed: the rarer path's state stays out of every request's future.
+        let (res, pooled) = Box::pin(self.send_hyper(target, req)).await?;
         Ok((res.map(UpstreamBody::Hyper), pooled))
     }
 
