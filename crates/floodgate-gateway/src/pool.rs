@@ -202,7 +202,7 @@ impl HostPool {
         connector: &Connector,
     ) -> Result<(h1::Conn, bool), ConnectError> {
         loop {
-            let Some((conn, since)) = self.direct.lock().ok().and_then(|mut d| d.pop()) else {
+            let Some((mut conn, since)) = self.direct.lock().ok().and_then(|mut d| d.pop()) else {
                 break;
             };
             if since.elapsed() < self.idle_timeout && conn.is_usable() {
@@ -232,7 +232,7 @@ impl HostPool {
             idle.retain(|i| !i.sender.is_closed() && i.since.elapsed() < timeout);
         }
         if let Ok(mut direct) = self.direct.lock() {
-            direct.retain(|(c, since)| since.elapsed() < timeout && c.is_usable());
+            direct.retain_mut(|(c, since)| since.elapsed() < timeout && c.is_usable());
         }
     }
 

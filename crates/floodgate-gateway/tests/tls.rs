@@ -96,6 +96,8 @@ async fn https_client_to_https_upstream_over_http1_and_http2() {
             }
         }
         assert!(up.requests() >= 4);
+        // One TLS connection, kept alive and used again by every request.
+        assert_eq!(up.connections(), 1, "{protocol}");
         gw.shutdown().await;
     }
 }

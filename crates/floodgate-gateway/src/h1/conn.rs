@@ -3,10 +3,12 @@
 //! allocation per request once warm).
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Waker};
 
 use bytes::BytesMut;
 use http::{HeaderMap, Method, Uri};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
 use super::head::{self, Head, Parsed};
 use super::{ExchangeError, Stream};
@@ -33,20 +35,20 @@ impl Conn {
     }
 
     /// Whether an idle connection can carry a request: nothing arrived
-    /// while it was idle (a close would have). One non-blocking read at
-    /// most, only when the runtime saw the socket become readable.
-    pub fn is_usable(&self) -> bool {
+    /// while it was idle (a close, a stray byte, a TLS alert would have).
+    /// No system call unless the runtime saw the socket become readable;
+    /// then one non-blocking read, through TLS if any (so that a TLS
+    /// record that carries no data, a session ticket, does not count).
+    pub fn is_usable(&mut self) -> bool {
         if self.stream.is_quiet() {
             return true;
         }
-        match &self.stream {
-            Stream::Tcp(tcp) => {
-                let mut probe = [0u8; 1];
-                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-            // Readable TLS: a close_notify or an alert; not for reuse.
-            Stream::Tls(_) => false,
-        }
+        let mut probe = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut probe);
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(&mut self.stream)
+            .poll_read(&mut cx, &mut probe)
+            .is_pending()
     }
 
     /// Writes a request without a body and reads the response head; the
@@ -92,5 +94,80 @@ impl Conn {
                 Err(e) => return Err(ExchangeError::Read(e)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn pair() -> (Conn, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (Conn::new(Stream::Tcp(client)), server)
+    }
+
+    async fn readable(conn: &Conn) {
+        if let Stream::Tcp(s) = &conn.stream {
+            s.readable().await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_usable_until_something_arrives() {
+        let (mut conn, mut server) = pair().await;
+        assert!(conn.is_usable());
+        // Readable once: a stray byte, then the probe read it.
+        server.write_all(b"x").await.unwrap();
+        readable(&conn).await;
+        assert!(!conn.is_usable());
+
+        let (mut conn, server) = pair().await;
+        drop(server);
+        readable(&conn).await;
+        assert!(!conn.is_usable(), "closed by the upstream");
+    }
+
+    #[tokio::test]
+    async fn a_request_gets_its_response_head_past_interim_ones() {
+        let (mut conn, mut server) = pair().await;
+        let answer = tokio::spawn(async move {
+            let mut got = vec![0u8; 1024];
+            let n = server.read(&mut got).await.unwrap();
+            got.truncate(n);
+            server
+                .write_all(
+                    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+                )
+                .await
+                .unwrap();
+            (got, server)
+        });
+        let uri: Uri = "/x".parse().unwrap();
+        let head = conn
+            .request(&Method::GET, &uri, &HeaderMap::new())
+            .await
+            .unwrap();
+        assert_eq!(head.parts.status, 200);
+        assert_eq!(&conn.buf[..], b"ok", "the body stays in the buffer");
+        let (got, server) = answer.await.unwrap();
+        assert_eq!(got, b"GET /x HTTP/1.1\r\n\r\n");
+        // Closed before any byte of the next response: `Closed`.
+        drop(server);
+        conn.buf.clear();
+        let err = conn
+            .request(&Method::GET, &uri, &HeaderMap::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ExchangeError::Closed | ExchangeError::Write(_)),
+            "{err:?}"
+        );
+        assert!(err.may_retry(&Method::GET));
+        assert!(!ExchangeError::Closed.may_retry(&Method::POST));
     }
 }
