@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use floodgate_gateway::Running;
 use support::{ConfigFile, gateway, h1};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -82,6 +83,31 @@ async fn scripted_upstream() -> (SocketAddr, Arc<AtomicU64>) {
 
 const CONFIG: &str = "server: {reload_interval: 0}\n";
 
+/// A gateway in front of a scripted upstream.
+struct Setup {
+    gw: Running,
+    /// The gateway's address.
+    a: SocketAddr,
+    /// An HTTP/1.1 client.
+    c: reqwest::Client,
+    /// Connections the upstream accepted.
+    connections: Arc<AtomicU64>,
+    _file: ConfigFile,
+}
+
+async fn setup() -> Setup {
+    let (up, connections) = scripted_upstream().await;
+    let file = ConfigFile::new(CONFIG);
+    let gw = gateway(&file, &format!("http://{up}")).await;
+    Setup {
+        a: gw.addr(),
+        gw,
+        c: h1(),
+        connections,
+        _file: file,
+    }
+}
+
 async fn get(c: &reqwest::Client, gw: SocketAddr, path: &str) -> (u16, String) {
     let r = c.get(format!("http://{gw}{path}")).send().await.unwrap();
     let status = r.status().as_u16();
@@ -93,11 +119,13 @@ async fn get(c: &reqwest::Client, gw: SocketAddr, path: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_framing_reaches_the_client_whole() {
-    let (up, _) = scripted_upstream().await;
-    let file = ConfigFile::new(CONFIG);
-    let gw = gateway(&file, &format!("http://{up}")).await;
-    let c = h1();
-    let a = gw.addr();
+    let Setup {
+        gw,
+        a,
+        c,
+        connections: _,
+        _file,
+    } = setup().await;
     assert_eq!(get(&c, a, "/chunked").await, (200, "hello world".into()));
     assert_eq!(
         get(&c, a, "/until-close").await,
@@ -130,11 +158,13 @@ async fn every_framing_reaches_the_client_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_reused_only_when_the_framing_allows() {
-    let (up, connections) = scripted_upstream().await;
-    let file = ConfigFile::new(CONFIG);
-    let gw = gateway(&file, &format!("http://{up}")).await;
-    let c = h1();
-    let a = gw.addr();
+    let Setup {
+        gw,
+        a,
+        c,
+        connections,
+        _file,
+    } = setup().await;
     let opened = || connections.load(Ordering::SeqCst);
     for _ in 0..20 {
         assert_eq!(get(&c, a, "/").await.0, 200);
@@ -156,11 +186,13 @@ async fn connections_are_reused_only_when_the_framing_allows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_the_upstream_closed_is_not_used() {
-    let (up, connections) = scripted_upstream().await;
-    let file = ConfigFile::new(CONFIG);
-    let gw = gateway(&file, &format!("http://{up}")).await;
-    let c = h1();
-    let a = gw.addr();
+    let Setup {
+        gw,
+        a,
+        c,
+        connections,
+        _file,
+    } = setup().await;
     for _ in 0..50 {
         // The upstream answers, then closes; the gateway has already put
         // the connection back (the response said nothing of closing).
