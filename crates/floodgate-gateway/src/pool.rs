@@ -7,7 +7,7 @@
 //!
 //! HTTP/1.1 connections are of two kinds, kept apart: hyper's (driven by a
 //! task of their own, for requests with a body and upgrades) and the
-//! gateway's own client's ([`h1`](crate::h1), for requests without a
+//! gateway's own client's ([`h1`], for requests without a
 //! body).
 
 use std::sync::{Arc, Mutex, Weak};
