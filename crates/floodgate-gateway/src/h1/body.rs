@@ -50,24 +50,24 @@ impl ResponseBody {
     /// `conn` goes back to `pool` at the end if `keep_alive`.
     pub fn new(conn: Conn, framing: Framing, keep_alive: bool, pool: Weak<HostPool>) -> Self {
         let decoder = match framing {
-            Framing::Empty => {
-                if keep_alive && conn.buf.is_empty() {
-                    checkin(conn, &pool);
-                }
-                return ResponseBody { reading: None };
-            }
+            Framing::Empty => Decoder::Length(0),
             Framing::Length(n) => Decoder::Length(n),
             Framing::Chunked => Decoder::Chunked(Chunked::new()),
             Framing::Close => Decoder::Close,
         };
-        ResponseBody {
+        let mut body = ResponseBody {
             reading: Some(Reading {
                 conn,
                 decoder,
                 keep_alive,
                 pool,
             }),
+        };
+        if framing == Framing::Empty {
+            // Nothing to read: the connection is free already.
+            body.end();
         }
+        body
     }
 
     /// The body has ended: the connection goes back to the pool if it
@@ -76,16 +76,10 @@ impl ResponseBody {
         if let Some(r) = self.reading.take() {
             let reusable =
                 r.keep_alive && !matches!(r.decoder, Decoder::Close) && r.conn.buf.is_empty();
-            if reusable {
-                checkin(r.conn, &r.pool);
+            if reusable && let Some(pool) = r.pool.upgrade() {
+                pool.checkin_direct(r.conn);
             }
         }
-    }
-}
-
-fn checkin(conn: Conn, pool: &Weak<HostPool>) {
-    if let Some(pool) = pool.upgrade() {
-        pool.checkin_direct(conn);
     }
 }
 

@@ -2,6 +2,8 @@
 //! out, a response's parsed, with how its body is framed (RFC 9112 §6.3).
 //! Pure: bytes in, bytes or values out.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
@@ -85,9 +87,14 @@ struct Field {
 pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, FramingError> {
     let mut fields = [Field::default(); MAX_HEADERS];
     let (len, code, version, count) = {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut res = httparse::Response::new(&mut headers);
-        let len = match res.parse(buf) {
+        // Left uninitialised: the parser writes what it finds.
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut res,
+            buf,
+            &mut headers,
+        ) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
                 return Err(FramingError::HeadTooLarge);
