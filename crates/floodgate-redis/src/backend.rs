@@ -2,6 +2,7 @@
 //! (per hash slot on a cluster).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,7 @@ pub struct RedisBackend {
     slack: String,
     lease_ms: u64,
     cache: Option<OverLimitCache>,
-    stats: RedisStats,
+    stats: Arc<RedisStats>,
     epoch: Instant,
     ready: AtomicBool,
 }
@@ -104,12 +105,13 @@ impl RedisBackend {
             Mode::Sentinel { .. } => 8,
             _ => 4,
         };
+        let stats = Arc::new(RedisStats::default());
         let pool = tokio::time::timeout(
             config
                 .connect_timeout
                 .max(config.timeout)
                 .saturating_mul(rounds),
-            Pool::open(config, lazy),
+            Pool::open(config, lazy, stats.clone()),
         )
         .await
         .map_err(|_| ConnectError::Connect(BackendError::Timeout(config.connect_timeout)))?
@@ -140,7 +142,7 @@ impl RedisBackend {
                 .map_or(0, |d| d.as_millis().clamp(1, 1 << 40) as u64),
             cache: (config.local_cache_capacity > 0)
                 .then(|| OverLimitCache::new(config.local_cache_capacity)),
-            stats: RedisStats::default(),
+            stats,
             epoch: Instant::now(),
             ready: AtomicBool::new(true),
         })

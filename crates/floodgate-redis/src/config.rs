@@ -139,6 +139,18 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// The most a (re)connection attempt may take (default 250 ms).
     pub connect_timeout: Duration,
+    /// Single server only: how long a connection holds a command for
+    /// others to join it in one pipeline (Envoy's
+    /// `REDIS_PIPELINE_WINDOW`). Zero, the default, sends every command at
+    /// once. A window trades up to its length of latency per decision for
+    /// less CPU on Redis (and on the client) at moderate load, where
+    /// commands would otherwise go one per write; see `docs/redis.md`.
+    /// Must be shorter than [`timeout`](Self::timeout).
+    pub pipeline_window: Duration,
+    /// With a [`pipeline_window`](Self::pipeline_window): a pipeline is
+    /// sent as soon as it holds this many commands (Envoy's
+    /// `REDIS_PIPELINE_LIMIT`; 0, the default, sets no limit).
+    pub pipeline_limit: usize,
     /// The clock decisions use.
     pub time_source: TimeSource,
     /// What to do when Redis cannot decide (used by
@@ -181,6 +193,8 @@ impl Default for RedisConfig {
             connections: 2,
             timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_millis(250),
+            pipeline_window: Duration::ZERO,
+            pipeline_limit: 0,
             time_source: TimeSource::Server,
             failure_policy: FailurePolicy::default(),
             breaker: BreakerConfig::default(),
@@ -219,6 +233,12 @@ impl RedisConfig {
         }
         if self.timeout.is_zero() {
             return Err(ConfigError::Zero("timeout"));
+        }
+        if !self.pipeline_window.is_zero() && self.pipeline_window >= self.timeout {
+            return Err(ConfigError::PipelineWindow {
+                window: self.pipeline_window,
+                timeout: self.timeout,
+            });
         }
         if self.breaker.failure_threshold == 0 {
             return Err(ConfigError::Zero("breaker.failure_threshold"));
@@ -410,5 +430,16 @@ mod tests {
             ..RedisConfig::default()
         };
         assert!(bad.check().is_err());
+        // A pipelining window must leave time for the round trip.
+        let window = |ms| RedisConfig {
+            pipeline_window: Duration::from_millis(ms),
+            ..RedisConfig::default()
+        };
+        assert!(window(49).check().is_ok());
+        let e = window(50).check().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pipeline window 50ms must be shorter than the timeout 50ms"
+        );
     }
 }

@@ -34,6 +34,15 @@ pub enum ConfigError {
     /// A setting that must be positive is zero.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// A pipelining window as long as the timeout or longer: every decision
+    /// would time out waiting for its pipeline.
+    #[error("pipeline window {window:?} must be shorter than the timeout {timeout:?}")]
+    PipelineWindow {
+        /// The window.
+        window: Duration,
+        /// The timeout.
+        timeout: Duration,
+    },
     /// TLS is misconfigured (or not compiled in: the `tls` feature).
     #[error("TLS: {0}")]
     Tls(String),

@@ -66,6 +66,8 @@ mod resilient;
 mod script;
 mod sentinel;
 mod stats;
+mod timer;
+mod window;
 
 pub use backend::{ConnectError, RedisBackend};
 pub use breaker::BreakerState;

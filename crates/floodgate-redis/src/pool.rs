@@ -8,7 +8,10 @@
 //! refreshing the slot map after failovers).
 //! Requests are spread round-robin; each connection carries any number of
 //! requests in flight, so a handful serve thousands of concurrent callers.
+//! A single server's connections may also hold commands for a short window
+//! to write them together ([`Window`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -19,6 +22,8 @@ use redis::{Client, Cmd, IntoConnectionInfo, RedisResult, Value};
 
 use crate::primary::{Primary, PrimarySettings, primary_redis_settings};
 use crate::sentinel::Sentinels;
+use crate::stats::RedisStats;
+use crate::window::Window;
 use crate::{ConfigError, Mode, RedisConfig};
 
 enum Conns {
@@ -31,6 +36,8 @@ enum Conns {
 pub(crate) struct Pool {
     conns: Conns,
     next: AtomicUsize,
+    /// The pipelining window (single server, when configured).
+    window: Option<Window>,
 }
 
 fn client_error(e: redis::RedisError) -> ConfigError {
@@ -105,7 +112,11 @@ fn client(config: &RedisConfig, url: &str) -> Result<Client, ConfigError> {
 impl Pool {
     /// Opens the connections. With `lazy`, nothing is dialled until the
     /// first request (so a backend can be built while Redis is down).
-    pub async fn open(config: &RedisConfig, lazy: bool) -> Result<Pool, PoolError> {
+    pub async fn open(
+        config: &RedisConfig,
+        lazy: bool,
+        stats: Arc<RedisStats>,
+    ) -> Result<Pool, PoolError> {
         let n = config.connections;
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
@@ -190,9 +201,19 @@ impl Pool {
                 )
             }
         };
+        let window = match conns {
+            Conns::Single(_) if !config.pipeline_window.is_zero() => Some(Window::new(
+                config.pipeline_window,
+                config.pipeline_limit,
+                n,
+                stats,
+            )),
+            _ => None,
+        };
         Ok(Pool {
             conns,
             next: AtomicUsize::new(0),
+            window,
         })
     }
 
@@ -201,8 +222,11 @@ impl Pool {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         match &self.conns {
             Conns::Single(v) => {
-                let mut c = v[i % v.len()].clone();
-                cmd.query_async(&mut c).await
+                let c = &v[i % v.len()];
+                if let Some(w) = &self.window {
+                    return w.query(i, c, cmd).await;
+                }
+                cmd.query_async(&mut c.clone()).await
             }
             Conns::Cluster(v) => {
                 let mut c = v[i % v.len()].clone();

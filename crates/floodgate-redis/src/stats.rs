@@ -31,6 +31,9 @@ pub struct RedisStats {
     pub decisions: Counter,
     /// Script calls sent to Redis (two per slot for cross-slot batches).
     pub calls: Counter,
+    /// Pipelines written by the pipelining window (none without one):
+    /// `calls` ÷ `pipelines` is the commands per write it achieved.
+    pub pipelines: Counter,
     /// `NOSCRIPT` replies answered by re-sending the script (after a
     /// restart, a failover or `SCRIPT FLUSH`).
     pub script_loads: Counter,

@@ -21,14 +21,25 @@ const L: u64 = 150;
 const YEARS_50: Duration = Duration::from_secs(86_400 * 365 * 50);
 
 async fn backends(urls: Vec<String>, mode: Mode, n: usize) -> Vec<Arc<RedisBackend>> {
-    let config = RedisConfig {
-        urls,
-        mode,
-        timeout: Duration::from_secs(5),
-        ..RedisConfig::default()
-    };
+    backends_with(urls, mode, n, |_, _| {}).await
+}
+
+/// `n` backends, the `i`-th's settings changed by `f(i, ..)`.
+async fn backends_with(
+    urls: Vec<String>,
+    mode: Mode,
+    n: usize,
+    f: impl Fn(usize, &mut RedisConfig),
+) -> Vec<Arc<RedisBackend>> {
     let mut v = Vec::new();
-    for _ in 0..n {
+    for i in 0..n {
+        let mut config = RedisConfig {
+            urls: urls.clone(),
+            mode: mode.clone(),
+            timeout: Duration::from_secs(5),
+            ..RedisConfig::default()
+        };
+        f(i, &mut config);
         v.push(Arc::new(
             RedisBackend::connect(&config).await.expect("connect"),
         ));
@@ -72,11 +83,9 @@ async fn hammer(
     total
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_key_admits_exactly_the_limit() {
-    let server = Server::start();
-    let bs = backends(vec![server.url()], Mode::Single, 4).await;
-    let limits: Vec<AnyLimit> = vec![
+/// One limit of every kind, each with `L` to admit.
+fn every_limit() -> Vec<AnyLimit> {
+    vec![
         Gcra::new(1, Duration::from_secs(3600), L).unwrap().into(),
         AnyLimit::from(Gcra::new(1, Duration::from_secs(3600), L).unwrap()).with_penalty(true),
         FixedWindow::new(L, YEARS_50).unwrap().into(),
@@ -91,13 +100,44 @@ async fn one_key_admits_exactly_the_limit() {
             .unwrap()
             .into(),
         Concurrency::new(L).unwrap().into(),
-    ];
-    for (n, limit) in limits.into_iter().enumerate() {
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_admits_exactly_the_limit() {
+    let server = Server::start();
+    let bs = backends(vec![server.url()], Mode::Single, 4).await;
+    for (n, limit) in every_limit().into_iter().enumerate() {
         let key = format!("hot:{n}").into_bytes();
         let one = Arc::new(vec![(b"hot".to_vec(), key, limit.clone())]);
         let admitted = hammer(&bs, one, 32, (3 * L as usize).div_ceil(32)).await;
         assert_eq!(admitted, L, "limit {n}: {limit:?}");
     }
+}
+
+/// The same through pipelining windows: commands of many callers written
+/// together (and pipelines of several instances interleaved in Redis)
+/// still admit exactly the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_admits_exactly_the_limit_through_pipelining_windows() {
+    let server = Server::start();
+    let bs = backends_with(vec![server.url()], Mode::Single, 4, |i, c| {
+        c.pipeline_window = Duration::from_micros(if i % 2 == 0 { 1_000 } else { 300 });
+        c.pipeline_limit = if i < 2 { 0 } else { 4 };
+    })
+    .await;
+    for (n, limit) in every_limit().into_iter().enumerate() {
+        let key = format!("win:{n}").into_bytes();
+        let one = Arc::new(vec![(b"win".to_vec(), key, limit.clone())]);
+        let admitted = hammer(&bs, one, 32, (3 * L as usize).div_ceil(32)).await;
+        assert_eq!(admitted, L, "limit {n}: {limit:?}");
+    }
+    let (calls, pipelines) = bs.iter().fold((0, 0), |(c, p), b| {
+        (c + b.stats().calls.get(), p + b.stats().pipelines.get())
+    });
+    assert!(pipelines > 0 && calls >= pipelines, "{calls} calls, {pipelines} pipelines");
+    // 32 callers on 4 instances: commands did share pipelines.
+    assert!(calls > pipelines * 3 / 2, "{calls} calls in {pipelines} pipelines");
 }
 
 #[test]

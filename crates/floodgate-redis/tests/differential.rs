@@ -17,7 +17,7 @@ use floodgate::algorithms::{
     AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Penalty, Shaper, ShaperDelay, SlidingLog,
     SlidingWindow, SubWindowCounter,
 };
-use floodgate_redis::Mode;
+use floodgate_redis::{Mode, RedisConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -243,9 +243,13 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
 }
 
 fn run(urls: Vec<String>, mode: Mode, cases: u32) {
+    run_with(urls, mode, cases, |_| {});
+}
+
+fn run_with(urls: Vec<String>, mode: Mode, cases: u32, f: impl FnOnce(&mut RedisConfig)) {
     static IDS: AtomicU64 = AtomicU64::new(0);
     let rt = common::runtime();
-    let twin = rt.block_on(Twin::new(urls, mode.clone(), "d:"));
+    let twin = rt.block_on(Twin::with(urls, mode.clone(), "d:", f));
     // FLOODGATE_REDIS_CASES multiplies the number of cases (a longer soak).
     let factor = std::env::var("FLOODGATE_REDIS_CASES")
         .ok()
@@ -275,6 +279,17 @@ fn run(urls: Vec<String>, mode: Mode, cases: u32) {
 fn memory_and_single_server_agree() {
     let server = Server::start();
     run(vec![server.url()], Mode::Single, 200);
+}
+
+/// Every command through the pipelining window (a single server's only):
+/// the same decisions, each pipeline's replies back to their callers.
+#[test]
+fn memory_and_single_server_agree_through_a_pipelining_window() {
+    let server = Server::start();
+    run_with(vec![server.url()], Mode::Single, 60, |c| {
+        c.pipeline_window = Duration::from_micros(200);
+        c.pipeline_limit = 4;
+    });
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod faults;
 mod keys_and_input;
 mod leases;
 mod permit_routing;
+mod pipelining;
 mod rule_policies;
 mod sentinel;
 mod tls;

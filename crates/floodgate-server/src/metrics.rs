@@ -256,6 +256,7 @@ pub fn export_store(backend: &AnyBackend) {
     );
     let rs = r.redis().stats();
     c("floodgate_redis_calls_total", rs.calls.get());
+    c("floodgate_redis_pipelines_total", rs.pipelines.get());
     c("floodgate_redis_errors_total", rs.errors.get());
     c("floodgate_redis_timeouts_total", rs.timeouts.get());
     c("floodgate_redis_script_loads_total", rs.script_loads.get());

@@ -23,7 +23,9 @@
 //! the other (`BENCH_PIN=0` leaves placement to the scheduler). Other
 //! settings: `BENCH_LOAD` (the latency phase's share of the throughput,
 //! default 0.5), `BENCH_RATE` (a fixed rate for the latency phase instead,
-//! skipping the ceiling and throughput phases), `BENCH_WORK` (e.g.
+//! skipping the ceiling and throughput phases), `BENCH_WINDOW` and
+//! `BENCH_WINDOW_LIMIT` (the store's pipelining window in µs, and its
+//! limit; no window by default), `BENCH_WORK` (e.g.
 //! `fixed,gcra`: only these workloads), `BENCH_REDIS_ARGS` (extra
 //! redis-server settings), `BENCH_DUMP` (a file to write every latency
 //! sample to), `BENCH_PREFILL=1` (run the throughput and latency phases
@@ -293,11 +295,27 @@ fn main() {
         .filter(|s| *s > 0.0 && *s <= 1.0)
         .unwrap_or(0.5);
     rt.block_on(async {
+        // The store's pipelining window (µs; 0, the default, sends every
+        // command at once) and its limit.
+        let env_num = |name: &str| -> u64 {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        };
         let config = RedisConfig {
             urls: vec![server.url()],
             timeout: Duration::from_secs(1),
+            pipeline_window: Duration::from_micros(env_num("BENCH_WINDOW")),
+            pipeline_limit: env_num("BENCH_WINDOW_LIMIT") as usize,
             ..RedisConfig::default()
         };
+        if !config.pipeline_window.is_zero() {
+            println!(
+                "pipelining window {:?}, limit {}",
+                config.pipeline_window, config.pipeline_limit
+            );
+        }
         let b = Arc::new(RedisBackend::connect(&config).await.expect("connect"));
         let (code, sha) = b.decide_script();
         let loaded = server.cli(&["script", "load", code]);
@@ -366,7 +384,15 @@ fn main() {
             server.cli(&["config", "set", "latency-monitor-threshold", "1"]);
             server.cli(&["latency", "reset"]);
             let (me, redis) = (cpu_and_wait(std::process::id()), cpu_and_wait(redis_pid));
+            let (calls, pipes) = (b.stats().calls.get(), b.stats().pipelines.get());
             let lat = latency(&b, work, rate, dur).await;
+            let pipes = b.stats().pipelines.get() - pipes;
+            if pipes > 0 {
+                println!(
+                    "  {:.2} commands per pipeline",
+                    (b.stats().calls.get() - calls) as f64 / pipes as f64
+                );
+            }
             let (me2, redis2) = (cpu_and_wait(std::process::id()), cpu_and_wait(redis_pid));
             let stalls = server.cli(&["latency", "latest"]);
             println!(

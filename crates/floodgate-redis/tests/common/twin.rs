@@ -19,7 +19,17 @@ pub struct Twin {
 impl Twin {
     /// A twin over `urls` in `mode`, keys under `prefix`.
     pub async fn new(urls: Vec<String>, mode: floodgate_redis::Mode, prefix: &str) -> Twin {
-        let config = floodgate_redis::RedisConfig {
+        Twin::with(urls, mode, prefix, |_| {}).await
+    }
+
+    /// [`Twin::new`], with the Redis side's settings changed by `f`.
+    pub async fn with(
+        urls: Vec<String>,
+        mode: floodgate_redis::Mode,
+        prefix: &str,
+        f: impl FnOnce(&mut floodgate_redis::RedisConfig),
+    ) -> Twin {
+        let mut config = floodgate_redis::RedisConfig {
             urls,
             mode,
             key_prefix: prefix.to_owned(),
@@ -29,6 +39,7 @@ impl Twin {
             },
             ..floodgate_redis::RedisConfig::default()
         };
+        f(&mut config);
         Twin {
             memory: std::sync::Mutex::new(fresh_memory()),
             latest: std::sync::atomic::AtomicU64::new(0),

@@ -74,6 +74,10 @@ pub fn overrides_from_env(env: impl Fn(&str) -> Option<String>) -> Result<Overri
     // timeout": both keep Floodgate's defaults.
     o.redis_connections = count(&get, "REDIS_POOL_SIZE")?.filter(|n| *n > 0);
     o.redis_timeout = duration(&get, "REDIS_TIMEOUT")?.filter(|d| !d.is_zero());
+    // Implicit pipelining, as envoyproxy/ratelimit reads it: a window of 0
+    // sends every command at once; a limit of 0 sets no limit.
+    o.redis_pipeline_window = duration(&get, "REDIS_PIPELINE_WINDOW")?;
+    o.redis_pipeline_limit = count(&get, "REDIS_PIPELINE_LIMIT")?;
     o.redis_prefix = get("CACHE_KEY_PREFIX");
     o.failure_policy = match get("FLOODGATE_FAILURE_POLICY") {
         None => None,
@@ -253,14 +257,6 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&str, &str)] = &[
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         "Redis TLS always verifies the host name",
-    ),
-    (
-        "REDIS_PIPELINE_WINDOW",
-        "commands are pipelined per connection automatically",
-    ),
-    (
-        "REDIS_PIPELINE_LIMIT",
-        "commands are pipelined per connection automatically",
     ),
     (
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",

@@ -53,6 +53,10 @@ pub struct Overrides {
     pub redis_connections: Option<usize>,
     /// Timeout of one decision.
     pub redis_timeout: Option<Duration>,
+    /// Pipelining window (zero: none).
+    pub redis_pipeline_window: Option<Duration>,
+    /// Commands per pipeline at most (zero: no limit).
+    pub redis_pipeline_limit: Option<usize>,
     /// Key prefix.
     pub redis_prefix: Option<String>,
     /// What to do when Redis cannot decide.
@@ -172,6 +176,8 @@ impl Overrides {
         }
         set(&mut r.connections, self.redis_connections);
         set(&mut r.timeout, self.redis_timeout);
+        set(&mut r.pipeline_window, self.redis_pipeline_window);
+        set(&mut r.pipeline_limit, self.redis_pipeline_limit);
         set(&mut r.key_prefix, self.redis_prefix.clone());
         set(&mut r.failure_policy, self.failure_policy);
         set(&mut r.local_cache_capacity, self.local_cache_entries);

@@ -25,6 +25,8 @@ const REDIS_KEYS: &[&str] = &[
     "connections",
     "timeout",
     "connect_timeout",
+    "pipeline_window",
+    "pipeline_limit",
     "failure_policy",
     "divide_by",
     "local_cache",
@@ -120,6 +122,21 @@ fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
         false,
         errors,
     );
+    duration(map, "pipeline_window", &mut r.pipeline_window, true, errors);
+    if let Some(n) = map.get("pipeline_window")
+        && !r.pipeline_window.is_zero()
+        && r.pipeline_window >= r.timeout
+    {
+        errors.push(n.error(format!(
+            "pipeline_window must be shorter than the timeout ({:?})",
+            r.timeout
+        )));
+    }
+    if let Some(n) = map.get("pipeline_limit")
+        && let Some(c) = errors.take(n.u64())
+    {
+        r.pipeline_limit = c.min(usize::MAX as u64) as usize;
+    }
     if let Some(n) = map.get("failure_policy")
         && let Some(p) = errors.take(
             n.str()
@@ -233,6 +250,30 @@ mod tests {
     fn read(text: &str) -> Result<Settings, ConfigErrors> {
         let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
         super::super::read_sections(&[doc])
+    }
+
+    #[test]
+    fn pipelining_window() {
+        let s = read(
+            "store:\n  backend: redis\n  pipeline_window: 150us\n  pipeline_limit: 8\n",
+        )
+        .unwrap();
+        let StoreSettings::Redis(r) = s.store else {
+            panic!()
+        };
+        assert_eq!(r.pipeline_window, Duration::from_micros(150));
+        assert_eq!(r.pipeline_limit, 8);
+        let e = read("store:\n  backend: redis\n  timeout: 10ms\n  pipeline_window: 10ms\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("f.yaml:4:20: pipeline_window must be shorter than the timeout (10ms)"),
+            "{e}"
+        );
+        let e = read("store:\n  backend: redis\n  pipeline_window: soon\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pipeline_window: expected a duration"), "{e}");
     }
 
     #[test]

@@ -43,6 +43,19 @@ fn envoy_names() {
 }
 
 #[test]
+fn pipelining_window_the_envoy_way() {
+    let o = overrides_from_env(env(&[
+        ("REDIS_PIPELINE_WINDOW", "150us"),
+        ("REDIS_PIPELINE_LIMIT", "8"),
+    ]))
+    .unwrap();
+    assert_eq!(o.redis_pipeline_window, Some(Duration::from_micros(150)));
+    assert_eq!(o.redis_pipeline_limit, Some(8));
+    let e = overrides_from_env(env(&[("REDIS_PIPELINE_WINDOW", "a bit")])).unwrap_err();
+    assert_eq!(e.name, "REDIS_PIPELINE_WINDOW");
+}
+
+#[test]
 fn bad_values_name_the_variable() {
     let e = overrides_from_env(env(&[("GRPC_PORT", "eighty")])).unwrap_err();
     assert_eq!(e.name, "GRPC_PORT");

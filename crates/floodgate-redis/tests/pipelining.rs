@@ -1,0 +1,175 @@
+//! The pipelining window: concurrent commands share pipelines, a full
+//! pipeline leaves before its window ends, `NOSCRIPT` inside a pipeline is
+//! answered, a paused server still gives every caller its timeout, and a
+//! window whose task's runtime ended starts again.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Server, blank, item};
+use floodgate::algorithms::{AnyLimit, FixedWindow};
+use floodgate::{Apply, Timestamp};
+use floodgate_policy::{Backend, BackendError};
+use floodgate_redis::{RedisBackend, RedisConfig};
+
+async fn backend(server: &Server, f: impl FnOnce(&mut RedisConfig)) -> Arc<RedisBackend> {
+    let mut config = RedisConfig {
+        urls: vec![server.url()],
+        connections: 1,
+        timeout: Duration::from_secs(30),
+        ..RedisConfig::default()
+    };
+    f(&mut config);
+    let b = RedisBackend::connect(&config).await.expect("connect");
+    // The script loaded ahead, so that pipelines hold first sends only.
+    let (code, sha) = b.decide_script();
+    assert_eq!(server.cli(&["script", "load", code]).trim(), sha);
+    Arc::new(b)
+}
+
+fn limit() -> AnyLimit {
+    FixedWindow::new(3, Duration::from_secs(3600)).unwrap().into()
+}
+
+/// `n` callers at once, each deciding twice on a key of its own; returns
+/// each caller's two outcomes (admitted?) and how long the slowest took.
+async fn burst(
+    b: &Arc<RedisBackend>,
+    n: usize,
+    prefix: &str,
+) -> (Vec<Result<[bool; 2], BackendError>>, Duration) {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let b = b.clone();
+            let key = format!("{prefix}:{i}");
+            tokio::spawn(async move {
+                let limit = limit();
+                let items = [item(b"p", key.as_bytes(), &limit, 2)];
+                let mut out = [blank()];
+                let first = b
+                    .decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+                    .await?
+                    .is_allowed();
+                let second = b
+                    .decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+                    .await?
+                    .is_allowed();
+                Ok([first, second])
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("caller"));
+    }
+    (out, start.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commands_share_pipelines() {
+    let server = Server::start();
+    let b = backend(&server, |c| c.pipeline_window = Duration::from_millis(20)).await;
+    let (outcomes, _) = burst(&b, 64, "share").await;
+    for o in outcomes {
+        // Cost 2 of 3: the first admitted, the second denied.
+        assert_eq!(o.expect("decision"), [true, false]);
+    }
+    let (calls, pipelines) = (b.stats().calls.get(), b.stats().pipelines.get());
+    assert_eq!(calls, 128);
+    // Two rounds of 64 callers, each round in a few pipelines.
+    assert!((2..=16).contains(&pipelines), "{pipelines} pipelines");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pipeline_leaves_before_its_window_ends() {
+    let server = Server::start();
+    let b = backend(&server, |c| {
+        c.pipeline_window = Duration::from_secs(10);
+        c.pipeline_limit = 8;
+    })
+    .await;
+    let (outcomes, took) = burst(&b, 64, "full").await;
+    for o in outcomes {
+        assert_eq!(o.expect("decision"), [true, false]);
+    }
+    // 128 commands in pipelines of 8, none waiting out its 10 s window.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(b.stats().pipelines.get(), 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noscript_inside_a_pipeline_is_answered() {
+    let server = Server::start();
+    let b = backend(&server, |c| c.pipeline_window = Duration::from_millis(5)).await;
+    let (outcomes, _) = burst(&b, 8, "warm").await;
+    assert!(outcomes.iter().all(|o| o.is_ok()));
+    assert_eq!(server.cli(&["script", "flush"]).trim(), "OK");
+    let loads = b.stats().script_loads.get();
+    let (outcomes, _) = burst(&b, 32, "cold").await;
+    for o in outcomes {
+        assert_eq!(o.expect("decision"), [true, false]);
+    }
+    assert!(b.stats().script_loads.get() > loads);
+    assert_eq!(b.stats().errors.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_still_gives_every_caller_its_timeout() {
+    let server = Server::start();
+    let b = backend(&server, |c| {
+        c.timeout = Duration::from_millis(200);
+        c.pipeline_window = Duration::from_millis(1);
+    })
+    .await;
+    let (outcomes, _) = burst(&b, 4, "before").await;
+    assert!(outcomes.iter().all(|o| o.is_ok()));
+    server.pause();
+    let (outcomes, took) = burst(&b, 16, "paused").await;
+    server.resume();
+    for o in &outcomes {
+        assert!(matches!(o, Err(BackendError::Timeout(_))), "{o:?}");
+    }
+    // The first decision of each caller failed within its timeout.
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // And the window works again once the server does.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (outcomes, _) = burst(&b, 4, "after").await;
+        if outcomes.iter().all(|o| o.is_ok()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{outcomes:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_window_whose_runtime_ended_starts_again() {
+    let server = Server::start();
+    let main = common::runtime();
+    let b = main.block_on(backend(&server, |c| {
+        c.pipeline_window = Duration::from_micros(500)
+    }));
+    let decide = |b: Arc<RedisBackend>, key: &'static str| async move {
+        let limit = limit();
+        let items = [item(b"p", key.as_bytes(), &limit, 1)];
+        let mut out = [blank()];
+        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+            .await
+            .map(|d| d.is_allowed())
+    };
+    // The first call starts the window's task on a short-lived runtime.
+    let short = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    assert_eq!(short.block_on(decide(b.clone(), "rt:a")), Ok(true));
+    drop(short);
+    // That task is gone with its runtime: the next call starts another.
+    assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
+    assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
+    assert_eq!(main.block_on(decide(b, "rt:a")), Ok(false));
+}
