@@ -51,6 +51,36 @@ fn envoy_zeros_and_go_durations_are_accepted() {
     assert!(s.log().contains("store=redis"), "{}", s.log());
 }
 
+/// envoyproxy/ratelimit's implicit pipelining settings are read and used:
+/// decisions go through the window (counted per pipeline written).
+#[test]
+fn the_envoy_pipelining_window_is_used() {
+    let redis = Redis::start();
+    let s = Floodgate::start(
+        bin(),
+        ONE_PER_DAY,
+        &[],
+        &[
+            ("REDIS_URL", &redis.addr()),
+            ("REDIS_PIPELINE_WINDOW", "500us"),
+            ("REDIS_PIPELINE_LIMIT", "8"),
+            ("FLOODGATE_SHUTDOWN_GRACE", "0"),
+            ("FLOODGATE_RELOAD_INTERVAL", "0"),
+        ],
+    );
+    clear_of_boundary(DAY, Duration::from_secs(10));
+    assert_eq!(call(&s, "piped").0, 200, "{}", s.log());
+    assert_eq!(call(&s, "piped").0, 429, "{}", s.log());
+    assert!(!s.log().contains("REDIS_PIPELINE"), "{}", s.log());
+    let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
+    let pipelines: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("floodgate_redis_pipelines_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pipelines counter in:\n{text}"));
+    assert!(pipelines >= 2, "{pipelines}");
+}
+
 #[test]
 fn more_go_durations_are_accepted() {
     for timeout in ["1m30s", "250ms"] {

@@ -194,6 +194,10 @@ mod tests {
         t.arm(Duration::from_millis(30));
         let start = Instant::now();
         t.expired().await;
-        assert!(start.elapsed() >= Duration::from_millis(30), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(30),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

@@ -102,13 +102,7 @@ impl Window {
 
     fn spawn(&self, conn: ConnectionManager) -> mpsc::UnboundedSender<Pending> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(flush(
-            rx,
-            conn,
-            self.window,
-            self.limit,
-            self.stats.clone(),
-        ));
+        tokio::spawn(flush(rx, conn, self.window, self.limit, self.stats.clone()));
         tx
     }
 }
@@ -175,13 +169,20 @@ async fn flush(
     while sending.next().await.is_some() {}
 }
 
-/// Sends `batch` as one pipeline and answers each of its callers.
+/// Sends `batch` as one pipeline and answers each of its callers. A
+/// command whose caller has given up meanwhile (its timeout ended while it
+/// waited) is not sent: nobody would learn its outcome.
 async fn send(mut conn: ConnectionManager, batch: Vec<Pending>) {
     let mut pipe = redis::pipe();
     let mut replies = Vec::with_capacity(batch.len());
     for p in batch {
-        pipe.add_command(p.cmd);
-        replies.push(p.reply);
+        if !p.reply.is_closed() {
+            pipe.add_command(p.cmd);
+            replies.push(p.reply);
+        }
+    }
+    if replies.is_empty() {
+        return;
     }
     match conn.req_packed_commands(&pipe, 0, replies.len()).await {
         Ok(values) if values.len() == replies.len() => {

@@ -135,9 +135,15 @@ async fn one_key_admits_exactly_the_limit_through_pipelining_windows() {
     let (calls, pipelines) = bs.iter().fold((0, 0), |(c, p), b| {
         (c + b.stats().calls.get(), p + b.stats().pipelines.get())
     });
-    assert!(pipelines > 0 && calls >= pipelines, "{calls} calls, {pipelines} pipelines");
+    assert!(
+        pipelines > 0 && calls >= pipelines,
+        "{calls} calls, {pipelines} pipelines"
+    );
     // 32 callers on 4 instances: commands did share pipelines.
-    assert!(calls > pipelines * 3 / 2, "{calls} calls in {pipelines} pipelines");
+    assert!(
+        calls > pipelines * 3 / 2,
+        "{calls} calls in {pipelines} pipelines"
+    );
 }
 
 #[test]

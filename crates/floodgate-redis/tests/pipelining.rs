@@ -30,7 +30,9 @@ async fn backend(server: &Server, f: impl FnOnce(&mut RedisConfig)) -> Arc<Redis
 }
 
 fn limit() -> AnyLimit {
-    FixedWindow::new(3, Duration::from_secs(3600)).unwrap().into()
+    FixedWindow::new(3, Duration::from_secs(3600))
+        .unwrap()
+        .into()
 }
 
 /// `n` callers at once, each deciding twice on a key of its own; returns

@@ -254,10 +254,8 @@ mod tests {
 
     #[test]
     fn pipelining_window() {
-        let s = read(
-            "store:\n  backend: redis\n  pipeline_window: 150us\n  pipeline_limit: 8\n",
-        )
-        .unwrap();
+        let s = read("store:\n  backend: redis\n  pipeline_window: 150us\n  pipeline_limit: 8\n")
+            .unwrap();
         let StoreSettings::Redis(r) = s.store else {
             panic!()
         };
