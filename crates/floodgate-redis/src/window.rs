@@ -163,8 +163,7 @@ async fn flush(
                 Some(()) = sending.next(), if !sending.is_empty() => {}
             }
         }
-        stats.pipelines.inc();
-        sending.push(send(conn.clone(), batch));
+        sending.push(send(conn.clone(), batch, &stats));
     }
     while sending.next().await.is_some() {}
 }
@@ -172,7 +171,7 @@ async fn flush(
 /// Sends `batch` as one pipeline and answers each of its callers. A
 /// command whose caller has given up meanwhile (its timeout ended while it
 /// waited) is not sent: nobody would learn its outcome.
-async fn send(mut conn: ConnectionManager, batch: Vec<Pending>) {
+async fn send(mut conn: ConnectionManager, batch: Vec<Pending>, stats: &RedisStats) {
     let mut pipe = redis::pipe();
     let mut replies = Vec::with_capacity(batch.len());
     for p in batch {
@@ -184,6 +183,7 @@ async fn send(mut conn: ConnectionManager, batch: Vec<Pending>) {
     if replies.is_empty() {
         return;
     }
+    stats.pipelines.inc();
     match conn.req_packed_commands(&pipe, 0, replies.len()).await {
         Ok(values) if values.len() == replies.len() => {
             for (reply, v) in replies.into_iter().zip(values) {
