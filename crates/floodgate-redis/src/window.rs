@@ -11,12 +11,16 @@
 //! are waiting, and sends them in one write: Redis's CPU per decision
 //! falls, at the price of up to `window` more latency for each decision.
 //!
-//! Each connection has a flusher task, started on the runtime of the first
-//! call that needs it (and again if that runtime is gone). The window is
+//! Each connection has a flusher task, started when it is first needed on
+//! the runtime the pool was opened on (where the connections' own tasks
+//! run; a caller's runtime may be idle between its calls), or on the
+//! caller's when that one is gone, and started again if its runtime ends.
+//! The window is
 //! timed with a `timerfd` on Linux (tokio's timers count whole
 //! milliseconds, too coarse for windows of a few hundred microseconds),
 //! with tokio's timer elsewhere.
 
+use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -45,6 +49,8 @@ pub(crate) struct Window {
     limit: usize,
     lanes: Box<[Lane]>,
     stats: Arc<RedisStats>,
+    /// The runtime the pool was opened on.
+    home: Option<tokio::runtime::Handle>,
 }
 
 impl Window {
@@ -61,6 +67,7 @@ impl Window {
             limit: if limit == 0 { usize::MAX } else { limit },
             lanes: (0..connections).map(|_| RwLock::new(None)).collect(),
             stats,
+            home: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -101,9 +108,25 @@ impl Window {
     }
 
     fn spawn(&self, conn: ConnectionManager) -> mpsc::UnboundedSender<Pending> {
+        if let Some(home) = &self.home {
+            let (tx, rx) = mpsc::unbounded_channel();
+            home.spawn(self.flush(rx, conn.clone()));
+            // A runtime that has shut down drops the task at once.
+            if !tx.is_closed() {
+                return tx;
+            }
+        }
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(flush(rx, conn, self.window, self.limit, self.stats.clone()));
+        tokio::spawn(self.flush(rx, conn));
         tx
+    }
+
+    fn flush(
+        &self,
+        rx: mpsc::UnboundedReceiver<Pending>,
+        conn: ConnectionManager,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        flush(rx, conn, self.window, self.limit, self.stats.clone())
     }
 }
 

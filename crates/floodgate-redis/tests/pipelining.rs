@@ -1,7 +1,7 @@
 //! The pipelining window: concurrent commands share pipelines, a full
 //! pipeline leaves before its window ends, `NOSCRIPT` inside a pipeline is
-//! answered, a paused server still gives every caller its timeout, and a
-//! window whose task's runtime ended starts again.
+//! answered, a paused server still gives every caller its timeout, and the
+//! window's task runs where the connections do, whichever runtime calls.
 
 use crate::common;
 
@@ -148,12 +148,15 @@ async fn a_paused_server_still_gives_every_caller_its_timeout() {
     }
 }
 
+/// A caller on another runtime, left idle after its call, does not hold
+/// the window's task: it runs on the runtime the backend was built on.
 #[test]
-fn a_window_whose_runtime_ended_starts_again() {
+fn a_caller_on_an_idle_runtime_does_not_hold_the_window() {
     let server = Server::start();
     let main = common::runtime();
     let b = main.block_on(backend(&server, |c| {
-        c.pipeline_window = Duration::from_micros(500)
+        c.timeout = Duration::from_millis(500);
+        c.pipeline_window = Duration::from_micros(200);
     }));
     let decide = |b: Arc<RedisBackend>, key: &'static str| async move {
         let limit = limit();
@@ -163,14 +166,50 @@ fn a_window_whose_runtime_ended_starts_again() {
             .await
             .map(|d| d.is_allowed())
     };
-    // The first call starts the window's task on a short-lived runtime.
-    let short = tokio::runtime::Builder::new_current_thread()
+    let side = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    assert_eq!(short.block_on(decide(b.clone(), "rt:a")), Ok(true));
-    drop(short);
-    // That task is gone with its runtime: the next call starts another.
+    assert_eq!(side.block_on(decide(b.clone(), "idle:a")), Ok(true));
+    // `side` stays alive, and idle, while `main` decides.
+    for _ in 0..2 {
+        assert_eq!(main.block_on(decide(b.clone(), "idle:a")), Ok(true));
+    }
+    assert_eq!(main.block_on(decide(b.clone(), "idle:a")), Ok(false));
+    drop(side);
+}
+
+/// The runtime the backend was built on gone (a lazy backend dials from
+/// its first caller's): each window's task starts on the caller's runtime.
+#[test]
+fn a_window_whose_home_runtime_ended_starts_on_the_callers() {
+    let server = Server::start();
+    let main = common::runtime();
+    // Built lazily on a runtime that is then shut down: nothing is dialled
+    // until the first decision, so the connections' own tasks live where
+    // that decision runs.
+    let builder = common::runtime();
+    let b = builder.block_on(async {
+        let config = RedisConfig {
+            urls: vec![server.url()],
+            connections: 1,
+            timeout: Duration::from_secs(30),
+            pipeline_window: Duration::from_micros(500),
+            ..RedisConfig::default()
+        };
+        Arc::new(RedisBackend::connect_lazy(&config).await.expect("connect"))
+    });
+    drop(builder);
+    let decide = |b: Arc<RedisBackend>, key: &'static str| async move {
+        let limit = limit();
+        let items = [item(b"p", key.as_bytes(), &limit, 1)];
+        let mut out = [blank()];
+        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+            .await
+            .map(|d| d.is_allowed())
+    };
+    // The runtime the backend was built on is gone: the window's task
+    // starts on the caller's.
     assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
     assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
     assert_eq!(main.block_on(decide(b, "rt:a")), Ok(false));
