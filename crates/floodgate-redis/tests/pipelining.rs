@@ -210,7 +210,8 @@ fn a_window_whose_home_runtime_ended_starts_on_the_callers() {
     };
     // The runtime the backend was built on is gone: the window's task
     // starts on the caller's.
-    assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
-    assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
+    for _ in 0..3 {
+        assert_eq!(main.block_on(decide(b.clone(), "rt:a")), Ok(true));
+    }
     assert_eq!(main.block_on(decide(b, "rt:a")), Ok(false));
 }
