@@ -3,8 +3,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floodgate::{Apply, Decision, Outcome, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item};
@@ -42,6 +42,11 @@ pub struct RedisBackend {
     cache: Option<OverLimitCache>,
     stats: Arc<RedisStats>,
     epoch: Instant,
+    /// With [`TimeSource::Server`]: Redis's clock minus the cache clock
+    /// (`epoch`'s), in ns, as of the last decision Redis made (wrapping; 0:
+    /// none yet, and should it ever be the offset, the wall clock is as
+    /// good an estimate). Dates the decisions the over-limit cache answers.
+    server_offset: AtomicU64,
     ready: AtomicBool,
 }
 
@@ -144,6 +149,7 @@ impl RedisBackend {
                 .then(|| OverLimitCache::new(config.local_cache_capacity)),
             stats,
             epoch: Instant::now(),
+            server_offset: AtomicU64::new(0),
             ready: AtomicBool::new(true),
         })
     }
@@ -168,6 +174,17 @@ impl RedisBackend {
     /// made at: the Redis server's clock (µs precision) with
     /// [`TimeSource::Server`], `now` otherwise. On a cluster batch spanning
     /// several slots, the latest of the nodes' clocks.
+    ///
+    /// A decision answered by the over-limit cache (no call to Redis) is
+    /// dated, with [`TimeSource::Server`], by an estimate of Redis's clock:
+    /// the time of the last decision Redis made (on any key) plus the time
+    /// elapsed since that request was sent, on this process's monotonic
+    /// clock (ns precision). It runs ahead of Redis's clock by at most the
+    /// time that request took to reach Redis (plus the two clocks' drift
+    /// since), and with the denial it dates, it names the instant Redis
+    /// gave: `at + retry_after` is the denial's own. Should no decision
+    /// have come from Redis yet, which the cache needs first, this
+    /// process's wall clock is used.
     pub async fn decide_timed(
         &self,
         items: &[Item<'_>],
@@ -188,8 +205,8 @@ impl RedisBackend {
         out: &mut [Decision],
     ) -> Result<(Decision, Timestamp), DecideError> {
         let plan = self.plan(items, out)?;
-        if let Some(d) = self.cached(&plan, items, now, apply, out) {
-            return Ok((d, now));
+        if let Some(hit) = self.cached_timed(&plan, items, now, apply, out) {
+            return Ok(hit);
         }
         self.remote(&plan, items, now, apply, out)
             .await
@@ -222,6 +239,20 @@ impl RedisBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Option<Decision> {
+        self.cached_timed(plan, items, now, apply, out)
+            .map(|(d, _)| d)
+    }
+
+    /// As [`cached`](Self::cached), with the time the decision is dated at
+    /// (see [`decide_timed`](Self::decide_timed)).
+    fn cached_timed(
+        &self,
+        plan: &Plan,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Option<(Decision, Timestamp)> {
         let cache = self.cache.as_ref().filter(|_| apply != Apply::Force)?;
         let t = self.cache_clock(now);
         let hits: Vec<Option<Decision>> = plan
@@ -248,7 +279,11 @@ impl RedisBackend {
         }
         self.stats.decisions.inc();
         self.stats.cache_hits.inc();
-        combined
+        let at = match self.time {
+            TimeSource::Server => self.server_clock(t),
+            TimeSource::Client { .. } => now,
+        };
+        combined.map(|d| (d, at))
     }
 
     /// The batch decided by Redis, within the timeout.
@@ -285,7 +320,17 @@ impl RedisBackend {
             }
         }
         let at = match self.time {
-            TimeSource::Server => Timestamp::from_micros(now_us),
+            TimeSource::Server => {
+                let at = Timestamp::from_micros(now_us);
+                // Paired with the instant the request left: an entry made
+                // from this decision expires at `sent + retry_after` on the
+                // cache clock, which the estimate turns into `at +
+                // retry_after` (Redis read its clock later: the estimate
+                // runs ahead by at most the request's way there).
+                self.server_offset
+                    .store(at.as_nanos().wrapping_sub(sent), Ordering::Relaxed);
+                at
+            }
             TimeSource::Client { .. } => now,
         };
         // `items` is not empty, so neither is the combination.
@@ -312,6 +357,19 @@ impl RedisBackend {
             TimeSource::Server => {
                 u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
             }
+        }
+    }
+
+    /// An estimate of Redis's clock at `t` on the cache clock (see
+    /// [`decide_timed`](Self::decide_timed)).
+    fn server_clock(&self, t: u64) -> Timestamp {
+        match self.server_offset.load(Ordering::Relaxed) {
+            0 => Timestamp::from_nanos(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            ),
+            offset => Timestamp::from_nanos(t.wrapping_add(offset)),
         }
     }
 

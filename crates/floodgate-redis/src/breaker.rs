@@ -83,6 +83,14 @@ impl Breaker {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// When a cool-down starting now ends (nanoseconds since `epoch`): a
+    /// cool-down beyond what the clock can count (about 584 years) never
+    /// ends.
+    fn cool_down_end(&self) -> u64 {
+        let cool_down = u64::try_from(self.config.cool_down.as_nanos()).unwrap_or(u64::MAX);
+        self.now().saturating_add(cool_down)
+    }
+
     pub fn state(&self) -> BreakerState {
         match self.state.load(Ordering::Acquire) {
             CLOSED => BreakerState::Closed,
@@ -122,11 +130,7 @@ impl Breaker {
     pub fn failure(&self, stats: &ResilienceStats) {
         let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if n >= self.config.failure_threshold {
-            self.retry_at.store(
-                self.now()
-                    .saturating_add(self.config.cool_down.as_nanos() as u64),
-                Ordering::Release,
-            );
+            self.retry_at.store(self.cool_down_end(), Ordering::Release);
             if self
                 .state
                 .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
@@ -149,11 +153,7 @@ impl Breaker {
     }
 
     fn reopen(&self) {
-        self.retry_at.store(
-            self.now()
-                .saturating_add(self.config.cool_down.as_nanos() as u64),
-            Ordering::Release,
-        );
+        self.retry_at.store(self.cool_down_end(), Ordering::Release);
         self.state.store(OPEN, Ordering::Release);
     }
 }
@@ -194,5 +194,38 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(stats.breaker_opened.get(), 1);
         assert_eq!(stats.breaker_closed.get(), 1);
+    }
+
+    /// A cool-down too long to count in nanoseconds keeps the breaker open,
+    /// never truncated to a short one (2^64 ns + 0.29 s used to wrap to
+    /// 0.29 s).
+    #[test]
+    fn huge_cool_downs_saturate() {
+        let stats = ResilienceStats::default();
+        for cool_down in [
+            Duration::from_nanos(u64::MAX) + Duration::from_millis(1),
+            Duration::from_secs(18_446_744_074),
+            Duration::MAX,
+        ] {
+            let b = Breaker::new(BreakerConfig {
+                failure_threshold: 1,
+                cool_down,
+            });
+            assert_eq!(b.cool_down_end(), u64::MAX, "{cool_down:?}");
+            b.failure(&stats);
+            assert_eq!(b.state(), BreakerState::Open);
+            assert_eq!(b.retry_at.load(Ordering::Acquire), u64::MAX);
+            std::thread::sleep(Duration::from_millis(1));
+            assert!(b.pass(&stats).is_none(), "{cool_down:?}");
+            // The probe path (re-opening) saturates the same way.
+            b.retry_at.store(0, Ordering::Release);
+            let Some(Pass::Probe(p)) = b.pass(&stats) else {
+                panic!("expected a probe")
+            };
+            p.finish(false);
+            assert_eq!(b.state(), BreakerState::Open);
+            assert_eq!(b.retry_at.load(Ordering::Acquire), u64::MAX);
+            assert!(b.pass(&stats).is_none());
+        }
     }
 }

@@ -6,7 +6,12 @@
 //! It never denies what Redis would admit, short of Redis losing its data:
 //!
 //! * an entry is valid only for the same limit and a cost at least the
-//!   denied one (a larger cost waits at least as long);
+//!   denied one (a larger cost waits at least as long), but at most the
+//!   limit's quota (the `limit` Redis reported): a larger cost can never
+//!   fit, which Redis answers `Never` (not `Denied` with a retry), so it
+//!   goes there. On a blocked key too: Redis decides what such a cost gets
+//!   there (the answer is Redis's either way, at the price of a round trip
+//!   for a request that cannot be admitted);
 //! * it expires at `sent + retry_after`, where `sent` is when the request
 //!   that was denied left this process: Redis decided after that, so the
 //!   true instant is no earlier (other traffic only pushes it later);
@@ -41,6 +46,8 @@ struct Entry {
     /// Cache-clock nanoseconds.
     until: u64,
     reset_until: u64,
+    /// The limit's quota, as Redis reported it (`limit`): also the largest
+    /// cost answered here, as a larger one can never fit.
     quota: u64,
     remaining: u64,
 }
@@ -101,7 +108,7 @@ impl OverLimitCache {
         }
         let shard = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
         let e = shard.get(key)?;
-        if e.until <= now || cost < e.min_cost || &e.limit != limit {
+        if e.until <= now || cost < e.min_cost || cost > e.quota || &e.limit != limit {
             return None;
         }
         Some(Decision {
@@ -129,7 +136,13 @@ impl OverLimitCache {
             (Outcome::Denied, Some(r)) if !r.is_zero() => r,
             _ => return false,
         };
-        if key.len() > MAX_KEY || cost == 0 || !skipping_is_harmless(limit, charged) {
+        // A cost above the quota (a blocked key's denial of one) makes an
+        // entry that answers nothing: it is not to replace one that does.
+        if key.len() > MAX_KEY
+            || cost == 0
+            || cost > d.limit
+            || !skipping_is_harmless(limit, charged)
+        {
             return false;
         }
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -200,6 +213,27 @@ mod tests {
         assert!(c.get(b"k", &other, 2, 2_000).is_none());
         let gcra = AnyLimit::from(Gcra::new(5, Duration::from_secs(1), 5).unwrap());
         assert!(!c.insert(b"p", &gcra.with_penalty(true), 1, 0, &denial(10), true));
+    }
+
+    #[test]
+    fn costs_that_never_fit_are_left_to_redis() {
+        let c = OverLimitCache::new(100);
+        let l = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(1)).unwrap());
+        assert!(c.insert(b"k", &l, 5, 0, &denial(10), true));
+        // The quota (5) is the largest cost a denial stands for; 6 never
+        // fits, which only Redis answers (`Never`).
+        assert!(c.get(b"k", &l, 5, 1).is_some());
+        assert!(c.get(b"k", &l, 6, 1).is_none());
+        assert!(c.get(b"k", &l, u64::MAX, 1).is_none());
+        // A blocked key too: Redis answers such a cost.
+        let b = l.with_block(Duration::from_secs(1));
+        assert!(c.insert(b"b", &b, 5, 0, &denial(10), true));
+        assert!(c.get(b"b", &b, 5, 1).is_some());
+        assert!(c.get(b"b", &b, 6, 1).is_none());
+        // Nor is a denial of such a cost remembered (it would replace an
+        // entry with one that answers nothing).
+        assert!(!c.insert(b"b", &b, 6, 0, &denial(10), true));
+        assert!(c.get(b"b", &b, 5, 1).is_some());
     }
 
     #[test]

@@ -128,8 +128,13 @@ impl DeferredReleases {
 }
 
 /// Starts delivering the queue in the background (the caller has seen it
-/// non-empty), unless a delivery is already running, or there is no tokio runtime to run it on
-/// (the next successful call tries again).
+/// non-empty), unless a delivery is already running, or there is no tokio
+/// runtime to run it on (the next successful call tries again).
+///
+/// The delivery runs on the caller's runtime, which may go away before it
+/// ends (a short-lived runtime, dropped with its tasks): the task then puts
+/// back the batch it was sending and lets the next successful call start
+/// another (see [`Delivery`]), even if it was never polled.
 pub(crate) fn deliver_soon(
     redis: &Arc<RedisBackend>,
     deferred: &Arc<DeferredReleases>,
@@ -145,44 +150,76 @@ pub(crate) fn deliver_soon(
     {
         return;
     }
-    handle.spawn(deliver(redis.clone(), deferred.clone(), stats.clone()));
+    // Made before the task, so that dropping the task unpolled (a runtime
+    // shutting down refuses it that way too) still clears the flag.
+    let delivery = Delivery {
+        deferred: deferred.clone(),
+        stats: stats.clone(),
+        batch: Vec::new(),
+    };
+    handle.spawn(deliver(redis.clone(), delivery));
+}
+
+/// The running delivery: owns the `delivering` flag and the batch being
+/// sent. However the delivery ends (done, or its task dropped with its
+/// runtime, polled or not), the flag is cleared, and a batch whose results
+/// never came back is queued again (still counted as waiting), so the next
+/// successful call delivers it. Some of it may have reached Redis: sending
+/// a release twice gives back nothing more when the first gave back all the
+/// permit's units (it then holds nothing), at most the rest of that one
+/// permit's units otherwise; the same as a release sent again after a
+/// timeout whose request Redis did run.
+struct Delivery {
+    deferred: Arc<DeferredReleases>,
+    stats: Arc<ResilienceStats>,
+    /// Taken from the queue, results not in yet.
+    batch: Vec<Pending>,
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if !self.batch.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            self.deferred.put_back(batch, &self.stats);
+        }
+        self.deferred.delivering.store(false, Ordering::Release);
+    }
 }
 
 /// Sends the queued releases, [`BATCH`] at a time, until the queue is
 /// empty or one fails for lack of Redis (those are queued again, for the
 /// next successful call to retry; one Redis answers with an error is
-/// dropped).
-async fn deliver(
-    redis: Arc<RedisBackend>,
-    deferred: Arc<DeferredReleases>,
-    stats: Arc<ResilienceStats>,
-) {
+/// dropped). Dropping `delivery` (here at the end, or with the task) ends
+/// the delivery.
+async fn deliver(redis: Arc<RedisBackend>, mut delivery: Delivery) {
     loop {
-        let batch = deferred.take(BATCH);
-        if batch.is_empty() {
+        delivery.batch = delivery.deferred.take(BATCH);
+        if delivery.batch.is_empty() {
             break;
         }
         let results = join_all(
-            batch
+            delivery
+                .batch
                 .iter()
                 .map(|p| redis.release_key(&p.key, p.units, p.permit, p.at)),
         )
         .await;
+        // The results are in: from here on, this batch is accounted for here.
+        let batch = std::mem::take(&mut delivery.batch);
         let mut failed = Vec::new();
         let sent = batch.len();
         for (p, r) in batch.into_iter().zip(results) {
             match r {
-                Ok(()) => stats.releases_redelivered.inc(),
+                Ok(()) => delivery.stats.releases_redelivered.inc(),
                 // Redis answered, with something no retry changes.
-                Err(BackendError::Protocol(_)) => stats.releases_dropped.inc(),
+                Err(BackendError::Protocol(_)) => delivery.stats.releases_dropped.inc(),
                 Err(_) => failed.push(p),
             }
         }
-        deferred.done(sent - failed.len());
+        delivery.deferred.done(sent - failed.len());
         if !failed.is_empty() {
-            deferred.put_back(failed, &stats);
+            delivery.deferred.put_back(failed, &delivery.stats);
             break;
         }
     }
-    deferred.delivering.store(false, Ordering::Release);
 }

@@ -407,3 +407,48 @@ async fn a_blocked_key_expires_when_its_block_ends_on_server_time() {
     let ttl: i64 = server.conn().pttl(redis.state_key(&one[0])).unwrap();
     assert!((29_000..=30_001).contains(&ttl), "{ttl}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_key_never_admits_a_cost_above_the_quota() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    let limit = AnyLimit::from(FixedWindow::new(2, Duration::from_secs(60)).unwrap())
+        .with_block(Duration::from_secs(10));
+    let it = |c| [item(b"bn", b"bn:k", &limit, c)];
+    assert!(t.step(&it(2), T0, Commit, "2").await.is_allowed());
+    assert!(t.step(&it(1), T0, Commit, "blocks").await.is_denied());
+    let d = t.step(&it(5), T0 + 1, Commit, "never").await;
+    assert_eq!((d.outcome, d.retry_after), (Outcome::Never, None));
+    let d = t.step(&it(2), T0 + 2, Check, "still blocked").await;
+    assert_eq!(d.outcome, Outcome::Denied);
+    t.step(&it(5), T0 + 10_000_000, Commit, "never after").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_request_takes_no_permit_units() {
+    use floodgate::Apply::Force;
+    let server = Server::start();
+    let t = twin(&server).await;
+    // Penalty and block do not apply to an in-flight limit.
+    let permits = AnyLimit::from(Concurrency::new(2).unwrap())
+        .with_penalty(true)
+        .with_block(Duration::from_secs(10));
+    let rate = AnyLimit::from(Gcra::new(1, Duration::from_secs(1), 1).unwrap()).with_penalty(true);
+    let batch = [
+        item(b"r", b"r:permits", &permits, 1),
+        item(b"r", b"r:rate", &rate, 1),
+    ];
+    for (k, apply) in [Commit, Commit, Force, Force].into_iter().enumerate() {
+        t.step(&batch, T0 + k as u64, apply, &format!("batch {k}"))
+            .await;
+    }
+    let d = t
+        .step(
+            &[item(b"r", b"r:permits", &permits, 0)],
+            T0 + 5,
+            Check,
+            "held",
+        )
+        .await;
+    assert_eq!(d.remaining, 1, "one request admitted, one unit in flight");
+}

@@ -502,3 +502,225 @@ async fn expiry_is_the_algorithms_idle_instant() {
         }
     }
 }
+
+/// A sliding log whose records are garbage — a NaN or infinite number,
+/// negative ones, times or counts going backwards, a last count below the
+/// units dropped, counts that are not integers below 2^53 — is reset like
+/// any other garbage (decided as a fresh key, counted in `state_resets`),
+/// never a script error: those count towards the breaker, so one such key
+/// used to open it for every key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_logs_with_bad_records_are_reset() {
+    let server = Server::start();
+    let t = Twin::new(vec![server.url()], Mode::Single, "badlog:").await;
+    let mut conn = server.conn();
+    let limit = AnyLimit::from(SlidingLog::new(5, Duration::from_secs(60)).unwrap());
+    let now = 500_000_000u64;
+    let log = |low: f64, records: &[(f64, f64)]| {
+        let mut v = vec![b'l'];
+        v.extend(low.to_be_bytes());
+        for (time, cum) in records {
+            v.extend(time.to_be_bytes());
+            v.extend(cum.to_be_bytes());
+        }
+        v
+    };
+    let at = now as f64 - 1.0;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("NaN count", log(0.0, &[(1e18, f64::NAN)])),
+        ("NaN count, recent", log(0.0, &[(at, f64::NAN)])),
+        ("NaN time", log(0.0, &[(f64::NAN, 3.0)])),
+        ("infinite time", log(0.0, &[(f64::INFINITY, 3.0)])),
+        ("negative time", log(0.0, &[(-1.0, 3.0)])),
+        ("negative count", log(0.0, &[(at, -1.0)])),
+        ("infinite count", log(0.0, &[(at, f64::INFINITY)])),
+        ("huge count", log(0.0, &[(at, 9_007_199_254_740_992.0)])),
+        ("fractional count", log(0.0, &[(at, 2.5)])),
+        ("fractional low", log(0.5, &[(at, 3.0)])),
+        ("times going back", log(0.0, &[(at, 1.0), (at - 5.0, 2.0)])),
+        ("counts going back", log(0.0, &[(at - 5.0, 3.0), (at, 2.0)])),
+        (
+            "NaN in the middle",
+            log(0.0, &[(at - 9.0, 1.0), (f64::NAN, 2.0), (at, 3.0)]),
+        ),
+        (
+            "NaN among four",
+            log(
+                0.0,
+                &[(at - 9.0, 1.0), (at - 8.0, 2.0), (at, f64::NAN), (at, 4.0)],
+            ),
+        ),
+        (
+            "the fifth going back",
+            log(
+                0.0,
+                &[
+                    (at - 9.0, 1.0),
+                    (at - 8.0, 2.0),
+                    (at - 7.0, 3.0),
+                    (at, 4.0),
+                    (at - 1.0, 5.0),
+                ],
+            ),
+        ),
+        ("last count below low", log(4.0, &[(at, 3.0)])),
+    ];
+    for (case, bytes) in &cases {
+        let key = format!("badlog:{case}");
+        let it = item(b"badlog", key.as_bytes(), &limit, 1);
+        conn.set::<_, _, ()>(t.redis.state_key(&it), bytes).unwrap();
+        let resets = t.redis.stats().state_resets.get();
+        t.forget_memory();
+        let d = t.step(&[it], now, Apply::Commit, case).await;
+        assert_eq!(d.outcome, Outcome::Allowed, "{case}");
+        assert_eq!(t.redis.stats().state_resets.get(), resets + 1, "{case}");
+        // Its state now, kept as it is.
+        for k in 1..=5 {
+            t.step(&[it], now + k, Apply::Commit, case).await;
+        }
+        assert_eq!(t.redis.stats().state_resets.get(), resets + 1, "{case}");
+    }
+    // A valid log of a few records is read as it is: units 3 to 7 left the
+    // window, 8 to 12 are in it.
+    let it = item(b"badlog", b"badlog:valid", &limit, 1);
+    let gone = now as f64 - 70_000_000.0;
+    let valid = log(
+        2.0,
+        &[
+            (gone - 10_000_000.0, 3.0),
+            (gone, 7.0),
+            (at - 30.0, 8.0),
+            (at - 20.0, 9.0),
+            (at - 20.0, 10.0),
+            (at, 12.0),
+        ],
+    );
+    conn.set::<_, _, ()>(t.redis.state_key(&it), valid).unwrap();
+    let resets = t.redis.stats().state_resets.get();
+    let mut out = [blank()];
+    let d = t
+        .redis
+        .decide(&[it], Timestamp::from_micros(now), Apply::Check, &mut out)
+        .await
+        .unwrap();
+    // The 8th leaves first.
+    assert_eq!((d.outcome, d.remaining), (Outcome::Denied, 0), "{d:?}");
+    assert_eq!(
+        d.retry_after,
+        Some(Duration::from_secs(60) - Duration::from_micros(31))
+    );
+    assert_eq!(t.redis.stats().state_resets.get(), resets);
+    assert_eq!(t.redis.stats().errors.get(), 0);
+}
+
+/// A cost above the quota never fits: Redis and the in-memory engine answer
+/// `Never`, and so does a backend with the over-limit cache (which used to
+/// answer `Denied` with a retry, from the denial of a smaller cost). On a
+/// blocked key the cache leaves such a cost to Redis as well, so that every
+/// answer is Redis's (and the in-memory engine's), whatever they give it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_limit_cache_leaves_costs_that_never_fit_to_redis() {
+    use floodgate_policy::SyncBackend;
+    let server = Server::start();
+    let time = TimeSource::Client {
+        expiry_slack: Duration::from_secs(60),
+    };
+    let cached = backend(&server, |c| {
+        c.local_cache_capacity = 100;
+        c.time_source = time;
+        c.key_prefix = "cached:".into();
+    })
+    .await;
+    let plain = backend(&server, |c| {
+        c.time_source = time;
+        c.key_prefix = "plain:".into();
+    })
+    .await;
+    let memory = floodgate_policy::MemoryBackend::new(floodgate::StoreConfig::default()).unwrap();
+    let hourly = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
+    let blocking = hourly.clone().with_block(Duration::from_secs(600));
+    let gcra = AnyLimit::from(Gcra::new(5, Duration::from_secs(3600), 5).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    let cases = [
+        // (key, limit, cost, outcome (None: Redis's to say), from the cache)
+        ("never:f", &hourly, 5, Some(Outcome::Allowed), false),
+        ("never:f", &hourly, 5, Some(Outcome::Denied), false),
+        ("never:f", &hourly, 6, Some(Outcome::Never), false),
+        ("never:f", &hourly, 5, Some(Outcome::Denied), true),
+        ("never:f", &hourly, u64::MAX, Some(Outcome::Never), false),
+        ("never:g", &gcra, 5, Some(Outcome::Allowed), false),
+        ("never:g", &gcra, 1, Some(Outcome::Denied), false),
+        ("never:g", &gcra, 1, Some(Outcome::Denied), true),
+        ("never:g", &gcra, 6, Some(Outcome::Never), false),
+        ("never:b", &blocking, 5, Some(Outcome::Allowed), false),
+        ("never:b", &blocking, 5, Some(Outcome::Denied), false),
+        ("never:b", &blocking, 5, Some(Outcome::Denied), true),
+        ("never:b", &blocking, 6, None, false),
+        ("never:b", &blocking, u64::MAX, None, false),
+        ("never:b", &blocking, 1, Some(Outcome::Denied), false),
+        ("never:b", &blocking, 3, Some(Outcome::Denied), true),
+    ];
+    for (step, &(key, limit, cost, outcome, hit)) in cases.iter().enumerate() {
+        let items = [item(b"never", key.as_bytes(), limit, cost)];
+        let mut out = [blank()];
+        let hits = cached.stats().cache_hits.get();
+        let dc = cached
+            .decide(&items, now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        let dp = plain
+            .decide(&items, now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        let dm = memory.decide_now(&items, now, Apply::Commit, &mut out);
+        if let Some(outcome) = outcome {
+            assert_eq!(dc.outcome, outcome, "step {step}: {dc:?}");
+        }
+        assert_eq!(
+            cached.stats().cache_hits.get(),
+            hits + hit as u64,
+            "step {step}"
+        );
+        assert_eq!(dc, dp, "step {step}");
+        assert_eq!(common::as_redis(dm), dc, "step {step}");
+    }
+}
+
+/// With the server's clock, a decision the over-limit cache answers is
+/// dated by Redis's clock (an estimate), not by the caller's `now`, and
+/// names the same retry instant as the denial it repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_hits_are_dated_by_the_server_clock() {
+    let server = Server::start();
+    let b = backend(&server, |c| c.local_cache_capacity = 100).await;
+    let limit = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(3600)).unwrap());
+    let items = [item(b"tc", b"tc:a", &limit, 1)];
+    let mut out = [blank()];
+    // Ignored with the server's clock.
+    let caller = Timestamp::from_secs(5);
+    let (d, _) = b
+        .decide_timed(&items, caller, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_allowed());
+    let (denied, at) = b
+        .decide_timed(&items, caller, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(denied.is_denied());
+    assert_eq!(b.stats().cache_hits.get(), 0);
+    let (hit, hit_at) = b
+        .decide_timed(&items, caller, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(b.stats().cache_hits.get(), 1);
+    assert!(hit.is_denied());
+    assert_ne!(hit_at, caller);
+    assert!(hit_at > at, "{hit_at:?} {at:?}");
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    assert!(wall.abs_diff(Duration::from_nanos(hit_at.as_nanos())) < Duration::from_secs(2));
+    assert_eq!(
+        hit_at.saturating_add(hit.retry_after.unwrap()),
+        at.saturating_add(denied.retry_after.unwrap())
+    );
+}

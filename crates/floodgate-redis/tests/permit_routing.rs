@@ -10,6 +10,7 @@
 
 use crate::common;
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::{PermitKey, Server, blank, item, permit};
@@ -94,6 +95,124 @@ async fn wait_closed(b: &ResilientBackend) {
         // The breaker's cool-down runs on the real clock.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Makes successful calls until the queued releases are delivered (each
+/// successful call starts a delivery unless one is running).
+async fn deliver_by_calls(b: &ResilientBackend) {
+    let limit = AnyLimit::from(FixedWindow::new(1_000_000, Duration::from_secs(3600)).unwrap());
+    let call = [item(b"probe", b"probe:2", &limit, 1)];
+    let end = Instant::now() + Duration::from_secs(5);
+    while b.deferred_releases() != 0 {
+        let mut out = [blank()];
+        let d = b
+            .decide(&call, Timestamp::from_micros(T0), Apply::Commit, &mut out)
+            .await
+            .expect("decision");
+        assert!(d.is_allowed(), "{d:?}");
+        assert!(
+            Instant::now() < end,
+            "{} releases still queued after 5 s of successful calls",
+            b.deferred_releases()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs `f` on a current-thread runtime of its own (on a thread of its
+/// own), then drops that runtime with whatever tasks `f` spawned on it.
+fn on_a_short_lived_runtime<F>(f: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(f)
+            })
+            .join()
+            .expect("short-lived runtime")
+        })
+    })
+}
+
+/// The queued releases are delivered by a task on the runtime of the call
+/// that succeeded. When that runtime goes away before the task ends —
+/// before it even ran, or with its releases in flight — the next
+/// successful call delivers them (once stuck, nothing was ever delivered
+/// again and the limit stayed full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_are_delivered_after_the_delivering_runtime_goes_away() {
+    let server = Server::start();
+    let config = RedisConfig {
+        failure_policy: FailurePolicy::FailClosed,
+        // Long enough for a delivery to be caught in flight.
+        timeout: Duration::from_millis(500),
+        ..config(server.url())
+    };
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    let b = ResilientBackend::new(redis, &config).expect("resilient");
+    let k = PermitKey::new(&b, b"route", 2, b"route:runtime");
+    let limit = AnyLimit::from(FixedWindow::new(1_000_000, Duration::from_secs(3600)).unwrap());
+    let probe = [item(b"probe", b"probe:1", &limit, 1)];
+    for (first, in_flight) in [(1, false), (10, true)] {
+        // Both permits taken; Redis freezes, so both releases are queued:
+        // the first times out and opens the breaker, the second is not
+        // even tried.
+        assert!(k.acquire(first, 1, T0).await.is_allowed());
+        assert!(k.acquire(first + 1, 1, T0).await.is_allowed());
+        assert!(k.acquire(first + 2, 1, T0).await.is_denied());
+        server.pause();
+        k.try_release(first, 1, T0 + 1).await.expect("queued");
+        k.try_release(first + 1, 1, T0 + 1).await.expect("queued");
+        server.resume();
+        assert_eq!(b.breaker_state(), BreakerState::Open);
+        assert_eq!(b.deferred_releases(), 2);
+        // The cool-down runs on the real clock; then a decision probes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let redelivered = b.stats().releases_redelivered.get();
+        let timeouts = b.redis().stats().timeouts.get();
+        // The probe succeeds on a short-lived runtime, where it starts the
+        // delivery, and the runtime is dropped.
+        on_a_short_lived_runtime(async {
+            let mut out = [blank()];
+            let d = b
+                .decide(&probe, Timestamp::from_micros(T0), Apply::Commit, &mut out)
+                .await
+                .expect("probe");
+            assert!(d.is_allowed(), "{d:?}");
+            assert_eq!(b.breaker_state(), BreakerState::Closed);
+            if in_flight {
+                // Frozen again: the delivery sends its batch and waits.
+                server.pause();
+                let calls = b.redis().stats().calls.get();
+                let end = Instant::now() + Duration::from_secs(5);
+                while b.redis().stats().calls.get() < calls + 2 {
+                    assert!(Instant::now() < end, "the delivery did not start");
+                    tokio::task::yield_now().await;
+                }
+            }
+            // Otherwise the delivery was spawned and never ran.
+        });
+        // Nothing delivered, nothing timed out: the delivery went with its
+        // runtime, its releases (if sent) unanswered.
+        assert_eq!(b.stats().releases_redelivered.get(), redelivered);
+        assert_eq!(b.redis().stats().timeouts.get(), timeouts);
+        assert_eq!(b.deferred_releases(), 2);
+        server.resume();
+        deliver_by_calls(&b).await;
+        assert_eq!(b.stats().releases_redelivered.get(), redelivered + 2);
+        assert_eq!(k.held(T0 + 2).await, 0);
+        assert_eq!(b.breaker_state(), BreakerState::Closed);
+    }
+    assert_eq!(b.stats().releases_dropped.get(), 0);
+    assert!(k.acquire(20, 1, T0 + 3).await.is_allowed());
+    assert!(k.acquire(21, 1, T0 + 3).await.is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,10 +12,12 @@ pub enum Apply {
     /// Charge the cost if this limit admits the request (the normal case).
     Commit,
     /// Charge the cost whether or not the request is admitted (penalty mode:
-    /// denied requests still count, as in Kong and HAProxy).
+    /// denied requests still count, as in Kong and HAProxy). An
+    /// [in-flight](Algorithm::in_flight) limit charges only what it admits.
     Force,
     /// The request was denied by another limit checked together with this
-    /// one: charge nothing (a penalty-mode limit charges anyway).
+    /// one: charge nothing (a penalty-mode limit charges anyway, except an
+    /// [in-flight](Algorithm::in_flight) one).
     Rejected,
 }
 
@@ -50,11 +52,27 @@ pub trait Algorithm: Send + Sync {
     fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision;
 
     /// The earliest time at which `state` behaves exactly like [`fresh`], so a
-    /// store may forget the key without changing any future decision
-    /// ([`Timestamp::MAX`] while it must be kept, e.g. permits are held).
+    /// store may forget the key without changing any future decision.
+    ///
+    /// [`Timestamp::MAX`] is reserved for a state that must be kept whatever
+    /// the store's capacity (permits are held): an instant that only
+    /// saturates is reported one nanosecond earlier at the latest, so that
+    /// the store may still evict the key.
     ///
     /// [`fresh`]: Algorithm::fresh
     fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp;
+
+    /// True for a limit on units in flight, which an admitted request takes
+    /// and gives back when it completes (a [`Concurrency`] limit), rather
+    /// than on requests over time. Penalty mode does not apply to it: a
+    /// rejected request holds nothing it would give back, so it is never
+    /// charged. A set is in flight when all its members are.
+    ///
+    /// [`Concurrency`]: crate::algorithms::Concurrency
+    #[inline]
+    fn in_flight(&self) -> bool {
+        false
+    }
 
     /// [`decide`](Algorithm::decide) followed by
     /// [`idle_at`](Algorithm::idle_at) on the resulting state, which stores
@@ -84,6 +102,9 @@ impl<A: Algorithm + ?Sized> Algorithm for &A {
     fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp {
         (**self).idle_at(state, now)
     }
+    fn in_flight(&self) -> bool {
+        (**self).in_flight()
+    }
     fn decide_idle(
         &self,
         state: &mut Self::State,
@@ -97,6 +118,8 @@ impl<A: Algorithm + ?Sized> Algorithm for &A {
 
 /// Penalty mode for any limit: requests it sees denied still count against it
 /// (including requests denied by another limit checked together with it).
+/// An [in-flight](Algorithm::in_flight) limit is left as it is: it never
+/// charges a request it did not admit.
 ///
 /// ```
 /// use floodgate::{Algorithm, Apply, Penalize, Timestamp};
@@ -121,6 +144,7 @@ impl<A: Algorithm> Algorithm for Penalize<A> {
     fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let apply = match apply {
             Apply::Check => Apply::Check,
+            Apply::Rejected if self.0.in_flight() => Apply::Rejected,
             Apply::Commit | Apply::Force | Apply::Rejected => Apply::Force,
         };
         self.0.decide(state, now, cost, apply)
@@ -128,4 +152,17 @@ impl<A: Algorithm> Algorithm for Penalize<A> {
     fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp {
         self.0.idle_at(state, now)
     }
+    fn in_flight(&self) -> bool {
+        self.0.in_flight()
+    }
+}
+
+/// The latest idle instant a state reports unless it must be kept whatever
+/// the store's capacity: one nanosecond before [`Timestamp::MAX`].
+pub(crate) const LATEST_IDLE: Timestamp = Timestamp::from_nanos(u64::MAX - 1);
+
+/// `t`, or [`LATEST_IDLE`] when later: an idle instant that saturated.
+#[inline]
+pub(crate) fn idle_until(t: Timestamp) -> Timestamp {
+    t.min(LATEST_IDLE)
 }

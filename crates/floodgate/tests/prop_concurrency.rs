@@ -24,7 +24,8 @@ struct Counter {
 }
 
 impl Counter {
-    /// Penalty mode has no meaning here: a denied request holds nothing.
+    /// Penalty mode has no meaning here: a request it did not admit holds
+    /// nothing, so only an admitted `Commit` or `Force` takes units.
     fn decide(&mut self, cost: u64, apply: Apply) -> Decision {
         let outcome = if cost > self.max {
             Outcome::Never
@@ -103,29 +104,30 @@ proptest! {
     #![proptest_config(config(256))]
 
     /// The algorithm (plain, `Penalize`, `AnyLimit` with and without
-    /// penalty) equals the counter, step by step.
+    /// penalty) equals the counter, step by step: penalty mode does not
+    /// apply to an in-flight limit, which never charges a rejected request.
     #[test]
     fn concurrency_is_a_counter(max in max(), ops in ops(10)) {
         let ops: Vec<Op> = ops;
         let c = Concurrency::new(max).unwrap();
         let any = AnyLimit::from(c.clone());
         let any_pen = AnyLimit::from(c.clone()).with_penalty(true);
+        prop_assert!(!any_pen.penalty());
         let pen = Penalize(c.clone());
+        prop_assert!(c.in_flight() && pen.in_flight() && any_pen.in_flight());
         let (mut s, mut s_pen) = (c.fresh(), pen.fresh());
         let (mut s_any, mut s_any_pen) = (AnyState::Fresh, AnyState::Fresh);
         let mut model = Counter { max, held: 0 };
-        let mut model_pen = Counter { max, held: 0 };
         let now = Timestamp::from_secs(1);
         for op in ops {
             match op {
                 Op::Take(cost, apply) => {
                     let before = s;
                     let m = model.decide(cost, apply);
-                    let m_pen = model_pen.decide(cost, penalized(apply));
                     prop_assert_eq!(c.decide(&mut s, now, cost, apply), m);
                     prop_assert_eq!(any.decide(&mut s_any, now, cost, apply), m);
-                    prop_assert_eq!(pen.decide(&mut s_pen, now, cost, apply), m_pen);
-                    prop_assert_eq!(any_pen.decide(&mut s_any_pen, now, cost, apply), m_pen);
+                    prop_assert_eq!(pen.decide(&mut s_pen, now, cost, apply), m);
+                    prop_assert_eq!(any_pen.decide(&mut s_any_pen, now, cost, apply), m);
                     if cost == 0 || m.is_denied() {
                         prop_assert_eq!(s, before);
                     }
@@ -137,11 +139,10 @@ proptest! {
                     any.release(&mut s_any, units);
                     any_pen.release(&mut s_any_pen, units);
                     model.release(units);
-                    model_pen.release(units);
                 }
             }
             prop_assert_eq!(s, model.held);
-            prop_assert_eq!(s_pen, model_pen.held);
+            prop_assert_eq!(s_pen, model.held);
         }
     }
 
@@ -261,4 +262,68 @@ fn a_panicking_holder_releases_its_units() {
         panic!("3 units of 2 admitted")
     };
     assert_eq!((never.outcome, never.retry_after), (Outcome::Never, None));
+}
+
+/// Penalty mode does not reach an in-flight limit: a request another limit
+/// rejects takes no units, as no permit would ever give them back (in a
+/// tuple, in `Limits`, under a forced charge, and across keys).
+#[test]
+fn a_rejected_request_holds_no_units() {
+    use floodgate::algorithms::{Gcra, Limits};
+    use floodgate::store::Item;
+    use floodgate::{Store, StoreConfig};
+
+    let t = Timestamp::from_secs(100);
+    let gcra = Gcra::new(1, Duration::from_secs(1), 1).unwrap();
+    let outcomes = |ds: [Decision; 3]| ds.map(|d| d.outcome);
+    let expected = [Outcome::Allowed, Outcome::Denied, Outcome::Denied];
+
+    let pair = (Penalize(Concurrency::new(2).unwrap()), gcra.clone());
+    let mut s = pair.fresh();
+    let ds = [(); 3].map(|_| pair.decide(&mut s, t, 1, Apply::Commit));
+    assert_eq!(outcomes(ds), expected);
+    assert_eq!(s.0, 1, "one request admitted, one unit in flight");
+
+    let any = AnyLimit::from(Concurrency::new(2).unwrap()).with_penalty(true);
+    let set = Limits::new(vec![any.clone(), AnyLimit::from(gcra.clone())]).unwrap();
+    let mut s = set.fresh();
+    let ds = [(); 3].map(|_| set.decide(&mut s, t, 1, Apply::Commit));
+    assert_eq!(outcomes(ds), expected);
+    assert_eq!(s[0], AnyState::Concurrency(1));
+
+    // A forced charge counts the request against the rate, not in flight.
+    let mut s = set.fresh();
+    let ds = [(); 3].map(|_| set.decide(&mut s, t, 1, Apply::Force));
+    assert_eq!(outcomes(ds), expected);
+    assert_eq!(s[0], AnyState::Concurrency(1));
+
+    let store: Store<String, AnyState> = Store::new(StoreConfig::default()).unwrap();
+    let rate = AnyLimit::from(gcra).with_penalty(true);
+    let items = [
+        Item {
+            key: "flight",
+            limit: &any,
+            cost: 1,
+        },
+        Item {
+            key: "rate",
+            limit: &rate,
+            cost: 1,
+        },
+    ];
+    let mut out = [Decision {
+        outcome: Outcome::Never,
+        limit: 0,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    }; 2];
+    for apply in [Apply::Commit, Apply::Commit, Apply::Force, Apply::Force] {
+        store.decide_many(&items, t, apply, &mut out);
+    }
+    let held = store.decide(&any, "flight", t, 0, Apply::Check);
+    assert_eq!(
+        held.remaining, 1,
+        "one request admitted, one unit in flight"
+    );
 }

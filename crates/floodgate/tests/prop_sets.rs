@@ -4,8 +4,10 @@
 //! The reference for a set is its members decided one by one: a set admits
 //! iff every member admits; then every member is charged exactly as if it had
 //! been decided alone, otherwise no member changes at all (penalty-mode
-//! members excepted: they charge as they would alone in penalty mode). The
-//! decision is the narrowest of the members'.
+//! members excepted: they charge as they would alone in penalty mode, unless
+//! in flight). The decision is the narrowest of the members'; when denied,
+//! its `retry_after` is the longest wait among the members that deny the
+//! same request once the penalties are charged.
 
 use crate::common;
 
@@ -98,6 +100,7 @@ type MemberSame<'a, St> = Box<dyn Fn(&St, &St) -> bool + 'a>;
 /// One member of a set, seen from the set's state.
 struct Member<'a, St> {
     penalty: bool,
+    in_flight: bool,
     decide: MemberDecide<'a, St>,
     same: MemberSame<'a, St>,
 }
@@ -128,15 +131,35 @@ where
         Apply::Commit => Apply::Rejected,
         other => other,
     };
+    let rejected = mode == Apply::Rejected || (apply == Apply::Force && !all);
     if matches!(apply, Apply::Commit | Apply::Force) {
         prop_assert_eq!(d.is_allowed(), all, "the set admits iff every member does");
     }
+    // A forced charge of a rejected request spares in-flight members.
+    let mode_of = |m: &Member<'_, A::State>| {
+        if rejected && m.in_flight {
+            Apply::Rejected
+        } else {
+            mode
+        }
+    };
     let mut expected_state = before.clone();
-    let expected = members
+    let mut expected = members
         .iter()
-        .map(|m| (m.decide)(&mut expected_state, now, cost, mode))
+        .map(|m| (m.decide)(&mut expected_state, now, cost, mode_of(m)))
         .reduce(Decision::narrowest)
         .unwrap();
+    if rejected && expected.outcome == Outcome::Denied {
+        // The longest wait among the members that deny it now.
+        let mut charged = expected_state.clone();
+        expected.retry_after = members
+            .iter()
+            .map(|m| (m.decide)(&mut charged, now, cost, Apply::Check))
+            .filter(|d| d.outcome == Outcome::Denied)
+            .map(|d| d.retry_after)
+            .reduce(|a, b| Some(a?.max(b?)))
+            .unwrap();
+    }
     prop_assert_eq!(d, expected, "the narrowest of the members' decisions");
     for (i, m) in members.iter().enumerate() {
         prop_assert!(
@@ -146,7 +169,7 @@ where
             state,
             expected_state
         );
-        if mode == Apply::Rejected && !m.penalty {
+        if mode_of(m) == Apply::Rejected && (!m.penalty || m.in_flight) {
             prop_assert!(
                 (m.same)(state, &before),
                 "denied, yet member {} changed: {:?} -> {:?}",
@@ -258,6 +281,7 @@ proptest! {
             .enumerate()
             .map(|(i, (l, eq))| Member::<Box<[AnyState]>> {
                 penalty: l.penalty(),
+                in_flight: l.in_flight(),
                 decide: Box::new(move |s, now, cost, apply| l.decide(&mut s[i], now, cost, apply)),
                 same: Box::new(move |a, b| eq(&a[i], &b[i])),
             })
@@ -278,11 +302,13 @@ proptest! {
         let ms = vec![
             Member::<(u128, _)> {
                 penalty: false,
+                in_flight: false,
                 decide: Box::new(|s, now, cost, a| set.0.decide(&mut s.0, now, cost, a)),
                 same: Box::new(|x, y| x.0 == y.0),
             },
             Member {
                 penalty: false,
+                in_flight: false,
                 decide: Box::new(|s, now, cost, a| set.1.decide(&mut s.1, now, cost, a)),
                 same: Box::new(|x, y| x.1 == y.1),
             },
@@ -304,16 +330,19 @@ proptest! {
         let ms = vec![
             Member::<(_, _, u64)> {
                 penalty: false,
+                in_flight: false,
                 decide: Box::new(|s, now, cost, a| set.0.decide(&mut s.0, now, cost, a)),
                 same: Box::new(|x, y| x.0 == y.0),
             },
             Member {
                 penalty: true,
+                in_flight: false,
                 decide: Box::new(|s, now, cost, a| set.1.decide(&mut s.1, now, cost, a)),
                 same: Box::new(|x, y| x.1 == y.1),
             },
             Member {
                 penalty: false,
+                in_flight: true,
                 decide: Box::new(|s, now, cost, a| set.2.decide(&mut s.2, now, cost, a)),
                 same: Box::new(|x, y| x.2 == y.2),
             },
@@ -432,4 +461,37 @@ fn a_penalty_member_charges_when_another_denies() {
         assert!(set.decide(&mut s, t, 1, Apply::Commit).is_denied());
     }
     assert_eq!((s.0.count(), s.1.count()), (1, 4));
+}
+
+/// A penalty member charged for a request another member denied may deny
+/// it once charged: the set's `retry_after` waits for it too, so it is
+/// exact (denied 1 ns before, admitted at it).
+#[test]
+fn retry_after_counts_the_penalties_charged() {
+    let set = (
+        Penalize(Gcra::new(1, Duration::from_secs(10), 2).unwrap()),
+        FixedWindow::new(1, Duration::from_secs(1)).unwrap(),
+    );
+    let mut s = set.fresh();
+    let t = Timestamp::from_secs(100);
+    assert!(set.decide(&mut s, t, 1, Apply::Commit).is_allowed());
+    let d = set.decide(&mut s, t, 1, Apply::Commit);
+    let retry = Duration::from_secs(10);
+    assert_eq!((d.outcome, d.retry_after), (Outcome::Denied, Some(retry)));
+    let almost = t + retry - Duration::from_nanos(1);
+    assert!(
+        set.decide(&mut s.clone(), almost, 1, Apply::Check)
+            .is_denied()
+    );
+    assert!(set.decide(&mut s, t + retry, 1, Apply::Commit).is_allowed());
+
+    let limits = Limits::new(vec![
+        AnyLimit::from(Gcra::new(1, Duration::from_secs(10), 2).unwrap()).with_penalty(true),
+        AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap()),
+    ])
+    .unwrap();
+    let mut s = limits.fresh();
+    assert!(limits.decide(&mut s, t, 1, Apply::Commit).is_allowed());
+    let d = limits.decide(&mut s, t, 1, Apply::Commit);
+    assert_eq!((d.outcome, d.retry_after), (Outcome::Denied, Some(retry)));
 }

@@ -182,3 +182,142 @@ fn the_system_clock_keeps_pace_with_the_monotonic_clock() {
     // A re-anchor in between may move it by the drift of a second.
     assert!((ours - mono).abs() < 2_000_000, "{ours} vs {mono}");
 }
+
+/// Only permits held pin a key: a state whose idle instant saturates at the
+/// end of time (a huge weighted charge, a penalty hammered on, a block for
+/// ever) is still evicted when the store is full.
+#[test]
+fn saturated_idle_times_do_not_pin_keys() {
+    use floodgate::algorithms::{AnyLimit, AnyState};
+    use floodgate::{Algorithm, Apply, Penalize, Store};
+
+    fn bounded<A: Algorithm>(limit: &A, now: Timestamp, keys: u64, cost: u64, hits: usize) {
+        let store: Store<u64, A::State> = Store::new(StoreConfig {
+            capacity: 64,
+            shards: 1,
+        })
+        .unwrap();
+        for k in 0..keys {
+            for _ in 0..hits {
+                store.decide(limit, &k, now, cost, Apply::Commit);
+            }
+        }
+        let stats = store.stats();
+        assert!(stats.keys <= 64, "{stats:?}");
+        assert!(stats.evictions >= keys - 64, "{stats:?}");
+        assert_eq!(stats.reclaimed, 0, "{stats:?}");
+    }
+
+    let day = Duration::from_secs(86_400);
+    let now = Timestamp::from_secs(1_700_000_000);
+    // Idle in 1000 years: past the end of time.
+    let yearly = Gcra::new(1, day * 365, 1000).unwrap();
+    bounded(&yearly, now, 10_000, 1000, 1);
+    // Each denial counted pushes the bucket a day further.
+    let daily = Penalize(Gcra::new(1, day, 1).unwrap());
+    let late = Timestamp::MAX.saturating_sub(day * 5);
+    bounded(&daily, late, 500, 1, 10);
+    // Blocked for ever after a denial.
+    let blocking: AnyLimit = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .with_block(Duration::MAX);
+    bounded(&blocking, now, 500, 1, 2);
+    let mut s = AnyState::Fresh;
+    blocking.decide(&mut s, now, 1, Apply::Commit);
+    blocking.decide(&mut s, now, 1, Apply::Commit);
+    assert!(blocking.idle_at(&s, now) < Timestamp::MAX);
+}
+
+/// At the end of time itself, a key idle already (whose idle instant is
+/// `now`) is not pinned either: permits taken then evict it.
+#[test]
+fn idle_keys_at_the_end_of_time_are_not_pinned() {
+    use floodgate::algorithms::{AnyLimit, AnyState};
+    use floodgate::{Apply, Store};
+
+    let store: Store<u64, AnyState> = Store::new(StoreConfig {
+        capacity: 64,
+        shards: 1,
+    })
+    .unwrap();
+    let bucket = AnyLimit::from(Gcra::per_second(1).unwrap());
+    let permits = AnyLimit::from(Concurrency::new(1).unwrap());
+    let end = Timestamp::MAX;
+    for k in 0..60u64 {
+        store.decide(&bucket, &k, end - Duration::from_secs(10), 1, Apply::Commit);
+    }
+    for k in 0..60u64 {
+        store.decide(&bucket, &k, end, 0, Apply::Commit);
+    }
+    for k in 1000..1040u64 {
+        assert!(
+            store
+                .decide(&permits, &k, end, 1, Apply::Commit)
+                .is_allowed()
+        );
+    }
+    let stats = store.stats();
+    assert!(stats.evictions > 0 && stats.keys <= 64, "{stats:?}");
+}
+
+/// A capacity below the shards' minimum sweep size is still the bound.
+#[test]
+fn a_small_capacity_is_kept() {
+    let clock = clock();
+    for capacity in [1, 5, 63] {
+        let limiter: RateLimiter<u64, _, _> = RateLimiter::with_config(
+            Gcra::per_hour(1).unwrap(),
+            StoreConfig::with_capacity(capacity),
+            &clock,
+        )
+        .unwrap();
+        for k in 0..50u64 {
+            assert!(limiter.check(&k).is_allowed());
+        }
+        // The capacity, rounded up to a whole number per shard.
+        let bound = limiter.store().capacity();
+        assert!(bound < 2 * capacity, "capacity {capacity}: {bound}");
+        let stats = limiter.store().stats();
+        assert!(stats.keys <= bound, "capacity {capacity}: {stats:?}");
+    }
+}
+
+/// Past 2^32 seconds since the epoch (the year 2106 for the system clock)
+/// and across the store's rebasing of idle times, a live key keeps its
+/// state through every sweep, and an idle one is still reclaimed.
+#[test]
+fn keys_outlive_the_year_2106() {
+    for start in [
+        (1u64 << 31) - 30,
+        (1 << 32) + 1_000,
+        5_000_000_000,
+        17_000_000_000,
+    ] {
+        let clock = ManualClock::new(Timestamp::from_secs(start));
+        let limiter: RateLimiter<u64, _, _> = RateLimiter::with_config(
+            Gcra::per_hour(1).unwrap(),
+            StoreConfig {
+                capacity: 1 << 20,
+                shards: 1,
+            },
+            &clock,
+        )
+        .unwrap();
+        assert!(limiter.check(&0).is_allowed());
+        for round in 0..3u64 {
+            // A minute on, many new keys: sweeps run, the base may move.
+            clock.advance(Duration::from_secs(60));
+            for k in 1..2_000u64 {
+                limiter.check(&(round * 10_000 + k));
+            }
+            let d = limiter.check_n(&0, 0);
+            assert_eq!(
+                d.remaining, 0,
+                "start {start}, round {round}: key 0 was dropped"
+            );
+        }
+        // An hour later every key is idle: the next sweep reclaims them.
+        clock.advance(Duration::from_secs(3_600));
+        limiter.store().sweep(floodgate::Clock::now(&clock));
+        assert_eq!(limiter.store().len(), 0, "start {start}");
+    }
+}

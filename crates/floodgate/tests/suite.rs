@@ -5,6 +5,7 @@
 mod common;
 
 mod bad_input;
+mod blocking;
 mod governor_diff;
 mod prop_concurrency;
 mod prop_decide_idle;

@@ -32,12 +32,16 @@ end
 
 -- Returns outcome, limit, remaining, reset_us, retry_us, delay_ms, and when
 -- the state changed its new value ('': none left, the key goes) and idle
--- instant (false: none). A blocked key is denied until its block ends,
--- whatever the cost, and is left as it is.
+-- instant (false: none). A blocked key is denied until its block ends (a
+-- cost that can never fit, above the quota, is never admitted), and is left
+-- as it is.
 local function decide(it, a, now)
   if it.blocked then
-    local wait = it.blocked - now
-    return DENIED, quota(it), 0, wait, wait, 0
+    local wait, q = it.blocked - now, quota(it)
+    if it.cost > q then
+      return NEVER, q, 0, wait, -1, 0
+    end
+    return DENIED, q, 0, wait, wait, 0
   end
   local kind = it.kind
   if kind == 'f' then
@@ -96,12 +100,15 @@ end
 -- becomes force, rejected charges only the limit's own denial: 4). A limit
 -- with a block that denies a request (except in a dry run) blocks the key:
 -- its state is replaced by 'b<until>', which expires when the block ends.
-local mode = apply
+-- Neither applies to a concurrency limit, which never charges a rejected
+-- request (even a forced one) and is never blocked: units it did not admit
+-- would never be given back, and its count must outlive any block.
+local mode, rejected = apply, apply == 3
 if n > 1 and (apply == 1 or apply == 2) then
   for i = 1, n do
     local o = decide(items[i], 0, now)
     if o ~= ALLOWED and o ~= DELAYED then
-      mode = (apply == 2) and 2 or 3
+      mode, rejected = (apply == 2) and 2 or 3, true
       break
     end
   end
@@ -112,6 +119,12 @@ local r = 2
 for i = 1, n do
   local it = items[i]
   local a, p = mode, it.penalty
+  if it.kind == 'c' then
+    p = 0
+    if rejected then
+      a = 3
+    end
+  end
   if p == 2 and (a == 1 or a == 3) then
     a = 2
   elseif p == 1 then
@@ -122,7 +135,7 @@ for i = 1, n do
     end
   end
   local o, limit, remaining, reset, retry, delay, v, idle = decide(it, a, now)
-  if o == DENIED and it.block > 0 and mode ~= 0 and not it.blocked then
+  if o == DENIED and it.block > 0 and it.kind ~= 'c' and mode ~= 0 and not it.blocked then
     local u = now + it.block
     remaining, reset, retry, delay = 0, it.block, it.block, 0
     v, idle = 'b' .. format('%d', u), u

@@ -14,7 +14,10 @@
 --            0 a denied request charges nothing, 1 it charges the limits that
 --            denied it themselves, 2 it charges this limit whoever denied it.
 --            Block: microseconds the key stays blocked after a denial (0:
---            never); a blocked key holds 'b<until>' and is denied outright.
+--            never); a blocked key holds 'b<until>' and is denied outright
+--            (a cost above the quota is never admitted). A concurrency
+--            limit ignores both: it never charges a rejected request and
+--            is never blocked.
 --   g  GCRA          P C B Wq Wr Nq Nr  (T = P/C us; B*P = Wq*C + Wr;
 --                                        cost*P = Nq*C + Nr)
 --   f  fixed window  L W

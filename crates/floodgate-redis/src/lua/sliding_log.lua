@@ -5,16 +5,48 @@
 -- the units up to number `cum` arrived at `time` (times and cums increase).
 local log_parse, rec, first_after, first_cum, sliding_log
 if need.l then
+  -- Every record is checked (the searches below rely on the order, and
+  -- a NaN would compare false everywhere): times finite, counts integers
+  -- below 2^53, both non-negative and non-decreasing, the last count at
+  -- least `low`. Anything else is garbage: the key is reset. Records are
+  -- read four at a time (one call instead of four: the check is most of
+  -- the cost of reading a long log). The comparisons are written so that
+  -- a NaN fails them; non-decreasing columns are finite and below 2^53
+  -- when their last value is.
   log_parse = function(v)
     local len = string.len(v)
     if string.sub(v, 1, 1) ~= 'l' or len < 9 or (len - 9) % 16 ~= 0 then
       return false
     end
     local low = struct.unpack('>d', v, 2)
-    if low ~= low or low < 0 or low >= TWO53 then
+    if not (low >= 0 and low < TWO53 and low % 1 == 0) then
       return false
     end
-    return { v, (len - 9) / 16, low }
+    local n = (len - 9) / 16
+    local unpack = struct.unpack
+    local t, c, pos, i = 0, 0, 10, 0
+    while i + 4 <= n do
+      local t1, c1, t2, c2, t3, c3, t4, c4
+      t1, c1, t2, c2, t3, c3, t4, c4, pos = unpack('>dddddddd', v, pos)
+      if not (t1 >= t and t2 >= t1 and t3 >= t2 and t4 >= t3
+          and c1 >= c and c2 >= c1 and c3 >= c2 and c4 >= c3
+          and c1 % 1 == 0 and c2 % 1 == 0 and c3 % 1 == 0 and c4 % 1 == 0) then
+        return false
+      end
+      t, c, i = t4, c4, i + 4
+    end
+    while i < n do
+      local t1, c1
+      t1, c1, pos = unpack('>dd', v, pos)
+      if not (t1 >= t and c1 >= c and c1 % 1 == 0) then
+        return false
+      end
+      t, c, i = t1, c1, i + 1
+    end
+    if not (t < math.huge and c < TWO53 and (n == 0 or c >= low)) then
+      return false
+    end
+    return { v, n, low }
   end
 
   rec = function(s, i)
@@ -35,7 +67,8 @@ if need.l then
     return lo
   end
 
-  -- The first record index in [lo, n) whose cum is at least `u` (or n).
+  -- The first record index in [lo, n) whose cum is at least `u` (or n:
+  -- callers that read the record found make sure one has such a cum).
   first_cum = function(s, lo, n, u)
     local hi = n
     while lo < hi do
@@ -107,7 +140,10 @@ if need.l then
     end
     local retry = -1
     if o == DENIED then
-      local i = first_cum(s, b, n, base + held + cost - L)
+      -- A denial holds units (held > 0, so n > 0), the last record's cum
+      -- is `total`, at least the target: i < n. Never read past the end
+      -- all the same.
+      local i = math.min(first_cum(s, b, n, base + held + cost - L), n - 1)
       retry = rec(s, i) + W - now
     end
     local reset = 0

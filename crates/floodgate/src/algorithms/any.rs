@@ -1,7 +1,7 @@
 //! Any algorithm, chosen at run time (from a configuration file), with one
 //! state type for all, so one store can hold keys of every kind of limit.
 
-use crate::algorithm::{Algorithm, Apply};
+use crate::algorithm::{Algorithm, Apply, idle_until};
 use crate::{Decision, Outcome, Timestamp};
 
 use super::{
@@ -143,7 +143,8 @@ impl AnyLimit {
     }
 
     /// The same limit with penalty mode on ([`Penalty::AllDenials`], see
-    /// [`Penalize`](crate::Penalize)) or off. Off by default.
+    /// [`Penalize`](crate::Penalize)) or off. Off by default; always off for
+    /// a concurrency limit (see [`with_penalty_mode`](Self::with_penalty_mode)).
     pub fn with_penalty(self, penalty: bool) -> Self {
         self.with_penalty_mode(if penalty {
             Penalty::AllDenials
@@ -152,15 +153,22 @@ impl AnyLimit {
         })
     }
 
-    /// The same limit with the given penalty mode.
+    /// The same limit with the given penalty mode. A concurrency limit keeps
+    /// [`Penalty::None`]: a request it did not admit holds no units, and a
+    /// charge for it could never be given back.
     pub fn with_penalty_mode(mut self, penalty: Penalty) -> Self {
-        self.penalty = penalty;
+        if !self.is_concurrency() {
+            self.penalty = penalty;
+        }
         self
     }
 
     /// The same limit, blocking a key for `block` after each denial: every
-    /// request in that time is denied (and charged nothing), then the key
-    /// starts afresh. Zero disables blocking (the default).
+    /// request in that time is denied (and charged nothing; a cost that can
+    /// never fit is [`Outcome::Never`]), then the key starts afresh. Zero
+    /// disables blocking (the default). A concurrency limit is never blocked
+    /// (`block` is ignored): its count must outlive any block, as the
+    /// permits it counts are given back whenever their requests complete.
     ///
     /// ```
     /// use floodgate::{Algorithm, Apply, Timestamp};
@@ -178,7 +186,9 @@ impl AnyLimit {
     /// assert_eq!(d.retry_after, Some(Duration::from_secs(595)));
     /// ```
     pub fn with_block(mut self, block: std::time::Duration) -> Self {
-        self.block = crate::time::duration_nanos(block);
+        if !self.is_concurrency() {
+            self.block = crate::time::duration_nanos(block);
+        }
         self
     }
 
@@ -211,16 +221,22 @@ impl AnyLimit {
 }
 
 impl AnyLimit {
-    /// The decision for a blocked key.
-    fn blocked(&self, until: u64, now: Timestamp) -> Decision {
-        let quota = self.run(&mut AnyState::Fresh, now, 0, Apply::Check).limit;
+    /// The decision for a request of `cost` on a key blocked until `until`:
+    /// denied until then, or [`Outcome::Never`] for a cost that can never fit.
+    fn blocked(&self, until: u64, now: Timestamp, cost: u64) -> Decision {
+        let idle = self.run(&mut AnyState::Fresh, now, cost, Apply::Check);
         let wait = std::time::Duration::from_nanos(until.saturating_sub(now.as_nanos()));
+        let never = idle.outcome == Outcome::Never;
         Decision {
-            outcome: Outcome::Denied,
-            limit: quota,
+            outcome: if never {
+                Outcome::Never
+            } else {
+                Outcome::Denied
+            },
+            limit: idle.limit,
             remaining: 0,
             reset_after: wait,
-            retry_after: Some(wait),
+            retry_after: (!never).then_some(wait),
         }
     }
 
@@ -260,7 +276,7 @@ impl Algorithm for AnyLimit {
     fn decide(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         if let AnyState::Blocked(until) = *state {
             if now.as_nanos() < until {
-                return self.blocked(until, now);
+                return self.blocked(until, now, cost);
             }
             *state = AnyState::Fresh;
         }
@@ -280,7 +296,7 @@ impl Algorithm for AnyLimit {
         if self.block > 0 && d.outcome == Outcome::Denied && apply != Apply::Check {
             let until = now.as_nanos().saturating_add(self.block);
             *state = AnyState::Blocked(until);
-            return self.blocked(until, now);
+            return self.blocked(until, now, cost);
         }
         d
     }
@@ -294,8 +310,12 @@ impl Algorithm for AnyLimit {
             (Kind::SlidingLog(a), AnyState::SlidingLog(s)) => a.idle_at(s, now),
             (Kind::Shaper(a), AnyState::Shaper(s)) => a.idle_at(s, now),
             (Kind::Concurrency(a), AnyState::Concurrency(s)) => a.idle_at(s, now),
-            (_, AnyState::Blocked(until)) => Timestamp::from_nanos(*until).max(now),
+            (_, AnyState::Blocked(until)) => idle_until(Timestamp::from_nanos(*until).max(now)),
             _ => now,
         }
+    }
+
+    fn in_flight(&self) -> bool {
+        self.is_concurrency()
     }
 }

@@ -56,7 +56,8 @@ impl Algorithm for Concurrency {
     }
 
     /// Penalty mode has no meaning for in-flight limits: a denied request
-    /// holds nothing, so `Apply::Force` charges only admitted requests.
+    /// holds nothing, so `Apply::Force` charges only admitted requests, and
+    /// `Apply::Rejected` nothing.
     fn decide(&self, held: &mut u64, _now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let outcome = if cost > self.max {
             Outcome::Never
@@ -77,7 +78,12 @@ impl Algorithm for Concurrency {
         }
     }
 
+    /// [`Timestamp::MAX`] while units are held: the key must be kept.
     fn idle_at(&self, held: &u64, now: Timestamp) -> Timestamp {
         if *held == 0 { now } else { Timestamp::MAX }
+    }
+
+    fn in_flight(&self) -> bool {
+        true
     }
 }

@@ -4,35 +4,57 @@
 //! Tuples `(A, B)`, `(A, B, C)`, `(A, B, C, D)` of algorithms are algorithms
 //! themselves (a static set, state kept inline); [`Limits`] is a set chosen
 //! at run time. The decision is the [narrowest](crate::Decision::narrowest)
-//! of the members'.
+//! of the members', except that a denied request's `retry_after` also waits
+//! for the penalty-mode members its charge made deny it.
 
 use crate::algorithm::{Algorithm, Apply};
-use crate::{Decision, Timestamp};
+use crate::{Decision, Outcome, Timestamp};
 
 /// Runs the two-phase check for `n` members: every member is first checked
 /// without charging (stopping at the first refusal, as nginx does); then each
 /// is charged if all admitted, otherwise told the request was rejected (only
-/// penalty-mode members charge).
+/// penalty-mode members charge; a forced charge spares the members that are
+/// [`in_flight`](Algorithm::in_flight)).
+///
+/// A denied request's `retry_after` is then the longest wait among the
+/// members that deny it now, charges included: a penalty-mode member that
+/// admitted the request may deny it once charged for it.
 #[inline]
 pub(crate) fn decide_all(
     n: usize,
     apply: Apply,
+    in_flight: impl Fn(usize) -> bool,
     mut member: impl FnMut(usize, Apply) -> Decision,
 ) -> Decision {
-    let apply = match apply {
+    let (apply, forced) = match apply {
         Apply::Commit | Apply::Force => {
             let all = (0..n).all(|i| member(i, Apply::Check).is_allowed());
             match (all, apply) {
-                (true, _) => apply,
-                (false, Apply::Force) => Apply::Force,
-                (false, _) => Apply::Rejected,
+                (true, _) => (apply, false),
+                (false, Apply::Force) => (Apply::Force, true),
+                (false, _) => (Apply::Rejected, false),
             }
         }
-        other => other,
+        other => (other, false),
     };
-    let mut out = member(0, apply);
+    let of = |i| {
+        if forced && in_flight(i) {
+            Apply::Rejected
+        } else {
+            apply
+        }
+    };
+    let mut out = member(0, of(0));
     for i in 1..n {
-        out = out.narrowest(member(i, apply));
+        out = out.narrowest(member(i, of(i)));
+    }
+    if out.outcome == Outcome::Denied && (forced || apply == Apply::Rejected) {
+        out.retry_after = (0..n)
+            .map(|i| member(i, Apply::Check))
+            .filter(|d| d.outcome == Outcome::Denied)
+            .map(|d| d.retry_after)
+            .reduce(|a, b| a.zip(b).map(|(a, b)| a.max(b)))
+            .unwrap_or(out.retry_after);
     }
     out
 }
@@ -48,7 +70,8 @@ macro_rules! tuple_set {
 
             fn decide(&self, s: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision {
                 let n = [$($i),+].len();
-                decide_all(n, apply, |i, apply| match i {
+                let in_flight = [$(self.$i.in_flight()),+];
+                decide_all(n, apply, |i| in_flight[i], |i, apply| match i {
                     $($i => self.$i.decide(&mut s.$i, now, cost, apply),)+
                     _ => unreachable!(),
                 })
@@ -58,6 +81,10 @@ macro_rules! tuple_set {
                 let mut at = Timestamp::ZERO;
                 $(at = at.max(self.$i.idle_at(&s.$i, now));)+
                 at
+            }
+
+            fn in_flight(&self) -> bool {
+                $(self.$i.in_flight())&&+
             }
         }
     };
@@ -122,9 +149,12 @@ impl<A: Algorithm> Algorithm for Limits<A> {
         if s.len() != self.members.len() {
             *s = self.fresh();
         }
-        decide_all(self.members.len(), apply, |i, apply| {
-            self.members[i].decide(&mut s[i], now, cost, apply)
-        })
+        decide_all(
+            self.members.len(),
+            apply,
+            |i| self.members[i].in_flight(),
+            |i, apply| self.members[i].decide(&mut s[i], now, cost, apply),
+        )
     }
 
     fn idle_at(&self, s: &Self::State, now: Timestamp) -> Timestamp {
@@ -134,5 +164,9 @@ impl<A: Algorithm> Algorithm for Limits<A> {
             .map(|(m, s)| m.idle_at(s, now))
             .max()
             .unwrap_or(now)
+    }
+
+    fn in_flight(&self) -> bool {
+        self.members.iter().all(A::in_flight)
     }
 }

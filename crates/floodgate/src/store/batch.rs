@@ -5,9 +5,9 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::Store;
 use super::shard::{Shard, Swept, idle_secs, prefetch_entry};
 use super::slot::SlotGuard;
+use super::{Store, instant};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{Decision, Timestamp};
@@ -44,9 +44,10 @@ struct Slot {
 impl<K: Hash + Eq, S> Store<K, S> {
     /// Decides on one request against several (key, limit) pairs at once,
     /// atomically: all admit it and all are charged, or none is charged
-    /// (penalty-mode limits excepted). Each item's own decision is written to
-    /// `out` (same order, same length as `items`); the returned decision is
-    /// the [narrowest](Decision::narrowest).
+    /// (penalty-mode limits excepted, never an
+    /// [in-flight](Algorithm::in_flight) one). Each item's own decision is
+    /// written to `out` (same order, same length as `items`); the returned
+    /// decision is the [narrowest](Decision::narrowest).
     ///
     /// Items with equal keys share one state: their costs are added up and
     /// they get the same decision (give them the same limit). `apply` is
@@ -138,9 +139,9 @@ impl<K: Hash + Eq, S> Store<K, S> {
         // One instant for the whole batch: the latest any of its shards has
         // seen (a clock that went backwards is no time elapsed), recorded
         // in all of them.
-        let mut latest = now.as_nanos();
+        let mut latest = instant(now);
         for g in guards.iter_mut() {
-            latest = latest.max(locked(g).monotonic(now.as_nanos()));
+            latest = latest.max(locked(g).monotonic(instant(now)));
         }
         for g in guards.iter_mut() {
             locked(g).monotonic(latest);
@@ -151,7 +152,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
 
         let leads = || (0..items.len()).filter(|&i| slots[i].lead == i);
-        let mode = match apply {
+        let (mode, forced) = match apply {
             Apply::Commit | Apply::Force => {
                 let mut all = true;
                 for i in leads() {
@@ -163,12 +164,12 @@ impl<K: Hash + Eq, S> Store<K, S> {
                     }
                 }
                 match (all, apply) {
-                    (true, a) => a,
-                    (false, Apply::Force) => Apply::Force,
-                    (false, _) => Apply::Rejected,
+                    (true, a) => (a, false),
+                    (false, Apply::Force) => (Apply::Force, true),
+                    (false, _) => (Apply::Rejected, false),
                 }
             }
-            other => other,
+            other => (other, false),
         };
         let mut swept = Swept::default();
         let mut combined: Option<Decision> = None;
@@ -176,6 +177,13 @@ impl<K: Hash + Eq, S> Store<K, S> {
             let slot = slots[i];
             let d = if slot.lead == i {
                 let guard = locked(&mut guards[slot.guard]);
+                // A forced charge of a rejected request spares in-flight
+                // limits: they never charge what they did not admit.
+                let mode = if forced && items[i].limit.in_flight() {
+                    Apply::Rejected
+                } else {
+                    mode
+                };
                 let (d, s) = self.visit(guard, &slot, &items[i], now, mode, true);
                 swept.reclaimed += s.reclaimed;
                 swept.evicted += s.evicted;
@@ -213,6 +221,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
     {
         let tick = shard.next_tick();
         let limit = item.limit;
+        let base = shard.base();
         if let Some(e) = shard
             .table
             .find_mut(slot.hash, |e| e.key.borrow() == item.key)
@@ -224,7 +233,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
                 );
             }
             let (d, idle) = limit.decide_idle(&mut e.state, now, slot.cost, apply);
-            e.idle = idle_secs(idle);
+            e.idle = idle_secs(idle, base);
             e.touched = tick;
             return (d, Swept::default());
         }

@@ -84,6 +84,14 @@ pub struct StoreStats {
 
 type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
 
+/// The nanoseconds a decision at `now` is made at: at most a nanosecond
+/// before [`Timestamp::MAX`], which only a key that must be kept reports as
+/// its idle instant (an algorithm reports `now` for a key idle already).
+#[inline]
+pub(crate) fn instant(now: Timestamp) -> u64 {
+    now.as_nanos().min(u64::MAX - 1)
+}
+
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
     shards: Shards<K, S>,
@@ -117,11 +125,14 @@ where
         let shards = config
             .shards
             .min(config.capacity.min(1 << 16).next_power_of_two());
+        let shard_cap = config.capacity.div_ceil(shards);
         Ok(Store {
-            shards: (0..shards).map(|_| Slot::new(Shard::new())).collect(),
+            shards: (0..shards)
+                .map(|_| Slot::new(Shard::new(shard_cap)))
+                .collect(),
             hasher: foldhash::quality::RandomState::default(),
             mask: shards - 1,
-            shard_cap: config.capacity.div_ceil(shards),
+            shard_cap,
             prefetch: Prefetch::detect(),
             counters: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
         })
@@ -189,11 +200,12 @@ where
         slot.prefetch_lock(self.prefetch);
         let now = now();
         let mut shard = slot.lock();
-        let now = Timestamp::from_nanos(shard.monotonic(now.as_nanos()));
+        let now = Timestamp::from_nanos(shard.monotonic(instant(now)));
         let tick = shard.next_tick();
+        let base = shard.base();
         if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
             let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
-            e.idle = idle_secs(idle);
+            e.idle = idle_secs(idle, base);
             e.touched = tick;
             return d;
         }
@@ -220,12 +232,13 @@ where
         let swept = shard.before_insert(now, self.shard_cap, touched);
         let buckets = shard.table.num_buckets();
         let first = shard.table.is_empty();
+        let idle = idle_secs(idle, shard.base());
         shard.table.insert_unique(
             hash,
             Entry {
                 state,
                 key,
-                idle: idle_secs(idle),
+                idle,
                 touched,
             },
             |e| self.hasher.hash_one(&e.key),
@@ -255,10 +268,11 @@ where
         let slot = &self.shards[self.shard_of(hash)];
         prefetch_entry::<K, S>(self.prefetch, slot.hint(), hash);
         let mut shard = slot.lock();
-        let now = Timestamp::from_nanos(shard.monotonic(now.as_nanos()));
+        let now = Timestamp::from_nanos(shard.monotonic(instant(now)));
+        let base = shard.base();
         let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
         let r = f(&mut e.state);
-        e.idle = idle_secs(limit.idle_at(&e.state, now));
+        e.idle = idle_secs(limit.idle_at(&e.state, now), base);
         Some(r)
     }
 
@@ -282,13 +296,8 @@ where
     /// Drops every key whose state equals a fresh key's at `now`. Sweeps run
     /// by themselves as keys are inserted; this forces one everywhere.
     pub fn sweep(&self, now: Timestamp) {
-        let now_secs = now.as_secs().min(u32::MAX as u64 - 1) as u32;
         for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            let before = shard.table.len();
-            shard.table.retain(|e| e.idle > now_secs);
-            let reclaimed = (before - shard.table.len()) as u64;
-            drop(shard);
+            let reclaimed = shard.lock().reclaim(now);
             self.record(Swept {
                 reclaimed,
                 evicted: 0,
@@ -311,9 +320,10 @@ where
         self.shards.iter().map(|s| s.lock().table.capacity()).sum()
     }
 
-    /// The configured capacity.
+    /// The configured capacity (rounded up to a multiple of the shards,
+    /// saturating).
     pub fn capacity(&self) -> usize {
-        self.shard_cap * self.shards.len()
+        self.shard_cap.saturating_mul(self.shards.len())
     }
 
     /// Counters.

@@ -6,17 +6,23 @@ use hashbrown::HashTable;
 use super::prefetch::Prefetch;
 use crate::Timestamp;
 
-/// Shards never sweep below this many entries.
+/// Shards never sweep below this many entries (nor above their capacity).
 const MIN_SWEEP: usize = 64;
 /// How many entries the LRU threshold is estimated from.
 const SAMPLE: usize = 256;
 /// `idle` of an entry that must never be dropped (permits are held).
 pub(crate) const PINNED: u32 = u32::MAX;
+/// `idle` of an entry idle too far ahead to say: never reclaimed, but
+/// evicted like any other.
+const FAR: u32 = PINNED - 1;
+/// Seconds past a shard's base after which the base moves up to now.
+const REBASE: u64 = 1 << 31;
 
 pub(crate) struct Entry<K, S> {
     pub(crate) state: S,
     pub(crate) key: K,
-    /// Whole seconds (rounded up) at which the state equals a fresh one.
+    /// Whole seconds after the shard's base (rounded up) at which the state
+    /// equals a fresh one.
     pub(crate) idle: u32,
     /// The shard's access tick at the last use (for LRU).
     pub(crate) touched: u32,
@@ -25,6 +31,9 @@ pub(crate) struct Entry<K, S> {
 pub(crate) struct Shard<K, S> {
     pub(crate) table: HashTable<Entry<K, S>>,
     sweep_at: usize,
+    /// The instant (whole seconds) entries' idle times count from: moved up
+    /// every 2^31 s, so that 32 bits reach past any instant a key is seen at.
+    base: u64,
 }
 
 /// What a sweep removed.
@@ -34,14 +43,22 @@ pub(crate) struct Swept {
     pub(crate) evicted: u64,
 }
 
-/// `t` as whole seconds rounded up, [`PINNED`] for [`Timestamp::MAX`].
+/// The idle instant `t` as whole seconds after `base`, rounded up:
+/// [`PINNED`] for [`Timestamp::MAX`], [`FAR`] at most otherwise.
 #[inline]
-pub(crate) fn idle_secs(t: Timestamp) -> u32 {
+pub(crate) fn idle_secs(t: Timestamp, base: u64) -> u32 {
     if t == Timestamp::MAX {
         return PINNED;
     }
     let secs = t.as_nanos().div_ceil(1_000_000_000);
-    secs.min(PINNED as u64 - 1) as u32
+    secs.saturating_sub(base).min(FAR as u64) as u32
+}
+
+/// `now` as whole seconds after `base`, rounded down: below [`FAR`], so an
+/// entry is idle at `now` iff its `idle` is at most this.
+#[inline]
+fn now_secs(now: Timestamp, base: u64) -> u32 {
+    now.as_secs().saturating_sub(base).min(FAR as u64 - 1) as u32
 }
 
 /// Where a key's entry probably is, from a shard's published [`table_hint`]
@@ -63,11 +80,43 @@ pub(crate) fn prefetch_entry<K, S>(p: Prefetch, [ctrl, mask]: [usize; 2], hash: 
 }
 
 impl<K, S> Shard<K, S> {
-    pub(crate) fn new() -> Self {
+    /// An empty shard that holds about `cap` entries.
+    pub(crate) fn new(cap: usize) -> Self {
         Shard {
             table: HashTable::new(),
-            sweep_at: MIN_SWEEP,
+            sweep_at: MIN_SWEEP.min(cap),
+            base: 0,
         }
+    }
+
+    /// The instant (whole seconds) entries' idle times count from.
+    #[inline]
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Drops every entry idle at `now`; returns how many.
+    pub(crate) fn reclaim(&mut self, now: Timestamp) -> u64 {
+        let now_secs = now_secs(now, self.base);
+        let before = self.table.len();
+        self.table.retain(|e| e.idle > now_secs);
+        (before - self.table.len()) as u64
+    }
+
+    /// Moves the base up to `now` once `now` is [`REBASE`] seconds past it,
+    /// keeping every entry's idle instant (or its being far or pinned).
+    /// `now` must not be earlier than any instant decided in the shard.
+    fn rebase(&mut self, now: Timestamp) {
+        let delta = now.as_secs().saturating_sub(self.base);
+        if delta < REBASE {
+            return;
+        }
+        for e in self.table.iter_mut() {
+            if e.idle < FAR {
+                e.idle = (e.idle as u64).saturating_sub(delta) as u32;
+            }
+        }
+        self.base += delta;
     }
 
     /// The table's location for [`prefetch`]: the address of its control
@@ -87,16 +136,15 @@ impl<K, S> Shard<K, S> {
 
     /// Makes room before an insertion once the shard has grown enough since
     /// the last sweep: drops every idle entry, then, if the shard is still at
-    /// its capacity, the least recently used eighth.
+    /// its capacity, the least recently used eighth. `now` is the shard's
+    /// latest instant (see [`rebase`](Self::rebase)).
     pub(crate) fn before_insert(&mut self, now: Timestamp, cap: usize, tick: u32) -> Swept {
         let mut swept = Swept::default();
+        self.rebase(now);
         if self.table.len() < self.sweep_at {
             return swept;
         }
-        let now_secs = (now.as_secs()).min(PINNED as u64 - 1) as u32;
-        let before = self.table.len();
-        self.table.retain(|e| e.idle > now_secs);
-        swept.reclaimed = (before - self.table.len()) as u64;
+        swept.reclaimed = self.reclaim(now);
         if self.table.len() >= cap {
             swept.evicted = self.evict_lru(cap, tick);
         }
@@ -143,7 +191,52 @@ impl<K, S> Shard<K, S> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Entry, Shard};
+    use super::{Entry, FAR, PINNED, REBASE, Shard, idle_secs};
+    use crate::Timestamp;
+
+    /// Moving the base keeps every idle instant, and far and pinned entries
+    /// stay so; idle times are counted from the base, never wrapped.
+    #[test]
+    fn a_rebase_keeps_every_idle_instant() {
+        let mut shard: Shard<u64, ()> = Shard::new(64);
+        let start = REBASE - 10;
+        let at = |secs: u64| Timestamp::from_secs(secs);
+        for (key, idle) in [(0, 0), (1, 15), (2, 20 + 3_600), (3, FAR), (4, PINNED)] {
+            let idle = if idle < FAR {
+                start as u32 + idle
+            } else {
+                idle
+            };
+            shard.table.insert_unique(
+                key,
+                Entry {
+                    state: (),
+                    key,
+                    idle,
+                    touched: 0,
+                },
+                |e| e.key,
+            );
+        }
+        shard.rebase(at(start + 20));
+        assert_eq!(shard.base(), start + 20);
+        let idle = |k: u64| shard.table.find(k, |e| e.key == k).map(|e| e.idle);
+        assert_eq!(
+            [0, 1, 2, 3, 4].map(idle),
+            [Some(0), Some(0), Some(3_600), Some(FAR), Some(PINNED)]
+        );
+        assert_eq!(shard.reclaim(at(start + 20)), 2);
+        assert_eq!(shard.reclaim(at(start + 20 + 3_599)), 0);
+        assert_eq!(shard.reclaim(at(start + 20 + 3_600)), 1);
+        // Never reclaimed by time: only eviction removes a far entry.
+        assert_eq!(shard.reclaim(Timestamp::MAX), 0);
+        assert_eq!(shard.table.len(), 2);
+        let base = shard.base();
+        assert_eq!(idle_secs(at(base - 5), base), 0);
+        assert_eq!(idle_secs(at(base + 7), base), 7);
+        assert_eq!(idle_secs(at(base + (1 << 33)), base), FAR);
+        assert_eq!(idle_secs(Timestamp::MAX, base), PINNED);
+    }
 
     /// The hint is right about hashbrown's layout: bucket `i` is `i + 1`
     /// entries below the control bytes, and the mask is the bucket mask (a
@@ -152,7 +245,7 @@ mod tests {
     /// `hash & mask`.
     #[test]
     fn the_table_hint_locates_every_bucket() {
-        let mut shard: Shard<u64, u128> = Shard::new();
+        let mut shard: Shard<u64, u128> = Shard::new(1 << 20);
         assert_eq!(shard.table_hint(), [0, 0]);
         let size = std::mem::size_of::<Entry<u64, u128>>();
         for n in 0..3_000u64 {
