@@ -54,10 +54,10 @@ pub trait Algorithm: Send + Sync {
     /// The earliest time at which `state` behaves exactly like [`fresh`], so a
     /// store may forget the key without changing any future decision.
     ///
-    /// [`Timestamp::MAX`] is reserved for a state that must be kept whatever
-    /// the store's capacity (permits are held): an instant that only
-    /// saturates is reported one nanosecond earlier at the latest, so that
-    /// the store may still evict the key.
+    /// [`Timestamp::MAX`] from a limit that [`pins`](Algorithm::pins) means
+    /// the state must be kept whatever the store's capacity (permits are
+    /// held); from any other limit it is only an instant too far to tell,
+    /// and the store may still evict the key.
     ///
     /// [`fresh`]: Algorithm::fresh
     fn idle_at(&self, state: &Self::State, now: Timestamp) -> Timestamp;
@@ -71,6 +71,17 @@ pub trait Algorithm: Send + Sync {
     /// [`Concurrency`]: crate::algorithms::Concurrency
     #[inline]
     fn in_flight(&self) -> bool {
+        false
+    }
+
+    /// True when [`idle_at`](Algorithm::idle_at) returning
+    /// [`Timestamp::MAX`] means "keep this key" (units are held, which only
+    /// their release gives back) rather than an instant that saturated. A
+    /// [`Concurrency`] limit pins; a set pins when any member does.
+    ///
+    /// [`Concurrency`]: crate::algorithms::Concurrency
+    #[inline]
+    fn pins(&self) -> bool {
         false
     }
 
@@ -104,6 +115,9 @@ impl<A: Algorithm + ?Sized> Algorithm for &A {
     }
     fn in_flight(&self) -> bool {
         (**self).in_flight()
+    }
+    fn pins(&self) -> bool {
+        (**self).pins()
     }
     fn decide_idle(
         &self,
@@ -155,14 +169,19 @@ impl<A: Algorithm> Algorithm for Penalize<A> {
     fn in_flight(&self) -> bool {
         self.0.in_flight()
     }
+    fn pins(&self) -> bool {
+        self.0.pins()
+    }
 }
 
-/// The latest idle instant a state reports unless it must be kept whatever
-/// the store's capacity: one nanosecond before [`Timestamp::MAX`].
+/// The latest idle instant a set reports for a member that does not
+/// [pin](Algorithm::pins): one nanosecond before [`Timestamp::MAX`], so that
+/// a member's saturated instant does not read as another's held permits.
 pub(crate) const LATEST_IDLE: Timestamp = Timestamp::from_nanos(u64::MAX - 1);
 
-/// `t`, or [`LATEST_IDLE`] when later: an idle instant that saturated.
+/// The idle instant `t` of a set's member `m`: clamped below
+/// [`Timestamp::MAX`] unless `m` pins.
 #[inline]
-pub(crate) fn idle_until(t: Timestamp) -> Timestamp {
-    t.min(LATEST_IDLE)
+pub(crate) fn member_idle<A: Algorithm + ?Sized>(m: &A, t: Timestamp) -> Timestamp {
+    if m.pins() { t } else { t.min(LATEST_IDLE) }
 }

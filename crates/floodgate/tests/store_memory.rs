@@ -224,7 +224,11 @@ fn saturated_idle_times_do_not_pin_keys() {
     let mut s = AnyState::Fresh;
     blocking.decide(&mut s, now, 1, Apply::Commit);
     blocking.decide(&mut s, now, 1, Apply::Commit);
-    assert!(blocking.idle_at(&s, now) < Timestamp::MAX);
+    // Its idle instant saturates, but only limits that hold permits pin.
+    assert_eq!(blocking.idle_at(&s, now), Timestamp::MAX);
+    assert!(!blocking.pins());
+    assert!(AnyLimit::from(Concurrency::new(1).unwrap()).pins());
+    assert!((yearly, Concurrency::new(1).unwrap()).pins());
 }
 
 /// At the end of time itself, a key idle already (whose idle instant is

@@ -1,7 +1,7 @@
 //! Any algorithm, chosen at run time (from a configuration file), with one
 //! state type for all, so one store can hold keys of every kind of limit.
 
-use crate::algorithm::{Algorithm, Apply, idle_until};
+use crate::algorithm::{Algorithm, Apply};
 use crate::{Decision, Outcome, Timestamp};
 
 use super::{
@@ -310,12 +310,18 @@ impl Algorithm for AnyLimit {
             (Kind::SlidingLog(a), AnyState::SlidingLog(s)) => a.idle_at(s, now),
             (Kind::Shaper(a), AnyState::Shaper(s)) => a.idle_at(s, now),
             (Kind::Concurrency(a), AnyState::Concurrency(s)) => a.idle_at(s, now),
-            (_, AnyState::Blocked(until)) => idle_until(Timestamp::from_nanos(*until).max(now)),
+            (_, AnyState::Blocked(until)) => Timestamp::from_nanos(*until).max(now),
             _ => now,
         }
     }
 
     fn in_flight(&self) -> bool {
+        self.is_concurrency()
+    }
+
+    /// A concurrency limit pins (it is never blocked, so a blocked key's
+    /// end of time is only an instant).
+    fn pins(&self) -> bool {
         self.is_concurrency()
     }
 }

@@ -86,4 +86,8 @@ impl Algorithm for Concurrency {
     fn in_flight(&self) -> bool {
         true
     }
+
+    fn pins(&self) -> bool {
+        true
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Apply, idle_until};
+use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
 
@@ -119,7 +119,7 @@ impl Algorithm for FixedWindow {
         if s.count == 0 {
             now
         } else {
-            idle_until(Timestamp::from_nanos(s.start.saturating_add(self.window)))
+            Timestamp::from_nanos(s.start.saturating_add(self.window))
         }
     }
 }

@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Apply, idle_until};
+use crate::algorithm::{Algorithm, Apply};
 use crate::arith::{Divisor, div_ceil, gcd, nanos, sat64};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
@@ -186,7 +186,7 @@ impl Gcra {
             reset_after: Duration::from_nanos(after - now),
             retry_after: None,
         };
-        Some((d, idle_until(Timestamp::from_nanos(after))))
+        Some((d, Timestamp::from_nanos(after)))
     }
 
     /// Nanoseconds from `now_t` (ticks) up to `until` (ticks), rounded up.
@@ -269,7 +269,7 @@ impl Algorithm for Gcra {
             return r;
         }
         let d = self.decide(tat, now, cost, apply);
-        (d, idle_until(now.saturating_add(d.reset_after)))
+        (d, now.saturating_add(d.reset_after))
     }
 
     #[inline]
@@ -278,9 +278,9 @@ impl Algorithm for Gcra {
         if *tat <= now_t {
             now
         } else if self.c == 1 {
-            idle_until(Timestamp::from_nanos(sat64(*tat)))
+            Timestamp::from_nanos(sat64(*tat))
         } else {
-            idle_until(Timestamp::from_nanos(sat64(div_ceil(*tat, self.c))))
+            Timestamp::from_nanos(sat64(div_ceil(*tat, self.c)))
         }
     }
 }

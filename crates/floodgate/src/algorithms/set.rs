@@ -7,7 +7,7 @@
 //! of the members', except that a denied request's `retry_after` also waits
 //! for the penalty-mode members its charge made deny it.
 
-use crate::algorithm::{Algorithm, Apply};
+use crate::algorithm::{Algorithm, Apply, member_idle};
 use crate::{Decision, Outcome, Timestamp};
 
 /// Runs the two-phase check for `n` members: every member is first checked
@@ -79,12 +79,16 @@ macro_rules! tuple_set {
 
             fn idle_at(&self, s: &Self::State, now: Timestamp) -> Timestamp {
                 let mut at = Timestamp::ZERO;
-                $(at = at.max(self.$i.idle_at(&s.$i, now));)+
+                $(at = at.max(member_idle(&self.$i, self.$i.idle_at(&s.$i, now)));)+
                 at
             }
 
             fn in_flight(&self) -> bool {
                 $(self.$i.in_flight())&&+
+            }
+
+            fn pins(&self) -> bool {
+                $(self.$i.pins())||+
             }
         }
     };
@@ -161,12 +165,16 @@ impl<A: Algorithm> Algorithm for Limits<A> {
         self.members
             .iter()
             .zip(s.iter())
-            .map(|(m, s)| m.idle_at(s, now))
+            .map(|(m, s)| member_idle(m, m.idle_at(s, now)))
             .max()
             .unwrap_or(now)
     }
 
     fn in_flight(&self) -> bool {
         self.members.iter().all(A::in_flight)
+    }
+
+    fn pins(&self) -> bool {
+        self.members.iter().any(A::pins)
     }
 }

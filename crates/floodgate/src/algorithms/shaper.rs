@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Apply, idle_until};
+use crate::algorithm::{Algorithm, Apply};
 use crate::arith::{Divisor, sat64};
 use crate::error::{ConfigError, MAX_COUNT, check_count};
 use crate::{Decision, Outcome, Timestamp};
@@ -316,7 +316,7 @@ impl Algorithm for Shaper {
                 let at = at_nanos(at);
                 (
                     Duration::from_nanos(sat64(at.saturating_sub(now.as_nanos() as u128))),
-                    idle_until(Timestamp::from_nanos(sat64(at))),
+                    Timestamp::from_nanos(sat64(at)),
                 )
             }
             None => (Duration::ZERO, now),
@@ -335,7 +335,7 @@ impl Algorithm for Shaper {
 
     fn idle_at(&self, s: &ShaperState, now: Timestamp) -> Timestamp {
         match self.idle_ms(s) {
-            Some(at) => idle_until(Timestamp::from_nanos(sat64(at_nanos(at)))),
+            Some(at) => Timestamp::from_nanos(sat64(at_nanos(at))),
             None => now,
         }
     }

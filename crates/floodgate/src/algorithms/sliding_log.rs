@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Apply, idle_until};
+use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
 
@@ -143,7 +143,7 @@ impl Algorithm for SlidingLog {
 
     fn idle_at(&self, log: &LogState, now: Timestamp) -> Timestamp {
         match log.back() {
-            Some(&a) => idle_until(Timestamp::from_nanos(a.saturating_add(self.window))),
+            Some(&a) => Timestamp::from_nanos(a.saturating_add(self.window)),
             None => now,
         }
     }

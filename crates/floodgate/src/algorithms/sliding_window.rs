@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Apply, idle_until};
+use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
 
@@ -265,9 +265,7 @@ fn decide_two(
 /// newest non-zero count's window.
 fn idle_at(start: u64, counts: &[u64], sub: u64, now: Timestamp) -> Timestamp {
     match counts.iter().rposition(|&c| c != 0) {
-        Some(j) => idle_until(Timestamp::from_nanos(
-            start.saturating_add((j as u64 + 1).saturating_mul(sub)),
-        )),
+        Some(j) => Timestamp::from_nanos(start.saturating_add((j as u64 + 1).saturating_mul(sub))),
         None => now,
     }
 }

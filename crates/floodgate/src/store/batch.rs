@@ -5,9 +5,9 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
+use super::Store;
 use super::shard::{Shard, Swept, idle_secs, prefetch_entry};
 use super::slot::SlotGuard;
-use super::{Store, instant};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{Decision, Timestamp};
@@ -139,9 +139,9 @@ impl<K: Hash + Eq, S> Store<K, S> {
         // One instant for the whole batch: the latest any of its shards has
         // seen (a clock that went backwards is no time elapsed), recorded
         // in all of them.
-        let mut latest = instant(now);
+        let mut latest = now.as_nanos();
         for g in guards.iter_mut() {
-            latest = latest.max(locked(g).monotonic(instant(now)));
+            latest = latest.max(locked(g).monotonic(now.as_nanos()));
         }
         for g in guards.iter_mut() {
             locked(g).monotonic(latest);
@@ -233,15 +233,23 @@ impl<K: Hash + Eq, S> Store<K, S> {
                 );
             }
             let (d, idle) = limit.decide_idle(&mut e.state, now, slot.cost, apply);
-            e.idle = idle_secs(idle, base);
+            e.idle = idle_secs(idle, now, base, limit.pins());
             e.touched = tick;
             return (d, Swept::default());
         }
         let mut state = limit.fresh();
         let (d, idle) = limit.decide_idle(&mut state, now, slot.cost, apply);
         let mut swept = Swept::default();
-        if store && idle > now {
-            swept = self.insert(shard, slot.hash, item.key.to_key(), state, idle, now);
+        // Kept: not idle yet, or pinned (permits held, even at the end of time).
+        if store && (idle > now || idle == Timestamp::MAX) {
+            swept = self.insert(
+                shard,
+                slot.hash,
+                item.key.to_key(),
+                state,
+                (idle, limit.pins()),
+                now,
+            );
         }
         (d, swept)
     }

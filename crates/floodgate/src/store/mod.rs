@@ -84,14 +84,6 @@ pub struct StoreStats {
 
 type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
 
-/// The nanoseconds a decision at `now` is made at: at most a nanosecond
-/// before [`Timestamp::MAX`], which only a key that must be kept reports as
-/// its idle instant (an algorithm reports `now` for a key idle already).
-#[inline]
-pub(crate) fn instant(now: Timestamp) -> u64 {
-    now.as_nanos().min(u64::MAX - 1)
-}
-
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
     shards: Shards<K, S>,
@@ -200,19 +192,27 @@ where
         slot.prefetch_lock(self.prefetch);
         let now = now();
         let mut shard = slot.lock();
-        let now = Timestamp::from_nanos(shard.monotonic(instant(now)));
+        let now = Timestamp::from_nanos(shard.monotonic(now.as_nanos()));
         let tick = shard.next_tick();
         let base = shard.base();
         if let Some(e) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
             let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
-            e.idle = idle_secs(idle, base);
+            e.idle = idle_secs(idle, now, base, limit.pins());
             e.touched = tick;
             return d;
         }
         let mut state = limit.fresh();
         let (d, idle) = limit.decide_idle(&mut state, now, cost, apply);
-        if idle > now {
-            let swept = self.insert(&mut shard, hash, key.to_key(), state, idle, now);
+        // Kept: not idle yet, or pinned (permits held, even at the end of time).
+        if idle > now || idle == Timestamp::MAX {
+            let swept = self.insert(
+                &mut shard,
+                hash,
+                key.to_key(),
+                state,
+                (idle, limit.pins()),
+                now,
+            );
             drop(shard);
             self.record(swept);
         }
@@ -225,14 +225,14 @@ where
         hash: u64,
         key: K,
         state: S,
-        idle: Timestamp,
+        (idle, pins): (Timestamp, bool),
         now: Timestamp,
     ) -> Swept {
         let touched = shard.tick();
         let swept = shard.before_insert(now, self.shard_cap, touched);
         let buckets = shard.table.num_buckets();
         let first = shard.table.is_empty();
-        let idle = idle_secs(idle, shard.base());
+        let idle = idle_secs(idle, now, shard.base(), pins);
         shard.table.insert_unique(
             hash,
             Entry {
@@ -268,11 +268,11 @@ where
         let slot = &self.shards[self.shard_of(hash)];
         prefetch_entry::<K, S>(self.prefetch, slot.hint(), hash);
         let mut shard = slot.lock();
-        let now = Timestamp::from_nanos(shard.monotonic(instant(now)));
+        let now = Timestamp::from_nanos(shard.monotonic(now.as_nanos()));
         let base = shard.base();
         let e = shard.table.find_mut(hash, |e| e.key.borrow() == key)?;
         let r = f(&mut e.state);
-        e.idle = idle_secs(limit.idle_at(&e.state, now), base);
+        e.idle = idle_secs(limit.idle_at(&e.state, now), now, base, limit.pins());
         Some(r)
     }
 

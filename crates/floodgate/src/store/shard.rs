@@ -43,12 +43,20 @@ pub(crate) struct Swept {
     pub(crate) evicted: u64,
 }
 
-/// The idle instant `t` as whole seconds after `base`, rounded up:
-/// [`PINNED`] for [`Timestamp::MAX`], [`FAR`] at most otherwise.
+/// The idle instant `t` of a state decided at `now` by a limit that `pins`
+/// or not ([`Algorithm::pins`](crate::Algorithm::pins)), as whole seconds
+/// after `base`, rounded up: [`PINNED`] for [`Timestamp::MAX`] from a limit
+/// that pins (the key must be kept), [`FAR`] at most otherwise. A decision
+/// at `Timestamp::MAX` itself reports idle states idle at `now`, so nothing
+/// is pinned then.
 #[inline]
-pub(crate) fn idle_secs(t: Timestamp, base: u64) -> u32 {
+pub(crate) fn idle_secs(t: Timestamp, now: Timestamp, base: u64, pins: bool) -> u32 {
     if t == Timestamp::MAX {
-        return PINNED;
+        return if pins && now != Timestamp::MAX {
+            PINNED
+        } else {
+            FAR
+        };
     }
     let secs = t.as_nanos().div_ceil(1_000_000_000);
     secs.saturating_sub(base).min(FAR as u64) as u32
@@ -232,10 +240,13 @@ mod tests {
         assert_eq!(shard.reclaim(Timestamp::MAX), 0);
         assert_eq!(shard.table.len(), 2);
         let base = shard.base();
-        assert_eq!(idle_secs(at(base - 5), base), 0);
-        assert_eq!(idle_secs(at(base + 7), base), 7);
-        assert_eq!(idle_secs(at(base + (1 << 33)), base), FAR);
-        assert_eq!(idle_secs(Timestamp::MAX, base), PINNED);
+        let now = at(base);
+        assert_eq!(idle_secs(at(base - 5), now, base, true), 0);
+        assert_eq!(idle_secs(at(base + 7), now, base, true), 7);
+        assert_eq!(idle_secs(at(base + (1 << 33)), now, base, true), FAR);
+        assert_eq!(idle_secs(Timestamp::MAX, now, base, true), PINNED);
+        assert_eq!(idle_secs(Timestamp::MAX, now, base, false), FAR);
+        assert_eq!(idle_secs(Timestamp::MAX, Timestamp::MAX, base, true), FAR);
     }
 
     /// The hint is right about hashbrown's layout: bucket `i` is `i + 1`
