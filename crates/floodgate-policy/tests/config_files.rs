@@ -172,6 +172,14 @@ fn floodgate_format_errors_name_the_offending_value() {
         ),
         ("requests: 5\n      per: 40000d", "at most 100 years"),
         ("algorithm: concurrency", "needs 'max'"),
+        (
+            "algorithm: concurrency\n      max: 2\n      penalty: true",
+            "penalty does not apply to a concurrency limit",
+        ),
+        (
+            "algorithm: concurrency\n      max: 2\n      block_for: 1m",
+            "block_for does not apply to a concurrency limit",
+        ),
     ];
     for (limit, want) in cases {
         let limit = limit.replace("\n      ", "\n          ");

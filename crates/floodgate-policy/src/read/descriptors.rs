@@ -3,7 +3,7 @@
 
 use crate::error::Errors;
 use crate::failure::OnFailure;
-use crate::spec::{Dialect, NodeSpec, Penalty, RateLimitSpec, Reported};
+use crate::spec::{Dialect, LimitSpec, NodeSpec, Penalty, RateLimitSpec, Reported};
 use crate::unit::Unit;
 use crate::yaml::{Map, Node, excerpt};
 
@@ -267,12 +267,25 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
             let (limits, reported) = read_limits(&map, unit, errors)?;
             spec.limits = limits;
             spec.reported = reported;
+            // Neither applies to units in flight: a denied request holds
+            // nothing to count, and a block would lose the held count.
+            let in_flight = !spec.limits.is_empty()
+                && spec
+                    .limits
+                    .iter()
+                    .all(|l| matches!(l, LimitSpec::Concurrency { .. }));
             if let Some(p) = map.get("penalty") {
                 if errors.take(p.bool()) == Some(true) {
+                    if in_flight {
+                        errors.push(p.error("penalty does not apply to a concurrency limit (a denied request holds nothing to count)"));
+                    }
                     spec.penalty = Penalty::AllDenials;
                 }
             }
             if let Some(b) = map.get("block_for") {
+                if in_flight {
+                    errors.push(b.error("block_for does not apply to a concurrency limit (permits are given back by releases, not by time)"));
+                }
                 spec.block_for = super::limits::read_duration(b, errors);
             }
             if let Some(f) = map.get("on_failure") {
