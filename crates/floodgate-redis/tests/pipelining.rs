@@ -70,6 +70,16 @@ async fn burst(
     (out, start.elapsed())
 }
 
+/// One decision of cost 1 on `key`: admitted?
+async fn decide(b: Arc<RedisBackend>, key: &'static str) -> Result<bool, BackendError> {
+    let limit = limit();
+    let items = [item(b"p", key.as_bytes(), &limit, 1)];
+    let mut out = [blank()];
+    b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
+        .await
+        .map(|d| d.is_allowed())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commands_share_pipelines() {
     let server = Server::start();
@@ -158,14 +168,6 @@ fn a_caller_on_an_idle_runtime_does_not_hold_the_window() {
         c.timeout = Duration::from_millis(500);
         c.pipeline_window = Duration::from_micros(200);
     }));
-    let decide = |b: Arc<RedisBackend>, key: &'static str| async move {
-        let limit = limit();
-        let items = [item(b"p", key.as_bytes(), &limit, 1)];
-        let mut out = [blank()];
-        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
-            .await
-            .map(|d| d.is_allowed())
-    };
     let side = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -200,14 +202,6 @@ fn a_window_whose_home_runtime_ended_starts_on_the_callers() {
         Arc::new(RedisBackend::connect_lazy(&config).await.expect("connect"))
     });
     drop(builder);
-    let decide = |b: Arc<RedisBackend>, key: &'static str| async move {
-        let limit = limit();
-        let items = [item(b"p", key.as_bytes(), &limit, 1)];
-        let mut out = [blank()];
-        b.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
-            .await
-            .map(|d| d.is_allowed())
-    };
     // The runtime the backend was built on is gone: the window's task
     // starts on the caller's.
     for _ in 0..3 {
