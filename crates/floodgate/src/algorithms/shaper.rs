@@ -80,6 +80,8 @@ pub struct Shaper {
     rate: u64,
     /// Milli-requests.
     burst: u64,
+    /// `burst` in whole requests (`burst / 1000`).
+    burst_requests: u64,
     /// Milli-requests passed without delay.
     delay: u64,
     /// Division by `rate`.
@@ -140,6 +142,7 @@ impl Shaper {
         Ok(Shaper {
             rate,
             burst: burst * 1000,
+            burst_requests: burst,
             delay,
             per_rate: Divisor::new(rate),
         })
@@ -152,7 +155,7 @@ impl Shaper {
 
     /// The burst in requests.
     pub fn burst(&self) -> u64 {
-        self.burst / 1000
+        self.burst_requests
     }
 
     /// The delay threshold in milli-requests: 0 by default, `N·1000` with
@@ -202,6 +205,13 @@ impl Shaper {
     #[inline]
     fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
         (s.last != u64::MAX).then(|| {
+            // The usual case in 64 bits: drained within the minute.
+            if let Some(scaled) = s.excess.checked_add(1000).and_then(|u| u.checked_mul(1000)) {
+                let drained = self.per_rate.div_ceil(scaled);
+                if drained <= EXPIRE_MS {
+                    return s.last as u128 + drained as u128;
+                }
+            }
             let drained = self.ms_to_drain(s.excess as u128 + 1000);
             // Within the minute the drain comes first (the expiry needs a
             // minute at least): no second division on the usual path.
@@ -252,11 +262,11 @@ impl Algorithm for Shaper {
         apply: Apply,
     ) -> (Decision, Timestamp) {
         let now_ms = now.as_millis();
-        let limit = self.burst / 1000 + 1;
+        let limit = self.burst_requests + 1;
         let base = self.next_excess(s, now_ms);
         // 1000·(cost − 1) on top of nginx's own accounting; more than the
         // burst can never fit (and then does not fit in the arithmetic).
-        let never = cost.saturating_sub(1) > self.burst / 1000;
+        let never = cost.saturating_sub(1) > self.burst_requests;
         let extra = if never {
             0
         } else {
@@ -312,6 +322,14 @@ impl Algorithm for Shaper {
             None => 0,
         };
         let (reset_after, idle) = match self.idle_ms(s) {
+            // The usual case in 64 bits: an instant before the end of time.
+            Some(at) if at <= (u64::MAX / 1_000_000) as u128 => {
+                let at = at as u64 * 1_000_000;
+                (
+                    Duration::from_nanos(at.saturating_sub(now.as_nanos())),
+                    Timestamp::from_nanos(at),
+                )
+            }
             Some(at) => {
                 let at = at_nanos(at);
                 (
