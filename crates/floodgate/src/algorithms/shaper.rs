@@ -155,7 +155,7 @@ impl Shaper {
 
     /// The burst in requests.
     pub fn burst(&self) -> u64 {
-        self.burst_requests
+        self.burst / 1000
     }
 
     /// The delay threshold in milli-requests: 0 by default, `N·1000` with
