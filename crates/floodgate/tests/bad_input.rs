@@ -328,3 +328,16 @@ fn store_constructor_full_range() {
         assert!(store.capacity() >= capacity);
     }
 }
+
+/// A concurrency state held near `u64::MAX` (only a hand-made one can be):
+/// a decision on it denies, never overflows.
+#[test]
+fn a_concurrency_state_near_the_top_denies() {
+    use floodgate::Algorithm;
+    use floodgate::algorithms::Concurrency;
+    let limit = Concurrency::new(10).unwrap();
+    let mut held = u64::MAX - 1;
+    let d = limit.decide(&mut held, Timestamp::ZERO, 5, Apply::Commit);
+    assert_eq!(d.outcome, floodgate::Outcome::Denied);
+    assert_eq!(held, u64::MAX - 1);
+}

@@ -61,7 +61,7 @@ impl Algorithm for Concurrency {
     fn decide(&self, held: &mut u64, _now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let outcome = if cost > self.max {
             Outcome::Never
-        } else if *held + cost <= self.max {
+        } else if held.saturating_add(cost) <= self.max {
             if apply.charge_if_allowed() {
                 *held += cost;
             }
