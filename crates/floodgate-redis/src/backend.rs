@@ -320,7 +320,7 @@ impl RedisBackend {
             }
         }
         let at = match self.time {
-            TimeSource::Server => {
+            TimeSource::Server if self.cache.is_some() => {
                 let at = Timestamp::from_micros(now_us);
                 // Paired with the instant the request left: an entry made
                 // from this decision expires at `sent + retry_after` on the
@@ -331,6 +331,8 @@ impl RedisBackend {
                     .store(at.as_nanos().wrapping_sub(sent), Ordering::Relaxed);
                 at
             }
+            // Without the cache nothing is dated by the estimate.
+            TimeSource::Server => Timestamp::from_micros(now_us),
             TimeSource::Client { .. } => now,
         };
         // `items` is not empty, so neither is the combination.

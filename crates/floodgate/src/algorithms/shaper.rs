@@ -195,24 +195,34 @@ impl Shaper {
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
     #[inline]
     fn ms_to_drain(&self, units: u128) -> u128 {
-        match u64::try_from(units).ok().and_then(|u| u.checked_mul(1000)) {
-            Some(scaled) => self.per_rate.div_ceil(scaled) as u128,
+        match u64::try_from(units)
+            .ok()
+            .and_then(|u| self.ms_to_drain_64(u))
+        {
+            Some(ms) => ms as u128,
             None => (units * 1000).div_ceil(self.rate as u128),
         }
+    }
+
+    /// [`ms_to_drain`](Self::ms_to_drain) in 64 bits, when `units·1000`
+    /// fits in them.
+    #[inline]
+    fn ms_to_drain_64(&self, units: u64) -> Option<u64> {
+        units
+            .checked_mul(1000)
+            .map(|scaled| self.per_rate.div_ceil(scaled))
     }
 
     /// The instant a node with this state behaves like no node at all.
     #[inline]
     fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
         (s.last != u64::MAX).then(|| {
-            // The usual case in 64 bits: drained within the minute.
-            if let Some(scaled) = s.excess.checked_add(1000).and_then(|u| u.checked_mul(1000)) {
-                let drained = self.per_rate.div_ceil(scaled);
-                if drained <= EXPIRE_MS {
-                    return s.last as u128 + drained as u128;
-                }
+            // In 64 bits on the usual path.
+            let drained = match s.excess.checked_add(1000) {
+                Some(units) => self.ms_to_drain_64(units).map(u128::from),
+                None => None,
             }
-            let drained = self.ms_to_drain(s.excess as u128 + 1000);
+            .unwrap_or_else(|| self.ms_to_drain(s.excess as u128 + 1000));
             // Within the minute the drain comes first (the expiry needs a
             // minute at least): no second division on the usual path.
             if drained <= EXPIRE_MS as u128 {
