@@ -11,6 +11,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use thiserror::Error;
 
 use crate::failure::OnFailure;
+use crate::sync_mode::{Held, SyncMode};
 
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +30,10 @@ pub struct Item<'a> {
     /// does with this item when it cannot decide (`None`: the backend's
     /// own policy). The in-memory backend always decides and ignores it.
     pub on_failure: Option<OnFailure>,
+    /// The rule's synchronisation mode, if it sets one: how a shared
+    /// backend shares this counter between instances (`None`: the
+    /// backend's own default). The in-memory backend ignores it.
+    pub sync: Option<SyncMode>,
     /// Identifies the acquisition for a concurrency limit: the request's
     /// permit, the same value at [`Backend::release`] as at
     /// [`Backend::decide`], so that a backend holding each permit on its
@@ -81,6 +86,15 @@ pub trait Backend: Send + Sync + 'static {
     /// in-memory store): the engine then decides synchronously, without
     /// building the futures of [`decide`](Self::decide). `None` by default.
     fn as_sync(&self) -> Option<&dyn SyncBackend> {
+        None
+    }
+
+    /// What this instance holds locally for `item`'s counter when the
+    /// backend decides it in memory under a synchronisation mode (leased
+    /// units, unsynced hits); `None` when every decision goes to the
+    /// backend's store (and always for the in-memory store).
+    fn held(&self, item: &Item<'_>) -> Option<Held> {
+        let _ = item;
         None
     }
 

@@ -10,6 +10,7 @@ pub mod failure;
 pub mod read;
 pub mod reload;
 pub mod spec;
+pub mod sync_mode;
 pub mod unit;
 pub mod yaml;
 
@@ -20,3 +21,4 @@ pub use engine::{
 };
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use failure::OnFailure;
+pub use sync_mode::{Held, SyncMode};

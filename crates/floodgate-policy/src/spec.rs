@@ -9,6 +9,7 @@ use floodgate::algorithms::{NginxRate, ShaperDelay};
 
 use crate::error::Location;
 use crate::failure::OnFailure;
+use crate::sync_mode::SyncMode;
 use crate::unit::Unit;
 
 /// Global settings.
@@ -126,6 +127,9 @@ pub struct RateLimitSpec {
     /// What a shared store does with this rule's counters when it cannot
     /// decide (`None`: the store's global failure policy).
     pub on_failure: Option<OnFailure>,
+    /// How a shared store shares the rule's counters between instances
+    /// (`None`: the store's default).
+    pub sync: Option<SyncMode>,
     /// What to report as the current limit in Envoy responses.
     pub reported: Reported,
 }

@@ -13,3 +13,4 @@ mod hot_reload;
 mod near_limit;
 mod on_failure;
 mod permits;
+mod sync_modes;

@@ -301,6 +301,7 @@ store:
                 limit: &limit,
                 cost: 1,
                 on_failure: None,
+                sync: None,
                 permit: 0,
             };
             let mut out = [Decision {

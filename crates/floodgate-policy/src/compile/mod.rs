@@ -262,6 +262,7 @@ impl Ctx<'_> {
             enabled: n.enabled,
             cost: n.cost,
             on_failure: rl.on_failure,
+            sync: rl.sync,
             fingerprint: fingerprint.finish(),
             metrics: RuleMetrics::new(self.domain, &label),
         });

@@ -12,6 +12,7 @@ use metrics::Counter;
 
 use crate::failure::OnFailure;
 use crate::spec::{LimitSpec, Penalty, Reported};
+use crate::sync_mode::SyncMode;
 
 /// Index of a rule in its [`PolicySet`](crate::PolicySet).
 pub type RuleId = u32;
@@ -71,6 +72,11 @@ pub struct Rule {
     /// backend item of the rule; not part of the fingerprint (it does not
     /// change the counters).
     pub on_failure: Option<OnFailure>,
+    /// How a shared store shares the rule's counters between instances
+    /// (`None`: the store's default). Carried on every backend item of the
+    /// rule; not part of the fingerprint (every mode keeps the same
+    /// counters, so instances in different modes share them).
+    pub sync: Option<SyncMode>,
     /// A fingerprint of everything that defines the rule's counters: equal
     /// across processes and reloads for an unchanged rule.
     pub fingerprint: u64,

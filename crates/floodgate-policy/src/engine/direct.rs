@@ -17,8 +17,7 @@ use floodgate::{Apply, Clock, Decision};
 use smallvec::SmallVec;
 
 use crate::backend::{Backend, Item};
-use crate::compile::{Action, PolicySet, RuleId};
-use crate::failure::OnFailure;
+use crate::compile::{Action, PolicySet, Rule, RuleId};
 
 use super::finish::{narrowest_index, over_limit, settle};
 use super::request::Descriptor;
@@ -193,12 +192,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let out: &mut [Decision] = if let [l] = &limits[..] {
             // One limit: its key is the group's plus its index, in place.
             buf.push(0);
-            let items = [counter(
-                &response.scratch.keys,
-                &l.limit,
-                cost,
-                rule.on_failure,
-            )];
+            let items = [counter(&response.scratch.keys, &l.limit, cost, rule)];
             backend.decide_now(&items, now, apply, &mut one);
             &mut one
         } else {
@@ -210,14 +204,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             let items: SmallVec<[Item<'_>; MAX_LIMITS]> = ranges
                 .iter()
                 .zip(limits.iter())
-                .map(|(&(a, b), l)| {
-                    counter(
-                        &buf[a as usize..b as usize],
-                        &l.limit,
-                        cost,
-                        rule.on_failure,
-                    )
-                })
+                .map(|(&(a, b), l)| counter(&buf[a as usize..b as usize], &l.limit, cost, rule))
                 .collect();
             many.resize(items.len(), PLACEHOLDER);
             backend.decide_now(&items, now, apply, &mut many);
@@ -244,20 +231,16 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     }
 }
 
-/// The backend's item for a counter `key` (its group: all but the last
-/// byte).
-fn counter<'a>(
-    key: &'a [u8],
-    limit: &'a AnyLimit,
-    cost: u64,
-    on_failure: Option<OnFailure>,
-) -> Item<'a> {
+/// The backend's item for a counter `key` of `rule` (its group: all but
+/// the last byte).
+fn counter<'a>(key: &'a [u8], limit: &'a AnyLimit, cost: u64, rule: &Rule) -> Item<'a> {
     Item {
         group: &key[..key.len() - 1],
         key,
         limit,
         cost,
-        on_failure,
+        on_failure: rule.on_failure,
+        sync: rule.sync,
         permit: 0,
     }
 }

@@ -28,6 +28,7 @@ use crate::backend::{Backend, Item, SyncBackend};
 use crate::compile::{PolicySet, Rule};
 use crate::failure::OnFailure;
 use crate::spec::Reported;
+use crate::sync_mode::SyncMode;
 
 pub use direct::DirectPlan;
 pub use errors::{EngineError, ErrorCode};
@@ -377,7 +378,17 @@ fn item<'a>(
         limit,
         cost: slot.cost,
         on_failure: on_failure_of(policy, slot.limit),
+        sync: sync_of(policy, slot.limit),
         permit: if limit.is_concurrency() { permit } else { 0 },
+    }
+}
+
+/// The synchronisation mode of the rule a counter belongs to (limit
+/// overrides sent with a request have none: the store's default).
+fn sync_of(policy: &PolicySet, r: LimitRef) -> Option<SyncMode> {
+    match r {
+        LimitRef::Rule(id, _) => policy.rule(id).sync,
+        LimitRef::Override(_) => None,
     }
 }
 

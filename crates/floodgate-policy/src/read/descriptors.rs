@@ -27,6 +27,7 @@ pub(crate) const ENVOY_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    "sync",
 ];
 
 const NODE_KEYS: &[&str] = &[
@@ -63,6 +64,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "penalty",
     "block_for",
     "on_failure",
+    "sync",
 ];
 
 /// Reports keys the dialect does not allow. envoyproxy/ratelimit checks
@@ -228,6 +230,7 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
         },
         block_for: None,
         on_failure: None,
+        sync: None,
         reported: Reported {
             requests_per_unit: 0,
             unit: unit.unwrap_or(Unit::Second),
@@ -244,6 +247,10 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
         map.has("requests_per_unit");
         check_keys(&map, dialect, RATE_LIMIT_KEYS, errors);
         return Some(spec);
+    }
+    // Both dialects: how a shared store shares the rule's counters.
+    if let Some(s) = map.get("sync") {
+        spec.sync = super::read_sync_mode(s, errors);
     }
     match dialect {
         Dialect::Envoy => {

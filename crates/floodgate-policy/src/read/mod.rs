@@ -11,6 +11,7 @@ mod descriptors;
 mod envoy;
 mod floodgate;
 pub(crate) mod limits;
+mod sync_mode;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::yaml::Document;
 pub use bounded::read_bounded;
 pub use floodgate::{POLICY_SECTIONS, parse_cidr};
 pub use limits::{ALGORITHMS, parse_nginx_rate};
+pub use sync_mode::read_sync_mode;
 
 /// How to load.
 #[derive(Clone, Debug, Default)]

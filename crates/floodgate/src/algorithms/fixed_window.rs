@@ -36,6 +36,15 @@ pub struct WindowState {
 }
 
 impl WindowState {
+    /// The state of a window starting at `start` holding `count` (for a
+    /// backend that keeps the state elsewhere and decides a copy here).
+    pub fn new(start: Timestamp, count: u64) -> Self {
+        WindowState {
+            start: start.as_nanos(),
+            count,
+        }
+    }
+
     /// The count in the window that starts at [`WindowState::start`].
     pub fn count(&self) -> u64 {
         self.count

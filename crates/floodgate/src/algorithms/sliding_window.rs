@@ -73,6 +73,50 @@ pub struct SubWindowState {
     counts: Box<[u64]>,
 }
 
+impl SlidingWindowState {
+    /// The state of a window starting at `start`, with the counts of the
+    /// previous window and of this one (for a backend that keeps the state
+    /// elsewhere and decides a copy here).
+    pub fn new(start: Timestamp, previous: u32, current: u32) -> Self {
+        SlidingWindowState {
+            start: start.as_nanos(),
+            counts: [previous, current],
+        }
+    }
+
+    /// The start of the current window.
+    pub fn start(&self) -> Timestamp {
+        Timestamp::from_nanos(self.start)
+    }
+
+    /// The counts of the previous window and of the current one.
+    pub fn counts(&self) -> [u32; 2] {
+        self.counts
+    }
+}
+
+impl SubWindowState {
+    /// The state of a sub-window starting at `start`, with the `N + 1`
+    /// counts, oldest first (a state of another length decides as a fresh
+    /// one).
+    pub fn new(start: Timestamp, counts: Box<[u64]>) -> Self {
+        SubWindowState {
+            start: start.as_nanos(),
+            counts,
+        }
+    }
+
+    /// The start of the current sub-window.
+    pub fn start(&self) -> Timestamp {
+        Timestamp::from_nanos(self.start)
+    }
+
+    /// The counts, oldest first.
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+}
+
 impl SlidingWindow {
     /// `limit` per sliding `window`. The limit is at most 4 294 967 295 (its
     /// counts are 32-bit); [`SubWindowCounter`] with one sub-window has the
