@@ -26,7 +26,7 @@ pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
         // gateway's (`gateway:`, `http:`): every problem of every section.
         let docs = &c.loaded.documents;
         let mut errors = floodgate_policy::error::Errors::default();
-        if let Err(e) = floodgate_server::settings::read_sections(docs) {
+        if let Err(e) = floodgate_runtime::settings::read_sections(docs) {
             errors.extend(e);
         }
         if let Err(e) = floodgate_gateway::GatewayConfig::from_documents(docs) {

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use floodgate_gateway::{GatewayOptions, UpstreamUrl};
-use floodgate_server::logging;
-use floodgate_server::settings::{overrides_from_env, parse_listen, warn_unsupported_env};
+use floodgate_runtime::logging;
+use floodgate_runtime::settings::{overrides_from_env, parse_listen, warn_unsupported_env};
 
 /// Flags of `floodgate gateway`; each overrides the configuration file.
 #[derive(Args, Debug, Default)]
@@ -42,7 +42,7 @@ fn upstream(s: &str) -> Result<UpstreamUrl, String> {
 /// Runs the gateway until SIGTERM/SIGINT.
 pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     let env = overrides_from_env(|k| std::env::var(k).ok())?;
-    let flags = floodgate_server::settings::Overrides {
+    let flags = floodgate_runtime::settings::Overrides {
         log_level: args.log_level.clone(),
         ..Default::default()
     };
@@ -55,7 +55,7 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
         upstreams: args.upstream,
     };
     // Before loading: rules resolve their metric handles when compiled.
-    let prometheus = floodgate_server::metrics::install()?;
+    let prometheus = floodgate_runtime::metrics::install()?;
     let loaded = floodgate_gateway::load(&opts)?;
     let mut log = loaded.settings.server.log.clone();
     if loaded.gateway.access_log {

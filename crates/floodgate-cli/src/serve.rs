@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use floodgate_server::settings::{
+use floodgate_runtime::logging;
+use floodgate_runtime::settings::{
     Overrides, StoreKind, config_path_from_env, overrides_from_env, parse_bool,
     parse_failure_policy, parse_listen, parse_log_format, parse_mode, parse_setting_duration,
     parse_size, warn_unsupported_env,
 };
-use floodgate_server::{ServeOptions, logging};
+use floodgate_server::ServeOptions;
 
 /// Flags of `floodgate serve`; each overrides the environment and the
 /// configuration file.
@@ -187,11 +188,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         other_sections: crate::check::OTHER_SECTIONS.to_vec(),
     };
     // Before loading: rules resolve their metric handles when compiled.
-    let prometheus = floodgate_server::metrics::install()?;
+    let prometheus = floodgate_runtime::metrics::install()?;
     let (source, compiled, settings) = floodgate_server::load(&opts)?;
     logging::init(&settings.server.log)?;
     warn_unsupported_env(|k| std::env::var(k).ok());
-    floodgate_server::run(source, compiled, settings, Some(prometheus))
+    floodgate_server::run::run(source, compiled, settings, Some(prometheus))
         .context("floodgate serve")?;
     Ok(())
 }

@@ -23,7 +23,7 @@ pub enum GatewayError {
     },
     /// The store, metrics or the runtime failed.
     #[error(transparent)]
-    Server(#[from] floodgate_server::ServerError),
+    Runtime(#[from] floodgate_runtime::RuntimeError),
     /// A TLS certificate, key or CA file could not be used.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),

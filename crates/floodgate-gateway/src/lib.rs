@@ -30,7 +30,6 @@
 #![warn(missing_docs)]
 
 pub mod access;
-pub mod admin;
 pub mod body;
 pub mod config;
 pub mod connect;

@@ -59,17 +59,15 @@ impl Protocols {
 }
 
 /// Serves `gateway` on `listener` (TLS with `tls`) until `shutdown`
-/// resolves, then stops accepting and waits up to `grace` for the
-/// connections to finish their requests in flight. Returns whether they
-/// all did.
+/// resolves, then stops accepting and waits for the connections to finish
+/// their requests in flight (the caller bounds the wait).
 pub async fn serve<B: Backend + 'static>(
     gateway: Arc<Gateway<B>>,
     listener: TcpListener,
     limits: ListenerLimits,
     tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
-    grace: Duration,
-) -> bool {
+) {
     let protocols = Arc::new(Protocols::new(&limits));
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = Drain::new();
@@ -123,10 +121,7 @@ pub async fn serve<B: Backend + 'static>(
         });
     }
     drop(listener);
-    tracing::info!(grace = ?grace, "draining connections");
-    tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_ok()
+    graceful.shutdown().await;
 }
 
 /// A client connection's place under `max_connections`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::unit::parse_duration;
 use floodgate_policy::yaml::{Document, Map, Node, excerpt};
-use floodgate_server::settings::{parse_listen, parse_size};
+use floodgate_runtime::settings::{parse_listen, parse_size};
 
 use crate::config::{GatewayConfig, HostHeader, UpstreamProtocol, UpstreamUrl};
 use crate::read_tls::{read_listener_tls, read_upstream_tls};

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use floodgate_http::identity::IdentityError;
 use floodgate_policy::PolicySet;
 use floodgate_policy::reload::Compiled;
-use floodgate_server::settings::PolicyOverrides;
-use floodgate_server::{AnyBackend, ServerError};
+use floodgate_runtime::settings::PolicyOverrides;
+use floodgate_runtime::{AnyBackend, RuntimeError};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
@@ -26,7 +26,7 @@ pub enum ReloadError {
     Sections(#[from] GatewayError),
     /// The store cannot decide a rule (e.g. Redis and too fine a period).
     #[error(transparent)]
-    Store(#[from] ServerError),
+    Store(#[from] RuntimeError),
     /// The `http:` section does not compile into a limiter.
     #[error("http section: {0}")]
     Http(#[from] IdentityError),

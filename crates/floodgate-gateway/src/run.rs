@@ -9,22 +9,20 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use floodgate_policy::Engine;
 use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::read::LoadOptions;
-use floodgate_policy::reload::{Compiled, ConfigSource, ReloadTrigger, Reloader, WatchHandle};
-use floodgate_server::AnyBackend;
-use floodgate_server::run::{AbortOnDrop, spawn_on_hangup};
-use floodgate_server::settings::{self, Overrides, Settings};
+use floodgate_policy::reload::{Compiled, ConfigSource};
+use floodgate_runtime::lifecycle::{Watching, shut_down};
+use floodgate_runtime::listen::{bind, spawn_router};
+use floodgate_runtime::settings::{self, Overrides, Settings};
+use floodgate_runtime::{AnyBackend, Health};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::Admin;
 use crate::config::{GatewayConfig, UpstreamUrl};
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
@@ -116,10 +114,10 @@ pub fn load(opts: &GatewayOptions) -> Result<Loaded, GatewayError> {
     let (mut settings, gateway, http) = read_sections(&compiled)?;
     opts.env
         .apply(&mut settings)
-        .map_err(floodgate_server::ServerError::from)?;
+        .map_err(floodgate_runtime::RuntimeError::from)?;
     opts.flags
         .apply(&mut settings)
-        .map_err(floodgate_server::ServerError::from)?;
+        .map_err(floodgate_runtime::RuntimeError::from)?;
     let mut gateway = match (gateway, opts.upstreams.is_empty()) {
         (Some(g), _) => g,
         (None, false) => GatewayConfig::default(),
@@ -163,7 +161,7 @@ pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), G
     let delay = loaded.settings.server.shutdown_delay;
     runtime.block_on(async move {
         let running = start(loaded, prometheus).await?;
-        floodgate_server::run::shutdown_signal().await;
+        floodgate_runtime::signals::shutdown_signal().await;
         running.shutdown_after(delay).await;
         Ok(())
     })
@@ -174,15 +172,15 @@ pub struct Running {
     addr: SocketAddr,
     admin: Option<SocketAddr>,
     gateway: Arc<Gateway<AnyBackend>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<bool>,
-    admin_task: Option<JoinHandle<()>>,
+    health: Arc<Health>,
+    stop: watch::Sender<bool>,
+    grace: Duration,
+    task: JoinHandle<()>,
+    admin_task: Option<JoinHandle<Result<(), String>>>,
     tls_task: Option<JoinHandle<()>>,
-    draining: Arc<AtomicBool>,
-    reload_now: ReloadNow,
-    /// Reloads on SIGHUP (aborted when the gateway is dropped).
-    _hangup: AbortOnDrop,
-    _watch: WatchHandle,
+    /// Reloads on SIGHUP and when asked (stops when the gateway is
+    /// dropped).
+    watching: Watching,
 }
 
 impl Running {
@@ -201,54 +199,40 @@ impl Running {
         &self.gateway
     }
 
+    /// Liveness and readiness.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
     /// Reloads now, as on SIGHUP: the configuration files are checked at
     /// once, contents compared (in the background, on the watcher's
     /// thread; the outcome is logged and counted as any reload's), and the
     /// listener's certificate is re-read.
     pub fn reload_now(&self) {
-        self.reload_now.run();
+        self.watching.reload_now();
     }
 
     /// Shuts down behind a load balancer: `/ready` answers 503 at once
     /// while the listener keeps serving (new connections included) for
     /// `delay`, so that the balancer takes this instance out of rotation
-    /// first; then as [`shutdown`](Self::shutdown).
-    pub async fn shutdown_after(self, delay: Duration) -> bool {
-        self.draining.store(true, Ordering::Relaxed);
-        if !delay.is_zero() {
-            tracing::info!(delay = ?delay, "not ready; serving on for the shutdown delay");
-            tokio::time::sleep(delay).await;
-        }
-        self.shutdown().await
-    }
-
-    /// Stops accepting, drains within the grace period; true when every
-    /// request in flight finished.
-    pub async fn shutdown(mut self) -> bool {
-        self.draining.store(true, Ordering::Relaxed);
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let drained = (&mut self.task).await.unwrap_or(false);
+    /// first; then stops accepting and drains within the grace period.
+    /// True when every request in flight finished.
+    pub async fn shutdown_after(mut self, delay: Duration) -> bool {
+        let drained = shut_down(&self.health, delay, &self.stop, self.grace, &mut self.task).await;
+        self.task.abort();
         if let Some(a) = self.admin_task.take() {
             a.abort();
         }
         if let Some(t) = self.tls_task.take() {
             t.abort();
         }
-        if drained {
-            tracing::info!("stopped");
-        } else {
-            tracing::warn!("grace period over; requests still in flight were abandoned");
-        }
         drained
     }
-}
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| GatewayError::Bind { addr, source })
+    /// [`shutdown_after`](Self::shutdown_after) without a delay.
+    pub async fn shutdown(self) -> bool {
+        self.shutdown_after(Duration::ZERO).await
+    }
 }
 
 /// Builds the store, the engine, the limiter and the proxy, binds the
@@ -268,9 +252,9 @@ pub async fn start(
         return Err(GatewayError::Startup("no upstream URL".into()));
     }
     if let Some(h) = &prometheus {
-        floodgate_server::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
+        floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
-    floodgate_server::backend::check_policy(&settings.store, &compiled.policy)
+    floodgate_runtime::backend::check_policy(&settings.store, &compiled.policy)
         .map_err(|e| GatewayError::Startup(e.to_string()))?;
     let backend = AnyBackend::build(&settings.store).await?;
     let Compiled { mut policy, loaded } = compiled;
@@ -281,6 +265,7 @@ pub async fn start(
         ..RequestLimits::default()
     };
     let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
+    let health = Arc::new(Health::new(engine.clone()));
     let limiter = match http {
         Some(s) => Some(
             Limiter::new(engine.clone(), s).map_err(|e| GatewayError::Startup(e.to_string()))?,
@@ -304,7 +289,7 @@ pub async fn start(
         _ => None,
     };
     let gateway = Arc::new(Gateway::new(engine, limiter, proxy).with_access_log(config.access_log));
-    let watch = spawn_reloader(
+    let watching = watch_config(
         source,
         Compiled {
             policy: floodgate_policy::PolicySet::empty(),
@@ -313,22 +298,20 @@ pub async fn start(
         &gateway,
         &settings,
         config.clone(),
+        tls.clone(),
     );
-    let listener = bind(config.listen).await?;
+    let listener = bind("gateway", config.listen).await?;
     let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
         addr: config.listen,
         source,
     })?;
-    let draining = Arc::new(AtomicBool::new(false));
+    let (stop, stopped) = watch::channel(false);
     let (admin, admin_task) = match settings.server.admin {
         Some(a) => {
-            let l = bind(a).await?;
+            let l = bind("admin", a).await?;
             let bound = l.local_addr().ok();
-            let admin = Admin {
-                metrics: prometheus,
-                draining: draining.clone(),
-            };
-            (bound, Some(tokio::spawn(admin.serve(l))))
+            let router = floodgate_runtime::admin::router(health.clone(), prometheus);
+            (bound, Some(spawn_router(l, router, stopped.clone())))
         }
         None => (None, None),
     };
@@ -347,68 +330,44 @@ pub async fn start(
         rules = gateway.engine().policy().rules().len(),
         "gateway listening"
     );
-    let (stop, stopped) = oneshot::channel::<()>();
-    let grace = settings.server.shutdown_grace;
+    let mut stopped = stopped;
     let task = tokio::spawn(crate::listener::serve(
         gateway.clone(),
         listener,
         config.limits.clone(),
         tls.as_ref().map(|t| t.acceptor().clone()),
         async move {
-            let _ = stopped.await;
+            let _ = stopped.wait_for(|s| *s).await;
         },
-        grace,
     ));
-    let reload_now = ReloadNow {
-        trigger: watch.trigger(),
-        tls: tls.clone(),
-    };
     Ok(Running {
         addr,
         admin,
         gateway,
-        stop: Some(stop),
+        health,
+        stop,
+        grace: settings.server.shutdown_grace,
         task,
         admin_task,
         tls_task,
-        draining,
-        _hangup: AbortOnDrop(spawn_on_hangup({
-            let r = reload_now.clone();
-            move || r.run()
-        })),
-        reload_now,
-        _watch: watch,
+        watching,
     })
 }
 
 /// Watches the configuration: every `server.reload_interval` (zero: only
-/// when asked, on SIGHUP).
-fn spawn_reloader(
+/// when asked, on SIGHUP); a reload asked for re-reads the listener's
+/// certificate too.
+fn watch_config(
     source: ConfigSource,
     compiled: Compiled,
     gateway: &Arc<Gateway<AnyBackend>>,
     settings: &Settings,
     started_with: GatewayConfig,
-) -> WatchHandle {
-    let interval = settings.server.reload_interval;
-    let reload = Reload::new(gateway.clone(), settings.policy, started_with);
-    let reloader = Reloader::new(source, &compiled, move |c: Compiled| reload.apply(c));
-    reloader.spawn(interval)
-}
-
-/// What a reload asked for (SIGHUP, [`Running::reload_now`]) does: the
-/// configuration checked at once (contents compared, on the watcher's
-/// thread) and the listener's certificate re-read.
-#[derive(Clone)]
-struct ReloadNow {
-    trigger: ReloadTrigger,
     tls: Option<Arc<ServerTls>>,
-}
-
-impl ReloadNow {
-    fn run(&self) {
-        self.trigger.request();
-        if let Some(t) = &self.tls {
+) -> Watching {
+    let reload = Reload::new(gateway.clone(), settings.policy, started_with);
+    let reread_certificate = move || {
+        if let Some(t) = &tls {
             match t.reload_now() {
                 Ok(()) => tracing::info!("TLS certificate re-read"),
                 Err(e) => {
@@ -416,5 +375,12 @@ impl ReloadNow {
                 }
             }
         }
-    }
+    };
+    Watching::start(
+        source,
+        &compiled,
+        settings.server.reload_interval,
+        move |c: Compiled| reload.apply(c),
+        reread_certificate,
+    )
 }

@@ -35,7 +35,7 @@ async fn the_quick_start_works() {
         upstreams: vec![
             floodgate_gateway::UpstreamUrl::parse(&format!("http://{}", up.addr)).unwrap(),
         ],
-        flags: floodgate_server::settings::Overrides {
+        flags: floodgate_runtime::settings::Overrides {
             admin: Some(None),
             ..Default::default()
         },

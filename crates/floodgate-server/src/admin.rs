@@ -1,5 +1,6 @@
-//! The admin listener (loopback by default): `/metrics` (Prometheus),
-//! `/rlconfig` (the rules in force), `/healthcheck`, `/ready`.
+//! The service's admin listener (loopback by default): the runtime's
+//! `/metrics`, `/healthcheck` and `/ready`, and `/rlconfig` (the rules in
+//! force).
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -13,35 +14,19 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::service::Service;
 
-#[derive(Clone)]
-struct Admin {
-    service: Arc<Service>,
-    metrics: Option<PrometheusHandle>,
-}
-
-/// The admin routes.
+/// The admin routes: the runtime's (`/metrics`, `/healthcheck`, `/ready`)
+/// and the rules in force (`/rlconfig`).
 pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Router {
-    let health = Router::new()
-        .route("/healthcheck", get(crate::http::healthcheck))
-        .route("/ready", get(crate::http::ready))
-        .with_state(service.clone());
-    Router::new()
-        .route("/metrics", get(render_metrics))
-        .route("/rlconfig", get(rlconfig))
-        .with_state(Admin { service, metrics })
-        .merge(health)
-}
-
-async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {
-    crate::metrics::export_store(a.service.engine().backend());
-    a.service.is_ready();
-    let text = a.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    floodgate_runtime::admin::router(service.health().clone(), metrics).merge(
+        Router::new()
+            .route("/rlconfig", get(rlconfig))
+            .with_state(service),
+    )
 }
 
 /// The rules in force, one per line: `domain path: limits`.
-async fn rlconfig(State(a): State<Admin>) -> impl IntoResponse {
-    let policy = a.service.engine().policy();
+async fn rlconfig(State(service): State<Arc<Service>>) -> impl IntoResponse {
+    let policy = service.engine().policy();
     let mut out = String::new();
     let s = &policy.settings;
     let _ = writeln!(

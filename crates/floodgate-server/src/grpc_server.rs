@@ -16,10 +16,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
-use crate::error::ServerError;
 use crate::grpc::GrpcService;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::Service;
+use floodgate_runtime::RuntimeError;
 
 /// The RLS service name, as health checks ask for it.
 pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -30,18 +30,18 @@ pub async fn spawn(
     listener: TcpListener,
     body_limit: usize,
     stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<Result<(), String>>, ServerError> {
+) -> Result<JoinHandle<Result<(), String>>, RuntimeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .map_err(|e| ServerError::Runtime(format!("reflection: {e}")))?;
+        .map_err(|e| RuntimeError::Runtime(format!("reflection: {e}")))?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .map_err(|e| ServerError::Runtime(format!("reflection: {e}")))?;
+        .map_err(|e| RuntimeError::Runtime(format!("reflection: {e}")))?;
 
     // Health follows readiness (the store, and draining on shutdown, which
     // turns it NOT_SERVING at once).

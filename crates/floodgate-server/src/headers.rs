@@ -8,7 +8,7 @@ use std::fmt::Write;
 use floodgate_policy::{Response, Status};
 use http::HeaderName;
 
-use crate::settings::{HeaderSettings, SettingError};
+use floodgate_runtime::settings::{HeaderSettings, SettingError};
 
 /// A header name as configured (kept for gRPC and JSON answers) and as
 /// HTTP uses it.

@@ -4,23 +4,23 @@
 //! The configuration is reloaded while serving: polled every
 //! `server.reload_interval`, and at once on SIGHUP.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use floodgate_policy::PolicySet;
 use floodgate_policy::read::LoadOptions;
-use floodgate_policy::reload::{Compiled, ConfigSource, Reloader};
+use floodgate_policy::reload::{Compiled, ConfigSource};
+use floodgate_runtime::lifecycle::{Watching, shut_down};
+use floodgate_runtime::listen::{bind, spawn_router};
+use floodgate_runtime::settings::{self, Overrides, Settings, StoreSettings};
+use floodgate_runtime::{AnyBackend, RuntimeError};
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backend::AnyBackend;
-use crate::error::ServerError;
 use crate::service::Service;
-use crate::settings::{self, Overrides, Settings, StoreSettings};
 
 /// What `floodgate serve` was asked to do.
 #[derive(Clone, Debug, Default)]
@@ -65,14 +65,15 @@ pub fn config_source(
 /// then flags). Install the metrics recorder first
 /// ([`crate::metrics::install`]): rules resolve their metric handles when
 /// they are compiled.
-pub fn load(opts: &ServeOptions) -> Result<(ConfigSource, Compiled, Settings), ServerError> {
+pub fn load(opts: &ServeOptions) -> Result<(ConfigSource, Compiled, Settings), RuntimeError> {
     let mut source = config_source(&opts.paths, opts.merge_domains, &opts.other_sections);
     source.options.envoy_increment_all = opts
         .flags
         .envoy_increment_all
         .or(opts.env.envoy_increment_all);
-    let compiled = source.compile().map_err(ServerError::Config)?;
-    let mut s = settings::read_sections(&compiled.loaded.documents).map_err(ServerError::Config)?;
+    let compiled = source.compile().map_err(RuntimeError::Config)?;
+    let mut s =
+        settings::read_sections(&compiled.loaded.documents).map_err(RuntimeError::Config)?;
     opts.env.apply(&mut s)?;
     opts.flags.apply(&mut s)?;
     Ok((source, compiled, s))
@@ -85,67 +86,19 @@ pub fn run(
     compiled: Compiled,
     settings: Settings,
     prometheus: Option<PrometheusHandle>,
-) -> Result<(), ServerError> {
+) -> Result<(), RuntimeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("floodgate")
         .build()
-        .map_err(|e| ServerError::Runtime(e.to_string()))?;
+        .map_err(|e| RuntimeError::Runtime(e.to_string()))?;
     runtime.block_on(serve(
         source,
         compiled,
         settings,
         prometheus,
-        shutdown_signal(),
+        floodgate_runtime::signals::shutdown_signal(),
     ))
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = term => tracing::info!("SIGTERM received: shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received: shutting down"),
-    }
-}
-
-/// Runs `on_hangup` on every SIGHUP until the returned task is aborted
-/// (none: the signal cannot be listened to). A SIGHUP then no longer ends
-/// the process, as it would by default.
-pub fn spawn_on_hangup(on_hangup: impl Fn() + Send + 'static) -> Option<JoinHandle<()>> {
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| tracing::warn!(error = %e, "cannot listen to SIGHUP"))
-        .ok()?;
-    Some(tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP received: reloading the configuration");
-            on_hangup();
-        }
-    }))
-}
-
-/// Aborts a task when dropped.
-pub struct AbortOnDrop(pub Option<JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(t) = &self.0 {
-            t.abort();
-        }
-    }
-}
-
-async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })
 }
 
 /// Serves until `shutdown` resolves, then drains.
@@ -155,9 +108,9 @@ pub async fn serve(
     settings: Settings,
     prometheus: Option<PrometheusHandle>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> Result<(), ServerError> {
+) -> Result<(), RuntimeError> {
     if let Some(h) = &prometheus {
-        crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
+        floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
     let store = match &settings.store {
         StoreSettings::Memory { capacity } => format!("memory (capacity {capacity} keys)"),
@@ -166,7 +119,7 @@ pub async fn serve(
             format!("redis {:?} {}", r.mode, urls.join(","))
         }
     };
-    crate::backend::check_policy(&settings.store, &compiled.policy)?;
+    floodgate_runtime::backend::check_policy(&settings.store, &compiled.policy)?;
     let backend = AnyBackend::build(&settings.store).await?;
     let files: Vec<String> = compiled
         .loaded
@@ -188,32 +141,26 @@ pub async fn serve(
         store = %store,
         "configuration loaded"
     );
-    let watch = spawn_reloader(source, compiled, &svc, settings.server.reload_interval);
-    let trigger = watch.trigger();
-    let _hangup = AbortOnDrop(spawn_on_hangup(move || trigger.request()));
-    let _watch = watch;
+    let _watching = watch_config(source, compiled, &svc, settings.server.reload_interval);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();
     let s = &settings.server;
     if let Some(addr) = s.grpc {
-        let listener = bind(addr).await?;
-        log_listening("grpc", &listener);
+        let listener = bind("grpc", addr).await?;
         tasks.push(
             crate::grpc_server::spawn(svc.clone(), listener, s.body_limit, stop_rx.clone()).await?,
         );
     }
     if let Some(addr) = s.http {
-        let listener = bind(addr).await?;
-        log_listening("http", &listener);
+        let listener = bind("http", addr).await?;
         let router = crate::http::router(svc.clone(), s.body_limit);
-        tasks.push(spawn_axum(listener, router, stop_rx.clone()));
+        tasks.push(spawn_router(listener, router, stop_rx.clone()));
     }
     if let Some(addr) = s.admin {
-        let listener = bind(addr).await?;
-        log_listening("admin", &listener);
+        let listener = bind("admin", addr).await?;
         let router = crate::admin::router(svc.clone(), prometheus);
-        tasks.push(spawn_axum(listener, router, stop_rx.clone()));
+        tasks.push(spawn_router(listener, router, stop_rx.clone()));
     }
 
     // Serve until the signal, or until a server fails.
@@ -231,63 +178,43 @@ pub async fn serve(
             }
         }
     }
-    // Not ready first: load balancers and Envoy stop sending new calls
-    // while the listeners still answer those already on their way.
-    svc.start_draining();
-    let delay = settings.server.shutdown_delay;
-    if failed.is_none() && !delay.is_zero() {
-        tracing::info!(delay = ?delay, "not ready; serving on for the shutdown delay");
-        tokio::time::sleep(delay).await;
-    }
-    let _ = stop_tx.send(true);
+    // A failed listener ends the process at once; a signal after the
+    // shutdown delay.
+    let delay = match failed {
+        None => settings.server.shutdown_delay,
+        Some(_) => Duration::ZERO,
+    };
     let grace = settings.server.shutdown_grace;
-    tracing::info!(grace = ?grace, "draining in-flight calls");
-    match tokio::time::timeout(grace, join_all(tasks)).await {
-        Ok(_) => tracing::info!("stopped"),
-        Err(_) => tracing::warn!("grace period over; calls still in flight were abandoned"),
-    }
+    shut_down(svc.health(), delay, &stop_tx, grace, join_all(tasks)).await;
     match failed {
-        Some(e) => Err(ServerError::Runtime(e)),
+        Some(e) => Err(RuntimeError::Runtime(e)),
         None => Ok(()),
     }
 }
 
-fn log_listening(what: &str, l: &TcpListener) {
-    if let Ok(a) = l.local_addr() {
-        tracing::info!(listener = what, addr = %a, "listening");
-    }
-}
-
-fn spawn_axum(
-    listener: TcpListener,
-    router: axum::Router,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<Result<(), String>> {
-    tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|v| *v).await;
-            })
-            .await
-            .map_err(|e| e.to_string())
-    })
-}
-
 /// Watches the configuration: every `interval` (zero: only on SIGHUP).
-fn spawn_reloader(
+fn watch_config(
     source: ConfigSource,
     compiled: Compiled,
     svc: &Arc<Service>,
     interval: Duration,
-) -> floodgate_policy::reload::WatchHandle {
+) -> Watching {
     let svc = svc.clone();
-    let reloader = Reloader::new(source, &compiled, move |c: Compiled| {
+    let apply = move |c: Compiled| {
         if let Err(e) = settings::read_sections(&c.loaded.documents) {
             tracing::warn!(errors = %e, "server/store sections are invalid (they are only read at startup)");
         }
-        crate::backend::replace_policy(&svc, c.policy)
-    });
-    reloader.spawn(interval)
+        replace_policy(&svc, c.policy)
+    };
+    Watching::start(source, &compiled, interval, apply, || {})
+}
+
+/// Swaps a reloaded `policy` into `svc`, unless its store cannot decide
+/// one of its limits: the running policy then stays.
+pub fn replace_policy(svc: &Service, policy: PolicySet) -> Result<(), RuntimeError> {
+    svc.engine().backend().check_policy(&policy)?;
+    svc.replace_policy(policy);
+    Ok(())
 }
 
 /// `url` without its credentials (`redis://user:secret@host` becomes
@@ -310,7 +237,110 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
+    use floodgate_redis::{RedisBackend, ResilientBackend};
+
+    const GOOD: &str = "
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        rate_limit: {name: per-user, requests: 3, per: 1m}
+";
+    /// A rule Redis cannot decide exactly: a period of 1.5 µs.
+    const BAD: &str = "
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        rate_limit: {name: per-user, requests: 3, per: 1m}
+      - key: odd
+        rate_limit: {name: too-fine, algorithm: token_bucket, requests: 1, per: 1500ns}
+";
+    const REDIS: &str = "
+store:
+  backend: redis
+  url: 127.0.0.1:1
+  timeout: 20ms
+  connect_timeout: 20ms
+";
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+        let path = dir.path().join("floodgate.yaml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn policy_of(text: &str) -> PolicySet {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ServeOptions {
+            paths: vec![write(&dir, text)],
+            ..ServeOptions::default()
+        };
+        load(&opts).unwrap().1.policy
+    }
+
+    #[tokio::test]
+    async fn a_rule_redis_cannot_decide_fails_startup_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ServeOptions {
+            paths: vec![write(&dir, &format!("{REDIS}{BAD}"))],
+            ..ServeOptions::default()
+        };
+        let (source, compiled, settings) = load(&opts).unwrap();
+        assert!(matches!(settings.store, StoreSettings::Redis(_)));
+        // Refused before any connection is attempted (none could succeed).
+        let err = serve(source, compiled, settings, None, std::future::pending())
+            .await
+            .expect_err("startup fails");
+        let text = err.to_string();
+        assert!(text.contains("too-fine"), "{text}");
+        assert!(!text.contains("per-user"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_reload_redis_cannot_decide_keeps_the_running_policy() {
+        let config =
+            floodgate_redis::RedisConfig::new("127.0.0.1:1", floodgate_redis::Mode::Single)
+                .unwrap();
+        let redis = RedisBackend::connect_lazy(&config).await.unwrap();
+        let backend = AnyBackend::Redis(Box::new(ResilientBackend::new(redis, &config).unwrap()));
+        let svc = Service::new(policy_of(GOOD), backend, &Settings::default()).unwrap();
+        let labels = |svc: &Service| -> Vec<String> {
+            let p = svc.engine().policy();
+            p.rules().iter().map(|r| r.label().to_owned()).collect()
+        };
+        assert_eq!(labels(&svc), ["per-user"]);
+        let err = replace_policy(&svc, policy_of(BAD)).unwrap_err();
+        assert!(err.to_string().contains("too-fine"), "{err}");
+        assert_eq!(labels(&svc), ["per-user"]);
+        let fixed = BAD.replace("1500ns", "2us");
+        replace_policy(&svc, policy_of(&fixed)).unwrap();
+        assert_eq!(labels(&svc), ["per-user", "too-fine"]);
+    }
+
+    #[test]
+    fn concurrency_permits_have_a_lease_by_default() {
+        let lease = |extra: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = ServeOptions {
+                paths: vec![write(&dir, &format!("{REDIS}{extra}{GOOD}"))],
+                ..ServeOptions::default()
+            };
+            match load(&opts).unwrap().2.store {
+                StoreSettings::Redis(r) => r.concurrency_lease,
+                StoreSettings::Memory { .. } => panic!("a Redis store"),
+            }
+        };
+        let default = Some(floodgate_redis::DEFAULT_CONCURRENCY_LEASE);
+        assert_eq!(lease(""), default);
+        assert_eq!(
+            lease("  concurrency_lease: 30s\n"),
+            Some(Duration::from_secs(30))
+        );
+        // 0 turns the lease off: permits live until released.
+        assert_eq!(lease("  concurrency_lease: 0s\n"), None);
+    }
 
     #[test]
     fn credentials_never_reach_the_logs() {

@@ -1,24 +1,25 @@
 //! The decision service shared by every API: the engine on the chosen
 //! store, pooled responses, header names, metric handles, readiness.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
-
-use tokio::sync::watch;
 
 use floodgate::Apply;
 use floodgate_policy::engine::RequestLimits;
-use floodgate_policy::{Backend, Code, Descriptor, Engine, EngineError, PolicySet, Response};
+use floodgate_policy::{Code, Descriptor, Engine, EngineError, PolicySet, Response};
 
-use crate::backend::AnyBackend;
+use floodgate_runtime::settings::{PolicyOverrides, SettingError, Settings};
+use floodgate_runtime::{AnyBackend, Health};
+use tokio::sync::watch;
+
 use crate::headers::RateLimitHeaders;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
-use crate::settings::{PolicyOverrides, Settings};
 
 /// Everything a request needs, built once at startup.
 pub struct Service {
-    engine: Engine<AnyBackend>,
+    engine: Arc<Engine<AnyBackend>>,
+    health: Arc<Health>,
     /// Reusable responses.
     pub pool: ResponsePool,
     /// Rate limit headers to add.
@@ -26,8 +27,6 @@ pub struct Service {
     /// Request-path metric handles.
     pub metrics: ServiceMetrics,
     overrides: PolicyOverrides,
-    draining: AtomicBool,
-    draining_tx: watch::Sender<bool>,
 }
 
 impl Service {
@@ -36,27 +35,32 @@ impl Service {
         mut policy: PolicySet,
         backend: AnyBackend,
         settings: &Settings,
-    ) -> Result<Self, crate::settings::SettingError> {
+    ) -> Result<Self, SettingError> {
         settings.policy.apply(&mut policy.settings);
         let limits = RequestLimits {
             max_descriptors: settings.server.max_descriptors,
             max_entry_bytes: settings.server.max_value_bytes,
             ..RequestLimits::default()
         };
+        let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
         Ok(Service {
-            engine: Engine::new(policy, backend).with_request_limits(limits),
+            health: Arc::new(Health::new(engine.clone())),
+            engine,
             pool: ResponsePool::default(),
             headers: RateLimitHeaders::new(&settings.server.headers)?,
             metrics: ServiceMetrics::default(),
             overrides: settings.policy,
-            draining: AtomicBool::new(false),
-            draining_tx: watch::Sender::new(false),
         })
     }
 
     /// The engine.
     pub fn engine(&self) -> &Engine<AnyBackend> {
         &self.engine
+    }
+
+    /// Liveness and readiness.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// Swaps in a new policy (with the forced settings applied).
@@ -116,30 +120,26 @@ impl Service {
 
     /// Ready to take traffic: not draining, and the store can decide.
     pub fn is_ready(&self) -> bool {
-        !self.draining.load(Ordering::Relaxed)
-            && crate::metrics::ready(self.engine.backend(), &self.metrics)
+        self.health.is_ready()
     }
 
     /// Whether the store can decide (regardless of draining).
     pub fn backend_ready(&self) -> bool {
-        self.engine.backend().is_ready()
+        self.health.store_ready()
     }
 
-    /// Marks the service as shutting down (readiness turns false, and
-    /// every [`watch_draining`](Self::watch_draining) receiver sees it at
-    /// once).
+    /// Marks the service as shutting down.
     pub fn start_draining(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-        self.draining_tx.send_replace(true);
+        self.health.start_draining();
     }
 
     /// A receiver that turns true when shutdown begins.
     pub fn watch_draining(&self) -> watch::Receiver<bool> {
-        self.draining_tx.subscribe()
+        self.health.watch_draining()
     }
 
     /// Whether shutdown has begun.
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.health.is_draining()
     }
 }

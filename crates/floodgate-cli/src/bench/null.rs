@@ -42,7 +42,7 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
         .add_service(RateLimitServiceServer::new(Null))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            floodgate_server::run::shutdown_signal(),
+            floodgate_runtime::signals::shutdown_signal(),
         )
         .await?;
     Ok(())

@@ -195,7 +195,7 @@ pub async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
         paths: vec![file.path.clone()],
         listen: Some("127.0.0.1:0".parse().unwrap()),
         upstreams: vec![floodgate_gateway::UpstreamUrl::parse(upstream).unwrap()],
-        flags: floodgate_server::settings::Overrides {
+        flags: floodgate_runtime::settings::Overrides {
             admin: Some(None),
             ..Default::default()
         },

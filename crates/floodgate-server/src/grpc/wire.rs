@@ -585,7 +585,7 @@ mod tests {
             duration_until_reset: Duration::new(u64::MAX, 7),
             ..Status::default()
         });
-        let settings = crate::settings::HeaderSettings {
+        let settings = floodgate_runtime::settings::HeaderSettings {
             enabled: true,
             x_ratelimit: true,
             ..Default::default()

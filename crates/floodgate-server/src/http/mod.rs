@@ -38,24 +38,13 @@ pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
 }
 
 /// Liveness: 200 while the process serves (503 once it is shutting down).
-pub async fn healthcheck(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
-    if s.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else {
-        (StatusCode::OK, "OK\n")
-    }
+async fn healthcheck(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
+    s.health().healthcheck()
 }
 
-/// Readiness: 200 when the configuration is loaded and the store can
-/// decide, else 503.
-pub async fn ready(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
-    if s.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else if !s.backend_ready() {
-        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
-    } else {
-        (StatusCode::OK, "ready\n")
-    }
+/// Readiness: 200 when the store can decide and shutdown has not begun.
+async fn ready(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
+    s.health().ready()
 }
 
 async fn not_found() -> ApiError {

@@ -18,12 +18,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floodgate_policy::{PolicySet, Status};
+use floodgate_runtime::AnyBackend;
 use serde::{Deserialize, Serialize};
 
 use super::check::reason;
 use super::json_types::{JsonDescriptor, opt_u32_num, opt_u64_num};
 use super::{ApiError, body};
-use crate::backend::AnyBackend;
 use crate::metrics::Api;
 use crate::service::Service;
 

@@ -6,8 +6,7 @@ use floodgate::{Apply, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item, MemoryBackend, PolicySet, SyncBackend};
 use floodgate_redis::{RedisBackend, ResilientBackend};
 
-use crate::error::ServerError;
-use crate::service::Service;
+use crate::error::RuntimeError;
 use crate::settings::StoreSettings;
 
 /// Checks that the store `store` describes can decide every limit of
@@ -15,14 +14,14 @@ use crate::settings::StoreSettings;
 /// it cannot decide exactly ([`floodgate_redis::validate`]), which would
 /// otherwise fail every request they match. The error names each such rule
 /// (its domain and label) and why.
-pub fn check_policy(store: &StoreSettings, policy: &PolicySet) -> Result<(), ServerError> {
+pub fn check_policy(store: &StoreSettings, policy: &PolicySet) -> Result<(), RuntimeError> {
     match store {
         StoreSettings::Memory { .. } => Ok(()),
         StoreSettings::Redis(_) => check_redis_limits(policy),
     }
 }
 
-fn check_redis_limits(policy: &PolicySet) -> Result<(), ServerError> {
+fn check_redis_limits(policy: &PolicySet) -> Result<(), RuntimeError> {
     let mut bad = Vec::new();
     for rule in policy.rules() {
         for l in rule.limits() {
@@ -38,19 +37,11 @@ fn check_redis_limits(policy: &PolicySet) -> Result<(), ServerError> {
     if bad.is_empty() {
         return Ok(());
     }
-    Err(ServerError::Store(format!(
+    Err(RuntimeError::Store(format!(
         "the Redis store cannot decide {} of the configured rules:\n  {}",
         if bad.len() == 1 { "one" } else { "some" },
         bad.join("\n  ")
     )))
-}
-
-/// Swaps a reloaded `policy` into `svc`, unless its store cannot decide
-/// one of its limits ([`check_policy`]): the running policy then stays.
-pub fn replace_policy(svc: &Service, policy: PolicySet) -> Result<(), ServerError> {
-    svc.engine().backend().check_policy(&policy)?;
-    svc.replace_policy(policy);
-    Ok(())
 }
 
 /// Either store, behind one [`Backend`].
@@ -66,7 +57,7 @@ pub enum AnyBackend {
 
 impl AnyBackend {
     /// [`check_policy`] for this store.
-    pub fn check_policy(&self, policy: &PolicySet) -> Result<(), ServerError> {
+    pub fn check_policy(&self, policy: &PolicySet) -> Result<(), RuntimeError> {
         match self {
             AnyBackend::Memory(_) => Ok(()),
             AnyBackend::Redis(_) => check_redis_limits(policy),
@@ -74,19 +65,19 @@ impl AnyBackend {
     }
 
     /// Builds the store `settings` describe (connecting to Redis).
-    pub async fn build(settings: &StoreSettings) -> Result<Self, ServerError> {
+    pub async fn build(settings: &StoreSettings) -> Result<Self, RuntimeError> {
         match settings {
             StoreSettings::Memory { capacity } => {
                 let store = MemoryBackend::new(StoreConfig::with_capacity(*capacity))
-                    .map_err(|e| ServerError::Store(e.to_string()))?;
+                    .map_err(|e| RuntimeError::Store(e.to_string()))?;
                 Ok(AnyBackend::Memory(store))
             }
             StoreSettings::Redis(config) => {
                 let redis = RedisBackend::connect(config)
                     .await
-                    .map_err(|e| ServerError::Store(e.to_string()))?;
+                    .map_err(|e| RuntimeError::Store(e.to_string()))?;
                 let resilient = ResilientBackend::new(redis, config)
-                    .map_err(|e| ServerError::Store(e.to_string()))?;
+                    .map_err(|e| RuntimeError::Store(e.to_string()))?;
                 Ok(AnyBackend::Redis(Box::new(resilient)))
             }
         }
@@ -151,16 +142,16 @@ impl Backend for AnyBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::run::{ServeOptions, load};
+    use std::sync::Arc;
+    use std::time::Duration;
 
-    const GOOD: &str = "
-domains:
-  - domain: api
-    descriptors:
-      - key: user
-        rate_limit: {name: per-user, requests: 3, per: 1m}
-";
+    use floodgate::algorithms::{AnyLimit, FixedWindow};
+    use floodgate_policy::{Engine, PolicySet};
+    use floodgate_redis::{BreakerConfig, FailurePolicy, Mode, RedisConfig};
+
+    use super::*;
+    use crate::health::Health;
+
     /// A rule Redis cannot decide exactly: a period of 1.5 µs.
     const BAD: &str = "
 domains:
@@ -171,43 +162,18 @@ domains:
       - key: odd
         rate_limit: {name: too-fine, algorithm: token_bucket, requests: 1, per: 1500ns}
 ";
-    const REDIS: &str = "
-store:
-  backend: redis
-  url: 127.0.0.1:1
-  timeout: 20ms
-  connect_timeout: 20ms
-";
-
-    fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
-        let path = dir.path().join("floodgate.yaml");
-        std::fs::write(&path, text).unwrap();
-        path
-    }
 
     fn policy_of(text: &str) -> PolicySet {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = ServeOptions {
-            paths: vec![write(&dir, text)],
-            ..ServeOptions::default()
-        };
-        load(&opts).unwrap().1.policy
+        let spec = floodgate_policy::read::load_str("f.yaml", text, &Default::default()).unwrap();
+        PolicySet::compile(&spec).unwrap()
     }
 
-    #[tokio::test]
-    async fn a_rule_redis_cannot_decide_fails_startup_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = ServeOptions {
-            paths: vec![write(&dir, &format!("{REDIS}{BAD}"))],
-            ..ServeOptions::default()
-        };
-        let (source, compiled, settings) = load(&opts).unwrap();
-        assert!(matches!(settings.store, StoreSettings::Redis(_)));
-        // Refused before any connection is attempted (none could succeed).
-        let err = crate::run::serve(source, compiled, settings, None, std::future::pending())
-            .await
-            .expect_err("startup fails");
-        let text = err.to_string();
+    #[test]
+    fn a_rule_redis_cannot_decide_is_named() {
+        let redis = StoreSettings::Redis(Box::default());
+        let text = check_policy(&redis, &policy_of(BAD))
+            .unwrap_err()
+            .to_string();
         assert!(text.contains("too-fine"), "{text}");
         assert!(text.contains("domain 'api'"), "{text}");
         assert!(text.contains("whole microseconds"), "{text}");
@@ -217,57 +183,11 @@ store:
         check_policy(&memory, &policy_of(BAD)).unwrap();
     }
 
-    #[tokio::test]
-    async fn a_reload_redis_cannot_decide_keeps_the_running_policy() {
-        let config =
-            floodgate_redis::RedisConfig::new("127.0.0.1:1", floodgate_redis::Mode::Single)
-                .unwrap();
-        let redis = RedisBackend::connect_lazy(&config).await.unwrap();
-        let backend = AnyBackend::Redis(Box::new(ResilientBackend::new(redis, &config).unwrap()));
-        let svc = Service::new(policy_of(GOOD), backend, &crate::Settings::default()).unwrap();
-        let labels = |svc: &Service| -> Vec<String> {
-            let p = svc.engine().policy();
-            p.rules().iter().map(|r| r.label().to_owned()).collect()
-        };
-        assert_eq!(labels(&svc), ["per-user"]);
-        let err = replace_policy(&svc, policy_of(BAD)).unwrap_err();
-        assert!(err.to_string().contains("too-fine"), "{err}");
-        assert_eq!(labels(&svc), ["per-user"]);
-        let fixed = BAD.replace("1500ns", "2us");
-        replace_policy(&svc, policy_of(&fixed)).unwrap();
-        assert_eq!(labels(&svc), ["per-user", "too-fine"]);
-    }
-
-    #[test]
-    fn concurrency_permits_have_a_lease_by_default() {
-        let lease = |extra: &str| {
-            let dir = tempfile::tempdir().unwrap();
-            let opts = ServeOptions {
-                paths: vec![write(&dir, &format!("{REDIS}{extra}{GOOD}"))],
-                ..ServeOptions::default()
-            };
-            match load(&opts).unwrap().2.store {
-                StoreSettings::Redis(r) => r.concurrency_lease,
-                StoreSettings::Memory { .. } => panic!("a Redis store"),
-            }
-        };
-        let default = Some(floodgate_redis::DEFAULT_CONCURRENCY_LEASE);
-        assert_eq!(lease(""), default);
-        assert_eq!(
-            lease("  concurrency_lease: 30s\n"),
-            Some(std::time::Duration::from_secs(30))
-        );
-        // 0 turns the lease off: permits live until released.
-        assert_eq!(lease("  concurrency_lease: 0s\n"), None);
-    }
-
-    /// During a Redis outage (breaker open) the service stays ready when the
+    /// During a Redis outage (breaker open) the process stays ready when the
     /// store's failure policy still decides, and turns not ready when it
     /// would deny everything.
     #[tokio::test]
     async fn readiness_during_an_outage_follows_the_failure_policy() {
-        use floodgate::algorithms::{AnyLimit, FixedWindow};
-        use floodgate_redis::{BreakerConfig, FailurePolicy, Mode, RedisConfig};
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -279,23 +199,23 @@ store:
             (FailurePolicy::FailClosed, false),
         ] {
             let config = RedisConfig {
-                timeout: std::time::Duration::from_millis(50),
-                connect_timeout: std::time::Duration::from_millis(50),
+                timeout: Duration::from_millis(50),
+                connect_timeout: Duration::from_millis(50),
                 failure_policy: policy,
                 breaker: BreakerConfig {
                     failure_threshold: 1,
-                    cool_down: std::time::Duration::from_secs(60),
+                    cool_down: Duration::from_secs(60),
                 },
                 ..RedisConfig::new(&format!("127.0.0.1:{port}"), Mode::Single).unwrap()
             };
             let redis = RedisBackend::connect_lazy(&config).await.unwrap();
             let backend =
                 AnyBackend::Redis(Box::new(ResilientBackend::new(redis, &config).unwrap()));
-            let svc = Service::new(policy_of(GOOD), backend, &crate::Settings::default()).unwrap();
-            assert!(svc.is_ready());
-            let limit =
-                AnyLimit::from(FixedWindow::new(3, std::time::Duration::from_secs(60)).unwrap());
-            let item = Item {
+            let engine = Arc::new(Engine::new(PolicySet::empty(), backend));
+            let health = Health::new(engine.clone());
+            assert!(health.is_ready());
+            let limit = AnyLimit::from(FixedWindow::new(3, Duration::from_secs(60)).unwrap());
+            let items = [Item {
                 group: b"g",
                 key: b"g:k",
                 limit: &limit,
@@ -303,26 +223,26 @@ store:
                 on_failure: None,
                 sync: None,
                 permit: 0,
-            };
+            }];
             let mut out = [Decision {
                 outcome: floodgate::Outcome::Never,
                 limit: 0,
                 remaining: 0,
-                reset_after: std::time::Duration::ZERO,
+                reset_after: Duration::ZERO,
                 retry_after: None,
             }];
-            let items = [item];
-            svc.engine()
+            engine
                 .backend()
                 .decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
                 .await
                 .unwrap();
-            let AnyBackend::Redis(r) = svc.engine().backend() else {
+            let AnyBackend::Redis(r) = engine.backend() else {
                 unreachable!()
             };
             assert_eq!(r.breaker_state(), floodgate_redis::BreakerState::Open);
-            assert_eq!(svc.is_ready(), ready, "{policy:?}");
-            assert_eq!(svc.backend_ready(), ready, "{policy:?}");
+            assert_eq!(health.is_ready(), ready, "{policy:?}");
+            assert_eq!(health.store_ready(), ready, "{policy:?}");
+            assert_eq!(health.ready().0.is_success(), ready, "{policy:?}");
         }
     }
 }

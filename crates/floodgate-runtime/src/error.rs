@@ -1,4 +1,4 @@
-//! Why the service could not start or run.
+//! Why a binary could not start or run.
 
 use std::net::SocketAddr;
 
@@ -6,9 +6,9 @@ use floodgate_policy::ConfigErrors;
 
 use crate::settings::SettingError;
 
-/// A startup or runtime failure of the service.
+/// A startup or runtime failure.
 #[derive(Debug, thiserror::Error)]
-pub enum ServerError {
+pub enum RuntimeError {
     /// The configuration files do not load.
     #[error("invalid configuration:\n{0}")]
     Config(ConfigErrors),
@@ -19,7 +19,7 @@ pub enum ServerError {
     #[error("store: {0}")]
     Store(String),
     /// A listener could not be bound.
-    #[error("cannot listen on {addr}")]
+    #[error("cannot listen on {addr}: {source}")]
     Bind {
         /// The address.
         addr: SocketAddr,

@@ -192,7 +192,8 @@ pub struct SettingError {
 }
 
 impl SettingError {
-    pub(crate) fn new(name: &str, message: impl Into<String>) -> Self {
+    /// A problem with the setting `name`.
+    pub fn new(name: &str, message: impl Into<String>) -> Self {
         SettingError {
             name: name.to_owned(),
             message: message.into(),

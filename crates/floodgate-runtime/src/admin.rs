@@ -1,0 +1,44 @@
+//! The admin listener (loopback by default): `/metrics` (Prometheus),
+//! `/healthcheck` and `/ready` ([`Health`]), and whatever routes a binary
+//! adds to [`router`]'s answer (`Router::merge`).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::health::Health;
+
+#[derive(Clone)]
+struct Admin {
+    health: Arc<Health>,
+    metrics: Option<PrometheusHandle>,
+}
+
+/// The admin routes every binary serves: `/metrics` (empty without a
+/// recorder), `/healthcheck`, `/ready`.
+pub fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
+    Router::new()
+        .route("/metrics", get(render_metrics))
+        .route("/healthcheck", get(healthcheck))
+        .route("/ready", get(ready))
+        .with_state(Admin { health, metrics })
+}
+
+async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {
+    a.health.export_metrics();
+    let text = a.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+async fn healthcheck(State(a): State<Admin>) -> impl IntoResponse {
+    a.health.healthcheck()
+}
+
+async fn ready(State(a): State<Admin>) -> impl IntoResponse {
+    a.health.ready()
+}

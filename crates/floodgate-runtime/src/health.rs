@@ -1,0 +1,95 @@
+//! Liveness and readiness, one meaning for every binary and listener:
+//! `/healthcheck` answers 200 while the process serves and 503 once
+//! shutdown begins; `/ready` answers 200 when the store can decide (Redis
+//! included, as its failure policy allows) and shutdown has not begun.
+
+use std::sync::Arc;
+
+use floodgate_policy::{Backend, Engine};
+use http::StatusCode;
+use metrics::Gauge;
+use tokio::sync::watch;
+
+use crate::backend::AnyBackend;
+
+/// The process's health: its engine's store, and whether shutdown began.
+pub struct Health {
+    engine: Arc<Engine<AnyBackend>>,
+    draining: watch::Sender<bool>,
+    ready_gauge: Gauge,
+}
+
+impl Health {
+    /// The health of a process deciding with `engine`.
+    pub fn new(engine: Arc<Engine<AnyBackend>>) -> Self {
+        Health {
+            engine,
+            draining: watch::Sender::new(false),
+            ready_gauge: metrics::gauge!("floodgate_backend_ready"),
+        }
+    }
+
+    /// The engine whose store is watched.
+    pub fn engine(&self) -> &Arc<Engine<AnyBackend>> {
+        &self.engine
+    }
+
+    /// Whether the store can decide (regardless of draining), recorded in
+    /// `floodgate_backend_ready`.
+    pub fn store_ready(&self) -> bool {
+        let ready = self.engine.backend().is_ready();
+        self.ready_gauge.set(if ready { 1.0 } else { 0.0 });
+        ready
+    }
+
+    /// Ready to take traffic: not draining, and the store can decide.
+    pub fn is_ready(&self) -> bool {
+        !self.is_draining() && self.store_ready()
+    }
+
+    /// Marks the process as shutting down: readiness and liveness turn
+    /// false, and every [`watch_draining`](Self::watch_draining) receiver
+    /// sees it at once.
+    pub fn start_draining(&self) {
+        self.draining.send_replace(true);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    /// A receiver that turns true when shutdown begins.
+    pub fn watch_draining(&self) -> watch::Receiver<bool> {
+        self.draining.subscribe()
+    }
+
+    /// The answer to `/healthcheck`: 200 while serving, 503 once shutdown
+    /// begins.
+    pub fn healthcheck(&self) -> (StatusCode, &'static str) {
+        if self.is_draining() {
+            (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        } else {
+            (StatusCode::OK, "OK\n")
+        }
+    }
+
+    /// The answer to `/ready`: 200 when the store can decide and shutdown
+    /// has not begun, else 503 saying why.
+    pub fn ready(&self) -> (StatusCode, &'static str) {
+        if self.is_draining() {
+            (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        } else if !self.store_ready() {
+            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
+        } else {
+            (StatusCode::OK, "ready\n")
+        }
+    }
+
+    /// Copies the store's counters into the metrics registry (before a
+    /// scrape).
+    pub fn export_metrics(&self) {
+        crate::metrics::export_store(self.engine.backend());
+        self.store_ready();
+    }
+}

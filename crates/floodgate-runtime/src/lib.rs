@@ -1,0 +1,27 @@
+//! # Floodgate's runtime
+//!
+//! What the decision service (`floodgate serve`) and the gateway
+//! (`floodgate gateway`) share besides their protocols: the settings
+//! ([`settings`]), the store ([`AnyBackend`]), metrics and logs, signals,
+//! reload and shutdown ([`lifecycle`]), liveness and readiness
+//! ([`Health`]) and the admin listener ([`admin`]).
+//!
+//! See `docs/service.md` for the settings.
+
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod backend;
+pub mod error;
+pub mod health;
+pub mod lifecycle;
+pub mod listen;
+pub mod logging;
+pub mod metrics;
+pub mod settings;
+pub mod signals;
+
+pub use backend::AnyBackend;
+pub use error::RuntimeError;
+pub use health::Health;
+pub use settings::Settings;
