@@ -3,20 +3,19 @@
 
 use std::net::IpAddr;
 
-use http::{HeaderMap, Method, Uri, header::AUTHORIZATION};
+use http::header::AUTHORIZATION;
 
 use super::client_ip::{ClientIp, MAX_RENDERED};
 use super::config::{Action, SecretSource, Source};
 use super::extension::ExtensionSource;
 use super::hash::{SECRET_HASH_LEN, write_bounded, write_secret_hash};
+use super::head::RequestHead;
 use super::output::HttpDescriptor;
 use super::route::Routes;
 
 /// The parts of a request actions read.
-pub(crate) struct Request<'r, E: ?Sized> {
-    pub method: &'r Method,
-    pub uri: &'r Uri,
-    pub headers: &'r HeaderMap,
+pub(crate) struct Request<'r, H: ?Sized, E: ?Sized> {
+    pub head: &'r H,
     pub ext: &'r E,
     pub peer: IpAddr,
 }
@@ -35,21 +34,21 @@ pub(crate) struct Env<'s> {
 }
 
 /// The value of `source`, trimmed; none when absent or empty.
-pub(crate) fn source_value<'r, E: ExtensionSource + ?Sized>(
+pub(crate) fn source_value<'r, H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
     source: &Source,
-    headers: &'r HeaderMap,
+    head: &'r H,
     ext: &'r E,
 ) -> Option<&'r [u8]> {
     let raw = match source {
-        Source::Header(name) => headers.get(name)?.as_bytes(),
+        Source::Header(name) => head.header(name)?,
         Source::Extension(name) => ext.get(name)?.as_bytes(),
     };
     Some(raw.trim_ascii()).filter(|v| !v.is_empty())
 }
 
 /// The token of `Authorization: Bearer <token>` (scheme in any case).
-pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = headers.get(AUTHORIZATION)?.as_bytes().trim_ascii();
+pub(crate) fn bearer_token<H: RequestHead + ?Sized>(head: &H) -> Option<&[u8]> {
+    let value = head.header(&AUTHORIZATION)?.trim_ascii();
     let space = value.iter().position(|&b| b == b' ' || b == b'\t')?;
     let (scheme, rest) = value.split_at(space);
     let token = rest.trim_ascii();
@@ -83,10 +82,10 @@ impl Env<'_> {
 impl<'s> Env<'s> {
     /// Runs `action`, appending its entry to `out`; false when it yields
     /// nothing (`out` then holds a partial entry: discard the descriptor).
-    pub(crate) fn run<E: ExtensionSource + ?Sized>(
+    pub(crate) fn run<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
         &self,
         action: &'s Action,
-        req: &Request<'_, E>,
+        req: &Request<'_, H, E>,
         lazy: &mut Lazy<'s>,
         out: &mut HttpDescriptor,
     ) -> bool {
@@ -98,21 +97,21 @@ impl<'s> Env<'s> {
             Action::ClientIp { .. } => {
                 let ip = *lazy
                     .client
-                    .get_or_insert_with(|| self.client_ip.resolve(req.headers, req.peer));
+                    .get_or_insert_with(|| self.client_ip.resolve(req.head, req.peer));
                 self.client_ip.render(ip, text);
                 true
             }
-            Action::Value { source, .. } => source_value(source, req.headers, req.ext)
+            Action::Value { source, .. } => source_value(source, req.head, req.ext)
                 .map(|v| write_bounded(text, v, max))
                 .is_some(),
             Action::Secret { source, hash, .. } => {
                 let secret = match source {
                     SecretSource::Header(name) => req
-                        .headers
-                        .get(name)
-                        .map(|v| v.as_bytes().trim_ascii())
+                        .head
+                        .header(name)
+                        .map(<[u8]>::trim_ascii)
                         .filter(|v| !v.is_empty()),
-                    SecretSource::Bearer => bearer_token(req.headers),
+                    SecretSource::Bearer => bearer_token(req.head),
                 };
                 match (secret, hash) {
                     (Some(s), true) => write_secret_hash(text, s),
@@ -122,13 +121,13 @@ impl<'s> Env<'s> {
                 secret.is_some()
             }
             Action::Method { .. } => {
-                write_bounded(text, req.method.as_str().as_bytes(), max);
+                write_bounded(text, req.head.method().as_bytes(), max);
                 true
             }
             Action::Route { unmatched, .. } => {
                 let found = *lazy
                     .route
-                    .get_or_insert_with(|| self.routes.find(req.uri.path()));
+                    .get_or_insert_with(|| self.routes.find(req.head.path()));
                 match found.or(unmatched.as_deref()) {
                     Some(v) => {
                         text.push_str(v);
@@ -138,7 +137,7 @@ impl<'s> Env<'s> {
                 }
             }
             Action::Path { .. } => {
-                let path = req.uri.path();
+                let path = req.head.path();
                 write_bounded(text, path.as_bytes(), max);
                 !path.is_empty()
             }
@@ -152,7 +151,7 @@ impl<'s> Env<'s> {
                 default,
                 ..
             } => {
-                let given = source_value(source, req.headers, req.ext);
+                let given = source_value(source, req.head, req.ext);
                 let known = given
                     .and_then(|g| values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g)));
                 match known.or(default.as_ref()) {
@@ -174,13 +173,24 @@ impl<'s> Env<'s> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::HttpHead;
+    use http::{HeaderMap, Method, Uri};
+
+    fn head<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> HttpHead<'a> {
+        HttpHead {
+            method: &Method::GET,
+            uri,
+            headers,
+        }
+    }
 
     #[test]
     fn bearer() {
+        let uri = Uri::from_static("/");
         let token = |v: &str| {
             let mut h = HeaderMap::new();
             h.insert(AUTHORIZATION, v.parse().unwrap());
-            bearer_token(&h).map(|t| String::from_utf8(t.to_vec()).unwrap())
+            bearer_token(&head(&h, &uri)).map(|t| String::from_utf8(t.to_vec()).unwrap())
         };
         assert_eq!(token("Bearer abc.def-ghi"), Some("abc.def-ghi".into()));
         assert_eq!(token("bearer   tok=="), Some("tok==".into()));
@@ -190,6 +200,6 @@ mod tests {
         assert_eq!(token("Bearer "), None);
         assert_eq!(token("Bearer a b"), None);
         assert_eq!(token("Bearerabc"), None);
-        assert_eq!(bearer_token(&HeaderMap::new()), None);
+        assert_eq!(bearer_token(&head(&HeaderMap::new(), &uri)), None);
     }
 }

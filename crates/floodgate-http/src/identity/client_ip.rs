@@ -21,10 +21,11 @@ use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use floodgate_policy::compile::in_network;
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 
 use super::config::{ClientIpConfig, ClientIpHeader};
 use super::forwarded::{Chain, entry_address, normalize};
+use super::head::RequestHead;
 
 /// Longest rendered client value (`ffff:...:ffff/128`).
 pub(crate) const MAX_RENDERED: usize = 43;
@@ -76,7 +77,7 @@ impl ClientIp {
     }
 
     /// The client address of a request from `peer`.
-    pub(crate) fn resolve(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
+    pub(crate) fn resolve<H: RequestHead + ?Sized>(&self, head: &H, peer: IpAddr) -> IpAddr {
         let peer = normalize(peer);
         if !self.read_header || !self.trusted(0, peer) {
             return peer;
@@ -85,7 +86,7 @@ impl ClientIp {
             return peer;
         }
         let mut chain = Chain::new();
-        let lines = headers.get_all(&self.header).iter();
+        let lines = head.header_lines(&self.header);
         match self.format {
             Format::List => chain.read_list(lines),
             Format::Forwarded => chain.read_forwarded(lines),

@@ -5,8 +5,6 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use http::HeaderValue;
-
 /// Entries kept from the right: the most a trusted chain can be walked.
 pub(crate) const CHAIN: usize = 33;
 /// Longest node (address and port) accepted, in bytes.
@@ -61,9 +59,9 @@ impl<'a> Chain<'a> {
 
     /// Adds the comma-separated entries of `lines` (empty ones are not
     /// entries).
-    pub(crate) fn read_list<I: Iterator<Item = &'a HeaderValue>>(&mut self, lines: I) {
+    pub(crate) fn read_list<I: Iterator<Item = &'a [u8]>>(&mut self, lines: I) {
         for line in lines {
-            for part in line.as_bytes().split(|&b| b == b',') {
+            for part in line.split(|&b| b == b',') {
                 let bytes = part.trim_ascii();
                 if !bytes.is_empty() {
                     self.push(Entry {
@@ -77,9 +75,8 @@ impl<'a> Chain<'a> {
     }
 
     /// Adds the `for=` nodes of the `Forwarded` elements of `lines`.
-    pub(crate) fn read_forwarded<I: Iterator<Item = &'a HeaderValue>>(&mut self, lines: I) {
-        for line in lines {
-            let b = line.as_bytes();
+    pub(crate) fn read_forwarded<I: Iterator<Item = &'a [u8]>>(&mut self, lines: I) {
+        for b in lines {
             let mut i = 0;
             while i <= b.len() {
                 let (entry, end) = forwarded_element(b, i);
@@ -267,18 +264,19 @@ pub(crate) fn normalize(ip: IpAddr) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn list(lines: &[&str]) -> Vec<Option<String>> {
         let values: Vec<HeaderValue> = lines.iter().map(|l| l.parse().unwrap()).collect();
         let mut c = Chain::new();
-        c.read_list(values.iter());
+        c.read_list(values.iter().map(HeaderValue::as_bytes));
         entries(&c, false)
     }
 
     fn forwarded(lines: &[&str]) -> Vec<Option<String>> {
         let values: Vec<HeaderValue> = lines.iter().map(|l| l.parse().unwrap()).collect();
         let mut c = Chain::new();
-        c.read_forwarded(values.iter());
+        c.read_forwarded(values.iter().map(HeaderValue::as_bytes));
         entries(&c, true)
     }
 
@@ -353,7 +351,7 @@ mod tests {
             .join(",");
         let v: HeaderValue = line.parse().unwrap();
         let mut c = Chain::new();
-        c.read_list(std::iter::once(&v));
+        c.read_list(std::iter::once(v.as_bytes()));
         assert_eq!(c.total(), 100);
         let last = entry_address(c.nth_from_right(1).unwrap(), false).unwrap();
         assert_eq!(last.to_string(), "10.0.0.99");

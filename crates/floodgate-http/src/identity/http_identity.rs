@@ -11,8 +11,12 @@ use super::config::{Action, CostConfig, IdentityConfig};
 use super::cost::cost_of;
 use super::error::IdentityError;
 use super::extension::ExtensionSource;
+use super::head::{HttpHead, RequestHead};
 use super::output::RequestDescriptors;
 use super::route::Routes;
+
+/// The request target of lookups that read headers only.
+static EMPTY_URI: std::sync::LazyLock<Uri> = std::sync::LazyLock::new(|| Uri::from_static("/"));
 
 /// Turns HTTP requests into the descriptors of one policy domain.
 ///
@@ -163,15 +167,27 @@ impl HttpIdentity {
         ext: &E,
         out: &mut RequestDescriptors,
     ) {
-        let req = Request {
+        let head = HttpHead {
             method,
             uri,
             headers,
-            ext,
-            peer: peer.ip(),
         };
+        self.build_head(&head, peer.ip(), ext, out);
+    }
+
+    /// Like [`descriptors`](Self::descriptors), from any [`RequestHead`]
+    /// (a request known from elsewhere than an [`http::Request`], such as
+    /// an access log line) sent from `peer`.
+    pub fn build_head<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+        &self,
+        head: &H,
+        peer: IpAddr,
+        ext: &E,
+        out: &mut RequestDescriptors,
+    ) {
+        let req = Request { head, ext, peer };
         out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
-        let hits = self.cost(headers, ext);
+        let hits = self.cost_of_head(head, ext);
         out.set_hits(hits);
         let per_descriptor = self.cost.as_ref().map(|_| hits as u64);
         let env = self.env();
@@ -196,13 +212,31 @@ impl HttpIdentity {
     /// The client address of a request from `peer` (after trusted proxies;
     /// not grouped by prefix).
     pub fn client_ip(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
-        self.client_ip.resolve(headers, peer)
+        let head = HttpHead {
+            method: &Method::GET,
+            uri: &EMPTY_URI,
+            headers,
+        };
+        self.client_ip.resolve(&head, peer)
     }
 
     /// The cost of a request (1 without a cost source).
     pub fn cost<E: ExtensionSource + ?Sized>(&self, headers: &HeaderMap, ext: &E) -> u32 {
+        let head = HttpHead {
+            method: &Method::GET,
+            uri: &EMPTY_URI,
+            headers,
+        };
+        self.cost_of_head(&head, ext)
+    }
+
+    fn cost_of_head<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+        &self,
+        head: &H,
+        ext: &E,
+    ) -> u32 {
         match &self.cost {
-            Some(c) => cost_of(source_value(&c.source, headers, ext), c),
+            Some(c) => cost_of(source_value(&c.source, head, ext), c),
             None => 1,
         }
     }
