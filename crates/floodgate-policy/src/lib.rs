@@ -7,6 +7,7 @@ pub mod compile;
 pub mod engine;
 pub mod error;
 pub mod failure;
+pub mod observe;
 pub mod read;
 pub mod reload;
 pub mod spec;

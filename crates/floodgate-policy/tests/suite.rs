@@ -14,3 +14,4 @@ mod near_limit;
 mod on_failure;
 mod permits;
 mod sync_modes;
+mod top_keys;
