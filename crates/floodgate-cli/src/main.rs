@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod gateway;
+mod replay;
 mod serve;
 
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Replays access logs through policies: the gateway's decisions,
+    /// request by request, with a report.
+    Replay(Box<replay::ReplayArgs>),
     /// Load generation and reference servers for benchmarks.
     Bench {
         #[command(subcommand)]
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
                     merge_domains,
                 },
         } => check::run(&paths, merge_domains),
+        Command::Replay(args) => report(replay::run(*args)),
         Command::Bench { command } => report(bench::run(command)),
     }
 }

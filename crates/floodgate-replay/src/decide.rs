@@ -1,0 +1,473 @@
+//! Deciding one candidate's requests as the gateway would: the same
+//! identity builds the descriptors, the same engine decides them on the
+//! in-memory store, on a clock set to each line's arrival; the same
+//! contract turns the answer into a verdict (shadow mode, shaper delays),
+//! and the layer's bound on requests waiting out a delay
+//! (`http.layer.max_delayed`) is applied the same way. Concurrency limits
+//! are given back when the request ends: its arrival plus its logged
+//! duration (or its delay, when the log has no duration).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
+use floodgate_http::contract::{Report, Verdict};
+use floodgate_http::identity::{NoExtensions, RequestDescriptors};
+use floodgate_http::layer::OnError;
+use floodgate_policy::engine::Reason;
+use floodgate_policy::{Code, Descriptor, Engine, MemoryBackend, PolicySet, Response};
+
+use crate::candidate::Candidate;
+use crate::format::time::write_rfc3339;
+use crate::record::{HeaderSet, Parsed, Rec, RecView};
+use crate::reorder::Ordered;
+use crate::stats::{Acc, CandidateReport, Outcome, RuleOutcome};
+
+const NO_PEER: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+/// Polls a future of the in-memory engine, which never waits.
+fn ready<F: Future>(f: F) -> Option<F::Output> {
+    match pin!(f)
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// One candidate's decisions.
+pub(crate) struct Decider<'a> {
+    candidate: &'a Candidate,
+    engine: Engine<MemoryBackend, Arc<ManualClock>>,
+    clock: Arc<ManualClock>,
+    policy: Arc<PolicySet>,
+    headers: &'a HeaderSet,
+    out: RequestDescriptors,
+    response: Response,
+    report: Report,
+    /// When each request waiting out a delay is let go.
+    delayed: BinaryHeap<Reverse<u64>>,
+    /// Responses holding concurrency units, by release time.
+    holds: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    held: Vec<Response>,
+    free: Vec<usize>,
+    hold_seq: u64,
+    has_concurrency: bool,
+    acc: Acc,
+    /// Rule labels, by rule id.
+    labels: Vec<String>,
+    decisions: Option<Box<dyn Write + Send + 'a>>,
+    sources: &'a [String],
+    line: String,
+    scratch: Vec<u8>,
+    pub(crate) write_error: Option<std::io::Error>,
+}
+
+impl<'a> Decider<'a> {
+    pub(crate) fn new(
+        candidate: &'a Candidate,
+        policy: PolicySet,
+        headers: &'a HeaderSet,
+        capacity: usize,
+        decisions: Option<Box<dyn Write + Send + 'a>>,
+        sources: &'a [String],
+    ) -> Result<Self, floodgate::ConfigError> {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_nanos(0)));
+        let engine = Engine::with_clock(
+            policy,
+            MemoryBackend::new(StoreConfig::with_capacity(capacity))?,
+            clock.clone(),
+        );
+        let policy = engine.policy();
+        let has_concurrency = policy
+            .rules()
+            .iter()
+            .any(|r| r.limits().iter().any(|l| l.limit.is_concurrency()));
+        let labels = policy
+            .rules()
+            .iter()
+            .map(|r| r.label().to_owned())
+            .collect();
+        let rules = policy.rules().len();
+        Ok(Decider {
+            candidate,
+            engine,
+            clock,
+            out: candidate.identity.new_output(),
+            policy,
+            headers,
+            response: Response::default(),
+            report: Report::new(),
+            delayed: BinaryHeap::new(),
+            holds: BinaryHeap::new(),
+            held: Vec::new(),
+            free: Vec::new(),
+            hold_seq: 0,
+            has_concurrency,
+            acc: Acc::new(rules),
+            labels,
+            decisions,
+            sources,
+            line: String::new(),
+            scratch: Vec::new(),
+            write_error: None,
+        })
+    }
+
+    /// Decides a batch of lines, in order.
+    pub(crate) fn batch(&mut self, batch: &Ordered) {
+        for &(p, i) in &batch.items {
+            let parsed = &batch.parsed[p as usize];
+            self.decide(parsed, &parsed.recs[i as usize]);
+        }
+    }
+
+    /// Lets go of delayed requests and concurrency holds due by `t`.
+    fn settle(&mut self, t: u64) {
+        while self.delayed.peek().is_some_and(|Reverse(end)| *end <= t) {
+            self.delayed.pop();
+        }
+        while let Some(&Reverse((at, _, slot))) = self.holds.peek() {
+            if at > t {
+                break;
+            }
+            self.holds.pop();
+            self.clock.set(Timestamp::from_nanos(at));
+            let _ = ready(self.engine.release(&self.held[slot]));
+            self.free.push(slot);
+        }
+    }
+
+    fn evaluate(&mut self, apply: Apply) -> Result<(), String> {
+        let domain = self.candidate.identity.domain();
+        let hits = self.out.hits_addend();
+        match self
+            .engine
+            .evaluate_now(domain, self.out.as_slice(), hits, apply, &mut self.response)
+        {
+            Some(Ok(())) => {
+                self.report
+                    .fill(&self.response, &self.policy, &self.candidate.contract);
+                Ok(())
+            }
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("the store did not decide at once".into()),
+        }
+    }
+
+    fn decide(&mut self, parsed: &Parsed, rec: &Rec) {
+        let t = rec.time;
+        self.settle(t);
+        self.clock.set(Timestamp::from_nanos(t));
+        let view = RecView {
+            parsed,
+            rec,
+            headers: self.headers,
+        };
+        let peer = rec.peer.unwrap_or(NO_PEER);
+        self.candidate
+            .identity
+            .build_head(&view, peer, &NoExtensions, &mut self.out);
+        self.acc.begin(t);
+        if self.out.is_empty() {
+            self.acc.unlimited += 1;
+            self.acc.outcome(Outcome::Allowed, Duration::ZERO);
+            self.write(parsed, rec, Outcome::Allowed, Duration::ZERO, None, None);
+            return;
+        }
+        // As the layer does: with every delay slot taken, a request the
+        // shaper would delay is decided without charging and rejected.
+        let mut queue_full = false;
+        let mut error = None;
+        if self.delayed.len() >= self.candidate.max_delayed
+            && self.evaluate(Apply::Check).is_ok()
+            && matches!(self.report.verdict(), Verdict::Delayed(_))
+        {
+            self.report.deny_delayed();
+            queue_full = true;
+        }
+        if !queue_full && let Err(e) = self.evaluate(Apply::Commit) {
+            error = Some(e);
+        }
+        let (outcome, delay) = match (&error, self.report.verdict()) {
+            (Some(_), _) => match self.candidate.on_error {
+                OnError::Allow => (Outcome::Allowed, Duration::ZERO),
+                OnError::Reject => (Outcome::Denied, Duration::ZERO),
+            },
+            (None, Verdict::Allowed) => (Outcome::Allowed, Duration::ZERO),
+            (None, Verdict::Delayed(d)) => (Outcome::Delayed, d),
+            (None, Verdict::Denied) => (Outcome::Denied, Duration::ZERO),
+        };
+        if error.is_some() {
+            self.acc.errors += 1;
+            self.acc.outcome(outcome, delay);
+            self.write(parsed, rec, outcome, delay, None, error.as_deref());
+            return;
+        }
+        if queue_full {
+            self.acc.delay_queue_full += 1;
+        }
+        self.acc.outcome(outcome, delay);
+        let deciding = self.count_rules(outcome, queue_full);
+        if outcome == Outcome::Delayed {
+            self.delayed.push(Reverse(t.saturating_add(nanos(delay))));
+        }
+        if self.has_concurrency && outcome != Outcome::Denied && !queue_full {
+            let end = t.saturating_add(rec.duration.unwrap_or_else(|| nanos(delay)));
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.held.push(Response::default());
+                self.held.len() - 1
+            });
+            std::mem::swap(&mut self.held[slot], &mut self.response);
+            self.hold_seq += 1;
+            self.holds.push(Reverse((end, self.hold_seq, slot)));
+        }
+        self.write(parsed, rec, outcome, delay, deciding, None);
+    }
+
+    /// Counts each rule's part; returns the rule that decided (the
+    /// denying one, or the one imposing the longest delay).
+    fn count_rules(&mut self, outcome: Outcome, queue_full: bool) -> Option<u32> {
+        let mut any_rule = false;
+        let mut deciding: Option<u32> = None;
+        let mut longest = Duration::ZERO;
+        let Decider {
+            response,
+            acc,
+            out,
+            labels,
+            scratch,
+            ..
+        } = self;
+        for (i, s) in response.statuses.iter().enumerate() {
+            let Some(rule) = s.rule else {
+                if s.code == Code::OverLimit && deciding.is_none() && outcome == Outcome::Denied {
+                    // A deny list.
+                    deciding = Some(u32::MAX);
+                }
+                continue;
+            };
+            any_rule = true;
+            let delay = match s.decision.map(|d| d.outcome) {
+                Some(floodgate::Outcome::Delayed(x)) if x > Duration::ZERO => Some(x),
+                _ => None,
+            };
+            let would_deny =
+                s.decision.is_some_and(|d| d.is_denied()) || s.reason == Reason::Blocked;
+            let o = if s.shadow {
+                if would_deny {
+                    RuleOutcome::ShadowHit
+                } else {
+                    RuleOutcome::Allowed
+                }
+            } else if s.code == Code::OverLimit {
+                if deciding.is_none() && outcome == Outcome::Denied && !queue_full {
+                    deciding = Some(rule);
+                }
+                RuleOutcome::Denied
+            } else if let Some(x) = delay {
+                if x > longest && (outcome == Outcome::Delayed || queue_full) {
+                    longest = x;
+                    deciding = Some(rule);
+                }
+                RuleOutcome::Delayed(x)
+            } else {
+                RuleOutcome::Allowed
+            };
+            let label = labels.get(rule as usize).map_or("", String::as_str);
+            let desc = out.as_slice().get(i);
+            acc.rule(
+                rule,
+                o,
+                label,
+                |buf: &mut Vec<u8>| {
+                    if let Some(d) = desc {
+                        for j in 0..d.len() {
+                            let (k, v) = d.entry(j);
+                            if j > 0 {
+                                buf.extend_from_slice(b", ");
+                            }
+                            buf.extend_from_slice(k.as_bytes());
+                            buf.push(b'=');
+                            buf.extend_from_slice(v.as_bytes());
+                        }
+                    }
+                },
+                scratch,
+            );
+        }
+        if !any_rule {
+            acc.unlimited += 1;
+        }
+        deciding
+    }
+
+    /// Writes the request's decision line, if asked to.
+    fn write(
+        &mut self,
+        parsed: &Parsed,
+        rec: &Rec,
+        outcome: Outcome,
+        delay: Duration,
+        rule: Option<u32>,
+        error: Option<&str>,
+    ) {
+        if self.decisions.is_none() || self.write_error.is_some() {
+            return;
+        }
+        let _ = parsed;
+        let l = &mut self.line;
+        l.clear();
+        l.push_str("{\"line\":");
+        push_u64(l, rec.line);
+        if self.sources.len() > 1 {
+            l.push_str(",\"source\":");
+            push_json(
+                l,
+                self.sources
+                    .get(rec.file as usize)
+                    .map_or("", String::as_str),
+            );
+        }
+        l.push_str(",\"time\":\"");
+        write_rfc3339(rec.time, l);
+        l.push_str("\",\"descriptors\":[");
+        for (i, d) in self.out.as_slice().iter().enumerate() {
+            if i > 0 {
+                l.push(',');
+            }
+            l.push('{');
+            for j in 0..d.len() {
+                let (k, v) = d.entry(j);
+                if j > 0 {
+                    l.push(',');
+                }
+                push_json(l, k);
+                l.push(':');
+                push_json(l, v);
+            }
+            l.push('}');
+        }
+        l.push_str("],\"outcome\":\"");
+        l.push_str(outcome.name());
+        l.push_str("\",\"delay_ms\":");
+        let micros = delay.as_micros();
+        push_u64(l, (micros / 1000) as u64);
+        if micros % 1000 != 0 {
+            use std::fmt::Write;
+            let _ = write!(l, ".{:03}", micros % 1000);
+        }
+        l.push_str(",\"rule\":");
+        match rule {
+            Some(u32::MAX) => l.push_str("\"(deny list)\""),
+            Some(r) => push_json(l, self.labels.get(r as usize).map_or("", String::as_str)),
+            None => l.push_str("null"),
+        }
+        if rec.status != 0 {
+            l.push_str(",\"logged_status\":");
+            push_u64(l, rec.status as u64);
+        }
+        if let Some(e) = error {
+            l.push_str(",\"error\":");
+            push_json(l, e);
+        }
+        l.push_str("}\n");
+        if let Some(w) = self.decisions.as_mut()
+            && let Err(e) = w.write_all(l.as_bytes())
+        {
+            self.write_error = Some(e);
+        }
+    }
+
+    /// The candidate's report.
+    pub(crate) fn finish(mut self, top: usize) -> (CandidateReport, Option<std::io::Error>) {
+        if let Some(w) = self.decisions.as_mut()
+            && let Err(e) = w.flush()
+            && self.write_error.is_none()
+        {
+            self.write_error = Some(e);
+        }
+        let rules: Vec<(String, String, String, bool)> = self
+            .policy
+            .rules()
+            .iter()
+            .map(|r| {
+                (
+                    r.label().to_owned(),
+                    r.domain.to_string(),
+                    describe_limits(r),
+                    r.shadow,
+                )
+            })
+            .collect();
+        let store = self.engine.backend().store().stats();
+        let report = self.acc.finish(
+            self.candidate.name.clone(),
+            self.candidate.notes.clone(),
+            &rules,
+            top,
+            (store.keys as u64, store.evictions),
+        );
+        (report, self.write_error)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+fn push_u64(s: &mut String, n: u64) {
+    let mut buf = itoa::Buffer::new();
+    s.push_str(buf.format(n));
+}
+
+fn push_json(s: &mut String, v: &str) {
+    // serde_json's escaping of one string.
+    match serde_json::to_string(v) {
+        Ok(q) => s.push_str(&q),
+        Err(_) => s.push_str("\"\""),
+    }
+}
+
+/// A rule's limits in words: `sliding_log 100/60s`, `shaper 10r/s burst 5`.
+pub(crate) fn describe_limits(rule: &floodgate_policy::compile::Rule) -> String {
+    use floodgate::algorithms::LimitKind;
+    use floodgate_policy::compile::Action;
+    match &rule.action {
+        Action::Unlimited => "unlimited".into(),
+        Action::Block { .. } => "blocks every request".into(),
+        Action::Limit(limits) => limits
+            .iter()
+            .map(|l| {
+                let (quota, window, _) = floodgate_http::contract::shape(&l.limit);
+                let w = window.map_or(String::new(), |w| format!("/{w}s"));
+                match l.limit.kind() {
+                    LimitKind::Gcra(g) => {
+                        let (n, p) = g.rate();
+                        format!("token_bucket {n}/{}s burst {}", p.as_secs_f64(), g.burst())
+                    }
+                    LimitKind::FixedWindow(_) => format!("fixed_window {quota}{w}"),
+                    LimitKind::SlidingWindow(_) | LimitKind::SubWindows(_) => {
+                        format!("sliding_window {quota}{w}")
+                    }
+                    LimitKind::SlidingLog(_) => format!("sliding_log {quota}{w}"),
+                    LimitKind::Shaper(s) => format!(
+                        "shaper {} r/s burst {}",
+                        s.rate_millis() as f64 / 1000.0,
+                        s.burst()
+                    ),
+                    LimitKind::Concurrency(c) => format!("concurrency {}", c.max()),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" + "),
+    }
+}

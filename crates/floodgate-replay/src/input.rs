@@ -1,0 +1,380 @@
+//! Reading logs: files or standard input, plain or gzip (told by the
+//! first bytes), in large chunks of whole lines, parsed line by line and
+//! put in arrival order.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use flate2::read::MultiGzDecoder;
+
+use crate::format::{LineError, Parser};
+use crate::record::{HeaderSet, Parsed, Rec, Span};
+use crate::reorder::{Late, Ordered, Reorder};
+
+/// Bytes read at a time (whole lines are kept; the rest waits).
+const CHUNK: usize = 1 << 20;
+/// Lines longer than this are reported and skipped.
+pub const MAX_LINE: usize = 1 << 20;
+/// Lines per batch handed to the deciders.
+const BATCH: usize = 8192;
+
+/// A log to read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogSource {
+    /// A file (`-`: standard input).
+    File(PathBuf),
+    /// Standard input.
+    Stdin,
+}
+
+impl LogSource {
+    /// `-` is standard input; anything else a file.
+    pub fn parse(s: &str) -> LogSource {
+        if s == "-" {
+            LogSource::Stdin
+        } else {
+            LogSource::File(PathBuf::from(s))
+        }
+    }
+
+    /// The name used in reports.
+    pub fn name(&self) -> String {
+        match self {
+            LogSource::File(p) => p.display().to_string(),
+            LogSource::Stdin => "<stdin>".into(),
+        }
+    }
+
+    /// Its size in bytes, when known (for the progress bar).
+    pub(crate) fn size(&self) -> Option<u64> {
+        match self {
+            LogSource::File(p) => std::fs::metadata(p).ok().map(|m| m.len()),
+            LogSource::Stdin => None,
+        }
+    }
+}
+
+/// Why a line was not decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IssueKind {
+    /// The line does not match the format.
+    Malformed(LineError),
+    /// Longer than [`MAX_LINE`] bytes.
+    TooLong,
+    /// More than the reordering window out of order.
+    Late {
+        /// How far behind, in nanoseconds.
+        behind: u64,
+    },
+}
+
+/// A line not decided, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    /// The input it is in (its name).
+    pub source: String,
+    /// Its line number (from 1).
+    pub line: u64,
+    /// Why.
+    pub kind: IssueKind,
+    /// Its first bytes.
+    pub excerpt: String,
+}
+
+impl std::fmt::Display for Issue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: ", self.source, self.line)?;
+        match &self.kind {
+            IssueKind::Malformed(e) => write!(f, "{e}")?,
+            IssueKind::TooLong => write!(f, "the line is longer than {MAX_LINE} bytes")?,
+            IssueKind::Late { behind } => write!(
+                f,
+                "{:.3} s earlier than a line already replayed (beyond the reordering window)",
+                *behind as f64 / 1e9
+            )?,
+        }
+        if !self.excerpt.is_empty() {
+            write!(f, ": {}", self.excerpt)?;
+        }
+        Ok(())
+    }
+}
+
+/// What reading found, besides the lines.
+#[derive(Debug, Default)]
+pub struct InputSummary {
+    /// Lines read (blank ones included).
+    pub lines: u64,
+    /// Blank lines (not requests).
+    pub blank: u64,
+    /// Lines that do not match the format (or are too long).
+    pub malformed: u64,
+    /// Lines too far out of order.
+    pub late: u64,
+    /// The first issues, in the order found.
+    pub issues: Vec<Issue>,
+    /// Most lines held by the reordering window at once.
+    pub held_peak: usize,
+    /// Bytes read (compressed, for gzip).
+    pub bytes: u64,
+}
+
+/// Issues kept in the summary (all are counted).
+pub const KEPT_ISSUES: usize = 1000;
+
+/// Where issues go: the summary keeps the first, a sink gets all.
+pub(crate) struct Issues<'a> {
+    pub summary: &'a mut InputSummary,
+    pub sink: Option<&'a mut dyn FnMut(&Issue)>,
+}
+
+impl Issues<'_> {
+    fn add(&mut self, issue: Issue) {
+        match issue.kind {
+            IssueKind::Late { .. } => self.summary.late += 1,
+            _ => self.summary.malformed += 1,
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            sink(&issue);
+        }
+        if self.summary.issues.len() < KEPT_ISSUES {
+            self.summary.issues.push(issue);
+        }
+    }
+}
+
+fn excerpt(line: &[u8]) -> String {
+    const MAX: usize = 120;
+    let cut = &line[..line.len().min(MAX)];
+    let mut s = String::from_utf8_lossy(cut).into_owned();
+    if line.len() > MAX {
+        s.push('…');
+    }
+    s
+}
+
+/// Counts the bytes read through it.
+struct Counted<R> {
+    inner: R,
+    counter: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.counter.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Opens `source`, decompressing it when it starts like gzip.
+fn open(source: &LogSource, counter: Arc<AtomicU64>) -> io::Result<Box<dyn Read + Send>> {
+    let raw: Box<dyn Read + Send> = match source {
+        LogSource::File(p) => Box::new(File::open(p)?),
+        LogSource::Stdin => Box::new(io::stdin()),
+    };
+    let mut buffered = BufReader::with_capacity(
+        1 << 16,
+        Counted {
+            inner: raw,
+            counter,
+        },
+    );
+    let gzip = buffered.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gzip {
+        Box::new(MultiGzDecoder::new(buffered))
+    } else {
+        Box::new(buffered)
+    })
+}
+
+/// Reads every source in order, parses each line, puts them in arrival
+/// order and hands them over in batches to `deliver`.
+pub(crate) struct Reader<'a> {
+    pub parser: &'a Parser,
+    pub headers: &'a HeaderSet,
+    pub window: u64,
+    pub progress: Arc<AtomicU64>,
+}
+
+impl Reader<'_> {
+    pub(crate) fn run(
+        &self,
+        sources: &[LogSource],
+        issues: &mut Issues<'_>,
+        deliver: &mut dyn FnMut(Ordered),
+    ) -> io::Result<()> {
+        let mut reorder = Reorder::new(self.window);
+        for (file, source) in sources.iter().enumerate() {
+            let mut reader = open(source, self.progress.clone())
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", source.name())))?;
+            let name = source.name();
+            self.read_one(
+                &mut *reader,
+                file as u32,
+                &name,
+                &mut reorder,
+                issues,
+                deliver,
+            )
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?;
+        }
+        reorder.release(true);
+        let rest = reorder.take();
+        if rest.len() > 0 {
+            deliver(rest);
+        }
+        issues.summary.held_peak = reorder.peak;
+        issues.summary.bytes = self.progress.load(Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read_one(
+        &self,
+        reader: &mut dyn Read,
+        file: u32,
+        name: &str,
+        reorder: &mut Reorder,
+        issues: &mut Issues<'_>,
+        deliver: &mut dyn FnMut(Ordered),
+    ) -> io::Result<()> {
+        let mut carry: Vec<u8> = Vec::new();
+        let mut line_no: u64 = 0;
+        // Skipping the rest of a line too long to keep.
+        let mut skipping = false;
+        loop {
+            let mut text = Vec::with_capacity(CHUNK + carry.len());
+            text.append(&mut carry);
+            let read = reader.take(CHUNK as u64).read_to_end(&mut text)?;
+            let eof = read == 0;
+            if skipping {
+                // The rest of a line too long to keep.
+                match memchr::memchr(b'\n', &text) {
+                    Some(i) => {
+                        text.drain(..=i);
+                        skipping = false;
+                    }
+                    None if eof => break,
+                    None => continue,
+                }
+            }
+            let whole = match memchr::memrchr(b'\n', &text) {
+                Some(i) => i + 1,
+                None if eof => text.len(),
+                None => 0,
+            };
+            if whole == 0 {
+                if eof {
+                    break;
+                }
+                if text.len() > MAX_LINE {
+                    line_no += 1;
+                    issues.add(Issue {
+                        source: name.to_owned(),
+                        line: line_no,
+                        kind: IssueKind::TooLong,
+                        excerpt: excerpt(&text),
+                    });
+                    skipping = true;
+                    continue;
+                }
+                carry = text;
+                continue;
+            }
+            carry.extend_from_slice(&text[whole..]);
+            text.truncate(whole);
+            let parsed = self.parse_chunk(text, file, name, &mut line_no, issues);
+            reorder.push(parsed, |l: Late| {
+                issues.add(Issue {
+                    source: name.to_owned(),
+                    line: l.line,
+                    kind: IssueKind::Late { behind: l.behind },
+                    excerpt: String::new(),
+                })
+            });
+            if reorder.ready() >= BATCH {
+                deliver(reorder.take());
+            }
+            if eof {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn parse_chunk(
+        &self,
+        text: Vec<u8>,
+        file: u32,
+        name: &str,
+        line_no: &mut u64,
+        issues: &mut Issues<'_>,
+    ) -> Parsed {
+        let width = self.headers.len();
+        let mut p = Parsed {
+            text,
+            ..Default::default()
+        };
+        p.recs.reserve(p.text.len() / 128);
+        p.headers.reserve(p.text.len() / 128 * width);
+        let Parsed {
+            text,
+            extra,
+            recs,
+            headers,
+        } = &mut p;
+        let mut start = 0;
+        while start < text.len() {
+            let nl = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
+            let mut end = nl;
+            if end > start && text[end - 1] == b'\r' {
+                end -= 1;
+            }
+            *line_no += 1;
+            issues.summary.lines += 1;
+            if text[start..end].iter().all(u8::is_ascii_whitespace) {
+                issues.summary.blank += 1;
+            } else if end - start > MAX_LINE {
+                issues.add(Issue {
+                    source: name.to_owned(),
+                    line: *line_no,
+                    kind: IssueKind::TooLong,
+                    excerpt: excerpt(&text[start..end]),
+                });
+            } else {
+                let first = headers.len();
+                headers.resize(first + width, Span::NONE);
+                match self
+                    .parser
+                    .parse(text, start, end, extra, &mut headers[first..])
+                {
+                    Ok(f) => recs.push(Rec {
+                        file,
+                        line: *line_no,
+                        time: f.time,
+                        duration: f.duration,
+                        status: f.status,
+                        peer: f.peer,
+                        method: f.method,
+                        path: f.path,
+                        headers: first as u32,
+                    }),
+                    Err(e) => {
+                        headers.truncate(first);
+                        issues.add(Issue {
+                            source: name.to_owned(),
+                            line: *line_no,
+                            kind: IssueKind::Malformed(e),
+                            excerpt: excerpt(&text[start..end]),
+                        });
+                    }
+                }
+            }
+            start = nl + 1;
+        }
+        p
+    }
+}

@@ -1,0 +1,168 @@
+//! The terminal summary: totals per candidate, then per rule, the keys
+//! denied most and the first lines not decided.
+
+use std::io::{self, Write};
+
+use crate::run::Replay;
+use crate::stats::DelayStats;
+
+fn delays(d: &DelayStats) -> String {
+    if d.count == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}/{:.1}/{:.1}", d.p50_ms, d.p99_ms, d.max_ms)
+    }
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.2}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Writes the summary (at most `issues` lines not decided are listed).
+pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Result<()> {
+    let i = &r.input;
+    writeln!(
+        out,
+        "Replayed {} lines of {} ({}) in {:.2} s ({:.0} lines/s).",
+        i.lines,
+        r.sources.join(", "),
+        r.format,
+        r.elapsed_secs,
+        i.lines as f64 / r.elapsed_secs.max(1e-9)
+    )?;
+    if i.blank > 0 {
+        writeln!(out, "  blank lines: {}", i.blank)?;
+    }
+    writeln!(
+        out,
+        "  not decided: {} malformed, {} later than the {} s reordering window",
+        i.malformed, i.late, i.window_secs
+    )?;
+    for s in i.issues.iter().take(issues) {
+        writeln!(out, "    {s}")?;
+    }
+    if (i.malformed + i.late) as usize > issues.min(i.issues.len()) {
+        writeln!(
+            out,
+            "    ... (--rejected FILE lists every line not decided)"
+        )?;
+    }
+    for w in &r.warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    writeln!(out)?;
+    let name_w = r
+        .candidates
+        .iter()
+        .map(|c| c.name.chars().count())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    writeln!(
+        out,
+        "{:<name_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {:>8}",
+        "candidate",
+        "requests",
+        "allowed",
+        "delayed",
+        "denied",
+        "denied%",
+        "delay p50/p99/max ms",
+        "limited"
+    )?;
+    for c in &r.candidates {
+        writeln!(
+            out,
+            "{:<name_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {:>8}",
+            c.name,
+            c.requests,
+            c.allowed,
+            c.delayed,
+            c.denied,
+            pct(c.denied, c.requests),
+            delays(&c.delay),
+            c.distinct_limited
+        )?;
+    }
+    for c in &r.candidates {
+        writeln!(out, "\n{}:", c.name)?;
+        if c.delay_queue_full > 0 {
+            writeln!(
+                out,
+                "  {} denied because http.layer.max_delayed requests were already waiting",
+                c.delay_queue_full
+            )?;
+        }
+        if c.errors > 0 {
+            writeln!(
+                out,
+                "  {} requests the engine refused (see --decisions)",
+                c.errors
+            )?;
+        }
+        if c.evictions > 0 {
+            writeln!(
+                out,
+                "  {} keys evicted when the store was full (--capacity)",
+                c.evictions
+            )?;
+        }
+        for n in &c.notes {
+            writeln!(out, "  note: {n}")?;
+        }
+        let rule_w = c
+            .rules
+            .iter()
+            .map(|r| r.name.chars().count() + if r.shadow { 9 } else { 0 })
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        writeln!(
+            out,
+            "  {:<rule_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  limits",
+            "rule", "requests", "allowed", "delayed", "denied", "shadow", "delay p50/p99/max ms",
+        )?;
+        for r in &c.rules {
+            let name = if r.shadow {
+                format!("{} (shadow)", r.name)
+            } else {
+                r.name.clone()
+            };
+            writeln!(
+                out,
+                "  {:<rule_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {}",
+                name,
+                r.requests,
+                r.allowed,
+                r.delayed,
+                r.denied,
+                r.shadow_hits,
+                delays(&r.delay),
+                r.limits
+            )?;
+        }
+        if !c.top_denied.is_empty() {
+            writeln!(out, "  keys denied most:")?;
+            for k in c.top_denied.iter().take(10) {
+                let err = if k.error > 0 {
+                    format!(" (±{})", k.error)
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    out,
+                    "    {:>9}{err}  {}{}: {}",
+                    k.count,
+                    k.rule,
+                    if k.shadow { " (shadow)" } else { "" },
+                    k.key
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

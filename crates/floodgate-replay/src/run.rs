@@ -1,0 +1,380 @@
+//! Running a replay: one thread reads, parses and orders the lines; one
+//! thread per candidate decides them, in arrival order, on its own engine.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::candidate::{self, CandidateSpec};
+use crate::decide::Decider;
+use crate::error::ReplayError;
+use crate::format::{LogFormat, Parser};
+use crate::input::{InputSummary, Issue, Issues, LogSource, Reader};
+use crate::record::HeaderSet;
+use crate::reorder::Ordered;
+use crate::stats::CandidateReport;
+use crate::variants::Variant;
+
+/// Batches in flight between the reader and each decider.
+const IN_FLIGHT: usize = 8;
+
+/// What to replay, through what, and what to write.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// The configurations (at least one).
+    pub candidates: Vec<CandidateSpec>,
+    /// Algorithms to swap into every candidate (none: as configured).
+    pub variants: Vec<Variant>,
+    /// The logs, in order (none: standard input).
+    pub logs: Vec<LogSource>,
+    /// Their format.
+    pub format: LogFormat,
+    /// How far out of order lines are put back in order.
+    pub window: Duration,
+    /// The in-memory store's capacity (`store.capacity`).
+    pub capacity: usize,
+    /// Where to write one JSON line per request (with several candidates,
+    /// one file each, the candidate's name before the extension).
+    pub decisions: Option<PathBuf>,
+    /// Where to write every line not decided.
+    pub rejected: Option<PathBuf>,
+    /// How many top keys to report.
+    pub top: usize,
+    /// Show a progress bar on standard error (when it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            candidates: Vec::new(),
+            variants: Vec::new(),
+            logs: Vec::new(),
+            format: LogFormat::default(),
+            window: Duration::from_secs(10),
+            capacity: 1_000_000,
+            decisions: None,
+            rejected: None,
+            top: 20,
+            progress: false,
+        }
+    }
+}
+
+/// A replay's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Replay {
+    /// The logs read.
+    pub sources: Vec<String>,
+    /// The log format, as given.
+    pub format: String,
+    /// What reading found: lines, malformed and late lines.
+    pub input: InputStats,
+    /// Problems with the configuration or the log that do not stop a
+    /// replay (a header the log lacks, a layer feature not replayed).
+    pub warnings: Vec<String>,
+    /// Each candidate's results, in order.
+    pub candidates: Vec<CandidateReport>,
+    /// Wall-clock time the replay took.
+    pub elapsed_secs: f64,
+}
+
+/// Reading's counts, and the first lines not decided.
+#[derive(Clone, Debug, Serialize)]
+pub struct InputStats {
+    /// Lines read.
+    pub lines: u64,
+    /// Blank lines.
+    pub blank: u64,
+    /// Lines that do not match the format.
+    pub malformed: u64,
+    /// Lines beyond the reordering window.
+    pub late: u64,
+    /// The reordering window, in seconds.
+    pub window_secs: f64,
+    /// Most lines held by it at once.
+    pub held_peak: usize,
+    /// Bytes read.
+    pub bytes: u64,
+    /// The first lines not decided, `source:line: why`.
+    pub issues: Vec<String>,
+}
+
+impl InputStats {
+    fn from(s: &InputSummary, window: Duration) -> Self {
+        InputStats {
+            lines: s.lines,
+            blank: s.blank,
+            malformed: s.malformed,
+            late: s.late,
+            window_secs: window.as_secs_f64(),
+            held_peak: s.held_peak,
+            bytes: s.bytes,
+            issues: s.issues.iter().map(Issue::to_string).collect(),
+        }
+    }
+}
+
+/// The file for candidate `name` when several write decisions.
+fn per_candidate(path: &Path, name: &str, several: bool) -> PathBuf {
+    if !several {
+        return path.to_path_buf();
+    }
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file = match path.extension() {
+        Some(ext) => format!("{stem}.{safe}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{safe}"),
+    };
+    path.with_file_name(file)
+}
+
+fn create(path: &Path) -> Result<Box<dyn Write + Send>, ReplayError> {
+    let f = File::create(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    Ok(Box::new(BufWriter::with_capacity(1 << 20, f)))
+}
+
+/// Replays `options.logs` through every candidate.
+pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
+    let started = Instant::now();
+    if options.candidates.is_empty() {
+        return Err(ReplayError::Usage(
+            "no configuration to replay (--config)".into(),
+        ));
+    }
+    let (loaded, policies): (Vec<_>, Vec<_>) =
+        candidate::load_all(&options.candidates, &options.variants)?
+            .into_iter()
+            .unzip();
+    let mut names = Vec::new();
+    for c in &loaded {
+        names.extend(candidate::headers_read(&c.identity_config));
+    }
+    let headers = HeaderSet::new(names);
+    let parser = Parser::new(&options.format, &headers).map_err(ReplayError::Format)?;
+    let concurrency = policies.iter().any(|p| {
+        p.rules()
+            .iter()
+            .any(|r| r.limits().iter().any(|l| l.limit.is_concurrency()))
+    });
+    let mut warnings = check_format(&parser, &headers, &loaded, concurrency);
+    for c in &loaded {
+        for n in &c.notes {
+            warnings.push(format!("{}: {n}", c.name));
+        }
+    }
+    let logs = if options.logs.is_empty() {
+        vec![LogSource::Stdin]
+    } else {
+        options.logs.clone()
+    };
+    let sources: Vec<String> = logs.iter().map(LogSource::name).collect();
+    let total_bytes: Option<u64> = logs.iter().map(LogSource::size).sum();
+    let several = loaded.len() > 1;
+    let mut writers = Vec::new();
+    for c in &loaded {
+        writers.push(match &options.decisions {
+            Some(p) => Some(create(&per_candidate(p, &c.name, several))?),
+            None => None,
+        });
+    }
+    let mut rejected = match &options.rejected {
+        Some(p) => Some(create(p)?),
+        None => None,
+    };
+    let progress = Arc::new(AtomicU64::new(0));
+    let done = AtomicBool::new(false);
+    let window = options.window.as_nanos().min(u64::MAX as u128) as u64;
+    let mut summary = InputSummary::default();
+
+    let result = std::thread::scope(|scope| -> Result<Vec<CandidateReport>, ReplayError> {
+        let mut senders = Vec::new();
+        let mut deciders = Vec::new();
+        for ((candidate, policy), writer) in loaded.iter().zip(policies).zip(writers) {
+            let (tx, rx) = mpsc::sync_channel::<Arc<Ordered>>(IN_FLIGHT);
+            senders.push(tx);
+            let headers = &headers;
+            let sources = &sources;
+            deciders.push(
+                scope.spawn(move || -> Result<CandidateReport, ReplayError> {
+                    let mut d = Decider::new(
+                        candidate,
+                        policy,
+                        headers,
+                        options.capacity,
+                        writer,
+                        sources,
+                    )
+                    .map_err(|e| ReplayError::Usage(format!("store: {e}")))?;
+                    for batch in rx {
+                        d.batch(&batch);
+                        if d.write_error.is_some() {
+                            break;
+                        }
+                    }
+                    let (report, err) = d.finish(options.top);
+                    match err {
+                        Some(e) => Err(ReplayError::Io(e)),
+                        None => Ok(report),
+                    }
+                }),
+            );
+        }
+        let bar = options.progress.then(|| progress_bar(total_bytes));
+        let reader_progress = progress.clone();
+        let reading = scope.spawn(|| -> Result<InputSummary, ReplayError> {
+            let reader = Reader {
+                parser: &parser,
+                headers: &headers,
+                window,
+                progress: reader_progress,
+            };
+            let mut summary = InputSummary::default();
+            let mut sink_error: Option<io::Error> = None;
+            let mut sink = |issue: &Issue| {
+                if let Some(w) = rejected.as_mut()
+                    && sink_error.is_none()
+                    && let Err(e) = writeln!(w, "{issue}")
+                {
+                    sink_error = Some(e);
+                }
+            };
+            let mut issues = Issues {
+                summary: &mut summary,
+                sink: Some(&mut sink),
+            };
+            let mut deliver = |batch: Ordered| {
+                let batch = Arc::new(batch);
+                for tx in &senders {
+                    // A decider that stopped (an output error) reports it.
+                    let _ = tx.send(Arc::clone(&batch));
+                }
+            };
+            let read = reader.run(&logs, &mut issues, &mut deliver);
+            drop(senders);
+            done.store(true, Ordering::Release);
+            read?;
+            if let Some(e) = sink_error {
+                return Err(ReplayError::Io(e));
+            }
+            if let Some(w) = rejected.as_mut() {
+                w.flush()?;
+            }
+            Ok(summary)
+        });
+        if let Some(bar) = &bar {
+            while !done.load(Ordering::Acquire) {
+                bar.set_position(progress.load(Ordering::Relaxed));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        }
+        summary = reading
+            .join()
+            .map_err(|_| ReplayError::Usage("the reader stopped unexpectedly".into()))??;
+        let mut reports = Vec::new();
+        for d in deciders {
+            reports.push(
+                d.join()
+                    .map_err(|_| ReplayError::Usage("a decider stopped unexpectedly".into()))??,
+            );
+        }
+        Ok(reports)
+    })?;
+    Ok(Replay {
+        sources,
+        format: format_name(&options.format),
+        input: InputStats::from(&summary, options.window),
+        warnings,
+        candidates: result,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn format_name(f: &LogFormat) -> String {
+    match f {
+        LogFormat::Nginx(s) if s == crate::format::COMBINED => "nginx (combined)".into(),
+        LogFormat::Nginx(s) => format!("nginx: {s}"),
+        LogFormat::Envoy(None) => "envoy (JSON)".into(),
+        LogFormat::Envoy(Some(s)) => format!("envoy: {s}"),
+        LogFormat::Jsonl(None) => "jsonl".into(),
+        LogFormat::Jsonl(Some(s)) => format!("jsonl: {s}"),
+    }
+}
+
+fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let bar = match total {
+        Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
+        None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+    };
+    let style = match total {
+        Some(_) => ProgressStyle::with_template(
+            "{spinner} replaying [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        ),
+        None => ProgressStyle::with_template("{spinner} replaying {bytes} ({bytes_per_sec})"),
+    };
+    if let Ok(s) = style {
+        bar.set_style(s.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Warnings about what the identities read and the log does not give.
+fn check_format(
+    parser: &Parser,
+    headers: &HeaderSet,
+    loaded: &[candidate::Candidate],
+    concurrency: bool,
+) -> Vec<String> {
+    let given = parser.provides(headers);
+    let mut w = Vec::new();
+    let (mut address, mut path, mut method) = (false, false, false);
+    for c in loaded {
+        let (a, p, m) = candidate::needs(&c.identity_config);
+        address |= a;
+        path |= p;
+        method |= m;
+    }
+    if address && !given.address {
+        w.push("the log has no client address: every client_ip is 0.0.0.0".into());
+    }
+    if path && !given.path {
+        w.push("the log has no path: route and path descriptors are never built".into());
+    }
+    if concurrency && !given.duration {
+        w.push(
+            "the log has no request duration: concurrency limits are given back when a request is decided (or its delay ends)".into(),
+        );
+    }
+    if method && !given.method {
+        w.push("the log has no method: method descriptors are empty".into());
+    }
+    for h in headers.names() {
+        if !given.headers.iter().any(|g| g == h.as_str()) {
+            w.push(format!(
+                "the log has no `{h}` header: descriptors that read it are built as if it were absent"
+            ));
+        }
+    }
+    w
+}

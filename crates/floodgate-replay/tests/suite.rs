@@ -1,0 +1,10 @@
+//! Every integration test of this crate, one module per file of `tests/`,
+//! linked into one binary.
+
+mod common;
+
+mod algorithms;
+mod formats;
+mod ordering;
+mod outputs;
+mod semantics;
