@@ -11,7 +11,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -19,18 +18,15 @@ use std::time::Duration;
 
 use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
-use floodgate_http::identity::{NoExtensions, RequestDescriptors};
 use floodgate_http::layer::OnError;
 use floodgate_policy::engine::Reason;
 use floodgate_policy::{Code, Descriptor, Engine, MemoryBackend, PolicySet, Response};
 
 use crate::candidate::Candidate;
 use crate::format::time::write_rfc3339;
-use crate::record::{HeaderSet, Parsed, Rec, RecView};
+use crate::record::{DescView, Rec};
 use crate::reorder::Ordered;
 use crate::stats::{Acc, CandidateReport, Outcome, RuleOutcome};
-
-const NO_PEER: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
 /// Polls a future of the in-memory engine, which never waits.
 fn ready<F: Future>(f: F) -> Option<F::Output> {
@@ -49,8 +45,9 @@ pub(crate) struct Decider<'a> {
     engine: Engine<MemoryBackend, Arc<ManualClock>>,
     clock: Arc<ManualClock>,
     policy: Arc<PolicySet>,
-    headers: &'a HeaderSet,
-    out: RequestDescriptors,
+    /// Which of the reader's identities builds this candidate's
+    /// descriptors.
+    identity: usize,
     response: Response,
     report: Report,
     /// When each request waiting out a delay is let go.
@@ -75,7 +72,7 @@ impl<'a> Decider<'a> {
     pub(crate) fn new(
         candidate: &'a Candidate,
         policy: PolicySet,
-        headers: &'a HeaderSet,
+        identity: usize,
         capacity: usize,
         decisions: Option<Box<dyn Write + Send + 'a>>,
         sources: &'a [String],
@@ -101,9 +98,8 @@ impl<'a> Decider<'a> {
             candidate,
             engine,
             clock,
-            out: candidate.identity.new_output(),
             policy,
-            headers,
+            identity,
             response: Response::default(),
             report: Report::new(),
             delayed: BinaryHeap::new(),
@@ -124,9 +120,12 @@ impl<'a> Decider<'a> {
 
     /// Decides a batch of lines, in order.
     pub(crate) fn batch(&mut self, batch: &Ordered) {
+        let mut views = Vec::new();
         for &(p, i) in &batch.items {
             let parsed = &batch.parsed[p as usize];
-            self.decide(parsed, &parsed.recs[i as usize]);
+            let rec = &parsed.recs[i as usize];
+            let hits = parsed.descriptors(rec, self.identity, &mut views);
+            self.decide(rec, &views, hits);
         }
     }
 
@@ -146,12 +145,11 @@ impl<'a> Decider<'a> {
         }
     }
 
-    fn evaluate(&mut self, apply: Apply) -> Result<(), String> {
+    fn evaluate(&mut self, views: &[DescView<'_>], hits: u32, apply: Apply) -> Result<(), String> {
         let domain = self.candidate.identity.domain();
-        let hits = self.out.hits_addend();
         match self
             .engine
-            .evaluate_now(domain, self.out.as_slice(), hits, apply, &mut self.response)
+            .evaluate_now(domain, views, hits, apply, &mut self.response)
         {
             Some(Ok(())) => {
                 self.report
@@ -163,24 +161,15 @@ impl<'a> Decider<'a> {
         }
     }
 
-    fn decide(&mut self, parsed: &Parsed, rec: &Rec) {
+    fn decide(&mut self, rec: &Rec, views: &[DescView<'_>], hits: u32) {
         let t = rec.time;
         self.settle(t);
         self.clock.set(Timestamp::from_nanos(t));
-        let view = RecView {
-            parsed,
-            rec,
-            headers: self.headers,
-        };
-        let peer = rec.peer.unwrap_or(NO_PEER);
-        self.candidate
-            .identity
-            .build_head(&view, peer, &NoExtensions, &mut self.out);
         self.acc.begin(t);
-        if self.out.is_empty() {
+        if views.is_empty() {
             self.acc.unlimited += 1;
             self.acc.outcome(Outcome::Allowed, Duration::ZERO);
-            self.write(parsed, rec, Outcome::Allowed, Duration::ZERO, None, None);
+            self.write(rec, views, Outcome::Allowed, Duration::ZERO, None, None);
             return;
         }
         // As the layer does: with every delay slot taken, a request the
@@ -188,13 +177,13 @@ impl<'a> Decider<'a> {
         let mut queue_full = false;
         let mut error = None;
         if self.delayed.len() >= self.candidate.max_delayed
-            && self.evaluate(Apply::Check).is_ok()
+            && self.evaluate(views, hits, Apply::Check).is_ok()
             && matches!(self.report.verdict(), Verdict::Delayed(_))
         {
             self.report.deny_delayed();
             queue_full = true;
         }
-        if !queue_full && let Err(e) = self.evaluate(Apply::Commit) {
+        if !queue_full && let Err(e) = self.evaluate(views, hits, Apply::Commit) {
             error = Some(e);
         }
         let (outcome, delay) = match (&error, self.report.verdict()) {
@@ -209,14 +198,14 @@ impl<'a> Decider<'a> {
         if error.is_some() {
             self.acc.errors += 1;
             self.acc.outcome(outcome, delay);
-            self.write(parsed, rec, outcome, delay, None, error.as_deref());
+            self.write(rec, views, outcome, delay, None, error.as_deref());
             return;
         }
         if queue_full {
             self.acc.delay_queue_full += 1;
         }
         self.acc.outcome(outcome, delay);
-        let deciding = self.count_rules(outcome, queue_full);
+        let deciding = self.count_rules(views, outcome, queue_full);
         if outcome == Outcome::Delayed {
             self.delayed.push(Reverse(t.saturating_add(nanos(delay))));
         }
@@ -230,19 +219,23 @@ impl<'a> Decider<'a> {
             self.hold_seq += 1;
             self.holds.push(Reverse((end, self.hold_seq, slot)));
         }
-        self.write(parsed, rec, outcome, delay, deciding, None);
+        self.write(rec, views, outcome, delay, deciding, None);
     }
 
     /// Counts each rule's part; returns the rule that decided (the
     /// denying one, or the one imposing the longest delay).
-    fn count_rules(&mut self, outcome: Outcome, queue_full: bool) -> Option<u32> {
+    fn count_rules(
+        &mut self,
+        views: &[DescView<'_>],
+        outcome: Outcome,
+        queue_full: bool,
+    ) -> Option<u32> {
         let mut any_rule = false;
         let mut deciding: Option<u32> = None;
         let mut longest = Duration::ZERO;
         let Decider {
             response,
             acc,
-            out,
             labels,
             scratch,
             ..
@@ -283,7 +276,7 @@ impl<'a> Decider<'a> {
                 RuleOutcome::Allowed
             };
             let label = labels.get(rule as usize).map_or("", String::as_str);
-            let desc = out.as_slice().get(i);
+            let desc = views.get(i);
             acc.rule(
                 rule,
                 o,
@@ -313,8 +306,8 @@ impl<'a> Decider<'a> {
     /// Writes the request's decision line, if asked to.
     fn write(
         &mut self,
-        parsed: &Parsed,
         rec: &Rec,
+        views: &[DescView<'_>],
         outcome: Outcome,
         delay: Duration,
         rule: Option<u32>,
@@ -323,7 +316,6 @@ impl<'a> Decider<'a> {
         if self.decisions.is_none() || self.write_error.is_some() {
             return;
         }
-        let _ = parsed;
         let l = &mut self.line;
         l.clear();
         l.push_str("{\"line\":");
@@ -340,7 +332,7 @@ impl<'a> Decider<'a> {
         l.push_str(",\"time\":\"");
         write_rfc3339(rec.time, l);
         l.push_str("\",\"descriptors\":[");
-        for (i, d) in self.out.as_slice().iter().enumerate() {
+        for (i, d) in views.iter().enumerate() {
             if i > 0 {
                 l.push(',');
             }

@@ -10,9 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use flate2::read::MultiGzDecoder;
 
+use floodgate_http::HttpIdentity;
+use floodgate_http::identity::{NoExtensions, RequestDescriptors};
+use floodgate_policy::Descriptor;
+
 use crate::format::{LineError, Parser};
-use crate::record::{HeaderSet, Parsed, Rec, Span};
+use crate::record::{Built, BuiltSet, HeaderSet, Parsed, Rec, RecView, Span};
 use crate::reorder::{Late, Ordered, Reorder};
+
+const NO_PEER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
 
 /// Bytes read at a time (whole lines are kept; the rest waits).
 const CHUNK: usize = 1 << 20;
@@ -156,6 +162,23 @@ fn excerpt(line: &[u8]) -> String {
     s
 }
 
+/// What reading carries from chunk to chunk (and file to file).
+struct Stream {
+    reorder: Reorder,
+    /// One per identity.
+    outs: Vec<RequestDescriptors>,
+    scratch: Scratch,
+}
+
+/// Buffers reused from line to line.
+#[derive(Default)]
+struct Scratch {
+    /// Values that had to be unescaped.
+    extra: Vec<u8>,
+    /// The current line's header spans.
+    spans: Vec<Span>,
+}
+
 /// Counts the bytes read through it.
 struct Counted<R> {
     inner: R,
@@ -196,6 +219,9 @@ fn open(source: &LogSource, counter: Arc<AtomicU64>) -> io::Result<Box<dyn Read 
 pub(crate) struct Reader<'a> {
     pub parser: &'a Parser,
     pub headers: &'a HeaderSet,
+    /// The identities the candidates use: each line's descriptors are
+    /// built here, once per identity, beside the parsing.
+    pub identities: &'a [HttpIdentity],
     pub window: u64,
     pub progress: Arc<AtomicU64>,
 }
@@ -207,7 +233,15 @@ impl Reader<'_> {
         issues: &mut Issues<'_>,
         deliver: &mut dyn FnMut(Ordered),
     ) -> io::Result<()> {
-        let mut reorder = Reorder::new(self.window);
+        let mut stream = Stream {
+            reorder: Reorder::new(self.window),
+            outs: self
+                .identities
+                .iter()
+                .map(HttpIdentity::new_output)
+                .collect(),
+            scratch: Scratch::default(),
+        };
         for (file, source) in sources.iter().enumerate() {
             let mut reader = open(source, self.progress.clone())
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", source.name())))?;
@@ -216,12 +250,13 @@ impl Reader<'_> {
                 &mut *reader,
                 file as u32,
                 &name,
-                &mut reorder,
+                &mut stream,
                 issues,
                 deliver,
             )
             .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?;
         }
+        let reorder = &mut stream.reorder;
         reorder.release(true);
         let rest = reorder.take();
         if rest.len() > 0 {
@@ -237,28 +272,30 @@ impl Reader<'_> {
         reader: &mut dyn Read,
         file: u32,
         name: &str,
-        reorder: &mut Reorder,
+        stream: &mut Stream,
         issues: &mut Issues<'_>,
         deliver: &mut dyn FnMut(Ordered),
     ) -> io::Result<()> {
-        let mut carry: Vec<u8> = Vec::new();
+        // Whole lines are parsed; a partial last line stays for the next
+        // read. The buffer is reused from chunk to chunk.
+        let mut text: Vec<u8> = Vec::with_capacity(2 * CHUNK);
         let mut line_no: u64 = 0;
         // Skipping the rest of a line too long to keep.
         let mut skipping = false;
         loop {
-            let mut text = Vec::with_capacity(CHUNK + carry.len());
-            text.append(&mut carry);
             let read = reader.take(CHUNK as u64).read_to_end(&mut text)?;
             let eof = read == 0;
             if skipping {
-                // The rest of a line too long to keep.
                 match memchr::memchr(b'\n', &text) {
                     Some(i) => {
                         text.drain(..=i);
                         skipping = false;
                     }
                     None if eof => break,
-                    None => continue,
+                    None => {
+                        text.clear();
+                        continue;
+                    }
                 }
             }
             let whole = match memchr::memrchr(b'\n', &text) {
@@ -279,14 +316,13 @@ impl Reader<'_> {
                         excerpt: excerpt(&text),
                     });
                     skipping = true;
-                    continue;
+                    text.clear();
                 }
-                carry = text;
                 continue;
             }
-            carry.extend_from_slice(&text[whole..]);
-            text.truncate(whole);
-            let parsed = self.parse_chunk(text, file, name, &mut line_no, issues);
+            let parsed = self.parse_chunk(&text[..whole], file, name, &mut line_no, stream, issues);
+            text.drain(..whole);
+            let reorder = &mut stream.reorder;
             reorder.push(parsed, |l: Late| {
                 issues.add(Issue {
                     source: name.to_owned(),
@@ -305,27 +341,30 @@ impl Reader<'_> {
         Ok(())
     }
 
+    /// Parses the whole lines of `text`, building each line's
+    /// descriptors; the chunk itself is not kept.
     fn parse_chunk(
         &self,
-        text: Vec<u8>,
+        text: &[u8],
         file: u32,
         name: &str,
         line_no: &mut u64,
+        stream: &mut Stream,
         issues: &mut Issues<'_>,
     ) -> Parsed {
         let width = self.headers.len();
-        let mut p = Parsed {
-            text,
-            ..Default::default()
-        };
-        p.recs.reserve(p.text.len() / 128);
-        p.headers.reserve(p.text.len() / 128 * width);
+        let mut p = Parsed::default();
+        p.recs.reserve(text.len() / 128);
         let Parsed {
-            text,
-            extra,
             recs,
-            headers,
+            dtext,
+            entries,
+            built,
+            sets,
         } = &mut p;
+        let Stream { outs, scratch, .. } = stream;
+        let Scratch { extra, spans } = scratch;
+        extra.clear();
         let mut start = 0;
         while start < text.len() {
             let nl = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
@@ -345,32 +384,59 @@ impl Reader<'_> {
                     excerpt: excerpt(&text[start..end]),
                 });
             } else {
-                let first = headers.len();
-                headers.resize(first + width, Span::NONE);
-                match self
-                    .parser
-                    .parse(text, start, end, extra, &mut headers[first..])
-                {
-                    Ok(f) => recs.push(Rec {
-                        file,
-                        line: *line_no,
-                        time: f.time,
-                        duration: f.duration,
-                        status: f.status,
-                        peer: f.peer,
-                        method: f.method,
-                        path: f.path,
-                        headers: first as u32,
-                    }),
-                    Err(e) => {
-                        headers.truncate(first);
-                        issues.add(Issue {
-                            source: name.to_owned(),
+                spans.clear();
+                spans.resize(width, Span::NONE);
+                match self.parser.parse(text, start, end, extra, spans) {
+                    Ok(f) => {
+                        let view = RecView {
+                            text,
+                            extra,
+                            spans,
+                            method: f.method,
+                            path: f.path,
+                            headers: self.headers,
+                        };
+                        let first_set = sets.len() as u32;
+                        let peer = f.peer.unwrap_or(NO_PEER);
+                        for (identity, out) in self.identities.iter().zip(outs.iter_mut()) {
+                            identity.build_head(&view, peer, &NoExtensions, out);
+                            let first_built = built.len() as u32;
+                            for d in out.as_slice() {
+                                let first_entry = entries.len() as u32;
+                                for (k, v) in d.entries() {
+                                    let a = dtext.len() as u32;
+                                    dtext.push_str(k);
+                                    let b = dtext.len() as u32;
+                                    dtext.push_str(v);
+                                    entries.push([a, b, dtext.len() as u32]);
+                                }
+                                built.push(Built {
+                                    first: first_entry,
+                                    len: entries.len() as u32 - first_entry,
+                                    hits: d.hits_addend(),
+                                });
+                            }
+                            sets.push(BuiltSet {
+                                first: first_built,
+                                len: built.len() as u32 - first_built,
+                                hits: out.hits_addend(),
+                            });
+                        }
+                        recs.push(Rec {
+                            file,
                             line: *line_no,
-                            kind: IssueKind::Malformed(e),
-                            excerpt: excerpt(&text[start..end]),
+                            time: f.time,
+                            duration: f.duration,
+                            status: f.status,
+                            sets: first_set,
                         });
                     }
+                    Err(e) => issues.add(Issue {
+                        source: name.to_owned(),
+                        line: *line_no,
+                        kind: IssueKind::Malformed(e),
+                        excerpt: excerpt(&text[start..end]),
+                    }),
                 }
             }
             start = nl + 1;

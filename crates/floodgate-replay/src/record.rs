@@ -1,9 +1,8 @@
 //! Parsed log lines: a chunk of the input as read, and per line the
 //! ranges of its fields in it — no allocation per line.
 
-use std::net::IpAddr;
-
 use floodgate_http::identity::RequestHead;
+use floodgate_policy::Descriptor;
 use http::HeaderName;
 
 /// Marks a span in [`Parsed::extra`] (a value that had to be unescaped)
@@ -76,38 +75,76 @@ pub(crate) struct Rec {
     pub duration: Option<u64>,
     /// The response status logged (0: none).
     pub status: u16,
-    /// The client address logged.
-    pub peer: Option<IpAddr>,
-    pub method: Span,
-    pub path: Span,
-    /// Index of its first header span in [`Parsed::headers`].
-    pub headers: u32,
+    /// Index of its first descriptor set in [`Parsed::sets`] (one per
+    /// identity).
+    pub sets: u32,
 }
 
-/// A chunk of the input and the lines parsed from it.
+/// A descriptor an identity built: its entries in [`Parsed::entries`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Built {
+    pub first: u32,
+    pub len: u32,
+    pub hits: Option<u64>,
+}
+
+/// A line's descriptors under one identity: in [`Parsed::built`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BuiltSet {
+    pub first: u32,
+    pub len: u32,
+    /// The request's hits addend.
+    pub hits: u32,
+}
+
+/// The lines parsed from a chunk of the input, with their descriptors
+/// (the chunk itself is not kept).
 #[derive(Debug, Default)]
 pub(crate) struct Parsed {
-    /// The chunk: whole lines as read.
-    pub text: Vec<u8>,
-    /// Values that had to be unescaped.
-    pub extra: Vec<u8>,
     pub recs: Vec<Rec>,
-    /// [`HeaderSet::len`] spans per record.
-    pub headers: Vec<Span>,
+    /// The descriptors' keys and values, back to back.
+    pub dtext: String,
+    /// Entries: (key start, key end = value start, value end) in `dtext`.
+    pub entries: Vec<[u32; 3]>,
+    pub built: Vec<Built>,
+    pub sets: Vec<BuiltSet>,
+}
+
+/// The bytes of span `s` of a chunk's `text` or its `extra`.
+pub(crate) fn bytes<'a>(text: &'a [u8], extra: &'a [u8], s: Span) -> &'a [u8] {
+    if s.is_none() {
+        return &[];
+    }
+    let (buf, start) = if s.start & EXTRA != 0 {
+        (extra, s.start & !EXTRA)
+    } else {
+        (text, s.start)
+    };
+    buf.get(start as usize..(start + s.len) as usize)
+        .unwrap_or_default()
 }
 
 impl Parsed {
-    pub(crate) fn bytes(&self, s: Span) -> &[u8] {
-        if s.is_none() {
-            return &[];
-        }
-        let (buf, start) = if s.start & EXTRA != 0 {
-            (&self.extra, s.start & !EXTRA)
-        } else {
-            (&self.text, s.start)
+    /// The descriptors of record `rec` under identity `identity`.
+    pub(crate) fn descriptors<'a>(
+        &'a self,
+        rec: &Rec,
+        identity: usize,
+        out: &mut Vec<DescView<'a>>,
+    ) -> u32 {
+        out.clear();
+        let Some(set) = self.sets.get(rec.sets as usize + identity) else {
+            return 1;
         };
-        buf.get(start as usize..(start + s.len) as usize)
-            .unwrap_or_default()
+        let built = &self.built[set.first as usize..(set.first + set.len) as usize];
+        for b in built {
+            out.push(DescView {
+                text: &self.dtext,
+                entries: &self.entries[b.first as usize..(b.first + b.len) as usize],
+                hits: b.hits,
+            });
+        }
+        set.hits
     }
 
     /// A span of `text` (`start..end` are offsets in it).
@@ -131,8 +168,12 @@ impl Parsed {
 
 /// A parsed line as the identity reads it.
 pub(crate) struct RecView<'a> {
-    pub parsed: &'a Parsed,
-    pub rec: &'a Rec,
+    pub text: &'a [u8],
+    pub extra: &'a [u8],
+    /// The line's header spans, one per header of the set.
+    pub spans: &'a [Span],
+    pub method: Span,
+    pub path: Span,
     pub headers: &'a HeaderSet,
 }
 
@@ -140,26 +181,49 @@ fn text(b: &[u8]) -> &str {
     std::str::from_utf8(b).unwrap_or_default()
 }
 
-impl RecView<'_> {
-    fn header_span(&self, name: &HeaderName) -> Option<Span> {
-        let i = self.headers.index(name)?;
-        let s = *self.parsed.headers.get(self.rec.headers as usize + i)?;
-        (!s.is_none()).then_some(s)
-    }
-}
-
 impl RequestHead for RecView<'_> {
     fn method(&self) -> &str {
-        text(self.parsed.bytes(self.rec.method))
+        text(bytes(self.text, self.extra, self.method))
     }
 
     fn path(&self) -> &str {
-        text(self.parsed.bytes(self.rec.path))
+        text(bytes(self.text, self.extra, self.path))
     }
 
     fn header_lines(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
-        self.header_span(name)
-            .map(|s| self.parsed.bytes(s))
+        self.headers
+            .index(name)
+            .and_then(|i| self.spans.get(i))
+            .filter(|s| !s.is_none())
+            .map(|s| bytes(self.text, self.extra, *s))
             .into_iter()
+    }
+}
+
+/// A descriptor built from a line, as the engine reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DescView<'a> {
+    text: &'a str,
+    entries: &'a [[u32; 3]],
+    hits: Option<u64>,
+}
+
+impl Descriptor for DescView<'_> {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn entry(&self, i: usize) -> (&str, &str) {
+        match self.entries.get(i) {
+            Some(&[a, b, c]) => (
+                self.text.get(a as usize..b as usize).unwrap_or_default(),
+                self.text.get(b as usize..c as usize).unwrap_or_default(),
+            ),
+            None => ("", ""),
+        }
+    }
+
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits
     }
 }

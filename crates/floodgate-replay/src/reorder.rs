@@ -172,7 +172,7 @@ impl Reorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Rec, Span};
+    use crate::record::Rec;
 
     fn chunk(times: &[(u64, u64)]) -> Parsed {
         Parsed {
@@ -184,10 +184,7 @@ mod tests {
                     time,
                     duration: None,
                     status: 0,
-                    peer: None,
-                    method: Span::NONE,
-                    path: Span::NONE,
-                    headers: 0,
+                    sets: 0,
                 })
                 .collect(),
             ..Default::default()

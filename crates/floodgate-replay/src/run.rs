@@ -170,6 +170,27 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
         names.extend(candidate::headers_read(&c.identity_config));
     }
     let headers = HeaderSet::new(names);
+    // Each distinct identity builds descriptors once per line.
+    let mut identities: Vec<(
+        floodgate_http::identity::IdentityConfig,
+        floodgate_http::HttpIdentity,
+    )> = Vec::new();
+    let mut identity_of = Vec::new();
+    for c in &loaded {
+        let k = match identities
+            .iter()
+            .position(|(cfg, _)| *cfg == c.identity_config)
+        {
+            Some(k) => k,
+            None => {
+                identities.push((c.identity_config.clone(), c.identity.clone()));
+                identities.len() - 1
+            }
+        };
+        identity_of.push(k);
+    }
+    let identities: Vec<floodgate_http::HttpIdentity> =
+        identities.into_iter().map(|(_, id)| id).collect();
     let parser = Parser::new(&options.format, &headers).map_err(ReplayError::Format)?;
     let concurrency = policies.iter().any(|p| {
         p.rules()
@@ -209,78 +230,86 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
     let result = std::thread::scope(|scope| -> Result<Vec<CandidateReport>, ReplayError> {
         let mut senders = Vec::new();
         let mut deciders = Vec::new();
-        for ((candidate, policy), writer) in loaded.iter().zip(policies).zip(writers) {
+        for (((candidate, policy), writer), identity) in
+            loaded.iter().zip(policies).zip(writers).zip(identity_of)
+        {
             let (tx, rx) = mpsc::sync_channel::<Arc<Ordered>>(IN_FLIGHT);
             senders.push(tx);
-            let headers = &headers;
             let sources = &sources;
+            let decide = move || -> Result<CandidateReport, ReplayError> {
+                let mut d = Decider::new(
+                    candidate,
+                    policy,
+                    identity,
+                    options.capacity,
+                    writer,
+                    sources,
+                )
+                .map_err(|e| ReplayError::Usage(format!("store: {e}")))?;
+                for batch in rx {
+                    d.batch(&batch);
+                    if d.write_error.is_some() {
+                        break;
+                    }
+                }
+                let (report, err) = d.finish(options.top);
+                match err {
+                    Some(e) => Err(ReplayError::Io(e)),
+                    None => Ok(report),
+                }
+            };
+            let name = format!("replay-decide-{}", deciders.len());
             deciders.push(
-                scope.spawn(move || -> Result<CandidateReport, ReplayError> {
-                    let mut d = Decider::new(
-                        candidate,
-                        policy,
-                        headers,
-                        options.capacity,
-                        writer,
-                        sources,
-                    )
-                    .map_err(|e| ReplayError::Usage(format!("store: {e}")))?;
-                    for batch in rx {
-                        d.batch(&batch);
-                        if d.write_error.is_some() {
-                            break;
-                        }
-                    }
-                    let (report, err) = d.finish(options.top);
-                    match err {
-                        Some(e) => Err(ReplayError::Io(e)),
-                        None => Ok(report),
-                    }
-                }),
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn_scoped(scope, decide)?,
             );
         }
         let bar = options.progress.then(|| progress_bar(total_bytes));
         let reader_progress = progress.clone();
-        let reading = scope.spawn(|| -> Result<InputSummary, ReplayError> {
-            let reader = Reader {
-                parser: &parser,
-                headers: &headers,
-                window,
-                progress: reader_progress,
-            };
-            let mut summary = InputSummary::default();
-            let mut sink_error: Option<io::Error> = None;
-            let mut sink = |issue: &Issue| {
-                if let Some(w) = rejected.as_mut()
-                    && sink_error.is_none()
-                    && let Err(e) = writeln!(w, "{issue}")
-                {
-                    sink_error = Some(e);
+        let reading = std::thread::Builder::new()
+            .name("replay-read".into())
+            .spawn_scoped(scope, || -> Result<InputSummary, ReplayError> {
+                let reader = Reader {
+                    parser: &parser,
+                    headers: &headers,
+                    identities: &identities,
+                    window,
+                    progress: reader_progress,
+                };
+                let mut summary = InputSummary::default();
+                let mut sink_error: Option<io::Error> = None;
+                let mut sink = |issue: &Issue| {
+                    if let Some(w) = rejected.as_mut()
+                        && sink_error.is_none()
+                        && let Err(e) = writeln!(w, "{issue}")
+                    {
+                        sink_error = Some(e);
+                    }
+                };
+                let mut issues = Issues {
+                    summary: &mut summary,
+                    sink: Some(&mut sink),
+                };
+                let mut deliver = |batch: Ordered| {
+                    let batch = Arc::new(batch);
+                    for tx in &senders {
+                        // A decider that stopped (an output error) reports it.
+                        let _ = tx.send(Arc::clone(&batch));
+                    }
+                };
+                let read = reader.run(&logs, &mut issues, &mut deliver);
+                drop(senders);
+                done.store(true, Ordering::Release);
+                read?;
+                if let Some(e) = sink_error {
+                    return Err(ReplayError::Io(e));
                 }
-            };
-            let mut issues = Issues {
-                summary: &mut summary,
-                sink: Some(&mut sink),
-            };
-            let mut deliver = |batch: Ordered| {
-                let batch = Arc::new(batch);
-                for tx in &senders {
-                    // A decider that stopped (an output error) reports it.
-                    let _ = tx.send(Arc::clone(&batch));
+                if let Some(w) = rejected.as_mut() {
+                    w.flush()?;
                 }
-            };
-            let read = reader.run(&logs, &mut issues, &mut deliver);
-            drop(senders);
-            done.store(true, Ordering::Release);
-            read?;
-            if let Some(e) = sink_error {
-                return Err(ReplayError::Io(e));
-            }
-            if let Some(w) = rejected.as_mut() {
-                w.flush()?;
-            }
-            Ok(summary)
-        });
+                Ok(summary)
+            })?;
         if let Some(bar) = &bar {
             while !done.load(Ordering::Acquire) {
                 bar.set_position(progress.load(Ordering::Relaxed));

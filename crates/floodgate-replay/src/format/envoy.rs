@@ -92,7 +92,7 @@ fn role_of(op: &str, headers: &HeaderSet) -> Option<Role> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Parsed, Span};
+    use crate::record::{Span, bytes};
 
     fn hs() -> HeaderSet {
         HeaderSet::new(vec![http::HeaderName::from_static("x-api-key")])
@@ -107,18 +107,14 @@ mod tests {
         let mut extra = Vec::new();
         let mut h = vec![Span::NONE];
         let fields = f.parse(line, 0, line.len(), &mut extra, &mut h).unwrap();
-        let p = Parsed {
-            text: line.to_vec(),
-            extra,
-            ..Default::default()
-        };
+        let p = (line, extra);
         assert_eq!(fields.time, 1_714_564_800_250_000_000);
         assert_eq!(fields.duration, Some(12 * MS));
         assert_eq!(fields.status, 429);
         assert_eq!(fields.peer, Some("192.0.2.7".parse().unwrap()));
-        assert_eq!(p.bytes(fields.method), b"POST");
-        assert_eq!(p.bytes(fields.path), b"/v1/x");
-        assert_eq!(p.bytes(h[0]), b"ke\"y");
+        assert_eq!(bytes(p.0, &p.1, fields.method), b"POST");
+        assert_eq!(bytes(p.0, &p.1, fields.path), b"/v1/x");
+        assert_eq!(bytes(p.0, &p.1, h[0]), b"ke\"y");
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub(crate) fn format(spec: Option<&str>, headers: &HeaderSet) -> Result<JsonForm
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Parsed, Span};
+    use crate::record::{Span, bytes};
 
     #[test]
     fn the_gateways_access_log() {
@@ -108,12 +108,8 @@ mod tests {
         assert_eq!(fields.time, 1_714_564_801_000_000_000);
         assert_eq!(fields.peer, Some("203.0.113.7".parse().unwrap()));
         assert_eq!(fields.status, 429);
-        let p = Parsed {
-            text: line.to_vec(),
-            extra,
-            ..Default::default()
-        };
-        assert_eq!(p.bytes(h[0]), b"u1");
+        let p = (line, extra);
+        assert_eq!(bytes(p.0, &p.1, h[0]), b"u1");
     }
 
     #[test]

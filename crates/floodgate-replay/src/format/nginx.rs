@@ -43,7 +43,8 @@ enum Var {
 
 #[derive(Clone, Debug)]
 enum Token {
-    Literal(Vec<u8>),
+    /// Text, and a searcher for it built once.
+    Literal(Vec<u8>, Box<memchr::memmem::Finder<'static>>),
     Var(Var),
 }
 
@@ -104,7 +105,7 @@ impl NginxFormat {
                 return Err(format!("a `$` without a variable name at byte {i}"));
             }
             if !literal.is_empty() {
-                tokens.push(Token::Literal(std::mem::take(&mut literal)));
+                tokens.push(literal_token(std::mem::take(&mut literal)));
             } else if let Some(Token::Var(_)) = tokens.last() {
                 return Err(format!(
                     "`${name}` follows another variable with nothing between them: their values cannot be told apart"
@@ -114,7 +115,7 @@ impl NginxFormat {
             i = next;
         }
         if !literal.is_empty() {
-            tokens.push(Token::Literal(literal));
+            tokens.push(literal_token(literal));
         }
         let has = |v: Var| tokens.iter().any(|t| matches!(t, Token::Var(x) if *x == v));
         let has_time = has(Var::Msec) || has(Var::TimeLocal) || has(Var::TimeIso);
@@ -132,7 +133,7 @@ impl NginxFormat {
             .iter()
             .filter_map(|t| match t {
                 Token::Var(v) => Some(*v),
-                Token::Literal(_) => None,
+                Token::Literal(..) => None,
             })
             .collect();
         Provides {
@@ -169,7 +170,7 @@ impl NginxFormat {
         let mut k = 0;
         while k < self.tokens.len() {
             match &self.tokens[k] {
-                Token::Literal(lit) => {
+                Token::Literal(lit, _) => {
                     if !text[p..end].starts_with(lit) {
                         return Err(LineError::at(p - start, "does not match the format"));
                     }
@@ -177,9 +178,13 @@ impl NginxFormat {
                 }
                 Token::Var(var) => {
                     let value_end = match self.tokens.get(k + 1) {
-                        Some(Token::Literal(lit)) => find_literal(&text[p..end], lit)
-                            .map(|n| p + n)
-                            .ok_or_else(|| LineError::at(p - start, "does not match the format"))?,
+                        Some(Token::Literal(lit, finder)) => {
+                            find_literal(&text[p..end], lit, finder)
+                                .map(|n| p + n)
+                                .ok_or_else(|| {
+                                    LineError::at(p - start, "does not match the format")
+                                })?
+                        }
                         _ => end,
                     };
                     let v = &text[p..value_end];
@@ -259,19 +264,33 @@ impl NginxFormat {
     }
 }
 
+fn literal_token(text: Vec<u8>) -> Token {
+    let finder = Box::new(memchr::memmem::Finder::new(&text).into_owned());
+    Token::Literal(text, finder)
+}
+
 /// The position of the first `lit` in `hay` that is not an escaped quote.
-fn find_literal(hay: &[u8], lit: &[u8]) -> Option<usize> {
-    let finder = memchr::memmem::find_iter(hay, lit);
-    for at in finder {
-        if lit[0] == b'"' {
-            let backslashes = hay[..at].iter().rev().take_while(|&&c| c == b'\\').count();
-            if backslashes % 2 == 1 {
-                continue;
+fn find_literal(hay: &[u8], lit: &[u8], finder: &memchr::memmem::Finder<'_>) -> Option<usize> {
+    if let [byte] = lit {
+        // One byte (a space, a quote): memchr, and rarely a second look.
+        let mut from = 0;
+        while let Some(i) = memchr::memchr(*byte, &hay[from..]) {
+            let at = from + i;
+            if !escaped_quote(hay, at, *byte) {
+                return Some(at);
             }
+            from = at + 1;
         }
-        return Some(at);
+        return None;
     }
-    None
+    finder
+        .find_iter(hay)
+        .find(|&at| !escaped_quote(hay, at, lit[0]))
+}
+
+/// Whether `hay[at]`, a quote, is escaped by an odd number of backslashes.
+fn escaped_quote(hay: &[u8], at: usize, first: u8) -> bool {
+    first == b'"' && hay[..at].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1
 }
 
 /// `METHOD URI PROTOCOL` (or `METHOD URI` for HTTP/0.9): the method's and
@@ -300,6 +319,7 @@ pub(crate) fn parse_ip(v: &[u8]) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::bytes;
 
     fn set(names: &[&str]) -> HeaderSet {
         HeaderSet::new(
@@ -316,14 +336,10 @@ mod tests {
         let mut h = vec![Span::NONE; hs.len()];
         let text = line.as_bytes();
         let fields = f.parse(text, 0, text.len(), &mut extra, &mut h)?;
-        let p = Parsed {
-            text: text.to_vec(),
-            extra,
-            ..Default::default()
-        };
+        let p = (text, extra);
         let values = h
             .iter()
-            .map(|s| String::from_utf8_lossy(p.bytes(*s)).into_owned())
+            .map(|s| String::from_utf8_lossy(bytes(p.0, &p.1, *s)).into_owned())
             .collect();
         Ok((fields, values))
     }
