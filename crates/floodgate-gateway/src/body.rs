@@ -75,6 +75,8 @@ pin_project! {
     enum Kind {
         Upstream {
             #[pin] body: UpstreamBody,
+            // A frame read before the response was passed on, given first.
+            first: Option<Frame<Bytes>>,
             conn: Option<Pooled>,
             idle: Duration,
             // Armed when the upstream has nothing to give; re-armed after
@@ -106,11 +108,17 @@ impl ProxyBody {
         }
     }
 
-    /// The upstream's body, streamed; `conn` goes back to the pool once it
-    /// ends (dropped with the body otherwise, which closes it). A body
-    /// that yields nothing for `idle` ends with [`BodyError::Idle`] (and
-    /// its connection is closed).
-    pub fn upstream(body: UpstreamBody, conn: Option<Pooled>, idle: Duration) -> Self {
+    /// The upstream's body, streamed, after `first` (a frame already read
+    /// from it, if any); `conn` goes back to the pool once it ends (dropped
+    /// with the body otherwise, which closes it). A body that yields
+    /// nothing for `idle` ends with [`BodyError::Idle`] (and its
+    /// connection is closed).
+    pub fn upstream(
+        body: UpstreamBody,
+        first: Option<Frame<Bytes>>,
+        conn: Option<Pooled>,
+        idle: Duration,
+    ) -> Self {
         let conn = match conn {
             // Nothing to read: the connection is free already.
             Some(c) if body.is_end_stream() => {
@@ -122,6 +130,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Upstream {
                 body,
+                first,
                 conn,
                 idle,
                 timer: None,
@@ -142,11 +151,15 @@ impl Body for ProxyBody {
         match self.project().kind.project() {
             KindProj::Upstream {
                 mut body,
+                first,
                 conn,
                 idle,
                 mut timer,
                 fresh,
             } => {
+                if let Some(frame) = first.take() {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
                 let polled = body.as_mut().poll_frame(cx);
                 if polled.is_pending() {
                     let deadline = Instant::now() + *idle;
@@ -184,14 +197,26 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Upstream { body, .. } => body.is_end_stream(),
+            Kind::Upstream { body, first, .. } => first.is_none() && body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Upstream { body, .. } => body.size_hint(),
+            Kind::Upstream { body, first, .. } => {
+                let held = first
+                    .as_ref()
+                    .and_then(Frame::data_ref)
+                    .map_or(0, |d| d.len() as u64);
+                let hint = body.size_hint();
+                let mut sum = SizeHint::new();
+                sum.set_lower(hint.lower().saturating_add(held));
+                if let Some(upper) = hint.upper() {
+                    sum.set_upper(upper.saturating_add(held));
+                }
+                sum
+            }
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

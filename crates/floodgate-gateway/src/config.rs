@@ -180,6 +180,10 @@ pub struct ListenerLimits {
     pub max_header_bytes: usize,
     /// Most header fields in an HTTP/1.1 request (beyond → 431).
     pub max_headers: usize,
+    /// Largest request body (nginx's `client_max_body_size`): a larger
+    /// `Content-Length` → 413 before the request is limited, a body that
+    /// grows past it → 413 and the upload aborted. None: any size.
+    pub max_body_bytes: Option<u64>,
     /// Open client connections at most; beyond, new connections wait in
     /// the kernel's accept backlog.
     pub max_connections: usize,
@@ -197,6 +201,7 @@ impl Default for ListenerLimits {
             body_read_timeout: Duration::from_secs(60),
             max_header_bytes: 64 * 1024,
             max_headers: 100,
+            max_body_bytes: None,
             max_connections: 10_000,
             max_concurrent_streams: 256,
             http2_idle_timeout: Duration::from_secs(10),

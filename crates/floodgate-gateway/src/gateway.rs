@@ -166,12 +166,21 @@ impl<B: Backend> Gateway<B> {
     /// moved whole, and every wrapper is one more copy per request).
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         mut client: ClientInfo,
     ) -> Result<Response<GatewayBody>, Infallible> {
         let mut access = self
             .access_log
             .then(|| AccessEntry::begin(&req, client.peer));
+        // A request without one authority, or announcing a body over the
+        // limit, is the client's error: refused before it is limited
+        // (nothing is charged for it) or forwarded.
+        if let Some(res) = self.proxy.check_request(&mut req) {
+            if let Some(a) = access {
+                a.finish(res.status(), false);
+            }
+            return Ok(res.map(GatewayBody::direct));
+        }
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
             // Boxed (here and below): the forwarding future is kilobytes,

@@ -39,6 +39,7 @@ pub mod error;
 pub mod forward;
 pub mod gateway;
 pub mod h1;
+pub mod host;
 pub mod http_section;
 pub mod idle;
 pub mod io;

@@ -1,7 +1,9 @@
 //! [`Proxy`]: the service behind the limiter, forwarding a request to the
 //! upstream and streaming its response back (or, after `101 Switching
 //! Protocols`, joining the two connections). Upstream failures are gateway
-//! errors (502, 504), never rate-limit statuses.
+//! errors (502, 504), never rate-limit statuses; a client's own faults (its
+//! `Host`, its body) are client errors (400, 408, 413), never the
+//! upstream's.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -17,6 +19,7 @@ use bytes::BytesMut;
 use floodgate_http::layer::PeerAddr;
 use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use tower_service::Service;
 
@@ -26,9 +29,10 @@ use crate::connect::ConnectError;
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
+use crate::host::{HostError, normalize_host};
 use crate::pool::Pooled;
 use crate::upgrade::{self, ConnectionGuard};
-use crate::upload::{Progress, UploadBody};
+use crate::upload::{ClientBodyError, Progress, UploadBody};
 use crate::upstream::{SendError, Upstream};
 
 /// What the proxy needs to know of the client connection a request came
@@ -74,6 +78,14 @@ pub struct ProxyStats {
     pub upload_timeouts: AtomicU64,
     /// Requests whose target could not be rewritten (400).
     pub bad_target: AtomicU64,
+    /// Requests without exactly one valid `Host` (400).
+    pub bad_host: AtomicU64,
+    /// Request bodies whose framing the client broke (400).
+    pub malformed_bodies: AtomicU64,
+    /// Request bodies the client did not finish (400).
+    pub incomplete_bodies: AtomicU64,
+    /// Request bodies over `max_body_bytes` (413).
+    pub bodies_too_large: AtomicU64,
     /// Connections switched to another protocol (`101`) and tunnelled.
     pub upgraded: AtomicU64,
 }
@@ -88,22 +100,119 @@ impl ProxyStats {
 struct Shared {
     upstream: Upstream,
     body_read_timeout: Duration,
+    max_body_bytes: Option<u64>,
     stats: ProxyStats,
     metrics: Metrics,
+}
+
+/// A client's fault, answered by the gateway and counted as the client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientError {
+    Host(HostError),
+    Target,
+    Body(ClientBodyError),
+    BodyTimeout,
 }
 
 #[derive(Clone)]
 struct Metrics {
     bad_gateway: metrics::Counter,
     timeout: metrics::Counter,
+    /// `floodgate_gateway_client_errors_total`, one per kind.
+    bad_host: metrics::Counter,
+    bad_target: metrics::Counter,
+    malformed_body: metrics::Counter,
+    incomplete_body: metrics::Counter,
+    body_too_large: metrics::Counter,
+    body_timeout: metrics::Counter,
 }
 
 impl Metrics {
     fn new() -> Self {
+        let client = |kind: &'static str| metrics::counter!("floodgate_gateway_client_errors_total", "kind" => kind);
         Metrics {
             bad_gateway: metrics::counter!("floodgate_gateway_upstream_errors_total", "kind" => "bad_gateway"),
             timeout: metrics::counter!("floodgate_gateway_upstream_errors_total", "kind" => "timeout"),
+            bad_host: client("bad_host"),
+            bad_target: client("bad_target"),
+            malformed_body: client("malformed_body"),
+            incomplete_body: client("incomplete_body"),
+            body_too_large: client("body_too_large"),
+            body_timeout: client("body_timeout"),
         }
+    }
+}
+
+impl Shared {
+    /// Counts a client's fault and writes the gateway's answer to it (the
+    /// connection closed after it over HTTP/1.x: what follows in the
+    /// stream cannot be trusted).
+    fn client_error(&self, e: ClientError, version: Version) -> Response<ProxyBody> {
+        let (stat, metric, status, text) = match e {
+            ClientError::Host(h) => (
+                &self.stats.bad_host,
+                &self.metrics.bad_host,
+                StatusCode::BAD_REQUEST,
+                match h {
+                    HostError::Missing => "400 Bad Request: no Host\n",
+                    HostError::Duplicate => "400 Bad Request: more than one Host\n",
+                    HostError::Invalid => "400 Bad Request: invalid Host\n",
+                    HostError::Conflict => "400 Bad Request: Host differs from :authority\n",
+                },
+            ),
+            ClientError::Target => (
+                &self.stats.bad_target,
+                &self.metrics.bad_target,
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: invalid request target\n",
+            ),
+            ClientError::Body(ClientBodyError::Malformed) => (
+                &self.stats.malformed_bodies,
+                &self.metrics.malformed_body,
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: malformed request body\n",
+            ),
+            ClientError::Body(ClientBodyError::Incomplete) => (
+                &self.stats.incomplete_bodies,
+                &self.metrics.incomplete_body,
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: incomplete request body\n",
+            ),
+            ClientError::Body(ClientBodyError::TooLarge) => (
+                &self.stats.bodies_too_large,
+                &self.metrics.body_too_large,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "413 Content Too Large\n",
+            ),
+            ClientError::BodyTimeout => (
+                &self.stats.upload_timeouts,
+                &self.metrics.body_timeout,
+                StatusCode::REQUEST_TIMEOUT,
+                "408 Request Timeout\n",
+            ),
+        };
+        stat.fetch_add(1, Ordering::Relaxed);
+        metric.increment(1);
+        tracing::debug!(error = ?e, "client error");
+        let mut res = error(status, text);
+        // Keep-alive is an HTTP/1.x matter (HTTP/2 has no `Connection`).
+        if version < Version::HTTP_2 {
+            res.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        res
+    }
+
+    /// What is checked of a request before it is limited: its authority
+    /// (see [`crate::host`]) and its announced length.
+    fn admit<B: http_body::Body>(&self, req: &mut Request<B>) -> Result<(), ClientError> {
+        normalize_host(req).map_err(ClientError::Host)?;
+        if let Some(max) = self.max_body_bytes
+            && req.body().size_hint().lower() > max
+        {
+            return Err(ClientError::Body(ClientBodyError::TooLarge));
+        }
+        Ok(())
     }
 }
 
@@ -123,22 +232,39 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// A proxy to `upstream`, with the default `body_read_timeout`.
+    /// A proxy to `upstream`, with the default limits.
     pub fn new(upstream: Upstream) -> Self {
-        Self::with_body_read_timeout(upstream, ListenerLimits::default().body_read_timeout)
+        Self::with_limits(upstream, &ListenerLimits::default())
     }
 
     /// A proxy to `upstream` whose clients may pause `body_read_timeout`
-    /// between two chunks of a request body (beyond: 408).
-    pub fn with_body_read_timeout(upstream: Upstream, body_read_timeout: Duration) -> Self {
+    /// between two chunks of a request body (beyond: 408) and send at most
+    /// `max_body_bytes` (beyond: 413).
+    pub fn with_limits(upstream: Upstream, limits: &ListenerLimits) -> Self {
         Proxy {
             shared: Arc::new(Shared {
                 upstream,
-                body_read_timeout,
+                body_read_timeout: limits.body_read_timeout,
+                max_body_bytes: limits.max_body_bytes,
                 stats: ProxyStats::default(),
                 metrics: Metrics::new(),
             }),
         }
+    }
+
+    /// Checks what must be right before a request is limited or forwarded:
+    /// its authority, made one (see [`crate::host`]; 400 otherwise), and
+    /// a `Content-Length` within `max_body_bytes` (413 otherwise). Returns
+    /// the gateway's answer to a request that fails, counted as a client
+    /// error; none for a request to go on with.
+    pub fn check_request<B: http_body::Body>(
+        &self,
+        req: &mut Request<B>,
+    ) -> Option<Response<ProxyBody>> {
+        self.shared
+            .admit(req)
+            .err()
+            .map(|e| self.shared.client_error(e, req.version()))
     }
 
     /// The upstream.
@@ -233,12 +359,9 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
     }
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let up = &shared.upstream;
+    let version = req.version();
     let Ok(target) = up.prepare(&mut req) else {
-        shared.stats.bad_target.fetch_add(1, Ordering::Relaxed);
-        return error(
-            StatusCode::BAD_REQUEST,
-            "400 Bad Request: invalid request target\n",
-        );
+        return shared.client_error(ClientError::Target, version);
     };
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
     // goes as a plain one.
@@ -250,13 +373,21 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     let (req, progress) = {
         let (parts, body) = req.into_parts();
-        let (body, progress) = UploadBody::new(body);
+        let (body, progress) = UploadBody::new(body, shared.max_body_bytes);
         (Request::from_parts(parts, body), progress)
     };
     // Pinned here, once: the exchange borrows it rather than holding (and
     // moving) a copy of its own.
     let send = std::pin::pin!(up.send(target, req));
-    let result = exchange(shared, send, progress.as_deref()).await;
+    let result = match exchange(shared, send, progress.as_deref()).await {
+        // The client broke its own upload: its error, whatever the
+        // upstream's client made of the aborted body.
+        Exchange::Failed(e) => match progress.as_deref().and_then(Progress::client_error) {
+            Some(c) => Exchange::ClientBody(c),
+            None => Exchange::Failed(e),
+        },
+        r => r,
+    };
     match result {
         Exchange::Response(mut res, conn) => {
             let switched = match client_upgrade {
@@ -267,7 +398,22 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
                 }
                 _ => None,
             };
-            let (mut parts, body) = res.into_parts();
+            let (mut parts, mut body) = res.into_parts();
+            // The first frame, when it is there already: a body broken
+            // from its first byte is the upstream's failure, answered 502
+            // rather than a response head with nothing behind it.
+            let first = if switched.is_none() && !body.is_end_stream() {
+                match poll_once(&mut body).await {
+                    Some(Some(Err(e))) => {
+                        drop(conn);
+                        return shared.bad_gateway(&e);
+                    }
+                    Some(Some(Ok(frame))) => Some(frame),
+                    Some(None) | None => None,
+                }
+            } else {
+                None
+            };
             strip_hop_by_hop(&mut parts.headers);
             // An upgraded connection belongs to its tunnel, not the pool.
             let conn = match conn {
@@ -284,9 +430,10 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
             parts.version = Version::HTTP_11;
             Response::from_parts(
                 parts,
-                ProxyBody::upstream(body, conn, up.response_timeout()),
+                ProxyBody::upstream(body, first, conn, up.response_timeout()),
             )
         }
+        Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
         Exchange::Failed(e) => {
             if matches!(e, SendError::Connect(ConnectError::Timeout(_))) {
                 shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -294,10 +441,7 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
                 tracing::debug!(error = %e, "upstream connect timed out");
                 return error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n");
             }
-            shared.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
-            shared.metrics.bad_gateway.increment(1);
-            tracing::debug!(error = %e, "upstream request failed");
-            error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
+            shared.bad_gateway(&e)
         }
         Exchange::TimedOut => {
             shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -306,14 +450,32 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
             error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
         }
         Exchange::UploadStalled => {
-            shared.stats.upload_timeouts.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
-            let mut res = error(StatusCode::REQUEST_TIMEOUT, "408 Request Timeout\n");
-            res.headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-            res
+            shared.client_error(ClientError::BodyTimeout, version)
         }
     }
+}
+
+impl Shared {
+    /// Counts an upstream failure and writes the 502.
+    fn bad_gateway(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
+        self.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
+        self.metrics.bad_gateway.increment(1);
+        tracing::debug!(error = %e, "upstream request failed");
+        error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
+    }
+}
+
+/// Polls `body` once: its next frame or end when it is there already
+/// (`Some`), `None` when it is not.
+async fn poll_once<B: http_body::Body + Unpin>(
+    body: &mut B,
+) -> Option<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+    std::future::poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
+        Poll::Ready(frame) => Poll::Ready(Some(frame)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
 }
 
 /// How an exchange with the upstream ended.
@@ -328,6 +490,9 @@ enum Exchange {
     TimedOut,
     /// The client stopped sending its body for `body_read_timeout`.
     UploadStalled,
+    /// The client broke its body (the upstream's answer, if any, is not
+    /// waited for).
+    ClientBody(ClientBodyError),
 }
 
 /// Waits for the upstream's response head. While the request body is
@@ -376,7 +541,11 @@ async fn exchange(
         tokio::select! {
             biased;
             r = send.as_mut() => return done(r),
-            _ = p.finished() => {}
+            _ = p.finished() => {
+                if let Some(e) = p.client_error() {
+                    return Exchange::ClientBody(e);
+                }
+            }
             stalled = upload => {
                 // The upload may have just ended: then the head is timed.
                 if !p.is_done() {
@@ -433,8 +602,11 @@ impl Service<Request<Incoming>> for Proxy {
     }
 
     /// The client's address is read from the request's [`PeerAddr`]
-    /// extension.
-    fn call(&mut self, req: Request<Incoming>) -> BoxFuture {
+    /// extension; the request is [checked](Proxy::check_request) first.
+    fn call(&mut self, mut req: Request<Incoming>) -> BoxFuture {
+        if let Some(res) = self.check_request(&mut req) {
+            return Box::pin(std::future::ready(Ok(res)));
+        }
         let client = ClientInfo {
             peer: req.extensions().get::<PeerAddr>().map(|p| p.0),
             tls: false,

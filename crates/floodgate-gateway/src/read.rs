@@ -37,6 +37,7 @@ const LIMIT_KEYS: &[&str] = &[
     "body_read_timeout",
     "max_header_bytes",
     "max_headers",
+    "max_body_bytes",
     "max_connections",
     "max_concurrent_streams",
     "http2_idle_timeout",
@@ -218,6 +219,17 @@ fn read_limits(node: Node<'_>, c: &mut GatewayConfig, errors: &mut Errors) {
             ))),
         }
     }
+    if let Some(n) = map.get("max_body_bytes") {
+        // 0: no limit (as nginx's `client_max_body_size 0`).
+        match n.scalar_text().and_then(parse_size) {
+            Some(0) => l.max_body_bytes = None,
+            Some(s) => l.max_body_bytes = Some(s as u64),
+            None => errors.push(n.error(format!(
+                "max_body_bytes: expected a size such as 10MiB (0: no limit), found {}",
+                n.describe()
+            ))),
+        }
+    }
     count(&map, "max_headers", 1, 10_000, errors, |v| {
         l.max_headers = v as usize
     });
@@ -267,7 +279,7 @@ mod tests {
     #[test]
     fn full_section() {
         let c = read(
-            "gateway:\n  listen: 127.0.0.1:8001\n  workers: 2\n  access_log: true\n  upstream:\n    url: [http://a:1, http://b:2/api]\n    protocol: http2\n    connect_timeout: 1s\n    response_timeout: 3s\n    host: upstream\n  limits:\n    header_read_timeout: 2s\n    max_header_bytes: 16KiB\n    max_connections: 5\n",
+            "gateway:\n  listen: 127.0.0.1:8001\n  workers: 2\n  access_log: true\n  upstream:\n    url: [http://a:1, http://b:2/api]\n    protocol: http2\n    connect_timeout: 1s\n    response_timeout: 3s\n    host: upstream\n  limits:\n    header_read_timeout: 2s\n    max_header_bytes: 16KiB\n    max_body_bytes: 1MiB\n    max_connections: 5\n",
         )
         .unwrap()
         .unwrap();
@@ -282,6 +294,7 @@ mod tests {
         assert_eq!(c.limits.header_read_timeout, Duration::from_secs(2));
         assert_eq!(c.limits.max_header_bytes, 16 << 10);
         assert_eq!(c.limits.max_connections, 5);
+        assert_eq!(c.limits.max_body_bytes, Some(1 << 20));
     }
 
     #[test]
@@ -291,13 +304,18 @@ mod tests {
             .unwrap();
         assert_eq!(c.upstream.urls[0].authority.as_str(), "127.0.0.1:9000");
         assert!(!c.access_log);
+        assert_eq!(c.limits.max_body_bytes, None, "no limit by default");
         assert!(read("domains: []\n").unwrap().is_none());
+        let c = read("gateway:\n  upstream: http://a:1\n  limits: {max_body_bytes: 0}\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.limits.max_body_bytes, None, "0 is no limit");
     }
 
     #[test]
     fn errors_have_positions() {
         let e = read(
-            "gateway:\n  listen: nowhere\n  colour: blue\n  access_log: sometimes\n  upstream:\n    url: ftp://x\n    protocol: spdy\n  limits: {header_read_timeout: soon}\n",
+            "gateway:\n  listen: nowhere\n  colour: blue\n  access_log: sometimes\n  upstream:\n    url: ftp://x\n    protocol: spdy\n  limits: {header_read_timeout: soon, max_body_bytes: lots}\n",
         )
         .unwrap_err()
         .to_string();
@@ -308,6 +326,7 @@ mod tests {
             "scheme `ftp`",
             "protocol must be http1 or http2",
             "header_read_timeout: expected a duration",
+            "max_body_bytes: expected a size",
         ] {
             assert!(e.contains(want), "{want} not in {e}");
         }

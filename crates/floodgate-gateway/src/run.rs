@@ -273,10 +273,7 @@ pub async fn start(
         None => None,
     };
     let limited = limiter.is_some();
-    let proxy = Proxy::with_body_read_timeout(
-        Upstream::new(&config.upstream)?,
-        config.limits.body_read_timeout,
-    );
+    let proxy = Proxy::with_limits(Upstream::new(&config.upstream)?, &config.limits);
     let tls = match &config.tls {
         Some(files) => Some(Arc::new(ServerTls::new(files)?)),
         None => None,

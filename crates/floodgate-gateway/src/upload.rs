@@ -1,11 +1,13 @@
 //! The body of a forwarded request: the client's, streamed to the upstream
 //! as it comes, with a record of its progress so the proxy can tell a
 //! finished upload (the response timeout starts), a client that stopped
-//! sending (408) and an upstream that stopped reading (504).
+//! sending (408), a body the client broke (malformed, cut short: 400) or
+//! sent over `max_body_bytes` (413), and an upstream that stopped reading
+//! (504).
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,6 +17,87 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// How a client's request body failed to arrive whole: the client's
+/// fault, never the upstream's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientBodyError {
+    /// The framing is broken (an invalid chunk-size line, a chunk longer
+    /// than its size, an HTTP/2 body longer or shorter than its
+    /// `content-length`).
+    Malformed,
+    /// The client closed (or reset its stream) before the end.
+    Incomplete,
+    /// More bytes than `max_body_bytes`.
+    TooLarge,
+}
+
+impl ClientBodyError {
+    fn code(self) -> u8 {
+        match self {
+            ClientBodyError::Malformed => 1,
+            ClientBodyError::Incomplete => 2,
+            ClientBodyError::TooLarge => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(ClientBodyError::Malformed),
+            2 => Some(ClientBodyError::Incomplete),
+            3 => Some(ClientBodyError::TooLarge),
+            _ => None,
+        }
+    }
+
+    /// What a body error from hyper's server says of the client: a
+    /// framing it broke, or a body it did not finish.
+    fn of(e: &hyper::Error) -> Self {
+        if let Some(io) = find::<std::io::Error>(e) {
+            return match io.kind() {
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+                    ClientBodyError::Malformed
+                }
+                _ => ClientBodyError::Incomplete,
+            };
+        }
+        // HTTP/2: a stream error. One the gateway detected (DATA frames
+        // longer or shorter than the `content-length`) is a broken framing;
+        // one the client sent (a reset) is a body it gave up on.
+        if let Some(h2) = find::<h2::Error>(e)
+            && !h2.is_remote()
+            && !h2.is_io()
+        {
+            return ClientBodyError::Malformed;
+        }
+        ClientBodyError::Incomplete
+    }
+}
+
+/// The first error of type `T` in `e`'s chain.
+fn find<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if let Some(t) = s.downcast_ref::<T>() {
+            return Some(t);
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// Why an upload stopped: what the upstream's client is told.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The client's body failed (see [`ClientBodyError`]).
+    #[error("request body: {0}")]
+    Client(#[source] hyper::Error),
+    /// The body went over `max_body_bytes`.
+    #[error("request body over max_body_bytes")]
+    TooLarge,
+}
 
 /// The progress of one upload, shared by its body and the proxy.
 #[derive(Debug)]
@@ -26,6 +109,8 @@ pub struct Progress {
     /// to read).
     waiting_client: AtomicBool,
     done: AtomicBool,
+    /// A [`ClientBodyError`]'s code, 0 for none.
+    client_error: AtomicU8,
     finished: Notify,
 }
 
@@ -36,8 +121,22 @@ impl Progress {
             last: AtomicU64::new(0),
             waiting_client: AtomicBool::new(false),
             done: AtomicBool::new(false),
+            client_error: AtomicU8::new(0),
             finished: Notify::new(),
         }
+    }
+
+    /// Records the client's failure (the first one), before the upload
+    /// ends with it.
+    fn fail(&self, e: ClientBodyError) {
+        let _ =
+            self.client_error
+                .compare_exchange(0, e.code(), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// How the client broke its body, if it did.
+    pub fn client_error(&self) -> Option<ClientBodyError> {
+        ClientBodyError::from_code(self.client_error.load(Ordering::Acquire))
     }
 
     fn touch(&self) {
@@ -81,6 +180,8 @@ pin_project! {
         #[pin]
         body: Incoming,
         progress: Option<Finisher>,
+        // Bytes the body may still carry (`max_body_bytes`).
+        allowance: u64,
     }
 }
 
@@ -101,14 +202,16 @@ impl std::fmt::Debug for UploadBody {
 }
 
 impl UploadBody {
-    /// Wraps `body`; the progress is tracked unless the body is empty
-    /// (then there is nothing to wait for, and nothing is allocated).
-    pub fn new(body: Incoming) -> (Self, Option<Arc<Progress>>) {
+    /// Wraps `body`, which may carry `max_bytes` (none: any length); the
+    /// progress is tracked unless the body is empty (then there is
+    /// nothing to wait for, and nothing is allocated).
+    pub fn new(body: Incoming, max_bytes: Option<u64>) -> (Self, Option<Arc<Progress>>) {
         let progress = (!body.is_end_stream()).then(|| Arc::new(Progress::new()));
         (
             UploadBody {
                 body,
                 progress: progress.clone().map(Finisher),
+                allowance: max_bytes.unwrap_or(u64::MAX),
             },
             progress,
         )
@@ -126,32 +229,52 @@ impl Drop for Finisher {
 
 impl Body for UploadBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = UploadError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, UploadError>>> {
         let this = self.project();
         let mut body = this.body;
         let polled = body.as_mut().poll_frame(cx);
-        if let Some(p) = this.progress.as_deref() {
-            match &polled {
-                Poll::Pending => p.waiting_client.store(true, Ordering::Relaxed),
-                Poll::Ready(Some(Ok(_))) => {
-                    p.waiting_client.store(false, Ordering::Relaxed);
-                    p.touch();
-                    if body.is_end_stream() {
+        let Some(p) = this.progress.as_deref() else {
+            return polled.map_err(UploadError::Client);
+        };
+        match polled {
+            Poll::Pending => {
+                p.waiting_client.store(true, Ordering::Relaxed);
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                p.waiting_client.store(false, Ordering::Relaxed);
+                if let Some(data) = frame.data_ref() {
+                    let len = data.len() as u64;
+                    if len > *this.allowance {
+                        p.fail(ClientBodyError::TooLarge);
                         p.finish();
+                        return Poll::Ready(Some(Err(UploadError::TooLarge)));
                     }
+                    *this.allowance -= len;
                 }
-                Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
-                    p.waiting_client.store(false, Ordering::Relaxed);
+                p.touch();
+                if body.is_end_stream() {
                     p.finish();
                 }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                p.waiting_client.store(false, Ordering::Relaxed);
+                p.finish();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                p.waiting_client.store(false, Ordering::Relaxed);
+                p.fail(ClientBodyError::of(&e));
+                p.finish();
+                Poll::Ready(Some(Err(UploadError::Client(e))))
             }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -42,6 +42,10 @@ fn answer(method: &str, path: &str) -> (&'static [u8], bool) {
             b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
             false,
         ),
+        (_, "/broken-from-the-start") => (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n",
+            true,
+        ),
         _ => (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false),
     }
 }
@@ -210,5 +214,38 @@ async fn an_idle_connection_the_upstream_closed_is_not_used() {
             .load(Ordering::Relaxed),
         0
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_broken_from_its_first_byte_is_502() {
+    let Setup {
+        gw,
+        a,
+        c,
+        connections: _,
+        _file,
+    } = setup().await;
+    // By the gateway's own client (no request body) and by hyper's (a
+    // request body), to HTTP/1.1 and HTTP/2 clients: a 502, not a head
+    // with nothing behind it.
+    for client in [c.clone(), support::h2()] {
+        let r = client
+            .get(format!("http://{a}/broken-from-the-start"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+        let r = client
+            .post(format!("http://{a}/broken-from-the-start"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+    }
+    let stats = gw.gateway().proxy().stats();
+    assert_eq!(stats.bad_gateway.load(Ordering::Relaxed), 4);
+    assert_eq!(get(&c, a, "/").await, (200, "ok".into()));
     gw.shutdown().await;
 }

@@ -6,9 +6,12 @@ mod nginx;
 mod support;
 
 mod bad_input;
+mod client_body;
 mod client_helper;
 mod example;
+mod host;
 mod lifecycle;
+mod nginx_host;
 mod nginx_parity;
 mod pool;
 mod proxy;

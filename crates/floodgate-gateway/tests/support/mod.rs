@@ -100,6 +100,9 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
             res.headers_mut().insert(to, v.clone());
         }
     }
+    let hosts = h.get_all("host").iter().count();
+    res.headers_mut()
+        .insert("x-seen-host-count", HeaderValue::from(hosts));
     let version = format!("{:?}", req.version());
     res.headers_mut()
         .insert("x-seen-version", HeaderValue::from_str(&version).unwrap());
