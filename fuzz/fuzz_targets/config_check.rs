@@ -1,6 +1,6 @@
 //! A whole Floodgate file, any bytes, read as `floodgate config check`
 //! reads it: the policies with the other sections allowed, then the
-//! service's `server:` and `store:`, the gateway's `gateway:` and the
+//! runtime's `server:` and `store:`, the gateway's `gateway:` and the
 //! `http:` section (identities, the response contract, the layer). Nothing
 //! panics, and a file that reads is either accepted or refused with
 //! errors.
@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let options = LoadOptions {
-        other_sections: vec!["server", "store", "http", "gateway"],
+        other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
         ..LoadOptions::default()
     };
     if let Ok(spec) = load_str("fuzz.yaml", text, &options) {
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let docs = [doc];
-    let _ = floodgate_server::settings::read_sections(&docs);
+    let _ = floodgate_runtime::settings::Settings::from_documents(&docs);
     let _ = floodgate_gateway::GatewayConfig::from_documents(&docs);
     let _ = floodgate_gateway::HttpSection::from_documents(&docs);
 });

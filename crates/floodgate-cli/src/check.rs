@@ -1,52 +1,68 @@
-//! `floodgate config check`: load and compile, report every problem with
-//! its file, line and column, start nothing.
+//! `floodgate config check`: load the configuration as `serve` and
+//! `gateway` do — every section, the environment and the flags — report
+//! every problem with where it came from, start nothing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use floodgate_policy::read::LoadOptions;
-use floodgate_policy::reload::ConfigSource;
+use clap::Args;
+use floodgate_policy::error::Errors;
+use floodgate_runtime::RuntimeError;
+use floodgate_runtime::settings::{Env, Value};
 
-/// Top-level sections read by other components of the binary: the
-/// service's `server:` and `store:`, and the gateway's `http:` and
-/// `gateway:`.
-pub const OTHER_SECTIONS: &[&str] = &["server", "store", "http", "gateway"];
+use crate::flags::{GatewayFlags, env};
 
-pub fn run(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
-    let source = ConfigSource {
-        paths: paths.to_vec(),
-        options: LoadOptions {
-            merge_domains,
-            other_sections: OTHER_SECTIONS.to_vec(),
-            ..Default::default()
-        },
-    };
-    let result = source.compile().and_then(|c| {
-        // The service's own sections (`server:`, `store:`), then the
-        // gateway's (`gateway:`, `http:`): every problem of every section.
-        let docs = &c.loaded.documents;
-        let mut errors = floodgate_policy::error::Errors::default();
-        if let Err(e) = floodgate_runtime::settings::read_sections(docs) {
+/// `floodgate config check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Files or directories (Floodgate or envoyproxy/ratelimit format);
+    /// the same as `--config`.
+    pub paths: Vec<PathBuf>,
+    #[command(flatten)]
+    pub flags: GatewayFlags,
+}
+
+pub fn run(args: CheckArgs) -> ExitCode {
+    let mut flags = args.flags.0;
+    if !args.paths.is_empty() {
+        let paths = args.paths.iter().map(|p| p.display().to_string());
+        flags.set("config", Value::many(paths));
+    }
+    let env = Env::new(&env);
+    let mut errors = Errors::default();
+    let loaded = match floodgate_runtime::config::load(&flags, &env) {
+        Ok(l) => Some(l),
+        Err(RuntimeError::Config(e)) => {
             errors.extend(e);
+            None
         }
-        if let Err(e) = floodgate_gateway::GatewayConfig::from_documents(docs) {
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(l) = &loaded {
+        // The gateway's sections, read as `floodgate gateway` reads them.
+        let docs = &l.compiled.loaded.documents;
+        if let Err(e) = floodgate_gateway::GatewayConfig::resolve(&flags, &env, docs) {
             errors.extend(e);
         }
         if let Err(e) = floodgate_gateway::HttpSection::from_documents(docs) {
             errors.extend(e);
         }
-        errors.finish(c)
-    });
-    match result {
-        Ok(c) => {
-            let domains = c.policy.domains().count();
-            let rules = c.policy.rules().len();
+    }
+    match errors.finish(loaded) {
+        Ok(Some(l)) => {
+            let c = &l.compiled;
             println!(
-                "OK: {} file(s), {domains} domain(s), {rules} rule(s)",
-                c.loaded.files.len()
+                "OK: {} file(s), {} domain(s), {} rule(s)",
+                c.loaded.files.len(),
+                c.policy.domains().count(),
+                c.policy.rules().len()
             );
             ExitCode::SUCCESS
         }
+        Ok(None) => ExitCode::FAILURE,
         Err(errors) => {
             for e in &errors.0 {
                 eprintln!("{e}");

@@ -2,11 +2,11 @@
 
 mod bench;
 mod check;
+mod flags;
 mod gateway;
 mod replay;
 mod serve;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -52,17 +52,11 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
-    /// Validates configuration files (Floodgate or envoyproxy/ratelimit
-    /// format, or directories of them) without starting anything.
-    Check {
-        /// Files or directories.
-        #[arg(required = true)]
-        paths: Vec<PathBuf>,
-        /// Merge several files of one domain (envoyproxy/ratelimit's
-        /// MERGE_DOMAIN_CONFIG) instead of rejecting them.
-        #[arg(long, env = "MERGE_DOMAIN_CONFIG")]
-        merge_domains: bool,
-    },
+    /// Validates the configuration (Floodgate or envoyproxy/ratelimit
+    /// files, or directories of them) as `serve` and `gateway` read it —
+    /// every section, the environment and the flags — without starting
+    /// anything.
+    Check(Box<check::CheckArgs>),
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {
@@ -81,12 +75,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => report(serve::run(*args)),
         Command::Gateway(args) => report(gateway::run(*args)),
         Command::Config {
-            command:
-                ConfigCommand::Check {
-                    paths,
-                    merge_domains,
-                },
-        } => check::run(&paths, merge_domains),
+            command: ConfigCommand::Check(args),
+        } => check::run(*args),
         Command::Replay(args) => report(replay::run(*args)),
         Command::Bench { command } => report(bench::run(command)),
     }

@@ -71,3 +71,62 @@ fn endless_devices_are_refused_not_read_forever() {
         "{stderr}"
     );
 }
+
+fn check_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+    cmd.args(["config", "check"]).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `config check` reads the configuration as `serve` and `gateway` do:
+/// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` (or the flag) merges two
+/// files of one domain; the environment's settings are checked, each
+/// error naming its variable; every section of the files is read.
+#[test]
+fn the_environment_and_flags_are_read_as_the_binaries_read_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, key) in [("a.yaml", "user"), ("b.yaml", "team")] {
+        std::fs::write(
+            dir.path().join(name),
+            format!("domain: api\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"),
+        )
+        .unwrap();
+    }
+    let path = dir.path().to_str().unwrap();
+    let (ok, _, stderr) = check_env(&[path], &[]);
+    assert!(!ok, "two files of one domain are refused by default");
+    assert!(stderr.contains("api"), "{stderr}");
+    for (args, env) in [
+        (vec![path], vec![("MERGE_DOMAIN_CONFIG", "true")]),
+        (vec![path, "--merge-domains"], vec![]),
+        (vec![path], vec![("FLOODGATE_MERGE_DOMAINS", "1")]),
+    ] {
+        let (ok, stdout, stderr) = check_env(&args, &env);
+        assert!(ok, "{args:?} {env:?}: {stderr}");
+        assert!(stdout.contains("1 domain(s), 2 rule(s)"), "{stdout}");
+    }
+    // The flag is stronger than the environment.
+    let (ok, _, _) = check_env(
+        &[path, "--merge-domains=false"],
+        &[("MERGE_DOMAIN_CONFIG", "true")],
+    );
+    assert!(!ok);
+    // A bad variable is a problem of the configuration, named.
+    let (ok, _, stderr) = check_env(
+        &[path, "--merge-domains"],
+        &[("FLOODGATE_SHUTDOWN_DELAY", "soon")],
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("FLOODGATE_SHUTDOWN_DELAY: expected a duration"),
+        "{stderr}"
+    );
+}

@@ -284,10 +284,14 @@ fn the_quick_start_denies_any_fourth_call_within_a_minute() {
     use std::sync::Arc;
 
     let root = floodgate_testkit::workspace_root();
+    let flags = floodgate_runtime::settings::Flags::new().with(
+        "config",
+        root.join("examples/floodgate.yaml").display().to_string(),
+    );
     let compiled =
-        floodgate_server::run::config_source(&[root.join("examples/floodgate.yaml")], false, &[])
-            .compile()
-            .unwrap_or_else(|e| panic!("{e}"));
+        floodgate_runtime::config::load(&flags, &floodgate_runtime::settings::Env::new(&|_| None))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .compiled;
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000_000)));
     let engine = Engine::with_clock(
         compiled.policy,

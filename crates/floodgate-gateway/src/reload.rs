@@ -3,20 +3,24 @@
 //! `gateway:` sections read, the policies checked against the store, the
 //! `http:` section compiled into a limiter — and only then are the new
 //! policies and the new limiter put in force, together. A problem anywhere
-//! leaves the running configuration exactly as it was.
+//! leaves the running configuration exactly as it was. The sections read
+//! at startup only (`server:`, `store:`, `gateway:`) are compared with the
+//! ones the gateway started with, and a change is logged.
 
 use std::sync::Arc;
 
 use floodgate_http::identity::IdentityError;
 use floodgate_policy::PolicySet;
+use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
-use floodgate_runtime::settings::PolicyOverrides;
+use floodgate_policy::yaml::Document;
+use floodgate_runtime::settings::{FileValues, PolicyOverrides, Settings, StartupSections};
 use floodgate_runtime::{AnyBackend, RuntimeError};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
-use crate::run::read_sections;
+use crate::http_section::HttpSection;
 
 /// Why a new configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -47,34 +51,48 @@ pub struct Prepared {
 pub struct Reload {
     gateway: Arc<Gateway<AnyBackend>>,
     overrides: PolicyOverrides,
-    started_with: GatewayConfig,
+    started_with: FileValues,
+    startup: StartupSections,
 }
 
 impl Reload {
-    /// Reloads for `gateway`, which started with the `gateway:` section
-    /// `started_with`; `overrides` (from the environment and flags) are
+    /// Reloads for `gateway`, which started with the configuration
+    /// `documents`; `overrides` (from the environment and flags) are
     /// applied to every new policy as they were at startup.
     pub fn new(
         gateway: Arc<Gateway<AnyBackend>>,
         overrides: PolicyOverrides,
-        started_with: GatewayConfig,
+        documents: &[Document],
     ) -> Self {
         Reload {
             gateway,
             overrides,
-            started_with,
+            started_with: crate::settings::file_values(documents, &mut Errors::default()),
+            startup: StartupSections::of(documents),
         }
     }
 
     /// Reads, checks and builds everything `compiled` holds; nothing is put
     /// in force.
     pub fn prepare(&self, compiled: Compiled) -> Result<Prepared, ReloadError> {
-        let (_settings, gateway, http) = read_sections(&compiled)?;
-        let gateway_changed = gateway.is_some_and(|g| {
-            g.upstream != self.started_with.upstream
-                || g.listen != self.started_with.listen
-                || g.tls != self.started_with.tls
-        });
+        let docs = &compiled.loaded.documents;
+        let mut errors = Errors::default();
+        if let Err(e) = Settings::from_documents(docs) {
+            errors.extend(e);
+        }
+        if let Err(e) = GatewayConfig::from_documents(docs) {
+            errors.extend(e);
+        }
+        let http = HttpSection::from_documents(docs)
+            .map_err(|e| errors.extend(e))
+            .ok()
+            .flatten();
+        errors
+            .finish(())
+            .map_err(|e| ReloadError::Sections(GatewayError::Config(e)))?;
+        self.startup.check_reload(docs);
+        let now = crate::settings::file_values(docs, &mut Errors::default());
+        let gateway_changed = !now.same_values(&self.started_with);
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
         self.gateway.engine().backend().check_policy(&policy)?;

@@ -7,23 +7,22 @@
 //! `server.reload_interval`, and at once on SIGHUP.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::Engine;
 use floodgate_policy::engine::RequestLimits;
-use floodgate_policy::read::LoadOptions;
+use floodgate_policy::error::Errors;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listen::{bind, spawn_router};
-use floodgate_runtime::settings::{self, Overrides, Settings};
+use floodgate_runtime::settings::{Env, Flags, Settings};
 use floodgate_runtime::{AnyBackend, Health};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{GatewayConfig, UpstreamUrl};
+use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
 use crate::http_section::HttpSection;
@@ -32,27 +31,6 @@ use crate::reload::Reload;
 use crate::tls::ServerTls;
 use crate::upstream::Upstream;
 
-/// The top-level sections a gateway configuration may have besides the
-/// policies (`floodgate config check` accepts them too).
-pub const SECTIONS: &[&str] = &["server", "store", "http", crate::read::SECTION];
-
-/// What `floodgate gateway` was asked to do.
-#[derive(Clone, Debug, Default)]
-pub struct GatewayOptions {
-    /// Configuration files or directories.
-    pub paths: Vec<PathBuf>,
-    /// Merge several files of one domain.
-    pub merge_domains: bool,
-    /// `server:`/`store:` settings from the environment.
-    pub env: Overrides,
-    /// `server:`/`store:` settings from flags (over the environment's).
-    pub flags: Overrides,
-    /// The listen address (over `gateway.listen`).
-    pub listen: Option<SocketAddr>,
-    /// Upstream URLs (over `gateway.upstream.url`).
-    pub upstreams: Vec<UpstreamUrl>,
-}
-
 /// A loaded configuration, ready to run.
 #[derive(Debug)]
 pub struct Loaded {
@@ -60,7 +38,8 @@ pub struct Loaded {
     pub source: ConfigSource,
     /// The policies and documents.
     pub compiled: Compiled,
-    /// The `server:` and `store:` sections.
+    /// The settings the gateway shares with the service (`server:`,
+    /// `store:`, ...).
     pub settings: Settings,
     /// The `gateway:` section.
     pub gateway: GatewayConfig,
@@ -68,72 +47,32 @@ pub struct Loaded {
     pub http: Option<HttpSection>,
 }
 
-/// The configuration source for `paths`, accepting the gateway's sections.
-pub fn config_source(paths: &[PathBuf], merge_domains: bool) -> ConfigSource {
-    ConfigSource {
-        paths: paths.to_vec(),
-        options: LoadOptions {
-            merge_domains,
-            other_sections: SECTIONS.to_vec(),
-            ..Default::default()
-        },
-    }
-}
-
-/// Reads every section the gateway uses from loaded documents; reports
-/// all problems at once.
-pub fn read_sections(
-    compiled: &Compiled,
-) -> Result<(Settings, Option<GatewayConfig>, Option<HttpSection>), GatewayError> {
+/// Loads the configuration `flags` and `env` point to, as every command
+/// does ([`floodgate_runtime::config::load`]), with the gateway's sections;
+/// every problem is reported at once. Install the metrics recorder first:
+/// rules resolve their metric handles when they are compiled.
+pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
+    let floodgate_runtime::config::Loaded {
+        source,
+        compiled,
+        settings,
+    } = floodgate_runtime::config::load(flags, env)?;
     let docs = &compiled.loaded.documents;
-    let mut errors = floodgate_policy::error::Errors::default();
-    let settings = settings::read_sections(docs)
+    let mut errors = Errors::default();
+    let gateway = GatewayConfig::resolve(flags, env, docs)
         .map_err(|e| errors.extend(e))
-        .ok();
-    let gateway = GatewayConfig::from_documents(docs)
-        .map_err(|e| errors.extend(e))
-        .ok();
+        .ok()
+        .flatten();
     let http = HttpSection::from_documents(docs)
         .map_err(|e| errors.extend(e))
-        .ok();
+        .ok()
+        .flatten();
     errors.finish(()).map_err(GatewayError::Config)?;
-    match (settings, gateway, http) {
-        (Some(s), Some(g), Some(h)) => Ok((s, g, h)),
-        _ => Err(GatewayError::Startup(
-            "configuration sections unreadable".into(),
-        )),
-    }
-}
-
-/// Loads the configuration, then applies the environment and the flags.
-/// Install the metrics recorder first: rules resolve their metric handles
-/// when they are compiled.
-pub fn load(opts: &GatewayOptions) -> Result<Loaded, GatewayError> {
-    let source = config_source(&opts.paths, opts.merge_domains);
-    let compiled = source.compile().map_err(GatewayError::Config)?;
-    let (mut settings, gateway, http) = read_sections(&compiled)?;
-    opts.env
-        .apply(&mut settings)
-        .map_err(floodgate_runtime::RuntimeError::from)?;
-    opts.flags
-        .apply(&mut settings)
-        .map_err(floodgate_runtime::RuntimeError::from)?;
-    let mut gateway = match (gateway, opts.upstreams.is_empty()) {
-        (Some(g), _) => g,
-        (None, false) => GatewayConfig::default(),
-        (None, true) => return Err(GatewayError::NoSection),
-    };
-    if let Some(l) = opts.listen {
-        gateway.listen = l;
-    }
-    if !opts.upstreams.is_empty() {
-        gateway.upstream.urls = opts.upstreams.clone();
-    }
     Ok(Loaded {
         source,
         compiled,
         settings,
-        gateway,
+        gateway: gateway.ok_or(GatewayError::NoSection)?,
         http,
     })
 }
@@ -294,7 +233,6 @@ pub async fn start(
         },
         &gateway,
         &settings,
-        config.clone(),
         tls.clone(),
     );
     let listener = bind("gateway", config.listen).await?;
@@ -359,10 +297,9 @@ fn watch_config(
     compiled: Compiled,
     gateway: &Arc<Gateway<AnyBackend>>,
     settings: &Settings,
-    started_with: GatewayConfig,
     tls: Option<Arc<ServerTls>>,
 ) -> Watching {
-    let reload = Reload::new(gateway.clone(), settings.policy, started_with);
+    let reload = Reload::new(gateway.clone(), settings.policy, &compiled.loaded.documents);
     let reread_certificate = move || {
         if let Some(t) = &tls {
             match t.reload_now() {

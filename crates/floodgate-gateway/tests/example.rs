@@ -6,7 +6,7 @@ use crate::support;
 
 use std::path::PathBuf;
 
-use floodgate_gateway::GatewayOptions;
+use floodgate_runtime::settings::{Env, Flags};
 use support::{h1, header, upstream};
 
 fn example() -> PathBuf {
@@ -15,10 +15,11 @@ fn example() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quick_start_works() {
-    let plain = floodgate_gateway::load(&GatewayOptions {
-        paths: vec![example()],
-        ..Default::default()
-    })
+    let config = example().display().to_string();
+    let plain = floodgate_gateway::load(
+        &Flags::new().with("config", config.clone()),
+        &Env::new(&|_| None),
+    )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(plain.gateway.listen, "127.0.0.1:8000".parse().unwrap());
     assert_eq!(
@@ -29,19 +30,12 @@ async fn the_quick_start_works() {
 
     // The same file, on free ports, in front of a real upstream.
     let up = upstream().await;
-    let loaded = floodgate_gateway::load(&GatewayOptions {
-        paths: vec![example()],
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        upstreams: vec![
-            floodgate_gateway::UpstreamUrl::parse(&format!("http://{}", up.addr)).unwrap(),
-        ],
-        flags: floodgate_runtime::settings::Overrides {
-            admin: Some(None),
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .unwrap();
+    let flags = Flags::new()
+        .with("config", config)
+        .with("gateway.listen", "127.0.0.1:0")
+        .with("gateway.upstream.url", format!("http://{}", up.addr))
+        .with("server.admin", "off");
+    let loaded = floodgate_gateway::load(&flags, &Env::new(&|_| None)).unwrap();
     let gw = floodgate_gateway::start(loaded, None).await.unwrap();
     let c = h1();
     for i in 0..4 {

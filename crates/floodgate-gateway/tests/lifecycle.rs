@@ -138,11 +138,10 @@ domains:
         rate_limit: {name: too-fine, algorithm: token_bucket, requests: 1, per: 1500ns}
 "#,
     );
-    let loaded = floodgate_gateway::load(&floodgate_gateway::GatewayOptions {
-        paths: vec![file.path.clone()],
-        ..Default::default()
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let flags =
+        floodgate_runtime::settings::Flags::new().with("config", file.path.display().to_string());
+    let loaded = floodgate_gateway::load(&flags, &floodgate_runtime::settings::Env::new(&|_| None))
+        .unwrap_or_else(|e| panic!("{e}"));
     let err = match floodgate_gateway::start(loaded, None).await {
         Ok(_) => panic!("startup must fail"),
         Err(e) => e.to_string(),

@@ -83,7 +83,7 @@ struct Replay {
 impl Replay {
     fn new(text: &str) -> Self {
         let options = LoadOptions {
-            other_sections: floodgate_gateway::SECTIONS.to_vec(),
+            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
             ..Default::default()
         };
         let spec = load_str("g.yaml", text, &options).unwrap();

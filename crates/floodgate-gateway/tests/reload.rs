@@ -7,8 +7,9 @@ use crate::support;
 
 use std::sync::Arc;
 
-use floodgate_gateway::run::config_source;
-use floodgate_gateway::{GatewayConfig, Reload};
+use floodgate_gateway::Reload;
+use floodgate_policy::read::LoadOptions;
+use floodgate_policy::reload::ConfigSource;
 use support::{ConfigFile, gateway, upstream};
 
 const ROUTES: &str = r#"["/api/{*rest}"]"#;
@@ -39,8 +40,15 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
     let file = ConfigFile::new(&config(3, ROUTES, "", SERVER));
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
     let g = gw.gateway().clone();
-    let reload = Reload::new(g.clone(), Default::default(), GatewayConfig::default());
-    let source = config_source(std::slice::from_ref(&file.path), false);
+    let source = ConfigSource {
+        paths: vec![file.path.clone()],
+        options: LoadOptions {
+            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+            ..Default::default()
+        },
+    };
+    let started = source.compile().unwrap();
+    let reload = Reload::new(g.clone(), Default::default(), &started.loaded.documents);
     let (policy, limiter) = (g.engine().policy(), g.limiter());
 
     for (what, text, error) in [

@@ -108,15 +108,20 @@ impl fmt::Display for Unit {
     }
 }
 
-/// Parses a duration: a number followed by `ns`, `us`, `ms`, `s`, `m`, `h`,
-/// `d` or `w` (`500ms`, `90s`, `5m`, `1h`, `1d`), a sequence of them
-/// (`1m30s`), or a unit name (`second`, `minute`, ... `year`).
+/// Parses a duration, with the one grammar every Floodgate setting and
+/// policy uses: `0`; Go's `time.ParseDuration` syntax, which
+/// envoyproxy/ratelimit's settings use (one or more decimal numbers, each
+/// with an optional fraction and a unit: `ns`, `us`/`µs`, `ms`, `s`, `m`,
+/// `h`; `250ms`, `1.5s`, `1m30s`, `2h45m`); the units `d` and `w`; or a
+/// unit name (`second`, `minute`, ... `year`). Negative durations are
+/// refused; fractions finer than a nanosecond are cut, as Go does.
 ///
 /// ```
 /// use floodgate_policy::unit::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
 /// assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+/// assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
 /// assert_eq!(parse_duration("day"), Some(Duration::from_secs(86_400)));
 /// assert_eq!(parse_duration("5 parsecs"), None);
 /// ```
@@ -125,22 +130,34 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     if let Some(u) = Unit::parse(text) {
         return Some(u.duration());
     }
-    let mut rest = text;
-    let mut total: u128 = 0;
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest == "0" {
+        return Some(Duration::ZERO);
+    }
     if rest.is_empty() {
         return None;
     }
+    let mut total: u128 = 0;
     while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 || digits > 20 {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(after_dot) = rest.strip_prefix('.') {
+            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+            frac_part = &after_dot[..frac_len];
+            rest = &after_dot[frac_len..];
+        }
+        if (int_part.is_empty() && frac_part.is_empty()) || int_part.len() > 30 {
             return None;
         }
-        let n: u128 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let unit_len = rest
+            .char_indices()
+            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
+            .map_or(rest.len(), |(i, _)| i);
         let nanos_per: u128 = match &rest[..unit_len] {
             "ns" => 1,
-            "us" | "µs" => 1_000,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
             "ms" => 1_000_000,
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
@@ -150,7 +167,20 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             _ => return None,
         };
         rest = &rest[unit_len..];
-        total = total.checked_add(n.checked_mul(nanos_per)?)?;
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().ok()?
+        };
+        total = total.checked_add(whole.checked_mul(nanos_per)?)?;
+        let mut scale = nanos_per;
+        for d in frac_part.bytes() {
+            if scale < 10 {
+                break;
+            }
+            scale /= 10;
+            total = total.checked_add(u128::from(d - b'0') * scale)?;
+        }
     }
     u64::try_from(total).ok().map(Duration::from_nanos)
 }
@@ -185,14 +215,30 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_duration("MINUTE"), Some(Duration::from_secs(60)));
         assert_eq!(parse_duration("2w"), Some(Duration::from_secs(1_209_600)));
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("1.5s"), Some(ms(1500)));
+        assert_eq!(parse_duration("0.5m"), Some(ms(30_000)));
+        assert_eq!(parse_duration(".25s"), Some(ms(250)));
+        assert_eq!(parse_duration("1h0.5m"), Some(ms(3_630_000)));
+        assert_eq!(parse_duration("1.5µs"), Some(Duration::from_nanos(1500)));
+        assert_eq!(
+            parse_duration("2.0000000009s"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
         for bad in [
             "",
             "5",
             "s",
-            "1.5s",
+            "1.5",
             "-1s",
             "5x",
+            "1.s.",
+            ".s",
+            "1..5s",
             "99999999999999999999999d",
+            "99999999999999999999h",
         ] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }

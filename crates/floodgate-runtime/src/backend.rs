@@ -7,7 +7,7 @@ use floodgate_policy::{Backend, BackendError, Item, MemoryBackend, PolicySet, Sy
 use floodgate_redis::{RedisBackend, ResilientBackend};
 
 use crate::error::RuntimeError;
-use crate::settings::StoreSettings;
+use crate::settings::{StoreKind, StoreSettings};
 
 /// Checks that the store `store` describes can decide every limit of
 /// `policy`: the in-memory store decides any; Redis rejects the few limits
@@ -15,9 +15,9 @@ use crate::settings::StoreSettings;
 /// otherwise fail every request they match. The error names each such rule
 /// (its domain and label) and why.
 pub fn check_policy(store: &StoreSettings, policy: &PolicySet) -> Result<(), RuntimeError> {
-    match store {
-        StoreSettings::Memory { .. } => Ok(()),
-        StoreSettings::Redis(_) => check_redis_limits(policy),
+    match store.backend {
+        StoreKind::Memory => Ok(()),
+        StoreKind::Redis => check_redis_limits(policy),
     }
 }
 
@@ -66,13 +66,14 @@ impl AnyBackend {
 
     /// Builds the store `settings` describe (connecting to Redis).
     pub async fn build(settings: &StoreSettings) -> Result<Self, RuntimeError> {
-        match settings {
-            StoreSettings::Memory { capacity } => {
-                let store = MemoryBackend::new(StoreConfig::with_capacity(*capacity))
+        match settings.backend {
+            StoreKind::Memory => {
+                let store = MemoryBackend::new(StoreConfig::with_capacity(settings.capacity))
                     .map_err(|e| RuntimeError::Store(e.to_string()))?;
                 Ok(AnyBackend::Memory(store))
             }
-            StoreSettings::Redis(config) => {
+            StoreKind::Redis => {
+                let config = &settings.redis;
                 let redis = RedisBackend::connect(config)
                     .await
                     .map_err(|e| RuntimeError::Store(e.to_string()))?;
@@ -170,7 +171,7 @@ domains:
 
     #[test]
     fn a_rule_redis_cannot_decide_is_named() {
-        let redis = StoreSettings::Redis(Box::default());
+        let redis = StoreSettings::redis(RedisConfig::default());
         let text = check_policy(&redis, &policy_of(BAD))
             .unwrap_err()
             .to_string();
@@ -179,7 +180,7 @@ domains:
         assert!(text.contains("whole microseconds"), "{text}");
         assert!(!text.contains("per-user"), "{text}");
         // The in-memory store decides any limit.
-        let memory = StoreSettings::Memory { capacity: 10 };
+        let memory = StoreSettings::memory(10);
         check_policy(&memory, &policy_of(BAD)).unwrap();
     }
 

@@ -4,17 +4,12 @@ use std::net::SocketAddr;
 
 use floodgate_policy::ConfigErrors;
 
-use crate::settings::SettingError;
-
 /// A startup or runtime failure.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// The configuration files do not load.
     #[error("invalid configuration:\n{0}")]
     Config(ConfigErrors),
-    /// An environment variable or flag is invalid.
-    #[error("invalid setting {0}")]
-    Setting(#[from] SettingError),
     /// The store could not be created or reached.
     #[error("store: {0}")]
     Store(String),

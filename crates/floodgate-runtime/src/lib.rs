@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod backend;
+pub mod config;
 pub mod error;
 pub mod health;
 pub mod lifecycle;

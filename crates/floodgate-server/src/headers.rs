@@ -8,7 +8,7 @@ use std::fmt::Write;
 use floodgate_policy::{Response, Status};
 use http::HeaderName;
 
-use floodgate_runtime::settings::{HeaderSettings, SettingError};
+use floodgate_runtime::settings::HeaderSettings;
 
 /// A header name as configured (kept for gRPC and JSON answers) and as
 /// HTTP uses it.
@@ -21,9 +21,9 @@ pub struct Header {
 }
 
 impl Header {
-    fn new(text: &str, what: &str) -> Result<Self, SettingError> {
+    fn new(text: &str, what: &str) -> Result<Self, String> {
         let http = HeaderName::from_bytes(text.as_bytes())
-            .map_err(|_| SettingError::new(what, format!("`{text}` is not a valid header name")))?;
+            .map_err(|_| format!("{what}: `{text}` is not a valid header name"))?;
         Ok(Header {
             http,
             text: text.into(),
@@ -46,7 +46,7 @@ pub struct RateLimitHeaders {
 
 impl RateLimitHeaders {
     /// From the settings.
-    pub fn new(s: &HeaderSettings) -> Result<Self, SettingError> {
+    pub fn new(s: &HeaderSettings) -> Result<Self, String> {
         Ok(RateLimitHeaders {
             enabled: s.enabled,
             x_ratelimit: s.x_ratelimit,

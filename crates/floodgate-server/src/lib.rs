@@ -21,5 +21,5 @@ pub mod proto;
 pub mod run;
 pub mod service;
 
-pub use run::{ServeOptions, load, serve};
+pub use run::serve;
 pub use service::Service;

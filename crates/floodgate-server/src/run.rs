@@ -4,16 +4,15 @@
 //! The configuration is reloaded while serving: polled every
 //! `server.reload_interval`, and at once on SIGHUP.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::PolicySet;
-use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource};
+use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listen::{bind, spawn_router};
-use floodgate_runtime::settings::{self, Overrides, Settings, StoreSettings};
+use floodgate_runtime::settings::StartupSections;
 use floodgate_runtime::{AnyBackend, RuntimeError};
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -22,80 +21,16 @@ use tokio::task::JoinHandle;
 
 use crate::service::Service;
 
-/// What `floodgate serve` was asked to do.
-#[derive(Clone, Debug, Default)]
-pub struct ServeOptions {
-    /// Configuration files or directories.
-    pub paths: Vec<PathBuf>,
-    /// Merge several files of one domain (`MERGE_DOMAIN_CONFIG`).
-    pub merge_domains: bool,
-    /// Settings from the environment (over the file's).
-    pub env: Overrides,
-    /// Settings from flags (over the environment's).
-    pub flags: Overrides,
-    /// Top-level sections of the same files that other components read
-    /// (accepted and left alone).
-    pub other_sections: Vec<&'static str>,
-}
-
-/// The configuration source for `paths`, accepting the service's sections
-/// and `other_sections`.
-pub fn config_source(
-    paths: &[PathBuf],
-    merge_domains: bool,
-    other_sections: &[&'static str],
-) -> ConfigSource {
-    let mut sections = settings::SECTIONS.to_vec();
-    sections.extend(
-        other_sections
-            .iter()
-            .filter(|s| !settings::SECTIONS.contains(s)),
-    );
-    ConfigSource {
-        paths: paths.to_vec(),
-        options: LoadOptions {
-            merge_domains,
-            other_sections: sections,
-            envoy_increment_all: None,
-        },
-    }
-}
-
-/// Loads the configuration and the settings (file, then environment,
-/// then flags). Install the metrics recorder first
-/// ([`crate::metrics::install`]): rules resolve their metric handles when
-/// they are compiled.
-pub fn load(opts: &ServeOptions) -> Result<(ConfigSource, Compiled, Settings), RuntimeError> {
-    let mut source = config_source(&opts.paths, opts.merge_domains, &opts.other_sections);
-    source.options.envoy_increment_all = opts
-        .flags
-        .envoy_increment_all
-        .or(opts.env.envoy_increment_all);
-    let compiled = source.compile().map_err(RuntimeError::Config)?;
-    let mut s =
-        settings::read_sections(&compiled.loaded.documents).map_err(RuntimeError::Config)?;
-    opts.env.apply(&mut s)?;
-    opts.flags.apply(&mut s)?;
-    Ok((source, compiled, s))
-}
-
 /// Runs the service on a new multi-threaded runtime until a shutdown
 /// signal; logging must already be set up (see [`crate::logging::init`]).
-pub fn run(
-    source: ConfigSource,
-    compiled: Compiled,
-    settings: Settings,
-    prometheus: Option<PrometheusHandle>,
-) -> Result<(), RuntimeError> {
+pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("floodgate")
         .build()
         .map_err(|e| RuntimeError::Runtime(e.to_string()))?;
     runtime.block_on(serve(
-        source,
-        compiled,
-        settings,
+        loaded,
         prometheus,
         floodgate_runtime::signals::shutdown_signal(),
     ))
@@ -103,22 +38,19 @@ pub fn run(
 
 /// Serves until `shutdown` resolves, then drains.
 pub async fn serve(
-    source: ConfigSource,
-    compiled: Compiled,
-    settings: Settings,
+    loaded: Loaded,
     prometheus: Option<PrometheusHandle>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RuntimeError> {
+    let Loaded {
+        source,
+        compiled,
+        settings,
+    } = loaded;
     if let Some(h) = &prometheus {
         floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
-    let store = match &settings.store {
-        StoreSettings::Memory { capacity } => format!("memory (capacity {capacity} keys)"),
-        StoreSettings::Redis(r) => {
-            let urls: Vec<String> = r.urls.iter().map(|u| redact(u)).collect();
-            format!("redis {:?} {}", r.mode, urls.join(","))
-        }
-    };
+    let store = settings.store.describe();
     floodgate_runtime::backend::check_policy(&settings.store, &compiled.policy)?;
     let backend = AnyBackend::build(&settings.store).await?;
     let files: Vec<String> = compiled
@@ -127,6 +59,7 @@ pub async fn serve(
         .iter()
         .map(|f| f.display().to_string())
         .collect();
+    let startup = StartupSections::of(&compiled.loaded.documents);
     let Compiled { policy, loaded } = compiled;
     let svc = Arc::new(Service::new(policy, backend, &settings)?);
     // The reloader only needs the files that were read.
@@ -141,7 +74,13 @@ pub async fn serve(
         store = %store,
         "configuration loaded"
     );
-    let _watching = watch_config(source, compiled, &svc, settings.server.reload_interval);
+    let _watching = watch_config(
+        source,
+        compiled,
+        &svc,
+        settings.server.reload_interval,
+        startup,
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();
@@ -198,12 +137,11 @@ fn watch_config(
     compiled: Compiled,
     svc: &Arc<Service>,
     interval: Duration,
+    startup: StartupSections,
 ) -> Watching {
     let svc = svc.clone();
     let apply = move |c: Compiled| {
-        if let Err(e) = settings::read_sections(&c.loaded.documents) {
-            tracing::warn!(errors = %e, "server/store sections are invalid (they are only read at startup)");
-        }
+        startup.check_reload(&c.loaded.documents);
         replace_policy(&svc, c.policy)
     };
     Watching::start(source, &compiled, interval, apply, || {})
@@ -217,28 +155,11 @@ pub fn replace_policy(svc: &Service, policy: PolicySet) -> Result<(), RuntimeErr
     Ok(())
 }
 
-/// `url` without its credentials (`redis://user:secret@host` becomes
-/// `redis://***@host`), for logs.
-fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let redacted = match rest[..authority_end].rfind('@') {
-        Some(at) => format!("***{}", &rest[at..]),
-        None => rest.to_owned(),
-    };
-    match scheme {
-        Some(s) => format!("{s}://{redacted}"),
-        None => redacted,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use floodgate_redis::{RedisBackend, ResilientBackend};
+    use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
 
     const GOOD: &str = "
 domains:
@@ -265,32 +186,30 @@ store:
   connect_timeout: 20ms
 ";
 
-    fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
         let path = dir.path().join("floodgate.yaml");
         std::fs::write(&path, text).unwrap();
         path
     }
 
+    fn load(path: &std::path::Path) -> Result<Loaded, RuntimeError> {
+        let mut flags = Flags::new();
+        flags.set("config", Value::one(path.display().to_string()));
+        floodgate_runtime::config::load(&flags, &Env::new(&|_| None))
+    }
+
     fn policy_of(text: &str) -> PolicySet {
         let dir = tempfile::tempdir().unwrap();
-        let opts = ServeOptions {
-            paths: vec![write(&dir, text)],
-            ..ServeOptions::default()
-        };
-        load(&opts).unwrap().1.policy
+        load(&write(&dir, text)).unwrap().compiled.policy
     }
 
     #[tokio::test]
     async fn a_rule_redis_cannot_decide_fails_startup_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = ServeOptions {
-            paths: vec![write(&dir, &format!("{REDIS}{BAD}"))],
-            ..ServeOptions::default()
-        };
-        let (source, compiled, settings) = load(&opts).unwrap();
-        assert!(matches!(settings.store, StoreSettings::Redis(_)));
+        let loaded = load(&write(&dir, &format!("{REDIS}{BAD}"))).unwrap();
+        assert_eq!(loaded.settings.store.backend, StoreKind::Redis);
         // Refused before any connection is attempted (none could succeed).
-        let err = serve(source, compiled, settings, None, std::future::pending())
+        let err = serve(loaded, None, std::future::pending())
             .await
             .expect_err("startup fails");
         let text = err.to_string();
@@ -317,40 +236,5 @@ store:
         let fixed = BAD.replace("1500ns", "2us");
         replace_policy(&svc, policy_of(&fixed)).unwrap();
         assert_eq!(labels(&svc), ["per-user", "too-fine"]);
-    }
-
-    #[test]
-    fn concurrency_permits_have_a_lease_by_default() {
-        let lease = |extra: &str| {
-            let dir = tempfile::tempdir().unwrap();
-            let opts = ServeOptions {
-                paths: vec![write(&dir, &format!("{REDIS}{extra}{GOOD}"))],
-                ..ServeOptions::default()
-            };
-            match load(&opts).unwrap().2.store {
-                StoreSettings::Redis(r) => r.concurrency_lease,
-                StoreSettings::Memory { .. } => panic!("a Redis store"),
-            }
-        };
-        let default = Some(floodgate_redis::DEFAULT_CONCURRENCY_LEASE);
-        assert_eq!(lease(""), default);
-        assert_eq!(
-            lease("  concurrency_lease: 30s\n"),
-            Some(Duration::from_secs(30))
-        );
-        // 0 turns the lease off: permits live until released.
-        assert_eq!(lease("  concurrency_lease: 0s\n"), None);
-    }
-
-    #[test]
-    fn credentials_never_reach_the_logs() {
-        assert_eq!(
-            redact("redis://user:s3cret@10.0.0.1:6379/0"),
-            "redis://***@10.0.0.1:6379/0"
-        );
-        assert_eq!(redact("rediss://:pw@host:6380"), "rediss://***@host:6380");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-        assert_eq!(redact("host:6379"), "host:6379");
-        assert_eq!(redact("redis://host/path@x"), "redis://host/path@x");
     }
 }

@@ -8,8 +8,8 @@ use floodgate::Apply;
 use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::{Code, Descriptor, Engine, EngineError, PolicySet, Response};
 
-use floodgate_runtime::settings::{PolicyOverrides, SettingError, Settings};
-use floodgate_runtime::{AnyBackend, Health};
+use floodgate_runtime::settings::{PolicyOverrides, Settings};
+use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use tokio::sync::watch;
 
 use crate::headers::RateLimitHeaders;
@@ -35,7 +35,7 @@ impl Service {
         mut policy: PolicySet,
         backend: AnyBackend,
         settings: &Settings,
-    ) -> Result<Self, SettingError> {
+    ) -> Result<Self, RuntimeError> {
         settings.policy.apply(&mut policy.settings);
         let limits = RequestLimits {
             max_descriptors: settings.server.max_descriptors,
@@ -47,7 +47,8 @@ impl Service {
             health: Arc::new(Health::new(engine.clone())),
             engine,
             pool: ResponsePool::default(),
-            headers: RateLimitHeaders::new(&settings.server.headers)?,
+            headers: RateLimitHeaders::new(&settings.server.headers)
+                .map_err(RuntimeError::Runtime)?,
             metrics: ServiceMetrics::default(),
             overrides: settings.policy,
         })

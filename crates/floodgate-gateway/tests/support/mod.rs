@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use floodgate_gateway::Running;
 use floodgate_gateway::io::{Prefixed, Sniffed, sniff};
-use floodgate_gateway::{GatewayOptions, Running};
+use floodgate_runtime::settings::{Env, Flags};
 use http::{HeaderValue, Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -194,17 +195,13 @@ impl ConfigFile {
 /// Starts a gateway on 127.0.0.1:0 for `text` (which needs no `gateway:`
 /// section: the upstream is `upstream`). Admin listener off.
 pub async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
-    let opts = GatewayOptions {
-        paths: vec![file.path.clone()],
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        upstreams: vec![floodgate_gateway::UpstreamUrl::parse(upstream).unwrap()],
-        flags: floodgate_runtime::settings::Overrides {
-            admin: Some(None),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let loaded = floodgate_gateway::load(&opts).unwrap_or_else(|e| panic!("{e}"));
+    let flags = Flags::new()
+        .with("config", file.path.display().to_string())
+        .with("gateway.listen", "127.0.0.1:0")
+        .with("gateway.upstream.url", upstream)
+        .with("server.admin", "off");
+    let loaded =
+        floodgate_gateway::load(&flags, &Env::new(&|_| None)).unwrap_or_else(|e| panic!("{e}"));
     floodgate_gateway::start(loaded, None)
         .await
         .unwrap_or_else(|e| panic!("{e}"))

@@ -1,35 +1,80 @@
-//! The service's settings: the `server:` and `store:` sections of the
-//! Floodgate file, then environment variables, then command-line flags
-//! (each overriding the one before).
+//! The settings of both binaries: the `server:` and `store:` sections of
+//! the Floodgate file, the configuration's own (paths, merging), and the
+//! policy settings forced over the file's `settings:`.
+//!
+//! Each setting is declared once ([`table`]): its file key, its
+//! environment variables (Floodgate's and envoyproxy/ratelimit's), its
+//! flag, its default and its documentation. Every setting is read the same
+//! way, **flags > environment > file > defaults** ([`table::resolve`]).
 
-mod env;
-mod file;
-mod overrides;
+pub mod checks;
+mod envoy;
+mod parse;
+mod server;
 mod store;
+pub mod table;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::yaml::Document;
 use floodgate_redis::RedisConfig;
 
-pub use env::{
-    UNSUPPORTED_ENVOY_VARIABLES, config_path_from_env, overrides_from_env, parse_bool,
-    parse_failure_policy, parse_log_format, parse_mode, unsupported_from_env, warn_unsupported_env,
+pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
+pub use parse::{
+    ANY, LOOPBACK, parse_bool, parse_failure_policy, parse_listen, parse_listen_on,
+    parse_log_format, parse_mode, parse_size,
 };
-pub use file::{SECTIONS, read_sections};
-pub use overrides::{Overrides, StoreKind};
+pub use store::StoreKind;
+pub use table::{Env, FileValues, Flags, Origins, Setting, Value};
 
-/// Everything the service reads at startup.
+/// Everything a binary reads at startup besides its own sections.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Settings {
-    /// Listeners, limits, headers, logging.
+    /// Where the configuration is and how it is loaded.
+    pub config: ConfigSettings,
+    /// Listeners, limits, headers, logging, reload and shutdown.
     pub server: ServerSettings,
     /// Where counters live.
     pub store: StoreSettings,
-    /// Policy settings forced from the environment or flags, over the
-    /// file's `settings:` (envoyproxy/ratelimit's `SHADOW_MODE`,
-    /// `NEAR_LIMIT_RATIO`).
+    /// Policy settings forced over the file's `settings:`.
     pub policy: PolicyOverrides,
+}
+
+/// The configuration files and how they are loaded.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct ConfigSettings {
+    /// Files or directories (none: [`DEFAULT_CONFIG_PATHS`], the first that
+    /// exists).
+    pub paths: Vec<PathBuf>,
+    /// Merge several files of one domain instead of rejecting them
+    /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
+}
+
+/// The files read when no path is given, the first that exists.
+pub const DEFAULT_CONFIG_PATHS: &[&str] = &["floodgate.yaml", "examples/floodgate.yaml"];
+
+impl ConfigSettings {
+    /// The paths to load: those given, else the first of
+    /// [`DEFAULT_CONFIG_PATHS`] that exists.
+    pub fn resolved_paths(&self) -> Result<Vec<PathBuf>, String> {
+        if !self.paths.is_empty() {
+            return Ok(self.paths.clone());
+        }
+        DEFAULT_CONFIG_PATHS
+            .iter()
+            .find(|p| Path::new(p).exists())
+            .map(|p| vec![PathBuf::from(p)])
+            .ok_or_else(|| {
+                "no configuration: pass --config FILE (or set FLOODGATE_CONFIG); \
+                 ./floodgate.yaml and ./examples/floodgate.yaml do not exist"
+                    .to_owned()
+            })
+    }
 }
 
 /// The `server:` section.
@@ -100,15 +145,67 @@ pub enum LogFormat {
 }
 
 /// The `store:` section.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StoreSettings {
-    /// Counters in this process's memory.
-    Memory {
-        /// Most keys kept (the least recently used are evicted beyond).
-        capacity: usize,
-    },
-    /// Counters in Redis, shared by every instance.
-    Redis(Box<RedisConfig>),
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    /// Which store decides.
+    pub backend: StoreKind,
+    /// The in-memory store: most keys kept (the least recently used are
+    /// evicted beyond).
+    pub capacity: usize,
+    /// The Redis store (complete once the settings are resolved).
+    pub redis: RedisConfig,
+    /// What assembles into `redis` (addresses, credentials).
+    address: store::RedisAddress,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            backend: StoreKind::Memory,
+            capacity: 1_000_000,
+            redis: RedisConfig::default(),
+            address: store::RedisAddress::default(),
+        }
+    }
+}
+
+/// Equal when they make the same store (however it was written).
+impl PartialEq for StoreSettings {
+    fn eq(&self, other: &Self) -> bool {
+        self.backend == other.backend
+            && self.capacity == other.capacity
+            && self.redis == other.redis
+    }
+}
+
+impl StoreSettings {
+    /// The Redis store with `redis`.
+    pub fn redis(redis: RedisConfig) -> Self {
+        StoreSettings {
+            backend: StoreKind::Redis,
+            redis,
+            ..StoreSettings::default()
+        }
+    }
+
+    /// The in-memory store of `capacity` keys.
+    pub fn memory(capacity: usize) -> Self {
+        StoreSettings {
+            capacity,
+            ..StoreSettings::default()
+        }
+    }
+
+    /// A description for logs (Redis credentials hidden).
+    pub fn describe(&self) -> String {
+        match self.backend {
+            StoreKind::Memory => format!("memory (capacity {} keys)", self.capacity),
+            StoreKind::Redis => {
+                let urls: Vec<String> = self.redis.urls.iter().map(|u| redact(u)).collect();
+                format!("redis {:?} {}", self.redis.mode, urls.join(","))
+            }
+        }
+    }
 }
 
 /// Policy settings forced over the configuration file's `settings:`.
@@ -118,6 +215,9 @@ pub struct PolicyOverrides {
     pub shadow_mode: Option<bool>,
     /// Force the near-limit ratio.
     pub near_limit_ratio: Option<f64>,
+    /// Force envoyproxy/ratelimit's accounting (every matched counter
+    /// counts every request); applied when the files are compiled.
+    pub envoy_increment_all: Option<bool>,
 }
 
 impl PolicyOverrides {
@@ -128,6 +228,9 @@ impl PolicyOverrides {
         }
         if let Some(r) = self.near_limit_ratio {
             settings.near_limit_ratio = r;
+        }
+        if let Some(e) = self.envoy_increment_all {
+            settings.envoy_increment_all = e;
         }
     }
 }
@@ -173,210 +276,100 @@ impl Default for HeaderSettings {
     }
 }
 
-impl Default for StoreSettings {
-    fn default() -> Self {
-        StoreSettings::Memory {
-            capacity: 1_000_000,
-        }
-    }
+/// Every setting of [`Settings`], in the order they are applied.
+pub fn table() -> &'static [Setting<Settings>] {
+    static TABLE: LazyLock<Vec<Setting<Settings>>> = LazyLock::new(|| {
+        let mut t = Vec::new();
+        server::declare(&mut t);
+        store::declare(&mut t);
+        t
+    });
+    &TABLE
 }
 
-/// A setting from the environment or a flag that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}: {message}")]
-pub struct SettingError {
-    /// The variable or flag.
-    pub name: String,
-    /// What is wrong with it.
-    pub message: String,
-}
+/// The top-level sections of Floodgate files besides the policies: the
+/// runtime's (`server`, `store`) and the gateway's (`gateway`, `http`).
+/// Every binary accepts them all, so one file can configure both.
+pub const SECTIONS: &[&str] = &["server", "store", "gateway", "http"];
 
-impl SettingError {
-    /// A problem with the setting `name`.
-    pub fn new(name: &str, message: impl Into<String>) -> Self {
-        SettingError {
-            name: name.to_owned(),
-            message: message.into(),
-        }
-    }
-}
-
-/// Parses a listen address: `host:port`, `:port` (all interfaces), a bare
-/// port, or `off` (no listener).
-pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("off") || t.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    if let Ok(port) = t.parse::<u16>() {
-        return Ok(Some(SocketAddr::from(([0, 0, 0, 0], port))));
-    }
-    let full = if let Some(port) = t.strip_prefix(':') {
-        format!("0.0.0.0:{port}")
-    } else {
-        t.replace("localhost:", "127.0.0.1:")
-    };
-    full.parse::<SocketAddr>()
-        .map(Some)
-        .map_err(|_| format!("expected host:port, :port, a port number or off, found `{t}`"))
-}
-
-/// Parses a size: bytes, or with a suffix `KiB`, `MiB`, `GiB` (also `K`,
-/// `M`, `G`, `KB`, `MB`, `GB`, all powers of 1024).
-pub fn parse_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
-    let n: usize = t[..digits].parse().ok()?;
-    let mult: usize = match t[digits..].trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
-/// Parses a duration setting: `0`; Go's `time.ParseDuration` syntax, the
-/// one envoyproxy/ratelimit's variables use (`250ms`, `1.5s`, `1m30s`,
-/// `2h45m`, units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, decimal fractions
-/// allowed); and Floodgate's own spellings (`1d`, `1w`, `minute`). A
-/// negative duration is refused.
-pub fn parse_setting_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    if t == "0" || t == "+0" {
-        return Some(Duration::ZERO);
-    }
-    parse_go_duration(t).or_else(|| floodgate_policy::unit::parse_duration(t))
-}
-
-/// Go's duration syntax: an optional `+`, then one or more decimal numbers
-/// (with an optional fraction), each with a unit.
-fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let int_part = &rest[..int_len];
-        rest = &rest[int_len..];
-        let mut frac_part = "";
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
-            frac_part = &after_dot[..frac_len];
-            rest = &after_dot[frac_len..];
-        }
-        if int_part.is_empty() && frac_part.is_empty() {
-            return None;
-        }
-        let unit_len = rest
-            .char_indices()
-            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
-            .map_or(rest.len(), |(i, _)| i);
-        let nanos_per: u128 = match &rest[..unit_len] {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        // Whole units, then the fraction (truncated to a nanosecond, as Go
-        // does).
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().ok()?
-        };
-        total = total.checked_add(whole.checked_mul(nanos_per)?)?;
-        let mut scale = nanos_per;
-        let mut frac_nanos: u128 = 0;
-        for d in frac_part.bytes() {
-            if scale < 10 {
-                break;
+impl Settings {
+    /// Resolves every setting from `flags`, `env` and the `server:` and
+    /// `store:` sections of `documents` (none: only the settings read
+    /// before the files, such as their paths, are meaningful). Every
+    /// problem is reported, each where its value came from.
+    pub fn resolve(
+        flags: &Flags,
+        env: &Env<'_>,
+        documents: &[Document],
+    ) -> Result<Settings, ConfigErrors> {
+        let mut errors = Errors::default();
+        let file = FileValues::read(documents, table(), &[], &mut errors);
+        let mut settings = Settings::default();
+        match table::resolve(table(), &mut settings, flags, env, &file) {
+            Ok(origins) => {
+                if let Err(e) = store::finish(&mut settings.store, &origins) {
+                    errors.extend(e);
+                }
             }
-            scale /= 10;
-            frac_nanos += u128::from(d - b'0') * scale;
+            Err(e) => errors.extend(e),
         }
-        total = total.checked_add(frac_nanos)?;
+        errors.finish(settings)
     }
-    u64::try_from(total).ok().map(Duration::from_nanos)
+
+    /// [`resolve`](Self::resolve) with the `server:` and `store:` sections
+    /// of `documents` only (defaults elsewhere): what the file says.
+    pub fn from_documents(documents: &[Document]) -> Result<Settings, ConfigErrors> {
+        Settings::resolve(&Flags::new(), &Env::new(&|_| None), documents)
+    }
+}
+
+/// The `server:` and `store:` sections a process started with: they are
+/// read at startup only, so a reload that changes them (or breaks them) is
+/// logged, and applies the rest.
+#[derive(Debug)]
+pub struct StartupSections(FileValues);
+
+impl StartupSections {
+    /// The sections of the configuration `documents` the process started
+    /// with.
+    pub fn of(documents: &[Document]) -> Self {
+        let mut errors = Errors::default();
+        StartupSections(FileValues::read(documents, table(), &[], &mut errors))
+    }
+
+    /// Logs what a reload to `documents` cannot apply.
+    pub fn check_reload(&self, documents: &[Document]) {
+        if let Err(e) = Settings::from_documents(documents) {
+            tracing::warn!(errors = %e, "the server and store sections are invalid (they are only read at startup)");
+            return;
+        }
+        let mut errors = Errors::default();
+        let now = FileValues::read(documents, table(), &[], &mut errors);
+        if !now.same_values(&self.0) {
+            tracing::warn!(
+                "the server or store section changed: it is only read at startup (restart to apply it)"
+            );
+        }
+    }
+}
+
+/// `url` without its credentials (`redis://user:secret@host` becomes
+/// `redis://***@host`), for logs.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let redacted = match rest[..authority_end].rfind('@') {
+        Some(at) => format!("***{}", &rest[at..]),
+        None => rest.to_owned(),
+    };
+    match scheme {
+        Some(s) => format!("{s}://{redacted}"),
+        None => redacted,
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn go_durations() {
-        let ms = Duration::from_millis;
-        assert_eq!(parse_setting_duration("1.5s"), Some(ms(1500)));
-        assert_eq!(parse_setting_duration("1m30s"), Some(ms(90_000)));
-        assert_eq!(parse_setting_duration("250ms"), Some(ms(250)));
-        assert_eq!(parse_setting_duration("0.5m"), Some(ms(30_000)));
-        assert_eq!(parse_setting_duration(".25s"), Some(ms(250)));
-        assert_eq!(parse_setting_duration("1h0.5m"), Some(ms(3_630_000)));
-        assert_eq!(
-            parse_setting_duration("1.5µs"),
-            Some(Duration::from_nanos(1500))
-        );
-        assert_eq!(
-            parse_setting_duration("2.0000000009s"),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(parse_setting_duration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_setting_duration("0s"), Some(Duration::ZERO));
-        // Floodgate's own spellings still read.
-        assert_eq!(
-            parse_setting_duration("1d"),
-            Some(Duration::from_secs(86_400))
-        );
-        assert_eq!(
-            parse_setting_duration("minute"),
-            Some(Duration::from_secs(60))
-        );
-        for bad in [
-            "",
-            "1.5",
-            "-1s",
-            "1.s.",
-            ".s",
-            "s",
-            "1x",
-            "1..5s",
-            "99999999999999999999h",
-        ] {
-            assert_eq!(parse_setting_duration(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn listen_addresses() {
-        assert_eq!(
-            parse_listen("8081").unwrap(),
-            Some("0.0.0.0:8081".parse().unwrap())
-        );
-        assert_eq!(
-            parse_listen(":9090").unwrap(),
-            Some("0.0.0.0:9090".parse().unwrap())
-        );
-        assert_eq!(
-            parse_listen("localhost:1").unwrap(),
-            Some("127.0.0.1:1".parse().unwrap())
-        );
-        assert_eq!(parse_listen("off").unwrap(), None);
-        assert!(parse_listen("nowhere").is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1MiB"), Some(1 << 20));
-        assert_eq!(parse_size("64 KiB"), Some(64 << 10));
-        assert_eq!(parse_size("100"), Some(100));
-        assert_eq!(parse_size("1 parsec"), None);
-    }
-}
+mod tests;

@@ -1,330 +1,694 @@
-//! The `store:` section of Floodgate files: the in-memory store, or Redis
-//! (single server, cluster, or a Sentinel-managed primary).
+//! The declarations of the `store:` section, and the Redis configuration
+//! assembled from them once every setting is read (addresses, mode and
+//! credentials combine, wherever each came from).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use floodgate_policy::error::Errors;
-use floodgate_policy::yaml::{Map, Node};
-use floodgate_redis::{
-    BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource, parse_redis_urls,
-    parse_sentinel_url,
-};
+use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_redis::{FailurePolicy, Mode, TimeSource, parse_redis_urls, parse_sentinel_url};
 
-use super::env::{parse_failure_policy, parse_mode};
-use super::file::{count, deny, duration};
+use super::parse::{
+    boolean, count, count_in, duration, parse_failure_policy, parse_mode, positive_duration,
+};
+use super::table::{Env, Envoy, Kind, Origin, Origins, Setting};
 use super::{Settings, StoreSettings};
 
-const MEMORY_KEYS: &[&str] = &["backend", "capacity"];
-const REDIS_KEYS: &[&str] = &[
-    "backend",
-    "url",
-    "mode",
-    "master",
-    "master_auth",
-    "prefix",
-    "connections",
-    "timeout",
-    "connect_timeout",
-    "pipeline_window",
-    "pipeline_limit",
-    "failure_policy",
-    "divide_by",
-    "local_cache",
-    "fallback_capacity",
-    "breaker",
-    "clock",
-    "concurrency_lease",
-];
-const BREAKER_KEYS: &[&str] = &["failures", "cool_down"];
+type S = Setting<Settings>;
 
-pub(super) fn read_store(node: Node<'_>, settings: &mut Settings, errors: &mut Errors) {
-    let Some(map) = errors.take(node.map()) else {
-        return;
-    };
-    let backend = match map.get("backend") {
-        None => "memory",
-        Some(n) => match errors.take(n.str()) {
-            Some(t) => t,
-            None => return,
-        },
-    };
-    match backend {
-        "memory" => {
-            let mut capacity = 1_000_000;
-            count(&map, "capacity", &mut capacity, errors);
-            settings.store = StoreSettings::Memory { capacity };
-            deny(&map, MEMORY_KEYS, errors);
-        }
-        "redis" => {
-            let mut r = RedisConfig::default();
-            read_redis(&map, &mut r, errors);
-            settings.store = StoreSettings::Redis(Box::new(r));
-            deny(&map, REDIS_KEYS, errors);
-        }
-        other => errors.push(
-            map.get("backend")
-                .map(|n| {
-                    n.error(format!(
-                        "unknown backend `{other}` (expected memory or redis)"
-                    ))
-                })
-                .unwrap_or_else(|| map.node().error("unknown backend")),
-        ),
+/// Which store to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded in-memory store.
+    Memory,
+    /// Redis.
+    Redis,
+}
+
+/// What makes the Redis addresses: kept as given until every setting is
+/// read, then assembled ([`finish`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct RedisAddress {
+    url: Option<String>,
+    mode: Option<Mode>,
+    master: Option<String>,
+    master_auth: Option<String>,
+    auth: Option<String>,
+    sentinel_auth: Option<String>,
+    tls: bool,
+    divide_by: Option<u32>,
+}
+
+/// Settings that only the Redis store reads.
+const REDIS_ONLY: &[&str] = &[
+    "store.url",
+    "store.mode",
+    "store.master",
+    "store.master_auth",
+    "store.auth",
+    "store.sentinel_auth",
+    "store.tls",
+    "store.tls_ca",
+    "store.tls_cert",
+    "store.tls_key",
+    "store.prefix",
+    "store.connections",
+    "store.timeout",
+    "store.connect_timeout",
+    "store.pipeline_window",
+    "store.pipeline_limit",
+    "store.failure_policy",
+    "store.divide_by",
+    "store.local_cache",
+    "store.fallback_capacity",
+    "store.breaker.failures",
+    "store.breaker.cool_down",
+    "store.clock",
+    "store.concurrency_lease",
+];
+
+const SENTINEL: &[(&str, &str)] = &[
+    ("store.backend", "redis"),
+    ("store.mode", "sentinel"),
+    ("store.url", "m,s1:26379"),
+];
+const REDIS: &[(&str, &str)] = &[("store.backend", "redis")];
+
+/// envoyproxy/ratelimit sizes its over-limit cache in bytes; an entry is
+/// about 64. 0 (its default) turns the cache off.
+fn cache_bytes(env: &Env<'_>) -> Result<Option<String>, String> {
+    match env.get("LOCAL_CACHE_SIZE_IN_BYTES") {
+        None => Ok(None),
+        Some(v) => count(&v).map(|bytes| Some(bytes.div_ceil(64).to_string())),
     }
 }
 
-fn read_redis(map: &Map<'_>, r: &mut RedisConfig, errors: &mut Errors) {
-    if let Some(n) = map.get("mode")
-        && let Some(m) = errors.take(n.str().and_then(|t| parse_mode(t).map_err(|m| n.error(m))))
-    {
-        r.mode = m;
-    }
-    let url = map.get("url").map(|n| {
-        let text = match n.list() {
-            Ok(items) if !items.is_empty() => {
-                let parts: Vec<&str> = items.iter().filter_map(|i| errors.take(i.str())).collect();
-                parts.join(",")
-            }
-            _ => errors.take(n.str()).unwrap_or_default().to_owned(),
-        };
-        (n, text)
-    });
-    if matches!(r.mode, Mode::Sentinel { .. }) {
-        read_sentinel(map, url, r, errors);
-    } else {
-        if let Some((n, text)) = url
-            && let Some(u) =
-                errors.take(parse_redis_urls(&text).map_err(|e| n.error(e.to_string())))
-        {
-            r.urls = u;
-        }
-        for key in ["master", "master_auth"] {
-            if let Some(n) = map.get(key) {
-                errors.push(n.error(format!("{key} only applies to mode: sentinel")));
-            }
-        }
-    }
-    if let Some(n) = map.get("prefix")
-        && let Some(t) = errors.take(n.str())
-    {
-        if t.contains(['{', '}']) {
-            errors.push(n.error("the key prefix must not contain `{` or `}`"));
-        } else {
-            r.key_prefix = t.to_owned();
-        }
-    }
-    count(map, "connections", &mut r.connections, errors);
-    duration(map, "timeout", &mut r.timeout, false, errors);
-    duration(
-        map,
-        "connect_timeout",
-        &mut r.connect_timeout,
-        false,
-        errors,
+pub(super) fn declare(t: &mut Vec<S>) {
+    t.push(
+        S::new(
+            "store.backend",
+            "FLOODGATE_STORE",
+            "store",
+            Kind::Choice,
+            "memory",
+            "`memory` (this process) or `redis` (shared by every instance; implied by a Redis URL given more strongly)",
+            |s, v| {
+                s.store.backend = match v.text().trim().to_ascii_lowercase().as_str() {
+                    "memory" => StoreKind::Memory,
+                    "redis" => StoreKind::Redis,
+                    other => {
+                        return Err(format!(
+                            "unknown backend `{other}` (expected memory or redis)"
+                        ));
+                    }
+                };
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("BACKEND_TYPE"))
+        .samples("redis", "memory"),
     );
-    duration(map, "pipeline_window", &mut r.pipeline_window, true, errors);
-    if let Some(n) = map.get("pipeline_window")
-        && !r.pipeline_window.is_zero()
-        && r.pipeline_window >= r.timeout
-    {
-        errors.push(n.error(format!(
+    t.push(S::new(
+        "store.capacity",
+        "FLOODGATE_MEMORY_CAPACITY",
+        "memory-capacity",
+        Kind::Count,
+        "1000000",
+        "memory: most keys kept (the least recently used are evicted beyond)",
+        |s, v| {
+            s.store.capacity = count_in(&v.text(), 1, usize::MAX)?;
+            Ok(())
+        },
+    ));
+    t.push(
+        S::new(
+            "store.mode",
+            "FLOODGATE_REDIS_MODE",
+            "redis-mode",
+            Kind::Choice,
+            "single",
+            "redis: `single`, `cluster` or `sentinel`",
+            |s, v| {
+                s.store.address.mode = Some(parse_mode(&v.text())?);
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_TYPE"))
+        .samples("cluster", "single")
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.url",
+            "FLOODGATE_REDIS_URL",
+            "redis-url",
+            Kind::List,
+            "127.0.0.1:6379",
+            "redis: `host:port`, `redis://`, `rediss://` or `unix://` URLs (a list or commas: a cluster's nodes; with Sentinel, the sentinels, or `master,host:port,...`)",
+            |s, v| {
+                s.store.address.url = Some(v.text());
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_URL"))
+        .samples("a:1", "b:2,c:3")
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.master",
+            "FLOODGATE_REDIS_MASTER",
+            "redis-master",
+            Kind::Text,
+            "",
+            "redis, `mode: sentinel`: the name the sentinels monitor the primary under",
+            |s, v| {
+                s.store.address.master = Some(v.text());
+                Ok(())
+            },
+        )
+        .samples("primary", "main")
+        .context(SENTINEL),
+    );
+    t.push(
+        S::new(
+            "store.master_auth",
+            "FLOODGATE_REDIS_MASTER_AUTH",
+            "",
+            Kind::Text,
+            "",
+            "redis, `mode: sentinel`: the primary's credentials (`password` or `user:password`)",
+            |s, v| {
+                s.store.address.master_auth = Some(v.text());
+                Ok(())
+            },
+        )
+        .no_flag()
+        .context(SENTINEL),
+    );
+    t.push(
+        S::new(
+            "store.auth",
+            "FLOODGATE_REDIS_AUTH",
+            "",
+            Kind::Text,
+            "",
+            "redis: credentials added to URLs without any (`password` or `user:password`); with Sentinel, the primary's",
+            |s, v| {
+                s.store.address.auth = Some(v.text());
+                Ok(())
+            },
+        )
+        .no_flag()
+        .envoy(Envoy::Var("REDIS_AUTH"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.sentinel_auth",
+            "FLOODGATE_REDIS_SENTINEL_AUTH",
+            "",
+            Kind::Text,
+            "",
+            "redis, `mode: sentinel`: the sentinels' credentials, added to their URLs without any",
+            |s, v| {
+                s.store.address.sentinel_auth = Some(v.text());
+                Ok(())
+            },
+        )
+        .no_flag()
+        .envoy(Envoy::Var("REDIS_SENTINEL_AUTH"))
+        .context(SENTINEL),
+    );
+    t.push(
+        S::new(
+            "store.tls",
+            "FLOODGATE_REDIS_TLS",
+            "redis-tls",
+            Kind::Bool,
+            "false",
+            "redis: TLS (`redis://` URLs become `rediss://`)",
+            |s, v| {
+                s.store.address.tls = boolean(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_TLS"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.tls_ca",
+            "FLOODGATE_REDIS_TLS_CA",
+            "redis-tls-ca",
+            Kind::Text,
+            "",
+            "redis, TLS: PEM file of the certificate authority (default: the system's roots)",
+            |s, v| {
+                s.store.redis.tls.ca_file = Some(PathBuf::from(v.text()));
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_TLS_CACERT"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.tls_cert",
+            "FLOODGATE_REDIS_TLS_CERT",
+            "redis-tls-cert",
+            Kind::Text,
+            "",
+            "redis, TLS: PEM client certificate, for servers that require one",
+            |s, v| {
+                s.store.redis.tls.client_cert_file = Some(PathBuf::from(v.text()));
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_TLS_CLIENT_CERT"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.tls_key",
+            "FLOODGATE_REDIS_TLS_KEY",
+            "redis-tls-key",
+            Kind::Text,
+            "",
+            "redis, TLS: the client certificate's PEM key",
+            |s, v| {
+                s.store.redis.tls.client_key_file = Some(PathBuf::from(v.text()));
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.prefix",
+            "FLOODGATE_REDIS_PREFIX",
+            "redis-prefix",
+            Kind::Text,
+            "fg:",
+            "redis: prefix of every key",
+            |s, v| {
+                let p = v.text();
+                if p.contains(['{', '}']) {
+                    return Err("the key prefix must not contain `{` or `}`".into());
+                }
+                s.store.redis.key_prefix = p;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("CACHE_KEY_PREFIX"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.connections",
+            "FLOODGATE_REDIS_CONNECTIONS",
+            "redis-connections",
+            Kind::Count,
+            "2",
+            "redis: multiplexed connections per server",
+            |s, v| {
+                s.store.redis.connections = count_in(&v.text(), 1, 1024)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::NonZero("REDIS_POOL_SIZE"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.timeout",
+            "FLOODGATE_REDIS_TIMEOUT",
+            "redis-timeout",
+            Kind::Duration,
+            "50ms",
+            "redis: longest time for a decision, round trips included",
+            |s, v| {
+                s.store.redis.timeout = positive_duration(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::NonZero("REDIS_TIMEOUT"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.connect_timeout",
+            "FLOODGATE_REDIS_CONNECT_TIMEOUT",
+            "redis-connect-timeout",
+            Kind::Duration,
+            "250ms",
+            "redis: longest time to connect",
+            |s, v| {
+                s.store.redis.connect_timeout = positive_duration(&v.text())?;
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.pipeline_window",
+            "FLOODGATE_REDIS_PIPELINE_WINDOW",
+            "redis-pipeline-window",
+            Kind::Duration,
+            "0",
+            "redis: hold commands up to this long to write them together (`0`: off; shorter than `timeout`)",
+            |s, v| {
+                s.store.redis.pipeline_window = duration(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_PIPELINE_WINDOW"))
+        .samples("150us", "300us")
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.pipeline_limit",
+            "FLOODGATE_REDIS_PIPELINE_LIMIT",
+            "redis-pipeline-limit",
+            Kind::Count,
+            "0",
+            "redis: ... or until this many commands wait (`0`: no limit)",
+            |s, v| {
+                s.store.redis.pipeline_limit = count(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT"))
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.failure_policy",
+            "FLOODGATE_FAILURE_POLICY",
+            "failure-policy",
+            Kind::Choice,
+            "local",
+            "redis: when Redis cannot decide, `fail_open`, `fail_closed`, or `local` (an in-process store decides; `local/N` sets `divide_by`)",
+            |s, v| {
+                s.store.redis.failure_policy = parse_failure_policy(&v.text())?;
+                Ok(())
+            },
+        )
+        .samples("fail_open", "fail_closed")
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.divide_by",
+            "FLOODGATE_DIVIDE_BY",
+            "divide-by",
+            Kind::Count,
+            "1",
+            "redis, `failure_policy: local`: each limit divided by this many instances",
+            |s, v| {
+                let n = count_in(&v.text(), 1, u32::MAX as usize)?;
+                s.store.address.divide_by = Some(n as u32);
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.local_cache",
+            "FLOODGATE_REDIS_LOCAL_CACHE",
+            "redis-local-cache",
+            Kind::Count,
+            "0",
+            "redis: entries of the local over-limit cache (`0`: off)",
+            |s, v| {
+                s.store.redis.local_cache_capacity = count(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Read {
+            names: "`LOCAL_CACHE_SIZE_IN_BYTES` (÷ 64 bytes an entry)",
+            read: cache_bytes,
+        })
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.fallback_capacity",
+            "FLOODGATE_REDIS_FALLBACK_CAPACITY",
+            "redis-fallback-capacity",
+            Kind::Count,
+            "100000",
+            "redis: keys of the local fallback store",
+            |s, v| {
+                s.store.redis.fallback_capacity = count_in(&v.text(), 1, usize::MAX)?;
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.breaker.failures",
+            "FLOODGATE_REDIS_BREAKER_FAILURES",
+            "redis-breaker-failures",
+            Kind::Count,
+            "5",
+            "redis: consecutive failures that open the circuit breaker",
+            |s, v| {
+                s.store.redis.breaker.failure_threshold =
+                    count_in(&v.text(), 1, u32::MAX as usize)? as u32;
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.breaker.cool_down",
+            "FLOODGATE_REDIS_BREAKER_COOL_DOWN",
+            "redis-breaker-cool-down",
+            Kind::Duration,
+            "1s",
+            "redis: how long an open breaker keeps requests from Redis before a probe",
+            |s, v| {
+                s.store.redis.breaker.cool_down = positive_duration(&v.text())?;
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.clock",
+            "FLOODGATE_REDIS_CLOCK",
+            "redis-clock",
+            Kind::Choice,
+            "server",
+            "redis: whose clock times the windows, `server` (Redis `TIME`) or `client`",
+            |s, v| {
+                s.store.redis.time_source = match v.text().trim() {
+                    "server" => TimeSource::Server,
+                    "client" => TimeSource::Client {
+                        expiry_slack: Duration::from_secs(1),
+                    },
+                    other => return Err(format!("expected server or client, found `{other}`")),
+                };
+                Ok(())
+            },
+        )
+        .samples("client", "server")
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.concurrency_lease",
+            "FLOODGATE_CONCURRENCY_LEASE",
+            "concurrency-lease",
+            Kind::Duration,
+            "10m",
+            "redis: lease of a concurrency permit not released (`0`: until released)",
+            |s, v| {
+                let d = duration(&v.text())?;
+                s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d);
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
+}
+
+/// Completes the store once every setting is read: a Redis URL given more
+/// strongly than the backend chooses Redis; the addresses, mode and
+/// credentials make the Redis configuration; a setting of the other store
+/// in the file is an error.
+pub(super) fn finish(store: &mut StoreSettings, origins: &Origins) -> Result<(), ConfigErrors> {
+    let mut errors = Errors::default();
+    if origins.of("store.url").rank() > origins.of("store.backend").rank() {
+        store.backend = StoreKind::Redis;
+    }
+    match store.backend {
+        StoreKind::Memory => {
+            for key in REDIS_ONLY {
+                if let o @ Origin::File(_) = origins.of(key) {
+                    let name = key.trim_start_matches("store.");
+                    errors.push(o.error(format!("{name} only applies to backend: redis")));
+                }
+            }
+        }
+        StoreKind::Redis => {
+            if let o @ Origin::File(_) = origins.of("store.capacity") {
+                errors.push(o.error("capacity only applies to backend: memory"));
+            }
+            assemble(store, origins, &mut errors);
+        }
+    }
+    errors.finish(())
+}
+
+/// The Redis configuration from the addresses, mode and credentials.
+fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
+    let a = store.address.clone();
+    let r = &mut store.redis;
+    let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
+    let mode = a.mode.clone().unwrap_or(Mode::Single);
+    if let Mode::Sentinel { .. } = mode {
+        let (name, urls) = match (&a.master, &a.url) {
+            (Some(master), url) => {
+                let master = Mode::sentinel(master)
+                    .map_err(|e| origins.of("store.master").error(e.to_string()));
+                // The sentinels, possibly written the envoyproxy/ratelimit
+                // way (`name,host:port,...`, the name then replaced).
+                let urls = match url {
+                    Some(u) if !u.split(',').next().unwrap_or("").contains([':', '/']) => errors
+                        .take(
+                            parse_sentinel_url(u)
+                                .map(|(_, urls)| urls)
+                                .map_err(url_error),
+                        ),
+                    Some(u) => errors.take(parse_redis_urls(u).map_err(url_error)),
+                    None => Some(r.urls.clone()),
+                };
+                (errors.take(master), urls)
+            }
+            (None, Some(url)) => match parse_sentinel_url(url) {
+                Ok((name, urls)) => (Some(Mode::Sentinel { master_name: name }), Some(urls)),
+                Err(e) => {
+                    errors.push(url_error(e));
+                    (None, None)
+                }
+            },
+            (None, None) => {
+                errors.push(origins.of("store.mode").error(
+                    "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
+                ));
+                (None, None)
+            }
+        };
+        if let (Some(mode), Some(urls)) = (name, urls) {
+            r.mode = mode;
+            r.urls = urls;
+        }
+        // The primary's credentials: the more strongly given of
+        // `master_auth` and `auth`.
+        let primary = match (&a.master_auth, &a.auth) {
+            (Some(m), Some(x)) => {
+                if origins.of("store.auth").rank() > origins.of("store.master_auth").rank() {
+                    Some(x.clone())
+                } else {
+                    Some(m.clone())
+                }
+            }
+            (m, x) => m.clone().or_else(|| x.clone()),
+        };
+        if primary.is_some() {
+            r.primary_auth = primary;
+        }
+        if let Some(auth) = &a.sentinel_auth {
+            for u in &mut r.urls {
+                *u = with_auth(u, auth);
+            }
+        }
+    } else {
+        for key in ["store.master", "store.master_auth", "store.sentinel_auth"] {
+            if origins.given(key) {
+                let name = key.trim_start_matches("store.");
+                errors.push(
+                    origins
+                        .of(key)
+                        .error(format!("{name} only applies to mode: sentinel")),
+                );
+            }
+        }
+        r.mode = mode;
+        if let Some(url) = &a.url
+            && let Some(urls) = errors.take(parse_redis_urls(url).map_err(url_error))
+        {
+            r.urls = urls;
+        }
+        if let Some(auth) = &a.auth {
+            for u in &mut r.urls {
+                *u = with_auth(u, auth);
+            }
+        }
+    }
+    if a.tls {
+        for u in &mut r.urls {
+            if let Some(rest) = u.strip_prefix("redis://") {
+                *u = format!("rediss://{rest}");
+            }
+        }
+    }
+    if let Some(d) = a.divide_by {
+        match r.failure_policy {
+            FailurePolicy::Local { .. } => r.failure_policy = FailurePolicy::Local { divide_by: d },
+            _ => errors.push(
+                origins
+                    .of("store.divide_by")
+                    .error("divide_by only applies to failure_policy: local"),
+            ),
+        }
+    }
+    if !r.pipeline_window.is_zero() && r.pipeline_window >= r.timeout {
+        errors.push(origins.of("store.pipeline_window").error(format!(
             "pipeline_window must be shorter than the timeout ({:?})",
             r.timeout
         )));
     }
-    if let Some(n) = map.get("pipeline_limit")
-        && let Some(c) = errors.take(n.u64())
-    {
-        r.pipeline_limit = c.min(usize::MAX as u64) as usize;
-    }
-    if let Some(n) = map.get("failure_policy")
-        && let Some(p) = errors.take(
-            n.str()
-                .and_then(|t| parse_failure_policy(t).map_err(|m| n.error(m))),
-        )
-    {
-        r.failure_policy = p;
-    }
-    if let Some(n) = map.get("divide_by") {
-        let d = errors.take(n.u64()).unwrap_or(1);
-        match r.failure_policy {
-            FailurePolicy::Local { .. } if d >= 1 && d <= u32::MAX as u64 => {
-                r.failure_policy = FailurePolicy::Local {
-                    divide_by: d as u32,
-                }
-            }
-            FailurePolicy::Local { .. } => errors.push(n.error("divide_by must be at least 1")),
-            _ => errors.push(n.error("divide_by only applies to failure_policy: local")),
-        }
-    }
-    if let Some(n) = map.get("local_cache")
-        && let Some(c) = errors.take(n.u64())
-    {
-        r.local_cache_capacity = c.min(usize::MAX as u64) as usize;
-    }
-    count(map, "fallback_capacity", &mut r.fallback_capacity, errors);
-    if let Some(n) = map.get("breaker")
-        && let Some(m) = errors.take(n.map())
-    {
-        let mut b = BreakerConfig::default();
-        let mut failures = b.failure_threshold as usize;
-        count(&m, "failures", &mut failures, errors);
-        b.failure_threshold = failures.min(u32::MAX as usize) as u32;
-        duration(&m, "cool_down", &mut b.cool_down, false, errors);
-        r.breaker = b;
-        deny(&m, BREAKER_KEYS, errors);
-    }
-    if let Some(n) = map.get("clock") {
-        match errors.take(n.str()) {
-            Some("server") => r.time_source = TimeSource::Server,
-            Some("client") => {
-                r.time_source = TimeSource::Client {
-                    expiry_slack: Duration::from_secs(1),
-                }
-            }
-            Some(other) => {
-                errors.push(n.error(format!("expected server or client, found `{other}`")))
-            }
-            None => {}
-        }
-    }
-    if map.has("concurrency_lease") {
-        let mut d = Duration::ZERO;
-        duration(map, "concurrency_lease", &mut d, true, errors);
-        r.concurrency_lease = (!d.is_zero()).then_some(d);
-    }
 }
 
-/// `mode: sentinel`: the master's name (`master`, or first in the `url`
-/// string as envoyproxy/ratelimit writes it), the sentinels (`url`), the
-/// primary's credentials (`master_auth`).
-fn read_sentinel(
-    map: &Map<'_>,
-    url: Option<(Node<'_>, String)>,
-    r: &mut RedisConfig,
-    errors: &mut Errors,
-) {
-    let master = map.get("master");
-    match (master, url) {
-        (Some(m), url) => {
-            if let Some(mode) = errors.take(
-                m.str()
-                    .and_then(|t| Mode::sentinel(t).map_err(|e| m.error(e.to_string()))),
-            ) {
-                r.mode = mode;
-            }
-            if let Some((n, text)) = url
-                && let Some(u) =
-                    errors.take(parse_redis_urls(&text).map_err(|e| n.error(e.to_string())))
-            {
-                r.urls = u;
-            }
-        }
-        (None, Some((n, text))) => {
-            if let Some((name, urls)) =
-                errors.take(parse_sentinel_url(&text).map_err(|e| n.error(e.to_string())))
-            {
-                r.mode = Mode::Sentinel { master_name: name };
-                r.urls = urls;
-            }
-        }
-        (None, None) => errors.push(map.node().error(
-            "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
-        )),
+/// Adds `auth` (`password` or `user:password`) to a Redis URL that has no
+/// credentials.
+fn with_auth(url: &str, auth: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    if scheme.starts_with("unix") || scheme.ends_with("+unix") {
+        return url.to_owned();
     }
-    if let Some(n) = map.get("master_auth")
-        && let Some(t) = errors.take(n.str())
-    {
-        r.primary_auth = Some(t.to_owned());
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.contains('@') {
+        return url.to_owned();
     }
+    let userinfo = if auth.contains(':') {
+        auth.to_owned()
+    } else {
+        format!(":{auth}")
+    };
+    format!("{scheme}://{userinfo}@{rest}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-
-    use floodgate_policy::ConfigErrors;
-    use floodgate_policy::yaml::Document;
-
-    fn read(text: &str) -> Result<Settings, ConfigErrors> {
-        let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
-        super::super::read_sections(&[doc])
-    }
 
     #[test]
-    fn pipelining_window() {
-        let s = read("store:\n  backend: redis\n  pipeline_window: 150us\n  pipeline_limit: 8\n")
-            .unwrap();
-        let StoreSettings::Redis(r) = s.store else {
-            panic!()
-        };
-        assert_eq!(r.pipeline_window, Duration::from_micros(150));
-        assert_eq!(r.pipeline_limit, 8);
-        let e = read("store:\n  backend: redis\n  timeout: 10ms\n  pipeline_window: 10ms\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("f.yaml:4:20: pipeline_window must be shorter than the timeout (10ms)"),
-            "{e}"
-        );
-        let e = read("store:\n  backend: redis\n  pipeline_window: soon\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("pipeline_window: expected a duration"), "{e}");
-    }
-
-    #[test]
-    fn sentinel_store() {
-        let s = read(
-            "store:\n  backend: redis\n  mode: sentinel\n  master: mymaster\n  url: [s1:26379, s2:26379]\n  master_auth: secret\n",
-        )
-        .unwrap();
-        let StoreSettings::Redis(r) = s.store else {
-            panic!()
-        };
-        assert_eq!(r.mode, Mode::sentinel("mymaster").unwrap());
-        assert_eq!(r.urls, ["redis://s1:26379", "redis://s2:26379"]);
-        assert_eq!(r.primary_auth.as_deref(), Some("secret"));
-        // envoyproxy/ratelimit's REDIS_URL format works in the file too.
-        let s =
-            read("store:\n  backend: redis\n  mode: sentinel\n  url: mymaster,s1:26379\n").unwrap();
-        let StoreSettings::Redis(r) = s.store else {
-            panic!()
-        };
-        assert_eq!(r.mode, Mode::sentinel("mymaster").unwrap());
-        assert_eq!(r.urls, ["redis://s1:26379"]);
-    }
-
-    #[test]
-    fn sentinel_errors_have_positions() {
-        let cases = [
-            (
-                "  mode: sentinel\n  url: s1:26379\n",
-                "f.yaml:4:8: invalid Redis URL \"s1:26379\": a Sentinel URL starts with the master name",
-            ),
-            (
-                "  mode: sentinel\n",
-                "f.yaml:2:3: mode: sentinel needs `master`",
-            ),
-            (
-                "  mode: sentinel\n  master: my master\n  url: s1:1\n",
-                "f.yaml:4:11: invalid Sentinel master name",
-            ),
-            (
-                "  mode: single\n  master: mymaster\n",
-                "f.yaml:4:11: master only applies to mode: sentinel",
-            ),
-            (
-                "  mode: sentinal\n",
-                "f.yaml:3:9: expected single, cluster or sentinel",
-            ),
-        ];
-        for (yaml, expect) in cases {
-            let text = read(&format!("store:\n  backend: redis\n{yaml}"))
-                .unwrap_err()
-                .to_string();
-            assert!(text.contains(expect), "{expect}\nin: {text}");
-        }
+    fn auth_is_added_once() {
+        assert_eq!(with_auth("redis://h:1/0", "u:p"), "redis://u:p@h:1/0");
+        assert_eq!(with_auth("redis://x@h:1", "p"), "redis://x@h:1");
+        assert_eq!(with_auth("unix:///tmp/s", "p"), "unix:///tmp/s");
     }
 }

@@ -1,0 +1,557 @@
+//! The `gateway:` section's settings, declared once each (file key,
+//! variable, flag, default, documentation) and read as every Floodgate
+//! setting is: flags > environment > file > defaults
+//! ([`floodgate_runtime::settings::table`]). TLS files are loaded and
+//! checked as they are read, so `floodgate config check` reports a missing
+//! file, a malformed PEM or a key that does not match its certificate where
+//! the setting was given; relative paths in a file are relative to its
+//! directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::yaml::Document;
+use floodgate_runtime::settings::table::{self, Env, FileValues, Flags, Kind, Origin, Origins};
+use floodgate_runtime::settings::{ANY, parse_listen_on, parse_size};
+
+use crate::config::{GatewayConfig, HostHeader, ListenerTls, UpstreamProtocol, UpstreamUrl};
+use crate::tls::pem::{certificates, private_key};
+use crate::tls::server::load_certified_key;
+
+/// The top-level key of the gateway's settings.
+pub const SECTION: &str = "gateway";
+
+/// What the settings of the section read into, before the files they name
+/// are checked.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Draft {
+    config: GatewayConfig,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+type S = table::Setting<Draft>;
+
+fn positive(v: &table::Value) -> Result<std::time::Duration, String> {
+    let t = v.text();
+    match floodgate_policy::unit::parse_duration(&t) {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!(
+            "expected a duration such as 500ms, 1.5s or 10s, found `{}`",
+            t.trim()
+        )),
+    }
+}
+
+fn count(v: &table::Value, min: u64, max: u64) -> Result<u64, String> {
+    let t = v.text();
+    match t.trim().replace('_', "").parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("must be from {min} to {max}, found {n}")),
+        Err(_) => Err(format!("expected a whole number, found `{}`", t.trim())),
+    }
+}
+
+fn path(v: &table::Value) -> Result<PathBuf, String> {
+    let t = v.text();
+    if t.trim().is_empty() {
+        return Err("expected a file path".into());
+    }
+    Ok(PathBuf::from(t.trim()))
+}
+
+/// Every setting of the `gateway:` section.
+pub fn table() -> &'static [S] {
+    static TABLE: LazyLock<Vec<S>> = LazyLock::new(declare);
+    &TABLE
+}
+
+const UPSTREAM: &[(&str, &str)] = &[("gateway.upstream.url", "http://127.0.0.1:9")];
+
+#[allow(clippy::too_many_lines)]
+fn declare() -> Vec<S> {
+    vec![
+        S::new(
+            "gateway.listen",
+            "FLOODGATE_GATEWAY_LISTEN",
+            "listen",
+            Kind::Addr,
+            "0.0.0.0:8000",
+            "the client-facing listener (`host:port`, `:port` or a port on all interfaces)",
+            |s, v| {
+                s.config.listen = parse_listen_on(&v.text(), ANY)?
+                    .ok_or("the gateway needs a listen address")?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.workers",
+            "FLOODGATE_GATEWAY_WORKERS",
+            "workers",
+            Kind::Count,
+            "",
+            "worker threads (default: one per core; `1`: a single-threaded runtime)",
+            |s, v| {
+                s.config.workers = Some(count(v, 1, 1024)? as usize);
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.access_log",
+            "FLOODGATE_ACCESS_LOG",
+            "access-log",
+            Kind::Bool,
+            "false",
+            "one log line per request",
+            |s, v| {
+                s.config.access_log = floodgate_runtime::settings::parse_bool(&v.text())
+                    .ok_or_else(|| format!("expected true or false, found `{}`", v.text()))?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.tls.cert",
+            "FLOODGATE_GATEWAY_TLS_CERT",
+            "tls-cert",
+            Kind::Text,
+            "",
+            "TLS on the listener: PEM certificate chain (with `key`)",
+            |s, v| {
+                s.tls_cert = Some(path(v)?);
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.tls.key",
+            "FLOODGATE_GATEWAY_TLS_KEY",
+            "tls-key",
+            Kind::Text,
+            "",
+            "TLS on the listener: its PEM private key",
+            |s, v| {
+                s.tls_key = Some(path(v)?);
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.url",
+            "FLOODGATE_UPSTREAM",
+            "upstream",
+            Kind::List,
+            "",
+            "upstream base URLs, used in turn (`http://host:port[/prefix]` or `https://`; `gateway.upstream: URL` for one); required",
+            |s, v| {
+                let mut urls = Vec::new();
+                for item in v.items() {
+                    for u in item.split(',').filter(|u| !u.trim().is_empty()) {
+                        urls.push(UpstreamUrl::parse(u)?);
+                    }
+                }
+                if urls.is_empty() {
+                    return Err("at least one upstream URL is needed".into());
+                }
+                s.config.upstream.urls = urls;
+                Ok(())
+            },
+        )
+        .samples("http://a:1", "http://b:2/api"),
+        S::new(
+            "gateway.upstream.protocol",
+            "FLOODGATE_UPSTREAM_PROTOCOL",
+            "upstream-protocol",
+            Kind::Choice,
+            "http1",
+            "`http1` or `http2` (h2c for `http://`, ALPN for `https://`)",
+            |s, v| {
+                s.config.upstream.protocol = match v.text().trim() {
+                    "http1" | "http/1.1" | "HTTP/1.1" => UpstreamProtocol::Http1,
+                    "http2" | "h2c" | "http/2" | "HTTP/2" => UpstreamProtocol::Http2,
+                    other => {
+                        return Err(format!(
+                            "protocol must be http1 or http2 (got '{}')",
+                            floodgate_policy::yaml::excerpt(other)
+                        ));
+                    }
+                };
+                Ok(())
+            },
+        )
+        .samples("http2", "http1")
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.connect_timeout",
+            "FLOODGATE_UPSTREAM_CONNECT_TIMEOUT",
+            "upstream-connect-timeout",
+            Kind::Duration,
+            "5s",
+            "longest time to connect (and complete TLS); beyond: 504",
+            |s, v| {
+                s.config.upstream.connect_timeout = positive(v)?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.response_timeout",
+            "FLOODGATE_UPSTREAM_RESPONSE_TIMEOUT",
+            "upstream-response-timeout",
+            Kind::Duration,
+            "60s",
+            "longest wait for the response head, and longest pause of either body; beyond: 504",
+            |s, v| {
+                s.config.upstream.response_timeout = positive(v)?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.pool_idle_timeout",
+            "FLOODGATE_UPSTREAM_POOL_IDLE_TIMEOUT",
+            "upstream-pool-idle-timeout",
+            Kind::Duration,
+            "90s",
+            "idle pooled connections are closed after this long",
+            |s, v| {
+                s.config.upstream.pool_idle_timeout = positive(v)?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.pool_max_idle",
+            "FLOODGATE_UPSTREAM_POOL_MAX_IDLE",
+            "upstream-pool-max-idle",
+            Kind::Count,
+            "1024",
+            "idle connections kept per upstream address",
+            |s, v| {
+                s.config.upstream.pool_max_idle = count(v, 0, 1 << 20)? as usize;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.host",
+            "FLOODGATE_UPSTREAM_HOST",
+            "upstream-host",
+            Kind::Choice,
+            "preserve",
+            "the `Host` sent: the client's (`preserve`) or the upstream URL's (`upstream`)",
+            |s, v| {
+                s.config.upstream.host = match v.text().trim() {
+                    "preserve" => HostHeader::Preserve,
+                    "upstream" => HostHeader::Upstream,
+                    other => {
+                        return Err(format!(
+                            "host must be preserve or upstream (got '{}')",
+                            floodgate_policy::yaml::excerpt(other)
+                        ));
+                    }
+                };
+                Ok(())
+            },
+        )
+        .samples("upstream", "preserve")
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.tls.ca",
+            "FLOODGATE_UPSTREAM_TLS_CA",
+            "upstream-tls-ca",
+            Kind::Text,
+            "",
+            "`https://` upstreams: PEM file of the trusted authorities (default: the system's roots)",
+            |s, v| {
+                s.config.upstream.tls.ca = Some(path(v)?);
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.tls.cert",
+            "FLOODGATE_UPSTREAM_TLS_CERT",
+            "upstream-tls-cert",
+            Kind::Text,
+            "",
+            "`https://` upstreams: PEM client certificate (with `key`)",
+            |s, v| {
+                s.config.upstream.tls.cert = Some(path(v)?);
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.upstream.tls.key",
+            "FLOODGATE_UPSTREAM_TLS_KEY",
+            "upstream-tls-key",
+            Kind::Text,
+            "",
+            "`https://` upstreams: the client certificate's PEM key",
+            |s, v| {
+                s.config.upstream.tls.key = Some(path(v)?);
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.header_read_timeout",
+            "FLOODGATE_GATEWAY_HEADER_READ_TIMEOUT",
+            "header-read-timeout",
+            Kind::Duration,
+            "10s",
+            "time a client has for a request head (or the HTTP/2 preface), and for an idle keep-alive connection",
+            |s, v| {
+                s.config.limits.header_read_timeout = positive(v)?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.body_read_timeout",
+            "FLOODGATE_GATEWAY_BODY_READ_TIMEOUT",
+            "body-read-timeout",
+            Kind::Duration,
+            "60s",
+            "longest pause in a request body while it is forwarded (beyond: 408)",
+            |s, v| {
+                s.config.limits.body_read_timeout = positive(v)?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.max_header_bytes",
+            "FLOODGATE_GATEWAY_MAX_HEADER_BYTES",
+            "max-header-bytes",
+            Kind::Size,
+            "64KiB",
+            "largest request head (beyond: 431), from 1KiB to 16MiB",
+            |s, v| {
+                s.config.limits.max_header_bytes = match parse_size(&v.text()) {
+                    Some(n @ 1024..=16_777_216) => n,
+                    _ => {
+                        return Err(format!(
+                            "expected a size from 1KiB to 16MiB, found `{}`",
+                            v.text()
+                        ));
+                    }
+                };
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.max_body_bytes",
+            "FLOODGATE_GATEWAY_MAX_BODY_BYTES",
+            "max-body-bytes",
+            Kind::Size,
+            "0",
+            "largest request body (beyond: 413, before any of it reaches the upstream; `0`: no limit)",
+            |s, v| {
+                s.config.limits.max_body_bytes = match parse_size(&v.text()) {
+                    Some(0) => None,
+                    Some(n) => Some(n as u64),
+                    None => {
+                        return Err(format!(
+                            "expected a size such as 10MiB (0: no limit), found `{}`",
+                            v.text()
+                        ));
+                    }
+                };
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.max_headers",
+            "FLOODGATE_GATEWAY_MAX_HEADERS",
+            "max-headers",
+            Kind::Count,
+            "100",
+            "most header fields in an HTTP/1.1 request (beyond: 431)",
+            |s, v| {
+                s.config.limits.max_headers = count(v, 1, 10_000)? as usize;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.max_connections",
+            "FLOODGATE_GATEWAY_MAX_CONNECTIONS",
+            "max-connections",
+            Kind::Count,
+            "10000",
+            "open client connections at most (beyond, new ones wait in the kernel's backlog)",
+            |s, v| {
+                s.config.limits.max_connections = count(v, 1, 10_000_000)? as usize;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.max_concurrent_streams",
+            "FLOODGATE_GATEWAY_MAX_CONCURRENT_STREAMS",
+            "max-concurrent-streams",
+            Kind::Count,
+            "256",
+            "concurrent streams per HTTP/2 connection",
+            |s, v| {
+                s.config.limits.max_concurrent_streams = count(v, 1, 1 << 20)? as u32;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+        S::new(
+            "gateway.limits.http2_idle_timeout",
+            "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT",
+            "http2-idle-timeout",
+            Kind::Duration,
+            "10s",
+            "an HTTP/2 connection without a stream this long is closed",
+            |s, v| {
+                s.config.limits.http2_idle_timeout = positive(v)?;
+                Ok(())
+            },
+        )
+        .context(UPSTREAM),
+    ]
+}
+
+/// `gateway.upstream: URL` is `gateway.upstream.url: URL`.
+pub const SHORTHANDS: &[(&str, &str)] = &[("gateway.upstream", "gateway.upstream.url")];
+
+/// The values of the `gateway:` section in `documents` (to tell whether a
+/// reload changes it).
+pub fn file_values(documents: &[Document], errors: &mut Errors) -> FileValues {
+    FileValues::read(documents, table(), SHORTHANDS, errors)
+}
+
+impl GatewayConfig {
+    /// Reads the gateway's settings from `flags`, `env` and the `gateway:`
+    /// section of `documents`. `Ok(None)` when none of them configures a
+    /// gateway (no section, no upstream given).
+    pub fn resolve(
+        flags: &Flags,
+        env: &Env<'_>,
+        documents: &[Document],
+    ) -> Result<Option<GatewayConfig>, ConfigErrors> {
+        let mut errors = Errors::default();
+        let file = file_values(documents, &mut errors);
+        let mut draft = Draft::default();
+        let origins = match table::resolve(table(), &mut draft, flags, env, &file) {
+            Ok(o) => o,
+            Err(e) => {
+                errors.extend(e);
+                return errors.finish(None);
+            }
+        };
+        let section = file.section_at(SECTION).cloned();
+        let given = table().iter().any(|s| origins.given(s.key));
+        if section.is_none() && !given {
+            return errors.finish(None);
+        }
+        if !origins.given("gateway.upstream.url") {
+            let at = section.unwrap_or_else(|| Origin::Default.at());
+            errors.push(floodgate_policy::error::ConfigError::new(
+                at,
+                "missing required key 'upstream'",
+            ));
+        }
+        let config = finish(draft, &origins, &mut errors);
+        errors.finish(Some(config))
+    }
+
+    /// Reads the `gateway:` section of `documents` (no flags, no
+    /// environment). `Ok(None)` when no file has one.
+    pub fn from_documents(documents: &[Document]) -> Result<Option<GatewayConfig>, ConfigErrors> {
+        GatewayConfig::resolve(&Flags::new(), &Env::new(&|_| None), documents)
+    }
+}
+
+/// A path as given: relative to the directory of the file that names it.
+fn relative_to_origin(path: &Path, origin: &Origin) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_owned();
+    }
+    match origin {
+        Origin::File(at) => match Path::new(&*at.file).parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.join(path),
+            _ => path.to_owned(),
+        },
+        _ => path.to_owned(),
+    }
+}
+
+/// The TLS files resolved and checked (each problem where its setting was
+/// given).
+fn finish(draft: Draft, origins: &Origins, errors: &mut Errors) -> GatewayConfig {
+    let Draft {
+        mut config,
+        tls_cert,
+        tls_key,
+    } = draft;
+    let at = |key: &str| origins.of(key);
+    match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => {
+            let (co, ko) = (at("gateway.tls.cert"), at("gateway.tls.key"));
+            let tls = ListenerTls {
+                cert: relative_to_origin(&cert, &co),
+                key: relative_to_origin(&key, &ko),
+            };
+            if let Err(e) = certificates(&tls.cert) {
+                errors.push(co.error(e.to_string()));
+            } else if let Err(e) = private_key(&tls.key) {
+                errors.push(ko.error(e.to_string()));
+            } else if let Err(e) = load_certified_key(&tls) {
+                errors.push(ko.error(e.to_string()));
+            }
+            config.tls = Some(tls);
+        }
+        (None, None) => {}
+        (Some(_), None) => errors.push(at("gateway.tls.cert").error("missing required key 'key'")),
+        (None, Some(_)) => errors.push(at("gateway.tls.key").error("missing required key 'cert'")),
+    }
+    let up = &mut config.upstream.tls;
+    if let Some(ca) = &up.ca {
+        let o = at("gateway.upstream.tls.ca");
+        let ca = relative_to_origin(ca, &o);
+        if let Err(e) = certificates(&ca) {
+            errors.push(o.error(e.to_string()));
+        }
+        up.ca = Some(ca);
+    }
+    match (&up.cert, &up.key) {
+        (Some(cert), Some(key)) => {
+            let (co, ko) = (
+                at("gateway.upstream.tls.cert"),
+                at("gateway.upstream.tls.key"),
+            );
+            let (cert, key) = (relative_to_origin(cert, &co), relative_to_origin(key, &ko));
+            if let Err(e) = certificates(&cert) {
+                errors.push(co.error(e.to_string()));
+            } else if let Err(e) = private_key(&key) {
+                errors.push(ko.error(e.to_string()));
+            }
+            up.cert = Some(cert);
+            up.key = Some(key);
+        }
+        (None, None) => {}
+        (Some(_), None) => errors.push(
+            at("gateway.upstream.tls.cert")
+                .error("a client certificate needs both 'cert' and 'key'"),
+        ),
+        (None, Some(_)) => errors.push(
+            at("gateway.upstream.tls.key")
+                .error("a client certificate needs both 'cert' and 'key'"),
+        ),
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,49 @@
+//! Loading the configuration, the one way every command does: the
+//! settings read before the files (their paths, merging) from flags, the
+//! environment and the defaults; the files, with every section of
+//! [`SECTIONS`](crate::settings::SECTIONS) accepted; then every setting
+//! (flags > environment > file > defaults).
+
+use floodgate_policy::read::LoadOptions;
+use floodgate_policy::reload::{Compiled, ConfigSource};
+
+use crate::error::RuntimeError;
+use crate::settings::{Env, Flags, SECTIONS, Settings};
+
+/// A loaded configuration.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Where it came from (watched for reloads).
+    pub source: ConfigSource,
+    /// The policies and the documents.
+    pub compiled: Compiled,
+    /// Every setting.
+    pub settings: Settings,
+}
+
+/// Loads the configuration that `flags` and `env` point to. Install the
+/// metrics recorder first: rules resolve their metric handles when they
+/// are compiled.
+pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
+    let boot = Settings::resolve(flags, env, &[]).map_err(RuntimeError::Config)?;
+    let paths = boot
+        .config
+        .resolved_paths()
+        .map_err(RuntimeError::Runtime)?;
+    let source = ConfigSource {
+        paths,
+        options: LoadOptions {
+            merge_domains: boot.config.merge_domains,
+            other_sections: SECTIONS.to_vec(),
+            envoy_increment_all: boot.policy.envoy_increment_all,
+        },
+    };
+    let compiled = source.compile().map_err(RuntimeError::Config)?;
+    let settings =
+        Settings::resolve(flags, env, &compiled.loaded.documents).map_err(RuntimeError::Config)?;
+    Ok(Loaded {
+        source,
+        compiled,
+        settings,
+    })
+}

@@ -1,0 +1,271 @@
+//! Checks of a table of settings, for the tests of the crates that
+//! declare one: one precedence for every setting, documented defaults, the
+//! documentation's table, names declared once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use floodgate_policy::error::ConfigErrors;
+use floodgate_policy::yaml::Document;
+
+use super::table::{Env, Envoy, Flags, InFile, Setting, Value, markdown};
+
+/// Reads settings from flags, an environment and documents.
+pub type Resolver<R> = dyn Fn(&Flags, &Env<'_>, &[Document]) -> Result<R, ConfigErrors>;
+
+/// One place a setting is given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Level {
+    Flag,
+    Env,
+    Envoy,
+    File,
+}
+
+/// Settings given at each level, by key.
+#[derive(Clone, Default)]
+struct Given {
+    flags: Vec<(&'static str, String)>,
+    env: Vec<(String, String)>,
+    file: Vec<(&'static str, String)>,
+}
+
+impl Given {
+    fn at<T>(mut self, level: Level, s: &Setting<T>, value: &str) -> Self {
+        match level {
+            Level::Flag => self.flags.push((s.key, value.to_owned())),
+            Level::Env => self.env.push((s.env.to_owned(), value.to_owned())),
+            Level::Envoy => {
+                let name = match s.envoy {
+                    Some(Envoy::Var(n) | Envoy::NonZero(n)) => n,
+                    _ => unreachable!("{}", s.key),
+                };
+                self.env.push((name.to_owned(), value.to_owned()));
+            }
+            Level::File => self.file.push((s.key, value.to_owned())),
+        }
+        self
+    }
+
+    fn resolve<R>(&self, resolve: &Resolver<R>) -> Result<R, ConfigErrors> {
+        let mut flags = Flags::new();
+        for (k, v) in &self.flags {
+            flags.set(k, Value::one(v.clone()));
+        }
+        let env: HashMap<String, String> = self.env.iter().cloned().collect();
+        let lookup = move |k: &str| env.get(k).cloned();
+        let text = yaml(&self.file);
+        let doc = Document::parse(&Arc::from("f.yaml"), &text).unwrap();
+        resolve(&flags, &Env::new(&lookup), &[doc])
+    }
+
+    fn settings<R>(&self, resolve: &Resolver<R>, what: &str) -> R {
+        self.resolve(resolve)
+            .unwrap_or_else(|e| panic!("{what}: {e}\nfile:\n{}", yaml(&self.file)))
+    }
+}
+
+/// A YAML file giving dotted keys (`store.breaker.failures`).
+fn yaml(pairs: &[(&'static str, String)]) -> String {
+    fn put(tree: &mut Vec<(String, Tree)>, path: &[&str], value: &str) {
+        let (head, rest) = (path[0], &path[1..]);
+        let pos = tree.iter().position(|(k, _)| k == head);
+        if rest.is_empty() {
+            tree.push((head.to_owned(), Tree::Leaf(value.to_owned())));
+            return;
+        }
+        let i = pos.unwrap_or_else(|| {
+            tree.push((head.to_owned(), Tree::Map(Vec::new())));
+            tree.len() - 1
+        });
+        if let Tree::Map(m) = &mut tree[i].1 {
+            put(m, rest, value);
+        }
+    }
+    fn write(tree: &[(String, Tree)], indent: usize, out: &mut String) {
+        for (k, v) in tree {
+            match v {
+                Tree::Leaf(t) => {
+                    out.push_str(&format!("{:indent$}{k}: '{}'\n", "", t.replace('\'', "''")))
+                }
+                Tree::Map(m) => {
+                    out.push_str(&format!("{:indent$}{k}:\n", ""));
+                    write(m, indent + 2, out);
+                }
+            }
+        }
+    }
+    enum Tree {
+        Leaf(String),
+        Map(Vec<(String, Tree)>),
+    }
+    let mut tree = Vec::new();
+    for (k, v) in pairs {
+        let path: Vec<&str> = k.split('.').collect();
+        put(&mut tree, &path, v);
+    }
+    let mut out = String::from("domains: []\n");
+    write(&tree, 0, &mut out);
+    out
+}
+
+fn levels<T>(s: &Setting<T>) -> Vec<Level> {
+    let mut l = Vec::new();
+    if s.flag.is_some() {
+        l.push(Level::Flag);
+    }
+    l.push(Level::Env);
+    if matches!(s.envoy, Some(Envoy::Var(_) | Envoy::NonZero(_))) {
+        l.push(Level::Envoy);
+    }
+    if s.in_file == InFile::Yes {
+        l.push(Level::File);
+    }
+    l
+}
+
+/// Panics unless every setting of `table` is read in one order — flags,
+/// environment (Floodgate's variable, then envoyproxy/ratelimit's), file,
+/// default: each pair of adjacent places
+/// given different values, each way round, must give what the stronger
+/// one says alone. Every comparison runs twice for the Redis settings:
+/// with the file choosing Redis, and with the file saying `memory` while a
+/// flag chooses Redis (the other settings of the Redis store must survive
+/// a backend chosen elsewhere).
+pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
+    table: &[Setting<T>],
+    resolve: &Resolver<R>,
+) -> usize {
+    let mut checked = 0;
+    for s in table {
+        let [a, b] = s.test_values();
+        let mut contexts = vec![Given {
+            file: s
+                .context
+                .iter()
+                .filter(|(k, _)| *k != s.key)
+                .map(|(k, v)| (*k, (*v).to_owned()))
+                .collect(),
+            ..Given::default()
+        }];
+        if s.context.contains(&("store.backend", "redis")) {
+            let mut flipped = contexts[0].clone();
+            for (k, v) in &mut flipped.file {
+                if *k == "store.backend" {
+                    *v = "memory".into();
+                }
+            }
+            flipped.flags.push(("store.backend", "redis".into()));
+            contexts.push(flipped);
+        }
+        let levels = levels(s);
+        for ctx in &contexts {
+            // What a value does, given alone at the weakest place.
+            let weakest = *levels.last().unwrap();
+            let alone = |v: &str| ctx.clone().at(weakest, s, v).settings(resolve, s.key);
+            let (with_a, with_b) = (alone(a), alone(b));
+            assert_ne!(
+                with_a, with_b,
+                "{}: the samples must differ in effect",
+                s.key
+            );
+            let default = ctx.settings(resolve, s.key);
+            assert!(
+                with_a != default || with_b != default,
+                "{}: a sample must differ from the default",
+                s.key
+            );
+            for pair in levels.windows(2) {
+                let (strong, weak) = (pair[0], pair[1]);
+                for (x, y, expected) in [(a, b, &with_a), (b, a, &with_b)] {
+                    let got = ctx
+                        .clone()
+                        .at(strong, s, x)
+                        .at(weak, s, y)
+                        .settings(resolve, s.key);
+                    assert_eq!(
+                        &got, expected,
+                        "{}: {strong:?} `{x}` must win over {weak:?} `{y}`",
+                        s.key
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    checked
+}
+
+/// The default each setting documents is the default it has.
+/// Panics unless the default each setting of `table` documents is the
+/// default it has.
+pub fn check_defaults<T, R: PartialEq + std::fmt::Debug>(
+    table: &[Setting<T>],
+    resolve: &Resolver<R>,
+) {
+    for s in table {
+        if s.default.is_empty() {
+            continue;
+        }
+        let ctx = Given {
+            file: s
+                .context
+                .iter()
+                .filter(|(k, _)| *k != s.key)
+                .map(|(k, v)| (*k, (*v).to_owned()))
+                .collect(),
+            ..Given::default()
+        };
+        let level = *levels(s).last().unwrap();
+        assert_eq!(
+            ctx.clone().at(level, s, s.default).settings(resolve, s.key),
+            ctx.settings(resolve, s.key),
+            "{}: documented default `{}`",
+            s.key,
+            s.default
+        );
+    }
+}
+
+/// Panics unless the table of settings between `<!-- settings:NAME -->`
+/// and `<!-- /settings:NAME -->` in the Markdown file `path` is
+/// `table`'s; with `FLOODGATE_BLESS` set, rewrites it instead.
+pub fn check_docs<T>(table: &[Setting<T>], path: &std::path::Path, name: &str) {
+    let doc = std::fs::read_to_string(path).unwrap();
+    let (begin, end) = (
+        format!("<!-- settings:{name} -->\n"),
+        format!("<!-- /settings:{name} -->"),
+    );
+    let start = doc.find(&begin).expect("the settings marker") + begin.len();
+    let stop = doc[start..].find(&end).expect("the end marker") + start;
+    let table = markdown(table);
+    if doc[start..stop] != table {
+        if std::env::var_os("FLOODGATE_BLESS").is_some() {
+            let updated = format!("{}{table}{}", &doc[..start], &doc[stop..]);
+            std::fs::write(path, updated).unwrap();
+        } else {
+            panic!(
+                "{}'s settings table differs from the declarations; \
+                 regenerate it with FLOODGATE_BLESS=1 cargo test",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Panics unless every key, variable and flag of `table` is declared once,
+/// each with a line of documentation.
+pub fn check_declared_once<T>(table: &[Setting<T>]) {
+    let (mut keys, mut vars, mut flags) = (Vec::new(), Vec::new(), Vec::new());
+    for s in table {
+        assert!(!keys.contains(&s.key), "{} twice", s.key);
+        keys.push(s.key);
+        assert!(!vars.contains(&s.env), "{} twice", s.env);
+        vars.push(s.env);
+        if let Some(f) = s.flag {
+            assert!(!flags.contains(&f), "--{f} twice");
+            flags.push(f);
+        }
+        assert!(!s.doc.is_empty(), "{}: no doc", s.key);
+    }
+}

@@ -1,0 +1,210 @@
+//! Reading one setting's text: the same parser whatever the text came
+//! from (a flag, a variable, the file).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use floodgate_redis::{FailurePolicy, Mode};
+
+use super::LogFormat;
+
+/// All interfaces, for the public listeners written without an address.
+pub const ANY: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+/// Loopback, for the admin listener written without an address.
+pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Parses a listen address: `host:port`, `:port` or a bare port (on
+/// `default_host`), or `off` (no listener).
+pub fn parse_listen_on(text: &str, default_host: IpAddr) -> Result<Option<SocketAddr>, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("off") || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let port = t.strip_prefix(':').unwrap_or(t);
+    if let Ok(port) = port.parse::<u16>() {
+        return Ok(Some(SocketAddr::new(default_host, port)));
+    }
+    t.replace("localhost:", "127.0.0.1:")
+        .parse::<SocketAddr>()
+        .map(Some)
+        .map_err(|_| format!("expected host:port, :port, a port number or off, found `{t}`"))
+}
+
+/// Parses a public listen address ([`parse_listen_on`] all interfaces).
+pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
+    parse_listen_on(text, ANY)
+}
+
+/// Parses a size: bytes, or with a suffix `KiB`, `MiB`, `GiB` (also `K`,
+/// `M`, `G`, `KB`, `MB`, `GB`, all powers of 1024).
+pub fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let n: usize = t[..digits].parse().ok()?;
+    let mult: usize = match t[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// `true`/`false`, and the spellings Go and YAML accept (`1`, `t`, `yes`,
+/// `on`, any case).
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "y" | "yes" | "on" => Some(true),
+        "0" | "f" | "false" | "n" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// `single`, `cluster` or `sentinel`. Sentinel's master name is not part
+/// of the mode's spelling: it comes with the URL (envoyproxy/ratelimit's
+/// `REDIS_URL=name,host:port,...`) or `store.master`, so the mode returned
+/// here has an empty one.
+pub fn parse_mode(v: &str) -> Result<Mode, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "single" => Ok(Mode::Single),
+        "cluster" => Ok(Mode::Cluster),
+        "sentinel" => Ok(Mode::Sentinel {
+            master_name: String::new(),
+        }),
+        other => Err(format!(
+            "expected single, cluster or sentinel, found `{other}`"
+        )),
+    }
+}
+
+/// `fail_open`, `fail_closed`, `local` or `local/N` (N instances share the
+/// limits).
+pub fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
+    let v = v.trim().to_ascii_lowercase().replace('-', "_");
+    if let Some(n) = v.strip_prefix("local/") {
+        return n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(|divide_by| FailurePolicy::Local { divide_by })
+            .ok_or_else(|| format!("expected local/N with N ≥ 1, found `{v}`"));
+    }
+    match v.as_str() {
+        "fail_open" | "open" => Ok(FailurePolicy::FailOpen),
+        "fail_closed" | "closed" => Ok(FailurePolicy::FailClosed),
+        "local" => Ok(FailurePolicy::Local { divide_by: 1 }),
+        other => Err(format!(
+            "expected fail_open, fail_closed or local, found `{other}`"
+        )),
+    }
+}
+
+/// `text` or `json`.
+pub fn parse_log_format(v: &str) -> Result<LogFormat, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "text" | "" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("expected text or json, found `{other}`")),
+    }
+}
+
+/// A duration, with the one grammar of every setting
+/// ([`floodgate_policy::unit::parse_duration`]: `0`, `250ms`, `1.5s`,
+/// `1m30s`, `1d`, ...).
+pub fn duration(v: &str) -> Result<Duration, String> {
+    floodgate_policy::unit::parse_duration(v).ok_or_else(|| {
+        format!(
+            "expected a duration such as 0, 500ms, 1.5s or 1m30s, found `{}`",
+            v.trim()
+        )
+    })
+}
+
+/// A duration that is not zero.
+pub fn positive_duration(v: &str) -> Result<Duration, String> {
+    match duration(v)? {
+        d if d.is_zero() => Err(format!(
+            "expected a duration above zero, found `{}`",
+            v.trim()
+        )),
+        d => Ok(d),
+    }
+}
+
+/// A boolean.
+pub fn boolean(v: &str) -> Result<bool, String> {
+    parse_bool(v).ok_or_else(|| format!("expected true or false, found `{}`", v.trim()))
+}
+
+/// A size above zero.
+pub fn size(v: &str) -> Result<usize, String> {
+    parse_size(v).filter(|s| *s > 0).ok_or_else(|| {
+        format!(
+            "expected a size such as 1MiB or 65536, found `{}`",
+            v.trim()
+        )
+    })
+}
+
+/// A whole number, 0 included.
+pub fn count(v: &str) -> Result<usize, String> {
+    let t = v.trim().replace('_', "");
+    t.parse()
+        .map_err(|_| format!("expected a whole number (0 or more), found `{}`", v.trim()))
+}
+
+/// A whole number from `min` to `max`.
+pub fn count_in(v: &str, min: usize, max: usize) -> Result<usize, String> {
+    let n = count(v)?;
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else if max == usize::MAX {
+        Err(format!("must be at least {min}, found {n}"))
+    } else {
+        Err(format!("must be from {min} to {max}, found {n}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("8081").unwrap(),
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen(":9090").unwrap(),
+            Some("0.0.0.0:9090".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen_on(":9090", LOOPBACK).unwrap(),
+            Some("127.0.0.1:9090".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen_on("9090", LOOPBACK).unwrap(),
+            Some("127.0.0.1:9090".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("localhost:1").unwrap(),
+            Some("127.0.0.1:1".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("[::1]:7").unwrap(),
+            Some("[::1]:7".parse().unwrap())
+        );
+        assert_eq!(parse_listen("off").unwrap(), None);
+        assert!(parse_listen("nowhere").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1MiB"), Some(1 << 20));
+        assert_eq!(parse_size("64 KiB"), Some(64 << 10));
+        assert_eq!(parse_size("100"), Some(100));
+        assert_eq!(parse_size("1 parsec"), None);
+    }
+}

@@ -1,0 +1,393 @@
+//! The declarations of the configuration's own settings, the `server:`
+//! section and the policy settings forced from outside the file.
+
+use std::path::PathBuf;
+
+use super::Settings;
+use super::parse::{
+    ANY, LOOPBACK, boolean, count_in, duration, parse_listen_on, parse_log_format, size,
+};
+use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
+
+type S = Setting<Settings>;
+
+fn header_name(v: &Value) -> Result<String, String> {
+    let t = v.text();
+    http::HeaderName::from_bytes(t.as_bytes())
+        .map(|_| t.clone())
+        .map_err(|_| format!("`{t}` is not a valid header name"))
+}
+
+/// envoyproxy/ratelimit's runtime directory:
+/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` (the app
+/// directory defaulting to `config`).
+fn runtime_root(env: &Env<'_>) -> Result<Option<String>, String> {
+    let Some(root) = env.get("RUNTIME_ROOT") else {
+        return Ok(None);
+    };
+    let mut path = PathBuf::from(root);
+    if let Some(sub) = env.get("RUNTIME_SUBDIRECTORY") {
+        path.push(sub);
+    }
+    path.push(
+        env.get("RUNTIME_APPDIRECTORY")
+            .unwrap_or_else(|| "config".into()),
+    );
+    Ok(Some(path.display().to_string()))
+}
+
+/// envoyproxy/ratelimit's debug listener: `DEBUG_HOST` + `DEBUG_PORT`, or
+/// `PROMETHEUS_ADDR` when `USE_PROMETHEUS` is on (a bare port on loopback).
+fn debug_listener(env: &Env<'_>) -> Result<Option<String>, String> {
+    if let Some(port) = env.get("DEBUG_PORT") {
+        let port: u16 = port
+            .trim()
+            .parse()
+            .map_err(|_| format!("expected a port number, found `{port}`"))?;
+        return Ok(Some(match env.get("DEBUG_HOST") {
+            Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{port}"),
+            Some(h) => format!("{h}:{port}"),
+            None => format!(":{port}"),
+        }));
+    }
+    let prometheus = env
+        .get("USE_PROMETHEUS")
+        .map(|v| super::parse::parse_bool(&v) == Some(true));
+    Ok(match prometheus {
+        Some(true) => env.get("PROMETHEUS_ADDR"),
+        _ => None,
+    })
+}
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: envoyproxy/ratelimit
+/// increments every matched counter unless told to stop at the limit.
+fn stop_increment(env: &Env<'_>) -> Result<Option<String>, String> {
+    match env.get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+        None => Ok(None),
+        Some(v) => boolean(&v).map(|stop| Some((!stop).to_string())),
+    }
+}
+
+pub(super) fn declare(t: &mut Vec<S>) {
+    t.push(
+        S::new(
+            "config",
+            "FLOODGATE_CONFIG",
+            "config",
+            Kind::List,
+            "",
+            "configuration files or directories (repeatable; default: `./floodgate.yaml`, else `./examples/floodgate.yaml`)",
+            |s, v| {
+                s.config.paths = v.items().iter().map(PathBuf::from).collect();
+                Ok(())
+            },
+        )
+        .in_file(InFile::No)
+        .envoy(Envoy::Read {
+            names: "`RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/`RUNTIME_APPDIRECTORY`",
+            read: runtime_root,
+        })
+        .samples("a.yaml", "b.yaml"),
+    );
+    t.push(
+        S::new(
+            "merge_domains",
+            "FLOODGATE_MERGE_DOMAINS",
+            "merge-domains",
+            Kind::Bool,
+            "false",
+            "merge several files of one domain instead of rejecting them",
+            |s, v| {
+                s.config.merge_domains = boolean(&v.text())?;
+                Ok(())
+            },
+        )
+        .in_file(InFile::No)
+        .envoy(Envoy::Var("MERGE_DOMAIN_CONFIG")),
+    );
+    t.push(
+        S::new(
+            "server.grpc",
+            "FLOODGATE_GRPC_ADDR",
+            "grpc-addr",
+            Kind::Addr,
+            super::DEFAULT_GRPC,
+            "gRPC listener (`host:port`, `:port` or a port on all interfaces, or `off`)",
+            |s, v| {
+                s.server.grpc = parse_listen_on(&v.text(), ANY)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT")),
+    );
+    t.push(
+        S::new(
+            "server.http",
+            "FLOODGATE_HTTP_ADDR",
+            "http-addr",
+            Kind::Addr,
+            super::DEFAULT_HTTP,
+            "HTTP listener (as `grpc`)",
+            |s, v| {
+                s.server.http = parse_listen_on(&v.text(), ANY)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::HostPort("HOST", "PORT")),
+    );
+    t.push(
+        S::new(
+            "server.admin",
+            "FLOODGATE_ADMIN_ADDR",
+            "admin-addr",
+            Kind::Addr,
+            super::DEFAULT_ADMIN,
+            "admin listener: `/metrics`, `/healthcheck`, `/ready` (`:port` or a port: on loopback; `off`)",
+            |s, v| {
+                s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Read {
+            names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`",
+            read: debug_listener,
+        }),
+    );
+    t.push(S::new(
+        "server.body_limit",
+        "FLOODGATE_BODY_LIMIT",
+        "body-limit",
+        Kind::Size,
+        "1MiB",
+        "largest HTTP body or gRPC message",
+        |s, v| {
+            s.server.body_limit = size(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.max_descriptors",
+        "FLOODGATE_MAX_DESCRIPTORS",
+        "max-descriptors",
+        Kind::Count,
+        "256",
+        "most descriptors in a request",
+        |s, v| {
+            s.server.max_descriptors = count_in(&v.text(), 1, usize::MAX)?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.max_value_bytes",
+        "FLOODGATE_MAX_VALUE_BYTES",
+        "max-value-bytes",
+        Kind::Size,
+        "16KiB",
+        "longest descriptor key or value",
+        |s, v| {
+            s.server.max_value_bytes = size(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(
+        S::new(
+            "server.response_headers.enabled",
+            "FLOODGATE_RESPONSE_HEADERS",
+            "response-headers",
+            Kind::Bool,
+            "false",
+            "add `RateLimit-Limit`, `-Remaining`, `-Reset` of the most restrictive descriptor",
+            |s, v| {
+                s.server.headers.enabled = boolean(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("LIMIT_RESPONSE_HEADERS_ENABLED")),
+    );
+    t.push(
+        S::new(
+            "server.response_headers.limit",
+            "FLOODGATE_LIMIT_HEADER",
+            "limit-header",
+            Kind::Text,
+            "RateLimit-Limit",
+            "name of the limit header",
+            |s, v| {
+                s.server.headers.limit = header_name(v)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("LIMIT_LIMIT_HEADER"))
+        .samples("X-Limit", "X-Quota"),
+    );
+    t.push(
+        S::new(
+            "server.response_headers.remaining",
+            "FLOODGATE_REMAINING_HEADER",
+            "remaining-header",
+            Kind::Text,
+            "RateLimit-Remaining",
+            "name of the remaining header",
+            |s, v| {
+                s.server.headers.remaining = header_name(v)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("LIMIT_REMAINING_HEADER"))
+        .samples("X-Left", "X-Rest"),
+    );
+    t.push(
+        S::new(
+            "server.response_headers.reset",
+            "FLOODGATE_RESET_HEADER",
+            "reset-header",
+            Kind::Text,
+            "RateLimit-Reset",
+            "name of the reset header",
+            |s, v| {
+                s.server.headers.reset = header_name(v)?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("LIMIT_RESET_HEADER"))
+        .samples("X-Reset", "X-Again"),
+    );
+    t.push(S::new(
+        "server.response_headers.x_ratelimit",
+        "FLOODGATE_X_RATELIMIT_HEADERS",
+        "x-ratelimit-headers",
+        Kind::Bool,
+        "false",
+        "add Envoy's `DRAFT_VERSION_03` `X-RateLimit-*` headers",
+        |s, v| {
+            s.server.headers.x_ratelimit = boolean(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.reload_interval",
+        "FLOODGATE_RELOAD_INTERVAL",
+        "reload-interval",
+        Kind::Duration,
+        "1s",
+        "how often the files are checked for changes (`0`: only on SIGHUP)",
+        |s, v| {
+            s.server.reload_interval = duration(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.shutdown_delay",
+        "FLOODGATE_SHUTDOWN_DELAY",
+        "shutdown-delay",
+        Kind::Duration,
+        "0",
+        "after SIGTERM/SIGINT, how long the listeners keep serving, not ready, before the drain",
+        |s, v| {
+            s.server.shutdown_delay = duration(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.shutdown_grace",
+        "FLOODGATE_SHUTDOWN_GRACE",
+        "shutdown-grace",
+        Kind::Duration,
+        "10s",
+        "how long requests in flight may take after the delay",
+        |s, v| {
+            s.server.shutdown_grace = duration(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(
+        S::new(
+            "server.log.level",
+            "FLOODGATE_LOG",
+            "log-level",
+            Kind::Text,
+            "info",
+            "a `tracing` filter (`debug`, `floodgate_server=debug,info`)",
+            |s, v| {
+                s.server.log.level = v.text();
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("LOG_LEVEL"))
+        .samples("debug", "warn"),
+    );
+    t.push(
+        S::new(
+            "server.log.format",
+            "FLOODGATE_LOG_FORMAT",
+            "log-format",
+            Kind::Choice,
+            "text",
+            "`text` or `json` (one object per line)",
+            |s, v| {
+                s.server.log.format = parse_log_format(&v.text())?;
+                Ok(())
+            },
+        )
+        .envoy(Envoy::Var("LOG_FORMAT"))
+        .samples("json", "text"),
+    );
+    t.push(
+        S::new(
+            "settings.shadow_mode",
+            "FLOODGATE_SHADOW_MODE",
+            "shadow-mode",
+            Kind::Bool,
+            "",
+            "forces the policies' global shadow mode (count and report, never deny)",
+            |s, v| {
+                s.policy.shadow_mode = Some(boolean(&v.text())?);
+                Ok(())
+            },
+        )
+        .in_file(InFile::Policies)
+        .envoy(Envoy::Var("SHADOW_MODE")),
+    );
+    t.push(
+        S::new(
+            "settings.near_limit_ratio",
+            "FLOODGATE_NEAR_LIMIT_RATIO",
+            "near-limit-ratio",
+            Kind::Number,
+            "",
+            "forces the policies' near-limit ratio",
+            |s, v| {
+                let r = v
+                    .text()
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| (0.0..=1.0).contains(r))
+                    .ok_or("expected a number from 0 to 1")?;
+                s.policy.near_limit_ratio = Some(r);
+                Ok(())
+            },
+        )
+        .in_file(InFile::Policies)
+        .envoy(Envoy::Var("NEAR_LIMIT_RATIO")),
+    );
+    t.push(
+        S::new(
+            "settings.envoy_increment_all",
+            "FLOODGATE_ENVOY_INCREMENT_ALL",
+            "envoy-increment-all",
+            Kind::Bool,
+            "",
+            "forces envoyproxy/ratelimit's accounting: every matched counter counts every request",
+            |s, v| {
+                s.policy.envoy_increment_all = Some(boolean(&v.text())?);
+                Ok(())
+            },
+        )
+        .in_file(InFile::Policies)
+        .envoy(Envoy::Read {
+            names: "`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (inverted)",
+            read: stop_increment,
+        }),
+    );
+}

@@ -1,0 +1,643 @@
+//! Settings declared once, read from four places in one order.
+//!
+//! A [`Setting`] names its key in the configuration file, its environment
+//! variables (Floodgate's, and envoyproxy/ratelimit's where one exists), its
+//! command-line flag, its default and what it does. [`resolve`] takes each
+//! setting's value from the first place that gives one — **flag, then
+//! environment, then file, then default** — and hands it to the setting's
+//! parser, so the precedence is the same for every setting by
+//! construction. The same declarations make the flags ([`add_flags`]) and
+//! the documentation's tables ([`markdown`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use floodgate_policy::error::{ConfigError, ConfigErrors, Errors, Location};
+use floodgate_policy::yaml::{Document, Node};
+
+/// What a setting's value looks like: its flag's value name, and two
+/// valid values for the precedence test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `true`/`false` (a flag alone means `true`).
+    Bool,
+    /// A duration (`0`, Go's syntax such as `1.5s` or `1m30s`, `1d`).
+    Duration,
+    /// A size (`64KiB`, `1MiB`, a number of bytes).
+    Size,
+    /// A whole number.
+    Count,
+    /// A listen address (`host:port`, `:port`, a port, `off`).
+    Addr,
+    /// A number (a ratio).
+    Number,
+    /// Text (a name, a filter, a path, a URL).
+    Text,
+    /// One of a few words.
+    Choice,
+    /// A list (a YAML list, a repeated flag, or commas).
+    List,
+}
+
+impl Kind {
+    /// The flag's value name.
+    pub fn value_name(self) -> &'static str {
+        match self {
+            Kind::Bool => "BOOL",
+            Kind::Duration => "DURATION",
+            Kind::Size => "SIZE",
+            Kind::Count => "N",
+            Kind::Addr => "ADDR",
+            Kind::Number => "NUMBER",
+            Kind::Text | Kind::Choice => "VALUE",
+            Kind::List => "LIST",
+        }
+    }
+
+    fn samples(self) -> Option<[&'static str; 2]> {
+        Some(match self {
+            Kind::Bool => ["true", "false"],
+            Kind::Duration => ["1500ms", "3s"],
+            Kind::Size => ["4KiB", "8KiB"],
+            Kind::Count => ["7", "9"],
+            Kind::Addr => ["127.0.0.1:1001", "127.0.0.1:1002"],
+            Kind::Number => ["0.25", "0.5"],
+            Kind::Text => ["alpha", "beta"],
+            Kind::Choice | Kind::List => return None,
+        })
+    }
+}
+
+/// Where envoyproxy/ratelimit reads a setting from, for teams migrating
+/// from it (read after Floodgate's own variable).
+#[derive(Clone, Copy, Debug)]
+pub enum Envoy {
+    /// This variable, read as the setting's value.
+    Var(&'static str),
+    /// This variable; `0` means "not set" (the default stays).
+    NonZero(&'static str),
+    /// A host and a port variable: `host:port`, the host defaulting to
+    /// all interfaces.
+    HostPort(&'static str, &'static str),
+    /// Variables converted to the setting's value (`names` for the docs).
+    Read {
+        /// The variables, as the docs name them.
+        names: &'static str,
+        /// Their value as the setting's, if they give one.
+        read: fn(&Env<'_>) -> Result<Option<String>, String>,
+    },
+}
+
+impl Envoy {
+    /// The variables, as the docs name them.
+    pub fn names(&self) -> String {
+        match self {
+            Envoy::Var(n) => format!("`{n}`"),
+            Envoy::NonZero(n) => format!("`{n}` (`0`: the default)"),
+            Envoy::HostPort(h, p) => format!("`{h}` + `{p}`"),
+            Envoy::Read { names, .. } => (*names).to_owned(),
+        }
+    }
+
+    /// The first variable, for messages.
+    fn first(&self) -> &'static str {
+        match self {
+            Envoy::Var(n) | Envoy::NonZero(n) | Envoy::HostPort(_, n) => n,
+            Envoy::Read { names, .. } => names
+                .trim_start_matches('`')
+                .split(['`', ' ', ','])
+                .next()
+                .unwrap_or(names),
+        }
+    }
+
+    fn read(&self, env: &Env<'_>) -> Result<Option<String>, String> {
+        match self {
+            Envoy::Var(n) => Ok(env.get(n)),
+            Envoy::NonZero(n) => Ok(env.get(n).filter(|v| {
+                let v = v.trim();
+                v != "0" && v != "0s"
+            })),
+            Envoy::HostPort(host, port) => {
+                let Some(p) = env.get(port) else {
+                    return Ok(None);
+                };
+                let p: u16 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{port}: expected a port number, found `{p}`"))?;
+                let h = env.get(host).unwrap_or_else(|| "0.0.0.0".into());
+                Ok(Some(if h.contains(':') && !h.starts_with('[') {
+                    format!("[{h}]:{p}")
+                } else {
+                    format!("{h}:{p}")
+                }))
+            }
+            Envoy::Read { read, .. } => read(env),
+        }
+    }
+}
+
+/// Where a setting's value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Nowhere: the default.
+    Default,
+    /// The configuration file, at this position.
+    File(Location),
+    /// This environment variable.
+    Env(&'static str),
+    /// This flag.
+    Flag(&'static str),
+}
+
+impl Origin {
+    /// The position for a message about the value.
+    pub fn at(&self) -> Location {
+        let name = match self {
+            Origin::Default => "the default",
+            Origin::File(at) => return at.clone(),
+            Origin::Env(n) => n,
+            Origin::Flag(f) => return Location::file(&Arc::from(format!("--{f}").as_str())),
+        };
+        Location::file(&Arc::from(name))
+    }
+
+    /// How strongly it was given: flag 3, environment 2, file 1, default 0.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Origin::Default => 0,
+            Origin::File(_) => 1,
+            Origin::Env(_) => 2,
+            Origin::Flag(_) => 3,
+        }
+    }
+
+    /// An error about the value at its origin.
+    pub fn error(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::new(self.at(), message)
+    }
+}
+
+/// A setting's value: one item, or several (a YAML list, a repeated
+/// flag).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Value(Vec<String>);
+
+impl Value {
+    /// A single value.
+    pub fn one(text: impl Into<String>) -> Self {
+        Value(vec![text.into()])
+    }
+
+    /// Several values.
+    pub fn many(items: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Value(items.into_iter().map(Into::into).collect())
+    }
+
+    /// The text (the items joined with commas).
+    pub fn text(&self) -> String {
+        self.0.join(",")
+    }
+
+    /// Every item.
+    pub fn items(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// The environment: a lookup (blank values count as unset).
+pub struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl<'a> Env<'a> {
+    /// The environment `lookup` reads (such as `|k| std::env::var(k).ok()`).
+    pub fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Env(lookup)
+    }
+
+    /// A variable's value, unless unset or blank.
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+}
+
+/// Whether and where the configuration file gives a setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFile {
+    /// At the setting's key, read here.
+    Yes,
+    /// Not in the file.
+    No,
+    /// At the setting's key, read by the policy loader (the setting
+    /// overrides the file's value there).
+    Policies,
+}
+
+/// One setting of a settings structure `T`.
+pub struct Setting<T> {
+    /// The key: its path in the file (`server.shutdown_delay`).
+    pub key: &'static str,
+    /// Whether the file gives it.
+    pub in_file: InFile,
+    /// Floodgate's environment variable.
+    pub env: &'static str,
+    /// envoyproxy/ratelimit's, if any.
+    pub envoy: Option<Envoy>,
+    /// The long flag (none for secrets, which flags would show to every
+    /// user of the machine).
+    pub flag: Option<&'static str>,
+    /// The value's form.
+    pub kind: Kind,
+    /// The default, as written in the file.
+    pub default: &'static str,
+    /// What it does, in one line.
+    pub doc: &'static str,
+    /// Parses a value into `T`.
+    pub set: fn(&mut T, &Value) -> Result<(), String>,
+    /// Two valid values with different effects (for the precedence test;
+    /// the kind's by default).
+    pub samples: Option<[&'static str; 2]>,
+    /// Other settings the precedence test gives in the file, for this one
+    /// to apply (`store.master` needs `store.mode: sentinel`).
+    pub context: &'static [(&'static str, &'static str)],
+}
+
+impl<T> Setting<T> {
+    /// A setting at `key` (in the file), its variable, flag, form, default
+    /// and line of documentation, parsed by `set`.
+    pub fn new(
+        key: &'static str,
+        env: &'static str,
+        flag: &'static str,
+        kind: Kind,
+        default: &'static str,
+        doc: &'static str,
+        set: fn(&mut T, &Value) -> Result<(), String>,
+    ) -> Self {
+        Setting {
+            key,
+            in_file: InFile::Yes,
+            env,
+            envoy: None,
+            flag: Some(flag),
+            kind,
+            default,
+            doc,
+            set,
+            samples: None,
+            context: &[],
+        }
+    }
+
+    /// With envoyproxy/ratelimit's variable(s).
+    pub fn envoy(mut self, envoy: Envoy) -> Self {
+        self.envoy = Some(envoy);
+        self
+    }
+
+    /// Not in the file (or read there by the policy loader).
+    pub fn in_file(mut self, in_file: InFile) -> Self {
+        self.in_file = in_file;
+        self
+    }
+
+    /// Without a flag.
+    pub fn no_flag(mut self) -> Self {
+        self.flag = None;
+        self
+    }
+
+    /// With these two values for the precedence test.
+    pub fn samples(mut self, a: &'static str, b: &'static str) -> Self {
+        self.samples = Some([a, b]);
+        self
+    }
+
+    /// With these settings in the file for the precedence test.
+    pub fn context(mut self, context: &'static [(&'static str, &'static str)]) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// The two values of the precedence test.
+    pub fn test_values(&self) -> [&'static str; 2] {
+        self.samples
+            .or(self.kind.samples())
+            .unwrap_or_else(|| panic!("{}: samples needed for the precedence test", self.key))
+    }
+
+    /// The file key within its section (`shutdown_delay`).
+    pub fn field(&self) -> &'static str {
+        self.key.split_once('.').map_or(self.key, |(_, f)| f)
+    }
+}
+
+/// Values given on the command line, by setting key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flags(HashMap<&'static str, Value>);
+
+impl Flags {
+    /// No flags.
+    pub fn new() -> Self {
+        Flags::default()
+    }
+
+    /// Sets a flag's value (as the command line gave it).
+    pub fn set(&mut self, key: &'static str, value: Value) {
+        self.0.insert(key, value);
+    }
+
+    /// With `key` given `value` (as one flag would).
+    pub fn with(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.set(key, Value::one(value));
+        self
+    }
+
+    /// The value given for `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// Reads the flags of `table` from parsed arguments (see [`add_flags`]).
+    pub fn from_matches<T>(table: &[Setting<T>], matches: &clap::ArgMatches) -> Self {
+        let mut flags = Flags::new();
+        flags.read_matches(table, matches);
+        flags
+    }
+
+    /// Adds the flags of `table` found in `matches`.
+    pub fn read_matches<T>(&mut self, table: &[Setting<T>], matches: &clap::ArgMatches) {
+        for s in table.iter().filter(|s| s.flag.is_some()) {
+            if let Ok(Some(values)) = matches.try_get_many::<String>(s.key) {
+                let items: Vec<String> = values.cloned().collect();
+                if !items.is_empty() {
+                    self.set(s.key, Value(items));
+                }
+            }
+        }
+    }
+}
+
+/// Adds a flag for every setting of `table` that has one, under the help
+/// heading `heading`.
+pub fn add_flags<T>(
+    mut cmd: clap::Command,
+    table: &[Setting<T>],
+    heading: &'static str,
+) -> clap::Command {
+    for s in table {
+        let Some(flag) = s.flag else { continue };
+        let mut arg = clap::Arg::new(s.key)
+            .long(flag)
+            .value_name(s.kind.value_name())
+            .help(s.doc)
+            .help_heading(heading);
+        arg = match s.kind {
+            Kind::Bool => arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true"),
+            Kind::List => arg.action(clap::ArgAction::Append),
+            _ => arg,
+        };
+        if flag == "config" {
+            arg = arg.short('c').action(clap::ArgAction::Append);
+        }
+        cmd = cmd.arg(arg);
+    }
+    cmd
+}
+
+/// The values a file gives, by setting key, with their positions.
+#[derive(Debug, Default)]
+pub struct FileValues {
+    values: HashMap<&'static str, (Location, Value)>,
+    sections: HashMap<String, Location>,
+}
+
+impl FileValues {
+    /// Reads the sections of `documents` that `table` declares (each may
+    /// appear in one file only): every key must be a setting, or a group
+    /// of settings (`server.log`). `shorthands` lets a group be written as
+    /// one of its settings (`gateway.upstream: http://...` for
+    /// `gateway.upstream.url`). Problems are added to `errors`.
+    pub fn read<T>(
+        documents: &[Document],
+        table: &[Setting<T>],
+        shorthands: &[(&str, &'static str)],
+        errors: &mut Errors,
+    ) -> FileValues {
+        let mut values = FileValues::default();
+        let mut sections: Vec<&str> = Vec::new();
+        for s in table.iter().filter(|s| s.in_file == InFile::Yes) {
+            let section = s.key.split('.').next().unwrap_or(s.key);
+            if !sections.contains(&section) {
+                sections.push(section);
+            }
+        }
+        for doc in documents {
+            let Some(root) = errors.take(doc.root().map()) else {
+                continue;
+            };
+            for &section in &sections {
+                let Some(node) = root.get(section) else {
+                    continue;
+                };
+                if let Some(at) = values.sections.get(section) {
+                    errors.push(node.error(format!("'{section}' is already given in {at}")));
+                    continue;
+                }
+                values.sections.insert(section.to_owned(), node.at());
+                values.walk(node, section, table, shorthands, errors);
+            }
+        }
+        values
+    }
+
+    fn walk<T>(
+        &mut self,
+        node: Node<'_>,
+        path: &str,
+        table: &[Setting<T>],
+        shorthands: &[(&str, &'static str)],
+        errors: &mut Errors,
+    ) {
+        let Some(map) = errors.take(node.map()) else {
+            return;
+        };
+        for (name, child) in map.entries() {
+            let key = format!("{path}.{name}");
+            if let Some(s) = table
+                .iter()
+                .find(|s| s.in_file == InFile::Yes && s.key == key)
+            {
+                self.take(child, s.key, s.kind, errors);
+                continue;
+            }
+            let group = format!("{key}.");
+            if !table.iter().any(|s| s.key.starts_with(&group)) {
+                errors.push(child.error(format!("unknown key '{name}'")));
+                continue;
+            }
+            let is_map = child.map().is_ok() && !child.is_null();
+            match shorthands.iter().find(|(g, _)| *g == key) {
+                Some((_, target)) if !is_map => {
+                    let kind = table
+                        .iter()
+                        .find(|s| s.key == *target)
+                        .map_or(Kind::Text, |s| s.kind);
+                    self.take(child, target, kind, errors);
+                }
+                _ => self.walk(child, &key, table, shorthands, errors),
+            }
+        }
+    }
+
+    fn take(&mut self, node: Node<'_>, key: &'static str, kind: Kind, errors: &mut Errors) {
+        let items: Vec<String> = match node.list() {
+            Ok(list) if kind == Kind::List && !node.is_null() => list
+                .iter()
+                .filter_map(|i| errors.take(i.str()).map(str::to_owned))
+                .collect(),
+            _ => match node.scalar_text() {
+                Some(t) => vec![t.to_owned()],
+                None => {
+                    errors.push(node.error(format!(
+                        "{}: expected a value, found {}",
+                        key.rsplit('.').next().unwrap_or(key),
+                        node.kind()
+                    )));
+                    return;
+                }
+            },
+        };
+        self.values.insert(key, (node.at(), Value(items)));
+    }
+
+    /// Where the file has `section`, if it has it.
+    pub fn section_at(&self, section: &str) -> Option<&Location> {
+        self.sections.get(section)
+    }
+
+    /// Whether both say the same (wherever they say it).
+    pub fn same_values(&self, other: &FileValues) -> bool {
+        self.values.len() == other.values.len()
+            && self
+                .values
+                .iter()
+                .all(|(k, (_, v))| other.values.get(k).is_some_and(|(_, w)| v == w))
+    }
+}
+
+/// Where each setting's value came from (settings left at their default
+/// are absent).
+#[derive(Clone, Debug, Default)]
+pub struct Origins(HashMap<&'static str, Origin>);
+
+impl Origins {
+    /// Where `key`'s value came from.
+    pub fn of(&self, key: &str) -> Origin {
+        self.0.get(key).cloned().unwrap_or(Origin::Default)
+    }
+
+    /// Whether `key` was given (not left at its default).
+    pub fn given(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+}
+
+/// Reads every setting of `table` into `target` from the first place that
+/// gives it: `flags`, then `env` (Floodgate's variable, then
+/// envoyproxy/ratelimit's), then `file`; settings given nowhere keep
+/// `target`'s value (the default). Every problem is reported, each at its
+/// origin (a file position, a variable, a flag).
+pub fn resolve<T>(
+    table: &[Setting<T>],
+    target: &mut T,
+    flags: &Flags,
+    env: &Env<'_>,
+    file: &FileValues,
+) -> Result<Origins, ConfigErrors> {
+    let mut errors = Errors::default();
+    let mut origins = Origins::default();
+    for s in table {
+        let given = match pick(s, flags, env, file) {
+            Ok(g) => g,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        let Some((origin, value)) = given else {
+            continue;
+        };
+        if let Err(m) = (s.set)(target, &value) {
+            let name = match &origin {
+                Origin::File(_) => s.field().rsplit('.').next().unwrap_or(s.key),
+                _ => "",
+            };
+            let message = if name.is_empty() {
+                m
+            } else {
+                format!("{name}: {m}")
+            };
+            errors.push(origin.error(message));
+            continue;
+        }
+        origins.0.insert(s.key, origin);
+    }
+    errors.finish(origins)
+}
+
+/// The value of `s` from the first place that gives it.
+fn pick<T>(
+    s: &Setting<T>,
+    flags: &Flags,
+    env: &Env<'_>,
+    file: &FileValues,
+) -> Result<Option<(Origin, Value)>, ConfigError> {
+    if let (Some(flag), Some(v)) = (s.flag, flags.get(s.key)) {
+        return Ok(Some((Origin::Flag(flag), v.clone())));
+    }
+    if let Some(v) = env.get(s.env) {
+        return Ok(Some((Origin::Env(s.env), Value::one(v))));
+    }
+    if let Some(e) = &s.envoy {
+        let origin = Origin::Env(e.first());
+        match e.read(env) {
+            Ok(Some(v)) => return Ok(Some((origin, Value::one(v)))),
+            Ok(None) => {}
+            Err(m) => return Err(origin.error(m)),
+        }
+    }
+    if let Some((at, v)) = file.values.get(s.key) {
+        return Ok(Some((Origin::File(at.clone()), v.clone())));
+    }
+    Ok(None)
+}
+
+/// The settings of `table` as a Markdown table: key, variables, flag,
+/// default, meaning.
+pub fn markdown<T>(table: &[Setting<T>]) -> String {
+    let mut out = String::from(
+        "| setting | environment | envoyproxy/ratelimit | flag | default | meaning |\n|---|---|---|---|---|---|\n",
+    );
+    for s in table {
+        let key = match s.in_file {
+            InFile::No => "—".to_owned(),
+            _ => format!("`{}`", s.key),
+        };
+        let envoy = s.envoy.map_or(String::new(), |e| e.names());
+        let flag = s.flag.map_or(String::new(), |f| format!("`--{f}`"));
+        let default = if s.default.is_empty() {
+            String::new()
+        } else {
+            format!("`{}`", s.default)
+        };
+        out.push_str(&format!(
+            "| {key} | `{}` | {envoy} | {flag} | {default} | {} |\n",
+            s.env, s.doc
+        ));
+    }
+    out
+}

@@ -1,0 +1,371 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_policy::yaml::Document;
+use floodgate_redis::{FailurePolicy, Mode};
+
+use super::checks::{check_declared_once, check_defaults, check_docs, check_precedence};
+use super::*;
+
+fn resolver(flags: &Flags, env: &Env<'_>, docs: &[Document]) -> Result<Settings, ConfigErrors> {
+    Settings::resolve(flags, env, docs)
+}
+
+/// One order for every setting: flags, environment (Floodgate's variable,
+/// then envoyproxy/ratelimit's), file, default (see [`check_precedence`]).
+#[test]
+fn every_setting_follows_one_precedence() {
+    let checked = check_precedence(table(), &resolver);
+    assert!(checked > 100, "{checked} comparisons");
+}
+
+#[test]
+fn documented_defaults_are_the_defaults() {
+    check_defaults(table(), &resolver);
+}
+
+/// docs/service.md's table of settings is the declarations' (regenerate
+/// with `FLOODGATE_BLESS=1 cargo test -p floodgate-runtime`).
+#[test]
+fn the_documented_settings_are_the_declared_ones() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/service.md");
+    check_docs(table(), &path, "runtime");
+}
+
+#[test]
+fn every_setting_is_declared_once() {
+    check_declared_once(table());
+}
+
+fn env_only(pairs: &[(&str, &str)]) -> Result<Settings, ConfigErrors> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let lookup = move |k: &str| map.get(k).cloned();
+    Settings::resolve(&Flags::new(), &Env::new(&lookup), &[])
+}
+
+fn file(text: &str) -> Result<Settings, ConfigErrors> {
+    let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
+    Settings::from_documents(&[doc])
+}
+
+#[test]
+fn envoy_names() {
+    let s = env_only(&[
+        ("GRPC_PORT", "9001"),
+        ("PORT", "9002"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":9090"),
+        ("REDIS_URL", "r:6379"),
+        ("REDIS_TYPE", "cluster"),
+        ("REDIS_POOL_SIZE", "4"),
+        ("SHADOW_MODE", "true"),
+        ("NEAR_LIMIT_RATIO", "0.9"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LOG_LEVEL", "debug"),
+        ("LOG_FORMAT", "json"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false"),
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+        ("MERGE_DOMAIN_CONFIG", "true"),
+        ("RUNTIME_ROOT", "/srv/runtime"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+    ])
+    .unwrap();
+    assert_eq!(s.policy.envoy_increment_all, Some(true));
+    assert_eq!(s.store.redis.local_cache_capacity, 16_384);
+    assert_eq!(s.server.grpc, Some("0.0.0.0:9001".parse().unwrap()));
+    assert_eq!(s.server.http, Some("0.0.0.0:9002".parse().unwrap()));
+    // A bare port: the admin listener stays on loopback.
+    assert_eq!(s.server.admin, Some("127.0.0.1:9090".parse().unwrap()));
+    assert_eq!(s.store.backend, StoreKind::Redis);
+    assert_eq!(s.store.redis.mode, Mode::Cluster);
+    assert_eq!(s.store.redis.urls, ["redis://r:6379"]);
+    assert_eq!(s.store.redis.connections, 4);
+    assert_eq!(s.policy.shadow_mode, Some(true));
+    assert_eq!(s.policy.near_limit_ratio, Some(0.9));
+    assert!(s.server.headers.enabled);
+    assert_eq!(s.server.log.format, LogFormat::Json);
+    assert_eq!(s.server.log.level, "debug");
+    assert!(s.config.merge_domains);
+    assert_eq!(
+        s.config.paths,
+        [std::path::PathBuf::from("/srv/runtime/ratelimit/config")]
+    );
+    // envoyproxy/ratelimit's zeros keep the defaults.
+    let s = env_only(&[("REDIS_POOL_SIZE", "0"), ("REDIS_TIMEOUT", "0")]).unwrap();
+    assert_eq!(s.store.redis.connections, 2);
+    assert_eq!(s.store.redis.timeout, Duration::from_millis(50));
+}
+
+#[test]
+fn a_bare_admin_port_is_loopback_everywhere() {
+    for s in [
+        env_only(&[("DEBUG_PORT", "7000")]).unwrap(),
+        env_only(&[("FLOODGATE_ADMIN_ADDR", ":7000")]).unwrap(),
+        env_only(&[("FLOODGATE_ADMIN_ADDR", "7000")]).unwrap(),
+        file("server: {admin: ':7000'}\n").unwrap(),
+    ] {
+        assert_eq!(s.server.admin, Some("127.0.0.1:7000".parse().unwrap()));
+    }
+    // An address, any address, is taken as given.
+    let s = env_only(&[("DEBUG_HOST", "0.0.0.0"), ("DEBUG_PORT", "7000")]).unwrap();
+    assert_eq!(s.server.admin, Some("0.0.0.0:7000".parse().unwrap()));
+    // The public listeners: all interfaces, as envoyproxy/ratelimit.
+    let s = env_only(&[("FLOODGATE_HTTP_ADDR", ":7001")]).unwrap();
+    assert_eq!(s.server.http, Some("0.0.0.0:7001".parse().unwrap()));
+}
+
+#[test]
+fn bad_values_name_where_they_came_from() {
+    let e = env_only(&[("GRPC_PORT", "eighty")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("GRPC_PORT: "), "{e}");
+    let e = env_only(&[("REDIS_TYPE", "sentinal")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("REDIS_TYPE: "), "{e}");
+    assert!(e.contains("single, cluster or sentinel"), "{e}");
+    let e = env_only(&[("REDIS_PIPELINE_WINDOW", "a bit")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("REDIS_PIPELINE_WINDOW: "), "{e}");
+    let mut flags = Flags::new();
+    flags.set("server.shutdown_delay", Value::one("soon"));
+    let e = Settings::resolve(&flags, &Env::new(&|_| None), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--shutdown-delay: expected a duration"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sentinel_the_envoy_way() {
+    let s = env_only(&[
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+        ("REDIS_AUTH", "primary-secret"),
+        ("REDIS_SENTINEL_AUTH", "sentinel-secret"),
+    ])
+    .unwrap();
+    let r = &s.store.redis;
+    assert_eq!(r.mode, Mode::sentinel("mymaster").unwrap());
+    assert_eq!(
+        r.urls,
+        [
+            "redis://:sentinel-secret@s1:26379",
+            "redis://:sentinel-secret@s2:26379"
+        ]
+    );
+    assert_eq!(r.primary_auth.as_deref(), Some("primary-secret"));
+}
+
+#[test]
+fn the_environment_mode_keeps_the_files_master_name() {
+    let text = "store:\n  backend: redis\n  mode: sentinel\n  master: from-file\n  url: s1:26379\n";
+    let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
+    let env = |k: &str| (k == "REDIS_TYPE").then(|| "sentinel".to_owned());
+    let s = Settings::resolve(&Flags::new(), &Env::new(&env), &[doc]).unwrap();
+    assert_eq!(s.store.redis.mode, Mode::sentinel("from-file").unwrap());
+    assert_eq!(s.store.redis.urls, ["redis://s1:26379"]);
+}
+
+/// A store chosen by a flag over a file that says otherwise keeps every
+/// Redis setting the environment gives.
+#[test]
+fn a_store_flag_keeps_the_environments_redis_settings() {
+    let text = "store: {backend: memory}\n";
+    let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
+    let env: HashMap<&str, &str> = [
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "6400"),
+        ("REDIS_TIMEOUT", "75ms"),
+        ("REDIS_AUTH", "secret"),
+        ("CACHE_KEY_PREFIX", "app:"),
+        ("FLOODGATE_FAILURE_POLICY", "fail_closed"),
+    ]
+    .into_iter()
+    .collect();
+    let lookup = |k: &str| env.get(k).map(|v| v.to_string());
+    let mut flags = Flags::new();
+    flags.set("store.backend", Value::one("redis"));
+    let s = Settings::resolve(&flags, &Env::new(&lookup), &[doc]).unwrap();
+    let r = &s.store.redis;
+    assert_eq!(s.store.backend, StoreKind::Redis);
+    assert_eq!(r.local_cache_capacity, 100);
+    assert_eq!(r.timeout, Duration::from_millis(75));
+    assert_eq!(r.urls, ["redis://:secret@127.0.0.1:6379"]);
+    assert_eq!(r.key_prefix, "app:");
+    assert_eq!(r.failure_policy, FailurePolicy::FailClosed);
+}
+
+#[test]
+fn full_sections() {
+    let s = file(
+        "server:\n  grpc: 127.0.0.1:9001\n  http: off\n  body_limit: 64KiB\n  response_headers: {enabled: true, limit: X-Limit, x_ratelimit: yes}\n  log: {level: debug, format: json}\nstore:\n  backend: redis\n  url: [a:1, b:2]\n  mode: cluster\n  timeout: 20ms\n  failure_policy: local\n  divide_by: 3\n  breaker: {failures: 2, cool_down: 5s}\n",
+    )
+    .unwrap();
+    assert_eq!(s.server.grpc, Some("127.0.0.1:9001".parse().unwrap()));
+    assert_eq!(s.server.http, None);
+    assert_eq!(s.server.body_limit, 64 << 10);
+    assert!(s.server.headers.enabled && s.server.headers.x_ratelimit);
+    assert_eq!(s.server.headers.limit, "X-Limit");
+    let r = &s.store.redis;
+    assert_eq!(r.urls, ["redis://a:1", "redis://b:2"]);
+    assert_eq!(r.timeout, Duration::from_millis(20));
+    assert_eq!(r.failure_policy, FailurePolicy::Local { divide_by: 3 });
+    assert_eq!(r.breaker.failure_threshold, 2);
+    assert_eq!(r.breaker.cool_down, Duration::from_secs(5));
+}
+
+#[test]
+fn one_duration_grammar() {
+    let s =
+        file("server:\n  shutdown_delay: 1.5s\n  shutdown_grace: 1m30s\n  reload_interval: 0\n")
+            .unwrap();
+    assert_eq!(s.server.shutdown_delay, Duration::from_millis(1500));
+    assert_eq!(s.server.shutdown_grace, Duration::from_secs(90));
+    assert_eq!(s.server.reload_interval, Duration::ZERO);
+    let e = file("server:\n  shutdown_delay: soon\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("f.yaml:2:19: shutdown_delay: expected a duration"),
+        "{e}"
+    );
+}
+
+#[test]
+fn file_errors_have_positions() {
+    let e = file("server:\n  grpc: nowhere\n  colour: blue\nstore:\n  backend: etcd\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("f.yaml:2:9: grpc: expected host:port"), "{e}");
+    assert!(e.contains("f.yaml:3:11: unknown key 'colour'"), "{e}");
+    assert!(e.contains("unknown backend `etcd`"), "{e}");
+    let e = file("store:\n  backend: memory\n  url: a:1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("f.yaml:3:8: url only applies to backend: redis"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pipelining_window() {
+    let s =
+        file("store:\n  backend: redis\n  pipeline_window: 150us\n  pipeline_limit: 8\n").unwrap();
+    assert_eq!(s.store.redis.pipeline_window, Duration::from_micros(150));
+    assert_eq!(s.store.redis.pipeline_limit, 8);
+    let e = file("store:\n  backend: redis\n  timeout: 10ms\n  pipeline_window: 10ms\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("f.yaml:4:20: pipeline_window must be shorter than the timeout (10ms)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sentinel_store() {
+    let s = file(
+        "store:\n  backend: redis\n  mode: sentinel\n  master: mymaster\n  url: [s1:26379, s2:26379]\n  master_auth: secret\n",
+    )
+    .unwrap();
+    let r = &s.store.redis;
+    assert_eq!(r.mode, Mode::sentinel("mymaster").unwrap());
+    assert_eq!(r.urls, ["redis://s1:26379", "redis://s2:26379"]);
+    assert_eq!(r.primary_auth.as_deref(), Some("secret"));
+    // envoyproxy/ratelimit's REDIS_URL format works in the file too.
+    let s = file("store:\n  backend: redis\n  mode: sentinel\n  url: mymaster,s1:26379\n").unwrap();
+    assert_eq!(s.store.redis.mode, Mode::sentinel("mymaster").unwrap());
+    assert_eq!(s.store.redis.urls, ["redis://s1:26379"]);
+}
+
+#[test]
+fn sentinel_errors_have_positions() {
+    let cases = [
+        (
+            "  mode: sentinel\n  url: s1:26379\n",
+            "f.yaml:4:8: invalid Redis URL \"s1:26379\": a Sentinel URL starts with the master name",
+        ),
+        (
+            "  mode: sentinel\n",
+            "f.yaml:3:9: mode: sentinel needs `master`",
+        ),
+        (
+            "  mode: sentinel\n  master: my master\n  url: s1:1\n",
+            "f.yaml:4:11: invalid Sentinel master name",
+        ),
+        (
+            "  mode: single\n  master: mymaster\n",
+            "f.yaml:4:11: master only applies to mode: sentinel",
+        ),
+        (
+            "  mode: sentinal\n",
+            "f.yaml:3:9: mode: expected single, cluster or sentinel",
+        ),
+    ];
+    for (text, expect) in cases {
+        let e = file(&format!("store:\n  backend: redis\n{text}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(expect), "{expect}\nin: {e}");
+    }
+}
+
+#[test]
+fn concurrency_permits_have_a_lease_by_default() {
+    let lease = |extra: &str| {
+        file(&format!("store:\n  backend: redis\n{extra}"))
+            .unwrap()
+            .store
+            .redis
+            .concurrency_lease
+    };
+    assert_eq!(lease(""), Some(floodgate_redis::DEFAULT_CONCURRENCY_LEASE));
+    assert_eq!(
+        lease("  concurrency_lease: 30s\n"),
+        Some(Duration::from_secs(30))
+    );
+    // 0 turns the lease off: permits live until released.
+    assert_eq!(lease("  concurrency_lease: 0s\n"), None);
+}
+
+#[test]
+fn unsupported_envoy_variables_are_named() {
+    let env = |k: &str| match k {
+        "USE_STATSD" => Some("true".to_owned()),
+        "REDIS_PERSECOND" => Some(" ".to_owned()),
+        _ => None,
+    };
+    let found = unsupported(env);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].0, "USE_STATSD");
+    // Every variable a setting reads is supported.
+    for s in table() {
+        for (name, _) in UNSUPPORTED_ENVOY_VARIABLES {
+            assert_ne!(*name, s.env, "{}", s.key);
+            if let Some(e) = &s.envoy {
+                assert!(!e.names().contains(&format!("`{name}`")), "{}", s.key);
+            }
+        }
+    }
+}
+
+#[test]
+fn credentials_never_reach_the_logs() {
+    assert_eq!(
+        redact("redis://user:s3cret@10.0.0.1:6379/0"),
+        "redis://***@10.0.0.1:6379/0"
+    );
+    assert_eq!(redact("rediss://:pw@host:6380"), "rediss://***@host:6380");
+    assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    assert_eq!(redact("host:6379"), "host:6379");
+    assert_eq!(redact("redis://host/path@x"), "redis://host/path@x");
+}
