@@ -5,6 +5,7 @@
 //! `excess > burst`, rejects change nothing, `last` only moves when `ms != 0`,
 //! a new node starts at excess 0, and the delay is
 //! `(excess − delay)·1000/rate` ms. Weighted costs add `1000·(cost − 1)`.
+//! One key alone in its zone, whose node nginx never deletes.
 
 use crate::common;
 
@@ -54,12 +55,9 @@ impl Nginx {
             Some((excess, last)) => {
                 // A clock behind `last` counts as no time elapsed.
                 let ms = (t / 1_000_000).saturating_sub(last);
+                // A key alone in its zone keeps its node (nginx deletes
+                // nodes only when another key needs one: tests/prop_zone.rs).
                 let drained = self.rate.saturating_mul(ms) / 1000;
-                // nginx's expire(zone, 1), as in a zone where other keys
-                // arrive: a node idle a minute and drained is deleted.
-                if ms >= 60_000 && excess <= drained {
-                    return 0;
-                }
                 (excess + 1000).saturating_sub(drained)
             }
         }
@@ -266,13 +264,9 @@ fn nginx_one_per_minute_drains_every_62_5_seconds() {
     );
     let d = shaper.decide(&mut s, at(62_500), 1, Apply::Commit);
     assert_eq!(d.outcome, Outcome::Allowed);
-    // The node had drained and was over a minute old, so that request found
-    // none (nginx deletes it): the burst is whole again.
-    assert!(
-        shaper
-            .decide(&mut s, at(62_500), 1, Apply::Commit)
-            .is_allowed()
-    );
+    // The key keeps its node (alone in its zone): 1000 − 1000 + 1000 is
+    // stored, so the burst is not whole again.
+    assert_eq!(s.excess(), 1000);
     assert!(
         shaper
             .decide(&mut s, at(62_500), 1, Apply::Commit)
@@ -292,36 +286,64 @@ fn nginx_one_per_minute_drains_every_62_5_seconds() {
 }
 
 #[test]
-fn nginx_expires_a_drained_node_after_a_minute() {
-    // 1r/m, burst=0: the stored excess is 0, so after a minute the node is
-    // drained by nginx's expiry test (0 ≤ 16·60000/1000) and deleted when
-    // another key arrives; the next request then finds no node and passes,
-    // before the 62.5 s the drain alone would need.
+fn nginx_keeps_a_lone_keys_node_past_the_minute() {
+    // 1r/m, burst=0: after a pass the stored excess is 0, which nginx's
+    // expiry test counts as drained after a minute; but only another key's
+    // arrival deletes the node (tests/prop_zone.rs). Alone, the key waits
+    // the full 62.5 s: rejected at 61 and 62 s, as nginx 1.22 does.
     let shaper = Shaper::new(NginxRate::PerMinute(1), 0, ShaperDelay::Queue).unwrap();
+    assert!(shaper.expiry_shows());
     let t0 = 5_000 * SEC;
     let mut s = shaper.fresh();
     let at = |ms: u64| Timestamp::from_nanos(t0 + ms * MS);
     assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
+    assert!(!shaper.expirable(&s, at(59_999)));
+    assert!(shaper.expirable(&s, at(60_000)));
     let d = shaper.decide(&mut s, at(59_999), 1, Apply::Commit);
     assert_eq!(d.outcome, Outcome::Denied);
-    assert_eq!(d.retry_after, Some(Duration::from_millis(1)));
-    assert_eq!(d.reset_after, Duration::from_millis(1));
-    assert_eq!(
-        shaper.decide(&mut s, at(60_000), 1, Apply::Commit).outcome,
-        Outcome::Allowed
+    assert_eq!(d.retry_after, Some(Duration::from_millis(2_501)));
+    assert_eq!(d.reset_after, Duration::from_millis(2_501));
+    for ms in [61_000, 62_000, 62_499] {
+        let d = shaper.decide(&mut s, at(ms), 1, Apply::Commit);
+        assert_eq!(d.outcome, Outcome::Denied, "at {ms} ms");
+        assert_eq!(d.retry_after, Some(Duration::from_millis(62_500 - ms)));
+    }
+    assert!(
+        shaper
+            .decide(&mut s, at(62_500), 1, Apply::Commit)
+            .is_allowed()
     );
-    // A node that has not drained is kept, whatever its age: burst=5 after
-    // six requests holds 5000, and 61 s drain only 976 of it.
+    // A node that has not drained is not expirable, whatever its age:
+    // burst=5 after six requests holds 5000, and 61 s drain only 976 of it.
     let shaper = Shaper::new(NginxRate::PerMinute(1), 5, ShaperDelay::NoDelay).unwrap();
     let mut s = shaper.fresh();
     for _ in 0..6 {
         assert!(shaper.decide(&mut s, at(0), 1, Apply::Commit).is_allowed());
     }
+    assert!(!shaper.expirable(&s, at(61_000)));
     assert!(
         shaper
             .decide(&mut s, at(61_000), 1, Apply::Commit)
             .is_denied()
     );
+}
+
+#[test]
+fn nginx_expiry_shows_only_when_a_minute_drains_less_than_the_burst() {
+    let shows = |rate, burst| {
+        Shaper::new(rate, burst, ShaperDelay::NoDelay)
+            .unwrap()
+            .expiry_shows()
+    };
+    // 1r/m drains 960 units a minute: less than one request.
+    assert!(shows(NginxRate::PerMinute(1), 0));
+    // 2r/m drains 1980: at most one request's worth of burst is left.
+    assert!(!shows(NginxRate::PerMinute(2), 0));
+    assert!(shows(NginxRate::PerMinute(2), 1));
+    // 1r/s drains 60 requests a minute.
+    assert!(!shows(NginxRate::PerSecond(1), 59));
+    assert!(shows(NginxRate::PerSecond(1), 60));
+    assert!(!shows(NginxRate::PerSecond(1 << 30), 1 << 30));
 }
 
 #[test]

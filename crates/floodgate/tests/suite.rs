@@ -15,6 +15,7 @@ mod prop_sets;
 mod prop_shaper;
 mod prop_sliding_log;
 mod prop_sliding_window;
+mod prop_zone;
 mod store_clock_backwards;
 mod store_memory;
 mod store_stress;

@@ -1,7 +1,9 @@
 -- Part of the decision script (see prelude.lua).
 
 -- Shaper (nginx limit_req). State 's<excess>:<last>': excess in
--- milli-requests, last in milliseconds.
+-- milli-requests, last in milliseconds. A key keeps its state until it has
+-- drained, as nginx keeps the node of a key alone in its zone (nginx's
+-- deletion of idle nodes when other keys arrive is not reproduced here).
 local shaper_parse, shaper
 if need.s then
   shaper_parse = function(v)
@@ -28,16 +30,7 @@ if need.s then
       if ms >= ceil_muldiv(ex + 1000, 1000, R) then
         return 0
       end
-      -- Idle a minute and drained: nginx deletes the node when another key
-      -- needs one, so the key starts afresh.
-      if ms >= 60000 and ex <= muldiv(R, ms, 1000) then
-        return 0
-      end
       return ex + 1000 - muldiv(R, ms, 1000)
-    end
-    -- The first instant (ms) nginx would delete the node.
-    local function expire_ms()
-      return last + math.max(ceil_muldiv(ex, 1000, R), 60000)
     end
     local extra = 0
     if cost > 0 then
@@ -68,7 +61,7 @@ if need.s then
     local retry = -1
     if o == DENIED then
       local need = math.max(ex + 1000 + extra - B, 0)
-      retry = math.max(math.min(last + ceil_muldiv(need, 1000, R), expire_ms()) * 1000 - now, 0)
+      retry = math.max((last + ceil_muldiv(need, 1000, R)) * 1000 - now, 0)
     end
     local left = B - next_excess()
     local remaining = 0
@@ -77,7 +70,7 @@ if need.s then
     end
     local reset, idle = 0, nil
     if ex then
-      idle = math.min(last + ceil_muldiv(ex + 1000, 1000, R), expire_ms()) * 1000
+      idle = (last + ceil_muldiv(ex + 1000, 1000, R)) * 1000
       reset = math.max(idle - now, 0)
     end
     if charged then

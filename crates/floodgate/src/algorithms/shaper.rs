@@ -8,8 +8,7 @@
 //!
 //! (integer division, `rate` in milli-requests per second: `N r/s` is
 //! `N·1000`, `N r/m` is `N·1000/60` truncated, so `1r/m` drains one request
-//! every 62.5 s exactly as nginx does, see below for the minute's expiry).
-//! A request is rejected iff
+//! every 62.5 s exactly as nginx does). A request is rejected iff
 //! `excess > burst·1000`; a rejection changes nothing. Otherwise the state
 //! becomes `excess` (and `last = now_ms` unless no millisecond has passed) and
 //! the request waits `(excess − delay·1000)·1000/rate` ms when `excess`
@@ -22,13 +21,16 @@
 //! and a cost that can never fit (`1000·(n − 1) > burst·1000`) is
 //! [`Outcome::Never`]. A clock that goes backwards counts as no time elapsed.
 //!
-//! nginx deletes a node that has been idle for a minute and has drained
-//! (`excess ≤ rate·ms/1000`, without the `+ 1000`) when another key needs a
-//! node, so in a zone with any traffic such a key starts afresh (excess 0).
-//! The shaper does the same: after a minute idle a drained key counts as
-//! never seen. It shows only with `burst = 0` at rates slower than one
-//! request a minute's drain (`1r/m`: a request 60 to 62.5 s after the last
-//! one passes, as in nginx with other keys in the zone).
+//! A key's state is kept until it has drained, as nginx keeps a key's node
+//! while no other key of its zone needs one. nginx also deletes a node that
+//! has been idle for a minute and has drained without the `+ 1000`
+//! ([`Shaper::expirable`]), but only when *another* key of the same zone is
+//! given a node: that is a property of the zone, not of the key, and
+//! [`ShaperZone`](crate::store::ShaperZone) reproduces it. It can change a
+//! decision only when a minute drains less than `burst + 1` requests
+//! ([`Shaper::expiry_shows`]): at `1r/m` without a burst, a key alone is
+//! still rejected 62 s after its last pass and passes at 62.5 s, while a key
+//! whose node another key's arrival deleted passes from 60 s on.
 
 use std::time::Duration;
 
@@ -97,7 +99,7 @@ pub struct ShaperState {
 }
 
 /// How long a node must be idle before nginx may delete it (ms).
-const EXPIRE_MS: u64 = 60_000;
+pub(crate) const EXPIRE_MS: u64 = 60_000;
 
 impl Default for ShaperState {
     fn default() -> Self {
@@ -172,24 +174,43 @@ impl Shaper {
             return 0;
         }
         let ms = now_ms.saturating_sub(s.last);
-        let drained = match self.rate.checked_mul(ms) {
-            Some(p) => p / 1000,
-            None => sat64(self.rate as u128 * ms as u128 / 1000),
-        };
-        if ms >= EXPIRE_MS && s.excess <= drained {
-            // nginx deletes such a node when another key needs one (its
-            // `expire(zone, 1)`), which in a zone with any traffic happens
-            // within the minute: the key starts afresh.
-            return 0;
-        }
-        s.excess.saturating_add(1000).saturating_sub(drained)
+        s.excess
+            .saturating_add(1000)
+            .saturating_sub(self.drained(ms))
     }
 
-    /// The first instant (ms) at which nginx would delete the node: idle for
-    /// a minute and drained (`excess ≤ rate·ms/1000`).
+    /// `rate·ms/1000`, saturating.
     #[inline]
-    fn expire_ms(&self, s: &ShaperState) -> u128 {
-        s.last as u128 + self.ms_to_drain(s.excess as u128).max(EXPIRE_MS as u128)
+    fn drained(&self, ms: u64) -> u64 {
+        match self.rate.checked_mul(ms) {
+            Some(p) => p / 1000,
+            None => sat64(self.rate as u128 * ms as u128 / 1000),
+        }
+    }
+
+    /// Whether nginx would delete this key's node at `now` if another key of
+    /// its zone were given one then (`ngx_http_limit_req_expire`): idle for
+    /// a minute at least and drained, `excess ≤ rate·ms/1000` (without the
+    /// `+ 1000` of a request). A node that was never charged (its key was
+    /// looked up by a request another limit rejected) always is.
+    #[inline]
+    pub fn expirable(&self, s: &ShaperState, now: Timestamp) -> bool {
+        if s.last == u64::MAX {
+            return true;
+        }
+        let ms = now.as_millis().saturating_sub(s.last);
+        ms >= EXPIRE_MS && s.excess <= self.drained(ms)
+    }
+
+    /// Whether deleting [expirable](Self::expirable) nodes can change a
+    /// decision of this limit: only when a minute drains less than
+    /// `burst + 1` requests (`60·rate < (burst + 1)·1000` in milli-requests),
+    /// so that a node can be expirable while its key's next request would
+    /// still find excess left. Otherwise a key's own state decides
+    /// everything, whatever the rest of its zone does.
+    #[inline]
+    pub fn expiry_shows(&self) -> bool {
+        (self.rate as u128) * 60 < self.burst as u128 + 1000
     }
 
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
@@ -213,7 +234,8 @@ impl Shaper {
             .map(|scaled| self.per_rate.div_ceil(scaled))
     }
 
-    /// The instant a node with this state behaves like no node at all.
+    /// The instant a node with this state behaves like no node at all: when
+    /// `excess + 1000` has drained.
     #[inline]
     fn idle_ms(&self, s: &ShaperState) -> Option<u128> {
         (s.last != u64::MAX).then(|| {
@@ -223,13 +245,7 @@ impl Shaper {
                 None => None,
             }
             .unwrap_or_else(|| self.ms_to_drain(s.excess as u128 + 1000));
-            // Within the minute the drain comes first (the expiry needs a
-            // minute at least): no second division on the usual path.
-            if drained <= EXPIRE_MS as u128 {
-                s.last as u128 + drained
-            } else {
-                (s.last as u128 + drained).min(self.expire_ms(s))
-            }
+            s.last as u128 + drained
         })
     }
 }
@@ -320,12 +336,8 @@ impl Algorithm for Shaper {
         };
         let retry_after = (outcome == Outcome::Denied).then(|| {
             // Earliest ms after `last` with excess − rate·ms/1000 + 1000 + extra ≤ burst.
-            // Or the instant the node expires (the request then finds none).
             let need = (s.excess as u128 + 1000 + extra as u128).saturating_sub(self.burst as u128);
-            until_ms(
-                (s.last as u128 + self.ms_to_drain(need)).min(self.expire_ms(s)),
-                now,
-            )
+            until_ms(s.last as u128 + self.ms_to_drain(need), now)
         });
         let remaining = match self.burst.checked_sub(next) {
             Some(room) => room / 1000 + 1,

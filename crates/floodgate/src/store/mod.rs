@@ -26,6 +26,7 @@ mod lock;
 mod prefetch;
 mod shard;
 mod slot;
+mod zone;
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -41,6 +42,7 @@ use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
 
 pub use batch::Item;
+pub use zone::{ShaperZone, ZoneGuard};
 
 /// Sizing of a [`Store`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
