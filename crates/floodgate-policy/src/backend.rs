@@ -12,6 +12,8 @@ use thiserror::Error;
 
 use crate::failure::OnFailure;
 use crate::sync_mode::{Held, SyncMode};
+use crate::zones::Zones;
+use smallvec::SmallVec;
 
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +42,14 @@ pub struct Item<'a> {
     /// own (with its own lease, as Redis does) gives back that one. 0 for
     /// other limits. Backends that count in memory ignore it.
     pub permit: u64,
+    /// The nginx zone the counter belongs to, when its limit is a shaper
+    /// whose node expiry can change a decision (see
+    /// [`RuleLimit::zone`](crate::compile::RuleLimit::zone)); `None`
+    /// otherwise. The in-memory backend keeps such counters in one
+    /// [`ShaperZone`](floodgate::store::ShaperZone) per zone, deleting
+    /// their nodes exactly when nginx would; Redis keeps each counter on
+    /// its own (a key keeps its state until it has drained).
+    pub zone: Option<u64>,
 }
 
 /// A backend that could not decide.
@@ -98,6 +108,13 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Called with each new policy once it is in place, so that a backend
+    /// can drop what only rules no longer configured used (the in-memory
+    /// backend's nginx zones). Nothing by default.
+    fn keep_zones(&self, policy: &crate::compile::PolicySet) {
+        let _ = policy;
+    }
+
     /// Whether the backend can decide right now (for readiness checks).
     fn is_ready(&self) -> bool;
 
@@ -130,6 +147,7 @@ pub trait SyncBackend: Send + Sync {
 pub struct MemoryBackend {
     store: Store<u128, AnyState>,
     ids: KeyIds,
+    zones: Zones,
 }
 
 /// The 128-bit identity of a counter key (see [`MemoryBackend`]).
@@ -163,6 +181,7 @@ impl MemoryBackend {
         Ok(MemoryBackend {
             store: Store::new(config)?,
             ids: KeyIds::random(),
+            zones: Zones::new(config.capacity),
         })
     }
 
@@ -170,6 +189,12 @@ impl MemoryBackend {
     /// key's 128-bit hash.
     pub fn store(&self) -> &Store<u128, AnyState> {
         &self.store
+    }
+
+    /// Counters held in nginx zones (shaper limits whose node expiry can
+    /// change a decision), which the [`store`](Self::store) does not hold.
+    pub fn zone_keys(&self) -> usize {
+        self.zones.len()
     }
 
     /// The synchronous release.
@@ -190,6 +215,10 @@ impl SyncBackend for MemoryBackend {
         out: &mut [Decision],
     ) -> Decision {
         const INLINE: usize = 16;
+        if Zones::any(items) {
+            let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
+            return self.zones.decide(&self.store, items, &ids, now, apply, out);
+        }
         if let [item] = items {
             // One counter: no batch to lay out.
             let d = self
@@ -253,6 +282,10 @@ impl Backend for MemoryBackend {
 
     fn as_sync(&self) -> Option<&dyn SyncBackend> {
         Some(self)
+    }
+
+    fn keep_zones(&self, policy: &crate::compile::PolicySet) {
+        self.zones.keep(policy);
     }
 
     fn is_ready(&self) -> bool {

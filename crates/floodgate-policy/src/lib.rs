@@ -14,6 +14,7 @@ pub mod spec;
 pub mod sync_mode;
 pub mod unit;
 pub mod yaml;
+mod zones;
 
 pub use backend::{Backend, BackendError, Item, MemoryBackend, SyncBackend};
 pub use compile::PolicySet;

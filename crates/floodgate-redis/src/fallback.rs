@@ -154,6 +154,8 @@ impl LocalFallback {
             .zip(&scaled)
             .map(|(i, s)| Item {
                 limit: s.as_deref().unwrap_or(i.limit),
+                // Each counter on its own, as in Redis.
+                zone: None,
                 ..*i
             })
             .collect();

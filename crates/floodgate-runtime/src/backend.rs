@@ -126,6 +126,12 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn keep_zones(&self, policy: &PolicySet) {
+        if let AnyBackend::Memory(m) = self {
+            m.keep_zones(policy);
+        }
+    }
+
     fn is_ready(&self) -> bool {
         match self {
             AnyBackend::Memory(m) => m.is_ready(),
@@ -224,6 +230,7 @@ domains:
                 on_failure: None,
                 sync: None,
                 permit: 0,
+                zone: None,
             }];
             let mut out = [Decision {
                 outcome: floodgate::Outcome::Never,

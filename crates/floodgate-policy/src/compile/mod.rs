@@ -235,6 +235,7 @@ impl Ctx<'_> {
                     Ok(Some(limit)) => limits.push(RuleLimit {
                         limit,
                         reported: reported_of(spec, rl.reported),
+                        zone: None,
                     }),
                     Ok(None) => self.errors.push(ConfigError::new(
                         rl.at.clone(),
@@ -248,6 +249,13 @@ impl Ctx<'_> {
             }
             Action::Limit(limits.into_boxed_slice())
         };
+        let fingerprint = fingerprint.finish();
+        let mut action = action;
+        if let Action::Limit(limits) = &mut action {
+            for (i, l) in limits.iter_mut().enumerate() {
+                l.zone = crate::zones::zone_of(&l.limit, fingerprint, i);
+            }
+        }
         let id = self.rules.len() as RuleId;
         let label = rl.name.clone().unwrap_or_else(|| path.to_owned());
         self.rules.push(Rule {
@@ -263,7 +271,7 @@ impl Ctx<'_> {
             cost: n.cost,
             on_failure: rl.on_failure,
             sync: rl.sync,
-            fingerprint: fingerprint.finish(),
+            fingerprint,
             metrics: RuleMetrics::new(self.domain, &label),
         });
         Some(id)

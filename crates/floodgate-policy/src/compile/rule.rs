@@ -24,6 +24,13 @@ pub struct RuleLimit {
     pub limit: AnyLimit,
     /// What Envoy responses report for it.
     pub reported: Reported,
+    /// The nginx zone of the limit's counters (a `limit_req_zone`: one per
+    /// limit of a rule, the same across reloads for an unchanged rule),
+    /// for a shaper on its own whose node expiry can change a decision
+    /// ([`Shaper::expiry_shows`](floodgate::algorithms::Shaper::expiry_shows));
+    /// `None` for every other limit, whose counters each decide on their
+    /// own.
+    pub zone: Option<u64>,
 }
 
 /// What a rule does when matched.

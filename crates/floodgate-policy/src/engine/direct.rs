@@ -12,12 +12,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use floodgate::algorithms::AnyLimit;
 use floodgate::{Apply, Clock, Decision};
 use smallvec::SmallVec;
 
 use crate::backend::{Backend, Item};
-use crate::compile::{Action, PolicySet, Rule, RuleId};
+use crate::compile::{Action, PolicySet, Rule, RuleId, RuleLimit};
 
 use super::finish::{narrowest_index, over_limit, settle};
 use super::request::Descriptor;
@@ -192,7 +191,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let out: &mut [Decision] = if let [l] = &limits[..] {
             // One limit: its key is the group's plus its index, in place.
             buf.push(0);
-            let items = [counter(&response.scratch.keys, &l.limit, cost, rule)];
+            let items = [counter(&response.scratch.keys, l, cost, rule)];
             backend.decide_now(&items, now, apply, &mut one);
             &mut one
         } else {
@@ -204,7 +203,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             let items: SmallVec<[Item<'_>; MAX_LIMITS]> = ranges
                 .iter()
                 .zip(limits.iter())
-                .map(|(&(a, b), l)| counter(&buf[a as usize..b as usize], &l.limit, cost, rule))
+                .map(|(&(a, b), l)| counter(&buf[a as usize..b as usize], l, cost, rule))
                 .collect();
             many.resize(items.len(), PLACEHOLDER);
             backend.decide_now(&items, now, apply, &mut many);
@@ -233,14 +232,15 @@ impl<B: Backend, C: Clock> Engine<B, C> {
 
 /// The backend's item for a counter `key` of `rule` (its group: all but
 /// the last byte).
-fn counter<'a>(key: &'a [u8], limit: &'a AnyLimit, cost: u64, rule: &Rule) -> Item<'a> {
+fn counter<'a>(key: &'a [u8], limit: &'a RuleLimit, cost: u64, rule: &Rule) -> Item<'a> {
     Item {
         group: &key[..key.len() - 1],
         key,
-        limit,
+        limit: &limit.limit,
         cost,
         on_failure: rule.on_failure,
         sync: rule.sync,
         permit: 0,
+        zone: limit.zone,
     }
 }

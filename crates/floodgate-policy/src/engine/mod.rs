@@ -123,9 +123,11 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// (their keys are equal).
     pub fn replace_policy(&self, policy: PolicySet) -> Arc<PolicySet> {
         let generation = policy.generation();
-        let old = self.policy.swap(Arc::new(policy));
+        let policy = Arc::new(policy);
+        let old = self.policy.swap(Arc::clone(&policy));
         self.generation
             .store(generation, std::sync::atomic::Ordering::Release);
+        self.backend.keep_zones(&policy);
         old
     }
 
@@ -380,6 +382,10 @@ fn item<'a>(
         on_failure: on_failure_of(policy, slot.limit),
         sync: sync_of(policy, slot.limit),
         permit: if limit.is_concurrency() { permit } else { 0 },
+        zone: match slot.limit {
+            LimitRef::Rule(id, idx) => policy.rule(id).limits()[idx as usize].zone,
+            LimitRef::Override(_) => None,
+        },
     }
 }
 

@@ -79,6 +79,7 @@ pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) 
         on_failure: None,
         sync: None,
         permit: 0,
+        zone: None,
     }
 }
 

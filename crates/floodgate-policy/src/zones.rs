@@ -1,0 +1,213 @@
+//! nginx's zones in the in-memory backend: the counters of a shaper limit
+//! whose node expiry can change a decision live in one
+//! [`ShaperZone`] per limit (a rule's limit is a `limit_req_zone`), so that
+//! they are kept and deleted exactly as nginx keeps and deletes its nodes.
+//! Every other counter lives in the sharded store.
+//!
+//! A request whose counters are in zones and in the store is decided
+//! atomically all the same: its zones are locked (in ascending order, so
+//! that two requests never wait on each other), checked, then the store's
+//! counters are decided together, and the zones are charged only if
+//! everything admitted the request. As in nginx, the limits are looked up
+//! in order up to the first that rejects: a zone counter before it (or that
+//! rejects) has its node moved to the front of its zone, or given one,
+//! without being charged; a zone counter after it is not looked up at all.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use floodgate::algorithms::{AnyLimit, LimitKind, Penalty, Shaper};
+use floodgate::store::{ShaperZone, ZoneGuard};
+use floodgate::{Apply, Decision, Store, Timestamp};
+use smallvec::SmallVec;
+
+use crate::backend::Item;
+use crate::compile::PolicySet;
+
+/// The zone a limit's counters need: `Some` for a shaper on its own
+/// (no penalty, no block: nginx's `limit_req`) whose expiry can change a
+/// decision ([`Shaper::expiry_shows`]).
+pub(crate) fn zone_of(limit: &AnyLimit, fingerprint: u64, index: usize) -> Option<u64> {
+    let LimitKind::Shaper(s) = limit.kind() else {
+        return None;
+    };
+    (s.expiry_shows() && limit.penalty_mode() == Penalty::None && limit.block().is_zero()).then(
+        || {
+            // One id per (rule, limit), never 0.
+            let mixed = fingerprint ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            mixed.max(1)
+        },
+    )
+}
+
+/// The shaper an item's zone decides with, when it has one.
+fn zoned<'a>(item: &Item<'a>) -> Option<(u64, &'a Shaper)> {
+    match (item.zone, item.limit.kind()) {
+        (Some(zone), LimitKind::Shaper(s)) => Some((zone, s)),
+        _ => None,
+    }
+}
+
+/// The in-memory backend's zones, by id.
+pub(crate) struct Zones {
+    capacity: usize,
+    map: RwLock<HashMap<u64, Arc<ShaperZone<u128>>>>,
+}
+
+impl Zones {
+    /// Zones of at most `capacity` nodes each.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Zones {
+            capacity,
+            map: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Whether any of `items` is counted in a zone.
+    #[inline]
+    pub(crate) fn any(items: &[Item<'_>]) -> bool {
+        items.iter().any(|i| i.zone.is_some())
+    }
+
+    fn get(&self, id: u64) -> Arc<ShaperZone<u128>> {
+        if let Some(z) = self.map.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            return Arc::clone(z);
+        }
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(map.entry(id).or_insert_with(|| {
+            Arc::new(ShaperZone::new(self.capacity).expect("the store's capacity is a zone's"))
+        }))
+    }
+
+    /// Drops the zones no rule of `policy` has (their counters can never be
+    /// decided again).
+    pub(crate) fn keep(&self, policy: &PolicySet) {
+        let live: std::collections::HashSet<u64> = policy
+            .rules()
+            .iter()
+            .flat_map(|r| r.limits().iter().filter_map(|l| l.zone))
+            .collect();
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|id, _| live.contains(id));
+    }
+
+    /// Nodes held across all zones.
+    pub(crate) fn len(&self) -> usize {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|z| z.len())
+            .sum()
+    }
+
+    /// Decides `items` (some in zones) atomically, as the store decides a
+    /// batch; `ids` are the items' counter ids.
+    pub(crate) fn decide(
+        &self,
+        store: &Store<u128, floodgate::algorithms::AnyState>,
+        items: &[Item<'_>],
+        ids: &[u128],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
+        // The zones involved, each locked once, in ascending order.
+        let mut order: SmallVec<[u64; 4]> =
+            items.iter().filter_map(|i| zoned(i).map(|z| z.0)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let zones: SmallVec<[Arc<ShaperZone<u128>>; 4]> =
+            order.iter().map(|&id| self.get(id)).collect();
+        let mut guards: SmallVec<[ZoneGuard<'_, u128>; 4]> =
+            zones.iter().map(|z| z.lock()).collect();
+        let guard = |id: u64| order.binary_search(&id).expect("every zone is locked");
+
+        // Items with the same counter share it: the first one decides, with
+        // their costs added up (as in the store).
+        let n = items.len();
+        let mut lead: SmallVec<[usize; 16]> = SmallVec::with_capacity(n);
+        let mut cost: SmallVec<[u64; 16]> = SmallVec::from_elem(0, n);
+        for i in 0..n {
+            let l = (0..i)
+                .find(|&j| ids[j] == ids[i] && items[j].zone == items[i].zone)
+                .unwrap_or(i);
+            lead.push(l);
+            cost[l] = cost[l].saturating_add(items[i].cost);
+        }
+
+        // The zones' own check, in request order: where the first refusal is.
+        let mut refused = usize::MAX;
+        if matches!(apply, Apply::Commit | Apply::Force) {
+            for i in 0..n {
+                if let (true, Some((z, s))) = (lead[i] == i, zoned(&items[i])) {
+                    let d = guards[guard(z)].decide(s, &ids[i], now, cost[i], Apply::Check);
+                    if !d.is_allowed() {
+                        refused = i;
+                        break;
+                    }
+                }
+            }
+        }
+
+        // The store's counters, decided together (charged only if every
+        // zone admits the request).
+        let stored: SmallVec<[usize; 16]> =
+            (0..n).filter(|&i| zoned(&items[i]).is_none()).collect();
+        if !stored.is_empty() {
+            let store_apply = match apply {
+                Apply::Commit if refused != usize::MAX => Apply::Rejected,
+                other => other,
+            };
+            let batch: SmallVec<[floodgate::store::Item<'_, u128, AnyLimit>; 16]> = stored
+                .iter()
+                .map(|&i| floodgate::store::Item {
+                    key: &ids[i],
+                    limit: items[i].limit,
+                    cost: items[i].cost,
+                })
+                .collect();
+            let mut decided: SmallVec<[Decision; 16]> = SmallVec::from_elem(out[0], stored.len());
+            store.decide_many(&batch, now, store_apply, &mut decided);
+            for (&i, d) in stored.iter().zip(&decided) {
+                out[i] = *d;
+                if !d.is_allowed() && matches!(apply, Apply::Commit | Apply::Force) {
+                    refused = refused.min(i);
+                }
+            }
+        }
+
+        // The zones' counters: charged if everything admitted the request;
+        // otherwise looked up (not charged) up to the first refusal, and
+        // only looked at after it.
+        for i in 0..n {
+            let Some((z, s)) = zoned(&items[i]) else {
+                continue;
+            };
+            if lead[i] != i {
+                continue;
+            }
+            let mode = match apply {
+                Apply::Commit | Apply::Force if refused == usize::MAX => apply,
+                Apply::Force => Apply::Force,
+                Apply::Commit if i <= refused => Apply::Rejected,
+                Apply::Commit => Apply::Check,
+                other => other,
+            };
+            out[i] = guards[guard(z)].decide(s, &ids[i], now, cost[i], mode);
+        }
+        for i in 0..n {
+            if lead[i] != i {
+                out[i] = out[lead[i]];
+            }
+        }
+        drop(guards);
+        out[..n]
+            .iter()
+            .copied()
+            .reduce(Decision::narrowest)
+            .expect("items is not empty")
+    }
+}
