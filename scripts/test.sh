@@ -45,9 +45,12 @@ export FLOODGATE_PYTHON="$PWD/$VENV/bin/python"
 # ---- The gateway (floodgate gateway) ----------------------------------------
 # Its differential tests (crates/floodgate-gateway/tests/nginx_*.rs) run a
 # real nginx (Debian's, limit_req) against the gateway; its benchmark uses
-# wrk. The tests fail, never skip, when nginx is missing.
+# wrk. The node-expiry case runs nginx's clocks ten times as fast with
+# libfaketime (Debian's faketime), so that nginx's minute takes six seconds.
+# The tests fail, never skip, when nginx or libfaketime is missing.
 need_gw=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_gw+=(nginx-light)
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_gw+=(faketime)
 command -v wrk >/dev/null 2>&1 || need_gw+=(wrk)
 if [ ${#need_gw[@]} -gt 0 ]; then
     echo "==> installing ${need_gw[*]}"

@@ -51,6 +51,17 @@ impl Nginx {
     /// Starts nginx with one location limited by `limits`, serving a static
     /// file, logging each request's decision.
     pub fn start(limits: &[Limit], dry_run: bool, status: u16) -> Nginx {
+        Nginx::start_with_clock(limits, dry_run, status, 1)
+    }
+
+    /// [`start`](Self::start), with nginx's clocks (monotonic and wall)
+    /// running `speed` times as fast as the real ones from its start, by
+    /// libfaketime (Debian's `faketime`, which scripts/test.sh installs): a
+    /// minute of nginx's time passes in `60/speed` seconds. nginx's
+    /// decisions read only its clocks, so they are the ones it would make
+    /// at its own times; its log gives those times. Panics when libfaketime
+    /// is missing.
+    pub fn start_with_clock(limits: &[Limit], dry_run: bool, status: u16, speed: u32) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display().to_string();
         std::fs::create_dir_all(dir.path().join("www/t")).unwrap();
@@ -106,7 +117,14 @@ http {{
         );
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(nginx_binary())
+        let mut command = Command::new(nginx_binary());
+        if speed != 1 {
+            command
+                .env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME", format!("+0 x{speed}"))
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        let child = command
             .arg("-p")
             .arg(dir.path())
             .arg("-e")
@@ -153,6 +171,19 @@ http {{
             })
             .collect()
     }
+}
+
+/// Debian's libfaketime (package `faketime`). Panics when it is missing.
+pub fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists());
+    found.unwrap_or_else(|| {
+        panic!("libfaketime is not installed (run scripts/test.sh, which installs `faketime`)")
+    })
 }
 
 trait Lossy {

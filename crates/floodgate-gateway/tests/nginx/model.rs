@@ -1,7 +1,8 @@
 //! An independent reference of nginx's `limit_req` accounting (lookup,
-//! account, several zones, dry run), used to generate request schedules
-//! whose decisions stay well away from every boundary, so that nginx's
-//! cached millisecond clock cannot flip them.
+//! account, several zones, dry run, and each zone's queue of nodes with
+//! the expiry of idle ones), used to generate request schedules whose
+//! decisions stay well away from every boundary, so that nginx's cached
+//! millisecond clock cannot flip them.
 
 use std::collections::HashMap;
 
@@ -54,27 +55,70 @@ impl Class {
 #[derive(Clone, Copy)]
 struct Node {
     excess: u64,
+    /// 0 for a node a rejected request made (never charged).
     last: u64,
+}
+
+/// One zone's nodes, and their keys most recently looked up first.
+#[derive(Clone, Default)]
+struct Nodes {
+    map: HashMap<String, Node>,
+    queue: Vec<String>,
+}
+
+impl Nodes {
+    /// nginx's lookup: the key's node moves to the front, or (after
+    /// `expire(1)`) the key gets one, uncharged.
+    fn look_up(&mut self, zone: &Zone, key: &str, now: u64) -> Node {
+        if let Some(i) = self.queue.iter().position(|k| k == key) {
+            let k = self.queue.remove(i);
+            self.queue.insert(0, k);
+            return self.map[key];
+        }
+        // expire(1): the oldest node, twice at most, while it is idle a
+        // minute and drained (`excess − rate·ms/1000 ≤ 0`).
+        for _ in 0..2 {
+            let Some(oldest) = self.queue.last() else {
+                break;
+            };
+            let n = self.map[oldest];
+            let ms = now.abs_diff(n.last);
+            if ms < 60_000 || n.excess > zone.rate * ms / 1000 {
+                break;
+            }
+            let k = self.queue.pop().unwrap();
+            self.map.remove(&k);
+        }
+        let node = Node { excess: 0, last: 0 };
+        self.map.insert(key.to_owned(), node);
+        self.queue.insert(0, key.to_owned());
+        node
+    }
 }
 
 /// The zones of one location, in configuration order.
 #[derive(Clone)]
 pub struct Model {
-    zones: Vec<(Zone, HashMap<String, Node>)>,
+    zones: Vec<(Zone, Nodes)>,
 }
 
 impl Model {
     pub fn new(zones: &[Zone]) -> Self {
         Model {
-            zones: zones.iter().map(|z| (*z, HashMap::new())).collect(),
+            zones: zones.iter().map(|z| (*z, Nodes::default())).collect(),
         }
+    }
+
+    /// Keys with a node in zone `z`.
+    pub fn nodes(&self, z: usize) -> usize {
+        self.zones[z].1.map.len()
     }
 
     /// The decision at `now` (ms) for a request with key `keys[z]` in zone
     /// `z` (none or empty: that limit is skipped).
     pub fn decide(&mut self, now: u64, keys: &[Option<String>]) -> Option<Class> {
         let mut found: Vec<(usize, u64)> = Vec::new();
-        for (z, (zone, nodes)) in self.zones.iter().enumerate() {
+        for (z, (zone, nodes)) in self.zones.iter_mut().enumerate() {
             let Some(key) = keys
                 .get(z)
                 .and_then(|k| k.as_deref())
@@ -82,13 +126,9 @@ impl Model {
             else {
                 continue;
             };
-            let excess = match nodes.get(key) {
-                Some(n) => {
-                    let ms = now.saturating_sub(n.last);
-                    (n.excess + 1000).saturating_sub(zone.rate * ms / 1000)
-                }
-                None => 0,
-            };
+            let n = nodes.look_up(zone, key, now);
+            let ms = now.saturating_sub(n.last);
+            let excess = (n.excess + 1000).saturating_sub(zone.rate * ms / 1000);
             if excess > zone.burst {
                 return Some(Class::Reject);
             }
@@ -101,10 +141,7 @@ impl Model {
         for (z, excess) in found {
             let (zone, nodes) = &mut self.zones[z];
             let key = keys[z].clone().unwrap_or_default();
-            let node = nodes.entry(key).or_insert(Node {
-                excess: 0,
-                last: now,
-            });
+            let node = nodes.map.get_mut(&key).expect("looked up");
             node.excess = excess;
             if now > node.last {
                 node.last = now;
