@@ -520,16 +520,18 @@ async fn node_expiry_one_key_and_another_in_between() {
         (63_500, 0, "a", "PASSED"),
     ];
     // Where each request must land after its zone's first (nginx's ms)
-    // for the run to show what it is about.
+    // for the run to show what it is about, 10 ms clear of the boundaries
+    // (the logged arrival is on nginx's wall clock, its decision on its
+    // monotonic one: ±1 ms apart).
     let first = |z: usize| if z == 0 { 0 } else { 1 };
     let windows: [std::ops::Range<u64>; 7] = [
         0..1,
         0..1,
-        60_000..61_000,
-        60_000..62_500,
-        60_400..62_500,
-        60_000..62_500,
-        62_500..70_000,
+        60_010..61_000,
+        60_010..62_490,
+        60_400..62_490,
+        60_010..62_490,
+        62_510..70_000,
     ];
     let schedule: Vec<Req> = plan
         .iter()
@@ -584,11 +586,16 @@ async fn node_expiry_one_key_and_another_in_between() {
                 problems.push(format!("#{idx}: gateway {gw}, nginx {status}"));
             }
         }
-        assert!(problems.is_empty(), "{}:\n{}", s.name, problems.join("\n"));
-        // "a" in z0 kept its node throughout; in z1, "b" replaced it and
-        // "a" was given a new one.
-        assert_eq!((model.nodes(0), model.nodes(1)), (1, 2));
-        return;
+        if problems.is_empty() {
+            // "a" in z0 kept its node throughout; in z1, "b" replaced it
+            // and "a" was given a new one.
+            assert_eq!((model.nodes(0), model.nodes(1)), (1, 2));
+            return;
+        }
+        // A loaded machine can hold a request between nginx's two clock
+        // reads; a real difference fails every attempt.
+        report = problems.join("\n");
+        eprintln!("{}: attempt {attempt} disagreed:\n{report}", s.name);
     }
-    panic!("{}: no run landed in place; the last: {report}", s.name);
+    panic!("{}: no run agreed; the last: {report}", s.name);
 }
