@@ -177,3 +177,73 @@ fn a_bad_boolean_flag_is_refused() {
         "{err}"
     );
 }
+
+/// A port without an address (`:port`, a bare port, `DEBUG_PORT` alone,
+/// `PROMETHEUS_ADDR=:port`) puts the admin listener on loopback, as the
+/// docs promise; every listener bound beyond loopback is named in a
+/// warning at start-up.
+#[test]
+fn a_bare_admin_port_is_loopback_and_exposed_listeners_are_logged() {
+    use floodgate_testkit::{Process, free_port};
+    let start = |args: Vec<String>, env: Vec<(&str, String)>, http: u16| {
+        let mut p = Process::spawn("floodgate.yaml", ONE_PER_DAY, |path| {
+            let mut cmd = std::process::Command::new(bin());
+            cmd.arg("serve")
+                .arg("--config")
+                .arg(path)
+                .args(["--grpc-addr", "off"])
+                .args(args)
+                .env_remove("FLOODGATE_ADMIN_ADDR");
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            cmd
+        });
+        p.wait_ready(http);
+        p
+    };
+    for how in ["flag", "bare", "DEBUG_PORT", "PROMETHEUS_ADDR"] {
+        let (http, admin) = (free_port(), free_port());
+        let mut args = vec!["--http-addr".to_owned(), format!("127.0.0.1:{http}")];
+        let mut env = Vec::new();
+        match how {
+            "flag" => args.extend(["--admin-addr".to_owned(), format!(":{admin}")]),
+            "bare" => args.extend(["--admin-addr".to_owned(), admin.to_string()]),
+            "DEBUG_PORT" => env.push(("DEBUG_PORT", admin.to_string())),
+            _ => {
+                env.push(("USE_PROMETHEUS", "true".to_owned()));
+                env.push(("PROMETHEUS_ADDR", format!(":{admin}")));
+            }
+        }
+        let p = start(args, env, http);
+        let log = p.log();
+        assert!(
+            log.contains(&format!("listener=\"admin\" addr=127.0.0.1:{admin}")),
+            "{how}: {log}"
+        );
+        assert!(!log.contains("beyond loopback"), "{how}: {log}");
+        assert_eq!(
+            http_request(admin, "GET", "/ready", None, b"").map(|r| r.0),
+            Some(200),
+            "{how}"
+        );
+    }
+    // A public listener on every interface is named.
+    let http = free_port();
+    let p = start(
+        vec![
+            "--http-addr".to_owned(),
+            format!("0.0.0.0:{http}"),
+            "--admin-addr".to_owned(),
+            "off".to_owned(),
+        ],
+        Vec::new(),
+        http,
+    );
+    let log = p.log();
+    assert!(
+        log.contains("listening beyond loopback")
+            && log.contains(&format!("listener=\"http\" addr=0.0.0.0:{http}")),
+        "{log}"
+    );
+}

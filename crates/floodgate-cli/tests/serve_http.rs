@@ -640,3 +640,47 @@ async fn environment_settings_and_flag_precedence() {
     let parsed: Value = serde_json::from_str(first).unwrap_or_else(|_| panic!("not JSON: {first}"));
     assert_eq!(parsed["level"], "INFO");
 }
+
+/// A caller's `limit` override lifts its limit by default, as in Envoy's
+/// API; `--limit-overrides ignore` keeps the configured limit and
+/// `FLOODGATE_LIMIT_OVERRIDES=refuse` refuses the request.
+#[tokio::test]
+async fn limit_overrides_can_be_ignored_or_refused() {
+    clear_of_boundary(DAY, Duration::from_secs(20));
+    let lifted = |user: &str| {
+        json!({"domain": "quickstart", "descriptors": [{
+            "entries": [{"key": "user", "value": user}],
+            "limit": {"requestsPerUnit": 1000, "unit": "SECOND"}}]})
+    };
+    let admitted = |port: u16, user: &'static str| async move {
+        let mut ok = 0;
+        for _ in 0..5 {
+            let (status, _, _) = post(port, "/json", &lifted(user)).await;
+            if status == 200 {
+                ok += 1;
+            }
+        }
+        ok
+    };
+    let s = Floodgate::start(bin(), &config(), &[], &[]);
+    assert_eq!(admitted(s.http, "a").await, 5, "allowed by default");
+    let s = Floodgate::start(bin(), &config(), &["--limit-overrides", "ignore"], &[]);
+    assert_eq!(
+        admitted(s.http, "b").await,
+        3,
+        "ignored: the configured 3 a day"
+    );
+    let s = Floodgate::start(
+        bin(),
+        &config(),
+        &[],
+        &[("FLOODGATE_LIMIT_OVERRIDES", "refuse")],
+    );
+    let (status, _, body) = post(s.http, "/json", &lifted("c")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string()
+            .contains("limit overrides are not accepted"),
+        "{body}"
+    );
+}

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::Engine;
-use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_runtime::lifecycle::{Watching, shut_down};
@@ -198,13 +197,10 @@ pub async fn start(
     let backend = AnyBackend::build(&settings.store).await?;
     let Compiled { mut policy, loaded } = compiled;
     settings.policy.apply(&mut policy.settings);
-    let limits = RequestLimits {
-        max_descriptors: settings.server.max_descriptors,
-        max_entry_bytes: settings.server.max_value_bytes,
-        ..RequestLimits::default()
-    };
+    let limits = settings.server.request_limits();
     let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
     let health = Arc::new(Health::new(engine.clone()));
+    health.spawn_store_probes();
     let limiter = match http {
         Some(s) => Some(
             Limiter::new(engine.clone(), s).map_err(|e| GatewayError::Startup(e.to_string()))?,

@@ -398,6 +398,47 @@ descriptors:
     );
 }
 
+/// Where callers are not trusted, their overrides cannot lift a limit:
+/// ignored, the configured limit decides; refused, the request is an
+/// invalid argument.
+#[test]
+fn limit_overrides_can_be_ignored_or_refused() {
+    use floodgate_policy::engine::{LimitOverrides, RequestLimits};
+    const FILE: &str = "domain: ov
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 2}
+";
+    let lifted = [d(&[("k", "v")]).limit(1000, Unit::Second)];
+    let mut h = Harness::new(FILE);
+    assert_eq!(
+        h.admitted(5, "ov", &lifted),
+        5,
+        "allowed: Envoy's behaviour"
+    );
+    let with = |overrides| {
+        let mut h = Harness::new(FILE);
+        h.engine = h.engine.with_request_limits(RequestLimits {
+            overrides,
+            ..RequestLimits::default()
+        });
+        h
+    };
+    let mut h = with(LimitOverrides::Ignore);
+    assert_eq!(h.admitted(5, "ov", &lifted), 2, "ignored");
+    let mut h = with(LimitOverrides::Refuse);
+    let e = common::ready(h.engine.evaluate("ov", &lifted, 0, &mut h.response)).unwrap_err();
+    assert!(
+        e.to_string().contains("limit overrides are not accepted"),
+        "{e}"
+    );
+    assert_eq!(
+        h.admitted(3, "ov", &[d(&[("k", "w")])]),
+        2,
+        "no override: decided"
+    );
+}
+
 #[test]
 fn week_windows_start_on_thursday_midnight_utc() {
     let mut h = Harness::new(

@@ -460,6 +460,19 @@ impl RedisBackend {
         Ok((r.decisions, r.now_us))
     }
 
+    /// Whether a server answers (`PING`, within the decision timeout).
+    pub async fn ping(&self) -> Result<(), BackendError> {
+        let cmd = redis::cmd("PING");
+        match tokio::time::timeout(self.timeout, self.pool.query(&cmd)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                self.pool.suspect();
+                Err(map_error(&e, self.timeout))
+            }
+            Err(_) => Err(BackendError::Timeout(self.timeout)),
+        }
+    }
+
     /// Gives back `units` of `item.permit` (see `lua/release.lua`), at
     /// `now` with client-supplied time.
     pub(crate) async fn release_inner(

@@ -152,6 +152,15 @@ impl Breaker {
         }
     }
 
+    /// Opens the breaker now, with a probe allowed at once (Redis is known
+    /// to be unreachable, as at start-up).
+    pub fn open_now(&self, stats: &ResilienceStats) {
+        self.retry_at.store(self.now(), Ordering::Release);
+        if self.state.swap(OPEN, Ordering::AcqRel) == CLOSED {
+            stats.breaker_opened.inc();
+        }
+    }
+
     fn reopen(&self) {
         self.retry_at.store(self.cool_down_end(), Ordering::Release);
         self.state.store(OPEN, Ordering::Release);

@@ -91,6 +91,36 @@ impl ResilientBackend {
         })
     }
 
+    /// Starts with Redis known to be unreachable (it refused the first
+    /// connection): the breaker opens at once, so the failure policy
+    /// decides — and readiness follows it — without each call waiting for a
+    /// timeout, until a [`probe`](Self::probe) or a call finds Redis again.
+    pub fn starting_unreachable(self) -> Self {
+        self.breaker.open_now(&self.stats);
+        self
+    }
+
+    /// While the breaker is open and its cool-down is over, asks Redis
+    /// whether it answers (`PING`) and closes the breaker when it does, so
+    /// an instance that takes no traffic (not ready, say) still finds Redis
+    /// back. Returns whether the breaker is closed.
+    pub async fn probe(&self) -> bool {
+        let Some(pass) = self.breaker.pass(&self.stats) else {
+            return false;
+        };
+        match pass {
+            Pass::Call => true,
+            Pass::Probe(guard) => {
+                let ok = self.redis.ping().await.is_ok();
+                guard.finish(ok);
+                if ok {
+                    self.deliver_deferred();
+                }
+                ok
+            }
+        }
+    }
+
     /// Remembers at most `bound` permits admitted by the local fallback
     /// (at least 2; the default is
     /// [`LOCAL_PERMIT_BOUND`](Self::LOCAL_PERMIT_BOUND)). The live ones are

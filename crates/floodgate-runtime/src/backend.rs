@@ -4,7 +4,7 @@ use std::future::Future;
 
 use floodgate::{Apply, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item, MemoryBackend, PolicySet, SyncBackend};
-use floodgate_redis::{RedisBackend, ResilientBackend};
+use floodgate_redis::{ConnectError, RedisBackend, ResilientBackend};
 
 use crate::error::RuntimeError;
 use crate::settings::{StoreKind, StoreSettings};
@@ -74,11 +74,29 @@ impl AnyBackend {
             }
             StoreKind::Redis => {
                 let config = &settings.redis;
-                let redis = RedisBackend::connect(config)
-                    .await
-                    .map_err(|e| RuntimeError::Store(e.to_string()))?;
-                let resilient = ResilientBackend::new(redis, config)
-                    .map_err(|e| RuntimeError::Store(e.to_string()))?;
+                let store = |e: &dyn std::fmt::Display| RuntimeError::Store(e.to_string());
+                let (redis, reachable) = match RedisBackend::connect(config).await {
+                    Ok(r) => (r, true),
+                    // Redis is down: start anyway, the failure policy
+                    // deciding (and readiness following it, as during an
+                    // outage), and connect in the background.
+                    Err(ConnectError::Connect(e)) => {
+                        tracing::warn!(
+                            error = %e,
+                            failure_policy = ?config.failure_policy,
+                            "Redis cannot be reached: the failure policy decides until it can"
+                        );
+                        let lazy = RedisBackend::connect_lazy(config)
+                            .await
+                            .map_err(|e| store(&e))?;
+                        (lazy, false)
+                    }
+                    Err(e) => return Err(store(&e)),
+                };
+                let mut resilient = ResilientBackend::new(redis, config).map_err(|e| store(&e))?;
+                if !reachable {
+                    resilient = resilient.starting_unreachable();
+                }
                 Ok(AnyBackend::Redis(Box::new(resilient)))
             }
         }

@@ -86,6 +86,33 @@ impl Health {
         }
     }
 
+    /// Keeps checking an unreachable Redis in the background (every
+    /// second while its circuit breaker is open), so that the store comes
+    /// back — and readiness with it — even when no request comes to try
+    /// it (an instance not ready gets none). Ends with the engine.
+    pub fn spawn_store_probes(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let AnyBackend::Redis(_) = self.engine.backend() else {
+            return None;
+        };
+        let engine = Arc::downgrade(&self.engine);
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                if let AnyBackend::Redis(r) = engine.backend()
+                    && r.breaker_state() != floodgate_redis::BreakerState::Closed
+                    && r.probe().await
+                {
+                    tracing::info!("Redis answers again");
+                }
+            }
+        }))
+    }
+
     /// Copies the store's counters into the metrics registry (before a
     /// scrape).
     pub fn export_metrics(&self) {

@@ -15,6 +15,13 @@ pub async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, RuntimeEr
         .map_err(|source| RuntimeError::Bind { addr, source })?;
     if let Ok(a) = listener.local_addr() {
         tracing::info!(listener = what, addr = %a, "listening");
+        if !a.ip().is_loopback() {
+            tracing::warn!(
+                listener = what,
+                addr = %a,
+                "listening beyond loopback: reachable from other hosts"
+            );
+        }
     }
     Ok(listener)
 }

@@ -62,6 +62,7 @@ pub async fn serve(
     let startup = StartupSections::of(&compiled.loaded.documents);
     let Compiled { policy, loaded } = compiled;
     let svc = Arc::new(Service::new(policy, backend, &settings)?);
+    svc.health().spawn_store_probes();
     // The reloader only needs the files that were read.
     let compiled = Compiled {
         policy: floodgate_policy::PolicySet::empty(),

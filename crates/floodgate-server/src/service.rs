@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use floodgate::Apply;
-use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::{Code, Descriptor, Engine, EngineError, PolicySet, Response};
 
 use floodgate_runtime::settings::{PolicyOverrides, Settings};
@@ -37,11 +36,7 @@ impl Service {
         settings: &Settings,
     ) -> Result<Self, RuntimeError> {
         settings.policy.apply(&mut policy.settings);
-        let limits = RequestLimits {
-            max_descriptors: settings.server.max_descriptors,
-            max_entry_bytes: settings.server.max_value_bytes,
-            ..RequestLimits::default()
-        };
+        let limits = settings.server.request_limits();
         let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
         Ok(Service {
             health: Arc::new(Health::new(engine.clone())),

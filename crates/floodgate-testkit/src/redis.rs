@@ -15,9 +15,23 @@ pub struct Redis {
 impl Redis {
     /// Starts one (panics if `redis-server` is missing or does not start).
     pub fn start() -> Redis {
-        require("redis-server");
         for _ in 0..5 {
-            let port = free_port();
+            if let Some(r) = Self::try_start_on(free_port()) {
+                return r;
+            }
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// Starts one on `port` (panics if it does not start).
+    pub fn start_on(port: u16) -> Redis {
+        Self::try_start_on(port)
+            .unwrap_or_else(|| panic!("could not start redis-server on port {port}"))
+    }
+
+    fn try_start_on(port: u16) -> Option<Redis> {
+        require("redis-server");
+        {
             let dir = tempfile::tempdir().expect("temp dir");
             let child = Command::new("redis-server")
                 .args([
@@ -53,11 +67,11 @@ impl Redis {
                     .unwrap_or(false)
             });
             if up {
-                return r;
+                return Some(r);
             }
             let _ = r.child.kill();
         }
-        panic!("could not start redis-server");
+        None
     }
 
     /// Its port.

@@ -51,7 +51,10 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
                 status.limit_remaining = u32::MAX;
                 continue;
             }
-            if let Some(ov) = d.limit_override() {
+            if let Some(ov) = d
+                .limit_override()
+                .filter(|_| self.limits.overrides == super::LimitOverrides::Allow)
+            {
                 self.layout_override(dom, d, ov, i, hits, now, policy, scratch, status);
                 continue;
             }

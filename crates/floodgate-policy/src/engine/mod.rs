@@ -52,6 +52,9 @@ pub struct RequestLimits {
     pub max_entries: usize,
     /// Longest key or value of an entry, in bytes.
     pub max_entry_bytes: usize,
+    /// What a descriptor's own `limit` (a caller's override of the
+    /// configured limit) does.
+    pub overrides: LimitOverrides,
 }
 
 impl Default for RequestLimits {
@@ -60,8 +63,25 @@ impl Default for RequestLimits {
             max_descriptors: 256,
             max_entries: crate::compile::MAX_DEPTH,
             max_entry_bytes: 16 * 1024,
+            overrides: LimitOverrides::Allow,
         }
     }
+}
+
+/// What a descriptor's `limit` override does. Envoy's protocol lets every
+/// caller replace the configured limit of a descriptor with its own (and
+/// envoyproxy/ratelimit honours it), so a caller can lift its own limit;
+/// where callers are not trusted, ignore or refuse overrides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LimitOverrides {
+    /// The override replaces the configured limit (envoyproxy/ratelimit's
+    /// behaviour).
+    #[default]
+    Allow,
+    /// The override is ignored: the configured limit decides.
+    Ignore,
+    /// A request with an override is refused as an invalid argument.
+    Refuse,
 }
 
 /// Decides requests against a hot-swappable policy.
@@ -315,6 +335,11 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             )));
         }
         for (i, d) in descriptors.iter().enumerate() {
+            if l.overrides == LimitOverrides::Refuse && d.limit_override().is_some() {
+                return Err(EngineError::InvalidArgument(format!(
+                    "descriptor {i}: limit overrides are not accepted here"
+                )));
+            }
             if d.is_empty() {
                 return Err(EngineError::InvalidArgument(format!(
                     "descriptor {i} has no entries"

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use floodgate_policy::engine::{LimitOverrides, RequestLimits};
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_redis::RedisConfig;
@@ -92,6 +93,8 @@ pub struct ServerSettings {
     pub max_descriptors: usize,
     /// Longest descriptor key or value, in bytes.
     pub max_value_bytes: usize,
+    /// What a caller's per-request `limit` override does.
+    pub limit_overrides: LimitOverrides,
     /// Rate limit headers added to responses.
     pub headers: HeaderSettings,
     /// How often the configuration files are checked for changes (zero:
@@ -252,6 +255,7 @@ impl Default for ServerSettings {
             body_limit: 1 << 20,
             max_descriptors: 256,
             max_value_bytes: 16 * 1024,
+            limit_overrides: LimitOverrides::Allow,
             headers: HeaderSettings::default(),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
@@ -260,6 +264,18 @@ impl Default for ServerSettings {
                 level: "info".into(),
                 format: LogFormat::Text,
             },
+        }
+    }
+}
+
+impl ServerSettings {
+    /// The engine's bounds on a request.
+    pub fn request_limits(&self) -> RequestLimits {
+        RequestLimits {
+            max_descriptors: self.max_descriptors,
+            max_entry_bytes: self.max_value_bytes,
+            overrides: self.limit_overrides,
+            ..RequestLimits::default()
         }
     }
 }

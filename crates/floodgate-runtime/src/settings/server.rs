@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use floodgate_policy::engine::LimitOverrides;
+
 use super::Settings;
 use super::parse::{
     ANY, LOOPBACK, boolean, count_in, duration, parse_listen_on, parse_log_format, size,
@@ -189,6 +191,30 @@ pub(super) fn declare(t: &mut Vec<S>) {
             Ok(())
         },
     ));
+    t.push(
+        S::new(
+            "server.limit_overrides",
+            "FLOODGATE_LIMIT_OVERRIDES",
+            "limit-overrides",
+            Kind::Choice,
+            "allow",
+            "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
+            |s, v| {
+                s.server.limit_overrides = match v.text().trim() {
+                    "allow" => LimitOverrides::Allow,
+                    "ignore" => LimitOverrides::Ignore,
+                    "refuse" => LimitOverrides::Refuse,
+                    other => {
+                        return Err(format!(
+                            "expected allow, ignore or refuse, found `{other}`"
+                        ));
+                    }
+                };
+                Ok(())
+            },
+        )
+        .samples("ignore", "refuse"),
+    );
     t.push(
         S::new(
             "server.response_headers.enabled",
