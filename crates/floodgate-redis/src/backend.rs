@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use floodgate::{Apply, Decision, Outcome, Timestamp};
 use floodgate_policy::{Backend, BackendError, Item};
 use futures_util::future::try_join_all;
-use redis::Value;
+use redis::{Cmd, Value};
 
 use crate::batch::{CallArgs, Plan};
 use crate::cache::OverLimitCache;
@@ -337,6 +337,60 @@ impl RedisBackend {
         };
         // `items` is not empty, so neither is the combination.
         Ok((combined.unwrap_or(decided[0]), at))
+    }
+
+    /// Runs a call of `script` (the lease and sync scripts), within the
+    /// timeout; a failure counts as any decision's does.
+    pub(crate) async fn run_script(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<Value, BackendError> {
+        let run = tokio::time::timeout(self.timeout, script.run(&self.pool, cmd, &self.stats));
+        match run.await {
+            Ok(Ok(v)) => {
+                self.ready.store(true, Ordering::Relaxed);
+                Ok(v)
+            }
+            Ok(Err(e)) => Err(self.failed(map_error(&e, self.timeout))),
+            Err(_) => Err(self.failed(BackendError::Timeout(self.timeout))),
+        }
+    }
+
+    /// The `now` argument of a script call: the caller's time in µs, or
+    /// `""` for the server's clock.
+    pub(crate) fn now_arg(&self, now: Timestamp) -> String {
+        match self.time {
+            TimeSource::Server => String::new(),
+            TimeSource::Client { .. } => now.as_micros().to_string(),
+        }
+    }
+
+    /// The expiry argument of a script call (see [`CallArgs::slack`]).
+    pub(crate) fn slack(&self) -> &str {
+        &self.slack
+    }
+
+    /// Concurrency permits' lease in ms (0: none).
+    pub(crate) fn permit_lease_ms(&self) -> u64 {
+        self.lease_ms
+    }
+
+    pub(crate) fn layout(&self) -> &KeyLayout {
+        &self.layout
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether decisions use the caller's time.
+    pub(crate) fn client_time(&self) -> bool {
+        matches!(self.time, TimeSource::Client { .. })
     }
 
     fn failed(&self, e: BackendError) -> BackendError {

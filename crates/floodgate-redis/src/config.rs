@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use floodgate_policy::SyncMode;
+
 use crate::ConfigError;
 
 /// How the servers are deployed.
@@ -176,6 +178,12 @@ pub struct RedisConfig {
     /// 2⁴⁰ ms (about 35 years). `None`: permits are held until released,
     /// whatever happens to their holders.
     pub concurrency_lease: Option<Duration>,
+    /// How rules without a `sync` of their own share their counters
+    /// between instances (default [`SyncMode::Exact`]: every decision in
+    /// Redis). `lease` and `sync` apply to the limits they can decide (see
+    /// [`supports_mode`](crate::supports_mode)); the others stay exact.
+    /// See `docs/redis.md`, "Synchronisation modes".
+    pub sync: SyncMode,
     /// Certificates for `rediss://` URLs.
     pub tls: TlsFiles,
     /// [`Mode::Sentinel`] only: credentials of the primary (`password` or
@@ -201,6 +209,7 @@ impl Default for RedisConfig {
             local_cache_capacity: 0,
             fallback_capacity: 100_000,
             concurrency_lease: Some(DEFAULT_CONCURRENCY_LEASE),
+            sync: SyncMode::Exact,
             tls: TlsFiles::default(),
             primary_auth: None,
         }

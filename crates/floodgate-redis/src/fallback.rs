@@ -5,7 +5,7 @@
 //! admits are remembered until given back ([`permits`]), so that their
 //! releases find it whatever the breaker says by then.
 
-mod permits;
+pub(crate) mod permits;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

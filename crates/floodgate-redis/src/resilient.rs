@@ -5,14 +5,20 @@ use std::future::Future;
 use std::sync::Arc;
 
 use floodgate::{Apply, Decision, Timestamp};
-use floodgate_policy::{Backend, BackendError, Item};
+use floodgate_policy::{Backend, BackendError, Held, Item, SyncMode};
+use smallvec::SmallVec;
 
 use crate::breaker::{Breaker, BreakerState, Pass};
 use crate::deferred::{DeferredReleases, deliver_soon};
 use crate::fallback::LocalFallback;
 use crate::policy::{self, Fallback};
-use crate::stats::ResilienceStats;
+use crate::sharing::{Failed, Gate, Share, Sharing};
+use crate::stats::{ResilienceStats, SharingStats};
 use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
+
+/// The keys the local store of the `lease` and `sync` modes holds at least
+/// (more when the fallback store is larger).
+const LOCAL_KEYS: usize = 1_000_000;
 
 /// A [`RedisBackend`] that always decides: when Redis fails, times out, or
 /// the breaker keeps requests away from it, the [`FailurePolicy`] answers.
@@ -50,10 +56,12 @@ use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
 pub struct ResilientBackend {
     redis: Arc<RedisBackend>,
     policy: FailurePolicy,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
     local: LocalFallback,
     stats: Arc<ResilienceStats>,
     deferred: Arc<DeferredReleases>,
+    /// The keys decided in this process (`lease` and `sync`).
+    sharing: Arc<Sharing>,
 }
 
 impl ResilientBackend {
@@ -81,13 +89,20 @@ impl ResilientBackend {
             Self::LOCAL_PERMIT_BOUND,
         )
         .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let sharing = Sharing::new(
+            config.fallback_capacity.max(LOCAL_KEYS),
+            config.sync,
+            redis.client_time(),
+        )
+        .map_err(|e| ConfigError::Client(e.to_string()))?;
         Ok(ResilientBackend {
             redis: Arc::new(redis),
             policy: config.failure_policy,
-            breaker: Breaker::new(config.breaker),
+            breaker: Arc::new(Breaker::new(config.breaker)),
             local,
             stats: Arc::default(),
             deferred: Arc::new(DeferredReleases::new(Self::DEFERRED_RELEASE_BOUND)),
+            sharing: Arc::new(sharing),
         })
     }
 
@@ -182,6 +197,49 @@ impl ResilientBackend {
         self.breaker.state()
     }
 
+    /// The store-wide synchronisation mode (rules may set their own).
+    pub fn default_sync_mode(&self) -> SyncMode {
+        self.sharing.default_mode()
+    }
+
+    /// The counters of the keys decided in this process (`lease`, `sync`).
+    pub fn sharing_stats(&self) -> &SharingStats {
+        self.sharing.stats()
+    }
+
+    /// The keys decided in this process with work waiting for the
+    /// background task (hits to push, leases to give back).
+    pub fn sharing_queued(&self) -> usize {
+        self.sharing.queued()
+    }
+
+    /// Does now what the background task does when it is due, as of `now`
+    /// (the caller's time, with [`TimeSource::Client`](crate::TimeSource)):
+    /// pushes the hits whose interval has passed, gives back the leases
+    /// that ended, tells Redis the penalties and blocks decided here.
+    pub async fn flush(&self, now: Timestamp) {
+        self.sharing
+            .run_due(&self.redis, &self.gate(), now, false)
+            .await;
+    }
+
+    /// Gives every lease's unused units back and pushes every hit not
+    /// pushed yet (call it when the instance stops: its leases would
+    /// otherwise stay taken until they end). Decisions may go on after it,
+    /// leasing again.
+    pub async fn shutdown(&self, now: Timestamp) {
+        self.sharing
+            .run_due(&self.redis, &self.gate(), now, true)
+            .await;
+    }
+
+    fn gate(&self) -> Gate {
+        Gate {
+            breaker: self.breaker.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
     /// Decides with `policy` instead of the backend's own as the policy of
     /// the items that carry none (`Item::on_failure`). The local fallback
     /// divides limits by the backend's `divide_by` (1 unless its own policy
@@ -199,6 +257,36 @@ impl ResilientBackend {
                 "a batch needs at least one item and as many outputs".into(),
             ));
         }
+        // Keys decided here, when every item of the batch is: a batch that
+        // mixes them with items decided in Redis is decided in Redis as a
+        // whole (atomically; leases and pushed hits are in Redis's counts).
+        let mut shares: SmallVec<[Share; 16]> = SmallVec::new();
+        for item in items {
+            match self.sharing.share_of(item) {
+                Some(s) => shares.push(s),
+                None => break,
+            }
+        }
+        if shares.len() == items.len() {
+            let gate = self.gate();
+            match self
+                .sharing
+                .decide(&self.redis, &gate, items, &shares, now, apply, out)
+                .await
+            {
+                Ok(d) => {
+                    self.stats.decisions.inc();
+                    self.deliver_deferred();
+                    return Ok(d);
+                }
+                Err(Failed::Unsupported(e)) => return Err(e.into()),
+                Err(Failed::Backend) => {
+                    return self.apply_policy(items, now, apply, out, policy);
+                }
+                // Decided in Redis below.
+                Err(Failed::Starved) => {}
+            }
+        }
         // A limit Redis cannot decide is a configuration error, not an outage.
         let plan = match self.redis.plan(items, out) {
             Ok(plan) => plan,
@@ -208,6 +296,12 @@ impl ResilientBackend {
         if let Some(d) = self.redis.cached(&plan, items, now, apply, out) {
             self.stats.decisions.inc();
             return Ok(d);
+        }
+        if self.sharing.any_local(items) {
+            self.sharing
+                .settle(&self.redis, &self.gate(), items, now)
+                .await;
+            self.sharing.decided_in_redis(items, now);
         }
         match self.breaker.pass(&self.stats) {
             Some(pass) => {
@@ -317,6 +411,14 @@ impl Backend for ResilientBackend {
         now: Timestamp,
     ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
         async move {
+            // Given back here if a lease here gave it out.
+            let units = self.sharing.release(&item, units, now);
+            if units == 0 {
+                return Ok(());
+            }
+            // Given back in Redis: a replica here counts it no more.
+            self.sharing
+                .decided_in_redis(std::slice::from_ref(&item), now);
             if item.permit != 0 {
                 // Given back where it was taken.
                 if self.local.release_permit(item, units, now) {
@@ -360,6 +462,10 @@ impl Backend for ResilientBackend {
             FailurePolicy::Local { .. } | FailurePolicy::FailOpen => true,
             FailurePolicy::FailClosed => self.breaker.state() == BreakerState::Closed,
         }
+    }
+
+    fn held(&self, item: &Item<'_>) -> Option<Held> {
+        self.sharing.held(item, Timestamp::ZERO)
     }
 
     fn name(&self) -> &'static str {

@@ -11,30 +11,79 @@ use sha1_smol::Sha1;
 use crate::pool::Pool;
 use crate::stats::RedisStats;
 
+/// The files every script deciding limits shares after its items are read:
+/// the exact arithmetic, the algorithms, and their dispatch.
+macro_rules! algorithms {
+    () => {
+        concat!(
+            include_str!("lua/arith.lua"),
+            "\n",
+            include_str!("lua/gcra.lua"),
+            "\n",
+            include_str!("lua/fixed_window.lua"),
+            "\n",
+            include_str!("lua/sliding_window.lua"),
+            "\n",
+            include_str!("lua/sliding_log.lua"),
+            "\n",
+            include_str!("lua/shaper.lua"),
+            "\n",
+            include_str!("lua/permits.lua"),
+            "\n",
+            include_str!("lua/concurrency.lua"),
+            "\n",
+            include_str!("lua/dispatch.lua"),
+        )
+    };
+}
+
 /// The decision script, assembled from one file per concept (see
 /// `lua/prelude.lua`).
 pub(crate) const DECIDE: &str = concat!(
     include_str!("lua/prelude.lua"),
     "\n",
+    include_str!("lua/helpers.lua"),
+    "\n",
+    include_str!("lua/read_item.lua"),
+    "\n",
     include_str!("lua/items.lua"),
     "\n",
-    include_str!("lua/arith.lua"),
-    "\n",
-    include_str!("lua/gcra.lua"),
-    "\n",
-    include_str!("lua/fixed_window.lua"),
-    "\n",
-    include_str!("lua/sliding_window.lua"),
-    "\n",
-    include_str!("lua/sliding_log.lua"),
-    "\n",
-    include_str!("lua/shaper.lua"),
-    "\n",
-    include_str!("lua/permits.lua"),
-    "\n",
-    include_str!("lua/concurrency.lua"),
+    algorithms!(),
     "\n",
     include_str!("lua/main.lua"),
+);
+
+/// The lease script (see `lua/lease.lua`).
+pub(crate) const LEASE: &str = concat!(
+    include_str!("lua/lease.lua"),
+    "\n",
+    include_str!("lua/helpers.lua"),
+    "\n",
+    include_str!("lua/read_item.lua"),
+    "\n",
+    include_str!("lua/lease_items.lua"),
+    "\n",
+    algorithms!(),
+    "\n",
+    include_str!("lua/state_edit.lua"),
+    "\n",
+    include_str!("lua/lease_main.lua"),
+);
+/// The sync script (see `lua/sync.lua`).
+pub(crate) const SYNC: &str = concat!(
+    include_str!("lua/sync.lua"),
+    "\n",
+    include_str!("lua/helpers.lua"),
+    "\n",
+    include_str!("lua/read_item.lua"),
+    "\n",
+    include_str!("lua/sync_items.lua"),
+    "\n",
+    algorithms!(),
+    "\n",
+    include_str!("lua/state_edit.lua"),
+    "\n",
+    include_str!("lua/sync_main.lua"),
 );
 /// The release script (concurrency permits), assembled from its header, the
 /// permits' state shared with the decision script, and its body.

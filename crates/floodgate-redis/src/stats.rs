@@ -83,3 +83,34 @@ pub struct ResilienceStats {
     /// leases end).
     pub releases_dropped: Counter,
 }
+
+/// Counters of the keys decided in this process's memory (the `lease` and
+/// `sync` modes).
+#[derive(Debug, Default)]
+pub struct SharingStats {
+    /// Decisions made here, without a round trip.
+    pub local_decisions: Counter,
+    /// Calls of the lease script (one per hash slot and up to 256 keys).
+    pub lease_calls: Counter,
+    /// Leases granted (of at least one unit).
+    pub lease_grants: Counter,
+    /// Units granted by those leases.
+    pub lease_units: Counter,
+    /// Leases given back with units unused (renewed, ended, or at
+    /// shutdown).
+    pub lease_returns: Counter,
+    /// The units those gave back.
+    pub returned_units: Counter,
+    /// Calls of the sync script (one per hash slot and up to 256 keys).
+    pub syncs: Counter,
+    /// Keys those pushed and pulled.
+    pub keys_synced: Counter,
+    /// Units the fleet had admitted (or leased) that this instance learned
+    /// of at a sync or a lease: how far its view had drifted from Redis's.
+    pub drift_units: Counter,
+    /// Syncs and leases of a key, over which `drift_units` is summed.
+    pub drift_samples: Counter,
+    /// Requests decided by Redis after every grant of their key was taken
+    /// by other requests first.
+    pub starved: Counter,
+}

@@ -17,6 +17,7 @@ use floodgate::algorithms::{
     AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Penalty, Shaper, ShaperDelay, SlidingLog,
     SlidingWindow, SubWindowCounter,
 };
+use floodgate_policy::SyncMode;
 use floodgate_redis::{Mode, RedisConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -289,6 +290,20 @@ fn memory_and_single_server_agree_through_a_pipelining_window() {
     run_with(vec![server.url()], Mode::Single, 60, |c| {
         c.pipeline_window = Duration::from_micros(200);
         c.pipeline_limit = 4;
+    });
+}
+
+/// `sync: lease` on one instance: every decision of a batch the mode
+/// applies to is made in memory against leases, and is the in-memory
+/// store's own, exactly (durations unrounded); the other batches are
+/// decided by Redis.
+#[test]
+fn memory_and_lease_mode_agree() {
+    let server = Server::start();
+    run_with(vec![server.url()], Mode::Single, 150, |c| {
+        c.sync = SyncMode::Lease {
+            duration: Duration::from_secs(2),
+        };
     });
 }
 

@@ -9,6 +9,7 @@ mod concurrency;
 mod differential;
 mod faults;
 mod keys_and_input;
+mod lease_exactness;
 mod leases;
 mod permit_routing;
 mod pipelining;

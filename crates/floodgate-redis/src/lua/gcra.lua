@@ -1,10 +1,17 @@
 -- Part of the decision script (see prelude.lua).
 
 -- GCRA. State: the theoretical arrival time TAT = ti + tf/C microseconds,
--- stored as 'g<ti>' or 'g<ti>:<tf>:<C>'.
+-- stored as 'g<ti>' or 'g<ti>:<tf>:<C>', optionally followed by
+-- '|<holder>:<pi>:<pf>:<units>': the latest lease granted on the key (see
+-- lease_main.lua), which a decision ignores and drops when it writes.
 local gcra_parse, gcra_until, gcra
 if need.g then
   gcra_parse = function(v, it)
+    local mark
+    local body, m = string.match(v, '^([^|]*)|(.*)$')
+    if body then
+      v, mark = body, m
+    end
     local ti, tf, c = string.match(v, '^g(%d+):(%d+):(%d+)$')
     if ti then
       ti, tf, c = int(ti), int(tf), int(c)
@@ -12,14 +19,15 @@ if need.g then
         return false
       end
       if c ~= it.C or tf >= c then
-        -- Another rate: round up to the next whole microsecond (never early).
+        -- Another rate: round up to the next whole microsecond (never early),
+        -- and forget a lease granted at the other rate.
         return { ti + 1, 0 }
       end
-      return { ti, tf }
+      return { ti, tf, mark = mark }
     end
     ti = int(string.match(v, '^g(%d+)$'))
     if ti and ti <= TWO52 then
-      return { ti, 0 }
+      return { ti, 0, mark = mark }
     end
     return false
   end

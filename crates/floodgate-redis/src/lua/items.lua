@@ -5,50 +5,13 @@ local n = #KEYS
 -- The concurrency lease in µs (0: permits never expire).
 local lease = tonumber(ARGV[4]) * 1000
 
--- Read the items: one table per item, built by one constructor with exactly
--- its kind's fields. Only the functions of the kinds present are created
--- below (closures are created on every call, so that saves time).
+-- Read the items (see read_item.lua).
 local items, pos = {}, 5
 local need = {}
 for i = 1, n do
-  local kind, a = ARGV[pos], pos + 4
-  local cost, penalty, block = tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
-  local it
-  if kind == 'f' or kind == 'l' then
-    it = { kind = kind, cost = cost, penalty = penalty, block = block, L = tonumber(ARGV[a]), W = tonumber(ARGV[a + 1]) }
-    pos = a + 2
-  elseif kind == 'g' then
-    it = {
-      kind = kind, cost = cost, penalty = penalty, block = block,
-      P = tonumber(ARGV[a]), C = tonumber(ARGV[a + 1]), B = tonumber(ARGV[a + 2]),
-      Wq = tonumber(ARGV[a + 3]), Wr = tonumber(ARGV[a + 4]),
-      Nq = tonumber(ARGV[a + 5]), Nr = tonumber(ARGV[a + 6]),
-    }
-    pos = a + 7
-  elseif kind == 'w' then
-    it = { kind = kind, cost = cost, penalty = penalty, block = block, L = tonumber(ARGV[a]), S = tonumber(ARGV[a + 1]), N = 1 }
-    pos = a + 2
-  elseif kind == 'n' then
-    it = {
-      kind = kind, cost = cost, penalty = penalty, block = block,
-      L = tonumber(ARGV[a]), S = tonumber(ARGV[a + 1]), N = tonumber(ARGV[a + 2]),
-    }
-    pos = a + 3
-  elseif kind == 's' then
-    it = {
-      kind = kind, cost = cost, penalty = penalty, block = block,
-      R = tonumber(ARGV[a]), B = tonumber(ARGV[a + 1]), D = tonumber(ARGV[a + 2]), E = tonumber(ARGV[a + 3]),
-    }
-    pos = a + 4
-  elseif kind == 'c' then
-    it = { kind = kind, cost = cost, penalty = penalty, block = block, M = tonumber(ARGV[a]), id = ARGV[a + 1] }
-    if not string.match(it.id, '^%x+$') then
-      return redis.error_reply('floodgate: bad permit id')
-    end
-    pos = a + 2
-  else
-    return redis.error_reply('floodgate: unknown limit kind')
+  local it, next_pos = read_item(pos, need)
+  if not it then
+    return next_pos
   end
-  need[kind] = true
-  items[i] = it
+  items[i], pos = it, next_pos
 end

@@ -1,96 +1,8 @@
--- Part of the decision script (see prelude.lua): dispatch, the two
--- phases of a batch, and the writes.
+-- Part of the decision script (see prelude.lua): the two phases of a
+-- batch, and the writes.
 
-local function parse(it, v)
-  local kind = it.kind
-  if kind == 'f' then
-    return fixed_parse(v)
-  elseif kind == 'g' then
-    return gcra_parse(v, it)
-  elseif kind == 'w' or kind == 'n' then
-    return windows_parse(v, it)
-  elseif kind == 'l' then
-    return log_parse(v)
-  elseif kind == 's' then
-    return shaper_parse(v)
-  end
-  return conc_parse(v)
-end
-
--- The quota a decision reports as `limit`.
-local function quota(it)
-  local kind = it.kind
-  if kind == 'g' then
-    return it.B
-  elseif kind == 's' then
-    return floor(it.B / 1000) + 1
-  elseif kind == 'c' then
-    return it.M
-  end
-  return it.L
-end
-
--- Returns outcome, limit, remaining, reset_us, retry_us, delay_ms, and when
--- the state changed its new value ('': none left, the key goes) and idle
--- instant (false: none). A blocked key is denied until its block ends (a
--- cost that can never fit, above the quota, is never admitted), and is left
--- as it is.
-local function decide(it, a, now)
-  if it.blocked then
-    local wait, q = it.blocked - now, quota(it)
-    if it.cost > q then
-      return NEVER, q, 0, wait, -1, 0
-    end
-    return DENIED, q, 0, wait, wait, 0
-  end
-  local kind = it.kind
-  if kind == 'f' then
-    return fixed(it, it.st, a, now)
-  elseif kind == 'g' then
-    return gcra(it, it.st, a, now)
-  elseif kind == 'w' or kind == 'n' then
-    return windows(it, it.st, a, now)
-  elseif kind == 'l' then
-    return sliding_log(it, it.st, a, now)
-  elseif kind == 's' then
-    return shaper(it, it.st, a, now)
-  end
-  return concurrency(it, it.st, a, now)
-end
-
-local now
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[2])
-end
-
-local resets = 0
-for i = 1, n do
-  local it = items[i]
-  local v = redis.pcall('GET', KEYS[i])
-  if type(v) == 'table' then
-    resets = resets + 1
-  elseif v then
-    if string.byte(v, 1) == 98 then
-      -- 'b<until>': blocked until then, a fresh key afterwards.
-      local u = int(string.match(v, '^b(%d+)$'))
-      if not u then
-        resets = resets + 1
-      elseif u > now then
-        it.blocked = u
-      end
-    else
-      local st = parse(it, v)
-      if st == false then
-        resets = resets + 1
-      else
-        it.st = st
-      end
-    end
-  end
-end
+local now = clock(ARGV[2])
+local resets = read_states(items, n, now)
 
 -- Check every item first (stopping at the first refusal), then decide each
 -- with what the outcome allows: all charged, or none (penalty excepted). A
@@ -149,20 +61,8 @@ end
 local slack = ARGV[3]
 for i = 1, n do
   local it = items[i]
-  local v, idle = it.v, it.idle
-  if not v then
-    -- Unchanged: nothing to write.
-  elseif v == '' then
-    -- Nothing left (a concurrency state whose permits all ended).
-    redis.call('DEL', KEYS[i])
-  elseif not idle then
-    -- Never idle by itself (permits held until released).
-    redis.call('SET', KEYS[i], v)
-  elseif slack == '' then
-    redis.call('SET', KEYS[i], v, 'PXAT', floor((idle + 999) / 1000))
-  else
-    local ms = floor((idle - now + 999) / 1000)
-    redis.call('SET', KEYS[i], v, 'PX', math.max(ms, 1) + tonumber(slack))
+  if it.v then
+    write_state(KEYS[i], it.v, it.idle, now, slack)
   end
 end
 

@@ -10,6 +10,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
+mod cut;
 mod load;
 mod permit_key;
 mod process;
@@ -24,6 +25,7 @@ use floodgate::{Decision, Outcome};
 use floodgate_policy::Item;
 
 pub use cluster::Cluster;
+pub use cut::CutProxy;
 pub use load::Load;
 pub use permit_key::PermitKey;
 pub use process::{free_port, ping};

@@ -14,6 +14,14 @@ pub struct Twin {
     /// The latest time the in-memory side has decided at (µs).
     latest: std::sync::atomic::AtomicU64,
     pub redis: floodgate_redis::RedisBackend,
+    /// With a `sync` mode other than exact in the settings: the resilient
+    /// backend deciding in that mode, which decides instead of `redis`
+    /// (built afresh with the in-memory side: it keeps keys in memory too).
+    shared: Option<tokio::sync::Mutex<Option<floodgate_redis::ResilientBackend>>>,
+    config: floodgate_redis::RedisConfig,
+    /// The in-memory side was started afresh: so must the shared one.
+    afresh: std::sync::atomic::AtomicBool,
+    steps: std::sync::atomic::AtomicU64,
 }
 
 impl Twin {
@@ -40,12 +48,18 @@ impl Twin {
             ..floodgate_redis::RedisConfig::default()
         };
         f(&mut config);
+        let shared = (config.sync != floodgate_policy::SyncMode::Exact)
+            .then(|| tokio::sync::Mutex::new(None));
         Twin {
             memory: std::sync::Mutex::new(fresh_memory()),
             latest: std::sync::atomic::AtomicU64::new(0),
             redis: floodgate_redis::RedisBackend::connect(&config)
                 .await
                 .expect("connect"),
+            shared,
+            config,
+            afresh: std::sync::atomic::AtomicBool::new(true),
+            steps: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -55,6 +69,28 @@ impl Twin {
     pub fn forget_memory(&self) {
         *self.memory.lock().expect("memory backend") = fresh_memory();
         self.latest.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.afresh
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.steps.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The shared side, built afresh when the in-memory side was.
+    async fn shared(
+        &self,
+    ) -> Option<tokio::sync::MutexGuard<'_, Option<floodgate_redis::ResilientBackend>>> {
+        let mut guard = self.shared.as_ref()?.lock().await;
+        if self
+            .afresh
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+            || guard.is_none()
+        {
+            let redis = floodgate_redis::RedisBackend::connect(&self.config)
+                .await
+                .expect("connect");
+            *guard =
+                Some(floodgate_redis::ResilientBackend::new(redis, &self.config).expect("backend"));
+        }
+        Some(guard)
     }
 
     /// Decides `items` at `now_us` on both; panics (with `ctx`) if they
@@ -92,6 +128,35 @@ impl Twin {
             .lock()
             .expect("memory backend")
             .decide_now(items, now, apply, &mut m);
+        if let Some(guard) = self.shared().await {
+            let shared = guard.as_ref().expect("built");
+            // Decided in memory against leases: the in-memory decisions
+            // exactly when every item is (no rounding to microseconds).
+            let dr = shared
+                .decide(items, now, apply, &mut r)
+                .await
+                .unwrap_or_else(|e| panic!("{ctx}: redis failed: {e}"));
+            let local = items
+                .iter()
+                .all(|i| floodgate_redis::supports_mode(i.limit, self.config.sync).is_ok());
+            let round = |d: Decision| if local { d } else { as_redis(d) };
+            for (i, (a, b)) in m.iter().zip(&r).enumerate() {
+                assert_eq!(round(*a), *b, "{ctx}: item {i} at {now_us} µs ({apply:?})");
+            }
+            assert_eq!(round(dm), dr, "{ctx}: combined at {now_us} µs ({apply:?})");
+            // Every other step, the background work due now (penalties told
+            // to Redis, leases that ended given back): the decisions stay
+            // the same.
+            if self
+                .steps
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                % 2
+                == 1
+            {
+                shared.flush(now).await;
+            }
+            return dr;
+        }
         let dr = self
             .redis
             .decide(items, now, apply, &mut r)
@@ -120,7 +185,15 @@ impl Twin {
             .lock()
             .expect("memory backend")
             .release_now(item, units, now);
-        self.redis.release(item, units, now).await.expect("release");
+        match self.shared().await {
+            Some(guard) => guard
+                .as_ref()
+                .expect("built")
+                .release(item, units, now)
+                .await
+                .expect("release"),
+            None => self.redis.release(item, units, now).await.expect("release"),
+        }
     }
 }
 

@@ -115,6 +115,11 @@ impl SubWindowState {
     pub fn counts(&self) -> &[u64] {
         &self.counts
     }
+
+    /// The counts, taken (to build another state without allocating).
+    pub fn into_counts(self) -> Box<[u64]> {
+        self.counts
+    }
 }
 
 impl SlidingWindow {

@@ -1,0 +1,47 @@
+#!lua
+-- Floodgate: leases. One atomic call over keys of one hash slot gives back
+-- what a holder (an instance) did not use of its previous lease on each
+-- key, records what it owes, and grants it a new lease: units out of the
+-- key's remaining quota, charged now as if admitted, which the holder then
+-- admits in memory (see docs/redis.md, "Synchronisation modes").
+--
+-- KEYS[i]    the state key of item i (distinct).
+-- ARGV[1]    now in microseconds, or '' to read the server clock (TIME).
+-- ARGV[2]    '' for absolute expiry (server clock), or a slack in ms.
+-- ARGV[3]    concurrency permits' lease in ms (0: never ends).
+-- ARGV[4]    the holder's id (hex digits).
+-- ARGV[5..]  per item: the decision script's item arguments (kind, need,
+--            0, block, parameters; `need` is the least worth granting),
+--            then: want (the most to grant), dur (µs a lease may last),
+--            ret (unused units given back), ends (1: the holder's lease on
+--            the key ends with this call; 0: it goes on), at (µs: the
+--            start of the window or sub-window it was granted in), a1 d1 a2
+--            d2 (units owed, denials a penalty charged: d1 in the window
+--            or sub-window starting at a1, d2 in the one at a2), fi ff
+--            (GCRA: a TAT the holder has seen, raised to if higher; 0 0:
+--            none), in_use (concurrency: permits the holder's lease has
+--            given out and not taken back), blk (µs: the key blocked by
+--            the holder until then; 0: none).
+--
+-- A grant is at most `want`, at most half of what remains (so the last
+-- units go out one by one), and at least `need`, or nothing. A window's
+-- lease lasts until `dur` from now or the end of its (sub-)window,
+-- whichever is first. A GCRA lease lasts `dur`, or less when the bucket is
+-- not busy (at most what the rate takes to refill the grant), and its TAT
+-- is first raised to the lease's end: tokens
+-- leased and not used yet can never be refilled into the bucket, so every
+-- unit the fleet admits conforms to one GCRA (docs/redis.md proves it). A
+-- GCRA key remembers the latest grant; only its holder, ending it, gives
+-- units back (at most that grant's size) and takes the raise back. A concurrency lease is one entry of the
+-- key's permits, held under the holder's id, its lease a permit lease past
+-- the end of the grant.
+--
+-- Reply: {now, resets, then per item: granted, end (µs: the lease is
+-- usable before it), blocked (µs: the
+-- end of a block in force, 0: none), k, then k numbers: the key's state
+-- before the grant (see state_edit.lua; for a concurrency key, the units
+-- the other holders hold)}.
+--
+-- Assembled from lease.lua, helpers.lua, read_item.lua, lease_items.lua,
+-- the algorithms (as in the decision script), state_edit.lua and
+-- lease_main.lua.

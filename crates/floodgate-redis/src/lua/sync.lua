@@ -1,0 +1,25 @@
+#!lua
+-- Floodgate: synchronisation. One atomic call over keys of one hash slot
+-- adds the hits an instance admitted on its own since its last call, and
+-- returns each key's state, from which the instance decides until its next
+-- call (see docs/redis.md, "Synchronisation modes").
+--
+-- KEYS[i]    the state key of item i (distinct).
+-- ARGV[1]    now in microseconds, or '' to read the server clock (TIME).
+-- ARGV[2]    '' for absolute expiry (server clock), or a slack in ms.
+-- ARGV[3..]  per item: the decision script's item arguments (kind, 0, 0,
+--            block, parameters), then a1 k1 a2 k2: k1 hits in the window
+--            or sub-window starting at a1 (µs), k2 in the one at a2 (GCRA:
+--            k1 tokens taken now, a1 a2 k2 unused), then blk (µs: the key
+--            blocked by the instance until then; 0: none).
+--
+-- Hits of a window that is over change nothing; hits of the current one
+-- start it if the key holds an older one.
+--
+-- Reply: {now, resets, then per item: blocked (µs: the end of a block in
+-- force, 0: none), k, then k numbers: the key's state (see
+-- state_edit.lua)}.
+--
+-- Assembled from sync.lua, helpers.lua, read_item.lua, sync_items.lua, the
+-- algorithms (as in the decision script), state_edit.lua and
+-- sync_main.lua.
