@@ -309,6 +309,7 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                         cost,
                         on_failure: None,
                         sync: None,
+                        zone: None,
                         permit: if limits[k].is_concurrency() {
                             permit
                         } else {
@@ -347,6 +348,7 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                     cost: units,
                     on_failure: None,
                     sync: None,
+                    zone: None,
                     permit: p,
                 };
                 let _ = fleet[inst]
@@ -373,6 +375,7 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                             cost: units,
                             on_failure: None,
                             sync: None,
+                            zone: None,
                             permit: p,
                         };
                         let _ = fleet[inst]
@@ -460,6 +463,7 @@ fn tokens_leased_and_not_used_yet_are_never_refilled() {
                 cost: 1,
                 on_failure: None,
                 sync: None,
+                zone: None,
                 permit: 0,
             };
             let now = Timestamp::from_micros(at_us);
