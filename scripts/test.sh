@@ -59,6 +59,18 @@ if [ ${#need_gw[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_gw[@]}" >/dev/null
 fi
 
+# ---- Pages in a real browser ------------------------------------------------
+# The replay's HTML report and the admin dashboard are opened in Debian's
+# headless Chromium by the tests (crates/floodgate-replay/tests/browser.rs,
+# crates/floodgate-cli/tests/dashboard.rs), which fail, never skip, when it is
+# missing.
+if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
+    echo "==> installing chromium"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
 # Incremental caches only grow the target directory on a one-off run.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 

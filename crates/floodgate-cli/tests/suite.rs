@@ -7,6 +7,7 @@ mod serve_support;
 mod config_check;
 mod gateway_lifecycle;
 mod redis_down_at_startup;
+mod replay;
 mod serve_env;
 mod serve_grpc;
 mod serve_grpc_checks;

@@ -13,6 +13,7 @@ mod host;
 mod lifecycle;
 mod nginx_host;
 mod nginx_parity;
+mod nginx_replay;
 mod pool;
 mod proxy;
 mod reload;

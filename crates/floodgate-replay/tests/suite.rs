@@ -4,6 +4,7 @@
 mod common;
 
 mod algorithms;
+mod browser;
 mod formats;
 mod ordering;
 mod outputs;

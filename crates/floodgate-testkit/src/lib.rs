@@ -1,9 +1,12 @@
 //! Process helpers for end-to-end tests: free ports, `redis-server`
 //! processes, the `floodgate` binary started on a temporary configuration
-//! and awaited until ready, the Python interpreter with Envoy's generated gRPC client (xds-protos).
+//! and awaited until ready, the Python interpreter with Envoy's generated gRPC client (xds-protos),
+//! and (feature `browser`) a headless Chromium.
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
 
+#[cfg(feature = "browser")]
+pub mod browser;
 mod floodgate;
 mod net;
 mod process;

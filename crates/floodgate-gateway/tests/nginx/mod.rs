@@ -99,7 +99,7 @@ http {{
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
     access_log off;
-    log_format decisions '$msec $request_time $http_x_req $limit_req_status $status';
+    log_format decisions '$msec $request_time $http_x_req $limit_req_status $status $remote_addr "$http_x_limit_key" "$http_x_limit_key2"';
 {zones}
     server {{
         listen 127.0.0.1:{port};
@@ -146,6 +146,13 @@ http {{
             panic!("nginx did not start: {out}");
         }
         n
+    }
+
+    /// The access log's path (written in the `decisions` format:
+    /// `$msec $request_time $http_x_req $limit_req_status $status
+    /// $remote_addr "$http_x_limit_key" "$http_x_limit_key2"`).
+    pub fn access_log(&self) -> PathBuf {
+        self.dir.path().join("access.log")
     }
 
     /// nginx's own log: per request id, (arrival ms on nginx's wall clock,
