@@ -5,6 +5,7 @@
 mod serve_support;
 
 mod config_check;
+mod gateway_hostile;
 mod gateway_lifecycle;
 mod redis_down_at_startup;
 mod replay;

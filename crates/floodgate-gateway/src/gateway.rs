@@ -23,6 +23,7 @@ use pin_project_lite::pin_project;
 
 use crate::access::AccessEntry;
 use crate::body::{BodyError, ProxyBody};
+use crate::connections::InFlight;
 use crate::forward::X_FORWARDED_PROTO;
 use crate::http_section::HttpSection;
 use crate::idle::OpenStream;
@@ -169,6 +170,9 @@ impl<B: Backend> Gateway<B> {
         mut req: Request<Incoming>,
         mut client: ClientInfo,
     ) -> Result<Response<GatewayBody>, Infallible> {
+        // Held by the response body: the request is in flight until it
+        // ends.
+        let held = client.in_flight.take();
         let mut access = self
             .access_log
             .then(|| AccessEntry::begin(&req, client.peer));
@@ -179,7 +183,7 @@ impl<B: Backend> Gateway<B> {
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
-            return Ok(res.map(GatewayBody::direct));
+            return Ok(res.map(|b| GatewayBody::direct(b, held)));
         }
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
@@ -190,7 +194,7 @@ impl<B: Backend> Gateway<B> {
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
-            return Ok(res.map(GatewayBody::direct));
+            return Ok(res.map(|b| GatewayBody::direct(b, held)));
         };
         // No address: the layer's own default (the unspecified one).
         let peer = client
@@ -219,13 +223,13 @@ impl<B: Backend> Gateway<B> {
                 if let Some(a) = access {
                     a.finish(res.status(), false);
                 }
-                return Ok(res.map(GatewayBody::direct));
+                return Ok(res.map(|b| GatewayBody::direct(b, held)));
             }
             Early::Answer(res) => {
                 if let Some(a) = access {
                     a.finish(res.status(), true);
                 }
-                return Ok(res.map(GatewayBody::limited));
+                return Ok(res.map(|b| GatewayBody::limited(b, held)));
             }
             Early::Later(pending) => pending,
         };
@@ -241,11 +245,11 @@ impl<B: Backend> Gateway<B> {
         match access {
             // Mapped straight into the result: the response is not moved
             // once more through a local.
-            None => Ok(limited.await?.map(GatewayBody::limited)),
+            None => Ok(limited.await?.map(|b| GatewayBody::limited(b, held))),
             Some(a) => {
                 let res = limited.await?;
                 a.finish(res.status(), res.body().is_from_layer());
-                Ok(res.map(GatewayBody::limited))
+                Ok(res.map(|b| GatewayBody::limited(b, held)))
             }
         }
     }
@@ -266,21 +270,24 @@ pin_project! {
         #[pin]
         kind: Kind,
         stream: Option<OpenStream>,
+        in_flight: Option<InFlight>,
     }
 }
 
 impl GatewayBody {
-    fn limited(body: FloodgateBody<ProxyBody>) -> Self {
+    fn limited(body: FloodgateBody<ProxyBody>, in_flight: Option<InFlight>) -> Self {
         GatewayBody {
             kind: Kind::Limited { body },
             stream: None,
+            in_flight,
         }
     }
 
-    fn direct(body: ProxyBody) -> Self {
+    fn direct(body: ProxyBody, in_flight: Option<InFlight>) -> Self {
         GatewayBody {
             kind: Kind::Direct { body },
             stream: None,
+            in_flight,
         }
     }
 

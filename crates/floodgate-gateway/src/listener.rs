@@ -1,9 +1,15 @@
 //! The client-facing listener: accepts connections (at most
-//! `max_connections`), completes the TLS handshake when TLS is on, tells
-//! HTTP/2 from HTTP/1.1 (ALPN, else the first bytes) within the header
-//! timeout, serves each with hyper under the configured protections
-//! (HTTP/1.1 with upgrades), and on shutdown stops accepting and lets
-//! every connection finish its requests in flight.
+//! `max_connections`, and no more than the open files limit leaves room
+//! for), completes the TLS handshake when TLS is on, tells HTTP/2 from
+//! HTTP/1.1 (ALPN, else the first bytes) within the header timeout, serves
+//! each with hyper under the configured protections (HTTP/1.1 with
+//! upgrades), and on shutdown stops accepting and lets every connection
+//! finish its requests in flight.
+//!
+//! When every place is taken, or `accept` fails for want of descriptors,
+//! the connections that have waited longest without a request in flight
+//! are closed to make room ([`Connections`]), and a failing `accept` is
+//! retried after a growing pause rather than at once.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,10 +24,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::ListenerLimits;
+use crate::connections::{Activity, Connections};
+use crate::descriptors;
 use crate::drain::{Drain, DrainWatcher};
 use crate::gateway::Gateway;
 use crate::idle::Streams;
@@ -58,6 +66,12 @@ impl Protocols {
     }
 }
 
+/// Connections closed at a time to make room when descriptors run out.
+const EVICT_BATCH: usize = 8;
+/// How often a new connection waiting for a place looks again for one to
+/// close (a connection may have finished its request since).
+const ROOM_RETRY: Duration = Duration::from_millis(20);
+
 /// Serves `gateway` on `listener` (TLS with `tls`) until `shutdown`
 /// resolves, then stops accepting and waits for the connections to finish
 /// their requests in flight (the caller bounds the wait).
@@ -69,29 +83,38 @@ pub async fn serve<B: Backend + 'static>(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let protocols = Arc::new(Protocols::new(&limits));
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let places = max_connections(limits.max_connections);
+    // Connections closed at a time when every place is taken: room for
+    // the next few, without waiting for one closed connection at a time.
+    let room_batch = (places / 16).clamp(1, EVICT_BATCH);
+    let permits = Arc::new(Semaphore::new(places));
+    let registry = Arc::new(Connections::new());
     let graceful = Drain::new();
     let connections = metrics::gauge!("floodgate_gateway_connections");
+    let mut accepting = Accepting::default();
     tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            p = permits.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
+    'accepting: loop {
         let (stream, peer) = tokio::select! {
             biased;
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+            a = accepting.accept(&listener, &registry) => a,
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(TryAcquireError::Closed) => break,
+            // Every place taken: room is made by closing the connection
+            // that has waited longest without a request, else this one
+            // waits for a connection to end.
+            Err(TryAcquireError::NoPermits) => loop {
+                registry.evict_waiting(room_batch);
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break 'accepting,
+                    p = permits.clone().acquire_owned() => match p {
+                        Ok(p) => break p,
+                        Err(_) => break 'accepting,
+                    },
+                    _ = tokio::time::sleep(ROOM_RETRY) => {}
                 }
             },
         };
@@ -101,6 +124,12 @@ pub async fn serve<B: Backend + 'static>(
         let protocols = protocols.clone();
         let connections = connections.clone();
         let tls = tls.clone();
+        let registered = registry.register();
+        // A request sent with the connection is there already: its head is
+        // arriving, not a connection that waits for nothing.
+        if has_bytes(&stream) {
+            registered.activity().heard();
+        }
         tokio::spawn(async move {
             connections.increment(1.0);
             // The slot is held by the connection and by a tunnel it was
@@ -109,19 +138,141 @@ pub async fn serve<B: Backend + 'static>(
                 _permit: permit,
                 gauge: connections,
             });
+            let activity = registered.activity().clone();
             let conn = Conn {
                 gateway,
                 peer,
                 slot,
+                activity: activity.clone(),
             };
-            match tls {
-                None => serve_tcp(conn, &protocols, stream, watcher).await,
-                Some(tls) => serve_tls(conn, &protocols, stream, tls, watcher).await,
+            let serving = async {
+                match tls {
+                    None => serve_tcp(conn, &protocols, stream, watcher).await,
+                    Some(tls) => serve_tls(conn, &protocols, stream, tls, watcher).await,
+                }
+            };
+            tokio::select! {
+                _ = serving => {}
+                _ = closed_to_make_room(&activity) => {
+                    tracing::debug!(%peer, "connection closed to make room");
+                }
             }
+            drop(registered);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// `configured`, lowered to what the open files limit (raised to its
+/// hard limit first) leaves room for, with a warning.
+fn max_connections(configured: usize) -> usize {
+    let Some(files) = descriptors::raise_limit() else {
+        return configured;
+    };
+    let budget = descriptors::connection_budget(files);
+    if budget < configured {
+        tracing::warn!(
+            max_connections = configured,
+            open_files_limit = files,
+            lowered_to = budget,
+            "max_connections is more than the open files limit allows (two descriptors per \
+             connection): lowered; raise the limit (ulimit -n, LimitNOFILE) to use the setting"
+        );
+    }
+    budget.min(configured)
+}
+
+/// The first bytes of a connection have been read: an HTTP/1.1 head is
+/// arriving (left its grace to finish); an HTTP/2 connection without a
+/// stream yet is idle, whatever it sent (its preface and settings).
+fn heard(activity: &Activity, kind: Sniffed) {
+    match kind {
+        Sniffed::Http1 => activity.heard(),
+        Sniffed::Http2 | Sniffed::Closed => activity.silent(),
+    }
+}
+
+/// Whether bytes wait to be read on `stream` (one non-blocking peek).
+fn has_bytes(stream: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
+}
+
+/// Resolves once the connection has been chosen to close to make room
+/// and has no request in flight.
+async fn closed_to_make_room(activity: &Activity) {
+    loop {
+        activity.evicted().await;
+        if !activity.keep() {
+            return;
+        }
+    }
+}
+
+/// The accept loop's state through a run of failures.
+#[derive(Default)]
+struct Accepting {
+    /// Failures in a row, and when the first of them happened.
+    failing: Option<(u64, tokio::time::Instant)>,
+}
+
+impl Accepting {
+    /// The pause after `failures` failures in a row: 10 ms, doubling up to
+    /// 1 s.
+    fn pause(failures: u64) -> Duration {
+        Duration::from_millis(10u64 << failures.saturating_sub(1).min(7))
+            .min(Duration::from_secs(1))
+    }
+
+    /// Accepts the next connection. When descriptors (or kernel memory)
+    /// run out, the connections that have waited longest are closed and
+    /// `accept` is retried after a growing pause, never at once; a run of
+    /// failures is logged when it starts and when it ends.
+    async fn accept(
+        &mut self,
+        listener: &TcpListener,
+        registry: &Connections,
+    ) -> (TcpStream, SocketAddr) {
+        let errors = metrics::counter!("floodgate_gateway_accept_errors_total");
+        loop {
+            match listener.accept().await {
+                Ok(a) => {
+                    if let Some((failures, since)) = self.failing.take() {
+                        tracing::info!(
+                            failures,
+                            after = ?since.elapsed(),
+                            "accepting connections again"
+                        );
+                    }
+                    return a;
+                }
+                Err(e) if descriptors::connection_only(&e) => {
+                    tracing::debug!(error = %e, "a connection went away before it was accepted");
+                }
+                Err(e) => {
+                    errors.increment(1);
+                    let closed = if descriptors::exhausted(&e) {
+                        registry.evict_waiting(EVICT_BATCH)
+                    } else {
+                        0
+                    };
+                    let (failures, _) =
+                        self.failing.get_or_insert((0, tokio::time::Instant::now()));
+                    *failures += 1;
+                    let pause = Self::pause(*failures);
+                    if *failures == 1 {
+                        tracing::warn!(
+                            error = %e,
+                            closed_waiting_connections = closed,
+                            "accept failed; retrying with a growing pause"
+                        );
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
 }
 
 /// A client connection's place under `max_connections`.
@@ -141,6 +292,9 @@ struct Conn<B> {
     gateway: Arc<Gateway<B>>,
     peer: SocketAddr,
     slot: Arc<Slot>,
+    /// Its requests in flight (a connection with none may be closed to
+    /// make room).
+    activity: Arc<Activity>,
 }
 
 async fn serve_tcp<B: Backend + 'static>(
@@ -161,6 +315,7 @@ async fn serve_tcp<B: Backend + 'static>(
         Ok(Ok(s)) => s,
         Ok(Err(_)) | Err(_) => return,
     };
+    heard(&conn.activity, kind);
     serve_io(
         conn,
         protocols,
@@ -208,6 +363,7 @@ async fn serve_tls<B: Backend + 'static>(
             Ok(Err(_)) | Err(_) => return,
         }
     };
+    heard(&conn.activity, kind);
     serve_io(
         conn,
         protocols,
@@ -235,6 +391,7 @@ async fn serve_io<B, I>(
         gateway,
         peer,
         slot,
+        activity,
     } = conn;
     let client = move |req: &hyper::Request<Incoming>| ClientInfo {
         peer: Some(peer),
@@ -244,6 +401,7 @@ async fn serve_io<B, I>(
             .headers()
             .contains_key(UPGRADE)
             .then(|| ConnectionGuard(slot.clone() as Arc<dyn std::any::Any + Send + Sync>)),
+        in_flight: Some(activity.begin()),
     };
     let result = match kind {
         Sniffed::Closed => return,

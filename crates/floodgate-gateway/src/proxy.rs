@@ -26,6 +26,7 @@ use tower_service::Service;
 use crate::body::{ProxyBody, UpstreamBody};
 use crate::config::ListenerLimits;
 use crate::connect::ConnectError;
+use crate::connections::InFlight;
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
@@ -38,7 +39,7 @@ use crate::upstream::{SendError, Upstream};
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no
 /// extension map to allocate per request).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ClientInfo {
     /// The client's address (none: no forwarding fields are added).
     pub peer: Option<SocketAddr>,
@@ -51,6 +52,10 @@ pub struct ClientInfo {
     /// What the client connection holds, kept by a tunnel if the request
     /// is upgraded.
     pub guard: Option<ConnectionGuard>,
+    /// The request's place among its connection's requests in flight
+    /// (held with its response body: a connection with none in flight may
+    /// be closed to make room).
+    pub in_flight: Option<InFlight>,
 }
 
 impl ClientInfo {
@@ -61,6 +66,7 @@ impl ClientInfo {
             tls: false,
             trusted_hop: false,
             guard: None,
+            in_flight: None,
         }
     }
 }
@@ -612,6 +618,7 @@ impl Service<Request<Incoming>> for Proxy {
             tls: false,
             trusted_hop: false,
             guard: None,
+            in_flight: None,
         };
         Box::pin(self.clone().forward_owned(req, client))
     }

@@ -261,27 +261,59 @@ async fn connections_beyond_the_limit_wait_for_a_free_slot() {
     let up = upstream().await;
     let text = CONFIG.replace(
         "limits: {header_read_timeout: 1s,",
-        "limits: {max_connections: 2, header_read_timeout: 1s,",
+        "limits: {max_connections: 2, header_read_timeout: 5s,",
     );
     let file = ConfigFile::new(&text);
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
-    // Two silent connections take both slots until the header timeout
-    // closes them.
-    let _a = TcpStream::connect(gw.addr()).unwrap();
-    let _b = TcpStream::connect(gw.addr()).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let addr = gw.addr();
+    // Two requests in flight take both places: a third connection waits
+    // for one of them to end (nothing in flight is ever cut for it).
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                raw(
+                    addr,
+                    b"GET /slow?ms=800 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    Duration::from_secs(5),
+                )
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let r = h1()
-        .get(format!("http://{}/", gw.addr()))
-        .send()
-        .await
-        .unwrap();
+    let r = h1().get(format!("http://{addr}/")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(600) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(4),
         "served after {waited:?}"
     );
+    for b in busy {
+        assert_eq!(status_of(&b.join().unwrap()), Some(200));
+    }
+
+    // Two connections that send nothing take both places: they are closed
+    // to make room at once, long before their header timeout.
+    let mut silent: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let r = h1().get(format!("http://{addr}/")).send().await.unwrap();
+    // Answered (the fourth request of the minute: over the per-client
+    // limit of three).
+    assert_eq!(r.status(), 429);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let closed = silent
+        .iter_mut()
+        .filter_map(|s| {
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            matches!(std::io::Read::read(s, &mut [0u8; 8]), Ok(0) | Err(_)).then_some(())
+        })
+        .count();
+    assert!(closed >= 1, "a silent connection made room");
     gw.shutdown().await;
 }
 
@@ -295,12 +327,13 @@ async fn idle_http2_connections_are_closed_and_free_their_slots() {
     let up = upstream().await;
     let text = CONFIG.replace(
         "limits: {header_read_timeout: 1s,",
-        "limits: {max_connections: 2, header_read_timeout: 1s, http2_idle_timeout: 300ms,",
+        "limits: {header_read_timeout: 1s, http2_idle_timeout: 300ms,",
     );
     let file = ConfigFile::new(&text);
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
     let addr = gw.addr();
-    // Two HTTP/2 connections that never open a stream take both slots.
+    // Two HTTP/2 connections that never open a stream (with places to
+    // spare: closed by their idle timeout, not to make room).
     let idlers: Vec<_> = (0..2)
         .map(|_| {
             let mut s = TcpStream::connect(addr).unwrap();
@@ -321,7 +354,7 @@ async fn idle_http2_connections_are_closed_and_free_their_slots() {
         .timeout(Duration::from_secs(3))
         .send()
         .await
-        .expect("served once the idle connections are closed");
+        .expect("served");
     assert_eq!(r.status(), 200);
     assert!(started.elapsed() < Duration::from_secs(2));
     for i in idlers {

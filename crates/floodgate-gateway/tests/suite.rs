@@ -10,6 +10,7 @@ mod client_body;
 mod client_helper;
 mod example;
 mod host;
+mod hostile;
 mod lifecycle;
 mod nginx_host;
 mod nginx_parity;

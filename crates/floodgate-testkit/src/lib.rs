@@ -1,19 +1,24 @@
 //! Process helpers for end-to-end tests: free ports, `redis-server`
 //! processes, the `floodgate` binary started on a temporary configuration
 //! and awaited until ready, the Python interpreter with Envoy's generated gRPC client (xds-protos),
-//! and (feature `browser`) a headless Chromium.
+//! the probe that hostile tests measure a server by (a normal client
+//! served on time while an attack runs) and the attackers they run, and
+//! (feature `browser`) a headless Chromium.
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
 
+pub mod attack;
 #[cfg(feature = "browser")]
 pub mod browser;
 mod floodgate;
 mod net;
+mod probe;
 mod process;
 mod redis;
 
 pub use floodgate::Floodgate;
 pub use net::{free_port, http_request, wait_until};
+pub use probe::{Probe, Probed};
 pub use process::Process;
 pub use redis::Redis;
 

@@ -1,0 +1,97 @@
+//! The process's file descriptors, the resource a connection flood
+//! exhausts first: the soft limit raised to the hard one, the number of
+//! client connections that leaves room for, and telling an `accept` that
+//! failed for want of descriptors (or kernel memory) from one that failed
+//! for its own connection.
+
+use std::io;
+
+/// Descriptors kept for everything but client connections and their
+/// upstream connections: listeners, the admin listener, the runtime's
+/// own, Redis connections, configuration and certificate files.
+pub const RESERVE: u64 = 64;
+
+/// The soft limit on open files (`ulimit -n`), raised to the hard limit
+/// first if it is lower. `None` when it cannot be read.
+pub fn raise_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes the limits into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `setrlimit` only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            tracing::debug!(
+                from = lim.rlim_cur,
+                to = lim.rlim_max,
+                "raised the open files limit"
+            );
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    // `rlim_t` is `u64` on Linux, not on every target.
+    #[allow(clippy::unnecessary_cast)]
+    Some(lim.rlim_cur as u64)
+}
+
+/// How many client connections `limit` open files leave room for: two
+/// descriptors each (the client's and an upstream connection), after
+/// [`RESERVE`]; at least one.
+pub fn connection_budget(limit: u64) -> usize {
+    let budget = limit.saturating_sub(RESERVE) / 2;
+    usize::try_from(budget).unwrap_or(usize::MAX).max(1)
+}
+
+/// Whether `accept` failed because the process (or the system) is out of
+/// descriptors or memory — a condition that lasts until something is
+/// closed — rather than because of the connection being accepted.
+pub fn exhausted(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Whether `accept` failed for the connection being accepted only (it
+/// went away first): the next one can be accepted at once.
+pub fn connection_only(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    ) || matches!(e.raw_os_error(), Some(libc::EPROTO | libc::EPERM))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_and_errors() {
+        assert_eq!(connection_budget(256), 96);
+        assert_eq!(connection_budget(1_048_576), 524_256);
+        assert_eq!(connection_budget(10), 1);
+        assert!(raise_limit().is_some_and(|l| l >= 16));
+        assert!(exhausted(&io::Error::from_raw_os_error(libc::EMFILE)));
+        assert!(exhausted(&io::Error::from_raw_os_error(libc::ENFILE)));
+        assert!(!exhausted(&io::Error::from_raw_os_error(
+            libc::ECONNABORTED
+        )));
+        assert!(connection_only(&io::Error::from_raw_os_error(
+            libc::ECONNABORTED
+        )));
+        assert!(!connection_only(&io::Error::from_raw_os_error(
+            libc::EMFILE
+        )));
+    }
+}
