@@ -8,12 +8,12 @@ use std::time::Duration;
 use floodgate::algorithms::{AnyLimit, AnyState};
 use floodgate::{Apply, Decision, Store, StoreConfig, Timestamp};
 use siphasher::sip128::{Hasher128, SipHasher13};
+use smallvec::SmallVec;
 use thiserror::Error;
 
 use crate::failure::OnFailure;
 use crate::sync_mode::{Held, SyncMode};
 use crate::zones::Zones;
-use smallvec::SmallVec;
 
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
@@ -70,8 +70,13 @@ pub enum BackendError {
 pub trait Backend: Send + Sync + 'static {
     /// Decides on one request against all `items` atomically: every limit
     /// admits it and every one is charged, or none is (penalty-mode limits
-    /// excepted), exactly as [`Store::decide_many`]. Writes each item's
-    /// decision to `out` (same order and length) and returns the narrowest.
+    /// excepted), exactly as [`Store::decide_many`] (items with equal keys
+    /// decided in order). Writes each item's decision to `out` (same order
+    /// and length) and returns the narrowest.
+    ///
+    /// [`Apply::Check`] is a dry run: each decision is exactly what
+    /// [`Apply::Commit`] would answer (as [`Store::simulate_many`]), and
+    /// nothing changes.
     ///
     /// `now` is the caller's clock; a backend may use its own (Redis uses the
     /// server's clock so that all instances agree).
@@ -219,6 +224,9 @@ impl SyncBackend for MemoryBackend {
             let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
             return self.zones.decide(&self.store, items, &ids, now, apply, out);
         }
+        if apply == Apply::Check {
+            return self.simulate(items, now, out);
+        }
         if let [item] = items {
             // One counter: no batch to lay out.
             let d = self
@@ -256,6 +264,23 @@ impl SyncBackend for MemoryBackend {
                 .collect();
             self.store.decide_many(&batch, now, apply, out)
         }
+    }
+}
+
+impl MemoryBackend {
+    /// A dry run: what a commit would decide, changing nothing.
+    fn simulate(&self, items: &[Item<'_>], now: Timestamp, out: &mut [Decision]) -> Decision {
+        let ids: SmallVec<[u128; 16]> = items.iter().map(|i| self.ids.of(i.key)).collect();
+        let batch: SmallVec<[floodgate::store::Item<'_, u128, AnyLimit>; 16]> = items
+            .iter()
+            .zip(&ids)
+            .map(|(i, id)| floodgate::store::Item {
+                key: id,
+                limit: i.limit,
+                cost: i.cost,
+            })
+            .collect();
+        self.store.simulate_many(&batch, now, out)
     }
 }
 

@@ -11,7 +11,7 @@ use floodgate_policy::{Backend, BackendError, Item};
 use futures_util::future::try_join_all;
 use redis::{Cmd, Value};
 
-use crate::batch::{CallArgs, Plan};
+use crate::batch::{Call, CallArgs, Plan};
 use crate::cache::OverLimitCache;
 use crate::encode::permit_arg;
 use crate::error::map_error;
@@ -305,16 +305,17 @@ impl RedisBackend {
         self.ready.store(true, Ordering::Relaxed);
         self.stats.decisions.inc();
         let mut combined: Option<Decision> = None;
-        for (i, &lead) in plan.lead_of.iter().enumerate() {
-            let d = decided[lead];
+        for (i, &d) in decided.iter().enumerate() {
             out[i] = d;
             combined = Some(combined.map_or(d, |c| c.narrowest(d)));
         }
         if let Some(cache) = self.cache.as_ref().filter(|_| apply != Apply::Force) {
             let charged = apply != Apply::Check;
-            for (l, d) in plan.leads.iter().zip(&decided) {
+            for l in &plan.leads {
                 let item = &items[l.item];
-                if cache.insert(item.key, item.limit, l.cost, sent, d, charged) {
+                // A key's last item reports what all of them leave.
+                let last = l.members.last().map_or(l.item, |&(i, _)| i);
+                if cache.insert(item.key, item.limit, l.cost, sent, &decided[last], charged) {
                     self.stats.cache_inserts.inc();
                 }
             }
@@ -430,7 +431,7 @@ impl RedisBackend {
     }
 
     /// Decides the plan: one call per slot group; several groups in two
-    /// phases. Returns the decisions per lead and the decision time (µs).
+    /// phases. Returns the decisions per item and the decision time (µs).
     async fn run(
         &self,
         plan: &Plan,
@@ -447,44 +448,44 @@ impl RedisBackend {
             lease: self.lease_ms,
         };
         let groups = plan.groups(self.cluster);
-        let mut decided = vec![unevaluated(0); plan.leads.len()];
+        let mut decided = vec![unevaluated(0); plan.items()];
         let mut latest = 0;
         let mut keep = |group: &[usize], (ds, now_us): (Vec<Decision>, u64)| {
-            for (&i, d) in group.iter().zip(ds) {
+            for (i, d) in plan.answered(group).zip(ds) {
                 decided[i] = d;
             }
             latest = latest.max(now_us);
         };
-        if groups.len() == 1 {
-            keep(&groups[0], self.call(plan, &groups[0], apply, &args).await?);
+        if groups.len() == 1 || apply == Apply::Rejected {
+            let call = Call::of(apply);
+            let all = try_join_all(groups.iter().map(|g| self.call(plan, g, call, &args))).await?;
+            for (g, r) in groups.iter().zip(all) {
+                keep(g, r);
+            }
             return Ok((decided, latest));
         }
         self.stats.cross_slot.inc();
-        let first = match apply {
-            Apply::Commit | Apply::Force => Apply::Check,
-            other => other,
-        };
-        let phase1 = try_join_all(groups.iter().map(|g| self.call(plan, g, first, &args))).await?;
+        let phase1 =
+            try_join_all(groups.iter().map(|g| self.call(plan, g, Call::Peek, &args))).await?;
         let all = phase1
             .iter()
             .all(|(ds, _)| ds.iter().all(Decision::is_allowed));
         for (g, r) in groups.iter().zip(phase1) {
             keep(g, r);
         }
-        if first == apply {
-            return Ok((decided, latest));
-        }
         let second = match (all, apply) {
-            (true, a) => a,
-            (false, Apply::Force) => Apply::Force,
-            (false, _) => Apply::Rejected,
+            (true, Apply::Check) => Call::DryCommit,
+            (false, Apply::Check) => Call::DryRejected,
+            (true, a) => Call::of(a),
+            (false, Apply::Force) => Call::Force,
+            (false, _) => Call::Rejected,
         };
         // A rejected group without penalty-mode or blocking limits would
         // change nothing and decide as its check did.
         let todo: Vec<&Vec<usize>> = groups
             .iter()
             .filter(|g| {
-                second != Apply::Rejected || g.iter().any(|&i| plan.leads[i].acts_when_rejected())
+                second != Call::Rejected || g.iter().any(|&i| plan.leads[i].acts_when_rejected())
             })
             .collect();
         let phase2 = try_join_all(todo.iter().map(|g| self.call(plan, g, second, &args))).await?;
@@ -498,16 +499,16 @@ impl RedisBackend {
         &self,
         plan: &Plan,
         group: &[usize],
-        apply: Apply,
+        call: Call,
         args: &CallArgs<'_>,
     ) -> Result<(Vec<Decision>, u64), BackendError> {
-        let cmd = plan.command(&self.decide, group, apply, args);
+        let cmd = plan.command(&self.decide, group, call, args);
         let value = self
             .decide
             .run(&self.pool, &cmd, &self.stats)
             .await
             .map_err(|e| map_error(&e, self.timeout))?;
-        let r = reply::parse(value, group.len())?;
+        let r = reply::parse(value, plan.answered(group).count())?;
         if r.resets > 0 {
             self.stats.state_resets.add(r.resets);
         }

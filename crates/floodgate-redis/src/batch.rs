@@ -1,7 +1,6 @@
-//! A batch as the script sees it: items with equal keys merged (their costs
-//! added, the first item's limit and permit applying, as
-//! `Store::decide_many` takes the first item's limit),
-//! limits validated and encoded, and the merged items grouped by hash slot.
+//! A batch as the script sees it: items with equal keys sent once (with
+//! every item's cost, in order, the first item's limit and permit applying),
+//! limits validated and encoded, and the keys grouped by hash slot.
 
 use std::collections::HashMap;
 
@@ -19,8 +18,11 @@ use crate::script::Script;
 pub(crate) struct Lead {
     /// The first item with this key.
     pub item: usize,
-    /// The merged cost.
+    /// The summed cost of the items with this key.
     pub cost: u64,
+    /// The items with this key, in batch order (the first is `item`), and
+    /// their costs.
+    pub members: Vec<(usize, u64)>,
     pub params: Params,
     pub penalty: Penalty,
     /// Microseconds the key is blocked after a denial (0: never).
@@ -55,12 +57,45 @@ pub(crate) struct CallArgs<'a> {
     pub lease: u64,
 }
 
-pub(crate) fn apply_code(apply: Apply) -> u8 {
-    match apply {
-        Apply::Check => 0,
-        Apply::Commit => 1,
-        Apply::Force => 2,
-        Apply::Rejected => 3,
+/// How the script decides a call (its `ARGV[1]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// Evaluate only, changing nothing (the first phase of a batch over
+    /// several slots).
+    Peek,
+    /// [`Apply::Commit`].
+    Commit,
+    /// [`Apply::Force`].
+    Force,
+    /// [`Apply::Rejected`].
+    Rejected,
+    /// A dry run: decide as `Commit` would, write nothing.
+    DryCommit,
+    /// A dry run: decide as `Rejected` would, write nothing.
+    DryRejected,
+}
+
+impl Call {
+    /// The call deciding a batch decided with `apply` in one call
+    /// ([`Apply::Check`] is a dry run).
+    pub fn of(apply: Apply) -> Call {
+        match apply {
+            Apply::Check => Call::DryCommit,
+            Apply::Commit => Call::Commit,
+            Apply::Force => Call::Force,
+            Apply::Rejected => Call::Rejected,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Call::Peek => 0,
+            Call::Commit => 1,
+            Call::Force => 2,
+            Call::Rejected => 3,
+            Call::DryCommit => 5,
+            Call::DryRejected => 6,
+        }
     }
 }
 
@@ -79,6 +114,7 @@ impl Plan {
             };
             if let Some(j) = dup {
                 leads[j].cost = leads[j].cost.saturating_add(item.cost);
+                leads[j].members.push((i, item.cost));
                 lead_of.push(j);
                 continue;
             }
@@ -90,6 +126,7 @@ impl Plan {
             leads.push(Lead {
                 item: i,
                 cost: item.cost,
+                members: vec![(i, item.cost)],
                 params: Params::of(item.limit)?,
                 penalty: item.limit.penalty_mode(),
                 block_us: block_micros(item.limit)?,
@@ -119,20 +156,34 @@ impl Plan {
         groups
     }
 
-    /// The script call deciding `group` with `apply`.
-    pub fn command(&self, script: &Script, group: &[usize], apply: Apply, args: &CallArgs) -> Cmd {
+    /// The number of items of the batch.
+    pub fn items(&self) -> usize {
+        self.lead_of.len()
+    }
+
+    /// The items the script answers for `group`, in the order of its reply
+    /// (each key's items in turn).
+    pub fn answered<'a>(&'a self, group: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+        group
+            .iter()
+            .flat_map(|&l| self.leads[l].members.iter().map(|&(i, _)| i))
+    }
+
+    /// The script call deciding `group` as `call` says.
+    pub fn command(&self, script: &Script, group: &[usize], call: Call, args: &CallArgs) -> Cmd {
         let mut cmd = script.call(group.len());
         for &i in group {
             cmd.arg(&self.leads[i].key);
         }
-        cmd.arg(apply_code(apply))
+        cmd.arg(call.code())
             .arg(args.now)
             .arg(args.slack)
             .arg(args.lease);
         for &i in group {
             let l = &self.leads[i];
+            let costs = (l.members.len() > 1).then_some(l.members.as_slice());
             l.params
-                .push_args(l.cost, l.penalty, l.block_us, l.permit, &mut cmd);
+                .push_args(l.cost, costs, l.penalty, l.block_us, l.permit, &mut cmd);
         }
         cmd
     }

@@ -209,9 +209,13 @@ impl Params {
     /// Appends this item's arguments: kind, cost, penalty (see
     /// [`penalty_code`]), block (µs), parameters; a concurrency limit's
     /// parameters end with the request's permit (hex digits).
+    /// With `members` (a key shared by several items: their costs, in
+    /// order), the cost argument lists them, comma-separated, and the
+    /// parameters derived from a cost are those of their sum, `cost`.
     pub fn push_args(
         &self,
         cost: u64,
+        members: Option<&[(usize, u64)]>,
         penalty: Penalty,
         block_us: u64,
         permit: u64,
@@ -228,10 +232,20 @@ impl Params {
             Params::Shaper { .. } => "s",
             Params::Concurrency { .. } => "c",
         };
-        cmd.arg(kind)
-            .arg(cost)
-            .arg(penalty_code(penalty))
-            .arg(block_us);
+        cmd.arg(kind);
+        match members {
+            Some(members) => {
+                let list: Vec<String> = members
+                    .iter()
+                    .map(|&(_, c)| c.min(EXACT).to_string())
+                    .collect();
+                cmd.arg(list.join(","));
+            }
+            None => {
+                cmd.arg(cost);
+            }
+        }
+        cmd.arg(penalty_code(penalty)).arg(block_us);
         match *self {
             Params::Gcra {
                 p,

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use common::{Server, Twin, item};
 use floodgate::Apply::{Check, Commit};
-use floodgate::Outcome;
 use floodgate::algorithms::{
     AnyLimit, Concurrency, FixedWindow, Gcra, NginxRate, Penalty, Shaper, ShaperDelay, SlidingLog,
     SlidingWindow, SubWindowCounter,
 };
+use floodgate::{Decision, Outcome};
 use floodgate_redis::Mode;
 
 async fn twin(server: &Server) -> Twin {
@@ -220,7 +220,12 @@ async fn concurrency() {
     assert!(t.step(&it(1), 0, Commit, "one back").await.is_allowed());
     t.release(it(1)[0], 5).await;
     t.step(&it(3), 0, Commit, "never").await;
-    let d = t.step(&it(2), 0, Check, "empty again").await;
+    let d = t.step(&it(0), 0, Check, "empty again").await;
+    assert_eq!(d.remaining, 2);
+    // A dry run reports what the real call would: 2 taken, none left.
+    let d = t.step(&it(2), 0, Check, "dry run").await;
+    assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+    let d = t.step(&it(0), 0, Check, "still empty").await;
     assert_eq!(d.remaining, 2);
     // Nothing held: the key is gone.
     t.release(it(1)[0], 2).await;
@@ -233,9 +238,29 @@ async fn concurrency() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_merge_duplicates_and_charge_all_or_nothing() {
+async fn batches_decide_duplicates_in_order_and_charge_all_or_nothing() {
     let server = Server::start();
     let t = twin(&server).await;
+    // One key twice: each item reports the count after its own cost.
+    let five = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
+    let all = five.clone().with_penalty(true);
+    let twice = |l, c| [item(b"d", b"d:k", l, c), item(b"d", b"d:k", l, c)];
+    let d = t.step(&twice(&five, 2), T0, Commit, "twice").await;
+    assert_eq!(d.remaining, 1);
+    let each = |(_, out): (Decision, Vec<Decision>)| -> Vec<(bool, u64)> {
+        out.iter().map(|d| (d.is_allowed(), d.remaining)).collect()
+    };
+    // A dry run of 1 + 1 more: 5, then 6 — over, so the real call would
+    // charge nothing, and the first is told what is left.
+    let dry = t.step_each(&twice(&five, 1), T0, Check, "dry").await;
+    assert_eq!(each(dry), [(true, 1), (false, 0)]);
+    // Counted whatever the outcome: 5, then 6.
+    let all = t.step_each(&twice(&all, 1), T0, Commit, "all").await;
+    assert_eq!(each(all), [(true, 0), (false, 0)]);
+    let d = t
+        .step(&[item(b"d", b"d:k", &five, 0)], T0, Commit, "after")
+        .await;
+    assert!(d.is_denied(), "6 > 5: {d:?}");
     let per_sec = AnyLimit::from(Gcra::new(10, Duration::from_secs(1), 3).unwrap());
     let per_hour = AnyLimit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
     let log =
@@ -326,8 +351,15 @@ async fn own_denials_charge_only_the_denying_limit() {
     // count the denials, `large` does not.
     use floodgate_policy::Backend;
     let now = floodgate::Timestamp::from_micros(T0 + 10);
-    t.redis.decide(&batch, now, Check, &mut out).await.unwrap();
+    let peek = [
+        item(b"o", b"o:small", &small, 0),
+        item(b"o", b"o:large", &large, 0),
+        item(b"o", b"o:all", &all, 0),
+    ];
+    t.redis.decide(&peek, now, Check, &mut out).await.unwrap();
     assert_eq!(out.map(|d| d.remaining), [0, 3, 1]);
+    // `small` counted its denials past its limit: a check finds it over.
+    assert!(out[0].is_denied());
     // A single item denied by itself counts the denial too.
     let one = [item(b"o", b"o:single", &small, 2)];
     for k in 0..3u64 {

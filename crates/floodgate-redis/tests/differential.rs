@@ -213,6 +213,25 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
         match step {
             Step::Decide(dt, check, picks) => {
                 now += dt;
+                // Lease and sync modes decide the items of a batch that
+                // share a key together (their costs added up), and a dry
+                // run of several items from each one's replica alone (see
+                // docs/redis.md): their batches have distinct keys, and
+                // their dry runs one item.
+                let shared = t.config.sync != SyncMode::Exact;
+                let mut picks = picks.clone();
+                if shared {
+                    let mut seen = Vec::new();
+                    picks.retain(|&(k, _)| {
+                        let k = k % c.keys.len();
+                        let new = !seen.contains(&k);
+                        seen.push(k);
+                        new
+                    });
+                    if *check {
+                        picks.truncate(1);
+                    }
+                }
                 let items: Vec<_> = picks
                     .iter()
                     .map(|&(k, sel)| {

@@ -85,6 +85,17 @@ pub trait Algorithm: Send + Sync {
         false
     }
 
+    /// A copy of `state` to decide on without changing the original, or
+    /// `None` (the default) when states cannot be copied. With copies, a
+    /// store decides items of one batch that share a key in order, and
+    /// dry runs exactly as the real decision
+    /// ([`Store::simulate_many`](crate::Store::simulate_many)); without,
+    /// it adds up their costs and a dry run only peeks.
+    #[inline]
+    fn snapshot(&self, _state: &Self::State) -> Option<Self::State> {
+        None
+    }
+
     /// [`decide`](Algorithm::decide) followed by
     /// [`idle_at`](Algorithm::idle_at) on the resulting state, which stores
     /// call on every decision; algorithms override it when the two share
@@ -118,6 +129,9 @@ impl<A: Algorithm + ?Sized> Algorithm for &A {
     }
     fn pins(&self) -> bool {
         (**self).pins()
+    }
+    fn snapshot(&self, state: &Self::State) -> Option<Self::State> {
+        (**self).snapshot(state)
     }
     fn decide_idle(
         &self,
@@ -171,6 +185,9 @@ impl<A: Algorithm> Algorithm for Penalize<A> {
     }
     fn pins(&self) -> bool {
         self.0.pins()
+    }
+    fn snapshot(&self, state: &Self::State) -> Option<Self::State> {
+        self.0.snapshot(state)
     }
 }
 

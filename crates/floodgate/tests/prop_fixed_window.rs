@@ -46,6 +46,9 @@ impl Model for Windows {
     fn charge(&mut self, t: u128, cost: u64) {
         *self.counts.entry(t / self.window).or_default() += cost as u128;
     }
+    fn counts_over(&self) -> bool {
+        true
+    }
 }
 
 fn params() -> impl Strategy<Value = (u64, u64)> {
@@ -143,8 +146,20 @@ fn penalty_counts_denied_requests() {
         fw.decide(&mut s, t, 1, Apply::Commit);
     }
     assert_eq!(s.count(), 3);
-    // Cost 0 still peeks.
+    // Cost 0 peeks: over the limit until the window ends.
+    let d = fw.decide(&mut s, t, 0, Apply::Commit);
+    assert_eq!(
+        (d.outcome, d.remaining, d.retry_after),
+        (Outcome::Denied, 0, Some(Duration::from_secs(7)))
+    );
+    assert_eq!(s.count(), 3);
+    // A cost no window admits still counts when forced.
+    let d = fw.decide(&mut s, t, 5, Apply::Commit);
+    assert_eq!(d.outcome, Outcome::Never);
+    assert_eq!(s.count(), 8);
+    // At the limit exactly, a peek passes.
+    let mut s = fw.fresh();
+    fw.decide(&mut s, t, 2, Apply::Commit);
     let d = fw.decide(&mut s, t, 0, Apply::Commit);
     assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 0));
-    assert_eq!(s.count(), 3);
 }

@@ -205,7 +205,7 @@ proptest! {
         let meter = Gcra::leaky_meter(burst, count, per).unwrap();
         prop_assert_eq!(&meter, &gcra);
         let exact = |a: &u128, b: &u128| a == b;
-        let opts = Opts { penalty: false, retry_known: true, same_state: &exact };
+        let opts = Opts { penalty: false, retry_known: true, same_state: &exact, counts_over: false };
         check_model(&meter, meter.fresh(), LeakyMeter::new(burst, count, period), &steps, &opts)?;
     }
 

@@ -354,7 +354,7 @@ proptest! {
     }
 
     /// `Store::decide_many` across keys: all-or-nothing, equal keys share a
-    /// state and their costs add up, each item gets its key's decision, and
+    /// state and are decided in order, each item gets its own decision, and
     /// the result is their narrowest.
     #[test]
     fn decide_many_is_atomic_across_keys(
@@ -379,29 +379,56 @@ proptest! {
             let mut out = vec![Decision { outcome: Outcome::Never, limit: 0, remaining: 0, reset_after: Duration::ZERO, retry_after: None }; batch.len()];
             let d = store.decide_many(&batch, t, apply, &mut out);
 
-            // Reference: merge equal keys (in order of first appearance).
+            // Reference: equal keys share a state and are decided in order
+            // (keys in order of first appearance).
             let mut order: Vec<usize> = Vec::new();
-            let mut merged: HashMap<usize, u64> = HashMap::new();
-            for &(k, cost) in &items {
-                if !merged.contains_key(&k) {
+            let mut members: HashMap<usize, Vec<(usize, u64)>> = HashMap::new();
+            for (i, &(k, cost)) in items.iter().enumerate() {
+                if !members.contains_key(&k) {
                     order.push(k);
                 }
-                *merged.entry(k).or_default() += cost;
+                members.entry(k).or_default().push((i, cost));
             }
             let all = order.iter().all(|k| {
                 let mut s = reference.get(k).cloned().unwrap_or_default();
-                limits[*k].0.decide(&mut s, t, merged[k], Apply::Check).is_allowed()
+                match members[k].as_slice() {
+                    [(_, cost)] => limits[*k].0.decide(&mut s, t, *cost, Apply::Check).is_allowed(),
+                    many => many
+                        .iter()
+                        .all(|(_, cost)| limits[*k].0.decide(&mut s, t, *cost, Apply::Commit).is_allowed()),
+                }
             });
             let mode = match apply {
                 Apply::Commit if !all => Apply::Rejected,
                 a => a,
             };
-            let mut per_key: HashMap<usize, Decision> = HashMap::new();
+            let mut per_item: HashMap<usize, Decision> = HashMap::new();
             for &k in &order {
+                let limit = &limits[k].0;
                 let s = reference.entry(k).or_default();
-                per_key.insert(k, limits[k].0.decide(s, t, merged[&k], mode));
+                match members[&k].as_slice() {
+                    [(i, cost)] => {
+                        per_item.insert(*i, limit.decide(s, t, *cost, mode));
+                    }
+                    many if mode == Apply::Commit => {
+                        for (i, cost) in many {
+                            per_item.insert(*i, limit.decide(s, t, *cost, mode));
+                        }
+                    }
+                    many => {
+                        let mut view = s.clone();
+                        for (i, cost) in many {
+                            per_item.insert(*i, limit.decide(&mut view.clone(), t, *cost, mode));
+                            limit.decide(&mut view, t, *cost, Apply::Force);
+                        }
+                        if mode == Apply::Rejected {
+                            let sum = many.iter().map(|(_, c)| c).sum();
+                            limit.decide(s, t, sum, mode);
+                        }
+                    }
+                }
             }
-            let expected_out: Vec<Decision> = items.iter().map(|(k, _)| per_key[k]).collect();
+            let expected_out: Vec<Decision> = (0..items.len()).map(|i| per_item[&i]).collect();
             prop_assert_eq!(&out, &expected_out);
             prop_assert_eq!(d, expected_out.iter().copied().reduce(Decision::narrowest).unwrap());
             if apply == Apply::Commit {

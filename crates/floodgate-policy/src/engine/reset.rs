@@ -132,9 +132,10 @@ mod tests {
                 Duration::ZERO,
                 "{limit}"
             );
+            // A dry run reports what the real call does.
             assert_eq!(
                 reset(&e, "fresh", None, Apply::Check),
-                Duration::ZERO,
+                reset(&e, "fresh", None, Apply::Commit),
                 "{limit}"
             );
         }

@@ -83,7 +83,9 @@ local function read_states(items, n, now)
         if st == false then
           resets = resets + 1
         else
-          it.st = st
+          -- The value too: a state to decide on again is parsed again
+          -- (the algorithms may change the tables they decide on).
+          it.st, it.raw = st, v
         end
       end
     end

@@ -22,7 +22,9 @@ if need.f then
     local stop = W - (math.max(now, start) - start)
     local o, retry, charged = NEVER, -1, false
     if cost <= L then
-      local fits = cost == 0 or count + cost <= L
+      -- A check (cost 0) on a window that forced charges took past its
+      -- limit is over until the window ends.
+      local fits = (cost == 0 and count <= L) or (cost > 0 and count + cost <= L)
       o = fits and ALLOWED or DENIED
       if cost > 0 and charges(apply, fits) then
         count = math.min(count + cost, TWO52)
@@ -31,6 +33,10 @@ if need.f then
       if not fits then
         retry = stop
       end
+    elseif charges(apply, false) then
+      -- No window admits it; a forced charge still counts it.
+      count = math.min(count + cost, TWO52)
+      charged = true
     end
     local remaining, reset = math.max(L - count, 0), (count == 0) and 0 or stop
     if charged then

@@ -1,16 +1,21 @@
 #!lua
 -- Floodgate: one atomic rate limiting decision over the keys of one hash slot.
 --
--- KEYS[i]    the state key of item i (distinct: duplicates are merged by the
---            client, which adds up their costs).
--- ARGV[1]    apply: 0 check, 1 commit, 2 force (penalty), 3 rejected.
+-- KEYS[i]    the state key of item i (distinct: the client sends a key once
+--            for all the items of the batch that share it, with their costs).
+-- ARGV[1]    apply: 0 peek, 1 commit, 2 force (penalty), 3 rejected; 5 and 6
+--            are dry runs of 1 and 3 (the same decisions, nothing written).
 -- ARGV[2]    now in microseconds, or '' to read the server clock (TIME).
 -- ARGV[3]    '' to expire keys at their absolute idle instant (server clock);
 --            otherwise a slack in ms added to a relative expiry (client time).
 -- ARGV[4]    concurrency lease in ms (0: permits never expire): a permit
 --            acquired at `now` is held until `now + lease` unless released.
 -- ARGV[5..]  per item: kind, cost, penalty, block, then the kind's parameters,
---            all precomputed by the client as integers below 2^53. Penalty:
+--            all precomputed by the client as integers below 2^53 (for the
+--            summed cost of a key sent for several items). The cost of a key
+--            shared by several items is their costs, comma-separated, in
+--            batch order: they are decided in order, each against what the
+--            ones before it leave (see main.lua). Penalty:
 --            0 a denied request charges nothing, 1 it charges the limits that
 --            denied it themselves, 2 it charges this limit whoever denied it.
 --            Block: microseconds the key stays blocked after a denial (0:
@@ -28,7 +33,8 @@
 --                                        E: the largest excess kept)
 --   c  concurrency   M id               (id: the request's permit, hex digits)
 --
--- Reply: {now, resets, then per item: outcome, limit, remaining, reset_us,
+-- Reply: {now, resets, then per item (each member of a shared key in
+-- turn): outcome, limit, remaining, reset_us,
 -- retry_us (-1: none), delay_ms}; outcome 0 allowed, 1 delayed, 2 denied,
 -- 3 never. `resets` counts keys that held something other than a state of
 -- the item's kind (another type, or garbage): they are treated as fresh and

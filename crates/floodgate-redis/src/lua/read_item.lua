@@ -10,6 +10,16 @@
 local function read_item(pos, need)
   local kind, a = ARGV[pos], pos + 4
   local cost, penalty, block = tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
+  -- A key sent for several items of the batch: their costs, in order.
+  local members
+  if not cost then
+    members, cost = {}, 0
+    for c in string.gmatch(ARGV[pos + 1], '%d+') do
+      c = tonumber(c)
+      members[#members + 1] = c
+      cost = math.min(cost + c, TWO52)
+    end
+  end
   local it
   if kind == 'f' or kind == 'l' then
     it = { kind = kind, cost = cost, penalty = penalty, block = block, L = tonumber(ARGV[a]), W = tonumber(ARGV[a + 1]) }
@@ -47,5 +57,6 @@ local function read_item(pos, need)
     return nil, redis.error_reply('floodgate: unknown limit kind')
   end
   need[kind] = true
+  it.members, it.total = members, cost
   return it, pos
 end

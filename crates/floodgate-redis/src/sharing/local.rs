@@ -230,9 +230,15 @@ impl Algorithm for Decide<'_> {
             // a dry run.
             return self.short();
         }
-        if self.apply == Apply::Check || cost == 0 {
-            // Dry runs and peeks: the replica's answer.
+        if cost == 0 {
+            // Peeks: the replica's answer.
             return self.limit.decide(&mut e.replica, now, cost, Apply::Check);
+        }
+        if self.apply == Apply::Check {
+            // Dry runs: what a charge of the replica would answer, on a copy.
+            return self
+                .limit
+                .decide(&mut e.replica.clone(), now, cost, Apply::Commit);
         }
         match self.share {
             Share::Lease { .. } => self.leased(e, now, cost, apply),

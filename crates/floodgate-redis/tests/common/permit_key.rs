@@ -46,13 +46,14 @@ impl<'a, B: Backend> PermitKey<'a, B> {
         self.try_release(id, units, at).await.expect("release");
     }
 
-    /// The units held at `at` µs (a dry run, wherever the backend decides).
+    /// The units held at `at` µs (a decision of cost 0: it takes nothing,
+    /// and drops the permits whose lease has ended).
     pub async fn held(&self, at: u64) -> u64 {
         let items = [item(self.group, self.key, &self.limit, 0)];
         let mut out = [blank()];
         let d = self
             .b
-            .decide(&items, Timestamp::from_micros(at), Apply::Check, &mut out)
+            .decide(&items, Timestamp::from_micros(at), Apply::Commit, &mut out)
             .await
             .expect("check");
         assert!(d.is_allowed(), "{d:?}");

@@ -18,7 +18,7 @@ pub struct Twin {
     /// backend deciding in that mode, which decides instead of `redis`
     /// (built afresh with the in-memory side: it keeps keys in memory too).
     shared: Option<tokio::sync::Mutex<Option<floodgate_redis::ResilientBackend>>>,
-    config: floodgate_redis::RedisConfig,
+    pub config: floodgate_redis::RedisConfig,
     /// The in-memory side was started afresh: so must the shared one.
     afresh: std::sync::atomic::AtomicBool,
     steps: std::sync::atomic::AtomicU64,
@@ -110,6 +110,17 @@ impl Twin {
         apply: floodgate::Apply,
         ctx: &str,
     ) -> Decision {
+        self.step_each(items, now_us, apply, ctx).await.0
+    }
+
+    /// [`step`](Self::step), with each item's decision too.
+    pub async fn step_each(
+        &self,
+        items: &[Item<'_>],
+        now_us: u64,
+        apply: floodgate::Apply,
+        ctx: &str,
+    ) -> (Decision, Vec<Decision>) {
         use floodgate_policy::Backend;
         let now = floodgate::Timestamp::from_micros(now_us);
         if self
@@ -155,7 +166,7 @@ impl Twin {
             {
                 shared.flush(now).await;
             }
-            return dr;
+            return (dr, r);
         }
         let dr = self
             .redis
@@ -174,7 +185,7 @@ impl Twin {
             dr,
             "{ctx}: combined at {now_us} µs ({apply:?})"
         );
-        dr
+        (dr, r)
     }
 
     /// Releases on both.

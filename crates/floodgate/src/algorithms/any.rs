@@ -319,6 +319,10 @@ impl Algorithm for AnyLimit {
         self.is_concurrency()
     }
 
+    fn snapshot(&self, state: &AnyState) -> Option<AnyState> {
+        Some(state.clone())
+    }
+
     /// A concurrency limit pins (it is never blocked, so a blocked key's
     /// end of time is only an instant).
     fn pins(&self) -> bool {

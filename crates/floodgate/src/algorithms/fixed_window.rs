@@ -65,6 +65,31 @@ impl FixedWindow {
         })
     }
 
+    /// A window admitting nothing (a limit of 0, envoyproxy/ratelimit's
+    /// `requests_per_unit: 0`): every request of cost 1 or more is
+    /// [`Outcome::Never`], and a check (cost 0) is denied once a forced
+    /// charge (penalty mode) has counted something in the window.
+    ///
+    /// ```
+    /// use floodgate::{Algorithm, Apply, Timestamp};
+    /// use floodgate::algorithms::FixedWindow;
+    /// use std::time::Duration;
+    ///
+    /// let closed = FixedWindow::closed(Duration::from_secs(60)).unwrap();
+    /// let mut s = closed.fresh();
+    /// let t = Timestamp::from_secs(120);
+    /// assert!(closed.decide(&mut s, t, 0, Apply::Commit).is_allowed());
+    /// assert!(closed.decide(&mut s, t, 1, Apply::Force).is_denied());
+    /// // Counted: a check now finds the window over its limit.
+    /// assert!(closed.decide(&mut s, t, 0, Apply::Commit).is_denied());
+    /// ```
+    pub fn closed(window: Duration) -> Result<Self, ConfigError> {
+        Ok(FixedWindow {
+            limit: 0,
+            window: check_period("window", window)?,
+        })
+    }
+
     /// The count per window.
     pub fn limit(&self) -> u64 {
         self.limit
@@ -96,7 +121,18 @@ impl Algorithm for FixedWindow {
         };
         let window_end = Duration::from_nanos(self.window - (now.max(start) - start));
         let (outcome, retry_after) = if cost > self.limit {
+            // No window can admit it; a forced charge (penalty mode) still
+            // counts it, as envoyproxy/ratelimit's INCRBY does, so the
+            // window stays over its limit until it ends.
+            if cost > 0 && apply.charge_if_denied() {
+                count = count.saturating_add(cost);
+                *s = WindowState { start, count };
+            }
             (Outcome::Never, None)
+        } else if cost == 0 && count > self.limit {
+            // A check on a window that forced charges took past its limit:
+            // over until the window ends.
+            (Outcome::Denied, Some(window_end))
         } else if cost == 0 || count.saturating_add(cost) <= self.limit {
             if cost > 0 && apply.charge_if_allowed() {
                 count += cost;

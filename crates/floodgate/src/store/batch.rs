@@ -49,10 +49,19 @@ impl<K: Hash + Eq, S> Store<K, S> {
     /// written to `out` (same order, same length as `items`); the returned
     /// decision is the [narrowest](Decision::narrowest).
     ///
-    /// Items with equal keys share one state: their costs are added up and
-    /// they get the same decision (give them the same limit). `apply` is
-    /// [`Apply::Commit`] for a normal request or [`Apply::Check`] for a dry
-    /// run.
+    /// Items with equal keys share one state and are decided in order, as
+    /// if sent one after the other: each is checked against the state the
+    /// items before it leave, and reports the state after its own cost
+    /// (limits whose states cannot be [copied](Algorithm::snapshot) add
+    /// up their costs instead, and share one decision).
+    /// The request is admitted when every item admits it in its turn; then
+    /// each is charged in order. When it is rejected, each reports its turn
+    /// as if the items before it had been charged, and the key is left as
+    /// the items' summed cost, rejected, leaves it (a penalty-mode limit
+    /// counts all of them). `apply` is [`Apply::Commit`] for a normal
+    /// request, [`Apply::Force`] to charge whatever the outcome, or
+    /// [`Apply::Check`] to peek (nothing is charged; see
+    /// [`simulate_many`](Self::simulate_many) for a dry run).
     ///
     /// # Panics
     ///
@@ -78,6 +87,50 @@ impl<K: Hash + Eq, S> Store<K, S> {
             out[0] = d;
             return d;
         }
+        self.run_many(items, now, apply, false, out)
+    }
+
+    /// A dry run of [`decide_many`](Self::decide_many) with
+    /// [`Apply::Commit`]: every item's decision exactly as the real call
+    /// would make it (admitted and charged in order, or rejected; penalty
+    /// modes and blocks included), changing nothing. Limits whose states
+    /// cannot be [copied](Algorithm::snapshot) are peeked at
+    /// ([`Apply::Check`]) instead.
+    ///
+    /// # Panics
+    ///
+    /// If `items` is empty or `out` is shorter than `items`.
+    pub fn simulate_many<A, Q>(
+        &self,
+        items: &[Item<'_, Q, A>],
+        now: Timestamp,
+        out: &mut [Decision],
+    ) -> Decision
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        assert!(!items.is_empty() && out.len() >= items.len());
+        if !copies(items) {
+            return self.decide_many(items, now, Apply::Check, out);
+        }
+        self.run_many(items, now, Apply::Commit, true, out)
+    }
+
+    fn run_many<A, Q>(
+        &self,
+        items: &[Item<'_, Q, A>],
+        now: Timestamp,
+        apply: Apply,
+        dry: bool,
+        out: &mut [Decision],
+    ) -> Decision
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
         let mut inline = [Slot::default(); 16];
         let mut heap = Vec::new();
         let slots: &mut [Slot] = if items.len() <= inline.len() {
@@ -86,6 +139,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
             heap.resize(items.len(), Slot::default());
             &mut heap
         };
+        let mut duplicates = false;
         for (i, item) in items.iter().enumerate() {
             let hash = self.hash(item.key);
             let shard = self.shard_of(hash);
@@ -93,6 +147,7 @@ impl<K: Hash + Eq, S> Store<K, S> {
             let lead = (0..i)
                 .find(|&j| slots[j].hash == hash && items[j].key == item.key)
                 .unwrap_or(i);
+            duplicates |= lead != i;
             slots[i] = Slot {
                 hash,
                 shard,
@@ -102,6 +157,8 @@ impl<K: Hash + Eq, S> Store<K, S> {
             };
             slots[lead].cost = slots[lead].cost.saturating_add(item.cost);
         }
+        // Items sharing a key, and dry runs, decide on copies of states.
+        let views = (duplicates || dry) && copies(items);
         // Lock the distinct shards in ascending order.
         let mut order: Vec<usize> = Vec::new();
         let mut small = [0usize; 16];
@@ -150,15 +207,32 @@ impl<K: Hash + Eq, S> Store<K, S> {
         for slot in slots.iter_mut() {
             slot.guard = distinct.binary_search(&slot.shard).unwrap_or(0);
         }
-
-        let leads = || (0..items.len()).filter(|&i| slots[i].lead == i);
+        let slots: &[Slot] = slots;
+        let members = |lead: usize| (lead..items.len()).filter(move |&j| slots[j].lead == lead);
         let (mode, forced) = match apply {
             Apply::Commit | Apply::Force => {
                 let mut all = true;
-                for i in leads() {
+                for i in (0..items.len()).filter(|&i| slots[i].lead == i) {
                     let guard = locked(&mut guards[slots[i].guard]);
-                    let (d, _) = self.visit(guard, &slots[i], &items[i], now, Apply::Check, false);
-                    if !d.is_allowed() {
+                    let admitted = if views && duplicates && members(i).nth(1).is_some() {
+                        // In order, each against what the ones before it
+                        // would leave.
+                        let Some(mut view) = self.snapshot(guard, &slots[i], &items[i]) else {
+                            unreachable!("states are copied when `views`")
+                        };
+                        members(i).all(|j| {
+                            items[j]
+                                .limit
+                                .decide(&mut view, now, items[j].cost, Apply::Commit)
+                                .is_allowed()
+                        })
+                    } else {
+                        let cost = if views { items[i].cost } else { slots[i].cost };
+                        let (d, _) =
+                            self.visit(guard, &slots[i], &items[i], cost, now, Apply::Check, false);
+                        d.is_allowed()
+                    };
+                    if !admitted {
                         all = false;
                         break;
                     }
@@ -172,44 +246,113 @@ impl<K: Hash + Eq, S> Store<K, S> {
             other => (other, false),
         };
         let mut swept = Swept::default();
-        let mut combined: Option<Decision> = None;
-        for i in 0..items.len() {
+        for i in (0..items.len()).filter(|&i| slots[i].lead == i) {
             let slot = slots[i];
-            let d = if slot.lead == i {
-                let guard = locked(&mut guards[slot.guard]);
-                // A forced charge of a rejected request spares in-flight
-                // limits: they never charge what they did not admit.
-                let mode = if forced && items[i].limit.in_flight() {
-                    Apply::Rejected
-                } else {
-                    mode
-                };
-                let (d, s) = self.visit(guard, &slot, &items[i], now, mode, true);
+            let guard = locked(&mut guards[slot.guard]);
+            // A forced charge of a rejected request spares in-flight
+            // limits: they never charge what they did not admit.
+            let mode = if forced && items[i].limit.in_flight() {
+                Apply::Rejected
+            } else {
+                mode
+            };
+            let single = !duplicates || members(i).nth(1).is_none();
+            if (single || !views) && !dry {
+                // One item, or items whose states cannot be copied: their
+                // costs added up, one decision for all.
+                let (d, s) = self.visit(guard, &slot, &items[i], slot.cost, now, mode, true);
                 swept.reclaimed += s.reclaimed;
                 swept.evicted += s.evicted;
-                d
-            } else {
-                out[slot.lead]
-            };
-            out[i] = d;
-            combined = Some(match combined {
-                Some(c) => c.narrowest(d),
-                None => d,
-            });
+                if duplicates {
+                    for j in members(i) {
+                        out[j] = d;
+                    }
+                } else {
+                    out[i] = d;
+                }
+                continue;
+            }
+            if dry || matches!(mode, Apply::Check | Apply::Rejected) {
+                // Reported in order against a view of the key where the
+                // items before each one were charged.
+                let Some(mut view) = self.snapshot(guard, &slot, &items[i]) else {
+                    unreachable!("states are copied when `views`")
+                };
+                let charging = matches!(mode, Apply::Commit | Apply::Force);
+                for j in members(i) {
+                    let item = &items[j];
+                    if charging {
+                        out[j] = item.limit.decide(&mut view, now, item.cost, mode);
+                    } else {
+                        let Some(mut probe) = item.limit.snapshot(&view) else {
+                            unreachable!("states are copied when `views`")
+                        };
+                        out[j] = item.limit.decide(&mut probe, now, item.cost, mode);
+                        item.limit.decide(&mut view, now, item.cost, Apply::Force);
+                    }
+                }
+                if !dry && mode == Apply::Rejected {
+                    // The key itself takes the summed cost, rejected.
+                    let (_, s) = self.visit(
+                        guard,
+                        &slot,
+                        &items[i],
+                        slot.cost,
+                        now,
+                        Apply::Rejected,
+                        true,
+                    );
+                    swept.reclaimed += s.reclaimed;
+                    swept.evicted += s.evicted;
+                }
+                continue;
+            }
+            // Charged in order.
+            for j in members(i) {
+                let (d, s) = self.visit(guard, &slot, &items[j], items[j].cost, now, mode, true);
+                swept.reclaimed += s.reclaimed;
+                swept.evicted += s.evicted;
+                out[j] = d;
+            }
         }
         drop(inline_guards);
         drop(heap_guards);
         self.record(swept);
-        combined.expect("items is not empty")
+        out[..items.len()]
+            .iter()
+            .copied()
+            .reduce(Decision::narrowest)
+            .expect("items is not empty")
     }
 
-    /// Decides one merged item in its (locked) shard; inserts the key when
-    /// `store` is set and its state is no longer fresh.
+    /// A copy of the state `item`'s key holds in its (locked) shard, or a
+    /// fresh one; `None` when its limit cannot copy states.
+    fn snapshot<A, Q>(
+        &self,
+        shard: &mut SlotGuard<'_, Shard<K, S>>,
+        slot: &Slot,
+        item: &Item<'_, Q, A>,
+    ) -> Option<S>
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match shard.table.find(slot.hash, |e| e.key.borrow() == item.key) {
+            Some(e) => item.limit.snapshot(&e.state),
+            None => Some(item.limit.fresh()),
+        }
+    }
+
+    /// Decides `cost` on one key in its (locked) shard; inserts the key
+    /// when `store` is set and its state is no longer fresh.
+    #[allow(clippy::too_many_arguments)]
     fn visit<A, Q>(
         &self,
         shard: &mut SlotGuard<'_, Shard<K, S>>,
         slot: &Slot,
         item: &Item<'_, Q, A>,
+        cost: u64,
         now: Timestamp,
         apply: Apply,
         store: bool,
@@ -228,17 +371,17 @@ impl<K: Hash + Eq, S> Store<K, S> {
         {
             if !store {
                 return (
-                    limit.decide(&mut e.state, now, slot.cost, apply),
+                    limit.decide(&mut e.state, now, cost, apply),
                     Swept::default(),
                 );
             }
-            let (d, idle) = limit.decide_idle(&mut e.state, now, slot.cost, apply);
+            let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
             e.idle = idle_secs(idle, now, base, limit.pins());
             e.touched = tick;
             return (d, Swept::default());
         }
         let mut state = limit.fresh();
-        let (d, idle) = limit.decide_idle(&mut state, now, slot.cost, apply);
+        let (d, idle) = limit.decide_idle(&mut state, now, cost, apply);
         let mut swept = Swept::default();
         // Kept: not idle yet, or pinned (permits held, even at the end of time).
         if store && (idle > now || idle == Timestamp::MAX) {
@@ -253,6 +396,14 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
         (d, swept)
     }
+}
+
+/// Whether every item's limit can copy states (see
+/// [`Algorithm::snapshot`]).
+fn copies<Q: ?Sized, A: Algorithm>(items: &[Item<'_, Q, A>]) -> bool {
+    items
+        .iter()
+        .all(|i| i.limit.snapshot(&i.limit.fresh()).is_some())
 }
 
 /// The guard of a shard locked at the start of the batch.

@@ -207,15 +207,29 @@ pub trait Model: Clone + Debug {
     fn admitted(&self, _t: u128, _cost: u64) -> Outcome {
         Outcome::Allowed
     }
+    /// Whether a forced charge counts even a cost above the limit, and a
+    /// check (cost 0) is denied while the count is over the limit (the
+    /// fixed window, as envoyproxy/ratelimit's counter); `admits_at(t, 0)`
+    /// then says whether the count is within the limit.
+    fn counts_over(&self) -> bool {
+        false
+    }
 
     /// The full decision, with `retry_after` and `reset_after` found by exact
     /// search over the model's own predicates.
     fn decide(&mut self, now: u128, cost: u64, apply: Apply) -> Decision {
         let limit = self.limit();
         let outcome = if cost > limit {
+            if apply == Apply::Force && self.counts_over() {
+                self.charge(now, cost);
+            }
             Outcome::Never
         } else if cost == 0 {
-            Outcome::Allowed
+            if self.counts_over() && !self.admits_at(now, 0) {
+                Outcome::Denied
+            } else {
+                Outcome::Allowed
+            }
         } else if self.admits_at(now, cost) {
             let outcome = self.admitted(now, cost);
             if matches!(apply, Apply::Commit | Apply::Force) {
@@ -261,6 +275,8 @@ pub struct Opts<'a, S> {
     pub retry_known: bool,
     /// State equality (exact, or modulo representations of a fresh key).
     pub same_state: &'a dyn Fn(&S, &S) -> bool,
+    /// See [`Model::counts_over`].
+    pub counts_over: bool,
 }
 
 /// Requests admitted and charged, as `(time, cost)`, for invariant checks.
@@ -329,7 +345,7 @@ where
     A::State: Clone + Debug,
 {
     let _ = alg;
-    if step.cost == 0 {
+    if step.cost == 0 && !opts.counts_over {
         prop_assert_eq!(d.outcome, Outcome::Allowed, "cost 0 must be allowed");
     }
     prop_assert_eq!(
@@ -350,7 +366,8 @@ where
         Apply::Force => true,
         Apply::Rejected => false,
     };
-    if step.cost == 0 || d.outcome == Outcome::Never || !charges {
+    let never_counted = d.outcome == Outcome::Never && !opts.counts_over;
+    if step.cost == 0 || never_counted || !charges {
         prop_assert!(
             (opts.same_state)(before, after),
             "the state changed on a decision that charges nothing: {:?} -> {:?} ({:?}, {:?})",
@@ -461,6 +478,7 @@ where
         penalty: false,
         retry_known: true,
         same_state: &exact,
+        counts_over: model.counts_over(),
     };
     let admitted = check_model(alg, alg.fresh(), model.clone(), steps, &plain)?;
 
@@ -481,6 +499,7 @@ where
             penalty,
             retry_known: true,
             same_state: &any_eq,
+            counts_over: model.counts_over(),
         };
         check_model(&any, any.fresh(), model.clone(), steps, &opts)?;
     }
