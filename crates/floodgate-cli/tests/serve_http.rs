@@ -116,12 +116,13 @@ async fn check_endpoint_exposes_every_decision() {
         json!({"domain": "api", "dry_run": dry, "hits": hits,
                "descriptors": [{"entries": {"user": "carol"}}]})
     };
-    // Dry runs charge nothing.
+    // Dry runs charge nothing, and report what the real call would get.
     for _ in 0..3 {
         let (status, _, b) = post(s.http, "/v1/check", &user(1, true)).await;
         assert_eq!(status, 200, "{b}");
-        // Decided as if charged, nothing taken: still 5 left.
-        assert_eq!(b["statuses"][0]["decision"]["remaining"], 5, "{b}");
+        // Decided as if charged (4 left), nothing taken (4 again next time).
+        assert_eq!(b["statuses"][0]["decision"]["remaining"], 4, "{b}");
+        assert_eq!(b["statuses"][0]["limit_remaining"], 4, "{b}");
         assert_eq!(b["dry_run"], true);
     }
     // Several limits: the narrowest (the 5/hour bucket) is reported.

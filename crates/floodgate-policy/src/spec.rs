@@ -158,6 +158,47 @@ pub struct Reported {
     pub unit: Unit,
 }
 
+impl Reported {
+    /// How a limit of `count` per `period`, of which `quota` can be used at
+    /// once, is reported in the protocol's units:
+    ///
+    /// * a period that is a unit: `count` per that unit;
+    /// * any other period: the rate, rounded down, in the shortest unit at
+    ///   least as long as the period (5 per 7 s is 42 per `MINUTE`, 10 per
+    ///   2 minutes 300 per `HOUR`); a period longer than a year, per `YEAR`;
+    ///
+    /// and never less than `quota`, so that what remains (at most the
+    /// quota) never exceeds the limit reported.
+    ///
+    /// ```
+    /// use floodgate_policy::spec::Reported;
+    /// use floodgate_policy::unit::Unit;
+    /// use std::time::Duration;
+    ///
+    /// let r = Reported::of(5, Duration::from_secs(7), 5);
+    /// assert_eq!((r.requests_per_unit, r.unit), (42, Unit::Minute));
+    /// // A token bucket of 10/s with bursts of 20: the burst.
+    /// let r = Reported::of(10, Duration::from_secs(1), 20);
+    /// assert_eq!((r.requests_per_unit, r.unit), (20, Unit::Second));
+    /// ```
+    pub fn of(count: u64, period: Duration, quota: u64) -> Reported {
+        let nanos = period.as_nanos().max(1);
+        let unit = Unit::ALL
+            .into_iter()
+            .find(|u| u.duration().as_nanos() >= nanos)
+            .unwrap_or(Unit::Year);
+        let per_unit = if unit.duration().as_nanos() == nanos {
+            count as u128
+        } else {
+            count as u128 * unit.duration().as_nanos() / nanos
+        };
+        Reported {
+            requests_per_unit: per_unit.max(quota as u128).min(u32::MAX as u128) as u32,
+            unit,
+        }
+    }
+}
+
 /// One limit with its algorithm.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LimitSpec {
@@ -169,7 +210,8 @@ pub enum LimitSpec {
     },
     /// Fixed window.
     FixedWindow {
-        /// Requests per window.
+        /// Requests per window (0, from an envoyproxy/ratelimit file: none,
+        /// but what a penalty charges is counted).
         limit: u64,
         /// Window length.
         window: Duration,

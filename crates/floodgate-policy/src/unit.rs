@@ -74,20 +74,6 @@ impl Unit {
         Unit::ALL.into_iter().find(|u| *u as i32 == n)
     }
 
-    /// The largest unit whose window fits `d` a whole number of times, with
-    /// that number (for reporting a limit over an arbitrary period in a
-    /// protocol that only knows units).
-    pub fn best_fit(d: Duration) -> (Unit, u64) {
-        let secs = d.as_secs();
-        Unit::ALL
-            .into_iter()
-            .rev()
-            .filter(|u| d.subsec_nanos() == 0 && secs >= u.seconds() && secs % u.seconds() == 0)
-            .map(|u| (u, secs / u.seconds()))
-            .next()
-            .unwrap_or((Unit::Second, 1))
-    }
-
     /// The protocol name (`SECOND` ... `WEEK`).
     pub const fn name(self) -> &'static str {
         match self {
@@ -246,16 +232,5 @@ mod tests {
             let d = Duration::from_secs(d);
             assert_eq!(parse_duration(&format_duration(d)), Some(d));
         }
-    }
-
-    #[test]
-    fn best_fit() {
-        assert_eq!(Unit::best_fit(Duration::from_secs(300)), (Unit::Minute, 5));
-        assert_eq!(Unit::best_fit(Duration::from_secs(90)), (Unit::Second, 90));
-        assert_eq!(Unit::best_fit(Duration::from_secs(86_400)), (Unit::Day, 1));
-        assert_eq!(
-            Unit::best_fit(Duration::from_millis(500)),
-            (Unit::Second, 1)
-        );
     }
 }

@@ -474,7 +474,15 @@ descriptors:
         s.current_limit.as_ref().unwrap().reported.requests_per_unit,
         0
     );
-    // A check-only hit on a blocked rule is not over.
+    // A check-only hit is over once the window counted a hit, as there
+    // (its counter is past 0); a key not hit in this window is not over.
+    assert_eq!(
+        h.send("b", &[d(&[("banned", "x")]).hits(0)]),
+        Code::OverLimit
+    );
+    assert_eq!(h.send("b", &[d(&[("banned", "y")]).hits(0)]), Code::Ok);
+    assert_eq!(h.response.statuses[0].limit_remaining, 0);
+    h.advance(SEC);
     assert_eq!(h.send("b", &[d(&[("banned", "x")]).hits(0)]), Code::Ok);
 }
 

@@ -88,8 +88,12 @@ fn arbitrary_periods_and_sliding_algorithms() {
     assert_eq!(h.admitted(10, "api", &[d(&[("search", "q")])]), 4);
     assert_eq!(h.admitted(5, "api", &[d(&[("daily", "x")])]), 2);
     let cl = h.response.statuses[0].current_limit.as_ref().unwrap();
-    // 2 per 5 minutes is reported in the largest unit that divides it.
-    assert_eq!(cl.reported.unit, Unit::Minute);
+    // 2 per 5 minutes is reported as its rate in the shortest unit that
+    // holds 5 minutes: 24 per hour.
+    assert_eq!(
+        (cl.reported.requests_per_unit, cl.reported.unit),
+        (24, Unit::Hour)
+    );
 }
 
 #[test]
@@ -355,18 +359,12 @@ fn bad_requests_are_clear_errors() {
             .to_string()
             .contains("must not be empty")
     );
-    assert!(
-        run("api", &[d(&[])], &mut r)
-            .unwrap_err()
-            .to_string()
-            .contains("no entries")
-    );
-    assert!(
-        run("api", &[d(&[("", "v")])], &mut r)
-            .unwrap_err()
-            .to_string()
-            .contains("empty key")
-    );
+    // A descriptor without entries, or with an empty key, matches nothing
+    // (as in envoyproxy/ratelimit): answered, not refused.
+    run("api", &[d(&[]), d(&[("", "v")]), d(&[("k", "w")])], &mut r).unwrap();
+    let reasons: Vec<_> = r.statuses.iter().map(|s| s.reason).collect();
+    assert_eq!(reasons, [Reason::NoMatch, Reason::NoMatch, Reason::Limited]);
+    assert!(r.statuses[..2].iter().all(|s| s.current_limit.is_none()));
     let many: Vec<_> = (0..10_000).map(|i| d(&[("k", &*i.to_string())])).collect();
     assert!(
         run("api", &many, &mut r)

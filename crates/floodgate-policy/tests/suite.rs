@@ -7,6 +7,7 @@ mod common;
 mod config_files;
 mod direct_plan;
 mod docs_examples;
+mod envoy_fidelity;
 mod envoy_semantics;
 mod floodgate_features;
 mod hot_reload;

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use floodgate_policy::{Response, Status};
+use floodgate_policy::{Code, Response, Status};
 use http::HeaderName;
 
 use floodgate_runtime::settings::HeaderSettings;
@@ -128,25 +128,31 @@ fn number<'s>(emit: &mut dyn FnMut(&'s Header, &str), h: &'s Header, v: u64, buf
 }
 
 /// The reset header's value: delta-seconds until `status`'s limit resets,
-/// rounded up (a reset 0.3 s away is 1, so a client waiting that long finds
-/// the limit reset), and at least 1 while nothing remains.
+/// rounded up (the status's own `duration_until_reset`; a reset 0.3 s away
+/// is 1, so a client waiting that long finds the limit reset), and at least
+/// 1 while nothing remains.
 pub fn reset_seconds(status: &Status) -> u64 {
-    let d = status.duration_until_reset;
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    if secs == 0 && status.limit_remaining == 0 {
-        1
-    } else {
-        secs
+    match status.reset_seconds() {
+        0 if status.limit_remaining == 0 => 1,
+        secs => secs,
     }
 }
 
-/// The status with the least remaining among those with a limit (the first
-/// on ties), as Envoy picks it.
+/// The status the headers describe, as envoyproxy/ratelimit picks it: the
+/// one with the least remaining among those with a limit (the first on
+/// ties), except that an over-limit status not in quota mode takes the
+/// place (the last of them).
 pub fn most_restrictive(statuses: &[Status]) -> Option<&Status> {
     let mut best: Option<&Status> = None;
+    let mut least = u32::MAX;
     for s in statuses.iter().filter(|s| s.current_limit.is_some()) {
-        if best.is_none_or(|b| s.limit_remaining < b.limit_remaining) {
+        if s.limit_remaining < least {
             best = Some(s);
+            least = s.limit_remaining;
+        }
+        if s.code == Code::OverLimit && !s.quota {
+            best = Some(s);
+            least = 0;
         }
     }
     best
@@ -217,6 +223,54 @@ mod tests {
         assert_eq!(reset_of(status(2, ms(59_001))), ["60", "60"]);
         assert_eq!(reset_of(status(2, ms(60_000))), ["60", "60"]);
         assert_eq!(reset_of(status(1, Duration::from_nanos(1))), ["1", "1"]);
+    }
+
+    #[test]
+    fn the_described_status_is_picked_as_envoyproxy_ratelimit_picks_it() {
+        let ms = Duration::from_millis;
+        let with = |remaining, reset, quota| Status {
+            quota,
+            ..status(remaining, ms(reset))
+        };
+        let pick = |statuses: Vec<Status>| {
+            let at = most_restrictive(&statuses).map(|p| p.duration_until_reset);
+            statuses
+                .iter()
+                .position(|s| Some(s.duration_until_reset) == at)
+        };
+        // The least remaining, the first on ties.
+        assert_eq!(
+            pick(vec![
+                with(2, 1, false),
+                with(1, 2, false),
+                with(1, 3, false)
+            ]),
+            Some(1)
+        );
+        // Over the limit: the last over-limit status, not the first.
+        assert_eq!(
+            pick(vec![
+                with(0, 1, false),
+                with(2, 2, false),
+                with(0, 3, false)
+            ]),
+            Some(2)
+        );
+        // A quota-mode status over its limit takes no precedence, but its
+        // remaining 0 still counts as the least.
+        assert_eq!(
+            pick(vec![with(1, 1, false), with(0, 2, true), with(3, 3, false)]),
+            Some(1)
+        );
+        // A shadow-mode status over its limit is OK: the least remaining.
+        let mut shadow = with(0, 4, false);
+        shadow.code = Code::Ok;
+        assert_eq!(
+            pick(vec![with(1, 1, false), shadow, with(0, 5, true)]),
+            Some(1)
+        );
+        // No limit, no headers.
+        assert_eq!(pick(vec![Status::default()]), None);
     }
 
     #[test]

@@ -278,25 +278,18 @@ impl Ctx<'_> {
     }
 }
 
-/// What to report for one limit of a rule: the rule's own numbers for a
-/// single limit, otherwise the limit's.
+/// What to report for one limit of a rule (see [`Reported::of`]); a limit
+/// that has no period (a shaper, a concurrency limit) keeps the rule's.
 fn reported_of(spec: &LimitSpec, rule: Reported) -> Reported {
-    let fit = |count: u64, period: std::time::Duration| {
-        let (unit, k) = crate::unit::Unit::best_fit(period);
-        Reported {
-            requests_per_unit: (count / k.max(1)).clamp(1, u32::MAX as u64) as u32,
-            unit,
-        }
-    };
     match spec {
         LimitSpec::FixedWindow { limit, window }
         | LimitSpec::SlidingLog { limit, window }
-        | LimitSpec::SlidingWindow { limit, window, .. } => fit(*limit, *window),
+        | LimitSpec::SlidingWindow { limit, window, .. } => Reported::of(*limit, *window, *limit),
         LimitSpec::Gcra {
             count,
             period,
             burst,
-        } => crate::read::limits::at_least(fit(*count, *period), *burst),
+        } => Reported::of(*count, *period, *burst),
         _ => rule,
     }
 }

@@ -149,6 +149,7 @@ pub(crate) fn build_limit(
 ) -> Result<Option<AnyLimit>, floodgate::ConfigError> {
     let limit: AnyLimit = match spec {
         LimitSpec::Block { .. } => return Ok(None),
+        LimitSpec::FixedWindow { limit: 0, window } => FixedWindow::closed(*window)?.into(),
         LimitSpec::FixedWindow { limit, window } => FixedWindow::new(*limit, *window)?.into(),
         LimitSpec::Gcra {
             count,

@@ -160,6 +160,17 @@ impl Tree {
         if let Some((_, _, id)) = lvl.exact.find(h, |(k, v, _)| &**k == key && &**v == value) {
             return Some(*id);
         }
+        // A value spelled as a pattern is that pattern's, before any other
+        // pattern matches it (envoyproxy/ratelimit looks patterns up by
+        // their text first too).
+        if value.contains('*')
+            && let Some((_, _, id)) = lvl
+                .wildcards
+                .iter()
+                .find(|(k, p, _)| &**k == key && p.as_str() == value)
+        {
+            return Some(*id);
+        }
         if let Some((_, _, id)) = lvl
             .wildcards
             .iter()

@@ -180,6 +180,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         status.rule = Some(plan.rule);
         status.reason = Reason::Limited;
         status.shadow = rule.shadow;
+        status.quota = rule.quota;
         status.hits = hits;
         // The counters' keys, as matching lays them out.
         let buf = &mut response.scratch.keys;

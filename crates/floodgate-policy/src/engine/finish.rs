@@ -56,11 +56,13 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
         settle(&mut statuses[desc], decisions, reported, ratio);
         k = end;
     }
-    // Blocked rules count as over-limit decisions too.
+    // Blocking rules without a counter count as over-limit decisions too.
     for s in statuses.iter() {
         if s.reason == Reason::Blocked && s.code == Code::OverLimit {
-            if let Some(id) = s.rule {
-                policy.rule(id).metrics.over_limit.increment(1);
+            if let Some(rule) = s.rule.map(|id| policy.rule(id)) {
+                if matches!(rule.action, crate::compile::Action::Block { .. }) {
+                    rule.metrics.over_limit.increment(1);
+                }
             }
         }
     }

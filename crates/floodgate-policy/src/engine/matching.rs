@@ -2,7 +2,7 @@
 //! overrides, rules, and the layout of the counters to decide.
 
 use floodgate::Timestamp;
-use floodgate::algorithms::{AnyLimit, FixedWindow, Penalty as CorePenalty};
+use floodgate::algorithms::{AnyLimit, FixedWindow, LimitKind, Penalty as CorePenalty};
 use smallvec::SmallVec;
 
 use crate::backend::Backend;
@@ -68,6 +68,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             }
             status.rule = Some(id);
             status.shadow = rule.shadow;
+            status.quota = rule.quota;
             match &rule.action {
                 Action::Unlimited => {
                     status.reason = Reason::Unlimited;
@@ -82,7 +83,13 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
                     }
                 }
                 Action::Limit(limits) => {
-                    status.reason = Reason::Limited;
+                    // A window admitting nothing (envoyproxy/ratelimit's
+                    // `requests_per_unit: 0`) blocks; it still counts.
+                    status.reason = if limits.iter().all(|l| is_closed(&l.limit)) {
+                        Reason::Blocked
+                    } else {
+                        Reason::Limited
+                    };
                     let batch = if rule.quota {
                         Batch::Own
                     } else if rule.shadow {
@@ -138,8 +145,14 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             name: None,
         });
         let window = ov.unit.duration();
-        let Ok(limit) = FixedWindow::new(ov.requests_per_unit as u64, window) else {
-            // requests_per_unit 0: every request is over.
+        // requests_per_unit 0 admits nothing, and counts what a penalty
+        // charges (as envoyproxy/ratelimit's counter does).
+        let limit = match ov.requests_per_unit {
+            0 => FixedWindow::closed(window),
+            n => FixedWindow::new(n as u64, window),
+        };
+        let Ok(limit) = limit else {
+            // Unreachable: a unit's window and a u32 count are valid.
             status.reason = Reason::Blocked;
             status.duration_until_reset = until_window_end(now, window);
             if hits > 0 {
@@ -152,15 +165,21 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         } else {
             CorePenalty::OwnDenials
         };
-        status.reason = Reason::Limited;
+        status.reason = if ov.requests_per_unit == 0 {
+            Reason::Blocked
+        } else {
+            Reason::Limited
+        };
         let index = scratch.overrides.len() as u32;
         scratch
             .overrides
             .push(AnyLimit::from(limit).with_penalty_mode(penalty));
+        // One counter per domain, unit and entries, whatever the limit sent
+        // (as envoyproxy/ratelimit keys it): a limit changed from one
+        // request to the next keeps the count of the window.
         let mut fp = crate::compile::StableHasher::default();
         fp.field(b"override")
             .field(dom.name.as_bytes())
-            .u64(ov.requests_per_unit as u64)
             .u64(ov.unit as u64);
         let (start, end) = keys::group_plain(&mut scratch.keys, fp.finish(), d);
         let key = keys::member(&mut scratch.keys, (start, end), 0);
@@ -172,6 +191,11 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             batch: Batch::Enforced,
         });
     }
+}
+
+/// Whether `limit` is a window admitting nothing.
+fn is_closed(limit: &AnyLimit) -> bool {
+    matches!(limit.kind(), LimitKind::FixedWindow(w) if w.limit() == 0)
 }
 
 /// Drops the counters of rules replaced by another matched rule.
@@ -191,6 +215,10 @@ fn apply_replaces(policy: &PolicySet, statuses: &mut [Status], scratch: &mut scr
     };
     let mut drop_desc: SmallVec<[bool; 16]> = SmallVec::from_elem(false, statuses.len());
     for (i, s) in statuses.iter().enumerate() {
+        // An unlimited rule stays unlimited (its `replaces` still apply).
+        if s.reason == Reason::Unlimited {
+            continue;
+        }
         if let Some(name) = s.rule.and_then(|id| policy.rule(id).name.as_deref()) {
             drop_desc[i] = replaced(name);
         }

@@ -334,15 +334,12 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                 l.max_descriptors
             )));
         }
+        // A descriptor without entries, or with an empty key, matches no
+        // rule (as in envoyproxy/ratelimit): it is answered, not refused.
         for (i, d) in descriptors.iter().enumerate() {
             if l.overrides == LimitOverrides::Refuse && d.limit_override().is_some() {
                 return Err(EngineError::InvalidArgument(format!(
                     "descriptor {i}: limit overrides are not accepted here"
-                )));
-            }
-            if d.is_empty() {
-                return Err(EngineError::InvalidArgument(format!(
-                    "descriptor {i} has no entries"
                 )));
             }
             if d.len() > l.max_entries {
@@ -354,11 +351,6 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             }
             for j in 0..d.len() {
                 let (k, v) = d.entry(j);
-                if k.is_empty() {
-                    return Err(EngineError::InvalidArgument(format!(
-                        "descriptor {i} entry {j} has an empty key"
-                    )));
-                }
                 if k.len() > l.max_entry_bytes || v.len() > l.max_entry_bytes {
                     return Err(EngineError::InvalidArgument(format!(
                         "descriptor {i} entry {j} is too long ({} bytes; keys and values are limited to {})",

@@ -65,8 +65,29 @@ pub struct Status {
     pub reason: Reason,
     /// The rule is in shadow mode (its verdict is reported, not enforced).
     pub shadow: bool,
+    /// The rule is in quota mode (over its limit, it fails the request only
+    /// when every quota descriptor of the request is over).
+    pub quota: bool,
     /// The hits charged (before the rule's cost multiplier).
     pub hits: u64,
+}
+
+impl Status {
+    /// [`duration_until_reset`](Self::duration_until_reset) as the RLS
+    /// protocol reports it: whole seconds, rounded up, so a limit not fully
+    /// back is never reported as reset. For a fixed window of a unit
+    /// (every envoyproxy/ratelimit limit) this is exactly that service's
+    /// `unit − now mod unit`, in [1, unit].
+    pub fn reset_seconds(&self) -> u64 {
+        let d = self.duration_until_reset;
+        d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+    }
+
+    /// Whether the RLS protocol reports a `duration_until_reset`: with a
+    /// limit, as envoyproxy/ratelimit does.
+    pub fn reports_reset(&self) -> bool {
+        self.current_limit.is_some() || !self.duration_until_reset.is_zero()
+    }
 }
 
 /// A full response; reusable from one request to the next (its buffers are

@@ -30,6 +30,24 @@ pub(crate) const ENVOY_KEYS: &[&str] = &[
     "sync",
 ];
 
+/// Keys Floodgate reads inside the `rate_limit:` of an envoyproxy/ratelimit
+/// file besides that service's own: Floodgate's limit definitions (any
+/// algorithm, any period, several limits), so a rule can choose its
+/// algorithm without converting the file. Any other key is refused there
+/// as that service refuses it.
+pub(crate) const ENVOY_RATE_LIMIT_EXTENSIONS: &[&str] = &[
+    "algorithm",
+    "requests",
+    "per",
+    "burst",
+    "sub_windows",
+    "rate",
+    "nodelay",
+    "delay",
+    "max",
+    "limits",
+];
+
 const NODE_KEYS: &[&str] = &[
     "key",
     "value",
@@ -71,10 +89,22 @@ const RATE_LIMIT_KEYS: &[&str] = &[
 /// every key of a file against one list and ignores misplaced known keys;
 /// Floodgate rejects any key not allowed at its level.
 pub(crate) fn check_keys(map: &Map<'_>, dialect: Dialect, allowed: &[&str], errors: &mut Errors) {
+    check_keys_with(map, dialect, allowed, &[], errors);
+}
+
+/// [`check_keys`], with `extensions` also allowed in an envoyproxy/ratelimit
+/// file.
+fn check_keys_with(
+    map: &Map<'_>,
+    dialect: Dialect,
+    allowed: &[&str],
+    extensions: &[&str],
+    errors: &mut Errors,
+) {
     match dialect {
         Dialect::Envoy => {
             for (name, key) in map.unread() {
-                if !ENVOY_KEYS.contains(&name) {
+                if !ENVOY_KEYS.contains(&name) && !extensions.contains(&name) {
                     errors
                         .push(key.error(format!("config error, unknown key '{}'", excerpt(name))));
                 }
@@ -164,10 +194,18 @@ fn read_node(map: &Map<'_>, dialect: Dialect, errors: &mut Errors) -> Option<Nod
         errors.push(map.node().error("descriptor has empty key"));
     }
     if node.share_threshold && !node.value.as_deref().is_some_and(|v| v.contains('*')) {
-        errors.push(map.node().error(format!(
-            "share_threshold can only be set on a value with a wildcard '*' (value: '{}')",
-            node.value.as_deref().map(excerpt).unwrap_or_default()
-        )));
+        let value = node.value.as_deref().map(excerpt).unwrap_or_default();
+        errors.push(map.node().error(match dialect {
+            // envoyproxy/ratelimit's message, naming the composite key.
+            Dialect::Envoy => format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{}{}{value}'",
+                excerpt(&node.key),
+                if value.is_empty() { "" } else { "_" },
+            ),
+            Dialect::Floodgate => format!(
+                "share_threshold can only be set on a value with a wildcard '*' (value: '{value}')"
+            ),
+        }));
     }
     if let Some(rl) = map.get("rate_limit") {
         node.rate_limit = read_rate_limit(rl, dialect, errors);
@@ -251,6 +289,34 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
     // Both dialects: how a shared store shares the rule's counters.
     if let Some(s) = map.get("sync") {
         spec.sync = super::read_sync_mode(s, errors);
+    }
+    let extended = dialect == Dialect::Envoy
+        && map
+            .keys()
+            .any(|(k, _)| ENVOY_RATE_LIMIT_EXTENSIONS.contains(&k));
+    if extended {
+        // Floodgate's limit definitions in an envoyproxy/ratelimit file: a
+        // unit that is given must be one, even beside a `per`.
+        let per = map.keys().any(|(k, _)| k == "per");
+        if per && unit.is_none() && !unit_text.is_empty() {
+            errors.push(
+                unit_node
+                    .unwrap_or(n)
+                    .error(format!("invalid rate limit unit '{}'", excerpt(unit_text))),
+            );
+        }
+        if let Some((limits, reported)) = read_limits(&map, unit, errors) {
+            spec.limits = limits;
+            spec.reported = reported;
+        }
+        check_keys_with(
+            &map,
+            dialect,
+            RATE_LIMIT_KEYS,
+            ENVOY_RATE_LIMIT_EXTENSIONS,
+            errors,
+        );
+        return (!spec.limits.is_empty()).then_some(spec);
     }
     match dialect {
         Dialect::Envoy => {

@@ -36,18 +36,13 @@ const LIMIT_KEYS: &[&str] = &[
     "max",
 ];
 
-/// The limit an envoyproxy/ratelimit rule means: a fixed window of one unit,
-/// or a block when `requests_per_unit` is 0.
+/// The limit an envoyproxy/ratelimit rule means: a fixed window of one unit
+/// (with `requests_per_unit: 0`, one that admits nothing but still counts,
+/// as that service's counter does).
 pub(crate) fn envoy_limit(rpu: u32, unit: Unit) -> LimitSpec {
-    if rpu == 0 {
-        LimitSpec::Block {
-            window: unit.duration(),
-        }
-    } else {
-        LimitSpec::FixedWindow {
-            limit: rpu as u64,
-            window: unit.duration(),
-        }
+    LimitSpec::FixedWindow {
+        limit: rpu as u64,
+        window: unit.duration(),
     }
 }
 
@@ -144,14 +139,7 @@ fn read_one(
             None
         }
     };
-    let reported = |requests: u64, per: Duration| {
-        let (unit, k) = Unit::best_fit(per);
-        let rpu = (requests / k.max(1)).max(1).min(u32::MAX as u64) as u32;
-        Reported {
-            requests_per_unit: rpu,
-            unit,
-        }
-    };
+    let reported = |requests: u64, per: Duration| Reported::of(requests, per, requests);
     let need = |what: &str, v: Option<u64>, errors: &mut Errors| -> Option<u64> {
         if v.is_none() {
             errors.push(node.error(format!("the {algorithm} algorithm needs '{what}'")));
@@ -203,7 +191,7 @@ fn read_one(
                     period,
                     burst,
                 },
-                at_least(reported(count, period), burst),
+                Reported::of(count, period, burst),
             )
         }
         "shaper" => read_shaper(map, requests, per, errors)?,
@@ -275,28 +263,11 @@ fn read_shaper(
         NginxRate::PerSecond(n) => (n, Unit::Second),
         NginxRate::PerMinute(n) => (n, Unit::Minute),
     };
+    // What can pass at once: the burst and the request in hand.
     Some((
         LimitSpec::Shaper { rate, burst, delay },
-        at_least(
-            Reported {
-                requests_per_unit: rpu.min(u32::MAX as u64) as u32,
-                unit,
-            },
-            burst.saturating_add(1),
-        ),
+        Reported::of(rpu, unit.duration(), burst.saturating_add(1)),
     ))
-}
-
-/// `r`, with `requests_per_unit` raised to `capacity` (what can pass at
-/// once) when that is more: a bucket whose burst exceeds its rate reports
-/// the burst, so that `limit_remaining` never exceeds the reported limit.
-pub(crate) fn at_least(r: Reported, capacity: u64) -> Reported {
-    Reported {
-        requests_per_unit: r
-            .requests_per_unit
-            .max(capacity.min(u32::MAX as u64) as u32),
-        unit: r.unit,
-    }
 }
 
 /// Parses nginx's `rate=` syntax: `10r/s`, `30r/m`, or a bare number (r/s).

@@ -171,6 +171,10 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&str, &str)] = &[
         "responses carry no dynamic metadata",
     ),
     (
+        "QUOTA_MODE",
+        "set quota_mode: true on the rules that are quotas",
+    ),
+    (
         "TRACING_ENABLED",
         "no OpenTelemetry tracing; logs are structured (LOG_FORMAT=json)",
     ),

@@ -87,13 +87,10 @@ pub fn descriptor_status(s: &Status) -> DescriptorStatus {
         requests_per_unit: l.reported.requests_per_unit,
         unit: unit(l.reported.unit),
     });
-    let duration_until_reset =
-        (current_limit.is_some() || !s.duration_until_reset.is_zero()).then(|| {
-            prost_types::Duration {
-                seconds: s.duration_until_reset.as_secs().min(i64::MAX as u64) as i64,
-                nanos: s.duration_until_reset.subsec_nanos() as i32,
-            }
-        });
+    let duration_until_reset = s.reports_reset().then(|| prost_types::Duration {
+        seconds: s.reset_seconds().min(i64::MAX as u64) as i64,
+        nanos: 0,
+    });
     DescriptorStatus {
         code: code(s.code),
         current_limit,

@@ -262,10 +262,11 @@ impl<'a> WireRequest<'a> {
     }
 }
 
-/// A `google.protobuf.Duration`'s seconds (an `int64`): larger durations
-/// are capped, as [`fill_response`](super::fill_response) caps them.
-fn proto_secs(d: std::time::Duration) -> u64 {
-    d.as_secs().min(i64::MAX as u64)
+/// A status's `duration_until_reset` as a `google.protobuf.Duration`'s
+/// seconds (whole, an `int64`): larger durations are capped, as
+/// [`fill_response`](super::fill_response) caps them.
+fn proto_secs(s: &Status) -> u64 {
+    s.reset_seconds().min(i64::MAX as u64)
 }
 
 fn varint_len(v: u64) -> usize {
@@ -300,16 +301,12 @@ fn status_sizes(s: &Status) -> (usize, usize, usize) {
         }
         cl += 1 + varint_len(l.reported.unit as u64);
     }
-    let has_duration = s.current_limit.is_some() || !s.duration_until_reset.is_zero();
+    let has_duration = s.reports_reset();
     let mut dur = 0;
     if has_duration {
-        let secs = proto_secs(s.duration_until_reset);
-        let nanos = s.duration_until_reset.subsec_nanos();
+        let secs = proto_secs(s);
         if secs != 0 {
             dur += 1 + varint_len(secs);
-        }
-        if nanos != 0 {
-            dur += 1 + varint_len(u64::from(nanos));
         }
     }
     let mut total = 1 + varint_len(code(s.code));
@@ -355,18 +352,13 @@ fn put_status(out: &mut BytesMut, s: &Status) {
         out.put_u8(3 << 3);
         put_varint(out, u64::from(s.limit_remaining));
     }
-    if s.current_limit.is_some() || !s.duration_until_reset.is_zero() {
+    if s.reports_reset() {
         out.put_u8(4 << 3 | 2);
         put_varint(out, dur as u64);
-        let secs = proto_secs(s.duration_until_reset);
-        let nanos = s.duration_until_reset.subsec_nanos();
+        let secs = proto_secs(s);
         if secs != 0 {
             out.put_u8(1 << 3);
             put_varint(out, secs);
-        }
-        if nanos != 0 {
-            out.put_u8(2 << 3);
-            put_varint(out, u64::from(nanos));
         }
     }
 }

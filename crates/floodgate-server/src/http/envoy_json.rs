@@ -109,8 +109,9 @@ fn status(s: &Status) -> JsonStatus<'_> {
         requests_per_unit: l.reported.requests_per_unit,
         unit: unit_name(l.reported.unit),
     });
-    let duration_until_reset = (current_limit.is_some() || !s.duration_until_reset.is_zero())
-        .then(|| proto_duration(s.duration_until_reset));
+    let duration_until_reset = s
+        .reports_reset()
+        .then(|| proto_duration(Duration::from_secs(s.reset_seconds())));
     JsonStatus {
         code: code_name(s.code),
         current_limit,
