@@ -7,6 +7,7 @@ mod serve_support;
 mod config_check;
 mod gateway_hostile;
 mod gateway_lifecycle;
+mod hostile_listeners;
 mod redis_down_at_startup;
 mod replay;
 mod serve_env;

@@ -15,7 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
-use crate::io::{Prefixed, Sniffed, sniff};
+use floodgate_runtime::listener::{Prefixed, Sniffed, sniff};
 
 /// Serves the demo upstream on `listener` forever; every answer is `body`.
 pub async fn serve_demo(listener: TcpListener, body: Bytes) {

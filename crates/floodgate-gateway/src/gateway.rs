@@ -23,11 +23,11 @@ use pin_project_lite::pin_project;
 
 use crate::access::AccessEntry;
 use crate::body::{BodyError, ProxyBody};
-use crate::connections::InFlight;
 use crate::forward::X_FORWARDED_PROTO;
 use crate::http_section::HttpSection;
-use crate::idle::OpenStream;
 use crate::proxy::{ClientInfo, Proxy};
+use floodgate_runtime::listener::InFlight;
+use floodgate_runtime::listener::OpenStream;
 
 /// The limiter of a gateway: the layer and the identity it was built from.
 pub struct Limiter<B> {

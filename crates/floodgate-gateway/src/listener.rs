@@ -8,8 +8,9 @@
 //!
 //! When every place is taken, or `accept` fails for want of descriptors,
 //! the connections that have waited longest without a request in flight
-//! are closed to make room ([`Connections`]), and a failing `accept` is
-//! retried after a growing pause rather than at once.
+//! are closed to make room, and a failing `accept` is retried after a
+//! growing pause rather than at once ([`accept_loop`], the runtime's, as
+//! the decision service's).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +18,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate_policy::Backend;
+use floodgate_runtime::listener::{
+    Accepted, Activity, Counters, DrainWatcher, Prefixed, Slot, Sniffed, Streams, accept_loop,
+    descriptors, heard, serve_h2, sniff,
+};
 use http::header::UPGRADE;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -24,16 +29,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::ListenerLimits;
-use crate::connections::{Activity, Connections};
-use crate::descriptors;
-use crate::drain::{Drain, DrainWatcher};
 use crate::gateway::Gateway;
-use crate::idle::Streams;
-use crate::io::{Prefixed, Sniffed, sniff};
 use crate::proxy::ClientInfo;
 use crate::upgrade::ConnectionGuard;
 
@@ -66,225 +66,45 @@ impl Protocols {
     }
 }
 
-/// Connections closed at a time to make room when descriptors run out.
-const EVICT_BATCH: usize = 8;
-/// How often a new connection waiting for a place looks again for one to
-/// close (a connection may have finished its request since).
-const ROOM_RETRY: Duration = Duration::from_millis(20);
-
-/// Serves `gateway` on `listener` (TLS with `tls`) until `shutdown`
-/// resolves, then stops accepting and waits for the connections to finish
-/// their requests in flight (the caller bounds the wait).
+/// Serves `gateway` on `listener` (TLS with `tls`) until `stop` turns
+/// true, then stops accepting and waits for the connections to finish
+/// their requests in flight (the caller bounds the wait). The accept loop
+/// is the runtime's ([`accept_loop`]): `max_connections` fitted to the
+/// open files limit (two descriptors a connection: the client's and an
+/// upstream's), room made under a flood, a back-off when descriptors run
+/// out.
 pub async fn serve<B: Backend + 'static>(
     gateway: Arc<Gateway<B>>,
     listener: TcpListener,
     limits: ListenerLimits,
     tls: Option<TlsAcceptor>,
-    shutdown: impl std::future::Future<Output = ()>,
+    stop: watch::Receiver<bool>,
 ) {
     let protocols = Arc::new(Protocols::new(&limits));
-    let places = max_connections(limits.max_connections);
-    // Connections closed at a time when every place is taken: room for
-    // the next few, without waiting for one closed connection at a time.
-    let room_batch = (places / 16).clamp(1, EVICT_BATCH);
-    let permits = Arc::new(Semaphore::new(places));
-    let registry = Arc::new(Connections::new());
-    let graceful = Drain::new();
-    let connections = metrics::gauge!("floodgate_gateway_connections");
-    let mut accepting = Accepting::default();
-    tokio::pin!(shutdown);
-    'accepting: loop {
-        let (stream, peer) = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            a = accepting.accept(&listener, &registry) => a,
-        };
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(TryAcquireError::Closed) => break,
-            // Every place taken: room is made by closing the connection
-            // that has waited longest without a request, else this one
-            // waits for a connection to end.
-            Err(TryAcquireError::NoPermits) => loop {
-                registry.evict_waiting(room_batch);
-                tokio::select! {
-                    biased;
-                    _ = &mut shutdown => break 'accepting,
-                    p = permits.clone().acquire_owned() => match p {
-                        Ok(p) => break p,
-                        Err(_) => break 'accepting,
-                    },
-                    _ = tokio::time::sleep(ROOM_RETRY) => {}
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let watcher = graceful.watcher();
-        let gateway = gateway.clone();
-        let protocols = protocols.clone();
-        let connections = connections.clone();
-        let tls = tls.clone();
-        let registered = registry.register();
-        // A request sent with the connection is there already: its head is
-        // arriving, not a connection that waits for nothing.
-        if has_bytes(&stream) {
-            registered.activity().heard();
-        }
-        tokio::spawn(async move {
-            connections.increment(1.0);
+    let places = descriptors::fit_max_connections("gateway", limits.max_connections, 2);
+    let counters = Counters {
+        connections: metrics::gauge!("floodgate_gateway_connections"),
+        evicted: metrics::counter!("floodgate_gateway_connections_evicted_total"),
+        accept_errors: metrics::counter!("floodgate_gateway_accept_errors_total"),
+    };
+    accept_loop(listener, places, counters, stop, move |a: Accepted| {
+        let (gateway, protocols, tls) = (gateway.clone(), protocols.clone(), tls.clone());
+        async move {
             // The slot is held by the connection and by a tunnel it was
             // upgraded to, whichever ends last.
-            let slot = Arc::new(Slot {
-                _permit: permit,
-                gauge: connections,
-            });
-            let activity = registered.activity().clone();
             let conn = Conn {
                 gateway,
-                peer,
-                slot,
-                activity: activity.clone(),
+                peer: a.peer,
+                slot: Arc::new(a.slot),
+                activity: a.activity,
             };
-            let serving = async {
-                match tls {
-                    None => serve_tcp(conn, &protocols, stream, watcher).await,
-                    Some(tls) => serve_tls(conn, &protocols, stream, tls, watcher).await,
-                }
-            };
-            tokio::select! {
-                _ = serving => {}
-                _ = closed_to_make_room(&activity) => {
-                    tracing::debug!(%peer, "connection closed to make room");
-                }
-            }
-            drop(registered);
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
-}
-
-/// `configured`, lowered to what the open files limit (raised to its
-/// hard limit first) leaves room for, with a warning.
-fn max_connections(configured: usize) -> usize {
-    let Some(files) = descriptors::raise_limit() else {
-        return configured;
-    };
-    let budget = descriptors::connection_budget(files);
-    if budget < configured {
-        tracing::warn!(
-            max_connections = configured,
-            open_files_limit = files,
-            lowered_to = budget,
-            "max_connections is more than the open files limit allows (two descriptors per \
-             connection): lowered; raise the limit (ulimit -n, LimitNOFILE) to use the setting"
-        );
-    }
-    budget.min(configured)
-}
-
-/// The first bytes of a connection have been read: an HTTP/1.1 head is
-/// arriving (left its grace to finish); an HTTP/2 connection without a
-/// stream yet is idle, whatever it sent (its preface and settings).
-fn heard(activity: &Activity, kind: Sniffed) {
-    match kind {
-        Sniffed::Http1 => activity.heard(),
-        Sniffed::Http2 | Sniffed::Closed => activity.silent(),
-    }
-}
-
-/// Whether bytes wait to be read on `stream` (one non-blocking peek).
-fn has_bytes(stream: &TcpStream) -> bool {
-    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
-    matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
-}
-
-/// Resolves once the connection has been chosen to close to make room
-/// and has no request in flight.
-async fn closed_to_make_room(activity: &Activity) {
-    loop {
-        activity.evicted().await;
-        if !activity.keep() {
-            return;
-        }
-    }
-}
-
-/// The accept loop's state through a run of failures.
-#[derive(Default)]
-struct Accepting {
-    /// Failures in a row, and when the first of them happened.
-    failing: Option<(u64, tokio::time::Instant)>,
-}
-
-impl Accepting {
-    /// The pause after `failures` failures in a row: 10 ms, doubling up to
-    /// 1 s.
-    fn pause(failures: u64) -> Duration {
-        Duration::from_millis(10u64 << failures.saturating_sub(1).min(7))
-            .min(Duration::from_secs(1))
-    }
-
-    /// Accepts the next connection. When descriptors (or kernel memory)
-    /// run out, the connections that have waited longest are closed and
-    /// `accept` is retried after a growing pause, never at once; a run of
-    /// failures is logged when it starts and when it ends.
-    async fn accept(
-        &mut self,
-        listener: &TcpListener,
-        registry: &Connections,
-    ) -> (TcpStream, SocketAddr) {
-        let errors = metrics::counter!("floodgate_gateway_accept_errors_total");
-        loop {
-            match listener.accept().await {
-                Ok(a) => {
-                    if let Some((failures, since)) = self.failing.take() {
-                        tracing::info!(
-                            failures,
-                            after = ?since.elapsed(),
-                            "accepting connections again"
-                        );
-                    }
-                    return a;
-                }
-                Err(e) if descriptors::connection_only(&e) => {
-                    tracing::debug!(error = %e, "a connection went away before it was accepted");
-                }
-                Err(e) => {
-                    errors.increment(1);
-                    let closed = if descriptors::exhausted(&e) {
-                        registry.evict_waiting(EVICT_BATCH)
-                    } else {
-                        0
-                    };
-                    let (failures, _) =
-                        self.failing.get_or_insert((0, tokio::time::Instant::now()));
-                    *failures += 1;
-                    let pause = Self::pause(*failures);
-                    if *failures == 1 {
-                        tracing::warn!(
-                            error = %e,
-                            closed_waiting_connections = closed,
-                            "accept failed; retrying with a growing pause"
-                        );
-                    }
-                    tokio::time::sleep(pause).await;
-                }
+            match tls {
+                None => serve_tcp(conn, &protocols, a.stream, a.watcher).await,
+                Some(tls) => serve_tls(conn, &protocols, a.stream, tls, a.watcher).await,
             }
         }
-    }
-}
-
-/// A client connection's place under `max_connections`.
-struct Slot {
-    _permit: OwnedSemaphorePermit,
-    gauge: metrics::Gauge,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.gauge.decrement(1.0);
-    }
+    })
+    .await;
 }
 
 /// What every request of a connection shares.
@@ -422,7 +242,7 @@ async fn serve_io<B, I>(
             });
             let conn = protocols.h2.serve_connection(io, svc);
             let idle = protocols.limits.http2_idle_timeout;
-            serve_h2(conn, &streams, idle, watcher, |c| c.graceful_shutdown()).await
+            serve_h2(conn, &streams, idle, watcher).await
         }
         Sniffed::Http1 => {
             let svc = service_fn(move |req: hyper::Request<Incoming>| {
@@ -435,37 +255,5 @@ async fn serve_io<B, I>(
     };
     if let Err(e) = result {
         tracing::debug!(error = %e, %peer, "connection ended with an error");
-    }
-}
-
-/// Drives an HTTP/2 connection: on shutdown, or once it has had no open
-/// stream for `idle`, it is asked to close gracefully (`GOAWAY`); a client
-/// that opens no stream in the next `idle` either is disconnected.
-async fn serve_h2<C>(
-    conn: C,
-    streams: &Streams,
-    idle: Duration,
-    mut watcher: DrainWatcher,
-    graceful: impl FnOnce(std::pin::Pin<&mut C>),
-) -> Result<(), hyper::Error>
-where
-    C: std::future::Future<Output = Result<(), hyper::Error>>,
-{
-    let mut conn = std::pin::pin!(conn);
-    let idled = tokio::select! {
-        out = conn.as_mut() => return out,
-        _ = watcher.signalled() => false,
-        _ = streams.idle_for(idle) => true,
-    };
-    graceful(conn.as_mut());
-    if !idled {
-        return conn.await;
-    }
-    tokio::select! {
-        out = conn.as_mut() => out,
-        _ = streams.idle_for(idle) => {
-            tracing::debug!("idle HTTP/2 connection closed");
-            Ok(())
-        }
     }
 }

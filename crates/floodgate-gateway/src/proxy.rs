@@ -26,7 +26,6 @@ use tower_service::Service;
 use crate::body::{ProxyBody, UpstreamBody};
 use crate::config::ListenerLimits;
 use crate::connect::ConnectError;
-use crate::connections::InFlight;
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
@@ -35,6 +34,7 @@ use crate::pool::Pooled;
 use crate::upgrade::{self, ConnectionGuard};
 use crate::upload::{ClientBodyError, Progress, UploadBody};
 use crate::upstream::{SendError, Upstream};
+use floodgate_runtime::listener::InFlight;
 
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no

@@ -14,7 +14,7 @@ use floodgate_policy::Engine;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listen::{bind, spawn_router};
+use floodgate_runtime::listener::{ADMIN_CONNECTIONS, Http, Protocols, bind, spawn_router};
 use floodgate_runtime::settings::{Env, Flags, Settings};
 use floodgate_runtime::{AnyBackend, Health};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -242,7 +242,9 @@ pub async fn start(
             let l = bind("admin", a).await?;
             let bound = l.local_addr().ok();
             let router = floodgate_runtime::admin::router(health.clone(), prometheus);
-            (bound, Some(spawn_router(l, router, stopped.clone())))
+            let http = Http::new(&settings.server.limits, Protocols::Http1AndHttp2);
+            let task = spawn_router("admin", l, router, http, ADMIN_CONNECTIONS, stopped.clone());
+            (bound, Some(task))
         }
         None => (None, None),
     };
@@ -261,15 +263,12 @@ pub async fn start(
         rules = gateway.engine().policy().rules().len(),
         "gateway listening"
     );
-    let mut stopped = stopped;
     let task = tokio::spawn(crate::listener::serve(
         gateway.clone(),
         listener,
         config.limits.clone(),
         tls.as_ref().map(|t| t.acceptor().clone()),
-        async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        },
+        stopped,
     ));
     Ok(Running {
         addr,

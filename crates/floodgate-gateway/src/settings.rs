@@ -301,7 +301,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.header_read_timeout",
             "FLOODGATE_GATEWAY_HEADER_READ_TIMEOUT",
-            "header-read-timeout",
+            "gateway-header-read-timeout",
             Kind::Duration,
             "10s",
             "time a client has for a request head (or the HTTP/2 preface), and for an idle keep-alive connection",
@@ -314,7 +314,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.body_read_timeout",
             "FLOODGATE_GATEWAY_BODY_READ_TIMEOUT",
-            "body-read-timeout",
+            "gateway-body-read-timeout",
             Kind::Duration,
             "60s",
             "longest pause in a request body while it is forwarded (beyond: 408)",
@@ -327,7 +327,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.max_header_bytes",
             "FLOODGATE_GATEWAY_MAX_HEADER_BYTES",
-            "max-header-bytes",
+            "gateway-max-header-bytes",
             Kind::Size,
             "64KiB",
             "largest request head (beyond: 431), from 1KiB to 16MiB",
@@ -348,7 +348,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.max_body_bytes",
             "FLOODGATE_GATEWAY_MAX_BODY_BYTES",
-            "max-body-bytes",
+            "gateway-max-body-bytes",
             Kind::Size,
             "0",
             "largest request body (beyond: 413, before any of it reaches the upstream; `0`: no limit)",
@@ -370,7 +370,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.max_headers",
             "FLOODGATE_GATEWAY_MAX_HEADERS",
-            "max-headers",
+            "gateway-max-headers",
             Kind::Count,
             "100",
             "most header fields in an HTTP/1.1 request (beyond: 431)",
@@ -383,7 +383,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.max_connections",
             "FLOODGATE_GATEWAY_MAX_CONNECTIONS",
-            "max-connections",
+            "gateway-max-connections",
             Kind::Count,
             "10000",
             "open client connections at most (beyond, new ones wait in the kernel's backlog)",
@@ -396,7 +396,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.max_concurrent_streams",
             "FLOODGATE_GATEWAY_MAX_CONCURRENT_STREAMS",
-            "max-concurrent-streams",
+            "gateway-max-concurrent-streams",
             Kind::Count,
             "256",
             "concurrent streams per HTTP/2 connection",
@@ -409,7 +409,7 @@ fn declare() -> Vec<S> {
         S::new(
             "gateway.limits.http2_idle_timeout",
             "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT",
-            "http2-idle-timeout",
+            "gateway-http2-idle-timeout",
             Kind::Duration,
             "10s",
             "an HTTP/2 connection without a stream this long is closed",

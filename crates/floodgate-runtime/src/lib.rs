@@ -16,7 +16,7 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub mod lifecycle;
-pub mod listen;
+pub mod listener;
 pub mod logging;
 pub mod metrics;
 pub mod settings;

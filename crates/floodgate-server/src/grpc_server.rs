@@ -5,12 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use floodgate_runtime::listener::{Http, spawn_service};
 use http::Request;
 use hyper::body::Incoming;
-use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -24,13 +22,16 @@ use floodgate_runtime::RuntimeError;
 /// The RLS service name, as health checks ask for it.
 pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Starts serving on `listener` until `stop` turns true.
+/// Starts serving on `listener` under `http`'s protections, at most
+/// `places` connections at once, until `stop` turns true.
 pub async fn spawn(
     svc: Arc<Service>,
     listener: TcpListener,
-    body_limit: usize,
+    http: Http,
+    places: usize,
     stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<Result<(), String>>, RuntimeError> {
+    let body_limit = svc.body_limit;
     let (reporter, health) = tonic_health::server::health_reporter();
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -86,57 +87,9 @@ pub async fn spawn(
         .add_service(reflection_v1alpha)
         .prepare();
     let grpc = Arc::new(GrpcService::new(svc, routes, body_limit));
-    Ok(tokio::spawn(accept_loop(listener, grpc, stop)))
-}
-
-/// Accepts HTTP/2 connections until `stop`, then waits for the open ones
-/// to finish their calls (the caller bounds the wait).
-async fn accept_loop(
-    listener: TcpListener,
-    grpc: Arc<GrpcService>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
-    let graceful = GracefulShutdown::new();
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(1024)
-        .initial_stream_window_size(1 << 20)
-        .initial_connection_window_size(4 << 20)
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(20));
-    let stopped = async move {
-        let _ = stop.wait_for(|v| *v).await;
-    };
-    tokio::pin!(stopped);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((s, _)) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let grpc = grpc.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let grpc = grpc.clone();
-                    async move { grpc.call(req).await }
-                });
-                let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "gRPC connection ended");
-                    }
-                });
-            }
-            _ = &mut stopped => break,
-        }
-    }
-    drop(listener);
-    graceful.shutdown().await;
-    Ok(())
+    let service = service_fn(move |req: Request<Incoming>| {
+        let grpc = grpc.clone();
+        async move { grpc.call(req).await }
+    });
+    Ok(spawn_service("grpc", listener, service, http, places, stop))
 }

@@ -11,7 +11,9 @@ use floodgate_policy::PolicySet;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listen::{bind, spawn_router};
+use floodgate_runtime::listener::{
+    ADMIN_CONNECTIONS, Http, Protocols, bind, descriptors, spawn_router,
+};
 use floodgate_runtime::settings::StartupSections;
 use floodgate_runtime::{AnyBackend, RuntimeError};
 use futures_util::future::join_all;
@@ -86,21 +88,43 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();
     let s = &settings.server;
+    // Each public listener has its cap, the admin listener its own (a
+    // flood of the public ones leaves it reachable); together they fit the
+    // open files limit.
+    let listeners = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
+    let public = descriptors::fit_max_connections("grpc, http", s.max_connections, listeners);
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;
+        let http = Http::new(&s.limits, Protocols::Http2);
         tasks.push(
-            crate::grpc_server::spawn(svc.clone(), listener, s.body_limit, stop_rx.clone()).await?,
+            crate::grpc_server::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?,
         );
     }
     if let Some(addr) = s.http {
         let listener = bind("http", addr).await?;
         let router = crate::http::router(svc.clone(), s.body_limit);
-        tasks.push(spawn_router(listener, router, stop_rx.clone()));
+        let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
+        tasks.push(spawn_router(
+            "http",
+            listener,
+            router,
+            http,
+            public,
+            stop_rx.clone(),
+        ));
     }
     if let Some(addr) = s.admin {
         let listener = bind("admin", addr).await?;
         let router = crate::admin::router(svc.clone(), prometheus);
-        tasks.push(spawn_router(listener, router, stop_rx.clone()));
+        let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
+        tasks.push(spawn_router(
+            "admin",
+            listener,
+            router,
+            http,
+            ADMIN_CONNECTIONS,
+            stop_rx.clone(),
+        ));
     }
 
     // Serve until the signal, or until a server fails.

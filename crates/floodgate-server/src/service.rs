@@ -26,6 +26,13 @@ pub struct Service {
     /// Request-path metric handles.
     pub metrics: ServiceMetrics,
     overrides: PolicyOverrides,
+    /// Permits for the calls in flight (`server.limits.max_requests`).
+    pub calls: tokio::sync::Semaphore,
+    /// The longest a call may take when its caller sets no shorter
+    /// deadline.
+    pub request_timeout: std::time::Duration,
+    /// Largest request body or gRPC message, in bytes.
+    pub body_limit: usize,
 }
 
 impl Service {
@@ -46,6 +53,9 @@ impl Service {
                 .map_err(RuntimeError::Runtime)?,
             metrics: ServiceMetrics::default(),
             overrides: settings.policy,
+            calls: tokio::sync::Semaphore::new(settings.server.max_requests),
+            request_timeout: settings.server.request_timeout,
+            body_limit: settings.server.body_limit,
         })
     }
 

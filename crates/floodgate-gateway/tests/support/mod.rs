@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate_gateway::Running;
-use floodgate_gateway::io::{Prefixed, Sniffed, sniff};
+use floodgate_runtime::listener::{Prefixed, Sniffed, sniff};
 use floodgate_runtime::settings::{Env, Flags};
 use http::{HeaderValue, Request, Response};
 use http_body_util::combinators::BoxBody;

@@ -24,6 +24,8 @@ use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_redis::RedisConfig;
 
+use crate::listener::ConnectionLimits;
+
 pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
 pub use parse::{
     ANY, LOOPBACK, parse_bool, parse_failure_policy, parse_listen, parse_listen_on,
@@ -95,6 +97,16 @@ pub struct ServerSettings {
     pub max_value_bytes: usize,
     /// What a caller's per-request `limit` override does.
     pub limit_overrides: LimitOverrides,
+    /// The protections of every connection of the public listeners.
+    pub limits: ConnectionLimits,
+    /// Connections of each public listener (gRPC, HTTP) at once.
+    pub max_connections: usize,
+    /// Calls in flight at once, over every connection; beyond, a call is
+    /// refused at once (`RESOURCE_EXHAUSTED`, 503).
+    pub max_requests: usize,
+    /// The longest a call may take — its body read, its decision — when
+    /// the caller sets no shorter deadline (`DEADLINE_EXCEEDED`, 504).
+    pub request_timeout: Duration,
     /// Rate limit headers added to responses.
     pub headers: HeaderSettings,
     /// How often the configuration files are checked for changes (zero:
@@ -256,6 +268,10 @@ impl Default for ServerSettings {
             max_descriptors: 256,
             max_value_bytes: 16 * 1024,
             limit_overrides: LimitOverrides::Allow,
+            limits: ConnectionLimits::default(),
+            max_connections: 10_000,
+            max_requests: 10_000,
+            request_timeout: Duration::from_secs(10),
             headers: HeaderSettings::default(),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),

@@ -7,7 +7,8 @@ use floodgate_policy::engine::LimitOverrides;
 
 use super::Settings;
 use super::parse::{
-    ANY, LOOPBACK, boolean, count_in, duration, parse_listen_on, parse_log_format, size,
+    ANY, LOOPBACK, boolean, count_in, duration, parse_listen_on, parse_log_format,
+    positive_duration, size,
 };
 use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
 
@@ -215,6 +216,105 @@ pub(super) fn declare(t: &mut Vec<S>) {
         )
         .samples("ignore", "refuse"),
     );
+    t.push(S::new(
+        "server.limits.header_read_timeout",
+        "FLOODGATE_HEADER_READ_TIMEOUT",
+        "header-read-timeout",
+        Kind::Duration,
+        "10s",
+        "time a client has for a request head or the HTTP/2 preface; an idle keep-alive connection closes after it",
+        |s, v| {
+            s.server.limits.header_read_timeout = positive_duration(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.max_header_bytes",
+        "FLOODGATE_MAX_HEADER_BYTES",
+        "max-header-bytes",
+        Kind::Size,
+        "64KiB",
+        "largest request head (HTTP/1.1: 431 beyond; HTTP/2: the header list)",
+        |s, v| {
+            s.server.limits.max_header_bytes = match size(&v.text())? {
+                n @ 1024..=16_777_216 => n,
+                n => return Err(format!("must be from 1KiB to 16MiB, found {n} bytes")),
+            };
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.max_headers",
+        "FLOODGATE_MAX_HEADERS",
+        "max-headers",
+        Kind::Count,
+        "100",
+        "most header fields of an HTTP/1.1 request (431 beyond)",
+        |s, v| {
+            s.server.limits.max_headers = count_in(&v.text(), 1, 10_000)?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.max_connections",
+        "FLOODGATE_MAX_CONNECTIONS",
+        "max-connections",
+        Kind::Count,
+        "10000",
+        "connections of each public listener (beyond, those waiting longest for nothing are closed, else new ones wait in the backlog; lowered to fit `ulimit -n`)",
+        |s, v| {
+            s.server.max_connections = count_in(&v.text(), 1, 10_000_000)?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.max_concurrent_streams",
+        "FLOODGATE_MAX_CONCURRENT_STREAMS",
+        "max-concurrent-streams",
+        Kind::Count,
+        "1024",
+        "concurrent streams (calls) per HTTP/2 connection",
+        |s, v| {
+            s.server.limits.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.http2_idle_timeout",
+        "FLOODGATE_HTTP2_IDLE_TIMEOUT",
+        "http2-idle-timeout",
+        Kind::Duration,
+        "30s",
+        "an HTTP/2 connection without a stream this long is closed",
+        |s, v| {
+            s.server.limits.http2_idle_timeout = positive_duration(&v.text())?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.max_requests",
+        "FLOODGATE_MAX_REQUESTS",
+        "max-requests",
+        Kind::Count,
+        "10000",
+        "calls in flight over every connection (beyond: `RESOURCE_EXHAUSTED`, 503, at once)",
+        |s, v| {
+            s.server.max_requests = count_in(&v.text(), 1, 10_000_000)?;
+            Ok(())
+        },
+    ));
+    t.push(S::new(
+        "server.limits.request_timeout",
+        "FLOODGATE_REQUEST_TIMEOUT",
+        "request-timeout",
+        Kind::Duration,
+        "10s",
+        "longest a call may take, body included, when the caller sets no shorter `grpc-timeout` (`DEADLINE_EXCEEDED`, 504)",
+        |s, v| {
+            s.server.request_timeout = positive_duration(&v.text())?;
+            Ok(())
+        },
+    ));
     t.push(
         S::new(
             "server.response_headers.enabled",

@@ -139,6 +139,17 @@ impl GrpcService {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        // Calls in flight over every connection are bounded: beyond, a
+        // call is refused at once rather than held.
+        let Ok(_call) = self.service.calls.try_acquire() else {
+            self.service
+                .metrics
+                .failed(Api::Grpc, ErrorClass::ResourceExhausted, Instant::now());
+            return Ok(error(
+                tonic::Code::ResourceExhausted as i32,
+                "too many calls in flight; try again",
+            ));
+        };
         if req.uri().path() != RLS_PATH {
             let mut routes = self.routes.clone();
             return tower_service::Service::call(&mut routes, req).await;
@@ -167,17 +178,18 @@ impl GrpcService {
                 ),
             ));
         }
-        let deadline = req
+        // The caller's deadline, or the server's when it sets none (a call
+        // whose body never comes is not held forever).
+        let longest = self.service.request_timeout;
+        let timeout = req
             .headers()
             .get("grpc-timeout")
-            .and_then(|v| parse_grpc_timeout(v.as_bytes()));
+            .and_then(|v| parse_grpc_timeout(v.as_bytes()))
+            .map_or(longest, |t| t.min(longest));
         let started = Instant::now();
         // Boxed: the decision's state is a few KiB, and the task that polls
         // it is moved around by the runtime; a pointer moves cheaper.
         let answer = Box::pin(self.rls(req, started));
-        let Some(timeout) = deadline else {
-            return Ok(answer.await);
-        };
         // The caller has given up by then: stop waiting (for the body or
         // for the store) and say so.
         Ok(match tokio::time::timeout(timeout, answer).await {
@@ -188,7 +200,7 @@ impl GrpcService {
                     .failed(Api::Grpc, ErrorCode::DeadlineExceeded, started);
                 error(
                     ErrorCode::DeadlineExceeded.grpc_code(),
-                    &format!("no decision within the call's deadline (grpc-timeout {timeout:?})"),
+                    &format!("no decision within the call's deadline ({timeout:?})"),
                 )
             }
         })

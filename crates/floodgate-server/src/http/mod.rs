@@ -34,7 +34,40 @@ pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
             body_limit,
             body::reject_declared_oversize,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            service.clone(),
+            bounded,
+        ))
         .with_state(service)
+}
+
+/// Every call within the service's bounds: refused at once (503) when as
+/// many calls as `server.limits.max_requests` are in flight; answered 504
+/// when it takes longer than `server.limits.request_timeout` (a body that
+/// never comes whole included).
+async fn bounded(
+    State(s): State<Arc<Service>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Ok(_call) = s.calls.try_acquire() else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "RESOURCE_EXHAUSTED",
+            "too many calls in flight; try again",
+        )
+        .into_response();
+    };
+    match tokio::time::timeout(s.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "DEADLINE_EXCEEDED",
+            format!("the call took longer than {:?}", s.request_timeout),
+        )
+        .into_response(),
+    }
 }
 
 /// Liveness: 200 while the process serves (503 once it is shutting down).

@@ -1,14 +1,16 @@
 //! The process's file descriptors, the resource a connection flood
 //! exhausts first: the soft limit raised to the hard one, the number of
-//! client connections that leaves room for, and telling an `accept` that
-//! failed for want of descriptors (or kernel memory) from one that failed
-//! for its own connection.
+//! client connections that leaves room for (so a listener stops accepting
+//! before they run out), and telling an `accept` that failed for want of
+//! descriptors (or kernel memory) from one that failed for its own
+//! connection.
 
 use std::io;
 
 /// Descriptors kept for everything but client connections and their
-/// upstream connections: listeners, the admin listener, the runtime's
-/// own, Redis connections, configuration and certificate files.
+/// upstream connections: listeners, the admin listener's connections
+/// ([`ADMIN_CONNECTIONS`](super::ADMIN_CONNECTIONS)), the runtime's own,
+/// Redis connections, configuration and certificate files.
 pub const RESERVE: u64 = 64;
 
 /// The soft limit on open files (`ulimit -n`), raised to the hard limit
@@ -42,12 +44,33 @@ pub fn raise_limit() -> Option<u64> {
     Some(lim.rlim_cur as u64)
 }
 
-/// How many client connections `limit` open files leave room for: two
-/// descriptors each (the client's and an upstream connection), after
-/// [`RESERVE`]; at least one.
-pub fn connection_budget(limit: u64) -> usize {
-    let budget = limit.saturating_sub(RESERVE) / 2;
+/// How many client connections `limit` open files leave room for, at
+/// `per_connection` descriptors each (the gateway's: the client's and an
+/// upstream connection), after [`RESERVE`]; at least one.
+pub fn connection_budget(limit: u64, per_connection: u64) -> usize {
+    let budget = limit.saturating_sub(RESERVE) / per_connection.max(1);
     usize::try_from(budget).unwrap_or(usize::MAX).max(1)
+}
+
+/// `configured` connections of the `what` listeners, lowered to what the
+/// open files limit (raised to its hard limit first) leaves room for at
+/// `per_connection` descriptors each, with a warning.
+pub fn fit_max_connections(what: &str, configured: usize, per_connection: u64) -> usize {
+    let Some(files) = raise_limit() else {
+        return configured;
+    };
+    let budget = connection_budget(files, per_connection);
+    if budget < configured {
+        tracing::warn!(
+            listeners = what,
+            max_connections = configured,
+            open_files_limit = files,
+            lowered_to = budget,
+            "max_connections is more than the open files limit allows: lowered; raise the \
+             limit (ulimit -n, LimitNOFILE) to use the setting"
+        );
+    }
+    budget.min(configured)
 }
 
 /// Whether `accept` failed because the process (or the system) is out of
@@ -78,9 +101,10 @@ mod tests {
 
     #[test]
     fn budget_and_errors() {
-        assert_eq!(connection_budget(256), 96);
-        assert_eq!(connection_budget(1_048_576), 524_256);
-        assert_eq!(connection_budget(10), 1);
+        assert_eq!(connection_budget(256, 2), 96);
+        assert_eq!(connection_budget(256, 1), 192);
+        assert_eq!(connection_budget(1_048_576, 2), 524_256);
+        assert_eq!(connection_budget(10, 2), 1);
         assert!(raise_limit().is_some_and(|l| l >= 16));
         assert!(exhausted(&io::Error::from_raw_os_error(libc::EMFILE)));
         assert!(exhausted(&io::Error::from_raw_os_error(libc::ENFILE)));

@@ -1,6 +1,6 @@
 //! The client connections of a listener and what each is doing, so that
-//! when every place under `max_connections` is taken, or the process runs
-//! out of file descriptors, the connections that have waited longest
+//! when every place under its cap is taken, or the process runs out of
+//! file descriptors, the connections that have waited longest
 //! without a request in flight are closed to make room — as nginx reuses
 //! its idle connections when its `worker_connections` run out.
 //!
@@ -150,19 +150,14 @@ struct Inner {
     live: HashMap<u64, Arc<Activity>>,
 }
 
-impl Default for Connections {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Connections {
-    /// No connection yet.
-    pub fn new() -> Self {
+    /// No connection yet; the connections closed to make room are
+    /// counted in `evicted`.
+    pub fn new(evicted: metrics::Counter) -> Self {
         Connections {
             epoch: Instant::now(),
             inner: Mutex::new(Inner::default()),
-            evicted: metrics::counter!("floodgate_gateway_connections_evicted_total"),
+            evicted,
         }
     }
 
@@ -189,11 +184,13 @@ impl Connections {
     }
 
     /// Connections registered now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().live.len()
     }
 
     /// Whether none is registered.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -266,7 +263,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_longest_waiting_go_first_and_busy_ones_never() {
-        let c = Arc::new(Connections::new());
+        let c = Arc::new(Connections::new(metrics::Counter::noop()));
         let a = c.register();
         tokio::time::sleep(Duration::from_millis(2)).await;
         let b = c.register();
@@ -305,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_that_ended_its_wait_later_goes_later() {
-        let c = Arc::new(Connections::new());
+        let c = Arc::new(Connections::new(metrics::Counter::noop()));
         let old = c.register();
         let young = c.register();
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -319,7 +316,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_head_in_progress_has_its_grace() {
-        let c = Arc::new(Connections::new());
+        let c = Arc::new(Connections::new(metrics::Counter::noop()));
         let talking = c.register();
         talking.activity().heard();
         let silent = c.register();
@@ -338,7 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_that_begins_as_it_is_chosen_keeps_it() {
-        let c = Arc::new(Connections::new());
+        let c = Arc::new(Connections::new(metrics::Counter::noop()));
         let r = c.register();
         assert_eq!(c.evict_waiting(1), 1);
         let request = r.activity().begin();

@@ -1,0 +1,281 @@
+//! Serving a service on an accepted connection, under the listener's
+//! protections: the first bytes (the HTTP/2 preface or a request line) due
+//! within the header timeout, HTTP/1.1 heads bounded in time and size (an
+//! idle keep-alive connection closes after the same timeout), HTTP/2 with
+//! a cap on concurrent streams and closed once it has had no open stream
+//! for the idle timeout; on shutdown each connection finishes its requests
+//! in flight and closes.
+
+use std::convert::Infallible;
+use std::error::Error as StdError;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use pin_project_lite::pin_project;
+
+use super::accept::Accepted;
+use super::connections::{Activity, InFlight};
+use super::drain::DrainWatcher;
+use super::idle::{OpenStream, Streams};
+use super::sniff::{Prefixed, Sniffed, sniff};
+
+/// The protections of a listener's connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Time a client has for a request head (HTTP/1.1) or the connection
+    /// preface, and how long an idle keep-alive connection is kept.
+    pub header_read_timeout: Duration,
+    /// Largest request head: the HTTP/1.1 read buffer (beyond: 431) and
+    /// the HTTP/2 header list.
+    pub max_header_bytes: usize,
+    /// Most header fields of an HTTP/1.1 request (beyond: 431).
+    pub max_headers: usize,
+    /// Concurrent streams per HTTP/2 connection (beyond: refused).
+    pub max_concurrent_streams: u32,
+    /// An HTTP/2 connection with no open stream for this long is asked to
+    /// close (`GOAWAY`), then disconnected if it opens none for as long.
+    pub http2_idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            max_concurrent_streams: 1024,
+            http2_idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Which protocols a listener speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocols {
+    /// HTTP/1.1, and HTTP/2 with prior knowledge (told apart by the first
+    /// bytes).
+    Http1AndHttp2,
+    /// HTTP/2 only (gRPC); anything else is disconnected.
+    Http2,
+}
+
+/// The protocol builders of one listener, shared by its connections.
+pub struct Http {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+    limits: ConnectionLimits,
+    protocols: Protocols,
+}
+
+impl Http {
+    /// Builders for `limits`.
+    pub fn new(limits: &ConnectionLimits, protocols: Protocols) -> Self {
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size(limits.max_header_bytes.max(8192))
+            .max_headers(limits.max_headers)
+            .keep_alive(true);
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32)
+            .max_concurrent_streams(limits.max_concurrent_streams)
+            .initial_stream_window_size(1 << 20)
+            .initial_connection_window_size(4 << 20)
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+            .keep_alive_timeout(Duration::from_secs(20));
+        Http {
+            h1,
+            h2,
+            limits: limits.clone(),
+            protocols,
+        }
+    }
+
+    /// The builders' HTTP/2 half, to tune further.
+    pub fn http2(&mut self) -> &mut http2::Builder<TokioExecutor> {
+        &mut self.h2
+    }
+
+    /// Serves `service` on an accepted connection until the client closes
+    /// it, a timeout closes it, or shutdown asks it to finish.
+    pub async fn serve<S, B>(&self, accepted: Accepted, service: S)
+    where
+        S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let Accepted {
+            mut stream,
+            peer,
+            slot,
+            activity,
+            mut watcher,
+        } = accepted;
+        // The first bytes are due within the header timeout; a connection
+        // that has sent nothing when shutdown begins has nothing in flight.
+        let sniffed = tokio::select! {
+            s = tokio::time::timeout(self.limits.header_read_timeout, sniff(&mut stream)) => s,
+            _ = watcher.signalled() => return,
+        };
+        let Ok(Ok((kind, prefix))) = sniffed else {
+            return;
+        };
+        heard(&activity, kind);
+        let io = TokioIo::new(Prefixed::new(prefix, stream));
+        let service = Arc::new(service);
+        let result = match (kind, self.protocols) {
+            (Sniffed::Closed, _) | (Sniffed::Http1, Protocols::Http2) => return,
+            (Sniffed::Http1, Protocols::Http1AndHttp2) => {
+                // A request is in flight until its response body ends.
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let flight = activity.begin();
+                    let answer = service.call(req);
+                    async move {
+                        let res = answer.await?;
+                        Ok::<_, Infallible>(res.map(|body| Held::new(body, None, flight)))
+                    }
+                });
+                let conn = self.h1.serve_connection(io, svc);
+                watcher.watch(conn, |c| c.graceful_shutdown()).await
+            }
+            (Sniffed::Http2, _) => {
+                // Every stream counts as open (and in flight) until its
+                // response body is dropped; a connection with none for the
+                // idle timeout closes.
+                let streams = Arc::new(Streams::new());
+                let counted = streams.clone();
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let (open, flight) = (counted.open(), activity.begin());
+                    let answer = service.call(req);
+                    async move {
+                        let res = answer.await?;
+                        Ok::<_, Infallible>(res.map(|body| Held::new(body, Some(open), flight)))
+                    }
+                });
+                let conn = self.h2.serve_connection(io, svc);
+                serve_h2(conn, &streams, self.limits.http2_idle_timeout, watcher).await
+            }
+        };
+        drop(slot);
+        if let Err(e) = result {
+            tracing::debug!(error = %e, %peer, "connection ended with an error");
+        }
+    }
+}
+
+/// Records what a connection's first bytes say: an HTTP/1.1 head is
+/// arriving (left its grace to finish, see
+/// [`HEAD_GRACE`](super::HEAD_GRACE)); an HTTP/2 connection without a
+/// stream yet is idle, whatever it sent (its preface and settings).
+pub fn heard(activity: &Activity, kind: Sniffed) {
+    match kind {
+        Sniffed::Http1 => activity.heard(),
+        Sniffed::Http2 | Sniffed::Closed => activity.silent(),
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request in flight (and its HTTP/2
+    /// stream counted open) until it is dropped.
+    pub struct Held<B> {
+        #[pin]
+        body: B,
+        _open: Option<OpenStream>,
+        _flight: InFlight,
+    }
+}
+
+impl<B> Held<B> {
+    fn new(body: B, open: Option<OpenStream>, flight: InFlight) -> Self {
+        Held {
+            body,
+            _open: open,
+            _flight: flight,
+        }
+    }
+}
+
+impl<B: Body> Body for Held<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Drives an HTTP/2 connection: on shutdown, or once it has had no open
+/// stream for `idle`, it is asked to close gracefully (`GOAWAY`); a client
+/// that opens no stream in the next `idle` either is disconnected.
+pub async fn serve_h2<C>(
+    conn: C,
+    streams: &Streams,
+    idle: Duration,
+    mut watcher: DrainWatcher,
+) -> Result<(), hyper::Error>
+where
+    C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulShutdown,
+{
+    let mut conn = std::pin::pin!(conn);
+    let idled = tokio::select! {
+        out = conn.as_mut() => return out,
+        _ = watcher.signalled() => false,
+        _ = streams.idle_for(idle) => true,
+    };
+    conn.as_mut().graceful_shutdown();
+    if !idled {
+        return conn.await;
+    }
+    tokio::select! {
+        out = conn.as_mut() => out,
+        _ = streams.idle_for(idle) => {
+            tracing::debug!("idle HTTP/2 connection closed");
+            Ok(())
+        }
+    }
+}
+
+/// A connection that can be asked to finish its requests and close.
+pub trait GracefulShutdown {
+    /// Starts the graceful close.
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, E, B> GracefulShutdown for http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http2::Connection::graceful_shutdown(self);
+    }
+}
