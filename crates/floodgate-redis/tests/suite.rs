@@ -15,4 +15,5 @@ mod permit_routing;
 mod pipelining;
 mod rule_policies;
 mod sentinel;
+mod sync_bound;
 mod tls;
