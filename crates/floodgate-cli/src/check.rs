@@ -42,6 +42,13 @@ pub fn run(args: CheckArgs) -> ExitCode {
         }
     };
     if let Some(l) = &loaded {
+        // What the store cannot decide, as `serve` and `gateway` refuse it.
+        if let Err(e) =
+            floodgate_runtime::backend::check_policy(&l.settings.store, &l.compiled.policy)
+        {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
         // The gateway's sections, read as `floodgate gateway` reads them.
         let docs = &l.compiled.loaded.documents;
         if let Err(e) = floodgate_gateway::GatewayConfig::resolve(&flags, &env, docs) {
@@ -60,6 +67,13 @@ pub fn run(args: CheckArgs) -> ExitCode {
                 c.policy.domains().count(),
                 c.policy.rules().len()
             );
+            let sync = floodgate_runtime::sync_report::sync_report(&l.settings.store, &c.policy);
+            if !sync.is_empty() {
+                println!("decided in memory, shared through Redis:");
+                for line in sync {
+                    println!("  {line}");
+                }
+            }
             ExitCode::SUCCESS
         }
         Ok(None) => ExitCode::FAILURE,

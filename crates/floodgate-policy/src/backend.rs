@@ -104,10 +104,10 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// What this instance holds locally for `item`'s counter when the
-    /// backend decides it in memory under a synchronisation mode (leased
-    /// units, unsynced hits); `None` when every decision goes to the
-    /// backend's store (and always for the in-memory store).
+    /// The synchronisation mode `item`'s counter is decided in, and what
+    /// this instance holds of it (leased units, hits not pushed yet), for a
+    /// shared backend; `None` for a backend without modes (the in-memory
+    /// store, where every decision is this process's).
     fn held(&self, item: &Item<'_>) -> Option<Held> {
         let _ = item;
         None

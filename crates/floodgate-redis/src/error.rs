@@ -82,6 +82,32 @@ impl UnsupportedLimit {
     }
 }
 
+/// A synchronisation mode a limit cannot be decided in (see
+/// [`supports_mode`](crate::supports_mode)).
+///
+/// ```
+/// use floodgate::algorithms::{AnyLimit, SlidingLog};
+/// use floodgate_policy::SyncMode;
+/// use std::time::Duration;
+///
+/// let log = AnyLimit::from(SlidingLog::new(10, Duration::from_secs(1)).unwrap());
+/// let err = floodgate_redis::supports_mode(&log, SyncMode::parse("lease").unwrap()).unwrap_err();
+/// assert!(err.to_string().starts_with("sync mode lease does not apply to a sliding log"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{reason}")]
+pub struct UnsupportedMode {
+    reason: String,
+}
+
+impl UnsupportedMode {
+    pub(crate) fn new(reason: impl Into<String>) -> Self {
+        UnsupportedMode {
+            reason: reason.into(),
+        }
+    }
+}
+
 impl From<UnsupportedLimit> for BackendError {
     fn from(e: UnsupportedLimit) -> Self {
         BackendError::Protocol(e.to_string())

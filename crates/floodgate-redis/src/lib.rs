@@ -77,7 +77,7 @@ pub use config::{
     TlsFiles, parse_redis_urls, parse_sentinel_url,
 };
 pub use encode::validate;
-pub use error::{ConfigError, UnsupportedLimit};
+pub use error::{ConfigError, UnsupportedLimit, UnsupportedMode};
 pub use fallback::scale;
 pub use keys::MAX_RAW_KEY;
 pub use resilient::ResilientBackend;

@@ -465,7 +465,7 @@ impl Backend for ResilientBackend {
     }
 
     fn held(&self, item: &Item<'_>) -> Option<Held> {
-        self.sharing.held(item, Timestamp::ZERO)
+        Some(self.sharing.held(item, Timestamp::ZERO))
     }
 
     fn name(&self) -> &'static str {

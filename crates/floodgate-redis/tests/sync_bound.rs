@@ -47,11 +47,22 @@ impl Kind {
 
 fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
-        (1u64..=40, prop_oneof![Just(10_000u64), Just(100_000), Just(2_000_000)])
+        (
+            1u64..=40,
+            prop_oneof![Just(10_000u64), Just(100_000), Just(2_000_000)]
+        )
             .prop_map(|(l, w)| Kind::Fixed(l, w)),
-        (1u64..=20, prop_oneof![Just(10_000u64), Just(1_000_000)], 1u64..=20)
+        (
+            1u64..=20,
+            prop_oneof![Just(10_000u64), Just(1_000_000)],
+            1u64..=20
+        )
             .prop_map(|(c, p, b)| Kind::Gcra(c, p, b)),
-        (1u64..=40, prop_oneof![Just(5_000u64), Just(50_000)], 1u32..=4)
+        (
+            1u64..=40,
+            prop_oneof![Just(5_000u64), Just(50_000)],
+            1u32..=4
+        )
             .prop_map(|(l, s, k)| Kind::Subs(l, s, k)),
     ]
 }
@@ -164,7 +175,12 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                 };
                 let mut out = [blank()];
                 let d = fleet[inst]
-                    .decide(&[item], Timestamp::from_micros(now_us), Apply::Commit, &mut out)
+                    .decide(
+                        &[item],
+                        Timestamp::from_micros(now_us),
+                        Apply::Commit,
+                        &mut out,
+                    )
                     .await
                     .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 decided += 1;
@@ -232,5 +248,8 @@ fn a_fleet_in_sync_mode_stays_within_the_bound() {
         panic!("{e}");
     }
     let (admitted, decided) = *totals.lock().unwrap();
-    assert!(admitted > 300 && decided > 500, "{admitted} admitted of {decided}");
+    assert!(
+        admitted > 300 && decided > 500,
+        "{admitted} admitted of {decided}"
+    );
 }

@@ -25,7 +25,17 @@ fn check_redis_limits(policy: &PolicySet) -> Result<(), RuntimeError> {
     let mut bad = Vec::new();
     for rule in policy.rules() {
         for l in rule.limits() {
-            if let Err(e) = floodgate_redis::validate(&l.limit) {
+            // A rule's own sync mode must apply to its limits (the store's
+            // default leaves the others exact).
+            let checked = floodgate_redis::validate(&l.limit)
+                .map_err(|e| e.to_string())
+                .and_then(|()| match rule.sync {
+                    Some(mode) => {
+                        floodgate_redis::supports_mode(&l.limit, mode).map_err(|e| e.to_string())
+                    }
+                    None => Ok(()),
+                });
+            if let Err(e) = checked {
                 bad.push(format!(
                     "rule '{}' of domain '{}': {e}",
                     rule.label(),
@@ -61,6 +71,21 @@ impl AnyBackend {
         match self {
             AnyBackend::Memory(_) => Ok(()),
             AnyBackend::Redis(_) => check_redis_limits(policy),
+        }
+    }
+
+    /// At shutdown, once requests have drained: gives back to Redis what
+    /// this instance holds of its counters decided in memory (leases'
+    /// unused units, hits not pushed yet), so the fleet has them at once.
+    /// Nothing for the in-memory store.
+    pub async fn give_back(&self) {
+        if let AnyBackend::Redis(r) = self {
+            let now = Timestamp::from_nanos(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            );
+            r.shutdown(now).await;
         }
     }
 
@@ -150,6 +175,13 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn held(&self, item: &Item<'_>) -> Option<floodgate_policy::Held> {
+        match self {
+            AnyBackend::Memory(_) => None,
+            AnyBackend::Redis(r) => r.held(item),
+        }
+    }
+
     fn is_ready(&self) -> bool {
         match self {
             AnyBackend::Memory(m) => m.is_ready(),
@@ -191,6 +223,42 @@ domains:
     fn policy_of(text: &str) -> PolicySet {
         let spec = floodgate_policy::read::load_str("f.yaml", text, &Default::default()).unwrap();
         PolicySet::compile(&spec).unwrap()
+    }
+
+    /// A rule's own sync mode must apply to its limits: a sliding log
+    /// cannot be leased, an in-flight limit cannot be synced, a limit with
+    /// a block cannot be leased.
+    #[test]
+    fn a_rule_whose_sync_mode_does_not_apply_is_named() {
+        let redis = StoreSettings::redis(RedisConfig::default());
+        let text = check_policy(
+            &redis,
+            &policy_of(
+                "
+domains:
+  - domain: api
+    descriptors:
+      - key: log
+        rate_limit: {name: logged, algorithm: sliding_log, requests: 3, per: 1m, sync: lease}
+      - key: conc
+        rate_limit: {name: inflight, algorithm: concurrency, max: 3, sync: sync}
+      - key: blocked
+        rate_limit: {name: blocking, requests: 3, per: 1m, block_for: 1m, sync: lease}
+      - key: fine
+        rate_limit: {name: bucket, algorithm: token_bucket, requests: 3, per: 1s, sync: lease}
+",
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        for expect in [
+            "rule 'logged' of domain 'api': sync mode lease does not apply to a sliding log",
+            "rule 'inflight' of domain 'api': sync mode sync does not apply to an in-flight limit",
+            "rule 'blocking' of domain 'api': sync mode lease does not apply to a limit with block_for",
+        ] {
+            assert!(text.contains(expect), "{expect}\nin: {text}");
+        }
+        assert!(!text.contains("'bucket'"), "{text}");
     }
 
     #[test]

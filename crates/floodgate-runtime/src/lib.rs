@@ -21,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod settings;
 pub mod signals;
+pub mod sync_report;
 
 pub use backend::AnyBackend;
 pub use error::RuntimeError;

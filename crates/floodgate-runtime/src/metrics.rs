@@ -40,6 +40,18 @@ fn describe() {
         "floodgate_redis_deferred_releases",
         "Releases of Redis-held concurrency permits that Redis could not take, queued to be sent again."
     );
+    metrics::describe_gauge!(
+        "floodgate_sync_queued_keys",
+        "Keys decided in memory (sync modes lease and sync) with hits to push or leases to give back."
+    );
+    metrics::describe_counter!(
+        "floodgate_sync_local_decisions_total",
+        "Decisions made in memory under the sync modes lease and sync."
+    );
+    metrics::describe_counter!(
+        "floodgate_sync_drift_units_total",
+        "Units admitted elsewhere in the fleet that this instance learned of at its next sync or lease (the drift of its view)."
+    );
 }
 
 /// Runs the recorder's upkeep (draining histogram buffers) every `every`.
@@ -124,4 +136,23 @@ pub fn export_store(backend: &AnyBackend) {
     metrics::gauge!("floodgate_redis_breaker_state").set(state);
     metrics::gauge!("floodgate_redis_local_permits").set(r.local_permits() as f64);
     metrics::gauge!("floodgate_redis_deferred_releases").set(r.deferred_releases() as f64);
+    let sh = r.sharing_stats();
+    c(
+        "floodgate_sync_local_decisions_total",
+        sh.local_decisions.get(),
+    );
+    c("floodgate_sync_lease_calls_total", sh.lease_calls.get());
+    c("floodgate_sync_lease_grants_total", sh.lease_grants.get());
+    c("floodgate_sync_leased_units_total", sh.lease_units.get());
+    c("floodgate_sync_lease_returns_total", sh.lease_returns.get());
+    c(
+        "floodgate_sync_returned_units_total",
+        sh.returned_units.get(),
+    );
+    c("floodgate_sync_syncs_total", sh.syncs.get());
+    c("floodgate_sync_keys_synced_total", sh.keys_synced.get());
+    c("floodgate_sync_drift_units_total", sh.drift_units.get());
+    c("floodgate_sync_drift_samples_total", sh.drift_samples.get());
+    c("floodgate_sync_starved_total", sh.starved.get());
+    metrics::gauge!("floodgate_sync_queued_keys").set(r.sharing_queued() as f64);
 }

@@ -150,6 +150,7 @@ pub async fn serve(
     };
     let grace = settings.server.shutdown_grace;
     shut_down(svc.health(), delay, &stop_tx, grace, join_all(tasks)).await;
+    svc.engine().backend().give_back().await;
     match failed {
         Some(e) => Err(RuntimeError::Runtime(e)),
         None => Ok(()),

@@ -7,6 +7,10 @@ use crate::compile::RuleId;
 
 use super::response::Response;
 use super::scratch::LimitRef;
+use super::{Engine, item};
+use crate::backend::Backend;
+use crate::sync_mode::Held;
+use floodgate::Clock;
 
 /// One limit of a descriptor: a limit of its matched rule, or the limit
 /// override sent with it.
@@ -25,6 +29,27 @@ pub struct LimitEntry {
     /// This limit's own decision; `None` when the response was not decided
     /// (a [`release_request`](super::Engine::release_request)).
     pub decision: Option<Decision>,
+}
+
+impl<B: Backend, C: Clock> Engine<B, C> {
+    /// For each limit of `response` (in the order of
+    /// [`Response::limits`]): the synchronisation mode its counter is
+    /// decided in and what this instance holds of it
+    /// ([`Backend::held`]); empty when the policy `response` was decided
+    /// under has been replaced since.
+    pub fn held(&self, response: &Response) -> Vec<Option<Held>> {
+        let Some(policy) = self.policy_of(response) else {
+            return Vec::new();
+        };
+        let s = &response.scratch;
+        s.slots
+            .iter()
+            .map(|slot| {
+                self.backend()
+                    .held(&item(&policy, &s.keys, &s.overrides, s.permit, slot))
+            })
+            .collect()
+    }
 }
 
 impl Response {

@@ -37,6 +37,7 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::breaker::{Breaker, Pass};
+use crate::error::UnsupportedMode;
 use crate::fallback::permits::LocalPermits;
 use crate::script::{LEASE, SYNC, Script};
 use crate::stats::{ResilienceStats, SharingStats};
@@ -124,10 +125,10 @@ fn nanos(d: Duration) -> u64 {
 /// in-flight limits; sync to windows and token buckets; `exact` to all.
 /// Sliding logs and shapers are decided in Redis only: their state is the
 /// order of every request, which no lease or count summarises.
-pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedLimit> {
+pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode> {
     let kind = limit.kind();
     if matches!(mode, SyncMode::Lease { .. }) && !limit.block().is_zero() {
-        return Err(UnsupportedLimit::new(
+        return Err(UnsupportedMode::new(
             "sync mode lease does not apply to a limit with block_for (a block starts the key \
              afresh, which the leases held elsewhere were granted from); use exact or sync"
                 .to_owned(),
@@ -149,7 +150,7 @@ pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedLimit
         LimitKind::Shaper(_) => "a shaper (its delays depend on the order of every request)",
         _ => "an in-flight limit (use lease: permits are leased)",
     };
-    Err(UnsupportedLimit::new(format!(
+    Err(UnsupportedMode::new(format!(
         "sync mode {} does not apply to {what}; use exact",
         mode.name()
     )))
@@ -778,9 +779,15 @@ impl Sharing {
         }
     }
 
-    /// What this instance holds for `item` (`None` when Redis decides it).
-    pub fn held(&self, item: &Item<'_>, now: Timestamp) -> Option<Held> {
-        let share = self.share_of(item)?;
+    /// The mode deciding `item` and what this instance holds of it.
+    pub fn held(&self, item: &Item<'_>, now: Timestamp) -> Held {
+        let Some(share) = self.share_of(item) else {
+            return Held {
+                mode: SyncMode::Exact,
+                leased: 0,
+                unsynced: 0,
+            };
+        };
         let mode = self.mode_of(item);
         let t = self.clock.now(now).unwrap_or(now);
         let margin = self.margin(share);
@@ -791,11 +798,11 @@ impl Sharing {
                 (e.usable(t, margin), unsynced)
             })
             .unwrap_or((0, 0));
-        Some(Held {
+        Held {
             mode,
             leased,
             unsynced,
-        })
+        }
     }
 
     /// Spawns the background task unless it runs. Not with client-supplied

@@ -169,6 +169,10 @@ pub struct StoreSettings {
     pub capacity: usize,
     /// The Redis store (complete once the settings are resolved).
     pub redis: RedisConfig,
+    /// How many instances share the counters (0: not said): for the bound
+    /// on `sync` mode's over-admission that `floodgate config check`
+    /// prints.
+    pub instances: u32,
     /// What assembles into `redis` (addresses, credentials).
     address: store::RedisAddress,
 }
@@ -179,6 +183,7 @@ impl Default for StoreSettings {
             backend: StoreKind::Memory,
             capacity: 1_000_000,
             redis: RedisConfig::default(),
+            instances: 0,
             address: store::RedisAddress::default(),
         }
     }
@@ -190,6 +195,7 @@ impl PartialEq for StoreSettings {
         self.backend == other.backend
             && self.capacity == other.capacity
             && self.redis == other.redis
+            && self.instances == other.instances
     }
 }
 
@@ -335,7 +341,7 @@ impl Settings {
         documents: &[Document],
     ) -> Result<Settings, ConfigErrors> {
         let mut errors = Errors::default();
-        let file = FileValues::read(documents, table(), &[], &mut errors);
+        let file = FileValues::read(documents, table(), store::SHORTHANDS, &mut errors);
         let mut settings = Settings::default();
         match table::resolve(table(), &mut settings, flags, env, &file) {
             Ok(origins) => {
@@ -366,7 +372,12 @@ impl StartupSections {
     /// with.
     pub fn of(documents: &[Document]) -> Self {
         let mut errors = Errors::default();
-        StartupSections(FileValues::read(documents, table(), &[], &mut errors))
+        StartupSections(FileValues::read(
+            documents,
+            table(),
+            store::SHORTHANDS,
+            &mut errors,
+        ))
     }
 
     /// Logs what a reload to `documents` cannot apply.
@@ -376,7 +387,7 @@ impl StartupSections {
             return;
         }
         let mut errors = Errors::default();
-        let now = FileValues::read(documents, table(), &[], &mut errors);
+        let now = FileValues::read(documents, table(), store::SHORTHANDS, &mut errors);
         if !now.same_values(&self.0) {
             tracing::warn!(
                 "the server or store section changed: it is only read at startup (restart to apply it)"

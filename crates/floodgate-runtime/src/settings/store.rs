@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use floodgate_policy::SyncMode;
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_redis::{FailurePolicy, Mode, TimeSource, parse_redis_urls, parse_sentinel_url};
 
@@ -37,6 +38,10 @@ pub(super) struct RedisAddress {
     sentinel_auth: Option<String>,
     tls: bool,
     divide_by: Option<u32>,
+    /// `store.sync.*`, combined at the end.
+    sync_mode: Option<String>,
+    sync_interval: Option<Duration>,
+    lease_duration: Option<Duration>,
 }
 
 /// Settings that only the Redis store reads.
@@ -65,7 +70,14 @@ const REDIS_ONLY: &[&str] = &[
     "store.breaker.cool_down",
     "store.clock",
     "store.concurrency_lease",
+    "store.sync.mode",
+    "store.sync.interval",
+    "store.sync.duration",
+    "store.sync.instances",
 ];
+
+/// `sync: <mode>` stands for `sync: {mode: <mode>}`.
+pub(super) const SHORTHANDS: &[(&str, &str)] = &[("store.sync", "store.sync.mode")];
 
 const SENTINEL: &[(&str, &str)] = &[
     ("store.backend", "redis"),
@@ -73,6 +85,8 @@ const SENTINEL: &[(&str, &str)] = &[
     ("store.url", "m,s1:26379"),
 ];
 const REDIS: &[(&str, &str)] = &[("store.backend", "redis")];
+const SYNC: &[(&str, &str)] = &[("store.backend", "redis"), ("store.sync.mode", "sync")];
+const LEASE: &[(&str, &str)] = &[("store.backend", "redis"), ("store.sync.mode", "lease")];
 
 /// envoyproxy/ratelimit sizes its over-limit cache in bytes; an entry is
 /// about 64. 0 (its default) turns the cache off.
@@ -519,6 +533,74 @@ pub(super) fn declare(t: &mut Vec<S>) {
         )
         .context(REDIS),
     );
+    t.push(
+        S::new(
+            "store.sync.mode",
+            "FLOODGATE_SYNC",
+            "sync",
+            Kind::Choice,
+            "exact",
+            "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
+            |s, v| {
+                let text = v.text().trim().to_ascii_lowercase();
+                if SyncMode::parse(&text).is_none() {
+                    return Err(format!(
+                        "unknown sync mode `{text}` (expected one of: {})",
+                        SyncMode::NAMES.join(", ")
+                    ));
+                }
+                s.store.address.sync_mode = Some(text);
+                Ok(())
+            },
+        )
+        .samples("lease", "sync")
+        .context(REDIS),
+    );
+    t.push(
+        S::new(
+            "store.sync.interval",
+            "FLOODGATE_SYNC_INTERVAL",
+            "sync-interval",
+            Kind::Duration,
+            "100ms",
+            "redis, `sync: sync`: how often each instance pushes its hits and pulls the counts (1ms to 1h)",
+            |s, v| {
+                s.store.address.sync_interval = Some(sync_period(&v.text())?);
+                Ok(())
+            },
+        )
+        .context(SYNC),
+    );
+    t.push(
+        S::new(
+            "store.sync.duration",
+            "FLOODGATE_LEASE_DURATION",
+            "lease-duration",
+            Kind::Duration,
+            "1s",
+            "redis, `sync: lease`: how long a lease may be used before its unused units go back (1ms to 1h)",
+            |s, v| {
+                s.store.address.lease_duration = Some(sync_period(&v.text())?);
+                Ok(())
+            },
+        )
+        .context(LEASE),
+    );
+    t.push(
+        S::new(
+            "store.sync.instances",
+            "FLOODGATE_INSTANCES",
+            "instances",
+            Kind::Count,
+            "0",
+            "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
+            |s, v| {
+                s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32;
+                Ok(())
+            },
+        )
+        .context(REDIS),
+    );
 }
 
 /// Completes the store once every setting is read: a Redis URL given more
@@ -652,12 +734,60 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
             ),
         }
     }
+    r.sync = sync_mode(&a, origins, errors).unwrap_or(SyncMode::Exact);
     if !r.pipeline_window.is_zero() && r.pipeline_window >= r.timeout {
         errors.push(origins.of("store.pipeline_window").error(format!(
             "pipeline_window must be shorter than the timeout ({:?})",
             r.timeout
         )));
     }
+}
+
+/// A lease duration or a sync interval: 1 ms to 1 h.
+fn sync_period(text: &str) -> Result<Duration, String> {
+    let d = positive_duration(text)?;
+    if d < SyncMode::MIN_PERIOD || d > SyncMode::MAX_PERIOD {
+        return Err(format!("expected 1ms to 1h, found `{}`", text.trim()));
+    }
+    Ok(d)
+}
+
+/// The store-wide sync mode from `store.sync.*`: a period belongs to its
+/// mode (`interval` to `sync`, `duration` to `lease`).
+fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> Option<SyncMode> {
+    let mode = SyncMode::parse(a.sync_mode.as_deref().unwrap_or("exact"))?;
+    for (key, given, applies) in [
+        (
+            "store.sync.interval",
+            a.sync_interval.is_some(),
+            matches!(mode, SyncMode::Sync { .. }),
+        ),
+        (
+            "store.sync.duration",
+            a.lease_duration.is_some(),
+            matches!(mode, SyncMode::Lease { .. }),
+        ),
+    ] {
+        if given
+            && !applies
+            && let o @ Origin::File(_) = origins.of(key)
+        {
+            let name = key.rsplit('.').next().unwrap_or(key);
+            errors.push(o.error(format!(
+                "{name} does not apply to sync mode {}",
+                mode.name()
+            )));
+        }
+    }
+    Some(match mode {
+        SyncMode::Lease { duration } => SyncMode::Lease {
+            duration: a.lease_duration.unwrap_or(duration),
+        },
+        SyncMode::Sync { interval } => SyncMode::Sync {
+            interval: a.sync_interval.unwrap_or(interval),
+        },
+        SyncMode::Exact => SyncMode::Exact,
+    })
 }
 
 /// Adds `auth` (`password` or `user:password`) to a Redis URL that has no

@@ -369,3 +369,61 @@ fn credentials_never_reach_the_logs() {
     assert_eq!(redact("host:6379"), "host:6379");
     assert_eq!(redact("redis://host/path@x"), "redis://host/path@x");
 }
+
+#[test]
+fn the_store_wide_sync_mode() {
+    use floodgate_policy::SyncMode;
+    let sync =
+        |text: &str| file(&format!("store:\n  backend: redis\n{text}")).map(|s| s.store.redis.sync);
+    assert_eq!(sync(""), Ok(SyncMode::Exact));
+    assert_eq!(
+        sync("  sync: lease\n"),
+        Ok(SyncMode::Lease {
+            duration: SyncMode::DEFAULT_LEASE
+        })
+    );
+    assert_eq!(
+        sync("  sync: {mode: sync, interval: 20ms}\n"),
+        Ok(SyncMode::Sync {
+            interval: Duration::from_millis(20)
+        })
+    );
+    assert_eq!(
+        sync("  sync:\n    mode: lease\n    duration: 3s\n"),
+        Ok(SyncMode::Lease {
+            duration: Duration::from_secs(3)
+        })
+    );
+    let s = env_only(&[
+        ("FLOODGATE_STORE", "redis"),
+        ("FLOODGATE_SYNC", "sync"),
+        ("FLOODGATE_SYNC_INTERVAL", "250ms"),
+        ("FLOODGATE_INSTANCES", "4"),
+    ])
+    .unwrap();
+    assert_eq!(
+        s.store.redis.sync,
+        SyncMode::Sync {
+            interval: Duration::from_millis(250)
+        }
+    );
+    assert_eq!(s.store.instances, 4);
+    for (text, expect) in [
+        (
+            "  sync: eventual\n",
+            "f.yaml:3:9: mode: unknown sync mode `eventual`",
+        ),
+        (
+            "  sync: {mode: lease, interval: 1s}\n",
+            "interval does not apply to sync mode lease",
+        ),
+        ("  sync: {mode: sync, interval: 2h}\n", "expected 1ms to 1h"),
+        ("  sync: {mode: sync, every: 1s}\n", "unknown key 'every'"),
+    ] {
+        let e = sync(text).unwrap_err().to_string();
+        assert!(e.contains(expect), "{text}: {e}");
+    }
+    // A memory store has no sync mode to set.
+    let e = file("store:\n  sync: lease\n").unwrap_err().to_string();
+    assert!(e.contains("only applies to backend: redis"), "{e}");
+}

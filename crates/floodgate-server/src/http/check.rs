@@ -132,6 +132,7 @@ fn status<'a>(
     index: usize,
     s: &'a Status,
     policy: &'a PolicySet,
+    held: &[Option<floodgate_policy::Held>],
 ) -> CheckStatus<'a> {
     CheckStatus {
         code: code_name(s.code),
@@ -150,7 +151,7 @@ fn status<'a>(
         limit_remaining: s.limit_remaining,
         duration_until_reset_ms: ms(s.duration_until_reset),
         decision: s.decision.as_ref().map(decision),
-        limits: check_limits::limits(response, index, s, policy),
+        limits: check_limits::limits(response, index, s, policy, held),
     }
 }
 
@@ -204,6 +205,7 @@ async fn run(
         .engine()
         .policy_of(&response)
         .unwrap_or_else(|| std::sync::Arc::new(PolicySet::empty()));
+    let held = svc.engine().held(&response);
     let over = response.overall == Code::OverLimit;
     let narrowest = response.narrowest();
     let retry_after = if over {
@@ -225,7 +227,7 @@ async fn run(
             .statuses
             .iter()
             .enumerate()
-            .map(|(i, s)| status(&response, i, s, &policy))
+            .map(|(i, s)| status(&response, i, s, &policy, &held))
             .collect(),
     };
     let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -4,7 +4,7 @@
 
 use floodgate::algorithms::{AnyLimit, LimitKind};
 use floodgate_policy::engine::LimitEntry;
-use floodgate_policy::{PolicySet, Response, Status};
+use floodgate_policy::{Held, PolicySet, Response, Status, SyncMode};
 use serde::Serialize;
 
 use super::check::{DecisionJson, Limit, decision};
@@ -26,6 +26,32 @@ pub struct LimitJson<'a> {
     /// Its decision: outcome, limit, remaining, reset, retry-after, delay.
     #[serde(flatten)]
     decision: DecisionJson,
+    /// With a shared store: how its counter is shared between instances,
+    /// and what this instance holds of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sync: Option<SyncJson>,
+}
+
+/// A counter's synchronisation mode and what this instance holds of it.
+#[derive(Serialize)]
+pub struct SyncJson {
+    /// `exact`, `lease` or `sync`.
+    mode: &'static str,
+    /// `lease`: units of this instance's lease not used yet (for an
+    /// in-flight limit, permits leased and not taken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leased: Option<u64>,
+    /// `sync`: units admitted here and not pushed yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unsynced: Option<u64>,
+}
+
+fn sync_json(h: &Held) -> SyncJson {
+    SyncJson {
+        mode: h.mode.name(),
+        leased: matches!(h.mode, SyncMode::Lease { .. }).then_some(h.leased),
+        unsynced: matches!(h.mode, SyncMode::Sync { .. }).then_some(h.unsynced),
+    }
 }
 
 /// The name of a limit's algorithm.
@@ -41,17 +67,24 @@ pub fn algorithm(limit: &AnyLimit) -> &'static str {
 }
 
 /// The limits of descriptor `index` (whose status is `status`), in their
-/// configured order.
+/// configured order; `held` is what the store holds of each limit of the
+/// response ([`Engine::held`](floodgate_policy::Engine::held)).
 pub fn limits<'a>(
     response: &Response,
     index: usize,
     status: &'a Status,
     policy: &'a PolicySet,
+    held: &[Option<Held>],
 ) -> Vec<LimitJson<'a>> {
     response
         .limits()
-        .filter(|l| l.descriptor == index)
-        .filter_map(|l| entry(&l, status, policy))
+        .enumerate()
+        .filter(|(_, l)| l.descriptor == index)
+        .filter_map(|(k, l)| {
+            let mut j = entry(&l, status, policy)?;
+            j.sync = held.get(k).copied().flatten().as_ref().map(sync_json);
+            Some(j)
+        })
         .collect()
 }
 
@@ -86,5 +119,6 @@ fn entry<'a>(l: &LimitEntry, status: &'a Status, policy: &'a PolicySet) -> Optio
         current_limit,
         allowed: d.is_allowed(),
         decision: decision(&d),
+        sync: None,
     })
 }
