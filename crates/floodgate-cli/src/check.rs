@@ -18,14 +18,65 @@ pub struct CheckArgs {
     /// Files or directories (Floodgate or envoyproxy/ratelimit format);
     /// the same as `--config`.
     pub paths: Vec<PathBuf>,
+    /// Check every file (and every `*.yaml`/`*.yml` of a directory) as a
+    /// configuration of its own, as for a directory of separate
+    /// deployments such as `examples/`; without it, all the files are one
+    /// configuration, as `serve` and `gateway` read them.
+    #[arg(long)]
+    pub each: bool,
     #[command(flatten)]
     pub flags: GatewayFlags,
 }
 
 pub fn run(args: CheckArgs) -> ExitCode {
-    let mut flags = args.flags.0;
-    if !args.paths.is_empty() {
-        let paths = args.paths.iter().map(|p| p.display().to_string());
+    if !args.each {
+        return check(args.flags.0, &args.paths, "");
+    }
+    let mut files = Vec::new();
+    for p in &args.paths {
+        match std::fs::read_dir(p) {
+            Ok(dir) => {
+                let mut found: Vec<PathBuf> = dir
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|f| {
+                        f.is_file()
+                            && matches!(
+                                f.extension().and_then(|e| e.to_str()),
+                                Some("yaml" | "yml")
+                            )
+                    })
+                    .collect();
+                found.sort();
+                files.extend(found);
+            }
+            Err(_) => files.push(p.clone()),
+        }
+    }
+    if files.is_empty() {
+        eprintln!("--each: no file to check");
+        return ExitCode::FAILURE;
+    }
+    let mut failed = 0;
+    for f in &files {
+        let label = format!("{}: ", f.display());
+        if check(args.flags.0.clone(), std::slice::from_ref(f), &label) != ExitCode::SUCCESS {
+            failed += 1;
+        }
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("{failed} of {} configuration(s) have problems", files.len());
+        ExitCode::FAILURE
+    }
+}
+
+/// Checks the configuration made of `paths` (the flags' `--config` when
+/// empty); `label` prefixes its summary line.
+fn check(mut flags: floodgate_runtime::settings::Flags, paths: &[PathBuf], label: &str) -> ExitCode {
+    if !paths.is_empty() {
+        let paths = paths.iter().map(|p| p.display().to_string());
         flags.set("config", Value::many(paths));
     }
     let env = Env::new(&env);
@@ -62,7 +113,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
         Ok(Some(l)) => {
             let c = &l.compiled;
             println!(
-                "OK: {} file(s), {} domain(s), {} rule(s)",
+                "{label}OK: {} file(s), {} domain(s), {} rule(s)",
                 c.loaded.files.len(),
                 c.policy.domains().count(),
                 c.policy.rules().len()

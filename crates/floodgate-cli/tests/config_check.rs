@@ -130,3 +130,41 @@ fn the_environment_and_flags_are_read_as_the_binaries_read_them() {
         "{stderr}"
     );
 }
+
+/// The bundled examples are separate configurations (the service's and
+/// the gateway's quick starts, the benchmarks'): `--each` checks every file
+/// of the directory on its own, as the docs show, and they all pass; read
+/// together they are one configuration, which two of them contradict.
+#[test]
+fn every_bundled_example_passes_on_its_own() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let (ok, stdout, stderr) = check(&["--each", examples]);
+    assert!(ok, "{stdout}\n{stderr}");
+    for f in ["floodgate.yaml", "gateway.yaml", "bench.yaml", "bench-keys.yaml"] {
+        assert!(
+            stdout.lines().any(|l| l.contains(f) && l.contains(": OK: 1 file(s)")),
+            "{f}: {stdout}"
+        );
+    }
+    let (ok, _, stderr) = check(&[examples]);
+    assert!(!ok);
+    assert!(stderr.contains("problem(s) found"), "{stderr}");
+
+    // One bad file among good ones: named, and the whole check fails.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {requests_per_unit: 1, unit: second}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("b.yml"),
+        "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {requests_per_unit: x, unit: second}\n",
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = check(&["--each", dir.path().to_str().unwrap()]);
+    assert!(!ok);
+    assert!(stdout.contains("a.yaml: OK"), "{stdout}");
+    assert!(stderr.contains("b.yml:5:"), "{stderr}");
+    assert!(stderr.contains("1 of 2 configuration(s)"), "{stderr}");
+}

@@ -228,11 +228,20 @@ fn kill_switches_disable_one_rule_or_everything() {
         "      - key: off
         enabled: false
         rate_limit: {requests: 1, per: 1m}
+        descriptors:
+          - key: sub
+            rate_limit: {requests: 2, per: 1m}
       - key: on
         rate_limit: {requests: 1, per: 1m}
 ",
     ));
     assert_eq!(h.admitted(5, "api", &[d(&[("off", "v")])]), 5);
+    // A switched-off rule is as if it had no limit: the descriptor matches
+    // nothing that limits it (`no_match`, no rule), as a node without a
+    // limit does; the rules below it still apply.
+    let s = &h.response.statuses[0];
+    assert_eq!((s.reason, s.rule), (Reason::NoMatch, None));
+    assert_eq!(h.admitted(5, "api", &[d(&[("off", "v"), ("sub", "x")])]), 2);
     assert_eq!(h.admitted(5, "api", &[d(&[("on", "v")])]), 1);
     let mut all_off = Harness::new(
         "settings: {enforce: false}
