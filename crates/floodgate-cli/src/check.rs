@@ -74,7 +74,11 @@ pub fn run(args: CheckArgs) -> ExitCode {
 
 /// Checks the configuration made of `paths` (the flags' `--config` when
 /// empty); `label` prefixes its summary line.
-fn check(mut flags: floodgate_runtime::settings::Flags, paths: &[PathBuf], label: &str) -> ExitCode {
+fn check(
+    mut flags: floodgate_runtime::settings::Flags,
+    paths: &[PathBuf],
+    label: &str,
+) -> ExitCode {
     if !paths.is_empty() {
         let paths = paths.iter().map(|p| p.display().to_string());
         flags.set("config", Value::many(paths));

@@ -140,9 +140,16 @@ fn every_bundled_example_passes_on_its_own() {
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
     let (ok, stdout, stderr) = check(&["--each", examples]);
     assert!(ok, "{stdout}\n{stderr}");
-    for f in ["floodgate.yaml", "gateway.yaml", "bench.yaml", "bench-keys.yaml"] {
+    for f in [
+        "floodgate.yaml",
+        "gateway.yaml",
+        "bench.yaml",
+        "bench-keys.yaml",
+    ] {
         assert!(
-            stdout.lines().any(|l| l.contains(f) && l.contains(": OK: 1 file(s)")),
+            stdout
+                .lines()
+                .any(|l| l.contains(f) && l.contains(": OK: 1 file(s)")),
             "{f}: {stdout}"
         );
     }

@@ -1,6 +1,6 @@
 //! The bundled quick start (examples/gateway.yaml) loads, and behaves as
-//! the README says: three answers from the upstream with rate-limit
-//! headers, then 429.
+//! the README and docs/gateway.md say: three answers from the upstream with
+//! rate-limit headers (`t=60`), then 429 whose `t` is its `Retry-After`.
 
 use crate::support;
 
@@ -47,14 +47,17 @@ async fn the_quick_start_works() {
         assert_eq!(header(&r, "ratelimit-policy"), Some("\"per-ip\";q=3;w=60"));
         let current = header(&r, "ratelimit").unwrap().to_owned();
         if i < 3 {
+            // An admitted request's `t`: until the limit is whole again,
+            // when this request leaves the sliding minute.
             assert_eq!(r.status(), 200);
-            assert!(
-                current.starts_with(&format!("\"per-ip\";r={};t=", 2 - i)),
-                "{current}"
-            );
+            assert_eq!(current, format!("\"per-ip\";r={};t=60", 2 - i));
         } else {
+            // A rejection's `t` is its Retry-After: when the first request
+            // leaves the minute (the four are sent within seconds).
             assert_eq!(r.status(), 429);
-            assert!(header(&r, "retry-after").is_some());
+            let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+            assert!((50..=60).contains(&retry), "{retry}");
+            assert_eq!(current, format!("\"per-ip\";r=0;t={retry}"));
         }
     }
     gw.shutdown().await;
