@@ -11,6 +11,7 @@ mod hostile_listeners;
 mod redis_down_at_startup;
 mod replay;
 mod serve_env;
+mod serve_envoy_reference;
 mod serve_grpc;
 mod serve_grpc_checks;
 mod serve_grpc_drain;

@@ -269,3 +269,22 @@ descriptors:
     assert_eq!(h.send("p", &[d(&[("path", "/a/bc")])]), Code::Ok);
     assert_eq!(h.response.statuses[0].limit_remaining, 0);
 }
+
+#[test]
+fn an_unlimited_descriptor_is_no_quota_descriptor() {
+    let mut h = harness(
+        "domain: q
+descriptors:
+  - key: free
+    quota_mode: true
+    rate_limit: {unlimited: true}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+",
+        true,
+    );
+    // The only quota descriptor that counts is over: the request is.
+    let req = [d(&[("free", "x")]), d(&[("quota", "x")])];
+    assert_eq!(h.send("q", &req), Code::OverLimit);
+}

@@ -10,6 +10,7 @@
 pub mod attack;
 #[cfg(feature = "browser")]
 pub mod browser;
+pub mod envoy_reference;
 mod floodgate;
 mod net;
 mod probe;

@@ -67,7 +67,11 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
         }
     }
     // Overall: any enforced over-limit descriptor, or every quota one.
-    let quota = |s: &Status| s.rule.is_some_and(|id| policy.rule(id).quota);
+    // An unlimited descriptor is no quota descriptor, whatever its rule says
+    // (envoyproxy/ratelimit leaves unlimited descriptors out of the count).
+    let quota = |s: &Status| {
+        s.reason != Reason::Unlimited && s.rule.is_some_and(|id| policy.rule(id).quota)
+    };
     let hard_over = statuses
         .iter()
         .any(|s| s.code == Code::OverLimit && !quota(s));
