@@ -17,3 +17,4 @@ mod serve_grpc_checks;
 mod serve_grpc_drain;
 mod serve_http;
 mod serve_lifecycle;
+mod sync_fleet;

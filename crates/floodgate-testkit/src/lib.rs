@@ -10,6 +10,7 @@
 pub mod attack;
 #[cfg(feature = "browser")]
 pub mod browser;
+mod cluster;
 pub mod envoy_reference;
 mod floodgate;
 mod net;
@@ -17,6 +18,7 @@ mod probe;
 mod process;
 mod redis;
 
+pub use cluster::RedisCluster;
 pub use floodgate::Floodgate;
 pub use net::{free_port, http_request, wait_until};
 pub use probe::{Probe, Probed};

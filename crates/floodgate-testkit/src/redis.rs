@@ -9,14 +9,20 @@ use crate::{free_port, require, wait_until};
 pub struct Redis {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
 }
 
 impl Redis {
     /// Starts one (panics if `redis-server` is missing or does not start).
     pub fn start() -> Redis {
+        Self::start_with(&[])
+    }
+
+    /// Starts one with extra configuration arguments (`--name value`).
+    pub fn start_with(args: &[&str]) -> Redis {
         for _ in 0..5 {
-            if let Some(r) = Self::try_start_on(free_port()) {
+            if let Some(r) = Self::try_start_on(free_port(), args) {
                 return r;
             }
         }
@@ -25,53 +31,83 @@ impl Redis {
 
     /// Starts one on `port` (panics if it does not start).
     pub fn start_on(port: u16) -> Redis {
-        Self::try_start_on(port)
+        Self::try_start_on(port, &[])
             .unwrap_or_else(|| panic!("could not start redis-server on port {port}"))
     }
 
-    fn try_start_on(port: u16) -> Option<Redis> {
+    fn try_start_on(port: u16, args: &[&str]) -> Option<Redis> {
         require("redis-server");
-        {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                ])
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
-            let mut r = Redis {
-                child,
-                port,
-                _dir: dir,
-            };
-            let up = wait_until(Duration::from_secs(5), || {
-                std::net::TcpStream::connect(("127.0.0.1", port))
-                    .and_then(|mut s| {
-                        use std::io::{Read, Write};
-                        s.write_all(b"PING\r\n")?;
-                        let mut b = [0u8; 7];
-                        s.read_exact(&mut b)?;
-                        Ok(&b == b"+PONG\r\n")
-                    })
-                    .unwrap_or(false)
-            });
-            if up {
-                return Some(r);
-            }
-            let _ = r.child.kill();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let child = Self::spawn(port, &args, dir.path());
+        let mut r = Redis {
+            child,
+            port,
+            args,
+            dir,
+        };
+        if r.answers(Duration::from_secs(5)) {
+            return Some(r);
         }
+        let _ = r.child.kill();
+        let _ = r.child.wait();
         None
+    }
+
+    fn spawn(port: u16, args: &[String], dir: &std::path::Path) -> Child {
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ])
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server")
+    }
+
+    /// Whether it answers `PING` with `PONG` (not `LOADING`) within `limit`.
+    fn answers(&self, limit: Duration) -> bool {
+        let port = self.port;
+        wait_until(limit, || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .and_then(|mut s| {
+                    use std::io::{Read, Write};
+                    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+                    s.write_all(b"PING\r\n")?;
+                    let mut b = [0u8; 7];
+                    s.read_exact(&mut b)?;
+                    Ok(&b == b"+PONG\r\n")
+                })
+                .unwrap_or(false)
+        })
+    }
+
+    /// Kills the server (SIGKILL: a crash) and starts it again on the same
+    /// port, arguments and directory: what it had written to its
+    /// append-only file (with `--appendonly yes`) it has again, nothing
+    /// else. Panics if it does not answer within 10 s.
+    pub fn restart(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.port, &self.args, self.dir.path());
+        assert!(
+            self.answers(Duration::from_secs(10)),
+            "redis-server did not come back on port {}",
+            self.port
+        );
     }
 
     /// Its port.

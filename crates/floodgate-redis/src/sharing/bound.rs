@@ -2,15 +2,16 @@
 //! alone (printed by `floodgate config check`, documented in
 //! `docs/redis.md`).
 //!
-//! An instance admits on its own at most a *slice* of units between two
-//! pushes of a key (the limit's rate times the interval, at least one
-//! unit, and at least the request's cost), then pushes before admitting
-//! more. Every push adds the instance's hits to Redis and reads back the
-//! state with everyone's, and every admission is checked against the
-//! instance's view: Redis's state at its last push plus its own hits since.
-//! So of everything the fleet admitted, only what each *other* instance
-//! admitted since its own last push is missing from the view of the
-//! instance that admits last: the fleet exceeds the limit by at most
+//! An instance admits on its own at most a *slice* of units that Redis has
+//! not acknowledged (the limit's rate times the interval, at least one
+//! unit; a request costing more than a slice only when none is pending):
+//! beyond, it pushes, and waits for the answer before admitting more.
+//! Every push adds the instance's hits to Redis and reads back the state
+//! with everyone's, and every admission is checked against the instance's
+//! view: Redis's state at its last push plus its own hits since. So of
+//! everything the fleet admitted, only what each *other* instance admitted
+//! and Redis had not acknowledged is missing from the view of the instance
+//! that admits last: the fleet exceeds the limit by at most
 //! `(instances − 1) × slice` units — per window for window limits, over
 //! any span for token buckets (on top of the burst plus the rate times the
 //! span).

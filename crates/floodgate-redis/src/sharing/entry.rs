@@ -100,7 +100,8 @@ pub(crate) struct View {
     /// The entry holds a state pulled from Redis.
     pub synced: bool,
     pub hits: Tally,
-    /// Units admitted since the last push was sent.
+    /// Units admitted here that Redis has not acknowledged yet (pushed
+    /// and not answered, or not pushed): at most a slice.
     pub since: u64,
     /// A block started here (ns), not pushed yet (0: none).
     pub block: u64,

@@ -560,7 +560,7 @@ impl Sharing {
         let t = self.clock.now(now).unwrap_or(Timestamp::ZERO);
         match result {
             Ok((answers, sent)) => {
-                self.clock.observe(sent, answers.now_us);
+                self.clock.observe(sent, self.clock.local(), answers.now_us);
                 if answers.resets > 0 {
                     redis.stats().state_resets.add(answers.resets);
                 }
@@ -669,6 +669,9 @@ impl Sharing {
                     if e.view.block.div_ceil(1000) <= sent.block_us {
                         e.view.block = 0;
                     }
+                    // Redis has every hit but those admitted since the push
+                    // left: those are what this instance admitted blind.
+                    e.view.since = e.view.hits.total();
                     e.view.synced = true;
                     e.view.pending = false;
                     if e.view.dirty() {
@@ -1015,7 +1018,8 @@ fn take_from(e: &mut Entry, share: Share, need: u64, now: Timestamp, caller: Cal
                 hits: hits.map(|(at, n)| (at / 1000, n)),
                 block_us: e.view.block.div_ceil(1000),
             };
-            e.view.since = 0;
+            // `since` goes on counting the pushed hits until Redis has
+            // them (see `install`).
             e.view.pending = true;
             Taken::Go(Ask::Sync(ask))
         }
@@ -1035,8 +1039,9 @@ fn give_back(e: &mut Entry, ask: Ask) {
             e.lease.pending = false;
         }
         Ask::Sync(sent) => {
+            // Still counted in `since` (never acknowledged).
             for (at, n) in sent.hits {
-                e.view.add(at.saturating_mul(1000), n);
+                e.view.hits.add(at.saturating_mul(1000), n);
             }
             if e.view.block == 0 && sent.block_us > 0 {
                 e.view.block = sent.block_us.saturating_mul(1000);
