@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use floodgate::SystemClock;
-use floodgate_http::layer::{Early, FloodgateBody};
+use floodgate_http::layer::{ClientAddr, FloodgateBody};
 use floodgate_http::{Contract, FloodgateLayer, HttpIdentity};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
@@ -33,7 +33,6 @@ use floodgate_runtime::listener::OpenStream;
 pub struct Limiter<B> {
     section: HttpSection,
     layer: FloodgateLayer<B, SystemClock>,
-    identity: HttpIdentity,
     trusts_proxies: bool,
 }
 
@@ -46,7 +45,7 @@ impl<B: Backend> Limiter<B> {
         let identity = HttpIdentity::new(section.identity.clone())?;
         let layer = FloodgateLayer::with(
             engine,
-            identity.clone(),
+            identity,
             Contract::new(section.contract.clone()),
             section.layer.clone(),
         );
@@ -54,7 +53,6 @@ impl<B: Backend> Limiter<B> {
             trusts_proxies: section.identity.client_ip.trusts_proxies(),
             section,
             layer,
-            identity,
         })
     }
 
@@ -183,7 +181,7 @@ impl<B: Backend> Gateway<B> {
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
-            return Ok(res.map(|b| GatewayBody::direct(b, held)));
+            return Ok(GatewayBody::respond(res.map(FloodgateBody::new), held));
         }
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
@@ -194,50 +192,29 @@ impl<B: Backend> Gateway<B> {
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
-            return Ok(res.map(|b| GatewayBody::direct(b, held)));
+            return Ok(GatewayBody::respond(res.map(FloodgateBody::new), held));
         };
         // No address: the layer's own default (the unspecified one).
-        let peer = client
-            .peer
-            .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
-        // The client's address as the identity resolves it, once: only
-        // when a trusted hop may have named another one, and only when it
-        // is used (the forwarded scheme kept, the access log).
+        let mut from = ClientAddr::new(
+            client
+                .peer
+                .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)),
+        );
+        // The client's address behind trusted proxies, resolved once (the
+        // layer's descriptors use it too): only when a trusted hop may have
+        // named another one, and only when it is used here (the forwarded
+        // scheme kept, the access log).
         let forwarded_proto = l.trusts_proxies && req.headers().contains_key(X_FORWARDED_PROTO);
         client.trusted_hop = false;
         if forwarded_proto || (l.trusts_proxies && access.is_some()) {
-            let ip = l.identity.client_ip(req.headers(), peer.ip());
-            client.trusted_hop = forwarded_proto && ip != peer.ip();
+            let ip = l.layer.client_ip(&req, &mut from);
+            client.trusted_hop = forwarded_proto && ip != from.peer().ip();
             if let Some(a) = access.as_mut() {
                 a.set_client(ip);
             }
         }
-        // The layer's short path first: the common case (one descriptor of
-        // a rule known in advance, admitted) is decided without any future
-        // of the layer's, and the request is forwarded exactly as without
-        // limits (the same future, borrowed from the gateway).
-        let pending = match l.layer.decide_early::<_, ProxyBody>(peer, &req) {
-            Early::Pass(admitted) => {
-                let mut res = in_box(self.proxy.forward(req, client)).await;
-                admitted.finish(&mut res);
-                if let Some(a) = access {
-                    a.finish(res.status(), false);
-                }
-                return Ok(res.map(|b| GatewayBody::direct(b, held)));
-            }
-            Early::Answer(res) => {
-                if let Some(a) = access {
-                    a.finish(res.status(), true);
-                }
-                return Ok(res.map(|b| GatewayBody::limited(b, held)));
-            }
-            Early::Later(pending) => pending,
-        };
-        // The layer's general steps: the peer given rather than put in the
-        // request's extensions; only the forwarding future is boxed (see
-        // above).
         let proxy = self.proxy.clone();
-        let limited = l.layer.finish_later(pending, peer, req, move |req| {
+        let limited = l.layer.serve_from(from, req, move |req| {
             // Allocated first, then written: the future is built in its
             // box rather than on the stack and copied there (kilobytes).
             in_box(proxy.forward_owned(req, client))
@@ -245,50 +222,38 @@ impl<B: Backend> Gateway<B> {
         match access {
             // Mapped straight into the result: the response is not moved
             // once more through a local.
-            None => Ok(limited.await?.map(|b| GatewayBody::limited(b, held))),
+            None => Ok(GatewayBody::respond(limited.await?, held)),
             Some(a) => {
                 let res = limited.await?;
                 a.finish(res.status(), res.body().is_from_layer());
-                Ok(res.map(|b| GatewayBody::limited(b, held)))
+                Ok(GatewayBody::respond(res, held))
             }
         }
     }
 }
 
 pin_project! {
-    #[project = KindProj]
-    enum Kind {
-        Limited { #[pin] body: FloodgateBody<ProxyBody> },
-        Direct { #[pin] body: ProxyBody },
-    }
-}
-
-pin_project! {
-    /// A response body of the gateway: through the limiter (holding its
-    /// permits until the body ends) or straight from the proxy.
+    /// A response body of the gateway: the limiter's (holding its permits
+    /// until the body ends) over the proxy's.
     pub struct GatewayBody {
         #[pin]
-        kind: Kind,
+        body: FloodgateBody<ProxyBody>,
         stream: Option<OpenStream>,
         in_flight: Option<InFlight>,
     }
 }
 
 impl GatewayBody {
-    fn limited(body: FloodgateBody<ProxyBody>, in_flight: Option<InFlight>) -> Self {
-        GatewayBody {
-            kind: Kind::Limited { body },
+    /// `res` with its body holding the request's place in flight.
+    fn respond(
+        res: Response<FloodgateBody<ProxyBody>>,
+        in_flight: Option<InFlight>,
+    ) -> Response<GatewayBody> {
+        res.map(|body| GatewayBody {
+            body,
             stream: None,
             in_flight,
-        }
-    }
-
-    fn direct(body: ProxyBody, in_flight: Option<InFlight>) -> Self {
-        GatewayBody {
-            kind: Kind::Direct { body },
-            stream: None,
-            in_flight,
-        }
+        })
     }
 
     /// Keeps `stream` counted as open until this body is dropped.
@@ -311,24 +276,15 @@ impl Body for GatewayBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match self.project().kind.project() {
-            KindProj::Limited { body } => body.poll_frame(cx),
-            KindProj::Direct { body } => body.poll_frame(cx),
-        }
+        self.project().body.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Limited { body } => body.is_end_stream(),
-            Kind::Direct { body } => body.is_end_stream(),
-        }
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Limited { body } => body.size_hint(),
-            Kind::Direct { body } => body.size_hint(),
-        }
+        self.body.size_hint()
     }
 }
 

@@ -34,7 +34,7 @@ http:
     - [{user: {header: x-user}}]
 "#;
 
-/// One descriptor whose rule no value changes: decided by the short path.
+/// One descriptor whose rule no value changes: decided by the layer's plan.
 /// With `GENERAL` appended, shedding (at a threshold never reached) makes
 /// the same layer take the general steps: the two side by side.
 const ONE: &str = r#"
@@ -125,7 +125,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     for (name, svc) in [
-        ("one descriptor, short path", &mut direct),
+        ("one descriptor, planned", &mut direct),
         ("one descriptor, general steps", &mut general),
     ] {
         g.bench_function(name, |b| {

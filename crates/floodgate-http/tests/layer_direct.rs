@@ -1,8 +1,10 @@
-//! The layer's short path (one descriptor, its rule known in advance,
-//! decided before any future is built) answers exactly as the general
-//! steps do: the same statuses, headers and bodies for the same schedule.
-//! The general steps are forced on a twin layer by turning shedding on with
-//! a threshold no test reaches (shedding changes nothing else).
+//! A request decided by the layer's plan (one descriptor, its rule known in
+//! advance, decided as the request arrives) is answered exactly as one
+//! decided by the engine's lookup in the layer's waiting steps: the same
+//! statuses, headers and bodies for the same schedule. The twin layer is
+//! kept off the plan by a second descriptor that no request builds, and
+//! made to wait by a concurrency queue no test fills (neither changes
+//! anything else).
 
 use crate::support;
 
@@ -55,13 +57,16 @@ const RESPONSES: &[&str] = &[
 ];
 
 fn config(rules: &str, responses: &str, general: bool) -> String {
-    let layer = if general {
-        "  layer:\n    shedding:\n      low_priority_above: 1000000\n"
+    let (never, layer) = if general {
+        (
+            "    - [{header: {name: x-never-sent, key: never}}]\n",
+            "  layer:\n    concurrency:\n      global: {max: 1000000}\n",
+        )
     } else {
-        ""
+        ("", "")
     };
     format!(
-        "domains:\n  - domain: api\n    descriptors:\n{rules}http:\n  domain: api\n  descriptors:\n    - [{{header: {{name: x-limit-key, key: key}}}}]\n{responses}{layer}"
+        "domains:\n  - domain: api\n    descriptors:\n{rules}http:\n  domain: api\n  descriptors:\n    - [{{header: {{name: x-limit-key, key: key}}}}]\n{never}{responses}{layer}"
     )
 }
 
@@ -108,7 +113,7 @@ impl Schedule {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_short_path_answers_exactly_as_the_general_one() {
+async fn the_plan_answers_exactly_as_the_engine_lookup() {
     let mut compared = 0;
     let mut denied = 0;
     for rules in RULES {
@@ -147,7 +152,7 @@ async fn the_short_path_answers_exactly_as_the_general_one() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn after_a_reload_the_new_policy_decides_on_either_path() {
+async fn after_a_reload_the_new_policy_decides_with_or_without_a_plan() {
     let (layer, _clock) = twin(RULES[2], RESPONSES[0], false);
     let key = Some("k");
     assert_eq!(send(&layer, key).await.0, 200);
@@ -176,8 +181,8 @@ async fn after_a_reload_the_new_policy_decides_on_either_path() {
         }
     }
     assert_eq!(codes, [200, 200, 200, 200, 200, 429]);
-    // And a policy the short path cannot take (a value-specific sibling):
-    // the general steps answer.
+    // And a policy with no plan (a value-specific sibling): the engine's
+    // lookup answers.
     let text = config(
         "      - key: key\n        rate_limit: {requests_per_unit: 1, unit: second}\n      - key: key\n        value: vip\n        rate_limit: {requests_per_unit: 9, unit: second}\n",
         RESPONSES[0],

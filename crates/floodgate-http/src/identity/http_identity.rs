@@ -157,6 +157,24 @@ impl HttpIdentity {
         );
     }
 
+    /// Like [`request_descriptors`](Self::request_descriptors), with the
+    /// client address behind trusted proxies already resolved (`client`;
+    /// none: resolved here if a descriptor needs it).
+    pub(crate) fn request_descriptors_of(
+        &self,
+        request: &http::Request<impl Sized>,
+        peer: IpAddr,
+        client: Option<IpAddr>,
+        out: &mut RequestDescriptors,
+    ) {
+        let head = HttpHead {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+        };
+        self.build_with(&head, peer, client, request.extensions(), out);
+    }
+
     /// Like [`descriptors`](Self::descriptors), from the request's pieces.
     pub fn build<E: ExtensionSource + ?Sized>(
         &self,
@@ -185,6 +203,17 @@ impl HttpIdentity {
         ext: &E,
         out: &mut RequestDescriptors,
     ) {
+        self.build_with(head, peer, None, ext, out);
+    }
+
+    fn build_with<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+        &self,
+        head: &H,
+        peer: IpAddr,
+        client: Option<IpAddr>,
+        ext: &E,
+        out: &mut RequestDescriptors,
+    ) {
         let req = Request { head, ext, peer };
         out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
         let hits = self.cost_of_head(head, ext);
@@ -192,7 +221,7 @@ impl HttpIdentity {
         let per_descriptor = self.cost.as_ref().map(|_| hits as u64);
         let env = self.env();
         let mut lazy = Lazy {
-            client: None,
+            client,
             route: None,
         };
         for actions in self.descriptors.iter() {

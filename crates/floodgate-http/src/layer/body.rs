@@ -40,8 +40,9 @@ impl<B> FloodgateBody<B> {
         }
     }
 
-    /// The inner service's body of a request that holds nothing (e.g. one
-    /// admitted by [`Early::Pass`](super::Early::Pass)).
+    /// A body the layer did not see (a server's own answer beside the
+    /// layer's, such as a request refused before it is limited): holds
+    /// nothing.
     pub fn new(body: B) -> Self {
         Self::inner(body, None)
     }

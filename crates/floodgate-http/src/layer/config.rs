@@ -1,7 +1,7 @@
 //! The layer's own settings: failure handling, bounded delays, load
 //! shedding and concurrency queues.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use http::{Extensions, HeaderName};
@@ -74,6 +74,32 @@ pub type PeerFn = fn(&Extensions) -> Option<SocketAddr>;
 /// connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerAddr(pub SocketAddr);
+
+/// Where a request comes from, as the server that calls
+/// [`FloodgateLayer::serve_from`](super::FloodgateLayer::serve_from) knows
+/// it: the peer's socket address, and the client address behind trusted
+/// proxies once [resolved](super::FloodgateLayer::client_ip) (then the
+/// layer's descriptors use it rather than resolve it again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientAddr {
+    pub(crate) peer: SocketAddr,
+    pub(crate) resolved: Option<IpAddr>,
+}
+
+impl ClientAddr {
+    /// A request from `peer`.
+    pub fn new(peer: SocketAddr) -> Self {
+        ClientAddr {
+            peer,
+            resolved: None,
+        }
+    }
+
+    /// The peer's socket address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+}
 
 /// Reads [`PeerAddr`], then a bare [`SocketAddr`].
 pub fn default_peer(ext: &Extensions) -> Option<SocketAddr> {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use floodgate::Clock;
@@ -11,10 +11,8 @@ use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
 use tower_layer::Layer;
 
-use super::body::FloodgateBody;
-use super::config::LayerSettings;
-use super::direct;
-use super::early::{Early, Pending};
+use super::config::{ClientAddr, LayerSettings};
+use super::request::{self, ResponseFuture};
 use super::service::FloodgateService;
 use super::shared::{LayerStats, Shared};
 use crate::contract::{Contract, ContractConfig};
@@ -99,10 +97,10 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         Ok(Self::with(engine, identity, contract, settings))
     }
 
-    /// Limits one request without the tower machinery (and without the
-    /// boxed future of [`FloodgateService`]): the same steps, with `inner`
-    /// called — at most once — with the request when it is admitted. For
-    /// servers that call the layer from their own handler (the gateway).
+    /// Limits one request without the tower machinery: the same steps as
+    /// [`FloodgateService`], with `inner` called — at most once — with the
+    /// request when it is admitted. The client's address is looked up in
+    /// the request's extensions ([`LayerSettings::peer`]).
     ///
     /// ```
     /// # async fn run(layer: floodgate_http::FloodgateLayer<floodgate_policy::MemoryBackend, floodgate::SystemClock>) {
@@ -118,7 +116,7 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         &self,
         req: Request<ReqBody>,
         inner: F,
-    ) -> impl Future<Output = Result<Response<FloodgateBody<ResBody>>, E>> + Send + 'static
+    ) -> ResponseFuture<Fut, ResBody, E, B, C>
     where
         F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
@@ -126,71 +124,33 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        let decided = direct::decide(&self.shared, &req, None);
-        direct::later(&self.shared, decided, inner, req, None)
+        request::start(&self.shared, req, None, inner)
     }
 
-    /// Like [`serve`](Self::serve), with the client's address given rather
-    /// than looked up in the request's extensions (a server that knows it
-    /// need not insert it: no extension map to allocate per request).
-    pub fn serve_from<F, Fut, ReqBody, ResBody, E>(
-        &self,
-        peer: SocketAddr,
-        req: Request<ReqBody>,
-        inner: F,
-    ) -> impl Future<Output = Result<Response<FloodgateBody<ResBody>>, E>> + Send + 'static
-    where
-        F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
-        ReqBody: Send + 'static,
-        ResBody: Send + 'static,
-        E: Send + 'static,
-    {
-        let decided = direct::decide(&self.shared, &req, Some(peer));
-        direct::later(&self.shared, decided, inner, req, Some(peer))
-    }
-
-    /// The short path alone: decides `req` (from `peer`) now when its rule
-    /// is known in advance, and returns what is left to do without
-    /// building any future — the common case of a server calling the
-    /// layer from its own handler costs no more than the decision. The
-    /// outcome is exactly [`serve_from`](Self::serve_from)'s: on
-    /// [`Early::Pass`] call the inner service and
-    /// [`finish`](super::Admitted::finish) its response, send an
-    /// [`Early::Answer`] as it is, and await [`finish_later`](Self::finish_later)
-    /// for [`Early::Later`].
+    /// Like [`serve`](Self::serve), for a request from `client`: a server
+    /// that knows the client's address gives it rather than insert it into
+    /// the request's extensions (no extension map to allocate per request).
     ///
     /// ```
     /// # async fn run(layer: floodgate_http::FloodgateLayer<floodgate_policy::MemoryBackend, floodgate::SystemClock>) {
-    /// use floodgate_http::layer::{Early, FloodgateBody};
-    /// let peer = "192.0.2.1:4000".parse().unwrap();
-    /// let req = http::Request::get("/").body(()).unwrap();
-    /// let inner = |_req| async { Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from("hi"))) };
-    /// let res = match layer.decide_early(peer, &req) {
-    ///     Early::Pass(admitted) => {
-    ///         let mut res = inner(req).await.unwrap();
-    ///         admitted.finish(&mut res);
-    ///         res.map(FloodgateBody::new)
-    ///     }
-    ///     Early::Answer(res) => res,
-    ///     Early::Later(pending) => layer.finish_later(pending, peer, req, inner).await.unwrap(),
-    /// };
-    /// # let _ = res; }
+    /// use floodgate_http::layer::ClientAddr;
+    /// let mut client = ClientAddr::new("192.0.2.1:4000".parse().unwrap());
+    /// let req = http::Request::get("/").header("x-forwarded-for", "198.51.100.7").body(()).unwrap();
+    /// // The address behind trusted proxies, for a log line: resolved once.
+    /// let ip = layer.client_ip(&req, &mut client);
+    /// let res = layer
+    ///     .serve_from(client, req, |req| async move {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from("hi")))
+    ///     })
+    ///     .await;
+    /// # let _ = (ip, res); }
     /// ```
-    pub fn decide_early<T, RB>(&self, peer: SocketAddr, req: &Request<T>) -> Early<B, C, RB> {
-        direct::decide(&self.shared, req, Some(peer)).into()
-    }
-
-    /// The rest of the layer's steps for a request
-    /// [`decide_early`](Self::decide_early) left [`Early::Later`]; `inner`
-    /// is called (at most once) with the request if it is admitted.
-    pub fn finish_later<F, Fut, ReqBody, ResBody, E>(
+    pub fn serve_from<F, Fut, ReqBody, ResBody, E>(
         &self,
-        pending: Pending<B, C, ResBody>,
-        peer: SocketAddr,
+        client: ClientAddr,
         req: Request<ReqBody>,
         inner: F,
-    ) -> impl Future<Output = Result<Response<FloodgateBody<ResBody>>, E>> + Send + 'static
+    ) -> ResponseFuture<Fut, ResBody, E, B, C>
     where
         F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
@@ -198,7 +158,19 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        direct::later(&self.shared, pending.0, inner, req, Some(peer))
+        request::start(&self.shared, req, Some(client), inner)
+    }
+
+    /// The address of the client that sent `req` from `client`'s peer,
+    /// after the identity's trusted proxies (the peer's own when it trusts
+    /// none). Kept in `client`: resolved once per request, whoever asks
+    /// first.
+    pub fn client_ip<T>(&self, req: &Request<T>, client: &mut ClientAddr) -> IpAddr {
+        *client.resolved.get_or_insert_with(|| {
+            self.shared
+                .identity
+                .client_ip(req.headers(), client.peer.ip())
+        })
     }
 
     /// The layer's counters.

@@ -23,6 +23,18 @@
 //!    (cancellation and panics included);
 //! 6. on an engine error, fails open (default; counted) or rejects with 503.
 //!
+//! A request that waits for nothing (no queue, an in-memory store, no
+//! delay) is decided as it arrives: what is left to wait for is the inner
+//! service alone. One descriptor whose rule is known in advance is decided
+//! by that rule directly (an engine plan).
+//!
+//! # Use
+//!
+//! As a tower layer ([`FloodgateLayer`] makes a [`FloodgateService`]), or
+//! from a server's own handler: [`FloodgateLayer::serve`], or
+//! [`FloodgateLayer::serve_from`] with the client's address
+//! ([`ClientAddr`]). Each returns the same [`ResponseFuture`].
+//!
 //! # Configuration
 //!
 //! ```yaml
@@ -44,29 +56,26 @@
 
 mod body;
 mod config;
-mod direct;
-mod early;
-mod future;
-mod handle;
 #[allow(clippy::module_inception)]
 mod layer;
+mod plan;
 mod policy_cache;
 mod queue;
 mod read;
+mod request;
 mod service;
 mod shared;
 mod shed;
 
 pub use body::FloodgateBody;
 pub use config::{
-    KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit, Shedding,
-    default_peer,
+    ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit,
+    Shedding, default_peer,
 };
-pub use early::{Admitted, Early, Pending};
-pub use future::ResponseFuture;
 pub use layer::FloodgateLayer;
 pub use queue::QueueError;
 pub use read::LAYER;
+pub use request::ResponseFuture;
 pub use service::FloodgateService;
 pub use shared::LayerStats;
 pub use shed::{Gauge, GaugeGuard};

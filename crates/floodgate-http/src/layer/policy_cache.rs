@@ -1,9 +1,9 @@
 //! Rate-limit header pieces rendered once per rule: a request whose policy
 //! lines all come from one rule (the common case) reuses the
 //! `RateLimit-Policy` value rendered for the first request of that rule,
-//! and — on the short path — the start of its `RateLimit` value. The cache
-//! belongs to one layer (one contract) and one policy set: when the
-//! engine's policy is replaced, it starts over.
+//! and — for a request decided by the layer's plan — the start of its
+//! `RateLimit` value. The cache belongs to one layer (one contract) and one
+//! policy set: when the engine's policy is replaced, it starts over.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -10,8 +10,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::FloodgateBody;
-use super::direct;
-use super::future::ResponseFuture;
+use super::request::{self, ResponseFuture};
 use super::shared::Shared;
 
 /// A service limited by a [`FloodgateLayer`](super::FloodgateLayer).
@@ -58,7 +57,7 @@ where
 {
     type Response = Response<FloodgateBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error, B, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -68,13 +67,6 @@ where
         // The clone is not ready; keep it and send the ready one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let decided = direct::decide(&self.shared, &req, None);
-        ResponseFuture::new(direct::later(
-            &self.shared,
-            decided,
-            move |r| inner.call(r),
-            req,
-            None,
-        ))
+        request::start(&self.shared, req, None, move |r| inner.call(r))
     }
 }

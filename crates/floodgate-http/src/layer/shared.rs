@@ -11,6 +11,7 @@ use floodgate::Clock;
 use floodgate_policy::{Backend, Engine, Response};
 
 use super::config::LayerSettings;
+use super::plan::PlanCache;
 use super::policy_cache::PolicyCache;
 use super::queue::{ConcurrencyQueue, KeyedQueues};
 use super::shed::Shedder;
@@ -60,7 +61,7 @@ pub(crate) struct Scratch {
     pub buf: HeaderBuf,
     /// `RateLimit-Policy` of this request, from the cache.
     pub policy_value: Option<http::HeaderValue>,
-    /// The short path rendered this admitted request's `RateLimit` into
+    /// The plan's path rendered this admitted request's `RateLimit` into
     /// `buf`'s text already (and `policy_value`); `report` is not filled.
     pub prerendered: bool,
 }
@@ -78,9 +79,9 @@ pub(crate) struct Shared<B, C> {
     pub keyed: Option<KeyedQueues>,
     pub delayed: super::shed::Gauge,
     pub policy_headers: PolicyCache,
-    /// The engine plan for the short path, and whether the layer can take it.
-    pub plans: super::direct::PlanCache,
-    pub direct_eligible: bool,
+    /// The engine plan, used when the identity builds one descriptor.
+    pub plans: PlanCache,
+    pub plannable: bool,
     #[allow(clippy::vec_box)] // moved in and out whole
     pool: Mutex<Vec<Box<Scratch>>>,
 }
@@ -92,23 +93,21 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
         contract: Contract,
         settings: LayerSettings,
     ) -> Self {
-        let mut shared = Shared {
+        Shared {
             shedder: settings.shedding.clone().map(Shedder::new),
             global: settings.global_concurrency.map(ConcurrencyQueue::new),
             keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
             delayed: super::shed::Gauge::default(),
             policy_headers: PolicyCache::default(),
-            plans: Default::default(),
-            direct_eligible: false,
+            plans: PlanCache::default(),
+            plannable: identity.descriptor_count() == 1,
             engine,
             identity,
             contract,
             settings,
             stats: LayerStats::default(),
             pool: Mutex::new(Vec::new()),
-        };
-        shared.direct_eligible = super::direct::eligible(&shared);
-        shared
+        }
     }
 
     pub fn take(&self) -> Box<Scratch> {

@@ -1,0 +1,725 @@
+//! One request through the layer: shed, build its descriptors, wait for
+//! the layer's concurrency permits, decide, delay, call the inner service,
+//! answer per the contract — one state machine, [`ResponseFuture`].
+//!
+//! Whatever needs no waiting runs as the request arrives, before any
+//! future of the layer's is built: a request shed, rejected, or admitted by
+//! an in-memory decision leaves only the inner service's future to wait for
+//! (then the headers to add to its response), or nothing. A request that
+//! must wait — for a permit of the layer's queues, a shared store's round
+//! trip, a shaper's delay — continues in the steps' future, boxed.
+
+use std::fmt;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use floodgate::{Apply, Clock, Decision, Outcome, Timestamp};
+use floodgate_policy::compile::PolicySet;
+use floodgate_policy::{Backend, Code, EngineError, Response};
+use http::{HeaderMap, Request, Response as HttpResponse};
+use pin_project_lite::pin_project;
+
+use super::body::FloodgateBody;
+use super::config::{ClientAddr, OnError};
+use super::queue::QueueError;
+use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
+use crate::contract::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Report, Verdict};
+
+pub(crate) type Out<B> = HttpResponse<FloodgateBody<B>>;
+type Boxed<RB, E> = Pin<Box<dyn Future<Output = Result<Out<RB>, E>> + Send>>;
+
+/// The peer of a request whose address nobody knows.
+const NO_PEER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+
+pin_project! {
+    /// A request through the layer (see the module docs): the inner
+    /// service's response with the rate-limit headers added, or the layer's
+    /// own answer. Dropping it (the client went away) gives back everything
+    /// the request held.
+    pub struct ResponseFuture<Fut, RB, E, B, C>
+    where
+        B: Backend,
+        C: Clock,
+        C: 'static,
+    {
+        #[pin]
+        state: State<Fut, RB, E, B, C>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<Fut, RB, E, B, C>
+    where
+        B: Backend,
+        C: Clock,
+        C: 'static,
+    {
+        /// Admitted: the inner service, then its response completed.
+        Inner { #[pin] fut: Fut, admitted: Option<Admitted<B, C>> },
+        /// Answered by the layer.
+        Answered { res: Option<Out<RB>> },
+        /// Waiting for a permit, the store or a delay.
+        Waiting { fut: Boxed<RB, E> },
+    }
+}
+
+impl<Fut, RB, E, B, C> Future for ResponseFuture<Fut, RB, E, B, C>
+where
+    Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    B: Backend,
+    C: Clock + 'static,
+{
+    type Output = Result<Out<RB>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Inner { fut, admitted } => {
+                let res = ready!(fut.poll(cx))?;
+                let admitted = admitted.take().expect("polled after completion");
+                Poll::Ready(Ok(admitted.respond(res)))
+            }
+            StateProj::Answered { res } => {
+                Poll::Ready(Ok(res.take().expect("polled after completion")))
+            }
+            StateProj::Waiting { fut } => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<Fut, RB, E, B: Backend, C: Clock + 'static> fmt::Debug for ResponseFuture<Fut, RB, E, B, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// One request from `client` (none: its peer is looked up in the request's
+/// extensions); `inner` is called, at most once, when it is admitted.
+pub(crate) fn start<F, Fut, ReqBody, RB, E, B, C>(
+    shared: &Arc<Shared<B, C>>,
+    req: Request<ReqBody>,
+    client: Option<ClientAddr>,
+    inner: F,
+) -> ResponseFuture<Fut, RB, E, B, C>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<HttpResponse<RB>, E>> + Send + 'static,
+    ReqBody: Send + 'static,
+    RB: Send + 'static,
+    E: Send + 'static,
+    B: Backend,
+    C: Clock + 'static,
+{
+    let state = |state| ResponseFuture { state };
+    let mut keep = Keep::default();
+    // Priority shedding first: it protects everything behind it.
+    if let Some(rejected) = shed(shared, &req, &mut keep) {
+        return state(State::Answered {
+            res: Some(rejected),
+        });
+    }
+    let mut held = descriptors(shared, &req, client);
+    // The layer's queues wait; so does a request that may have to be
+    // rejected for want of a delay slot (it is first decided without
+    // charging: see `steps`).
+    let waits = shared.global.is_some()
+        || shared.keyed.is_some()
+        || shared.delayed.get() >= shared.settings.max_delayed;
+    if !waits {
+        let now = shared.engine.clock().now();
+        if let Some(decided) = decide_now(shared, &mut held, Apply::Commit) {
+            return state(
+                match conclude(shared, held, keep, req.headers(), now, decided) {
+                    Next::Answer(res) => State::Answered { res: Some(res) },
+                    Next::Inner(admitted) => State::Inner {
+                        fut: inner(req),
+                        admitted: Some(admitted),
+                    },
+                    Next::Delay(delayed) => State::Waiting {
+                        fut: Box::pin(delayed.run(shared.clone(), req, inner)),
+                    },
+                },
+            );
+        }
+    }
+    state(State::Waiting {
+        fut: Box::pin(steps(shared.clone(), held, keep, req, inner)),
+    })
+}
+
+/// The steps of a request that waits: the layer's queues, then the
+/// decision (from a shared store), then its outcome.
+async fn steps<F, Fut, ReqBody, RB, E, B, C>(
+    shared: Arc<Shared<B, C>>,
+    mut held: Held<B, C>,
+    mut keep: Keep,
+    req: Request<ReqBody>,
+    inner: F,
+) -> Result<Out<RB>, E>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut,
+    Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    B: Backend,
+    C: Clock + 'static,
+{
+    // Layer concurrency limits, waiting in line when configured.
+    if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
+        return Ok(rejected);
+    }
+    // The decision, from one clock reading taken just before it.
+    let now = shared.engine.clock().now();
+    // Every delay slot taken: a request the shaper would delay is to be
+    // rejected, so it is first decided without charging anything — the
+    // rejection costs it nothing, as a rejection over a full burst.
+    if shared.delayed.get() >= shared.settings.max_delayed
+        && let Ok(Decided::Engine | Decided::Planned) =
+            decide(&shared, &mut held, Apply::Check).await
+    {
+        let s = held.scratch();
+        match shared.engine.policy_of(&s.response) {
+            Some(policy) => s
+                .report
+                .fill(&s.response, &policy, shared.contract.config()),
+            // Decided under a policy replaced since: no delay to turn
+            // into a rejection.
+            None => s.report.clear(),
+        }
+        if let Verdict::Delayed(_) = s.report.verdict() {
+            LayerStats::inc(&shared.stats.decided);
+            LayerStats::inc(&shared.stats.delay_queue_full);
+            s.report.deny_delayed();
+            let res = shared.contract.reject(
+                Rejection::Limited(&s.report),
+                req.headers(),
+                now,
+                s.buf.text(),
+            );
+            return Ok(full(res));
+        }
+    }
+    let decided = decide(&shared, &mut held, Apply::Commit).await;
+    match conclude(&shared, held, keep, req.headers(), now, decided) {
+        Next::Answer(res) => Ok(res),
+        Next::Inner(admitted) => Ok(admitted.respond(inner(req).await?)),
+        Next::Delay(delayed) => delayed.run(shared, req, inner).await,
+    }
+}
+
+/// How the engine decided a request.
+enum Decided {
+    /// No descriptor: nothing to decide.
+    Nothing,
+    /// By the layer's plan (its rule holds no concurrency units).
+    Planned,
+    /// By the engine's lookup.
+    Engine,
+}
+
+/// The engine's decision on the request's descriptors when it needs no
+/// waiting (an in-memory store); none when it needs the store's round trip.
+fn decide_now<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    apply: Apply,
+) -> Option<Result<Decided, EngineError>> {
+    let s = held.scratch();
+    if s.out.is_empty() {
+        return Some(Ok(Decided::Nothing));
+    }
+    let engine = &shared.engine;
+    let domain = shared.identity.domain();
+    if shared.plannable && shared.plans.decide(engine, domain, apply, s) {
+        return Some(Ok(Decided::Planned));
+    }
+    let hits = s.out.hits_addend();
+    engine
+        .evaluate_now(domain, &s.out, hits, apply, &mut s.response)
+        .map(|r| r.map(|()| Decided::Engine))
+}
+
+/// The engine's decision on the request's descriptors, waiting for the
+/// store if it must.
+async fn decide<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    apply: Apply,
+) -> Result<Decided, EngineError> {
+    if let Some(decided) = decide_now(shared, held, apply) {
+        return decided;
+    }
+    let s = held.scratch();
+    let hits = s.out.hits_addend();
+    let domain = shared.identity.domain();
+    shared
+        .engine
+        .evaluate_with(domain, &s.out, hits, apply, &mut s.response)
+        .await
+        .map(|()| Decided::Engine)
+}
+
+/// What is left once a request is decided.
+enum Next<B: Backend, C: Clock + 'static, RB> {
+    /// Answered by the layer (a rejection).
+    Answer(Out<RB>),
+    /// Admitted: call the inner service and complete its response.
+    Inner(Admitted<B, C>),
+    /// Admitted after a shaper's delay.
+    Delay(Delayed<B, C>),
+}
+
+/// The outcome of a decision: rejected, delayed or admitted (a limiter
+/// failure is let through or rejected, per `on_error`).
+fn conclude<B: Backend, C: Clock + 'static, RB>(
+    shared: &Shared<B, C>,
+    mut held: Held<B, C>,
+    keep: Keep,
+    headers: &HeaderMap,
+    now: Timestamp,
+    decided: Result<Decided, EngineError>,
+) -> Next<B, C, RB> {
+    let planned = match decided {
+        Ok(Decided::Nothing) => return Next::Inner(Admitted::bare(keep)),
+        Ok(Decided::Planned) => true,
+        Ok(Decided::Engine) => false,
+        Err(_) => match shared.settings.on_error {
+            OnError::Allow => {
+                LayerStats::inc(&shared.stats.fail_open);
+                metrics::counter!("floodgate_http_fail_open_total").increment(1);
+                return Next::Inner(Admitted::bare(keep));
+            }
+            OnError::Reject => {
+                LayerStats::inc(&shared.stats.fail_closed);
+                let res = shared.contract.reject(
+                    Rejection::Unavailable,
+                    headers,
+                    now,
+                    &mut String::new(),
+                );
+                return Next::Answer(full(res));
+            }
+        },
+    };
+    LayerStats::inc(&shared.stats.decided);
+    let on_success = shared.contract.config().on_success;
+    if planned {
+        // A planned rule holds no units: an admitted request keeps nothing.
+        if !on_success && plainly_allowed(&held.scratch().response) {
+            return Next::Inner(Admitted::bare(keep));
+        }
+        if on_success && admitted_headers(shared, held.scratch()) {
+            return Next::Inner(Admitted::with_headers(held, now, Duration::ZERO, keep));
+        }
+    }
+    settle(shared, &mut held);
+    match held.scratch().report.verdict() {
+        Verdict::Denied => Next::Answer(denied(shared, &mut held, headers, now)),
+        Verdict::Delayed(delay) => Next::Delay(Delayed {
+            held,
+            keep,
+            now,
+            delay,
+        }),
+        Verdict::Allowed if !on_success && !held.holds_units => Next::Inner(Admitted::bare(keep)),
+        Verdict::Allowed => Next::Inner(Admitted::with_headers(held, now, Duration::ZERO, keep)),
+    }
+}
+
+/// What an admitted request adds to the inner service's response, and
+/// keeps until its body ends.
+struct Admitted<B: Backend, C: Clock + 'static> {
+    /// The request's buffers and decision time, when its response gets
+    /// the contract's headers (and the time it was delayed).
+    headers: Option<(Held<B, C>, Timestamp, Duration)>,
+    keep: Keep,
+}
+
+impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
+    /// Nothing to write.
+    fn bare(keep: Keep) -> Self {
+        Admitted {
+            headers: None,
+            keep,
+        }
+    }
+
+    fn with_headers(held: Held<B, C>, now: Timestamp, elapsed: Duration, keep: Keep) -> Self {
+        Admitted {
+            headers: Some((held, now, elapsed)),
+            keep,
+        }
+    }
+
+    /// The inner service's response, with the contract's headers, its
+    /// body holding what the request keeps.
+    fn respond<RB>(self, mut res: HttpResponse<RB>) -> Out<RB> {
+        let Admitted { headers, mut keep } = self;
+        if let Some((mut held, now, elapsed)) = headers {
+            write_admitted(&mut held, now, elapsed, res.headers_mut());
+            if held.holds_units {
+                keep.push(held);
+            }
+        }
+        res.map(|b| FloodgateBody::inner(b, keep.into_hold()))
+    }
+}
+
+/// The rate-limit headers of an admitted request.
+fn write_admitted<B: Backend, C: Clock + 'static>(
+    held: &mut Held<B, C>,
+    now: Timestamp,
+    elapsed: Duration,
+    headers: &mut HeaderMap,
+) {
+    let shared = held.shared.clone();
+    let s = held.scratch();
+    if s.prerendered {
+        if let Some(policy) = s.policy_value.take() {
+            headers.insert(RATELIMIT_POLICY, policy);
+        }
+        if let Some(current) = s.buf.value() {
+            headers.insert(RATELIMIT, current);
+        }
+        return;
+    }
+    shared.contract.write_headers_with(
+        &s.report,
+        now,
+        elapsed,
+        headers,
+        &mut s.buf,
+        s.policy_value.as_ref(),
+    );
+}
+
+/// A request the shaper delays: it sleeps, then is admitted.
+struct Delayed<B: Backend, C: Clock + 'static> {
+    held: Held<B, C>,
+    keep: Keep,
+    now: Timestamp,
+    delay: Duration,
+}
+
+impl<B: Backend, C: Clock + 'static> Delayed<B, C> {
+    async fn run<F, Fut, ReqBody, RB, E>(
+        self,
+        shared: Arc<Shared<B, C>>,
+        req: Request<ReqBody>,
+        inner: F,
+    ) -> Result<Out<RB>, E>
+    where
+        F: FnOnce(Request<ReqBody>) -> Fut,
+        Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    {
+        let Delayed {
+            mut held,
+            keep,
+            now,
+            delay,
+        } = self;
+        // The slots were free a moment ago (else the request was decided
+        // without charging, in `steps`). Taken by others since, the charged
+        // request still waits, one over the bound, rather than be rejected
+        // after paying.
+        let slot = shared
+            .delayed
+            .try_enter(shared.settings.max_delayed)
+            .unwrap_or_else(|| shared.delayed.enter());
+        LayerStats::inc(&shared.stats.delayed);
+        // A delayed request is not in flight yet: while it sleeps, its
+        // place in the in-flight count and its concurrency permits are
+        // given back (others may use them), and taken again — through
+        // shedding and the queues, in arrival order — once the delay is
+        // over. Dropped with this future if the client goes away: the slot
+        // and the engine's units are given back too.
+        drop(keep);
+        tokio::time::sleep(delay).await;
+        drop(slot);
+        let mut keep = Keep::default();
+        if let Some(rejected) = shed(&shared, &req, &mut keep) {
+            return Ok(rejected);
+        }
+        if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
+            return Ok(rejected);
+        }
+        let res = inner(req).await?;
+        Ok(Admitted::with_headers(held, now, delay, keep).respond(res))
+    }
+}
+
+/// What a request keeps until its response body ends.
+#[derive(Default)]
+struct Keep {
+    parts: Vec<Box<dyn Hold>>,
+}
+
+impl Keep {
+    fn push(&mut self, h: impl Hold + 'static) {
+        self.parts.push(Box::new(h));
+    }
+
+    fn into_hold(self) -> Option<Box<dyn Hold>> {
+        (!self.parts.is_empty()).then(|| Box::new(self.parts) as Box<dyn Hold>)
+    }
+}
+
+fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
+    res.map(FloodgateBody::full)
+}
+
+/// The request's pooled buffers, holding its descriptors, built for
+/// `client` (none: the peer in its extensions).
+fn descriptors<B: Backend, C: Clock + 'static, T>(
+    shared: &Arc<Shared<B, C>>,
+    req: &Request<T>,
+    client: Option<ClientAddr>,
+) -> Held<B, C> {
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let (peer, resolved) = match client {
+        Some(c) => (c.peer, c.resolved),
+        None => {
+            let peer = (shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER);
+            (peer, None)
+        }
+    };
+    let s = held.scratch();
+    s.prerendered = false;
+    shared
+        .identity
+        .request_descriptors_of(req, peer.ip(), resolved, &mut s.out);
+    held
+}
+
+/// Whether an admitted request holds units of an engine concurrency limit.
+fn holds_units(response: &Response, policy: &PolicySet) -> bool {
+    response.statuses.iter().any(|s| {
+        s.decision.is_some_and(|d| d.is_allowed())
+            && s.rule.is_some_and(|id| {
+                policy
+                    .rule(id)
+                    .limits()
+                    .iter()
+                    .any(|l| l.limit.is_concurrency())
+            })
+    })
+}
+
+/// Whether `response` admits the request at once: nothing over the limit
+/// and no shaper delay. Its report's verdict is then "allowed" whatever
+/// else it holds.
+fn plainly_allowed(response: &Response) -> bool {
+    response.overall != Code::OverLimit
+        && !response.statuses.iter().any(|s| {
+            s.decision
+                .is_some_and(|d| matches!(d.outcome, Outcome::Delayed(x) if x > Duration::ZERO))
+        })
+}
+
+/// The report of a decided request (its headers, its verdict), and whether
+/// it holds engine concurrency units.
+fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held<B, C>) {
+    let policy = shared.engine.policy_of(&held.scratch().response);
+    if let Some(policy) = &policy {
+        let s = held.scratch();
+        if shared.contract.config().on_success || !plainly_allowed(&s.response) {
+            s.report.fill(&s.response, policy, shared.contract.config());
+            s.policy_value = shared
+                .policy_headers
+                .get(policy, &s.report, &shared.contract);
+        } else {
+            // Admitted, and nothing is written on admitted responses: the
+            // report would only be read for its verdict, "allowed".
+            s.report.clear();
+            s.policy_value = None;
+        }
+        held.holds_units = holds_units(&held.scratch().response, policy);
+    } else {
+        // Decided under a policy a reload replaced in the meantime (its
+        // rule ids do not index the new one): the verdict alone, without
+        // the policy's names. A response holding units keeps its policy,
+        // so none is lost here.
+        let s = held.scratch();
+        s.report.clear();
+        s.policy_value = None;
+        if s.response.overall == Code::OverLimit {
+            s.report.set_verdict(Verdict::Denied, None);
+        }
+    }
+}
+
+/// For an admitted request decided by the plan under one rule: renders its
+/// `RateLimit` and `RateLimit-Policy` from the rule's cached pieces,
+/// exactly as the contract would from a filled report; false (nothing
+/// changed) when that does not apply — a delay, a denial, a shadow rule, a
+/// rule not rendered yet or reported differently — and the report is to be
+/// filled.
+fn admitted_headers<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    s: &mut Scratch,
+) -> bool {
+    let r = &s.response;
+    let [status] = &r.statuses[..] else {
+        return false;
+    };
+    let (Some(rule), Some(d)) = (status.rule, status.decision) else {
+        return false;
+    };
+    if r.overall != Code::Ok
+        || r.shadowed
+        || status.code != Code::Ok
+        || status.shadow
+        || d.outcome != Outcome::Allowed
+    {
+        return false;
+    }
+    let Some(policy) = shared.policy_headers.admitted(
+        r.generation(),
+        rule,
+        d.remaining,
+        d.reset_after,
+        s.buf.text(),
+    ) else {
+        return false;
+    };
+    s.report.clear();
+    s.policy_value = Some(policy);
+    s.prerendered = true;
+    true
+}
+
+/// The contract's rejection of a request its report denies.
+fn denied<B: Backend, C: Clock + 'static, RB>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    headers: &HeaderMap,
+    now: Timestamp,
+) -> Out<RB> {
+    LayerStats::inc(&shared.stats.denied);
+    let s = held.scratch();
+    let res = shared
+        .contract
+        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text());
+    full(res)
+}
+
+/// Priority shedding: counts the request in flight (in `keep`), or
+/// answers 503 when it must be shed.
+fn shed<B: Backend, C: Clock + 'static, T, RB>(
+    shared: &Shared<B, C>,
+    req: &Request<T>,
+    keep: &mut Keep,
+) -> Option<Out<RB>> {
+    let shedder = shared.shedder.as_ref()?;
+    let low = shedder.is_low(req, &shared.identity);
+    match shedder.enter(low) {
+        Some(g) => {
+            keep.push(g);
+            None
+        }
+        None => {
+            LayerStats::inc(&shared.stats.shed);
+            metrics::counter!("floodgate_http_shed_total").increment(1);
+            let retry_after = shedder.config.retry_after;
+            let res = shared.contract.reject(
+                Rejection::Overloaded { retry_after },
+                req.headers(),
+                shared.engine.clock().now(),
+                &mut String::new(),
+            );
+            Some(full(res))
+        }
+    }
+}
+
+/// The layer's concurrency permits (global, then per key), waited for in
+/// line; kept in `keep`. A full queue or a wait past its timeout is
+/// answered per the contract.
+async fn queues<B: Backend, C: Clock + 'static, RB>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    headers: &HeaderMap,
+    keep: &mut Keep,
+) -> Option<Out<RB>> {
+    if let Some(q) = &shared.global {
+        match q.acquire().await {
+            Ok(p) => keep.push(p),
+            Err(e) => {
+                let max = q.limit().max;
+                return Some(queue_rejection(
+                    shared,
+                    held,
+                    headers,
+                    "concurrency",
+                    max,
+                    e,
+                ));
+            }
+        }
+    }
+    if let Some(kq) = &shared.keyed {
+        let value = held
+            .scratch()
+            .out
+            .iter()
+            .find_map(|d| d.get(&kq.config.key))
+            .map(Box::<str>::from);
+        if let Some(v) = value {
+            match kq.acquire(&v).await {
+                Ok(p) => keep.push(p),
+                Err(e) => {
+                    let name = format!("concurrency:{}", kq.config.key);
+                    let max = kq.config.limit.max;
+                    return Some(queue_rejection(shared, held, headers, &name, max, e));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The contract's rejection of a request a layer concurrency limit turns
+/// away.
+fn queue_rejection<B: Backend, C: Clock + 'static, RB>(
+    shared: &Shared<B, C>,
+    held: &mut Held<B, C>,
+    headers: &HeaderMap,
+    name: &str,
+    max: usize,
+    e: QueueError,
+) -> Out<RB> {
+    LayerStats::inc(&shared.stats.concurrency_rejected);
+    let now = shared.engine.clock().now();
+    let s = held.scratch();
+    concurrency_report(&mut s.report, name, max);
+    metrics::counter!("floodgate_http_concurrency_rejected_total",
+        "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
+    .increment(1);
+    let res = shared
+        .contract
+        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text());
+    full(res)
+}
+
+/// The report of a layer concurrency rejection.
+fn concurrency_report(report: &mut Report, name: &str, max: usize) {
+    report.clear();
+    let p = report.add_policy(name, max as u64, None, QuotaUnit::ConcurrentRequests);
+    report.add_current(
+        p,
+        &Decision {
+            outcome: Outcome::Denied,
+            limit: max as u64,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+        },
+    );
+    report.set_verdict(Verdict::Denied, None);
+}
