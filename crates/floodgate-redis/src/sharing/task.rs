@@ -9,7 +9,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use floodgate::Timestamp;
+use floodgate::algorithms::AnyLimit;
 
+use super::calls::Ask;
+use super::entry::Names;
+use super::local::{Keep, Share};
+use super::take::{Caller, Taken, take_from};
 use super::{Gate, Sharing};
 use crate::RedisBackend;
 
@@ -57,4 +62,92 @@ fn wall() -> Timestamp {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
     )
+}
+
+impl Sharing {
+    /// Spawns the background task unless it runs. Not with client-supplied
+    /// time: the caller's clock is then only known at its calls, and the
+    /// background work runs when it calls `flush`.
+    pub(super) fn ensure_task(self: &Arc<Self>, redis: &Arc<RedisBackend>, gate: &Gate) {
+        if redis.client_time()
+            || self.task.load(Ordering::Relaxed)
+            || self.task.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        spawn(
+            Arc::downgrade(self),
+            self.task.clone(),
+            redis.clone(),
+            Gate {
+                breaker: gate.breaker.clone(),
+                stats: gate.stats.clone(),
+            },
+        );
+    }
+
+    /// The background work due at `now` (the caller's time; every queued
+    /// key when `all`): pushes hits, gives back leases that ended, tells
+    /// Redis what is owed. With Redis's clock, `now` only matters before
+    /// Redis has answered once.
+    pub async fn run_due(&self, redis: &RedisBackend, gate: &Gate, now: Timestamp, all: bool) {
+        let Some(t) = self.clock.now(now) else {
+            return;
+        };
+        let due = self.queue.due(if all { u64::MAX } else { t.as_nanos() });
+        if due.is_empty() {
+            return;
+        }
+        let margin = self.clock.margin(0);
+        let caller = if all {
+            Caller::All
+        } else {
+            Caller::Due { margin }
+        };
+        let mut asks: Vec<(Arc<Names>, AnyLimit, Ask)> = Vec::new();
+        for names in due {
+            let got = self.store.update(&Keep, &*names.key, t, |e| {
+                e.queued = false;
+                let share = if e.view.synced || e.view.pending {
+                    Share::Sync {
+                        interval: 0,
+                        slice: u64::MAX,
+                    }
+                } else {
+                    Share::Lease { duration: 0 }
+                };
+                let taken = take_from(e, share, 0, t, caller);
+                // A lease still in use comes back at its end.
+                let again = match taken {
+                    Taken::Wait => Some(t.as_nanos().saturating_add(1_000_000)),
+                    Taken::Nothing if e.lease.open => Some(e.lease.end),
+                    _ => None,
+                };
+                if again.is_some() {
+                    e.queued = true;
+                }
+                (e.limit.clone(), taken, again)
+            });
+            if let Some((limit, taken, again)) = got {
+                if let Some(due) = again {
+                    self.queue
+                        .push(due.max(t.as_nanos() + 1_000_000), names.clone());
+                }
+                if let Taken::Go(ask) = taken {
+                    asks.push((names, limit, ask));
+                }
+            }
+        }
+        if asks.is_empty() {
+            return;
+        }
+        let keys: Vec<(&[u8], &AnyLimit, Ask)> =
+            asks.iter().map(|(n, l, a)| (&*n.key, l, *a)).collect();
+        let _ = self.call(redis, gate, &keys, now).await;
+    }
+
+    /// The keys waiting for the background task.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
 }

@@ -1,0 +1,154 @@
+//! What an entry sends with its next call: a lease's unused units, what it
+//! owes and what it asks for, or a view's hits; and what goes back to it
+//! when the call fails.
+
+use floodgate::Timestamp;
+
+use super::calls::{Ask, LeaseAsk, SyncAsk};
+use super::entry::Entry;
+use super::local::Share;
+use super::state;
+
+/// What an entry had for the next call.
+pub(super) enum Taken {
+    /// A call for it is on its way: wait for it.
+    Wait,
+    /// Send this.
+    Go(Ask),
+    /// Nothing to send.
+    Nothing,
+}
+
+/// How many units to ask for: what the last lease's pace would use over a
+/// lease (twice the last grant when it ran out), at least `need`.
+fn want(e: &Entry, need: u64, now: u64, duration: u64) -> u64 {
+    let l = &e.lease;
+    if need == 0 {
+        return 0;
+    }
+    if l.granted == 0 {
+        return need;
+    }
+    let elapsed = now.saturating_sub(l.granted_at).max(1_000_000);
+    let pace = (l.used as u128 * duration as u128 / elapsed as u128) as u64;
+    let mut w = pace.saturating_add(pace / 4);
+    if l.used >= l.granted {
+        w = w.max(l.granted.saturating_mul(2));
+    }
+    w.max(need)
+}
+
+/// Who makes a call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Caller {
+    /// A request: a lease's unused units go back with it (it is renewed).
+    Request,
+    /// The background task: what is due (a lease still usable, less
+    /// `margin`, is kept).
+    Due { margin: u64 },
+    /// Shutdown: everything.
+    All,
+}
+
+/// What an entry sends with its next call under `share`, taken from it
+/// (`Wait` while a call for it is on its way, `Nothing` when the
+/// background task has nothing to send).
+pub(super) fn take_from(
+    e: &mut Entry,
+    share: Share,
+    need: u64,
+    now: Timestamp,
+    caller: Caller,
+) -> Taken {
+    match share {
+        Share::Lease { duration } => {
+            if e.lease.pending {
+                return Taken::Wait;
+            }
+            let keep = match caller {
+                Caller::Due { margin } => e.usable(now, margin) > 0,
+                _ => false,
+            };
+            let l = &e.lease;
+            let ret = if keep { 0 } else { l.units };
+            let ends = !keep && (l.open || l.units > 0);
+            if caller != Caller::Request
+                && ret == 0
+                && !ends
+                && l.debts.is_empty()
+                && !l.floor
+                && l.block == 0
+            {
+                return Taken::Nothing;
+            }
+            // A TAT is raised to what is known here whenever a lease ends
+            // (admissions here came later than the grant charged them, and
+            // a penalty's charge must outlast the units given back) or a
+            // request asks.
+            let floor = if l.floor || ends || caller == Caller::Request {
+                state::gcra_floor(&e.replica, &e.limit)
+            } else {
+                (0, 0)
+            };
+            let ask = LeaseAsk {
+                need,
+                want: want(e, need, now.as_nanos(), duration),
+                dur_us: duration / 1000,
+                ret,
+                ends,
+                at_us: l.at / 1000,
+                debts: l.debts.0.map(|(at, n)| (at / 1000, n)),
+                floor,
+                in_use: l.in_use,
+                block_us: l.block.div_ceil(1000),
+            };
+            let l = &mut e.lease;
+            l.units -= ret;
+            l.debts.take();
+            l.pending = true;
+            Taken::Go(Ask::Lease(ask))
+        }
+        Share::Sync { .. } => {
+            if e.view.pending {
+                return Taken::Wait;
+            }
+            if caller != Caller::Request && !e.view.dirty() {
+                return Taken::Nothing;
+            }
+            let hits = e.view.hits.take();
+            let ask = SyncAsk {
+                hits: hits.map(|(at, n)| (at / 1000, n)),
+                block_us: e.view.block.div_ceil(1000),
+            };
+            // `since` goes on counting the pushed hits until Redis has
+            // them (see `install`).
+            e.view.pending = true;
+            Taken::Go(Ask::Sync(ask))
+        }
+    }
+}
+
+/// A call failed: what it took goes back to the entry (a lease's unused
+/// units excepted: Redis may have taken them back; they are lost, never
+/// used twice).
+pub(super) fn give_back(e: &mut Entry, ask: Ask) {
+    match ask {
+        Ask::Lease(sent) => {
+            // Owed still: sent again with the next call.
+            for (at, n) in sent.debts {
+                e.lease.debts.add(at.saturating_mul(1000), n);
+            }
+            e.lease.pending = false;
+        }
+        Ask::Sync(sent) => {
+            // Still counted in `since` (never acknowledged).
+            for (at, n) in sent.hits {
+                e.view.hits.add(at.saturating_mul(1000), n);
+            }
+            if e.view.block == 0 && sent.block_us > 0 {
+                e.view.block = sent.block_us.saturating_mul(1000);
+            }
+            e.view.pending = false;
+        }
+    }
+}
