@@ -20,3 +20,4 @@ mod layer_hyper;
 mod layer_policy_headers;
 mod layer_tonic;
 mod props;
+mod truthful_numbers;

@@ -125,6 +125,10 @@ impl Zones {
             zones.iter().map(|z| z.lock()).collect();
         let guard = |id: u64| order.binary_search(&id).expect("every zone is locked");
 
+        // A dry run decides as the real call would, on copies.
+        let dry = apply == Apply::Check;
+        let apply = if dry { Apply::Commit } else { apply };
+
         // Items with the same counter share it: the first one decides, with
         // their costs added up (as in the store).
         let n = items.len();
@@ -170,7 +174,11 @@ impl Zones {
                 })
                 .collect();
             let mut decided: SmallVec<[Decision; 16]> = SmallVec::from_elem(out[0], stored.len());
-            store.decide_many(&batch, now, store_apply, &mut decided);
+            match (dry, store_apply) {
+                (true, Apply::Commit) => store.simulate_many(&batch, now, &mut decided),
+                (true, _) => store.decide_many(&batch, now, Apply::Check, &mut decided),
+                (false, _) => store.decide_many(&batch, now, store_apply, &mut decided),
+            };
             for (&i, d) in stored.iter().zip(&decided) {
                 out[i] = *d;
                 if !d.is_allowed() && matches!(apply, Apply::Commit | Apply::Force) {
@@ -196,7 +204,11 @@ impl Zones {
                 Apply::Commit => Apply::Check,
                 other => other,
             };
-            out[i] = guards[guard(z)].decide(s, &ids[i], now, cost[i], mode);
+            out[i] = if dry {
+                guards[guard(z)].dry_run(s, &ids[i], now, cost[i], mode)
+            } else {
+                guards[guard(z)].decide(s, &ids[i], now, cost[i], mode)
+            };
         }
         for i in 0..n {
             if lead[i] != i {

@@ -133,6 +133,8 @@ fn a_dry_run_reports_what_the_real_call_gets() {
         rate_limit: {algorithm: token_bucket, requests: 10, per: 1s, burst: 20}
       - key: w
         rate_limit: {requests: 3, per: 1m}
+      - key: s
+        rate_limit: {algorithm: shaper, rate: 6r/m, burst: 10, nodelay: true}
 ";
     let mut h = Harness::new(yaml);
     let engine = &h.engine;
@@ -141,6 +143,11 @@ fn a_dry_run_reports_what_the_real_call_gets() {
         vec![d(&[("b", "x")]).hits(13)],
         vec![d(&[("b", "x")]).hits(13), d(&[("w", "x")]).hits(4)],
         vec![d(&[("w", "y")]), d(&[("w", "y")]).hits(2)],
+        // A shaper whose counters live in an nginx zone.
+        vec![d(&[("s", "x")])],
+        vec![d(&[("s", "x")]).hits(3), d(&[("w", "z")])],
+        vec![d(&[("w", "v")]).hits(2), d(&[("s", "x")]).hits(20)],
+        vec![d(&[("s", "y")]).hits(5), d(&[("s", "y")]).hits(5)],
     ] {
         common::ready(engine.evaluate_with("d", &req, 0, Apply::Check, &mut dry)).unwrap();
         common::ready(engine.evaluate("d", &req, 0, &mut h.response)).unwrap();

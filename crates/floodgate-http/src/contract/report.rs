@@ -373,11 +373,17 @@ impl Report {
                     let many = limits.len() > 1;
                     for (i, l) in limits.iter().enumerate() {
                         let (quota, window, unit) = shape(&l.limit);
+                        // Two limits of one window are told apart by position.
+                        let shared = many
+                            && limits
+                                .iter()
+                                .enumerate()
+                                .any(|(j, m)| j != i && shape(&m.limit).1 == window);
                         self.add_policy_with(
                             |s| {
                                 s.push_str(base);
                                 if many {
-                                    suffix(s, i, window);
+                                    suffix(s, i, window.filter(|_| !shared));
                                 }
                             },
                             quota,
@@ -438,7 +444,8 @@ struct Waits {
 }
 
 /// The name suffix of limit `i` of a rule with several: its window
-/// (`/1s`, `/1h`) or its position.
+/// (`/1s`, `/1h`), or its position when it has no window or shares it with
+/// another limit of the rule (every policy name of a response is unique).
 fn suffix(s: &mut String, i: usize, window: Option<u64>) {
     use std::fmt::Write;
     let _ = match window {

@@ -194,6 +194,31 @@ impl<K: Hash + Eq + Clone> ZoneGuard<'_, K> {
         limit.decide(&mut z.slab[i as usize].state, now, cost, apply)
     }
 
+    /// What [`decide`](Self::decide) with `apply` would answer, changing
+    /// nothing: the key's state is copied (a fresh one when it has no
+    /// node) and decided on. A dry run of a request is this with the
+    /// `apply` the real call would use.
+    pub fn dry_run<Q>(
+        &self,
+        limit: &Shaper,
+        key: &Q,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let z = &*self.nodes;
+        let now = Timestamp::from_nanos(z.latest.max(now.as_nanos()));
+        let mut state = z
+            .index
+            .get(key)
+            .map_or_else(ShaperState::default, |&i| z.slab[i as usize].state);
+        limit.decide(&mut state, now, cost, apply)
+    }
+
     /// Keys that have a node.
     pub fn len(&self) -> usize {
         self.nodes.index.len()
