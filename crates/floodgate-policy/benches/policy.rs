@@ -6,6 +6,21 @@
 //!
 //! Before the timed runs it counts heap allocations per request in steady
 //! state (a counting global allocator) and prints them.
+//!
+//! The `_observed` cases decide the same requests on an engine recording
+//! limited decisions ([`LimitedKeys`], the admin dashboard's top keys).
+//! Instruction counts, repeatable on a loaded machine: with
+//! `FLOODGATE_BENCH_ITERATIONS=N` set, each case runs `N` times in a
+//! function of its own (`case_<name>`) and the bench exits:
+//!
+//! ```sh
+//! cargo bench -p floodgate-policy --bench policy --no-run
+//! FLOODGATE_BENCH_ITERATIONS=200000 valgrind --tool=callgrind \
+//!     --callgrind-out-file=policy.cg target/release/deps/policy-<hash>
+//! callgrind_annotate --inclusive=yes policy.cg | grep case_
+//! ```
+//!
+//! (each `case_` function's inclusive count divided by `N`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
@@ -15,8 +30,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use floodgate::{Apply, StoreConfig};
+use floodgate_policy::observe::LimitedKeys;
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, OwnedDescriptor, PolicySet, Response};
 
@@ -80,12 +96,50 @@ fn config() -> String {
     y
 }
 
-fn bench(c: &mut Criterion) {
+type Bench = Engine<MemoryBackend>;
+
+/// An engine on the 1 000-rule configuration, observed or not.
+fn engine(observed: bool) -> Bench {
     let spec = load_str("bench.yaml", &config(), &LoadOptions::default()).unwrap();
     let policy = PolicySet::compile(&spec).unwrap();
     assert_eq!(policy.rules().len(), 1000);
     let engine = Engine::new(policy, MemoryBackend::new(StoreConfig::default()).unwrap());
-    let requests: Vec<[OwnedDescriptor; 3]> = (0..1024)
+    if observed {
+        engine.with_observer(std::sync::Arc::new(LimitedKeys::new(
+            2048,
+            Duration::from_secs(10),
+        )))
+    } else {
+        engine
+    }
+}
+
+/// An engine where every request of `clients()` is denied (one request
+/// an hour per client, spent during set-up), observed or not.
+fn denying(observed: bool) -> Bench {
+    let yaml = "domains:\n  - domain: api\n    descriptors:\n      - key: client\n        rate_limit: {name: per-client, algorithm: fixed_window, requests: 1, per: 1h}\n";
+    let spec = load_str("deny.yaml", yaml, &LoadOptions::default()).unwrap();
+    let engine = Engine::new(
+        PolicySet::compile(&spec).unwrap(),
+        MemoryBackend::new(StoreConfig::default()).unwrap(),
+    );
+    let engine = if observed {
+        engine.with_observer(std::sync::Arc::new(LimitedKeys::new(
+            2048,
+            Duration::from_secs(10),
+        )))
+    } else {
+        engine
+    };
+    let mut response = Response::default();
+    for c in clients() {
+        ready(engine.evaluate("api", &c, 1, &mut response)).unwrap();
+    }
+    engine
+}
+
+fn requests() -> Vec<[OwnedDescriptor; 3]> {
+    (0..1024)
         .map(|i| {
             [
                 OwnedDescriptor::new([("remote_address", format!("10.0.{}.{}", i / 256, i % 256))]),
@@ -96,7 +150,113 @@ fn bench(c: &mut Criterion) {
                 ]),
             ]
         })
-        .collect();
+        .collect()
+}
+
+fn clients() -> Vec<[OwnedDescriptor; 1]> {
+    (0..1024)
+        .map(|i| [OwnedDescriptor::new([("client", format!("c-{i}"))])])
+        .collect()
+}
+
+fn run_3(engine: &Bench, requests: &[[OwnedDescriptor; 3]], n: usize, response: &mut Response) {
+    for i in 0..n {
+        ready(engine.evaluate("api", black_box(&requests[i % 1024]), 1, response)).unwrap();
+        black_box(response.overall);
+    }
+}
+
+fn run_1(engine: &Bench, requests: &[[OwnedDescriptor; 1]], n: usize, response: &mut Response) {
+    for i in 0..n {
+        engine
+            .evaluate_now(
+                "api",
+                black_box(&requests[i % 1024]),
+                1,
+                Apply::Commit,
+                response,
+            )
+            .unwrap()
+            .unwrap();
+        black_box(response.overall);
+    }
+}
+
+// Each case is told apart by a marker of its own, so that the linker
+// does not fold identical functions into one.
+#[inline(never)]
+fn case_3_descriptors(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
+    black_box("3_descriptors");
+    run_3(e, r, n, out)
+}
+
+#[inline(never)]
+fn case_3_descriptors_observed(
+    e: &Bench,
+    r: &[[OwnedDescriptor; 3]],
+    n: usize,
+    out: &mut Response,
+) {
+    black_box("3_descriptors_observed");
+    run_3(e, r, n, out)
+}
+
+#[inline(never)]
+fn case_1_denied(e: &Bench, r: &[[OwnedDescriptor; 1]], n: usize, out: &mut Response) {
+    black_box("1_denied");
+    run_1(e, r, n, out)
+}
+
+#[inline(never)]
+fn case_1_denied_observed(e: &Bench, r: &[[OwnedDescriptor; 1]], n: usize, out: &mut Response) {
+    black_box("1_denied_observed");
+    run_1(e, r, n, out)
+}
+
+fn run_direct(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
+    let plan = e.direct_plan("api", &["remote_address"]).unwrap();
+    for i in 0..n {
+        e.evaluate_direct(&plan, black_box(&r[i % 1024][0]), 1, Apply::Commit, out)
+            .unwrap();
+        black_box(out.overall);
+    }
+}
+
+#[inline(never)]
+fn case_1_direct(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
+    black_box("1_direct");
+    run_direct(e, r, n, out)
+}
+
+#[inline(never)]
+fn case_1_direct_observed(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
+    black_box("1_direct_observed");
+    run_direct(e, r, n, out)
+}
+
+/// Runs each case `n` times, for counting instructions (see the module
+/// documentation).
+fn count_instructions(n: usize) {
+    let mut response = Response::default();
+    let requests = requests();
+    let (plain, observed) = (engine(false), engine(true));
+    // Warm: every key stored.
+    case_3_descriptors(&plain, &requests, 1024, &mut response);
+    case_3_descriptors_observed(&observed, &requests, 1024, &mut response);
+    case_3_descriptors(&plain, &requests, n, &mut response);
+    case_3_descriptors_observed(&observed, &requests, n, &mut response);
+    case_1_direct(&plain, &requests, n, &mut response);
+    case_1_direct_observed(&observed, &requests, n, &mut response);
+    let clients = clients();
+    let (plain, observed) = (denying(false), denying(true));
+    case_1_denied(&plain, &clients, n, &mut response);
+    case_1_denied_observed(&observed, &clients, n, &mut response);
+    assert_eq!(response.overall, floodgate_policy::Code::OverLimit);
+}
+
+fn bench(c: &mut Criterion) {
+    let engine = engine(false);
+    let requests = requests();
     let mut response = Response::default();
     for r in &requests {
         ready(engine.evaluate("api", r, 1, &mut response)).unwrap();
@@ -152,8 +312,54 @@ fn bench(c: &mut Criterion) {
             black_box(response.overall)
         })
     });
+    // The same with limited decisions recorded: on admitted requests (all
+    // of the 3-descriptor ones) and on denied ones.
+    let observed = self::engine(true);
+    group.bench_function("3_descriptors_1000_rules_observed", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            ready(observed.evaluate("api", black_box(&requests[i % 1024]), 1, &mut response))
+                .unwrap();
+            black_box(response.overall)
+        })
+    });
+    let clients = clients();
+    for (name, engine) in [
+        ("1_descriptor_denied", denying(false)),
+        ("1_descriptor_denied_observed", denying(true)),
+    ] {
+        group.bench_function(name, |b| {
+            let mut i = 0usize;
+            b.iter(|| {
+                i = i.wrapping_add(1);
+                engine
+                    .evaluate_now(
+                        "api",
+                        black_box(&clients[i % 1024]),
+                        1,
+                        Apply::Commit,
+                        &mut response,
+                    )
+                    .unwrap()
+                    .unwrap();
+                black_box(response.overall)
+            })
+        });
+    }
     group.finish();
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(n) = std::env::var("FLOODGATE_BENCH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        count_instructions(n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

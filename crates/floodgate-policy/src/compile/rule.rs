@@ -121,6 +121,9 @@ pub struct RuleMetrics {
     pub over_limit: Counter,
     /// Requests a shadow-mode rule would have denied.
     pub shadow_mode: Counter,
+    /// Requests admitted after a shaper's delay (counted in
+    /// `within_limit` too).
+    pub delayed: Counter,
 }
 
 impl RuleMetrics {
@@ -137,6 +140,7 @@ impl RuleMetrics {
             near_limit: decision("near_limit"),
             over_limit: decision("over_limit"),
             shadow_mode: decision("shadow_mode"),
+            delayed: decision("delayed"),
         }
     }
 }

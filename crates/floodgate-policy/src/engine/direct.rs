@@ -166,6 +166,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         // the last request keeps its reported limit: no name to copy).
         response.overall = Code::Ok;
         response.shadowed = false;
+        response.limited = false;
         response.generation = policy.generation();
         response.scratch.clear();
         response.statuses.truncate(1);
@@ -216,7 +217,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let pick = narrowest_index(out);
         let reported = limits[pick].reported;
         let status = &mut response.statuses[0];
-        settle(
+        response.limited = settle(
             status,
             out,
             Some((rule, reported)),
@@ -227,6 +228,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         if status.code == Code::OverLimit {
             over_limit(policy, &mut response.overall, &mut response.shadowed);
         }
+        self.observe(policy, now, std::slice::from_ref(d), response);
         Some(())
     }
 }

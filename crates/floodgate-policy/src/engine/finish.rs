@@ -30,6 +30,7 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
         scratch,
         overall,
         shadowed,
+        limited,
         ..
     } = response;
     for (slot, d) in scratch.slots.iter().zip(scratch.decisions.iter_mut()) {
@@ -53,13 +54,14 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
             }
             LimitRef::Override(_) => None,
         };
-        settle(&mut statuses[desc], decisions, reported, ratio);
+        *limited |= settle(&mut statuses[desc], decisions, reported, ratio);
         k = end;
     }
     // Blocking rules without a counter count as over-limit decisions too.
     for s in statuses.iter() {
         if s.reason == Reason::Blocked && s.code == Code::OverLimit {
             if let Some(rule) = s.rule.map(|id| policy.rule(id)) {
+                *limited = true;
                 if matches!(rule.action, crate::compile::Action::Block { .. }) {
                     rule.metrics.over_limit.increment(1);
                 }
@@ -96,12 +98,14 @@ pub(super) fn over_limit(policy: &PolicySet, overall: &mut Code, shadowed: &mut 
 /// One descriptor's status from the decisions of its counters (resets
 /// already filled): the narrowest decides, `reported` is the rule and limit
 /// it comes from (none for a limit override). Counts the rule's metrics.
+/// Returns whether the rule limited the request (denied, delayed, or a
+/// shadow-mode hit).
 pub(super) fn settle(
     status: &mut Status,
     decisions: &[Decision],
     reported: Option<(&Rule, Reported)>,
     ratio: f64,
-) {
+) -> bool {
     let narrowest = decisions
         .iter()
         .copied()
@@ -115,6 +119,7 @@ pub(super) fn settle(
         }
     }
     let over = narrowest.is_denied();
+    let delayed = matches!(narrowest.outcome, floodgate::Outcome::Delayed(x) if !x.is_zero());
     status.decision = Some(narrowest);
     status.duration_until_reset = narrowest.reset_after;
     status.limit_remaining = if over {
@@ -149,9 +154,13 @@ pub(super) fn settle(
                 rule.metrics.near_limit.increment(1);
             }
             rule.metrics.within_limit.increment(1);
+            if delayed {
+                rule.metrics.delayed.increment(1);
+            }
         }
     }
     if over && !status.shadow {
         status.code = Code::OverLimit;
     }
+    over || delayed
 }

@@ -27,6 +27,7 @@ use floodgate::{Apply, Clock, Decision, SystemClock, Timestamp};
 use crate::backend::{Backend, Item, SyncBackend};
 use crate::compile::{PolicySet, Rule};
 use crate::failure::OnFailure;
+use crate::observe::LimitedKeys;
 use crate::spec::Reported;
 use crate::sync_mode::SyncMode;
 
@@ -93,6 +94,8 @@ pub struct Engine<B, C = SystemClock> {
     clock: C,
     limits: RequestLimits,
     permits: PermitIds,
+    /// Where limited decisions are recorded, if anywhere.
+    observer: Option<Arc<LimitedKeys>>,
 }
 
 impl<B: Backend> Engine<B, SystemClock> {
@@ -112,6 +115,36 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             clock,
             limits: RequestLimits::default(),
             permits: PermitIds::random(),
+            observer: None,
+        }
+    }
+
+    /// Recording every limited decision (a denial, a shaper's delay, a
+    /// shadow-mode rule's would-be denial) in `keys`: the keys limited
+    /// most right now, for a live view.
+    pub fn with_observer(mut self, keys: Arc<LimitedKeys>) -> Self {
+        self.observer = Some(keys);
+        self
+    }
+
+    /// Where limited decisions are recorded, if anywhere.
+    pub fn observer(&self) -> Option<&Arc<LimitedKeys>> {
+        self.observer.as_ref()
+    }
+
+    /// Records `response`'s limited statuses, when observed.
+    #[inline]
+    fn observe<D: Descriptor>(
+        &self,
+        policy: &PolicySet,
+        now: Timestamp,
+        descriptors: &[D],
+        response: &Response,
+    ) {
+        if let Some(keys) = &self.observer
+            && response.limited
+        {
+            crate::observe::record(keys, policy, now, descriptors, response);
         }
     }
 
@@ -193,6 +226,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         };
         self.decide(&policy, now, apply, response).await?;
         finish::finish(&policy, now, response);
+        self.observe(&policy, now, descriptors, response);
         Ok(())
     }
 
@@ -248,6 +282,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         };
         self.decide_sync(backend, &policy, now, apply, response);
         finish::finish(&policy, now, response);
+        self.observe(&policy, now, descriptors, response);
         Ok(())
     }
 
@@ -266,6 +301,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let policy = self.policy.load();
         response.overall = Code::Ok;
         response.shadowed = false;
+        response.limited = false;
         response.generation = 0;
         response.statuses.clear();
         response

@@ -103,6 +103,9 @@ pub struct Response {
     /// The [generation](crate::PolicySet::generation) of the policy the
     /// response was decided under (0: none yet).
     pub(crate) generation: u64,
+    /// Some rule limited the request: a denial, a shaper's delay or a
+    /// shadow-mode hit (what an observer records).
+    pub(crate) limited: bool,
     pub(crate) scratch: super::scratch::Scratch,
 }
 
