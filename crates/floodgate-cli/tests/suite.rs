@@ -5,6 +5,7 @@
 mod serve_support;
 
 mod config_check;
+mod dashboard;
 mod gateway_hostile;
 mod gateway_lifecycle;
 mod hostile_listeners;

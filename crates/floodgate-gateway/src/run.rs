@@ -199,7 +199,11 @@ pub async fn start(
     let Compiled { mut policy, loaded } = compiled;
     settings.policy.apply(&mut policy.settings);
     let limits = settings.server.request_limits();
-    let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
+    let engine = Arc::new(
+        Engine::new(policy, backend)
+            .with_request_limits(limits)
+            .with_observer(floodgate_runtime::dashboard::observer()),
+    );
     let health = Arc::new(Health::new(engine.clone()));
     health.spawn_store_probes();
     let limiter = match http {

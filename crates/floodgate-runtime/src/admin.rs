@@ -1,5 +1,6 @@
 //! The admin listener (loopback by default): `/metrics` (Prometheus),
-//! `/healthcheck` and `/ready` ([`Health`]), and whatever routes a binary
+//! `/healthcheck` and `/ready` ([`Health`]), the live dashboard
+//! (`/dashboard`, see [`crate::dashboard`]), and whatever routes a binary
 //! adds to [`router`]'s answer (`Router::merge`).
 
 use std::sync::Arc;
@@ -20,13 +21,17 @@ struct Admin {
 }
 
 /// The admin routes every binary serves: `/metrics` (empty without a
-/// recorder), `/healthcheck`, `/ready`.
+/// recorder), `/healthcheck`, `/ready`, `/dashboard`.
 pub fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthcheck", get(healthcheck))
         .route("/ready", get(ready))
-        .with_state(Admin { health, metrics })
+        .with_state(Admin {
+            health: health.clone(),
+            metrics: metrics.clone(),
+        })
+        .merge(crate::dashboard::router(health, metrics))
 }
 
 async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {

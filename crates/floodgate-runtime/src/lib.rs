@@ -4,7 +4,8 @@
 //! (`floodgate gateway`) share besides their protocols: the settings
 //! ([`settings`]), the store ([`AnyBackend`]), metrics and logs, signals,
 //! reload and shutdown ([`lifecycle`]), liveness and readiness
-//! ([`Health`]) and the admin listener ([`admin`]).
+//! ([`Health`]), the admin listener ([`admin`]) and its live dashboard
+//! ([`dashboard`]).
 //!
 //! See `docs/service.md` for the settings.
 
@@ -13,6 +14,7 @@
 pub mod admin;
 pub mod backend;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod health;
 pub mod lifecycle;

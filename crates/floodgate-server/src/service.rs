@@ -44,7 +44,11 @@ impl Service {
     ) -> Result<Self, RuntimeError> {
         settings.policy.apply(&mut policy.settings);
         let limits = settings.server.request_limits();
-        let engine = Arc::new(Engine::new(policy, backend).with_request_limits(limits));
+        let engine = Arc::new(
+            Engine::new(policy, backend)
+                .with_request_limits(limits)
+                .with_observer(floodgate_runtime::dashboard::observer()),
+        );
         Ok(Service {
             health: Arc::new(Health::new(engine.clone())),
             engine,

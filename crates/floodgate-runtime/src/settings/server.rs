@@ -145,7 +145,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
             "admin-addr",
             Kind::Addr,
             super::DEFAULT_ADMIN,
-            "admin listener: `/metrics`, `/healthcheck`, `/ready` (`:port` or a port: on loopback; `off`)",
+            "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
             |s, v| {
                 s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?;
                 Ok(())
