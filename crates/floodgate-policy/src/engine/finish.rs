@@ -37,6 +37,8 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
         reset::fill_empty_reset(limit_of(policy, &scratch.overrides, slot.limit), now, d);
     }
     let ratio = policy.settings.near_limit_ratio;
+    // Kept in a local until the end (not written through on each status).
+    let mut any_limited = false;
     let mut k = 0;
     let slots = &scratch.slots;
     while k < slots.len() {
@@ -54,20 +56,21 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
             }
             LimitRef::Override(_) => None,
         };
-        *limited |= settle(&mut statuses[desc], decisions, reported, ratio);
+        any_limited |= settle(&mut statuses[desc], decisions, reported, ratio);
         k = end;
     }
     // Blocking rules without a counter count as over-limit decisions too.
     for s in statuses.iter() {
         if s.reason == Reason::Blocked && s.code == Code::OverLimit {
             if let Some(rule) = s.rule.map(|id| policy.rule(id)) {
-                *limited = true;
+                any_limited = true;
                 if matches!(rule.action, crate::compile::Action::Block { .. }) {
                     rule.metrics.over_limit.increment(1);
                 }
             }
         }
     }
+    *limited = any_limited;
     // Overall: any enforced over-limit descriptor, or every quota one.
     // An unlimited descriptor is no quota descriptor, whatever its rule says
     // (envoyproxy/ratelimit leaves unlimited descriptors out of the count).
