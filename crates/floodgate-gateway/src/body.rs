@@ -1,7 +1,7 @@
 //! The body of a proxied response: the upstream's, streamed as it comes
-//! (with the HTTP/1.1 connection it came on, given back to the pool when
-//! the body ends), or one the gateway wrote itself (502, 504). An upstream
-//! body that stalls (no frame within its idle timeout) ends with an error.
+//! (carrying the connection it came on back to the pool when it ends), or
+//! one the gateway wrote itself (502, 504). An upstream body that stalls
+//! (no frame within its idle timeout) ends with an error.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -9,62 +9,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use crate::h1;
-use crate::pool::Pooled;
-
-/// An upstream response's body, as read by hyper's client or by the
-/// gateway's own ([`h1`]).
-#[derive(Debug)]
-pub enum UpstreamBody {
-    /// From hyper's client.
-    Hyper(Incoming),
-    /// From the gateway's own client.
-    Direct(h1::ResponseBody),
-}
-
-impl Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match self.get_mut() {
-            UpstreamBody::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(BodyError::from),
-            UpstreamBody::Direct(body) => Pin::new(body).poll_frame(cx).map_err(BodyError::from),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpstreamBody::Hyper(body) => body.is_end_stream(),
-            UpstreamBody::Direct(body) => body.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpstreamBody::Hyper(body) => body.size_hint(),
-            UpstreamBody::Direct(body) => body.size_hint(),
-        }
-    }
-}
+use crate::connection::{ExchangeError, UpstreamBody};
 
 /// Why a proxied response body ended early.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
-    /// The upstream connection failed mid-body.
+    /// The upstream connection failed mid-body, or the body broke its
+    /// framing.
     #[error("upstream body: {0}")]
-    Upstream(#[from] hyper::Error),
-    /// The upstream connection of the gateway's own client failed
-    /// mid-body, or the body broke its framing.
-    #[error("upstream body: {0}")]
-    Direct(#[from] h1::ExchangeError),
+    Upstream(#[from] ExchangeError),
     /// The upstream sent nothing for this long mid-body.
     #[error("upstream body idle for {0:?}")]
     Idle(Duration),
@@ -77,7 +33,6 @@ pin_project! {
             #[pin] body: UpstreamBody,
             // A frame read before the response was passed on, given first.
             first: Option<Frame<Bytes>>,
-            conn: Option<Pooled>,
             idle: Duration,
             // Armed when the upstream has nothing to give; re-armed after
             // every frame.
@@ -109,29 +64,13 @@ impl ProxyBody {
     }
 
     /// The upstream's body, streamed, after `first` (a frame already read
-    /// from it, if any); `conn` goes back to the pool once it ends (dropped
-    /// with the body otherwise, which closes it). A body that yields
-    /// nothing for `idle` ends with [`BodyError::Idle`] (and its
-    /// connection is closed).
-    pub fn upstream(
-        body: UpstreamBody,
-        first: Option<Frame<Bytes>>,
-        conn: Option<Pooled>,
-        idle: Duration,
-    ) -> Self {
-        let conn = match conn {
-            // Nothing to read: the connection is free already.
-            Some(c) if body.is_end_stream() => {
-                c.release();
-                None
-            }
-            c => c,
-        };
+    /// from it, if any). A body that yields nothing for `idle` ends with
+    /// [`BodyError::Idle`] (and its connection is closed).
+    pub fn upstream(body: UpstreamBody, first: Option<Frame<Bytes>>, idle: Duration) -> Self {
         ProxyBody {
             kind: Kind::Upstream {
                 body,
                 first,
-                conn,
                 idle,
                 timer: None,
                 fresh: true,
@@ -152,7 +91,6 @@ impl Body for ProxyBody {
             KindProj::Upstream {
                 mut body,
                 first,
-                conn,
                 idle,
                 mut timer,
                 fresh,
@@ -173,23 +111,13 @@ impl Body for ProxyBody {
                         && t.poll(cx).is_ready()
                     {
                         // The connection is in an unknown state: closed.
-                        conn.take();
+                        body.as_mut().get_mut().close();
                         return Poll::Ready(Some(Err(BodyError::Idle(*idle))));
                     }
                     return Poll::Pending;
                 }
                 *fresh = true;
-                // The end: no more frames, or the last one of a body of
-                // known length (the server may not poll again).
-                let ended = match &polled {
-                    Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
-                    _ => false,
-                };
-                if ended && let Some(c) = conn.take() {
-                    c.release();
-                }
-                polled
+                polled.map_err(BodyError::from)
             }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }

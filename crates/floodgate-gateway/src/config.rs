@@ -226,9 +226,6 @@ pub struct GatewayConfig {
     pub access_log: bool,
 }
 
-/// The default listen address.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
-
 impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {

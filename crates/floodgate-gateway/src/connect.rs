@@ -1,51 +1,24 @@
 //! Opening one upstream connection: TCP (no delay, keep-alive, within
 //! `connect_timeout`), TLS for `https://` URLs (ALPN `h2` when the
-//! upstream protocol is HTTP/2), then the HTTP/1.1 or HTTP/2 handshake;
-//! the connection itself is driven by a task of its own.
+//! upstream protocol is HTTP/2); then, for hyper's client, the HTTP/1.1 or
+//! HTTP/2 handshake, the connection driven by a task of its own.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::upload::UploadBody;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
+use crate::connection::{Abort, Connection};
 use crate::h1::Stream;
 use crate::tls::TlsError;
-
-/// A request sender on one connection.
-pub enum Sender {
-    /// HTTP/1.1: one request at a time; the connection is closed when its
-    /// [`Abort`] is dropped.
-    Http1(http1::SendRequest<UploadBody>, Abort),
-    /// HTTP/2: shared by concurrent requests.
-    Http2(http2::SendRequest<UploadBody>),
-}
-
-/// Held with an HTTP/1.1 connection's sender: dropping it closes the
-/// connection at once, even mid-exchange (an exchange given up on — a
-/// timeout — must not keep a request body or an upstream connection
-/// busy). [`detach`](Abort::detach) leaves the connection to finish by
-/// itself (an upgraded one, now a tunnel's).
-#[derive(Debug)]
-pub struct Abort(Option<oneshot::Sender<()>>);
-
-impl Abort {
-    /// Lets the connection run to its own end.
-    pub fn detach(mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
-}
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -113,17 +86,7 @@ impl Connector {
         })
     }
 
-    /// Opens a connection to `url` and spawns its task.
-    pub async fn connect(&self, url: &UpstreamUrl) -> Result<Sender, ConnectError> {
-        let name = url.authority.as_str();
-        match self.open(url).await? {
-            Stream::Tcp(tcp) => self.handshake(name, tcp).await,
-            Stream::Tls(tls) => self.handshake(name, tls).await,
-        }
-    }
-
-    /// Opens a connection to `url`: TCP, and TLS for an `https://` URL;
-    /// no HTTP handshake (for the gateway's own HTTP/1.1 client, [`h1`](crate::h1)).
+    /// Opens a connection to `url`: TCP, and TLS for an `https://` URL.
     pub async fn open(&self, url: &UpstreamUrl) -> Result<Stream, ConnectError> {
         let name = url.authority.as_str();
         let host = url.authority.host();
@@ -150,12 +113,15 @@ impl Connector {
         }
     }
 
-    async fn handshake<I>(&self, name: &str, io: I) -> Result<Sender, ConnectError>
-    where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let io = TokioIo::new(io);
-        let err = |e| ConnectError::Handshake(name.to_owned(), e);
+    /// Hands `stream`, opened to `url`, to hyper's client: its handshake,
+    /// then a task that drives the connection.
+    pub async fn handshake(
+        &self,
+        url: &UpstreamUrl,
+        stream: Stream,
+    ) -> Result<Connection, ConnectError> {
+        let io = TokioIo::new(stream);
+        let err = |e| ConnectError::Handshake(url.authority.as_str().to_owned(), e);
         match self.protocol {
             UpstreamProtocol::Http1 => {
                 let (sender, conn) = self.h1.handshake(io).await.map_err(err)?;
@@ -174,7 +140,10 @@ impl Connector {
                         tracing::debug!(error = %e, "upstream connection ended with an error");
                     }
                 });
-                Ok(Sender::Http1(sender, Abort(Some(abort))))
+                Ok(Connection::Hyper {
+                    sender,
+                    abort: Abort(Some(abort)),
+                })
             }
             UpstreamProtocol::Http2 => {
                 let (sender, conn) = self.h2.handshake(io).await.map_err(err)?;
@@ -183,7 +152,7 @@ impl Connector {
                         tracing::debug!(error = %e, "upstream connection ended with an error");
                     }
                 });
-                Ok(Sender::Http2(sender))
+                Ok(Connection::Http2(sender))
             }
         }
     }

@@ -38,7 +38,7 @@ pub struct Limiter<B> {
 
 impl<B: Backend> Limiter<B> {
     /// A limiter deciding with `engine` per `section`.
-    pub fn new(
+    pub(crate) fn new(
         engine: Arc<Engine<B, SystemClock>>,
         section: HttpSection,
     ) -> Result<Self, floodgate_http::identity::IdentityError> {
@@ -79,7 +79,7 @@ pub struct Gateway<B> {
 impl<B: Backend> Gateway<B> {
     /// A gateway limiting with `limiter` (none: a plain proxy) in front of
     /// `proxy`.
-    pub fn new(
+    pub(crate) fn new(
         engine: Arc<Engine<B, SystemClock>>,
         limiter: Option<Limiter<B>>,
         proxy: Proxy,
@@ -93,7 +93,7 @@ impl<B: Backend> Gateway<B> {
     }
 
     /// With an access log line per request (see [`crate::access`]).
-    pub fn with_access_log(mut self, on: bool) -> Self {
+    pub(crate) fn with_access_log(mut self, on: bool) -> Self {
         self.access_log = on;
         self
     }
@@ -113,27 +113,11 @@ impl<B: Backend> Gateway<B> {
         self.limiter.load_full()
     }
 
-    /// Applies a (re)loaded `http:` section: a new limiter when it changed
-    /// (requests in flight finish with the old one), none when it is gone.
-    /// Returns whether the limiter was replaced.
-    pub fn apply_http(
-        &self,
-        section: Option<HttpSection>,
-    ) -> Result<bool, floodgate_http::identity::IdentityError> {
-        match self.limiter_for(section)? {
-            Some(next) => {
-                self.replace_limiter(next);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
     /// Builds the limiter for a (re)loaded `http:` section without putting
     /// it in force: `None` when the section is unchanged (the running
     /// limiter, with its queues and counts, is to stay), `Some(None)` when
     /// the section is gone.
-    pub fn limiter_for(
+    pub(crate) fn limiter_for(
         &self,
         section: Option<HttpSection>,
     ) -> Result<Option<Option<Limiter<B>>>, floodgate_http::identity::IdentityError> {
@@ -155,7 +139,7 @@ impl<B: Backend> Gateway<B> {
 
     /// Puts `limiter` in force (none: limit nothing); requests in flight
     /// finish with the previous one.
-    pub fn replace_limiter(&self, limiter: Option<Limiter<B>>) {
+    pub(crate) fn replace_limiter(&self, limiter: Option<Limiter<B>>) {
         self.limiter.store(Arc::new(limiter));
     }
 
@@ -163,7 +147,7 @@ impl<B: Backend> Gateway<B> {
     /// then forwarded. Owns its gateway (a server's service calls it
     /// directly, so the future is not wrapped in another one: futures are
     /// moved whole, and every wrapper is one more copy per request).
-    pub async fn handle(
+    pub(crate) async fn handle(
         self: Arc<Self>,
         mut req: Request<Incoming>,
         mut client: ClientInfo,
@@ -235,7 +219,7 @@ impl<B: Backend> Gateway<B> {
 pin_project! {
     /// A response body of the gateway: the limiter's (holding its permits
     /// until the body ends) over the proxy's.
-    pub struct GatewayBody {
+    pub(crate) struct GatewayBody {
         #[pin]
         body: FloodgateBody<ProxyBody>,
         stream: Option<OpenStream>,
@@ -257,7 +241,7 @@ impl GatewayBody {
     }
 
     /// Keeps `stream` counted as open until this body is dropped.
-    pub fn hold(&mut self, stream: OpenStream) {
+    pub(crate) fn hold(&mut self, stream: OpenStream) {
         self.stream = Some(stream);
     }
 }

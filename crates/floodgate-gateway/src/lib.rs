@@ -4,13 +4,14 @@
 //! upstream that enforces Floodgate policies before requests reach it.
 //!
 //! * Clients speak HTTP/1.1 or HTTP/2, in cleartext (prior knowledge) or
-//!   over TLS terminated by the gateway (ALPN; [`tls`]); the upstream is
-//!   reached over HTTP/1.1 or HTTP/2, `http://` or `https://`, through a
-//!   pooled keep-alive client ([`Upstream`]): the gateway's own HTTP/1.1
-//!   client ([`h1`]) for requests without a body, hyper's for the rest. Bodies stream both ways
-//!   untouched; hop-by-hop fields are removed and `X-Forwarded-For`,
-//!   `X-Forwarded-Proto` and `Forwarded` are appended ([`forward`]).
-//! * Upgrades (WebSocket) are limited, then tunnelled ([`upgrade`]).
+//!   over TLS terminated by the gateway (ALPN); the upstream is reached
+//!   over HTTP/1.1 or HTTP/2, `http://` or `https://`, through a pool of
+//!   keep-alive connections ([`Upstream`]): a request without a body is
+//!   written and answered in its own task by the gateway's own HTTP/1.1
+//!   client, the others go through hyper's, on the same connections.
+//!   Bodies stream both ways untouched; hop-by-hop fields are removed and
+//!   `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` are appended.
+//! * Upgrades (WebSocket) are limited, then tunnelled.
 //! * Every request goes through
 //!   [`FloodgateLayer`](floodgate_http::FloodgateLayer) first: the same
 //!   identity, contract (429 or the rule's status, `RateLimit` headers on
@@ -30,35 +31,39 @@
 #![warn(missing_docs)]
 
 pub mod access;
-pub mod body;
-pub mod config;
-pub mod connect;
+mod body;
+mod config;
+mod connect;
+mod connection;
 pub mod demo;
-pub mod error;
-pub mod forward;
-pub mod gateway;
+mod error;
+mod forward;
+mod gateway;
+// Public for the fuzz targets only (its response parsing), not the API.
+#[doc(hidden)]
 pub mod h1;
-pub mod host;
-pub mod http_section;
-pub mod listener;
-pub mod pool;
-pub mod proxy;
-pub mod reload;
-pub mod run;
+mod host;
+mod http_section;
+mod listener;
+mod pool;
+mod proxy;
+mod reload;
+mod run;
 pub mod settings;
-pub mod tls;
-pub mod upgrade;
-pub mod upload;
-pub mod upstream;
+mod tls;
+mod upgrade;
+mod upload;
+mod upstream;
 
 pub use config::{
     GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
     UpstreamTls, UpstreamUrl,
 };
 pub use error::GatewayError;
-pub use gateway::{Gateway, GatewayBody, Limiter};
+pub use gateway::{Gateway, Limiter};
 pub use http_section::HttpSection;
-pub use proxy::Proxy;
+pub use proxy::{Proxy, ProxyStats};
 pub use reload::{Reload, ReloadError};
 pub use run::{Loaded, Running, load, run, start};
+pub use tls::TlsError;
 pub use upstream::Upstream;

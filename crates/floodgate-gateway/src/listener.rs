@@ -220,7 +220,7 @@ async fn serve_io<B, I>(
         guard: req
             .headers()
             .contains_key(UPGRADE)
-            .then(|| ConnectionGuard(slot.clone() as Arc<dyn std::any::Any + Send + Sync>)),
+            .then(|| ConnectionGuard::new(slot.clone())),
         in_flight: Some(activity.begin()),
     };
     let result = match kind {

@@ -12,25 +12,23 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use floodgate_http::layer::PeerAddr;
 use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
-use tower_service::Service;
 
-use crate::body::{ProxyBody, UpstreamBody};
+use crate::body::ProxyBody;
 use crate::config::ListenerLimits;
 use crate::connect::ConnectError;
+use crate::connection::UpstreamBody;
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
 use crate::host::{HostError, normalize_host};
-use crate::pool::Pooled;
 use crate::upgrade::{self, ConnectionGuard};
 use crate::upload::{ClientBodyError, Progress, UploadBody};
 use crate::upstream::{SendError, Upstream};
@@ -40,7 +38,7 @@ use floodgate_runtime::listener::InFlight;
 /// on (passed along with the request rather than in its extensions: no
 /// extension map to allocate per request).
 #[derive(Debug)]
-pub struct ClientInfo {
+pub(crate) struct ClientInfo {
     /// The client's address (none: no forwarding fields are added).
     pub peer: Option<SocketAddr>,
     /// The client connection is TLS (`X-Forwarded-Proto: https`,
@@ -56,19 +54,6 @@ pub struct ClientInfo {
     /// (held with its response body: a connection with none in flight may
     /// be closed to make room).
     pub in_flight: Option<InFlight>,
-}
-
-impl ClientInfo {
-    /// A plain-text connection from `peer`.
-    pub fn new(peer: SocketAddr) -> Self {
-        ClientInfo {
-            peer: Some(peer),
-            tls: false,
-            trusted_hop: false,
-            guard: None,
-            in_flight: None,
-        }
-    }
 }
 
 /// Counters of the proxy (cumulative).
@@ -238,15 +223,10 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// A proxy to `upstream`, with the default limits.
-    pub fn new(upstream: Upstream) -> Self {
-        Self::with_limits(upstream, &ListenerLimits::default())
-    }
-
     /// A proxy to `upstream` whose clients may pause `body_read_timeout`
     /// between two chunks of a request body (beyond: 408) and send at most
     /// `max_body_bytes` (beyond: 413).
-    pub fn with_limits(upstream: Upstream, limits: &ListenerLimits) -> Self {
+    pub(crate) fn with_limits(upstream: Upstream, limits: &ListenerLimits) -> Self {
         Proxy {
             shared: Arc::new(Shared {
                 upstream,
@@ -263,7 +243,7 @@ impl Proxy {
     /// a `Content-Length` within `max_body_bytes` (413 otherwise). Returns
     /// the gateway's answer to a request that fails, counted as a client
     /// error; none for a request to go on with.
-    pub fn check_request<B: http_body::Body>(
+    pub(crate) fn check_request<B: http_body::Body>(
         &self,
         req: &mut Request<B>,
     ) -> Option<Response<ProxyBody>> {
@@ -285,7 +265,7 @@ impl Proxy {
 
     /// Forwards one request from `client` and returns the upstream's
     /// response (or the gateway's error response).
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
         req: Request<Incoming>,
         client: ClientInfo,
@@ -296,7 +276,7 @@ impl Proxy {
     /// [`forward`](Self::forward) owning the proxy (for a future that must
     /// be `'static`), as a service's result. The forwarding future itself,
     /// not one awaiting it: a wrapper would be one more copy of it.
-    pub fn forward_owned(
+    pub(crate) fn forward_owned(
         self,
         req: Request<Incoming>,
         client: ClientInfo,
@@ -395,11 +375,14 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
         r => r,
     };
     match result {
-        Exchange::Response(mut res, conn) => {
+        Exchange::Response(mut res) => {
             let switched = match client_upgrade {
                 Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
                     let upstream = hyper::upgrade::on(&mut res);
                     upgrade::spawn_tunnel(client, upstream, guard);
+                    // An upgraded connection belongs to its tunnel, not the
+                    // pool.
+                    res.body_mut().detach();
                     Some(res.headers().get(UPGRADE).cloned().unwrap_or(asked))
                 }
                 _ => None,
@@ -410,10 +393,7 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
             // rather than a response head with nothing behind it.
             let first = if switched.is_none() && !body.is_end_stream() {
                 match poll_once(&mut body).await {
-                    Some(Some(Err(e))) => {
-                        drop(conn);
-                        return shared.bad_gateway(&e);
-                    }
+                    Some(Some(Err(e))) => return shared.bad_gateway(&e),
                     Some(Some(Ok(frame))) => Some(frame),
                     Some(None) | None => None,
                 }
@@ -421,14 +401,6 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
                 None
             };
             strip_hop_by_hop(&mut parts.headers);
-            // An upgraded connection belongs to its tunnel, not the pool.
-            let conn = match conn {
-                Some(c) if switched.is_some() => {
-                    c.detach();
-                    None
-                }
-                c => c,
-            };
             if let Some(v) = switched {
                 upgrade::restore(&mut parts.headers, v);
                 shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
@@ -436,7 +408,7 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
             parts.version = Version::HTTP_11;
             Response::from_parts(
                 parts,
-                ProxyBody::upstream(body, first, conn, up.response_timeout()),
+                ProxyBody::upstream(body, first, up.response_timeout()),
             )
         }
         Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
@@ -489,7 +461,7 @@ async fn poll_once<B: http_body::Body + Unpin>(
 // allocation per request.
 #[allow(clippy::large_enum_variant)]
 enum Exchange {
-    Response(Response<UpstreamBody>, Option<Pooled>),
+    Response(Response<UpstreamBody>),
     Failed(SendError),
     /// No response head within `response_timeout` of the end of the
     /// upload, or the upstream stopped reading the upload that long.
@@ -508,14 +480,12 @@ enum Exchange {
 /// request without one), the head is due within `response_timeout`.
 async fn exchange(
     shared: &Shared,
-    mut send: Pin<
-        &mut impl Future<Output = Result<(Response<UpstreamBody>, Option<Pooled>), SendError>>,
-    >,
+    mut send: Pin<&mut impl Future<Output = Result<Response<UpstreamBody>, SendError>>>,
     progress: Option<&Progress>,
 ) -> Exchange {
     let response_timeout = shared.upstream.response_timeout();
-    let done = |r: Result<(Response<UpstreamBody>, Option<Pooled>), SendError>| match r {
-        Ok((res, conn)) => Exchange::Response(res, conn),
+    let done = |r: Result<Response<UpstreamBody>, SendError>| match r {
+        Ok(res) => Exchange::Response(res),
         Err(e) => Exchange::Failed(e),
     };
     if let Some(p) = progress {
@@ -594,32 +564,4 @@ fn error(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     res
-}
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
-
-impl Service<Request<Incoming>> for Proxy {
-    type Response = Response<ProxyBody>;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    /// The client's address is read from the request's [`PeerAddr`]
-    /// extension; the request is [checked](Proxy::check_request) first.
-    fn call(&mut self, mut req: Request<Incoming>) -> BoxFuture {
-        if let Some(res) = self.check_request(&mut req) {
-            return Box::pin(std::future::ready(Ok(res)));
-        }
-        let client = ClientInfo {
-            peer: req.extensions().get::<PeerAddr>().map(|p| p.0),
-            tls: false,
-            trusted_hop: false,
-            guard: None,
-            in_flight: None,
-        };
-        Box::pin(self.clone().forward_owned(req, client))
-    }
 }

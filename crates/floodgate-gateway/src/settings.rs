@@ -1,7 +1,7 @@
 //! The `gateway:` section's settings, declared once each (file key,
 //! variable, flag, default, documentation) and read as every Floodgate
 //! setting is: flags > environment > file > defaults
-//! ([`floodgate_runtime::settings::table`]). TLS files are loaded and
+//! ([`table`](mod@floodgate_runtime::settings::table)). TLS files are loaded and
 //! checked as they are read, so `floodgate config check` reports a missing
 //! file, a malformed PEM or a key that does not match its certificate where
 //! the setting was given; relative paths in a file are relative to its

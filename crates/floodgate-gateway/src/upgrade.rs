@@ -15,7 +15,16 @@ use hyper_util::rt::TokioIo;
 /// A request extension: something the client connection holds (its slot
 /// under `max_connections`), kept by the tunnel until it closes.
 #[derive(Clone)]
-pub struct ConnectionGuard(pub Arc<dyn Any + Send + Sync>);
+pub struct ConnectionGuard {
+    _held: Arc<dyn Any + Send + Sync>,
+}
+
+impl ConnectionGuard {
+    /// Keeps `held` until the connection (or its tunnel) ends.
+    pub fn new(held: Arc<dyn Any + Send + Sync>) -> Self {
+        ConnectionGuard { _held: held }
+    }
+}
 
 impl std::fmt::Debug for ConnectionGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

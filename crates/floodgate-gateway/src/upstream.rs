@@ -11,13 +11,11 @@ use http::header::{HOST, UPGRADE};
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Response, Uri, Version};
 use http_body::Body;
-use hyper::body::Incoming;
 
-use crate::body::UpstreamBody;
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::connect::{ConnectError, Connector};
-use crate::h1;
-use crate::pool::{Checkout, HostPool, Pooled, spawn_reaper};
+use crate::connection::{ExchangeError, Unsent, UpstreamBody};
+use crate::pool::{HostPool, spawn_reaper};
 use crate::tls::TlsError;
 use crate::upload::UploadBody;
 
@@ -29,10 +27,7 @@ pub enum SendError {
     Connect(#[from] ConnectError),
     /// The exchange broke (the connection closed, a malformed response).
     #[error("upstream exchange: {0}")]
-    Exchange(hyper::Error),
-    /// The exchange of the gateway's own client broke.
-    #[error("upstream exchange: {0}")]
-    Direct(#[from] h1::ExchangeError),
+    Exchange(#[from] ExchangeError),
 }
 
 /// Attempts for a request whose reused connection closed before the
@@ -190,94 +185,38 @@ impl Upstream {
         Ok(target)
     }
 
-    /// Sends a prepared request to URL `target`. A response from hyper's
-    /// HTTP/1.1 client comes with its connection, to be
-    /// [released](Pooled::release) when the body ends; one from the
-    /// gateway's own client (a request without a body, towards HTTP/1.1)
-    /// carries its connection in its body.
+    /// Sends a prepared request to URL `target`, on a pooled connection
+    /// (the gateway's own HTTP/1.1 client for a request without a body
+    /// and no upgrade, towards HTTP/1.1; hyper's otherwise); the response's
+    /// body carries the connection back to the pool when it ends. A request
+    /// a reused connection failed before the upstream acted on it is sent
+    /// again on another.
     pub async fn send(
         &self,
         target: usize,
-        req: Request<UploadBody>,
-    ) -> Result<(Response<UpstreamBody>, Option<Pooled>), SendError> {
-        if self.protocol == UpstreamProtocol::Http1
-            && req.body().is_end_stream()
-            && !req.headers().contains_key(UPGRADE)
-        {
-            return self.send_direct(target, req).await;
-        }
-        // Boxed: the rarer path's state stays out of every request's future.
-        let (res, pooled) = Box::pin(self.send_hyper(target, req)).await?;
-        Ok((res.map(UpstreamBody::Hyper), pooled))
-    }
-
-    /// A request without a body, on the gateway's own HTTP/1.1 client.
-    async fn send_direct(
-        &self,
-        target: usize,
-        req: Request<UploadBody>,
-    ) -> Result<(Response<UpstreamBody>, Option<Pooled>), SendError> {
-        let pool = &self.pools[target];
-        let (parts, _empty) = req.into_parts();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let (mut conn, reused) = pool.checkout_direct(&self.connector).await?;
-            match conn
-                .request(&parts.method, &parts.uri, &parts.headers)
-                .await
-            {
-                Ok(head) => {
-                    let body = h1::ResponseBody::new(
-                        conn,
-                        head.framing,
-                        head.keep_alive,
-                        Arc::downgrade(pool),
-                    );
-                    let res = Response::from_parts(head.parts, UpstreamBody::Direct(body));
-                    return Ok((res, None));
-                }
-                Err(e) if reused && attempt < ATTEMPTS && e.may_retry(&parts.method) => {
-                    tracing::debug!(error = %e, "reused upstream connection failed; retrying");
-                }
-                Err(e) => return Err(SendError::Direct(e)),
-            }
-        }
-    }
-
-    async fn send_hyper(
-        &self,
-        target: usize,
         mut req: Request<UploadBody>,
-    ) -> Result<(Response<Incoming>, Option<Pooled>), SendError> {
+    ) -> Result<Response<UpstreamBody>, SendError> {
         let pool = &self.pools[target];
+        let own = self.protocol == UpstreamProtocol::Http1
+            && req.body().is_end_stream()
+            && !req.headers().contains_key(UPGRADE);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let checkout = match self.protocol {
-                UpstreamProtocol::Http1 => pool.checkout(&self.connector).await?,
-                UpstreamProtocol::Http2 => pool.checkout_h2(&self.connector).await?,
+            let (conn, reused) = match self.protocol {
+                UpstreamProtocol::Http1 => pool.checkout(&self.connector, own).await?,
+                UpstreamProtocol::Http2 => (pool.checkout_http2(&self.connector).await?, true),
             };
-            let (result, pooled, reused) = match checkout {
-                Checkout::Http1(mut p) => {
-                    let r = p.sender.try_send_request(req).await;
-                    let reused = p.reused;
-                    (r, Some(p), reused)
+            match conn.send(req, pool).await {
+                Ok(res) => return Ok(res),
+                Err(Unsent {
+                    error,
+                    request: Some(again),
+                }) if reused && attempt < ATTEMPTS => {
+                    tracing::debug!(%error, "reused upstream connection failed; retrying");
+                    req = again;
                 }
-                Checkout::Http2(mut s) => {
-                    if let Err(e) = s.ready().await {
-                        return Err(SendError::Exchange(e));
-                    }
-                    (s.try_send_request(req).await, None, true)
-                }
-            };
-            match result {
-                Ok(res) => return Ok((res, pooled)),
-                Err(mut e) => match e.take_message() {
-                    // Never written: safe to send again on another connection.
-                    Some(r) if reused && attempt < ATTEMPTS => req = r,
-                    _ => return Err(SendError::Exchange(e.into_error())),
-                },
+                Err(unsent) => return Err(SendError::Exchange(unsent.error)),
             }
         }
     }

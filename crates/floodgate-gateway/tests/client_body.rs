@@ -11,7 +11,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use floodgate_gateway::proxy::ProxyStats;
+use floodgate_gateway::ProxyStats;
 use support::{ConfigFile, gateway, h1, h2, header, status_of, upstream};
 
 const CONFIG: &str = r#"

@@ -134,3 +134,35 @@ async fn connections_the_upstream_closes_are_replaced() {
         gw.shutdown().await;
     }
 }
+
+/// Requests with and without a body share the pool: whichever client
+/// carries an exchange (the gateway's own for a `GET`, hyper's for a
+/// `POST`), the connection it leaves idle serves the next request, and
+/// `pool_max_idle` bounds them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_with_and_without_a_body_share_connections() {
+    let up = upstream().await;
+    let url = format!("http://{}", up.addr);
+    let file = ConfigFile::new(&config(&url, "    pool_max_idle: 1\n"));
+    let gw = gateway(&file, &url).await;
+    let c = h1();
+    for i in 0..3 {
+        get_ok(&c, gw.addr(), "/").await;
+        let r = c
+            .post(format!("http://{}/echo", gw.addr()))
+            .body(format!("upload {i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), format!("upload {i}"));
+        // Hyper's connection task marks the connection ready for another
+        // request once it has seen the response end: given time, so that
+        // the next request finds it ready rather than open another.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    get_ok(&c, gw.addr(), "/").await;
+    assert_eq!(up.requests(), 7);
+    assert_eq!(up.connections(), 1, "one connection carried every exchange");
+    assert_eq!(gw.gateway().proxy().upstream().idle_connections(), 1);
+}

@@ -211,7 +211,7 @@ async fn a_client_certificate_is_presented_to_the_upstream() {
 /// (`next`) renamed into place: the gateway and its files, and the
 /// certificates presented before and to be presented after.
 struct Renewal {
-    gw: floodgate_gateway::run::Running,
+    gw: floodgate_gateway::Running,
     pki: Pki,
     key: std::path::PathBuf,
     before: Vec<u8>,

@@ -13,10 +13,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::AsyncReadExt;
 
+use super::Conn;
 use super::chunked::{Chunked, Step};
 use super::conn::READ_CHUNK;
 use super::head::Framing;
-use super::{Conn, ExchangeError};
+use crate::connection::{Connection, ExchangeError};
 use crate::pool::HostPool;
 
 enum Decoder {
@@ -77,9 +78,16 @@ impl ResponseBody {
             let reusable =
                 r.keep_alive && !matches!(r.decoder, Decoder::Close) && r.conn.buf.is_empty();
             if reusable && let Some(pool) = r.pool.upgrade() {
-                pool.checkin_direct(r.conn);
+                pool.checkin(Connection::Own(r.conn));
             }
         }
+    }
+}
+
+impl ResponseBody {
+    /// Closes the connection now (an exchange given up on).
+    pub fn close(&mut self) {
+        self.reading = None;
     }
 }
 

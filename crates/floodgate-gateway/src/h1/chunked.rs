@@ -61,23 +61,7 @@ impl Chunked {
         Chunked { state: State::Size }
     }
 
-    /// Whether the last chunk and the trailer section have been read.
-    pub fn is_done(&self) -> bool {
-        self.state == State::Done
-    }
-
     /// The next step from `buf`, consuming what it decodes.
-    ///
-    /// ```
-    /// use bytes::BytesMut;
-    /// use floodgate_gateway::h1::chunked::{Chunked, Step};
-    ///
-    /// let mut buf = BytesMut::from(&b"5;ext=1\r\nhello\r\n0\r\n\r\n"[..]);
-    /// let mut body = Chunked::new();
-    /// assert_eq!(body.step(&mut buf).unwrap(), Step::Data("hello".into()));
-    /// assert_eq!(body.step(&mut buf).unwrap(), Step::End);
-    /// assert!(body.is_done() && buf.is_empty());
-    /// ```
     pub fn step(&mut self, buf: &mut BytesMut) -> Result<Step, FramingError> {
         loop {
             match self.state {

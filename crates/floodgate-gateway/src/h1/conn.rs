@@ -10,8 +10,9 @@ use bytes::BytesMut;
 use http::{HeaderMap, Method, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
+use super::Stream;
 use super::head::{self, Head, Parsed};
-use super::{ExchangeError, Stream};
+use crate::connection::ExchangeError;
 
 /// Read buffer space reserved at a time.
 pub(crate) const READ_CHUNK: usize = 8 * 1024;
@@ -32,6 +33,12 @@ impl Conn {
             buf: BytesMut::with_capacity(READ_CHUNK),
             out: Vec::with_capacity(1024),
         }
+    }
+
+    /// The byte stream, for hyper's client to take over (the read buffer
+    /// is empty between two exchanges).
+    pub fn into_stream(self) -> Stream {
+        self.stream
     }
 
     /// Whether an idle connection can carry a request: nothing arrived

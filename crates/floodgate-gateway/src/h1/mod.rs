@@ -6,7 +6,8 @@
 //! connection, which returns to the pool when the body ends.
 //!
 //! Requests with a body, upgrades and HTTP/2 upstreams go through hyper's
-//! client ([`connect`](crate::connect)).
+//! client, on the same pooled connections
+//! ([`Connection`](crate::connection::Connection)).
 //!
 //! Response framing follows RFC 9112 §6.3: no body for `HEAD`, 204 and
 //! 304; `Transfer-Encoding` over `Content-Length` (and then the connection
@@ -18,8 +19,6 @@ pub mod chunked;
 pub mod conn;
 pub mod head;
 pub mod stream;
-
-use std::io;
 
 pub use body::ResponseBody;
 pub use conn::Conn;
@@ -52,47 +51,4 @@ pub enum FramingError {
     /// A chunked body that breaks the coding.
     #[error("chunked body: {0}")]
     Chunk(&'static str),
-}
-
-/// Why an exchange on an upstream HTTP/1.1 connection failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    /// The request head could not be written whole (so the upstream did
-    /// not act on it).
-    #[error("writing the request: {0}")]
-    Write(io::Error),
-    /// The connection closed (or was reset) before any byte of a response.
-    #[error("the connection closed before a response")]
-    Closed,
-    /// Reading failed mid-response.
-    #[error("reading the response: {0}")]
-    Read(io::Error),
-    /// The connection closed mid-response.
-    #[error("the connection closed mid-response")]
-    Incomplete,
-    /// The response was malformed.
-    #[error(transparent)]
-    Framing(#[from] FramingError),
-}
-
-impl ExchangeError {
-    /// Whether the request can be sent again on another connection: it
-    /// was not written whole, or (for an idempotent method, RFC 9110
-    /// §9.2.2) the connection closed before answering.
-    pub fn may_retry(&self, method: &http::Method) -> bool {
-        use http::Method;
-        match self {
-            ExchangeError::Write(_) => true,
-            ExchangeError::Closed => matches!(
-                *method,
-                Method::GET
-                    | Method::HEAD
-                    | Method::OPTIONS
-                    | Method::TRACE
-                    | Method::PUT
-                    | Method::DELETE
-            ),
-            _ => false,
-        }
-    }
 }

@@ -55,7 +55,7 @@ impl<B> FloodgateBody<B> {
     }
 
     /// A complete body (a rejection).
-    pub fn full(data: Bytes) -> Self {
+    pub(crate) fn full(data: Bytes) -> Self {
         FloodgateBody {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),

@@ -73,9 +73,7 @@ pub use config::{
     Shedding, default_peer,
 };
 pub use layer::FloodgateLayer;
-pub use queue::QueueError;
 pub use read::LAYER;
 pub use request::ResponseFuture;
 pub use service::FloodgateService;
 pub use shared::LayerStats;
-pub use shed::{Gauge, GaugeGuard};

@@ -11,7 +11,7 @@ use super::config::{KeyedQueueLimit, QueueLimit};
 
 /// Why no permit was had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueueError {
+pub(crate) enum QueueError {
     /// Every permit is taken and the queue is full (or there is none).
     Full,
     /// The wait exceeded the queue timeout.

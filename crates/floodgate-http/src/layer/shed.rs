@@ -9,11 +9,11 @@ use super::config::Shedding;
 
 /// A count of requests in some state, decremented by its [`GaugeGuard`].
 #[derive(Clone, Debug, Default)]
-pub struct Gauge(Arc<AtomicUsize>);
+pub(crate) struct Gauge(Arc<AtomicUsize>);
 
 /// One unit of a [`Gauge`], given back on drop.
 #[derive(Debug)]
-pub struct GaugeGuard(Arc<AtomicUsize>);
+pub(crate) struct GaugeGuard(Arc<AtomicUsize>);
 
 impl Gauge {
     /// Takes a unit if fewer than `max` are taken.
