@@ -424,3 +424,54 @@ async fn both_modes_on_a_cluster() {
         hot_and_many(&format!("cluster, {mode}"), &fleet, &bounds).await;
     }
 }
+
+/// `floodgate bench fleet` runs and measures something in every column it
+/// fills (its figures are taken on a quiet machine, not here).
+#[test]
+fn the_fleet_benchmark_prints_its_table() {
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "fleet",
+            "--instances",
+            "2",
+            "--modes",
+            "memory,lease,sync",
+        ])
+        .args([
+            "--workloads",
+            "hot,keys",
+            "--keys",
+            "100",
+            "--concurrency",
+            "8",
+        ])
+        .args(["--duration", "300ms", "--warmup", "200ms"])
+        .output()
+        .expect("floodgate bench fleet");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 6, "{text}");
+    for row in &rows {
+        // case words, then: decisions/s, server µs/d, vs memory, Redis µs/d,
+        // calls/d, cmds/d, worst window, windows over, errors, p50, p99.
+        let n = row.len();
+        let num = |i: usize| row[n - 11 + i].parse::<f64>().ok();
+        assert!(num(0).is_some_and(|d| d > 0.0), "{text}");
+        assert!(num(1).is_some_and(|us| us > 0.0), "{text}");
+        let redis = row[0] != "memory,";
+        assert_eq!(num(3).is_some(), redis, "{text}");
+        assert_eq!(num(4).is_some(), redis, "{text}");
+        assert!(row[n - 5].contains('/'), "{text}");
+        assert_eq!(num(8), Some(0.0), "errors: {text}");
+    }
+}

@@ -26,10 +26,10 @@ struct Tally {
 }
 
 /// xorshift64*: a fast, good-enough random source per worker.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;

@@ -1,7 +1,9 @@
 //! `floodgate bench`: a closed-loop load generator for Envoy RLS servers,
+//! a fleet of `floodgate serve` processes on one Redis measured under it,
 //! and a do-nothing RLS server (the harness's ceiling).
 
 mod cpu;
+mod fleet;
 mod load;
 mod null;
 
@@ -15,6 +17,11 @@ use clap::{Args, Subcommand};
 pub enum BenchCommand {
     /// Closed-loop load on an Envoy RLS v3 server over HTTP/2.
     Rls(RlsArgs),
+    /// Several `floodgate serve` processes on one `redis-server`, for each
+    /// synchronisation mode, beside one on the in-memory store: a table of
+    /// decisions/s, server and Redis CPU and Redis commands per decision,
+    /// the most admitted in a window against the limit, and latency.
+    Fleet(Box<fleet::FleetArgs>),
     /// A do-nothing RLS server (answers OK, one status per descriptor).
     NullRls {
         /// Listen address.
@@ -81,6 +88,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         .build()?;
     match cmd {
         BenchCommand::Rls(args) => rt.block_on(load::run(args)),
+        BenchCommand::Fleet(args) => rt.block_on(fleet::run(*args)),
         BenchCommand::NullRls { addr } => rt.block_on(null::serve(addr)),
         BenchCommand::Upstream(_) => Ok(()),
     }
