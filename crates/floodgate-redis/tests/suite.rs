@@ -11,6 +11,7 @@ mod faults;
 mod keys_and_input;
 mod lease_exactness;
 mod leases;
+mod multi_region;
 mod permit_routing;
 mod pipelining;
 mod rule_policies;
