@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use floodgate_runtime::listener::ConnectionLimits;
 use http::Uri;
 
 /// The protocol spoken to the upstream.
@@ -205,6 +206,19 @@ impl Default for ListenerLimits {
             max_connections: 10_000,
             max_concurrent_streams: 256,
             http2_idle_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ListenerLimits {
+    /// The protections of each connection.
+    pub fn connection(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_read_timeout: self.header_read_timeout,
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            max_concurrent_streams: self.max_concurrent_streams,
+            http2_idle_timeout: self.http2_idle_timeout,
         }
     }
 }

@@ -8,26 +8,20 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use floodgate::SystemClock;
 use floodgate_http::layer::{ClientAddr, FloodgateBody};
 use floodgate_http::{Contract, FloodgateLayer, HttpIdentity};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use pin_project_lite::pin_project;
 
 use crate::access::AccessEntry;
-use crate::body::{BodyError, ProxyBody};
+use crate::body::ProxyBody;
 use crate::forward::X_FORWARDED_PROTO;
 use crate::http_section::HttpSection;
 use crate::proxy::{ClientInfo, Proxy};
-use floodgate_runtime::listener::InFlight;
-use floodgate_runtime::listener::OpenStream;
 
 /// The limiter of a gateway: the layer and the identity it was built from.
 pub struct Limiter<B> {
@@ -152,9 +146,6 @@ impl<B: Backend> Gateway<B> {
         mut req: Request<Incoming>,
         mut client: ClientInfo,
     ) -> Result<Response<GatewayBody>, Infallible> {
-        // Held by the response body: the request is in flight until it
-        // ends.
-        let held = client.in_flight.take();
         let mut access = self
             .access_log
             .then(|| AccessEntry::begin(&req, client.peer));
@@ -165,7 +156,7 @@ impl<B: Backend> Gateway<B> {
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
-            return Ok(GatewayBody::respond(res.map(FloodgateBody::new), held));
+            return Ok(res.map(FloodgateBody::new));
         }
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
@@ -176,7 +167,7 @@ impl<B: Backend> Gateway<B> {
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
-            return Ok(GatewayBody::respond(res.map(FloodgateBody::new), held));
+            return Ok(res.map(FloodgateBody::new));
         };
         // No address: the layer's own default (the unspecified one).
         let mut from = ClientAddr::new(
@@ -206,71 +197,19 @@ impl<B: Backend> Gateway<B> {
         match access {
             // Mapped straight into the result: the response is not moved
             // once more through a local.
-            None => Ok(GatewayBody::respond(limited.await?, held)),
+            None => limited.await,
             Some(a) => {
                 let res = limited.await?;
                 a.finish(res.status(), res.body().is_from_layer());
-                Ok(GatewayBody::respond(res, held))
+                Ok(res)
             }
         }
     }
 }
 
-pin_project! {
-    /// A response body of the gateway: the limiter's (holding its permits
-    /// until the body ends) over the proxy's.
-    pub(crate) struct GatewayBody {
-        #[pin]
-        body: FloodgateBody<ProxyBody>,
-        stream: Option<OpenStream>,
-        in_flight: Option<InFlight>,
-    }
-}
-
-impl GatewayBody {
-    /// `res` with its body holding the request's place in flight.
-    fn respond(
-        res: Response<FloodgateBody<ProxyBody>>,
-        in_flight: Option<InFlight>,
-    ) -> Response<GatewayBody> {
-        res.map(|body| GatewayBody {
-            body,
-            stream: None,
-            in_flight,
-        })
-    }
-
-    /// Keeps `stream` counted as open until this body is dropped.
-    pub(crate) fn hold(&mut self, stream: OpenStream) {
-        self.stream = Some(stream);
-    }
-}
-
-impl std::fmt::Debug for GatewayBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GatewayBody")
-    }
-}
-
-impl Body for GatewayBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        self.project().body.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
+/// A response body of the gateway: the limiter's (holding its permits
+/// until the body ends) over the proxy's.
+pub(crate) type GatewayBody = FloodgateBody<ProxyBody>;
 
 /// A future pinned in a box allocated first and written in place, rather
 /// than built on the stack and copied there (the forwarding future is

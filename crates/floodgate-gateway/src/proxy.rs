@@ -32,7 +32,6 @@ use crate::host::{HostError, normalize_host};
 use crate::upgrade::{self, ConnectionGuard};
 use crate::upload::{ClientBodyError, Progress, UploadBody};
 use crate::upstream::{SendError, Upstream};
-use floodgate_runtime::listener::InFlight;
 
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no
@@ -50,10 +49,6 @@ pub(crate) struct ClientInfo {
     /// What the client connection holds, kept by a tunnel if the request
     /// is upgraded.
     pub guard: Option<ConnectionGuard>,
-    /// The request's place among its connection's requests in flight
-    /// (held with its response body: a connection with none in flight may
-    /// be closed to make room).
-    pub in_flight: Option<InFlight>,
 }
 
 /// Counters of the proxy (cumulative).

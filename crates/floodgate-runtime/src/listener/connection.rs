@@ -8,6 +8,7 @@
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -21,6 +22,7 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::accept::Accepted;
 use super::connections::{Activity, InFlight};
@@ -134,8 +136,36 @@ impl Http {
         let Ok(Ok((kind, prefix))) = sniffed else {
             return;
         };
+        let io = Prefixed::new(prefix, stream);
+        self.serve_io(io, kind, peer, activity, watcher, service)
+            .await;
+        drop(slot);
+    }
+
+    /// Serves `service` on a connection whose first bytes told its protocol
+    /// (`kind`; `io` gives them again) — after a TLS handshake, say — under
+    /// the same protections as [`serve`](Self::serve). HTTP/1.1 requests
+    /// may upgrade the connection (`hyper::upgrade::on`).
+    pub async fn serve_io<I, S, B>(
+        &self,
+        io: I,
+        kind: Sniffed,
+        peer: SocketAddr,
+        activity: Arc<Activity>,
+        watcher: DrainWatcher,
+        service: S,
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
         heard(&activity, kind);
-        let io = TokioIo::new(Prefixed::new(prefix, stream));
+        let io = TokioIo::new(io);
         let service = Arc::new(service);
         let result = match (kind, self.protocols) {
             (Sniffed::Closed, _) | (Sniffed::Http1, Protocols::Http2) => return,
@@ -149,7 +179,7 @@ impl Http {
                         Ok::<_, Infallible>(res.map(|body| Held::new(body, None, flight)))
                     }
                 });
-                let conn = self.h1.serve_connection(io, svc);
+                let conn = self.h1.serve_connection(io, svc).with_upgrades();
                 watcher.watch(conn, |c| c.graceful_shutdown()).await
             }
             (Sniffed::Http2, _) => {
@@ -170,7 +200,6 @@ impl Http {
                 serve_h2(conn, &streams, self.limits.http2_idle_timeout, watcher).await
             }
         };
-        drop(slot);
         if let Err(e) = result {
             tracing::debug!(error = %e, %peer, "connection ended with an error");
         }
