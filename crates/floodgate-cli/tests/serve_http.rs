@@ -223,8 +223,13 @@ async fn release_gives_back_in_flight_units() {
     let s = Floodgate::start(bin(), &config(), &[], &[]);
     let job = json!({"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}]});
     let check = || post(s.http, "/v1/check", &job);
-    let release = || post(s.http, "/v1/release", &job);
+    let release = |permit: &Value| {
+        let mut body = job.clone();
+        body["permit"] = permit.clone();
+        async move { post(s.http, "/v1/release", &body).await }
+    };
     // Limit 2: two checks admitted, the third denied.
+    let mut permits = Vec::new();
     for left in [1, 0] {
         let (status, _, b) = check().await;
         assert_eq!(status, 200, "{b}");
@@ -234,41 +239,50 @@ async fn release_gives_back_in_flight_units() {
             (&json!("concurrency"), &json!(left)),
             "{b}"
         );
-        assert!(b["permit"].as_str().unwrap().parse::<u64>().is_ok(), "{b}");
+        assert!(b["permit"].as_str().unwrap().parse::<u128>().is_ok(), "{b}");
+        permits.push(b["permit"].clone());
     }
     let (status, _, b) = check().await;
     assert_eq!(status, 429, "{b}");
     assert!(b.get("permit").is_none(), "{b}");
     // One release: the next check is admitted, the one after is not.
-    let (status, _, b) = release().await;
+    let (status, _, b) = release(&permits[0]).await;
     assert_eq!(status, 200, "{b}");
     assert_eq!(b["units"], 1, "{b}");
     assert_eq!(
         b["statuses"][0],
-        json!({"reason": "limited", "rule": "in-flight", "hits": 1, "units": 1})
+        json!({"reason": "limited", "rule": "in-flight", "hits": 1, "units": 1, "result": "released"})
     );
-    assert_eq!(check().await.0, 200);
+    let (status, _, b) = check().await;
+    assert_eq!(status, 200, "{b}");
+    permits.push(b["permit"].clone());
     assert_eq!(check().await.0, 429);
 
-    // Releasing more than is held frees what is held, no more: the limit
-    // still admits exactly 2.
-    for _ in 0..5 {
-        assert_eq!(release().await.0, 200);
+    // Released again: the permit holds nothing, nothing is freed, and the
+    // answer says so.
+    for _ in 0..3 {
+        let (status, _, b) = release(&permits[0]).await;
+        assert_eq!(status, 409, "{b}");
+        assert_eq!(b["units"], 0, "{b}");
+        assert_eq!(b["error"]["code"], "PERMIT_NOT_HELD", "{b}");
+        assert_eq!(b["statuses"][0]["result"], "not_held", "{b}");
     }
-    assert_eq!(check().await.0, 200);
-    assert_eq!(check().await.0, 200);
     assert_eq!(check().await.0, 429);
 
-    // A check's body is released as it is (the permit it answered, hits);
-    // one that takes 2 gives back 2.
-    let (_, _, b) = post(
-        s.http,
-        "/v1/release",
-        &json!({"domain": "jobs", "hits": 2,
-        "descriptors": [{"entries": {"job": "render"}}]}),
-    )
-    .await;
-    assert_eq!(b["units"], 2, "{b}");
+    // A release gives back what its permit took, however many hits it
+    // names: one that took 2 gives back 2, and `hits: 1000` no more.
+    for p in &permits[1..] {
+        assert_eq!(release(p).await.0, 200);
+    }
+    let two = json!({"domain": "jobs", "hits": 2, "descriptors": [{"entries": {"job": "render"}}]});
+    let (status, _, b) = post(s.http, "/v1/check", &two).await;
+    assert_eq!(status, 200, "{b}");
+    let mut body = two.clone();
+    body["permit"] = b["permit"].clone();
+    body["hits"] = json!(1000);
+    let (status, _, b) = post(s.http, "/v1/release", &body).await;
+    assert_eq!((status, &b["units"]), (200, &json!(2)), "{b}");
+    // A check's body is released as it is, with the permit it answered.
     let (status, _, b) = check().await;
     assert_eq!(status, 200, "{b}");
     let permit = b["permit"].clone();
@@ -280,25 +294,34 @@ async fn release_gives_back_in_flight_units() {
     )
     .await;
     assert_eq!((status, &b["units"]), (200, &json!(1)), "{b}");
-    // Limits that are not in-flight limits, unknown domains: nothing.
-    let (_, _, b) = post(
-        s.http,
-        "/v1/release",
-        &json!({"domain": "quickstart",
-        "descriptors": [{"entries": {"user": "x"}}]}),
-    )
-    .await;
-    assert_eq!(b["units"], 0, "{b}");
+    // Limits that are not in-flight limits, unknown domains: nothing to
+    // release.
     let (status, _, b) = post(
         s.http,
         "/v1/release",
-        &json!({"domain": "nope",
+        &json!({"domain": "quickstart", "permit": permit,
+        "descriptors": [{"entries": {"user": "x"}}]}),
+    )
+    .await;
+    assert_eq!((status, &b["units"]), (409, &json!(0)), "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no concurrency limit"),
+        "{b}"
+    );
+    assert_eq!(b["statuses"][0]["result"], "none", "{b}");
+    let (status, _, b) = post(
+        s.http,
+        "/v1/release",
+        &json!({"domain": "nope", "permit": permit,
         "descriptors": [{"entries": {"user": "x"}}]}),
     )
     .await;
     assert_eq!(
         (status, &b["statuses"][0]["reason"]),
-        (200, &json!("no_match")),
+        (409, &json!("no_match")),
         "{b}"
     );
 
@@ -350,7 +373,19 @@ async fn release_gives_back_in_flight_units() {
             "application/json",
             r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}], "permit": "x"}"#,
             400,
-            "non-negative",
+            "decimal number",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}], "permit": 1.5}"#,
+            400,
+            "floating-point",
+        ),
+        (
+            "application/json",
+            r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}]}"#,
+            400,
+            "permit",
         ),
         (
             "application/json",
@@ -379,7 +414,9 @@ async fn release_gives_back_in_flight_units() {
     let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
     for needle in [
         "floodgate_requests_total{api=\"release\",result=\"ok\"} 10",
-        "floodgate_requests_total{api=\"release\",result=\"error\"} 9",
+        "floodgate_requests_total{api=\"release\",result=\"error\"} 11",
+        "floodgate_releases_total{result=\"released\"} 5",
+        "floodgate_releases_total{result=\"not_held\"} 3",
     ] {
         assert!(text.contains(needle), "{needle} not in:\n{text}");
     }
@@ -482,7 +519,14 @@ async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn release_on_redis_gives_back_the_checks_permit() {
     let redis = Redis::start();
-    let s = Floodgate::start(bin(), &config(), &["--redis-url", &redis.addr()], &[]);
+    // A timeout a loaded machine never reaches: each release is Redis's
+    // answer, none queued.
+    let s = Floodgate::start(
+        bin(),
+        &config(),
+        &["--redis-url", &redis.addr()],
+        &[("REDIS_TIMEOUT", "5s")],
+    );
     let job = json!({"domain": "jobs", "descriptors": [{"entries": {"job": "encode"}}]});
     let check = || post(s.http, "/v1/check", &job);
     let release = |permit: &Value| {
@@ -498,7 +542,7 @@ async fn release_on_redis_gives_back_the_checks_permit() {
         "{permits:?}"
     );
     assert_eq!(check().await.0, 429);
-    // Redis holds each permit on its own: the release must name one.
+    // The release must name the permit.
     let (status, _, b) = post(s.http, "/v1/release", &job).await;
     assert_eq!(status, 400, "{b}");
     assert!(
@@ -509,7 +553,12 @@ async fn release_on_redis_gives_back_the_checks_permit() {
     assert_eq!((status, &b["units"]), (200, &json!(1)), "{b}");
     // Released twice: the permit holds nothing any more, nothing more is
     // freed.
-    assert_eq!(release(&permits[0]).await.0, 200);
+    let (status, _, b) = release(&permits[0]).await;
+    assert_eq!(
+        (status, &b["error"]["code"]),
+        (409, &json!("PERMIT_NOT_HELD")),
+        "{b}"
+    );
     assert_eq!(check().await.0, 200);
     assert_eq!(check().await.0, 429);
     assert_eq!(release(&permits[1]).await.0, 200);

@@ -406,7 +406,7 @@ fn post_json(s: &Floodgate, path: &str, body: &str) -> (u16, serde_json::Value) 
 #[test]
 fn permits_held_through_an_outage_are_gauges() {
     let redis = Redis::start();
-    let config = "store:\n  backend: redis\n  url: REDIS\n  timeout: 50ms\n  connect_timeout: 100ms\n  failure_policy: local\n  breaker: {failures: 1, cool_down: 30s}\ndomains:\n  - domain: jobs\n    descriptors:\n      - key: job\n        rate_limit: {algorithm: concurrency, max: 2, name: in-flight}\n"
+    let config = "store:\n  backend: redis\n  url: REDIS\n  timeout: 1s\n  connect_timeout: 100ms\n  failure_policy: local\n  breaker: {failures: 1, cool_down: 30s}\ndomains:\n  - domain: jobs\n    descriptors:\n      - key: job\n        rate_limit: {algorithm: concurrency, max: 2, name: in-flight}\n"
         .replace("REDIS", &redis.addr());
     let s = Floodgate::start(bin(), &config, &[], &[]);
     let job = r#"{"domain": "jobs", "descriptors": [{"entries": {"job": "render"}}]}"#;

@@ -10,6 +10,7 @@ mod gateway_hostile;
 mod gateway_lifecycle;
 mod hostile_listeners;
 mod redis_down_at_startup;
+mod release_hostile;
 mod replay;
 mod serve_apis_agree;
 mod serve_env;

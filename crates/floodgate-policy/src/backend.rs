@@ -1,6 +1,8 @@
 //! Where counters live. The engine decides through a [`Backend`]: the
 //! embedded in-memory store ([`MemoryBackend`]) or a shared one (Redis).
 
+mod held;
+
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -12,8 +14,10 @@ use smallvec::SmallVec;
 use thiserror::Error;
 
 use crate::failure::OnFailure;
+use crate::permit::Permit;
 use crate::sync_mode::{Held, SyncMode};
 use crate::zones::Zones;
+use held::HeldPermits;
 
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
@@ -38,10 +42,10 @@ pub struct Item<'a> {
     pub sync: Option<SyncMode>,
     /// Identifies the acquisition for a concurrency limit: the request's
     /// permit, the same value at [`Backend::release`] as at
-    /// [`Backend::decide`], so that a backend holding each permit on its
-    /// own (with its own lease, as Redis does) gives back that one. 0 for
-    /// other limits. Backends that count in memory ignore it.
-    pub permit: u64,
+    /// [`Backend::decide`]. A backend records the units each permit took
+    /// of each key and gives back at most those, once (see
+    /// [`Released`]). [`Permit::NONE`] for other limits.
+    pub permit: Permit,
     /// The nginx zone the counter belongs to, when its limit is a shaper
     /// whose node expiry can change a decision (see
     /// [`RuleLimit::zone`](crate::compile::RuleLimit::zone)); `None`
@@ -50,6 +54,30 @@ pub struct Item<'a> {
     /// their nodes exactly when nginx would; Redis keeps each counter on
     /// its own (a key keeps its state until it has drained).
     pub zone: Option<u64>,
+}
+
+/// What a [`Backend::release`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The units given back now: at most what the permit held of the key.
+    Given(u64),
+    /// The store cannot take them now; the backend holds this permit (it
+    /// admitted it) and gives these units back as soon as it can.
+    Queued(u64),
+    /// The permit holds nothing of this key: it was never issued, was
+    /// issued for another key, was given back already, or its lease ended.
+    /// Nothing changed.
+    NotHeld,
+}
+
+impl Released {
+    /// The units given back or queued (0 when not held).
+    pub fn units(self) -> u64 {
+        match self {
+            Released::Given(u) | Released::Queued(u) => u,
+            Released::NotHeld => 0,
+        }
+    }
 }
 
 /// A backend that could not decide.
@@ -88,14 +116,18 @@ pub trait Backend: Send + Sync + 'static {
         out: &'a mut [Decision],
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
 
-    /// Gives back `units` of a concurrency limit taken by an admitted request;
-    /// `item.permit` is the permit its decision was made with.
+    /// Gives back up to `units` of a concurrency limit that `item.permit`
+    /// took of `item.key` when it was admitted: at most what that permit
+    /// still holds of that key, so a release of a permit never issued,
+    /// issued for another key or given back already changes nothing
+    /// ([`Released::NotHeld`]). An error when the store could neither take
+    /// the release nor keep it for later.
     fn release<'a>(
         &'a self,
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a;
+    ) -> impl Future<Output = Result<Released, BackendError>> + Send + 'a;
 
     /// The backend as one that decides without IO, if it is one (the
     /// in-memory store): the engine then decides synchronously, without
@@ -149,10 +181,16 @@ pub trait SyncBackend: Send + Sync {
 /// distinct keys share a counter only if their 128-bit hashes collide,
 /// about 2⁻⁸⁹ for a million keys held, and the hash key is secret, so
 /// clients cannot aim at a collision.
+///
+/// The concurrency units each permit took of each key are remembered
+/// while they are held (one entry per permit and key, so never more
+/// entries than units held), and a release gives back at most those:
+/// permits cannot be forged, released twice, or released for another key.
 pub struct MemoryBackend {
     store: Store<u128, AnyState>,
     ids: KeyIds,
     zones: Zones,
+    permits: HeldPermits,
 }
 
 /// The 128-bit identity of a counter key (see [`MemoryBackend`]).
@@ -187,6 +225,7 @@ impl MemoryBackend {
             store: Store::new(config)?,
             ids: KeyIds::random(),
             zones: Zones::new(config.capacity),
+            permits: HeldPermits::new(),
         })
     }
 
@@ -202,12 +241,34 @@ impl MemoryBackend {
         self.zones.len()
     }
 
-    /// The synchronous release.
-    pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) {
+    /// The synchronous [`release`](Backend::release).
+    pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
+        let id = self.ids.of(item.key);
+        let Some(given) = self.permits.take(item.permit, id, units) else {
+            return Released::NotHeld;
+        };
         self.store
-            .update(item.limit, &self.ids.of(item.key), now, |s| {
-                item.limit.release(s, units)
-            });
+            .update(item.limit, &id, now, |s| item.limit.release(s, given));
+        Released::Given(given)
+    }
+
+    /// Permit and key pairs holding concurrency units now.
+    pub fn held_permits(&self) -> usize {
+        self.permits.len()
+    }
+
+    /// Remembers the units the concurrency items of a decided batch took
+    /// (all of them when it was admitted and charged, none otherwise).
+    #[inline]
+    fn record(&self, items: &[Item<'_>], ids: &[u128], d: Decision, apply: Apply) {
+        if !(apply.charge_if_allowed() && d.is_allowed()) {
+            return;
+        }
+        for (i, id) in items.iter().zip(ids) {
+            if i.cost > 0 && i.limit.is_concurrency() {
+                self.permits.insert(i.permit, *id, i.cost);
+            }
+        }
     }
 }
 
@@ -222,17 +283,19 @@ impl SyncBackend for MemoryBackend {
         const INLINE: usize = 16;
         if Zones::any(items) {
             let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
-            return self.zones.decide(&self.store, items, &ids, now, apply, out);
+            let d = self.zones.decide(&self.store, items, &ids, now, apply, out);
+            self.record(items, &ids, d, apply);
+            return d;
         }
         if apply == Apply::Check {
             return self.simulate(items, now, out);
         }
         if let [item] = items {
             // One counter: no batch to lay out.
-            let d = self
-                .store
-                .decide(item.limit, &self.ids.of(item.key), now, item.cost, apply);
+            let id = self.ids.of(item.key);
+            let d = self.store.decide(item.limit, &id, now, item.cost, apply);
             out[0] = d;
+            self.record(items, &[id], d, apply);
             return d;
         }
         if items.len() <= INLINE {
@@ -249,8 +312,11 @@ impl SyncBackend for MemoryBackend {
                         cost: i.cost,
                     }
                 });
-            self.store
-                .decide_many(&batch[..items.len()], now, apply, out)
+            let d = self
+                .store
+                .decide_many(&batch[..items.len()], now, apply, out);
+            self.record(items, &ids[..items.len()], d, apply);
+            d
         } else {
             let ids: Vec<u128> = items.iter().map(|i| self.ids.of(i.key)).collect();
             let batch: Vec<_> = items
@@ -262,7 +328,9 @@ impl SyncBackend for MemoryBackend {
                     cost: i.cost,
                 })
                 .collect();
-            self.store.decide_many(&batch, now, apply, out)
+            let d = self.store.decide_many(&batch, now, apply, out);
+            self.record(items, &ids, d, apply);
+            d
         }
     }
 }
@@ -300,9 +368,8 @@ impl Backend for MemoryBackend {
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
-        self.release_now(item, units, now);
-        std::future::ready(Ok(()))
+    ) -> impl Future<Output = Result<Released, BackendError>> + Send + 'a {
+        std::future::ready(Ok(self.release_now(item, units, now)))
     }
 
     fn as_sync(&self) -> Option<&dyn SyncBackend> {

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod failure;
 pub mod observe;
+mod permit;
 pub mod read;
 pub mod reload;
 pub mod spec;
@@ -16,11 +17,12 @@ pub mod unit;
 pub mod yaml;
 mod zones;
 
-pub use backend::{Backend, BackendError, Item, MemoryBackend, SyncBackend};
+pub use backend::{Backend, BackendError, Item, MemoryBackend, Released, SyncBackend};
 pub use compile::PolicySet;
 pub use engine::{
     Code, Descriptor, DirectPlan, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,
 };
 pub use error::{ConfigError, ConfigErrors, Location};
 pub use failure::OnFailure;
+pub use permit::{BadPermit, Permit};
 pub use sync_mode::{Held, SyncMode};

@@ -13,7 +13,8 @@ use floodgate::{Apply, Decision, StoreConfig, Timestamp};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::unit::Unit;
 use floodgate_policy::{
-    Backend, BackendError, Engine, Item, MemoryBackend, OnFailure, OwnedDescriptor, Response,
+    Backend, BackendError, Engine, Item, MemoryBackend, OnFailure, OwnedDescriptor, Released,
+    Response,
 };
 
 const RULES: &str = "domains:
@@ -123,7 +124,7 @@ impl Backend for Recording {
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Released, BackendError>> + Send + 'a {
         self.memory.release(item, units, now)
     }
 

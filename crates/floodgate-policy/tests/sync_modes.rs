@@ -151,7 +151,7 @@ impl Backend for Recording {
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<floodgate_policy::Released, BackendError>> + Send + 'a {
         self.memory.release(item, units, now)
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floodgate::{Apply, Decision, Outcome, Timestamp};
-use floodgate_policy::{Backend, BackendError, Item};
+use floodgate_policy::{Backend, BackendError, Item, Permit, Released};
 use futures_util::future::try_join_all;
 use redis::{Cmd, Value};
 
@@ -528,30 +528,40 @@ impl RedisBackend {
         }
     }
 
-    /// Gives back `units` of `item.permit` (see `lua/release.lua`), at
-    /// `now` with client-supplied time.
+    /// Gives back up to `units` of `item.permit` (see `lua/release.lua`),
+    /// at `now` with client-supplied time.
     pub(crate) async fn release_inner(
         &self,
         item: Item<'_>,
         units: u64,
         now: Timestamp,
-    ) -> Result<(), BackendError> {
-        if !item.limit.is_concurrency() || units == 0 {
-            return Ok(());
+    ) -> Result<Released, BackendError> {
+        if !item.limit.is_concurrency() {
+            return Ok(Released::NotHeld);
         }
-        self.release_key(&self.state_key(&item), units, item.permit, now)
-            .await
+        if units == 0 {
+            return Ok(Released::Given(0));
+        }
+        let given = self
+            .release_key(&self.state_key(&item), units, item.permit, now)
+            .await?;
+        Ok(if given == 0 {
+            Released::NotHeld
+        } else {
+            Released::Given(given)
+        })
     }
 
-    /// Gives back `units` of `permit` under the concurrency state `key` (a
-    /// [`state_key`](Self::state_key)).
+    /// Gives back up to `units` of `permit` under the concurrency state
+    /// `key` (a [`state_key`](Self::state_key)); the units given back (0:
+    /// the key holds no such permit).
     pub(crate) async fn release_key(
         &self,
         key: &[u8],
         units: u64,
-        permit: u64,
+        permit: Permit,
         now: Timestamp,
-    ) -> Result<(), BackendError> {
+    ) -> Result<u64, BackendError> {
         let now_arg = match self.time {
             TimeSource::Server => String::new(),
             TimeSource::Client { .. } => now.as_micros().to_string(),
@@ -567,7 +577,7 @@ impl RedisBackend {
             self.release.run(&self.pool, &cmd, &self.stats),
         );
         match run.await {
-            Ok(Ok(Value::Int(_))) => Ok(()),
+            Ok(Ok(Value::Int(given))) => Ok(u64::try_from(given).unwrap_or(0)),
             Ok(Ok(other)) => Err(self.failed(BackendError::Protocol(format!(
                 "unexpected release reply: {other:?}"
             )))),
@@ -598,7 +608,7 @@ impl Backend for RedisBackend {
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Released, BackendError>> + Send + 'a {
         self.release_inner(item, units, now)
     }
 

@@ -28,7 +28,7 @@ pub(crate) struct Lead {
     /// Microseconds the key is blocked after a denial (0: never).
     pub block_us: u64,
     /// The first item's permit (concurrency limits).
-    pub permit: u64,
+    pub permit: floodgate_policy::Permit,
     pub key: Vec<u8>,
     pub slot: u16,
 }

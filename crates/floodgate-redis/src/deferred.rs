@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use floodgate::Timestamp;
-use floodgate_policy::BackendError;
+use floodgate_policy::{BackendError, Permit};
 use futures_util::future::join_all;
 
 use crate::RedisBackend;
@@ -28,7 +28,7 @@ struct Pending {
     /// The permit's concurrency state key.
     key: Vec<u8>,
     units: u64,
-    permit: u64,
+    permit: Permit,
     /// When it was made (used with client-supplied time).
     at: Timestamp,
 }
@@ -85,7 +85,7 @@ impl DeferredReleases {
         &self,
         key: Vec<u8>,
         units: u64,
-        permit: u64,
+        permit: Permit,
         at: Timestamp,
         stats: &ResilienceStats,
     ) {
@@ -210,7 +210,7 @@ async fn deliver(redis: Arc<RedisBackend>, mut delivery: Delivery) {
         let sent = batch.len();
         for (p, r) in batch.into_iter().zip(results) {
             match r {
-                Ok(()) => delivery.stats.releases_redelivered.inc(),
+                Ok(_) => delivery.stats.releases_redelivered.inc(),
                 // Redis answered, with something no retry changes.
                 Err(BackendError::Protocol(_)) => delivery.stats.releases_dropped.inc(),
                 Err(_) => failed.push(p),

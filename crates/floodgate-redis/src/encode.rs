@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use floodgate::algorithms::{AnyLimit, LimitKind, Penalty};
+use floodgate_policy::Permit;
 use redis::Cmd;
 
 use crate::UnsupportedLimit;
@@ -109,8 +110,8 @@ fn micros(what: &str, d: Duration) -> Result<u64, UnsupportedLimit> {
 }
 
 /// A permit as the scripts name it: lowercase hex digits, no leading zeros.
-pub(crate) fn permit_arg(permit: u64) -> String {
-    format!("{permit:x}")
+pub(crate) fn permit_arg(permit: Permit) -> String {
+    format!("{:x}", permit.get())
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -218,7 +219,7 @@ impl Params {
         members: Option<&[(usize, u64)]>,
         penalty: Penalty,
         block_us: u64,
-        permit: u64,
+        permit: Permit,
         cmd: &mut Cmd,
     ) {
         // Every limit is at most 2^40, so any larger cost is "never" alike.

@@ -1,9 +1,9 @@
 //! The local fallback of [`FailurePolicy::Local`](crate::FailurePolicy): an
 //! in-process [`MemoryBackend`] deciding the same limits, each count divided
 //! by the expected number of instances. Scaled limits are built once per
-//! distinct limit and cached, never per request. The concurrency permits it
-//! admits are remembered until given back ([`permits`]), so that their
-//! releases find it whatever the breaker says by then.
+//! distinct limit and cached, never per request. The in-memory store
+//! remembers the concurrency permits it admits until they are given back,
+//! so that their releases find it whatever the breaker says by then.
 
 pub(crate) mod permits;
 
@@ -15,15 +15,12 @@ use floodgate::algorithms::{
     SlidingLog, SlidingWindow, SubWindowCounter,
 };
 use floodgate::{Apply, Decision, StoreConfig, Timestamp};
-use floodgate_policy::{Item, MemoryBackend, SyncBackend};
-
-use permits::LocalPermits;
+use floodgate_policy::{Item, MemoryBackend, Released, SyncBackend};
 
 pub(crate) struct LocalFallback {
     memory: MemoryBackend,
     divide_by: u32,
     scaled: RwLock<HashMap<AnyLimit, Arc<AnyLimit>>>,
-    permits: LocalPermits,
 }
 
 /// `limit` with every count, burst and capacity divided by `d` (rounded
@@ -87,35 +84,19 @@ pub fn scale(limit: &AnyLimit, d: u32) -> AnyLimit {
 }
 
 impl LocalFallback {
-    /// A store of `capacity` keys dividing limits by `divide_by`,
-    /// remembering at most `permit_bound` permits it admitted.
-    pub fn new(
-        capacity: usize,
-        divide_by: u32,
-        permit_bound: usize,
-    ) -> Result<Self, floodgate::ConfigError> {
+    /// A store of `capacity` keys dividing limits by `divide_by`.
+    pub fn new(capacity: usize, divide_by: u32) -> Result<Self, floodgate::ConfigError> {
         Ok(LocalFallback {
             memory: MemoryBackend::new(StoreConfig::with_capacity(capacity.max(1)))?,
             divide_by,
             scaled: RwLock::new(HashMap::new()),
-            permits: LocalPermits::new(permit_bound),
         })
     }
 
-    /// Remembers at most `bound` permits from now on (forgetting those
-    /// remembered so far).
-    pub fn set_permit_bound(&mut self, bound: usize) {
-        self.permits = LocalPermits::new(bound);
-    }
-
-    /// The permits admitted here and not given back that are remembered.
+    /// The permits admitted here and not given back (one per permit and
+    /// key).
     pub fn permits(&self) -> usize {
-        self.permits.len()
-    }
-
-    /// The most permits remembered at once.
-    pub fn permit_bound(&self) -> usize {
-        self.permits.bound()
+        self.memory.held_permits()
     }
 
     fn limit_for(&self, limit: &AnyLimit) -> Option<Arc<AnyLimit>> {
@@ -159,44 +140,33 @@ impl LocalFallback {
                 ..*i
             })
             .collect();
-        let d = self.memory.decide_now(&local, now, apply, out);
-        // An admitted batch charged every item (concurrency limits charge
-        // admitted requests only).
-        if apply.charge_if_allowed() && d.is_allowed() {
-            for i in items {
-                if i.permit != 0 && i.cost > 0 && i.limit.is_concurrency() {
-                    self.permits.insert(i.permit, i.key, i.cost);
-                }
-            }
-        }
-        d
+        // The store remembers the permits it admits (under their own keys:
+        // the scaled limits do not change them).
+        self.memory.decide_now(&local, now, apply, out)
     }
 
     /// Gives back up to `units` of `item.permit` here if this store admitted
-    /// that permit (and it is still remembered); false otherwise, without
-    /// touching the store. Costs one atomic load while no permit is held.
-    pub fn release_permit(&self, item: Item<'_>, units: u64, now: Timestamp) -> bool {
-        if item.permit == 0 {
-            return false;
+    /// that permit and it still holds units of `item.key`: the units given
+    /// back, or `None` (the store is left as it is). Costs one atomic load
+    /// while no permit is held.
+    pub fn release_permit(&self, item: Item<'_>, units: u64, now: Timestamp) -> Option<u64> {
+        if self.memory.held_permits() == 0 {
+            return None;
         }
-        match self.permits.take(item.permit, item.key, units) {
-            Some(given) => {
-                if given > 0 {
-                    self.release(item, given, now);
-                }
-                true
-            }
-            None => false,
+        match self.release(item, units, now) {
+            Released::Given(n) | Released::Queued(n) => Some(n),
+            Released::NotHeld => None,
         }
     }
 
-    pub fn release(&self, item: Item<'_>, units: u64, now: Timestamp) {
+    /// Gives back up to what `item.permit` holds of `item.key` here.
+    pub fn release(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
         let scaled = self.limit_for(item.limit);
         let item = Item {
             limit: scaled.as_deref().unwrap_or(item.limit),
             ..item
         };
-        self.memory.release_now(item, units, now);
+        self.memory.release_now(item, units, now)
     }
 }
 

@@ -34,7 +34,7 @@
 //! let config = RedisConfig::new("10.0.0.5:6379", Mode::Single)?;
 //! let backend = ResilientBackend::new(RedisBackend::connect(&config).await?, &config)?;
 //! let limit = AnyLimit::from(Gcra::per_second(10)?);
-//! let items = [Item { group: b"api", key: b"api:user-42", limit: &limit, cost: 1, on_failure: None, sync: None, permit: 0, zone: None }];
+//! let items = [Item { group: b"api", key: b"api:user-42", limit: &limit, cost: 1, on_failure: None, sync: None, permit: floodgate_policy::Permit::NONE, zone: None }];
 //! let mut out = [Decision { outcome: Outcome::Never, limit: 0, remaining: 0,
 //!     reset_after: Default::default(), retry_after: None }];
 //! let decision = backend.decide(&items, Timestamp::ZERO, Apply::Commit, &mut out).await?;
@@ -57,6 +57,7 @@ mod deferred;
 mod encode;
 mod error;
 mod fallback;
+mod issued;
 mod keys;
 mod policy;
 mod pool;

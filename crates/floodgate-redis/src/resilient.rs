@@ -5,12 +5,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use floodgate::{Apply, Decision, Timestamp};
-use floodgate_policy::{Backend, BackendError, Held, Item, SyncMode};
+use floodgate_policy::{Backend, BackendError, Held, Item, Released, SyncMode};
 use smallvec::SmallVec;
 
 use crate::breaker::{Breaker, BreakerState, Pass};
 use crate::deferred::{DeferredReleases, deliver_soon};
 use crate::fallback::LocalFallback;
+use crate::issued::IssuedPermits;
 use crate::policy::{self, Fallback};
 use crate::sharing::{Failed, Gate, Share, Sharing};
 use crate::stats::{ResilienceStats, SharingStats};
@@ -33,20 +34,22 @@ const LOCAL_KEYS: usize = 1_000_000;
 ///   one, the backend's otherwise; a batch mixing policies is answered by
 ///   its narrowest decision (one fail-closed item denies it), its `local`
 ///   items decided together, atomically, on the local store.
-/// * A release of a permit (`Item::permit` ≠ 0) goes to the store that
-///   admitted it, whatever the breaker says by then: to the local store if
-///   the local fallback admitted it (even after Redis is back), to Redis
-///   otherwise. A release Redis cannot take (it fails, or the breaker is
-///   open: then it is not even tried) is queued and sent again in the
-///   background as soon as a call to Redis succeeds; at most
-///   [`DEFERRED_RELEASE_BOUND`](Self::DEFERRED_RELEASE_BOUND) wait by
-///   default ([`with_deferred_release_bound`](Self::with_deferred_release_bound)),
-///   the oldest dropped beyond (freed when their leases end). The local fallback
-///   remembers the permits it admitted, at most
-///   [`LOCAL_PERMIT_BOUND`](Self::LOCAL_PERMIT_BOUND) of them by default
-///   ([`with_local_permit_bound`](Self::with_local_permit_bound)); when
-///   full it forgets the oldest, whose releases then go to Redis and leave
-///   their local units taken.
+/// * A release of a permit (`Item::permit` not [`NONE`](floodgate_policy::Permit::NONE))
+///   goes to the store that admitted it, whatever the breaker says by
+///   then: to the local store if the local fallback admitted it (even after
+///   Redis is back), to Redis otherwise; each gives back at most what that
+///   permit holds of that key. A release Redis cannot take (it fails, or
+///   the breaker is open: then it is not even tried) is queued and sent
+///   again in the background as soon as a call to Redis succeeds, if this
+///   instance issued that permit and still holds it
+///   ([`issued_permits`](Self::issued_permits)); any other release is then
+///   refused (`BackendError::Unavailable`), as nothing can check it, so
+///   the queue never holds more than the permits outstanding here. At most
+///   [`ISSUED_PERMIT_BOUND`](Self::ISSUED_PERMIT_BOUND) permits are
+///   remembered by default ([`with_issued_permit_bound`](Self::with_issued_permit_bound)),
+///   each for its lease, and at most
+///   [`DEFERRED_RELEASE_BOUND`](Self::DEFERRED_RELEASE_BOUND) releases wait
+///   ([`with_deferred_release_bound`](Self::with_deferred_release_bound)).
 /// * Releases of items without a permit go to Redis while the breaker is
 ///   closed; those under the local policy also go to the local store when
 ///   Redis fails or the breaker is open.
@@ -62,18 +65,23 @@ pub struct ResilientBackend {
     deferred: Arc<DeferredReleases>,
     /// The keys decided in this process (`lease` and `sync`).
     sharing: Arc<Sharing>,
+    /// The permits Redis admitted through this instance, not given back.
+    issued: IssuedPermits,
+    lease: Option<std::time::Duration>,
 }
 
 impl ResilientBackend {
-    /// How many permits admitted by the local fallback and not yet given
-    /// back are remembered at most, by default (see
-    /// [`with_local_permit_bound`](Self::with_local_permit_bound)).
-    pub const LOCAL_PERMIT_BOUND: usize = 1_000_000;
+    /// How many permits Redis admitted through this instance and not yet
+    /// given back are remembered at most, by default (see
+    /// [`with_issued_permit_bound`](Self::with_issued_permit_bound)).
+    pub const ISSUED_PERMIT_BOUND: usize = 1_000_000;
 
     /// How many releases Redis could not take wait to be sent again at
     /// most, by default (see
-    /// [`with_deferred_release_bound`](Self::with_deferred_release_bound)).
-    pub const DEFERRED_RELEASE_BOUND: usize = 100_000;
+    /// [`with_deferred_release_bound`](Self::with_deferred_release_bound)):
+    /// as many as permits are remembered, so that with the defaults every
+    /// release of a permit held here can wait.
+    pub const DEFERRED_RELEASE_BOUND: usize = Self::ISSUED_PERMIT_BOUND;
 
     /// Wraps `redis` with the policy and breaker of `config`.
     pub fn new(redis: RedisBackend, config: &RedisConfig) -> Result<Self, ConfigError> {
@@ -83,12 +91,8 @@ impl ResilientBackend {
             FailurePolicy::Local { divide_by } => divide_by,
             _ => 1,
         };
-        let local = LocalFallback::new(
-            config.fallback_capacity,
-            divide_by,
-            Self::LOCAL_PERMIT_BOUND,
-        )
-        .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let local = LocalFallback::new(config.fallback_capacity, divide_by)
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
         let sharing = Sharing::new(
             config.fallback_capacity.max(LOCAL_KEYS),
             config.sync,
@@ -103,6 +107,8 @@ impl ResilientBackend {
             stats: Arc::default(),
             deferred: Arc::new(DeferredReleases::new(Self::DEFERRED_RELEASE_BOUND)),
             sharing: Arc::new(sharing),
+            issued: IssuedPermits::new(Self::ISSUED_PERMIT_BOUND, config.concurrency_lease),
+            lease: config.concurrency_lease,
         })
     }
 
@@ -136,24 +142,40 @@ impl ResilientBackend {
         }
     }
 
-    /// Remembers at most `bound` permits admitted by the local fallback
-    /// (at least 2; the default is
-    /// [`LOCAL_PERMIT_BOUND`](Self::LOCAL_PERMIT_BOUND)). The live ones are
-    /// at most the requests in flight during an outage; the bound only
-    /// matters when holders never release. Once it is reached the oldest
-    /// are forgotten: their releases go to Redis, which does not hold them,
-    /// so the local units they hold stay taken.
-    pub fn with_local_permit_bound(mut self, bound: usize) -> Self {
-        self.local.set_permit_bound(bound);
+    /// Remembers at most `bound` permits that Redis admitted through this
+    /// instance (at least 2; the default is
+    /// [`ISSUED_PERMIT_BOUND`](Self::ISSUED_PERMIT_BOUND)). Released ones
+    /// are forgotten at once and the others when their lease ends, so the
+    /// bound only matters when holders never release on many keys. Once it
+    /// is reached the oldest are forgotten: their releases still go to
+    /// Redis, but are not queued while Redis cannot take them (their units
+    /// are freed when their leases end).
+    pub fn with_issued_permit_bound(mut self, bound: usize) -> Self {
+        self.issued = IssuedPermits::new(bound, self.lease);
         self
+    }
+
+    /// The permits Redis admitted through this instance that are not given
+    /// back yet and are remembered (one per permit and key): the releases
+    /// that may be queued while Redis cannot take them.
+    pub fn issued_permits(&self) -> usize {
+        self.issued.len()
+    }
+
+    /// The most permits [`issued_permits`](Self::issued_permits) counts at
+    /// once.
+    pub fn issued_permit_bound(&self) -> usize {
+        self.issued.bound()
     }
 
     /// Keeps at most `bound` releases that Redis could not take (at least
     /// 1; the default is
     /// [`DEFERRED_RELEASE_BOUND`](Self::DEFERRED_RELEASE_BOUND)) until
-    /// Redis answers again. Beyond it the oldest are dropped
-    /// (`releases_dropped`): their permits stay held in Redis until their
-    /// leases end.
+    /// Redis answers again. Only releases of permits held here are queued,
+    /// so the queue is also bounded by
+    /// [`issued_permit_bound`](Self::issued_permit_bound); beyond `bound`
+    /// the oldest are dropped (`releases_dropped`): their permits stay held
+    /// in Redis until their leases end.
     pub fn with_deferred_release_bound(self, bound: usize) -> Self {
         self.deferred.set_bound(bound);
         self
@@ -170,16 +192,10 @@ impl ResilientBackend {
         self.deferred.bound()
     }
 
-    /// The permits admitted by the local fallback, not given back yet, that
-    /// are remembered (so that their releases go to the local store).
+    /// The permits admitted by the local fallback and not given back yet
+    /// (one per permit and key; their releases go to the local store).
     pub fn local_permits(&self) -> usize {
         self.local.permits()
-    }
-
-    /// The most permits [`local_permits`](Self::local_permits) counts at
-    /// once.
-    pub fn local_permit_bound(&self) -> usize {
-        self.local.permit_bound()
     }
 
     /// The wrapped backend (and its own counters).
@@ -317,6 +333,9 @@ impl ResilientBackend {
                 }
                 if let Ok((d, _)) = result {
                     self.stats.decisions.inc();
+                    if apply.charge_if_allowed() && d.is_allowed() {
+                        self.remember_issued(items, now);
+                    }
                     return Ok(d);
                 }
                 self.stats.backend_errors.inc();
@@ -334,11 +353,20 @@ impl ResilientBackend {
         }
     }
 
-    /// Queues a release of a Redis-held permit that Redis could not take.
-    fn defer(&self, item: Item<'_>, units: u64, now: Timestamp) {
-        if !item.limit.is_concurrency() || units == 0 {
-            return;
+    /// Remembers the permits of an admitted, charged batch that Redis
+    /// decided.
+    fn remember_issued(&self, items: &[Item<'_>], now: Timestamp) {
+        for i in items {
+            if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() {
+                self.issued.insert(i.permit, i.key, i.cost, now);
+            }
         }
+    }
+
+    /// Queues the release of `units` of a Redis-held permit issued here
+    /// (taken from [`issued`](Self::issued_permits)) that Redis could not
+    /// take.
+    fn defer(&self, item: Item<'_>, units: u64, now: Timestamp) {
         let key = self.redis.state_key(&item);
         self.deferred
             .push(key, units, item.permit, now, &self.stats);
@@ -352,11 +380,11 @@ impl ResilientBackend {
         item: Item<'_>,
         units: u64,
         now: Timestamp,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Released, BackendError> {
         let closed = self.breaker.state() == BreakerState::Closed;
         let result = self.redis.release_inner(item, units, now).await;
         match &result {
-            Ok(()) => {
+            Ok(_) => {
                 if closed {
                     self.breaker.success();
                 }
@@ -368,6 +396,27 @@ impl ResilientBackend {
                     self.breaker.failure(&self.stats);
                 }
             }
+        }
+        result
+    }
+
+    /// The release of an item without a permit (built by hand): to Redis
+    /// while the breaker is closed, and to the local store too when that
+    /// fails for an item under the local policy.
+    async fn release_anonymous(
+        &self,
+        item: Item<'_>,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<Released, BackendError> {
+        // Releases never take the half-open probe (decisions do).
+        let result = if self.breaker.state() == BreakerState::Closed {
+            self.release_to_redis(item, units, now).await
+        } else {
+            Err(BackendError::Unavailable("circuit breaker open".into()))
+        };
+        if result.is_err() && Fallback::of(&item, self.policy) == Fallback::Local {
+            self.local.release(item, units, now);
         }
         result
     }
@@ -409,45 +458,49 @@ impl Backend for ResilientBackend {
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Released, BackendError>> + Send + 'a {
         async move {
             // Given back here if a lease here gave it out.
-            let units = self.sharing.release(&item, units, now);
+            let (given_here, units) = self.sharing.release(&item, units, now);
             if units == 0 {
-                return Ok(());
+                return Ok(Released::Given(given_here));
             }
             // Given back in Redis: a replica here counts it no more.
             self.sharing
                 .decided_in_redis(std::slice::from_ref(&item), now);
-            if item.permit != 0 {
-                // Given back where it was taken.
-                if self.local.release_permit(item, units, now) {
-                    return Ok(());
-                }
-                // Redis holds it: given back now, or queued until Redis
-                // answers again (an open breaker is not even tried: no
-                // timeout to pay per release during an outage).
-                if self.breaker.state() == BreakerState::Closed {
-                    match self.release_to_redis(item, units, now).await {
-                        Ok(()) => return Ok(()),
-                        // Redis answered, with something no retry changes.
-                        Err(e @ BackendError::Protocol(_)) => return Err(e),
-                        Err(_) => {}
-                    }
-                }
-                self.defer(item, units, now);
-                return Ok(());
+            if item.permit.is_none() {
+                return self.release_anonymous(item, units, now).await;
             }
-            // Releases never take the half-open probe (decisions do).
-            let result = if self.breaker.state() == BreakerState::Closed {
-                self.release_to_redis(item, units, now).await
-            } else {
-                Err(BackendError::Unavailable("circuit breaker open".into()))
-            };
-            if result.is_err() && Fallback::of(&item, self.policy) == Fallback::Local {
-                self.local.release(item, units, now);
+            // Given back where it was taken.
+            if let Some(given) = self.local.release_permit(item, units, now) {
+                return Ok(Released::Given(given));
             }
-            result
+            // Redis holds it, if anything does: what this instance holds of
+            // it may wait for Redis, and nothing else may.
+            let held_here = self.issued.take(item.permit, item.key, units, now);
+            // Given back now, unless Redis cannot take it (an open breaker
+            // is not even tried: no timeout to pay per release during an
+            // outage).
+            if self.breaker.state() == BreakerState::Closed {
+                match self.release_to_redis(item, units, now).await {
+                    Ok(r) => return Ok(r),
+                    // Redis answered, with something no retry changes.
+                    Err(e @ BackendError::Protocol(_)) => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            match held_here {
+                Some(held) if held > 0 && item.limit.is_concurrency() => {
+                    self.defer(item, held, now);
+                    Ok(Released::Queued(held))
+                }
+                _ => Err(BackendError::Unavailable(
+                    "Redis cannot take this release now, and this instance holds no such \
+                     permit to give back later (not issued here, or released already); \
+                     a permit Redis holds is freed when its lease ends"
+                        .into(),
+                )),
+            }
         }
     }
 

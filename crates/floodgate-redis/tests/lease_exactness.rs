@@ -311,9 +311,9 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                         sync: None,
                         zone: None,
                         permit: if limits[k].is_concurrency() {
-                            permit
+                            floodgate_policy::Permit::from(permit)
                         } else {
-                            0
+                            floodgate_policy::Permit::NONE
                         },
                     })
                     .collect();
@@ -349,7 +349,7 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                     on_failure: None,
                     sync: None,
                     zone: None,
-                    permit: p,
+                    permit: p.into(),
                 };
                 let _ = fleet[inst]
                     .release(item, units, Timestamp::from_micros(now_us))
@@ -376,7 +376,7 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                             on_failure: None,
                             sync: None,
                             zone: None,
-                            permit: p,
+                            permit: p.into(),
                         };
                         let _ = fleet[inst]
                             .release(item, units, Timestamp::from_micros(now_us))
@@ -464,7 +464,7 @@ fn tokens_leased_and_not_used_yet_are_never_refilled() {
                 on_failure: None,
                 sync: None,
                 zone: None,
-                permit: 0,
+                permit: floodgate_policy::Permit::NONE,
             };
             let now = Timestamp::from_micros(at_us);
             let mut out = [blank()];

@@ -14,7 +14,7 @@ use common::{Cluster, PermitKey, Server, blank, item, permit};
 use floodgate::algorithms::{AnyLimit, Concurrency, FixedWindow};
 use floodgate::{Apply, ManualClock, Timestamp};
 use floodgate_policy::read::{LoadOptions, load_str};
-use floodgate_policy::{Backend, Code, Engine, OwnedDescriptor, PolicySet, Response};
+use floodgate_policy::{Backend, Code, Engine, OwnedDescriptor, PolicySet, Released, Response};
 use floodgate_redis::{
     BreakerConfig, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend, TimeSource,
 };
@@ -183,23 +183,23 @@ async fn releases_naming_nothing_held_are_harmless() {
     let s = 1_000_000;
     assert!(k.acquire(1, 2, T0).await.is_allowed());
     assert!(k.acquire(2, 1, T0 + s).await.is_allowed());
-    // An id the key never saw, and permit 0 (no id).
-    k.release(99, 5, T0 + s).await;
-    k.release(0, 5, T0 + s).await;
+    // An id the key never saw, and permit 0 (no id): nothing, and said so.
+    assert_eq!(k.release(99, 5, T0 + s).await, Released::NotHeld);
+    assert_eq!(k.release(0, 5, T0 + s).await, Released::NotHeld);
     assert_eq!(k.held(T0 + s).await, 3);
     // More units than the permit holds: it gives back its own, no more.
-    k.release(1, 5, T0 + s).await;
+    assert_eq!(k.release(1, 5, T0 + s).await, Released::Given(2));
     assert_eq!(k.held(T0 + s).await, 1);
     // Released twice: nothing more.
-    k.release(1, 2, T0 + s).await;
+    assert_eq!(k.release(1, 2, T0 + s).await, Released::NotHeld);
     assert_eq!(k.held(T0 + s).await, 1);
     // Fewer units than it holds: the rest stays with the permit.
     assert!(k.acquire(3, 3, T0 + s).await.is_allowed());
-    k.release(3, 1, T0 + s).await;
+    assert_eq!(k.release(3, 1, T0 + s).await, Released::Given(1));
     assert_eq!(k.held(T0 + s).await, 3);
     k.release(3, 1, T0 + s).await;
     assert_eq!(k.held(T0 + s).await, 2);
-    k.release(3, 9, T0 + s).await;
+    assert_eq!(k.release(3, 9, T0 + s).await, Released::Given(1));
     assert_eq!(k.held(T0 + s).await, 1);
     // A permit held again (the same id) adds its units and renews its lease.
     assert!(k.acquire(2, 1, T0 + 2 * s).await.is_allowed());
@@ -212,14 +212,23 @@ async fn releases_naming_nothing_held_are_harmless() {
             .await
             .is_allowed()
     );
-    k.release(2, 2, T0 + 2 * s + LEASE_US).await;
+    assert_eq!(
+        k.release(2, 2, T0 + 2 * s + LEASE_US).await,
+        Released::NotHeld
+    );
     assert_eq!(k.held(T0 + 2 * s + LEASE_US).await, 1);
     k.release(4, 1, T0 + 2 * s + LEASE_US).await;
     assert!(!conn.exists::<_, bool>(k.name()).unwrap());
     // On a key that is gone, or holds something else: nothing happens.
-    k.release(4, 1, T0 + 3 * s + LEASE_US).await;
+    assert_eq!(
+        k.release(4, 1, T0 + 3 * s + LEASE_US).await,
+        Released::NotHeld
+    );
     let _: () = conn.set(k.name(), "f1:2").unwrap();
-    k.release(4, 1, T0 + 3 * s + LEASE_US).await;
+    assert_eq!(
+        k.release(4, 1, T0 + 3 * s + LEASE_US).await,
+        Released::NotHeld
+    );
     let state: String = conn.get(k.name()).unwrap();
     assert_eq!(state, "f1:2");
     assert_eq!(b.stats().errors.get(), 0);
@@ -255,7 +264,7 @@ async fn a_legacy_count_is_one_permit_with_a_lease() {
     // 'c<held>': the state before permits had leases of their own.
     let _: () = conn.set(k.name(), "c2").unwrap();
     // A release names no permit of it: left as it is.
-    k.release(1, 2, T0).await;
+    assert_eq!(k.release(1, 2, T0).await, Released::NotHeld);
     let state: String = conn.get(k.name()).unwrap();
     assert_eq!(state, "c2");
     // Counted, and given a lease by the first write.

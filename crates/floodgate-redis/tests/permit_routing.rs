@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{PermitKey, Server, blank, item, permit};
 use floodgate::algorithms::{AnyLimit, FixedWindow};
 use floodgate::{Apply, Timestamp};
-use floodgate_policy::Backend;
+use floodgate_policy::{Backend, BackendError, Released};
 use floodgate_redis::{
     BreakerConfig, BreakerState, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend,
     TimeSource,
@@ -344,59 +344,108 @@ async fn releases_redis_failed_to_take_are_sent_again_once_it_answers() {
 /// oldest are dropped (and counted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queued_releases_stay_bounded() {
-    let b = unreachable().await.with_deferred_release_bound(3);
+    let server = Server::start();
+    let b = backend(&server).await.with_deferred_release_bound(3);
     assert_eq!(b.deferred_release_bound(), 3);
     let k = PermitKey::new(&b, b"route", 10, b"route:queued");
-    // Permits the local store never admitted: Redis's to give back.
     for id in 1..=5 {
-        k.try_release(id, 1, T0).await.expect("queued");
+        assert!(k.acquire(id, 1, T0).await.is_allowed());
     }
+    assert_eq!(b.issued_permits(), 5);
+    server.pause();
+    for id in 1..=5 {
+        assert_eq!(k.release(id, 1, T0).await, Released::Queued(1));
+    }
+    server.resume();
+    assert_eq!(b.issued_permits(), 0);
     assert_eq!(b.deferred_releases(), 3);
     assert_eq!(b.stats().releases_deferred.get(), 5);
     assert_eq!(b.stats().releases_dropped.get(), 2);
     assert_eq!(b.stats().releases_redelivered.get(), 0);
-    // Nothing but the first call went to Redis.
-    assert!(b.redis().stats().calls.get() <= 1);
 }
 
+/// The permits Redis admitted through an instance are remembered (so that
+/// their releases can wait for Redis) within a bound: holders that never
+/// give back, on ever more keys, make it forget the oldest, whose releases
+/// are then refused while Redis is away (and sent to Redis when it
+/// answers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_remembered_permits_stay_bounded() {
-    let b = unreachable().await.with_local_permit_bound(64);
-    assert_eq!(b.local_permit_bound(), 64);
-    let k = PermitKey::new(&b, b"route", 10_000, b"route:bounded");
-    // Holders that never give back: the oldest are forgotten.
+    let server = Server::start();
+    let b = backend(&server).await.with_issued_permit_bound(64);
+    assert_eq!(b.issued_permit_bound(), 64);
+    // A hundred keys, ten permits each: permit `id` on key `id % 100`.
+    let keys: Vec<PermitKey<'_, ResilientBackend>> = (0..100)
+        .map(|j| {
+            let name: &'static [u8] = format!("route:bounded:{j}").leak().as_bytes();
+            PermitKey::new(&b, b"route", 100, name)
+        })
+        .collect();
+    let key = |id: u64| &keys[(id % 100) as usize];
+    for id in 1..=1_000u64 {
+        assert!(key(id).acquire(id, 1, T0).await.is_allowed(), "{id}");
+        assert!(b.issued_permits() <= 64, "{id}: {}", b.issued_permits());
+    }
+    // One shard at this bound: the newest ones are remembered.
+    let n = b.issued_permits() as u64;
+    assert!((32..=64).contains(&n), "{n}");
+    assert_eq!(b.local_permits(), 0);
+    server.pause();
+    for id in (1_001 - n..=1_000).rev() {
+        assert_eq!(
+            key(id).release(id, 1, T0 + 1).await,
+            Released::Queued(1),
+            "{id}"
+        );
+    }
+    assert_eq!(b.issued_permits(), 0);
+    assert_eq!(b.deferred_releases() as u64, n);
+    // A forgotten one is not queued.
+    for id in [1, 1_000 - n] {
+        assert!(matches!(
+            key(id).try_release(id, 1, T0 + 1).await,
+            Err(BackendError::Unavailable(_))
+        ));
+    }
+    assert_eq!(b.deferred_releases() as u64, n);
+    server.resume();
+    wait_closed(&b).await;
+    deliver_by_calls(&b).await;
+    let mut held = 0;
+    for k in &keys {
+        held += k.held(T0 + 2).await;
+    }
+    assert_eq!(held, 1_000 - n);
+    // Redis answers again: a forgotten permit's release goes to it.
+    assert_eq!(key(1).release(1, 1, T0 + 3).await, Released::Given(1));
+    assert_eq!(key(1).held(T0 + 3).await, 9);
+}
+
+/// The local fallback remembers exactly the permits it admitted that hold
+/// units: holders that never give back hold one entry each, requests that
+/// complete leave nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_permits_are_those_holding_units() {
+    let b = unreachable().await;
+    let k = PermitKey::new(&b, b"route", 1_000, b"route:local-held");
     for id in 1..=1_000u64 {
         assert!(k.acquire(id, 1, T0 + id).await.is_allowed(), "{id}");
-        assert!(b.local_permits() <= 64, "{id}: {}", b.local_permits());
     }
+    assert!(k.acquire(1_001, 1, T0).await.is_denied());
     assert_eq!(b.breaker_state(), BreakerState::Open);
-    // One shard at this bound: the newest ones are remembered.
-    let n = b.local_permits() as u64;
-    assert!((32..=64).contains(&n), "{n}");
-    assert_eq!(k.held(T0 + 2_000).await, 1_000);
-    for id in (1_001 - n..=1_000).rev() {
-        k.try_release(id, 1, T0 + 2_001)
-            .await
-            .expect("given back locally");
+    assert_eq!(b.local_permits(), 1_000);
+    for id in 1..1_000u64 {
+        assert_eq!(k.release(id, 1, T0 + 1_000).await, Released::Given(1));
     }
-    assert_eq!(b.local_permits(), 0);
-    assert_eq!(k.held(T0 + 2_001).await, 1_000 - n);
-    // A forgotten one goes to Redis (queued for it), and its local unit
-    // stays taken.
-    let queued = b.deferred_releases();
-    k.try_release(1_000 - n, 1, T0 + 2_002)
-        .await
-        .expect("queued");
-    k.try_release(1, 1, T0 + 2_002).await.expect("queued");
-    assert_eq!(b.deferred_releases(), queued + 2);
-    assert_eq!(k.held(T0 + 2_002).await, 1_000 - n);
-    // Requests that complete leave nothing behind, however many.
-    for id in 2_000..5_000u64 {
-        assert!(k.acquire(id, 2, T0 + id).await.is_allowed(), "{id}");
-        k.try_release(id, 2, T0 + id).await.expect("local");
+    assert_eq!(b.local_permits(), 1);
+    for id in 2_000..3_000u64 {
+        assert!(k.acquire(id, 1, T0 + id).await.is_allowed(), "{id}");
+        assert_eq!(k.release(id, 5, T0 + id).await, Released::Given(1));
     }
+    assert_eq!(b.local_permits(), 1);
+    assert_eq!(k.release(1_000, 1, T0).await, Released::Given(1));
     assert_eq!(b.local_permits(), 0);
-    assert_eq!(k.held(T0 + 5_000).await, 1_000 - n);
+    assert_eq!(k.held(T0 + 5_000).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -412,9 +461,13 @@ async fn releases_of_a_permit_give_back_at_most_what_it_took() {
     k.try_release(1, 5, T0 + 2).await.expect("local");
     assert_eq!(k.held(T0 + 2).await, 1);
     assert_eq!(b.local_permits(), 1);
-    // Given back already: to Redis (queued for it), not to the local store.
-    k.try_release(1, 1, T0 + 3).await.expect("queued");
-    assert_eq!(b.deferred_releases(), 1);
+    // Given back already: not to the local store, and not queued for
+    // Redis, which this instance never asked.
+    assert!(matches!(
+        k.try_release(1, 1, T0 + 3).await,
+        Err(BackendError::Unavailable(_))
+    ));
+    assert_eq!(b.deferred_releases(), 0);
     assert_eq!(k.held(T0 + 3).await, 1);
     // A dry run holds nothing and is not remembered.
     let items = [permit(b"route", k.key, &k.limit, 1, 9)];
@@ -435,7 +488,8 @@ async fn releases_without_a_permit_follow_the_breaker() {
     assert!(k.acquire(0, 1, T0).await.is_allowed());
     assert!(k.acquire(0, 1, T0).await.is_allowed());
     assert!(k.acquire(0, 1, T0).await.is_denied());
-    assert_eq!(b.local_permits(), 0);
+    // The local store counts them under no permit.
+    assert_eq!(b.local_permits(), 1);
     assert!(k.try_release(0, 1, T0 + 1).await.is_err());
     assert_eq!(k.held(T0 + 1).await, 1);
     // Only the first decision tried Redis; the release did not.

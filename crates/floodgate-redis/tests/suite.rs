@@ -14,6 +14,7 @@ mod leases;
 mod multi_region;
 mod permit_routing;
 mod pipelining;
+mod release_attacks;
 mod rule_policies;
 mod sentinel;
 mod sync_bound;

@@ -171,7 +171,7 @@ async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {
                     on_failure: None,
                     sync: None,
                     zone: None,
-                    permit: 0,
+                    permit: floodgate_policy::Permit::NONE,
                 };
                 let mut out = [blank()];
                 let d = fleet[inst]

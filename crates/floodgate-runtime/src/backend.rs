@@ -3,7 +3,9 @@
 use std::future::Future;
 
 use floodgate::{Apply, Decision, StoreConfig, Timestamp};
-use floodgate_policy::{Backend, BackendError, Item, MemoryBackend, PolicySet, SyncBackend};
+use floodgate_policy::{
+    Backend, BackendError, Item, MemoryBackend, PolicySet, Released, SyncBackend,
+};
 use floodgate_redis::{ConnectError, RedisBackend, ResilientBackend};
 
 use crate::error::RuntimeError;
@@ -150,13 +152,10 @@ impl Backend for AnyBackend {
         item: Item<'a>,
         units: u64,
         now: Timestamp,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Released, BackendError>> + Send + 'a {
         async move {
             match self {
-                AnyBackend::Memory(m) => {
-                    m.release_now(item, units, now);
-                    Ok(())
-                }
+                AnyBackend::Memory(m) => Ok(m.release_now(item, units, now)),
                 AnyBackend::Redis(r) => r.release(item, units, now).await,
             }
         }
@@ -315,7 +314,7 @@ domains:
                 cost: 1,
                 on_failure: None,
                 sync: None,
-                permit: 0,
+                permit: floodgate_policy::Permit::NONE,
                 zone: None,
             }];
             let mut out = [Decision {

@@ -52,6 +52,10 @@ fn describe() {
         "floodgate_sync_drift_units_total",
         "Units admitted elsewhere in the fleet that this instance learned of at its next sync or lease (the drift of its view)."
     );
+    metrics::describe_gauge!(
+        "floodgate_redis_issued_permits",
+        "Concurrency permits Redis admitted through this instance that are not released yet (their releases may be queued during an outage)."
+    );
 }
 
 /// Runs the recorder's upkeep (draining histogram buffers) every `every`.
@@ -155,4 +159,5 @@ pub fn export_store(backend: &AnyBackend) {
     c("floodgate_sync_drift_samples_total", sh.drift_samples.get());
     c("floodgate_sync_starved_total", sh.starved.get());
     metrics::gauge!("floodgate_sync_queued_keys").set(r.sharing_queued() as f64);
+    metrics::gauge!("floodgate_redis_issued_permits").set(r.issued_permits() as f64);
 }

@@ -22,6 +22,33 @@ fn describe() {
         "floodgate_request_errors_total",
         "Requests answered with an error, by class (invalid_argument, resource_exhausted, unavailable, deadline_exceeded, internal)."
     );
+    metrics::describe_counter!(
+        "floodgate_releases_total",
+        "Concurrency limits released through /v1/release, by result (released, queued, not_held: the permit held nothing there, failed)."
+    );
+}
+
+/// Counts what a `/v1/release` did to each concurrency limit of `response`.
+pub fn released(response: &floodgate_policy::Response) {
+    use floodgate_policy::Released;
+    let mut n = [0u64; 4];
+    for l in response.limits() {
+        match l.release {
+            Some(Ok(Released::Given(_))) => n[0] += 1,
+            Some(Ok(Released::Queued(_))) => n[1] += 1,
+            Some(Ok(Released::NotHeld)) => n[2] += 1,
+            Some(Err(_)) => n[3] += 1,
+            None => {}
+        }
+    }
+    for (result, n) in ["released", "queued", "not_held", "failed"]
+        .into_iter()
+        .zip(n)
+    {
+        if n > 0 {
+            metrics::counter!("floodgate_releases_total", "result" => result).increment(n);
+        }
+    }
 }
 
 /// The API a request came through.

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use floodgate::Apply;
-use floodgate_policy::{Code, Descriptor, Engine, EngineError, PolicySet, Response};
+use floodgate_policy::engine::ReleaseReport;
+use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, PolicySet, Response};
 
 use floodgate_runtime::settings::{PolicyOverrides, Settings};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
@@ -106,23 +107,31 @@ impl Service {
         result
     }
 
-    /// Gives back the in-flight units an admitted request of `descriptors`
-    /// took (see [`Engine::release_request`]) and records its metrics.
+    /// Gives back the in-flight units `permit` took when a request of
+    /// `descriptors` was admitted (see [`Engine::release_request`]) and
+    /// records its metrics: the request, and what became of each
+    /// concurrency limit (`floodgate_releases_total`).
     pub async fn release<D: Descriptor>(
         &self,
         domain: &str,
         descriptors: &[D],
         hits_addend: u32,
-        permit: Option<u64>,
+        permit: Permit,
         response: &mut Response,
-    ) -> Result<(), EngineError> {
+    ) -> Result<ReleaseReport, EngineError> {
         let started = Instant::now();
         let result = self
             .engine
             .release_request(domain, descriptors, hits_addend, permit, response)
             .await;
         match &result {
-            Ok(()) => self.metrics.decided(Api::Release, Code::Ok, started),
+            Ok(report) => {
+                self.metrics.decided(Api::Release, Code::Ok, started);
+                crate::metrics::released(response);
+                if let Some(e) = &report.error {
+                    tracing::warn!(error = %e, "release failed");
+                }
+            }
             Err(e) => self.metrics.failed(Api::Release, e.code(), started),
         }
         result

@@ -39,6 +39,13 @@ pub struct LayerStats {
     pub fail_closed: AtomicU64,
     /// Concurrency releases that could not run (no async runtime).
     pub release_lost: AtomicU64,
+    /// Concurrency limits whose release found the request's permit holding
+    /// nothing: with Redis, its lease ended before the request did (the
+    /// units were freed then).
+    pub release_not_held: AtomicU64,
+    /// Concurrency limits the store could neither release nor queue the
+    /// release of (their units are freed when their leases end).
+    pub release_failed: AtomicU64,
 }
 
 impl LayerStats {
@@ -49,6 +56,22 @@ impl LayerStats {
     /// A counter's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Counts the limits a release found not held or could not release
+    /// (rare: a permit outliving its lease, a store that is away).
+    #[cold]
+    fn count_release_anomalies(&self, report: &floodgate_policy::engine::ReleaseReport) {
+        for (counter, n, result) in [
+            (&self.release_not_held, report.not_held, "not_held"),
+            (&self.release_failed, report.failed, "failed"),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n as u64, Ordering::Relaxed);
+                metrics::counter!("floodgate_http_releases_total", "result" => result)
+                    .increment(n as u64);
+            }
+        }
     }
 }
 
@@ -159,7 +182,10 @@ impl<B: Backend, C: Clock + 'static> Drop for Held<B, C> {
         }
         let shared = self.shared.clone();
         let mut release = Box::pin(async move {
-            shared.engine.release(&scratch.response).await;
+            let report = shared.engine.release(&scratch.response).await;
+            if report.not_held + report.failed > 0 {
+                shared.stats.count_release_anomalies(&report);
+            }
             shared.put(scratch);
         });
         // The in-memory backend is done at the first poll; a remote one

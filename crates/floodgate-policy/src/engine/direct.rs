@@ -243,7 +243,7 @@ fn counter<'a>(key: &'a [u8], limit: &'a RuleLimit, cost: u64, rule: &Rule) -> I
         cost,
         on_failure: rule.on_failure,
         sync: rule.sync,
-        permit: 0,
+        permit: crate::Permit::NONE,
         zone: limit.zone,
     }
 }

@@ -3,7 +3,10 @@
 
 use floodgate::Decision;
 
+use crate::backend::Released;
 use crate::compile::RuleId;
+
+use super::errors::ErrorCode;
 
 use super::response::Response;
 use super::scratch::LimitRef;
@@ -29,6 +32,11 @@ pub struct LimitEntry {
     /// This limit's own decision; `None` when the response was not decided
     /// (a [`release_request`](super::Engine::release_request)).
     pub decision: Option<Decision>,
+    /// What a [`release_request`](super::Engine::release_request) did to
+    /// this limit: `None` after a decision, and for limits a release does
+    /// not touch (not concurrency limits, or no units); the error's class
+    /// when the store could neither release nor queue it.
+    pub release: Option<Result<Released, ErrorCode>>,
 }
 
 impl<B: Backend, C: Clock> Engine<B, C> {
@@ -70,6 +78,7 @@ impl Response {
                 index,
                 units: slot.cost,
                 decision: s.decisions.get(k).copied(),
+                release: s.released.get(k).copied().flatten(),
             }
         })
     }

@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 
 use crate::backend::Backend;
 use crate::compile::{Action, Domain, PolicySet};
+use crate::permit::Permit;
 use crate::spec::{Dialect, Reported};
 
 use super::request::{Descriptor, LimitOverride};
@@ -105,8 +106,8 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
                         &dom.tree,
                     );
                     for (idx, l) in limits.iter().enumerate() {
-                        if l.limit.is_concurrency() && scratch.permit == 0 {
-                            scratch.permit = self.permits.next();
+                        if l.limit.is_concurrency() && scratch.permit.is_none() {
+                            scratch.permit = Permit::random();
                         }
                         let key = keys::member(&mut scratch.keys, (start, end), idx as u8);
                         scratch.slots.push(Slot {

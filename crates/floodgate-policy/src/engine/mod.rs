@@ -10,7 +10,6 @@ mod finish;
 mod keys;
 mod limits;
 mod matching;
-mod permits;
 mod release;
 mod request;
 mod reset;
@@ -24,21 +23,22 @@ use arc_swap::ArcSwap;
 use floodgate::algorithms::AnyLimit;
 use floodgate::{Apply, Clock, Decision, SystemClock, Timestamp};
 
-use crate::backend::{Backend, Item, SyncBackend};
+use crate::backend::{Backend, Item, Released, SyncBackend};
 use crate::compile::{PolicySet, Rule};
 use crate::failure::OnFailure;
 use crate::observe::LimitedKeys;
+use crate::permit::Permit;
 use crate::spec::Reported;
 use crate::sync_mode::SyncMode;
 
 pub use direct::DirectPlan;
 pub use errors::{EngineError, ErrorCode};
 pub use limits::LimitEntry;
+pub use release::ReleaseReport;
 pub use request::{Descriptor, LimitOverride, OwnedDescriptor};
 pub use response::{Code, CurrentLimit, Reason, Response, Status};
 
-use permits::PermitIds;
-use scratch::{LimitRef, Slot};
+use scratch::{Batch, LimitRef, Slot};
 
 /// What [`Engine::begin`] hands to the decision: the policy the request
 /// was matched against and the time to decide at.
@@ -93,7 +93,6 @@ pub struct Engine<B, C = SystemClock> {
     backend: B,
     clock: C,
     limits: RequestLimits,
-    permits: PermitIds,
     /// Where limited decisions are recorded, if anywhere.
     observer: Option<Arc<LimitedKeys>>,
 }
@@ -114,7 +113,6 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             backend,
             clock,
             limits: RequestLimits::default(),
-            permits: PermitIds::random(),
             observer: None,
         }
     }
@@ -321,15 +319,30 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let now = self.clock.now();
         response.generation = policy.generation();
         self.match_descriptors(&policy, dom, descriptors, hits_addend, now, response);
-        if response.scratch.permit != 0 {
+        if !response.scratch.permit.is_none() {
             response.scratch.policy = Some(Arc::clone(&policy));
         }
         Ok(Some((policy, now)))
     }
 
     /// Gives back the concurrency units a response holds (call when the
-    /// request completes; the gateway and the tower layer do).
-    pub async fn release(&self, response: &Response) {
+    /// request completes; the gateway and the tower layer do), and says
+    /// what became of them. A response gives back at most what its permit
+    /// holds: released twice, the second time gives back nothing
+    /// ([`ReleaseReport::not_held`]).
+    pub async fn release(&self, response: &Response) -> ReleaseReport {
+        let mut report = ReleaseReport::default();
+        self.release_slots(response, |_, r| report.add(r)).await;
+        report
+    }
+
+    /// Releases every concurrency limit `response` was admitted by, in slot
+    /// order, telling `each` the slot and what its backend answered.
+    async fn release_slots(
+        &self,
+        response: &Response,
+        mut each: impl FnMut(usize, Result<Released, crate::BackendError>),
+    ) {
         let scratch = &response.scratch;
         // A response holding units keeps the policy it was decided under;
         // one without has nothing to give back.
@@ -337,7 +350,31 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return;
         };
         let now = self.clock.now();
-        for (slot, d) in scratch.slots.iter().zip(&scratch.decisions) {
+        // A batch is charged only when every one of its limits admits it:
+        // the request's enforced limits together, its shadow ones together,
+        // each quota rule's (one descriptor's slots, which are contiguous)
+        // on its own.
+        let decisions = &scratch.decisions;
+        let allowed = |k: usize| decisions.get(k).is_some_and(Decision::is_allowed);
+        let mut together = [true; 2];
+        for (k, s) in scratch.slots.iter().enumerate() {
+            match s.batch {
+                Batch::Enforced => together[0] &= allowed(k),
+                Batch::Shadow => together[1] &= allowed(k),
+                Batch::Own => {}
+            }
+        }
+        let slots = &scratch.slots;
+        let admitted = |k: usize| match slots[k].batch {
+            Batch::Enforced => together[0],
+            Batch::Shadow => together[1],
+            Batch::Own => {
+                let of = |j: &usize| slots[*j].descriptor == slots[k].descriptor;
+                let start = (0..k).rev().take_while(of).last().unwrap_or(k);
+                (start..slots.len()).take_while(of).all(allowed)
+            }
+        };
+        for (k, slot) in scratch.slots.iter().enumerate() {
             let item = item(
                 policy,
                 &scratch.keys,
@@ -345,8 +382,8 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                 scratch.permit,
                 slot,
             );
-            if item.limit.is_concurrency() && d.is_allowed() && slot.cost > 0 {
-                let _ = self.backend.release(item, slot.cost, now).await;
+            if item.limit.is_concurrency() && slot.cost > 0 && admitted(k) {
+                each(k, self.backend.release(item, slot.cost, now).await);
             }
         }
     }
@@ -422,7 +459,7 @@ fn item<'a>(
     policy: &'a PolicySet,
     keys: &'a [u8],
     overrides: &'a [AnyLimit],
-    permit: u64,
+    permit: Permit,
     slot: &Slot,
 ) -> Item<'a> {
     let key = &keys[slot.key.0 as usize..slot.key.1 as usize];
@@ -434,7 +471,11 @@ fn item<'a>(
         cost: slot.cost,
         on_failure: on_failure_of(policy, slot.limit),
         sync: sync_of(policy, slot.limit),
-        permit: if limit.is_concurrency() { permit } else { 0 },
+        permit: if limit.is_concurrency() {
+            permit
+        } else {
+            Permit::NONE
+        },
         zone: match slot.limit {
             LimitRef::Rule(id, idx) => policy.rule(id).limits()[idx as usize].zone,
             LimitRef::Override(_) => None,

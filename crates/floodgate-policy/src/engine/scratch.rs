@@ -6,7 +6,11 @@ use std::sync::Arc;
 use floodgate::Decision;
 use floodgate::algorithms::AnyLimit;
 
+use crate::backend::Released;
 use crate::compile::{Path, PolicySet, RuleId};
+use crate::permit::Permit;
+
+use super::errors::ErrorCode;
 
 /// Which batch a counter is decided in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +51,11 @@ pub(crate) struct Scratch {
     pub overrides: Vec<AnyLimit>,
     pub decisions: Vec<Decision>,
     pub path: Path,
-    /// The request's permit if it holds a concurrency limit (0: none).
-    pub permit: u64,
+    /// The request's permit if it holds a concurrency limit.
+    pub permit: Permit,
+    /// What a [`release_request`](super::Engine::release_request) did to
+    /// each slot (empty after a decision).
+    pub released: Vec<Option<Result<Released, ErrorCode>>>,
     /// The policy decided under, kept while the request holds a permit:
     /// its release must find the same rules after a reload.
     pub policy: Option<Arc<PolicySet>>,
@@ -60,7 +67,8 @@ impl Scratch {
         self.slots.clear();
         self.overrides.clear();
         self.decisions.clear();
-        self.permit = 0;
+        self.released.clear();
+        self.permit = Permit::NONE;
         self.policy = None;
     }
 }

@@ -1,7 +1,7 @@
-//! The concurrency permits the local fallback admitted and that have not
-//! been given back yet, so that their releases go to the local store even
-//! after Redis is back (and only theirs: a permit taken in Redis is never
-//! given back locally).
+//! The concurrency permits this instance gave out under a lease (the
+//! `lease` sync mode) and that have not been given back yet, so that their
+//! releases come back here (and only theirs: a permit taken in Redis is
+//! never given back locally).
 //!
 //! A permit is remembered under its id and a keyed hash of its counter key
 //! (one request holds one permit per concurrency limit it matched), with
@@ -16,6 +16,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use floodgate_policy::Permit;
 
 /// At most this many shards; fewer for small bounds, so that each shard
 /// keeps a useful number of permits.
@@ -37,8 +39,8 @@ pub(crate) struct LocalPermits {
 
 #[derive(Default)]
 struct Shard {
-    current: HashMap<u128, u64>,
-    previous: HashMap<u128, u64>,
+    current: HashMap<(Permit, u64), u64>,
+    previous: HashMap<(Permit, u64), u64>,
 }
 
 impl LocalPermits {
@@ -55,6 +57,7 @@ impl LocalPermits {
     }
 
     /// The most permits remembered at once.
+    #[cfg(test)]
     pub fn bound(&self) -> usize {
         self.shards.len() * 2 * self.half
     }
@@ -64,17 +67,17 @@ impl LocalPermits {
         self.len.load(Ordering::Acquire)
     }
 
-    fn id(&self, permit: u64, key: &[u8]) -> u128 {
-        (u128::from(permit) << 64) | u128::from(self.hasher.hash_one(key))
+    fn id(&self, permit: Permit, key: &[u8]) -> (Permit, u64) {
+        (permit, self.hasher.hash_one(key))
     }
 
-    fn shard(&self, id: u128) -> &Mutex<Shard> {
-        let mixed = (id >> 64) as u64 ^ id as u64;
+    fn shard(&self, id: (Permit, u64)) -> &Mutex<Shard> {
+        let mixed = id.0.get() as u64 ^ id.1;
         &self.shards[(mixed % self.shards.len() as u64) as usize]
     }
 
     /// Remembers that `permit` took `units` more of the counter `key`.
-    pub fn insert(&self, permit: u64, key: &[u8], units: u64) {
+    pub fn insert(&self, permit: Permit, key: &[u8], units: u64) {
         let id = self.id(permit, key);
         let mut shard = self.shard(id).lock().unwrap_or_else(|p| p.into_inner());
         let shard = &mut *shard;
@@ -102,7 +105,7 @@ impl LocalPermits {
     /// (forgetting it once it holds nothing) and returns the units to give
     /// back locally. `None`: the permit was not taken locally (or has been
     /// forgotten).
-    pub fn take(&self, permit: u64, key: &[u8], units: u64) -> Option<u64> {
+    pub fn take(&self, permit: Permit, key: &[u8], units: u64) -> Option<u64> {
         if self.len() == 0 {
             return None;
         }
@@ -132,29 +135,29 @@ mod tests {
     #[test]
     fn remembers_each_permit_of_each_key_until_given_back() {
         let p = LocalPermits::new(1_000);
-        assert_eq!(p.take(1, b"k", 1), None);
-        p.insert(1, b"k", 2);
-        p.insert(1, b"other", 1);
-        p.insert(2, b"k", 1);
+        assert_eq!(p.take(Permit::from(1u64), b"k", 1), None);
+        p.insert(Permit::from(1u64), b"k", 2);
+        p.insert(Permit::from(1u64), b"other", 1);
+        p.insert(Permit::from(2u64), b"k", 1);
         assert_eq!(p.len(), 3);
-        assert_eq!(p.take(3, b"k", 1), None);
-        assert_eq!(p.take(1, b"k", 1), Some(1));
+        assert_eq!(p.take(Permit::from(3u64), b"k", 1), None);
+        assert_eq!(p.take(Permit::from(1u64), b"k", 1), Some(1));
         assert_eq!(p.len(), 3);
         // At most what the permit holds, then it is gone.
-        assert_eq!(p.take(1, b"k", 5), Some(1));
-        assert_eq!(p.take(1, b"k", 1), None);
-        assert_eq!(p.take(1, b"other", 1), Some(1));
-        assert_eq!(p.take(2, b"k", 1), Some(1));
+        assert_eq!(p.take(Permit::from(1u64), b"k", 5), Some(1));
+        assert_eq!(p.take(Permit::from(1u64), b"k", 1), None);
+        assert_eq!(p.take(Permit::from(1u64), b"other", 1), Some(1));
+        assert_eq!(p.take(Permit::from(2u64), b"k", 1), Some(1));
         assert_eq!(p.len(), 0);
     }
 
     #[test]
     fn a_permit_taken_again_adds_its_units() {
         let p = LocalPermits::new(100);
-        p.insert(7, b"k", 1);
-        p.insert(7, b"k", u64::MAX);
+        p.insert(Permit::from(7u64), b"k", 1);
+        p.insert(Permit::from(7u64), b"k", u64::MAX);
         assert_eq!(p.len(), 1);
-        assert_eq!(p.take(7, b"k", u64::MAX), Some(u64::MAX));
+        assert_eq!(p.take(Permit::from(7u64), b"k", u64::MAX), Some(u64::MAX));
         assert_eq!(p.len(), 0);
     }
 
@@ -164,14 +167,16 @@ mod tests {
             let p = LocalPermits::new(bound);
             assert!(p.bound() <= bound.max(2), "{bound}: {}", p.bound());
             for id in 1..=20_000u64 {
-                p.insert(id, b"k", 1);
+                p.insert(Permit::from(id), b"k", 1);
                 assert!(p.len() <= p.bound(), "{bound}");
             }
             assert!(p.len() >= p.bound() / 2, "{bound}: {}", p.len());
             // The newest is remembered, the oldest forgotten.
-            assert_eq!(p.take(20_000, b"k", 1), Some(1), "{bound}");
-            assert_eq!(p.take(1, b"k", 1), None, "{bound}");
-            let remembered = (1..20_000u64).filter_map(|id| p.take(id, b"k", 1)).count();
+            assert_eq!(p.take(Permit::from(20_000u64), b"k", 1), Some(1), "{bound}");
+            assert_eq!(p.take(Permit::from(1u64), b"k", 1), None, "{bound}");
+            let remembered = (1..20_000u64)
+                .filter_map(|id| p.take(Permit::from(id), b"k", 1))
+                .count();
             assert_eq!(p.len(), 0, "{bound}");
             assert!(remembered < p.bound(), "{bound}");
         }
@@ -180,13 +185,13 @@ mod tests {
     #[test]
     fn a_permit_moved_from_the_older_generation_is_counted_once() {
         let p = LocalPermits::new(2);
-        p.insert(1, b"k", 1);
-        p.insert(2, b"k", 1);
+        p.insert(Permit::from(1u64), b"k", 1);
+        p.insert(Permit::from(2u64), b"k", 1);
         // 1 is in the older generation; taking more moves it forward.
-        p.insert(1, b"k", 1);
+        p.insert(Permit::from(1u64), b"k", 1);
         assert_eq!(p.len(), 2);
-        assert_eq!(p.take(1, b"k", 5), Some(2));
-        assert_eq!(p.take(2, b"k", 1), Some(1));
+        assert_eq!(p.take(Permit::from(1u64), b"k", 5), Some(2));
+        assert_eq!(p.take(Permit::from(2u64), b"k", 1), Some(1));
         assert_eq!(p.len(), 0);
     }
 }

@@ -8,10 +8,10 @@
 -- ARGV[4]  '' to expire the key at the end of its last lease (server
 --          clock); otherwise a slack in ms added to a relative expiry.
 --
--- Reply: the units still held. The permit gives back at most what it
+-- Reply: the units given back. The permit gives back at most what it
 -- holds and goes once it holds nothing; a permit the key does not hold
--- (never acquired, already released, or its lease ended) gives back
--- nothing. Permits whose lease has ended are dropped, and the key is
+-- (never acquired, acquired for another key, already released, or its
+-- lease ended) gives back nothing (0), and nothing changes. Permits whose lease has ended are dropped, and the key is
 -- deleted when no permit is left. A key that holds anything else, or the
 -- legacy count 'c<held>', is left alone.
 --

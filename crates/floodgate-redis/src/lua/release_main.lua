@@ -9,7 +9,7 @@ if not ps then
   return 0
 end
 if ps.legacy then
-  return ps[1][2]
+  return 0
 end
 
 local now
@@ -21,23 +21,25 @@ else
 end
 local units, id = tonumber(ARGV[1]), ARGV[2]
 
-local live, held, _, changed = permits_live(ps, now, 0)
+local live, _, _, changed = permits_live(ps, now, 0)
+local given = 0
 for j, p in ipairs(live) do
   if p[1] == id then
-    live[j] = { id, p[2] - math.min(units, p[2]), p[3] }
+    given = math.min(units, p[2])
+    live[j] = { id, p[2] - given, p[3] }
     changed = true
     break
   end
 end
 if not changed then
-  return held
+  return 0
 end
 
 local last
-live, held, last = permits_live(live, now, 0)
+live, _, last = permits_live(live, now, 0)
 if #live == 0 then
   redis.call('DEL', KEYS[1])
-  return 0
+  return given
 end
 local value = permits_value(live)
 if not last then
@@ -48,4 +50,4 @@ else
   local ms = math.floor((last - now + 999) / 1000)
   redis.call('SET', KEYS[1], value, 'PX', math.max(ms, 1) + tonumber(ARGV[4]))
 end
-return held
+return given

@@ -3,7 +3,7 @@
 //! strange reply: it is a [`BackendError::Protocol`].
 
 use floodgate::algorithms::{AnyLimit, Penalty};
-use floodgate_policy::BackendError;
+use floodgate_policy::{BackendError, Permit};
 use redis::{Cmd, Value};
 
 use crate::UnsupportedLimit;
@@ -104,7 +104,7 @@ pub(crate) fn command(
         let block = block_micros(limit)?;
         match ask {
             Ask::Lease(a) => {
-                params.push_args(a.need, None, Penalty::None, block, 0, &mut cmd);
+                params.push_args(a.need, None, Penalty::None, block, Permit::NONE, &mut cmd);
                 cmd.arg(a.want)
                     .arg(a.dur_us)
                     .arg(a.ret)
@@ -120,7 +120,7 @@ pub(crate) fn command(
                     .arg(a.block_us);
             }
             Ask::Sync(s) => {
-                params.push_args(0, None, Penalty::None, block, 0, &mut cmd);
+                params.push_args(0, None, Penalty::None, block, Permit::NONE, &mut cmd);
                 cmd.arg(s.hits[0].0)
                     .arg(s.hits[0].1)
                     .arg(s.hits[1].0)

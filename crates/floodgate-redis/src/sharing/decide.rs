@@ -46,7 +46,7 @@ impl Sharing {
                     self.stats.local_decisions.inc();
                     if apply.charge_if_allowed() && d.is_allowed() {
                         for i in items {
-                            if i.permit != 0 && i.cost > 0 && i.limit.is_concurrency() {
+                            if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() {
                                 self.permits.insert(i.permit, i.key, i.cost);
                             }
                         }

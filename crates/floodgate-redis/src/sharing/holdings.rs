@@ -15,17 +15,18 @@ use crate::RedisBackend;
 
 impl Sharing {
     /// Gives back `units` of `item` that this instance admitted under a
-    /// lease (a permit it gave out); returns the units left to give back
-    /// elsewhere (all of them when it admitted none).
-    pub fn release(&self, item: &Item<'_>, units: u64, now: Timestamp) -> u64 {
-        if self.share_of(item).is_none() && item.permit == 0 {
-            return units;
+    /// lease (a permit it gave out); returns the units given back here and
+    /// the units left to give back elsewhere (all of them when it admitted
+    /// none).
+    pub fn release(&self, item: &Item<'_>, units: u64, now: Timestamp) -> (u64, u64) {
+        if self.share_of(item).is_none() && item.permit.is_none() {
+            return (0, units);
         }
-        let (units, left) = if item.permit != 0 {
+        let (units, left) = if !item.permit.is_none() {
             match self.permits.take(item.permit, item.key, units) {
                 // A permit given out here gives back here only.
                 Some(given) => (given, 0),
-                None => return units,
+                None => return (0, units),
             }
         } else {
             (units, units)
@@ -43,12 +44,12 @@ impl Sharing {
             (u, queue.map(|n| (e.lease.end, n)))
         });
         let Some((given, queue)) = done else {
-            return left;
+            return (0, left);
         };
         if let Some((due, names)) = queue {
             self.queue.push(due, names);
         }
-        left.saturating_sub(given)
+        (given, left.saturating_sub(given))
     }
 
     /// Before Redis decides `items` as a whole (a batch mixing modes, or

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use floodgate::algorithms::AnyLimit;
 use floodgate::{Decision, Outcome};
-use floodgate_policy::Item;
+use floodgate_policy::{Item, Permit};
 
 pub use cluster::Cluster;
 pub use cut::CutProxy;
@@ -80,12 +80,12 @@ pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) 
         cost,
         on_failure: None,
         sync: None,
-        permit: 0,
+        permit: Permit::NONE,
         zone: None,
     }
 }
 
-/// A concurrency item holding `permit`.
+/// A concurrency item holding permit number `permit` (0: none).
 pub fn permit<'a>(
     group: &'a [u8],
     key: &'a [u8],
@@ -94,7 +94,7 @@ pub fn permit<'a>(
     permit: u64,
 ) -> Item<'a> {
     Item {
-        permit,
+        permit: Permit::from(permit),
         ..item(group, key, limit, cost)
     }
 }

@@ -2,9 +2,9 @@
 
 use floodgate::algorithms::{AnyLimit, Concurrency};
 use floodgate::{Apply, Decision, Timestamp};
-use floodgate_policy::{Backend, BackendError};
+use floodgate_policy::{Backend, BackendError, Item, Permit, Released};
 
-use super::{blank, item, permit};
+use super::{blank, item};
 
 /// One concurrency key of a group, decided through backend `b`.
 pub struct PermitKey<'a, B> {
@@ -27,7 +27,15 @@ impl<'a, B: Backend> PermitKey<'a, B> {
 
     /// Takes `cost` units under permit `id` at `at` µs.
     pub async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
-        let items = [permit(self.group, self.key, &self.limit, cost, id)];
+        self.acquire_as(Permit::from(id), cost, at).await
+    }
+
+    /// Takes `cost` units under `permit` at `at` µs.
+    pub async fn acquire_as(&self, permit: Permit, cost: u64, at: u64) -> Decision {
+        let items = [Item {
+            permit,
+            ..item(self.group, self.key, &self.limit, cost)
+        }];
         let mut out = [blank()];
         self.b
             .decide(&items, Timestamp::from_micros(at), Apply::Commit, &mut out)
@@ -36,14 +44,33 @@ impl<'a, B: Backend> PermitKey<'a, B> {
     }
 
     /// Gives back `units` of permit `id` at `at` µs: what the backend says.
-    pub async fn try_release(&self, id: u64, units: u64, at: u64) -> Result<(), BackendError> {
-        let it = permit(self.group, self.key, &self.limit, 0, id);
+    pub async fn try_release(
+        &self,
+        id: u64,
+        units: u64,
+        at: u64,
+    ) -> Result<Released, BackendError> {
+        self.try_release_as(Permit::from(id), units, at).await
+    }
+
+    /// Gives back `units` of `permit` at `at` µs: what the backend says.
+    pub async fn try_release_as(
+        &self,
+        permit: Permit,
+        units: u64,
+        at: u64,
+    ) -> Result<Released, BackendError> {
+        let it = Item {
+            permit,
+            ..item(self.group, self.key, &self.limit, 0)
+        };
         self.b.release(it, units, Timestamp::from_micros(at)).await
     }
 
-    /// Gives back `units` of permit `id` at `at` µs, which must succeed.
-    pub async fn release(&self, id: u64, units: u64, at: u64) {
-        self.try_release(id, units, at).await.expect("release");
+    /// Gives back `units` of permit `id` at `at` µs, which must succeed:
+    /// what it gave back.
+    pub async fn release(&self, id: u64, units: u64, at: u64) -> Released {
+        self.try_release(id, units, at).await.expect("release")
     }
 
     /// The units held at `at` µs (a decision of cost 0: it takes nothing,

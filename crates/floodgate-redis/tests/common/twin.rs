@@ -196,7 +196,7 @@ impl Twin {
             .lock()
             .expect("memory backend")
             .release_now(item, units, now);
-        match self.shared().await {
+        let _ = match self.shared().await {
             Some(guard) => guard
                 .as_ref()
                 .expect("built")
@@ -204,7 +204,7 @@ impl Twin {
                 .await
                 .expect("release"),
             None => self.redis.release(item, units, now).await.expect("release"),
-        }
+        };
     }
 }
 

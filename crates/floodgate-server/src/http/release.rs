@@ -1,15 +1,18 @@
 //! `POST /v1/release`: gives back the in-flight units of concurrency
 //! limits that an admitted `/v1/check` took, when the work it guarded is
 //! done. The body is the check's (domain, descriptors, hits) with the
-//! `permit` the check answered (optional with the in-memory store, which
-//! counts units, not permits); the descriptors are matched again and every
-//! concurrency limit they map to gets the request's units back. A limit
-//! gives back at most what is held (with Redis, what the permit holds), so
-//! releasing twice cannot admit more than the limit.
+//! `permit` the check answered; the descriptors are matched again and each
+//! concurrency limit they map to gives back at most what that permit took
+//! of it, once. A permit never issued, issued for other descriptors, or
+//! released already frees nothing, whatever the store.
 //!
-//! 200 with the units sent back; errors as for `/v1/check`.
+//! 200 with the units given back (or queued for Redis); 409 when the permit
+//! held nothing the descriptors name; 503 when Redis cannot take the
+//! release and this instance cannot keep it for later; other errors as for
+//! `/v1/check`.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -17,12 +20,13 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use floodgate_policy::{PolicySet, Status};
-use floodgate_runtime::AnyBackend;
+use floodgate_policy::engine::ReleaseReport;
+use floodgate_policy::{EngineError, ErrorCode, Permit, PolicySet, Released, Status};
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::check::reason;
-use super::json_types::{JsonDescriptor, opt_u32_num, opt_u64_num};
+use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
 use crate::metrics::Api;
 use crate::service::Service;
@@ -41,17 +45,27 @@ struct ReleaseRequest<'a> {
     /// took nothing, so `true` is refused.
     #[serde(default)]
     dry_run: bool,
-    /// The permit the check answered (a number or a decimal string);
-    /// required with Redis, which holds each permit on its own.
-    #[serde(default, deserialize_with = "opt_u64_num")]
-    permit: Option<u64>,
+    /// The permit the check answered (the decimal string; a number is
+    /// taken too); required.
+    #[serde(default, deserialize_with = "opt_permit")]
+    permit: Option<Permit>,
 }
 
 #[derive(Serialize)]
 struct ReleaseResponse<'a> {
-    /// Units sent back in all (each limit gives back at most what it holds).
+    /// Units given back or queued in all (each limit gives back at most
+    /// what the permit took of it).
     units: u64,
+    /// Why nothing was given back (the status is then not 200).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody>,
     statuses: Vec<ReleaseStatus<'a>>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody {
+    code: &'static str,
+    message: String,
 }
 
 #[derive(Serialize)]
@@ -59,8 +73,76 @@ struct ReleaseStatus<'a> {
     reason: &'static str,
     rule: Option<&'a str>,
     hits: u64,
-    /// Units sent back to the descriptor's concurrency limits.
+    /// Units given back (or queued) by the descriptor's concurrency limits.
     units: u64,
+    /// What became of them (see [`Outcome`]).
+    result: &'static str,
+}
+
+/// What a descriptor's release did, the least favourable of its
+/// concurrency limits' results.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    /// No concurrency limit to give back (none matched, or `hits: 0`).
+    None,
+    /// Given back.
+    Released,
+    /// Redis cannot take it now; this instance sends it when Redis answers.
+    Queued,
+    /// The permit held nothing of the limit: nothing changed.
+    NotHeld,
+    /// The store could neither take it nor keep it for later.
+    Failed,
+}
+
+impl Outcome {
+    fn of(r: Result<Released, ErrorCode>) -> Self {
+        match r {
+            Ok(Released::Given(_)) => Outcome::Released,
+            Ok(Released::Queued(_)) => Outcome::Queued,
+            Ok(Released::NotHeld) => Outcome::NotHeld,
+            Err(_) => Outcome::Failed,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::None => "none",
+            Outcome::Released => "released",
+            Outcome::Queued => "queued",
+            Outcome::NotHeld => "not_held",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// A permit as the decimal string `/v1/check` answers, or a number.
+fn opt_permit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Permit>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<Permit>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("the permit /v1/check answered (a decimal string)")
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Err(E::custom(
+                "a permit is not a floating-point number: send the string /v1/check answered",
+            ))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            v.parse::<Permit>().map(Some).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// `POST /v1/release`.
@@ -96,48 +178,91 @@ async fn run(
             "a dry run takes nothing, so there is nothing to release (\"dry_run\" must be false)",
         )));
     }
-    if req.permit.is_none() && matches!(svc.engine().backend(), AnyBackend::Redis(_)) {
-        return Err(invalid(ApiError::bad_request(
-            "\"permit\" is required with the Redis store, which holds each permit on its own: \
-             send the permit /v1/check answered",
-        )));
-    }
     let mut response = svc.pool.take();
-    svc.release(
-        &req.domain,
-        &req.descriptors,
-        req.hits.unwrap_or(0),
-        req.permit,
-        &mut response,
-    )
-    .await
-    .map_err(|e| ApiError::engine(&e))?;
+    let report = svc
+        .release(
+            &req.domain,
+            &req.descriptors,
+            req.hits.unwrap_or(0),
+            // None is refused once the request itself is found valid.
+            req.permit.unwrap_or(Permit::NONE),
+            &mut response,
+        )
+        .await
+        .map_err(|e| ApiError::engine(&e))?;
     let policy = svc
         .engine()
         .policy_of(&response)
         .unwrap_or_else(|| std::sync::Arc::new(PolicySet::empty()));
-    let mut sent = vec![0u64; response.statuses.len()];
+    let n = response.statuses.len();
+    let mut units = vec![0u64; n];
+    let mut outcomes = vec![Outcome::None; n];
+    let mut concurrency = 0usize;
     for l in response.limits() {
-        if is_concurrency(&policy, l.rule, l.index) {
-            sent[l.descriptor] = sent[l.descriptor].saturating_add(l.units);
+        if !is_concurrency(&policy, l.rule, l.index) {
+            continue;
+        }
+        concurrency += 1;
+        if let Some(r) = l.release {
+            let u = r.map_or(0, Released::units);
+            units[l.descriptor] = units[l.descriptor].saturating_add(u);
+            outcomes[l.descriptor] = outcomes[l.descriptor].max(Outcome::of(r));
         }
     }
+    let (code, error) = verdict(&report, concurrency);
     let body = ReleaseResponse {
-        units: sent.iter().fold(0, |a, &b| a.saturating_add(b)),
+        units: report.units(),
+        error,
         statuses: response
             .statuses
             .iter()
-            .zip(&sent)
-            .map(|(s, &units)| status(s, units, &policy))
+            .zip(units.iter().zip(&outcomes))
+            .map(|(s, (&u, &o))| status(s, u, o, &policy))
             .collect(),
     };
     let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut out = (StatusCode::OK, json).into_response();
+    let mut out = (code, json).into_response();
     out.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     Ok(out)
+}
+
+/// The status of a release that did `report` to `concurrency` limits: 200
+/// when it gave back (or queued) anything; otherwise the store's error
+/// when it failed, 409 when the permit held nothing there.
+fn verdict(report: &ReleaseReport, concurrency: usize) -> (StatusCode, Option<ErrorBody>) {
+    if report.units() > 0 {
+        return (StatusCode::OK, None);
+    }
+    if let Some(e) = &report.error {
+        let class = EngineError::Backend(e.clone()).code();
+        let code = match class {
+            ErrorCode::Unavailable => "UNAVAILABLE",
+            ErrorCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            _ => "INTERNAL",
+        };
+        let status =
+            StatusCode::from_u16(class.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let message = format!("the release was not taken: {e}");
+        return (status, Some(ErrorBody { code, message }));
+    }
+    let message = if concurrency == 0 {
+        "no concurrency limit matches these descriptors: there is nothing to release".to_owned()
+    } else {
+        "the permit holds no units of the concurrency limits these descriptors match: it was \
+         never issued, was issued for other descriptors, was released already, or its lease \
+         ended; nothing was released"
+            .to_owned()
+    };
+    (
+        StatusCode::CONFLICT,
+        Some(ErrorBody {
+            code: "PERMIT_NOT_HELD",
+            message,
+        }),
+    )
 }
 
 /// Whether limit `index` of rule `rule` is a concurrency limit (a limit
@@ -148,7 +273,12 @@ fn is_concurrency(policy: &PolicySet, rule: Option<u32>, index: usize) -> bool {
         .is_some_and(|l| l.limit.is_concurrency())
 }
 
-fn status<'a>(s: &'a Status, units: u64, policy: &'a PolicySet) -> ReleaseStatus<'a> {
+fn status<'a>(
+    s: &'a Status,
+    units: u64,
+    outcome: Outcome,
+    policy: &'a PolicySet,
+) -> ReleaseStatus<'a> {
     ReleaseStatus {
         reason: reason(s.reason),
         rule: s
@@ -157,5 +287,6 @@ fn status<'a>(s: &'a Status, units: u64, policy: &'a PolicySet) -> ReleaseStatus
             .map(|r| r.label()),
         hits: s.hits,
         units,
+        result: outcome.label(),
     }
 }
