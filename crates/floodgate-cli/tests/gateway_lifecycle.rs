@@ -413,9 +413,14 @@ fn sighup_reloads_the_gateway_at_once_without_polling() {
     );
 }
 
+/// A plain proxy's configuration: no domain, so it is started with
+/// [`PLAIN`] (an empty configuration allowed).
 fn plain_config(upstream: SocketAddr, server: &str) -> String {
     format!("gateway:\n  upstream: http://{upstream}\nserver: {{{server}}}\n")
 }
+
+/// The environment a [`plain_config`] is started with.
+const PLAIN: (&str, &str) = ("FLOODGATE_ALLOW_EMPTY_CONFIG", "true");
 
 /// After SIGTERM, `/ready` answers 503 at once while requests — on new
 /// connections too — are still proxied for the whole delay; then the
@@ -472,7 +477,7 @@ fn serves_through_the_delay(mut gw: Gateway, delay: Duration, grace: Duration) {
 fn the_shutdown_delay_keeps_serving_while_not_ready() {
     let up = upstream();
     let config = plain_config(up.addr, "shutdown_delay: 2s, shutdown_grace: 5s");
-    let gw = Gateway::start(&config, &[]);
+    let gw = Gateway::start(&config, &[PLAIN]);
     serves_through_the_delay(gw, Duration::from_secs(2), Duration::from_secs(5));
 }
 
@@ -480,14 +485,14 @@ fn the_shutdown_delay_keeps_serving_while_not_ready() {
 fn the_shutdown_delay_from_the_environment_overrides_the_file() {
     let up = upstream();
     let config = plain_config(up.addr, "shutdown_delay: 0, shutdown_grace: 5s");
-    let gw = Gateway::start(&config, &[("FLOODGATE_SHUTDOWN_DELAY", "1500ms")]);
+    let gw = Gateway::start(&config, &[("FLOODGATE_SHUTDOWN_DELAY", "1500ms"), PLAIN]);
     serves_through_the_delay(gw, Duration::from_millis(1500), Duration::from_secs(5));
 }
 
 #[test]
 fn without_a_shutdown_delay_shutdown_begins_at_once() {
     let up = upstream();
-    let mut gw = Gateway::start(&plain_config(up.addr, "shutdown_grace: 5s"), &[]);
+    let mut gw = Gateway::start(&plain_config(up.addr, "shutdown_grace: 5s"), &[PLAIN]);
     assert_eq!(gw.get("/", "before").0, 200);
     gw.signal("TERM");
     let status = gw
@@ -517,9 +522,10 @@ fn a_bad_shutdown_delay_stops_startup_naming_it() {
             "FLOODGATE_SHUTDOWN_DELAY",
         ),
     ] {
-        let env: Vec<(&str, &str)> = env
+        let mut env: Vec<(&str, &str)> = env
             .map(|v| vec![("FLOODGATE_SHUTDOWN_DELAY", v)])
             .unwrap_or_default();
+        env.push(PLAIN);
         let (mut process, _, _) = spawn(&config, &env);
         let status = process.wait_exit(Duration::from_secs(10));
         let log = process.log();
@@ -593,7 +599,7 @@ fn the_access_log_has_a_line_per_request() {
 #[test]
 fn no_access_log_unless_asked() {
     let up = upstream();
-    let gw = Gateway::start(&plain_config(up.addr, "log: {level: info}"), &[]);
+    let gw = Gateway::start(&plain_config(up.addr, "log: {level: info}"), &[PLAIN]);
     assert_eq!(gw.get("/", "ann").0, 200);
     assert_eq!(gw.get("/", "ann").0, 200);
     assert!(!gw.log().contains("floodgate::access"), "{}", gw.log());
@@ -605,7 +611,7 @@ fn the_access_log_without_limits() {
     let up = upstream();
     let config = plain_config(up.addr, "log: {level: error}")
         .replace("gateway:\n", "gateway:\n  access_log: true\n");
-    let gw = Gateway::start(&config, &[]);
+    let gw = Gateway::start(&config, &[PLAIN]);
     assert_eq!(gw.get("/a/b?q=1", "ann").0, 200);
     let logged = wait_until(Duration::from_secs(10), || {
         gw.log().contains("floodgate::access")

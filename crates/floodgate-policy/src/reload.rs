@@ -7,13 +7,15 @@
 //! symlink swaps of Kubernetes ConfigMap volumes and editors that replace
 //! files instead of writing them. A reload can also be asked for at once
 //! ([`ReloadTrigger`], e.g. on `SIGHUP`): the contents are then compared
-//! whatever the files' metadata says.
+//! whatever the files' metadata says. Files still being written are not
+//! read until they settle (see [`Reloader`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
+
 
 use crate::compile::PolicySet;
 use crate::compile::StableHasher;
@@ -90,11 +92,11 @@ impl ConfigSource {
         Ok(Compiled { policy, loaded })
     }
 
-    /// A cheap fingerprint of the files' metadata (names, sizes, times).
-    fn stamp(&self, files: &[PathBuf]) -> u64 {
-        let mut h = StableHasher::default();
+    /// What `files` and every entry of the watched directories look like
+    /// now (new files in a watched directory count as changes too), in
+    /// path order.
+    fn look(&self, files: &[PathBuf]) -> Looks {
         let mut all: Vec<PathBuf> = files.to_vec();
-        // New files in watched directories count as changes too.
         for p in &self.paths {
             if let Ok(rd) = std::fs::read_dir(p) {
                 all.extend(rd.filter_map(|e| e.ok().map(|e| e.path())));
@@ -102,23 +104,12 @@ impl ConfigSource {
         }
         all.sort();
         all.dedup();
-        for f in all {
-            h.field(f.as_os_str().as_encoded_bytes());
-            match FileStamp::of(&f) {
-                Some(FileStamp {
-                    len,
-                    modified,
-                    ino,
-                    dev,
-                }) => {
-                    h.u64(len).u64(modified).u64(ino).u64(dev);
-                }
-                None => {
-                    h.u64(u64::MAX);
-                }
-            }
-        }
-        h.finish()
+        all.into_iter()
+            .map(|f| {
+                let stamp = FileStamp::of(&f);
+                (f, stamp)
+            })
+            .collect()
     }
 
     /// A fingerprint of the files' contents.
@@ -135,6 +126,26 @@ impl ConfigSource {
     }
 }
 
+/// Each watched file and its stamp (none: it cannot be looked at).
+type Looks = Vec<(PathBuf, Option<FileStamp>)>;
+
+/// The first file whose look differs between `a` and `b`, for logs.
+fn first_change(a: &Looks, b: &Looks) -> String {
+    let changed = a
+        .iter()
+        .chain(b)
+        .find(|entry| !a.contains(entry) || !b.contains(entry));
+    changed.map_or_else(String::new, |(p, _)| p.display().to_string())
+}
+
+/// How long the files must stay unchanged before they are read, unless set
+/// ([`Reloader::with_settle`]) or taken from the polling interval (the
+/// shorter of the two).
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// Looks at still-changing files before a check gives up for this round.
+const SETTLE_ROUNDS: usize = 4;
+
 /// The result of one check for changes.
 #[derive(Debug)]
 pub enum ReloadOutcome {
@@ -147,6 +158,13 @@ pub enum ReloadOutcome {
     /// The files load, but the hand-over refused the configuration (e.g. a
     /// rule the store cannot decide); the running configuration stays.
     Refused(String),
+    /// The files kept changing (size, time or identity) while they were
+    /// looked at or read: still being written. Nothing was applied; the
+    /// running configuration stays and the next check reads them again.
+    Unsettled {
+        /// A file that changed.
+        file: String,
+    },
 }
 
 /// What a reloader's hand-over returns: `()` (it always takes the new
@@ -170,11 +188,21 @@ impl<E: std::fmt::Display> HandOver for Result<(), E> {
 
 /// Checks a [`ConfigSource`] for changes and hands each new valid
 /// configuration to `apply`.
+///
+/// Files are read only once they have stopped changing: a change seen is
+/// looked at again after the settling time, then the files are read and
+/// looked at once more. A file that changed in between (a writer still at
+/// work, a file truncated and being rewritten in place) is not applied:
+/// the check is refused ([`ReloadOutcome::Unsettled`]), logged and counted
+/// (`floodgate_config_reloads_total{result="unsettled"}`), and repeated
+/// later. Replacing a file by a rename is atomic and needs no settling.
 pub struct Reloader<F> {
     source: ConfigSource,
     files: Vec<PathBuf>,
-    stamp: u64,
+    looks: Looks,
     digest: u64,
+    settle: Option<Duration>,
+    stop: Option<Arc<Flags>>,
     apply: F,
 }
 
@@ -188,12 +216,25 @@ where
     pub fn new(source: ConfigSource, current: &Compiled, apply: F) -> Self {
         let files = current.loaded.files.clone();
         Reloader {
-            stamp: source.stamp(&files),
+            looks: source.look(&files),
             digest: source.digest(&files),
             files,
             source,
+            settle: None,
+            stop: None,
             apply,
         }
+    }
+
+    /// How long files must stay unchanged before they are read (default:
+    /// [`SETTLE`], or the polling interval if shorter).
+    pub fn with_settle(mut self, settle: Duration) -> Self {
+        self.settle = Some(settle);
+        self
+    }
+
+    fn settle(&self) -> Duration {
+        self.settle.unwrap_or(SETTLE)
     }
 
     /// Checks once: nothing more when no file's metadata changed.
@@ -208,17 +249,73 @@ where
         self.check(true)
     }
 
+    /// Waits `d`; false when the watcher is being stopped meanwhile.
+    fn pause(&self, d: Duration) -> bool {
+        let Some(flags) = &self.stop else {
+            std::thread::sleep(d);
+            return true;
+        };
+        let until = std::time::Instant::now() + d;
+        loop {
+            if flags.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            let now = std::time::Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::park_timeout(until - now);
+        }
+    }
+
     fn check(&mut self, forced: bool) -> ReloadOutcome {
-        let stamp = self.source.stamp(&self.files);
-        if stamp == self.stamp && !forced {
+        let mut files = self.files.clone();
+        let mut before = self.source.look(&files);
+        if before == self.looks && !forced {
             return ReloadOutcome::Unchanged;
         }
-        self.stamp = stamp;
-        let outcome = match self.source.compile() {
+        let mut changed = String::new();
+        for _ in 0..SETTLE_ROUNDS {
+            if !self.pause(self.settle()) {
+                return ReloadOutcome::Unchanged;
+            }
+            let again = self.source.look(&files);
+            if again != before {
+                changed = first_change(&before, &again);
+                before = again;
+                continue;
+            }
+            let result = self.source.compile();
+            let read = match &result {
+                Ok(c) => c.loaded.files.clone(),
+                Err(_) => files.clone(),
+            };
+            let after = self.source.look(&read);
+            if after == before {
+                self.looks = after;
+                return self.settled(result);
+            }
+            // Changed while read, or other files now take part (a new
+            // `envoy_configs` entry): look at them settle too.
+            changed = first_change(&before, &after);
+            files = read;
+            before = after;
+        }
+        metrics::counter!("floodgate_config_reloads_total", "result" => "unsettled").increment(1);
+        metrics::gauge!("floodgate_config_last_reload_ok").set(0.0);
+        tracing::warn!(
+            file = %changed,
+            "configuration files are still being written; the running configuration stays in force until they settle"
+        );
+        ReloadOutcome::Unsettled { file: changed }
+    }
+
+    /// Hands over what settled files loaded into, or reports why not.
+    fn settled(&mut self, result: Result<Compiled, ConfigErrors>) -> ReloadOutcome {
+        let outcome = match result {
             Ok(compiled) => {
                 let digest = self.source.digest(&compiled.loaded.files);
                 self.files = compiled.loaded.files.clone();
-                self.stamp = self.source.stamp(&self.files);
                 if digest == self.digest {
                     return ReloadOutcome::Unchanged;
                 }
@@ -268,31 +365,48 @@ where
     }
 
     /// Like [`spawn`](Self::spawn); with no interval the thread checks only
-    /// when a [`ReloadTrigger`] asks.
+    /// when a [`ReloadTrigger`] asks. Files still being written are checked
+    /// again once the settling time has passed.
     pub fn spawn_with(mut self, interval: Option<Duration>) -> WatchHandle
     where
         F: 'static,
     {
         let flags = Arc::new(Flags::default());
+        self.stop = Some(flags.clone());
+        if self.settle.is_none() {
+            self.settle = Some(interval.map_or(SETTLE, |i| i.min(SETTLE)));
+        }
         let shared = flags.clone();
         let thread = std::thread::Builder::new()
             .name("floodgate-config-watch".into())
             .spawn(move || {
+                // After an unsettled check: check again soon, as asked.
+                let mut again: Option<bool> = None;
                 while !shared.stop.load(Ordering::Acquire) {
-                    match interval {
-                        Some(i) => std::thread::park_timeout(i),
-                        None => std::thread::park(),
+                    match (again, interval) {
+                        (Some(_), _) => std::thread::park_timeout(self.settle()),
+                        (None, Some(i)) => std::thread::park_timeout(i),
+                        (None, None) => std::thread::park(),
                     }
                     if shared.stop.load(Ordering::Acquire) {
                         break;
                     }
-                    if shared.asked.swap(false, Ordering::AcqRel) {
-                        if let ReloadOutcome::Unchanged = self.poll_now() {
+                    let asked = shared.asked.swap(false, Ordering::AcqRel);
+                    let outcome = if asked || again == Some(true) {
+                        let outcome = self.poll_now();
+                        if let ReloadOutcome::Unchanged = outcome {
                             tracing::info!("reload asked for: the configuration is unchanged");
                         }
-                    } else if interval.is_some() {
-                        self.poll();
-                    }
+                        outcome
+                    } else if interval.is_some() || again.is_some() {
+                        self.poll()
+                    } else {
+                        continue;
+                    };
+                    again = match outcome {
+                        ReloadOutcome::Unsettled { .. } => Some(asked || again == Some(true)),
+                        _ => None,
+                    };
                 }
             })
             .ok();

@@ -205,6 +205,7 @@ fn all_errors_are_reported_not_just_the_first() {
       - key: a
         rate_limit: {unit: secnd, requests_per_unit: 1}
       - key: b
+        rate_limit: {unlimited: true}
         bogus: 1
       - value: no_key
 ";
@@ -214,7 +215,7 @@ fn all_errors_are_reported_not_just_the_first() {
 
 #[test]
 fn other_components_sections_are_accepted_only_when_declared() {
-    let yaml = "server:\n  grpc: 127.0.0.1:8081\ndomains: []\n";
+    let yaml = "server:\n  grpc: 127.0.0.1:8081\ndomains:\n  - domain: d\n    deny: [{key: k, values: [v]}]\n";
     assert!(load_str("f.yaml", yaml, &LoadOptions::default()).is_err());
     let opts = LoadOptions {
         other_sections: vec!["server"],
@@ -274,7 +275,8 @@ fn hostile_inputs_give_bounded_errors_never_panics() {
 }
 
 /// A path naming an endless device is refused after the size bound, not
-/// read until memory runs out; an empty device is an empty file.
+/// read until memory runs out; an empty device is an empty file (refused
+/// unless an empty configuration is allowed).
 #[cfg(unix)]
 #[test]
 fn endless_files_are_refused_at_the_size_bound() {
@@ -287,7 +289,13 @@ fn endless_files_are_refused_at_the_size_bound() {
         "{err}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
-    let empty = load(&[PathBuf::from("/dev/null")], &opts).unwrap();
+    let err = load(&[PathBuf::from("/dev/null")], &opts).unwrap_err();
+    assert!(err.to_string().contains("file is empty"), "{err}");
+    let allowed = LoadOptions {
+        allow_empty: true,
+        ..LoadOptions::default()
+    };
+    let empty = load(&[PathBuf::from("/dev/null")], &allowed).unwrap();
     assert!(PolicySet::compile(&empty.spec).is_ok());
 }
 

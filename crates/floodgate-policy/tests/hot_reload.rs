@@ -53,6 +53,10 @@ fn watched(whole_dir: bool) -> Watched {
     }
 }
 
+/// How long files must stay unchanged before they are read, in the tests
+/// that do not write slowly.
+const SETTLE: Duration = Duration::from_millis(10);
+
 const V1: &str = "domains:
   - domain: api
     descriptors:
@@ -79,7 +83,8 @@ fn reloads_apply_valid_changes_and_reject_invalid_ones_under_traffic() {
     let e = engine.clone();
     let mut reloader = Reloader::new(source, &compiled, move |c| {
         e.replace_policy(c.policy);
-    });
+    })
+    .with_settle(SETTLE);
     engine.replace_policy(compiled.policy);
 
     // Background traffic on another key the whole time.
@@ -194,7 +199,8 @@ fn a_hand_over_can_refuse_a_configuration() {
         } else {
             Ok(())
         }
-    });
+    })
+    .with_settle(SETTLE);
     write(&file, &V1.replace("requests: 3", "requests: 4"));
     match reloader.poll() {
         ReloadOutcome::Refused(reason) => assert_eq!(reason, "an ip rule"),
@@ -218,7 +224,8 @@ fn a_reload_asked_for_compares_contents_whatever_the_metadata() {
     let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
     let applied = Arc::new(Mutex::new(0));
     let a = applied.clone();
-    let mut reloader = Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1);
+    let mut reloader =
+        Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1).with_settle(SETTLE);
     // Same length ("5" becomes "7"), same file, same modification time.
     let edited = V1.replace("requests: 5", "requests: 7");
     assert_eq!(edited.len(), V1.len());

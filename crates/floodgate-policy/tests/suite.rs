@@ -15,5 +15,6 @@ mod near_limit;
 mod nginx_zones;
 mod on_failure;
 mod permits;
+mod reload_refusals;
 mod sync_modes;
 mod top_keys;

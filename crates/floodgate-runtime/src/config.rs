@@ -36,6 +36,7 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
             merge_domains: boot.config.merge_domains,
             other_sections: SECTIONS.to_vec(),
             envoy_increment_all: boot.policy.envoy_increment_all,
+            allow_empty: boot.config.allow_empty,
         },
     };
     let compiled = source.compile().map_err(RuntimeError::Config)?;

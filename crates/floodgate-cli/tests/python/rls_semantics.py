@@ -173,7 +173,7 @@ def t_nested_wildcard_default():
     for _ in range(4):
         assert call("nested", desc(("path", q))).overall_code == OK
     assert call("nested", desc(("path", q))).overall_code == OVER
-    # Exempt value: a node without a limit.
+    # Exempt value: an unlimited node.
     for _ in range(6):
         r = call("nested", desc(("path", "/exempt")))
         assert r.overall_code == OK and not r.statuses[0].HasField("current_limit"), r

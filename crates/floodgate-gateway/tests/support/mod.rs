@@ -193,13 +193,15 @@ impl ConfigFile {
 }
 
 /// Starts a gateway on 127.0.0.1:0 for `text` (which needs no `gateway:`
-/// section: the upstream is `upstream`). Admin listener off.
+/// section: the upstream is `upstream`; nor any domain: a plain proxy is
+/// allowed). Admin listener off.
 pub async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
     let flags = Flags::new()
         .with("config", file.path.display().to_string())
         .with("gateway.listen", "127.0.0.1:0")
         .with("gateway.upstream.url", upstream)
-        .with("server.admin", "off");
+        .with("server.admin", "off")
+        .with("allow_empty_config", "true");
     let loaded =
         floodgate_gateway::load(&flags, &Env::new(&|_| None)).unwrap_or_else(|e| panic!("{e}"));
     floodgate_gateway::start(loaded, None)

@@ -218,6 +218,16 @@ fn read_node(map: &Map<'_>, dialect: Dialect, errors: &mut Errors) -> Option<Nod
     if let Some(children) = map.get("descriptors") {
         node.children = read_nodes(children, dialect, errors);
     }
+    if floodgate && !node.key.is_empty() && !map.has("rate_limit") && node.children.is_empty() {
+        // envoyproxy/ratelimit loads such a node (it then exempts what it
+        // matches), and so do its files here; in Floodgate's own format an
+        // exemption is said, so that a rule cut from its limit (a file
+        // truncated mid-write) does not load as one.
+        errors.push(map.node().error(format!(
+            "descriptor '{}' has neither rate_limit nor descriptors; to exempt what it matches, write rate_limit: {{unlimited: true}}",
+            excerpt(&node.key)
+        )));
+    }
     check_keys(map, dialect, NODE_KEYS, errors);
     Some(node)
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{ConfigError, ConfigErrors, Errors, Location};
-use crate::spec::PolicySpec;
+use crate::spec::{Dialect, PolicySpec};
 use crate::yaml::Document;
 
 pub use bounded::read_bounded;
@@ -37,6 +37,14 @@ pub struct LoadOptions {
     /// Forces `settings.envoy_increment_all` (envoyproxy/ratelimit's
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, inverted).
     pub envoy_increment_all: Option<bool>,
+    /// Accept an empty configuration: a file with nothing in it, a
+    /// Floodgate domain with no rules, no domain at all. Without it each is
+    /// an error — an emptied or truncated file would otherwise lift every
+    /// limit it held — and a reload to such a configuration is refused.
+    /// Only the operator can say so (a flag or an environment variable),
+    /// never the files themselves: a file cannot vouch for its own
+    /// emptiness.
+    pub allow_empty: bool,
 }
 
 /// The result of loading.
@@ -98,6 +106,11 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigEr
     if let Some(v) = options.envoy_increment_all {
         loaded.spec.settings.envoy_increment_all = v;
     }
+    let at = match paths {
+        [one] => Location::file(&Arc::from(one.display().to_string())),
+        _ => Location::default(),
+    };
+    check_not_empty(&loaded.spec, options, at, &mut errors);
     errors.finish(loaded)
 }
 
@@ -125,7 +138,45 @@ pub fn load_str(name: &str, text: &str, options: &LoadOptions) -> Result<PolicyS
     if let Some(v) = options.envoy_increment_all {
         loaded.spec.settings.envoy_increment_all = v;
     }
+    check_not_empty(
+        &loaded.spec,
+        options,
+        Location::file(&Arc::from(name)),
+        &mut errors,
+    );
     errors.finish(loaded.spec)
+}
+
+/// Refuses a configuration that limits nothing unless
+/// [`LoadOptions::allow_empty`] says it is intended: no domain at all, or
+/// a Floodgate domain without a single rule or list. (An
+/// envoyproxy/ratelimit file of a domain without descriptors loads, as
+/// that service loads it.)
+fn check_not_empty(spec: &PolicySpec, options: &LoadOptions, at: Location, errors: &mut Errors) {
+    if options.allow_empty || !errors.is_empty() {
+        return;
+    }
+    if spec.domains.is_empty() {
+        errors.push(ConfigError::new(
+            at,
+            "no domain is configured, so nothing would be limited; an empty configuration must be allowed explicitly",
+        ));
+    }
+    for d in &spec.domains {
+        if d.dialect == Dialect::Floodgate
+            && d.descriptors.is_empty()
+            && d.allow.is_empty()
+            && d.deny.is_empty()
+        {
+            errors.push(ConfigError::new(
+                d.at.clone(),
+                format!(
+                    "domain '{}' has no descriptors, allow or deny, so it limits nothing; an empty domain must be allowed explicitly",
+                    crate::yaml::excerpt(&d.name)
+                ),
+            ));
+        }
+    }
 }
 
 fn load_file(
@@ -146,6 +197,14 @@ fn load_file(
     let Some(root) = errors.take(doc.root().map()) else {
         return;
     };
+    if root.keys().next().is_none() && !options.allow_empty {
+        // Empty, blank, only comments: most likely a file emptied or cut
+        // short while being written.
+        return errors.push(ConfigError::new(
+            Location::file(&name),
+            "file is empty: nothing is configured in it; an empty file must be allowed explicitly",
+        ));
+    }
     if root.keys().any(|(k, _)| k == "domain") {
         if let Some(d) = envoy::read_envoy_file(&root, errors) {
             loaded.spec.domains.push(d);

@@ -56,6 +56,9 @@ pub struct ConfigSettings {
     /// Merge several files of one domain instead of rejecting them
     /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`).
     pub merge_domains: bool,
+    /// Accept an empty configuration (see
+    /// [`LoadOptions::allow_empty`](floodgate_policy::read::LoadOptions::allow_empty)).
+    pub allow_empty: bool,
 }
 
 /// The files read when no path is given, the first that exists.

@@ -110,6 +110,21 @@ pub(super) fn declare(t: &mut Vec<S>) {
     );
     t.push(
         S::new(
+            "allow_empty_config",
+            "FLOODGATE_ALLOW_EMPTY_CONFIG",
+            "allow-empty-config",
+            Kind::Bool,
+            "false",
+            "accept an empty configuration (a file with nothing in it, no domain, a domain without rules), an error otherwise and refused on reload; never in a file, which cannot vouch for its own emptiness",
+            |s, v| {
+                s.config.allow_empty = boolean(&v.text())?;
+                Ok(())
+            },
+        )
+        .in_file(InFile::No),
+    );
+    t.push(
+        S::new(
             "server.grpc",
             "FLOODGATE_GRPC_ADDR",
             "grpc-addr",
