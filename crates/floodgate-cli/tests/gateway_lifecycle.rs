@@ -19,12 +19,12 @@ fn bin() -> &'static Path {
 
 /// The demo upstream (`floodgate bench upstream`'s), served in this
 /// process on an ephemeral port.
-struct Upstream {
-    addr: SocketAddr,
+pub(crate) struct Upstream {
+    pub(crate) addr: SocketAddr,
     _runtime: tokio::runtime::Runtime,
 }
 
-fn upstream() -> Upstream {
+pub(crate) fn upstream() -> Upstream {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -47,10 +47,10 @@ fn upstream() -> Upstream {
 /// A running `floodgate gateway` on free ports (the listener by flag, the
 /// admin listener by environment), its configuration in a temporary
 /// directory. Killed on drop; the [`Process`] methods apply to it.
-struct Gateway {
+pub(crate) struct Gateway {
     process: Process,
-    port: u16,
-    admin: u16,
+    pub(crate) port: u16,
+    pub(crate) admin: u16,
 }
 
 impl std::ops::Deref for Gateway {
@@ -70,7 +70,7 @@ impl std::ops::DerefMut for Gateway {
 impl Gateway {
     /// Starts the gateway on `config` with extra environment variables and
     /// waits until `/ready` answers 200.
-    fn start(config: &str, env: &[(&str, &str)]) -> Gateway {
+    pub(crate) fn start(config: &str, env: &[(&str, &str)]) -> Gateway {
         let (mut process, port, admin) = spawn(config, env);
         process.wait_ready(admin);
         Gateway {
@@ -82,7 +82,7 @@ impl Gateway {
 
     /// The value of the first metric line starting with `prefix` (0 when
     /// there is none).
-    fn metric(&self, prefix: &str) -> f64 {
+    pub(crate) fn metric(&self, prefix: &str) -> f64 {
         let (_, text) = http_request(self.admin, "GET", "/metrics", None, b"").unwrap_or_default();
         text.lines()
             .find(|l| l.starts_with(prefix))
@@ -159,7 +159,7 @@ fn spawn(config: &str, env: &[(&str, &str)]) -> (Process, u16, u16) {
 
 /// One HTTP/1.1 GET on a new connection: the status and the response
 /// head (status 0 when nothing answers).
-fn get(port: u16, path: &str, user: &str) -> (u16, String) {
+pub(crate) fn get(port: u16, path: &str, user: &str) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };

@@ -9,6 +9,7 @@ mod dashboard;
 mod gateway_hostile;
 mod gateway_lifecycle;
 mod hostile_listeners;
+mod hostile_reloads;
 mod redis_down_at_startup;
 mod release_hostile;
 mod replay;

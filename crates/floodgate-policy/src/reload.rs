@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-
 use crate::compile::PolicySet;
 use crate::compile::StableHasher;
-use crate::error::ConfigErrors;
+use crate::error::{ConfigError, ConfigErrors, Errors, Location};
 use crate::read::{LoadOptions, Loaded, load};
 
 /// Where the configuration comes from.
@@ -126,6 +125,16 @@ impl ConfigSource {
     }
 }
 
+/// What each file of `loaded` holds.
+fn held(loaded: &Loaded) -> Vec<(PathBuf, usize)> {
+    loaded
+        .files
+        .iter()
+        .cloned()
+        .zip(loaded.held.iter().copied())
+        .collect()
+}
+
 /// Each watched file and its stamp (none: it cannot be looked at).
 type Looks = Vec<(PathBuf, Option<FileStamp>)>;
 
@@ -144,7 +153,7 @@ fn first_change(a: &Looks, b: &Looks) -> String {
 pub const SETTLE: Duration = Duration::from_secs(1);
 
 /// Looks at still-changing files before a check gives up for this round.
-const SETTLE_ROUNDS: usize = 4;
+const SETTLE_ROUNDS: usize = 2;
 
 /// The result of one check for changes.
 #[derive(Debug)]
@@ -199,6 +208,9 @@ impl<E: std::fmt::Display> HandOver for Result<(), E> {
 pub struct Reloader<F> {
     source: ConfigSource,
     files: Vec<PathBuf>,
+    /// What each file of the running configuration holds (see
+    /// [`Loaded::held`]).
+    held: Vec<(PathBuf, usize)>,
     looks: Looks,
     digest: u64,
     settle: Option<Duration>,
@@ -216,6 +228,7 @@ where
     pub fn new(source: ConfigSource, current: &Compiled, apply: F) -> Self {
         let files = current.loaded.files.clone();
         Reloader {
+            held: held(&current.loaded),
             looks: source.look(&files),
             digest: source.digest(&files),
             files,
@@ -310,8 +323,32 @@ where
         ReloadOutcome::Unsettled { file: changed }
     }
 
+    /// Refuses a configuration where a file that held rules holds none
+    /// (emptied of them, or cut short before them), unless an empty
+    /// configuration is allowed. Deleting the file is how its rules are
+    /// removed.
+    fn emptied(&self, compiled: &Compiled) -> Result<(), ConfigErrors> {
+        if self.source.options.allow_empty {
+            return Ok(());
+        }
+        let mut errors = Errors::default();
+        for (file, now) in compiled.loaded.files.iter().zip(&compiled.loaded.held) {
+            let before = self.held.iter().find(|(f, _)| f == file).map(|h| h.1);
+            if let (0, Some(before @ 1..)) = (*now, before) {
+                errors.push(ConfigError::new(
+                    Location::file(&Arc::from(file.display().to_string())),
+                    format!(
+                        "the file held {before} rule(s) and now holds none (emptied, or cut short?); removing every rule of a file must be allowed explicitly (--allow-empty-config), or the file deleted"
+                    ),
+                ));
+            }
+        }
+        errors.finish(())
+    }
+
     /// Hands over what settled files loaded into, or reports why not.
     fn settled(&mut self, result: Result<Compiled, ConfigErrors>) -> ReloadOutcome {
+        let result = result.and_then(|c| self.emptied(&c).map(|()| c));
         let outcome = match result {
             Ok(compiled) => {
                 let digest = self.source.digest(&compiled.loaded.files);
@@ -320,8 +357,10 @@ where
                     return ReloadOutcome::Unchanged;
                 }
                 self.digest = digest;
+                let held = held(&compiled.loaded);
                 match (self.apply)(compiled).refused() {
                     Ok(()) => {
+                        self.held = held;
                         metrics::counter!("floodgate_config_reloads_total", "result" => "ok")
                             .increment(1);
                         tracing::info!("configuration reloaded");

@@ -76,6 +76,13 @@ pub struct DomainSpec {
     pub deny: Vec<ListSpec>,
 }
 
+impl DomainSpec {
+    /// How many top-level rules and list entries it holds.
+    pub fn held(&self) -> usize {
+        self.descriptors.len() + self.allow.len() + self.deny.len()
+    }
+}
+
 /// One node of a descriptor tree.
 #[derive(Clone, Debug)]
 pub struct NodeSpec {

@@ -87,7 +87,10 @@ fn an_emptied_or_truncated_file_is_refused_and_the_limits_stay() {
         (String::new(), "file is empty"),
         ("\n  \n# nothing but a comment\n".into(), "file is empty"),
         ("domains:\n".into(), "no domain is configured"),
-        (cut_at("    descriptors:"), "domain 'api' has no descriptors"),
+        (
+            cut_at("    descriptors:"),
+            "domain 'api' has no descriptors",
+        ),
         (
             cut_at("        rate_limit: {requests: 2"),
             "descriptor 'user' has neither rate_limit nor descriptors",
@@ -97,7 +100,9 @@ fn an_emptied_or_truncated_file_is_refused_and_the_limits_stay() {
         // Truncated and written in place, as `>` in a shell does.
         std::fs::write(&file, &text).unwrap();
         match reloader.poll() {
-            ReloadOutcome::Rejected(e) => assert!(e.to_string().contains(expected), "{text:?}: {e}"),
+            ReloadOutcome::Rejected(e) => {
+                assert!(e.to_string().contains(expected), "{text:?}: {e}")
+            }
             other => panic!("{text:?}: {other:?}"),
         }
         assert_eq!(
@@ -126,13 +131,32 @@ fn one_emptied_file_of_a_directory_is_refused_and_every_domain_stays() {
     let mut reloader = watch(vec![dir.path().into()], LoadOptions::default(), &engine);
     deny(&engine, "api", "victim");
     deny(&engine, "shop", "victim");
-    std::fs::write(dir.path().join("b.yaml"), "").unwrap();
-    match reloader.poll() {
-        ReloadOutcome::Rejected(e) => assert!(e.to_string().contains("b.yaml: file is empty"), "{e}"),
-        other => panic!("{other:?}"),
+    // Emptied, or cut before its first rule: the other file still defines
+    // a domain, but this one held rules and holds none.
+    for (text, expected) in [
+        ("", "b.yaml: file is empty"),
+        (
+            "domains:\n",
+            "b.yaml: the file held 2 rule(s) and now holds none",
+        ),
+        (
+            "domain: shop\n",
+            "b.yaml: the file held 2 rule(s) and now holds none",
+        ),
+    ] {
+        std::fs::write(dir.path().join("b.yaml"), text).unwrap();
+        match reloader.poll() {
+            ReloadOutcome::Rejected(e) => assert!(e.to_string().contains(expected), "{e}"),
+            other => panic!("{text:?}: {other:?}"),
+        }
+        assert_eq!(code(&engine, "shop", "user", "victim"), Code::OverLimit);
+        assert_eq!(code(&engine, "api", "user", "victim"), Code::OverLimit);
     }
-    assert_eq!(code(&engine, "shop", "user", "victim"), Code::OverLimit);
-    assert_eq!(code(&engine, "api", "user", "victim"), Code::OverLimit);
+    // Still holding something: a change like any other.
+    let one_list = "domains:\n  - domain: shop\n    deny: [{key: k, values: [v]}]\n";
+    std::fs::write(dir.path().join("b.yaml"), one_list).unwrap();
+    assert!(matches!(reloader.poll(), ReloadOutcome::Applied));
+    assert_eq!(code(&engine, "shop", "k", "v"), Code::OverLimit);
     // Removing the file removes its domain: that is a decision, not an
     // accident.
     std::fs::remove_file(dir.path().join("b.yaml")).unwrap();

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{ConfigError, ConfigErrors, Errors, Location};
-use crate::spec::{Dialect, PolicySpec};
+use crate::spec::{Dialect, DomainSpec, PolicySpec};
 use crate::yaml::Document;
 
 pub use bounded::read_bounded;
@@ -54,6 +54,10 @@ pub struct Loaded {
     pub spec: PolicySpec,
     /// Every file read (to watch for changes).
     pub files: Vec<PathBuf>,
+    /// For each of `files`, how many rules and list entries its domains
+    /// define at their top level (a reload refuses a file that held some
+    /// and holds none: see [`LoadOptions::allow_empty`]).
+    pub held: Vec<usize>,
     /// The Floodgate-format documents, for the components that read their
     /// own sections from them.
     pub documents: Vec<Document>,
@@ -88,18 +92,21 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigEr
                 continue;
             };
             let name: Arc<str> = file.display().to_string().into();
+            let mut held = 0;
             match Document::parse(&name, &text) {
                 Ok(doc) => {
                     let Some(root) = errors.take(doc.root().map()) else {
                         continue;
                     };
                     if let Some(d) = envoy::read_envoy_file(&root, &mut errors) {
+                        held = d.held();
                         loaded.spec.domains.push(d);
                     }
                 }
                 Err(e) => errors.push(e),
             }
             loaded.files.push(file);
+            loaded.held.push(held);
         }
     }
     merge_domains(&mut loaded.spec, options.merge_domains, &mut errors);
@@ -159,7 +166,7 @@ fn check_not_empty(spec: &PolicySpec, options: &LoadOptions, at: Location, error
     if spec.domains.is_empty() {
         errors.push(ConfigError::new(
             at,
-            "no domain is configured, so nothing would be limited; an empty configuration must be allowed explicitly",
+            "no domain is configured, so nothing would be limited; an empty configuration must be allowed explicitly (--allow-empty-config)",
         ));
     }
     for d in &spec.domains {
@@ -171,7 +178,7 @@ fn check_not_empty(spec: &PolicySpec, options: &LoadOptions, at: Location, error
             errors.push(ConfigError::new(
                 d.at.clone(),
                 format!(
-                    "domain '{}' has no descriptors, allow or deny, so it limits nothing; an empty domain must be allowed explicitly",
+                    "domain '{}' has no descriptors, allow or deny, so it limits nothing; an empty domain must be allowed explicitly (--allow-empty-config)",
                     crate::yaml::excerpt(&d.name)
                 ),
             ));
@@ -190,6 +197,7 @@ fn load_file(
 ) {
     let name: Arc<str> = file.display().to_string().into();
     loaded.files.push(file.to_path_buf());
+    loaded.held.push(0);
     let doc = match Document::parse(&name, text) {
         Ok(doc) => doc,
         Err(e) => return errors.push(e),
@@ -202,11 +210,14 @@ fn load_file(
         // short while being written.
         return errors.push(ConfigError::new(
             Location::file(&name),
-            "file is empty: nothing is configured in it; an empty file must be allowed explicitly",
+            "file is empty: nothing is configured in it; an empty file must be allowed explicitly (--allow-empty-config)",
         ));
     }
     if root.keys().any(|(k, _)| k == "domain") {
         if let Some(d) = envoy::read_envoy_file(&root, errors) {
+            if let Some(h) = loaded.held.last_mut() {
+                *h = d.held();
+            }
             loaded.spec.domains.push(d);
         }
         return;
@@ -226,6 +237,9 @@ fn load_file(
                 loaded.spec.settings = s;
             }
         }
+    }
+    if let Some(h) = loaded.held.last_mut() {
+        *h = f.domains.iter().map(DomainSpec::held).sum();
     }
     loaded.spec.domains.extend(f.domains);
     envoy_queue.extend(f.envoy_configs);
