@@ -119,7 +119,7 @@ fn a_configuration_without_an_http_section_is_refused() {
     assert!(e.to_string().contains("http"), "{e}");
     let bad = d.write(
         "bad.yaml",
-        "http:\n  domain: d\n  descriptors: [[colour]]\n",
+        "http:\n  domain: d\n  descriptors: [[colour]]\ndomains: [{domain: d, deny: [{key: k, values: [v]}]}]\n",
     );
     let e = floodgate_replay::replay(&options(&[&bad], &[&l], "nginx")).unwrap_err();
     assert!(e.to_string().contains("bad.yaml:3"), "{e}");
