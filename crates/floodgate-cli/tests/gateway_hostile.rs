@@ -39,6 +39,8 @@ fn start(config: &str, upstream: SocketAddr) -> (Process, u16, u16) {
             .arg(path)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--upstream", &format!("http://{upstream}")])
+            // Some configurations are plain proxies, without a domain.
+            .arg("--allow-empty-config")
             .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
             .env_remove("REDIS_URL")
             .env_remove("FLOODGATE_CONFIG");
