@@ -18,6 +18,7 @@ mod layer_direct;
 mod layer_flow;
 mod layer_hyper;
 mod layer_policy_headers;
+mod layer_release;
 mod layer_tonic;
 mod props;
 mod truthful_numbers;

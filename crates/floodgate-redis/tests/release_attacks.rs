@@ -10,7 +10,7 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Server};
@@ -97,8 +97,68 @@ fn near(p: Permit, d: i64) -> Permit {
     Permit::from(p.get().wrapping_add_signed(i128::from(d)))
 }
 
-/// Forged, repeated, cross-key and oversized releases against one engine.
-async fn forged_releases_free_nothing<B: Backend>(e: &Engine<B>) {
+/// A normal client deciding on its own key, a few ms apart, while an
+/// attack runs: how long each of its decisions took.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    decided: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<Vec<Duration>>,
+}
+
+impl Probe {
+    fn start<B: Backend + Send + Sync + 'static>(e: &Arc<Engine<B>>) -> Probe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let decided = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let (e, stop, decided) = (e.clone(), stop.clone(), decided.clone());
+            async move {
+                let mut took = Vec::new();
+                let req = [OwnedDescriptor::new([("user", "normal")])];
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    assert_eq!(check(&e, &req).await.0, Code::Ok);
+                    took.push(started.elapsed());
+                    decided.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                took
+            }
+        });
+        Probe {
+            stop,
+            decided,
+            task,
+        }
+    }
+
+    /// Stops the client (once it has decided a few times, should the attack
+    /// have been shorter than that); asserts it was served all along: half
+    /// of its decisions within 100 ms (the median: a loaded machine may
+    /// stall any single one, an attack that starves the client moves the
+    /// median).
+    async fn served(self) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.decided.load(Ordering::Relaxed) < 5 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        let mut took = self.task.await.unwrap();
+        assert!(took.len() >= 5, "{} decisions", took.len());
+        took.sort_unstable();
+        let median = took[took.len() / 2];
+        assert!(
+            median < Duration::from_millis(100),
+            "normal client: median {median:?} of {}",
+            took.len()
+        );
+    }
+}
+
+/// Forged, repeated, cross-key and oversized releases against one engine,
+/// while a normal client is served.
+async fn forged_releases_free_nothing<B: Backend + Send + Sync + 'static>(e: &Arc<Engine<B>>) {
+    let probe = Probe::start(e);
+    let e = &**e;
     let victim = job("render");
     let (_, a) = check(e, &victim).await;
     let (_, b) = check(e, &victim).await;
@@ -134,12 +194,13 @@ async fn forged_releases_free_nothing<B: Backend>(e: &Engine<B>) {
         assert_eq!(release(e, &victim, 1, a).await.not_held, 1);
     }
     assert_eq!(room(e, &victim).await, 1, "b still holds its unit");
+    probe.served().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_repeated_and_cross_key_releases_change_nothing() {
     let server = Server::start();
-    let e = engine(&config(vec![server.url()], Mode::Single)).await;
+    let e = Arc::new(engine(&config(vec![server.url()], Mode::Single)).await);
     forged_releases_free_nothing(&e).await;
     assert_eq!(e.backend().redis().stats().errors.get(), 0);
     assert_eq!(e.backend().deferred_releases(), 0);
@@ -149,7 +210,7 @@ async fn forged_repeated_and_cross_key_releases_change_nothing() {
 fn forged_repeated_and_cross_key_releases_change_nothing_on_a_cluster() {
     let cluster = Cluster::start();
     common::runtime().block_on(async {
-        let e = engine(&config(cluster.urls(), Mode::Cluster)).await;
+        let e = Arc::new(engine(&config(cluster.urls(), Mode::Cluster)).await);
         forged_releases_free_nothing(&e).await;
         assert_eq!(e.backend().redis().stats().errors.get(), 0);
     });
@@ -162,7 +223,8 @@ fn forged_repeated_and_cross_key_releases_change_nothing_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_cannot_be_guessed_from_ones_own() {
     let server = Server::start();
-    let e = engine(&config(vec![server.url()], Mode::Single)).await;
+    let e = Arc::new(engine(&config(vec![server.url()], Mode::Single)).await);
+    let probe = Probe::start(&e);
     let mut ids = Vec::new();
     for i in 0..1_000 {
         let req = job(&format!("spread:{i}"));
@@ -183,6 +245,7 @@ async fn permits_cannot_be_guessed_from_ones_own() {
         assert_eq!(r.units(), 0, "{d}");
     }
     assert_eq!(room(&e, &victim).await, 0, "{theirs:?} freed by a guess");
+    probe.served().await;
 }
 
 /// The flood: two holders fill a concurrency limit on Redis, Redis
@@ -205,21 +268,7 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
     server.pause();
 
     // A normal client, deciding all along.
-    let stop = Arc::new(AtomicBool::new(false));
-    let normal = tokio::spawn({
-        let (e, stop) = (e.clone(), stop.clone());
-        async move {
-            let mut took = Vec::new();
-            let req = [OwnedDescriptor::new([("user", "normal")])];
-            while !stop.load(Ordering::Relaxed) {
-                let started = Instant::now();
-                assert_eq!(check(&e, &req).await.0, Code::Ok);
-                took.push(started.elapsed());
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            took
-        }
-    });
+    let probe = Probe::start(&e);
 
     const FORGED: usize = 100_000;
     let attackers: Vec<_> = (0..4)
@@ -263,19 +312,11 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
         queued += t.await.unwrap();
     }
     assert_eq!(queued, 2);
-    stop.store(true, Ordering::Relaxed);
-    let mut took = normal.await.unwrap();
+    probe.served().await;
     let b = e.backend();
     assert_eq!(b.deferred_releases(), 2);
     assert_eq!(b.issued_permits(), 0);
     assert_eq!(b.stats().releases_dropped.get(), 0);
-    assert!(took.len() >= 10, "{} decisions", took.len());
-    took.sort_unstable();
-    let median = took[took.len() / 2];
-    assert!(
-        median < Duration::from_millis(100),
-        "normal client: median {median:?}"
-    );
 
     // Redis is back: the first decision it makes sends the two releases.
     server.resume();
@@ -296,4 +337,66 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
         "{:?}",
         back.elapsed()
     );
+}
+
+/// During an outage a holder's own permit is no key to more than it took:
+/// sent for another key it is refused, never queued; with `hits: 1000` it
+/// queues the one unit it took; sent again it is refused. The queue holds
+/// no more than the units outstanding here, and once Redis answers each
+/// limit has back exactly what was released: the permits still held keep
+/// their units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_outage_a_holders_permit_queues_what_it_took_once() {
+    let server = Server::start();
+    let e = Arc::new(engine(&config(vec![server.url()], Mode::Single)).await);
+    let (victim, other) = (job("render"), job("encode"));
+    let (_, a) = check(&e, &victim).await;
+    let (_, b) = check(&e, &victim).await;
+    let (_, c) = check(&e, &other).await;
+    assert_eq!(e.backend().issued_permits(), 3);
+    server.pause();
+    // The first decision finds Redis gone (it waits for the timeout, then
+    // the breaker opens); the normal client is served by the fallback from
+    // then on.
+    let user = [OwnedDescriptor::new([("user", "normal")])];
+    assert_eq!(check(&e, &user).await.0, Code::Ok);
+    let b_ = e.backend();
+    assert_eq!(b_.breaker_state(), BreakerState::Open);
+    let probe = Probe::start(&e);
+    let refused = |r: &ReleaseReport| r.units() == 0 && r.failed == 1 && r.error.is_some();
+    // Each permit on the key it does not hold.
+    for (req, p) in [(&other, a), (&other, b), (&victim, c)] {
+        for hits in [1, 1000] {
+            let r = release(&e, req, hits, p).await;
+            assert!(refused(&r), "{p:?} {r:?}");
+        }
+    }
+    assert_eq!(b_.deferred_releases(), 0);
+    assert_eq!(b_.issued_permits(), 3);
+    // Its own key, a thousand units asked: the one it took is queued.
+    let r = release(&e, &victim, 1000, a).await;
+    assert_eq!((r.queued, r.given, r.failed), (1, 0, 0), "{r:?}");
+    // Again: it holds nothing any more.
+    for hits in [1, 1000] {
+        let r = release(&e, &victim, hits, a).await;
+        assert!(refused(&r), "{r:?}");
+    }
+    assert_eq!(b_.deferred_releases(), 1);
+    assert!(b_.deferred_releases() <= b_.issued_permits() + 1);
+    assert_eq!(b_.issued_permits(), 2);
+    probe.served().await;
+
+    server.resume();
+    let back = Instant::now();
+    loop {
+        check(&e, &user).await;
+        if b_.breaker_state() == BreakerState::Closed && b_.deferred_releases() == 0 {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(10), "not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(b_.stats().releases_redelivered.get(), 1);
+    assert_eq!(room(&e, &victim).await, 1, "b still holds its unit");
+    assert_eq!(room(&e, &other).await, 1, "c still holds its unit");
 }
