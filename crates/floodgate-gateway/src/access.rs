@@ -27,14 +27,14 @@ pub(crate) struct AccessEntry {
     method: Method,
     path: Box<str>,
     version: Version,
-    peer: Option<SocketAddr>,
+    peer: SocketAddr,
     /// The client address: the peer's, or the one found after trusted
     /// proxies.
-    client: Option<IpAddr>,
+    client: IpAddr,
 }
 
 impl AccessEntry {
-    pub(crate) fn begin<T>(req: &Request<T>, peer: Option<SocketAddr>) -> Box<AccessEntry> {
+    pub(crate) fn begin<T>(req: &Request<T>, peer: SocketAddr) -> Box<AccessEntry> {
         let path = req.uri().path();
         let path: Box<str> = if path.len() <= MAX_PATH {
             path.into()
@@ -48,20 +48,18 @@ impl AccessEntry {
             path,
             version: req.version(),
             peer,
-            client: peer.map(|p| p.ip()),
+            client: peer.ip(),
         })
     }
 
     /// The client address the limiter resolved (after trusted proxies).
     pub(crate) fn set_client(&mut self, client: IpAddr) {
-        self.client = Some(client);
+        self.client = client;
     }
 
     /// Writes the line for a response of `status`.
     pub(crate) fn finish(self, status: StatusCode, limited: bool) {
         let micros = u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let peer = self.peer.map(|p| p.to_string());
-        let client = self.client.map(|c| c.to_string());
         tracing::info!(
             target: TARGET,
             method = %self.method,
@@ -70,8 +68,8 @@ impl AccessEntry {
             status = status.as_u16(),
             limited,
             micros,
-            peer = peer.as_deref().unwrap_or("-"),
-            client = client.as_deref().unwrap_or("-"),
+            peer = %self.peer,
+            client = %self.client,
         );
     }
 }

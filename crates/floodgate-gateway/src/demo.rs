@@ -10,27 +10,21 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-
-use floodgate_runtime::listener::{Prefixed, Sniffed, sniff};
 
 /// Serves the demo upstream on `listener` forever; every answer is `body`.
 pub async fn serve_demo(listener: TcpListener, body: Bytes) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             continue;
         };
         let _ = stream.set_nodelay(true);
         let body = body.clone();
         tokio::spawn(async move {
-            let Ok((kind, prefix)) = sniff(&mut stream).await else {
-                return;
-            };
-            let io = TokioIo::new(Prefixed::new(prefix, stream));
             let svc = service_fn(move |req: Request<Incoming>| {
                 let body = body.clone();
                 async move {
@@ -42,15 +36,9 @@ pub async fn serve_demo(listener: TcpListener, body: Bytes) {
                     Ok::<_, Infallible>(res)
                 }
             });
-            let _ = match kind {
-                Sniffed::Closed => return,
-                Sniffed::Http2 => {
-                    http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(io, svc)
-                        .await
-                }
-                Sniffed::Http1 => http1::Builder::new().serve_connection(io, svc).await,
-            };
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
         });
     }
 }

@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -163,18 +162,13 @@ impl<B: Backend> Gateway<B> {
             // Boxed (here and below): the forwarding future is kilobytes,
             // and a future held inline is copied whole each time the one
             // holding it moves (into hyper's connection, per request).
-            let res = in_box(self.proxy.forward(req, client)).await;
+            let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
             if let Some(a) = access {
                 a.finish(res.status(), false);
             }
             return Ok(res.map(FloodgateBody::new));
         };
-        // No address: the layer's own default (the unspecified one).
-        let mut from = ClientAddr::new(
-            client
-                .peer
-                .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)),
-        );
+        let mut from = ClientAddr::new(client.peer);
         // The client's address behind trusted proxies, resolved once (the
         // layer's descriptors use it too): only when a trusted hop may have
         // named another one, and only when it is used here (the forwarded
@@ -192,7 +186,7 @@ impl<B: Backend> Gateway<B> {
         let limited = l.layer.serve_from(from, req, move |req| {
             // Allocated first, then written: the future is built in its
             // box rather than on the stack and copied there (kilobytes).
-            in_box(proxy.forward_owned(req, client))
+            in_box(proxy.forward(req, client))
         });
         match access {
             // Mapped straight into the result: the response is not moved

@@ -154,7 +154,7 @@ impl<B: Backend + 'static> Conn<B> {
         } = self;
         service_fn(move |req: hyper::Request<Incoming>| {
             let client = ClientInfo {
-                peer: Some(peer),
+                peer,
                 tls,
                 trusted_hop: false,
                 guard: req

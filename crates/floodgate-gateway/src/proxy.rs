@@ -38,8 +38,8 @@ use crate::upstream::{SendError, Upstream};
 /// extension map to allocate per request).
 #[derive(Debug)]
 pub(crate) struct ClientInfo {
-    /// The client's address (none: no forwarding fields are added).
-    pub peer: Option<SocketAddr>,
+    /// The client's address.
+    pub peer: SocketAddr,
     /// The client connection is TLS (`X-Forwarded-Proto: https`,
     /// `proto=https`).
     pub tls: bool,
@@ -259,19 +259,11 @@ impl Proxy {
     }
 
     /// Forwards one request from `client` and returns the upstream's
-    /// response (or the gateway's error response).
+    /// response (or the gateway's error response), as a service's result:
+    /// the forwarding future itself, not one awaiting it (a wrapper would be
+    /// one more copy of it). Owns the proxy, for a future that must be
+    /// `'static`.
     pub(crate) fn forward(
-        &self,
-        req: Request<Incoming>,
-        client: ClientInfo,
-    ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
-        forward(&*self.shared, req, client)
-    }
-
-    /// [`forward`](Self::forward) owning the proxy (for a future that must
-    /// be `'static`), as a service's result. The forwarding future itself,
-    /// not one awaiting it: a wrapper would be one more copy of it.
-    pub(crate) fn forward_owned(
         self,
         req: Request<Incoming>,
         client: ClientInfo,
@@ -301,8 +293,8 @@ impl<F: Future> Future for AlwaysOk<F> {
     }
 }
 
-async fn forward<S: std::ops::Deref<Target = Shared>>(
-    shared: S,
+async fn forward(
+    shared: Arc<Shared>,
     mut req: Request<Incoming>,
     client: ClientInfo,
 ) -> Response<ProxyBody> {
@@ -318,26 +310,24 @@ async fn forward<S: std::ops::Deref<Target = Shared>>(
     strip_hop_by_hop(headers);
     // The gateway answers `100-continue` itself when it reads the body.
     headers.remove(EXPECT);
-    if let Some(peer) = peer {
-        // A cheap clone (shared bytes), so the map can be written to.
-        let host = match req.headers().get(HOST) {
-            Some(h) => Some(h.clone()),
-            None => req
-                .uri()
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
-        };
-        with_forwarding_buf(|buf| {
-            append_x_forwarded_for(req.headers_mut(), peer.ip(), buf);
-            append_forwarded(
-                req.headers_mut(),
-                peer,
-                host.as_ref().map(HeaderValue::as_bytes),
-                https,
-                buf,
-            );
-        });
-    }
+    // A cheap clone (shared bytes), so the map can be written to.
+    let host = match req.headers().get(HOST) {
+        Some(h) => Some(h.clone()),
+        None => req
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+    };
+    with_forwarding_buf(|buf| {
+        append_x_forwarded_for(req.headers_mut(), peer.ip(), buf);
+        append_forwarded(
+            req.headers_mut(),
+            peer,
+            host.as_ref().map(HeaderValue::as_bytes),
+            https,
+            buf,
+        );
+    });
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let up = &shared.upstream;
     let version = req.version();

@@ -206,3 +206,54 @@ async fn futures_codes(layer: &Layer, key: &str, n: usize) -> Vec<u16> {
     }
     codes
 }
+
+/// A server that resolved the client's address behind its trusted proxies
+/// (for its own log line) hands it to the layer with the request: the
+/// layer's `client_ip` descriptor is that address — the same one the
+/// layer finds from the headers itself — and a client is limited the same
+/// whichever way it came.
+#[tokio::test(start_paused = true)]
+async fn a_client_address_resolved_by_the_server_is_the_layers() {
+    use floodgate_http::layer::ClientAddr;
+    let text = "domains:\n  - domain: api\n    descriptors:\n      - key: remote_address\n        rate_limit: {requests_per_unit: 2, unit: minute}\nhttp:\n  domain: api\n  client_ip: {trusted_hops: 1}\n  descriptors:\n    - [client_ip]\n";
+    let layer = layer_for(engine_with(text, manual()), text);
+    let peer = "10.0.0.1:4000".parse().unwrap();
+    let request = |client: &str| {
+        http::Request::get("/")
+            .header("x-forwarded-for", client)
+            .body(())
+            .unwrap()
+    };
+    let mut codes = Vec::new();
+    for resolve_first in [true, false, true] {
+        let req = request("203.0.113.9");
+        let mut from = ClientAddr::new(peer);
+        if resolve_first {
+            let ip = layer.client_ip(&req, &mut from);
+            assert_eq!(ip, "203.0.113.9".parse::<std::net::IpAddr>().unwrap());
+            // Asked again: the address kept, not resolved anew.
+            assert_eq!(layer.client_ip(&request("198.51.100.1"), &mut from), ip);
+        }
+        let res = layer
+            .serve_from(from, req, |_req| async {
+                Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+            })
+            .await
+            .unwrap();
+        codes.push(res.status().as_u16());
+    }
+    // One client, one counter: two admitted, the third rejected.
+    assert_eq!(codes, [200, 200, 429]);
+    // Another client behind the same proxy has a counter of its own.
+    let res = layer
+        .serve_from(
+            ClientAddr::new(peer),
+            request("203.0.113.10"),
+            |_req| async {
+                Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
