@@ -421,6 +421,58 @@ impl ResilientBackend {
         result
     }
 
+    /// A release the sync modes did not take: given back where its permit
+    /// was taken. Also says whether Redis may have given units back.
+    async fn release_elsewhere(
+        &self,
+        item: Item<'_>,
+        units: u64,
+        now: Timestamp,
+    ) -> (Result<Released, BackendError>, bool) {
+        if item.permit.is_none() {
+            let r = self.release_anonymous(item, units, now).await;
+            let in_redis = !matches!(r, Ok(Released::NotHeld | Released::Given(0)));
+            return (r, in_redis);
+        }
+        // Given back where it was taken.
+        if let Some(given) = self.local.release_permit(item, units, now) {
+            return (Ok(Released::Given(given)), false);
+        }
+        // Redis holds it, if anything does: what this instance holds of it
+        // may wait for Redis, and nothing else may.
+        let held_here = self.issued.take(item.permit, item.key, units, now);
+        // Given back now, unless Redis cannot take it (an open breaker is
+        // not even tried: no timeout to pay per release during an outage).
+        let mut tried = false;
+        if self.breaker.state() == BreakerState::Closed {
+            tried = true;
+            match self.release_to_redis(item, units, now).await {
+                Ok(r) => {
+                    let in_redis = !matches!(r, Released::NotHeld | Released::Given(0));
+                    return (Ok(r), in_redis);
+                }
+                // Redis answered, with something no retry changes.
+                Err(e @ BackendError::Protocol(_)) => return (Err(e), true),
+                Err(_) => {}
+            }
+        }
+        match held_here {
+            Some(held) if held > 0 && item.limit.is_concurrency() => {
+                self.defer(item, held, now);
+                (Ok(Released::Queued(held)), true)
+            }
+            _ => (
+                Err(BackendError::Unavailable(
+                    "Redis cannot take this release now, and this instance holds no such \
+                     permit to give back later (not issued here, or released already); \
+                     a permit Redis holds is freed when its lease ends"
+                        .into(),
+                )),
+                tried,
+            ),
+        }
+    }
+
     fn apply_policy(
         &self,
         items: &[Item<'_>],
@@ -465,42 +517,15 @@ impl Backend for ResilientBackend {
             if units == 0 {
                 return Ok(Released::Given(given_here));
             }
-            // Given back in Redis: a replica here counts it no more.
-            self.sharing
-                .decided_in_redis(std::slice::from_ref(&item), now);
-            if item.permit.is_none() {
-                return self.release_anonymous(item, units, now).await;
+            let (result, in_redis) = self.release_elsewhere(item, units, now).await;
+            // Given back in Redis (or perhaps, when its answer was lost): a
+            // replica here counts it no more. A release that changed
+            // nothing there (a forged one) leaves the replica in use.
+            if in_redis {
+                self.sharing
+                    .decided_in_redis(std::slice::from_ref(&item), now);
             }
-            // Given back where it was taken.
-            if let Some(given) = self.local.release_permit(item, units, now) {
-                return Ok(Released::Given(given));
-            }
-            // Redis holds it, if anything does: what this instance holds of
-            // it may wait for Redis, and nothing else may.
-            let held_here = self.issued.take(item.permit, item.key, units, now);
-            // Given back now, unless Redis cannot take it (an open breaker
-            // is not even tried: no timeout to pay per release during an
-            // outage).
-            if self.breaker.state() == BreakerState::Closed {
-                match self.release_to_redis(item, units, now).await {
-                    Ok(r) => return Ok(r),
-                    // Redis answered, with something no retry changes.
-                    Err(e @ BackendError::Protocol(_)) => return Err(e),
-                    Err(_) => {}
-                }
-            }
-            match held_here {
-                Some(held) if held > 0 && item.limit.is_concurrency() => {
-                    self.defer(item, held, now);
-                    Ok(Released::Queued(held))
-                }
-                _ => Err(BackendError::Unavailable(
-                    "Redis cannot take this release now, and this instance holds no such \
-                     permit to give back later (not issued here, or released already); \
-                     a permit Redis holds is freed when its lease ends"
-                        .into(),
-                )),
-            }
+            result
         }
     }
 

@@ -400,3 +400,60 @@ async fn during_an_outage_a_holders_permit_queues_what_it_took_once() {
     assert_eq!(room(&e, &victim).await, 1, "b still holds its unit");
     assert_eq!(room(&e, &other).await, 1, "c still holds its unit");
 }
+
+/// Under `sync: lease` an instance decides an in-flight limit on the units
+/// it leased, without a round trip. Forged releases of its key change
+/// nothing there: they free no unit (leased or in Redis), and they do not
+/// send the key's next decision to Redis (a flood of them would otherwise
+/// turn the lease off), while the holder's own release is given back, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_releases_leave_a_leased_limit_alone() {
+    const LEASED: &str = "domains:
+  - domain: d
+    descriptors:
+      - key: job
+        rate_limit: {algorithm: concurrency, max: 100, sync: {mode: lease, duration: 10s}}
+      - key: user
+        rate_limit: {requests: 1000000, per: 1h}
+";
+    let server = Server::start();
+    let config = config(vec![server.url()], Mode::Single);
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    let spec = load_str("t.yaml", LEASED, &LoadOptions::default()).unwrap();
+    let e = Arc::new(Engine::new(
+        PolicySet::compile(&spec).unwrap(),
+        ResilientBackend::new(redis, &config).expect("resilient"),
+    ));
+    let probe = Probe::start(&e);
+    let victim = job("render");
+    let (code, a) = check(&e, &victim).await;
+    assert_eq!(code, Code::Ok);
+    let (_, b) = check(&e, &victim).await;
+    let stats = e.backend().sharing_stats();
+    let calls = stats.lease_calls.get();
+    for p in [
+        Permit::random(),
+        near(a, 1),
+        near(b, -1),
+        Permit::from(1u64),
+    ] {
+        for hits in [1, 1000] {
+            let r = release(&e, &victim, hits, p).await;
+            assert_eq!((r.units(), r.not_held, r.failed), (0, 1, 0), "{p:?} {r:?}");
+        }
+    }
+    // The next decision is still made on the lease.
+    assert_eq!(check(&e, &victim).await.0, Code::Ok);
+    assert_eq!(stats.lease_calls.get(), calls, "sent to Redis again");
+    // The holder's own release is given back, once.
+    let r = release(&e, &victim, 1000, a).await;
+    assert_eq!((r.given, r.not_held), (1, 0), "{r:?}");
+    assert_eq!(release(&e, &victim, 1, a).await.not_held, 1);
+    // Two held: 98 more, not one beyond (the forged releases freed none).
+    let mut admitted = 0;
+    while admitted <= 100 && check(&e, &victim).await.0 == Code::Ok {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 98);
+    probe.served().await;
+}
