@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use floodgate::SystemClock;
 use floodgate_http::layer::{ClientAddr, FloodgateBody};
-use floodgate_http::{Contract, FloodgateLayer, HttpIdentity};
+use floodgate_http::{Contract, FloodgateLayer};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -35,7 +35,7 @@ impl<B: Backend> Limiter<B> {
         engine: Arc<Engine<B, SystemClock>>,
         section: HttpSection,
     ) -> Result<Self, floodgate_http::identity::IdentityError> {
-        let identity = HttpIdentity::new(section.identity.clone())?;
+        let identity = section.compiled.clone();
         let layer = FloodgateLayer::with(
             engine,
             identity,

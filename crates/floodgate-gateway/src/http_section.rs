@@ -9,8 +9,8 @@ use floodgate_http::{ContractConfig, HttpIdentity};
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 
-/// What the `http:` section says, as plain data.
-#[derive(Clone, Debug, PartialEq)]
+/// What the `http:` section says, read and compiled once.
+#[derive(Clone, Debug)]
 pub struct HttpSection {
     /// How requests become descriptors.
     pub identity: IdentityConfig,
@@ -18,6 +18,17 @@ pub struct HttpSection {
     pub contract: ContractConfig,
     /// Delays, queues, shedding, failure handling.
     pub layer: LayerSettings,
+    /// `identity`, compiled.
+    pub compiled: HttpIdentity,
+}
+
+/// Equal when they say the same (the compiled identity follows).
+impl PartialEq for HttpSection {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity == other.identity
+            && self.contract == other.contract
+            && self.layer == other.layer
+    }
 }
 
 impl HttpSection {
@@ -55,11 +66,12 @@ impl HttpSection {
                 .clone()
                 .and_then(|c| HttpIdentity::new(c).map_err(|e| node.error(e.to_string()).into()));
             match (identity, contract, layer, compiled) {
-                (Ok(identity), Ok(contract), Ok(layer), Ok(_)) => {
+                (Ok(identity), Ok(contract), Ok(layer), Ok(compiled)) => {
                     let section = HttpSection {
                         identity,
                         contract,
                         layer,
+                        compiled,
                     };
                     found = Some((section, node.at().to_string()));
                 }

@@ -19,6 +19,7 @@ mod pool;
 mod proxy;
 mod reload;
 mod response_framing;
+mod settings;
 mod tls;
 mod upgrade;
 mod upstream_faults;

@@ -416,6 +416,3 @@ pub fn redact(url: &str) -> String {
         None => redacted,
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -71,184 +71,65 @@ fn stop_increment(env: &Env<'_>) -> Result<Option<String>, String> {
     }
 }
 
+// One setting in a few lines each: a table, laid out by hand.
+#[rustfmt::skip]
 pub(super) fn declare(t: &mut Vec<S>) {
-    t.push(
-        S::new(
-            "config",
-            "FLOODGATE_CONFIG",
-            "config",
-            Kind::List,
-            "",
-            "configuration files or directories (repeatable; default: `./floodgate.yaml`, else `./examples/floodgate.yaml`)",
-            |s, v| {
-                s.config.paths = v.items().iter().map(PathBuf::from).collect();
-                Ok(())
-            },
-        )
+    t.push(S::new("config", "FLOODGATE_CONFIG", "config", Kind::List, "",
+        "configuration files or directories (repeatable; default: `./floodgate.yaml`, else `./examples/floodgate.yaml`)",
+        |s, v| { s.config.paths = v.items().iter().map(PathBuf::from).collect(); Ok(()) })
         .in_file(InFile::No)
-        .envoy(Envoy::Read {
-            names: "`RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/`RUNTIME_APPDIRECTORY`",
-            read: runtime_root,
-        })
-        .samples("a.yaml", "b.yaml"),
-    );
-    t.push(
-        S::new(
-            "merge_domains",
-            "FLOODGATE_MERGE_DOMAINS",
-            "merge-domains",
-            Kind::Bool,
-            "false",
-            "merge several files of one domain instead of rejecting them",
-            |s, v| {
-                s.config.merge_domains = boolean(&v.text())?;
-                Ok(())
-            },
-        )
+        .envoy(Envoy::Read { names: "`RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/`RUNTIME_APPDIRECTORY`", read: runtime_root })
+        .samples("a.yaml", "b.yaml"));
+    t.push(S::new("merge_domains", "FLOODGATE_MERGE_DOMAINS", "merge-domains", Kind::Bool, "false",
+        "merge several files of one domain instead of rejecting them",
+        |s, v| { s.config.merge_domains = boolean(&v.text())?; Ok(()) })
         .in_file(InFile::No)
-        .envoy(Envoy::Var("MERGE_DOMAIN_CONFIG")),
-    );
-    t.push(
-        S::new(
-            "allow_empty_config",
-            "FLOODGATE_ALLOW_EMPTY_CONFIG",
-            "allow-empty-config",
-            Kind::Bool,
-            "false",
-            "accept an empty configuration (a file with nothing in it, no domain, a domain without rules), an error otherwise and refused on reload; never in a file, which cannot vouch for its own emptiness",
-            |s, v| {
-                s.config.allow_empty = boolean(&v.text())?;
-                Ok(())
-            },
-        )
-        .in_file(InFile::No),
-    );
-    t.push(
-        S::new(
-            "server.grpc",
-            "FLOODGATE_GRPC_ADDR",
-            "grpc-addr",
-            Kind::Addr,
-            super::DEFAULT_GRPC,
-            "gRPC listener (`host:port`, `:port` or a port on all interfaces, or `off`)",
-            |s, v| {
-                s.server.grpc = parse_listen_on(&v.text(), ANY)?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT")),
-    );
-    t.push(
-        S::new(
-            "server.http",
-            "FLOODGATE_HTTP_ADDR",
-            "http-addr",
-            Kind::Addr,
-            super::DEFAULT_HTTP,
-            "HTTP listener (as `grpc`)",
-            |s, v| {
-                s.server.http = parse_listen_on(&v.text(), ANY)?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::HostPort("HOST", "PORT")),
-    );
-    t.push(
-        S::new(
-            "server.admin",
-            "FLOODGATE_ADMIN_ADDR",
-            "admin-addr",
-            Kind::Addr,
-            super::DEFAULT_ADMIN,
-            "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
-            |s, v| {
-                s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Read {
-            names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`",
-            read: debug_listener,
-        }),
-    );
-    t.push(S::new(
-        "server.body_limit",
-        "FLOODGATE_BODY_LIMIT",
-        "body-limit",
-        Kind::Size,
-        "1MiB",
+        .envoy(Envoy::Var("MERGE_DOMAIN_CONFIG")));
+    t.push(S::new("allow_empty_config", "FLOODGATE_ALLOW_EMPTY_CONFIG", "allow-empty-config", Kind::Bool, "false",
+        "accept an empty configuration (a file with nothing in it, no domain, a domain without rules), an error otherwise and refused on reload; never in a file, which cannot vouch for its own emptiness",
+        |s, v| { s.config.allow_empty = boolean(&v.text())?; Ok(()) })
+        .in_file(InFile::No));
+    t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, super::DEFAULT_GRPC,
+        "gRPC listener (`host:port`, `:port` or a port on all interfaces, or `off`)",
+        |s, v| { s.server.grpc = parse_listen_on(&v.text(), ANY)?; Ok(()) })
+        .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT")));
+    t.push(S::new("server.http", "FLOODGATE_HTTP_ADDR", "http-addr", Kind::Addr, super::DEFAULT_HTTP,
+        "HTTP listener (as `grpc`)",
+        |s, v| { s.server.http = parse_listen_on(&v.text(), ANY)?; Ok(()) })
+        .envoy(Envoy::HostPort("HOST", "PORT")));
+    t.push(S::new("server.admin", "FLOODGATE_ADMIN_ADDR", "admin-addr", Kind::Addr, super::DEFAULT_ADMIN,
+        "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
+        |s, v| { s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?; Ok(()) })
+        .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`", read: debug_listener }));
+    t.push(S::new("server.body_limit", "FLOODGATE_BODY_LIMIT", "body-limit", Kind::Size, "1MiB",
         "largest HTTP body or gRPC message",
-        |s, v| {
-            s.server.body_limit = size(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.max_descriptors",
-        "FLOODGATE_MAX_DESCRIPTORS",
-        "max-descriptors",
-        Kind::Count,
-        "256",
+        |s, v| { s.server.body_limit = size(&v.text())?; Ok(()) }));
+    t.push(S::new("server.max_descriptors", "FLOODGATE_MAX_DESCRIPTORS", "max-descriptors", Kind::Count, "256",
         "most descriptors in a request",
-        |s, v| {
-            s.server.max_descriptors = count_in(&v.text(), 1, usize::MAX)?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.max_value_bytes",
-        "FLOODGATE_MAX_VALUE_BYTES",
-        "max-value-bytes",
-        Kind::Size,
-        "16KiB",
+        |s, v| { s.server.max_descriptors = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
+    t.push(S::new("server.max_value_bytes", "FLOODGATE_MAX_VALUE_BYTES", "max-value-bytes", Kind::Size, "16KiB",
         "longest descriptor key or value",
+        |s, v| { s.server.max_value_bytes = size(&v.text())?; Ok(()) }));
+    t.push(S::new("server.limit_overrides", "FLOODGATE_LIMIT_OVERRIDES", "limit-overrides", Kind::Choice, "allow",
+        "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
         |s, v| {
-            s.server.max_value_bytes = size(&v.text())?;
+            s.server.limit_overrides = match v.text().trim() {
+                "allow" => LimitOverrides::Allow,
+                "ignore" => LimitOverrides::Ignore,
+                "refuse" => LimitOverrides::Refuse,
+                other => {
+                    return Err(format!(
+                        "expected allow, ignore or refuse, found `{other}`"
+                    ));
+                }
+            };
             Ok(())
-        },
-    ));
-    t.push(
-        S::new(
-            "server.limit_overrides",
-            "FLOODGATE_LIMIT_OVERRIDES",
-            "limit-overrides",
-            Kind::Choice,
-            "allow",
-            "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
-            |s, v| {
-                s.server.limit_overrides = match v.text().trim() {
-                    "allow" => LimitOverrides::Allow,
-                    "ignore" => LimitOverrides::Ignore,
-                    "refuse" => LimitOverrides::Refuse,
-                    other => {
-                        return Err(format!(
-                            "expected allow, ignore or refuse, found `{other}`"
-                        ));
-                    }
-                };
-                Ok(())
-            },
-        )
-        .samples("ignore", "refuse"),
-    );
-    t.push(S::new(
-        "server.limits.header_read_timeout",
-        "FLOODGATE_HEADER_READ_TIMEOUT",
-        "header-read-timeout",
-        Kind::Duration,
-        "10s",
+        })
+        .samples("ignore", "refuse"));
+    t.push(S::new("server.limits.header_read_timeout", "FLOODGATE_HEADER_READ_TIMEOUT", "header-read-timeout", Kind::Duration, "10s",
         "time a client has for a request head or the HTTP/2 preface; an idle keep-alive connection closes after it",
-        |s, v| {
-            s.server.limits.header_read_timeout = positive_duration(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.max_header_bytes",
-        "FLOODGATE_MAX_HEADER_BYTES",
-        "max-header-bytes",
-        Kind::Size,
-        "64KiB",
+        |s, v| { s.server.limits.header_read_timeout = positive_duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.limits.max_header_bytes", "FLOODGATE_MAX_HEADER_BYTES", "max-header-bytes", Kind::Size, "64KiB",
         "largest request head (HTTP/1.1: 431 beyond; HTTP/2: the header list)",
         |s, v| {
             s.server.limits.max_header_bytes = match size(&v.text())? {
@@ -256,279 +137,89 @@ pub(super) fn declare(t: &mut Vec<S>) {
                 n => return Err(format!("must be from 1KiB to 16MiB, found {n} bytes")),
             };
             Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.max_headers",
-        "FLOODGATE_MAX_HEADERS",
-        "max-headers",
-        Kind::Count,
-        "100",
+        }));
+    t.push(S::new("server.limits.max_headers", "FLOODGATE_MAX_HEADERS", "max-headers", Kind::Count, "100",
         "most header fields of an HTTP/1.1 request (431 beyond)",
-        |s, v| {
-            s.server.limits.max_headers = count_in(&v.text(), 1, 10_000)?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.max_connections",
-        "FLOODGATE_MAX_CONNECTIONS",
-        "max-connections",
-        Kind::Count,
-        "10000",
+        |s, v| { s.server.limits.max_headers = count_in(&v.text(), 1, 10_000)?; Ok(()) }));
+    t.push(S::new("server.limits.max_connections", "FLOODGATE_MAX_CONNECTIONS", "max-connections", Kind::Count, "10000",
         "connections of each public listener (beyond, those waiting longest for nothing are closed, else new ones wait in the backlog; lowered to fit `ulimit -n`)",
-        |s, v| {
-            s.server.max_connections = count_in(&v.text(), 1, 10_000_000)?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.max_concurrent_streams",
-        "FLOODGATE_MAX_CONCURRENT_STREAMS",
-        "max-concurrent-streams",
-        Kind::Count,
-        "1024",
+        |s, v| { s.server.max_connections = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }));
+    t.push(S::new("server.limits.max_concurrent_streams", "FLOODGATE_MAX_CONCURRENT_STREAMS", "max-concurrent-streams", Kind::Count, "1024",
         "concurrent streams (calls) per HTTP/2 connection",
-        |s, v| {
-            s.server.limits.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.http2_idle_timeout",
-        "FLOODGATE_HTTP2_IDLE_TIMEOUT",
-        "http2-idle-timeout",
-        Kind::Duration,
-        "30s",
+        |s, v| { s.server.limits.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32; Ok(()) }));
+    t.push(S::new("server.limits.http2_idle_timeout", "FLOODGATE_HTTP2_IDLE_TIMEOUT", "http2-idle-timeout", Kind::Duration, "30s",
         "an HTTP/2 connection without a stream this long is closed",
-        |s, v| {
-            s.server.limits.http2_idle_timeout = positive_duration(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.max_requests",
-        "FLOODGATE_MAX_REQUESTS",
-        "max-requests",
-        Kind::Count,
-        "10000",
+        |s, v| { s.server.limits.http2_idle_timeout = positive_duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.limits.max_requests", "FLOODGATE_MAX_REQUESTS", "max-requests", Kind::Count, "10000",
         "calls in flight over every connection (beyond: `RESOURCE_EXHAUSTED`, 503, at once)",
-        |s, v| {
-            s.server.max_requests = count_in(&v.text(), 1, 10_000_000)?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.limits.request_timeout",
-        "FLOODGATE_REQUEST_TIMEOUT",
-        "request-timeout",
-        Kind::Duration,
-        "10s",
+        |s, v| { s.server.max_requests = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }));
+    t.push(S::new("server.limits.request_timeout", "FLOODGATE_REQUEST_TIMEOUT", "request-timeout", Kind::Duration, "10s",
         "longest a call may take, body included, when the caller sets no shorter `grpc-timeout` (`DEADLINE_EXCEEDED`, 504)",
-        |s, v| {
-            s.server.request_timeout = positive_duration(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(
-        S::new(
-            "server.response_headers.enabled",
-            "FLOODGATE_RESPONSE_HEADERS",
-            "response-headers",
-            Kind::Bool,
-            "false",
-            "add `RateLimit-Limit`, `-Remaining`, `-Reset` of the most restrictive descriptor",
-            |s, v| {
-                s.server.headers.enabled = boolean(&v.text())?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("LIMIT_RESPONSE_HEADERS_ENABLED")),
-    );
-    t.push(
-        S::new(
-            "server.response_headers.limit",
-            "FLOODGATE_LIMIT_HEADER",
-            "limit-header",
-            Kind::Text,
-            "RateLimit-Limit",
-            "name of the limit header",
-            |s, v| {
-                s.server.headers.limit = header_name(v)?;
-                Ok(())
-            },
-        )
+        |s, v| { s.server.request_timeout = positive_duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.response_headers.enabled", "FLOODGATE_RESPONSE_HEADERS", "response-headers", Kind::Bool, "false",
+        "add `RateLimit-Limit`, `-Remaining`, `-Reset` of the most restrictive descriptor",
+        |s, v| { s.server.headers.enabled = boolean(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("LIMIT_RESPONSE_HEADERS_ENABLED")));
+    t.push(S::new("server.response_headers.limit", "FLOODGATE_LIMIT_HEADER", "limit-header", Kind::Text, "RateLimit-Limit",
+        "name of the limit header",
+        |s, v| { s.server.headers.limit = header_name(v)?; Ok(()) })
         .envoy(Envoy::Var("LIMIT_LIMIT_HEADER"))
-        .samples("X-Limit", "X-Quota"),
-    );
-    t.push(
-        S::new(
-            "server.response_headers.remaining",
-            "FLOODGATE_REMAINING_HEADER",
-            "remaining-header",
-            Kind::Text,
-            "RateLimit-Remaining",
-            "name of the remaining header",
-            |s, v| {
-                s.server.headers.remaining = header_name(v)?;
-                Ok(())
-            },
-        )
+        .samples("X-Limit", "X-Quota"));
+    t.push(S::new("server.response_headers.remaining", "FLOODGATE_REMAINING_HEADER", "remaining-header", Kind::Text, "RateLimit-Remaining",
+        "name of the remaining header",
+        |s, v| { s.server.headers.remaining = header_name(v)?; Ok(()) })
         .envoy(Envoy::Var("LIMIT_REMAINING_HEADER"))
-        .samples("X-Left", "X-Rest"),
-    );
-    t.push(
-        S::new(
-            "server.response_headers.reset",
-            "FLOODGATE_RESET_HEADER",
-            "reset-header",
-            Kind::Text,
-            "RateLimit-Reset",
-            "name of the reset header",
-            |s, v| {
-                s.server.headers.reset = header_name(v)?;
-                Ok(())
-            },
-        )
+        .samples("X-Left", "X-Rest"));
+    t.push(S::new("server.response_headers.reset", "FLOODGATE_RESET_HEADER", "reset-header", Kind::Text, "RateLimit-Reset",
+        "name of the reset header",
+        |s, v| { s.server.headers.reset = header_name(v)?; Ok(()) })
         .envoy(Envoy::Var("LIMIT_RESET_HEADER"))
-        .samples("X-Reset", "X-Again"),
-    );
-    t.push(S::new(
-        "server.response_headers.x_ratelimit",
-        "FLOODGATE_X_RATELIMIT_HEADERS",
-        "x-ratelimit-headers",
-        Kind::Bool,
-        "false",
+        .samples("X-Reset", "X-Again"));
+    t.push(S::new("server.response_headers.x_ratelimit", "FLOODGATE_X_RATELIMIT_HEADERS", "x-ratelimit-headers", Kind::Bool, "false",
         "add Envoy's `DRAFT_VERSION_03` `X-RateLimit-*` headers",
-        |s, v| {
-            s.server.headers.x_ratelimit = boolean(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.reload_interval",
-        "FLOODGATE_RELOAD_INTERVAL",
-        "reload-interval",
-        Kind::Duration,
-        "1s",
+        |s, v| { s.server.headers.x_ratelimit = boolean(&v.text())?; Ok(()) }));
+    t.push(S::new("server.reload_interval", "FLOODGATE_RELOAD_INTERVAL", "reload-interval", Kind::Duration, "1s",
         "how often the files are checked for changes (`0`: only on SIGHUP)",
-        |s, v| {
-            s.server.reload_interval = duration(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.shutdown_delay",
-        "FLOODGATE_SHUTDOWN_DELAY",
-        "shutdown-delay",
-        Kind::Duration,
-        "0",
+        |s, v| { s.server.reload_interval = duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.shutdown_delay", "FLOODGATE_SHUTDOWN_DELAY", "shutdown-delay", Kind::Duration, "0",
         "after SIGTERM/SIGINT, how long the listeners keep serving, not ready, before the drain",
-        |s, v| {
-            s.server.shutdown_delay = duration(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(S::new(
-        "server.shutdown_grace",
-        "FLOODGATE_SHUTDOWN_GRACE",
-        "shutdown-grace",
-        Kind::Duration,
-        "10s",
+        |s, v| { s.server.shutdown_delay = duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.shutdown_grace", "FLOODGATE_SHUTDOWN_GRACE", "shutdown-grace", Kind::Duration, "10s",
         "how long requests in flight may take after the delay",
-        |s, v| {
-            s.server.shutdown_grace = duration(&v.text())?;
-            Ok(())
-        },
-    ));
-    t.push(
-        S::new(
-            "server.log.level",
-            "FLOODGATE_LOG",
-            "log-level",
-            Kind::Text,
-            "info",
-            "a `tracing` filter (`debug`, `floodgate_server=debug,info`)",
-            |s, v| {
-                s.server.log.level = v.text();
-                Ok(())
-            },
-        )
+        |s, v| { s.server.shutdown_grace = duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.log.level", "FLOODGATE_LOG", "log-level", Kind::Text, "info",
+        "a `tracing` filter (`debug`, `floodgate_server=debug,info`)",
+        |s, v| { s.server.log.level = v.text(); Ok(()) })
         .envoy(Envoy::Var("LOG_LEVEL"))
-        .samples("debug", "warn"),
-    );
-    t.push(
-        S::new(
-            "server.log.format",
-            "FLOODGATE_LOG_FORMAT",
-            "log-format",
-            Kind::Choice,
-            "text",
-            "`text` or `json` (one object per line)",
-            |s, v| {
-                s.server.log.format = parse_log_format(&v.text())?;
-                Ok(())
-            },
-        )
+        .samples("debug", "warn"));
+    t.push(S::new("server.log.format", "FLOODGATE_LOG_FORMAT", "log-format", Kind::Choice, "text",
+        "`text` or `json` (one object per line)",
+        |s, v| { s.server.log.format = parse_log_format(&v.text())?; Ok(()) })
         .envoy(Envoy::Var("LOG_FORMAT"))
-        .samples("json", "text"),
-    );
-    t.push(
-        S::new(
-            "settings.shadow_mode",
-            "FLOODGATE_SHADOW_MODE",
-            "shadow-mode",
-            Kind::Bool,
-            "",
-            "forces the policies' global shadow mode (count and report, never deny)",
-            |s, v| {
-                s.policy.shadow_mode = Some(boolean(&v.text())?);
-                Ok(())
-            },
-        )
+        .samples("json", "text"));
+    t.push(S::new("settings.shadow_mode", "FLOODGATE_SHADOW_MODE", "shadow-mode", Kind::Bool, "",
+        "forces the policies' global shadow mode (count and report, never deny)",
+        |s, v| { s.policy.shadow_mode = Some(boolean(&v.text())?); Ok(()) })
         .in_file(InFile::Policies)
-        .envoy(Envoy::Var("SHADOW_MODE")),
-    );
-    t.push(
-        S::new(
-            "settings.near_limit_ratio",
-            "FLOODGATE_NEAR_LIMIT_RATIO",
-            "near-limit-ratio",
-            Kind::Number,
-            "",
-            "forces the policies' near-limit ratio",
-            |s, v| {
-                let r = v
-                    .text()
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|r| (0.0..=1.0).contains(r))
-                    .ok_or("expected a number from 0 to 1")?;
-                s.policy.near_limit_ratio = Some(r);
-                Ok(())
-            },
-        )
+        .envoy(Envoy::Var("SHADOW_MODE")));
+    t.push(S::new("settings.near_limit_ratio", "FLOODGATE_NEAR_LIMIT_RATIO", "near-limit-ratio", Kind::Number, "",
+        "forces the policies' near-limit ratio",
+        |s, v| {
+            let r = v
+                .text()
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .ok_or("expected a number from 0 to 1")?;
+            s.policy.near_limit_ratio = Some(r);
+            Ok(())
+        })
         .in_file(InFile::Policies)
-        .envoy(Envoy::Var("NEAR_LIMIT_RATIO")),
-    );
-    t.push(
-        S::new(
-            "settings.envoy_increment_all",
-            "FLOODGATE_ENVOY_INCREMENT_ALL",
-            "envoy-increment-all",
-            Kind::Bool,
-            "",
-            "forces envoyproxy/ratelimit's accounting: every matched counter counts every request",
-            |s, v| {
-                s.policy.envoy_increment_all = Some(boolean(&v.text())?);
-                Ok(())
-            },
-        )
+        .envoy(Envoy::Var("NEAR_LIMIT_RATIO")));
+    t.push(S::new("settings.envoy_increment_all", "FLOODGATE_ENVOY_INCREMENT_ALL", "envoy-increment-all", Kind::Bool, "",
+        "forces envoyproxy/ratelimit's accounting: every matched counter counts every request",
+        |s, v| { s.policy.envoy_increment_all = Some(boolean(&v.text())?); Ok(()) })
         .in_file(InFile::Policies)
-        .envoy(Envoy::Read {
-            names: "`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (inverted)",
-            read: stop_increment,
-        }),
-    );
+        .envoy(Envoy::Read { names: "`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (inverted)", read: stop_increment }));
 }

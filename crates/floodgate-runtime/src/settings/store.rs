@@ -97,510 +97,194 @@ fn cache_bytes(env: &Env<'_>) -> Result<Option<String>, String> {
     }
 }
 
+// One setting in a few lines each: a table, laid out by hand.
+#[rustfmt::skip]
 pub(super) fn declare(t: &mut Vec<S>) {
-    t.push(
-        S::new(
-            "store.backend",
-            "FLOODGATE_STORE",
-            "store",
-            Kind::Choice,
-            "memory",
-            "`memory` (this process) or `redis` (shared by every instance; implied by a Redis URL given more strongly)",
-            |s, v| {
-                s.store.backend = match v.text().trim().to_ascii_lowercase().as_str() {
-                    "memory" => StoreKind::Memory,
-                    "redis" => StoreKind::Redis,
-                    other => {
-                        return Err(format!(
-                            "unknown backend `{other}` (expected memory or redis)"
-                        ));
-                    }
-                };
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("BACKEND_TYPE"))
-        .samples("redis", "memory"),
-    );
-    t.push(S::new(
-        "store.capacity",
-        "FLOODGATE_MEMORY_CAPACITY",
-        "memory-capacity",
-        Kind::Count,
-        "1000000",
-        "memory: most keys kept (the least recently used are evicted beyond)",
+    t.push(S::new("store.backend", "FLOODGATE_STORE", "store", Kind::Choice, "memory",
+        "`memory` (this process) or `redis` (shared by every instance; implied by a Redis URL given more strongly)",
         |s, v| {
-            s.store.capacity = count_in(&v.text(), 1, usize::MAX)?;
-            Ok(())
-        },
-    ));
-    t.push(
-        S::new(
-            "store.mode",
-            "FLOODGATE_REDIS_MODE",
-            "redis-mode",
-            Kind::Choice,
-            "single",
-            "redis: `single`, `cluster` or `sentinel`",
-            |s, v| {
-                s.store.address.mode = Some(parse_mode(&v.text())?);
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_TYPE"))
-        .samples("cluster", "single")
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.url",
-            "FLOODGATE_REDIS_URL",
-            "redis-url",
-            Kind::List,
-            "127.0.0.1:6379",
-            "redis: `host:port`, `redis://`, `rediss://` or `unix://` URLs (a list or commas: a cluster's nodes; with Sentinel, the sentinels, or `master,host:port,...`)",
-            |s, v| {
-                s.store.address.url = Some(v.text());
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_URL"))
-        .samples("a:1", "b:2,c:3")
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.master",
-            "FLOODGATE_REDIS_MASTER",
-            "redis-master",
-            Kind::Text,
-            "",
-            "redis, `mode: sentinel`: the name the sentinels monitor the primary under",
-            |s, v| {
-                s.store.address.master = Some(v.text());
-                Ok(())
-            },
-        )
-        .samples("primary", "main")
-        .context(SENTINEL),
-    );
-    t.push(
-        S::new(
-            "store.master_auth",
-            "FLOODGATE_REDIS_MASTER_AUTH",
-            "",
-            Kind::Text,
-            "",
-            "redis, `mode: sentinel`: the primary's credentials (`password` or `user:password`)",
-            |s, v| {
-                s.store.address.master_auth = Some(v.text());
-                Ok(())
-            },
-        )
-        .no_flag()
-        .context(SENTINEL),
-    );
-    t.push(
-        S::new(
-            "store.auth",
-            "FLOODGATE_REDIS_AUTH",
-            "",
-            Kind::Text,
-            "",
-            "redis: credentials added to URLs without any (`password` or `user:password`); with Sentinel, the primary's",
-            |s, v| {
-                s.store.address.auth = Some(v.text());
-                Ok(())
-            },
-        )
-        .no_flag()
-        .envoy(Envoy::Var("REDIS_AUTH"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.sentinel_auth",
-            "FLOODGATE_REDIS_SENTINEL_AUTH",
-            "",
-            Kind::Text,
-            "",
-            "redis, `mode: sentinel`: the sentinels' credentials, added to their URLs without any",
-            |s, v| {
-                s.store.address.sentinel_auth = Some(v.text());
-                Ok(())
-            },
-        )
-        .no_flag()
-        .envoy(Envoy::Var("REDIS_SENTINEL_AUTH"))
-        .context(SENTINEL),
-    );
-    t.push(
-        S::new(
-            "store.tls",
-            "FLOODGATE_REDIS_TLS",
-            "redis-tls",
-            Kind::Bool,
-            "false",
-            "redis: TLS (`redis://` URLs become `rediss://`)",
-            |s, v| {
-                s.store.address.tls = boolean(&v.text())?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_TLS"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.tls_ca",
-            "FLOODGATE_REDIS_TLS_CA",
-            "redis-tls-ca",
-            Kind::Text,
-            "",
-            "redis, TLS: PEM file of the certificate authority (default: the system's roots)",
-            |s, v| {
-                s.store.redis.tls.ca_file = Some(PathBuf::from(v.text()));
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_TLS_CACERT"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.tls_cert",
-            "FLOODGATE_REDIS_TLS_CERT",
-            "redis-tls-cert",
-            Kind::Text,
-            "",
-            "redis, TLS: PEM client certificate, for servers that require one",
-            |s, v| {
-                s.store.redis.tls.client_cert_file = Some(PathBuf::from(v.text()));
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_TLS_CLIENT_CERT"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.tls_key",
-            "FLOODGATE_REDIS_TLS_KEY",
-            "redis-tls-key",
-            Kind::Text,
-            "",
-            "redis, TLS: the client certificate's PEM key",
-            |s, v| {
-                s.store.redis.tls.client_key_file = Some(PathBuf::from(v.text()));
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.prefix",
-            "FLOODGATE_REDIS_PREFIX",
-            "redis-prefix",
-            Kind::Text,
-            "fg:",
-            "redis: prefix of every key",
-            |s, v| {
-                let p = v.text();
-                if p.contains(['{', '}']) {
-                    return Err("the key prefix must not contain `{` or `}`".into());
-                }
-                s.store.redis.key_prefix = p;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("CACHE_KEY_PREFIX"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.connections",
-            "FLOODGATE_REDIS_CONNECTIONS",
-            "redis-connections",
-            Kind::Count,
-            "2",
-            "redis: multiplexed connections per server",
-            |s, v| {
-                s.store.redis.connections = count_in(&v.text(), 1, 1024)?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::NonZero("REDIS_POOL_SIZE"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.timeout",
-            "FLOODGATE_REDIS_TIMEOUT",
-            "redis-timeout",
-            Kind::Duration,
-            "50ms",
-            "redis: longest time for a decision, round trips included",
-            |s, v| {
-                s.store.redis.timeout = positive_duration(&v.text())?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::NonZero("REDIS_TIMEOUT"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.connect_timeout",
-            "FLOODGATE_REDIS_CONNECT_TIMEOUT",
-            "redis-connect-timeout",
-            Kind::Duration,
-            "250ms",
-            "redis: longest time to connect",
-            |s, v| {
-                s.store.redis.connect_timeout = positive_duration(&v.text())?;
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.pipeline_window",
-            "FLOODGATE_REDIS_PIPELINE_WINDOW",
-            "redis-pipeline-window",
-            Kind::Duration,
-            "0",
-            "redis: hold commands up to this long to write them together (`0`: off; shorter than `timeout`)",
-            |s, v| {
-                s.store.redis.pipeline_window = duration(&v.text())?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_PIPELINE_WINDOW"))
-        .samples("150us", "300us")
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.pipeline_limit",
-            "FLOODGATE_REDIS_PIPELINE_LIMIT",
-            "redis-pipeline-limit",
-            Kind::Count,
-            "0",
-            "redis: ... or until this many commands wait (`0`: no limit)",
-            |s, v| {
-                s.store.redis.pipeline_limit = count(&v.text())?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT"))
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.failure_policy",
-            "FLOODGATE_FAILURE_POLICY",
-            "failure-policy",
-            Kind::Choice,
-            "local",
-            "redis: when Redis cannot decide, `fail_open`, `fail_closed`, or `local` (an in-process store decides; `local/N` sets `divide_by`)",
-            |s, v| {
-                s.store.redis.failure_policy = parse_failure_policy(&v.text())?;
-                Ok(())
-            },
-        )
-        .samples("fail_open", "fail_closed")
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.divide_by",
-            "FLOODGATE_DIVIDE_BY",
-            "divide-by",
-            Kind::Count,
-            "1",
-            "redis, `failure_policy: local`: each limit divided by this many instances",
-            |s, v| {
-                let n = count_in(&v.text(), 1, u32::MAX as usize)?;
-                s.store.address.divide_by = Some(n as u32);
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.local_cache",
-            "FLOODGATE_REDIS_LOCAL_CACHE",
-            "redis-local-cache",
-            Kind::Count,
-            "0",
-            "redis: entries of the local over-limit cache (`0`: off)",
-            |s, v| {
-                s.store.redis.local_cache_capacity = count(&v.text())?;
-                Ok(())
-            },
-        )
-        .envoy(Envoy::Read {
-            names: "`LOCAL_CACHE_SIZE_IN_BYTES` (÷ 64 bytes an entry)",
-            read: cache_bytes,
-        })
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.fallback_capacity",
-            "FLOODGATE_REDIS_FALLBACK_CAPACITY",
-            "redis-fallback-capacity",
-            Kind::Count,
-            "100000",
-            "redis: keys of the local fallback store",
-            |s, v| {
-                s.store.redis.fallback_capacity = count_in(&v.text(), 1, usize::MAX)?;
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.breaker.failures",
-            "FLOODGATE_REDIS_BREAKER_FAILURES",
-            "redis-breaker-failures",
-            Kind::Count,
-            "5",
-            "redis: consecutive failures that open the circuit breaker",
-            |s, v| {
-                s.store.redis.breaker.failure_threshold =
-                    count_in(&v.text(), 1, u32::MAX as usize)? as u32;
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.breaker.cool_down",
-            "FLOODGATE_REDIS_BREAKER_COOL_DOWN",
-            "redis-breaker-cool-down",
-            Kind::Duration,
-            "1s",
-            "redis: how long an open breaker keeps requests from Redis before a probe",
-            |s, v| {
-                s.store.redis.breaker.cool_down = positive_duration(&v.text())?;
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.clock",
-            "FLOODGATE_REDIS_CLOCK",
-            "redis-clock",
-            Kind::Choice,
-            "server",
-            "redis: whose clock times the windows, `server` (Redis `TIME`) or `client`",
-            |s, v| {
-                s.store.redis.time_source = match v.text().trim() {
-                    "server" => TimeSource::Server,
-                    "client" => TimeSource::Client {
-                        expiry_slack: Duration::from_secs(1),
-                    },
-                    other => return Err(format!("expected server or client, found `{other}`")),
-                };
-                Ok(())
-            },
-        )
-        .samples("client", "server")
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.concurrency_lease",
-            "FLOODGATE_CONCURRENCY_LEASE",
-            "concurrency-lease",
-            Kind::Duration,
-            "10m",
-            "redis: lease of a concurrency permit not released (`0`: until released)",
-            |s, v| {
-                let d = duration(&v.text())?;
-                s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d);
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.sync.mode",
-            "FLOODGATE_SYNC",
-            "sync",
-            Kind::Choice,
-            "exact",
-            "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
-            |s, v| {
-                let text = v.text().trim().to_ascii_lowercase();
-                if SyncMode::parse(&text).is_none() {
+            s.store.backend = match v.text().trim().to_ascii_lowercase().as_str() {
+                "memory" => StoreKind::Memory,
+                "redis" => StoreKind::Redis,
+                other => {
                     return Err(format!(
-                        "unknown sync mode `{text}` (expected one of: {})",
-                        SyncMode::NAMES.join(", ")
+                        "unknown backend `{other}` (expected memory or redis)"
                     ));
                 }
-                s.store.address.sync_mode = Some(text);
-                Ok(())
-            },
-        )
+            };
+            Ok(())
+        })
+        .envoy(Envoy::Var("BACKEND_TYPE"))
+        .samples("redis", "memory"));
+    t.push(S::new("store.capacity", "FLOODGATE_MEMORY_CAPACITY", "memory-capacity", Kind::Count, "1000000",
+        "memory: most keys kept (the least recently used are evicted beyond)",
+        |s, v| { s.store.capacity = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
+    t.push(S::new("store.mode", "FLOODGATE_REDIS_MODE", "redis-mode", Kind::Choice, "single",
+        "redis: `single`, `cluster` or `sentinel`",
+        |s, v| { s.store.address.mode = Some(parse_mode(&v.text())?); Ok(()) })
+        .envoy(Envoy::Var("REDIS_TYPE"))
+        .samples("cluster", "single")
+        .context(REDIS));
+    t.push(S::new("store.url", "FLOODGATE_REDIS_URL", "redis-url", Kind::List, "127.0.0.1:6379",
+        "redis: `host:port`, `redis://`, `rediss://` or `unix://` URLs (a list or commas: a cluster's nodes; with Sentinel, the sentinels, or `master,host:port,...`)",
+        |s, v| { s.store.address.url = Some(v.text()); Ok(()) })
+        .envoy(Envoy::Var("REDIS_URL"))
+        .samples("a:1", "b:2,c:3")
+        .context(REDIS));
+    t.push(S::new("store.master", "FLOODGATE_REDIS_MASTER", "redis-master", Kind::Text, "",
+        "redis, `mode: sentinel`: the name the sentinels monitor the primary under",
+        |s, v| { s.store.address.master = Some(v.text()); Ok(()) })
+        .samples("primary", "main")
+        .context(SENTINEL));
+    t.push(S::new("store.master_auth", "FLOODGATE_REDIS_MASTER_AUTH", "", Kind::Text, "",
+        "redis, `mode: sentinel`: the primary's credentials (`password` or `user:password`)",
+        |s, v| { s.store.address.master_auth = Some(v.text()); Ok(()) })
+        .no_flag()
+        .context(SENTINEL));
+    t.push(S::new("store.auth", "FLOODGATE_REDIS_AUTH", "", Kind::Text, "",
+        "redis: credentials added to URLs without any (`password` or `user:password`); with Sentinel, the primary's",
+        |s, v| { s.store.address.auth = Some(v.text()); Ok(()) })
+        .no_flag()
+        .envoy(Envoy::Var("REDIS_AUTH"))
+        .context(REDIS));
+    t.push(S::new("store.sentinel_auth", "FLOODGATE_REDIS_SENTINEL_AUTH", "", Kind::Text, "",
+        "redis, `mode: sentinel`: the sentinels' credentials, added to their URLs without any",
+        |s, v| { s.store.address.sentinel_auth = Some(v.text()); Ok(()) })
+        .no_flag()
+        .envoy(Envoy::Var("REDIS_SENTINEL_AUTH"))
+        .context(SENTINEL));
+    t.push(S::new("store.tls", "FLOODGATE_REDIS_TLS", "redis-tls", Kind::Bool, "false",
+        "redis: TLS (`redis://` URLs become `rediss://`)",
+        |s, v| { s.store.address.tls = boolean(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("REDIS_TLS"))
+        .context(REDIS));
+    t.push(S::new("store.tls_ca", "FLOODGATE_REDIS_TLS_CA", "redis-tls-ca", Kind::Text, "",
+        "redis, TLS: PEM file of the certificate authority (default: the system's roots)",
+        |s, v| { s.store.redis.tls.ca_file = Some(PathBuf::from(v.text())); Ok(()) })
+        .envoy(Envoy::Var("REDIS_TLS_CACERT"))
+        .context(REDIS));
+    t.push(S::new("store.tls_cert", "FLOODGATE_REDIS_TLS_CERT", "redis-tls-cert", Kind::Text, "",
+        "redis, TLS: PEM client certificate, for servers that require one",
+        |s, v| { s.store.redis.tls.client_cert_file = Some(PathBuf::from(v.text())); Ok(()) })
+        .envoy(Envoy::Var("REDIS_TLS_CLIENT_CERT"))
+        .context(REDIS));
+    t.push(S::new("store.tls_key", "FLOODGATE_REDIS_TLS_KEY", "redis-tls-key", Kind::Text, "",
+        "redis, TLS: the client certificate's PEM key",
+        |s, v| { s.store.redis.tls.client_key_file = Some(PathBuf::from(v.text())); Ok(()) })
+        .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY"))
+        .context(REDIS));
+    t.push(S::new("store.prefix", "FLOODGATE_REDIS_PREFIX", "redis-prefix", Kind::Text, "fg:",
+        "redis: prefix of every key",
+        |s, v| {
+            let p = v.text();
+            if p.contains(['{', '}']) {
+                return Err("the key prefix must not contain `{` or `}`".into());
+            }
+            s.store.redis.key_prefix = p;
+            Ok(())
+        })
+        .envoy(Envoy::Var("CACHE_KEY_PREFIX"))
+        .context(REDIS));
+    t.push(S::new("store.connections", "FLOODGATE_REDIS_CONNECTIONS", "redis-connections", Kind::Count, "2",
+        "redis: multiplexed connections per server",
+        |s, v| { s.store.redis.connections = count_in(&v.text(), 1, 1024)?; Ok(()) })
+        .envoy(Envoy::NonZero("REDIS_POOL_SIZE"))
+        .context(REDIS));
+    t.push(S::new("store.timeout", "FLOODGATE_REDIS_TIMEOUT", "redis-timeout", Kind::Duration, "50ms",
+        "redis: longest time for a decision, round trips included",
+        |s, v| { s.store.redis.timeout = positive_duration(&v.text())?; Ok(()) })
+        .envoy(Envoy::NonZero("REDIS_TIMEOUT"))
+        .context(REDIS));
+    t.push(S::new("store.connect_timeout", "FLOODGATE_REDIS_CONNECT_TIMEOUT", "redis-connect-timeout", Kind::Duration, "250ms",
+        "redis: longest time to connect",
+        |s, v| { s.store.redis.connect_timeout = positive_duration(&v.text())?; Ok(()) })
+        .context(REDIS));
+    t.push(S::new("store.pipeline_window", "FLOODGATE_REDIS_PIPELINE_WINDOW", "redis-pipeline-window", Kind::Duration, "0",
+        "redis: hold commands up to this long to write them together (`0`: off; shorter than `timeout`)",
+        |s, v| { s.store.redis.pipeline_window = duration(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("REDIS_PIPELINE_WINDOW"))
+        .samples("150us", "300us")
+        .context(REDIS));
+    t.push(S::new("store.pipeline_limit", "FLOODGATE_REDIS_PIPELINE_LIMIT", "redis-pipeline-limit", Kind::Count, "0",
+        "redis: ... or until this many commands wait (`0`: no limit)",
+        |s, v| { s.store.redis.pipeline_limit = count(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT"))
+        .context(REDIS));
+    t.push(S::new("store.failure_policy", "FLOODGATE_FAILURE_POLICY", "failure-policy", Kind::Choice, "local",
+        "redis: when Redis cannot decide, `fail_open`, `fail_closed`, or `local` (an in-process store decides; `local/N` sets `divide_by`)",
+        |s, v| { s.store.redis.failure_policy = parse_failure_policy(&v.text())?; Ok(()) })
+        .samples("fail_open", "fail_closed")
+        .context(REDIS));
+    t.push(S::new("store.divide_by", "FLOODGATE_DIVIDE_BY", "divide-by", Kind::Count, "1",
+        "redis, `failure_policy: local`: each limit divided by this many instances",
+        |s, v| {
+            let n = count_in(&v.text(), 1, u32::MAX as usize)?;
+            s.store.address.divide_by = Some(n as u32);
+            Ok(())
+        })
+        .context(REDIS));
+    t.push(S::new("store.local_cache", "FLOODGATE_REDIS_LOCAL_CACHE", "redis-local-cache", Kind::Count, "0",
+        "redis: entries of the local over-limit cache (`0`: off)",
+        |s, v| { s.store.redis.local_cache_capacity = count(&v.text())?; Ok(()) })
+        .envoy(Envoy::Read { names: "`LOCAL_CACHE_SIZE_IN_BYTES` (÷ 64 bytes an entry)", read: cache_bytes })
+        .context(REDIS));
+    t.push(S::new("store.fallback_capacity", "FLOODGATE_REDIS_FALLBACK_CAPACITY", "redis-fallback-capacity", Kind::Count, "100000",
+        "redis: keys of the local fallback store",
+        |s, v| { s.store.redis.fallback_capacity = count_in(&v.text(), 1, usize::MAX)?; Ok(()) })
+        .context(REDIS));
+    t.push(S::new("store.breaker.failures", "FLOODGATE_REDIS_BREAKER_FAILURES", "redis-breaker-failures", Kind::Count, "5",
+        "redis: consecutive failures that open the circuit breaker",
+        |s, v| { s.store.redis.breaker.failure_threshold = count_in(&v.text(), 1, u32::MAX as usize)? as u32; Ok(()) })
+        .context(REDIS));
+    t.push(S::new("store.breaker.cool_down", "FLOODGATE_REDIS_BREAKER_COOL_DOWN", "redis-breaker-cool-down", Kind::Duration, "1s",
+        "redis: how long an open breaker keeps requests from Redis before a probe",
+        |s, v| { s.store.redis.breaker.cool_down = positive_duration(&v.text())?; Ok(()) })
+        .context(REDIS));
+    t.push(S::new("store.clock", "FLOODGATE_REDIS_CLOCK", "redis-clock", Kind::Choice, "server",
+        "redis: whose clock times the windows, `server` (Redis `TIME`) or `client`",
+        |s, v| {
+            s.store.redis.time_source = match v.text().trim() {
+                "server" => TimeSource::Server,
+                "client" => TimeSource::Client {
+                    expiry_slack: Duration::from_secs(1),
+                },
+                other => return Err(format!("expected server or client, found `{other}`")),
+            };
+            Ok(())
+        })
+        .samples("client", "server")
+        .context(REDIS));
+    t.push(S::new("store.concurrency_lease", "FLOODGATE_CONCURRENCY_LEASE", "concurrency-lease", Kind::Duration, "10m",
+        "redis: lease of a concurrency permit not released (`0`: until released)",
+        |s, v| { let d = duration(&v.text())?; s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d); Ok(()) })
+        .context(REDIS));
+    t.push(S::new("store.sync.mode", "FLOODGATE_SYNC", "sync", Kind::Choice, "exact",
+        "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
+        |s, v| {
+            let text = v.text().trim().to_ascii_lowercase();
+            if SyncMode::parse(&text).is_none() {
+                return Err(format!(
+                    "unknown sync mode `{text}` (expected one of: {})",
+                    SyncMode::NAMES.join(", ")
+                ));
+            }
+            s.store.address.sync_mode = Some(text);
+            Ok(())
+        })
         .samples("lease", "sync")
-        .context(REDIS),
-    );
-    t.push(
-        S::new(
-            "store.sync.interval",
-            "FLOODGATE_SYNC_INTERVAL",
-            "sync-interval",
-            Kind::Duration,
-            "100ms",
-            "redis, `sync: sync`: how often each instance pushes its hits and pulls the counts (1ms to 1h)",
-            |s, v| {
-                s.store.address.sync_interval = Some(sync_period(&v.text())?);
-                Ok(())
-            },
-        )
-        .context(SYNC),
-    );
-    t.push(
-        S::new(
-            "store.sync.duration",
-            "FLOODGATE_LEASE_DURATION",
-            "lease-duration",
-            Kind::Duration,
-            "1s",
-            "redis, `sync: lease`: how long a lease may be used before its unused units go back (1ms to 1h)",
-            |s, v| {
-                s.store.address.lease_duration = Some(sync_period(&v.text())?);
-                Ok(())
-            },
-        )
-        .context(LEASE),
-    );
-    t.push(
-        S::new(
-            "store.sync.instances",
-            "FLOODGATE_INSTANCES",
-            "instances",
-            Kind::Count,
-            "0",
-            "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
-            |s, v| {
-                s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32;
-                Ok(())
-            },
-        )
-        .context(REDIS),
-    );
+        .context(REDIS));
+    t.push(S::new("store.sync.interval", "FLOODGATE_SYNC_INTERVAL", "sync-interval", Kind::Duration, "100ms",
+        "redis, `sync: sync`: how often each instance pushes its hits and pulls the counts (1ms to 1h)",
+        |s, v| { s.store.address.sync_interval = Some(sync_period(&v.text())?); Ok(()) })
+        .context(SYNC));
+    t.push(S::new("store.sync.duration", "FLOODGATE_LEASE_DURATION", "lease-duration", Kind::Duration, "1s",
+        "redis, `sync: lease`: how long a lease may be used before its unused units go back (1ms to 1h)",
+        |s, v| { s.store.address.lease_duration = Some(sync_period(&v.text())?); Ok(()) })
+        .context(LEASE));
+    t.push(S::new("store.sync.instances", "FLOODGATE_INSTANCES", "instances", Kind::Count, "0",
+        "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
+        |s, v| { s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32; Ok(()) })
+        .context(REDIS));
 }
 
 /// Completes the store once every setting is read: a Redis URL given more

@@ -1,11 +1,18 @@
+//! The gateway's settings: one precedence for every one of them, the
+//! documented table, and the `gateway:` section as files write it.
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use floodgate_gateway::settings::{Draft, file_values, table};
+use floodgate_gateway::{GatewayConfig, HostHeader, UpstreamProtocol};
+use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::yaml::Document;
 use floodgate_runtime::settings::checks::{
     check_declared_once, check_defaults, check_docs, check_precedence,
 };
-
-use super::*;
+use floodgate_runtime::settings::{Env, Flags};
 
 /// Every setting as read, before the files named are checked (those
 /// checks have tests of their own).
@@ -13,7 +20,9 @@ fn resolver(flags: &Flags, env: &Env<'_>, docs: &[Document]) -> Result<Draft, Co
     let mut errors = Errors::default();
     let file = file_values(docs, &mut errors);
     let mut draft = Draft::default();
-    if let Err(e) = table::resolve(table(), &mut draft, flags, env, &file) {
+    if let Err(e) =
+        floodgate_runtime::settings::table::resolve(table(), &mut draft, flags, env, &file)
+    {
         errors.extend(e);
     }
     errors.finish(draft)

@@ -1,3 +1,7 @@
+//! The settings of the runtime, read from flags, the environment and
+//! files: one precedence for every setting, the documented table, and the
+//! readings teams migrating from envoyproxy/ratelimit rely on.
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -5,8 +9,14 @@ use std::time::Duration;
 use floodgate_policy::yaml::Document;
 use floodgate_redis::{FailurePolicy, Mode};
 
-use super::checks::{check_declared_once, check_defaults, check_docs, check_precedence};
-use super::*;
+use floodgate_policy::error::ConfigErrors;
+use floodgate_runtime::settings::checks::{
+    check_declared_once, check_defaults, check_docs, check_precedence,
+};
+use floodgate_runtime::settings::{
+    Env, Flags, LogFormat, Settings, StoreKind, UNSUPPORTED_ENVOY_VARIABLES, Value, redact, table,
+    unsupported,
+};
 
 fn resolver(flags: &Flags, env: &Env<'_>, docs: &[Document]) -> Result<Settings, ConfigErrors> {
     Settings::resolve(flags, env, docs)
