@@ -440,6 +440,51 @@ descriptors:
     );
 }
 
+/// A limit override of no known unit (`UNKNOWN` = 0, or a number of no
+/// unit) is an invalid argument, checked by the engine for every transport,
+/// before the domain is looked up and whatever the overrides setting.
+#[test]
+fn an_override_of_an_unknown_unit_is_an_invalid_argument() {
+    use floodgate_policy::engine::{LimitOverride, LimitOverrides, RequestLimits};
+    const FILE: &str = "domain: ov
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 2}
+";
+    for overrides in [
+        LimitOverrides::Allow,
+        LimitOverrides::Ignore,
+        LimitOverrides::Refuse,
+    ] {
+        for (domain, number) in [("ov", 0), ("ov", 8), ("unknown", -1), ("ov", i32::MAX)] {
+            let mut h = Harness::new(FILE);
+            h.engine = h.engine.with_request_limits(RequestLimits {
+                overrides,
+                ..RequestLimits::default()
+            });
+            let mut bad = d(&[("k", "v")]);
+            bad.limit = Some(LimitOverride {
+                requests_per_unit: 5,
+                unit_number: number,
+            });
+            let request = [d(&[("k", "w")]), bad];
+            let e =
+                common::ready(h.engine.evaluate(domain, &request, 0, &mut h.response)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid request: descriptor 1: the limit override has an unknown unit ({number})"
+                ),
+                "{overrides:?}"
+            );
+        }
+    }
+    for unit in Unit::ALL {
+        let ov = LimitOverride::new(1, unit);
+        assert_eq!(ov.unit(), Some(unit));
+    }
+}
+
 #[test]
 fn week_windows_start_on_thursday_midnight_utc() {
     let mut h = Harness::new(

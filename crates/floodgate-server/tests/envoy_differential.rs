@@ -142,9 +142,6 @@ impl Floodgate {
             Ok(w) => w,
             Err(e) => return Answer::Refused(e.to_string()),
         };
-        if let Some((i, unit)) = wire.bad_override() {
-            return Answer::Refused(format!("descriptor {i}: unknown unit {unit}"));
-        }
         let descriptors = wire.descriptors();
         let decided = self.engine.evaluate_now(
             wire.domain,

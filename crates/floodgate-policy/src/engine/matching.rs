@@ -10,10 +10,11 @@ use crate::compile::{Action, Domain, PolicySet};
 use crate::permit::Permit;
 use crate::spec::{Dialect, Reported};
 
-use super::request::{Descriptor, LimitOverride};
+use super::request::Descriptor;
 use super::response::{Code, CurrentLimit, Reason, Response, Status};
 use super::scratch::{self, Batch, LimitRef, Slot};
 use super::{Engine, current, keys, until_window_end};
+use crate::unit::Unit;
 
 impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
     /// Matches every descriptor, fills the statuses that need no counter,
@@ -52,10 +53,13 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
                 status.limit_remaining = u32::MAX;
                 continue;
             }
+            // Its unit was checked with the request.
             if let Some(ov) = d
                 .limit_override()
                 .filter(|_| self.limits.overrides == super::LimitOverrides::Allow)
+                && let Some(unit) = ov.unit()
             {
+                let ov = (ov.requests_per_unit, unit);
                 self.layout_override(dom, d, ov, i, hits, now, policy, scratch, status);
                 continue;
             }
@@ -129,7 +133,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         &self,
         dom: &Domain,
         d: &D,
-        ov: LimitOverride,
+        (requests_per_unit, unit): (u32, Unit),
         i: usize,
         hits: u64,
         now: Timestamp,
@@ -138,17 +142,17 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         status: &mut Status,
     ) {
         let reported = Reported {
-            requests_per_unit: ov.requests_per_unit,
-            unit: ov.unit,
+            requests_per_unit,
+            unit,
         };
         status.current_limit = Some(CurrentLimit {
             reported,
             name: None,
         });
-        let window = ov.unit.duration();
+        let window = unit.duration();
         // requests_per_unit 0 admits nothing, and counts what a penalty
         // charges (as envoyproxy/ratelimit's counter does).
-        let limit = match ov.requests_per_unit {
+        let limit = match requests_per_unit {
             0 => FixedWindow::closed(window),
             n => FixedWindow::new(n as u64, window),
         };
@@ -166,7 +170,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         } else {
             CorePenalty::OwnDenials
         };
-        status.reason = if ov.requests_per_unit == 0 {
+        status.reason = if requests_per_unit == 0 {
             Reason::Blocked
         } else {
             Reason::Limited
@@ -181,7 +185,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         let mut fp = crate::compile::StableHasher::default();
         fp.field(b"override")
             .field(dom.name.as_bytes())
-            .u64(ov.unit as u64);
+            .u64(unit as u64);
         let (start, end) = keys::group_plain(&mut scratch.keys, fp.finish(), d);
         let key = keys::member(&mut scratch.keys, (start, end), 0);
         scratch.slots.push(Slot {

@@ -410,6 +410,14 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         // A descriptor without entries, or with an empty key, matches no
         // rule (as in envoyproxy/ratelimit): it is answered, not refused.
         for (i, d) in descriptors.iter().enumerate() {
+            if let Some(ov) = d.limit_override()
+                && ov.unit().is_none()
+            {
+                return Err(EngineError::InvalidArgument(format!(
+                    "descriptor {i}: the limit override has an unknown unit ({})",
+                    ov.unit_number
+                )));
+            }
             if l.overrides == LimitOverrides::Refuse && d.limit_override().is_some() {
                 return Err(EngineError::InvalidArgument(format!(
                     "descriptor {i}: limit overrides are not accepted here"

@@ -4,13 +4,31 @@
 use crate::unit::Unit;
 
 /// A limit sent with a descriptor, replacing the configured one (Envoy's
-/// `RateLimitDescriptor.limit`).
+/// `RateLimitDescriptor.limit`), as the caller sent it: the unit is the
+/// protocol's number, which the engine checks (an unknown unit makes the
+/// request an invalid argument, whatever carried it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitOverride {
     /// Requests per unit.
     pub requests_per_unit: u32,
-    /// The unit.
-    pub unit: Unit,
+    /// The unit's protocol number ([`Unit`]'s discriminant; `0`, Envoy's
+    /// `UNKNOWN`, and numbers of no unit are refused).
+    pub unit_number: i32,
+}
+
+impl LimitOverride {
+    /// `requests_per_unit` per `unit`.
+    pub fn new(requests_per_unit: u32, unit: Unit) -> Self {
+        LimitOverride {
+            requests_per_unit,
+            unit_number: unit as i32,
+        }
+    }
+
+    /// The unit, when the number is one.
+    pub fn unit(&self) -> Option<Unit> {
+        Unit::from_number(self.unit_number)
+    }
 }
 
 /// One descriptor: ordered entries, an optional limit override, an optional
@@ -68,10 +86,7 @@ impl OwnedDescriptor {
 
     /// With a limit override.
     pub fn limit(mut self, requests_per_unit: u32, unit: Unit) -> Self {
-        self.limit = Some(LimitOverride {
-            requests_per_unit,
-            unit,
-        });
+        self.limit = Some(LimitOverride::new(requests_per_unit, unit));
         self
     }
 }

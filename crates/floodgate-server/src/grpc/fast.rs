@@ -256,11 +256,6 @@ impl GrpcService {
             Ok(r) => r,
             Err(e) => return invalid(&e.to_string()),
         };
-        if let Some((i, unit)) = request.bad_override() {
-            return invalid(&format!(
-                "invalid request: descriptor {i}: the limit override has an unknown unit ({unit})"
-            ));
-        }
         let descriptors = request.descriptors();
         let mut response = svc.pool.take();
         if let Err(e) = svc

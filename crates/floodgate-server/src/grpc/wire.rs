@@ -6,7 +6,6 @@
 
 use bytes::{BufMut, BytesMut};
 use floodgate_policy::engine::LimitOverride;
-use floodgate_policy::unit::Unit;
 use floodgate_policy::{Code, Descriptor, Response, Status};
 use smallvec::SmallVec;
 
@@ -127,10 +126,10 @@ impl Descriptor for WireDescriptor<'_> {
         self.entries[i]
     }
     fn limit_override(&self) -> Option<LimitOverride> {
-        let (requests_per_unit, unit) = self.limit?;
+        let (requests_per_unit, unit_number) = self.limit?;
         Some(LimitOverride {
             requests_per_unit,
-            unit: Unit::from_number(unit)?,
+            unit_number,
         })
     }
     #[inline]
@@ -251,20 +250,10 @@ impl<'a> WireRequest<'a> {
             })
             .collect()
     }
-
-    /// The first limit override with an unknown unit, if any.
-    pub fn bad_override(&self) -> Option<(usize, i32)> {
-        self.metas.iter().enumerate().find_map(|(i, m)| {
-            m.limit
-                .filter(|(_, u)| Unit::from_number(*u).is_none())
-                .map(|(_, u)| (i, u))
-        })
-    }
 }
 
 /// A status's `duration_until_reset` as a `google.protobuf.Duration`'s
-/// seconds (whole, an `int64`): larger durations are capped, as
-/// [`fill_response`](super::fill_response) caps them.
+/// seconds (whole, an `int64`): larger durations are capped.
 fn proto_secs(s: &Status) -> u64 {
     s.reset_seconds().min(i64::MAX as u64)
 }
@@ -417,6 +406,7 @@ mod tests {
     use crate::proto::ratelimit::RateLimitDescriptor;
     use crate::proto::ratelimit::rate_limit_descriptor::{Entry, RateLimitOverride};
     use crate::proto::rls::RateLimitRequest;
+    use floodgate_policy::unit::Unit;
     use prost::Message;
 
     #[test]
@@ -486,7 +476,10 @@ mod tests {
         let limit = generated.descriptors[0].limit.unwrap();
         assert_eq!((limit.requests_per_unit, limit.unit), (9, 2));
         let ours = d[0].limit_override().unwrap();
-        assert_eq!((ours.requests_per_unit, ours.unit), (9, Unit::Minute));
+        assert_eq!(
+            (ours.requests_per_unit, ours.unit()),
+            (9, Some(Unit::Minute))
+        );
     }
 
     #[test]
@@ -591,9 +584,60 @@ mod tests {
             out.len() - 5
         );
         let decoded = RateLimitResponse::decode(&out[5..]).unwrap();
-        let mut expected = RateLimitResponse::default();
-        super::super::fill_response(&r, &headers, &mut expected);
-        assert_eq!(decoded, expected);
+        assert_eq!(decoded, generated(&r, &headers));
         assert_eq!(decoded.response_headers_to_add.len(), 6);
+    }
+
+    /// The oracle: `response` as the generated types build it.
+    fn generated(
+        response: &Response,
+        headers: &RateLimitHeaders,
+    ) -> crate::proto::rls::RateLimitResponse {
+        use crate::proto::envoy::config::core::v3::HeaderValue;
+        use crate::proto::rls::rate_limit_response::rate_limit::Unit as ProtoUnit;
+        use crate::proto::rls::rate_limit_response::{
+            Code as ProtoCode, DescriptorStatus, RateLimit,
+        };
+        let code = |c| match c {
+            Code::Ok => ProtoCode::Ok as i32,
+            Code::OverLimit => ProtoCode::OverLimit as i32,
+        };
+        let unit = |u| match u {
+            Unit::Second => ProtoUnit::Second,
+            Unit::Minute => ProtoUnit::Minute,
+            Unit::Hour => ProtoUnit::Hour,
+            Unit::Day => ProtoUnit::Day,
+            Unit::Week => ProtoUnit::Week,
+            Unit::Month => ProtoUnit::Month,
+            Unit::Year => ProtoUnit::Year,
+        } as i32;
+        let mut out = crate::proto::rls::RateLimitResponse {
+            overall_code: code(response.overall),
+            ..Default::default()
+        };
+        for s in &response.statuses {
+            out.statuses.push(DescriptorStatus {
+                code: code(s.code),
+                current_limit: s.current_limit.as_ref().map(|l| RateLimit {
+                    name: l.name.as_deref().unwrap_or_default().to_owned(),
+                    requests_per_unit: l.reported.requests_per_unit,
+                    unit: unit(l.reported.unit),
+                }),
+                limit_remaining: s.limit_remaining,
+                duration_until_reset: s.reports_reset().then(|| prost_types::Duration {
+                    seconds: s.reset_seconds().min(i64::MAX as u64) as i64,
+                    nanos: 0,
+                }),
+                quota: None,
+            });
+        }
+        headers.emit(response, &mut String::new(), |name, value| {
+            out.response_headers_to_add.push(HeaderValue {
+                key: name.text.to_string(),
+                value: value.to_owned(),
+                raw_value: Vec::new(),
+            })
+        });
+        out
     }
 }

@@ -35,9 +35,9 @@ pub struct Override {
         deserialize_with = "u32_num"
     )]
     pub requests_per_unit: u32,
-    /// The unit.
+    /// The unit's protocol number (checked by the engine).
     #[serde(deserialize_with = "unit")]
-    pub unit: Unit,
+    pub unit: i32,
 }
 
 /// One descriptor.
@@ -73,7 +73,7 @@ impl Descriptor for JsonDescriptor<'_> {
     fn limit_override(&self) -> Option<LimitOverride> {
         self.limit.as_ref().map(|l| LimitOverride {
             requests_per_unit: l.requests_per_unit,
-            unit: l.unit,
+            unit_number: l.unit,
         })
     }
     fn hits_addend(&self) -> Option<u64> {
@@ -160,25 +160,25 @@ pub fn opt_u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Er
     }
 }
 
-/// A unit by name (`MINUTE`, any case) or protocol number.
-pub fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<Unit, D::Error> {
+/// A unit by name (`MINUTE`, any case) or protocol number (an unknown
+/// number is the engine's to refuse, as over gRPC).
+pub fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
-        type Value = Unit;
+        type Value = i32;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a unit: SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR")
+            f.write_str("a unit: SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR, or its number")
         }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Unit, E> {
-            i32::try_from(v)
-                .ok()
-                .and_then(Unit::from_number)
-                .ok_or_else(|| E::custom(format!("unknown unit {v}")))
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<i32, E> {
+            i32::try_from(v).map_err(|_| E::custom(format!("unknown unit {v}")))
         }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Unit, E> {
-            Err(E::custom(format!("unknown unit {v}")))
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<i32, E> {
+            i32::try_from(v).map_err(|_| E::custom(format!("unknown unit {v}")))
         }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Unit, E> {
-            Unit::parse(v).ok_or_else(|| E::custom(format!("unknown unit \"{}\"", excerpt(v))))
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<i32, E> {
+            Unit::parse(v)
+                .map(|u| u as i32)
+                .ok_or_else(|| E::custom(format!("unknown unit \"{}\"", excerpt(v))))
         }
     }
     d.deserialize_any(V)
