@@ -8,6 +8,7 @@ mod config_check;
 mod dashboard;
 mod gateway_hostile;
 mod gateway_lifecycle;
+mod headers_parity;
 mod hostile_listeners;
 mod hostile_reloads;
 mod redis_down_at_startup;

@@ -1,10 +1,12 @@
 //! Rate limit headers of the most restrictive descriptor: envoyproxy/ratelimit's
 //! `RateLimit-Limit/Remaining/Reset` (names configurable) and Envoy's
-//! `DRAFT_VERSION_03` `X-RateLimit-*` form, for gRPC
-//! `response_headers_to_add` and HTTP responses alike.
+//! `DRAFT_VERSION_03` `X-RateLimit-*` form (rendered by `floodgate-http`'s
+//! contract, as the gateway renders it), for gRPC `response_headers_to_add`
+//! and HTTP responses alike.
 
 use std::fmt::Write;
 
+use floodgate_http::contract::draft03_value;
 use floodgate_policy::{Code, Response, Status};
 use http::HeaderName;
 
@@ -94,21 +96,14 @@ impl RateLimitHeaders {
             number(emit, &self.reset, reset, buf);
         }
         if self.x_ratelimit {
-            buf.clear();
-            let _ = write!(buf, "{}", limit.reported.requests_per_unit);
-            for s in &response.statuses {
-                if let Some(l) = &s.current_limit {
-                    let _ = write!(
-                        buf,
-                        ", {};w={}",
-                        l.reported.requests_per_unit,
-                        l.reported.unit.seconds()
-                    );
-                    if let Some(n) = l.name.as_deref().filter(|n| !n.is_empty()) {
-                        let _ = write!(buf, ";name=\"{}\"", n.replace(['"', '\\'], ""));
-                    }
-                }
-            }
+            let policies = (response.statuses.iter())
+                .filter_map(|s| s.current_limit.as_ref())
+                .map(|l| {
+                    let r = l.reported;
+                    let name = l.name.as_deref().unwrap_or_default();
+                    (u64::from(r.requests_per_unit), r.unit.seconds(), name)
+                });
+            draft03_value(u64::from(limit.reported.requests_per_unit), policies, buf);
             emit(&self.x_limit, buf);
             number(
                 emit,
@@ -271,6 +266,38 @@ mod tests {
         );
         // No limit, no headers.
         assert_eq!(pick(vec![Status::default()]), None);
+    }
+
+    /// The draft-03 limit names every limited descriptor's limit, its name
+    /// an escaped sf-string (a quote cannot end it early), as
+    /// `floodgate-http`'s contract renders it for the gateway.
+    #[test]
+    fn draft03_names_are_escaped_as_the_gateway_escapes_them() {
+        let settings = HeaderSettings {
+            x_ratelimit: true,
+            ..HeaderSettings::default()
+        };
+        let mut named = status(2, Duration::from_secs(30));
+        if let Some(l) = named.current_limit.as_mut() {
+            l.name = Some(r#"per"user\x"#.into());
+        }
+        let mut response = Response::default();
+        response.statuses.push(named);
+        response.statuses.push(status(1, Duration::from_secs(30)));
+        response.statuses.push(Status::default());
+        let h = RateLimitHeaders::new(&settings).unwrap();
+        let mut out = Vec::new();
+        h.emit(&response, &mut String::new(), |name, v| {
+            out.push((name.text.to_string(), v.to_owned()))
+        });
+        assert_eq!(
+            out[0],
+            (
+                "X-RateLimit-Limit".to_owned(),
+                r#"3, 3;w=60;name="per\"user\\x", 3;w=60"#.to_owned()
+            )
+        );
+        assert!(http::HeaderValue::from_str(&out[0].1).is_ok());
     }
 
     #[test]

@@ -226,18 +226,41 @@ pub(crate) fn push_position(buf: &mut String, remaining: u64, reset_secs: Option
     }
 }
 
-/// Envoy's `DRAFT_VERSION_03` limit: `Q, q;w=W;name="n", ...` (policies
-/// without a window are left out, as Envoy does).
+/// Envoy's `DRAFT_VERSION_03` limit of `report`: `Q, q;w=W;name="n", ...`
+/// (policies without a window are left out, as Envoy does); see
+/// [`draft03_value`].
 pub fn draft03_limit(report: &Report, quota: u64, buf: &mut String) {
+    let policies = (report.policies().iter().enumerate())
+        .filter_map(|(i, p)| Some((p.quota, p.window?, report.name(i))));
+    draft03_value(quota, policies, buf);
+}
+
+/// Envoy's `DRAFT_VERSION_03` `X-RateLimit-Limit` value, the one rendering
+/// of it: the reported `quota`, then each policy as `q;w=W`, with its name
+/// as an sf-string when it has one (escaped: a quote in a name cannot end
+/// the string early).
+///
+/// ```
+/// use floodgate_http::contract::draft03_value;
+/// let mut buf = String::new();
+/// draft03_value(3, [(3, 60, "per\"user"), (100, 3600, "")], &mut buf);
+/// assert_eq!(buf, r#"3, 3;w=60;name="per\"user", 100;w=3600"#);
+/// ```
+pub fn draft03_value<'a>(
+    quota: u64,
+    policies: impl IntoIterator<Item = (u64, u64, &'a str)>,
+    buf: &mut String,
+) {
     buf.clear();
     push_int(buf, quota);
-    for (i, p) in report.policies().iter().enumerate() {
-        let Some(w) = p.window else { continue };
+    for (quota, window, name) in policies {
         buf.push_str(", ");
-        push_int(buf, p.quota);
+        push_int(buf, quota);
         buf.push_str(";w=");
-        push_int(buf, w.max(1));
-        buf.push_str(";name=");
-        push_string(buf, report.name(i));
+        push_int(buf, window.max(1));
+        if !name.is_empty() {
+            buf.push_str(";name=");
+            push_string(buf, name);
+        }
     }
 }

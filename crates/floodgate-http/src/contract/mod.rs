@@ -46,7 +46,7 @@ mod sf;
 pub use config::{ContractConfig, HeaderForm, RuleResponse};
 pub use header_buf::HeaderBuf;
 pub(crate) use headers::push_position;
-pub use headers::{draft03_limit, epoch_reset, ietf_current, ietf_policy};
+pub use headers::{draft03_limit, draft03_value, epoch_reset, ietf_current, ietf_policy};
 pub use http_contract::{Contract, Rejection};
 #[cfg(feature = "axum")]
 pub use into_response::Rejected;
