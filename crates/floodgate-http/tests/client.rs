@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use floodgate::SystemClock;
 use floodgate_http::client::{
     Backoff, BudgetConfig, GiveUp, Next, Retrier, RetryBudget, RetryPolicy, RetryState, Rng,
-    Signals, parse_list,
+    Signals,
 };
 use floodgate_policy::engine::RequestLimits;
 use support::{app, client, engine_with, layer_for, serve};
@@ -234,12 +234,28 @@ fn state_and_signals() {
         sig.reset.unwrap() <= Duration::from_secs(20)
             && sig.reset.unwrap() >= Duration::from_secs(18)
     );
-    // Tolerant list parsing.
-    assert!(parse_list("a;r=1, , b").is_none());
-    assert_eq!(
-        parse_list(r#"x;q=1;w=2;pk=:AAE=:"#).unwrap()[0].int("w"),
-        Some(2)
-    );
+    // `RateLimit` is read as RFC 9651 says: unknown parameters of any type
+    // are skipped, inner lists are not positions, and a field that is not a
+    // List (an empty member, a key starting with a digit, a token with a
+    // character tokens cannot hold, an Integer of 16 digits) is ignored:
+    // the older headers decide.
+    let read = |ratelimit: &str| {
+        let mut h = http::HeaderMap::new();
+        h.insert("ratelimit", ratelimit.parse().unwrap());
+        h.insert("x-ratelimit-remaining", "7".parse().unwrap());
+        Signals::from_headers(&h, std::time::SystemTime::now()).remaining
+    };
+    assert_eq!(read(r#"x;q=1;w=2;pk=:AAE=:;r=3;d=1.5;b=?1"#), Some(3));
+    assert_eq!(read(r#"("a" "b");r=1, "c";r=4"#), Some(4));
+    for malformed in [
+        "a;r=1, , b;r=0",
+        r#""a";r=5;1x=2"#,
+        "a[b;r=1",
+        "a;r=1234567890123456",
+        r#""a";r=1;t="#,
+    ] {
+        assert_eq!(read(malformed), Some(7), "{malformed}");
+    }
     // Jitter stays within the ceiling and varies.
     let b = Backoff::default();
     let mut rng = Rng::seeded(1);

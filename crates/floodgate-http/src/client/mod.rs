@@ -18,19 +18,18 @@
 //!   `reset / (remaining + 1)`, spreading what is left over the window.
 //! * [`Retrier`] — an async helper wrapping any client (reqwest, hyper)
 //!   with all of the above.
-//! * [`parse_list`] / [`Signals`] — the tolerant header reading: String or
-//!   Token policy ids, unknown parameters ignored, malformed fields ignored.
+//! * [`Signals`] — the header reading: `RateLimit` read as an RFC 9651
+//!   List (by the `sfv` crate), unknown parameters ignored, a malformed
+//!   field ignored as the draft requires.
 
 mod backoff;
 mod budget;
 mod send;
-mod sf;
 mod signals;
 mod state;
 
 pub use backoff::{Backoff, Rng};
 pub use budget::{BudgetConfig, RetryBudget};
 pub use send::Retrier;
-pub use sf::{Member, Value, parse_list};
 pub use signals::{Signals, retry_after};
 pub use state::{GiveUp, Next, RetryPolicy, RetryState, is_idempotent};

@@ -6,8 +6,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
-
-use super::sf::parse_list;
+use sfv::{Item, List, ListEntry, Parser};
 
 /// The waiting signals of one response.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,24 +54,28 @@ impl Signals {
             retry_after: retry_after(headers, now),
             ..Signals::default()
         };
-        // IETF: the item with the least available quota.
+        // IETF: the item with the least available quota. Field lines are
+        // one List (RFC 9651); a malformed one is ignored, as the draft
+        // requires.
         let joined: Vec<&str> = headers
             .get_all("ratelimit")
             .iter()
             .filter_map(|v| v.to_str().ok())
             .collect();
-        if !joined.is_empty() {
-            if let Some(list) = parse_list(&joined.join(", ")) {
-                let best = list
-                    .iter()
-                    .filter_map(|m| Some((m.int("r")?, m.int("t"))))
-                    .filter(|(r, t)| *r >= 0 && t.is_none_or(|t| t >= 0))
-                    .min_by_key(|(r, _)| *r);
-                if let Some((r, t)) = best {
-                    s.remaining = Some(r as u64);
-                    s.reset = t.map(|t| Duration::from_secs(t as u64));
-                    return s;
-                }
+        if !joined.is_empty()
+            && let Ok(list) = Parser::new(&joined.join(", ")).parse_list::<List>()
+        {
+            let best = (list.iter())
+                .filter_map(|e| match e {
+                    ListEntry::Item(item) => Some((int(item, "r")?, int(item, "t"))),
+                    ListEntry::InnerList(_) => None,
+                })
+                .filter(|(r, t)| *r >= 0 && t.is_none_or(|t| t >= 0))
+                .min_by_key(|(r, _)| *r);
+            if let Some((r, t)) = best {
+                s.remaining = Some(r as u64);
+                s.reset = t.map(|t| Duration::from_secs(t as u64));
+                return s;
             }
         }
         for (rem, reset) in [
@@ -95,4 +98,12 @@ impl Signals {
         }
         s
     }
+}
+
+/// The Integer parameter `key` of `item`.
+fn int(item: &Item, key: &str) -> Option<i64> {
+    (item.params.iter())
+        .find(|(k, _)| k.as_str() == key)
+        .and_then(|(_, v)| v.as_integer())
+        .map(i64::from)
 }
