@@ -13,7 +13,7 @@ use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{MemoryBackend, PolicySet};
 use floodgate_runtime::AnyBackend;
 use floodgate_runtime::settings::Settings;
-use floodgate_server::Service;
+use floodgate_server::internals::DecisionService;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use tower::ServiceExt;
@@ -65,8 +65,8 @@ static ROUTER: LazyLock<Router> = LazyLock::new(|| {
     let spec = load_str("fuzz.yaml", POLICY, &LoadOptions::default()).expect("the policy reads");
     let policy = PolicySet::compile(&spec).expect("the policy compiles");
     let backend = AnyBackend::Memory(MemoryBackend::new(StoreConfig::default()).expect("a store"));
-    let service = Service::new(policy, backend, &Settings::default()).expect("a service");
-    floodgate_server::http::router(Arc::new(service), 64 * 1024)
+    let service = DecisionService::new(policy, backend, &Settings::default()).expect("a service");
+    floodgate_server::internals::router(Arc::new(service), 64 * 1024)
 });
 
 const PATHS: [&str; 5] = [

@@ -6,7 +6,7 @@
 #![no_main]
 
 use floodgate_policy::Descriptor;
-use floodgate_server::grpc::WireRequest;
+use floodgate_server::internals::WireRequest;
 use floodgate_server::proto::rls::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;

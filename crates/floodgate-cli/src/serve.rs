@@ -22,6 +22,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let loaded = floodgate_runtime::config::load(&args.flags.0, &Env::new(&env))?;
     logging::init(&loaded.settings.server.log)?;
     warn_unsupported(env);
-    floodgate_server::run::run(loaded, Some(prometheus)).context("floodgate serve")?;
+    floodgate_server::run(loaded, Some(prometheus)).context("floodgate serve")?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Loading the configuration, the one way every command does: the
 //! settings read before the files (their paths, merging) from flags, the
 //! environment and the defaults; the files, with every section of
-//! [`SECTIONS`](crate::settings::SECTIONS) accepted; then every setting
+//! [`SECTIONS`] accepted; then every setting
 //! (flags > environment > file > defaults).
 
 use floodgate_policy::read::LoadOptions;

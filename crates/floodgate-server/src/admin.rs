@@ -12,11 +12,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::service::Service;
+use crate::decision::DecisionService;
 
 /// The admin routes: the runtime's (`/metrics`, `/healthcheck`, `/ready`)
 /// and the rules in force (`/rlconfig`).
-pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Router {
+pub fn router(service: Arc<DecisionService>, metrics: Option<PrometheusHandle>) -> Router {
     floodgate_runtime::admin::router(service.health().clone(), metrics).merge(
         Router::new()
             .route("/rlconfig", get(rlconfig))
@@ -25,7 +25,7 @@ pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Route
 }
 
 /// The rules in force, one per line: `domain path: limits`.
-async fn rlconfig(State(service): State<Arc<Service>>) -> impl IntoResponse {
+async fn rlconfig(State(service): State<Arc<DecisionService>>) -> impl IntoResponse {
     let policy = service.engine().policy();
     let mut out = String::new();
     let s = &policy.settings;

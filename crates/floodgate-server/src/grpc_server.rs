@@ -14,9 +14,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
+use crate::decision::DecisionService;
 use crate::grpc::GrpcService;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::service::Service;
 use floodgate_runtime::RuntimeError;
 
 /// The RLS service name, as health checks ask for it.
@@ -25,7 +25,7 @@ pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// Starts serving on `listener` under `http`'s protections, at most
 /// `places` connections at once, until `stop` turns true.
 pub async fn spawn(
-    svc: Arc<Service>,
+    svc: Arc<DecisionService>,
     listener: TcpListener,
     http: Http,
     places: usize,

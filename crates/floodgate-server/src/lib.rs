@@ -1,25 +1,61 @@
 //! # The Floodgate decision service
 //!
-//! `floodgate serve`: Envoy's rate limit service protocol (RLS v3) over
-//! gRPC, envoyproxy/ratelimit's `/json` and Floodgate's own `/v1/check`
-//! over HTTP, gRPC health and reflection. The process plumbing (settings,
-//! store, metrics, logs, reload, admin listener, shutdown) is
-//! [`floodgate_runtime`]'s.
+//! `floodgate serve` as a library: [`run`] (or [`serve`], on a runtime of
+//! your own, until a future of yours resolves) answers
+//!
+//! * Envoy's rate limit service protocol (RLS v3,
+//!   `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) over
+//!   gRPC, with gRPC health checking and server reflection;
+//! * envoyproxy/ratelimit's `/json`, and Floodgate's own `/v1/check` and
+//!   `/v1/release`, over HTTP;
+//!
+//! with the rate limit headers of `floodgate-http`'s contract. The process
+//! plumbing (settings, store, metrics, logs, reload, admin listener,
+//! shutdown) is [`floodgate_runtime`]'s; [`proto`] holds the protocol's
+//! generated types, for clients.
+//!
+//! ```no_run
+//! use floodgate_runtime::settings::{Env, Flags};
+//!
+//! # fn main() -> Result<(), floodgate_runtime::RuntimeError> {
+//! // What `floodgate serve --config floodgate.yaml` does: flags over the
+//! // environment over the file.
+//! let prometheus = floodgate_runtime::metrics::install()?;
+//! let flags = Flags::new().with("config", "floodgate.yaml");
+//! let environment = |name: &str| std::env::var(name).ok();
+//! let loaded = floodgate_runtime::config::load(&flags, &Env::new(&environment))?;
+//! floodgate_runtime::logging::init(&loaded.settings.server.log)?;
+//! // Serves until SIGTERM or SIGINT, then drains.
+//! floodgate_server::run(loaded, Some(prometheus))?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! See `docs/service.md` for the API reference and the settings.
 
 #![warn(missing_docs)]
 
-pub mod admin;
-pub mod grpc;
-pub mod grpc_server;
-pub mod headers;
-pub mod http;
-pub mod metrics;
-pub mod pool;
+mod admin;
+mod decision;
+mod grpc;
+mod grpc_server;
+mod headers;
+mod http;
+mod metrics;
+mod pool;
 pub mod proto;
-pub mod run;
-pub mod service;
+mod run;
 
-pub use run::serve;
-pub use service::Service;
+pub use run::{run, serve};
+
+/// What the crate's tests and fuzz targets drive directly: the gRPC
+/// message codec, the header renderer, the HTTP router and the service
+/// behind them. Not a stable API (feature `internals`).
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::decision::DecisionService;
+    pub use crate::grpc::wire::{WireRequest, encode_response};
+    pub use crate::headers::RateLimitHeaders;
+    pub use crate::http::router;
+}

@@ -21,10 +21,10 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::service::Service;
+use crate::decision::DecisionService;
 
 /// Runs the service on a new multi-threaded runtime until a shutdown
-/// signal; logging must already be set up (see [`crate::logging::init`]).
+/// signal; logging must already be set up (see [`floodgate_runtime::logging::init`]).
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -63,7 +63,7 @@ pub async fn serve(
         .collect();
     let startup = StartupSections::of(&compiled.loaded.documents);
     let Compiled { policy, loaded } = compiled;
-    let svc = Arc::new(Service::new(policy, backend, &settings)?);
+    let svc = Arc::new(DecisionService::new(policy, backend, &settings)?);
     svc.health().spawn_store_probes();
     // The reloader only needs the files that were read.
     let compiled = Compiled {
@@ -161,7 +161,7 @@ pub async fn serve(
 fn watch_config(
     source: ConfigSource,
     compiled: Compiled,
-    svc: &Arc<Service>,
+    svc: &Arc<DecisionService>,
     interval: Duration,
     startup: StartupSections,
 ) -> Watching {
@@ -175,7 +175,7 @@ fn watch_config(
 
 /// Swaps a reloaded `policy` into `svc`, unless its store cannot decide
 /// one of its limits: the running policy then stays.
-pub fn replace_policy(svc: &Service, policy: PolicySet) -> Result<(), RuntimeError> {
+pub fn replace_policy(svc: &DecisionService, policy: PolicySet) -> Result<(), RuntimeError> {
     svc.engine().backend().check_policy(&policy)?;
     svc.replace_policy(policy);
     Ok(())
@@ -250,8 +250,8 @@ store:
                 .unwrap();
         let redis = RedisBackend::connect_lazy(&config).await.unwrap();
         let backend = AnyBackend::Redis(Box::new(ResilientBackend::new(redis, &config).unwrap()));
-        let svc = Service::new(policy_of(GOOD), backend, &Settings::default()).unwrap();
-        let labels = |svc: &Service| -> Vec<String> {
+        let svc = DecisionService::new(policy_of(GOOD), backend, &Settings::default()).unwrap();
+        let labels = |svc: &DecisionService| -> Vec<String> {
             let p = svc.engine().policy();
             p.rules().iter().map(|r| r.label().to_owned()).collect()
         };

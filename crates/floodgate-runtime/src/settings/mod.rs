@@ -2,7 +2,7 @@
 //! the Floodgate file, the configuration's own (paths, merging), and the
 //! policy settings forced over the file's `settings:`.
 //!
-//! Each setting is declared once ([`table`]): its file key, its
+//! Each setting is declared once ([`table`](mod@table)): its file key, its
 //! environment variables (Floodgate's and envoyproxy/ratelimit's), its
 //! flag, its default and its documentation. Every setting is read the same
 //! way, **flags > environment > file > defaults** ([`table::resolve`]).

@@ -14,16 +14,6 @@ const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Parses a `grpc-timeout` value (`TimeoutValue TimeoutUnit`: 1 to 8 ASCII
 /// digits, then one of `H M S m u n`). `None` for a malformed value: like
 /// tonic, a header that cannot be read imposes no deadline.
-///
-/// ```
-/// use std::time::Duration;
-/// use floodgate_server::grpc::parse_grpc_timeout;
-///
-/// assert_eq!(parse_grpc_timeout(b"20m"), Some(Duration::from_millis(20)));
-/// assert_eq!(parse_grpc_timeout(b"1S"), Some(Duration::from_secs(1)));
-/// assert_eq!(parse_grpc_timeout(b"123456789n"), None); // 9 digits
-/// assert_eq!(parse_grpc_timeout(b"5x"), None);
-/// ```
 pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {

@@ -20,8 +20,8 @@ use tonic::service::Routes;
 
 use super::deadline::parse_grpc_timeout;
 use super::wire::{WireRequest, encode_response};
+use crate::decision::DecisionService;
 use crate::metrics::{Api, ErrorClass};
-use crate::service::Service;
 
 /// The RLS method's path.
 pub const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -118,14 +118,14 @@ fn not_grpc(status: StatusCode, message: String) -> Response<tonic::body::Body> 
 /// The gRPC listener's service: the fast RLS path, tonic for the rest.
 #[derive(Clone)]
 pub struct GrpcService {
-    service: Arc<Service>,
+    service: Arc<DecisionService>,
     routes: Routes,
     body_limit: usize,
 }
 
 impl GrpcService {
     /// The fast path for `service`, `routes` for every other method.
-    pub fn new(service: Arc<Service>, routes: Routes, body_limit: usize) -> Self {
+    pub fn new(service: Arc<DecisionService>, routes: Routes, body_limit: usize) -> Self {
         GrpcService {
             service,
             routes,

@@ -3,8 +3,6 @@
 
 mod deadline;
 mod fast;
-mod wire;
+pub(crate) mod wire;
 
-pub use deadline::parse_grpc_timeout;
-pub use fast::{GrpcService, RLS_PATH};
-pub use wire::{WireError, WireRequest, encode_response};
+pub use fast::GrpcService;

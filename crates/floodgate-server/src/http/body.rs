@@ -80,7 +80,7 @@ pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
 /// error to answer, counted in the call's metrics (413 as resource
 /// exhaustion, every other refusal as an invalid argument).
 pub fn json_call(
-    svc: &crate::service::Service,
+    svc: &crate::decision::DecisionService,
     api: crate::metrics::Api,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,

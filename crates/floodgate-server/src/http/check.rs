@@ -25,8 +25,8 @@ use super::check_limits::{self, LimitJson};
 use super::envoy_json::{code_name, unit_name};
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
+use crate::decision::DecisionService;
 use crate::metrics::Api;
-use crate::service::Service;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -157,7 +157,7 @@ fn status<'a>(
 
 /// `POST /v1/check`.
 pub async fn handle(
-    State(svc): State<Arc<Service>>,
+    State(svc): State<Arc<DecisionService>>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -168,7 +168,7 @@ pub async fn handle(
 }
 
 async fn run(
-    svc: &Service,
+    svc: &DecisionService,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {

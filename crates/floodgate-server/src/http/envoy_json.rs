@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
+use crate::decision::DecisionService;
 use crate::metrics::Api;
-use crate::service::Service;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,7 +136,7 @@ pub fn unit_name(u: floodgate_policy::unit::Unit) -> &'static str {
 
 /// `POST /json`.
 pub async fn handle(
-    State(svc): State<Arc<Service>>,
+    State(svc): State<Arc<DecisionService>>,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
     match run(&svc, raw).await {
@@ -148,7 +148,10 @@ pub async fn handle(
     }
 }
 
-async fn run(svc: &Service, raw: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn run(
+    svc: &DecisionService,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let bytes = body::bytes(raw)?;
     let req: Request<'_> = body::parse(&bytes).inspect_err(|_| {

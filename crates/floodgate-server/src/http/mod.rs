@@ -16,12 +16,12 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 
-use crate::service::Service;
+use crate::decision::DecisionService;
 
 pub use error::ApiError;
 
 /// The public HTTP routes, with bodies limited to `body_limit` bytes.
-pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
+pub fn router(service: Arc<DecisionService>, body_limit: usize) -> Router {
     Router::new()
         .route("/json", post(envoy_json::handle))
         .route("/v1/check", post(check::handle))
@@ -46,7 +46,7 @@ pub fn router(service: Arc<Service>, body_limit: usize) -> Router {
 /// when it takes longer than `server.limits.request_timeout` (a body that
 /// never comes whole included).
 async fn bounded(
-    State(s): State<Arc<Service>>,
+    State(s): State<Arc<DecisionService>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -71,12 +71,12 @@ async fn bounded(
 }
 
 /// Liveness: 200 while the process serves (503 once it is shutting down).
-async fn healthcheck(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
+async fn healthcheck(State(s): State<Arc<DecisionService>>) -> (StatusCode, &'static str) {
     s.health().healthcheck()
 }
 
 /// Readiness: 200 when the store can decide and shutdown has not begun.
-async fn ready(State(s): State<Arc<Service>>) -> (StatusCode, &'static str) {
+async fn ready(State(s): State<Arc<DecisionService>>) -> (StatusCode, &'static str) {
     s.health().ready()
 }
 

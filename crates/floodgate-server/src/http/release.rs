@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use super::check::reason;
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
+use crate::decision::DecisionService;
 use crate::metrics::Api;
-use crate::service::Service;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -147,7 +147,7 @@ fn opt_permit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Permit>, D::Erro
 
 /// `POST /v1/release`.
 pub async fn handle(
-    State(svc): State<Arc<Service>>,
+    State(svc): State<Arc<DecisionService>>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -158,7 +158,7 @@ pub async fn handle(
 }
 
 async fn run(
-    svc: &Service,
+    svc: &DecisionService,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {

@@ -17,7 +17,7 @@ use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
 
 /// Everything a request needs, built once at startup.
-pub struct Service {
+pub struct DecisionService {
     engine: Arc<Engine<AnyBackend>>,
     health: Arc<Health>,
     /// Reusable responses.
@@ -36,7 +36,7 @@ pub struct Service {
     pub body_limit: usize,
 }
 
-impl Service {
+impl DecisionService {
     /// A service deciding `policy` on `backend`.
     pub fn new(
         mut policy: PolicySet,
@@ -50,7 +50,7 @@ impl Service {
                 .with_request_limits(limits)
                 .with_observer(floodgate_runtime::dashboard::observer()),
         );
-        Ok(Service {
+        Ok(DecisionService {
             health: Arc::new(Health::new(engine.clone())),
             engine,
             pool: ResponsePool::default(),
@@ -142,23 +142,8 @@ impl Service {
         self.health.is_ready()
     }
 
-    /// Whether the store can decide (regardless of draining).
-    pub fn backend_ready(&self) -> bool {
-        self.health.store_ready()
-    }
-
-    /// Marks the service as shutting down.
-    pub fn start_draining(&self) {
-        self.health.start_draining();
-    }
-
     /// A receiver that turns true when shutdown begins.
     pub fn watch_draining(&self) -> watch::Receiver<bool> {
         self.health.watch_draining()
-    }
-
-    /// Whether shutdown has begun.
-    pub fn is_draining(&self) -> bool {
-        self.health.is_draining()
     }
 }
