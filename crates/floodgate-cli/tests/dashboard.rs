@@ -271,3 +271,87 @@ fn the_decision_service_has_it_too() {
     assert_eq!(status, 200);
     assert!(page.contains("<title>Floodgate dashboard</title>"));
 }
+
+/// On Redis: shadow-mode hits per rule and among the keys, the store's
+/// health and breaker following a Redis that stops answering and comes
+/// back, the local fallback counted meanwhile.
+#[test]
+fn shadow_hits_and_the_redis_store_follow_an_outage() {
+    let redis = floodgate_testkit::Redis::start();
+    let config = "domains:\n  - domain: api\n    descriptors:\n      - key: user\n        rate_limit: {name: per-user, requests_per_unit: 1, unit: minute}\n      - key: tenant\n        shadow_mode: true\n        rate_limit: {name: per-tenant, requests_per_unit: 1, unit: minute}\n";
+    let fg = Floodgate::start(
+        bin(),
+        config,
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &redis.addr(),
+            "--failure-policy",
+            "local",
+        ],
+        &[],
+    );
+    let body = br#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"erin"}]},{"entries":[{"key":"tenant","value":"acme"}]}]}"#;
+    let call = || {
+        http_request(fg.http, "POST", "/json", Some("application/json"), body)
+            .unwrap()
+            .0
+    };
+    assert_eq!(call(), 200);
+    assert_eq!(call(), 429);
+    assert_eq!(call(), 429);
+    let d = data(fg.admin);
+    let rule = |name: &str| {
+        d["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rule"] == name)
+            .unwrap_or_else(|| panic!("no rule {name}: {d}"))
+            .clone()
+    };
+    assert_eq!(rule("per-user")["denied"], 2, "{d}");
+    assert_eq!(rule("per-tenant")["shadow"], 2, "{d}");
+    assert_eq!(rule("per-tenant")["denied"], 0, "{d}");
+    let top: Vec<(String, String)> = d["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["key"].as_str().unwrap().to_owned(),
+                k["how"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(top.contains(&("tenant=acme".into(), "shadow".into())), "{d}");
+    assert!(top.contains(&("user=erin".into(), "denied".into())), "{d}");
+    let store = &d["store"];
+    assert_eq!(store["backend"], "redis", "{d}");
+    assert_eq!(store["healthy"], true, "{d}");
+    assert_eq!(store["breaker"], "closed", "{d}");
+    assert!(store["calls"].as_u64().unwrap() >= 3, "{d}");
+    assert_eq!(store["local_fallbacks"], 0, "{d}");
+
+    // Redis stops answering: the breaker opens, the local store decides.
+    redis.pause();
+    let opened = wait_until(Duration::from_secs(20), || {
+        call();
+        let s = &data(fg.admin)["store"];
+        s["healthy"] == false && s["breaker"] != "closed"
+    });
+    assert!(opened, "{}", data(fg.admin));
+    let s = data(fg.admin)["store"].clone();
+    assert!(s["local_fallbacks"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["breaker_opened"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["timeouts"].as_u64().unwrap() >= 1, "{s}");
+    // Back: healthy again.
+    redis.resume();
+    let back = wait_until(Duration::from_secs(20), || {
+        call();
+        let s = &data(fg.admin)["store"];
+        s["healthy"] == true && s["breaker"] == "closed"
+    });
+    assert!(back, "{}", data(fg.admin));
+}

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 
 use floodgate::Clock;
-use floodgate_policy::Backend;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 
@@ -102,8 +101,9 @@ pub enum StoreState {
     },
     /// Redis.
     Redis {
-        /// Redis can decide (the breaker is closed, or its failure policy
-        /// answers).
+        /// Redis is deciding: the breaker is closed. While it is not, the
+        /// failure policy answers (`local_fallbacks`, `fail_open`,
+        /// `fail_closed` count how).
         healthy: bool,
         /// The circuit breaker: `closed`, `open`, `half_open`.
         breaker: &'static str,
@@ -142,9 +142,10 @@ fn store_state(backend: &AnyBackend) -> StoreState {
         AnyBackend::Redis(r) => {
             let s = r.stats();
             let rs = r.redis().stats();
+            let breaker = r.breaker_state();
             StoreState::Redis {
-                healthy: backend.is_ready(),
-                breaker: match r.breaker_state() {
+                healthy: breaker == floodgate_redis::BreakerState::Closed,
+                breaker: match breaker {
                     floodgate_redis::BreakerState::Closed => "closed",
                     floodgate_redis::BreakerState::Open => "open",
                     _ => "half_open",
