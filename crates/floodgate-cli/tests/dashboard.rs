@@ -325,7 +325,10 @@ fn shadow_hits_and_the_redis_store_follow_an_outage() {
             )
         })
         .collect();
-    assert!(top.contains(&("tenant=acme".into(), "shadow".into())), "{d}");
+    assert!(
+        top.contains(&("tenant=acme".into(), "shadow".into())),
+        "{d}"
+    );
     assert!(top.contains(&("user=erin".into(), "denied".into())), "{d}");
     let store = &d["store"];
     assert_eq!(store["backend"], "redis", "{d}");

@@ -4,14 +4,17 @@
 //! a two-rule policy (`benches/two-rules.yaml`), parsing included.
 //!
 //! ```sh
-//! cargo bench -p floodgate-replay --bench replay -- --lines 10000000 --runs 3
+//! cargo bench -p floodgate-replay --bench replay -- --lines 1000000,10000000 --runs 3
 //! ```
 //!
-//! The log is written once to `target/replay-bench/access-<lines>.log`
+//! Each log is written once to `target/replay-bench/access-<lines>.log`
 //! (about 1.4 GB for 10 million lines) and reused. Each run prints lines
-//! per second and the process's peak resident memory; the memory does not
-//! grow with the log (compare `--lines 1000000` with `--lines 10000000`).
-//! `--generate-only` writes the log and stops, for timing the binary:
+//! per second, the CPU time per line (all threads) and the process's peak
+//! resident memory. With several sizes (`--lines 1000000,10000000`) each
+//! is replayed in a process of its own, so that each peak is its own, and
+//! the peaks are compared at the end: memory is bounded by the live keys,
+//! not the log's length. `--generate-only` writes the logs and stops, for
+//! timing the binary:
 //! `floodgate replay --config crates/floodgate-replay/benches/two-rules.yaml --log <it> --quiet`.
 
 use std::fs::File;
@@ -96,6 +99,23 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The CPU time this process used so far, all threads (user and system).
+fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // After the command's name in parentheses: utime and stime are the
+    // 12th and 13th fields, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<u64>() as f64 / 100.0
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |name: &str| {
@@ -104,8 +124,47 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
-    let lines: u64 = value("--lines").map_or(10_000_000, |v| v.parse().expect("--lines N"));
+    let sizes: Vec<u64> = value("--lines").map_or(vec![10_000_000], |v| {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("--lines N[,N...]"))
+            .collect()
+    });
     let runs: usize = value("--runs").map_or(3, |v| v.parse().expect("--runs N"));
+    let generate_only = args.iter().any(|a| a == "--generate-only");
+    if sizes.len() > 1 {
+        assert!(value("--log").is_none(), "--log takes one size");
+        let exe = std::env::current_exe().expect("this program");
+        let mut peaks = Vec::new();
+        for lines in &sizes {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["--lines", &lines.to_string(), "--runs", &runs.to_string()]);
+            if generate_only {
+                cmd.arg("--generate-only");
+            }
+            let out = cmd.output().expect("run one size");
+            let text = String::from_utf8_lossy(&out.stdout);
+            print!("{text}");
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "the {lines}-line run failed");
+            let peak = text
+                .lines()
+                .filter_map(|l| l.split("peak RSS ").nth(1))
+                .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+                .max();
+            peaks.push((lines, peak));
+        }
+        if !generate_only {
+            println!("peak resident memory by log length:");
+            for (lines, peak) in peaks {
+                println!(
+                    "  {lines:>12} lines: {} MiB",
+                    peak.map_or("?".into(), |p| p.to_string())
+                );
+            }
+        }
+        return;
+    }
+    let lines = sizes[0];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let log: PathBuf = value("--log")
         .map(PathBuf::from)
@@ -114,7 +173,7 @@ fn main() {
         eprintln!("writing {} ({lines} lines)", log.display());
         generate(&log, lines).expect("write the log");
     }
-    if args.iter().any(|a| a == "--generate-only") {
+    if generate_only {
         return;
     }
     // `cargo bench` passes `--bench`; nothing else is read.
@@ -127,13 +186,16 @@ fn main() {
     };
     for run in 1..=runs {
         let started = Instant::now();
+        let cpu = cpu_secs();
         let r = replay(&options).expect("replay");
         let secs = started.elapsed().as_secs_f64();
+        let cpu = cpu_secs() - cpu;
         let c = &r.candidates[0];
         println!(
-            "run {run}: {} lines in {secs:.2} s = {:.0} lines/s; {} denied; {} keys held; peak RSS {} MiB; {} malformed",
+            "run {run}: {} lines in {secs:.2} s = {:.0} lines/s ({:.2} µs of CPU per line, all threads); {} denied; {} keys held; peak RSS {} MiB; {} malformed",
             r.input.lines,
             r.input.lines as f64 / secs,
+            cpu * 1e6 / r.input.lines.max(1) as f64,
             c.denied,
             c.keys_held,
             peak_rss_kib().unwrap_or(0) / 1024,

@@ -168,6 +168,49 @@ struct Stream {
     /// One per identity.
     outs: Vec<RequestDescriptors>,
     scratch: Scratch,
+    /// The last chunk's size and what its lines needed, to reserve as
+    /// much per byte for the next (no regrowing, no copies).
+    last: Sizes,
+}
+
+/// A chunk's bytes and the lengths of its [`Parsed`] buffers.
+#[derive(Clone, Copy, Default)]
+struct Sizes {
+    bytes: usize,
+    recs: usize,
+    dtext: usize,
+    entries: usize,
+    built: usize,
+    sets: usize,
+}
+
+impl Sizes {
+    fn of(bytes: usize, p: &Parsed) -> Sizes {
+        Sizes {
+            bytes,
+            recs: p.recs.len(),
+            dtext: p.dtext.len(),
+            entries: p.entries.len(),
+            built: p.built.len(),
+            sets: p.sets.len(),
+        }
+    }
+
+    /// Reserves in `p`, for a chunk of `bytes`, what the last chunk
+    /// needed per byte, and a little more.
+    fn reserve(&self, bytes: usize, p: &mut Parsed) {
+        if self.bytes == 0 {
+            p.recs.reserve(bytes / 128);
+            return;
+        }
+        let scale =
+            |n: usize| (n as u128 * bytes as u128 / self.bytes as u128) as usize * 9 / 8 + 16;
+        p.recs.reserve(scale(self.recs));
+        p.dtext.reserve(scale(self.dtext));
+        p.entries.reserve(scale(self.entries));
+        p.built.reserve(scale(self.built));
+        p.sets.reserve(scale(self.sets));
+    }
 }
 
 /// Buffers reused from line to line.
@@ -241,6 +284,7 @@ impl Reader<'_> {
                 .map(HttpIdentity::new_output)
                 .collect(),
             scratch: Scratch::default(),
+            last: Sizes::default(),
         };
         for (file, source) in sources.iter().enumerate() {
             let mut reader = open(source, self.progress.clone())
@@ -354,7 +398,7 @@ impl Reader<'_> {
     ) -> Parsed {
         let width = self.headers.len();
         let mut p = Parsed::default();
-        p.recs.reserve(text.len() / 128);
+        stream.last.reserve(text.len(), &mut p);
         let Parsed {
             recs,
             dtext,
@@ -362,7 +406,12 @@ impl Reader<'_> {
             built,
             sets,
         } = &mut p;
-        let Stream { outs, scratch, .. } = stream;
+        let Stream {
+            outs,
+            scratch,
+            last,
+            ..
+        } = stream;
         let Scratch { extra, spans } = scratch;
         extra.clear();
         let mut start = 0;
@@ -441,6 +490,7 @@ impl Reader<'_> {
             }
             start = nl + 1;
         }
+        *last = Sizes::of(text.len(), &p);
         p
     }
 }

@@ -269,14 +269,21 @@ fn literal_token(text: Vec<u8>) -> Token {
     Token::Literal(text, finder)
 }
 
+/// Literals up to this long are found by their first byte (a few
+/// comparisons per candidate); longer ones by `memmem`.
+const SHORT_LITERAL: usize = 16;
+
 /// The position of the first `lit` in `hay` that is not an escaped quote.
 fn find_literal(hay: &[u8], lit: &[u8], finder: &memchr::memmem::Finder<'_>) -> Option<usize> {
-    if let [byte] = lit {
-        // One byte (a space, a quote): memchr, and rarely a second look.
+    if lit.len() <= SHORT_LITERAL {
+        // The separators of a log format (` `, `"`, `] "`, `" "`): memchr
+        // for the first byte, then a comparison; setting up a substring
+        // search per field would cost more than the search itself.
+        let first = *lit.first()?;
         let mut from = 0;
-        while let Some(i) = memchr::memchr(*byte, &hay[from..]) {
+        while let Some(i) = memchr::memchr(first, &hay[from..]) {
             let at = from + i;
-            if !escaped_quote(hay, at, *byte) {
+            if hay[at..].starts_with(lit) && !escaped_quote(hay, at, first) {
                 return Some(at);
             }
             from = at + 1;
@@ -373,6 +380,25 @@ mod tests {
         assert_eq!(h, ["k1"]);
         let (_, h) = parse(fmt, &hs, "1700000000.250 0.050 - ::1").unwrap();
         assert_eq!(h, [""]);
+    }
+
+    /// Separators are found past escaped quotes, whatever their length
+    /// (short ones by their first byte, long ones by substring search).
+    #[test]
+    fn separators_short_and_long_past_escaped_quotes() {
+        let hs = set(&["x-key", "x-other"]);
+        let fmt = r#"$msec "$http_x_key" "$http_x_other" -- a long separator here -- $status"#;
+        let line = r#"1700000000.000 "a\" \"b" "c\" \"" -- a long separator here -- 201"#;
+        let (f, h) = parse(fmt, &hs, line).unwrap();
+        assert_eq!(h, [r#"a" "b"#, r#"c" ""#]);
+        assert_eq!(f.status, 201);
+        // The long separator missing: the line does not match.
+        let e = parse(
+            fmt,
+            &hs,
+            r#"1700000000.000 "a" "c" -- a long separator -- 201"#,
+        );
+        assert!(e.is_err());
     }
 
     #[test]

@@ -133,9 +133,27 @@ fn offset(b: &[u8]) -> Option<i64> {
     (h < 24 && m < 60).then(|| sign * (h * 3600 + m * 60) as i64)
 }
 
+thread_local! {
+    /// The last `$time_local` read on this thread and its time: lines
+    /// written in the same second share it, and a log has many per second.
+    static LAST_LOCAL: std::cell::Cell<([u8; 26], u64)> =
+        const { std::cell::Cell::new(([0; 26], u64::MAX)) };
+}
+
 /// nginx's `$time_local`: `10/Oct/2000:13:55:36 -0700`.
 pub(crate) fn time_local(b: &[u8]) -> Option<u64> {
-    if b.len() != 26 || b[2] != b'/' || b[6] != b'/' || b[11] != b':' || b[20] != b' ' {
+    let key: [u8; 26] = b.try_into().ok()?;
+    let (last, time) = LAST_LOCAL.get();
+    if time != u64::MAX && last == key {
+        return Some(time);
+    }
+    let time = parse_time_local(&key)?;
+    LAST_LOCAL.set((key, time));
+    Some(time)
+}
+
+fn parse_time_local(b: &[u8; 26]) -> Option<u64> {
+    if b[2] != b'/' || b[6] != b'/' || b[11] != b':' || b[20] != b' ' {
         return None;
     }
     let d = digits(&b[0..2])? as u32;
@@ -215,6 +233,31 @@ pub(crate) fn any(b: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The last time read is remembered: repeated, alternating and broken
+    /// values after it are each read for themselves.
+    #[test]
+    fn time_local_remembers_only_the_same_text() {
+        let t = 971_211_336 * NANOS;
+        for _ in 0..2 {
+            assert_eq!(time_local(b"10/Oct/2000:13:55:36 -0700"), Some(t));
+            assert_eq!(time_local(b"10/Oct/2000:13:55:37 -0700"), Some(t + NANOS));
+            assert_eq!(
+                time_local(b"10/Oct/2000:13:55:37 +0000"),
+                Some(t + NANOS - 7 * 3600 * NANOS)
+            );
+        }
+        assert_eq!(
+            time_local(b"10/Oct/2000:13:55:37 +0000"),
+            Some(t - 7 * 3600 * NANOS + NANOS)
+        );
+        assert_eq!(time_local(b"10/Oct/2000:13:55:3x +0000"), None);
+        assert_eq!(time_local(b"10/Oct/2000:13:55:37 +0000 "), None);
+        assert_eq!(
+            time_local(b"10/Oct/2000:13:55:37 +0000"),
+            Some(t - 7 * 3600 * NANOS + NANOS)
+        );
+    }
 
     #[test]
     fn formats() {
