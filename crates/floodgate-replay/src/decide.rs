@@ -152,8 +152,14 @@ impl<'a> Decider<'a> {
             .evaluate_now(domain, views, hits, apply, &mut self.response)
         {
             Some(Ok(())) => {
-                self.report
-                    .fill(&self.response, &self.policy, &self.candidate.contract);
+                if plainly_allowed(&self.response) {
+                    // The contract's verdict without its report's lines:
+                    // nothing denies and nothing delays.
+                    self.report.clear();
+                } else {
+                    self.report
+                        .fill(&self.response, &self.policy, &self.candidate.contract);
+                }
                 Ok(())
             }
             Some(Err(e)) => Err(e.to_string()),
@@ -410,6 +416,21 @@ impl<'a> Decider<'a> {
         );
         (report, self.write_error)
     }
+}
+
+/// Whether the contract's verdict on `response` is certainly `Allowed`:
+/// the response is not over the limit and no enforced status is delayed
+/// (the contract denies only an over-limit response and delays only by
+/// an enforced status's delay).
+fn plainly_allowed(response: &Response) -> bool {
+    response.overall != Code::OverLimit
+        && response.statuses.iter().all(|s| {
+            s.shadow
+                || !matches!(
+                    s.decision.map(|d| d.outcome),
+                    Some(floodgate::Outcome::Delayed(x)) if x > Duration::ZERO
+                )
+        })
 }
 
 fn nanos(d: Duration) -> u64 {
