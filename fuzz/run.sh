@@ -1,21 +1,54 @@
 #!/usr/bin/env bash
-# Fuzzes every target for SECONDS each (default 60), two at a time, from
-# seeds made of the repository's own configuration files and docs examples.
-# A crash stops its target and leaves the input under fuzz/artifacts/.
+# Fuzzes every target for SECONDS each, two at a time, from seeds made of
+# the repository's own configuration files and docs examples (plus what
+# earlier runs left in fuzz/corpus/). A crash, a timeout or a leak of
+# memory stops its target, leaves the input under fuzz/artifacts/TARGET/
+# and fails the run.
 #
-#   fuzz/run.sh [SECONDS] [TARGET...]
+#   fuzz/run.sh [--quick] [SECONDS] [TARGET...]
 #
-# cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP=1 lets the stable
-# toolchain build it.
+# A campaign (the default, 60 s per target): cargo-fuzz, installed when
+# missing, builds the targets optimised and with AddressSanitizer;
+# cargo-fuzz needs nightly features, and RUSTC_BOOTSTRAP=1 lets the stable
+# toolchain build them.
+#
+# --quick (what scripts/test.sh runs, 5 s per target by default): the same
+# libFuzzer targets with the same coverage instrumentation, built by plain
+# cargo on the stable toolchain (every flag is a stable one), lightly
+# optimised, with debug assertions and overflow checks and without a
+# sanitizer: nothing to install, and a fraction of a campaign's build.
 set -euo pipefail
 cd "$(dirname "$0")"
-SECS=${1:-60}
+# The fuzz builds stay in fuzz/target, whatever the workspace's is.
+export CARGO_TARGET_DIR="$PWD/target"
+QUICK=0
+if [ "${1:-}" = "--quick" ]; then
+    QUICK=1
+    shift
+fi
+SECS=${1:-$([ $QUICK = 1 ] && echo 5 || echo 60)}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response)
-command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-export RUSTC_BOOTSTRAP=1
-cargo fuzz build -O
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority)
+
+if [ $QUICK = 1 ]; then
+    HOST=$(rustc -vV | sed -n 's/^host: //p')
+    # cargo-fuzz's instrumentation: libFuzzer's coverage counters, the
+    # comparison tracing that guides it through magic values, and the
+    # `fuzzing` cfg. With --target, build scripts and proc macros stay
+    # uninstrumented.
+    export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing \
+-Cllvm-args=-simplifycfg-branch-fold-threshold=0 -Cllvm-args=-sanitizer-coverage-stack-depth \
+-Cdebug-assertions"
+    cargo build --quiet --target "$HOST" --bins
+    BIN=target/$HOST/debug
+else
+    command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+    export RUSTC_BOOTSTRAP=1
+    cargo fuzz build -O
+fi
 
 # Seeds: every YAML file and every fenced yaml block of the docs.
 seed() { # $1: target, then files
@@ -56,21 +89,33 @@ printf 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0
 printf 'HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabc' > corpus/upstream_response/seed-length
 printf 'HTTP/1.0 200 OK\r\n\r\nuntil the end' > corpus/upstream_response/seed-close
 
-status=0
+failed=0
 run() {
-    mkdir -p "corpus/$1"
+    mkdir -p "corpus/$1" "artifacts/$1"
     local dict=()
     [ -f "dict/$1.dict" ] && dict=(-dict="dict/$1.dict")
-    cargo fuzz run -O "$1" "corpus/$1" -- -max_total_time="$SECS" -max_len=16384 "${dict[@]}" \
-        -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"corpus/$1.log" 2>&1 \
-        || { echo "!! $1 failed: see fuzz/corpus/$1.log and fuzz/artifacts/$1/"; return 1; }
+    local args=(-max_total_time="$SECS" -max_len=16384 "${dict[@]}" -timeout=10
+        -rss_limit_mb=2048 -print_final_stats=1)
+    local ok=1
+    if [ $QUICK = 1 ]; then
+        "$BIN/$1" "corpus/$1" -artifact_prefix="artifacts/$1/" "${args[@]}" \
+            >"corpus/$1.log" 2>&1 || ok=0
+    else
+        cargo fuzz run -O "$1" "corpus/$1" -- "${args[@]}" >"corpus/$1.log" 2>&1 || ok=0
+    fi
+    if [ $ok = 0 ]; then
+        echo "!! $1 failed: fuzz/corpus/$1.log (its end below) and fuzz/artifacts/$1/"
+        tail -n 40 "corpus/$1.log" | sed "s/^/   $1| /"
+        return 1
+    fi
     echo "== $1: $(grep -E 'stat::number_of_executed_units' "corpus/$1.log" | awk '{print $2}') runs, no crash"
 }
 for ((i = 0; i < ${#TARGETS[@]}; i += 2)); do
     run "${TARGETS[i]}" & a=$!
     b=""
     if [ $((i + 1)) -lt ${#TARGETS[@]} ]; then run "${TARGETS[i + 1]}" & b=$!; fi
-    wait $a || status=1
-    [ -z "$b" ] || wait $b || status=1
+    wait $a || failed=$((failed + 1))
+    [ -z "$b" ] || wait $b || failed=$((failed + 1))
 done
-exit $status
+echo "fuzz: $((${#TARGETS[@]} - failed)) passed, $failed failed"
+[ $failed = 0 ]

@@ -88,3 +88,17 @@ echo "==> cargo test (workspace, all targets and doc tests)"
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
 
+# ---- Fuzzing ----------------------------------------------------------------
+# Every fuzz target (fuzz/, docs/fuzzing.md) runs for FUZZ_SECONDS (5 by
+# default) from the repository's seeds, two at a time, so that a regression
+# in a parser fails the next change: a crash fails the suite and leaves its
+# input in fuzz/artifacts/. Built by plain cargo on the stable toolchain, in
+# fuzz/target; libfuzzer-sys compiles libFuzzer itself with a C++ compiler.
+if ! command -v c++ >/dev/null 2>&1; then
+    echo "==> installing g++"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ >/dev/null
+fi
+echo "==> fuzzing (fuzz/run.sh --quick: every target for ${FUZZ_SECONDS:-5} s)"
+./fuzz/run.sh --quick "${FUZZ_SECONDS:-5}"

@@ -42,7 +42,10 @@ mod gateway;
 // Public for the fuzz targets only (its response parsing), not the API.
 #[doc(hidden)]
 pub mod h1;
-mod host;
+// Public for the fuzz targets only (the request authority checks), not
+// the API.
+#[doc(hidden)]
+pub mod host;
 mod http_section;
 mod listener;
 mod pool;

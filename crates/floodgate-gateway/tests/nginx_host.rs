@@ -121,7 +121,14 @@ fn as_nginx_host(authority: &str) -> String {
 
 /// `Host` values the gateway refuses, which nginx lets through: bytes
 /// outside RFC 3986's `reg-name`, and an empty first label.
-const STRICTER: &[&str] = &["u@a.example", "a\"b.example", "a{b}.example", "a\\b", ".a"];
+const STRICTER: &[&str] = &[
+    "u@a.example",
+    "a\"b.example",
+    "a{b}.example",
+    "a\\b",
+    "a%41.example",
+    ".a",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_handling_matches_nginx() {

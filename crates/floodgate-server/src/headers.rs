@@ -218,6 +218,10 @@ mod tests {
         assert_eq!(reset_of(status(2, ms(59_001))), ["60", "60"]);
         assert_eq!(reset_of(status(2, ms(60_000))), ["60", "60"]);
         assert_eq!(reset_of(status(1, Duration::from_nanos(1))), ["1", "1"]);
+        // The longest reset a status can carry: rounded up without
+        // overflowing (found by the rls_response fuzz target).
+        let max = u64::MAX.to_string();
+        assert_eq!(reset_of(status(1, Duration::MAX)), [max.clone(), max]);
     }
 
     #[test]
