@@ -11,6 +11,7 @@ mod envoy_fidelity;
 mod envoy_semantics;
 mod floodgate_features;
 mod hot_reload;
+mod memory;
 mod near_limit;
 mod nginx_zones;
 mod on_failure;

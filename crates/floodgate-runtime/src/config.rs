@@ -22,8 +22,8 @@ pub struct Loaded {
 }
 
 /// Loads the configuration that `flags` and `env` point to. Install the
-/// metrics recorder first: rules resolve their metric handles when they
-/// are compiled.
+/// metrics recorder before serving: a rule resolves its metric handles
+/// from it on its first decision.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
     let boot = Settings::resolve(flags, env, &[]).map_err(RuntimeError::Config)?;
     let paths = boot

@@ -51,7 +51,9 @@ impl Rendered {
 /// The rendered pieces of one policy set, by rule id (none: not rendered
 /// yet).
 struct Values {
-    policy: Arc<PolicySet>,
+    /// The generation of the policy set (not the set itself: a cache never
+    /// keeps a replaced policy alive).
+    generation: u64,
     rules: Box<[OnceLock<Rendered>]>,
 }
 
@@ -75,14 +77,17 @@ impl PolicyCache {
         let render = || Rendered::of(report, contract);
         {
             let guard = self.current.load();
-            if let Some(v) = guard.as_ref().filter(|v| Arc::ptr_eq(&v.policy, policy)) {
+            if let Some(v) = guard
+                .as_ref()
+                .filter(|v| v.generation == policy.generation())
+            {
                 return v.rules.get(rule)?.get_or_init(render).policy.clone();
             }
         }
         // A new policy set: start over (concurrent requests may each build
         // one; the last one stays, all are correct).
         let fresh = Arc::new(Values {
-            policy: policy.clone(),
+            generation: policy.generation(),
             rules: (0..policy.rules().len()).map(|_| OnceLock::new()).collect(),
         });
         self.current.store(Some(fresh.clone()));
@@ -105,9 +110,7 @@ impl PolicyCache {
         text: &mut String,
     ) -> Option<HeaderValue> {
         let guard = self.current.load();
-        let values = guard
-            .as_ref()
-            .filter(|v| v.policy.generation() == generation)?;
+        let values = guard.as_ref().filter(|v| v.generation == generation)?;
         let rendered = values.rules.get(rule as usize)?.get()?;
         let name = rendered.current_name.as_deref()?;
         text.clear();

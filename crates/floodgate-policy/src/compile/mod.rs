@@ -1,5 +1,5 @@
 //! Compiling a [`PolicySpec`] into a [`PolicySet`]: rule trees with hashed
-//! levels, core limits built once, fingerprints, metric handles.
+//! levels, core limits built once, fingerprints.
 
 mod lists;
 mod pattern;
@@ -74,6 +74,12 @@ impl PolicySet {
             let domain = compile_domain(d, &spec.settings, &mut set.rules, &mut errors);
             set.domains.insert(d.name.as_str().into(), domain);
         }
+        // Held as long as the policy runs: no spare capacity.
+        set.rules.shrink_to_fit();
+        for d in set.domains.values_mut() {
+            d.tree.shrink_to_fit();
+        }
+        set.domains.shrink_to_fit();
         if set.rules.len() > MAX_RULES {
             errors.push(ConfigError::new(
                 Default::default(),
@@ -257,7 +263,6 @@ impl Ctx<'_> {
             }
         }
         let id = self.rules.len() as RuleId;
-        let label = rl.name.clone().unwrap_or_else(|| path.to_owned());
         self.rules.push(Rule {
             id,
             domain: self.domain.clone(),
@@ -272,7 +277,7 @@ impl Ctx<'_> {
             on_failure: rl.on_failure,
             sync: rl.sync,
             fingerprint,
-            metrics: RuleMetrics::new(self.domain, &label),
+            metrics: Default::default(),
         });
         Some(id)
     }

@@ -1,7 +1,8 @@
 //! A compiled rule: its limits as core algorithms, its reporting, its
-//! switches, and its metric handles (resolved once, at load).
+//! switches, and its metric handles (resolved on the rule's first
+//! decision).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use floodgate::algorithms::{
@@ -87,8 +88,10 @@ pub struct Rule {
     /// A fingerprint of everything that defines the rule's counters: equal
     /// across processes and reloads for an unchanged rule.
     pub fingerprint: u64,
-    /// Metric handles.
-    pub metrics: RuleMetrics,
+    /// Metric handles, resolved on the rule's first decision: a rule that
+    /// never decides holds no series in the recorder (a configuration of a
+    /// rule per tenant pays for the tenants that send traffic).
+    pub(crate) metrics: OnceLock<Box<RuleMetrics>>,
 }
 
 impl Rule {
@@ -96,6 +99,12 @@ impl Rule {
     /// path.
     pub fn label(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.path)
+    }
+
+    /// Its metric handles, from the installed recorder on first use.
+    pub fn metrics(&self) -> &RuleMetrics {
+        self.metrics
+            .get_or_init(|| Box::new(RuleMetrics::new(&self.domain, self.label())))
     }
 
     /// The limits, if it counts.

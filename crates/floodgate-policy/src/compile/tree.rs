@@ -138,6 +138,19 @@ impl Tree {
         Some(id)
     }
 
+    /// Gives back spare capacity, once every node is added.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        let hasher = &self.hasher;
+        for l in &mut self.levels {
+            l.exact
+                .shrink_to_fit(|(k, v, _)| hasher.hash_one((&**k, &**v)));
+            l.wildcards.shrink_to_fit();
+            l.defaults.shrink_to_fit(|(k, _)| hasher.hash_one(&**k));
+        }
+        self.levels.shrink_to_fit();
+        self.nodes.shrink_to_fit();
+    }
+
     /// The level under `node`, created on first use.
     pub(crate) fn children_of(&mut self, node: NodeId) -> u32 {
         if let Some(l) = self.nodes[node as usize].children {

@@ -34,16 +34,16 @@ const MAX_LIMITS: usize = 8;
 pub struct DirectPlan {
     keys: Box<[Box<str>]>,
     rule: RuleId,
-    /// The policy it was made for (kept, so that deciding by the plan needs
-    /// no load of the engine's current one: only its generation).
-    policy: Arc<PolicySet>,
+    /// The generation of the policy it was made for. Not the policy itself:
+    /// a plan cached by a caller never keeps a replaced policy alive.
+    generation: u64,
 }
 
 impl DirectPlan {
     /// The generation of the policy it was made for.
     #[inline]
     pub fn generation(&self) -> u64 {
-        self.policy.generation()
+        self.generation
     }
 }
 
@@ -84,7 +84,7 @@ fn plan(policy: &Arc<PolicySet>, domain: &str, keys: &[&str]) -> Option<DirectPl
     Some(DirectPlan {
         keys: keys.iter().map(|&k| k.into()).collect(),
         rule: id,
-        policy: policy.clone(),
+        generation: policy.generation(),
     })
 }
 
@@ -153,10 +153,11 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             }
         }
         // The plan's policy, while it is the current one.
-        if self.generation() != plan.generation() {
+        let guard = self.policy.load();
+        let policy: &PolicySet = &guard;
+        if policy.generation() != plan.generation {
             return None;
         }
-        let policy = &plan.policy;
         let rule = policy.rule(plan.rule);
         let Action::Limit(limits) = &rule.action else {
             return None;

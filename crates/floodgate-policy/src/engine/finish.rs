@@ -65,7 +65,7 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
             if let Some(rule) = s.rule.map(|id| policy.rule(id)) {
                 any_limited = true;
                 if matches!(rule.action, crate::compile::Action::Block { .. }) {
-                    rule.metrics.over_limit.increment(1);
+                    rule.metrics().over_limit.increment(1);
                 }
             }
         }
@@ -133,14 +133,14 @@ pub(super) fn settle(
     if let Some((rule, _)) = reported {
         // A counter must never wrap (Prometheus would read a reset):
         // one request adds at most 2³².
-        rule.metrics
+        rule.metrics()
             .hits
             .increment(status.hits.saturating_mul(rule.cost).min(1 << 32));
         if over {
             if status.shadow {
-                rule.metrics.shadow_mode.increment(1);
+                rule.metrics().shadow_mode.increment(1);
             } else {
-                rule.metrics.over_limit.increment(1);
+                rule.metrics().over_limit.increment(1);
             }
         } else {
             let used = narrowest.limit.saturating_sub(narrowest.remaining);
@@ -154,11 +154,11 @@ pub(super) fn settle(
                 threshold < 0.0
             };
             if near {
-                rule.metrics.near_limit.increment(1);
+                rule.metrics().near_limit.increment(1);
             }
-            rule.metrics.within_limit.increment(1);
+            rule.metrics().within_limit.increment(1);
             if delayed {
-                rule.metrics.delayed.increment(1);
+                rule.metrics().delayed.increment(1);
             }
         }
     }

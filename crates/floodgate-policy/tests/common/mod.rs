@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod heap;
+
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
