@@ -57,4 +57,5 @@ pub use problem::{
 pub use read::RESPONSES;
 pub(crate) use read::read_duration;
 pub use report::{CurrentLine, PolicyLine, QuotaUnit, Report, Verdict, shape};
-pub use sf::{MAX_NAME_LEN, MAX_SF_INTEGER, ceil_secs, clamp, push_int, push_string};
+pub use sf::MAX_NAME_LEN;
+pub(crate) use sf::{ceil_secs, push_string};

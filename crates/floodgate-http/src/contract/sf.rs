@@ -5,22 +5,13 @@
 use std::time::Duration;
 
 /// The largest Integer a Structured Field can carry (15 digits).
-pub const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
+const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 
 /// The longest policy name written, in bytes (longer names are cut).
 pub const MAX_NAME_LEN: usize = 128;
 
 /// `d` in whole seconds, rounded **up**: a client that waits this long never
 /// comes back early. Zero stays zero.
-///
-/// ```
-/// use floodgate_http::contract::ceil_secs;
-/// use std::time::Duration;
-/// assert_eq!(ceil_secs(Duration::ZERO), 0);
-/// assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
-/// assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
-/// assert_eq!(ceil_secs(Duration::from_millis(3001)), 4);
-/// ```
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
@@ -95,6 +86,14 @@ mod tests {
         s.clear();
         push_string(&mut s, &"x".repeat(500));
         assert_eq!(s.len(), MAX_NAME_LEN + 2);
+    }
+
+    #[test]
+    fn seconds_are_rounded_up() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
+        assert_eq!(ceil_secs(Duration::from_millis(3001)), 4);
     }
 
     #[test]
