@@ -35,8 +35,9 @@ http:
 "#;
 
 /// One descriptor whose rule no value changes: decided by the layer's plan.
-/// With `GENERAL` appended, shedding (at a threshold never reached) makes
-/// the same layer take the general steps: the two side by side.
+/// With `LOOKUP` appended, a second descriptor that no request builds keeps
+/// the same layer off its plan (decided by the engine's lookup): the two
+/// side by side.
 const ONE: &str = r#"
 domains:
   - domain: api
@@ -49,7 +50,7 @@ http:
     - [{user: {header: x-user}}]
 "#;
 
-const GENERAL: &str = "  layer:\n    shedding:\n      low_priority_above: 1000000000\n";
+const LOOKUP: &str = "    - [{header: {name: x-never-sent, key: never}}]\n";
 
 fn request(ip: &str) -> http::Request<()> {
     let mut req = http::Request::get("/orders/1")
@@ -91,8 +92,8 @@ fn bench(c: &mut Criterion) {
             .unwrap()
             .layer(inner)
     };
-    let mut direct = one(ONE);
-    let mut general = one(&format!("{ONE}{GENERAL}"));
+    let mut planned = one(ONE);
+    let mut lookup = one(&format!("{ONE}{LOOKUP}"));
 
     let mut g = c.benchmark_group("layer");
     g.bench_function("bare service", |b| {
@@ -125,8 +126,8 @@ fn bench(c: &mut Criterion) {
         })
     });
     for (name, svc) in [
-        ("one descriptor, planned", &mut direct),
-        ("one descriptor, general steps", &mut general),
+        ("one descriptor, planned", &mut planned),
+        ("one descriptor, engine lookup", &mut lookup),
     ] {
         g.bench_function(name, |b| {
             b.iter(|| {
