@@ -4,12 +4,24 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, and that this process
+/// has not handed out before: tests running at once in one process never
+/// get the same port (one would start its server on the other's, or find
+/// the other's server there).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind an ephemeral port");
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// One HTTP/1.1 request to 127.0.0.1:`port`; returns the status and the

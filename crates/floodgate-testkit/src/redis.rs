@@ -46,7 +46,9 @@ impl Redis {
             args,
             dir,
         };
-        if r.answers(Duration::from_secs(5)) {
+        // Another server on the port would answer too: ours must be
+        // running.
+        if r.answers(Duration::from_secs(5)) && matches!(r.child.try_wait(), Ok(None)) {
             return Some(r);
         }
         let _ = r.child.kill();
