@@ -312,7 +312,7 @@ fn watch_config(
     };
     Watching::start(
         source,
-        &compiled,
+        compiled,
         settings.server.reload_interval,
         move |c: Compiled| reload.apply(c),
         reread_certificate,

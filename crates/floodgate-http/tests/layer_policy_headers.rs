@@ -101,3 +101,23 @@ async fn one_rule_matched_twice_lists_it_twice() {
     let (policy, _) = policy_of(&layer, None).await;
     assert_eq!(policy, r#""per-ip";q=60;w=2, "per-ip";q=60;w=2"#);
 }
+
+/// The layer's caches (the engine plan, the rendered header pieces) name
+/// the policy they were made for by its generation: a reload frees the
+/// replaced policy at the swap, not at the next request.
+#[tokio::test]
+async fn a_reload_leaves_no_copy_of_the_old_policy_in_the_layer() {
+    let engine = engine_with(CONFIG, SystemClock);
+    let text = CONFIG.replace("    - [{user: {header: x-user}}]\n", "");
+    let layer = layer_for(engine.clone(), &text);
+    for _ in 0..3 {
+        policy_of(&layer, None).await;
+    }
+    let options = LoadOptions {
+        other_sections: vec!["http"],
+        ..Default::default()
+    };
+    let spec = load_str("next.yaml", CONFIG, &options).unwrap();
+    let old = engine.replace_policy(PolicySet::compile(&spec).unwrap());
+    assert_eq!(std::sync::Arc::strong_count(&old), 1);
+}

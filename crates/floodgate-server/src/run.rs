@@ -170,7 +170,7 @@ fn watch_config(
         startup.check_reload(&c.loaded.documents);
         replace_policy(&svc, c.policy)
     };
-    Watching::start(source, &compiled, interval, apply, || {})
+    Watching::start(source, compiled, interval, apply, || {})
 }
 
 /// Swaps a reloaded `policy` into `svc`, unless its store cannot decide
