@@ -13,7 +13,9 @@
 //! resident memory. With several sizes (`--lines 1000000,10000000`) each
 //! is replayed in a process of its own, so that each peak is its own, and
 //! the peaks are compared at the end: memory is bounded by the live keys,
-//! not the log's length. `--generate-only` writes the logs and stops, for
+//! not the log's length. Without `--bench` or `--lines` (under
+//! `cargo test`) it only replays a small log once. `--generate-only`
+//! writes the logs and stops, for
 //! timing the binary:
 //! `floodgate replay --config crates/floodgate-replay/benches/two-rules.yaml --log <it> --quiet`.
 
@@ -116,6 +118,25 @@ fn cpu_secs() -> f64 {
     f.iter().sum::<u64>() as f64 / 100.0
 }
 
+/// Under `cargo test` (no `--bench`, no `--lines`): a small log, replayed
+/// once, each line decided.
+fn smoke() {
+    let log =
+        std::env::temp_dir().join(format!("floodgate-replay-smoke-{}.log", std::process::id()));
+    generate(&log, 20_000).expect("write the log");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/two-rules.yaml");
+    let options = ReplayOptions {
+        candidates: vec![CandidateSpec::parse(&config.display().to_string()).expect("config")],
+        logs: vec![LogSource::File(log.clone())],
+        ..Default::default()
+    };
+    let r = replay(&options);
+    let _ = std::fs::remove_file(&log);
+    let r = r.expect("replay");
+    assert_eq!((r.input.lines, r.input.malformed), (20_000, 0));
+    assert!(r.candidates[0].denied > 0, "nothing denied");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |name: &str| {
@@ -129,6 +150,10 @@ fn main() {
             .map(|n| n.trim().parse().expect("--lines N[,N...]"))
             .collect()
     });
+    if value("--lines").is_none() && !args.iter().any(|a| a == "--bench") {
+        smoke();
+        return;
+    }
     let runs: usize = value("--runs").map_or(3, |v| v.parse().expect("--runs N"));
     let generate_only = args.iter().any(|a| a == "--generate-only");
     if sizes.len() > 1 {
