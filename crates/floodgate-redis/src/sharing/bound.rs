@@ -8,7 +8,10 @@
 //! beyond, it pushes, and waits for the answer before admitting more.
 //! Every push adds the instance's hits to Redis and reads back the state
 //! with everyone's, and every admission is checked against the instance's
-//! view: Redis's state at its last push plus its own hits since. So of
+//! view: Redis's state at its last push plus its own hits since. Every hit
+//! admitted reaches Redis's count: an instance admits on its own in a
+//! window only once a reply of Redis was dated in it (Redis counts no hits
+//! of a window it has not reached). So of
 //! everything the fleet admitted, only what each *other* instance admitted
 //! and Redis had not acknowledged is missing from the view of the instance
 //! that admits last: the fleet exceeds the limit by at most

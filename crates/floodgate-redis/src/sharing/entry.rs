@@ -107,6 +107,10 @@ pub(crate) struct View {
     pub block: u64,
     /// A push for this key is on its way.
     pub pending: bool,
+    /// Redis's time (ns) at its last answer for the key: hits are admitted
+    /// here only in a (sub-)window Redis had reached then (see
+    /// `Decide::viewed`).
+    pub seen: u64,
 }
 
 impl View {

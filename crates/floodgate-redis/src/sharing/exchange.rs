@@ -275,6 +275,7 @@ impl Sharing {
                     // Redis has every hit but those admitted since the push
                     // left: those are what this instance admitted blind.
                     e.view.since = e.view.hits.total();
+                    e.view.seen = now_us.saturating_mul(1000);
                     e.view.synced = true;
                     e.view.pending = false;
                     if e.view.dirty() {

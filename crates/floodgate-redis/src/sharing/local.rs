@@ -163,7 +163,17 @@ impl Decide<'_> {
             Share::Sync { slice, interval } => (self.limit, slice, interval),
             Share::Lease { .. } => unreachable!("a synced item"),
         };
-        let spent = e.view.since > 0 && e.view.since.saturating_add(cost) > slice;
+        // A hit goes to Redis tagged with its (sub-)window on this
+        // instance's clock, and Redis drops the hits of a window it has not
+        // reached. This clock runs ahead of Redis's by up to the way there
+        // of its fastest round trip so far, and steps back when a faster one
+        // tightens it: a hit admitted here in a window Redis has not reached
+        // could be dropped there, uncounted by every instance (this one
+        // too, once its view is replaced). So hits are admitted here only
+        // in a window a reply of Redis was dated in: every later push of the
+        // key reaches Redis later still.
+        let ahead = window_of(limit, now) > window_of(limit, Timestamp::from_nanos(e.view.seen));
+        let spent = ahead || (e.view.since > 0 && e.view.since.saturating_add(cost) > slice);
         let due = now.as_nanos().saturating_add(interval);
         match apply {
             Apply::Check => {
@@ -320,5 +330,60 @@ impl<F: FnOnce(&mut Entry) + Send> Algorithm for Take<'_, F> {
 
     fn pins(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate::algorithms::FixedWindow;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// A fixed window of 30 per second decided on a view pushed every
+    /// 100 ms (a slice of 3), Redis's last answer dated `seen` (ns).
+    fn viewed(seen: u64) -> (AnyLimit, Entry) {
+        let limit = AnyLimit::from(FixedWindow::new(30, Duration::from_secs(1)).unwrap());
+        let mut e = Entry::new(&limit, None);
+        e.view.synced = true;
+        e.view.seen = seen;
+        (limit, e)
+    }
+
+    fn decide(limit: &AnyLimit, e: &mut Entry, at: u64) -> (Decision, bool) {
+        let (signal, queue) = (Signal::default(), Queue::default());
+        let d = Decide {
+            limit,
+            share: Share::Sync {
+                interval: SEC / 10,
+                slice: 3,
+            },
+            signal: &signal,
+            index: 0,
+            apply: Apply::Commit,
+            margin: 0,
+            queue: &queue,
+            multi: false,
+        };
+        let out = Algorithm::decide(&d, e, Timestamp::from_nanos(at), 1, Apply::Commit);
+        (out, signal.any())
+    }
+
+    #[test]
+    fn hits_are_admitted_only_in_a_window_redis_was_seen_in() {
+        // Redis answered 5 ms before the end of the window of second 10.
+        let (limit, mut e) = viewed(11 * SEC - 5_000_000);
+        let (d, short) = decide(&limit, &mut e, 11 * SEC - 1_000_000);
+        assert!(d.is_allowed() && !short, "{d:?}");
+        // This instance's clock passes into the next window (it may run
+        // ahead of Redis's): Redis first, nothing admitted or recorded here.
+        let (d, short) = decide(&limit, &mut e, 11 * SEC + 1_000_000);
+        assert!(short && !d.is_allowed(), "{d:?}");
+        assert_eq!(e.view.hits.total(), 1);
+        // Once a reply is dated in that window, it is decided here.
+        e.view.seen = 11 * SEC;
+        let (d, short) = decide(&limit, &mut e, 11 * SEC + 2_000_000);
+        assert!(d.is_allowed() && !short, "{d:?}");
+        assert_eq!(e.view.hits.0[1], (11 * SEC, 1));
     }
 }
