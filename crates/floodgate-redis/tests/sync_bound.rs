@@ -253,3 +253,72 @@ fn a_fleet_in_sync_mode_stays_within_the_bound() {
         "{admitted} admitted of {decided}"
     );
 }
+
+/// A window's hits pushed as of an earlier time than they were admitted
+/// at (the caller's clock stepped back, as an instance's estimate of
+/// Redis's clock does when a faster reply tightens it): Redis would count
+/// no hits of a window it has not reached, so every instance, this one
+/// too, would forget them. One instance, bound 0: never past the limit.
+#[test]
+fn hits_pushed_as_of_an_earlier_time_are_still_counted() {
+    let server = Server::start();
+    let rt = common::runtime();
+    rt.block_on(async {
+        let cfg = RedisConfig {
+            key_prefix: "back:".into(),
+            time_source: TimeSource::Client {
+                expiry_slack: Duration::from_secs(3600),
+            },
+            sync: SyncMode::Sync {
+                interval: Duration::from_millis(100),
+            },
+            ..RedisConfig::new(&server.url(), Mode::Single).unwrap()
+        };
+        let b = instance(&cfg).await;
+        let limit = Kind::Fixed(30, 1_000_000).limit(0);
+        let item = Item {
+            group: b"g",
+            key: b"g:k",
+            limit: &limit,
+            cost: 1,
+            on_failure: None,
+            sync: None,
+            zone: None,
+            permit: floodgate_policy::Permit::NONE,
+        };
+        let window = 1_700_000_000_000_000u64;
+        let admitted = |at_us: u64, n: u32| {
+            let b = &b;
+            async move {
+                let mut got = 0;
+                for _ in 0..n {
+                    let mut out = [blank()];
+                    let d = b
+                        .decide(
+                            &[item],
+                            Timestamp::from_micros(at_us),
+                            Apply::Commit,
+                            &mut out,
+                        )
+                        .await
+                        .expect("decided");
+                    got += u64::from(d.is_allowed());
+                }
+                got
+            }
+        };
+        // The window of second `window` filled.
+        assert_eq!(admitted(window + 500_000, 40).await, 30);
+        // 3 admitted 1 ms into the next window, then pushed as of 1 ms
+        // before it.
+        let early = admitted(window + 1_001_000, 3).await;
+        b.flush(Timestamp::from_micros(window + 999_000)).await;
+        let later = admitted(window + 1_002_000, 40).await;
+        assert_eq!(
+            (early, early + later),
+            (3, 30),
+            "admitted in the window of second {}",
+            window / 1_000_000 + 1
+        );
+    });
+}

@@ -35,6 +35,8 @@ pub(crate) struct Clock {
     /// The estimate's upper bound and when (this process's clock) it was
     /// seen.
     best: Mutex<Option<(u64, u64)>>,
+    /// The latest caller's time decided at (ns; client-supplied time).
+    latest: AtomicU64,
 }
 
 impl Clock {
@@ -44,6 +46,7 @@ impl Clock {
             epoch: Instant::now(),
             offset: AtomicU64::new(0),
             best: Mutex::new(None),
+            latest: AtomicU64::new(0),
         }
     }
 
@@ -55,12 +58,27 @@ impl Clock {
     /// The time to decide at, `None` until Redis's clock is known.
     pub fn now(&self, caller: Timestamp) -> Option<Timestamp> {
         if self.client {
+            self.latest.fetch_max(caller.as_nanos(), Ordering::Relaxed);
             return Some(caller);
         }
         match self.offset.load(Ordering::Relaxed) {
             0 => None,
             offset => Some(Timestamp::from_nanos(self.local().wrapping_add(offset))),
         }
+    }
+
+    /// The time a call to Redis made at `caller` is dated with: with
+    /// client-supplied time, the latest caller's time decided at. Hits go
+    /// to Redis tagged with the window they were admitted in, and Redis
+    /// counts no hits of a window it has not reached: a caller's clock
+    /// stepping back must not date a push before its hits. (With Redis's
+    /// clock, Redis dates its calls itself.)
+    pub fn call_time(&self, caller: Timestamp) -> Timestamp {
+        if !self.client {
+            return caller;
+        }
+        let latest = self.latest.fetch_max(caller.as_nanos(), Ordering::Relaxed);
+        Timestamp::from_nanos(latest.max(caller.as_nanos()))
     }
 
     /// A reply dated `redis_us` by Redis to a request sent at `sent` and

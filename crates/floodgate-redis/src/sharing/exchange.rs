@@ -81,7 +81,7 @@ impl Sharing {
         keys: &[(&[u8], &AnyLimit, Ask)],
         now: Timestamp,
     ) -> Result<(), Failed> {
-        let now_arg = redis.now_arg(now);
+        let now_arg = redis.now_arg(self.clock.call_time(now));
         let shared = Shared {
             now: &now_arg,
             slack: redis.slack(),
