@@ -103,4 +103,4 @@ nginx_conf ""
 measure "nginx, no limit" 8081 "$NGINX" -p "$WORK" -e "$WORK/error.log" -c "$WORK/nginx.conf"
 measure "gateway, shaper" 8082 "$BIN" gateway --config "$BENCH/gateway-limited.yaml"
 measure "gateway, shaper, headers on rejections only" 8082 "$BIN" gateway --config "$WORK/gateway-quiet.yaml"
-measure "gateway, no limit" 8083 "$BIN" gateway --config "$BENCH/gateway-plain.yaml"
+measure "gateway, no limit" 8083 "$BIN" gateway --config "$BENCH/gateway-plain.yaml" --allow-empty-config

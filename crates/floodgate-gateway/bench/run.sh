@@ -60,8 +60,8 @@ run_nginx() { # $1: label, $2: the limit_req line
     load "$1" 8081 "$pid"
     kill "$pid"; wait "$pid" 2>/dev/null || true
 }
-run_gateway() { # $1: label, $2: config, $3: port
-    taskset -c 0 "$BIN" gateway --config "$2" &
+run_gateway() { # $1: label, $2: config, $3: port, then extra arguments
+    taskset -c 0 "$BIN" gateway --config "$2" "${@:4}" &
     local pid=$!; PIDS+=($pid)
     load "$1" "$3" "$pid"
     kill "$pid"; wait "$pid" 2>/dev/null || true
@@ -77,7 +77,7 @@ run_config() {
         nginx_limit) run_nginx "nginx 1.22, limit_req" "limit_req zone=bench burst=20 nodelay;" ;;
         gw_shaper) run_gateway "floodgate gateway, shaper" "$BENCH/gateway-limited.yaml" 8082 ;;
         gw_quiet) run_gateway "floodgate gateway, shaper, headers on rejections only" "$WORK/gateway-quiet.yaml" 8082 ;;
-        gw_plain) run_gateway "floodgate gateway, no limit" "$BENCH/gateway-plain.yaml" 8083 ;;
+        gw_plain) run_gateway "floodgate gateway, no limit" "$BENCH/gateway-plain.yaml" 8083 --allow-empty-config ;;
         nginx_plain) run_nginx "nginx 1.22, no limit" "" ;;
     esac
 }
