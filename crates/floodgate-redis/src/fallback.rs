@@ -5,8 +5,6 @@
 //! remembers the concurrency permits it admits until they are given back,
 //! so that their releases find it whatever the breaker says by then.
 
-pub(crate) mod permits;
-
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 

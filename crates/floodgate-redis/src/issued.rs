@@ -1,5 +1,7 @@
-//! The permits Redis admitted through this instance that have not been
-//! given back yet: the releases that may wait for Redis when it cannot take
+//! The permits this instance issued that have not been given back yet (also
+//! the ones it gave out under a lease, see `sharing`,
+//! kept with no lease: until given back or forgotten for room). Those Redis
+//! admitted are the releases that may wait for Redis when it cannot take
 //! them (see [`deferred`](crate::deferred)), and the only ones. A release
 //! of a permit this instance did not issue, or gave back already, cannot be
 //! checked while Redis is away, so it is refused rather than queued: the

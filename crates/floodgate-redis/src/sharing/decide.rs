@@ -47,7 +47,7 @@ impl Sharing {
                     if apply.charge_if_allowed() && d.is_allowed() {
                         for i in items {
                             if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() {
-                                self.permits.insert(i.permit, i.key, i.cost);
+                                self.permits.insert(i.permit, i.key, i.cost, now);
                             }
                         }
                     }

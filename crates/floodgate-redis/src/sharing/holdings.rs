@@ -23,7 +23,7 @@ impl Sharing {
             return (0, units);
         }
         let (units, left) = if !item.permit.is_none() {
-            match self.permits.take(item.permit, item.key, units) {
+            match self.permits.take(item.permit, item.key, units, now) {
                 // A permit given out here gives back here only.
                 Some(given) => (given, 0),
                 None => return (0, units),

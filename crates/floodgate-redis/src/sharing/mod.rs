@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 
 use crate::UnsupportedLimit;
 use crate::breaker::Breaker;
-use crate::fallback::permits::LocalPermits;
+use crate::issued::IssuedPermits;
 use crate::script::{LEASE, SYNC, Script};
 use crate::stats::{ResilienceStats, SharingStats};
 
@@ -82,7 +82,13 @@ pub(crate) struct Sharing {
     clock: clock::Clock,
     queue: Queue,
     wake: Box<[Notify]>,
-    permits: LocalPermits,
+    /// The concurrency permits given out here under a lease and not given
+    /// back yet: their releases come back here, and only theirs (a permit
+    /// taken in Redis is never given back locally). Bounded, kept until
+    /// given back or forgotten for room (a forgotten permit's release goes
+    /// to Redis, which does not hold it, so its units stay taken here, as a
+    /// release lost in any other way would leave them).
+    permits: IssuedPermits,
     stats: Arc<SharingStats>,
     lease: Script,
     sync: Script,
@@ -114,7 +120,7 @@ impl Sharing {
             clock: clock::Clock::new(client_time),
             queue: Queue::default(),
             wake: (0..WAKE_GROUPS).map(|_| Notify::new()).collect(),
-            permits: LocalPermits::new(1_000_000),
+            permits: IssuedPermits::new(1_000_000, None),
             stats: Arc::default(),
             lease: Script::new(LEASE),
             sync: Script::new(SYNC),
