@@ -366,3 +366,38 @@ fn odd_keys_on_a_cluster(cluster: &Cluster) {
         assert_eq!(t.redis.stats().errors.get(), 0);
     });
 }
+
+/// Penalties charged by denials in three sub-windows in a row, decided in
+/// memory in `sync: lease` mode before any is told to Redis: each stays
+/// counted in its own sub-window (the retry is the in-memory one).
+#[test]
+fn lease_mode_owes_penalties_of_three_sub_windows_exactly() {
+    let server = Server::start();
+    let rt = common::runtime();
+    let twin = rt.block_on(Twin::with(vec![server.url()], Mode::Single, "p:", |c| {
+        c.sync = SyncMode::Lease {
+            duration: Duration::from_secs(2),
+        };
+    }));
+    let mut id = 0;
+    for penalty in [Penalty::OwnDenials, Penalty::AllDenials] {
+        for offset in [0u64, 400_000, 856_000] {
+            // 12 per 5.14 s in 6 sub-windows of 856.904 ms: 1 admitted,
+            // 12 denied (charged), then one denied in each of the next two
+            // sub-windows, and one more.
+            let c = Case {
+                keys: vec![(Spec::Subs(12, 856_904, 6), penalty, 0, 0)],
+                base_us: 1_700_000_000_000_000 + offset,
+                steps: vec![
+                    Step::Decide(0, false, vec![(0, 1)]),
+                    Step::Decide(0, false, vec![(0, 9)]),
+                    Step::Decide(229_600, false, vec![(0, 1)]),
+                    Step::Decide(856_904, false, vec![(0, 1)]),
+                    Step::Decide(0, false, vec![(0, 1)]),
+                ],
+            };
+            id += 1;
+            rt.block_on(run_case(&twin, &c, id));
+        }
+    }
+}

@@ -52,7 +52,8 @@ pub(crate) struct Lease {
 /// counts: two windows are kept, oldest first (a GCRA's units in the
 /// first); units of a third make the older two one, counted in the later
 /// (later counts longer: a window never holds fewer units than happened in
-/// it).
+/// it). A view's hits may be merged so; a lease's owed units never are
+/// (see [`fits`](Self::fits): a third window's charge waits for Redis).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Tally(pub [(u64, u64); 2]);
 
@@ -78,6 +79,16 @@ impl Tally {
         } else {
             b.1 = b.1.saturating_add(units);
         }
+    }
+
+    /// Whether units of the (sub-)window at `at` would be kept apart
+    /// (not made one with an older window's).
+    pub fn fits(&self, at: u64) -> bool {
+        let [a, b] = &self.0;
+        if a.1 == 0 && b.1 == 0 || a.0 == at {
+            return true;
+        }
+        if b.1 == 0 { at > a.0 } else { b.0 == at }
     }
 
     /// The units, taken.

@@ -146,7 +146,13 @@ impl Decide<'_> {
             }
             _ => {
                 // Denied: what the denial charged (a penalty) or started (a
-                // block) is owed to Redis.
+                // block) is owed to Redis, per (sub-)window. A charge in a
+                // third window goes to Redis first (the pass is redone once
+                // the owed units are there), so that no unit is counted in
+                // a later window than its own.
+                if !e.lease.debts.fits(window_of(limit, now)) {
+                    return self.short();
+                }
                 let before = load(&e.replica);
                 let d = limit.decide(&mut e.replica, now, cost, apply);
                 e.owe(before, cost, false);
