@@ -494,16 +494,19 @@ fn the_fleet_benchmark_prints_its_table() {
     assert_eq!(rows.len(), 6, "{text}");
     for row in &rows {
         // case words, then: decisions/s, server µs/d, vs memory, Redis µs/d,
-        // calls/d, cmds/d, worst window, windows over, errors, p50, p99.
+        // calls/d, cmds/d, worst window, windows over, unplaced, fallbacks,
+        // errors, p50, p99.
         let n = row.len();
-        let num = |i: usize| row[n - 11 + i].parse::<f64>().ok();
+        let num = |i: usize| row[n - 13 + i].parse::<f64>().ok();
         assert!(num(0).is_some_and(|d| d > 0.0), "{text}");
         assert!(num(1).is_some_and(|us| us > 0.0), "{text}");
         let redis = row[0] != "memory,";
         assert_eq!(num(3).is_some(), redis, "{text}");
         assert_eq!(num(4).is_some(), redis, "{text}");
-        assert!(row[n - 5].contains('/'), "{text}");
-        assert!(num(8).is_some(), "errors: {text}");
+        assert!(row[n - 7].contains('/'), "{text}");
+        assert!(num(8).is_some(), "unplaced: {text}");
+        assert_eq!(num(9).is_some(), redis, "fallbacks: {text}");
+        assert!(num(10).is_some(), "errors: {text}");
     }
 }
 

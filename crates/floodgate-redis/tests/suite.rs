@@ -10,6 +10,7 @@ mod differential;
 mod faults;
 mod keys_and_input;
 mod lease_exactness;
+mod lease_server_clock;
 mod leases;
 mod multi_region;
 mod permit_routing;

@@ -4,7 +4,7 @@
 //! keys. One table: decisions per second, server and Redis CPU per
 //! decision (`/proc/<pid>/stat`, `INFO cpu`), Redis commands per decision
 //! (`INFO commandstats`), the most a key admitted in one window against its
-//! limit, and latency.
+//! limit, the decisions the failure policy made, and latency.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -68,6 +68,11 @@ pub struct FleetArgs {
     /// Unmeasured time before each case.
     #[arg(long, default_value = "2s", value_parser = super::duration)]
     pub warmup: Duration,
+    /// The failure policy of the instances on Redis (`fail_closed`: every
+    /// admission is the mode's own, which the window columns check; `local`
+    /// is the default of `floodgate serve`).
+    #[arg(long, default_value = "fail_closed")]
+    pub failure_policy: String,
     /// The `redis-server` to start.
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
@@ -201,6 +206,35 @@ struct Usage {
 struct Server {
     proc: Proc,
     grpc: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Server {
+    /// Decisions the failure policy made so far (`/metrics`: admitted,
+    /// denied or decided in process because Redis did not answer).
+    fn fallbacks(&self) -> anyhow::Result<u64> {
+        let mut s = TcpStream::connect(self.admin)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let mut total = 0u64;
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            if matches!(
+                name,
+                "floodgate_redis_fail_open_total"
+                    | "floodgate_redis_fail_closed_total"
+                    | "floodgate_redis_local_fallbacks_total"
+            ) {
+                total += value.parse::<f64>().unwrap_or(0.0) as u64;
+            }
+        }
+        Ok(total)
+    }
 }
 
 fn config(redis: Option<u16>, mode: &str, args: &FleetArgs) -> String {
@@ -213,8 +247,8 @@ fn config(redis: Option<u16>, mode: &str, args: &FleetArgs) -> String {
                 _ => "mode: exact".to_owned(),
             };
             format!(
-                "store:\n  backend: redis\n  url: 127.0.0.1:{port}\n  sync: {{{sync}, instances: {}}}\n",
-                args.instances
+                "store:\n  backend: redis\n  url: 127.0.0.1:{port}\n  failure_policy: {}\n  sync: {{{sync}, instances: {}}}\n",
+                args.failure_policy, args.instances
             )
         }
     };
@@ -250,6 +284,7 @@ async fn start_server(bin: &Path, config: &Path) -> anyhow::Result<Server> {
     let mut server = Server {
         proc: Proc(child),
         grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
+        admin: SocketAddr::from(([127, 0, 0, 1], admin)),
     };
     let end = Instant::now() + Duration::from_secs(20);
     loop {
@@ -298,8 +333,12 @@ struct Seen {
     hist: Histogram<u64>,
     decisions: u64,
     errors: u64,
-    /// Admissions per (key, window start in seconds since the epoch).
+    /// Admissions per (key, window start in seconds since the epoch), of
+    /// the decisions whose round trip began and ended in that window (the
+    /// server decided in it).
     admitted: HashMap<(u64, u64), u64>,
+    /// Admissions whose round trip spanned the end of a window.
+    unplaced: u64,
 }
 
 fn epoch_secs() -> f64 {
@@ -322,6 +361,7 @@ async fn worker(
         decisions: 0,
         errors: 0,
         admitted: HashMap::new(),
+        unplaced: 0,
     };
     let mut rng = Rng(seed | 1);
     while !stop.load(Ordering::Relaxed) {
@@ -342,10 +382,15 @@ async fn worker(
         seen.decisions += 1;
         match res {
             Ok(r) if r.get_ref().overall_code == 1 => {
-                // Counted in the window (1 s, epoch-aligned) the decision's
-                // round trip is centred on.
-                let window = ((sent + epoch_secs()) / 2.0).floor() as u64;
-                *seen.admitted.entry((n, window)).or_default() += 1;
+                // Counted in the window (1 s, epoch-aligned) the server
+                // decided in: the one the round trip began and ended in
+                // (a round trip across a window's end is not placed).
+                let (from, to) = (sent.floor() as u64, epoch_secs().floor() as u64);
+                if from == to {
+                    *seen.admitted.entry((n, from)).or_default() += 1;
+                } else {
+                    seen.unplaced += 1;
+                }
             }
             Ok(_) => {}
             Err(_) => seen.errors += 1,
@@ -365,6 +410,8 @@ struct Row {
     worst: u64,
     limit: u64,
     windows_over: u64,
+    unplaced: u64,
+    fallbacks: Option<u64>,
     errors: u64,
     p50: f64,
     p99: f64,
@@ -415,6 +462,8 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
             .map(|d| d.as_secs_f64())
             .sum()
     };
+    let fallbacks = || -> anyhow::Result<u64> { servers.iter().map(|s| s.fallbacks()).sum() };
+    let fallbacks0 = fallbacks()?;
     let redis0 = redis.as_ref().map(|r| r.usage()).transpose()?;
     let cpu0 = server_cpu();
     let t0 = Instant::now();
@@ -424,15 +473,17 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu1 = server_cpu();
     let redis1 = redis.as_ref().map(|r| r.usage()).transpose()?;
+    let fallbacks1 = fallbacks()?;
     stop.store(true, Ordering::Relaxed);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut decisions, mut errors) = (0u64, 0u64);
+    let (mut decisions, mut errors, mut unplaced) = (0u64, 0u64, 0u64);
     let mut admitted: HashMap<(u64, u64), u64> = HashMap::new();
     for t in tasks {
         let seen = t.await?;
         hist.add(&seen.hist)?;
         decisions += seen.decisions;
         errors += seen.errors;
+        unplaced += seen.unplaced;
         for (k, n) in seen.admitted {
             *admitted.entry(k).or_default() += n;
         }
@@ -462,6 +513,10 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
         worst: admitted.values().copied().max().unwrap_or(0),
         limit,
         windows_over: admitted.values().filter(|&&n| n > limit).count() as u64,
+        unplaced,
+        fallbacks: redis
+            .is_some()
+            .then(|| fallbacks1.saturating_sub(fallbacks0)),
         errors,
         p50: hist.value_at_quantile(0.5) as f64 / 1000.0,
         p99: hist.value_at_quantile(0.99) as f64 / 1000.0,
@@ -475,7 +530,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         None => std::env::current_exe().context("locating the floodgate binary")?,
     };
     println!(
-        "{:<22} {:>11} {:>11} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>6} {:>8} {:>8}",
+        "{:<22} {:>11} {:>11} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>8} {:>9} {:>6} {:>8} {:>8}",
         "case",
         "decisions/s",
         "server µs/d",
@@ -485,6 +540,8 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         "cmds/d",
         "worst window",
         "w. over",
+        "unplaced",
+        "fallbacks",
         "errors",
         "p50 ms",
         "p99 ms"
@@ -506,7 +563,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             }
             let ratio = memory_rate.get(&hot).map(|m| per_cpu / m);
             println!(
-                "{:<22} {:>11.0} {:>11.1} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>6} {:>8.2} {:>8.2}",
+                "{:<22} {:>11.0} {:>11.1} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>8} {:>9} {:>6} {:>8.2} {:>8.2}",
                 row.case,
                 row.decisions,
                 row.server_us,
@@ -516,6 +573,8 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                 dash(row.redis_cmds, 4),
                 format!("{}/{}", row.worst, row.limit),
                 row.windows_over,
+                row.unplaced,
+                row.fallbacks.map_or("-".to_owned(), |f| f.to_string()),
                 row.errors,
                 row.p50,
                 row.p99,
