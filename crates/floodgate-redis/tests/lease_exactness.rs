@@ -14,16 +14,15 @@
 //! leases' (a failure policy that admits admits on its own terms).
 
 use crate::common;
+use common::{blank, instance};
 
 use std::time::Duration;
 
 use common::{CutProxy, Server};
 use floodgate::algorithms::{AnyLimit, AnyState, Concurrency, FixedWindow, Gcra, SubWindowCounter};
-use floodgate::{Algorithm, Apply, Decision, Outcome, Timestamp};
+use floodgate::{Algorithm, Apply, Timestamp};
 use floodgate_policy::{Backend, Item, SyncMode};
-use floodgate_redis::{
-    BreakerConfig, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend, TimeSource,
-};
+use floodgate_redis::{BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -189,21 +188,6 @@ fn config(url: &str, prefix: &str, lease_us: u64) -> RedisConfig {
             duration: Duration::from_micros(lease_us),
         },
         ..RedisConfig::new(url, Mode::Single).unwrap()
-    }
-}
-
-async fn instance(config: &RedisConfig) -> ResilientBackend {
-    let redis = RedisBackend::connect_lazy(config).await.expect("backend");
-    ResilientBackend::new(redis, config).expect("backend")
-}
-
-fn blank() -> Decision {
-    Decision {
-        outcome: Outcome::Never,
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
     }
 }
 

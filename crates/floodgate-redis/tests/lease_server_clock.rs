@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Server, item};
 use floodgate::algorithms::{AnyLimit, FixedWindow};
-use floodgate::{Apply, Decision, Outcome, Timestamp};
+use floodgate::{Apply, Timestamp};
 use floodgate_policy::{Backend, SyncMode};
-use floodgate_redis::{FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend};
+use floodgate_redis::{FailurePolicy, Mode, RedisConfig, ResilientBackend};
 
 /// Window length (µs), keys (key `k` admits `limit(k)` per window),
 /// instances, tasks each.
@@ -49,13 +49,7 @@ async fn hammer(
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut admitted = Vec::new();
     let end = now_us() + RUN;
-    let mut out = [Decision {
-        outcome: Outcome::Denied,
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
-    }];
+    let mut out = [common::blank()];
     while now_us() < end {
         x ^= x >> 12;
         x ^= x << 25;
@@ -108,8 +102,7 @@ fn a_fleet_on_redis_clock_never_admits_more_than_the_limit_in_a_window() {
         );
         let mut tasks = Vec::new();
         for i in 0..INSTANCES {
-            let redis = RedisBackend::connect_lazy(&config).await.expect("backend");
-            let backend = Arc::new(ResilientBackend::new(redis, &config).expect("backend"));
+            let backend = Arc::new(common::instance(&config).await);
             for t in 0..TASKS {
                 tasks.push(tokio::spawn(hammer(
                     backend.clone(),

@@ -7,16 +7,16 @@
 //! instances that took part): each must be admitted there.
 
 use crate::common;
+use common::{blank, instance};
 
 use std::time::Duration;
 
 use common::{CutProxy, Server};
 use floodgate::algorithms::{AnyLimit, AnyState, FixedWindow, Gcra, SubWindowCounter};
-use floodgate::{Algorithm, Apply, Decision, Outcome, Timestamp};
+use floodgate::{Algorithm, Apply, Timestamp};
 use floodgate_policy::{Backend, Item, SyncMode};
 use floodgate_redis::{
-    BreakerConfig, FailurePolicy, Mode, RedisBackend, RedisConfig, ResilientBackend, TimeSource,
-    over_admission,
+    BreakerConfig, FailurePolicy, Mode, RedisConfig, TimeSource, over_admission,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -113,21 +113,6 @@ fn case() -> impl Strategy<Value = Case> {
             interval_us,
             events,
         })
-}
-
-fn blank() -> Decision {
-    Decision {
-        outcome: Outcome::Never,
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
-    }
-}
-
-async fn instance(config: &RedisConfig) -> ResilientBackend {
-    let redis = RedisBackend::connect_lazy(config).await.expect("backend");
-    ResilientBackend::new(redis, config).expect("backend")
 }
 
 async fn run_case(port: u16, c: &Case, id: u64) -> (u64, u64) {

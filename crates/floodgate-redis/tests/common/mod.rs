@@ -71,6 +71,15 @@ pub fn blank() -> Decision {
     }
 }
 
+/// An instance of the fleet: a backend of its own on `config`'s Redis
+/// (connected lazily), with the resilience layer and sync modes.
+pub async fn instance(config: &floodgate_redis::RedisConfig) -> floodgate_redis::ResilientBackend {
+    let redis = floodgate_redis::RedisBackend::connect_lazy(config)
+        .await
+        .expect("backend");
+    floodgate_redis::ResilientBackend::new(redis, config).expect("backend")
+}
+
 /// A batch item (holding permit 0 if it is a concurrency limit).
 pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) -> Item<'a> {
     Item {
