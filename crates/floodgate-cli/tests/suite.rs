@@ -22,4 +22,5 @@ mod serve_grpc_checks;
 mod serve_grpc_drain;
 mod serve_http;
 mod serve_lifecycle;
+mod serve_memory;
 mod sync_fleet;

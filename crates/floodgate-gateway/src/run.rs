@@ -13,6 +13,7 @@ use std::time::Duration;
 use floodgate_policy::Engine;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::{Compiled, ConfigSource};
+use floodgate_runtime::config_thread::ConfigThread;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{ADMIN_CONNECTIONS, Http, Protocols, bind, spawn_router};
 use floodgate_runtime::settings::{Env, Flags, Settings};
@@ -44,6 +45,8 @@ pub struct Loaded {
     pub gateway: GatewayConfig,
     /// The `http:` section (none: nothing is limited).
     pub http: Option<HttpSection>,
+    /// The thread it was loaded on, where it is watched.
+    pub thread: ConfigThread,
 }
 
 /// Loads the configuration `flags` and `env` point to, as every command
@@ -55,6 +58,7 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
         source,
         compiled,
         settings,
+        thread,
     } = floodgate_runtime::config::load(flags, env)?;
     let docs = &compiled.loaded.documents;
     let mut errors = Errors::default();
@@ -73,6 +77,7 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
         settings,
         gateway: gateway.ok_or(GatewayError::NoSection)?,
         http,
+        thread,
     })
 }
 
@@ -186,6 +191,7 @@ pub async fn start(
         settings,
         gateway: config,
         http,
+        thread,
     } = loaded;
     if config.upstream.urls.is_empty() {
         return Err(GatewayError::Startup("no upstream URL".into()));
@@ -227,6 +233,7 @@ pub async fn start(
     };
     let gateway = Arc::new(Gateway::new(engine, limiter, proxy).with_access_log(config.access_log));
     let watching = watch_config(
+        thread,
         source,
         Compiled {
             policy: floodgate_policy::PolicySet::empty(),
@@ -293,6 +300,7 @@ pub async fn start(
 /// when asked, on SIGHUP); a reload asked for re-reads the listener's
 /// certificate too.
 fn watch_config(
+    thread: ConfigThread,
     source: ConfigSource,
     compiled: Compiled,
     gateway: &Arc<Gateway<AnyBackend>>,
@@ -311,6 +319,7 @@ fn watch_config(
         }
     };
     Watching::start(
+        thread,
         source,
         compiled,
         settings.server.reload_interval,

@@ -10,6 +10,7 @@
 //! whatever the files' metadata says. Files still being written are not
 //! read until they settle (see [`Reloader`]).
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,15 +112,31 @@ impl ConfigSource {
             .collect()
     }
 
-    /// A fingerprint of the files' contents.
+    /// A fingerprint of the files' contents, read through a small buffer
+    /// (a file of the largest size is not held, nor left to the
+    /// allocator).
     fn digest(&self, files: &[PathBuf]) -> u64 {
         let mut h = StableHasher::default();
+        let mut buf = vec![0; 64 << 10];
         for f in files {
             h.field(f.as_os_str().as_encoded_bytes());
-            h.field(
-                &crate::read::read_bounded(f, crate::yaml::MAX_FILE_BYTES as u64)
-                    .unwrap_or_default(),
-            );
+            // The contents, then their length (or a mark: unreadable).
+            let read = std::fs::File::open(f).and_then(|file| {
+                let mut file = file.take(crate::yaml::MAX_FILE_BYTES as u64 + 1);
+                let mut len = 0u64;
+                loop {
+                    match file.read(&mut buf) {
+                        Ok(0) => return Ok(len),
+                        Ok(n) => {
+                            h.bytes(&buf[..n]);
+                            len += n as u64;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            });
+            h.u64(read.unwrap_or(u64::MAX));
         }
         h.finish()
     }
@@ -298,6 +315,10 @@ where
                 before = again;
                 continue;
             }
+            if self.same_contents(&files, &again) {
+                self.looks = again;
+                return self.unchanged();
+            }
             let result = self.source.compile();
             let read = match &result {
                 Ok(c) => c.loaded.files.clone(),
@@ -321,6 +342,28 @@ where
             "configuration files are still being written; the running configuration stays in force until they settle"
         );
         ReloadOutcome::Unsettled { file: changed }
+    }
+
+    /// Whether the running configuration's `files`, looking as `now`
+    /// (directories' entries included), hold what they held when it was
+    /// loaded: the same paths, each present, the same bytes. Settings
+    /// other than the files' do not change while a binary runs, so the
+    /// same bytes load into the same configuration: no need to compile.
+    fn same_contents(&self, files: &[PathBuf], now: &Looks) -> bool {
+        now.len() == self.looks.len()
+            && now
+                .iter()
+                .zip(&self.looks)
+                .all(|((a, stamp), (b, _))| a == b && stamp.is_some())
+            && self.source.digest(files) == self.digest
+    }
+
+    /// Reports files read again with nothing changed in them: logged and
+    /// counted (`floodgate_config_reloads_total{result="unchanged"}`).
+    fn unchanged(&self) -> ReloadOutcome {
+        metrics::counter!("floodgate_config_reloads_total", "result" => "unchanged").increment(1);
+        tracing::info!("the configuration is unchanged: nothing compiled or replaced");
+        ReloadOutcome::Unchanged
     }
 
     /// Refuses a configuration where a file that held rules holds none
@@ -354,7 +397,7 @@ where
                 let digest = self.source.digest(&compiled.loaded.files);
                 self.files = compiled.loaded.files.clone();
                 if digest == self.digest {
-                    return ReloadOutcome::Unchanged;
+                    return self.unchanged();
                 }
                 self.digest = digest;
                 let held = held(&compiled.loaded);
@@ -406,7 +449,28 @@ where
     /// Like [`spawn`](Self::spawn); with no interval the thread checks only
     /// when a [`ReloadTrigger`] asks. Files still being written are checked
     /// again once the settling time has passed.
-    pub fn spawn_with(mut self, interval: Option<Duration>) -> WatchHandle
+    pub fn spawn_with(self, interval: Option<Duration>) -> WatchHandle
+    where
+        F: 'static,
+    {
+        self.spawn_on(interval, |watch| {
+            std::thread::Builder::new()
+                .name("floodgate-config-watch".into())
+                .spawn(watch)
+                .ok()
+        })
+    }
+
+    /// Like [`spawn_with`](Self::spawn_with), on the thread that `thread`
+    /// runs the watcher on (none: it could not; nothing is watched): e.g.
+    /// the thread that loaded the running configuration, so that the
+    /// policies a reload replaces are freed by the thread that allocated
+    /// them. The watcher parks that thread between checks.
+    pub fn spawn_on(
+        mut self,
+        interval: Option<Duration>,
+        thread: impl FnOnce(Box<dyn FnOnce() + Send>) -> Option<JoinHandle<()>>,
+    ) -> WatchHandle
     where
         F: 'static,
     {
@@ -416,39 +480,32 @@ where
             self.settle = Some(interval.map_or(SETTLE, |i| i.min(SETTLE)));
         }
         let shared = flags.clone();
-        let thread = std::thread::Builder::new()
-            .name("floodgate-config-watch".into())
-            .spawn(move || {
-                // After an unsettled check: check again soon, as asked.
-                let mut again: Option<bool> = None;
-                while !shared.stop.load(Ordering::Acquire) {
-                    match (again, interval) {
-                        (Some(_), _) => std::thread::park_timeout(self.settle()),
-                        (None, Some(i)) => std::thread::park_timeout(i),
-                        (None, None) => std::thread::park(),
-                    }
-                    if shared.stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let asked = shared.asked.swap(false, Ordering::AcqRel);
-                    let outcome = if asked || again == Some(true) {
-                        let outcome = self.poll_now();
-                        if let ReloadOutcome::Unchanged = outcome {
-                            tracing::info!("reload asked for: the configuration is unchanged");
-                        }
-                        outcome
-                    } else if interval.is_some() || again.is_some() {
-                        self.poll()
-                    } else {
-                        continue;
-                    };
-                    again = match outcome {
-                        ReloadOutcome::Unsettled { .. } => Some(asked || again == Some(true)),
-                        _ => None,
-                    };
+        let thread = thread(Box::new(move || {
+            // After an unsettled check: check again soon, as asked.
+            let mut again: Option<bool> = None;
+            while !shared.stop.load(Ordering::Acquire) {
+                match (again, interval) {
+                    (Some(_), _) => std::thread::park_timeout(self.settle()),
+                    (None, Some(i)) => std::thread::park_timeout(i),
+                    (None, None) => std::thread::park(),
                 }
-            })
-            .ok();
+                if shared.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let asked = shared.asked.swap(false, Ordering::AcqRel);
+                let outcome = if asked || again == Some(true) {
+                    self.poll_now()
+                } else if interval.is_some() || again.is_some() {
+                    self.poll()
+                } else {
+                    continue;
+                };
+                again = match outcome {
+                    ReloadOutcome::Unsettled { .. } => Some(asked || again == Some(true)),
+                    _ => None,
+                };
+            }
+        }));
         WatchHandle { flags, thread }
     }
 }

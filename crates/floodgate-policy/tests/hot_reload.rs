@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{START, d, ready};
+use common::{START, d, heap, ready};
 use floodgate::{ManualClock, StoreConfig, Timestamp};
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource, ReloadOutcome, Reloader};
@@ -276,5 +276,48 @@ fn a_watcher_without_interval_reloads_only_when_asked() {
     // The handle stops the thread even though it never times out.
     drop(handle);
     trigger.request();
+    assert_eq!(*applied.lock().unwrap(), 1);
+}
+
+/// Files read again with the same bytes (asked for, or written anew) are
+/// not compiled: a check allocates a few blocks, not the many a compile
+/// of their rules takes.
+#[test]
+fn unchanged_files_are_not_compiled_again() {
+    let rules = 2_000;
+    let mut text = String::from("domains:\n  - domain: tenants\n    descriptors:\n");
+    for i in 0..rules {
+        text.push_str(&format!(
+            "      - key: tenant\n        value: tenant-{i}\n        rate_limit: {{requests: 5, per: 1h}}\n"
+        ));
+    }
+    let Watched {
+        dir: _dir,
+        file,
+        source,
+        compiled: _,
+    } = watched(false);
+    write(&file, &text);
+    let compiled = source.compile().unwrap();
+    let applied = Arc::new(Mutex::new(0));
+    let a = applied.clone();
+    let mut reloader =
+        Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1).with_settle(SETTLE);
+    for rewrite in [false, true] {
+        if rewrite {
+            write(&file, &text);
+        }
+        let before = heap::made();
+        assert!(matches!(reloader.poll_now(), ReloadOutcome::Unchanged));
+        let made = heap::made() - before;
+        assert!(
+            made < 100,
+            "{made} allocations to find {rules} rules unchanged"
+        );
+    }
+    assert_eq!(*applied.lock().unwrap(), 0);
+    // A change is still compiled and applied.
+    write(&file, &text.replace("tenant-7\n", "tenant-x\n"));
+    assert!(matches!(reloader.poll_now(), ReloadOutcome::Applied));
     assert_eq!(*applied.lock().unwrap(), 1);
 }

@@ -7,6 +7,7 @@
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 
+use crate::config_thread::ConfigThread;
 use crate::error::RuntimeError;
 use crate::settings::{Env, Flags, SECTIONS, Settings};
 
@@ -19,6 +20,9 @@ pub struct Loaded {
     pub compiled: Compiled,
     /// Every setting.
     pub settings: Settings,
+    /// The thread it was loaded on, where it is watched and reloaded (see
+    /// [`Watching`](crate::lifecycle::Watching)).
+    pub thread: ConfigThread,
 }
 
 /// Loads the configuration that `flags` and `env` point to. Install the
@@ -39,12 +43,17 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
             allow_empty: boot.config.allow_empty,
         },
     };
-    let compiled = source.compile().map_err(RuntimeError::Config)?;
+    let thread = ConfigThread::spawn().map_err(|e| RuntimeError::Runtime(e.to_string()))?;
+    let files = source.clone();
+    let compiled = thread
+        .run(move || files.compile())
+        .map_err(RuntimeError::Config)?;
     let settings =
         Settings::resolve(flags, env, &compiled.loaded.documents).map_err(RuntimeError::Config)?;
     Ok(Loaded {
         source,
         compiled,
         settings,
+        thread,
     })
 }

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod backend;
 pub mod config;
+pub mod config_thread;
 pub mod dashboard;
 pub mod error;
 pub mod health;

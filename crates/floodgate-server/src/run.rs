@@ -10,6 +10,7 @@ use std::time::Duration;
 use floodgate_policy::PolicySet;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_runtime::config::Loaded;
+use floodgate_runtime::config_thread::ConfigThread;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{
     ADMIN_CONNECTIONS, Http, Protocols, bind, descriptors, spawn_router,
@@ -48,6 +49,7 @@ pub async fn serve(
         source,
         compiled,
         settings,
+        thread,
     } = loaded;
     if let Some(h) = &prometheus {
         floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
@@ -78,6 +80,7 @@ pub async fn serve(
         "configuration loaded"
     );
     let _watching = watch_config(
+        thread,
         source,
         compiled,
         &svc,
@@ -159,6 +162,7 @@ pub async fn serve(
 
 /// Watches the configuration: every `interval` (zero: only on SIGHUP).
 fn watch_config(
+    thread: ConfigThread,
     source: ConfigSource,
     compiled: Compiled,
     svc: &Arc<DecisionService>,
@@ -170,7 +174,7 @@ fn watch_config(
         startup.check_reload(&c.loaded.documents);
         replace_policy(&svc, c.policy)
     };
-    Watching::start(source, compiled, interval, apply, || {})
+    Watching::start(thread, source, compiled, interval, apply, || {})
 }
 
 /// Swaps a reloaded `policy` into `svc`, unless its store cannot decide

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::Process;
-use crate::free_port;
+use crate::{free_port, http_request};
 
 /// A running `floodgate serve` on free ports, with its configuration in a
 /// temporary directory (rewrite it with [`Process::write_config`] to test
@@ -61,6 +61,17 @@ impl Floodgate {
             http,
             admin,
         }
+    }
+
+    /// The value of the first sample of `/metrics` whose line starts with
+    /// `prefix` (0 when there is none).
+    pub fn metric(&self, prefix: &str) -> f64 {
+        let (_, text) = http_request(self.admin, "GET", "/metrics", None, b"").unwrap_or_default();
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// `127.0.0.1:<grpc>`.

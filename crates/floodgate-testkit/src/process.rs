@@ -89,6 +89,19 @@ impl Process {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
+    /// The process's resident size now, in bytes (`VmRSS` of
+    /// `/proc/PID/status`; 0 where it cannot be read).
+    pub fn resident_bytes(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+
     /// Sends a signal (`TERM`, `INT`, ...).
     pub fn signal(&self, sig: &str) {
         let _ = Command::new("kill")

@@ -1,6 +1,6 @@
 //! A counting global allocator, per thread (parallel tests do not
 //! interfere): the heap a thread's allocations still hold, in bytes and in
-//! allocations.
+//! allocations, and how many allocations it made.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -10,11 +10,20 @@ struct Counting;
 thread_local! {
     static BYTES: Cell<i64> = const { Cell::new(0) };
     static BLOCKS: Cell<i64> = const { Cell::new(0) };
+    static MADE: Cell<u64> = const { Cell::new(0) };
 }
 
 fn add(bytes: i64, blocks: i64) {
     let _ = BYTES.try_with(|c| c.set(c.get() + bytes));
     let _ = BLOCKS.try_with(|c| c.set(c.get() + blocks));
+    if blocks > 0 {
+        let _ = MADE.try_with(|c| c.set(c.get() + 1));
+    }
+}
+
+/// How many allocations this thread has made so far.
+pub fn made() -> u64 {
+    MADE.with(Cell::get)
 }
 
 /// What this thread's allocations hold now: bytes asked for, and blocks.
