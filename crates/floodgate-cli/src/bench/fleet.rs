@@ -34,8 +34,13 @@ pub struct FleetArgs {
     #[arg(long, default_value_t = 4)]
     pub instances: usize,
     /// The modes to measure, comma-separated (`memory` is one instance on
-    /// the in-memory store).
-    #[arg(long, default_value = "memory,exact,lease,sync", value_delimiter = ',')]
+    /// the in-memory store; `local`, `--instances` instances each on its
+    /// own in-memory store, sharing nothing: the fleet's own cost).
+    #[arg(
+        long,
+        default_value = "memory,local,exact,lease,sync",
+        value_delimiter = ','
+    )]
     pub modes: Vec<String>,
     /// The workloads, comma-separated: `hot` (one key) and `keys` (10 000
     /// keys, or `--keys`).
@@ -419,14 +424,14 @@ struct Row {
 
 async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow::Result<Row> {
     let redis = match mode {
-        "memory" => None,
+        "memory" | "local" => None,
         "exact" | "lease" | "sync" => Some(RedisServer::start(&args.redis_server)?),
-        other => bail!("unknown mode `{other}` (expected memory, exact, lease or sync)"),
+        other => bail!("unknown mode `{other}` (expected memory, local, exact, lease or sync)"),
     };
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("floodgate.yaml");
     std::fs::write(&path, config(redis.as_ref().map(|r| r.port), mode, args))?;
-    let count = if redis.is_some() {
+    let count = if mode != "memory" {
         args.instances.max(1)
     } else {
         1
@@ -494,7 +499,7 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
     Ok(Row {
         case: format!(
             "{mode}{}, {}",
-            if redis.is_some() {
+            if mode != "memory" {
                 format!(" ×{count}")
             } else {
                 String::new()
