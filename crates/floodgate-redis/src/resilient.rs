@@ -65,6 +65,8 @@ pub struct ResilientBackend {
     deferred: Arc<DeferredReleases>,
     /// The keys decided in this process (`lease` and `sync`).
     sharing: Arc<Sharing>,
+    /// The breaker and counters above, as the sharing calls take them.
+    gate: Gate,
     /// The permits Redis admitted through this instance, not given back.
     issued: IssuedPermits,
     lease: Option<std::time::Duration>,
@@ -99,12 +101,18 @@ impl ResilientBackend {
             redis.client_time(),
         )
         .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let breaker = Arc::new(Breaker::new(config.breaker));
+        let stats: Arc<ResilienceStats> = Arc::default();
         Ok(ResilientBackend {
             redis: Arc::new(redis),
             policy: config.failure_policy,
-            breaker: Arc::new(Breaker::new(config.breaker)),
+            gate: Gate {
+                breaker: breaker.clone(),
+                stats: stats.clone(),
+            },
+            breaker,
             local,
-            stats: Arc::default(),
+            stats,
             deferred: Arc::new(DeferredReleases::new(Self::DEFERRED_RELEASE_BOUND)),
             sharing: Arc::new(sharing),
             issued: IssuedPermits::new(Self::ISSUED_PERMIT_BOUND, config.concurrency_lease),
@@ -235,7 +243,7 @@ impl ResilientBackend {
     /// that ended, tells Redis the penalties and blocks decided here.
     pub async fn flush(&self, now: Timestamp) {
         self.sharing
-            .run_due(&self.redis, &self.gate(), now, false)
+            .run_due(&self.redis, self.gate(), now, false)
             .await;
     }
 
@@ -245,15 +253,12 @@ impl ResilientBackend {
     /// leasing again.
     pub async fn shutdown(&self, now: Timestamp) {
         self.sharing
-            .run_due(&self.redis, &self.gate(), now, true)
+            .run_due(&self.redis, self.gate(), now, true)
             .await;
     }
 
-    fn gate(&self) -> Gate {
-        Gate {
-            breaker: self.breaker.clone(),
-            stats: self.stats.clone(),
-        }
+    fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// Decides with `policy` instead of the backend's own as the policy of
@@ -287,7 +292,7 @@ impl ResilientBackend {
             let gate = self.gate();
             match self
                 .sharing
-                .decide(&self.redis, &gate, items, &shares, now, apply, out)
+                .decide(&self.redis, gate, items, &shares, now, apply, out)
                 .await
             {
                 Ok(d) => {
@@ -315,7 +320,7 @@ impl ResilientBackend {
         }
         if self.sharing.any_local(items) {
             self.sharing
-                .settle(&self.redis, &self.gate(), items, now)
+                .settle(&self.redis, self.gate(), items, now)
                 .await;
             self.sharing.decided_in_redis(items, now);
         }
