@@ -50,16 +50,7 @@ pub struct UpstreamArgs {
 
 /// Serves the demo upstream forever.
 pub fn run_upstream(args: UpstreamArgs) -> anyhow::Result<()> {
-    let mut builder = match args.workers {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(w) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(w.max(1));
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let rt = builder.enable_all().build()?;
+    let rt = floodgate_runtime::threads::runtime(args.workers, "upstream")?;
     eprintln!("upstream listening on http://{}", args.listen);
     rt.block_on(floodgate_gateway::demo::run_demo(
         args.listen,

@@ -234,8 +234,6 @@ pub struct GatewayConfig {
     pub upstream: UpstreamConfig,
     /// Listener protections.
     pub limits: ListenerLimits,
-    /// Worker threads of the runtime (none: one per core).
-    pub workers: Option<usize>,
     /// One log line per request (see [`crate::access`]).
     pub access_log: bool,
 }
@@ -247,7 +245,6 @@ impl Default for GatewayConfig {
             tls: None,
             upstream: UpstreamConfig::default(),
             limits: ListenerLimits::default(),
-            workers: None,
             access_log: false,
         }
     }

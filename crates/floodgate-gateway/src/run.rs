@@ -81,26 +81,13 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
     })
 }
 
-/// Runs the gateway on a new runtime (`gateway.workers` threads; one is a
+/// Runs the gateway on a new runtime (`server.workers` threads; one is a
 /// current-thread runtime) until
 /// SIGTERM or SIGINT; logging must already be set up.
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), GatewayError> {
-    // One worker: a single-threaded scheduler (no work stealing, no
-    // cross-thread wake-ups), as an nginx worker process.
-    let mut builder = match loaded.gateway.workers {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(w) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(w);
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let runtime = builder
-        .enable_all()
-        .thread_name("floodgate-gw")
-        .build()
-        .map_err(|e| GatewayError::Startup(e.to_string()))?;
+    let runtime =
+        floodgate_runtime::threads::runtime(loaded.settings.server.workers, "floodgate-gw")
+            .map_err(|e| GatewayError::Startup(e.to_string()))?;
     let delay = loaded.settings.server.shutdown_delay;
     runtime.block_on(async move {
         let running = start(loaded, prometheus).await?;

@@ -81,10 +81,6 @@ fn declare() -> Vec<S> {
                 Ok(())
             })
             .context(UPSTREAM),
-        S::new("gateway.workers", "FLOODGATE_GATEWAY_WORKERS", "workers", Kind::Count, "",
-            "worker threads (default: one per core; `1`: a single-threaded runtime)",
-            |s, v| { s.config.workers = Some(count(v, 1, 1024)? as usize); Ok(()) })
-            .context(UPSTREAM),
         S::new("gateway.access_log", "FLOODGATE_ACCESS_LOG", "access-log", Kind::Bool, "false",
             "one log line per request",
             |s, v| {

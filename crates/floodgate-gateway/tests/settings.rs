@@ -68,12 +68,11 @@ fn read(text: &str) -> Result<Option<GatewayConfig>, ConfigErrors> {
 #[test]
 fn full_section() {
     let c = read(
-        "gateway:\n  listen: 127.0.0.1:8001\n  workers: 2\n  access_log: true\n  upstream:\n    url: [http://a:1, http://b:2/api]\n    protocol: http2\n    connect_timeout: 1s\n    response_timeout: 3.5s\n    host: upstream\n  limits:\n    header_read_timeout: 2s\n    max_header_bytes: 16KiB\n    max_body_bytes: 1MiB\n    max_connections: 5\n",
+        "gateway:\n  listen: 127.0.0.1:8001\n  access_log: true\n  upstream:\n    url: [http://a:1, http://b:2/api]\n    protocol: http2\n    connect_timeout: 1s\n    response_timeout: 3.5s\n    host: upstream\n  limits:\n    header_read_timeout: 2s\n    max_header_bytes: 16KiB\n    max_body_bytes: 1MiB\n    max_connections: 5\n",
     )
     .unwrap()
     .unwrap();
     assert_eq!(c.listen, "127.0.0.1:8001".parse().unwrap());
-    assert_eq!(c.workers, Some(2));
     assert!(c.access_log);
     assert_eq!(c.upstream.urls.len(), 2);
     assert_eq!(c.upstream.urls[1].prefix, "/api");

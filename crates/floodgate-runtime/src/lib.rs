@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod settings;
 pub mod signals;
 pub mod sync_report;
+pub mod threads;
 
 pub use backend::AnyBackend;
 pub use error::RuntimeError;

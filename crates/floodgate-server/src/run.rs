@@ -24,13 +24,11 @@ use tokio::task::JoinHandle;
 
 use crate::decision::DecisionService;
 
-/// Runs the service on a new multi-threaded runtime until a shutdown
-/// signal; logging must already be set up (see [`floodgate_runtime::logging::init`]).
+/// Runs the service on a new runtime (`server.workers` threads) until a
+/// shutdown signal; logging must already be set up (see
+/// [`floodgate_runtime::logging::init`]).
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("floodgate")
-        .build()
+    let runtime = floodgate_runtime::threads::runtime(loaded.settings.server.workers, "floodgate")
         .map_err(|e| RuntimeError::Runtime(e.to_string()))?;
     runtime.block_on(serve(
         loaded,

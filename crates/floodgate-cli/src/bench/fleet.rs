@@ -78,6 +78,10 @@ pub struct FleetArgs {
     /// is the default of `floodgate serve`).
     #[arg(long, default_value = "fail_closed")]
     pub failure_policy: String,
+    /// Worker threads of each `floodgate serve` (`server.workers`; none:
+    /// one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// The `redis-server` to start.
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
@@ -270,7 +274,7 @@ fn config(redis: Option<u16>, mode: &str, args: &FleetArgs) -> String {
     )
 }
 
-async fn start_server(bin: &Path, config: &Path) -> anyhow::Result<Server> {
+async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyhow::Result<Server> {
     let (grpc, http, admin) = (free_port()?, free_port()?, free_port()?);
     let child = Command::new(bin)
         .arg("serve")
@@ -280,6 +284,7 @@ async fn start_server(bin: &Path, config: &Path) -> anyhow::Result<Server> {
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
         .args(["--log-level", "error"])
+        .args(workers.map(|w| format!("--workers={w}")))
         .env_remove("REDIS_URL")
         .env_remove("FLOODGATE_CONFIG")
         .stdout(Stdio::null())
@@ -438,7 +443,7 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
     };
     let mut servers = Vec::new();
     for _ in 0..count {
-        servers.push(start_server(bin, &path).await?);
+        servers.push(start_server(bin, &path, args.workers).await?);
     }
     let mut clients = Vec::new();
     for s in &servers {

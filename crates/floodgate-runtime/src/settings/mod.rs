@@ -121,6 +121,9 @@ pub struct ServerSettings {
     /// readiness already reports the shutdown (so load balancers stop
     /// sending new calls first); the drain starts after it.
     pub shutdown_delay: Duration,
+    /// Worker threads of the binary's runtime (`None`: one per core; 1: a
+    /// current-thread runtime).
+    pub workers: Option<usize>,
     /// Logging.
     pub log: LogSettings,
 }
@@ -285,6 +288,7 @@ impl Default for ServerSettings {
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             shutdown_delay: Duration::ZERO,
+            workers: None,
             log: LogSettings {
                 level: "info".into(),
                 format: LogFormat::Text,

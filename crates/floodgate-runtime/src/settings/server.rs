@@ -187,6 +187,9 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.shutdown_grace", "FLOODGATE_SHUTDOWN_GRACE", "shutdown-grace", Kind::Duration, "10s",
         "how long requests in flight may take after the delay",
         |s, v| { s.server.shutdown_grace = duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.workers", "FLOODGATE_WORKERS", "workers", Kind::Count, "",
+        "worker threads of `floodgate serve` or `floodgate gateway` (empty: one per core; 1: a single-threaded runtime)",
+        |s, v| { s.server.workers = Some(count_in(&v.text(), 1, 1024)?); Ok(()) }));
     t.push(S::new("server.log.level", "FLOODGATE_LOG", "log-level", Kind::Text, "info",
         "a `tracing` filter (`debug`, `floodgate_server=debug,info`)",
         |s, v| { s.server.log.level = v.text(); Ok(()) })
