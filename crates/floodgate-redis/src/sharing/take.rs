@@ -3,6 +3,7 @@
 //! when the call fails.
 
 use floodgate::Timestamp;
+use floodgate::algorithms::LimitKind;
 
 use super::calls::{Ask, LeaseAsk, SyncAsk};
 use super::entry::Entry;
@@ -38,6 +39,15 @@ fn want(e: &Entry, need: u64, now: u64, duration: u64) -> u64 {
     w.max(need)
 }
 
+/// Whether the entry's lease was granted in a fixed window that is over
+/// at `now`.
+fn lapsed_fixed_window(e: &Entry, now: Timestamp) -> bool {
+    let l = &e.lease;
+    matches!(e.limit.kind(), LimitKind::FixedWindow(_))
+        && (l.open || l.units > 0)
+        && state::window_of(&e.limit, now) > l.at
+}
+
 /// Who makes a call.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Caller {
@@ -64,6 +74,14 @@ pub(super) fn take_from(
         Share::Lease { duration } => {
             if e.lease.pending {
                 return Taken::Wait;
+            }
+            if lapsed_fixed_window(e, now) {
+                // Units of a fixed window that is over: no decision reads
+                // that window's count again, so there is nothing to give
+                // back (and no call to make at every window's end).
+                let l = &mut e.lease;
+                l.units = 0;
+                l.open = false;
             }
             let keep = match caller {
                 Caller::Due { margin } => e.usable(now, margin) > 0,

@@ -16,6 +16,9 @@ use super::entry::Names;
 use super::local::{Keep, Share};
 use super::take::{Caller, Taken, take_from};
 use super::{Gate, Sharing};
+
+/// The most keys in one call of the background work.
+const BACKGROUND_KEYS: usize = 64;
 use crate::RedisBackend;
 
 /// How often the task looks for due work.
@@ -143,7 +146,12 @@ impl Sharing {
         }
         let keys: Vec<(&[u8], &AnyLimit, Ask)> =
             asks.iter().map(|(n, l, a)| (&*n.key, l, *a)).collect();
-        let _ = self.call(redis, gate, &keys, now).await;
+        // In calls of a few keys, one after the other: the leases of many
+        // keys end together (at a window's end), and one burst of large
+        // scripts would hold Redis up for the requests' calls.
+        for chunk in keys.chunks(BACKGROUND_KEYS) {
+            let _ = self.call(redis, gate, chunk, now).await;
+        }
     }
 
     /// The keys waiting for the background task.
