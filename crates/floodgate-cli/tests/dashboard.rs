@@ -7,41 +7,17 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::browser::Browser;
-use floodgate_testkit::{Floodgate, Process, free_port, http_request, wait_until};
+use floodgate_testkit::{Floodgate, Gateway, http_request, wait_until};
+
+use crate::gateway_lifecycle::upstream;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
-}
-
-struct Upstream {
-    addr: SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn upstream() -> Upstream {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    runtime.spawn(floodgate_gateway::demo::serve_demo(
-        listener,
-        bytes::Bytes::from_static(b"ok\n"),
-    ));
-    Upstream {
-        addr,
-        _runtime: runtime,
-    }
 }
 
 fn gateway_config(upstream: SocketAddr, per_user: u32) -> String {
@@ -63,24 +39,6 @@ domains:
 server: {{reload_interval: 100ms}}
 "#
     )
-}
-
-/// A running gateway: its process, listener and admin ports.
-fn gateway(config: &str) -> (Process, u16, u16) {
-    let (port, admin) = (free_port(), free_port());
-    let mut p = Process::spawn("gateway.yaml", config, |path| {
-        let mut cmd = Command::new(bin());
-        cmd.arg("gateway")
-            .arg("--config")
-            .arg(path)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
-            .env_remove("REDIS_URL")
-            .env_remove("FLOODGATE_CONFIG");
-        cmd
-    });
-    p.wait_ready(admin);
-    (p, port, admin)
 }
 
 fn get(port: u16, user: &str) -> u16 {
@@ -113,7 +71,8 @@ const HOSTILE: &str = "<img src=x onerror=\"document.title='owned'\">";
 #[test]
 fn the_dashboard_moves_with_the_traffic_in_a_browser() {
     let up = upstream();
-    let (gw, port, admin) = gateway(&gateway_config(up.addr, 2));
+    let gw = Gateway::start(bin(), &gateway_config(up.addr, 2), &[], &[]);
+    let (port, admin) = (gw.port, gw.admin);
     let browser = Browser::start();
     let page = browser.open(&format!("http://127.0.0.1:{admin}/dashboard"));
     let started = wait_until(Duration::from_secs(20), || {
@@ -207,7 +166,8 @@ fn the_dashboard_moves_with_the_traffic_in_a_browser() {
 #[test]
 fn the_data_follows_reloads() {
     let up = upstream();
-    let (gw, port, admin) = gateway(&gateway_config(up.addr, 1));
+    let gw = Gateway::start(bin(), &gateway_config(up.addr, 1), &[], &[]);
+    let (port, admin) = (gw.port, gw.admin);
     let d = data(admin);
     assert_eq!(d["config"]["generation"], 1);
     assert_eq!(d["config"]["last_reload_ok"], serde_json::Value::Null);

@@ -10,16 +10,16 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::attack::{Attack, Kind};
-use floodgate_testkit::{Probe, Process, free_port, http_request, wait_until};
+use floodgate_testkit::{Gateway, Probe, limit_open_files, metric, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::gateway_lifecycle::upstream;
 
 /// The open files limit the gateway runs under.
 const OPEN_FILES: u64 = 256;
@@ -29,81 +29,37 @@ fn bin() -> &'static Path {
 }
 
 /// `floodgate gateway` on `config` in front of `upstream`, under
-/// [`OPEN_FILES`]; ready. Returns it, its port and its admin port.
-fn start(config: &str, upstream: SocketAddr) -> (Process, u16, u16) {
-    let (port, admin) = (free_port(), free_port());
-    let mut process = Process::spawn("gateway.yaml", config, |path| {
-        let mut cmd = Command::new(bin());
-        cmd.arg("gateway")
-            .arg("--config")
-            .arg(path)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--upstream", &format!("http://{upstream}")])
-            // Some configurations are plain proxies, without a domain.
-            .arg("--allow-empty-config")
-            .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
-            .env_remove("REDIS_URL")
-            .env_remove("FLOODGATE_CONFIG");
-        // SAFETY: `setrlimit` is async-signal-safe, and nothing else runs
-        // between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                let lim = libc::rlimit {
-                    rlim_cur: OPEN_FILES as libc::rlim_t,
-                    rlim_max: OPEN_FILES as libc::rlim_t,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd
+/// [`OPEN_FILES`]; ready.
+fn start(config: &str, upstream: SocketAddr) -> Gateway {
+    let upstream = format!("http://{upstream}");
+    // Some configurations are plain proxies, without a domain.
+    let args = ["--upstream", &upstream, "--allow-empty-config"];
+    let mut gw = Gateway::spawn(bin(), config, &args, &[], |cmd| {
+        limit_open_files(cmd, OPEN_FILES)
     });
-    process.wait_ready(admin);
-    (process, port, admin)
-}
-
-/// The value of the metric line starting with `prefix` (0 when absent).
-fn metric(admin: u16, prefix: &str) -> f64 {
-    let (_, text) = http_request(admin, "GET", "/metrics", None, b"").unwrap_or_default();
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// The demo upstream, in this process.
-fn demo_upstream() -> (SocketAddr, tokio::runtime::Runtime) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    runtime.spawn(floodgate_gateway::demo::serve_demo(
-        listener,
-        bytes::Bytes::from_static(b"ok\n"),
-    ));
-    (addr, runtime)
+    let admin = gw.admin;
+    gw.wait_ready(admin);
+    gw
 }
 
 const CONFIG: &str = "gateway:\n  upstream: http://127.0.0.1:1\n  limits: {header_read_timeout: 10s}\nserver: {reload_interval: 0}\n";
 
 #[test]
 fn a_connection_flood_under_a_low_open_files_limit() {
-    let (up, _runtime) = demo_upstream();
-    let (gw, port, admin) = start(CONFIG, up);
+    let up = upstream();
+    let gw = start(CONFIG, up.addr);
+    let (port, admin) = (gw.port, gw.admin);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let log = gw.log();
-    assert!(
+    // The listener's task logs it once it runs, which readiness does not
+    // wait for.
+    let lowered = |log: String| {
         log.contains("max_connections is more than the open files limit allows")
-            && log.contains("lowered_to=96"),
-        "{log}"
+            && log.contains("lowered_to=96")
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || lowered(gw.log())),
+        "{}",
+        gw.log()
     );
     // 350 connections against 96 places, each reopened when closed; the
     // header timeout (10 s) never comes into it.
@@ -189,7 +145,8 @@ fn out_of_descriptors_the_accept_loop_pauses_and_recovers() {
         .build()
         .unwrap();
     let (up, held, release) = holding_upstream(&runtime);
-    let (gw, port, admin) = start(CONFIG, up);
+    let gw = start(CONFIG, up);
+    let (port, admin) = (gw.port, gw.admin);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     // One HTTP/2 connection, 250 requests at once: each holds an upstream
     // connection, more than the descriptors left.

@@ -8,10 +8,9 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::{Process, Redis, free_port, http_request, wait_until};
+use floodgate_testkit::{Gateway, Redis, Upstream, http_request, wait_until};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -19,79 +18,31 @@ fn bin() -> &'static Path {
 
 /// The demo upstream (`floodgate bench upstream`'s), served in this
 /// process on an ephemeral port.
-pub(crate) struct Upstream {
-    pub(crate) addr: SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-}
-
 pub(crate) fn upstream() -> Upstream {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    runtime.spawn(floodgate_gateway::demo::serve_demo(
-        listener,
-        bytes::Bytes::from_static(b"from the upstream\n"),
-    ));
-    Upstream {
-        addr,
-        _runtime: runtime,
-    }
+    Upstream::start(|listener| {
+        floodgate_gateway::demo::serve_demo(
+            listener,
+            bytes::Bytes::from_static(b"from the upstream\n"),
+        )
+    })
 }
 
-/// A running `floodgate gateway` on free ports (the listener by flag, the
-/// admin listener by environment), its configuration in a temporary
-/// directory. Killed on drop; the [`Process`] methods apply to it.
-pub(crate) struct Gateway {
-    process: Process,
-    pub(crate) port: u16,
-    pub(crate) admin: u16,
-}
-
-impl std::ops::Deref for Gateway {
-    type Target = Process;
-
-    fn deref(&self) -> &Process {
-        &self.process
-    }
-}
-
-impl std::ops::DerefMut for Gateway {
-    fn deref_mut(&mut self) -> &mut Process {
-        &mut self.process
-    }
-}
-
-impl Gateway {
-    /// Starts the gateway on `config` with extra environment variables and
-    /// waits until `/ready` answers 200.
-    pub(crate) fn start(config: &str, env: &[(&str, &str)]) -> Gateway {
-        let (mut process, port, admin) = spawn(config, env);
-        process.wait_ready(admin);
-        Gateway {
-            process,
-            port,
-            admin,
-        }
-    }
-
-    /// The value of the first metric line starting with `prefix` (0 when
-    /// there is none).
-    pub(crate) fn metric(&self, prefix: &str) -> f64 {
-        let (_, text) = http_request(self.admin, "GET", "/metrics", None, b"").unwrap_or_default();
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    }
-
+/// What the scenarios of this file do with a gateway: count and await its
+/// reloads, and send it requests as a user.
+trait Scenario {
     /// Reloads counted so far: (applied, refused or rejected).
+    fn reloads(&self) -> (f64, f64);
+
+    /// Writes `config`, then waits until the gateway has counted one more
+    /// reload, applied or not; returns the new counts.
+    fn reload(&self, config: &str) -> (f64, f64);
+
+    /// One GET through the gateway as `user`: the status and the
+    /// `RateLimit-Policy` field.
+    fn get(&self, path: &str, user: &str) -> (u16, String);
+}
+
+impl Scenario for Gateway {
     fn reloads(&self) -> (f64, f64) {
         (
             self.metric("floodgate_config_reloads_total{result=\"ok\"}"),
@@ -99,8 +50,6 @@ impl Gateway {
         )
     }
 
-    /// Writes `config`, then waits until the gateway has counted one more
-    /// reload, applied or not; returns the new counts.
     fn reload(&self, config: &str) -> (f64, f64) {
         let before = self.reloads();
         self.write_config(config);
@@ -117,8 +66,6 @@ impl Gateway {
         after
     }
 
-    /// One GET through the gateway as `user`: the status and the
-    /// `RateLimit-Policy` field.
     fn get(&self, path: &str, user: &str) -> (u16, String) {
         let (status, head) = get(self.port, path, user);
         let policy = head
@@ -131,30 +78,6 @@ impl Gateway {
             .unwrap_or_default();
         (status, policy)
     }
-}
-
-/// Spawns `floodgate gateway` on `config` without waiting for it; its
-/// listener and admin ports.
-fn spawn(config: &str, env: &[(&str, &str)]) -> (Process, u16, u16) {
-    let (port, admin) = (free_port(), free_port());
-    let process = Process::spawn("gateway.yaml", config, |path| {
-        let mut cmd = Command::new(bin());
-        cmd.arg("gateway")
-            .arg("--config")
-            .arg(path)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
-            .env_remove("REDIS_URL")
-            .env_remove("FLOODGATE_CONFIG")
-            .env_remove("FLOODGATE_SHUTDOWN_DELAY")
-            .env_remove("FLOODGATE_SHUTDOWN_GRACE")
-            .env_remove("FLOODGATE_RELOAD_INTERVAL");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd
-    });
-    (process, port, admin)
 }
 
 /// One HTTP/1.1 GET on a new connection: the status and the response
@@ -275,7 +198,7 @@ fn reload_all_or_nothing(redis: Option<&Redis>) {
         limit: ("l1", 3),
         rules: "",
     };
-    let gw = Gateway::start(&base.yaml(), &[]);
+    let gw = Gateway::start(bin(), &base.yaml(), &[], &[]);
     assert_eq!(burst(&gw, "u1", 4), (expected(3, 429), L1.to_owned()));
 
     let raised = Parts {
@@ -386,7 +309,7 @@ fn sighup_reloads_the_gateway_at_once_without_polling() {
         p.yaml()
             .replace("reload_interval: 100ms", "reload_interval: 0")
     };
-    let mut gw = Gateway::start(&off(&base), &[]);
+    let mut gw = Gateway::start(bin(), &off(&base), &[], &[]);
     assert_eq!(burst(&gw, "u1", 4), (expected(3, 429), L1.to_owned()));
     gw.write_config(&off(&Parts {
         limit: ("l2", 6),
@@ -477,7 +400,7 @@ fn serves_through_the_delay(mut gw: Gateway, delay: Duration, grace: Duration) {
 fn the_shutdown_delay_keeps_serving_while_not_ready() {
     let up = upstream();
     let config = plain_config(up.addr, "shutdown_delay: 2s, shutdown_grace: 5s");
-    let gw = Gateway::start(&config, &[PLAIN]);
+    let gw = Gateway::start(bin(), &config, &[], &[PLAIN]);
     serves_through_the_delay(gw, Duration::from_secs(2), Duration::from_secs(5));
 }
 
@@ -485,14 +408,24 @@ fn the_shutdown_delay_keeps_serving_while_not_ready() {
 fn the_shutdown_delay_from_the_environment_overrides_the_file() {
     let up = upstream();
     let config = plain_config(up.addr, "shutdown_delay: 0, shutdown_grace: 5s");
-    let gw = Gateway::start(&config, &[("FLOODGATE_SHUTDOWN_DELAY", "1500ms"), PLAIN]);
+    let gw = Gateway::start(
+        bin(),
+        &config,
+        &[],
+        &[("FLOODGATE_SHUTDOWN_DELAY", "1500ms"), PLAIN],
+    );
     serves_through_the_delay(gw, Duration::from_millis(1500), Duration::from_secs(5));
 }
 
 #[test]
 fn without_a_shutdown_delay_shutdown_begins_at_once() {
     let up = upstream();
-    let mut gw = Gateway::start(&plain_config(up.addr, "shutdown_grace: 5s"), &[PLAIN]);
+    let mut gw = Gateway::start(
+        bin(),
+        &plain_config(up.addr, "shutdown_grace: 5s"),
+        &[],
+        &[PLAIN],
+    );
     assert_eq!(gw.get("/", "before").0, 200);
     gw.signal("TERM");
     let status = gw
@@ -526,7 +459,7 @@ fn a_bad_shutdown_delay_stops_startup_naming_it() {
             .map(|v| vec![("FLOODGATE_SHUTDOWN_DELAY", v)])
             .unwrap_or_default();
         env.push(PLAIN);
-        let (mut process, _, _) = spawn(&config, &env);
+        let mut process = Gateway::spawn(bin(), &config, &[], &env, |_| {});
         let status = process.wait_exit(Duration::from_secs(10));
         let log = process.log();
         let Some(status) = status else {
@@ -561,7 +494,7 @@ fn the_access_log_has_a_line_per_request() {
         "server: {reload_interval: 100ms,",
         "server: {log: {level: warn, format: json}, reload_interval: 100ms,",
     );
-    let gw = Gateway::start(&config, &[]);
+    let gw = Gateway::start(bin(), &config, &[], &[]);
     assert_eq!(gw.get("/api/orders?token=secret", "ann").0, 200);
     assert_eq!(gw.get("/api/orders?token=secret", "ann").0, 429);
     let lines = |gw: &Gateway| -> Vec<serde_json::Value> {
@@ -599,7 +532,12 @@ fn the_access_log_has_a_line_per_request() {
 #[test]
 fn no_access_log_unless_asked() {
     let up = upstream();
-    let gw = Gateway::start(&plain_config(up.addr, "log: {level: info}"), &[PLAIN]);
+    let gw = Gateway::start(
+        bin(),
+        &plain_config(up.addr, "log: {level: info}"),
+        &[],
+        &[PLAIN],
+    );
     assert_eq!(gw.get("/", "ann").0, 200);
     assert_eq!(gw.get("/", "ann").0, 200);
     assert!(!gw.log().contains("floodgate::access"), "{}", gw.log());
@@ -611,7 +549,7 @@ fn the_access_log_without_limits() {
     let up = upstream();
     let config = plain_config(up.addr, "log: {level: error}")
         .replace("gateway:\n", "gateway:\n  access_log: true\n");
-    let gw = Gateway::start(&config, &[PLAIN]);
+    let gw = Gateway::start(bin(), &config, &[], &[PLAIN]);
     assert_eq!(gw.get("/a/b?q=1", "ann").0, 200);
     let logged = wait_until(Duration::from_secs(10), || {
         gw.log().contains("floodgate::access")
@@ -648,7 +586,7 @@ fn the_access_log_names_the_client_behind_a_trusted_proxy() {
             )
     };
     for (trusted, client) in [("127.0.0.0/8", "203.0.113.7"), ("10.0.0.0/8", "127.0.0.1")] {
-        let gw = Gateway::start(&config(trusted), &[]);
+        let gw = Gateway::start(bin(), &config(trusted), &[], &[]);
         for proto in ["", "X-Forwarded-Proto: https\r\n"] {
             let mut s = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

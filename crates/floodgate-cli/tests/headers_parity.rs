@@ -8,11 +8,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use floodgate_testkit::Floodgate;
+use floodgate_testkit::{Floodgate, Gateway};
 use reqwest::header::HeaderMap;
 use serde_json::json;
 
-use crate::gateway_lifecycle::{Gateway, upstream};
+use crate::gateway_lifecycle::upstream;
 use crate::serve_support::clear_of_boundary;
 
 /// One rule, limited per user, named with a quote and a backslash.
@@ -48,10 +48,12 @@ fn serve_and_gateway_send_the_same_draft03_headers() {
     let serve = Floodgate::start(bin, DOMAINS, &["--x-ratelimit-headers"], &[]);
     let up = upstream();
     let gateway = Gateway::start(
+        bin,
         &format!(
             "gateway:\n  upstream: http://{}\nhttp:\n  domain: gw\n  descriptors:\n    - [{{header: {{name: x-user, key: user}}}}]\n  responses:\n    headers: [draft-03]\n{DOMAINS}",
             up.addr
         ),
+        &[],
         &[],
     );
     let client = reqwest::Client::new();

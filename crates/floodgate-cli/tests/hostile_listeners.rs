@@ -9,77 +9,32 @@
 use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use floodgate_server::proto::ratelimit::RateLimitDescriptor;
-use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
-use floodgate_server::proto::rls::RateLimitRequest;
 use floodgate_testkit::attack::{Attack, Kind};
-use floodgate_testkit::{Probe, Process, free_port, http_request};
-use http_body_util::{BodyExt, Full, StreamBody};
+use floodgate_testkit::grpc::{grpc_status, rls_request};
+use floodgate_testkit::h2_connect;
+use floodgate_testkit::{Floodgate, Probe, http_request, limit_open_files, median_time};
+use http_body_util::{Full, StreamBody};
 use hyper::body::Frame;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use prost::Message;
+use hyper::client::conn::http2::SendRequest;
+
+use crate::serve_support::rls::user_frame;
 
 const CONFIG: &str = "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 1000000, unit: day}\n";
 
-struct Serve {
-    process: Process,
-    grpc: u16,
-    http: u16,
-    admin: u16,
-}
-
-/// `floodgate serve` with `args`, its open files limited to `nofile`.
-fn serve(args: &[&str], nofile: u64) -> Serve {
-    let (grpc, http, admin) = (free_port(), free_port(), free_port());
-    let mut process = Process::spawn("floodgate.yaml", CONFIG, |path| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(path)
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-            .args(["--http-addr", &format!("127.0.0.1:{http}")])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-            .args(args);
-        // SAFETY: only `setrlimit`, async-signal-safe, between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: nofile,
-                    rlim_max: nofile,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd
+/// `floodgate serve` with `args`, its open files limited to `nofile`,
+/// polling its configuration at the default interval (1 s).
+fn serve(args: &[&str], nofile: u64) -> Floodgate {
+    let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
+    let mut s = Floodgate::spawn(bin, CONFIG, "1s", args, &[], |cmd| {
+        limit_open_files(cmd, nofile)
     });
-    process.wait_ready(http);
-    Serve {
-        process,
-        grpc,
-        http,
-        admin,
-    }
-}
-
-/// The median time of `n` calls of `f`.
-fn median(n: usize, mut f: impl FnMut()) -> Duration {
-    let mut times: Vec<Duration> = (0..n)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[n / 2]
+    let http = s.http;
+    s.wait_ready(http);
+    s
 }
 
 const FAST: Duration = Duration::from_millis(100);
@@ -139,68 +94,11 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 }
 
 fn rls_frame(value: &str) -> Bytes {
-    let msg = RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-    .encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&msg);
-    Bytes::from(frame)
-}
-
-async fn h2<B>(port: u16) -> hyper::client::conn::http2::SendRequest<B>
-where
-    B: hyper::body::Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let (send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    send
-}
-
-fn rls_request<B>(port: u16, body: B) -> http::Request<B> {
-    http::Request::post(format!(
-        "http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(body)
-    .unwrap()
-}
-
-/// The grpc-status of an answer (its trailers, or a trailers-only head).
-async fn grpc_status(res: http::Response<hyper::body::Incoming>) -> String {
-    if let Some(s) = res.headers().get("grpc-status") {
-        return s.to_str().unwrap().to_owned();
-    }
-    let collected = res.into_body().collect().await.unwrap();
-    collected.trailers().expect("trailers")["grpc-status"]
-        .to_str()
-        .unwrap()
-        .to_owned()
+    user_frame("d", value)
 }
 
 /// One complete `ShouldRateLimit` call; its grpc-status.
-async fn grpc_call(
-    send: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
-    port: u16,
-) -> String {
+async fn grpc_call(send: &mut SendRequest<Full<Bytes>>, port: u16) -> String {
     let res = send
         .send_request(rls_request(port, Full::new(rls_frame("normal"))))
         .await
@@ -223,6 +121,28 @@ fn stalled_body() -> (Stalled, StreamBody<Frames>) {
             .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
     (tx, StreamBody::new(Box::pin(stream)))
+}
+
+/// A call sent on its own task: its answer.
+type Call = tokio::task::JoinHandle<hyper::Result<http::Response<hyper::body::Incoming>>>;
+
+/// `n` calls on `attacker` whose messages stop after 3 bytes: the senders
+/// that hold them open, and the calls.
+async fn stall(
+    attacker: &mut SendRequest<StreamBody<Frames>>,
+    port: u16,
+    n: usize,
+) -> (Vec<Stalled>, Vec<Call>) {
+    let mut holds = Vec::new();
+    let mut stalled = Vec::new();
+    for _ in 0..n {
+        let (tx, body) = stalled_body();
+        tx.send(rls_frame("stalled").slice(..3)).await.unwrap();
+        holds.push(tx);
+        attacker.ready().await.unwrap();
+        stalled.push(tokio::spawn(attacker.send_request(rls_request(port, body))));
+    }
+    (holds, stalled)
 }
 
 /// Hundreds of connections that send nothing, dribble a head, idle after
@@ -257,7 +177,7 @@ async fn a_connection_flood_cannot_exhaust_the_descriptors() {
     let mut grpc_times = Vec::new();
     for _ in 0..15 {
         let t = Instant::now();
-        let mut grpc = h2::<Full<Bytes>>(s.grpc).await;
+        let mut grpc = h2_connect::<Full<Bytes>>(s.grpc).await;
         assert_eq!(grpc_call(&mut grpc, s.grpc).await, "0");
         grpc_times.push(t.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -279,7 +199,7 @@ async fn a_connection_flood_cannot_exhaust_the_descriptors() {
         .map(|(_, t)| t.closed_by_server)
         .sum();
     assert!(closed > 0, "no flood connection was closed to make room");
-    let log = s.process.log();
+    let log = s.log();
     assert!(!log.contains("Too many open files"), "{log}");
     assert!(!log.contains("accept failed"), "{log}");
     let (_, metrics) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
@@ -305,7 +225,7 @@ fn idle_and_half_sent_requests_are_released() {
     body.write_all(b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\"")
         .unwrap();
     // A normal client meanwhile.
-    let took = median(5, || {
+    let took = median_time(5, || {
         assert_eq!(
             http_request(s.http, "POST", "/json", None, json_body("n").as_bytes()).map(|r| r.0),
             Some(200)
@@ -342,20 +262,10 @@ async fn stalled_grpc_streams_meet_the_servers_deadline() {
         &["--request-timeout", "1s", "--max-concurrent-streams", "16"],
         1024,
     );
-    let mut attacker = h2(s.grpc).await;
-    let mut stalled = Vec::new();
-    let mut holds = Vec::new();
+    let mut attacker = h2_connect(s.grpc).await;
     let started = Instant::now();
-    for _ in 0..16 {
-        let (tx, body) = stalled_body();
-        tx.send(rls_frame("stalled").slice(..3)).await.unwrap();
-        holds.push(tx);
-        attacker.ready().await.unwrap();
-        stalled.push(tokio::spawn(
-            attacker.send_request(rls_request(s.grpc, body)),
-        ));
-    }
-    let mut normal = h2::<Full<Bytes>>(s.grpc).await;
+    let (holds, stalled) = stall(&mut attacker, s.grpc, 16).await;
+    let mut normal = h2_connect::<Full<Bytes>>(s.grpc).await;
     let mut times = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
@@ -383,20 +293,10 @@ async fn stalled_grpc_streams_meet_the_servers_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_are_bounded() {
     let s = serve(&["--request-timeout", "2s", "--max-requests", "8"], 1024);
-    let mut attacker = h2(s.grpc).await;
-    let mut holds = Vec::new();
-    let mut stalled = Vec::new();
-    for _ in 0..8 {
-        let (tx, body) = stalled_body();
-        tx.send(rls_frame("stalled").slice(..3)).await.unwrap();
-        holds.push(tx);
-        attacker.ready().await.unwrap();
-        stalled.push(tokio::spawn(
-            attacker.send_request(rls_request(s.grpc, body)),
-        ));
-    }
+    let mut attacker = h2_connect(s.grpc).await;
+    let (holds, stalled) = stall(&mut attacker, s.grpc, 8).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut normal = h2::<Full<Bytes>>(s.grpc).await;
+    let mut normal = h2_connect::<Full<Bytes>>(s.grpc).await;
     let t = Instant::now();
     assert_eq!(
         grpc_call(&mut normal, s.grpc).await,

@@ -9,7 +9,7 @@
 //! The limits are per day: tests that count in them first make sure
 //! 00:00 UTC is not about to pass.
 
-use crate::gateway_lifecycle::{Gateway, get, upstream};
+use crate::gateway_lifecycle::{get, upstream};
 use crate::serve_support::{DAY, clear_of_boundary};
 
 use std::io::Write;
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::{Floodgate, http_request, wait_until};
+use floodgate_testkit::{Floodgate, Gateway, http_request, metric, wait_until};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -60,17 +60,6 @@ fn write_slowly(file: PathBuf, text: String) -> JoinHandle<()> {
             std::thread::sleep(Duration::from_millis(5));
         }
     })
-}
-
-/// The value of the first metric line starting with `prefix` on the admin
-/// listener at `admin` (0 when there is none).
-fn metric(admin: u16, prefix: &str) -> f64 {
-    let (_, text) = http_request(admin, "GET", "/metrics", None, b"").unwrap_or_default();
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 const RELOADED: &str = "floodgate_config_reloads_total{result=\"ok\"}";
@@ -165,8 +154,13 @@ impl Clients {
 
 /// One `/json` call of domain `d` for `user`: the HTTP status.
 fn json_call(http: u16, user: &str) -> u16 {
+    json_call_in(http, "d", user)
+}
+
+/// One `/json` call of `domain` for `user`: the HTTP status.
+fn json_call_in(http: u16, domain: &str, user: &str) -> u16 {
     let body = format!(
-        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
+        r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
     );
     http_request(
         http,
@@ -235,19 +229,7 @@ fn serve_refuses_emptied_and_truncated_files_under_load() {
     assert!(s.log().contains("configuration rejected"), "{}", s.log());
     assert_eq!(metric(s.admin, RELOADED), 0.0, "{}", s.log());
     // The other domain kept its limit too.
-    let shop_call = |user: &str| {
-        let body = format!(
-            r#"{{"domain":"shop","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
-        );
-        http_request(
-            http,
-            "POST",
-            "/json",
-            Some("application/json"),
-            body.as_bytes(),
-        )
-        .map_or(0, |r| r.0)
-    };
+    let shop_call = |user: &str| json_call_in(http, "shop", user);
     deny_victim(shop_call);
 }
 
@@ -367,7 +349,7 @@ fn the_gateway_refuses_emptied_and_half_written_files_under_load() {
     let up = upstream();
     let full = gateway_config(up.addr);
     let first = full.replacen("unit: day}", "unit: hour}", 1);
-    let gw = Gateway::start(&first, &[]);
+    let gw = Gateway::start(bin(), &first, &[], &[]);
     clear_of_boundary(DAY, Duration::from_secs(60));
     let port = gw.port;
     let send = move |user: &str| get(port, "/", user).0;

@@ -5,9 +5,11 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use floodgate_testkit::{Process, Redis, free_port, http_request, wait_until};
+use floodgate_testkit::{
+    Floodgate, Gateway, Redis, free_port, http_request, median_time, wait_until,
+};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -26,56 +28,31 @@ fn status(port: u16, path: &str) -> Option<u16> {
     http_request(port, "GET", path, None, b"").map(|r| r.0)
 }
 
-/// The median time of `n` calls of `f`.
-fn median(n: usize, mut f: impl FnMut()) -> Duration {
-    let mut times: Vec<Duration> = (0..n)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[n / 2]
-}
-
-struct Serve {
-    process: Process,
-    http: u16,
-    admin: u16,
-}
-
-fn serve(redis_port: u16, policy: &str) -> Serve {
-    let (http, admin) = (free_port(), free_port());
-    let mut process = Process::spawn("floodgate.yaml", ONE_PER_DAY, |path| {
-        let mut cmd = Command::new(bin());
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(path)
-            .args(["--grpc-addr", "off"])
-            .args(["--http-addr", &format!("127.0.0.1:{http}")])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-            .args(["--store", "redis"])
-            .args(["--redis-url", &format!("127.0.0.1:{redis_port}")])
-            .args(["--failure-policy", policy])
-            .args(["--redis-breaker-cool-down", "200ms"])
-            // Generous: once Redis is up, a loaded machine's slow reply is
-            // still Redis's answer, not the failure policy's.
-            .args(["--redis-timeout", "2s"])
-            .env_remove("REDIS_URL");
-        cmd
-    });
-    // Serving (alive), ready or not.
+/// `floodgate serve` on Redis at `redis_port` with the failure policy
+/// `policy`, serving (alive), ready or not.
+fn serve(redis_port: u16, policy: &str) -> Floodgate {
+    let redis_url = format!("127.0.0.1:{redis_port}");
+    let args = [
+        "--store",
+        "redis",
+        "--redis-url",
+        &redis_url,
+        "--failure-policy",
+        policy,
+        "--redis-breaker-cool-down",
+        "200ms",
+        // Generous: once Redis is up, a loaded machine's slow reply is
+        // still Redis's answer, not the failure policy's.
+        "--redis-timeout",
+        "2s",
+    ];
+    let mut s = Floodgate::spawn(bin(), ONE_PER_DAY, "1s", &args, &[], |_| {});
     let up = wait_until(Duration::from_secs(20), || {
-        status(admin, "/healthcheck") == Some(200)
+        status(s.admin, "/healthcheck") == Some(200)
     });
-    assert!(up, "{policy}: not serving; log:\n{}", process.log());
-    assert_eq!(process.wait_exit(Duration::ZERO), None, "{policy}: exited");
-    Serve {
-        process,
-        http,
-        admin,
-    }
+    assert!(up, "{policy}: not serving; log:\n{}", s.log());
+    assert_eq!(s.wait_exit(Duration::ZERO), None, "{policy}: exited");
+    s
 }
 
 #[test]
@@ -87,13 +64,13 @@ fn the_service_starts_without_redis_and_finds_it_later() {
     ] {
         let redis_port = free_port();
         let s = serve(redis_port, policy);
-        let log = s.process.log();
+        let log = s.log();
         assert!(log.contains("Redis cannot be reached"), "{policy}: {log}");
         assert_eq!(status(s.admin, "/ready"), Some(ready), "{policy}");
         // Decided by the failure policy, at once (the breaker is open:
         // no call waits for Redis).
         let mut n = 0;
-        let took = median(5, || {
+        let took = median_time(5, || {
             n += 1;
             assert_eq!(
                 json_call(s.http, &format!("early-{n}")),
@@ -112,11 +89,7 @@ fn the_service_starts_without_redis_and_finds_it_later() {
                 && http_request(s.admin, "GET", "/metrics", None, b"")
                     .is_some_and(|(_, m)| m.contains("floodgate_redis_breaker_state 0"))
         });
-        assert!(
-            back,
-            "{policy}: Redis not found again; log:\n{}",
-            s.process.log()
-        );
+        assert!(back, "{policy}: Redis not found again; log:\n{}", s.log());
         let user = format!("later-{policy}");
         assert_eq!(json_call(s.http, &user), Some(200), "{policy}");
         assert_eq!(json_call(s.http, &user), Some(429), "{policy}");
@@ -134,21 +107,13 @@ fn the_service_starts_without_redis_and_finds_it_later() {
 #[test]
 fn the_gateway_starts_without_redis() {
     let redis_port = free_port();
-    let (listen, admin) = (free_port(), free_port());
     let config = format!(
-        "gateway:\n  listen: 127.0.0.1:{listen}\n  upstream: http://127.0.0.1:{}\nstore:\n  backend: redis\n  url: 127.0.0.1:{redis_port}\n  failure_policy: local\nserver:\n  admin: 127.0.0.1:{admin}\n",
+        "gateway:\n  upstream: http://127.0.0.1:{}\nstore:\n  backend: redis\n  url: 127.0.0.1:{redis_port}\n  failure_policy: local\n",
         free_port()
     );
-    let mut p = Process::spawn("gateway.yaml", &config, |path| {
-        let mut cmd = Command::new(bin());
-        // No domain: a plain proxy, allowed explicitly.
-        cmd.arg("gateway")
-            .arg("--config")
-            .arg(path)
-            .arg("--allow-empty-config");
-        cmd
-    });
-    p.wait_ready(admin);
+    // No domain: a plain proxy, allowed explicitly.
+    let p = Gateway::start(bin(), &config, &["--allow-empty-config"], &[]);
+    let admin = p.admin;
     assert!(p.log().contains("Redis cannot be reached"), "{}", p.log());
     let _redis = Redis::start_on(redis_port);
     let back = wait_until(Duration::from_secs(10), || {

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::{Floodgate, Redis, RedisCluster, http_request};
+use floodgate_testkit::{Floodgate, Redis, RedisCluster};
+
+use crate::serve_support::json_api::post_json;
 use serde_json::{Value, json};
 
 fn bin() -> &'static Path {
@@ -32,18 +34,8 @@ const RULES: &str = "domains:
 ";
 
 async fn post(client: &reqwest::Client, port: u16, path: &str, body: &Value) -> (u16, Value) {
-    let r = client
-        .post(format!("http://127.0.0.1:{port}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    let (status, _, value) = post_json(client, port, path, body).await;
+    (status, value)
 }
 
 fn job(name: &str) -> Value {
@@ -72,15 +64,6 @@ async fn release(
     hits: u32,
 ) -> (u16, Value) {
     post(c, s.http, "/v1/release", &with_permit(body, permit, hits)).await
-}
-
-fn metric(s: &Floodgate, line_prefix: &str) -> f64 {
-    let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
-    text.lines()
-        .find(|l| l.starts_with(line_prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// Permit `p` (decimal) plus `d`.
@@ -145,7 +128,7 @@ async fn forged_releases_free_nothing(s: &Floodgate) {
     }
     assert_eq!(check(&c, s, &victim).await.0, 200);
     assert_eq!(check(&c, s, &victim).await.0, 429);
-    assert!(metric(s, "floodgate_releases_total{result=\"not_held\"}") >= 27.0);
+    assert!(s.metric("floodgate_releases_total{result=\"not_held\"}") >= 27.0);
     stop.store(true, Ordering::Relaxed);
     served(normal.await.unwrap());
 }
@@ -167,7 +150,7 @@ async fn forged_repeated_and_cross_key_releases_free_nothing_on_redis() {
     );
     let s = Floodgate::start(bin(), &config, &[], &[]);
     forged_releases_free_nothing(&s).await;
-    assert_eq!(metric(&s, "floodgate_redis_releases_deferred_total"), 0.0);
+    assert_eq!(s.metric("floodgate_redis_releases_deferred_total"), 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +162,7 @@ async fn forged_repeated_and_cross_key_releases_free_nothing_on_a_cluster() {
     );
     let s = Floodgate::start(bin(), &config, &[], &[]);
     forged_releases_free_nothing(&s).await;
-    assert_eq!(metric(&s, "floodgate_redis_releases_deferred_total"), 0.0);
+    assert_eq!(s.metric("floodgate_redis_releases_deferred_total"), 0.0);
 }
 
 /// A normal client checking in a loop until `stop`: how long each exchange
@@ -273,8 +256,8 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
     let (_, b) = check(&c, &s, &victim).await;
     assert_eq!(check(&c, &s, &victim).await.0, 429);
     // Both held in Redis, issued here.
-    assert_eq!(metric(&s, "floodgate_redis_issued_permits"), 2.0);
-    assert_eq!(metric(&s, "floodgate_redis_local_permits"), 0.0);
+    assert_eq!(s.metric("floodgate_redis_issued_permits"), 2.0);
+    assert_eq!(s.metric("floodgate_redis_local_permits"), 0.0);
     redis.pause();
     let stop = Arc::new(AtomicBool::new(false));
     let normal = normal_client(&s, stop.clone());
@@ -327,7 +310,7 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
         assert_eq!(body["statuses"][0]["result"], "failed", "{body}");
     }
     assert_eq!(
-        metric(&s, "floodgate_redis_deferred_releases"),
+        s.metric("floodgate_redis_deferred_releases"),
         2.0,
         "{}",
         s.log()
@@ -341,7 +324,7 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
         // The victim's checks are decisions too: the first Redis answers
         // delivers the two releases.
         let (status, _) = check(&c, &s, &victim).await;
-        if status == 200 && metric(&s, "floodgate_redis_deferred_releases") == 0.0 {
+        if status == 200 && s.metric("floodgate_redis_deferred_releases") == 0.0 {
             break;
         }
         assert!(
@@ -354,9 +337,6 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
     // Whole again, in Redis: the second unit too, and no third.
     assert_eq!(check(&c, &s, &victim).await.0, 200);
     assert_eq!(check(&c, &s, &victim).await.0, 429);
-    assert_eq!(
-        metric(&s, "floodgate_redis_releases_redelivered_total"),
-        2.0
-    );
-    assert_eq!(metric(&s, "floodgate_redis_releases_dropped_total"), 0.0);
+    assert_eq!(s.metric("floodgate_redis_releases_redelivered_total"), 2.0);
+    assert_eq!(s.metric("floodgate_redis_releases_dropped_total"), 0.0);
 }

@@ -10,36 +10,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::{Process, free_port, wait_until};
+use floodgate_testkit::{Gateway, wait_until};
+
+use crate::gateway_lifecycle::upstream;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
-}
-
-/// The demo upstream, served in this process.
-struct Upstream {
-    addr: SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn upstream() -> Upstream {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    runtime.spawn(floodgate_gateway::demo::serve_demo(
-        listener,
-        bytes::Bytes::from_static(b"ok\n"),
-    ));
-    Upstream {
-        addr,
-        _runtime: runtime,
-    }
 }
 
 /// Per client address: 4 a second (sliding window); `/login`: 3 a
@@ -137,20 +113,9 @@ fn access_lines(log: &str) -> Vec<serde_json::Value> {
 /// Records one session and replays it; the differences, if any.
 fn attempt(dir: &Path) -> Result<usize, String> {
     let up = upstream();
-    let (port, admin) = (free_port(), free_port());
     let config = session_config(up.addr);
-    let mut gw = Process::spawn("gateway.yaml", &config, |path| {
-        let mut cmd = Command::new(bin());
-        cmd.arg("gateway")
-            .arg("--config")
-            .arg(path)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("FLOODGATE_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
-            .env_remove("REDIS_URL")
-            .env_remove("FLOODGATE_CONFIG");
-        cmd
-    });
-    gw.wait_ready(admin);
+    let gw = Gateway::start(bin(), &config, &[], &[]);
+    let port = gw.port;
     let plan = schedule();
     let start = Instant::now() + Duration::from_millis(100);
     let threads: Vec<_> = plan

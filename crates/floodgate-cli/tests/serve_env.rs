@@ -28,21 +28,29 @@ fn call(s: &Floodgate, user: &str) -> (u16, String) {
     http_request(s.http, "POST", "/json", None, body.as_bytes()).unwrap()
 }
 
+/// `floodgate serve` on [`ONE_PER_DAY`] and `redis`, configured by the
+/// environment alone: `env`, with no shutdown grace and no polling.
+fn on_redis(redis: &Redis, env: &[(&str, &str)]) -> Floodgate {
+    let url = redis.addr();
+    let mut all = vec![("REDIS_URL", url.as_str())];
+    all.extend_from_slice(env);
+    all.extend([
+        ("FLOODGATE_SHUTDOWN_GRACE", "0"),
+        ("FLOODGATE_RELOAD_INTERVAL", "0"),
+    ]);
+    Floodgate::start(bin(), ONE_PER_DAY, &[], &all)
+}
+
 #[test]
 fn envoy_zeros_and_go_durations_are_accepted() {
     let redis = Redis::start();
-    let s = Floodgate::start(
-        bin(),
-        ONE_PER_DAY,
-        &[],
+    let s = on_redis(
+        &redis,
         &[
-            ("REDIS_URL", &redis.addr()),
             // envoyproxy/ratelimit's default: the local cache off.
             ("LOCAL_CACHE_SIZE_IN_BYTES", "0"),
             ("REDIS_POOL_SIZE", "0"),
             ("REDIS_TIMEOUT", "1.5s"),
-            ("FLOODGATE_SHUTDOWN_GRACE", "0"),
-            ("FLOODGATE_RELOAD_INTERVAL", "0"),
         ],
     );
     clear_of_boundary(DAY, Duration::from_secs(10));
@@ -56,16 +64,11 @@ fn envoy_zeros_and_go_durations_are_accepted() {
 #[test]
 fn the_envoy_pipelining_window_is_used() {
     let redis = Redis::start();
-    let s = Floodgate::start(
-        bin(),
-        ONE_PER_DAY,
-        &[],
+    let s = on_redis(
+        &redis,
         &[
-            ("REDIS_URL", &redis.addr()),
             ("REDIS_PIPELINE_WINDOW", "500us"),
             ("REDIS_PIPELINE_LIMIT", "8"),
-            ("FLOODGATE_SHUTDOWN_GRACE", "0"),
-            ("FLOODGATE_RELOAD_INTERVAL", "0"),
         ],
     );
     clear_of_boundary(DAY, Duration::from_secs(10));

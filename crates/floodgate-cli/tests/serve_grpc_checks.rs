@@ -7,48 +7,19 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use floodgate_server::proto::ratelimit::RateLimitDescriptor;
-use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
-use floodgate_server::proto::rls::RateLimitRequest;
-use floodgate_testkit::{Floodgate, http_request};
+use floodgate_testkit::Floodgate;
+use floodgate_testkit::grpc::RLS_PATH;
+use floodgate_testkit::h2_connect;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use prost::Message;
 
-const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+use crate::serve_support::rls::user_frame;
+
 const CONFIG: &str = "server:\n  body_limit: 64KiB\ndomains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 100, unit: day}\n";
 
 type Send = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
 
-async fn connect(port: u16) -> Send {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let (send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    send
-}
-
 fn rls_frame(value: &str) -> Bytes {
-    let msg = RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-    .encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&msg);
-    Bytes::from(frame)
+    user_frame("d", value)
 }
 
 /// The answer to one request: HTTP status, grpc-status (headers or
@@ -62,7 +33,7 @@ async fn send(
 ) -> (u16, Option<String>, Option<String>) {
     let mut req = http::Request::builder()
         .method(method)
-        .uri(format!("http://127.0.0.1:{port}{RLS}"))
+        .uri(format!("http://127.0.0.1:{port}{RLS_PATH}"))
         .header("te", "trailers");
     if let Some(ct) = content_type {
         req = req.header("content-type", ct);
@@ -85,36 +56,20 @@ async fn send(
     (status, grpc, ct)
 }
 
-/// The value of the metric line starting with `prefix` (0 when absent).
-fn metric(s: &Floodgate, prefix: &str) -> f64 {
-    let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test]
 async fn an_oversized_message_is_resource_exhausted() {
     let s = Floodgate::start(Path::new(env!("CARGO_BIN_EXE_floodgate")), CONFIG, &[], &[]);
-    let mut h2 = connect(s.grpc).await;
+    let mut h2 = h2_connect(s.grpc).await;
     let big = rls_frame(&"y".repeat(100 << 10));
     let (status, grpc, _) = send(&mut h2, s.grpc, "POST", Some("application/grpc"), big).await;
     assert_eq!(status, 200);
     assert_eq!(grpc.as_deref(), Some("8"), "RESOURCE_EXHAUSTED expected");
     assert_eq!(
-        metric(
-            &s,
-            "floodgate_request_errors_total{class=\"resource_exhausted\"}"
-        ),
+        s.metric("floodgate_request_errors_total{class=\"resource_exhausted\"}"),
         1.0
     );
     assert_eq!(
-        metric(
-            &s,
-            "floodgate_request_errors_total{class=\"invalid_argument\"}"
-        ),
+        s.metric("floodgate_request_errors_total{class=\"invalid_argument\"}"),
         0.0
     );
     // A message within the limit is still decided.
@@ -132,9 +87,9 @@ async fn an_oversized_message_is_resource_exhausted() {
 #[tokio::test]
 async fn the_fast_path_refuses_what_is_not_a_grpc_call() {
     let s = Floodgate::start(Path::new(env!("CARGO_BIN_EXE_floodgate")), CONFIG, &[], &[]);
-    let mut h2 = connect(s.grpc).await;
+    let mut h2 = h2_connect(s.grpc).await;
     let frame = rls_frame("checked");
-    let decided = |s: &Floodgate| metric(s, "floodgate_requests_total{api=\"grpc\",result=\"ok\"}");
+    let decided = |s: &Floodgate| s.metric("floodgate_requests_total{api=\"grpc\",result=\"ok\"}");
 
     // Wrong content types: 415, no gRPC status, nothing decoded or decided.
     for ct in [
@@ -163,10 +118,7 @@ async fn the_fast_path_refuses_what_is_not_a_grpc_call() {
     }
     assert_eq!(decided(&s), 0.0, "a refused request was decided");
     assert_eq!(
-        metric(
-            &s,
-            "floodgate_request_errors_total{class=\"invalid_argument\"}"
-        ),
+        s.metric("floodgate_request_errors_total{class=\"invalid_argument\"}"),
         0.0
     );
 

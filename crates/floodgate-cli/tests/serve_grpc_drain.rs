@@ -9,32 +9,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate_server::proto::ratelimit::RateLimitDescriptor;
-use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
-use floodgate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
+use floodgate_server::proto::rls::RateLimitResponse;
+use floodgate_testkit::grpc::{grpc_frame, grpc_status, rls_request};
+use floodgate_testkit::h2_connect;
 use floodgate_testkit::{Floodgate, Redis};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 
-/// An HTTP/2 connection to the gRPC listener on `port`.
-async fn connect<B>(port: u16) -> hyper::client::conn::http2::SendRequest<B>
-where
-    B: hyper::body::Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let (send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    send
-}
+use crate::serve_support::rls::user_frame;
 
 #[tokio::test]
 async fn an_rls_call_in_flight_is_answered_before_exit() {
@@ -45,9 +28,9 @@ async fn an_rls_call_in_flight_is_answered_before_exit() {
         &["--shutdown-grace", "5s"],
         &[],
     );
-    let mut send = connect(s.grpc).await;
+    let mut send = h2_connect(s.grpc).await;
 
-    let frame = rls_frame("d", "drain");
+    let frame = user_frame("d", "drain");
 
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let body = StreamBody::new(Box::pin(futures_util::stream::unfold(
@@ -58,15 +41,7 @@ async fn an_rls_call_in_flight_is_answered_before_exit() {
                 .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
         },
     )));
-    let req = http::Request::post(format!(
-        "http://127.0.0.1:{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-        s.grpc
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(body)
-    .unwrap();
-    let call = tokio::spawn(send.send_request(req));
+    let call = tokio::spawn(send.send_request(rls_request(s.grpc, body)));
 
     tx.send(Bytes::copy_from_slice(&frame[..7])).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -95,25 +70,6 @@ async fn an_rls_call_in_flight_is_answered_before_exit() {
     assert!(status.success(), "{status:?}\n{}", s.log());
 }
 
-fn rls_frame(domain: &str, value: &str) -> Bytes {
-    let msg = RateLimitRequest {
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-    .encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&msg);
-    Bytes::from(frame)
-}
-
 /// One call with an optional `grpc-timeout`: the grpc-status (from the
 /// trailers, or the headers of a trailers-only answer) and the time taken.
 async fn timed_call(
@@ -121,29 +77,15 @@ async fn timed_call(
     port: u16,
     timeout: Option<&str>,
 ) -> (String, Duration) {
-    let mut req = http::Request::post(format!(
-        "http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers");
+    let mut req = rls_request(port, http_body_util::Full::new(user_frame("d", "deadline")));
     if let Some(t) = timeout {
-        req = req.header("grpc-timeout", t);
+        req.headers_mut()
+            .insert("grpc-timeout", http::HeaderValue::from_str(t).unwrap());
     }
-    let req = req
-        .body(http_body_util::Full::new(rls_frame("d", "deadline")))
-        .unwrap();
     let started = std::time::Instant::now();
     let resp = send.send_request(req).await.unwrap();
-    let in_headers = resp.headers().get("grpc-status").cloned();
-    let collected = resp.into_body().collect().await.unwrap();
-    let status = in_headers
-        .or_else(|| {
-            collected
-                .trailers()
-                .and_then(|t| t.get("grpc-status").cloned())
-        })
-        .expect("a grpc-status");
-    (status.to_str().unwrap().to_owned(), started.elapsed())
+    let status = grpc_status(resp).await;
+    (status, started.elapsed())
 }
 
 #[tokio::test]
@@ -159,7 +101,7 @@ async fn a_call_past_its_grpc_timeout_gets_deadline_exceeded() {
         &[],
         &[],
     );
-    let mut send = connect(s.grpc).await;
+    let mut send = h2_connect(s.grpc).await;
 
     // Redis answering: the deadline is not in the way.
     let (status, _) = timed_call(&mut send, s.grpc, Some("5S")).await;
@@ -183,19 +125,16 @@ async fn a_call_past_its_grpc_timeout_gets_deadline_exceeded() {
 
 /// The gRPC health status of the RLS service: 1 SERVING, 2 NOT_SERVING.
 async fn health(port: u16) -> u8 {
-    let mut send = connect::<http_body_util::Full<Bytes>>(port).await;
+    let mut send = h2_connect::<http_body_util::Full<Bytes>>(port).await;
     let name = b"envoy.service.ratelimit.v3.RateLimitService";
     let mut msg = vec![0x0a, name.len() as u8];
     msg.extend_from_slice(name);
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&msg);
     let req = http::Request::post(format!(
         "http://127.0.0.1:{port}/grpc.health.v1.Health/Check"
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers")
-    .body(http_body_util::Full::new(Bytes::from(frame)))
+    .body(http_body_util::Full::new(grpc_frame(&msg)))
     .unwrap();
     let resp = send.send_request(req).await.unwrap();
     let data = resp.into_body().collect().await.unwrap().to_bytes();
@@ -242,7 +181,7 @@ async fn the_shutdown_delay_keeps_serving_while_not_ready() {
     // ... while both listeners still take new connections and decide.
     let (status, body) = http_request(s.http, "POST", "/json", None, json).unwrap();
     assert_eq!(status, 200, "{body}");
-    let mut send = connect(s.grpc).await;
+    let mut send = h2_connect(s.grpc).await;
     let (grpc_status, _) = timed_call(&mut send, s.grpc, None).await;
     assert_eq!(grpc_status, "0");
     drop(send);

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use floodgate_testkit::{Floodgate, Redis, http_request, require};
 use serde_json::{Value, json};
+use serve_support::json_api::post_json;
 use serve_support::{DAY, clear_of_boundary};
 
 fn bin() -> &'static Path {
@@ -26,20 +27,7 @@ fn config() -> String {
 }
 
 async fn post(port: u16, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        headers,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    post_json(&reqwest::Client::new(), port, path, body).await
 }
 
 fn descriptor(pairs: &[(&str, &str)]) -> Value {

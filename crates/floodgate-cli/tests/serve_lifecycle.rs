@@ -48,15 +48,6 @@ fn call(s: &Floodgate, user: &str) -> (u16, u64) {
     )
 }
 
-fn metric(s: &Floodgate, line_prefix: &str) -> f64 {
-    let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
-    text.lines()
-        .find(|l| l.starts_with(line_prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn hot_reload_on(s: &Floodgate) {
     // Up to two reloads are awaited (10 s each at most) while "b" counts.
     clear_of_boundary(DAY, Duration::from_secs(30));
@@ -80,7 +71,7 @@ fn hot_reload_on(s: &Floodgate) {
     s.write_config("domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: lots, unit: day}\n");
     assert!(
         wait_until(Duration::from_secs(10), || {
-            metric(s, "floodgate_config_reloads_total{result=\"error\"}") >= 1.0
+            s.metric("floodgate_config_reloads_total{result=\"error\"}") >= 1.0
         }),
         "rejection not counted; log:\n{}",
         s.log()
@@ -88,7 +79,7 @@ fn hot_reload_on(s: &Floodgate) {
     assert!(s.log().contains("configuration rejected"), "{}", s.log());
     assert_eq!(call(s, "b").0, 429);
     assert_eq!(call(s, "c"), (200, 4));
-    assert_eq!(metric(s, "floodgate_config_last_reload_ok"), 0.0);
+    assert_eq!(s.metric("floodgate_config_last_reload_ok"), 0.0);
 }
 
 #[test]
@@ -128,10 +119,9 @@ fn sighup_reloads_at_once_without_polling() {
     );
     assert!(s.log().contains("SIGHUP received"), "{}", s.log());
     // Counted just after it is applied.
-    assert!(wait_until(Duration::from_secs(10), || metric(
-        &s,
-        "floodgate_config_reloads_total{result=\"ok\"}"
-    ) == 1.0));
+    assert!(wait_until(Duration::from_secs(10), || s
+        .metric("floodgate_config_reloads_total{result=\"ok\"}")
+        == 1.0));
     s.signal("HUP");
     assert!(
         wait_until(Duration::from_secs(10), || s
@@ -141,7 +131,7 @@ fn sighup_reloads_at_once_without_polling() {
         s.log()
     );
     assert_eq!(
-        metric(&s, "floodgate_config_reloads_total{result=\"ok\"}"),
+        s.metric("floodgate_config_reloads_total{result=\"ok\"}"),
         1.0
     );
     assert_eq!(call(&s, "probe").1, 5);
@@ -386,9 +376,9 @@ fn a_redis_outage_turns_readiness_off_and_the_failure_policy_answers() {
             .0,
         200
     );
-    assert!(metric(&s, "floodgate_redis_fail_closed_total") >= 4.0);
-    assert_eq!(metric(&s, "floodgate_redis_breaker_state"), 1.0);
-    assert_eq!(metric(&s, "floodgate_backend_ready"), 0.0);
+    assert!(s.metric("floodgate_redis_fail_closed_total") >= 4.0);
+    assert_eq!(s.metric("floodgate_redis_breaker_state"), 1.0);
+    assert_eq!(s.metric("floodgate_backend_ready"), 0.0);
 }
 
 /// `POST` `body` to `path` of the service's HTTP API: (status, JSON body).
@@ -427,16 +417,16 @@ fn permits_held_through_an_outage_are_gauges() {
     // Taken on Redis: not local.
     let permit = check();
     release(&permit);
-    assert_eq!(metric(&s, "floodgate_redis_local_permits"), 0.0);
+    assert_eq!(s.metric("floodgate_redis_local_permits"), 0.0);
     // One held on Redis when it goes away.
     let on_redis = check();
     drop(redis);
     // Redis is gone: the local store admits, and remembers the permits.
     let first = check();
     let _second = check();
-    assert!(metric(&s, "floodgate_redis_local_fallbacks_total") >= 2.0);
+    assert!(s.metric("floodgate_redis_local_fallbacks_total") >= 2.0);
     assert_eq!(
-        metric(&s, "floodgate_redis_local_permits"),
+        s.metric("floodgate_redis_local_permits"),
         2.0,
         "{}",
         s.log()
@@ -444,21 +434,21 @@ fn permits_held_through_an_outage_are_gauges() {
     // Given back locally.
     release(&first);
     assert_eq!(
-        metric(&s, "floodgate_redis_local_permits"),
+        s.metric("floodgate_redis_local_permits"),
         1.0,
         "{}",
         s.log()
     );
     // Redis's, given back while it is down: queued for it, not credited to
     // the local store.
-    assert_eq!(metric(&s, "floodgate_redis_deferred_releases"), 0.0);
+    assert_eq!(s.metric("floodgate_redis_deferred_releases"), 0.0);
     release(&on_redis);
     assert_eq!(
-        metric(&s, "floodgate_redis_deferred_releases"),
+        s.metric("floodgate_redis_deferred_releases"),
         1.0,
         "{}",
         s.log()
     );
-    assert_eq!(metric(&s, "floodgate_redis_releases_deferred_total"), 1.0);
-    assert_eq!(metric(&s, "floodgate_redis_local_permits"), 1.0);
+    assert_eq!(s.metric("floodgate_redis_releases_deferred_total"), 1.0);
+    assert_eq!(s.metric("floodgate_redis_local_permits"), 1.0);
 }

@@ -8,8 +8,8 @@ use crate::support;
 use std::time::Duration;
 
 use bytes::Bytes;
+use floodgate_testkit::h2_connect;
 use http_body_util::Empty;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::{ConfigFile, gateway, raw, status_of, upstream};
 
 const CONFIG: &str = r#"
@@ -144,15 +144,11 @@ async fn http1_requests_carry_exactly_one_host() {
     gw.shutdown().await;
 }
 
-/// One HTTP/2 request to `addr` for `uri` with `hosts` as `Host` lines:
-/// the status and the `Host` the upstream saw.
+/// One HTTP/2 request to `addr` (on 127.0.0.1) for `uri` with `hosts` as
+/// `Host` lines: the status and the `Host` the upstream saw.
 async fn h2_get(addr: std::net::SocketAddr, uri: &str, hosts: &[&str]) -> (u16, Option<String>) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let mut send = h2_connect(addr.port()).await;
     let mut req = http::Request::builder().uri(uri);
     for h in hosts {
         req = req.header("host", *h);

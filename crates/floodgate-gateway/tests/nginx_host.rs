@@ -12,86 +12,28 @@
 //! values RFC 3986 does not allow (some bytes, an empty first label) that
 //! nginx passes.
 
-use crate::nginx::nginx_binary;
 use crate::support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use floodgate_testkit::Nginx;
 
 use support::{ConfigFile, gateway, raw, status_of, upstream};
 
 /// nginx proxying everything to `upstream` with `Host: $host`.
-struct NginxProxy {
-    port: u16,
-    _dir: tempfile::TempDir,
-    child: Child,
-}
-
-impl NginxProxy {
-    fn start(upstream: std::net::SocketAddr) -> NginxProxy {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display().to_string();
-        let port = floodgate_testkit::free_port();
-        let conf = format!(
-            r#"
-daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 64; }}
-http {{
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    access_log off;
-    server {{
+fn nginx_proxy(upstream: std::net::SocketAddr) -> Nginx {
+    Nginx::start(64, 1, |port, _| {
+        format!(
+            r#"    server {{
         listen 127.0.0.1:{port};
         location / {{
             proxy_pass http://{upstream};
             proxy_set_header Host $host;
         }}
     }}
-}}
 "#
-        );
-        let conf_path = dir.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(nginx_binary())
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nginx");
-        let mut n = NginxProxy {
-            port,
-            _dir: dir,
-            child,
-        };
-        let ready = floodgate_testkit::wait_until(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        if !ready {
-            let _ = n.child.kill();
-            panic!("nginx did not start");
-        }
-        n
-    }
-}
-
-impl Drop for NginxProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        )
+    })
 }
 
 /// The status and the `Host` the upstream saw (none: refused, or sent
@@ -133,7 +75,7 @@ const STRICTER: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_handling_matches_nginx() {
     let up = upstream().await;
-    let nginx = NginxProxy::start(up.addr);
+    let nginx = nginx_proxy(up.addr);
     let n = std::net::SocketAddr::from(([127, 0, 0, 1], nginx.port));
     let file = ConfigFile::new("server: {reload_interval: 0}\n");
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;

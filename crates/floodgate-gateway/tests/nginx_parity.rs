@@ -16,13 +16,12 @@ use floodgate_http::{ContractConfig, HttpIdentity};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use nginx::model::{self, Class, Req, Zone};
-use nginx::{Limit, Nginx, fire};
+use nginx::{HEADERS, Limit, LimitReq, fire};
 use support::{ConfigFile, gateway, upstream};
 
 /// One scenario at a time: timing needs the machine's two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const HEADERS: [&str; 2] = ["x-limit-key", "x-limit-key2"];
 /// Allowed difference between a measured and an expected delay, in ms
 /// (nginx releases delayed requests 0–3 ms late; both sides share a
 /// loaded two-core machine with the client).
@@ -42,23 +41,9 @@ struct Scenario {
     seed: u64,
 }
 
+/// The gateway's configuration for `s`, never polled.
 fn gateway_config(s: &Scenario) -> String {
-    let mut descriptors = String::new();
-    let mut rules = String::new();
-    for (i, rule) in s.rules.iter().enumerate() {
-        descriptors.push_str(&format!(
-            "    - [{{header: {{name: {}, key: z{i}}}}}]\n",
-            HEADERS[i]
-        ));
-        rules.push_str(&format!(
-            "      - key: z{i}\n        shadow_mode: {}\n        rate_limit: {{name: z{i}, algorithm: shaper, {rule}}}\n",
-            s.dry_run
-        ));
-    }
-    format!(
-        "http:\n  domain: nginx\n  descriptors:\n{descriptors}  responses: {{status: {}}}\ndomains:\n  - domain: nginx\n    descriptors:\n{rules}server: {{reload_interval: 0}}\n",
-        s.status
-    )
+    nginx::gateway_config(&s.rules, s.dry_run, s.status) + "server: {reload_interval: 0}\n"
 }
 
 fn nginx_status(class: Option<Class>, dry_run: bool) -> &'static str {
@@ -186,7 +171,7 @@ async fn attempt_once(
 ) -> Result<String, String> {
     let headers = &HEADERS[..s.limits.len()];
 
-    let nginx = Nginx::start(&s.limits, s.dry_run, s.status);
+    let nginx = LimitReq::start(&s.limits, s.dry_run, s.status);
     let url = format!("http://127.0.0.1:{}/t/x", nginx.port);
     let seen_nginx = fire(&url, schedule, headers, "").await;
 
@@ -543,7 +528,7 @@ async fn node_expiry_one_key_and_another_in_between() {
     let text = gateway_config(&s);
     let mut report = String::new();
     for attempt in 1..=3 {
-        let nginx = Nginx::start_with_clock(&s.limits, false, s.status, SPEED as u32);
+        let nginx = LimitReq::start_with_clock(&s.limits, false, s.status, SPEED as u32);
         let url = format!("http://127.0.0.1:{}/t/x", nginx.port);
         fire(&url, &schedule, &HEADERS, "").await;
         // nginx logs a request after its response has gone out.

@@ -13,14 +13,12 @@ use crate::nginx;
 
 use floodgate_replay::{CandidateSpec, LogFormat, LogSource, ReplayOptions};
 use nginx::model::{self, Zone};
-use nginx::{Limit, Nginx, fire};
+use nginx::{HEADERS, Limit, LimitReq, fire};
 
 /// One scenario at a time: nginx's timing needs the machine's two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const HEADERS: [&str; 2] = ["x-limit-key", "x-limit-key2"];
-
-/// The access log format of `nginx::Nginx`, as `--format` takes it.
+/// The access log format of `nginx::LimitReq`, as `--format` takes it.
 const FORMAT: &str = r#"nginx:$msec $request_time $http_x_req $limit_req_status $status $remote_addr "$http_x_limit_key" "$http_x_limit_key2""#;
 
 struct Case {
@@ -37,27 +35,13 @@ struct Case {
 
 /// The gateway configuration deciding as nginx does.
 fn gateway_config(c: &Case) -> String {
-    let mut descriptors = String::new();
-    let mut rules = String::new();
-    for (i, rule) in c.rules.iter().enumerate() {
-        descriptors.push_str(&format!(
-            "    - [{{header: {{name: {}, key: z{i}}}}}]\n",
-            HEADERS[i]
-        ));
-        rules.push_str(&format!(
-            "      - key: z{i}\n        shadow_mode: {}\n        rate_limit: {{name: z{i}, algorithm: shaper, {rule}}}\n",
-            c.dry_run
-        ));
-    }
-    format!(
-        "http:\n  domain: nginx\n  descriptors:\n{descriptors}  responses: {{status: 503}}\ndomains:\n  - domain: nginx\n    descriptors:\n{rules}"
-    )
+    nginx::gateway_config(&c.rules, c.dry_run, 503)
 }
 
 /// Runs the schedule against nginx, replays its log; the differences.
 async fn attempt(c: &Case, dir: &tempfile::TempDir) -> Result<String, String> {
     let schedule = model::robust_schedule(&c.zones, c.seed, c.n, c.span, &c.keys);
-    let nginx = Nginx::start(&c.limits, c.dry_run, 503);
+    let nginx = LimitReq::start(&c.limits, c.dry_run, 503);
     let url = format!("http://127.0.0.1:{}/t/x", nginx.port);
     fire(&url, &schedule, &HEADERS[..c.limits.len()], "").await;
     // nginx writes the line once the response is sent.

@@ -4,8 +4,7 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::Command;
 
-use crate::Process;
-use crate::{free_port, http_request};
+use crate::{Process, free_port, metric};
 
 /// A running `floodgate serve` on free ports, with its configuration in a
 /// temporary directory (rewrite it with [`Process::write_config`] to test
@@ -36,25 +35,35 @@ impl Floodgate {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Floodgate {
+        let mut serve = Self::spawn(bin, config, reload_interval, args, env, |_| {});
+        let http = serve.http;
+        serve.wait_ready(http);
+        serve
+    }
+
+    /// Spawns `bin serve` like [`start_polling`](Self::start_polling),
+    /// with `adjust` applied to its command last (a resource limit, say),
+    /// without waiting for it.
+    pub fn spawn(
+        bin: &Path,
+        config: &str,
+        reload_interval: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Floodgate {
         let (grpc, http, admin) = (free_port(), free_port(), free_port());
-        let mut process = Process::spawn("floodgate.yaml", config, |path| {
-            let mut cmd = Command::new(bin);
-            cmd.arg("serve")
-                .arg("--config")
-                .arg(path)
-                .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        let process = Process::spawn("floodgate.yaml", config, |path| {
+            let mut cmd = command(bin, "serve", path);
+            cmd.args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
                 .args(["--http-addr", &format!("127.0.0.1:{http}")])
                 .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
                 .args(["--reload-interval", reload_interval])
                 .args(args)
-                .env_remove("REDIS_URL")
-                .env_remove("FLOODGATE_CONFIG");
-            for (k, v) in env {
-                cmd.env(k, v);
-            }
+                .envs(env.iter().copied());
+            adjust(&mut cmd);
             cmd
         });
-        process.wait_ready(http);
         Floodgate {
             process,
             grpc,
@@ -64,20 +73,33 @@ impl Floodgate {
     }
 
     /// The value of the first sample of `/metrics` whose line starts with
-    /// `prefix` (0 when there is none).
+    /// `prefix` (0 when there is none; see [`metric`](crate::metric)).
     pub fn metric(&self, prefix: &str) -> f64 {
-        let (_, text) = http_request(self.admin, "GET", "/metrics", None, b"").unwrap_or_default();
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
+        metric(self.admin, prefix)
     }
 
     /// `127.0.0.1:<grpc>`.
     pub fn grpc_addr(&self) -> String {
         format!("127.0.0.1:{}", self.grpc)
     }
+}
+
+/// `bin subcommand --config config`, without the settings the test
+/// runner's environment may carry (a Redis URL, a configuration path,
+/// shutdown and reload timings): a test passes the ones it means.
+pub(crate) fn command(bin: &Path, subcommand: &str, config: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg(subcommand).arg("--config").arg(config);
+    for name in [
+        "REDIS_URL",
+        "FLOODGATE_CONFIG",
+        "FLOODGATE_SHUTDOWN_DELAY",
+        "FLOODGATE_SHUTDOWN_GRACE",
+        "FLOODGATE_RELOAD_INTERVAL",
+    ] {
+        cmd.env_remove(name);
+    }
+    cmd
 }
 
 impl Deref for Floodgate {

@@ -1,7 +1,9 @@
 //! Process helpers for end-to-end tests: free ports, `redis-server`
-//! processes, the `floodgate` binary started on a temporary configuration
-//! and awaited until ready, the Python interpreter with Envoy's generated gRPC client (xds-protos),
-//! the probe that hostile tests measure a server by (a normal client
+//! processes, the `floodgate` binary (`serve` or `gateway`) started on a
+//! temporary configuration and awaited until ready, its metrics, an
+//! upstream served in the test process, raw HTTP/2 and gRPC ([`grpc`]),
+//! a real nginx, the Python interpreter with Envoy's generated gRPC
+//! client (xds-protos), the probe that hostile tests measure a server by (a normal client
 //! served on time while an attack runs) and the attackers they run, and
 //! (feature `browser`) a headless Chromium.
 //!
@@ -13,17 +15,28 @@ pub mod browser;
 mod cluster;
 pub mod envoy_reference;
 mod floodgate;
+mod gateway;
+pub mod grpc;
+mod h2;
+mod metrics;
 mod net;
+mod nginx;
 mod probe;
 mod process;
 mod redis;
+mod upstream;
 
 pub use cluster::RedisCluster;
 pub use floodgate::Floodgate;
+pub use gateway::Gateway;
+pub use h2::h2_connect;
+pub use metrics::metric;
 pub use net::{free_port, http_request, wait_until};
-pub use probe::{Probe, Probed};
-pub use process::Process;
+pub use nginx::{Nginx, libfaketime, nginx_binary};
+pub use probe::{Probe, Probed, median_time};
+pub use process::{Process, limit_open_files};
 pub use redis::Redis;
+pub use upstream::Upstream;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -81,6 +81,19 @@ fn ask(addr: SocketAddr, request: &[u8]) -> Result<(), String> {
     }
 }
 
+/// The median time of `n` calls of `f`, made one after the other.
+pub fn median_time(n: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[n / 2]
+}
+
 /// What a [`Probe`] saw: each request's time, or why it failed.
 #[derive(Debug)]
 pub struct Probed {

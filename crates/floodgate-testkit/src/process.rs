@@ -124,6 +124,26 @@ impl Process {
     }
 }
 
+/// Makes `cmd` run with at most `n` open files, soft and hard limit (so
+/// that it cannot raise it), set in the child between fork and exec.
+pub fn limit_open_files(cmd: &mut Command, n: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only `setrlimit`, async-signal-safe, runs between fork and
+    // exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -1,7 +1,11 @@
-//! Wall-clock help for the end-to-end tests of `floodgate serve`, whose
-//! counts live in fixed windows of the real clock (the binary has no
-//! injected clock): a test that expects a count to persist between calls
-//! would fail if a window boundary fell between them.
+//! Help shared by the end-to-end tests of `floodgate serve`: the wall
+//! clock (here), JSON API calls ([`json_api`]) and RLS messages ([`rls`]). Counts live in fixed windows
+//! of the real clock (the binary has no injected clock): a test that
+//! expects a count to persist between calls would fail if a window
+//! boundary fell between them.
+
+pub mod json_api;
+pub mod rls;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -1,31 +1,41 @@
-//! A real nginx (Debian's) on an unprivileged port with a generated
-//! `limit_req` configuration, and the timed client that sends the same
+//! A real nginx (the test kit's) with a generated `limit_req`
+//! configuration, and the timed client that sends the same
 //! schedule to nginx and to the gateway.
 
 #![allow(dead_code)]
 
 pub mod model;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floodgate_testkit::Nginx;
 use model::Req;
 
-/// The nginx binary: `$NGINX`, else `nginx` on the PATH or in /usr/sbin.
-/// Panics when it is missing (scripts/test.sh installs it).
-pub fn nginx_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("NGINX") {
-        return PathBuf::from(p);
+/// The request headers holding the keys of the first and second limits
+/// (the ones nginx's access log records).
+pub const HEADERS: [&str; 2] = ["x-limit-key", "x-limit-key2"];
+
+/// The gateway configuration deciding as nginx does: one shaper rule per
+/// limit (`rules`: their `rate_limit` bodies), keyed by [`HEADERS`], in
+/// shadow mode when `dry_run` (as `limit_req_dry_run`), rejecting with
+/// `status`.
+pub fn gateway_config(rules: &[&str], dry_run: bool, status: u16) -> String {
+    let mut descriptors = String::new();
+    let mut rule_lines = String::new();
+    for (i, rule) in rules.iter().enumerate() {
+        descriptors.push_str(&format!(
+            "    - [{{header: {{name: {}, key: z{i}}}}}]\n",
+            HEADERS[i]
+        ));
+        rule_lines.push_str(&format!(
+            "      - key: z{i}\n        shadow_mode: {dry_run}\n        rate_limit: {{name: z{i}, algorithm: shaper, {rule}}}\n"
+        ));
     }
-    for p in ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    floodgate_testkit::require("nginx");
-    PathBuf::from("nginx")
+    format!(
+        "http:\n  domain: nginx\n  descriptors:\n{descriptors}  responses: {{status: {status}}}\ndomains:\n  - domain: nginx\n    descriptors:\n{rule_lines}"
+    )
 }
 
 /// One `limit_req` of the location: its zone's key header, rate, and the
@@ -40,18 +50,18 @@ pub struct Limit {
     pub mode: &'static str,
 }
 
-/// A running nginx; killed when dropped.
-pub struct Nginx {
+/// A running nginx limiting one location with `limit_req`; killed when
+/// dropped.
+pub struct LimitReq {
+    nginx: Nginx,
     pub port: u16,
-    pub dir: tempfile::TempDir,
-    child: Child,
 }
 
-impl Nginx {
+impl LimitReq {
     /// Starts nginx with one location limited by `limits`, serving a static
     /// file, logging each request's decision.
-    pub fn start(limits: &[Limit], dry_run: bool, status: u16) -> Nginx {
-        Nginx::start_with_clock(limits, dry_run, status, 1)
+    pub fn start(limits: &[Limit], dry_run: bool, status: u16) -> LimitReq {
+        LimitReq::start_with_clock(limits, dry_run, status, 1)
     }
 
     /// [`start`](Self::start), with nginx's clocks (monotonic and wall)
@@ -61,45 +71,30 @@ impl Nginx {
     /// decisions read only its clocks, so they are the ones it would make
     /// at its own times; its log gives those times. Panics when libfaketime
     /// is missing.
-    pub fn start_with_clock(limits: &[Limit], dry_run: bool, status: u16, speed: u32) -> Nginx {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display().to_string();
-        std::fs::create_dir_all(dir.path().join("www/t")).unwrap();
-        std::fs::write(dir.path().join("www/t/x"), "ok").unwrap();
-        let port = floodgate_testkit::free_port();
-        let mut zones = String::new();
-        let mut directives = String::new();
-        for (i, l) in limits.iter().enumerate() {
-            let var = l.header.replace('-', "_");
-            zones.push_str(&format!(
-                "    limit_req_zone $http_{var} zone=z{i}:10m rate={};\n",
-                l.rate
-            ));
-            directives.push_str(&format!("            limit_req zone=z{i}"));
-            if let Some(b) = l.burst {
-                directives.push_str(&format!(" burst={b}"));
+    pub fn start_with_clock(limits: &[Limit], dry_run: bool, status: u16, speed: u32) -> LimitReq {
+        let nginx = Nginx::start(1024, speed, |port, dir| {
+            std::fs::create_dir_all(dir.join("www/t")).unwrap();
+            std::fs::write(dir.join("www/t/x"), "ok").unwrap();
+            let d = dir.display();
+            let mut zones = String::new();
+            let mut directives = String::new();
+            for (i, l) in limits.iter().enumerate() {
+                let var = l.header.replace('-', "_");
+                zones.push_str(&format!(
+                    "    limit_req_zone $http_{var} zone=z{i}:10m rate={};\n",
+                    l.rate
+                ));
+                directives.push_str(&format!("            limit_req zone=z{i}"));
+                if let Some(b) = l.burst {
+                    directives.push_str(&format!(" burst={b}"));
+                }
+                if !l.mode.is_empty() {
+                    directives.push_str(&format!(" {}", l.mode));
+                }
+                directives.push_str(";\n");
             }
-            if !l.mode.is_empty() {
-                directives.push_str(&format!(" {}", l.mode));
-            }
-            directives.push_str(";\n");
-        }
-        let conf = format!(
-            r#"
-daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 1024; }}
-http {{
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    access_log off;
-    log_format decisions '$msec $request_time $http_x_req $limit_req_status $status $remote_addr "$http_x_limit_key" "$http_x_limit_key2"';
+            format!(
+                r#"    log_format decisions '$msec $request_time $http_x_req $limit_req_status $status $remote_addr "$http_x_limit_key" "$http_x_limit_key2"';
 {zones}
     server {{
         listen 127.0.0.1:{port};
@@ -111,54 +106,25 @@ http {{
             add_header X-Limit-Status $limit_req_status always;
         }}
     }}
-}}
 "#,
-            dry = if dry_run { "on" } else { "off" },
-        );
-        let conf_path = dir.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let mut command = Command::new(nginx_binary());
-        if speed != 1 {
-            command
-                .env("LD_PRELOAD", libfaketime())
-                .env("FAKETIME", format!("+0 x{speed}"))
-                .env("FAKETIME_NO_CACHE", "1");
-        }
-        let child = command
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start nginx");
-        let ready = floodgate_testkit::wait_until(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                dry = if dry_run { "on" } else { "off" },
+            )
         });
-        let mut n = Nginx { port, dir, child };
-        if !ready {
-            let _ = n.child.kill();
-            let out = n.child.wait_with_output_lossy();
-            panic!("nginx did not start: {out}");
-        }
-        n
+        let port = nginx.port;
+        LimitReq { nginx, port }
     }
 
     /// The access log's path (written in the `decisions` format:
     /// `$msec $request_time $http_x_req $limit_req_status $status
     /// $remote_addr "$http_x_limit_key" "$http_x_limit_key2"`).
     pub fn access_log(&self) -> PathBuf {
-        self.dir.path().join("access.log")
+        self.nginx.dir().join("access.log")
     }
 
     /// nginx's own log: per request id, (arrival ms on nginx's wall clock,
     /// `$request_time` in ms, `$limit_req_status`, status).
     pub fn decisions(&self) -> Vec<(u64, u64, usize, String, u16)> {
-        let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.access_log()).unwrap_or_default();
         text.lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split(' ').collect();
@@ -177,40 +143,6 @@ http {{
                 ))
             })
             .collect()
-    }
-}
-
-/// Debian's libfaketime (package `faketime`). Panics when it is missing.
-pub fn libfaketime() -> PathBuf {
-    let found = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|d| d.path().join("faketime/libfaketime.so.1"))
-        .find(|p| p.exists());
-    found.unwrap_or_else(|| {
-        panic!("libfaketime is not installed (run scripts/test.sh, which installs `faketime`)")
-    })
-}
-
-trait Lossy {
-    fn wait_with_output_lossy(self) -> String;
-}
-
-impl Lossy for &mut Child {
-    fn wait_with_output_lossy(self) -> String {
-        let mut s = String::new();
-        if let Some(mut e) = self.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut s);
-        }
-        s
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

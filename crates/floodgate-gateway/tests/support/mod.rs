@@ -147,17 +147,26 @@ pub async fn upstream() -> Upstream {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Seen::default());
-    let s = seen.clone();
+    accept_upstream(listener, seen.clone(), spawn_upstream_connection);
+    Upstream { addr, seen }
+}
+
+/// Accepts connections on `listener` forever (on a task of its own),
+/// counting them in `seen`, each handed to `serve`.
+pub fn accept_upstream(
+    listener: tokio::net::TcpListener,
+    seen: Arc<Seen>,
+    serve: impl Fn(tokio::net::TcpStream, Arc<Seen>) + Send + 'static,
+) {
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            s.connections.fetch_add(1, Ordering::SeqCst);
-            spawn_upstream_connection(stream, s.clone());
+            seen.connections.fetch_add(1, Ordering::SeqCst);
+            serve(stream, seen.clone());
         }
     });
-    Upstream { addr, seen }
 }
 
 impl Upstream {

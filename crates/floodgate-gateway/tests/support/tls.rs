@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,7 +17,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-use super::{Seen, Upstream, spawn_upstream_connection};
+use super::{Seen, Upstream, accept_upstream, spawn_upstream_connection};
 
 /// A certificate authority and the files of what it issued, in a
 /// temporary directory.
@@ -113,21 +112,13 @@ pub async fn tls_upstream(leaf: &Leaf, alpn: &[&[u8]], client_ca: Option<&Pki>) 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Seen::default());
-    let s = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            s.connections.fetch_add(1, Ordering::SeqCst);
-            let acceptor = acceptor.clone();
-            let seen = s.clone();
-            tokio::spawn(async move {
-                if let Ok(tls) = acceptor.accept(stream).await {
-                    spawn_upstream_connection(tls, seen);
-                }
-            });
-        }
+    accept_upstream(listener, seen.clone(), move |stream, seen| {
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            if let Ok(tls) = acceptor.accept(stream).await {
+                spawn_upstream_connection(tls, seen);
+            }
+        });
     });
     Upstream { addr, seen }
 }
