@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
-use support::tls::{Pki, https_client, presented, tls_upstream};
+use support::tls::{Leaf, Pki, https_client, presented, tls_upstream};
 use support::{ConfigFile, gateway};
 
 const LIMITED: &str = r#"
@@ -28,6 +28,15 @@ domains:
 
 fn config(listener: &str, upstream: &str, extra: &str) -> String {
     format!("{LIMITED}gateway:\n{listener}  upstream:\n{upstream}{extra}")
+}
+
+/// The `gateway:` lines of a listener serving `leaf`'s certificate.
+fn listener_tls(leaf: &Leaf) -> String {
+    format!(
+        "  tls: {{cert: {}, key: {}}}\n",
+        leaf.cert.display(),
+        leaf.key.display()
+    )
 }
 
 fn get(url: &str, key: &str) -> Request<Full<Bytes>> {
@@ -49,11 +58,7 @@ async fn https_client_to_https_upstream_over_http1_and_http2() {
         let up = tls_upstream(&back, &alpn, None).await;
         let url = format!("https://localhost:{}", up.addr.port());
         let text = config(
-            &format!(
-                "  tls: {{cert: {}, key: {}}}\n",
-                front.cert.display(),
-                front.key.display()
-            ),
+            &listener_tls(&front),
             &format!(
                 "    url: {url}\n    protocol: {protocol}\n    tls: {{ca: {}}}\n",
                 pki.ca_file.display()
@@ -110,11 +115,7 @@ async fn clients_reject_a_certificate_they_do_not_trust() {
     let up = support::upstream().await;
     let url = format!("http://{}", up.addr);
     let text = config(
-        &format!(
-            "  tls: {{cert: {}, key: {}}}\n",
-            front.cert.display(),
-            front.key.display()
-        ),
+        &listener_tls(&front),
         &format!("    url: {url}\n"),
         "server: {reload_interval: 0}\n",
     );
@@ -224,15 +225,7 @@ async fn renewal(server: &str) -> Renewal {
     let first = pki.leaf("gateway");
     let up = support::upstream().await;
     let url = format!("http://{}", up.addr);
-    let text = config(
-        &format!(
-            "  tls: {{cert: {}, key: {}}}\n",
-            first.cert.display(),
-            first.key.display()
-        ),
-        &format!("    url: {url}\n"),
-        server,
-    );
+    let text = config(&listener_tls(&first), &format!("    url: {url}\n"), server);
     let file = ConfigFile::new(&text);
     let gw = gateway(&file, &url).await;
     let before = presented(gw.addr(), pki.roots()).await;
