@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
@@ -26,20 +27,48 @@ pub enum BodyError {
     Idle(Duration),
 }
 
+// A response is moved whole several times on its way to the client:
+// what every response carries is kept small (the idle timer and a frame
+// of trailers, rarely needed, are boxed).
 pin_project! {
     #[project = KindProj]
     enum Kind {
         Upstream {
             #[pin] body: UpstreamBody,
             // A frame read before the response was passed on, given first.
-            first: Option<Frame<Bytes>>,
+            first: Option<First>,
             idle: Duration,
             // Armed when the upstream has nothing to give; re-armed after
             // every frame.
-            #[pin] timer: Option<Sleep>,
+            timer: Option<Pin<Box<Sleep>>>,
             fresh: bool,
         },
         Full { data: Option<Bytes> },
+    }
+}
+
+/// A frame read ahead: data (the usual one), or trailers.
+enum First {
+    Data(Bytes),
+    Trailers(Box<HeaderMap>),
+}
+
+impl First {
+    fn new(frame: Frame<Bytes>) -> Option<Self> {
+        match frame.into_data() {
+            Ok(data) => Some(First::Data(data)),
+            Err(frame) => frame
+                .into_trailers()
+                .ok()
+                .map(|t| First::Trailers(Box::new(t))),
+        }
+    }
+
+    fn into_frame(self) -> Frame<Bytes> {
+        match self {
+            First::Data(data) => Frame::data(data),
+            First::Trailers(t) => Frame::trailers(*t),
+        }
     }
 }
 
@@ -70,7 +99,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Upstream {
                 body,
-                first,
+                first: first.and_then(First::new),
                 idle,
                 timer: None,
                 fresh: true,
@@ -92,23 +121,23 @@ impl Body for ProxyBody {
                 mut body,
                 first,
                 idle,
-                mut timer,
+                timer,
                 fresh,
             } => {
-                if let Some(frame) = first.take() {
-                    return Poll::Ready(Some(Ok(frame)));
+                if let Some(first) = first.take() {
+                    return Poll::Ready(Some(Ok(first.into_frame())));
                 }
                 let polled = body.as_mut().poll_frame(cx);
                 if polled.is_pending() {
                     let deadline = Instant::now() + *idle;
-                    match timer.as_mut().as_pin_mut() {
-                        Some(t) if *fresh => t.reset(deadline),
+                    match timer {
+                        Some(t) if *fresh => t.as_mut().reset(deadline),
                         Some(_) => {}
-                        None => timer.set(Some(tokio::time::sleep_until(deadline))),
+                        None => *timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
                     }
                     *fresh = false;
-                    if let Some(t) = timer.as_pin_mut()
-                        && t.poll(cx).is_ready()
+                    if let Some(t) = timer
+                        && t.as_mut().poll(cx).is_ready()
                     {
                         // The connection is in an unknown state: closed.
                         body.as_mut().get_mut().close();
@@ -133,10 +162,10 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Upstream { body, first, .. } => {
-                let held = first
-                    .as_ref()
-                    .and_then(Frame::data_ref)
-                    .map_or(0, |d| d.len() as u64);
+                let held = match first {
+                    Some(First::Data(d)) => d.len() as u64,
+                    _ => 0,
+                };
                 let hint = body.size_hint();
                 let mut sum = SizeHint::new();
                 sum.set_lower(hint.lower().saturating_add(held));
@@ -161,5 +190,42 @@ impl std::fmt::Debug for ProxyBody {
                 .field("len", &data.as_ref().map_or(0, Bytes::len))
                 .finish(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::GatewayBody;
+
+    /// A response travels by value from the upstream's client through the
+    /// proxy, the limiter and the server's connection to the client, each
+    /// step a copy of it: what every response carries is kept to what it
+    /// needs (the idle timer and trailers read ahead are boxed). A guard
+    /// against an inline field slipping in; the bounds have a little room.
+    #[test]
+    fn a_response_stays_small() {
+        use std::mem::size_of;
+        let body = size_of::<ProxyBody>();
+        let upstream = size_of::<UpstreamBody>();
+        assert!(
+            body <= upstream + 96,
+            "ProxyBody is {body} bytes, its upstream body {upstream}"
+        );
+        let response = size_of::<http::Response<GatewayBody>>();
+        assert!(
+            response <= size_of::<http::response::Parts>() + upstream + 120,
+            "a gateway response is {response} bytes"
+        );
+    }
+
+    #[test]
+    fn trailers_read_ahead_are_given_first() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-t", http::HeaderValue::from_static("1"));
+        let first = First::new(Frame::trailers(trailers.clone())).unwrap();
+        assert_eq!(first.into_frame().into_trailers().unwrap(), trailers);
+        let data = First::new(Frame::data(Bytes::from_static(b"ab"))).unwrap();
+        assert_eq!(data.into_frame().into_data().unwrap(), "ab");
     }
 }

@@ -113,42 +113,49 @@ pub struct Unsent {
 impl Connection {
     /// Sends `req` (prepared for the upstream); the response's body carries
     /// the connection, back to `pool` when it ends.
-    pub async fn send(
+    ///
+    /// An `async` block rather than an `async fn`: its future holds the
+    /// request and the connection once, not once more as parameters moved
+    /// into the body.
+    #[allow(clippy::manual_async_fn)]
+    pub fn send(
         self,
         req: Request<UploadBody>,
         pool: &Arc<HostPool>,
-    ) -> Result<Response<UpstreamBody>, Unsent> {
-        match self {
-            Connection::Own(mut conn) => {
-                let (parts, body) = req.into_parts();
-                match conn
-                    .request(&parts.method, &parts.uri, &parts.headers)
-                    .await
-                {
-                    Ok(head) => {
-                        let body = h1::ResponseBody::new(
-                            conn,
-                            head.framing,
-                            head.keep_alive,
-                            Arc::downgrade(pool),
-                        );
-                        Ok(Response::from_parts(head.parts, UpstreamBody::Own(body)))
-                    }
-                    Err(error) => {
-                        let again = error.may_retry(&parts.method);
-                        Err(Unsent {
-                            error,
-                            request: again.then(|| Request::from_parts(parts, body)),
-                        })
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, Unsent>> + Send {
+        async move {
+            match self {
+                Connection::Own(mut conn) => {
+                    let (parts, body) = req.into_parts();
+                    match conn
+                        .request(&parts.method, &parts.uri, &parts.headers)
+                        .await
+                    {
+                        Ok(head) => {
+                            let body = h1::ResponseBody::new(
+                                conn,
+                                head.framing,
+                                head.keep_alive,
+                                Arc::downgrade(pool),
+                            );
+                            Ok(Response::from_parts(head.parts, UpstreamBody::Own(body)))
+                        }
+                        Err(error) => {
+                            let again = error.may_retry(&parts.method);
+                            Err(Unsent {
+                                error,
+                                request: again.then(|| Request::from_parts(parts, body)),
+                            })
+                        }
                     }
                 }
+                // Boxed: the rarer paths' state stays out of every request's
+                // future.
+                Connection::Hyper { sender, abort } => {
+                    Box::pin(send_http1(sender, abort, req, pool)).await
+                }
+                Connection::Http2(sender) => Box::pin(send_http2(sender, req)).await,
             }
-            // Boxed: the rarer paths' state stays out of every request's
-            // future.
-            Connection::Hyper { sender, abort } => {
-                Box::pin(send_http1(sender, abort, req, pool)).await
-            }
-            Connection::Http2(sender) => Box::pin(send_http2(sender, req)).await,
         }
     }
 

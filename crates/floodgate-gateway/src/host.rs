@@ -126,63 +126,86 @@ fn same_authority(a: &[u8], b: &[u8], default: Option<&[u8]>) -> bool {
 /// allowed), then an optional port of at most five digits up to 65535.
 /// Never `userinfo@`; no percent-encoding either (no host name needs it,
 /// and the `http` crate, which reads absolute-form targets, refuses it).
+///
+/// Every request's `Host` goes through it: a name is checked in one pass
+/// over its bytes.
 pub fn valid_authority(a: &[u8]) -> bool {
-    let (host, port) = split_port(a);
-    let port_ok = match port {
-        None => true,
-        // `host:` is the default port (RFC 3986 §3.2.3).
-        Some([]) => true,
-        Some(p) => {
-            p.len() <= 5
-                && p.iter().all(u8::is_ascii_digit)
-                && std::str::from_utf8(p)
-                    .ok()
-                    .and_then(|t| t.parse::<u32>().ok())
-                    .is_some_and(|n| n <= 65535)
+    if a.first() == Some(&b'[') {
+        let Some(close) = a.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let port = match &a[close + 1..] {
+            [] => None,
+            [b':', port @ ..] => Some(port),
+            // Bytes after the literal that are no port.
+            _ => return false,
+        };
+        return valid_port(port)
+            && std::str::from_utf8(&a[1..close])
+                .is_ok_and(|t| t.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    // The name, up to the port: labels separated by single dots, none
+    // empty but the one after a final dot.
+    let mut label_start = true;
+    let mut end = a.len();
+    for (i, &b) in a.iter().enumerate() {
+        if b == b':' {
+            end = i;
+            break;
         }
-    };
-    port_ok && valid_host(host)
+        if b == b'.' {
+            if label_start {
+                return false;
+            }
+            label_start = true;
+        } else if NAME[b as usize] {
+            label_start = false;
+        } else {
+            return false;
+        }
+    }
+    end > 0 && valid_port(a.get(end + 1..))
 }
 
-fn valid_host(host: &[u8]) -> bool {
-    if let Some(inner) = host.strip_prefix(b"[") {
-        return inner
-            .strip_suffix(b"]")
-            .and_then(|t| std::str::from_utf8(t).ok())
-            .is_some_and(|t| t.parse::<std::net::Ipv6Addr>().is_ok());
-    }
-    if host.is_empty() {
-        return false;
-    }
-    // Labels: none empty, but a trailing dot (a fully qualified name).
-    let name = host.strip_suffix(b".").unwrap_or(host);
-    if name.is_empty() || name.split(|&b| b == b'.').any(<[u8]>::is_empty) {
-        return false;
-    }
-    name.iter().all(|b| {
-        matches!(
-            b,
-            b'A'..=b'Z'
-                | b'a'..=b'z'
-                | b'0'..=b'9'
-                | b'-'
-                | b'.'
-                | b'_'
-                | b'~'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-        )
-    })
+/// A port: none, empty (`host:`, the default one, RFC 3986 §3.2.3), or at
+/// most five digits up to 65535.
+fn valid_port(port: Option<&[u8]>) -> bool {
+    let Some(p) = port else {
+        return true;
+    };
+    p.len() <= 5
+        && p.iter().all(u8::is_ascii_digit)
+        && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
 }
+
+/// The bytes of a host name besides the dot: unreserved and sub-delimiter
+/// characters (RFC 3986 §3.2.2 `reg-name`, without percent-encoding).
+static NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
+        b += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
@@ -221,7 +244,8 @@ mod tests {
         );
         for bad in [
             "", "a b", "a/b", "a\\b", "u@a", "a..b", ".a", ".", "a:x", "a:65536", "a:123456",
-            "[::1", "[zz]", "[v1.x]", "a%2", "a%zz", "a%41", "a:1:2", "a\"b",
+            "[::1", "[zz]", "[v1.x]", "a%2", "a%zz", "a%41", "a:1:2", "a\"b", "[::1]x", "[::1]:x",
+            "[::1]80", "[]",
         ] {
             let Ok(value) = HeaderValue::from_str(bad) else {
                 continue;
@@ -330,5 +354,72 @@ mod tests {
             )),
             Err(HostError::Duplicate)
         );
+    }
+
+    /// The grammar written as the RFCs state it, piece by piece: the
+    /// one-pass reading must agree with it on every input.
+    fn authority_as_specified(a: &[u8]) -> bool {
+        let (host, port) = if a.first() == Some(&b'[') {
+            let Some(close) = a.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            match &a[close + 1..] {
+                [] => (&a[..=close], None),
+                [b':', port @ ..] => (&a[..=close], Some(port)),
+                _ => return false,
+            }
+        } else {
+            match a.iter().position(|&b| b == b':') {
+                Some(i) => (&a[..i], Some(&a[i + 1..])),
+                None => (a, None),
+            }
+        };
+        let port_ok = match port {
+            None | Some([]) => true,
+            Some(p) => {
+                p.len() <= 5
+                    && p.iter().all(u8::is_ascii_digit)
+                    && std::str::from_utf8(p)
+                        .ok()
+                        .and_then(|t| t.parse::<u32>().ok())
+                        .is_some_and(|n| n <= 65535)
+            }
+        };
+        let host_ok = if let Some(inner) = host.strip_prefix(b"[") {
+            inner
+                .strip_suffix(b"]")
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .is_some_and(|t| t.parse::<std::net::Ipv6Addr>().is_ok())
+        } else {
+            let name = host.strip_suffix(b".").unwrap_or(host);
+            !name.is_empty()
+                && !name.split(|&b| b == b'.').any(<[u8]>::is_empty)
+                && name
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b))
+        };
+        port_ok && host_ok
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_one_pass_reading_agrees_with_the_grammar(
+            a in proptest::collection::vec(
+                proptest::sample::select(b"aZ09.-_~!$&'()*+,;=:[]@%/ \x7f\xc3".to_vec()),
+                0..24,
+            ),
+            n in 0u32..100_000,
+        ) {
+            proptest::prop_assert_eq!(valid_authority(&a), authority_as_specified(&a), "{:?}", String::from_utf8_lossy(&a));
+            for candidate in [
+                format!("a.b:{n}"),
+                format!("[::1]:{n}"),
+                format!("{}:{n}", String::from_utf8_lossy(&a)),
+                format!("[::{n}]"),
+            ] {
+                let c = candidate.as_bytes();
+                proptest::prop_assert_eq!(valid_authority(c), authority_as_specified(c), "{}", candidate);
+            }
+        }
     }
 }

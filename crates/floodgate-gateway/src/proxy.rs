@@ -20,6 +20,7 @@ use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 
 use crate::body::ProxyBody;
 use crate::config::ListenerLimits;
@@ -293,12 +294,129 @@ impl<F: Future> Future for AlwaysOk<F> {
     }
 }
 
-async fn forward(
+/// A request made ready for the upstream, with what its exchange needs.
+struct Prepared {
+    req: Request<UploadBody>,
+    target: usize,
+    version: Version,
+    progress: Option<Arc<Progress>>,
+    /// The client's side of an upgrade it asked for, its connection's
+    /// place, and the protocol asked for.
+    client_upgrade: Option<(OnUpgrade, Option<ConnectionGuard>, HeaderValue)>,
+}
+
+/// Forwards `req`: made ready for the upstream as it arrives (no future
+/// holds the client's request, its fields or its moved-out parts: a
+/// future's size is that of the most it holds across an await, copied
+/// whole when it moves), then exchanged.
+fn forward(
     shared: Arc<Shared>,
+    req: Request<Incoming>,
+    client: ClientInfo,
+) -> impl Future<Output = Response<ProxyBody>> + Send {
+    let prepared = prepare(&shared, req, client);
+    // The exchange written in this block rather than awaited as a future
+    // of its own: an awaited future is built, then moved into the state
+    // of the one awaiting it.
+    async move {
+        let shared: &Shared = &shared;
+        let Prepared {
+            req,
+            target,
+            version,
+            progress,
+            client_upgrade,
+        } = match prepared {
+            Ok(p) => p,
+            Err(res) => return *res,
+        };
+        let up = &shared.upstream;
+        let result = {
+            // Pinned here, once: the exchange borrows it rather than holding
+            // (and moving) a copy of its own. Gone at the end of this block:
+            // the rest of the future does not carry it.
+            let send = std::pin::pin!(up.send(target, req));
+            match exchange(shared, send, progress.as_deref()).await {
+                // The client broke its own upload: its error, whatever the
+                // upstream's client made of the aborted body.
+                Exchange::Failed(e) => match progress.as_deref().and_then(Progress::client_error) {
+                    Some(c) => Exchange::ClientBody(c),
+                    None => Exchange::Failed(e),
+                },
+                r => r,
+            }
+        };
+        match result {
+            Exchange::Response(mut res) => {
+                let switched = match client_upgrade {
+                    Some((client, guard, asked))
+                        if res.status() == StatusCode::SWITCHING_PROTOCOLS =>
+                    {
+                        let upstream = hyper::upgrade::on(&mut res);
+                        upgrade::spawn_tunnel(client, upstream, guard);
+                        // An upgraded connection belongs to its tunnel, not the
+                        // pool.
+                        res.body_mut().detach();
+                        Some(res.headers().get(UPGRADE).cloned().unwrap_or(asked))
+                    }
+                    _ => None,
+                };
+                let (mut parts, mut body) = res.into_parts();
+                // The first frame, when it is there already: a body broken
+                // from its first byte is the upstream's failure, answered 502
+                // rather than a response head with nothing behind it.
+                let first = if switched.is_none() && !body.is_end_stream() {
+                    match poll_once(&mut body).await {
+                        Some(Some(Err(e))) => return shared.bad_gateway(&e),
+                        Some(Some(Ok(frame))) => Some(frame),
+                        Some(None) | None => None,
+                    }
+                } else {
+                    None
+                };
+                strip_hop_by_hop(&mut parts.headers);
+                if let Some(v) = switched {
+                    upgrade::restore(&mut parts.headers, v);
+                    shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
+                }
+                parts.version = Version::HTTP_11;
+                Response::from_parts(
+                    parts,
+                    ProxyBody::upstream(body, first, up.response_timeout()),
+                )
+            }
+            Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
+            Exchange::Failed(e) => {
+                if matches!(e, SendError::Connect(ConnectError::Timeout(_))) {
+                    shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                    shared.metrics.timeout.increment(1);
+                    tracing::debug!(error = %e, "upstream connect timed out");
+                    return error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n");
+                }
+                shared.bad_gateway(&e)
+            }
+            Exchange::TimedOut => {
+                shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                shared.metrics.timeout.increment(1);
+                tracing::debug!(timeout = ?up.response_timeout(), "upstream response timed out");
+                error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
+            }
+            Exchange::UploadStalled => {
+                tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
+                shared.client_error(ClientError::BodyTimeout, version)
+            }
+        }
+    }
+}
+
+/// The request's hop-by-hop fields dropped, its forwarding fields added,
+/// its target rewritten for the upstream and its body counted; or the
+/// gateway's answer to a target it cannot rewrite (boxed: rare).
+fn prepare(
+    shared: &Shared,
     mut req: Request<Incoming>,
     client: ClientInfo,
-) -> Response<ProxyBody> {
-    let shared: &Shared = &shared;
+) -> Result<Prepared, Box<Response<ProxyBody>>> {
     let peer = client.peer;
     let keep_proto = client.trusted_hop;
     let https = client.tls;
@@ -329,10 +447,9 @@ async fn forward(
         );
     });
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
-    let up = &shared.upstream;
     let version = req.version();
-    let Ok(target) = up.prepare(&mut req) else {
-        return shared.client_error(ClientError::Target, version);
+    let Ok(target) = shared.upstream.prepare(&mut req) else {
+        return Err(Box::new(shared.client_error(ClientError::Target, version)));
     };
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
     // goes as a plain one.
@@ -342,81 +459,15 @@ async fn forward(
         (hyper::upgrade::on(&mut req), client.guard, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    let (req, progress) = {
-        let (parts, body) = req.into_parts();
-        let (body, progress) = UploadBody::new(body, shared.max_body_bytes);
-        (Request::from_parts(parts, body), progress)
-    };
-    // Pinned here, once: the exchange borrows it rather than holding (and
-    // moving) a copy of its own.
-    let send = std::pin::pin!(up.send(target, req));
-    let result = match exchange(shared, send, progress.as_deref()).await {
-        // The client broke its own upload: its error, whatever the
-        // upstream's client made of the aborted body.
-        Exchange::Failed(e) => match progress.as_deref().and_then(Progress::client_error) {
-            Some(c) => Exchange::ClientBody(c),
-            None => Exchange::Failed(e),
-        },
-        r => r,
-    };
-    match result {
-        Exchange::Response(mut res) => {
-            let switched = match client_upgrade {
-                Some((client, guard, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
-                    let upstream = hyper::upgrade::on(&mut res);
-                    upgrade::spawn_tunnel(client, upstream, guard);
-                    // An upgraded connection belongs to its tunnel, not the
-                    // pool.
-                    res.body_mut().detach();
-                    Some(res.headers().get(UPGRADE).cloned().unwrap_or(asked))
-                }
-                _ => None,
-            };
-            let (mut parts, mut body) = res.into_parts();
-            // The first frame, when it is there already: a body broken
-            // from its first byte is the upstream's failure, answered 502
-            // rather than a response head with nothing behind it.
-            let first = if switched.is_none() && !body.is_end_stream() {
-                match poll_once(&mut body).await {
-                    Some(Some(Err(e))) => return shared.bad_gateway(&e),
-                    Some(Some(Ok(frame))) => Some(frame),
-                    Some(None) | None => None,
-                }
-            } else {
-                None
-            };
-            strip_hop_by_hop(&mut parts.headers);
-            if let Some(v) = switched {
-                upgrade::restore(&mut parts.headers, v);
-                shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
-            }
-            parts.version = Version::HTTP_11;
-            Response::from_parts(
-                parts,
-                ProxyBody::upstream(body, first, up.response_timeout()),
-            )
-        }
-        Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
-        Exchange::Failed(e) => {
-            if matches!(e, SendError::Connect(ConnectError::Timeout(_))) {
-                shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                shared.metrics.timeout.increment(1);
-                tracing::debug!(error = %e, "upstream connect timed out");
-                return error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n");
-            }
-            shared.bad_gateway(&e)
-        }
-        Exchange::TimedOut => {
-            shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-            shared.metrics.timeout.increment(1);
-            tracing::debug!(timeout = ?up.response_timeout(), "upstream response timed out");
-            error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
-        }
-        Exchange::UploadStalled => {
-            tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
-            shared.client_error(ClientError::BodyTimeout, version)
-        }
-    }
+    let (parts, body) = req.into_parts();
+    let (body, progress) = UploadBody::new(body, shared.max_body_bytes);
+    Ok(Prepared {
+        req: Request::from_parts(parts, body),
+        target,
+        version,
+        progress,
+        client_upgrade,
+    })
 }
 
 impl Shared {

@@ -191,32 +191,38 @@ impl Upstream {
     /// body carries the connection back to the pool when it ends. A request
     /// a reused connection failed before the upstream acted on it is sent
     /// again on another.
-    pub async fn send(
+    ///
+    /// An `async` block rather than an `async fn`: its future holds the
+    /// request once, not once more as a parameter moved into the body.
+    #[allow(clippy::manual_async_fn)]
+    pub fn send(
         &self,
         target: usize,
         mut req: Request<UploadBody>,
-    ) -> Result<Response<UpstreamBody>, SendError> {
-        let pool = &self.pools[target];
-        let own = self.protocol == UpstreamProtocol::Http1
-            && req.body().is_end_stream()
-            && !req.headers().contains_key(UPGRADE);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let (conn, reused) = match self.protocol {
-                UpstreamProtocol::Http1 => pool.checkout(&self.connector, own).await?,
-                UpstreamProtocol::Http2 => (pool.checkout_http2(&self.connector).await?, true),
-            };
-            match conn.send(req, pool).await {
-                Ok(res) => return Ok(res),
-                Err(Unsent {
-                    error,
-                    request: Some(again),
-                }) if reused && attempt < ATTEMPTS => {
-                    tracing::debug!(%error, "reused upstream connection failed; retrying");
-                    req = again;
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send {
+        async move {
+            let pool = &self.pools[target];
+            let own = self.protocol == UpstreamProtocol::Http1
+                && req.body().is_end_stream()
+                && !req.headers().contains_key(UPGRADE);
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let (conn, reused) = match self.protocol {
+                    UpstreamProtocol::Http1 => pool.checkout(&self.connector, own).await?,
+                    UpstreamProtocol::Http2 => (pool.checkout_http2(&self.connector).await?, true),
+                };
+                match conn.send(req, pool).await {
+                    Ok(res) => return Ok(res),
+                    Err(Unsent {
+                        error,
+                        request: Some(again),
+                    }) if reused && attempt < ATTEMPTS => {
+                        tracing::debug!(%error, "reused upstream connection failed; retrying");
+                        req = again;
+                    }
+                    Err(unsent) => return Err(SendError::Exchange(unsent.error)),
                 }
-                Err(unsent) => return Err(SendError::Exchange(unsent.error)),
             }
         }
     }

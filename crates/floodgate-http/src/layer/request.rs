@@ -30,6 +30,9 @@ use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
 use crate::contract::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Report, Verdict};
 
 pub(crate) type Out<B> = HttpResponse<FloodgateBody<B>>;
+/// The layer's own answer (a rejection), before it takes the response
+/// body type of the inner service's.
+type Answer = HttpResponse<bytes::Bytes>;
 type Boxed<RB, E> = Pin<Box<dyn Future<Output = Result<Out<RB>, E>> + Send>>;
 
 /// The peer of a request whose address nobody knows.
@@ -61,8 +64,9 @@ pin_project! {
     {
         /// Admitted: the inner service, then its response completed.
         Inner { #[pin] fut: Fut, admitted: Option<Admitted<B, C>> },
-        /// Answered by the layer.
-        Answered { res: Option<Out<RB>> },
+        /// Answered by the layer (its own body, whatever the inner
+        /// service's: the future stays small, moved per request).
+        Answered { res: Option<Answer> },
         /// Waiting for a permit, the store or a delay.
         Waiting { fut: Boxed<RB, E> },
     }
@@ -84,7 +88,7 @@ where
                 Poll::Ready(Ok(admitted.respond(res)))
             }
             StateProj::Answered { res } => {
-                Poll::Ready(Ok(res.take().expect("polled after completion")))
+                Poll::Ready(Ok(full(res.take().expect("polled after completion"))))
             }
             StateProj::Waiting { fut } => fut.as_mut().poll(cx),
         }
@@ -168,7 +172,7 @@ where
 {
     // Layer concurrency limits, waiting in line when configured.
     if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
-        return Ok(rejected);
+        return Ok(full(rejected));
     }
     // The decision, from one clock reading taken just before it.
     let now = shared.engine.clock().now();
@@ -203,7 +207,7 @@ where
     }
     let decided = decide(&shared, &mut held, Apply::Commit).await;
     match conclude(&shared, held, keep, req.headers(), now, decided) {
-        Next::Answer(res) => Ok(res),
+        Next::Answer(res) => Ok(full(res)),
         Next::Inner(admitted) => Ok(admitted.respond(inner(req).await?)),
         Next::Delay(delayed) => delayed.run(shared, req, inner).await,
     }
@@ -262,9 +266,9 @@ async fn decide<B: Backend, C: Clock + 'static>(
 }
 
 /// What is left once a request is decided.
-enum Next<B: Backend, C: Clock + 'static, RB> {
+enum Next<B: Backend, C: Clock + 'static> {
     /// Answered by the layer (a rejection).
-    Answer(Out<RB>),
+    Answer(Answer),
     /// Admitted: call the inner service and complete its response.
     Inner(Admitted<B, C>),
     /// Admitted after a shaper's delay.
@@ -273,14 +277,14 @@ enum Next<B: Backend, C: Clock + 'static, RB> {
 
 /// The outcome of a decision: rejected, delayed or admitted (a limiter
 /// failure is let through or rejected, per `on_error`).
-fn conclude<B: Backend, C: Clock + 'static, RB>(
+fn conclude<B: Backend, C: Clock + 'static>(
     shared: &Shared<B, C>,
     mut held: Held<B, C>,
     keep: Keep,
     headers: &HeaderMap,
     now: Timestamp,
     decided: Result<Decided, EngineError>,
-) -> Next<B, C, RB> {
+) -> Next<B, C> {
     let planned = match decided {
         Ok(Decided::Nothing) => return Next::Inner(Admitted::bare(keep)),
         Ok(Decided::Planned) => true,
@@ -299,7 +303,7 @@ fn conclude<B: Backend, C: Clock + 'static, RB>(
                     now,
                     &mut String::new(),
                 );
-                return Next::Answer(full(res));
+                return Next::Answer(res);
             }
         },
     };
@@ -440,10 +444,10 @@ impl<B: Backend, C: Clock + 'static> Delayed<B, C> {
         drop(slot);
         let mut keep = Keep::default();
         if let Some(rejected) = shed(&shared, &req, &mut keep) {
-            return Ok(rejected);
+            return Ok(full(rejected));
         }
         if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
-            return Ok(rejected);
+            return Ok(full(rejected));
         }
         let res = inner(req).await?;
         Ok(Admitted::with_headers(held, now, delay, keep).respond(res))
@@ -595,27 +599,26 @@ fn admitted_headers<B: Backend, C: Clock + 'static>(
 }
 
 /// The contract's rejection of a request its report denies.
-fn denied<B: Backend, C: Clock + 'static, RB>(
+fn denied<B: Backend, C: Clock + 'static>(
     shared: &Shared<B, C>,
     held: &mut Held<B, C>,
     headers: &HeaderMap,
     now: Timestamp,
-) -> Out<RB> {
+) -> Answer {
     LayerStats::inc(&shared.stats.denied);
     let s = held.scratch();
-    let res = shared
+    shared
         .contract
-        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text());
-    full(res)
+        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text())
 }
 
 /// Priority shedding: counts the request in flight (in `keep`), or
 /// answers 503 when it must be shed.
-fn shed<B: Backend, C: Clock + 'static, T, RB>(
+fn shed<B: Backend, C: Clock + 'static, T>(
     shared: &Shared<B, C>,
     req: &Request<T>,
     keep: &mut Keep,
-) -> Option<Out<RB>> {
+) -> Option<Answer> {
     let shedder = shared.shedder.as_ref()?;
     let low = shedder.is_low(req, &shared.identity);
     match shedder.enter(low) {
@@ -627,13 +630,12 @@ fn shed<B: Backend, C: Clock + 'static, T, RB>(
             LayerStats::inc(&shared.stats.shed);
             metrics::counter!("floodgate_http_shed_total").increment(1);
             let retry_after = shedder.config.retry_after;
-            let res = shared.contract.reject(
+            Some(shared.contract.reject(
                 Rejection::Overloaded { retry_after },
                 req.headers(),
                 shared.engine.clock().now(),
                 &mut String::new(),
-            );
-            Some(full(res))
+            ))
         }
     }
 }
@@ -641,12 +643,12 @@ fn shed<B: Backend, C: Clock + 'static, T, RB>(
 /// The layer's concurrency permits (global, then per key), waited for in
 /// line; kept in `keep`. A full queue or a wait past its timeout is
 /// answered per the contract.
-async fn queues<B: Backend, C: Clock + 'static, RB>(
+async fn queues<B: Backend, C: Clock + 'static>(
     shared: &Shared<B, C>,
     held: &mut Held<B, C>,
     headers: &HeaderMap,
     keep: &mut Keep,
-) -> Option<Out<RB>> {
+) -> Option<Answer> {
     if let Some(q) = &shared.global {
         match q.acquire().await {
             Ok(p) => keep.push(p),
@@ -686,14 +688,14 @@ async fn queues<B: Backend, C: Clock + 'static, RB>(
 
 /// The contract's rejection of a request a layer concurrency limit turns
 /// away.
-fn queue_rejection<B: Backend, C: Clock + 'static, RB>(
+fn queue_rejection<B: Backend, C: Clock + 'static>(
     shared: &Shared<B, C>,
     held: &mut Held<B, C>,
     headers: &HeaderMap,
     name: &str,
     max: usize,
     e: QueueError,
-) -> Out<RB> {
+) -> Answer {
     LayerStats::inc(&shared.stats.concurrency_rejected);
     let now = shared.engine.clock().now();
     let s = held.scratch();
@@ -701,10 +703,9 @@ fn queue_rejection<B: Backend, C: Clock + 'static, RB>(
     metrics::counter!("floodgate_http_concurrency_rejected_total",
         "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
     .increment(1);
-    let res = shared
+    shared
         .contract
-        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text());
-    full(res)
+        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text())
 }
 
 /// The report of a layer concurrency rejection.

@@ -147,7 +147,10 @@ pub async fn accept_loop<F, Fut>(
             watcher: graceful.watcher(),
         });
         tokio::spawn(async move {
+            // The connection first: the check for eviction is the cheap
+            // one, made at each of its wake-ups.
             tokio::select! {
+                biased;
                 _ = serving => {}
                 _ = closed_to_make_room(&activity) => {
                     tracing::debug!(%peer, "connection closed to make room");

@@ -8,10 +8,11 @@
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -173,11 +174,7 @@ impl Http {
                 // A request is in flight until its response body ends.
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let flight = activity.begin();
-                    let answer = service.call(req);
-                    async move {
-                        let res = answer.await?;
-                        Ok::<_, Infallible>(res.map(|body| Held::new(body, None, flight)))
-                    }
+                    Answer::new(service.call(req), None, flight)
                 });
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
                 watcher.watch(conn, |c| c.graceful_shutdown()).await
@@ -190,11 +187,7 @@ impl Http {
                 let counted = streams.clone();
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let (open, flight) = (counted.open(), activity.begin());
-                    let answer = service.call(req);
-                    async move {
-                        let res = answer.await?;
-                        Ok::<_, Infallible>(res.map(|body| Held::new(body, Some(open), flight)))
-                    }
+                    Answer::new(service.call(req), Some(open), flight)
                 });
                 let conn = self.h2.serve_connection(io, svc);
                 serve_h2(conn, &streams, self.limits.http2_idle_timeout, watcher).await
@@ -214,6 +207,42 @@ pub fn heard(activity: &Activity, kind: Sniffed) {
     match kind {
         Sniffed::Http1 => activity.heard(),
         Sniffed::Http2 | Sniffed::Closed => activity.silent(),
+    }
+}
+
+pin_project! {
+    /// A service's answer to one request, its response body made to keep
+    /// the request in flight ([`Held`]). Written out rather than as an
+    /// `async` block: the service's future is polled where it was put,
+    /// not moved once more into the block's state on its first poll (a
+    /// gateway's is kilobytes, moved per request).
+    struct Answer<F> {
+        #[pin]
+        answer: F,
+        kept: Option<(Option<OpenStream>, InFlight)>,
+    }
+}
+
+impl<F> Answer<F> {
+    fn new(answer: F, open: Option<OpenStream>, flight: InFlight) -> Self {
+        Answer {
+            answer,
+            kept: Some((open, flight)),
+        }
+    }
+}
+
+impl<F, B> Future for Answer<F>
+where
+    F: Future<Output = Result<Response<B>, Infallible>>,
+{
+    type Output = Result<Response<Held<B>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let Ok(res) = ready!(this.answer.poll(cx));
+        let (open, flight) = this.kept.take().expect("polled after completion");
+        Poll::Ready(Ok(res.map(|body| Held::new(body, open, flight))))
     }
 }
 

@@ -19,9 +19,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
 /// The flag of [`Activity::state`] marking a connection chosen to close;
@@ -44,7 +45,10 @@ pub struct Activity {
     /// connection).
     heard: AtomicBool,
     epoch: Instant,
-    close: Notify,
+    /// The task serving the connection, woken when it is chosen to close
+    /// (an atomic waker: polled at every wake-up of the connection, it
+    /// costs no lock).
+    close: AtomicWaker,
 }
 
 impl Activity {
@@ -75,12 +79,17 @@ impl Activity {
     /// room. Check [`keep`](Self::keep) then: a request that began in the
     /// meantime keeps it open.
     pub async fn evicted(&self) {
-        loop {
-            let notified = self.close.notified();
-            if self.state.load(Ordering::Acquire) & EVICTED != 0 {
-                return;
-            }
-            notified.await;
+        std::future::poll_fn(|cx| self.poll_evicted(cx)).await
+    }
+
+    /// [`evicted`](Self::evicted) as a poll: ready once the connection has
+    /// been chosen to close, the task polling it woken then.
+    pub fn poll_evicted(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.close.register(cx.waker());
+        if self.state.load(Ordering::Acquire) & EVICTED != 0 {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     }
 
@@ -102,7 +111,7 @@ impl Activity {
             .compare_exchange(0, EVICTED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if chosen {
-            self.close.notify_one();
+            self.close.wake();
         }
         chosen
     }
@@ -169,7 +178,7 @@ impl Connections {
             since: AtomicU64::new(0),
             heard: AtomicBool::new(false),
             epoch: self.epoch,
-            close: Notify::new(),
+            close: AtomicWaker::new(),
         });
         activity.since.store(activity.now(), Ordering::Relaxed);
         let mut inner = self.lock();

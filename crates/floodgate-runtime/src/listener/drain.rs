@@ -76,7 +76,9 @@ impl DrainWatcher {
         C: Future<Output = T>,
     {
         let mut conn = pin!(conn);
+        // The connection first: the signal's check takes a lock.
         tokio::select! {
+            biased;
             out = conn.as_mut() => return out,
             _ = self.signal.wait_for(|stop| *stop) => {}
         }
