@@ -59,13 +59,12 @@ const LOCAL_KEYS: usize = 1_000_000;
 pub struct ResilientBackend {
     redis: Arc<RedisBackend>,
     policy: FailurePolicy,
-    breaker: Arc<Breaker>,
     local: LocalFallback,
-    stats: Arc<ResilienceStats>,
     deferred: Arc<DeferredReleases>,
     /// The keys decided in this process (`lease` and `sync`).
     sharing: Arc<Sharing>,
-    /// The breaker and counters above, as the sharing calls take them.
+    /// The circuit breaker and the counters, shared with the sharing
+    /// calls.
     gate: Gate,
     /// The permits Redis admitted through this instance, not given back.
     issued: IssuedPermits,
@@ -101,18 +100,14 @@ impl ResilientBackend {
             redis.client_time(),
         )
         .map_err(|e| ConfigError::Client(e.to_string()))?;
-        let breaker = Arc::new(Breaker::new(config.breaker));
-        let stats: Arc<ResilienceStats> = Arc::default();
         Ok(ResilientBackend {
             redis: Arc::new(redis),
             policy: config.failure_policy,
             gate: Gate {
-                breaker: breaker.clone(),
-                stats: stats.clone(),
+                breaker: Arc::new(Breaker::new(config.breaker)),
+                stats: Arc::default(),
             },
-            breaker,
             local,
-            stats,
             deferred: Arc::new(DeferredReleases::new(Self::DEFERRED_RELEASE_BOUND)),
             sharing: Arc::new(sharing),
             issued: IssuedPermits::new(Self::ISSUED_PERMIT_BOUND, config.concurrency_lease),
@@ -125,7 +120,7 @@ impl ResilientBackend {
     /// decides — and readiness follows it — without each call waiting for a
     /// timeout, until a [`probe`](Self::probe) or a call finds Redis again.
     pub fn starting_unreachable(self) -> Self {
-        self.breaker.open_now(&self.stats);
+        self.gate.breaker.open_now(&self.gate.stats);
         self
     }
 
@@ -134,7 +129,7 @@ impl ResilientBackend {
     /// an instance that takes no traffic (not ready, say) still finds Redis
     /// back. Returns whether the breaker is closed.
     pub async fn probe(&self) -> bool {
-        let Some(pass) = self.breaker.pass(&self.stats) else {
+        let Some(pass) = self.gate.breaker.pass(&self.gate.stats) else {
             return false;
         };
         match pass {
@@ -213,12 +208,12 @@ impl ResilientBackend {
 
     /// The counters.
     pub fn stats(&self) -> &ResilienceStats {
-        &self.stats
+        &self.gate.stats
     }
 
     /// The breaker's state now.
     pub fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
+        self.gate.breaker.state()
     }
 
     /// The store-wide synchronisation mode (rules may set their own).
@@ -296,7 +291,7 @@ impl ResilientBackend {
                 .await
             {
                 Ok(d) => {
-                    self.stats.decisions.inc();
+                    self.gate.stats.decisions.inc();
                     self.deliver_deferred();
                     return Ok(d);
                 }
@@ -315,7 +310,7 @@ impl ResilientBackend {
         };
         // Known denials are answered locally, whatever the breaker says.
         if let Some(d) = self.redis.cached(&plan, items, now, apply, out) {
-            self.stats.decisions.inc();
+            self.gate.stats.decisions.inc();
             return Ok(d);
         }
         if self.sharing.any_local(items) {
@@ -324,28 +319,28 @@ impl ResilientBackend {
                 .await;
             self.sharing.decided_in_redis(items, now);
         }
-        match self.breaker.pass(&self.stats) {
+        match self.gate.breaker.pass(&self.gate.stats) {
             Some(pass) => {
                 let result = self.redis.remote(&plan, items, now, apply, out).await;
                 let ok = result.is_ok();
                 match pass {
                     Pass::Probe(p) => p.finish(ok),
-                    Pass::Call if ok => self.breaker.success(),
-                    Pass::Call => self.breaker.failure(&self.stats),
+                    Pass::Call if ok => self.gate.breaker.success(),
+                    Pass::Call => self.gate.breaker.failure(&self.gate.stats),
                 }
                 if ok {
                     self.deliver_deferred();
                 }
                 if let Ok((d, _)) = result {
-                    self.stats.decisions.inc();
+                    self.gate.stats.decisions.inc();
                     if apply.charge_if_allowed() && d.is_allowed() {
                         self.remember_issued(items, now);
                     }
                     return Ok(d);
                 }
-                self.stats.backend_errors.inc();
+                self.gate.stats.backend_errors.inc();
             }
-            None => self.stats.short_circuited.inc(),
+            None => self.gate.stats.short_circuited.inc(),
         }
         self.apply_policy(items, now, apply, out, policy)
     }
@@ -354,7 +349,7 @@ impl ResilientBackend {
     #[inline]
     fn deliver_deferred(&self) {
         if self.deferred.len() != 0 {
-            deliver_soon(&self.redis, &self.deferred, &self.stats);
+            deliver_soon(&self.redis, &self.deferred, &self.gate.stats);
         }
     }
 
@@ -374,7 +369,7 @@ impl ResilientBackend {
     fn defer(&self, item: Item<'_>, units: u64, now: Timestamp) {
         let key = self.redis.state_key(&item);
         self.deferred
-            .push(key, units, item.permit, now, &self.stats);
+            .push(key, units, item.permit, now, &self.gate.stats);
     }
 
     /// Gives back `units` of `item` in Redis. Only a release made while the
@@ -386,19 +381,19 @@ impl ResilientBackend {
         units: u64,
         now: Timestamp,
     ) -> Result<Released, BackendError> {
-        let closed = self.breaker.state() == BreakerState::Closed;
+        let closed = self.gate.breaker.state() == BreakerState::Closed;
         let result = self.redis.release_inner(item, units, now).await;
         match &result {
             Ok(_) => {
                 if closed {
-                    self.breaker.success();
+                    self.gate.breaker.success();
                 }
                 self.deliver_deferred();
             }
             Err(_) => {
-                self.stats.backend_errors.inc();
+                self.gate.stats.backend_errors.inc();
                 if closed {
-                    self.breaker.failure(&self.stats);
+                    self.gate.breaker.failure(&self.gate.stats);
                 }
             }
         }
@@ -415,7 +410,7 @@ impl ResilientBackend {
         now: Timestamp,
     ) -> Result<Released, BackendError> {
         // Releases never take the half-open probe (decisions do).
-        let result = if self.breaker.state() == BreakerState::Closed {
+        let result = if self.gate.breaker.state() == BreakerState::Closed {
             self.release_to_redis(item, units, now).await
         } else {
             Err(BackendError::Unavailable("circuit breaker open".into()))
@@ -449,7 +444,7 @@ impl ResilientBackend {
         // Given back now, unless Redis cannot take it (an open breaker is
         // not even tried: no timeout to pay per release during an outage).
         let mut tried = false;
-        if self.breaker.state() == BreakerState::Closed {
+        if self.gate.breaker.state() == BreakerState::Closed {
             tried = true;
             match self.release_to_redis(item, units, now).await {
                 Ok(r) => {
@@ -488,7 +483,7 @@ impl ResilientBackend {
     ) -> Result<Decision, BackendError> {
         Ok(policy::decide(
             &self.local,
-            &self.stats,
+            &self.gate.stats,
             items,
             now,
             apply,
@@ -543,7 +538,7 @@ impl Backend for ResilientBackend {
     fn is_ready(&self) -> bool {
         match self.policy {
             FailurePolicy::Local { .. } | FailurePolicy::FailOpen => true,
-            FailurePolicy::FailClosed => self.breaker.state() == BreakerState::Closed,
+            FailurePolicy::FailClosed => self.gate.breaker.state() == BreakerState::Closed,
         }
     }
 

@@ -58,21 +58,32 @@ pub(crate) struct Lease {
 pub(crate) struct Tally(pub [(u64, u64); 2]);
 
 impl Tally {
+    /// The slot units of the (sub-)window at `at` go to without making two
+    /// windows one: `None` when they would be.
+    fn slot(&self, at: u64) -> Option<usize> {
+        let [a, b] = &self.0;
+        if a.1 == 0 && b.1 == 0 || a.0 == at {
+            Some(0)
+        } else if b.1 == 0 {
+            (at > a.0).then_some(1)
+        } else {
+            (b.0 == at).then_some(1)
+        }
+    }
+
     pub fn add(&mut self, at: u64, units: u64) {
         if units == 0 {
             return;
         }
+        if let Some(i) = self.slot(at) {
+            let s = &mut self.0[i];
+            *s = (at, s.1.saturating_add(units));
+            return;
+        }
+        // A third window, or an earlier one: counted in the later.
         let [a, b] = &mut self.0;
-        if a.1 == 0 && b.1 == 0 {
-            *a = (at, units);
-        } else if a.0 == at {
+        if b.1 == 0 {
             a.1 = a.1.saturating_add(units);
-        } else if b.1 == 0 {
-            if at > a.0 {
-                *b = (at, units);
-            } else {
-                a.1 = a.1.saturating_add(units);
-            }
         } else if at > b.0 {
             *a = (b.0, a.1.saturating_add(b.1));
             *b = (at, units);
@@ -84,11 +95,7 @@ impl Tally {
     /// Whether units of the (sub-)window at `at` would be kept apart
     /// (not made one with an older window's).
     pub fn fits(&self, at: u64) -> bool {
-        let [a, b] = &self.0;
-        if a.1 == 0 && b.1 == 0 || a.0 == at {
-            return true;
-        }
-        if b.1 == 0 { at > a.0 } else { b.0 == at }
+        self.slot(at).is_some()
     }
 
     /// The units, taken.
@@ -248,5 +255,35 @@ impl Entry {
             return;
         }
         self.lease.debts.add(after.0, cost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tally;
+
+    #[test]
+    fn two_windows_apart_then_a_third_counted_in_the_later() {
+        let mut t = Tally::default();
+        assert!(t.fits(10));
+        t.add(10, 2);
+        t.add(10, 1);
+        assert!(t.fits(20) && !t.fits(5));
+        t.add(20, 4);
+        assert_eq!(t.0, [(10, 3), (20, 4)]);
+        assert!(t.fits(20) && t.fits(10) && !t.fits(30) && !t.fits(15));
+        // A third window: the older two become one, in the later.
+        t.add(30, 1);
+        assert_eq!(t.0, [(20, 7), (30, 1)]);
+        // An earlier window than the last: counted in the last.
+        t.add(25, 2);
+        assert_eq!(t.0, [(20, 7), (30, 3)]);
+        assert_eq!(t.take(), [(20, 7), (30, 3)]);
+        assert!(t.is_empty() && t.fits(5));
+        // With one window held, an earlier one is counted in it.
+        t.add(50, 1);
+        t.add(40, 2);
+        assert_eq!(t.0, [(50, 3), (0, 0)]);
+        assert_eq!(t.total(), 3);
     }
 }
