@@ -170,3 +170,45 @@ pub(super) fn give_back(e: &mut Entry, ask: Ask) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate::algorithms::{AnyLimit, FixedWindow, SlidingWindow};
+    use std::time::Duration;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// An entry holding 3 unused units of a lease granted in the window of
+    /// second 10, until its end.
+    fn leased(limit: AnyLimit) -> Entry {
+        let mut e = Entry::new(&limit, None);
+        let l = &mut e.lease;
+        (l.units, l.open, l.at, l.end) = (3, true, 10 * SEC, 11 * SEC);
+        e
+    }
+
+    #[test]
+    fn a_fixed_windows_lease_ends_with_its_window_without_a_call() {
+        let mut e = leased(FixedWindow::new(10, Duration::from_secs(1)).unwrap().into());
+        let due = Caller::Due { margin: 0 };
+        let share = Share::Lease { duration: SEC };
+        assert!(matches!(
+            take_from(&mut e, share, 0, Timestamp::from_nanos(11 * SEC + 1), due),
+            Taken::Nothing
+        ));
+        assert_eq!((e.lease.units, e.lease.open), (0, false));
+        // A sliding window's previous window still counts: its unused
+        // units go back.
+        let limit = SlidingWindow::new(10, Duration::from_secs(1))
+            .unwrap()
+            .into();
+        let mut e = leased(limit);
+        let Taken::Go(Ask::Lease(ask)) =
+            take_from(&mut e, share, 0, Timestamp::from_nanos(11 * SEC + 1), due)
+        else {
+            panic!("no call");
+        };
+        assert_eq!((ask.ret, ask.ends, ask.at_us), (3, true, 10_000_000));
+    }
+}

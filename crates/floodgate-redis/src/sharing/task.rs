@@ -16,10 +16,10 @@ use super::entry::Names;
 use super::local::{Keep, Share};
 use super::take::{Caller, Taken, take_from};
 use super::{Gate, Sharing};
+use crate::RedisBackend;
 
 /// The most keys in one call of the background work.
 const BACKGROUND_KEYS: usize = 64;
-use crate::RedisBackend;
 
 /// How often the task looks for due work.
 const TICK: Duration = Duration::from_millis(5);
