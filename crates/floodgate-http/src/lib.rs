@@ -21,6 +21,7 @@ pub mod client;
 pub mod contract;
 pub mod identity;
 pub mod layer;
+mod read;
 
 pub use contract::{Contract, ContractConfig, HeaderForm};
 pub use identity::{HttpDescriptor, HttpIdentity, RequestDescriptors};

@@ -39,7 +39,7 @@ mod http_contract;
 mod into_response;
 mod names;
 mod problem;
-pub(crate) mod read;
+mod read;
 mod report;
 mod sf;
 
@@ -55,7 +55,6 @@ pub use problem::{
     BodyKind, PROBLEM_JSON, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN, negotiate,
 };
 pub use read::RESPONSES;
-pub(crate) use read::read_duration;
 pub use report::{CurrentLine, PolicyLine, QuotaUnit, Report, Verdict, shape};
 pub use sf::MAX_NAME_LEN;
 pub(crate) use sf::{ceil_secs, push_string};

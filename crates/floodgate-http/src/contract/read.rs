@@ -1,15 +1,12 @@
 //! Reading the `http.responses` section of a Floodgate file.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use floodgate_policy::error::{ConfigErrors, Errors};
-use floodgate_policy::unit::parse_duration;
-use floodgate_policy::yaml::{Document, Node, excerpt};
+use floodgate_policy::yaml::{Node, excerpt};
 use http::StatusCode;
 
 use super::config::{ContractConfig, HeaderForm, RuleResponse};
 use super::http_contract::Contract;
+use crate::read::{deny_unknown, read_duration, read_part};
 
 /// The key of the contract's section under `http:`.
 pub const RESPONSES: &str = "responses";
@@ -24,20 +21,6 @@ const KEYS: &[&str] = &[
     "rules",
 ];
 const RULE_KEYS: &[&str] = &["status", "hide", "policy_name"];
-
-pub(crate) fn read_duration(n: Node<'_>, errors: &mut Errors) -> Option<Duration> {
-    let text = n.scalar_text().unwrap_or("");
-    match parse_duration(text) {
-        Some(d) => Some(d),
-        None => {
-            errors.push(n.error(format!(
-                "invalid duration '{}' (expected e.g. 500ms, 1s, 2m)",
-                excerpt(text)
-            )));
-            None
-        }
-    }
-}
 
 fn read_status(n: Node<'_>, errors: &mut Errors) -> Option<StatusCode> {
     let v = errors.take(n.u64())?;
@@ -61,9 +44,7 @@ impl ContractConfig {
     pub fn from_yaml(node: Node<'_>) -> Result<ContractConfig, ConfigErrors> {
         let mut errors = Errors::default();
         let mut c = ContractConfig::default();
-        let Some(map) = errors.take(node.map()) else {
-            return Err(errors.finish(()).err().unwrap_or_default());
-        };
+        let map = node.map()?;
         if let Some(h) = map.get("headers") {
             let items = match h.list() {
                 Ok(list) => list,
@@ -122,31 +103,18 @@ impl ContractConfig {
                 if let Some(p) = m.get("policy_name").and_then(|p| errors.take(p.str())) {
                     r.policy_name = Some(p.to_owned());
                 }
-                for e in m.deny_unknown(RULE_KEYS) {
-                    errors.push(e);
-                }
+                deny_unknown(&m, RULE_KEYS, &mut errors);
                 c.rules.insert(name.to_owned(), r);
             }
         }
-        for e in map.deny_unknown(KEYS) {
-            errors.push(e);
-        }
+        deny_unknown(&map, KEYS, &mut errors);
         errors.finish(c)
     }
 
     /// Reads the `http.responses` section of the Floodgate file `text`
     /// (named `file` in messages); the defaults when there is none.
     pub fn from_yaml_str(file: &str, text: &str) -> Result<ContractConfig, ConfigErrors> {
-        let doc = Document::parse(&Arc::from(file), text)?;
-        let root = doc.root().map()?;
-        let Some(http) = root.get(crate::identity::SECTION) else {
-            return Ok(ContractConfig::default());
-        };
-        let http = http.map().map_err(ConfigErrors::from)?;
-        match http.get(RESPONSES) {
-            Some(n) => ContractConfig::from_yaml(n),
-            None => Ok(ContractConfig::default()),
-        }
+        read_part(file, text, RESPONSES, ContractConfig::from_yaml)
     }
 }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors, Location};
 use floodgate_policy::read::parse_cidr;
 use floodgate_policy::yaml::{Document, Map, Node, excerpt};
-use http::HeaderName;
 
 use super::config::{
     ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig, MAX_ACTIONS,
@@ -16,6 +15,7 @@ use super::hash::MIN_VALUE_LEN;
 use super::http_identity::HttpIdentity;
 use super::read_action::{read_action, read_source};
 use super::route::Routes;
+use crate::read::{deny_unknown, each_string, header_name};
 
 /// The top-level key of a Floodgate file this module reads.
 pub const SECTION: &str = "http";
@@ -40,12 +40,6 @@ const CLIENT_IP_KEYS: &[&str] = &[
 ];
 const COST_KEYS: &[&str] = &["header", "extension", "max", "default"];
 
-fn deny_unknown(map: &Map<'_>, allowed: &[&str], errors: &mut Errors) {
-    for e in map.deny_unknown(allowed) {
-        errors.push(e);
-    }
-}
-
 /// An integer from `min` to `max`.
 fn int_in(n: Node<'_>, what: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
     let v = n.u64()?;
@@ -63,11 +57,8 @@ impl IdentityConfig {
     /// Reads an `http:` section (the node under the key).
     pub fn from_yaml(node: Node<'_>) -> Result<IdentityConfig, ConfigErrors> {
         let mut errors = Errors::default();
-        let config = read_section(node, &mut errors);
-        match config {
-            Some(c) => errors.finish(c),
-            None => Err(errors.finish(()).err().unwrap_or_default()),
-        }
+        let config = read_section(node, node.map()?, &mut errors);
+        errors.finish(config)
     }
 }
 
@@ -108,8 +99,7 @@ impl HttpIdentity {
     }
 }
 
-fn read_section(node: Node<'_>, errors: &mut Errors) -> Option<IdentityConfig> {
-    let map = errors.take(node.map())?;
+fn read_section(node: Node<'_>, map: Map<'_>, errors: &mut Errors) -> IdentityConfig {
     let mut c = IdentityConfig::default();
     match map.get("domain").and_then(|d| errors.take(d.str())) {
         Some(d) if !d.is_empty() => c.domain = d.to_owned(),
@@ -122,15 +112,10 @@ fn read_section(node: Node<'_>, errors: &mut Errors) -> Option<IdentityConfig> {
     }
     if let Some(list) = map.get("routes") {
         let mut routes = Routes::default();
-        for t in errors.take(list.list()).unwrap_or_default() {
-            let Some(text) = errors.take(t.str()) else {
-                continue;
-            };
-            match routes.insert(text) {
-                Ok(()) => c.routes.push(text.to_owned()),
-                Err(e) => errors.push(t.error(e.to_string())),
-            }
-        }
+        each_string(list, errors, |text, t, errors| match routes.insert(text) {
+            Ok(()) => c.routes.push(text.to_owned()),
+            Err(e) => errors.push(t.error(e.to_string())),
+        });
     }
     if let Some(n) = map.get("cost") {
         c.cost = read_cost(n, errors);
@@ -150,7 +135,7 @@ fn read_section(node: Node<'_>, errors: &mut Errors) -> Option<IdentityConfig> {
     // Read by the contract and the layer.
     let _ = (map.get("responses"), map.get("layer"));
     deny_unknown(&map, HTTP_KEYS, errors);
-    Some(c)
+    c
 }
 
 fn read_descriptors(n: Node<'_>, c: &mut IdentityConfig, errors: &mut Errors) {
@@ -197,18 +182,15 @@ fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
         c.trusted_hops = errors.take(int_in(h, "trusted_hops", 0, max)).unwrap_or(0) as u8;
     }
     if let Some(list) = map.get("trusted_proxies") {
-        for item in errors.take(list.list()).unwrap_or_default() {
-            let Some(text) = errors.take(item.str()) else {
-                continue;
-            };
+        each_string(list, errors, |text, item, errors| {
             match parse_cidr(text) {
-                Some(net) => c.trusted_proxies.push(net),
-                None => errors.push(item.error(format!(
-                    "invalid network '{}' (expected an address or address/prefix, e.g. 10.0.0.0/8 or 2001:db8::/32)",
-                    excerpt(text)
-                ))),
-            }
+            Some(net) => c.trusted_proxies.push(net),
+            None => errors.push(item.error(format!(
+                "invalid network '{}' (expected an address or address/prefix, e.g. 10.0.0.0/8 or 2001:db8::/32)",
+                excerpt(text)
+            ))),
         }
+        });
     }
     if let Some(h) = map.get("header") {
         if let Some(text) = errors.take(h.str()) {
@@ -216,13 +198,9 @@ fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
                 "x-forwarded-for" => ClientIpHeader::XForwardedFor,
                 "forwarded" => ClientIpHeader::Forwarded,
                 "x-real-ip" => ClientIpHeader::XRealIp,
-                other => match HeaderName::from_bytes(other.as_bytes()) {
-                    Ok(name) => ClientIpHeader::Custom(name),
-                    Err(_) => {
-                        errors.push(h.error(format!("invalid header name `{}`", excerpt(text))));
-                        ClientIpHeader::XForwardedFor
-                    }
-                },
+                _ => errors
+                    .take(header_name(h))
+                    .map_or(ClientIpHeader::XForwardedFor, ClientIpHeader::Custom),
             };
             if !c.trusts_proxies() {
                 errors.push(h.error(format!(

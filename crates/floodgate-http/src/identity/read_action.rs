@@ -7,6 +7,7 @@ use floodgate_policy::yaml::{Map, Node, excerpt};
 use http::HeaderName;
 
 use super::config::{Action, SecretSource, Source};
+use crate::read::{each_string, header_name};
 
 /// The action names.
 pub const ACTION_NAMES: &[&str] = &[
@@ -68,13 +69,6 @@ impl<'a> Opts<'a> {
             }
         }
     }
-}
-
-/// A header name from `n`.
-pub(crate) fn header_name(n: Node<'_>) -> Result<HeaderName, ConfigError> {
-    let text = n.str()?;
-    HeaderName::from_bytes(text.as_bytes())
-        .map_err(|_| n.error(format!("invalid header name `{}`", excerpt(text))))
 }
 
 /// `header: NAME` or `extension: NAME` (exactly one).
@@ -239,18 +233,14 @@ fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
     let source = errors.take(source);
     let values_node = errors.take(o.required("values"));
     let mut values: Vec<String> = Vec::new();
-    for v in values_node
-        .and_then(|n| errors.take(n.list()))
-        .unwrap_or_default()
-    {
-        let Some(text) = errors.take(v.str()) else {
-            continue;
-        };
-        if values.iter().any(|t| t.eq_ignore_ascii_case(text)) {
-            errors.push(v.error(format!("duplicate tier `{}`", excerpt(text))));
-        } else {
-            values.push(text.to_owned());
-        }
+    if let Some(list) = values_node {
+        each_string(list, errors, |text, v, errors| {
+            if values.iter().any(|t| t.eq_ignore_ascii_case(text)) {
+                errors.push(v.error(format!("duplicate tier `{}`", excerpt(text))));
+            } else {
+                values.push(text.to_owned());
+            }
+        });
     }
     if values_node.is_some() && values.is_empty() {
         errors.push(o.at.error("tier needs at least one value"));

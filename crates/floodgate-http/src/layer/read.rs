@@ -1,13 +1,10 @@
 //! Reading the `http.layer` section of a Floodgate file.
 
-use std::sync::Arc;
-
 use floodgate_policy::error::{ConfigErrors, Errors};
-use floodgate_policy::yaml::{Document, Map, Node, excerpt};
-use http::HeaderName;
+use floodgate_policy::yaml::{Map, Node, excerpt};
 
 use super::config::{KeyedQueueLimit, LayerSettings, LowPriority, OnError, QueueLimit, Shedding};
-use crate::contract::read_duration;
+use crate::read::{deny_unknown, each_string, header_name, read_duration, read_part};
 
 /// The key of the layer's section under `http:`.
 pub const LAYER: &str = "layer";
@@ -68,9 +65,7 @@ fn read_queue(
         }
         None
     };
-    for e in map.deny_unknown(QUEUE_KEYS) {
-        errors.push(e);
-    }
+    deny_unknown(&map, QUEUE_KEYS, errors);
     Some((limit, key))
 }
 
@@ -80,45 +75,23 @@ fn read_low(n: Node<'_>, errors: &mut Errors) -> LowPriority {
         return low;
     };
     if let Some(list) = map.get("routes") {
-        for r in errors.take(list.list()).unwrap_or_default() {
-            if let Some(t) = errors.take(r.str()) {
-                low.routes.push(t.to_owned());
-            }
-        }
+        each_string(list, errors, |t, _, _| low.routes.push(t.to_owned()));
     }
     if let Some(h) = map.get("header").and_then(|h| errors.take(h.map())) {
-        let name = h.required("name").and_then(|n| n.str());
-        let name = errors.take(name).and_then(|text| {
-            match HeaderName::from_bytes(text.to_ascii_lowercase().as_bytes()) {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    errors.push(
-                        h.node()
-                            .error(format!("invalid header name `{}`", excerpt(text))),
-                    );
-                    None
-                }
-            }
-        });
+        let name = errors.take(h.required("name").and_then(|n| n.str().map(|_| n)));
+        let name =
+            name.and_then(|n| errors.take(header_name(n).map_err(|e| h.node().error(e.message))));
         let mut values = Vec::new();
         if let Some(list) = h.get("values") {
-            for v in errors.take(list.list()).unwrap_or_default() {
-                if let Some(t) = errors.take(v.str()) {
-                    values.push(t.to_owned());
-                }
-            }
+            each_string(list, errors, |t, _, _| values.push(t.to_owned()));
         }
         if values.is_empty() {
             errors.push(h.node().error("the low-priority header needs 'values'"));
         }
-        for e in h.deny_unknown(HEADER_KEYS) {
-            errors.push(e);
-        }
+        deny_unknown(&h, HEADER_KEYS, errors);
         low.header = name.map(|n| (n, values));
     }
-    for e in map.deny_unknown(LOW_KEYS) {
-        errors.push(e);
-    }
+    deny_unknown(&map, LOW_KEYS, errors);
     low
 }
 
@@ -127,9 +100,7 @@ impl LayerSettings {
     pub fn from_yaml(node: Node<'_>) -> Result<LayerSettings, ConfigErrors> {
         let mut errors = Errors::default();
         let mut s = LayerSettings::default();
-        let Some(map) = errors.take(node.map()) else {
-            return Err(errors.finish(()).err().unwrap_or_default());
-        };
+        let map = node.map()?;
         if let Some(n) = map.get("on_error") {
             match errors.take(n.str()) {
                 Some("allow") => s.on_error = OnError::Allow,
@@ -161,9 +132,7 @@ impl LayerSettings {
                         .map(|l| read_low(l, &mut errors))
                         .unwrap_or_default(),
                 });
-                for e in m.deny_unknown(SHED_KEYS) {
-                    errors.push(e);
-                }
+                deny_unknown(&m, SHED_KEYS, &mut errors);
             }
         }
         if let Some(n) = map.get("concurrency") {
@@ -176,29 +145,16 @@ impl LayerSettings {
                         s.keyed_concurrency = Some(KeyedQueueLimit { key, limit });
                     }
                 }
-                for e in m.deny_unknown(CONC_KEYS) {
-                    errors.push(e);
-                }
+                deny_unknown(&m, CONC_KEYS, &mut errors);
             }
         }
-        for e in map.deny_unknown(KEYS) {
-            errors.push(e);
-        }
+        deny_unknown(&map, KEYS, &mut errors);
         errors.finish(s)
     }
 
     /// Reads the `http.layer` section of the Floodgate file `text`; the
     /// defaults when there is none.
     pub fn from_yaml_str(file: &str, text: &str) -> Result<LayerSettings, ConfigErrors> {
-        let doc = Document::parse(&Arc::from(file), text)?;
-        let root = doc.root().map()?;
-        let Some(http) = root.get(crate::identity::SECTION) else {
-            return Ok(LayerSettings::default());
-        };
-        let http = http.map().map_err(ConfigErrors::from)?;
-        match http.get(LAYER) {
-            Some(n) => LayerSettings::from_yaml(n),
-            None => Ok(LayerSettings::default()),
-        }
+        read_part(file, text, LAYER, LayerSettings::from_yaml)
     }
 }
