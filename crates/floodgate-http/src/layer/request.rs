@@ -27,7 +27,7 @@ use super::body::FloodgateBody;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
-use crate::contract::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Report, Verdict};
+use crate::contract::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
 pub(crate) type Out<B> = HttpResponse<FloodgateBody<B>>;
 /// The layer's own answer (a rejection), before it takes the response
@@ -286,14 +286,14 @@ fn conclude<B: Backend, C: Clock + 'static>(
     decided: Result<Decided, EngineError>,
 ) -> Next<B, C> {
     let planned = match decided {
-        Ok(Decided::Nothing) => return Next::Inner(Admitted::bare(keep)),
+        Ok(Decided::Nothing) => return Admitted::bare(keep),
         Ok(Decided::Planned) => true,
         Ok(Decided::Engine) => false,
         Err(_) => match shared.settings.on_error {
             OnError::Allow => {
                 LayerStats::inc(&shared.stats.fail_open);
                 metrics::counter!("floodgate_http_fail_open_total").increment(1);
-                return Next::Inner(Admitted::bare(keep));
+                return Admitted::bare(keep);
             }
             OnError::Reject => {
                 LayerStats::inc(&shared.stats.fail_closed);
@@ -312,23 +312,34 @@ fn conclude<B: Backend, C: Clock + 'static>(
     if planned {
         // A planned rule holds no units: an admitted request keeps nothing.
         if !on_success && plainly_allowed(&held.scratch().response) {
-            return Next::Inner(Admitted::bare(keep));
-        }
-        if on_success && admitted_headers(shared, held.scratch()) {
-            return Next::Inner(Admitted::with_headers(held, now, Duration::ZERO, keep));
+            return Admitted::bare(keep);
         }
     }
-    settle(shared, &mut held);
+    if !(planned && on_success && admitted_headers(shared, held.scratch())) {
+        settle(shared, &mut held);
+    }
     match held.scratch().report.verdict() {
-        Verdict::Denied => Next::Answer(denied(shared, &mut held, headers, now)),
+        Verdict::Denied => {
+            LayerStats::inc(&shared.stats.denied);
+            let s = held.scratch();
+            let rejection = Rejection::Limited(&s.report);
+            Next::Answer(
+                shared
+                    .contract
+                    .reject(rejection, headers, now, s.buf.text()),
+            )
+        }
         Verdict::Delayed(delay) => Next::Delay(Delayed {
             held,
             keep,
             now,
             delay,
         }),
-        Verdict::Allowed if !on_success && !held.holds_units => Next::Inner(Admitted::bare(keep)),
-        Verdict::Allowed => Next::Inner(Admitted::with_headers(held, now, Duration::ZERO, keep)),
+        Verdict::Allowed if !on_success && !held.holds_units => Admitted::bare(keep),
+        Verdict::Allowed => Next::Inner(Admitted {
+            headers: Some((held, now, Duration::ZERO)),
+            keep,
+        }),
     }
 }
 
@@ -342,19 +353,12 @@ struct Admitted<B: Backend, C: Clock + 'static> {
 }
 
 impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
-    /// Nothing to write.
-    fn bare(keep: Keep) -> Self {
-        Admitted {
+    /// Admitted with nothing to write.
+    fn bare(keep: Keep) -> Next<B, C> {
+        Next::Inner(Admitted {
             headers: None,
             keep,
-        }
-    }
-
-    fn with_headers(held: Held<B, C>, now: Timestamp, elapsed: Duration, keep: Keep) -> Self {
-        Admitted {
-            headers: Some((held, now, elapsed)),
-            keep,
-        }
+        })
     }
 
     /// The inner service's response, with the contract's headers, its
@@ -362,41 +366,26 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
     fn respond<RB>(self, mut res: HttpResponse<RB>) -> Out<RB> {
         let Admitted { headers, mut keep } = self;
         if let Some((mut held, now, elapsed)) = headers {
-            write_admitted(&mut held, now, elapsed, res.headers_mut());
+            let contract = &held.shared.contract;
+            let s = held.scratch.get_or_insert_with(Box::default);
+            let headers = res.headers_mut();
+            if s.prerendered {
+                if let Some(policy) = s.policy_value.take() {
+                    headers.insert(RATELIMIT_POLICY, policy);
+                }
+                if let Some(current) = s.buf.value() {
+                    headers.insert(RATELIMIT, current);
+                }
+            } else {
+                let policy = s.policy_value.as_ref();
+                contract.write_headers_with(&s.report, now, elapsed, headers, &mut s.buf, policy);
+            }
             if held.holds_units {
                 keep.push(held);
             }
         }
         res.map(|b| FloodgateBody::inner(b, keep.into_hold()))
     }
-}
-
-/// The rate-limit headers of an admitted request.
-fn write_admitted<B: Backend, C: Clock + 'static>(
-    held: &mut Held<B, C>,
-    now: Timestamp,
-    elapsed: Duration,
-    headers: &mut HeaderMap,
-) {
-    let shared = held.shared.clone();
-    let s = held.scratch();
-    if s.prerendered {
-        if let Some(policy) = s.policy_value.take() {
-            headers.insert(RATELIMIT_POLICY, policy);
-        }
-        if let Some(current) = s.buf.value() {
-            headers.insert(RATELIMIT, current);
-        }
-        return;
-    }
-    shared.contract.write_headers_with(
-        &s.report,
-        now,
-        elapsed,
-        headers,
-        &mut s.buf,
-        s.policy_value.as_ref(),
-    );
 }
 
 /// A request the shaper delays: it sleeps, then is admitted.
@@ -449,8 +438,8 @@ impl<B: Backend, C: Clock + 'static> Delayed<B, C> {
         if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
             return Ok(full(rejected));
         }
-        let res = inner(req).await?;
-        Ok(Admitted::with_headers(held, now, delay, keep).respond(res))
+        let headers = Some((held, now, delay));
+        Ok(Admitted { headers, keep }.respond(inner(req).await?))
     }
 }
 
@@ -598,20 +587,6 @@ fn admitted_headers<B: Backend, C: Clock + 'static>(
     true
 }
 
-/// The contract's rejection of a request its report denies.
-fn denied<B: Backend, C: Clock + 'static>(
-    shared: &Shared<B, C>,
-    held: &mut Held<B, C>,
-    headers: &HeaderMap,
-    now: Timestamp,
-) -> Answer {
-    LayerStats::inc(&shared.stats.denied);
-    let s = held.scratch();
-    shared
-        .contract
-        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text())
-}
-
 /// Priority shedding: counts the request in flight (in `keep`), or
 /// answers 503 when it must be shed.
 fn shed<B: Backend, C: Clock + 'static, T>(
@@ -697,30 +672,25 @@ fn queue_rejection<B: Backend, C: Clock + 'static>(
     e: QueueError,
 ) -> Answer {
     LayerStats::inc(&shared.stats.concurrency_rejected);
-    let now = shared.engine.clock().now();
-    let s = held.scratch();
-    concurrency_report(&mut s.report, name, max);
     metrics::counter!("floodgate_http_concurrency_rejected_total",
         "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
     .increment(1);
+    let now = shared.engine.clock().now();
+    let s = held.scratch();
+    s.report.clear();
+    let p = s
+        .report
+        .add_policy(name, max as u64, None, QuotaUnit::ConcurrentRequests);
+    let denied = Decision {
+        outcome: Outcome::Denied,
+        limit: max as u64,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    };
+    s.report.add_current(p, &denied);
+    s.report.set_verdict(Verdict::Denied, None);
     shared
         .contract
         .reject(Rejection::Limited(&s.report), headers, now, s.buf.text())
-}
-
-/// The report of a layer concurrency rejection.
-fn concurrency_report(report: &mut Report, name: &str, max: usize) {
-    report.clear();
-    let p = report.add_policy(name, max as u64, None, QuotaUnit::ConcurrentRequests);
-    report.add_current(
-        p,
-        &Decision {
-            outcome: Outcome::Denied,
-            limit: max as u64,
-            remaining: 0,
-            reset_after: Duration::ZERO,
-            retry_after: None,
-        },
-    );
-    report.set_verdict(Verdict::Denied, None);
 }
