@@ -3,7 +3,7 @@
 //! a struggling service.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Budget settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,11 +98,5 @@ impl RetryBudget {
         self.state
             .lock()
             .map_or(0, |s| s.earned / 1000 + s.floor.floor() as u64)
-    }
-
-    /// The steady allowance's refill period (for documentation and tests).
-    pub fn floor_period(&self) -> Option<Duration> {
-        (self.config.min_per_sec > 0.0)
-            .then(|| Duration::from_secs_f64(1.0 / self.config.min_per_sec))
     }
 }

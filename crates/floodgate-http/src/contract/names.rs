@@ -12,12 +12,6 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-/// `RateLimit-Limit` (drafts -00 to -06).
-pub const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-/// `RateLimit-Remaining` (drafts -00 to -06).
-pub const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-/// `RateLimit-Reset` (drafts -00 to -06).
-pub const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 /// `grpc-status`.
 pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 /// `grpc-message`.

@@ -105,16 +105,6 @@ impl RequestDescriptors {
         self.slots.get(..self.len).unwrap_or_default()
     }
 
-    /// Number of descriptors built.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when no descriptor was built (nothing to evaluate).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The request's cost: the hits addend to evaluate with (1 without a
     /// cost source).
     pub fn hits_addend(&self) -> u32 {

@@ -2,12 +2,12 @@
 //! per value of a descriptor entry.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::config::{KeyedQueueLimit, QueueLimit};
+use super::shed::Gauge;
 
 /// Why no permit was had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,15 +23,7 @@ pub(crate) enum QueueError {
 pub(crate) struct ConcurrencyQueue {
     limit: QueueLimit,
     permits: Arc<Semaphore>,
-    waiting: AtomicUsize,
-}
-
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+    waiting: Gauge,
 }
 
 impl ConcurrencyQueue {
@@ -39,7 +31,7 @@ impl ConcurrencyQueue {
         ConcurrencyQueue {
             permits: Arc::new(Semaphore::new(limit.max.min(Semaphore::MAX_PERMITS))),
             limit,
-            waiting: AtomicUsize::new(0),
+            waiting: Gauge::default(),
         }
     }
 
@@ -52,11 +44,9 @@ impl ConcurrencyQueue {
         if let Ok(p) = self.permits.clone().try_acquire_owned() {
             return Ok(p);
         }
-        let n = self.waiting.fetch_add(1, Ordering::AcqRel);
-        let _waiting = Waiting(&self.waiting);
-        if n >= self.limit.queue {
+        let Some(_waiting) = self.waiting.try_enter(self.limit.queue) else {
             return Err(QueueError::Full);
-        }
+        };
         let acquire = self.permits.clone().acquire_owned();
         let permit = match self.limit.timeout {
             Some(t) => tokio::time::timeout(t, acquire)
@@ -68,7 +58,7 @@ impl ConcurrencyQueue {
     }
 
     fn idle(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) == 0
+        self.waiting.get() == 0
             && self.permits.available_permits() == self.limit.max.min(Semaphore::MAX_PERMITS)
     }
 }
