@@ -31,10 +31,7 @@ pub struct Limiter<B> {
 
 impl<B: Backend> Limiter<B> {
     /// A limiter deciding with `engine` per `section`.
-    pub(crate) fn new(
-        engine: Arc<Engine<B, SystemClock>>,
-        section: HttpSection,
-    ) -> Result<Self, floodgate_http::identity::IdentityError> {
+    pub(crate) fn new(engine: Arc<Engine<B, SystemClock>>, section: HttpSection) -> Self {
         let identity = section.compiled.clone();
         let layer = FloodgateLayer::with(
             engine,
@@ -42,11 +39,11 @@ impl<B: Backend> Limiter<B> {
             Contract::new(section.contract.clone()),
             section.layer.clone(),
         );
-        Ok(Limiter {
+        Limiter {
             trusts_proxies: section.identity.client_ip.trusts_proxies(),
             section,
             layer,
-        })
+        }
     }
 
     /// The layer.
@@ -110,24 +107,14 @@ impl<B: Backend> Gateway<B> {
     /// it in force: `None` when the section is unchanged (the running
     /// limiter, with its queues and counts, is to stay), `Some(None)` when
     /// the section is gone.
-    pub(crate) fn limiter_for(
-        &self,
-        section: Option<HttpSection>,
-    ) -> Result<Option<Option<Limiter<B>>>, floodgate_http::identity::IdentityError> {
+    pub(crate) fn limiter_for(&self, section: Option<HttpSection>) -> Option<Option<Limiter<B>>> {
         let current = self.limiter.load();
         let unchanged = match (current.as_ref(), &section) {
             (None, None) => true,
             (Some(l), Some(s)) => l.section == *s,
             _ => false,
         };
-        if unchanged {
-            return Ok(None);
-        }
-        let next = match section {
-            Some(s) => Some(Limiter::new(self.engine.clone(), s)?),
-            None => None,
-        };
-        Ok(Some(next))
+        (!unchanged).then(|| section.map(|s| Limiter::new(self.engine.clone(), s)))
     }
 
     /// Puts `limiter` in force (none: limit nothing); requests in flight

@@ -52,45 +52,30 @@ impl HttpSection {
             let Some(map) = errors.take(node.map()) else {
                 continue;
             };
-            let identity = IdentityConfig::from_yaml(node);
-            let contract = match map.get(RESPONSES) {
-                Some(n) => ContractConfig::from_yaml(n),
-                None => Ok(ContractConfig::default()),
-            };
-            let layer = match map.get(LAYER) {
-                Some(n) => LayerSettings::from_yaml(n),
-                None => Ok(LayerSettings::default()),
-            };
-            // The identity compiles (routes, limits of the configuration).
-            let compiled = identity
-                .clone()
-                .and_then(|c| HttpIdentity::new(c).map_err(|e| node.error(e.to_string()).into()));
-            match (identity, contract, layer, compiled) {
-                (Ok(identity), Ok(contract), Ok(layer), Ok(compiled)) => {
-                    let section = HttpSection {
-                        identity,
-                        contract,
-                        layer,
-                        compiled,
-                    };
-                    found = Some((section, node.at().to_string()));
-                }
-                (i, c, l, compiled) => {
-                    let mut compile_error = true;
-                    if let Err(e) = i {
-                        errors.extend(e);
-                        compile_error = false;
-                    }
-                    if let Err(e) = c {
-                        errors.extend(e);
-                    }
-                    if let Err(e) = l {
-                        errors.extend(e);
-                    }
-                    if let (true, Err(e)) = (compile_error, compiled) {
-                        errors.extend(e);
-                    }
-                }
+            // Every part's problems, in order; the identity compiles
+            // (routes, limits of the configuration) only once it reads.
+            let identity = IdentityConfig::from_yaml(node).map_err(|e| errors.extend(e));
+            let contract = map
+                .get(RESPONSES)
+                .map_or(Ok(ContractConfig::default()), ContractConfig::from_yaml)
+                .map_err(|e| errors.extend(e));
+            let layer = map
+                .get(LAYER)
+                .map_or(Ok(LayerSettings::default()), LayerSettings::from_yaml)
+                .map_err(|e| errors.extend(e));
+            let compiled = identity.clone().ok().map(HttpIdentity::new);
+            let compiled =
+                compiled.and_then(|c| errors.take(c.map_err(|e| node.error(e.to_string()))));
+            if let (Ok(identity), Ok(contract), Ok(layer), Some(compiled)) =
+                (identity, contract, layer, compiled)
+            {
+                let section = HttpSection {
+                    identity,
+                    contract,
+                    layer,
+                    compiled,
+                };
+                found = Some((section, node.at().to_string()));
             }
         }
         errors.finish(found.map(|(s, _)| s))

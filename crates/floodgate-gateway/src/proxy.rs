@@ -16,6 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use floodgate_runtime::listener::Slot;
 use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, UPGRADE};
 use http::{HeaderValue, Request, Response, StatusCode, Version};
 use http_body::Body as _;
@@ -30,14 +31,13 @@ use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
 use crate::host::{HostError, normalize_host};
-use crate::upgrade::{self, ConnectionGuard};
+use crate::upgrade;
 use crate::upload::{ClientBodyError, Progress, UploadBody};
 use crate::upstream::{SendError, Upstream};
 
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no
 /// extension map to allocate per request).
-#[derive(Debug)]
 pub(crate) struct ClientInfo {
     /// The client's address.
     pub peer: SocketAddr,
@@ -47,9 +47,9 @@ pub(crate) struct ClientInfo {
     /// The request came through a trusted proxy, so its
     /// `X-Forwarded-Proto` is kept.
     pub trusted_hop: bool,
-    /// What the client connection holds, kept by a tunnel if the request
-    /// is upgraded.
-    pub guard: Option<ConnectionGuard>,
+    /// The client connection's place under the cap, held by a tunnel if
+    /// the request is upgraded.
+    pub slot: Option<Arc<Slot>>,
 }
 
 /// Counters of the proxy (cumulative).
@@ -302,7 +302,7 @@ struct Prepared {
     progress: Option<Arc<Progress>>,
     /// The client's side of an upgrade it asked for, its connection's
     /// place, and the protocol asked for.
-    client_upgrade: Option<(OnUpgrade, Option<ConnectionGuard>, HeaderValue)>,
+    client_upgrade: Option<(OnUpgrade, Option<Arc<Slot>>, HeaderValue)>,
 }
 
 /// Forwards `req`: made ready for the upstream as it arrives (no future
@@ -349,11 +349,11 @@ fn forward(
         match result {
             Exchange::Response(mut res) => {
                 let switched = match client_upgrade {
-                    Some((client, guard, asked))
+                    Some((client, slot, asked))
                         if res.status() == StatusCode::SWITCHING_PROTOCOLS =>
                     {
                         let upstream = hyper::upgrade::on(&mut res);
-                        upgrade::spawn_tunnel(client, upstream, guard);
+                        upgrade::spawn_tunnel(client, upstream, slot);
                         // An upgraded connection belongs to its tunnel, not the
                         // pool.
                         res.body_mut().detach();
@@ -456,7 +456,7 @@ fn prepare(
     let upgrade = upgrade.filter(|_| req.version() == Version::HTTP_11);
     let client_upgrade = upgrade.map(|v| {
         upgrade::restore(req.headers_mut(), v.clone());
-        (hyper::upgrade::on(&mut req), client.guard, v)
+        (hyper::upgrade::on(&mut req), client.slot, v)
     });
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     let (parts, body) = req.into_parts();

@@ -9,8 +9,6 @@
 
 use std::sync::Arc;
 
-use floodgate_http::identity::IdentityError;
-use floodgate_policy::PolicySet;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
@@ -19,7 +17,7 @@ use floodgate_runtime::{AnyBackend, RuntimeError};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
-use crate::gateway::{Gateway, Limiter};
+use crate::gateway::Gateway;
 use crate::http_section::HttpSection;
 
 /// Why a new configuration was refused.
@@ -31,20 +29,6 @@ pub enum ReloadError {
     /// The store cannot decide a rule (e.g. Redis and too fine a period).
     #[error(transparent)]
     Store(#[from] RuntimeError),
-    /// The `http:` section does not compile into a limiter.
-    #[error("http section: {0}")]
-    Http(#[from] IdentityError),
-}
-
-/// A new configuration, built whole and not yet in force.
-pub struct Prepared {
-    policy: PolicySet,
-    /// `None`: the `http:` section is unchanged and the running limiter
-    /// (its queues and counts) stays; `Some(None)`: the section is gone.
-    limiter: Option<Option<Limiter<AnyBackend>>>,
-    /// The `gateway:` section differs from the one the gateway started
-    /// with (it is only read at startup).
-    gateway_changed: bool,
 }
 
 /// Reloads the configuration of one running gateway.
@@ -72,9 +56,12 @@ impl Reload {
         }
     }
 
-    /// Reads, checks and builds everything `compiled` holds; nothing is put
-    /// in force.
-    pub fn prepare(&self, compiled: Compiled) -> Result<Prepared, ReloadError> {
+    /// Reads, checks and builds everything `compiled` holds, then, when
+    /// all of it is valid, puts it in force: the policies, then the
+    /// limiter (requests in flight finish with the ones they started on).
+    /// An unchanged `http:` section keeps the running limiter (its queues
+    /// and counts).
+    pub fn apply(&self, compiled: Compiled) -> Result<(), ReloadError> {
         let docs = &compiled.loaded.documents;
         let mut errors = Errors::default();
         if let Err(e) = Settings::from_documents(docs) {
@@ -96,22 +83,7 @@ impl Reload {
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
         self.gateway.engine().backend().check_policy(&policy)?;
-        let limiter = self.gateway.limiter_for(http)?;
-        Ok(Prepared {
-            policy,
-            limiter,
-            gateway_changed,
-        })
-    }
-
-    /// Puts a prepared configuration in force: the policies, then the
-    /// limiter (requests in flight finish with the ones they started on).
-    pub fn commit(&self, prepared: Prepared) {
-        let Prepared {
-            policy,
-            limiter,
-            gateway_changed,
-        } = prepared;
+        let limiter = self.gateway.limiter_for(http);
         if gateway_changed {
             tracing::warn!("the gateway section changed: it is only read at startup");
         }
@@ -120,13 +92,6 @@ impl Reload {
             self.gateway.replace_limiter(next);
             tracing::info!("http section reloaded: new limiter");
         }
-    }
-
-    /// [`prepare`](Self::prepare), then [`commit`](Self::commit) when
-    /// everything is valid.
-    pub fn apply(&self, compiled: Compiled) -> Result<(), ReloadError> {
-        let prepared = self.prepare(compiled)?;
-        self.commit(prepared);
         Ok(())
     }
 }

@@ -199,12 +199,7 @@ pub async fn start(
     );
     let health = Arc::new(Health::new(engine.clone()));
     health.spawn_store_probes();
-    let limiter = match http {
-        Some(s) => Some(
-            Limiter::new(engine.clone(), s).map_err(|e| GatewayError::Startup(e.to_string()))?,
-        ),
-        None => None,
-    };
+    let limiter = http.map(|s| Limiter::new(engine.clone(), s));
     let limited = limiter.is_some();
     let proxy = Proxy::with_limits(Upstream::new(&config.upstream)?, &config.limits);
     let tls = match &config.tls {

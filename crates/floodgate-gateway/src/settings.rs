@@ -306,60 +306,69 @@ fn finish(draft: Draft, origins: &Origins, errors: &mut Errors) -> GatewayConfig
         tls_cert,
         tls_key,
     } = draft;
-    let at = |key: &str| origins.of(key);
-    match (tls_cert, tls_key) {
-        (Some(cert), Some(key)) => {
-            let (co, ko) = (at("gateway.tls.cert"), at("gateway.tls.key"));
-            let tls = ListenerTls {
-                cert: relative_to_origin(&cert, &co),
-                key: relative_to_origin(&key, &ko),
-            };
-            if let Err(e) = certificates(&tls.cert) {
-                errors.push(co.error(e.to_string()));
-            } else if let Err(e) = private_key(&tls.key) {
-                errors.push(ko.error(e.to_string()));
-            } else if let Err(e) = load_certified_key(&tls) {
-                errors.push(ko.error(e.to_string()));
-            }
-            config.tls = Some(tls);
-        }
-        (None, None) => {}
-        (Some(_), None) => errors.push(at("gateway.tls.cert").error("missing required key 'key'")),
-        (None, Some(_)) => errors.push(at("gateway.tls.key").error("missing required key 'cert'")),
-    }
+    config.tls = pair(
+        (tls_cert, tls_key),
+        ["gateway.tls.cert", "gateway.tls.key"],
+        ["missing required key 'key'", "missing required key 'cert'"],
+        |tls| load_certified_key(tls).map(drop),
+        origins,
+        errors,
+    );
     let up = &mut config.upstream.tls;
     if let Some(ca) = &up.ca {
-        let o = at("gateway.upstream.tls.ca");
+        let o = origins.of("gateway.upstream.tls.ca");
         let ca = relative_to_origin(ca, &o);
         if let Err(e) = certificates(&ca) {
             errors.push(o.error(e.to_string()));
         }
         up.ca = Some(ca);
     }
-    match (&up.cert, &up.key) {
+    let half = "a client certificate needs both 'cert' and 'key'";
+    let client = pair(
+        (up.cert.take(), up.key.take()),
+        ["gateway.upstream.tls.cert", "gateway.upstream.tls.key"],
+        [half, half],
+        |_| Ok(()),
+        origins,
+        errors,
+    );
+    (up.cert, up.key) = client.map(|c| (c.cert, c.key)).unzip();
+    config
+}
+
+/// A certificate and its key (settings `keys`), given both or neither
+/// (else the error of `half` for the one given), resolved and read; when
+/// both read, `check` tells whether they go together.
+fn pair(
+    files: (Option<PathBuf>, Option<PathBuf>),
+    keys: [&str; 2],
+    half: [&str; 2],
+    check: impl Fn(&ListenerTls) -> Result<(), crate::tls::TlsError>,
+    origins: &Origins,
+    errors: &mut Errors,
+) -> Option<ListenerTls> {
+    let (co, ko) = (origins.of(keys[0]), origins.of(keys[1]));
+    match files {
         (Some(cert), Some(key)) => {
-            let (co, ko) = (
-                at("gateway.upstream.tls.cert"),
-                at("gateway.upstream.tls.key"),
-            );
-            let (cert, key) = (relative_to_origin(cert, &co), relative_to_origin(key, &ko));
-            if let Err(e) = certificates(&cert) {
+            let pair = ListenerTls {
+                cert: relative_to_origin(&cert, &co),
+                key: relative_to_origin(&key, &ko),
+            };
+            if let Err(e) = certificates(&pair.cert) {
                 errors.push(co.error(e.to_string()));
-            } else if let Err(e) = private_key(&key) {
+            } else if let Err(e) = private_key(&pair.key).map(drop).and_then(|()| check(&pair)) {
                 errors.push(ko.error(e.to_string()));
             }
-            up.cert = Some(cert);
-            up.key = Some(key);
+            Some(pair)
         }
-        (None, None) => {}
-        (Some(_), None) => errors.push(
-            at("gateway.upstream.tls.cert")
-                .error("a client certificate needs both 'cert' and 'key'"),
-        ),
-        (None, Some(_)) => errors.push(
-            at("gateway.upstream.tls.key")
-                .error("a client certificate needs both 'cert' and 'key'"),
-        ),
+        (Some(_), None) => {
+            errors.push(co.error(half[0]));
+            None
+        }
+        (None, Some(_)) => {
+            errors.push(ko.error(half[1]));
+            None
+        }
+        (None, None) => None,
     }
-    config
 }

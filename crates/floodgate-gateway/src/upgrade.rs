@@ -4,33 +4,13 @@
 //! answers `101 Switching Protocols` the two connections become one
 //! bidirectional byte stream until either side closes.
 
-use std::any::Any;
 use std::sync::Arc;
 
+use floodgate_runtime::listener::Slot;
 use http::header::{CONNECTION, UPGRADE};
 use http::{HeaderMap, HeaderValue, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-
-/// A request extension: something the client connection holds (its slot
-/// under `max_connections`), kept by the tunnel until it closes.
-#[derive(Clone)]
-pub struct ConnectionGuard {
-    _held: Arc<dyn Any + Send + Sync>,
-}
-
-impl ConnectionGuard {
-    /// Keeps `held` until the connection (or its tunnel) ends.
-    pub fn new(held: Arc<dyn Any + Send + Sync>) -> Self {
-        ConnectionGuard { _held: held }
-    }
-}
-
-impl std::fmt::Debug for ConnectionGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ConnectionGuard")
-    }
-}
 
 /// The `Upgrade` field of an HTTP/1.1 request that asks for an upgrade
 /// (`Connection` names `upgrade`), or none.
@@ -57,8 +37,8 @@ pub fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
 
 /// Joins the client's and the upstream's upgraded connections once both
 /// are handed over, and copies bytes both ways until either side closes;
-/// `guard` is kept until then.
-pub fn spawn_tunnel(client: OnUpgrade, upstream: OnUpgrade, guard: Option<ConnectionGuard>) {
+/// the client connection's place under the cap, `slot`, is held until then.
+pub fn spawn_tunnel(client: OnUpgrade, upstream: OnUpgrade, slot: Option<Arc<Slot>>) {
     tokio::spawn(async move {
         let (client, upstream) = tokio::join!(client, upstream);
         let (client, upstream) = match (client, upstream) {
@@ -74,7 +54,7 @@ pub fn spawn_tunnel(client: OnUpgrade, upstream: OnUpgrade, guard: Option<Connec
             Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
             Err(e) => tracing::debug!(error = %e, "upgraded connection ended with an error"),
         }
-        drop(guard);
+        drop(slot);
     });
 }
 

@@ -24,8 +24,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::{Instant, timeout_at};
+use tokio_rustls::TlsAcceptor;
 
-use super::accept::Accepted;
+use super::accept::{Accepted, Slot};
 use super::connections::{Activity, InFlight};
 use super::drain::DrainWatcher;
 use super::idle::{OpenStream, Streams};
@@ -121,33 +123,72 @@ impl Http {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
+        self.serve_tls(accepted, None, |_, _| service).await;
+    }
+
+    /// [`serve`](Self::serve), with TLS terminated by `tls` first (ALPN
+    /// `h2`, else HTTP/2 with prior knowledge told by its preface), and
+    /// the service made for the connection from its client's address and
+    /// its place under the cap (held until the connection and whatever it
+    /// was upgraded to end).
+    pub async fn serve_tls<S, B>(
+        &self,
+        accepted: Accepted,
+        tls: Option<&TlsAcceptor>,
+        service: impl FnOnce(SocketAddr, Arc<Slot>) -> S,
+    ) where
+        S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
         let Accepted {
-            mut stream,
+            stream,
             peer,
             slot,
             activity,
             mut watcher,
         } = accepted;
-        // The first bytes are due within the header timeout; a connection
-        // that has sent nothing when shutdown begins has nothing in flight.
-        let sniffed = tokio::select! {
-            s = tokio::time::timeout(self.limits.header_read_timeout, sniff(&mut stream)) => s,
-            _ = watcher.signalled() => return,
-        };
-        let Ok(Ok((kind, prefix))) = sniffed else {
+        // The TLS handshake and the first bytes are due within the header
+        // timeout; a connection that has sent nothing when shutdown begins
+        // has nothing in flight.
+        let deadline = Instant::now() + self.limits.header_read_timeout;
+        let slot = Arc::new(slot);
+        let service = service(peer, slot.clone());
+        let Some(tls) = tls else {
+            let sniffed = first_bytes(stream, deadline, &mut watcher).await;
+            if let Some((io, kind)) = sniffed {
+                self.serve_io(io, kind, peer, activity, watcher, service)
+                    .await;
+            }
             return;
         };
-        let io = Prefixed::new(prefix, stream);
-        self.serve_io(io, kind, peer, activity, watcher, service)
-            .await;
-        drop(slot);
+        let stream = tokio::select! {
+            a = timeout_at(deadline, tls.accept(stream)) => match a {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                Err(_) => return,
+            },
+            _ = watcher.signalled() => return,
+        };
+        let sniffed = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            Some((Prefixed::new(Bytes::new(), stream), Sniffed::Http2))
+        } else {
+            first_bytes(stream, deadline, &mut watcher).await
+        };
+        if let Some((io, kind)) = sniffed {
+            self.serve_io(io, kind, peer, activity, watcher, service)
+                .await;
+        }
     }
 
     /// Serves `service` on a connection whose first bytes told its protocol
-    /// (`kind`; `io` gives them again) — after a TLS handshake, say — under
-    /// the same protections as [`serve`](Self::serve). HTTP/1.1 requests
-    /// may upgrade the connection (`hyper::upgrade::on`).
-    pub async fn serve_io<I, S, B>(
+    /// (`kind`; `io` gives them again). HTTP/1.1 requests may upgrade the
+    /// connection (`hyper::upgrade::on`).
+    async fn serve_io<I, S, B>(
         &self,
         io: I,
         kind: Sniffed,
@@ -165,7 +206,13 @@ impl Http {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
-        heard(&activity, kind);
+        // An HTTP/1.1 head is arriving (left its grace to finish, see
+        // [`HEAD_GRACE`](super::HEAD_GRACE)); an HTTP/2 connection without
+        // a stream yet is idle, whatever it sent (its preface, settings).
+        match kind {
+            Sniffed::Http1 => activity.heard(),
+            Sniffed::Http2 | Sniffed::Closed => activity.silent(),
+        }
         let io = TokioIo::new(io);
         let service = Arc::new(service);
         let result = match (kind, self.protocols) {
@@ -199,15 +246,18 @@ impl Http {
     }
 }
 
-/// Records what a connection's first bytes say: an HTTP/1.1 head is
-/// arriving (left its grace to finish, see
-/// [`HEAD_GRACE`](super::HEAD_GRACE)); an HTTP/2 connection without a
-/// stream yet is idle, whatever it sent (its preface and settings).
-pub fn heard(activity: &Activity, kind: Sniffed) {
-    match kind {
-        Sniffed::Http1 => activity.heard(),
-        Sniffed::Http2 | Sniffed::Closed => activity.silent(),
-    }
+/// What the first bytes of `io` say (read by `deadline`, unless shutdown
+/// comes first), and `io` to give them again.
+async fn first_bytes<I: AsyncRead + AsyncWrite + Unpin>(
+    mut io: I,
+    deadline: Instant,
+    watcher: &mut DrainWatcher,
+) -> Option<(Prefixed<I>, Sniffed)> {
+    let (kind, prefix) = tokio::select! {
+        s = timeout_at(deadline, sniff(&mut io)) => s.ok()?.ok()?,
+        _ = watcher.signalled() => return None,
+    };
+    Some((Prefixed::new(prefix, io), kind))
 }
 
 pin_project! {

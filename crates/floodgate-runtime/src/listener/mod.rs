@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use accept::{Accepted, Counters, Slot, accept_loop};
-pub use connection::{ConnectionLimits, GracefulShutdown, Held, Http, Protocols, heard, serve_h2};
+pub use connection::{ConnectionLimits, GracefulShutdown, Held, Http, Protocols, serve_h2};
 pub use connections::{Activity, HEAD_GRACE, InFlight};
 pub use drain::{Drain, DrainWatcher};
 pub use idle::{OpenStream, Streams};
