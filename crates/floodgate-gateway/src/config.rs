@@ -169,18 +169,13 @@ impl Default for UpstreamConfig {
 /// Client-side protections of the listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenerLimits {
-    /// Time a client has to send a complete request head (HTTP/1.1), or
-    /// the connection preface; also how long an idle keep-alive connection
-    /// is kept. Slow clients (slowloris) are disconnected after it.
-    pub header_read_timeout: Duration,
+    /// The protections of each connection: the header timeout (slow
+    /// clients, slowloris, are disconnected after it), the largest request
+    /// head and most fields, the HTTP/2 streams and idle timeout.
+    pub connection: ConnectionLimits,
     /// Longest pause between two chunks of a request body while it is
     /// forwarded (beyond → 408, and the upstream request is aborted).
     pub body_read_timeout: Duration,
-    /// Largest request head: HTTP/1.1 read buffer (beyond → 431) and
-    /// HTTP/2 header list.
-    pub max_header_bytes: usize,
-    /// Most header fields in an HTTP/1.1 request (beyond → 431).
-    pub max_headers: usize,
     /// Largest request body (nginx's `client_max_body_size`): a larger
     /// `Content-Length` → 413 before the request is limited, a body that
     /// grows past it → 413 and the upload aborted. None: any size.
@@ -188,37 +183,19 @@ pub struct ListenerLimits {
     /// Open client connections at most; beyond, new connections wait in
     /// the kernel's accept backlog.
     pub max_connections: usize,
-    /// Concurrent streams per HTTP/2 connection.
-    pub max_concurrent_streams: u32,
-    /// An HTTP/2 connection with no open stream for this long is closed
-    /// (`GOAWAY`, then disconnected if it still opens none for as long).
-    pub http2_idle_timeout: Duration,
 }
 
 impl Default for ListenerLimits {
     fn default() -> Self {
         ListenerLimits {
-            header_read_timeout: Duration::from_secs(10),
+            connection: ConnectionLimits {
+                max_concurrent_streams: 256,
+                http2_idle_timeout: Duration::from_secs(10),
+                ..ConnectionLimits::default()
+            },
             body_read_timeout: Duration::from_secs(60),
-            max_header_bytes: 64 * 1024,
-            max_headers: 100,
             max_body_bytes: None,
             max_connections: 10_000,
-            max_concurrent_streams: 256,
-            http2_idle_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-impl ListenerLimits {
-    /// The protections of each connection.
-    pub fn connection(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            header_read_timeout: self.header_read_timeout,
-            max_header_bytes: self.max_header_bytes,
-            max_headers: self.max_headers,
-            max_concurrent_streams: self.max_concurrent_streams,
-            http2_idle_timeout: self.http2_idle_timeout,
         }
     }
 }

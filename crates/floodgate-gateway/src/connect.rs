@@ -50,15 +50,6 @@ pub struct Connector {
     h2: http2::Builder<TokioExecutor>,
 }
 
-impl std::fmt::Debug for Connector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connector")
-            .field("protocol", &self.protocol)
-            .field("tls", &self.tls.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
 impl Connector {
     /// A connector for `config`; TLS is set up when a URL is `https://`.
     pub fn new(config: &UpstreamConfig) -> Result<Self, TlsError> {

@@ -110,6 +110,16 @@ pub struct Unsent {
     pub request: Option<Request<UploadBody>>,
 }
 
+impl From<hyper::client::conn::TrySendError<Request<UploadBody>>> for Unsent {
+    fn from(mut e: hyper::client::conn::TrySendError<Request<UploadBody>>) -> Self {
+        Unsent {
+            // Never written: safe to send again on another connection.
+            request: e.take_message(),
+            error: e.into_error().into(),
+        }
+    }
+}
+
 impl Connection {
     /// Sends `req` (prepared for the upstream); the response's body carries
     /// the connection, back to `pool` when it ends.
@@ -185,11 +195,7 @@ async fn send_http1(
             };
             Ok(res.map(|body| UpstreamBody::hyper(body, Some(lease))))
         }
-        Err(mut e) => Err(Unsent {
-            // Never written: safe to send again on another connection.
-            request: e.take_message(),
-            error: e.into_error().into(),
-        }),
+        Err(e) => Err(Unsent::from(e)),
     }
 }
 
@@ -205,10 +211,7 @@ async fn send_http2(
     }
     match sender.try_send_request(req).await {
         Ok(res) => Ok(res.map(|body| UpstreamBody::hyper(body, None))),
-        Err(mut e) => Err(Unsent {
-            request: e.take_message(),
-            error: e.into_error().into(),
-        }),
+        Err(e) => Err(Unsent::from(e)),
     }
 }
 
@@ -248,15 +251,6 @@ pub enum UpstreamBody {
         /// Its connection, until the body ends.
         lease: Option<Lease>,
     },
-}
-
-impl std::fmt::Debug for UpstreamBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UpstreamBody::Own(body) => body.fmt(f),
-            UpstreamBody::Hyper { body, .. } => body.fmt(f),
-        }
-    }
 }
 
 impl UpstreamBody {

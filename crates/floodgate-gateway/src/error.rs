@@ -1,7 +1,5 @@
 //! The gateway's errors.
 
-use std::net::SocketAddr;
-
 use floodgate_policy::error::ConfigErrors;
 
 /// Why the gateway could not start or stopped.
@@ -13,14 +11,6 @@ pub enum GatewayError {
     /// The configuration has no `gateway:` section.
     #[error("the configuration has no `gateway:` section (listen address and upstream)")]
     NoSection,
-    /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
     /// The store, metrics or the runtime failed.
     #[error(transparent)]
     Runtime(#[from] floodgate_runtime::RuntimeError),

@@ -88,7 +88,7 @@ fn push_ip(buf: &mut BytesMut, ip: IpAddr) {
             buf.put_slice(&text[..n]);
         }
         IpAddr::V6(a) => {
-            let _ = write!(Writer(buf), "{a}");
+            let _ = write!(buf, "{a}");
         }
     }
 }
@@ -132,7 +132,7 @@ pub fn append_forwarded(
             push_ip(buf, IpAddr::V4(a));
         }
         IpAddr::V6(a) => {
-            let _ = write!(Writer(buf), "for=\"[{a}]\"");
+            let _ = write!(buf, "for=\"[{a}]\"");
         }
     }
     buf.put_slice(if https {
@@ -183,15 +183,6 @@ fn set(headers: &mut HeaderMap, name: HeaderName, value: Bytes) {
     // Existing values were valid field values, and so is what was added.
     if let Ok(v) = HeaderValue::from_maybe_shared(value) {
         headers.insert(name, v);
-    }
-}
-
-struct Writer<'a>(&'a mut BytesMut);
-
-impl std::fmt::Write for Writer<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.put_slice(s.as_bytes());
-        Ok(())
     }
 }
 

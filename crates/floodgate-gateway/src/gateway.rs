@@ -68,24 +68,20 @@ pub struct Gateway<B> {
 
 impl<B: Backend> Gateway<B> {
     /// A gateway limiting with `limiter` (none: a plain proxy) in front of
-    /// `proxy`.
+    /// `proxy`, with an access log line per request if `access_log` (see
+    /// [`crate::access`]).
     pub(crate) fn new(
         engine: Arc<Engine<B, SystemClock>>,
         limiter: Option<Limiter<B>>,
         proxy: Proxy,
+        access_log: bool,
     ) -> Self {
         Gateway {
             engine,
             limiter: ArcSwap::from_pointee(limiter),
             proxy,
-            access_log: false,
+            access_log,
         }
-    }
-
-    /// With an access log line per request (see [`crate::access`]).
-    pub(crate) fn with_access_log(mut self, on: bool) -> Self {
-        self.access_log = on;
-        self
     }
 
     /// The engine (its policy is swapped on reload).

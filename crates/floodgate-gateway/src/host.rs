@@ -184,25 +184,14 @@ static NAME: [bool; 256] = {
     let mut t = [false; 256];
     let mut b = 0;
     while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                b'-' | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            );
+        t[b] = (b as u8).is_ascii_alphanumeric();
         b += 1;
+    }
+    let others = b"-_~!$&'()*+,;=";
+    let mut i = 0;
+    while i < others.len() {
+        t[others[i] as usize] = true;
+        i += 1;
     }
     t
 };

@@ -33,7 +33,7 @@ pub async fn serve<B: Backend + 'static>(
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) {
-    let http = Arc::new(Http::new(&limits.connection(), Protocols::Http1AndHttp2));
+    let http = Arc::new(Http::new(&limits.connection, Protocols::Http1AndHttp2));
     let places = descriptors::fit_max_connections("gateway", limits.max_connections, 2);
     let counters = Counters {
         connections: metrics::gauge!("floodgate_gateway_connections"),

@@ -189,18 +189,6 @@ impl Shared {
         }
         res
     }
-
-    /// What is checked of a request before it is limited: its authority
-    /// (see [`crate::host`]) and its announced length.
-    fn admit<B: http_body::Body>(&self, req: &mut Request<B>) -> Result<(), ClientError> {
-        normalize_host(req).map_err(ClientError::Host)?;
-        if let Some(max) = self.max_body_bytes
-            && req.body().size_hint().lower() > max
-        {
-            return Err(ClientError::Body(ClientBodyError::TooLarge));
-        }
-        Ok(())
-    }
 }
 
 /// Forwards requests to an [`Upstream`]. Always ready; never fails (errors
@@ -243,10 +231,19 @@ impl Proxy {
         &self,
         req: &mut Request<B>,
     ) -> Option<Response<ProxyBody>> {
-        self.shared
-            .admit(req)
-            .err()
-            .map(|e| self.shared.client_error(e, req.version()))
+        let shared = &self.shared;
+        let e = match normalize_host(req) {
+            Err(h) => ClientError::Host(h),
+            Ok(())
+                if shared
+                    .max_body_bytes
+                    .is_some_and(|max| req.body().size_hint().lower() > max) =>
+            {
+                ClientError::Body(ClientBodyError::TooLarge)
+            }
+            Ok(()) => return None,
+        };
+        Some(shared.client_error(e, req.version()))
     }
 
     /// The upstream.
@@ -386,21 +383,14 @@ fn forward(
                 )
             }
             Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
-            Exchange::Failed(e) => {
-                if matches!(e, SendError::Connect(ConnectError::Timeout(_))) {
-                    shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                    shared.metrics.timeout.increment(1);
-                    tracing::debug!(error = %e, "upstream connect timed out");
-                    return error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n");
-                }
-                shared.bad_gateway(&e)
+            Exchange::Failed(e @ SendError::Connect(ConnectError::Timeout(_))) => {
+                shared.gateway_timeout(&e)
             }
-            Exchange::TimedOut => {
-                shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                shared.metrics.timeout.increment(1);
-                tracing::debug!(timeout = ?up.response_timeout(), "upstream response timed out");
-                error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
-            }
+            Exchange::Failed(e) => shared.bad_gateway(&e),
+            Exchange::TimedOut => shared.gateway_timeout(&format_args!(
+                "upstream response timed out after {:?}",
+                up.response_timeout()
+            )),
             Exchange::UploadStalled => {
                 tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
                 shared.client_error(ClientError::BodyTimeout, version)
@@ -471,6 +461,14 @@ fn prepare(
 }
 
 impl Shared {
+    /// Counts an upstream timeout and writes the 504.
+    fn gateway_timeout(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
+        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+        self.metrics.timeout.increment(1);
+        tracing::debug!(error = %e, "upstream timed out");
+        error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
+    }
+
     /// Counts an upstream failure and writes the 502.
     fn bad_gateway(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
         self.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);

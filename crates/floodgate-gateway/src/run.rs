@@ -17,7 +17,7 @@ use floodgate_runtime::config_thread::ConfigThread;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{ADMIN_CONNECTIONS, Http, Protocols, bind, spawn_router};
 use floodgate_runtime::settings::{Env, Flags, Settings};
-use floodgate_runtime::{AnyBackend, Health};
+use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -100,7 +100,6 @@ pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), G
 /// A gateway serving in the background.
 pub struct Running {
     addr: SocketAddr,
-    admin: Option<SocketAddr>,
     gateway: Arc<Gateway<AnyBackend>>,
     health: Arc<Health>,
     stop: watch::Sender<bool>,
@@ -117,11 +116,6 @@ impl Running {
     /// The client-facing address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
-    }
-
-    /// The admin address, if any.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin
     }
 
     /// The gateway.
@@ -213,7 +207,7 @@ pub async fn start(
         }
         _ => None,
     };
-    let gateway = Arc::new(Gateway::new(engine, limiter, proxy).with_access_log(config.access_log));
+    let gateway = Arc::new(Gateway::new(engine, limiter, proxy, config.access_log));
     let watching = watch_config(
         thread,
         source,
@@ -226,21 +220,26 @@ pub async fn start(
         tls.clone(),
     );
     let listener = bind("gateway", config.listen).await?;
-    let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+    let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
         addr: config.listen,
         source,
     })?;
     let (stop, stopped) = watch::channel(false);
-    let (admin, admin_task) = match settings.server.admin {
+    let admin_task = match settings.server.admin {
         Some(a) => {
             let l = bind("admin", a).await?;
-            let bound = l.local_addr().ok();
             let router = floodgate_runtime::admin::router(health.clone(), prometheus);
             let http = Http::new(&settings.server.limits, Protocols::Http1AndHttp2);
-            let task = spawn_router("admin", l, router, http, ADMIN_CONNECTIONS, stopped.clone());
-            (bound, Some(task))
+            Some(spawn_router(
+                "admin",
+                l,
+                router,
+                http,
+                ADMIN_CONNECTIONS,
+                stopped.clone(),
+            ))
         }
-        None => (None, None),
+        None => None,
     };
     let upstreams: Vec<&str> = config
         .upstream
@@ -266,7 +265,6 @@ pub async fn start(
     ));
     Ok(Running {
         addr,
-        admin,
         gateway,
         health,
         stop,

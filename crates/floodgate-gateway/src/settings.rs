@@ -72,31 +72,27 @@ const UPSTREAM: &[(&str, &str)] = &[("gateway.upstream.url", "http://127.0.0.1:9
 // One setting in a few lines each: a table, laid out by hand.
 #[rustfmt::skip]
 fn declare() -> Vec<S> {
-    vec![
+    let mut t = vec![
         S::new("gateway.listen", "FLOODGATE_GATEWAY_LISTEN", "listen", Kind::Addr, "0.0.0.0:8000",
             "the client-facing listener (`host:port`, `:port` or a port on all interfaces)",
             |s, v| {
                 s.config.listen = parse_listen_on(&v.text(), ANY)?
                     .ok_or("the gateway needs a listen address")?;
                 Ok(())
-            })
-            .context(UPSTREAM),
+            }),
         S::new("gateway.access_log", "FLOODGATE_ACCESS_LOG", "access-log", Kind::Bool, "false",
             "one log line per request",
             |s, v| {
                 s.config.access_log = floodgate_runtime::settings::parse_bool(&v.text())
                     .ok_or_else(|| format!("expected true or false, found `{}`", v.text()))?;
                 Ok(())
-            })
-            .context(UPSTREAM),
+            }),
         S::new("gateway.tls.cert", "FLOODGATE_GATEWAY_TLS_CERT", "tls-cert", Kind::Text, "",
             "TLS on the listener: PEM certificate chain (with `key`)",
-            |s, v| { s.tls_cert = Some(path(v)?); Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.tls_cert = Some(path(v)?); Ok(()) }),
         S::new("gateway.tls.key", "FLOODGATE_GATEWAY_TLS_KEY", "tls-key", Kind::Text, "",
             "TLS on the listener: its PEM private key",
-            |s, v| { s.tls_key = Some(path(v)?); Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.tls_key = Some(path(v)?); Ok(()) }),
         S::new("gateway.upstream.url", "FLOODGATE_UPSTREAM", "upstream", Kind::List, "",
             "upstream base URLs, used in turn (`http://host:port[/prefix]` or `https://`; `gateway.upstream: URL` for one); required",
             |s, v| {
@@ -128,24 +124,19 @@ fn declare() -> Vec<S> {
                 };
                 Ok(())
             })
-            .samples("http2", "http1")
-            .context(UPSTREAM),
+            .samples("http2", "http1"),
         S::new("gateway.upstream.connect_timeout", "FLOODGATE_UPSTREAM_CONNECT_TIMEOUT", "upstream-connect-timeout", Kind::Duration, "5s",
             "longest time to connect (and complete TLS); beyond: 504",
-            |s, v| { s.config.upstream.connect_timeout = positive(v)?; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.connect_timeout = positive(v)?; Ok(()) }),
         S::new("gateway.upstream.response_timeout", "FLOODGATE_UPSTREAM_RESPONSE_TIMEOUT", "upstream-response-timeout", Kind::Duration, "60s",
             "longest wait for the response head, and longest pause of either body; beyond: 504",
-            |s, v| { s.config.upstream.response_timeout = positive(v)?; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.response_timeout = positive(v)?; Ok(()) }),
         S::new("gateway.upstream.pool_idle_timeout", "FLOODGATE_UPSTREAM_POOL_IDLE_TIMEOUT", "upstream-pool-idle-timeout", Kind::Duration, "90s",
             "idle pooled connections are closed after this long",
-            |s, v| { s.config.upstream.pool_idle_timeout = positive(v)?; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.pool_idle_timeout = positive(v)?; Ok(()) }),
         S::new("gateway.upstream.pool_max_idle", "FLOODGATE_UPSTREAM_POOL_MAX_IDLE", "upstream-pool-max-idle", Kind::Count, "1024",
             "idle connections kept per upstream address",
-            |s, v| { s.config.upstream.pool_max_idle = count(v, 0, 1 << 20)? as usize; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.pool_max_idle = count(v, 0, 1 << 20)? as usize; Ok(()) }),
         S::new("gateway.upstream.host", "FLOODGATE_UPSTREAM_HOST", "upstream-host", Kind::Choice, "preserve",
             "the `Host` sent: the client's (`preserve`) or the upstream URL's (`upstream`)",
             |s, v| {
@@ -161,32 +152,26 @@ fn declare() -> Vec<S> {
                 };
                 Ok(())
             })
-            .samples("upstream", "preserve")
-            .context(UPSTREAM),
+            .samples("upstream", "preserve"),
         S::new("gateway.upstream.tls.ca", "FLOODGATE_UPSTREAM_TLS_CA", "upstream-tls-ca", Kind::Text, "",
             "`https://` upstreams: PEM file of the trusted authorities (default: the system's roots)",
-            |s, v| { s.config.upstream.tls.ca = Some(path(v)?); Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.tls.ca = Some(path(v)?); Ok(()) }),
         S::new("gateway.upstream.tls.cert", "FLOODGATE_UPSTREAM_TLS_CERT", "upstream-tls-cert", Kind::Text, "",
             "`https://` upstreams: PEM client certificate (with `key`)",
-            |s, v| { s.config.upstream.tls.cert = Some(path(v)?); Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.tls.cert = Some(path(v)?); Ok(()) }),
         S::new("gateway.upstream.tls.key", "FLOODGATE_UPSTREAM_TLS_KEY", "upstream-tls-key", Kind::Text, "",
             "`https://` upstreams: the client certificate's PEM key",
-            |s, v| { s.config.upstream.tls.key = Some(path(v)?); Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.upstream.tls.key = Some(path(v)?); Ok(()) }),
         S::new("gateway.limits.header_read_timeout", "FLOODGATE_GATEWAY_HEADER_READ_TIMEOUT", "gateway-header-read-timeout", Kind::Duration, "10s",
             "time a client has for a request head (or the HTTP/2 preface), and for an idle keep-alive connection",
-            |s, v| { s.config.limits.header_read_timeout = positive(v)?; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.limits.connection.header_read_timeout = positive(v)?; Ok(()) }),
         S::new("gateway.limits.body_read_timeout", "FLOODGATE_GATEWAY_BODY_READ_TIMEOUT", "gateway-body-read-timeout", Kind::Duration, "60s",
             "longest pause in a request body while it is forwarded (beyond: 408)",
-            |s, v| { s.config.limits.body_read_timeout = positive(v)?; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.limits.body_read_timeout = positive(v)?; Ok(()) }),
         S::new("gateway.limits.max_header_bytes", "FLOODGATE_GATEWAY_MAX_HEADER_BYTES", "gateway-max-header-bytes", Kind::Size, "64KiB",
             "largest request head (beyond: 431), from 1KiB to 16MiB",
             |s, v| {
-                s.config.limits.max_header_bytes = match parse_size(&v.text()) {
+                s.config.limits.connection.max_header_bytes = match parse_size(&v.text()) {
                     Some(n @ 1024..=16_777_216) => n,
                     _ => {
                         return Err(format!(
@@ -196,8 +181,7 @@ fn declare() -> Vec<S> {
                     }
                 };
                 Ok(())
-            })
-            .context(UPSTREAM),
+            }),
         S::new("gateway.limits.max_body_bytes", "FLOODGATE_GATEWAY_MAX_BODY_BYTES", "gateway-max-body-bytes", Kind::Size, "0",
             "largest request body (beyond: 413, before any of it reaches the upstream; `0`: no limit)",
             |s, v| {
@@ -212,25 +196,25 @@ fn declare() -> Vec<S> {
                     }
                 };
                 Ok(())
-            })
-            .context(UPSTREAM),
+            }),
         S::new("gateway.limits.max_headers", "FLOODGATE_GATEWAY_MAX_HEADERS", "gateway-max-headers", Kind::Count, "100",
             "most header fields in an HTTP/1.1 request (beyond: 431)",
-            |s, v| { s.config.limits.max_headers = count(v, 1, 10_000)? as usize; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.limits.connection.max_headers = count(v, 1, 10_000)? as usize; Ok(()) }),
         S::new("gateway.limits.max_connections", "FLOODGATE_GATEWAY_MAX_CONNECTIONS", "gateway-max-connections", Kind::Count, "10000",
             "open client connections at most (beyond, new ones wait in the kernel's backlog)",
-            |s, v| { s.config.limits.max_connections = count(v, 1, 10_000_000)? as usize; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.limits.max_connections = count(v, 1, 10_000_000)? as usize; Ok(()) }),
         S::new("gateway.limits.max_concurrent_streams", "FLOODGATE_GATEWAY_MAX_CONCURRENT_STREAMS", "gateway-max-concurrent-streams", Kind::Count, "256",
             "concurrent streams per HTTP/2 connection",
-            |s, v| { s.config.limits.max_concurrent_streams = count(v, 1, 1 << 20)? as u32; Ok(()) })
-            .context(UPSTREAM),
+            |s, v| { s.config.limits.connection.max_concurrent_streams = count(v, 1, 1 << 20)? as u32; Ok(()) }),
         S::new("gateway.limits.http2_idle_timeout", "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT", "gateway-http2-idle-timeout", Kind::Duration, "10s",
             "an HTTP/2 connection without a stream this long is closed",
-            |s, v| { s.config.limits.http2_idle_timeout = positive(v)?; Ok(()) })
-            .context(UPSTREAM),
-    ]
+            |s, v| { s.config.limits.connection.http2_idle_timeout = positive(v)?; Ok(()) }),
+    ];
+    // Every setting but the upstream needs one to apply.
+    for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
+        s.context = UPSTREAM;
+    }
+    t
 }
 
 /// `gateway.upstream: URL` is `gateway.upstream.url: URL`.

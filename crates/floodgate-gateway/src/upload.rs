@@ -21,33 +21,23 @@ use tokio::time::Instant;
 /// How a client's request body failed to arrive whole: the client's
 /// fault, never the upstream's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum ClientBodyError {
     /// The framing is broken (an invalid chunk-size line, a chunk longer
     /// than its size, an HTTP/2 body longer or shorter than its
     /// `content-length`).
-    Malformed,
+    Malformed = 1,
     /// The client closed (or reset its stream) before the end.
-    Incomplete,
+    Incomplete = 2,
     /// More bytes than `max_body_bytes`.
-    TooLarge,
+    TooLarge = 3,
 }
 
 impl ClientBodyError {
-    fn code(self) -> u8 {
-        match self {
-            ClientBodyError::Malformed => 1,
-            ClientBodyError::Incomplete => 2,
-            ClientBodyError::TooLarge => 3,
-        }
-    }
-
     fn from_code(code: u8) -> Option<Self> {
-        match code {
-            1 => Some(ClientBodyError::Malformed),
-            2 => Some(ClientBodyError::Incomplete),
-            3 => Some(ClientBodyError::TooLarge),
-            _ => None,
-        }
+        [Self::Malformed, Self::Incomplete, Self::TooLarge]
+            .into_iter()
+            .find(|e| *e as u8 == code)
     }
 
     /// What a body error from hyper's server says of the client: a
@@ -129,9 +119,9 @@ impl Progress {
     /// Records the client's failure (the first one), before the upload
     /// ends with it.
     fn fail(&self, e: ClientBodyError) {
-        let _ =
-            self.client_error
-                .compare_exchange(0, e.code(), Ordering::AcqRel, Ordering::Acquire);
+        let _ = self
+            .client_error
+            .compare_exchange(0, e as u8, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// How the client broke its body, if it did.
@@ -192,12 +182,6 @@ impl std::ops::Deref for Finisher {
     type Target = Progress;
     fn deref(&self) -> &Progress {
         &self.0
-    }
-}
-
-impl std::fmt::Debug for UploadBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UploadBody").finish_non_exhaustive()
     }
 }
 

@@ -79,8 +79,11 @@ fn full_section() {
     assert_eq!(c.upstream.protocol, UpstreamProtocol::Http2);
     assert_eq!(c.upstream.response_timeout, Duration::from_millis(3500));
     assert_eq!(c.upstream.host, HostHeader::Upstream);
-    assert_eq!(c.limits.header_read_timeout, Duration::from_secs(2));
-    assert_eq!(c.limits.max_header_bytes, 16 << 10);
+    assert_eq!(
+        c.limits.connection.header_read_timeout,
+        Duration::from_secs(2)
+    );
+    assert_eq!(c.limits.connection.max_header_bytes, 16 << 10);
     assert_eq!(c.limits.max_connections, 5);
     assert_eq!(c.limits.max_body_bytes, Some(1 << 20));
 }

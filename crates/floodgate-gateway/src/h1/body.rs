@@ -38,14 +38,6 @@ pub struct ResponseBody {
     reading: Option<Reading>,
 }
 
-impl std::fmt::Debug for ResponseBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody")
-            .field("ended", &self.reading.is_none())
-            .finish()
-    }
-}
-
 impl ResponseBody {
     /// The body framed by `framing` on `conn`, whose head was just read;
     /// `conn` goes back to `pool` at the end if `keep_alive`.
