@@ -27,42 +27,13 @@ pub fn epoch_reset(now: Timestamp, reset: Duration) -> u64 {
     clamp(at.div_ceil(1_000_000_000).min(u64::MAX as u128) as u64)
 }
 
-/// Where values are rendered and how they become header values.
-trait Values {
-    fn text(&mut self) -> &mut String;
-    fn value(&mut self) -> Option<HeaderValue>;
-}
-
-/// A plain string; every value is its own allocation.
-struct Alloc<'a>(&'a mut String);
-
-impl Values for Alloc<'_> {
-    fn text(&mut self) -> &mut String {
-        self.0
-    }
-
-    fn value(&mut self) -> Option<HeaderValue> {
-        HeaderValue::from_str(self.0).ok()
-    }
-}
-
-impl Values for HeaderBuf {
-    fn text(&mut self) -> &mut String {
-        HeaderBuf::text(self)
-    }
-
-    fn value(&mut self) -> Option<HeaderValue> {
-        HeaderBuf::value(self)
-    }
-}
-
-fn put(headers: &mut HeaderMap, name: HeaderName, out: &mut impl Values) {
+fn put(headers: &mut HeaderMap, name: HeaderName, out: &mut HeaderBuf) {
     if let Some(v) = out.value() {
         headers.insert(name, v);
     }
 }
 
-fn put_int(headers: &mut HeaderMap, name: HeaderName, n: u64, out: &mut impl Values) {
+fn put_int(headers: &mut HeaderMap, name: HeaderName, n: u64, out: &mut HeaderBuf) {
     let text = out.text();
     text.clear();
     push_int(text, n);
@@ -70,39 +41,6 @@ fn put_int(headers: &mut HeaderMap, name: HeaderName, n: u64, out: &mut impl Val
 }
 
 impl Contract {
-    /// Writes the rate-limit headers of `report` into `headers` (and
-    /// `Retry-After` on a denial), in every configured form, unless hidden.
-    ///
-    /// `now` is the instant the decision was made at (for epoch resets),
-    /// `elapsed` the time since (a shaper's delay: relative values shrink by
-    /// it). `buf` is a reusable buffer.
-    pub fn write_headers(
-        &self,
-        report: &Report,
-        now: Timestamp,
-        elapsed: Duration,
-        headers: &mut HeaderMap,
-        buf: &mut String,
-    ) {
-        self.write_into(report, now, elapsed, headers, &mut Alloc(buf), None);
-    }
-
-    /// [`write_headers`](Self::write_headers) without an allocation per
-    /// value: values are split off `out`'s shared buffer, and
-    /// `RateLimit-Policy` is `policy` when given (the rendering of the
-    /// report's policies, cached: see [`Report::single_rule`]).
-    pub fn write_headers_with(
-        &self,
-        report: &Report,
-        now: Timestamp,
-        elapsed: Duration,
-        headers: &mut HeaderMap,
-        out: &mut HeaderBuf,
-        policy: Option<&HeaderValue>,
-    ) {
-        self.write_into(report, now, elapsed, headers, out, policy);
-    }
-
     /// `RateLimit-Policy` of `report`, rendered (for caching).
     pub fn policy_value(&self, report: &Report) -> Option<HeaderValue> {
         let mut text = String::new();
@@ -110,13 +48,21 @@ impl Contract {
         HeaderValue::from_str(&text).ok()
     }
 
-    fn write_into(
+    /// Writes the rate-limit headers of `report` into `headers` (and
+    /// `Retry-After` on a denial), in every configured form, unless hidden.
+    ///
+    /// `now` is the instant the decision was made at (for epoch resets),
+    /// `elapsed` the time since (a shaper's delay: relative values shrink by
+    /// it). Values are split off `out`'s shared buffer (no allocation per
+    /// value); `RateLimit-Policy` is `policy` when given (the rendering of
+    /// the report's policies, cached: see [`Report::single_rule`]).
+    pub fn write_headers(
         &self,
         report: &Report,
         now: Timestamp,
         elapsed: Duration,
         headers: &mut HeaderMap,
-        out: &mut impl Values,
+        out: &mut HeaderBuf,
         policy: Option<&HeaderValue>,
     ) {
         if report.verdict() == Verdict::Denied {

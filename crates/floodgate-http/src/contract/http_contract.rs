@@ -9,6 +9,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
 use super::config::ContractConfig;
+use super::header_buf::HeaderBuf;
 use super::names::{GRPC_MESSAGE, GRPC_STATUS};
 use super::problem::{
     BodyKind, PROBLEM_JSON, Problem, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN,
@@ -38,7 +39,7 @@ pub enum Rejection<'a> {
 ///
 /// ```
 /// use floodgate::{Decision, Outcome, Timestamp};
-/// use floodgate_http::contract::{Contract, ContractConfig, QuotaUnit, Rejection, Report, Verdict};
+/// use floodgate_http::contract::{Contract, ContractConfig, HeaderBuf, QuotaUnit, Rejection, Report, Verdict};
 /// use std::time::Duration;
 ///
 /// let contract = Contract::new(ContractConfig::default());
@@ -52,7 +53,7 @@ pub enum Rejection<'a> {
 /// report.set_verdict(Verdict::Denied, Some(retry));
 ///
 /// let res = contract.reject(Rejection::Limited(&report), &http::HeaderMap::new(),
-///     Timestamp::from_secs(1_700_000_000), &mut String::new());
+///     Timestamp::from_secs(1_700_000_000), &mut HeaderBuf::new());
 /// assert_eq!(res.status(), 429);
 /// assert_eq!(res.headers()["retry-after"], "3");
 /// assert_eq!(res.headers()["ratelimit"], r#""per-ip";r=0;t=3"#);
@@ -93,19 +94,19 @@ impl Contract {
     /// gets a trailers-only gRPC response instead (`RESOURCE_EXHAUSTED`, or
     /// `UNAVAILABLE` for a 503) with the same headers.
     ///
-    /// `now` is the decision's instant; `buf` a reusable buffer.
+    /// `now` is the decision's instant; `out` reusable buffers.
     pub fn reject(
         &self,
         rejection: Rejection<'_>,
         request_headers: &HeaderMap,
         now: Timestamp,
-        buf: &mut String,
+        out: &mut HeaderBuf,
     ) -> http::Response<Bytes> {
         let status = self.status_of(&rejection);
         let mut headers = HeaderMap::new();
         let (report, retry_after, kind) = match rejection {
             Rejection::Limited(report) => {
-                self.write_headers(report, now, Duration::ZERO, &mut headers, buf);
+                self.write_headers(report, now, Duration::ZERO, &mut headers, out, None);
                 let kind = if status == StatusCode::SERVICE_UNAVAILABLE {
                     TEMPORARY_REDUCED_CAPACITY
                 } else {
@@ -139,6 +140,7 @@ impl Contract {
                 Rejection::Limited(_) => None,
             },
         };
+        let buf = out.text();
         if is_grpc(request_headers) {
             return grpc(status, &problem, headers, buf);
         }

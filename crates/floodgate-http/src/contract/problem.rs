@@ -142,19 +142,24 @@ pub(crate) struct Problem<'a> {
 
 /// The sentence naming the limit.
 fn detail(p: &Problem<'_>, out: &mut String) {
+    let never = p.report.is_some_and(Report::is_never);
+    // The denying line reported, unless hidden.
+    let line = p.report.filter(|_| !p.hidden).and_then(|r| {
+        let l = r.primary().filter(|l| l.denied)?;
+        Some((r.name(l.policy), r.policies().get(l.policy)?))
+    });
     if let Some(d) = p.detail {
         out.push_str(d);
-    } else if let Some(report) = p.report.filter(|_| !p.hidden) {
-        let line = report.primary().filter(|l| l.denied);
-        match line.and_then(|l| report.policies().get(l.policy).map(|p| (l, p))) {
-            Some((l, policy)) if report.is_never() => {
+    } else {
+        match line {
+            Some((name, policy)) if never => {
                 out.push_str("The request can never be admitted under policy \"");
-                push_printable(out, report.name(l.policy));
+                push_printable(out, name);
                 let _ = write!(out, "\": its cost exceeds the quota of {}.", policy.quota);
             }
-            Some((l, policy)) => {
+            Some((name, policy)) => {
                 out.push_str("Rate limit exceeded for policy \"");
-                push_printable(out, report.name(l.policy));
+                push_printable(out, name);
                 let _ = match (policy.unit, policy.window) {
                     (QuotaUnit::ConcurrentRequests, _) => {
                         write!(out, "\": {} concurrent requests.", policy.quota)
@@ -164,13 +169,9 @@ fn detail(p: &Problem<'_>, out: &mut String) {
                     (_, None) => write!(out, "\": {} requests.", policy.quota),
                 };
             }
-            None if report.is_never() => out.push_str("The request can never be admitted."),
+            None if never => out.push_str("The request can never be admitted."),
             None => out.push_str("Rate limit exceeded."),
         }
-    } else if p.report.is_some_and(Report::is_never) {
-        out.push_str("The request can never be admitted.");
-    } else {
-        out.push_str("Rate limit exceeded.");
     }
     match p.retry_after {
         Some(1) => out.push_str(" Retry after 1 second."),

@@ -27,7 +27,7 @@ use super::body::FloodgateBody;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
-use crate::contract::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
+use crate::contract::{HeaderBuf, QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
 pub(crate) type Out<B> = HttpResponse<FloodgateBody<B>>;
 /// The layer's own answer (a rejection), before it takes the response
@@ -200,7 +200,7 @@ where
                 Rejection::Limited(&s.report),
                 req.headers(),
                 now,
-                s.buf.text(),
+                &mut s.buf,
             );
             return Ok(full(res));
         }
@@ -301,7 +301,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
                     Rejection::Unavailable,
                     headers,
                     now,
-                    &mut String::new(),
+                    &mut HeaderBuf::new(),
                 );
                 return Next::Answer(res);
             }
@@ -323,11 +323,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
             LayerStats::inc(&shared.stats.denied);
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
-            Next::Answer(
-                shared
-                    .contract
-                    .reject(rejection, headers, now, s.buf.text()),
-            )
+            Next::Answer(shared.contract.reject(rejection, headers, now, &mut s.buf))
         }
         Verdict::Delayed(delay) => Next::Delay(Delayed {
             held,
@@ -378,7 +374,7 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
                 }
             } else {
                 let policy = s.policy_value.as_ref();
-                contract.write_headers_with(&s.report, now, elapsed, headers, &mut s.buf, policy);
+                contract.write_headers(&s.report, now, elapsed, headers, &mut s.buf, policy);
             }
             if held.holds_units {
                 keep.push(held);
@@ -609,7 +605,7 @@ fn shed<B: Backend, C: Clock + 'static, T>(
                 Rejection::Overloaded { retry_after },
                 req.headers(),
                 shared.engine.clock().now(),
-                &mut String::new(),
+                &mut HeaderBuf::new(),
             ))
         }
     }
@@ -692,5 +688,5 @@ fn queue_rejection<B: Backend, C: Clock + 'static>(
     s.report.set_verdict(Verdict::Denied, None);
     shared
         .contract
-        .reject(Rejection::Limited(&s.report), headers, now, s.buf.text())
+        .reject(Rejection::Limited(&s.report), headers, now, &mut s.buf)
 }
