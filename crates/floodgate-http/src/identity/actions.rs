@@ -5,13 +5,13 @@ use std::net::IpAddr;
 
 use http::header::AUTHORIZATION;
 
-use super::client_ip::{ClientIp, MAX_RENDERED};
+use super::client_ip::MAX_RENDERED;
 use super::config::{Action, SecretSource, Source};
 use super::extension::ExtensionSource;
 use super::hash::{SECRET_HASH_LEN, write_bounded, write_secret_hash};
 use super::head::RequestHead;
+use super::http_identity::HttpIdentity;
 use super::output::HttpDescriptor;
-use super::route::Routes;
 
 /// The parts of a request actions read.
 pub(crate) struct Request<'r, H: ?Sized, E: ?Sized> {
@@ -24,13 +24,6 @@ pub(crate) struct Request<'r, H: ?Sized, E: ?Sized> {
 pub(crate) struct Lazy<'s> {
     pub client: Option<IpAddr>,
     pub route: Option<Option<&'s str>>,
-}
-
-/// What actions need from the identity.
-pub(crate) struct Env<'s> {
-    pub client_ip: &'s ClientIp,
-    pub routes: &'s Routes,
-    pub max_value_len: usize,
 }
 
 /// The value of `source`, trimmed; none when absent or empty.
@@ -58,7 +51,7 @@ pub(crate) fn bearer_token<H: RequestHead + ?Sized>(head: &H) -> Option<&[u8]> {
     valid.then_some(token)
 }
 
-impl Env<'_> {
+impl HttpIdentity {
     /// The most bytes `action` writes (key and value).
     pub(crate) fn bound(&self, action: &Action) -> usize {
         let value = match action {
@@ -77,13 +70,11 @@ impl Env<'_> {
         };
         action.key().len() + value
     }
-}
 
-impl<'s> Env<'s> {
     /// Runs `action`, appending its entry to `out`; false when it yields
     /// nothing (`out` then holds a partial entry: discard the descriptor).
-    pub(crate) fn run<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
-        &self,
+    pub(crate) fn run<'s, H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+        &'s self,
         action: &'s Action,
         req: &Request<'_, H, E>,
         lazy: &mut Lazy<'s>,

@@ -160,13 +160,7 @@ fn write_ip(ip: IpAddr, out: &mut String) {
 }
 
 fn push_decimal(n: u8, out: &mut String) {
-    if n >= 100 {
-        out.push((b'0' + n / 100) as char);
-    }
-    if n >= 10 {
-        out.push((b'0' + n / 10 % 10) as char);
-    }
-    out.push((b'0' + n % 10) as char);
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 #[cfg(test)]

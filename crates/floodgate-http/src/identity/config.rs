@@ -261,24 +261,16 @@ impl Action {
         if self.key().is_empty() {
             return Err("an entry key must not be empty".into());
         }
-        let constants: &[&String] = match self {
-            Action::Generic { value, .. } => &[value],
-            Action::Route {
-                unmatched: Some(u), ..
-            } => &[u],
-            _ => &[],
+        let longest = match self {
+            Action::Generic { value, .. }
+            | Action::Route {
+                unmatched: Some(value),
+                ..
+            } => value.len(),
+            Action::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
+            _ => 0,
         };
-        let tiers = match self {
-            Action::Tier { values, .. } => values.as_slice(),
-            _ => &[],
-        };
-        let longest = constants
-            .iter()
-            .map(|s| s.len())
-            .chain(tiers.iter().map(String::len))
-            .chain([self.key().len()])
-            .max()
-            .unwrap_or(0);
+        let longest = longest.max(self.key().len());
         if longest > MAX_VALUE_LEN {
             return Err(format!(
                 "keys and values are at most {MAX_VALUE_LEN} bytes (found {longest})"

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{HeaderMap, Method, Uri};
 
-use super::actions::{Env, Lazy, Request, source_value};
+use super::actions::{Lazy, Request, source_value};
 use super::client_ip::ClientIp;
 use super::config::{Action, CostConfig, IdentityConfig};
 use super::cost::cost_of;
@@ -54,10 +54,10 @@ static EMPTY_URI: std::sync::LazyLock<Uri> = std::sync::LazyLock::new(|| Uri::fr
 #[derive(Clone, Debug)]
 pub struct HttpIdentity {
     domain: Box<str>,
-    client_ip: ClientIp,
-    routes: Routes,
+    pub(super) client_ip: ClientIp,
+    pub(super) routes: Routes,
     cost: Option<CostConfig>,
-    max_value_len: usize,
+    pub(super) max_value_len: usize,
     descriptors: Box<[Box<[Action]>]>,
     slot_bytes: usize,
     slot_entries: usize,
@@ -85,25 +85,10 @@ impl HttpIdentity {
             slot_bytes: 0,
             slot_entries: 0,
         };
-        let env = id.env();
-        let bytes = id
-            .descriptors
-            .iter()
-            .map(|d| d.iter().map(|a| env.bound(a)).sum::<usize>())
-            .max()
-            .unwrap_or(0);
-        let entries = id.descriptors.iter().map(|d| d.len()).max().unwrap_or(0);
-        id.slot_bytes = bytes;
-        id.slot_entries = entries;
+        let bound = |d: &[Action]| d.iter().map(|a| id.bound(a)).sum::<usize>();
+        id.slot_bytes = id.descriptors.iter().map(|d| bound(d)).max().unwrap_or(0);
+        id.slot_entries = id.descriptors.iter().map(|d| d.len()).max().unwrap_or(0);
         Ok(id)
-    }
-
-    fn env(&self) -> Env<'_> {
-        Env {
-            client_ip: &self.client_ip,
-            routes: &self.routes,
-            max_value_len: self.max_value_len,
-        }
     }
 
     /// The policy domain to evaluate the descriptors in.
@@ -147,14 +132,7 @@ impl HttpIdentity {
         peer: SocketAddr,
         out: &mut RequestDescriptors,
     ) {
-        self.build(
-            request.method(),
-            request.uri(),
-            request.headers(),
-            peer,
-            request.extensions(),
-            out,
-        );
+        self.request_descriptors_of(request, peer.ip(), None, out);
     }
 
     /// Like [`request_descriptors`](Self::request_descriptors), with the
@@ -219,14 +197,13 @@ impl HttpIdentity {
         let hits = self.cost_of_head(head, ext);
         out.set_hits(hits);
         let per_descriptor = self.cost.as_ref().map(|_| hits as u64);
-        let env = self.env();
         let mut lazy = Lazy {
             client,
             route: None,
         };
         for actions in self.descriptors.iter() {
             let Some(slot) = out.current() else { break };
-            let complete = actions.iter().all(|a| env.run(a, &req, &mut lazy, slot));
+            let complete = actions.iter().all(|a| self.run(a, &req, &mut lazy, slot));
             if complete {
                 out.commit(per_descriptor);
             } else {

@@ -221,38 +221,9 @@ fn has_dot_dot(path: &[u8]) -> bool {
     path.split(|&b| b == b'/').any(|seg| eq_decoded(seg, b".."))
 }
 
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
 /// Whether `raw`, percent-decoded, equals `literal`.
 fn eq_decoded(raw: &[u8], literal: &[u8]) -> bool {
-    if raw.len() < literal.len() {
-        return false;
-    }
-    let (mut i, mut j) = (0, 0);
-    while i < raw.len() {
-        let mut b = raw[i];
-        i += 1;
-        if b == b'%' {
-            let h = raw.get(i).copied().and_then(hex);
-            let l = raw.get(i + 1).copied().and_then(hex);
-            if let (Some(h), Some(l)) = (h, l) {
-                b = h << 4 | l;
-                i += 2;
-            }
-        }
-        if literal.get(j) != Some(&b) {
-            return false;
-        }
-        j += 1;
-    }
-    j == literal.len()
+    percent_encoding::percent_decode(raw).eq(literal.iter().copied())
 }
 
 #[cfg(test)]
