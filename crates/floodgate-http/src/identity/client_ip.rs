@@ -30,70 +30,52 @@ use super::head::RequestHead;
 /// Longest rendered client value (`ffff:...:ffff/128`).
 pub(crate) const MAX_RENDERED: usize = 43;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    List,
-    Forwarded,
-    Single,
-}
-
 /// Finds and renders client addresses.
 #[derive(Clone, Debug)]
 pub(crate) struct ClientIp {
+    config: ClientIpConfig,
+    /// The header's name, made once.
     header: HeaderName,
-    format: Format,
-    hops: usize,
-    proxies: Box<[(IpAddr, u8)]>,
-    read_header: bool,
-    v4_prefix: u8,
-    v6_prefix: u8,
 }
 
 impl ClientIp {
-    pub(crate) fn new(c: &ClientIpConfig) -> Self {
-        ClientIp {
-            header: c.header.name(),
-            format: match c.header {
-                ClientIpHeader::Forwarded => Format::Forwarded,
-                ClientIpHeader::XRealIp => Format::Single,
-                _ => Format::List,
-            },
-            hops: c.trusted_hops as usize,
-            proxies: c.trusted_proxies.clone().into_boxed_slice(),
-            read_header: c.trusts_proxies(),
-            v4_prefix: c.ipv4_prefix.unwrap_or(32).min(32),
-            v6_prefix: c.ipv6_prefix.unwrap_or(128).min(128),
-        }
+    pub(crate) fn new(config: ClientIpConfig) -> Self {
+        let header = config.header.name();
+        ClientIp { config, header }
     }
 
     fn in_proxies(&self, ip: IpAddr) -> bool {
-        self.proxies.iter().any(|&net| in_network(ip, net))
+        self.config
+            .trusted_proxies
+            .iter()
+            .any(|&net| in_network(ip, net))
     }
 
     /// Whether the address at position `k` of the chain (0 is the peer) is
     /// a trusted proxy.
     fn trusted(&self, k: usize, ip: IpAddr) -> bool {
-        k < self.hops || self.in_proxies(ip)
+        k < self.config.trusted_hops as usize || self.in_proxies(ip)
     }
 
     /// The client address of a request from `peer`.
     pub(crate) fn resolve<H: RequestHead + ?Sized>(&self, head: &H, peer: IpAddr) -> IpAddr {
         let peer = normalize(peer);
-        if !self.read_header || !self.trusted(0, peer) {
+        if !self.config.trusts_proxies() || !self.trusted(0, peer) {
             return peer;
         }
-        if !self.proxies.is_empty() && !self.in_proxies(peer) {
+        if !self.config.trusted_proxies.is_empty() && !self.in_proxies(peer) {
             return peer;
         }
         let mut chain = Chain::new();
         let lines = head.header_lines(&self.header);
-        match self.format {
-            Format::List => chain.read_list(lines),
-            Format::Forwarded => chain.read_forwarded(lines),
-            Format::Single => {
+        let forwarded = self.config.header == ClientIpHeader::Forwarded;
+        match self.config.header {
+            ClientIpHeader::Forwarded => chain.read_forwarded(lines),
+            ClientIpHeader::XRealIp => {
                 chain.read_list(lines);
                 chain.keep_last();
             }
+            _ => chain.read_list(lines),
         }
         let mut current = peer;
         for k in 1.. {
@@ -103,7 +85,7 @@ impl ClientIp {
             let Some(entry) = chain.nth_from_right(k) else {
                 return peer; // a trusted walk longer than we keep
             };
-            let Some(ip) = entry_address(entry, self.format == Format::Forwarded) else {
+            let Some(ip) = entry_address(entry, forwarded) else {
                 return peer;
             };
             if !self.trusted(k, ip) {
@@ -118,8 +100,8 @@ impl ClientIp {
     /// (`2001:db8:1:2::/64`) when grouped.
     pub(crate) fn render(&self, ip: IpAddr, out: &mut String) {
         let (prefix, full) = match ip {
-            IpAddr::V4(_) => (self.v4_prefix, 32),
-            IpAddr::V6(_) => (self.v6_prefix, 128),
+            IpAddr::V4(_) => (self.config.ipv4_prefix.unwrap_or(32), 32),
+            IpAddr::V6(_) => (self.config.ipv6_prefix.unwrap_or(128), 128),
         };
         if prefix >= full {
             write_ip(ip, out);
@@ -169,7 +151,7 @@ mod tests {
 
     fn render(c: &ClientIpConfig, ip: &str) -> String {
         let mut s = String::new();
-        ClientIp::new(c).render(ip.parse().unwrap(), &mut s);
+        ClientIp::new(c.clone()).render(ip.parse().unwrap(), &mut s);
         s
     }
 

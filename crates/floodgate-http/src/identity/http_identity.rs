@@ -73,7 +73,7 @@ impl HttpIdentity {
         }
         let mut id = HttpIdentity {
             domain: config.domain.into(),
-            client_ip: ClientIp::new(&config.client_ip),
+            client_ip: ClientIp::new(config.client_ip),
             routes,
             cost: config.cost,
             max_value_len: config.max_value_len,

@@ -105,4 +105,4 @@ pub use http_identity::HttpIdentity;
 pub use output::{HttpDescriptor, RequestDescriptors};
 pub use read::SECTION;
 pub use read_action::ACTION_NAMES;
-pub use route::{MAX_TEMPLATE_SEGMENTS, Routes};
+pub use route::MAX_TEMPLATE_SEGMENTS;

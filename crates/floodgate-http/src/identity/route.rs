@@ -26,7 +26,7 @@ struct Node {
 
 /// A compiled set of route templates.
 #[derive(Debug, Clone)]
-pub struct Routes {
+pub(crate) struct Routes {
     templates: Vec<Box<str>>,
     nodes: Vec<Node>,
 }
@@ -155,16 +155,6 @@ impl Routes {
             "it matches the same paths as `{}`",
             self.templates[other as usize]
         )
-    }
-
-    /// Number of templates.
-    pub fn len(&self) -> usize {
-        self.templates.len()
-    }
-
-    /// True when there are no templates.
-    pub fn is_empty(&self) -> bool {
-        self.templates.is_empty()
     }
 
     /// The longest template, in bytes.
