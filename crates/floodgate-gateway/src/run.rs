@@ -290,12 +290,7 @@ fn watch_config(
     let reload = Reload::new(gateway.clone(), settings.policy, &compiled.loaded.documents);
     let reread_certificate = move || {
         if let Some(t) = &tls {
-            match t.reload_now() {
-                Ok(()) => tracing::info!("TLS certificate re-read"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
-                }
-            }
+            t.reload(true);
         }
     };
     Watching::start(

@@ -71,18 +71,12 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 /// least one.
 pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let bytes = read(path)?;
-    let mut out = Vec::new();
-    for cert in CertificateDer::pem_slice_iter(&bytes) {
-        match cert {
-            Ok(c) => out.push(c),
-            Err(e) => {
-                return Err(TlsError::Pem {
-                    path: path.to_owned(),
-                    message: e.to_string(),
-                });
-            }
-        }
-    }
+    let out = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
     if out.is_empty() {
         return Err(TlsError::NoCertificate {
             path: path.to_owned(),

@@ -122,33 +122,29 @@ impl ServerTls {
         &self.acceptor
     }
 
-    /// Re-reads the files if they changed since the last load and swaps in
-    /// the new certificate. `Ok(true)` when it was replaced; on an error
+    /// Re-reads the files if they changed since the last load (whatever
+    /// their metadata says if `forced`: a reload asked for, e.g. on SIGHUP)
+    /// and swaps in the new certificate, logging the outcome. On an error
     /// (a half-written file, a key that does not match) the current one
     /// stays and the next call tries again.
-    pub fn reload(&self) -> Result<bool, TlsError> {
-        self.load(false)
-    }
-
-    /// Re-reads the files whatever their metadata says (a reload asked
-    /// for, e.g. on SIGHUP) and swaps in the certificate; on an error the
-    /// current one stays.
-    pub fn reload_now(&self) -> Result<(), TlsError> {
-        self.load(true).map(|_| ())
-    }
-
-    fn load(&self, forced: bool) -> Result<bool, TlsError> {
+    pub fn reload(&self, forced: bool) {
         let now = stamp(&self.files);
         let Ok(mut last) = self.stamp.lock() else {
-            return Ok(false);
+            return;
         };
         if *last == now && !forced {
-            return Ok(false);
+            return;
         }
-        let certified = load_certified_key(&self.files)?;
-        self.resolver.current.store(Arc::new(certified));
-        *last = now;
-        Ok(true)
+        match load_certified_key(&self.files) {
+            Ok(certified) => {
+                self.resolver.current.store(Arc::new(certified));
+                *last = now;
+                tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
+            }
+        }
     }
 
     /// Checks the files every `interval` and reloads them when they
@@ -161,15 +157,7 @@ impl ServerTls {
             tick.tick().await;
             loop {
                 tick.tick().await;
-                match tls.reload() {
-                    Ok(true) => {
-                        tracing::info!(cert = %tls.files.cert.display(), "TLS certificate reloaded")
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
-                    }
-                }
+                tls.reload(false);
             }
         })
     }
