@@ -6,60 +6,40 @@ use clap::{ArgMatches, Args, Command, FromArgMatches};
 use floodgate_runtime::settings::Flags;
 use floodgate_runtime::settings::table::add_flags;
 
-/// The flags of `floodgate serve`: every setting of the runtime.
+/// The flags of a command: every setting of the runtime, and with
+/// `GATEWAY` every setting of the gateway too.
 #[derive(Clone, Debug, Default)]
-pub struct ServeFlags(pub Flags);
+pub struct SettingFlags<const GATEWAY: bool>(pub Flags);
 
-impl FromArgMatches for ServeFlags {
+/// The flags of `floodgate serve`.
+pub type ServeFlags = SettingFlags<false>;
+/// The flags of `floodgate gateway` and `floodgate config check`.
+pub type GatewayFlags = SettingFlags<true>;
+
+impl<const GATEWAY: bool> FromArgMatches for SettingFlags<GATEWAY> {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let mut f = ServeFlags::default();
+        let mut f = Self::default();
         f.update_from_arg_matches(m)?;
         Ok(f)
     }
 
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
         self.0.read_matches(floodgate_runtime::settings::table(), m);
+        if GATEWAY {
+            self.0.read_matches(floodgate_gateway::settings::table(), m);
+        }
         Ok(())
     }
 }
 
-impl Args for ServeFlags {
-    fn augment_args(cmd: Command) -> Command {
-        add_flags(cmd, floodgate_runtime::settings::table(), "Settings")
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        Self::augment_args(cmd)
-    }
-}
-
-/// The flags of `floodgate gateway` and `floodgate config check`: every
-/// setting of the runtime and of the gateway.
-#[derive(Clone, Debug, Default)]
-pub struct GatewayFlags(pub Flags);
-
-impl FromArgMatches for GatewayFlags {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let mut f = GatewayFlags::default();
-        f.update_from_arg_matches(m)?;
-        Ok(f)
-    }
-
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        self.0.read_matches(floodgate_runtime::settings::table(), m);
-        self.0.read_matches(floodgate_gateway::settings::table(), m);
-        Ok(())
-    }
-}
-
-impl Args for GatewayFlags {
+impl<const GATEWAY: bool> Args for SettingFlags<GATEWAY> {
     fn augment_args(cmd: Command) -> Command {
         let cmd = add_flags(cmd, floodgate_runtime::settings::table(), "Settings");
-        add_flags(
-            cmd,
-            floodgate_gateway::settings::table(),
-            "Gateway settings",
-        )
+        if !GATEWAY {
+            return cmd;
+        }
+        let gateway = floodgate_gateway::settings::table();
+        add_flags(cmd, gateway, "Gateway settings")
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {

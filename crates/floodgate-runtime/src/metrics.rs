@@ -75,89 +75,70 @@ pub fn export_store(backend: &AnyBackend) {
     let AnyBackend::Redis(r) = backend else {
         return;
     };
-    let s = r.stats();
-    let c = |name: &'static str, v: u64| metrics::counter!(name).absolute(v);
-    c("floodgate_redis_decisions_total", s.decisions.get());
-    c(
-        "floodgate_redis_backend_errors_total",
-        s.backend_errors.get(),
-    );
-    c(
-        "floodgate_redis_short_circuited_total",
-        s.short_circuited.get(),
-    );
-    c("floodgate_redis_fail_open_total", s.fail_open.get());
-    c("floodgate_redis_fail_closed_total", s.fail_closed.get());
-    c(
-        "floodgate_redis_local_fallbacks_total",
-        s.local_fallbacks.get(),
-    );
-    c(
-        "floodgate_redis_breaker_opened_total",
-        s.breaker_opened.get(),
-    );
-    c(
-        "floodgate_redis_breaker_closed_total",
-        s.breaker_closed.get(),
-    );
-    c(
-        "floodgate_redis_breaker_probes_total",
-        s.breaker_probes.get(),
-    );
-    c(
-        "floodgate_redis_releases_deferred_total",
-        s.releases_deferred.get(),
-    );
-    c(
-        "floodgate_redis_releases_redelivered_total",
-        s.releases_redelivered.get(),
-    );
-    c(
-        "floodgate_redis_releases_dropped_total",
-        s.releases_dropped.get(),
-    );
-    let rs = r.redis().stats();
-    c("floodgate_redis_calls_total", rs.calls.get());
-    c("floodgate_redis_pipelines_total", rs.pipelines.get());
-    c("floodgate_redis_errors_total", rs.errors.get());
-    c("floodgate_redis_timeouts_total", rs.timeouts.get());
-    c("floodgate_redis_script_loads_total", rs.script_loads.get());
-    c("floodgate_redis_cross_slot_total", rs.cross_slot.get());
-    c(
-        "floodgate_redis_local_cache_hits_total",
-        rs.cache_hits.get(),
-    );
-    c(
-        "floodgate_redis_local_cache_inserts_total",
-        rs.cache_inserts.get(),
-    );
-    c("floodgate_redis_state_resets_total", rs.state_resets.get());
+    let (s, rs, sh) = (r.stats(), r.redis().stats(), r.sharing_stats());
+    for (name, v) in [
+        ("floodgate_redis_decisions_total", &s.decisions),
+        ("floodgate_redis_backend_errors_total", &s.backend_errors),
+        ("floodgate_redis_short_circuited_total", &s.short_circuited),
+        ("floodgate_redis_fail_open_total", &s.fail_open),
+        ("floodgate_redis_fail_closed_total", &s.fail_closed),
+        ("floodgate_redis_local_fallbacks_total", &s.local_fallbacks),
+        ("floodgate_redis_breaker_opened_total", &s.breaker_opened),
+        ("floodgate_redis_breaker_closed_total", &s.breaker_closed),
+        ("floodgate_redis_breaker_probes_total", &s.breaker_probes),
+        (
+            "floodgate_redis_releases_deferred_total",
+            &s.releases_deferred,
+        ),
+        (
+            "floodgate_redis_releases_redelivered_total",
+            &s.releases_redelivered,
+        ),
+        (
+            "floodgate_redis_releases_dropped_total",
+            &s.releases_dropped,
+        ),
+        ("floodgate_redis_calls_total", &rs.calls),
+        ("floodgate_redis_pipelines_total", &rs.pipelines),
+        ("floodgate_redis_errors_total", &rs.errors),
+        ("floodgate_redis_timeouts_total", &rs.timeouts),
+        ("floodgate_redis_script_loads_total", &rs.script_loads),
+        ("floodgate_redis_cross_slot_total", &rs.cross_slot),
+        ("floodgate_redis_local_cache_hits_total", &rs.cache_hits),
+        (
+            "floodgate_redis_local_cache_inserts_total",
+            &rs.cache_inserts,
+        ),
+        ("floodgate_redis_state_resets_total", &rs.state_resets),
+        ("floodgate_sync_local_decisions_total", &sh.local_decisions),
+        ("floodgate_sync_lease_calls_total", &sh.lease_calls),
+        ("floodgate_sync_lease_grants_total", &sh.lease_grants),
+        ("floodgate_sync_leased_units_total", &sh.lease_units),
+        ("floodgate_sync_lease_returns_total", &sh.lease_returns),
+        ("floodgate_sync_returned_units_total", &sh.returned_units),
+        ("floodgate_sync_syncs_total", &sh.syncs),
+        ("floodgate_sync_keys_synced_total", &sh.keys_synced),
+        ("floodgate_sync_drift_units_total", &sh.drift_units),
+        ("floodgate_sync_drift_samples_total", &sh.drift_samples),
+        ("floodgate_sync_starved_total", &sh.starved),
+    ] {
+        metrics::counter!(name).absolute(v.get());
+    }
     let state = match r.breaker_state() {
         floodgate_redis::BreakerState::Closed => 0.0,
         floodgate_redis::BreakerState::Open => 1.0,
         _ => 2.0,
     };
-    metrics::gauge!("floodgate_redis_breaker_state").set(state);
-    metrics::gauge!("floodgate_redis_local_permits").set(r.local_permits() as f64);
-    metrics::gauge!("floodgate_redis_deferred_releases").set(r.deferred_releases() as f64);
-    let sh = r.sharing_stats();
-    c(
-        "floodgate_sync_local_decisions_total",
-        sh.local_decisions.get(),
-    );
-    c("floodgate_sync_lease_calls_total", sh.lease_calls.get());
-    c("floodgate_sync_lease_grants_total", sh.lease_grants.get());
-    c("floodgate_sync_leased_units_total", sh.lease_units.get());
-    c("floodgate_sync_lease_returns_total", sh.lease_returns.get());
-    c(
-        "floodgate_sync_returned_units_total",
-        sh.returned_units.get(),
-    );
-    c("floodgate_sync_syncs_total", sh.syncs.get());
-    c("floodgate_sync_keys_synced_total", sh.keys_synced.get());
-    c("floodgate_sync_drift_units_total", sh.drift_units.get());
-    c("floodgate_sync_drift_samples_total", sh.drift_samples.get());
-    c("floodgate_sync_starved_total", sh.starved.get());
-    metrics::gauge!("floodgate_sync_queued_keys").set(r.sharing_queued() as f64);
-    metrics::gauge!("floodgate_redis_issued_permits").set(r.issued_permits() as f64);
+    for (name, v) in [
+        ("floodgate_redis_breaker_state", state),
+        ("floodgate_redis_local_permits", r.local_permits() as f64),
+        (
+            "floodgate_redis_deferred_releases",
+            r.deferred_releases() as f64,
+        ),
+        ("floodgate_sync_queued_keys", r.sharing_queued() as f64),
+        ("floodgate_redis_issued_permits", r.issued_permits() as f64),
+    ] {
+        metrics::gauge!(name).set(v);
+    }
 }

@@ -10,7 +10,6 @@ use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, PolicySet,
 
 use floodgate_runtime::settings::{PolicyOverrides, Settings};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
-use tokio::sync::watch;
 
 use crate::headers::RateLimitHeaders;
 use crate::metrics::{Api, ServiceMetrics};
@@ -135,15 +134,5 @@ impl DecisionService {
             Err(e) => self.metrics.failed(Api::Release, e.code(), started),
         }
         result
-    }
-
-    /// Ready to take traffic: not draining, and the store can decide.
-    pub fn is_ready(&self) -> bool {
-        self.health.is_ready()
-    }
-
-    /// A receiver that turns true when shutdown begins.
-    pub fn watch_draining(&self) -> watch::Receiver<bool> {
-        self.health.watch_draining()
     }
 }

@@ -33,27 +33,25 @@ pub async fn spawn(
 ) -> Result<JoinHandle<Result<(), String>>, RuntimeError> {
     let body_limit = svc.body_limit;
     let (reporter, health) = tonic_health::server::health_reporter();
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| RuntimeError::Runtime(format!("reflection: {e}")))?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(|e| RuntimeError::Runtime(format!("reflection: {e}")))?;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error = |e| RuntimeError::Runtime(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
-    // Health follows readiness (the store, and draining on shutdown, which
-    // turns it NOT_SERVING at once).
+    // Health follows readiness (the store, and draining on shutdown or the
+    // listener's stop, which turn it NOT_SERVING for good).
     let watcher = {
         let svc = svc.clone();
         let mut stop = stop.clone();
-        let mut draining = svc.watch_draining();
+        let mut draining = svc.health().watch_draining();
         async move {
             let mut last = None;
             loop {
-                let ready = svc.is_ready();
+                let ready = svc.health().is_ready();
                 if last != Some(ready) {
                     let status = if ready {
                         ServingStatus::Serving
@@ -65,18 +63,17 @@ pub async fn spawn(
                     last = Some(ready);
                 }
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {
-                        reporter.set_service_status("", ServingStatus::NotServing).await;
-                        reporter.set_service_status(RLS_SERVICE, ServingStatus::NotServing).await;
-                        return;
-                    }
-                    _ = stop.changed() => {
-                        reporter.set_service_status("", ServingStatus::NotServing).await;
-                        reporter.set_service_status(RLS_SERVICE, ServingStatus::NotServing).await;
-                        return;
-                    }
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
+                    _ = stop.changed() => {}
                 }
+                reporter
+                    .set_service_status("", ServingStatus::NotServing)
+                    .await;
+                reporter
+                    .set_service_status(RLS_SERVICE, ServingStatus::NotServing)
+                    .await;
+                return;
             }
         }
     };

@@ -51,7 +51,7 @@ pub fn released(response: &floodgate_policy::Response) {
     }
 }
 
-/// The API a request came through.
+/// The API a request came through (its `api` label, in this order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Api {
     /// gRPC `ShouldRateLimit`.
@@ -64,16 +64,7 @@ pub enum Api {
     Release,
 }
 
-impl Api {
-    fn label(self) -> &'static str {
-        match self {
-            Api::Grpc => "grpc",
-            Api::Json => "json",
-            Api::Check => "check",
-            Api::Release => "release",
-        }
-    }
-}
+const API_LABELS: [&str; 4] = ["grpc", "json", "check", "release"];
 
 /// The class of a failed request, as its `floodgate_request_errors_total`
 /// label names it: the gRPC status code it was answered with.
@@ -91,18 +82,14 @@ pub enum ErrorClass {
     ResourceExhausted,
 }
 
-impl ErrorClass {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            ErrorClass::InvalidArgument => "invalid_argument",
-            ErrorClass::Unavailable => "unavailable",
-            ErrorClass::DeadlineExceeded => "deadline_exceeded",
-            ErrorClass::Internal => "internal",
-            ErrorClass::ResourceExhausted => "resource_exhausted",
-        }
-    }
-}
+/// The labels of [`ErrorClass`], in its order.
+const ERROR_LABELS: [&str; 5] = [
+    "invalid_argument",
+    "unavailable",
+    "deadline_exceeded",
+    "internal",
+    "resource_exhausted",
+];
 
 impl From<ErrorCode> for ErrorClass {
     fn from(code: ErrorCode) -> Self {
@@ -124,18 +111,6 @@ struct ApiHandles {
     latency: Histogram,
 }
 
-impl ApiHandles {
-    fn new(api: Api) -> Self {
-        let l = api.label();
-        ApiHandles {
-            ok: metrics::counter!("floodgate_requests_total", "api" => l, "result" => "ok"),
-            over: metrics::counter!("floodgate_requests_total", "api" => l, "result" => "over_limit"),
-            error: metrics::counter!("floodgate_requests_total", "api" => l, "result" => "error"),
-            latency: metrics::histogram!("floodgate_request_duration_seconds", "api" => l),
-        }
-    }
-}
-
 /// Every request-path metric handle.
 #[derive(Clone)]
 pub struct ServiceMetrics {
@@ -146,21 +121,16 @@ pub struct ServiceMetrics {
 impl Default for ServiceMetrics {
     fn default() -> Self {
         describe();
-        let err = |class: ErrorClass| metrics::counter!("floodgate_request_errors_total", "class" => class.label());
+        let total = |l: &'static str, result: &'static str| metrics::counter!("floodgate_requests_total", "api" => l, "result" => result);
         ServiceMetrics {
-            apis: [
-                ApiHandles::new(Api::Grpc),
-                ApiHandles::new(Api::Json),
-                ApiHandles::new(Api::Check),
-                ApiHandles::new(Api::Release),
-            ],
-            errors: [
-                err(ErrorClass::InvalidArgument),
-                err(ErrorClass::Unavailable),
-                err(ErrorClass::DeadlineExceeded),
-                err(ErrorClass::Internal),
-                err(ErrorClass::ResourceExhausted),
-            ],
+            apis: API_LABELS.map(|l| ApiHandles {
+                ok: total(l, "ok"),
+                over: total(l, "over_limit"),
+                error: total(l, "error"),
+                latency: metrics::histogram!("floodgate_request_duration_seconds", "api" => l),
+            }),
+            errors: ERROR_LABELS
+                .map(|class| metrics::counter!("floodgate_request_errors_total", "class" => class)),
         }
     }
 }
@@ -183,13 +153,6 @@ impl ServiceMetrics {
         let h = &self.apis[api as usize];
         h.error.increment(1);
         h.latency.record(started.elapsed().as_secs_f64());
-        let i = match class.into() {
-            ErrorClass::InvalidArgument => 0,
-            ErrorClass::Unavailable => 1,
-            ErrorClass::DeadlineExceeded => 2,
-            ErrorClass::Internal => 3,
-            ErrorClass::ResourceExhausted => 4,
-        };
-        self.errors[i].increment(1);
+        self.errors[class.into() as usize].increment(1);
     }
 }

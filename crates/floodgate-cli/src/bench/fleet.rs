@@ -17,15 +17,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use floodgate_server::proto::ratelimit::RateLimitDescriptor;
-use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
-use floodgate_server::proto::rls::RateLimitRequest;
 use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use hdrhistogram::Histogram;
 use tonic::transport::{Channel, Endpoint};
 
 use super::cpu::cpu_time;
-use super::load::Rng;
+use super::load::{Rng, histogram, request};
 
 /// Settings of `floodgate bench fleet`.
 #[derive(Args, Debug, Clone)]
@@ -303,7 +300,7 @@ async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyh
         }
         if let Ok(ch) = channel(server.grpc).await {
             let mut c = RateLimitServiceClient::new(ch);
-            if c.should_rate_limit(request("hot", "probe".into()))
+            if c.should_rate_limit(request("bench", "hot", "probe".into()))
                 .await
                 .is_ok()
             {
@@ -322,20 +319,6 @@ async fn channel(addr: SocketAddr) -> anyhow::Result<Channel> {
         .tcp_nodelay(true)
         .connect()
         .await?)
-}
-
-fn request(key: &str, value: String) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "bench".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value,
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
 }
 
 /// What one worker saw while measuring.
@@ -367,7 +350,7 @@ async fn worker(
     stop: Arc<AtomicBool>,
 ) -> Seen {
     let mut seen = Seen {
-        hist: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds"),
+        hist: histogram(),
         decisions: 0,
         errors: 0,
         admitted: HashMap::new(),
@@ -377,9 +360,9 @@ async fn worker(
     while !stop.load(Ordering::Relaxed) {
         let n = if hot { 0 } else { rng.next() % keys.max(1) };
         let req = if hot {
-            request("hot", "x".into())
+            request("bench", "hot", "x".into())
         } else {
-            request("key", format!("k{n}"))
+            request("bench", "key", format!("k{n}"))
         };
         let sent = epoch_secs();
         let t = Instant::now();
@@ -485,7 +468,7 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
     let redis1 = redis.as_ref().map(|r| r.usage()).transpose()?;
     let fallbacks1 = fallbacks()?;
     stop.store(true, Ordering::Relaxed);
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut hist = histogram();
     let (mut decisions, mut errors, mut unplaced) = (0u64, 0u64, 0u64);
     let mut admitted: HashMap<(u64, u64), u64> = HashMap::new();
     for t in tasks {

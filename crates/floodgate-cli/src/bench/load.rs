@@ -39,6 +39,27 @@ impl Rng {
     }
 }
 
+/// A request of one descriptor of one entry.
+pub(super) fn request(domain: &str, key: &str, value: String) -> RateLimitRequest {
+    let entries = vec![Entry {
+        key: key.into(),
+        value,
+    }];
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries,
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// A latency histogram: 1 µs to 60 s, 3 significant digits.
+pub(super) fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
 async fn connect(args: &RlsArgs) -> anyhow::Result<Vec<Channel>> {
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections.max(1) {
@@ -63,7 +84,7 @@ async fn worker(
     measuring: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> (Histogram<u64>, Tally) {
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let mut hist = histogram();
     let mut tally = Tally::default();
     let mut rng = Rng(seed | 1);
     while !stop.load(Ordering::Relaxed) {
@@ -72,17 +93,7 @@ async fn worker(
         } else {
             rng.next()
         } % args.keys.max(1);
-        let req = RateLimitRequest {
-            domain: args.domain.clone(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: args.key.clone(),
-                    value: format!("k{n}"),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: 0,
-        };
+        let req = request(&args.domain, &args.key, format!("k{n}"));
         let t = Instant::now();
         let res = client.should_rate_limit(req).await;
         let us = t.elapsed().as_micros() as u64;
@@ -132,7 +143,7 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
     let rss1 = args.server_pid.and_then(rss_bytes);
     let self1 = cpu_time(std::process::id());
     stop.store(true, Ordering::Relaxed);
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut hist = histogram();
     let mut tally = Tally::default();
     for t in tasks {
         let (h, c) = t.await?;

@@ -31,6 +31,15 @@ struct Given {
 }
 
 impl Given {
+    /// The other settings `s` needs in the file to apply.
+    fn context<T>(s: &Setting<T>) -> Self {
+        let file = s.context.iter().filter(|(k, _)| *k != s.key);
+        Given {
+            file: file.map(|(k, v)| (*k, (*v).to_owned())).collect(),
+            ..Given::default()
+        }
+    }
+
     fn at<T>(mut self, level: Level, s: &Setting<T>, value: &str) -> Self {
         match level {
             Level::Flag => self.flags.push((s.key, value.to_owned())),
@@ -139,15 +148,7 @@ pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
     let mut checked = 0;
     for s in table {
         let [a, b] = s.test_values();
-        let mut contexts = vec![Given {
-            file: s
-                .context
-                .iter()
-                .filter(|(k, _)| *k != s.key)
-                .map(|(k, v)| (*k, (*v).to_owned()))
-                .collect(),
-            ..Given::default()
-        }];
+        let mut contexts = vec![Given::context(s)];
         if s.context.contains(&("store.backend", "redis")) {
             let mut flipped = contexts[0].clone();
             for (k, v) in &mut flipped.file {
@@ -196,7 +197,6 @@ pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
     checked
 }
 
-/// The default each setting documents is the default it has.
 /// Panics unless the default each setting of `table` documents is the
 /// default it has.
 pub fn check_defaults<T, R: PartialEq + std::fmt::Debug>(
@@ -207,15 +207,7 @@ pub fn check_defaults<T, R: PartialEq + std::fmt::Debug>(
         if s.default.is_empty() {
             continue;
         }
-        let ctx = Given {
-            file: s
-                .context
-                .iter()
-                .filter(|(k, _)| *k != s.key)
-                .map(|(k, v)| (*k, (*v).to_owned()))
-                .collect(),
-            ..Given::default()
-        };
+        let ctx = Given::context(s);
         let level = *levels(s).last().unwrap();
         assert_eq!(
             ctx.clone().at(level, s, s.default).settings(resolve, s.key),

@@ -44,38 +44,6 @@ pub(super) struct RedisAddress {
     lease_duration: Option<Duration>,
 }
 
-/// Settings that only the Redis store reads.
-const REDIS_ONLY: &[&str] = &[
-    "store.url",
-    "store.mode",
-    "store.master",
-    "store.master_auth",
-    "store.auth",
-    "store.sentinel_auth",
-    "store.tls",
-    "store.tls_ca",
-    "store.tls_cert",
-    "store.tls_key",
-    "store.prefix",
-    "store.connections",
-    "store.timeout",
-    "store.connect_timeout",
-    "store.pipeline_window",
-    "store.pipeline_limit",
-    "store.failure_policy",
-    "store.divide_by",
-    "store.local_cache",
-    "store.fallback_capacity",
-    "store.breaker.failures",
-    "store.breaker.cool_down",
-    "store.clock",
-    "store.concurrency_lease",
-    "store.sync.mode",
-    "store.sync.interval",
-    "store.sync.duration",
-    "store.sync.instances",
-];
-
 /// `sync: <mode>` stands for `sync: {mode: <mode>}`.
 pub(super) const SHORTHANDS: &[(&str, &str)] = &[("store.sync", "store.sync.mode")];
 
@@ -298,7 +266,11 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins) -> Result<(),
     }
     match store.backend {
         StoreKind::Memory => {
-            for key in REDIS_ONLY {
+            // Every setting of the store but these two is the Redis store's.
+            let redis_only = super::table().iter().map(|s| s.key).filter(|k| {
+                k.starts_with("store.") && !["store.backend", "store.capacity"].contains(k)
+            });
+            for key in redis_only {
                 if let o @ Origin::File(_) = origins.of(key) {
                     let name = key.trim_start_matches("store.");
                     errors.push(o.error(format!("{name} only applies to backend: redis")));

@@ -358,13 +358,6 @@ impl Flags {
         self.0.get(key)
     }
 
-    /// Reads the flags of `table` from parsed arguments (see [`add_flags`]).
-    pub fn from_matches<T>(table: &[Setting<T>], matches: &clap::ArgMatches) -> Self {
-        let mut flags = Flags::new();
-        flags.read_matches(table, matches);
-        flags
-    }
-
     /// Adds the flags of `table` found in `matches`.
     pub fn read_matches<T>(&mut self, table: &[Setting<T>], matches: &clap::ArgMatches) {
         for s in table.iter().filter(|s| s.flag.is_some()) {

@@ -1,12 +1,19 @@
 //! Reading a JSON request body: size limit, content type, syntax — each
 //! failure a clear error.
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
-use serde::Deserialize;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use floodgate_policy::{PolicySet, Status};
+use serde::{Deserialize, Serialize};
 
 use super::ApiError;
+use crate::decision::DecisionService;
+use crate::metrics::{Api, ErrorClass};
 
 /// The body, or the error to answer (413 when over the limit).
 pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -76,27 +83,53 @@ pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("invalid JSON request: {e}")))
 }
 
+/// Counts a refused call of `api` as an invalid argument, passing its
+/// error on.
+pub fn invalid(svc: &DecisionService, api: Api, started: Instant) -> impl Fn(ApiError) -> ApiError {
+    move |e| {
+        svc.metrics
+            .failed(api, ErrorClass::InvalidArgument, started);
+        e
+    }
+}
+
 /// A JSON API call's body (`api`), read and checked: its bytes, or the
 /// error to answer, counted in the call's metrics (413 as resource
 /// exhaustion, every other refusal as an invalid argument).
 pub fn json_call(
-    svc: &crate::decision::DecisionService,
-    api: crate::metrics::Api,
+    svc: &DecisionService,
+    api: Api,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
-    started: std::time::Instant,
+    started: Instant,
 ) -> Result<Bytes, ApiError> {
     let bytes = bytes(raw).inspect_err(|e| {
         let class = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            crate::metrics::ErrorClass::ResourceExhausted
+            ErrorClass::ResourceExhausted
         } else {
-            crate::metrics::ErrorClass::InvalidArgument
+            ErrorClass::InvalidArgument
         };
         svc.metrics.failed(api, class, started);
     })?;
-    require_json(headers).inspect_err(|_| {
-        svc.metrics
-            .failed(api, crate::metrics::ErrorClass::InvalidArgument, started);
-    })?;
+    require_json(headers).map_err(invalid(svc, api, started))?;
     Ok(bytes)
+}
+
+/// `body` as a JSON answer with `status`.
+pub fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Result<Response, ApiError> {
+    let json = serde_json::to_vec(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let content_type = HeaderValue::from_static("application/json");
+    Ok((status, [(header::CONTENT_TYPE, content_type)], json).into_response())
+}
+
+/// The policy a response was decided under (replaced by a reload since:
+/// an empty one, so that no name is shown).
+pub fn policy_of(svc: &DecisionService, response: &floodgate_policy::Response) -> Arc<PolicySet> {
+    (svc.engine().policy_of(response)).unwrap_or_else(|| Arc::new(PolicySet::empty()))
+}
+
+/// The label of the rule that decided `s`, in `policy`.
+pub fn rule_label<'a>(policy: &'a PolicySet, s: &Status) -> Option<&'a str> {
+    let rule = policy.rules().get(s.rule? as usize)?;
+    Some(rule.label())
 }

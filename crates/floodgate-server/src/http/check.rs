@@ -17,7 +17,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floodgate::{Apply, Decision, Outcome};
-use floodgate_policy::engine::Reason;
+use floodgate_policy::engine::{CurrentLimit, Reason};
+use floodgate_policy::spec::Reported;
 use floodgate_policy::{Code, PolicySet, Status};
 use serde::{Deserialize, Serialize};
 
@@ -75,9 +76,25 @@ struct CheckStatus<'a> {
 /// A limit in Envoy's terms.
 #[derive(Serialize)]
 pub(super) struct Limit<'a> {
-    pub requests_per_unit: u32,
-    pub unit: &'static str,
-    pub name: Option<&'a str>,
+    requests_per_unit: u32,
+    unit: &'static str,
+    name: Option<&'a str>,
+}
+
+impl<'a> Limit<'a> {
+    /// The limit `reported`, named `name`.
+    pub(super) fn new(reported: &Reported, name: Option<&'a str>) -> Self {
+        Limit {
+            requests_per_unit: reported.requests_per_unit,
+            unit: unit_name(reported.unit),
+            name,
+        }
+    }
+
+    /// A status's current limit.
+    pub(super) fn current(l: &'a CurrentLimit) -> Self {
+        Limit::new(&l.reported, l.name.as_deref())
+    }
 }
 
 /// A decision.
@@ -137,17 +154,10 @@ fn status<'a>(
     CheckStatus {
         code: code_name(s.code),
         reason: reason(s.reason),
-        rule: s
-            .rule
-            .and_then(|id| policy.rules().get(id as usize))
-            .map(|r| r.label()),
+        rule: body::rule_label(policy, s),
         shadow: s.shadow,
         hits: s.hits,
-        current_limit: s.current_limit.as_ref().map(|l| Limit {
-            requests_per_unit: l.reported.requests_per_unit,
-            unit: unit_name(l.reported.unit),
-            name: l.name.as_deref(),
-        }),
+        current_limit: s.current_limit.as_ref().map(Limit::current),
         limit_remaining: s.limit_remaining,
         duration_until_reset_ms: ms(s.duration_until_reset),
         decision: s.decision.as_ref().map(decision),
@@ -161,10 +171,7 @@ pub async fn handle(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match run(&svc, &headers, raw).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
+    (run(&svc, &headers, raw).await).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn run(
@@ -173,16 +180,9 @@ async fn run(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let invalid = |e: ApiError| {
-        svc.metrics.failed(
-            Api::Check,
-            floodgate_policy::ErrorCode::InvalidArgument,
-            started,
-        );
-        e
-    };
     let bytes = body::json_call(svc, Api::Check, headers, raw, started)?;
-    let req: CheckRequest<'_> = body::parse(&bytes).map_err(invalid)?;
+    let req: CheckRequest<'_> =
+        body::parse(&bytes).map_err(body::invalid(svc, Api::Check, started))?;
     let apply = if req.dry_run {
         Apply::Check
     } else {
@@ -199,20 +199,11 @@ async fn run(
     )
     .await
     .map_err(|e| ApiError::engine(&e))?;
-    // The names come from the policy decided under (replaced by a reload
-    // since: none are shown).
-    let policy = svc
-        .engine()
-        .policy_of(&response)
-        .unwrap_or_else(|| std::sync::Arc::new(PolicySet::empty()));
+    let policy = body::policy_of(svc, &response);
     let held = svc.engine().held(&response);
     let over = response.overall == Code::OverLimit;
-    let narrowest = response.narrowest();
-    let retry_after = if over {
-        narrowest.and_then(|d| d.retry_after)
-    } else {
-        None
-    };
+    let retry_after = response.narrowest().and_then(|d| d.retry_after);
+    let retry_after = retry_after.filter(|_| over);
     let body = CheckResponse {
         code: code_name(response.overall),
         allowed: !over,
@@ -230,18 +221,13 @@ async fn run(
             .map(|(i, s)| status(&response, i, s, &policy, &held))
             .collect(),
     };
-    let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let code = if over {
         StatusCode::TOO_MANY_REQUESTS
     } else {
         StatusCode::OK
     };
-    let mut out = (code, json).into_response();
+    let mut out = body::json_response(code, &body)?;
     let h = out.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     if let Some(r) = retry_after {
         h.insert(
             header::RETRY_AFTER,

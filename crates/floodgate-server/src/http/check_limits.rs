@@ -8,7 +8,6 @@ use floodgate_policy::{Held, PolicySet, Response, Status, SyncMode};
 use serde::Serialize;
 
 use super::check::{DecisionJson, Limit, decision};
-use super::envoy_json::unit_name;
 
 /// One limit of a descriptor and its decision.
 #[derive(Serialize)]
@@ -96,21 +95,13 @@ fn entry<'a>(l: &LimitEntry, status: &'a Status, policy: &'a PolicySet) -> Optio
         Some(id) => {
             let rule = policy.rules().get(id as usize)?;
             let limit = rule.limits().get(l.index)?;
-            let current = Limit {
-                requests_per_unit: limit.reported.requests_per_unit,
-                unit: unit_name(limit.reported.unit),
-                name: rule.name.as_deref(),
-            };
+            let current = Limit::new(&limit.reported, rule.name.as_deref());
             (algorithm(&limit.limit), Some(current))
         }
         // A limit override: a fixed window, reported as the status's.
         None => (
             "fixed_window",
-            status.current_limit.as_ref().map(|c| Limit {
-                requests_per_unit: c.reported.requests_per_unit,
-                unit: unit_name(c.reported.unit),
-                name: c.name.as_deref(),
-            }),
+            status.current_limit.as_ref().map(Limit::current),
         ),
     };
     Some(LimitJson {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use floodgate::Apply;
 use floodgate_policy::{Code, Status};
@@ -154,13 +154,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let bytes = body::bytes(raw)?;
-    let req: Request<'_> = body::parse(&bytes).inspect_err(|_| {
-        svc.metrics.failed(
-            Api::Json,
-            floodgate_policy::ErrorCode::InvalidArgument,
-            started,
-        )
-    })?;
+    let req: Request<'_> = body::parse(&bytes).map_err(body::invalid(svc, Api::Json, started))?;
     let mut response = svc.pool.take();
     svc.decide(
         Api::Json,
@@ -189,13 +183,7 @@ async fn run(
         statuses: response.statuses.iter().map(status).collect(),
         response_headers_to_add: headers,
     };
-    let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut out = (http_status, json).into_response();
-    out.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(out)
+    body::json_response(http_status, &body)
 }
 
 #[cfg(test)]

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use floodgate_policy::engine::ReleaseReport;
-use floodgate_policy::{EngineError, ErrorCode, Permit, PolicySet, Released, Status};
+use floodgate_policy::{EngineError, ErrorCode, Permit, PolicySet, Released};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -151,10 +151,7 @@ pub async fn handle(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match run(&svc, &headers, raw).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
+    (run(&svc, &headers, raw).await).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn run(
@@ -163,16 +160,9 @@ async fn run(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let invalid = |e: ApiError| {
-        svc.metrics.failed(
-            Api::Release,
-            floodgate_policy::ErrorCode::InvalidArgument,
-            started,
-        );
-        e
-    };
+    let invalid = body::invalid(svc, Api::Release, started);
     let bytes = body::json_call(svc, Api::Release, headers, raw, started)?;
-    let req: ReleaseRequest<'_> = body::parse(&bytes).map_err(invalid)?;
+    let req: ReleaseRequest<'_> = body::parse(&bytes).map_err(&invalid)?;
     if req.dry_run {
         return Err(invalid(ApiError::bad_request(
             "a dry run takes nothing, so there is nothing to release (\"dry_run\" must be false)",
@@ -190,10 +180,7 @@ async fn run(
         )
         .await
         .map_err(|e| ApiError::engine(&e))?;
-    let policy = svc
-        .engine()
-        .policy_of(&response)
-        .unwrap_or_else(|| std::sync::Arc::new(PolicySet::empty()));
+    let policy = body::policy_of(svc, &response);
     let n = response.statuses.len();
     let mut units = vec![0u64; n];
     let mut outcomes = vec![Outcome::None; n];
@@ -210,23 +197,21 @@ async fn run(
         }
     }
     let (code, error) = verdict(&report, concurrency);
+    let statuses = (response.statuses.iter().zip(units.iter().zip(&outcomes)))
+        .map(|(s, (&units, &o))| ReleaseStatus {
+            reason: reason(s.reason),
+            rule: body::rule_label(&policy, s),
+            hits: s.hits,
+            units,
+            result: o.label(),
+        })
+        .collect();
     let body = ReleaseResponse {
         units: report.units(),
         error,
-        statuses: response
-            .statuses
-            .iter()
-            .zip(units.iter().zip(&outcomes))
-            .map(|(s, (&u, &o))| status(s, u, o, &policy))
-            .collect(),
+        statuses,
     };
-    let json = serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut out = (code, json).into_response();
-    out.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(out)
+    body::json_response(code, &body)
 }
 
 /// The status of a release that did `report` to `concurrency` limits: 200
@@ -271,22 +256,4 @@ fn is_concurrency(policy: &PolicySet, rule: Option<u32>, index: usize) -> bool {
     rule.and_then(|id| policy.rules().get(id as usize))
         .and_then(|r| r.limits().get(index))
         .is_some_and(|l| l.limit.is_concurrency())
-}
-
-fn status<'a>(
-    s: &'a Status,
-    units: u64,
-    outcome: Outcome,
-    policy: &'a PolicySet,
-) -> ReleaseStatus<'a> {
-    ReleaseStatus {
-        reason: reason(s.reason),
-        rule: s
-            .rule
-            .and_then(|id| policy.rules().get(id as usize))
-            .map(|r| r.label()),
-        hits: s.hits,
-        units,
-        result: outcome.label(),
-    }
 }
