@@ -1,7 +1,8 @@
 //! A `RateLimitResponse` written by the service's own encoder, from any
 //! statuses and names, with and without the rate limit headers: prost, the
 //! generated decoder, reads back exactly the message the generated types
-//! would have sent (built below), and the frame's length is right.
+//! would have sent (the oracle of the unit tests), and the frame's length
+//! is right.
 #![no_main]
 
 use std::time::Duration;
@@ -11,7 +12,7 @@ use floodgate_policy::engine::CurrentLimit;
 use floodgate_policy::spec::Reported;
 use floodgate_policy::unit::Unit;
 use floodgate_policy::{Code, Response, Status};
-use floodgate_server::internals::{RateLimitHeaders, encode_response};
+use floodgate_server::internals::{RateLimitHeaders, encode_response, generated};
 use floodgate_server::proto::rls::RateLimitResponse;
 use floodgate_runtime::settings::HeaderSettings;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
@@ -70,55 +71,3 @@ fuzz_target!(|input: Input<'_>| {
     let decoded = RateLimitResponse::decode(&out[5..]).expect("prost reads what the encoder wrote");
     assert_eq!(decoded, generated(&response, &headers));
 });
-
-/// The oracle: `response` as the generated types build it.
-fn generated(response: &Response, headers: &RateLimitHeaders) -> RateLimitResponse {
-    use floodgate_server::proto::envoy::config::core::v3::HeaderValue;
-    use floodgate_server::proto::rls::rate_limit_response::rate_limit::Unit as ProtoUnit;
-    use floodgate_server::proto::rls::rate_limit_response::{
-        Code as ProtoCode, DescriptorStatus, RateLimit,
-    };
-    let code = |c| match c {
-        Code::Ok => ProtoCode::Ok as i32,
-        Code::OverLimit => ProtoCode::OverLimit as i32,
-    };
-    let unit = |u| match u {
-        Unit::Second => ProtoUnit::Second,
-        Unit::Minute => ProtoUnit::Minute,
-        Unit::Hour => ProtoUnit::Hour,
-        Unit::Day => ProtoUnit::Day,
-        Unit::Week => ProtoUnit::Week,
-        Unit::Month => ProtoUnit::Month,
-        Unit::Year => ProtoUnit::Year,
-    } as i32;
-    let mut out = RateLimitResponse {
-        overall_code: code(response.overall),
-        ..Default::default()
-    };
-    for s in &response.statuses {
-        let mut status = DescriptorStatus {
-            code: code(s.code),
-            current_limit: s.current_limit.as_ref().map(|l| RateLimit {
-                name: l.name.as_deref().unwrap_or_default().to_owned(),
-                requests_per_unit: l.reported.requests_per_unit,
-                unit: unit(l.reported.unit),
-            }),
-            limit_remaining: s.limit_remaining,
-            duration_until_reset: None,
-            quota: None,
-        };
-        if s.reports_reset() {
-            let d = status.duration_until_reset.get_or_insert_with(Default::default);
-            d.seconds = s.reset_seconds().min(i64::MAX as u64) as i64;
-        }
-        out.statuses.push(status);
-    }
-    headers.emit(response, &mut String::new(), |name, value| {
-        out.response_headers_to_add.push(HeaderValue {
-            key: name.text.to_string(),
-            value: value.to_owned(),
-            raw_value: Vec::new(),
-        })
-    });
-    out
-}

@@ -55,7 +55,7 @@ pub use run::{run, serve};
 #[doc(hidden)]
 pub mod internals {
     pub use crate::decision::DecisionService;
-    pub use crate::grpc::wire::{WireRequest, encode_response};
+    pub use crate::grpc::wire::{WireRequest, encode_response, generated};
     pub use crate::headers::RateLimitHeaders;
     pub use crate::http::router;
 }

@@ -94,36 +94,30 @@ pub async fn serve(
     // open files limit.
     let listeners = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
     let public = descriptors::fit_max_connections("grpc, http", s.max_connections, listeners);
+    let http = |protocols| Http::new(&s.limits, protocols);
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;
-        let http = Http::new(&s.limits, Protocols::Http2);
+        let http = http(Protocols::Http2);
         tasks.push(
             crate::grpc_server::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?,
         );
     }
-    if let Some(addr) = s.http {
-        let listener = bind("http", addr).await?;
-        let router = crate::http::router(svc.clone(), s.body_limit);
-        let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
+    let api = crate::http::router(svc.clone(), s.body_limit);
+    let admin = crate::admin::router(svc.clone(), prometheus);
+    let routers = [
+        ("http", s.http, api, public),
+        ("admin", s.admin, admin, ADMIN_CONNECTIONS),
+    ];
+    for (name, addr, router, places) in routers {
+        let Some(addr) = addr else { continue };
+        let listener = bind(name, addr).await?;
+        let http = http(Protocols::Http1AndHttp2);
         tasks.push(spawn_router(
-            "http",
+            name,
             listener,
             router,
             http,
-            public,
-            stop_rx.clone(),
-        ));
-    }
-    if let Some(addr) = s.admin {
-        let listener = bind("admin", addr).await?;
-        let router = crate::admin::router(svc.clone(), prometheus);
-        let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
-        tasks.push(spawn_router(
-            "admin",
-            listener,
-            router,
-            http,
-            ADMIN_CONNECTIONS,
+            places,
             stop_rx.clone(),
         ));
     }

@@ -400,6 +400,53 @@ pub fn encode_response(
     *scratch = values;
 }
 
+/// The oracle of [`encode_response`]: the message the generated types
+/// build for `response` (for the tests and the fuzz target).
+#[cfg(any(test, feature = "internals"))]
+pub fn generated(
+    response: &Response,
+    headers: &RateLimitHeaders,
+) -> crate::proto::rls::RateLimitResponse {
+    use crate::proto::envoy::config::core::v3::HeaderValue;
+    use crate::proto::rls::rate_limit_response::rate_limit::Unit as ProtoUnit;
+    use crate::proto::rls::rate_limit_response::{Code as ProtoCode, DescriptorStatus, RateLimit};
+    let code = |c| match c {
+        Code::Ok => ProtoCode::Ok as i32,
+        Code::OverLimit => ProtoCode::OverLimit as i32,
+    };
+    // By name: the protocol's numbers, independently of the encoder's.
+    let unit =
+        |u: floodgate_policy::unit::Unit| ProtoUnit::from_str_name(u.name()).map(|u| u as i32);
+    let mut out = crate::proto::rls::RateLimitResponse {
+        overall_code: code(response.overall),
+        ..Default::default()
+    };
+    for s in &response.statuses {
+        out.statuses.push(DescriptorStatus {
+            code: code(s.code),
+            current_limit: s.current_limit.as_ref().map(|l| RateLimit {
+                name: l.name.as_deref().unwrap_or_default().to_owned(),
+                requests_per_unit: l.reported.requests_per_unit,
+                unit: unit(l.reported.unit).expect("every unit is in the protocol"),
+            }),
+            limit_remaining: s.limit_remaining,
+            duration_until_reset: s.reports_reset().then(|| prost_types::Duration {
+                seconds: s.reset_seconds().min(i64::MAX as u64) as i64,
+                nanos: 0,
+            }),
+            quota: None,
+        });
+    }
+    headers.emit(response, &mut String::new(), |name, value| {
+        out.response_headers_to_add.push(HeaderValue {
+            key: name.text.to_string(),
+            value: value.to_owned(),
+            raw_value: Vec::new(),
+        })
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,58 +633,5 @@ mod tests {
         let decoded = RateLimitResponse::decode(&out[5..]).unwrap();
         assert_eq!(decoded, generated(&r, &headers));
         assert_eq!(decoded.response_headers_to_add.len(), 6);
-    }
-
-    /// The oracle: `response` as the generated types build it.
-    fn generated(
-        response: &Response,
-        headers: &RateLimitHeaders,
-    ) -> crate::proto::rls::RateLimitResponse {
-        use crate::proto::envoy::config::core::v3::HeaderValue;
-        use crate::proto::rls::rate_limit_response::rate_limit::Unit as ProtoUnit;
-        use crate::proto::rls::rate_limit_response::{
-            Code as ProtoCode, DescriptorStatus, RateLimit,
-        };
-        let code = |c| match c {
-            Code::Ok => ProtoCode::Ok as i32,
-            Code::OverLimit => ProtoCode::OverLimit as i32,
-        };
-        let unit = |u| match u {
-            Unit::Second => ProtoUnit::Second,
-            Unit::Minute => ProtoUnit::Minute,
-            Unit::Hour => ProtoUnit::Hour,
-            Unit::Day => ProtoUnit::Day,
-            Unit::Week => ProtoUnit::Week,
-            Unit::Month => ProtoUnit::Month,
-            Unit::Year => ProtoUnit::Year,
-        } as i32;
-        let mut out = crate::proto::rls::RateLimitResponse {
-            overall_code: code(response.overall),
-            ..Default::default()
-        };
-        for s in &response.statuses {
-            out.statuses.push(DescriptorStatus {
-                code: code(s.code),
-                current_limit: s.current_limit.as_ref().map(|l| RateLimit {
-                    name: l.name.as_deref().unwrap_or_default().to_owned(),
-                    requests_per_unit: l.reported.requests_per_unit,
-                    unit: unit(l.reported.unit),
-                }),
-                limit_remaining: s.limit_remaining,
-                duration_until_reset: s.reports_reset().then(|| prost_types::Duration {
-                    seconds: s.reset_seconds().min(i64::MAX as u64) as i64,
-                    nanos: 0,
-                }),
-                quota: None,
-            });
-        }
-        headers.emit(response, &mut String::new(), |name, value| {
-            out.response_headers_to_add.push(HeaderValue {
-                key: name.text.to_string(),
-                value: value.to_owned(),
-                raw_value: Vec::new(),
-            })
-        });
-        out
     }
 }

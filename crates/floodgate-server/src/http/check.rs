@@ -23,7 +23,7 @@ use floodgate_policy::{Code, PolicySet, Status};
 use serde::{Deserialize, Serialize};
 
 use super::check_limits::{self, LimitJson};
-use super::envoy_json::{code_name, unit_name};
+use super::envoy_json::code_name;
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
 use crate::decision::DecisionService;
@@ -86,7 +86,7 @@ impl<'a> Limit<'a> {
     pub(super) fn new(reported: &Reported, name: Option<&'a str>) -> Self {
         Limit {
             requests_per_unit: reported.requests_per_unit,
-            unit: unit_name(reported.unit),
+            unit: reported.unit.name(),
             name,
         }
     }

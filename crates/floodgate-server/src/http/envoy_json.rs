@@ -107,7 +107,7 @@ fn status(s: &Status) -> JsonStatus<'_> {
     let current_limit = s.current_limit.as_ref().map(|l| JsonLimit {
         name: l.name.as_deref().unwrap_or(""),
         requests_per_unit: l.reported.requests_per_unit,
-        unit: unit_name(l.reported.unit),
+        unit: l.reported.unit.name(),
     });
     let duration_until_reset = s
         .reports_reset()
@@ -117,20 +117,6 @@ fn status(s: &Status) -> JsonStatus<'_> {
         current_limit,
         limit_remaining: s.limit_remaining,
         duration_until_reset,
-    }
-}
-
-/// The proto name of a unit.
-pub fn unit_name(u: floodgate_policy::unit::Unit) -> &'static str {
-    use floodgate_policy::unit::Unit::*;
-    match u {
-        Second => "SECOND",
-        Minute => "MINUTE",
-        Hour => "HOUR",
-        Day => "DAY",
-        Week => "WEEK",
-        Month => "MONTH",
-        Year => "YEAR",
     }
 }
 

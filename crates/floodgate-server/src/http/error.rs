@@ -3,10 +3,12 @@
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floodgate_policy::{EngineError, ErrorCode};
+use serde::Serialize;
 
 /// An error answer: `{"error": {"code": "...", "message": "..."}}`.
-#[derive(Debug)]
+#[derive(Debug, Serialize)]
 pub struct ApiError {
+    #[serde(skip)]
     status: StatusCode,
     code: &'static str,
     message: String,
@@ -29,7 +31,11 @@ impl ApiError {
 
     /// An engine error, with the status of its [`ErrorCode`].
     pub fn engine(e: &EngineError) -> Self {
-        let code = e.code();
+        Self::of_code(e.code(), e.to_string())
+    }
+
+    /// An error of class `code`, with its status.
+    pub fn of_code(code: ErrorCode, message: impl Into<String>) -> Self {
         let name = match code {
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::Unavailable => "UNAVAILABLE",
@@ -38,7 +44,7 @@ impl ApiError {
         };
         let status =
             StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Self::new(status, name, e.to_string())
+        Self::new(status, name, message)
     }
 
     /// The HTTP status.
@@ -56,7 +62,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let body = serde_json::json!({ "error": self });
         (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],

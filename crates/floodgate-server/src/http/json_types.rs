@@ -125,8 +125,11 @@ pub fn u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 /// A u32 as a number or a string.
 pub fn u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    let v = u64_num(d)?;
-    u32::try_from(v).map_err(|_| de::Error::custom(format!("{v} is larger than 4294967295")))
+    to_u32(u64_num(d)?)
+}
+
+fn to_u32<E: de::Error>(v: u64) -> Result<u32, E> {
+    u32::try_from(v).map_err(|_| E::custom(format!("{v} is larger than 4294967295")))
 }
 
 /// An optional u64 (null: absent).
@@ -152,12 +155,7 @@ pub fn opt_u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
 
 /// An optional u32 (null: absent).
 pub fn opt_u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    match opt_u64_num(d)? {
-        None => Ok(None),
-        Some(v) => u32::try_from(v)
-            .map(Some)
-            .map_err(|_| de::Error::custom(format!("{v} is larger than 4294967295"))),
-    }
+    opt_u64_num(d)?.map(to_u32).transpose()
 }
 
 /// A unit by name (`MINUTE`, any case) or protocol number (an unknown

@@ -58,14 +58,8 @@ struct ReleaseResponse<'a> {
     units: u64,
     /// Why nothing was given back (the status is then not 200).
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<ErrorBody>,
+    error: Option<ApiError>,
     statuses: Vec<ReleaseStatus<'a>>,
-}
-
-#[derive(Serialize)]
-struct ErrorBody {
-    code: &'static str,
-    message: String,
 }
 
 #[derive(Serialize)]
@@ -217,37 +211,29 @@ async fn run(
 /// The status of a release that did `report` to `concurrency` limits: 200
 /// when it gave back (or queued) anything; otherwise the store's error
 /// when it failed, 409 when the permit held nothing there.
-fn verdict(report: &ReleaseReport, concurrency: usize) -> (StatusCode, Option<ErrorBody>) {
+fn verdict(report: &ReleaseReport, concurrency: usize) -> (StatusCode, Option<ApiError>) {
     if report.units() > 0 {
         return (StatusCode::OK, None);
     }
-    if let Some(e) = &report.error {
-        let class = EngineError::Backend(e.clone()).code();
-        let code = match class {
-            ErrorCode::Unavailable => "UNAVAILABLE",
-            ErrorCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
-            _ => "INTERNAL",
-        };
-        let status =
-            StatusCode::from_u16(class.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let message = format!("the release was not taken: {e}");
-        return (status, Some(ErrorBody { code, message }));
-    }
-    let message = if concurrency == 0 {
-        "no concurrency limit matches these descriptors: there is nothing to release".to_owned()
-    } else {
-        "the permit holds no units of the concurrency limits these descriptors match: it was \
-         never issued, was issued for other descriptors, was released already, or its lease \
-         ended; nothing was released"
-            .to_owned()
+    let error = match &report.error {
+        Some(e) => {
+            let class = EngineError::Backend(e.clone()).code();
+            ApiError::of_code(class, format!("the release was not taken: {e}"))
+        }
+        None if concurrency == 0 => ApiError::new(
+            StatusCode::CONFLICT,
+            "PERMIT_NOT_HELD",
+            "no concurrency limit matches these descriptors: there is nothing to release",
+        ),
+        None => ApiError::new(
+            StatusCode::CONFLICT,
+            "PERMIT_NOT_HELD",
+            "the permit holds no units of the concurrency limits these descriptors match: it \
+             was never issued, was issued for other descriptors, was released already, or its \
+             lease ended; nothing was released",
+        ),
     };
-    (
-        StatusCode::CONFLICT,
-        Some(ErrorBody {
-            code: "PERMIT_NOT_HELD",
-            message,
-        }),
-    )
+    (error.status(), Some(error))
 }
 
 /// Whether limit `index` of rule `rule` is a concurrency limit (a limit
