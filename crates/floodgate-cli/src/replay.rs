@@ -33,7 +33,7 @@ pub struct ReplayArgs {
     pub compare_algorithms: Option<String>,
     /// Lines out of order by up to this much are put back in order; later
     /// ones are reported and not decided.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::flags::duration)]
     pub reorder_window: Duration,
     /// The in-memory store's capacity (as `store.capacity`).
     #[arg(long, value_name = "KEYS", default_value_t = 1_000_000)]
@@ -61,11 +61,6 @@ pub struct ReplayArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    floodgate_policy::unit::parse_duration(s)
-        .ok_or_else(|| format!("`{s}` is not a duration (e.g. 10s, 500ms, 2m)"))
 }
 
 fn write_file(

@@ -25,25 +25,25 @@ struct Admin {
 pub fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
-        .route("/healthcheck", get(healthcheck))
-        .route("/ready", get(ready))
         .with_state(Admin {
             health: health.clone(),
             metrics: metrics.clone(),
         })
+        .merge(health_routes(health.clone()))
         .merge(crate::dashboard::router(health, metrics))
+}
+
+/// `/healthcheck` and `/ready` ([`Health::healthcheck`],
+/// [`Health::ready`]), for the admin listener and any other.
+pub fn health_routes<S: Clone + Send + Sync + 'static>(health: Arc<Health>) -> Router<S> {
+    let ready = health.clone();
+    Router::new()
+        .route("/healthcheck", get(|| async move { health.healthcheck() }))
+        .route("/ready", get(|| async move { ready.ready() }))
 }
 
 async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {
     a.health.export_metrics();
     let text = a.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
-}
-
-async fn healthcheck(State(a): State<Admin>) -> impl IntoResponse {
-    a.health.healthcheck()
-}
-
-async fn ready(State(a): State<Admin>) -> impl IntoResponse {
-    a.health.ready()
 }

@@ -27,15 +27,10 @@ pub fn sync_report(store: &StoreSettings, policy: &PolicySet) -> Vec<String> {
             if floodgate_redis::supports_mode(&l.limit, mode).is_err() || !mode.is_local() {
                 continue;
             }
-            let name = if rule.limits().len() > 1 {
-                format!(
-                    "rule '{}' of domain '{}', limit {i}",
-                    rule.label(),
-                    rule.domain
-                )
-            } else {
-                format!("rule '{}' of domain '{}'", rule.label(), rule.domain)
-            };
+            let mut name = format!("rule '{}' of domain '{}'", rule.label(), rule.domain);
+            if rule.limits().len() > 1 {
+                name.push_str(&format!(", limit {i}"));
+            }
             let line = match mode {
                 SyncMode::Lease { duration } => {
                     format!("{name}: lease ({duration:?}): never admits past the limit")

@@ -49,10 +49,10 @@ pub struct RlsArgs {
     #[arg(long, default_value_t = 10_000)]
     pub keys: u64,
     /// Measured time.
-    #[arg(long, default_value = "15s", value_parser = duration)]
+    #[arg(long, default_value = "15s", value_parser = crate::flags::duration)]
     pub duration: Duration,
     /// Unmeasured time before.
-    #[arg(long, default_value = "2s", value_parser = duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::flags::duration)]
     pub warmup: Duration,
     /// The domain sent.
     #[arg(long, default_value = "bench")]
@@ -71,11 +71,6 @@ pub struct RlsArgs {
     /// A label for the report line.
     #[arg(long, default_value = "")]
     pub label: String,
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    floodgate_policy::unit::parse_duration(s)
-        .ok_or_else(|| "expected a duration such as 15s".into())
 }
 
 /// Runs a benchmark command.

@@ -332,18 +332,14 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
         }
         // The primary's credentials: the more strongly given of
         // `master_auth` and `auth`.
-        let primary = match (&a.master_auth, &a.auth) {
-            (Some(m), Some(x)) => {
-                if origins.of("store.auth").rank() > origins.of("store.master_auth").rank() {
-                    Some(x.clone())
-                } else {
-                    Some(m.clone())
-                }
-            }
-            (m, x) => m.clone().or_else(|| x.clone()),
+        let auth_first = origins.of("store.auth").rank() > origins.of("store.master_auth").rank();
+        let (first, second) = if auth_first {
+            (&a.auth, &a.master_auth)
+        } else {
+            (&a.master_auth, &a.auth)
         };
-        if primary.is_some() {
-            r.primary_auth = primary;
+        if let Some(primary) = first.as_ref().or(second.as_ref()) {
+            r.primary_auth = Some(primary.clone());
         }
         if let Some(auth) = &a.sentinel_auth {
             for u in &mut r.urls {
@@ -412,17 +408,11 @@ fn sync_period(text: &str) -> Result<Duration, String> {
 /// mode (`interval` to `sync`, `duration` to `lease`).
 fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> Option<SyncMode> {
     let mode = SyncMode::parse(a.sync_mode.as_deref().unwrap_or("exact"))?;
+    let sync = matches!(mode, SyncMode::Sync { .. });
+    let lease = matches!(mode, SyncMode::Lease { .. });
     for (key, given, applies) in [
-        (
-            "store.sync.interval",
-            a.sync_interval.is_some(),
-            matches!(mode, SyncMode::Sync { .. }),
-        ),
-        (
-            "store.sync.duration",
-            a.lease_duration.is_some(),
-            matches!(mode, SyncMode::Lease { .. }),
-        ),
+        ("store.sync.interval", a.sync_interval.is_some(), sync),
+        ("store.sync.duration", a.lease_duration.is_some(), lease),
     ] {
         if given
             && !applies

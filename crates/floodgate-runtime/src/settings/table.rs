@@ -325,11 +325,6 @@ impl<T> Setting<T> {
             .or(self.kind.samples())
             .unwrap_or_else(|| panic!("{}: samples needed for the precedence test", self.key))
     }
-
-    /// The file key within its section (`shutdown_delay`).
-    pub fn field(&self) -> &'static str {
-        self.key.split_once('.').map_or(self.key, |(_, f)| f)
-    }
 }
 
 /// Values given on the command line, by setting key.
@@ -565,14 +560,11 @@ pub fn resolve<T>(
             continue;
         };
         if let Err(m) = (s.set)(target, &value) {
-            let name = match &origin {
-                Origin::File(_) => s.field().rsplit('.').next().unwrap_or(s.key),
-                _ => "",
-            };
-            let message = if name.is_empty() {
-                m
-            } else {
-                format!("{name}: {m}")
+            // In the file, the message names the key (the others name it
+            // as their origin).
+            let message = match &origin {
+                Origin::File(_) => format!("{}: {m}", s.key.rsplit('.').next().unwrap_or(s.key)),
+                _ => m,
             };
             errors.push(origin.error(message));
             continue;

@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use floodgate::{Apply, Decision, Outcome};
 use floodgate_policy::engine::{CurrentLimit, Reason};
 use floodgate_policy::spec::Reported;
@@ -170,19 +170,11 @@ pub async fn handle(
     State(svc): State<Arc<DecisionService>>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
-) -> Response {
-    (run(&svc, &headers, raw).await).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn run(
-    svc: &DecisionService,
-    headers: &HeaderMap,
-    raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let bytes = body::json_call(svc, Api::Check, headers, raw, started)?;
+    let bytes = body::json_call(&svc, Api::Check, &headers, raw, started)?;
     let req: CheckRequest<'_> =
-        body::parse(&bytes).map_err(body::invalid(svc, Api::Check, started))?;
+        body::parse(&bytes).map_err(body::invalid(&svc, Api::Check, started))?;
     let apply = if req.dry_run {
         Apply::Check
     } else {
@@ -199,7 +191,7 @@ async fn run(
     )
     .await
     .map_err(|e| ApiError::engine(&e))?;
-    let policy = body::policy_of(svc, &response);
+    let policy = body::policy_of(&svc, &response);
     let held = svc.engine().held(&response);
     let over = response.overall == Code::OverLimit;
     let retry_after = response.narrowest().and_then(|d| d.retry_after);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::post;
 
 use crate::decision::DecisionService;
 
@@ -26,8 +26,9 @@ pub fn router(service: Arc<DecisionService>, body_limit: usize) -> Router {
         .route("/json", post(envoy_json::handle))
         .route("/v1/check", post(check::handle))
         .route("/v1/release", post(release::handle))
-        .route("/healthcheck", get(healthcheck))
-        .route("/ready", get(ready))
+        .merge(floodgate_runtime::admin::health_routes(
+            service.health().clone(),
+        ))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
@@ -68,16 +69,6 @@ async fn bounded(
         )
         .into_response(),
     }
-}
-
-/// Liveness: 200 while the process serves (503 once it is shutting down).
-async fn healthcheck(State(s): State<Arc<DecisionService>>) -> (StatusCode, &'static str) {
-    s.health().healthcheck()
-}
-
-/// Readiness: 200 when the store can decide and shutdown has not begun.
-async fn ready(State(s): State<Arc<DecisionService>>) -> (StatusCode, &'static str) {
-    s.health().ready()
 }
 
 async fn not_found() -> ApiError {

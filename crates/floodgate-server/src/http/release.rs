@@ -19,7 +19,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use floodgate_policy::engine::ReleaseReport;
 use floodgate_policy::{EngineError, ErrorCode, Permit, PolicySet, Released};
 use serde::de::{self, Deserializer, Visitor};
@@ -144,18 +144,10 @@ pub async fn handle(
     State(svc): State<Arc<DecisionService>>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
-) -> Response {
-    (run(&svc, &headers, raw).await).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn run(
-    svc: &DecisionService,
-    headers: &HeaderMap,
-    raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let invalid = body::invalid(svc, Api::Release, started);
-    let bytes = body::json_call(svc, Api::Release, headers, raw, started)?;
+    let invalid = body::invalid(&svc, Api::Release, started);
+    let bytes = body::json_call(&svc, Api::Release, &headers, raw, started)?;
     let req: ReleaseRequest<'_> = body::parse(&bytes).map_err(&invalid)?;
     if req.dry_run {
         return Err(invalid(ApiError::bad_request(
@@ -174,7 +166,7 @@ async fn run(
         )
         .await
         .map_err(|e| ApiError::engine(&e))?;
-    let policy = body::policy_of(svc, &response);
+    let policy = body::policy_of(&svc, &response);
     let n = response.statuses.len();
     let mut units = vec![0u64; n];
     let mut outcomes = vec![Outcome::None; n];
