@@ -266,28 +266,7 @@ impl Proxy {
         req: Request<Incoming>,
         client: ClientInfo,
     ) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static {
-        AlwaysOk {
-            inner: forward(self.shared, req, client),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A future's output as an infallible result.
-    struct AlwaysOk<F> {
-        #[pin]
-        inner: F,
-    }
-}
-
-impl<F: Future> Future for AlwaysOk<F> {
-    type Output = Result<F::Output, Infallible>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        self.project().inner.poll(cx).map(Ok)
+        forward(self.shared, req, client)
     }
 }
 
@@ -310,7 +289,7 @@ fn forward(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     client: ClientInfo,
-) -> impl Future<Output = Response<ProxyBody>> + Send {
+) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send {
     let prepared = prepare(&shared, req, client);
     // The exchange written in this block rather than awaited as a future
     // of its own: an awaited future is built, then moved into the state
@@ -325,7 +304,7 @@ fn forward(
             client_upgrade,
         } = match prepared {
             Ok(p) => p,
-            Err(res) => return *res,
+            Err(res) => return Ok(*res),
         };
         let up = &shared.upstream;
         let result = {
@@ -343,7 +322,7 @@ fn forward(
                 r => r,
             }
         };
-        match result {
+        Ok(match result {
             Exchange::Response(mut res) => {
                 let switched = match client_upgrade {
                     Some((client, slot, asked))
@@ -364,7 +343,7 @@ fn forward(
                 // rather than a response head with nothing behind it.
                 let first = if switched.is_none() && !body.is_end_stream() {
                     match poll_once(&mut body).await {
-                        Some(Some(Err(e))) => return shared.bad_gateway(&e),
+                        Some(Some(Err(e))) => return Ok(shared.bad_gateway(&e)),
                         Some(Some(Ok(frame))) => Some(frame),
                         Some(None) | None => None,
                     }
@@ -395,7 +374,7 @@ fn forward(
                 tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
                 shared.client_error(ClientError::BodyTimeout, version)
             }
-        }
+        })
     }
 }
 
