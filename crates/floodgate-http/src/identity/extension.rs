@@ -59,12 +59,12 @@ impl ExtensionSource for () {
 /// and read by `extension` actions.
 ///
 /// ```
-/// use floodgate_http::identity::{Attributes, ExtensionSourceExt};
+/// use floodgate_http::identity::{Attributes, ExtensionSource};
 ///
 /// let mut req = http::Request::new(());
 /// req.extensions_mut()
 ///     .insert(Attributes::new().with("user", "alice").with("plan", "pro"));
-/// assert_eq!(req.extensions().get_value("user"), Some("alice"));
+/// assert_eq!(ExtensionSource::get(req.extensions(), "user"), Some("alice"));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attributes {
@@ -125,17 +125,6 @@ impl ExtensionSource for http::Extensions {
     }
 }
 
-/// [`ExtensionSource::get`] under a name that does not clash with
-/// [`http::Extensions::get`].
-pub trait ExtensionSourceExt: ExtensionSource {
-    /// The value named `name`.
-    fn get_value(&self, name: &str) -> Option<&str> {
-        ExtensionSource::get(self, name)
-    }
-}
-
-impl<T: ExtensionSource + ?Sized> ExtensionSourceExt for T {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,9 +143,9 @@ mod tests {
     #[test]
     fn http_extensions() {
         let mut ext = http::Extensions::new();
-        assert_eq!(ext.get_value("user"), None);
+        assert_eq!(ExtensionSource::get(&ext, "user"), None);
         ext.insert(Attributes::new().with("user", "carol"));
-        assert_eq!(ext.get_value("user"), Some("carol"));
+        assert_eq!(ExtensionSource::get(&ext, "user"), Some("carol"));
         assert_eq!(NoExtensions.get("user"), None);
     }
 }

@@ -195,7 +195,7 @@ impl HttpIdentity {
         let req = Request { head, ext, peer };
         out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
         let hits = self.cost_of_head(head, ext);
-        out.set_hits(hits);
+        out.hits = hits;
         let per_descriptor = self.cost.as_ref().map(|_| hits as u64);
         let mut lazy = Lazy {
             client,
@@ -210,9 +210,7 @@ impl HttpIdentity {
                 out.discard();
             }
         }
-        if let Some(ip) = lazy.client {
-            out.set_client(ip);
-        }
+        out.client = lazy.client;
     }
 
     /// The client address of a request from `peer` (after trusted proxies;

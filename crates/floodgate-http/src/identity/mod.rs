@@ -98,7 +98,7 @@ pub use config::{
 };
 pub use cost::cost_of;
 pub use error::IdentityError;
-pub use extension::{Attributes, ExtensionSource, ExtensionSourceExt, NoExtensions};
+pub use extension::{Attributes, ExtensionSource, NoExtensions};
 pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
 pub use head::{HttpHead, RequestHead};
 pub use http_identity::HttpIdentity;

@@ -89,8 +89,8 @@ impl Descriptor for HttpDescriptor {
 pub struct RequestDescriptors {
     slots: Vec<HttpDescriptor>,
     len: usize,
-    hits: u32,
-    client: Option<IpAddr>,
+    pub(super) hits: u32,
+    pub(super) client: Option<IpAddr>,
 }
 
 impl RequestDescriptors {
@@ -149,14 +149,6 @@ impl RequestDescriptors {
         if let Some(slot) = self.slots.get_mut(self.len) {
             slot.clear();
         }
-    }
-
-    pub(crate) fn set_hits(&mut self, hits: u32) {
-        self.hits = hits;
-    }
-
-    pub(crate) fn set_client(&mut self, ip: IpAddr) {
-        self.client = Some(ip);
     }
 }
 
