@@ -182,14 +182,13 @@ fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
         c.trusted_hops = errors.take(int_in(h, "trusted_hops", 0, max)).unwrap_or(0) as u8;
     }
     if let Some(list) = map.get("trusted_proxies") {
-        each_string(list, errors, |text, item, errors| {
-            match parse_cidr(text) {
+        each_string(list, errors, |text, item, errors| match parse_cidr(text) {
             Some(net) => c.trusted_proxies.push(net),
-            None => errors.push(item.error(format!(
-                "invalid network '{}' (expected an address or address/prefix, e.g. 10.0.0.0/8 or 2001:db8::/32)",
-                excerpt(text)
-            ))),
-        }
+            None => {
+                let expected = "an address or address/prefix, e.g. 10.0.0.0/8 or 2001:db8::/32";
+                let text = excerpt(text);
+                errors.push(item.error(format!("invalid network '{text}' (expected {expected})")));
+            }
         });
     }
     if let Some(h) = map.get("header") {
