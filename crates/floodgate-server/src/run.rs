@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::PolicySet;
-use floodgate_policy::reload::{Compiled, ConfigSource};
+use floodgate_policy::reload::Compiled;
 use floodgate_runtime::config::Loaded;
-use floodgate_runtime::config_thread::ConfigThread;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{
     ADMIN_CONNECTIONS, Http, Protocols, bind, descriptors, spawn_router,
@@ -77,14 +76,13 @@ pub async fn serve(
         store = %store,
         "configuration loaded"
     );
-    let _watching = watch_config(
-        thread,
-        source,
-        compiled,
-        &svc,
-        settings.server.reload_interval,
-        startup,
-    );
+    let reloaded = svc.clone();
+    let apply = move |c: Compiled| {
+        startup.check_reload(&c.loaded.documents);
+        replace_policy(&reloaded, c.policy)
+    };
+    let interval = settings.server.reload_interval;
+    let _watching = Watching::start(thread, source, compiled, interval, apply, || {});
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();
@@ -123,20 +121,14 @@ pub async fn serve(
     }
 
     // Serve until the signal, or until a server fails.
-    let mut failed = None;
-    {
-        let any_done = futures_util::future::select_all(tasks.iter_mut());
-        tokio::select! {
-            _ = shutdown => {}
-            (res, _, _) = any_done => {
-                failed = Some(match res {
-                    Ok(Ok(())) => "a server stopped".to_owned(),
-                    Ok(Err(e)) => e,
-                    Err(e) => e.to_string(),
-                });
-            }
-        }
-    }
+    let failed = tokio::select! {
+        _ = shutdown => None,
+        (res, _, _) = futures_util::future::select_all(tasks.iter_mut()) => Some(match res {
+            Ok(Ok(())) => "a server stopped".to_owned(),
+            Ok(Err(e)) => e,
+            Err(e) => e.to_string(),
+        }),
+    };
     // A failed listener ends the process at once; a signal after the
     // shutdown delay.
     let delay = match failed {
@@ -146,27 +138,7 @@ pub async fn serve(
     let grace = settings.server.shutdown_grace;
     shut_down(svc.health(), delay, &stop_tx, grace, join_all(tasks)).await;
     svc.engine().backend().give_back().await;
-    match failed {
-        Some(e) => Err(RuntimeError::Runtime(e)),
-        None => Ok(()),
-    }
-}
-
-/// Watches the configuration: every `interval` (zero: only on SIGHUP).
-fn watch_config(
-    thread: ConfigThread,
-    source: ConfigSource,
-    compiled: Compiled,
-    svc: &Arc<DecisionService>,
-    interval: Duration,
-    startup: StartupSections,
-) -> Watching {
-    let svc = svc.clone();
-    let apply = move |c: Compiled| {
-        startup.check_reload(&c.loaded.documents);
-        replace_policy(&svc, c.policy)
-    };
-    Watching::start(thread, source, compiled, interval, apply, || {})
+    failed.map_or(Ok(()), |e| Err(RuntimeError::Runtime(e)))
 }
 
 /// Swaps a reloaded `policy` into `svc`, unless its store cannot decide

@@ -74,47 +74,24 @@ impl Given {
     }
 }
 
-/// A YAML file giving dotted keys (`store.breaker.failures`).
+/// A YAML file giving dotted keys (`store.breaker.failures`), sorted so
+/// that the keys of a group follow each other under it.
 fn yaml(pairs: &[(&'static str, String)]) -> String {
-    fn put(tree: &mut Vec<(String, Tree)>, path: &[&str], value: &str) {
-        let (head, rest) = (path[0], &path[1..]);
-        let pos = tree.iter().position(|(k, _)| k == head);
-        if rest.is_empty() {
-            tree.push((head.to_owned(), Tree::Leaf(value.to_owned())));
-            return;
-        }
-        let i = pos.unwrap_or_else(|| {
-            tree.push((head.to_owned(), Tree::Map(Vec::new())));
-            tree.len() - 1
-        });
-        if let Tree::Map(m) = &mut tree[i].1 {
-            put(m, rest, value);
-        }
-    }
-    fn write(tree: &[(String, Tree)], indent: usize, out: &mut String) {
-        for (k, v) in tree {
-            match v {
-                Tree::Leaf(t) => {
-                    out.push_str(&format!("{:indent$}{k}: '{}'\n", "", t.replace('\'', "''")))
-                }
-                Tree::Map(m) => {
-                    out.push_str(&format!("{:indent$}{k}:\n", ""));
-                    write(m, indent + 2, out);
-                }
-            }
-        }
-    }
-    enum Tree {
-        Leaf(String),
-        Map(Vec<(String, Tree)>),
-    }
-    let mut tree = Vec::new();
-    for (k, v) in pairs {
-        let path: Vec<&str> = k.split('.').collect();
-        put(&mut tree, &path, v);
-    }
+    let mut pairs = pairs.to_vec();
+    pairs.sort();
     let mut out = String::from("domains: []\n");
-    write(&tree, 0, &mut out);
+    let mut open: &[&str] = &[];
+    let paths: Vec<Vec<&str>> = pairs.iter().map(|(k, _)| k.split('.').collect()).collect();
+    for (path, (_, value)) in paths.iter().zip(&pairs) {
+        let (leaf, parents) = path.split_last().expect("a key");
+        let same = open.iter().zip(parents).take_while(|(a, b)| a == b).count();
+        for (depth, name) in parents.iter().enumerate().skip(same) {
+            out.push_str(&format!("{:1$}{name}:\n", "", depth * 2));
+        }
+        let value = value.replace('\'', "''");
+        out.push_str(&format!("{:1$}{leaf}: '{value}'\n", "", parents.len() * 2));
+        open = parents;
+    }
     out
 }
 

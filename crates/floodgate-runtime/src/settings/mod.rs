@@ -406,17 +406,10 @@ impl StartupSections {
 /// `url` without its credentials (`redis://user:secret@host` becomes
 /// `redis://***@host`), for logs.
 pub fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let redacted = match rest[..authority_end].rfind('@') {
-        Some(at) => format!("***{}", &rest[at..]),
-        None => rest.to_owned(),
-    };
-    match scheme {
-        Some(s) => format!("{s}://{redacted}"),
-        None => redacted,
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
     }
 }

@@ -119,8 +119,17 @@ fn excerpt(s: &str) -> String {
 }
 
 /// A u64 as a number or a string (proto3 JSON).
+struct Num(u64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NumVisitor).map(Num)
+    }
+}
+
+/// A u64 as a number or a string (proto3 JSON).
 pub fn u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    d.deserialize_any(NumVisitor)
+    Num::deserialize(d).map(|n| n.0)
 }
 
 /// A u32 as a number or a string.
@@ -134,23 +143,7 @@ fn to_u32<E: de::Error>(v: u64) -> Result<u32, E> {
 
 /// An optional u64 (null: absent).
 pub fn opt_u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Option<u64>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a non-negative integer or null")
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            u64_num(d).map(Some)
-        }
-    }
-    d.deserialize_option(V)
+    Ok(Option::<Num>::deserialize(d)?.map(|n| n.0))
 }
 
 /// An optional u32 (null: absent).
