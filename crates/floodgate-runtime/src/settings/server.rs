@@ -10,7 +10,7 @@ use super::parse::{
     ANY, LOOPBACK, boolean, count_in, duration, parse_listen_on, parse_log_format,
     positive_duration, size,
 };
-use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
+use super::table::{Env, Envoy, InFile, Kind, Setting, Value, host_port};
 
 type S = Setting<Settings>;
 
@@ -47,11 +47,9 @@ fn debug_listener(env: &Env<'_>) -> Result<Option<String>, String> {
             .trim()
             .parse()
             .map_err(|_| format!("expected a port number, found `{port}`"))?;
-        return Ok(Some(match env.get("DEBUG_HOST") {
-            Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{port}"),
-            Some(h) => format!("{h}:{port}"),
-            None => format!(":{port}"),
-        }));
+        // No host: on loopback, as a bare port is.
+        let host = env.get("DEBUG_HOST").unwrap_or_default();
+        return Ok(Some(host_port(&host, port)));
     }
     let prometheus = env
         .get("USE_PROMETHEUS")

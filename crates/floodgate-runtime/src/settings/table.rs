@@ -127,14 +127,19 @@ impl Envoy {
                     .parse()
                     .map_err(|_| format!("{port}: expected a port number, found `{p}`"))?;
                 let h = env.get(host).unwrap_or_else(|| "0.0.0.0".into());
-                Ok(Some(if h.contains(':') && !h.starts_with('[') {
-                    format!("[{h}]:{p}")
-                } else {
-                    format!("{h}:{p}")
-                }))
+                Ok(Some(host_port(&h, p)))
             }
             Envoy::Read { read, .. } => read(env),
         }
+    }
+}
+
+/// `host:port`, an IPv6 host in brackets (an empty host: `:port`).
+pub(super) fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
