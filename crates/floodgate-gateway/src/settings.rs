@@ -61,6 +61,18 @@ fn path(v: &table::Value) -> Result<PathBuf, String> {
     Ok(PathBuf::from(t.trim()))
 }
 
+/// One of a few words: the value of the first of `choices` whose
+/// spellings include the text; else an error naming the first spellings.
+fn choice<T: Copy>(v: &table::Value, what: &str, choices: &[(&[&str], T)]) -> Result<T, String> {
+    let t = v.text();
+    let found = choices.iter().find(|(names, _)| names.contains(&t.trim()));
+    found.map(|(_, value)| *value).ok_or_else(|| {
+        let names: Vec<&str> = choices.iter().map(|(names, _)| names[0]).collect();
+        let got = floodgate_policy::yaml::excerpt(t.trim());
+        format!("{what} must be {} (got '{got}')", names.join(" or "))
+    })
+}
+
 /// Every setting of the `gateway:` section.
 pub fn table() -> &'static [S] {
     static TABLE: LazyLock<Vec<S>> = LazyLock::new(declare);
@@ -112,16 +124,10 @@ fn declare() -> Vec<S> {
         S::new("gateway.upstream.protocol", "FLOODGATE_UPSTREAM_PROTOCOL", "upstream-protocol", Kind::Choice, "http1",
             "`http1` or `http2` (h2c for `http://`, ALPN for `https://`)",
             |s, v| {
-                s.config.upstream.protocol = match v.text().trim() {
-                    "http1" | "http/1.1" | "HTTP/1.1" => UpstreamProtocol::Http1,
-                    "http2" | "h2c" | "http/2" | "HTTP/2" => UpstreamProtocol::Http2,
-                    other => {
-                        return Err(format!(
-                            "protocol must be http1 or http2 (got '{}')",
-                            floodgate_policy::yaml::excerpt(other)
-                        ));
-                    }
-                };
+                s.config.upstream.protocol = choice(v, "protocol", &[
+                    (&["http1", "http/1.1", "HTTP/1.1"], UpstreamProtocol::Http1),
+                    (&["http2", "h2c", "http/2", "HTTP/2"], UpstreamProtocol::Http2),
+                ])?;
                 Ok(())
             })
             .samples("http2", "http1"),
@@ -140,16 +146,10 @@ fn declare() -> Vec<S> {
         S::new("gateway.upstream.host", "FLOODGATE_UPSTREAM_HOST", "upstream-host", Kind::Choice, "preserve",
             "the `Host` sent: the client's (`preserve`) or the upstream URL's (`upstream`)",
             |s, v| {
-                s.config.upstream.host = match v.text().trim() {
-                    "preserve" => HostHeader::Preserve,
-                    "upstream" => HostHeader::Upstream,
-                    other => {
-                        return Err(format!(
-                            "host must be preserve or upstream (got '{}')",
-                            floodgate_policy::yaml::excerpt(other)
-                        ));
-                    }
-                };
+                s.config.upstream.host = choice(v, "host", &[
+                    (&["preserve"], HostHeader::Preserve),
+                    (&["upstream"], HostHeader::Upstream),
+                ])?;
                 Ok(())
             })
             .samples("upstream", "preserve"),

@@ -51,26 +51,20 @@ fn stamp(files: &ListenerTls) -> Stamp {
 pub fn load_certified_key(files: &ListenerTls) -> Result<CertifiedKey, TlsError> {
     let chain = certificates(&files.cert)?;
     let key = private_key(&files.key)?;
-    let provider = super::provider();
-    let context = || {
-        format!(
+    let rustls = |source| TlsError::Rustls {
+        context: format!(
             "certificate {} with key {}",
             files.cert.display(),
             files.key.display()
-        )
+        ),
+        source,
     };
-    let signing = provider
+    let signing = super::provider()
         .key_provider
         .load_private_key(key)
-        .map_err(|source| TlsError::Rustls {
-            context: context(),
-            source,
-        })?;
+        .map_err(rustls)?;
     let certified = CertifiedKey::new(chain, signing);
-    certified.keys_match().map_err(|source| TlsError::Rustls {
-        context: context(),
-        source,
-    })?;
+    certified.keys_match().map_err(rustls)?;
     Ok(certified)
 }
 
