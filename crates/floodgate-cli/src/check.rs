@@ -33,37 +33,28 @@ pub fn run(args: CheckArgs) -> ExitCode {
         return check(args.flags.0, &args.paths, "");
     }
     let mut files = Vec::new();
+    let yaml = |f: &PathBuf| {
+        f.is_file() && matches!(f.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+    };
     for p in &args.paths {
-        match std::fs::read_dir(p) {
-            Ok(dir) => {
-                let mut found: Vec<PathBuf> = dir
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|f| {
-                        f.is_file()
-                            && matches!(
-                                f.extension().and_then(|e| e.to_str()),
-                                Some("yaml" | "yml")
-                            )
-                    })
-                    .collect();
-                found.sort();
-                files.extend(found);
-            }
-            Err(_) => files.push(p.clone()),
-        }
+        let Ok(dir) = std::fs::read_dir(p) else {
+            files.push(p.clone());
+            continue;
+        };
+        let mut found: Vec<PathBuf> = dir.flatten().map(|e| e.path()).filter(yaml).collect();
+        found.sort();
+        files.extend(found);
     }
     if files.is_empty() {
         eprintln!("--each: no file to check");
         return ExitCode::FAILURE;
     }
-    let mut failed = 0;
-    for f in &files {
-        let label = format!("{}: ", f.display());
-        if check(args.flags.0.clone(), std::slice::from_ref(f), &label) != ExitCode::SUCCESS {
-            failed += 1;
-        }
-    }
+    let failed = (files.iter())
+        .filter(|f| {
+            let label = format!("{}: ", f.display());
+            check(args.flags.0.clone(), std::slice::from_ref(f), &label) != ExitCode::SUCCESS
+        })
+        .count();
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
