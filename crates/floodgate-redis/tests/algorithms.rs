@@ -428,7 +428,9 @@ async fn a_blocked_key_expires_when_its_block_ends_on_server_time() {
     let redis = floodgate_redis::RedisBackend::connect(&config)
         .await
         .unwrap();
-    let limit = AnyLimit::from(FixedWindow::new(1, Duration::from_millis(100)).unwrap())
+    // The window (10 s, on the server's clock) holds both decisions even on
+    // a loaded machine; its own end would set a TTL of at most 10 s.
+    let limit = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(10)).unwrap())
         .with_block(Duration::from_secs(30));
     let one = [item(b"s", b"s:k", &limit, 1)];
     let mut out = [common::blank()];
