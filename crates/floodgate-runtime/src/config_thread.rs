@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The configuration thread; it ends once dropped, or once the job handed
-/// over by [`finish`](Self::finish) returns.
+/// The configuration thread; it ends once dropped, or once the last job,
+/// handed to it on shutdown, returns.
 pub struct ConfigThread {
     jobs: mpsc::Sender<Job>,
     thread: JoinHandle<()>,

@@ -32,6 +32,11 @@ const EVICTED: u64 = 1 << 63;
 /// How long a new connection whose first bytes have arrived is left to
 /// finish its request head before it may be closed to make room.
 pub const HEAD_GRACE: Duration = Duration::from_secs(1);
+/// When every waiting connection is a head within its [`HEAD_GRACE`] (a
+/// flood of clients that dribble their heads), those that have been
+/// arriving for longer than this may be closed, the oldest first: a
+/// client's head arrives within a round trip.
+pub const HEAD_GRACE_WHEN_FULL: Duration = Duration::from_millis(100);
 
 /// One connection's requests in flight, and since when it has waited.
 #[derive(Debug)]
@@ -117,13 +122,13 @@ impl Activity {
     }
 
     /// When the connection began to wait, if it is waiting and may be
-    /// closed at `now` (not a head still within its grace).
-    fn closable_since(&self, now: u64) -> Option<u64> {
+    /// closed at `now` (not a head still within `grace`).
+    fn closable_since(&self, now: u64, grace: Duration) -> Option<u64> {
         if self.state.load(Ordering::Acquire) != 0 {
             return None;
         }
         let since = self.since.load(Ordering::Relaxed);
-        let grace = HEAD_GRACE.as_micros() as u64;
+        let grace = grace.as_micros() as u64;
         let closable = !self.heard.load(Ordering::Relaxed) || now.saturating_sub(since) >= grace;
         closable.then_some(since)
     }
@@ -206,8 +211,9 @@ impl Connections {
 
     /// Chooses up to `n` of the connections that have waited longest
     /// without a request in flight (leaving a head that began within
-    /// [`HEAD_GRACE`] alone), and tells them to close; returns how many
-    /// were chosen.
+    /// [`HEAD_GRACE`] alone, unless there is no other: then within
+    /// [`HEAD_GRACE_WHEN_FULL`]), and tells them to close; returns how
+    /// many were chosen.
     pub fn evict_waiting(&self, n: usize) -> usize {
         let now = self.epoch.elapsed().as_micros().min(u64::MAX as u128) as u64;
         self.evict_at(n, now)
@@ -216,6 +222,14 @@ impl Connections {
     /// [`evict_waiting`](Self::evict_waiting) as at `now` (microseconds
     /// from the epoch).
     fn evict_at(&self, n: usize, now: u64) -> usize {
+        match self.evict_within(n, now, HEAD_GRACE) {
+            0 => self.evict_within(n, now, HEAD_GRACE_WHEN_FULL),
+            chosen => chosen,
+        }
+    }
+
+    /// [`evict_at`](Self::evict_at), leaving heads within `grace` alone.
+    fn evict_within(&self, n: usize, now: u64, grace: Duration) -> usize {
         if n == 0 {
             return 0;
         }
@@ -223,7 +237,7 @@ impl Connections {
         {
             let inner = self.lock();
             for a in inner.live.values() {
-                let Some(since) = a.closable_since(now) else {
+                let Some(since) = a.closable_since(now, grace) else {
                     continue;
                 };
                 if oldest.len() == n && oldest.last().is_some_and(|(s, _)| *s <= since) {
@@ -337,9 +351,40 @@ mod tests {
             .await
             .unwrap();
         drop(silent);
-        assert_eq!(c.evict_at(1, at + grace - 1), 0, "within its grace");
-        // ... until its grace has passed: a slow head.
-        assert_eq!(c.evict_at(1, at + grace), 1);
+        let full = HEAD_GRACE_WHEN_FULL.as_micros() as u64;
+        assert_eq!(c.evict_at(1, at + full - 1), 0, "within its grace");
+        // ... when it is the only one, until it has taken longer than a
+        // head does: a slow head.
+        assert_eq!(c.evict_at(1, at + full), 1);
+    }
+
+    #[tokio::test]
+    async fn heads_beyond_the_short_grace_go_only_when_nothing_else_can() {
+        let c = Arc::new(Connections::new(metrics::Counter::noop()));
+        let slow = c.register();
+        slow.activity().heard();
+        let at = slow.activity().since.load(Ordering::Relaxed);
+        let later = at + HEAD_GRACE_WHEN_FULL.as_micros() as u64;
+        let idle = c.register();
+        // An idle connection goes first, whatever its age...
+        assert_eq!(c.evict_at(1, later), 1);
+        tokio::time::timeout(Duration::from_secs(1), idle.activity().evicted())
+            .await
+            .unwrap();
+        drop(idle);
+        // ... then the head that has been arriving longest.
+        let young = c.register();
+        young.activity().heard();
+        assert_eq!(c.evict_at(1, later), 1);
+        tokio::time::timeout(Duration::from_secs(1), slow.activity().evicted())
+            .await
+            .unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), young.activity().evicted())
+                .await
+                .is_err(),
+            "a head that has only just begun stays"
+        );
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 pub use accept::{Accepted, Counters, Slot, accept_loop};
 pub use connection::{ConnectionLimits, GracefulShutdown, Held, Http, Protocols, serve_h2};
-pub use connections::{Activity, HEAD_GRACE, InFlight};
+pub use connections::{Activity, HEAD_GRACE, HEAD_GRACE_WHEN_FULL, InFlight};
 pub use drain::{Drain, DrainWatcher};
 pub use idle::{OpenStream, Streams};
 pub use sniff::{H2_PREFACE, Prefixed, Sniffed, sniff};
