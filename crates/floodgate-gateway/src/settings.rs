@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::settings::table::{self, Env, FileValues, Flags, Kind, Origin, Origins};
-use floodgate_runtime::settings::{ANY, parse_listen_on, parse_size};
+use floodgate_runtime::settings::{ANY, count_in, parse_listen_on, parse_size, positive_duration};
 
 use crate::config::{GatewayConfig, HostHeader, ListenerTls, UpstreamProtocol, UpstreamUrl};
 use crate::tls::pem::{certificates, private_key};
@@ -34,23 +34,7 @@ pub struct Draft {
 type S = table::Setting<Draft>;
 
 fn positive(v: &table::Value) -> Result<std::time::Duration, String> {
-    let t = v.text();
-    match floodgate_policy::unit::parse_duration(&t) {
-        Some(d) if !d.is_zero() => Ok(d),
-        _ => Err(format!(
-            "expected a duration such as 500ms, 1.5s or 10s, found `{}`",
-            t.trim()
-        )),
-    }
-}
-
-fn count(v: &table::Value, min: u64, max: u64) -> Result<u64, String> {
-    let t = v.text();
-    match t.trim().replace('_', "").parse::<u64>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        Ok(n) => Err(format!("must be from {min} to {max}, found {n}")),
-        Err(_) => Err(format!("expected a whole number, found `{}`", t.trim())),
-    }
+    positive_duration(&v.text())
 }
 
 fn path(v: &table::Value) -> Result<PathBuf, String> {
@@ -142,7 +126,7 @@ fn declare() -> Vec<S> {
             |s, v| { s.config.upstream.pool_idle_timeout = positive(v)?; Ok(()) }),
         S::new("gateway.upstream.pool_max_idle", "FLOODGATE_UPSTREAM_POOL_MAX_IDLE", "upstream-pool-max-idle", Kind::Count, "1024",
             "idle connections kept per upstream address",
-            |s, v| { s.config.upstream.pool_max_idle = count(v, 0, 1 << 20)? as usize; Ok(()) }),
+            |s, v| { s.config.upstream.pool_max_idle = count_in(&v.text(), 0, 1 << 20)?; Ok(()) }),
         S::new("gateway.upstream.host", "FLOODGATE_UPSTREAM_HOST", "upstream-host", Kind::Choice, "preserve",
             "the `Host` sent: the client's (`preserve`) or the upstream URL's (`upstream`)",
             |s, v| {
@@ -199,13 +183,13 @@ fn declare() -> Vec<S> {
             }),
         S::new("gateway.limits.max_headers", "FLOODGATE_GATEWAY_MAX_HEADERS", "gateway-max-headers", Kind::Count, "100",
             "most header fields in an HTTP/1.1 request (beyond: 431)",
-            |s, v| { s.config.limits.connection.max_headers = count(v, 1, 10_000)? as usize; Ok(()) }),
+            |s, v| { s.config.limits.connection.max_headers = count_in(&v.text(), 1, 10_000)?; Ok(()) }),
         S::new("gateway.limits.max_connections", "FLOODGATE_GATEWAY_MAX_CONNECTIONS", "gateway-max-connections", Kind::Count, "10000",
             "open client connections at most (beyond, new ones wait in the kernel's backlog)",
-            |s, v| { s.config.limits.max_connections = count(v, 1, 10_000_000)? as usize; Ok(()) }),
+            |s, v| { s.config.limits.max_connections = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }),
         S::new("gateway.limits.max_concurrent_streams", "FLOODGATE_GATEWAY_MAX_CONCURRENT_STREAMS", "gateway-max-concurrent-streams", Kind::Count, "256",
             "concurrent streams per HTTP/2 connection",
-            |s, v| { s.config.limits.connection.max_concurrent_streams = count(v, 1, 1 << 20)? as u32; Ok(()) }),
+            |s, v| { s.config.limits.connection.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32; Ok(()) }),
         S::new("gateway.limits.http2_idle_timeout", "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT", "gateway-http2-idle-timeout", Kind::Duration, "10s",
             "an HTTP/2 connection without a stream this long is closed",
             |s, v| { s.config.limits.connection.http2_idle_timeout = positive(v)?; Ok(()) }),

@@ -28,8 +28,8 @@ use crate::listener::ConnectionLimits;
 
 pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
 pub use parse::{
-    ANY, LOOPBACK, parse_bool, parse_failure_policy, parse_listen, parse_listen_on,
-    parse_log_format, parse_mode, parse_size,
+    ANY, LOOPBACK, count_in, parse_bool, parse_failure_policy, parse_listen, parse_listen_on,
+    parse_log_format, parse_mode, parse_size, positive_duration,
 };
 pub use store::StoreKind;
 pub use table::{Env, FileValues, Flags, Origins, Setting, Value};
