@@ -19,8 +19,8 @@ use hyper::body::Incoming;
 use crate::access::AccessEntry;
 use crate::body::ProxyBody;
 use crate::forward::X_FORWARDED_PROTO;
-use crate::http_section::HttpSection;
 use crate::proxy::{ClientInfo, Proxy};
+use floodgate_http::HttpSection;
 
 /// The limiter of a gateway: the layer and the identity it was built from.
 pub struct Limiter<B> {

@@ -46,7 +46,6 @@ pub mod h1;
 // the API.
 #[doc(hidden)]
 pub mod host;
-mod http_section;
 mod listener;
 mod pool;
 mod proxy;
@@ -63,8 +62,8 @@ pub use config::{
     UpstreamTls, UpstreamUrl,
 };
 pub use error::GatewayError;
+pub use floodgate_http::HttpSection;
 pub use gateway::{Gateway, Limiter};
-pub use http_section::HttpSection;
 pub use proxy::{Proxy, ProxyStats};
 pub use reload::{Reload, ReloadError};
 pub use run::{Loaded, Running, load, run, start};

@@ -18,7 +18,7 @@ use floodgate_runtime::{AnyBackend, RuntimeError};
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::http_section::HttpSection;
+use floodgate_http::HttpSection;
 
 /// Why a new configuration was refused.
 #[derive(Debug, thiserror::Error)]

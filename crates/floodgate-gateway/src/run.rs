@@ -25,11 +25,11 @@ use tokio::task::JoinHandle;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
-use crate::http_section::HttpSection;
 use crate::proxy::Proxy;
 use crate::reload::Reload;
 use crate::tls::ServerTls;
 use crate::upstream::Upstream;
+use floodgate_http::HttpSection;
 
 /// A loaded configuration, ready to run.
 #[derive(Debug)]

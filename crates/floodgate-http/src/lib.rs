@@ -22,7 +22,9 @@ pub mod contract;
 pub mod identity;
 pub mod layer;
 mod read;
+mod section;
 
 pub use contract::{Contract, ContractConfig, HeaderForm};
 pub use identity::{HttpDescriptor, HttpIdentity, RequestDescriptors};
 pub use layer::FloodgateLayer;
+pub use section::HttpSection;

@@ -6,8 +6,8 @@ use crate::common;
 use std::sync::Arc;
 
 use common::errors;
-use floodgate_http::HttpIdentity;
 use floodgate_http::identity::{Action, IdentityConfig, IdentityError};
+use floodgate_http::{HttpIdentity, HttpSection};
 use floodgate_policy::yaml::Document;
 
 /// Asserts `report` has a line `test.yaml:LINE:COL: ...` containing `text`.
@@ -212,13 +212,13 @@ fn read_from_loaded_documents() {
     let doc = |text: &str| Document::parse(&Arc::from("f.yaml"), text).unwrap();
     let with = "http: {domain: api, descriptors: [[method]]}\n";
     let docs = [doc("domains: []\n"), doc(with)];
-    let id = HttpIdentity::from_documents(&docs).unwrap().unwrap();
-    assert_eq!(id.domain(), "api");
-    assert!(HttpIdentity::from_documents(&docs[..1]).unwrap().is_none());
-    let e = HttpIdentity::from_documents(&[doc(with), doc(with)]).unwrap_err();
+    let section = HttpSection::from_documents(&docs).unwrap().unwrap();
+    assert_eq!(section.compiled.domain(), "api");
+    assert!(HttpSection::from_documents(&docs[..1]).unwrap().is_none());
+    let e = HttpSection::from_documents(&[doc(with), doc(with)]).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "f.yaml:1:7: the http section is already given in f.yaml:1:7"
+        "f.yaml:1:7: 'http' is already given in f.yaml:1:7"
     );
 }
 

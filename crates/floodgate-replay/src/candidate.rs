@@ -4,18 +4,13 @@
 
 use std::path::PathBuf;
 
-use floodgate_http::ContractConfig;
-use floodgate_http::HttpIdentity;
-use floodgate_http::contract::RESPONSES;
-use floodgate_http::identity::{
-    Action, ClientIpHeader, IdentityConfig, SECTION as HTTP, SecretSource, Source,
-};
-use floodgate_http::layer::{LAYER, LayerSettings, OnError};
+use floodgate_http::identity::{Action, ClientIpHeader, IdentityConfig, SecretSource, Source};
+use floodgate_http::layer::OnError;
+use floodgate_http::{ContractConfig, HttpIdentity, HttpSection};
 use floodgate_policy::PolicySet;
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_policy::spec::PolicySpec;
-use floodgate_policy::yaml::Document;
 use http::HeaderName;
 
 use crate::error::ReplayError;
@@ -61,14 +56,6 @@ impl CandidateSpec {
     }
 }
 
-/// The `http:` section as a replay uses it.
-#[derive(Clone, Debug)]
-pub(crate) struct HttpPart {
-    pub identity: IdentityConfig,
-    pub contract: ContractConfig,
-    pub layer: LayerSettings,
-}
-
 /// A compiled candidate.
 #[derive(Debug)]
 pub(crate) struct Candidate {
@@ -85,7 +72,7 @@ pub(crate) struct Candidate {
 /// A candidate's configuration, loaded.
 pub(crate) struct Loaded {
     pub spec: PolicySpec,
-    pub http: Option<HttpPart>,
+    pub http: Option<HttpSection>,
 }
 
 /// Loads the files of `spec`.
@@ -102,51 +89,11 @@ pub(crate) fn load(spec: &CandidateSpec) -> Result<Loaded, ReplayError> {
         message: floodgate_policy::compile::describe(&e),
     };
     let Compiled { loaded, .. } = source.compile().map_err(config)?;
-    let http = read_http(&loaded.documents).map_err(config)?;
+    let http = HttpSection::from_documents(&loaded.documents).map_err(config)?;
     Ok(Loaded {
         spec: loaded.spec,
         http,
     })
-}
-
-fn read_http(documents: &[Document]) -> Result<Option<HttpPart>, floodgate_policy::ConfigErrors> {
-    let mut errors = floodgate_policy::error::Errors::default();
-    let mut found = None;
-    for doc in documents {
-        let root = doc.root();
-        let Ok(map) = root.map() else { continue };
-        let Some(node) = map.get(HTTP) else { continue };
-        if found.is_some() {
-            errors.push(node.error(format!("'{HTTP}' is already given in another file")));
-            continue;
-        }
-        let Some(section) = errors.take(node.map()) else {
-            continue;
-        };
-        let identity = IdentityConfig::from_yaml(node)
-            .map_err(|e| errors.extend(e))
-            .ok();
-        let contract = match section.get(RESPONSES) {
-            Some(n) => ContractConfig::from_yaml(n)
-                .map_err(|e| errors.extend(e))
-                .ok(),
-            None => Some(ContractConfig::default()),
-        };
-        let layer = match section.get(LAYER) {
-            Some(n) => LayerSettings::from_yaml(n)
-                .map_err(|e| errors.extend(e))
-                .ok(),
-            None => Some(LayerSettings::default()),
-        };
-        if let (Some(identity), Some(contract), Some(layer)) = (identity, contract, layer) {
-            found = Some(HttpPart {
-                identity,
-                contract,
-                layer,
-            });
-        }
-    }
-    errors.finish(found)
 }
 
 /// Compiles a candidate named `name` from `spec` (possibly changed by a
@@ -154,16 +101,13 @@ fn read_http(documents: &[Document]) -> Result<Option<HttpPart>, floodgate_polic
 pub(crate) fn compile(
     name: String,
     spec: &PolicySpec,
-    http: &HttpPart,
+    http: &HttpSection,
 ) -> Result<(Candidate, PolicySet), ReplayError> {
     let policy = PolicySet::compile(spec).map_err(|e| ReplayError::Config {
         candidate: name.clone(),
         message: floodgate_policy::compile::describe(&e),
     })?;
-    let identity = HttpIdentity::new(http.identity.clone()).map_err(|e| ReplayError::Config {
-        candidate: name.clone(),
-        message: e.to_string(),
-    })?;
+    let identity = http.compiled.clone();
     let mut notes = Vec::new();
     let l = &http.layer;
     if l.shedding.is_some() {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use floodgate_policy::error::{ConfigError, ConfigErrors, Errors, Location};
+use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::read::parse_cidr;
 use floodgate_policy::yaml::{Document, Map, Node, excerpt};
 
@@ -76,26 +76,6 @@ impl HttpIdentity {
         let root = doc.root().map()?;
         let section = root.required(SECTION)?;
         HttpIdentity::from_yaml(section)
-    }
-
-    /// Reads the `http:` section of whichever of `documents` (as loaded by
-    /// [`floodgate_policy::read::load`]) has one; none when none has.
-    pub fn from_documents(documents: &[Document]) -> Result<Option<HttpIdentity>, ConfigErrors> {
-        let mut found: Option<(Node<'_>, Location)> = None;
-        for doc in documents {
-            let root = doc.root();
-            let Ok(map) = root.map() else { continue };
-            let Some(section) = map.get(SECTION) else {
-                continue;
-            };
-            if let Some((_, first)) = &found {
-                return Err(section
-                    .error(format!("the http section is already given in {first}"))
-                    .into());
-            }
-            found = Some((section, section.at()));
-        }
-        found.map(|(n, _)| HttpIdentity::from_yaml(n)).transpose()
     }
 }
 

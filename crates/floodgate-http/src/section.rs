@@ -1,11 +1,12 @@
-//! The `http:` section as the gateway reads it: the request identity, the
-//! contract (`responses`) and the layer's settings (`layer`), compared on
-//! reload so that an unchanged section keeps its running layer.
+//! The `http:` section of a Floodgate configuration, read whole: the
+//! request identity, the contract (`responses`) and the layer's settings
+//! (`layer`), compared on reload so that an unchanged section keeps its
+//! running layer.
 
-use floodgate_http::contract::RESPONSES;
-use floodgate_http::identity::{IdentityConfig, SECTION as HTTP};
-use floodgate_http::layer::{LAYER, LayerSettings};
-use floodgate_http::{ContractConfig, HttpIdentity};
+use crate::contract::RESPONSES;
+use crate::identity::{IdentityConfig, SECTION as HTTP};
+use crate::layer::{LAYER, LayerSettings};
+use crate::{ContractConfig, HttpIdentity};
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 
@@ -32,9 +33,9 @@ impl PartialEq for HttpSection {
 }
 
 impl HttpSection {
-    /// Reads the `http:` section of the loaded documents (in one file
-    /// only); `Ok(None)` when there is none: the gateway then limits
-    /// nothing.
+    /// Reads the `http:` section of the loaded documents (as
+    /// [`floodgate_policy::read::load`] gives them; in one file only);
+    /// `Ok(None)` when there is none.
     pub fn from_documents(documents: &[Document]) -> Result<Option<HttpSection>, ConfigErrors> {
         let mut errors = Errors::default();
         let mut found: Option<(HttpSection, String)> = None;
