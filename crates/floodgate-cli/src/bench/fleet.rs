@@ -7,22 +7,19 @@
 //! limit, the decisions the failure policy made, and latency.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
-use hdrhistogram::Histogram;
-use tonic::transport::{Channel, Endpoint};
+use redis::IntoConnectionInfo;
 
 use super::cpu::cpu_time;
-use super::load::{Rng, histogram, request};
+use super::load::{ClosedLoop, connect, request};
 
 /// Settings of `floodgate bench fleet`.
 #[derive(Args, Debug, Clone)]
@@ -105,6 +102,9 @@ impl Drop for Proc {
 struct RedisServer {
     _proc: Proc,
     port: u16,
+    /// Connected without `CLIENT SETINFO`, so that it runs no command but
+    /// those counted out of `INFO commandstats`.
+    conn: redis::Connection,
     _dir: tempfile::TempDir,
 }
 
@@ -120,49 +120,37 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let server = RedisServer {
-            _proc: Proc(child),
-            port,
-            _dir: dir,
-        };
+        let proc = Proc(child);
+        let info = ("127.0.0.1", port).into_connection_info()?;
+        let quiet = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = redis::Client::open(info.set_redis_settings(quiet))?;
         let end = Instant::now() + Duration::from_secs(10);
-        while server.command(&["PING"]).is_err() {
-            if Instant::now() > end {
-                bail!("redis-server did not answer on port {port}");
+        let conn = loop {
+            let ping =
+                |mut c: redis::Connection| redis::cmd("PING").query::<String>(&mut c).map(|_| c);
+            match client.get_connection().and_then(ping) {
+                Ok(c) => break c,
+                Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => bail!("redis-server did not answer on port {port}: {e}"),
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(server)
+        };
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(RedisServer {
+            _proc: proc,
+            port,
+            conn,
+            _dir: dir,
+        })
     }
 
-    /// Sends one command; its reply (a status or a bulk string) as text.
-    fn command(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut req = format!("*{}\r\n", args.len());
-        for a in args {
-            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        s.write_all(req.as_bytes())?;
-        let mut r = BufReader::new(s);
-        let mut first = String::new();
-        r.read_line(&mut first)?;
-        match first.as_bytes().first() {
-            Some(b'+') => Ok(first[1..].trim_end().to_owned()),
-            Some(b'$') => {
-                let n: usize = first[1..].trim_end().parse()?;
-                let mut body = vec![0u8; n + 2];
-                r.read_exact(&mut body)?;
-                body.truncate(n);
-                Ok(String::from_utf8(body)?)
-            }
-            _ => bail!("redis: {}", first.trim_end()),
-        }
+    /// `INFO section`.
+    fn info(&mut self, section: &str) -> anyhow::Result<String> {
+        Ok(redis::cmd("INFO").arg(section).query(&mut self.conn)?)
     }
 
     /// Redis's usage so far, `INFO` itself left out.
-    fn usage(&self) -> anyhow::Result<Usage> {
-        let cpu = self.command(&["INFO", "cpu"])?;
+    fn usage(&mut self) -> anyhow::Result<Usage> {
+        let cpu = self.info("cpu")?;
         let field = |name: &str| -> f64 {
             cpu.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -170,7 +158,7 @@ impl RedisServer {
                 .unwrap_or(0.0)
         };
         let seconds = field("used_cpu_sys") + field("used_cpu_user");
-        let stats = self.command(&["INFO", "commandstats"])?;
+        let stats = self.info("commandstats")?;
         let calls = |scripts: bool| -> u64 {
             stats
                 .lines()
@@ -224,21 +212,16 @@ impl Server {
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
         let mut text = String::new();
         s.read_to_string(&mut text)?;
-        let mut total = 0u64;
-        for line in text.lines() {
-            let mut parts = line.split_whitespace();
-            let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            if matches!(
-                name,
-                "floodgate_redis_fail_open_total"
-                    | "floodgate_redis_fail_closed_total"
-                    | "floodgate_redis_local_fallbacks_total"
-            ) {
-                total += value.parse::<f64>().unwrap_or(0.0) as u64;
-            }
-        }
+        let fallbacks = [
+            "floodgate_redis_fail_open_total",
+            "floodgate_redis_fail_closed_total",
+            "floodgate_redis_local_fallbacks_total",
+        ];
+        let total = (text.lines())
+            .filter_map(|line| line.split_once(' '))
+            .filter(|(name, _)| fallbacks.contains(name))
+            .map(|(_, v)| v.trim().parse::<f64>().unwrap_or(0.0) as u64)
+            .sum();
         Ok(total)
     }
 }
@@ -298,7 +281,7 @@ async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyh
         if let Some(status) = server.proc.0.try_wait()? {
             bail!("floodgate serve exited ({status})");
         }
-        if let Ok(ch) = channel(server.grpc).await {
+        if let Ok(ch) = connect(server.grpc).await {
             let mut c = RateLimitServiceClient::new(ch);
             if c.should_rate_limit(request("bench", "hot", "probe".into()))
                 .await
@@ -314,104 +297,16 @@ async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyh
     }
 }
 
-async fn channel(addr: SocketAddr) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .tcp_nodelay(true)
-        .connect()
-        .await?)
-}
-
-/// What one worker saw while measuring.
-struct Seen {
-    hist: Histogram<u64>,
-    decisions: u64,
-    errors: u64,
-    /// Admissions per (key, window start in seconds since the epoch), of
-    /// the decisions whose round trip began and ended in that window (the
-    /// server decided in it).
-    admitted: HashMap<(u64, u64), u64>,
-    /// Admissions whose round trip spanned the end of a window.
-    unplaced: u64,
-}
-
-fn epoch_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-async fn worker(
-    mut client: RateLimitServiceClient<Channel>,
+/// Measures one case and prints its row; `memory` holds the decisions per
+/// server CPU second of the in-memory store's case of each workload.
+async fn measure(
+    args: &FleetArgs,
+    bin: &Path,
+    mode: &str,
     hot: bool,
-    keys: u64,
-    seed: u64,
-    measuring: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-) -> Seen {
-    let mut seen = Seen {
-        hist: histogram(),
-        decisions: 0,
-        errors: 0,
-        admitted: HashMap::new(),
-        unplaced: 0,
-    };
-    let mut rng = Rng(seed | 1);
-    while !stop.load(Ordering::Relaxed) {
-        let n = if hot { 0 } else { rng.next() % keys.max(1) };
-        let req = if hot {
-            request("bench", "hot", "x".into())
-        } else {
-            request("bench", "key", format!("k{n}"))
-        };
-        let sent = epoch_secs();
-        let t = Instant::now();
-        let res = client.should_rate_limit(req).await;
-        let us = t.elapsed().as_micros() as u64;
-        if !measuring.load(Ordering::Relaxed) {
-            continue;
-        }
-        let _ = seen.hist.record(us.max(1));
-        seen.decisions += 1;
-        match res {
-            Ok(r) if r.get_ref().overall_code == 1 => {
-                // Counted in the window (1 s, epoch-aligned) the server
-                // decided in: the one the round trip began and ended in
-                // (a round trip across a window's end is not placed).
-                let (from, to) = (sent.floor() as u64, epoch_secs().floor() as u64);
-                if from == to {
-                    *seen.admitted.entry((n, from)).or_default() += 1;
-                } else {
-                    seen.unplaced += 1;
-                }
-            }
-            Ok(_) => {}
-            Err(_) => seen.errors += 1,
-        }
-    }
-    seen
-}
-
-/// One measured case.
-struct Row {
-    case: String,
-    decisions: f64,
-    server_us: f64,
-    redis_us: Option<f64>,
-    redis_calls: Option<f64>,
-    redis_cmds: Option<f64>,
-    worst: u64,
-    limit: u64,
-    windows_over: u64,
-    unplaced: u64,
-    fallbacks: Option<u64>,
-    errors: u64,
-    p50: f64,
-    p99: f64,
-}
-
-async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow::Result<Row> {
-    let redis = match mode {
+    memory: &mut HashMap<bool, f64>,
+) -> anyhow::Result<()> {
+    let mut redis = match mode {
         "memory" | "local" => None,
         "exact" | "lease" | "sync" => Some(RedisServer::start(&args.redis_server)?),
         other => bail!("unknown mode `{other}` (expected memory, local, exact, lease or sync)"),
@@ -428,25 +323,21 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
     for _ in 0..count {
         servers.push(start_server(bin, &path, args.workers).await?);
     }
-    let mut clients = Vec::new();
+    let mut channels = Vec::new();
     for s in &servers {
         for _ in 0..args.connections.max(1) {
-            clients.push(RateLimitServiceClient::new(channel(s.grpc).await?));
+            channels.push(connect(s.grpc).await?);
         }
     }
-    let measuring = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for i in 0..args.concurrency.max(1) {
-        tasks.push(tokio::spawn(worker(
-            clients[i % clients.len()].clone(),
-            hot,
-            args.keys,
-            0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1),
-            measuring.clone(),
-            stop.clone(),
-        )));
-    }
+    let keys = args.keys.max(1);
+    let load = ClosedLoop::start(&channels, args.concurrency, true, move |rng| {
+        if hot {
+            (0, request("bench", "hot", "x".into()))
+        } else {
+            let n = rng.next() % keys;
+            (n, request("bench", "key", format!("k{n}")))
+        }
+    });
     tokio::time::sleep(args.warmup).await;
     let pids: Vec<u32> = servers.iter().map(|s| s.proc.0.id()).collect();
     let server_cpu = || -> f64 {
@@ -457,63 +348,53 @@ async fn measure(args: &FleetArgs, bin: &Path, mode: &str, hot: bool) -> anyhow:
     };
     let fallbacks = || -> anyhow::Result<u64> { servers.iter().map(|s| s.fallbacks()).sum() };
     let fallbacks0 = fallbacks()?;
-    let redis0 = redis.as_ref().map(|r| r.usage()).transpose()?;
+    let redis0 = redis.as_mut().map(RedisServer::usage).transpose()?;
     let cpu0 = server_cpu();
-    let t0 = Instant::now();
-    measuring.store(true, Ordering::Relaxed);
-    tokio::time::sleep(args.duration).await;
-    measuring.store(false, Ordering::Relaxed);
-    let elapsed = t0.elapsed().as_secs_f64();
+    let elapsed = load.measure(args.duration).await.as_secs_f64();
     let cpu1 = server_cpu();
-    let redis1 = redis.as_ref().map(|r| r.usage()).transpose()?;
+    let redis1 = redis.as_mut().map(RedisServer::usage).transpose()?;
     let fallbacks1 = fallbacks()?;
-    stop.store(true, Ordering::Relaxed);
-    let mut hist = histogram();
-    let (mut decisions, mut errors, mut unplaced) = (0u64, 0u64, 0u64);
-    let mut admitted: HashMap<(u64, u64), u64> = HashMap::new();
-    for t in tasks {
-        let seen = t.await?;
-        hist.add(&seen.hist)?;
-        decisions += seen.decisions;
-        errors += seen.errors;
-        unplaced += seen.unplaced;
-        for (k, n) in seen.admitted {
-            *admitted.entry(k).or_default() += n;
-        }
-    }
+    let seen = load.finish().await?;
+    let (decisions, admitted) = (seen.decisions().max(1) as f64, &seen.admitted);
     let limit = if hot { args.hot_limit } else { args.key_limit };
-    let per = |x: f64| x * 1e6 / decisions.max(1) as f64;
+    let server_us = (cpu1 - cpu0) * 1e6 / decisions;
+    // Decisions per server CPU second, against the in-memory store's.
+    let per_cpu = 1e6 / server_us.max(f64::MIN_POSITIVE);
+    if mode == "memory" {
+        memory.insert(hot, per_cpu);
+    }
     let usage = redis0.zip(redis1);
-    Ok(Row {
-        case: format!(
-            "{mode}{}, {}",
-            if mode != "memory" {
-                format!(" ×{count}")
-            } else {
-                String::new()
-            },
-            if hot {
-                "hot key".to_owned()
-            } else {
-                format!("{} keys", args.keys)
-            }
-        ),
-        decisions: decisions as f64 / elapsed,
-        server_us: per(cpu1 - cpu0),
-        redis_us: usage.map(|(a, b)| per(b.cpu - a.cpu)),
-        redis_calls: usage.map(|(a, b)| (b.scripts - a.scripts) as f64 / decisions.max(1) as f64),
-        redis_cmds: usage.map(|(a, b)| (b.commands - a.commands) as f64 / decisions.max(1) as f64),
-        worst: admitted.values().copied().max().unwrap_or(0),
-        limit,
-        windows_over: admitted.values().filter(|&&n| n > limit).count() as u64,
-        unplaced,
-        fallbacks: redis
-            .is_some()
-            .then(|| fallbacks1.saturating_sub(fallbacks0)),
-        errors,
-        p50: hist.value_at_quantile(0.5) as f64 / 1000.0,
-        p99: hist.value_at_quantile(0.99) as f64 / 1000.0,
-    })
+    let redis = |f: fn(&Usage) -> f64, scale: f64, p: usize| {
+        usage.map_or("-".to_owned(), |(a, b)| {
+            format!("{:.p$}", (f(&b) - f(&a)) * scale / decisions)
+        })
+    };
+    let ratio = memory.get(&hot).map(|m| per_cpu / m);
+    let case = match (mode, hot) {
+        ("memory", true) => "memory, hot key".to_owned(),
+        ("memory", false) => format!("memory, {} keys", args.keys),
+        (_, true) => format!("{mode} ×{count}, hot key"),
+        (_, false) => format!("{mode} ×{count}, {} keys", args.keys),
+    };
+    let fallbacks = (redis0.is_some()).then(|| fallbacks1.saturating_sub(fallbacks0));
+    println!(
+        "{:<22} {:>11.0} {:>11.1} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>8} {:>9} {:>6} {:>8.2} {:>8.2}",
+        case,
+        seen.decisions() as f64 / elapsed,
+        server_us,
+        ratio.map_or("-".to_owned(), |r| format!("{r:.2}")),
+        redis(|u| u.cpu, 1e6, 1),
+        redis(|u| u.scripts as f64, 1.0, 4),
+        redis(|u| u.commands as f64, 1.0, 4),
+        format!("{}/{limit}", admitted.values().copied().max().unwrap_or(0)),
+        admitted.values().filter(|&&n| n > limit).count(),
+        seen.unplaced,
+        fallbacks.map_or("-".to_owned(), |f| f.to_string()),
+        seen.errors,
+        seen.hist.value_at_quantile(0.5) as f64 / 1000.0,
+        seen.hist.value_at_quantile(0.99) as f64 / 1000.0,
+    );
+    Ok(())
 }
 
 /// Runs every case and prints the table.
@@ -547,31 +428,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             other => bail!("unknown workload `{other}` (expected hot or keys)"),
         };
         for mode in &args.modes {
-            let row = measure(&args, &bin, mode, hot).await?;
-            let dash = |v: Option<f64>, p: usize| v.map_or("-".to_owned(), |v| format!("{v:.p$}"));
-            // Decisions per server CPU second, against the in-memory store's.
-            let per_cpu = 1e6 / row.server_us.max(f64::MIN_POSITIVE);
-            if mode == "memory" {
-                memory_rate.insert(hot, per_cpu);
-            }
-            let ratio = memory_rate.get(&hot).map(|m| per_cpu / m);
-            println!(
-                "{:<22} {:>11.0} {:>11.1} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>8} {:>9} {:>6} {:>8.2} {:>8.2}",
-                row.case,
-                row.decisions,
-                row.server_us,
-                dash(ratio, 2),
-                dash(row.redis_us, 1),
-                dash(row.redis_calls, 4),
-                dash(row.redis_cmds, 4),
-                format!("{}/{}", row.worst, row.limit),
-                row.windows_over,
-                row.unplaced,
-                row.fallbacks.map_or("-".to_owned(), |f| f.to_string()),
-                row.errors,
-                row.p50,
-                row.p99,
-            );
+            measure(&args, &bin, mode, hot, &mut memory_rate).await?;
         }
     }
     Ok(())
