@@ -14,10 +14,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::health::Health;
 
+/// What the admin routes read.
 #[derive(Clone)]
-struct Admin {
-    health: Arc<Health>,
-    metrics: Option<PrometheusHandle>,
+pub(crate) struct Admin {
+    pub health: Arc<Health>,
+    pub metrics: Option<PrometheusHandle>,
 }
 
 /// The admin routes every binary serves: `/metrics` (empty without a
@@ -25,12 +26,13 @@ struct Admin {
 pub fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
+        .route("/dashboard", get(crate::dashboard::page))
+        .route("/dashboard/data", get(crate::dashboard::data))
         .with_state(Admin {
             health: health.clone(),
-            metrics: metrics.clone(),
+            metrics,
         })
-        .merge(health_routes(health.clone()))
-        .merge(crate::dashboard::router(health, metrics))
+        .merge(health_routes(health))
 }
 
 /// `/healthcheck` and `/ready` ([`Health::healthcheck`],

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use floodgate::{Apply, Decision, StoreConfig, Timestamp};
+use floodgate::{Apply, Clock, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{
     Backend, BackendError, Item, MemoryBackend, PolicySet, Released, SyncBackend,
 };
@@ -82,12 +82,8 @@ impl AnyBackend {
     /// Nothing for the in-memory store.
     pub async fn give_back(&self) {
         if let AnyBackend::Redis(r) = self {
-            let now = Timestamp::from_nanos(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-            );
-            r.shutdown(now).await;
+            // The engine's own clock.
+            r.shutdown(floodgate::SystemClock.now()).await;
         }
     }
 

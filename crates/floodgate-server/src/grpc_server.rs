@@ -49,17 +49,21 @@ pub async fn spawn(
         let mut stop = stop.clone();
         let mut draining = svc.health().watch_draining();
         async move {
+            let set = async |status| {
+                for service in ["", RLS_SERVICE] {
+                    reporter.set_service_status(service, status).await;
+                }
+            };
             let mut last = None;
             loop {
                 let ready = svc.health().is_ready();
                 if last != Some(ready) {
-                    let status = if ready {
+                    set(if ready {
                         ServingStatus::Serving
                     } else {
                         ServingStatus::NotServing
-                    };
-                    reporter.set_service_status("", status).await;
-                    reporter.set_service_status(RLS_SERVICE, status).await;
+                    })
+                    .await;
                     last = Some(ready);
                 }
                 tokio::select! {
@@ -67,13 +71,7 @@ pub async fn spawn(
                     _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
                     _ = stop.changed() => {}
                 }
-                reporter
-                    .set_service_status("", ServingStatus::NotServing)
-                    .await;
-                reporter
-                    .set_service_status(RLS_SERVICE, ServingStatus::NotServing)
-                    .await;
-                return;
+                return set(ServingStatus::NotServing).await;
             }
         }
     };

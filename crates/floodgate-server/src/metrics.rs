@@ -31,23 +31,15 @@ fn describe() {
 /// Counts what a `/v1/release` did to each concurrency limit of `response`.
 pub fn released(response: &floodgate_policy::Response) {
     use floodgate_policy::Released;
-    let mut n = [0u64; 4];
     for l in response.limits() {
-        match l.release {
-            Some(Ok(Released::Given(_))) => n[0] += 1,
-            Some(Ok(Released::Queued(_))) => n[1] += 1,
-            Some(Ok(Released::NotHeld)) => n[2] += 1,
-            Some(Err(_)) => n[3] += 1,
-            None => {}
-        }
-    }
-    for (result, n) in ["released", "queued", "not_held", "failed"]
-        .into_iter()
-        .zip(n)
-    {
-        if n > 0 {
-            metrics::counter!("floodgate_releases_total", "result" => result).increment(n);
-        }
+        let result = match l.release {
+            Some(Ok(Released::Given(_))) => "released",
+            Some(Ok(Released::Queued(_))) => "queued",
+            Some(Ok(Released::NotHeld)) => "not_held",
+            Some(Err(_)) => "failed",
+            None => continue,
+        };
+        metrics::counter!("floodgate_releases_total", "result" => result).increment(1);
     }
 }
 

@@ -14,16 +14,12 @@ mod prometheus;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use metrics_exporter_prometheus::PrometheusHandle;
 
-pub use model::{ConfigState, RuleCounts, Snapshot, StoreState, TopKey, snapshot};
-
-use crate::health::Health;
+use crate::admin::Admin;
+use model::snapshot;
 
 /// The page.
 const PAGE: &str = include_str!("page.html");
@@ -35,20 +31,6 @@ pub const TRACKED_KEYS: usize = 2048;
 /// The window the keys are counted over (they cover one or two of them).
 pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
-#[derive(Clone)]
-struct Dash {
-    health: Arc<Health>,
-    metrics: Option<PrometheusHandle>,
-}
-
-/// `/dashboard` and `/dashboard/data`.
-pub fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
-    Router::new()
-        .route("/dashboard", get(page))
-        .route("/dashboard/data", get(data))
-        .with_state(Dash { health, metrics })
-}
-
 /// The observer to give the engine (`Engine::with_observer`) so that the
 /// dashboard lists the keys limited most.
 pub fn observer() -> Arc<floodgate_policy::observe::LimitedKeys> {
@@ -58,7 +40,8 @@ pub fn observer() -> Arc<floodgate_policy::observe::LimitedKeys> {
     ))
 }
 
-async fn page() -> impl IntoResponse {
+/// `/dashboard`.
+pub(crate) async fn page() -> impl IntoResponse {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -70,9 +53,10 @@ async fn page() -> impl IntoResponse {
     )
 }
 
-async fn data(State(d): State<Dash>) -> impl IntoResponse {
-    d.health.export_metrics();
-    let snap = snapshot(&d.health, d.metrics.as_ref());
+/// `/dashboard/data`.
+pub(crate) async fn data(State(a): State<Admin>) -> impl IntoResponse {
+    a.health.export_metrics();
+    let snap = snapshot(&a.health, a.metrics.as_ref());
     let body = serde_json::to_string(&snap).unwrap_or_else(|_| "{}".into());
     (
         [

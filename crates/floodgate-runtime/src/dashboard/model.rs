@@ -16,114 +16,82 @@ use crate::health::Health;
 /// Keys listed.
 const TOP: usize = 20;
 
-/// The whole snapshot.
+/// The whole snapshot (`docs/service.md` says what each part is).
 #[derive(Debug, Serialize)]
-pub struct Snapshot {
-    /// When it was taken, milliseconds since the Unix epoch.
-    pub time_ms: u64,
-    /// The process can take traffic.
-    pub ready: bool,
-    /// Shutdown has begun.
-    pub draining: bool,
-    /// The configuration in force.
-    pub config: ConfigState,
-    /// Every rule of the configuration, with its decisions so far.
-    pub rules: Vec<RuleCounts>,
-    /// The keys limited most over the last one or two windows.
-    pub top: Vec<TopKey>,
-    /// The window of `top`, in seconds.
-    pub top_window_secs: u64,
-    /// The store.
-    pub store: StoreState,
+pub(crate) struct Snapshot {
+    /// Milliseconds since the Unix epoch.
+    time_ms: u64,
+    ready: bool,
+    draining: bool,
+    config: ConfigState,
+    rules: Vec<RuleCounts>,
+    top: Vec<TopKey>,
+    top_window_secs: u64,
+    store: StoreState,
 }
 
-/// The configuration in force and its reloads.
 #[derive(Debug, Serialize)]
-pub struct ConfigState {
-    /// The policy's generation (changes with each reload applied).
-    pub generation: u64,
-    /// Rules configured.
-    pub rules: usize,
-    /// Reloads applied.
-    pub reloads_ok: u64,
-    /// Reloads refused or rejected (the running configuration stayed).
-    pub reloads_failed: u64,
-    /// Whether the last reload was applied (none before the first).
-    pub last_reload_ok: Option<bool>,
+struct ConfigState {
+    generation: u64,
+    rules: usize,
+    reloads_ok: u64,
+    /// Refused or rejected: the running configuration stayed.
+    reloads_failed: u64,
+    /// None before the first reload.
+    last_reload_ok: Option<bool>,
 }
 
 /// One rule's decisions since start (cumulative; the page takes rates).
 #[derive(Debug, Default, Serialize)]
-pub struct RuleCounts {
-    /// Its domain.
-    pub domain: String,
+struct RuleCounts {
+    domain: String,
     /// Its name or path.
-    pub rule: String,
-    /// Admitted (delayed ones included).
-    pub allowed: u64,
-    /// Admitted after a shaper's delay.
-    pub delayed: u64,
-    /// Denied.
-    pub denied: u64,
+    rule: String,
+    /// Delayed ones included.
+    allowed: u64,
+    delayed: u64,
+    denied: u64,
     /// Would have been denied (shadow mode).
-    pub shadow: u64,
+    shadow: u64,
 }
 
-/// A key limited often.
 #[derive(Debug, Serialize)]
-pub struct TopKey {
-    /// The rule.
-    pub rule: String,
+struct TopKey {
+    rule: String,
     /// The descriptor's entries.
-    pub key: String,
+    key: String,
     /// `denied`, `delayed` or `shadow`.
-    pub how: &'static str,
-    /// Times over the window(s).
-    pub count: u64,
+    how: &'static str,
+    count: u64,
     /// The sketch's possible overcount.
-    pub error: u64,
+    error: u64,
 }
 
-/// The store's state.
 #[derive(Debug, Serialize)]
 #[serde(tag = "backend", rename_all = "lowercase")]
-pub enum StoreState {
-    /// In this process.
+enum StoreState {
     Memory {
-        /// Keys held.
         keys: u64,
-        /// The most keys held.
         capacity: u64,
-        /// Keys evicted because the store was full.
         evictions: u64,
-        /// Keys dropped as good as new.
         reclaimed: u64,
     },
-    /// Redis.
     Redis {
-        /// Redis is deciding: the breaker is closed. While it is not, the
-        /// failure policy answers (`local_fallbacks`, `fail_open`,
-        /// `fail_closed` count how).
+        /// The breaker is closed; while it is not, the failure policy
+        /// answers (the counts below say how).
         healthy: bool,
-        /// The circuit breaker: `closed`, `open`, `half_open`.
+        /// `closed`, `open`, `half_open`.
         breaker: &'static str,
-        /// Times it opened.
         breaker_opened: u64,
-        /// Decisions made by the local fallback store during outages.
         local_fallbacks: u64,
-        /// Decisions admitted by the failure policy (fail open).
         fail_open: u64,
-        /// Decisions refused by the failure policy (fail closed).
         fail_closed: u64,
         /// Concurrency permits admitted locally and not released yet.
         local_permits: u64,
         /// Releases queued to be sent to Redis again.
         deferred_releases: u64,
-        /// Calls and errors so far.
         calls: u64,
-        /// Errors.
         errors: u64,
-        /// Timeouts.
         timeouts: u64,
     },
 }
@@ -166,7 +134,7 @@ fn store_state(backend: &AnyBackend) -> StoreState {
 
 /// Takes a snapshot of the process whose `health` (its engine) and
 /// metrics are given.
-pub fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> Snapshot {
+pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> Snapshot {
     let engine = health.engine();
     let policy = engine.policy();
     let text = metrics.map(|h| h.render()).unwrap_or_default();
