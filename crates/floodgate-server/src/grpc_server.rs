@@ -31,7 +31,6 @@ pub async fn spawn(
     places: usize,
     stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<Result<(), String>>, RuntimeError> {
-    let body_limit = svc.body_limit;
     let (reporter, health) = tonic_health::server::health_reporter();
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -81,7 +80,7 @@ pub async fn spawn(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .prepare();
-    let grpc = Arc::new(GrpcService::new(svc, routes, body_limit));
+    let grpc = Arc::new(GrpcService::new(svc, routes));
     let service = service_fn(move |req: Request<Incoming>| {
         let grpc = grpc.clone();
         async move { grpc.call(req).await }

@@ -144,41 +144,32 @@ impl RedisServer {
     }
 
     /// `INFO section`.
-    fn info(&mut self, section: &str) -> anyhow::Result<String> {
+    fn info(&mut self, section: &str) -> anyhow::Result<redis::InfoDict> {
         Ok(redis::cmd("INFO").arg(section).query(&mut self.conn)?)
     }
 
     /// Redis's usage so far, `INFO` itself left out.
     fn usage(&mut self) -> anyhow::Result<Usage> {
         let cpu = self.info("cpu")?;
-        let field = |name: &str| -> f64 {
-            cpu.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0)
-        };
-        let seconds = field("used_cpu_sys") + field("used_cpu_user");
+        let seconds = ["used_cpu_sys", "used_cpu_user"].map(|f| cpu.get::<f64>(f).unwrap_or(0.0));
         let stats = self.info("commandstats")?;
+        // `cmdstat_<name>: calls=<n>,usec=...`.
         let calls = |scripts: bool| -> u64 {
-            stats
-                .lines()
-                .filter_map(|l| {
-                    let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            (stats.keys())
+                .filter_map(|key| {
+                    let name = key.strip_prefix("cmdstat_")?;
                     let script = name.starts_with("eval") || name.starts_with("fcall");
                     if name == "info" || (scripts && !script) {
                         return None;
                     }
-                    rest.split("calls=")
-                        .nth(1)?
-                        .split(',')
-                        .next()?
-                        .parse::<u64>()
-                        .ok()
+                    let value = stats.get::<String>(key)?;
+                    let calls = value.strip_prefix("calls=")?.split(',').next()?;
+                    calls.parse::<u64>().ok()
                 })
                 .sum()
         };
         Ok(Usage {
-            cpu: seconds,
+            cpu: seconds.iter().sum(),
             scripts: calls(true),
             commands: calls(false),
         })

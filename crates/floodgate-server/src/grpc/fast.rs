@@ -115,17 +115,12 @@ fn not_grpc(status: StatusCode, message: String) -> Response<tonic::body::Body> 
 pub struct GrpcService {
     service: Arc<DecisionService>,
     routes: Routes,
-    body_limit: usize,
 }
 
 impl GrpcService {
     /// The fast path for `service`, `routes` for every other method.
-    pub fn new(service: Arc<DecisionService>, routes: Routes, body_limit: usize) -> Self {
-        GrpcService {
-            service,
-            routes,
-            body_limit,
-        }
+    pub fn new(service: Arc<DecisionService>, routes: Routes) -> Self {
+        GrpcService { service, routes }
     }
 
     /// Answers one request.
@@ -212,7 +207,7 @@ impl GrpcService {
                 .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
             error(ErrorCode::InvalidArgument.grpc_code(), message)
         };
-        let body = match Limited::new(req.into_body(), self.body_limit + 5)
+        let body = match Limited::new(req.into_body(), svc.body_limit + 5)
             .collect()
             .await
         {
@@ -226,7 +221,7 @@ impl GrpcService {
                         tonic::Code::ResourceExhausted as i32,
                         &format!(
                             "the message is larger than the limit of {} bytes",
-                            self.body_limit
+                            svc.body_limit
                         ),
                     )
                 } else {

@@ -2,9 +2,7 @@
 //! in, a proto3-JSON `RateLimitResponse` out; 200 when OK, 429 when over
 //! the limit, 400 for any error (as that service answers).
 
-use std::fmt::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -85,33 +83,14 @@ pub fn code_name(c: Code) -> &'static str {
     }
 }
 
-/// A duration as proto3 JSON writes it: `"42s"`, `"1.500s"`.
-pub fn proto_duration(d: Duration) -> String {
-    let mut s = String::new();
-    let _ = write!(s, "{}", d.as_secs());
-    let n = d.subsec_nanos();
-    if n != 0 {
-        if n.is_multiple_of(1_000_000) {
-            let _ = write!(s, ".{:03}", n / 1_000_000);
-        } else if n.is_multiple_of(1_000) {
-            let _ = write!(s, ".{:06}", n / 1_000);
-        } else {
-            let _ = write!(s, ".{n:09}");
-        }
-    }
-    s.push('s');
-    s
-}
-
 fn status(s: &Status) -> JsonStatus<'_> {
     let current_limit = s.current_limit.as_ref().map(|l| JsonLimit {
         name: l.name.as_deref().unwrap_or(""),
         requests_per_unit: l.reported.requests_per_unit,
         unit: l.reported.unit.name(),
     });
-    let duration_until_reset = s
-        .reports_reset()
-        .then(|| proto_duration(Duration::from_secs(s.reset_seconds())));
+    // Whole seconds, as proto3 JSON writes a duration of them: `"42s"`.
+    let duration_until_reset = (s.reports_reset()).then(|| format!("{}s", s.reset_seconds()));
     JsonStatus {
         code: code_name(s.code),
         current_limit,
@@ -170,17 +149,4 @@ async fn run(
         response_headers_to_add: headers,
     };
     body::json_response(http_status, &body)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_as_proto3_json() {
-        assert_eq!(proto_duration(Duration::from_secs(42)), "42s");
-        assert_eq!(proto_duration(Duration::from_millis(1500)), "1.500s");
-        assert_eq!(proto_duration(Duration::from_micros(1)), "0.000001s");
-        assert_eq!(proto_duration(Duration::from_nanos(5)), "0.000000005s");
-    }
 }
