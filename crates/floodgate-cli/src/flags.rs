@@ -1,8 +1,9 @@
 //! The settings' flags of each command, made from the one declaration of
-//! every setting ([`floodgate_runtime::settings::table`], and the
-//! gateway's [`floodgate_gateway::settings::table`]).
+//! every setting (the runtime's [`Settings`], and the gateway's [`Draft`]).
 
 use clap::{ArgMatches, Args, Command, FromArgMatches};
+use floodgate_gateway::settings::Draft;
+use floodgate_runtime::Settings;
 use floodgate_runtime::settings::Flags;
 use floodgate_runtime::settings::table::add_flags;
 
@@ -24,9 +25,9 @@ impl<const GATEWAY: bool> FromArgMatches for SettingFlags<GATEWAY> {
     }
 
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        self.0.read_matches(floodgate_runtime::settings::table(), m);
+        self.0.read_matches::<Settings>(m);
         if GATEWAY {
-            self.0.read_matches(floodgate_gateway::settings::table(), m);
+            self.0.read_matches::<Draft>(m);
         }
         Ok(())
     }
@@ -34,12 +35,11 @@ impl<const GATEWAY: bool> FromArgMatches for SettingFlags<GATEWAY> {
 
 impl<const GATEWAY: bool> Args for SettingFlags<GATEWAY> {
     fn augment_args(cmd: Command) -> Command {
-        let cmd = add_flags(cmd, floodgate_runtime::settings::table(), "Settings");
+        let cmd = add_flags::<Settings>(cmd, "Settings");
         if !GATEWAY {
             return cmd;
         }
-        let gateway = floodgate_gateway::settings::table();
-        add_flags(cmd, gateway, "Gateway settings")
+        add_flags::<Draft>(cmd, "Gateway settings")
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {

@@ -242,7 +242,10 @@ fn config_check_validates_the_service_sections() {
     assert!(!out.status.success());
     assert!(err.contains("bad.yaml:2:"), "{err}");
     assert!(err.contains("unknown key 'colour'"), "{err}");
-    assert!(err.contains("unknown backend `etcd`"), "{err}");
+    assert!(
+        err.contains("backend: expected memory or redis, found `etcd`"),
+        "{err}"
+    );
     // serve refuses it the same way, naming the problems.
     let out = Command::new(bin())
         .args(["serve", "--allow-empty-config", "--config"])

@@ -126,8 +126,9 @@ pub struct ListenerTls {
     pub key: PathBuf,
 }
 
-/// Where requests go and how.
-#[derive(Clone, Debug, PartialEq)]
+/// Where requests go and how (`Default`: blank, see
+/// [`GatewayConfig::default`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct UpstreamConfig {
     /// Base URLs, used in turn (round robin); at least one.
     pub urls: Vec<UpstreamUrl>,
@@ -151,23 +152,9 @@ pub struct UpstreamConfig {
     pub tls: UpstreamTls,
 }
 
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        UpstreamConfig {
-            urls: Vec::new(),
-            protocol: UpstreamProtocol::Http1,
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(60),
-            pool_idle_timeout: Duration::from_secs(90),
-            pool_max_idle: 1024,
-            host: HostHeader::Preserve,
-            tls: UpstreamTls::default(),
-        }
-    }
-}
-
-/// Client-side protections of the listener.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Client-side protections of the listener (`Default`: blank, see
+/// [`GatewayConfig::default`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListenerLimits {
     /// The protections of each connection: the header timeout (slow
     /// clients, slowloris, are disconnected after it), the largest request
@@ -185,22 +172,8 @@ pub struct ListenerLimits {
     pub max_connections: usize,
 }
 
-impl Default for ListenerLimits {
-    fn default() -> Self {
-        ListenerLimits {
-            connection: ConnectionLimits {
-                max_concurrent_streams: 256,
-                http2_idle_timeout: Duration::from_secs(10),
-                ..ConnectionLimits::default()
-            },
-            body_read_timeout: Duration::from_secs(60),
-            max_body_bytes: None,
-            max_connections: 10_000,
-        }
-    }
-}
-
-/// The `gateway:` section.
+/// The `gateway:` section; `Default` is every setting at its declared
+/// default ([`settings`](crate::settings)), without an upstream.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GatewayConfig {
     /// The client-facing listener.
@@ -213,18 +186,6 @@ pub struct GatewayConfig {
     pub limits: ListenerLimits,
     /// One log line per request (see [`crate::access`]).
     pub access_log: bool,
-}
-
-impl Default for GatewayConfig {
-    fn default() -> Self {
-        GatewayConfig {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8000)),
-            tls: None,
-            upstream: UpstreamConfig::default(),
-            limits: ListenerLimits::default(),
-            access_log: false,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
-use floodgate_runtime::settings::{FileValues, PolicyOverrides, Settings, StartupSections};
+use floodgate_runtime::settings::{PolicyOverrides, Settings, StartupSections};
 use floodgate_runtime::{AnyBackend, RuntimeError};
 
 use crate::config::GatewayConfig;
@@ -35,7 +35,7 @@ pub enum ReloadError {
 pub struct Reload {
     gateway: Arc<Gateway<AnyBackend>>,
     overrides: PolicyOverrides,
-    started_with: FileValues,
+    started_with: StartupSections<crate::settings::Draft>,
     startup: StartupSections,
 }
 
@@ -51,7 +51,7 @@ impl Reload {
         Reload {
             gateway,
             overrides,
-            started_with: crate::settings::file_values(documents, &mut Errors::default()),
+            started_with: StartupSections::of(documents),
             startup: StartupSections::of(documents),
         }
     }
@@ -78,8 +78,7 @@ impl Reload {
             .finish(())
             .map_err(|e| ReloadError::Sections(GatewayError::Config(e)))?;
         self.startup.check_reload(docs);
-        let now = crate::settings::file_values(docs, &mut Errors::default());
-        let gateway_changed = !now.same_values(&self.started_with);
+        let gateway_changed = self.started_with.changed(docs);
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
         self.gateway.engine().backend().check_policy(&policy)?;

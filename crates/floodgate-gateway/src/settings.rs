@@ -7,15 +7,21 @@
 //! the setting was given; relative paths in a file are relative to its
 //! directory.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
-use floodgate_runtime::settings::table::{self, Env, FileValues, Flags, Kind, Origin, Origins};
-use floodgate_runtime::settings::{ANY, count_in, parse_listen_on, parse_size, positive_duration};
+use floodgate_runtime::settings::table::{self, Declared, Env, Flags, Kind, Origin, Origins};
+use floodgate_runtime::settings::{
+    ANY, boolean, choice, count_in, header_bytes, parse_listen_on, parse_size, positive_duration,
+};
 
-use crate::config::{GatewayConfig, HostHeader, ListenerTls, UpstreamProtocol, UpstreamUrl};
+use crate::config::{
+    GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
+    UpstreamUrl,
+};
 use crate::tls::pem::{certificates, private_key};
 use crate::tls::server::load_certified_key;
 
@@ -24,7 +30,7 @@ pub const SECTION: &str = "gateway";
 
 /// What the settings of the section read into, before the files they name
 /// are checked.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Draft {
     config: GatewayConfig,
     tls_cert: Option<PathBuf>,
@@ -32,10 +38,6 @@ pub struct Draft {
 }
 
 type S = table::Setting<Draft>;
-
-fn positive(v: &table::Value) -> Result<std::time::Duration, String> {
-    positive_duration(&v.text())
-}
 
 fn path(v: &table::Value) -> Result<PathBuf, String> {
     let t = v.text();
@@ -45,22 +47,30 @@ fn path(v: &table::Value) -> Result<PathBuf, String> {
     Ok(PathBuf::from(t.trim()))
 }
 
-/// One of a few words: the value of the first of `choices` whose
-/// spellings include the text; else an error naming the first spellings.
-fn choice<T: Copy>(v: &table::Value, what: &str, choices: &[(&[&str], T)]) -> Result<T, String> {
-    let t = v.text();
-    let found = choices.iter().find(|(names, _)| names.contains(&t.trim()));
-    found.map(|(_, value)| *value).ok_or_else(|| {
-        let names: Vec<&str> = choices.iter().map(|(names, _)| names[0]).collect();
-        let got = floodgate_policy::yaml::excerpt(t.trim());
-        format!("{what} must be {} (got '{got}')", names.join(" or "))
-    })
-}
+impl Declared for Draft {
+    fn table() -> &'static [S] {
+        static TABLE: LazyLock<Vec<S>> = LazyLock::new(declare);
+        &TABLE
+    }
 
-/// Every setting of the `gateway:` section.
-pub fn table() -> &'static [S] {
-    static TABLE: LazyLock<Vec<S>> = LazyLock::new(declare);
-    &TABLE
+    /// `gateway.upstream: URL` is `gateway.upstream.url: URL`.
+    const SHORTHANDS: &'static [(&'static str, &'static str)] =
+        &[("gateway.upstream", "gateway.upstream.url")];
+
+    fn blank() -> Self {
+        let config = GatewayConfig {
+            listen: SocketAddr::new(ANY, 0),
+            tls: None,
+            upstream: UpstreamConfig::default(),
+            limits: ListenerLimits::default(),
+            access_log: false,
+        };
+        Draft {
+            config,
+            tls_cert: None,
+            tls_key: None,
+        }
+    }
 }
 
 const UPSTREAM: &[(&str, &str)] = &[("gateway.upstream.url", "http://127.0.0.1:9")];
@@ -78,11 +88,7 @@ fn declare() -> Vec<S> {
             }),
         S::new("gateway.access_log", "FLOODGATE_ACCESS_LOG", "access-log", Kind::Bool, "false",
             "one log line per request",
-            |s, v| {
-                s.config.access_log = floodgate_runtime::settings::parse_bool(&v.text())
-                    .ok_or_else(|| format!("expected true or false, found `{}`", v.text()))?;
-                Ok(())
-            }),
+            |s, v| { s.config.access_log = boolean(&v.text())?; Ok(()) }),
         S::new("gateway.tls.cert", "FLOODGATE_GATEWAY_TLS_CERT", "tls-cert", Kind::Text, "",
             "TLS on the listener: PEM certificate chain (with `key`)",
             |s, v| { s.tls_cert = Some(path(v)?); Ok(()) }),
@@ -108,7 +114,7 @@ fn declare() -> Vec<S> {
         S::new("gateway.upstream.protocol", "FLOODGATE_UPSTREAM_PROTOCOL", "upstream-protocol", Kind::Choice, "http1",
             "`http1` or `http2` (h2c for `http://`, ALPN for `https://`)",
             |s, v| {
-                s.config.upstream.protocol = choice(v, "protocol", &[
+                s.config.upstream.protocol = choice(&v.text(), &[
                     (&["http1", "http/1.1", "HTTP/1.1"], UpstreamProtocol::Http1),
                     (&["http2", "h2c", "http/2", "HTTP/2"], UpstreamProtocol::Http2),
                 ])?;
@@ -117,20 +123,20 @@ fn declare() -> Vec<S> {
             .samples("http2", "http1"),
         S::new("gateway.upstream.connect_timeout", "FLOODGATE_UPSTREAM_CONNECT_TIMEOUT", "upstream-connect-timeout", Kind::Duration, "5s",
             "longest time to connect (and complete TLS); beyond: 504",
-            |s, v| { s.config.upstream.connect_timeout = positive(v)?; Ok(()) }),
+            |s, v| { s.config.upstream.connect_timeout = positive_duration(&v.text())?; Ok(()) }),
         S::new("gateway.upstream.response_timeout", "FLOODGATE_UPSTREAM_RESPONSE_TIMEOUT", "upstream-response-timeout", Kind::Duration, "60s",
             "longest wait for the response head, and longest pause of either body; beyond: 504",
-            |s, v| { s.config.upstream.response_timeout = positive(v)?; Ok(()) }),
+            |s, v| { s.config.upstream.response_timeout = positive_duration(&v.text())?; Ok(()) }),
         S::new("gateway.upstream.pool_idle_timeout", "FLOODGATE_UPSTREAM_POOL_IDLE_TIMEOUT", "upstream-pool-idle-timeout", Kind::Duration, "90s",
             "idle pooled connections are closed after this long",
-            |s, v| { s.config.upstream.pool_idle_timeout = positive(v)?; Ok(()) }),
+            |s, v| { s.config.upstream.pool_idle_timeout = positive_duration(&v.text())?; Ok(()) }),
         S::new("gateway.upstream.pool_max_idle", "FLOODGATE_UPSTREAM_POOL_MAX_IDLE", "upstream-pool-max-idle", Kind::Count, "1024",
             "idle connections kept per upstream address",
             |s, v| { s.config.upstream.pool_max_idle = count_in(&v.text(), 0, 1 << 20)?; Ok(()) }),
         S::new("gateway.upstream.host", "FLOODGATE_UPSTREAM_HOST", "upstream-host", Kind::Choice, "preserve",
             "the `Host` sent: the client's (`preserve`) or the upstream URL's (`upstream`)",
             |s, v| {
-                s.config.upstream.host = choice(v, "host", &[
+                s.config.upstream.host = choice(&v.text(), &[
                     (&["preserve"], HostHeader::Preserve),
                     (&["upstream"], HostHeader::Upstream),
                 ])?;
@@ -148,24 +154,13 @@ fn declare() -> Vec<S> {
             |s, v| { s.config.upstream.tls.key = Some(path(v)?); Ok(()) }),
         S::new("gateway.limits.header_read_timeout", "FLOODGATE_GATEWAY_HEADER_READ_TIMEOUT", "gateway-header-read-timeout", Kind::Duration, "10s",
             "time a client has for a request head (or the HTTP/2 preface), and for an idle keep-alive connection",
-            |s, v| { s.config.limits.connection.header_read_timeout = positive(v)?; Ok(()) }),
+            |s, v| { s.config.limits.connection.header_read_timeout = positive_duration(&v.text())?; Ok(()) }),
         S::new("gateway.limits.body_read_timeout", "FLOODGATE_GATEWAY_BODY_READ_TIMEOUT", "gateway-body-read-timeout", Kind::Duration, "60s",
             "longest pause in a request body while it is forwarded (beyond: 408)",
-            |s, v| { s.config.limits.body_read_timeout = positive(v)?; Ok(()) }),
+            |s, v| { s.config.limits.body_read_timeout = positive_duration(&v.text())?; Ok(()) }),
         S::new("gateway.limits.max_header_bytes", "FLOODGATE_GATEWAY_MAX_HEADER_BYTES", "gateway-max-header-bytes", Kind::Size, "64KiB",
             "largest request head (beyond: 431), from 1KiB to 16MiB",
-            |s, v| {
-                s.config.limits.connection.max_header_bytes = match parse_size(&v.text()) {
-                    Some(n @ 1024..=16_777_216) => n,
-                    _ => {
-                        return Err(format!(
-                            "expected a size from 1KiB to 16MiB, found `{}`",
-                            v.text()
-                        ));
-                    }
-                };
-                Ok(())
-            }),
+            |s, v| { s.config.limits.connection.max_header_bytes = header_bytes(&v.text())?; Ok(()) }),
         S::new("gateway.limits.max_body_bytes", "FLOODGATE_GATEWAY_MAX_BODY_BYTES", "gateway-max-body-bytes", Kind::Size, "0",
             "largest request body (beyond: 413, before any of it reaches the upstream; `0`: no limit)",
             |s, v| {
@@ -192,22 +187,13 @@ fn declare() -> Vec<S> {
             |s, v| { s.config.limits.connection.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32; Ok(()) }),
         S::new("gateway.limits.http2_idle_timeout", "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT", "gateway-http2-idle-timeout", Kind::Duration, "10s",
             "an HTTP/2 connection without a stream this long is closed",
-            |s, v| { s.config.limits.connection.http2_idle_timeout = positive(v)?; Ok(()) }),
+            |s, v| { s.config.limits.connection.http2_idle_timeout = positive_duration(&v.text())?; Ok(()) }),
     ];
     // Every setting but the upstream needs one to apply.
     for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
         s.context = UPSTREAM;
     }
     t
-}
-
-/// `gateway.upstream: URL` is `gateway.upstream.url: URL`.
-pub const SHORTHANDS: &[(&str, &str)] = &[("gateway.upstream", "gateway.upstream.url")];
-
-/// The values of the `gateway:` section in `documents` (to tell whether a
-/// reload changes it).
-pub fn file_values(documents: &[Document], errors: &mut Errors) -> FileValues {
-    FileValues::read(documents, table(), SHORTHANDS, errors)
 }
 
 impl GatewayConfig {
@@ -220,26 +206,17 @@ impl GatewayConfig {
         documents: &[Document],
     ) -> Result<Option<GatewayConfig>, ConfigErrors> {
         let mut errors = Errors::default();
-        let file = file_values(documents, &mut errors);
-        let mut draft = Draft::default();
-        let origins = match table::resolve(table(), &mut draft, flags, env, &file) {
-            Ok(o) => o,
-            Err(e) => {
-                errors.extend(e);
-                return errors.finish(None);
-            }
+        let Some((draft, origins)) = table::read::<Draft>(flags, env, documents, &mut errors)
+        else {
+            return errors.finish(None);
         };
-        let section = file.section_at(SECTION).cloned();
-        let given = table().iter().any(|s| origins.given(s.key));
-        if section.is_none() && !given {
+        let section = origins.section(SECTION).cloned();
+        if section.is_none() && !Draft::table().iter().any(|s| origins.given(s.key)) {
             return errors.finish(None);
         }
         if !origins.given("gateway.upstream.url") {
             let at = section.unwrap_or_else(|| Origin::Default.at());
-            errors.push(floodgate_policy::error::ConfigError::new(
-                at,
-                "missing required key 'upstream'",
-            ));
+            errors.push(ConfigError::new(at, "missing required key 'upstream'"));
         }
         let config = finish(draft, &origins, &mut errors);
         errors.finish(Some(config))
@@ -249,6 +226,19 @@ impl GatewayConfig {
     /// environment). `Ok(None)` when no file has one.
     pub fn from_documents(documents: &[Document]) -> Result<Option<GatewayConfig>, ConfigErrors> {
         GatewayConfig::resolve(&Flags::new(), &Env::new(&|_| None), documents)
+    }
+}
+
+impl Default for GatewayConfig {
+    /// Every setting at its declared default (and no upstream).
+    fn default() -> Self {
+        let read = table::read::<Draft>(
+            &Flags::new(),
+            &Env::new(&|_| None),
+            &[],
+            &mut Errors::default(),
+        );
+        read.expect("the declared defaults are valid").0.config
     }
 }
 

@@ -5,38 +5,27 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate_gateway::settings::{Draft, file_values, table};
+use floodgate_gateway::settings::Draft;
 use floodgate_gateway::{GatewayConfig, HostHeader, UpstreamProtocol};
-use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::error::ConfigErrors;
 use floodgate_policy::yaml::Document;
+use floodgate_runtime::Settings;
+use floodgate_runtime::settings::Declared;
 use floodgate_runtime::settings::checks::{
     check_declared_once, check_defaults, check_docs, check_precedence,
 };
-use floodgate_runtime::settings::{Env, Flags};
 
-/// Every setting as read, before the files named are checked (those
-/// checks have tests of their own).
-fn resolver(flags: &Flags, env: &Env<'_>, docs: &[Document]) -> Result<Draft, ConfigErrors> {
-    let mut errors = Errors::default();
-    let file = file_values(docs, &mut errors);
-    let mut draft = Draft::default();
-    if let Err(e) =
-        floodgate_runtime::settings::table::resolve(table(), &mut draft, flags, env, &file)
-    {
-        errors.extend(e);
-    }
-    errors.finish(draft)
-}
-
+/// Every setting as read ([`Draft`]: before the files named are checked,
+/// which have tests of their own).
 #[test]
 fn every_setting_follows_one_precedence() {
-    let checked = check_precedence(table(), &resolver);
+    let checked = check_precedence::<Draft>();
     assert!(checked > 50, "{checked} comparisons");
 }
 
 #[test]
 fn documented_defaults_are_the_defaults() {
-    check_defaults(table(), &resolver);
+    check_defaults::<Draft>();
 }
 
 /// docs/gateway.md's table of settings is the declarations' (regenerate
@@ -44,16 +33,16 @@ fn documented_defaults_are_the_defaults() {
 #[test]
 fn the_documented_settings_are_the_declared_ones() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/gateway.md");
-    check_docs(table(), &path, "gateway");
+    check_docs::<Draft>(&path, "gateway");
 }
 
 #[test]
 fn every_setting_is_declared_once() {
-    check_declared_once(table());
+    check_declared_once::<Draft>();
     // Nor does a flag or variable of the gateway repeat one of the
     // runtime's (the gateway's command takes both).
-    for g in table() {
-        for r in floodgate_runtime::settings::table() {
+    for g in Draft::table() {
+        for r in Settings::table() {
             assert_ne!(g.env, r.env);
             assert!(g.flag.is_none() || g.flag != r.flag, "{}", g.key);
         }
@@ -115,7 +104,7 @@ fn errors_have_positions() {
         "unknown key 'colour'",
         "g.yaml:4:",
         "scheme `ftp`",
-        "protocol must be http1 or http2",
+        "protocol: expected http1 or http2, found `spdy`",
         "header_read_timeout: expected a duration",
         "max_body_bytes: expected a size",
     ] {

@@ -201,7 +201,7 @@ mod tests {
         let settings = HeaderSettings {
             enabled: true,
             x_ratelimit: true,
-            ..HeaderSettings::default()
+            ..floodgate_runtime::Settings::default().server.headers
         };
         headers(s, settings)
             .into_iter()
@@ -279,7 +279,7 @@ mod tests {
     fn draft03_names_are_escaped_as_the_gateway_escapes_them() {
         let settings = HeaderSettings {
             x_ratelimit: true,
-            ..HeaderSettings::default()
+            ..floodgate_runtime::Settings::default().server.headers
         };
         let mut named = status(2, Duration::from_secs(30));
         if let Some(l) = named.current_limit.as_mut() {

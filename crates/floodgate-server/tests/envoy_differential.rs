@@ -224,7 +224,7 @@ fn run_case(seed: u64, steps: usize, stop: bool) -> Result<(), String> {
             reset: reset.clone(),
             x_ratelimit: false,
         },
-        None => HeaderSettings::default(),
+        None => floodgate_runtime::Settings::default().server.headers,
     };
     // Whole seconds for the reference (its clock is `time.Now().Unix()`),
     // anywhere within that second for Floodgate.

@@ -33,8 +33,9 @@ use super::drain::DrainWatcher;
 use super::idle::{OpenStream, Streams};
 use super::sniff::{Prefixed, Sniffed, sniff};
 
-/// The protections of a listener's connections.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The protections of a listener's connections (`Default`: blank; each
+/// listener's defaults are its settings').
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Time a client has for a request head (HTTP/1.1) or the connection
     /// preface, and how long an idle keep-alive connection is kept.
@@ -49,18 +50,6 @@ pub struct ConnectionLimits {
     /// An HTTP/2 connection with no open stream for this long is asked to
     /// close (`GOAWAY`), then disconnected if it opens none for as long.
     pub http2_idle_timeout: Duration,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        ConnectionLimits {
-            header_read_timeout: Duration::from_secs(10),
-            max_header_bytes: 64 * 1024,
-            max_headers: 100,
-            max_concurrent_streams: 1024,
-            http2_idle_timeout: Duration::from_secs(30),
-        }
-    }
 }
 
 /// Which protocols a listener speaks.

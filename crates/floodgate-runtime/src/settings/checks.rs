@@ -5,13 +5,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floodgate_policy::error::ConfigErrors;
+use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 
-use super::table::{Env, Envoy, Flags, InFile, Setting, Value, markdown};
-
-/// Reads settings from flags, an environment and documents.
-pub type Resolver<R> = dyn Fn(&Flags, &Env<'_>, &[Document]) -> Result<R, ConfigErrors>;
+use super::table::{Declared, Env, Envoy, Flags, InFile, Setting, Value, markdown, read};
 
 /// One place a setting is given.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,7 +53,7 @@ impl Given {
         self
     }
 
-    fn resolve<R>(&self, resolve: &Resolver<R>) -> Result<R, ConfigErrors> {
+    fn resolve<T: Declared>(&self) -> Result<T, ConfigErrors> {
         let mut flags = Flags::new();
         for (k, v) in &self.flags {
             flags.set(k, Value::one(v.clone()));
@@ -65,11 +62,13 @@ impl Given {
         let lookup = move |k: &str| env.get(k).cloned();
         let text = yaml(&self.file);
         let doc = Document::parse(&Arc::from("f.yaml"), &text).unwrap();
-        resolve(&flags, &Env::new(&lookup), &[doc])
+        let mut errors = Errors::default();
+        let read = read(&flags, &Env::new(&lookup), &[doc], &mut errors);
+        errors.finish(read.map_or_else(T::blank, |(value, _)| value))
     }
 
-    fn settings<R>(&self, resolve: &Resolver<R>, what: &str) -> R {
-        self.resolve(resolve)
+    fn settings<T: Declared>(&self, what: &str) -> T {
+        self.resolve()
             .unwrap_or_else(|e| panic!("{what}: {e}\nfile:\n{}", yaml(&self.file)))
     }
 }
@@ -110,7 +109,7 @@ fn levels<T>(s: &Setting<T>) -> Vec<Level> {
     l
 }
 
-/// Panics unless every setting of `table` is read in one order — flags,
+/// Panics unless every setting of `T` is read in one order — flags,
 /// environment (Floodgate's variable, then envoyproxy/ratelimit's), file,
 /// default: each pair of adjacent places
 /// given different values, each way round, must give what the stronger
@@ -118,12 +117,9 @@ fn levels<T>(s: &Setting<T>) -> Vec<Level> {
 /// with the file choosing Redis, and with the file saying `memory` while a
 /// flag chooses Redis (the other settings of the Redis store must survive
 /// a backend chosen elsewhere).
-pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
-    table: &[Setting<T>],
-    resolve: &Resolver<R>,
-) -> usize {
+pub fn check_precedence<T: Declared + PartialEq + std::fmt::Debug>() -> usize {
     let mut checked = 0;
-    for s in table {
+    for s in T::table() {
         let [a, b] = s.test_values();
         let mut contexts = vec![Given::context(s)];
         if s.context.contains(&("store.backend", "redis")) {
@@ -140,14 +136,14 @@ pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
         for ctx in &contexts {
             // What a value does, given alone at the weakest place.
             let weakest = *levels.last().unwrap();
-            let alone = |v: &str| ctx.clone().at(weakest, s, v).settings(resolve, s.key);
+            let alone = |v: &str| ctx.clone().at(weakest, s, v).settings::<T>(s.key);
             let (with_a, with_b) = (alone(a), alone(b));
             assert_ne!(
                 with_a, with_b,
                 "{}: the samples must differ in effect",
                 s.key
             );
-            let default = ctx.settings(resolve, s.key);
+            let default = ctx.settings::<T>(s.key);
             assert!(
                 with_a != default || with_b != default,
                 "{}: a sample must differ from the default",
@@ -160,7 +156,7 @@ pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
                         .clone()
                         .at(strong, s, x)
                         .at(weak, s, y)
-                        .settings(resolve, s.key);
+                        .settings::<T>(s.key);
                     assert_eq!(
                         &got, expected,
                         "{}: {strong:?} `{x}` must win over {weak:?} `{y}`",
@@ -174,21 +170,18 @@ pub fn check_precedence<T, R: PartialEq + std::fmt::Debug>(
     checked
 }
 
-/// Panics unless the default each setting of `table` documents is the
-/// default it has.
-pub fn check_defaults<T, R: PartialEq + std::fmt::Debug>(
-    table: &[Setting<T>],
-    resolve: &Resolver<R>,
-) {
-    for s in table {
+/// Panics unless the default each setting of `T` documents is the
+/// default it has, wherever it is given.
+pub fn check_defaults<T: Declared + PartialEq + std::fmt::Debug>() {
+    for s in T::table() {
         if s.default.is_empty() {
             continue;
         }
         let ctx = Given::context(s);
         let level = *levels(s).last().unwrap();
         assert_eq!(
-            ctx.clone().at(level, s, s.default).settings(resolve, s.key),
-            ctx.settings(resolve, s.key),
+            ctx.clone().at(level, s, s.default).settings::<T>(s.key),
+            ctx.settings::<T>(s.key),
             "{}: documented default `{}`",
             s.key,
             s.default
@@ -198,8 +191,8 @@ pub fn check_defaults<T, R: PartialEq + std::fmt::Debug>(
 
 /// Panics unless the table of settings between `<!-- settings:NAME -->`
 /// and `<!-- /settings:NAME -->` in the Markdown file `path` is
-/// `table`'s; with `FLOODGATE_BLESS` set, rewrites it instead.
-pub fn check_docs<T>(table: &[Setting<T>], path: &std::path::Path, name: &str) {
+/// `T`'s; with `FLOODGATE_BLESS` set, rewrites it instead.
+pub fn check_docs<T: Declared>(path: &std::path::Path, name: &str) {
     let doc = std::fs::read_to_string(path).unwrap();
     let (begin, end) = (
         format!("<!-- settings:{name} -->\n"),
@@ -207,7 +200,7 @@ pub fn check_docs<T>(table: &[Setting<T>], path: &std::path::Path, name: &str) {
     );
     let start = doc.find(&begin).expect("the settings marker") + begin.len();
     let stop = doc[start..].find(&end).expect("the end marker") + start;
-    let table = markdown(table);
+    let table = markdown::<T>();
     if doc[start..stop] != table {
         if std::env::var_os("FLOODGATE_BLESS").is_some() {
             let updated = format!("{}{table}{}", &doc[..start], &doc[stop..]);
@@ -222,11 +215,11 @@ pub fn check_docs<T>(table: &[Setting<T>], path: &std::path::Path, name: &str) {
     }
 }
 
-/// Panics unless every key, variable and flag of `table` is declared once,
+/// Panics unless every key, variable and flag of `T` is declared once,
 /// each with a line of documentation.
-pub fn check_declared_once<T>(table: &[Setting<T>]) {
+pub fn check_declared_once<T: Declared>() {
     let (mut keys, mut vars, mut flags) = (Vec::new(), Vec::new(), Vec::new());
-    for s in table {
+    for s in T::table() {
         assert!(!keys.contains(&s.key), "{} twice", s.key);
         keys.push(s.key);
         assert!(!vars.contains(&s.env), "{} twice", s.env);

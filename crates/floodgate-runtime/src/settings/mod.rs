@@ -5,7 +5,9 @@
 //! Each setting is declared once ([`table`](mod@table)): its file key, its
 //! environment variables (Floodgate's and envoyproxy/ratelimit's), its
 //! flag, its default and its documentation. Every setting is read the same
-//! way, **flags > environment > file > defaults** ([`table::resolve`]).
+//! way, **flags > environment > file > defaults** ([`table::read`]); the
+//! structures' own `Default` is blank, and [`Settings::default`] is every
+//! declared default, read from nothing.
 
 pub mod checks;
 mod envoy;
@@ -14,6 +16,7 @@ mod server;
 mod store;
 pub mod table;
 
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -28,14 +31,15 @@ use crate::listener::ConnectionLimits;
 
 pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
 pub use parse::{
-    ANY, LOOPBACK, count_in, parse_bool, parse_failure_policy, parse_listen, parse_listen_on,
-    parse_log_format, parse_mode, parse_size, positive_duration,
+    ANY, LOOPBACK, boolean, choice, count, count_in, duration, header_bytes, parse_bool,
+    parse_listen_on, parse_size, positive_duration, size,
 };
 pub use store::StoreKind;
-pub use table::{Env, FileValues, Flags, Origins, Setting, Value};
+pub use table::{Declared, Env, FileValues, Flags, Origins, Setting, Value};
 
-/// Everything a binary reads at startup besides its own sections.
-#[derive(Clone, Debug, PartialEq, Default)]
+/// Everything a binary reads at startup besides its own sections;
+/// `Default` is every setting at its declared default.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// Where the configuration is and how it is loaded.
     pub config: ConfigSettings,
@@ -83,8 +87,8 @@ impl ConfigSettings {
     }
 }
 
-/// The `server:` section.
-#[derive(Clone, Debug, PartialEq)]
+/// The `server:` section (`Default`: blank, see [`Settings::default`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerSettings {
     /// The gRPC listener (Envoy RLS v3, health, reflection).
     pub grpc: Option<SocketAddr>,
@@ -129,8 +133,9 @@ pub struct ServerSettings {
 }
 
 /// Which rate limit headers responses carry (gRPC
-/// `response_headers_to_add`, and HTTP response headers).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `response_headers_to_add`, and HTTP response headers). `Default`:
+/// blank, see [`Settings::default`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeaderSettings {
     /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` headers:
     /// limit, remaining and reset (seconds) of the most restrictive
@@ -148,7 +153,7 @@ pub struct HeaderSettings {
 }
 
 /// Log output.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogSettings {
     /// A `tracing` filter: `info`, `debug`, `floodgate_server=debug,info`.
     pub level: String,
@@ -157,16 +162,17 @@ pub struct LogSettings {
 }
 
 /// How log lines are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
     /// Human-readable text.
+    #[default]
     Text,
     /// One JSON object per line.
     Json,
 }
 
-/// The `store:` section.
-#[derive(Clone, Debug)]
+/// The `store:` section (`Default`: blank, see [`Settings::default`]).
+#[derive(Clone, Debug, Default)]
 pub struct StoreSettings {
     /// Which store decides.
     pub backend: StoreKind,
@@ -181,18 +187,6 @@ pub struct StoreSettings {
     pub instances: u32,
     /// What assembles into `redis` (addresses, credentials).
     address: store::RedisAddress,
-}
-
-impl Default for StoreSettings {
-    fn default() -> Self {
-        StoreSettings {
-            backend: StoreKind::Memory,
-            capacity: 1_000_000,
-            redis: RedisConfig::default(),
-            instances: 0,
-            address: store::RedisAddress::default(),
-        }
-    }
 }
 
 /// Equal when they make the same store (however it was written).
@@ -262,41 +256,6 @@ impl PolicyOverrides {
     }
 }
 
-/// Default gRPC address (envoyproxy/ratelimit's `GRPC_PORT` 8081).
-pub const DEFAULT_GRPC: &str = "0.0.0.0:8081";
-/// Default HTTP address (envoyproxy/ratelimit's `PORT` 8080).
-pub const DEFAULT_HTTP: &str = "0.0.0.0:8080";
-/// Default admin address (loopback only; envoyproxy/ratelimit's debug
-/// port 6070).
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:6070";
-
-impl Default for ServerSettings {
-    fn default() -> Self {
-        ServerSettings {
-            grpc: DEFAULT_GRPC.parse().ok(),
-            http: DEFAULT_HTTP.parse().ok(),
-            admin: DEFAULT_ADMIN.parse().ok(),
-            body_limit: 1 << 20,
-            max_descriptors: 256,
-            max_value_bytes: 16 * 1024,
-            limit_overrides: LimitOverrides::Allow,
-            limits: ConnectionLimits::default(),
-            max_connections: 10_000,
-            max_requests: 10_000,
-            request_timeout: Duration::from_secs(10),
-            headers: HeaderSettings::default(),
-            reload_interval: Duration::from_secs(1),
-            shutdown_grace: Duration::from_secs(10),
-            shutdown_delay: Duration::ZERO,
-            workers: None,
-            log: LogSettings {
-                level: "info".into(),
-                format: LogFormat::Text,
-            },
-        }
-    }
-}
-
 impl ServerSettings {
     /// The engine's bounds on a request.
     pub fn request_limits(&self) -> RequestLimits {
@@ -309,27 +268,37 @@ impl ServerSettings {
     }
 }
 
-impl Default for HeaderSettings {
-    fn default() -> Self {
-        HeaderSettings {
-            enabled: false,
-            limit: "RateLimit-Limit".into(),
-            remaining: "RateLimit-Remaining".into(),
-            reset: "RateLimit-Reset".into(),
-            x_ratelimit: false,
+impl Declared for Settings {
+    fn table() -> &'static [Setting<Settings>] {
+        static TABLE: LazyLock<Vec<Setting<Settings>>> = LazyLock::new(|| {
+            let mut t = Vec::new();
+            server::declare(&mut t);
+            store::declare(&mut t);
+            t
+        });
+        &TABLE
+    }
+
+    const SHORTHANDS: &'static [(&'static str, &'static str)] = store::SHORTHANDS;
+
+    fn blank() -> Self {
+        Settings {
+            config: ConfigSettings::default(),
+            server: ServerSettings::default(),
+            store: StoreSettings::default(),
+            policy: PolicyOverrides::default(),
         }
+    }
+
+    fn finish(&mut self, origins: &Origins, errors: &mut Errors) {
+        store::finish(&mut self.store, origins, errors);
     }
 }
 
-/// Every setting of [`Settings`], in the order they are applied.
-pub fn table() -> &'static [Setting<Settings>] {
-    static TABLE: LazyLock<Vec<Setting<Settings>>> = LazyLock::new(|| {
-        let mut t = Vec::new();
-        server::declare(&mut t);
-        store::declare(&mut t);
-        t
-    });
-    &TABLE
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from_documents(&[]).expect("the declared defaults are valid")
+    }
 }
 
 /// The top-level sections of Floodgate files besides the policies: the
@@ -348,17 +317,9 @@ impl Settings {
         documents: &[Document],
     ) -> Result<Settings, ConfigErrors> {
         let mut errors = Errors::default();
-        let file = FileValues::read(documents, table(), store::SHORTHANDS, &mut errors);
-        let mut settings = Settings::default();
-        match table::resolve(table(), &mut settings, flags, env, &file) {
-            Ok(origins) => {
-                if let Err(e) = store::finish(&mut settings.store, &origins) {
-                    errors.extend(e);
-                }
-            }
-            Err(e) => errors.extend(e),
-        }
-        errors.finish(settings)
+        let read = table::read(flags, env, documents, &mut errors);
+        // None only with errors.
+        errors.finish(read.map_or_else(Settings::blank, |(settings, _)| settings))
     }
 
     /// [`resolve`](Self::resolve) with the `server:` and `store:` sections
@@ -368,34 +329,35 @@ impl Settings {
     }
 }
 
-/// The `server:` and `store:` sections a process started with: they are
-/// read at startup only, so a reload that changes them (or breaks them) is
+/// Sections read at startup only (`T`'s: the runtime's `server:` and
+/// `store:`, the gateway's `gateway:`), so a reload that changes them is
 /// logged, and applies the rest.
 #[derive(Debug)]
-pub struct StartupSections(FileValues);
+pub struct StartupSections<T = Settings>(FileValues, PhantomData<fn() -> T>);
 
-impl StartupSections {
+impl<T: Declared> StartupSections<T> {
     /// The sections of the configuration `documents` the process started
     /// with.
     pub fn of(documents: &[Document]) -> Self {
-        let mut errors = Errors::default();
-        StartupSections(FileValues::read(
-            documents,
-            table(),
-            store::SHORTHANDS,
-            &mut errors,
-        ))
+        StartupSections(
+            FileValues::read::<T>(documents, &mut Errors::default()),
+            PhantomData,
+        )
     }
 
+    /// Whether `documents` give the sections other values (wherever they
+    /// give them).
+    pub fn changed(&self, documents: &[Document]) -> bool {
+        !FileValues::read::<T>(documents, &mut Errors::default()).same_values(&self.0)
+    }
+}
+
+impl StartupSections {
     /// Logs what a reload to `documents` cannot apply.
     pub fn check_reload(&self, documents: &[Document]) {
         if let Err(e) = Settings::from_documents(documents) {
             tracing::warn!(errors = %e, "the server and store sections are invalid (they are only read at startup)");
-            return;
-        }
-        let mut errors = Errors::default();
-        let now = FileValues::read(documents, table(), store::SHORTHANDS, &mut errors);
-        if !now.same_values(&self.0) {
+        } else if self.changed(documents) {
             tracing::warn!(
                 "the server or store section changed: it is only read at startup (restart to apply it)"
             );

@@ -30,11 +30,6 @@ pub fn parse_listen_on(text: &str, default_host: IpAddr) -> Result<Option<Socket
         .map_err(|_| format!("expected host:port, :port, a port number or off, found `{t}`"))
 }
 
-/// Parses a public listen address ([`parse_listen_on`] all interfaces).
-pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
-    parse_listen_on(text, ANY)
-}
-
 /// Parses a size: bytes, or with a suffix `KiB`, `MiB`, `GiB` (also `K`,
 /// `M`, `G`, `KB`, `MB`, `GB`, all powers of 1024).
 pub fn parse_size(text: &str) -> Option<usize> {
@@ -61,26 +56,45 @@ pub fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
+/// One of a few words: the value of the first of `choices` with a
+/// spelling that is the trimmed text; else an error naming each choice's
+/// first spelling.
+pub fn choice<T: Clone>(text: &str, choices: &[(&[&str], T)]) -> Result<T, String> {
+    let t = text.trim();
+    let found = choices.iter().find(|(names, _)| names.contains(&t));
+    found.map(|(_, value)| value.clone()).ok_or_else(|| {
+        let names: Vec<&str> = choices.iter().map(|(names, _)| names[0]).collect();
+        let (last, rest) = names.split_last().expect("choices");
+        let expected = match rest {
+            [] => last.to_string(),
+            _ => format!("{} or {last}", rest.join(", ")),
+        };
+        let found = floodgate_policy::yaml::excerpt(t);
+        format!("expected {expected}, found `{found}`")
+    })
+}
+
 /// `single`, `cluster` or `sentinel`. Sentinel's master name is not part
 /// of the mode's spelling: it comes with the URL (envoyproxy/ratelimit's
 /// `REDIS_URL=name,host:port,...`) or `store.master`, so the mode returned
 /// here has an empty one.
-pub fn parse_mode(v: &str) -> Result<Mode, String> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "single" => Ok(Mode::Single),
-        "cluster" => Ok(Mode::Cluster),
-        "sentinel" => Ok(Mode::Sentinel {
-            master_name: String::new(),
-        }),
-        other => Err(format!(
-            "expected single, cluster or sentinel, found `{other}`"
-        )),
-    }
+pub(super) fn parse_mode(v: &str) -> Result<Mode, String> {
+    let sentinel = Mode::Sentinel {
+        master_name: String::new(),
+    };
+    choice(
+        &v.trim().to_ascii_lowercase(),
+        &[
+            (&["single"], Mode::Single),
+            (&["cluster"], Mode::Cluster),
+            (&["sentinel"], sentinel),
+        ],
+    )
 }
 
 /// `fail_open`, `fail_closed`, `local` or `local/N` (N instances share the
 /// limits).
-pub fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
+pub(super) fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
     let v = v.trim().to_ascii_lowercase().replace('-', "_");
     if let Some(n) = v.strip_prefix("local/") {
         return n
@@ -90,23 +104,25 @@ pub fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
             .map(|divide_by| FailurePolicy::Local { divide_by })
             .ok_or_else(|| format!("expected local/N with N ≥ 1, found `{v}`"));
     }
-    match v.as_str() {
-        "fail_open" | "open" => Ok(FailurePolicy::FailOpen),
-        "fail_closed" | "closed" => Ok(FailurePolicy::FailClosed),
-        "local" => Ok(FailurePolicy::Local { divide_by: 1 }),
-        other => Err(format!(
-            "expected fail_open, fail_closed or local, found `{other}`"
-        )),
-    }
+    choice(
+        &v,
+        &[
+            (&["fail_open", "open"], FailurePolicy::FailOpen),
+            (&["fail_closed", "closed"], FailurePolicy::FailClosed),
+            (&["local"], FailurePolicy::Local { divide_by: 1 }),
+        ],
+    )
 }
 
 /// `text` or `json`.
-pub fn parse_log_format(v: &str) -> Result<LogFormat, String> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "text" | "" => Ok(LogFormat::Text),
-        "json" => Ok(LogFormat::Json),
-        other => Err(format!("expected text or json, found `{other}`")),
-    }
+pub(super) fn parse_log_format(v: &str) -> Result<LogFormat, String> {
+    choice(
+        &v.trim().to_ascii_lowercase(),
+        &[
+            (&["text", ""], LogFormat::Text),
+            (&["json"], LogFormat::Json),
+        ],
+    )
 }
 
 /// A duration, with the one grammar of every setting
@@ -154,6 +170,14 @@ pub fn count(v: &str) -> Result<usize, String> {
         .map_err(|_| format!("expected a whole number (0 or more), found `{}`", v.trim()))
 }
 
+/// The size of a request head: 1KiB to 16MiB.
+pub fn header_bytes(v: &str) -> Result<usize, String> {
+    match size(v)? {
+        n @ 1024..=16_777_216 => Ok(n),
+        n => Err(format!("must be from 1KiB to 16MiB, found {n} bytes")),
+    }
+}
+
 /// A whole number from `min` to `max`.
 pub fn count_in(v: &str, min: usize, max: usize) -> Result<usize, String> {
     let n = count(v)?;
@@ -172,6 +196,7 @@ mod tests {
 
     #[test]
     fn listen_addresses() {
+        let parse_listen = |t| parse_listen_on(t, ANY);
         assert_eq!(
             parse_listen("8081").unwrap(),
             Some("0.0.0.0:8081".parse().unwrap())

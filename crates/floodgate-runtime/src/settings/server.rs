@@ -7,8 +7,8 @@ use floodgate_policy::engine::LimitOverrides;
 
 use super::Settings;
 use super::parse::{
-    ANY, LOOPBACK, boolean, count_in, duration, parse_listen_on, parse_log_format,
-    positive_duration, size,
+    ANY, LOOPBACK, boolean, choice, count_in, duration, header_bytes, parse_listen_on,
+    parse_log_format, positive_duration, size,
 };
 use super::table::{Env, Envoy, InFile, Kind, Setting, Value, host_port};
 
@@ -87,15 +87,17 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "accept an empty configuration (a file with nothing in it, no domain, a domain without rules), an error otherwise and refused on reload; never in a file, which cannot vouch for its own emptiness",
         |s, v| { s.config.allow_empty = boolean(&v.text())?; Ok(()) })
         .in_file(InFile::No));
-    t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, super::DEFAULT_GRPC,
+    // envoyproxy/ratelimit's ports: 8081 (gRPC), 8080 (HTTP), 6070 (debug,
+    // here on loopback only).
+    t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, "0.0.0.0:8081",
         "gRPC listener (`host:port`, `:port` or a port on all interfaces, or `off`)",
         |s, v| { s.server.grpc = parse_listen_on(&v.text(), ANY)?; Ok(()) })
         .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT")));
-    t.push(S::new("server.http", "FLOODGATE_HTTP_ADDR", "http-addr", Kind::Addr, super::DEFAULT_HTTP,
+    t.push(S::new("server.http", "FLOODGATE_HTTP_ADDR", "http-addr", Kind::Addr, "0.0.0.0:8080",
         "HTTP listener (as `grpc`)",
         |s, v| { s.server.http = parse_listen_on(&v.text(), ANY)?; Ok(()) })
         .envoy(Envoy::HostPort("HOST", "PORT")));
-    t.push(S::new("server.admin", "FLOODGATE_ADMIN_ADDR", "admin-addr", Kind::Addr, super::DEFAULT_ADMIN,
+    t.push(S::new("server.admin", "FLOODGATE_ADMIN_ADDR", "admin-addr", Kind::Addr, "127.0.0.1:6070",
         "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
         |s, v| { s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?; Ok(()) })
         .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`", read: debug_listener }));
@@ -111,16 +113,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.limit_overrides", "FLOODGATE_LIMIT_OVERRIDES", "limit-overrides", Kind::Choice, "allow",
         "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
         |s, v| {
-            s.server.limit_overrides = match v.text().trim() {
-                "allow" => LimitOverrides::Allow,
-                "ignore" => LimitOverrides::Ignore,
-                "refuse" => LimitOverrides::Refuse,
-                other => {
-                    return Err(format!(
-                        "expected allow, ignore or refuse, found `{other}`"
-                    ));
-                }
-            };
+            s.server.limit_overrides = choice(&v.text(), &[
+                (&["allow"], LimitOverrides::Allow),
+                (&["ignore"], LimitOverrides::Ignore),
+                (&["refuse"], LimitOverrides::Refuse),
+            ])?;
             Ok(())
         })
         .samples("ignore", "refuse"));
@@ -129,13 +126,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
         |s, v| { s.server.limits.header_read_timeout = positive_duration(&v.text())?; Ok(()) }));
     t.push(S::new("server.limits.max_header_bytes", "FLOODGATE_MAX_HEADER_BYTES", "max-header-bytes", Kind::Size, "64KiB",
         "largest request head (HTTP/1.1: 431 beyond; HTTP/2: the header list)",
-        |s, v| {
-            s.server.limits.max_header_bytes = match size(&v.text())? {
-                n @ 1024..=16_777_216 => n,
-                n => return Err(format!("must be from 1KiB to 16MiB, found {n} bytes")),
-            };
-            Ok(())
-        }));
+        |s, v| { s.server.limits.max_header_bytes = header_bytes(&v.text())?; Ok(()) }));
     t.push(S::new("server.limits.max_headers", "FLOODGATE_MAX_HEADERS", "max-headers", Kind::Count, "100",
         "most header fields of an HTTP/1.1 request (431 beyond)",
         |s, v| { s.server.limits.max_headers = count_in(&v.text(), 1, 10_000)?; Ok(()) }));

@@ -6,42 +6,43 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use floodgate_policy::SyncMode;
-use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::error::Errors;
 use floodgate_redis::{FailurePolicy, Mode, TimeSource, parse_redis_urls, parse_sentinel_url};
 
 use super::parse::{
-    boolean, count, count_in, duration, parse_failure_policy, parse_mode, positive_duration,
+    boolean, choice, count, count_in, duration, parse_failure_policy, parse_mode, positive_duration,
 };
-use super::table::{Env, Envoy, Kind, Origin, Origins, Setting};
+use super::table::{Declared, Env, Envoy, Kind, Origin, Origins, Setting};
 use super::{Settings, StoreSettings};
 
 type S = Setting<Settings>;
 
 /// Which store to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StoreKind {
     /// The embedded in-memory store.
+    #[default]
     Memory,
     /// Redis.
     Redis,
 }
 
-/// What makes the Redis addresses: kept as given until every setting is
-/// read, then assembled ([`finish`]).
+/// What makes the Redis addresses: kept as read until every setting is,
+/// then assembled ([`finish`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct RedisAddress {
-    url: Option<String>,
+    url: String,
     mode: Option<Mode>,
     master: Option<String>,
     master_auth: Option<String>,
     auth: Option<String>,
     sentinel_auth: Option<String>,
     tls: bool,
-    divide_by: Option<u32>,
+    divide_by: u32,
     /// `store.sync.*`, combined at the end.
-    sync_mode: Option<String>,
-    sync_interval: Option<Duration>,
-    lease_duration: Option<Duration>,
+    sync_mode: Option<SyncMode>,
+    sync_interval: Duration,
+    lease_duration: Duration,
 }
 
 /// `sync: <mode>` stands for `sync: {mode: <mode>}`.
@@ -52,6 +53,7 @@ const SENTINEL: &[(&str, &str)] = &[
     ("store.mode", "sentinel"),
     ("store.url", "m,s1:26379"),
 ];
+/// The context of every setting of the Redis store that declares none.
 const REDIS: &[(&str, &str)] = &[("store.backend", "redis")];
 const SYNC: &[(&str, &str)] = &[("store.backend", "redis"), ("store.sync.mode", "sync")];
 const LEASE: &[(&str, &str)] = &[("store.backend", "redis"), ("store.sync.mode", "lease")];
@@ -71,15 +73,8 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.backend", "FLOODGATE_STORE", "store", Kind::Choice, "memory",
         "`memory` (this process) or `redis` (shared by every instance; implied by a Redis URL given more strongly)",
         |s, v| {
-            s.store.backend = match v.text().trim().to_ascii_lowercase().as_str() {
-                "memory" => StoreKind::Memory,
-                "redis" => StoreKind::Redis,
-                other => {
-                    return Err(format!(
-                        "unknown backend `{other}` (expected memory or redis)"
-                    ));
-                }
-            };
+            let backend = v.text().to_ascii_lowercase();
+            s.store.backend = choice(&backend, &[(&["memory"], StoreKind::Memory), (&["redis"], StoreKind::Redis)])?;
             Ok(())
         })
         .envoy(Envoy::Var("BACKEND_TYPE"))
@@ -91,14 +86,12 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "redis: `single`, `cluster` or `sentinel`",
         |s, v| { s.store.address.mode = Some(parse_mode(&v.text())?); Ok(()) })
         .envoy(Envoy::Var("REDIS_TYPE"))
-        .samples("cluster", "single")
-        .context(REDIS));
+        .samples("cluster", "single"));
     t.push(S::new("store.url", "FLOODGATE_REDIS_URL", "redis-url", Kind::List, "127.0.0.1:6379",
         "redis: `host:port`, `redis://`, `rediss://` or `unix://` URLs (a list or commas: a cluster's nodes; with Sentinel, the sentinels, or `master,host:port,...`)",
-        |s, v| { s.store.address.url = Some(v.text()); Ok(()) })
+        |s, v| { s.store.address.url = v.text(); Ok(()) })
         .envoy(Envoy::Var("REDIS_URL"))
-        .samples("a:1", "b:2,c:3")
-        .context(REDIS));
+        .samples("a:1", "b:2,c:3"));
     t.push(S::new("store.master", "FLOODGATE_REDIS_MASTER", "redis-master", Kind::Text, "",
         "redis, `mode: sentinel`: the name the sentinels monitor the primary under",
         |s, v| { s.store.address.master = Some(v.text()); Ok(()) })
@@ -107,40 +100,32 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.master_auth", "FLOODGATE_REDIS_MASTER_AUTH", "", Kind::Text, "",
         "redis, `mode: sentinel`: the primary's credentials (`password` or `user:password`)",
         |s, v| { s.store.address.master_auth = Some(v.text()); Ok(()) })
-        .no_flag()
         .context(SENTINEL));
     t.push(S::new("store.auth", "FLOODGATE_REDIS_AUTH", "", Kind::Text, "",
         "redis: credentials added to URLs without any (`password` or `user:password`); with Sentinel, the primary's",
         |s, v| { s.store.address.auth = Some(v.text()); Ok(()) })
-        .no_flag()
-        .envoy(Envoy::Var("REDIS_AUTH"))
-        .context(REDIS));
+        .envoy(Envoy::Var("REDIS_AUTH")));
     t.push(S::new("store.sentinel_auth", "FLOODGATE_REDIS_SENTINEL_AUTH", "", Kind::Text, "",
         "redis, `mode: sentinel`: the sentinels' credentials, added to their URLs without any",
         |s, v| { s.store.address.sentinel_auth = Some(v.text()); Ok(()) })
-        .no_flag()
         .envoy(Envoy::Var("REDIS_SENTINEL_AUTH"))
         .context(SENTINEL));
     t.push(S::new("store.tls", "FLOODGATE_REDIS_TLS", "redis-tls", Kind::Bool, "false",
         "redis: TLS (`redis://` URLs become `rediss://`)",
         |s, v| { s.store.address.tls = boolean(&v.text())?; Ok(()) })
-        .envoy(Envoy::Var("REDIS_TLS"))
-        .context(REDIS));
+        .envoy(Envoy::Var("REDIS_TLS")));
     t.push(S::new("store.tls_ca", "FLOODGATE_REDIS_TLS_CA", "redis-tls-ca", Kind::Text, "",
         "redis, TLS: PEM file of the certificate authority (default: the system's roots)",
         |s, v| { s.store.redis.tls.ca_file = Some(PathBuf::from(v.text())); Ok(()) })
-        .envoy(Envoy::Var("REDIS_TLS_CACERT"))
-        .context(REDIS));
+        .envoy(Envoy::Var("REDIS_TLS_CACERT")));
     t.push(S::new("store.tls_cert", "FLOODGATE_REDIS_TLS_CERT", "redis-tls-cert", Kind::Text, "",
         "redis, TLS: PEM client certificate, for servers that require one",
         |s, v| { s.store.redis.tls.client_cert_file = Some(PathBuf::from(v.text())); Ok(()) })
-        .envoy(Envoy::Var("REDIS_TLS_CLIENT_CERT"))
-        .context(REDIS));
+        .envoy(Envoy::Var("REDIS_TLS_CLIENT_CERT")));
     t.push(S::new("store.tls_key", "FLOODGATE_REDIS_TLS_KEY", "redis-tls-key", Kind::Text, "",
         "redis, TLS: the client certificate's PEM key",
         |s, v| { s.store.redis.tls.client_key_file = Some(PathBuf::from(v.text())); Ok(()) })
-        .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY"))
-        .context(REDIS));
+        .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY")));
     t.push(S::new("store.prefix", "FLOODGATE_REDIS_PREFIX", "redis-prefix", Kind::Text, "fg:",
         "redis: prefix of every key",
         |s, v| {
@@ -151,125 +136,106 @@ pub(super) fn declare(t: &mut Vec<S>) {
             s.store.redis.key_prefix = p;
             Ok(())
         })
-        .envoy(Envoy::Var("CACHE_KEY_PREFIX"))
-        .context(REDIS));
+        .envoy(Envoy::Var("CACHE_KEY_PREFIX")));
     t.push(S::new("store.connections", "FLOODGATE_REDIS_CONNECTIONS", "redis-connections", Kind::Count, "2",
         "redis: multiplexed connections per server",
         |s, v| { s.store.redis.connections = count_in(&v.text(), 1, 1024)?; Ok(()) })
-        .envoy(Envoy::NonZero("REDIS_POOL_SIZE"))
-        .context(REDIS));
+        .envoy(Envoy::NonZero("REDIS_POOL_SIZE")));
     t.push(S::new("store.timeout", "FLOODGATE_REDIS_TIMEOUT", "redis-timeout", Kind::Duration, "50ms",
         "redis: longest time for a decision, round trips included",
         |s, v| { s.store.redis.timeout = positive_duration(&v.text())?; Ok(()) })
-        .envoy(Envoy::NonZero("REDIS_TIMEOUT"))
-        .context(REDIS));
+        .envoy(Envoy::NonZero("REDIS_TIMEOUT")));
     t.push(S::new("store.connect_timeout", "FLOODGATE_REDIS_CONNECT_TIMEOUT", "redis-connect-timeout", Kind::Duration, "250ms",
         "redis: longest time to connect",
-        |s, v| { s.store.redis.connect_timeout = positive_duration(&v.text())?; Ok(()) })
-        .context(REDIS));
+        |s, v| { s.store.redis.connect_timeout = positive_duration(&v.text())?; Ok(()) }));
     t.push(S::new("store.pipeline_window", "FLOODGATE_REDIS_PIPELINE_WINDOW", "redis-pipeline-window", Kind::Duration, "0",
         "redis: hold commands up to this long to write them together (`0`: off; shorter than `timeout`)",
         |s, v| { s.store.redis.pipeline_window = duration(&v.text())?; Ok(()) })
         .envoy(Envoy::Var("REDIS_PIPELINE_WINDOW"))
-        .samples("150us", "300us")
-        .context(REDIS));
+        .samples("150us", "300us"));
     t.push(S::new("store.pipeline_limit", "FLOODGATE_REDIS_PIPELINE_LIMIT", "redis-pipeline-limit", Kind::Count, "0",
         "redis: ... or until this many commands wait (`0`: no limit)",
         |s, v| { s.store.redis.pipeline_limit = count(&v.text())?; Ok(()) })
-        .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT"))
-        .context(REDIS));
+        .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT")));
     t.push(S::new("store.failure_policy", "FLOODGATE_FAILURE_POLICY", "failure-policy", Kind::Choice, "local",
         "redis: when Redis cannot decide, `fail_open`, `fail_closed`, or `local` (an in-process store decides; `local/N` sets `divide_by`)",
         |s, v| { s.store.redis.failure_policy = parse_failure_policy(&v.text())?; Ok(()) })
-        .samples("fail_open", "fail_closed")
-        .context(REDIS));
+        .samples("fail_open", "fail_closed"));
     t.push(S::new("store.divide_by", "FLOODGATE_DIVIDE_BY", "divide-by", Kind::Count, "1",
         "redis, `failure_policy: local`: each limit divided by this many instances",
         |s, v| {
-            let n = count_in(&v.text(), 1, u32::MAX as usize)?;
-            s.store.address.divide_by = Some(n as u32);
+            s.store.address.divide_by = count_in(&v.text(), 1, u32::MAX as usize)? as u32;
             Ok(())
-        })
-        .context(REDIS));
+        }));
     t.push(S::new("store.local_cache", "FLOODGATE_REDIS_LOCAL_CACHE", "redis-local-cache", Kind::Count, "0",
         "redis: entries of the local over-limit cache (`0`: off)",
         |s, v| { s.store.redis.local_cache_capacity = count(&v.text())?; Ok(()) })
-        .envoy(Envoy::Read { names: "`LOCAL_CACHE_SIZE_IN_BYTES` (÷ 64 bytes an entry)", read: cache_bytes })
-        .context(REDIS));
+        .envoy(Envoy::Read { names: "`LOCAL_CACHE_SIZE_IN_BYTES` (÷ 64 bytes an entry)", read: cache_bytes }));
     t.push(S::new("store.fallback_capacity", "FLOODGATE_REDIS_FALLBACK_CAPACITY", "redis-fallback-capacity", Kind::Count, "100000",
         "redis: keys of the local fallback store",
-        |s, v| { s.store.redis.fallback_capacity = count_in(&v.text(), 1, usize::MAX)?; Ok(()) })
-        .context(REDIS));
+        |s, v| { s.store.redis.fallback_capacity = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
     t.push(S::new("store.breaker.failures", "FLOODGATE_REDIS_BREAKER_FAILURES", "redis-breaker-failures", Kind::Count, "5",
         "redis: consecutive failures that open the circuit breaker",
-        |s, v| { s.store.redis.breaker.failure_threshold = count_in(&v.text(), 1, u32::MAX as usize)? as u32; Ok(()) })
-        .context(REDIS));
+        |s, v| { s.store.redis.breaker.failure_threshold = count_in(&v.text(), 1, u32::MAX as usize)? as u32; Ok(()) }));
     t.push(S::new("store.breaker.cool_down", "FLOODGATE_REDIS_BREAKER_COOL_DOWN", "redis-breaker-cool-down", Kind::Duration, "1s",
         "redis: how long an open breaker keeps requests from Redis before a probe",
-        |s, v| { s.store.redis.breaker.cool_down = positive_duration(&v.text())?; Ok(()) })
-        .context(REDIS));
+        |s, v| { s.store.redis.breaker.cool_down = positive_duration(&v.text())?; Ok(()) }));
     t.push(S::new("store.clock", "FLOODGATE_REDIS_CLOCK", "redis-clock", Kind::Choice, "server",
         "redis: whose clock times the windows, `server` (Redis `TIME`) or `client`",
         |s, v| {
-            s.store.redis.time_source = match v.text().trim() {
-                "server" => TimeSource::Server,
-                "client" => TimeSource::Client {
-                    expiry_slack: Duration::from_secs(1),
-                },
-                other => return Err(format!("expected server or client, found `{other}`")),
-            };
+            let client = TimeSource::Client { expiry_slack: Duration::from_secs(1) };
+            s.store.redis.time_source = choice(&v.text(), &[(&["server"], TimeSource::Server), (&["client"], client)])?;
             Ok(())
         })
-        .samples("client", "server")
-        .context(REDIS));
+        .samples("client", "server"));
     t.push(S::new("store.concurrency_lease", "FLOODGATE_CONCURRENCY_LEASE", "concurrency-lease", Kind::Duration, "10m",
         "redis: lease of a concurrency permit not released (`0`: until released)",
-        |s, v| { let d = duration(&v.text())?; s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d); Ok(()) })
-        .context(REDIS));
+        |s, v| { let d = duration(&v.text())?; s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d); Ok(()) }));
     t.push(S::new("store.sync.mode", "FLOODGATE_SYNC", "sync", Kind::Choice, "exact",
         "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
         |s, v| {
             let text = v.text().trim().to_ascii_lowercase();
-            if SyncMode::parse(&text).is_none() {
-                return Err(format!(
-                    "unknown sync mode `{text}` (expected one of: {})",
-                    SyncMode::NAMES.join(", ")
-                ));
-            }
-            s.store.address.sync_mode = Some(text);
+            let mode = SyncMode::parse(&text).ok_or_else(|| {
+                format!("unknown sync mode `{text}` (expected one of: {})", SyncMode::NAMES.join(", "))
+            })?;
+            s.store.address.sync_mode = Some(mode);
             Ok(())
         })
-        .samples("lease", "sync")
-        .context(REDIS));
+        .samples("lease", "sync"));
     t.push(S::new("store.sync.interval", "FLOODGATE_SYNC_INTERVAL", "sync-interval", Kind::Duration, "100ms",
         "redis, `sync: sync`: how often each instance pushes its hits and pulls the counts (1ms to 1h)",
-        |s, v| { s.store.address.sync_interval = Some(sync_period(&v.text())?); Ok(()) })
+        |s, v| { s.store.address.sync_interval = sync_period(&v.text())?; Ok(()) })
         .context(SYNC));
     t.push(S::new("store.sync.duration", "FLOODGATE_LEASE_DURATION", "lease-duration", Kind::Duration, "1s",
         "redis, `sync: lease`: how long a lease may be used before its unused units go back (1ms to 1h)",
-        |s, v| { s.store.address.lease_duration = Some(sync_period(&v.text())?); Ok(()) })
+        |s, v| { s.store.address.lease_duration = sync_period(&v.text())?; Ok(()) })
         .context(LEASE));
     t.push(S::new("store.sync.instances", "FLOODGATE_INSTANCES", "instances", Kind::Count, "0",
         "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
-        |s, v| { s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32; Ok(()) })
-        .context(REDIS));
+        |s, v| { s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32; Ok(()) }));
+    let redis = |s: &&mut S| s.key.starts_with("store.") && !MEMORY.contains(&s.key);
+    for s in t.iter_mut().filter(redis).filter(|s| s.context.is_empty()) {
+        s.context = REDIS;
+    }
 }
+
+/// The settings of the store that are not the Redis store's.
+const MEMORY: &[&str] = &["store.backend", "store.capacity"];
 
 /// Completes the store once every setting is read: a Redis URL given more
 /// strongly than the backend chooses Redis; the addresses, mode and
 /// credentials make the Redis configuration; a setting of the other store
 /// in the file is an error.
-pub(super) fn finish(store: &mut StoreSettings, origins: &Origins) -> Result<(), ConfigErrors> {
-    let mut errors = Errors::default();
+pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
     if origins.of("store.url").rank() > origins.of("store.backend").rank() {
         store.backend = StoreKind::Redis;
     }
     match store.backend {
         StoreKind::Memory => {
-            // Every setting of the store but these two is the Redis store's.
-            let redis_only = super::table().iter().map(|s| s.key).filter(|k| {
-                k.starts_with("store.") && !["store.backend", "store.capacity"].contains(k)
-            });
+            let redis_only = Settings::table()
+                .iter()
+                .map(|s| s.key)
+                .filter(|k| k.starts_with("store.") && !MEMORY.contains(k));
             for key in redis_only {
                 if let o @ Origin::File(_) = origins.of(key) {
                     let name = key.trim_start_matches("store.");
@@ -281,10 +247,9 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins) -> Result<(),
             if let o @ Origin::File(_) = origins.of("store.capacity") {
                 errors.push(o.error("capacity only applies to backend: memory"));
             }
-            assemble(store, origins, &mut errors);
+            assemble(store, origins, errors);
         }
     }
-    errors.finish(())
 }
 
 /// The Redis configuration from the addresses, mode and credentials.
@@ -294,32 +259,27 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
     let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
     let mode = a.mode.clone().unwrap_or(Mode::Single);
     if let Mode::Sentinel { .. } = mode {
-        let (name, urls) = match (&a.master, &a.url) {
-            (Some(master), url) => {
+        let (name, urls) = match &a.master {
+            Some(master) => {
                 let master = Mode::sentinel(master)
                     .map_err(|e| origins.of("store.master").error(e.to_string()));
                 // The sentinels, possibly written the envoyproxy/ratelimit
                 // way (`name,host:port,...`, the name then replaced).
-                let urls = match url {
-                    Some(u) if !u.split(',').next().unwrap_or("").contains([':', '/']) => errors
-                        .take(
-                            parse_sentinel_url(u)
-                                .map(|(_, urls)| urls)
-                                .map_err(url_error),
-                        ),
-                    Some(u) => errors.take(parse_redis_urls(u).map_err(url_error)),
-                    None => Some(r.urls.clone()),
+                let urls = if a.url.split(',').next().unwrap_or("").contains([':', '/']) {
+                    parse_redis_urls(&a.url)
+                } else {
+                    parse_sentinel_url(&a.url).map(|(_, urls)| urls)
                 };
-                (errors.take(master), urls)
+                (errors.take(master), errors.take(urls.map_err(url_error)))
             }
-            (None, Some(url)) => match parse_sentinel_url(url) {
+            None if origins.given("store.url") => match parse_sentinel_url(&a.url) {
                 Ok((name, urls)) => (Some(Mode::Sentinel { master_name: name }), Some(urls)),
                 Err(e) => {
                     errors.push(url_error(e));
                     (None, None)
                 }
             },
-            (None, None) => {
+            None => {
                 errors.push(origins.of("store.mode").error(
                     "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
                 ));
@@ -358,9 +318,7 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
             }
         }
         r.mode = mode;
-        if let Some(url) = &a.url
-            && let Some(urls) = errors.take(parse_redis_urls(url).map_err(url_error))
-        {
+        if let Some(urls) = errors.take(parse_redis_urls(&a.url).map_err(url_error)) {
             r.urls = urls;
         }
         if let Some(auth) = &a.auth {
@@ -376,9 +334,13 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
             }
         }
     }
-    if let Some(d) = a.divide_by {
+    if origins.given("store.divide_by") {
         match r.failure_policy {
-            FailurePolicy::Local { .. } => r.failure_policy = FailurePolicy::Local { divide_by: d },
+            FailurePolicy::Local { .. } => {
+                r.failure_policy = FailurePolicy::Local {
+                    divide_by: a.divide_by,
+                }
+            }
             _ => errors.push(
                 origins
                     .of("store.divide_by")
@@ -386,7 +348,7 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
             ),
         }
     }
-    r.sync = sync_mode(&a, origins, errors).unwrap_or(SyncMode::Exact);
+    r.sync = sync_mode(&a, origins, errors);
     if !r.pipeline_window.is_zero() && r.pipeline_window >= r.timeout {
         errors.push(origins.of("store.pipeline_window").error(format!(
             "pipeline_window must be shorter than the timeout ({:?})",
@@ -406,18 +368,15 @@ fn sync_period(text: &str) -> Result<Duration, String> {
 
 /// The store-wide sync mode from `store.sync.*`: a period belongs to its
 /// mode (`interval` to `sync`, `duration` to `lease`).
-fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> Option<SyncMode> {
-    let mode = SyncMode::parse(a.sync_mode.as_deref().unwrap_or("exact"))?;
+fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> SyncMode {
+    let mode = a.sync_mode.unwrap_or(SyncMode::Exact);
     let sync = matches!(mode, SyncMode::Sync { .. });
     let lease = matches!(mode, SyncMode::Lease { .. });
-    for (key, given, applies) in [
-        ("store.sync.interval", a.sync_interval.is_some(), sync),
-        ("store.sync.duration", a.lease_duration.is_some(), lease),
+    for (key, applies) in [
+        ("store.sync.interval", sync),
+        ("store.sync.duration", lease),
     ] {
-        if given
-            && !applies
-            && let o @ Origin::File(_) = origins.of(key)
-        {
+        if !applies && let o @ Origin::File(_) = origins.of(key) {
             let name = key.rsplit('.').next().unwrap_or(key);
             errors.push(o.error(format!(
                 "{name} does not apply to sync mode {}",
@@ -425,15 +384,15 @@ fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> Option
             )));
         }
     }
-    Some(match mode {
-        SyncMode::Lease { duration } => SyncMode::Lease {
-            duration: a.lease_duration.unwrap_or(duration),
+    match mode {
+        SyncMode::Lease { .. } => SyncMode::Lease {
+            duration: a.lease_duration,
         },
-        SyncMode::Sync { interval } => SyncMode::Sync {
-            interval: a.sync_interval.unwrap_or(interval),
+        SyncMode::Sync { .. } => SyncMode::Sync {
+            interval: a.sync_interval,
         },
         SyncMode::Exact => SyncMode::Exact,
-    })
+    }
 }
 
 /// Adds `auth` (`password` or `user:password`) to a Redis URL that has no

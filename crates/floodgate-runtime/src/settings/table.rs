@@ -6,13 +6,15 @@
 //! setting's value from the first place that gives one — **flag, then
 //! environment, then file, then default** — and hands it to the setting's
 //! parser, so the precedence is the same for every setting by
-//! construction. The same declarations make the flags ([`add_flags`]) and
-//! the documentation's tables ([`markdown`]).
+//! construction. A setting given nowhere gets its declared default, through
+//! the same parser: a default is written once, in its declaration. The
+//! same declarations make the flags ([`add_flags`]) and the documentation's
+//! tables ([`markdown`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floodgate_policy::error::{ConfigError, ConfigErrors, Errors, Location};
+use floodgate_policy::error::{ConfigError, Errors, Location};
 use floodgate_policy::yaml::{Document, Node};
 
 /// What a setting's value looks like: its flag's value name, and two
@@ -253,7 +255,9 @@ pub struct Setting<T> {
     pub flag: Option<&'static str>,
     /// The value's form.
     pub kind: Kind,
-    /// The default, as written in the file.
+    /// The default, as written in the file, applied by the setting's
+    /// parser when no place gives a value (empty: none, the structure's
+    /// blank stays).
     pub default: &'static str,
     /// What it does, in one line.
     pub doc: &'static str,
@@ -268,8 +272,8 @@ pub struct Setting<T> {
 }
 
 impl<T> Setting<T> {
-    /// A setting at `key` (in the file), its variable, flag, form, default
-    /// and line of documentation, parsed by `set`.
+    /// A setting at `key` (in the file), its variable, flag (empty: none),
+    /// form, default and line of documentation, parsed by `set`.
     pub fn new(
         key: &'static str,
         env: &'static str,
@@ -284,7 +288,7 @@ impl<T> Setting<T> {
             in_file: InFile::Yes,
             env,
             envoy: None,
-            flag: Some(flag),
+            flag: (!flag.is_empty()).then_some(flag),
             kind,
             default,
             doc,
@@ -303,12 +307,6 @@ impl<T> Setting<T> {
     /// Not in the file (or read there by the policy loader).
     pub fn in_file(mut self, in_file: InFile) -> Self {
         self.in_file = in_file;
-        self
-    }
-
-    /// Without a flag.
-    pub fn no_flag(mut self) -> Self {
-        self.flag = None;
         self
     }
 
@@ -358,9 +356,9 @@ impl Flags {
         self.0.get(key)
     }
 
-    /// Adds the flags of `table` found in `matches`.
-    pub fn read_matches<T>(&mut self, table: &[Setting<T>], matches: &clap::ArgMatches) {
-        for s in table.iter().filter(|s| s.flag.is_some()) {
+    /// Adds the flags of `T`'s settings found in `matches`.
+    pub fn read_matches<T: Declared>(&mut self, matches: &clap::ArgMatches) {
+        for s in T::table().iter().filter(|s| s.flag.is_some()) {
             if let Ok(Some(values)) = matches.try_get_many::<String>(s.key) {
                 let items: Vec<String> = values.cloned().collect();
                 if !items.is_empty() {
@@ -371,14 +369,10 @@ impl Flags {
     }
 }
 
-/// Adds a flag for every setting of `table` that has one, under the help
+/// Adds a flag for every setting of `T` that has one, under the help
 /// heading `heading`.
-pub fn add_flags<T>(
-    mut cmd: clap::Command,
-    table: &[Setting<T>],
-    heading: &'static str,
-) -> clap::Command {
-    for s in table {
+pub fn add_flags<T: Declared>(mut cmd: clap::Command, heading: &'static str) -> clap::Command {
+    for s in T::table() {
         let Some(flag) = s.flag else { continue };
         let mut arg = clap::Arg::new(s.key)
             .long(flag)
@@ -401,6 +395,74 @@ pub fn add_flags<T>(
     cmd
 }
 
+/// A structure read from declared settings: the runtime's
+/// [`Settings`](super::Settings), the gateway's.
+pub trait Declared: Sized + 'static {
+    /// Every setting, in the order they are applied.
+    fn table() -> &'static [Setting<Self>];
+
+    /// Groups a file may write as one of their settings (`sync: lease`
+    /// for `sync: {mode: lease}`): the group's key, the setting's.
+    const SHORTHANDS: &'static [(&'static str, &'static str)] = &[];
+
+    /// The structure before any setting is applied, defaults included.
+    fn blank() -> Self;
+
+    /// Completes the structure once every setting is read without error
+    /// (where settings combine), adding any problem to `errors`.
+    fn finish(&mut self, _origins: &Origins, _errors: &mut Errors) {}
+}
+
+/// Reads every setting of `T` from the first place that gives it:
+/// `flags`, then `env` (Floodgate's variable, then envoyproxy/ratelimit's),
+/// then the sections of `documents`, then its declared default, and
+/// [finishes](Declared::finish) the structure. Every problem is added to
+/// `errors`, each at its origin (a file position, a variable, a flag);
+/// `None` when a setting did not read.
+pub fn read<T: Declared>(
+    flags: &Flags,
+    env: &Env<'_>,
+    documents: &[Document],
+    errors: &mut Errors,
+) -> Option<(T, Origins)> {
+    let file = FileValues::read::<T>(documents, errors);
+    let mut origins = Origins {
+        given: HashMap::new(),
+        sections: file.sections.clone(),
+    };
+    let mut value = T::blank();
+    let mut failed = false;
+    for s in T::table() {
+        let (origin, given) = match pick(s, flags, env, &file) {
+            Ok(Some(given)) => given,
+            Ok(None) if s.default.is_empty() => continue,
+            Ok(None) => (Origin::Default, Value::one(s.default)),
+            Err(e) => {
+                errors.push(e);
+                failed = true;
+                continue;
+            }
+        };
+        if let Err(m) = (s.set)(&mut value, &given) {
+            // In the file, the message names the key (the others name it
+            // as their origin).
+            let message = match &origin {
+                Origin::File(_) => format!("{}: {m}", s.key.rsplit('.').next().unwrap_or(s.key)),
+                _ => m,
+            };
+            errors.push(origin.error(message));
+            failed = true;
+        } else if origin != Origin::Default {
+            origins.given.insert(s.key, origin);
+        }
+    }
+    if failed {
+        return None;
+    }
+    value.finish(&origins, errors);
+    Some((value, origins))
+}
+
 /// The values a file gives, by setting key, with their positions.
 #[derive(Debug, Default)]
 pub struct FileValues {
@@ -409,20 +471,14 @@ pub struct FileValues {
 }
 
 impl FileValues {
-    /// Reads the sections of `documents` that `table` declares (each may
+    /// Reads the sections of `documents` that `T` declares (each may
     /// appear in one file only): every key must be a setting, or a group
-    /// of settings (`server.log`). `shorthands` lets a group be written as
-    /// one of its settings (`gateway.upstream: http://...` for
-    /// `gateway.upstream.url`). Problems are added to `errors`.
-    pub fn read<T>(
-        documents: &[Document],
-        table: &[Setting<T>],
-        shorthands: &[(&str, &'static str)],
-        errors: &mut Errors,
-    ) -> FileValues {
+    /// of settings (`server.log`), or a shorthand
+    /// ([`Declared::SHORTHANDS`]). Problems are added to `errors`.
+    pub fn read<T: Declared>(documents: &[Document], errors: &mut Errors) -> FileValues {
         let mut values = FileValues::default();
         let mut sections: Vec<&str> = Vec::new();
-        for s in table.iter().filter(|s| s.in_file == InFile::Yes) {
+        for s in T::table().iter().filter(|s| s.in_file == InFile::Yes) {
             let section = s.key.split('.').next().unwrap_or(s.key);
             if !sections.contains(&section) {
                 sections.push(section);
@@ -441,23 +497,17 @@ impl FileValues {
                     continue;
                 }
                 values.sections.insert(section.to_owned(), node.at());
-                values.walk(node, section, table, shorthands, errors);
+                values.walk::<T>(node, section, errors);
             }
         }
         values
     }
 
-    fn walk<T>(
-        &mut self,
-        node: Node<'_>,
-        path: &str,
-        table: &[Setting<T>],
-        shorthands: &[(&str, &'static str)],
-        errors: &mut Errors,
-    ) {
+    fn walk<T: Declared>(&mut self, node: Node<'_>, path: &str, errors: &mut Errors) {
         let Some(map) = errors.take(node.map()) else {
             return;
         };
+        let table = T::table();
         for (name, child) in map.entries() {
             let key = format!("{path}.{name}");
             if let Some(s) = table
@@ -473,7 +523,7 @@ impl FileValues {
                 continue;
             }
             let is_map = child.map().is_ok() && !child.is_null();
-            match shorthands.iter().find(|(g, _)| *g == key) {
+            match T::SHORTHANDS.iter().find(|(g, _)| *g == key) {
                 Some((_, target)) if !is_map => {
                     let kind = table
                         .iter()
@@ -481,7 +531,7 @@ impl FileValues {
                         .map_or(Kind::Text, |s| s.kind);
                     self.take(child, target, kind, errors);
                 }
-                _ => self.walk(child, &key, table, shorthands, errors),
+                _ => self.walk::<T>(child, &key, errors),
             }
         }
     }
@@ -507,11 +557,6 @@ impl FileValues {
         self.values.insert(key, (node.at(), Value(items)));
     }
 
-    /// Where the file has `section`, if it has it.
-    pub fn section_at(&self, section: &str) -> Option<&Location> {
-        self.sections.get(section)
-    }
-
     /// Whether both say the same (wherever they say it).
     pub fn same_values(&self, other: &FileValues) -> bool {
         self.values.len() == other.values.len()
@@ -523,60 +568,28 @@ impl FileValues {
 }
 
 /// Where each setting's value came from (settings left at their default
-/// are absent).
+/// are absent), and where the file has each section.
 #[derive(Clone, Debug, Default)]
-pub struct Origins(HashMap<&'static str, Origin>);
+pub struct Origins {
+    given: HashMap<&'static str, Origin>,
+    sections: HashMap<String, Location>,
+}
 
 impl Origins {
     /// Where `key`'s value came from.
     pub fn of(&self, key: &str) -> Origin {
-        self.0.get(key).cloned().unwrap_or(Origin::Default)
+        self.given.get(key).cloned().unwrap_or(Origin::Default)
     }
 
     /// Whether `key` was given (not left at its default).
     pub fn given(&self, key: &str) -> bool {
-        self.0.contains_key(key)
+        self.given.contains_key(key)
     }
-}
 
-/// Reads every setting of `table` into `target` from the first place that
-/// gives it: `flags`, then `env` (Floodgate's variable, then
-/// envoyproxy/ratelimit's), then `file`; settings given nowhere keep
-/// `target`'s value (the default). Every problem is reported, each at its
-/// origin (a file position, a variable, a flag).
-pub fn resolve<T>(
-    table: &[Setting<T>],
-    target: &mut T,
-    flags: &Flags,
-    env: &Env<'_>,
-    file: &FileValues,
-) -> Result<Origins, ConfigErrors> {
-    let mut errors = Errors::default();
-    let mut origins = Origins::default();
-    for s in table {
-        let given = match pick(s, flags, env, file) {
-            Ok(g) => g,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        let Some((origin, value)) = given else {
-            continue;
-        };
-        if let Err(m) = (s.set)(target, &value) {
-            // In the file, the message names the key (the others name it
-            // as their origin).
-            let message = match &origin {
-                Origin::File(_) => format!("{}: {m}", s.key.rsplit('.').next().unwrap_or(s.key)),
-                _ => m,
-            };
-            errors.push(origin.error(message));
-            continue;
-        }
-        origins.0.insert(s.key, origin);
+    /// Where the file has `section`, if it has it.
+    pub fn section(&self, section: &str) -> Option<&Location> {
+        self.sections.get(section)
     }
-    errors.finish(origins)
 }
 
 /// The value of `s` from the first place that gives it.
@@ -606,13 +619,13 @@ fn pick<T>(
     Ok(None)
 }
 
-/// The settings of `table` as a Markdown table: key, variables, flag,
+/// The settings of `T` as a Markdown table: key, variables, flag,
 /// default, meaning.
-pub fn markdown<T>(table: &[Setting<T>]) -> String {
+pub fn markdown<T: Declared>() -> String {
     let mut out = String::from(
         "| setting | environment | envoyproxy/ratelimit | flag | default | meaning |\n|---|---|---|---|---|---|\n",
     );
-    for s in table {
+    for s in T::table() {
         let key = match s.in_file {
             InFile::No => "—".to_owned(),
             _ => format!("`{}`", s.key),

@@ -620,7 +620,7 @@ mod tests {
         let settings = floodgate_runtime::settings::HeaderSettings {
             enabled: true,
             x_ratelimit: true,
-            ..Default::default()
+            ..floodgate_runtime::Settings::default().server.headers
         };
         let headers = RateLimitHeaders::new(&settings).unwrap();
         let mut out = BytesMut::new();
