@@ -47,12 +47,6 @@ impl<const GATEWAY: bool> Args for SettingFlags<GATEWAY> {
     }
 }
 
-/// A duration flag's value (`10s`, `500ms`, `2m`, ...).
-pub fn duration(s: &str) -> Result<std::time::Duration, String> {
-    floodgate_policy::unit::parse_duration(s)
-        .ok_or_else(|| format!("`{s}` is not a duration (e.g. 10s, 500ms, 2m)"))
-}
-
 /// The process's environment.
 pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()

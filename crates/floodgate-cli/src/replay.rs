@@ -33,10 +33,10 @@ pub struct ReplayArgs {
     pub compare_algorithms: Option<String>,
     /// Lines out of order by up to this much are put back in order; later
     /// ones are reported and not decided.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::flags::duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = floodgate_runtime::settings::duration)]
     pub reorder_window: Duration,
     /// The in-memory store's capacity (as `store.capacity`).
-    #[arg(long, value_name = "KEYS", default_value_t = 1_000_000)]
+    #[arg(long, value_name = "KEYS", default_value_t = floodgate_runtime::Settings::default().store.capacity)]
     pub capacity: usize,
     /// Writes one JSON line per request (with several candidates, one file
     /// each, named after the candidate).

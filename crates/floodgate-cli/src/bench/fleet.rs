@@ -62,10 +62,10 @@ pub struct FleetArgs {
     #[arg(long, default_value_t = 2)]
     pub connections: usize,
     /// Measured time of each case.
-    #[arg(long, default_value = "10s", value_parser = crate::flags::duration)]
+    #[arg(long, default_value = "10s", value_parser = floodgate_runtime::settings::duration)]
     pub duration: Duration,
     /// Unmeasured time before each case.
-    #[arg(long, default_value = "2s", value_parser = crate::flags::duration)]
+    #[arg(long, default_value = "2s", value_parser = floodgate_runtime::settings::duration)]
     pub warmup: Duration,
     /// The failure policy of the instances on Redis (`fail_closed`: every
     /// admission is the mode's own, which the window columns check; `local`

@@ -49,10 +49,10 @@ pub struct RlsArgs {
     #[arg(long, default_value_t = 10_000)]
     pub keys: u64,
     /// Measured time.
-    #[arg(long, default_value = "15s", value_parser = crate::flags::duration)]
+    #[arg(long, default_value = "15s", value_parser = floodgate_runtime::settings::duration)]
     pub duration: Duration,
     /// Unmeasured time before.
-    #[arg(long, default_value = "2s", value_parser = crate::flags::duration)]
+    #[arg(long, default_value = "2s", value_parser = floodgate_runtime::settings::duration)]
     pub warmup: Duration,
     /// The domain sent.
     #[arg(long, default_value = "bench")]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floodgate_policy::error::{ConfigErrors, Errors};
+use floodgate_policy::error::Errors;
 use floodgate_policy::yaml::Document;
 
 use super::table::{Declared, Env, Envoy, Flags, InFile, Setting, Value, markdown, read};
@@ -53,7 +53,9 @@ impl Given {
         self
     }
 
-    fn resolve<T: Declared>(&self) -> Result<T, ConfigErrors> {
+    /// What the settings given read into (`what` names the check when
+    /// they do not).
+    fn settings<T: Declared>(&self, what: &str) -> T {
         let mut flags = Flags::new();
         for (k, v) in &self.flags {
             flags.set(k, Value::one(v.clone()));
@@ -64,12 +66,13 @@ impl Given {
         let doc = Document::parse(&Arc::from("f.yaml"), &text).unwrap();
         let mut errors = Errors::default();
         let read = read(&flags, &Env::new(&lookup), &[doc], &mut errors);
-        errors.finish(read.map_or_else(T::blank, |(value, _)| value))
-    }
-
-    fn settings<T: Declared>(&self, what: &str) -> T {
-        self.resolve()
-            .unwrap_or_else(|e| panic!("{what}: {e}\nfile:\n{}", yaml(&self.file)))
+        match errors.finish(read) {
+            Ok(Some((value, _))) => value,
+            e => panic!(
+                "{what}: {:?}\nfile:\n{text}",
+                e.err().map(|e| e.to_string())
+            ),
+        }
     }
 }
 
