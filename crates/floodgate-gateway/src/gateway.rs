@@ -32,7 +32,7 @@ pub struct Limiter<B> {
 impl<B: Backend> Limiter<B> {
     /// A limiter deciding with `engine` per `section`.
     pub(crate) fn new(engine: Arc<Engine<B, SystemClock>>, section: HttpSection) -> Self {
-        let identity = section.compiled.clone();
+        let identity = section.identity.clone();
         let layer = FloodgateLayer::with(
             engine,
             identity,
@@ -40,7 +40,7 @@ impl<B: Backend> Limiter<B> {
             section.layer.clone(),
         );
         Limiter {
-            trusts_proxies: section.identity.client_ip.trusts_proxies(),
+            trusts_proxies: section.identity.config().client_ip.trusts_proxies(),
             section,
             layer,
         }

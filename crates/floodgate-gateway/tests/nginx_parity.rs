@@ -12,6 +12,7 @@ use crate::support;
 
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
+use floodgate_http::identity::HttpHead;
 use floodgate_http::{ContractConfig, HttpIdentity};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
@@ -95,14 +96,14 @@ impl Replay {
             }
         }
         let mut out = self.identity.new_output();
-        self.identity.build(
-            &http::Method::GET,
-            &"/t/x".parse().unwrap(),
-            &headers,
-            "127.0.0.1:1".parse().unwrap(),
-            &http::Extensions::new(),
-            &mut out,
-        );
+        let head = HttpHead {
+            method: &http::Method::GET,
+            uri: &"/t/x".parse().unwrap(),
+            headers: &headers,
+        };
+        let peer = "127.0.0.1".parse().unwrap();
+        self.identity
+            .build_head(&head, peer, &http::Extensions::new(), &mut out);
         let mut response = floodgate_policy::Response::default();
         self.engine
             .evaluate(

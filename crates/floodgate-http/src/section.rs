@@ -13,20 +13,19 @@ use floodgate_policy::yaml::Document;
 /// What the `http:` section says, read and compiled once.
 #[derive(Clone, Debug)]
 pub struct HttpSection {
-    /// How requests become descriptors.
-    pub identity: IdentityConfig,
+    /// How requests become descriptors (its configuration:
+    /// [`HttpIdentity::config`]).
+    pub identity: HttpIdentity,
     /// What responses say.
     pub contract: ContractConfig,
     /// Delays, queues, shedding, failure handling.
     pub layer: LayerSettings,
-    /// `identity`, compiled.
-    pub compiled: HttpIdentity,
 }
 
 /// Equal when they say the same (the compiled identity follows).
 impl PartialEq for HttpSection {
     fn eq(&self, other: &Self) -> bool {
-        self.identity == other.identity
+        self.identity.config() == other.identity.config()
             && self.contract == other.contract
             && self.layer == other.layer
     }
@@ -64,17 +63,14 @@ impl HttpSection {
                 .get(LAYER)
                 .map_or(Ok(LayerSettings::default()), LayerSettings::from_yaml)
                 .map_err(|e| errors.extend(e));
-            let compiled = identity.clone().ok().map(HttpIdentity::new);
-            let compiled =
-                compiled.and_then(|c| errors.take(c.map_err(|e| node.error(e.to_string()))));
-            if let (Ok(identity), Ok(contract), Ok(layer), Some(compiled)) =
-                (identity, contract, layer, compiled)
-            {
+            let identity = identity.ok().map(HttpIdentity::new);
+            let identity =
+                identity.and_then(|c| errors.take(c.map_err(|e| node.error(e.to_string()))));
+            if let (Some(identity), Ok(contract), Ok(layer)) = (identity, contract, layer) {
                 let section = HttpSection {
                     identity,
                     contract,
                     layer,
-                    compiled,
                 };
                 found = Some((section, node.at().to_string()));
             }
@@ -100,7 +96,7 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(s.identity.domain, "gw");
+        assert_eq!(s.identity.domain(), "gw");
         assert_eq!(s.contract.status.as_u16(), 503);
         assert_eq!(s.layer.max_delayed, 7);
         assert!(read("domains: []\n").unwrap().is_none());

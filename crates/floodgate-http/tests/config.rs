@@ -213,7 +213,7 @@ fn read_from_loaded_documents() {
     let with = "http: {domain: api, descriptors: [[method]]}\n";
     let docs = [doc("domains: []\n"), doc(with)];
     let section = HttpSection::from_documents(&docs).unwrap().unwrap();
-    assert_eq!(section.compiled.domain(), "api");
+    assert_eq!(section.identity.domain(), "api");
     assert!(HttpSection::from_documents(&docs[..1]).unwrap().is_none());
     let e = HttpSection::from_documents(&[doc(with), doc(with)]).unwrap_err();
     assert_eq!(
@@ -238,11 +238,17 @@ fn configuration_in_code() {
     c.routes.clear();
     c.client_ip.trusted_hops = 17;
     let e = HttpIdentity::new(c.clone()).unwrap_err();
-    assert_eq!(e.to_string(), "client_ip: trusted_hops is 17 (at most 16)");
+    assert_eq!(
+        e.to_string(),
+        "client_ip: trusted_hops must be from 0 to 16 (got `17`)"
+    );
     c.client_ip.trusted_hops = 1;
     c.descriptors.push(vec![]);
     let e = HttpIdentity::new(c.clone()).unwrap_err();
-    assert_eq!(e.to_string(), "descriptor 1: 0 actions (expected 1 to 64)");
+    assert_eq!(
+        e.to_string(),
+        "descriptor 1: a descriptor needs 1 to 64 actions (found 0)"
+    );
     c.descriptors.pop();
     c.domain.clear();
     assert!(HttpIdentity::new(c).is_err());

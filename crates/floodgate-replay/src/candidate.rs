@@ -61,7 +61,6 @@ impl CandidateSpec {
 pub(crate) struct Candidate {
     pub name: String,
     pub identity: HttpIdentity,
-    pub identity_config: IdentityConfig,
     pub contract: ContractConfig,
     pub max_delayed: usize,
     pub on_error: OnError,
@@ -107,7 +106,7 @@ pub(crate) fn compile(
         candidate: name.clone(),
         message: floodgate_policy::compile::describe(&e),
     })?;
-    let identity = http.compiled.clone();
+    let identity = http.identity.clone();
     let mut notes = Vec::new();
     let l = &http.layer;
     if l.shedding.is_some() {
@@ -123,7 +122,6 @@ pub(crate) fn compile(
         Candidate {
             name,
             identity,
-            identity_config: http.identity.clone(),
             contract: http.contract.clone(),
             max_delayed: l.max_delayed,
             on_error: l.on_error,
@@ -173,7 +171,7 @@ pub(crate) fn load_all(
 pub(crate) fn headers_read(config: &IdentityConfig) -> Vec<HeaderName> {
     let mut names = Vec::new();
     if config.client_ip.trusts_proxies() {
-        names.push(config.client_ip.header.name());
+        names.push(config.client_ip.header.name().clone());
     } else if let ClientIpHeader::Custom(n) = &config.client_ip.header {
         names.push(n.clone());
     }

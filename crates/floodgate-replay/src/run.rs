@@ -167,30 +167,23 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
             .unzip();
     let mut names = Vec::new();
     for c in &loaded {
-        names.extend(candidate::headers_read(&c.identity_config));
+        names.extend(candidate::headers_read(c.identity.config()));
     }
     let headers = HeaderSet::new(names);
     // Each distinct identity builds descriptors once per line.
-    let mut identities: Vec<(
-        floodgate_http::identity::IdentityConfig,
-        floodgate_http::HttpIdentity,
-    )> = Vec::new();
+    let mut identities: Vec<floodgate_http::HttpIdentity> = Vec::new();
     let mut identity_of = Vec::new();
     for c in &loaded {
-        let k = match identities
-            .iter()
-            .position(|(cfg, _)| *cfg == c.identity_config)
-        {
+        let same = |id: &floodgate_http::HttpIdentity| id.config() == c.identity.config();
+        let k = match identities.iter().position(same) {
             Some(k) => k,
             None => {
-                identities.push((c.identity_config.clone(), c.identity.clone()));
+                identities.push(c.identity.clone());
                 identities.len() - 1
             }
         };
         identity_of.push(k);
     }
-    let identities: Vec<floodgate_http::HttpIdentity> =
-        identities.into_iter().map(|(_, id)| id).collect();
     let parser = Parser::new(&options.format, &headers).map_err(ReplayError::Format)?;
     let concurrency = policies.iter().any(|p| {
         p.rules()
@@ -379,7 +372,7 @@ fn check_format(
     let mut w = Vec::new();
     let (mut address, mut path, mut method) = (false, false, false);
     for c in loaded {
-        let (a, p, m) = candidate::needs(&c.identity_config);
+        let (a, p, m) = candidate::needs(c.identity.config());
         address |= a;
         path |= p;
         method |= m;

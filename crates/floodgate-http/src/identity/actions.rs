@@ -57,10 +57,10 @@ impl HttpIdentity {
         let value = match action {
             Action::ClientIp { .. } => MAX_RENDERED,
             Action::Value { .. } | Action::Method { .. } | Action::Path { .. } => {
-                self.max_value_len
+                self.config.max_value_len
             }
             Action::Secret { hash: true, .. } => SECRET_HASH_LEN,
-            Action::Secret { hash: false, .. } => self.max_value_len,
+            Action::Secret { hash: false, .. } => self.config.max_value_len,
             Action::Route { unmatched, .. } => self
                 .routes
                 .longest()
@@ -83,13 +83,13 @@ impl HttpIdentity {
         let key = action.key();
         let start = out.begin_entry(key);
         let text = out.text_mut();
-        let max = self.max_value_len;
+        let max = self.config.max_value_len;
         let written = match action {
             Action::ClientIp { .. } => {
                 let ip = *lazy
                     .client
-                    .get_or_insert_with(|| self.client_ip.resolve(req.head, req.peer));
-                self.client_ip.render(ip, text);
+                    .get_or_insert_with(|| self.config.client_ip.resolve(req.head, req.peer));
+                self.config.client_ip.render(ip, text);
                 true
             }
             Action::Value { source, .. } => source_value(source, req.head, req.ext)

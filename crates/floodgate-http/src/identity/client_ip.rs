@@ -21,7 +21,6 @@ use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use floodgate_policy::compile::in_network;
-use http::HeaderName;
 
 use super::config::{ClientIpConfig, ClientIpHeader};
 use super::forwarded::{Chain, entry_address, normalize};
@@ -30,46 +29,30 @@ use super::head::RequestHead;
 /// Longest rendered client value (`ffff:...:ffff/128`).
 pub(crate) const MAX_RENDERED: usize = 43;
 
-/// Finds and renders client addresses.
-#[derive(Clone, Debug)]
-pub(crate) struct ClientIp {
-    config: ClientIpConfig,
-    /// The header's name, made once.
-    header: HeaderName,
-}
-
-impl ClientIp {
-    pub(crate) fn new(config: ClientIpConfig) -> Self {
-        let header = config.header.name();
-        ClientIp { config, header }
-    }
-
+impl ClientIpConfig {
     fn in_proxies(&self, ip: IpAddr) -> bool {
-        self.config
-            .trusted_proxies
-            .iter()
-            .any(|&net| in_network(ip, net))
+        self.trusted_proxies.iter().any(|&net| in_network(ip, net))
     }
 
     /// Whether the address at position `k` of the chain (0 is the peer) is
     /// a trusted proxy.
     fn trusted(&self, k: usize, ip: IpAddr) -> bool {
-        k < self.config.trusted_hops as usize || self.in_proxies(ip)
+        k < self.trusted_hops as usize || self.in_proxies(ip)
     }
 
     /// The client address of a request from `peer`.
     pub(crate) fn resolve<H: RequestHead + ?Sized>(&self, head: &H, peer: IpAddr) -> IpAddr {
         let peer = normalize(peer);
-        if !self.config.trusts_proxies() || !self.trusted(0, peer) {
+        if !self.trusts_proxies() || !self.trusted(0, peer) {
             return peer;
         }
-        if !self.config.trusted_proxies.is_empty() && !self.in_proxies(peer) {
+        if !self.trusted_proxies.is_empty() && !self.in_proxies(peer) {
             return peer;
         }
         let mut chain = Chain::new();
-        let lines = head.header_lines(&self.header);
-        let forwarded = self.config.header == ClientIpHeader::Forwarded;
-        match self.config.header {
+        let lines = head.header_lines(self.header.name());
+        let forwarded = self.header == ClientIpHeader::Forwarded;
+        match self.header {
             ClientIpHeader::Forwarded => chain.read_forwarded(lines),
             ClientIpHeader::XRealIp => {
                 chain.read_list(lines);
@@ -100,8 +83,8 @@ impl ClientIp {
     /// (`2001:db8:1:2::/64`) when grouped.
     pub(crate) fn render(&self, ip: IpAddr, out: &mut String) {
         let (prefix, full) = match ip {
-            IpAddr::V4(_) => (self.config.ipv4_prefix.unwrap_or(32), 32),
-            IpAddr::V6(_) => (self.config.ipv6_prefix.unwrap_or(128), 128),
+            IpAddr::V4(_) => (self.ipv4_prefix.unwrap_or(32), 32),
+            IpAddr::V6(_) => (self.ipv6_prefix.unwrap_or(128), 128),
         };
         if prefix >= full {
             write_ip(ip, out);
@@ -151,7 +134,7 @@ mod tests {
 
     fn render(c: &ClientIpConfig, ip: &str) -> String {
         let mut s = String::new();
-        ClientIp::new(c.clone()).render(ip.parse().unwrap(), &mut s);
+        c.render(ip.parse().unwrap(), &mut s);
         s
     }
 

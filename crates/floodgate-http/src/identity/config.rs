@@ -69,14 +69,18 @@ pub enum ClientIpHeader {
     Custom(HeaderName),
 }
 
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static FORWARDED: HeaderName = http::header::FORWARDED;
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
 impl ClientIpHeader {
     /// The header's name.
-    pub fn name(&self) -> HeaderName {
+    pub fn name(&self) -> &HeaderName {
         match self {
-            ClientIpHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            ClientIpHeader::Forwarded => http::header::FORWARDED,
-            ClientIpHeader::XRealIp => HeaderName::from_static("x-real-ip"),
-            ClientIpHeader::Custom(name) => name.clone(),
+            ClientIpHeader::XForwardedFor => &X_FORWARDED_FOR,
+            ClientIpHeader::Forwarded => &FORWARDED,
+            ClientIpHeader::XRealIp => &X_REAL_IP,
+            ClientIpHeader::Custom(name) => name,
         }
     }
 }
@@ -109,28 +113,27 @@ impl ClientIpConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), IdentityError> {
-        let err = |m: String| Err(IdentityError::ClientIp(m));
-        if self.trusted_hops > MAX_TRUSTED_HOPS {
-            return err(format!(
-                "trusted_hops is {} (at most {MAX_TRUSTED_HOPS})",
-                self.trusted_hops
-            ));
-        }
+        let check = |what, v: Option<u8>, min, max| match v {
+            Some(v) => in_bounds(what, v as u64, min, max).map(|_| ()),
+            None => Ok(()),
+        };
+        check(
+            "trusted_hops",
+            Some(self.trusted_hops),
+            0,
+            MAX_TRUSTED_HOPS as u64,
+        )
+        .and_then(|()| check("ipv4_prefix", self.ipv4_prefix, 1, 32))
+        .and_then(|()| check("ipv6_prefix", self.ipv6_prefix, 1, 128))
+        .map_err(IdentityError::ClientIp)?;
         for &(net, prefix) in &self.trusted_proxies {
-            let max = if net.is_ipv4() { 32 } else { 128 };
-            if prefix > max {
-                return err(format!("invalid network {net}/{prefix}"));
+            if prefix > if net.is_ipv4() { 32 } else { 128 } {
+                return Err(IdentityError::ClientIp(format!(
+                    "invalid network {net}/{prefix}"
+                )));
             }
         }
-        match self.ipv4_prefix {
-            Some(p) if !(1..=32).contains(&p) => err(format!("ipv4_prefix {p} is not in 1..=32")),
-            _ => match self.ipv6_prefix {
-                Some(p) if !(1..=128).contains(&p) => {
-                    err(format!("ipv6_prefix {p} is not in 1..=128"))
-                }
-                _ => Ok(()),
-            },
-        }
+        Ok(())
     }
 }
 
@@ -319,19 +322,40 @@ pub struct CostConfig {
 
 impl CostConfig {
     pub(crate) fn validate(&self) -> Result<(), IdentityError> {
-        if self.max == 0 || self.max > MAX_COST {
-            return Err(IdentityError::Cost(format!(
-                "max is {} (expected 1 to {MAX_COST})",
-                self.max
-            )));
-        }
-        if self.default == 0 || self.default > self.max {
-            return Err(IdentityError::Cost(format!(
-                "default is {} (expected 1 to max, {})",
-                self.default, self.max
-            )));
-        }
-        Ok(())
+        in_bounds("cost max", self.max as u64, 1, MAX_COST as u64)
+            .and_then(|max| in_bounds("cost default", self.default as u64, 1, max))
+            .map(|_| ())
+            .map_err(IdentityError::Cost)
+    }
+}
+
+/// `v` when it is from `min` to `max`; else the message naming `what` (the
+/// YAML reader's and [`IdentityConfig`]'s checks).
+pub(crate) fn in_bounds(what: &str, v: u64, min: u64, max: u64) -> Result<u64, String> {
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{what} must be from {min} to {max} (got `{v}`)"))
+    }
+}
+
+/// The number of descriptors is from 1 to [`MAX_DESCRIPTORS`].
+pub(crate) fn descriptor_count(n: usize) -> Result<(), String> {
+    match n {
+        1..=MAX_DESCRIPTORS => Ok(()),
+        n => Err(format!(
+            "descriptors needs 1 to {MAX_DESCRIPTORS} descriptors (found {n})"
+        )),
+    }
+}
+
+/// The number of actions of a descriptor is from 1 to [`MAX_ACTIONS`].
+pub(crate) fn action_count(n: usize) -> Result<(), String> {
+    match n {
+        1..=MAX_ACTIONS => Ok(()),
+        n => Err(format!(
+            "a descriptor needs 1 to {MAX_ACTIONS} actions (found {n})"
+        )),
     }
 }
 
@@ -342,30 +366,17 @@ impl IdentityConfig {
         if self.domain.is_empty() {
             return Err(IdentityError::Invalid("domain must not be empty".into()));
         }
-        if !(MIN_VALUE_LEN..=MAX_VALUE_LEN).contains(&self.max_value_len) {
-            return Err(IdentityError::Invalid(format!(
-                "max_value_len is {} (expected {MIN_VALUE_LEN} to {MAX_VALUE_LEN})",
-                self.max_value_len
-            )));
-        }
+        let (min, max) = (MIN_VALUE_LEN as u64, MAX_VALUE_LEN as u64);
+        in_bounds("max_value_len", self.max_value_len as u64, min, max)
+            .map_err(IdentityError::Invalid)?;
         self.client_ip.validate()?;
         if let Some(c) = &self.cost {
             c.validate()?;
         }
-        if self.descriptors.is_empty() || self.descriptors.len() > MAX_DESCRIPTORS {
-            return Err(IdentityError::Invalid(format!(
-                "{} descriptors (expected 1 to {MAX_DESCRIPTORS})",
-                self.descriptors.len()
-            )));
-        }
+        descriptor_count(self.descriptors.len()).map_err(IdentityError::Invalid)?;
         for (index, d) in self.descriptors.iter().enumerate() {
             let err = |reason: String| IdentityError::Descriptor { index, reason };
-            if d.is_empty() || d.len() > MAX_ACTIONS {
-                return Err(err(format!(
-                    "{} actions (expected 1 to {MAX_ACTIONS})",
-                    d.len()
-                )));
-            }
+            action_count(d.len()).map_err(err)?;
             for a in d {
                 a.validate(!self.routes.is_empty()).map_err(err)?;
             }

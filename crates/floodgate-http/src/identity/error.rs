@@ -16,8 +16,8 @@ pub enum IdentityError {
     /// A problem with the client address settings.
     #[error("client_ip: {0}")]
     ClientIp(String),
-    /// A problem with the cost settings.
-    #[error("cost: {0}")]
+    /// A problem with the cost settings (the message names them).
+    #[error("{0}")]
     Cost(String),
     /// A problem with descriptor `index` (from 0).
     #[error("descriptor {index}: {reason}")]

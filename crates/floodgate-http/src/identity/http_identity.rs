@@ -6,8 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::{HeaderMap, Method, Uri};
 
 use super::actions::{Lazy, Request, source_value};
-use super::client_ip::ClientIp;
-use super::config::{Action, CostConfig, IdentityConfig};
+use super::config::{Action, IdentityConfig};
 use super::cost::cost_of;
 use super::error::IdentityError;
 use super::extension::ExtensionSource;
@@ -53,12 +52,8 @@ static EMPTY_URI: std::sync::LazyLock<Uri> = std::sync::LazyLock::new(|| Uri::fr
 /// ```
 #[derive(Clone, Debug)]
 pub struct HttpIdentity {
-    domain: Box<str>,
-    pub(super) client_ip: ClientIp,
+    pub(super) config: IdentityConfig,
     pub(super) routes: Routes,
-    cost: Option<CostConfig>,
-    pub(super) max_value_len: usize,
-    descriptors: Box<[Box<[Action]>]>,
     slot_bytes: usize,
     slot_entries: usize,
 }
@@ -72,40 +67,39 @@ impl HttpIdentity {
             routes.insert(t)?;
         }
         let mut id = HttpIdentity {
-            domain: config.domain.into(),
-            client_ip: ClientIp::new(config.client_ip),
+            config,
             routes,
-            cost: config.cost,
-            max_value_len: config.max_value_len,
-            descriptors: config
-                .descriptors
-                .into_iter()
-                .map(Vec::into_boxed_slice)
-                .collect(),
             slot_bytes: 0,
             slot_entries: 0,
         };
+        let descriptors = &id.config.descriptors;
         let bound = |d: &[Action]| d.iter().map(|a| id.bound(a)).sum::<usize>();
-        id.slot_bytes = id.descriptors.iter().map(|d| bound(d)).max().unwrap_or(0);
-        id.slot_entries = id.descriptors.iter().map(|d| d.len()).max().unwrap_or(0);
+        let slot_bytes = descriptors.iter().map(|d| bound(d)).max().unwrap_or(0);
+        id.slot_entries = descriptors.iter().map(Vec::len).max().unwrap_or(0);
+        id.slot_bytes = slot_bytes;
         Ok(id)
+    }
+
+    /// The configuration it was compiled from.
+    pub fn config(&self) -> &IdentityConfig {
+        &self.config
     }
 
     /// The policy domain to evaluate the descriptors in.
     pub fn domain(&self) -> &str {
-        &self.domain
+        &self.config.domain
     }
 
     /// Number of configured descriptors (at most this many are built).
     pub fn descriptor_count(&self) -> usize {
-        self.descriptors.len()
+        self.config.descriptors.len()
     }
 
     /// Buffers sized for this identity: building into them never
     /// allocates, from the first request on.
     pub fn new_output(&self) -> RequestDescriptors {
         let mut out = RequestDescriptors::new();
-        out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
+        out.prepare(self.descriptor_count(), self.slot_bytes, self.slot_entries);
         out
     }
 
@@ -120,7 +114,12 @@ impl HttpIdentity {
         ext: &E,
         out: &mut RequestDescriptors,
     ) {
-        self.build(&parts.method, &parts.uri, &parts.headers, peer, ext, out);
+        let head = HttpHead {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
+        self.build(&head, peer.ip(), None, ext, out);
     }
 
     /// Like [`descriptors`](Self::descriptors) for a whole request, reading
@@ -150,25 +149,7 @@ impl HttpIdentity {
             uri: request.uri(),
             headers: request.headers(),
         };
-        self.build_with(&head, peer, client, request.extensions(), out);
-    }
-
-    /// Like [`descriptors`](Self::descriptors), from the request's pieces.
-    pub fn build<E: ExtensionSource + ?Sized>(
-        &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-        peer: SocketAddr,
-        ext: &E,
-        out: &mut RequestDescriptors,
-    ) {
-        let head = HttpHead {
-            method,
-            uri,
-            headers,
-        };
-        self.build_head(&head, peer.ip(), ext, out);
+        self.build(&head, peer, client, request.extensions(), out);
     }
 
     /// Like [`descriptors`](Self::descriptors), from any [`RequestHead`]
@@ -181,10 +162,10 @@ impl HttpIdentity {
         ext: &E,
         out: &mut RequestDescriptors,
     ) {
-        self.build_with(head, peer, None, ext, out);
+        self.build(head, peer, None, ext, out);
     }
 
-    fn build_with<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+    fn build<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
         &self,
         head: &H,
         peer: IpAddr,
@@ -193,15 +174,17 @@ impl HttpIdentity {
         out: &mut RequestDescriptors,
     ) {
         let req = Request { head, ext, peer };
-        out.prepare(self.descriptors.len(), self.slot_bytes, self.slot_entries);
-        let hits = self.cost_of_head(head, ext);
+        let descriptors = &self.config.descriptors;
+        out.prepare(descriptors.len(), self.slot_bytes, self.slot_entries);
+        let cost = self.config.cost.as_ref();
+        let hits = cost.map_or(1, |c| cost_of(source_value(&c.source, head, ext), c));
         out.hits = hits;
-        let per_descriptor = self.cost.as_ref().map(|_| hits as u64);
+        let per_descriptor = cost.map(|_| hits as u64);
         let mut lazy = Lazy {
             client,
             route: None,
         };
-        for actions in self.descriptors.iter() {
+        for actions in descriptors {
             let Some(slot) = out.current() else { break };
             let complete = actions.iter().all(|a| self.run(a, &req, &mut lazy, slot));
             if complete {
@@ -221,28 +204,7 @@ impl HttpIdentity {
             uri: &EMPTY_URI,
             headers,
         };
-        self.client_ip.resolve(&head, peer)
-    }
-
-    /// The cost of a request (1 without a cost source).
-    pub fn cost<E: ExtensionSource + ?Sized>(&self, headers: &HeaderMap, ext: &E) -> u32 {
-        let head = HttpHead {
-            method: &Method::GET,
-            uri: &EMPTY_URI,
-            headers,
-        };
-        self.cost_of_head(&head, ext)
-    }
-
-    fn cost_of_head<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
-        &self,
-        head: &H,
-        ext: &E,
-    ) -> u32 {
-        match &self.cost {
-            Some(c) => cost_of(source_value(&c.source, head, ext), c),
-            None => 1,
-        }
+        self.config.client_ip.resolve(&head, peer)
     }
 
     /// The route template matching `path`, if any.

@@ -8,8 +8,8 @@ use floodgate_policy::read::parse_cidr;
 use floodgate_policy::yaml::{Document, Map, Node, excerpt};
 
 use super::config::{
-    ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig, MAX_ACTIONS,
-    MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN,
+    ClientIpConfig, ClientIpHeader, CostConfig, IdentityConfig, MAX_COST, MAX_DESCRIPTORS,
+    MAX_TRUSTED_HOPS, MAX_VALUE_LEN, action_count, descriptor_count, in_bounds,
 };
 use super::hash::MIN_VALUE_LEN;
 use super::http_identity::HttpIdentity;
@@ -42,15 +42,7 @@ const COST_KEYS: &[&str] = &["header", "extension", "max", "default"];
 
 /// An integer from `min` to `max`.
 fn int_in(n: Node<'_>, what: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
-    let v = n.u64()?;
-    if (min..=max).contains(&v) {
-        Ok(v)
-    } else {
-        Err(n.error(format!(
-            "{what} must be from {min} to {max} (got {})",
-            n.describe()
-        )))
-    }
+    in_bounds(what, n.u64()?, min, max).map_err(|m| n.error(m))
 }
 
 impl IdentityConfig {
@@ -105,8 +97,6 @@ fn read_section(node: Node<'_>, map: Map<'_>, errors: &mut Errors) -> IdentityCo
         if let Some(v) = errors.take(int_in(n, "max_value_len", MIN_VALUE_LEN as u64, max)) {
             c.max_value_len = v as usize;
         }
-    } else {
-        c.max_value_len = DEFAULT_MAX_VALUE_LEN;
     }
     match map.get("descriptors") {
         Some(n) => read_descriptors(n, &mut c, errors),
@@ -120,22 +110,16 @@ fn read_section(node: Node<'_>, map: Map<'_>, errors: &mut Errors) -> IdentityCo
 
 fn read_descriptors(n: Node<'_>, c: &mut IdentityConfig, errors: &mut Errors) {
     let items = errors.take(n.list()).unwrap_or_default();
-    if items.is_empty() || items.len() > MAX_DESCRIPTORS {
-        errors.push(n.error(format!(
-            "descriptors needs 1 to {MAX_DESCRIPTORS} descriptors (found {})",
-            items.len()
-        )));
+    if let Err(m) = descriptor_count(items.len()) {
+        errors.push(n.error(m));
     }
     for item in items.into_iter().take(MAX_DESCRIPTORS) {
         let nodes = match item.list() {
             Ok(list) => list,
             Err(_) => vec![item],
         };
-        if nodes.is_empty() || nodes.len() > MAX_ACTIONS {
-            errors.push(item.error(format!(
-                "a descriptor needs 1 to {MAX_ACTIONS} actions (found {})",
-                nodes.len()
-            )));
+        if let Err(m) = action_count(nodes.len()) {
+            errors.push(item.error(m));
             continue;
         }
         let mut actions = Vec::with_capacity(nodes.len());
