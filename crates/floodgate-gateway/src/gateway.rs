@@ -166,7 +166,7 @@ impl<B: Backend> Gateway<B> {
             }
         }
         let proxy = self.proxy.clone();
-        let limited = l.layer.serve_from(from, req, move |req| {
+        let limited = l.layer.serve(from, req, move |req| {
             // Allocated first, then written: the future is built in its
             // box rather than on the stack and copied there (kilobytes).
             in_box(proxy.forward(req, client))

@@ -13,7 +13,7 @@ use crate::support;
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
 use floodgate_http::identity::HttpHead;
-use floodgate_http::{ContractConfig, HttpIdentity};
+use floodgate_http::{ContractConfig, HttpIdentity, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use nginx::model::{self, Class, Req, Zone};
@@ -75,6 +75,7 @@ impl Replay {
         let spec = load_str("g.yaml", text, &options).unwrap();
         let policy = PolicySet::compile(&spec).unwrap();
         let clock = std::sync::Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+        let http = HttpSection::from_yaml_str("g.yaml", text).unwrap();
         Replay {
             engine: Engine::with_clock(
                 policy,
@@ -82,8 +83,8 @@ impl Replay {
                 clock.clone(),
             ),
             clock,
-            identity: HttpIdentity::from_yaml_str("g.yaml", text).unwrap(),
-            contract: ContractConfig::from_yaml_str("g.yaml", text).unwrap(),
+            identity: http.identity,
+            contract: http.contract,
         }
     }
 

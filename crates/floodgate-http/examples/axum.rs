@@ -17,9 +17,8 @@ use axum::extract::{ConnectInfo, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
-use floodgate_http::identity::{Attributes, HttpIdentity};
-use floodgate_http::layer::LayerSettings;
-use floodgate_http::{Contract, FloodgateLayer};
+use floodgate_http::identity::Attributes;
+use floodgate_http::{Contract, FloodgateLayer, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 
@@ -78,11 +77,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy = PolicySet::compile(&load_str("example.yaml", CONFIG, &options)?)
         .map_err(|e| format!("{e:?}"))?;
     let engine = Arc::new(Engine::new(policy, MemoryBackend::new(Default::default())?));
-    let identity = HttpIdentity::from_yaml_str("example.yaml", CONFIG)?;
-    let contract = Contract::from_yaml_str("example.yaml", CONFIG)?;
-    let mut settings = LayerSettings::from_yaml_str("example.yaml", CONFIG)?;
-    settings.peer = peer;
-    let layer = FloodgateLayer::with(engine, identity, contract, settings);
+    let mut http = HttpSection::from_yaml_str("example.yaml", CONFIG)?;
+    http.layer.peer = peer;
+    let contract = Contract::new(http.contract);
+    let layer = FloodgateLayer::with(engine, http.identity, contract, http.layer);
 
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))

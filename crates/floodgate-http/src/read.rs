@@ -1,33 +1,12 @@
 //! What the readers of the `http:` section (the identity, `responses` and
 //! `layer`) share.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::unit::parse_duration;
-use floodgate_policy::yaml::{Document, Map, Node, excerpt};
+use floodgate_policy::yaml::{Map, Node, excerpt};
 use http::HeaderName;
-
-use crate::identity::SECTION;
-
-/// Reads `http.<key>` of the Floodgate file `text` (named `file` in
-/// messages) with `read`; the defaults when there is none.
-pub(crate) fn read_part<T: Default>(
-    file: &str,
-    text: &str,
-    key: &str,
-    read: impl FnOnce(Node<'_>) -> Result<T, ConfigErrors>,
-) -> Result<T, ConfigErrors> {
-    let doc = Document::parse(&Arc::from(file), text)?;
-    let Some(http) = doc.root().map()?.get(SECTION) else {
-        return Ok(T::default());
-    };
-    match http.map()?.get(key) {
-        Some(n) => read(n),
-        None => Ok(T::default()),
-    }
-}
 
 /// Reports every key of `map` not read, with the `allowed` ones.
 pub(crate) fn deny_unknown(map: &Map<'_>, allowed: &[&str], errors: &mut Errors) {

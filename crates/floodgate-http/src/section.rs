@@ -9,6 +9,7 @@ use crate::layer::{LAYER, LayerSettings};
 use crate::{ContractConfig, HttpIdentity};
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
+use std::sync::Arc;
 
 /// What the `http:` section says, read and compiled once.
 #[derive(Clone, Debug)]
@@ -32,6 +33,15 @@ impl PartialEq for HttpSection {
 }
 
 impl HttpSection {
+    /// Reads the `http:` section of the Floodgate file `text` (named `file`
+    /// in messages).
+    pub fn from_yaml_str(file: &str, text: &str) -> Result<HttpSection, ConfigErrors> {
+        let doc = Document::parse(&Arc::from(file), text)?;
+        let node = doc.root().map()?.required(HTTP)?;
+        let section = Self::from_documents(std::slice::from_ref(&doc))?;
+        section.ok_or_else(|| node.error("missing required key 'http'").into())
+    }
+
     /// Reads the `http:` section of the loaded documents (as
     /// [`floodgate_policy::read::load`] gives them; in one file only);
     /// `Ok(None)` when there is none.
@@ -82,7 +92,6 @@ impl HttpSection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn read(text: &str) -> Result<Option<HttpSection>, ConfigErrors> {
         let doc = Document::parse(&Arc::from("h.yaml"), text).unwrap();

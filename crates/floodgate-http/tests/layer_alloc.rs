@@ -88,7 +88,11 @@ fn admitted_requests_allocate_nothing_under(config: &str, per_chunk: u64) {
         let before = allocations();
         let mut kept = Vec::with_capacity(batch.len());
         for (req, res) in batch {
-            let fut = pin!(layer.serve(req, move |_req| async move { Ok::<_, Infallible>(res) }));
+            let fut = pin!(layer.serve(
+                None,
+                req,
+                move |_req| async move { Ok::<_, Infallible>(res) }
+            ));
             let Poll::Ready(out) = fut.poll(&mut Context::from_waker(Waker::noop())) else {
                 panic!("an admitted request completes at once");
             };

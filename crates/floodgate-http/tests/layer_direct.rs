@@ -85,7 +85,7 @@ async fn send(layer: &Layer, key: Option<&str>) -> (u16, Vec<(String, String)>, 
         req = req.header("x-limit-key", k);
     }
     let res = layer
-        .serve(req.body(()).unwrap(), |_req| async {
+        .serve(None, req.body(()).unwrap(), |_req| async {
             Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
         })
         .await
@@ -235,7 +235,7 @@ async fn a_client_address_resolved_by_the_server_is_the_layers() {
             assert_eq!(layer.client_ip(&request("198.51.100.1"), &mut from), ip);
         }
         let res = layer
-            .serve_from(from, req, |_req| async {
+            .serve(from, req, |_req| async {
                 Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
             })
             .await
@@ -246,7 +246,7 @@ async fn a_client_address_resolved_by_the_server_is_the_layers() {
     assert_eq!(codes, [200, 200, 429]);
     // Another client behind the same proxy has a counter of its own.
     let res = layer
-        .serve_from(
+        .serve(
             ClientAddr::new(peer),
             request("203.0.113.10"),
             |_req| async {

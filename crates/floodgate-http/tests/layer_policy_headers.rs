@@ -45,7 +45,7 @@ async fn policy_of(
     user: Option<&str>,
 ) -> (String, String) {
     let res = layer
-        .serve(request(user), |_req| async {
+        .serve(None, request(user), |_req| async {
             Ok::<_, Infallible>(http::Response::new(bytes::Bytes::from_static(b"ok")))
         })
         .await

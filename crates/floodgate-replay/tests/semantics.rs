@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
-use floodgate_http::{ContractConfig, HttpIdentity};
+use floodgate_http::{ContractConfig, HttpIdentity, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet, Response};
 use proptest::prelude::*;
@@ -141,6 +141,7 @@ impl Live {
         };
         let spec = load_str("c.yaml", text, &options).unwrap();
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+        let http = HttpSection::from_yaml_str("c.yaml", text).unwrap();
         Live {
             engine: Engine::with_clock(
                 PolicySet::compile(&spec).unwrap(),
@@ -148,8 +149,8 @@ impl Live {
                 clock.clone(),
             ),
             clock,
-            identity: HttpIdentity::from_yaml_str("c.yaml", text).unwrap(),
-            contract: ContractConfig::from_yaml_str("c.yaml", text).unwrap(),
+            identity: http.identity,
+            contract: http.contract,
         }
     }
 

@@ -5,8 +5,7 @@ use floodgate_policy::yaml::{Node, excerpt};
 use http::StatusCode;
 
 use super::config::{ContractConfig, HeaderForm, RuleResponse};
-use super::http_contract::Contract;
-use crate::read::{deny_unknown, read_duration, read_part};
+use crate::read::{deny_unknown, read_duration};
 
 /// The key of the contract's section under `http:`.
 pub const RESPONSES: &str = "responses";
@@ -109,18 +108,5 @@ impl ContractConfig {
         }
         deny_unknown(&map, KEYS, &mut errors);
         errors.finish(c)
-    }
-
-    /// Reads the `http.responses` section of the Floodgate file `text`
-    /// (named `file` in messages); the defaults when there is none.
-    pub fn from_yaml_str(file: &str, text: &str) -> Result<ContractConfig, ConfigErrors> {
-        read_part(file, text, RESPONSES, ContractConfig::from_yaml)
-    }
-}
-
-impl Contract {
-    /// The contract of the Floodgate file `text` (its `http.responses`).
-    pub fn from_yaml_str(file: &str, text: &str) -> Result<Contract, ConfigErrors> {
-        ContractConfig::from_yaml_str(file, text).map(Contract::new)
     }
 }

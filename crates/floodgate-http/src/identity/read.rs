@@ -55,19 +55,14 @@ impl IdentityConfig {
 }
 
 impl HttpIdentity {
-    /// Reads and compiles an `http:` section (the node under the key).
-    pub fn from_yaml(node: Node<'_>) -> Result<HttpIdentity, ConfigErrors> {
-        let config = IdentityConfig::from_yaml(node)?;
-        HttpIdentity::new(config).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
-    }
-
-    /// Reads the `http:` section of the Floodgate file `text` (named `file`
-    /// in messages).
+    /// Reads and compiles the identity of the `http:` section of the
+    /// Floodgate file `text` (named `file` in messages); its `responses`
+    /// and `layer` are not read (see [`HttpSection`](crate::HttpSection)).
     pub fn from_yaml_str(file: &str, text: &str) -> Result<HttpIdentity, ConfigErrors> {
         let doc = Document::parse(&Arc::from(file), text)?;
-        let root = doc.root().map()?;
-        let section = root.required(SECTION)?;
-        HttpIdentity::from_yaml(section)
+        let node = doc.root().map()?.required(SECTION)?;
+        let config = IdentityConfig::from_yaml(node)?;
+        HttpIdentity::new(config).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
     }
 }
 

@@ -76,7 +76,7 @@ pub type PeerFn = fn(&Extensions) -> Option<SocketAddr>;
 pub struct PeerAddr(pub SocketAddr);
 
 /// Where a request comes from, as the server that calls
-/// [`FloodgateLayer::serve_from`](super::FloodgateLayer::serve_from) knows
+/// [`FloodgateLayer::serve`](super::FloodgateLayer::serve) knows
 /// it: the peer's socket address, and the client address behind trusted
 /// proxies once [resolved](super::FloodgateLayer::client_ip) (then the
 /// layer's descriptors use it rather than resolve it again).

@@ -15,7 +15,8 @@ use super::config::{ClientAddr, LayerSettings};
 use super::request::{self, ResponseFuture};
 use super::service::FloodgateService;
 use super::shared::{LayerStats, Shared};
-use crate::contract::{Contract, ContractConfig};
+use crate::HttpSection;
+use crate::contract::Contract;
 use crate::identity::HttpIdentity;
 
 /// Rate limits HTTP requests with a Floodgate [`Engine`]: each request's
@@ -91,45 +92,21 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         file: &str,
         text: &str,
     ) -> Result<Self, ConfigErrors> {
-        let identity = HttpIdentity::from_yaml_str(file, text)?;
-        let contract = Contract::new(ContractConfig::from_yaml_str(file, text)?);
-        let settings = LayerSettings::from_yaml_str(file, text)?;
-        Ok(Self::with(engine, identity, contract, settings))
+        let s = HttpSection::from_yaml_str(file, text)?;
+        Ok(Self::with(
+            engine,
+            s.identity,
+            Contract::new(s.contract),
+            s.layer,
+        ))
     }
 
     /// Limits one request without the tower machinery: the same steps as
     /// [`FloodgateService`], with `inner` called — at most once — with the
-    /// request when it is admitted. The client's address is looked up in
-    /// the request's extensions ([`LayerSettings::peer`]).
-    ///
-    /// ```
-    /// # async fn run(layer: floodgate_http::FloodgateLayer<floodgate_policy::MemoryBackend, floodgate::SystemClock>) {
-    /// let req = http::Request::get("/").body(()).unwrap();
-    /// let res = layer
-    ///     .serve(req, |req| async move {
-    ///         Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from("hi")))
-    ///     })
-    ///     .await;
-    /// # let _ = res; }
-    /// ```
-    pub fn serve<F, Fut, ReqBody, ResBody, E>(
-        &self,
-        req: Request<ReqBody>,
-        inner: F,
-    ) -> ResponseFuture<Fut, ResBody, E, B, C>
-    where
-        F: FnOnce(Request<ReqBody>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Response<ResBody>, E>> + Send + 'static,
-        ReqBody: Send + 'static,
-        ResBody: Send + 'static,
-        E: Send + 'static,
-    {
-        request::start(&self.shared, req, None, inner)
-    }
-
-    /// Like [`serve`](Self::serve), for a request from `client`: a server
-    /// that knows the client's address gives it rather than insert it into
-    /// the request's extensions (no extension map to allocate per request).
+    /// request when it is admitted. A server that knows the client's
+    /// address gives it as `client` rather than insert it into the
+    /// request's extensions (no extension map to allocate per request);
+    /// with `None`, it is looked up there ([`LayerSettings::peer`]).
     ///
     /// ```
     /// # async fn run(layer: floodgate_http::FloodgateLayer<floodgate_policy::MemoryBackend, floodgate::SystemClock>) {
@@ -139,15 +116,15 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
     /// // The address behind trusted proxies, for a log line: resolved once.
     /// let ip = layer.client_ip(&req, &mut client);
     /// let res = layer
-    ///     .serve_from(client, req, |req| async move {
+    ///     .serve(client, req, |req| async move {
     ///         Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from("hi")))
     ///     })
     ///     .await;
     /// # let _ = (ip, res); }
     /// ```
-    pub fn serve_from<F, Fut, ReqBody, ResBody, E>(
+    pub fn serve<F, Fut, ReqBody, ResBody, E>(
         &self,
-        client: ClientAddr,
+        client: impl Into<Option<ClientAddr>>,
         req: Request<ReqBody>,
         inner: F,
     ) -> ResponseFuture<Fut, ResBody, E, B, C>
@@ -158,7 +135,7 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        request::start(&self.shared, req, Some(client), inner)
+        request::start(&self.shared, req, client.into(), inner)
     }
 
     /// The address of the client that sent `req` from `client`'s peer,

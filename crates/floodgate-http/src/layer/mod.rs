@@ -31,9 +31,9 @@
 //! # Use
 //!
 //! As a tower layer ([`FloodgateLayer`] makes a [`FloodgateService`]), or
-//! from a server's own handler: [`FloodgateLayer::serve`], or
-//! [`FloodgateLayer::serve_from`] with the client's address
-//! ([`ClientAddr`]). Each returns the same [`ResponseFuture`].
+//! from a server's own handler: [`FloodgateLayer::serve`], given the
+//! client's address ([`ClientAddr`]) or not. Each returns the same
+//! [`ResponseFuture`].
 //!
 //! # Configuration
 //!

@@ -4,7 +4,7 @@ use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::{Map, Node, excerpt};
 
 use super::config::{KeyedQueueLimit, LayerSettings, LowPriority, OnError, QueueLimit, Shedding};
-use crate::read::{deny_unknown, each_string, header_name, read_duration, read_part};
+use crate::read::{deny_unknown, each_string, header_name, read_duration};
 
 /// The key of the layer's section under `http:`.
 pub const LAYER: &str = "layer";
@@ -150,11 +150,5 @@ impl LayerSettings {
         }
         deny_unknown(&map, KEYS, &mut errors);
         errors.finish(s)
-    }
-
-    /// Reads the `http.layer` section of the Floodgate file `text`; the
-    /// defaults when there is none.
-    pub fn from_yaml_str(file: &str, text: &str) -> Result<LayerSettings, ConfigErrors> {
-        read_part(file, text, LAYER, LayerSettings::from_yaml)
     }
 }

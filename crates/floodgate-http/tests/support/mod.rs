@@ -17,9 +17,8 @@ use axum::response::Response;
 use axum::routing::get;
 use bytes::Bytes;
 use floodgate::{Clock, ManualClock, Timestamp};
-use floodgate_http::identity::{Attributes, HttpIdentity};
-use floodgate_http::layer::LayerSettings;
-use floodgate_http::{Contract, FloodgateLayer};
+use floodgate_http::identity::Attributes;
+use floodgate_http::{Contract, FloodgateLayer, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use http_body::Frame;
@@ -45,12 +44,9 @@ pub fn layer_for<C: Clock + 'static>(
     engine: Arc<Engine<MemoryBackend, C>>,
     text: &str,
 ) -> FloodgateLayer<MemoryBackend, C> {
-    let identity = HttpIdentity::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
-    let contract = Contract::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
-    let mut settings =
-        LayerSettings::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
-    settings.peer = peer;
-    FloodgateLayer::with(engine, identity, contract, settings)
+    let mut s = HttpSection::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    s.layer.peer = peer;
+    FloodgateLayer::with(engine, s.identity, Contract::new(s.contract), s.layer)
 }
 
 pub fn manual() -> Arc<ManualClock> {
