@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{e, identity, peer, plain, request, run, run_request};
-use floodgate_http::identity::{Attributes, RequestDescriptors, secret_hash};
+use floodgate_http::identity::{Attributes, NoExtensions, RequestDescriptors, secret_hash};
 use floodgate_policy::Descriptor;
 
 #[test]
@@ -233,7 +233,12 @@ descriptors: [[client_ip]]",
     let hits = |v: Option<&str>| {
         let h: Vec<(&str, &str)> = v.map(|v| ("x-request-cost", v)).into_iter().collect();
         let mut out = RequestDescriptors::new();
-        id.descriptors(&request("GET", "/", &h), peer("192.0.2.1"), &(), &mut out);
+        id.descriptors(
+            &request("GET", "/", &h),
+            peer("192.0.2.1"),
+            &NoExtensions,
+            &mut out,
+        );
         assert_eq!(out[0].hits_addend(), Some(out.hits_addend() as u64));
         out.hits_addend()
     };
@@ -258,11 +263,21 @@ descriptors: [[client_ip]]",
         &mut out,
     );
     assert_eq!(out.hits_addend(), 7);
-    id.descriptors(&request("GET", "/", &[]), peer("192.0.2.1"), &(), &mut out);
+    id.descriptors(
+        &request("GET", "/", &[]),
+        peer("192.0.2.1"),
+        &NoExtensions,
+        &mut out,
+    );
     assert_eq!(out.hits_addend(), 3);
     // Without a cost source: 1, and descriptors carry no addend of their own.
     let id = identity("domain: api\ndescriptors: [[method]]");
-    id.descriptors(&request("GET", "/", &[]), peer("192.0.2.1"), &(), &mut out);
+    id.descriptors(
+        &request("GET", "/", &[]),
+        peer("192.0.2.1"),
+        &NoExtensions,
+        &mut out,
+    );
     assert_eq!((out.hits_addend(), out[0].hits_addend()), (1, None));
 }
 
@@ -301,19 +316,24 @@ fn buffers_are_reused_and_reset() {
     id.descriptors(
         &request("GET", "/", &[("x-a", "1"), ("x-b", "2")]),
         peer("192.0.2.1"),
-        &(),
+        &NoExtensions,
         &mut out,
     );
     assert_eq!(out.len(), 2);
     id.descriptors(
         &request("GET", "/", &[("x-b", "3")]),
         peer("192.0.2.1"),
-        &(),
+        &NoExtensions,
         &mut out,
     );
     assert_eq!(plain(&out), e(&[&[("x-b", "3")]]));
     assert_eq!(out.as_slice()[0].get("x-b"), Some("3"));
-    id.descriptors(&request("GET", "/", &[]), peer("192.0.2.1"), &(), &mut out);
+    id.descriptors(
+        &request("GET", "/", &[]),
+        peer("192.0.2.1"),
+        &NoExtensions,
+        &mut out,
+    );
     assert!(out.is_empty());
     assert_eq!(id.descriptor_count(), 2);
 }

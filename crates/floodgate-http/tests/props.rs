@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use common::{identity, peer};
 use floodgate_http::HttpIdentity;
-use floodgate_http::identity::{HttpHead, RequestDescriptors};
+use floodgate_http::identity::{HttpHead, NoExtensions, RequestDescriptors};
 use floodgate_policy::Descriptor;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
@@ -98,7 +98,7 @@ proptest! {
         let mut out = RequestDescriptors::new();
         for id in identities() {
             let head = HttpHead { method: &http::Method::GET, uri: &uri, headers: &headers };
-            id.build_head(&head, from.ip(), &(), &mut out);
+            id.build_head(&head, from.ip(), &NoExtensions, &mut out);
             prop_assert!((1..=10).contains(&out.hits_addend()));
             for d in out.iter() {
                 for j in 0..d.len() {

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use floodgate::Timestamp;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use super::config::ContractConfig;
 use super::header_buf::HeaderBuf;
@@ -64,6 +65,10 @@ pub enum Rejection<'a> {
 pub struct Contract {
     config: ContractConfig,
 }
+
+/// The bytes percent-encoded in `grpc-message`: all but printable ASCII,
+/// and `%`.
+const GRPC_ESCAPED: &AsciiSet = &CONTROLS.add(b'%');
 
 static NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
@@ -177,15 +182,7 @@ fn grpc(
         "8"
     };
     write_body(problem, BodyKind::Text, buf);
-    // grpc-message: percent-encoded; keep printable ASCII but `%`.
-    let mut msg = String::with_capacity(buf.len());
-    for b in buf.trim_end().bytes() {
-        if (0x20..=0x7e).contains(&b) && b != b'%' {
-            msg.push(b as char);
-        } else {
-            msg.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let msg = utf8_percent_encode(buf.trim_end(), GRPC_ESCAPED).to_string();
     headers.insert(GRPC_STATUS, HeaderValue::from_static(code));
     if let Ok(v) = HeaderValue::from_str(&msg) {
         headers.insert(GRPC_MESSAGE, v);

@@ -80,11 +80,8 @@ impl HttpIdentity {
         lazy: &mut Lazy<'s>,
         out: &mut HttpDescriptor,
     ) -> bool {
-        let key = action.key();
-        let start = out.begin_entry(key);
-        let text = out.text_mut();
         let max = self.config.max_value_len;
-        let written = match action {
+        out.entry(action.key(), |text| match action {
             Action::ClientIp { .. } => {
                 let ip = *lazy
                     .client
@@ -153,11 +150,7 @@ impl HttpIdentity {
                     None => false,
                 }
             }
-        };
-        if written {
-            out.end_entry(start, key.len());
-        }
-        written
+        })
     }
 }
 

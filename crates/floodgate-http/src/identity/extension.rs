@@ -9,7 +9,7 @@ use std::borrow::Cow;
 ///
 /// Implemented for [`http::Extensions`] (reading the [`Attributes`] an
 /// earlier middleware inserted), for [`Attributes`] itself, and for
-/// [`NoExtensions`] and `()`. Implement it for your own request context to avoid
+/// [`NoExtensions`]. Implement it for your own request context to avoid
 /// copying values into [`Attributes`].
 ///
 /// ```
@@ -42,13 +42,6 @@ impl<T: ExtensionSource + ?Sized> ExtensionSource for &T {
 pub struct NoExtensions;
 
 impl ExtensionSource for NoExtensions {
-    fn get(&self, _name: &str) -> Option<&str> {
-        None
-    }
-}
-
-/// `()` knows nothing, like [`NoExtensions`].
-impl ExtensionSource for () {
     fn get(&self, _name: &str) -> Option<&str> {
         None
     }

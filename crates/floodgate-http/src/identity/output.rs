@@ -40,23 +40,18 @@ impl HttpDescriptor {
         self.hits = None;
     }
 
-    /// Starts an entry: writes its key; the value is appended next.
-    pub(crate) fn begin_entry(&mut self, key: &str) -> usize {
+    /// Appends an entry of `key` whose value `value` writes; false when it
+    /// writes none (a partial entry is left: discard the descriptor).
+    pub(crate) fn entry(&mut self, key: &str, value: impl FnOnce(&mut String) -> bool) -> bool {
         let start = self.text.len();
         self.text.push_str(key);
-        start
-    }
-
-    /// The buffer the current entry's value is appended to.
-    pub(crate) fn text_mut(&mut self) -> &mut String {
-        &mut self.text
-    }
-
-    /// Ends the entry begun at `start` with key length `key_len`.
-    pub(crate) fn end_entry(&mut self, start: usize, key_len: usize) {
-        let mid = start + key_len;
-        self.entries
-            .push([start as u32, mid as u32, self.text.len() as u32]);
+        let written = value(&mut self.text);
+        if written {
+            let mid = (start + key.len()) as u32;
+            self.entries
+                .push([start as u32, mid, self.text.len() as u32]);
+        }
+        written
     }
 
     fn reserve(&mut self, bytes: usize, entries: usize) {

@@ -123,16 +123,16 @@ fn opts<'a>(n: Node<'a>, errors: &mut Errors) -> Option<Opts<'a>> {
 pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
     let o = opts(n, errors)?;
     let action = match o.name {
-        "client_ip" => {
+        "client_ip" | "method" | "path" => {
             o.finish(&["key"], errors);
-            Action::ClientIp {
-                key: o.string("key", "remote_address", errors),
-            }
-        }
-        "method" | "path" => {
-            o.finish(&["key"], errors);
-            let key = o.string("key", o.name, errors);
+            let default = if o.name == "client_ip" {
+                "remote_address"
+            } else {
+                o.name
+            };
+            let key = o.string("key", default, errors);
             match o.name {
+                "client_ip" => Action::ClientIp { key },
                 "method" => Action::Method { key },
                 _ => Action::Path { key },
             }
@@ -188,23 +188,22 @@ pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
                 key: o.string("key", o.name, errors),
             }
         }
-        "api_key" => {
-            o.finish(&["header", "key", "hash"], errors);
-            let header = match o.get("header") {
-                Some(h) => errors.take(header_name(h))?,
-                None => HeaderName::from_static("x-api-key"),
+        "api_key" | "bearer" => {
+            let bearer = o.name == "bearer";
+            let allowed: &[&str] = if bearer {
+                &["key", "hash"]
+            } else {
+                &["header", "key", "hash"]
+            };
+            o.finish(allowed, errors);
+            let source = match o.get("header").filter(|_| !bearer) {
+                Some(h) => SecretSource::Header(errors.take(header_name(h))?),
+                None if bearer => SecretSource::Bearer,
+                None => SecretSource::Header(HeaderName::from_static("x-api-key")),
             };
             Action::Secret {
-                source: SecretSource::Header(header),
-                key: o.string("key", "api_key", errors),
-                hash: o.flag("hash", errors),
-            }
-        }
-        "bearer" => {
-            o.finish(&["key", "hash"], errors);
-            Action::Secret {
-                source: SecretSource::Bearer,
-                key: o.string("key", "bearer", errors),
+                source,
+                key: o.string("key", o.name, errors),
                 hash: o.flag("hash", errors),
             }
         }
@@ -253,7 +252,6 @@ fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
         if let Some(text) = errors.take(d.str()) {
             match values.iter().find(|v| v.eq_ignore_ascii_case(text)) {
                 Some(v) => default = Some(v.clone()),
-                None if values.is_empty() => {}
                 None => errors.push(d.error(format!(
                     "the default tier `{}` is not one of the values ({})",
                     excerpt(text),

@@ -18,7 +18,6 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use floodgate::{Apply, Clock, Decision, Outcome, Timestamp};
-use floodgate_policy::compile::PolicySet;
 use floodgate_policy::{Backend, Code, EngineError, Response};
 use http::{HeaderMap, Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
@@ -126,7 +125,21 @@ where
             res: Some(rejected),
         });
     }
-    let mut held = descriptors(shared, &req, client);
+    // The request's descriptors, in pooled buffers.
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let client = client.unwrap_or_else(|| {
+        ClientAddr::new((shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER))
+    });
+    let s = held.scratch();
+    s.prerendered = false;
+    let (peer, resolved) = (client.peer.ip(), client.resolved);
+    shared
+        .identity
+        .request_descriptors_of(&req, peer, resolved, &mut s.out);
     // The layer's queues wait; so does a request that may have to be
     // rejected for want of a delay slot (it is first decided without
     // charging: see `steps`).
@@ -377,10 +390,11 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
                 contract.write_headers(&s.report, now, elapsed, headers, &mut s.buf, policy);
             }
             if held.holds_units {
-                keep.push(held);
+                keep.push(Box::new(held));
             }
         }
-        res.map(|b| FloodgateBody::inner(b, keep.into_hold()))
+        let keep = (!keep.is_empty()).then(|| Box::new(keep) as Box<dyn Hold>);
+        res.map(|b| FloodgateBody::inner(b, keep))
     }
 }
 
@@ -440,64 +454,10 @@ impl<B: Backend, C: Clock + 'static> Delayed<B, C> {
 }
 
 /// What a request keeps until its response body ends.
-#[derive(Default)]
-struct Keep {
-    parts: Vec<Box<dyn Hold>>,
-}
-
-impl Keep {
-    fn push(&mut self, h: impl Hold + 'static) {
-        self.parts.push(Box::new(h));
-    }
-
-    fn into_hold(self) -> Option<Box<dyn Hold>> {
-        (!self.parts.is_empty()).then(|| Box::new(self.parts) as Box<dyn Hold>)
-    }
-}
+type Keep = Vec<Box<dyn Hold>>;
 
 fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
     res.map(FloodgateBody::full)
-}
-
-/// The request's pooled buffers, holding its descriptors, built for
-/// `client` (none: the peer in its extensions).
-fn descriptors<B: Backend, C: Clock + 'static, T>(
-    shared: &Arc<Shared<B, C>>,
-    req: &Request<T>,
-    client: Option<ClientAddr>,
-) -> Held<B, C> {
-    let mut held = Held {
-        shared: shared.clone(),
-        scratch: Some(shared.take()),
-        holds_units: false,
-    };
-    let (peer, resolved) = match client {
-        Some(c) => (c.peer, c.resolved),
-        None => {
-            let peer = (shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER);
-            (peer, None)
-        }
-    };
-    let s = held.scratch();
-    s.prerendered = false;
-    shared
-        .identity
-        .request_descriptors_of(req, peer.ip(), resolved, &mut s.out);
-    held
-}
-
-/// Whether an admitted request holds units of an engine concurrency limit.
-fn holds_units(response: &Response, policy: &PolicySet) -> bool {
-    response.statuses.iter().any(|s| {
-        s.decision.is_some_and(|d| d.is_allowed())
-            && s.rule.is_some_and(|id| {
-                policy
-                    .rule(id)
-                    .limits()
-                    .iter()
-                    .any(|l| l.limit.is_concurrency())
-            })
-    })
 }
 
 /// Whether `response` admits the request at once: nothing over the limit
@@ -528,7 +488,14 @@ fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held
             s.report.clear();
             s.policy_value = None;
         }
-        held.holds_units = holds_units(&held.scratch().response, policy);
+        // Whether it is admitted under an engine concurrency limit.
+        held.holds_units = held.scratch().response.statuses.iter().any(|s| {
+            s.decision.is_some_and(|d| d.is_allowed())
+                && s.rule.is_some_and(|id| {
+                    let limits = policy.rule(id).limits();
+                    limits.iter().any(|l| l.limit.is_concurrency())
+                })
+        });
     } else {
         // Decided under a policy a reload replaced in the meantime (its
         // rule ids do not index the new one): the verdict alone, without
@@ -594,7 +561,7 @@ fn shed<B: Backend, C: Clock + 'static, T>(
     let low = shedder.is_low(req, &shared.identity);
     match shedder.enter(low) {
         Some(g) => {
-            keep.push(g);
+            keep.push(Box::new(g));
             None
         }
         None => {
@@ -622,7 +589,7 @@ async fn queues<B: Backend, C: Clock + 'static>(
 ) -> Option<Answer> {
     if let Some(q) = &shared.global {
         match q.acquire().await {
-            Ok(p) => keep.push(p),
+            Ok(p) => keep.push(Box::new(p)),
             Err(e) => {
                 let max = q.limit().max;
                 return Some(queue_rejection(
@@ -645,7 +612,7 @@ async fn queues<B: Backend, C: Clock + 'static>(
             .map(Box::<str>::from);
         if let Some(v) = value {
             match kq.acquire(&v).await {
-                Ok(p) => keep.push(p),
+                Ok(p) => keep.push(Box::new(p)),
                 Err(e) => {
                     let name = format!("concurrency:{}", kq.config.key);
                     let max = kq.config.limit.max;
