@@ -31,11 +31,11 @@ use crate::listener::ConnectionLimits;
 
 pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
 pub use parse::{
-    ANY, LOOPBACK, boolean, choice, count, count_in, duration, header_bytes, parse_bool,
-    parse_listen_on, parse_size, positive_duration, size,
+    ANY, boolean, choice, count_in, duration, header_bytes, parse_listen_on, parse_size,
+    positive_duration,
 };
 pub use store::StoreKind;
-pub use table::{Declared, Env, FileValues, Flags, Origins, Setting, Value};
+pub use table::{Declared, Env, Flags, Origins, Setting, Value};
 
 /// Everything a binary reads at startup besides its own sections;
 /// `Default` is every setting at its declared default.
@@ -333,14 +333,14 @@ impl Settings {
 /// `store:`, the gateway's `gateway:`), so a reload that changes them is
 /// logged, and applies the rest.
 #[derive(Debug)]
-pub struct StartupSections<T = Settings>(FileValues, PhantomData<fn() -> T>);
+pub struct StartupSections<T = Settings>(table::FileValues, PhantomData<fn() -> T>);
 
 impl<T: Declared> StartupSections<T> {
     /// The sections of the configuration `documents` the process started
     /// with.
     pub fn of(documents: &[Document]) -> Self {
         StartupSections(
-            FileValues::read::<T>(documents, &mut Errors::default()),
+            table::FileValues::read::<T>(documents, &mut Errors::default()),
             PhantomData,
         )
     }
@@ -348,7 +348,7 @@ impl<T: Declared> StartupSections<T> {
     /// Whether `documents` give the sections other values (wherever they
     /// give them).
     pub fn changed(&self, documents: &[Document]) -> bool {
-        !FileValues::read::<T>(documents, &mut Errors::default()).same_values(&self.0)
+        !table::FileValues::read::<T>(documents, &mut Errors::default()).same_values(&self.0)
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! A [`Setting`] names its key in the configuration file, its environment
 //! variables (Floodgate's, and envoyproxy/ratelimit's where one exists), its
-//! command-line flag, its default and what it does. [`resolve`] takes each
+//! command-line flag, its default and what it does. [`read`] takes each
 //! setting's value from the first place that gives one — **flag, then
 //! environment, then file, then default** — and hands it to the setting's
 //! parser, so the precedence is the same for every setting by
@@ -465,7 +465,7 @@ pub fn read<T: Declared>(
 
 /// The values a file gives, by setting key, with their positions.
 #[derive(Debug, Default)]
-pub struct FileValues {
+pub(crate) struct FileValues {
     values: HashMap<&'static str, (Location, Value)>,
     sections: HashMap<String, Location>,
 }
