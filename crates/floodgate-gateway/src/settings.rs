@@ -232,13 +232,7 @@ impl GatewayConfig {
 impl Default for GatewayConfig {
     /// Every setting at its declared default (and no upstream).
     fn default() -> Self {
-        let read = table::read::<Draft>(
-            &Flags::new(),
-            &Env::new(&|_| None),
-            &[],
-            &mut Errors::default(),
-        );
-        read.expect("the declared defaults are valid").0.config
+        Draft::defaults().config
     }
 }
 

@@ -297,7 +297,7 @@ impl Declared for Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings::from_documents(&[]).expect("the declared defaults are valid")
+        Settings::defaults()
     }
 }
 

@@ -411,6 +411,17 @@ pub trait Declared: Sized + 'static {
     /// Completes the structure once every setting is read without error
     /// (where settings combine), adding any problem to `errors`.
     fn finish(&mut self, _origins: &Origins, _errors: &mut Errors) {}
+
+    /// Every setting at its declared default: read from nothing.
+    fn defaults() -> Self {
+        let read = read(
+            &Flags::new(),
+            &Env::new(&|_| None),
+            &[],
+            &mut Errors::default(),
+        );
+        read.expect("the declared defaults are valid").0
+    }
 }
 
 /// Reads every setting of `T` from the first place that gives it:
