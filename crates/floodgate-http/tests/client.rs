@@ -190,7 +190,7 @@ fn state_and_signals() {
     h.insert("retry-after", httpdate::fmt_http_date(at).parse().unwrap());
     let mut s = RetryState::new(RetryPolicy::default(), budget.clone())
         .for_method(&http::Method::GET)
-        .with_rng(Rng::seeded(7));
+        .with_rng(Rng::with_seed(7));
     match s.on_response(503, &h) {
         Next::Retry { after } => assert!(after >= Duration::from_secs(28), "{after:?}"),
         other => panic!("{other:?}"),
@@ -258,7 +258,7 @@ fn state_and_signals() {
     }
     // Jitter stays within the ceiling and varies.
     let b = Backoff::default();
-    let mut rng = Rng::seeded(1);
+    let mut rng = Rng::with_seed(1);
     let waits: Vec<_> = (0..50).map(|_| b.wait(3, &mut rng)).collect();
     assert!(waits.iter().all(|w| *w <= b.ceiling(3)));
     assert!(waits.iter().any(|w| *w != waits[0]));

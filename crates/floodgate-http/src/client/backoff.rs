@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use fastrand::Rng;
+
 /// Backoff settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
@@ -31,28 +33,6 @@ impl Backoff {
     /// A wait for retry `attempt`, uniform in `[0, ceiling]`.
     pub fn wait(&self, attempt: u32, rng: &mut Rng) -> Duration {
         let ceiling = self.ceiling(attempt).as_nanos().min(u64::MAX as u128) as u64;
-        Duration::from_nanos(rng.below(ceiling.saturating_add(1)))
-    }
-}
-
-/// A small random generator (fastrand's), seeded from the process's
-/// entropy: enough to decorrelate clients.
-#[derive(Clone, Debug, Default)]
-pub struct Rng(fastrand::Rng);
-
-impl Rng {
-    /// A generator with a fixed seed (reproducible tests).
-    pub fn seeded(seed: u64) -> Self {
-        Rng(fastrand::Rng::with_seed(seed))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.u64(..)
-    }
-
-    /// Uniform in `[0, n)` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.0.u64(..n) }
+        Duration::from_nanos(rng.u64(..=ceiling))
     }
 }

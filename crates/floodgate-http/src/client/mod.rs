@@ -28,8 +28,11 @@ mod send;
 mod signals;
 mod state;
 
-pub use backoff::{Backoff, Rng};
+pub use backoff::Backoff;
 pub use budget::{BudgetConfig, RetryBudget};
+/// The random generator of the jitter (seed it for reproducible waits:
+/// `Rng::with_seed`).
+pub use fastrand::Rng;
 pub use send::Retrier;
 pub use signals::{Signals, retry_after};
 pub use state::{GiveUp, Next, RetryPolicy, RetryState, is_idempotent};

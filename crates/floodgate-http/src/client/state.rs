@@ -5,7 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, Method};
 
-use super::backoff::{Backoff, Rng};
+use fastrand::Rng;
+
+use super::backoff::Backoff;
 use super::budget::RetryBudget;
 use super::signals::Signals;
 

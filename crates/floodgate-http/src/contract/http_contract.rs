@@ -109,7 +109,7 @@ impl Contract {
     ) -> http::Response<Bytes> {
         let status = self.status_of(&rejection);
         let mut headers = HeaderMap::new();
-        let (report, retry_after, kind) = match rejection {
+        let (report, retry_after, kind, detail) = match rejection {
             Rejection::Limited(report) => {
                 self.write_headers(report, now, Duration::ZERO, &mut headers, out, None);
                 let kind = if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -117,16 +117,20 @@ impl Contract {
                 } else {
                     QUOTA_EXCEEDED
                 };
-                (Some(report), self.retry_after_secs(report), kind)
+                (Some(report), self.retry_after_secs(report), kind, None)
             }
             Rejection::Overloaded { retry_after } => {
                 let secs = retry_after.map(|d| clamp(ceil_secs(d)));
                 if let Some(s) = secs {
                     headers.insert(RETRY_AFTER, HeaderValue::from(s));
                 }
-                (None, secs, TEMPORARY_REDUCED_CAPACITY)
+                let detail = "The service is shedding load to protect critical requests.";
+                (None, secs, TEMPORARY_REDUCED_CAPACITY, Some(detail))
             }
-            Rejection::Unavailable => (None, None, "about:blank"),
+            Rejection::Unavailable => {
+                let detail = Some("The rate limiter is unavailable.");
+                (None, None, "about:blank", detail)
+            }
         };
         headers.insert(CACHE_CONTROL, NO_STORE.clone());
         let hidden =
@@ -137,13 +141,7 @@ impl Contract {
             report,
             hidden,
             retry_after,
-            detail: match rejection {
-                Rejection::Overloaded { .. } => {
-                    Some("The service is shedding load to protect critical requests.")
-                }
-                Rejection::Unavailable => Some("The rate limiter is unavailable."),
-                Rejection::Limited(_) => None,
-            },
+            detail,
         };
         let buf = out.text();
         if is_grpc(request_headers) {

@@ -28,6 +28,17 @@ pub enum BodyKind {
     Text,
 }
 
+/// The media ranges `Accept` is read for, with how specifically each
+/// matches JSON and plain text (none: not at all).
+const RANGES: [(&str, Option<u8>, Option<u8>); 6] = [
+    ("application/problem+json", Some(3), None),
+    ("application/json", Some(3), None),
+    ("application/*", Some(1), None),
+    ("text/plain", None, Some(3)),
+    ("text/*", None, Some(1)),
+    ("*/*", Some(0), Some(0)),
+];
+
 /// Chooses the body by `Accept` (RFC 9110 §12.5.1): problem+json unless
 /// plain text is preferred (a higher `q`) or JSON is not acceptable at all.
 /// No `Accept` means JSON; a malformed one is read as far as it makes sense.
@@ -66,22 +77,11 @@ pub fn negotiate(headers: &HeaderMap) -> BodyKind {
                 .filter_map(|p| p.trim().strip_prefix("q="))
                 .find_map(parse_q)
                 .unwrap_or(1000);
-            let is = |m: &str| media.eq_ignore_ascii_case(m);
-            let (j, t) = if is("application/problem+json") || is("application/json") {
-                (Some((q, 3)), None)
-            } else if is("application/*") {
-                (Some((q, 1)), None)
-            } else if is("text/plain") {
-                (None, Some((q, 3)))
-            } else if is("text/*") {
-                (None, Some((q, 1)))
-            } else if is("*/*") {
-                (Some((q, 0)), Some((q, 0)))
-            } else {
-                (None, None)
-            };
-            better(&mut json, j);
-            better(&mut text, t);
+            let range = RANGES.iter().find(|(m, ..)| media.eq_ignore_ascii_case(m));
+            if let Some(&(_, j, t)) = range {
+                better(&mut json, j.map(|s| (q, s)));
+                better(&mut text, t.map(|s| (q, s)));
+            }
         }
     }
     if !any {

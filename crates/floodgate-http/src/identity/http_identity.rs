@@ -14,9 +14,6 @@ use super::head::{HttpHead, RequestHead};
 use super::output::RequestDescriptors;
 use super::route::Routes;
 
-/// The request target of lookups that read headers only.
-static EMPTY_URI: std::sync::LazyLock<Uri> = std::sync::LazyLock::new(|| Uri::from_static("/"));
-
 /// Turns HTTP requests into the descriptors of one policy domain.
 ///
 /// Immutable and shareable across threads; build each request's
@@ -201,7 +198,7 @@ impl HttpIdentity {
     pub fn client_ip(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
         let head = HttpHead {
             method: &Method::GET,
-            uri: &EMPTY_URI,
+            uri: &Uri::default(),
             headers,
         };
         self.config.client_ip.resolve(&head, peer)
