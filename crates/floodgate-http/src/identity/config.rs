@@ -339,23 +339,12 @@ pub(crate) fn in_bounds(what: &str, v: u64, min: u64, max: u64) -> Result<u64, S
     }
 }
 
-/// The number of descriptors is from 1 to [`MAX_DESCRIPTORS`].
-pub(crate) fn descriptor_count(n: usize) -> Result<(), String> {
+/// `n` `items` of `whole` are from 1 to `max` (descriptors of the
+/// configuration, actions of a descriptor).
+pub(crate) fn count(whole: &str, n: usize, max: usize, items: &str) -> Result<(), String> {
     match n {
-        1..=MAX_DESCRIPTORS => Ok(()),
-        n => Err(format!(
-            "descriptors needs 1 to {MAX_DESCRIPTORS} descriptors (found {n})"
-        )),
-    }
-}
-
-/// The number of actions of a descriptor is from 1 to [`MAX_ACTIONS`].
-pub(crate) fn action_count(n: usize) -> Result<(), String> {
-    match n {
-        1..=MAX_ACTIONS => Ok(()),
-        n => Err(format!(
-            "a descriptor needs 1 to {MAX_ACTIONS} actions (found {n})"
-        )),
+        1.. if n <= max => Ok(()),
+        n => Err(format!("{whole} needs 1 to {max} {items} (found {n})")),
     }
 }
 
@@ -373,10 +362,11 @@ impl IdentityConfig {
         if let Some(c) = &self.cost {
             c.validate()?;
         }
-        descriptor_count(self.descriptors.len()).map_err(IdentityError::Invalid)?;
+        let n = self.descriptors.len();
+        count("descriptors", n, MAX_DESCRIPTORS, "descriptors").map_err(IdentityError::Invalid)?;
         for (index, d) in self.descriptors.iter().enumerate() {
             let err = |reason: String| IdentityError::Descriptor { index, reason };
-            action_count(d.len()).map_err(err)?;
+            count("a descriptor", d.len(), MAX_ACTIONS, "actions").map_err(err)?;
             for a in d {
                 a.validate(!self.routes.is_empty()).map_err(err)?;
             }

@@ -8,8 +8,8 @@ use floodgate_policy::read::parse_cidr;
 use floodgate_policy::yaml::{Document, Map, Node, excerpt};
 
 use super::config::{
-    ClientIpConfig, ClientIpHeader, CostConfig, IdentityConfig, MAX_COST, MAX_DESCRIPTORS,
-    MAX_TRUSTED_HOPS, MAX_VALUE_LEN, action_count, descriptor_count, in_bounds,
+    ClientIpConfig, ClientIpHeader, CostConfig, IdentityConfig, MAX_ACTIONS, MAX_COST,
+    MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN, count, in_bounds,
 };
 use super::hash::MIN_VALUE_LEN;
 use super::http_identity::HttpIdentity;
@@ -105,7 +105,7 @@ fn read_section(node: Node<'_>, map: Map<'_>, errors: &mut Errors) -> IdentityCo
 
 fn read_descriptors(n: Node<'_>, c: &mut IdentityConfig, errors: &mut Errors) {
     let items = errors.take(n.list()).unwrap_or_default();
-    if let Err(m) = descriptor_count(items.len()) {
+    if let Err(m) = count("descriptors", items.len(), MAX_DESCRIPTORS, "descriptors") {
         errors.push(n.error(m));
     }
     for item in items.into_iter().take(MAX_DESCRIPTORS) {
@@ -113,7 +113,7 @@ fn read_descriptors(n: Node<'_>, c: &mut IdentityConfig, errors: &mut Errors) {
             Ok(list) => list,
             Err(_) => vec![item],
         };
-        if let Err(m) = action_count(nodes.len()) {
+        if let Err(m) = count("a descriptor", nodes.len(), MAX_ACTIONS, "actions") {
             errors.push(item.error(m));
             continue;
         }
