@@ -4,9 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use floodgate_redis::{FailurePolicy, Mode};
-
-use super::LogFormat;
+use floodgate_redis::FailurePolicy;
 
 /// All interfaces, for the public listeners written without an address.
 pub const ANY: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
@@ -74,24 +72,6 @@ pub fn choice<T: Clone>(text: &str, choices: &[(&[&str], T)]) -> Result<T, Strin
     })
 }
 
-/// `single`, `cluster` or `sentinel`. Sentinel's master name is not part
-/// of the mode's spelling: it comes with the URL (envoyproxy/ratelimit's
-/// `REDIS_URL=name,host:port,...`) or `store.master`, so the mode returned
-/// here has an empty one.
-pub(super) fn parse_mode(v: &str) -> Result<Mode, String> {
-    let sentinel = Mode::Sentinel {
-        master_name: String::new(),
-    };
-    choice(
-        &v.trim().to_ascii_lowercase(),
-        &[
-            (&["single"], Mode::Single),
-            (&["cluster"], Mode::Cluster),
-            (&["sentinel"], sentinel),
-        ],
-    )
-}
-
 /// `fail_open`, `fail_closed`, `local` or `local/N` (N instances share the
 /// limits).
 pub(super) fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
@@ -110,17 +90,6 @@ pub(super) fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
             (&["fail_open", "open"], FailurePolicy::FailOpen),
             (&["fail_closed", "closed"], FailurePolicy::FailClosed),
             (&["local"], FailurePolicy::Local { divide_by: 1 }),
-        ],
-    )
-}
-
-/// `text` or `json`.
-pub(super) fn parse_log_format(v: &str) -> Result<LogFormat, String> {
-    choice(
-        &v.trim().to_ascii_lowercase(),
-        &[
-            (&["text", ""], LogFormat::Text),
-            (&["json"], LogFormat::Json),
         ],
     )
 }

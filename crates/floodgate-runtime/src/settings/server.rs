@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use floodgate_policy::engine::LimitOverrides;
 
-use super::Settings;
 use super::parse::{
     ANY, LOOPBACK, boolean, choice, count_in, duration, header_bytes, parse_listen_on,
-    parse_log_format, positive_duration, size,
+    positive_duration, size,
 };
 use super::table::{Env, Envoy, InFile, Kind, Setting, Value, host_port};
+use super::{LogFormat, Settings};
 
 type S = Setting<Settings>;
 
@@ -186,7 +186,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         .samples("debug", "warn"));
     t.push(S::new("server.log.format", "FLOODGATE_LOG_FORMAT", "log-format", Kind::Choice, "text",
         "`text` or `json` (one object per line)",
-        |s, v| { s.server.log.format = parse_log_format(&v.text())?; Ok(()) })
+        |s, v| {
+            let format = v.text().trim().to_ascii_lowercase();
+            s.server.log.format = choice(&format, &[(&["text", ""], LogFormat::Text), (&["json"], LogFormat::Json)])?;
+            Ok(())
+        })
         .envoy(Envoy::Var("LOG_FORMAT"))
         .samples("json", "text"));
     t.push(S::new("settings.shadow_mode", "FLOODGATE_SHADOW_MODE", "shadow-mode", Kind::Bool, "",

@@ -10,7 +10,7 @@ use floodgate_policy::error::Errors;
 use floodgate_redis::{FailurePolicy, Mode, TimeSource, parse_redis_urls, parse_sentinel_url};
 
 use super::parse::{
-    boolean, choice, count, count_in, duration, parse_failure_policy, parse_mode, positive_duration,
+    boolean, choice, count, count_in, duration, parse_failure_policy, positive_duration,
 };
 use super::table::{Declared, Env, Envoy, Kind, Origin, Origins, Setting};
 use super::{Settings, StoreSettings};
@@ -84,7 +84,16 @@ pub(super) fn declare(t: &mut Vec<S>) {
         |s, v| { s.store.capacity = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
     t.push(S::new("store.mode", "FLOODGATE_REDIS_MODE", "redis-mode", Kind::Choice, "single",
         "redis: `single`, `cluster` or `sentinel`",
-        |s, v| { s.store.address.mode = Some(parse_mode(&v.text())?); Ok(()) })
+        |s, v| {
+            // Sentinel's master name comes with the URL
+            // (envoyproxy/ratelimit's `REDIS_URL=name,host:port,...`) or
+            // `store.master`.
+            let sentinel = Mode::Sentinel { master_name: String::new() };
+            let mode = v.text().trim().to_ascii_lowercase();
+            let modes = [(&["single"][..], Mode::Single), (&["cluster"], Mode::Cluster), (&["sentinel"], sentinel)];
+            s.store.address.mode = Some(choice(&mode, &modes)?);
+            Ok(())
+        })
         .envoy(Envoy::Var("REDIS_TYPE"))
         .samples("cluster", "single"));
     t.push(S::new("store.url", "FLOODGATE_REDIS_URL", "redis-url", Kind::List, "127.0.0.1:6379",
