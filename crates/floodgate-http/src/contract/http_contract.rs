@@ -144,7 +144,8 @@ impl Contract {
             detail,
         };
         let buf = out.text();
-        if is_grpc(request_headers) {
+        let content_type = request_headers.get(CONTENT_TYPE);
+        if content_type.is_some_and(|v| v.as_bytes().starts_with(b"application/grpc")) {
             return grpc(status, &problem, headers, buf);
         }
         let body_kind = negotiate(request_headers);
@@ -159,12 +160,6 @@ impl Contract {
         *res.headers_mut() = headers;
         res
     }
-}
-
-fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// A trailers-only gRPC response: HTTP 200, the status in headers.

@@ -474,39 +474,38 @@ fn plainly_allowed(response: &Response) -> bool {
 /// The report of a decided request (its headers, its verdict), and whether
 /// it holds engine concurrency units.
 fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held<B, C>) {
-    let policy = shared.engine.policy_of(&held.scratch().response);
-    if let Some(policy) = &policy {
-        let s = held.scratch();
-        if shared.contract.config().on_success || !plainly_allowed(&s.response) {
+    let s = held.scratch();
+    let policy = shared.engine.policy_of(&s.response);
+    match &policy {
+        Some(policy) if shared.contract.config().on_success || !plainly_allowed(&s.response) => {
             s.report.fill(&s.response, policy, shared.contract.config());
             s.policy_value = shared
                 .policy_headers
                 .get(policy, &s.report, &shared.contract);
-        } else {
-            // Admitted, and nothing is written on admitted responses: the
-            // report would only be read for its verdict, "allowed".
+        }
+        // Admitted, and nothing is written on admitted responses: the
+        // report would only be read for its verdict, "allowed". Or decided
+        // under a policy a reload replaced in the meantime (its rule ids do
+        // not index the new one): the verdict alone, without the policy's
+        // names (a response holding units keeps its policy, so none is
+        // lost here).
+        _ => {
             s.report.clear();
             s.policy_value = None;
+            if policy.is_none() && s.response.overall == Code::OverLimit {
+                s.report.set_verdict(Verdict::Denied, None);
+            }
         }
+    }
+    if let Some(policy) = policy {
         // Whether it is admitted under an engine concurrency limit.
-        held.holds_units = held.scratch().response.statuses.iter().any(|s| {
+        held.holds_units = s.response.statuses.iter().any(|s| {
             s.decision.is_some_and(|d| d.is_allowed())
                 && s.rule.is_some_and(|id| {
                     let limits = policy.rule(id).limits();
                     limits.iter().any(|l| l.limit.is_concurrency())
                 })
         });
-    } else {
-        // Decided under a policy a reload replaced in the meantime (its
-        // rule ids do not index the new one): the verdict alone, without
-        // the policy's names. A response holding units keeps its policy,
-        // so none is lost here.
-        let s = held.scratch();
-        s.report.clear();
-        s.policy_value = None;
-        if s.response.overall == Code::OverLimit {
-            s.report.set_verdict(Verdict::Denied, None);
-        }
     }
 }
 
