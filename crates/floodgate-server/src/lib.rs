@@ -38,7 +38,6 @@
 mod admin;
 mod decision;
 mod grpc;
-mod grpc_server;
 mod headers;
 mod http;
 mod metrics;

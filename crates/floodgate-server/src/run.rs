@@ -96,9 +96,7 @@ pub async fn serve(
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;
         let http = http(Protocols::Http2);
-        tasks.push(
-            crate::grpc_server::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?,
-        );
+        tasks.push(crate::grpc::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?);
     }
     let api = crate::http::router(svc.clone(), s.body_limit);
     let admin = crate::admin::router(svc.clone(), prometheus);

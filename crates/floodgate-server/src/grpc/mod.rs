@@ -1,8 +1,93 @@
-//! The gRPC API: Envoy's `RateLimitService`, health checking and server
-//! reflection.
+//! The gRPC listener: `RateLimitService` (on the fast path, see
+//! [`GrpcService`]), `grpc.health.v1.Health` (serving while the store can
+//! decide) and server reflection (v1 and v1alpha), over HTTP/2.
 
 mod deadline;
 mod fast;
 pub(crate) mod wire;
 
-pub use fast::GrpcService;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_runtime::listener::{Http, spawn_service};
+use http::Request;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic_health::ServingStatus;
+
+use crate::decision::DecisionService;
+use crate::proto::FILE_DESCRIPTOR_SET;
+use fast::GrpcService;
+use floodgate_runtime::RuntimeError;
+
+/// The RLS service name, as health checks ask for it.
+pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// Starts serving on `listener` under `http`'s protections, at most
+/// `places` connections at once, until `stop` turns true.
+pub async fn spawn(
+    svc: Arc<DecisionService>,
+    listener: TcpListener,
+    http: Http,
+    places: usize,
+    stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<Result<(), String>>, RuntimeError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error = |e| RuntimeError::Runtime(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+
+    // Health follows readiness (the store, and draining on shutdown or the
+    // listener's stop, which turn it NOT_SERVING for good).
+    let watcher = {
+        let svc = svc.clone();
+        let mut stop = stop.clone();
+        let mut draining = svc.health().watch_draining();
+        async move {
+            let set = async |status| {
+                for service in ["", RLS_SERVICE] {
+                    reporter.set_service_status(service, status).await;
+                }
+            };
+            let mut last = None;
+            loop {
+                let ready = svc.health().is_ready();
+                if last != Some(ready) {
+                    set(if ready {
+                        ServingStatus::Serving
+                    } else {
+                        ServingStatus::NotServing
+                    })
+                    .await;
+                    last = Some(ready);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
+                    _ = stop.changed() => {}
+                }
+                return set(ServingStatus::NotServing).await;
+            }
+        }
+    };
+    tokio::spawn(watcher);
+
+    let routes = tonic::service::Routes::new(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .prepare();
+    let grpc = Arc::new(GrpcService::new(svc, routes));
+    let service = service_fn(move |req: Request<Incoming>| {
+        let grpc = grpc.clone();
+        async move { grpc.call(req).await }
+    });
+    Ok(spawn_service("grpc", listener, service, http, places, stop))
+}

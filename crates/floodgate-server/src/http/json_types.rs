@@ -127,14 +127,9 @@ impl<'de> Deserialize<'de> for Num {
     }
 }
 
-/// A u64 as a number or a string (proto3 JSON).
-pub fn u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    Num::deserialize(d).map(|n| n.0)
-}
-
 /// A u32 as a number or a string.
 pub fn u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    to_u32(u64_num(d)?)
+    to_u32(Num::deserialize(d)?.0)
 }
 
 fn to_u32<E: de::Error>(v: u64) -> Result<u32, E> {
