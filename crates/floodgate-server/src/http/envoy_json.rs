@@ -150,3 +150,27 @@ async fn run(
     };
     body::json_response(http_status, &body)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A reset as proto3 JSON writes a duration, in whole seconds rounded
+    /// up; none without a limit or a reset.
+    #[test]
+    fn durations_as_proto3_json() {
+        let reset = |d| {
+            let s = Status {
+                duration_until_reset: d,
+                ..Status::default()
+            };
+            status(&s).duration_until_reset
+        };
+        assert_eq!(reset(Duration::from_secs(42)).as_deref(), Some("42s"));
+        assert_eq!(reset(Duration::from_millis(1500)).as_deref(), Some("2s"));
+        assert_eq!(reset(Duration::from_nanos(5)).as_deref(), Some("1s"));
+        assert_eq!(reset(Duration::ZERO), None);
+    }
+}
