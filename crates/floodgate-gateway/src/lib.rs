@@ -46,7 +46,6 @@ pub mod h1;
 // the API.
 #[doc(hidden)]
 pub mod host;
-mod listener;
 mod pool;
 mod proxy;
 mod reload;
@@ -65,7 +64,7 @@ pub use error::GatewayError;
 pub use floodgate_http::HttpSection;
 pub use gateway::{Gateway, Limiter};
 pub use proxy::{Proxy, ProxyStats};
-pub use reload::{Reload, ReloadError};
+pub use reload::Reload;
 pub use run::{Loaded, Running, load, run, start};
 pub use tls::TlsError;
 pub use upstream::Upstream;

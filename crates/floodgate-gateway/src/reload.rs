@@ -12,24 +12,13 @@ use std::sync::Arc;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
+use floodgate_runtime::AnyBackend;
 use floodgate_runtime::settings::{PolicyOverrides, Settings, StartupSections};
-use floodgate_runtime::{AnyBackend, RuntimeError};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use floodgate_http::HttpSection;
-
-/// Why a new configuration was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    /// A section does not read (`server:`, `store:`, `gateway:`, `http:`).
-    #[error(transparent)]
-    Sections(#[from] GatewayError),
-    /// The store cannot decide a rule (e.g. Redis and too fine a period).
-    #[error(transparent)]
-    Store(#[from] RuntimeError),
-}
 
 /// Reloads the configuration of one running gateway.
 pub struct Reload {
@@ -61,7 +50,9 @@ impl Reload {
     /// limiter (requests in flight finish with the ones they started on).
     /// An unchanged `http:` section keeps the running limiter (its queues
     /// and counts).
-    pub fn apply(&self, compiled: Compiled) -> Result<(), ReloadError> {
+    /// Refused: a section that does not read ([`GatewayError::Config`]),
+    /// or a rule the store cannot decide ([`GatewayError::Runtime`]).
+    pub fn apply(&self, compiled: Compiled) -> Result<(), GatewayError> {
         let docs = &compiled.loaded.documents;
         let mut errors = Errors::default();
         if let Err(e) = Settings::from_documents(docs) {
@@ -74,9 +65,7 @@ impl Reload {
             .map_err(|e| errors.extend(e))
             .ok()
             .flatten();
-        errors
-            .finish(())
-            .map_err(|e| ReloadError::Sections(GatewayError::Config(e)))?;
+        errors.finish(()).map_err(GatewayError::Config)?;
         self.startup.check_reload(docs);
         let gateway_changed = self.started_with.changed(docs);
         let mut policy = compiled.policy;

@@ -15,9 +15,15 @@ use floodgate_policy::error::Errors;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_runtime::config_thread::ConfigThread;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listener::{ADMIN_CONNECTIONS, Http, Protocols, bind, spawn_router};
+use floodgate_runtime::listener::{
+    ADMIN_CONNECTIONS, Counters, Http, Protocols, bind, descriptors, serve, spawn_router,
+};
 use floodgate_runtime::settings::{Env, Flags, Settings};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
+use http::Request;
+use http::header::UPGRADE;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,7 +31,7 @@ use tokio::task::JoinHandle;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, Limiter};
-use crate::proxy::Proxy;
+use crate::proxy::{ClientInfo, Proxy};
 use crate::reload::Reload;
 use crate::tls::ServerTls;
 use crate::upstream::Upstream;
@@ -106,9 +112,9 @@ pub struct Running {
     grace: Duration,
     task: JoinHandle<()>,
     admin_task: Option<JoinHandle<Result<(), String>>>,
-    tls_task: Option<JoinHandle<()>>,
-    /// Reloads on SIGHUP and when asked (stops when the gateway is
-    /// dropped).
+    /// Reloads on SIGHUP, when asked and every `server.reload_interval`,
+    /// the listener's certificate with the configuration (stops when the
+    /// gateway is dropped).
     watching: Watching,
 }
 
@@ -147,9 +153,6 @@ impl Running {
         self.task.abort();
         if let Some(a) = self.admin_task.take() {
             a.abort();
-        }
-        if let Some(t) = self.tls_task.take() {
-            t.abort();
         }
         drained
     }
@@ -200,13 +203,6 @@ pub async fn start(
         Some(files) => Some(Arc::new(ServerTls::new(files)?)),
         None => None,
     };
-    // A renewed certificate is picked up at the policies' pace.
-    let tls_task = match &tls {
-        Some(t) if !settings.server.reload_interval.is_zero() => {
-            Some(t.spawn_reloader(settings.server.reload_interval))
-        }
-        _ => None,
-    };
     let gateway = Arc::new(Gateway::new(engine, limiter, proxy, config.access_log));
     let watching = watch_config(
         thread,
@@ -256,12 +252,39 @@ pub async fn start(
         rules = gateway.engine().policy().rules().len(),
         "gateway listening"
     );
-    let task = tokio::spawn(crate::listener::serve(
-        gateway.clone(),
+    // Two descriptors a connection count against the open files limit:
+    // the client's and an upstream's.
+    let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
+    let counters = Counters {
+        connections: metrics::gauge!("floodgate_gateway_connections"),
+        evicted: metrics::counter!("floodgate_gateway_connections_evicted_total"),
+        accept_errors: metrics::counter!("floodgate_gateway_accept_errors_total"),
+    };
+    let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
+    let served = gateway.clone();
+    let https = tls.is_some();
+    let task = tokio::spawn(serve(
         listener,
-        config.limits.clone(),
+        places,
+        counters,
+        http,
         tls.as_ref().map(|t| t.acceptor().clone()),
         stopped,
+        move |peer, slot| {
+            // Each request goes to the gateway with what the proxy needs to
+            // know of its connection; the connection's place is held by a
+            // tunnel it is upgraded to too, whichever ends last.
+            let (gateway, slot) = (served.clone(), slot.clone());
+            service_fn(move |req: Request<Incoming>| {
+                let client = ClientInfo {
+                    peer,
+                    tls: https,
+                    trusted_hop: false,
+                    slot: req.headers().contains_key(UPGRADE).then(|| slot.clone()),
+                };
+                gateway.clone().handle(req, client)
+            })
+        },
     ));
     Ok(Running {
         addr,
@@ -271,14 +294,14 @@ pub async fn start(
         grace: settings.server.shutdown_grace,
         task,
         admin_task,
-        tls_task,
         watching,
     })
 }
 
-/// Watches the configuration: every `server.reload_interval` (zero: only
-/// when asked, on SIGHUP); a reload asked for re-reads the listener's
-/// certificate too.
+/// Watches the configuration and the listener's certificate: every
+/// `server.reload_interval` (zero: only when asked, on SIGHUP); a renewed
+/// certificate is picked up at the policies' pace, and re-read whatever
+/// its files look like when a reload is asked for.
 fn watch_config(
     thread: ConfigThread,
     source: ConfigSource,
@@ -288,9 +311,9 @@ fn watch_config(
     tls: Option<Arc<ServerTls>>,
 ) -> Watching {
     let reload = Reload::new(gateway.clone(), settings.policy, &compiled.loaded.documents);
-    let reread_certificate = move || {
+    let reread_certificate = move |forced| {
         if let Some(t) = &tls {
-            t.reload(true);
+            t.reload(forced);
         }
     };
     Watching::start(

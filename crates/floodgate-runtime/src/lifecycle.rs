@@ -8,19 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::reload::{Compiled, ConfigSource, HandOver, ReloadTrigger, Reloader};
+use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
 
 use crate::config_thread::ConfigThread;
 use crate::health::Health;
-use crate::signals::{AbortOnDrop, on_hangup};
 
 /// The configuration watcher: polls every interval, checks at once on
 /// SIGHUP and when [`reload_now`](Self::reload_now) asks; stops when
 /// dropped.
 pub struct Watching {
     trigger: ReloadTrigger,
-    also: Arc<dyn Fn() + Send + Sync>,
-    _hangup: AbortOnDrop,
+    also: Arc<dyn Fn(bool) + Send + Sync>,
+    signals: JoinHandle<()>,
     _watch: floodgate_policy::reload::WatchHandle,
 }
 
@@ -28,15 +30,17 @@ impl Watching {
     /// Watches `source`, whose configuration `current` is running, every
     /// `interval` (zero: only when asked), on `thread`, the thread that
     /// loaded it; each new valid configuration is handed to `apply`.
-    /// `also` runs on every SIGHUP and [`reload_now`](Self::reload_now)
-    /// too (e.g. to re-read a certificate).
+    /// `also` runs at the same pace, told whether the check was asked for
+    /// (SIGHUP, [`reload_now`](Self::reload_now)) rather than polled: e.g.
+    /// to re-read a certificate that changed, or at once when asked. A
+    /// SIGHUP no longer ends the process, as it would by default.
     pub fn start<F, R>(
         thread: ConfigThread,
         source: ConfigSource,
         current: Compiled,
         interval: Duration,
         apply: F,
-        also: impl Fn() + Send + Sync + 'static,
+        also: impl Fn(bool) + Send + Sync + 'static,
     ) -> Watching
     where
         F: FnMut(Compiled) -> R + Send + 'static,
@@ -61,16 +65,48 @@ impl Watching {
         let interval = Some(interval).filter(|i| !i.is_zero());
         let watch = reloader.spawn_on(interval, |watch| thread.finish(watch));
         let trigger = watch.trigger();
-        let also: Arc<dyn Fn() + Send + Sync> = Arc::new(also);
+        let also: Arc<dyn Fn(bool) + Send + Sync> = Arc::new(also);
         let (t, a) = (trigger.clone(), also.clone());
-        let hangup = on_hangup(move || {
-            t.request();
-            a();
+        let mut hangup = signal(SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "cannot listen to SIGHUP"))
+            .ok();
+        let mut tick = interval.map(|i| {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            tick
+        });
+        let signals = tokio::spawn(async move {
+            loop {
+                let hup = async {
+                    match hangup.as_mut() {
+                        Some(h) => h.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let polled = async {
+                    match tick.as_mut() {
+                        Some(t) => t.tick().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    got = hup => {
+                        if got.is_none() {
+                            hangup = None;
+                            continue;
+                        }
+                        tracing::info!("SIGHUP received: reloading the configuration");
+                        t.request();
+                        a(true);
+                    }
+                    _ = polled => a(false),
+                }
+            }
         });
         Watching {
             trigger,
             also,
-            _hangup: hangup,
+            signals,
             _watch: watch,
         }
     }
@@ -80,7 +116,13 @@ impl Watching {
     /// counted as any reload's).
     pub fn reload_now(&self) {
         self.trigger.request();
-        (self.also)();
+        (self.also)(true);
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.signals.abort();
     }
 }
 

@@ -82,7 +82,7 @@ pub async fn serve(
         replace_policy(&reloaded, c.policy)
     };
     let interval = settings.server.reload_interval;
-    let _watching = Watching::start(thread, source, compiled, interval, apply, || {});
+    let _watching = Watching::start(thread, source, compiled, interval, apply, |_| {});
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();

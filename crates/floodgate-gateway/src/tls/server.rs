@@ -1,12 +1,11 @@
 //! [`ServerTls`]: TLS termination on the listener. The certificate is
 //! served through a resolver whose key pair can be swapped while running:
-//! [`ServerTls::reload`] re-reads the files when they changed, and
-//! [`ServerTls::spawn_reloader`] does so periodically (new handshakes use
-//! the new certificate; established connections keep theirs).
+//! [`ServerTls::reload`] re-reads the files when they changed, called at the
+//! configuration's pace (new handshakes use the new certificate;
+//! established connections keep theirs).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use floodgate_policy::reload::FileStamp;
@@ -139,20 +138,5 @@ impl ServerTls {
                 tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
             }
         }
-    }
-
-    /// Checks the files every `interval` and reloads them when they
-    /// changed, until the returned task is aborted.
-    pub fn spawn_reloader(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
-        let tls = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                tls.reload(false);
-            }
-        })
     }
 }

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
+use tokio_util::task::TaskTracker;
 
 use super::connections::{Activity, Connections};
 use super::descriptors;
-use super::drain::{Drain, DrainWatcher};
 
 /// Connections closed at a time to make room when descriptors run out.
 const EVICT_BATCH: usize = 8;
@@ -49,8 +49,9 @@ pub struct Accepted {
     /// Its requests in flight (a connection with none may be closed to
     /// make room).
     pub activity: Arc<Activity>,
-    /// Its view of the shutdown.
-    pub watcher: DrainWatcher,
+    /// The shutdown signal: true once the connection is to finish its
+    /// requests in flight and close.
+    pub stop: watch::Receiver<bool>,
 }
 
 /// What a listener's accept loop counts.
@@ -85,7 +86,7 @@ pub async fn accept_loop<F, Fut>(
     listener: TcpListener,
     places: usize,
     counters: Counters,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     mut serve: F,
 ) where
     F: FnMut(Accepted) -> Fut,
@@ -96,10 +97,13 @@ pub async fn accept_loop<F, Fut>(
     let room_batch = (places / 16).clamp(1, EVICT_BATCH);
     let permits = Arc::new(Semaphore::new(places.max(1)));
     let registry = Arc::new(Connections::new(counters.evicted.clone()));
-    let graceful = Drain::new();
+    // The connections, waited for on shutdown (not the tunnels they may
+    // be upgraded to).
+    let connections = TaskTracker::new();
     let mut accepting = Accepting::default();
+    let mut stopping = stop.clone();
     let shutdown = async move {
-        let _ = stop.wait_for(|s| *s).await;
+        let _ = stopping.wait_for(|s| *s).await;
     };
     tokio::pin!(shutdown);
     'accepting: loop {
@@ -144,9 +148,9 @@ pub async fn accept_loop<F, Fut>(
                 gauge: counters.connections.clone(),
             },
             activity: activity.clone(),
-            watcher: graceful.watcher(),
+            stop: stop.clone(),
         });
-        tokio::spawn(async move {
+        connections.spawn(async move {
             // The connection first: the check for eviction is the cheap
             // one, made at each of its wake-ups.
             tokio::select! {
@@ -160,7 +164,8 @@ pub async fn accept_loop<F, Fut>(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    connections.close();
+    connections.wait().await;
 }
 
 /// Whether bytes wait to be read on `stream` (one non-blocking peek).

@@ -7,10 +7,9 @@
 //! in flight and closes.
 
 use std::convert::Infallible;
-use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -24,14 +23,15 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsAcceptor;
 
 use super::accept::{Accepted, Slot};
 use super::connections::{Activity, InFlight};
-use super::drain::DrainWatcher;
 use super::idle::{OpenStream, Streams};
 use super::sniff::{Prefixed, Sniffed, sniff};
+use super::{HttpService, ResponseBody};
 
 /// The protections of a listener's connections (`Default`: blank; each
 /// listener's defaults are its settings').
@@ -95,63 +95,35 @@ impl Http {
         }
     }
 
-    /// The builders' HTTP/2 half, to tune further.
-    pub fn http2(&mut self) -> &mut http2::Builder<TokioExecutor> {
-        &mut self.h2
-    }
-
-    /// Serves `service` on an accepted connection until the client closes
-    /// it, a timeout closes it, or shutdown asks it to finish.
-    pub async fn serve<S, B>(&self, accepted: Accepted, service: S)
-    where
-        S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        self.serve_tls(accepted, None, |_, _| service).await;
-    }
-
-    /// [`serve`](Self::serve), with TLS terminated by `tls` first (ALPN
-    /// `h2`, else HTTP/2 with prior knowledge told by its preface), and
-    /// the service made for the connection from its client's address and
-    /// its place under the cap (held until the connection and whatever it
-    /// was upgraded to end).
-    pub async fn serve_tls<S, B>(
+    /// Serves an accepted connection until the client closes it, a
+    /// timeout closes it, or shutdown asks it to finish: TLS terminated by
+    /// `tls` first if any (ALPN `h2`, else HTTP/2 with prior knowledge told
+    /// by its preface), the service made for the connection by `service`
+    /// from its client's address and its place under the cap (held until
+    /// the connection and whatever it was upgraded to end).
+    pub async fn serve<S: HttpService<B>, B: ResponseBody>(
         &self,
         accepted: Accepted,
         tls: Option<&TlsAcceptor>,
-        service: impl FnOnce(SocketAddr, Arc<Slot>) -> S,
-    ) where
-        S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
+        service: impl FnOnce(SocketAddr, &Arc<Slot>) -> S,
+    ) {
         let Accepted {
             stream,
             peer,
             slot,
             activity,
-            mut watcher,
+            mut stop,
         } = accepted;
         // The TLS handshake and the first bytes are due within the header
         // timeout; a connection that has sent nothing when shutdown begins
         // has nothing in flight.
         let deadline = Instant::now() + self.limits.header_read_timeout;
         let slot = Arc::new(slot);
-        let service = service(peer, slot.clone());
+        let service = service(peer, &slot);
         let Some(tls) = tls else {
-            let sniffed = first_bytes(stream, deadline, &mut watcher).await;
+            let sniffed = first_bytes(stream, deadline, &mut stop).await;
             if let Some((io, kind)) = sniffed {
-                self.serve_io(io, kind, peer, activity, watcher, service)
-                    .await;
+                self.serve_io(io, kind, peer, activity, stop, service).await;
             }
             return;
         };
@@ -161,16 +133,15 @@ impl Http {
                 Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
                 Err(_) => return,
             },
-            _ = watcher.signalled() => return,
+            _ = signalled(&mut stop) => return,
         };
         let sniffed = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
             Some((Prefixed::new(Bytes::new(), stream), Sniffed::Http2))
         } else {
-            first_bytes(stream, deadline, &mut watcher).await
+            first_bytes(stream, deadline, &mut stop).await
         };
         if let Some((io, kind)) = sniffed {
-            self.serve_io(io, kind, peer, activity, watcher, service)
-                .await;
+            self.serve_io(io, kind, peer, activity, stop, service).await;
         }
     }
 
@@ -183,17 +154,12 @@ impl Http {
         kind: Sniffed,
         peer: SocketAddr,
         activity: Arc<Activity>,
-        watcher: DrainWatcher,
+        stop: watch::Receiver<bool>,
         service: S,
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+        S: HttpService<B>,
+        B: ResponseBody,
     {
         // An HTTP/1.1 head is arriving (left its grace to finish, see
         // [`HEAD_GRACE`](super::HEAD_GRACE)); an HTTP/2 connection without
@@ -213,7 +179,7 @@ impl Http {
                     Answer::new(service.call(req), None, flight)
                 });
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
-                watcher.watch(conn, |c| c.graceful_shutdown()).await
+                drive(conn, |c| c.graceful_shutdown(), stop, None).await
             }
             (Sniffed::Http2, _) => {
                 // Every stream counts as open (and in flight) until its
@@ -226,7 +192,8 @@ impl Http {
                     Answer::new(service.call(req), Some(open), flight)
                 });
                 let conn = self.h2.serve_connection(io, svc);
-                serve_h2(conn, &streams, self.limits.http2_idle_timeout, watcher).await
+                let idle = Some((&*streams, self.limits.http2_idle_timeout));
+                drive(conn, |c| c.graceful_shutdown(), stop, idle).await
             }
         };
         if let Err(e) = result {
@@ -240,11 +207,11 @@ impl Http {
 async fn first_bytes<I: AsyncRead + AsyncWrite + Unpin>(
     mut io: I,
     deadline: Instant,
-    watcher: &mut DrainWatcher,
+    stop: &mut watch::Receiver<bool>,
 ) -> Option<(Prefixed<I>, Sniffed)> {
     let (kind, prefix) = tokio::select! {
         s = timeout_at(deadline, sniff(&mut io)) => s.ok()?.ok()?,
-        _ = watcher.signalled() => return None,
+        _ = signalled(stop) => return None,
     };
     Some((Prefixed::new(prefix, io), kind))
 }
@@ -326,53 +293,71 @@ impl<B: Body> Body for Held<B> {
     }
 }
 
-/// Drives an HTTP/2 connection: on shutdown, or once it has had no open
-/// stream for `idle`, it is asked to close gracefully (`GOAWAY`); a client
-/// that opens no stream in the next `idle` either is disconnected.
-pub async fn serve_h2<C>(
+/// Resolves once shutdown is signalled (`stop` turns true).
+async fn signalled(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Drives `conn` to its end. On shutdown, or (HTTP/2, with `idle`) once it
+/// has had no open stream for the idle timeout, `graceful` asks it to
+/// finish its requests in flight and close (`GOAWAY`); a client that then
+/// opens no stream for the idle timeout either is disconnected.
+async fn drive<C>(
     conn: C,
-    streams: &Streams,
-    idle: Duration,
-    mut watcher: DrainWatcher,
+    graceful: impl FnOnce(Pin<&mut C>),
+    mut stop: watch::Receiver<bool>,
+    idle: Option<(&Streams, Duration)>,
 ) -> Result<(), hyper::Error>
 where
-    C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulShutdown,
+    C: Future<Output = Result<(), hyper::Error>>,
 {
-    let mut conn = std::pin::pin!(conn);
-    let idled = tokio::select! {
-        out = conn.as_mut() => return out,
-        _ = watcher.signalled() => false,
-        _ = streams.idle_for(idle) => true,
-    };
-    conn.as_mut().graceful_shutdown();
-    if !idled {
-        return conn.await;
-    }
-    tokio::select! {
-        out = conn.as_mut() => out,
-        _ = streams.idle_for(idle) => {
-            tracing::debug!("idle HTTP/2 connection closed");
-            Ok(())
+    let mut conn = pin!(conn);
+    let idle_for = async {
+        match idle {
+            Some((streams, timeout)) => streams.idle_for(timeout).await,
+            None => std::future::pending().await,
         }
+    };
+    // The connection first: the signal's check takes a lock.
+    let idled = tokio::select! {
+        biased;
+        out = conn.as_mut() => return out,
+        _ = signalled(&mut stop) => false,
+        _ = idle_for => true,
+    };
+    graceful(conn.as_mut());
+    match idle.filter(|_| idled) {
+        None => conn.await,
+        Some((streams, timeout)) => tokio::select! {
+            out = conn.as_mut() => out,
+            _ = streams.idle_for(timeout) => {
+                tracing::debug!("idle HTTP/2 connection closed");
+                Ok(())
+            }
+        },
     }
 }
 
-/// A connection that can be asked to finish its requests and close.
-pub trait GracefulShutdown {
-    /// Starts the graceful close.
-    fn graceful_shutdown(self: Pin<&mut Self>);
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl<I, S, E, B> GracefulShutdown for http2::Connection<I, S, E>
-where
-    S: hyper::service::HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn StdError + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: Body + 'static,
-    B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
-{
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        http2::Connection::graceful_shutdown(self);
+    /// On shutdown a connection is asked to finish its requests, then
+    /// driven to its end.
+    #[tokio::test]
+    async fn shutdown_asks_the_connection_to_finish() {
+        let (stop, stopped) = watch::channel(false);
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let conn = async move {
+            let _ = finished.await;
+            Ok(())
+        };
+        let graceful = move |_: Pin<&mut _>| {
+            let _ = finish.send(());
+        };
+        let driven = tokio::spawn(drive(conn, graceful, stopped, None));
+        stop.send_replace(true);
+        let out = tokio::time::timeout(Duration::from_secs(5), driven).await;
+        assert!(matches!(out, Ok(Ok(Ok(())))));
     }
 }

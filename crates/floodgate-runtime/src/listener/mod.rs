@@ -7,7 +7,6 @@ mod accept;
 mod connection;
 mod connections;
 pub mod descriptors;
-mod drain;
 mod idle;
 mod sniff;
 
@@ -17,18 +16,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 pub use accept::{Accepted, Counters, Slot, accept_loop};
-pub use connection::{ConnectionLimits, GracefulShutdown, Held, Http, Protocols, serve_h2};
-pub use connections::{Activity, HEAD_GRACE, HEAD_GRACE_WHEN_FULL, InFlight};
-pub use drain::{Drain, DrainWatcher};
-pub use idle::{OpenStream, Streams};
-pub use sniff::{H2_PREFACE, Prefixed, Sniffed, sniff};
+pub use connection::{ConnectionLimits, Held, Http, Protocols};
+pub use sniff::{Prefixed, Sniffed, sniff};
 
 use crate::error::RuntimeError;
 
@@ -55,10 +53,76 @@ pub async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, RuntimeEr
     Ok(listener)
 }
 
-/// Serves `service` on `listener` under `http`'s protections, at most
-/// `places` connections at once ([`accept_loop`]), until `stop` turns true;
-/// then lets the requests in flight finish. Connections are counted in
-/// `floodgate_connections{listener}` ([`Counters::of`]).
+/// What a listener serves: a hyper service that answers every request
+/// (its failures are responses) with a body of [`ResponseBody`].
+pub trait HttpService<B>:
+    hyper::service::Service<
+        Request<Incoming>,
+        Response = Response<B>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S, B> HttpService<B> for S where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<B>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The body of a listener's responses.
+pub trait ResponseBody:
+    Body<Data = Bytes, Error: Into<Box<dyn StdError + Send + Sync>>> + Send + 'static
+{
+}
+
+impl<B> ResponseBody for B where
+    B: Body<Data = Bytes, Error: Into<Box<dyn StdError + Send + Sync>>> + Send + 'static
+{
+}
+
+/// Serves on `listener` under `http`'s protections, TLS terminated by
+/// `tls` first if any, at most `places` connections at once
+/// ([`accept_loop`], counted in `counters`), until `stop` turns true; then
+/// stops accepting and waits for the connections to finish their requests
+/// in flight (the caller bounds the wait). Each connection's service is
+/// made by `service` from its client's address and its place under the
+/// cap (held until the connection and whatever it was upgraded to end).
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    places: usize,
+    counters: Counters,
+    http: Http,
+    tls: Option<TlsAcceptor>,
+    stop: watch::Receiver<bool>,
+    service: impl Fn(SocketAddr, &Arc<Slot>) -> S + Send + Sync + 'static,
+) where
+    S: HttpService<B>,
+    B: ResponseBody,
+{
+    let shared = Arc::new((http, tls, service));
+    accept_loop(listener, places, counters, stop, move |a| {
+        let shared = shared.clone();
+        async move {
+            let (http, tls, service) = &*shared;
+            http.serve(a, tls.as_ref(), service).await
+        }
+    })
+    .await;
+}
+
+/// [`serve`] in a task, without TLS, with the same `service` on every
+/// connection; connections are counted in `floodgate_connections{listener}`
+/// ([`Counters::of`]).
 pub fn spawn_service<S, B>(
     what: &'static str,
     listener: TcpListener,
@@ -68,25 +132,13 @@ pub fn spawn_service<S, B>(
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<Result<(), String>>
 where
-    S: hyper::service::Service<
-            http::Request<Incoming>,
-            Response = http::Response<B>,
-            Error = Infallible,
-        > + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S: HttpService<B> + Clone,
+    B: ResponseBody,
 {
-    let http = Arc::new(http);
+    let counters = Counters::of(what);
+    let service = move |_: SocketAddr, _: &Arc<Slot>| service.clone();
     tokio::spawn(async move {
-        accept_loop(listener, places, Counters::of(what), stop, move |a| {
-            let (http, service) = (http.clone(), service.clone());
-            async move { http.serve(a, service).await }
-        })
-        .await;
+        serve(listener, places, counters, http, None, stop, service).await;
         Ok(())
     })
 }
