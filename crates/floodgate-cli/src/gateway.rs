@@ -23,7 +23,7 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     // Before loading: rules resolve their metric handles when compiled.
     let prometheus = floodgate_runtime::metrics::install()?;
     let loaded = floodgate_gateway::load(&args.flags.0, &Env::new(&env))?;
-    let mut log = loaded.settings.server.log.clone();
+    let mut log = loaded.runtime.settings.server.log.clone();
     if loaded.gateway.access_log {
         // Access lines pass whatever level the other logs are filtered at.
         log.level = format!("{},{}=info", log.level, floodgate_gateway::access::TARGET);

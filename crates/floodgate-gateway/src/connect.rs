@@ -14,6 +14,7 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::connection::{Abort, Connection};
@@ -98,9 +99,9 @@ impl Connector {
                     .await
                     .map_err(|_| ConnectError::Timeout(name.to_owned()))?
                     .map_err(|e| ConnectError::Tls(name.to_owned(), e))?;
-                Ok(Stream::Tls(Box::new(stream)))
+                Ok(Either::Right(Box::new(stream)))
             }
-            _ => Ok(Stream::Tcp(tcp)),
+            _ => Ok(Either::Left(tcp)),
         }
     }
 

@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use tokio::sync::oneshot;
 
+use crate::connect::ConnectError;
 use crate::h1::{self, FramingError};
 use crate::pool::HostPool;
 use crate::upload::UploadBody;
@@ -57,6 +58,9 @@ impl Abort {
 /// Why an exchange with the upstream broke, whichever client carried it.
 #[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {
+    /// No connection could be opened.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     /// The request head could not be written whole (so the upstream did
     /// not act on it).
     #[error("writing the request: {0}")]

@@ -26,14 +26,14 @@ use hyper::upgrade::OnUpgrade;
 use crate::body::ProxyBody;
 use crate::config::ListenerLimits;
 use crate::connect::ConnectError;
-use crate::connection::UpstreamBody;
+use crate::connection::{ExchangeError, UpstreamBody};
 use crate::forward::{
     append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
 use crate::host::{HostError, normalize_host};
 use crate::upgrade;
 use crate::upload::{ClientBodyError, Progress, UploadBody};
-use crate::upstream::{SendError, Upstream};
+use crate::upstream::Upstream;
 
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no
@@ -362,7 +362,7 @@ fn forward(
                 )
             }
             Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
-            Exchange::Failed(e @ SendError::Connect(ConnectError::Timeout(_))) => {
+            Exchange::Failed(e @ ExchangeError::Connect(ConnectError::Timeout(_))) => {
                 shared.gateway_timeout(&e)
             }
             Exchange::Failed(e) => shared.bad_gateway(&e),
@@ -417,7 +417,7 @@ fn prepare(
     });
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let version = req.version();
-    let Ok(target) = shared.upstream.prepare(&mut req) else {
+    let Some(target) = shared.upstream.prepare(&mut req) else {
         return Err(Box::new(shared.client_error(ClientError::Target, version)));
     };
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
@@ -475,7 +475,7 @@ async fn poll_once<B: http_body::Body + Unpin>(
 #[allow(clippy::large_enum_variant)]
 enum Exchange {
     Response(Response<UpstreamBody>),
-    Failed(SendError),
+    Failed(ExchangeError),
     /// No response head within `response_timeout` of the end of the
     /// upload, or the upstream stopped reading the upload that long.
     TimedOut,
@@ -493,11 +493,11 @@ enum Exchange {
 /// request without one), the head is due within `response_timeout`.
 async fn exchange(
     shared: &Shared,
-    mut send: Pin<&mut impl Future<Output = Result<Response<UpstreamBody>, SendError>>>,
+    mut send: Pin<&mut impl Future<Output = Result<Response<UpstreamBody>, ExchangeError>>>,
     progress: Option<&Progress>,
 ) -> Exchange {
     let response_timeout = shared.upstream.response_timeout();
-    let done = |r: Result<Response<UpstreamBody>, SendError>| match r {
+    let done = |r: Result<Response<UpstreamBody>, ExchangeError>| match r {
         Ok(res) => Exchange::Response(res),
         Err(e) => Exchange::Failed(e),
     };

@@ -12,13 +12,12 @@ use std::time::Duration;
 
 use floodgate_policy::Engine;
 use floodgate_policy::error::Errors;
-use floodgate_policy::reload::{Compiled, ConfigSource};
-use floodgate_runtime::config_thread::ConfigThread;
+use floodgate_policy::reload::Compiled;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{
     ADMIN_CONNECTIONS, Counters, Http, Protocols, bind, descriptors, serve, spawn_router,
 };
-use floodgate_runtime::settings::{Env, Flags, Settings};
+use floodgate_runtime::settings::{Env, Flags};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use http::Request;
 use http::header::UPGRADE;
@@ -40,19 +39,14 @@ use floodgate_http::HttpSection;
 /// A loaded configuration, ready to run.
 #[derive(Debug)]
 pub struct Loaded {
-    /// Where it came from (watched for reloads).
-    pub source: ConfigSource,
-    /// The policies and documents.
-    pub compiled: Compiled,
-    /// The settings the gateway shares with the service (`server:`,
-    /// `store:`, ...).
-    pub settings: Settings,
+    /// What every command loads: the policies, the settings the gateway
+    /// shares with the service (`server:`, `store:`, ...), where they came
+    /// from.
+    pub runtime: floodgate_runtime::config::Loaded,
     /// The `gateway:` section.
     pub gateway: GatewayConfig,
     /// The `http:` section (none: nothing is limited).
     pub http: Option<HttpSection>,
-    /// The thread it was loaded on, where it is watched.
-    pub thread: ConfigThread,
 }
 
 /// Loads the configuration `flags` and `env` point to, as every command
@@ -60,13 +54,8 @@ pub struct Loaded {
 /// every problem is reported at once. Install the metrics recorder first:
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
-    let floodgate_runtime::config::Loaded {
-        source,
-        compiled,
-        settings,
-        thread,
-    } = floodgate_runtime::config::load(flags, env)?;
-    let docs = &compiled.loaded.documents;
+    let runtime = floodgate_runtime::config::load(flags, env)?;
+    let docs = &runtime.compiled.loaded.documents;
     let mut errors = Errors::default();
     let gateway = GatewayConfig::resolve(flags, env, docs)
         .map_err(|e| errors.extend(e))
@@ -78,12 +67,9 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
         .flatten();
     errors.finish(()).map_err(GatewayError::Config)?;
     Ok(Loaded {
-        source,
-        compiled,
-        settings,
+        runtime,
         gateway: gateway.ok_or(GatewayError::NoSection)?,
         http,
-        thread,
     })
 }
 
@@ -91,10 +77,10 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
 /// current-thread runtime) until
 /// SIGTERM or SIGINT; logging must already be set up.
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), GatewayError> {
-    let runtime =
-        floodgate_runtime::threads::runtime(loaded.settings.server.workers, "floodgate-gw")
-            .map_err(|e| GatewayError::Startup(e.to_string()))?;
-    let delay = loaded.settings.server.shutdown_delay;
+    let server = &loaded.runtime.settings.server;
+    let runtime = floodgate_runtime::threads::runtime(server.workers, "floodgate-gw")
+        .map_err(|e| GatewayError::Startup(e.to_string()))?;
+    let delay = server.shutdown_delay;
     runtime.block_on(async move {
         let running = start(loaded, prometheus).await?;
         floodgate_runtime::signals::shutdown_signal().await;
@@ -127,11 +113,6 @@ impl Running {
     /// The gateway.
     pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
         &self.gateway
-    }
-
-    /// Liveness and readiness.
-    pub fn health(&self) -> &Arc<Health> {
-        &self.health
     }
 
     /// Reloads now, as on SIGHUP: the configuration files are checked at
@@ -170,13 +151,16 @@ pub async fn start(
     prometheus: Option<PrometheusHandle>,
 ) -> Result<Running, GatewayError> {
     let Loaded {
+        runtime,
+        gateway: config,
+        http,
+    } = loaded;
+    let floodgate_runtime::config::Loaded {
         source,
         compiled,
         settings,
-        gateway: config,
-        http,
         thread,
-    } = loaded;
+    } = runtime;
     if config.upstream.urls.is_empty() {
         return Err(GatewayError::Startup("no upstream URL".into()));
     }
@@ -204,16 +188,24 @@ pub async fn start(
         None => None,
     };
     let gateway = Arc::new(Gateway::new(engine, limiter, proxy, config.access_log));
-    let watching = watch_config(
+    let reload = Reload::new(gateway.clone(), settings.policy, &loaded.documents);
+    let certificate = tls.clone();
+    // A renewed certificate is picked up at the policies' pace, and re-read
+    // whatever its files look like when a reload is asked for.
+    let watching = Watching::start(
         thread,
         source,
         Compiled {
             policy: floodgate_policy::PolicySet::empty(),
             loaded,
         },
-        &gateway,
-        &settings,
-        tls.clone(),
+        settings.server.reload_interval,
+        move |c: Compiled| reload.apply(c),
+        move |forced| {
+            if let Some(t) = &certificate {
+                t.reload(forced);
+            }
+        },
     );
     let listener = bind("gateway", config.listen).await?;
     let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
@@ -296,32 +288,4 @@ pub async fn start(
         admin_task,
         watching,
     })
-}
-
-/// Watches the configuration and the listener's certificate: every
-/// `server.reload_interval` (zero: only when asked, on SIGHUP); a renewed
-/// certificate is picked up at the policies' pace, and re-read whatever
-/// its files look like when a reload is asked for.
-fn watch_config(
-    thread: ConfigThread,
-    source: ConfigSource,
-    compiled: Compiled,
-    gateway: &Arc<Gateway<AnyBackend>>,
-    settings: &Settings,
-    tls: Option<Arc<ServerTls>>,
-) -> Watching {
-    let reload = Reload::new(gateway.clone(), settings.policy, &compiled.loaded.documents);
-    let reread_certificate = move |forced| {
-        if let Some(t) = &tls {
-            t.reload(forced);
-        }
-    };
-    Watching::start(
-        thread,
-        source,
-        compiled,
-        settings.server.reload_interval,
-        move |c: Compiled| reload.apply(c),
-        reread_certificate,
-    )
 }

@@ -7,7 +7,8 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,25 +22,18 @@ use tokio::time::Instant;
 /// How a client's request body failed to arrive whole: the client's
 /// fault, never the upstream's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 pub enum ClientBodyError {
     /// The framing is broken (an invalid chunk-size line, a chunk longer
     /// than its size, an HTTP/2 body longer or shorter than its
     /// `content-length`).
-    Malformed = 1,
+    Malformed,
     /// The client closed (or reset its stream) before the end.
-    Incomplete = 2,
+    Incomplete,
     /// More bytes than `max_body_bytes`.
-    TooLarge = 3,
+    TooLarge,
 }
 
 impl ClientBodyError {
-    fn from_code(code: u8) -> Option<Self> {
-        [Self::Malformed, Self::Incomplete, Self::TooLarge]
-            .into_iter()
-            .find(|e| *e as u8 == code)
-    }
-
     /// What a body error from hyper's server says of the client: a
     /// framing it broke, or a body it did not finish.
     fn of(e: &hyper::Error) -> Self {
@@ -99,8 +93,8 @@ pub struct Progress {
     /// to read).
     waiting_client: AtomicBool,
     done: AtomicBool,
-    /// A [`ClientBodyError`]'s code, 0 for none.
-    client_error: AtomicU8,
+    /// How the client broke its body, if it did (the first failure).
+    client_error: OnceLock<ClientBodyError>,
     finished: Notify,
 }
 
@@ -111,7 +105,7 @@ impl Progress {
             last: AtomicU64::new(0),
             waiting_client: AtomicBool::new(false),
             done: AtomicBool::new(false),
-            client_error: AtomicU8::new(0),
+            client_error: OnceLock::new(),
             finished: Notify::new(),
         }
     }
@@ -119,14 +113,12 @@ impl Progress {
     /// Records the client's failure (the first one), before the upload
     /// ends with it.
     fn fail(&self, e: ClientBodyError) {
-        let _ = self
-            .client_error
-            .compare_exchange(0, e as u8, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.client_error.set(e);
     }
 
     /// How the client broke its body, if it did.
     pub fn client_error(&self) -> Option<ClientBodyError> {
-        ClientBodyError::from_code(self.client_error.load(Ordering::Acquire))
+        self.client_error.get().copied()
     }
 
     fn touch(&self) {
@@ -178,13 +170,6 @@ pin_project! {
 /// Marks the upload finished when the body is dropped.
 struct Finisher(Arc<Progress>);
 
-impl std::ops::Deref for Finisher {
-    type Target = Progress;
-    fn deref(&self) -> &Progress {
-        &self.0
-    }
-}
-
 impl UploadBody {
     /// Wraps `body`, which may carry `max_bytes` (none: any length); the
     /// progress is tracked unless the body is empty (then there is
@@ -222,7 +207,7 @@ impl Body for UploadBody {
         let this = self.project();
         let mut body = this.body;
         let polled = body.as_mut().poll_frame(cx);
-        let Some(p) = this.progress.as_deref() else {
+        let Some(Finisher(p)) = this.progress.as_ref() else {
             return polled.map_err(UploadError::Client);
         };
         match polled {
@@ -263,7 +248,7 @@ impl Body for UploadBody {
 
     fn is_end_stream(&self) -> bool {
         let end = self.body.is_end_stream();
-        if end && let Some(p) = &self.progress {
+        if end && let Some(Finisher(p)) = &self.progress {
             p.finish();
         }
         end

@@ -13,22 +13,11 @@ use http::{HeaderValue, Request, Response, Uri, Version};
 use http_body::Body;
 
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
-use crate::connect::{ConnectError, Connector};
+use crate::connect::Connector;
 use crate::connection::{ExchangeError, Unsent, UpstreamBody};
 use crate::pool::{HostPool, spawn_reaper};
 use crate::tls::TlsError;
 use crate::upload::UploadBody;
-
-/// Why a request got no response from the upstream.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// No connection could be opened.
-    #[error(transparent)]
-    Connect(#[from] ConnectError),
-    /// The exchange broke (the connection closed, a malformed response).
-    #[error("upstream exchange: {0}")]
-    Exchange(#[from] ExchangeError),
-}
 
 /// Attempts for a request whose reused connection closed before the
 /// request was written (it never reached the upstream).
@@ -55,10 +44,6 @@ impl std::fmt::Debug for Upstream {
             .finish_non_exhaustive()
     }
 }
-
-/// Why a request could not be rewritten for the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BadTarget;
 
 /// `host[:port]`, the port left out when it is the scheme's default.
 fn host_value(url: &UpstreamUrl) -> HeaderValue {
@@ -125,9 +110,10 @@ impl Upstream {
     /// Rewrites a client's request (already stripped of its hop-by-hop
     /// fields) for the upstream: its URI (origin-form towards HTTP/1.1,
     /// absolute towards HTTP/2), version and `Host`. Returns the URL
-    /// chosen, for [`send`](Self::send).
-    pub fn prepare<B>(&self, req: &mut Request<B>) -> Result<usize, BadTarget> {
-        let target = self.pick().ok_or(BadTarget)?;
+    /// chosen, for [`send`](Self::send); none when the target cannot be
+    /// rewritten.
+    pub fn prepare<B>(&self, req: &mut Request<B>) -> Option<usize> {
+        let target = self.pick()?;
         let url = self.pools[target].url();
         let original = std::mem::take(req.uri_mut());
         let pq = original
@@ -137,8 +123,7 @@ impl Upstream {
         let pq = if url.prefix.is_empty() {
             pq
         } else {
-            PathAndQuery::try_from(format!("{}{}", url.prefix, pq.as_str()))
-                .map_err(|_| BadTarget)?
+            PathAndQuery::try_from(format!("{}{}", url.prefix, pq.as_str())).ok()?
         };
         let http2 = self.protocol == UpstreamProtocol::Http2;
         *req.uri_mut() = if http2 {
@@ -147,7 +132,7 @@ impl Upstream {
                 .authority(url.authority.clone())
                 .path_and_query(pq)
                 .build()
-                .map_err(|_| BadTarget)?
+                .ok()?
         } else {
             Uri::from(pq)
         };
@@ -182,7 +167,7 @@ impl Upstream {
         } else {
             Version::HTTP_11
         };
-        Ok(target)
+        Some(target)
     }
 
     /// Sends a prepared request to URL `target`, on a pooled connection
@@ -199,7 +184,7 @@ impl Upstream {
         &self,
         target: usize,
         mut req: Request<UploadBody>,
-    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + Send {
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, ExchangeError>> + Send {
         async move {
             let pool = &self.pools[target];
             let own = self.protocol == UpstreamProtocol::Http1
@@ -221,7 +206,7 @@ impl Upstream {
                         tracing::debug!(%error, "reused upstream connection failed; retrying");
                         req = again;
                     }
-                    Err(unsent) => return Err(SendError::Exchange(unsent.error)),
+                    Err(unsent) => return Err(unsent.error),
                 }
             }
         }

@@ -9,10 +9,17 @@ use std::task::{Context, Waker};
 use bytes::BytesMut;
 use http::{HeaderMap, Method, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
-use super::Stream;
 use super::head::{self, Head, Parsed};
 use crate::connection::ExchangeError;
+
+/// An upstream connection's byte stream: TCP (`http://`), or TLS over TCP
+/// (`https://`; boxed: the TLS state is large, and moved with the
+/// connection in and out of the pool).
+pub type Stream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// Read buffer space reserved at a time.
 pub(crate) const READ_CHUNK: usize = 8 * 1024;
@@ -47,12 +54,16 @@ impl Conn {
     /// then one non-blocking read, through TLS if any (so that a TLS
     /// record that carries no data, a session ticket, does not count).
     pub fn is_usable(&mut self) -> bool {
-        if self.stream.is_quiet() {
+        let tcp = match &self.stream {
+            Either::Left(tcp) => tcp,
+            Either::Right(tls) => tls.get_ref().0,
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        if tcp.poll_read_ready(&mut cx).is_pending() {
             return true;
         }
         let mut probe = [0u8; 1];
         let mut probe = ReadBuf::new(&mut probe);
-        let mut cx = Context::from_waker(Waker::noop());
         Pin::new(&mut self.stream)
             .poll_read(&mut cx, &mut probe)
             .is_pending()
@@ -72,7 +83,7 @@ impl Conn {
             .write_all(&self.out)
             .await
             .map_err(ExchangeError::Write)?;
-        if let Stream::Tls(_) = self.stream {
+        if let Either::Right(_) = self.stream {
             self.stream.flush().await.map_err(ExchangeError::Write)?;
         }
         let mut answered = false;
@@ -115,11 +126,11 @@ mod tests {
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        (Conn::new(Stream::Tcp(client)), server)
+        (Conn::new(Either::Left(client)), server)
     }
 
     async fn readable(conn: &Conn) {
-        if let Stream::Tcp(s) = &conn.stream {
+        if let Either::Left(s) = &conn.stream {
             s.readable().await.unwrap();
         }
     }

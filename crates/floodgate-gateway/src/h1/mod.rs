@@ -18,11 +18,10 @@ pub mod body;
 pub mod chunked;
 pub mod conn;
 pub mod head;
-pub mod stream;
 
 pub use body::ResponseBody;
 pub use conn::Conn;
-pub use stream::Stream;
+pub use conn::Stream;
 
 /// A response head or body the upstream framed wrongly.
 #[derive(Debug, thiserror::Error)]

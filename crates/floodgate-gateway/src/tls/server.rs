@@ -4,7 +4,6 @@
 //! configuration's pace (new handshakes use the new certificate;
 //! established connections keep theirs).
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -21,14 +20,9 @@ use crate::config::ListenerTls;
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// The certificate currently served.
+#[derive(Debug)]
 struct Resolver {
     current: ArcSwap<CertifiedKey>,
-}
-
-impl fmt::Debug for Resolver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Resolver").finish_non_exhaustive()
-    }
 }
 
 impl ResolvesServerCert for Resolver {
@@ -73,15 +67,6 @@ pub struct ServerTls {
     resolver: Arc<Resolver>,
     acceptor: TlsAcceptor,
     stamp: Mutex<Stamp>,
-}
-
-impl fmt::Debug for ServerTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServerTls")
-            .field("cert", &self.files.cert)
-            .field("key", &self.files.key)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ServerTls {

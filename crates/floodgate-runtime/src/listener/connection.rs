@@ -29,7 +29,6 @@ use tokio_rustls::TlsAcceptor;
 
 use super::accept::{Accepted, Slot};
 use super::connections::{Activity, InFlight};
-use super::idle::{OpenStream, Streams};
 use super::sniff::{Prefixed, Sniffed, sniff};
 use super::{HttpService, ResponseBody};
 
@@ -169,30 +168,24 @@ impl Http {
             Sniffed::Http2 | Sniffed::Closed => activity.silent(),
         }
         let io = TokioIo::new(io);
-        let service = Arc::new(service);
+        // A request (an HTTP/2 stream) is in flight until its response body
+        // is dropped.
+        let counted = activity.clone();
+        let svc = service_fn(move |req: Request<Incoming>| {
+            let flight = counted.begin();
+            Answer::new(service.call(req), flight)
+        });
         let result = match (kind, self.protocols) {
             (Sniffed::Closed, _) | (Sniffed::Http1, Protocols::Http2) => return,
             (Sniffed::Http1, Protocols::Http1AndHttp2) => {
-                // A request is in flight until its response body ends.
-                let svc = service_fn(move |req: Request<Incoming>| {
-                    let flight = activity.begin();
-                    Answer::new(service.call(req), None, flight)
-                });
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
                 drive(conn, |c| c.graceful_shutdown(), stop, None).await
             }
             (Sniffed::Http2, _) => {
-                // Every stream counts as open (and in flight) until its
-                // response body is dropped; a connection with none for the
-                // idle timeout closes.
-                let streams = Arc::new(Streams::new());
-                let counted = streams.clone();
-                let svc = service_fn(move |req: Request<Incoming>| {
-                    let (open, flight) = (counted.open(), activity.begin());
-                    Answer::new(service.call(req), Some(open), flight)
-                });
+                // A connection with no stream in flight for the idle timeout
+                // closes.
                 let conn = self.h2.serve_connection(io, svc);
-                let idle = Some((&*streams, self.limits.http2_idle_timeout));
+                let idle = Some((&*activity, self.limits.http2_idle_timeout));
                 drive(conn, |c| c.graceful_shutdown(), stop, idle).await
             }
         };
@@ -225,15 +218,15 @@ pin_project! {
     struct Answer<F> {
         #[pin]
         answer: F,
-        kept: Option<(Option<OpenStream>, InFlight)>,
+        flight: Option<InFlight>,
     }
 }
 
 impl<F> Answer<F> {
-    fn new(answer: F, open: Option<OpenStream>, flight: InFlight) -> Self {
+    fn new(answer: F, flight: InFlight) -> Self {
         Answer {
             answer,
-            kept: Some((open, flight)),
+            flight: Some(flight),
         }
     }
 }
@@ -247,29 +240,21 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Ok(res) = ready!(this.answer.poll(cx));
-        let (open, flight) = this.kept.take().expect("polled after completion");
-        Poll::Ready(Ok(res.map(|body| Held::new(body, open, flight))))
+        let flight = this.flight.take().expect("polled after completion");
+        Poll::Ready(Ok(res.map(|body| Held {
+            body,
+            _flight: flight,
+        })))
     }
 }
 
 pin_project! {
-    /// A response body that keeps its request in flight (and its HTTP/2
-    /// stream counted open) until it is dropped.
+    /// A response body that keeps its request (its HTTP/2 stream) in
+    /// flight until it is dropped.
     pub struct Held<B> {
         #[pin]
         body: B,
-        _open: Option<OpenStream>,
         _flight: InFlight,
-    }
-}
-
-impl<B> Held<B> {
-    fn new(body: B, open: Option<OpenStream>, flight: InFlight) -> Self {
-        Held {
-            body,
-            _open: open,
-            _flight: flight,
-        }
     }
 }
 
@@ -306,7 +291,7 @@ async fn drive<C>(
     conn: C,
     graceful: impl FnOnce(Pin<&mut C>),
     mut stop: watch::Receiver<bool>,
-    idle: Option<(&Streams, Duration)>,
+    idle: Option<(&Activity, Duration)>,
 ) -> Result<(), hyper::Error>
 where
     C: Future<Output = Result<(), hyper::Error>>,
@@ -314,7 +299,7 @@ where
     let mut conn = pin!(conn);
     let idle_for = async {
         match idle {
-            Some((streams, timeout)) => streams.idle_for(timeout).await,
+            Some((activity, timeout)) => activity.idle_for(timeout).await,
             None => std::future::pending().await,
         }
     };
@@ -328,9 +313,9 @@ where
     graceful(conn.as_mut());
     match idle.filter(|_| idled) {
         None => conn.await,
-        Some((streams, timeout)) => tokio::select! {
+        Some((activity, timeout)) => tokio::select! {
             out = conn.as_mut() => out,
-            _ = streams.idle_for(timeout) => {
+            _ = activity.idle_for(timeout) => {
                 tracing::debug!("idle HTTP/2 connection closed");
                 Ok(())
             }

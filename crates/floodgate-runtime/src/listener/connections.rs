@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
@@ -84,17 +84,37 @@ impl Activity {
     /// room. Check [`keep`](Self::keep) then: a request that began in the
     /// meantime keeps it open.
     pub async fn evicted(&self) {
-        std::future::poll_fn(|cx| self.poll_evicted(cx)).await
+        std::future::poll_fn(|cx| {
+            self.close.register(cx.waker());
+            if self.state.load(Ordering::Acquire) & EVICTED != 0 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
-    /// [`evicted`](Self::evicted) as a poll: ready once the connection has
-    /// been chosen to close, the task polling it woken then.
-    pub fn poll_evicted(&self, cx: &mut Context<'_>) -> Poll<()> {
-        self.close.register(cx.waker());
-        if self.state.load(Ordering::Acquire) & EVICTED != 0 {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
+    /// Resolves once the connection has had no request in flight for
+    /// `timeout`, counted from now at the earliest.
+    pub async fn idle_for(&self, timeout: Duration) {
+        let start = self.now();
+        let timeout = timeout.as_micros().min(u64::MAX as u128) as u64;
+        loop {
+            // A request in flight: looked at again a timeout later (it may
+            // have ended by then).
+            let busy = self.state.load(Ordering::Acquire) & !EVICTED != 0;
+            let now = self.now();
+            let due = if busy {
+                now
+            } else {
+                self.since.load(Ordering::Relaxed).max(start)
+            }
+            .saturating_add(timeout);
+            if !busy && now >= due {
+                return;
+            }
+            tokio::time::sleep(Duration::from_micros(due - now)).await;
         }
     }
 
@@ -385,6 +405,25 @@ mod tests {
                 .is_err(),
             "a head that has only just begun stays"
         );
+    }
+
+    #[tokio::test]
+    async fn idle_only_without_a_request_in_flight() {
+        let c = Arc::new(Connections::new(metrics::Counter::noop()));
+        let r = c.register();
+        let request = r.activity().begin();
+        let idle = r.activity().idle_for(Duration::from_millis(50));
+        tokio::pin!(idle);
+        // A request in flight: never idle.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), idle.as_mut())
+                .await
+                .is_err()
+        );
+        drop(request);
+        let started = tokio::time::Instant::now();
+        idle.await;
+        assert!(started.elapsed() >= Duration::from_millis(50));
     }
 
     #[tokio::test]

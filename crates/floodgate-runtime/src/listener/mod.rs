@@ -7,7 +7,6 @@ mod accept;
 mod connection;
 mod connections;
 pub mod descriptors;
-mod idle;
 mod sniff;
 
 use std::convert::Infallible;
