@@ -77,13 +77,6 @@ pub struct ProxyStats {
     pub upgraded: AtomicU64,
 }
 
-impl ProxyStats {
-    /// A counter's value.
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
-
 struct Shared {
     upstream: Upstream,
     body_read_timeout: Duration,

@@ -91,10 +91,8 @@ impl Watching {
                 };
                 tokio::select! {
                     got = hup => {
-                        if got.is_none() {
-                            hangup = None;
-                            continue;
-                        }
+                        // None: the runtime is shutting down.
+                        let Some(()) = got else { return };
                         tracing::info!("SIGHUP received: reloading the configuration");
                         t.request();
                         a(true);
