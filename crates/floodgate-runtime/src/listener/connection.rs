@@ -303,12 +303,13 @@ where
             None => std::future::pending().await,
         }
     };
-    // The connection first: the signal's check takes a lock.
+    // The connection first: the signal's check takes a lock. Without an
+    // idle timeout the timer is not polled at all.
     let idled = tokio::select! {
         biased;
         out = conn.as_mut() => return out,
         _ = signalled(&mut stop) => false,
-        _ = idle_for => true,
+        _ = idle_for, if idle.is_some() => true,
     };
     graceful(conn.as_mut());
     match idle.filter(|_| idled) {
