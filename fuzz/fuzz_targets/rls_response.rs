@@ -14,7 +14,7 @@ use floodgate_policy::unit::Unit;
 use floodgate_policy::{Code, Response, Status};
 use floodgate_server::internals::{RateLimitHeaders, encode_response, generated};
 use floodgate_server::proto::rls::RateLimitResponse;
-use floodgate_runtime::settings::HeaderSettings;
+use floodgate_runtime::settings::{HeaderSettings, Settings};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -60,7 +60,7 @@ fuzz_target!(|input: Input<'_>| {
     let settings = HeaderSettings {
         enabled: input.headers & 1 == 1,
         x_ratelimit: input.headers & 2 == 2,
-        ..HeaderSettings::default()
+        ..Settings::default().server.headers
     };
     let headers = RateLimitHeaders::new(&settings).expect("the default header names are valid");
     let mut out = BytesMut::new();

@@ -127,7 +127,7 @@ impl Envoy {
                 let p: u16 = p
                     .trim()
                     .parse()
-                    .map_err(|_| format!("{port}: expected a port number, found `{p}`"))?;
+                    .map_err(|_| format!("expected a port number, found `{p}`"))?;
                 let h = env.get(host).unwrap_or_else(|| "0.0.0.0".into());
                 Ok(Some(host_port(&h, p)))
             }
