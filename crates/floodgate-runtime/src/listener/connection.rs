@@ -7,7 +7,7 @@
 //! in flight and closes.
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
@@ -297,6 +297,7 @@ where
     C: Future<Output = Result<(), hyper::Error>>,
 {
     let mut conn = pin!(conn);
+    let streams = idle.map(|(activity, _)| activity);
     let idle_for = async {
         match idle {
             Some((activity, timeout)) => activity.idle_for(timeout).await,
@@ -307,21 +308,40 @@ where
     // idle timeout the timer is not polled at all.
     let idled = tokio::select! {
         biased;
-        out = conn.as_mut() => return out,
+        out = poll_fn(|cx| poll_batched(conn.as_mut(), cx, streams)) => return out,
         _ = signalled(&mut stop) => false,
         _ = idle_for, if idle.is_some() => true,
     };
     graceful(conn.as_mut());
+    let finished = poll_fn(|cx| poll_batched(conn.as_mut(), cx, streams));
     match idle.filter(|_| idled) {
-        None => conn.await,
+        None => finished.await,
         Some((activity, timeout)) => tokio::select! {
-            out = conn.as_mut() => out,
+            out = finished => out,
             _ = activity.idle_for(timeout) => {
                 tracing::debug!("idle HTTP/2 connection closed");
                 Ok(())
             }
         },
     }
+}
+
+/// Polls an HTTP/2 connection (its `streams`) once. A poll that began
+/// streams yields: the tasks answering them run before the connection
+/// does again, which then writes their responses together, rather than
+/// being woken by the first answer to write it alone (a system call per
+/// response).
+fn poll_batched<C: Future>(
+    conn: Pin<&mut C>,
+    cx: &mut Context<'_>,
+    streams: Option<&Activity>,
+) -> Poll<C::Output> {
+    let before = streams.map(Activity::in_flight);
+    let out = conn.poll(cx);
+    if out.is_pending() && before.is_some_and(|b| streams.is_some_and(|s| s.in_flight() > b)) {
+        cx.waker().wake_by_ref();
+    }
+    out
 }
 
 #[cfg(test)]
@@ -345,5 +365,41 @@ mod tests {
         stop.send_replace(true);
         let out = tokio::time::timeout(Duration::from_secs(5), driven).await;
         assert!(matches!(out, Ok(Ok(Ok(())))));
+    }
+
+    /// An HTTP/2 connection whose poll began a stream is polled again
+    /// after the tasks it woke; one that began none, or an HTTP/1.1
+    /// connection, waits to be woken.
+    #[test]
+    fn a_poll_that_began_streams_yields() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::{Wake, Waker};
+
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let registry = Arc::new(super::super::connections::Connections::new(
+            metrics::Counter::noop(),
+        ));
+        let registered = registry.register();
+        let activity = registered.activity();
+        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut begun = Vec::new();
+        let mut conn = pin!(std::future::poll_fn(|_| {
+            begun.push(activity.begin());
+            Poll::<()>::Pending
+        }));
+        let mut idle = pin!(std::future::pending::<()>());
+
+        assert!(poll_batched(conn.as_mut(), &mut cx, Some(activity)).is_pending());
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+        assert!(poll_batched(idle.as_mut(), &mut cx, Some(activity)).is_pending());
+        assert!(poll_batched(conn.as_mut(), &mut cx, None).is_pending());
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
     }
 }

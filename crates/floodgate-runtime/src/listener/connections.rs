@@ -80,6 +80,11 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.state.load(Ordering::Acquire) & !EVICTED
+    }
+
     /// Resolves when the connection has been chosen to close to make
     /// room. Check [`keep`](Self::keep) then: a request that began in the
     /// meantime keeps it open.
@@ -103,7 +108,7 @@ impl Activity {
         loop {
             // A request in flight: looked at again a timeout later (it may
             // have ended by then).
-            let busy = self.state.load(Ordering::Acquire) & !EVICTED != 0;
+            let busy = self.in_flight() != 0;
             let now = self.now();
             let due = if busy {
                 now
