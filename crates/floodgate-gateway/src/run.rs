@@ -97,7 +97,7 @@ pub struct Running {
     stop: watch::Sender<bool>,
     grace: Duration,
     task: JoinHandle<()>,
-    admin_task: Option<JoinHandle<Result<(), String>>>,
+    admin_task: Option<JoinHandle<()>>,
     /// Reloads on SIGHUP, when asked and every `server.reload_interval`,
     /// the listener's certificate with the configuration (stops when the
     /// gateway is dropped).

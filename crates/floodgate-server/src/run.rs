@@ -85,7 +85,7 @@ pub async fn serve(
     let _watching = Watching::start(thread, source, compiled, interval, apply, |_| {});
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks: Vec<JoinHandle<Result<(), String>>> = Vec::new();
+    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
     let s = &settings.server;
     // Each public listener has its cap, the admin listener its own (a
     // flood of the public ones leaves it reachable); together they fit the
@@ -122,8 +122,7 @@ pub async fn serve(
     let failed = tokio::select! {
         _ = shutdown => None,
         (res, _, _) = futures_util::future::select_all(tasks.iter_mut()) => Some(match res {
-            Ok(Ok(())) => "a server stopped".to_owned(),
-            Ok(Err(e)) => e,
+            Ok(()) => "a server stopped".to_owned(),
             Err(e) => e.to_string(),
         }),
     };

@@ -129,17 +129,14 @@ pub fn spawn_service<S, B>(
     http: Http,
     places: usize,
     stop: watch::Receiver<bool>,
-) -> JoinHandle<Result<(), String>>
+) -> JoinHandle<()>
 where
     S: HttpService<B> + Clone,
     B: ResponseBody,
 {
     let counters = Counters::of(what);
     let service = move |_: SocketAddr, _: &Arc<Slot>| service.clone();
-    tokio::spawn(async move {
-        serve(listener, places, counters, http, None, stop, service).await;
-        Ok(())
-    })
+    tokio::spawn(serve(listener, places, counters, http, None, stop, service))
 }
 
 /// [`spawn_service`] for an axum router.
@@ -150,7 +147,7 @@ pub fn spawn_router(
     http: Http,
     places: usize,
     stop: watch::Receiver<bool>,
-) -> JoinHandle<Result<(), String>> {
+) -> JoinHandle<()> {
     let service = hyper_util::service::TowerToHyperService::new(router);
     spawn_service(what, listener, service, http, places, stop)
 }

@@ -34,7 +34,7 @@ pub async fn spawn(
     http: Http,
     places: usize,
     stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<Result<(), String>>, RuntimeError> {
+) -> Result<JoinHandle<()>, RuntimeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let reflection = || {
         tonic_reflection::server::Builder::configure()
