@@ -9,7 +9,7 @@ use super::parse::{
     ANY, LOOPBACK, boolean, choice, count_in, duration, header_bytes, parse_listen_on,
     positive_duration, size,
 };
-use super::table::{Env, Envoy, InFile, Kind, Setting, Value, host_port};
+use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
 use super::{LogFormat, Settings};
 
 type S = Setting<Settings>;
@@ -42,14 +42,9 @@ fn runtime_root(env: &Env<'_>) -> Result<Option<String>, String> {
 /// envoyproxy/ratelimit's debug listener: `DEBUG_HOST` + `DEBUG_PORT`, or
 /// `PROMETHEUS_ADDR` when `USE_PROMETHEUS` is on (a bare port on loopback).
 fn debug_listener(env: &Env<'_>) -> Result<Option<String>, String> {
-    if let Some(port) = env.get("DEBUG_PORT") {
-        let port: u16 = port
-            .trim()
-            .parse()
-            .map_err(|_| format!("expected a port number, found `{port}`"))?;
-        // No host: on loopback, as a bare port is.
-        let host = env.get("DEBUG_HOST").unwrap_or_default();
-        return Ok(Some(host_port(&host, port)));
+    // No host: on loopback, as a bare port is.
+    if let Some(debug) = env.host_port("DEBUG_HOST", "DEBUG_PORT", "")? {
+        return Ok(Some(debug));
     }
     let prometheus = env
         .get("USE_PROMETHEUS")

@@ -39,10 +39,6 @@ pub(super) struct RedisAddress {
     sentinel_auth: Option<String>,
     tls: bool,
     divide_by: u32,
-    /// `store.sync.*`, combined at the end.
-    sync_mode: Option<SyncMode>,
-    sync_interval: Duration,
-    lease_duration: Duration,
 }
 
 /// `sync: <mode>` stands for `sync: {mode: <mode>}`.
@@ -207,17 +203,26 @@ pub(super) fn declare(t: &mut Vec<S>) {
             let mode = SyncMode::parse(&text).ok_or_else(|| {
                 format!("unknown sync mode `{text}` (expected one of: {})", SyncMode::NAMES.join(", "))
             })?;
-            s.store.address.sync_mode = Some(mode);
+            s.store.redis.sync = mode;
             Ok(())
         })
         .samples("lease", "sync"));
     t.push(S::new("store.sync.interval", "FLOODGATE_SYNC_INTERVAL", "sync-interval", Kind::Duration, "100ms",
         "redis, `sync: sync`: how often each instance pushes its hits and pulls the counts (1ms to 1h)",
-        |s, v| { s.store.address.sync_interval = sync_period(&v.text())?; Ok(()) })
+        // After the mode (the table's order): a period belongs to its mode.
+        |s, v| {
+            let period = sync_period(&v.text())?;
+            if let SyncMode::Sync { interval } = &mut s.store.redis.sync { *interval = period }
+            Ok(())
+        })
         .context(SYNC));
     t.push(S::new("store.sync.duration", "FLOODGATE_LEASE_DURATION", "lease-duration", Kind::Duration, "1s",
         "redis, `sync: lease`: how long a lease may be used before its unused units go back (1ms to 1h)",
-        |s, v| { s.store.address.lease_duration = sync_period(&v.text())?; Ok(()) })
+        |s, v| {
+            let period = sync_period(&v.text())?;
+            if let SyncMode::Lease { duration } = &mut s.store.redis.sync { *duration = period }
+            Ok(())
+        })
         .context(LEASE));
     t.push(S::new("store.sync.instances", "FLOODGATE_INSTANCES", "instances", Kind::Count, "0",
         "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
@@ -357,7 +362,7 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
             ),
         }
     }
-    r.sync = sync_mode(&a, origins, errors);
+    check_sync_periods(r.sync, origins, errors);
     if !r.pipeline_window.is_zero() && r.pipeline_window >= r.timeout {
         errors.push(origins.of("store.pipeline_window").error(format!(
             "pipeline_window must be shorter than the timeout ({:?})",
@@ -375,10 +380,9 @@ fn sync_period(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// The store-wide sync mode from `store.sync.*`: a period belongs to its
-/// mode (`interval` to `sync`, `duration` to `lease`).
-fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> SyncMode {
-    let mode = a.sync_mode.unwrap_or(SyncMode::Exact);
+/// A period given in the file belongs to its mode (`interval` to `sync`,
+/// `duration` to `lease`).
+fn check_sync_periods(mode: SyncMode, origins: &Origins, errors: &mut Errors) {
     let sync = matches!(mode, SyncMode::Sync { .. });
     let lease = matches!(mode, SyncMode::Lease { .. });
     for (key, applies) in [
@@ -392,15 +396,6 @@ fn sync_mode(a: &RedisAddress, origins: &Origins, errors: &mut Errors) -> SyncMo
                 mode.name()
             )));
         }
-    }
-    match mode {
-        SyncMode::Lease { .. } => SyncMode::Lease {
-            duration: a.lease_duration,
-        },
-        SyncMode::Sync { .. } => SyncMode::Sync {
-            interval: a.sync_interval,
-        },
-        SyncMode::Exact => SyncMode::Exact,
     }
 }
 

@@ -120,28 +120,9 @@ impl Envoy {
                 let v = v.trim();
                 v != "0" && v != "0s"
             })),
-            Envoy::HostPort(host, port) => {
-                let Some(p) = env.get(port) else {
-                    return Ok(None);
-                };
-                let p: u16 = p
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("expected a port number, found `{p}`"))?;
-                let h = env.get(host).unwrap_or_else(|| "0.0.0.0".into());
-                Ok(Some(host_port(&h, p)))
-            }
+            Envoy::HostPort(host, port) => env.host_port(host, port, "0.0.0.0"),
             Envoy::Read { read, .. } => read(env),
         }
-    }
-}
-
-/// `host:port`, an IPv6 host in brackets (an empty host: `:port`).
-pub(super) fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }
 
@@ -225,6 +206,30 @@ impl<'a> Env<'a> {
     /// A variable's value, unless unset or blank.
     pub fn get(&self, name: &str) -> Option<String> {
         (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// `host:port` from a host and a port variable (the host defaulting to
+    /// `default_host`, an IPv6 one in brackets; an empty host: `:port`),
+    /// if the port is set.
+    pub(super) fn host_port(
+        &self,
+        host: &str,
+        port: &str,
+        default_host: &str,
+    ) -> Result<Option<String>, String> {
+        let Some(p) = self.get(port) else {
+            return Ok(None);
+        };
+        let p: u16 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("expected a port number, found `{p}`"))?;
+        let h = self.get(host).unwrap_or_else(|| default_host.into());
+        Ok(Some(if h.contains(':') && !h.starts_with('[') {
+            format!("[{h}]:{p}")
+        } else {
+            format!("{h}:{p}")
+        }))
     }
 }
 
