@@ -19,6 +19,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// The configuration thread; it ends once dropped, or once the last job,
 /// handed to it on shutdown, returns.
+#[derive(Debug)]
 pub struct ConfigThread {
     jobs: mpsc::Sender<Job>,
     thread: JoinHandle<()>,
@@ -61,13 +62,5 @@ impl ConfigThread {
     pub(crate) fn finish(self, job: Job) -> Option<JoinHandle<()>> {
         self.jobs.send(job).ok()?;
         Some(self.thread)
-    }
-}
-
-impl std::fmt::Debug for ConfigThread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConfigThread")
-            .field("thread", &self.thread.thread().id())
-            .finish()
     }
 }

@@ -358,7 +358,10 @@ fn unsupported_envoy_variables_are_named() {
     assert_eq!(found[0].0, "USE_STATSD");
     // Every variable a setting reads is supported.
     for s in Settings::table() {
-        for (name, _) in UNSUPPORTED_ENVOY_VARIABLES {
+        for name in UNSUPPORTED_ENVOY_VARIABLES
+            .iter()
+            .flat_map(|(names, _)| *names)
+        {
             assert_ne!(*name, s.env, "{}", s.key);
             if let Some(e) = &s.envoy {
                 assert!(!e.names().contains(&format!("`{name}`")), "{}", s.key);
@@ -435,4 +438,13 @@ fn the_store_wide_sync_mode() {
     // A memory store has no sync mode to set.
     let e = file("store:\n  sync: lease\n").unwrap_err().to_string();
     assert!(e.contains("only applies to backend: redis"), "{e}");
+}
+
+/// The store's declared defaults are the Redis library's own
+/// (`RedisConfig::default`), so a program embedding the library and the
+/// binaries start from the same store.
+#[test]
+fn the_redis_defaults_are_the_librarys() {
+    let redis = file("store:\n  backend: redis\n").unwrap().store.redis;
+    assert_eq!(redis, floodgate_redis::RedisConfig::default());
 }

@@ -2,90 +2,73 @@
 //! implement: each one set is named in a warning at startup.
 
 /// envoyproxy/ratelimit's variables that Floodgate does not implement,
-/// each with what to do instead. Setting one changes nothing, so startup
+/// in groups, each with what to do instead. Setting one changes nothing, so startup
 /// warns about each that is set ([`warn_unsupported`]).
 #[rustfmt::skip]
-pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&str, &str)] = &[
-    ("PROTO", "the listeners are TCP"),
-    ("GRPC_UDS", "the gRPC listener is TCP (FLOODGATE_GRPC_ADDR)"),
-    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
-    ("GRPC_MAX_CONNECTION_AGE_GRACE", "connections are not aged out"),
-    ("GRPC_SERVER_USE_TLS", "the gRPC listener speaks plaintext HTTP/2; terminate TLS in front of it"),
-    ("GRPC_SERVER_TLS_CERT", "the gRPC listener has no TLS"),
-    ("GRPC_SERVER_TLS_KEY", "the gRPC listener has no TLS"),
-    ("GRPC_CLIENT_TLS_CACERT", "the gRPC listener has no TLS"),
-    ("GRPC_CLIENT_TLS_SAN", "the gRPC listener has no TLS"),
-    ("CONFIG_TYPE", "the configuration comes from files only"),
-    ("FORCE_START_WITHOUT_INITIAL_CONFIG", "a configuration file is required"),
-    ("CONFIG_GRPC_XDS_NODE_ID", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_NODE_METADATA", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_SERVER_URL", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "no xDS configuration source"),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "no xDS configuration source"),
-    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "no xDS configuration source"),
-    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "no xDS configuration source"),
-    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "no xDS configuration source"),
-    ("XDS_CLIENT_BACKOFF_JITTER", "no xDS configuration source"),
-    ("USE_STATSD", "metrics are Prometheus only (admin listener /metrics)"),
-    ("STATSD_HOST", "metrics are Prometheus only (admin listener /metrics)"),
-    ("STATSD_PORT", "metrics are Prometheus only (admin listener /metrics)"),
-    ("USE_DOG_STATSD", "metrics are Prometheus only (admin listener /metrics)"),
-    ("USE_DOG_STATSD_MOGRIFIERS", "metrics are Prometheus only (admin listener /metrics)"),
-    ("EXTRA_TAGS", "metric labels are fixed"),
-    ("STATS_FLUSH_INTERVAL", "metrics are scraped, not pushed"),
-    ("DISABLE_STATS", "metrics are always kept; turn the admin listener off to hide them"),
-    ("PROMETHEUS_PATH", "metrics are served at /metrics"),
-    ("PROMETHEUS_MAPPER_YAML", "metric names are fixed"),
-    ("RUNTIME_IGNOREDOTFILES", "files and directories are read as configured"),
-    ("RUNTIME_WATCH_ROOT", "the configured files are polled (FLOODGATE_RELOAD_INTERVAL)"),
-    ("EXPIRATION_JITTER_MAX_SECONDS", "counter expiry is exact, without jitter"),
-    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "the service starts only with a valid configuration"),
-    ("REDIS_SOCKET_TYPE", "REDIS_URL decides: host:port for TCP, unix:///path for a socket"),
-    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Redis TLS always verifies the host name"),
-    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "readiness follows the store's circuit breaker"),
-    ("REDIS_PERSECOND", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_SOCKET_TYPE", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_TYPE", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_URL", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_POOL_SIZE", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_AUTH", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_SENTINEL_AUTH", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_TLS", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_TIMEOUT", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_PIPELINE_WINDOW", "one Redis serves every limit"),
-    ("REDIS_PERSECOND_PIPELINE_LIMIT", "one Redis serves every limit"),
-    ("MEMCACHE_HOST_PORT", "the stores are memory and Redis"),
-    ("MEMCACHE_MAX_IDLE_CONNS", "the stores are memory and Redis"),
-    ("MEMCACHE_SRV", "the stores are memory and Redis"),
-    ("MEMCACHE_SRV_REFRESH", "the stores are memory and Redis"),
-    ("MEMCACHE_TLS", "the stores are memory and Redis"),
-    ("MEMCACHE_TLS_CLIENT_CERT", "the stores are memory and Redis"),
-    ("MEMCACHE_TLS_CLIENT_KEY", "the stores are memory and Redis"),
-    ("MEMCACHE_TLS_CACERT", "the stores are memory and Redis"),
-    ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "the stores are memory and Redis"),
-    ("RESPONSE_DYNAMIC_METADATA", "responses carry no dynamic metadata"),
-    ("QUOTA_MODE", "set quota_mode: true on the rules that are quotas"),
-    ("TRACING_ENABLED", "no OpenTelemetry tracing; logs are structured (LOG_FORMAT=json)"),
-    ("TRACING_SERVICE_NAME", "no OpenTelemetry tracing"),
-    ("TRACING_SERVICE_NAMESPACE", "no OpenTelemetry tracing"),
-    ("TRACING_SERVICE_INSTANCE_ID", "no OpenTelemetry tracing"),
-    ("TRACING_EXPORTER_PROTOCOL", "no OpenTelemetry tracing"),
-    ("TRACING_SAMPLING_RATE", "no OpenTelemetry tracing"),
+pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
+    (&["PROTO"], "the listeners are TCP"),
+    (&["GRPC_UDS"], "the gRPC listener is TCP (FLOODGATE_GRPC_ADDR)"),
+    (&["GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"], "connections are not aged out"),
+    (&["GRPC_SERVER_USE_TLS"],
+        "the gRPC listener speaks plaintext HTTP/2; terminate TLS in front of it"),
+    (&[
+        "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
+        "GRPC_CLIENT_TLS_SAN",
+    ], "the gRPC listener has no TLS"),
+    (&["CONFIG_TYPE"], "the configuration comes from files only"),
+    (&["FORCE_START_WITHOUT_INITIAL_CONFIG"], "a configuration file is required"),
+    (&[
+        "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
+    ], "no xDS configuration source"),
+    (&[
+        "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS",
+    ], "metrics are Prometheus only (admin listener /metrics)"),
+    (&["EXTRA_TAGS"], "metric labels are fixed"),
+    (&["STATS_FLUSH_INTERVAL"], "metrics are scraped, not pushed"),
+    (&["DISABLE_STATS"], "metrics are always kept; turn the admin listener off to hide them"),
+    (&["PROMETHEUS_PATH"], "metrics are served at /metrics"),
+    (&["PROMETHEUS_MAPPER_YAML"], "metric names are fixed"),
+    (&["RUNTIME_IGNOREDOTFILES"], "files and directories are read as configured"),
+    (&["RUNTIME_WATCH_ROOT"], "the configured files are polled (FLOODGATE_RELOAD_INTERVAL)"),
+    (&["EXPIRATION_JITTER_MAX_SECONDS"], "counter expiry is exact, without jitter"),
+    (&["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"],
+        "the service starts only with a valid configuration"),
+    (&["REDIS_SOCKET_TYPE"], "REDIS_URL decides: host:port for TCP, unix:///path for a socket"),
+    (&["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"], "Redis TLS always verifies the host name"),
+    (&["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"], "readiness follows the store's circuit breaker"),
+    (&[
+        "REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE",
+        "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH",
+        "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_TIMEOUT",
+        "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
+    ], "one Redis serves every limit"),
+    (&[
+        "MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH",
+        "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY",
+        "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+    ], "the stores are memory and Redis"),
+    (&["RESPONSE_DYNAMIC_METADATA"], "responses carry no dynamic metadata"),
+    (&["QUOTA_MODE"], "set quota_mode: true on the rules that are quotas"),
+    (&["TRACING_ENABLED"], "no OpenTelemetry tracing; logs are structured (LOG_FORMAT=json)"),
+    (&[
+        "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
+        "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+    ], "no OpenTelemetry tracing"),
 ];
 
 /// The unsupported envoyproxy/ratelimit variables that are set (to
 /// anything but blanks), each with what to do instead, in the order of
 /// [`UNSUPPORTED_ENVOY_VARIABLES`].
 pub fn unsupported(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
-    UNSUPPORTED_ENVOY_VARIABLES
-        .iter()
-        .filter(|(name, _)| env(name).is_some_and(|v| !v.trim().is_empty()))
-        .copied()
+    let variables = UNSUPPORTED_ENVOY_VARIABLES.iter();
+    let each = variables.flat_map(|(names, instead)| names.iter().map(move |n| (*n, *instead)));
+    each.filter(|(name, _)| env(name).is_some_and(|v| !v.trim().is_empty()))
         .collect()
 }
 
