@@ -90,12 +90,12 @@ impl Health {
     /// second while its circuit breaker is open), so that the store comes
     /// back — and readiness with it — even when no request comes to try
     /// it (an instance not ready gets none). Ends with the engine.
-    pub fn spawn_store_probes(&self) -> Option<tokio::task::JoinHandle<()>> {
+    pub fn spawn_store_probes(&self) {
         let AnyBackend::Redis(_) = self.engine.backend() else {
-            return None;
+            return;
         };
         let engine = Arc::downgrade(&self.engine);
-        Some(tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -110,7 +110,7 @@ impl Health {
                     tracing::info!("Redis answers again");
                 }
             }
-        }))
+        });
     }
 
     /// Copies the store's counters into the metrics registry (before a

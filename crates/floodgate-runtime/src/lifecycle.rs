@@ -39,14 +39,13 @@ impl Watching {
         source: ConfigSource,
         current: Compiled,
         interval: Duration,
-        apply: F,
+        mut apply: F,
         also: impl Fn(bool) + Send + Sync + 'static,
     ) -> Watching
     where
         F: FnMut(Compiled) -> R + Send + 'static,
         R: HandOver,
     {
-        let mut apply = apply;
         // What a reload read and replaced is freed once it is handed over:
         // give it back then.
         let apply = move |c: Compiled| {

@@ -32,7 +32,6 @@ pub enum StoreKind {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct RedisAddress {
     url: String,
-    mode: Option<Mode>,
     master: Option<String>,
     master_auth: Option<String>,
     auth: Option<String>,
@@ -87,7 +86,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
             let sentinel = Mode::Sentinel { master_name: String::new() };
             let mode = v.text().trim().to_ascii_lowercase();
             let modes = [(&["single"][..], Mode::Single), (&["cluster"], Mode::Cluster), (&["sentinel"], sentinel)];
-            s.store.address.mode = Some(choice(&mode, &modes)?);
+            s.store.redis.mode = choice(&mode, &modes)?;
             Ok(())
         })
         .envoy(Envoy::Var("REDIS_TYPE"))
@@ -268,11 +267,13 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut 
 
 /// The Redis configuration from the addresses, mode and credentials.
 fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
-    let a = store.address.clone();
-    let r = &mut store.redis;
+    let StoreSettings {
+        redis: r,
+        address: a,
+        ..
+    } = store;
     let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
-    let mode = a.mode.clone().unwrap_or(Mode::Single);
-    if let Mode::Sentinel { .. } = mode {
+    if let Mode::Sentinel { .. } = r.mode {
         let (name, urls) = match &a.master {
             Some(master) => {
                 let master = Mode::sentinel(master)
@@ -331,7 +332,6 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
                 );
             }
         }
-        r.mode = mode;
         if let Some(urls) = errors.take(parse_redis_urls(&a.url).map_err(url_error)) {
             r.urls = urls;
         }
