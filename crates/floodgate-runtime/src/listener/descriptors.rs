@@ -16,32 +16,12 @@ pub const RESERVE: u64 = 64;
 /// The soft limit on open files (`ulimit -n`), raised to the hard limit
 /// first if it is lower. `None` when it cannot be read.
 pub fn raise_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `getrlimit` writes the limits into the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return None;
+    let (before, _) = rlimit::Resource::NOFILE.get().ok()?;
+    let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(before);
+    if limit > before {
+        tracing::debug!(from = before, to = limit, "raised the open files limit");
     }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: `setrlimit` only reads the struct it is given.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            tracing::debug!(
-                from = lim.rlim_cur,
-                to = lim.rlim_max,
-                "raised the open files limit"
-            );
-            lim.rlim_cur = lim.rlim_max;
-        }
-    }
-    // `rlim_t` is `u64` on Linux, not on every target.
-    #[allow(clippy::unnecessary_cast)]
-    Some(lim.rlim_cur as u64)
+    Some(limit)
 }
 
 /// How many client connections `limit` open files leave room for, at
