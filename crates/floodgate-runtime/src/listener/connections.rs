@@ -309,6 +309,18 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Panics unless `r`'s connection is told to close within a second.
+    async fn told_to_close(r: &Registered) {
+        let told = tokio::time::timeout(Duration::from_secs(1), r.activity().evicted());
+        told.await.expect("told to close");
+    }
+
+    /// Whether `r`'s connection is told to close within 50 ms.
+    async fn told_within_50ms(r: &Registered) -> bool {
+        let told = tokio::time::timeout(Duration::from_millis(50), r.activity().evicted());
+        told.await.is_ok()
+    }
+
     #[tokio::test]
     async fn the_longest_waiting_go_first_and_busy_ones_never() {
         let c = Arc::new(Connections::new(metrics::Counter::noop()));
@@ -323,23 +335,15 @@ mod tests {
         assert_eq!(c.len(), 4);
         // `a` waited longest.
         assert_eq!(c.evict_waiting(1), 1);
-        tokio::time::timeout(Duration::from_secs(1), a.activity().evicted())
-            .await
-            .unwrap();
+        told_to_close(&a).await;
         assert!(!a.activity().keep());
         drop(a);
         // Then `b`, then `d`; never the busy one.
         assert_eq!(c.evict_waiting(5), 2);
         for r in [&b, &d] {
-            tokio::time::timeout(Duration::from_secs(1), r.activity().evicted())
-                .await
-                .unwrap();
+            told_to_close(r).await;
         }
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), busy.activity().evicted())
-                .await
-                .is_err()
-        );
+        assert!(!told_within_50ms(&busy).await);
         drop((b, d));
         // Once its request ends, it waits from then on.
         drop(request);
@@ -357,9 +361,7 @@ mod tests {
         // The older connection served a request just now.
         drop(old.activity().begin());
         assert_eq!(c.evict_waiting(1), 1);
-        tokio::time::timeout(Duration::from_secs(1), young.activity().evicted())
-            .await
-            .unwrap();
+        told_to_close(&young).await;
     }
 
     #[tokio::test]
@@ -372,9 +374,7 @@ mod tests {
         let grace = HEAD_GRACE.as_micros() as u64;
         // The silent one goes, the one sending its head is left alone...
         assert_eq!(c.evict_at(2, at + grace - 1), 1);
-        tokio::time::timeout(Duration::from_secs(1), silent.activity().evicted())
-            .await
-            .unwrap();
+        told_to_close(&silent).await;
         drop(silent);
         let full = HEAD_GRACE_WHEN_FULL.as_micros() as u64;
         assert_eq!(c.evict_at(1, at + full - 1), 0, "within its grace");
@@ -393,21 +393,15 @@ mod tests {
         let idle = c.register();
         // An idle connection goes first, whatever its age...
         assert_eq!(c.evict_at(1, later), 1);
-        tokio::time::timeout(Duration::from_secs(1), idle.activity().evicted())
-            .await
-            .unwrap();
+        told_to_close(&idle).await;
         drop(idle);
         // ... then the head that has been arriving longest.
         let young = c.register();
         young.activity().heard();
         assert_eq!(c.evict_at(1, later), 1);
-        tokio::time::timeout(Duration::from_secs(1), slow.activity().evicted())
-            .await
-            .unwrap();
+        told_to_close(&slow).await;
         assert!(
-            tokio::time::timeout(Duration::from_millis(50), young.activity().evicted())
-                .await
-                .is_err(),
+            !told_within_50ms(&young).await,
             "a head that has only just begun stays"
         );
     }
