@@ -111,10 +111,4 @@ impl ContractConfig {
         self.forms = forms.into_iter().collect();
         self
     }
-
-    /// With settings for rule `label`.
-    pub fn with_rule(mut self, label: impl Into<String>, rule: RuleResponse) -> Self {
-        self.rules.insert(label.into(), rule);
-        self
-    }
 }

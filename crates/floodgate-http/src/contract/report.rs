@@ -210,11 +210,6 @@ impl Report {
         };
     }
 
-    /// Overrides the status of a denial.
-    pub fn set_status(&mut self, status: StatusCode) {
-        self.status = Some(status);
-    }
-
     /// The verdict.
     pub fn verdict(&self) -> Verdict {
         self.verdict

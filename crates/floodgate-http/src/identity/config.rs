@@ -230,14 +230,6 @@ impl Action {
         }
     }
 
-    /// The value of header `name` under `key`.
-    pub fn header(name: HeaderName, key: &str) -> Action {
-        Action::Value {
-            source: Source::Header(name),
-            key: key.into(),
-        }
-    }
-
     /// A constant entry.
     pub fn generic(key: &str, value: &str) -> Action {
         Action::Generic {
