@@ -24,7 +24,7 @@ use floodgate_policy::compile::in_network;
 
 use super::config::{ClientIpConfig, ClientIpHeader};
 use super::forwarded::{Chain, entry_address, normalize};
-use super::head::RequestHead;
+use super::request::RequestHead;
 
 /// Longest rendered client value (`ffff:...:ffff/128`).
 pub(crate) const MAX_RENDERED: usize = 43;

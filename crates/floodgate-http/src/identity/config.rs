@@ -1,11 +1,10 @@
 //! The identity configuration as plain data: what the YAML `http:` section
-//! reads into, and what code can build directly.
+//! reads into, and what code can build directly; its checks and errors.
 
 use std::net::IpAddr;
 
 use http::HeaderName;
 
-use super::error::IdentityError;
 use super::hash::MIN_VALUE_LEN;
 
 /// Default longest value of an entry read from a request, in bytes.
@@ -20,6 +19,38 @@ pub const MAX_DESCRIPTORS: usize = 64;
 pub const MAX_ACTIONS: usize = floodgate_policy::compile::MAX_DEPTH;
 /// Largest cost.
 pub const MAX_COST: u32 = 1_000_000;
+
+/// A problem in an [`IdentityConfig`] built in code (a YAML configuration
+/// reports the same problems as [`floodgate_policy::ConfigErrors`], with
+/// positions).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// A malformed or duplicate route template.
+    #[error("invalid route template `{template}`: {reason}")]
+    Route {
+        /// The template.
+        template: String,
+        /// Why.
+        reason: String,
+    },
+    /// A problem with the client address settings.
+    #[error("client_ip: {0}")]
+    ClientIp(String),
+    /// A problem with the cost settings (the message names them).
+    #[error("{0}")]
+    Cost(String),
+    /// A problem with descriptor `index` (from 0).
+    #[error("descriptor {index}: {reason}")]
+    Descriptor {
+        /// Which descriptor.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
+    /// Any other problem.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// How a request is turned into descriptors.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,19 +144,14 @@ impl ClientIpConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), IdentityError> {
-        let check = |what, v: Option<u8>, min, max| match v {
-            Some(v) => in_bounds(what, v as u64, min, max).map(|_| ()),
-            None => Ok(()),
+        let check = |what, v: Option<u8>, min, max| {
+            v.map_or(Ok(0), |v| in_bounds(what, v as u64, min, max))
         };
-        check(
-            "trusted_hops",
-            Some(self.trusted_hops),
-            0,
-            MAX_TRUSTED_HOPS as u64,
-        )
-        .and_then(|()| check("ipv4_prefix", self.ipv4_prefix, 1, 32))
-        .and_then(|()| check("ipv6_prefix", self.ipv6_prefix, 1, 128))
-        .map_err(IdentityError::ClientIp)?;
+        let hops = Some(self.trusted_hops);
+        check("trusted_hops", hops, 0, MAX_TRUSTED_HOPS as u64)
+            .and(check("ipv4_prefix", self.ipv4_prefix, 1, 32))
+            .and(check("ipv6_prefix", self.ipv6_prefix, 1, 128))
+            .map_err(IdentityError::ClientIp)?;
         for &(net, prefix) in &self.trusted_proxies {
             if prefix > if net.is_ipv4() { 32 } else { 128 } {
                 return Err(IdentityError::ClientIp(format!(
@@ -321,6 +347,41 @@ impl CostConfig {
     }
 }
 
+/// The cost of a request whose cost source holds `value`: a decimal integer
+/// from 1 to `max` as it is, larger ones as `max`, and anything else
+/// (absent, empty, `0`, signs, not a number) as `default`.
+///
+/// ```
+/// use floodgate_http::identity::{CostConfig, Source, cost_of};
+///
+/// let c = CostConfig {
+///     source: Source::Header(http::HeaderName::from_static("x-request-cost")),
+///     max: 100,
+///     default: 1,
+/// };
+/// assert_eq!(cost_of(Some(b"7"), &c), 7);
+/// assert_eq!(cost_of(Some(b"100000000000000000000000"), &c), 100);
+/// assert_eq!(cost_of(Some(b"-3"), &c), 1);
+/// assert_eq!(cost_of(None, &c), 1);
+/// ```
+pub fn cost_of(value: Option<&[u8]>, c: &CostConfig) -> u32 {
+    let Some(digits) = value.map(<[u8]>::trim_ascii) else {
+        return c.default;
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return c.default;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        n = n.saturating_mul(10).saturating_add((d - b'0') as u64);
+    }
+    match n {
+        0 => c.default,
+        n if n > c.max as u64 => c.max,
+        n => n as u32,
+    }
+}
+
 /// `v` when it is from `min` to `max`; else the message naming `what` (the
 /// YAML reader's and [`IdentityConfig`]'s checks).
 pub(crate) fn in_bounds(what: &str, v: u64, min: u64, max: u64) -> Result<u64, String> {
@@ -364,5 +425,32 @@ impl IdentityConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        let c = CostConfig {
+            source: Source::Extension("cost".into()),
+            max: 50,
+            default: 2,
+        };
+        let cost = |s: &str| cost_of(Some(s.as_bytes()), &c);
+        assert_eq!(cost("1"), 1);
+        assert_eq!(cost(" 50 "), 50);
+        assert_eq!(cost("51"), 50);
+        assert_eq!(cost("0"), 2);
+        assert_eq!(cost("000"), 2);
+        assert_eq!(cost("007"), 7);
+        assert_eq!(cost(""), 2);
+        assert_eq!(cost("+5"), 2);
+        assert_eq!(cost("5.0"), 2);
+        assert_eq!(cost("1e3"), 2);
+        assert_eq!(cost("５"), 2);
+        assert_eq!(cost(&"9".repeat(1000)), 50);
     }
 }

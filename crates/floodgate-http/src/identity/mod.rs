@@ -77,32 +77,26 @@
 //! absent, `0` or malformed values count as `default`. It is
 //! [`RequestDescriptors::hits_addend`] and every descriptor's hits addend.
 
-mod actions;
 mod client_ip;
 mod config;
-mod cost;
-mod error;
-mod extension;
 mod forwarded;
 mod hash;
-mod head;
 mod http_identity;
 mod output;
 mod read;
 mod read_action;
+mod request;
 mod route;
 
 pub use config::{
     Action, ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig,
-    MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN, SecretSource, Source,
+    IdentityError, MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN,
+    SecretSource, Source, cost_of,
 };
-pub use cost::cost_of;
-pub use error::IdentityError;
-pub use extension::{Attributes, ExtensionSource, NoExtensions};
 pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
-pub use head::{HttpHead, RequestHead};
 pub use http_identity::HttpIdentity;
 pub use output::{HttpDescriptor, RequestDescriptors};
 pub use read::SECTION;
 pub use read_action::ACTION_NAMES;
+pub use request::{Attributes, ExtensionSource, HttpHead, NoExtensions, RequestHead};
 pub use route::MAX_TEMPLATE_SEGMENTS;

@@ -11,7 +11,7 @@
 //! segments are compared after percent-decoding (`/us%65rs` is `/users`),
 //! and a path with a `..` segment matches no template.
 
-use super::error::IdentityError;
+use super::config::IdentityError;
 
 /// Most segments in a template.
 pub const MAX_TEMPLATE_SEGMENTS: usize = 32;
