@@ -185,3 +185,16 @@ fn grpc(
     *res.headers_mut() = headers;
     res
 }
+
+/// A rejection built by [`Contract::reject`], as an axum response (feature
+/// `axum`).
+#[cfg(feature = "axum")]
+#[derive(Debug)]
+pub struct Rejected(pub http::Response<Bytes>);
+
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for Rejected {
+    fn into_response(self) -> axum::response::Response {
+        self.0.map(axum::body::Body::from)
+    }
+}

@@ -35,8 +35,6 @@ mod config;
 mod header_buf;
 mod headers;
 mod http_contract;
-#[cfg(feature = "axum")]
-mod into_response;
 mod names;
 mod problem;
 mod read;
@@ -47,9 +45,9 @@ pub use config::{ContractConfig, HeaderForm, RuleResponse};
 pub use header_buf::HeaderBuf;
 pub(crate) use headers::push_position;
 pub use headers::{draft03_limit, draft03_value, epoch_reset, ietf_current, ietf_policy};
-pub use http_contract::{Contract, Rejection};
 #[cfg(feature = "axum")]
-pub use into_response::Rejected;
+pub use http_contract::Rejected;
+pub use http_contract::{Contract, Rejection};
 pub use names::*;
 pub use problem::{
     BodyKind, PROBLEM_JSON, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN, negotiate,

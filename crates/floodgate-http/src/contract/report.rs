@@ -259,23 +259,10 @@ impl Report {
     /// with the least remaining (ties: the smaller quota, then the first).
     pub fn primary(&self) -> Option<&CurrentLine> {
         let quota = |c: &CurrentLine| self.policies.get(c.policy).map_or(0, |p| p.quota);
-        if self.current.iter().any(|c| c.denied) {
-            self.current.iter().filter(|c| c.denied).reduce(|a, b| {
-                if (b.timed, b.reset) > (a.timed, a.reset) {
-                    b
-                } else {
-                    a
-                }
-            })
-        } else {
-            self.current.iter().reduce(|a, b| {
-                if (b.remaining, quota(b)) < (a.remaining, quota(a)) {
-                    b
-                } else {
-                    a
-                }
-            })
-        }
+        // The first of equals: `max_by_key` keeps the last, so from the end.
+        let denying = self.current.iter().rev().filter(|c| c.denied);
+        (denying.max_by_key(|c| (c.timed, c.reset)))
+            .or_else(|| self.current.iter().min_by_key(|c| (c.remaining, quota(c))))
     }
 
     /// The names of the policies that denied the request.
@@ -475,5 +462,41 @@ pub fn shape(limit: &AnyLimit) -> (u64, Option<u64>, QuotaUnit) {
             (quota, secs(window), QuotaUnit::Requests)
         }
         LimitKind::Concurrency(c) => (c.max(), None, QuotaUnit::ConcurrentRequests),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(remaining: u64, secs: u64, outcome: Outcome) -> Decision {
+        Decision {
+            outcome,
+            limit: 10,
+            remaining,
+            reset_after: Duration::from_secs(secs),
+            retry_after: (outcome == Outcome::Denied && secs > 0)
+                .then(|| Duration::from_secs(secs)),
+        }
+    }
+
+    #[test]
+    fn the_primary_line_is_the_first_of_equals() {
+        let mut r = Report::new();
+        for (name, quota) in [("a", 10), ("b", 5), ("c", 5)] {
+            let p = r.add_policy(name, quota, Some(1), QuotaUnit::Requests);
+            r.add_current(p, &line(2, 1, Outcome::Allowed));
+        }
+        // Least remaining, then the smaller quota, then the first.
+        assert_eq!(r.primary().map(|c| c.policy), Some(1));
+        r.clear();
+        for (name, secs) in [("x", 0), ("y", 3), ("z", 3)] {
+            let p = r.add_policy(name, 10, Some(1), QuotaUnit::Requests);
+            r.add_current(p, &line(0, secs, Outcome::Denied));
+        }
+        let p = r.add_policy("w", 10, Some(1), QuotaUnit::Requests);
+        r.add_current(p, &line(0, 1, Outcome::Allowed));
+        // A denying one, the longest known wait, then the first.
+        assert_eq!(r.primary().map(|c| c.policy), Some(1));
     }
 }

@@ -1,19 +1,22 @@
-//! [`FloodgateLayer`]: the tower layer.
+//! [`FloodgateLayer`]: the tower layer, and [`FloodgateService`], the
+//! service it makes.
 
 use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use floodgate::Clock;
 use floodgate_policy::error::ConfigErrors;
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
 use tower_layer::Layer;
+use tower_service::Service;
 
+use super::body::FloodgateBody;
 use super::config::{ClientAddr, LayerSettings};
 use super::request::{self, ResponseFuture};
-use super::service::FloodgateService;
 use super::shared::{LayerStats, Shared};
 use crate::HttpSection;
 use crate::contract::Contract;
@@ -188,6 +191,63 @@ impl<S, B, C> Layer<S> for FloodgateLayer<B, C> {
     type Service = FloodgateService<S, B, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FloodgateService::new(inner, self.shared.clone())
+        FloodgateService {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// A service limited by a [`FloodgateLayer`].
+pub struct FloodgateService<S, B, C> {
+    inner: S,
+    shared: Arc<Shared<B, C>>,
+}
+
+impl<S, B, C> FloodgateService<S, B, C> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone, B, C> Clone for FloodgateService<S, B, C> {
+    fn clone(&self) -> Self {
+        FloodgateService {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, B, C> fmt::Debug for FloodgateService<S, B, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FloodgateService").finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody, B, C> Service<Request<ReqBody>> for FloodgateService<S, B, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    B: Backend,
+    C: Clock + 'static,
+{
+    type Response = Response<FloodgateBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error, B, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The clone is not ready; keep it and send the ready one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        request::start(&self.shared, req, None, move |r| inner.call(r))
     }
 }

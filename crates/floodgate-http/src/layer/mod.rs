@@ -58,12 +58,10 @@ mod body;
 mod config;
 #[allow(clippy::module_inception)]
 mod layer;
-mod plan;
 mod policy_cache;
 mod queue;
 mod read;
 mod request;
-mod service;
 mod shared;
 mod shed;
 
@@ -72,8 +70,7 @@ pub use config::{
     ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit,
     Shedding, default_peer,
 };
-pub use layer::FloodgateLayer;
+pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;
 pub use request::ResponseFuture;
-pub use service::FloodgateService;
 pub use shared::LayerStats;

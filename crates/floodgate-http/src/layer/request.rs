@@ -602,22 +602,15 @@ async fn queues<B: Backend, C: Clock + 'static>(
             }
         }
     }
-    if let Some(kq) = &shared.keyed {
-        let value = held
-            .scratch()
-            .out
-            .iter()
-            .find_map(|d| d.get(&kq.config.key))
-            .map(Box::<str>::from);
-        if let Some(v) = value {
-            match kq.acquire(&v).await {
-                Ok(p) => keep.push(Box::new(p)),
-                Err(e) => {
-                    let name = format!("concurrency:{}", kq.config.key);
-                    let max = kq.config.limit.max;
-                    return Some(queue_rejection(shared, held, headers, &name, max, e));
-                }
-            }
+    let kq = shared.keyed.as_ref()?;
+    let out = &held.scratch().out;
+    let value: Box<str> = out.iter().find_map(|d| d.get(&kq.config.key))?.into();
+    match kq.acquire(&value).await {
+        Ok(p) => keep.push(Box::new(p)),
+        Err(e) => {
+            let name = format!("concurrency:{}", kq.config.key);
+            let max = kq.config.limit.max;
+            return Some(queue_rejection(shared, held, headers, &name, max, e));
         }
     }
     None

@@ -11,8 +11,7 @@ use floodgate::Clock;
 use floodgate_policy::{Backend, Engine, Response};
 
 use super::config::LayerSettings;
-use super::plan::PlanCache;
-use super::policy_cache::PolicyCache;
+use super::policy_cache::{PlanCache, PolicyCache};
 use super::queue::{ConcurrencyQueue, KeyedQueues};
 use super::shed::Shedder;
 use crate::contract::{Contract, HeaderBuf, Report};
