@@ -5,8 +5,8 @@
 #![no_main]
 
 use bytes::BytesMut;
-use floodgate_gateway::h1::chunked::{Chunked, Step};
-use floodgate_gateway::h1::head::{Framing, Parsed, parse_response};
+use floodgate_gateway::h1::framing::{Framing, Step};
+use floodgate_gateway::h1::head::{Parsed, parse_response};
 use http::Method;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
@@ -56,51 +56,30 @@ fn run(method: &Method, bytes: &[u8], pieces: &[u8]) -> Outcome {
             Err(_) => return Outcome::HeadError,
         }
     };
+    let framing = head.framing;
+    let mut body = head.framing;
     let mut data = Vec::new();
-    match head.framing {
-        Framing::Empty => Outcome::Body(Framing::Empty, data, 0, true),
-        Framing::Length(n) => {
-            loop {
-                let left = n - data.len() as u64;
-                if left == 0 {
-                    break;
-                }
-                if buf.is_empty() && !feed(&mut buf) {
-                    return Outcome::BodyError(head.framing);
-                }
-                let take = (left.min(buf.len() as u64)) as usize;
-                data.extend_from_slice(&buf.split_to(take));
+    loop {
+        match body.step(&mut buf) {
+            Ok(Step::Data(d)) => {
+                assert!(!d.is_empty());
+                data.extend_from_slice(&d);
             }
-            assert_eq!(data.len() as u64, n);
-            Outcome::Body(head.framing, data, 0, true)
-        }
-        Framing::Close => {
-            data.extend_from_slice(&buf.split());
-            while feed(&mut buf) {
-                data.extend_from_slice(&buf.split());
+            Ok(Step::Trailers(t)) => {
+                return Outcome::Body(framing, data, t.len(), buf.is_empty());
             }
-            Outcome::Body(head.framing, data, 0, true)
-        }
-        Framing::Chunked => {
-            let mut body = Chunked::new();
-            loop {
-                match body.step(&mut buf) {
-                    Ok(Step::Data(d)) => {
-                        assert!(!d.is_empty());
-                        data.extend_from_slice(&d);
-                    }
-                    Ok(Step::Trailers(t)) => {
-                        return Outcome::Body(head.framing, data, t.len(), buf.is_empty());
-                    }
-                    Ok(Step::End) => return Outcome::Body(head.framing, data, 0, buf.is_empty()),
-                    Ok(Step::More) => {
-                        if !feed(&mut buf) {
-                            return Outcome::BodyError(head.framing);
-                        }
-                    }
-                    Err(_) => return Outcome::BodyError(head.framing),
+            Ok(Step::End) => {
+                if let Framing::Length(n) = framing {
+                    assert_eq!(data.len() as u64, n);
                 }
+                return Outcome::Body(framing, data, 0, buf.is_empty());
             }
+            Ok(Step::More) if feed(&mut buf) => {}
+            // A body delimited by the close ends with the bytes.
+            Ok(Step::More) if body == Framing::Close => {
+                return Outcome::Body(framing, data, 0, true);
+            }
+            Ok(Step::More) | Err(_) => return Outcome::BodyError(framing),
         }
     }
 }

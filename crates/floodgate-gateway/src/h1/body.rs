@@ -14,21 +14,14 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::io::AsyncReadExt;
 
 use super::Conn;
-use super::chunked::{Chunked, Step};
 use super::conn::READ_CHUNK;
-use super::head::Framing;
+use super::framing::{Framing, Step};
 use crate::connection::{Connection, ExchangeError};
 use crate::pool::HostPool;
 
-enum Decoder {
-    Length(u64),
-    Chunked(Chunked),
-    Close,
-}
-
 struct Reading {
     conn: Conn,
-    decoder: Decoder,
+    framing: Framing,
     keep_alive: bool,
     pool: Weak<HostPool>,
 }
@@ -42,21 +35,15 @@ impl ResponseBody {
     /// The body framed by `framing` on `conn`, whose head was just read;
     /// `conn` goes back to `pool` at the end if `keep_alive`.
     pub fn new(conn: Conn, framing: Framing, keep_alive: bool, pool: Weak<HostPool>) -> Self {
-        let decoder = match framing {
-            Framing::Empty => Decoder::Length(0),
-            Framing::Length(n) => Decoder::Length(n),
-            Framing::Chunked => Decoder::Chunked(Chunked::new()),
-            Framing::Close => Decoder::Close,
-        };
         let mut body = ResponseBody {
             reading: Some(Reading {
                 conn,
-                decoder,
+                framing,
                 keep_alive,
                 pool,
             }),
         };
-        if framing == Framing::Empty {
+        if framing == Framing::Length(0) {
             // Nothing to read: the connection is free already.
             body.end();
         }
@@ -67,16 +54,13 @@ impl ResponseBody {
     /// can carry another exchange.
     fn end(&mut self) {
         if let Some(r) = self.reading.take() {
-            let reusable =
-                r.keep_alive && !matches!(r.decoder, Decoder::Close) && r.conn.buf.is_empty();
+            let reusable = r.keep_alive && r.framing != Framing::Close && r.conn.buf.is_empty();
             if reusable && let Some(pool) = r.pool.upgrade() {
                 pool.checkin(Connection::Own(r.conn));
             }
         }
     }
-}
 
-impl ResponseBody {
     /// Closes the connection now (an exchange given up on).
     pub fn close(&mut self) {
         self.reading = None;
@@ -96,39 +80,27 @@ impl Body for ResponseBody {
                 return Poll::Ready(None);
             };
             let buf = &mut r.conn.buf;
-            match &mut r.decoder {
-                Decoder::Length(left) => {
-                    if !buf.is_empty() {
-                        let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
-                        let data = buf.split_to(n).freeze();
-                        *left -= n as u64;
-                        if *left == 0 {
-                            self.end();
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
+            match r.framing.step(buf) {
+                Ok(Step::Data(d)) => {
+                    // The last bytes of a length: the connection is free
+                    // now (the server may not poll again).
+                    if r.framing == Framing::Length(0) {
+                        self.end();
                     }
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
-                Decoder::Chunked(c) => match c.step(buf) {
-                    Ok(Step::Data(d)) => return Poll::Ready(Some(Ok(Frame::data(d)))),
-                    Ok(Step::Trailers(t)) => {
-                        self.end();
-                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
-                    }
-                    Ok(Step::End) => {
-                        self.end();
-                        return Poll::Ready(None);
-                    }
-                    Ok(Step::More) => {}
-                    Err(e) => {
-                        self.reading = None;
-                        return Poll::Ready(Some(Err(e.into())));
-                    }
-                },
-                Decoder::Close => {
-                    if !buf.is_empty() {
-                        let data = buf.split().freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
+                Ok(Step::Trailers(t)) => {
+                    self.end();
+                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                }
+                Ok(Step::End) => {
+                    self.end();
+                    return Poll::Ready(None);
+                }
+                Ok(Step::More) => {}
+                Err(e) => {
+                    self.reading = None;
+                    return Poll::Ready(Some(Err(e.into())));
                 }
             }
             // The buffer is spent: read more.
@@ -139,7 +111,7 @@ impl Body for ResponseBody {
             match read {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => {
-                    let complete = matches!(r.decoder, Decoder::Close);
+                    let complete = r.framing == Framing::Close;
                     self.reading = None;
                     return Poll::Ready(if complete {
                         None
@@ -164,7 +136,7 @@ impl Body for ResponseBody {
         match self.reading.as_ref() {
             None => SizeHint::with_exact(0),
             Some(Reading {
-                decoder: Decoder::Length(n),
+                framing: Framing::Length(n),
                 ..
             }) => SizeHint::with_exact(*n),
             Some(_) => SizeHint::default(),

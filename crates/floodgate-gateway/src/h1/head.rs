@@ -9,6 +9,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
 
 use super::FramingError;
+use super::framing::Framing;
 
 /// The most fields in a response head (as hyper's client).
 pub const MAX_HEADERS: usize = 100;
@@ -37,19 +38,6 @@ pub fn encode_request(out: &mut Vec<u8>, method: &Method, uri: &Uri, headers: &H
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// How a response's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body (`HEAD`, 204, 304, or a length of 0).
-    Empty,
-    /// `Content-Length` bytes.
-    Length(u64),
-    /// The chunked transfer coding.
-    Chunked,
-    /// Until the upstream closes the connection.
-    Close,
 }
 
 /// A parsed final response head.
@@ -169,7 +157,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Fra
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let framing = if no_body {
-        Framing::Empty
+        Framing::Length(0)
     } else if transfer_encoding {
         // Both fields: the coding wins, and the connection is not trusted
         // with another message (RFC 9112 §6.3, item 3).
@@ -183,7 +171,6 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Fra
         }
     } else {
         match length {
-            Some(0) => Framing::Empty,
             Some(n) => Framing::Length(n),
             None => Framing::Close,
         }
@@ -270,7 +257,7 @@ mod tests {
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello");
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(5), true));
         let h = head("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-        assert_eq!(h.framing, Framing::Empty);
+        assert_eq!(h.framing, Framing::Length(0));
         let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
         let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n");
@@ -280,13 +267,13 @@ mod tests {
         let h = head("HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
         let h = head("HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n");
-        assert_eq!((h.framing, h.keep_alive), (Framing::Empty, true));
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(0), true));
         let h = head("HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n");
-        assert_eq!(h.framing, Framing::Empty);
+        assert_eq!(h.framing, Framing::Length(0));
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\nconnection: close\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(3), false));
         match parse("HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\n", Method::HEAD).unwrap() {
-            Parsed::Final(h) => assert_eq!(h.framing, Framing::Empty),
+            Parsed::Final(h) => assert_eq!(h.framing, Framing::Length(0)),
             other => panic!("{other:?}"),
         }
     }

@@ -15,8 +15,8 @@
 //! (1xx) are skipped.
 
 pub mod body;
-pub mod chunked;
 pub mod conn;
+pub mod framing;
 pub mod head;
 
 pub use body::ResponseBody;

@@ -1,7 +1,8 @@
-//! The chunked transfer coding (RFC 9112 §7.1) of a response body, decoded
-//! from the connection's read buffer: pure (no IO), bounded (a size line,
-//! extensions included, and the trailer section have limits), strict about
-//! sizes (hex digits only, no overflow).
+//! How a response body is delimited (RFC 9112 §6.3), and its decoding
+//! from the connection's read buffer as it arrives: pure (no IO); the
+//! chunked transfer coding (RFC 9112 §7.1) bounded (a size line,
+//! extensions included, and the trailer section have limits) and strict
+//! about sizes (hex digits only, no overflow).
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -15,19 +16,22 @@ pub const MAX_TRAILERS: usize = 64 * 1024;
 /// The most trailer fields.
 const MAX_TRAILER_FIELDS: usize = 64;
 
-/// Where the decoder is in the body.
+/// How a response's body is delimited, and how far it has been read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Before a chunk-size line.
-    Size,
+pub enum Framing {
+    /// `Content-Length`: the bytes still to come. 0: no body (`HEAD`, 204,
+    /// 304, a length of 0), or the body has ended, whatever its framing.
+    Length(u64),
+    /// Until the upstream closes the connection.
+    Close,
+    /// The chunked transfer coding, before a chunk-size line.
+    Chunked,
     /// Inside a chunk's data: bytes left.
-    Data(u64),
+    ChunkData(u64),
     /// After a chunk's data: its CRLF.
-    DataEnd,
+    ChunkEnd,
     /// After the last chunk: the trailer section, then the final CRLF.
     Trailers,
-    /// The body has ended.
-    Done,
 }
 
 /// What the buffer yielded.
@@ -39,79 +43,61 @@ pub enum Step {
     Trailers(HeaderMap),
     /// The body has ended.
     End,
-    /// The buffer holds no complete step: read more.
+    /// The buffer holds no complete step: read more (or, for
+    /// [`Framing::Close`], the body ends where the connection does).
     More,
 }
 
-/// A chunked body's decoder.
-#[derive(Debug, Clone)]
-pub struct Chunked {
-    state: State,
-}
-
-impl Default for Chunked {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Chunked {
-    /// At the start of a body.
-    pub fn new() -> Self {
-        Chunked { state: State::Size }
-    }
-
+impl Framing {
     /// The next step from `buf`, consuming what it decodes.
     pub fn step(&mut self, buf: &mut BytesMut) -> Result<Step, FramingError> {
         loop {
-            match self.state {
-                State::Done => return Ok(Step::End),
-                State::Size => {
-                    let Some(line) = take_line(buf, MAX_SIZE_LINE)? else {
-                        return Ok(Step::More);
-                    };
-                    let size = chunk_size(&line)?;
-                    self.state = if size == 0 {
-                        State::Trailers
-                    } else {
-                        State::Data(size)
-                    };
-                }
-                State::Data(left) => {
+            match *self {
+                Framing::Length(0) => return Ok(Step::End),
+                Framing::Length(left) | Framing::ChunkData(left) => {
                     if buf.is_empty() {
                         return Ok(Step::More);
                     }
                     let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
                     let data = buf.split_to(n).freeze();
                     let left = left - n as u64;
-                    self.state = if left == 0 {
-                        State::DataEnd
-                    } else {
-                        State::Data(left)
+                    *self = match *self {
+                        Framing::Length(_) => Framing::Length(left),
+                        _ if left == 0 => Framing::ChunkEnd,
+                        _ => Framing::ChunkData(left),
                     };
                     return Ok(Step::Data(data));
                 }
-                State::DataEnd => {
+                Framing::Close if buf.is_empty() => return Ok(Step::More),
+                Framing::Close => return Ok(Step::Data(buf.split().freeze())),
+                Framing::Chunked => {
+                    let Some(line) = take_line(buf, MAX_SIZE_LINE)? else {
+                        return Ok(Step::More);
+                    };
+                    *self = match chunk_size(&line)? {
+                        0 => Framing::Trailers,
+                        size => Framing::ChunkData(size),
+                    };
+                }
+                Framing::ChunkEnd => {
                     let Some(line) = take_line(buf, 2)? else {
                         return Ok(Step::More);
                     };
                     if !line.is_empty() {
                         return Err(FramingError::Chunk("data longer than its size"));
                     }
-                    self.state = State::Size;
+                    *self = Framing::Chunked;
                 }
-                State::Trailers => {
-                    return match trailers(buf)? {
-                        None => Ok(Step::More),
-                        Some(map) => {
-                            self.state = State::Done;
-                            Ok(if map.is_empty() {
-                                Step::End
-                            } else {
-                                Step::Trailers(map)
-                            })
-                        }
+                Framing::Trailers => {
+                    let Some(map) = trailers(buf)? else {
+                        return Ok(Step::More);
                     };
+                    *self = Framing::Length(0);
+                    return Ok(if map.is_empty() {
+                        Step::End
+                    } else {
+                        Step::Trailers(map)
+                    });
                 }
             }
         }
@@ -195,7 +181,7 @@ mod tests {
 
     /// Decodes `wire` fed `at` bytes at a time: the data, the trailers.
     fn decode(wire: &[u8], at: usize) -> Result<(Vec<u8>, HeaderMap), FramingError> {
-        let mut body = Chunked::new();
+        let mut body = Framing::Chunked;
         let mut buf = BytesMut::new();
         let mut data = Vec::new();
         let mut fed = 0;
@@ -226,6 +212,18 @@ mod tests {
     }
 
     #[test]
+    fn a_length_stops_at_its_end_and_close_takes_all() {
+        let mut buf = BytesMut::from(&b"abcde"[..]);
+        let mut body = Framing::Length(3);
+        assert_eq!(body.step(&mut buf).unwrap(), Step::Data("abc".into()));
+        assert_eq!(body.step(&mut buf).unwrap(), Step::End);
+        assert_eq!(&buf[..], b"de");
+        let mut body = Framing::Close;
+        assert_eq!(body.step(&mut buf).unwrap(), Step::Data("de".into()));
+        assert_eq!(body.step(&mut buf).unwrap(), Step::More);
+    }
+
+    #[test]
     fn bare_line_feeds_and_no_trailers() {
         let (data, trailers) = decode(b"2\nhi\n0\n\n", 1).unwrap();
         assert_eq!(data, b"hi");
@@ -253,10 +251,10 @@ mod tests {
 
     #[test]
     fn endless_lines_are_errors_not_buffered() {
-        let mut body = Chunked::new();
+        let mut body = Framing::Chunked;
         let mut buf = BytesMut::from(&[b'1'; MAX_SIZE_LINE + 2][..]);
         assert!(body.step(&mut buf).is_err());
-        let mut body = Chunked::new();
+        let mut body = Framing::Chunked;
         let mut buf = BytesMut::from(&b"0\r\n"[..]);
         buf.extend_from_slice(&[b'a'; MAX_TRAILERS + 1]);
         assert!(body.step(&mut buf).is_err());
@@ -265,8 +263,8 @@ mod tests {
     #[test]
     fn a_largest_size_fits() {
         let mut buf = BytesMut::from(&b"ffffffffffffffff\r\nab"[..]);
-        let mut body = Chunked::new();
+        let mut body = Framing::Chunked;
         assert_eq!(body.step(&mut buf).unwrap(), Step::Data("ab".into()));
-        assert_eq!(body.state, State::Data(u64::MAX - 2));
+        assert_eq!(body, Framing::ChunkData(u64::MAX - 2));
     }
 }
