@@ -12,7 +12,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 use tokio_util::either::Either;
 
@@ -117,24 +116,14 @@ impl Connector {
         match self.protocol {
             UpstreamProtocol::Http1 => {
                 let (sender, conn) = self.h1.handshake(io).await.map_err(err)?;
-                let (abort, aborted) = oneshot::channel();
-                tokio::spawn(async move {
-                    let mut conn = std::pin::pin!(conn.with_upgrades());
-                    let ended = tokio::select! {
-                        ended = conn.as_mut() => ended,
-                        detached = aborted => match detached {
-                            Ok(()) => conn.await,
-                            // Dropped: the connection is closed with this task.
-                            Err(_) => return,
-                        },
-                    };
-                    if let Err(e) = ended {
+                let task = tokio::spawn(async move {
+                    if let Err(e) = conn.with_upgrades().await {
                         tracing::debug!(error = %e, "upstream connection ended with an error");
                     }
                 });
                 Ok(Connection::Hyper {
                     sender,
-                    abort: Abort(Some(abort)),
+                    abort: Abort(Some(task.abort_handle())),
                 })
             }
             UpstreamProtocol::Http2 => {

@@ -16,7 +16,7 @@ use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
-use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
 
 use crate::connect::ConnectError;
 use crate::h1::{self, FramingError};
@@ -44,13 +44,19 @@ pub enum Connection {
 /// busy). [`detach`](Abort::detach) leaves the connection to finish by
 /// itself (an upgraded one, now a tunnel's).
 #[derive(Debug)]
-pub struct Abort(pub(crate) Option<oneshot::Sender<()>>);
+pub struct Abort(pub(crate) Option<AbortHandle>);
 
 impl Abort {
     /// Lets the connection run to its own end.
     pub fn detach(mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
+        self.0 = None;
+    }
+}
+
+impl Drop for Abort {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
         }
     }
 }

@@ -110,10 +110,11 @@ impl Progress {
         }
     }
 
-    /// Records the client's failure (the first one), before the upload
-    /// ends with it.
+    /// Records the client's failure (the first one), and the end of the
+    /// upload it ends.
     fn fail(&self, e: ClientBodyError) {
         let _ = self.client_error.set(e);
+        self.finish();
     }
 
     /// How the client broke its body, if it did.
@@ -210,18 +211,15 @@ impl Body for UploadBody {
         let Some(Finisher(p)) = this.progress.as_ref() else {
             return polled.map_err(UploadError::Client);
         };
+        p.waiting_client
+            .store(polled.is_pending(), Ordering::Relaxed);
         match polled {
-            Poll::Pending => {
-                p.waiting_client.store(true, Ordering::Relaxed);
-                Poll::Pending
-            }
+            Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => {
-                p.waiting_client.store(false, Ordering::Relaxed);
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
                     if len > *this.allowance {
                         p.fail(ClientBodyError::TooLarge);
-                        p.finish();
                         return Poll::Ready(Some(Err(UploadError::TooLarge)));
                     }
                     *this.allowance -= len;
@@ -233,14 +231,11 @@ impl Body for UploadBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(None) => {
-                p.waiting_client.store(false, Ordering::Relaxed);
                 p.finish();
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
-                p.waiting_client.store(false, Ordering::Relaxed);
                 p.fail(ClientBodyError::of(&e));
-                p.finish();
                 Poll::Ready(Some(Err(UploadError::Client(e))))
             }
         }
