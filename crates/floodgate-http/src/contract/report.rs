@@ -281,7 +281,8 @@ impl Report {
         self.clear();
         let denied = response.overall == Code::OverLimit;
         let mut delay = Duration::ZERO;
-        let mut waits = Waits::default();
+        // The longest known wait of a denial (none: unknown or never).
+        let mut wait = Some(Duration::ZERO);
         for status in &response.statuses {
             if status.shadow {
                 continue;
@@ -290,7 +291,7 @@ impl Report {
             let Some(id) = status.rule else {
                 if over {
                     // A deny list: no policy to name, no time to wait.
-                    waits.unknown = true;
+                    wait = None;
                     self.never = true;
                 }
                 continue;
@@ -312,7 +313,7 @@ impl Report {
                 Action::Unlimited => {}
                 Action::Block { window, .. } => {
                     if over {
-                        waits.unknown = true;
+                        wait = None;
                         self.never = true;
                     }
                     if !hidden {
@@ -339,12 +340,11 @@ impl Report {
                     }
                     if over {
                         match (d.outcome, d.retry_after) {
-                            (Outcome::Denied, Some(r)) => waits.longest = waits.longest.max(r),
-                            (Outcome::Never, _) => {
-                                waits.unknown = true;
-                                self.never = true;
+                            (Outcome::Denied, Some(r)) => wait = wait.map(|w| w.max(r)),
+                            (outcome, _) => {
+                                wait = None;
+                                self.never |= outcome == Outcome::Never;
                             }
-                            _ => waits.unknown = true,
                         }
                     }
                     if hidden {
@@ -405,24 +405,17 @@ impl Report {
                 }
             }
             if status.reason == Reason::Denied && over {
-                waits.unknown = true;
+                wait = None;
             }
         }
         if denied {
-            let retry = (!waits.unknown && waits.longest > Duration::ZERO).then_some(waits.longest);
-            self.set_verdict(Verdict::Denied, retry);
+            self.set_verdict(Verdict::Denied, wait.filter(|w| !w.is_zero()));
         } else if delay > Duration::ZERO && !response.shadowed && !policy.settings.shadow_mode {
             // Global shadow mode enforces nothing: not even a shaper's delay
             // (as nginx's dry run serves a delayed request at once).
             self.set_verdict(Verdict::Delayed(delay), None);
         }
     }
-}
-
-#[derive(Default)]
-struct Waits {
-    longest: Duration,
-    unknown: bool,
 }
 
 /// The name suffix of limit `i` of a rule with several: its window

@@ -70,9 +70,8 @@ fn read_section(node: Node<'_>, map: Map<'_>, errors: &mut Errors) -> IdentityCo
     let mut c = IdentityConfig::default();
     match map.get("domain").and_then(|d| errors.take(d.str())) {
         Some(d) if !d.is_empty() => c.domain = d.to_owned(),
-        Some(_) => errors.push(node.error("domain must not be empty")),
-        None if map.has("domain") => errors.push(node.error("domain must not be empty")),
-        None => errors.push(node.error("missing required key 'domain'")),
+        None if !map.has("domain") => errors.push(node.error("missing required key 'domain'")),
+        _ => errors.push(node.error("domain must not be empty")),
     }
     if let Some(n) = map.get("client_ip") {
         c.client_ip = read_client_ip(n, errors);
@@ -189,7 +188,6 @@ fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
 fn read_cost(n: Node<'_>, errors: &mut Errors) -> Option<CostConfig> {
     let map = errors.take(n.map())?;
     let source = read_source(&map, "cost", errors);
-    let source = errors.take(source).flatten();
     let max = map
         .required("max")
         .and_then(|m| int_in(m, "cost max", 1, MAX_COST as u64));

@@ -72,23 +72,22 @@ impl<'a> Opts<'a> {
 }
 
 /// `header: NAME` or `extension: NAME` (exactly one).
-pub(crate) fn read_source(
-    map: &Map<'_>,
-    what: &str,
-    errors: &mut Errors,
-) -> Result<Option<Source>, ConfigError> {
+pub(crate) fn read_source(map: &Map<'_>, what: &str, errors: &mut Errors) -> Option<Source> {
     match (map.get("header"), map.get("extension")) {
-        (Some(h), None) => header_name(h).map(|n| Some(Source::Header(n))),
-        (None, Some(e)) => e.str().map(|s| Some(Source::Extension(s.to_owned()))),
+        (Some(h), None) => errors.take(header_name(h)).map(Source::Header),
+        (None, Some(e)) => errors
+            .take(e.str())
+            .map(|s| Source::Extension(s.to_owned())),
         (Some(_), Some(e)) => {
-            errors.push(e.error(format!(
-                "{what} takes either 'header' or 'extension', not both"
-            )));
-            Ok(None)
+            let both = format!("{what} takes either 'header' or 'extension', not both");
+            errors.push(e.error(both));
+            None
         }
-        (None, None) => Err(map
-            .node()
-            .error(format!("{what} needs 'header' or 'extension'"))),
+        (None, None) => {
+            let neither = format!("{what} needs 'header' or 'extension'");
+            errors.push(map.node().error(neither));
+            None
+        }
     }
 }
 
@@ -181,8 +180,7 @@ pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
                 )));
                 return None;
             };
-            let source = read_source(map, o.name, errors);
-            let source = errors.take(source)??;
+            let source = read_source(map, o.name, errors)?;
             Action::Value {
                 source,
                 key: o.string("key", o.name, errors),
@@ -229,7 +227,6 @@ fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
         return None;
     };
     let source = read_source(map, "tier", errors);
-    let source = errors.take(source);
     let values_node = errors.take(o.required("values"));
     let mut values: Vec<String> = Vec::new();
     if let Some(list) = values_node {
@@ -261,7 +258,7 @@ fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
         }
     }
     Some(Action::Tier {
-        source: source??,
+        source: source?,
         key: o.string("key", "tier", errors),
         values,
         default,
