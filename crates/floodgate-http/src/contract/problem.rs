@@ -30,13 +30,13 @@ pub enum BodyKind {
 
 /// The media ranges `Accept` is read for, with how specifically each
 /// matches JSON and plain text (none: not at all).
-const RANGES: [(&str, Option<u8>, Option<u8>); 6] = [
-    ("application/problem+json", Some(3), None),
-    ("application/json", Some(3), None),
-    ("application/*", Some(1), None),
-    ("text/plain", None, Some(3)),
-    ("text/*", None, Some(1)),
-    ("*/*", Some(0), Some(0)),
+const RANGES: [(&str, [Option<u8>; 2]); 6] = [
+    ("application/problem+json", [Some(3), None]),
+    ("application/json", [Some(3), None]),
+    ("application/*", [Some(1), None]),
+    ("text/plain", [None, Some(3)]),
+    ("text/*", [None, Some(1)]),
+    ("*/*", [Some(0), Some(0)]),
 ];
 
 /// Chooses the body by `Accept` (RFC 9110 §12.5.1): problem+json unless
@@ -53,42 +53,39 @@ const RANGES: [(&str, Option<u8>, Option<u8>); 6] = [
 /// assert_eq!(negotiate(&h), BodyKind::Json);
 /// ```
 pub fn negotiate(headers: &HeaderMap) -> BodyKind {
-    // (q, specificity) of the most specific range matching each kind.
-    let mut json: Option<(u16, u8)> = None;
-    let mut text: Option<(u16, u8)> = None;
+    // JSON's and text's (specificity, q) of the first of the most specific
+    // ranges matching each.
+    let mut best: [Option<(u8, u16)>; 2] = [None; 2];
     let mut any = false;
-    let better = |cur: &mut Option<(u16, u8)>, new: Option<(u16, u8)>| {
-        if let Some((q, s)) = new {
-            if cur.is_none_or(|(_, spec)| s > spec) {
-                *cur = Some((q, s));
-            }
+    let values = headers.get_all(http::header::ACCEPT).iter();
+    for range in values
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+    {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim();
+        if media.is_empty() {
+            continue;
         }
-    };
-    for value in headers.get_all(http::header::ACCEPT) {
-        let Ok(value) = value.to_str() else { continue };
-        for range in value.split(',') {
-            let mut parts = range.split(';');
-            let media = parts.next().unwrap_or("").trim();
-            if media.is_empty() {
-                continue;
-            }
-            any = true;
-            let q = parts
-                .filter_map(|p| p.trim().strip_prefix("q="))
-                .find_map(parse_q)
-                .unwrap_or(1000);
-            let range = RANGES.iter().find(|(m, ..)| media.eq_ignore_ascii_case(m));
-            if let Some(&(_, j, t)) = range {
-                better(&mut json, j.map(|s| (q, s)));
-                better(&mut text, t.map(|s| (q, s)));
+        any = true;
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(parse_q)
+            .unwrap_or(1000);
+        let Some((_, specific)) = RANGES.iter().find(|(m, _)| media.eq_ignore_ascii_case(m)) else {
+            continue;
+        };
+        for (best, s) in best.iter_mut().zip(specific) {
+            if let Some(s) = *s
+                && best.is_none_or(|(spec, _)| s > spec)
+            {
+                *best = Some((s, q));
             }
         }
     }
-    if !any {
-        return BodyKind::Json;
-    }
-    let q = |x: Option<(u16, u8)>| x.map_or(0, |(q, _)| q);
-    match (q(json), q(text)) {
+    let q = |kind: Option<(u8, u16)>| kind.map_or(0, |(_, q)| q);
+    match (q(best[0]), q(best[1])) {
+        _ if !any => BodyKind::Json,
         (j, t) if t > j => BodyKind::Text,
         (0, 0) => BodyKind::Text,
         _ => BodyKind::Json,
@@ -217,5 +214,35 @@ pub(crate) fn write_body(p: &Problem<'_>, kind: BodyKind, out: &mut String) {
             }
             out.push('}');
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_specific_range_decides() {
+        let kind = |accept: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::ACCEPT, accept.parse().unwrap());
+            negotiate(&h)
+        };
+        assert_eq!(kind(",, ,"), BodyKind::Json);
+        assert_eq!(kind("text/*"), BodyKind::Text);
+        assert_eq!(kind("image/png"), BodyKind::Text);
+        assert_eq!(kind("application/*;q=0.2, text/*;q=0.5"), BodyKind::Text);
+        assert_eq!(
+            kind("*/*;q=0.9, application/json;q=0.1, text/plain;q=0.5"),
+            BodyKind::Text
+        );
+        assert_eq!(kind("application/json;q=0, */*"), BodyKind::Text);
+        assert_eq!(
+            kind("application/json;q=abc, text/plain;q=0.9"),
+            BodyKind::Json
+        );
+        // Of equally specific ranges, the first counts.
+        let first = "text/plain;q=0.3, application/json;q=0.5, application/problem+json;q=0.1";
+        assert_eq!(kind(first), BodyKind::Json);
     }
 }
