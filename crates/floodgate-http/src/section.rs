@@ -11,8 +11,9 @@ use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use std::sync::Arc;
 
-/// What the `http:` section says, read and compiled once.
-#[derive(Clone, Debug)]
+/// What the `http:` section says, read and compiled once; equal when they
+/// say the same.
+#[derive(Clone, Debug, PartialEq)]
 pub struct HttpSection {
     /// How requests become descriptors (its configuration:
     /// [`HttpIdentity::config`]).
@@ -21,15 +22,6 @@ pub struct HttpSection {
     pub contract: ContractConfig,
     /// Delays, queues, shedding, failure handling.
     pub layer: LayerSettings,
-}
-
-/// Equal when they say the same (the compiled identity follows).
-impl PartialEq for HttpSection {
-    fn eq(&self, other: &Self) -> bool {
-        self.identity.config() == other.identity.config()
-            && self.contract == other.contract
-            && self.layer == other.layer
-    }
 }
 
 impl HttpSection {
@@ -109,6 +101,19 @@ mod tests {
         assert_eq!(s.contract.status.as_u16(), 503);
         assert_eq!(s.layer.max_delayed, 7);
         assert!(read("domains: []\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn equal_when_they_say_the_same() {
+        let text = |routes: &str| {
+            format!("http:\n  domain: gw\n  routes: [\"{routes}\"]\n  descriptors: [[route]]\n")
+        };
+        let a = read(&text("/a/{id}")).unwrap().unwrap();
+        assert_eq!(a, read(&text("/a/{id}")).unwrap().unwrap());
+        assert_ne!(a, read(&text("/a/{name}")).unwrap().unwrap());
+        let mut b = a.clone();
+        b.layer.max_delayed += 1;
+        assert_ne!(a, b);
     }
 
     #[test]

@@ -48,7 +48,7 @@ use super::route::Routes;
 /// assert_eq!(out[1].entry(1), ("route", "/users/{id}"));
 /// assert_eq!(out.hits_addend(), 1);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HttpIdentity {
     pub(super) config: IdentityConfig,
     pub(super) routes: Routes,

@@ -16,7 +16,7 @@ use super::config::IdentityError;
 /// Most segments in a template.
 pub const MAX_TEMPLATE_SEGMENTS: usize = 32;
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Node {
     statics: Vec<(Box<[u8]>, u32)>,
     param: Option<u32>,
@@ -25,7 +25,7 @@ struct Node {
 }
 
 /// A compiled set of route templates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Routes {
     templates: Vec<Box<str>>,
     nodes: Vec<Node>,
