@@ -322,11 +322,9 @@ fn conclude<B: Backend, C: Clock + 'static>(
     };
     LayerStats::inc(&shared.stats.decided);
     let on_success = shared.contract.config().on_success;
-    if planned {
-        // A planned rule holds no units: an admitted request keeps nothing.
-        if !on_success && plainly_allowed(&held.scratch().response) {
-            return Admitted::bare(keep);
-        }
+    // A planned rule holds no units: an admitted request keeps nothing.
+    if planned && !on_success && plainly_allowed(&held.scratch().response) {
+        return Admitted::bare(keep);
     }
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
         settle(shared, &mut held);
