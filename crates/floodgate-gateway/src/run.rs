@@ -14,9 +14,7 @@ use floodgate_policy::Engine;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listener::{
-    ADMIN_CONNECTIONS, Counters, Http, Protocols, bind, descriptors, serve, spawn_router,
-};
+use floodgate_runtime::listener::{Counters, Http, Protocols, bind, descriptors, serve};
 use floodgate_runtime::settings::{Env, Flags};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use http::Request;
@@ -213,22 +211,11 @@ pub async fn start(
         source,
     })?;
     let (stop, stopped) = watch::channel(false);
-    let admin_task = match settings.server.admin {
-        Some(a) => {
-            let l = bind("admin", a).await?;
-            let router = floodgate_runtime::admin::router(health.clone(), prometheus);
-            let http = Http::new(&settings.server.limits, Protocols::Http1AndHttp2);
-            Some(spawn_router(
-                "admin",
-                l,
-                router,
-                http,
-                ADMIN_CONNECTIONS,
-                stopped.clone(),
-            ))
-        }
-        None => None,
-    };
+    let router = floodgate_runtime::admin::router(health.clone(), prometheus);
+    let server = &settings.server;
+    let admin =
+        floodgate_runtime::admin::spawn(server.admin, router, &server.limits, stopped.clone());
+    let admin_task = admin.await?;
     let upstreams: Vec<&str> = config
         .upstream
         .urls

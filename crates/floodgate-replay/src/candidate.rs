@@ -16,10 +16,6 @@ use http::HeaderName;
 use crate::error::ReplayError;
 use crate::variants::Variant;
 
-/// The top-level sections a replay accepts besides the policies (those of
-/// the gateway and the decision service).
-pub const SECTIONS: &[&str] = &["server", "store", "http", "gateway"];
-
 /// A configuration to replay: a name and its files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CandidateSpec {
@@ -79,7 +75,7 @@ pub(crate) fn load(spec: &CandidateSpec) -> Result<Loaded, ReplayError> {
     let source = ConfigSource {
         paths: spec.paths.clone(),
         options: LoadOptions {
-            other_sections: SECTIONS.to_vec(),
+            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
             ..Default::default()
         },
     };

@@ -45,7 +45,7 @@ mod run;
 mod stats;
 mod variants;
 
-pub use candidate::{CandidateSpec, SECTIONS};
+pub use candidate::CandidateSpec;
 pub use error::ReplayError;
 pub use format::{COMBINED, LineError, LogFormat};
 pub use input::{Issue, IssueKind, KEPT_ISSUES, LogSource, MAX_LINE};

@@ -1,8 +1,9 @@
 //! The admin listener (loopback by default): `/metrics` (Prometheus),
 //! `/healthcheck` and `/ready` ([`Health`]), the live dashboard
 //! (`/dashboard`, see [`crate::dashboard`]), and whatever routes a binary
-//! adds to [`router`]'s answer (`Router::merge`).
+//! adds to [`router`]'s answer (`Router::merge`), served by [`spawn`].
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -11,8 +12,12 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
+use crate::error::RuntimeError;
 use crate::health::Health;
+use crate::listener::{ADMIN_CONNECTIONS, ConnectionLimits, Http, Protocols, bind, spawn_router};
 
 /// What the admin routes read.
 #[derive(Clone)]
@@ -42,6 +47,25 @@ pub fn health_routes<S: Clone + Send + Sync + 'static>(health: Arc<Health>) -> R
     Router::new()
         .route("/healthcheck", get(|| async move { health.healthcheck() }))
         .route("/ready", get(|| async move { ready.ready() }))
+}
+
+/// Serves `router` on the admin listener `addr` (none: no admin
+/// listener) under `limits`' protections, HTTP/1.1 and HTTP/2, with a cap
+/// of its own ([`ADMIN_CONNECTIONS`]: a flood of the public listeners
+/// leaves it reachable), until `stop` turns true.
+pub async fn spawn(
+    addr: Option<SocketAddr>,
+    router: Router,
+    limits: &ConnectionLimits,
+    stop: watch::Receiver<bool>,
+) -> Result<Option<JoinHandle<()>>, RuntimeError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = bind("admin", addr).await?;
+    let http = Http::new(limits, Protocols::Http1AndHttp2);
+    let places = ADMIN_CONNECTIONS;
+    Ok(Some(spawn_router(
+        "admin", listener, router, http, places, stop,
+    )))
 }
 
 async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {

@@ -11,9 +11,7 @@ use floodgate_policy::PolicySet;
 use floodgate_policy::reload::Compiled;
 use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listener::{
-    ADMIN_CONNECTIONS, Http, Protocols, bind, descriptors, spawn_router,
-};
+use floodgate_runtime::listener::{Http, Protocols, bind, descriptors, spawn_router};
 use floodgate_runtime::settings::StartupSections;
 use floodgate_runtime::{AnyBackend, RuntimeError};
 use futures_util::future::join_all;
@@ -87,36 +85,31 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<()>> = Vec::new();
     let s = &settings.server;
-    // Each public listener has its cap, the admin listener its own (a
-    // flood of the public ones leaves it reachable); together they fit the
-    // open files limit.
+    // Each public listener has its cap, the admin listener its own;
+    // together they fit the open files limit.
     let listeners = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
     let public = descriptors::fit_max_connections("grpc, http", s.max_connections, listeners);
-    let http = |protocols| Http::new(&s.limits, protocols);
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;
-        let http = http(Protocols::Http2);
+        let http = Http::new(&s.limits, Protocols::Http2);
         tasks.push(crate::grpc::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?);
     }
-    let api = crate::http::router(svc.clone(), s.body_limit);
-    let admin = crate::admin::router(svc.clone(), prometheus);
-    let routers = [
-        ("http", s.http, api, public),
-        ("admin", s.admin, admin, ADMIN_CONNECTIONS),
-    ];
-    for (name, addr, router, places) in routers {
-        let Some(addr) = addr else { continue };
-        let listener = bind(name, addr).await?;
-        let http = http(Protocols::Http1AndHttp2);
+    if let Some(addr) = s.http {
+        let listener = bind("http", addr).await?;
+        let api = crate::http::router(svc.clone(), s.body_limit);
+        let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
         tasks.push(spawn_router(
-            name,
+            "http",
             listener,
-            router,
+            api,
             http,
-            places,
+            public,
             stop_rx.clone(),
         ));
     }
+    let admin = crate::admin::router(svc.clone(), prometheus);
+    let admin = floodgate_runtime::admin::spawn(s.admin, admin, &s.limits, stop_rx.clone());
+    tasks.extend(admin.await?);
 
     // Serve until the signal, or until a server fails.
     let failed = tokio::select! {
