@@ -64,10 +64,13 @@ fuzz_target!(|input: Input<'_>| {
     };
     let headers = RateLimitHeaders::new(&settings).expect("the default header names are valid");
     let mut out = BytesMut::new();
-    encode_response(&response, &headers, &mut String::new(), &mut out);
+    encode_response(&response, &headers, &mut out);
     assert_eq!(out[0], 0, "an uncompressed frame");
     let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
     assert_eq!(len, out.len() - 5, "the frame's length prefix");
     let decoded = RateLimitResponse::decode(&out[5..]).expect("prost reads what the encoder wrote");
-    assert_eq!(decoded, generated(&response, &headers));
+    let expected = generated(&response, &headers);
+    // Every length in its shortest varint, as prost writes it.
+    assert_eq!(len, expected.encoded_len(), "the message's size");
+    assert_eq!(decoded, expected);
 });

@@ -33,37 +33,46 @@ impl Header {
     }
 }
 
+/// What a header says of the status it describes.
+#[derive(Clone, Copy, Debug)]
+enum Value {
+    /// The limit's requests per unit.
+    Limit,
+    /// Draft-03's limit: the quota, then every limited descriptor's policy.
+    Draft03Limit,
+    /// What remains.
+    Remaining,
+    /// Seconds until the reset ([`reset_seconds`]).
+    Reset,
+}
+
 /// The headers to add, validated once at startup.
 #[derive(Clone, Debug)]
 pub struct RateLimitHeaders {
-    enabled: bool,
-    x_ratelimit: bool,
-    limit: Header,
-    remaining: Header,
-    reset: Header,
-    x_limit: Header,
-    x_remaining: Header,
-    x_reset: Header,
+    /// In order: envoyproxy/ratelimit's (when enabled), then draft-03's
+    /// (when enabled).
+    headers: Vec<(Header, Value)>,
 }
 
 impl RateLimitHeaders {
-    /// From the settings.
+    /// From the settings (every name is checked, enabled or not).
     pub fn new(s: &HeaderSettings) -> Result<Self, String> {
-        Ok(RateLimitHeaders {
-            enabled: s.enabled,
-            x_ratelimit: s.x_ratelimit,
-            limit: Header::new(&s.limit, "LIMIT_LIMIT_HEADER")?,
-            remaining: Header::new(&s.remaining, "LIMIT_REMAINING_HEADER")?,
-            reset: Header::new(&s.reset, "LIMIT_RESET_HEADER")?,
-            x_limit: Header::new("X-RateLimit-Limit", "x_ratelimit")?,
-            x_remaining: Header::new("X-RateLimit-Remaining", "x_ratelimit")?,
-            x_reset: Header::new("X-RateLimit-Reset", "x_ratelimit")?,
-        })
-    }
-
-    /// Whether any header is produced.
-    pub fn any(&self) -> bool {
-        self.enabled || self.x_ratelimit
+        let header = |text: &str, what, value| Ok::<_, String>((Header::new(text, what)?, value));
+        let ratelimit = [
+            header(&s.limit, "LIMIT_LIMIT_HEADER", Value::Limit)?,
+            header(&s.remaining, "LIMIT_REMAINING_HEADER", Value::Remaining)?,
+            header(&s.reset, "LIMIT_RESET_HEADER", Value::Reset)?,
+        ];
+        let draft03 = [
+            header("X-RateLimit-Limit", "x_ratelimit", Value::Draft03Limit)?,
+            header("X-RateLimit-Remaining", "x_ratelimit", Value::Remaining)?,
+            header("X-RateLimit-Reset", "x_ratelimit", Value::Reset)?,
+        ];
+        let headers = (s.enabled.then_some(ratelimit).into_iter())
+            .chain(s.x_ratelimit.then_some(draft03))
+            .flatten()
+            .collect();
+        Ok(RateLimitHeaders { headers })
     }
 
     /// Calls `emit` for each header of `response` (nothing when no
@@ -74,7 +83,7 @@ impl RateLimitHeaders {
         buf: &mut String,
         mut emit: impl FnMut(&'s Header, &str),
     ) {
-        if !self.any() {
+        if self.headers.is_empty() {
             return;
         }
         let Some(pick) = most_restrictive(&response.statuses) else {
@@ -83,43 +92,28 @@ impl RateLimitHeaders {
         let Some(limit) = pick.current_limit.as_ref() else {
             return;
         };
-        let reset = reset_seconds(pick);
-        let emit: &mut dyn FnMut(&'s Header, &str) = &mut emit;
-        if self.enabled {
-            number(
-                emit,
-                &self.limit,
-                u64::from(limit.reported.requests_per_unit),
-                buf,
-            );
-            number(emit, &self.remaining, u64::from(pick.limit_remaining), buf);
-            number(emit, &self.reset, reset, buf);
-        }
-        if self.x_ratelimit {
-            let policies = (response.statuses.iter())
-                .filter_map(|s| s.current_limit.as_ref())
-                .map(|l| {
-                    let r = l.reported;
-                    let name = l.name.as_deref().unwrap_or_default();
-                    (u64::from(r.requests_per_unit), r.unit.seconds(), name)
-                });
-            draft03_value(u64::from(limit.reported.requests_per_unit), policies, buf);
-            emit(&self.x_limit, buf);
-            number(
-                emit,
-                &self.x_remaining,
-                u64::from(pick.limit_remaining),
-                buf,
-            );
-            number(emit, &self.x_reset, reset, buf);
+        let quota = u64::from(limit.reported.requests_per_unit);
+        for (header, value) in &self.headers {
+            buf.clear();
+            let _ = match value {
+                Value::Limit => write!(buf, "{quota}"),
+                Value::Remaining => write!(buf, "{}", pick.limit_remaining),
+                Value::Reset => write!(buf, "{}", reset_seconds(pick)),
+                Value::Draft03Limit => {
+                    let policies = (response.statuses.iter())
+                        .filter_map(|s| s.current_limit.as_ref())
+                        .map(|l| {
+                            let r = l.reported;
+                            let name = l.name.as_deref().unwrap_or_default();
+                            (u64::from(r.requests_per_unit), r.unit.seconds(), name)
+                        });
+                    draft03_value(quota, policies, buf);
+                    Ok(())
+                }
+            };
+            emit(header, buf);
         }
     }
-}
-
-fn number<'s>(emit: &mut dyn FnMut(&'s Header, &str), h: &'s Header, v: u64, buf: &mut String) {
-    buf.clear();
-    let _ = write!(buf, "{v}");
-    emit(h, buf);
 }
 
 /// The reset header's value: delta-seconds until `status`'s limit resets,

@@ -153,7 +153,7 @@ impl Floodgate {
             return Answer::Refused(e.to_string());
         }
         let mut out = BytesMut::new();
-        encode_response(&self.response, &self.headers, &mut String::new(), &mut out);
+        encode_response(&self.response, &self.headers, &mut out);
         Answer::Response(RateLimitResponse::decode(&out[5..]).expect("a valid message"))
     }
 }

@@ -75,16 +75,15 @@ pub struct RlsArgs {
 
 /// Runs a benchmark command.
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    if let BenchCommand::Upstream(args) = cmd {
-        return crate::gateway::run_upstream(args);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
     match cmd {
-        BenchCommand::Rls(args) => rt.block_on(load::run(args)),
-        BenchCommand::Fleet(args) => rt.block_on(fleet::run(*args)),
-        BenchCommand::NullRls { addr } => rt.block_on(null::serve(addr)),
-        BenchCommand::Upstream(_) => Ok(()),
+        BenchCommand::Rls(args) => runtime()?.block_on(load::run(args)),
+        BenchCommand::Fleet(args) => runtime()?.block_on(fleet::run(*args)),
+        BenchCommand::NullRls { addr } => runtime()?.block_on(null::serve(addr)),
+        BenchCommand::Upstream(args) => crate::gateway::run_upstream(args),
     }
 }

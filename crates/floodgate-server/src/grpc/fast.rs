@@ -5,16 +5,14 @@
 //! reflection) goes to tonic.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use floodgate::Apply;
 use floodgate_policy::{EngineError, ErrorCode};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use percent_encoding::{AsciiSet, CONTROLS, percent_encode};
 use tonic::service::Routes;
@@ -26,35 +24,6 @@ use crate::metrics::{Api, ErrorClass};
 
 /// The RLS method's path.
 pub const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-
-/// A unary gRPC answer: one message, then the trailers.
-struct Unary {
-    data: Option<Bytes>,
-    trailers: Option<HeaderMap>,
-}
-
-impl Body for Unary {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if let Some(d) = self.data.take() {
-            return Poll::Ready(Some(Ok(Frame::data(d))));
-        }
-        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.data.is_none() && self.trailers.is_none()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
-    }
-}
 
 fn grpc_headers(map: &mut HeaderMap) {
     map.insert(
@@ -261,16 +230,15 @@ impl GrpcService {
         {
             return engine_error(&e);
         }
-        let mut out = BytesMut::with_capacity(64 + 48 * response.statuses.len());
-        let mut scratch = String::new();
-        encode_response(&response, &svc.headers, &mut scratch, &mut out);
+        let mut out = BytesMut::with_capacity(256 + 48 * response.statuses.len());
+        encode_response(&response, &svc.headers, &mut out);
         drop(response);
         let mut trailers = HeaderMap::with_capacity(1);
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
-        let mut r = Response::new(tonic::body::Body::new(Unary {
-            data: Some(out.freeze()),
-            trailers: Some(trailers),
-        }));
+        // One message, then the trailers.
+        let trailers = std::future::ready(Some(Ok(trailers)));
+        let body = Full::new(out.freeze()).with_trailers(trailers);
+        let mut r = Response::new(tonic::body::Body::new(body));
         grpc_headers(r.headers_mut());
         r
     }

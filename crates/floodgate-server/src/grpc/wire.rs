@@ -9,7 +9,7 @@ use floodgate_policy::engine::LimitOverride;
 use floodgate_policy::{Code, Descriptor, Response, Status};
 use smallvec::SmallVec;
 
-use crate::headers::{Header, RateLimitHeaders};
+use crate::headers::RateLimitHeaders;
 
 /// A malformed message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -258,16 +258,48 @@ fn proto_secs(s: &Status) -> u64 {
     s.reset_seconds().min(i64::MAX as u64)
 }
 
-fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-fn put_varint(out: &mut BytesMut, mut v: u64) {
+fn put_varint(out: &mut impl BufMut, mut v: u64) {
     while v >= 0x80 {
         out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
     out.put_u8(v as u8);
+}
+
+/// A varint field.
+fn put_field(out: &mut BytesMut, field: u8, v: u64) {
+    out.put_u8(field << 3);
+    put_varint(out, v);
+}
+
+fn put_str(out: &mut BytesMut, field: u8, s: &str) {
+    out.put_u8(field << 3 | 2);
+    put_varint(out, s.len() as u64);
+    out.put_slice(s.as_bytes());
+}
+
+/// A message field whose contents `body` writes, in one pass: its length
+/// goes in front once known, in the byte kept for it when under 128 (the
+/// usual case), the contents moved along for a longer length.
+fn put_message(out: &mut BytesMut, field: u8, body: impl FnOnce(&mut BytesMut)) {
+    out.put_u8(field << 3 | 2);
+    let at = out.len();
+    out.put_u8(0);
+    body(out);
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+        return;
+    }
+    let mut varint = [0u8; 10];
+    let n = {
+        let mut w = &mut varint[..];
+        put_varint(&mut w, len as u64);
+        10 - w.len()
+    };
+    out.put_bytes(0, n - 1);
+    out.copy_within(at + 1..at + 1 + len, at + n);
+    out[at..at + n].copy_from_slice(&varint[..n]);
 }
 
 fn code(c: Code) -> u64 {
@@ -277,127 +309,53 @@ fn code(c: Code) -> u64 {
     }
 }
 
-/// Sizes of a status's parts: (current_limit, duration, whole).
-fn status_sizes(s: &Status) -> (usize, usize, usize) {
-    let mut cl = 0;
-    if let Some(l) = &s.current_limit {
-        let name = l.name.as_deref().unwrap_or("");
-        if !name.is_empty() {
-            cl += 1 + varint_len(name.len() as u64) + name.len();
-        }
-        if l.reported.requests_per_unit != 0 {
-            cl += 1 + varint_len(u64::from(l.reported.requests_per_unit));
-        }
-        cl += 1 + varint_len(l.reported.unit as u64);
-    }
-    let has_duration = s.reports_reset();
-    let mut dur = 0;
-    if has_duration {
-        let secs = proto_secs(s);
-        if secs != 0 {
-            dur += 1 + varint_len(secs);
-        }
-    }
-    let mut total = 1 + varint_len(code(s.code));
-    if s.current_limit.is_some() {
-        total += 1 + varint_len(cl as u64) + cl;
-    }
-    if s.limit_remaining != 0 {
-        total += 1 + varint_len(u64::from(s.limit_remaining));
-    }
-    if has_duration {
-        total += 1 + varint_len(dur as u64) + dur;
-    }
-    (cl, dur, total)
-}
-
-fn put_str(out: &mut BytesMut, field: u8, s: &str) {
-    out.put_u8(field << 3 | 2);
-    put_varint(out, s.len() as u64);
-    out.put_slice(s.as_bytes());
-}
-
 fn put_status(out: &mut BytesMut, s: &Status) {
-    let (cl, dur, total) = status_sizes(s);
-    out.put_u8(2 << 3 | 2);
-    put_varint(out, total as u64);
-    out.put_u8(1 << 3);
-    put_varint(out, code(s.code));
-    if let Some(l) = &s.current_limit {
-        out.put_u8(2 << 3 | 2);
-        put_varint(out, cl as u64);
-        if l.reported.requests_per_unit != 0 {
-            out.put_u8(1 << 3);
-            put_varint(out, u64::from(l.reported.requests_per_unit));
+    put_message(out, 2, |out| {
+        put_field(out, 1, code(s.code));
+        if let Some(l) = &s.current_limit {
+            put_message(out, 2, |out| {
+                if l.reported.requests_per_unit != 0 {
+                    put_field(out, 1, u64::from(l.reported.requests_per_unit));
+                }
+                put_field(out, 2, l.reported.unit as u64);
+                let name = l.name.as_deref().unwrap_or("");
+                if !name.is_empty() {
+                    put_str(out, 3, name);
+                }
+            });
         }
-        out.put_u8(2 << 3);
-        put_varint(out, l.reported.unit as u64);
-        let name = l.name.as_deref().unwrap_or("");
-        if !name.is_empty() {
-            put_str(out, 3, name);
+        if s.limit_remaining != 0 {
+            put_field(out, 3, u64::from(s.limit_remaining));
         }
-    }
-    if s.limit_remaining != 0 {
-        out.put_u8(3 << 3);
-        put_varint(out, u64::from(s.limit_remaining));
-    }
-    if s.reports_reset() {
-        out.put_u8(4 << 3 | 2);
-        put_varint(out, dur as u64);
-        let secs = proto_secs(s);
-        if secs != 0 {
-            out.put_u8(1 << 3);
-            put_varint(out, secs);
+        if s.reports_reset() {
+            put_message(out, 4, |out| {
+                let secs = proto_secs(s);
+                if secs != 0 {
+                    put_field(out, 1, secs);
+                }
+            });
         }
-    }
+    });
 }
 
-/// Writes the gRPC frame (5-byte prefix and message) of the response to
-/// `response` into `out`; `scratch` holds header values.
-pub fn encode_response(
-    response: &Response,
-    headers: &RateLimitHeaders,
-    scratch: &mut String,
-    out: &mut BytesMut,
-) {
-    let mut pairs: SmallVec<[(&Header, (usize, usize)); 6]> = SmallVec::new();
-    let mut values = std::mem::take(scratch);
-    values.clear();
-    let mut buf = String::new();
-    headers.emit(response, &mut buf, |h, v| {
-        let start = values.len();
-        values.push_str(v);
-        pairs.push((h, (start, values.len())));
-    });
-    let mut len = 1 + varint_len(code(response.overall));
-    for s in &response.statuses {
-        let (_, _, t) = status_sizes(s);
-        len += 1 + varint_len(t as u64) + t;
-    }
-    let header_size = |h: &Header, v: &str| {
-        let k = h.text.len();
-        1 + varint_len(k as u64) + k + 1 + varint_len(v.len() as u64) + v.len()
-    };
-    for (h, (a, b)) in &pairs {
-        let t = header_size(h, &values[*a..*b]);
-        len += 1 + varint_len(t as u64) + t;
-    }
-    out.reserve(5 + len);
-    out.put_u8(0);
-    out.put_u32(len as u32);
-    out.put_u8(1 << 3);
-    put_varint(out, code(response.overall));
+/// Appends the gRPC frame (5-byte prefix and message) of the response to
+/// `response` to `out`.
+pub fn encode_response(response: &Response, headers: &RateLimitHeaders, out: &mut BytesMut) {
+    let start = out.len();
+    // Uncompressed, then the message's length, written last.
+    out.put_bytes(0, 5);
+    put_field(out, 1, code(response.overall));
     for s in &response.statuses {
         put_status(out, s);
     }
-    for (h, (a, b)) in &pairs {
-        let v = &values[*a..*b];
-        out.put_u8(3 << 3 | 2);
-        put_varint(out, header_size(h, v) as u64);
-        put_str(out, 1, &h.text);
-        put_str(out, 2, v);
-    }
-    *scratch = values;
+    headers.emit(response, &mut String::new(), |h, v| {
+        put_message(out, 3, |out| {
+            put_str(out, 1, &h.text);
+            put_str(out, 2, v);
+        });
+    });
+    let len = (out.len() - start - 5) as u32;
+    out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
 }
 
 /// The oracle of [`encode_response`]: the message the generated types
@@ -617,6 +575,17 @@ mod tests {
             duration_until_reset: Duration::new(u64::MAX, 7),
             ..Status::default()
         });
+        // A status of more than 127 bytes: its length takes two bytes.
+        r.statuses.push(Status {
+            current_limit: Some(CurrentLimit {
+                reported: Reported {
+                    requests_per_unit: 1,
+                    unit: Unit::Second,
+                },
+                name: Some("n".repeat(300).into()),
+            }),
+            ..Status::default()
+        });
         let settings = floodgate_runtime::settings::HeaderSettings {
             enabled: true,
             x_ratelimit: true,
@@ -624,14 +593,17 @@ mod tests {
         };
         let headers = RateLimitHeaders::new(&settings).unwrap();
         let mut out = BytesMut::new();
-        encode_response(&r, &headers, &mut String::new(), &mut out);
+        encode_response(&r, &headers, &mut out);
         assert_eq!(out[0], 0);
         assert_eq!(
             u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize,
             out.len() - 5
         );
         let decoded = RateLimitResponse::decode(&out[5..]).unwrap();
-        assert_eq!(decoded, generated(&r, &headers));
+        let expected = generated(&r, &headers);
+        // Every length in its shortest varint, as prost writes it.
+        assert_eq!(out.len() - 5, expected.encoded_len());
+        assert_eq!(decoded, expected);
         assert_eq!(decoded.response_headers_to_add.len(), 6);
     }
 }
