@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use floodgate::Apply;
-use floodgate_policy::{EngineError, ErrorCode};
+use floodgate_policy::ErrorCode;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -228,7 +228,7 @@ impl GrpcService {
             )
             .await
         {
-            return engine_error(&e);
+            return error(e.code().grpc_code(), &e.to_string());
         }
         let mut out = BytesMut::with_capacity(256 + 48 * response.statuses.len());
         encode_response(&response, &svc.headers, &mut out);
@@ -242,8 +242,4 @@ impl GrpcService {
         grpc_headers(r.headers_mut());
         r
     }
-}
-
-fn engine_error(e: &EngineError) -> Response<tonic::body::Body> {
-    error(e.code().grpc_code(), &e.to_string())
 }
