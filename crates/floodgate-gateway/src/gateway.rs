@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use floodgate::SystemClock;
+use floodgate_http::FloodgateLayer;
 use floodgate_http::layer::{ClientAddr, FloodgateBody};
-use floodgate_http::{Contract, FloodgateLayer};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -36,7 +36,7 @@ impl<B: Backend> Limiter<B> {
         let layer = FloodgateLayer::with(
             engine,
             identity,
-            Contract::new(section.contract.clone()),
+            section.contract.clone(),
             section.layer.clone(),
         );
         Limiter {

@@ -13,7 +13,7 @@ use crate::support;
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
 use floodgate_http::identity::HttpHead;
-use floodgate_http::{ContractConfig, HttpIdentity, HttpSection};
+use floodgate_http::{Contract, HttpIdentity, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use nginx::model::{self, Class, Req, Zone};
@@ -63,7 +63,7 @@ struct Replay {
     engine: Engine<MemoryBackend, std::sync::Arc<ManualClock>>,
     clock: std::sync::Arc<ManualClock>,
     identity: HttpIdentity,
-    contract: ContractConfig,
+    contract: Contract,
 }
 
 impl Replay {

@@ -18,7 +18,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use floodgate_http::identity::Attributes;
-use floodgate_http::{Contract, FloodgateLayer, HttpSection};
+use floodgate_http::{FloodgateLayer, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 
@@ -79,8 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Arc::new(Engine::new(policy, MemoryBackend::new(Default::default())?));
     let mut http = HttpSection::from_yaml_str("example.yaml", CONFIG)?;
     http.layer.peer = peer;
-    let contract = Contract::new(http.contract);
-    let layer = FloodgateLayer::with(engine, http.identity, contract, http.layer);
+    let layer = FloodgateLayer::with(engine, http.identity, http.contract, http.layer);
 
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))

@@ -24,7 +24,7 @@ pub mod layer;
 mod read;
 mod section;
 
-pub use contract::{Contract, ContractConfig, HeaderForm};
+pub use contract::{Contract, HeaderForm};
 pub use identity::{HttpDescriptor, HttpIdentity, RequestDescriptors};
 pub use layer::FloodgateLayer;
 pub use section::HttpSection;

@@ -6,7 +6,7 @@
 use crate::contract::RESPONSES;
 use crate::identity::{IdentityConfig, SECTION as HTTP};
 use crate::layer::{LAYER, LayerSettings};
-use crate::{ContractConfig, HttpIdentity};
+use crate::{Contract, HttpIdentity};
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ pub struct HttpSection {
     /// [`HttpIdentity::config`]).
     pub identity: HttpIdentity,
     /// What responses say.
-    pub contract: ContractConfig,
+    pub contract: Contract,
     /// Delays, queues, shedding, failure handling.
     pub layer: LayerSettings,
 }
@@ -59,7 +59,7 @@ impl HttpSection {
             let identity = IdentityConfig::from_yaml(node).map_err(|e| errors.extend(e));
             let contract = map
                 .get(RESPONSES)
-                .map_or(Ok(ContractConfig::default()), ContractConfig::from_yaml)
+                .map_or(Ok(Contract::default()), Contract::from_yaml)
                 .map_err(|e| errors.extend(e));
             let layer = map
                 .get(LAYER)

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use floodgate::{Decision, Outcome, Timestamp};
 use floodgate_http::contract::{
-    Contract, ContractConfig, HeaderBuf, HeaderForm, MAX_NAME_LEN, QuotaUnit, Report, Verdict,
-    draft03_limit, ietf_current, ietf_policy,
+    Contract, HeaderBuf, HeaderForm, MAX_NAME_LEN, QuotaUnit, Report, Verdict, draft03_limit,
+    ietf_current, ietf_policy,
 };
 use proptest::prelude::*;
 use sfv::{BareItem, ListEntry, Parser};
@@ -183,7 +183,7 @@ proptest! {
     #[test]
     fn retry_after_matches_the_denying_policy(lines in proptest::collection::vec(line(), 1..6)) {
         let r = report(&lines);
-        let contract = Contract::new(ContractConfig::default().with_forms([HeaderForm::Ietf, HeaderForm::XRateLimit]));
+        let contract = Contract::default().with_forms([HeaderForm::Ietf, HeaderForm::XRateLimit]);
         let mut headers = http::HeaderMap::new();
         contract.write_headers(&r, Timestamp::from_secs(1_700_000_000), Duration::ZERO, &mut headers, &mut HeaderBuf::new(), None);
         let retry = headers.get("retry-after").map(|v| v.to_str().unwrap().parse::<u64>().unwrap());

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use floodgate_http::identity::{Action, ClientIpHeader, IdentityConfig, SecretSource, Source};
 use floodgate_http::layer::OnError;
-use floodgate_http::{ContractConfig, HttpIdentity, HttpSection};
+use floodgate_http::{Contract, HttpIdentity, HttpSection};
 use floodgate_policy::PolicySet;
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource};
@@ -57,7 +57,7 @@ impl CandidateSpec {
 pub(crate) struct Candidate {
     pub name: String,
     pub identity: HttpIdentity,
-    pub contract: ContractConfig,
+    pub contract: Contract,
     pub max_delayed: usize,
     pub on_error: OnError,
     /// What of the configuration a replay does not reproduce.

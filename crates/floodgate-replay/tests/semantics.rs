@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
-use floodgate_http::{ContractConfig, HttpIdentity, HttpSection};
+use floodgate_http::{Contract, HttpIdentity, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet, Response};
 use proptest::prelude::*;
@@ -130,7 +130,7 @@ struct Live {
     engine: Engine<MemoryBackend, Arc<ManualClock>>,
     clock: Arc<ManualClock>,
     identity: HttpIdentity,
-    contract: ContractConfig,
+    contract: Contract,
 }
 
 impl Live {

@@ -60,9 +60,34 @@ pub struct RuleResponse {
     pub policy_name: Option<String>,
 }
 
-/// The HTTP contract's settings.
+/// The HTTP contract with clients: which headers every response carries and
+/// what a rejection looks like (its settings, and what it writes).
+///
+/// ```
+/// use floodgate::{Decision, Outcome, Timestamp};
+/// use floodgate_http::contract::{Contract, HeaderBuf, QuotaUnit, Rejection, Report, Verdict};
+/// use std::time::Duration;
+///
+/// let contract = Contract::default();
+/// let mut report = Report::new();
+/// let p = report.add_policy("per-ip", 10, Some(1), QuotaUnit::Requests);
+/// let retry = Duration::from_millis(2300);
+/// report.add_current(p, &Decision {
+///     outcome: Outcome::Denied, limit: 10, remaining: 0,
+///     reset_after: Duration::from_secs(1), retry_after: Some(retry),
+/// });
+/// report.set_verdict(Verdict::Denied, Some(retry));
+///
+/// let res = contract.reject(Rejection::Limited(&report), &http::HeaderMap::new(),
+///     Timestamp::from_secs(1_700_000_000), &mut HeaderBuf::new());
+/// assert_eq!(res.status(), 429);
+/// assert_eq!(res.headers()["retry-after"], "3");
+/// assert_eq!(res.headers()["ratelimit"], r#""per-ip";r=0;t=3"#);
+/// assert_eq!(res.headers()["ratelimit-policy"], r#""per-ip";q=10;w=1"#);
+/// assert_eq!(res.headers()["cache-control"], "no-store");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContractConfig {
+pub struct Contract {
     /// Header forms sent, in order (default: [`HeaderForm::Ietf`]).
     pub forms: Vec<HeaderForm>,
     /// Hide every rate-limit header and the policy details of problem
@@ -83,9 +108,9 @@ pub struct ContractConfig {
     pub rules: HashMap<String, RuleResponse>,
 }
 
-impl Default for ContractConfig {
+impl Default for Contract {
     fn default() -> Self {
-        ContractConfig {
+        Contract {
             forms: vec![HeaderForm::Ietf],
             hide_headers: false,
             on_success: true,
@@ -97,7 +122,7 @@ impl Default for ContractConfig {
     }
 }
 
-impl ContractConfig {
+impl Contract {
     /// The settings of rule `label`, if any.
     pub fn rule(&self, label: &str) -> Option<&RuleResponse> {
         if self.rules.is_empty() {

@@ -5,9 +5,8 @@ use std::time::Duration;
 use floodgate::Timestamp;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::config::HeaderForm;
+use super::config::{Contract, HeaderForm};
 use super::header_buf::HeaderBuf;
-use super::http_contract::Contract;
 use super::names::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
@@ -69,13 +68,13 @@ impl Contract {
             if let Some(secs) = self.retry_after_secs(report) {
                 put_int(headers, http::header::RETRY_AFTER, secs, out);
             }
-        } else if !self.config().on_success {
+        } else if !self.on_success {
             return;
         }
-        if self.config().hide_headers || report.current().is_empty() {
+        if self.hide_headers || report.current().is_empty() {
             return;
         }
-        for form in &self.config().forms {
+        for form in &self.forms {
             match form {
                 HeaderForm::Ietf => {
                     match policy {
@@ -123,7 +122,7 @@ impl Contract {
         }
         report
             .retry_after_secs()
-            .or_else(|| self.config().retry_after_unknown.map(ceil_secs))
+            .or_else(|| self.retry_after_unknown.map(ceil_secs))
             .map(clamp)
     }
 }

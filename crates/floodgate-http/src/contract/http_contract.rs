@@ -1,5 +1,5 @@
-//! [`Contract`]: the compiled contract, writing headers on every response
-//! and whole responses for rejections.
+//! What a [`Contract`] answers a rejected request with: a whole response
+//! (its headers are written in `headers.rs`).
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
-use super::config::ContractConfig;
+use super::config::Contract;
 use super::header_buf::HeaderBuf;
 use super::names::{GRPC_MESSAGE, GRPC_STATUS};
 use super::problem::{
@@ -35,37 +35,6 @@ pub enum Rejection<'a> {
     Unavailable,
 }
 
-/// The HTTP contract with clients: which headers every response carries and
-/// what a rejection looks like.
-///
-/// ```
-/// use floodgate::{Decision, Outcome, Timestamp};
-/// use floodgate_http::contract::{Contract, ContractConfig, HeaderBuf, QuotaUnit, Rejection, Report, Verdict};
-/// use std::time::Duration;
-///
-/// let contract = Contract::new(ContractConfig::default());
-/// let mut report = Report::new();
-/// let p = report.add_policy("per-ip", 10, Some(1), QuotaUnit::Requests);
-/// let retry = Duration::from_millis(2300);
-/// report.add_current(p, &Decision {
-///     outcome: Outcome::Denied, limit: 10, remaining: 0,
-///     reset_after: Duration::from_secs(1), retry_after: Some(retry),
-/// });
-/// report.set_verdict(Verdict::Denied, Some(retry));
-///
-/// let res = contract.reject(Rejection::Limited(&report), &http::HeaderMap::new(),
-///     Timestamp::from_secs(1_700_000_000), &mut HeaderBuf::new());
-/// assert_eq!(res.status(), 429);
-/// assert_eq!(res.headers()["retry-after"], "3");
-/// assert_eq!(res.headers()["ratelimit"], r#""per-ip";r=0;t=3"#);
-/// assert_eq!(res.headers()["ratelimit-policy"], r#""per-ip";q=10;w=1"#);
-/// assert_eq!(res.headers()["cache-control"], "no-store");
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct Contract {
-    config: ContractConfig,
-}
-
 /// The bytes percent-encoded in `grpc-message`: all but printable ASCII,
 /// and `%`.
 const GRPC_ESCAPED: &AsciiSet = &CONTROLS.add(b'%');
@@ -73,22 +42,12 @@ const GRPC_ESCAPED: &AsciiSet = &CONTROLS.add(b'%');
 static NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
 impl Contract {
-    /// A contract with `config`.
-    pub fn new(config: ContractConfig) -> Self {
-        Contract { config }
-    }
-
-    /// Its settings.
-    pub fn config(&self) -> &ContractConfig {
-        &self.config
-    }
-
     /// The status a rejection gets.
     pub fn status_of(&self, rejection: &Rejection<'_>) -> StatusCode {
         match rejection {
-            Rejection::Limited(r) => r.status().unwrap_or(self.config.status),
+            Rejection::Limited(r) => r.status().unwrap_or(self.status),
             Rejection::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Rejection::Unavailable => self.config.error_status,
+            Rejection::Unavailable => self.error_status,
         }
     }
 
@@ -133,8 +92,7 @@ impl Contract {
             }
         };
         headers.insert(CACHE_CONTROL, NO_STORE.clone());
-        let hidden =
-            self.config.hide_headers || report.is_some_and(|r| r.violated().next().is_none());
+        let hidden = self.hide_headers || report.is_some_and(|r| r.violated().next().is_none());
         let problem = Problem {
             status,
             kind,

@@ -41,13 +41,13 @@ mod read;
 mod report;
 mod sf;
 
-pub use config::{ContractConfig, HeaderForm, RuleResponse};
+pub use config::{Contract, HeaderForm, RuleResponse};
 pub use header_buf::HeaderBuf;
 pub(crate) use headers::push_position;
 pub use headers::{draft03_limit, draft03_value, epoch_reset, ietf_current, ietf_policy};
 #[cfg(feature = "axum")]
 pub use http_contract::Rejected;
-pub use http_contract::{Contract, Rejection};
+pub use http_contract::Rejection;
 pub use names::*;
 pub use problem::{
     BodyKind, PROBLEM_JSON, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN, negotiate,

@@ -4,7 +4,7 @@ use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::{Node, excerpt};
 use http::StatusCode;
 
-use super::config::{ContractConfig, HeaderForm, RuleResponse};
+use super::config::{Contract, HeaderForm, RuleResponse};
 use crate::read::{deny_unknown, read_duration};
 
 /// The key of the contract's section under `http:`.
@@ -38,11 +38,11 @@ fn read_status(n: Node<'_>, errors: &mut Errors) -> Option<StatusCode> {
     }
 }
 
-impl ContractConfig {
+impl Contract {
     /// Reads an `http.responses` section (the node under the key).
-    pub fn from_yaml(node: Node<'_>) -> Result<ContractConfig, ConfigErrors> {
+    pub fn from_yaml(node: Node<'_>) -> Result<Contract, ConfigErrors> {
         let mut errors = Errors::default();
-        let mut c = ContractConfig::default();
+        let mut c = Contract::default();
         let map = node.map()?;
         if let Some(h) = map.get("headers") {
             let items = match h.list() {

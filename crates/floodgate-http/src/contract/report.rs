@@ -12,7 +12,7 @@ use floodgate_policy::engine::Reason;
 use floodgate_policy::{Code, Response};
 use http::StatusCode;
 
-use super::config::ContractConfig;
+use super::config::Contract;
 use super::sf::ceil_secs;
 
 /// What a policy's quota counts (the draft's `qu` parameter).
@@ -277,7 +277,7 @@ impl Report {
     /// the response was decided on) and `config`. Shadow-mode rules are
     /// left out (they are not enforced); hidden rules are left out of the
     /// lines but still decide the verdict, status and wait.
-    pub fn fill(&mut self, response: &Response, policy: &PolicySet, config: &ContractConfig) {
+    pub fn fill(&mut self, response: &Response, policy: &PolicySet, config: &Contract) {
         self.clear();
         let denied = response.overall == Code::OverLimit;
         let mut delay = Duration::ZERO;

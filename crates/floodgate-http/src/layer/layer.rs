@@ -96,12 +96,7 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         text: &str,
     ) -> Result<Self, ConfigErrors> {
         let s = HttpSection::from_yaml_str(file, text)?;
-        Ok(Self::with(
-            engine,
-            s.identity,
-            Contract::new(s.contract),
-            s.layer,
-        ))
+        Ok(Self::with(engine, s.identity, s.contract, s.layer))
     }
 
     /// Limits one request without the tower machinery: the same steps as

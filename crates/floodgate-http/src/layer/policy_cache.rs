@@ -36,14 +36,13 @@ struct Rendered {
 
 impl Rendered {
     fn of(report: &Report, contract: &Contract) -> Self {
-        let config = contract.config();
         let one_line = report.policies().len() == 1 && report.current().len() == 1;
-        let ietf_only = config.forms == [HeaderForm::Ietf];
+        let ietf_only = contract.forms == [HeaderForm::Ietf];
         let policy = contract.policy_value(report);
         let current_name = (one_line
             && ietf_only
-            && config.on_success
-            && !config.hide_headers
+            && contract.on_success
+            && !contract.hide_headers
             && policy.is_some())
         .then(|| {
             let mut s = String::new();

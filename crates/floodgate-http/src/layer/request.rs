@@ -198,9 +198,7 @@ where
     {
         let s = held.scratch();
         match shared.engine.policy_of(&s.response) {
-            Some(policy) => s
-                .report
-                .fill(&s.response, &policy, shared.contract.config()),
+            Some(policy) => s.report.fill(&s.response, &policy, &shared.contract),
             // Decided under a policy replaced since: no delay to turn
             // into a rejection.
             None => s.report.clear(),
@@ -321,7 +319,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
         },
     };
     LayerStats::inc(&shared.stats.decided);
-    let on_success = shared.contract.config().on_success;
+    let on_success = shared.contract.on_success;
     // A planned rule holds no units: an admitted request keeps nothing.
     if planned && !on_success && plainly_allowed(&held.scratch().response) {
         return Admitted::bare(keep);
@@ -475,8 +473,8 @@ fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held
     let s = held.scratch();
     let policy = shared.engine.policy_of(&s.response);
     match &policy {
-        Some(policy) if shared.contract.config().on_success || !plainly_allowed(&s.response) => {
-            s.report.fill(&s.response, policy, shared.contract.config());
+        Some(policy) if shared.contract.on_success || !plainly_allowed(&s.response) => {
+            s.report.fill(&s.response, policy, &shared.contract);
             s.policy_value = shared
                 .policy_headers
                 .get(policy, &s.report, &shared.contract);

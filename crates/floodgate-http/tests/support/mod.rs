@@ -18,7 +18,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use floodgate::{Clock, ManualClock, Timestamp};
 use floodgate_http::identity::Attributes;
-use floodgate_http::{Contract, FloodgateLayer, HttpSection};
+use floodgate_http::{FloodgateLayer, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use http_body::Frame;
@@ -46,7 +46,7 @@ pub fn layer_for<C: Clock + 'static>(
 ) -> FloodgateLayer<MemoryBackend, C> {
     let mut s = HttpSection::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
     s.layer.peer = peer;
-    FloodgateLayer::with(engine, s.identity, Contract::new(s.contract), s.layer)
+    FloodgateLayer::with(engine, s.identity, s.contract, s.layer)
 }
 
 pub fn manual() -> Arc<ManualClock> {
