@@ -62,14 +62,7 @@ impl ClientBodyError {
 fn find<'a, T: std::error::Error + 'static>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a T> {
-    let mut source = Some(e);
-    while let Some(s) = source {
-        if let Some(t) = s.downcast_ref::<T>() {
-            return Some(t);
-        }
-        source = s.source();
-    }
-    None
+    std::iter::successors(Some(e), |s| s.source()).find_map(|s| s.downcast_ref::<T>())
 }
 
 /// Why an upload stopped: what the upstream's client is told.
