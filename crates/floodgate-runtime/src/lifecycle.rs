@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_policy::reload::{Compiled, ConfigSource, HandOver, ReloadTrigger, Reloader};
+use futures_util::future::OptionFuture;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -76,27 +77,19 @@ impl Watching {
         });
         let signals = tokio::spawn(async move {
             loop {
-                let hup = async {
-                    match hangup.as_mut() {
-                        Some(h) => h.recv().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let polled = async {
-                    match tick.as_mut() {
-                        Some(t) => t.tick().await,
-                        None => std::future::pending().await,
-                    }
-                };
+                // Without SIGHUP or a poll, its branch is off (`None`).
+                let hup = OptionFuture::from(hangup.as_mut().map(|h| h.recv()));
+                let polled = OptionFuture::from(tick.as_mut().map(|t| t.tick()));
                 tokio::select! {
-                    got = hup => {
+                    Some(got) = hup => {
                         // None: the runtime is shutting down.
                         let Some(()) = got else { return };
                         tracing::info!("SIGHUP received: reloading the configuration");
                         t.request();
                         a(true);
                     }
-                    _ = polled => a(false),
+                    Some(_) = polled => a(false),
+                    else => return,
                 }
             }
         });
