@@ -120,10 +120,8 @@ impl Contract {
         if report.is_never() {
             return None;
         }
-        report
-            .retry_after_secs()
-            .or_else(|| self.retry_after_unknown.map(ceil_secs))
-            .map(clamp)
+        let wait = report.retry_after().or(self.retry_after_unknown);
+        wait.map(|d| clamp(ceil_secs(d)))
     }
 }
 

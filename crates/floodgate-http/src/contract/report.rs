@@ -220,11 +220,6 @@ impl Report {
         self.retry_after
     }
 
-    /// `Retry-After` in delay-seconds: the exact wait rounded up.
-    pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after.map(ceil_secs)
-    }
-
     /// The status chosen by a rule for this denial, if any.
     pub fn status(&self) -> Option<StatusCode> {
         self.status
