@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# User-space instructions per RLS decision of `floodgate serve`
+# (examples/bench.yaml: every call a full decision that passes), counted by
+# valgrind's callgrind under the load generator of `floodgate bench rls`:
+# unlike time, the count does not move with the machine's load.
+#
+#   crates/floodgate-server/bench/instructions.sh [DURATION]
+#
+# Prints the decisions counted and the instructions per decision; with
+# TOP=N also the N functions that cost most per decision. The count covers
+# the measured window only (counters zeroed after a warm-up) and the
+# decisions are read from the service's own floodgate_requests_total.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+DUR=${1:-5s}
+BIN=${CARGO_TARGET_DIR:-target}/release/floodgate
+need=()
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "==> installing ${need[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+cargo build --release -p floodgate-cli --quiet
+WORK=$(mktemp -d)
+PID=
+cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+    --callgrind-out-file="$WORK/cg.out" \
+    "$BIN" serve --config examples/bench.yaml --workers 1 >"$WORK/valgrind.log" 2>&1 &
+PID=$!
+for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/18181) 2>/dev/null && break; sleep 0.1; done
+load() { # $1: duration
+    "$BIN" bench rls --addr 127.0.0.1:18181 --concurrency 64 --connections 4 \
+        --keys 10000 --warmup 0s --duration "$1"
+}
+decisions() {
+    curl -s 127.0.0.1:16170/metrics |
+        awk '/^floodgate_requests_total\{api="grpc"/ {s += $2} END {print s + 0}'
+}
+load 3s >/dev/null
+callgrind_control -z "$PID" >/dev/null 2>&1
+n0=$(decisions)
+load "$DUR"
+n1=$(decisions)
+callgrind_control -d "$PID" >/dev/null 2>&1
+kill -INT "$PID" 2>/dev/null || true
+wait "$PID" 2>/dev/null || true
+PID=
+
+# Sums the self cost of every function in the dump (the line after a
+# `calls=` line is a callee's inclusive cost, not counted).
+python3 - "$WORK/cg.out.1" "$((n1 - n0))" "${TOP:-0}" <<'PY'
+import collections, sys
+costs = collections.Counter(); fn = None; after_call = False
+for line in open(sys.argv[1]):
+    if line.startswith('fn='):
+        fn = line[3:].strip(); after_call = False
+    elif line.startswith('calls='):
+        after_call = True
+    elif line[:1].isdigit() or line[:1] in '+-*':
+        parts = line.split()
+        if len(parts) >= 2 and fn is not None:
+            if after_call:
+                after_call = False
+            else:
+                costs[fn] += int(parts[1])
+n = int(sys.argv[2])
+print(f"{n} decisions, {sum(costs.values()) / n:,.0f} instructions per decision")
+for name, c in costs.most_common(int(sys.argv[3])):
+    print(f"    {c / n:8,.0f}  {name[:110]}")
+PY
