@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use floodgate_policy::{Code, ErrorCode};
+use floodgate_policy::{Code, ErrorCode, Released};
 use metrics::{Counter, Histogram};
 
 /// Describes the request-path metrics (once the recorder is installed).
@@ -28,17 +28,50 @@ fn describe() {
     );
 }
 
+/// What a release did to a concurrency limit (its
+/// `floodgate_releases_total` result), or to a descriptor's, the least
+/// favourable of its limits'.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// No concurrency limit to give back (none matched, or `hits: 0`).
+    None,
+    /// Given back.
+    Released,
+    /// Redis cannot take it now; this instance sends it when Redis answers.
+    Queued,
+    /// The permit held nothing of the limit: nothing changed.
+    NotHeld,
+    /// The store could neither take it nor keep it for later.
+    Failed,
+}
+
+impl Outcome {
+    /// A limit's release result.
+    pub fn of(r: Result<Released, ErrorCode>) -> Self {
+        match r {
+            Ok(Released::Given(_)) => Outcome::Released,
+            Ok(Released::Queued(_)) => Outcome::Queued,
+            Ok(Released::NotHeld) => Outcome::NotHeld,
+            Err(_) => Outcome::Failed,
+        }
+    }
+
+    /// Its name, as the metric and `/v1/release` write it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::None => "none",
+            Outcome::Released => "released",
+            Outcome::Queued => "queued",
+            Outcome::NotHeld => "not_held",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
 /// Counts what a `/v1/release` did to each concurrency limit of `response`.
 pub fn released(response: &floodgate_policy::Response) {
-    use floodgate_policy::Released;
-    for l in response.limits() {
-        let result = match l.release {
-            Some(Ok(Released::Given(_))) => "released",
-            Some(Ok(Released::Queued(_))) => "queued",
-            Some(Ok(Released::NotHeld)) => "not_held",
-            Some(Err(_)) => "failed",
-            None => continue,
-        };
+    for r in response.limits().filter_map(|l| l.release) {
+        let result = Outcome::of(r).label();
         metrics::counter!("floodgate_releases_total", "result" => result).increment(1);
     }
 }

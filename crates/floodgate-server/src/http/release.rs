@@ -21,7 +21,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use floodgate_policy::engine::ReleaseReport;
-use floodgate_policy::{EngineError, ErrorCode, Permit, PolicySet, Released};
+use floodgate_policy::{EngineError, Permit, PolicySet, Released};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +29,7 @@ use super::check::reason;
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
 use crate::decision::DecisionService;
-use crate::metrics::Api;
+use crate::metrics::{Api, Outcome};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,45 +69,9 @@ struct ReleaseStatus<'a> {
     hits: u64,
     /// Units given back (or queued) by the descriptor's concurrency limits.
     units: u64,
-    /// What became of them (see [`Outcome`]).
+    /// What became of them (see [`Outcome`]): the least favourable of
+    /// its concurrency limits' results.
     result: &'static str,
-}
-
-/// What a descriptor's release did, the least favourable of its
-/// concurrency limits' results.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Outcome {
-    /// No concurrency limit to give back (none matched, or `hits: 0`).
-    None,
-    /// Given back.
-    Released,
-    /// Redis cannot take it now; this instance sends it when Redis answers.
-    Queued,
-    /// The permit held nothing of the limit: nothing changed.
-    NotHeld,
-    /// The store could neither take it nor keep it for later.
-    Failed,
-}
-
-impl Outcome {
-    fn of(r: Result<Released, ErrorCode>) -> Self {
-        match r {
-            Ok(Released::Given(_)) => Outcome::Released,
-            Ok(Released::Queued(_)) => Outcome::Queued,
-            Ok(Released::NotHeld) => Outcome::NotHeld,
-            Err(_) => Outcome::Failed,
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Outcome::None => "none",
-            Outcome::Released => "released",
-            Outcome::Queued => "queued",
-            Outcome::NotHeld => "not_held",
-            Outcome::Failed => "failed",
-        }
-    }
 }
 
 /// A permit as the decimal string `/v1/check` answers, or a number.
