@@ -80,8 +80,9 @@ pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), G
         .map_err(|e| GatewayError::Startup(e.to_string()))?;
     let delay = server.shutdown_delay;
     runtime.block_on(async move {
+        let shutdown = floodgate_runtime::signals::shutdown_signal();
         let running = start(loaded, prometheus).await?;
-        floodgate_runtime::signals::shutdown_signal().await;
+        shutdown.await;
         running.shutdown_after(delay).await;
         Ok(())
     })

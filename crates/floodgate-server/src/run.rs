@@ -27,11 +27,11 @@ use crate::decision::DecisionService;
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
     let runtime = floodgate_runtime::threads::runtime(loaded.settings.server.workers, "floodgate")
         .map_err(|e| RuntimeError::Runtime(e.to_string()))?;
-    runtime.block_on(serve(
-        loaded,
-        prometheus,
-        floodgate_runtime::signals::shutdown_signal(),
-    ))
+    let shutdown = {
+        let _entered = runtime.enter();
+        floodgate_runtime::signals::shutdown_signal()
+    };
+    runtime.block_on(serve(loaded, prometheus, shutdown))
 }
 
 /// Serves until `shutdown` resolves, then drains.

@@ -36,13 +36,14 @@ impl RateLimitService for Null {
 
 /// Serves until SIGTERM or SIGINT.
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
+    let shutdown = floodgate_runtime::signals::shutdown_signal();
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("null RLS server listening on {}", listener.local_addr()?);
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(Null))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            floodgate_runtime::signals::shutdown_signal(),
+            shutdown,
         )
         .await?;
     Ok(())
