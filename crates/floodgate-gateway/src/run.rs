@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate_policy::Engine;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
@@ -166,19 +165,9 @@ pub async fn start(
     if let Some(h) = &prometheus {
         floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
-    floodgate_runtime::backend::check_policy(&settings.store, &compiled.policy)
-        .map_err(|e| GatewayError::Startup(e.to_string()))?;
-    let backend = AnyBackend::build(&settings.store).await?;
-    let Compiled { mut policy, loaded } = compiled;
-    settings.policy.apply(&mut policy.settings);
-    let limits = settings.server.request_limits();
-    let engine = Arc::new(
-        Engine::new(policy, backend)
-            .with_request_limits(limits)
-            .with_observer(floodgate_runtime::dashboard::observer()),
-    );
-    let health = Arc::new(Health::new(engine.clone()));
-    health.spawn_store_probes();
+    let Compiled { policy, loaded } = compiled;
+    let health = Health::start(&settings, policy).await?;
+    let engine = health.engine().clone();
     let limiter = http.map(|s| Limiter::new(engine.clone(), s));
     let limited = limiter.is_some();
     let proxy = Proxy::with_limits(Upstream::new(&config.upstream)?, &config.limits);

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 
-use floodgate_policy::{Backend, Engine};
+use floodgate_policy::{Backend, Engine, PolicySet};
 use http::StatusCode;
 use metrics::Gauge;
 use tokio::sync::watch;
 
-use crate::backend::AnyBackend;
+use crate::RuntimeError;
+use crate::backend::{AnyBackend, check_policy};
+use crate::settings::Settings;
 
 /// The process's health: its engine's store, and whether shutdown began.
 pub struct Health {
@@ -20,6 +22,27 @@ pub struct Health {
 }
 
 impl Health {
+    /// Starts deciding with `policy` as `settings` say, for either binary:
+    /// the policy checked against the store ([`check_policy`]), the store
+    /// built ([`AnyBackend::build`]), the forced policy settings applied,
+    /// the engine given the request limits and the dashboard's observer;
+    /// the store's probes run from now on. The engine is
+    /// [`engine`](Self::engine).
+    pub async fn start(
+        settings: &Settings,
+        mut policy: PolicySet,
+    ) -> Result<Arc<Health>, RuntimeError> {
+        check_policy(&settings.store, &policy)?;
+        let backend = AnyBackend::build(&settings.store).await?;
+        settings.policy.apply(&mut policy.settings);
+        let engine = Engine::new(policy, backend)
+            .with_request_limits(settings.server.request_limits())
+            .with_observer(crate::dashboard::observer());
+        let health = Arc::new(Health::new(Arc::new(engine)));
+        health.spawn_store_probes();
+        Ok(health)
+    }
+
     /// The health of a process deciding with `engine`.
     pub fn new(engine: Arc<Engine<AnyBackend>>) -> Self {
         Health {

@@ -36,22 +36,11 @@ pub struct DecisionService {
 }
 
 impl DecisionService {
-    /// A service deciding `policy` on `backend`.
-    pub fn new(
-        mut policy: PolicySet,
-        backend: AnyBackend,
-        settings: &Settings,
-    ) -> Result<Self, RuntimeError> {
-        settings.policy.apply(&mut policy.settings);
-        let limits = settings.server.request_limits();
-        let engine = Arc::new(
-            Engine::new(policy, backend)
-                .with_request_limits(limits)
-                .with_observer(floodgate_runtime::dashboard::observer()),
-        );
+    /// A service deciding with `health`'s engine ([`Health::start`]).
+    pub fn new(health: Arc<Health>, settings: &Settings) -> Result<Self, RuntimeError> {
         Ok(DecisionService {
-            health: Arc::new(Health::new(engine.clone())),
-            engine,
+            engine: health.engine().clone(),
+            health,
             pool: ResponsePool::default(),
             headers: RateLimitHeaders::new(&settings.server.headers)
                 .map_err(RuntimeError::Runtime)?,

@@ -13,7 +13,7 @@ use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{Http, Protocols, bind, descriptors, spawn_router};
 use floodgate_runtime::settings::StartupSections;
-use floodgate_runtime::{AnyBackend, RuntimeError};
+use floodgate_runtime::{Health, RuntimeError};
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
@@ -50,8 +50,6 @@ pub async fn serve(
         floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
     let store = settings.store.describe();
-    floodgate_runtime::backend::check_policy(&settings.store, &compiled.policy)?;
-    let backend = AnyBackend::build(&settings.store).await?;
     let files: Vec<String> = compiled
         .loaded
         .files
@@ -60,8 +58,8 @@ pub async fn serve(
         .collect();
     let startup = StartupSections::of(&compiled.loaded.documents);
     let Compiled { policy, loaded } = compiled;
-    let svc = Arc::new(DecisionService::new(policy, backend, &settings)?);
-    svc.health().spawn_store_probes();
+    let health = Health::start(&settings, policy).await?;
+    let svc = Arc::new(DecisionService::new(health, &settings)?);
     // The reloader only needs the files that were read.
     let compiled = Compiled {
         policy: floodgate_policy::PolicySet::empty(),
@@ -142,7 +140,9 @@ pub fn replace_policy(svc: &DecisionService, policy: PolicySet) -> Result<(), Ru
 #[cfg(test)]
 mod tests {
     use super::*;
+    use floodgate_policy::Engine;
     use floodgate_redis::{RedisBackend, ResilientBackend};
+    use floodgate_runtime::AnyBackend;
     use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
 
     const GOOD: &str = "
@@ -208,7 +208,8 @@ store:
                 .unwrap();
         let redis = RedisBackend::connect_lazy(&config).await.unwrap();
         let backend = AnyBackend::Redis(Box::new(ResilientBackend::new(redis, &config).unwrap()));
-        let svc = DecisionService::new(policy_of(GOOD), backend, &Settings::default()).unwrap();
+        let health = Arc::new(Health::new(Arc::new(Engine::new(policy_of(GOOD), backend))));
+        let svc = DecisionService::new(health, &Settings::default()).unwrap();
         let labels = |svc: &DecisionService| -> Vec<String> {
             let p = svc.engine().policy();
             p.rules().iter().map(|r| r.label().to_owned()).collect()
