@@ -41,38 +41,6 @@ sed -e 's/responses: {status: 503}/responses: {status: 503, on_success: false}/'
 
 wait_port() { for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not open" >&2; return 1; }
 
-# Sums the self cost of every function in a callgrind dump (the lines that
-# follow a `calls=` line are a callee's inclusive cost, not counted).
-per_request() { # $1: dump, $2: requests
-    python3 - "$1" "$2" "${TOP:-0}" <<'EOF'
-import collections, sys
-costs = collections.Counter(); fn = None; after_call = False
-events = []; totals = collections.Counter()
-for line in open(sys.argv[1]):
-    if line.startswith('events:'):
-        events = line.split()[1:]
-    elif line.startswith('fn='):
-        fn = line[3:].strip(); after_call = False
-    elif line.startswith('calls='):
-        after_call = True
-    elif line[:1].isdigit() or line[:1] in '+-*':
-        parts = line.split()
-        if len(parts) >= 2 and fn is not None:
-            if after_call:
-                after_call = False
-            else:
-                costs[fn] += int(parts[1])
-                for e, v in zip(events[1:], parts[2:]):
-                    totals[e] += int(v)
-n = int(sys.argv[2])
-print(f"  {sum(costs.values()) / n:,.0f} instructions per request")
-if totals:
-    print("  per request: " + ", ".join(f"{e} {totals[e] / n:,.0f}" for e in events[1:]))
-for name, c in costs.most_common(int(sys.argv[3])):
-    print(f"    {c / n:8,.0f}  {name[:110]}")
-EOF
-}
-
 measure() { # $1: label, $2: port, then the command
     local label=$1 port=$2; shift 2
     valgrind --tool=callgrind ${CACHE:+--cache-sim=yes} --compress-strings=no --compress-pos=no \
@@ -89,7 +57,7 @@ measure() { # $1: label, $2: port, then the command
     wait "$pid" 2>/dev/null || true
     local n; n=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
     echo "== $label: $n requests"
-    per_request "$WORK/cg.out.1" "$n"
+    scripts/callgrind-cost "$WORK/cg.out.1" "$n" request "${TOP:-0}"
     rm -f "$WORK"/cg.out*
 }
 

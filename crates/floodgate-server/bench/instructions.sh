@@ -52,25 +52,6 @@ kill -INT "$PID" 2>/dev/null || true
 wait "$PID" 2>/dev/null || true
 PID=
 
-# Sums the self cost of every function in the dump (the line after a
-# `calls=` line is a callee's inclusive cost, not counted).
-python3 - "$WORK/cg.out.1" "$((n1 - n0))" "${TOP:-0}" <<'PY'
-import collections, sys
-costs = collections.Counter(); fn = None; after_call = False
-for line in open(sys.argv[1]):
-    if line.startswith('fn='):
-        fn = line[3:].strip(); after_call = False
-    elif line.startswith('calls='):
-        after_call = True
-    elif line[:1].isdigit() or line[:1] in '+-*':
-        parts = line.split()
-        if len(parts) >= 2 and fn is not None:
-            if after_call:
-                after_call = False
-            else:
-                costs[fn] += int(parts[1])
-n = int(sys.argv[2])
-print(f"{n} decisions, {sum(costs.values()) / n:,.0f} instructions per decision")
-for name, c in costs.most_common(int(sys.argv[3])):
-    print(f"    {c / n:8,.0f}  {name[:110]}")
-PY
+n=$((n1 - n0))
+echo "== $n decisions"
+scripts/callgrind-cost "$WORK/cg.out.1" "$n" decision "${TOP:-0}"
