@@ -39,6 +39,13 @@ pub enum Rejection<'a> {
 /// and `%`.
 const GRPC_ESCAPED: &AsciiSet = &CONTROLS.add(b'%');
 
+/// `message` as a `grpc-message` value: percent-encoded as gRPC requires
+/// (UTF-8, every byte but printable ASCII, and `%`).
+pub fn grpc_message(message: &str) -> HeaderValue {
+    let encoded = utf8_percent_encode(message, GRPC_ESCAPED).to_string();
+    HeaderValue::from_str(&encoded).expect("percent-encoded text is a header value")
+}
+
 static NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
 impl Contract {
@@ -133,11 +140,8 @@ fn grpc(
         "8"
     };
     write_body(problem, BodyKind::Text, buf);
-    let msg = utf8_percent_encode(buf.trim_end(), GRPC_ESCAPED).to_string();
     headers.insert(GRPC_STATUS, HeaderValue::from_static(code));
-    if let Ok(v) = HeaderValue::from_str(&msg) {
-        headers.insert(GRPC_MESSAGE, v);
-    }
+    headers.insert(GRPC_MESSAGE, grpc_message(buf.trim_end()));
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     let mut res = http::Response::new(Bytes::new());
     *res.headers_mut() = headers;
@@ -154,5 +158,15 @@ pub struct Rejected(pub http::Response<Bytes>);
 impl axum::response::IntoResponse for Rejected {
     fn into_response(self) -> axum::response::Response {
         self.0.map(axum::body::Body::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `%`, controls and non-ASCII are escaped; printable ASCII is kept.
+    #[test]
+    fn grpc_message_escapes_as_grpc_requires() {
+        let v = super::grpc_message("over limit: 100% of \"d\"\né");
+        assert_eq!(v, "over limit: 100%25 of \"d\"%0A%C3%A9");
     }
 }

@@ -47,7 +47,7 @@ pub(crate) use headers::push_position;
 pub use headers::{draft03_limit, draft03_value, epoch_reset, ietf_current, ietf_policy};
 #[cfg(feature = "axum")]
 pub use http_contract::Rejected;
-pub use http_contract::Rejection;
+pub use http_contract::{Rejection, grpc_message};
 pub use names::*;
 pub use problem::{
     BodyKind, PROBLEM_JSON, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, TEXT_PLAIN, negotiate,

@@ -14,7 +14,6 @@ use floodgate_policy::ErrorCode;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use percent_encoding::{AsciiSet, CONTROLS, percent_encode};
 use tonic::service::Routes;
 
 use super::deadline::parse_grpc_timeout;
@@ -32,20 +31,16 @@ fn grpc_headers(map: &mut HeaderMap) {
     );
 }
 
-/// Percent-encoded in grpc-message, as gRPC requires: every byte but
-/// printable ASCII, and `%`.
-const GRPC_MESSAGE: &AsciiSet = &CONTROLS.add(b'%');
-
 /// A trailers-only error answer.
 fn error(code: i32, message: &str) -> Response<tonic::body::Body> {
     let mut r = Response::new(tonic::body::Body::empty());
     grpc_headers(r.headers_mut());
     r.headers_mut()
         .insert("grpc-status", HeaderValue::from(code));
-    let msg = percent_encode(message.as_bytes(), GRPC_MESSAGE).to_string();
-    if let Ok(v) = HeaderValue::from_str(&msg) {
-        r.headers_mut().insert("grpc-message", v);
-    }
+    r.headers_mut().insert(
+        "grpc-message",
+        floodgate_http::contract::grpc_message(message),
+    );
     r
 }
 
