@@ -10,9 +10,9 @@ use axum::Router;
 use axum::body::Body;
 use floodgate::StoreConfig;
 use floodgate_policy::read::{LoadOptions, load_str};
-use floodgate_policy::{MemoryBackend, PolicySet};
-use floodgate_runtime::AnyBackend;
+use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use floodgate_runtime::settings::Settings;
+use floodgate_runtime::{AnyBackend, Health};
 use floodgate_server::internals::DecisionService;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
@@ -65,7 +65,10 @@ static ROUTER: LazyLock<Router> = LazyLock::new(|| {
     let spec = load_str("fuzz.yaml", POLICY, &LoadOptions::default()).expect("the policy reads");
     let policy = PolicySet::compile(&spec).expect("the policy compiles");
     let backend = AnyBackend::Memory(MemoryBackend::new(StoreConfig::default()).expect("a store"));
-    let service = DecisionService::new(policy, backend, &Settings::default()).expect("a service");
+    let settings = Settings::default();
+    let engine = Engine::new(policy, backend).with_request_limits(settings.server.request_limits());
+    let health = Arc::new(Health::new(Arc::new(engine)));
+    let service = DecisionService::new(health, &settings).expect("a service");
     floodgate_server::internals::router(Arc::new(service), 64 * 1024)
 });
 
