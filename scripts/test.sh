@@ -13,12 +13,7 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     redis_apt+=(redis-server)
 fi
 command -v openssl >/dev/null 2>&1 || redis_apt+=(openssl)
-if [ ${#redis_apt[@]} -gt 0 ]; then
-    echo "==> installing ${redis_apt[*]}"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${redis_apt[@]}" >/dev/null
-fi
+scripts/apt-install "${redis_apt[@]}"
 
 # ---- The decision service (floodgate serve) ---------------------------------
 # Its tests (crates/floodgate-cli/tests/serve_*.rs, run with the workspace
@@ -27,12 +22,7 @@ fi
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    echo "==> installing ${need_apt[*]}"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+scripts/apt-install "${need_apt[@]}"
 VENV=.venv
 PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0)
 if ! "$VENV/bin/python" -c 'import grpc; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
@@ -52,12 +42,7 @@ need_gw=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_gw+=(nginx-light)
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_gw+=(faketime)
 command -v wrk >/dev/null 2>&1 || need_gw+=(wrk)
-if [ ${#need_gw[@]} -gt 0 ]; then
-    echo "==> installing ${need_gw[*]}"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_gw[@]}" >/dev/null
-fi
+scripts/apt-install "${need_gw[@]}"
 
 # ---- Pages in a real browser ------------------------------------------------
 # The replay's HTML report and the admin dashboard are opened in Debian's
@@ -65,10 +50,7 @@ fi
 # crates/floodgate-cli/tests/dashboard.rs), which fail, never skip, when it is
 # missing.
 if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
-    echo "==> installing chromium"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+    scripts/apt-install chromium
 fi
 
 # Incremental caches only grow the target directory on a one-off run.
@@ -95,10 +77,7 @@ cargo test --workspace --doc --quiet
 # input in fuzz/artifacts/. Built by plain cargo on the stable toolchain, in
 # fuzz/target; libfuzzer-sys compiles libFuzzer itself with a C++ compiler.
 if ! command -v c++ >/dev/null 2>&1; then
-    echo "==> installing g++"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ >/dev/null
+    scripts/apt-install g++
 fi
 echo "==> fuzzing (fuzz/run.sh --quick: every target for ${FUZZ_SECONDS:-5} s)"
 ./fuzz/run.sh --quick "${FUZZ_SECONDS:-5}"

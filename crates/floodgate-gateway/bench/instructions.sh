@@ -22,12 +22,7 @@ need=()
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-if [ ${#need[@]} -gt 0 ]; then
-    echo "==> installing ${need[*]}"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+scripts/apt-install "${need[@]}"
 cargo build --release -p floodgate-cli --quiet
 WORK=$(mktemp -d)
 PIDS=()

@@ -17,12 +17,7 @@ BIN=${CARGO_TARGET_DIR:-target}/release/floodgate
 need=()
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-if [ ${#need[@]} -gt 0 ]; then
-    echo "==> installing ${need[*]}"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+scripts/apt-install "${need[@]}"
 cargo build --release -p floodgate-cli --quiet
 WORK=$(mktemp -d)
 PID=
