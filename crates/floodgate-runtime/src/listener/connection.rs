@@ -336,9 +336,12 @@ fn poll_batched<C: Future>(
     cx: &mut Context<'_>,
     streams: Option<&Activity>,
 ) -> Poll<C::Output> {
-    let before = streams.map(Activity::in_flight);
+    let Some(streams) = streams else {
+        return conn.poll(cx);
+    };
+    let before = streams.in_flight();
     let out = conn.poll(cx);
-    if out.is_pending() && before.is_some_and(|b| streams.is_some_and(|s| s.in_flight() > b)) {
+    if out.is_pending() && streams.in_flight() > before {
         cx.waker().wake_by_ref();
     }
     out
