@@ -84,8 +84,13 @@ fn the_dashboard_moves_with_the_traffic_in_a_browser() {
         "1"
     );
 
-    // Traffic for a while: a few users, one of them hostile, most over
-    // their limit.
+    // Traffic for a while: a few users, one of them hostile, each over
+    // its limit before the rates are read (so that every sample of the
+    // page, however early, covers denials).
+    for user in ["alice", "bob", HOSTILE] {
+        let over = wait_until(Duration::from_secs(10), || get(port, user) == 429);
+        assert!(over, "{user} was never limited");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let stop = stop.clone();

@@ -293,3 +293,64 @@ async fn out_of_memory_is_unavailable() {
         .unwrap();
     assert_eq!(b.stats().fail_open.get(), 1);
 }
+
+/// Started while Redis is down, the probes keep trying; once one finds
+/// Redis back, every connection answers: no decision after the breaker
+/// closes is left to the failure policy by a connection still failed
+/// from the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_answers_once_a_probe_finds_redis() {
+    let mut server = Server::start();
+    tokio::task::block_in_place(|| server.kill());
+    let config = RedisConfig {
+        urls: vec![server.url()],
+        connections: 4,
+        // Generous: a slow reply on a loaded machine is still Redis's.
+        timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_millis(100),
+        failure_policy: FailurePolicy::FailOpen,
+        breaker: BreakerConfig {
+            failure_threshold: 1,
+            cool_down: Duration::from_millis(20),
+        },
+        ..RedisConfig::default()
+    };
+    let redis = RedisBackend::connect_lazy(&config).await.expect("lazy");
+    let b = ResilientBackend::new(redis, &config)
+        .expect("resilient")
+        .starting_unreachable();
+    // Probes during the outage, over every connection.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!b.probe().await);
+    }
+    tokio::task::block_in_place(|| server.restart());
+    let end = Instant::now() + Duration::from_secs(10);
+    while !b.probe().await {
+        assert!(Instant::now() < end, "Redis never found again");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let one = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(60)).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    let mut out = [blank()];
+    for k in 0..8u8 {
+        let key = [b'k', k];
+        let items = [item(b"p", &key, &one, 1)];
+        let first = b
+            .decide(&items, now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        let second = b
+            .decide(&items, now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        assert!(
+            first.is_allowed() && second.is_denied(),
+            "key {k}: {first:?}, {second:?}; errors {}, fail open {}",
+            b.stats().backend_errors.get(),
+            b.stats().fail_open.get()
+        );
+    }
+    assert_eq!(b.stats().fail_open.get(), 0);
+    assert_eq!(b.breaker_state(), BreakerState::Closed);
+}
