@@ -90,7 +90,7 @@ fn check(
     if let Some(l) = &loaded {
         // What the store cannot decide, as `serve` and `gateway` refuse it.
         if let Err(e) =
-            floodgate_runtime::backend::check_policy(&l.settings.store, &l.compiled.policy)
+            floodgate_runtime::backend::check_policy(l.settings.store.backend, &l.compiled.policy)
         {
             eprintln!("{e}");
             return ExitCode::FAILURE;

@@ -13,6 +13,7 @@ use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::AnyBackend;
+use floodgate_runtime::backend::check_policy;
 use floodgate_runtime::settings::{PolicyOverrides, Settings, StartupSections};
 
 use crate::config::GatewayConfig;
@@ -70,7 +71,7 @@ impl Reload {
         let gateway_changed = self.started_with.changed(docs);
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
-        self.gateway.engine().backend().check_policy(&policy)?;
+        check_policy(self.gateway.engine().backend().kind(), &policy)?;
         let limiter = self.gateway.limiter_for(http);
         if gateway_changed {
             tracing::warn!("the gateway section changed: it is only read at startup");

@@ -32,7 +32,7 @@ impl Health {
         settings: &Settings,
         mut policy: PolicySet,
     ) -> Result<Arc<Health>, RuntimeError> {
-        check_policy(&settings.store, &policy)?;
+        check_policy(settings.store.backend, &policy)?;
         let backend = AnyBackend::build(&settings.store).await?;
         settings.policy.apply(&mut policy.settings);
         let engine = Engine::new(policy, backend)

@@ -132,7 +132,7 @@ pub async fn serve(
 /// Swaps a reloaded `policy` into `svc`, unless its store cannot decide
 /// one of its limits: the running policy then stays.
 pub fn replace_policy(svc: &DecisionService, policy: PolicySet) -> Result<(), RuntimeError> {
-    svc.engine().backend().check_policy(&policy)?;
+    floodgate_runtime::backend::check_policy(svc.engine().backend().kind(), &policy)?;
     svc.replace_policy(policy);
     Ok(())
 }

@@ -245,22 +245,42 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut 
     }
     match store.backend {
         StoreKind::Memory => {
-            let redis_only = Settings::table()
-                .iter()
-                .map(|s| s.key)
-                .filter(|k| k.starts_with("store.") && !MEMORY.contains(k));
-            for key in redis_only {
-                if let o @ Origin::File(_) = origins.of(key) {
-                    let name = key.trim_start_matches("store.");
-                    errors.push(o.error(format!("{name} only applies to backend: redis")));
-                }
-            }
+            let keys = Settings::table().iter().map(|s| s.key);
+            let redis_only = keys.filter(|k| k.starts_with("store.") && !MEMORY.contains(k));
+            let why = "only applies to backend: redis";
+            not_applicable(redis_only, in_file, why, origins, errors);
         }
         StoreKind::Redis => {
-            if let o @ Origin::File(_) = origins.of("store.capacity") {
-                errors.push(o.error("capacity only applies to backend: memory"));
-            }
+            let why = "only applies to backend: memory";
+            not_applicable(["store.capacity"], in_file, why, origins, errors);
             assemble(store, origins, errors);
+        }
+    }
+}
+
+/// Whether a setting was given in the file.
+fn in_file(o: &Origin) -> bool {
+    matches!(o, Origin::File(_))
+}
+
+/// Whether a setting was given anywhere.
+fn given(o: &Origin) -> bool {
+    *o != Origin::Default
+}
+
+/// An error at each of `keys` whose origin is `misplaced`: `<name> <why>`.
+fn not_applicable<'k>(
+    keys: impl IntoIterator<Item = &'k str>,
+    misplaced: impl Fn(&Origin) -> bool,
+    why: &str,
+    origins: &Origins,
+    errors: &mut Errors,
+) {
+    for key in keys {
+        let o = origins.of(key);
+        if misplaced(&o) {
+            let name = key.trim_start_matches("store.");
+            errors.push(o.error(format!("{name} {why}")));
         }
     }
 }
@@ -273,7 +293,8 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
         ..
     } = store;
     let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
-    if let Mode::Sentinel { .. } = r.mode {
+    // The credentials added to the URLs without any.
+    let url_auth = if let Mode::Sentinel { .. } = r.mode {
         let (name, urls) = match &a.master {
             Some(master) => {
                 let master = Mode::sentinel(master)
@@ -316,53 +337,53 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
         if let Some(primary) = first.as_ref().or(second.as_ref()) {
             r.primary_auth = Some(primary.clone());
         }
-        if let Some(auth) = &a.sentinel_auth {
-            for u in &mut r.urls {
-                *u = with_auth(u, auth);
-            }
-        }
+        &a.sentinel_auth
     } else {
-        for key in ["store.master", "store.master_auth", "store.sentinel_auth"] {
-            if origins.given(key) {
-                let name = key.trim_start_matches("store.");
-                errors.push(
-                    origins
-                        .of(key)
-                        .error(format!("{name} only applies to mode: sentinel")),
-                );
-            }
-        }
+        let sentinel_only = ["store.master", "store.master_auth", "store.sentinel_auth"];
+        not_applicable(
+            sentinel_only,
+            given,
+            "only applies to mode: sentinel",
+            origins,
+            errors,
+        );
         if let Some(urls) = errors.take(parse_redis_urls(&a.url).map_err(url_error)) {
             r.urls = urls;
         }
-        if let Some(auth) = &a.auth {
-            for u in &mut r.urls {
-                *u = with_auth(u, auth);
-            }
+        &a.auth
+    };
+    for u in &mut r.urls {
+        if let Some(auth) = url_auth {
+            *u = with_auth(u, auth);
+        }
+        if let Some(rest) = u.strip_prefix("redis://").filter(|_| a.tls) {
+            *u = format!("rediss://{rest}");
         }
     }
-    if a.tls {
-        for u in &mut r.urls {
-            if let Some(rest) = u.strip_prefix("redis://") {
-                *u = format!("rediss://{rest}");
+    match r.failure_policy {
+        FailurePolicy::Local { .. } if origins.given("store.divide_by") => {
+            r.failure_policy = FailurePolicy::Local {
+                divide_by: a.divide_by,
             }
         }
-    }
-    if origins.given("store.divide_by") {
-        match r.failure_policy {
-            FailurePolicy::Local { .. } => {
-                r.failure_policy = FailurePolicy::Local {
-                    divide_by: a.divide_by,
-                }
-            }
-            _ => errors.push(
-                origins
-                    .of("store.divide_by")
-                    .error("divide_by only applies to failure_policy: local"),
-            ),
+        FailurePolicy::Local { .. } => {}
+        _ => {
+            let why = "only applies to failure_policy: local";
+            not_applicable(["store.divide_by"], given, why, origins, errors);
         }
     }
-    check_sync_periods(r.sync, origins, errors);
+    // A period given in the file belongs to its mode (`interval` to `sync`,
+    // `duration` to `lease`).
+    let why = format!("does not apply to sync mode {}", r.sync.name());
+    let sync = matches!(r.sync, SyncMode::Sync { .. });
+    let lease = matches!(r.sync, SyncMode::Lease { .. });
+    for (key, applies) in [
+        ("store.sync.interval", sync),
+        ("store.sync.duration", lease),
+    ] {
+        let misplaced = |o: &Origin| !applies && in_file(o);
+        not_applicable([key], misplaced, &why, origins, errors);
+    }
     if !r.pipeline_window.is_zero() && r.pipeline_window >= r.timeout {
         errors.push(origins.of("store.pipeline_window").error(format!(
             "pipeline_window must be shorter than the timeout ({:?})",
@@ -378,25 +399,6 @@ fn sync_period(text: &str) -> Result<Duration, String> {
         return Err(format!("expected 1ms to 1h, found `{}`", text.trim()));
     }
     Ok(d)
-}
-
-/// A period given in the file belongs to its mode (`interval` to `sync`,
-/// `duration` to `lease`).
-fn check_sync_periods(mode: SyncMode, origins: &Origins, errors: &mut Errors) {
-    let sync = matches!(mode, SyncMode::Sync { .. });
-    let lease = matches!(mode, SyncMode::Lease { .. });
-    for (key, applies) in [
-        ("store.sync.interval", sync),
-        ("store.sync.duration", lease),
-    ] {
-        if !applies && let o @ Origin::File(_) = origins.of(key) {
-            let name = key.rsplit('.').next().unwrap_or(key);
-            errors.push(o.error(format!(
-                "{name} does not apply to sync mode {}",
-                mode.name()
-            )));
-        }
-    }
 }
 
 /// Adds `auth` (`password` or `user:password`) to a Redis URL that has no
