@@ -49,13 +49,6 @@ pub async fn serve(
     if let Some(h) = &prometheus {
         floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
-    let store = settings.store.describe();
-    let files: Vec<String> = compiled
-        .loaded
-        .files
-        .iter()
-        .map(|f| f.display().to_string())
-        .collect();
     let startup = StartupSections::of(&compiled.loaded.documents);
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, policy).await?;
@@ -65,11 +58,16 @@ pub async fn serve(
         policy: floodgate_policy::PolicySet::empty(),
         loaded,
     };
+    let files = compiled
+        .loaded
+        .files
+        .iter()
+        .map(|f| f.display().to_string());
     tracing::info!(
-        files = %files.join(","),
+        files = %files.collect::<Vec<_>>().join(","),
         domains = svc.engine().policy().domains().count(),
         rules = svc.engine().policy().rules().len(),
-        store = %store,
+        store = %settings.store.describe(),
         "configuration loaded"
     );
     let reloaded = svc.clone();

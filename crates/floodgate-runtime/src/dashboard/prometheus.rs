@@ -19,60 +19,44 @@ impl Sample {
 
 /// The samples of metric `name` in the text exposition `text`.
 pub(crate) fn samples(text: &str, name: &str) -> Vec<Sample> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
+    let sample = |rest: &str| {
+        let (labels, rest) = match rest.strip_prefix('{') {
+            Some(inside) => parse_labels(inside)?,
+            None if rest.starts_with(' ') => (Vec::new(), rest),
+            None => return None,
         };
-        let (labels, value) = match rest.chars().next() {
-            Some('{') => match parse_labels(&rest[1..]) {
-                Some((labels, after)) => (labels, after),
-                None => continue,
-            },
-            Some(' ') => (Vec::new(), rest),
-            _ => continue,
-        };
-        let Some(value) = value.split_whitespace().next().and_then(|v| v.parse().ok()) else {
-            continue;
-        };
-        out.push(Sample { labels, value });
-    }
-    out
+        let value = rest.split_whitespace().next()?.parse().ok()?;
+        Some(Sample { labels, value })
+    };
+    text.lines()
+        .filter_map(|line| sample(line.strip_prefix(name)?))
+        .collect()
 }
 
 /// `k="v",k2="v2"}` with Prometheus escapes (`\\`, `\"`, `\n`); the
 /// labels and the rest of the line after `}`.
-fn parse_labels(s: &str) -> Option<(Vec<(String, String)>, &str)> {
+fn parse_labels(mut rest: &str) -> Option<(Vec<(String, String)>, &str)> {
     let mut labels = Vec::new();
-    let mut rest = s;
     loop {
+        rest = rest.trim_start_matches(',');
         if let Some(after) = rest.strip_prefix('}') {
             return Some((labels, after));
         }
-        let eq = rest.find('=')?;
-        let key = rest[..eq].trim_start_matches(',').trim().to_owned();
-        let mut chars = rest[eq + 1..].char_indices();
-        if chars.next()?.1 != '"' {
-            return None;
-        }
+        let (key, quoted) = rest.split_once('=')?;
+        let quoted = quoted.strip_prefix('"')?;
         let mut value = String::new();
-        let mut end = None;
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => match chars.next()?.1 {
+        let mut chars = quoted.char_indices();
+        rest = loop {
+            match chars.next()? {
+                (_, '\\') => match chars.next()?.1 {
                     'n' => value.push('\n'),
                     other => value.push(other),
                 },
-                '"' => {
-                    end = Some(eq + 1 + i + 1);
-                    break;
-                }
-                c => value.push(c),
+                (i, '"') => break &quoted[i + 1..],
+                (_, c) => value.push(c),
             }
-        }
-        labels.push((key, value));
-        rest = &rest[end?..];
-        rest = rest.strip_prefix(',').unwrap_or(rest);
+        };
+        labels.push((key.trim().to_owned(), value));
     }
 }
 
