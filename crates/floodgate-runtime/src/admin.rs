@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::RuntimeError;
 use crate::health::Health;
-use crate::listener::{ADMIN_CONNECTIONS, ConnectionLimits, Http, Protocols, bind, spawn_router};
+use crate::listener::{ADMIN_CONNECTIONS, ConnectionLimits, Http, Protocols, bind, spawn_service};
 
 /// What the admin routes read.
 #[derive(Clone)]
@@ -62,9 +62,10 @@ pub async fn spawn(
     let Some(addr) = addr else { return Ok(None) };
     let listener = bind("admin", addr).await?;
     let http = Http::new(limits, Protocols::Http1AndHttp2);
+    let service = hyper_util::service::TowerToHyperService::new(router);
     let places = ADMIN_CONNECTIONS;
-    Ok(Some(spawn_router(
-        "admin", listener, router, http, places, stop,
+    Ok(Some(spawn_service(
+        "admin", listener, service, http, places, stop,
     )))
 }
 

@@ -11,7 +11,7 @@ use floodgate_policy::PolicySet;
 use floodgate_policy::reload::Compiled;
 use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listener::{Http, Protocols, bind, descriptors, spawn_router};
+use floodgate_runtime::listener::{Http, Protocols, bind, descriptors, spawn_service};
 use floodgate_runtime::settings::StartupSections;
 use floodgate_runtime::{Health, RuntimeError};
 use futures_util::future::join_all;
@@ -93,15 +93,10 @@ pub async fn serve(
     if let Some(addr) = s.http {
         let listener = bind("http", addr).await?;
         let api = crate::http::router(svc.clone(), s.body_limit);
+        let api = hyper_util::service::TowerToHyperService::new(api);
         let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
-        tasks.push(spawn_router(
-            "http",
-            listener,
-            api,
-            http,
-            public,
-            stop_rx.clone(),
-        ));
+        let stop = stop_rx.clone();
+        tasks.push(spawn_service("http", listener, api, http, public, stop));
     }
     let admin = crate::admin::router(svc.clone(), prometheus);
     let admin = floodgate_runtime::admin::spawn(s.admin, admin, &s.limits, stop_rx.clone());

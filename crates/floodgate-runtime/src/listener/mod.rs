@@ -120,7 +120,9 @@ pub async fn serve<S, B>(
 }
 
 /// [`serve`] in a task, without TLS, with the same `service` on every
-/// connection; connections are counted in `floodgate_connections{listener}`
+/// connection (an axum router through
+/// [`TowerToHyperService`](hyper_util::service::TowerToHyperService));
+/// connections are counted in `floodgate_connections{listener}`
 /// ([`Counters::of`]).
 pub fn spawn_service<S, B>(
     what: &'static str,
@@ -137,17 +139,4 @@ where
     let counters = Counters::of(what);
     let service = move |_: SocketAddr, _: &Arc<Slot>| service.clone();
     tokio::spawn(serve(listener, places, counters, http, None, stop, service))
-}
-
-/// [`spawn_service`] for an axum router.
-pub fn spawn_router(
-    what: &'static str,
-    listener: TcpListener,
-    router: axum::Router,
-    http: Http,
-    places: usize,
-    stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    let service = hyper_util::service::TowerToHyperService::new(router);
-    spawn_service(what, listener, service, http, places, stop)
 }
