@@ -62,8 +62,8 @@ fuzz_target!(|data: &[u8]| {
         }
         let (parts, ()) = b.body(()).expect("a valid request").into_parts();
         for peer in peers {
-            identity.descriptors(&parts, peer, &NoExtensions, &mut out);
-            let _ = identity.client_ip(&parts.headers, peer.ip());
+            identity.build(&parts, peer.ip(), &NoExtensions, &mut out);
+            let _ = identity.client_ip(&parts, peer.ip());
             assert!(out.hits_addend() >= 1, "every request costs at least 1");
             let _ = identity.route(parts.uri.path());
         }

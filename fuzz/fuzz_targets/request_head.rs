@@ -88,8 +88,8 @@ fuzz_target!(|head: Head<'_>| {
     let peer = SocketAddr::new(ip, port);
     for identity in [&*XFF, &*FORWARDED] {
         let mut out = identity.new_output();
-        identity.descriptors(&parts, peer, &NoExtensions, &mut out);
-        let client = identity.client_ip(&parts.headers, ip);
+        identity.build(&parts, peer.ip(), &NoExtensions, &mut out);
+        let client = identity.client_ip(&parts, ip);
         if !identity_trusts(ip) {
             assert_eq!(
                 client.to_canonical(),

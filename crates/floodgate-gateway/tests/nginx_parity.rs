@@ -12,7 +12,6 @@ use crate::support;
 
 use floodgate::{ManualClock, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
-use floodgate_http::identity::HttpHead;
 use floodgate_http::{Contract, HttpIdentity, HttpSection};
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
@@ -90,21 +89,16 @@ impl Replay {
 
     async fn decide(&self, at_ms: u64, req: &Req, dry_run: bool) -> (&'static str, u64) {
         self.clock.set(Timestamp::from_millis(at_ms));
-        let mut headers = http::HeaderMap::new();
+        let mut head = http::Request::get("/t/x").body(()).unwrap();
         for (h, k) in HEADERS.iter().zip(&req.keys) {
             if let Some(k) = k {
-                headers.insert(*h, k.parse().unwrap());
+                head.headers_mut().insert(*h, k.parse().unwrap());
             }
         }
         let mut out = self.identity.new_output();
-        let head = HttpHead {
-            method: &http::Method::GET,
-            uri: &"/t/x".parse().unwrap(),
-            headers: &headers,
-        };
         let peer = "127.0.0.1".parse().unwrap();
         self.identity
-            .build_head(&head, peer, &http::Extensions::new(), &mut out);
+            .build(&head, peer, head.extensions(), &mut out);
         let mut response = floodgate_policy::Response::default();
         self.engine
             .evaluate(

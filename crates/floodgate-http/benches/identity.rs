@@ -32,13 +32,13 @@ fn bench(c: &mut Criterion) {
         .body(())
         .unwrap()
         .into_parts();
-    let peer = "10.0.0.2:40000".parse().unwrap();
+    let peer = "10.0.0.2".parse().unwrap();
     for (name, yaml) in [("typical", TYPICAL), ("peer_only", PEER_ONLY)] {
         let id = HttpIdentity::from_yaml_str("bench.yaml", yaml).unwrap();
         let mut out = id.new_output();
         c.bench_function(&format!("descriptors/{name}"), |b| {
             b.iter(|| {
-                id.descriptors(black_box(&parts), peer, &NoExtensions, &mut out);
+                id.build(black_box(&parts), peer, &NoExtensions, &mut out);
                 black_box(out.len())
             })
         });

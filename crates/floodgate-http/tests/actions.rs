@@ -116,7 +116,7 @@ descriptors:
         .body(())
         .unwrap();
     let mut out = RequestDescriptors::new();
-    id.request_descriptors(&req, peer("192.0.2.1"), &mut out);
+    id.build(&req, peer("192.0.2.1").ip(), req.extensions(), &mut out);
     assert_eq!(plain(&out), e(&[&[("user", "u-from-header")]]));
 
     req.extensions_mut().insert(
@@ -124,7 +124,7 @@ descriptors:
             .with("user", "alice")
             .with("tenant", "acme"),
     );
-    id.request_descriptors(&req, peer("192.0.2.1"), &mut out);
+    id.build(&req, peer("192.0.2.1").ip(), req.extensions(), &mut out);
     assert_eq!(
         plain(&out),
         e(&[
@@ -135,10 +135,10 @@ descriptors:
         ])
     );
 
-    // Any ExtensionSource works with `descriptors`.
+    // Any ExtensionSource works with `build`.
     let (parts, ()) = req.into_parts();
     let attrs = Attributes::new().with("user", "bob");
-    id.descriptors(&parts, peer("192.0.2.1"), &attrs, &mut out);
+    id.build(&parts, peer("192.0.2.1").ip(), &attrs, &mut out);
     assert_eq!(
         plain(&out),
         e(&[
@@ -233,9 +233,9 @@ descriptors: [[client_ip]]",
     let hits = |v: Option<&str>| {
         let h: Vec<(&str, &str)> = v.map(|v| ("x-request-cost", v)).into_iter().collect();
         let mut out = RequestDescriptors::new();
-        id.descriptors(
+        id.build(
             &request("GET", "/", &h),
-            peer("192.0.2.1"),
+            peer("192.0.2.1").ip(),
             &NoExtensions,
             &mut out,
         );
@@ -256,25 +256,25 @@ descriptors: [[client_ip]]",
     );
     let attrs = Attributes::new().with("cost", "7");
     let mut out = RequestDescriptors::new();
-    id.descriptors(
+    id.build(
         &request("GET", "/", &[]),
-        peer("192.0.2.1"),
+        peer("192.0.2.1").ip(),
         &attrs,
         &mut out,
     );
     assert_eq!(out.hits_addend(), 7);
-    id.descriptors(
+    id.build(
         &request("GET", "/", &[]),
-        peer("192.0.2.1"),
+        peer("192.0.2.1").ip(),
         &NoExtensions,
         &mut out,
     );
     assert_eq!(out.hits_addend(), 3);
     // Without a cost source: 1, and descriptors carry no addend of their own.
     let id = identity("domain: api\ndescriptors: [[method]]");
-    id.descriptors(
+    id.build(
         &request("GET", "/", &[]),
-        peer("192.0.2.1"),
+        peer("192.0.2.1").ip(),
         &NoExtensions,
         &mut out,
     );
@@ -313,24 +313,24 @@ fn buffers_are_reused_and_reset() {
         identity("domain: api\ndescriptors: [[{header: {name: x-a}}], [{header: {name: x-b}}]]");
     let mut out = id.new_output();
     assert!(out.is_empty());
-    id.descriptors(
+    id.build(
         &request("GET", "/", &[("x-a", "1"), ("x-b", "2")]),
-        peer("192.0.2.1"),
+        peer("192.0.2.1").ip(),
         &NoExtensions,
         &mut out,
     );
     assert_eq!(out.len(), 2);
-    id.descriptors(
+    id.build(
         &request("GET", "/", &[("x-b", "3")]),
-        peer("192.0.2.1"),
+        peer("192.0.2.1").ip(),
         &NoExtensions,
         &mut out,
     );
     assert_eq!(plain(&out), e(&[&[("x-b", "3")]]));
     assert_eq!(out.as_slice()[0].get("x-b"), Some("3"));
-    id.descriptors(
+    id.build(
         &request("GET", "/", &[]),
-        peer("192.0.2.1"),
+        peer("192.0.2.1").ip(),
         &NoExtensions,
         &mut out,
     );
@@ -369,7 +369,7 @@ routes: ['/x']",
     let mut out = RequestDescriptors::new();
     let attrs = Attributes::new().with("Plan", "gold");
     let parts = request("GET", "/", &[("x-region", "eu")]);
-    id.descriptors(&parts, peer("192.0.2.1"), &attrs, &mut out);
+    id.build(&parts, peer("192.0.2.1").ip(), &attrs, &mut out);
     assert_eq!(
         plain(&out),
         e(&[

@@ -95,7 +95,7 @@ fn steady_state_builds_allocate_nothing() {
     let mut out = RequestDescriptors::new();
     // Warm-up: the buffers grow.
     for (req, from) in &reqs {
-        id.request_descriptors(req, *from, &mut out);
+        id.build(req, from.ip(), req.extensions(), &mut out);
     }
     // The counter counts.
     let before = allocations();
@@ -106,7 +106,7 @@ fn steady_state_builds_allocate_nothing() {
     let mut built = 0;
     for _ in 0..100 {
         for (req, from) in &reqs {
-            id.request_descriptors(req, *from, &mut out);
+            id.build(req, from.ip(), req.extensions(), &mut out);
             built += out.len();
         }
     }
@@ -121,11 +121,12 @@ fn presized_buffers_allocate_nothing_from_the_first_request() {
     let mut out = id.new_output();
     let before = allocations();
     for (req, from) in &reqs {
-        id.request_descriptors(req, *from, &mut out);
+        id.build(req, from.ip(), req.extensions(), &mut out);
     }
     assert_eq!(allocations() - before, 0);
     // The values are the expected ones.
-    id.request_descriptors(&reqs[0].0, reqs[0].1, &mut out);
+    let (req, from) = &reqs[0];
+    id.build(req, from.ip(), req.extensions(), &mut out);
     let ip = out.iter().find_map(|d| d.get("remote_address"));
     assert_eq!(ip, Some("2001:db8:1:2::/64"));
     assert_eq!(out.hits_addend(), 7);

@@ -271,8 +271,13 @@ fn the_resolved_address_is_reported() {
     let id = with_client_ip("{trusted_hops: 1, ipv6_prefix: 64}");
     let parts = common::request("GET", "/", &[(XFF, "2001:db8::5")]);
     let mut out = RequestDescriptors::new();
-    id.descriptors(&parts, common::peer("10.0.0.2"), &NoExtensions, &mut out);
+    id.build(
+        &parts,
+        common::peer("10.0.0.2").ip(),
+        &NoExtensions,
+        &mut out,
+    );
     assert_eq!(out.client_ip(), Some("2001:db8::5".parse().unwrap()));
-    let ip = id.client_ip(&parts.headers, "10.0.0.2".parse().unwrap());
+    let ip = id.client_ip(&parts, "10.0.0.2".parse().unwrap());
     assert_eq!(ip.to_string(), "2001:db8::5");
 }

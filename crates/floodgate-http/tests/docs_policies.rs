@@ -28,14 +28,14 @@ fn the_documented_identity_section_is_valid_and_ignores_spoofed_addresses() {
     let (parts, ()) = request.into_parts();
     // The peer is a trusted proxy: the client is the rightmost entry.
     let peer: SocketAddr = "10.0.0.5:4000".parse().unwrap();
-    identity.descriptors(&parts, peer, &NoExtensions, &mut out);
+    identity.build(&parts, peer.ip(), &NoExtensions, &mut out);
     let text = format!("{out:?}");
     assert!(text.contains("203.0.113.9"), "{text}");
     assert!(!text.contains("1.1.1.1"), "{text}");
     assert!(!text.contains("secret"), "the API key is hashed: {text}");
     // An untrusted peer: the header is ignored.
     let outside: SocketAddr = "198.51.100.1:4000".parse().unwrap();
-    identity.descriptors(&parts, outside, &NoExtensions, &mut out);
+    identity.build(&parts, outside.ip(), &NoExtensions, &mut out);
     let text = format!("{out:?}");
     assert!(
         text.contains("198.51.100.1") && !text.contains("203.0.113.9"),

@@ -77,7 +77,7 @@ impl Gateway {
     fn send(&mut self, headers: &[(&str, &str)]) -> Code {
         let parts = request("GET", "/", headers);
         self.identity
-            .descriptors(&parts, peer("10.0.0.2"), &NoExtensions, &mut self.out);
+            .build(&parts, peer("10.0.0.2").ip(), &NoExtensions, &mut self.out);
         let hits = self.out.hits_addend();
         let domain = self.identity.domain();
         ready(

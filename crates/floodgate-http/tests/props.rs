@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use common::{identity, peer};
 use floodgate_http::HttpIdentity;
-use floodgate_http::identity::{HttpHead, NoExtensions, RequestDescriptors};
+use floodgate_http::identity::{NoExtensions, RequestDescriptors};
 use floodgate_policy::Descriptor;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
@@ -75,6 +75,13 @@ fn header_map(list: &[(usize, Vec<u8>)]) -> HeaderMap {
     h
 }
 
+/// A GET of `uri` with `headers`.
+fn request(headers: HeaderMap, uri: http::Uri) -> http::Request<()> {
+    let mut req = http::Request::get(uri).body(()).unwrap();
+    *req.headers_mut() = headers;
+    req
+}
+
 fn peers() -> impl Strategy<Value = SocketAddr> {
     prop_oneof![
         any::<[u8; 4]>().prop_map(|o| SocketAddr::from((o, 1))),
@@ -93,12 +100,11 @@ proptest! {
         from in peers(),
         path in "/[ -~]{0,60}",
     ) {
-        let headers = header_map(&list);
         let uri: http::Uri = path.parse().unwrap_or_else(|_| "/".parse().unwrap());
+        let head = request(header_map(&list), uri);
         let mut out = RequestDescriptors::new();
         for id in identities() {
-            let head = HttpHead { method: &http::Method::GET, uri: &uri, headers: &headers };
-            id.build_head(&head, from.ip(), &NoExtensions, &mut out);
+            id.build(&head, from.ip(), &NoExtensions, &mut out);
             prop_assert!((1..=10).contains(&out.hits_addend()));
             for d in out.iter() {
                 for j in 0..d.len() {
@@ -107,16 +113,15 @@ proptest! {
                     prop_assert!(!v.is_empty() && v.len() <= MAX, "{k}={v:?}");
                 }
             }
-            prop_assert_eq!(out.client_ip(), Some(id.client_ip(&headers, from.ip())));
+            prop_assert_eq!(out.client_ip(), Some(id.client_ip(&head, from.ip())));
         }
     }
 
     #[test]
     fn without_trust_headers_change_nothing(list in headers(), from in peers()) {
         let id = &identities()[0];
-        let headers = header_map(&list);
-        let ip = id.client_ip(&headers, from.ip());
-        prop_assert_eq!(ip, id.client_ip(&HeaderMap::new(), from.ip()));
+        let ip = id.client_ip(&request(header_map(&list), "/".parse().unwrap()), from.ip());
+        prop_assert_eq!(ip, id.client_ip(&http::Request::new(()), from.ip()));
     }
 
     #[test]
@@ -130,14 +135,14 @@ proptest! {
             let mut h = HeaderMap::new();
             h.append("x-forwarded-for", v);
             h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
-            prop_assert_eq!(id.client_ip(&h, lb.ip()), real);
+            prop_assert_eq!(id.client_ip(&request(h, "/".parse().unwrap()), lb.ip()), real);
         }
         let mut joined = spoof.clone();
         joined.extend_from_slice(b", 203.0.113.9");
         if let Ok(v) = HeaderValue::from_bytes(&joined) {
             let mut h = HeaderMap::new();
             h.append("x-forwarded-for", v);
-            prop_assert_eq!(id.client_ip(&h, lb.ip()), real);
+            prop_assert_eq!(id.client_ip(&request(h, "/".parse().unwrap()), lb.ip()), real);
         }
         // Forwarded, two trusted hops: the proxies' entries win, or (when the
         // client's bytes break the proxy's line) the peer: never a guess.
@@ -147,7 +152,7 @@ proptest! {
         if let Ok(v) = HeaderValue::from_bytes(&joined) {
             let mut h = HeaderMap::new();
             h.append("forwarded", v);
-            let ip = id.client_ip(&h, lb.ip());
+            let ip = id.client_ip(&request(h, "/".parse().unwrap()), lb.ip());
             prop_assert!(ip == real || ip == lb.ip(), "{}", ip);
         }
     }

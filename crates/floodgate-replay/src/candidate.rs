@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use floodgate_http::identity::{Action, ClientIpHeader, IdentityConfig, SecretSource, Source};
+use floodgate_http::identity::{ActionKind, ClientIpHeader, IdentityConfig, Source};
 use floodgate_http::layer::OnError;
 use floodgate_http::{Contract, HttpIdentity, HttpSection};
 use floodgate_policy::PolicySet;
@@ -177,23 +177,12 @@ pub(crate) fn headers_read(config: &IdentityConfig) -> Vec<HeaderName> {
         names.push(h.clone());
     }
     for action in config.descriptors.iter().flatten() {
-        match action {
-            Action::Value {
-                source: Source::Header(h),
-                ..
-            }
-            | Action::Tier {
-                source: Source::Header(h),
-                ..
-            }
-            | Action::Secret {
-                source: SecretSource::Header(h),
-                ..
-            } => names.push(h.clone()),
-            Action::Secret {
-                source: SecretSource::Bearer,
-                ..
-            } => names.push(http::header::AUTHORIZATION),
+        match &action.kind {
+            ActionKind::Value { source, .. } | ActionKind::Tier { source, .. } => match source {
+                Source::Header(h) => names.push(h.clone()),
+                Source::Bearer => names.push(http::header::AUTHORIZATION),
+                Source::Extension(_) => {}
+            },
             _ => {}
         }
     }
@@ -203,8 +192,8 @@ pub(crate) fn headers_read(config: &IdentityConfig) -> Vec<HeaderName> {
 /// What the identity needs of a log line besides headers.
 pub(crate) fn needs(config: &IdentityConfig) -> (bool, bool, bool) {
     let all = || config.descriptors.iter().flatten();
-    let address = all().any(|a| matches!(a, Action::ClientIp { .. }));
-    let path = all().any(|a| matches!(a, Action::Route { .. } | Action::Path { .. }));
-    let method = all().any(|a| matches!(a, Action::Method { .. }));
+    let address = all().any(|a| matches!(a.kind, ActionKind::ClientIp));
+    let path = all().any(|a| matches!(a.kind, ActionKind::Route { .. } | ActionKind::Path));
+    let method = all().any(|a| matches!(a.kind, ActionKind::Method));
     (address, path, method)
 }

@@ -448,7 +448,7 @@ impl Reader<'_> {
                         let first_set = sets.len() as u32;
                         let peer = f.peer.unwrap_or(NO_PEER);
                         for (identity, out) in self.identities.iter().zip(outs.iter_mut()) {
-                            identity.build_head(&view, peer, &NoExtensions, out);
+                            identity.build(&view, peer, &NoExtensions, out);
                             let first_built = built.len() as u32;
                             for d in out.as_slice() {
                                 let first_entry = entries.len() as u32;

@@ -162,10 +162,9 @@ impl Live {
         }
         let (parts, ()) = b.body(()).unwrap().into_parts();
         let mut out = self.identity.new_output();
-        let peer = std::net::SocketAddr::new(ip.parse().unwrap(), 1);
-        self.identity.descriptors(
+        self.identity.build(
             &parts,
-            peer,
+            ip.parse().unwrap(),
             &floodgate_http::identity::NoExtensions,
             &mut out,
         );

@@ -171,76 +171,53 @@ pub enum Source {
     /// A value the application knows, by name (see
     /// [`ExtensionSource`](super::ExtensionSource)).
     Extension(String),
-}
-
-/// Where a secret comes from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SecretSource {
-    /// A header holding the secret itself, e.g. `x-api-key`.
-    Header(HeaderName),
-    /// The token of `Authorization: Bearer <token>`.
+    /// The token of `Authorization: Bearer <token>` (scheme in any case);
+    /// nothing for another scheme or a malformed value.
     Bearer,
 }
 
-/// One action: produces one entry of a descriptor, or nothing (and then
-/// the descriptor is not sent).
+/// One action: produces one entry of a descriptor, its `key` and the
+/// value `kind` reads, or nothing (and then the descriptor is not sent).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub struct Action {
+    /// Entry key.
+    pub key: String,
+    /// What the value is.
+    pub kind: ActionKind,
+}
+
+/// What an [`Action`] reads from a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActionKind {
     /// The client address (or its network, when grouped).
-    ClientIp {
-        /// Entry key (`remote_address`).
-        key: String,
-    },
+    ClientIp,
     /// A value from a header or the application (`header`, `user`,
-    /// `tenant`, `extension`); nothing when absent or empty.
+    /// `tenant`, `extension`), or an API key or bearer token; nothing when
+    /// absent or empty.
     Value {
         /// Where from.
         source: Source,
-        /// Entry key.
-        key: String,
-    },
-    /// An API key or bearer token; nothing when absent.
-    Secret {
-        /// Where from.
-        source: SecretSource,
-        /// Entry key.
-        key: String,
-        /// Send a hash of the secret (see [`secret_hash`](super::secret_hash))
-        /// instead of the secret itself.
+        /// Send a hash of the value (see [`secret_hash`](super::secret_hash))
+        /// instead of the value itself.
         hash: bool,
     },
     /// The request method (`GET`, ...).
-    Method {
-        /// Entry key (`method`).
-        key: String,
-    },
+    Method,
     /// The matched route template; otherwise `unmatched`, or nothing.
     Route {
-        /// Entry key (`route`).
-        key: String,
         /// The value for paths matching no template (none: nothing).
         unmatched: Option<String>,
     },
     /// The raw request path, without the query.
-    Path {
-        /// Entry key (`path`).
-        key: String,
-    },
-    /// A constant entry.
-    Generic {
-        /// Entry key.
-        key: String,
-        /// Entry value.
-        value: String,
-    },
+    Path,
+    /// A constant value.
+    Generic(String),
     /// A value restricted to known tiers (matched ignoring ASCII case and
     /// sent as configured); unknown or absent values become `default`, or
     /// nothing without one.
     Tier {
         /// Where from.
         source: Source,
-        /// Entry key (`tier`).
-        key: String,
         /// The known tiers.
         values: Vec<String>,
         /// The tier of unknown or absent values.
@@ -251,63 +228,49 @@ pub enum Action {
 impl Action {
     /// `client_ip` with the key `remote_address`.
     pub fn client_ip() -> Action {
-        Action::ClientIp {
+        Action {
             key: "remote_address".into(),
+            kind: ActionKind::ClientIp,
         }
     }
 
     /// A constant entry.
     pub fn generic(key: &str, value: &str) -> Action {
-        Action::Generic {
+        Action {
             key: key.into(),
-            value: value.into(),
-        }
-    }
-
-    /// The entry key this action produces.
-    pub fn key(&self) -> &str {
-        match self {
-            Action::ClientIp { key }
-            | Action::Value { key, .. }
-            | Action::Secret { key, .. }
-            | Action::Method { key }
-            | Action::Route { key, .. }
-            | Action::Path { key }
-            | Action::Generic { key, .. }
-            | Action::Tier { key, .. } => key,
+            kind: ActionKind::Generic(value.into()),
         }
     }
 
     pub(crate) fn validate(&self, has_routes: bool) -> Result<(), String> {
-        if self.key().is_empty() {
+        if self.key.is_empty() {
             return Err("an entry key must not be empty".into());
         }
-        let longest = match self {
-            Action::Generic { value, .. }
-            | Action::Route {
+        let longest = match &self.kind {
+            ActionKind::Generic(value)
+            | ActionKind::Route {
                 unmatched: Some(value),
-                ..
             } => value.len(),
-            Action::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
+            ActionKind::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
             _ => 0,
         };
-        let longest = longest.max(self.key().len());
+        let longest = longest.max(self.key.len());
         if longest > MAX_VALUE_LEN {
             return Err(format!(
                 "keys and values are at most {MAX_VALUE_LEN} bytes (found {longest})"
             ));
         }
-        match self {
-            Action::Generic { value, .. } if value.is_empty() => {
+        match &self.kind {
+            ActionKind::Generic(value) if value.is_empty() => {
                 Err("a generic value must not be empty".into())
             }
-            Action::Route { .. } if !has_routes => {
+            ActionKind::Route { .. } if !has_routes => {
                 Err("route needs route templates under 'routes'".into())
             }
-            Action::Route {
-                unmatched: Some(u), ..
-            } if u.is_empty() => Err("unmatched must not be empty".into()),
-            Action::Tier {
+            ActionKind::Route { unmatched: Some(u) } if u.is_empty() => {
+                Err("unmatched must not be empty".into())
+            }
+            ActionKind::Tier {
                 values, default, ..
             } => {
                 if values.is_empty() || values.iter().any(String::is_empty) {

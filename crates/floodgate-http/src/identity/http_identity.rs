@@ -3,16 +3,15 @@
 //! writes its entry's value into the descriptor being built, or yields
 //! nothing.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, Method, Uri};
 
 use super::client_ip::MAX_RENDERED;
-use super::config::{Action, IdentityConfig, IdentityError, SecretSource, Source, cost_of};
+use super::config::{Action, ActionKind, IdentityConfig, IdentityError, Source, cost_of};
 use super::hash::{SECRET_HASH_LEN, write_bounded, write_secret_hash};
 use super::output::{HttpDescriptor, RequestDescriptors};
-use super::request::{ExtensionSource, HttpHead, RequestHead};
+use super::request::{ExtensionSource, RequestHead};
 use super::route::Routes;
 
 /// Turns HTTP requests into the descriptors of one policy domain.
@@ -21,7 +20,7 @@ use super::route::Routes;
 /// descriptors into a [`RequestDescriptors`] kept per connection or task.
 ///
 /// ```
-/// use floodgate_http::identity::{HttpIdentity, NoExtensions, RequestDescriptors};
+/// use floodgate_http::identity::{HttpIdentity, RequestDescriptors};
 /// use floodgate_policy::Descriptor;
 ///
 /// let id = HttpIdentity::from_yaml_str("gw.yaml", r#"
@@ -34,14 +33,13 @@ use super::route::Routes;
 ///     - [method, route]
 /// "#).unwrap();
 ///
-/// let (parts, ()) = http::Request::get("/users/42")
+/// let req = http::Request::get("/users/42")
 ///     .header("x-forwarded-for", "198.51.100.7")
 ///     .body(())
-///     .unwrap()
-///     .into_parts();
-/// let peer = "10.0.0.2:40000".parse().unwrap();
+///     .unwrap();
+/// let peer = "10.0.0.2".parse().unwrap();
 /// let mut out = RequestDescriptors::new();
-/// id.descriptors(&parts, peer, &NoExtensions, &mut out);
+/// id.build(&req, peer, req.extensions(), &mut out);
 ///
 /// assert_eq!(out.len(), 2);
 /// assert_eq!(out[0].entry(0), ("remote_address", "198.51.100.7"));
@@ -101,69 +99,27 @@ impl HttpIdentity {
         out
     }
 
-    /// Builds the descriptors of a request (its head `parts`, from `peer`,
-    /// with the application's values in `ext`) into `out`, replacing what
-    /// it held. A descriptor is built only when all its actions produce an
-    /// entry.
-    pub fn descriptors<E: ExtensionSource + ?Sized>(
-        &self,
-        parts: &http::request::Parts,
-        peer: SocketAddr,
-        ext: &E,
-        out: &mut RequestDescriptors,
-    ) {
-        let head = HttpHead {
-            method: &parts.method,
-            uri: &parts.uri,
-            headers: &parts.headers,
-        };
-        self.build(&head, peer.ip(), None, ext, out);
-    }
-
-    /// Like [`descriptors`](Self::descriptors) for a whole request, reading
-    /// `extension` values from its [`http::Extensions`] (the
-    /// [`Attributes`](super::Attributes) an earlier middleware inserted).
-    pub fn request_descriptors<B>(
-        &self,
-        request: &http::Request<B>,
-        peer: SocketAddr,
-        out: &mut RequestDescriptors,
-    ) {
-        self.request_descriptors_of(request, peer.ip(), None, out);
-    }
-
-    /// Like [`request_descriptors`](Self::request_descriptors), with the
-    /// client address behind trusted proxies already resolved (`client`;
-    /// none: resolved here if a descriptor needs it).
-    pub(crate) fn request_descriptors_of(
-        &self,
-        request: &http::Request<impl Sized>,
-        peer: IpAddr,
-        client: Option<IpAddr>,
-        out: &mut RequestDescriptors,
-    ) {
-        let head = HttpHead {
-            method: request.method(),
-            uri: request.uri(),
-            headers: request.headers(),
-        };
-        self.build(&head, peer, client, request.extensions(), out);
-    }
-
-    /// Like [`descriptors`](Self::descriptors), from any [`RequestHead`]
-    /// (a request known from elsewhere than an [`http::Request`], such as
-    /// an access log line) sent from `peer`.
-    pub fn build_head<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+    /// Builds the descriptors of a request — an [`http::Request`], its
+    /// [`Parts`](http::request::Parts), or any other [`RequestHead`] — sent
+    /// from `peer`, with the application's values in `ext` (for an
+    /// [`http::Request`], its [`extensions`](http::Request::extensions):
+    /// the [`Attributes`](super::Attributes) an earlier middleware
+    /// inserted), into `out`, replacing what it held. A descriptor is built
+    /// only when all its actions produce an entry.
+    pub fn build<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
         &self,
         head: &H,
         peer: IpAddr,
         ext: &E,
         out: &mut RequestDescriptors,
     ) {
-        self.build(head, peer, None, ext, out);
+        self.build_resolved(head, peer, None, ext, out);
     }
 
-    fn build<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
+    /// [`build`](Self::build), with the client address behind trusted
+    /// proxies already resolved (`client`; none: resolved here if a
+    /// descriptor needs it).
+    pub(crate) fn build_resolved<H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
         &self,
         head: &H,
         peer: IpAddr,
@@ -185,26 +141,17 @@ impl HttpIdentity {
             route: None,
         };
         for actions in descriptors {
-            let Some(slot) = out.current() else { break };
-            let complete = actions.iter().all(|a| self.run(a, &mut req, slot));
-            if complete {
-                out.commit(per_descriptor);
-            } else {
-                out.discard();
-            }
+            out.push(per_descriptor, |slot| {
+                actions.iter().all(|a| self.run(a, &mut req, slot))
+            });
         }
         out.client = req.client;
     }
 
     /// The client address of a request from `peer` (after trusted proxies;
     /// not grouped by prefix).
-    pub fn client_ip(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
-        let head = HttpHead {
-            method: &Method::GET,
-            uri: &Uri::default(),
-            headers,
-        };
-        self.config.client_ip.resolve(&head, peer)
+    pub fn client_ip<H: RequestHead + ?Sized>(&self, head: &H, peer: IpAddr) -> IpAddr {
+        self.config.client_ip.resolve(head, peer)
     }
 
     /// The route template matching `path`, if any.
@@ -229,14 +176,11 @@ fn source_value<'r, H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
     head: &'r H,
     ext: &'r E,
 ) -> Option<&'r [u8]> {
-    match source {
-        Source::Header(name) => trimmed(head.header(name)?),
-        Source::Extension(name) => trimmed(ext.get(name)?.as_bytes()),
-    }
-}
-
-/// `value` without surrounding whitespace; none when that leaves nothing.
-fn trimmed(value: &[u8]) -> Option<&[u8]> {
+    let value = match source {
+        Source::Header(name) => head.header(name)?,
+        Source::Extension(name) => ext.get(name)?.as_bytes(),
+        Source::Bearer => bearer_token(head)?,
+    };
     Some(value.trim_ascii()).filter(|v| !v.is_empty())
 }
 
@@ -255,21 +199,20 @@ fn bearer_token<H: RequestHead + ?Sized>(head: &H) -> Option<&[u8]> {
 impl HttpIdentity {
     /// The most bytes `action` writes (key and value).
     fn bound(&self, action: &Action) -> usize {
-        let value = match action {
-            Action::ClientIp { .. } => MAX_RENDERED,
-            Action::Value { .. } | Action::Method { .. } | Action::Path { .. } => {
+        let value = match &action.kind {
+            ActionKind::ClientIp => MAX_RENDERED,
+            ActionKind::Value { hash: true, .. } => SECRET_HASH_LEN,
+            ActionKind::Value { .. } | ActionKind::Method | ActionKind::Path => {
                 self.config.max_value_len
             }
-            Action::Secret { hash: true, .. } => SECRET_HASH_LEN,
-            Action::Secret { hash: false, .. } => self.config.max_value_len,
-            Action::Route { unmatched, .. } => self
+            ActionKind::Route { unmatched } => self
                 .routes
                 .longest()
                 .max(unmatched.as_deref().map_or(0, str::len)),
-            Action::Generic { value, .. } => value.len(),
-            Action::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
+            ActionKind::Generic(value) => value.len(),
+            ActionKind::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
         };
-        action.key().len() + value
+        action.key.len() + value
     }
 
     /// Runs `action`, appending its entry to `out`; false when it yields
@@ -281,70 +224,56 @@ impl HttpIdentity {
         out: &mut HttpDescriptor,
     ) -> bool {
         let max = self.config.max_value_len;
-        out.entry(action.key(), |text| match action {
-            Action::ClientIp { .. } => {
+        out.entry(&action.key, |text| match &action.kind {
+            ActionKind::ClientIp => {
                 let ip = *req
                     .client
                     .get_or_insert_with(|| self.config.client_ip.resolve(req.head, req.peer));
                 self.config.client_ip.render(ip, text);
                 true
             }
-            Action::Value { source, .. } => source_value(source, req.head, req.ext)
-                .map(|v| write_bounded(text, v, max))
-                .is_some(),
-            Action::Secret { source, hash, .. } => {
-                let secret = match source {
-                    SecretSource::Header(name) => req.head.header(name).and_then(trimmed),
-                    SecretSource::Bearer => bearer_token(req.head),
-                };
-                match (secret, hash) {
-                    (Some(s), true) => write_secret_hash(text, s),
-                    (Some(s), false) => write_bounded(text, s, max),
-                    (None, _) => {}
+            ActionKind::Value { source, hash } => {
+                match (source_value(source, req.head, req.ext), hash) {
+                    (Some(v), true) => write_secret_hash(text, v),
+                    (Some(v), false) => write_bounded(text, v, max),
+                    (None, _) => return false,
                 }
-                secret.is_some()
+                true
             }
-            Action::Method { .. } => {
+            ActionKind::Method => {
                 write_bounded(text, req.head.method().as_bytes(), max);
                 true
             }
-            Action::Route { unmatched, .. } => {
+            ActionKind::Route { unmatched } => {
                 let found = *req
                     .route
                     .get_or_insert_with(|| self.routes.find(req.head.path()));
-                match found.or(unmatched.as_deref()) {
-                    Some(v) => {
-                        text.push_str(v);
-                        true
-                    }
-                    None => false,
-                }
+                found
+                    .or(unmatched.as_deref())
+                    .map(|v| text.push_str(v))
+                    .is_some()
             }
-            Action::Path { .. } => {
+            ActionKind::Path => {
                 let path = req.head.path();
                 write_bounded(text, path.as_bytes(), max);
                 !path.is_empty()
             }
-            Action::Generic { value, .. } => {
+            ActionKind::Generic(value) => {
                 text.push_str(value);
                 true
             }
-            Action::Tier {
+            ActionKind::Tier {
                 source,
                 values,
                 default,
-                ..
             } => {
                 let given = source_value(source, req.head, req.ext);
                 let known = given
                     .and_then(|g| values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g)));
-                match known.or(default.as_ref()) {
-                    Some(tier) => {
-                        text.push_str(tier);
-                        true
-                    }
-                    None => false,
-                }
+                known
+                    .or(default.as_ref())
+                    .map(|v| text.push_str(v))
+                    .is_some()
             }
         })
     }
@@ -354,21 +283,11 @@ impl HttpIdentity {
 mod tests {
     use super::*;
 
-    fn head<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> HttpHead<'a> {
-        HttpHead {
-            method: &Method::GET,
-            uri,
-            headers,
-        }
-    }
-
     #[test]
     fn bearer() {
-        let uri = Uri::from_static("/");
         let token = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(AUTHORIZATION, v.parse().unwrap());
-            bearer_token(&head(&h, &uri)).map(|t| String::from_utf8(t.to_vec()).unwrap())
+            let req = http::Request::get("/").header(AUTHORIZATION, v).body(());
+            bearer_token(&req.unwrap()).map(|t| String::from_utf8(t.to_vec()).unwrap())
         };
         assert_eq!(token("Bearer abc.def-ghi"), Some("abc.def-ghi".into()));
         assert_eq!(token("bearer   tok=="), Some("tok==".into()));
@@ -378,6 +297,6 @@ mod tests {
         assert_eq!(token("Bearer "), None);
         assert_eq!(token("Bearer a b"), None);
         assert_eq!(token("Bearerabc"), None);
-        assert_eq!(bearer_token(&head(&HeaderMap::new(), &uri)), None);
+        assert_eq!(bearer_token(&http::Request::new(())), None);
     }
 }

@@ -89,14 +89,14 @@ mod request;
 mod route;
 
 pub use config::{
-    Action, ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig,
-    IdentityError, MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN,
-    SecretSource, Source, cost_of,
+    Action, ActionKind, ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN,
+    IdentityConfig, IdentityError, MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS,
+    MAX_VALUE_LEN, Source, cost_of,
 };
 pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
 pub use http_identity::HttpIdentity;
 pub use output::{HttpDescriptor, RequestDescriptors};
 pub use read::SECTION;
 pub use read_action::ACTION_NAMES;
-pub use request::{Attributes, ExtensionSource, HttpHead, NoExtensions, RequestHead};
+pub use request::{Attributes, ExtensionSource, NoExtensions, RequestHead};
 pub use route::MAX_TEMPLATE_SEGMENTS;

@@ -79,7 +79,7 @@ impl Descriptor for HttpDescriptor {
 /// The descriptors of one request, reused across requests.
 ///
 /// [`as_slice`](Self::as_slice) is what the engine evaluates; build with
-/// [`HttpIdentity::descriptors`](super::HttpIdentity::descriptors).
+/// [`HttpIdentity::build`](super::HttpIdentity::build).
 #[derive(Clone, Debug, Default)]
 pub struct RequestDescriptors {
     slots: Vec<HttpDescriptor>,
@@ -126,22 +126,21 @@ impl RequestDescriptors {
         self.client = None;
     }
 
-    /// The descriptor being built (after [`prepare`](Self::prepare)).
-    pub(crate) fn current(&mut self) -> Option<&mut HttpDescriptor> {
-        self.slots.get_mut(self.len)
-    }
-
-    /// Keeps the descriptor being built; `hits` is its hits addend.
-    pub(crate) fn commit(&mut self, hits: Option<u64>) {
-        if let Some(slot) = self.slots.get_mut(self.len) {
+    /// Builds the next descriptor with `build` (after
+    /// [`prepare`](Self::prepare)), keeping it when `build` returns true,
+    /// with the hits addend `hits`.
+    pub(crate) fn push(
+        &mut self,
+        hits: Option<u64>,
+        build: impl FnOnce(&mut HttpDescriptor) -> bool,
+    ) {
+        let Some(slot) = self.slots.get_mut(self.len) else {
+            return;
+        };
+        if build(slot) {
             slot.hits = hits;
             self.len += 1;
-        }
-    }
-
-    /// Drops what was written into the descriptor being built.
-    pub(crate) fn discard(&mut self) {
-        if let Some(slot) = self.slots.get_mut(self.len) {
+        } else {
             slot.clear();
         }
     }

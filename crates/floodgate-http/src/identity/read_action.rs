@@ -6,7 +6,7 @@ use floodgate_policy::error::{ConfigError, Errors};
 use floodgate_policy::yaml::{Map, Node, excerpt};
 use http::HeaderName;
 
-use super::config::{Action, SecretSource, Source};
+use super::config::{Action, ActionKind, Source};
 use crate::read::{each_string, header_name};
 
 /// The action names.
@@ -121,91 +121,16 @@ fn opts<'a>(n: Node<'a>, errors: &mut Errors) -> Option<Opts<'a>> {
 /// Reads one action; errors go to `errors`.
 pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
     let o = opts(n, errors)?;
-    let action = match o.name {
-        "client_ip" | "method" | "path" => {
-            o.finish(&["key"], errors);
-            let default = if o.name == "client_ip" {
-                "remote_address"
-            } else {
-                o.name
-            };
-            let key = o.string("key", default, errors);
-            match o.name {
-                "client_ip" => Action::ClientIp { key },
-                "method" => Action::Method { key },
-                _ => Action::Path { key },
-            }
-        }
-        "route" => {
-            o.finish(&["key", "unmatched"], errors);
-            Action::Route {
-                key: o.string("key", "route", errors),
-                unmatched: o
-                    .get("unmatched")
-                    .and_then(|u| errors.take(u.str()))
-                    .map(str::to_owned),
-            }
-        }
-        "generic" => {
-            o.finish(&["key", "value"], errors);
-            let value = errors.take(o.required("value").and_then(|v| v.str()))?;
-            Action::Generic {
-                key: o.string("key", "generic_key", errors),
-                value: value.to_owned(),
-            }
-        }
-        "header" | "extension" => {
-            o.finish(&["name", "key"], errors);
-            let name_node = errors.take(o.required("name"))?;
-            let name = errors.take(name_node.str())?;
-            let source = match o.name {
-                "header" => Source::Header(errors.take(header_name(name_node))?),
-                _ => Source::Extension(name.to_owned()),
-            };
-            let default_key = match &source {
-                Source::Header(h) => h.as_str(),
-                Source::Extension(_) => name,
-            };
-            Action::Value {
-                key: o.string("key", default_key, errors),
-                source,
-            }
-        }
-        "user" | "tenant" => {
-            o.finish(&["header", "extension", "key"], errors);
-            let Some(map) = &o.map else {
-                errors.push(n.error(format!(
-                    "{} needs 'header' or 'extension', e.g. {{{}: {{header: x-{}-id}}}}",
-                    o.name, o.name, o.name
-                )));
-                return None;
-            };
-            let source = read_source(map, o.name, errors)?;
-            Action::Value {
-                source,
-                key: o.string("key", o.name, errors),
-            }
-        }
-        "api_key" | "bearer" => {
-            let bearer = o.name == "bearer";
-            let allowed: &[&str] = if bearer {
-                &["key", "hash"]
-            } else {
-                &["header", "key", "hash"]
-            };
-            o.finish(allowed, errors);
-            let source = match o.get("header").filter(|_| !bearer) {
-                Some(h) => SecretSource::Header(errors.take(header_name(h))?),
-                None if bearer => SecretSource::Bearer,
-                None => SecretSource::Header(HeaderName::from_static("x-api-key")),
-            };
-            Action::Secret {
-                source,
-                key: o.string("key", o.name, errors),
-                hash: o.flag("hash", errors),
-            }
-        }
-        "tier" => read_tier(&o, errors)?,
+    let (allowed, default_key): (&[&str], &str) = match o.name {
+        "client_ip" => (&["key"], "remote_address"),
+        "method" | "path" => (&["key"], o.name),
+        "route" => (&["key", "unmatched"], "route"),
+        "generic" => (&["key", "value"], "generic_key"),
+        "header" | "extension" => (&["name", "key"], ""),
+        "user" | "tenant" => (&["header", "extension", "key"], o.name),
+        "api_key" => (&["header", "key", "hash"], o.name),
+        "bearer" => (&["key", "hash"], o.name),
+        "tier" => (&["header", "extension", "key", "values", "default"], "tier"),
         other => {
             errors.push(n.error(format!(
                 "unknown action `{}` (expected one of: {})",
@@ -215,11 +140,72 @@ pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
             return None;
         }
     };
-    Some(action)
+    o.finish(allowed, errors);
+    let mut named = None;
+    let kind = match o.name {
+        "client_ip" => ActionKind::ClientIp,
+        "method" => ActionKind::Method,
+        "path" => ActionKind::Path,
+        "route" => ActionKind::Route {
+            unmatched: o
+                .get("unmatched")
+                .and_then(|u| errors.take(u.str()))
+                .map(str::to_owned),
+        },
+        "generic" => {
+            let value = errors.take(o.required("value").and_then(|v| v.str()))?;
+            ActionKind::Generic(value.to_owned())
+        }
+        "header" | "extension" => {
+            let name_node = errors.take(o.required("name"))?;
+            let name = errors.take(name_node.str())?;
+            let source = match o.name {
+                "header" => Source::Header(errors.take(header_name(name_node))?),
+                _ => Source::Extension(name.to_owned()),
+            };
+            // The key defaults to the (lowercase) header or extension name.
+            named = Some(match &source {
+                Source::Header(h) => h.as_str().to_owned(),
+                _ => name.to_owned(),
+            });
+            ActionKind::Value {
+                source,
+                hash: false,
+            }
+        }
+        "user" | "tenant" => {
+            let Some(map) = &o.map else {
+                errors.push(n.error(format!(
+                    "{} needs 'header' or 'extension', e.g. {{{}: {{header: x-{}-id}}}}",
+                    o.name, o.name, o.name
+                )));
+                return None;
+            };
+            ActionKind::Value {
+                source: read_source(map, o.name, errors)?,
+                hash: false,
+            }
+        }
+        "api_key" | "bearer" => {
+            let source = match o.get("header").filter(|_| o.name == "api_key") {
+                Some(h) => Source::Header(errors.take(header_name(h))?),
+                None if o.name == "bearer" => Source::Bearer,
+                None => Source::Header(HeaderName::from_static("x-api-key")),
+            };
+            ActionKind::Value {
+                source,
+                hash: o.flag("hash", errors),
+            }
+        }
+        _ => read_tier(&o, errors)?,
+    };
+    Some(Action {
+        key: o.string("key", named.as_deref().unwrap_or(default_key), errors),
+        kind,
+    })
 }
 
-fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
-    o.finish(&["header", "extension", "key", "values", "default"], errors);
+fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<ActionKind> {
     let Some(map) = &o.map else {
         errors.push(o.at.error(
             "tier needs 'header' (or 'extension') and 'values', e.g. {tier: {header: x-plan, values: [free, pro]}}",
@@ -257,9 +243,8 @@ fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<Action> {
             }
         }
     }
-    Some(Action::Tier {
+    Some(ActionKind::Tier {
         source: source?,
-        key: o.string("key", "tier", errors),
         values,
         default,
     })

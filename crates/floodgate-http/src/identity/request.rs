@@ -6,16 +6,16 @@
 
 use std::borrow::Cow;
 
-use http::{HeaderMap, HeaderName, Method, Uri};
+use http::{HeaderName, HeaderValue};
 
 /// The parts of a request an identity reads: its method, its path and its
 /// header fields.
 ///
-/// Implemented for [`HttpHead`] (the pieces of an [`http::Request`]);
-/// implement it for anything else that knows a request — a parsed access
-/// log line, say — to build descriptors with
-/// [`HttpIdentity::build_head`](super::HttpIdentity::build_head) without
-/// making an [`http::Request`] first. Header names are given lowercase
+/// Implemented for [`http::Request`] and its
+/// [`Parts`](http::request::Parts); implement it for anything else that
+/// knows a request — a parsed access log line, say — to build descriptors
+/// with [`HttpIdentity::build`](super::HttpIdentity::build) without making
+/// an [`http::Request`] first. Header names are given lowercase
 /// (as [`HeaderName`] holds them); compare them ignoring ASCII case.
 ///
 /// ```
@@ -52,7 +52,7 @@ use http::{HeaderMap, HeaderName, Method, Uri};
 /// "#).unwrap();
 /// let mut out = id.new_output();
 /// let line = Logged { method: "GET", path: "/users/42", api_key: Some("k1") };
-/// id.build_head(&line, "192.0.2.1".parse().unwrap(), &NoExtensions, &mut out);
+/// id.build(&line, "192.0.2.1".parse().unwrap(), &NoExtensions, &mut out);
 /// assert_eq!(out[0].entry(0), ("key", "k1"));
 /// assert_eq!(out[0].entry(1), ("route", "/users/{id}"));
 /// ```
@@ -73,36 +73,42 @@ pub trait RequestHead {
     }
 }
 
-/// The pieces of an [`http::Request`] as a [`RequestHead`].
-#[derive(Clone, Copy, Debug)]
-pub struct HttpHead<'r> {
-    /// The method.
-    pub method: &'r Method,
-    /// The request target.
-    pub uri: &'r Uri,
-    /// The header fields.
-    pub headers: &'r HeaderMap,
+impl<B> RequestHead for http::Request<B> {
+    fn method(&self) -> &str {
+        self.method().as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.uri().path()
+    }
+
+    fn header_lines(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
+        self.headers()
+            .get_all(name)
+            .iter()
+            .map(HeaderValue::as_bytes)
+    }
+
+    fn header(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.headers().get(name).map(HeaderValue::as_bytes)
+    }
 }
 
-impl RequestHead for HttpHead<'_> {
-    #[inline]
+impl RequestHead for http::request::Parts {
     fn method(&self) -> &str {
         self.method.as_str()
     }
 
-    #[inline]
     fn path(&self) -> &str {
         self.uri.path()
     }
 
-    #[inline]
     fn header_lines(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
-        self.headers.get_all(name).iter().map(|v| v.as_bytes())
+        self.headers.get_all(name).iter().map(HeaderValue::as_bytes)
     }
 
-    #[inline]
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
-        self.headers.get(name).map(|v| v.as_bytes())
+        self.headers.get(name).map(HeaderValue::as_bytes)
     }
 }
 

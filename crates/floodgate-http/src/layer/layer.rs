@@ -141,11 +141,9 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
     /// none). Kept in `client`: resolved once per request, whoever asks
     /// first.
     pub fn client_ip<T>(&self, req: &Request<T>, client: &mut ClientAddr) -> IpAddr {
-        *client.resolved.get_or_insert_with(|| {
-            self.shared
-                .identity
-                .client_ip(req.headers(), client.peer.ip())
-        })
+        *client
+            .resolved
+            .get_or_insert_with(|| self.shared.identity.client_ip(req, client.peer.ip()))
     }
 
     /// The layer's counters.

@@ -137,9 +137,10 @@ where
     let s = held.scratch();
     s.prerendered = false;
     let (peer, resolved) = (client.peer.ip(), client.resolved);
+    let ext = req.extensions();
     shared
         .identity
-        .request_descriptors_of(&req, peer, resolved, &mut s.out);
+        .build_resolved(&req, peer, resolved, ext, &mut s.out);
     // The layer's queues wait; so does a request that may have to be
     // rejected for want of a delay slot (it is first decided without
     // charging: see `steps`).

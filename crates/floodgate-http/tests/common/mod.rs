@@ -66,7 +66,7 @@ pub fn run(id: &HttpIdentity, from: &str, headers: &[(&str, &str)]) -> Entries {
 
 pub fn run_request(id: &HttpIdentity, parts: &http::request::Parts, from: &str) -> Entries {
     let mut out = RequestDescriptors::new();
-    id.descriptors(parts, peer(from), &NoExtensions, &mut out);
+    id.build(parts, peer(from).ip(), &NoExtensions, &mut out);
     plain(&out)
 }
 
