@@ -34,19 +34,15 @@ impl ClientIpConfig {
         self.trusted_proxies.iter().any(|&net| in_network(ip, net))
     }
 
-    /// Whether the address at position `k` of the chain (0 is the peer) is
-    /// a trusted proxy.
-    fn trusted(&self, k: usize, ip: IpAddr) -> bool {
-        k < self.trusted_hops as usize || self.in_proxies(ip)
-    }
-
     /// The client address of a request from `peer`.
     pub(crate) fn resolve<H: RequestHead + ?Sized>(&self, head: &H, peer: IpAddr) -> IpAddr {
         let peer = normalize(peer);
-        if !self.trusts_proxies() || !self.trusted(0, peer) {
-            return peer;
-        }
-        if !self.trusted_proxies.is_empty() && !self.in_proxies(peer) {
+        let trusted_peer = if self.trusted_proxies.is_empty() {
+            self.trusted_hops > 0
+        } else {
+            self.in_proxies(peer)
+        };
+        if !trusted_peer {
             return peer;
         }
         let mut chain = Chain::new();
@@ -60,23 +56,22 @@ impl ClientIpConfig {
             }
             _ => chain.read_list(lines),
         }
+        // Position `k` of the chain (0 is the peer) is a trusted proxy when
+        // among the `trusted_hops` rightmost or in a trusted network.
         let mut current = peer;
-        for k in 1.. {
-            if k > chain.total() {
-                return current;
-            }
+        for k in 1..=chain.total() {
             let Some(entry) = chain.nth_from_right(k) else {
                 return peer; // a trusted walk longer than we keep
             };
             let Some(ip) = entry_address(entry, forwarded) else {
                 return peer;
             };
-            if !self.trusted(k, ip) {
+            if k >= self.trusted_hops as usize && !self.in_proxies(ip) {
                 return ip;
             }
             current = ip;
         }
-        peer
+        current
     }
 
     /// Appends the key of `ip`: the address, or its network

@@ -40,64 +40,6 @@ impl Default for Routes {
     }
 }
 
-enum Segment<'a> {
-    Literal(&'a str),
-    Param,
-    CatchAll,
-}
-
-fn parse(template: &str) -> Result<Vec<Segment<'_>>, String> {
-    if !template.starts_with('/') {
-        return Err("a route template starts with '/'".into());
-    }
-    let parts: Vec<&str> = template
-        .split('/')
-        .filter(|s| !s.is_empty() && *s != ".")
-        .collect();
-    if parts.len() > MAX_TEMPLATE_SEGMENTS {
-        return Err(format!("more than {MAX_TEMPLATE_SEGMENTS} segments"));
-    }
-    let mut out = Vec::with_capacity(parts.len());
-    for (i, part) in parts.iter().enumerate() {
-        if *part == ".." {
-            return Err("'..' segments are not allowed".into());
-        }
-        let seg = match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-            Some(inner) => {
-                let (catch_all, name) = match inner.strip_prefix('*') {
-                    Some(name) => (true, name),
-                    None => (false, inner),
-                };
-                let valid = !name.is_empty()
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                if !valid {
-                    return Err(format!(
-                        "invalid parameter `{part}` (expected {{name}} or {{*name}})"
-                    ));
-                }
-                if catch_all && i + 1 != parts.len() {
-                    return Err("a catch-all {*name} must be the last segment".into());
-                }
-                if catch_all {
-                    Segment::CatchAll
-                } else {
-                    Segment::Param
-                }
-            }
-            None if part.contains(['{', '}']) => {
-                return Err(format!(
-                    "invalid segment `{part}`: a parameter must be a whole segment, e.g. /files/{{name}}"
-                ));
-            }
-            None => Segment::Literal(part),
-        };
-        out.push(seg);
-    }
-    Ok(out)
-}
-
 impl Routes {
     /// Adds `template`; an error if it is malformed or matches exactly the
     /// same paths as an earlier one.
@@ -106,40 +48,66 @@ impl Routes {
             template: template.to_owned(),
             reason,
         };
-        let segments = parse(template).map_err(err)?;
+        if !template.starts_with('/') {
+            return Err(err("a route template starts with '/'".into()));
+        }
+        let parts: Vec<&str> = template
+            .split('/')
+            .filter(|s| !s.is_empty() && *s != ".")
+            .collect();
+        if parts.len() > MAX_TEMPLATE_SEGMENTS {
+            return Err(err(format!("more than {MAX_TEMPLATE_SEGMENTS} segments")));
+        }
         let index = self.templates.len() as u32;
         let mut node = 0usize;
-        for seg in &segments {
+        for (i, part) in parts.iter().enumerate() {
+            if *part == ".." {
+                return Err(err("'..' segments are not allowed".into()));
+            }
             let next = self.nodes.len() as u32;
             let n = &mut self.nodes[node];
-            let child = match seg {
-                Segment::Literal(lit) => {
-                    match n.statics.iter().find(|(l, _)| **l == *lit.as_bytes()) {
-                        Some(&(_, c)) => c,
-                        None => {
-                            n.statics.push((lit.as_bytes().into(), next));
-                            self.nodes.push(Node::default());
-                            next
-                        }
+            let child = match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                Some(inner) => {
+                    let name = inner.strip_prefix('*').unwrap_or(inner);
+                    let valid = !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                    if !valid {
+                        return Err(err(format!(
+                            "invalid parameter `{part}` (expected {{name}} or {{*name}})"
+                        )));
                     }
+                    if name.len() < inner.len() {
+                        if i + 1 != parts.len() {
+                            let last = "a catch-all {*name} must be the last segment";
+                            return Err(err(last.into()));
+                        }
+                        if let Some(other) = n.catch_all {
+                            return Err(err(self.same_as(other)));
+                        }
+                        n.catch_all = Some(index);
+                        self.templates.push(template.into());
+                        return Ok(());
+                    }
+                    *n.param.get_or_insert(next)
                 }
-                Segment::Param => match n.param {
-                    Some(c) => c,
+                None if part.contains(['{', '}']) => {
+                    return Err(err(format!(
+                        "invalid segment `{part}`: a parameter must be a whole segment, e.g. /files/{{name}}"
+                    )));
+                }
+                None => match n.statics.iter().find(|(l, _)| **l == *part.as_bytes()) {
+                    Some(&(_, c)) => c,
                     None => {
-                        n.param = Some(next);
-                        self.nodes.push(Node::default());
+                        n.statics.push((part.as_bytes().into(), next));
                         next
                     }
                 },
-                Segment::CatchAll => {
-                    if let Some(other) = n.catch_all {
-                        return Err(err(self.same_as(other)));
-                    }
-                    n.catch_all = Some(index);
-                    self.templates.push(template.into());
-                    return Ok(());
-                }
             };
+            if child == next {
+                self.nodes.push(Node::default());
+            }
             node = child as usize;
         }
         if let Some(other) = self.nodes[node].route {
