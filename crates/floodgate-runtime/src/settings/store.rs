@@ -334,9 +334,7 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
         } else {
             (&a.master_auth, &a.auth)
         };
-        if let Some(primary) = first.as_ref().or(second.as_ref()) {
-            r.primary_auth = Some(primary.clone());
-        }
+        r.primary_auth = first.clone().or(second.clone()).or(r.primary_auth.take());
         &a.sentinel_auth
     } else {
         let sentinel_only = ["store.master", "store.master_auth", "store.sentinel_auth"];
