@@ -128,7 +128,6 @@ impl Running {
     /// True when every request in flight finished.
     pub async fn shutdown_after(mut self, delay: Duration) -> bool {
         let drained = shut_down(&self.health, delay, &self.stop, self.grace, &mut self.task).await;
-        self.gateway.engine().backend().give_back().await;
         self.task.abort();
         if let Some(a) = self.admin_task.take() {
             a.abort();

@@ -143,7 +143,9 @@ fn give_back_freed() {
 /// `delay`, so that load balancers and Envoy take the instance out of
 /// rotation first; then `stop` turns true (the listeners stop accepting
 /// and finish their requests in flight) and `drained` is awaited for up to
-/// `grace`. Returns whether it finished in time.
+/// `grace`; last, the store gives back what this instance holds of its
+/// counters ([`AnyBackend::give_back`](crate::AnyBackend::give_back)).
+/// Returns whether the requests finished in time.
 pub async fn shut_down(
     health: &Health,
     delay: Duration,
@@ -164,5 +166,6 @@ pub async fn shut_down(
     } else {
         tracing::warn!("grace period over; requests still in flight were abandoned");
     }
+    health.engine().backend().give_back().await;
     finished
 }

@@ -118,7 +118,6 @@ pub async fn serve(
     };
     let grace = settings.server.shutdown_grace;
     shut_down(svc.health(), delay, &stop_tx, grace, join_all(tasks)).await;
-    svc.engine().backend().give_back().await;
     failed.map_or(Ok(()), |e| Err(RuntimeError::Runtime(e)))
 }
 
