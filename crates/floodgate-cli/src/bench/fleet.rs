@@ -325,7 +325,7 @@ async fn measure(
         if hot {
             (0, request("bench", "hot", "x".into()))
         } else {
-            let n = rng.next() % keys;
+            let n = rng.u64(..keys);
             (n, request("bench", "key", format!("k{n}")))
         }
     });

@@ -21,20 +21,6 @@ use tonic::transport::{Channel, Endpoint};
 use super::RlsArgs;
 use super::cpu::{cpu_time, rss_bytes};
 
-/// xorshift64*: a fast, good-enough random source per worker.
-pub(super) struct Rng(pub(super) u64);
-
-impl Rng {
-    pub(super) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 /// A request of one descriptor of one entry.
 pub(super) fn request(domain: &str, key: &str, value: String) -> RateLimitRequest {
     let entries = vec![Entry {
@@ -133,7 +119,7 @@ impl ClosedLoop {
     /// `windows`, admissions are counted per key and window.
     pub fn start<P>(channels: &[Channel], concurrency: usize, windows: bool, pick: P) -> Self
     where
-        P: Fn(&mut Rng) -> (u64, RateLimitRequest) + Clone + Send + 'static,
+        P: Fn(&mut fastrand::Rng) -> (u64, RateLimitRequest) + Clone + Send + 'static,
     {
         let measuring = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
@@ -146,7 +132,7 @@ impl ClosedLoop {
                 tokio::spawn(async move {
                     let mut client = client;
                     let mut seen = Seen::new();
-                    let mut rng = Rng(seed | 1);
+                    let mut rng = fastrand::Rng::with_seed(seed);
                     while !stop.load(Ordering::Relaxed) {
                         let (n, req) = pick(&mut rng);
                         let sent = if windows { epoch_secs() } else { 0.0 };
@@ -222,7 +208,7 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
         let n = if sequential {
             next.fetch_add(1, Ordering::Relaxed)
         } else {
-            rng.next()
+            rng.u64(..)
         } % keys;
         (n, request(&domain, &key, format!("k{n}")))
     });
