@@ -10,14 +10,13 @@ pub(crate) const CHAIN: usize = 33;
 /// Longest node (address and port) accepted, in bytes.
 const MAX_NODE: usize = 64;
 
-/// One entry: the node text (for `Forwarded`, the `for=` value).
+/// One entry: the node text (for `Forwarded`, the `for=` value; empty for
+/// an element we cannot read: bad syntax, no `for=`, a repeated `for=`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Entry<'a> {
     bytes: &'a [u8],
     /// A quoted-string whose escapes are still in `bytes`.
     quoted: bool,
-    /// Not an entry we can read (bad syntax, no `for=`, a repeated `for=`).
-    invalid: bool,
 }
 
 /// The rightmost [`CHAIN`] entries of a header and how many there were.
@@ -64,26 +63,39 @@ impl<'a> Chain<'a> {
             for part in line.split(|&b| b == b',') {
                 let bytes = part.trim_ascii();
                 if !bytes.is_empty() {
-                    self.push(Entry {
-                        bytes,
-                        quoted: false,
-                        invalid: false,
-                    });
+                    let quoted = false;
+                    self.push(Entry { bytes, quoted });
                 }
             }
         }
     }
 
-    /// Adds the `for=` nodes of the `Forwarded` elements of `lines`.
+    /// Adds the `for=` nodes of the `Forwarded` elements of `lines` (empty
+    /// elements are not entries).
     pub(crate) fn read_forwarded<I: Iterator<Item = &'a [u8]>>(&mut self, lines: I) {
-        for b in lines {
-            let mut i = 0;
-            while i <= b.len() {
-                let (entry, end) = forwarded_element(b, i);
-                if let Some(e) = entry {
-                    self.push(e);
+        for element in lines.flat_map(|line| split_unquoted(line, b',')) {
+            let mut node = None;
+            let mut invalid = false;
+            let mut empty = true;
+            for pair in split_unquoted(element, b';') {
+                let pair = trim_ows(pair);
+                if pair.is_empty() {
+                    continue;
                 }
-                i = end + 1;
+                empty = false;
+                let name_len = pair.iter().position(|&b| !is_tchar(b));
+                let (name, value) = pair.split_at(name_len.unwrap_or(pair.len()));
+                let value = value.strip_prefix(b"=").and_then(pair_value);
+                match value {
+                    Some(v) if !name.is_empty() && name.eq_ignore_ascii_case(b"for") => {
+                        invalid |= node.replace(v).is_some();
+                    }
+                    Some(_) if !name.is_empty() => {}
+                    _ => invalid = true,
+                }
+            }
+            if !empty {
+                self.push(node.filter(|_| !invalid).unwrap_or_default());
             }
         }
     }
@@ -93,11 +105,11 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn skip_ows(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
-        i += 1;
-    }
-    i
+fn trim_ows(b: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b != b' ' && *b != b'\t';
+    let start = b.iter().position(ows).unwrap_or(b.len());
+    let end = b.iter().rposition(ows).map_or(start, |e| e + 1);
+    &b[start..end]
 }
 
 /// The end of a quoted-string starting at `i` (the closing quote), if any.
@@ -113,91 +125,36 @@ fn quoted_end(b: &[u8], mut i: usize) -> Option<usize> {
     None
 }
 
-/// The position of the `,` ending the element at `i` (outside quotes), or
-/// the end of the line.
-fn element_end(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() {
-        match b[i] {
-            b',' => return i,
-            b'"' => match quoted_end(b, i) {
-                Some(end) => i = end + 1,
-                None => return b.len(),
-            },
-            _ => i += 1,
+/// The parts of `b` between the `sep` bytes outside quoted-strings (an
+/// unterminated one runs to the end).
+fn split_unquoted(b: &[u8], sep: u8) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(b);
+    std::iter::from_fn(move || {
+        let b = rest?;
+        let mut i = 0;
+        while i < b.len() && b[i] != sep {
+            i = match b[i] {
+                b'"' => quoted_end(b, i).map_or(b.len(), |end| end + 1),
+                _ => i + 1,
+            };
         }
-    }
-    b.len()
+        rest = b.get(i + 1..);
+        b.get(..i)
+    })
 }
 
-/// Reads the element starting at `i`: its entry (none for an empty
-/// element) and the position of its end.
-fn forwarded_element(b: &[u8], mut i: usize) -> (Option<Entry<'_>>, usize) {
-    let mut node: Option<(&[u8], bool)> = None;
-    let mut invalid = false;
-    let mut empty = true;
-    loop {
-        i = skip_ows(b, i);
-        if i >= b.len() || b[i] == b',' {
-            break;
-        }
-        if b[i] == b';' {
-            i += 1;
-            continue;
-        }
-        empty = false;
-        let name_start = i;
-        while i < b.len() && is_tchar(b[i]) {
-            i += 1;
-        }
-        let name = &b[name_start..i];
-        if name.is_empty() || b.get(i) != Some(&b'=') {
-            invalid = true;
-            break;
-        }
-        i += 1;
-        let value = if b.get(i) == Some(&b'"') {
-            let Some(end) = quoted_end(b, i) else {
-                invalid = true;
-                break;
-            };
-            let v = (&b[i + 1..end], true);
-            i = end + 1;
-            v
-        } else {
-            let start = i;
-            // Lenient: unquoted IPv6 nodes are accepted too.
-            while i < b.len() && (is_tchar(b[i]) || matches!(b[i], b':' | b'[' | b']')) {
-                i += 1;
-            }
-            (&b[start..i], false)
-        };
-        if name.eq_ignore_ascii_case(b"for") {
-            if node.is_some() {
-                invalid = true;
-            }
-            node = Some(value);
-        }
-        i = skip_ows(b, i);
-        match b.get(i) {
-            None | Some(b',') => break,
-            Some(b';') => i += 1,
-            Some(_) => {
-                invalid = true;
-                break;
-            }
-        }
+/// The value of a `Forwarded` pair: a whole quoted-string (escapes kept) or
+/// a token.
+fn pair_value(v: &[u8]) -> Option<Entry<'_>> {
+    if v.first() == Some(&b'"') {
+        let end = quoted_end(v, 0).filter(|&end| end + 1 == v.len())?;
+        let (bytes, quoted) = (&v[1..end], true);
+        return Some(Entry { bytes, quoted });
     }
-    let end = element_end(b, i);
-    if empty && !invalid {
-        return (None, end);
-    }
-    let (bytes, quoted) = node.unwrap_or((&[], false));
-    let entry = Entry {
-        bytes,
-        quoted,
-        invalid: invalid || node.is_none(),
-    };
-    (Some(entry), end)
+    // Lenient: unquoted IPv6 nodes are accepted too.
+    let token = |b: &u8| is_tchar(*b) || matches!(b, b':' | b'[' | b']');
+    let (bytes, quoted) = (v, false);
+    v.iter().all(token).then_some(Entry { bytes, quoted })
 }
 
 /// The address of an entry: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
@@ -205,7 +162,7 @@ fn forwarded_element(b: &[u8], mut i: usize) -> (Option<Entry<'_>>, usize) {
 /// ports `:_x`); IPv4-mapped IPv6 addresses become IPv4. None for anything
 /// else (`unknown`, obfuscated identifiers, garbage).
 pub(crate) fn entry_address(e: Entry<'_>, forwarded: bool) -> Option<IpAddr> {
-    if e.invalid || e.bytes.len() > MAX_NODE {
+    if e.bytes.len() > MAX_NODE {
         return None;
     }
     let mut buf = [0u8; MAX_NODE];
