@@ -4,7 +4,7 @@
 //! running layer.
 
 use crate::contract::RESPONSES;
-use crate::identity::{IdentityConfig, SECTION as HTTP};
+use crate::identity::SECTION as HTTP;
 use crate::layer::{LAYER, LayerSettings};
 use crate::{Contract, HttpIdentity};
 use floodgate_policy::error::{ConfigErrors, Errors};
@@ -54,9 +54,8 @@ impl HttpSection {
             let Some(map) = errors.take(node.map()) else {
                 continue;
             };
-            // Every part's problems, in order; the identity compiles
-            // (routes, limits of the configuration) only once it reads.
-            let identity = IdentityConfig::from_yaml(node).map_err(|e| errors.extend(e));
+            // Every part's problems, in order.
+            let identity = HttpIdentity::from_yaml(node).map_err(|e| errors.extend(e));
             let contract = map
                 .get(RESPONSES)
                 .map_or(Ok(Contract::default()), Contract::from_yaml)
@@ -65,10 +64,7 @@ impl HttpSection {
                 .get(LAYER)
                 .map_or(Ok(LayerSettings::default()), LayerSettings::from_yaml)
                 .map_err(|e| errors.extend(e));
-            let identity = identity.ok().map(HttpIdentity::new);
-            let identity =
-                identity.and_then(|c| errors.take(c.map_err(|e| node.error(e.to_string()))));
-            if let (Some(identity), Ok(contract), Ok(layer)) = (identity, contract, layer) {
+            if let (Ok(identity), Ok(contract), Ok(layer)) = (identity, contract, layer) {
                 let section = HttpSection {
                     identity,
                     contract,

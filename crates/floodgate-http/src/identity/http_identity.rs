@@ -62,17 +62,15 @@ impl HttpIdentity {
         for t in &config.routes {
             routes.insert(t)?;
         }
+        let longest = config.descriptors.iter().map(Vec::len).max();
         let mut id = HttpIdentity {
             config,
             routes,
             slot_bytes: 0,
-            slot_entries: 0,
+            slot_entries: longest.unwrap_or(0),
         };
-        let descriptors = &id.config.descriptors;
-        let bound = |d: &[Action]| d.iter().map(|a| id.bound(a)).sum::<usize>();
-        let slot_bytes = descriptors.iter().map(|d| bound(d)).max().unwrap_or(0);
-        id.slot_entries = descriptors.iter().map(Vec::len).max().unwrap_or(0);
-        id.slot_bytes = slot_bytes;
+        let bound = |d: &Vec<Action>| d.iter().map(|a| id.bound(a)).sum::<usize>();
+        id.slot_bytes = id.config.descriptors.iter().map(bound).max().unwrap_or(0);
         Ok(id)
     }
 

@@ -97,6 +97,5 @@ pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
 pub use http_identity::HttpIdentity;
 pub use output::{HttpDescriptor, RequestDescriptors};
 pub use read::SECTION;
-pub use read_action::ACTION_NAMES;
 pub use request::{Attributes, ExtensionSource, NoExtensions, RequestHead};
 pub use route::MAX_TEMPLATE_SEGMENTS;

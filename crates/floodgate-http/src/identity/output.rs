@@ -53,11 +53,6 @@ impl HttpDescriptor {
         }
         written
     }
-
-    fn reserve(&mut self, bytes: usize, entries: usize) {
-        self.text.reserve(bytes);
-        self.entries.reserve(entries);
-    }
 }
 
 impl Descriptor for HttpDescriptor {
@@ -119,7 +114,8 @@ impl RequestDescriptors {
         }
         for slot in &mut self.slots[..count] {
             slot.clear();
-            slot.reserve(bytes, entries);
+            slot.text.reserve(bytes);
+            slot.entries.reserve(entries);
         }
         self.len = 0;
         self.hits = 1;

@@ -60,7 +60,11 @@ impl HttpIdentity {
     /// and `layer` are not read (see [`HttpSection`](crate::HttpSection)).
     pub fn from_yaml_str(file: &str, text: &str) -> Result<HttpIdentity, ConfigErrors> {
         let doc = Document::parse(&Arc::from(file), text)?;
-        let node = doc.root().map()?.required(SECTION)?;
+        HttpIdentity::from_yaml(doc.root().map()?.required(SECTION)?)
+    }
+
+    /// Reads and compiles an `http:` section (the node under the key).
+    pub(crate) fn from_yaml(node: Node<'_>) -> Result<HttpIdentity, ConfigErrors> {
         let config = IdentityConfig::from_yaml(node)?;
         HttpIdentity::new(config).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
     }

@@ -9,20 +9,25 @@ use http::HeaderName;
 use super::config::{Action, ActionKind, Source};
 use crate::read::{each_string, header_name};
 
-/// The action names.
-pub const ACTION_NAMES: &[&str] = &[
-    "client_ip",
-    "header",
-    "api_key",
-    "bearer",
-    "user",
-    "tenant",
-    "extension",
-    "method",
-    "route",
-    "path",
-    "generic",
-    "tier",
+/// Each action: its name, its options, and the key of its entry unless
+/// one is given (`header` and `extension`: the name they read).
+const ACTIONS: &[(&str, &[&str], &str)] = &[
+    ("client_ip", &["key"], "remote_address"),
+    ("header", &["name", "key"], ""),
+    ("api_key", &["header", "key", "hash"], "api_key"),
+    ("bearer", &["key", "hash"], "bearer"),
+    ("user", &["header", "extension", "key"], "user"),
+    ("tenant", &["header", "extension", "key"], "tenant"),
+    ("extension", &["name", "key"], ""),
+    ("method", &["key"], "method"),
+    ("route", &["key", "unmatched"], "route"),
+    ("path", &["key"], "path"),
+    ("generic", &["key", "value"], "generic_key"),
+    (
+        "tier",
+        &["header", "extension", "key", "values", "default"],
+        "tier",
+    ),
 ];
 
 /// An action's options: a mapping, or nothing for a bare name.
@@ -47,12 +52,6 @@ impl<'a> Opts<'a> {
             .and_then(|n| errors.take(n.str()))
             .unwrap_or(default)
             .to_owned()
-    }
-
-    fn flag(&self, key: &str, errors: &mut Errors) -> bool {
-        self.get(key)
-            .and_then(|n| errors.take(n.bool()))
-            .unwrap_or(false)
     }
 
     /// Reports the options not in `allowed` (whether read or not).
@@ -121,24 +120,14 @@ fn opts<'a>(n: Node<'a>, errors: &mut Errors) -> Option<Opts<'a>> {
 /// Reads one action; errors go to `errors`.
 pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
     let o = opts(n, errors)?;
-    let (allowed, default_key): (&[&str], &str) = match o.name {
-        "client_ip" => (&["key"], "remote_address"),
-        "method" | "path" => (&["key"], o.name),
-        "route" => (&["key", "unmatched"], "route"),
-        "generic" => (&["key", "value"], "generic_key"),
-        "header" | "extension" => (&["name", "key"], ""),
-        "user" | "tenant" => (&["header", "extension", "key"], o.name),
-        "api_key" => (&["header", "key", "hash"], o.name),
-        "bearer" => (&["key", "hash"], o.name),
-        "tier" => (&["header", "extension", "key", "values", "default"], "tier"),
-        other => {
-            errors.push(n.error(format!(
-                "unknown action `{}` (expected one of: {})",
-                excerpt(other),
-                ACTION_NAMES.join(", ")
-            )));
-            return None;
-        }
+    let Some(&(_, allowed, default_key)) = ACTIONS.iter().find(|a| a.0 == o.name) else {
+        let names: Vec<&str> = ACTIONS.iter().map(|a| a.0).collect();
+        errors.push(n.error(format!(
+            "unknown action `{}` (expected one of: {})",
+            excerpt(o.name),
+            names.join(", ")
+        )));
+        return None;
     };
     o.finish(allowed, errors);
     let mut named = None;
@@ -194,7 +183,9 @@ pub(crate) fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
             };
             ActionKind::Value {
                 source,
-                hash: o.flag("hash", errors),
+                hash: o
+                    .get("hash")
+                    .is_some_and(|h| errors.take(h.bool()) == Some(true)),
             }
         }
         _ => read_tier(&o, errors)?,

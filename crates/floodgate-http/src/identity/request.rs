@@ -139,12 +139,6 @@ pub trait ExtensionSource {
     fn get(&self, name: &str) -> Option<&str>;
 }
 
-impl<T: ExtensionSource + ?Sized> ExtensionSource for &T {
-    fn get(&self, name: &str) -> Option<&str> {
-        (**self).get(name)
-    }
-}
-
 /// A source that knows nothing: every `extension` action yields nothing.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoExtensions;

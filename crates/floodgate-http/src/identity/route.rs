@@ -135,11 +135,11 @@ impl Routes {
         if has_dot_dot(path.as_bytes()) {
             return None;
         }
-        let index = self.walk(0, Segments(path.as_bytes()))?;
+        let index = self.walk(0, segments(path.as_bytes()))?;
         self.templates.get(index as usize).map(|t| &**t)
     }
 
-    fn walk(&self, node: u32, mut segs: Segments<'_>) -> Option<u32> {
+    fn walk<'p>(&self, node: u32, mut segs: impl Iterator<Item = &'p [u8]> + Clone) -> Option<u32> {
         let n = self.nodes.get(node as usize)?;
         let Some(seg) = segs.next() else {
             return n.route;
@@ -153,26 +153,9 @@ impl Routes {
 }
 
 /// The segments of a request path, without empty and `.` segments.
-#[derive(Clone)]
-struct Segments<'a>(&'a [u8]);
-
-impl<'a> Iterator for Segments<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        loop {
-            let rest = self.0;
-            if rest.is_empty() {
-                return None;
-            }
-            let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-            let seg = &rest[..end];
-            self.0 = rest.get(end + 1..).unwrap_or_default();
-            if !seg.is_empty() && !eq_decoded(seg, b".") {
-                return Some(seg);
-            }
-        }
-    }
+fn segments(path: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    let kept = |seg: &&[u8]| !seg.is_empty() && !eq_decoded(seg, b".");
+    path.split(|&b| b == b'/').filter(kept)
 }
 
 fn has_dot_dot(path: &[u8]) -> bool {
