@@ -142,25 +142,6 @@ impl ClientIpConfig {
     pub fn trusts_proxies(&self) -> bool {
         self.trusted_hops > 0 || !self.trusted_proxies.is_empty()
     }
-
-    pub(crate) fn validate(&self) -> Result<(), IdentityError> {
-        let check = |what, v: Option<u8>, min, max| {
-            v.map_or(Ok(0), |v| in_bounds(what, v as u64, min, max))
-        };
-        let hops = Some(self.trusted_hops);
-        check("trusted_hops", hops, 0, MAX_TRUSTED_HOPS as u64)
-            .and(check("ipv4_prefix", self.ipv4_prefix, 1, 32))
-            .and(check("ipv6_prefix", self.ipv6_prefix, 1, 128))
-            .map_err(IdentityError::ClientIp)?;
-        for &(net, prefix) in &self.trusted_proxies {
-            if prefix > if net.is_ipv4() { 32 } else { 128 } {
-                return Err(IdentityError::ClientIp(format!(
-                    "invalid network {net}/{prefix}"
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Where a value comes from.
@@ -301,15 +282,6 @@ pub struct CostConfig {
     pub default: u32,
 }
 
-impl CostConfig {
-    pub(crate) fn validate(&self) -> Result<(), IdentityError> {
-        in_bounds("cost max", self.max as u64, 1, MAX_COST as u64)
-            .and_then(|max| in_bounds("cost default", self.default as u64, 1, max))
-            .map(|_| ())
-            .map_err(IdentityError::Cost)
-    }
-}
-
 /// The cost of a request whose cost source holds `value`: a decimal integer
 /// from 1 to `max` as it is, larger ones as `max`, and anything else
 /// (absent, empty, `0`, signs, not a number) as `default`.
@@ -368,18 +340,36 @@ impl IdentityConfig {
     /// Checks everything [`HttpIdentity::new`](super::HttpIdentity::new)
     /// relies on, except the route templates (checked as they compile).
     pub(crate) fn validate(&self) -> Result<(), IdentityError> {
+        use IdentityError::{ClientIp, Cost, Invalid};
         if self.domain.is_empty() {
-            return Err(IdentityError::Invalid("domain must not be empty".into()));
+            return Err(Invalid("domain must not be empty".into()));
         }
         let (min, max) = (MIN_VALUE_LEN as u64, MAX_VALUE_LEN as u64);
-        in_bounds("max_value_len", self.max_value_len as u64, min, max)
-            .map_err(IdentityError::Invalid)?;
-        self.client_ip.validate()?;
+        in_bounds("max_value_len", self.max_value_len as u64, min, max).map_err(Invalid)?;
+        let ip = &self.client_ip;
+        let prefix =
+            |what, v: Option<u8>, max| v.map_or(Ok(0), |v| in_bounds(what, v as u64, 1, max));
+        in_bounds(
+            "trusted_hops",
+            ip.trusted_hops as u64,
+            0,
+            MAX_TRUSTED_HOPS as u64,
+        )
+        .and(prefix("ipv4_prefix", ip.ipv4_prefix, 32))
+        .and(prefix("ipv6_prefix", ip.ipv6_prefix, 128))
+        .map_err(ClientIp)?;
+        for &(net, prefix) in &ip.trusted_proxies {
+            if prefix > if net.is_ipv4() { 32 } else { 128 } {
+                return Err(ClientIp(format!("invalid network {net}/{prefix}")));
+            }
+        }
         if let Some(c) = &self.cost {
-            c.validate()?;
+            in_bounds("cost max", c.max as u64, 1, MAX_COST as u64)
+                .and_then(|max| in_bounds("cost default", c.default as u64, 1, max))
+                .map_err(Cost)?;
         }
         let n = self.descriptors.len();
-        count("descriptors", n, MAX_DESCRIPTORS, "descriptors").map_err(IdentityError::Invalid)?;
+        count("descriptors", n, MAX_DESCRIPTORS, "descriptors").map_err(Invalid)?;
         for (index, d) in self.descriptors.iter().enumerate() {
             let err = |reason: String| IdentityError::Descriptor { index, reason };
             count("a descriptor", d.len(), MAX_ACTIONS, "actions").map_err(err)?;

@@ -62,16 +62,27 @@ impl HttpIdentity {
         for t in &config.routes {
             routes.insert(t)?;
         }
-        let longest = config.descriptors.iter().map(Vec::len).max();
-        let mut id = HttpIdentity {
+        // The most bytes an action writes (key and value).
+        let bound = |action: &Action| match &action.kind {
+            ActionKind::ClientIp => MAX_RENDERED,
+            ActionKind::Value { hash: true, .. } => SECRET_HASH_LEN,
+            ActionKind::Value { .. } | ActionKind::Method | ActionKind::Path => config.max_value_len,
+            ActionKind::Route { unmatched } => {
+                routes.longest().max(unmatched.as_deref().map_or(0, str::len))
+            }
+            ActionKind::Generic(value) => value.len(),
+            ActionKind::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
+        } + action.key.len();
+        let descriptors = config.descriptors.iter();
+        let slot_bytes = descriptors.clone().map(|d| d.iter().map(bound).sum());
+        let slot_bytes = slot_bytes.max().unwrap_or(0);
+        let slot_entries = descriptors.map(Vec::len).max().unwrap_or(0);
+        Ok(HttpIdentity {
             config,
             routes,
-            slot_bytes: 0,
-            slot_entries: longest.unwrap_or(0),
-        };
-        let bound = |d: &Vec<Action>| d.iter().map(|a| id.bound(a)).sum::<usize>();
-        id.slot_bytes = id.config.descriptors.iter().map(bound).max().unwrap_or(0);
-        Ok(id)
+            slot_bytes,
+            slot_entries,
+        })
     }
 
     /// The configuration it was compiled from.
@@ -121,7 +132,7 @@ impl HttpIdentity {
         &self,
         head: &H,
         peer: IpAddr,
-        client: Option<IpAddr>,
+        mut client: Option<IpAddr>,
         ext: &E,
         out: &mut RequestDescriptors,
     ) {
@@ -131,19 +142,63 @@ impl HttpIdentity {
         let hits = cost.map_or(1, |c| cost_of(source_value(&c.source, head, ext), c));
         out.hits = hits;
         let per_descriptor = cost.map(|_| hits as u64);
-        let mut req = Request {
-            head,
-            ext,
-            peer,
-            client,
-            route: None,
+        let max = self.config.max_value_len;
+        // Worked out at most once per request: the client address (unless
+        // given) and the route template.
+        let mut route = None;
+        // Appends an action's entry; false when it yields nothing (a
+        // partial entry is left: the descriptor is dropped).
+        let mut run = |action: &Action, d: &mut HttpDescriptor| {
+            d.entry(&action.key, |text| match &action.kind {
+                ActionKind::ClientIp => {
+                    let client_ip = &self.config.client_ip;
+                    let ip = *client.get_or_insert_with(|| client_ip.resolve(head, peer));
+                    client_ip.render(ip, text);
+                    true
+                }
+                ActionKind::Value { source, hash } => {
+                    match (source_value(source, head, ext), hash) {
+                        (Some(v), true) => write_secret_hash(text, v),
+                        (Some(v), false) => write_bounded(text, v, max),
+                        (None, _) => return false,
+                    }
+                    true
+                }
+                ActionKind::Method => {
+                    write_bounded(text, head.method().as_bytes(), max);
+                    true
+                }
+                ActionKind::Route { unmatched } => {
+                    let found = *route.get_or_insert_with(|| self.routes.find(head.path()));
+                    let value = found.or(unmatched.as_deref());
+                    value.map(|v| text.push_str(v)).is_some()
+                }
+                ActionKind::Path => {
+                    let path = head.path();
+                    write_bounded(text, path.as_bytes(), max);
+                    !path.is_empty()
+                }
+                ActionKind::Generic(value) => {
+                    text.push_str(value);
+                    true
+                }
+                ActionKind::Tier {
+                    source,
+                    values,
+                    default,
+                } => {
+                    let given = source_value(source, head, ext);
+                    let known = given
+                        .and_then(|g| values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g)));
+                    let tier = known.or(default.as_ref());
+                    tier.map(|v| text.push_str(v)).is_some()
+                }
+            })
         };
         for actions in descriptors {
-            out.push(per_descriptor, |slot| {
-                actions.iter().all(|a| self.run(a, &mut req, slot))
-            });
+            out.push(per_descriptor, |slot| actions.iter().all(|a| run(a, slot)));
         }
-        out.client = req.client;
+        out.client = client;
     }
 
     /// The client address of a request from `peer` (after trusted proxies;
@@ -156,16 +211,6 @@ impl HttpIdentity {
     pub fn route(&self, path: &str) -> Option<&str> {
         self.routes.find(path)
     }
-}
-
-/// The request actions read, and what is worked out at most once for it
-/// (its client address, its route template).
-struct Request<'r, 's, H: ?Sized, E: ?Sized> {
-    head: &'r H,
-    ext: &'r E,
-    peer: IpAddr,
-    client: Option<IpAddr>,
-    route: Option<Option<&'s str>>,
 }
 
 /// The value of `source`, trimmed; none when absent or empty.
@@ -192,89 +237,6 @@ fn bearer_token<H: RequestHead + ?Sized>(head: &H) -> Option<&[u8]> {
         && !token.is_empty()
         && !token.iter().any(|&b| b == b' ' || b == b'\t');
     valid.then_some(token)
-}
-
-impl HttpIdentity {
-    /// The most bytes `action` writes (key and value).
-    fn bound(&self, action: &Action) -> usize {
-        let value = match &action.kind {
-            ActionKind::ClientIp => MAX_RENDERED,
-            ActionKind::Value { hash: true, .. } => SECRET_HASH_LEN,
-            ActionKind::Value { .. } | ActionKind::Method | ActionKind::Path => {
-                self.config.max_value_len
-            }
-            ActionKind::Route { unmatched } => self
-                .routes
-                .longest()
-                .max(unmatched.as_deref().map_or(0, str::len)),
-            ActionKind::Generic(value) => value.len(),
-            ActionKind::Tier { values, .. } => values.iter().map(String::len).max().unwrap_or(0),
-        };
-        action.key.len() + value
-    }
-
-    /// Runs `action`, appending its entry to `out`; false when it yields
-    /// nothing (`out` then holds a partial entry: discard the descriptor).
-    fn run<'s, H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
-        &'s self,
-        action: &'s Action,
-        req: &mut Request<'_, 's, H, E>,
-        out: &mut HttpDescriptor,
-    ) -> bool {
-        let max = self.config.max_value_len;
-        out.entry(&action.key, |text| match &action.kind {
-            ActionKind::ClientIp => {
-                let ip = *req
-                    .client
-                    .get_or_insert_with(|| self.config.client_ip.resolve(req.head, req.peer));
-                self.config.client_ip.render(ip, text);
-                true
-            }
-            ActionKind::Value { source, hash } => {
-                match (source_value(source, req.head, req.ext), hash) {
-                    (Some(v), true) => write_secret_hash(text, v),
-                    (Some(v), false) => write_bounded(text, v, max),
-                    (None, _) => return false,
-                }
-                true
-            }
-            ActionKind::Method => {
-                write_bounded(text, req.head.method().as_bytes(), max);
-                true
-            }
-            ActionKind::Route { unmatched } => {
-                let found = *req
-                    .route
-                    .get_or_insert_with(|| self.routes.find(req.head.path()));
-                found
-                    .or(unmatched.as_deref())
-                    .map(|v| text.push_str(v))
-                    .is_some()
-            }
-            ActionKind::Path => {
-                let path = req.head.path();
-                write_bounded(text, path.as_bytes(), max);
-                !path.is_empty()
-            }
-            ActionKind::Generic(value) => {
-                text.push_str(value);
-                true
-            }
-            ActionKind::Tier {
-                source,
-                values,
-                default,
-            } => {
-                let given = source_value(source, req.head, req.ext);
-                let known = given
-                    .and_then(|g| values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g)));
-                known
-                    .or(default.as_ref())
-                    .map(|v| text.push_str(v))
-                    .is_some()
-            }
-        })
-    }
 }
 
 #[cfg(test)]
