@@ -59,7 +59,7 @@ impl ClientIpConfig {
         // Position `k` of the chain (0 is the peer) is a trusted proxy when
         // among the `trusted_hops` rightmost or in a trusted network.
         let mut current = peer;
-        for k in 1..=chain.total() {
+        for k in 1..=chain.total {
             let Some(entry) = chain.nth_from_right(k) else {
                 return peer; // a trusted walk longer than we keep
             };

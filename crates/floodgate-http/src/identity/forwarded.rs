@@ -22,7 +22,8 @@ pub(crate) struct Entry<'a> {
 /// The rightmost [`CHAIN`] entries of a header and how many there were.
 pub(crate) struct Chain<'a> {
     ring: [Entry<'a>; CHAIN],
-    total: usize,
+    /// Number of entries in the header.
+    pub(crate) total: usize,
 }
 
 impl<'a> Chain<'a> {
@@ -36,11 +37,6 @@ impl<'a> Chain<'a> {
     fn push(&mut self, e: Entry<'a>) {
         self.ring[self.total % CHAIN] = e;
         self.total += 1;
-    }
-
-    /// Number of entries in the header.
-    pub(crate) fn total(&self) -> usize {
-        self.total
     }
 
     /// Entry `k` from the right (1 is the rightmost), if kept.
@@ -238,7 +234,7 @@ mod tests {
     }
 
     fn entries(c: &Chain<'_>, fwd: bool) -> Vec<Option<String>> {
-        (1..=c.total().min(CHAIN))
+        (1..=c.total.min(CHAIN))
             .rev()
             .map(|k| entry_address(c.nth_from_right(k).unwrap(), fwd).map(|ip| ip.to_string()))
             .collect()
@@ -309,12 +305,12 @@ mod tests {
         let v: HeaderValue = line.parse().unwrap();
         let mut c = Chain::new();
         c.read_list(std::iter::once(v.as_bytes()));
-        assert_eq!(c.total(), 100);
+        assert_eq!(c.total, 100);
         let last = entry_address(c.nth_from_right(1).unwrap(), false).unwrap();
         assert_eq!(last.to_string(), "10.0.0.99");
         assert!(c.nth_from_right(CHAIN + 1).is_none());
         c.keep_last();
-        assert_eq!(c.total(), 1);
+        assert_eq!(c.total, 1);
         assert_eq!(
             entry_address(c.nth_from_right(1).unwrap(), false),
             Some(last)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::read::parse_cidr;
-use floodgate_policy::yaml::{Document, Map, Node, excerpt};
+use floodgate_policy::yaml::{Document, Node, excerpt};
 
 use super::config::{
     ClientIpConfig, ClientIpHeader, CostConfig, IdentityConfig, MAX_ACTIONS, MAX_COST,
@@ -48,9 +48,43 @@ fn int_in(n: Node<'_>, what: &str, min: u64, max: u64) -> Result<u64, ConfigErro
 impl IdentityConfig {
     /// Reads an `http:` section (the node under the key).
     pub fn from_yaml(node: Node<'_>) -> Result<IdentityConfig, ConfigErrors> {
+        let map = node.map()?;
         let mut errors = Errors::default();
-        let config = read_section(node, node.map()?, &mut errors);
-        errors.finish(config)
+        let mut c = IdentityConfig::default();
+        match map.get("domain").and_then(|d| errors.take(d.str())) {
+            Some(d) if !d.is_empty() => c.domain = d.to_owned(),
+            None if !map.has("domain") => errors.push(node.error("missing required key 'domain'")),
+            _ => errors.push(node.error("domain must not be empty")),
+        }
+        if let Some(n) = map.get("client_ip") {
+            c.client_ip = read_client_ip(n, &mut errors);
+        }
+        if let Some(list) = map.get("routes") {
+            let mut routes = Routes::default();
+            each_string(list, &mut errors, |text, t, errors| {
+                match routes.insert(text) {
+                    Ok(()) => c.routes.push(text.to_owned()),
+                    Err(e) => errors.push(t.error(e.to_string())),
+                }
+            });
+        }
+        if let Some(n) = map.get("cost") {
+            c.cost = read_cost(n, &mut errors);
+        }
+        if let Some(n) = map.get("max_value_len") {
+            let max = MAX_VALUE_LEN as u64;
+            if let Some(v) = errors.take(int_in(n, "max_value_len", MIN_VALUE_LEN as u64, max)) {
+                c.max_value_len = v as usize;
+            }
+        }
+        match map.get("descriptors") {
+            Some(n) => read_descriptors(n, &mut c, &mut errors),
+            None => errors.push(node.error("missing required key 'descriptors'")),
+        }
+        // Read by the contract and the layer.
+        let _ = (map.get("responses"), map.get("layer"));
+        deny_unknown(&map, HTTP_KEYS, &mut errors);
+        errors.finish(c)
     }
 }
 
@@ -68,42 +102,6 @@ impl HttpIdentity {
         let config = IdentityConfig::from_yaml(node)?;
         HttpIdentity::new(config).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
     }
-}
-
-fn read_section(node: Node<'_>, map: Map<'_>, errors: &mut Errors) -> IdentityConfig {
-    let mut c = IdentityConfig::default();
-    match map.get("domain").and_then(|d| errors.take(d.str())) {
-        Some(d) if !d.is_empty() => c.domain = d.to_owned(),
-        None if !map.has("domain") => errors.push(node.error("missing required key 'domain'")),
-        _ => errors.push(node.error("domain must not be empty")),
-    }
-    if let Some(n) = map.get("client_ip") {
-        c.client_ip = read_client_ip(n, errors);
-    }
-    if let Some(list) = map.get("routes") {
-        let mut routes = Routes::default();
-        each_string(list, errors, |text, t, errors| match routes.insert(text) {
-            Ok(()) => c.routes.push(text.to_owned()),
-            Err(e) => errors.push(t.error(e.to_string())),
-        });
-    }
-    if let Some(n) = map.get("cost") {
-        c.cost = read_cost(n, errors);
-    }
-    if let Some(n) = map.get("max_value_len") {
-        let max = MAX_VALUE_LEN as u64;
-        if let Some(v) = errors.take(int_in(n, "max_value_len", MIN_VALUE_LEN as u64, max)) {
-            c.max_value_len = v as usize;
-        }
-    }
-    match map.get("descriptors") {
-        Some(n) => read_descriptors(n, &mut c, errors),
-        None => errors.push(node.error("missing required key 'descriptors'")),
-    }
-    // Read by the contract and the layer.
-    let _ = (map.get("responses"), map.get("layer"));
-    deny_unknown(&map, HTTP_KEYS, errors);
-    c
 }
 
 fn read_descriptors(n: Node<'_>, c: &mut IdentityConfig, errors: &mut Errors) {
