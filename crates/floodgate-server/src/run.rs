@@ -85,6 +85,11 @@ pub async fn serve(
     // together they fit the open files limit.
     let listeners = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
     let public = descriptors::fit_max_connections("grpc, http", s.max_connections, listeners);
+    // The admin listener first: once a public listener answers ready, the
+    // metrics are there too.
+    let admin = crate::admin::router(svc.clone(), prometheus);
+    let admin = floodgate_runtime::admin::spawn(s.admin, admin, &s.limits, stop_rx.clone());
+    tasks.extend(admin.await?);
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;
         let http = Http::new(&s.limits, Protocols::Http2);
@@ -98,9 +103,6 @@ pub async fn serve(
         let stop = stop_rx.clone();
         tasks.push(spawn_service("http", listener, api, http, public, stop));
     }
-    let admin = crate::admin::router(svc.clone(), prometheus);
-    let admin = floodgate_runtime::admin::spawn(s.admin, admin, &s.limits, stop_rx.clone());
-    tasks.extend(admin.await?);
 
     // Serve until the signal, or until a server fails.
     let failed = tokio::select! {
