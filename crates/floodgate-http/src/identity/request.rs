@@ -74,14 +74,17 @@ pub trait RequestHead {
 }
 
 impl<B> RequestHead for http::Request<B> {
+    #[inline]
     fn method(&self) -> &str {
         self.method().as_str()
     }
 
+    #[inline]
     fn path(&self) -> &str {
         self.uri().path()
     }
 
+    #[inline]
     fn header_lines(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
         self.headers()
             .get_all(name)
@@ -89,24 +92,29 @@ impl<B> RequestHead for http::Request<B> {
             .map(HeaderValue::as_bytes)
     }
 
+    #[inline]
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         self.headers().get(name).map(HeaderValue::as_bytes)
     }
 }
 
 impl RequestHead for http::request::Parts {
+    #[inline]
     fn method(&self) -> &str {
         self.method.as_str()
     }
 
+    #[inline]
     fn path(&self) -> &str {
         self.uri.path()
     }
 
+    #[inline]
     fn header_lines(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
         self.headers.get_all(name).iter().map(HeaderValue::as_bytes)
     }
 
+    #[inline]
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         self.headers.get(name).map(HeaderValue::as_bytes)
     }

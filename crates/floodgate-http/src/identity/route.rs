@@ -153,9 +153,18 @@ impl Routes {
 }
 
 /// The segments of a request path, without empty and `.` segments.
-fn segments(path: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
-    let kept = |seg: &&[u8]| !seg.is_empty() && !eq_decoded(seg, b".");
-    path.split(|&b| b == b'/').filter(kept)
+fn segments(mut rest: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    std::iter::from_fn(move || {
+        while !rest.is_empty() {
+            let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+            let seg = &rest[..end];
+            rest = rest.get(end + 1..).unwrap_or_default();
+            if !seg.is_empty() && !eq_decoded(seg, b".") {
+                return Some(seg);
+            }
+        }
+        None
+    })
 }
 
 fn has_dot_dot(path: &[u8]) -> bool {
