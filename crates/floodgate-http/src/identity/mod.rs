@@ -84,7 +84,6 @@ mod hash;
 mod http_identity;
 mod output;
 mod read;
-mod read_action;
 mod request;
 mod route;
 
