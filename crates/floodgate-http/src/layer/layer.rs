@@ -153,10 +153,7 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
 
     /// Requests in flight through the layer (counted when shedding is on).
     pub fn in_flight(&self) -> usize {
-        self.shared
-            .shedder
-            .as_ref()
-            .map_or(0, |s| s.in_flight.get())
+        self.shared.in_flight.get()
     }
 
     /// Shaper-delayed requests waiting now.

@@ -152,13 +152,13 @@ where
         if let Some(decided) = decide_now(shared, &mut held, Apply::Commit) {
             return state(
                 match conclude(shared, held, keep, req.headers(), now, decided) {
-                    Next::Answer(res) => State::Answered { res: Some(res) },
-                    Next::Inner(admitted) => State::Inner {
+                    Err(res) => State::Answered { res: Some(res) },
+                    Ok(admitted) if admitted.delay().is_none() => State::Inner {
                         fut: inner(req),
                         admitted: Some(admitted),
                     },
-                    Next::Delay(delayed) => State::Waiting {
-                        fut: Box::pin(delayed.run(shared.clone(), req, inner)),
+                    Ok(admitted) => State::Waiting {
+                        fut: Box::pin(admitted.run(shared.clone(), req, inner)),
                     },
                 },
             );
@@ -219,9 +219,8 @@ where
     }
     let decided = decide(&shared, &mut held, Apply::Commit).await;
     match conclude(&shared, held, keep, req.headers(), now, decided) {
-        Next::Answer(res) => Ok(full(res)),
-        Next::Inner(admitted) => Ok(admitted.respond(inner(req).await?)),
-        Next::Delay(delayed) => delayed.run(shared, req, inner).await,
+        Err(res) => Ok(full(res)),
+        Ok(admitted) => admitted.run(shared, req, inner).await,
     }
 }
 
@@ -277,15 +276,9 @@ async fn decide<B: Backend, C: Clock + 'static>(
         .map(|()| Decided::Engine)
 }
 
-/// What is left once a request is decided.
-enum Next<B: Backend, C: Clock + 'static> {
-    /// Answered by the layer (a rejection).
-    Answer(Answer),
-    /// Admitted: call the inner service and complete its response.
-    Inner(Admitted<B, C>),
-    /// Admitted after a shaper's delay.
-    Delay(Delayed<B, C>),
-}
+/// What is left once a request is decided: admitted (maybe after a
+/// shaper's delay), or answered by the layer (a rejection).
+type Next<B, C> = Result<Admitted<B, C>, Answer>;
 
 /// The outcome of a decision: rejected, delayed or admitted (a limiter
 /// failure is let through or rejected, per `on_error`).
@@ -315,7 +308,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
                     now,
                     &mut HeaderBuf::new(),
                 );
-                return Next::Answer(res);
+                return Err(res);
             }
         },
     };
@@ -333,16 +326,14 @@ fn conclude<B: Backend, C: Clock + 'static>(
             LayerStats::inc(&shared.stats.denied);
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
-            Next::Answer(shared.contract.reject(rejection, headers, now, &mut s.buf))
+            Err(shared.contract.reject(rejection, headers, now, &mut s.buf))
         }
-        Verdict::Delayed(delay) => Next::Delay(Delayed {
-            held,
+        Verdict::Delayed(delay) => Ok(Admitted {
+            headers: Some((held, now, delay)),
             keep,
-            now,
-            delay,
         }),
         Verdict::Allowed if !on_success && !held.holds_units => Admitted::bare(keep),
-        Verdict::Allowed => Next::Inner(Admitted {
+        Verdict::Allowed => Ok(Admitted {
             headers: Some((held, now, Duration::ZERO)),
             keep,
         }),
@@ -353,7 +344,8 @@ fn conclude<B: Backend, C: Clock + 'static>(
 /// keeps until its body ends.
 struct Admitted<B: Backend, C: Clock + 'static> {
     /// The request's buffers and decision time, when its response gets
-    /// the contract's headers (and the time it was delayed).
+    /// the contract's headers, and the shaper's delay to sleep first (zero:
+    /// none).
     headers: Option<(Held<B, C>, Timestamp, Duration)>,
     keep: Keep,
 }
@@ -361,10 +353,57 @@ struct Admitted<B: Backend, C: Clock + 'static> {
 impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
     /// Admitted with nothing to write.
     fn bare(keep: Keep) -> Next<B, C> {
-        Next::Inner(Admitted {
+        Ok(Admitted {
             headers: None,
             keep,
         })
+    }
+
+    /// The shaper's delay, if any.
+    fn delay(&self) -> Option<Duration> {
+        self.headers.as_ref().map(|h| h.2).filter(|d| !d.is_zero())
+    }
+
+    /// Sleeps the shaper's delay, if any, then calls the inner service and
+    /// completes its response.
+    async fn run<F, Fut, ReqBody, RB, E>(
+        mut self,
+        shared: Arc<Shared<B, C>>,
+        req: Request<ReqBody>,
+        inner: F,
+    ) -> Result<Out<RB>, E>
+    where
+        F: FnOnce(Request<ReqBody>) -> Fut,
+        Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    {
+        if let Some((held, _, delay)) = self.headers.as_mut().filter(|h| !h.2.is_zero()) {
+            // The slots were free a moment ago (else the request was decided
+            // without charging, in `steps`). Taken by others since, the
+            // charged request still waits, one over the bound, rather than
+            // be rejected after paying.
+            let slot = shared
+                .delayed
+                .try_enter(shared.settings.max_delayed)
+                .unwrap_or_else(|| shared.delayed.enter());
+            LayerStats::inc(&shared.stats.delayed);
+            // A delayed request is not in flight yet: while it sleeps, its
+            // place in the in-flight count and its concurrency permits are
+            // given back (others may use them), and taken again — through
+            // shedding and the queues, in arrival order — once the delay is
+            // over. Dropped with this future if the client goes away: the
+            // slot and the engine's units are given back too.
+            self.keep.clear();
+            tokio::time::sleep(*delay).await;
+            drop(slot);
+            let keep = &mut self.keep;
+            if let Some(rejected) = shed(&shared, &req, keep) {
+                return Ok(full(rejected));
+            }
+            if let Some(rejected) = queues(&shared, held, req.headers(), keep).await {
+                return Ok(full(rejected));
+            }
+        }
+        Ok(self.respond(inner(req).await?))
     }
 
     /// The inner service's response, with the contract's headers, its
@@ -392,61 +431,6 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
         }
         let keep = (!keep.is_empty()).then(|| Box::new(keep) as Box<dyn Hold>);
         res.map(|b| FloodgateBody::inner(b, keep))
-    }
-}
-
-/// A request the shaper delays: it sleeps, then is admitted.
-struct Delayed<B: Backend, C: Clock + 'static> {
-    held: Held<B, C>,
-    keep: Keep,
-    now: Timestamp,
-    delay: Duration,
-}
-
-impl<B: Backend, C: Clock + 'static> Delayed<B, C> {
-    async fn run<F, Fut, ReqBody, RB, E>(
-        self,
-        shared: Arc<Shared<B, C>>,
-        req: Request<ReqBody>,
-        inner: F,
-    ) -> Result<Out<RB>, E>
-    where
-        F: FnOnce(Request<ReqBody>) -> Fut,
-        Fut: Future<Output = Result<HttpResponse<RB>, E>>,
-    {
-        let Delayed {
-            mut held,
-            keep,
-            now,
-            delay,
-        } = self;
-        // The slots were free a moment ago (else the request was decided
-        // without charging, in `steps`). Taken by others since, the charged
-        // request still waits, one over the bound, rather than be rejected
-        // after paying.
-        let slot = shared
-            .delayed
-            .try_enter(shared.settings.max_delayed)
-            .unwrap_or_else(|| shared.delayed.enter());
-        LayerStats::inc(&shared.stats.delayed);
-        // A delayed request is not in flight yet: while it sleeps, its
-        // place in the in-flight count and its concurrency permits are
-        // given back (others may use them), and taken again — through
-        // shedding and the queues, in arrival order — once the delay is
-        // over. Dropped with this future if the client goes away: the slot
-        // and the engine's units are given back too.
-        drop(keep);
-        tokio::time::sleep(delay).await;
-        drop(slot);
-        let mut keep = Keep::default();
-        if let Some(rejected) = shed(&shared, &req, &mut keep) {
-            return Ok(full(rejected));
-        }
-        if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
-            return Ok(full(rejected));
-        }
-        let headers = Some((held, now, delay));
-        Ok(Admitted { headers, keep }.respond(inner(req).await?))
     }
 }
 
@@ -553,9 +537,8 @@ fn shed<B: Backend, C: Clock + 'static, T>(
     req: &Request<T>,
     keep: &mut Keep,
 ) -> Option<Answer> {
-    let shedder = shared.shedder.as_ref()?;
-    let low = shedder.is_low(req, &shared.identity);
-    match shedder.enter(low) {
+    let shedding = shared.settings.shedding.as_ref()?;
+    match shedding.enter(req, &shared.identity, &shared.in_flight) {
         Some(g) => {
             keep.push(Box::new(g));
             None
@@ -563,7 +546,7 @@ fn shed<B: Backend, C: Clock + 'static, T>(
         None => {
             LayerStats::inc(&shared.stats.shed);
             metrics::counter!("floodgate_http_shed_total").increment(1);
-            let retry_after = shedder.config.retry_after;
+            let retry_after = shedding.retry_after;
             Some(shared.contract.reject(
                 Rejection::Overloaded { retry_after },
                 req.headers(),
@@ -600,8 +583,12 @@ async fn queues<B: Backend, C: Clock + 'static>(
         }
     }
     let kq = shared.keyed.as_ref()?;
-    let out = &held.scratch().out;
-    let value: Box<str> = out.iter().find_map(|d| d.get(&kq.config.key))?.into();
+    let value: Box<str> = held
+        .scratch()
+        .out
+        .iter()
+        .find_map(|d| d.get(&kq.config.key))?
+        .into();
     match kq.acquire(&value).await {
         Ok(p) => keep.push(Box::new(p)),
         Err(e) => {

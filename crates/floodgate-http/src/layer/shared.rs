@@ -13,7 +13,7 @@ use floodgate_policy::{Backend, Engine, Response};
 use super::config::LayerSettings;
 use super::policy_cache::{PlanCache, PolicyCache};
 use super::queue::{ConcurrencyQueue, KeyedQueues};
-use super::shed::Shedder;
+use super::shed::Gauge;
 use crate::contract::{Contract, HeaderBuf, Report};
 use crate::identity::{HttpIdentity, RequestDescriptors};
 
@@ -96,10 +96,11 @@ pub(crate) struct Shared<B, C> {
     pub contract: Contract,
     pub settings: LayerSettings,
     pub stats: LayerStats,
-    pub shedder: Option<Shedder>,
+    /// Requests in flight (counted when shedding is on).
+    pub in_flight: Gauge,
     pub global: Option<ConcurrencyQueue>,
     pub keyed: Option<KeyedQueues>,
-    pub delayed: super::shed::Gauge,
+    pub delayed: Gauge,
     pub policy_headers: PolicyCache,
     /// The engine plan, used when the identity builds one descriptor.
     pub plans: PlanCache,
@@ -116,10 +117,10 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
         settings: LayerSettings,
     ) -> Self {
         Shared {
-            shedder: settings.shedding.clone().map(Shedder::new),
+            in_flight: Gauge::default(),
             global: settings.global_concurrency.map(ConcurrencyQueue::new),
             keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
-            delayed: super::shed::Gauge::default(),
+            delayed: Gauge::default(),
             policy_headers: PolicyCache::default(),
             plans: PlanCache::default(),
             plannable: identity.descriptor_count() == 1,

@@ -51,47 +51,33 @@ impl Drop for GaugeGuard {
     }
 }
 
-/// The shedder: in-flight requests of the layer, and who is low priority.
-pub(crate) struct Shedder {
-    pub config: Shedding,
-    pub in_flight: Gauge,
-}
-
-impl Shedder {
-    pub fn new(config: Shedding) -> Self {
-        Shedder {
-            config,
-            in_flight: Gauge::default(),
-        }
-    }
-
-    /// Whether a request is low priority: its route template is listed, or
-    /// its header has a listed value.
-    pub fn is_low<T>(&self, req: &http::Request<T>, identity: &HttpIdentity) -> bool {
-        let low = &self.config.low_priority;
-        if let Some((name, values)) = &low.header {
-            let hit = req.headers().get_all(name).iter().any(|v| {
+impl Shedding {
+    /// Counts a request in `in_flight`, or sheds it (`None`): beyond
+    /// `max_in_flight`, or beyond `low_priority_above` when it is low
+    /// priority — its route template is listed, or its header has a listed
+    /// value.
+    pub(crate) fn enter<T>(
+        &self,
+        req: &http::Request<T>,
+        identity: &HttpIdentity,
+        in_flight: &Gauge,
+    ) -> Option<GaugeGuard> {
+        let low = &self.low_priority;
+        let header = low.header.as_ref().is_some_and(|(name, values)| {
+            req.headers().get_all(name).iter().any(|v| {
                 v.to_str()
                     .is_ok_and(|v| values.iter().any(|x| x.eq_ignore_ascii_case(v.trim())))
-            });
-            if hit {
-                return true;
-            }
-        }
-        !low.routes.is_empty()
-            && identity
-                .route(req.uri().path())
-                .is_some_and(|t| low.routes.iter().any(|r| r == t))
-    }
-
-    /// Counts a request in flight, or sheds it (`None`).
-    pub fn enter(&self, low: bool) -> Option<GaugeGuard> {
-        let hard = self.config.max_in_flight.unwrap_or(usize::MAX);
-        let max = if low {
-            hard.min(self.config.low_priority_above)
-        } else {
-            hard
-        };
-        self.in_flight.try_enter(max)
+            })
+        });
+        let is_low = header
+            || !low.routes.is_empty()
+                && identity
+                    .route(req.uri().path())
+                    .is_some_and(|t| low.routes.iter().any(|r| r == t));
+        let hard = self.max_in_flight.unwrap_or(usize::MAX);
+        in_flight.try_enter(match is_low {
+            true => hard.min(self.low_priority_above),
+            false => hard,
+        })
     }
 }
