@@ -4,7 +4,7 @@
 //! * the engine plan: when every request's one descriptor selects a rule
 //!   known in advance (an engine [`DirectPlan`]), it is decided by that
 //!   rule directly, without the engine's lookup. The plan is made for the
-//!   descriptor's shape by the first request;
+//!   descriptor's shape by the first request of the policy set;
 //! * rate-limit header pieces rendered once per rule: a request whose
 //!   policy lines all come from one rule (the common case) reuses the
 //!   `RateLimit-Policy` value rendered for the first request of that rule,
@@ -56,12 +56,15 @@ impl Rendered {
     }
 }
 
-/// The rendered pieces of one policy set, by rule id (none: not rendered
-/// yet).
+/// What is worked out for one policy set.
 struct Values {
     /// The generation of the policy set (not the set itself: a cache never
     /// keeps a replaced policy alive).
     generation: u64,
+    /// The plan for the layer's descriptor shape, made by the first request
+    /// (none inside: no rule for it can be decided directly).
+    plan: OnceLock<Option<DirectPlan>>,
+    /// The rendered pieces, by rule id (none: not rendered yet).
     rules: Box<[OnceLock<Rendered>]>,
 }
 
@@ -72,6 +75,19 @@ pub(crate) struct PolicyCache {
 }
 
 impl PolicyCache {
+    /// New values for the policy set `policy`, replacing the cached ones
+    /// (concurrent requests may each build some; the last stay, all are
+    /// correct).
+    fn fresh(&self, policy: &PolicySet) -> Arc<Values> {
+        let fresh = Arc::new(Values {
+            generation: policy.generation(),
+            plan: OnceLock::new(),
+            rules: (0..policy.rules().len()).map(|_| OnceLock::new()).collect(),
+        });
+        self.current.store(Some(fresh.clone()));
+        fresh
+    }
+
     /// `RateLimit-Policy` for `report`, filled from `policy` under
     /// `contract`, when its lines are one rule's; none otherwise (render
     /// it).
@@ -83,23 +99,12 @@ impl PolicyCache {
     ) -> Option<HeaderValue> {
         let rule = report.single_rule()? as usize;
         let render = || Rendered::of(report, contract);
-        {
-            let guard = self.current.load();
-            if let Some(v) = guard
-                .as_ref()
-                .filter(|v| v.generation == policy.generation())
-            {
-                return v.rules.get(rule)?.get_or_init(render).policy.clone();
-            }
-        }
-        // A new policy set: start over (concurrent requests may each build
-        // one; the last one stays, all are correct).
-        let fresh = Arc::new(Values {
-            generation: policy.generation(),
-            rules: (0..policy.rules().len()).map(|_| OnceLock::new()).collect(),
-        });
-        self.current.store(Some(fresh.clone()));
-        fresh.rules.get(rule)?.get_or_init(render).policy.clone()
+        let guard = self.current.load();
+        let values = match guard.as_ref() {
+            Some(v) if v.generation == policy.generation() => v,
+            _ => &self.fresh(policy),
+        };
+        values.rules.get(rule)?.get_or_init(render).policy.clone()
     }
 
     /// The headers of an admitted request whose one line is rule `rule`'s
@@ -126,24 +131,10 @@ impl PolicyCache {
         push_position(text, remaining, Some(ceil_secs(reset)));
         rendered.policy.clone()
     }
-}
 
-/// The plan of the current policy for the layer's descriptor shape (none:
-/// that policy has no rule for it that can be decided directly).
-struct Cached {
-    generation: u64,
-    plan: Option<DirectPlan>,
-}
-
-/// A layer's plan, remade when the engine's policy is replaced.
-#[derive(Default)]
-pub(crate) struct PlanCache {
-    current: ArcSwapOption<Cached>,
-}
-
-impl PlanCache {
-    /// Decides the request's one descriptor (in `s`) by the plan if it
-    /// applies; `false`: decide it with the engine's lookup.
+    /// Decides the request's one descriptor (in `s`) by the plan of the
+    /// engine's policy if it applies; `false`: decide it with the engine's
+    /// lookup.
     pub fn decide<B: Backend, C: Clock>(
         &self,
         engine: &Engine<B, C>,
@@ -154,31 +145,21 @@ impl PlanCache {
         let [d] = s.out.as_slice() else {
             return false;
         };
-        let cached = self.current.load();
-        if let Some(cached) = cached.as_deref() {
-            if let Some(plan) = &cached.plan {
-                let hits = s.out.hits_addend();
-                if engine
-                    .evaluate_direct(plan, d, hits, apply, &mut s.response)
-                    .is_some()
-                {
-                    return true;
-                }
-            }
-            if cached.generation == engine.generation() {
-                // Current, and this request is not of the planned shape.
-                return false;
-            }
-        }
-        // The first request, or a policy replaced since: plan again (for
-        // this request's shape); this one is decided by the lookup.
-        let keys: Vec<&str> = (0..d.len()).map(|i| d.entry(i).0).collect();
-        let generation = engine.generation();
-        let plan = engine.direct_plan(domain, &keys);
-        self.current.store(Some(Arc::new(Cached {
-            generation: plan.as_ref().map_or(generation, DirectPlan::generation),
-            plan,
-        })));
-        false
+        let mut plan = |values: &Values| {
+            let plan = values.plan.get_or_init(|| {
+                let keys: Vec<&str> = (0..d.len()).map(|i| d.entry(i).0).collect();
+                engine.direct_plan(domain, &keys)
+            });
+            let hits = s.out.hits_addend();
+            let plan = plan.as_ref()?;
+            engine.evaluate_direct(plan, d, hits, apply, &mut s.response)
+        };
+        let guard = self.current.load();
+        let decided = match guard.as_ref() {
+            Some(v) if v.generation == engine.generation() => plan(v),
+            // The first request, or a policy replaced since.
+            _ => plan(&self.fresh(&engine.policy())),
+        };
+        decided.is_some()
     }
 }

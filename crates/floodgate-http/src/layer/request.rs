@@ -247,7 +247,7 @@ fn decide_now<B: Backend, C: Clock + 'static>(
     }
     let engine = &shared.engine;
     let domain = shared.identity.domain();
-    if shared.plannable && shared.plans.decide(engine, domain, apply, s) {
+    if shared.plannable && shared.policy_cache.decide(engine, domain, apply, s) {
         return Some(Ok(Decided::Planned));
     }
     let hits = s.out.hits_addend();
@@ -460,9 +460,7 @@ fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held
     match &policy {
         Some(policy) if shared.contract.on_success || !plainly_allowed(&s.response) => {
             s.report.fill(&s.response, policy, &shared.contract);
-            s.policy_value = shared
-                .policy_headers
-                .get(policy, &s.report, &shared.contract);
+            s.policy_value = shared.policy_cache.get(policy, &s.report, &shared.contract);
         }
         // Admitted, and nothing is written on admitted responses: the
         // report would only be read for its verdict, "allowed". Or decided
@@ -515,7 +513,7 @@ fn admitted_headers<B: Backend, C: Clock + 'static>(
     {
         return false;
     }
-    let Some(policy) = shared.policy_headers.admitted(
+    let Some(policy) = shared.policy_cache.admitted(
         r.generation(),
         rule,
         d.remaining,

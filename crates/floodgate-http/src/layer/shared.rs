@@ -11,7 +11,7 @@ use floodgate::Clock;
 use floodgate_policy::{Backend, Engine, Response};
 
 use super::config::LayerSettings;
-use super::policy_cache::{PlanCache, PolicyCache};
+use super::policy_cache::PolicyCache;
 use super::queue::{ConcurrencyQueue, KeyedQueues};
 use super::shed::Gauge;
 use crate::contract::{Contract, HeaderBuf, Report};
@@ -101,9 +101,9 @@ pub(crate) struct Shared<B, C> {
     pub global: Option<ConcurrencyQueue>,
     pub keyed: Option<KeyedQueues>,
     pub delayed: Gauge,
-    pub policy_headers: PolicyCache,
-    /// The engine plan, used when the identity builds one descriptor.
-    pub plans: PlanCache,
+    /// The engine plan (used when the identity builds one descriptor) and
+    /// header pieces, per policy set.
+    pub policy_cache: PolicyCache,
     pub plannable: bool,
     #[allow(clippy::vec_box)] // moved in and out whole
     pool: Mutex<Vec<Box<Scratch>>>,
@@ -121,8 +121,7 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
             global: settings.global_concurrency.map(ConcurrencyQueue::new),
             keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
             delayed: Gauge::default(),
-            policy_headers: PolicyCache::default(),
-            plans: PlanCache::default(),
+            policy_cache: PolicyCache::default(),
             plannable: identity.descriptor_count() == 1,
             engine,
             identity,
