@@ -21,7 +21,7 @@ pub(crate) enum QueueError {
 /// A semaphore whose waiters are served in arrival order (tokio's
 /// semaphore is fair), with at most `queue` waiting.
 pub(crate) struct ConcurrencyQueue {
-    limit: QueueLimit,
+    pub limit: QueueLimit,
     permits: Arc<Semaphore>,
     waiting: Gauge,
 }
@@ -33,10 +33,6 @@ impl ConcurrencyQueue {
             limit,
             waiting: Gauge::default(),
         }
-    }
-
-    pub fn limit(&self) -> QueueLimit {
-        self.limit
     }
 
     /// A permit now, or after waiting in line (bounded, with a timeout).
@@ -63,11 +59,14 @@ impl ConcurrencyQueue {
     }
 }
 
+/// The queue of each value with requests in flight or waiting.
+type Queues = Arc<Mutex<HashMap<Box<str>, Arc<ConcurrencyQueue>>>>;
+
 /// One [`ConcurrencyQueue`] per value, created on first use and dropped
 /// when idle (so the map holds only values with requests in flight).
 pub(crate) struct KeyedQueues {
     pub config: KeyedQueueLimit,
-    map: Arc<Mutex<HashMap<Box<str>, Arc<ConcurrencyQueue>>>>,
+    map: Queues,
 }
 
 /// A permit of a keyed queue; removes the value's queue when it was the
@@ -76,7 +75,7 @@ pub(crate) struct KeyedPermit {
     permit: Option<OwnedSemaphorePermit>,
     queue: Arc<ConcurrencyQueue>,
     key: Box<str>,
-    map: Arc<Mutex<HashMap<Box<str>, Arc<ConcurrencyQueue>>>>,
+    map: Queues,
 }
 
 impl Drop for KeyedPermit {
@@ -108,13 +107,14 @@ impl KeyedQueues {
                 .or_insert_with(|| Arc::new(ConcurrencyQueue::new(self.config.limit)))
                 .clone()
         };
+        // Made before the wait: a wait cancelled or timed out removes the
+        // value's queue too when it was its last user.
         let mut guard = KeyedPermit {
             permit: None,
-            queue: queue.clone(),
+            queue,
             key: value.into(),
             map: self.map.clone(),
         };
-        drop(queue);
         guard.permit = Some(guard.queue.acquire().await?);
         Ok(guard)
     }

@@ -277,11 +277,13 @@ async fn decide<B: Backend, C: Clock + 'static>(
 }
 
 /// What is left once a request is decided: admitted (maybe after a
-/// shaper's delay), or answered by the layer (a rejection).
+/// shaper's delay), or answered by the layer (a rejection, moved as it
+/// is: no allocation per answer).
 type Next<B, C> = Result<Admitted<B, C>, Answer>;
 
 /// The outcome of a decision: rejected, delayed or admitted (a limiter
 /// failure is let through or rejected, per `on_error`).
+#[allow(clippy::result_large_err)]
 fn conclude<B: Backend, C: Clock + 'static>(
     shared: &Shared<B, C>,
     mut held: Held<B, C>,
@@ -352,6 +354,7 @@ struct Admitted<B: Backend, C: Clock + 'static> {
 
 impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
     /// Admitted with nothing to write.
+    #[allow(clippy::result_large_err)]
     fn bare(keep: Keep) -> Next<B, C> {
         Ok(Admitted {
             headers: None,
@@ -568,7 +571,7 @@ async fn queues<B: Backend, C: Clock + 'static>(
         match q.acquire().await {
             Ok(p) => keep.push(Box::new(p)),
             Err(e) => {
-                let max = q.limit().max;
+                let max = q.limit.max;
                 return Some(queue_rejection(
                     shared,
                     held,

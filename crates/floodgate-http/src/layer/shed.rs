@@ -18,19 +18,9 @@ pub(crate) struct GaugeGuard(Arc<AtomicUsize>);
 impl Gauge {
     /// Takes a unit if fewer than `max` are taken.
     pub fn try_enter(&self, max: usize) -> Option<GaugeGuard> {
-        let mut cur = self.0.load(Ordering::Relaxed);
-        loop {
-            if cur >= max {
-                return None;
-            }
-            match self
-                .0
-                .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => return Some(GaugeGuard(self.0.clone())),
-                Err(now) => cur = now,
-            }
-        }
+        let (n, add) = (&self.0, |cur| (cur < max).then_some(cur + 1));
+        let entered = n.fetch_update(Ordering::AcqRel, Ordering::Relaxed, add);
+        entered.ok().map(|_| GaugeGuard(n.clone()))
     }
 
     /// Takes a unit whatever the count.
