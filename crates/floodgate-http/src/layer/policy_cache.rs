@@ -132,9 +132,8 @@ impl PolicyCache {
         rendered.policy.clone()
     }
 
-    /// Decides the request's one descriptor (in `s`) by the plan of the
-    /// engine's policy if it applies; `false`: decide it with the engine's
-    /// lookup.
+    /// Decides the request's one descriptor (in `s`) by the plan if it
+    /// applies; `false`: decide it with the engine's lookup.
     pub fn decide<B: Backend, C: Clock>(
         &self,
         engine: &Engine<B, C>,
@@ -145,21 +144,32 @@ impl PolicyCache {
         let [d] = s.out.as_slice() else {
             return false;
         };
-        let mut plan = |values: &Values| {
-            let plan = values.plan.get_or_init(|| {
-                let keys: Vec<&str> = (0..d.len()).map(|i| d.entry(i).0).collect();
-                engine.direct_plan(domain, &keys)
-            });
-            let hits = s.out.hits_addend();
-            let plan = plan.as_ref()?;
-            engine.evaluate_direct(plan, d, hits, apply, &mut s.response)
-        };
         let guard = self.current.load();
-        let decided = match guard.as_ref() {
-            Some(v) if v.generation == engine.generation() => plan(v),
-            // The first request, or a policy replaced since.
-            _ => plan(&self.fresh(&engine.policy())),
+        if let Some(v) = guard.as_deref()
+            && let Some(plan) = v.plan.get()
+        {
+            // The engine refuses the plan of a policy replaced since.
+            let hits = s.out.hits_addend();
+            if let Some(plan) = plan
+                && engine
+                    .evaluate_direct(plan, d, hits, apply, &mut s.response)
+                    .is_some()
+            {
+                return true;
+            }
+            if v.generation == engine.generation() {
+                // Current, and this request is not of the planned shape.
+                return false;
+            }
+        }
+        // The first request of a policy set: plan (for this request's
+        // shape); this one is decided by the lookup.
+        let keys: Vec<&str> = (0..d.len()).map(|i| d.entry(i).0).collect();
+        let plan = || engine.direct_plan(domain, &keys);
+        match guard.as_deref() {
+            Some(v) if v.generation == engine.generation() => v.plan.get_or_init(plan),
+            _ => self.fresh(&engine.policy()).plan.get_or_init(plan),
         };
-        decided.is_some()
+        false
     }
 }
