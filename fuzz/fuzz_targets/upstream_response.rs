@@ -45,7 +45,7 @@ fn run(method: &Method, bytes: &[u8], pieces: &[u8]) -> Outcome {
         true
     };
     let head = loop {
-        match parse_response(&mut buf, method) {
+        match parse_response(&mut buf, method, false) {
             Ok(Parsed::Final(h)) => break h,
             Ok(Parsed::Interim) => continue,
             Ok(Parsed::Partial) => {

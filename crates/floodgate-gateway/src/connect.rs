@@ -1,13 +1,13 @@
 //! Opening one upstream connection: TCP (no delay, keep-alive, within
 //! `connect_timeout`), TLS for `https://` URLs (ALPN `h2` when the
-//! upstream protocol is HTTP/2); then, for hyper's client, the HTTP/1.1 or
-//! HTTP/2 handshake, the connection driven by a task of its own.
+//! upstream protocol is HTTP/2); then, towards HTTP/2, hyper's handshake,
+//! the connection driven by a task of its own.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
@@ -16,9 +16,9 @@ use tokio_rustls::TlsConnector;
 use tokio_util::either::Either;
 
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
-use crate::connection::{Abort, Connection};
 use crate::h1::Stream;
 use crate::tls::TlsError;
+use crate::upload::UploadBody;
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -43,10 +43,8 @@ pub enum ConnectError {
 
 /// Opens connections for one upstream configuration.
 pub struct Connector {
-    protocol: UpstreamProtocol,
     connect_timeout: Duration,
     tls: Option<TlsConnector>,
-    h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
 }
 
@@ -62,17 +60,14 @@ impl Connector {
         } else {
             None
         };
-        let h1 = http1::Builder::new();
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
             .adaptive_window(true)
             .keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(10));
         Ok(Connector {
-            protocol: config.protocol,
             connect_timeout: config.connect_timeout,
             tls,
-            h1,
             h2,
         })
     }
@@ -104,38 +99,24 @@ impl Connector {
         }
     }
 
-    /// Hands `stream`, opened to `url`, to hyper's client: its handshake,
-    /// then a task that drives the connection.
-    pub async fn handshake(
+    /// Hands `stream`, opened to `url`, to hyper's HTTP/2 client: its
+    /// handshake, then a task that drives the connection.
+    pub async fn handshake_http2(
         &self,
         url: &UpstreamUrl,
         stream: Stream,
-    ) -> Result<Connection, ConnectError> {
-        let io = TokioIo::new(stream);
-        let err = |e| ConnectError::Handshake(url.authority.as_str().to_owned(), e);
-        match self.protocol {
-            UpstreamProtocol::Http1 => {
-                let (sender, conn) = self.h1.handshake(io).await.map_err(err)?;
-                let task = tokio::spawn(async move {
-                    if let Err(e) = conn.with_upgrades().await {
-                        tracing::debug!(error = %e, "upstream connection ended with an error");
-                    }
-                });
-                Ok(Connection::Hyper {
-                    sender,
-                    abort: Abort(Some(task.abort_handle())),
-                })
+    ) -> Result<http2::SendRequest<UploadBody>, ConnectError> {
+        let (sender, conn) = self
+            .h2
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ConnectError::Handshake(url.authority.as_str().to_owned(), e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
             }
-            UpstreamProtocol::Http2 => {
-                let (sender, conn) = self.h2.handshake(io).await.map_err(err)?;
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "upstream connection ended with an error");
-                    }
-                });
-                Ok(Connection::Http2(sender))
-            }
-        }
+        });
+        Ok(sender)
     }
 }
 

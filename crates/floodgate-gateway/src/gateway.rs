@@ -99,24 +99,21 @@ impl<B: Backend> Gateway<B> {
         self.limiter.load_full()
     }
 
-    /// Builds the limiter for a (re)loaded `http:` section without putting
-    /// it in force: `None` when the section is unchanged (the running
-    /// limiter, with its queues and counts, is to stay), `Some(None)` when
-    /// the section is gone.
-    pub(crate) fn limiter_for(&self, section: Option<HttpSection>) -> Option<Option<Limiter<B>>> {
-        let current = self.limiter.load();
-        let unchanged = match (current.as_ref(), &section) {
+    /// Puts in force the limiter for a (re)loaded `http:` section (none:
+    /// limit nothing); requests in flight finish with the previous one.
+    /// An unchanged section keeps the running limiter, with its queues and
+    /// counts: false.
+    pub(crate) fn reload_limiter(&self, section: Option<HttpSection>) -> bool {
+        let unchanged = match (self.limiter.load().as_ref(), &section) {
             (None, None) => true,
             (Some(l), Some(s)) => l.section == *s,
             _ => false,
         };
-        (!unchanged).then(|| section.map(|s| Limiter::new(self.engine.clone(), s)))
-    }
-
-    /// Puts `limiter` in force (none: limit nothing); requests in flight
-    /// finish with the previous one.
-    pub(crate) fn replace_limiter(&self, limiter: Option<Limiter<B>>) {
-        self.limiter.store(Arc::new(limiter));
+        if !unchanged {
+            let limiter = section.map(|s| Limiter::new(self.engine.clone(), s));
+            self.limiter.store(Arc::new(limiter));
+        }
+        !unchanged
     }
 
     /// Handles one client request from `client`: limited per the contract,

@@ -6,9 +6,9 @@
 //! * Clients speak HTTP/1.1 or HTTP/2, in cleartext (prior knowledge) or
 //!   over TLS terminated by the gateway (ALPN); the upstream is reached
 //!   over HTTP/1.1 or HTTP/2, `http://` or `https://`, through a pool of
-//!   keep-alive connections ([`Upstream`]): a request without a body is
-//!   written and answered in its own task by the gateway's own HTTP/1.1
-//!   client, the others go through hyper's, on the same connections.
+//!   keep-alive connections ([`Upstream`]): towards HTTP/1.1, a request
+//!   is written and answered in its own task by the gateway's own client;
+//!   towards HTTP/2, through hyper's.
 //!   Bodies stream both ways untouched; hop-by-hop fields are removed and
 //!   `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` are appended.
 //! * Upgrades (WebSocket) are limited, then tunnelled.

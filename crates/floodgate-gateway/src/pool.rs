@@ -4,31 +4,19 @@
 //! shared connection, reopened when it closes. A taken HTTP/1.1
 //! connection travels with its response body and comes back when the body
 //! ends (a body dropped early closes it).
-//!
-//! Idle HTTP/1.1 connections are of one kind, whichever client carried
-//! their last exchange ([`Connection`]): a request without a body prefers
-//! one of the gateway's own client, a request with a body one of hyper's,
-//! among the most recently used; hyper's client takes over a connection of
-//! the own client when a request with a body gets one.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::http2;
 
 use crate::config::UpstreamUrl;
 use crate::connect::{ConnectError, Connector};
-use crate::connection::Connection;
 use crate::h1;
 use crate::upload::UploadBody;
 
-/// How many of the most recently used idle connections a request looks
-/// at for one of the client it prefers.
-const PREFERENCE_WINDOW: usize = 8;
-
 struct Idle {
-    conn: Connection,
+    conn: h1::Conn,
     since: Instant,
 }
 
@@ -60,82 +48,21 @@ impl HostPool {
         &self.url
     }
 
-    /// The most recently used idle connection, of the gateway's own client
-    /// if `own` (else of hyper's) when one is among the last few.
-    fn pop_idle(&self, own: bool) -> Option<Idle> {
-        let mut idle = self.idle.lock().ok()?;
-        let n = idle.len();
-        let preferred = idle
-            .iter()
-            .rev()
-            .take(PREFERENCE_WINDOW)
-            .position(|i| matches!(i.conn, Connection::Own(_)) == own);
-        match preferred {
-            Some(back) => Some(idle.remove(n - 1 - back)),
-            None => idle.pop(),
-        }
-    }
-
-    /// An HTTP/1.1 connection for one request (`own`: one without a body,
-    /// for the gateway's own client): an idle one that is still open and
-    /// ready, else a new one. The flag says whether it served requests
-    /// before (a request that fails before it is written may then be sent
-    /// again on another).
-    pub async fn checkout(
-        &self,
-        connector: &Connector,
-        own: bool,
-    ) -> Result<(Connection, bool), ConnectError> {
-        while let Some(idle) = self.pop_idle(own) {
-            if idle.since.elapsed() >= self.idle_timeout {
-                continue;
-            }
-            match idle.conn {
-                Connection::Own(mut conn) => {
-                    if !conn.is_usable() {
-                        continue;
-                    }
-                    if own {
-                        return Ok((Connection::Own(conn), true));
-                    }
-                    // A request with a body: hyper's client takes the
-                    // connection over (boxed, as in `open`: rare, large).
-                    let stream = conn.into_stream();
-                    let taken = Box::pin(connector.handshake(self.url(), stream)).await?;
-                    return Ok((taken, true));
-                }
-                Connection::Hyper { mut sender, abort } => {
-                    if sender.is_closed() {
-                        continue;
-                    }
-                    // Returned when its response ended, the connection may
-                    // still be finishing the exchange (a request body still
-                    // streaming up): then it stays for later and a new one
-                    // is opened, rather than waiting behind it.
-                    let ready = sender.is_ready()
-                        || std::future::poll_fn(|cx| Poll::Ready(sender.poll_ready(cx).is_ready()))
-                            .await;
-                    if !ready {
-                        self.checkin(Connection::Hyper { sender, abort });
-                        break;
-                    }
-                    if sender.is_ready() {
-                        return Ok((Connection::Hyper { sender, abort }, true));
-                    }
-                }
-                Connection::Http2(_) => {}
+    /// An HTTP/1.1 connection for one request: the most recently used idle
+    /// one that is still open, else a new one. The flag says whether it
+    /// served requests before (a request that fails before it is written
+    /// may then be sent again on another).
+    pub async fn checkout(&self, connector: &Connector) -> Result<(h1::Conn, bool), ConnectError> {
+        while let Some(mut idle) = self.idle.lock().ok().and_then(|mut i| i.pop()) {
+            if idle.since.elapsed() < self.idle_timeout && idle.conn.is_usable() {
+                return Ok((idle.conn, true));
             }
         }
         // Boxed: opening a connection (TLS included) is a large future, and
         // it is rare; inline, every request's future would carry (and move)
         // its kilobytes.
         let stream = Box::pin(connector.open(&self.url)).await?;
-        let conn = if own {
-            Connection::Own(h1::Conn::new(stream))
-        } else {
-            Box::pin(connector.handshake(self.url(), stream)).await?
-        };
-        Ok((conn, false))
+        Ok((h1::Conn::new(stream), false))
     }
 
     /// The shared HTTP/2 connection, if open.
@@ -146,25 +73,28 @@ impl HostPool {
 
     /// The shared HTTP/2 connection, opened by the first request that
     /// finds none (the others wait for it).
-    pub async fn checkout_http2(&self, connector: &Connector) -> Result<Connection, ConnectError> {
+    pub async fn checkout_http2(
+        &self,
+        connector: &Connector,
+    ) -> Result<http2::SendRequest<UploadBody>, ConnectError> {
         if let Some(s) = self.shared_http2() {
-            return Ok(Connection::Http2(s));
+            return Ok(s);
         }
         let _one = self.connecting.lock().await;
         if let Some(s) = self.shared_http2() {
-            return Ok(Connection::Http2(s));
+            return Ok(s);
         }
         let stream = Box::pin(connector.open(&self.url)).await?;
-        let conn = Box::pin(connector.handshake(self.url(), stream)).await?;
-        if let (Connection::Http2(s), Ok(mut shared)) = (&conn, self.http2.lock()) {
-            *shared = Some(s.clone());
+        let sender = Box::pin(connector.handshake_http2(self.url(), stream)).await?;
+        if let Ok(mut shared) = self.http2.lock() {
+            *shared = Some(sender.clone());
         }
-        Ok(conn)
+        Ok(sender)
     }
 
     /// Gives back an HTTP/1.1 connection whose exchange ended cleanly, if
     /// there is room.
-    pub fn checkin(&self, conn: Connection) {
+    pub fn checkin(&self, conn: h1::Conn) {
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < self.max_idle
         {

@@ -321,12 +321,12 @@ fn forward(
                     Some((client, slot, asked))
                         if res.status() == StatusCode::SWITCHING_PROTOCOLS =>
                     {
-                        let upstream = hyper::upgrade::on(&mut res);
-                        upgrade::spawn_tunnel(client, upstream, slot);
-                        // An upgraded connection belongs to its tunnel, not the
-                        // pool.
-                        res.body_mut().detach();
-                        Some(res.headers().get(UPGRADE).cloned().unwrap_or(asked))
+                        // An upgraded connection belongs to its tunnel, not
+                        // the pool.
+                        res.body_mut().take_upgraded().map(|upstream| {
+                            upgrade::spawn_tunnel(client, upstream, slot);
+                            res.headers().get(UPGRADE).cloned().unwrap_or(asked)
+                        })
                     }
                     _ => None,
                 };

@@ -72,13 +72,11 @@ impl Reload {
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
         check_policy(self.gateway.engine().backend().kind(), &policy)?;
-        let limiter = self.gateway.limiter_for(http);
         if gateway_changed {
             tracing::warn!("the gateway section changed: it is only read at startup");
         }
         self.gateway.engine().replace_policy(policy);
-        if let Some(next) = limiter {
-            self.gateway.replace_limiter(next);
+        if self.gateway.reload_limiter(http) {
             tracing::info!("http section reloaded: new limiter");
         }
         Ok(())

@@ -11,6 +11,9 @@ use http::header::{CONNECTION, UPGRADE};
 use http::{HeaderMap, HeaderValue, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+
+use crate::h1::Conn;
 
 /// The `Upgrade` field of an HTTP/1.1 request that asks for an upgrade
 /// (`Connection` names `upgrade`), or none.
@@ -35,22 +38,27 @@ pub fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
     headers.insert(UPGRADE, upgrade);
 }
 
-/// Joins the client's and the upstream's upgraded connections once both
-/// are handed over, and copies bytes both ways until either side closes;
+/// Joins the client's upgraded connection, once handed over, and the
+/// upstream's (`upstream`, whose read buffer holds what the upstream sent
+/// after its `101`), and copies bytes both ways until either side closes;
 /// the client connection's place under the cap, `slot`, is held until then.
-pub fn spawn_tunnel(client: OnUpgrade, upstream: OnUpgrade, slot: Option<Arc<Slot>>) {
+pub fn spawn_tunnel(client: OnUpgrade, upstream: Conn, slot: Option<Arc<Slot>>) {
     tokio::spawn(async move {
-        let (client, upstream) = tokio::join!(client, upstream);
-        let (client, upstream) = match (client, upstream) {
-            (Ok(c), Ok(u)) => (c, u),
-            (Err(e), _) | (_, Err(e)) => {
+        let mut client = match client.await {
+            Ok(c) => TokioIo::new(c),
+            Err(e) => {
                 tracing::debug!(error = %e, "upgrade failed");
                 return;
             }
         };
-        let mut client = TokioIo::new(client);
-        let mut upstream = TokioIo::new(upstream);
-        match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        let Conn {
+            mut stream, buf, ..
+        } = upstream;
+        let copied = match client.write_all(&buf).await {
+            Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut stream).await,
+            Err(e) => Err(e),
+        };
+        match copied {
             Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
             Err(e) => tracing::debug!(error = %e, "upgraded connection ended with an error"),
         }

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http::header::{HOST, UPGRADE};
+use http::header::HOST;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Response, Uri, Version};
-use http_body::Body;
 
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::connect::Connector;
-use crate::connection::{ExchangeError, Unsent, UpstreamBody};
+use crate::connection::{ExchangeError, Unsent, UpstreamBody, send_http1, send_http2};
 use crate::pool::{HostPool, spawn_reaper};
 use crate::tls::TlsError;
 use crate::upload::UploadBody;
@@ -171,9 +170,9 @@ impl Upstream {
     }
 
     /// Sends a prepared request to URL `target`, on a pooled connection
-    /// (the gateway's own HTTP/1.1 client for a request without a body
-    /// and no upgrade, towards HTTP/1.1; hyper's otherwise); the response's
-    /// body carries the connection back to the pool when it ends. A request
+    /// (the gateway's own client towards HTTP/1.1, hyper's towards
+    /// HTTP/2); the response's body carries the connection back to the
+    /// pool when it ends. A request
     /// a reused connection failed before the upstream acted on it is sent
     /// again on another.
     ///
@@ -187,17 +186,25 @@ impl Upstream {
     ) -> impl Future<Output = Result<Response<UpstreamBody>, ExchangeError>> + Send {
         async move {
             let pool = &self.pools[target];
-            let own = self.protocol == UpstreamProtocol::Http1
-                && req.body().is_end_stream()
-                && !req.headers().contains_key(UPGRADE);
             let mut attempt = 0;
             loop {
                 attempt += 1;
-                let (conn, reused) = match self.protocol {
-                    UpstreamProtocol::Http1 => pool.checkout(&self.connector, own).await?,
-                    UpstreamProtocol::Http2 => (pool.checkout_http2(&self.connector).await?, true),
+                let reused;
+                let sent = match self.protocol {
+                    UpstreamProtocol::Http1 => {
+                        let conn;
+                        (conn, reused) = pool.checkout(&self.connector).await?;
+                        send_http1(conn, req, pool).await
+                    }
+                    UpstreamProtocol::Http2 => {
+                        reused = true;
+                        let sender = pool.checkout_http2(&self.connector).await?;
+                        // Boxed: the rarer path's state stays out of every
+                        // request's future.
+                        Box::pin(send_http2(sender, req)).await
+                    }
                 };
-                match conn.send(req, pool).await {
+                match sent {
                     Ok(res) => return Ok(res),
                     Err(Unsent {
                         error,

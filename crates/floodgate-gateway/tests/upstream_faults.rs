@@ -282,3 +282,51 @@ async fn an_upstream_that_stops_reading_the_upload_is_504() {
     assert!(started.elapsed() < Duration::from_secs(3));
     gw.shutdown().await;
 }
+
+/// A chunked upload reaches an HTTP/1.1 upstream chunked, with the
+/// trailer fields it announced in `Trailer` and none other, and none that
+/// a trailer must not carry (`Host`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_upload_keeps_its_announced_trailers_only() {
+    // Answers with what it read: the head, then the body up to the end of
+    // its trailer section.
+    let up = raw_upstream(|mut s| async move {
+        let mut got = Vec::new();
+        let mut b = [0u8; 1024];
+        loop {
+            let text = String::from_utf8_lossy(&got);
+            let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+            if body.contains("0\r\n") && body.ends_with("\r\n\r\n") {
+                break;
+            }
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+            }
+        }
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", got.len());
+        let _ = s.write_all(&[head.as_bytes(), &got].concat()).await;
+    })
+    .await;
+    let gw = gateway(
+        &config("{upstream: http://127.0.0.1:1}"),
+        &format!("http://{up}"),
+    )
+    .await;
+    let text = raw(
+        gw.addr(),
+        b"POST /t HTTP/1.1\r\nHost: x\r\nTrailer: x-sum, host\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\nx-sum: 9\r\nx-other: 1\r\nhost: evil\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert_eq!(status_of(&text), Some(200), "{text}");
+    let seen = text.split_once("\r\n\r\n").unwrap().1.to_ascii_lowercase();
+    assert!(
+        seen.contains("\r\ntransfer-encoding: chunked\r\n"),
+        "{seen}"
+    );
+    assert!(
+        seen.ends_with("\r\n\r\n5\r\nhello\r\n0\r\nx-sum: 9\r\n\r\n"),
+        "{seen}"
+    );
+    gw.shutdown().await;
+}

@@ -1,8 +1,10 @@
 //! A response body read by the gateway's own client: decoded from its
 //! connection as the client side asks for it (data frames share the read
-//! buffer's bytes), the connection returned to its pool at the body's end
+//! buffer's bytes), the rest of the request body written meanwhile if the
+//! head came first, the connection returned to its pool at the body's end
 //! when it can carry another exchange, closed otherwise (a body dropped
-//! early, a close-delimited body, stray bytes after the body).
+//! early, a close-delimited body, stray bytes after the body, a request
+//! body not written whole).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,14 +18,17 @@ use tokio::io::AsyncReadExt;
 use super::Conn;
 use super::conn::READ_CHUNK;
 use super::framing::{Framing, Step};
-use crate::connection::{Connection, ExchangeError};
+use super::upload::Upload;
+use crate::connection::ExchangeError;
 use crate::pool::HostPool;
 
 struct Reading {
     conn: Conn,
     framing: Framing,
-    keep_alive: bool,
-    pool: Weak<HostPool>,
+    /// What is left of the request body (boxed: rare).
+    upload: Option<Box<Upload>>,
+    /// Where the connection goes back to (none: it closes at the end).
+    pool: Option<Weak<HostPool>>,
 }
 
 /// The body of a response from the gateway's own client.
@@ -32,14 +37,20 @@ pub struct ResponseBody {
 }
 
 impl ResponseBody {
-    /// The body framed by `framing` on `conn`, whose head was just read;
-    /// `conn` goes back to `pool` at the end if `keep_alive`.
-    pub fn new(conn: Conn, framing: Framing, keep_alive: bool, pool: Weak<HostPool>) -> Self {
+    /// The body framed by `framing` on `conn`, whose head was just read
+    /// (with what is left of the request body, `upload`); `conn` goes back
+    /// to `pool` at the end, if any.
+    pub fn new(
+        conn: Conn,
+        framing: Framing,
+        upload: Option<Box<Upload>>,
+        pool: Option<Weak<HostPool>>,
+    ) -> Self {
         let mut body = ResponseBody {
             reading: Some(Reading {
                 conn,
                 framing,
-                keep_alive,
+                upload,
                 pool,
             }),
         };
@@ -54,9 +65,10 @@ impl ResponseBody {
     /// can carry another exchange.
     fn end(&mut self) {
         if let Some(r) = self.reading.take() {
-            let reusable = r.keep_alive && r.framing != Framing::Close && r.conn.buf.is_empty();
-            if reusable && let Some(pool) = r.pool.upgrade() {
-                pool.checkin(Connection::Own(r.conn));
+            let reusable =
+                r.framing != Framing::Close && r.conn.buf.is_empty() && r.upload.is_none();
+            if reusable && let Some(pool) = r.pool.and_then(|p| p.upgrade()) {
+                pool.checkin(r.conn);
             }
         }
     }
@@ -79,6 +91,16 @@ impl Body for ResponseBody {
             let Some(r) = self.reading.as_mut() else {
                 return Poll::Ready(None);
             };
+            if let Some(upload) = r.upload.as_deref_mut() {
+                match r.conn.poll_upload(upload, cx) {
+                    Poll::Ready(Ok(())) => r.upload = None,
+                    Poll::Ready(Err(e)) => {
+                        self.reading = None;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    Poll::Pending => {}
+                }
+            }
             let buf = &mut r.conn.buf;
             match r.framing.step(buf) {
                 Ok(Step::Data(d)) => {

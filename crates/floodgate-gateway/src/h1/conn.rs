@@ -2,18 +2,19 @@
 //! stream, read buffer and write buffer (kept across requests: no
 //! allocation per request once warm).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
-use http::{HeaderMap, Method, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
 use super::head::{self, Head, Parsed};
+use super::upload::Upload;
 use crate::connection::ExchangeError;
 
 /// An upstream connection's byte stream: TCP (`http://`), or TLS over TCP
@@ -42,12 +43,6 @@ impl Conn {
         }
     }
 
-    /// The byte stream, for hyper's client to take over (the read buffer
-    /// is empty between two exchanges).
-    pub fn into_stream(self) -> Stream {
-        self.stream
-    }
-
     /// Whether an idle connection can carry a request: nothing arrived
     /// while it was idle (a close, a stray byte, a TLS alert would have).
     /// No system call unless the runtime saw the socket become readable;
@@ -69,16 +64,20 @@ impl Conn {
             .is_pending()
     }
 
-    /// Writes a request without a body and reads the response head; the
-    /// body (if any) follows in the read buffer and on the stream.
+    /// Writes a request (its body, if any, streamed from `upload`) and
+    /// reads the response head; the response body (if any) follows in the
+    /// read buffer and on the stream, and what is left of the upload stays
+    /// in `upload`. A `101` is a final response when the request asks for
+    /// an `upgrade`.
     pub async fn request(
         &mut self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
+        parts: &http::request::Parts,
+        mut upload: Option<&mut Upload>,
+        upgrade: bool,
     ) -> Result<Head, ExchangeError> {
         self.out.clear();
-        head::encode_request(&mut self.out, method, uri, headers);
+        let chunked = upload.as_ref().is_some_and(|u| u.chunked);
+        head::encode_request(&mut self.out, parts, chunked);
         self.stream
             .write_all(&self.out)
             .await
@@ -89,7 +88,7 @@ impl Conn {
         let mut answered = false;
         loop {
             if !self.buf.is_empty() {
-                match head::parse_response(&mut self.buf, method)? {
+                match head::parse_response(&mut self.buf, &parts.method, upgrade)? {
                     Parsed::Final(head) => return Ok(head),
                     Parsed::Interim => {
                         answered = true;
@@ -102,7 +101,22 @@ impl Conn {
                 self.buf.reserve(READ_CHUNK);
             }
             let nothing_yet = !answered && self.buf.is_empty();
-            match self.stream.read_buf(&mut self.buf).await {
+            let read = match upload.as_deref_mut() {
+                None => self.stream.read_buf(&mut self.buf).await,
+                // The body is written while the head is awaited.
+                Some(u) => {
+                    std::future::poll_fn(|cx| {
+                        if let Poll::Ready(Err(e)) = self.poll_upload(u, cx) {
+                            return Poll::Ready(Err(e));
+                        }
+                        std::pin::pin!(self.stream.read_buf(&mut self.buf))
+                            .poll(cx)
+                            .map(Ok)
+                    })
+                    .await?
+                }
+            };
+            match read {
                 Ok(0) if nothing_yet => return Err(ExchangeError::Closed),
                 Ok(0) => return Err(ExchangeError::Incomplete),
                 Ok(_) => {}
@@ -165,11 +179,8 @@ mod tests {
                 .unwrap();
             (got, server)
         });
-        let uri: Uri = "/x".parse().unwrap();
-        let head = conn
-            .request(&Method::GET, &uri, &HeaderMap::new())
-            .await
-            .unwrap();
+        let (parts, ()) = http::Request::get("/x").body(()).unwrap().into_parts();
+        let head = conn.request(&parts, None, false).await.unwrap();
         assert_eq!(head.parts.status, 200);
         assert_eq!(&conn.buf[..], b"ok", "the body stays in the buffer");
         let (got, server) = answer.await.unwrap();
@@ -177,15 +188,12 @@ mod tests {
         // Closed before any byte of the next response: `Closed`.
         drop(server);
         conn.buf.clear();
-        let err = conn
-            .request(&Method::GET, &uri, &HeaderMap::new())
-            .await
-            .unwrap_err();
+        let err = conn.request(&parts, None, false).await.unwrap_err();
         assert!(
             matches!(err, ExchangeError::Closed | ExchangeError::Write(_)),
             "{err:?}"
         );
-        assert!(err.may_retry(&Method::GET));
-        assert!(!ExchangeError::Closed.may_retry(&Method::POST));
+        assert!(err.may_retry(&http::Method::GET));
+        assert!(!ExchangeError::Closed.may_retry(&http::Method::POST));
     }
 }

@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
 use super::FramingError;
 use super::framing::Framing;
@@ -16,19 +16,32 @@ pub const MAX_HEADERS: usize = 100;
 /// The largest response head.
 pub const MAX_HEAD_BYTES: usize = 256 * 1024;
 
-/// Writes a request head without a body: request line, fields (all but
-/// `Transfer-Encoding`: there is no body to frame), empty line.
-pub fn encode_request(out: &mut Vec<u8>, method: &Method, uri: &Uri, headers: &HeaderMap) {
-    out.extend_from_slice(method.as_str().as_bytes());
+/// Writes a request head: request line, fields (all but
+/// `Transfer-Encoding`, written only as `chunked` when the body is),
+/// empty line.
+pub fn encode_request(out: &mut Vec<u8>, parts: &http::request::Parts, chunked: bool) {
+    out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
-    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(if target.is_empty() {
         b"/"
     } else {
         target.as_bytes()
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    encode_fields(out, &parts.headers);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes field lines (all but `Transfer-Encoding`).
+pub fn encode_fields<'a>(
+    out: &mut Vec<u8>,
+    fields: impl IntoIterator<Item = (&'a HeaderName, &'a HeaderValue)>,
+) {
+    for (name, value) in fields {
         if name == TRANSFER_ENCODING {
             continue;
         }
@@ -37,7 +50,6 @@ pub fn encode_request(out: &mut Vec<u8>, method: &Method, uri: &Uri, headers: &H
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 /// A parsed final response head.
@@ -71,8 +83,13 @@ struct Field {
 }
 
 /// Parses a response head at the start of `buf` (consuming it when
-/// whole) for a request of method `method`.
-pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, FramingError> {
+/// whole) for a request of method `method` (asking for an `upgrade`: a
+/// `101` is then final).
+pub fn parse_response(
+    buf: &mut BytesMut,
+    method: &Method,
+    upgrade: bool,
+) -> Result<Parsed, FramingError> {
     let mut fields = [Field::default(); MAX_HEADERS];
     let (len, code, version, count) = {
         // Left uninitialised: the parser writes what it finds.
@@ -109,10 +126,11 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Fra
         )
     };
     let status = StatusCode::from_u16(code).map_err(|_| FramingError::Status(code))?;
-    if status.is_informational() {
-        if status == StatusCode::SWITCHING_PROTOCOLS {
-            return Err(FramingError::UnaskedUpgrade);
-        }
+    let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    if switching && !upgrade {
+        return Err(FramingError::UnaskedUpgrade);
+    }
+    if status.is_informational() && !switching {
         let _ = buf.split_to(len);
         return Ok(Parsed::Interim);
     }
@@ -154,6 +172,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Fra
     };
     let mut keep_alive = !close && (version == Version::HTTP_11 || keep_alive_token);
     let no_body = method == Method::HEAD
+        || switching
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let framing = if no_body {
@@ -226,7 +245,7 @@ mod tests {
     use super::*;
 
     fn parse(wire: &str, method: Method) -> Result<Parsed, FramingError> {
-        parse_response(&mut BytesMut::from(wire.as_bytes()), &method)
+        parse_response(&mut BytesMut::from(wire.as_bytes()), &method, false)
     }
 
     fn head(wire: &str) -> Head {
@@ -244,11 +263,18 @@ mod tests {
         headers.append("x-a", HeaderValue::from_static("2"));
         headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         let mut out = Vec::new();
-        let uri: Uri = "/p?q=1".parse().unwrap();
-        encode_request(&mut out, &Method::GET, &uri, &headers);
+        let (mut parts, ()) = http::Request::get("/p?q=1").body(()).unwrap().into_parts();
+        parts.headers = headers;
+        encode_request(&mut out, &parts, false);
         assert_eq!(
             out,
             b"GET /p?q=1 HTTP/1.1\r\nhost: up:9000\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+        );
+        out.clear();
+        encode_request(&mut out, &parts, true);
+        assert_eq!(
+            out,
+            &b"GET /p?q=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\nhost: up:9000\r\nx-a: 1\r\nx-a: 2\r\n\r\n"[..]
         );
     }
 
@@ -300,18 +326,29 @@ mod tests {
             &b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n"[..],
         );
         assert!(matches!(
-            parse_response(&mut buf, &Method::GET),
+            parse_response(&mut buf, &Method::GET, false),
             Ok(Parsed::Interim)
         ));
         assert_eq!(&buf[..], b"HTTP/1.1 200 OK\r\n");
         assert!(matches!(
-            parse_response(&mut buf, &Method::GET),
+            parse_response(&mut buf, &Method::GET, false),
             Ok(Parsed::Partial)
         ));
         assert!(matches!(
             parse("HTTP/1.1 101 Switching Protocols\r\n\r\n", Method::GET),
             Err(FramingError::UnaskedUpgrade)
         ));
+        // Asked for, a 101 is the final answer, with nothing to read.
+        let mut buf =
+            BytesMut::from(&b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\nraw"[..]);
+        match parse_response(&mut buf, &Method::GET, true).unwrap() {
+            Parsed::Final(h) => {
+                assert_eq!(h.parts.status, StatusCode::SWITCHING_PROTOCOLS);
+                assert_eq!(h.framing, Framing::Length(0));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(&buf[..], b"raw", "the upgraded protocol's bytes stay");
     }
 
     #[test]

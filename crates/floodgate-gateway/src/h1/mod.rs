@@ -1,13 +1,14 @@
-//! The gateway's own HTTP/1.1 client, for the requests that carry no body
-//! and ask for no upgrade (most of an API's traffic): the request head is
-//! written and the response read in the request's own task, on a pooled
-//! connection, with no connection task, channel or second copy of the
-//! request in between. The response body streams from the same
-//! connection, which returns to the pool when the body ends.
+//! The gateway's own HTTP/1.1 client, for every request towards an
+//! HTTP/1.1 upstream: the request is written and the response read in the
+//! request's own task, on a pooled connection, with no connection task,
+//! channel or second copy of the request in between. A request body
+//! streams up as the client sends it ([`upload`]); the response body
+//! streams from the same connection, which returns to the pool when both
+//! have ended. After a `101 Switching Protocols` to a request that asked
+//! for an upgrade, the connection becomes a tunnel's.
 //!
-//! Requests with a body, upgrades and HTTP/2 upstreams go through hyper's
-//! client, on the same pooled connections
-//! ([`Connection`](crate::connection::Connection)).
+//! HTTP/2 upstreams go through hyper's client
+//! ([`send_http2`](crate::connection::send_http2)).
 //!
 //! Response framing follows RFC 9112 §6.3: no body for `HEAD`, 204 and
 //! 304; `Transfer-Encoding` over `Content-Length` (and then the connection
@@ -18,6 +19,7 @@ pub mod body;
 pub mod conn;
 pub mod framing;
 pub mod head;
+pub mod upload;
 
 pub use body::ResponseBody;
 pub use conn::Conn;
