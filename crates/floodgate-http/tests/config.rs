@@ -270,3 +270,31 @@ fn the_documented_example_is_valid() {
     let id = HttpIdentity::from_yaml_str("doc.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((id.domain(), id.descriptor_count()), ("api", 5));
 }
+
+#[test]
+fn layer_settings_errors_name_the_setting() {
+    let r = |layer: &str| {
+        let text = format!("http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n{layer}");
+        HttpSection::from_yaml_str("test.yaml", &text)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = r("    on_error: maybe\n    max_delayed: 9999999999999\n");
+    has(&e, 5, 15, "on_error must be allow or reject (got 'maybe')");
+    has(&e, 6, 18, "max_delayed is too large (got 9999999999999)");
+    let e = r("    shedding: {max_in_flight: 5, low_priority: {header: {name: x-p}}}\n");
+    has(&e, 5, 15, "missing required key 'low_priority_above'");
+    has(&e, 5, 57, "the low-priority header needs 'values'");
+    let e = r("    concurrency:\n      global: {max: 0, key: user}\n      per_key: {max: 2}\n");
+    has(&e, 6, 15, "max must be at least 1");
+    has(&e, 6, 29, "only per_key takes 'key'");
+    has(
+        &e,
+        7,
+        16,
+        "per_key needs 'key': the descriptor entry key (e.g. user)",
+    );
+    let e = r("    concurrency: {global: {queue: 3}, per_key: {max: 1, key: ''}}\n");
+    has(&e, 5, 27, "missing required key 'max'");
+    has(&e, 5, 48, "per_key needs 'key'");
+}

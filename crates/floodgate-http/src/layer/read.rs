@@ -33,16 +33,19 @@ fn count(map: &Map<'_>, key: &str, errors: &mut Errors) -> Option<usize> {
     }
 }
 
-fn read_queue(
-    n: Node<'_>,
-    keyed: bool,
-    errors: &mut Errors,
-) -> Option<(QueueLimit, Option<String>)> {
-    let map = errors.take(n.map())?;
-    let max = count(&map, "max", errors);
-    if max.is_none() && !map.has("max") {
-        errors.push(n.error("missing required key 'max'"));
+/// The count under `key`, which `map` must have.
+fn required(map: &Map<'_>, key: &str, errors: &mut Errors) -> Option<usize> {
+    let n = count(map, key, errors);
+    if n.is_none() && !map.has(key) {
+        errors.push(map.node().error(format!("missing required key '{key}'")));
     }
+    n
+}
+
+/// A concurrency limit, and the node of its `key` if it has one.
+fn read_queue<'a>(n: Node<'a>, errors: &mut Errors) -> Option<(QueueLimit, Option<Node<'a>>)> {
+    let map = errors.take(n.map())?;
+    let max = required(&map, "max", errors);
     if max == Some(0) {
         errors.push(n.error("max must be at least 1"));
     }
@@ -51,20 +54,7 @@ fn read_queue(
         queue: count(&map, "queue", errors).unwrap_or(0),
         timeout: map.get("timeout").and_then(|t| read_duration(t, errors)),
     };
-    let key = if keyed {
-        match map.get("key").and_then(|k| errors.take(k.str())) {
-            Some(k) if !k.is_empty() => Some(k.to_owned()),
-            _ => {
-                errors.push(n.error("per_key needs 'key': the descriptor entry key (e.g. user)"));
-                None
-            }
-        }
-    } else {
-        if let Some(k) = map.get("key") {
-            errors.push(k.error("only per_key takes 'key'"));
-        }
-        None
-    };
+    let key = map.get("key");
     deny_unknown(&map, QUEUE_KEYS, errors);
     Some((limit, key))
 }
@@ -115,38 +105,44 @@ impl LayerSettings {
         if let Some(m) = count(&map, "max_delayed", &mut errors) {
             s.max_delayed = m;
         }
-        if let Some(n) = map.get("shedding") {
-            if let Some(m) = errors.take(n.map()) {
-                let above = count(&m, "low_priority_above", &mut errors);
-                if above.is_none() && !m.has("low_priority_above") {
-                    errors.push(n.error("missing required key 'low_priority_above'"));
-                }
-                s.shedding = Some(Shedding {
-                    low_priority_above: above.unwrap_or(0),
-                    max_in_flight: count(&m, "max_in_flight", &mut errors),
-                    retry_after: m
-                        .get("retry_after")
-                        .and_then(|t| read_duration(t, &mut errors)),
-                    low_priority: m
-                        .get("low_priority")
-                        .map(|l| read_low(l, &mut errors))
-                        .unwrap_or_default(),
-                });
-                deny_unknown(&m, SHED_KEYS, &mut errors);
-            }
+        if let Some(n) = map.get("shedding")
+            && let Some(m) = errors.take(n.map())
+        {
+            s.shedding = Some(Shedding {
+                low_priority_above: required(&m, "low_priority_above", &mut errors).unwrap_or(0),
+                max_in_flight: count(&m, "max_in_flight", &mut errors),
+                retry_after: m
+                    .get("retry_after")
+                    .and_then(|t| read_duration(t, &mut errors)),
+                low_priority: m
+                    .get("low_priority")
+                    .map(|l| read_low(l, &mut errors))
+                    .unwrap_or_default(),
+            });
+            deny_unknown(&m, SHED_KEYS, &mut errors);
         }
-        if let Some(n) = map.get("concurrency") {
-            if let Some(m) = errors.take(n.map()) {
-                if let Some(g) = m.get("global") {
-                    s.global_concurrency = read_queue(g, false, &mut errors).map(|(l, _)| l);
+        if let Some(n) = map.get("concurrency")
+            && let Some(m) = errors.take(n.map())
+        {
+            if let Some((limit, key)) = m.get("global").and_then(|g| read_queue(g, &mut errors)) {
+                if let Some(k) = key {
+                    errors.push(k.error("only per_key takes 'key'"));
                 }
-                if let Some(k) = m.get("per_key") {
-                    if let Some((limit, Some(key))) = read_queue(k, true, &mut errors) {
+                s.global_concurrency = Some(limit);
+            }
+            if let Some(k) = m.get("per_key")
+                && let Some((limit, key)) = read_queue(k, &mut errors)
+            {
+                match key.and_then(|key| errors.take(key.str())) {
+                    Some(key) if !key.is_empty() => {
+                        let key = key.to_owned();
                         s.keyed_concurrency = Some(KeyedQueueLimit { key, limit });
                     }
+                    _ => errors
+                        .push(k.error("per_key needs 'key': the descriptor entry key (e.g. user)")),
                 }
-                deny_unknown(&m, CONC_KEYS, &mut errors);
             }
+            deny_unknown(&m, CONC_KEYS, &mut errors);
         }
         deny_unknown(&map, KEYS, &mut errors);
         errors.finish(s)
