@@ -298,3 +298,42 @@ fn layer_settings_errors_name_the_setting() {
     has(&e, 5, 27, "missing required key 'max'");
     has(&e, 5, 48, "per_key needs 'key'");
 }
+
+#[test]
+fn response_settings_errors_name_the_setting() {
+    let text = "http:\n  domain: api\n  descriptors: [[client_ip]]\n  responses:\n    headers: [ietf, x-rate]\n    status: 200\n    error_status: 700\n    hide_headers: maybe\n    rules: {per-ip: {status: 302, color: red}}\n";
+    let e = HttpSection::from_yaml_str("test.yaml", text)
+        .unwrap_err()
+        .to_string();
+    has(
+        &e,
+        5,
+        21,
+        "unknown header form 'x-rate' (expected ietf, x-ratelimit, x-ratelimit-epoch, draft-03 or none)",
+    );
+    has(
+        &e,
+        6,
+        13,
+        "status must be an HTTP error status from 400 to 599 (got `200`)",
+    );
+    has(
+        &e,
+        7,
+        19,
+        "status must be an HTTP error status from 400 to 599 (got `700`)",
+    );
+    has(&e, 8, 19, "expected true or false, found `maybe`");
+    has(
+        &e,
+        9,
+        30,
+        "status must be an HTTP error status from 400 to 599 (got `302`)",
+    );
+    has(
+        &e,
+        9,
+        35,
+        "unknown key 'color' (expected one of: status, hide, policy_name)",
+    );
+}
