@@ -57,8 +57,9 @@ fn serve(redis_port: u16, policy: &str) -> Floodgate {
         "2s",
     ];
     let mut s = Floodgate::spawn(bin(), ONE_PER_DAY, "1s", &args, &[], |_| {});
+    // The public listener too: the admin listener starts first.
     let up = wait_until(Duration::from_secs(20), || {
-        status(s.admin, "/healthcheck") == Some(200)
+        status(s.admin, "/healthcheck") == Some(200) && status(s.http, "/healthcheck") == Some(200)
     });
     assert!(up, "{policy}: not serving; log:\n{}", s.log());
     assert_eq!(s.wait_exit(Duration::ZERO), None, "{policy}: exited");

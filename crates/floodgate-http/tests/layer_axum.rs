@@ -109,7 +109,7 @@ domains:
         rate_limit: {name: secret, algorithm: sliding_log, requests: 1, per: 1m}
       - key: generic_key
         value: shed
-        rate_limit: {name: shed-me, requests: 1, per: 1h}
+        rate_limit: {name: shed-me, algorithm: sliding_log, requests: 1, per: 1h}
 http:
   domain: api
   routes: ["/charges"]
