@@ -330,3 +330,59 @@ async fn a_chunked_upload_keeps_its_announced_trailers_only() {
     );
     gw.shutdown().await;
 }
+
+/// An upstream that answers before it has read the upload: its response
+/// head and first bytes reach the client while the client still holds the
+/// rest of its body back, and the upload then goes on alongside the
+/// response's body, to the end of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_goes_on_after_an_early_response() {
+    let up = raw_upstream(|mut s| async move {
+        let Some(len) = read_head(&mut s).await else {
+            return;
+        };
+        let early = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nearly\n\r\n";
+        if s.write_all(early).await.is_err() {
+            return;
+        }
+        let mut body = vec![0u8; len];
+        if s.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        let last = format!("got {len}");
+        let end = format!("{:x}\r\n{last}\r\n0\r\n\r\n", last.len());
+        let _ = s.write_all(end.as_bytes()).await;
+    })
+    .await;
+    let gw = gateway(
+        &config("{upstream: http://127.0.0.1:1}"),
+        &format!("http://{up}"),
+    )
+    .await;
+    let addr = gw.addr();
+    let text = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(
+            b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        // Nothing of the body is sent until the early answer is here.
+        let mut seen = Vec::new();
+        let mut b = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("early") {
+            let n = s.read(&mut b).expect("the early answer, before the body");
+            assert_ne!(n, 0, "closed: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&b[..n]);
+        }
+        s.write_all(&[b'a'; 100_000]).unwrap();
+        let _ = s.read_to_end(&mut seen);
+        String::from_utf8_lossy(&seen).into_owned()
+    })
+    .await
+    .unwrap();
+    assert_eq!(status_of(&text), Some(200), "{text}");
+    assert!(text.contains("early\n"), "{text}");
+    assert!(text.contains("got 100000"), "{text}");
+    gw.shutdown().await;
+}
