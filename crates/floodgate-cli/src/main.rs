@@ -3,13 +3,16 @@
 mod bench;
 mod check;
 mod flags;
-mod gateway;
 mod replay;
-mod serve;
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use floodgate_runtime::logging;
+use floodgate_runtime::settings::{Env, warn_unsupported};
+
+use flags::{GatewayFlags, ServeFlags, env};
 
 /// mimalloc: the proxy and the service allocate and free small buffers on
 /// every request (HTTP/2 frames, headers, futures), where it is measurably
@@ -31,10 +34,10 @@ struct Cli {
 enum Command {
     /// Runs the decision service: Envoy RLS over gRPC, JSON over HTTP,
     /// metrics on the admin listener.
-    Serve(Box<serve::ServeArgs>),
+    Serve(ServeFlags),
     /// Runs the gateway: a reverse proxy enforcing the policies in front
     /// of an HTTP/1.1 or HTTP/2 upstream.
-    Gateway(Box<gateway::GatewayArgs>),
+    Gateway(GatewayFlags),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -69,11 +72,36 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// `floodgate serve`, until SIGTERM/SIGINT: every setting has a flag, over
+/// the environment and the configuration file.
+fn serve(flags: ServeFlags) -> anyhow::Result<()> {
+    // Before loading: rules resolve their metric handles when compiled.
+    let prometheus = floodgate_runtime::metrics::install()?;
+    let loaded = floodgate_runtime::config::load(&flags.0, &Env::new(&env))?;
+    logging::init(&loaded.settings.server.log)?;
+    warn_unsupported(env);
+    floodgate_server::run(loaded, Some(prometheus)).context("floodgate serve")
+}
+
+/// `floodgate gateway`, until SIGTERM/SIGINT, read as `serve` is.
+fn gateway(flags: GatewayFlags) -> anyhow::Result<()> {
+    let prometheus = floodgate_runtime::metrics::install()?;
+    let loaded = floodgate_gateway::load(&flags.0, &Env::new(&env))?;
+    let mut log = loaded.runtime.settings.server.log.clone();
+    if loaded.gateway.access_log {
+        // Access lines pass whatever level the other logs are filtered at.
+        log.level = format!("{},{}=info", log.level, floodgate_gateway::access::TARGET);
+    }
+    logging::init(&log)?;
+    warn_unsupported(env);
+    floodgate_gateway::run(loaded, Some(prometheus)).context("floodgate gateway")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => report(serve::run(*args)),
-        Command::Gateway(args) => report(gateway::run(*args)),
+        Command::Serve(flags) => report(serve(flags)),
+        Command::Gateway(flags) => report(gateway(flags)),
         Command::Config {
             command: ConfigCommand::Check(args),
         } => check::run(*args),

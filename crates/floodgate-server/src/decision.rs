@@ -62,10 +62,14 @@ impl DecisionService {
         &self.health
     }
 
-    /// Swaps in a new policy (with the forced settings applied).
-    pub fn replace_policy(&self, mut policy: PolicySet) {
+    /// Swaps in a reloaded policy (with the forced settings applied),
+    /// unless its store cannot decide one of its limits: the running policy
+    /// then stays.
+    pub fn replace_policy(&self, mut policy: PolicySet) -> Result<(), RuntimeError> {
+        floodgate_runtime::backend::check_policy(self.engine.backend().kind(), &policy)?;
         self.overrides.apply(&mut policy.settings);
         self.engine.replace_policy(policy);
+        Ok(())
     }
 
     /// Decides one request and records its metrics.

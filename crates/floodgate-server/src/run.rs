@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate_policy::PolicySet;
 use floodgate_policy::reload::Compiled;
 use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
@@ -73,7 +72,7 @@ pub async fn serve(
     let reloaded = svc.clone();
     let apply = move |c: Compiled| {
         startup.check_reload(&c.loaded.documents);
-        replace_policy(&reloaded, c.policy)
+        reloaded.replace_policy(c.policy)
     };
     let interval = settings.server.reload_interval;
     let _watching = Watching::start(thread, source, compiled, interval, apply, |_| {});
@@ -123,18 +122,10 @@ pub async fn serve(
     failed.map_or(Ok(()), |e| Err(RuntimeError::Runtime(e)))
 }
 
-/// Swaps a reloaded `policy` into `svc`, unless its store cannot decide
-/// one of its limits: the running policy then stays.
-pub fn replace_policy(svc: &DecisionService, policy: PolicySet) -> Result<(), RuntimeError> {
-    floodgate_runtime::backend::check_policy(svc.engine().backend().kind(), &policy)?;
-    svc.replace_policy(policy);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use floodgate_policy::Engine;
+    use floodgate_policy::{Engine, PolicySet};
     use floodgate_redis::{RedisBackend, ResilientBackend};
     use floodgate_runtime::AnyBackend;
     use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
@@ -209,11 +200,11 @@ store:
             p.rules().iter().map(|r| r.label().to_owned()).collect()
         };
         assert_eq!(labels(&svc), ["per-user"]);
-        let err = replace_policy(&svc, policy_of(BAD)).unwrap_err();
+        let err = svc.replace_policy(policy_of(BAD)).unwrap_err();
         assert!(err.to_string().contains("too-fine"), "{err}");
         assert_eq!(labels(&svc), ["per-user"]);
         let fixed = BAD.replace("1500ns", "2us");
-        replace_policy(&svc, policy_of(&fixed)).unwrap();
+        svc.replace_policy(policy_of(&fixed)).unwrap();
         assert_eq!(labels(&svc), ["per-user", "too-fine"]);
     }
 }

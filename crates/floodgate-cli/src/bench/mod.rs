@@ -1,6 +1,7 @@
 //! `floodgate bench`: a closed-loop load generator for Envoy RLS servers,
 //! a fleet of `floodgate serve` processes on one Redis measured under it,
-//! and a do-nothing RLS server (the harness's ceiling).
+//! a do-nothing RLS server (the harness's ceiling), and a tiny upstream
+//! for the gateway.
 
 mod cpu;
 mod fleet;
@@ -10,6 +11,7 @@ mod null;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
 /// Benchmarks.
@@ -30,7 +32,7 @@ pub enum BenchCommand {
     },
     /// A tiny HTTP/1.1 and HTTP/2 upstream answering 200 with a small body
     /// (for the gateway's quick start and benchmarks).
-    Upstream(crate::gateway::UpstreamArgs),
+    Upstream(UpstreamArgs),
 }
 
 /// Load generator settings.
@@ -84,6 +86,31 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Rls(args) => runtime()?.block_on(load::run(args)),
         BenchCommand::Fleet(args) => runtime()?.block_on(fleet::run(*args)),
         BenchCommand::NullRls { addr } => runtime()?.block_on(null::serve(addr)),
-        BenchCommand::Upstream(args) => crate::gateway::run_upstream(args),
+        BenchCommand::Upstream(args) => run_upstream(args),
     }
+}
+
+/// Flags of `floodgate bench upstream`.
+#[derive(Args, Debug, Clone)]
+pub struct UpstreamArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    pub listen: SocketAddr,
+    /// The response body.
+    #[arg(long, default_value = "hello from the upstream\n")]
+    pub body: String,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+}
+
+/// Serves the demo upstream forever.
+fn run_upstream(args: UpstreamArgs) -> anyhow::Result<()> {
+    let rt = floodgate_runtime::threads::runtime(args.workers, "upstream")?;
+    eprintln!("upstream listening on http://{}", args.listen);
+    rt.block_on(floodgate_gateway::demo::run_demo(
+        args.listen,
+        bytes::Bytes::from(args.body.into_bytes()),
+    ))
+    .with_context(|| format!("listen on {}", args.listen))
 }

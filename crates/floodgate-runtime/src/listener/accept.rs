@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
 use tokio_util::task::TaskTracker;
 
-use super::connections::{Activity, Connections};
+use super::activity::{Activity, Connections};
 use super::descriptors;
 
 /// Connections closed at a time to make room when descriptors run out.

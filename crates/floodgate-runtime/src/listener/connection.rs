@@ -28,7 +28,7 @@ use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsAcceptor;
 
 use super::accept::{Accepted, Slot};
-use super::connections::{Activity, InFlight};
+use super::activity::{Activity, InFlight};
 use super::sniff::{Prefixed, Sniffed, sniff};
 use super::{HttpService, ResponseBody};
 
@@ -100,7 +100,7 @@ impl Http {
     /// by its preface), the service made for the connection by `service`
     /// from its client's address and its place under the cap (held until
     /// the connection and whatever it was upgraded to end).
-    pub async fn serve<S: HttpService<B>, B: ResponseBody>(
+    pub(super) async fn serve<S: HttpService<B>, B: ResponseBody>(
         &self,
         accepted: Accepted,
         tls: Option<&TlsAcceptor>,
@@ -251,7 +251,7 @@ where
 pin_project! {
     /// A response body that keeps its request (its HTTP/2 stream) in
     /// flight until it is dropped.
-    pub struct Held<B> {
+    struct Held<B> {
         #[pin]
         body: B,
         _flight: InFlight,
@@ -384,7 +384,7 @@ mod tests {
                 self.0.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let registry = Arc::new(super::super::connections::Connections::new(
+        let registry = Arc::new(super::super::activity::Connections::new(
             metrics::Counter::noop(),
         ));
         let registered = registry.register();

@@ -4,8 +4,8 @@
 //! connection (header, idle and HTTP/2 limits), and the graceful drain.
 
 mod accept;
+mod activity;
 mod connection;
-mod connections;
 pub mod descriptors;
 mod sniff;
 
@@ -23,8 +23,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-pub use accept::{Accepted, Counters, Slot, accept_loop};
-pub use connection::{ConnectionLimits, Held, Http, Protocols};
+use accept::accept_loop;
+
+pub use accept::{Counters, Slot};
+pub use connection::{ConnectionLimits, Http, Protocols};
 pub use sniff::{Prefixed, Sniffed, sniff};
 
 use crate::error::RuntimeError;
@@ -90,8 +92,8 @@ impl<B> ResponseBody for B where
 }
 
 /// Serves on `listener` under `http`'s protections, TLS terminated by
-/// `tls` first if any, at most `places` connections at once
-/// ([`accept_loop`], counted in `counters`), until `stop` turns true; then
+/// `tls` first if any, at most `places` connections at once (room made
+/// under a flood, counted in `counters`), until `stop` turns true; then
 /// stops accepting and waits for the connections to finish their requests
 /// in flight (the caller bounds the wait). Each connection's service is
 /// made by `service` from its client's address and its place under the

@@ -6,10 +6,9 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode, header};
 use floodgate_policy::{PolicySet, Status};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ApiError;
 use crate::decision::DecisionService;
@@ -113,13 +112,6 @@ pub fn json_call(
     })?;
     require_json(headers).map_err(invalid(svc, api, started))?;
     Ok(bytes)
-}
-
-/// `body` as a JSON answer with `status`.
-pub fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Result<Response, ApiError> {
-    let json = serde_json::to_vec(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let content_type = HeaderValue::from_static("application/json");
-    Ok((status, [(header::CONTENT_TYPE, content_type)], json).into_response())
 }
 
 /// The policy a response was decided under (replaced by a reload since:

@@ -11,11 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use floodgate::{Apply, Decision, Outcome};
 use floodgate_policy::engine::{CurrentLimit, Reason};
 use floodgate_policy::spec::Reported;
@@ -218,7 +219,7 @@ pub async fn handle(
     } else {
         StatusCode::OK
     };
-    let mut out = body::json_response(code, &body)?;
+    let mut out = (code, Json(body)).into_response();
     let h = out.headers_mut();
     if let Some(r) = retry_after {
         h.insert(

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -148,7 +149,7 @@ async fn run(
         statuses: response.statuses.iter().map(status).collect(),
         response_headers_to_add: headers,
     };
-    body::json_response(http_status, &body)
+    Ok((http_status, Json(body)).into_response())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Errors of the HTTP API, as a JSON body with a status code.
 
-use axum::http::{StatusCode, header};
+use axum::Json;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use floodgate_policy::{EngineError, ErrorCode};
 use serde::Serialize;
@@ -62,12 +63,6 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self });
-        (
-            self.status,
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
-        )
-            .into_response()
+        (self.status, Json(serde_json::json!({ "error": self }))).into_response()
     }
 }

@@ -15,11 +15,12 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use floodgate_policy::engine::ReleaseReport;
 use floodgate_policy::{EngineError, Permit, PolicySet, Released};
 use serde::de::{self, Deserializer, Visitor};
@@ -161,7 +162,7 @@ pub async fn handle(
         error,
         statuses,
     };
-    body::json_response(code, &body)
+    Ok((code, Json(body)).into_response())
 }
 
 /// The status of a release that did `report` to `concurrency` limits: 200
