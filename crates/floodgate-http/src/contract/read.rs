@@ -67,22 +67,21 @@ impl Contract {
                 }
             }
         }
-        let flag =
-            |key: &str, errors: &mut Errors| map.get(key).and_then(|n| errors.take(n.bool()));
-        if let Some(b) = flag("hide_headers", &mut errors) {
-            c.hide_headers = b;
+        for (key, flag) in [
+            ("hide_headers", &mut c.hide_headers),
+            ("on_success", &mut c.on_success),
+        ] {
+            if let Some(b) = map.get(key).and_then(|n| errors.take(n.bool())) {
+                *flag = b;
+            }
         }
-        if let Some(b) = flag("on_success", &mut errors) {
-            c.on_success = b;
-        }
-        if let Some(s) = map.get("status").and_then(|n| read_status(n, &mut errors)) {
-            c.status = s;
-        }
-        if let Some(s) = map
-            .get("error_status")
-            .and_then(|n| read_status(n, &mut errors))
-        {
-            c.error_status = s;
+        for (key, status) in [
+            ("status", &mut c.status),
+            ("error_status", &mut c.error_status),
+        ] {
+            if let Some(s) = map.get(key).and_then(|n| read_status(n, &mut errors)) {
+                *status = s;
+            }
         }
         if let Some(n) = map.get("retry_after_unknown") {
             c.retry_after_unknown = read_duration(n, &mut errors);

@@ -47,9 +47,17 @@ fn int_in(n: Node<'_>, what: &str, min: u64, max: u64) -> Result<u64, ConfigErro
     in_bounds(what, n.u64()?, min, max).map_err(|m| n.error(m))
 }
 
-impl IdentityConfig {
+impl HttpIdentity {
+    /// Reads the identity of the `http:` section of the Floodgate file
+    /// `text` (named `file` in messages); its `responses` and `layer` are
+    /// not read (see [`HttpSection`](crate::HttpSection)).
+    pub fn from_yaml_str(file: &str, text: &str) -> Result<HttpIdentity, ConfigErrors> {
+        let doc = Document::parse(&Arc::from(file), text)?;
+        HttpIdentity::from_yaml(doc.root().map()?.required(SECTION)?)
+    }
+
     /// Reads an `http:` section (the node under the key).
-    pub fn from_yaml(node: Node<'_>) -> Result<IdentityConfig, ConfigErrors> {
+    pub(crate) fn from_yaml(node: Node<'_>) -> Result<HttpIdentity, ConfigErrors> {
         let map = node.map()?;
         let mut errors = Errors::default();
         let mut c = IdentityConfig::default();
@@ -86,23 +94,8 @@ impl IdentityConfig {
         // Read by the contract and the layer.
         let _ = (map.get("responses"), map.get("layer"));
         deny_unknown(&map, HTTP_KEYS, &mut errors);
-        errors.finish(c)
-    }
-}
-
-impl HttpIdentity {
-    /// Reads and compiles the identity of the `http:` section of the
-    /// Floodgate file `text` (named `file` in messages); its `responses`
-    /// and `layer` are not read (see [`HttpSection`](crate::HttpSection)).
-    pub fn from_yaml_str(file: &str, text: &str) -> Result<HttpIdentity, ConfigErrors> {
-        let doc = Document::parse(&Arc::from(file), text)?;
-        HttpIdentity::from_yaml(doc.root().map()?.required(SECTION)?)
-    }
-
-    /// Reads and compiles an `http:` section (the node under the key).
-    pub(crate) fn from_yaml(node: Node<'_>) -> Result<HttpIdentity, ConfigErrors> {
-        let config = IdentityConfig::from_yaml(node)?;
-        HttpIdentity::new(config).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
+        let c = errors.finish(c)?;
+        HttpIdentity::new(c).map_err(|e| ConfigErrors::from(node.error(e.to_string())))
     }
 }
 

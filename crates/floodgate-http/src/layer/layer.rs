@@ -170,11 +170,6 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
     pub fn engine(&self) -> &Arc<Engine<B, C>> {
         &self.shared.engine
     }
-
-    /// The contract.
-    pub fn contract(&self) -> &Contract {
-        &self.shared.contract
-    }
 }
 
 impl<S, B, C> Layer<S> for FloodgateLayer<B, C> {

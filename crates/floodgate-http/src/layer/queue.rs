@@ -66,6 +66,8 @@ type Queues = Arc<Mutex<HashMap<Box<str>, Arc<ConcurrencyQueue>>>>;
 /// when idle (so the map holds only values with requests in flight).
 pub(crate) struct KeyedQueues {
     pub config: KeyedQueueLimit,
+    /// The policy name of its rejections (`concurrency:user`).
+    pub name: Box<str>,
     map: Queues,
 }
 
@@ -94,6 +96,7 @@ impl Drop for KeyedPermit {
 impl KeyedQueues {
     pub fn new(config: KeyedQueueLimit) -> Self {
         KeyedQueues {
+            name: format!("concurrency:{}", config.key).into(),
             config,
             map: Arc::default(),
         }

@@ -560,57 +560,31 @@ fn shed<B: Backend, C: Clock + 'static, T>(
 
 /// The layer's concurrency permits (global, then per key), waited for in
 /// line; kept in `keep`. A full queue or a wait past its timeout is
-/// answered per the contract.
+/// answered per the contract, as a denial by a policy of the limit.
 async fn queues<B: Backend, C: Clock + 'static>(
     shared: &Shared<B, C>,
     held: &mut Held<B, C>,
     headers: &HeaderMap,
     keep: &mut Keep,
 ) -> Option<Answer> {
-    if let Some(q) = &shared.global {
-        match q.acquire().await {
-            Ok(p) => keep.push(Box::new(p)),
-            Err(e) => {
-                let max = q.limit.max;
-                return Some(queue_rejection(
-                    shared,
-                    held,
-                    headers,
-                    "concurrency",
-                    max,
-                    e,
-                ));
+    let (name, max, e) = 'rejected: {
+        if let Some(q) = &shared.global {
+            match q.acquire().await {
+                Ok(p) => keep.push(Box::new(p)),
+                Err(e) => break 'rejected ("concurrency", q.limit.max, e),
             }
         }
-    }
-    let kq = shared.keyed.as_ref()?;
-    let value: Box<str> = held
-        .scratch()
-        .out
-        .iter()
-        .find_map(|d| d.get(&kq.config.key))?
-        .into();
-    match kq.acquire(&value).await {
-        Ok(p) => keep.push(Box::new(p)),
-        Err(e) => {
-            let name = format!("concurrency:{}", kq.config.key);
-            let max = kq.config.limit.max;
-            return Some(queue_rejection(shared, held, headers, &name, max, e));
+        let kq = shared.keyed.as_ref()?;
+        let out = &held.scratch().out;
+        let value: Box<str> = out.iter().find_map(|d| d.get(&kq.config.key))?.into();
+        match kq.acquire(&value).await {
+            Ok(p) => {
+                keep.push(Box::new(p));
+                return None;
+            }
+            Err(e) => (&*kq.name, kq.config.limit.max, e),
         }
-    }
-    None
-}
-
-/// The contract's rejection of a request a layer concurrency limit turns
-/// away.
-fn queue_rejection<B: Backend, C: Clock + 'static>(
-    shared: &Shared<B, C>,
-    held: &mut Held<B, C>,
-    headers: &HeaderMap,
-    name: &str,
-    max: usize,
-    e: QueueError,
-) -> Answer {
+    };
     LayerStats::inc(&shared.stats.concurrency_rejected);
     metrics::counter!("floodgate_http_concurrency_rejected_total",
         "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
@@ -630,7 +604,6 @@ fn queue_rejection<B: Backend, C: Clock + 'static>(
     };
     s.report.add_current(p, &denied);
     s.report.set_verdict(Verdict::Denied, None);
-    shared
-        .contract
-        .reject(Rejection::Limited(&s.report), headers, now, &mut s.buf)
+    let rejection = Rejection::Limited(&s.report);
+    Some(shared.contract.reject(rejection, headers, now, &mut s.buf))
 }
