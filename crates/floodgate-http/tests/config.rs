@@ -285,6 +285,10 @@ fn layer_settings_errors_name_the_setting() {
     let e = r("    shedding: {max_in_flight: 5, low_priority: {header: {name: x-p}}}\n");
     has(&e, 5, 15, "missing required key 'low_priority_above'");
     has(&e, 5, 57, "the low-priority header needs 'values'");
+    let e = r(
+        "    shedding: {low_priority_above: 1, low_priority: {header: {name: x y, values: [a]}}}\n",
+    );
+    has(&e, 5, 69, "invalid header name `x y`");
     let e = r("    concurrency:\n      global: {max: 0, key: user}\n      per_key: {max: 2}\n");
     has(&e, 6, 15, "max must be at least 1");
     has(&e, 6, 29, "only per_key takes 'key'");

@@ -188,38 +188,27 @@ impl RetryState {
         // A 429, or a 503 with Retry-After, rejected the request before it
         // was processed: sending it again is safe whatever its method.
         let unprocessed = status == 429 || (status == 503 && signals.retry_after.is_some());
-        if !unprocessed && !self.may_repeat() {
-            return Next::GiveUp {
-                reason: GiveUp::NotIdempotent,
-                pace: floor,
-            };
-        }
-        self.retry(floor)
+        self.retry(floor, unprocessed)
     }
 
     /// After a transport error (no response). The request may have
     /// reached the server: it is retried only when it may be repeated.
     pub fn on_error(&mut self) -> Next {
         self.attempt += 1;
-        if !self.may_repeat() {
-            return Next::GiveUp {
-                reason: GiveUp::NotIdempotent,
-                pace: Duration::ZERO,
-            };
-        }
-        self.retry(Duration::ZERO)
+        self.retry(Duration::ZERO, false)
     }
 
-    fn may_repeat(&self) -> bool {
-        self.idempotent || self.policy.retry_non_idempotent
-    }
-
-    fn retry(&mut self, floor: Duration) -> Next {
+    /// A retry not before `floor`, unless the policy says to give up; an
+    /// `unprocessed` request may be sent again whatever its method.
+    fn retry(&mut self, floor: Duration, unprocessed: bool) -> Next {
         // Giving up, the server's wait still holds for the next request.
         let give_up = |reason| Next::GiveUp {
             reason,
             pace: floor,
         };
+        if !unprocessed && !self.idempotent && !self.policy.retry_non_idempotent {
+            return give_up(GiveUp::NotIdempotent);
+        }
         if floor > self.policy.max_wait {
             return give_up(GiveUp::TooLong(floor));
         }

@@ -68,9 +68,7 @@ fn read_low(n: Node<'_>, errors: &mut Errors) -> LowPriority {
         each_string(list, errors, |t, _, _| low.routes.push(t.to_owned()));
     }
     if let Some(h) = map.get("header").and_then(|h| errors.take(h.map())) {
-        let name = errors.take(h.required("name").and_then(|n| n.str().map(|_| n)));
-        let name =
-            name.and_then(|n| errors.take(header_name(n).map_err(|e| h.node().error(e.message))));
+        let name = errors.take(h.required("name").and_then(header_name));
         let mut values = Vec::new();
         if let Some(list) = h.get("values") {
             each_string(list, errors, |t, _, _| values.push(t.to_owned()));

@@ -323,23 +323,21 @@ fn conclude<B: Backend, C: Clock + 'static>(
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
         settle(shared, &mut held);
     }
-    match held.scratch().report.verdict() {
+    let delay = match held.scratch().report.verdict() {
         Verdict::Denied => {
             LayerStats::inc(&shared.stats.denied);
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
-            Err(shared.contract.reject(rejection, headers, now, &mut s.buf))
+            return Err(shared.contract.reject(rejection, headers, now, &mut s.buf));
         }
-        Verdict::Delayed(delay) => Ok(Admitted {
-            headers: Some((held, now, delay)),
-            keep,
-        }),
-        Verdict::Allowed if !on_success && !held.holds_units => Admitted::bare(keep),
-        Verdict::Allowed => Ok(Admitted {
-            headers: Some((held, now, Duration::ZERO)),
-            keep,
-        }),
-    }
+        Verdict::Delayed(delay) => delay,
+        Verdict::Allowed if !on_success && !held.holds_units => return Admitted::bare(keep),
+        Verdict::Allowed => Duration::ZERO,
+    };
+    Ok(Admitted {
+        headers: Some((held, now, delay)),
+        keep,
+    })
 }
 
 /// What an admitted request adds to the inner service's response, and
