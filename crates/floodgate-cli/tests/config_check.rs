@@ -175,3 +175,76 @@ fn every_bundled_example_passes_on_its_own() {
     assert!(stderr.contains("b.yml:5:"), "{stderr}");
     assert!(stderr.contains("1 of 2 configuration(s)"), "{stderr}");
 }
+
+/// Every section reads durations the one way: the same grammar (`1.5s`,
+/// `1m30s`, `1d`, `minute`) and the same message for a value that is not
+/// one, zero refused where a duration must be positive.
+#[test]
+fn every_section_reads_durations_the_one_way() {
+    // Each place a duration is written, by section; whether zero is allowed there.
+    let places = [
+        ("server", "server:\n  shutdown_delay: {}\n", true),
+        ("store", "store:\n  backend: redis\n  timeout: {}\n", false),
+        (
+            "gateway",
+            "gateway:\n  upstream: {url: 'http://127.0.0.1:9', connect_timeout: {}}\n",
+            false,
+        ),
+        (
+            "http.responses",
+            "http:\n  domain: api\n  descriptors: [[client_ip]]\n  responses: {retry_after_unknown: {}}\n",
+            true,
+        ),
+        (
+            "http.layer",
+            "http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer: {concurrency: {global: {max: 1, timeout: {}}}}\n",
+            true,
+        ),
+        ("per", "{RULE}{requests: 1, per: {}}\n", false),
+        (
+            "block_for",
+            "{RULE}{requests: 1, per: 1s, block_for: {}}\n",
+            false,
+        ),
+        (
+            "sync",
+            "{RULE}{requests: 1, per: 1h, sync: {mode: lease, duration: {}}}\n",
+            false,
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.yaml");
+    let rule =
+        "domains:\n  - domain: api\n    descriptors:\n      - key: user\n        rate_limit: ";
+    let check_with = |text: &str, value: &str| {
+        let mut file = text.replace("{RULE}", rule).replace("{}", value);
+        if !file.contains("domains:") {
+            file.push_str(&format!("{rule}{{requests: 1, per: 1s}}\n"));
+        }
+        std::fs::write(&path, &file).unwrap();
+        let (ok, _, stderr) = check(&[path.to_str().unwrap()]);
+        (ok, stderr)
+    };
+    for (section, text, zero) in places {
+        for good in ["1.5s", "1m30s", "250ms", "minute", "0.5h"] {
+            let (ok, stderr) = check_with(text, good);
+            assert!(ok, "{section}: `{good}`: {stderr}");
+        }
+        let (ok, stderr) = check_with(text, "soon");
+        assert!(!ok, "{section}");
+        let such_as = if zero {
+            "such as 0, 500ms"
+        } else {
+            "such as 500ms"
+        };
+        let expected =
+            format!("expected a duration {such_as}, 1.5s, 1m30s, 1d or minute, found `soon`");
+        assert!(stderr.contains(&expected), "{section}: {stderr}");
+        let (ok, stderr) = check_with(text, "0");
+        assert_eq!(ok, zero, "{section}: `0`: {stderr}");
+        if !zero {
+            let expected = "expected a duration above zero, found `0`";
+            assert!(stderr.contains(expected), "{section}: {stderr}");
+        }
+    }
+}

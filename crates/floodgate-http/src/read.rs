@@ -1,10 +1,7 @@
 //! What the readers of the `http:` section (the identity, `responses` and
 //! `layer`) share.
 
-use std::time::Duration;
-
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
-use floodgate_policy::unit::parse_duration;
 use floodgate_policy::yaml::{Map, Node, excerpt};
 use http::HeaderName;
 
@@ -25,19 +22,6 @@ pub(crate) fn each_string<'a>(
             f(text, item, errors);
         }
     }
-}
-
-/// A duration (`500ms`, `1s`, `2m`).
-pub(crate) fn read_duration(n: Node<'_>, errors: &mut Errors) -> Option<Duration> {
-    let text = n.scalar_text().unwrap_or("");
-    let d = parse_duration(text);
-    if d.is_none() {
-        errors.push(n.error(format!(
-            "invalid duration '{}' (expected e.g. 500ms, 1s, 2m)",
-            excerpt(text)
-        )));
-    }
-    d
 }
 
 /// A header name.

@@ -65,6 +65,28 @@ impl SyncMode {
         }
     }
 
+    /// [`parse`](Self::parse), with an error naming the modes.
+    pub fn read(name: &str) -> Result<SyncMode, String> {
+        SyncMode::parse(name).ok_or_else(|| {
+            format!(
+                "unknown sync mode `{}` (expected one of: {})",
+                crate::yaml::excerpt(name),
+                SyncMode::NAMES.join(", ")
+            )
+        })
+    }
+
+    /// Reads a lease duration or a sync interval: a duration from
+    /// [`MIN_PERIOD`](Self::MIN_PERIOD) to [`MAX_PERIOD`](Self::MAX_PERIOD).
+    pub fn read_period(text: &str) -> Result<Duration, String> {
+        let d = crate::unit::read_duration(text, false)?;
+        if d < Self::MIN_PERIOD || d > Self::MAX_PERIOD {
+            let found = crate::yaml::excerpt(text.trim());
+            return Err(format!("expected 1ms to 1h, found `{found}`"));
+        }
+        Ok(d)
+    }
+
     /// The mode's name (`exact`, `lease` or `sync`).
     pub fn name(self) -> &'static str {
         match self {

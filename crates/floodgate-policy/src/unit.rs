@@ -171,6 +171,32 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     u64::try_from(total).ok().map(Duration::from_nanos)
 }
 
+/// Reads a duration value, the one way every setting, section and policy
+/// does: [`parse_duration`]'s grammar, and zero only where `allow_zero`
+/// (where `0` means "none" or "off"). The error says what was expected
+/// and what was found.
+///
+/// ```
+/// use floodgate_policy::unit::read_duration;
+/// use std::time::Duration;
+/// assert_eq!(read_duration("1m30s", false), Ok(Duration::from_secs(90)));
+/// assert_eq!(read_duration("0", true), Ok(Duration::ZERO));
+/// assert_eq!(read_duration("0s", false).unwrap_err(), "expected a duration above zero, found `0s`");
+/// ```
+pub fn read_duration(text: &str, allow_zero: bool) -> Result<Duration, String> {
+    let found = crate::yaml::excerpt(text.trim());
+    match parse_duration(text) {
+        Some(d) if d.is_zero() && !allow_zero => {
+            Err(format!("expected a duration above zero, found `{found}`"))
+        }
+        Some(d) => Ok(d),
+        None => Err(format!(
+            "expected a duration such as {}500ms, 1.5s, 1m30s, 1d or minute, found `{found}`",
+            if allow_zero { "0, " } else { "" }
+        )),
+    }
+}
+
 /// Formats a duration the way [`parse_duration`] reads it (`5m`, `1500ms`).
 pub fn format_duration(d: Duration) -> String {
     let n = d.as_nanos();

@@ -178,6 +178,15 @@ impl<'a> Node<'a> {
         })
     }
 
+    /// A duration ([`read_duration`](crate::unit::read_duration)): zero
+    /// only where `allow_zero`.
+    pub fn duration(&self, allow_zero: bool) -> Result<std::time::Duration, ConfigError> {
+        let Some(text) = self.scalar_text() else {
+            return Err(self.error(format!("expected a duration, found {}", self.kind())));
+        };
+        crate::unit::read_duration(text, allow_zero).map_err(|m| self.error(m))
+    }
+
     /// The node as a short quoted excerpt for messages.
     pub fn describe(&self) -> String {
         match self.scalar_text() {

@@ -139,7 +139,7 @@ fn floodgate_format_errors_name_the_offending_value() {
         ),
         (
             "requests: 10\n      per: 5 parsecs",
-            "invalid duration '5 parsecs'",
+            "expected a duration such as 500ms, 1.5s, 1m30s, 1d or minute, found `5 parsecs`",
         ),
         (
             "requests: -1\n      per: 1s",

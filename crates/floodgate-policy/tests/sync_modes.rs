@@ -104,7 +104,7 @@ fn bad_values_are_rejected_with_their_position() {
     for (value, expect) in [
         (
             "eventually",
-            "f.yaml:5:50: unknown sync mode 'eventually' (expected one of: exact, lease, sync)",
+            "f.yaml:5:50: unknown sync mode `eventually` (expected one of: exact, lease, sync)",
         ),
         (
             "{mode: lease, interval: 1s}",
@@ -112,7 +112,7 @@ fn bad_values_are_rejected_with_their_position() {
         ),
         (
             "{mode: sync, interval: 0ms}",
-            "f.yaml:5:73: invalid duration '0ms'",
+            "f.yaml:5:73: interval: expected a duration above zero, found `0ms`",
         ),
     ] {
         let yaml = format!(

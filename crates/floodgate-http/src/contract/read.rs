@@ -5,7 +5,7 @@ use floodgate_policy::yaml::{Node, excerpt};
 use http::StatusCode;
 
 use super::config::{Contract, HeaderForm, RuleResponse};
-use crate::read::{deny_unknown, read_duration};
+use crate::read::deny_unknown;
 
 /// The key of the contract's section under `http:`.
 pub const RESPONSES: &str = "responses";
@@ -84,7 +84,7 @@ impl Contract {
             }
         }
         if let Some(n) = map.get("retry_after_unknown") {
-            c.retry_after_unknown = read_duration(n, &mut errors);
+            c.retry_after_unknown = errors.take(n.duration(true));
         }
         if let Some(rules) = map.get("rules").and_then(|n| errors.take(n.map())) {
             for (name, n) in rules.entries() {

@@ -4,7 +4,7 @@ use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::{Map, Node, excerpt};
 
 use super::config::{KeyedQueueLimit, LayerSettings, LowPriority, OnError, QueueLimit, Shedding};
-use crate::read::{deny_unknown, each_string, header_name, read_duration};
+use crate::read::{deny_unknown, each_string, header_name};
 
 /// The key of the layer's section under `http:`.
 pub const LAYER: &str = "layer";
@@ -52,7 +52,9 @@ fn read_queue<'a>(n: Node<'a>, errors: &mut Errors) -> Option<(QueueLimit, Optio
     let limit = QueueLimit {
         max: max.unwrap_or(1).max(1),
         queue: count(&map, "queue", errors).unwrap_or(0),
-        timeout: map.get("timeout").and_then(|t| read_duration(t, errors)),
+        timeout: map
+            .get("timeout")
+            .and_then(|t| errors.take(t.duration(true))),
     };
     let key = map.get("key");
     deny_unknown(&map, QUEUE_KEYS, errors);
@@ -111,7 +113,7 @@ impl LayerSettings {
                 max_in_flight: count(&m, "max_in_flight", &mut errors),
                 retry_after: m
                     .get("retry_after")
-                    .and_then(|t| read_duration(t, &mut errors)),
+                    .and_then(|t| errors.take(t.duration(true))),
                 low_priority: m
                     .get("low_priority")
                     .map(|l| read_low(l, &mut errors))

@@ -369,7 +369,7 @@ fn read_rate_limit(n: Node<'_>, dialect: Dialect, errors: &mut Errors) -> Option
                 if in_flight {
                     errors.push(b.error("block_for does not apply to a concurrency limit (permits are given back by releases, not by time)"));
                 }
-                spec.block_for = super::limits::read_duration(b, errors);
+                spec.block_for = errors.take(b.duration(false));
             }
             if let Some(f) = map.get("on_failure") {
                 spec.on_failure = read_on_failure(f, errors);

@@ -7,8 +7,8 @@ use floodgate::algorithms::{NginxRate, ShaperDelay};
 
 use crate::error::Errors;
 use crate::spec::{LimitSpec, Reported};
-use crate::unit::{Unit, parse_duration};
-use crate::yaml::{Map, Node, excerpt};
+use crate::unit::Unit;
+use crate::yaml::{Map, excerpt};
 
 /// Algorithm names accepted in `algorithm:`.
 pub const ALGORITHMS: &[&str] = &[
@@ -43,21 +43,6 @@ pub(crate) fn envoy_limit(rpu: u32, unit: Unit) -> LimitSpec {
     LimitSpec::FixedWindow {
         limit: rpu as u64,
         window: unit.duration(),
-    }
-}
-
-/// A duration value (`5m`, `90s`, `hour`).
-pub(crate) fn read_duration(n: Node<'_>, errors: &mut Errors) -> Option<Duration> {
-    let text = errors.take(n.str())?;
-    match parse_duration(text) {
-        Some(d) if !d.is_zero() => Some(d),
-        _ => {
-            errors.push(n.error(format!(
-                "invalid duration '{}' (expected e.g. 500ms, 90s, 5m, 1h, 1d or a unit name)",
-                excerpt(text)
-            )));
-            None
-        }
     }
 }
 
@@ -128,7 +113,7 @@ fn read_one(
     };
     let requests = u64_key("requests", errors).or_else(|| u64_key("requests_per_unit", errors));
     let per = match (map.get("per"), unit) {
-        (Some(p), _) => read_duration(p, errors),
+        (Some(p), _) => errors.take(p.duration(false)),
         (None, Some(u)) => Some(u.duration()),
         (None, None) => {
             if map.has("unit") {

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use crate::error::Errors;
 use crate::sync_mode::SyncMode;
-use crate::yaml::{Node, excerpt};
-
-use super::limits::read_duration;
+use crate::yaml::Node;
 
 const SYNC_KEYS: &[&str] = &["mode", "interval", "duration"];
 
@@ -29,19 +27,8 @@ const SYNC_KEYS: &[&str] = &["mode", "interval", "duration"];
 /// assert_eq!(mode, Some(SyncMode::Sync { interval: Duration::from_millis(250) }));
 /// ```
 pub fn read_sync_mode(n: Node<'_>, errors: &mut Errors) -> Option<SyncMode> {
-    let unknown = |name: &str| {
-        format!(
-            "unknown sync mode '{}' (expected one of: {})",
-            excerpt(name),
-            SyncMode::NAMES.join(", ")
-        )
-    };
     if let Some(text) = n.scalar_text() {
-        let mode = SyncMode::parse(text);
-        if mode.is_none() {
-            errors.push(n.error(unknown(text)));
-        }
-        return mode;
+        return errors.take(SyncMode::read(text).map_err(|m| n.error(m)));
     }
     let map = errors.take(n.map())?;
     let Some(mode_node) = map.get("mode") else {
@@ -52,22 +39,15 @@ pub fn read_sync_mode(n: Node<'_>, errors: &mut Errors) -> Option<SyncMode> {
         return None;
     };
     let name = errors.take(mode_node.str())?;
-    let Some(mut mode) = SyncMode::parse(name) else {
-        errors.push(mode_node.error(unknown(name)));
-        return None;
-    };
+    let mut mode = errors.take(SyncMode::read(name).map_err(|m| mode_node.error(m)))?;
     let period = |key: &str, errors: &mut Errors| -> Option<Option<Duration>> {
         let Some(p) = map.get(key) else {
             return Some(None);
         };
-        let d = read_duration(p, errors)?;
-        if d < SyncMode::MIN_PERIOD || d > SyncMode::MAX_PERIOD {
-            errors.push(p.error(format!(
-                "the sync {key} must be between 1ms and 1h (got {d:?})"
-            )));
-            return None;
-        }
-        Some(Some(d))
+        let d = SyncMode::read_period(errors.take(p.str())?);
+        errors
+            .take(d.map_err(|m| p.error(format!("{key}: {m}"))))
+            .map(Some)
     };
     let interval = period("interval", errors);
     let duration = period("duration", errors);
@@ -155,7 +135,7 @@ mod tests {
         for (text, expect) in [
             (
                 "eventually",
-                "f.yaml:1:1: unknown sync mode 'eventually' (expected one of: exact, lease, sync)",
+                "f.yaml:1:1: unknown sync mode `eventually` (expected one of: exact, lease, sync)",
             ),
             ("{interval: 1s}", "sync needs 'mode'"),
             (
@@ -166,14 +146,17 @@ mod tests {
                 "{mode: sync, duration: 1s}",
                 "duration does not apply to sync mode sync",
             ),
-            ("{mode: sync, interval: 0s}", "invalid duration '0s'"),
+            (
+                "{mode: sync, interval: 0s}",
+                "interval: expected a duration above zero, found `0s`",
+            ),
             (
                 "{mode: sync, interval: 2h}",
-                "the sync interval must be between 1ms and 1h",
+                "interval: expected 1ms to 1h, found",
             ),
             (
                 "{mode: sync, interval: 10us}",
-                "the sync interval must be between 1ms and 1h",
+                "interval: expected 1ms to 1h, found",
             ),
             ("{mode: sync, every: 1s}", "unknown key 'every'"),
             ("[sync]", "expected"),

@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use floodgate_policy::unit::read_duration;
 use floodgate_redis::FailurePolicy;
 
 /// All interfaces, for the public listeners written without an address.
@@ -94,27 +95,15 @@ pub(super) fn parse_failure_policy(v: &str) -> Result<FailurePolicy, String> {
     )
 }
 
-/// A duration, with the one grammar of every setting
-/// ([`floodgate_policy::unit::parse_duration`]: `0`, `250ms`, `1.5s`,
-/// `1m30s`, `1d`, ...).
+/// A duration ([`read_duration`]: the one reader of every section), zero
+/// included.
 pub fn duration(v: &str) -> Result<Duration, String> {
-    floodgate_policy::unit::parse_duration(v).ok_or_else(|| {
-        format!(
-            "expected a duration such as 0, 500ms, 1.5s or 1m30s, found `{}`",
-            v.trim()
-        )
-    })
+    read_duration(v, true)
 }
 
-/// A duration that is not zero.
+/// A duration above zero.
 pub fn positive_duration(v: &str) -> Result<Duration, String> {
-    match duration(v)? {
-        d if d.is_zero() => Err(format!(
-            "expected a duration above zero, found `{}`",
-            v.trim()
-        )),
-        d => Ok(d),
-    }
+    read_duration(v, false)
 }
 
 /// A boolean.

@@ -198,11 +198,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.sync.mode", "FLOODGATE_SYNC", "sync", Kind::Choice, "exact",
         "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
         |s, v| {
-            let text = v.text().trim().to_ascii_lowercase();
-            let mode = SyncMode::parse(&text).ok_or_else(|| {
-                format!("unknown sync mode `{text}` (expected one of: {})", SyncMode::NAMES.join(", "))
-            })?;
-            s.store.redis.sync = mode;
+            s.store.redis.sync = SyncMode::read(&v.text().trim().to_ascii_lowercase())?;
             Ok(())
         })
         .samples("lease", "sync"));
@@ -210,7 +206,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "redis, `sync: sync`: how often each instance pushes its hits and pulls the counts (1ms to 1h)",
         // After the mode (the table's order): a period belongs to its mode.
         |s, v| {
-            let period = sync_period(&v.text())?;
+            let period = SyncMode::read_period(&v.text())?;
             if let SyncMode::Sync { interval } = &mut s.store.redis.sync { *interval = period }
             Ok(())
         })
@@ -218,7 +214,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.sync.duration", "FLOODGATE_LEASE_DURATION", "lease-duration", Kind::Duration, "1s",
         "redis, `sync: lease`: how long a lease may be used before its unused units go back (1ms to 1h)",
         |s, v| {
-            let period = sync_period(&v.text())?;
+            let period = SyncMode::read_period(&v.text())?;
             if let SyncMode::Lease { duration } = &mut s.store.redis.sync { *duration = period }
             Ok(())
         })
@@ -388,15 +384,6 @@ fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
             r.timeout
         )));
     }
-}
-
-/// A lease duration or a sync interval: 1 ms to 1 h.
-fn sync_period(text: &str) -> Result<Duration, String> {
-    let d = positive_duration(text)?;
-    if d < SyncMode::MIN_PERIOD || d > SyncMode::MAX_PERIOD {
-        return Err(format!("expected 1ms to 1h, found `{}`", text.trim()));
-    }
-    Ok(d)
 }
 
 /// Adds `auth` (`password` or `user:password`) to a Redis URL that has no
