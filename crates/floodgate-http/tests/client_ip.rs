@@ -150,6 +150,8 @@ fn forwarded_syntax() {
 #[test]
 fn x_real_ip() {
     let id = with_client_ip("{trusted_hops: 1, header: x-real-ip}");
+    // The header's name in any case means the same syntax.
+    assert_eq!(id, with_client_ip("{trusted_hops: 1, header: X-Real-IP}"));
     let lb = "10.0.0.2";
     assert_eq!(
         client(&id, lb, &[("x-real-ip", "198.51.100.4")]),

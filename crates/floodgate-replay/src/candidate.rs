@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use floodgate_http::identity::{ActionKind, ClientIpHeader, IdentityConfig, Source};
+use floodgate_http::identity::{ActionKind, IdentityConfig, Source};
 use floodgate_http::layer::OnError;
 use floodgate_http::{Contract, HttpIdentity, HttpSection};
 use floodgate_policy::PolicySet;
@@ -167,9 +167,7 @@ pub(crate) fn load_all(
 pub(crate) fn headers_read(config: &IdentityConfig) -> Vec<HeaderName> {
     let mut names = Vec::new();
     if config.client_ip.trusts_proxies() {
-        names.push(config.client_ip.header.name().clone());
-    } else if let ClientIpHeader::Custom(n) = &config.client_ip.header {
-        names.push(n.clone());
+        names.push(config.client_ip.header.clone());
     }
     if let Some(c) = &config.cost
         && let Source::Header(h) = &c.source

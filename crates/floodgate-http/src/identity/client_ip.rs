@@ -21,8 +21,9 @@ use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use floodgate_policy::compile::in_network;
+use http::header::FORWARDED;
 
-use super::config::{ClientIpConfig, ClientIpHeader};
+use super::config::{ClientIpConfig, X_REAL_IP};
 use super::forwarded::{Chain, entry_address, normalize};
 use super::request::RequestHead;
 
@@ -46,15 +47,15 @@ impl ClientIpConfig {
             return peer;
         }
         let mut chain = Chain::new();
-        let lines = head.header_lines(self.header.name());
-        let forwarded = self.header == ClientIpHeader::Forwarded;
-        match self.header {
-            ClientIpHeader::Forwarded => chain.read_forwarded(lines),
-            ClientIpHeader::XRealIp => {
-                chain.read_list(lines);
+        let lines = head.header_lines(&self.header);
+        let forwarded = self.header == FORWARDED;
+        if forwarded {
+            chain.read_forwarded(lines);
+        } else {
+            chain.read_list(lines);
+            if self.header == X_REAL_IP {
                 chain.keep_last();
             }
-            _ => chain.read_list(lines),
         }
         // Position `k` of the chain (0 is the peer) is a trusted proxy when
         // among the `trusted_hops` rightmost or in a trusted network.

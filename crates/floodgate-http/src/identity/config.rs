@@ -85,43 +85,20 @@ impl Default for IdentityConfig {
     }
 }
 
-/// The header carrying the addresses proxies saw.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum ClientIpHeader {
-    /// `X-Forwarded-For: client, proxy1, proxy2`.
-    #[default]
-    XForwardedFor,
-    /// RFC 7239 `Forwarded: for=192.0.2.1, for="[2001:db8::1]:4711"`.
-    Forwarded,
-    /// `X-Real-IP: client`: one address, set by the proxy in front.
-    XRealIp,
-    /// Another header of comma-separated addresses, read like
-    /// `X-Forwarded-For` (e.g. `x-envoy-external-address`).
-    Custom(HeaderName),
-}
-
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static FORWARDED: HeaderName = http::header::FORWARDED;
-static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
-
-impl ClientIpHeader {
-    /// The header's name.
-    pub fn name(&self) -> &HeaderName {
-        match self {
-            ClientIpHeader::XForwardedFor => &X_FORWARDED_FOR,
-            ClientIpHeader::Forwarded => &FORWARDED,
-            ClientIpHeader::XRealIp => &X_REAL_IP,
-            ClientIpHeader::Custom(name) => name,
-        }
-    }
-}
+/// `X-Real-IP`: one address, set by the proxy in front.
+pub(crate) const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// How the client address is found. By default it is the socket peer and
 /// no header is read.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientIpConfig {
-    /// The header proxies write (read only through trusted proxies).
-    pub header: ClientIpHeader,
+    /// The header proxies write (read only through trusted proxies):
+    /// `x-forwarded-for` (the default: `client, proxy1, proxy2`),
+    /// `forwarded` (RFC 7239: `for=192.0.2.1, for="[2001:db8::1]:4711"`),
+    /// `x-real-ip` (one address, set by the proxy in front), or another
+    /// header of comma-separated addresses, read like `X-Forwarded-For`
+    /// (e.g. `x-envoy-external-address`).
+    pub header: HeaderName,
     /// How many proxies in front of this server append to the header: the
     /// peer and the `trusted_hops - 1` rightmost entries are proxies.
     pub trusted_hops: u8,
@@ -135,6 +112,18 @@ pub struct ClientIpConfig {
     /// Group IPv6 clients by this prefix length (64 is typical: one
     /// subscriber's network); none or 128: each address is its own key.
     pub ipv6_prefix: Option<u8>,
+}
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        ClientIpConfig {
+            header: HeaderName::from_static("x-forwarded-for"),
+            trusted_hops: 0,
+            trusted_proxies: Vec::new(),
+            ipv4_prefix: None,
+            ipv6_prefix: None,
+        }
+    }
 }
 
 impl ClientIpConfig {

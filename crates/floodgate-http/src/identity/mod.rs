@@ -88,9 +88,9 @@ mod request;
 mod route;
 
 pub use config::{
-    Action, ActionKind, ClientIpConfig, ClientIpHeader, CostConfig, DEFAULT_MAX_VALUE_LEN,
-    IdentityConfig, IdentityError, MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS,
-    MAX_VALUE_LEN, Source, cost_of,
+    Action, ActionKind, ClientIpConfig, CostConfig, DEFAULT_MAX_VALUE_LEN, IdentityConfig,
+    IdentityError, MAX_ACTIONS, MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN, Source,
+    cost_of,
 };
 pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
 pub use http_identity::HttpIdentity;

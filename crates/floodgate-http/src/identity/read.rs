@@ -11,8 +11,8 @@ use floodgate_policy::yaml::{Document, Map, Node, excerpt};
 use http::HeaderName;
 
 use super::config::{
-    Action, ActionKind, ClientIpConfig, ClientIpHeader, CostConfig, IdentityConfig, MAX_ACTIONS,
-    MAX_COST, MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN, Source, count, in_bounds,
+    Action, ActionKind, ClientIpConfig, CostConfig, IdentityConfig, MAX_ACTIONS, MAX_COST,
+    MAX_DESCRIPTORS, MAX_TRUSTED_HOPS, MAX_VALUE_LEN, Source, count, in_bounds,
 };
 use super::hash::MIN_VALUE_LEN;
 use super::http_identity::HttpIdentity;
@@ -148,14 +148,9 @@ fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
     }
     if let Some(h) = map.get("header") {
         if let Some(text) = errors.take(h.str()) {
-            c.header = match text.to_ascii_lowercase().as_str() {
-                "x-forwarded-for" => ClientIpHeader::XForwardedFor,
-                "forwarded" => ClientIpHeader::Forwarded,
-                "x-real-ip" => ClientIpHeader::XRealIp,
-                _ => errors
-                    .take(header_name(h))
-                    .map_or(ClientIpHeader::XForwardedFor, ClientIpHeader::Custom),
-            };
+            if let Some(name) = errors.take(header_name(h)) {
+                c.header = name;
+            }
             if !c.trusts_proxies() {
                 errors.push(h.error(format!(
                     "the header `{}` is read only through trusted proxies: set trusted_hops or trusted_proxies",
