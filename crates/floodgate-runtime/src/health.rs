@@ -36,7 +36,7 @@ impl Health {
         let backend = AnyBackend::build(&settings.store).await?;
         settings.policy.apply(&mut policy.settings);
         let engine = Engine::new(policy, backend)
-            .with_request_limits(settings.server.request_limits())
+            .with_request_limits(settings.server.request_limits)
             .with_observer(crate::dashboard::observer());
         let health = Arc::new(Health::new(Arc::new(engine)));
         health.spawn_store_probes();

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use floodgate_policy::engine::{LimitOverrides, RequestLimits};
+use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_redis::RedisConfig;
@@ -98,12 +98,9 @@ pub struct ServerSettings {
     pub admin: Option<SocketAddr>,
     /// Largest request body or gRPC message accepted, in bytes.
     pub body_limit: usize,
-    /// Most descriptors in one request.
-    pub max_descriptors: usize,
-    /// Longest descriptor key or value, in bytes.
-    pub max_value_bytes: usize,
-    /// What a caller's per-request `limit` override does.
-    pub limit_overrides: LimitOverrides,
+    /// The engine's bounds on a request: most descriptors, longest key or
+    /// value, what a caller's per-request `limit` override does.
+    pub request_limits: RequestLimits,
     /// The protections of every connection of the public listeners.
     pub limits: ConnectionLimits,
     /// Connections of each public listener (gRPC, HTTP) at once.
@@ -252,18 +249,6 @@ impl PolicyOverrides {
         }
         if let Some(e) = self.envoy_increment_all {
             settings.envoy_increment_all = e;
-        }
-    }
-}
-
-impl ServerSettings {
-    /// The engine's bounds on a request.
-    pub fn request_limits(&self) -> RequestLimits {
-        RequestLimits {
-            max_descriptors: self.max_descriptors,
-            max_entry_bytes: self.max_value_bytes,
-            overrides: self.limit_overrides,
-            ..RequestLimits::default()
         }
     }
 }

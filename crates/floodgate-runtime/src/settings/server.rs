@@ -101,14 +101,14 @@ pub(super) fn declare(t: &mut Vec<S>) {
         |s, v| { s.server.body_limit = size(&v.text())?; Ok(()) }));
     t.push(S::new("server.max_descriptors", "FLOODGATE_MAX_DESCRIPTORS", "max-descriptors", Kind::Count, "256",
         "most descriptors in a request",
-        |s, v| { s.server.max_descriptors = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
+        |s, v| { s.server.request_limits.max_descriptors = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
     t.push(S::new("server.max_value_bytes", "FLOODGATE_MAX_VALUE_BYTES", "max-value-bytes", Kind::Size, "16KiB",
         "longest descriptor key or value",
-        |s, v| { s.server.max_value_bytes = size(&v.text())?; Ok(()) }));
+        |s, v| { s.server.request_limits.max_entry_bytes = size(&v.text())?; Ok(()) }));
     t.push(S::new("server.limit_overrides", "FLOODGATE_LIMIT_OVERRIDES", "limit-overrides", Kind::Choice, "allow",
         "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
         |s, v| {
-            s.server.limit_overrides = choice(&v.text(), &[
+            s.server.request_limits.overrides = choice(&v.text(), &[
                 (&["allow"], LimitOverrides::Allow),
                 (&["ignore"], LimitOverrides::Ignore),
                 (&["refuse"], LimitOverrides::Refuse),
