@@ -169,7 +169,7 @@ pub enum LogFormat {
 }
 
 /// The `store:` section (`Default`: blank, see [`Settings::default`]).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoreSettings {
     /// Which store decides.
     pub backend: StoreKind,
@@ -182,18 +182,10 @@ pub struct StoreSettings {
     /// on `sync` mode's over-admission that `floodgate config check`
     /// prints.
     pub instances: u32,
-    /// What assembles into `redis` (addresses, credentials).
+    /// What assembles into `redis` (addresses, credentials), as read until
+    /// the settings are finished (blank after: two stores made the same
+    /// way are equal, however it was written).
     address: store::RedisAddress,
-}
-
-/// Equal when they make the same store (however it was written).
-impl PartialEq for StoreSettings {
-    fn eq(&self, other: &Self) -> bool {
-        self.backend == other.backend
-            && self.capacity == other.capacity
-            && self.redis == other.redis
-            && self.instances == other.instances
-    }
 }
 
 impl StoreSettings {

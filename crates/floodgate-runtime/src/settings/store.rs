@@ -236,6 +236,7 @@ const MEMORY: &[&str] = &["store.backend", "store.capacity"];
 /// credentials make the Redis configuration; a setting of the other store
 /// in the file is an error.
 pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
+    let address = std::mem::take(&mut store.address);
     if origins.of("store.url").rank() > origins.of("store.backend").rank() {
         store.backend = StoreKind::Redis;
     }
@@ -249,7 +250,7 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut 
         StoreKind::Redis => {
             let why = "only applies to backend: memory";
             not_applicable(["store.capacity"], in_file, why, origins, errors);
-            assemble(store, origins, errors);
+            assemble(store, &address, origins, errors);
         }
     }
 }
@@ -282,12 +283,8 @@ fn not_applicable<'k>(
 }
 
 /// The Redis configuration from the addresses, mode and credentials.
-fn assemble(store: &mut StoreSettings, origins: &Origins, errors: &mut Errors) {
-    let StoreSettings {
-        redis: r,
-        address: a,
-        ..
-    } = store;
+fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, errors: &mut Errors) {
+    let r = &mut store.redis;
     let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
     // The credentials added to the URLs without any.
     let url_auth = if let Mode::Sentinel { .. } = r.mode {
