@@ -386,3 +386,92 @@ async fn an_upload_goes_on_after_an_early_response() {
     assert!(text.contains("got 100000"), "{text}");
     gw.shutdown().await;
 }
+
+/// A response that ends before its request body is written whole leaves
+/// its upstream connection closed, not pooled: the upstream would read the
+/// next request as the rest of the body. The next request goes on a new
+/// connection, and both clients get whole, right answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_ending_before_its_upload_closes_the_connection() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (closed_tx, closed) = std::sync::mpsc::channel();
+    let (count, closed_tx) = (accepted.clone(), std::sync::Mutex::new(closed_tx));
+    // Keep-alive: an upload is answered at once, then read whole; any
+    // other request gets the number of its connection.
+    let up = raw_upstream(move |mut s| {
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        let closed_tx = closed_tx.lock().unwrap().clone();
+        async move {
+            while let Some(len) = read_head(&mut s).await {
+                if len == 0 {
+                    let body = format!("connection {n}");
+                    let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                    if s.write_all(format!("{head}{body}").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                let early = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly";
+                if s.write_all(early).await.is_err() {
+                    return;
+                }
+                let mut body = vec![0u8; len];
+                if s.read_exact(&mut body).await.is_err() {
+                    let _ = closed_tx.send(n);
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let gw = gateway(
+        &config("{upstream: http://127.0.0.1:1}"),
+        &format!("http://{up}"),
+    )
+    .await;
+    let addr = gw.addr();
+    let early = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+            .unwrap();
+        s.write_all(&[b'a'; 1000]).unwrap();
+        // The whole response, while most of the body is still held back.
+        let mut seen = Vec::new();
+        let mut b = [0u8; 4096];
+        while !seen.ends_with(b"early") {
+            let n = s.read(&mut b).expect("the whole early answer");
+            assert_ne!(n, 0, "closed: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&b[..n]);
+        }
+        (String::from_utf8_lossy(&seen).into_owned(), s)
+    })
+    .await
+    .unwrap();
+    let (early, _held_open) = early;
+    assert_eq!(status_of(&early), Some(200), "{early}");
+    assert!(early.ends_with("\r\n\r\nearly"), "{early}");
+    let next = tokio::task::spawn_blocking(move || {
+        raw(
+            addr,
+            b"GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status_of(&next), Some(200), "{next}");
+    assert!(next.ends_with("\r\n\r\nconnection 2"), "{next}");
+    let closed_first =
+        tokio::task::spawn_blocking(move || closed.recv_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap();
+    assert_eq!(closed_first, Ok(1), "the upload's connection is closed");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    gw.shutdown().await;
+}
