@@ -97,12 +97,7 @@ fn check(
         }
         // The gateway's sections, read as `floodgate gateway` reads them.
         let docs = &l.compiled.loaded.documents;
-        if let Err(e) = floodgate_gateway::GatewayConfig::resolve(&flags, &env, docs) {
-            errors.extend(e);
-        }
-        if let Err(e) = floodgate_gateway::HttpSection::from_documents(docs) {
-            errors.extend(e);
-        }
+        floodgate_gateway::read_sections(&flags, &env, docs, &mut errors);
     }
     match errors.finish(loaded) {
         Ok(Some(l)) => {

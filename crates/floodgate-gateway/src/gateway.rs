@@ -67,18 +67,13 @@ pub struct Gateway<B> {
 }
 
 impl<B: Backend> Gateway<B> {
-    /// A gateway limiting with `limiter` (none: a plain proxy) in front of
-    /// `proxy`, with an access log line per request if `access_log` (see
-    /// [`crate::access`]).
-    pub(crate) fn new(
-        engine: Arc<Engine<B, SystemClock>>,
-        limiter: Option<Limiter<B>>,
-        proxy: Proxy,
-        access_log: bool,
-    ) -> Self {
+    /// A plain proxy in front of `proxy` until a limiter is set
+    /// ([`set_limiter`](Self::set_limiter)), with an access log line per
+    /// request if `access_log` (see [`crate::access`]).
+    pub(crate) fn new(engine: Arc<Engine<B, SystemClock>>, proxy: Proxy, access_log: bool) -> Self {
         Gateway {
             engine,
-            limiter: ArcSwap::from_pointee(limiter),
+            limiter: ArcSwap::from_pointee(None),
             proxy,
             access_log,
         }
@@ -103,7 +98,7 @@ impl<B: Backend> Gateway<B> {
     /// limit nothing); requests in flight finish with the previous one.
     /// An unchanged section keeps the running limiter, with its queues and
     /// counts: false.
-    pub(crate) fn reload_limiter(&self, section: Option<HttpSection>) -> bool {
+    pub(crate) fn set_limiter(&self, section: Option<HttpSection>) -> bool {
         let unchanged = match (self.limiter.load().as_ref(), &section) {
             (None, None) => true,
             (Some(l), Some(s)) => l.section == *s,

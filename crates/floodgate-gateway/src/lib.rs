@@ -64,7 +64,7 @@ pub use error::GatewayError;
 pub use floodgate_http::HttpSection;
 pub use gateway::{Gateway, Limiter};
 pub use proxy::{Proxy, ProxyStats};
-pub use reload::Reload;
+pub use reload::{Reload, read_sections};
 pub use run::{Loaded, Running, load, run, start};
 pub use tls::TlsError;
 pub use upstream::Upstream;

@@ -14,7 +14,7 @@ use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::AnyBackend;
 use floodgate_runtime::backend::check_policy;
-use floodgate_runtime::settings::{PolicyOverrides, Settings, StartupSections};
+use floodgate_runtime::settings::{Env, Flags, PolicyOverrides, Settings, StartupSections};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
@@ -59,13 +59,7 @@ impl Reload {
         if let Err(e) = Settings::from_documents(docs) {
             errors.extend(e);
         }
-        if let Err(e) = GatewayConfig::from_documents(docs) {
-            errors.extend(e);
-        }
-        let http = HttpSection::from_documents(docs)
-            .map_err(|e| errors.extend(e))
-            .ok()
-            .flatten();
+        let (_, http) = read_sections(&Flags::new(), &Env::new(&|_| None), docs, &mut errors);
         errors.finish(()).map_err(GatewayError::Config)?;
         self.startup.check_reload(docs);
         let gateway_changed = self.started_with.changed(docs);
@@ -76,9 +70,29 @@ impl Reload {
             tracing::warn!("the gateway section changed: it is only read at startup");
         }
         self.gateway.engine().replace_policy(policy);
-        if self.gateway.reload_limiter(http) {
+        if self.gateway.set_limiter(http) {
             tracing::info!("http section reloaded: new limiter");
         }
         Ok(())
     }
+}
+
+/// The gateway's own sections of `documents`, read as startup reads them
+/// and as a reload checks them: `gateway:` (with `flags` and `env`) and
+/// `http:`, each problem added to `errors`.
+pub fn read_sections(
+    flags: &Flags,
+    env: &Env<'_>,
+    documents: &[Document],
+    errors: &mut Errors,
+) -> (Option<GatewayConfig>, Option<HttpSection>) {
+    let gateway = GatewayConfig::resolve(flags, env, documents)
+        .map_err(|e| errors.extend(e))
+        .ok()
+        .flatten();
+    let http = HttpSection::from_documents(documents)
+        .map_err(|e| errors.extend(e))
+        .ok()
+        .flatten();
+    (gateway, http)
 }

@@ -26,9 +26,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
-use crate::gateway::{Gateway, Limiter};
+use crate::gateway::Gateway;
 use crate::proxy::{ClientInfo, Proxy};
-use crate::reload::Reload;
+use crate::reload::{Reload, read_sections};
 use crate::tls::ServerTls;
 use crate::upstream::Upstream;
 use floodgate_http::HttpSection;
@@ -52,16 +52,9 @@ pub struct Loaded {
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
     let runtime = floodgate_runtime::config::load(flags, env)?;
-    let docs = &runtime.compiled.loaded.documents;
     let mut errors = Errors::default();
-    let gateway = GatewayConfig::resolve(flags, env, docs)
-        .map_err(|e| errors.extend(e))
-        .ok()
-        .flatten();
-    let http = HttpSection::from_documents(docs)
-        .map_err(|e| errors.extend(e))
-        .ok()
-        .flatten();
+    let (gateway, http) =
+        read_sections(flags, env, &runtime.compiled.loaded.documents, &mut errors);
     errors.finish(()).map_err(GatewayError::Config)?;
     Ok(Loaded {
         runtime,
@@ -167,14 +160,12 @@ pub async fn start(
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, policy).await?;
     let engine = health.engine().clone();
-    let limiter = http.map(|s| Limiter::new(engine.clone(), s));
-    let limited = limiter.is_some();
+    let limited = http.is_some();
     let proxy = Proxy::with_limits(Upstream::new(&config.upstream)?, &config.limits);
-    let tls = match &config.tls {
-        Some(files) => Some(Arc::new(ServerTls::new(files)?)),
-        None => None,
-    };
-    let gateway = Arc::new(Gateway::new(engine, limiter, proxy, config.access_log));
+    let tls = config.tls.as_ref().map(ServerTls::new).transpose()?;
+    let tls = tls.map(Arc::new);
+    let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));
+    gateway.set_limiter(http);
     let reload = Reload::new(gateway.clone(), settings.policy, &loaded.documents);
     let certificate = tls.clone();
     // A renewed certificate is picked up at the policies' pace, and re-read
