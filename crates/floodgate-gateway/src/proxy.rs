@@ -82,57 +82,49 @@ struct Shared {
     body_read_timeout: Duration,
     max_body_bytes: Option<u64>,
     stats: ProxyStats,
-    metrics: Metrics,
+    /// The counter of each fault (see [`METRICS`]).
+    metrics: [metrics::Counter; METRICS.len()],
 }
 
-/// A client's fault, answered by the gateway and counted as the client's.
+/// A fault the gateway answers itself: the client's (400, 408, 413), or
+/// the upstream's (502, 504).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClientError {
+enum Fault {
     Host(HostError),
     Target,
     Body(ClientBodyError),
     BodyTimeout,
+    BadGateway,
+    Timeout,
 }
 
-#[derive(Clone)]
-struct Metrics {
-    bad_gateway: metrics::Counter,
-    timeout: metrics::Counter,
-    /// `floodgate_gateway_client_errors_total`, one per kind.
-    bad_host: metrics::Counter,
-    bad_target: metrics::Counter,
-    malformed_body: metrics::Counter,
-    incomplete_body: metrics::Counter,
-    body_too_large: metrics::Counter,
-    body_timeout: metrics::Counter,
-}
+const CLIENT: &str = "floodgate_gateway_client_errors_total";
+const UPSTREAM: &str = "floodgate_gateway_upstream_errors_total";
 
-impl Metrics {
-    fn new() -> Self {
-        let client = |kind: &'static str| metrics::counter!("floodgate_gateway_client_errors_total", "kind" => kind);
-        Metrics {
-            bad_gateway: metrics::counter!("floodgate_gateway_upstream_errors_total", "kind" => "bad_gateway"),
-            timeout: metrics::counter!("floodgate_gateway_upstream_errors_total", "kind" => "timeout"),
-            bad_host: client("bad_host"),
-            bad_target: client("bad_target"),
-            malformed_body: client("malformed_body"),
-            incomplete_body: client("incomplete_body"),
-            body_too_large: client("body_too_large"),
-            body_timeout: client("body_timeout"),
-        }
-    }
-}
+/// The metric and `kind` label of each fault's counter, in the order of
+/// the rows [`Shared::answer`] gives.
+const METRICS: [(&str, &str); 8] = [
+    (CLIENT, "bad_host"),
+    (CLIENT, "bad_target"),
+    (CLIENT, "malformed_body"),
+    (CLIENT, "incomplete_body"),
+    (CLIENT, "body_too_large"),
+    (CLIENT, "body_timeout"),
+    (UPSTREAM, "bad_gateway"),
+    (UPSTREAM, "timeout"),
+];
 
 impl Shared {
-    /// Counts a client's fault and writes the gateway's answer to it (the
-    /// connection closed after it over HTTP/1.x: what follows in the
-    /// stream cannot be trusted).
-    fn client_error(&self, e: ClientError, version: Version) -> Response<ProxyBody> {
-        let (stat, metric, status, text) = match e {
-            ClientError::Host(h) => (
-                &self.stats.bad_host,
-                &self.metrics.bad_host,
-                StatusCode::BAD_REQUEST,
+    /// Counts `fault` and writes the gateway's answer to it.
+    fn answer(&self, fault: Fault) -> Response<ProxyBody> {
+        use ClientBodyError::*;
+        let s = &self.stats;
+        // The fault's row in `METRICS`, its counter, and the answer, whose
+        // first word is the status it is sent with.
+        let (row, stat, text) = match fault {
+            Fault::Host(h) => (
+                0,
+                &s.bad_host,
                 match h {
                     HostError::Missing => "400 Bad Request: no Host\n",
                     HostError::Duplicate => "400 Bad Request: more than one Host\n",
@@ -140,47 +132,55 @@ impl Shared {
                     HostError::Conflict => "400 Bad Request: Host differs from :authority\n",
                 },
             ),
-            ClientError::Target => (
-                &self.stats.bad_target,
-                &self.metrics.bad_target,
-                StatusCode::BAD_REQUEST,
+            Fault::Target => (
+                1,
+                &s.bad_target,
                 "400 Bad Request: invalid request target\n",
             ),
-            ClientError::Body(ClientBodyError::Malformed) => (
-                &self.stats.malformed_bodies,
-                &self.metrics.malformed_body,
-                StatusCode::BAD_REQUEST,
+            Fault::Body(Malformed) => (
+                2,
+                &s.malformed_bodies,
                 "400 Bad Request: malformed request body\n",
             ),
-            ClientError::Body(ClientBodyError::Incomplete) => (
-                &self.stats.incomplete_bodies,
-                &self.metrics.incomplete_body,
-                StatusCode::BAD_REQUEST,
+            Fault::Body(Incomplete) => (
+                3,
+                &s.incomplete_bodies,
                 "400 Bad Request: incomplete request body\n",
             ),
-            ClientError::Body(ClientBodyError::TooLarge) => (
-                &self.stats.bodies_too_large,
-                &self.metrics.body_too_large,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "413 Content Too Large\n",
-            ),
-            ClientError::BodyTimeout => (
-                &self.stats.upload_timeouts,
-                &self.metrics.body_timeout,
-                StatusCode::REQUEST_TIMEOUT,
-                "408 Request Timeout\n",
-            ),
+            Fault::Body(TooLarge) => (4, &s.bodies_too_large, "413 Content Too Large\n"),
+            Fault::BodyTimeout => (5, &s.upload_timeouts, "408 Request Timeout\n"),
+            Fault::BadGateway => (6, &s.bad_gateway, "502 Bad Gateway\n"),
+            Fault::Timeout => (7, &s.timeouts, "504 Gateway Timeout\n"),
         };
         stat.fetch_add(1, Ordering::Relaxed);
-        metric.increment(1);
-        tracing::debug!(error = ?e, "client error");
-        let mut res = error(status, text);
+        self.metrics[row].increment(1);
+        let status = StatusCode::from_bytes(&text.as_bytes()[..3]);
+        error(status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), text)
+    }
+
+    /// Answers a client's fault (the connection closed after it over
+    /// HTTP/1.x: what follows in the stream cannot be trusted).
+    fn client_error(&self, fault: Fault, version: Version) -> Response<ProxyBody> {
+        tracing::debug!(error = ?fault, "client error");
+        let mut res = self.answer(fault);
         // Keep-alive is an HTTP/1.x matter (HTTP/2 has no `Connection`).
         if version < Version::HTTP_2 {
             res.headers_mut()
                 .insert(CONNECTION, HeaderValue::from_static("close"));
         }
         res
+    }
+
+    /// Answers an upstream timeout (504).
+    fn gateway_timeout(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
+        tracing::debug!(error = %e, "upstream timed out");
+        self.answer(Fault::Timeout)
+    }
+
+    /// Answers an upstream failure (502).
+    fn bad_gateway(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
+        tracing::debug!(error = %e, "upstream request failed");
+        self.answer(Fault::BadGateway)
     }
 }
 
@@ -210,7 +210,7 @@ impl Proxy {
                 body_read_timeout: limits.body_read_timeout,
                 max_body_bytes: limits.max_body_bytes,
                 stats: ProxyStats::default(),
-                metrics: Metrics::new(),
+                metrics: METRICS.map(|(name, kind, ..)| metrics::counter!(name, "kind" => kind)),
             }),
         }
     }
@@ -226,13 +226,13 @@ impl Proxy {
     ) -> Option<Response<ProxyBody>> {
         let shared = &self.shared;
         let e = match normalize_host(req) {
-            Err(h) => ClientError::Host(h),
+            Err(h) => Fault::Host(h),
             Ok(())
                 if shared
                     .max_body_bytes
                     .is_some_and(|max| req.body().size_hint().lower() > max) =>
             {
-                ClientError::Body(ClientBodyError::TooLarge)
+                Fault::Body(ClientBodyError::TooLarge)
             }
             Ok(()) => return None,
         };
@@ -253,13 +253,104 @@ impl Proxy {
     /// response (or the gateway's error response), as a service's result:
     /// the forwarding future itself, not one awaiting it (a wrapper would be
     /// one more copy of it). Owns the proxy, for a future that must be
-    /// `'static`.
+    /// `'static`. The request is made ready for the upstream as it arrives
+    /// (no future holds the client's request, its fields or its moved-out
+    /// parts: a future's size is that of the most it holds across an
+    /// await, copied whole when it moves), then exchanged.
     pub(crate) fn forward(
         self,
         req: Request<Incoming>,
         client: ClientInfo,
     ) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static {
-        forward(self.shared, req, client)
+        let shared = self.shared;
+        let prepared = prepare(&shared, req, client);
+        // The exchange written in this block rather than awaited as a future
+        // of its own: an awaited future is built, then moved into the state
+        // of the one awaiting it.
+        async move {
+            let shared: &Shared = &shared;
+            let Prepared {
+                req,
+                target,
+                version,
+                progress,
+                client_upgrade,
+            } = match prepared {
+                Ok(p) => p,
+                Err(res) => return Ok(*res),
+            };
+            let up = &shared.upstream;
+            let result = {
+                // Pinned here, once: the exchange borrows it rather than holding
+                // (and moving) a copy of its own. Gone at the end of this block:
+                // the rest of the future does not carry it.
+                let send = std::pin::pin!(up.send(target, req));
+                match exchange(shared, send, progress.as_deref()).await {
+                    // The client broke its own upload: its error, whatever the
+                    // upstream's client made of the aborted body.
+                    Exchange::Failed(e) => {
+                        match progress.as_deref().and_then(Progress::client_error) {
+                            Some(c) => Exchange::ClientBody(c),
+                            None => Exchange::Failed(e),
+                        }
+                    }
+                    r => r,
+                }
+            };
+            Ok(match result {
+                Exchange::Response(mut res) => {
+                    let switched = match client_upgrade {
+                        Some((client, slot, asked))
+                            if res.status() == StatusCode::SWITCHING_PROTOCOLS =>
+                        {
+                            // An upgraded connection belongs to its tunnel, not
+                            // the pool.
+                            res.body_mut().take_upgraded().map(|upstream| {
+                                upgrade::spawn_tunnel(client, upstream, slot);
+                                res.headers().get(UPGRADE).cloned().unwrap_or(asked)
+                            })
+                        }
+                        _ => None,
+                    };
+                    let (mut parts, mut body) = res.into_parts();
+                    // The first frame, when it is there already: a body broken
+                    // from its first byte is the upstream's failure, answered 502
+                    // rather than a response head with nothing behind it.
+                    let first = if switched.is_none() && !body.is_end_stream() {
+                        match poll_once(&mut body).await {
+                            Some(Some(Err(e))) => return Ok(shared.bad_gateway(&e)),
+                            Some(Some(Ok(frame))) => Some(frame),
+                            Some(None) | None => None,
+                        }
+                    } else {
+                        None
+                    };
+                    strip_hop_by_hop(&mut parts.headers);
+                    if let Some(v) = switched {
+                        upgrade::restore(&mut parts.headers, v);
+                        shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
+                    }
+                    parts.version = Version::HTTP_11;
+                    Response::from_parts(
+                        parts,
+                        ProxyBody::upstream(body, first, up.response_timeout()),
+                    )
+                }
+                Exchange::ClientBody(e) => shared.client_error(Fault::Body(e), version),
+                Exchange::Failed(e @ ExchangeError::Connect(ConnectError::Timeout(_))) => {
+                    shared.gateway_timeout(&e)
+                }
+                Exchange::Failed(e) => shared.bad_gateway(&e),
+                Exchange::TimedOut => shared.gateway_timeout(&format_args!(
+                    "upstream response timed out after {:?}",
+                    up.response_timeout()
+                )),
+                Exchange::UploadStalled => {
+                    tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
+                    shared.client_error(Fault::BodyTimeout, version)
+                }
+            })
+        }
     }
 }
 
@@ -272,103 +363,6 @@ struct Prepared {
     /// The client's side of an upgrade it asked for, its connection's
     /// place, and the protocol asked for.
     client_upgrade: Option<(OnUpgrade, Option<Arc<Slot>>, HeaderValue)>,
-}
-
-/// Forwards `req`: made ready for the upstream as it arrives (no future
-/// holds the client's request, its fields or its moved-out parts: a
-/// future's size is that of the most it holds across an await, copied
-/// whole when it moves), then exchanged.
-fn forward(
-    shared: Arc<Shared>,
-    req: Request<Incoming>,
-    client: ClientInfo,
-) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send {
-    let prepared = prepare(&shared, req, client);
-    // The exchange written in this block rather than awaited as a future
-    // of its own: an awaited future is built, then moved into the state
-    // of the one awaiting it.
-    async move {
-        let shared: &Shared = &shared;
-        let Prepared {
-            req,
-            target,
-            version,
-            progress,
-            client_upgrade,
-        } = match prepared {
-            Ok(p) => p,
-            Err(res) => return Ok(*res),
-        };
-        let up = &shared.upstream;
-        let result = {
-            // Pinned here, once: the exchange borrows it rather than holding
-            // (and moving) a copy of its own. Gone at the end of this block:
-            // the rest of the future does not carry it.
-            let send = std::pin::pin!(up.send(target, req));
-            match exchange(shared, send, progress.as_deref()).await {
-                // The client broke its own upload: its error, whatever the
-                // upstream's client made of the aborted body.
-                Exchange::Failed(e) => match progress.as_deref().and_then(Progress::client_error) {
-                    Some(c) => Exchange::ClientBody(c),
-                    None => Exchange::Failed(e),
-                },
-                r => r,
-            }
-        };
-        Ok(match result {
-            Exchange::Response(mut res) => {
-                let switched = match client_upgrade {
-                    Some((client, slot, asked))
-                        if res.status() == StatusCode::SWITCHING_PROTOCOLS =>
-                    {
-                        // An upgraded connection belongs to its tunnel, not
-                        // the pool.
-                        res.body_mut().take_upgraded().map(|upstream| {
-                            upgrade::spawn_tunnel(client, upstream, slot);
-                            res.headers().get(UPGRADE).cloned().unwrap_or(asked)
-                        })
-                    }
-                    _ => None,
-                };
-                let (mut parts, mut body) = res.into_parts();
-                // The first frame, when it is there already: a body broken
-                // from its first byte is the upstream's failure, answered 502
-                // rather than a response head with nothing behind it.
-                let first = if switched.is_none() && !body.is_end_stream() {
-                    match poll_once(&mut body).await {
-                        Some(Some(Err(e))) => return Ok(shared.bad_gateway(&e)),
-                        Some(Some(Ok(frame))) => Some(frame),
-                        Some(None) | None => None,
-                    }
-                } else {
-                    None
-                };
-                strip_hop_by_hop(&mut parts.headers);
-                if let Some(v) = switched {
-                    upgrade::restore(&mut parts.headers, v);
-                    shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
-                }
-                parts.version = Version::HTTP_11;
-                Response::from_parts(
-                    parts,
-                    ProxyBody::upstream(body, first, up.response_timeout()),
-                )
-            }
-            Exchange::ClientBody(e) => shared.client_error(ClientError::Body(e), version),
-            Exchange::Failed(e @ ExchangeError::Connect(ConnectError::Timeout(_))) => {
-                shared.gateway_timeout(&e)
-            }
-            Exchange::Failed(e) => shared.bad_gateway(&e),
-            Exchange::TimedOut => shared.gateway_timeout(&format_args!(
-                "upstream response timed out after {:?}",
-                up.response_timeout()
-            )),
-            Exchange::UploadStalled => {
-                tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
-                shared.client_error(ClientError::BodyTimeout, version)
-            }
-        })
-    }
 }
 
 /// The request's hop-by-hop fields dropped, its forwarding fields added,
@@ -411,7 +405,7 @@ fn prepare(
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let version = req.version();
     let Some(target) = shared.upstream.prepare(&mut req) else {
-        return Err(Box::new(shared.client_error(ClientError::Target, version)));
+        return Err(Box::new(shared.client_error(Fault::Target, version)));
     };
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
     // goes as a plain one.
@@ -430,24 +424,6 @@ fn prepare(
         progress,
         client_upgrade,
     })
-}
-
-impl Shared {
-    /// Counts an upstream timeout and writes the 504.
-    fn gateway_timeout(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
-        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-        self.metrics.timeout.increment(1);
-        tracing::debug!(error = %e, "upstream timed out");
-        error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
-    }
-
-    /// Counts an upstream failure and writes the 502.
-    fn bad_gateway(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
-        self.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
-        self.metrics.bad_gateway.increment(1);
-        tracing::debug!(error = %e, "upstream request failed");
-        error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
-    }
 }
 
 /// Polls `body` once: its next frame or end when it is there already
