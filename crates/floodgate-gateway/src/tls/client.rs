@@ -38,12 +38,7 @@ fn roots(tls: &UpstreamTls) -> Result<RootCertStore, TlsError> {
 
 /// The client configuration for `tls` (TLS 1.2 and 1.3, no ALPN yet).
 pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
-    let builder = ClientConfig::builder_with_provider(super::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|source| TlsError::Rustls {
-            context: "TLS versions".into(),
-            source,
-        })?
+    let builder = super::versions(ClientConfig::builder_with_provider(super::provider()))?
         .with_root_certificates(roots(tls)?);
     match (&tls.cert, &tls.key) {
         (Some(cert), Some(key)) => {

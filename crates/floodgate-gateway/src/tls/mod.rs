@@ -15,6 +15,7 @@ pub mod server;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
+use rustls::{ConfigBuilder, ConfigSide, WantsVerifier, WantsVersions};
 
 pub use client::client_config;
 pub use pem::TlsError;
@@ -30,4 +31,16 @@ pub fn provider() -> Arc<CryptoProvider> {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `builder` (of either side's configuration) with TLS 1.2 and 1.3.
+fn versions<S: ConfigSide>(
+    builder: ConfigBuilder<S, WantsVersions>,
+) -> Result<ConfigBuilder<S, WantsVerifier>, TlsError> {
+    builder
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Rustls {
+            context: "TLS versions".into(),
+            source,
+        })
 }

@@ -78,12 +78,7 @@ impl ServerTls {
         let resolver = Arc::new(Resolver {
             current: ArcSwap::from_pointee(certified),
         });
-        let mut config = ServerConfig::builder_with_provider(super::provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|source| TlsError::Rustls {
-                context: "TLS versions".into(),
-                source,
-            })?
+        let mut config = super::versions(ServerConfig::builder_with_provider(super::provider()))?
             .with_no_client_auth()
             .with_cert_resolver(resolver.clone());
         config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
