@@ -181,18 +181,6 @@ impl Body for ProxyBody {
     }
 }
 
-impl std::fmt::Debug for ProxyBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            Kind::Upstream { .. } => f.write_str("ProxyBody::Upstream"),
-            Kind::Full { data } => f
-                .debug_struct("ProxyBody::Full")
-                .field("len", &data.as_ref().map_or(0, Bytes::len))
-                .finish(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

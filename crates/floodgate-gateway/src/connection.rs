@@ -83,16 +83,6 @@ pub struct Unsent {
     pub request: Option<Request<UploadBody>>,
 }
 
-impl From<hyper::client::conn::TrySendError<Request<UploadBody>>> for Unsent {
-    fn from(mut e: hyper::client::conn::TrySendError<Request<UploadBody>>) -> Self {
-        Unsent {
-            // Never written: safe to send again on another connection.
-            request: e.take_message(),
-            error: e.into_error().into(),
-        }
-    }
-}
-
 /// Sends `req` (prepared for the upstream) on `conn`; the response's body
 /// carries the connection, back to `pool` when it ends.
 ///
@@ -155,7 +145,11 @@ pub async fn send_http2(
     }
     match sender.try_send_request(req).await {
         Ok(res) => Ok(res.map(UpstreamBody::Http2)),
-        Err(e) => Err(Unsent::from(e)),
+        Err(mut e) => Err(Unsent {
+            // Never written: safe to send again on another connection.
+            request: e.take_message(),
+            error: e.into_error().into(),
+        }),
     }
 }
 

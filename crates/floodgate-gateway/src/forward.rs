@@ -44,14 +44,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     if connection {
-        // The named fields: comma-separated tokens, over all lines.
-        let named: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
+        let named: Vec<HeaderName> = named_fields(headers, &CONNECTION).collect();
         for name in named {
             headers.remove(name);
         }
@@ -67,6 +60,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     {
         headers.remove(TE);
     }
+}
+
+/// The field names a list field (`Connection`, `Trailer`) names:
+/// comma-separated tokens, over all its lines.
+pub fn named_fields<'a>(
+    headers: &'a HeaderMap,
+    list: &HeaderName,
+) -> impl Iterator<Item = HeaderName> + 'a {
+    (headers.get_all(list).iter())
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
 }
 
 /// Appends `peer` to `X-Forwarded-For` (all existing lines joined into one,

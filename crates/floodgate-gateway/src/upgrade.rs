@@ -13,6 +13,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 
+use crate::forward::named_fields;
 use crate::h1::Conn;
 
 /// The `Upgrade` field of an HTTP/1.1 request that asks for an upgrade
@@ -22,12 +23,7 @@ pub fn requested(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
         return None;
     }
     let upgrade = headers.get(UPGRADE)?;
-    let asked = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    let asked = named_fields(headers, &CONNECTION).any(|n| n == UPGRADE);
     asked.then(|| upgrade.clone())
 }
 

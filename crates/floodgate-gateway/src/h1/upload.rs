@@ -20,6 +20,7 @@ use tokio::io::AsyncWrite;
 
 use super::Conn;
 use crate::connection::ExchangeError;
+use crate::forward::named_fields;
 use crate::upload::UploadBody;
 
 /// A request body on its way to the upstream.
@@ -62,10 +63,7 @@ impl Upload {
     pub fn new(body: UploadBody, headers: &HeaderMap) -> Self {
         let chunked = !headers.contains_key(CONTENT_LENGTH);
         let announced = if chunked {
-            (headers.get_all(TRAILER).iter())
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            named_fields(headers, &TRAILER)
                 .filter(|name| !NOT_TRAILERS.contains(name))
                 .collect()
         } else {
