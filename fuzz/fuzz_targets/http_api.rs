@@ -66,7 +66,7 @@ static ROUTER: LazyLock<Router> = LazyLock::new(|| {
     let policy = PolicySet::compile(&spec).expect("the policy compiles");
     let backend = AnyBackend::Memory(MemoryBackend::new(StoreConfig::default()).expect("a store"));
     let settings = Settings::default();
-    let engine = Engine::new(policy, backend).with_request_limits(settings.server.request_limits());
+    let engine = Engine::new(policy, backend).with_request_limits(settings.server.request_limits);
     let health = Arc::new(Health::new(Arc::new(engine)));
     let service = DecisionService::new(health, &settings).expect("a service");
     floodgate_server::internals::router(Arc::new(service), 64 * 1024)
