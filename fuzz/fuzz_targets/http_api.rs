@@ -65,11 +65,12 @@ static ROUTER: LazyLock<Router> = LazyLock::new(|| {
     let spec = load_str("fuzz.yaml", POLICY, &LoadOptions::default()).expect("the policy reads");
     let policy = PolicySet::compile(&spec).expect("the policy compiles");
     let backend = AnyBackend::Memory(MemoryBackend::new(StoreConfig::default()).expect("a store"));
-    let settings = Settings::default();
+    let mut settings = Settings::default();
+    settings.server.body_limit = 64 * 1024;
     let engine = Engine::new(policy, backend).with_request_limits(settings.server.request_limits);
     let health = Arc::new(Health::new(Arc::new(engine)));
     let service = DecisionService::new(health, &settings).expect("a service");
-    floodgate_server::internals::router(Arc::new(service), 64 * 1024)
+    floodgate_server::internals::router(Arc::new(service))
 });
 
 const PATHS: [&str; 5] = [

@@ -96,7 +96,7 @@ pub async fn serve(
     }
     if let Some(addr) = s.http {
         let listener = bind("http", addr).await?;
-        let api = crate::http::router(svc.clone(), s.body_limit);
+        let api = crate::http::router(svc.clone());
         let api = hyper_util::service::TowerToHyperService::new(api);
         let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
         let stop = stop_rx.clone();

@@ -30,30 +30,6 @@ pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
-/// Answers 413 at once for a body whose declared length is over `limit`,
-/// before reading any of it (the limit on the body itself covers the rest).
-pub async fn reject_declared_oversize(
-    axum::extract::State(limit): axum::extract::State<usize>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PAYLOAD_TOO_LARGE",
-            format!("the request body is larger than the configured body limit ({limit} bytes)"),
-        )
-        .into_response();
-    }
-    next.run(request).await
-}
-
 /// Requires `Content-Type: application/json` (415 otherwise).
 pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let ct = headers

@@ -13,15 +13,16 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::routing::post;
 
 use crate::decision::DecisionService;
 
 pub use error::ApiError;
 
-/// The public HTTP routes, with bodies limited to `body_limit` bytes.
-pub fn router(service: Arc<DecisionService>, body_limit: usize) -> Router {
+/// The public HTTP routes, with bodies limited to the service's
+/// `body_limit` bytes.
+pub fn router(service: Arc<DecisionService>) -> Router {
     Router::new()
         .route("/json", post(envoy_json::handle))
         .route("/v1/check", post(check::handle))
@@ -30,11 +31,7 @@ pub fn router(service: Arc<DecisionService>, body_limit: usize) -> Router {
             service.health().clone(),
         ))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            body_limit,
-            body::reject_declared_oversize,
-        ))
+        .layer(DefaultBodyLimit::max(service.body_limit))
         .layer(axum::middleware::from_fn_with_state(
             service.clone(),
             bounded,
@@ -43,9 +40,11 @@ pub fn router(service: Arc<DecisionService>, body_limit: usize) -> Router {
 }
 
 /// Every call within the service's bounds: refused at once (503) when as
-/// many calls as `server.limits.max_requests` are in flight; answered 504
-/// when it takes longer than `server.limits.request_timeout` (a body that
-/// never comes whole included).
+/// many calls as `server.limits.max_requests` are in flight, or (413) when
+/// its body's declared length is over the body limit, before reading any
+/// of it (the limit on the body itself covers the rest); answered 504 when
+/// it takes longer than `server.limits.request_timeout` (a body that never
+/// comes whole included).
 async fn bounded(
     State(s): State<Arc<DecisionService>>,
     request: axum::extract::Request,
@@ -60,6 +59,20 @@ async fn bounded(
         )
         .into_response();
     };
+    let declared = (request.headers().get(header::CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.body_limit as u64) {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+            format!(
+                "the request body is larger than the configured body limit ({} bytes)",
+                s.body_limit
+            ),
+        )
+        .into_response();
+    }
     match tokio::time::timeout(s.request_timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::new(
