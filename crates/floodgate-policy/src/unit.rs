@@ -220,6 +220,42 @@ pub fn format_duration(d: Duration) -> String {
 mod tests {
     use super::*;
 
+    /// A duration value says what it expected, wherever it is read.
+    #[test]
+    fn duration_values_name_what_they_expected() {
+        use crate::yaml::Document;
+        let doc = Document::parse(&"f.yaml".into(), "{a: 0, b: {c: 1}, d: soon, e: 2m}").unwrap();
+        let map = doc.root().map().unwrap();
+        let node = |k| map.get(k).unwrap();
+        assert_eq!(node("a").duration(true).unwrap(), Duration::ZERO);
+        assert_eq!(node("e").duration(false).unwrap(), Duration::from_secs(120));
+        for (key, zero, expected) in [
+            (
+                "a",
+                false,
+                "f.yaml:1:5: expected a duration above zero, found `0`",
+            ),
+            (
+                "b",
+                true,
+                "f.yaml:1:11: expected a duration, found a mapping",
+            ),
+            (
+                "d",
+                true,
+                "f.yaml:1:22: expected a duration such as 0, 500ms, 1.5s, 1m30s, 1d or minute, found `soon`",
+            ),
+            (
+                "d",
+                false,
+                "f.yaml:1:22: expected a duration such as 500ms, 1.5s, 1m30s, 1d or minute, found `soon`",
+            ),
+        ] {
+            let e = node(key).duration(zero).unwrap_err().to_string();
+            assert_eq!(e, expected);
+        }
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
