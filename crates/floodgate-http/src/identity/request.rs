@@ -74,17 +74,14 @@ pub trait RequestHead {
 }
 
 impl<B> RequestHead for http::Request<B> {
-    #[inline]
     fn method(&self) -> &str {
         self.method().as_str()
     }
 
-    #[inline]
     fn path(&self) -> &str {
         self.uri().path()
     }
 
-    #[inline]
     fn header_lines(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
         self.headers()
             .get_all(name)
@@ -92,7 +89,6 @@ impl<B> RequestHead for http::Request<B> {
             .map(HeaderValue::as_bytes)
     }
 
-    #[inline]
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         self.headers().get(name).map(HeaderValue::as_bytes)
     }
