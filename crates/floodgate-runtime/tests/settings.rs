@@ -448,3 +448,55 @@ fn the_redis_defaults_are_the_librarys() {
     let redis = file("store:\n  backend: redis\n").unwrap().store.redis;
     assert_eq!(redis, floodgate_redis::RedisConfig::default());
 }
+
+/// A setting of a Sentinel store or of the local failure policy is refused
+/// wherever it is given to a store without it; a setting of the Redis
+/// store or of a sync mode is refused only in the file (the environment
+/// may configure a Redis store a flag then does not choose, or a sync mode
+/// the file does not use).
+#[test]
+fn settings_of_another_store_or_mode_are_refused_where_they_mislead() {
+    let mut flags = Flags::new();
+    flags.set("store.backend", Value::one("redis"));
+    let with_env = |pairs: &[(&str, &str)], text: &str| {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = move |k: &str| env.get(k).cloned();
+        let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
+        Settings::resolve(&flags, &Env::new(&lookup), &[doc]).map_err(|e| e.to_string())
+    };
+    let e = with_env(&[("FLOODGATE_REDIS_MASTER", "mymaster")], "").unwrap_err();
+    assert!(
+        e.contains("FLOODGATE_REDIS_MASTER: master only applies to mode: sentinel"),
+        "{e}"
+    );
+    let e = with_env(
+        &[("FLOODGATE_DIVIDE_BY", "3")],
+        "store: {failure_policy: fail_open}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("FLOODGATE_DIVIDE_BY: divide_by only applies to failure_policy: local"),
+        "{e}"
+    );
+    with_env(
+        &[("FLOODGATE_SYNC_INTERVAL", "250ms")],
+        "store: {sync: lease}\n",
+    )
+    .unwrap();
+    with_env(&[("FLOODGATE_LEASE_DURATION", "2s")], "").unwrap();
+    let e = with_env(&[], "store: {sync: {interval: 1s, duration: 1s}}\n").unwrap_err();
+    for key in ["interval", "duration"] {
+        assert!(
+            e.contains(&format!("{key} does not apply to sync mode exact")),
+            "{e}"
+        );
+    }
+    let memory = env_only(&[
+        ("FLOODGATE_STORE", "memory"),
+        ("FLOODGATE_REDIS_TIMEOUT", "1s"),
+    ]);
+    assert_eq!(memory.unwrap().store.backend, StoreKind::Memory);
+}

@@ -245,37 +245,28 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut 
             let keys = Settings::table().iter().map(|s| s.key);
             let redis_only = keys.filter(|k| k.starts_with("store.") && !MEMORY.contains(k));
             let why = "only applies to backend: redis";
-            not_applicable(redis_only, in_file, why, origins, errors);
+            not_applicable(redis_only, false, why, origins, errors);
         }
         StoreKind::Redis => {
             let why = "only applies to backend: memory";
-            not_applicable(["store.capacity"], in_file, why, origins, errors);
+            not_applicable(["store.capacity"], false, why, origins, errors);
             assemble(store, &address, origins, errors);
         }
     }
 }
 
-/// Whether a setting was given in the file.
-fn in_file(o: &Origin) -> bool {
-    matches!(o, Origin::File(_))
-}
-
-/// Whether a setting was given anywhere.
-fn given(o: &Origin) -> bool {
-    *o != Origin::Default
-}
-
-/// An error at each of `keys` whose origin is `misplaced`: `<name> <why>`.
+/// An error at each of `keys` given in the file (`anywhere`: given at
+/// all): `<name> <why>`.
 fn not_applicable<'k>(
     keys: impl IntoIterator<Item = &'k str>,
-    misplaced: impl Fn(&Origin) -> bool,
+    anywhere: bool,
     why: &str,
     origins: &Origins,
     errors: &mut Errors,
 ) {
     for key in keys {
         let o = origins.of(key);
-        if misplaced(&o) {
+        if matches!(o, Origin::File(_)) || (anywhere && o != Origin::Default) {
             let name = key.trim_start_matches("store.");
             errors.push(o.error(format!("{name} {why}")));
         }
@@ -331,13 +322,8 @@ fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, erro
         &a.sentinel_auth
     } else {
         let sentinel_only = ["store.master", "store.master_auth", "store.sentinel_auth"];
-        not_applicable(
-            sentinel_only,
-            given,
-            "only applies to mode: sentinel",
-            origins,
-            errors,
-        );
+        let why = "only applies to mode: sentinel";
+        not_applicable(sentinel_only, true, why, origins, errors);
         if let Some(urls) = errors.take(parse_redis_urls(&a.url).map_err(url_error)) {
             r.urls = urls;
         }
@@ -360,21 +346,18 @@ fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, erro
         FailurePolicy::Local { .. } => {}
         _ => {
             let why = "only applies to failure_policy: local";
-            not_applicable(["store.divide_by"], given, why, origins, errors);
+            not_applicable(["store.divide_by"], true, why, origins, errors);
         }
     }
     // A period given in the file belongs to its mode (`interval` to `sync`,
     // `duration` to `lease`).
     let why = format!("does not apply to sync mode {}", r.sync.name());
-    let sync = matches!(r.sync, SyncMode::Sync { .. });
-    let lease = matches!(r.sync, SyncMode::Lease { .. });
-    for (key, applies) in [
-        ("store.sync.interval", sync),
-        ("store.sync.duration", lease),
-    ] {
-        let misplaced = |o: &Origin| !applies && in_file(o);
-        not_applicable([key], misplaced, &why, origins, errors);
-    }
+    let misplaced = match r.sync {
+        SyncMode::Exact => &["store.sync.interval", "store.sync.duration"][..],
+        SyncMode::Lease { .. } => &["store.sync.interval"],
+        SyncMode::Sync { .. } => &["store.sync.duration"],
+    };
+    not_applicable(misplaced.iter().copied(), false, &why, origins, errors);
     if !r.pipeline_window.is_zero() && r.pipeline_window >= r.timeout {
         errors.push(origins.of("store.pipeline_window").error(format!(
             "pipeline_window must be shorter than the timeout ({:?})",
