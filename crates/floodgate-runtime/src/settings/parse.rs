@@ -45,16 +45,6 @@ pub fn parse_size(text: &str) -> Option<usize> {
     n.checked_mul(mult)
 }
 
-/// `true`/`false`, and the spellings Go and YAML accept (`1`, `t`, `yes`,
-/// `on`, any case).
-pub fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "t" | "true" | "y" | "yes" | "on" => Some(true),
-        "0" | "f" | "false" | "n" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
 /// One of a few words: the value of the first of `choices` with a
 /// spelling that is the trimmed text; else an error naming each choice's
 /// first spelling.
@@ -106,9 +96,14 @@ pub fn positive_duration(v: &str) -> Result<Duration, String> {
     read_duration(v, false)
 }
 
-/// A boolean.
+/// A boolean: `true`/`false`, and the spellings Go and YAML accept (`1`,
+/// `t`, `yes`, `on`, any case).
 pub fn boolean(v: &str) -> Result<bool, String> {
-    parse_bool(v).ok_or_else(|| format!("expected true or false, found `{}`", v.trim()))
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "y" | "yes" | "on" => Ok(true),
+        "0" | "f" | "false" | "n" | "no" | "off" => Ok(false),
+        _ => Err(format!("expected true or false, found `{}`", v.trim())),
+    }
 }
 
 /// A size above zero.

@@ -46,13 +46,10 @@ fn debug_listener(env: &Env<'_>) -> Result<Option<String>, String> {
     if let Some(debug) = env.host_port("DEBUG_HOST", "DEBUG_PORT", "")? {
         return Ok(Some(debug));
     }
-    let prometheus = env
-        .get("USE_PROMETHEUS")
-        .map(|v| super::parse::parse_bool(&v) == Some(true));
-    Ok(match prometheus {
-        Some(true) => env.get("PROMETHEUS_ADDR"),
-        _ => None,
-    })
+    let prometheus = env.get("USE_PROMETHEUS").map(|v| boolean(&v));
+    Ok(env
+        .get("PROMETHEUS_ADDR")
+        .filter(|_| prometheus == Some(Ok(true))))
 }
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: envoyproxy/ratelimit
