@@ -62,11 +62,10 @@ impl Reload {
         let (_, http) = read_sections(&Flags::new(), &Env::new(&|_| None), docs, &mut errors);
         errors.finish(()).map_err(GatewayError::Config)?;
         self.startup.check_reload(docs);
-        let gateway_changed = self.started_with.changed(docs);
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
         check_policy(self.gateway.engine().backend().kind(), &policy)?;
-        if gateway_changed {
+        if self.started_with.changed(docs) {
             tracing::warn!("the gateway section changed: it is only read at startup");
         }
         self.gateway.engine().replace_policy(policy);
