@@ -14,7 +14,7 @@ use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::AnyBackend;
 use floodgate_runtime::backend::check_policy;
-use floodgate_runtime::settings::{Env, Flags, PolicyOverrides, Settings, StartupSections};
+use floodgate_runtime::settings::{Env, Flags, Given, PolicyOverrides, Settings, StartupSections};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
@@ -25,22 +25,27 @@ use floodgate_http::HttpSection;
 pub struct Reload {
     gateway: Arc<Gateway<AnyBackend>>,
     overrides: PolicyOverrides,
+    given: Given,
     started_with: StartupSections<crate::settings::Draft>,
     startup: StartupSections,
 }
 
 impl Reload {
     /// Reloads for `gateway`, which started with the configuration
-    /// `documents`; `overrides` (from the environment and flags) are
-    /// applied to every new policy as they were at startup.
+    /// `documents` and what it was `given` besides them (flags, the
+    /// environment: new files are read with them); `overrides` (from the
+    /// environment and flags) are applied to every new policy as they were
+    /// at startup.
     pub fn new(
         gateway: Arc<Gateway<AnyBackend>>,
         overrides: PolicyOverrides,
+        given: Given,
         documents: &[Document],
     ) -> Self {
         Reload {
             gateway,
             overrides,
+            given,
             started_with: StartupSections::of(documents),
             startup: StartupSections::of(documents),
         }
@@ -56,12 +61,14 @@ impl Reload {
     pub fn apply(&self, compiled: Compiled) -> Result<(), GatewayError> {
         let docs = &compiled.loaded.documents;
         let mut errors = Errors::default();
-        if let Err(e) = Settings::from_documents(docs) {
-            errors.extend(e);
-        }
-        let (_, http) = read_sections(&Flags::new(), &Env::new(&|_| None), docs, &mut errors);
+        let (_, http) = self.given.replay(|flags, env| {
+            if let Err(e) = Settings::resolve(flags, env, docs) {
+                errors.extend(e);
+            }
+            read_sections(flags, env, docs, &mut errors)
+        });
         errors.finish(()).map_err(GatewayError::Config)?;
-        self.startup.check_reload(docs);
+        self.startup.check_reload(&self.given, docs);
         let mut policy = compiled.policy;
         self.overrides.apply(&mut policy.settings);
         check_policy(self.gateway.engine().backend().kind(), &policy)?;

@@ -14,7 +14,7 @@ use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{Counters, Http, Protocols, bind, descriptors, serve};
-use floodgate_runtime::settings::{Env, Flags};
+use floodgate_runtime::settings::{Env, Flags, Given};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use http::Request;
 use http::header::UPGRADE;
@@ -51,11 +51,18 @@ pub struct Loaded {
 /// every problem is reported at once. Install the metrics recorder first:
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
-    let runtime = floodgate_runtime::config::load(flags, env)?;
-    let mut errors = Errors::default();
-    let (gateway, http) =
-        read_sections(flags, env, &runtime.compiled.loaded.documents, &mut errors);
-    errors.finish(()).map_err(GatewayError::Config)?;
+    let (read, given) = Given::record(flags, env, |flags, env| {
+        let runtime = floodgate_runtime::config::load(flags, env)?;
+        let mut errors = Errors::default();
+        let docs = &runtime.compiled.loaded.documents;
+        let (gateway, http) = read_sections(flags, env, docs, &mut errors);
+        errors
+            .finish((runtime, gateway, http))
+            .map_err(GatewayError::Config)
+    });
+    let (mut runtime, gateway, http) = read?;
+    // What the gateway's sections read too.
+    runtime.given = given;
     Ok(Loaded {
         runtime,
         gateway: gateway.ok_or(GatewayError::NoSection)?,
@@ -149,6 +156,7 @@ pub async fn start(
         source,
         compiled,
         settings,
+        given,
         thread,
     } = runtime;
     if config.upstream.urls.is_empty() {
@@ -166,7 +174,7 @@ pub async fn start(
     let tls = tls.map(Arc::new);
     let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));
     gateway.set_limiter(http);
-    let reload = Reload::new(gateway.clone(), settings.policy, &loaded.documents);
+    let reload = Reload::new(gateway.clone(), settings.policy, given, &loaded.documents);
     let certificate = tls.clone();
     // A renewed certificate is picked up at the policies' pace, and re-read
     // whatever its files look like when a reload is asked for.

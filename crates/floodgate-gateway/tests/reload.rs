@@ -48,7 +48,12 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
         },
     };
     let started = source.compile().unwrap();
-    let reload = Reload::new(g.clone(), Default::default(), &started.loaded.documents);
+    let reload = Reload::new(
+        g.clone(),
+        Default::default(),
+        Default::default(),
+        &started.loaded.documents,
+    );
     let (policy, limiter) = (g.engine().policy(), g.limiter());
 
     for (what, text, error) in [
@@ -125,5 +130,53 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
     assert!(!Arc::ptr_eq(&now, &limiter));
     let section = now.as_ref().as_ref().map(|l| l.section().contract.status);
     assert_eq!(section.map(|s| s.as_u16()), Some(503));
+    gw.shutdown().await;
+}
+
+/// A reload reads the new files with the flags and environment the gateway
+/// started with: an upstream given by the environment (or a flag) beside a
+/// `gateway:` section without one is as valid on reload as at startup,
+/// and a store chosen by a flag still owns its settings in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reads_the_files_with_the_startup_flags_and_environment() {
+    let up = upstream().await;
+    let url = format!("http://{}", up.addr);
+    let text = |requests| {
+        let more = format!("{SERVER}gateway: {{access_log: false}}\nstore: {{capacity: 1000}}\n");
+        config(requests, ROUTES, "", &more)
+    };
+    let file = ConfigFile::new(&text(3));
+    let flags = floodgate_runtime::settings::Flags::new()
+        .with("config", file.path.display().to_string())
+        .with("gateway.listen", "127.0.0.1:0")
+        .with("store.backend", "memory")
+        .with("server.admin", "off");
+    let env = |name: &str| (name == "FLOODGATE_UPSTREAM").then(|| url.clone());
+    let loaded = floodgate_gateway::load(&flags, &floodgate_runtime::settings::Env::new(&env))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gw = floodgate_gateway::start(loaded, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A rule's fingerprint covers its limit.
+    let rules = |gw: &floodgate_gateway::Running| {
+        let policy = gw.gateway().engine().policy();
+        policy
+            .rules()
+            .iter()
+            .map(|r| r.fingerprint)
+            .collect::<Vec<_>>()
+    };
+    let started = rules(&gw);
+
+    file.rewrite(&text(6));
+    gw.reload_now();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rules(&gw) == started {
+        assert!(
+            std::time::Instant::now() < end,
+            "the reload was not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     gw.shutdown().await;
 }

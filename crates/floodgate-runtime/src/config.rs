@@ -9,7 +9,7 @@ use floodgate_policy::reload::{Compiled, ConfigSource};
 
 use crate::config_thread::ConfigThread;
 use crate::error::RuntimeError;
-use crate::settings::{Env, Flags, SECTIONS, Settings};
+use crate::settings::{Env, Flags, Given, SECTIONS, Settings};
 
 /// A loaded configuration.
 #[derive(Debug)]
@@ -20,6 +20,9 @@ pub struct Loaded {
     pub compiled: Compiled,
     /// Every setting.
     pub settings: Settings,
+    /// The flags and environment it was read with (a reload reads its
+    /// files with them).
+    pub given: Given,
     /// The thread it was loaded on, where it is watched and reloaded (see
     /// [`Watching`](crate::lifecycle::Watching)).
     pub thread: ConfigThread,
@@ -29,6 +32,11 @@ pub struct Loaded {
 /// metrics recorder before serving: a rule resolves its metric handles
 /// from it on its first decision.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
+    let (loaded, given) = Given::record(flags, env, read);
+    loaded.map(|loaded| Loaded { given, ..loaded })
+}
+
+fn read(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
     let boot = Settings::resolve(flags, env, &[]).map_err(RuntimeError::Config)?;
     let paths = boot
         .config
@@ -54,6 +62,7 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
         source,
         compiled,
         settings,
+        given: Given::default(),
         thread,
     })
 }

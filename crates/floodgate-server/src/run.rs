@@ -43,6 +43,7 @@ pub async fn serve(
         source,
         compiled,
         settings,
+        given,
         thread,
     } = loaded;
     if let Some(h) = &prometheus {
@@ -71,7 +72,7 @@ pub async fn serve(
     );
     let reloaded = svc.clone();
     let apply = move |c: Compiled| {
-        startup.check_reload(&c.loaded.documents);
+        startup.check_reload(&given, &c.loaded.documents);
         reloaded.replace_policy(c.policy)
     };
     let interval = settings.server.reload_interval;

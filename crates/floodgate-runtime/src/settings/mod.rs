@@ -11,6 +11,7 @@
 
 pub mod checks;
 mod envoy;
+mod given;
 mod parse;
 mod server;
 mod store;
@@ -30,6 +31,7 @@ use floodgate_redis::RedisConfig;
 use crate::listener::ConnectionLimits;
 
 pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
+pub use given::Given;
 pub use parse::{
     ANY, boolean, choice, count_in, duration, header_bytes, parse_listen_on, parse_size,
     positive_duration,
@@ -330,9 +332,10 @@ impl<T: Declared> StartupSections<T> {
 }
 
 impl StartupSections {
-    /// Logs what a reload to `documents` cannot apply.
-    pub fn check_reload(&self, documents: &[Document]) {
-        if let Err(e) = Settings::from_documents(documents) {
+    /// Logs what a reload to `documents` cannot apply, reading them with
+    /// what startup was `given`.
+    pub fn check_reload(&self, given: &Given, documents: &[Document]) {
+        if let Err(e) = given.replay(|flags, env| Settings::resolve(flags, env, documents)) {
             tracing::warn!(errors = %e, "the server and store sections are invalid (they are only read at startup)");
         } else if self.changed(documents) {
             tracing::warn!(
