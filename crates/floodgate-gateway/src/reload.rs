@@ -13,7 +13,7 @@ use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::AnyBackend;
-use floodgate_runtime::backend::check_policy;
+use floodgate_runtime::backend::replace_policy;
 use floodgate_runtime::settings::{Env, Flags, Given, PolicyOverrides, Settings, StartupSections};
 
 use crate::config::GatewayConfig;
@@ -69,13 +69,10 @@ impl Reload {
         });
         errors.finish(()).map_err(GatewayError::Config)?;
         self.startup.check_reload(&self.given, docs);
-        let mut policy = compiled.policy;
-        self.overrides.apply(&mut policy.settings);
-        check_policy(self.gateway.engine().backend().kind(), &policy)?;
+        replace_policy(self.gateway.engine(), &self.overrides, compiled.policy)?;
         if self.started_with.changed(docs) {
             tracing::warn!("the gateway section changed: it is only read at startup");
         }
-        self.gateway.engine().replace_policy(policy);
         if self.gateway.set_limiter(http) {
             tracing::info!("http section reloaded: new limiter");
         }

@@ -4,12 +4,12 @@ use std::future::Future;
 
 use floodgate::{Apply, Clock, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{
-    Backend, BackendError, Item, MemoryBackend, PolicySet, Released, SyncBackend,
+    Backend, BackendError, Engine, Item, MemoryBackend, PolicySet, Released, SyncBackend,
 };
 use floodgate_redis::{ConnectError, RedisBackend, ResilientBackend};
 
 use crate::error::RuntimeError;
-use crate::settings::{StoreKind, StoreSettings};
+use crate::settings::{PolicyOverrides, StoreKind, StoreSettings};
 
 /// Checks that a store of kind `store` can decide every limit of
 /// `policy`, before it is built and on every reload: the in-memory store
@@ -51,6 +51,20 @@ pub fn check_policy(store: StoreKind, policy: &PolicySet) -> Result<(), RuntimeE
         if bad.len() == 1 { "one" } else { "some" },
         bad.join("\n  ")
     )))
+}
+
+/// Puts a reloaded `policy` in force in `engine`, with the settings
+/// `overrides` force, unless its store cannot decide one of its limits
+/// ([`check_policy`]): the running policy then stays.
+pub fn replace_policy(
+    engine: &Engine<AnyBackend>,
+    overrides: &PolicyOverrides,
+    mut policy: PolicySet,
+) -> Result<(), RuntimeError> {
+    overrides.apply(&mut policy.settings);
+    check_policy(engine.backend().kind(), &policy)?;
+    engine.replace_policy(policy);
+    Ok(())
 }
 
 /// Either store, behind one [`Backend`].

@@ -15,7 +15,7 @@ pub mod admin;
 pub mod backend;
 pub mod config;
 pub mod config_thread;
-pub mod dashboard;
+mod dashboard;
 pub mod error;
 pub mod health;
 pub mod lifecycle;

@@ -65,11 +65,8 @@ impl DecisionService {
     /// Swaps in a reloaded policy (with the forced settings applied),
     /// unless its store cannot decide one of its limits: the running policy
     /// then stays.
-    pub fn replace_policy(&self, mut policy: PolicySet) -> Result<(), RuntimeError> {
-        floodgate_runtime::backend::check_policy(self.engine.backend().kind(), &policy)?;
-        self.overrides.apply(&mut policy.settings);
-        self.engine.replace_policy(policy);
-        Ok(())
+    pub fn replace_policy(&self, policy: PolicySet) -> Result<(), RuntimeError> {
+        floodgate_runtime::backend::replace_policy(&self.engine, &self.overrides, policy)
     }
 
     /// Decides one request and records its metrics.
