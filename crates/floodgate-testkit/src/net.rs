@@ -7,18 +7,31 @@ use std::time::{Duration, Instant};
 /// A port that was free a moment ago on 127.0.0.1, and that this process
 /// has not handed out before: tests running at once in one process never
 /// get the same port (one would start its server on the other's, or find
-/// the other's server there).
+/// the other's server there). It lies below the kernel's ephemeral range,
+/// so the outgoing connections of other tests and processes, which take
+/// their local ports from that range, cannot take it before the server
+/// under test binds it.
 pub fn free_port() -> u16 {
     use std::collections::HashSet;
     use std::sync::Mutex;
     static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, span) = (
+        ephemeral.saturating_sub(16_000).max(1_024),
+        16_000.min(ephemeral.saturating_sub(1_024).max(1)),
+    );
+    // Processes running at once start apart in the range.
+    let mut n = std::process::id().wrapping_mul(7_919);
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("bind an ephemeral port");
-        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-        if given.get_or_insert_with(HashSet::new).insert(port) {
+        n = n.wrapping_add(1);
+        let port = low + (n % u32::from(span)) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
