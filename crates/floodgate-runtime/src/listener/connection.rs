@@ -11,11 +11,12 @@ use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use futures_util::FutureExt;
+use http::Request;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -171,9 +172,17 @@ impl Http {
         // A request (an HTTP/2 stream) is in flight until its response body
         // is dropped.
         let counted = activity.clone();
+        // `map`, not an `async` block: the service's future is polled where
+        // it was put, not moved once more into the block's state on its
+        // first poll (a gateway's is kilobytes, moved per request).
         let svc = service_fn(move |req: Request<Incoming>| {
             let flight = counted.begin();
-            Answer::new(service.call(req), flight)
+            service.call(req).map(move |Ok(res)| {
+                Ok::<_, Infallible>(res.map(|body| Held {
+                    body,
+                    _flight: flight,
+                }))
+            })
         });
         let result = match (kind, self.protocols) {
             (Sniffed::Closed, _) | (Sniffed::Http1, Protocols::Http2) => return,
@@ -207,45 +216,6 @@ async fn first_bytes<I: AsyncRead + AsyncWrite + Unpin>(
         _ = signalled(stop) => return None,
     };
     Some((Prefixed::new(prefix, io), kind))
-}
-
-pin_project! {
-    /// A service's answer to one request, its response body made to keep
-    /// the request in flight ([`Held`]). Written out rather than as an
-    /// `async` block: the service's future is polled where it was put,
-    /// not moved once more into the block's state on its first poll (a
-    /// gateway's is kilobytes, moved per request).
-    struct Answer<F> {
-        #[pin]
-        answer: F,
-        flight: Option<InFlight>,
-    }
-}
-
-impl<F> Answer<F> {
-    fn new(answer: F, flight: InFlight) -> Self {
-        Answer {
-            answer,
-            flight: Some(flight),
-        }
-    }
-}
-
-impl<F, B> Future for Answer<F>
-where
-    F: Future<Output = Result<Response<B>, Infallible>>,
-{
-    type Output = Result<Response<Held<B>>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let Ok(res) = ready!(this.answer.poll(cx));
-        let flight = this.flight.take().expect("polled after completion");
-        Poll::Ready(Ok(res.map(|body| Held {
-            body,
-            _flight: flight,
-        })))
-    }
 }
 
 pin_project! {
