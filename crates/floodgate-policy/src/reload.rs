@@ -484,10 +484,15 @@ where
             // After an unsettled check: check again soon, as asked.
             let mut again: Option<bool> = None;
             while !shared.stop.load(Ordering::Acquire) {
-                match (again, interval) {
-                    (Some(_), _) => std::thread::park_timeout(self.settle()),
-                    (None, Some(i)) => std::thread::park_timeout(i),
-                    (None, None) => std::thread::park(),
+                // Not when a check was asked for already: its wake-up may
+                // have been spent before this thread came to wait (by
+                // whatever it ran before, e.g. waiting for this job).
+                if !shared.asked.load(Ordering::Acquire) {
+                    match (again, interval) {
+                        (Some(_), _) => std::thread::park_timeout(self.settle()),
+                        (None, Some(i)) => std::thread::park_timeout(i),
+                        (None, None) => std::thread::park(),
+                    }
                 }
                 if shared.stop.load(Ordering::Acquire) {
                     break;

@@ -279,6 +279,45 @@ fn a_watcher_without_interval_reloads_only_when_asked() {
     assert_eq!(*applied.lock().unwrap(), 1);
 }
 
+/// A request made before the watcher first waits is kept: the thread it
+/// runs on may have spent the wake-up meanwhile (here it parks once
+/// before running the watcher, as a thread waiting for its next job does),
+/// and the watcher still checks at once instead of waiting for the next
+/// request.
+#[test]
+fn a_request_before_the_watcher_waits_is_not_lost() {
+    let Watched {
+        dir: _dir,
+        file,
+        source,
+        compiled,
+    } = watched(false);
+    let applied = Arc::new(Mutex::new(0));
+    let a = applied.clone();
+    let (started, start) = std::sync::mpsc::channel();
+    let handle = Reloader::new(source, &compiled, move |_| *a.lock().unwrap() += 1).spawn_on(
+        None,
+        move |watch| {
+            let thread = std::thread::spawn(move || {
+                started.send(()).unwrap();
+                // Spends the request's wake-up (or returns at once if
+                // it already came).
+                std::thread::park();
+                watch();
+            });
+            Some(thread)
+        },
+    );
+    start.recv().unwrap();
+    write(&file, &V1.replace("requests: 5", "requests: 9"));
+    handle.trigger().request();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while *applied.lock().unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the request was lost");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Files read again with the same bytes (asked for, or written anew) are
 /// not compiled: a check allocates a few blocks, not the many a compile
 /// of their rules takes.
