@@ -210,7 +210,7 @@ impl Proxy {
                 body_read_timeout: limits.body_read_timeout,
                 max_body_bytes: limits.max_body_bytes,
                 stats: ProxyStats::default(),
-                metrics: METRICS.map(|(name, kind, ..)| metrics::counter!(name, "kind" => kind)),
+                metrics: METRICS.map(|(name, kind)| metrics::counter!(name, "kind" => kind)),
             }),
         }
     }

@@ -134,22 +134,26 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
 }
 
 /// A reload reads the new files with the flags and environment the gateway
-/// started with: an upstream given by the environment (or a flag) beside a
-/// `gateway:` section without one is as valid on reload as at startup,
-/// and a store chosen by a flag still owns its settings in the file.
+/// started with: an upstream given by the environment beside a `gateway:`
+/// section without one is as valid on reload as at startup, and so are the
+/// Redis settings of a file whose store a flag chose (Redis is down: the
+/// failure policy decides).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_reads_the_files_with_the_startup_flags_and_environment() {
     let up = upstream().await;
     let url = format!("http://{}", up.addr);
     let text = |requests| {
-        let more = format!("{SERVER}gateway: {{access_log: false}}\nstore: {{capacity: 1000}}\n");
+        let more = format!(
+            "{SERVER}gateway: {{access_log: false}}\nstore: {{timeout: 50ms, connect_timeout: 50ms}}\n"
+        );
         config(requests, ROUTES, "", &more)
     };
     let file = ConfigFile::new(&text(3));
     let flags = floodgate_runtime::settings::Flags::new()
         .with("config", file.path.display().to_string())
         .with("gateway.listen", "127.0.0.1:0")
-        .with("store.backend", "memory")
+        .with("store.backend", "redis")
+        .with("store.url", "127.0.0.1:1")
         .with("server.admin", "off");
     let env = |name: &str| (name == "FLOODGATE_UPSTREAM").then(|| url.clone());
     let loaded = floodgate_gateway::load(&flags, &floodgate_runtime::settings::Env::new(&env))

@@ -48,6 +48,31 @@ where
     addr
 }
 
+/// A gateway in front of the raw upstream at `up`.
+async fn proxy_to(up: SocketAddr) -> floodgate_gateway::Running {
+    gateway(
+        &config("{upstream: http://127.0.0.1:1}"),
+        &format!("http://{up}"),
+    )
+    .await
+}
+
+/// Reads from `s` into `seen` until `done` holds (panics, saying `what`
+/// was awaited, on a read error or the end of the stream).
+fn read_until(s: &mut TcpStream, seen: &mut Vec<u8>, what: &str, done: impl Fn(&[u8]) -> bool) {
+    let mut b = [0u8; 4096];
+    while !done(seen) {
+        let n = s.read(&mut b).expect(what);
+        assert_ne!(
+            n,
+            0,
+            "closed before {what}: {}",
+            String::from_utf8_lossy(seen)
+        );
+        seen.extend_from_slice(&b[..n]);
+    }
+}
+
 /// Reads a request head; returns its `Content-Length` (0 when absent).
 async fn read_head(s: &mut tokio::net::TcpStream) -> Option<usize> {
     let mut head = Vec::new();
@@ -308,11 +333,7 @@ async fn a_chunked_upload_keeps_its_announced_trailers_only() {
         let _ = s.write_all(&[head.as_bytes(), &got].concat()).await;
     })
     .await;
-    let gw = gateway(
-        &config("{upstream: http://127.0.0.1:1}"),
-        &format!("http://{up}"),
-    )
-    .await;
+    let gw = proxy_to(up).await;
     let text = raw(
         gw.addr(),
         b"POST /t HTTP/1.1\r\nHost: x\r\nTrailer: x-sum, host\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\nx-sum: 9\r\nx-other: 1\r\nhost: evil\r\n\r\n",
@@ -354,11 +375,7 @@ async fn an_upload_goes_on_after_an_early_response() {
         let _ = s.write_all(end.as_bytes()).await;
     })
     .await;
-    let gw = gateway(
-        &config("{upstream: http://127.0.0.1:1}"),
-        &format!("http://{up}"),
-    )
-    .await;
+    let gw = proxy_to(up).await;
     let addr = gw.addr();
     let text = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -369,12 +386,12 @@ async fn an_upload_goes_on_after_an_early_response() {
         .unwrap();
         // Nothing of the body is sent until the early answer is here.
         let mut seen = Vec::new();
-        let mut b = [0u8; 4096];
-        while !String::from_utf8_lossy(&seen).contains("early") {
-            let n = s.read(&mut b).expect("the early answer, before the body");
-            assert_ne!(n, 0, "closed: {}", String::from_utf8_lossy(&seen));
-            seen.extend_from_slice(&b[..n]);
-        }
+        read_until(
+            &mut s,
+            &mut seen,
+            "the early answer, before the body",
+            |seen| String::from_utf8_lossy(seen).contains("early"),
+        );
         s.write_all(&[b'a'; 100_000]).unwrap();
         let _ = s.read_to_end(&mut seen);
         String::from_utf8_lossy(&seen).into_owned()
@@ -429,11 +446,7 @@ async fn a_response_ending_before_its_upload_closes_the_connection() {
         }
     })
     .await;
-    let gw = gateway(
-        &config("{upstream: http://127.0.0.1:1}"),
-        &format!("http://{up}"),
-    )
-    .await;
+    let gw = proxy_to(up).await;
     let addr = gw.addr();
     let early = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -443,12 +456,9 @@ async fn a_response_ending_before_its_upload_closes_the_connection() {
         s.write_all(&[b'a'; 1000]).unwrap();
         // The whole response, while most of the body is still held back.
         let mut seen = Vec::new();
-        let mut b = [0u8; 4096];
-        while !seen.ends_with(b"early") {
-            let n = s.read(&mut b).expect("the whole early answer");
-            assert_ne!(n, 0, "closed: {}", String::from_utf8_lossy(&seen));
-            seen.extend_from_slice(&b[..n]);
-        }
+        read_until(&mut s, &mut seen, "the whole early answer", |seen| {
+            seen.ends_with(b"early")
+        });
         (String::from_utf8_lossy(&seen).into_owned(), s)
     })
     .await
