@@ -1,6 +1,8 @@
 //! Telling HTTP/2 (prior knowledge) from HTTP/1.1 on a new connection: the
 //! first bytes are read, within the header timeout, and replayed to the
-//! chosen protocol.
+//! chosen protocol. hyper-util's `auto::Builder` makes the same choice but
+//! reads the preface with no time limit: a socket that sends nothing would
+//! hold its connection slot for ever.
 
 use std::io;
 use std::pin::Pin;
