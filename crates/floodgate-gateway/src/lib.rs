@@ -26,6 +26,44 @@
 //!   `http:`, `store:`, `server:` and the policies; policies and `http:`
 //!   are reloaded while running.
 //!
+//! [`load`] reads the configuration as `floodgate gateway` does, [`start`]
+//! serves it in the background:
+//!
+//! ```
+//! use floodgate_runtime::settings::{Env, Flags};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The service to protect (here the built-in demo upstream).
+//! let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let url = format!("http://{}", upstream.local_addr()?);
+//! tokio::spawn(floodgate_gateway::demo::serve_demo(upstream, "hello\n".into()));
+//!
+//! // Each client address may send 2 requests a minute.
+//! let dir = tempfile::tempdir()?;
+//! let config = dir.path().join("gateway.yaml");
+//! std::fs::write(&config, format!("
+//! gateway: {{listen: 127.0.0.1:0, upstream: {{url: {url}}}}}
+//! http: {{domain: api, descriptors: [[client_ip]]}}
+//! domains:
+//!   - domain: api
+//!     descriptors:
+//!       - key: remote_address
+//!         rate_limit: {{requests: 2, per: 1m}}
+//! "))?;
+//! let flags = Flags::new().with("config", config.display().to_string());
+//! let loaded = floodgate_gateway::load(&flags, &Env::new(&|_| None))?;
+//! let running = floodgate_gateway::start(loaded, None).await?;
+//!
+//! let url = format!("http://{}/", running.addr());
+//! for expected in [200, 200, 429] {
+//!     assert_eq!(reqwest::get(&url).await?.status(), expected);
+//! }
+//! running.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! See `docs/gateway.md`.
 
 #![warn(missing_docs)]

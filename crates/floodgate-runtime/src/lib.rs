@@ -7,6 +7,27 @@
 //! ([`Health`]), the admin listener ([`admin`]) and its live dashboard
 //! ([`dashboard`]).
 //!
+//! Every setting is declared once and read the same way by every binary:
+//! a flag over the environment over the file over its default.
+//!
+//! ```
+//! use floodgate_policy::yaml::Document;
+//! use floodgate_runtime::Settings;
+//! use floodgate_runtime::settings::{Env, Flags};
+//!
+//! let file = "server: {workers: 1, shutdown_grace: 20s}";
+//! let files = [Document::parse(&"floodgate.yaml".into(), file)?];
+//! let env = |name: &str| (name == "FLOODGATE_WORKERS").then(|| "2".to_owned());
+//! let settings = Settings::resolve(&Flags::new(), &Env::new(&env), &files)?;
+//! assert_eq!(settings.server.workers, Some(2)); // the environment over the file
+//! assert_eq!(settings.server.shutdown_grace.as_secs(), 20); // the file over the default
+//!
+//! let flags = Flags::new().with("server.workers", "4"); // `--workers 4`
+//! let settings = Settings::resolve(&flags, &Env::new(&env), &files)?;
+//! assert_eq!(settings.server.workers, Some(4)); // the flag over everything
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! See `docs/service.md` for the settings.
 
 #![warn(missing_docs)]
