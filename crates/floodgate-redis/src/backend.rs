@@ -515,10 +515,12 @@ impl RedisBackend {
         Ok((r.decisions, r.now_us))
     }
 
-    /// Whether a server answers (`PING`, within the decision timeout).
+    /// Whether the server answers on every connection (`PING`, within the
+    /// decision timeout): after an outage, a connection that still holds
+    /// its failure is made to connect again and must answer too.
     pub async fn ping(&self) -> Result<(), BackendError> {
         let cmd = redis::cmd("PING");
-        match tokio::time::timeout(self.timeout, self.pool.query(&cmd)).await {
+        match tokio::time::timeout(self.timeout, self.pool.query_every(&cmd)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => {
                 self.pool.suspect();

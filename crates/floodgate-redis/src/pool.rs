@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use futures_util::future::try_join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
@@ -234,6 +235,33 @@ impl Pool {
             }
             Conns::Sentinel(p) => p.query(cmd, i).await,
         }
+    }
+
+    /// Sends `cmd` (a `PING`) on every connection, at once: `Ok` when each
+    /// answers. A connection still holding the failure of an outage (its
+    /// reconnection attempts ended before the server came back) returns
+    /// that failure once and starts connecting again; it is asked once
+    /// more, so that it answers if the server does. The cluster client
+    /// reconnects per node by itself: one of its connections is asked.
+    pub async fn query_every(&self, cmd: &Cmd) -> RedisResult<()> {
+        async fn twice(mut c: ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
+            match cmd.query_async(&mut c).await {
+                Ok(v) => Ok(v),
+                Err(_) => cmd.query_async(&mut c).await,
+            }
+        }
+        let conns = match &self.conns {
+            Conns::Single(v) => v.clone(),
+            Conns::Sentinel(p) => p.connections(),
+            Conns::Cluster(_) => return self.query(cmd).await.map(|_| ()),
+        };
+        if conns.is_empty() {
+            // No primary found yet: the error says so.
+            return self.query(cmd).await.map(|_| ());
+        }
+        try_join_all(conns.into_iter().map(|c| twice(c, cmd)))
+            .await
+            .map(|_| ())
     }
 
     /// A call failed for lack of a server: with Sentinel, checks in the

@@ -112,6 +112,14 @@ impl Primary {
         cmd.query_async(&mut conn).await
     }
 
+    /// The connections to the current primary (none before one is found).
+    pub fn connections(&self) -> Vec<ConnectionManager> {
+        self.shared
+            .current()
+            .map(|c| c.conns.clone())
+            .unwrap_or_default()
+    }
+
     /// A call failed: checks with the sentinels, in the background, whether
     /// the primary moved (at most one check at a time, and not more often
     /// than every 100 ms).

@@ -26,7 +26,8 @@ const LOCAL_KEYS: usize = 1_000_000;
 ///
 /// * Every Redis failure counts towards the breaker; `failure_threshold`
 ///   consecutive ones open it for `cool_down`, then one probe goes through
-///   and closes it again if Redis answers.
+///   and closes it again if Redis answers it, and then answers on every
+///   connection.
 /// * Limits Redis cannot decide exactly ([`validate`](crate::validate)) are
 ///   configuration errors: returned as `BackendError::Protocol`, without
 ///   touching the breaker or the policy.
@@ -125,7 +126,8 @@ impl ResilientBackend {
     }
 
     /// While the breaker is open and its cool-down is over, asks Redis
-    /// whether it answers (`PING`) and closes the breaker when it does, so
+    /// whether it answers (`PING`, on every connection) and closes the
+    /// breaker when it does, so
     /// an instance that takes no traffic (not ready, say) still finds Redis
     /// back. Returns whether the breaker is closed.
     pub async fn probe(&self) -> bool {
@@ -324,7 +326,10 @@ impl ResilientBackend {
                 let result = self.redis.remote(&plan, items, now, apply, out).await;
                 let ok = result.is_ok();
                 match pass {
-                    Pass::Probe(p) => p.finish(ok),
+                    // Closed once every connection answers: one still
+                    // failed from the outage would otherwise leave the
+                    // next decisions it carries to the failure policy.
+                    Pass::Probe(p) => p.finish(ok && self.redis.ping().await.is_ok()),
                     Pass::Call if ok => self.gate.breaker.success(),
                     Pass::Call => self.gate.breaker.failure(&self.gate.stats),
                 }

@@ -300,11 +300,29 @@ async fn out_of_memory_is_unavailable() {
 /// from the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_answers_once_a_probe_finds_redis() {
+    // Probes during the outage over every connection, each left failed.
+    probes_find_redis(4, 8).await;
+}
+
+/// As at a start during an outage: the first probe fails on one
+/// connection, and the one that finds Redis back goes on another, never
+/// dialled (its first connection succeeds); the failed one must answer
+/// too once the breaker closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_failed_in_the_outage_answers_when_another_finds_redis() {
+    probes_find_redis(2, 1).await;
+}
+
+/// A backend of `connections` started while Redis is down, probed
+/// `outage_probes` times before Redis comes back; then probed until the
+/// breaker closes, after which every decision (over every connection) is
+/// Redis's.
+async fn probes_find_redis(connections: usize, outage_probes: usize) {
     let mut server = Server::start();
     tokio::task::block_in_place(|| server.kill());
     let config = RedisConfig {
         urls: vec![server.url()],
-        connections: 4,
+        connections,
         // Generous: a slow reply on a loaded machine is still Redis's.
         timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_millis(100),
@@ -319,11 +337,13 @@ async fn every_connection_answers_once_a_probe_finds_redis() {
     let b = ResilientBackend::new(redis, &config)
         .expect("resilient")
         .starting_unreachable();
-    // Probes during the outage, over every connection.
-    for _ in 0..8 {
+    for _ in 0..outage_probes {
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert!(!b.probe().await);
     }
+    // The failed connections' own reconnection attempts (a few, within
+    // the connect timeout) are over before Redis comes back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     tokio::task::block_in_place(|| server.restart());
     let end = Instant::now() + Duration::from_secs(10);
     while !b.probe().await {
@@ -333,7 +353,7 @@ async fn every_connection_answers_once_a_probe_finds_redis() {
     let one = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(60)).unwrap());
     let now = Timestamp::from_secs(1_000_000);
     let mut out = [blank()];
-    for k in 0..8u8 {
+    for k in 0..(2 * connections as u8) {
         let key = [b'k', k];
         let items = [item(b"p", &key, &one, 1)];
         let first = b
