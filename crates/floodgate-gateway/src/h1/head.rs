@@ -15,6 +15,8 @@ use super::framing::Framing;
 pub const MAX_HEADERS: usize = 100;
 /// The largest response head.
 pub const MAX_HEAD_BYTES: usize = 256 * 1024;
+/// Fields a response head's map has room for beyond its own.
+const ADDED_FIELDS: usize = 3;
 
 /// Writes a request head: request line, fields (all but
 /// `Transfer-Encoding`, written only as `chunked` when the body is),
@@ -135,7 +137,10 @@ pub fn parse_response(
         return Ok(Parsed::Interim);
     }
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(count);
+    // Room for the rate-limit fields the layer adds, and (hyper reuses a
+    // written response's map for the connection's next request) for that
+    // request's forwarding fields: no growth of the map per request.
+    let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
     let mut length: Option<u64> = None;
     let mut transfer_encoding = false;
     let mut chunked = false;
@@ -318,6 +323,8 @@ mod tests {
         assert_eq!(h.parts.status, StatusCode::IM_A_TEAPOT);
         let all: Vec<_> = h.parts.headers.get_all("x-one").iter().collect();
         assert_eq!(all, ["a b", "c"]);
+        // Room for what is added to it without growing.
+        assert!(h.parts.headers.capacity() >= 3 + ADDED_FIELDS);
     }
 
     #[test]
