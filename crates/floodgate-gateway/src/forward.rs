@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::{
-    CONNECTION, FORWARDED, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, Entry, FORWARDED, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
 };
 
 /// `X-Forwarded-For`.
@@ -78,9 +78,10 @@ pub fn named_fields<'a>(
 /// as nginx's `$proxy_add_x_forwarded_for`). The value is split off `buf`
 /// (the forwarding values of a request share one buffer).
 pub fn append_x_forwarded_for(headers: &mut HeaderMap, peer: IpAddr, buf: &mut BytesMut) {
-    join_existing(headers, &X_FORWARDED_FOR, buf);
+    let field = headers.entry(X_FORWARDED_FOR);
+    join_existing(&field, buf);
     push_ip(buf, peer);
-    set(headers, X_FORWARDED_FOR, buf.split().freeze());
+    set(field, buf.split().freeze());
 }
 
 /// Writes an IP address (IPv4 without the formatting machinery, in one
@@ -130,7 +131,8 @@ pub fn append_forwarded(
     https: bool,
     buf: &mut BytesMut,
 ) {
-    join_existing(headers, &FORWARDED, buf);
+    let field = headers.entry(FORWARDED);
+    join_existing(&field, buf);
     match peer.ip() {
         IpAddr::V4(a) => {
             buf.put_slice(b"for=");
@@ -158,7 +160,7 @@ pub fn append_forwarded(
             buf.put_u8(b'"');
         }
     }
-    set(headers, FORWARDED, buf.split().freeze());
+    set(field, buf.split().freeze());
 }
 
 /// Sets `X-Forwarded-Proto` to the client connection's scheme (`http`, or
@@ -172,22 +174,28 @@ pub fn set_x_forwarded_proto(headers: &mut HeaderMap, keep: bool, https: bool) {
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
-/// Writes the existing lines of `name`, joined by `, `, then `, ` (nothing
-/// when absent).
-fn join_existing(headers: &HeaderMap, name: &HeaderName, buf: &mut BytesMut) {
-    for v in headers.get_all(name) {
-        let v = v.as_bytes().trim_ascii();
-        if !v.is_empty() {
-            buf.put_slice(v);
-            buf.put_slice(b", ");
+/// Writes the existing lines of `field`, joined by `, `, then `, `
+/// (nothing when absent). The field is looked up once, for reading and
+/// writing it.
+fn join_existing(field: &Entry<'_, HeaderValue>, buf: &mut BytesMut) {
+    if let Entry::Occupied(lines) = field {
+        for v in lines.iter().map(|v| v.as_bytes().trim_ascii()) {
+            if !v.is_empty() {
+                buf.put_slice(v);
+                buf.put_slice(b", ");
+            }
         }
     }
 }
 
-fn set(headers: &mut HeaderMap, name: HeaderName, value: Bytes) {
+/// Replaces `field`'s lines with `value`.
+fn set(field: Entry<'_, HeaderValue>, value: Bytes) {
     // Existing values were valid field values, and so is what was added.
     if let Ok(v) = HeaderValue::from_maybe_shared(value) {
-        headers.insert(name, v);
+        match field {
+            Entry::Occupied(mut lines) => _ = lines.insert(v),
+            Entry::Vacant(e) => _ = e.insert(v),
+        }
     }
 }
 
