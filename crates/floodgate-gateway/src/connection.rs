@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::UPGRADE;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -83,7 +82,8 @@ pub struct Unsent {
     pub request: Option<Request<UploadBody>>,
 }
 
-/// Sends `req` (prepared for the upstream) on `conn`; the response's body
+/// Sends `req` (prepared for the upstream; `upgrade`: it asks for one) on
+/// `conn`; the response's body
 /// carries the connection, back to `pool` when it ends.
 ///
 /// An `async` block rather than an `async fn`: its future holds the
@@ -93,11 +93,11 @@ pub struct Unsent {
 pub fn send_http1(
     mut conn: h1::Conn,
     req: Request<UploadBody>,
+    upgrade: bool,
     pool: &Arc<HostPool>,
 ) -> impl Future<Output = Result<Response<UpstreamBody>, Unsent>> + Send {
     async move {
         let (parts, body) = req.into_parts();
-        let upgrade = parts.headers.contains_key(UPGRADE);
         // A body to write (boxed: most requests have none).
         let (empty, mut upload) = if body.is_end_stream() {
             (Some(body), None)

@@ -22,8 +22,8 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 /// Removes the hop-by-hop fields: `Connection` and every field it names,
 /// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, and
 /// `TE` unless it is exactly `trailers` (which gRPC needs end to end and
-/// HTTP/2 allows).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+/// HTTP/2 allows); and `also`, a field of the message's own to drop.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) {
     // One pass over the names first (most messages carry none of them)
     // rather than a lookup per field.
     let mut connection = false;
@@ -36,6 +36,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             || name == UPGRADE
             || name == KEEP_ALIVE
             || name == PROXY_CONNECTION
+            || also.as_ref() == Some(name)
         {
             others = true;
         }
@@ -50,7 +51,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         }
         headers.remove(CONNECTION);
     }
-    for name in [KEEP_ALIVE, PROXY_CONNECTION, TRANSFER_ENCODING, UPGRADE] {
+    let named = [KEEP_ALIVE, PROXY_CONNECTION, TRANSFER_ENCODING, UPGRADE];
+    for name in named.into_iter().chain(also) {
         if headers.contains_key(&name) {
             headers.remove(name);
         }
@@ -254,12 +256,14 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("x-kept", "yes"),
         ]);
-        strip_hop_by_hop(&mut h);
+        strip_hop_by_hop(&mut h, None);
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
-        let mut h = map(&[("te", "trailers")]);
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h["te"], "trailers");
+        let mut h = map(&[("te", "trailers"), ("expect", "100-continue")]);
+        strip_hop_by_hop(&mut h, None);
+        assert_eq!((h.len(), h["expect"].as_bytes()), (2, &b"100-continue"[..]));
+        strip_hop_by_hop(&mut h, Some(http::header::EXPECT));
+        assert_eq!((h.len(), h["te"].as_bytes()), (1, &b"trailers"[..]));
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub(crate) struct ClientInfo {
     /// `X-Forwarded-Proto` is kept.
     pub trusted_hop: bool,
     /// The client connection's place under the cap, held by a tunnel if
-    /// the request is upgraded.
+    /// the request is upgraded (always given: cheaper than a lookup of
+    /// `Upgrade` per request).
     pub slot: Option<Arc<Slot>>,
 }
 
@@ -284,7 +285,7 @@ impl Proxy {
                 // Pinned here, once: the exchange borrows it rather than holding
                 // (and moving) a copy of its own. Gone at the end of this block:
                 // the rest of the future does not carry it.
-                let send = std::pin::pin!(up.send(target, req));
+                let send = std::pin::pin!(up.send(target, req, client_upgrade.is_some()));
                 match exchange(shared, send, progress.as_deref()).await {
                     // The client broke its own upload: its error, whatever the
                     // upstream's client made of the aborted body.
@@ -325,7 +326,7 @@ impl Proxy {
                     } else {
                         None
                     };
-                    strip_hop_by_hop(&mut parts.headers);
+                    strip_hop_by_hop(&mut parts.headers, None);
                     if let Some(v) = switched {
                         upgrade::restore(&mut parts.headers, v);
                         shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
@@ -381,9 +382,8 @@ fn prepare(
     // Room for the forwarding fields, in one growth of the map rather
     // than one per field.
     headers.reserve(3);
-    strip_hop_by_hop(headers);
     // The gateway answers `100-continue` itself when it reads the body.
-    headers.remove(EXPECT);
+    strip_hop_by_hop(headers, Some(EXPECT));
     // A cheap clone (shared bytes), so the map can be written to.
     let host = match req.headers().get(HOST) {
         Some(h) => Some(h.clone()),

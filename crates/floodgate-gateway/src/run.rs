@@ -17,7 +17,6 @@ use floodgate_runtime::listener::{Counters, Http, Protocols, bind, descriptors, 
 use floodgate_runtime::settings::{Env, Flags, Given};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use http::Request;
-use http::header::UPGRADE;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -247,7 +246,7 @@ pub async fn start(
                     peer,
                     tls: https,
                     trusted_hop: false,
-                    slot: req.headers().contains_key(UPGRADE).then(|| slot.clone()),
+                    slot: Some(slot.clone()),
                 };
                 gateway.clone().handle(req, client)
             })

@@ -169,7 +169,8 @@ impl Upstream {
         Some(target)
     }
 
-    /// Sends a prepared request to URL `target`, on a pooled connection
+    /// Sends a prepared request to URL `target` (`upgrade`: it asks for
+    /// one, with its `Upgrade` field), on a pooled connection
     /// (the gateway's own client towards HTTP/1.1, hyper's towards
     /// HTTP/2); the response's body carries the connection back to the
     /// pool when it ends. A request
@@ -183,6 +184,7 @@ impl Upstream {
         &self,
         target: usize,
         mut req: Request<UploadBody>,
+        upgrade: bool,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, ExchangeError>> + Send {
         async move {
             let pool = &self.pools[target];
@@ -194,7 +196,7 @@ impl Upstream {
                     UpstreamProtocol::Http1 => {
                         let conn;
                         (conn, reused) = pool.checkout(&self.connector).await?;
-                        send_http1(conn, req, pool).await
+                        send_http1(conn, req, upgrade, pool).await
                     }
                     UpstreamProtocol::Http2 => {
                         reused = true;
