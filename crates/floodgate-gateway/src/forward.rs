@@ -3,8 +3,7 @@
 //! forwarding fields (`X-Forwarded-For`, `X-Forwarded-Proto`,
 //! `Forwarded`) appended on the way up.
 
-use std::fmt::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
@@ -76,79 +75,54 @@ pub fn named_fields<'a>(
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
 }
 
-/// Appends `peer` to `X-Forwarded-For` (all existing lines joined into one,
-/// as nginx's `$proxy_add_x_forwarded_for`). The value is split off `buf`
-/// (the forwarding values of a request share one buffer).
-pub fn append_x_forwarded_for(headers: &mut HeaderMap, peer: IpAddr, buf: &mut BytesMut) {
+/// This hop's forwarding values for the requests of one client
+/// connection, rendered once: the peer's address (`X-Forwarded-For`), and
+/// the RFC 7239 element up to its host, `for=<peer>;proto=http[s]` (IPv6
+/// addresses quoted and bracketed; `https` when the connection is TLS).
+#[derive(Debug)]
+pub struct Hop {
+    peer: Bytes,
+    element: String,
+}
+
+impl Hop {
+    /// The values of a connection from `peer` (`https`: over TLS).
+    pub fn new(peer: IpAddr, https: bool) -> Self {
+        let proto = if https { "https" } else { "http" };
+        let element = match peer {
+            IpAddr::V4(a) => format!("for={a};proto={proto}"),
+            IpAddr::V6(a) => format!("for=\"[{a}]\";proto={proto}"),
+        };
+        let peer = Bytes::from(peer.to_string());
+        Hop { peer, element }
+    }
+}
+
+/// Appends the peer to `X-Forwarded-For` (all existing lines joined into
+/// one, as nginx's `$proxy_add_x_forwarded_for`). The value is the hop's
+/// own, or split off `buf` (the forwarding values of a request share one
+/// buffer, empty between two values).
+pub fn append_x_forwarded_for(headers: &mut HeaderMap, hop: &Hop, buf: &mut BytesMut) {
     let field = headers.entry(X_FORWARDED_FOR);
     join_existing(&field, buf);
-    push_ip(buf, peer);
+    if buf.is_empty() {
+        return set(field, hop.peer.clone());
+    }
+    buf.put_slice(&hop.peer);
     set(field, buf.split().freeze());
 }
 
-/// Writes an IP address (IPv4 without the formatting machinery, in one
-/// copy).
-fn push_ip(buf: &mut BytesMut, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(a) => {
-            let mut text = [0u8; 15];
-            let n = ipv4_text(a.octets(), &mut text);
-            buf.put_slice(&text[..n]);
-        }
-        IpAddr::V6(a) => {
-            let _ = write!(buf, "{a}");
-        }
-    }
-}
-
-/// The dotted-decimal text of an IPv4 address in `out`; its length.
-fn ipv4_text(octets: [u8; 4], out: &mut [u8; 15]) -> usize {
-    let mut n = 0;
-    for (i, octet) in octets.into_iter().enumerate() {
-        if i > 0 {
-            out[n] = b'.';
-            n += 1;
-        }
-        if octet >= 100 {
-            out[n] = b'0' + octet / 100;
-            n += 1;
-        }
-        if octet >= 10 {
-            out[n] = b'0' + octet / 10 % 10;
-            n += 1;
-        }
-        out[n] = b'0' + octet % 10;
-        n += 1;
-    }
-    n
-}
-
-/// Appends an RFC 7239 element for this hop to `Forwarded`:
-/// `for=<peer>;proto=http[s][;host="<host>"]` (IPv6 addresses quoted and
-/// bracketed; `https` when the client connection is TLS), split off `buf`.
+/// Appends this hop's element to `Forwarded`:
+/// `for=<peer>;proto=http[s][;host="<host>"]`, split off `buf`.
 pub fn append_forwarded(
     headers: &mut HeaderMap,
-    peer: SocketAddr,
+    hop: &Hop,
     host: Option<&[u8]>,
-    https: bool,
     buf: &mut BytesMut,
 ) {
     let field = headers.entry(FORWARDED);
     join_existing(&field, buf);
-    match peer.ip() {
-        IpAddr::V4(a) => {
-            buf.put_slice(b"for=");
-            push_ip(buf, IpAddr::V4(a));
-        }
-        IpAddr::V6(a) => {
-            let _ = write!(buf, "for=\"[{a}]\"");
-        }
-    }
-    buf.put_slice(if https {
-        b";proto=https"
-    } else {
-        b";proto=http"
-    });
+    buf.put_slice(hop.element.as_bytes());
     if let Some(h) = host.filter(|h| !h.is_empty()) {
         // A quoted-string: visible ASCII with `"` and `\` escaped.
         if h.iter().all(|&b| (0x21..0x7f).contains(&b)) {
@@ -217,33 +191,6 @@ mod tests {
     }
 
     #[test]
-    fn ipv4_text_is_the_standard_form() {
-        for a in [
-            [0, 0, 0, 0],
-            [255, 255, 255, 255],
-            [10, 0, 99, 100],
-            [1, 20, 109, 9],
-            [127, 0, 0, 1],
-        ] {
-            let mut out = [0u8; 15];
-            let n = ipv4_text(a, &mut out);
-            assert_eq!(
-                &out[..n],
-                std::net::Ipv4Addr::from(a).to_string().as_bytes()
-            );
-        }
-        for x in 0..=255u8 {
-            let a = [x, 255 - x, x / 3, x.wrapping_mul(7)];
-            let mut out = [0u8; 15];
-            let n = ipv4_text(a, &mut out);
-            assert_eq!(
-                &out[..n],
-                std::net::Ipv4Addr::from(a).to_string().as_bytes()
-            );
-        }
-    }
-
-    #[test]
     fn hop_by_hop_fields_go() {
         let mut h = map(&[
             ("connection", "keep-alive, x-secret"),
@@ -273,35 +220,30 @@ mod tests {
             ("x-forwarded-for", "198.51.100.2"),
         ]);
         let mut buf = BytesMut::new();
-        append_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap(), &mut buf);
+        let hop = |ip: &str, https| Hop::new(ip.parse().unwrap(), https);
+        append_x_forwarded_for(&mut h, &hop("10.0.0.1", false), &mut buf);
         assert_eq!(h["x-forwarded-for"], "203.0.113.1, 198.51.100.2, 10.0.0.1");
         let mut h = HeaderMap::new();
-        append_x_forwarded_for(&mut h, "::1".parse().unwrap(), &mut buf);
+        append_x_forwarded_for(&mut h, &hop("::1", false), &mut buf);
         assert_eq!(h["x-forwarded-for"], "::1");
         for ip in ["0.0.0.0", "9.10.99.100", "255.254.1.200"] {
             let mut h = HeaderMap::new();
-            append_x_forwarded_for(&mut h, ip.parse().unwrap(), &mut buf);
+            append_x_forwarded_for(&mut h, &hop(ip, false), &mut buf);
             assert_eq!(h["x-forwarded-for"], ip);
         }
-        let mut h = HeaderMap::new();
-        append_x_forwarded_for(&mut h, "::1".parse().unwrap(), &mut buf);
+        let mut h = map(&[("x-forwarded-for", " ")]);
+        append_x_forwarded_for(&mut h, &hop("::1", false), &mut buf);
         assert_eq!(h["x-forwarded-for"], "::1");
 
         let mut h = map(&[("forwarded", "for=192.0.2.60;proto=https")]);
-        append_forwarded(
-            &mut h,
-            "[2001:db8::1]:4711".parse().unwrap(),
-            Some(b"a\"b"),
-            false,
-            &mut buf,
-        );
+        append_forwarded(&mut h, &hop("2001:db8::1", false), Some(b"a\"b"), &mut buf);
         assert_eq!(
             h["forwarded"],
             "for=192.0.2.60;proto=https, for=\"[2001:db8::1]\";proto=http;host=\"a\\\"b\""
         );
 
         let mut h = HeaderMap::new();
-        append_forwarded(&mut h, "192.0.2.1:1".parse().unwrap(), None, true, &mut buf);
+        append_forwarded(&mut h, &hop("192.0.2.1", true), None, &mut buf);
         assert_eq!(h["forwarded"], "for=192.0.2.1;proto=https");
 
         let mut h = map(&[("x-forwarded-proto", "https")]);

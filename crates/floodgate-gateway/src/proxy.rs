@@ -28,7 +28,7 @@ use crate::config::ListenerLimits;
 use crate::connect::ConnectError;
 use crate::connection::{ExchangeError, UpstreamBody};
 use crate::forward::{
-    append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
+    Hop, append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
 };
 use crate::host::{HostError, normalize_host};
 use crate::upgrade;
@@ -41,6 +41,8 @@ use crate::upstream::Upstream;
 pub(crate) struct ClientInfo {
     /// The client's address.
     pub peer: SocketAddr,
+    /// The connection's forwarding values.
+    pub hop: Arc<Hop>,
     /// The client connection is TLS (`X-Forwarded-Proto: https`,
     /// `proto=https`).
     pub tls: bool,
@@ -374,7 +376,6 @@ fn prepare(
     mut req: Request<Incoming>,
     client: ClientInfo,
 ) -> Result<Prepared, Box<Response<ProxyBody>>> {
-    let peer = client.peer;
     let keep_proto = client.trusted_hop;
     let https = client.tls;
     let upgrade = upgrade::requested(req.version(), req.headers());
@@ -393,14 +394,9 @@ fn prepare(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
     };
     with_forwarding_buf(|buf| {
-        append_x_forwarded_for(req.headers_mut(), peer.ip(), buf);
-        append_forwarded(
-            req.headers_mut(),
-            peer,
-            host.as_ref().map(HeaderValue::as_bytes),
-            https,
-            buf,
-        );
+        append_x_forwarded_for(req.headers_mut(), &client.hop, buf);
+        let host = host.as_ref().map(HeaderValue::as_bytes);
+        append_forwarded(req.headers_mut(), &client.hop, host, buf);
     });
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let version = req.version();

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
+use crate::forward::Hop;
 use crate::gateway::Gateway;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::reload::{Reload, read_sections};
@@ -241,9 +242,11 @@ pub async fn start(
             // know of its connection; the connection's place is held by a
             // tunnel it is upgraded to too, whichever ends last.
             let (gateway, slot) = (served.clone(), slot.clone());
+            let hop = Arc::new(Hop::new(peer.ip(), https));
             service_fn(move |req: Request<Incoming>| {
                 let client = ClientInfo {
                     peer,
+                    hop: hop.clone(),
                     tls: https,
                     trusted_hop: false,
                     slot: Some(slot.clone()),
