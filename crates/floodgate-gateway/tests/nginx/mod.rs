@@ -6,12 +6,14 @@
 
 pub mod model;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::Nginx;
-use model::Req;
+use model::{Req, Zone};
 
 /// The request headers holding the keys of the first and second limits
 /// (the ones nginx's access log records).
@@ -121,6 +123,45 @@ impl LimitReq {
         self.nginx.dir().join("access.log")
     }
 
+    /// [`decisions`](Self::decisions) once nginx has logged `n` requests
+    /// (it logs one when its response has gone out), or after 10 s.
+    pub async fn logged(&self, n: usize) -> Vec<(u64, u64, usize, String, u16)> {
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut logged = self.decisions();
+        while logged.len() < n && Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            logged = self.decisions();
+        }
+        logged
+    }
+
+    /// The delays nginx decided, from its error log, per request id: the
+    /// "delaying request" line it writes as it decides names the excess it
+    /// found in the zone that delays most (the request line carries the
+    /// id, see [`fire`]); with `zones`, the location's, that is the delay
+    /// in ms. Exact whatever the load: the time nginx took to release the
+    /// request is not. Dry-run delays are included.
+    pub fn delays(&self, zones: &[Zone]) -> HashMap<usize, u64> {
+        let text = std::fs::read_to_string(self.nginx.dir().join("error.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let rest = &l[l.find("delaying request")?..];
+                let excess = rest.split_once("excess: ")?.1.split(',').next()?;
+                let (whole, milli) = excess.split_once('.')?;
+                let excess = whole.parse::<u64>().ok()? * 1000 + milli.parse::<u64>().ok()?;
+                let zone: usize = rest
+                    .split_once("by zone \"z")?
+                    .1
+                    .split('"')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                let id: usize = rest.split_once("?r=")?.1.split(' ').next()?.parse().ok()?;
+                Some((id, zones.get(zone)?.delay_of(excess)))
+            })
+            .collect()
+    }
+
     /// nginx's own log: per request id, (arrival ms on nginx's wall clock,
     /// `$request_time` in ms, `$limit_req_status`, status).
     pub fn decisions(&self) -> Vec<(u64, u64, usize, String, u16)> {
@@ -146,6 +187,12 @@ impl LimitReq {
     }
 }
 
+/// Allowed difference, in ms, between two readings of one delay: nginx's
+/// millisecond clocks (its wall clock, which its log shows, and its
+/// monotonic one, which it decides with, truncate apart) and the whole
+/// milliseconds of the models.
+pub const CLOCKS: u64 = 2;
+
 /// What a client saw for one request.
 #[derive(Clone, Debug)]
 pub struct Seen {
@@ -154,17 +201,81 @@ pub struct Seen {
     pub limit_status: String,
     /// Time from sending to the response head, in ms.
     pub latency: f64,
+    /// Time from the request's time in the schedule to the response head,
+    /// in ms: a delay decided is never shorter than this less the delay,
+    /// however late the client sent the request.
+    pub since_due: f64,
+}
+
+/// What a schedule's client saw.
+pub struct Fired {
+    /// Per request, in schedule order.
+    pub seen: Vec<Seen>,
+    /// The most a timer beside the requests was woken late, in ms: how
+    /// much the machine's load alone delays a response here.
+    pub late: f64,
+}
+
+/// The orders in which nginx may have handled the requests it logged
+/// (arrival ms, request id), earliest first: by arrival, those that
+/// arrived in the same millisecond (handled in one pass of nginx's event
+/// loop, in an order its logs do not show) in every order; at most
+/// `limit` orders, the first by request id.
+pub fn handling_orders(logged: &[(u64, usize)], limit: usize) -> Vec<Vec<usize>> {
+    let mut sorted = logged.to_vec();
+    sorted.sort();
+    let mut groups: Vec<Vec<Vec<usize>>> = Vec::new();
+    for same in sorted.chunk_by(|a, b| a.0 == b.0) {
+        let ids: Vec<usize> = same.iter().map(|(_, id)| *id).collect();
+        groups.push(permutations(&ids));
+    }
+    let mut orders = Vec::new();
+    let mut pick = vec![0usize; groups.len()];
+    while orders.len() < limit {
+        orders.push(
+            groups
+                .iter()
+                .zip(&pick)
+                .flat_map(|(g, &p)| g[p].iter().copied())
+                .collect(),
+        );
+        // The next combination, the last group turning fastest.
+        let Some(i) = (0..groups.len())
+            .rev()
+            .find(|&i| pick[i] + 1 < groups[i].len())
+        else {
+            break;
+        };
+        pick[i] += 1;
+        for p in &mut pick[i + 1..] {
+            *p = 0;
+        }
+    }
+    orders
+}
+
+/// Every order of `ids`, `ids` itself first.
+fn permutations(ids: &[usize]) -> Vec<Vec<usize>> {
+    if ids.len() <= 1 {
+        return vec![ids.to_vec()];
+    }
+    let mut out = Vec::new();
+    for i in 0..ids.len() {
+        let mut rest = ids.to_vec();
+        let first = rest.remove(i);
+        for mut tail in permutations(&rest) {
+            tail.insert(0, first);
+            out.push(tail);
+        }
+    }
+    out
 }
 
 /// Sends `schedule` to `url` (each request at its offset after a common
 /// start), with the keys in headers named `headers[z]` and the request's
-/// index in `X-Req`; returns what each request saw.
-pub async fn fire(
-    url: &str,
-    schedule: &[Req],
-    headers: &[&'static str],
-    prefix: &str,
-) -> Vec<Seen> {
+/// index in `X-Req` and in the query (`?r=`, for nginx's error log);
+/// returns what each request saw.
+pub async fn fire(url: &str, schedule: &[Req], headers: &[&'static str], prefix: &str) -> Fired {
     let client = reqwest::Client::builder()
         .http1_only()
         .no_proxy()
@@ -185,6 +296,19 @@ pub async fn fire(
         let _ = w.await;
     }
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
+    let stop = Arc::new(AtomicBool::new(false));
+    let lateness = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut late = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                late = late.max(started.elapsed().saturating_sub(Duration::from_millis(2)));
+            }
+            late
+        }
+    });
     let url: Arc<str> = Arc::from(url);
     let tasks: Vec<_> = schedule
         .iter()
@@ -193,7 +317,9 @@ pub async fn fire(
             let client = client.clone();
             let url = url.clone();
             let at = start + Duration::from_millis(r.at);
-            let mut req = client.get(&*url).header("x-req", i.to_string());
+            let mut req = client
+                .get(format!("{url}?r={i}"))
+                .header("x-req", i.to_string());
             for (h, k) in headers.iter().zip(&r.keys) {
                 if let Some(k) = k {
                     req = req.header(*h, format!("{prefix}{k}"));
@@ -204,6 +330,7 @@ pub async fn fire(
                 let sent = Instant::now();
                 let res = req.send().await.expect("request");
                 let latency = sent.elapsed().as_secs_f64() * 1000.0;
+                let since_due = at.elapsed().as_secs_f64() * 1000.0;
                 let limit_status = res
                     .headers()
                     .get("x-limit-status")
@@ -216,13 +343,16 @@ pub async fn fire(
                     status,
                     limit_status,
                     latency,
+                    since_due,
                 }
             })
         })
         .collect();
-    let mut out = Vec::new();
+    let mut seen = Vec::new();
     for t in tasks {
-        out.push(t.await.unwrap());
+        seen.push(t.await.unwrap());
     }
-    out
+    stop.store(true, Ordering::Relaxed);
+    let late = lateness.await.unwrap().as_secs_f64() * 1000.0;
+    Fired { seen, late }
 }

@@ -32,6 +32,15 @@ impl Zone {
             ..Zone::per_second(n, burst, delay)
         }
     }
+
+    /// nginx's delay (ms) for a request that leaves `excess` in this zone.
+    pub fn delay_of(&self, excess: u64) -> u64 {
+        if excess > self.delay {
+            (excess - self.delay) * 1000 / self.rate
+        } else {
+            0
+        }
+    }
 }
 
 /// nginx's decision on one request.
@@ -146,9 +155,7 @@ impl Model {
             if now > node.last {
                 node.last = now;
             }
-            if excess > zone.delay {
-                delay = delay.max((excess - zone.delay) * 1000 / zone.rate);
-            }
+            delay = delay.max(zone.delay_of(excess));
         }
         Some(if delay == 0 {
             Class::Pass
@@ -257,7 +264,18 @@ pub fn generate(rng: &mut Rng, n: usize, span: u64, spacing: u64, keys: &[&[&str
     out
 }
 
-/// The first robust schedule from successive seeds.
+/// Whether the decisions of `schedule` show what `zones` are about: a
+/// pass, a rejection, and a delay when a zone delays (a delay below its
+/// burst).
+pub fn covers(zones: &[Zone], schedule: &[Req]) -> bool {
+    let decisions = run(zones, schedule, 1_000_000);
+    let seen = |kind: u8| decisions.iter().flatten().any(|c| c.kind() == kind);
+    let delays = zones.iter().any(|z| z.delay < z.burst);
+    seen(0) && seen(2) && (!delays || seen(1))
+}
+
+/// The first robust schedule from successive seeds that
+/// [`covers`] its zones.
 pub fn robust_schedule(
     zones: &[Zone],
     seed: u64,
@@ -268,7 +286,7 @@ pub fn robust_schedule(
     let mut rng = Rng(seed | 1);
     for _ in 0..10_000 {
         let s = generate(&mut rng, n, span, 12, keys);
-        if robust(zones, &s, 5, 15) {
+        if covers(zones, &s) && robust(zones, &s, 5, 15) {
             return s;
         }
     }
