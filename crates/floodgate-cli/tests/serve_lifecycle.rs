@@ -156,19 +156,35 @@ fn graceful_shutdown_drains_in_flight_calls_and_exits_zero() {
     )
     .unwrap();
     conn.write_all(&body[..10]).unwrap();
+    // The service holds the connection (and reads the head sent with it).
+    assert!(
+        wait_until(Duration::from_secs(10), || s
+            .metric("floodgate_connections{listener=\"http\"}")
+            >= 1.0),
+        "the call's connection was never accepted; log:\n{}",
+        s.log()
+    );
     std::thread::sleep(Duration::from_millis(100));
     s.signal("TERM");
-    std::thread::sleep(Duration::from_millis(300));
+    // Draining: the public listener no longer answers healthy.
+    assert!(
+        wait_until(Duration::from_secs(10), || http_request(
+            s.http,
+            "GET",
+            "/healthcheck",
+            None,
+            b""
+        )
+        .map(|r| r.0)
+        .unwrap_or(0)
+            != 200),
+        "still healthy after SIGTERM; log:\n{}",
+        s.log()
+    );
     // Still running: the call is not finished.
     assert!(
-        s.wait_exit(Duration::from_millis(10)).is_none(),
+        s.wait_exit(Duration::from_millis(300)).is_none(),
         "exited before the call finished"
-    );
-    assert!(
-        http_request(s.http, "GET", "/healthcheck", None, b"")
-            .map(|r| r.0)
-            .unwrap_or(0)
-            != 200
     );
     conn.write_all(&body[10..]).unwrap();
     let mut reply = Vec::new();
@@ -197,6 +213,14 @@ fn shutdown_grace_bounds_the_wait() {
         "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{"
     )
     .unwrap();
+    // The service holds the connection (and reads the head sent with it).
+    assert!(
+        wait_until(Duration::from_secs(10), || s
+            .metric("floodgate_connections{listener=\"http\"}")
+            >= 1.0),
+        "the call's connection was never accepted; log:\n{}",
+        s.log()
+    );
     std::thread::sleep(Duration::from_millis(100));
     s.signal("INT");
     let status = s

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{ConfigFile, gateway, h1, upstream};
+use support::{ConfigFile, eventually, gateway, h1, upstream};
 
 fn config(requests: u64, status: u16) -> String {
     format!(
@@ -55,8 +55,13 @@ async fn reload_under_traffic() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(counts[0].load(Ordering::Relaxed) > 0);
+    assert!(
+        eventually(Duration::from_secs(10), || counts[0]
+            .load(Ordering::Relaxed)
+            > 0)
+        .await,
+        "no request passed"
+    );
     // Every key has used its first 200 and more: a limit of 1 denies them
     // all, with the status the new `http:` section names.
     file.rewrite(&config(1, 503));
@@ -74,8 +79,13 @@ async fn reload_under_traffic() {
     .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let denied = counts[1].load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(counts[1].load(Ordering::Relaxed) > denied, "still limiting");
+    assert!(
+        eventually(Duration::from_secs(10), || counts[1]
+            .load(Ordering::Relaxed)
+            > denied)
+        .await,
+        "still limiting"
+    );
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.await.unwrap();
@@ -102,7 +112,11 @@ async fn shutdown_drains_requests_in_flight() {
                 .unwrap()
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The request is in flight: the upstream holds it.
+    assert!(
+        eventually(Duration::from_secs(10), || up.requests() >= 1).await,
+        "the request never reached the upstream"
+    );
     let started = Instant::now();
     let drained = gw.shutdown().await;
     assert!(drained, "every request finished within the grace period");

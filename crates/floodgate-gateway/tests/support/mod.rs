@@ -218,6 +218,19 @@ pub async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Polls `f` every 20 ms until it is true or `timeout` passes; whether it
+/// became true (the async [`floodgate_testkit::wait_until`]).
+pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
 /// One request over a raw TCP connection: writes `raw`, reads until the
 /// server closes or `timeout`; returns what was read.
 pub fn raw(addr: SocketAddr, raw: &[u8], timeout: Duration) -> String {
