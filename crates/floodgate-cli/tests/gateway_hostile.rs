@@ -192,6 +192,10 @@ fn out_of_descriptors_the_accept_loop_pauses_and_recovers() {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     let cpu = cpu_ticks(gw.pid()) - cpu_before;
+    // The episode is logged once the listener meets it.
+    wait_until(Duration::from_secs(10), || {
+        gw.log().contains("accept failed")
+    });
     let log = gw.log();
     let failures = log.matches("accept failed").count();
     assert_eq!(failures, 1, "one line for the episode:\n{log}");
