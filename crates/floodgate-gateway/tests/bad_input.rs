@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{ConfigFile, gateway, h1, raw, status_of, upstream};
+use support::{ConfigFile, eventually, gateway, h1, raw, status_of, upstream};
 
 const CONFIG: &str = r#"
 http:
@@ -279,7 +279,11 @@ async fn connections_beyond_the_limit_wait_for_a_free_slot() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Both in flight: the upstream holds them.
+    assert!(
+        eventually(Duration::from_secs(10), || up.requests() >= 2).await,
+        "the busy requests never reached the upstream"
+    );
     let started = Instant::now();
     let r = h1().get(format!("http://{addr}/")).send().await.unwrap();
     assert_eq!(r.status(), 200);
