@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
+use http::HeaderName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -31,6 +32,9 @@ pub struct Conn {
     pub(crate) stream: Stream,
     pub(crate) buf: BytesMut,
     out: Vec<u8>,
+    /// The field names of the last response head (see
+    /// [`head::parse_response`]).
+    names: Vec<HeaderName>,
 }
 
 impl Conn {
@@ -40,6 +44,7 @@ impl Conn {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
             out: Vec::with_capacity(1024),
+            names: Vec::new(),
         }
     }
 
@@ -88,7 +93,8 @@ impl Conn {
         let mut answered = false;
         loop {
             if !self.buf.is_empty() {
-                match head::parse_response(&mut self.buf, &parts.method, upgrade)? {
+                match head::parse_response(&mut self.buf, &parts.method, upgrade, &mut self.names)?
+                {
                     Parsed::Final(head) => return Ok(head),
                     Parsed::Interim => {
                         answered = true;

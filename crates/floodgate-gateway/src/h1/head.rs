@@ -86,11 +86,14 @@ struct Field {
 
 /// Parses a response head at the start of `buf` (consuming it when
 /// whole) for a request of method `method` (asking for an `upgrade`: a
-/// `101` is then final).
+/// `101` is then final). `names` are the (lower-case) field names of
+/// the previous head on the connection, in order: a field whose name is
+/// spelled the same takes it rather than parsing it again; updated.
 pub fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
     upgrade: bool,
+    names: &mut Vec<HeaderName>,
 ) -> Result<Parsed, FramingError> {
     let mut fields = [Field::default(); MAX_HEADERS];
     let (len, code, version, count) = {
@@ -146,9 +149,20 @@ pub fn parse_response(
     let mut chunked = false;
     let mut close = false;
     let mut keep_alive_token = false;
-    for f in &fields[..count] {
-        let name = slice(&head, f.name);
-        let name = HeaderName::from_bytes(&name).map_err(|_| FramingError::FieldName)?;
+    names.truncate(count);
+    for (i, f) in fields[..count].iter().enumerate() {
+        let spelled = &head[f.name.0 as usize..(f.name.0 + f.name.1) as usize];
+        let name = match names.get(i) {
+            Some(n) if n.as_str().as_bytes() == spelled => n.clone(),
+            _ => {
+                let n = HeaderName::from_bytes(spelled).map_err(|_| FramingError::FieldName)?;
+                names.truncate(i);
+                if n.as_str().as_bytes() == spelled {
+                    names.push(n.clone());
+                }
+                n
+            }
+        };
         let value = HeaderValue::from_maybe_shared(slice(&head, f.value))
             .map_err(|_| FramingError::FieldValue)?;
         if name == CONTENT_LENGTH {
@@ -250,7 +264,12 @@ mod tests {
     use super::*;
 
     fn parse(wire: &str, method: Method) -> Result<Parsed, FramingError> {
-        parse_response(&mut BytesMut::from(wire.as_bytes()), &method, false)
+        parse_response(
+            &mut BytesMut::from(wire.as_bytes()),
+            &method,
+            false,
+            &mut Vec::new(),
+        )
     }
 
     fn head(wire: &str) -> Head {
@@ -328,17 +347,40 @@ mod tests {
     }
 
     #[test]
+    fn names_of_the_previous_head_are_taken_only_when_the_same() {
+        let mut names = Vec::new();
+        let mut fields = |wire: &str| {
+            let mut buf = BytesMut::from(wire.as_bytes());
+            match parse_response(&mut buf, &Method::GET, false, &mut names).unwrap() {
+                Parsed::Final(h) => (h.parts.headers.iter())
+                    .map(|(n, v)| format!("{n}={}", v.to_str().unwrap()))
+                    .collect::<Vec<_>>(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let wire = "HTTP/1.1 200 OK\r\nX-One: a\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(fields(wire), ["x-one=a", "content-length=0"]);
+        let wire = "HTTP/1.1 200 OK\r\nx-one: b\r\nx-two: c\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(fields(wire), ["x-one=b", "x-two=c", "content-length=0"]);
+        let wire = "HTTP/1.1 200 OK\r\nx-one: b\r\nX-Two: c\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(fields(wire), ["x-one=b", "x-two=c", "content-length=0"]);
+        let wire = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nx-one: d\r\n\r\n";
+        assert_eq!(fields(wire), ["content-length=0", "x-one=d"]);
+        assert_eq!(names, ["content-length", "x-one"]);
+    }
+
+    #[test]
     fn interim_responses_are_skipped_and_101_refused() {
         let mut buf = BytesMut::from(
             &b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n"[..],
         );
         assert!(matches!(
-            parse_response(&mut buf, &Method::GET, false),
+            parse_response(&mut buf, &Method::GET, false, &mut Vec::new()),
             Ok(Parsed::Interim)
         ));
         assert_eq!(&buf[..], b"HTTP/1.1 200 OK\r\n");
         assert!(matches!(
-            parse_response(&mut buf, &Method::GET, false),
+            parse_response(&mut buf, &Method::GET, false, &mut Vec::new()),
             Ok(Parsed::Partial)
         ));
         assert!(matches!(
@@ -348,7 +390,7 @@ mod tests {
         // Asked for, a 101 is the final answer, with nothing to read.
         let mut buf =
             BytesMut::from(&b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\nraw"[..]);
-        match parse_response(&mut buf, &Method::GET, true).unwrap() {
+        match parse_response(&mut buf, &Method::GET, true, &mut Vec::new()).unwrap() {
             Parsed::Final(h) => {
                 assert_eq!(h.parts.status, StatusCode::SWITCHING_PROTOCOLS);
                 assert_eq!(h.framing, Framing::Length(0));
