@@ -386,13 +386,12 @@ fn prepare(
     // The gateway answers `100-continue` itself when it reads the body.
     strip_hop_by_hop(headers, Some(EXPECT));
     // A cheap clone (shared bytes), so the map can be written to.
-    let host = match req.headers().get(HOST) {
-        Some(h) => Some(h.clone()),
-        None => req
-            .uri()
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
-    };
+    let field = req.headers().get(HOST).cloned();
+    let has_host = field.is_some();
+    let host = field.or_else(|| {
+        let authority = req.uri().authority()?;
+        HeaderValue::from_str(authority.as_str()).ok()
+    });
     with_forwarding_buf(|buf| {
         append_x_forwarded_for(req.headers_mut(), &client.hop, buf);
         let host = host.as_ref().map(HeaderValue::as_bytes);
@@ -400,7 +399,7 @@ fn prepare(
     });
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
     let version = req.version();
-    let Some(target) = shared.upstream.prepare(&mut req) else {
+    let Some(target) = shared.upstream.prepare(&mut req, has_host) else {
         return Err(Box::new(shared.client_error(Fault::Target, version)));
     };
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request

@@ -110,8 +110,8 @@ impl Upstream {
     /// fields) for the upstream: its URI (origin-form towards HTTP/1.1,
     /// absolute towards HTTP/2), version and `Host`. Returns the URL
     /// chosen, for [`send`](Self::send); none when the target cannot be
-    /// rewritten.
-    pub fn prepare<B>(&self, req: &mut Request<B>) -> Option<usize> {
+    /// rewritten. `has_host`: the request has a `Host` field.
+    pub fn prepare<B>(&self, req: &mut Request<B>, has_host: bool) -> Option<usize> {
         let target = self.pick()?;
         let url = self.pools[target].url();
         let original = std::mem::take(req.uri_mut());
@@ -138,7 +138,7 @@ impl Upstream {
         match self.host {
             HostHeader::Preserve => {
                 // HTTP/2 clients send `:authority` instead of `Host`.
-                if !req.headers().contains_key(HOST) {
+                if !has_host {
                     let from_client = original
                         .authority()
                         .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
