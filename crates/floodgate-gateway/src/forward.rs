@@ -22,7 +22,9 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 /// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, and
 /// `TE` unless it is exactly `trailers` (which gRPC needs end to end and
 /// HTTP/2 allows); and `also`, a field of the message's own to drop.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) {
+/// Returns the `Upgrade` removed when `Connection` names it (an upgrade
+/// asked for).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Option<HeaderValue> {
     // One pass over the names first (most messages carry none of them)
     // rather than a lookup per field.
     let mut connection = false;
@@ -41,12 +43,16 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) {
         }
     }
     if !connection && !others {
-        return;
+        return None;
     }
+    let mut upgrade = None;
     if connection {
         let named: Vec<HeaderName> = named_fields(headers, &CONNECTION).collect();
         for name in named {
-            headers.remove(name);
+            let removed = headers.remove(&name);
+            if name == UPGRADE {
+                upgrade = upgrade.or(removed);
+            }
         }
         headers.remove(CONNECTION);
     }
@@ -61,6 +67,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) {
     {
         headers.remove(TE);
     }
+    upgrade
 }
 
 /// The field names a list field (`Connection`, `Trailer`) names:
@@ -203,7 +210,7 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("x-kept", "yes"),
         ]);
-        strip_hop_by_hop(&mut h, None);
+        assert_eq!(strip_hop_by_hop(&mut h, None), None);
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
         let mut h = map(&[("te", "trailers"), ("expect", "100-continue")]);

@@ -378,13 +378,13 @@ fn prepare(
 ) -> Result<Prepared, Box<Response<ProxyBody>>> {
     let keep_proto = client.trusted_hop;
     let https = client.tls;
-    let upgrade = upgrade::requested(req.version(), req.headers());
+    let version = req.version();
     let headers = req.headers_mut();
     // Room for the forwarding fields, in one growth of the map rather
     // than one per field.
     headers.reserve(3);
     // The gateway answers `100-continue` itself when it reads the body.
-    strip_hop_by_hop(headers, Some(EXPECT));
+    let upgrade = upgrade::requested(version, strip_hop_by_hop(headers, Some(EXPECT)));
     // A cheap clone (shared bytes), so the map can be written to.
     let field = req.headers().get(HOST).cloned();
     let has_host = field.is_some();
@@ -398,7 +398,6 @@ fn prepare(
         append_forwarded(req.headers_mut(), &client.hop, host, buf);
     });
     set_x_forwarded_proto(req.headers_mut(), keep_proto, https);
-    let version = req.version();
     let Some(target) = shared.upstream.prepare(&mut req, has_host) else {
         return Err(Box::new(shared.client_error(Fault::Target, version)));
     };

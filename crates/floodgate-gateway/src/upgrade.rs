@@ -13,18 +13,14 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 
-use crate::forward::named_fields;
 use crate::h1::Conn;
 
-/// The `Upgrade` field of an HTTP/1.1 request that asks for an upgrade
-/// (`Connection` names `upgrade`), or none.
-pub fn requested(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
-    if version != Version::HTTP_11 {
-        return None;
-    }
-    let upgrade = headers.get(UPGRADE)?;
-    let asked = named_fields(headers, &CONNECTION).any(|n| n == UPGRADE);
-    asked.then(|| upgrade.clone())
+/// The `Upgrade` of a request asking for an upgrade, from what stripping
+/// its hop-by-hop fields removed (see
+/// [`strip_hop_by_hop`](crate::forward::strip_hop_by_hop)): over
+/// HTTP/1.1 only.
+pub fn requested(version: Version, removed: Option<HeaderValue>) -> Option<HeaderValue> {
+    removed.filter(|_| version == Version::HTTP_11)
 }
 
 /// Puts back the two fields an upgrade travels with (after the hop-by-hop
@@ -65,20 +61,27 @@ pub fn spawn_tunnel(client: OnUpgrade, upstream: Conn, slot: Option<Arc<Slot>>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::forward::strip_hop_by_hop;
+    use http::HeaderName;
 
     #[test]
     fn only_http11_with_connection_upgrade() {
-        let mut h = HeaderMap::new();
-        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
-        assert_eq!(requested(Version::HTTP_11, &h), None);
-        h.insert(CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
+        let asked = |version, fields: &[(HeaderName, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in fields {
+                h.append(name, HeaderValue::from_static(value));
+            }
+            requested(version, strip_hop_by_hop(&mut h, None))
+        };
+        let websocket = (UPGRADE, "websocket");
         assert_eq!(
-            requested(Version::HTTP_11, &h).unwrap(),
-            HeaderValue::from_static("websocket")
+            asked(Version::HTTP_11, std::slice::from_ref(&websocket)),
+            None
         );
-        assert_eq!(requested(Version::HTTP_2, &h), None);
-        assert_eq!(requested(Version::HTTP_10, &h), None);
-        h.remove(UPGRADE);
-        assert_eq!(requested(Version::HTTP_11, &h), None);
+        let both = [websocket, (CONNECTION, "keep-alive, Upgrade")];
+        assert_eq!(asked(Version::HTTP_11, &both).unwrap(), "websocket");
+        assert_eq!(asked(Version::HTTP_2, &both), None);
+        assert_eq!(asked(Version::HTTP_10, &both), None);
+        assert_eq!(asked(Version::HTTP_11, &both[1..]), None);
     }
 }
