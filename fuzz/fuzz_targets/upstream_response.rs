@@ -44,8 +44,9 @@ fn run(method: &Method, bytes: &[u8], pieces: &[u8]) -> Outcome {
         fed += n;
         true
     };
+    let mut names = Vec::new();
     let head = loop {
-        match parse_response(&mut buf, method, false) {
+        match parse_response(&mut buf, method, false, &mut names) {
             Ok(Parsed::Final(h)) => break h,
             Ok(Parsed::Interim) => continue,
             Ok(Parsed::Partial) => {
