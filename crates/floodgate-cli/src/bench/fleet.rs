@@ -89,6 +89,10 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// How many times a server is started on new ports when the ones picked
+/// were taken before it bound them (by another process's connection).
+const STARTS: usize = 5;
+
 /// A child process killed on drop.
 struct Proc(Child);
 
@@ -110,37 +114,46 @@ struct RedisServer {
 
 impl RedisServer {
     fn start(bin: &Path) -> anyhow::Result<RedisServer> {
-        let dir = tempfile::tempdir()?;
-        let port = free_port()?;
-        let child = Command::new(bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let proc = Proc(child);
-        let info = ("127.0.0.1", port).into_connection_info()?;
-        let quiet = info.redis_settings().clone().set_skip_set_lib_name();
-        let client = redis::Client::open(info.set_redis_settings(quiet))?;
-        let end = Instant::now() + Duration::from_secs(10);
-        let conn = loop {
-            let ping =
-                |mut c: redis::Connection| redis::cmd("PING").query::<String>(&mut c).map(|_| c);
-            match client.get_connection().and_then(ping) {
-                Ok(c) => break c,
-                Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => bail!("redis-server did not answer on port {port}: {e}"),
-            }
-        };
-        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(RedisServer {
-            _proc: proc,
-            port,
-            conn,
-            _dir: dir,
-        })
+        for _ in 0..STARTS {
+            let dir = tempfile::tempdir()?;
+            let port = free_port()?;
+            let child = Command::new(bin)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {}", bin.display()))?;
+            let mut proc = Proc(child);
+            let info = ("127.0.0.1", port).into_connection_info()?;
+            let quiet = info.redis_settings().clone().set_skip_set_lib_name();
+            let client = redis::Client::open(info.set_redis_settings(quiet))?;
+            let end = Instant::now() + Duration::from_secs(10);
+            let conn = loop {
+                // Exited: it could not bind the port.
+                if proc.0.try_wait()?.is_some() {
+                    break None;
+                }
+                let ping = |mut c: redis::Connection| {
+                    redis::cmd("PING").query::<String>(&mut c).map(|_| c)
+                };
+                match client.get_connection().and_then(ping) {
+                    Ok(c) => break Some(c),
+                    Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
+                    Err(e) => bail!("redis-server did not answer on port {port}: {e}"),
+                }
+            };
+            let Some(conn) = conn else { continue };
+            conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+            return Ok(RedisServer {
+                _proc: proc,
+                port,
+                conn,
+                _dir: dir,
+            });
+        }
+        bail!("redis-server exited while starting, {STARTS} times")
     }
 
     /// `INFO section`.
@@ -246,6 +259,25 @@ fn config(redis: Option<u16>, mode: &str, args: &FleetArgs) -> String {
 }
 
 async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyhow::Result<Server> {
+    for _ in 1..STARTS {
+        if let Some(server) = start_server_once(bin, config, workers).await? {
+            return Ok(server);
+        }
+    }
+    start_server_once(bin, config, workers)
+        .await?
+        .with_context(|| {
+            format!("floodgate serve exited while starting, {STARTS} times (its errors above)")
+        })
+}
+
+/// Starts `floodgate serve` on ports picked now; `None` when it exited
+/// while starting (its error printed), as when a port was taken.
+async fn start_server_once(
+    bin: &Path,
+    config: &Path,
+    workers: Option<usize>,
+) -> anyhow::Result<Option<Server>> {
     let (grpc, http, admin) = (free_port()?, free_port()?, free_port()?);
     let child = Command::new(bin)
         .arg("serve")
@@ -269,8 +301,8 @@ async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyh
     };
     let end = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(status) = server.proc.0.try_wait()? {
-            bail!("floodgate serve exited ({status})");
+        if server.proc.0.try_wait()?.is_some() {
+            return Ok(None);
         }
         if let Ok(ch) = connect(server.grpc).await {
             let mut c = RateLimitServiceClient::new(ch);
@@ -278,7 +310,7 @@ async fn start_server(bin: &Path, config: &Path, workers: Option<usize>) -> anyh
                 .await
                 .is_ok()
             {
-                return Ok(server);
+                return Ok(Some(server));
             }
         }
         if Instant::now() > end {
