@@ -43,11 +43,17 @@ async fn burst(
     prefix: &str,
 ) -> (Vec<Result<[bool; 2], BackendError>>, Duration) {
     let start = Instant::now();
+    // Every caller is ready before any sends: on a loaded machine a caller
+    // spawned late could otherwise find the others done and wait out the
+    // window of a pipeline no one else joins.
+    let ready = Arc::new(tokio::sync::Barrier::new(n));
     let handles: Vec<_> = (0..n)
         .map(|i| {
             let b = b.clone();
             let key = format!("{prefix}:{i}");
+            let ready = ready.clone();
             tokio::spawn(async move {
+                ready.wait().await;
                 let limit = limit();
                 let items = [item(b"p", key.as_bytes(), &limit, 2)];
                 let mut out = [blank()];
