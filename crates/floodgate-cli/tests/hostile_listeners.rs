@@ -300,16 +300,12 @@ async fn calls_in_flight_are_bounded() {
     // calls held on a loaded machine.
     let s = serve(&["--request-timeout", "5s", "--max-requests", "8"], 1024);
     let mut attacker = h2_connect(s.grpc).await;
-    // More stalled calls than places: a probe below that holds a place
-    // while one of them arrives cannot leave a place free for the rest of
-    // the deadline.
-    let (holds, stalled) = stall(&mut attacker, s.grpc, 12).await;
+    let (mut holds, mut stalled) = stall(&mut attacker, s.grpc, 8).await;
     // Refused once the server holds the stalled calls (on a loaded machine
     // their heads can take a while to be read; until then a call is
     // decided, at once too): at once, not queued until their deadline
     // frees a place.
     let mut normal = h2_connect::<Full<Bytes>>(s.grpc).await;
-    // The stalled calls' heads read before the first probe, as a rule.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let end = Instant::now() + Duration::from_secs(10);
     let took = loop {
@@ -326,6 +322,11 @@ async fn calls_in_flight_are_bounded() {
             Instant::now() < end && ended < stalled.len(),
             "never refused RESOURCE_EXHAUSTED ({ended} stalled calls ended)"
         );
+        // A stalled call that arrived while a probe held a place was
+        // refused: one more takes the place the probe left.
+        let (hold, call) = stall(&mut attacker, s.grpc, 1).await;
+        holds.extend(hold);
+        stalled.extend(call);
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(took < QUEUED, "{took:?}: refused at once");
