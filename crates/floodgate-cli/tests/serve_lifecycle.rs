@@ -141,6 +141,19 @@ fn sighup_reloads_at_once_without_polling() {
     );
 }
 
+/// Waits until the service holds a call's connection, then lets it read
+/// the head sent with it.
+fn holds_the_call(s: &Floodgate) {
+    assert!(
+        wait_until(Duration::from_secs(10), || s
+            .metric("floodgate_connections{listener=\"http\"}")
+            >= 1.0),
+        "the call's connection was never accepted; log:\n{}",
+        s.log()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+}
+
 #[test]
 fn graceful_shutdown_drains_in_flight_calls_and_exits_zero() {
     let mut s = Floodgate::start(bin(), &limit_config(100), &["--shutdown-grace", "5s"], &[]);
@@ -156,15 +169,7 @@ fn graceful_shutdown_drains_in_flight_calls_and_exits_zero() {
     )
     .unwrap();
     conn.write_all(&body[..10]).unwrap();
-    // The service holds the connection (and reads the head sent with it).
-    assert!(
-        wait_until(Duration::from_secs(10), || s
-            .metric("floodgate_connections{listener=\"http\"}")
-            >= 1.0),
-        "the call's connection was never accepted; log:\n{}",
-        s.log()
-    );
-    std::thread::sleep(Duration::from_millis(100));
+    holds_the_call(&s);
     s.signal("TERM");
     // Draining: the public listener no longer answers healthy.
     assert!(
@@ -213,15 +218,7 @@ fn shutdown_grace_bounds_the_wait() {
         "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{"
     )
     .unwrap();
-    // The service holds the connection (and reads the head sent with it).
-    assert!(
-        wait_until(Duration::from_secs(10), || s
-            .metric("floodgate_connections{listener=\"http\"}")
-            >= 1.0),
-        "the call's connection was never accepted; log:\n{}",
-        s.log()
-    );
-    std::thread::sleep(Duration::from_millis(100));
+    holds_the_call(&s);
     s.signal("INT");
     let status = s
         .wait_exit(Duration::from_secs(5))
