@@ -5,6 +5,7 @@
 //! a real nginx, the Python interpreter with Envoy's generated gRPC
 //! client (xds-protos), the probe that hostile tests measure a server by (a normal client
 //! served on time while an attack runs) and the attackers they run, and
+//! the timer's lateness on a loaded machine ([`timer_lateness`]), and
 //! (feature `browser`) a headless Chromium.
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
@@ -18,6 +19,7 @@ mod floodgate;
 mod gateway;
 pub mod grpc;
 mod h2;
+mod lateness;
 mod metrics;
 mod net;
 mod nginx;
@@ -30,6 +32,7 @@ pub use cluster::RedisCluster;
 pub use floodgate::Floodgate;
 pub use gateway::Gateway;
 pub use h2::h2_connect;
+pub use lateness::timer_lateness;
 pub use metrics::metric;
 pub use net::{free_port, http_request, wait_until};
 pub use nginx::{Nginx, libfaketime, nginx_binary};

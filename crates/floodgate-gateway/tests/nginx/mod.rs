@@ -297,18 +297,7 @@ pub async fn fire(url: &str, schedule: &[Req], headers: &[&'static str], prefix:
     }
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
     let stop = Arc::new(AtomicBool::new(false));
-    let lateness = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            let mut late = Duration::ZERO;
-            while !stop.load(Ordering::Relaxed) {
-                let started = Instant::now();
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                late = late.max(started.elapsed().saturating_sub(Duration::from_millis(2)));
-            }
-            late
-        }
-    });
+    let lateness = floodgate_testkit::timer_lateness(stop.clone());
     let url: Arc<str> = Arc::from(url);
     let tasks: Vec<_> = schedule
         .iter()

@@ -56,18 +56,7 @@ impl Load {
                 })
             })
             .collect();
-        let lateness = tokio::spawn({
-            let stop = stop.clone();
-            async move {
-                let mut late = Duration::ZERO;
-                while !stop.load(Ordering::Relaxed) {
-                    let started = Instant::now();
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    late = late.max(started.elapsed().saturating_sub(Duration::from_millis(2)));
-                }
-                late
-            }
-        });
+        let lateness = floodgate_testkit::timer_lateness(stop.clone());
         Load {
             stop,
             handles,
