@@ -4,7 +4,7 @@
 //! upstream served in the test process, raw HTTP/2 and gRPC ([`grpc`]),
 //! a real nginx, the Python interpreter with Envoy's generated gRPC
 //! client (xds-protos), the probe that hostile tests measure a server by (a normal client
-//! served on time while an attack runs) and the attackers they run, and
+//! served on time while an attack runs) and the attackers they run,
 //! the timer's lateness on a loaded machine ([`timer_lateness`]), and
 //! (feature `browser`) a headless Chromium.
 //!
