@@ -24,8 +24,8 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 scripts/apt-install "${need_apt[@]}"
 VENV=.venv
-PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0)
-if ! "$VENV/bin/python" -c 'import grpc; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
+PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1)
+if ! "$VENV/bin/python" -c 'import grpc, h2.connection; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
     echo "==> creating $VENV with ${PY_PINS[*]}"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"
