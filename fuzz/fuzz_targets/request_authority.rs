@@ -3,10 +3,13 @@
 //! is one `Host` that the `http` crate reads as an authority (the
 //! forwarding fields and the upstream request are built from it), equal to
 //! the absolute-form target's authority when there is one; and a request
-//! once accepted is accepted again unchanged.
+//! once accepted is accepted again unchanged. The host the identity keys
+//! on (`floodgate_http::authority`) is a valid authority naming the same
+//! host, and normalises to itself.
 #![no_main]
 
 use floodgate_gateway::host::{normalize_host, valid_authority};
+use floodgate_http::authority::Authority;
 use http::header::HOST;
 use http::{HeaderValue, Request, Uri, Version};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
@@ -40,6 +43,7 @@ fuzz_target!(|input: Input<'_>| {
     for h in &input.hosts {
         if valid_authority(h) {
             http::uri::Authority::try_from(*h).expect("a valid Host is an authority");
+            normalizes_to_itself(h, input.version & 4 != 0);
         }
     }
     if normalize_host(&mut req).is_err() {
@@ -62,3 +66,20 @@ fuzz_target!(|input: Input<'_>| {
     assert!(normalize_host(&mut req).is_ok(), "accepted once, accepted again");
     assert_eq!(req.headers(), &before);
 });
+
+/// The host the identity keys a valid authority on: valid, the same host,
+/// lowercase, written once whatever the spelling.
+fn normalizes_to_itself(h: &[u8], tls: bool) {
+    let default = Some(if tls { &b"443"[..] } else { b"80" });
+    let a = Authority::new(h, default);
+    let mut once = String::new();
+    a.write_host(&mut once);
+    assert!(valid_authority(once.as_bytes()), "{once:?}");
+    assert_eq!(once, once.to_ascii_lowercase());
+    let again = Authority::new(once.as_bytes(), default);
+    assert!(again.host().eq_ignore_ascii_case(a.host()), "{once:?}");
+    assert!(again.port().is_none());
+    let mut twice = String::new();
+    again.write_host(&mut twice);
+    assert_eq!(once, twice);
+}

@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use crate::access::AccessEntry;
 use crate::body::ProxyBody;
 use crate::forward::X_FORWARDED_PROTO;
+use crate::keyed::KeyedFields;
 use crate::proxy::{ClientInfo, Proxy};
 use floodgate_http::HttpSection;
 
@@ -27,6 +28,7 @@ pub struct Limiter<B> {
     section: HttpSection,
     layer: FloodgateLayer<B, SystemClock>,
     trusts_proxies: bool,
+    keyed: KeyedFields,
 }
 
 impl<B: Backend> Limiter<B> {
@@ -41,6 +43,7 @@ impl<B: Backend> Limiter<B> {
         );
         Limiter {
             trusts_proxies: section.identity.config().client_ip.trusts_proxies(),
+            keyed: KeyedFields::new(section.identity.config()),
             section,
             layer,
         }
@@ -143,6 +146,15 @@ impl<B: Backend> Gateway<B> {
             }
             return Ok(res.map(FloodgateBody::new));
         };
+        // A keyed field the upstream could read otherwise than the
+        // identity: refused, or removed (see `crate::keyed`).
+        if l.keyed.check(req.headers_mut()).is_err() {
+            let res = self.proxy.duplicate_keyed_field(req.version());
+            if let Some(a) = access {
+                a.finish(res.status(), false);
+            }
+            return Ok(res.map(FloodgateBody::new));
+        }
         let mut from = ClientAddr::new(client.peer);
         // The client's address behind trusted proxies, resolved once (the
         // layer's descriptors use it too): only when a trusted hop may have

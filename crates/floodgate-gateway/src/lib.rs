@@ -84,6 +84,7 @@ pub mod h1;
 // the API.
 #[doc(hidden)]
 pub mod host;
+mod keyed;
 mod pool;
 mod proxy;
 mod reload;

@@ -70,6 +70,9 @@ pub struct ProxyStats {
     pub bad_target: AtomicU64,
     /// Requests without exactly one valid `Host` (400).
     pub bad_host: AtomicU64,
+    /// Requests with more than one line of a field the limiter keys on
+    /// (400).
+    pub duplicate_keyed_fields: AtomicU64,
     /// Request bodies whose framing the client broke (400).
     pub malformed_bodies: AtomicU64,
     /// Request bodies the client did not finish (400).
@@ -99,6 +102,7 @@ enum Fault {
     BodyTimeout,
     BadGateway,
     Timeout,
+    DuplicateKeyedField,
 }
 
 const CLIENT: &str = "floodgate_gateway_client_errors_total";
@@ -106,7 +110,7 @@ const UPSTREAM: &str = "floodgate_gateway_upstream_errors_total";
 
 /// The metric and `kind` label of each fault's counter, in the order of
 /// the rows [`Shared::answer`] gives.
-const METRICS: [(&str, &str); 8] = [
+const METRICS: [(&str, &str); 9] = [
     (CLIENT, "bad_host"),
     (CLIENT, "bad_target"),
     (CLIENT, "malformed_body"),
@@ -115,6 +119,7 @@ const METRICS: [(&str, &str); 8] = [
     (CLIENT, "body_timeout"),
     (UPSTREAM, "bad_gateway"),
     (UPSTREAM, "timeout"),
+    (CLIENT, "duplicate_keyed_field"),
 ];
 
 impl Shared {
@@ -154,6 +159,11 @@ impl Shared {
             Fault::BodyTimeout => (5, &s.upload_timeouts, "408 Request Timeout\n"),
             Fault::BadGateway => (6, &s.bad_gateway, "502 Bad Gateway\n"),
             Fault::Timeout => (7, &s.timeouts, "504 Gateway Timeout\n"),
+            Fault::DuplicateKeyedField => (
+                8,
+                &s.duplicate_keyed_fields,
+                "400 Bad Request: a rate-limited header field sent more than once\n",
+            ),
         };
         stat.fetch_add(1, Ordering::Relaxed);
         self.metrics[row].increment(1);
@@ -240,6 +250,12 @@ impl Proxy {
             Ok(()) => return None,
         };
         Some(shared.client_error(e, req.version()))
+    }
+
+    /// Answers a request with more than one line of a field the limiter
+    /// keys on (400, before it is limited or forwarded).
+    pub(crate) fn duplicate_keyed_field(&self, version: Version) -> Response<ProxyBody> {
+        self.shared.client_error(Fault::DuplicateKeyedField, version)
     }
 
     /// The upstream.

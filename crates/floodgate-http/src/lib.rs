@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod authority;
 pub mod client;
 pub mod contract;
 pub mod identity;

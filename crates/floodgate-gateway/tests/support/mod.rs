@@ -96,11 +96,16 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
         ("keep-alive", "x-seen-keep-alive"),
         ("x-hop", "x-seen-hop"),
         ("x-limit-key", "x-seen-key"),
+        ("x-api-key", "x-seen-api-key"),
     ] {
         if let Some(v) = h.get(from) {
             res.headers_mut().insert(to, v.clone());
         }
     }
+    // The names spelled with `_`, which CGI-style upstreams read as `-`.
+    let underscored: Vec<&str> = h.keys().map(|k| k.as_str()).filter(|k| k.contains('_')).collect();
+    let underscored = HeaderValue::from_str(&underscored.join(",")).unwrap();
+    res.headers_mut().insert("x-seen-underscored", underscored);
     let hosts = h.get_all("host").iter().count();
     res.headers_mut()
         .insert("x-seen-host-count", HeaderValue::from(hosts));

@@ -136,7 +136,9 @@ impl ClientIpConfig {
 /// Where a value comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// A request header (the first line when there are several).
+    /// A request header (the first line when there are several); `host`
+    /// reads the request's authority (`:authority` or `Host`) and keys on
+    /// its host, lowercase, without a final dot or port.
     Header(HeaderName),
     /// A value the application knows, by name (see
     /// [`ExtensionSource`](super::ExtensionSource)).

@@ -5,9 +5,10 @@
 
 use std::net::IpAddr;
 
-use http::header::AUTHORIZATION;
+use http::header::{AUTHORIZATION, HOST};
 
 use super::client_ip::MAX_RENDERED;
+use crate::authority::{Authority, valid_authority};
 use super::config::{Action, ActionKind, IdentityConfig, IdentityError, Source, cost_of};
 use super::hash::{SECRET_HASH_LEN, write_bounded, write_secret_hash};
 use super::output::{HttpDescriptor, RequestDescriptors};
@@ -158,6 +159,9 @@ impl HttpIdentity {
                 }
                 ActionKind::Value { source, hash } => {
                     match (source_value(source, head, ext), hash) {
+                        (Some(v), _) if is_host(source) => {
+                            write_host(text, v, *hash, max)
+                        }
                         (Some(v), true) => write_secret_hash(text, v),
                         (Some(v), false) => write_bounded(text, v, max),
                         (None, _) => return false,
@@ -188,8 +192,14 @@ impl HttpIdentity {
                     default,
                 } => {
                     let given = source_value(source, head, ext);
-                    let known = given
-                        .and_then(|g| values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g)));
+                    let known = given.and_then(|g| {
+                        if is_host(source) {
+                            let host = Authority::new(g, None).host();
+                            values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(host))
+                        } else {
+                            values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g))
+                        }
+                    });
                     let tier = known.or(default.as_ref());
                     tier.map(|v| text.push_str(v)).is_some()
                 }
@@ -213,6 +223,35 @@ impl HttpIdentity {
     }
 }
 
+/// Whether `source` is the request's authority (`header: host`).
+fn is_host(source: &Source) -> bool {
+    matches!(source, Source::Header(name) if name == HOST)
+}
+
+/// Appends the host of the authority `raw`, normalised as nginx's `$host`
+/// is (lowercase, without a name's final dot or any port), bounded or
+/// hashed as any value; an invalid authority as it is (only the gateway
+/// refuses it).
+fn write_host(text: &mut String, raw: &[u8], hash: bool, max: usize) {
+    if !valid_authority(raw) {
+        return match hash {
+            true => write_secret_hash(text, raw),
+            false => write_bounded(text, raw, max),
+        };
+    }
+    let a = Authority::new(raw, None);
+    let start = text.len();
+    a.write_host(text);
+    if hash || a.host().len() > max {
+        // Rare (hashed or overlong hosts): written, then replaced.
+        let whole = text.split_off(start);
+        match hash {
+            true => write_secret_hash(text, whole.as_bytes()),
+            false => write_bounded(text, whole.as_bytes(), max),
+        }
+    }
+}
+
 /// The value of `source`, trimmed; none when absent or empty.
 fn source_value<'r, H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
     source: &Source,
@@ -220,6 +259,7 @@ fn source_value<'r, H: RequestHead + ?Sized, E: ExtensionSource + ?Sized>(
     ext: &'r E,
 ) -> Option<&'r [u8]> {
     let value = match source {
+        Source::Header(name) if name == HOST => head.authority()?,
         Source::Header(name) => head.header(name)?,
         Source::Extension(name) => ext.get(name)?.as_bytes(),
         Source::Bearer => bearer_token(head)?,
@@ -258,5 +298,60 @@ mod tests {
         assert_eq!(token("Bearer a b"), None);
         assert_eq!(token("Bearerabc"), None);
         assert_eq!(bearer_token(&http::Request::new(())), None);
+    }
+
+    fn host_keys(reqs: &[http::Request<()>]) -> Vec<Option<String>> {
+        let id = HttpIdentity::from_yaml_str(
+            "h.yaml",
+            "http:\n  domain: d\n  descriptors:\n    - [{header: {name: host}}]\n",
+        )
+        .unwrap();
+        let mut out = id.new_output();
+        let peer = "192.0.2.1".parse().unwrap();
+        reqs.iter()
+            .map(|r| {
+                id.build(r, peer, &crate::identity::NoExtensions, &mut out);
+                out.first().map(|d| d.get("host").unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn host_is_the_normalised_authority() {
+        let h1 = |host: &str| http::Request::get("/").header("host", host).body(()).unwrap();
+        let h2 = |uri: &str| {
+            let r = http::Request::get(uri).version(http::Version::HTTP_2);
+            r.body(()).unwrap()
+        };
+        let same = [
+            h1("app.example"),
+            h1("APP.example"),
+            h1("app.example."),
+            h1("app.example:80"),
+            h1("app.example:8080"),
+            h1("app.example:"),
+            h2("http://App.Example/x"),
+            h2("https://app.example:443/x"),
+        ];
+        for k in host_keys(&same) {
+            assert_eq!(k.as_deref(), Some("app.example"));
+        }
+        let keys = host_keys(&[h1("[::1]:80"), h1("[2001:DB8::1]:8080"), h1("a b")]);
+        let expected = ["[::1]", "[2001:db8::1]", "a b"];
+        assert_eq!(keys, expected.map(|k| Some(k.into())));
+        assert_eq!(host_keys(&[http::Request::new(())]), [None]);
+    }
+
+    #[test]
+    fn a_host_tier_compares_the_host() {
+        let id = HttpIdentity::from_yaml_str(
+            "h.yaml",
+            "http:\n  domain: d\n  descriptors:\n    - [{tier: {header: host, values: [Api.Example]}}]\n",
+        )
+        .unwrap();
+        let mut out = id.new_output();
+        let req = http::Request::get("/").header("host", "API.example.:443").body(()).unwrap();
+        id.build(&req, "192.0.2.1".parse().unwrap(), &crate::identity::NoExtensions, &mut out);
+        assert_eq!(out[0].get("tier"), Some("Api.Example"));
     }
 }

@@ -70,6 +70,17 @@
 //! `~`, and 16 hex digits of the SHA-256 of the whole value: still counted,
 //! bounded, and distinct. Several lines of a header: the first is read.
 //!
+//! `header: host` (in any action reading a header) reads the request's
+//! authority — HTTP/2's `:authority` (or an absolute-form target's), else
+//! `Host` — and keys on its host normalised as nginx's `$host` is:
+//! lowercase, without a name's final dot, without the port (a listener
+//! has one port; the one a client writes is its own choice, and upstreams
+//! route by name), IPv6 literals in brackets. `APP.example`,
+//! `app.example.`, `app.example:80` and `app.example:8080` are one key,
+//! `app.example`. An authority that is no valid `host[:port]` is keyed as
+//! sent (the gateway refuses it first, with 400). A `tier` reading `host`
+//! compares that host with its values.
+//!
 //! ## `cost`
 //!
 //! `{header: NAME | extension: NAME, max, default: 1}`: a decimal integer

@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 
+use http::header::HOST;
 use http::{HeaderName, HeaderValue};
 
 /// The parts of a request an identity reads: its method, its path and its
@@ -71,6 +72,21 @@ pub trait RequestHead {
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         self.header_lines(name).next()
     }
+
+    /// The authority the request is for, as sent: HTTP/2's `:authority`
+    /// or an absolute-form target's, else `Host` (what `header: host`
+    /// entries read, and key on its host). By default, `Host`.
+    fn authority(&self) -> Option<&[u8]> {
+        self.header(&HOST)
+    }
+}
+
+/// The authority of a request target, else its `Host`.
+fn authority_of<'a>(uri: &'a http::Uri, headers: &'a http::HeaderMap) -> Option<&'a [u8]> {
+    match uri.authority() {
+        Some(a) => Some(a.as_str().as_bytes()),
+        None => headers.get(HOST).map(HeaderValue::as_bytes),
+    }
 }
 
 impl<B> RequestHead for http::Request<B> {
@@ -91,6 +107,10 @@ impl<B> RequestHead for http::Request<B> {
 
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         self.headers().get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        authority_of(self.uri(), self.headers())
     }
 }
 
@@ -113,6 +133,10 @@ impl RequestHead for http::request::Parts {
     #[inline]
     fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         self.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        authority_of(&self.uri, &self.headers)
     }
 }
 
