@@ -4,6 +4,7 @@
 
 mod serve_support;
 
+mod admin_hosts;
 mod config_check;
 mod dashboard;
 mod gateway_hostile;

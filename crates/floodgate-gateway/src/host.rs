@@ -17,8 +17,8 @@
 //! normalised form (see [`floodgate_http::authority`], the one grammar of
 //! both). Pure: a request in, a verdict out.
 
-use floodgate_http::authority::{Authority, default_port};
 pub use floodgate_http::authority::valid_authority;
+use floodgate_http::authority::{Authority, default_port};
 use http::header::HOST;
 use http::{HeaderValue, Request, Version};
 
@@ -211,7 +211,13 @@ mod tests {
         let mut r = req(v, "http://a.example/", &[]);
         assert_eq!(normalize_host(&mut r), Ok(()));
         assert_eq!(host_of(&r), None, ":authority stays where it is");
-        for same in ["a.example", "A.EXAMPLE", "a.example.", "a.example:80", "a.example:"] {
+        for same in [
+            "a.example",
+            "A.EXAMPLE",
+            "a.example.",
+            "a.example:80",
+            "a.example:",
+        ] {
             let mut r = req(v, "http://a.example/", &[same]);
             assert_eq!(normalize_host(&mut r), Ok(()), "{same}");
         }

@@ -32,10 +32,14 @@ impl KeyedFields {
     /// The fields `identity`'s descriptors and cost read.
     pub(crate) fn new(identity: &IdentityConfig) -> Self {
         let mut names: Vec<HeaderName> = Vec::new();
-        let sources = identity.descriptors.iter().flatten().filter_map(|a| match &a.kind {
-            ActionKind::Value { source, .. } | ActionKind::Tier { source, .. } => Some(source),
-            _ => None,
-        });
+        let sources = identity
+            .descriptors
+            .iter()
+            .flatten()
+            .filter_map(|a| match &a.kind {
+                ActionKind::Value { source, .. } | ActionKind::Tier { source, .. } => Some(source),
+                _ => None,
+            });
         let cost = identity.cost.as_ref().map(|c| &c.source);
         for source in sources.chain(cost) {
             let name = match source {
@@ -94,7 +98,10 @@ mod tests {
     fn headers(lines: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in lines {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
         }
         h
     }

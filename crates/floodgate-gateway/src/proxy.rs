@@ -255,7 +255,8 @@ impl Proxy {
     /// Answers a request with more than one line of a field the limiter
     /// keys on (400, before it is limited or forwarded).
     pub(crate) fn duplicate_keyed_field(&self, version: Version) -> Response<ProxyBody> {
-        self.shared.client_error(Fault::DuplicateKeyedField, version)
+        self.shared
+            .client_error(Fault::DuplicateKeyedField, version)
     }
 
     /// The upstream.

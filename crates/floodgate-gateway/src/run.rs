@@ -201,8 +201,13 @@ pub async fn start(
     let (stop, stopped) = watch::channel(false);
     let router = floodgate_runtime::admin::router(health.clone(), prometheus);
     let server = &settings.server;
-    let admin =
-        floodgate_runtime::admin::spawn(server.admin, router, &server.limits, stopped.clone());
+    let admin = floodgate_runtime::admin::spawn(
+        server.admin,
+        &server.admin_hosts,
+        router,
+        &server.limits,
+        stopped.clone(),
+    );
     let admin_task = admin.await?;
     let upstreams: Vec<&str> = config
         .upstream

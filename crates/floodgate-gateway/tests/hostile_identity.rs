@@ -70,7 +70,11 @@ async fn a_host_limit_holds_whatever_the_spelling_or_protocol() {
     assert_eq!(field(&other, "x-seen-host"), Some("Other.Example.:80"));
     // HTTP/2: `:authority` alone, no `Host` field.
     let mut h2 = h2_connect(a.port()).await;
-    for uri in ["http://app.example/", "http://APP.EXAMPLE:80/x", "https://app.example:1/"] {
+    for uri in [
+        "http://app.example/",
+        "http://APP.EXAMPLE:80/x",
+        "https://app.example:1/",
+    ] {
         let req = http::Request::get(uri).body(Empty::<Bytes>::new()).unwrap();
         let res = h2.send_request(req).await.unwrap();
         assert_eq!(res.status(), 429, "{uri}");
@@ -98,10 +102,18 @@ async fn a_keyed_field_is_read_one_way_by_limiter_and_upstream() {
         assert_eq!(up.requests(), before, "{fields:?} reached the upstream");
     }
     let stats = gw.gateway().proxy().stats();
-    assert_eq!(stats.duplicate_keyed_fields.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert_eq!(
+        stats
+            .duplicate_keyed_fields
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
     // `X_Api_Key` (read as `X-Api-Key` by CGI-style upstreams): removed,
     // the key the limiter read is the one forwarded.
-    let text = send(a, "Host: h.example\r\nX-Api-Key: k1\r\nX_Api_Key: k2\r\nX_Other: kept\r\n");
+    let text = send(
+        a,
+        "Host: h.example\r\nX-Api-Key: k1\r\nX_Api_Key: k2\r\nX_Other: kept\r\n",
+    );
     assert_eq!(status_of(&text), Some(200), "{text}");
     assert_eq!(field(&text, "x-seen-api-key"), Some("k1"));
     assert_eq!(field(&text, "x-seen-underscored"), Some("x_other"));

@@ -219,8 +219,16 @@ mod tests {
             assert_eq!(host(same), "app.example", "{same}");
             assert!(Authority::new(same.as_bytes(), http).same(&app), "{same}");
         }
-        for other in ["app.example:443", "app.example:8080", "b.example", "app.example.org"] {
-            assert!(!Authority::new(other.as_bytes(), http).same(&app), "{other}");
+        for other in [
+            "app.example:443",
+            "app.example:8080",
+            "b.example",
+            "app.example.org",
+        ] {
+            assert!(
+                !Authority::new(other.as_bytes(), http).same(&app),
+                "{other}"
+            );
         }
         let tls = Authority::new(b"app.example", Some(b"443"));
         assert!(Authority::new(b"app.example:443", Some(b"443")).same(&tls));
@@ -237,8 +245,18 @@ mod tests {
         let ip = |a: &str| Authority::new(a.as_bytes(), None).ip();
         assert_eq!(ip("127.0.0.1:6070"), Some("127.0.0.1".parse().unwrap()));
         assert_eq!(ip("[::1]:6070"), Some("::1".parse().unwrap()));
-        assert_eq!(ip("[::ffff:10.0.0.1]"), Some("::ffff:10.0.0.1".parse().unwrap()));
-        for name in ["localhost", "1.2.3", "0x7f.1", "::1", "[v1.x]", "1.2.3.4.example"] {
+        assert_eq!(
+            ip("[::ffff:10.0.0.1]"),
+            Some("::ffff:10.0.0.1".parse().unwrap())
+        );
+        for name in [
+            "localhost",
+            "1.2.3",
+            "0x7f.1",
+            "::1",
+            "[v1.x]",
+            "1.2.3.4.example",
+        ] {
             assert_eq!(ip(name), None, "{name}");
         }
     }

@@ -1,20 +1,23 @@
 //! The admin listener (loopback by default): `/metrics` (Prometheus),
 //! `/healthcheck` and `/ready` ([`Health`]), the live dashboard
 //! (`/dashboard`, see [`crate::dashboard`]), and whatever routes a binary
-//! adds to [`router`]'s answer (`Router::merge`), served by [`spawn`].
+//! adds to [`router`]'s answer (`Router::merge`), served by [`spawn`] to
+//! requests that name it (see [`crate::admin_hosts`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::header;
+use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admin_hosts::{AdminHosts, authority_of, misdirected};
 use crate::error::RuntimeError;
 use crate::health::Health;
 use crate::listener::{ADMIN_CONNECTIONS, ConnectionLimits, Http, Protocols, bind, spawn_service};
@@ -52,14 +55,19 @@ pub fn health_routes<S: Clone + Send + Sync + 'static>(health: Arc<Health>) -> R
 /// Serves `router` on the admin listener `addr` (none: no admin
 /// listener) under `limits`' protections, HTTP/1.1 and HTTP/2, with a cap
 /// of its own ([`ADMIN_CONNECTIONS`]: a flood of the public listeners
-/// leaves it reachable), until `stop` turns true.
+/// leaves it reachable), until `stop` turns true. It answers requests for
+/// loopback names, IP addresses and `hosts` (`server.admin_hosts`), and
+/// 421 to any other (see [`crate::admin_hosts`]).
 pub async fn spawn(
     addr: Option<SocketAddr>,
+    hosts: &[String],
     router: Router,
     limits: &ConnectionLimits,
     stop: watch::Receiver<bool>,
 ) -> Result<Option<JoinHandle<()>>, RuntimeError> {
     let Some(addr) = addr else { return Ok(None) };
+    let hosts = Arc::new(AdminHosts::new(hosts));
+    let router = router.layer(axum::middleware::from_fn_with_state(hosts, only_its_names));
     let listener = bind("admin", addr).await?;
     let http = Http::new(limits, Protocols::Http1AndHttp2);
     let service = hyper_util::service::TowerToHyperService::new(router);
@@ -73,4 +81,17 @@ async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {
     a.health.export_metrics();
     let text = a.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// Passes on the requests that name the listener; 421 to the others.
+async fn only_its_names(
+    State(hosts): State<Arc<AdminHosts>>,
+    req: Request,
+    next: Next,
+) -> axum::response::Response {
+    if hosts.answers(authority_of(&req)) {
+        next.run(req).await
+    } else {
+        misdirected()
+    }
 }

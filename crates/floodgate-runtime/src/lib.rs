@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+mod admin_hosts;
 pub mod backend;
 pub mod config;
 pub mod config_thread;

@@ -88,7 +88,8 @@ pub async fn serve(
     // The admin listener first: once a public listener answers ready, the
     // metrics are there too.
     let admin = crate::admin::router(svc.clone(), prometheus);
-    let admin = floodgate_runtime::admin::spawn(s.admin, admin, &s.limits, stop_rx.clone());
+    let hosts = &s.admin_hosts;
+    let admin = floodgate_runtime::admin::spawn(s.admin, hosts, admin, &s.limits, stop_rx.clone());
     tasks.extend(admin.await?);
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;

@@ -103,7 +103,11 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
         }
     }
     // The names spelled with `_`, which CGI-style upstreams read as `-`.
-    let underscored: Vec<&str> = h.keys().map(|k| k.as_str()).filter(|k| k.contains('_')).collect();
+    let underscored: Vec<&str> = h
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| k.contains('_'))
+        .collect();
     let underscored = HeaderValue::from_str(&underscored.join(",")).unwrap();
     res.headers_mut().insert("x-seen-underscored", underscored);
     let hosts = h.get_all("host").iter().count();

@@ -8,12 +8,12 @@ use std::net::IpAddr;
 use http::header::{AUTHORIZATION, HOST};
 
 use super::client_ip::MAX_RENDERED;
-use crate::authority::{Authority, valid_authority};
 use super::config::{Action, ActionKind, IdentityConfig, IdentityError, Source, cost_of};
 use super::hash::{SECRET_HASH_LEN, write_bounded, write_secret_hash};
 use super::output::{HttpDescriptor, RequestDescriptors};
 use super::request::{ExtensionSource, RequestHead};
 use super::route::Routes;
+use crate::authority::{Authority, valid_authority};
 
 /// Turns HTTP requests into the descriptors of one policy domain.
 ///
@@ -159,9 +159,7 @@ impl HttpIdentity {
                 }
                 ActionKind::Value { source, hash } => {
                     match (source_value(source, head, ext), hash) {
-                        (Some(v), _) if is_host(source) => {
-                            write_host(text, v, *hash, max)
-                        }
+                        (Some(v), _) if is_host(source) => write_host(text, v, *hash, max),
                         (Some(v), true) => write_secret_hash(text, v),
                         (Some(v), false) => write_bounded(text, v, max),
                         (None, _) => return false,
@@ -195,7 +193,9 @@ impl HttpIdentity {
                     let known = given.and_then(|g| {
                         if is_host(source) {
                             let host = Authority::new(g, None).host();
-                            values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(host))
+                            values
+                                .iter()
+                                .find(|v| v.as_bytes().eq_ignore_ascii_case(host))
                         } else {
                             values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g))
                         }
@@ -318,7 +318,12 @@ mod tests {
 
     #[test]
     fn host_is_the_normalised_authority() {
-        let h1 = |host: &str| http::Request::get("/").header("host", host).body(()).unwrap();
+        let h1 = |host: &str| {
+            http::Request::get("/")
+                .header("host", host)
+                .body(())
+                .unwrap()
+        };
         let h2 = |uri: &str| {
             let r = http::Request::get(uri).version(http::Version::HTTP_2);
             r.body(()).unwrap()
@@ -350,8 +355,16 @@ mod tests {
         )
         .unwrap();
         let mut out = id.new_output();
-        let req = http::Request::get("/").header("host", "API.example.:443").body(()).unwrap();
-        id.build(&req, "192.0.2.1".parse().unwrap(), &crate::identity::NoExtensions, &mut out);
+        let req = http::Request::get("/")
+            .header("host", "API.example.:443")
+            .body(())
+            .unwrap();
+        id.build(
+            &req,
+            "192.0.2.1".parse().unwrap(),
+            &crate::identity::NoExtensions,
+            &mut out,
+        );
         assert_eq!(out[0].get("tier"), Some("Api.Example"));
     }
 }

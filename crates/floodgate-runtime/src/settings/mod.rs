@@ -98,6 +98,9 @@ pub struct ServerSettings {
     pub http: Option<SocketAddr>,
     /// The admin listener (`/metrics`, `/rlconfig`); loopback by default.
     pub admin: Option<SocketAddr>,
+    /// The names the admin listener answers to besides loopback names and
+    /// IP addresses (others: 421).
+    pub admin_hosts: Vec<String>,
     /// Largest request body or gRPC message accepted, in bytes.
     pub body_limit: usize,
     /// The engine's bounds on a request: most descriptors, longest key or

@@ -93,6 +93,16 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
         |s, v| { s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?; Ok(()) })
         .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`", read: debug_listener }));
+    t.push(S::new("server.admin_hosts", "FLOODGATE_ADMIN_HOSTS", "admin-hosts", Kind::List, "",
+        "names the admin listener answers to (`Host`) besides `localhost`, `*.localhost` and IP addresses, e.g. a Service's DNS name; any other: 421 (a page rebinding its name to the listener reads nothing)",
+        |s, v| {
+            for name in v.items() {
+                crate::admin_hosts::check_name(name)?;
+            }
+            s.server.admin_hosts = v.items().to_vec();
+            Ok(())
+        })
+        .samples("admin.internal", "metrics.example"));
     t.push(S::new("server.body_limit", "FLOODGATE_BODY_LIMIT", "body-limit", Kind::Size, "1MiB",
         "largest HTTP body or gRPC message",
         |s, v| { s.server.body_limit = size(&v.text())?; Ok(()) }));
