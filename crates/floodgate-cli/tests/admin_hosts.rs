@@ -79,7 +79,13 @@ async fn answers_only_its_names(admin: u16, paths: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listeners_answer_only_their_own_names() {
     let serve = Floodgate::start(bin(), CONFIG, &["--admin-hosts", "Admin.Internal"], &[]);
-    let paths = ["/metrics", "/dashboard", "/dashboard/data", "/rlconfig", "/ready"];
+    let paths = [
+        "/metrics",
+        "/dashboard",
+        "/dashboard/data",
+        "/rlconfig",
+        "/ready",
+    ];
     answers_only_its_names(serve.admin, &paths).await;
     let misdirected = serve.metric("floodgate_admin_misdirected_total");
     assert!(misdirected >= 25.0, "{misdirected}");
@@ -90,7 +96,11 @@ async fn the_admin_listeners_answer_only_their_own_names() {
         ("FLOODGATE_ADMIN_HOSTS", "admin.internal"),
     ];
     let gw = Gateway::start(bin(), &config, &[], &env);
-    answers_only_its_names(gw.admin, &["/metrics", "/dashboard", "/dashboard/data", "/ready"]).await;
+    answers_only_its_names(
+        gw.admin,
+        &["/metrics", "/dashboard", "/dashboard/data", "/ready"],
+    )
+    .await;
 }
 
 #[test]
@@ -101,6 +111,9 @@ fn an_admin_host_that_is_no_name_is_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("admin_hosts") || err.contains("admin-hosts"), "{err}");
+    assert!(
+        err.contains("admin_hosts") || err.contains("admin-hosts"),
+        "{err}"
+    );
     assert!(err.contains("without a port"), "{err}");
 }

@@ -21,6 +21,7 @@ mod serve_envoy_reference;
 mod serve_grpc;
 mod serve_grpc_checks;
 mod serve_grpc_drain;
+mod serve_grpc_field_zero;
 mod serve_http;
 mod serve_lifecycle;
 mod serve_memory;

@@ -49,8 +49,17 @@ impl<'a> Reader<'a> {
         Err(WireError("varint too long"))
     }
 
+    /// A field's key: its number and wire type. Field numbers run from 1
+    /// to 2^29 - 1 (a key fits in 32 bits); prost refuses 0 and larger
+    /// keys, and so does this reading.
     fn key(&mut self) -> Result<(u64, u8), WireError> {
         let k = self.varint()?;
+        if k > u64::from(u32::MAX) {
+            return Err(WireError("a field key beyond 32 bits"));
+        }
+        if k >> 3 == 0 {
+            return Err(WireError("field number 0"));
+        }
         Ok((k >> 3, (k & 7) as u8))
     }
 
@@ -512,8 +521,22 @@ mod tests {
         assert!(RateLimitRequest::decode(&[0x73, 0x74][..]).is_ok());
         assert!(WireRequest::decode(&[0x73, 0x74]).is_ok());
         // What prost refuses: an end without a start, another field's end,
-        // a group never closed, groups nested past the recursion limit.
-        for bad in [&[0x74][..], &[0x73, 0x7c], &[0x73, 0x08, 0x01]] {
+        // a group never closed, field number 0 (any wire type, at the top,
+        // in a descriptor, in a group), a key beyond 32 bits, groups nested
+        // past the recursion limit.
+        let field_zero_in_descriptor = [0x12, 0x04, 0x0a, 0x02, 0x00, 0x01];
+        let beyond_32_bits = [0x80, 0x80, 0x80, 0x80, 0x10, 0x00];
+        for bad in [
+            &[0x74][..],
+            &[0x73, 0x7c],
+            &[0x73, 0x08, 0x01],
+            &[0x00, 0x01],
+            &[0x02, 0x00],
+            &[0x0a, 0x01, b'd', 0x00, 0x05],
+            &[0x73, 0x00, 0x00, 0x74],
+            &field_zero_in_descriptor,
+            &beyond_32_bits,
+        ] {
             assert!(RateLimitRequest::decode(bad).is_err());
             assert!(WireRequest::decode(bad).is_err(), "{bad:x?}");
         }
