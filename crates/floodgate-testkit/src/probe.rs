@@ -24,13 +24,13 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// Asks `GET path` of `addr` every `every` (HTTP/1.1, `Host:
-    /// probe.example`, closed after the answer) until stopped.
+    /// Asks `GET path` of `addr` every `every` (HTTP/1.1, `Host: addr`,
+    /// a name every listener answers, the admin listener's included;
+    /// closed after the answer) until stopped.
     pub fn start(addr: SocketAddr, path: &str, every: Duration) -> Probe {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: probe.example\r\nConnection: close\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
         let thread = std::thread::spawn(move || {
             let mut results = Vec::new();
             while !stopped.load(Ordering::Relaxed) {
