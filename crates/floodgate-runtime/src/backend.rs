@@ -102,7 +102,11 @@ impl AnyBackend {
     pub async fn build(settings: &StoreSettings) -> Result<Self, RuntimeError> {
         match settings.backend {
             StoreKind::Memory => {
-                let store = MemoryBackend::new(StoreConfig::with_capacity(settings.capacity))
+                let config = StoreConfig {
+                    when_full: settings.when_full,
+                    ..StoreConfig::with_capacity(settings.capacity)
+                };
+                let store = MemoryBackend::new(config)
                     .map_err(|e| RuntimeError::Store(e.to_string()))?;
                 Ok(AnyBackend::Memory(store))
             }
