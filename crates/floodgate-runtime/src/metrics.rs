@@ -95,6 +95,7 @@ pub fn export_store(backend: &AnyBackend) {
     for (name, v) in [
         ("floodgate_redis_decisions_total", &s.decisions),
         ("floodgate_redis_backend_errors_total", &s.backend_errors),
+        ("floodgate_redis_memory_full_total", &s.memory_full),
         ("floodgate_redis_short_circuited_total", &s.short_circuited),
         ("floodgate_redis_fail_open_total", &s.fail_open),
         ("floodgate_redis_fail_closed_total", &s.fail_closed),
