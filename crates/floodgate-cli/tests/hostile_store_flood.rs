@@ -3,14 +3,15 @@
 //! victim its spent limit back: the full store keeps every restriction
 //! and decides the flood's new keys without state (`store.when_full:
 //! admit`, the default), or refuses them (`deny`); only `evict` gives the
-//! quota back, as documented.
+//! quota back, as documented. A Redis whose memory policy can evict
+//! counters is warned of at start.
 
 use crate::serve_support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use floodgate_testkit::Floodgate;
+use floodgate_testkit::{Floodgate, Redis};
 use serde_json::{Value, json};
 use serve_support::clear_of_boundary;
 use serve_support::json_api::post_json;
@@ -75,7 +76,10 @@ async fn a_flood_of_new_keys_keeps_the_victims_limit() {
     assert!(keys > 0.0 && keys <= 1_024.0, "{keys} keys held");
     let admitted = s.metric("floodgate_store_full_total{outcome=\"admitted\"}");
     assert!(admitted >= (19 * CAPACITY) as f64, "{admitted} admitted");
-    assert_eq!(s.metric("floodgate_store_full_total{outcome=\"evicted\"}"), 0.0);
+    assert_eq!(
+        s.metric("floodgate_store_full_total{outcome=\"evicted\"}"),
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -102,4 +106,28 @@ async fn a_full_store_set_to_evict_gives_the_quota_back() {
     );
     assert_eq!(victim_after_flood(&s).await, 200, "log:\n{}", s.log());
     assert!(s.metric("floodgate_store_full_total{outcome=\"evicted\"}") > 0.0);
+}
+
+/// A Redis whose memory policy evicts counters is named at start, with a
+/// warning; `noeviction` is not.
+#[test]
+fn an_evicting_redis_is_named_at_start() {
+    for (policy, warned) in [("allkeys-lru", true), ("noeviction", false)] {
+        let redis = Redis::start_with(&["--maxmemory-policy", policy]);
+        let s = Floodgate::start(
+            bin(),
+            CONFIG,
+            &["--store", "redis", "--redis-url", &redis.addr()],
+            &[],
+        );
+        // Ready means the backend was built, and the check made, before.
+        let named = s.log().contains("maxmemory_policy=allkeys-lru");
+        assert_eq!(named, warned, "{policy}: log:\n{}", s.log());
+        assert_eq!(
+            s.log().contains("maxmemory"),
+            warned,
+            "{policy}: log:\n{}",
+            s.log()
+        );
+    }
 }
