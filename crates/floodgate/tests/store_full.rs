@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use floodgate::algorithms::{
-    AnyLimit, AnyState, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay,
-    SlidingLog, SlidingWindow,
+    AnyLimit, AnyState, Concurrency, FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog,
+    SlidingWindow,
 };
 use floodgate::store::{Item, WhenFull};
 use floodgate::{Algorithm, Apply, Decision, Outcome, Store, StoreConfig, Timestamp};
@@ -91,11 +91,7 @@ fn held_permits_do_not_grow_the_store() {
     let one = Concurrency::new(1).unwrap();
     let keys = 20 * CAPACITY as u64;
     for k in 0..keys {
-        assert!(
-            store
-                .decide(&one, &k, at(0), 1, Apply::Commit)
-                .is_allowed()
-        );
+        assert!(store.decide(&one, &k, at(0), 1, Apply::Commit).is_allowed());
     }
     let stats = store.stats();
     assert!(stats.keys <= store.capacity(), "{stats:?}");

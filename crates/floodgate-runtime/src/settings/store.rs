@@ -259,7 +259,13 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut 
         }
         StoreKind::Redis => {
             let why = "only applies to backend: memory";
-            not_applicable(["store.capacity", "store.when_full"], false, why, origins, errors);
+            not_applicable(
+                ["store.capacity", "store.when_full"],
+                false,
+                why,
+                origins,
+                errors,
+            );
             assemble(store, &address, origins, errors);
         }
     }

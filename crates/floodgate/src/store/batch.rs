@@ -6,8 +6,8 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::shard::{Shard, Swept, idle_secs, prefetch_entry};
-use super::{Store, WhenFull};
 use super::slot::SlotGuard;
+use super::{Store, WhenFull};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{Decision, Timestamp};

@@ -67,8 +67,8 @@ use crossbeam_utils::CachePadded;
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
-use prefetch::Prefetch;
 use full::without_room;
+use prefetch::Prefetch;
 use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
 
