@@ -12,6 +12,7 @@ mod gateway_lifecycle;
 mod headers_parity;
 mod hostile_listeners;
 mod hostile_reloads;
+mod hostile_store_flood;
 mod redis_down_at_startup;
 mod release_hostile;
 mod replay;

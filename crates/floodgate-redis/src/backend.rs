@@ -14,12 +14,12 @@ use redis::{Cmd, Value};
 use crate::batch::{Call, CallArgs, Plan};
 use crate::cache::OverLimitCache;
 use crate::encode::permit_arg;
-use crate::error::map_error;
+use crate::error::{is_memory_full, map_error};
 use crate::keys::KeyLayout;
 use crate::pool::{Pool, PoolError};
-use crate::script::{DECIDE, RELEASE, Script};
+use crate::script::{DECIDE, DECIDE_READ_ONLY, RELEASE, Script};
 use crate::stats::RedisStats;
-use crate::{ConfigError, Mode, RedisConfig, TimeSource, UnsupportedLimit, reply};
+use crate::{ConfigError, MemoryPolicy, Mode, RedisConfig, TimeSource, UnsupportedLimit, reply};
 
 /// Rate limiting state in Redis (a single server, a Sentinel-managed
 /// primary or a cluster).
@@ -33,6 +33,8 @@ pub struct RedisBackend {
     pool: Pool,
     layout: KeyLayout,
     decide: Script,
+    /// The decision script for dry runs (runs on a full server).
+    read_only: Script,
     release: Script,
     cluster: bool,
     timeout: Duration,
@@ -135,6 +137,7 @@ impl RedisBackend {
             pool,
             layout: KeyLayout::new(&config.key_prefix),
             decide: Script::new(DECIDE),
+            read_only: Script::new(DECIDE_READ_ONLY),
             release: Script::new(RELEASE),
             cluster: config.mode == Mode::Cluster,
             timeout: config.timeout,
@@ -399,7 +402,8 @@ impl RedisBackend {
         if matches!(e, BackendError::Timeout(_)) {
             self.stats.timeouts.inc();
         }
-        if !matches!(e, BackendError::Protocol(_)) {
+        // A full server still answers: its connections are sound.
+        if !matches!(e, BackendError::Protocol(_)) && !is_memory_full(&e) {
             self.ready.store(false, Ordering::Relaxed);
             self.pool.suspect();
         }
@@ -502,9 +506,14 @@ impl RedisBackend {
         call: Call,
         args: &CallArgs<'_>,
     ) -> Result<(Vec<Decision>, u64), BackendError> {
-        let cmd = plan.command(&self.decide, group, call, args);
-        let value = self
-            .decide
+        // Dry runs only read: the read-only script, which a full server
+        // still runs.
+        let script = match call {
+            Call::DryCommit | Call::DryRejected => &self.read_only,
+            _ => &self.decide,
+        };
+        let cmd = plan.command(script, group, call, args);
+        let value = script
             .run(&self.pool, &cmd, &self.stats)
             .await
             .map_err(|e| map_error(&e, self.timeout))?;
@@ -513,6 +522,27 @@ impl RedisBackend {
             self.stats.state_resets.add(r.resets);
         }
         Ok((r.decisions, r.now_us))
+    }
+
+    /// The server's `maxmemory-policy` (`CONFIG GET`, within the decision
+    /// timeout), and whether it can evict counters: see [`MemoryPolicy`].
+    /// With a cluster, the node that answers speaks for all.
+    pub async fn memory_policy(&self) -> MemoryPolicy {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy");
+        let value = match tokio::time::timeout(self.timeout, self.pool.query(&cmd)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return MemoryPolicy::Unknown(e.to_string()),
+            Err(_) => return MemoryPolicy::Unknown("no answer within the timeout".into()),
+        };
+        // A flat array of name, value (RESP2) or a map (RESP3).
+        let shown = format!("unexpected reply {value:?}");
+        let pairs: Result<std::collections::HashMap<String, String>, _> =
+            redis::from_redis_value(value);
+        match pairs.ok().and_then(|p| p.get("maxmemory-policy").cloned()) {
+            Some(policy) => MemoryPolicy::of(&policy),
+            None => MemoryPolicy::Unknown(shown),
+        }
     }
 
     /// Whether the server answers on every connection (`PING`, within the

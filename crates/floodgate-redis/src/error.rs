@@ -164,6 +164,13 @@ pub(crate) fn map_error(e: &RedisError, timeout: Duration) -> BackendError {
     }
 }
 
+/// Whether `e` is Redis refusing a write because its memory is full
+/// (`-OOM command not allowed when used memory > 'maxmemory'`): the server
+/// answers, reads work, only new writes are refused.
+pub(crate) fn is_memory_full(e: &BackendError) -> bool {
+    matches!(e, BackendError::Unavailable(m) if m.contains("OOM"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

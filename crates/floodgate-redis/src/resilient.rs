@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 
 use crate::breaker::{Breaker, BreakerState, Pass};
 use crate::deferred::{DeferredReleases, deliver_soon};
+use crate::error::is_memory_full;
 use crate::fallback::LocalFallback;
 use crate::issued::IssuedPermits;
 use crate::policy::{self, Fallback};
@@ -324,7 +325,9 @@ impl ResilientBackend {
         match self.gate.breaker.pass(&self.gate.stats) {
             Some(pass) => {
                 let result = self.redis.remote(&plan, items, now, apply, out).await;
-                let ok = result.is_ok();
+                // A full Redis is not down: it answers, its states stand.
+                let full = matches!(&result, Err(e) if is_memory_full(e));
+                let ok = result.is_ok() || full;
                 match pass {
                     // Closed once every connection answers: one still
                     // failed from the outage would otherwise leave the
@@ -335,6 +338,9 @@ impl ResilientBackend {
                 }
                 if ok {
                     self.deliver_deferred();
+                }
+                if full {
+                    return self.when_full(&plan, items, now, apply, out, policy).await;
                 }
                 if let Ok((d, _)) = result {
                     self.gate.stats.decisions.inc();
@@ -476,6 +482,34 @@ impl ResilientBackend {
                 tried,
             ),
         }
+    }
+
+    /// Answers a batch Redis refused to charge because its memory is full
+    /// (`OOM`): Redis still reads, so the states it holds decide what
+    /// they deny — a client that fills Redis's memory erases no
+    /// restriction. A batch they would admit, which Redis cannot charge,
+    /// is answered by the failure policy: `fail_open` admits it uncharged,
+    /// `fail_closed` denies it, `local` decides and charges it on the
+    /// local store.
+    async fn when_full(
+        &self,
+        plan: &crate::batch::Plan,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+        policy: FailurePolicy,
+    ) -> Result<Decision, BackendError> {
+        self.gate.stats.memory_full.inc();
+        // A dry run, which a full server still runs (see `DECIDE_READ_ONLY`).
+        if apply != Apply::Check
+            && let Ok((d, _)) = self.redis.remote(plan, items, now, Apply::Check, out).await
+            && d.is_denied()
+        {
+            self.gate.stats.decisions.inc();
+            return Ok(d);
+        }
+        self.apply_policy(items, now, apply, out, policy)
     }
 
     fn apply_policy(

@@ -37,21 +37,35 @@ macro_rules! algorithms {
     };
 }
 
-/// The decision script, assembled from one file per concept (see
-/// `lua/prelude.lua`).
-pub(crate) const DECIDE: &str = concat!(
-    include_str!("lua/prelude.lua"),
-    "\n",
-    include_str!("lua/helpers.lua"),
-    "\n",
-    include_str!("lua/read_item.lua"),
-    "\n",
-    include_str!("lua/items.lua"),
-    "\n",
-    algorithms!(),
-    "\n",
-    include_str!("lua/main.lua"),
-);
+/// The decision script after its first line, assembled from one file per
+/// concept (see `lua/prelude.lua`).
+macro_rules! decide_body {
+    () => {
+        concat!(
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!("lua/helpers.lua"),
+            "\n",
+            include_str!("lua/read_item.lua"),
+            "\n",
+            include_str!("lua/items.lua"),
+            "\n",
+            algorithms!(),
+            "\n",
+            include_str!("lua/main.lua"),
+        )
+    };
+}
+
+/// The decision script. Declaring no flags, it is refused whole (`OOM`)
+/// by a server whose memory is full.
+pub(crate) const DECIDE: &str = concat!("#!lua\n", decide_body!());
+
+/// The decision script for dry runs when the server's memory is full: it
+/// writes nothing (`no-writes`, which Redis enforces), so a full server
+/// runs it (`allow-oom`) and the states it holds still decide.
+pub(crate) const DECIDE_READ_ONLY: &str =
+    concat!("#!lua flags=no-writes,allow-oom\n", decide_body!());
 
 /// The lease script (see `lua/lease.lua`).
 pub(crate) const LEASE: &str = concat!(

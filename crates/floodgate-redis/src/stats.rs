@@ -57,8 +57,13 @@ pub struct RedisStats {
 pub struct ResilienceStats {
     /// Decisions answered (by Redis or by the failure policy).
     pub decisions: Counter,
-    /// Redis calls that failed (each one counts towards the breaker).
+    /// Redis calls that failed (each one counts towards the breaker, except
+    /// a refusal to write because Redis's memory is full).
     pub backend_errors: Counter,
+    /// Decisions Redis could not charge because its memory was full
+    /// (`OOM`): denied when the states it holds deny them, answered by the
+    /// failure policy otherwise.
+    pub memory_full: Counter,
     /// Decisions that never reached Redis because the breaker was open.
     pub short_circuited: Counter,
     /// Decisions admitted by [`FailurePolicy::FailOpen`](crate::FailurePolicy).

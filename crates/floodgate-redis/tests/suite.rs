@@ -12,6 +12,7 @@ mod keys_and_input;
 mod lease_exactness;
 mod lease_server_clock;
 mod leases;
+mod memory_full;
 mod multi_region;
 mod permit_routing;
 mod pipelining;

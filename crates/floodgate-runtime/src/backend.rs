@@ -6,7 +6,7 @@ use floodgate::{Apply, Clock, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{
     Backend, BackendError, Engine, Item, MemoryBackend, PolicySet, Released, SyncBackend,
 };
-use floodgate_redis::{ConnectError, RedisBackend, ResilientBackend};
+use floodgate_redis::{ConnectError, MemoryPolicy, RedisBackend, ResilientBackend};
 
 use crate::error::RuntimeError;
 use crate::settings::{PolicyOverrides, StoreKind, StoreSettings};
@@ -102,8 +102,12 @@ impl AnyBackend {
     pub async fn build(settings: &StoreSettings) -> Result<Self, RuntimeError> {
         match settings.backend {
             StoreKind::Memory => {
-                let store = MemoryBackend::new(StoreConfig::with_capacity(settings.capacity))
-                    .map_err(|e| RuntimeError::Store(e.to_string()))?;
+                let config = StoreConfig {
+                    when_full: settings.when_full,
+                    ..StoreConfig::with_capacity(settings.capacity)
+                };
+                let store =
+                    MemoryBackend::new(config).map_err(|e| RuntimeError::Store(e.to_string()))?;
                 Ok(AnyBackend::Memory(store))
             }
             StoreKind::Redis => {
@@ -127,6 +131,9 @@ impl AnyBackend {
                     }
                     Err(e) => return Err(store(&e)),
                 };
+                if reachable {
+                    warn_of_evictions(redis.memory_policy().await);
+                }
                 let mut resilient = ResilientBackend::new(redis, config).map_err(|e| store(&e))?;
                 if !reachable {
                     resilient = resilient.starting_unreachable();
@@ -134,6 +141,23 @@ impl AnyBackend {
                 Ok(AnyBackend::Redis(Box::new(resilient)))
             }
         }
+    }
+}
+
+/// Warns when the Redis server's memory policy can evict counters (a
+/// client filling its memory would give its victims their quotas back), or
+/// when it would not say.
+fn warn_of_evictions(policy: MemoryPolicy) {
+    match policy {
+        MemoryPolicy::Keeps => {}
+        MemoryPolicy::Evicts(name) => tracing::warn!(
+            maxmemory_policy = %name,
+            "Redis evicts keys when its memory is full, counters included: a client that fills it erases limits; set maxmemory-policy noeviction (see docs/redis.md)"
+        ),
+        MemoryPolicy::Unknown(why) => tracing::warn!(
+            error = %why,
+            "Redis's maxmemory-policy could not be checked: unless it is noeviction, a client that fills its memory erases limits (see docs/redis.md)"
+        ),
     }
 }
 

@@ -69,16 +69,33 @@ pub fn spawn_upkeep(handle: PrometheusHandle, every: Duration) {
     });
 }
 
+/// The in-memory store's keys, and what became of new keys when it was
+/// full (`outcome`: `evicted` keys, requests `admitted` without state or
+/// `denied`; see `store.when_full`).
+fn export_memory(s: &floodgate::StoreStats) {
+    metrics::gauge!("floodgate_store_keys").set(s.keys as f64);
+    metrics::counter!("floodgate_store_reclaimed_total").absolute(s.reclaimed);
+    for (outcome, v) in [
+        ("evicted", s.evictions),
+        ("admitted", s.admitted_full),
+        ("denied", s.denied_full),
+    ] {
+        metrics::counter!("floodgate_store_full_total", "outcome" => outcome).absolute(v);
+    }
+}
+
 /// Copies the store's own counters into the registry (called before each
 /// scrape).
 pub fn export_store(backend: &AnyBackend) {
-    let AnyBackend::Redis(r) = backend else {
-        return;
+    let r = match backend {
+        AnyBackend::Memory(m) => return export_memory(&m.store().stats()),
+        AnyBackend::Redis(r) => r,
     };
     let (s, rs, sh) = (r.stats(), r.redis().stats(), r.sharing_stats());
     for (name, v) in [
         ("floodgate_redis_decisions_total", &s.decisions),
         ("floodgate_redis_backend_errors_total", &s.backend_errors),
+        ("floodgate_redis_memory_full_total", &s.memory_full),
         ("floodgate_redis_short_circuited_total", &s.short_circuited),
         ("floodgate_redis_fail_open_total", &s.fail_open),
         ("floodgate_redis_fail_closed_total", &s.fail_closed),

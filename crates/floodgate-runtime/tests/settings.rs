@@ -265,6 +265,31 @@ fn file_errors_have_positions() {
     );
 }
 
+/// What a full in-memory store does with new keys: `admit` by default, a
+/// choice of three, refused with its name otherwise, and not a Redis
+/// store's setting.
+#[test]
+fn the_full_store_rule() {
+    use floodgate::store::WhenFull;
+    assert_eq!(file("").unwrap().store.when_full, WhenFull::Admit);
+    let s = file("store:\n  when_full: deny\n").unwrap();
+    assert_eq!(s.store.when_full, WhenFull::Deny);
+    let s = env_only(&[("FLOODGATE_MEMORY_WHEN_FULL", "evict")]).unwrap();
+    assert_eq!(s.store.when_full, WhenFull::Evict);
+    let e = file("store:\n  when_full: drop\n").unwrap_err().to_string();
+    assert!(
+        e.contains("f.yaml:2:14: when_full: expected admit, deny or evict, found `drop`"),
+        "{e}"
+    );
+    let e = file("store:\n  backend: redis\n  when_full: deny\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("when_full only applies to backend: memory"),
+        "{e}"
+    );
+}
+
 #[test]
 fn pipelining_window() {
     let s =

@@ -236,6 +236,7 @@ fn run_case(seed: u64, steps: usize, stop: bool) -> Result<(), String> {
             MemoryBackend::new(StoreConfig {
                 capacity: 4096,
                 shards: 4,
+                ..StoreConfig::default()
             })
             .unwrap(),
             clock.clone(),

@@ -15,8 +15,8 @@
 //!   several limits checked atomically ([tuples](algorithms::Limits) for one
 //!   key, [`Store::decide_many`] across keys).
 //! * A bounded, sharded, concurrent in-memory [`Store`], exact under
-//!   contention, that forgets idle keys by itself and evicts the least
-//!   recently used when full.
+//!   contention, that forgets idle keys by itself and, when full, never
+//!   evicts a key's restriction by default ([`store::WhenFull`]).
 //! * Time from an injected [`Clock`]; no IO, no async runtime.
 //!
 //! ```

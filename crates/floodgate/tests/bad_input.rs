@@ -246,7 +246,7 @@ proptest! {
         shards in prop_oneof![Just(0usize), Just(1usize), Just(1usize << 16), Just((1usize << 16) + 1), Just(usize::MAX), (0..64u32).prop_map(|b| 1usize << b), 0..=100usize],
     ) {
         judged(
-            Store::<String, u128>::new(StoreConfig { capacity, shards }),
+            Store::<String, u128>::new(StoreConfig { capacity, shards, ..StoreConfig::default() }),
             &[("capacity", capacity > 0), ("shards", shards.is_power_of_two() && shards <= 1 << 16)],
         )?;
     }
@@ -326,6 +326,7 @@ fn store_constructor_full_range() {
         let store = Store::<String, u128>::new(StoreConfig {
             capacity,
             shards: 64,
+            ..StoreConfig::default()
         })
         .unwrap();
         assert!(store.capacity() >= capacity);

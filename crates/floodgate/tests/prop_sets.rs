@@ -365,7 +365,7 @@ proptest! {
         ),
     ) {
         let keys = ["a", "b", "c", "d"];
-        let store: Store<String, AnyState> = Store::new(StoreConfig { capacity: 64, shards: 4 }).unwrap();
+        let store: Store<String, AnyState> = Store::new(StoreConfig { capacity: 64, shards: 4, ..StoreConfig::default() }).unwrap();
         let mut reference: HashMap<usize, AnyState> = HashMap::new();
         let mut now = 1_000 * SEC;
         for (g, items, commit) in batches {

@@ -17,5 +17,6 @@ mod prop_sliding_log;
 mod prop_sliding_window;
 mod prop_zone;
 mod store_clock_backwards;
+mod store_full;
 mod store_memory;
 mod store_stress;

@@ -1,4 +1,3 @@
-#!lua
 -- Floodgate: one atomic rate limiting decision over the keys of one hash slot.
 --
 -- KEYS[i]    the state key of item i (distinct: the client sends a key once

@@ -75,6 +75,10 @@ enum StoreState {
         capacity: u64,
         evictions: u64,
         reclaimed: u64,
+        /// New keys' requests decided without state, or denied, because
+        /// every key held was still restricted (`store.when_full`).
+        admitted_full: u64,
+        denied_full: u64,
     },
     Redis {
         /// The breaker is closed; while it is not, the failure policy
@@ -105,6 +109,8 @@ fn store_state(backend: &AnyBackend) -> StoreState {
                 capacity: m.store().capacity() as u64,
                 evictions: s.evictions,
                 reclaimed: s.reclaimed,
+                admitted_full: s.admitted_full,
+                denied_full: s.denied_full,
             }
         }
         AnyBackend::Redis(r) => {

@@ -178,9 +178,10 @@ pub enum LogFormat {
 pub struct StoreSettings {
     /// Which store decides.
     pub backend: StoreKind,
-    /// The in-memory store: most keys kept (the least recently used are
-    /// evicted beyond).
+    /// The in-memory store: most keys kept.
     pub capacity: usize,
+    /// The in-memory store: what it does with a new key when full.
+    pub when_full: floodgate::store::WhenFull,
     /// The Redis store (complete once the settings are resolved).
     pub redis: RedisConfig,
     /// How many instances share the counters (0: not said): for the bound
@@ -214,7 +215,11 @@ impl StoreSettings {
     /// A description for logs (Redis credentials hidden).
     pub fn describe(&self) -> String {
         match self.backend {
-            StoreKind::Memory => format!("memory (capacity {} keys)", self.capacity),
+            StoreKind::Memory => format!(
+                "memory (capacity {} keys, when full: {})",
+                self.capacity,
+                self.when_full.name()
+            ),
             StoreKind::Redis => {
                 let urls: Vec<String> = self.redis.urls.iter().map(|u| redact(u)).collect();
                 format!("redis {:?} {}", self.redis.mode, urls.join(","))

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use floodgate::store::WhenFull;
 use floodgate_policy::SyncMode;
 use floodgate_policy::error::Errors;
 use floodgate_redis::{FailurePolicy, Mode, TimeSource, parse_redis_urls, parse_sentinel_url};
@@ -75,8 +76,17 @@ pub(super) fn declare(t: &mut Vec<S>) {
         .envoy(Envoy::Var("BACKEND_TYPE"))
         .samples("redis", "memory"));
     t.push(S::new("store.capacity", "FLOODGATE_MEMORY_CAPACITY", "memory-capacity", Kind::Count, "1000000",
-        "memory: most keys kept (the least recently used are evicted beyond)",
+        "memory: most keys kept (beyond, `store.when_full` decides new keys)",
         |s, v| { s.store.capacity = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
+    t.push(S::new("store.when_full", "FLOODGATE_MEMORY_WHEN_FULL", "memory-when-full", Kind::Choice, "admit",
+        "memory: a new key when every key held is still restricted: `admit` (decided as a fresh key, no state kept), `deny`, or `evict` (the least recently used, restrictions included)",
+        |s, v| {
+            let rule = v.text().to_ascii_lowercase();
+            let rules = [(&["admit"][..], WhenFull::Admit), (&["deny"], WhenFull::Deny), (&["evict"], WhenFull::Evict)];
+            s.store.when_full = choice(&rule, &rules)?;
+            Ok(())
+        })
+        .samples("deny", "evict"));
     t.push(S::new("store.mode", "FLOODGATE_REDIS_MODE", "redis-mode", Kind::Choice, "single",
         "redis: `single`, `cluster` or `sentinel`",
         |s, v| {
@@ -229,7 +239,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
 }
 
 /// The settings of the store that are not the Redis store's.
-const MEMORY: &[&str] = &["store.backend", "store.capacity"];
+const MEMORY: &[&str] = &["store.backend", "store.capacity", "store.when_full"];
 
 /// Completes the store once every setting is read: a Redis URL given more
 /// strongly than the backend chooses Redis; the addresses, mode and
@@ -249,7 +259,13 @@ pub(super) fn finish(store: &mut StoreSettings, origins: &Origins, errors: &mut 
         }
         StoreKind::Redis => {
             let why = "only applies to backend: memory";
-            not_applicable(["store.capacity"], false, why, origins, errors);
+            not_applicable(
+                ["store.capacity", "store.when_full"],
+                false,
+                why,
+                origins,
+                errors,
+            );
             assemble(store, &address, origins, errors);
         }
     }

@@ -5,9 +5,9 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::Store;
 use super::shard::{Shard, Swept, idle_secs, prefetch_entry};
 use super::slot::SlotGuard;
+use super::{Store, WhenFull};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{Decision, Timestamp};
@@ -209,6 +209,9 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
         let slots: &[Slot] = slots;
         let members = |lead: usize| (lead..items.len()).filter(move |&j| slots[j].lead == lead);
+        // The item whose new key a full store has no room for, under
+        // `WhenFull::Deny`: the whole batch is rejected for it.
+        let mut refused = None;
         let (mode, forced) = match apply {
             Apply::Commit | Apply::Force => {
                 let mut all = true;
@@ -232,6 +235,14 @@ impl<K: Hash + Eq, S> Store<K, S> {
                             self.visit(guard, &slots[i], &items[i], cost, now, Apply::Check, false);
                         d.is_allowed()
                     };
+                    if admitted
+                        && !dry
+                        && self.no_room(guard, &slots[i], &items[i], slots[i].cost, now, apply)
+                    {
+                        refused = Some(i);
+                        all = false;
+                        break;
+                    }
                     if !admitted {
                         all = false;
                         break;
@@ -318,6 +329,11 @@ impl<K: Hash + Eq, S> Store<K, S> {
         drop(inline_guards);
         drop(heap_guards);
         self.record(swept);
+        if let Some(i) = refused {
+            for j in members(i) {
+                out[j] = self.without_room(out[j]);
+            }
+        }
         out[..items.len()]
             .iter()
             .copied()
@@ -344,8 +360,46 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
     }
 
+    /// Under [`WhenFull::Deny`], whether `item`'s key is new, would keep a
+    /// state after `cost`, and its full shard has no room for it (looked
+    /// for as an insertion would, so room made now is kept for it).
+    fn no_room<A, Q>(
+        &self,
+        shard: &mut SlotGuard<'_, Shard<K, S>>,
+        slot: &Slot,
+        item: &Item<'_, Q, A>,
+        cost: u64,
+        now: Timestamp,
+        apply: Apply,
+    ) -> bool
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.when_full != WhenFull::Deny
+            || shard
+                .table
+                .find(slot.hash, |e| e.key.borrow() == item.key)
+                .is_some()
+        {
+            return false;
+        }
+        let mut state = item.limit.fresh();
+        let (_, idle) = item.limit.decide_idle(&mut state, now, cost, apply);
+        if idle <= now && idle != Timestamp::MAX {
+            return false;
+        }
+        let tick = shard.tick();
+        let (swept, room) = shard.before_insert(now, self.shard_cap, tick, self.when_full);
+        self.record(swept);
+        !room
+    }
+
     /// Decides `cost` on one key in its (locked) shard; inserts the key
-    /// when `store` is set and its state is no longer fresh.
+    /// when `store` is set and its state is no longer fresh (without state
+    /// when the full store has no room: the batch's check has already
+    /// refused it under [`WhenFull::Deny`], so it is admitted, counted).
     #[allow(clippy::too_many_arguments)]
     fn visit<A, Q>(
         &self,
@@ -385,14 +439,18 @@ impl<K: Hash + Eq, S> Store<K, S> {
         let mut swept = Swept::default();
         // Kept: not idle yet, or pinned (permits held, even at the end of time).
         if store && (idle > now || idle == Timestamp::MAX) {
-            swept = self.insert(
+            let kept;
+            (swept, kept) = self.insert(
                 shard,
                 slot.hash,
-                item.key.to_key(),
+                || item.key.to_key(),
                 state,
                 (idle, limit.pins()),
                 now,
             );
+            if !kept {
+                self.count_full(WhenFull::Admit);
+            }
         }
         (d, swept)
     }

@@ -14,14 +14,44 @@
 //! overlap the clock read instead of following one another inside the
 //! critical section.
 //!
-//! Memory is bounded. A key whose state equals a fresh key's (a full bucket,
-//! an expired window) is dropped by the next sweep, which runs when a shard
-//! has doubled since the last one; at the configured capacity the least
-//! recently used keys are evicted first (an eighth of the shard at a time,
-//! counted in [`StoreStats::evictions`]). Keys holding concurrency permits are
-//! never dropped.
+//! Memory is bounded, and a flood of new keys cannot buy a key its quota
+//! back. A key whose state equals a fresh key's (a full bucket, an expired
+//! window, a log with no entry, a drained shaper, no permit held) is
+//! dropped by the next sweep, which runs when a shard has doubled since the
+//! last one: dropping it changes no decision. Every state still held
+//! restricts its key: its next decision would differ from a fresh key's.
+//! At the configured capacity (keys holding concurrency permits count
+//! against it like every other), a sweep first drops the fresh-equivalent
+//! states; if none is left, the store's [`WhenFull`] rule decides the new
+//! key:
+//!
+//! * [`WhenFull::Admit`] (the default): the request is decided as a fresh
+//!   key's and no state is kept (counted in
+//!   [`StoreStats::admitted_full`]). No restriction held is erased, at any
+//!   cost: a restricted key keeps its state until it equals a fresh one.
+//!   No new user is turned away. The price: while the store stays full,
+//!   a key without state gets a fresh key's decision at each request. To
+//!   keep it full, a client must keep `capacity` keys restricted at once
+//!   (a request on each at least once per restore period: a fixed
+//!   window's length, a bucket's emission interval, a permit held).
+//! * [`WhenFull::Deny`]: the new key's request is denied, retry after a
+//!   second (counted in [`StoreStats::denied_full`]). No restriction is
+//!   erased, but keeping the store full (the same cost) turns every new
+//!   key away.
+//! * [`WhenFull::Evict`]: the least recently used eighth of the shard's
+//!   states (keys holding permits excepted) is evicted (counted in
+//!   [`StoreStats::evictions`]). Erasing a victim's restriction costs
+//!   about `capacity` new keys, one request each, sent after the victim's
+//!   last request.
+//!
+//! A key holding permits is never dropped (its release must find them), so
+//! when only such keys are left even `Evict` admits the new key without
+//! state. A full shard is swept again at most once a second (idle
+//! instants are whole seconds), so a restriction that lapses makes room
+//! for a new key within a second.
 
 mod batch;
+mod full;
 mod lock;
 mod prefetch;
 mod shard;
@@ -37,21 +67,26 @@ use crossbeam_utils::CachePadded;
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
 use crate::{ConfigError, Decision, Timestamp};
+use full::without_room;
 use prefetch::Prefetch;
 use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
 
 pub use batch::Item;
+pub use full::WhenFull;
 pub use zone::{ShaperZone, ZoneGuard};
 
 /// Sizing of a [`Store`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
-    /// The most keys kept; beyond it the least recently used are evicted.
-    /// Default 1 048 576.
+    /// The most keys kept (default 1 048 576); what happens to a new key
+    /// beyond it is `when_full`.
     pub capacity: usize,
     /// Number of shards, a power of two (default 64).
     pub shards: usize,
+    /// What a full store does with a new key (default
+    /// [`WhenFull::Admit`]).
+    pub when_full: WhenFull,
 }
 
 impl Default for StoreConfig {
@@ -59,6 +94,7 @@ impl Default for StoreConfig {
         StoreConfig {
             capacity: 1 << 20,
             shards: 64,
+            when_full: WhenFull::default(),
         }
     }
 }
@@ -80,8 +116,16 @@ pub struct StoreStats {
     pub keys: usize,
     /// Keys dropped because their state had become equal to a fresh key's.
     pub reclaimed: u64,
-    /// Keys evicted (least recently used first) because the store was full.
+    /// Keys evicted (least recently used first) because the store was full
+    /// ([`WhenFull::Evict`]).
     pub evictions: u64,
+    /// Requests of new keys decided without keeping state because the
+    /// store was full ([`WhenFull::Admit`], and `Evict` with only keys
+    /// holding permits left).
+    pub admitted_full: u64,
+    /// Requests of new keys denied because the store was full
+    /// ([`WhenFull::Deny`]).
+    pub denied_full: u64,
 }
 
 type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
@@ -95,10 +139,12 @@ pub struct Store<K, S> {
     hasher: foldhash::quality::RandomState,
     mask: usize,
     shard_cap: usize,
+    when_full: WhenFull,
     prefetch: Prefetch,
-    /// Reclaimed and evicted keys, on a line of their own: sweeps write
-    /// them, while every decision reads the fields above.
-    counters: CachePadded<[AtomicU64; 2]>,
+    /// Reclaimed and evicted keys, and new keys admitted and denied when
+    /// full, on a line of their own: sweeps write them, while every
+    /// decision reads the fields above.
+    counters: CachePadded<[AtomicU64; 4]>,
 }
 
 impl<K, S> Store<K, S>
@@ -127,8 +173,9 @@ where
             hasher: foldhash::quality::RandomState::default(),
             mask: shards - 1,
             shard_cap,
+            when_full: config.when_full,
             prefetch: Prefetch::detect(),
-            counters: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
+            counters: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
         })
     }
 
@@ -151,6 +198,21 @@ where
         if swept.evicted != 0 {
             self.counters[1].fetch_add(swept.evicted, Ordering::Relaxed);
         }
+    }
+
+    /// The decision for a new key the full store had no room for (see
+    /// [`WhenFull`]), counted.
+    #[cold]
+    fn without_room(&self, fresh: Decision) -> Decision {
+        self.count_full(self.when_full);
+        without_room(self.when_full, fresh)
+    }
+
+    /// Counts a new key's request decided by `rule` for want of room.
+    #[cold]
+    fn count_full(&self, rule: WhenFull) {
+        let counter = if rule == WhenFull::Deny { 3 } else { 2 };
+        self.counters[counter].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Decides on a request of `cost` for `key` under `limit` at `now`.
@@ -207,31 +269,41 @@ where
         let (d, idle) = limit.decide_idle(&mut state, now, cost, apply);
         // Kept: not idle yet, or pinned (permits held, even at the end of time).
         if idle > now || idle == Timestamp::MAX {
-            let swept = self.insert(
+            let (swept, kept) = self.insert(
                 &mut shard,
                 hash,
-                key.to_key(),
+                || key.to_key(),
                 state,
                 (idle, limit.pins()),
                 now,
             );
             drop(shard);
             self.record(swept);
+            if !kept {
+                return self.without_room(d);
+            }
         }
         d
     }
 
+    /// Inserts a new key's state if the shard has room (or can make it
+    /// under the [`WhenFull`] rule); returns what the sweep removed and
+    /// whether the state was kept.
     fn insert(
         &self,
         shard: &mut SlotGuard<'_, Shard<K, S>>,
         hash: u64,
-        key: K,
+        key: impl FnOnce() -> K,
         state: S,
         (idle, pins): (Timestamp, bool),
         now: Timestamp,
-    ) -> Swept {
+    ) -> (Swept, bool) {
         let touched = shard.tick();
-        let swept = shard.before_insert(now, self.shard_cap, touched);
+        let (swept, room) = shard.before_insert(now, self.shard_cap, touched, self.when_full);
+        if !room {
+            return (swept, false);
+        }
+        let key = key();
         let buckets = shard.table.num_buckets();
         let first = shard.table.is_empty();
         let idle = idle_secs(idle, now, shard.base(), pins);
@@ -249,7 +321,7 @@ where
             let hint = shard.table_hint();
             shard.set_hint(hint);
         }
-        swept
+        (swept, true)
     }
 
     /// Runs `f` on the state of `key`, if the store holds it, and updates its
@@ -322,6 +394,11 @@ where
         self.shards.iter().map(|s| s.lock().table.capacity()).sum()
     }
 
+    /// What the store does with a new key when full.
+    pub fn when_full(&self) -> WhenFull {
+        self.when_full
+    }
+
     /// The configured capacity (rounded up to a multiple of the shards,
     /// saturating).
     pub fn capacity(&self) -> usize {
@@ -334,6 +411,8 @@ where
             keys: self.len(),
             reclaimed: self.counters[0].load(Ordering::Relaxed),
             evictions: self.counters[1].load(Ordering::Relaxed),
+            admitted_full: self.counters[2].load(Ordering::Relaxed),
+            denied_full: self.counters[3].load(Ordering::Relaxed),
         }
     }
 }

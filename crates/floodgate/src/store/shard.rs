@@ -1,8 +1,10 @@
 //! One shard of the store: a hash table of entries, with idle-key reclaim
-//! and approximate-LRU eviction, both amortized over insertions.
+//! amortized over insertions, and at capacity the store's [`WhenFull`]
+//! rule (approximate-LRU eviction for [`WhenFull::Evict`]).
 
 use hashbrown::HashTable;
 
+use super::WhenFull;
 use super::prefetch::Prefetch;
 use crate::Timestamp;
 
@@ -34,7 +36,15 @@ pub(crate) struct Shard<K, S> {
     /// The instant (whole seconds) entries' idle times count from: moved up
     /// every 2^31 s, so that 32 bits reach past any instant a key is seen at.
     base: u64,
+    /// The second (since the epoch) in which a sweep of the full shard last
+    /// found no room ([`NEVER`] if none has): new keys in that second find
+    /// none either, without a sweep each (which would let a flood of new
+    /// keys make every request scan the shard).
+    full_in: u64,
 }
+
+/// [`Shard::full_in`] before any sweep has found the shard full.
+const NEVER: u64 = u64::MAX;
 
 /// What a sweep removed.
 #[derive(Default)]
@@ -94,6 +104,7 @@ impl<K, S> Shard<K, S> {
             table: HashTable::new(),
             sweep_at: MIN_SWEEP.min(cap),
             base: 0,
+            full_in: NEVER,
         }
     }
 
@@ -142,28 +153,44 @@ impl<K, S> Shard<K, S> {
         [ctrl, self.table.num_buckets() - 1]
     }
 
-    /// Makes room before an insertion once the shard has grown enough since
-    /// the last sweep: drops every idle entry, then, if the shard is still at
-    /// its capacity, the least recently used eighth. `now` is the shard's
-    /// latest instant (see [`rebase`](Self::rebase)).
-    pub(crate) fn before_insert(&mut self, now: Timestamp, cap: usize, tick: u32) -> Swept {
+    /// Makes room before an insertion, and says whether there is room.
+    /// Once the shard has grown enough since the last sweep, it drops every
+    /// idle entry (a state equal to a fresh key's loses nothing); at `cap`,
+    /// [`WhenFull::Evict`] then evicts the least recently used eighth of
+    /// the entries that hold no permits. Every other entry still restricts
+    /// its key, so with no room left the new key is not inserted (the
+    /// store applies its [`WhenFull`] rule), and the full shard is swept
+    /// again at most once a second: idle instants are whole seconds, so a
+    /// restriction that has lapsed makes room within one. `now` is the
+    /// shard's latest instant (see [`rebase`](Self::rebase)).
+    pub(crate) fn before_insert(
+        &mut self,
+        now: Timestamp,
+        cap: usize,
+        tick: u32,
+        when_full: WhenFull,
+    ) -> (Swept, bool) {
         let mut swept = Swept::default();
         self.rebase(now);
-        if self.table.len() < self.sweep_at {
-            return swept;
+        let len = self.table.len();
+        if len < self.sweep_at {
+            return (swept, true);
+        }
+        if len >= cap && self.full_in == now.as_secs() {
+            return (swept, false);
         }
         swept.reclaimed = self.reclaim(now);
-        if self.table.len() >= cap {
+        if self.table.len() >= cap && when_full == WhenFull::Evict {
             swept.evicted = self.evict_lru(cap, tick);
         }
         let len = self.table.len();
-        self.sweep_at = if len >= cap {
-            // Only pinned entries are left: grow a little before trying again.
-            len + (cap / 8).max(1)
-        } else {
-            (2 * len).clamp(MIN_SWEEP.min(cap), cap)
-        };
-        swept
+        if len >= cap {
+            self.full_in = now.as_secs();
+            self.sweep_at = cap;
+            return (swept, false);
+        }
+        self.sweep_at = (2 * len).clamp(MIN_SWEEP.min(cap), cap);
+        (swept, true)
     }
 
     /// Evicts about an eighth of `cap`, oldest use first, never a pinned

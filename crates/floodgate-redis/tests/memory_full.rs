@@ -1,0 +1,164 @@
+//! A Redis whose memory is full (`maxmemory` small, `noeviction`) refuses
+//! writes with `OOM` but still answers: a client that fills it with
+//! distinct keys erases no restriction under any failure policy, the
+//! breaker stays closed, and new keys are answered by the failure policy.
+//! The server's memory policy is read at start (`CONFIG GET`).
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Server, blank, item};
+use floodgate::algorithms::{AnyLimit, FixedWindow};
+use floodgate::{Apply, Decision, Timestamp};
+use floodgate_policy::Backend;
+use floodgate_redis::{
+    BreakerConfig, BreakerState, FailurePolicy, MemoryPolicy, RedisBackend, RedisConfig,
+    ResilientBackend,
+};
+
+async fn backend(server: &Server, policy: FailurePolicy) -> ResilientBackend {
+    let config = RedisConfig {
+        urls: vec![server.url()],
+        timeout: Duration::from_secs(2),
+        failure_policy: policy,
+        breaker: BreakerConfig {
+            failure_threshold: 3,
+            cool_down: Duration::from_secs(60),
+        },
+        ..RedisConfig::default()
+    };
+    let redis = RedisBackend::connect(&config).await.expect("connect");
+    ResilientBackend::new(redis, &config).expect("resilient")
+}
+
+async fn decide(b: &ResilientBackend, key: &[u8], limit: &AnyLimit, cost: u64) -> Decision {
+    let mut out = [blank()];
+    let now = Timestamp::from_secs(1_700_000_000);
+    b.decide(
+        &[item(b"g", key, limit, cost)],
+        now,
+        Apply::Commit,
+        &mut out,
+    )
+    .await
+    .expect("decided")
+}
+
+/// Floods distinct keys, a hundred a batch, until Redis refuses to write;
+/// returns how many were sent.
+async fn fill(b: &ResilientBackend, limit: &AnyLimit) -> usize {
+    let keys: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("{i:0>200}").into_bytes())
+        .collect();
+    let now = Timestamp::from_secs(1_700_000_000);
+    for round in 0..2_000usize {
+        let prefix = format!("flood-{round}-");
+        let named: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| [prefix.as_bytes(), k].concat())
+            .collect();
+        let items: Vec<_> = named.iter().map(|k| item(b"g", k, limit, 1)).collect();
+        let mut out = vec![blank(); items.len()];
+        b.decide(&items, now, Apply::Commit, &mut out)
+            .await
+            .expect("decided");
+        if b.stats().memory_full.get() > 0 {
+            return round * 100 + top_up(b, limit).await;
+        }
+    }
+    panic!("Redis never refused a write: {:?}", b.redis().stats());
+}
+
+/// Single keys until Redis refuses three in a row (a refused batch's own
+/// buffers may have been what tipped it over); returns how many were sent.
+async fn top_up(b: &ResilientBackend, limit: &AnyLimit) -> usize {
+    let mut refused = 0;
+    for n in 0..20_000 {
+        let before = b.stats().memory_full.get();
+        decide(b, format!("top-up-{n}").as_bytes(), limit, 1).await;
+        refused = if b.stats().memory_full.get() > before {
+            refused + 1
+        } else {
+            0
+        };
+        if refused == 3 {
+            return n;
+        }
+    }
+    panic!("Redis kept taking writes: {:?}", b.redis().stats());
+}
+
+#[tokio::test]
+async fn a_full_redis_erases_no_restriction() {
+    let hourly = AnyLimit::from(FixedWindow::new(3, Duration::from_secs(3_600)).unwrap());
+    for policy in [
+        FailurePolicy::FailOpen,
+        FailurePolicy::FailClosed,
+        FailurePolicy::Local { divide_by: 1 },
+    ] {
+        let server =
+            Server::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"]);
+        let b = backend(&server, policy).await;
+        assert!(decide(&b, b"victim", &hourly, 3).await.is_allowed());
+        assert!(decide(&b, b"victim", &hourly, 1).await.is_denied());
+        let sent = fill(&b, &hourly).await;
+        eprintln!("{policy:?}: full after {sent} keys");
+        // New keys: Redis cannot charge them, the failure policy answers
+        // (more of them than the breaker's threshold of failures).
+        for n in 0..5 {
+            let key = format!("newcomer-{n}");
+            let first = decide(&b, key.as_bytes(), &hourly, 1).await;
+            match policy {
+                FailurePolicy::FailClosed => assert!(first.is_denied(), "{first:?}"),
+                _ => assert!(first.is_allowed(), "{policy:?}: {first:?}"),
+            }
+        }
+        if let FailurePolicy::Local { .. } = policy {
+            // The local store charges them: the limit holds there.
+            for _ in 0..2 {
+                assert!(decide(&b, b"newcomer-0", &hourly, 1).await.is_allowed());
+            }
+            assert!(decide(&b, b"newcomer-0", &hourly, 1).await.is_denied());
+        }
+        // Not an outage: the breaker stays closed, and the restriction
+        // Redis holds still denies.
+        assert_eq!(b.breaker_state(), BreakerState::Closed, "{policy:?}");
+        for _ in 0..10 {
+            let d = decide(&b, b"victim", &hourly, 1).await;
+            assert!(d.is_denied(), "{policy:?}: the victim was admitted: {d:?}");
+        }
+        assert!(b.stats().memory_full.get() >= 5, "{:?}", b.stats());
+    }
+}
+
+#[tokio::test]
+async fn the_memory_policy_is_read_at_start() {
+    let evicts = |name: &str| MemoryPolicy::Evicts(name.into());
+    let cases: [(&[&str], Option<MemoryPolicy>); 4] = [
+        (&[], Some(MemoryPolicy::Keeps)),
+        (
+            &["--maxmemory-policy", "allkeys-lru"],
+            Some(evicts("allkeys-lru")),
+        ),
+        (
+            &["--maxmemory-policy", "volatile-ttl"],
+            Some(evicts("volatile-ttl")),
+        ),
+        // A managed Redis that hides CONFIG: unknown.
+        (&["--rename-command", "CONFIG", ""], None),
+    ];
+    for (args, expected) in cases {
+        let server = Server::start_with(args);
+        let config = RedisConfig {
+            urls: vec![server.url()],
+            ..RedisConfig::default()
+        };
+        let redis = RedisBackend::connect(&config).await.expect("connect");
+        let policy = redis.memory_policy().await;
+        match expected {
+            Some(p) => assert_eq!(policy, p, "{args:?}"),
+            None => assert!(matches!(policy, MemoryPolicy::Unknown(_)), "{policy:?}"),
+        }
+    }
+}
