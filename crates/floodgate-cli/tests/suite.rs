@@ -23,4 +23,5 @@ mod serve_grpc_drain;
 mod serve_http;
 mod serve_lifecycle;
 mod serve_memory;
+mod serve_slow_readers;
 mod sync_fleet;
