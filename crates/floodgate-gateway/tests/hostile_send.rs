@@ -107,7 +107,8 @@ async fn a_client_with_a_shut_window_does_not_stall_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shut_window_is_reset_after_the_send_timeout() {
     let upstream = nginx(true, BIG);
-    let file = ConfigFile::new(&config(", protocol: http2", "send_timeout: 1s"));
+    let limits = "send_timeout: 1s, http2_idle_timeout: 1s";
+    let file = ConfigFile::new(&config(", protocol: http2", limits));
     let gw = gateway(&file, &format!("http://127.0.0.1:{}", upstream.port)).await;
     let a = gw.addr();
     let mut stalled = ZeroWindow::open(a.port(), 2, 4, &GET_BIG);
@@ -121,6 +122,12 @@ async fn a_shut_window_is_reset_after_the_send_timeout() {
     assert!(
         began.elapsed() >= Duration::from_millis(900),
         "not before the timeout"
+    );
+    // Left without a stream, the connections are closed (their places
+    // and descriptors given back).
+    assert!(
+        stalled.wait_for("closed", 2, Duration::from_secs(20)),
+        "the stalled connections closed once idle"
     );
     // The gateway goes on serving, on the same upstream connection.
     let r = h2().get(format!("http://{a}/big")).send().await.unwrap();

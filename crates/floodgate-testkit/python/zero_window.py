@@ -12,9 +12,11 @@ on standard output:
   reset C S CODE           the server reset the stream
   closed C                 the server closed the connection (GOAWAY or EOF)
 
-Arguments: one JSON object {"port", "connections", "streams",
-"headers": [[name, value], ...], "body": hex}. Exits when every
-connection is closed or stdin closes.
+Arguments: one JSON object {"port", "connections", "streams", "waves",
+"headers": [[name, value], ...], "body": hex}: `waves` times, that many
+connections with that many streams each, a wave opened once every stream
+of the one before has its response headers (or was reset), all kept
+open. Exits when every connection is closed or stdin closes.
 """
 
 import json
@@ -53,14 +55,31 @@ class Conn:
             },
         )
         self.h2.initiate_connection()
+        # Request bodies wait for the server's windows.
+        self.bodies = {}
         for _ in range(spec["streams"]):
             sid = self.h2.get_next_available_stream_id()
             self.h2.send_headers(sid, headers, end_stream=not body)
             if body:
-                self.h2.send_data(sid, body, end_stream=True)
+                self.bodies[sid] = body
+        self.send_bodies()
         self.pending = self.h2.data_to_send()
         self.open = True
+        self.answered = set()
         sel.register(self.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, self)
+
+    def send_bodies(self):
+        for sid in list(self.bodies):
+            rest = self.bodies[sid]
+            room = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
+            if room <= 0:
+                continue
+            chunk, rest = rest[:room], rest[room:]
+            self.h2.send_data(sid, chunk, end_stream=not rest)
+            if rest:
+                self.bodies[sid] = rest
+            else:
+                del self.bodies[sid]
 
     def flush(self):
         self.pending += self.h2.data_to_send()
@@ -97,6 +116,10 @@ class Conn:
             self.close()
             return
         for e in events:
+            if isinstance(e, (h2.events.StreamReset, h2.events.StreamEnded)):
+                self.bodies.pop(e.stream_id, None)
+            if isinstance(e, (h2.events.ResponseReceived, h2.events.StreamReset)):
+                self.answered.add(e.stream_id)
             if isinstance(e, h2.events.ResponseReceived):
                 h = dict(e.headers)
                 say("headers", self.index, e.stream_id, h.get(":status"), h.get("grpc-status", "-"))
@@ -107,6 +130,7 @@ class Conn:
             elif isinstance(e, h2.events.ConnectionTerminated):
                 self.close()
                 return
+        self.send_bodies()
         self.flush()
 
     def close(self):
@@ -117,9 +141,16 @@ class Conn:
             say("closed", self.index)
 
 
-conns = [Conn(i) for i in range(spec["connections"])]
+per_wave = spec["connections"]
+waves = spec.get("waves", 1)
+conns = [Conn(i) for i in range(per_wave)]
 sel.register(sys.stdin, selectors.EVENT_READ, None)
 while any(c.open for c in conns):
+    wave = conns[-per_wave:]
+    if len(conns) < per_wave * waves and all(
+        not c.open or len(c.answered) == spec["streams"] for c in wave
+    ):
+        conns += [Conn(len(conns) + i) for i in range(per_wave)]
     for key, mask in sel.select():
         c = key.data
         if c is None:

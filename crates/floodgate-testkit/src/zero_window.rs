@@ -33,13 +33,31 @@ pub struct ZeroWindow {
 impl ZeroWindow {
     /// `connections` connections to `127.0.0.1:port`, each with `streams`
     /// streams of `request`.
-    pub fn open(port: u16, connections: usize, streams: usize, request: &Stalled<'_>) -> ZeroWindow {
+    pub fn open(
+        port: u16,
+        connections: usize,
+        streams: usize,
+        request: &Stalled<'_>,
+    ) -> ZeroWindow {
+        Self::in_waves(port, 1, connections, streams, request)
+    }
+
+    /// [`open`](Self::open) `waves` times, each wave once every stream of
+    /// the one before has its response headers (or was reset); all kept
+    /// open.
+    pub fn in_waves(
+        port: u16,
+        waves: usize,
+        connections: usize,
+        streams: usize,
+        request: &Stalled<'_>,
+    ) -> ZeroWindow {
         let headers: Vec<String> = (request.headers.iter())
             .map(|(k, v)| format!("[{},{}]", quoted(k), quoted(v)))
             .collect();
         let body: String = request.body.iter().map(|b| format!("{b:02x}")).collect();
         let spec = format!(
-            r#"{{"port":{port},"connections":{connections},"streams":{streams},"headers":[{}],"body":"{body}"}}"#,
+            r#"{{"port":{port},"waves":{waves},"connections":{connections},"streams":{streams},"headers":[{}],"body":"{body}"}}"#,
             headers.join(",")
         );
         let mut child = Command::new(python())

@@ -115,38 +115,62 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for SendTimed<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A peer that reads nothing: writes fill the pipe, then wait until
-    /// the timeout fails them; a peer that reads keeps them going.
-    #[tokio::test]
+    /// the timeout fails them (the clock paused: it moves only to the
+    /// next timer).
+    #[tokio::test(start_paused = true)]
     async fn a_write_that_waits_past_the_timeout_fails() {
-        let (near, far) = tokio::io::duplex(1024);
-        let mut io = SendTimed::new(near, Duration::from_millis(100));
-        let chunk = [7u8; 512];
-        let started = std::time::Instant::now();
-        let err = loop {
-            if let Err(e) = io.write_all(&chunk).await {
-                break e;
-            }
-        };
+        let timeout = Duration::from_secs(60);
+        let (near, _far) = tokio::io::duplex(1024);
+        let mut io = SendTimed::new(near, timeout);
+        io.write_all(&[7; 1024]).await.expect("room for it");
+        let started = Instant::now();
+        let err = io.write_all(&[7; 512]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(started.elapsed(), timeout);
+    }
 
-        let (near, mut far2) = tokio::io::duplex(1024);
-        let mut io = SendTimed::new(near, Duration::from_millis(100));
+    /// A peer that reads, however slowly, keeps the writes going: each
+    /// bit of progress starts the wait again.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reader_is_not_cut() {
+        let timeout = Duration::from_secs(60);
+        let (near, mut far) = tokio::io::duplex(1024);
+        let mut io = SendTimed::new(near, timeout);
         let reader = tokio::spawn(async move {
-            let mut sink = Vec::new();
-            tokio::io::AsyncReadExt::read_to_end(&mut far2, &mut sink)
-                .await
-                .map(|_| sink.len())
+            let mut chunk = [0; 512];
+            let mut read = 0;
+            loop {
+                tokio::time::sleep(timeout / 2).await;
+                match far.read(&mut chunk).await.unwrap() {
+                    0 => return read,
+                    n => read += n,
+                }
+            }
         });
-        for _ in 0..40 {
-            io.write_all(&chunk).await.expect("a reading peer takes it");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        let started = Instant::now();
+        for _ in 0..8 {
+            io.write_all(&[7; 512])
+                .await
+                .expect("a reading peer takes it");
         }
         drop(io);
-        assert_eq!(reader.await.unwrap().unwrap(), 40 * 512);
-        drop(far);
+        assert_eq!(reader.await.unwrap(), 8 * 512);
+        assert!(
+            started.elapsed() > timeout * 2,
+            "longer than the timeout in all"
+        );
+    }
+
+    /// Writes that complete at once make no timer.
+    #[tokio::test]
+    async fn writes_that_complete_make_no_timer() {
+        let (near, _far) = tokio::io::duplex(1 << 16);
+        let mut io = SendTimed::new(near, Duration::from_secs(60));
+        io.write_all(&[7; 4096]).await.unwrap();
+        io.flush().await.unwrap();
+        assert!(io.timer.is_none());
     }
 }

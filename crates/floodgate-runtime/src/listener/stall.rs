@@ -135,14 +135,14 @@ impl<F: Future<Output = ()>> Future for Watched<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A stream task that hands out a frame and then waits for ever is
-    /// ended after the timeout; one that waits for its own source is not.
-    #[tokio::test]
+    /// ended after the timeout, not before; one that waits for its own
+    /// source is not ended (the clock paused: it moves only to the next
+    /// timer).
+    #[tokio::test(start_paused = true)]
     async fn a_stream_waiting_for_its_client_ends_after_the_timeout() {
-        let timeout = Duration::from_millis(100);
+        let timeout = Duration::from_secs(60);
         // As hyper does: the body is polled no more while the frame waits.
         let mut first = true;
         let stalled = Watched::new(
@@ -154,13 +154,10 @@ mod tests {
             }),
             timeout,
         );
-        let started = std::time::Instant::now();
-        tokio::time::timeout(Duration::from_secs(5), stalled)
-            .await
-            .expect("ended");
-        assert!(started.elapsed() >= timeout);
+        let started = Instant::now();
+        stalled.await;
+        assert_eq!(started.elapsed(), timeout);
 
-        let done = Arc::new(AtomicBool::new(false));
         let busy = Watched::new(
             std::future::poll_fn(|_| {
                 waiting();
@@ -168,16 +165,30 @@ mod tests {
             }),
             timeout,
         );
-        let flag = done.clone();
-        let task = tokio::spawn(async move {
-            busy.await;
-            flag.store(true, Ordering::Relaxed);
+        let outlived = tokio::time::timeout(timeout * 10, busy).await;
+        assert!(outlived.is_err(), "waiting for its source: kept");
+    }
+
+    /// Each frame handed out starts the wait again.
+    #[tokio::test(start_paused = true)]
+    async fn progress_starts_the_wait_again() {
+        let timeout = Duration::from_secs(60);
+        let started = Instant::now();
+        let mut polls = 0;
+        let task = std::future::poll_fn(move |cx| {
+            // Room for a frame every half timeout, three times.
+            if polls < 3 {
+                polls += 1;
+                handed_out();
+                let waker = cx.waker().clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(timeout / 2).await;
+                    waker.wake();
+                });
+            }
+            Poll::<()>::Pending
         });
-        tokio::time::sleep(timeout * 3).await;
-        assert!(
-            !done.load(Ordering::Relaxed),
-            "waiting for its source: kept"
-        );
-        task.abort();
+        Watched::new(task, timeout).await;
+        assert_eq!(started.elapsed(), timeout / 2 * 2 + timeout);
     }
 }
