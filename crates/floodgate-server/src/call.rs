@@ -16,7 +16,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Calls(Arc<Semaphore>);
 
 /// A call's place (see [`Calls::begin`]); given back when dropped.
-pub struct Call(#[allow(dead_code)] OwnedSemaphorePermit);
+pub struct Call {
+    _permit: OwnedSemaphorePermit,
+}
 
 impl Calls {
     /// `n` places.
@@ -26,7 +28,8 @@ impl Calls {
 
     /// A place for a call, if one is free.
     pub fn begin(&self) -> Option<Call> {
-        self.0.clone().try_acquire_owned().ok().map(Call)
+        let permit = self.0.clone().try_acquire_owned().ok()?;
+        Some(Call { _permit: permit })
     }
 
     /// Places free now.
