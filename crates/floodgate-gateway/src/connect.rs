@@ -1,7 +1,8 @@
 //! Opening one upstream connection: TCP (no delay, keep-alive, within
 //! `connect_timeout`), TLS for `https://` URLs (ALPN `h2` when the
-//! upstream protocol is HTTP/2); then, towards HTTP/2, hyper's handshake,
-//! the connection driven by a task of its own.
+//! upstream protocol is HTTP/2); then, towards HTTP/2, hyper's handshake
+//! (fixed windows: each stream's binds, the connection's never does), the
+//! connection driven by a task of its own.
 
 use std::io;
 use std::sync::Arc;
@@ -19,6 +20,15 @@ use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamUrl};
 use crate::h1::Stream;
 use crate::tls::TlsError;
 use crate::upload::UploadBody;
+
+/// Each stream's receive window on an HTTP/2 upstream connection: the
+/// most of one response the gateway holds while its client does not read
+/// it (the stream waits, the others go on).
+const UPSTREAM_STREAM_WINDOW: u32 = 256 << 10;
+/// The connection's receive window: HTTP/2's largest, so that it never
+/// binds before the streams' own — a stalled client's stream holds its own
+/// window, never the connection's shared one.
+const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +72,8 @@ impl Connector {
         };
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
-            .adaptive_window(true)
+            .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
+            .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW)
             .keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(10));
         Ok(Connector {

@@ -188,6 +188,9 @@ fn declare() -> Vec<S> {
         S::new("gateway.limits.http2_idle_timeout", "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT", "gateway-http2-idle-timeout", Kind::Duration, "10s",
             "an HTTP/2 connection without a stream this long is closed",
             |s, v| { s.config.limits.connection.http2_idle_timeout = positive_duration(&v.text())?; Ok(()) }),
+        S::new("gateway.limits.send_timeout", "FLOODGATE_GATEWAY_SEND_TIMEOUT", "gateway-send-timeout", Kind::Duration, "60s",
+            "longest a client may accept nothing sent to it (nginx's `send_timeout`): its connection is closed, or its HTTP/2 stream reset when its window stays shut",
+            |s, v| { s.config.limits.connection.send_timeout = positive_duration(&v.text())?; Ok(()) }),
     ];
     // Every setting but the upstream needs one to apply.
     for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {

@@ -12,6 +12,7 @@ mod example;
 mod host;
 mod hostile;
 mod hostile_identity;
+mod hostile_send;
 mod lifecycle;
 mod nginx_host;
 mod nginx_parity;

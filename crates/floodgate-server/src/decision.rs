@@ -11,6 +11,7 @@ use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, PolicySet,
 use floodgate_runtime::settings::{PolicyOverrides, Settings};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 
+use crate::call::Calls;
 use crate::headers::RateLimitHeaders;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
@@ -26,8 +27,9 @@ pub struct DecisionService {
     /// Request-path metric handles.
     pub metrics: ServiceMetrics,
     overrides: PolicyOverrides,
-    /// Permits for the calls in flight (`server.limits.max_requests`).
-    pub calls: tokio::sync::Semaphore,
+    /// Places for the calls in flight (`server.limits.max_requests`),
+    /// each held until its response is sent.
+    pub calls: Calls,
     /// The longest a call may take when its caller sets no shorter
     /// deadline.
     pub request_timeout: std::time::Duration,
@@ -46,7 +48,7 @@ impl DecisionService {
                 .map_err(RuntimeError::Runtime)?,
             metrics: ServiceMetrics::default(),
             overrides: settings.policy,
-            calls: tokio::sync::Semaphore::new(settings.server.max_requests),
+            calls: Calls::new(settings.server.max_requests),
             request_timeout: settings.server.request_timeout,
             body_limit: settings.server.body_limit,
         })

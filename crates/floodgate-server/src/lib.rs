@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod call;
 mod decision;
 mod grpc;
 mod headers;

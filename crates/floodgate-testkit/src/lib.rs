@@ -5,7 +5,8 @@
 //! a real nginx, the Python interpreter with Envoy's generated gRPC
 //! client (xds-protos), the probe that hostile tests measure a server by (a normal client
 //! served on time while an attack runs) and the attackers they run,
-//! the timer's lateness on a loaded machine ([`timer_lateness`]), and
+//! the timer's lateness on a loaded machine ([`timer_lateness`]), HTTP/2
+//! clients whose receive window stays shut ([`ZeroWindow`]), and
 //! (feature `browser`) a headless Chromium.
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
@@ -27,6 +28,7 @@ mod probe;
 mod process;
 mod redis;
 mod upstream;
+mod zero_window;
 
 pub use cluster::RedisCluster;
 pub use floodgate::Floodgate;
@@ -40,6 +42,7 @@ pub use probe::{Probe, Probed, median_time};
 pub use process::{Process, limit_open_files};
 pub use redis::Redis;
 pub use upstream::Upstream;
+pub use zero_window::{Stalled, ZeroWindow};
 
 use std::path::PathBuf;
 use std::process::Command;

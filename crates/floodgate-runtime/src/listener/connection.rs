@@ -3,7 +3,9 @@
 //! within the header timeout, HTTP/1.1 heads bounded in time and size (an
 //! idle keep-alive connection closes after the same timeout), HTTP/2 with
 //! a cap on concurrent streams and closed once it has had no open stream
-//! for the idle timeout; on shutdown each connection finishes its requests
+//! for the idle timeout, a client that accepts nothing sent to it for the
+//! send timeout cut off (its connection, or its HTTP/2 stream whose window
+//! stays shut); on shutdown each connection finishes its requests
 //! in flight and closes.
 
 use std::convert::Infallible;
@@ -21,7 +23,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -30,7 +32,9 @@ use tokio_rustls::TlsAcceptor;
 
 use super::accept::{Accepted, Slot};
 use super::activity::{Activity, InFlight};
+use super::send::SendTimed;
 use super::sniff::{Prefixed, Sniffed, sniff};
+use super::stall::{self, StreamExec};
 use super::{HttpService, ResponseBody};
 
 /// The protections of a listener's connections (`Default`: blank; each
@@ -50,6 +54,11 @@ pub struct ConnectionLimits {
     /// An HTTP/2 connection with no open stream for this long is asked to
     /// close (`GOAWAY`), then disconnected if it opens none for as long.
     pub http2_idle_timeout: Duration,
+    /// Longest a client may accept nothing sent to it (nginx's
+    /// `send_timeout`): a connection whose writes wait this long is
+    /// closed; an HTTP/2 stream that waits this long for room in its
+    /// flow-control window is reset. Zero: no timeout.
+    pub send_timeout: Duration,
 }
 
 /// Which protocols a listener speaks.
@@ -65,7 +74,7 @@ pub enum Protocols {
 /// The protocol builders of one listener, shared by its connections.
 pub struct Http {
     h1: http1::Builder,
-    h2: http2::Builder<TokioExecutor>,
+    h2: http2::Builder<StreamExec>,
     limits: ConnectionLimits,
     protocols: Protocols,
 }
@@ -79,7 +88,10 @@ impl Http {
             .max_buf_size(limits.max_header_bytes.max(8192))
             .max_headers(limits.max_headers)
             .keep_alive(true);
-        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        let exec = StreamExec {
+            send_timeout: limits.send_timeout,
+        };
+        let mut h2 = http2::Builder::new(exec);
         h2.timer(TokioTimer::new())
             .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32)
             .max_concurrent_streams(limits.max_concurrent_streams)
@@ -168,7 +180,7 @@ impl Http {
             Sniffed::Http1 => activity.heard(),
             Sniffed::Http2 | Sniffed::Closed => activity.silent(),
         }
-        let io = TokioIo::new(io);
+        let io = TokioIo::new(SendTimed::new(io, self.limits.send_timeout));
         // A request (an HTTP/2 stream) is in flight until its response body
         // is dropped.
         let counted = activity.clone();
@@ -220,7 +232,8 @@ async fn first_bytes<I: AsyncRead + AsyncWrite + Unpin>(
 
 pin_project! {
     /// A response body that keeps its request (its HTTP/2 stream) in
-    /// flight until it is dropped.
+    /// flight until it is dropped, and tells an HTTP/2 stream's task
+    /// whether it handed out a frame ([`stall`]).
     struct Held<B> {
         #[pin]
         body: B,
@@ -236,7 +249,13 @@ impl<B: Body> Body for Held<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().body.poll_frame(cx)
+        let out = self.project().body.poll_frame(cx);
+        // For an HTTP/2 stream's send timeout (see `stall`).
+        match &out {
+            Poll::Ready(Some(Ok(f))) if f.is_data() => stall::handed_out(),
+            _ => stall::waiting(),
+        }
+        out
     }
 
     fn is_end_stream(&self) -> bool {

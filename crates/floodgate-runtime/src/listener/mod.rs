@@ -1,13 +1,15 @@
 //! The listeners' machinery, one for every binary: the accept loop (a cap
 //! on connections fitted to the open files limit, room made under a flood,
 //! a back-off when descriptors run out), the protections of each
-//! connection (header, idle and HTTP/2 limits), and the graceful drain.
+//! connection (header, idle, send and HTTP/2 limits), and the graceful drain.
 
 mod accept;
 mod activity;
 mod connection;
 pub mod descriptors;
+mod send;
 mod sniff;
+mod stall;
 
 use std::convert::Infallible;
 use std::error::Error as StdError;

@@ -141,8 +141,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.limits.http2_idle_timeout", "FLOODGATE_HTTP2_IDLE_TIMEOUT", "http2-idle-timeout", Kind::Duration, "30s",
         "an HTTP/2 connection without a stream this long is closed",
         |s, v| { s.server.limits.http2_idle_timeout = positive_duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.limits.send_timeout", "FLOODGATE_SEND_TIMEOUT", "send-timeout", Kind::Duration, "60s",
+        "longest a client may accept nothing sent to it (nginx's `send_timeout`): its connection is closed, or its HTTP/2 stream reset when its window stays shut",
+        |s, v| { s.server.limits.send_timeout = positive_duration(&v.text())?; Ok(()) }));
     t.push(S::new("server.limits.max_requests", "FLOODGATE_MAX_REQUESTS", "max-requests", Kind::Count, "10000",
-        "calls in flight over every connection (beyond: `RESOURCE_EXHAUSTED`, 503, at once)",
+        "calls in flight over every connection, answers not yet sent included (beyond: `RESOURCE_EXHAUSTED`, 503, at once)",
         |s, v| { s.server.max_requests = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }));
     t.push(S::new("server.limits.request_timeout", "FLOODGATE_REQUEST_TIMEOUT", "request-timeout", Kind::Duration, "10s",
         "longest a call may take, body included, when the caller sets no shorter `grpc-timeout` (`DEADLINE_EXCEEDED`, 504)",

@@ -18,6 +18,7 @@ use tonic::service::Routes;
 
 use super::deadline::parse_grpc_timeout;
 use super::wire::{WireRequest, encode_response};
+use crate::call::Counted;
 use crate::decision::DecisionService;
 use crate::metrics::{Api, ErrorClass};
 
@@ -87,26 +88,42 @@ impl GrpcService {
         GrpcService { service, routes }
     }
 
-    /// Answers one request.
-    pub async fn call<B>(&self, req: Request<B>) -> Result<Response<tonic::body::Body>, Infallible>
+    /// Answers one request; its response holds its place among the calls
+    /// in flight until it is sent.
+    pub async fn call<B>(
+        &self,
+        req: Request<B>,
+    ) -> Result<Response<Counted<tonic::body::Body>>, Infallible>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         // Calls in flight over every connection are bounded: beyond, a
         // call is refused at once rather than held.
-        let Ok(_call) = self.service.calls.try_acquire() else {
+        let Some(call) = self.service.calls.begin() else {
             self.service
                 .metrics
                 .failed(Api::Grpc, ErrorClass::ResourceExhausted, Instant::now());
-            return Ok(error(
+            let refused = error(
                 tonic::Code::ResourceExhausted as i32,
                 "too many calls in flight; try again",
-            ));
+            );
+            return Ok(refused.map(|b| Counted::new(b, None)));
         };
+        let answer = self.answer(req).await;
+        Ok(answer.map(|b| Counted::new(b, Some(call))))
+    }
+
+    /// Answers an admitted call.
+    async fn answer<B>(&self, req: Request<B>) -> Response<tonic::body::Body>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         if req.uri().path() != RLS_PATH {
             let mut routes = self.routes.clone();
-            return tower_service::Service::call(&mut routes, req).await;
+            let Ok(r) = tower_service::Service::call(&mut routes, req).await;
+            return r;
         }
         // Not a gRPC call: answered in plain HTTP, as the gRPC-over-HTTP/2
         // protocol prescribes, so that no client takes an error for a
@@ -121,16 +138,16 @@ impl GrpcService {
             );
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("POST"));
-            return Ok(r);
+            return r;
         }
         if let Err(found) = grpc_content_type(req.headers()) {
-            return Ok(not_grpc(
+            return not_grpc(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 format!(
                     "{RLS_PATH} is a gRPC method: expected Content-Type: application/grpc \
                      (or application/grpc+proto), found {found}\n"
                 ),
-            ));
+            );
         }
         // The caller's deadline, or the server's when it sets none (a call
         // whose body never comes is not held forever).
@@ -146,7 +163,7 @@ impl GrpcService {
         let answer = Box::pin(self.rls(req, started));
         // The caller has given up by then: stop waiting (for the body or
         // for the store) and say so.
-        Ok(match tokio::time::timeout(timeout, answer).await {
+        match tokio::time::timeout(timeout, answer).await {
             Ok(r) => r,
             Err(_) => {
                 self.service
@@ -157,7 +174,7 @@ impl GrpcService {
                     &format!("no decision within the call's deadline ({timeout:?})"),
                 )
             }
-        })
+        }
     }
 
     async fn rls<B>(&self, req: Request<B>, started: Instant) -> Response<tonic::body::Body>

@@ -16,6 +16,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::routing::post;
 
+use crate::call::Counted;
 use crate::decision::DecisionService;
 
 pub use error::ApiError;
@@ -40,7 +41,8 @@ pub fn router(service: Arc<DecisionService>) -> Router {
 }
 
 /// Every call within the service's bounds: refused at once (503) when as
-/// many calls as `server.limits.max_requests` are in flight, or (413) when
+/// many calls as `server.limits.max_requests` are in flight (a call counts
+/// until its response is sent), or (413) when
 /// its body's declared length is over the body limit, before reading any
 /// of it (the limit on the body itself covers the rest); answered 504 when
 /// it takes longer than `server.limits.request_timeout` (a body that never
@@ -51,7 +53,7 @@ async fn bounded(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let Ok(_call) = s.calls.try_acquire() else {
+    let Some(call) = s.calls.begin() else {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "RESOURCE_EXHAUSTED",
@@ -74,7 +76,8 @@ async fn bounded(
         .into_response();
     }
     match tokio::time::timeout(s.request_timeout, next.run(request)).await {
-        Ok(response) => response,
+        // The call holds its place until its response is sent.
+        Ok(response) => response.map(|b| axum::body::Body::new(Counted::new(b, Some(call)))),
         Err(_) => ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
             "DEADLINE_EXCEEDED",
