@@ -95,7 +95,7 @@ mod upload;
 mod upstream;
 
 pub use config::{
-    GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
     UpstreamTls, UpstreamUrl,
 };
 pub use error::GatewayError;

@@ -11,6 +11,7 @@ mod client_helper;
 mod example;
 mod host;
 mod hostile;
+mod hostile_forwarding;
 mod lifecycle;
 mod nginx_host;
 mod nginx_parity;
