@@ -388,7 +388,16 @@ impl Proxy {
                     } else {
                         None
                     };
+                    // The upstream's codings before `chunked` go on to an
+                    // HTTP/1.1 client as sent (hyper chunks the body again);
+                    // HTTP/2 has none to carry them.
+                    let codings = (version == Version::HTTP_11)
+                        .then(|| codings(&parts.headers))
+                        .flatten();
                     strip_hop_by_hop(&mut parts.headers, None);
+                    if let Some(c) = codings {
+                        parts.headers.insert(TRANSFER_ENCODING, c);
+                    }
                     if let Some(v) = switched {
                         upgrade::restore(&mut parts.headers, v);
                         shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
@@ -525,7 +534,7 @@ fn prepare(
     })
 }
 
-/// The request's transfer codings when they are more than `chunked`
+/// A message's transfer codings when they are more than `chunked`
 /// (`gzip, chunked`; its lines joined): the body's bytes are still in the
 /// others, so they are forwarded as sent.
 fn codings(headers: &http::HeaderMap) -> Option<HeaderValue> {

@@ -63,9 +63,12 @@ async fn recording_upstream() -> (SocketAddr, Heads) {
                     let _ = s.read(&mut chunk).await;
                     return;
                 }
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-                    .await;
+                let answer: &[u8] = if text.starts_with("post /coded ") {
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                } else {
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                };
+                let _ = s.write_all(answer).await;
             });
         }
     });
@@ -343,10 +346,13 @@ async fn transfer_codings_are_forwarded_as_sent() {
     let (up, heads) = recording_upstream().await;
     let file = ConfigFile::new(PLAIN);
     let gw = gateway(&file, &format!("http://{up}")).await;
-    let upload = "POST /up HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip, chunked\r\n\
+    let upload = "POST /coded HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip, chunked\r\n\
                   Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
     let text = send(gw.addr(), upload).await;
     assert_eq!(status_of(&text), Some(200), "{text}");
+    // The response's codings reach the client as the upstream sent them.
+    assert_eq!(field(&text, "transfer-encoding"), Some("gzip, chunked"), "{text}");
+    assert!(body(&text).starts_with("5\r\nhello\r\n0\r\n"), "{text}");
     let heads = heads.lock().unwrap().clone();
     assert!(heads[0].contains("\r\ntransfer-encoding: gzip, chunked\r\n"), "{}", heads[0]);
     assert!(heads[0].ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{}", heads[0]);
