@@ -239,7 +239,10 @@ mod tests {
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
         let mut h = map(&[
-            ("connection", "host, content-length, forwarded, x-forwarded-for"),
+            (
+                "connection",
+                "host, content-length, forwarded, x-forwarded-for",
+            ),
             ("connection", "x-forwarded-proto, http2-settings, upgrade"),
             ("host", "a.example"),
             ("content-length", "3"),

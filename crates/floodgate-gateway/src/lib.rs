@@ -95,8 +95,8 @@ mod upload;
 mod upstream;
 
 pub use config::{
-    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
-    UpstreamTls, UpstreamUrl,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls,
+    UpstreamConfig, UpstreamProtocol, UpstreamTls, UpstreamUrl,
 };
 pub use error::GatewayError;
 pub use floodgate_http::HttpSection;

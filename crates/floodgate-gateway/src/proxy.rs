@@ -178,14 +178,20 @@ impl Shared {
                 &s.bad_path,
                 match p {
                     PathError::NotAbsolute => "400 Bad Request: the path does not start with /\n",
-                    PathError::BadPercent => "400 Bad Request: invalid percent-encoding in the path\n",
+                    PathError::BadPercent => {
+                        "400 Bad Request: invalid percent-encoding in the path\n"
+                    }
                     PathError::AboveRoot => "400 Bad Request: the path climbs above the root\n",
                     PathError::SlashSpelling => {
                         "400 Bad Request: encoded slash (%2F, %5C) or backslash in the path\n"
                     }
                 },
             ),
-            Fault::Connect => (9, &s.bad_method, "400 Bad Request: CONNECT is not proxied\n"),
+            Fault::Connect => (
+                9,
+                &s.bad_method,
+                "400 Bad Request: CONNECT is not proxied\n",
+            ),
             Fault::Method => (
                 9,
                 &s.bad_method,
@@ -454,9 +460,8 @@ fn normalize_target<B>(req: &mut Request<B>, slashes: EncodedSlashes) -> Result<
         target.extend_from_slice(q.as_bytes());
     }
     let mut parts = std::mem::take(req.uri_mut()).into_parts();
-    parts.path_and_query = Some(
-        PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| Fault::Target)?,
-    );
+    parts.path_and_query =
+        Some(PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| Fault::Target)?);
     *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Fault::Target)?;
     Ok(())
 }

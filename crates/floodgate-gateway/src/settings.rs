@@ -19,8 +19,8 @@ use floodgate_runtime::settings::{
 };
 
 use crate::config::{
-    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
-    UpstreamUrl,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls,
+    UpstreamConfig, UpstreamProtocol, UpstreamUrl,
 };
 use crate::tls::pem::{certificates, private_key};
 use crate::tls::server::load_certified_key;
@@ -220,10 +220,12 @@ fn upgrade_list(v: &table::Value) -> Result<Vec<String>, String> {
         for p in item.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let p = p.to_ascii_lowercase();
             if p == "h2c" || p.starts_with("h2c/") {
-                return Err("`h2c` is never forwarded: an upgraded HTTP/2 connection would carry \
+                return Err(
+                    "`h2c` is never forwarded: an upgraded HTTP/2 connection would carry \
                             requests the limiter never sees (clients fall back to HTTP/1.1, or \
                             speak HTTP/2 to the gateway directly)"
-                    .into());
+                        .into(),
+                );
             }
             if http::HeaderValue::from_str(&p).is_err() || p.contains([' ', '"', ';']) {
                 return Err(format!("`{p}` is not a protocol name (e.g. `websocket`)"));

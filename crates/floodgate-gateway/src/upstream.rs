@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http::header::HOST;
 use floodgate_http::identity::escapes_root;
+use http::header::HOST;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderValue, Request, Response, Uri, Version};
 

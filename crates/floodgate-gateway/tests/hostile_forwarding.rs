@@ -117,7 +117,11 @@ async fn h2c_is_never_offered_to_the_upstream() {
     assert_eq!(heads.len(), 2, "{heads:?}");
     assert!(!heads[0].contains("upgrade"), "{}", heads[0]);
     assert!(!heads[0].contains("http2-settings"), "{}", heads[0]);
-    assert!(heads[1].contains("\r\nupgrade: websocket\r\n"), "{}", heads[1]);
+    assert!(
+        heads[1].contains("\r\nupgrade: websocket\r\n"),
+        "{}",
+        heads[1]
+    );
     assert!(!heads[1].contains("h2c"), "{}", heads[1]);
     gw.shutdown().await;
 }
@@ -133,7 +137,10 @@ fn h2c_cannot_be_allowed() {
     let e = read("gateway:\n  upstream: http://a:1\n  upgrades: [websocket, H2C]\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("upgrades") && e.contains("`h2c` is never forwarded"), "{e}");
+    assert!(
+        e.contains("upgrades") && e.contains("`h2c` is never forwarded"),
+        "{e}"
+    );
     let c = read("gateway:\n  upstream: http://a:1\n  upgrades: [WebSocket, x-chat]\n").unwrap();
     assert_eq!(c.unwrap().forwarding.upgrades, ["websocket", "x-chat"]);
     let c = read("gateway:\n  upstream: http://a:1\n").unwrap().unwrap();
@@ -173,13 +180,26 @@ async fn route_limits_hold_whatever_the_spelling() {
         assert_eq!(field(&text, "x-seen-path"), Some("/login"), "{path}");
     }
     // Every other spelling finds the same counter spent.
-    for path in ["/login", "//login", "/./login", "/login/.././login", "/login?a=1"] {
+    for path in [
+        "/login",
+        "//login",
+        "/./login",
+        "/login/.././login",
+        "/login?a=1",
+    ] {
         let text = send(g, &get(path)).await;
         assert_eq!(status_of(&text), Some(429), "{path}: {text}");
     }
     // Spellings with no one reading: refused before they are limited.
     let before = up.requests();
-    for path in ["/%2Flogin", "/login%2f", "/login%5C", "/a\\..\\login", "/../login", "/login%"] {
+    for path in [
+        "/%2Flogin",
+        "/login%2f",
+        "/login%5C",
+        "/a\\..\\login",
+        "/../login",
+        "/login%",
+    ] {
         let text = send(g, &get(path)).await;
         assert_eq!(status_of(&text), Some(400), "{path}: {text}");
         assert!(body(&text).contains("path"), "{path}: {text}");
@@ -187,7 +207,11 @@ async fn route_limits_hold_whatever_the_spelling() {
     assert_eq!(up.requests(), before);
     // The query goes on untouched behind a rewritten path.
     let text = send(g, &get("/other/../q?x=%2e%2e/../a")).await;
-    assert_eq!(field(&text, "x-seen-path"), Some("/q?x=%2e%2e/../a"), "{text}");
+    assert_eq!(
+        field(&text, "x-seen-path"),
+        Some("/q?x=%2e%2e/../a"),
+        "{text}"
+    );
     gw.shutdown().await;
 }
 
@@ -212,16 +236,31 @@ async fn the_upstream_prefix_cannot_be_left() {
     for (slashes, attempts) in [
         (
             "refuse",
-            &["/../private/secret", "/a/../../private/secret", "/%2e%2e/private/secret", "/a%2F..%2F..%2Fprivate/secret"][..],
+            &[
+                "/../private/secret",
+                "/a/../../private/secret",
+                "/%2e%2e/private/secret",
+                "/a%2F..%2F..%2Fprivate/secret",
+            ][..],
         ),
-        ("keep", &["/a%2F..%2F..%2Fprivate/secret", "/a\\..\\..\\private/secret", "/..%5Cprivate/secret"][..]),
+        (
+            "keep",
+            &[
+                "/a%2F..%2F..%2Fprivate/secret",
+                "/a\\..\\..\\private/secret",
+                "/..%5Cprivate/secret",
+            ][..],
+        ),
     ] {
         let file = ConfigFile::new(&format!("{PLAIN}gateway:\n  encoded_slashes: {slashes}\n"));
         let gw = gateway(&file, &url).await;
         for path in attempts {
             let text = send(gw.addr(), &get(path)).await;
             assert_eq!(status_of(&text), Some(400), "{slashes} {path}: {text}");
-            assert!(!text.contains("secret\r\n") && !text.ends_with("secret"), "{text}");
+            assert!(
+                !text.contains("secret\r\n") && !text.ends_with("secret"),
+                "{text}"
+            );
         }
         // What stays inside the prefix is served from it.
         let text = send(gw.addr(), &get("/a/../ok")).await;
@@ -247,10 +286,21 @@ async fn connection_cannot_drop_end_to_end_fields() {
     )
     .await;
     assert_eq!(status_of(&text), Some(200), "{text}");
-    assert_eq!(field(&text, "x-seen-host"), Some("client.example"), "{text}");
-    assert_eq!(field(&text, "x-seen-xff"), Some("192.0.2.7, 127.0.0.1"), "{text}");
+    assert_eq!(
+        field(&text, "x-seen-host"),
+        Some("client.example"),
+        "{text}"
+    );
+    assert_eq!(
+        field(&text, "x-seen-xff"),
+        Some("192.0.2.7, 127.0.0.1"),
+        "{text}"
+    );
     let forwarded = field(&text, "x-seen-forwarded").unwrap_or("");
-    assert!(forwarded.starts_with("for=192.0.2.7, for=127.0.0.1;"), "{text}");
+    assert!(
+        forwarded.starts_with("for=192.0.2.7, for=127.0.0.1;"),
+        "{text}"
+    );
     gw.shutdown().await;
 }
 
@@ -286,7 +336,11 @@ print(status.get(1), status.get(3))
         .args(["-c", SCRIPT, &addr.port().to_string()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -297,9 +351,15 @@ async fn connect_and_lower_case_methods_are_refused() {
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
     let g = gw.addr();
     for (request, what) in [
-        ("CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n", "CONNECT"),
+        (
+            "CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n",
+            "CONNECT",
+        ),
         ("get /x HTTP/1.1\r\nHost: a.example\r\n\r\n", "method"),
-        ("Post /x HTTP/1.1\r\nHost: a.example\r\nContent-Length: 0\r\n\r\n", "method"),
+        (
+            "Post /x HTTP/1.1\r\nHost: a.example\r\nContent-Length: 0\r\n\r\n",
+            "method",
+        ),
     ] {
         let text = send(g, request).await;
         assert_eq!(status_of(&text), Some(400), "{request:?}: {text}");
@@ -325,7 +385,9 @@ async fn an_http2_upstream_gets_one_authority() {
             "    server {{\n        listen 127.0.0.1:{port} http2;\n        location / {{ return 200 \"host=$host\"; }}\n    }}\n"
         )
     });
-    let file = ConfigFile::new(&format!("{PLAIN}gateway:\n  upstream: {{protocol: http2}}\n"));
+    let file = ConfigFile::new(&format!(
+        "{PLAIN}gateway:\n  upstream: {{protocol: http2}}\n"
+    ));
     let gw = gateway(&file, &format!("http://127.0.0.1:{}", nginx.port)).await;
     let text = send(gw.addr(), &get("/x").replace("a.example", "Client.example")).await;
     assert_eq!(status_of(&text), Some(200), "{text}");
@@ -351,16 +413,35 @@ async fn transfer_codings_are_forwarded_as_sent() {
     let text = send(gw.addr(), upload).await;
     assert_eq!(status_of(&text), Some(200), "{text}");
     // The response's codings reach the client as the upstream sent them.
-    assert_eq!(field(&text, "transfer-encoding"), Some("gzip, chunked"), "{text}");
+    assert_eq!(
+        field(&text, "transfer-encoding"),
+        Some("gzip, chunked"),
+        "{text}"
+    );
     assert!(body(&text).starts_with("5\r\nhello\r\n0\r\n"), "{text}");
     let heads = heads.lock().unwrap().clone();
-    assert!(heads[0].contains("\r\ntransfer-encoding: gzip, chunked\r\n"), "{}", heads[0]);
-    assert!(heads[0].ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{}", heads[0]);
-    assert_eq!(heads[0].matches("transfer-encoding").count(), 1, "{}", heads[0]);
+    assert!(
+        heads[0].contains("\r\ntransfer-encoding: gzip, chunked\r\n"),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        heads[0].ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        "{}",
+        heads[0]
+    );
+    assert_eq!(
+        heads[0].matches("transfer-encoding").count(),
+        1,
+        "{}",
+        heads[0]
+    );
     gw.shutdown().await;
     // HTTP/2 has no transfer codings: refused rather than sent without.
     let up = upstream().await;
-    let file = ConfigFile::new(&format!("{PLAIN}gateway:\n  upstream: {{protocol: http2}}\n"));
+    let file = ConfigFile::new(&format!(
+        "{PLAIN}gateway:\n  upstream: {{protocol: http2}}\n"
+    ));
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
     let text = send(gw.addr(), upload).await;
     assert_eq!(status_of(&text), Some(501), "{text}");

@@ -34,7 +34,11 @@ pub fn encode_request(out: &mut Vec<u8>, parts: &http::request::Parts, chunked: 
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if chunked {
         out.extend_from_slice(b"transfer-encoding: ");
-        match parts.headers.get(TRANSFER_ENCODING).map(HeaderValue::as_bytes) {
+        match parts
+            .headers
+            .get(TRANSFER_ENCODING)
+            .map(HeaderValue::as_bytes)
+        {
             Some(codings) if last_token_is(codings, b"chunked") => out.extend_from_slice(codings),
             Some(codings) => {
                 out.extend_from_slice(codings);
@@ -311,8 +315,13 @@ mod tests {
             &b"GET /p?q=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\nhost: up:9000\r\nx-a: 1\r\nx-a: 2\r\n\r\n"[..]
         );
         // Other codings are forwarded as sent; only `chunked` is this hop's.
-        for (codings, written) in [("gzip, chunked", "gzip, chunked"), ("gzip", "gzip, chunked")] {
-            parts.headers.insert(TRANSFER_ENCODING, HeaderValue::from_static(codings));
+        for (codings, written) in [
+            ("gzip, chunked", "gzip, chunked"),
+            ("gzip", "gzip, chunked"),
+        ] {
+            parts
+                .headers
+                .insert(TRANSFER_ENCODING, HeaderValue::from_static(codings));
             out.clear();
             encode_request(&mut out, &parts, true);
             let want = format!("transfer-encoding: {written}\r\nhost:");
