@@ -29,7 +29,7 @@ fi
 SECS=${1:-$([ $QUICK = 1 ] && echo 5 || echo 60)}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority request_path)
 
 if [ $QUICK = 1 ]; then
     HOST=$(rustc -vV | sed -n 's/^host: //p')
@@ -88,6 +88,15 @@ mkdir -p corpus/upstream_response
 printf 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nx: 1\r\n\r\n' > corpus/upstream_response/seed-chunked
 printf 'HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabc' > corpus/upstream_response/seed-length
 printf 'HTTP/1.0 200 OK\r\n\r\nuntil the end' > corpus/upstream_response/seed-close
+
+# Request paths: spellings of one path, and of a climb out of a prefix;
+# each with encoded slashes refused (first byte 0) and kept (1).
+mkdir -p corpus/request_path
+for p in '/login' '/x/../login' '/a/%2e%2E/login' '//login/./' '/%6Cogin%3a' '/a%2F..%2F..%2Fb' '/a\..\b' '/../x'; do
+    for keep in 0 1; do
+        { printf "\\00$keep"; printf '%s' "$p"; } > "corpus/request_path/seed-$keep-$(printf '%s' "$p" | sha1sum | cut -c1-12)"
+    done
+done
 
 failed=0
 run() {

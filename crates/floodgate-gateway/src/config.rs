@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use floodgate_http::identity::EncodedSlashes;
 use floodgate_runtime::listener::ConnectionLimits;
 use http::Uri;
 
@@ -172,6 +173,18 @@ pub struct ListenerLimits {
     pub max_connections: usize,
 }
 
+/// What of a request's protocol the gateway lets through to the upstream
+/// (`Default`: blank, see [`GatewayConfig::default`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forwarding {
+    /// The protocols a client may ask to upgrade to (`Upgrade`), lower
+    /// case; any other is dropped from the request, which goes on as a
+    /// plain one. Never `h2c`.
+    pub upgrades: Vec<String>,
+    /// What `%2F`, `%5C` and `\` in a request path mean.
+    pub encoded_slashes: EncodedSlashes,
+}
+
 /// The `gateway:` section; `Default` is every setting at its declared
 /// default ([`settings`](crate::settings)), without an upstream.
 #[derive(Clone, Debug, PartialEq)]
@@ -184,6 +197,8 @@ pub struct GatewayConfig {
     pub upstream: UpstreamConfig,
     /// Listener protections.
     pub limits: ListenerLimits,
+    /// What is forwarded of a request's protocol.
+    pub forwarding: Forwarding,
     /// One log line per request (see [`crate::access`]).
     pub access_log: bool,
 }

@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::{
-    CONNECTION, Entry, FORWARDED, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, CONTENT_LENGTH, Entry, FORWARDED, HOST, HeaderName, HeaderValue, TE,
+    TRANSFER_ENCODING, UPGRADE,
 };
 
 /// `X-Forwarded-For`.
@@ -17,11 +18,28 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+/// The settings of an HTTP/2 upgrade (`h2c`), hop-by-hop (RFC 7540 §3.2.1).
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 
-/// Removes the hop-by-hop fields: `Connection` and every field it names,
-/// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, and
-/// `TE` unless it is exactly `trailers` (which gRPC needs end to end and
-/// HTTP/2 allows); and `also`, a field of the message's own to drop.
+/// End-to-end fields `Connection` cannot remove: the authority, the body's
+/// framing and the forwarding fields the gateway extends. A client naming
+/// them would have the limiter read one request and the upstream receive
+/// another (`Connection: host` would replace the client's `Host` with the
+/// upstream's).
+const KEPT: [HeaderName; 6] = [
+    HOST,
+    CONTENT_LENGTH,
+    TRANSFER_ENCODING,
+    FORWARDED,
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+];
+
+/// Removes the hop-by-hop fields: `Connection` and every field it names
+/// (but those of [`KEPT`]), `Keep-Alive`, `Proxy-Connection`,
+/// `Transfer-Encoding`, `Upgrade`, `HTTP2-Settings`, and `TE` unless it is
+/// exactly `trailers` (which gRPC needs end to end and HTTP/2 allows); and
+/// `also`, a field of the message's own to drop.
 /// Returns the `Upgrade` removed when `Connection` names it (an upgrade
 /// asked for).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Option<HeaderValue> {
@@ -37,6 +55,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Op
             || name == UPGRADE
             || name == KEEP_ALIVE
             || name == PROXY_CONNECTION
+            || name == HTTP2_SETTINGS
             || also.as_ref() == Some(name)
         {
             others = true;
@@ -48,7 +67,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Op
     let mut upgrade = None;
     if connection {
         let named: Vec<HeaderName> = named_fields(headers, &CONNECTION).collect();
-        for name in named {
+        for name in named.into_iter().filter(|n| !KEPT.contains(n)) {
             let removed = headers.remove(&name);
             if name == UPGRADE {
                 upgrade = upgrade.or(removed);
@@ -56,7 +75,13 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Op
         }
         headers.remove(CONNECTION);
     }
-    let named = [KEEP_ALIVE, PROXY_CONNECTION, TRANSFER_ENCODING, UPGRADE];
+    let named = [
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        TRANSFER_ENCODING,
+        UPGRADE,
+        HTTP2_SETTINGS,
+    ];
     for name in named.into_iter().chain(also) {
         if headers.contains_key(&name) {
             headers.remove(name);
@@ -213,6 +238,26 @@ mod tests {
         assert_eq!(strip_hop_by_hop(&mut h, None), None);
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
+        let mut h = map(&[
+            (
+                "connection",
+                "host, content-length, forwarded, x-forwarded-for",
+            ),
+            ("connection", "x-forwarded-proto, http2-settings, upgrade"),
+            ("host", "a.example"),
+            ("content-length", "3"),
+            ("forwarded", "for=192.0.2.1"),
+            ("x-forwarded-for", "192.0.2.1"),
+            ("x-forwarded-proto", "https"),
+            ("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA"),
+            ("upgrade", "h2c"),
+        ]);
+        assert_eq!(strip_hop_by_hop(&mut h, None).unwrap(), "h2c");
+        assert_eq!(h.len(), 5, "{h:?}");
+        assert_eq!(h["host"], "a.example");
+        let mut h = map(&[("http2-settings", "AAMAAABk")]);
+        strip_hop_by_hop(&mut h, None);
+        assert!(h.is_empty(), "{h:?}");
         let mut h = map(&[("te", "trailers"), ("expect", "100-continue")]);
         strip_hop_by_hop(&mut h, None);
         assert_eq!((h.len(), h["expect"].as_bytes()), (2, &b"100-continue"[..]));

@@ -96,8 +96,8 @@ mod upload;
 mod upstream;
 
 pub use config::{
-    GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
-    UpstreamTls, UpstreamUrl,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls,
+    UpstreamConfig, UpstreamProtocol, UpstreamTls, UpstreamUrl,
 };
 pub use error::GatewayError;
 pub use floodgate_http::HttpSection;

@@ -15,16 +15,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use floodgate_http::identity::{EncodedSlashes, PathError, normalize_path};
 use floodgate_runtime::listener::Slot;
-use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, UPGRADE};
-use http::{HeaderValue, Request, Response, StatusCode, Version};
+use http::header::{CONNECTION, CONTENT_TYPE, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use crate::body::ProxyBody;
-use crate::config::ListenerLimits;
+use crate::config::{Forwarding, ListenerLimits};
 use crate::connect::ConnectError;
 use crate::connection::{ExchangeError, UpstreamBody};
 use crate::forward::{
@@ -73,6 +75,13 @@ pub struct ProxyStats {
     /// Requests with more than one line of a field the limiter keys on
     /// (400).
     pub duplicate_keyed_fields: AtomicU64,
+    /// Requests whose path has no normal form (400).
+    pub bad_path: AtomicU64,
+    /// `CONNECT` requests and methods not spelled in upper case (400).
+    pub bad_method: AtomicU64,
+    /// Requests with a transfer coding an HTTP/2 upstream cannot carry
+    /// (501).
+    pub bad_coding: AtomicU64,
     /// Request bodies whose framing the client broke (400).
     pub malformed_bodies: AtomicU64,
     /// Request bodies the client did not finish (400).
@@ -87,6 +96,9 @@ struct Shared {
     upstream: Upstream,
     body_read_timeout: Duration,
     max_body_bytes: Option<u64>,
+    /// The protocols an upgrade may ask for (lower case).
+    upgrades: Box<[String]>,
+    encoded_slashes: EncodedSlashes,
     stats: ProxyStats,
     /// The counter of each fault (see [`METRICS`]).
     metrics: [metrics::Counter; METRICS.len()],
@@ -98,6 +110,10 @@ struct Shared {
 enum Fault {
     Host(HostError),
     Target,
+    Path(PathError),
+    Connect,
+    Method,
+    Coding,
     Body(ClientBodyError),
     BodyTimeout,
     BadGateway,
@@ -110,7 +126,7 @@ const UPSTREAM: &str = "floodgate_gateway_upstream_errors_total";
 
 /// The metric and `kind` label of each fault's counter, in the order of
 /// the rows [`Shared::answer`] gives.
-const METRICS: [(&str, &str); 9] = [
+const METRICS: [(&str, &str); 12] = [
     (CLIENT, "bad_host"),
     (CLIENT, "bad_target"),
     (CLIENT, "malformed_body"),
@@ -120,6 +136,9 @@ const METRICS: [(&str, &str); 9] = [
     (UPSTREAM, "bad_gateway"),
     (UPSTREAM, "timeout"),
     (CLIENT, "duplicate_keyed_field"),
+    (CLIENT, "bad_path"),
+    (CLIENT, "bad_method"),
+    (CLIENT, "bad_coding"),
 ];
 
 impl Shared {
@@ -163,6 +182,35 @@ impl Shared {
                 8,
                 &s.duplicate_keyed_fields,
                 "400 Bad Request: a rate-limited header field sent more than once\n",
+            ),
+            Fault::Path(p) => (
+                9,
+                &s.bad_path,
+                match p {
+                    PathError::NotAbsolute => "400 Bad Request: the path does not start with /\n",
+                    PathError::BadPercent => {
+                        "400 Bad Request: invalid percent-encoding in the path\n"
+                    }
+                    PathError::AboveRoot => "400 Bad Request: the path climbs above the root\n",
+                    PathError::SlashSpelling => {
+                        "400 Bad Request: encoded slash (%2F, %5C) or backslash in the path\n"
+                    }
+                },
+            ),
+            Fault::Connect => (
+                10,
+                &s.bad_method,
+                "400 Bad Request: CONNECT is not proxied\n",
+            ),
+            Fault::Method => (
+                10,
+                &s.bad_method,
+                "400 Bad Request: invalid method (methods are upper case)\n",
+            ),
+            Fault::Coding => (
+                11,
+                &s.bad_coding,
+                "501 Not Implemented: transfer coding other than chunked\n",
             ),
         };
         stat.fetch_add(1, Ordering::Relaxed);
@@ -216,12 +264,18 @@ impl Proxy {
     /// A proxy to `upstream` whose clients may pause `body_read_timeout`
     /// between two chunks of a request body (beyond: 408) and send at most
     /// `max_body_bytes` (beyond: 413).
-    pub(crate) fn with_limits(upstream: Upstream, limits: &ListenerLimits) -> Self {
+    pub(crate) fn with_limits(
+        upstream: Upstream,
+        limits: &ListenerLimits,
+        forwarding: &Forwarding,
+    ) -> Self {
         Proxy {
             shared: Arc::new(Shared {
                 upstream,
                 body_read_timeout: limits.body_read_timeout,
                 max_body_bytes: limits.max_body_bytes,
+                upgrades: forwarding.upgrades.clone().into(),
+                encoded_slashes: forwarding.encoded_slashes,
                 stats: ProxyStats::default(),
                 metrics: METRICS.map(|(name, kind)| metrics::counter!(name, "kind" => kind)),
             }),
@@ -229,26 +283,19 @@ impl Proxy {
     }
 
     /// Checks what must be right before a request is limited or forwarded:
-    /// its authority, made one (see [`crate::host`]; 400 otherwise), and
-    /// a `Content-Length` within `max_body_bytes` (413 otherwise). Returns
-    /// the gateway's answer to a request that fails, counted as a client
-    /// error; none for a request to go on with.
+    /// its method (not `CONNECT`, spelled in upper case; 400 otherwise),
+    /// its authority, made one (see [`crate::host`]; 400 otherwise), its
+    /// path, made normal (see [`normalize_path`]; 400 when it has no
+    /// normal form), and a `Content-Length` within `max_body_bytes` (413
+    /// otherwise). The limiter reads, and the upstream is sent, the
+    /// normal path. Returns the gateway's answer to a request that fails,
+    /// counted as a client error; none for a request to go on with.
     pub(crate) fn check_request<B: http_body::Body>(
         &self,
         req: &mut Request<B>,
     ) -> Option<Response<ProxyBody>> {
         let shared = &self.shared;
-        let e = match normalize_host(req) {
-            Err(h) => Fault::Host(h),
-            Ok(())
-                if shared
-                    .max_body_bytes
-                    .is_some_and(|max| req.body().size_hint().lower() > max) =>
-            {
-                Fault::Body(ClientBodyError::TooLarge)
-            }
-            Ok(()) => return None,
-        };
+        let e = self.check(req).err()?;
         Some(shared.client_error(e, req.version()))
     }
 
@@ -257,6 +304,25 @@ impl Proxy {
     pub(crate) fn duplicate_keyed_field(&self, version: Version) -> Response<ProxyBody> {
         self.shared
             .client_error(Fault::DuplicateKeyedField, version)
+    }
+
+    fn check<B: http_body::Body>(&self, req: &mut Request<B>) -> Result<(), Fault> {
+        let shared = &self.shared;
+        if req.method() == Method::CONNECT {
+            return Err(Fault::Connect);
+        }
+        if !upper_case(req.method()) {
+            return Err(Fault::Method);
+        }
+        normalize_host(req).map_err(Fault::Host)?;
+        normalize_target(req, shared.encoded_slashes)?;
+        if shared
+            .max_body_bytes
+            .is_some_and(|max| req.body().size_hint().lower() > max)
+        {
+            return Err(Fault::Body(ClientBodyError::TooLarge));
+        }
+        Ok(())
     }
 
     /// The upstream.
@@ -345,7 +411,16 @@ impl Proxy {
                     } else {
                         None
                     };
+                    // The upstream's codings before `chunked` go on to an
+                    // HTTP/1.1 client as sent (hyper chunks the body again);
+                    // HTTP/2 has none to carry them.
+                    let codings = (version == Version::HTTP_11)
+                        .then(|| codings(&parts.headers))
+                        .flatten();
                     strip_hop_by_hop(&mut parts.headers, None);
+                    if let Some(c) = codings {
+                        parts.headers.insert(TRANSFER_ENCODING, c);
+                    }
                     if let Some(v) = switched {
                         upgrade::restore(&mut parts.headers, v);
                         shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
@@ -374,6 +449,40 @@ impl Proxy {
     }
 }
 
+/// Whether a method is spelled as nginx accepts one: upper-case letters,
+/// `_` and `-`. Methods are case-sensitive, so `get` is not `GET`, but
+/// some upstreams read it as `GET`: a limit keyed on the method must not
+/// be dodged by spelling it in lower case.
+fn upper_case(m: &Method) -> bool {
+    m.as_str()
+        .bytes()
+        .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+}
+
+/// Puts the request's path in its normal form (`OPTIONS *` as it is); a
+/// new target is built only when the path changes.
+fn normalize_target<B>(req: &mut Request<B>, slashes: EncodedSlashes) -> Result<(), Fault> {
+    let uri = req.uri();
+    if uri.path() == "*" && req.method() == Method::OPTIONS {
+        return Ok(());
+    }
+    let path = match normalize_path(uri.path().as_bytes(), slashes) {
+        Ok(std::borrow::Cow::Borrowed(_)) => return Ok(()),
+        Ok(std::borrow::Cow::Owned(p)) => p,
+        Err(e) => return Err(Fault::Path(e)),
+    };
+    let mut target = path;
+    if let Some(q) = uri.query() {
+        target.push(b'?');
+        target.extend_from_slice(q.as_bytes());
+    }
+    let mut parts = std::mem::take(req.uri_mut()).into_parts();
+    parts.path_and_query =
+        Some(PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| Fault::Target)?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Fault::Target)?;
+    Ok(())
+}
+
 /// A request made ready for the upstream, with what its exchange needs.
 struct Prepared {
     req: Request<UploadBody>,
@@ -400,8 +509,10 @@ fn prepare(
     // Room for the forwarding fields, in one growth of the map rather
     // than one per field.
     headers.reserve(3);
+    let codings = codings(headers);
     // The gateway answers `100-continue` itself when it reads the body.
-    let upgrade = upgrade::requested(version, strip_hop_by_hop(headers, Some(EXPECT)));
+    let upgrade = upgrade::requested(version, strip_hop_by_hop(headers, Some(EXPECT)))
+        .and_then(|asked| upgrade::allowed(asked, &shared.upgrades));
     // A cheap clone (shared bytes), so the map can be written to.
     let field = req.headers().get(HOST).cloned();
     let has_host = field.is_some();
@@ -418,6 +529,14 @@ fn prepare(
     let Some(target) = shared.upstream.prepare(&mut req, has_host) else {
         return Err(Box::new(shared.client_error(Fault::Target, version)));
     };
+    if let Some(c) = codings {
+        // HTTP/2 has no transfer codings: the body could not be sent as
+        // the client coded it (nginx answers such requests 501 itself).
+        if req.version() != Version::HTTP_11 {
+            return Err(Box::new(shared.client_error(Fault::Coding, version)));
+        }
+        req.headers_mut().insert(TRANSFER_ENCODING, c);
+    }
     // An upgrade needs an HTTP/1.1 upstream; towards HTTP/2 the request
     // goes as a plain one.
     let upgrade = upgrade.filter(|_| req.version() == Version::HTTP_11);
@@ -435,6 +554,25 @@ fn prepare(
         progress,
         client_upgrade,
     })
+}
+
+/// A message's transfer codings when they are more than `chunked`
+/// (`gzip, chunked`; its lines joined): the body's bytes are still in the
+/// others, so they are forwarded as sent.
+fn codings(headers: &http::HeaderMap) -> Option<HeaderValue> {
+    let mut lines = headers.get_all(TRANSFER_ENCODING).iter();
+    let first = lines.next()?;
+    let mut rest = lines.peekable();
+    if rest.peek().is_none() {
+        return (!first.as_bytes().eq_ignore_ascii_case(b"chunked")).then(|| first.clone());
+    }
+    // Rare: several lines, joined.
+    let mut all = first.as_bytes().to_vec();
+    for line in rest {
+        all.extend_from_slice(b", ");
+        all.extend_from_slice(line.as_bytes());
+    }
+    HeaderValue::from_bytes(&all).ok()
 }
 
 /// Polls `body` once: its next frame or end when it is there already

@@ -169,7 +169,11 @@ pub async fn start(
     let health = Health::start(&settings, policy).await?;
     let engine = health.engine().clone();
     let limited = http.is_some();
-    let proxy = Proxy::with_limits(Upstream::new(&config.upstream)?, &config.limits);
+    let proxy = Proxy::with_limits(
+        Upstream::new(&config.upstream)?,
+        &config.limits,
+        &config.forwarding,
+    );
     let tls = config.tls.as_ref().map(ServerTls::new).transpose()?;
     let tls = tls.map(Arc::new);
     let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));

@@ -19,8 +19,8 @@ use floodgate_runtime::settings::{
 };
 
 use crate::config::{
-    GatewayConfig, HostHeader, ListenerLimits, ListenerTls, UpstreamConfig, UpstreamProtocol,
-    UpstreamUrl,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls,
+    UpstreamConfig, UpstreamProtocol, UpstreamUrl,
 };
 use crate::tls::pem::{certificates, private_key};
 use crate::tls::server::load_certified_key;
@@ -63,6 +63,7 @@ impl Declared for Draft {
             tls: None,
             upstream: UpstreamConfig::default(),
             limits: ListenerLimits::default(),
+            forwarding: Forwarding::default(),
             access_log: false,
         };
         Draft {
@@ -191,12 +192,51 @@ fn declare() -> Vec<S> {
         S::new("gateway.limits.send_timeout", "FLOODGATE_GATEWAY_SEND_TIMEOUT", "gateway-send-timeout", Kind::Duration, "60s",
             "longest a client may accept nothing sent to it (nginx's `send_timeout`): its connection is closed, or its HTTP/2 stream reset when its window stays shut",
             |s, v| { s.config.limits.connection.send_timeout = positive_duration(&v.text())?; Ok(()) }),
+        S::new("gateway.upgrades", "FLOODGATE_GATEWAY_UPGRADES", "gateway-upgrades", Kind::List, "websocket",
+            "protocols a client may upgrade a connection to (`Upgrade`); any other is dropped from the request, which goes on as a plain one; `h2c` is never allowed; `[]`: none",
+            |s, v| { s.config.forwarding.upgrades = upgrade_list(v)?; Ok(()) })
+            .samples("websocket", "websocket,x-custom/1"),
+        S::new("gateway.encoded_slashes", "FLOODGATE_GATEWAY_ENCODED_SLASHES", "gateway-encoded-slashes", Kind::Choice, "refuse",
+            "`%2F`, `%5C` or `\\` in a request path: refused with 400 (`refuse`) or kept as data in its segment (`keep`)",
+            |s, v| {
+                s.config.forwarding.encoded_slashes = choice(&v.text(), &[
+                    (&["refuse"], EncodedSlashes::Refuse),
+                    (&["keep"], EncodedSlashes::Keep),
+                ])?;
+                Ok(())
+            })
+            .samples("keep", "refuse"),
     ];
     // Every setting but the upstream needs one to apply.
     for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
         s.context = UPSTREAM;
     }
     t
+}
+
+/// The protocols of `gateway.upgrades`: tokens, lower-cased; `h2c` is
+/// refused (an upgraded connection carries requests the limiter never
+/// sees).
+fn upgrade_list(v: &table::Value) -> Result<Vec<String>, String> {
+    let mut list = Vec::new();
+    for item in v.items() {
+        for p in item.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let p = p.to_ascii_lowercase();
+            if p == "h2c" || p.starts_with("h2c/") {
+                return Err(
+                    "`h2c` is never forwarded: an upgraded HTTP/2 connection would carry \
+                            requests the limiter never sees (clients fall back to HTTP/1.1, or \
+                            speak HTTP/2 to the gateway directly)"
+                        .into(),
+                );
+            }
+            if http::HeaderValue::from_str(&p).is_err() || p.contains([' ', '"', ';']) {
+                return Err(format!("`{p}` is not a protocol name (e.g. `websocket`)"));
+            }
+            list.push(p);
+        }
+    }
+    Ok(list)
 }
 
 impl GatewayConfig {

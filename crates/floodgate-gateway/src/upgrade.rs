@@ -3,6 +3,14 @@
 //! `Connection: upgrade` and `Upgrade` fields, and when the upstream
 //! answers `101 Switching Protocols` the two connections become one
 //! bidirectional byte stream until either side closes.
+//!
+//! Only the protocols of `gateway.upgrades` (WebSocket by default) are
+//! offered to the upstream: a tunnel carries what the limiter never
+//! sees, so `h2c` (a tunnel of unlimited HTTP/2 requests) is never
+//! allowed. A request asking for no allowed protocol goes on as a plain
+//! request, as a server that ignores `Upgrade` answers it (RFC 9110
+//! §7.8): clients that offer `h2c` opportunistically get their answer
+//! over HTTP/1.1.
 
 use std::sync::Arc;
 
@@ -21,6 +29,27 @@ use crate::h1::Conn;
 /// HTTP/1.1 only.
 pub fn requested(version: Version, removed: Option<HeaderValue>) -> Option<HeaderValue> {
     removed.filter(|_| version == Version::HTTP_11)
+}
+
+/// The protocols of `asked` (an `Upgrade` value) that `allowed` lists
+/// (by name, any case; `websocket` allows `websocket/13`), in the
+/// client's order: `asked` itself when they all are, none when none is.
+pub fn allowed(asked: HeaderValue, allowed: &[String]) -> Option<HeaderValue> {
+    let text = asked.to_str().ok()?;
+    let ok = |p: &&str| {
+        let name = p.split('/').next().unwrap_or(p).trim();
+        allowed.iter().any(|a| name.eq_ignore_ascii_case(a))
+    };
+    let offered = || text.split(',').map(str::trim).filter(|p| !p.is_empty());
+    if offered().all(|p| ok(&p)) {
+        return offered().next().is_some().then_some(asked);
+    }
+    // Rare: a list some of which is refused, written anew.
+    let kept: Vec<&str> = offered().filter(ok).collect();
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&kept.join(", ")).ok()
 }
 
 /// Puts back the two fields an upgrade travels with (after the hop-by-hop
@@ -83,5 +112,18 @@ mod tests {
         assert_eq!(asked(Version::HTTP_2, &both), None);
         assert_eq!(asked(Version::HTTP_10, &both), None);
         assert_eq!(asked(Version::HTTP_11, &both[1..]), None);
+    }
+
+    #[test]
+    fn only_allowed_protocols() {
+        let list = ["websocket".to_owned()];
+        let allow = |v: &'static str| allowed(HeaderValue::from_static(v), &list);
+        assert_eq!(allow("websocket").unwrap(), "websocket");
+        assert_eq!(allow("WebSocket/13").unwrap(), "WebSocket/13");
+        assert_eq!(allow("h2c"), None);
+        assert_eq!(allow("H2C, h2c"), None);
+        assert_eq!(allow("h2c, websocket").unwrap(), "websocket");
+        assert_eq!(allow(" , "), None);
+        assert_eq!(allowed(HeaderValue::from_static("websocket"), &[]), None);
     }
 }

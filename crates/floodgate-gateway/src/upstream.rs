@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use floodgate_http::identity::escapes_root;
 use http::header::HOST;
-use http::uri::PathAndQuery;
+use http::uri::{Authority, PathAndQuery};
 use http::{HeaderValue, Request, Response, Uri, Version};
 
 use crate::config::{HostHeader, UpstreamConfig, UpstreamProtocol, UpstreamUrl};
@@ -107,10 +108,16 @@ impl Upstream {
     }
 
     /// Rewrites a client's request (already stripped of its hop-by-hop
-    /// fields) for the upstream: its URI (origin-form towards HTTP/1.1,
-    /// absolute towards HTTP/2), version and `Host`. Returns the URL
-    /// chosen, for [`send`](Self::send); none when the target cannot be
-    /// rewritten. `has_host`: the request has a `Host` field.
+    /// fields, its path normal) for the upstream: its URI (origin-form
+    /// towards HTTP/1.1, absolute towards HTTP/2), version and authority.
+    /// Returns the URL chosen, for [`send`](Self::send); none when the
+    /// target cannot be rewritten, or would leave the URL's path prefix
+    /// (`/..` joined to `/public`; see [`escapes_root`]). `has_host`: the
+    /// request has a `Host` field.
+    ///
+    /// The authority goes once: towards HTTP/1.1 as `Host`, towards
+    /// HTTP/2 as `:authority` alone (a `Host` beside it is refused by
+    /// servers that find them different, nginx among them).
     pub fn prepare<B>(&self, req: &mut Request<B>, has_host: bool) -> Option<usize> {
         let target = self.pick()?;
         let url = self.pools[target].url();
@@ -122,50 +129,52 @@ impl Upstream {
         let pq = if url.prefix.is_empty() {
             pq
         } else {
+            if escapes_root(pq.path().as_bytes()) {
+                return None;
+            }
             PathAndQuery::try_from(format!("{}{}", url.prefix, pq.as_str())).ok()?
         };
         let http2 = self.protocol == UpstreamProtocol::Http2;
-        *req.uri_mut() = if http2 {
-            Uri::builder()
+        if http2 {
+            let authority = match self.host {
+                HostHeader::Preserve if has_host => {
+                    let host = req.headers_mut().remove(HOST)?;
+                    Authority::try_from(host.as_bytes()).ok()?
+                }
+                HostHeader::Preserve => original
+                    .authority()
+                    .cloned()
+                    .unwrap_or_else(|| url.authority.clone()),
+                HostHeader::Upstream => {
+                    req.headers_mut().remove(HOST);
+                    url.authority.clone()
+                }
+            };
+            *req.uri_mut() = Uri::builder()
                 .scheme(url.scheme())
-                .authority(url.authority.clone())
+                .authority(authority)
                 .path_and_query(pq)
                 .build()
-                .ok()?
-        } else {
-            Uri::from(pq)
-        };
+                .ok()?;
+            *req.version_mut() = Version::HTTP_2;
+            return Some(target);
+        }
+        *req.uri_mut() = Uri::from(pq);
         match self.host {
-            HostHeader::Preserve => {
-                // HTTP/2 clients send `:authority` instead of `Host`.
-                if !has_host {
-                    let from_client = original
-                        .authority()
-                        .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
-                    match from_client {
-                        Some(v) => {
-                            req.headers_mut().insert(HOST, v);
-                        }
-                        None if !http2 => {
-                            req.headers_mut().insert(HOST, self.hosts[target].clone());
-                        }
-                        None => {}
-                    }
-                }
+            // HTTP/2 clients send `:authority` instead of `Host`.
+            HostHeader::Preserve if !has_host => {
+                let from_client = original
+                    .authority()
+                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+                let host = from_client.unwrap_or_else(|| self.hosts[target].clone());
+                req.headers_mut().insert(HOST, host);
             }
-            // HTTP/2 carries it as `:authority`, from the URI.
-            HostHeader::Upstream if http2 => {
-                req.headers_mut().remove(HOST);
-            }
+            HostHeader::Preserve => {}
             HostHeader::Upstream => {
                 req.headers_mut().insert(HOST, self.hosts[target].clone());
             }
         }
-        *req.version_mut() = if http2 {
-            Version::HTTP_2
-        } else {
-            Version::HTTP_11
-        };
+        *req.version_mut() = Version::HTTP_11;
         Some(target)
     }
 

@@ -13,6 +13,7 @@ mod host;
 mod hostile;
 mod hostile_identity;
 mod hostile_send;
+mod hostile_forwarding;
 mod lifecycle;
 mod nginx_host;
 mod nginx_parity;

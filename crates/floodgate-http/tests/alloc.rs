@@ -131,3 +131,17 @@ fn presized_buffers_allocate_nothing_from_the_first_request() {
     assert_eq!(ip, Some("2001:db8:1:2::/64"));
     assert_eq!(out.hits_addend(), 7);
 }
+
+/// A path already in normal form is checked without a copy (the gateway
+/// normalises every request's path before limiting it).
+#[test]
+fn normal_paths_are_checked_without_allocating() {
+    use floodgate_http::identity::{EncodedSlashes, normalize_path};
+    let paths = ["/", "/users/42", "/static/a/b.css", "/q/a%20b/", "/x%2Fy"];
+    let before = allocations();
+    for p in paths {
+        let n = normalize_path(p.as_bytes(), EncodedSlashes::Keep).unwrap();
+        assert_eq!(&*n, p.as_bytes());
+    }
+    assert_eq!(allocations() - before, 0);
+}

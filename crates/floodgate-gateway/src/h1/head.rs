@@ -19,8 +19,9 @@ pub const MAX_HEAD_BYTES: usize = 256 * 1024;
 const ADDED_FIELDS: usize = 3;
 
 /// Writes a request head: request line, fields (all but
-/// `Transfer-Encoding`, written only as `chunked` when the body is),
-/// empty line.
+/// `Transfer-Encoding`, written only when the body is chunked: the
+/// codings of the request's own field, which the body's bytes are still
+/// in, ending with `chunked`), empty line.
 pub fn encode_request(out: &mut Vec<u8>, parts: &http::request::Parts, chunked: bool) {
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
@@ -32,7 +33,20 @@ pub fn encode_request(out: &mut Vec<u8>, parts: &http::request::Parts, chunked: 
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        out.extend_from_slice(b"transfer-encoding: ");
+        match parts
+            .headers
+            .get(TRANSFER_ENCODING)
+            .map(HeaderValue::as_bytes)
+        {
+            Some(codings) if last_token_is(codings, b"chunked") => out.extend_from_slice(codings),
+            Some(codings) => {
+                out.extend_from_slice(codings);
+                out.extend_from_slice(b", chunked");
+            }
+            None => out.extend_from_slice(b"chunked"),
+        }
+        out.extend_from_slice(b"\r\n");
     }
     encode_fields(out, &parts.headers);
     out.extend_from_slice(b"\r\n");
@@ -300,6 +314,19 @@ mod tests {
             out,
             &b"GET /p?q=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\nhost: up:9000\r\nx-a: 1\r\nx-a: 2\r\n\r\n"[..]
         );
+        // Other codings are forwarded as sent; only `chunked` is this hop's.
+        for (codings, written) in [
+            ("gzip, chunked", "gzip, chunked"),
+            ("gzip", "gzip, chunked"),
+        ] {
+            parts
+                .headers
+                .insert(TRANSFER_ENCODING, HeaderValue::from_static(codings));
+            out.clear();
+            encode_request(&mut out, &parts, true);
+            let want = format!("transfer-encoding: {written}\r\nhost:");
+            assert!(String::from_utf8_lossy(&out).contains(&want), "{codings}");
+        }
     }
 
     #[test]

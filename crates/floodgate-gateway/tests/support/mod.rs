@@ -113,6 +113,10 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
     let hosts = h.get_all("host").iter().count();
     res.headers_mut()
         .insert("x-seen-host-count", HeaderValue::from(hosts));
+    if let Some(pq) = req.uri().path_and_query() {
+        let path = HeaderValue::from_str(pq.as_str()).unwrap();
+        res.headers_mut().insert("x-seen-path", path);
+    }
     let version = format!("{:?}", req.version());
     res.headers_mut()
         .insert("x-seen-version", HeaderValue::from_str(&version).unwrap());

@@ -94,6 +94,7 @@ mod forwarded;
 mod hash;
 mod http_identity;
 mod output;
+mod path;
 mod read;
 mod request;
 mod route;
@@ -106,6 +107,7 @@ pub use config::{
 pub use hash::{MIN_VALUE_LEN, SECRET_HASH_LEN, secret_hash};
 pub use http_identity::HttpIdentity;
 pub use output::{HttpDescriptor, RequestDescriptors};
+pub use path::{EncodedSlashes, PathError, escapes_root, normalize_path};
 pub use read::SECTION;
 pub use request::{Attributes, ExtensionSource, NoExtensions, RequestHead};
 pub use route::MAX_TEMPLATE_SEGMENTS;

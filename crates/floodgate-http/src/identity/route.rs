@@ -5,11 +5,17 @@
 //! segments). Matching is allocation-free and tries literals before
 //! parameters before catch-alls, so `/users/me` wins over `/users/{id}`.
 //!
-//! Request paths are compared the way servers resolve them, so a client
-//! cannot dodge a route's key by spelling the path differently: empty
-//! segments (`//`, a trailing `/`) and `.` segments are ignored, literal
-//! segments are compared after percent-decoding (`/us%65rs` is `/users`),
-//! and a path with a `..` segment matches no template.
+//! A client must not dodge a route's key by spelling the path
+//! differently. The gateway normalises every path once, before routes are
+//! matched and with the same result forwarded
+//! ([`normalize_path`](super::normalize_path): `..` and `%2e%2e` resolved,
+//! encoded slashes refused), so what reaches the matcher there has one
+//! spelling. The matcher is also safe on its own, for paths no one
+//! normalised (the tower layer's): empty segments (`//`, a trailing `/`)
+//! and `.` segments are ignored, literal segments are compared after
+//! percent-decoding (`/us%65rs` is `/users`), and a path with a `..`
+//! segment matches no template (an application behind the layer that
+//! resolves `..` should normalise first).
 
 use super::config::IdentityError;
 
