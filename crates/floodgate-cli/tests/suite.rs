@@ -10,6 +10,7 @@ mod gateway_hostile;
 mod gateway_lifecycle;
 mod headers_parity;
 mod hostile_listeners;
+mod hostile_log_flood;
 mod hostile_reloads;
 mod redis_down_at_startup;
 mod release_hostile;
