@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use floodgate_testkit::{Floodgate, Gateway, Process, http_request, python, wait_until, workspace_root};
+use floodgate_testkit::{
+    Floodgate, Gateway, Process, http_request, python, wait_until, workspace_root,
+};
 
 use crate::gateway_lifecycle::upstream;
 
@@ -76,14 +78,23 @@ fn a_rapid_reset_flood_against_serve_logs_a_bounded_number_of_lines() {
     let serve = Floodgate::start(bin(), rules, &[], &[]);
     flood_and_count(&serve, serve.grpc);
     let body = br#"{"domain": "api", "descriptors": [{"entries": {"user": "a"}}]}"#;
-    let answer = http_request(serve.http, "POST", "/v1/check", Some("application/json"), body);
+    let answer = http_request(
+        serve.http,
+        "POST",
+        "/v1/check",
+        Some("application/json"),
+        body,
+    );
     assert!(matches!(answer, Some((200, _))), "{answer:?}");
 }
 
 #[test]
 fn a_rapid_reset_flood_against_the_gateway_logs_a_bounded_number_of_lines() {
     let up = upstream();
-    let config = format!("gateway:\n  upstream: http://{}\nserver: {{reload_interval: 0}}\n", up.addr);
+    let config = format!(
+        "gateway:\n  upstream: http://{}\nserver: {{reload_interval: 0}}\n",
+        up.addr
+    );
     let gw = Gateway::start(bin(), &config, &["--allow-empty-config"], &[]);
     flood_and_count(&gw, gw.port);
     let answer = http_request(gw.port, "GET", "/", None, b"");

@@ -95,7 +95,8 @@ fn named_targets(directives: &str) -> Vec<String> {
         .filter_map(|d| {
             let target = d.split(['=', '[']).next()?.trim();
             let level = LEVELS.iter().any(|l| l.eq_ignore_ascii_case(target));
-            (!target.is_empty() && !level && !d.trim_start().starts_with('[')).then(|| target.to_owned())
+            (!target.is_empty() && !level && !d.trim_start().starts_with('['))
+                .then(|| target.to_owned())
         })
         .collect()
 }
