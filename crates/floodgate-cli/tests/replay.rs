@@ -333,3 +333,96 @@ fn refuses_what_it_cannot_replay() {
     assert!(run(&["--config", &c, "--compare-algorithms=magic"]).contains("unknown algorithm"));
     assert!(run(&["--config", "/nonexistent.yaml"]).contains("nonexistent.yaml"));
 }
+
+/// Keyed on the user agent, so that a client's text is a key the summary
+/// lists.
+const BY_USER_AGENT: &str = r#"
+http:
+  domain: d
+  descriptors: [[{header: {name: user-agent, key: ua}}]]
+domains:
+  - domain: d
+    descriptors:
+      - key: ua
+        rate_limit: {name: per-ua, algorithm: fixed_window, requests_per_unit: 1, unit: minute}
+"#;
+
+/// Whether `text` (what a terminal would be given) holds a control
+/// character other than the line ends it is made of, or is not UTF-8.
+fn control_in(text: &[u8]) -> Option<String> {
+    let Ok(s) = std::str::from_utf8(text) else {
+        return Some("not UTF-8".into());
+    };
+    s.char_indices()
+        .find(|&(_, c)| c.is_control() && c != '\n')
+        .map(|(i, c)| format!("{c:?} at byte {i}"))
+}
+
+/// A log whose paths, user agents and malformed lines carry terminal
+/// escape sequences (ESC `[2J`, an OSC title, CR, a LF inside a field,
+/// C1's CSI, DEL, raw and as JSON escapes): nothing printed, nor the
+/// report nor the list of rejected lines, holds a control character; the
+/// key is shown escaped.
+#[test]
+fn escape_sequences_in_a_log_reach_no_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("ua.yaml");
+    std::fs::write(&cfg, BY_USER_AGENT).unwrap();
+    let ua = r#"\u001b[2J\u001b]0;owned\u0007\r\nX\u009b31m\u007f"#;
+    let line = |t: u32, path: &str| {
+        format!(
+            r#"{{"time": "2024-05-01T12:00:0{t}Z", "method": "GET", "path": "{path}", "client": "192.0.2.1", "status": 200, "headers": {{"user-agent": "{ua}"}}}}"#
+        )
+    };
+    let mut log = Vec::new();
+    for (t, path) in [(0, r"/\u001b[2J\r"), (1, r"/\u009bH\n")] {
+        log.extend_from_slice(line(t, path).as_bytes());
+        log.push(b'\n');
+    }
+    // Malformed lines, raw: ESC, CR, C1 as UTF-8 and as a lone byte, DEL.
+    log.extend_from_slice(b"\x1b[2J\x1b]0;owned\x07 \rnot json \xc2\x9b31m \x9b \x7f\n");
+    log.extend_from_slice(b"{\"time\": \"\x1b[2J\r\xc2\x9b\"}\n");
+    let path = |n: &str| dir.path().join(n).display().to_string();
+    std::fs::write(path("hostile.log"), &log).unwrap();
+    let out = Command::new(bin())
+        .arg("replay")
+        .args(["--config", &cfg.display().to_string()])
+        .args(["--log", &path("hostile.log"), "--format", "jsonl"])
+        .args([
+            "--report",
+            &path("r.html"),
+            "--rejected",
+            &path("rejected.txt"),
+        ])
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout:?}{stderr:?}");
+    for (what, text) in [
+        ("stdout", out.stdout.clone()),
+        ("stderr", out.stderr.clone()),
+        (
+            "the rejected lines",
+            std::fs::read(path("rejected.txt")).unwrap(),
+        ),
+        ("the report", std::fs::read(path("r.html")).unwrap()),
+    ] {
+        assert_eq!(
+            control_in(&text),
+            None,
+            "{what}: {:?}",
+            String::from_utf8_lossy(&text)
+        );
+    }
+    assert!(
+        stdout.contains(r"\x1b[2J\x1b]0;owned\x07\r\nX\u{9b}31m\x7f"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 malformed"), "{stdout}");
+    assert!(
+        stdout.contains(r"\x1b[2J\x1b]0;owned\x07 \rnot json \u{9b}31m"),
+        "{stdout}"
+    );
+}

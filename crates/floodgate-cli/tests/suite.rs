@@ -11,6 +11,7 @@ mod gateway_hostile;
 mod gateway_lifecycle;
 mod headers_parity;
 mod hostile_listeners;
+mod hostile_log_flood;
 mod hostile_reloads;
 mod hostile_store_flood;
 mod redis_down_at_startup;

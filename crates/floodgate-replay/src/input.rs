@@ -15,6 +15,7 @@ use floodgate_http::identity::{NoExtensions, RequestDescriptors};
 use floodgate_policy::Descriptor;
 
 use crate::format::{LineError, Parser};
+use crate::printable::printable;
 use crate::record::{Built, BuiltSet, HeaderSet, Parsed, Rec, RecView, Span};
 use crate::reorder::{Late, Ordered, Reorder};
 
@@ -92,7 +93,7 @@ pub struct Issue {
 
 impl std::fmt::Display for Issue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}: ", self.source, self.line)?;
+        write!(f, "{}:{}: ", printable(&self.source), self.line)?;
         match &self.kind {
             IssueKind::Malformed(e) => write!(f, "{e}")?,
             IssueKind::TooLong => write!(f, "the line is longer than {MAX_LINE} bytes")?,
@@ -103,7 +104,7 @@ impl std::fmt::Display for Issue {
             )?,
         }
         if !self.excerpt.is_empty() {
-            write!(f, ": {}", self.excerpt)?;
+            write!(f, ": {}", printable(&self.excerpt))?;
         }
         Ok(())
     }
@@ -155,7 +156,7 @@ impl Issues<'_> {
 fn excerpt(line: &[u8]) -> String {
     const MAX: usize = 120;
     let cut = &line[..line.len().min(MAX)];
-    let mut s = String::from_utf8_lossy(cut).into_owned();
+    let mut s = printable(&String::from_utf8_lossy(cut)).into_owned();
     if line.len() > MAX {
         s.push('…');
     }

@@ -38,6 +38,7 @@ mod decide;
 mod error;
 mod format;
 mod input;
+mod printable;
 mod record;
 mod reorder;
 pub mod report;

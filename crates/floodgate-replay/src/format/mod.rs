@@ -109,7 +109,8 @@ impl LineError {
 
 impl fmt::Display for LineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "column {}: the line {}", self.column + 1, self.reason)
+        let reason = crate::printable::printable(&self.reason);
+        write!(f, "column {}: the line {reason}", self.column + 1)
     }
 }
 

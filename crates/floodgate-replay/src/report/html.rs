@@ -6,10 +6,12 @@ use std::fmt::Write;
 
 use super::plots;
 use crate::format::time::write_rfc3339;
+use crate::printable::push_printable;
 use crate::run::Replay;
 use crate::stats::{CandidateReport, DelayStats};
 
-/// Escapes text for HTML.
+/// Escapes text for HTML, control characters as in the terminal summary
+/// (see [`printable`](crate::printable)).
 pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -19,7 +21,7 @@ pub(crate) fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+            c => push_printable(&mut out, c),
         }
     }
     out

@@ -3,6 +3,7 @@
 
 use plotters::prelude::*;
 
+use crate::printable::printable;
 use crate::stats::{CandidateReport, Timeline};
 
 const WIDTH: u32 = 900;
@@ -132,7 +133,7 @@ pub(crate) fn rule_denials(c: &CandidateReport) -> String {
         .enumerate()
         .map(|(n, &i)| {
             (
-                c.rules[i].name.clone(),
+                printable(&c.rules[i].name).into_owned(),
                 c.rule_denied_over_time(i),
                 colour(n),
             )
@@ -275,14 +276,21 @@ pub(crate) fn denials_by_candidate(cands: &[CandidateReport]) -> String {
     let series: Vec<(String, Vec<u64>, RGBColor)> = cands
         .iter()
         .enumerate()
-        .map(|(i, c)| (c.name.clone(), c.denied_over_time(), colour(i)))
+        .map(|(i, c)| {
+            (
+                printable(&c.name).into_owned(),
+                c.denied_over_time(),
+                colour(i),
+            )
+        })
         .collect();
     lines("Denials over time, by candidate", &first.timeline, &series)
 }
 
 fn shorten(s: &str, max: usize) -> String {
+    let s = printable(s);
     if s.chars().count() <= max {
-        return s.to_owned();
+        return s.into_owned();
     }
     let mut out: String = s.chars().take(max - 1).collect();
     out.push('…');

@@ -1,8 +1,10 @@
 //! The terminal summary: totals per candidate, then per rule, the keys
-//! denied most and the first lines not decided.
+//! denied most and the first lines not decided. Every text in it is
+//! written [`printable`]: keys and lines come from a log a client wrote.
 
 use std::io::{self, Write};
 
+use crate::printable::printable;
 use crate::run::Replay;
 use crate::stats::DelayStats;
 
@@ -29,8 +31,8 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         out,
         "Replayed {} lines of {} ({}) in {:.2} s ({:.0} lines/s).",
         i.lines,
-        r.sources.join(", "),
-        r.format,
+        printable(&r.sources.join(", ")),
+        printable(&r.format),
         r.elapsed_secs,
         i.lines as f64 / r.elapsed_secs.max(1e-9)
     )?;
@@ -43,7 +45,7 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         i.malformed, i.late, i.window_secs
     )?;
     for s in i.issues.iter().take(issues) {
-        writeln!(out, "    {s}")?;
+        writeln!(out, "    {}", printable(s))?;
     }
     if (i.malformed + i.late) as usize > issues.min(i.issues.len()) {
         writeln!(
@@ -52,13 +54,13 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         )?;
     }
     for w in &r.warnings {
-        writeln!(out, "warning: {w}")?;
+        writeln!(out, "warning: {}", printable(w))?;
     }
     writeln!(out)?;
     let name_w = r
         .candidates
         .iter()
-        .map(|c| c.name.chars().count())
+        .map(|c| printable(&c.name).chars().count())
         .max()
         .unwrap_or(9)
         .max(9);
@@ -78,7 +80,7 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         writeln!(
             out,
             "{:<name_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {:>8}",
-            c.name,
+            printable(&c.name),
             c.requests,
             c.allowed,
             c.delayed,
@@ -89,7 +91,7 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         )?;
     }
     for c in &r.candidates {
-        writeln!(out, "\n{}:", c.name)?;
+        writeln!(out, "\n{}:", printable(&c.name))?;
         if c.delay_queue_full > 0 {
             writeln!(
                 out,
@@ -112,12 +114,12 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
             )?;
         }
         for n in &c.notes {
-            writeln!(out, "  note: {n}")?;
+            writeln!(out, "  note: {}", printable(n))?;
         }
         let rule_w = c
             .rules
             .iter()
-            .map(|r| r.name.chars().count() + if r.shadow { 9 } else { 0 })
+            .map(|r| printable(&r.name).chars().count() + if r.shadow { 9 } else { 0 })
             .max()
             .unwrap_or(4)
             .max(4);
@@ -128,9 +130,9 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         )?;
         for r in &c.rules {
             let name = if r.shadow {
-                format!("{} (shadow)", r.name)
+                format!("{} (shadow)", printable(&r.name))
             } else {
-                r.name.clone()
+                printable(&r.name).into_owned()
             };
             writeln!(
                 out,
@@ -142,7 +144,7 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
                 r.denied,
                 r.shadow_hits,
                 delays(&r.delay),
-                r.limits
+                printable(&r.limits)
             )?;
         }
         if !c.top_denied.is_empty() {
@@ -157,9 +159,9 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
                     out,
                     "    {:>9}{err}  {}{}: {}",
                     k.count,
-                    k.rule,
+                    printable(&k.rule),
                     if k.shadow { " (shadow)" } else { "" },
-                    k.key
+                    printable(&k.key)
                 )?;
             }
         }
