@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate_testkit::h2_connect;
 use http_body_util::Empty;
-use support::{ConfigFile, gateway, raw, status_of, upstream};
+use support::{ConfigFile, field, gateway, raw, status_of, upstream};
 
 const CONFIG: &str = r#"
 http:
@@ -25,14 +25,6 @@ domains:
 server: {reload_interval: 0}
 "#;
 
-/// The value of `name` in a raw response.
-fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let head = text.split("\r\n\r\n").next()?;
-    head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http1_requests_carry_exactly_one_host() {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floodgate_testkit::Nginx;
-use support::{ConfigFile, gateway, raw, status_of, upstream};
+use support::{ConfigFile, field, gateway, raw, status_of, upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -83,14 +83,6 @@ async fn send(addr: SocketAddr, request: &str) -> String {
         .unwrap()
 }
 
-/// The value of field `name` in the head of `text`.
-fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let head = text.split("\r\n\r\n").next()?;
-    head.lines().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
 
 fn body(text: &str) -> &str {
     text.split_once("\r\n\r\n").map_or("", |(_, b)| b)

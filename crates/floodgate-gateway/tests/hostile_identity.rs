@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate_testkit::h2_connect;
 use http_body_util::Empty;
-use support::{ConfigFile, gateway, raw, status_of, upstream};
+use support::{ConfigFile, field, gateway, raw, status_of, upstream};
 
 const CONFIG: &str = r#"
 http:
@@ -29,14 +29,6 @@ domains:
 server: {reload_interval: 0}
 "#;
 
-/// The value of `name` in a raw response's head.
-fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let head = text.split("\r\n\r\n").next()?;
-    head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
 
 /// One HTTP/1.1 request with `fields` (raw lines), on its own connection.
 fn send(addr: std::net::SocketAddr, fields: &str) -> String {

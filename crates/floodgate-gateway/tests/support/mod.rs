@@ -255,6 +255,15 @@ pub fn raw(addr: SocketAddr, raw: &[u8], timeout: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The value of field `name` in the head of the raw response `text`.
+pub fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let head = text.split("\r\n\r\n").next()?;
+    head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
 /// The status of the first response in `text`.
 pub fn status_of(text: &str) -> Option<u16> {
     text.split_whitespace().nth(1)?.parse().ok()
