@@ -22,6 +22,7 @@ pub struct SendTimed<I> {
     // while a write waits, reset by the next wait.
     timer: Option<Pin<Box<Sleep>>>,
     armed: bool,
+    expired: bool,
 }
 
 impl<I> SendTimed<I> {
@@ -32,6 +33,7 @@ impl<I> SendTimed<I> {
             timeout,
             timer: None,
             armed: false,
+            expired: false,
         }
     }
 
@@ -59,6 +61,10 @@ impl<I> SendTimed<I> {
             .as_mut()
             .is_some_and(|t| t.as_mut().poll(cx).is_ready());
         if expired {
+            // Counted once: the writes that follow fail at once.
+            if !std::mem::replace(&mut self.expired, true) {
+                count_timeout("connection");
+            }
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the client accepted nothing written to it within the send timeout",
@@ -66,6 +72,13 @@ impl<I> SendTimed<I> {
         }
         out
     }
+}
+
+/// Counts a send timeout in `floodgate_send_timeouts_total{kind}`: a
+/// `connection` closed, or an HTTP/2 `stream` reset. Rare: the counter is
+/// looked up when it happens, not carried by every connection.
+pub(super) fn count_timeout(kind: &'static str) {
+    metrics::counter!("floodgate_send_timeouts_total", "kind" => kind).increment(1);
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for SendTimed<I> {

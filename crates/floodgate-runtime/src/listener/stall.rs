@@ -125,6 +125,7 @@ impl<F: Future<Output = ()>> Future for Watched<F> {
                 tracing::debug!(
                     "HTTP/2 stream reset: the client opened no window within the send timeout"
                 );
+                super::send::count_timeout("stream");
                 Poll::Ready(())
             }
             _ => Poll::Pending,
