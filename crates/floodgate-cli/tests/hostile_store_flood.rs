@@ -113,7 +113,7 @@ async fn a_full_store_set_to_evict_gives_the_quota_back() {
 #[test]
 fn an_evicting_redis_is_named_at_start() {
     for (policy, warned) in [("allkeys-lru", true), ("noeviction", false)] {
-        let redis = Redis::start_with(&["--maxmemory-policy", policy]);
+        let redis = Redis::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", policy]);
         let s = Floodgate::start(
             bin(),
             CONFIG,

@@ -524,12 +524,15 @@ impl RedisBackend {
         Ok((r.decisions, r.now_us))
     }
 
-    /// The server's `maxmemory-policy` (`CONFIG GET`, within the decision
-    /// timeout), and whether it can evict counters: see [`MemoryPolicy`].
-    /// With a cluster, the node that answers speaks for all.
+    /// The server's `maxmemory-policy` and `maxmemory` (`CONFIG GET`,
+    /// within the decision timeout), and whether they can evict counters:
+    /// see [`MemoryPolicy`]. With a cluster, the node that answers speaks
+    /// for all.
     pub async fn memory_policy(&self) -> MemoryPolicy {
         let mut cmd = redis::cmd("CONFIG");
-        cmd.arg("GET").arg("maxmemory-policy");
+        // One pattern, which every version reads (several names in one
+        // `CONFIG GET` need Redis 7).
+        cmd.arg("GET").arg("maxmemory*");
         let value = match tokio::time::timeout(self.timeout, self.pool.query(&cmd)).await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return MemoryPolicy::Unknown(e.to_string()),
@@ -539,9 +542,11 @@ impl RedisBackend {
         let shown = format!("unexpected reply {value:?}");
         let pairs: Result<std::collections::HashMap<String, String>, _> =
             redis::from_redis_value(value);
-        match pairs.ok().and_then(|p| p.get("maxmemory-policy").cloned()) {
-            Some(policy) => MemoryPolicy::of(&policy),
-            None => MemoryPolicy::Unknown(shown),
+        let pairs = pairs.unwrap_or_default();
+        let maxmemory = pairs.get("maxmemory").and_then(|m| m.trim().parse().ok());
+        match (pairs.get("maxmemory-policy"), maxmemory) {
+            (Some(policy), Some(max)) => MemoryPolicy::of(policy, max),
+            _ => MemoryPolicy::Unknown(shown),
         }
     }
 

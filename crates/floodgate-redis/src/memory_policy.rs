@@ -15,17 +15,24 @@ pub enum MemoryPolicy {
     Keeps,
     /// A policy that evicts counters when memory is full (named).
     Evicts(String),
+    /// A policy that would evict (named), but no `maxmemory` is set, so
+    /// nothing is evicted unless one is set while running (the server
+    /// grows until the machine runs out of memory instead).
+    Unbounded(String),
     /// The server would not say (`CONFIG GET` refused or renamed, as
     /// managed services do), with the reason.
     Unknown(String),
 }
 
 impl MemoryPolicy {
-    /// The meaning of the policy named `name`.
-    pub fn of(name: &str) -> MemoryPolicy {
-        match name.trim().to_ascii_lowercase().as_str() {
+    /// The meaning of the policy named `name` with `maxmemory` set to
+    /// `maxmemory` bytes (0: none).
+    pub fn of(name: &str, maxmemory: u64) -> MemoryPolicy {
+        let name = name.trim();
+        match name.to_ascii_lowercase().as_str() {
             "noeviction" => MemoryPolicy::Keeps,
-            _ => MemoryPolicy::Evicts(name.trim().to_string()),
+            _ if maxmemory == 0 => MemoryPolicy::Unbounded(name.to_string()),
+            _ => MemoryPolicy::Evicts(name.to_string()),
         }
     }
 }

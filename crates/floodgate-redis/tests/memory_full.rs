@@ -135,15 +135,20 @@ async fn a_full_redis_erases_no_restriction() {
 #[tokio::test]
 async fn the_memory_policy_is_read_at_start() {
     let evicts = |name: &str| MemoryPolicy::Evicts(name.into());
-    let cases: [(&[&str], Option<MemoryPolicy>); 4] = [
+    let cases: [(&[&str], Option<MemoryPolicy>); 5] = [
         (&[], Some(MemoryPolicy::Keeps)),
         (
-            &["--maxmemory-policy", "allkeys-lru"],
+            &["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
             Some(evicts("allkeys-lru")),
         ),
         (
-            &["--maxmemory-policy", "volatile-ttl"],
+            &["--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"],
             Some(evicts("volatile-ttl")),
+        ),
+        // An evicting policy without a memory limit evicts nothing.
+        (
+            &["--maxmemory", "0", "--maxmemory-policy", "allkeys-lru"],
+            Some(MemoryPolicy::Unbounded("allkeys-lru".into())),
         ),
         // A managed Redis that hides CONFIG: unknown.
         (&["--rename-command", "CONFIG", ""], None),

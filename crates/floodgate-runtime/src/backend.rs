@@ -154,6 +154,10 @@ fn warn_of_evictions(policy: MemoryPolicy) {
             maxmemory_policy = %name,
             "Redis evicts keys when its memory is full, counters included: a client that fills it erases limits; set maxmemory-policy noeviction (see docs/redis.md)"
         ),
+        MemoryPolicy::Unbounded(name) => tracing::info!(
+            maxmemory_policy = %name,
+            "Redis has no maxmemory: nothing is evicted, but setting one with this policy would let a client that fills it erase limits (see docs/redis.md)"
+        ),
         MemoryPolicy::Unknown(why) => tracing::warn!(
             error = %why,
             "Redis's maxmemory-policy could not be checked: unless it is noeviction, a client that fills its memory erases limits (see docs/redis.md)"
