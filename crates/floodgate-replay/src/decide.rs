@@ -412,7 +412,7 @@ impl<'a> Decider<'a> {
             self.candidate.notes.clone(),
             &rules,
             top,
-            (store.keys as u64, store.evictions),
+            (store.keys as u64, store.evictions, store.admitted_full),
         );
         (report, self.write_error)
     }

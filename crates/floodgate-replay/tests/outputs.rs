@@ -110,3 +110,35 @@ fn html_is_one_self_contained_page() {
     assert!(html.contains("per&lt;ip&gt;"));
     assert!(!html.contains("per<ip>"));
 }
+
+/// A store too small for the keys a log holds says so: the requests of new
+/// keys it decided without state when full are counted in every output.
+#[test]
+fn a_full_store_is_reported() {
+    let d = Dir::new();
+    let c = d.write("c.yaml", CONFIG);
+    let mut text = String::new();
+    // 2 000 addresses, three requests each within a second: each one's
+    // log restricts it until its second has passed.
+    for i in 0..6_000u64 {
+        let ip = format!("10.0.{}.{}", (i / 3) / 256, (i / 3) % 256);
+        text.push_str(&format!("{} {ip}\n", msec(i / 10)));
+    }
+    let l = d.write("a.log", &text);
+    let mut o = options(&[&c], &[&l], "nginx:$msec $remote_addr");
+    o.capacity = 64;
+    let r = floodgate_replay::replay(&o).unwrap();
+    let mut json = Vec::new();
+    report::write_json(&r, &mut json).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let full = v["candidates"][0]["admitted_full"].as_u64().unwrap();
+    assert!(full > 0, "{}", v["candidates"][0]);
+    assert!(v["candidates"][0]["keys_held"].as_u64().unwrap() <= 64);
+    let mut text = Vec::new();
+    report::write_summary(&r, &mut text, 5).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains(&format!("{full} requests of new keys decided without state")),
+        "{text}"
+    );
+}

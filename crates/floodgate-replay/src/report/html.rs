@@ -179,11 +179,7 @@ fn candidate_section(h: &mut String, i: usize, c: &CandidateReport) {
         c.unlimited,
         c.distinct_limited,
         c.keys_held,
-        if c.evictions > 0 {
-            format!(", {} evicted when the store was full", c.evictions)
-        } else {
-            String::new()
-        }
+        full_store(c)
     );
     h.push_str("<h3>Per rule</h3>\n<table><tr><th class=\"l\">rule</th><th class=\"l\">limits</th><th>requests</th><th>allowed</th><th>delayed</th><th>denied</th><th>shadow-mode hits</th><th>delay p50 / p99 / max (ms)</th><th>distinct keys limited</th></tr>\n");
     for r in &c.rules {
@@ -240,4 +236,21 @@ fn candidate_section(h: &mut String, i: usize, c: &CandidateReport) {
             &plots::delays("Delay distribution", &c.delay.buckets),
         );
     }
+}
+
+/// What the full store did, if anything: keys evicted, requests of new
+/// keys decided without state.
+fn full_store(c: &CandidateReport) -> String {
+    let mut out = String::new();
+    if c.evictions > 0 {
+        let _ = write!(out, ", {} evicted when the store was full", c.evictions);
+    }
+    if c.admitted_full > 0 {
+        let _ = write!(
+            out,
+            ", {} requests of new keys decided without state when the store was full",
+            c.admitted_full
+        );
+    }
+    out
 }

@@ -113,6 +113,13 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
                 c.evictions
             )?;
         }
+        if c.admitted_full > 0 {
+            writeln!(
+                out,
+                "  {} requests of new keys decided without state when the store was full (--capacity)",
+                c.admitted_full
+            )?;
+        }
         for n in &c.notes {
             writeln!(out, "  note: {}", printable(n))?;
         }

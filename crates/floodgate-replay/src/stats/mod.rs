@@ -152,6 +152,11 @@ pub struct CandidateReport {
     /// Keys the store evicted because it was full (its `capacity`): a
     /// replay with evictions may decide differently from one without.
     pub evictions: u64,
+    /// Requests of new keys the full store decided without keeping their
+    /// state (`store.when_full: admit`, the default): each was decided as
+    /// a fresh key's, so a replay with some may decide differently from
+    /// one with room for every key.
+    pub admitted_full: u64,
     /// The index of each of `rules` among the policy's rules.
     #[serde(skip)]
     rule_index: Vec<usize>,
@@ -358,7 +363,7 @@ impl Acc {
         notes: Vec<String>,
         rules: &[(String, String, String, bool)],
         top: usize,
-        (keys_held, evictions): (u64, u64),
+        (keys_held, evictions, admitted_full): (u64, u64, u64),
     ) -> CandidateReport {
         let mut reports = Vec::new();
         let mut rule_index = Vec::new();
@@ -422,6 +427,7 @@ impl Acc {
             last: self.last,
             keys_held,
             evictions,
+            admitted_full,
             rule_index,
         }
     }
