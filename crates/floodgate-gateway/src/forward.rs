@@ -35,23 +35,35 @@ const KEPT: [HeaderName; 6] = [
     X_FORWARDED_PROTO,
 ];
 
+/// What [`strip_hop_by_hop`] took out that the message still needs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Stripped {
+    /// The `Upgrade` removed when `Connection` names it (an upgrade asked
+    /// for).
+    pub upgrade: Option<HeaderValue>,
+    /// The transfer codings when they are more than `chunked` (`gzip,
+    /// chunked`; its lines joined): the body's bytes are still in the
+    /// others, so they are forwarded as sent.
+    pub codings: Option<HeaderValue>,
+}
+
 /// Removes the hop-by-hop fields: `Connection` and every field it names
 /// (but those of [`KEPT`]), `Keep-Alive`, `Proxy-Connection`,
 /// `Transfer-Encoding`, `Upgrade`, `HTTP2-Settings`, and `TE` unless it is
 /// exactly `trailers` (which gRPC needs end to end and HTTP/2 allows); and
 /// `also`, a field of the message's own to drop.
-/// Returns the `Upgrade` removed when `Connection` names it (an upgrade
-/// asked for).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Option<HeaderValue> {
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Stripped {
     // One pass over the names first (most messages carry none of them)
     // rather than a lookup per field.
     let mut connection = false;
     let mut others = false;
+    let mut coded = false;
     for name in headers.keys() {
         if name == CONNECTION {
             connection = true;
+        } else if name == TRANSFER_ENCODING {
+            coded = true;
         } else if name == TE
-            || name == TRANSFER_ENCODING
             || name == UPGRADE
             || name == KEEP_ALIVE
             || name == PROXY_CONNECTION
@@ -61,9 +73,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Op
             others = true;
         }
     }
-    if !connection && !others {
-        return None;
+    if !connection && !others && !coded {
+        return Stripped::default();
     }
+    let codings = if coded { codings(headers) } else { None };
     let mut upgrade = None;
     if connection {
         let named: Vec<HeaderName> = named_fields(headers, &CONNECTION).collect();
@@ -92,7 +105,25 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Op
     {
         headers.remove(TE);
     }
-    upgrade
+    Stripped { upgrade, codings }
+}
+
+/// The transfer codings of `headers` when they are more than `chunked`
+/// (see [`Stripped::codings`]).
+fn codings(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut lines = headers.get_all(TRANSFER_ENCODING).iter();
+    let first = lines.next()?;
+    let mut rest = lines.peekable();
+    if rest.peek().is_none() {
+        return (!first.as_bytes().eq_ignore_ascii_case(b"chunked")).then(|| first.clone());
+    }
+    // Rare: several lines, joined.
+    let mut all = first.as_bytes().to_vec();
+    for line in rest {
+        all.extend_from_slice(b", ");
+        all.extend_from_slice(line.as_bytes());
+    }
+    HeaderValue::from_bytes(&all).ok()
 }
 
 /// The field names a list field (`Connection`, `Trailer`) names:
@@ -235,7 +266,7 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("x-kept", "yes"),
         ]);
-        assert_eq!(strip_hop_by_hop(&mut h, None), None);
+        assert_eq!(strip_hop_by_hop(&mut h, None), Stripped::default());
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
         let mut h = map(&[
@@ -252,7 +283,7 @@ mod tests {
             ("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA"),
             ("upgrade", "h2c"),
         ]);
-        assert_eq!(strip_hop_by_hop(&mut h, None).unwrap(), "h2c");
+        assert_eq!(strip_hop_by_hop(&mut h, None).upgrade.unwrap(), "h2c");
         assert_eq!(h.len(), 5, "{h:?}");
         assert_eq!(h["host"], "a.example");
         let mut h = map(&[("http2-settings", "AAMAAABk")]);

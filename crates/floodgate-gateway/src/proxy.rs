@@ -414,10 +414,9 @@ impl Proxy {
                     // The upstream's codings before `chunked` go on to an
                     // HTTP/1.1 client as sent (hyper chunks the body again);
                     // HTTP/2 has none to carry them.
-                    let codings = (version == Version::HTTP_11)
-                        .then(|| codings(&parts.headers))
-                        .flatten();
-                    strip_hop_by_hop(&mut parts.headers, None);
+                    let codings = strip_hop_by_hop(&mut parts.headers, None)
+                        .codings
+                        .filter(|_| version == Version::HTTP_11);
                     if let Some(c) = codings {
                         parts.headers.insert(TRANSFER_ENCODING, c);
                     }
@@ -509,9 +508,10 @@ fn prepare(
     // Room for the forwarding fields, in one growth of the map rather
     // than one per field.
     headers.reserve(3);
-    let codings = codings(headers);
     // The gateway answers `100-continue` itself when it reads the body.
-    let upgrade = upgrade::requested(version, strip_hop_by_hop(headers, Some(EXPECT)))
+    let stripped = strip_hop_by_hop(headers, Some(EXPECT));
+    let codings = stripped.codings;
+    let upgrade = upgrade::requested(version, stripped.upgrade)
         .and_then(|asked| upgrade::allowed(asked, &shared.upgrades));
     // A cheap clone (shared bytes), so the map can be written to.
     let field = req.headers().get(HOST).cloned();
@@ -554,25 +554,6 @@ fn prepare(
         progress,
         client_upgrade,
     })
-}
-
-/// A message's transfer codings when they are more than `chunked`
-/// (`gzip, chunked`; its lines joined): the body's bytes are still in the
-/// others, so they are forwarded as sent.
-fn codings(headers: &http::HeaderMap) -> Option<HeaderValue> {
-    let mut lines = headers.get_all(TRANSFER_ENCODING).iter();
-    let first = lines.next()?;
-    let mut rest = lines.peekable();
-    if rest.peek().is_none() {
-        return (!first.as_bytes().eq_ignore_ascii_case(b"chunked")).then(|| first.clone());
-    }
-    // Rare: several lines, joined.
-    let mut all = first.as_bytes().to_vec();
-    for line in rest {
-        all.extend_from_slice(b", ");
-        all.extend_from_slice(line.as_bytes());
-    }
-    HeaderValue::from_bytes(&all).ok()
 }
 
 /// Polls `body` once: its next frame or end when it is there already

@@ -100,7 +100,7 @@ mod tests {
             for (name, value) in fields {
                 h.append(name, HeaderValue::from_static(value));
             }
-            requested(version, strip_hop_by_hop(&mut h, None))
+            requested(version, strip_hop_by_hop(&mut h, None).upgrade)
         };
         let websocket = (UPGRADE, "websocket");
         assert_eq!(
