@@ -155,7 +155,10 @@ async fn unread_answers_are_reset_after_the_send_timeout() {
     // And each reset is counted (the counter moves as the streams are
     // reset, read after the last one was seen).
     let resets = s.metric("floodgate_send_timeouts_total{kind=\"stream\"}");
-    assert!(resets >= MAX_REQUESTS as f64, "{resets} stream resets counted");
+    assert!(
+        resets >= MAX_REQUESTS as f64,
+        "{resets} stream resets counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

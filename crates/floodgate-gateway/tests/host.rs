@@ -25,7 +25,6 @@ domains:
 server: {reload_interval: 0}
 "#;
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http1_requests_carry_exactly_one_host() {
     let up = upstream().await;

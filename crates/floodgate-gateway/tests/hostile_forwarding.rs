@@ -83,7 +83,6 @@ async fn send(addr: SocketAddr, request: &str) -> String {
         .unwrap()
 }
 
-
 fn body(text: &str) -> &str {
     text.split_once("\r\n\r\n").map_or("", |(_, b)| b)
 }

@@ -29,7 +29,6 @@ domains:
 server: {reload_interval: 0}
 "#;
 
-
 /// One HTTP/1.1 request with `fields` (raw lines), on its own connection.
 fn send(addr: std::net::SocketAddr, fields: &str) -> String {
     let req = format!("GET / HTTP/1.1\r\n{fields}Connection: close\r\n\r\n");

@@ -138,7 +138,9 @@ fn a_full_store_is_reported() {
     report::write_summary(&r, &mut text, 5).unwrap();
     let text = String::from_utf8(text).unwrap();
     assert!(
-        text.contains(&format!("{full} requests of new keys decided without state")),
+        text.contains(&format!(
+            "{full} requests of new keys decided without state"
+        )),
         "{text}"
     );
 }
