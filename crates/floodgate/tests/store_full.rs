@@ -302,3 +302,44 @@ proptest! {
         prop_assert!(store.decide(&limit, &victim, at(now), 1, Apply::Commit).is_denied());
     }
 }
+
+/// `deny`: a batch of new keys that one shard has room for only some of
+/// is rejected whole, not admitted in part without state.
+#[test]
+fn a_batch_of_new_keys_without_room_for_all_is_denied() {
+    let store = store::<AnyState>(WhenFull::Deny, 1);
+    let hourly = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(3_600)).unwrap());
+    // One place left.
+    for k in 0..store.capacity() as u64 - 1 {
+        assert!(
+            store
+                .decide(&hourly, &k, at(0), 1, Apply::Commit)
+                .is_allowed()
+        );
+    }
+    let (a, b) = (u64::MAX, u64::MAX - 1);
+    let items = [a, b].map(|key| (key, hourly.clone()));
+    let items = items.each_ref().map(|(key, limit)| Item {
+        key,
+        limit,
+        cost: 1,
+    });
+    let mut out = [Decision {
+        outcome: Outcome::Never,
+        limit: 0,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    }; 2];
+    let d = store.decide_many(&items, at(10), Apply::Commit, &mut out);
+    assert!(d.is_denied(), "{d:?} {out:?}");
+    assert_eq!(store.stats().admitted_full, 0);
+    // Nothing charged: the one place left still takes one of them.
+    assert_eq!(store.len(), store.capacity() - 1);
+    assert!(
+        store
+            .decide(&hourly, &a, at(20), 1, Apply::Commit)
+            .is_allowed()
+    );
+    assert_eq!(store.len(), store.capacity());
+}

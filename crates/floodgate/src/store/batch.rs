@@ -30,6 +30,17 @@ impl<Q: ?Sized, A> Clone for Item<'_, Q, A> {
 }
 impl<Q: ?Sized, A> Copy for Item<'_, Q, A> {}
 
+/// Whether a batch's new key finds a place in a full store
+/// ([`WhenFull::Deny`]).
+enum Room {
+    /// Not a new key that keeps a state: it needs none.
+    NotNeeded,
+    /// A place for it.
+    Taken,
+    /// None: the batch is refused.
+    Refused,
+}
+
 /// Per-item bookkeeping: hash, the index of its shard's guard, and the item
 /// it is merged into (items with the same key share one state).
 #[derive(Clone, Copy, Default)]
@@ -210,8 +221,11 @@ impl<K: Hash + Eq, S> Store<K, S> {
         let slots: &[Slot] = slots;
         let members = |lead: usize| (lead..items.len()).filter(move |&j| slots[j].lead == lead);
         // The item whose new key a full store has no room for, under
-        // `WhenFull::Deny`: the whole batch is rejected for it.
+        // `WhenFull::Deny`: the whole batch is rejected for it. New keys
+        // found room for so far, per guard: two in one shard need two
+        // places.
         let mut refused = None;
+        let mut reserved: Vec<usize> = Vec::new();
         let (mode, forced) = match apply {
             Apply::Commit | Apply::Force => {
                 let mut all = true;
@@ -235,13 +249,28 @@ impl<K: Hash + Eq, S> Store<K, S> {
                             self.visit(guard, &slots[i], &items[i], cost, now, Apply::Check, false);
                         d.is_allowed()
                     };
-                    if admitted
-                        && !dry
-                        && self.no_room(guard, &slots[i], &items[i], slots[i].cost, now, apply)
-                    {
-                        refused = Some(i);
-                        all = false;
-                        break;
+                    if admitted && !dry && self.when_full == WhenFull::Deny {
+                        if reserved.is_empty() {
+                            reserved.resize(distinct.len(), 0);
+                        }
+                        let held = &mut reserved[slots[i].guard];
+                        match self.room(
+                            guard,
+                            &slots[i],
+                            &items[i],
+                            slots[i].cost,
+                            now,
+                            *held,
+                            apply,
+                        ) {
+                            Room::Refused => {
+                                refused = Some(i);
+                                all = false;
+                                break;
+                            }
+                            Room::Taken => *held += 1,
+                            Room::NotNeeded => {}
+                        }
                     }
                     if !admitted {
                         all = false;
@@ -360,40 +389,47 @@ impl<K: Hash + Eq, S> Store<K, S> {
         }
     }
 
-    /// Under [`WhenFull::Deny`], whether `item`'s key is new, would keep a
-    /// state after `cost`, and its full shard has no room for it (looked
-    /// for as an insertion would, so room made now is kept for it).
-    fn no_room<A, Q>(
+    /// Under [`WhenFull::Deny`], whether `item`'s key needs a place in its
+    /// shard (it is new and would keep a state after `cost`) and, if so,
+    /// whether the shard has one beside the `held` places the batch's
+    /// earlier new keys took there (looked for as an insertion would, so
+    /// room made now is kept for them).
+    #[allow(clippy::too_many_arguments)]
+    fn room<A, Q>(
         &self,
         shard: &mut SlotGuard<'_, Shard<K, S>>,
         slot: &Slot,
         item: &Item<'_, Q, A>,
         cost: u64,
         now: Timestamp,
+        held: usize,
         apply: Apply,
-    ) -> bool
+    ) -> Room
     where
         A: Algorithm<State = S>,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.when_full != WhenFull::Deny
-            || shard
-                .table
-                .find(slot.hash, |e| e.key.borrow() == item.key)
-                .is_some()
-        {
-            return false;
+        let known = shard
+            .table
+            .find(slot.hash, |e| e.key.borrow() == item.key)
+            .is_some();
+        if known {
+            return Room::NotNeeded;
         }
         let mut state = item.limit.fresh();
         let (_, idle) = item.limit.decide_idle(&mut state, now, cost, apply);
         if idle <= now && idle != Timestamp::MAX {
-            return false;
+            return Room::NotNeeded;
         }
         let tick = shard.tick();
         let (swept, room) = shard.before_insert(now, self.shard_cap, tick, self.when_full);
         self.record(swept);
-        !room
+        if room && shard.table.len() + held < self.shard_cap {
+            Room::Taken
+        } else {
+            Room::Refused
+        }
     }
 
     /// Decides `cost` on one key in its (locked) shard; inserts the key
