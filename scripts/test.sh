@@ -69,6 +69,10 @@ fi
 echo "==> cargo test (workspace, all targets and doc tests)"
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
+# The crates' guides: every intra-doc link must resolve to an item the
+# reader can see.
+echo "==> cargo doc (workspace, links checked)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 # ---- Fuzzing ----------------------------------------------------------------
 # Every fuzz target (fuzz/, docs/fuzzing.md) runs for FUZZ_SECONDS (5 by

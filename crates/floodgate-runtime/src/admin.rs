@@ -1,8 +1,8 @@
 //! The admin listener (loopback by default): `/metrics` (Prometheus),
 //! `/healthcheck` and `/ready` ([`Health`]), the live dashboard
-//! (`/dashboard`, see [`crate::dashboard`]), and whatever routes a binary
+//! (`/dashboard`, see `docs/service.md`), and whatever routes a binary
 //! adds to [`router`]'s answer (`Router::merge`), served by [`spawn`] to
-//! requests that name it (see [`crate::admin_hosts`]).
+//! requests that name it (loopback names, IP addresses, `server.admin_hosts`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ pub fn health_routes<S: Clone + Send + Sync + 'static>(health: Arc<Health>) -> R
 /// of its own ([`ADMIN_CONNECTIONS`]: a flood of the public listeners
 /// leaves it reachable), until `stop` turns true. It answers requests for
 /// loopback names, IP addresses and `hosts` (`server.admin_hosts`), and
-/// 421 to any other (see [`crate::admin_hosts`]).
+/// 421 to any other.
 pub async fn spawn(
     addr: Option<SocketAddr>,
     hosts: &[String],

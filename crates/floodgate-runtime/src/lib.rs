@@ -5,7 +5,7 @@
 //! ([`settings`]), the store ([`AnyBackend`]), metrics and logs, signals,
 //! reload and shutdown ([`lifecycle`]), liveness and readiness
 //! ([`Health`]), the admin listener ([`admin`]) and its live dashboard
-//! ([`dashboard`]).
+//! (`dashboard`).
 //!
 //! Every setting is declared once and read the same way by every binary:
 //! a flag over the environment over the file over its default.

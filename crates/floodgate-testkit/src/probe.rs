@@ -103,7 +103,7 @@ pub struct Probed {
 
 impl Probed {
     /// Panics unless there were probes, every one was answered 200 within
-    /// [`SLOWEST`], and at least [`SHARE`] of them within `within`.
+    /// `SLOWEST` (2 s), and at least `SHARE` (half) of them within `within`.
     pub fn assert_served(&self, within: Duration, what: &str) {
         let n = self.results.len();
         assert!(n >= 5, "{what}: only {n} probes");

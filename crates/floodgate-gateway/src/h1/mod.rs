@@ -8,7 +8,7 @@
 //! for an upgrade, the connection becomes a tunnel's.
 //!
 //! HTTP/2 upstreams go through hyper's client
-//! ([`send_http2`](crate::connection::send_http2)).
+//! (`connection::send_http2`).
 //!
 //! Response framing follows RFC 9112 §6.3: no body for `HEAD`, 204 and
 //! 304; `Transfer-Encoding` over `Content-Length` (and then the connection

@@ -141,7 +141,7 @@ pub struct CandidateReport {
     pub rules: Vec<RuleReport>,
     /// The keys denied most.
     pub top_denied: Vec<KeyCount>,
-    /// Counts over time: see [`CandidateReport::series`].
+    /// Counts over time, per bucket of the replayed span.
     pub timeline: Timeline,
     /// Decided time span: first and last arrival (ns since the epoch).
     pub first: u64,

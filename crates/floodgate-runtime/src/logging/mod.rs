@@ -1,7 +1,7 @@
 //! Structured logs: text or JSON lines on standard error, filtered by a
 //! `tracing` directive (`info`, `debug`, `floodgate_server=debug,warn`).
 //! Lines from libraries the directive does not name are held to a budget
-//! ([`library`]), so that what a hostile client makes a library log once
+//! (`logging::library`), so that what a hostile client makes a library log once
 //! per connection cannot flood the log.
 
 mod library;
