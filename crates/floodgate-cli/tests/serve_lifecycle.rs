@@ -80,6 +80,18 @@ fn hot_reload_on(s: &Floodgate) {
     assert_eq!(call(s, "b").0, 429);
     assert_eq!(call(s, "c"), (200, 4));
     assert_eq!(s.metric("floodgate_config_last_reload_ok"), 0.0);
+
+    // Putting back what is running clears the alarm: nothing refused is
+    // left on disk.
+    s.write_config(&limit_config(4));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            s.metric("floodgate_config_last_reload_ok") == 1.0
+        }),
+        "the failed reload's alarm stayed after the revert; log:\n{}",
+        s.log()
+    );
+    assert_eq!(call(s, "c"), (200, 4));
 }
 
 #[test]

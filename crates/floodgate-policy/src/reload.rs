@@ -360,8 +360,12 @@ where
 
     /// Reports files read again with nothing changed in them: logged and
     /// counted (`floodgate_config_reloads_total{result="unchanged"}`).
+    /// They hold what is running, so no refused file is left waiting: a
+    /// failed reload's alarm (`floodgate_config_last_reload_ok` 0) clears
+    /// when its file is put back as it was.
     fn unchanged(&self) -> ReloadOutcome {
         metrics::counter!("floodgate_config_reloads_total", "result" => "unchanged").increment(1);
+        metrics::gauge!("floodgate_config_last_reload_ok").set(1.0);
         tracing::info!("the configuration is unchanged: nothing compiled or replaced");
         ReloadOutcome::Unchanged
     }
