@@ -1,7 +1,9 @@
 //! A restart during a Redis outage: the service and the gateway start with
 //! Redis refusing connections, decide by their failure policy (readiness
 //! following it), and use Redis once a real `redis-server` comes up on its
-//! address — found by the background probes, with no traffic needed.
+//! address — found by the background probes, with no traffic needed. And
+//! an outage in operation: said once, with the policy deciding, and its
+//! end once.
 
 use std::path::Path;
 use std::process::Command;
@@ -138,4 +140,38 @@ fn the_gateway_starts_without_redis() {
             .is_some_and(|(_, m)| m.contains("floodgate_redis_breaker_state 0"))
     });
     assert!(back, "{}", p.log());
+}
+
+/// Redis dies under a running service: one warning says that the failure
+/// policy decides and how, however many calls fail; one line says when
+/// Redis answers again.
+#[test]
+fn an_outage_in_operation_is_said_once_and_its_end_once() {
+    const OUTAGE: &str = "its circuit breaker is open";
+    const END: &str = "Redis answers again";
+    let redis = Redis::start();
+    let port = redis.port();
+    let s = serve(port, "fail_open");
+    assert_eq!(json_call(s.http, "before"), Some(200));
+    drop(redis);
+    let said = wait_until(Duration::from_secs(20), || {
+        json_call(s.http, "during");
+        s.log().contains(OUTAGE)
+    });
+    assert!(said, "the outage was not said; log:\n{}", s.log());
+    for n in 0..20 {
+        assert_eq!(json_call(s.http, &format!("during-{n}")), Some(200));
+    }
+    let log = s.log();
+    let line = log.lines().find(|l| l.contains(OUTAGE)).unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("fail_open"),
+        "{line}"
+    );
+    let _redis = Redis::start_on(port);
+    let ended = wait_until(Duration::from_secs(20), || s.log().contains(END));
+    assert!(ended, "the end was not said; log:\n{}", s.log());
+    let log = s.log();
+    assert_eq!(log.matches(OUTAGE).count(), 1, "{log}");
+    assert_eq!(log.matches(END).count(), 1, "{log}");
 }

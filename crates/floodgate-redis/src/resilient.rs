@@ -117,6 +117,12 @@ impl ResilientBackend {
         })
     }
 
+    /// The failure policy that decides while Redis cannot (rules may name
+    /// their own).
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
     /// Starts with Redis known to be unreachable (it refused the first
     /// connection): the breaker opens at once, so the failure policy
     /// decides — and readiness follows it — without each call waiting for a

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use floodgate_policy::{Backend, Engine, PolicySet};
+use floodgate_redis::{BreakerState, FailurePolicy};
 use http::StatusCode;
 use metrics::Gauge;
 use tokio::sync::watch;
@@ -121,16 +122,36 @@ impl Health {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // When the outage under way began (seen by this task). One
+            // under way at start was said by the start-up's own line.
+            let mut outage = engine.upgrade().and_then(|e| match e.backend() {
+                AnyBackend::Redis(r) if r.breaker_state() != BreakerState::Closed => {
+                    Some(tokio::time::Instant::now())
+                }
+                _ => None,
+            });
             loop {
                 tick.tick().await;
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                if let AnyBackend::Redis(r) = engine.backend()
-                    && r.breaker_state() != floodgate_redis::BreakerState::Closed
-                    && r.probe().await
+                let AnyBackend::Redis(r) = engine.backend() else {
+                    return;
+                };
+                if r.breaker_state() != BreakerState::Closed {
+                    if outage.is_none() {
+                        outage = Some(tokio::time::Instant::now());
+                        log_outage(r.failure_policy());
+                    }
+                    r.probe().await;
+                }
+                if r.breaker_state() == BreakerState::Closed
+                    && let Some(began) = outage.take()
                 {
-                    tracing::info!("Redis answers again");
+                    tracing::info!(
+                        after = ?began.elapsed(),
+                        "Redis answers again: decisions are Redis's again"
+                    );
                 }
             }
         });
@@ -142,4 +163,19 @@ impl Health {
         crate::metrics::export_store(self.engine.backend());
         self.store_ready();
     }
+}
+
+/// Says once, at the start of an outage, who decides during it.
+fn log_outage(policy: FailurePolicy) {
+    let decides = match policy {
+        FailurePolicy::FailOpen => "every request is admitted (fail_open)".to_owned(),
+        FailurePolicy::FailClosed => "every request is denied (fail_closed)".to_owned(),
+        FailurePolicy::Local { divide_by } => {
+            format!("limits are kept in this process, each count divided by {divide_by} (local)")
+        }
+    };
+    tracing::warn!(
+        failure_policy = %decides,
+        "Redis cannot be reached (its circuit breaker is open): decisions are taken by the failure policy, or by a rule's own on_failure, until it answers again"
+    );
 }
