@@ -293,6 +293,31 @@ fn a_reload_with_any_invalid_part_changes_nothing_on_redis() {
 /// With polling off (`reload_interval: 0`) an edit waits for SIGHUP, which
 /// puts the new policies and `http:` section in force at once and leaves
 /// the gateway serving.
+/// The gateway says what it loaded and runs with: its file, the domains
+/// and rules in it, the store.
+#[test]
+fn the_gateway_logs_what_it_loaded() {
+    let up = upstream();
+    let parts = Parts {
+        upstream: up.addr,
+        store: "",
+        gateway: "",
+        routes: ROUTES,
+        http: "",
+        limit: ("l1", 3),
+        rules: "",
+    };
+    let gw = Gateway::start(bin(), &parts.yaml(), &[], &[]);
+    let log = gw.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("configuration loaded"))
+        .unwrap_or_else(|| panic!("no line says what was loaded; log:\n{log}"));
+    for part in ["gateway.yaml", "domains=1", "rules=", "store=memory"] {
+        assert!(line.contains(part), "{part} missing: {line}");
+    }
+}
+
 #[test]
 fn sighup_reloads_the_gateway_at_once_without_polling() {
     let up = upstream();

@@ -169,6 +169,7 @@ pub async fn start(
     let health = Health::start(&settings, policy).await?;
     let engine = health.engine().clone();
     let limited = http.is_some();
+    floodgate_runtime::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
     let proxy = Proxy::with_limits(
         Upstream::new(&config.upstream)?,
         &config.limits,

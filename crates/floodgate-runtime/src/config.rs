@@ -28,6 +28,24 @@ pub struct Loaded {
     pub thread: ConfigThread,
 }
 
+/// Logs what a binary loaded and runs with: the files read, the domains
+/// and rules they hold, the store (once logging is set up, which the
+/// loaded settings configure).
+pub fn log_loaded(
+    files: &[std::path::PathBuf],
+    policy: &floodgate_policy::PolicySet,
+    store: &crate::settings::StoreSettings,
+) {
+    let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    tracing::info!(
+        files = %files.join(","),
+        domains = policy.domains().count(),
+        rules = policy.rules().len(),
+        store = %store.describe(),
+        "configuration loaded"
+    );
+}
+
 /// Loads the configuration that `flags` and `env` point to. Install the
 /// metrics recorder before serving: a rule resolves its metric handles
 /// from it on its first decision.

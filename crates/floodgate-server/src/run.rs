@@ -58,17 +58,10 @@ pub async fn serve(
         policy: floodgate_policy::PolicySet::empty(),
         loaded,
     };
-    let files = compiled
-        .loaded
-        .files
-        .iter()
-        .map(|f| f.display().to_string());
-    tracing::info!(
-        files = %files.collect::<Vec<_>>().join(","),
-        domains = svc.engine().policy().domains().count(),
-        rules = svc.engine().policy().rules().len(),
-        store = %settings.store.describe(),
-        "configuration loaded"
+    floodgate_runtime::config::log_loaded(
+        &compiled.loaded.files,
+        &svc.engine().policy(),
+        &settings.store,
     );
     let reloaded = svc.clone();
     let apply = move |c: Compiled| {
