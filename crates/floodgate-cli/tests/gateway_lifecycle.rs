@@ -142,6 +142,20 @@ struct Parts<'a> {
 }
 
 impl Parts<'_> {
+    /// The memory store, the `/api/` route and 3 requests an hour per
+    /// user, nothing else.
+    fn plain(upstream: SocketAddr) -> Parts<'static> {
+        Parts {
+            upstream,
+            store: "",
+            gateway: "",
+            routes: ROUTES,
+            http: "",
+            limit: ("l1", 3),
+            rules: "",
+        }
+    }
+
     fn yaml(&self) -> String {
         let (name, n) = self.limit;
         format!(
@@ -190,13 +204,8 @@ fn reload_all_or_nothing(redis: Option<&Redis>) {
         .map(|r| format!("store: {{backend: redis, url: {}}}\n", r.addr()))
         .unwrap_or_default();
     let base = Parts {
-        upstream: up.addr,
         store: &store,
-        gateway: "",
-        routes: ROUTES,
-        http: "",
-        limit: ("l1", 3),
-        rules: "",
+        ..Parts::plain(up.addr)
     };
     let gw = Gateway::start(bin(), &base.yaml(), &[], &[]);
     assert_eq!(burst(&gw, "u1", 4), (expected(3, 429), L1.to_owned()));
@@ -290,24 +299,12 @@ fn a_reload_with_any_invalid_part_changes_nothing_on_redis() {
     reload_all_or_nothing(Some(&redis));
 }
 
-/// With polling off (`reload_interval: 0`) an edit waits for SIGHUP, which
-/// puts the new policies and `http:` section in force at once and leaves
-/// the gateway serving.
 /// The gateway says what it loaded and runs with: its file, the domains
 /// and rules in it, the store.
 #[test]
 fn the_gateway_logs_what_it_loaded() {
     let up = upstream();
-    let parts = Parts {
-        upstream: up.addr,
-        store: "",
-        gateway: "",
-        routes: ROUTES,
-        http: "",
-        limit: ("l1", 3),
-        rules: "",
-    };
-    let gw = Gateway::start(bin(), &parts.yaml(), &[], &[]);
+    let gw = Gateway::start(bin(), &Parts::plain(up.addr).yaml(), &[], &[]);
     let log = gw.log();
     let line = log
         .lines()
@@ -318,18 +315,13 @@ fn the_gateway_logs_what_it_loaded() {
     }
 }
 
+/// With polling off (`reload_interval: 0`) an edit waits for SIGHUP, which
+/// puts the new policies and `http:` section in force at once and leaves
+/// the gateway serving.
 #[test]
 fn sighup_reloads_the_gateway_at_once_without_polling() {
     let up = upstream();
-    let base = Parts {
-        upstream: up.addr,
-        store: "",
-        gateway: "",
-        routes: ROUTES,
-        http: "",
-        limit: ("l1", 3),
-        rules: "",
-    };
+    let base = Parts::plain(up.addr);
     let off = |p: &Parts<'_>| {
         p.yaml()
             .replace("reload_interval: 100ms", "reload_interval: 0")
@@ -499,13 +491,9 @@ fn a_bad_shutdown_delay_stops_startup_naming_it() {
 /// hour per user.
 fn access_logged(upstream: SocketAddr, n: u32) -> Parts<'static> {
     Parts {
-        upstream,
-        store: "",
         gateway: "  access_log: true\n",
-        routes: ROUTES,
-        http: "",
         limit: ("l1", n),
-        rules: "",
+        ..Parts::plain(upstream)
     }
 }
 

@@ -64,10 +64,9 @@ impl KeyedFields {
         // As many lines as names: no field has two lines, and no lookup is
         // needed (the common case, in constant time).
         let repeated = headers.len() != headers.keys_len();
-        for name in self.names.iter().filter(|_| repeated) {
-            if headers.get_all(name).iter().nth(1).is_some() {
-                return Err(DuplicateKeyedField);
-            }
+        if repeated && (self.names.iter()).any(|name| headers.get_all(name).iter().nth(1).is_some())
+        {
+            return Err(DuplicateKeyedField);
         }
         // Rare: found by a look at each name, removed only when present.
         while let Some(variant) = headers.keys().find(|n| self.is_variant(n)).cloned() {

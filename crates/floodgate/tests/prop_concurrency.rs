@@ -311,13 +311,7 @@ fn a_rejected_request_holds_no_units() {
             cost: 1,
         },
     ];
-    let mut out = [Decision {
-        outcome: Outcome::Never,
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
-    }; 2];
+    let mut out: [Decision; 2] = crate::common::blank_decisions();
     for apply in [Apply::Commit, Apply::Commit, Apply::Force, Apply::Force] {
         store.decide_many(&items, t, apply, &mut out);
     }

@@ -182,13 +182,7 @@ fn a_full_store_denies_new_keys() {
             cost: 1,
         },
     ];
-    let mut out = [Decision {
-        outcome: Outcome::Never,
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
-    }; 2];
+    let mut out: [Decision; 2] = crate::common::blank_decisions();
     let d = store.decide_many(&items, at(20), Apply::Commit, &mut out);
     assert!(d.is_denied(), "{d:?}");
     assert!(out[1].is_denied() && out[0].is_allowed(), "{out:?}");
@@ -324,13 +318,7 @@ fn a_batch_of_new_keys_without_room_for_all_is_denied() {
         limit,
         cost: 1,
     });
-    let mut out = [Decision {
-        outcome: Outcome::Never,
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
-    }; 2];
+    let mut out: [Decision; 2] = crate::common::blank_decisions();
     let d = store.decide_many(&items, at(10), Apply::Commit, &mut out);
     assert!(d.is_denied(), "{d:?} {out:?}");
     assert_eq!(store.stats().admitted_full, 0);

@@ -37,6 +37,18 @@ pub struct Step {
 // Strategies
 // ---------------------------------------------------------------------------
 
+/// `N` decisions to be written by `decide_many` (their contents are
+/// overwritten).
+pub fn blank_decisions<const N: usize>() -> [Decision; N] {
+    [Decision {
+        outcome: Outcome::Never,
+        limit: 0,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    }; N]
+}
+
 /// A gap between two requests: often none (repeats), often below `small`,
 /// around `big` (typically a period or window), sometimes many `big`s, and
 /// occasionally a big absolute jump.
