@@ -73,6 +73,9 @@ cargo test --workspace --doc --quiet
 # reader can see.
 echo "==> cargo doc (workspace, links checked)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# Dependencies point one way, and the offline replay links no server part.
+echo "==> layers"
+scripts/check-layers
 
 # ---- Fuzzing ----------------------------------------------------------------
 # Every fuzz target (fuzz/, docs/fuzzing.md) runs for FUZZ_SECONDS (5 by

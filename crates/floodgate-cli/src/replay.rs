@@ -96,6 +96,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         rejected: args.rejected,
         top: args.top,
         progress: !args.quiet,
+        sections: floodgate_runtime::settings::SECTIONS.to_vec(),
     };
     let result = floodgate_replay::replay(&options)?;
     report::write_summary(&result, &mut std::io::stdout().lock(), 10)?;

@@ -70,12 +70,13 @@ pub(crate) struct Loaded {
     pub http: Option<HttpSection>,
 }
 
-/// Loads the files of `spec`.
-pub(crate) fn load(spec: &CandidateSpec) -> Result<Loaded, ReplayError> {
+/// Loads the files of `spec`, which may hold the top-level `sections`
+/// besides the policies'.
+pub(crate) fn load(spec: &CandidateSpec, sections: &[&'static str]) -> Result<Loaded, ReplayError> {
     let source = ConfigSource {
         paths: spec.paths.clone(),
         options: LoadOptions {
-            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+            other_sections: sections.to_vec(),
             ..Default::default()
         },
     };
@@ -132,10 +133,11 @@ pub(crate) fn compile(
 pub(crate) fn load_all(
     specs: &[CandidateSpec],
     variants: &[Variant],
+    sections: &[&'static str],
 ) -> Result<Vec<(Candidate, PolicySet)>, ReplayError> {
     let mut loaded = Vec::new();
     for s in specs {
-        loaded.push((s.name.clone(), load(s)?));
+        loaded.push((s.name.clone(), load(s, sections)?));
     }
     let shared = loaded
         .iter()

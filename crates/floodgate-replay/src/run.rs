@@ -48,6 +48,11 @@ pub struct ReplayOptions {
     pub top: usize,
     /// Show a progress bar on standard error (when it is a terminal).
     pub progress: bool,
+    /// The top-level sections besides the policies' that a candidate's
+    /// files may hold: those of the binary that runs the configuration
+    /// (the default, `http` only, refuses a file with a `server:` section;
+    /// `floodgate replay` accepts every section `floodgate` reads).
+    pub sections: Vec<&'static str>,
 }
 
 impl Default for ReplayOptions {
@@ -63,6 +68,7 @@ impl Default for ReplayOptions {
             rejected: None,
             top: 20,
             progress: false,
+            sections: vec![floodgate_http::identity::SECTION],
         }
     }
 }
@@ -162,7 +168,7 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
         ));
     }
     let (loaded, policies): (Vec<_>, Vec<_>) =
-        candidate::load_all(&options.candidates, &options.variants)?
+        candidate::load_all(&options.candidates, &options.variants, &options.sections)?
             .into_iter()
             .unzip();
     let mut names = Vec::new();

@@ -136,7 +136,7 @@ struct Live {
 impl Live {
     fn new(text: &str) -> Self {
         let options = LoadOptions {
-            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+            other_sections: vec![floodgate_http::identity::SECTION],
             ..Default::default()
         };
         let spec = load_str("c.yaml", text, &options).unwrap();
