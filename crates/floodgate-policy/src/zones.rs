@@ -42,10 +42,12 @@ pub(crate) fn zone_of(limit: &AnyLimit, fingerprint: u64, index: usize) -> Optio
 
 /// The shaper an item's zone decides with, when it has one.
 fn zoned<'a>(item: &Item<'a>) -> Option<(u64, &'a Shaper)> {
-    match (item.zone, item.limit.kind()) {
-        (Some(zone), LimitKind::Shaper(s)) => Some((zone, s)),
-        _ => None,
-    }
+    let zone = item.zone?;
+    // Only a shaper is given a zone (`zone_of`).
+    let LimitKind::Shaper(s) = item.limit.kind() else {
+        return None;
+    };
+    Some((zone, s))
 }
 
 /// The in-memory backend's zones, by id.

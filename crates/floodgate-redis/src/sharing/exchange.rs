@@ -321,7 +321,12 @@ fn units_of(limit: &AnyLimit, delta: u128) -> u64 {
             let period = period.as_nanos();
             delta / (period / gcd(period, count as u128)).max(1)
         }
-        _ => delta,
+        LimitKind::FixedWindow(_)
+        | LimitKind::SlidingWindow(_)
+        | LimitKind::SubWindows(_)
+        | LimitKind::SlidingLog(_)
+        | LimitKind::Shaper(_)
+        | LimitKind::Concurrency(_) => delta,
     };
     u64::try_from(delta).unwrap_or(u64::MAX)
 }

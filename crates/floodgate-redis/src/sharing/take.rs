@@ -3,7 +3,6 @@
 //! when the call fails.
 
 use floodgate::Timestamp;
-use floodgate::algorithms::LimitKind;
 
 use super::calls::{Ask, LeaseAsk, SyncAsk};
 use super::entry::Entry;
@@ -39,11 +38,11 @@ fn want(e: &Entry, need: u64, now: u64, duration: u64) -> u64 {
     w.max(need)
 }
 
-/// Whether the entry's lease was granted in a fixed window that is over
-/// at `now`.
+/// Whether the entry's lease was granted in a fixed window (one that
+/// forgets its counts at its end) that is over at `now`.
 fn lapsed_fixed_window(e: &Entry, now: Timestamp) -> bool {
     let l = &e.lease;
-    matches!(e.limit.kind(), LimitKind::FixedWindow(_))
+    e.limit.reset_window().is_some()
         && (l.open || l.units > 0)
         && state::window_of(&e.limit, now) > l.at
 }

@@ -32,12 +32,15 @@
 //! still rejected 62 s after its last pass and passes at 62.5 s, while a key
 //! whose node another key's arrival deleted passes from 60 s on.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::arith::{Divisor, sat64};
 use crate::error::{ConfigError, MAX_COUNT, check_count};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape};
 
 /// An nginx `rate=`: requests per second or per minute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -265,6 +268,39 @@ fn at_nanos(at_ms: u128) -> u128 {
         (at_ms as u64 * 1_000_000) as u128
     } else {
         at_ms.saturating_mul(1_000_000)
+    }
+}
+
+impl Shape for Shaper {
+    fn name(&self) -> &'static str {
+        "shaper"
+    }
+
+    /// The burst plus the request passed at once, drained at the rate.
+    fn quota(&self) -> Quota {
+        let limit = self.burst() + 1;
+        let millis = (limit as u128 * 1_000_000).div_ceil(self.rate.max(1) as u128);
+        Quota {
+            limit,
+            window: Some(Duration::from_millis(millis.min(u64::MAX as u128) as u64)),
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} r/s burst {}",
+            self.rate as f64 / 1000.0,
+            self.burst()
+        )
     }
 }
 
