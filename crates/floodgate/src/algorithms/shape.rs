@@ -97,8 +97,14 @@ mod tests {
     /// One limit of every algorithm, and what it tells of itself: quota,
     /// window (ms), counting window (ms), reset window (ms), in words.
     #[allow(clippy::type_complexity)]
-    fn every_algorithm() -> Vec<(AnyLimit, u64, Option<u64>, Option<u64>, Option<u64>, &'static str)>
-    {
+    fn every_algorithm() -> Vec<(
+        AnyLimit,
+        u64,
+        Option<u64>,
+        Option<u64>,
+        Option<u64>,
+        &'static str,
+    )> {
         let s = Duration::from_secs;
         vec![
             (
@@ -118,7 +124,9 @@ mod tests {
                 "fixed_window 100/60s",
             ),
             (
-                SlidingWindow::new(10, Duration::from_millis(1500)).unwrap().into(),
+                SlidingWindow::new(10, Duration::from_millis(1500))
+                    .unwrap()
+                    .into(),
                 10,
                 Some(1500),
                 Some(1500),
