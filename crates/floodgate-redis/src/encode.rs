@@ -302,6 +302,43 @@ impl Params {
     }
 }
 
+/// One limit of every algorithm, for tests: the match makes the compiler
+/// point here when an algorithm is added, and fails until it is in the
+/// list.
+#[cfg(test)]
+pub(crate) fn every_algorithm() -> Vec<AnyLimit> {
+    use floodgate::algorithms::{
+        Concurrency, FixedWindow, NginxRate, ShaperDelay, SlidingLog, SlidingWindow,
+        SubWindowCounter,
+    };
+    let s = Duration::from_secs;
+    let all: Vec<AnyLimit> = vec![
+        Gcra::new(3, s(1), 5).unwrap().into(),
+        FixedWindow::new(100, s(60)).unwrap().into(),
+        SlidingWindow::new(10, s(2)).unwrap().into(),
+        SubWindowCounter::new(10, s(60), 4).unwrap().into(),
+        SlidingLog::new(7, s(3600)).unwrap().into(),
+        Shaper::new(NginxRate::PerSecond(10), 5, ShaperDelay::Queue)
+            .unwrap()
+            .into(),
+        Concurrency::new(4).unwrap().into(),
+    ];
+    let mut seen = [false; 7];
+    for limit in &all {
+        seen[match limit.kind() {
+            LimitKind::Gcra(_) => 0,
+            LimitKind::FixedWindow(_) => 1,
+            LimitKind::SlidingWindow(_) => 2,
+            LimitKind::SubWindows(_) => 3,
+            LimitKind::SlidingLog(_) => 4,
+            LimitKind::Shaper(_) => 5,
+            LimitKind::Concurrency(_) => 6,
+        }] = true;
+    }
+    assert_eq!(seen, [true; 7], "an algorithm is missing");
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,36 +391,6 @@ mod tests {
         ] {
             validate(&ok).unwrap();
         }
-    }
-
-    /// One limit of every algorithm: the match makes the compiler point
-    /// here when an algorithm is added, the test below fails until it is in
-    /// the list.
-    fn every_algorithm() -> Vec<AnyLimit> {
-        let s = Duration::from_secs;
-        let all: Vec<AnyLimit> = vec![
-            any(Gcra::new(3, s(1), 5).unwrap()),
-            any(FixedWindow::new(100, s(60)).unwrap()),
-            any(floodgate::algorithms::SlidingWindow::new(10, s(2)).unwrap()),
-            any(SubWindowCounter::new(10, s(60), 4).unwrap()),
-            any(SlidingLog::new(7, s(3600)).unwrap()),
-            any(Shaper::new(NginxRate::PerSecond(10), 5, ShaperDelay::Queue).unwrap()),
-            any(Concurrency::new(4).unwrap()),
-        ];
-        let mut seen = [false; 7];
-        for limit in &all {
-            seen[match limit.kind() {
-                LimitKind::Gcra(_) => 0,
-                LimitKind::FixedWindow(_) => 1,
-                LimitKind::SlidingWindow(_) => 2,
-                LimitKind::SubWindows(_) => 3,
-                LimitKind::SlidingLog(_) => 4,
-                LimitKind::Shaper(_) => 5,
-                LimitKind::Concurrency(_) => 6,
-            }] = true;
-        }
-        assert_eq!(seen, [true; 7], "an algorithm is missing");
-        all
     }
 
     #[test]

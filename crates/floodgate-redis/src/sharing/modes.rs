@@ -96,3 +96,26 @@ pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode>
         modes.otherwise
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{Params, every_algorithm};
+
+    /// The lease and sync scripts refuse, by their kind, the limits that
+    /// [`modes`] says their mode does not apply to, and only those.
+    #[test]
+    fn the_scripts_refuse_what_a_mode_does_not_apply_to() {
+        let lease = include_str!("../lua/lease_items.lua");
+        let sync = include_str!("../lua/sync_items.lua");
+        for limit in every_algorithm() {
+            let code = Params::of(&limit).unwrap().code();
+            let refused = |script: &str| script.contains(&format!("it.kind == '{code}'"));
+            let m = modes(limit.kind());
+            let what = limit.describe().to_string();
+            assert_eq!(m.lease, !refused(lease), "lease of {what}");
+            assert_eq!(m.sync, !refused(sync), "sync of {what}");
+            assert_eq!(m.lease && m.sync, m.otherwise.is_empty(), "{what}");
+        }
+    }
+}
