@@ -404,11 +404,7 @@ mod tests {
             let code = params.code();
             let test = format!("kind == '{code}'");
             assert!(read.contains(&test), "read_item.lua reads no '{code}'");
-            // The last kind is what dispatch.lua falls through to.
-            assert!(
-                dispatch.contains(&test) || code == "c",
-                "dispatch.lua decides no '{code}'"
-            );
+            assert!(dispatch.contains(&test), "dispatch.lua decides no '{code}'");
             codes.push(code);
         }
         codes.sort_unstable();
