@@ -242,6 +242,7 @@ impl AnyLimit {
     /// The algorithm's name in a configuration: `fixed_window`,
     /// `sliding_window`, `sliding_log`, `token_bucket`, `shaper`,
     /// `concurrency`.
+    #[inline]
     pub fn name(&self) -> &'static str {
         each_kind!(&self.kind, a => a.name())
     }
@@ -255,6 +256,7 @@ impl AnyLimit {
     /// The length of the epoch-aligned window (or sub-window) the limit's
     /// counts are kept by (a fixed window's, a sliding window's current
     /// one, a sub-window); `None` for an algorithm without windows.
+    #[inline]
     pub fn counting_window(&self) -> Option<std::time::Duration> {
         each_kind!(&self.kind, a => a.counting_window())
     }
@@ -273,6 +275,7 @@ impl AnyLimit {
     /// let sliding = AnyLimit::from(SlidingWindow::new(5, minute).unwrap());
     /// assert_eq!(sliding.reset_window(), None);
     /// ```
+    #[inline]
     pub fn reset_window(&self) -> Option<std::time::Duration> {
         each_kind!(&self.kind, a => a.reset_window())
     }
