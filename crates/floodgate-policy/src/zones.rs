@@ -42,10 +42,12 @@ pub(crate) fn zone_of(limit: &AnyLimit, fingerprint: u64, index: usize) -> Optio
 
 /// The shaper an item's zone decides with, when it has one.
 fn zoned<'a>(item: &Item<'a>) -> Option<(u64, &'a Shaper)> {
-    match (item.zone, item.limit.kind()) {
-        (Some(zone), LimitKind::Shaper(s)) => Some((zone, s)),
-        _ => None,
-    }
+    let zone = item.zone?;
+    // Only a shaper is given a zone (`zone_of`).
+    let LimitKind::Shaper(s) = item.limit.kind() else {
+        return None;
+    };
+    Some((zone, s))
 }
 
 /// The in-memory backend's zones, by id.
@@ -121,16 +123,67 @@ impl Zones {
         order.dedup();
         let zones: SmallVec<[Arc<ShaperZone<u128>>; 4]> =
             order.iter().map(|&id| self.get(id)).collect();
-        let mut guards: SmallVec<[ZoneGuard<'_, u128>; 4]> =
-            zones.iter().map(|z| z.lock()).collect();
-        let guard = |id: u64| order.binary_search(&id).expect("every zone is locked");
+        let mut locked = Locked {
+            guards: zones.iter().map(|z| z.lock()).collect(),
+            order,
+        };
 
         // A dry run decides as the real call would, on copies.
         let dry = apply == Apply::Check;
         let apply = if dry { Apply::Commit } else { apply };
+        let shared = Shared::of(items, ids);
+        let n = items.len();
+        let call = Call {
+            items,
+            ids,
+            now,
+            apply,
+        };
 
-        // Items with the same counter share it: the first one decides, with
-        // their costs added up (as in the store).
+        let mut refused = call.first_zone_refusal(&shared, &mut locked);
+        refused = call.decide_stored(store, dry, refused, out);
+        call.settle_zones(&shared, &mut locked, dry, refused, out);
+        for i in 0..n {
+            if shared.lead[i] != i {
+                out[i] = out[shared.lead[i]];
+            }
+        }
+        drop(locked);
+        out[..n]
+            .iter()
+            .copied()
+            .reduce(Decision::narrowest)
+            .expect("items is not empty")
+    }
+}
+
+/// The zones a request's items are counted in, locked.
+struct Locked<'z> {
+    /// Their ids, ascending.
+    order: SmallVec<[u64; 4]>,
+    /// Their guards, in the same order.
+    guards: SmallVec<[ZoneGuard<'z, u128>; 4]>,
+}
+
+impl<'z> Locked<'z> {
+    /// The guard of zone `id`.
+    fn guard(&mut self, id: u64) -> &mut ZoneGuard<'z, u128> {
+        let i = self.order.binary_search(&id).expect("every zone is locked");
+        &mut self.guards[i]
+    }
+}
+
+/// Items with the same counter share it: the first one (the lead)
+/// decides, with their costs added up (as in the store).
+struct Shared {
+    /// Each item's lead.
+    lead: SmallVec<[usize; 16]>,
+    /// A lead's cost: its own and its followers'.
+    cost: SmallVec<[u64; 16]>,
+}
+
+impl Shared {
+    fn of(items: &[Item<'_>], ids: &[u128]) -> Self {
         let n = items.len();
         let mut lead: SmallVec<[usize; 16]> = SmallVec::with_capacity(n);
         let mut cost: SmallVec<[u64; 16]> = SmallVec::from_elem(0, n);
@@ -141,85 +194,114 @@ impl Zones {
             lead.push(l);
             cost[l] = cost[l].saturating_add(items[i].cost);
         }
+        Shared { lead, cost }
+    }
+}
 
-        // The zones' own check, in request order: where the first refusal is.
-        let mut refused = usize::MAX;
-        if matches!(apply, Apply::Commit | Apply::Force) {
-            for i in 0..n {
-                if let (true, Some((z, s))) = (lead[i] == i, zoned(&items[i])) {
-                    let d = guards[guard(z)].decide(s, &ids[i], now, cost[i], Apply::Check);
-                    if !d.is_allowed() {
-                        refused = i;
-                        break;
-                    }
+/// One call's items and how they are applied (a dry run's as its real call).
+struct Call<'c, 'a> {
+    items: &'c [Item<'a>],
+    ids: &'c [u128],
+    now: Timestamp,
+    apply: Apply,
+}
+
+impl Call<'_, '_> {
+    /// The zones' own check, in request order: the first item a zone
+    /// refuses (`usize::MAX`: none, or nothing charged).
+    fn first_zone_refusal(&self, shared: &Shared, locked: &mut Locked<'_>) -> usize {
+        if !matches!(self.apply, Apply::Commit | Apply::Force) {
+            return usize::MAX;
+        }
+        for (i, item) in self.items.iter().enumerate() {
+            if let (true, Some((z, s))) = (shared.lead[i] == i, zoned(item)) {
+                let d =
+                    locked
+                        .guard(z)
+                        .decide(s, &self.ids[i], self.now, shared.cost[i], Apply::Check);
+                if !d.is_allowed() {
+                    return i;
                 }
             }
         }
+        usize::MAX
+    }
 
-        // The store's counters, decided together (charged only if every
-        // zone admits the request).
-        let stored: SmallVec<[usize; 16]> =
-            (0..n).filter(|&i| zoned(&items[i]).is_none()).collect();
-        if !stored.is_empty() {
-            let store_apply = match apply {
-                Apply::Commit if refused != usize::MAX => Apply::Rejected,
-                other => other,
-            };
-            let batch: SmallVec<[floodgate::store::Item<'_, u128, AnyLimit>; 16]> = stored
-                .iter()
-                .map(|&i| floodgate::store::Item {
-                    key: &ids[i],
-                    limit: items[i].limit,
-                    cost: items[i].cost,
-                })
-                .collect();
-            let mut decided: SmallVec<[Decision; 16]> = SmallVec::from_elem(out[0], stored.len());
-            match (dry, store_apply) {
-                (true, Apply::Commit) => store.simulate_many(&batch, now, &mut decided),
-                (true, _) => store.decide_many(&batch, now, Apply::Check, &mut decided),
-                (false, _) => store.decide_many(&batch, now, store_apply, &mut decided),
-            };
-            for (&i, d) in stored.iter().zip(&decided) {
-                out[i] = *d;
-                if !d.is_allowed() && matches!(apply, Apply::Commit | Apply::Force) {
-                    refused = refused.min(i);
-                }
+    /// The store's counters, decided together (charged only if every
+    /// zone admits the request); returns the first refusal so far.
+    fn decide_stored(
+        &self,
+        store: &Store<u128, floodgate::algorithms::AnyState>,
+        dry: bool,
+        mut refused: usize,
+        out: &mut [Decision],
+    ) -> usize {
+        let items = self.items;
+        let stored: SmallVec<[usize; 16]> = (0..items.len())
+            .filter(|&i| zoned(&items[i]).is_none())
+            .collect();
+        if stored.is_empty() {
+            return refused;
+        }
+        let store_apply = match self.apply {
+            Apply::Commit if refused != usize::MAX => Apply::Rejected,
+            other => other,
+        };
+        let batch: SmallVec<[floodgate::store::Item<'_, u128, AnyLimit>; 16]> = stored
+            .iter()
+            .map(|&i| floodgate::store::Item {
+                key: &self.ids[i],
+                limit: items[i].limit,
+                cost: items[i].cost,
+            })
+            .collect();
+        let mut decided: SmallVec<[Decision; 16]> = SmallVec::from_elem(out[0], stored.len());
+        let now = self.now;
+        match (dry, store_apply) {
+            (true, Apply::Commit) => store.simulate_many(&batch, now, &mut decided),
+            (true, _) => store.decide_many(&batch, now, Apply::Check, &mut decided),
+            (false, _) => store.decide_many(&batch, now, store_apply, &mut decided),
+        };
+        for (&i, d) in stored.iter().zip(&decided) {
+            out[i] = *d;
+            if !d.is_allowed() && matches!(self.apply, Apply::Commit | Apply::Force) {
+                refused = refused.min(i);
             }
         }
+        refused
+    }
 
-        // The zones' counters: charged if everything admitted the request;
-        // otherwise looked up (not charged) up to the first refusal, and
-        // only looked at after it.
-        for i in 0..n {
-            let Some((z, s)) = zoned(&items[i]) else {
+    /// The zones' counters: charged if everything admitted the request;
+    /// otherwise looked up (not charged) up to the first refusal, and
+    /// only looked at after it.
+    fn settle_zones(
+        &self,
+        shared: &Shared,
+        locked: &mut Locked<'_>,
+        dry: bool,
+        refused: usize,
+        out: &mut [Decision],
+    ) {
+        for (i, item) in self.items.iter().enumerate() {
+            let Some((z, s)) = zoned(item) else {
                 continue;
             };
-            if lead[i] != i {
+            if shared.lead[i] != i {
                 continue;
             }
-            let mode = match apply {
-                Apply::Commit | Apply::Force if refused == usize::MAX => apply,
+            let mode = match self.apply {
+                Apply::Commit | Apply::Force if refused == usize::MAX => self.apply,
                 Apply::Force => Apply::Force,
                 Apply::Commit if i <= refused => Apply::Rejected,
                 Apply::Commit => Apply::Check,
                 other => other,
             };
+            let (id, cost) = (&self.ids[i], shared.cost[i]);
             out[i] = if dry {
-                guards[guard(z)].dry_run(s, &ids[i], now, cost[i], mode)
+                locked.guard(z).dry_run(s, id, self.now, cost, mode)
             } else {
-                guards[guard(z)].decide(s, &ids[i], now, cost[i], mode)
+                locked.guard(z).decide(s, id, self.now, cost, mode)
             };
         }
-        for i in 0..n {
-            if lead[i] != i {
-                out[i] = out[lead[i]];
-            }
-        }
-        drop(guards);
-        out[..n]
-            .iter()
-            .copied()
-            .reduce(Decision::narrowest)
-            .expect("items is not empty")
     }
 }

@@ -32,7 +32,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floodgate::algorithms::{AnyLimit, LimitKind, Penalty};
+use floodgate::algorithms::{AnyLimit, Penalty};
 use floodgate::{Decision, Outcome};
 
 /// Keys longer than this are not cached (hashing them costs more than it
@@ -60,10 +60,11 @@ struct Entry {
 /// * No penalty and no block: a denied request changes nothing in Redis.
 /// * A block (after a charging call): the denial blocked the key until the
 ///   retry instant, and a blocked key is left as it is by every request.
-/// * A fixed window with a penalty (after a charging call): the denial was
-///   counted, so the window's count is over the limit until the window
-///   ends (the retry instant); more denials counted there would change no
-///   decision (every cost is denied, nothing remains, the window reopens
+/// * A fixed window with a penalty (after a charging call; any limit that
+///   forgets its counts at a window's end, [`AnyLimit::reset_window`]): the
+///   denial was counted, so the window's count is over the limit until the
+///   window ends (the retry instant); more denials counted there would
+///   change no decision (every cost is denied, nothing remains, the window reopens
 ///   at its end either way).
 /// * Any other penalty-mode limit: never. Counting a denial moves a GCRA
 ///   bucket's or a shaper's state, adds to a sliding window's count or to
@@ -75,7 +76,7 @@ pub(crate) fn skipping_is_harmless(limit: &AnyLimit, charged: bool) -> bool {
     if limit.penalty_mode() == Penalty::None && limit.block().is_zero() {
         return true;
     }
-    charged && (!limit.block().is_zero() || matches!(limit.kind(), LimitKind::FixedWindow(_)))
+    charged && (!limit.block().is_zero() || limit.reset_window().is_some())
 }
 
 /// A bounded map from keys to the instant their denial ends.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use floodgate::algorithms::{AnyLimit, LimitKind, Penalty};
+use floodgate::algorithms::{AnyLimit, Gcra, LimitKind, Penalty, Shaper};
 use floodgate_policy::Permit;
 use redis::Cmd;
 
@@ -122,29 +122,11 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 impl Params {
+    /// The parameters of `limit`'s algorithm, or why the scripts cannot
+    /// decide it exactly.
     pub fn of(limit: &AnyLimit) -> Result<Params, UnsupportedLimit> {
         Ok(match limit.kind() {
-            LimitKind::Gcra(g) => {
-                let (count, period) = g.rate();
-                let period = micros("period", period)?;
-                let g2 = gcd(period, count);
-                let (p, c) = (period / g2, count / g2);
-                let burst = g.burst();
-                let window = burst as u128 * p as u128;
-                let (wq, wr) = (window / c as u128, window % c as u128);
-                if wq > EXACT as u128 {
-                    return Err(UnsupportedLimit::new(format!(
-                        "a burst of {burst} at {count} per {period} µs takes more than 2^52 µs to refill"
-                    )));
-                }
-                Params::Gcra {
-                    p,
-                    c,
-                    burst,
-                    wq: wq as u64,
-                    wr: wr as u64,
-                }
-            }
+            LimitKind::Gcra(g) => Params::gcra(g)?,
             LimitKind::FixedWindow(f) => Params::Fixed {
                 limit: f.limit(),
                 window: micros("window", f.window())?,
@@ -153,44 +135,67 @@ impl Params {
                 limit: w.limit(),
                 sub: micros("window", w.window())?,
             },
-            LimitKind::SubWindows(w) => {
-                let n = w.sub_windows() as u64;
-                Params::SubWindows {
-                    limit: w.limit(),
-                    sub: micros("sub-window", w.window() / w.sub_windows())?,
-                    n,
-                }
-            }
+            LimitKind::SubWindows(w) => Params::SubWindows {
+                limit: w.limit(),
+                sub: micros("sub-window", w.window() / w.sub_windows())?,
+                n: w.sub_windows() as u64,
+            },
             LimitKind::SlidingLog(l) => Params::Log {
                 limit: l.limit(),
                 window: micros("window", l.window())?,
             },
-            LimitKind::Shaper(s) => {
-                let rate = s.rate_millis();
-                let burst = s.burst() * 1000;
-                // Milliseconds to drain a full burst: must stay well inside
-                // the exact range once turned into microseconds.
-                let max_drain = EXACT / 1000;
-                let drain = ((burst as u128 + 1000) * 1000).div_ceil(rate as u128);
-                if drain > max_drain as u128 {
-                    return Err(UnsupportedLimit::new(format!(
-                        "a burst of {} at {rate} milli-requests/s takes more than 2^52 µs to drain",
-                        s.burst()
-                    )));
-                }
-                let emax = (max_drain as u128 * rate as u128 / 1000 - 1000).min(EXACT as u128 / 2);
-                let delay = match s.delay_millis() {
-                    u64::MAX => -1,
-                    d => d as i64,
-                };
-                Params::Shaper {
-                    rate,
-                    burst,
-                    delay,
-                    emax: emax as u64,
-                }
-            }
+            LimitKind::Shaper(s) => Params::shaper(s)?,
             LimitKind::Concurrency(c) => Params::Concurrency { max: c.max() },
+        })
+    }
+
+    /// A GCRA's emission interval in lowest terms, and its burst's window.
+    fn gcra(g: &Gcra) -> Result<Params, UnsupportedLimit> {
+        let (count, period) = g.rate();
+        let period = micros("period", period)?;
+        let g2 = gcd(period, count);
+        let (p, c) = (period / g2, count / g2);
+        let burst = g.burst();
+        let window = burst as u128 * p as u128;
+        let (wq, wr) = (window / c as u128, window % c as u128);
+        if wq > EXACT as u128 {
+            return Err(UnsupportedLimit::new(format!(
+                "a burst of {burst} at {count} per {period} µs takes more than 2^52 µs to refill"
+            )));
+        }
+        Ok(Params::Gcra {
+            p,
+            c,
+            burst,
+            wq: wq as u64,
+            wr: wr as u64,
+        })
+    }
+
+    /// A shaper in milli-requests, with the excess its penalties may pile up.
+    fn shaper(s: &Shaper) -> Result<Params, UnsupportedLimit> {
+        let rate = s.rate_millis();
+        let burst = s.burst() * 1000;
+        // Milliseconds to drain a full burst: must stay well inside
+        // the exact range once turned into microseconds.
+        let max_drain = EXACT / 1000;
+        let drain = ((burst as u128 + 1000) * 1000).div_ceil(rate as u128);
+        if drain > max_drain as u128 {
+            return Err(UnsupportedLimit::new(format!(
+                "a burst of {} at {rate} milli-requests/s takes more than 2^52 µs to drain",
+                s.burst()
+            )));
+        }
+        let emax = (max_drain as u128 * rate as u128 / 1000 - 1000).min(EXACT as u128 / 2);
+        let delay = match s.delay_millis() {
+            u64::MAX => -1,
+            d => d as i64,
+        };
+        Ok(Params::Shaper {
+            rate,
+            burst,
+            delay,
+            emax: emax as u64,
         })
     }
 
@@ -204,6 +209,19 @@ impl Params {
             | Params::Log { limit, .. } => limit,
             Params::Shaper { burst, .. } => burst / 1000 + 1,
             Params::Concurrency { max } => max,
+        }
+    }
+
+    /// The kind the scripts dispatch on (see `lua/dispatch.lua`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Params::Gcra { .. } => "g",
+            Params::Fixed { .. } => "f",
+            Params::TwoWindows { .. } => "w",
+            Params::SubWindows { .. } => "n",
+            Params::Log { .. } => "l",
+            Params::Shaper { .. } => "s",
+            Params::Concurrency { .. } => "c",
         }
     }
 
@@ -224,16 +242,7 @@ impl Params {
     ) {
         // Every limit is at most 2^40, so any larger cost is "never" alike.
         let cost = cost.min(EXACT);
-        let kind = match self {
-            Params::Gcra { .. } => "g",
-            Params::Fixed { .. } => "f",
-            Params::TwoWindows { .. } => "w",
-            Params::SubWindows { .. } => "n",
-            Params::Log { .. } => "l",
-            Params::Shaper { .. } => "s",
-            Params::Concurrency { .. } => "c",
-        };
-        cmd.arg(kind);
+        cmd.arg(self.code());
         match members {
             Some(members) => {
                 let list: Vec<String> = members
@@ -247,6 +256,12 @@ impl Params {
             }
         }
         cmd.arg(penalty_code(penalty)).arg(block_us);
+        self.push_params(cost, permit, cmd);
+    }
+
+    /// Appends the parameters (a GCRA's with the emission of `cost`, a
+    /// concurrency limit's with `permit`).
+    fn push_params(&self, cost: u64, permit: Permit, cmd: &mut Cmd) {
         match *self {
             Params::Gcra {
                 p,
@@ -285,6 +300,43 @@ impl Params {
             }
         }
     }
+}
+
+/// One limit of every algorithm, for tests: the match makes the compiler
+/// point here when an algorithm is added, and fails until it is in the
+/// list.
+#[cfg(test)]
+pub(crate) fn every_algorithm() -> Vec<AnyLimit> {
+    use floodgate::algorithms::{
+        Concurrency, FixedWindow, NginxRate, ShaperDelay, SlidingLog, SlidingWindow,
+        SubWindowCounter,
+    };
+    let s = Duration::from_secs;
+    let all: Vec<AnyLimit> = vec![
+        Gcra::new(3, s(1), 5).unwrap().into(),
+        FixedWindow::new(100, s(60)).unwrap().into(),
+        SlidingWindow::new(10, s(2)).unwrap().into(),
+        SubWindowCounter::new(10, s(60), 4).unwrap().into(),
+        SlidingLog::new(7, s(3600)).unwrap().into(),
+        Shaper::new(NginxRate::PerSecond(10), 5, ShaperDelay::Queue)
+            .unwrap()
+            .into(),
+        Concurrency::new(4).unwrap().into(),
+    ];
+    let mut seen = [false; 7];
+    for limit in &all {
+        seen[match limit.kind() {
+            LimitKind::Gcra(_) => 0,
+            LimitKind::FixedWindow(_) => 1,
+            LimitKind::SlidingWindow(_) => 2,
+            LimitKind::SubWindows(_) => 3,
+            LimitKind::SlidingLog(_) => 4,
+            LimitKind::Shaper(_) => 5,
+            LimitKind::Concurrency(_) => 6,
+        }] = true;
+    }
+    assert_eq!(seen, [true; 7], "an algorithm is missing");
+    all
 }
 
 #[cfg(test)]
@@ -339,5 +391,24 @@ mod tests {
         ] {
             validate(&ok).unwrap();
         }
+    }
+
+    #[test]
+    fn every_algorithm_is_encoded_for_the_scripts_that_decide_it() {
+        let read = include_str!("lua/read_item.lua");
+        let dispatch = include_str!("lua/dispatch.lua");
+        let mut codes = Vec::new();
+        for limit in every_algorithm() {
+            let params = Params::of(&limit).unwrap();
+            assert_eq!(params.quota(), limit.quota().limit, "{}", limit.describe());
+            let code = params.code();
+            let test = format!("kind == '{code}'");
+            assert!(read.contains(&test), "read_item.lua reads no '{code}'");
+            assert!(dispatch.contains(&test), "dispatch.lua decides no '{code}'");
+            codes.push(code);
+        }
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), 7, "one code per algorithm");
     }
 }

@@ -452,34 +452,13 @@ fn push_json(s: &mut String, v: &str) {
 
 /// A rule's limits in words: `sliding_log 100/60s`, `shaper 10r/s burst 5`.
 pub(crate) fn describe_limits(rule: &floodgate_policy::compile::Rule) -> String {
-    use floodgate::algorithms::LimitKind;
     use floodgate_policy::compile::Action;
     match &rule.action {
         Action::Unlimited => "unlimited".into(),
         Action::Block { .. } => "blocks every request".into(),
         Action::Limit(limits) => limits
             .iter()
-            .map(|l| {
-                let (quota, window, _) = floodgate_http::contract::shape(&l.limit);
-                let w = window.map_or(String::new(), |w| format!("/{w}s"));
-                match l.limit.kind() {
-                    LimitKind::Gcra(g) => {
-                        let (n, p) = g.rate();
-                        format!("token_bucket {n}/{}s burst {}", p.as_secs_f64(), g.burst())
-                    }
-                    LimitKind::FixedWindow(_) => format!("fixed_window {quota}{w}"),
-                    LimitKind::SlidingWindow(_) | LimitKind::SubWindows(_) => {
-                        format!("sliding_window {quota}{w}")
-                    }
-                    LimitKind::SlidingLog(_) => format!("sliding_log {quota}{w}"),
-                    LimitKind::Shaper(s) => format!(
-                        "shaper {} r/s burst {}",
-                        s.rate_millis() as f64 / 1000.0,
-                        s.burst()
-                    ),
-                    LimitKind::Concurrency(c) => format!("concurrency {}", c.max()),
-                }
-            })
+            .map(|l| l.limit.describe().to_string())
             .collect::<Vec<_>>()
             .join(" + "),
     }

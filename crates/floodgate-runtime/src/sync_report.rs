@@ -3,7 +3,6 @@
 //! the worst case computed from the configuration (see `docs/redis.md`,
 //! "Synchronisation modes").
 
-use floodgate::algorithms::LimitKind;
 use floodgate_policy::{PolicySet, SyncMode};
 use floodgate_redis::FailurePolicy;
 
@@ -36,9 +35,9 @@ pub fn sync_report(store: &StoreSettings, policy: &PolicySet) -> Vec<String> {
                     format!("{name}: lease ({duration:?}): never admits past the limit")
                 }
                 SyncMode::Sync { interval } => {
-                    let per = match l.limit.kind() {
-                        LimitKind::Gcra(_) => "over any span, past the burst plus the rate",
-                        _ => "per window",
+                    let per = match l.limit.counting_window() {
+                        Some(_) => "per window",
+                        None => "over any span, past the burst plus the rate",
                     };
                     let worst =
                         floodgate_redis::over_admission(&l.limit, interval, rule.cost, instances);

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use floodgate::algorithms::{AnyLimit, LimitKind};
+use floodgate::algorithms::AnyLimit;
 use floodgate::{Decision, Outcome};
 use floodgate_policy::compile::{Action, PolicySet, RuleId};
 use floodgate_policy::engine::Reason;
@@ -430,26 +430,10 @@ fn suffix(s: &mut String, i: usize, window: Option<u64>) {
 /// A limit's quota, window (whole seconds, rounded up) and unit, as the
 /// contract reports them.
 pub fn shape(limit: &AnyLimit) -> (u64, Option<u64>, QuotaUnit) {
-    let secs = |d: Duration| Some(ceil_secs(d).max(1));
-    match limit.kind() {
-        LimitKind::Gcra(g) => {
-            // The burst, refilled over burst × emission interval.
-            let (count, period) = g.rate();
-            let nanos = (g.burst() as u128 * period.as_nanos()).div_ceil(count.max(1) as u128);
-            let window = Duration::from_nanos(nanos.min(u64::MAX as u128) as u64);
-            (g.burst(), secs(window), QuotaUnit::Requests)
-        }
-        LimitKind::FixedWindow(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
-        LimitKind::SlidingWindow(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
-        LimitKind::SubWindows(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
-        LimitKind::SlidingLog(w) => (w.limit(), secs(w.window()), QuotaUnit::Requests),
-        LimitKind::Shaper(s) => {
-            let quota = s.burst() + 1;
-            let millis = (quota as u128 * 1_000_000).div_ceil(s.rate_millis().max(1) as u128);
-            let window = Duration::from_millis(millis.min(u64::MAX as u128) as u64);
-            (quota, secs(window), QuotaUnit::Requests)
-        }
-        LimitKind::Concurrency(c) => (c.max(), None, QuotaUnit::ConcurrentRequests),
+    let quota = limit.quota();
+    match quota.window {
+        Some(w) => (quota.limit, Some(ceil_secs(w).max(1)), QuotaUnit::Requests),
+        None => (quota.limit, None, QuotaUnit::ConcurrentRequests),
     }
 }
 

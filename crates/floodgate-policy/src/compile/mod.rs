@@ -295,7 +295,7 @@ fn reported_of(spec: &LimitSpec, rule: Reported) -> Reported {
             period,
             burst,
         } => Reported::of(*count, *period, *burst),
-        _ => rule,
+        LimitSpec::Shaper { .. } | LimitSpec::Concurrency { .. } | LimitSpec::Block { .. } => rule,
     }
 }
 

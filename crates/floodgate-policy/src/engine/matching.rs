@@ -2,11 +2,11 @@
 //! overrides, rules, and the layout of the counters to decide.
 
 use floodgate::Timestamp;
-use floodgate::algorithms::{AnyLimit, FixedWindow, LimitKind, Penalty as CorePenalty};
+use floodgate::algorithms::{AnyLimit, FixedWindow, Penalty as CorePenalty};
 use smallvec::SmallVec;
 
 use crate::backend::Backend;
-use crate::compile::{Action, Domain, PolicySet};
+use crate::compile::{Action, Domain, PolicySet, Rule, RuleId, RuleLimit};
 use crate::permit::Permit;
 use crate::spec::{Dialect, Reported};
 
@@ -32,25 +32,11 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             statuses, scratch, ..
         } = response;
         let default_hits = (hits_addend as u64).max(1);
-        let on_list = |list: &crate::compile::List, d: &D| {
-            !list.is_empty()
-                && (0..d.len()).any(|j| {
-                    let (k, v) = d.entry(j);
-                    list.contains(k, v)
-                })
-        };
         for (i, d) in descriptors.iter().enumerate() {
             let status = &mut statuses[i];
             let hits = d.hits_addend().unwrap_or(default_hits);
             status.hits = hits;
-            if on_list(&dom.deny, d) {
-                status.code = Code::OverLimit;
-                status.reason = Reason::Denied;
-                continue;
-            }
-            if on_list(&dom.allow, d) {
-                status.reason = Reason::Unlimited;
-                status.limit_remaining = u32::MAX;
+            if settle_by_lists(dom, d, status) {
                 continue;
             }
             // Its unit was checked with the request.
@@ -71,59 +57,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             if !rule.enabled {
                 continue;
             }
-            status.rule = Some(id);
-            status.shadow = rule.shadow;
-            status.quota = rule.quota;
-            match &rule.action {
-                Action::Unlimited => {
-                    status.reason = Reason::Unlimited;
-                    status.limit_remaining = u32::MAX;
-                }
-                Action::Block { window, reported } => {
-                    status.reason = Reason::Blocked;
-                    status.current_limit = Some(current(rule, *reported));
-                    status.duration_until_reset = until_window_end(now, *window);
-                    if hits > 0 {
-                        status.code = Code::OverLimit;
-                    }
-                }
-                Action::Limit(limits) => {
-                    // A window admitting nothing (envoyproxy/ratelimit's
-                    // `requests_per_unit: 0`) blocks; it still counts.
-                    status.reason = if limits.iter().all(|l| is_closed(&l.limit)) {
-                        Reason::Blocked
-                    } else {
-                        Reason::Limited
-                    };
-                    let batch = if rule.quota {
-                        Batch::Own
-                    } else if rule.shadow {
-                        Batch::Shadow
-                    } else {
-                        Batch::Enforced
-                    };
-                    let (start, end) = keys::group(
-                        &mut scratch.keys,
-                        rule.fingerprint,
-                        d,
-                        &scratch.path,
-                        &dom.tree,
-                    );
-                    for (idx, l) in limits.iter().enumerate() {
-                        if l.limit.is_concurrency() && scratch.permit.is_none() {
-                            scratch.permit = Permit::random();
-                        }
-                        let key = keys::member(&mut scratch.keys, (start, end), idx as u8);
-                        scratch.slots.push(Slot {
-                            descriptor: i as u32,
-                            key,
-                            limit: LimitRef::Rule(id, idx as u8),
-                            cost: hits.saturating_mul(rule.cost),
-                            batch,
-                        });
-                    }
-                }
-            }
+            apply_rule(dom, d, i, (id, rule), hits, now, scratch, status);
         }
         apply_replaces(policy, statuses, scratch);
     }
@@ -158,11 +92,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         };
         let Ok(limit) = limit else {
             // Unreachable: a unit's window and a u32 count are valid.
-            status.reason = Reason::Blocked;
-            status.duration_until_reset = until_window_end(now, window);
-            if hits > 0 {
-                status.code = Code::OverLimit;
-            }
+            block(status, now, window, hits);
             return;
         };
         let penalty = if dom.dialect == Dialect::Envoy && policy.settings.envoy_increment_all {
@@ -179,15 +109,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         scratch
             .overrides
             .push(AnyLimit::from(limit).with_penalty_mode(penalty));
-        // One counter per domain, unit and entries, whatever the limit sent
-        // (as envoyproxy/ratelimit keys it): a limit changed from one
-        // request to the next keeps the count of the window.
-        let mut fp = crate::compile::StableHasher::default();
-        fp.field(b"override")
-            .field(dom.name.as_bytes())
-            .u64(unit as u64);
-        let (start, end) = keys::group_plain(&mut scratch.keys, fp.finish(), d);
-        let key = keys::member(&mut scratch.keys, (start, end), 0);
+        let key = override_key(dom, unit, d, scratch);
         scratch.slots.push(Slot {
             descriptor: i as u32,
             key,
@@ -198,9 +120,142 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
     }
 }
 
-/// Whether `limit` is a window admitting nothing.
+/// Settles descriptor `d`'s status when it is on the domain's deny list
+/// (denied) or allow list (unlimited); false when on neither.
+fn settle_by_lists<D: Descriptor>(dom: &Domain, d: &D, status: &mut Status) -> bool {
+    if on_list(&dom.deny, d) {
+        status.code = Code::OverLimit;
+        status.reason = Reason::Denied;
+        return true;
+    }
+    if on_list(&dom.allow, d) {
+        status.reason = Reason::Unlimited;
+        status.limit_remaining = u32::MAX;
+        return true;
+    }
+    false
+}
+
+/// Whether descriptor `d` has an entry on `list`.
+fn on_list<D: Descriptor>(list: &crate::compile::List, d: &D) -> bool {
+    !list.is_empty()
+        && (0..d.len()).any(|j| {
+            let (k, v) = d.entry(j);
+            list.contains(k, v)
+        })
+}
+
+/// `status` blocked: denied when it charges, reset at the end of the
+/// current `window`.
+fn block(status: &mut Status, now: Timestamp, window: std::time::Duration, hits: u64) {
+    status.reason = Reason::Blocked;
+    status.duration_until_reset = until_window_end(now, window);
+    if hits > 0 {
+        status.code = Code::OverLimit;
+    }
+}
+
+/// Descriptor `i` (`d`) matched rule `id`: its status says what the rule
+/// does, and the rule's limits get their counters.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn apply_rule<D: Descriptor>(
+    dom: &Domain,
+    d: &D,
+    i: usize,
+    (id, rule): (RuleId, &Rule),
+    hits: u64,
+    now: Timestamp,
+    scratch: &mut scratch::Scratch,
+    status: &mut Status,
+) {
+    status.rule = Some(id);
+    status.shadow = rule.shadow;
+    status.quota = rule.quota;
+    match &rule.action {
+        Action::Unlimited => {
+            status.reason = Reason::Unlimited;
+            status.limit_remaining = u32::MAX;
+        }
+        Action::Block { window, reported } => {
+            status.current_limit = Some(current(rule, *reported));
+            block(status, now, *window, hits);
+        }
+        Action::Limit(limits) => {
+            // A window admitting nothing (envoyproxy/ratelimit's
+            // `requests_per_unit: 0`) blocks; it still counts.
+            status.reason = if limits.iter().all(|l| is_closed(&l.limit)) {
+                Reason::Blocked
+            } else {
+                Reason::Limited
+            };
+            lay_out_rule(dom, d, i, (id, rule), limits, hits, scratch);
+        }
+    }
+}
+
+/// Lays out a counter per limit of rule `id` for descriptor `i`, in the
+/// rule's batch, drawing a permit when one of them is in flight.
+#[inline]
+fn lay_out_rule<D: Descriptor>(
+    dom: &Domain,
+    d: &D,
+    i: usize,
+    (id, rule): (RuleId, &Rule),
+    limits: &[RuleLimit],
+    hits: u64,
+    scratch: &mut scratch::Scratch,
+) {
+    let batch = if rule.quota {
+        Batch::Own
+    } else if rule.shadow {
+        Batch::Shadow
+    } else {
+        Batch::Enforced
+    };
+    let (start, end) = keys::group(
+        &mut scratch.keys,
+        rule.fingerprint,
+        d,
+        &scratch.path,
+        &dom.tree,
+    );
+    for (idx, l) in limits.iter().enumerate() {
+        if l.limit.is_concurrency() && scratch.permit.is_none() {
+            scratch.permit = Permit::random();
+        }
+        let key = keys::member(&mut scratch.keys, (start, end), idx as u8);
+        scratch.slots.push(Slot {
+            descriptor: i as u32,
+            key,
+            limit: LimitRef::Rule(id, idx as u8),
+            cost: hits.saturating_mul(rule.cost),
+            batch,
+        });
+    }
+}
+
+/// The key of descriptor `d`'s override counter: one counter per domain,
+/// unit and entries, whatever the limit sent (as envoyproxy/ratelimit keys
+/// it), so a limit changed from one request to the next keeps the count of
+/// the window.
+fn override_key<D: Descriptor>(
+    dom: &Domain,
+    unit: Unit,
+    d: &D,
+    scratch: &mut scratch::Scratch,
+) -> (u32, u32) {
+    let mut fp = crate::compile::StableHasher::default();
+    fp.field(b"override")
+        .field(dom.name.as_bytes())
+        .u64(unit as u64);
+    let (start, end) = keys::group_plain(&mut scratch.keys, fp.finish(), d);
+    keys::member(&mut scratch.keys, (start, end), 0)
+}
+
+/// Whether `limit` admits nothing (only a closed window has a quota of 0).
 fn is_closed(limit: &AnyLimit) -> bool {
-    matches!(limit.kind(), LimitKind::FixedWindow(w) if w.limit() == 0)
+    limit.quota().limit == 0
 }
 
 /// Drops the counters of rules replaced by another matched rule.

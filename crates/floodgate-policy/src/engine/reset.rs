@@ -1,13 +1,14 @@
 //! The time until a limit resets, as reported for a counter that holds
 //! nothing yet (a key never seen, a check-only call, a window just begun).
 
-use floodgate::algorithms::{AnyLimit, LimitKind};
+use floodgate::algorithms::AnyLimit;
 use floodgate::{Decision, Timestamp};
 
 use super::until_window_end;
 
 /// Sets the reset a decision reports when its counter is empty, per
-/// algorithm, so that a fresh key reports what a used one would:
+/// algorithm ([`AnyLimit::reset_window`]), so that a fresh key reports what
+/// a used one would:
 ///
 /// * **fixed window**: the time to the end of the current epoch-aligned
 ///   window (`window − now mod window`), as envoyproxy/ratelimit reports it
@@ -24,8 +25,8 @@ pub(super) fn fill_empty_reset(limit: &AnyLimit, now: Timestamp, d: &mut Decisio
     if !d.reset_after.is_zero() {
         return;
     }
-    if let LimitKind::FixedWindow(w) = limit.kind() {
-        d.reset_after = until_window_end(now, w.window());
+    if let Some(window) = limit.reset_window() {
+        d.reset_after = until_window_end(now, window);
     }
 }
 

@@ -1,5 +1,7 @@
 -- Shared by the decision, lease and sync scripts (see prelude.lua): the
--- algorithms by kind, and reading the keys' states.
+-- algorithms by kind, and reading the keys' states. Every kind is named:
+-- read_item.lua refuses any other, so a kind missing here is an error, not
+-- another algorithm.
 
 local function parse(it, v)
   local kind = it.kind
@@ -13,8 +15,10 @@ local function parse(it, v)
     return log_parse(v)
   elseif kind == 's' then
     return shaper_parse(v)
+  elseif kind == 'c' then
+    return conc_parse(v)
   end
-  return conc_parse(v)
+  error('floodgate: no algorithm for kind ' .. kind)
 end
 
 -- The quota a decision reports as `limit`.
@@ -26,8 +30,10 @@ local function quota(it)
     return floor(it.B / 1000) + 1
   elseif kind == 'c' then
     return it.M
+  elseif kind == 'f' or kind == 'w' or kind == 'n' or kind == 'l' then
+    return it.L
   end
-  return it.L
+  error('floodgate: no quota for kind ' .. kind)
 end
 
 -- Returns outcome, limit, remaining, reset_us, retry_us, delay_ms, and when
@@ -54,8 +60,10 @@ local function decide(it, a, now)
     return sliding_log(it, it.st, a, now)
   elseif kind == 's' then
     return shaper(it, it.st, a, now)
+  elseif kind == 'c' then
+    return concurrency(it, it.st, a, now)
   end
-  return concurrency(it, it.st, a, now)
+  error('floodgate: no algorithm for kind ' .. kind)
 end
 
 -- Reads every item's key: `it.st` is its parsed state (nil for a fresh

@@ -24,7 +24,7 @@ use std::time::Duration;
 use floodgate::algorithms::{AnyLimit, LimitKind};
 
 /// The rate of `limit` as (units, per ns): a window's limit per window, a
-/// token bucket's refill; `None` for other limits.
+/// token bucket's refill; `None` for limits `sync` does not apply to.
 fn rate(limit: &AnyLimit) -> Option<(u128, u128)> {
     Some(match limit.kind() {
         LimitKind::FixedWindow(f) => (f.limit() as u128, f.window().as_nanos()),
@@ -34,7 +34,9 @@ fn rate(limit: &AnyLimit) -> Option<(u128, u128)> {
             let (count, period) = g.rate();
             (count as u128, period.as_nanos())
         }
-        _ => return None,
+        LimitKind::SlidingLog(_) | LimitKind::Shaper(_) | LimitKind::Concurrency(_) => {
+            return None;
+        }
     })
 }
 
@@ -85,13 +87,7 @@ pub fn over_admission(
     instances: u32,
 ) -> Option<OverAdmission> {
     let (_, _) = rate(limit)?;
-    let quota = match limit.kind() {
-        LimitKind::FixedWindow(f) => f.limit(),
-        LimitKind::SlidingWindow(w) => w.limit(),
-        LimitKind::SubWindows(w) => w.limit(),
-        LimitKind::Gcra(g) => g.burst(),
-        _ => return None,
-    };
+    let quota = limit.quota().limit;
     let slice = slice(limit, interval);
     Some(OverAdmission {
         slice,

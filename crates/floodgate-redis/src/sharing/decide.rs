@@ -45,41 +45,12 @@ impl Sharing {
                 if !signal.any() {
                     self.stats.local_decisions.inc();
                     if apply.charge_if_allowed() && d.is_allowed() {
-                        for i in items {
-                            if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() {
-                                self.permits.insert(i.permit, i.key, i.cost, now);
-                            }
-                        }
+                        self.hold_permits(items, now);
                     }
                     return Ok(d);
                 }
             }
-            let t = at.unwrap_or(Timestamp::ZERO);
-            let mut asks: SmallVec<[(usize, Ask); 4]> = SmallVec::new();
-            let mut wait = None;
-            for (i, item) in items.iter().enumerate() {
-                if at.is_some() && !signal.marks(i) {
-                    continue;
-                }
-                if asks.iter().any(|(j, _)| items[*j].key == item.key) {
-                    continue;
-                }
-                // Items with the same key share one counter: their costs add
-                // up (as the store merges them).
-                let need = if apply == Apply::Check {
-                    0
-                } else {
-                    items
-                        .iter()
-                        .filter(|j| j.key == item.key)
-                        .fold(0u64, |n, j| n.saturating_add(j.cost))
-                };
-                match self.take(redis, item, shares[i], need, t) {
-                    Taken::Go(ask) => asks.push((i, ask)),
-                    Taken::Wait => wait = Some(i),
-                    Taken::Nothing => {}
-                }
-            }
+            let (asks, wait) = self.take_all(redis, items, shares, at, &signal, apply);
             if !asks.is_empty() {
                 let keys: SmallVec<[(&[u8], &AnyLimit, Ask); 4]> = asks
                     .iter()
@@ -92,6 +63,51 @@ impl Sharing {
         }
         self.stats.starved.inc();
         Err(Failed::Starved)
+    }
+
+    /// Remembers the concurrency permits an admitted request holds here.
+    fn hold_permits(&self, items: &[Item<'_>], now: Timestamp) {
+        for i in items {
+            if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() {
+                self.permits.insert(i.permit, i.key, i.cost, now);
+            }
+        }
+    }
+
+    /// What the keys a pass marked (every key, when the clock had no time
+    /// at `at`) send to Redis, once per key; and an item whose key waits
+    /// for a call on its way.
+    fn take_all(
+        &self,
+        redis: &RedisBackend,
+        items: &[Item<'_>],
+        shares: &[Share],
+        at: Option<Timestamp>,
+        signal: &Signal,
+        apply: Apply,
+    ) -> (SmallVec<[(usize, Ask); 4]>, Option<usize>) {
+        let t = at.unwrap_or(Timestamp::ZERO);
+        let mut asks: SmallVec<[(usize, Ask); 4]> = SmallVec::new();
+        let mut wait = None;
+        for (i, item) in items.iter().enumerate() {
+            if at.is_some() && !signal.marks(i) {
+                continue;
+            }
+            if asks.iter().any(|(j, _)| items[*j].key == item.key) {
+                continue;
+            }
+            let need = if apply == Apply::Check {
+                0
+            } else {
+                key_cost(items, item.key)
+            };
+            match self.take(redis, item, shares[i], need, t) {
+                Taken::Go(ask) => asks.push((i, ask)),
+                Taken::Wait => wait = Some(i),
+                Taken::Nothing => {}
+            }
+        }
+        (asks, wait)
     }
 
     /// A denied batch's items its second pass left undecided (Redis had
@@ -113,44 +129,10 @@ impl Sharing {
             if !signal.marks_late(i) {
                 continue;
             }
-            let mut decided = None;
-            for _ in 0..ROUNDS {
-                let t = self.clock.now(now).unwrap_or(Timestamp::ZERO);
-                match self.take(redis, item, shares[i], 0, t) {
-                    Taken::Go(ask) => {
-                        self.call(redis, gate, &[(item.key, item.limit, ask)], now)
-                            .await?;
-                    }
-                    Taken::Wait => self.wait(redis, item.key, shares[i]).await,
-                    Taken::Nothing => {}
-                }
-                let t = self.clock.now(now).unwrap_or(Timestamp::ZERO);
-                let one = Signal::default();
-                let mode = match apply {
-                    Apply::Force if !item.limit.in_flight() => Apply::Force,
-                    _ => Apply::Rejected,
-                };
-                let local = Decide {
-                    limit: item.limit,
-                    share: shares[i],
-                    signal: &one,
-                    index: 0,
-                    apply: mode,
-                    margin: self.margin(shares[i]),
-                    queue: &self.queue,
-                    multi: false,
-                };
-                let cost = items
-                    .iter()
-                    .filter(|j| j.key == item.key)
-                    .fold(0u64, |n, j| n.saturating_add(j.cost));
-                let d = self.store.decide(&local, item.key, t, cost, mode);
-                if !one.any() {
-                    decided = Some(d);
-                    break;
-                }
-            }
-            let d = decided.ok_or(Failed::Starved)?;
+            let cost = key_cost(items, item.key);
+            let d = self
+                .decide_one_late(redis, gate, item, shares[i], cost, now, apply)
+                .await?;
             // Items with the same key share its decision.
             for (j, other) in items.iter().enumerate().skip(i) {
                 if other.key == item.key {
@@ -164,6 +146,53 @@ impl Sharing {
         }
         self.stats.local_decisions.inc();
         Ok(combined)
+    }
+
+    /// One of [`decide_late`](Self::decide_late)'s items (its key's
+    /// items costing `cost` together): asked, then decided on its own.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide_one_late(
+        &self,
+        redis: &RedisBackend,
+        gate: &Gate,
+        item: &Item<'_>,
+        share: Share,
+        cost: u64,
+        now: Timestamp,
+        apply: Apply,
+    ) -> Result<Decision, Failed> {
+        let mode = match apply {
+            Apply::Force if !item.limit.in_flight() => Apply::Force,
+            _ => Apply::Rejected,
+        };
+        for _ in 0..ROUNDS {
+            let t = self.clock.now(now).unwrap_or(Timestamp::ZERO);
+            match self.take(redis, item, share, 0, t) {
+                Taken::Go(ask) => {
+                    self.call(redis, gate, &[(item.key, item.limit, ask)], now)
+                        .await?;
+                }
+                Taken::Wait => self.wait(redis, item.key, share).await,
+                Taken::Nothing => {}
+            }
+            let t = self.clock.now(now).unwrap_or(Timestamp::ZERO);
+            let one = Signal::default();
+            let local = Decide {
+                limit: item.limit,
+                share,
+                signal: &one,
+                index: 0,
+                apply: mode,
+                margin: self.margin(share),
+                queue: &self.queue,
+                multi: false,
+            };
+            let d = self.store.decide(&local, item.key, t, cost, mode);
+            if !one.any() {
+                return Ok(d);
+            }
+        }
+        Err(Failed::Starved)
     }
 
     /// One decision pass in the core store.
@@ -211,4 +240,13 @@ impl Sharing {
             Share::Sync { .. } => 0,
         }
     }
+}
+
+/// What the items on `key` cost together: items with the same key share
+/// one counter, their costs add up (as the store merges them).
+fn key_cost(items: &[Item<'_>], key: &[u8]) -> u64 {
+    items
+        .iter()
+        .filter(|j| j.key == key)
+        .fold(0u64, |n, j| n.saturating_add(j.cost))
 }

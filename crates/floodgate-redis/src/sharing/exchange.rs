@@ -10,13 +10,14 @@ use floodgate::{Algorithm, Apply, Timestamp};
 use floodgate_policy::{BackendError, Item};
 use futures_util::future::join_all;
 
-use super::calls::{self, Answer, Ask, Shared};
+use super::calls::{self, Answer, Ask, LeaseAsk, Shared, SyncAsk};
 use super::entry::{Entry, Names};
 use super::local::{Keep, Share, Take};
 use super::take::{Caller, Taken, give_back, take_from};
 use super::{Failed, Gate, Sharing, state};
 use crate::RedisBackend;
 use crate::breaker::Pass;
+use crate::stats::SharingStats;
 
 impl Sharing {
     /// What `item`'s entry sends with the next call (creating it), if no
@@ -226,63 +227,10 @@ impl Sharing {
                 state::install(&mut e.replica, &e.limit, &a.fields, a.blocked_us, held);
                 e.stale = false;
             }
-            let mut queue_at = None;
-            match ask {
-                Ask::Lease(sent) => {
-                    let l = &mut e.lease;
-                    stats.lease_units.add(a.granted);
-                    if a.granted > 0 {
-                        stats.lease_grants.inc();
-                    }
-                    if sent.ret > 0 {
-                        stats.lease_returns.inc();
-                        stats.returned_units.add(sent.ret);
-                    }
-                    l.units = l.units.saturating_add(a.granted);
-                    if sent.ends {
-                        l.open = false;
-                    }
-                    if a.granted > 0 {
-                        l.open = true;
-                        l.end = a.end_us.saturating_mul(1000);
-                        l.at = state::window_of(&e.limit, Timestamp::from_micros(now_us));
-                        l.granted = a.granted;
-                        l.granted_at = t.as_nanos();
-                        l.used = 0;
-                    }
-                    if l.open {
-                        // Ended at its end if nothing renews it first.
-                        queue_at = Some(l.end);
-                    }
-                    if sent.floor != (0, 0) {
-                        l.floor = false;
-                    }
-                    if l.block.div_ceil(1000) <= sent.block_us {
-                        l.block = 0;
-                    }
-                    l.pending = false;
-                }
-                Ask::Sync(sent) => {
-                    // The hits admitted while the call was on its way.
-                    for (_, units) in e.view.hits.0 {
-                        if units > 0 {
-                            e.limit.decide(&mut e.replica, t, units, Apply::Force);
-                        }
-                    }
-                    if e.view.block.div_ceil(1000) <= sent.block_us {
-                        e.view.block = 0;
-                    }
-                    // Redis has every hit but those admitted since the push
-                    // left: those are what this instance admitted blind.
-                    e.view.since = e.view.hits.total();
-                    e.view.seen = now_us.saturating_mul(1000);
-                    e.view.synced = true;
-                    e.view.pending = false;
-                    if e.view.dirty() {
-                        queue_at = Some(t.as_nanos());
-                    }
-                }
-            }
+            let queue_at = match ask {
+                Ask::Lease(sent) => lease_answered(e, sent, a, now_us, t, stats),
+                Ask::Sync(sent) => sync_answered(e, sent, now_us, t),
+            };
             let after = state::load(&e.replica);
             if after.0 == before.0 && after.1 > before.1 {
                 stats
@@ -305,6 +253,70 @@ impl Sharing {
     }
 }
 
+/// A lease call's answer in its entry: the units granted, what was given
+/// back, paid or raised; returns when the entry is due (the lease's end,
+/// when one is open).
+fn lease_answered(
+    e: &mut Entry,
+    sent: LeaseAsk,
+    a: &Answer,
+    now_us: u64,
+    t: Timestamp,
+    stats: &SharingStats,
+) -> Option<u64> {
+    let l = &mut e.lease;
+    stats.lease_units.add(a.granted);
+    if a.granted > 0 {
+        stats.lease_grants.inc();
+    }
+    if sent.ret > 0 {
+        stats.lease_returns.inc();
+        stats.returned_units.add(sent.ret);
+    }
+    l.units = l.units.saturating_add(a.granted);
+    if sent.ends {
+        l.open = false;
+    }
+    if a.granted > 0 {
+        l.open = true;
+        l.end = a.end_us.saturating_mul(1000);
+        l.at = state::window_of(&e.limit, Timestamp::from_micros(now_us));
+        l.granted = a.granted;
+        l.granted_at = t.as_nanos();
+        l.used = 0;
+    }
+    if sent.floor != (0, 0) {
+        l.floor = false;
+    }
+    if l.block.div_ceil(1000) <= sent.block_us {
+        l.block = 0;
+    }
+    l.pending = false;
+    // Ended at its end if nothing renews it first.
+    l.open.then_some(l.end)
+}
+
+/// A sync call's answer in its entry (whose replica holds Redis's state
+/// now): the hits admitted while the call was on its way are counted
+/// again; returns when the entry is due (now, when it has more to push).
+fn sync_answered(e: &mut Entry, sent: SyncAsk, now_us: u64, t: Timestamp) -> Option<u64> {
+    for (_, units) in e.view.hits.0 {
+        if units > 0 {
+            e.limit.decide(&mut e.replica, t, units, Apply::Force);
+        }
+    }
+    if e.view.block.div_ceil(1000) <= sent.block_us {
+        e.view.block = 0;
+    }
+    // Redis has every hit but those admitted since the push
+    // left: those are what this instance admitted blind.
+    e.view.since = e.view.hits.total();
+    e.view.seen = now_us.saturating_mul(1000);
+    e.view.synced = true;
+    e.view.pending = false;
+    e.view.dirty().then_some(t.as_nanos())
+}
+
 fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -321,7 +333,12 @@ fn units_of(limit: &AnyLimit, delta: u128) -> u64 {
             let period = period.as_nanos();
             delta / (period / gcd(period, count as u128)).max(1)
         }
-        _ => delta,
+        LimitKind::FixedWindow(_)
+        | LimitKind::SlidingWindow(_)
+        | LimitKind::SubWindows(_)
+        | LimitKind::SlidingLog(_)
+        | LimitKind::Shaper(_)
+        | LimitKind::Concurrency(_) => delta,
     };
     u64::try_from(delta).unwrap_or(u64::MAX)
 }

@@ -29,12 +29,51 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Whether `mode` applies to `limit`: leases to windows, token buckets and
-/// in-flight limits; sync to windows and token buckets; `exact` to all.
-/// Sliding logs and shapers are decided in Redis only: their state is the
-/// order of every request, which no lease or count summarises.
+/// The modes besides `exact` an algorithm can be shared under, and why
+/// not when it cannot.
+struct Modes {
+    lease: bool,
+    sync: bool,
+    /// What the algorithm is, and why a mode it refuses cannot hold it.
+    otherwise: &'static str,
+}
+
+/// Each algorithm's [`Modes`]: leases apply to windows, token buckets and
+/// in-flight limits; sync to windows and token buckets. Sliding logs and
+/// shapers are decided in Redis only: their state is the order of every
+/// request, which no lease or count summarises.
+fn modes(kind: LimitKind<'_>) -> Modes {
+    const COUNTS: Modes = Modes {
+        lease: true,
+        sync: true,
+        otherwise: "",
+    };
+    match kind {
+        LimitKind::FixedWindow(_)
+        | LimitKind::SlidingWindow(_)
+        | LimitKind::SubWindows(_)
+        | LimitKind::Gcra(_) => COUNTS,
+        LimitKind::Concurrency(_) => Modes {
+            lease: true,
+            sync: false,
+            otherwise: "an in-flight limit (use lease: permits are leased)",
+        },
+        LimitKind::SlidingLog(_) => Modes {
+            lease: false,
+            sync: false,
+            otherwise: "a sliding log (every request's time is its state)",
+        },
+        LimitKind::Shaper(_) => Modes {
+            lease: false,
+            sync: false,
+            otherwise: "a shaper (its delays depend on the order of every request)",
+        },
+    }
+}
+
+/// Whether `mode` applies to `limit` (`exact` applies to all; see
+/// `docs/redis.md`, "Synchronisation modes").
 pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode> {
-    let kind = limit.kind();
     if matches!(mode, SyncMode::Lease { .. }) && !limit.block().is_zero() {
         return Err(UnsupportedMode::new(
             "sync mode lease does not apply to a limit with block_for (a block starts the key \
@@ -42,24 +81,41 @@ pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode>
                 .to_owned(),
         ));
     }
+    let modes = modes(limit.kind());
     let ok = match mode {
         SyncMode::Exact => true,
-        SyncMode::Lease { .. } => !matches!(kind, LimitKind::SlidingLog(_) | LimitKind::Shaper(_)),
-        SyncMode::Sync { .. } => !matches!(
-            kind,
-            LimitKind::SlidingLog(_) | LimitKind::Shaper(_) | LimitKind::Concurrency(_)
-        ),
+        SyncMode::Lease { .. } => modes.lease,
+        SyncMode::Sync { .. } => modes.sync,
     };
     if ok {
         return Ok(());
     }
-    let what = match kind {
-        LimitKind::SlidingLog(_) => "a sliding log (every request's time is its state)",
-        LimitKind::Shaper(_) => "a shaper (its delays depend on the order of every request)",
-        _ => "an in-flight limit (use lease: permits are leased)",
-    };
     Err(UnsupportedMode::new(format!(
-        "sync mode {} does not apply to {what}; use exact",
-        mode.name()
+        "sync mode {} does not apply to {}; use exact",
+        mode.name(),
+        modes.otherwise
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{Params, every_algorithm};
+
+    /// The lease and sync scripts refuse, by their kind, the limits that
+    /// [`modes`] says their mode does not apply to, and only those.
+    #[test]
+    fn the_scripts_refuse_what_a_mode_does_not_apply_to() {
+        let lease = include_str!("../lua/lease_items.lua");
+        let sync = include_str!("../lua/sync_items.lua");
+        for limit in every_algorithm() {
+            let code = Params::of(&limit).unwrap().code();
+            let refused = |script: &str| script.contains(&format!("it.kind == '{code}'"));
+            let m = modes(limit.kind());
+            let what = limit.describe().to_string();
+            assert_eq!(m.lease, !refused(lease), "lease of {what}");
+            assert_eq!(m.sync, !refused(sync), "sync of {what}");
+            assert_eq!(m.lease && m.sync, m.otherwise.is_empty(), "{what}");
+        }
+    }
 }

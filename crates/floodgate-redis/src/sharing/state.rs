@@ -43,34 +43,37 @@ pub(crate) fn install(
         *state = AnyState::Blocked(blocked_us.saturating_mul(1000));
         return true;
     }
-    let at = |us: u64| Timestamp::from_nanos(us.saturating_mul(1000));
-    let ok = match (limit.kind(), fields) {
+    let ok = install_fields(state, limit, fields, held);
+    if !ok {
+        *state = AnyState::Fresh;
+    }
+    ok
+}
+
+/// A timestamp of `us` microseconds.
+fn at(us: u64) -> Timestamp {
+    Timestamp::from_nanos(us.saturating_mul(1000))
+}
+
+/// [`install`] with no block in force: false when `fields` are not a state
+/// of `limit`'s algorithm.
+fn install_fields(state: &mut AnyState, limit: &AnyLimit, fields: &[u64], held: u64) -> bool {
+    match (limit.kind(), fields) {
         (LimitKind::FixedWindow(_), &[start, count]) => {
             *state = if start == 0 && count == 0 {
                 AnyState::Fresh
             } else {
                 AnyState::FixedWindow(WindowState::new(at(start), count))
             };
-            true
         }
         (LimitKind::SlidingWindow(_), &[start, prev, cur]) => {
             let c = |x: u64| x.min(u32::MAX as u64) as u32;
             *state = AnyState::SlidingWindow(SlidingWindowState::new(at(start), c(prev), c(cur)));
-            true
         }
         (LimitKind::SubWindows(w), [start, counts @ ..])
             if counts.len() == w.sub_windows() as usize + 1 =>
         {
-            let start = at(*start);
-            match state {
-                AnyState::SubWindows(s) if s.counts().len() == counts.len() => {
-                    let mut boxed = std::mem::take(s).into_counts();
-                    boxed.copy_from_slice(counts);
-                    *s = SubWindowState::new(start, boxed);
-                }
-                _ => *state = AnyState::SubWindows(SubWindowState::new(start, counts.into())),
-            }
-            true
+            install_counts(state, at(*start), counts);
         }
         (LimitKind::Gcra(g), &[ti, tf]) => {
             let (count, period) = g.rate();
@@ -81,18 +84,36 @@ pub(crate) fn install(
             } else {
                 AnyState::Gcra(ticks)
             };
-            true
         }
         (LimitKind::Concurrency(_), &[others]) => {
             *state = AnyState::Concurrency(others.saturating_add(held));
-            true
         }
-        _ => false,
-    };
-    if !ok {
-        *state = AnyState::Fresh;
+        // Fields of another shape.
+        (
+            LimitKind::FixedWindow(_)
+            | LimitKind::SlidingWindow(_)
+            | LimitKind::SubWindows(_)
+            | LimitKind::Gcra(_)
+            | LimitKind::Concurrency(_),
+            _,
+        ) => return false,
+        // Decided in Redis only: no lease or sync script sends their state.
+        (LimitKind::SlidingLog(_) | LimitKind::Shaper(_), _) => return false,
     }
-    ok
+    true
+}
+
+/// `state` becomes sub-windows starting at `start` holding `counts`, in
+/// the allocation it has when it is one of the same length.
+fn install_counts(state: &mut AnyState, start: Timestamp, counts: &[u64]) {
+    match state {
+        AnyState::SubWindows(s) if s.counts().len() == counts.len() => {
+            let mut boxed = std::mem::take(s).into_counts();
+            boxed.copy_from_slice(counts);
+            *s = SubWindowState::new(start, boxed);
+        }
+        _ => *state = AnyState::SubWindows(SubWindowState::new(start, counts.into())),
+    }
 }
 
 /// A GCRA state's TAT as Redis writes it, `(µs, ticks of 1/C µs)`, rounded
@@ -128,7 +149,10 @@ pub(crate) fn load(state: &AnyState) -> (u64, u128) {
         ),
         AnyState::Gcra(t) => (0, *t),
         AnyState::Concurrency(h) => (0, *h as u128),
-        _ => (0, 0),
+        // Nothing charged yet, or not shared (decided in Redis only).
+        AnyState::Fresh | AnyState::Blocked(_) | AnyState::SlidingLog(_) | AnyState::Shaper(_) => {
+            (0, 0)
+        }
     }
 }
 
@@ -136,24 +160,16 @@ pub(crate) fn load(state: &AnyState) -> (u64, u128) {
 /// limit (its length is the unit a lease or a hit belongs to); 0 for other
 /// limits.
 pub(crate) fn window_of(limit: &AnyLimit, now: Timestamp) -> u64 {
-    let width = match limit.kind() {
-        LimitKind::FixedWindow(f) => f.window().as_nanos(),
-        LimitKind::SlidingWindow(w) => w.window().as_nanos(),
-        LimitKind::SubWindows(w) => (w.window() / w.sub_windows()).as_nanos(),
-        _ => return 0,
-    } as u64;
+    let Some(width) = limit.counting_window() else {
+        return 0;
+    };
     let now = now.as_nanos();
-    now - now % width.max(1)
+    now - now % (width.as_nanos() as u64).max(1)
 }
 
 /// The window or sub-window length (ns) of a window limit; 0 otherwise.
 pub(crate) fn window_width(limit: &AnyLimit) -> u64 {
-    (match limit.kind() {
-        LimitKind::FixedWindow(f) => f.window().as_nanos(),
-        LimitKind::SlidingWindow(w) => w.window().as_nanos(),
-        LimitKind::SubWindows(w) => (w.window() / w.sub_windows()).as_nanos(),
-        _ => 0,
-    }) as u64
+    limit.counting_window().map_or(0, |w| w.as_nanos() as u64)
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! when the call fails.
 
 use floodgate::Timestamp;
-use floodgate::algorithms::LimitKind;
 
 use super::calls::{Ask, LeaseAsk, SyncAsk};
 use super::entry::Entry;
@@ -39,11 +38,11 @@ fn want(e: &Entry, need: u64, now: u64, duration: u64) -> u64 {
     w.max(need)
 }
 
-/// Whether the entry's lease was granted in a fixed window that is over
-/// at `now`.
+/// Whether the entry's lease was granted in a fixed window (one that
+/// forgets its counts at its end) that is over at `now`.
 fn lapsed_fixed_window(e: &Entry, now: Timestamp) -> bool {
     let l = &e.lease;
-    matches!(e.limit.kind(), LimitKind::FixedWindow(_))
+    e.limit.reset_window().is_some()
         && (l.open || l.units > 0)
         && state::window_of(&e.limit, now) > l.at
 }
@@ -71,79 +70,85 @@ pub(super) fn take_from(
     caller: Caller,
 ) -> Taken {
     match share {
-        Share::Lease { duration } => {
-            if e.lease.pending {
-                return Taken::Wait;
-            }
-            if lapsed_fixed_window(e, now) {
-                // Units of a fixed window that is over: no decision reads
-                // that window's count again, so there is nothing to give
-                // back (and no call to make at every window's end).
-                let l = &mut e.lease;
-                l.units = 0;
-                l.open = false;
-            }
-            let keep = match caller {
-                Caller::Due { margin } => e.usable(now, margin) > 0,
-                _ => false,
-            };
-            let l = &e.lease;
-            let ret = if keep { 0 } else { l.units };
-            let ends = !keep && (l.open || l.units > 0);
-            if caller != Caller::Request
-                && ret == 0
-                && !ends
-                && l.debts.is_empty()
-                && !l.floor
-                && l.block == 0
-            {
-                return Taken::Nothing;
-            }
-            // A TAT is raised to what is known here whenever a lease ends
-            // (admissions here came later than the grant charged them, and
-            // a penalty's charge must outlast the units given back) or a
-            // request asks.
-            let floor = if l.floor || ends || caller == Caller::Request {
-                state::gcra_floor(&e.replica, &e.limit)
-            } else {
-                (0, 0)
-            };
-            let ask = LeaseAsk {
-                need,
-                want: want(e, need, now.as_nanos(), duration),
-                dur_us: duration / 1000,
-                ret,
-                ends,
-                at_us: l.at / 1000,
-                debts: l.debts.0.map(|(at, n)| (at / 1000, n)),
-                floor,
-                in_use: l.in_use,
-                block_us: l.block.div_ceil(1000),
-            };
-            let l = &mut e.lease;
-            l.units -= ret;
-            l.debts.take();
-            l.pending = true;
-            Taken::Go(Ask::Lease(ask))
-        }
-        Share::Sync { .. } => {
-            if e.view.pending {
-                return Taken::Wait;
-            }
-            if caller != Caller::Request && !e.view.dirty() {
-                return Taken::Nothing;
-            }
-            let hits = e.view.hits.take();
-            let ask = SyncAsk {
-                hits: hits.map(|(at, n)| (at / 1000, n)),
-                block_us: e.view.block.div_ceil(1000),
-            };
-            // `since` goes on counting the pushed hits until Redis has
-            // them (see `install`).
-            e.view.pending = true;
-            Taken::Go(Ask::Sync(ask))
-        }
+        Share::Lease { duration } => take_lease(e, duration, need, now, caller),
+        Share::Sync { .. } => take_view(e, caller),
     }
+}
+
+/// [`take_from`] under a lease of `duration` (ns).
+fn take_lease(e: &mut Entry, duration: u64, need: u64, now: Timestamp, caller: Caller) -> Taken {
+    if e.lease.pending {
+        return Taken::Wait;
+    }
+    if lapsed_fixed_window(e, now) {
+        // Units of a fixed window that is over: no decision reads
+        // that window's count again, so there is nothing to give
+        // back (and no call to make at every window's end).
+        let l = &mut e.lease;
+        l.units = 0;
+        l.open = false;
+    }
+    let keep = match caller {
+        Caller::Due { margin } => e.usable(now, margin) > 0,
+        _ => false,
+    };
+    let l = &e.lease;
+    let ret = if keep { 0 } else { l.units };
+    let ends = !keep && (l.open || l.units > 0);
+    if caller != Caller::Request
+        && ret == 0
+        && !ends
+        && l.debts.is_empty()
+        && !l.floor
+        && l.block == 0
+    {
+        return Taken::Nothing;
+    }
+    // A TAT is raised to what is known here whenever a lease ends
+    // (admissions here came later than the grant charged them, and
+    // a penalty's charge must outlast the units given back) or a
+    // request asks.
+    let floor = if l.floor || ends || caller == Caller::Request {
+        state::gcra_floor(&e.replica, &e.limit)
+    } else {
+        (0, 0)
+    };
+    let ask = LeaseAsk {
+        need,
+        want: want(e, need, now.as_nanos(), duration),
+        dur_us: duration / 1000,
+        ret,
+        ends,
+        at_us: l.at / 1000,
+        debts: l.debts.0.map(|(at, n)| (at / 1000, n)),
+        floor,
+        in_use: l.in_use,
+        block_us: l.block.div_ceil(1000),
+    };
+    let l = &mut e.lease;
+    l.units -= ret;
+    l.debts.take();
+    l.pending = true;
+    Taken::Go(Ask::Lease(ask))
+}
+
+/// [`take_from`] under `sync`: the view's hits.
+fn take_view(e: &mut Entry, caller: Caller) -> Taken {
+    if e.view.pending {
+        return Taken::Wait;
+    }
+    if caller != Caller::Request && !e.view.dirty() {
+        return Taken::Nothing;
+    }
+    let hits = e.view.hits.take();
+    let ask = SyncAsk {
+        hits: hits.map(|(at, n)| (at / 1000, n)),
+        block_us: e.view.block.div_ceil(1000),
+    };
+    // `since` goes on counting the pushed hits until Redis has
+    // them (see `install`).
+    e.view.pending = true;
+    Taken::Go(Ask::Sync(ask))
 }
 
 /// A call failed: what it took goes back to the entry (a lease's unused

@@ -2,7 +2,7 @@
 //! decided against (a rule with several `limits:` has one entry each), with
 //! its own decision, next to the narrowest one the status reports.
 
-use floodgate::algorithms::{AnyLimit, LimitKind};
+use floodgate::algorithms::AnyLimit;
 use floodgate_policy::engine::LimitEntry;
 use floodgate_policy::{Held, PolicySet, Response, Status, SyncMode};
 use serde::Serialize;
@@ -55,14 +55,7 @@ fn sync_json(h: &Held) -> SyncJson {
 
 /// The name of a limit's algorithm.
 pub fn algorithm(limit: &AnyLimit) -> &'static str {
-    match limit.kind() {
-        LimitKind::FixedWindow(_) => "fixed_window",
-        LimitKind::Gcra(_) => "token_bucket",
-        LimitKind::SlidingWindow(_) | LimitKind::SubWindows(_) => "sliding_window",
-        LimitKind::SlidingLog(_) => "sliding_log",
-        LimitKind::Shaper(_) => "shaper",
-        LimitKind::Concurrency(_) => "concurrency",
-    }
+    limit.name()
 }
 
 /// The limits of descriptor `index` (whose status is `status`), in their

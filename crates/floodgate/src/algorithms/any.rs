@@ -4,10 +4,27 @@
 use crate::algorithm::{Algorithm, Apply};
 use crate::{Decision, Outcome, Timestamp};
 
+use super::shape::{Quota, Shape};
 use super::{
     Concurrency, FixedWindow, Gcra, GcraState, LogState, Shaper, ShaperState, SlidingLog,
     SlidingWindow, SlidingWindowState, SubWindowCounter, SubWindowState, WindowState,
 };
+
+/// `$body` with `$a` bound to the algorithm `$kind` holds, whichever it is:
+/// the one exhaustive match every question about an algorithm goes through.
+macro_rules! each_kind {
+    ($kind:expr, $a:ident => $body:expr) => {
+        match $kind {
+            Kind::Gcra($a) => $body,
+            Kind::FixedWindow($a) => $body,
+            Kind::SlidingWindow($a) => $body,
+            Kind::SubWindows($a) => $body,
+            Kind::SlidingLog($a) => $body,
+            Kind::Shaper($a) => $body,
+            Kind::Concurrency($a) => $body,
+        }
+    };
+}
 
 /// One limit of any algorithm, with its penalty mode and an optional block
 /// duration.
@@ -220,6 +237,77 @@ impl AnyLimit {
     }
 }
 
+/// What the limit looks like from outside its decisions (see [`Quota`]).
+impl AnyLimit {
+    /// The algorithm's name in a configuration: `fixed_window`,
+    /// `sliding_window`, `sliding_log`, `token_bucket`, `shaper`,
+    /// `concurrency`.
+    #[inline]
+    pub fn name(&self) -> &'static str {
+        each_kind!(&self.kind, a => a.name())
+    }
+
+    /// The quota a client is told of.
+    #[inline]
+    pub fn quota(&self) -> Quota {
+        each_kind!(&self.kind, a => a.quota())
+    }
+
+    /// The length of the epoch-aligned window (or sub-window) the limit's
+    /// counts are kept by (a fixed window's, a sliding window's current
+    /// one, a sub-window); `None` for an algorithm without windows.
+    #[inline]
+    pub fn counting_window(&self) -> Option<std::time::Duration> {
+        each_kind!(&self.kind, a => a.counting_window())
+    }
+
+    /// The epoch-aligned window at whose end everything counted is
+    /// forgotten at once (a fixed window's); `None` when what was counted
+    /// expires or drains gradually.
+    ///
+    /// ```
+    /// use floodgate::algorithms::{AnyLimit, FixedWindow, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let fixed = AnyLimit::from(FixedWindow::new(5, minute).unwrap());
+    /// assert_eq!(fixed.reset_window(), Some(minute));
+    /// let sliding = AnyLimit::from(SlidingWindow::new(5, minute).unwrap());
+    /// assert_eq!(sliding.reset_window(), None);
+    /// ```
+    #[inline]
+    pub fn reset_window(&self) -> Option<std::time::Duration> {
+        each_kind!(&self.kind, a => a.reset_window())
+    }
+
+    /// The limit in words, its algorithm's name first: `sliding_log
+    /// 100/60s`, `token_bucket 10/1s burst 5`, `shaper 10 r/s burst 5`
+    /// (windows in whole seconds, rounded up).
+    ///
+    /// ```
+    /// use floodgate::algorithms::{AnyLimit, FixedWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limit = AnyLimit::from(FixedWindow::new(100, Duration::from_secs(60)).unwrap());
+    /// assert_eq!(limit.describe().to_string(), "fixed_window 100/60s");
+    /// ```
+    pub fn describe(&self) -> impl std::fmt::Display + '_ {
+        Described(self)
+    }
+}
+
+/// An [`AnyLimit`] in words (see [`AnyLimit::describe`]).
+struct Described<'a>(&'a AnyLimit);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        each_kind!(&self.0.kind, a => {
+            write!(f, "{} ", a.name())?;
+            a.describe(f)
+        })
+    }
+}
+
 impl AnyLimit {
     /// The decision for a request of `cost` on a key blocked until `until`:
     /// denied until then, or [`Outcome::Never`] for a cost that can never fit.
@@ -302,17 +390,25 @@ impl Algorithm for AnyLimit {
     }
 
     fn idle_at(&self, state: &AnyState, now: Timestamp) -> Timestamp {
-        match (&self.kind, state) {
-            (Kind::Gcra(a), AnyState::Gcra(s)) => a.idle_at(s, now),
-            (Kind::FixedWindow(a), AnyState::FixedWindow(s)) => a.idle_at(s, now),
-            (Kind::SlidingWindow(a), AnyState::SlidingWindow(s)) => a.idle_at(s, now),
-            (Kind::SubWindows(a), AnyState::SubWindows(s)) => a.idle_at(s, now),
-            (Kind::SlidingLog(a), AnyState::SlidingLog(s)) => a.idle_at(s, now),
-            (Kind::Shaper(a), AnyState::Shaper(s)) => a.idle_at(s, now),
-            (Kind::Concurrency(a), AnyState::Concurrency(s)) => a.idle_at(s, now),
-            (_, AnyState::Blocked(until)) => Timestamp::from_nanos(*until).max(now),
-            _ => now,
+        macro_rules! idle_at {
+            ($($k:ident),+) => {
+                match (&self.kind, state) {
+                    (_, AnyState::Blocked(until)) => Timestamp::from_nanos(*until).max(now),
+                    $((Kind::$k(a), AnyState::$k(s)) => a.idle_at(s, now),)+
+                    // Fresh, or another kind's state: nothing of this limit.
+                    $((Kind::$k(_), _) => now,)+
+                }
+            };
         }
+        idle_at!(
+            Gcra,
+            FixedWindow,
+            SlidingWindow,
+            SubWindows,
+            SlidingLog,
+            Shaper,
+            Concurrency
+        )
     }
 
     fn in_flight(&self) -> bool {

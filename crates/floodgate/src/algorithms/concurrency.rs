@@ -3,11 +3,14 @@
 //! [`RateLimiter::acquire`](crate::RateLimiter::acquire) permit does that on
 //! drop, so a holder that panics still releases.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape};
 
 /// At most `max` in flight at once.
 ///
@@ -44,6 +47,31 @@ impl Concurrency {
     /// Gives back `units` taken by an admitted request.
     pub fn release(&self, held: &mut u64, units: u64) {
         *held = held.saturating_sub(units);
+    }
+}
+
+impl Shape for Concurrency {
+    fn name(&self) -> &'static str {
+        "concurrency"
+    }
+
+    fn quota(&self) -> Quota {
+        Quota {
+            limit: self.max,
+            window: None,
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.max)
     }
 }
 

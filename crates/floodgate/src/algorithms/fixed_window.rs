@@ -2,11 +2,14 @@
 //! clock's epoch (`window_start = now − now mod window`, as Envoy's rate
 //! limit service computes it), the count resetting at each boundary.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape, per_window};
 
 /// At most `limit` per epoch-aligned window of fixed length.
 ///
@@ -98,6 +101,32 @@ impl FixedWindow {
     /// The window length.
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window)
+    }
+}
+
+impl Shape for FixedWindow {
+    fn name(&self) -> &'static str {
+        "fixed_window"
+    }
+
+    fn quota(&self) -> Quota {
+        Quota {
+            limit: self.limit,
+            window: Some(self.window()),
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        Some(self.window())
+    }
+
+    /// The count starts afresh at every window's end.
+    fn reset_window(&self) -> Option<Duration> {
+        Some(self.window())
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        per_window(f, self.limit, self.window())
     }
 }
 

@@ -22,12 +22,15 @@
 //! exactly and no fractional refill is ever lost or rounded. Most quotas
 //! (10/s, 1000/h) have `c = 1`.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::arith::{Divisor, div_ceil, gcd, nanos, sat64};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape, saturating_nanos};
 
 /// Generic cell rate algorithm: `count` per `period`, with a burst capacity.
 /// Also the token bucket and the leaky-bucket meter (see the module docs).
@@ -193,6 +196,35 @@ impl Gcra {
     #[inline]
     fn nanos_until(&self, until: u128, now_t: u128) -> Duration {
         nanos(div_ceil(until.saturating_sub(now_t), self.c))
+    }
+}
+
+impl Shape for Gcra {
+    fn name(&self) -> &'static str {
+        "token_bucket"
+    }
+
+    /// The burst, refilled over burst × emission interval.
+    fn quota(&self) -> Quota {
+        let (count, period) = self.rate();
+        let nanos = (self.burst as u128 * period.as_nanos()).div_ceil(count.max(1) as u128);
+        Quota {
+            limit: self.burst,
+            window: Some(saturating_nanos(nanos)),
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (n, p) = self.rate();
+        write!(f, "{n}/{}s burst {}", p.as_secs_f64(), self.burst)
     }
 }
 

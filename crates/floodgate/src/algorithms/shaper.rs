@@ -32,12 +32,15 @@
 //! still rejected 62 s after its last pass and passes at 62.5 s, while a key
 //! whose node another key's arrival deleted passes from 60 s on.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::arith::{Divisor, sat64};
 use crate::error::{ConfigError, MAX_COUNT, check_count};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape};
 
 /// An nginx `rate=`: requests per second or per minute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -234,6 +237,66 @@ impl Shaper {
             .map(|scaled| self.per_rate.div_ceil(scaled))
     }
 
+    /// The delay (ms) of a request admitted at `excess`: what exceeds the
+    /// delay threshold, drained at the rate.
+    #[inline]
+    fn delay_ms(&self, excess: u64) -> u64 {
+        match excess.checked_sub(self.delay) {
+            Some(over) if over > 0 => match over.checked_mul(1000) {
+                Some(scaled) => self.per_rate.div(scaled),
+                None => sat64(over as u128 * 1000 / self.rate as u128),
+            },
+            _ => 0,
+        }
+    }
+
+    /// Charges the node: `excess` at `now_ms`. Returns what the next
+    /// request would start from.
+    #[inline]
+    fn charge(s: &mut ShaperState, now_ms: u64, excess: u64) -> u64 {
+        // `last` moves only when a millisecond has passed (branch-free:
+        // whether it has is a coin flip on busy keys).
+        s.last = if s.last == u64::MAX {
+            now_ms
+        } else {
+            s.last.max(now_ms)
+        };
+        s.excess = excess;
+        excess.saturating_add(1000)
+    }
+
+    /// The wait of a denied request costing `extra` more than one: the
+    /// earliest ms after `last` with `excess − rate·ms/1000 + 1000 + extra
+    /// ≤ burst`.
+    #[inline]
+    fn retry_after(&self, s: &ShaperState, extra: u64, now: Timestamp) -> Duration {
+        let need = (s.excess as u128 + 1000 + extra as u128).saturating_sub(self.burst as u128);
+        until_ms(s.last as u128 + self.ms_to_drain(need), now)
+    }
+
+    /// The time until the node is idle (its reset) and that instant.
+    #[inline]
+    fn reset_and_idle(&self, s: &ShaperState, now: Timestamp) -> (Duration, Timestamp) {
+        match self.idle_ms(s) {
+            // The usual case in 64 bits: an instant before the end of time.
+            Some(at) if at <= (u64::MAX / 1_000_000) as u128 => {
+                let at = at as u64 * 1_000_000;
+                (
+                    Duration::from_nanos(at.saturating_sub(now.as_nanos())),
+                    Timestamp::from_nanos(at),
+                )
+            }
+            Some(at) => {
+                let at = at_nanos(at);
+                (
+                    Duration::from_nanos(sat64(at.saturating_sub(now.as_nanos() as u128))),
+                    Timestamp::from_nanos(sat64(at)),
+                )
+            }
+            None => (Duration::ZERO, now),
+        }
+    }
+
     /// The instant a node with this state behaves like no node at all: when
     /// `excess + 1000` has drained.
     #[inline]
@@ -265,6 +328,39 @@ fn at_nanos(at_ms: u128) -> u128 {
         (at_ms as u64 * 1_000_000) as u128
     } else {
         at_ms.saturating_mul(1_000_000)
+    }
+}
+
+impl Shape for Shaper {
+    fn name(&self) -> &'static str {
+        "shaper"
+    }
+
+    /// The burst plus the request passed at once, drained at the rate.
+    fn quota(&self) -> Quota {
+        let limit = self.burst() + 1;
+        let millis = (limit as u128 * 1_000_000).div_ceil(self.rate.max(1) as u128);
+        Quota {
+            limit,
+            window: Some(Duration::from_millis(millis.min(u64::MAX as u128) as u64)),
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} r/s burst {}",
+            self.rate as f64 / 1000.0,
+            self.burst()
+        )
     }
 }
 
@@ -304,13 +400,7 @@ impl Algorithm for Shaper {
         } else if never {
             (Outcome::Never, false)
         } else if excess <= self.burst {
-            let delay = match excess.checked_sub(self.delay) {
-                Some(over) if over > 0 => match over.checked_mul(1000) {
-                    Some(scaled) => self.per_rate.div(scaled),
-                    None => sat64(over as u128 * 1000 / self.rate as u128),
-                },
-                _ => 0,
-            };
+            let delay = self.delay_ms(excess);
             let outcome = if delay == 0 {
                 Outcome::Allowed
             } else {
@@ -322,45 +412,16 @@ impl Algorithm for Shaper {
         };
         // What the next request would start from (its `base`).
         let next = if charge {
-            // `last` moves only when a millisecond has passed (branch-free:
-            // whether it has is a coin flip on busy keys).
-            s.last = if s.last == u64::MAX {
-                now_ms
-            } else {
-                s.last.max(now_ms)
-            };
-            s.excess = excess;
-            excess.saturating_add(1000)
+            Self::charge(s, now_ms, excess)
         } else {
             base
         };
-        let retry_after = (outcome == Outcome::Denied).then(|| {
-            // Earliest ms after `last` with excess − rate·ms/1000 + 1000 + extra ≤ burst.
-            let need = (s.excess as u128 + 1000 + extra as u128).saturating_sub(self.burst as u128);
-            until_ms(s.last as u128 + self.ms_to_drain(need), now)
-        });
+        let retry_after = (outcome == Outcome::Denied).then(|| self.retry_after(s, extra, now));
         let remaining = match self.burst.checked_sub(next) {
             Some(room) => room / 1000 + 1,
             None => 0,
         };
-        let (reset_after, idle) = match self.idle_ms(s) {
-            // The usual case in 64 bits: an instant before the end of time.
-            Some(at) if at <= (u64::MAX / 1_000_000) as u128 => {
-                let at = at as u64 * 1_000_000;
-                (
-                    Duration::from_nanos(at.saturating_sub(now.as_nanos())),
-                    Timestamp::from_nanos(at),
-                )
-            }
-            Some(at) => {
-                let at = at_nanos(at);
-                (
-                    Duration::from_nanos(sat64(at.saturating_sub(now.as_nanos() as u128))),
-                    Timestamp::from_nanos(sat64(at)),
-                )
-            }
-            None => (Duration::ZERO, now),
-        };
+        let (reset_after, idle) = self.reset_and_idle(s, now);
         (
             Decision {
                 outcome,

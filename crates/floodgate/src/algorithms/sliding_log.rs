@@ -9,11 +9,14 @@
 //! is bounded by `8 · limit` bytes.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape, per_window};
 
 /// At most `limit` in any interval of length `window`, exactly.
 ///
@@ -85,6 +88,31 @@ impl SlidingLog {
         let overflow = (log.len() + cost).saturating_sub(keep);
         log.drain(..overflow);
         log.extend(std::iter::repeat_n(at, cost));
+    }
+}
+
+impl Shape for SlidingLog {
+    fn name(&self) -> &'static str {
+        "sliding_log"
+    }
+
+    fn quota(&self) -> Quota {
+        Quota {
+            limit: self.limit,
+            window: Some(self.window()),
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        per_window(f, self.limit, self.window())
     }
 }
 

@@ -15,11 +15,14 @@
 //! estimate's headroom rounded down, and `retry_after` solves the inequality
 //! exactly for the earliest instant at which it holds.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
 use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
+
+use super::shape::{Quota, Shape, per_window};
 
 /// The weighted two-window estimate (Cloudflare): `limit` per `window`.
 ///
@@ -193,6 +196,57 @@ impl SubWindowCounter {
     /// The number of sub-windows.
     pub fn sub_windows(&self) -> u32 {
         self.n as u32
+    }
+}
+
+impl Shape for SlidingWindow {
+    fn name(&self) -> &'static str {
+        "sliding_window"
+    }
+
+    fn quota(&self) -> Quota {
+        Quota {
+            limit: self.limit,
+            window: Some(self.window()),
+        }
+    }
+
+    /// The previous and the current window, each as long as the limit's.
+    fn counting_window(&self) -> Option<Duration> {
+        Some(self.window())
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        per_window(f, self.limit, self.window())
+    }
+}
+
+impl Shape for SubWindowCounter {
+    fn name(&self) -> &'static str {
+        "sliding_window"
+    }
+
+    fn quota(&self) -> Quota {
+        Quota {
+            limit: self.limit,
+            window: Some(self.window()),
+        }
+    }
+
+    fn counting_window(&self) -> Option<Duration> {
+        Some(Duration::from_nanos(self.sub))
+    }
+
+    fn reset_window(&self) -> Option<Duration> {
+        None
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        per_window(f, self.limit, self.window())
     }
 }
 
