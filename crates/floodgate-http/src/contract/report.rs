@@ -249,17 +249,6 @@ impl Report {
             .unwrap_or("")
     }
 
-    /// The position reported by single-valued headers (`X-RateLimit-*`):
-    /// on a denial, the denying one with the longest known wait; otherwise the one
-    /// with the least remaining (ties: the smaller quota, then the first).
-    pub fn primary(&self) -> Option<&CurrentLine> {
-        let quota = |c: &CurrentLine| self.policies.get(c.policy).map_or(0, |p| p.quota);
-        // The first of equals: `max_by_key` keeps the last, so from the end.
-        let denying = self.current.iter().rev().filter(|c| c.denied);
-        (denying.max_by_key(|c| (c.timed, c.reset)))
-            .or_else(|| self.current.iter().min_by_key(|c| (c.remaining, quota(c))))
-    }
-
     /// The names of the policies that denied the request.
     pub fn violated(&self) -> impl Iterator<Item = &str> + '_ {
         self.current
