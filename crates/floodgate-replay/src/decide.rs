@@ -1,11 +1,12 @@
 //! Deciding one candidate's requests as the gateway would: the same
 //! identity builds the descriptors, the same engine decides them on the
-//! in-memory store, on a clock set to each line's arrival; the same
-//! contract turns the answer into a verdict (shadow mode, shaper delays),
-//! and the layer's bound on requests waiting out a delay
-//! (`http.layer.max_delayed`) is applied the same way. Concurrency limits
-//! are given back when the request ends: its arrival plus its logged
-//! duration (or its delay, when the log has no duration).
+//! in-memory store, on a clock set to each line's arrival; the layer's own
+//! admission step ([`floodgate_http::layer::admission`]) turns the answer
+//! into a verdict (shadow mode, shaper delays, the bound on requests
+//! waiting out a delay, `http.layer.max_delayed`) and tells whether the
+//! request holds concurrency units. Those are given back when the request
+//! ends: its arrival plus its logged duration (or its delay, when the log
+//! has no duration).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
-use floodgate_http::layer::OnError;
+use floodgate_http::layer::{OnError, admission};
 use floodgate_policy::engine::Reason;
 use floodgate_policy::{Code, Descriptor, Engine, MemoryBackend, PolicySet, Response};
 
@@ -145,6 +146,17 @@ impl<'a> Decider<'a> {
         }
     }
 
+    /// Decides without charging; false on a failure (the request is then
+    /// decided charging, as the layer does).
+    fn check(&mut self, views: &[DescView<'_>], hits: u32) -> bool {
+        let domain = self.candidate.identity.domain();
+        let response = &mut self.response;
+        let decided = self
+            .engine
+            .evaluate_now(domain, views, hits, Apply::Check, response);
+        matches!(decided, Some(Ok(())))
+    }
+
     fn evaluate(&mut self, views: &[DescView<'_>], hits: u32, apply: Apply) -> Result<(), String> {
         let domain = self.candidate.identity.domain();
         match self
@@ -152,14 +164,14 @@ impl<'a> Decider<'a> {
             .evaluate_now(domain, views, hits, apply, &mut self.response)
         {
             Some(Ok(())) => {
-                if plainly_allowed(&self.response) {
-                    // The contract's verdict without its report's lines:
-                    // nothing denies and nothing delays.
-                    self.report.clear();
-                } else {
-                    self.report
-                        .fill(&self.response, &self.policy, &self.candidate.contract);
-                }
+                let contract = &self.candidate.contract;
+                admission::judge(
+                    &mut self.report,
+                    &self.response,
+                    Some(&self.policy),
+                    contract,
+                    false,
+                );
                 Ok(())
             }
             Some(Err(e)) => Err(e.to_string()),
@@ -182,12 +194,17 @@ impl<'a> Decider<'a> {
         // shaper would delay is decided without charging and rejected.
         let mut queue_full = false;
         let mut error = None;
-        if self.delayed.len() >= self.candidate.max_delayed
-            && self.evaluate(views, hits, Apply::Check).is_ok()
-            && matches!(self.report.verdict(), Verdict::Delayed(_))
+        if admission::slots_full(self.delayed.len(), self.candidate.max_delayed)
+            && self.check(views, hits)
         {
-            self.report.deny_delayed();
-            queue_full = true;
+            let contract = &self.candidate.contract;
+            let policy = Some(&*self.policy);
+            queue_full = admission::refused_for_want_of_slot(
+                &mut self.report,
+                &self.response,
+                policy,
+                contract,
+            );
         }
         if !queue_full && let Err(e) = self.evaluate(views, hits, Apply::Commit) {
             error = Some(e);
@@ -215,7 +232,11 @@ impl<'a> Decider<'a> {
         if outcome == Outcome::Delayed {
             self.delayed.push(Reverse(t.saturating_add(nanos(delay))));
         }
-        if self.has_concurrency && outcome != Outcome::Denied && !queue_full {
+        if self.has_concurrency
+            && outcome != Outcome::Denied
+            && !queue_full
+            && admission::holds_units(&self.response, &self.policy)
+        {
             let end = t.saturating_add(rec.duration.unwrap_or_else(|| nanos(delay)));
             let slot = self.free.pop().unwrap_or_else(|| {
                 self.held.push(Response::default());
@@ -416,21 +437,6 @@ impl<'a> Decider<'a> {
         );
         (report, self.write_error)
     }
-}
-
-/// Whether the contract's verdict on `response` is certainly `Allowed`:
-/// the response is not over the limit and no enforced status is delayed
-/// (the contract denies only an over-limit response and delays only by
-/// an enforced status's delay).
-fn plainly_allowed(response: &Response) -> bool {
-    response.overall != Code::OverLimit
-        && response.statuses.iter().all(|s| {
-            s.shadow
-                || !matches!(
-                    s.decision.map(|d| d.outcome),
-                    Some(floodgate::Outcome::Delayed(x)) if x > Duration::ZERO
-                )
-        })
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -12,9 +12,9 @@ use floodgate_runtime::settings::{PolicyOverrides, Settings};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 
 use crate::call::Calls;
-use floodgate_http::contract::EnvoyHeaders;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
+use floodgate_http::contract::EnvoyHeaders;
 
 /// Everything a request needs, built once at startup.
 pub struct DecisionService {

@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
+use floodgate_http::contract::EnvoyHeaders;
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::spec::PolicySpec;
 use floodgate_policy::{Engine, MemoryBackend, PolicySet, Response};
 use floodgate_runtime::settings::HeaderSettings;
-use floodgate_http::contract::EnvoyHeaders;
 use floodgate_server::internals::{WireRequest, encode_response, envoy_headers};
 use floodgate_server::proto::ratelimit::RateLimitDescriptor;
 use floodgate_server::proto::ratelimit::rate_limit_descriptor::{Entry, RateLimitOverride};

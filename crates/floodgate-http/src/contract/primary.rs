@@ -53,9 +53,13 @@ pub(crate) fn most_restrictive(statuses: &[Status]) -> Option<&Status> {
     let over = |s: &Status| s.code == Code::OverLimit && !s.quota;
     let limited = statuses.iter().enumerate();
     let limited = limited.filter(|(_, s)| s.current_limit.is_some());
-    pick(limited, |(i, s)| over(s).then_some(*i), |(_, s)| s.limit_remaining)
-        .map(|(_, s)| s)
-        .filter(|s| over(s) || s.limit_remaining < u32::MAX)
+    pick(
+        limited,
+        |(i, s)| over(s).then_some(*i),
+        |(_, s)| s.limit_remaining,
+    )
+    .map(|(_, s)| s)
+    .filter(|s| over(s) || s.limit_remaining < u32::MAX)
 }
 
 #[cfg(test)]
