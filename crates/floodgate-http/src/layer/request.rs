@@ -126,22 +126,7 @@ where
             res: Some(rejected),
         });
     }
-    // The request's descriptors, in pooled buffers.
-    let mut held = Held {
-        shared: shared.clone(),
-        scratch: Some(shared.take()),
-        holds_units: false,
-    };
-    let client = client.unwrap_or_else(|| {
-        ClientAddr::new((shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER))
-    });
-    let s = held.scratch();
-    s.prerendered = false;
-    let (peer, resolved) = (client.peer.ip(), client.resolved);
-    let ext = req.extensions();
-    shared
-        .identity
-        .build_resolved(&req, peer, resolved, ext, &mut s.out);
+    let mut held = describe(shared, &req, client);
     // The layer's queues wait; so does a request that may have to be
     // rejected for want of a delay slot (it is first decided without
     // charging: see `steps`).
@@ -168,6 +153,31 @@ where
     state(State::Waiting {
         fut: Box::pin(steps(shared.clone(), held, keep, req, inner)),
     })
+}
+
+/// The request's descriptors, built in pooled buffers, for `client` (none:
+/// its peer is looked up in the request's extensions).
+fn describe<B: Backend, C: Clock + 'static, T>(
+    shared: &Arc<Shared<B, C>>,
+    req: &Request<T>,
+    client: Option<ClientAddr>,
+) -> Held<B, C> {
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let client = client.unwrap_or_else(|| {
+        ClientAddr::new((shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER))
+    });
+    let s = held.scratch();
+    s.prerendered = false;
+    let (peer, resolved) = (client.peer.ip(), client.resolved);
+    let ext = req.extensions();
+    shared
+        .identity
+        .build_resolved(req, peer, resolved, ext, &mut s.out);
+    held
 }
 
 /// The steps of a request that waits: the layer's queues, then the
