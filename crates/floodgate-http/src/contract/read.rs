@@ -97,8 +97,9 @@ fn read_forms(h: Node<'_>, errors: &mut Errors) -> Vec<HeaderForm> {
             Some(f) if !forms.contains(&f) => forms.push(f),
             Some(_) => {}
             None => errors.push(item.error(format!(
-                "unknown header form '{}' (expected ietf, x-ratelimit, x-ratelimit-epoch, draft-03 or none)",
-                excerpt(name)
+                "unknown header form '{}' (expected {} or none)",
+                excerpt(name),
+                HeaderForm::ALL.map(HeaderForm::name).join(", ")
             ))),
         }
     }
