@@ -53,12 +53,12 @@ fn a_delay_is_refused_only_when_every_slot_is_taken() {
     assert!(admission::slots_full(1, 1));
     let checked = decide(&engine, "shaped", Apply::Check);
     assert!(!admission::plainly_allowed(&checked));
-    assert!(admission::refused_for_want_of_slot(
-        &mut report,
-        &checked,
-        Some(&policy),
-        &contract
-    ));
+    admission::judge(&mut report, &checked, Some(&policy), &contract, false);
+    assert_eq!(
+        report.verdict(),
+        Verdict::Delayed(Duration::from_millis(100))
+    );
+    assert!(admission::refused_for_want_of_slot(&mut report));
     assert_eq!(report.verdict(), Verdict::Denied);
     assert_eq!(report.retry_after(), Some(Duration::from_millis(100)));
     // Decided without charging: with a slot free, it is delayed.

@@ -146,17 +146,6 @@ impl<'a> Decider<'a> {
         }
     }
 
-    /// Decides without charging; false on a failure (the request is then
-    /// decided charging, as the layer does).
-    fn check(&mut self, views: &[DescView<'_>], hits: u32) -> bool {
-        let domain = self.candidate.identity.domain();
-        let response = &mut self.response;
-        let decided = self
-            .engine
-            .evaluate_now(domain, views, hits, Apply::Check, response);
-        matches!(decided, Some(Ok(())))
-    }
-
     fn evaluate(&mut self, views: &[DescView<'_>], hits: u32, apply: Apply) -> Result<(), String> {
         let domain = self.candidate.identity.domain();
         match self
@@ -232,14 +221,9 @@ impl<'a> Decider<'a> {
     /// As the layer does: with every delay slot taken, a request the
     /// shaper would delay is decided without charging and rejected.
     fn refused_for_want_of_slot(&mut self, views: &[DescView<'_>], hits: u32) -> bool {
-        if !admission::slots_full(self.delayed.len(), self.candidate.max_delayed)
-            || !self.check(views, hits)
-        {
-            return false;
-        }
-        let contract = &self.candidate.contract;
-        let (report, response) = (&mut self.report, &self.response);
-        admission::refused_for_want_of_slot(report, response, Some(&self.policy), contract)
+        admission::slots_full(self.delayed.len(), self.candidate.max_delayed)
+            && self.evaluate(views, hits, Apply::Check).is_ok()
+            && admission::refused_for_want_of_slot(&mut self.report)
     }
 
     /// Keeps the response holding concurrency units until `end`.

@@ -68,16 +68,10 @@ pub fn judge(
 }
 
 /// Of a request decided without charging because every delay slot is
-/// taken ([`slots_full`]): whether it is rejected, the shaper delaying it
-/// (its report, judged here, then tells the denial: see
-/// [`Report::deny_delayed`]).
-pub fn refused_for_want_of_slot(
-    report: &mut Report,
-    response: &Response,
-    policy: Option<&PolicySet>,
-    contract: &Contract,
-) -> bool {
-    judge(report, response, policy, contract, false);
+/// taken ([`slots_full`]), its `report` [judged](judge): whether it is
+/// rejected, the shaper delaying it (the report then tells the denial:
+/// see [`Report::deny_delayed`]).
+pub fn refused_for_want_of_slot(report: &mut Report) -> bool {
     let delayed = matches!(report.verdict(), Verdict::Delayed(_));
     report.deny_delayed();
     delayed

@@ -211,7 +211,8 @@ where
         let s = held.scratch();
         let policy = shared.engine.policy_of(&s.response);
         let (report, contract) = (&mut s.report, &shared.contract);
-        if admission::refused_for_want_of_slot(report, &s.response, policy.as_deref(), contract) {
+        admission::judge(report, &s.response, policy.as_deref(), contract, false);
+        if admission::refused_for_want_of_slot(report) {
             LayerStats::inc(&shared.stats.decided);
             LayerStats::inc(&shared.stats.delay_queue_full);
             let res = shared.contract.reject(
