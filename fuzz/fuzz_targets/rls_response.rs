@@ -12,7 +12,7 @@ use floodgate_policy::engine::CurrentLimit;
 use floodgate_policy::spec::Reported;
 use floodgate_policy::unit::Unit;
 use floodgate_policy::{Code, Response, Status};
-use floodgate_server::internals::{RateLimitHeaders, encode_response, generated};
+use floodgate_server::internals::{encode_response, envoy_headers, generated};
 use floodgate_server::proto::rls::RateLimitResponse;
 use floodgate_runtime::settings::{HeaderSettings, Settings};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
@@ -62,7 +62,7 @@ fuzz_target!(|input: Input<'_>| {
         x_ratelimit: input.headers & 2 == 2,
         ..Settings::default().server.headers
     };
-    let headers = RateLimitHeaders::new(&settings).expect("the default header names are valid");
+    let headers = envoy_headers(&settings).expect("the default header names are valid");
     let mut out = BytesMut::new();
     encode_response(&response, &headers, &mut out);
     assert_eq!(out[0], 0, "an uncompressed frame");

@@ -1,9 +1,10 @@
 //! The rate limit headers both binaries send for the same decision:
 //! `floodgate serve` (`--x-ratelimit-headers`, here on `/v1/check`) and
 //! `floodgate gateway` (`headers: [draft-03]`) render Envoy's draft-03
-//! `X-RateLimit-*` with `floodgate-http`'s one renderer: a rule's name
-//! holding a quote and a backslash is escaped alike, and the values are the
-//! same request after request.
+//! `X-RateLimit-*` with `floodgate-http`'s one renderer and one picker: a
+//! rule's name holding a quote and a backslash is escaped alike, and the
+//! values are the same request after request — checked end to end, through
+//! each binary's settings and listeners.
 
 use std::path::Path;
 use std::time::Duration;

@@ -130,10 +130,7 @@ impl<B: Backend> Gateway<B> {
         // limit, is the client's error: refused before it is limited
         // (nothing is charged for it) or forwarded.
         if let Some(res) = self.proxy.check_request(&mut req) {
-            if let Some(a) = access {
-                a.finish(res.status(), false);
-            }
-            return Ok(res.map(FloodgateBody::new));
+            return Ok(unlimited(access, res));
         }
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
@@ -141,34 +138,15 @@ impl<B: Backend> Gateway<B> {
             // and a future held inline is copied whole each time the one
             // holding it moves (into hyper's connection, per request).
             let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
-            if let Some(a) = access {
-                a.finish(res.status(), false);
-            }
-            return Ok(res.map(FloodgateBody::new));
+            return Ok(unlimited(access, res));
         };
         // A keyed field the upstream could read otherwise than the
         // identity: refused, or removed (see `crate::keyed`).
         if l.keyed.check(req.headers_mut()).is_err() {
             let res = self.proxy.duplicate_keyed_field(req.version());
-            if let Some(a) = access {
-                a.finish(res.status(), false);
-            }
-            return Ok(res.map(FloodgateBody::new));
+            return Ok(unlimited(access, res));
         }
-        let mut from = ClientAddr::new(client.peer);
-        // The client's address behind trusted proxies, resolved once (the
-        // layer's descriptors use it too): only when a trusted hop may have
-        // named another one, and only when it is used here (the forwarded
-        // scheme kept, the access log).
-        let forwarded_proto = l.trusts_proxies && req.headers().contains_key(X_FORWARDED_PROTO);
-        client.trusted_hop = false;
-        if forwarded_proto || (l.trusts_proxies && access.is_some()) {
-            let ip = l.layer.client_ip(&req, &mut from);
-            client.trusted_hop = forwarded_proto && ip != from.peer().ip();
-            if let Some(a) = access.as_mut() {
-                a.set_client(ip);
-            }
-        }
+        let from = l.client(&req, &mut client, access.as_deref_mut());
         let proxy = self.proxy.clone();
         let limited = l.layer.serve(from, req, move |req| {
             // Allocated first, then written: the future is built in its
@@ -186,6 +164,41 @@ impl<B: Backend> Gateway<B> {
             }
         }
     }
+}
+
+impl<B: Backend> Limiter<B> {
+    /// The client's address behind trusted proxies, resolved once (the
+    /// layer's descriptors use it too): only when a trusted hop may have
+    /// named another one, and only when it is used here (the forwarded
+    /// scheme kept, in `client`; the access log's, in `access`).
+    #[inline]
+    fn client(
+        &self,
+        req: &Request<Incoming>,
+        client: &mut ClientInfo,
+        access: Option<&mut AccessEntry>,
+    ) -> ClientAddr {
+        let mut from = ClientAddr::new(client.peer);
+        let forwarded_proto = self.trusts_proxies && req.headers().contains_key(X_FORWARDED_PROTO);
+        client.trusted_hop = false;
+        if forwarded_proto || (self.trusts_proxies && access.is_some()) {
+            let ip = self.layer.client_ip(req, &mut from);
+            client.trusted_hop = forwarded_proto && ip != from.peer().ip();
+            if let Some(a) = access {
+                a.set_client(ip);
+            }
+        }
+        from
+    }
+}
+
+/// A response the limiter had no part in, logged.
+#[inline]
+fn unlimited(access: Option<Box<AccessEntry>>, res: Response<ProxyBody>) -> Response<GatewayBody> {
+    if let Some(a) = access {
+        a.finish(res.status(), false);
+    }
+    res.map(FloodgateBody::new)
 }
 
 /// A response body of the gateway: the limiter's (holding its permits

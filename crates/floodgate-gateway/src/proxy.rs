@@ -149,16 +149,7 @@ impl Shared {
         // The fault's row in `METRICS`, its counter, and the answer, whose
         // first word is the status it is sent with.
         let (row, stat, text) = match fault {
-            Fault::Host(h) => (
-                0,
-                &s.bad_host,
-                match h {
-                    HostError::Missing => "400 Bad Request: no Host\n",
-                    HostError::Duplicate => "400 Bad Request: more than one Host\n",
-                    HostError::Invalid => "400 Bad Request: invalid Host\n",
-                    HostError::Conflict => "400 Bad Request: Host differs from :authority\n",
-                },
-            ),
+            Fault::Host(h) => (0, &s.bad_host, host_text(h)),
             Fault::Target => (
                 1,
                 &s.bad_target,
@@ -183,20 +174,7 @@ impl Shared {
                 &s.duplicate_keyed_fields,
                 "400 Bad Request: a rate-limited header field sent more than once\n",
             ),
-            Fault::Path(p) => (
-                9,
-                &s.bad_path,
-                match p {
-                    PathError::NotAbsolute => "400 Bad Request: the path does not start with /\n",
-                    PathError::BadPercent => {
-                        "400 Bad Request: invalid percent-encoding in the path\n"
-                    }
-                    PathError::AboveRoot => "400 Bad Request: the path climbs above the root\n",
-                    PathError::SlashSpelling => {
-                        "400 Bad Request: encoded slash (%2F, %5C) or backslash in the path\n"
-                    }
-                },
-            ),
+            Fault::Path(p) => (9, &s.bad_path, path_text(p)),
             Fault::Connect => (
                 10,
                 &s.bad_method,
@@ -242,6 +220,28 @@ impl Shared {
     fn bad_gateway(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
         tracing::debug!(error = %e, "upstream request failed");
         self.answer(Fault::BadGateway)
+    }
+}
+
+/// The answer to an authority that is not one.
+fn host_text(h: HostError) -> &'static str {
+    match h {
+        HostError::Missing => "400 Bad Request: no Host\n",
+        HostError::Duplicate => "400 Bad Request: more than one Host\n",
+        HostError::Invalid => "400 Bad Request: invalid Host\n",
+        HostError::Conflict => "400 Bad Request: Host differs from :authority\n",
+    }
+}
+
+/// The answer to a path without a normal form.
+fn path_text(p: PathError) -> &'static str {
+    match p {
+        PathError::NotAbsolute => "400 Bad Request: the path does not start with /\n",
+        PathError::BadPercent => "400 Bad Request: invalid percent-encoding in the path\n",
+        PathError::AboveRoot => "400 Bad Request: the path climbs above the root\n",
+        PathError::SlashSpelling => {
+            "400 Bad Request: encoded slash (%2F, %5C) or backslash in the path\n"
+        }
     }
 }
 
@@ -371,79 +371,105 @@ impl Proxy {
                 // (and moving) a copy of its own. Gone at the end of this block:
                 // the rest of the future does not carry it.
                 let send = std::pin::pin!(up.send(target, req, client_upgrade.is_some()));
-                match exchange(shared, send, progress.as_deref()).await {
-                    // The client broke its own upload: its error, whatever the
-                    // upstream's client made of the aborted body.
-                    Exchange::Failed(e) => {
-                        match progress.as_deref().and_then(Progress::client_error) {
-                            Some(c) => Exchange::ClientBody(c),
-                            None => Exchange::Failed(e),
-                        }
-                    }
-                    r => r,
-                }
+                let result = exchange(shared, send, progress.as_deref()).await;
+                blame(result, progress.as_deref())
             };
-            Ok(match result {
-                Exchange::Response(mut res) => {
-                    let switched = match client_upgrade {
-                        Some((client, slot, asked))
-                            if res.status() == StatusCode::SWITCHING_PROTOCOLS =>
-                        {
-                            // An upgraded connection belongs to its tunnel, not
-                            // the pool.
-                            res.body_mut().take_upgraded().map(|upstream| {
-                                upgrade::spawn_tunnel(client, upstream, slot);
-                                res.headers().get(UPGRADE).cloned().unwrap_or(asked)
-                            })
-                        }
-                        _ => None,
-                    };
-                    let (mut parts, mut body) = res.into_parts();
-                    // The first frame, when it is there already: a body broken
-                    // from its first byte is the upstream's failure, answered 502
-                    // rather than a response head with nothing behind it.
-                    let first = if switched.is_none() && !body.is_end_stream() {
-                        match poll_once(&mut body).await {
-                            Some(Some(Err(e))) => return Ok(shared.bad_gateway(&e)),
-                            Some(Some(Ok(frame))) => Some(frame),
-                            Some(None) | None => None,
-                        }
-                    } else {
-                        None
-                    };
-                    // The upstream's codings before `chunked` go on to an
-                    // HTTP/1.1 client as sent (hyper chunks the body again);
-                    // HTTP/2 has none to carry them.
-                    let codings = strip_hop_by_hop(&mut parts.headers, None)
-                        .codings
-                        .filter(|_| version == Version::HTTP_11);
-                    if let Some(c) = codings {
-                        parts.headers.insert(TRANSFER_ENCODING, c);
-                    }
-                    if let Some(v) = switched {
-                        upgrade::restore(&mut parts.headers, v);
-                        shared.stats.upgraded.fetch_add(1, Ordering::Relaxed);
-                    }
-                    parts.version = Version::HTTP_11;
-                    Response::from_parts(
-                        parts,
-                        ProxyBody::upstream(body, first, up.response_timeout()),
-                    )
+            let mut res = match result {
+                Ok(res) => res,
+                Err(failure) => return Ok(shared.failed(failure, version)),
+            };
+            let switched = switch(&mut res, client_upgrade);
+            let (mut parts, mut body) = res.into_parts();
+            // The first frame, when it is there already: a body broken
+            // from its first byte is the upstream's failure, answered 502
+            // rather than a response head with nothing behind it.
+            let first = if switched.is_none() && !body.is_end_stream() {
+                match poll_once(&mut body).await {
+                    Some(Some(Err(e))) => return Ok(shared.bad_gateway(&e)),
+                    Some(Some(Ok(frame))) => Some(frame),
+                    Some(None) | None => None,
                 }
-                Exchange::ClientBody(e) => shared.client_error(Fault::Body(e), version),
-                Exchange::Failed(e @ ExchangeError::Connect(ConnectError::Timeout(_))) => {
-                    shared.gateway_timeout(&e)
-                }
-                Exchange::Failed(e) => shared.bad_gateway(&e),
-                Exchange::TimedOut => shared.gateway_timeout(&format_args!(
-                    "upstream response timed out after {:?}",
-                    up.response_timeout()
-                )),
-                Exchange::UploadStalled => {
-                    tracing::debug!(timeout = ?shared.body_read_timeout, "request body stalled");
-                    shared.client_error(Fault::BodyTimeout, version)
-                }
+            } else {
+                None
+            };
+            shared.response_head(&mut parts, switched, version);
+            let body = ProxyBody::upstream(body, first, up.response_timeout());
+            Ok(Response::from_parts(parts, body))
+        }
+    }
+}
+
+/// The client broke its own upload: its error, whatever the upstream's
+/// client made of the aborted body.
+fn blame(result: Exchange, progress: Option<&Progress>) -> Exchange {
+    match result {
+        Err(Failure::Failed(e)) => match progress.and_then(Progress::client_error) {
+            Some(c) => Err(Failure::ClientBody(c)),
+            None => Err(Failure::Failed(e)),
+        },
+        r => r,
+    }
+}
+
+/// The protocol the upstream switched to, when it accepted the client's
+/// upgrade (`client_upgrade`): the connection, taken from `res`, then
+/// belongs to its tunnel, not the pool.
+fn switch(
+    res: &mut Response<UpstreamBody>,
+    client_upgrade: Option<(OnUpgrade, Option<Arc<Slot>>, HeaderValue)>,
+) -> Option<HeaderValue> {
+    match client_upgrade {
+        Some((client, slot, asked)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            res.body_mut().take_upgraded().map(|upstream| {
+                upgrade::spawn_tunnel(client, upstream, slot);
+                res.headers().get(UPGRADE).cloned().unwrap_or(asked)
             })
+        }
+        _ => None,
+    }
+}
+
+impl Shared {
+    /// The upstream's response head made ready for a client of `version`:
+    /// its hop-by-hop fields dropped, its upgrade (`switched`) restored.
+    fn response_head(
+        &self,
+        parts: &mut http::response::Parts,
+        switched: Option<HeaderValue>,
+        version: Version,
+    ) {
+        // The upstream's codings before `chunked` go on to an HTTP/1.1
+        // client as sent (hyper chunks the body again); HTTP/2 has none to
+        // carry them.
+        let codings = strip_hop_by_hop(&mut parts.headers, None)
+            .codings
+            .filter(|_| version == Version::HTTP_11);
+        if let Some(c) = codings {
+            parts.headers.insert(TRANSFER_ENCODING, c);
+        }
+        if let Some(v) = switched {
+            upgrade::restore(&mut parts.headers, v);
+            self.stats.upgraded.fetch_add(1, Ordering::Relaxed);
+        }
+        parts.version = Version::HTTP_11;
+    }
+
+    /// The gateway's answer to an exchange that brought no response.
+    fn failed(&self, failure: Failure, version: Version) -> Response<ProxyBody> {
+        match failure {
+            Failure::ClientBody(e) => self.client_error(Fault::Body(e), version),
+            Failure::Failed(e @ ExchangeError::Connect(ConnectError::Timeout(_))) => {
+                self.gateway_timeout(&e)
+            }
+            Failure::Failed(e) => self.bad_gateway(&e),
+            Failure::TimedOut => self.gateway_timeout(&format_args!(
+                "upstream response timed out after {:?}",
+                self.upstream.response_timeout()
+            )),
+            Failure::UploadStalled => {
+                tracing::debug!(timeout = ?self.body_read_timeout, "request body stalled");
+                self.client_error(Fault::BodyTimeout, version)
+            }
         }
     }
 }
@@ -568,12 +594,14 @@ async fn poll_once<B: http_body::Body + Unpin>(
     .await
 }
 
-/// How an exchange with the upstream ended.
+/// How an exchange with the upstream ended: its response, or why none.
 // Matched at once where it is made: boxing the response would cost an
 // allocation per request.
-#[allow(clippy::large_enum_variant)]
-enum Exchange {
-    Response(Response<UpstreamBody>),
+type Exchange = Result<Response<UpstreamBody>, Failure>;
+
+/// Why an exchange with the upstream brought no response.
+enum Failure {
+    /// The exchange failed.
     Failed(ExchangeError),
     /// No response head within `response_timeout` of the end of the
     /// upload, or the upstream stopped reading the upload that long.
@@ -596,10 +624,7 @@ async fn exchange(
     progress: Option<&Progress>,
 ) -> Exchange {
     let response_timeout = shared.upstream.response_timeout();
-    let done = |r: Result<Response<UpstreamBody>, ExchangeError>| match r {
-        Ok(res) => Exchange::Response(res),
-        Err(e) => Exchange::Failed(e),
-    };
+    let done = |r: Result<Response<UpstreamBody>, ExchangeError>| r.map_err(Failure::Failed);
     if let Some(p) = progress {
         let body_read_timeout = shared.body_read_timeout;
         // Checked at least every quarter of the shorter timeout, so a
@@ -617,11 +642,11 @@ async fn exchange(
                     };
                 let now = tokio::time::Instant::now();
                 if now >= due {
-                    return if client {
-                        Exchange::UploadStalled
+                    return Err(if client {
+                        Failure::UploadStalled
                     } else {
-                        Exchange::TimedOut
-                    };
+                        Failure::TimedOut
+                    });
                 }
                 tokio::time::sleep_until(due.min(now + tick)).await;
             }
@@ -631,7 +656,7 @@ async fn exchange(
             r = send.as_mut() => return done(r),
             _ = p.finished() => {
                 if let Some(e) = p.client_error() {
-                    return Exchange::ClientBody(e);
+                    return Err(Failure::ClientBody(e));
                 }
             }
             stalled = upload => {
@@ -644,7 +669,7 @@ async fn exchange(
     }
     match tokio::time::timeout(response_timeout, send).await {
         Ok(r) => done(r),
-        Err(_) => Exchange::TimedOut,
+        Err(_) => Err(Failure::TimedOut),
     }
 }
 

@@ -1,11 +1,12 @@
 //! Deciding one candidate's requests as the gateway would: the same
 //! identity builds the descriptors, the same engine decides them on the
-//! in-memory store, on a clock set to each line's arrival; the same
-//! contract turns the answer into a verdict (shadow mode, shaper delays),
-//! and the layer's bound on requests waiting out a delay
-//! (`http.layer.max_delayed`) is applied the same way. Concurrency limits
-//! are given back when the request ends: its arrival plus its logged
-//! duration (or its delay, when the log has no duration).
+//! in-memory store, on a clock set to each line's arrival; the layer's own
+//! admission step ([`floodgate_http::layer::admission`]) turns the answer
+//! into a verdict (shadow mode, shaper delays, the bound on requests
+//! waiting out a delay, `http.layer.max_delayed`) and tells whether the
+//! request holds concurrency units. Those are given back when the request
+//! ends: its arrival plus its logged duration (or its delay, when the log
+//! has no duration).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,9 +19,9 @@ use std::time::Duration;
 
 use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
 use floodgate_http::contract::{Report, Verdict};
-use floodgate_http::layer::OnError;
+use floodgate_http::layer::{OnError, admission};
 use floodgate_policy::engine::Reason;
-use floodgate_policy::{Code, Descriptor, Engine, MemoryBackend, PolicySet, Response};
+use floodgate_policy::{Code, Descriptor, Engine, MemoryBackend, PolicySet, Response, Status};
 
 use crate::candidate::Candidate;
 use crate::format::time::write_rfc3339;
@@ -152,14 +153,14 @@ impl<'a> Decider<'a> {
             .evaluate_now(domain, views, hits, apply, &mut self.response)
         {
             Some(Ok(())) => {
-                if plainly_allowed(&self.response) {
-                    // The contract's verdict without its report's lines:
-                    // nothing denies and nothing delays.
-                    self.report.clear();
-                } else {
-                    self.report
-                        .fill(&self.response, &self.policy, &self.candidate.contract);
-                }
+                let contract = &self.candidate.contract;
+                admission::judge(
+                    &mut self.report,
+                    &self.response,
+                    Some(&self.policy),
+                    contract,
+                    false,
+                );
                 Ok(())
             }
             Some(Err(e)) => Err(e.to_string()),
@@ -178,17 +179,8 @@ impl<'a> Decider<'a> {
             self.write(rec, views, Outcome::Allowed, Duration::ZERO, None, None);
             return;
         }
-        // As the layer does: with every delay slot taken, a request the
-        // shaper would delay is decided without charging and rejected.
-        let mut queue_full = false;
+        let queue_full = self.refused_for_want_of_slot(views, hits);
         let mut error = None;
-        if self.delayed.len() >= self.candidate.max_delayed
-            && self.evaluate(views, hits, Apply::Check).is_ok()
-            && matches!(self.report.verdict(), Verdict::Delayed(_))
-        {
-            self.report.deny_delayed();
-            queue_full = true;
-        }
         if !queue_full && let Err(e) = self.evaluate(views, hits, Apply::Commit) {
             error = Some(e);
         }
@@ -215,17 +207,34 @@ impl<'a> Decider<'a> {
         if outcome == Outcome::Delayed {
             self.delayed.push(Reverse(t.saturating_add(nanos(delay))));
         }
-        if self.has_concurrency && outcome != Outcome::Denied && !queue_full {
+        if self.has_concurrency
+            && outcome != Outcome::Denied
+            && !queue_full
+            && admission::holds_units(&self.response, &self.policy)
+        {
             let end = t.saturating_add(rec.duration.unwrap_or_else(|| nanos(delay)));
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.held.push(Response::default());
-                self.held.len() - 1
-            });
-            std::mem::swap(&mut self.held[slot], &mut self.response);
-            self.hold_seq += 1;
-            self.holds.push(Reverse((end, self.hold_seq, slot)));
+            self.hold(end);
         }
         self.write(rec, views, outcome, delay, deciding, None);
+    }
+
+    /// As the layer does: with every delay slot taken, a request the
+    /// shaper would delay is decided without charging and rejected.
+    fn refused_for_want_of_slot(&mut self, views: &[DescView<'_>], hits: u32) -> bool {
+        admission::slots_full(self.delayed.len(), self.candidate.max_delayed)
+            && self.evaluate(views, hits, Apply::Check).is_ok()
+            && admission::refused_for_want_of_slot(&mut self.report)
+    }
+
+    /// Keeps the response holding concurrency units until `end`.
+    fn hold(&mut self, end: u64) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.held.push(Response::default());
+            self.held.len() - 1
+        });
+        std::mem::swap(&mut self.held[slot], &mut self.response);
+        self.hold_seq += 1;
+        self.holds.push(Reverse((end, self.hold_seq, slot)));
     }
 
     /// Counts each rule's part; returns the rule that decided (the
@@ -237,8 +246,12 @@ impl<'a> Decider<'a> {
         queue_full: bool,
     ) -> Option<u32> {
         let mut any_rule = false;
-        let mut deciding: Option<u32> = None;
-        let mut longest = Duration::ZERO;
+        let mut deciding = Deciding {
+            outcome,
+            queue_full,
+            rule: None,
+            longest: Duration::ZERO,
+        };
         let Decider {
             response,
             acc,
@@ -248,9 +261,12 @@ impl<'a> Decider<'a> {
         } = self;
         for (i, s) in response.statuses.iter().enumerate() {
             let Some(rule) = s.rule else {
-                if s.code == Code::OverLimit && deciding.is_none() && outcome == Outcome::Denied {
+                if s.code == Code::OverLimit
+                    && deciding.rule.is_none()
+                    && outcome == Outcome::Denied
+                {
                     // A deny list.
-                    deciding = Some(u32::MAX);
+                    deciding.rule = Some(u32::MAX);
                 }
                 continue;
             };
@@ -259,54 +275,15 @@ impl<'a> Decider<'a> {
                 Some(floodgate::Outcome::Delayed(x)) if x > Duration::ZERO => Some(x),
                 _ => None,
             };
-            let would_deny =
-                s.decision.is_some_and(|d| d.is_denied()) || s.reason == Reason::Blocked;
-            let o = if s.shadow {
-                if would_deny {
-                    RuleOutcome::ShadowHit
-                } else {
-                    RuleOutcome::Allowed
-                }
-            } else if s.code == Code::OverLimit {
-                if deciding.is_none() && outcome == Outcome::Denied && !queue_full {
-                    deciding = Some(rule);
-                }
-                RuleOutcome::Denied
-            } else if let Some(x) = delay {
-                if x > longest && (outcome == Outcome::Delayed || queue_full) {
-                    longest = x;
-                    deciding = Some(rule);
-                }
-                RuleOutcome::Delayed(x)
-            } else {
-                RuleOutcome::Allowed
-            };
+            let o = deciding.classify(s, rule, delay);
             let label = labels.get(rule as usize).map_or("", String::as_str);
             let desc = views.get(i);
-            acc.rule(
-                rule,
-                o,
-                label,
-                |buf: &mut Vec<u8>| {
-                    if let Some(d) = desc {
-                        for j in 0..d.len() {
-                            let (k, v) = d.entry(j);
-                            if j > 0 {
-                                buf.extend_from_slice(b", ");
-                            }
-                            buf.extend_from_slice(k.as_bytes());
-                            buf.push(b'=');
-                            buf.extend_from_slice(v.as_bytes());
-                        }
-                    }
-                },
-                scratch,
-            );
+            acc.rule(rule, o, label, |buf| push_entries(desc, buf), scratch);
         }
         if !any_rule {
             acc.unlimited += 1;
         }
-        deciding
+        deciding.rule
     }
 
     /// Writes the request's decision line, if asked to.
@@ -338,31 +315,11 @@ impl<'a> Decider<'a> {
         l.push_str(",\"time\":\"");
         write_rfc3339(rec.time, l);
         l.push_str("\",\"descriptors\":[");
-        for (i, d) in views.iter().enumerate() {
-            if i > 0 {
-                l.push(',');
-            }
-            l.push('{');
-            for j in 0..d.len() {
-                let (k, v) = d.entry(j);
-                if j > 0 {
-                    l.push(',');
-                }
-                push_json(l, k);
-                l.push(':');
-                push_json(l, v);
-            }
-            l.push('}');
-        }
+        push_descriptors(l, views);
         l.push_str("],\"outcome\":\"");
         l.push_str(outcome.name());
         l.push_str("\",\"delay_ms\":");
-        let micros = delay.as_micros();
-        push_u64(l, (micros / 1000) as u64);
-        if micros % 1000 != 0 {
-            use std::fmt::Write;
-            let _ = write!(l, ".{:03}", micros % 1000);
-        }
+        push_millis(l, delay);
         l.push_str(",\"rule\":");
         match rule {
             Some(u32::MAX) => l.push_str("\"(deny list)\""),
@@ -418,19 +375,90 @@ impl<'a> Decider<'a> {
     }
 }
 
-/// Whether the contract's verdict on `response` is certainly `Allowed`:
-/// the response is not over the limit and no enforced status is delayed
-/// (the contract denies only an over-limit response and delays only by
-/// an enforced status's delay).
-fn plainly_allowed(response: &Response) -> bool {
-    response.overall != Code::OverLimit
-        && response.statuses.iter().all(|s| {
-            s.shadow
-                || !matches!(
-                    s.decision.map(|d| d.outcome),
-                    Some(floodgate::Outcome::Delayed(x)) if x > Duration::ZERO
-                )
-        })
+/// Which rule decided a request, as its statuses are counted: the first
+/// denying one, or the one imposing the longest delay.
+struct Deciding {
+    /// The request's outcome.
+    outcome: Outcome,
+    /// Whether it was rejected for want of a delay slot.
+    queue_full: bool,
+    /// The deciding rule so far (`u32::MAX`: a deny list).
+    rule: Option<u32>,
+    /// The longest delay so far.
+    longest: Duration,
+}
+
+impl Deciding {
+    /// The part of `rule` (status `s`, delaying by `delay`), noting
+    /// whether it decided.
+    fn classify(&mut self, s: &Status, rule: u32, delay: Option<Duration>) -> RuleOutcome {
+        let would_deny = s.decision.is_some_and(|d| d.is_denied()) || s.reason == Reason::Blocked;
+        if s.shadow {
+            if would_deny {
+                RuleOutcome::ShadowHit
+            } else {
+                RuleOutcome::Allowed
+            }
+        } else if s.code == Code::OverLimit {
+            if self.rule.is_none() && self.outcome == Outcome::Denied && !self.queue_full {
+                self.rule = Some(rule);
+            }
+            RuleOutcome::Denied
+        } else if let Some(x) = delay {
+            if x > self.longest && (self.outcome == Outcome::Delayed || self.queue_full) {
+                self.longest = x;
+                self.rule = Some(rule);
+            }
+            RuleOutcome::Delayed(x)
+        } else {
+            RuleOutcome::Allowed
+        }
+    }
+}
+
+/// A descriptor's entries as `k=v, k=v` (the top keys' text).
+fn push_entries(desc: Option<&DescView<'_>>, buf: &mut Vec<u8>) {
+    if let Some(d) = desc {
+        for j in 0..d.len() {
+            let (k, v) = d.entry(j);
+            if j > 0 {
+                buf.extend_from_slice(b", ");
+            }
+            buf.extend_from_slice(k.as_bytes());
+            buf.push(b'=');
+            buf.extend_from_slice(v.as_bytes());
+        }
+    }
+}
+
+/// The descriptors as JSON objects, comma-separated.
+fn push_descriptors(l: &mut String, views: &[DescView<'_>]) {
+    for (i, d) in views.iter().enumerate() {
+        if i > 0 {
+            l.push(',');
+        }
+        l.push('{');
+        for j in 0..d.len() {
+            let (k, v) = d.entry(j);
+            if j > 0 {
+                l.push(',');
+            }
+            push_json(l, k);
+            l.push(':');
+            push_json(l, v);
+        }
+        l.push('}');
+    }
+}
+
+/// `delay` in milliseconds, to the microsecond.
+fn push_millis(l: &mut String, delay: Duration) {
+    let micros = delay.as_micros();
+    push_u64(l, (micros / 1000) as u64);
+    if micros % 1000 != 0 {
+        use std::fmt::Write;
+        let _ = write!(l, ".{:03}", micros % 1000);
+    }
 }
 
 fn nanos(d: Duration) -> u64 {

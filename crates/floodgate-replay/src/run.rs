@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::candidate::{self, CandidateSpec};
+use floodgate_http::HttpIdentity;
+use floodgate_policy::PolicySet;
+
+use crate::candidate::{self, Candidate, CandidateSpec};
 use crate::decide::Decider;
 use crate::error::ReplayError;
 use crate::format::{LogFormat, Parser};
@@ -159,6 +162,9 @@ fn create(path: &Path) -> Result<Box<dyn Write + Send>, ReplayError> {
     Ok(Box::new(BufWriter::with_capacity(1 << 20, f)))
 }
 
+/// Where a candidate's decisions are written, if asked.
+type Output = Option<Box<dyn Write + Send>>;
+
 /// Replays `options.logs` through every candidate.
 pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
     let started = Instant::now();
@@ -176,11 +182,48 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
         names.extend(candidate::headers_read(c.identity.config()));
     }
     let headers = HeaderSet::new(names);
-    // Each distinct identity builds descriptors once per line.
-    let mut identities: Vec<floodgate_http::HttpIdentity> = Vec::new();
+    let (identities, identity_of) = distinct_identities(&loaded);
+    let parser = Parser::new(&options.format, &headers).map_err(ReplayError::Format)?;
+    let warnings = warnings(&parser, &headers, &loaded, &policies);
+    let logs = if options.logs.is_empty() {
+        vec![LogSource::Stdin]
+    } else {
+        options.logs.clone()
+    };
+    let sources: Vec<String> = logs.iter().map(LogSource::name).collect();
+    let (writers, rejected) = outputs(options, &loaded)?;
+    let reader = Reader {
+        parser: &parser,
+        headers: &headers,
+        identities: &identities,
+        window: options.window.as_nanos().min(u64::MAX as u128) as u64,
+        progress: Arc::new(AtomicU64::new(0)),
+    };
+    let deciders = loaded.iter().zip(policies).zip(writers).zip(identity_of);
+    let deciders = deciders.map(|(((c, p), w), i)| (c, p, w, i));
+    let run = Run {
+        options,
+        sources: &sources,
+        logs: &logs,
+    };
+    let (summary, candidates) = run.threads(reader, rejected, deciders)?;
+    Ok(Replay {
+        sources,
+        format: format_name(&options.format),
+        input: InputStats::from(&summary, options.window),
+        warnings,
+        candidates,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Each distinct identity (they build descriptors once per line), and
+/// which of them each candidate uses.
+fn distinct_identities(loaded: &[Candidate]) -> (Vec<HttpIdentity>, Vec<usize>) {
+    let mut identities: Vec<HttpIdentity> = Vec::new();
     let mut identity_of = Vec::new();
-    for c in &loaded {
-        let same = |id: &floodgate_http::HttpIdentity| id.config() == c.identity.config();
+    for c in loaded {
+        let same = |id: &HttpIdentity| id.config() == c.identity.config();
         let k = match identities.iter().position(same) {
             Some(k) => k,
             None => {
@@ -190,152 +233,182 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
         };
         identity_of.push(k);
     }
-    let parser = Parser::new(&options.format, &headers).map_err(ReplayError::Format)?;
+    (identities, identity_of)
+}
+
+/// What the log lacks for the candidates, then each candidate's notes.
+fn warnings(
+    parser: &Parser,
+    headers: &HeaderSet,
+    loaded: &[Candidate],
+    policies: &[PolicySet],
+) -> Vec<String> {
     let concurrency = policies.iter().any(|p| {
         p.rules()
             .iter()
             .any(|r| r.limits().iter().any(|l| l.limit.is_concurrency()))
     });
-    let mut warnings = check_format(&parser, &headers, &loaded, concurrency);
-    for c in &loaded {
+    let mut warnings = check_format(parser, headers, loaded, concurrency);
+    for c in loaded {
         for n in &c.notes {
             warnings.push(format!("{}: {n}", c.name));
         }
     }
-    let logs = if options.logs.is_empty() {
-        vec![LogSource::Stdin]
-    } else {
-        options.logs.clone()
-    };
-    let sources: Vec<String> = logs.iter().map(LogSource::name).collect();
-    let total_bytes: Option<u64> = logs.iter().map(LogSource::size).sum();
+    warnings
+}
+
+/// The decisions' file of each candidate, and the rejected lines' file.
+fn outputs(
+    options: &ReplayOptions,
+    loaded: &[Candidate],
+) -> Result<(Vec<Output>, Output), ReplayError> {
     let several = loaded.len() > 1;
     let mut writers = Vec::new();
-    for c in &loaded {
+    for c in loaded {
         writers.push(match &options.decisions {
             Some(p) => Some(create(&per_candidate(p, &c.name, several))?),
             None => None,
         });
     }
-    let mut rejected = match &options.rejected {
+    let rejected = match &options.rejected {
         Some(p) => Some(create(p)?),
         None => None,
     };
-    let progress = Arc::new(AtomicU64::new(0));
-    let done = AtomicBool::new(false);
-    let window = options.window.as_nanos().min(u64::MAX as u128) as u64;
-    let mut summary = InputSummary::default();
+    Ok((writers, rejected))
+}
 
-    let result = std::thread::scope(|scope| -> Result<Vec<CandidateReport>, ReplayError> {
-        let mut senders = Vec::new();
-        let mut deciders = Vec::new();
-        for (((candidate, policy), writer), identity) in
-            loaded.iter().zip(policies).zip(writers).zip(identity_of)
-        {
-            let (tx, rx) = mpsc::sync_channel::<Arc<Ordered>>(IN_FLIGHT);
-            senders.push(tx);
-            let sources = &sources;
-            let decide = move || -> Result<CandidateReport, ReplayError> {
-                let mut d = Decider::new(
-                    candidate,
-                    policy,
-                    identity,
-                    options.capacity,
-                    writer,
-                    sources,
-                )
-                .map_err(|e| ReplayError::Usage(format!("store: {e}")))?;
-                for batch in rx {
-                    d.batch(&batch);
-                    if d.write_error.is_some() {
-                        break;
-                    }
-                }
-                let (report, err) = d.finish(options.top);
-                match err {
-                    Some(e) => Err(ReplayError::Io(e)),
-                    None => Ok(report),
-                }
-            };
-            let name = format!("replay-decide-{}", deciders.len());
-            deciders.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn_scoped(scope, decide)?,
-            );
-        }
-        let bar = options.progress.then(|| progress_bar(total_bytes));
-        let reader_progress = progress.clone();
-        let reading = std::thread::Builder::new()
-            .name("replay-read".into())
-            .spawn_scoped(scope, || -> Result<InputSummary, ReplayError> {
-                let reader = Reader {
-                    parser: &parser,
-                    headers: &headers,
-                    identities: &identities,
-                    window,
-                    progress: reader_progress,
-                };
-                let mut summary = InputSummary::default();
-                let mut sink_error: Option<io::Error> = None;
-                let mut sink = |issue: &Issue| {
-                    if let Some(w) = rejected.as_mut()
-                        && sink_error.is_none()
-                        && let Err(e) = writeln!(w, "{issue}")
-                    {
-                        sink_error = Some(e);
-                    }
-                };
-                let mut issues = Issues {
-                    summary: &mut summary,
-                    sink: Some(&mut sink),
-                };
-                let mut deliver = |batch: Ordered| {
-                    let batch = Arc::new(batch);
-                    for tx in &senders {
-                        // A decider that stopped (an output error) reports it.
-                        let _ = tx.send(Arc::clone(&batch));
-                    }
-                };
-                let read = reader.run(&logs, &mut issues, &mut deliver);
-                drop(senders);
-                done.store(true, Ordering::Release);
-                read?;
-                if let Some(e) = sink_error {
-                    return Err(ReplayError::Io(e));
-                }
-                if let Some(w) = rejected.as_mut() {
-                    w.flush()?;
-                }
-                Ok(summary)
-            })?;
-        if let Some(bar) = &bar {
-            while !done.load(Ordering::Acquire) {
-                bar.set_position(progress.load(Ordering::Relaxed));
-                std::thread::sleep(Duration::from_millis(100));
+/// What the threads of a replay share.
+struct Run<'a> {
+    options: &'a ReplayOptions,
+    sources: &'a [String],
+    logs: &'a [LogSource],
+}
+
+impl Run<'_> {
+    /// Runs the reader and a decider per candidate; what reading found,
+    /// and each candidate's report.
+    fn threads<'c>(
+        &self,
+        reader: Reader<'_>,
+        rejected: Output,
+        candidates: impl Iterator<Item = (&'c Candidate, PolicySet, Output, usize)>,
+    ) -> Result<(InputSummary, Vec<CandidateReport>), ReplayError> {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let mut senders = Vec::new();
+            let mut deciders = Vec::new();
+            for (candidate, policy, writer, identity) in candidates {
+                let (tx, rx) = mpsc::sync_channel::<Arc<Ordered>>(IN_FLIGHT);
+                senders.push(tx);
+                let decide = move || self.decide(candidate, policy, writer, identity, rx);
+                let name = format!("replay-decide-{}", deciders.len());
+                let thread = std::thread::Builder::new().name(name);
+                deciders.push(thread.spawn_scoped(scope, decide)?);
             }
-            bar.finish_and_clear();
+            let progress = reader.progress.clone();
+            let read = || self.read(&reader, senders, rejected, &done);
+            let reading = (std::thread::Builder::new().name("replay-read".into()))
+                .spawn_scoped(scope, read)?;
+            if self.options.progress {
+                show_progress(self.total_bytes(), &done, &progress);
+            }
+            let summary = reading
+                .join()
+                .map_err(|_| ReplayError::Usage("the reader stopped unexpectedly".into()))??;
+            let mut reports = Vec::new();
+            for d in deciders {
+                let report = d
+                    .join()
+                    .map_err(|_| ReplayError::Usage("a decider stopped unexpectedly".into()))??;
+                reports.push(report);
+            }
+            Ok((summary, reports))
+        })
+    }
+
+    /// The size of the logs, when every one is known.
+    fn total_bytes(&self) -> Option<u64> {
+        self.logs.iter().map(LogSource::size).sum()
+    }
+
+    /// One candidate's thread: decides every batch `rx` brings.
+    fn decide(
+        &self,
+        candidate: &Candidate,
+        policy: PolicySet,
+        writer: Output,
+        identity: usize,
+        rx: mpsc::Receiver<Arc<Ordered>>,
+    ) -> Result<CandidateReport, ReplayError> {
+        let capacity = self.options.capacity;
+        let mut d = Decider::new(candidate, policy, identity, capacity, writer, self.sources)
+            .map_err(|e| ReplayError::Usage(format!("store: {e}")))?;
+        for batch in rx {
+            d.batch(&batch);
+            if d.write_error.is_some() {
+                break;
+            }
         }
-        summary = reading
-            .join()
-            .map_err(|_| ReplayError::Usage("the reader stopped unexpectedly".into()))??;
-        let mut reports = Vec::new();
-        for d in deciders {
-            reports.push(
-                d.join()
-                    .map_err(|_| ReplayError::Usage("a decider stopped unexpectedly".into()))??,
-            );
+        let (report, err) = d.finish(self.options.top);
+        match err {
+            Some(e) => Err(ReplayError::Io(e)),
+            None => Ok(report),
         }
-        Ok(reports)
-    })?;
-    Ok(Replay {
-        sources,
-        format: format_name(&options.format),
-        input: InputStats::from(&summary, options.window),
-        warnings,
-        candidates: result,
-        elapsed_secs: started.elapsed().as_secs_f64(),
-    })
+    }
+
+    /// The reader's thread: reads, parses and orders the logs, sends each
+    /// batch to every decider, and writes the lines not decided to
+    /// `rejected`.
+    fn read(
+        &self,
+        reader: &Reader<'_>,
+        senders: Vec<mpsc::SyncSender<Arc<Ordered>>>,
+        mut rejected: Output,
+        done: &AtomicBool,
+    ) -> Result<InputSummary, ReplayError> {
+        let mut summary = InputSummary::default();
+        let mut sink_error: Option<io::Error> = None;
+        let mut sink = |issue: &Issue| {
+            if let Some(w) = rejected.as_mut()
+                && sink_error.is_none()
+                && let Err(e) = writeln!(w, "{issue}")
+            {
+                sink_error = Some(e);
+            }
+        };
+        let mut issues = Issues {
+            summary: &mut summary,
+            sink: Some(&mut sink),
+        };
+        let mut deliver = |batch: Ordered| {
+            let batch = Arc::new(batch);
+            for tx in &senders {
+                // A decider that stopped (an output error) reports it.
+                let _ = tx.send(Arc::clone(&batch));
+            }
+        };
+        let read = reader.run(self.logs, &mut issues, &mut deliver);
+        drop(senders);
+        done.store(true, Ordering::Release);
+        read?;
+        if let Some(e) = sink_error {
+            return Err(ReplayError::Io(e));
+        }
+        if let Some(w) = rejected.as_mut() {
+            w.flush()?;
+        }
+        Ok(summary)
+    }
+}
+
+/// A progress bar on standard error, updated until reading is `done`.
+fn show_progress(total: Option<u64>, done: &AtomicBool, progress: &AtomicU64) {
+    let bar = progress_bar(total);
+    while !done.load(Ordering::Acquire) {
+        bar.set_position(progress.load(Ordering::Relaxed));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
 }
 
 fn format_name(f: &LogFormat) -> String {

@@ -12,9 +12,9 @@ use floodgate_runtime::settings::{PolicyOverrides, Settings};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 
 use crate::call::Calls;
-use crate::headers::RateLimitHeaders;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
+use floodgate_http::contract::EnvoyHeaders;
 
 /// Everything a request needs, built once at startup.
 pub struct DecisionService {
@@ -23,7 +23,7 @@ pub struct DecisionService {
     /// Reusable responses.
     pub pool: ResponsePool,
     /// Rate limit headers to add.
-    pub headers: RateLimitHeaders,
+    pub headers: EnvoyHeaders,
     /// Request-path metric handles.
     pub metrics: ServiceMetrics,
     overrides: PolicyOverrides,
@@ -44,8 +44,8 @@ impl DecisionService {
             engine: health.engine().clone(),
             health,
             pool: ResponsePool::default(),
-            headers: RateLimitHeaders::new(&settings.server.headers)
-                .map_err(RuntimeError::Runtime)?,
+            headers: crate::headers::envoy_headers(&settings.server.headers)
+                .map_err(|e| RuntimeError::Runtime(e.to_string()))?,
             metrics: ServiceMetrics::default(),
             overrides: settings.policy,
             calls: Calls::new(settings.server.max_requests),

@@ -56,6 +56,6 @@ pub use run::{run, serve};
 pub mod internals {
     pub use crate::decision::DecisionService;
     pub use crate::grpc::wire::{WireRequest, encode_response, generated};
-    pub use crate::headers::RateLimitHeaders;
+    pub use crate::headers::envoy_headers;
     pub use crate::http::router;
 }

@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use floodgate::{Apply, ManualClock, StoreConfig, Timestamp};
+use floodgate_http::contract::EnvoyHeaders;
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::spec::PolicySpec;
 use floodgate_policy::{Engine, MemoryBackend, PolicySet, Response};
 use floodgate_runtime::settings::HeaderSettings;
-use floodgate_server::internals::{RateLimitHeaders, WireRequest, encode_response};
+use floodgate_server::internals::{WireRequest, encode_response, envoy_headers};
 use floodgate_server::proto::ratelimit::RateLimitDescriptor;
 use floodgate_server::proto::ratelimit::rate_limit_descriptor::{Entry, RateLimitOverride};
 use floodgate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -130,7 +131,7 @@ pub fn floodgate_policy(files: &[File], increment_all: bool) -> Result<PolicySet
 /// gRPC messages as the service does.
 struct Floodgate {
     engine: Engine<MemoryBackend, Arc<ManualClock>>,
-    headers: RateLimitHeaders,
+    headers: EnvoyHeaders,
     response: Response,
 }
 
@@ -241,7 +242,7 @@ fn run_case(seed: u64, steps: usize, stop: bool) -> Result<(), String> {
             .unwrap(),
             clock.clone(),
         ),
-        headers: RateLimitHeaders::new(&header_settings).unwrap(),
+        headers: envoy_headers(&header_settings).unwrap(),
         response: Response::default(),
     };
     let mut service = Service::new(config, settings);

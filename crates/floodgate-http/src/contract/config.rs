@@ -35,16 +35,17 @@ impl HeaderForm {
         }
     }
 
+    /// Every form, in the order the documentation lists them.
+    pub const ALL: [HeaderForm; 4] = [
+        HeaderForm::Ietf,
+        HeaderForm::XRateLimit,
+        HeaderForm::XRateLimitEpoch,
+        HeaderForm::Draft03,
+    ];
+
     /// The form named `name` (see [`name`](Self::name)).
     pub fn parse(name: &str) -> Option<HeaderForm> {
-        [
-            HeaderForm::Ietf,
-            HeaderForm::XRateLimit,
-            HeaderForm::XRateLimitEpoch,
-            HeaderForm::Draft03,
-        ]
-        .into_iter()
-        .find(|f| f.name() == name)
+        Self::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 

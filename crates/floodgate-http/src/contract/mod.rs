@@ -5,6 +5,11 @@
 //!   `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11, or
 //!   `X-RateLimit-Limit/Remaining/Reset` (reset in seconds, or as Unix epoch
 //!   seconds like GitHub), or the draft-03 form Envoy emits.
+//! * **The Envoy form**, for a decision service answering Envoy
+//!   ([`EnvoyHeaders`]): envoyproxy/ratelimit's `RateLimit-Limit/-Remaining/-Reset`
+//!   and Envoy's draft-03 `X-RateLimit-*`, from an engine response's
+//!   statuses. Single-valued headers describe one position, picked by one
+//!   picker (see [`Report::primary`]).
 //! * **Rejections**: 429 (or a rule's status, e.g. 503), `Retry-After` in
 //!   delay-seconds rounded up from the exact wait, `Cache-Control:
 //!   no-store`, and an RFC 9457 problem (`application/problem+json`) or a
@@ -32,16 +37,19 @@
 //! ```
 
 mod config;
+mod envoy;
 mod header_buf;
 mod headers;
 mod http_contract;
 mod names;
+mod primary;
 mod problem;
 mod read;
 mod report;
 mod sf;
 
 pub use config::{Contract, HeaderForm, RuleResponse};
+pub use envoy::{EnvoyHeader, EnvoyHeaders, EnvoyNames, InvalidHeaderName};
 pub use header_buf::HeaderBuf;
 pub(crate) use headers::push_position;
 pub use headers::{draft03_limit, draft03_value, epoch_reset, ietf_current, ietf_policy};

@@ -45,27 +45,7 @@ impl Contract {
         let mut c = Contract::default();
         let map = node.map()?;
         if let Some(h) = map.get("headers") {
-            let items = match h.list() {
-                Ok(list) => list,
-                Err(_) => vec![h],
-            };
-            c.forms.clear();
-            for item in items {
-                let Some(name) = errors.take(item.str()) else {
-                    continue;
-                };
-                if name == "none" {
-                    continue;
-                }
-                match HeaderForm::parse(name) {
-                    Some(f) if !c.forms.contains(&f) => c.forms.push(f),
-                    Some(_) => {}
-                    None => errors.push(item.error(format!(
-                        "unknown header form '{}' (expected ietf, x-ratelimit, x-ratelimit-epoch, draft-03 or none)",
-                        excerpt(name)
-                    ))),
-                }
-            }
+            c.forms = read_forms(h, &mut errors);
         }
         for (key, flag) in [
             ("hide_headers", &mut c.hide_headers),
@@ -88,24 +68,57 @@ impl Contract {
         }
         if let Some(rules) = map.get("rules").and_then(|n| errors.take(n.map())) {
             for (name, n) in rules.entries() {
-                let Some(m) = errors.take(n.map()) else {
-                    continue;
-                };
-                let mut r = RuleResponse {
-                    status: m.get("status").and_then(|s| read_status(s, &mut errors)),
-                    ..RuleResponse::default()
-                };
-                if let Some(b) = m.get("hide").and_then(|b| errors.take(b.bool())) {
-                    r.hide = b;
+                if let Some(r) = read_rule(n, &mut errors) {
+                    c.rules.insert(name.to_owned(), r);
                 }
-                if let Some(p) = m.get("policy_name").and_then(|p| errors.take(p.str())) {
-                    r.policy_name = Some(p.to_owned());
-                }
-                deny_unknown(&m, RULE_KEYS, &mut errors);
-                c.rules.insert(name.to_owned(), r);
             }
         }
         deny_unknown(&map, KEYS, &mut errors);
         errors.finish(c)
     }
+}
+
+/// The header forms of `headers:` (one, or a list; `none` adds none), each
+/// once.
+fn read_forms(h: Node<'_>, errors: &mut Errors) -> Vec<HeaderForm> {
+    let items = match h.list() {
+        Ok(list) => list,
+        Err(_) => vec![h],
+    };
+    let mut forms = Vec::new();
+    for item in items {
+        let Some(name) = errors.take(item.str()) else {
+            continue;
+        };
+        if name == "none" {
+            continue;
+        }
+        match HeaderForm::parse(name) {
+            Some(f) if !forms.contains(&f) => forms.push(f),
+            Some(_) => {}
+            None => errors.push(item.error(format!(
+                "unknown header form '{}' (expected {} or none)",
+                excerpt(name),
+                HeaderForm::ALL.map(HeaderForm::name).join(", ")
+            ))),
+        }
+    }
+    forms
+}
+
+/// One rule's answers under `rules:` (none when it is not a map).
+fn read_rule(n: Node<'_>, errors: &mut Errors) -> Option<RuleResponse> {
+    let m = errors.take(n.map())?;
+    let mut r = RuleResponse {
+        status: m.get("status").and_then(|s| read_status(s, errors)),
+        ..RuleResponse::default()
+    };
+    if let Some(b) = m.get("hide").and_then(|b| errors.take(b.bool())) {
+        r.hide = b;
+    }
+    if let Some(p) = m.get("policy_name").and_then(|p| errors.take(p.str())) {
+        r.policy_name = Some(p.to_owned());
+    }
+    deny_unknown(&m, RULE_KEYS, errors);
+    Some(r)
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use floodgate::algorithms::AnyLimit;
 use floodgate::{Decision, Outcome};
-use floodgate_policy::compile::{Action, PolicySet, RuleId};
+use floodgate_policy::compile::{Action, PolicySet, RuleId, RuleLimit};
 use floodgate_policy::engine::Reason;
-use floodgate_policy::{Code, Response};
+use floodgate_policy::{Code, Response, Status};
 use http::StatusCode;
 
 use super::config::Contract;
@@ -249,17 +249,6 @@ impl Report {
             .unwrap_or("")
     }
 
-    /// The position reported by single-valued headers (`X-RateLimit-*`):
-    /// on a denial, the denying one with the longest known wait; otherwise the one
-    /// with the least remaining (ties: the smaller quota, then the first).
-    pub fn primary(&self) -> Option<&CurrentLine> {
-        let quota = |c: &CurrentLine| self.policies.get(c.policy).map_or(0, |p| p.quota);
-        // The first of equals: `max_by_key` keeps the last, so from the end.
-        let denying = self.current.iter().rev().filter(|c| c.denied);
-        (denying.max_by_key(|c| (c.timed, c.reset)))
-            .or_else(|| self.current.iter().min_by_key(|c| (c.remaining, quota(c))))
-    }
-
     /// The names of the policies that denied the request.
     pub fn violated(&self) -> impl Iterator<Item = &str> + '_ {
         self.current
@@ -274,143 +263,196 @@ impl Report {
     /// lines but still decide the verdict, status and wait.
     pub fn fill(&mut self, response: &Response, policy: &PolicySet, config: &Contract) {
         self.clear();
-        let denied = response.overall == Code::OverLimit;
-        let mut delay = Duration::ZERO;
-        // The longest known wait of a denial (none: unknown or never).
-        let mut wait = Some(Duration::ZERO);
+        let mut tally = Tally {
+            delay: Duration::ZERO,
+            wait: Some(Duration::ZERO),
+        };
         for status in &response.statuses {
-            if status.shadow {
-                continue;
-            }
-            let over = status.code == Code::OverLimit;
-            let Some(id) = status.rule else {
-                if over {
-                    // A deny list: no policy to name, no time to wait.
-                    wait = None;
-                    self.never = true;
-                }
-                continue;
-            };
-            let rule = policy.rule(id);
-            let settings = config
-                .rule(rule.label())
-                .or_else(|| config.rule(&rule.path));
-            if over {
-                if let Some(s) = settings.and_then(|s| s.status) {
-                    self.status.get_or_insert(s);
-                }
-            }
-            let hidden = config.hide_headers || settings.is_some_and(|s| s.hide);
-            let base = settings
-                .and_then(|s| s.policy_name.as_deref())
-                .unwrap_or(rule.label());
-            match &rule.action {
-                Action::Unlimited => {}
-                Action::Block { window, .. } => {
-                    if over {
-                        wait = None;
-                        self.never = true;
-                    }
-                    if !hidden {
-                        self.note_rule(id);
-                        let p = self.add_policy_with(
-                            |s| s.push_str(base),
-                            0,
-                            Some(ceil_secs(*window)),
-                            QuotaUnit::Requests,
-                        );
-                        self.current.push(CurrentLine {
-                            policy: p,
-                            remaining: 0,
-                            reset: status.duration_until_reset,
-                            denied: over,
-                            timed: false,
-                        });
-                    }
-                }
-                Action::Limit(limits) => {
-                    let Some(d) = status.decision else { continue };
-                    if let Outcome::Delayed(x) = d.outcome {
-                        delay = delay.max(x);
-                    }
-                    if over {
-                        match (d.outcome, d.retry_after) {
-                            (Outcome::Denied, Some(r)) => wait = wait.map(|w| w.max(r)),
-                            (outcome, _) => {
-                                wait = None;
-                                self.never |= outcome == Outcome::Never;
-                            }
-                        }
-                    }
-                    if hidden {
-                        continue;
-                    }
-                    self.note_rule(id);
-                    let first = self.policies.len();
-                    let many = limits.len() > 1;
-                    for (i, l) in limits.iter().enumerate() {
-                        let (quota, window, unit) = shape(&l.limit);
-                        // Two limits of one window are told apart by position.
-                        let shared = many
-                            && limits
-                                .iter()
-                                .enumerate()
-                                .any(|(j, m)| j != i && shape(&m.limit).1 == window);
-                        self.add_policy_with(
-                            |s| {
-                                s.push_str(base);
-                                if many {
-                                    suffix(s, i, window.filter(|_| !shared));
-                                }
-                            },
-                            quota,
-                            window,
-                            unit,
-                        );
-                    }
-                    let reported = status.current_limit.as_ref().map(|c| c.reported);
-                    let pick = if many {
-                        limits
-                            .iter()
-                            .position(|l| {
-                                Some(l.reported) == reported && shape(&l.limit).0 == d.limit
-                            })
-                            .or_else(|| limits.iter().position(|l| shape(&l.limit).0 == d.limit))
-                            .unwrap_or(0)
-                    } else {
-                        0
-                    };
-                    let mut shown = d;
-                    if !over && shown.is_denied() {
-                        // Quota mode: over, but the request passed.
-                        shown.outcome = Outcome::Allowed;
-                    }
-                    self.add_current(first + pick, &shown);
-                    if let Outcome::Delayed(x) = d.outcome
-                        && x > Duration::ZERO
-                    {
-                        self.delaying.push((self.current.len() - 1, x));
-                    }
-                    if self.policies[first + pick].unit == QuotaUnit::ConcurrentRequests {
-                        // Units free up when a holder finishes, not at a time.
-                        if let Some(c) = self.current.last_mut() {
-                            c.timed = false;
-                        }
-                    }
-                }
-            }
-            if status.reason == Reason::Denied && over {
-                wait = None;
+            if !status.shadow {
+                self.fill_status(status, policy, config, &mut tally);
             }
         }
-        if denied {
-            self.set_verdict(Verdict::Denied, wait.filter(|w| !w.is_zero()));
-        } else if delay > Duration::ZERO && !response.shadowed && !policy.settings.shadow_mode {
+        if response.overall == Code::OverLimit {
+            self.set_verdict(Verdict::Denied, tally.wait.filter(|w| !w.is_zero()));
+        } else if tally.delay > Duration::ZERO && !response.shadowed && !policy.settings.shadow_mode
+        {
             // Global shadow mode enforces nothing: not even a shaper's delay
             // (as nginx's dry run serves a delayed request at once).
-            self.set_verdict(Verdict::Delayed(delay), None);
+            self.set_verdict(Verdict::Delayed(tally.delay), None);
         }
     }
+
+    /// Adds what the enforced `status` tells: its lines, unless hidden,
+    /// and its part of the verdict, status and wait.
+    fn fill_status(
+        &mut self,
+        status: &Status,
+        policy: &PolicySet,
+        config: &Contract,
+        tally: &mut Tally,
+    ) {
+        let over = status.code == Code::OverLimit;
+        let Some(id) = status.rule else {
+            if over {
+                // A deny list: no policy to name, no time to wait.
+                tally.wait = None;
+                self.never = true;
+            }
+            return;
+        };
+        let rule = policy.rule(id);
+        let settings = config
+            .rule(rule.label())
+            .or_else(|| config.rule(&rule.path));
+        if over {
+            if let Some(s) = settings.and_then(|s| s.status) {
+                self.status.get_or_insert(s);
+            }
+        }
+        let hidden = config.hide_headers || settings.is_some_and(|s| s.hide);
+        let base = settings
+            .and_then(|s| s.policy_name.as_deref())
+            .unwrap_or(rule.label());
+        match &rule.action {
+            Action::Unlimited => {}
+            Action::Block { window, .. } => {
+                if over {
+                    tally.wait = None;
+                    self.never = true;
+                }
+                if !hidden {
+                    self.add_block(id, status, *window, base);
+                }
+            }
+            Action::Limit(limits) => {
+                let Some(d) = status.decision else { return };
+                self.tally_limit(d, over, tally);
+                if hidden {
+                    return;
+                }
+                self.add_limit(id, status, d, limits, base);
+            }
+        }
+        if status.reason == Reason::Denied && over {
+            tally.wait = None;
+        }
+    }
+
+    /// The lines of rule `id`, blocking everything for `window`.
+    fn add_block(&mut self, id: RuleId, status: &Status, window: Duration, base: &str) {
+        self.note_rule(id);
+        let p = self.add_policy_with(
+            |s| s.push_str(base),
+            0,
+            Some(ceil_secs(window)),
+            QuotaUnit::Requests,
+        );
+        self.current.push(CurrentLine {
+            policy: p,
+            remaining: 0,
+            reset: status.duration_until_reset,
+            denied: status.code == Code::OverLimit,
+            timed: false,
+        });
+    }
+
+    /// The part of a limit's decision `d` in the verdict: its delay, and
+    /// when `over`, its wait (none: unknown, or never).
+    fn tally_limit(&mut self, d: Decision, over: bool, tally: &mut Tally) {
+        if let Outcome::Delayed(x) = d.outcome {
+            tally.delay = tally.delay.max(x);
+        }
+        if over {
+            match (d.outcome, d.retry_after) {
+                (Outcome::Denied, Some(r)) => tally.wait = tally.wait.map(|w| w.max(r)),
+                (outcome, _) => {
+                    tally.wait = None;
+                    self.never |= outcome == Outcome::Never;
+                }
+            }
+        }
+    }
+
+    /// The lines of rule `id` limiting by `limits`: a policy per limit,
+    /// and where the client stands under the one that decided (`d`).
+    fn add_limit(
+        &mut self,
+        id: RuleId,
+        status: &Status,
+        d: Decision,
+        limits: &[RuleLimit],
+        base: &str,
+    ) {
+        self.note_rule(id);
+        let first = self.add_limit_policies(limits, base);
+        let pick = deciding_limit(limits, status, d);
+        let mut shown = d;
+        if status.code != Code::OverLimit && shown.is_denied() {
+            // Quota mode: over, but the request passed.
+            shown.outcome = Outcome::Allowed;
+        }
+        self.add_current(first + pick, &shown);
+        if let Outcome::Delayed(x) = d.outcome
+            && x > Duration::ZERO
+        {
+            self.delaying.push((self.current.len() - 1, x));
+        }
+        if self.policies[first + pick].unit == QuotaUnit::ConcurrentRequests {
+            // Units free up when a holder finishes, not at a time.
+            if let Some(c) = self.current.last_mut() {
+                c.timed = false;
+            }
+        }
+    }
+
+    /// A policy line per limit of a rule, named `base` (with a suffix
+    /// when there are several); returns the index of the first.
+    fn add_limit_policies(&mut self, limits: &[RuleLimit], base: &str) -> usize {
+        let first = self.policies.len();
+        let many = limits.len() > 1;
+        for (i, l) in limits.iter().enumerate() {
+            let (quota, window, unit) = shape(&l.limit);
+            // Two limits of one window are told apart by position.
+            let shared = many
+                && limits
+                    .iter()
+                    .enumerate()
+                    .any(|(j, m)| j != i && shape(&m.limit).1 == window);
+            self.add_policy_with(
+                |s| {
+                    s.push_str(base);
+                    if many {
+                        suffix(s, i, window.filter(|_| !shared));
+                    }
+                },
+                quota,
+                window,
+                unit,
+            );
+        }
+        first
+    }
+}
+
+/// What the statuses of a response add up to, as a report is filled: the
+/// longest delay, and the longest known wait of a denial (none: unknown or
+/// never).
+struct Tally {
+    delay: Duration,
+    wait: Option<Duration>,
+}
+
+/// Which of a rule's `limits` decided `d` (reported in `status`).
+fn deciding_limit(limits: &[RuleLimit], status: &Status, d: Decision) -> usize {
+    if limits.len() <= 1 {
+        return 0;
+    }
+    let reported = status.current_limit.as_ref().map(|c| c.reported);
+    limits
+        .iter()
+        .position(|l| Some(l.reported) == reported && shape(&l.limit).0 == d.limit)
+        .or_else(|| limits.iter().position(|l| shape(&l.limit).0 == d.limit))
+        .unwrap_or(0)
 }
 
 /// The name suffix of limit `i` of a rule with several: its window

@@ -33,7 +33,8 @@
 //! As a tower layer ([`FloodgateLayer`] makes a [`FloodgateService`]), or
 //! from a server's own handler: [`FloodgateLayer::serve`], given the
 //! client's address ([`ClientAddr`]) or not. Each returns the same
-//! [`ResponseFuture`].
+//! [`ResponseFuture`]. Its admission step alone, without a server (as an
+//! offline replay of logged requests runs it), is [`admission`].
 //!
 //! # Configuration
 //!
@@ -54,6 +55,7 @@
 //!       per_key: {key: user, max: 4, queue: 8, timeout: 500ms}
 //! ```
 
+pub mod admission;
 mod body;
 mod config;
 #[allow(clippy::module_inception)]

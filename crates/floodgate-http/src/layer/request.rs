@@ -18,10 +18,11 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use floodgate::{Apply, Clock, Decision, Outcome, Timestamp};
-use floodgate_policy::{Backend, Code, EngineError, Response};
+use floodgate_policy::{Backend, Code, EngineError};
 use http::{HeaderMap, Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
 
+use super::admission;
 use super::body::FloodgateBody;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
@@ -125,28 +126,13 @@ where
             res: Some(rejected),
         });
     }
-    // The request's descriptors, in pooled buffers.
-    let mut held = Held {
-        shared: shared.clone(),
-        scratch: Some(shared.take()),
-        holds_units: false,
-    };
-    let client = client.unwrap_or_else(|| {
-        ClientAddr::new((shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER))
-    });
-    let s = held.scratch();
-    s.prerendered = false;
-    let (peer, resolved) = (client.peer.ip(), client.resolved);
-    let ext = req.extensions();
-    shared
-        .identity
-        .build_resolved(&req, peer, resolved, ext, &mut s.out);
+    let mut held = describe(shared, &req, client);
     // The layer's queues wait; so does a request that may have to be
     // rejected for want of a delay slot (it is first decided without
     // charging: see `steps`).
     let waits = shared.global.is_some()
         || shared.keyed.is_some()
-        || shared.delayed.get() >= shared.settings.max_delayed;
+        || admission::slots_full(shared.delayed.get(), shared.settings.max_delayed);
     if !waits {
         let now = shared.engine.clock().now();
         if let Some(decided) = decide_now(shared, &mut held, Apply::Commit) {
@@ -167,6 +153,31 @@ where
     state(State::Waiting {
         fut: Box::pin(steps(shared.clone(), held, keep, req, inner)),
     })
+}
+
+/// The request's descriptors, built in pooled buffers, for `client` (none:
+/// its peer is looked up in the request's extensions).
+fn describe<B: Backend, C: Clock + 'static, T>(
+    shared: &Arc<Shared<B, C>>,
+    req: &Request<T>,
+    client: Option<ClientAddr>,
+) -> Held<B, C> {
+    let mut held = Held {
+        shared: shared.clone(),
+        scratch: Some(shared.take()),
+        holds_units: false,
+    };
+    let client = client.unwrap_or_else(|| {
+        ClientAddr::new((shared.settings.peer)(req.extensions()).unwrap_or(NO_PEER))
+    });
+    let s = held.scratch();
+    s.prerendered = false;
+    let (peer, resolved) = (client.peer.ip(), client.resolved);
+    let ext = req.extensions();
+    shared
+        .identity
+        .build_resolved(req, peer, resolved, ext, &mut s.out);
+    held
 }
 
 /// The steps of a request that waits: the layer's queues, then the
@@ -191,23 +202,19 @@ where
     // The decision, from one clock reading taken just before it.
     let now = shared.engine.clock().now();
     // Every delay slot taken: a request the shaper would delay is to be
-    // rejected, so it is first decided without charging anything — the
-    // rejection costs it nothing, as a rejection over a full burst.
-    if shared.delayed.get() >= shared.settings.max_delayed
+    // rejected, so it is first decided without charging anything (see
+    // `admission`).
+    if admission::slots_full(shared.delayed.get(), shared.settings.max_delayed)
         && let Ok(Decided::Engine | Decided::Planned) =
             decide(&shared, &mut held, Apply::Check).await
     {
         let s = held.scratch();
-        match shared.engine.policy_of(&s.response) {
-            Some(policy) => s.report.fill(&s.response, &policy, &shared.contract),
-            // Decided under a policy replaced since: no delay to turn
-            // into a rejection.
-            None => s.report.clear(),
-        }
-        if let Verdict::Delayed(_) = s.report.verdict() {
+        let policy = shared.engine.policy_of(&s.response);
+        let (report, contract) = (&mut s.report, &shared.contract);
+        admission::judge(report, &s.response, policy.as_deref(), contract, false);
+        if admission::refused_for_want_of_slot(report) {
             LayerStats::inc(&shared.stats.decided);
             LayerStats::inc(&shared.stats.delay_queue_full);
-            s.report.deny_delayed();
             let res = shared.contract.reject(
                 Rejection::Limited(&s.report),
                 req.headers(),
@@ -317,7 +324,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
     LayerStats::inc(&shared.stats.decided);
     let on_success = shared.contract.on_success;
     // A planned rule holds no units: an admitted request keeps nothing.
-    if planned && !on_success && plainly_allowed(&held.scratch().response) {
+    if planned && !on_success && admission::plainly_allowed(&held.scratch().response) {
         return Admitted::bare(keep);
     }
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
@@ -442,50 +449,29 @@ fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
     res.map(FloodgateBody::full)
 }
 
-/// Whether `response` admits the request at once: nothing over the limit
-/// and no shaper delay. Its report's verdict is then "allowed" whatever
-/// else it holds.
-fn plainly_allowed(response: &Response) -> bool {
-    response.overall != Code::OverLimit
-        && !response.statuses.iter().any(|s| {
-            s.decision
-                .is_some_and(|d| matches!(d.outcome, Outcome::Delayed(x) if x > Duration::ZERO))
-        })
-}
-
 /// The report of a decided request (its headers, its verdict), and whether
 /// it holds engine concurrency units.
 fn settle<B: Backend, C: Clock + 'static>(shared: &Shared<B, C>, held: &mut Held<B, C>) {
     let s = held.scratch();
     let policy = shared.engine.policy_of(&s.response);
-    match &policy {
-        Some(policy) if shared.contract.on_success || !plainly_allowed(&s.response) => {
-            s.report.fill(&s.response, policy, &shared.contract);
-            s.policy_value = shared.policy_cache.get(policy, &s.report, &shared.contract);
-        }
-        // Admitted, and nothing is written on admitted responses: the
-        // report would only be read for its verdict, "allowed". Or decided
-        // under a policy a reload replaced in the meantime (its rule ids do
-        // not index the new one): the verdict alone, without the policy's
-        // names (a response holding units keeps its policy, so none is
-        // lost here).
-        _ => {
-            s.report.clear();
-            s.policy_value = None;
-            if policy.is_none() && s.response.overall == Code::OverLimit {
-                s.report.set_verdict(Verdict::Denied, None);
-            }
-        }
-    }
+    let contract = &shared.contract;
+    // Nothing written on admitted responses: then the report is read for
+    // its verdict alone. A response holding units keeps its policy, so
+    // none is lost to a reload here.
+    let lines = contract.on_success;
+    let filled = admission::judge(
+        &mut s.report,
+        &s.response,
+        policy.as_deref(),
+        contract,
+        lines,
+    );
+    s.policy_value = match &policy {
+        Some(p) if filled => shared.policy_cache.get(p, &s.report, contract),
+        _ => None,
+    };
     if let Some(policy) = policy {
-        // Whether it is admitted under an engine concurrency limit.
-        held.holds_units = s.response.statuses.iter().any(|s| {
-            s.decision.is_some_and(|d| d.is_allowed())
-                && s.rule.is_some_and(|id| {
-                    let limits = policy.rule(id).limits();
-                    limits.iter().any(|l| l.limit.is_concurrency())
-                })
-        });
+        held.holds_units = admission::holds_units(&s.response, &policy);
     }
 }
 

@@ -125,29 +125,8 @@ impl GrpcService {
             let Ok(r) = tower_service::Service::call(&mut routes, req).await;
             return r;
         }
-        // Not a gRPC call: answered in plain HTTP, as the gRPC-over-HTTP/2
-        // protocol prescribes, so that no client takes an error for a
-        // success; the body is never read.
-        if req.method() != Method::POST {
-            let mut r = not_grpc(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!(
-                    "{RLS_PATH} is a gRPC method: expected POST, found {}\n",
-                    req.method()
-                ),
-            );
-            r.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        if let Some(r) = not_a_grpc_call(&req) {
             return r;
-        }
-        if let Err(found) = grpc_content_type(req.headers()) {
-            return not_grpc(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!(
-                    "{RLS_PATH} is a gRPC method: expected Content-Type: application/grpc \
-                     (or application/grpc+proto), found {found}\n"
-                ),
-            );
         }
         // The caller's deadline, or the server's when it sets none (a call
         // whose body never comes is not held forever).
@@ -183,49 +162,13 @@ impl GrpcService {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let svc = &*self.service;
-        let invalid = |message: &str| {
-            svc.metrics
-                .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
-            error(ErrorCode::InvalidArgument.grpc_code(), message)
+        let body = match read_message(svc, req.into_body(), started).await {
+            Ok(body) => body,
+            Err(r) => return r,
         };
-        let body = match Limited::new(req.into_body(), svc.body_limit + 5)
-            .collect()
-            .await
-        {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                return if e.is::<LengthLimitError>() {
-                    // As gRPC servers answer a message over their limit.
-                    svc.metrics
-                        .failed(Api::Grpc, ErrorClass::ResourceExhausted, started);
-                    error(
-                        tonic::Code::ResourceExhausted as i32,
-                        &format!(
-                            "the message is larger than the limit of {} bytes",
-                            svc.body_limit
-                        ),
-                    )
-                } else {
-                    invalid(&format!("cannot read the request: {e}"))
-                };
-            }
-        };
-        if body.len() < 5 {
-            return invalid("missing gRPC message");
-        }
-        if body[0] != 0 {
-            return error(
-                tonic::Code::Unimplemented as i32,
-                "compressed messages are not supported",
-            );
-        }
-        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
-        if len != body.len() - 5 {
-            return invalid("exactly one gRPC message is expected");
-        }
         let request = match WireRequest::decode(&body[5..]) {
             Ok(r) => r,
-            Err(e) => return invalid(&e.to_string()),
+            Err(e) => return invalid(svc, started, &e.to_string()),
         };
         let descriptors = request.descriptors();
         let mut response = svc.pool.take();
@@ -245,13 +188,106 @@ impl GrpcService {
         let mut out = BytesMut::with_capacity(256 + 48 * response.statuses.len());
         encode_response(&response, &svc.headers, &mut out);
         drop(response);
-        let mut trailers = HeaderMap::with_capacity(1);
-        trailers.insert("grpc-status", HeaderValue::from_static("0"));
-        // One message, then the trailers.
-        let trailers = std::future::ready(Some(Ok(trailers)));
-        let body = Full::new(out.freeze()).with_trailers(trailers);
-        let mut r = Response::new(tonic::body::Body::new(body));
-        grpc_headers(r.headers_mut());
-        r
+        answered(out)
     }
+}
+
+/// The plain HTTP answer to a call of the RLS method that is not a gRPC
+/// call, as the gRPC-over-HTTP/2 protocol prescribes (so that no client
+/// takes an error for a success; the body is never read); none for a gRPC
+/// call.
+fn not_a_grpc_call<B>(req: &Request<B>) -> Option<Response<tonic::body::Body>> {
+    if req.method() != Method::POST {
+        let mut r = not_grpc(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "{RLS_PATH} is a gRPC method: expected POST, found {}\n",
+                req.method()
+            ),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Some(r);
+    }
+    let found = grpc_content_type(req.headers()).err()?;
+    Some(not_grpc(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "{RLS_PATH} is a gRPC method: expected Content-Type: application/grpc \
+             (or application/grpc+proto), found {found}\n"
+        ),
+    ))
+}
+
+/// An invalid call's error, counted.
+fn invalid(svc: &DecisionService, started: Instant, message: &str) -> Response<tonic::body::Body> {
+    svc.metrics
+        .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
+    error(ErrorCode::InvalidArgument.grpc_code(), message)
+}
+
+/// The call's body, checked to hold exactly one uncompressed gRPC message
+/// (at offset 5, after its prefix) within the size limit; or the error
+/// answering it.
+async fn read_message<B>(
+    svc: &DecisionService,
+    body: B,
+    started: Instant,
+) -> Result<Bytes, Response<tonic::body::Body>>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let body = match Limited::new(body, svc.body_limit + 5).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            // As gRPC servers answer a message over their limit.
+            svc.metrics
+                .failed(Api::Grpc, ErrorClass::ResourceExhausted, started);
+            return Err(error(
+                tonic::Code::ResourceExhausted as i32,
+                &format!(
+                    "the message is larger than the limit of {} bytes",
+                    svc.body_limit
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(invalid(
+                svc,
+                started,
+                &format!("cannot read the request: {e}"),
+            ));
+        }
+    };
+    if body.len() < 5 {
+        return Err(invalid(svc, started, "missing gRPC message"));
+    }
+    if body[0] != 0 {
+        return Err(error(
+            tonic::Code::Unimplemented as i32,
+            "compressed messages are not supported",
+        ));
+    }
+    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    if len != body.len() - 5 {
+        return Err(invalid(
+            svc,
+            started,
+            "exactly one gRPC message is expected",
+        ));
+    }
+    Ok(body)
+}
+
+/// The answer carrying the encoded message `out`: one message, then the
+/// trailers.
+fn answered(out: BytesMut) -> Response<tonic::body::Body> {
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let trailers = std::future::ready(Some(Ok(trailers)));
+    let body = Full::new(out.freeze()).with_trailers(trailers);
+    let mut r = Response::new(tonic::body::Body::new(body));
+    grpc_headers(r.headers_mut());
+    r
 }

@@ -9,7 +9,7 @@ use floodgate_policy::engine::LimitOverride;
 use floodgate_policy::{Code, Descriptor, Response, Status};
 use smallvec::SmallVec;
 
-use crate::headers::RateLimitHeaders;
+use floodgate_http::contract::EnvoyHeaders;
 
 /// A malformed message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -349,7 +349,7 @@ fn put_status(out: &mut BytesMut, s: &Status) {
 
 /// Appends the gRPC frame (5-byte prefix and message) of the response to
 /// `response` to `out`.
-pub fn encode_response(response: &Response, headers: &RateLimitHeaders, out: &mut BytesMut) {
+pub fn encode_response(response: &Response, headers: &EnvoyHeaders, out: &mut BytesMut) {
     let start = out.len();
     // Uncompressed, then the message's length, written last.
     out.put_bytes(0, 5);
@@ -372,7 +372,7 @@ pub fn encode_response(response: &Response, headers: &RateLimitHeaders, out: &mu
 #[cfg(any(test, feature = "internals"))]
 pub fn generated(
     response: &Response,
-    headers: &RateLimitHeaders,
+    headers: &EnvoyHeaders,
 ) -> crate::proto::rls::RateLimitResponse {
     use crate::proto::envoy::config::core::v3::HeaderValue;
     use crate::proto::rls::rate_limit_response::rate_limit::Unit as ProtoUnit;
@@ -614,7 +614,7 @@ mod tests {
             x_ratelimit: true,
             ..floodgate_runtime::Settings::default().server.headers
         };
-        let headers = RateLimitHeaders::new(&settings).unwrap();
+        let headers = crate::headers::envoy_headers(&settings).unwrap();
         let mut out = BytesMut::new();
         encode_response(&r, &headers, &mut out);
         assert_eq!(out[0], 0);

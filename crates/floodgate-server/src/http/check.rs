@@ -214,10 +214,22 @@ pub async fn handle(
             .map(|(i, s)| status(&response, i, s, &policy, &held))
             .collect(),
     };
-    let code = if over {
-        StatusCode::TOO_MANY_REQUESTS
-    } else {
+    Ok(respond(&svc, &response, body, retry_after))
+}
+
+/// The HTTP answer carrying `body`: 429 when over the limit, with
+/// `Retry-After` (`retry_after`, when known) and the rate limit headers of
+/// `response`.
+fn respond(
+    svc: &DecisionService,
+    response: &floodgate_policy::Response,
+    body: CheckResponse<'_>,
+    retry_after: Option<std::time::Duration>,
+) -> Response {
+    let code = if body.allowed {
         StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
     };
     let mut out = (code, Json(body)).into_response();
     let h = out.headers_mut();
@@ -228,10 +240,10 @@ pub async fn handle(
         );
     }
     let mut buf = String::new();
-    svc.headers.emit(&response, &mut buf, |name, value| {
+    svc.headers.emit(response, &mut buf, |name, value| {
         if let Ok(v) = HeaderValue::from_str(value) {
             h.insert(name.http.clone(), v);
         }
     });
-    Ok(out)
+    out
 }
