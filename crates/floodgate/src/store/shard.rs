@@ -53,6 +53,13 @@ pub(crate) struct Swept {
     pub(crate) evicted: u64,
 }
 
+impl std::ops::AddAssign for Swept {
+    fn add_assign(&mut self, other: Swept) {
+        self.reclaimed += other.reclaimed;
+        self.evicted += other.evicted;
+    }
+}
+
 /// The idle instant `t` of a state decided at `now` by a limit that `pins`
 /// or not ([`Algorithm::pins`](crate::Algorithm::pins)), as whole seconds
 /// after `base`, rounded up: [`PINNED`] for [`Timestamp::MAX`] from a limit
