@@ -213,6 +213,9 @@ impl Ctx<'_> {
         }
     }
 
+    /// Compiles the rule of node `n` (at `path`, whose hash `path_hash`
+    /// is) into the policy's rules; `None` (its errors recorded) when none
+    /// of its limits could be built.
     fn rule(
         &mut self,
         n: &NodeSpec,
@@ -234,26 +237,7 @@ impl Ctx<'_> {
                 reported: rl.reported,
             }
         } else {
-            let mut limits = Vec::with_capacity(rl.limits.len());
-            for spec in &rl.limits {
-                fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
-                match rule::build_limit(spec, penalty, rl.block_for) {
-                    Ok(Some(limit)) => limits.push(RuleLimit {
-                        limit,
-                        reported: reported_of(spec, rl.reported),
-                        zone: None,
-                    }),
-                    Ok(None) => self.errors.push(ConfigError::new(
-                        rl.at.clone(),
-                        "a rule with several limits cannot include a zero limit (use requests_per_unit: 0 alone to block)",
-                    )),
-                    Err(e) => self.errors.push(ConfigError::new(rl.at.clone(), e.to_string())),
-                }
-            }
-            if limits.is_empty() {
-                return None;
-            }
-            Action::Limit(limits.into_boxed_slice())
+            Action::Limit(self.limits(rl, penalty, &mut fingerprint)?)
         };
         let fingerprint = fingerprint.finish();
         let mut action = action;
@@ -280,6 +264,34 @@ impl Ctx<'_> {
             metrics: Default::default(),
         });
         Some(id)
+    }
+
+    /// The limits of `rl` under `penalty`, each added to the rule's
+    /// `fingerprint`; `None` (the errors recorded) when none could be
+    /// built.
+    fn limits(
+        &mut self,
+        rl: &crate::spec::RateLimitSpec,
+        penalty: Penalty,
+        fingerprint: &mut StableHasher,
+    ) -> Option<Box<[RuleLimit]>> {
+        let mut limits = Vec::with_capacity(rl.limits.len());
+        for spec in &rl.limits {
+            fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
+            match rule::build_limit(spec, penalty, rl.block_for) {
+                Ok(Some(limit)) => limits.push(RuleLimit {
+                    limit,
+                    reported: reported_of(spec, rl.reported),
+                    zone: None,
+                }),
+                Ok(None) => self.errors.push(ConfigError::new(
+                    rl.at.clone(),
+                    "a rule with several limits cannot include a zero limit (use requests_per_unit: 0 alone to block)",
+                )),
+                Err(e) => self.errors.push(ConfigError::new(rl.at.clone(), e.to_string())),
+            }
+        }
+        (!limits.is_empty()).then(|| limits.into_boxed_slice())
     }
 }
 

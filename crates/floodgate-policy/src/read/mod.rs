@@ -11,6 +11,7 @@ mod descriptors;
 mod envoy;
 mod floodgate;
 pub(crate) mod limits;
+mod rate_limit;
 mod sync_mode;
 
 use std::path::{Path, PathBuf};
