@@ -91,6 +91,19 @@ pub(crate) fn unevaluated(quota: u64) -> Decision {
     }
 }
 
+/// The second phase of a batch over several slot groups, once every
+/// group was peeked at: `apply` if `all` admit it, its rejected (or forced)
+/// form otherwise; the dry forms for a check.
+fn second_phase(all: bool, apply: Apply) -> Call {
+    match (all, apply) {
+        (true, Apply::Check) => Call::DryCommit,
+        (false, Apply::Check) => Call::DryRejected,
+        (true, a) => Call::of(a),
+        (false, Apply::Force) => Call::Force,
+        (false, _) => Call::Rejected,
+    }
+}
+
 impl RedisBackend {
     /// Connects to the servers of `config` (failing if they cannot be
     /// reached) and returns the backend.
@@ -477,13 +490,7 @@ impl RedisBackend {
         for (g, r) in groups.iter().zip(phase1) {
             keep(g, r);
         }
-        let second = match (all, apply) {
-            (true, Apply::Check) => Call::DryCommit,
-            (false, Apply::Check) => Call::DryRejected,
-            (true, a) => Call::of(a),
-            (false, Apply::Force) => Call::Force,
-            (false, _) => Call::Rejected,
-        };
+        let second = second_phase(all, apply);
         // A rejected group without penalty-mode or blocking limits would
         // change nothing and decide as its check did.
         let todo: Vec<&Vec<usize>> = groups
@@ -499,6 +506,8 @@ impl RedisBackend {
         Ok((decided, latest))
     }
 
+    /// Runs one group's script as `call`; its decisions (per answered item)
+    /// and the decision time (µs).
     async fn call(
         &self,
         plan: &Plan,
