@@ -163,12 +163,15 @@ impl State<'_, '_> {
         }
     }
 
+    /// Fails the line for field `key` (the first failure is reported).
     fn fail(&mut self, key: &str, what: &str) {
         if self.error.is_none() {
             self.error = Some(LineError::at(0, format!("field `{key}` {what}")));
         }
     }
 
+    /// Takes the value `v` of field `key` as `role` (nothing for a null or
+    /// `-`); a value that does not fit the role fails the line.
     fn set(&mut self, key: &str, role: Role, v: Scalar<'_>) {
         let text = match v {
             Scalar::Null => return,
@@ -177,47 +180,11 @@ impl State<'_, '_> {
         };
         let bytes = text.as_bytes();
         match role {
-            Role::Start | Role::End => {
-                let t = match v {
-                    Scalar::F64(x) => float_nanos(x),
-                    _ => time::any(bytes),
-                };
-                match t {
-                    Some(t) if role == Role::Start => self.start = Some(t),
-                    Some(t) => self.end = Some(t),
-                    None => self.fail(key, "is not a time"),
-                }
-            }
+            Role::Start | Role::End => self.set_time(key, role, &v, bytes),
             Role::Elapsed(unit) | Role::Duration(unit) => {
-                let d = match v {
-                    Scalar::F64(x) if x >= 0.0 => Some((x * unit as f64) as u64),
-                    _ if unit == time::NANOS => time::seconds(bytes),
-                    _ => time::scaled(bytes, unit),
-                };
-                match (d, role) {
-                    (Some(d), Role::Elapsed(_)) => self.elapsed = Some(d),
-                    (Some(d), _) => self.fields.duration = Some(d),
-                    (None, _) => self.fail(key, "is not a duration"),
-                }
+                self.set_duration(key, role, unit, &v, bytes)
             }
-            Role::Method | Role::Path => {
-                let s = match &v {
-                    Scalar::Str(s) => *s,
-                    Scalar::Owned(s) => s.as_str(),
-                    _ => return self.fail(key, "is not a string"),
-                };
-                let s = if role == Role::Path {
-                    s.split('?').next().unwrap_or_default()
-                } else {
-                    s
-                };
-                let span = self.span(s);
-                if role == Role::Path {
-                    self.fields.path = span;
-                } else {
-                    self.fields.method = span;
-                }
-            }
+            Role::Method | Role::Path => self.set_request(key, role, &v),
             Role::Address => match parse_ip(bytes) {
                 Some(ip) => self.fields.peer = Some(ip),
                 None => self.fail(key, "is not an address"),
@@ -242,8 +209,59 @@ impl State<'_, '_> {
             Role::Headers => {}
         }
     }
+
+    /// A start or end time: seconds since the epoch as a number (its
+    /// scale told by its size), or any time text (`bytes`).
+    fn set_time(&mut self, key: &str, role: Role, v: &Scalar<'_>, bytes: &[u8]) {
+        let t = match v {
+            Scalar::F64(x) => float_nanos(*x),
+            _ => time::any(bytes),
+        };
+        match t {
+            Some(t) if role == Role::Start => self.start = Some(t),
+            Some(t) => self.end = Some(t),
+            None => self.fail(key, "is not a time"),
+        }
+    }
+
+    /// An elapsed time or a duration, in `unit` (nanoseconds each); its
+    /// text is `bytes`.
+    fn set_duration(&mut self, key: &str, role: Role, unit: u64, v: &Scalar<'_>, bytes: &[u8]) {
+        let d = match v {
+            Scalar::F64(x) if *x >= 0.0 => Some((x * unit as f64) as u64),
+            _ if unit == time::NANOS => time::seconds(bytes),
+            _ => time::scaled(bytes, unit),
+        };
+        match (d, role) {
+            (Some(d), Role::Elapsed(_)) => self.elapsed = Some(d),
+            (Some(d), _) => self.fields.duration = Some(d),
+            (None, _) => self.fail(key, "is not a duration"),
+        }
+    }
+
+    /// The method, or the path (its query left out): strings only.
+    fn set_request(&mut self, key: &str, role: Role, v: &Scalar<'_>) {
+        let s = match v {
+            Scalar::Str(s) => *s,
+            Scalar::Owned(s) => s.as_str(),
+            _ => return self.fail(key, "is not a string"),
+        };
+        let s = if role == Role::Path {
+            s.split('?').next().unwrap_or_default()
+        } else {
+            s
+        };
+        let span = self.span(s);
+        if role == Role::Path {
+            self.fields.path = span;
+        } else {
+            self.fields.method = span;
+        }
+    }
 }
 
+/// Seconds since the epoch as a number, in nanoseconds: values too large
+/// for seconds are read as milliseconds, microseconds or nanoseconds.
 fn float_nanos(x: f64) -> Option<u64> {
     if !(0.0..1e19).contains(&x) {
         return None;

@@ -8,7 +8,7 @@ mod timeline;
 use std::time::Duration;
 
 use cardinality_estimator::CardinalityEstimator;
-use floodgate_policy::observe::TopKeys;
+use floodgate_policy::observe::{TopKey, TopKeys};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -365,6 +365,38 @@ impl Acc {
         top: usize,
         (keys_held, evictions, admitted_full): (u64, u64, u64),
     ) -> CandidateReport {
+        let (reports, rule_index) = self.rule_reports(rules);
+        let top_denied = self.top.top(top).into_iter().map(key_count).collect();
+        CandidateReport {
+            name,
+            notes,
+            requests: self.requests,
+            unlimited: self.unlimited,
+            allowed: self.allowed,
+            delayed: self.delayed,
+            denied: self.denied,
+            delay_queue_full: self.delay_queue_full,
+            errors: self.errors,
+            delay: delay_stats(&self.delay, self.delay_max),
+            distinct_limited: self.limited.estimate() as u64,
+            rules: reports,
+            top_denied,
+            timeline: self.timeline,
+            first: self.first.unwrap_or(0),
+            last: self.last,
+            keys_held,
+            evictions,
+            admitted_full,
+            rule_index,
+        }
+    }
+
+    /// A report per rule that decided at least one request (named by
+    /// `rules`, by index), and the index of each.
+    fn rule_reports(
+        &self,
+        rules: &[(String, String, String, bool)],
+    ) -> (Vec<RuleReport>, Vec<usize>) {
         let mut reports = Vec::new();
         let mut rule_index = Vec::new();
         for (i, acc) in self.rules.iter().enumerate() {
@@ -388,48 +420,25 @@ impl Acc {
                 distinct_limited: acc.limited.as_ref().map_or(0, |e| e.estimate() as u64),
             });
         }
-        let top_denied = self
-            .top
-            .top(top)
-            .into_iter()
-            .map(|t| {
-                let text = String::from_utf8_lossy(t.key);
-                let (rule, key) = text.split_once('\u{1f}').unwrap_or(("", &text));
-                let (rule, shadow) = match rule.strip_suffix(" (shadow)") {
-                    Some(r) => (r, true),
-                    None => (rule, false),
-                };
-                KeyCount {
-                    rule: rule.to_owned(),
-                    key: key.to_owned(),
-                    count: t.count,
-                    error: t.error,
-                    shadow,
-                }
-            })
-            .collect();
-        CandidateReport {
-            name,
-            notes,
-            requests: self.requests,
-            unlimited: self.unlimited,
-            allowed: self.allowed,
-            delayed: self.delayed,
-            denied: self.denied,
-            delay_queue_full: self.delay_queue_full,
-            errors: self.errors,
-            delay: delay_stats(&self.delay, self.delay_max),
-            distinct_limited: self.limited.estimate() as u64,
-            rules: reports,
-            top_denied,
-            timeline: self.timeline,
-            first: self.first.unwrap_or(0),
-            last: self.last,
-            keys_held,
-            evictions,
-            admitted_full,
-            rule_index,
-        }
+        (reports, rule_index)
+    }
+}
+
+/// A key denied often, from its tracked text: `rule\u{1f}key`, the rule
+/// marked ` (shadow)` when in shadow mode.
+fn key_count(t: TopKey<'_>) -> KeyCount {
+    let text = String::from_utf8_lossy(t.key);
+    let (rule, key) = text.split_once('\u{1f}').unwrap_or(("", &text));
+    let (rule, shadow) = match rule.strip_suffix(" (shadow)") {
+        Some(r) => (r, true),
+        None => (rule, false),
+    };
+    KeyCount {
+        rule: rule.to_owned(),
+        key: key.to_owned(),
+        count: t.count,
+        error: t.error,
+        shadow,
     }
 }
 
