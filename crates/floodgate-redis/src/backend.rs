@@ -118,6 +118,8 @@ impl RedisBackend {
         Self::build(config, true).await
     }
 
+    /// Checks `config` and opens the pool (`lazy`: dialled on first use),
+    /// giving up after a few connection rounds' time.
     async fn build(config: &RedisConfig, lazy: bool) -> Result<Self, ConnectError> {
         config.check()?;
         // Sentinel takes two exchanges more: the sentinels, then `ROLE`.
@@ -213,6 +215,8 @@ impl RedisBackend {
             .map_err(Into::into)
     }
 
+    /// [`decide_timed`](Self::decide_timed), telling a limit Redis cannot
+    /// decide ([`DecideError::Unsupported`]) from a failure to reach it.
     pub(crate) async fn decide_inner(
         &self,
         items: &[Item<'_>],
@@ -393,14 +397,17 @@ impl RedisBackend {
         self.lease_ms
     }
 
+    /// How counters' keys are laid out in Redis.
     pub(crate) fn layout(&self) -> &KeyLayout {
         &self.layout
     }
 
+    /// Whether Redis is a cluster (keys of a batch may be in several slots).
     pub(crate) fn is_cluster(&self) -> bool {
         self.cluster
     }
 
+    /// How long a call to Redis may take.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -410,6 +417,9 @@ impl RedisBackend {
         matches!(self.time, TimeSource::Client { .. })
     }
 
+    /// Counts the failure `e` and, unless Redis answered (a protocol error,
+    /// a full server), marks the backend not ready and the pool's
+    /// connections suspect; returns `e`.
     fn failed(&self, e: BackendError) -> BackendError {
         self.stats.errors.inc();
         if matches!(e, BackendError::Timeout(_)) {

@@ -27,9 +27,13 @@ use crate::stats::RedisStats;
 use crate::window::Window;
 use crate::{ConfigError, Mode, RedisConfig};
 
+/// The connections, by how Redis is reached.
 enum Conns {
+    /// One server.
     Single(Vec<ConnectionManager>),
+    /// A cluster (each connection reaches every node).
     Cluster(Vec<ClusterConnection>),
+    /// The primary the sentinels name.
     Sentinel(Primary),
 }
 
@@ -41,6 +45,7 @@ pub(crate) struct Pool {
     window: Option<Window>,
 }
 
+/// A client the configuration cannot make.
 fn client_error(e: redis::RedisError) -> ConfigError {
     ConfigError::Client(e.to_string())
 }
@@ -268,6 +273,7 @@ impl Pool {
     /// more, so that it answers if the server does. The cluster client
     /// reconnects per node by itself: one of its connections is asked.
     pub async fn query_every(&self, cmd: &Cmd) -> RedisResult<()> {
+        /// `cmd` on `c`, asked again once if it fails.
         async fn twice(mut c: ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
             match cmd.query_async(&mut c).await {
                 Ok(v) => Ok(v),

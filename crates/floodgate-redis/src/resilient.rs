@@ -261,6 +261,7 @@ impl ResilientBackend {
             .await;
     }
 
+    /// The breaker and statistics every decision goes through.
     fn gate(&self) -> &Gate {
         &self.gate
     }
@@ -542,6 +543,8 @@ impl ResilientBackend {
         self.apply_policy(items, now, apply, out, policy)
     }
 
+    /// Decides the batch by the failure `policy` (Redis was not asked, or
+    /// failed).
     fn apply_policy(
         &self,
         items: &[Item<'_>],

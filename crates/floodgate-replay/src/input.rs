@@ -19,6 +19,7 @@ use crate::printable::printable;
 use crate::record::{Built, BuiltSet, HeaderSet, Parsed, Rec, RecView, Span};
 use crate::reorder::{Late, Ordered, Reorder};
 
+/// The client address of a line that logs none.
 const NO_PEER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
 
 /// Bytes read at a time (whole lines are kept; the rest waits).
@@ -134,11 +135,14 @@ pub const KEPT_ISSUES: usize = 1000;
 
 /// Where issues go: the summary keeps the first, a sink gets all.
 pub(crate) struct Issues<'a> {
+    /// Counts every issue and keeps the first [`KEPT_ISSUES`].
     pub summary: &'a mut InputSummary,
+    /// Gets every issue (`--rejected FILE`).
     pub sink: Option<&'a mut dyn FnMut(&Issue)>,
 }
 
 impl Issues<'_> {
+    /// Counts `issue`, hands it to the sink, and keeps it among the first.
     fn add(&mut self, issue: Issue) {
         match issue.kind {
             IssueKind::Late { .. } => self.summary.late += 1,
@@ -153,6 +157,7 @@ impl Issues<'_> {
     }
 }
 
+/// The start of a line, printable, to show in an issue.
 fn excerpt(line: &[u8]) -> String {
     const MAX: usize = 120;
     let cut = &line[..line.len().min(MAX)];
@@ -186,6 +191,7 @@ struct Sizes {
 }
 
 impl Sizes {
+    /// The sizes of a chunk of `bytes` parsed into `p`.
     fn of(bytes: usize, p: &Parsed) -> Sizes {
         Sizes {
             bytes,
@@ -261,16 +267,22 @@ fn open(source: &LogSource, counter: Arc<AtomicU64>) -> io::Result<Box<dyn Read 
 /// Reads every source in order, parses each line, puts them in arrival
 /// order and hands them over in batches to `deliver`.
 pub(crate) struct Reader<'a> {
+    /// The log's format.
     pub parser: &'a Parser,
+    /// The headers the identities read, kept from each line.
     pub headers: &'a HeaderSet,
     /// The identities the candidates use: each line's descriptors are
     /// built here, once per identity, beside the parsing.
     pub identities: &'a [HttpIdentity],
+    /// The reordering window: a line later than this behind the latest
+    /// is not decided.
     pub window: u64,
+    /// Bytes read so far, for a progress report.
     pub progress: Arc<AtomicU64>,
 }
 
 impl Reader<'_> {
+    /// Reads `sources` in order, reporting lines not decided to `issues`.
     pub(crate) fn run(
         &self,
         sources: &[LogSource],

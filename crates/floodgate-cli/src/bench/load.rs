@@ -55,9 +55,13 @@ pub(super) async fn connect(addr: SocketAddr) -> anyhow::Result<Channel> {
 
 /// What the workers saw while measuring.
 pub(super) struct Seen {
+    /// Round-trip times, µs.
     pub hist: Histogram<u64>,
+    /// Answers `OK`.
     pub ok: u64,
+    /// Answers `OVER_LIMIT`.
     pub over: u64,
+    /// Failed calls.
     pub errors: u64,
     /// With windows counted: admissions per (key, window start in seconds
     /// since the epoch), of the decisions whose round trip began and ended

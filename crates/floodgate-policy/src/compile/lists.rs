@@ -22,6 +22,7 @@ pub struct List {
 }
 
 impl List {
+    /// Compiles the entries of `specs`.
     pub(crate) fn new(specs: &[ListSpec]) -> List {
         List {
             entries: specs

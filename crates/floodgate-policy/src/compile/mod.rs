@@ -56,6 +56,7 @@ pub struct PolicySet {
 /// The generation of the next policy compiled in this process.
 static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// A generation no policy of this process has had.
 fn next_generation() -> u64 {
     GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
@@ -130,6 +131,8 @@ impl PolicySet {
     }
 }
 
+/// Compiles one domain: its rule tree (its rules added to `rules`) and
+/// its allow and deny lists; errors go to `errors`.
 fn compile_domain(
     d: &DomainSpec,
     settings: &Settings,
@@ -162,6 +165,7 @@ fn compile_domain(
     }
 }
 
+/// What compiling a domain's tree needs at every level.
 struct Ctx<'a> {
     domain: &'a Arc<str>,
     dialect: Dialect,
@@ -171,6 +175,8 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Adds `nodes` (at `path`, the key prefix of their rules' paths) to
+    /// `level` of `tree`, then their children below them.
     fn level(
         &mut self,
         tree: &mut Tree,

@@ -197,6 +197,8 @@ impl Tree {
         &self.nodes[id as usize]
     }
 
+    /// The node one entry selects at `level`: the exact node, else the
+    /// first matching wildcard, else the key-only node.
     fn step(&self, level: u32, key: &str, value: &str) -> Option<NodeId> {
         let lvl = &self.levels[level as usize];
         let h = self.hasher.hash_one((key, value));

@@ -28,6 +28,7 @@ pub(crate) const ENVOY_KEYS: &[&str] = &[
     "sync",
 ];
 
+/// Keys a descriptor node may have (Floodgate's format).
 const NODE_KEYS: &[&str] = &[
     "key",
     "value",

@@ -22,6 +22,7 @@ pub const ALGORITHMS: &[&str] = &[
     "concurrency",
 ];
 
+/// Keys of an entry of `limits:`.
 const LIMIT_KEYS: &[&str] = &[
     "algorithm",
     "requests",

@@ -40,20 +40,25 @@ pub(crate) enum Role {
 /// Field names and their roles.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct JsonFormat {
+    /// Each field name read, and what it gives.
     pub fields: Vec<(String, Role)>,
     /// Header positions by lowercase name, for [`Role::Headers`] objects.
     pub header_names: Vec<String>,
 }
 
 impl JsonFormat {
+    /// The role of field `key`, if it is read.
     fn role(&self, key: &str) -> Option<Role> {
         self.fields.iter().find(|(k, _)| k == key).map(|&(_, r)| r)
     }
 
+    /// Whether some field plays a role `pred` accepts.
     fn has(&self, pred: impl Fn(Role) -> bool) -> bool {
         self.fields.iter().any(|(_, r)| pred(*r))
     }
 
+    /// What lines give, of what a replay needs (`headers`: the headers
+    /// the identities read).
     pub(crate) fn provides(&self, headers: &HeaderSet) -> Provides {
         let mut given: Vec<String> = self
             .fields
@@ -129,6 +134,8 @@ impl JsonFormat {
     }
 }
 
+/// Why a line is not a JSON object, without serde_json's position (the
+/// column is reported apart).
 fn json_reason(e: &serde_json::Error) -> String {
     let text = e.to_string();
     // serde_json appends " at line L column C": the column is reported apart.
@@ -138,16 +145,29 @@ fn json_reason(e: &serde_json::Error) -> String {
     }
 }
 
+/// A line being read: where its values go, the times found so far, and
+/// the first error.
 struct State<'f, 'x> {
+    /// The fields to read.
     format: &'f JsonFormat,
+    /// The address of the text the line is in (a value borrowed from it
+    /// is kept as its span there).
     base: usize,
+    /// The length of that text.
     text_len: usize,
+    /// Values that had to be unescaped.
     extra: &'x mut Vec<u8>,
+    /// The span of each header the identities read.
     hdrs: &'x mut [Span],
+    /// The fields read so far.
     fields: Fields,
+    /// When the request arrived, if logged.
     start: Option<u64>,
+    /// When it ended, if logged.
     end: Option<u64>,
+    /// How long it took, to tell its arrival from its end.
     elapsed: Option<u64>,
+    /// The first field that did not fit its role.
     error: Option<LineError>,
 }
 
@@ -289,6 +309,7 @@ enum Scalar<'a> {
 }
 
 impl Scalar<'_> {
+    /// The value as text (numbers and booleans as JSON writes them).
     fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Scalar::Null => "".into(),
@@ -301,6 +322,7 @@ impl Scalar<'_> {
     }
 }
 
+/// Reads any JSON value as a [`Scalar`] (objects and arrays refused).
 struct ScalarVisitor;
 
 impl<'de> Visitor<'de> for ScalarVisitor {
@@ -338,6 +360,7 @@ impl<'de> Visitor<'de> for ScalarVisitor {
     }
 }
 
+/// Reads one value with [`ScalarVisitor`].
 struct ScalarSeed;
 
 impl<'de> DeserializeSeed<'de> for ScalarSeed {
@@ -369,6 +392,7 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
     }
 }
 
+/// Reads a line's object into its state, skipping fields not read.
 struct LineSeed<'s, 'f, 'x>(&'s mut State<'f, 'x>);
 
 impl<'de> DeserializeSeed<'de> for LineSeed<'_, '_, '_> {
@@ -402,6 +426,7 @@ impl<'de> Visitor<'de> for LineSeed<'_, '_, '_> {
     }
 }
 
+/// Reads an object of headers, keeping those the identities read.
 struct HeadersSeed<'s, 'f, 'x>(&'s mut State<'f, 'x>);
 
 impl<'de> DeserializeSeed<'de> for HeadersSeed<'_, '_, '_> {

@@ -41,10 +41,12 @@ enum Var {
     Other,
 }
 
+/// A piece of a `log_format`.
 #[derive(Clone, Debug)]
 enum Token {
     /// Text, and a searcher for it built once.
     Literal(Vec<u8>, Box<memchr::memmem::Finder<'static>>),
+    /// A variable's value.
     Var(Var),
 }
 
@@ -55,6 +57,8 @@ pub(crate) struct NginxFormat {
     has_time: bool,
 }
 
+/// What variable `$name` gives (`$http_NAME`: a header the identities
+/// read, else nothing).
 fn var_of(name: &str, headers: &HeaderSet) -> Var {
     match name {
         "remote_addr" => Var::RemoteAddr,
@@ -127,6 +131,8 @@ impl NginxFormat {
         Ok(NginxFormat { tokens, has_time })
     }
 
+    /// What lines give, of what a replay needs (`headers`: the headers
+    /// the identities read).
     pub(crate) fn provides(&self, headers: &HeaderSet) -> Provides {
         let vars: Vec<Var> = self
             .tokens
@@ -285,6 +291,7 @@ impl Line<'_> {
     }
 }
 
+/// A literal token, with its searcher.
 fn literal_token(text: Vec<u8>) -> Token {
     let finder = Box::new(memchr::memmem::Finder::new(&text).into_owned());
     Token::Literal(text, finder)

@@ -27,6 +27,7 @@ pub(crate) fn escape(s: &str) -> String {
     out
 }
 
+/// The page's style sheet.
 const STYLE: &str = r#"
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 960px; color: #222; }
 h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; } h3 { margin-top: 1.5em; }
@@ -39,6 +40,7 @@ figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 "#;
 
+/// An instant (ns since the epoch) in RFC 3339; empty for none.
 fn time(ns: u64) -> String {
     let mut s = String::new();
     if ns > 0 {
@@ -47,6 +49,7 @@ fn time(ns: u64) -> String {
     s
 }
 
+/// `part` as a percentage of `whole`, `–` of nothing.
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         return "–".into();
@@ -54,6 +57,7 @@ fn pct(part: u64, whole: u64) -> String {
     format!("{:.2} %", part as f64 * 100.0 / whole as f64)
 }
 
+/// Delays as `p50 / p99 / max` in ms, `–` when none.
 fn delay_cell(d: &DelayStats) -> String {
     if d.count == 0 {
         return "–".into();
@@ -168,6 +172,8 @@ fn input_section(h: &mut String, r: &Replay) {
     }
 }
 
+/// Candidate `i`'s section: its totals, its rules, its plots and the
+/// keys it denied most.
 fn candidate_section(h: &mut String, i: usize, c: &CandidateReport) {
     let _ = writeln!(h, "<h2 id=\"candidate-{i}\">{}</h2>", escape(&c.name));
     for n in &c.notes {

@@ -20,8 +20,11 @@ pub const TRACKED_KEYS: usize = 4096;
 /// Series of a candidate's timeline: requests, delayed, denied; then
 /// two per rule (its requests and its denials).
 pub(crate) const REQUESTS: usize = 0;
+/// The series of delayed requests.
 pub(crate) const DELAYED: usize = 1;
+/// The series of denied requests.
 pub(crate) const DENIED: usize = 2;
+/// The first rule's first series.
 const RULE_SERIES: usize = 3;
 
 /// The verdict on one request.
@@ -202,6 +205,7 @@ struct RuleAcc {
 }
 
 impl RuleAcc {
+    /// Nothing counted yet.
     fn new() -> Self {
         RuleAcc {
             requests: 0,
@@ -216,6 +220,7 @@ impl RuleAcc {
     }
 }
 
+/// An empty histogram of delays (µs).
 fn new_histogram() -> Histogram<u64> {
     // Microseconds, 3 significant digits, growing as needed.
     Histogram::new(3).expect("3 significant digits are valid")
@@ -224,20 +229,31 @@ fn new_histogram() -> Histogram<u64> {
 /// What one rule did to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RuleOutcome {
+    /// Allowed at once.
     Allowed,
+    /// Allowed after this delay.
     Delayed(Duration),
+    /// Denied.
     Denied,
+    /// Over the limit of a shadow-mode rule: allowed, counted.
     ShadowHit,
 }
 
 /// A candidate's accumulators.
 pub(crate) struct Acc {
+    /// Requests decided.
     pub requests: u64,
+    /// Requests no rule limited.
     pub unlimited: u64,
+    /// Requests allowed at once.
     pub allowed: u64,
+    /// Requests allowed after a delay.
     pub delayed: u64,
+    /// Requests denied.
     pub denied: u64,
+    /// Of the denied, those denied because the delay queue was full.
     pub delay_queue_full: u64,
+    /// Requests the engine refused.
     pub errors: u64,
     delay: Histogram<u64>,
     delay_max: Duration,
@@ -253,6 +269,7 @@ pub(crate) struct Acc {
 }
 
 impl Acc {
+    /// Empty accumulators for a candidate of `rules` rules.
     pub(crate) fn new(rules: usize) -> Self {
         Acc {
             requests: 0,
@@ -442,6 +459,7 @@ fn key_count(t: TopKey<'_>) -> KeyCount {
     }
 }
 
+/// `d` in whole microseconds (saturating).
 fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
