@@ -152,9 +152,10 @@ impl<K, S> Shard<K, S> {
         self.base += delta;
     }
 
-    /// The table's location for [`prefetch`]: the address of its control
-    /// bytes (found from any occupied bucket, hashbrown keeping bucket `i`
-    /// `(i + 1)` entries below them) and its bucket mask; zeros when empty.
+    /// The table's location for [`prefetch_entry`]: the address of its
+    /// control bytes (found from any occupied bucket, hashbrown keeping
+    /// bucket `i` `(i + 1)` entries below them) and its bucket mask; zeros
+    /// when empty.
     pub(crate) fn table_hint(&self) -> [usize; 2] {
         let Some(i) = self.table.iter_buckets().next() else {
             return [0, 0];
