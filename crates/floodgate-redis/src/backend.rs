@@ -30,25 +30,38 @@ use crate::{ConfigError, MemoryPolicy, Mode, RedisConfig, TimeSource, Unsupporte
 /// share a slot; a batch over several slots is decided in two phases (see
 /// `docs/redis.md`). Every call is bounded by the configured timeout.
 pub struct RedisBackend {
+    /// The connections.
     pool: Pool,
+    /// How counters' keys are laid out.
     layout: KeyLayout,
+    /// The decision script.
     decide: Script,
     /// The decision script for dry runs (runs on a full server).
     read_only: Script,
+    /// The script giving concurrency permits back.
     release: Script,
+    /// Redis is a cluster.
     cluster: bool,
+    /// How long a call may take.
     timeout: Duration,
+    /// Whose clock decisions use.
     time: TimeSource,
+    /// The expiry argument of every script call (see [`CallArgs::slack`]).
     slack: String,
+    /// Concurrency permits' lease in ms (0: none).
     lease_ms: u64,
+    /// Denials known ahead, answered without Redis (when configured).
     cache: Option<OverLimitCache>,
+    /// Calls, errors and timeouts, for metrics.
     stats: Arc<RedisStats>,
+    /// The start of the over-limit cache's monotonic clock.
     epoch: Instant,
     /// With [`TimeSource::Server`]: Redis's clock minus the cache clock
     /// (`epoch`'s), in ns, as of the last decision Redis made (wrapping; 0:
     /// none yet, and should it ever be the offset, the wall clock is as
     /// good an estimate). Dates the decisions the over-limit cache answers.
     server_offset: AtomicU64,
+    /// The last call reached Redis (or none failed yet).
     ready: AtomicBool,
 }
 
@@ -66,7 +79,9 @@ pub enum ConnectError {
 /// A failed decision: a limit Redis cannot decide, or a backend failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DecideError {
+    /// A limit the scripts cannot decide: a configuration error.
     Unsupported(UnsupportedLimit),
+    /// Redis failed or could not be reached.
     Backend(BackendError),
 }
 

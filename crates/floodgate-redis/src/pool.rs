@@ -39,7 +39,9 @@ enum Conns {
 
 /// The connections of one backend.
 pub(crate) struct Pool {
+    /// The connections.
     conns: Conns,
+    /// Counts the commands sent: the next goes on connection `next % n`.
     next: AtomicUsize,
     /// The pipelining window (single server, when configured).
     window: Option<Window>,

@@ -34,12 +34,15 @@ const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// Connections to the current primary.
 struct Current {
+    /// Where the primary is.
     addr: Addr,
+    /// `connections` connections to it.
     conns: Vec<ConnectionManager>,
 }
 
 /// What the primary's connections and its discovery tasks share.
 struct Shared {
+    /// The sentinels that name the primary.
     sentinels: Sentinels,
     /// Auth, TLS and handshake settings of the primary (its address is
     /// filled in from the sentinels' answer).
@@ -62,6 +65,7 @@ struct Shared {
 
 /// The connections of a backend in [`Mode::Sentinel`](crate::Mode).
 pub(crate) struct Primary {
+    /// Shared with the discovery and watching tasks.
     shared: Arc<Shared>,
 }
 
@@ -179,7 +183,9 @@ fn watch(shared: &Arc<Shared>) {
 /// however it ends: its runtime may drop it, and another must then be
 /// able to start.
 struct Running {
+    /// The state the task works for (gone once the pool is dropped).
     shared: Weak<Shared>,
+    /// The task's flag in it.
     flag: fn(&Shared) -> &AtomicBool,
 }
 

@@ -59,9 +59,13 @@ const LOCAL_KEYS: usize = 1_000_000;
 ///   without Redis (`Local`, `FailOpen`); with `FailClosed`, only while the
 ///   breaker is closed.
 pub struct ResilientBackend {
+    /// Redis itself.
     redis: Arc<RedisBackend>,
+    /// What decides when Redis cannot, for items that name no policy.
     policy: FailurePolicy,
+    /// The in-process store the local policy decides on.
     local: LocalFallback,
+    /// Releases Redis could not take yet, sent when it answers again.
     deferred: Arc<DeferredReleases>,
     /// The keys decided in this process (`lease` and `sync`).
     sharing: Arc<Sharing>,
@@ -70,6 +74,7 @@ pub struct ResilientBackend {
     gate: Gate,
     /// The permits Redis admitted through this instance, not given back.
     issued: IssuedPermits,
+    /// Concurrency permits' lease, if they have one.
     lease: Option<std::time::Duration>,
 }
 

@@ -170,9 +170,11 @@ fn excerpt(line: &[u8]) -> String {
 
 /// What reading carries from chunk to chunk (and file to file).
 struct Stream {
+    /// Lines held until they are in arrival order.
     reorder: Reorder,
     /// One per identity.
     outs: Vec<RequestDescriptors>,
+    /// Buffers reused from line to line.
     scratch: Scratch,
     /// The last chunk's size and what its lines needed, to reserve as
     /// much per byte for the next (no regrowing, no copies).
@@ -231,7 +233,9 @@ struct Scratch {
 
 /// Counts the bytes read through it.
 struct Counted<R> {
+    /// The source.
     inner: R,
+    /// Bytes read so far (shared with the progress report).
     counter: Arc<AtomicU64>,
 }
 

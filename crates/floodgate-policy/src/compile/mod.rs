@@ -48,8 +48,12 @@ pub struct Domain {
 pub struct PolicySet {
     /// Global settings.
     pub settings: Settings,
+    /// The domains, by name.
     domains: HashMap<Box<str>, Domain>,
+    /// Every domain's rules, by [`RuleId`].
     rules: Vec<Rule>,
+    /// Unique to this policy in the process: plans made for another are
+    /// told apart.
     generation: u64,
 }
 
@@ -167,10 +171,15 @@ fn compile_domain(
 
 /// What compiling a domain's tree needs at every level.
 struct Ctx<'a> {
+    /// The domain's name.
     domain: &'a Arc<str>,
+    /// The format its file is in.
     dialect: Dialect,
+    /// The policy's settings.
     settings: &'a Settings,
+    /// The policy's rules, each rule compiled added.
     rules: &'a mut Vec<Rule>,
+    /// Where errors go.
     errors: &'a mut Errors,
 }
 

@@ -26,8 +26,11 @@ pub const MAX_DEPTH: usize = 64;
 /// One level of the tree: its nodes by how they match a value.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
+    /// Nodes of one key and value, by the hash of both.
     exact: HashTable<(Box<str>, Box<str>, NodeId)>,
+    /// Nodes of a key and a wildcard value, in file order.
     wildcards: Vec<(Box<str>, Pattern, NodeId)>,
+    /// Nodes of a key and any value, by the key's hash.
     defaults: HashTable<(Box<str>, NodeId)>,
 }
 
@@ -95,6 +98,7 @@ impl Level {
 pub struct TreeNode {
     /// The rule applied when a descriptor ends here.
     pub rule: Option<RuleId>,
+    /// The level of its children, once it has some.
     children: Option<u32>,
     /// For a wildcard node with `share_threshold`, the pattern: every
     /// matching value shares one counter.
@@ -107,8 +111,11 @@ pub type Path = SmallVec<[NodeId; 8]>;
 /// A domain's rule tree.
 #[derive(Debug)]
 pub struct Tree {
+    /// The levels: the root first, then one per node with children.
     levels: Vec<Level>,
+    /// The nodes, by [`NodeId`].
     nodes: Vec<TreeNode>,
+    /// Hashes keys and values (fixed: lookups hash borrowed strings).
     hasher: foldhash::fast::FixedState,
 }
 

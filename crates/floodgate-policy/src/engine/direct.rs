@@ -32,7 +32,9 @@ const MAX_LIMITS: usize = 8;
 /// [`Engine::direct_plan`]; stale plans are refused, never misapplied.
 #[derive(Clone, Debug)]
 pub struct DirectPlan {
+    /// The descriptor's entry keys, in order.
     keys: Box<[Box<str>]>,
+    /// The rule they select.
     rule: RuleId,
     /// The generation of the policy it was made for. Not the policy itself:
     /// a plan cached by a caller never keeps a replaced policy alive.
@@ -204,7 +206,9 @@ impl<B: Backend, C: Clock> Engine<B, C> {
 
 /// The counters one descriptor of a directly decided rule charges.
 struct Counters<'p> {
+    /// The rule.
     rule: &'p Rule,
+    /// Its limits, one counter each.
     limits: &'p [RuleLimit],
     /// The descriptor's hits times the rule's cost.
     cost: u64,

@@ -150,9 +150,13 @@ fn read_per(map: &Map<'_>, unit: Option<Unit>, errors: &mut Errors) -> Option<Op
 
 /// The keys every algorithm shares, read from one limit's mapping.
 struct Fields<'m, 'a> {
+    /// The limit's mapping.
     map: &'m Map<'a>,
+    /// Its algorithm.
     algorithm: &'static str,
+    /// `requests` (or `requests_per_unit`).
     requests: Option<u64>,
+    /// `per` (or the `unit`'s period).
     per: Option<Duration>,
 }
 

@@ -115,8 +115,11 @@ pub(super) fn read_rate_limit(
 /// A `rate_limit:`'s `unit` as written: its node, its text, and the unit it
 /// names, if any.
 struct UnitField<'a> {
+    /// Where it is written, if it is.
     node: Option<Node<'a>>,
+    /// Its text (empty when missing).
     text: &'a str,
+    /// The unit it names.
     unit: Option<Unit>,
 }
 

@@ -53,7 +53,9 @@ enum Token {
 /// A compiled `log_format`.
 #[derive(Clone, Debug)]
 pub(crate) struct NginxFormat {
+    /// The format, in order.
     tokens: Vec<Token>,
+    /// A variable gives the time (always, once compiled).
     has_time: bool,
 }
 
@@ -222,16 +224,23 @@ impl NginxFormat {
 /// `$time_iso8601` or `$msec`) and how long the request took.
 #[derive(Default)]
 struct Times {
+    /// `$time_local` or `$time_iso8601` (whole seconds).
     end_time: Option<u64>,
+    /// `$msec`: preferred, for its milliseconds.
     msec: Option<u64>,
+    /// `$request_time`.
     took: Option<u64>,
 }
 
 /// A line being parsed: the fields read so far, and where header values go.
 struct Line<'o> {
+    /// The fields read so far.
     f: Fields,
+    /// The times read so far.
     times: Times,
+    /// Header values that had to be unescaped.
     extra: &'o mut Vec<u8>,
+    /// The span of each header the identities read.
     hdrs: &'o mut [Span],
 }
 

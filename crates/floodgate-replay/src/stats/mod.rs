@@ -194,13 +194,22 @@ impl CandidateReport {
 
 /// Per-rule accumulators.
 struct RuleAcc {
+    /// Requests the rule decided.
     requests: u64,
+    /// Of them, allowed at once.
     allowed: u64,
+    /// Allowed after a delay.
     delayed: u64,
+    /// Denied.
     denied: u64,
+    /// Over the limit of the rule in shadow mode.
     shadow_hits: u64,
+    /// Delays (µs).
     delay: Histogram<u64>,
+    /// The longest delay, exact.
     delay_max: Duration,
+    /// The keys it delayed, denied or hit in shadow mode (an estimate of
+    /// how many), once there is one.
     limited: Option<CardinalityEstimator<u64>>,
 }
 
@@ -255,14 +264,24 @@ pub(crate) struct Acc {
     pub delay_queue_full: u64,
     /// Requests the engine refused.
     pub errors: u64,
+    /// Delays (µs).
     delay: Histogram<u64>,
+    /// The longest delay, exact.
     delay_max: Duration,
+    /// Per rule of the policy, once it decides a request.
     rules: Vec<Option<RuleAcc>>,
+    /// Requests, delays and denials over time, in all and per rule.
     timeline: Timeline,
+    /// The keys denied most (shadow-mode hits included).
     top: TopKeys,
+    /// The keys delayed, denied or hit in shadow mode (an estimate of how
+    /// many).
     limited: CardinalityEstimator<u64>,
+    /// Hashes a limited key (with its rule) for the estimates.
     hasher: foldhash::fast::FixedState,
+    /// When the first request arrived.
     first: Option<u64>,
+    /// When the last request arrived.
     last: u64,
     /// The bucket of the request being counted.
     bucket: usize,
