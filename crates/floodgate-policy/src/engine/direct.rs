@@ -159,14 +159,14 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         start_response(response, policy.generation(), plan.rule, rule, hits);
         let mut one = [PLACEHOLDER];
         let mut many: SmallVec<[Decision; MAX_LIMITS]> = SmallVec::new();
-        let counters = Counters {
+        let charge = Charge {
             rule,
             limits,
             cost: hits.saturating_mul(rule.cost),
+            now,
+            apply,
         };
-        let out = decide_counters(
-            backend, &counters, d, now, apply, response, &mut one, &mut many,
-        );
+        let out = decide_counters(backend, &charge, d, response, &mut one, &mut many);
         let pick = narrowest_index(out);
         let reported = limits[pick].reported;
         let status = &mut response.statuses[0];
@@ -204,14 +204,18 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     }
 }
 
-/// The counters one descriptor of a directly decided rule charges.
-struct Counters<'p> {
+/// What one descriptor of a directly decided rule charges, and how.
+struct Charge<'p> {
     /// The rule.
     rule: &'p Rule,
     /// Its limits, one counter each.
     limits: &'p [RuleLimit],
     /// The descriptor's hits times the rule's cost.
     cost: u64,
+    /// When it is decided.
+    now: Timestamp,
+    /// Whether it is charged.
+    apply: Apply,
 }
 
 /// Resets `response` as the general path does for one descriptor of
@@ -243,18 +247,21 @@ fn start_response(response: &mut Response, generation: u64, id: RuleId, rule: &R
 /// in `response`'s scratch as matching lays them out; the decisions, an
 /// empty reset filled in, in `one` for a single limit, else in `many`.
 #[inline]
-#[allow(clippy::too_many_arguments)]
 fn decide_counters<'o, D: Descriptor>(
     backend: &dyn SyncBackend,
-    counters: &Counters<'_>,
+    charge: &Charge<'_>,
     d: &D,
-    now: Timestamp,
-    apply: Apply,
     response: &mut Response,
     one: &'o mut [Decision; 1],
     many: &'o mut SmallVec<[Decision; MAX_LIMITS]>,
 ) -> &'o mut [Decision] {
-    let Counters { rule, limits, cost } = *counters;
+    let Charge {
+        rule,
+        limits,
+        cost,
+        now,
+        apply,
+    } = *charge;
     let buf = &mut response.scratch.keys;
     // Key-only nodes share no pattern: the values themselves.
     let group = keys::group_plain(buf, rule.fingerprint, d);
