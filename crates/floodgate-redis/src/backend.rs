@@ -30,25 +30,38 @@ use crate::{ConfigError, MemoryPolicy, Mode, RedisConfig, TimeSource, Unsupporte
 /// share a slot; a batch over several slots is decided in two phases (see
 /// `docs/redis.md`). Every call is bounded by the configured timeout.
 pub struct RedisBackend {
+    /// The connections.
     pool: Pool,
+    /// How counters' keys are laid out.
     layout: KeyLayout,
+    /// The decision script.
     decide: Script,
     /// The decision script for dry runs (runs on a full server).
     read_only: Script,
+    /// The script giving concurrency permits back.
     release: Script,
+    /// Redis is a cluster.
     cluster: bool,
+    /// How long a call may take.
     timeout: Duration,
+    /// Whose clock decisions use.
     time: TimeSource,
+    /// The expiry argument of every script call (see [`CallArgs::slack`]).
     slack: String,
+    /// Concurrency permits' lease in ms (0: none).
     lease_ms: u64,
+    /// Denials known ahead, answered without Redis (when configured).
     cache: Option<OverLimitCache>,
+    /// Calls, errors and timeouts, for metrics.
     stats: Arc<RedisStats>,
+    /// The start of the over-limit cache's monotonic clock.
     epoch: Instant,
     /// With [`TimeSource::Server`]: Redis's clock minus the cache clock
     /// (`epoch`'s), in ns, as of the last decision Redis made (wrapping; 0:
     /// none yet, and should it ever be the offset, the wall clock is as
     /// good an estimate). Dates the decisions the over-limit cache answers.
     server_offset: AtomicU64,
+    /// The last call reached Redis (or none failed yet).
     ready: AtomicBool,
 }
 
@@ -66,7 +79,9 @@ pub enum ConnectError {
 /// A failed decision: a limit Redis cannot decide, or a backend failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DecideError {
+    /// A limit the scripts cannot decide: a configuration error.
     Unsupported(UnsupportedLimit),
+    /// Redis failed or could not be reached.
     Backend(BackendError),
 }
 
@@ -91,6 +106,19 @@ pub(crate) fn unevaluated(quota: u64) -> Decision {
     }
 }
 
+/// The second phase of a batch over several slot groups, once every
+/// group was peeked at: `apply` if `all` admit it, its rejected (or forced)
+/// form otherwise; the dry forms for a check.
+fn second_phase(all: bool, apply: Apply) -> Call {
+    match (all, apply) {
+        (true, Apply::Check) => Call::DryCommit,
+        (false, Apply::Check) => Call::DryRejected,
+        (true, a) => Call::of(a),
+        (false, Apply::Force) => Call::Force,
+        (false, _) => Call::Rejected,
+    }
+}
+
 impl RedisBackend {
     /// Connects to the servers of `config` (failing if they cannot be
     /// reached) and returns the backend.
@@ -105,6 +133,8 @@ impl RedisBackend {
         Self::build(config, true).await
     }
 
+    /// Checks `config` and opens the pool (`lazy`: dialled on first use),
+    /// giving up after a few connection rounds' time.
     async fn build(config: &RedisConfig, lazy: bool) -> Result<Self, ConnectError> {
         config.check()?;
         // Sentinel takes two exchanges more: the sentinels, then `ROLE`.
@@ -200,6 +230,8 @@ impl RedisBackend {
             .map_err(Into::into)
     }
 
+    /// [`decide_timed`](Self::decide_timed), telling a limit Redis cannot
+    /// decide ([`DecideError::Unsupported`]) from a failure to reach it.
     pub(crate) async fn decide_inner(
         &self,
         items: &[Item<'_>],
@@ -380,14 +412,17 @@ impl RedisBackend {
         self.lease_ms
     }
 
+    /// How counters' keys are laid out in Redis.
     pub(crate) fn layout(&self) -> &KeyLayout {
         &self.layout
     }
 
+    /// Whether Redis is a cluster (keys of a batch may be in several slots).
     pub(crate) fn is_cluster(&self) -> bool {
         self.cluster
     }
 
+    /// How long a call to Redis may take.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -397,6 +432,9 @@ impl RedisBackend {
         matches!(self.time, TimeSource::Client { .. })
     }
 
+    /// Counts the failure `e` and, unless Redis answered (a protocol error,
+    /// a full server), marks the backend not ready and the pool's
+    /// connections suspect; returns `e`.
     fn failed(&self, e: BackendError) -> BackendError {
         self.stats.errors.inc();
         if matches!(e, BackendError::Timeout(_)) {
@@ -477,13 +515,7 @@ impl RedisBackend {
         for (g, r) in groups.iter().zip(phase1) {
             keep(g, r);
         }
-        let second = match (all, apply) {
-            (true, Apply::Check) => Call::DryCommit,
-            (false, Apply::Check) => Call::DryRejected,
-            (true, a) => Call::of(a),
-            (false, Apply::Force) => Call::Force,
-            (false, _) => Call::Rejected,
-        };
+        let second = second_phase(all, apply);
         // A rejected group without penalty-mode or blocking limits would
         // change nothing and decide as its check did.
         let todo: Vec<&Vec<usize>> = groups
@@ -499,6 +531,8 @@ impl RedisBackend {
         Ok((decided, latest))
     }
 
+    /// Runs one group's script as `call`; its decisions (per answered item)
+    /// and the decision time (µs).
     async fn call(
         &self,
         plan: &Plan,

@@ -27,20 +27,27 @@ use crate::stats::RedisStats;
 use crate::window::Window;
 use crate::{ConfigError, Mode, RedisConfig};
 
+/// The connections, by how Redis is reached.
 enum Conns {
+    /// One server.
     Single(Vec<ConnectionManager>),
+    /// A cluster (each connection reaches every node).
     Cluster(Vec<ClusterConnection>),
+    /// The primary the sentinels name.
     Sentinel(Primary),
 }
 
 /// The connections of one backend.
 pub(crate) struct Pool {
+    /// The connections.
     conns: Conns,
+    /// Counts the commands sent: the next goes on connection `next % n`.
     next: AtomicUsize,
     /// The pipelining window (single server, when configured).
     window: Option<Window>,
 }
 
+/// A client the configuration cannot make.
 fn client_error(e: redis::RedisError) -> ConfigError {
     ConfigError::Client(e.to_string())
 }
@@ -110,6 +117,100 @@ fn client(config: &RedisConfig, url: &str) -> Result<Client, ConfigError> {
     }
 }
 
+/// `config.connections` connections to one server (`lazy`: dialled on
+/// first use).
+async fn open_single(
+    config: &RedisConfig,
+    lazy: bool,
+    settings: &ConnectionManagerConfig,
+) -> Result<Vec<ConnectionManager>, PoolError> {
+    let client = client(config, &config.urls[0])?;
+    let mut v = Vec::with_capacity(config.connections);
+    for _ in 0..config.connections {
+        let c = if lazy {
+            ConnectionManager::new_lazy_with_config(client.clone(), settings.clone())
+                .map_err(client_error)?
+        } else {
+            ConnectionManager::new_with_config(client.clone(), settings.clone())
+                .await
+                .map_err(PoolError::Connect)?
+        };
+        v.push(c);
+    }
+    Ok(v)
+}
+
+/// `config.connections` connections to a cluster (`lazy`: dialled on first
+/// use), reaching its nodes as its seed `urls` are reached.
+async fn open_cluster(
+    config: &RedisConfig,
+    lazy: bool,
+) -> Result<Vec<ClusterConnection>, PoolError> {
+    let builder = ClusterClientBuilder::new(config.urls.iter().map(String::as_str));
+    #[cfg(feature = "tls")]
+    let builder = match certificates(config)? {
+        Some(certs) => builder.certs(certs),
+        None => builder,
+    };
+    #[cfg(not(feature = "tls"))]
+    certificates(config)?;
+    let client = builder
+        .tcp_settings(tcp())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.timeout)
+        .retries(3)
+        .min_retry_wait(5)
+        .max_retry_wait(config.timeout.as_millis().max(10) as u64)
+        .build()
+        .map_err(client_error)?;
+    let mut v = Vec::with_capacity(config.connections);
+    for _ in 0..config.connections {
+        let c = if lazy {
+            client.get_pending_async_connection_with_config(ClusterConfig::default())
+        } else {
+            client
+                .get_async_connection()
+                .await
+                .map_err(PoolError::Connect)?
+        };
+        v.push(c);
+    }
+    Ok(v)
+}
+
+/// Connections to the primary the sentinels at `urls` name for
+/// `master_name` (`lazy`: dialled on first use).
+async fn open_sentinel(
+    config: &RedisConfig,
+    master_name: &str,
+    lazy: bool,
+    settings: ConnectionManagerConfig,
+) -> Result<Primary, PoolError> {
+    let clients = config
+        .urls
+        .iter()
+        .map(|u| client(config, u))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The primary is reached as the sentinels are (TLS or not, same
+    // certificates), with its own credentials.
+    let template = clients
+        .first()
+        .ok_or(ConfigError::NoUrl)?
+        .get_connection_info()
+        .clone()
+        .set_redis_settings(primary_redis_settings(config.primary_auth.as_deref()));
+    let primary = PrimarySettings {
+        sentinels: Sentinels::new(clients, master_name, config.connect_timeout),
+        template,
+        settings,
+        connections: config.connections,
+        connect_timeout: config.connect_timeout,
+    };
+    Primary::open(primary, lazy)
+        .await
+        .map_err(PoolError::Connect)
+}
+
 impl Pool {
     /// Opens the connections. With `lazy`, nothing is dialled until the
     /// first request (so a backend can be built while Redis is down).
@@ -126,80 +227,10 @@ impl Pool {
             .set_min_delay(std::time::Duration::from_millis(10))
             .set_max_delay(config.connect_timeout);
         let conns = match &config.mode {
-            Mode::Single => {
-                let client = client(config, &config.urls[0])?;
-                let mut v = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let c = if lazy {
-                        ConnectionManager::new_lazy_with_config(client.clone(), settings.clone())
-                            .map_err(client_error)?
-                    } else {
-                        ConnectionManager::new_with_config(client.clone(), settings.clone())
-                            .await
-                            .map_err(PoolError::Connect)?
-                    };
-                    v.push(c);
-                }
-                Conns::Single(v)
-            }
-            Mode::Cluster => {
-                let builder = ClusterClientBuilder::new(config.urls.iter().map(String::as_str));
-                #[cfg(feature = "tls")]
-                let builder = match certificates(config)? {
-                    Some(certs) => builder.certs(certs),
-                    None => builder,
-                };
-                #[cfg(not(feature = "tls"))]
-                certificates(config)?;
-                let client = builder
-                    .tcp_settings(tcp())
-                    .connection_timeout(config.connect_timeout)
-                    .response_timeout(config.timeout)
-                    .retries(3)
-                    .min_retry_wait(5)
-                    .max_retry_wait(config.timeout.as_millis().max(10) as u64)
-                    .build()
-                    .map_err(client_error)?;
-                let mut v = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let c = if lazy {
-                        client.get_pending_async_connection_with_config(ClusterConfig::default())
-                    } else {
-                        client
-                            .get_async_connection()
-                            .await
-                            .map_err(PoolError::Connect)?
-                    };
-                    v.push(c);
-                }
-                Conns::Cluster(v)
-            }
+            Mode::Single => Conns::Single(open_single(config, lazy, &settings).await?),
+            Mode::Cluster => Conns::Cluster(open_cluster(config, lazy).await?),
             Mode::Sentinel { master_name } => {
-                let clients = config
-                    .urls
-                    .iter()
-                    .map(|u| client(config, u))
-                    .collect::<Result<Vec<_>, _>>()?;
-                // The primary is reached as the sentinels are (TLS or not,
-                // same certificates), with its own credentials.
-                let template = clients
-                    .first()
-                    .ok_or(ConfigError::NoUrl)?
-                    .get_connection_info()
-                    .clone()
-                    .set_redis_settings(primary_redis_settings(config.primary_auth.as_deref()));
-                let primary = PrimarySettings {
-                    sentinels: Sentinels::new(clients, master_name, config.connect_timeout),
-                    template,
-                    settings,
-                    connections: n,
-                    connect_timeout: config.connect_timeout,
-                };
-                Conns::Sentinel(
-                    Primary::open(primary, lazy)
-                        .await
-                        .map_err(PoolError::Connect)?,
-                )
+                Conns::Sentinel(open_sentinel(config, master_name, lazy, settings).await?)
             }
         };
         let window = match conns {
@@ -244,6 +275,7 @@ impl Pool {
     /// more, so that it answers if the server does. The cluster client
     /// reconnects per node by itself: one of its connections is asked.
     pub async fn query_every(&self, cmd: &Cmd) -> RedisResult<()> {
+        /// `cmd` on `c`, asked again once if it fails.
         async fn twice(mut c: ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
             match cmd.query_async(&mut c).await {
                 Ok(v) => Ok(v),

@@ -34,18 +34,26 @@ const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// Connections to the current primary.
 struct Current {
+    /// Where the primary is.
     addr: Addr,
+    /// `connections` connections to it.
     conns: Vec<ConnectionManager>,
 }
 
+/// What the primary's connections and its discovery tasks share.
 struct Shared {
+    /// The sentinels that name the primary.
     sentinels: Sentinels,
     /// Auth, TLS and handshake settings of the primary (its address is
     /// filled in from the sentinels' answer).
     template: ConnectionInfo,
+    /// Timeouts and retries of each connection.
     settings: ConnectionManagerConfig,
+    /// Connections to open.
     connections: usize,
+    /// How long asking a server whether it is the primary may take.
     connect_timeout: Duration,
+    /// The connections to the primary, once one is known.
     current: RwLock<Option<Arc<Current>>>,
     /// A discovery task is running.
     following: AtomicBool,
@@ -57,15 +65,23 @@ struct Shared {
 
 /// The connections of a backend in [`Mode::Sentinel`](crate::Mode).
 pub(crate) struct Primary {
+    /// Shared with the discovery and watching tasks.
     shared: Arc<Shared>,
 }
 
 /// What the primary's connections are made of.
 pub(crate) struct PrimarySettings {
+    /// The sentinels that name the primary.
     pub sentinels: Sentinels,
+    /// Auth, TLS and handshake settings of the primary (its address is
+    /// filled in from the sentinels' answer).
     pub template: ConnectionInfo,
+    /// Timeouts and retries of each connection.
     pub settings: ConnectionManagerConfig,
+    /// Connections to open.
     pub connections: usize,
+    /// How long asking a server whether it is the primary may take
+    /// (connecting to it: three times as long).
     pub connect_timeout: Duration,
 }
 
@@ -128,6 +144,9 @@ impl Primary {
     }
 }
 
+/// [`Primary::suspect`]: starts a discovery in the background unless one
+/// runs or the last started less than [`MIN_GAP`] ago (with a primary
+/// known).
 fn suspect(shared: &Arc<Shared>) {
     if shared.following.swap(true, Ordering::AcqRel) {
         return;
@@ -164,7 +183,9 @@ fn watch(shared: &Arc<Shared>) {
 /// however it ends: its runtime may drop it, and another must then be
 /// able to start.
 struct Running {
+    /// The state the task works for (gone once the pool is dropped).
     shared: Weak<Shared>,
+    /// The task's flag in it.
     flag: fn(&Shared) -> &AtomicBool,
 }
 
@@ -221,6 +242,7 @@ async fn follow(shared: Weak<Shared>) {
 }
 
 impl Shared {
+    /// The connections to the primary, if one is known.
     fn current(&self) -> Option<Arc<Current>> {
         self.current
             .read()
@@ -228,6 +250,7 @@ impl Shared {
             .clone()
     }
 
+    /// Makes `found` the current connections (unless they already are).
     fn install(&self, found: Arc<Current>) {
         let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
         if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &found)) {
@@ -276,6 +299,8 @@ impl Shared {
             .unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no primary confirmed its role"))))
     }
 
+    /// Opens the connections to the primary at `addr`, each within three
+    /// connect timeouts.
     async fn connect(&self, client: Client, addr: Addr) -> RedisResult<Arc<Current>> {
         let mut conns = Vec::with_capacity(self.connections);
         for _ in 0..self.connections {

@@ -59,9 +59,13 @@ const LOCAL_KEYS: usize = 1_000_000;
 ///   without Redis (`Local`, `FailOpen`); with `FailClosed`, only while the
 ///   breaker is closed.
 pub struct ResilientBackend {
+    /// Redis itself.
     redis: Arc<RedisBackend>,
+    /// What decides when Redis cannot, for items that name no policy.
     policy: FailurePolicy,
+    /// The in-process store the local policy decides on.
     local: LocalFallback,
+    /// Releases Redis could not take yet, sent when it answers again.
     deferred: Arc<DeferredReleases>,
     /// The keys decided in this process (`lease` and `sync`).
     sharing: Arc<Sharing>,
@@ -70,6 +74,7 @@ pub struct ResilientBackend {
     gate: Gate,
     /// The permits Redis admitted through this instance, not given back.
     issued: IssuedPermits,
+    /// Concurrency permits' lease, if they have one.
     lease: Option<std::time::Duration>,
 }
 
@@ -261,6 +266,7 @@ impl ResilientBackend {
             .await;
     }
 
+    /// The breaker and statistics every decision goes through.
     fn gate(&self) -> &Gate {
         &self.gate
     }
@@ -282,35 +288,8 @@ impl ResilientBackend {
                 "a batch needs at least one item and as many outputs".into(),
             ));
         }
-        // Keys decided here, when every item of the batch is: a batch that
-        // mixes them with items decided in Redis is decided in Redis as a
-        // whole (atomically; leases and pushed hits are in Redis's counts).
-        let mut shares: SmallVec<[Share; 16]> = SmallVec::new();
-        for item in items {
-            match self.sharing.share_of(item) {
-                Some(s) => shares.push(s),
-                None => break,
-            }
-        }
-        if shares.len() == items.len() {
-            let gate = self.gate();
-            match self
-                .sharing
-                .decide(&self.redis, gate, items, &shares, now, apply, out)
-                .await
-            {
-                Ok(d) => {
-                    self.gate.stats.decisions.inc();
-                    self.deliver_deferred();
-                    return Ok(d);
-                }
-                Err(Failed::Unsupported(e)) => return Err(e.into()),
-                Err(Failed::Backend) => {
-                    return self.apply_policy(items, now, apply, out, policy);
-                }
-                // Decided in Redis below.
-                Err(Failed::Starved) => {}
-            }
+        if let Some(decided) = self.decide_shared(items, now, apply, out, policy).await {
+            return decided;
         }
         // A limit Redis cannot decide is a configuration error, not an outage.
         let plan = match self.redis.plan(items, out) {
@@ -328,38 +307,89 @@ impl ResilientBackend {
                 .await;
             self.sharing.decided_in_redis(items, now);
         }
-        match self.gate.breaker.pass(&self.gate.stats) {
-            Some(pass) => {
-                let result = self.redis.remote(&plan, items, now, apply, out).await;
-                // A full Redis is not down: it answers, its states stand.
-                let full = matches!(&result, Err(e) if is_memory_full(e));
-                let ok = result.is_ok() || full;
-                match pass {
-                    // Closed once every connection answers: one still
-                    // failed from the outage would otherwise leave the
-                    // next decisions it carries to the failure policy.
-                    Pass::Probe(p) => p.finish(ok && self.redis.ping().await.is_ok()),
-                    Pass::Call if ok => self.gate.breaker.success(),
-                    Pass::Call => self.gate.breaker.failure(&self.gate.stats),
-                }
-                if ok {
-                    self.deliver_deferred();
-                }
-                if full {
-                    return self.when_full(&plan, items, now, apply, out, policy).await;
-                }
-                if let Ok((d, _)) = result {
-                    self.gate.stats.decisions.inc();
-                    if apply.charge_if_allowed() && d.is_allowed() {
-                        self.remember_issued(items, now);
-                    }
-                    return Ok(d);
-                }
-                self.gate.stats.backend_errors.inc();
-            }
-            None => self.gate.stats.short_circuited.inc(),
+        if let Some(decided) = self.decide_remote(&plan, items, now, apply, out, policy).await {
+            return decided;
         }
         self.apply_policy(items, now, apply, out, policy)
+    }
+
+    /// Decides the batch on keys decided here, when every item of the batch
+    /// is: a batch that mixes them with items decided in Redis is decided
+    /// in Redis as a whole (atomically; leases and pushed hits are in
+    /// Redis's counts). `None` when Redis must decide it.
+    async fn decide_shared(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+        policy: FailurePolicy,
+    ) -> Option<Result<Decision, BackendError>> {
+        let mut shares: SmallVec<[Share; 16]> = SmallVec::new();
+        for item in items {
+            shares.push(self.sharing.share_of(item)?);
+        }
+        let gate = self.gate();
+        match self
+            .sharing
+            .decide(&self.redis, gate, items, &shares, now, apply, out)
+            .await
+        {
+            Ok(d) => {
+                self.gate.stats.decisions.inc();
+                self.deliver_deferred();
+                Some(Ok(d))
+            }
+            Err(Failed::Unsupported(e)) => Some(Err(e.into())),
+            Err(Failed::Backend) => Some(self.apply_policy(items, now, apply, out, policy)),
+            // Decided in Redis.
+            Err(Failed::Starved) => None,
+        }
+    }
+
+    /// Decides the batch in Redis when the breaker lets it through, and
+    /// keeps the breaker's count; `None` when Redis failed or was not
+    /// asked (the failure policy decides then).
+    async fn decide_remote(
+        &self,
+        plan: &crate::batch::Plan,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+        policy: FailurePolicy,
+    ) -> Option<Result<Decision, BackendError>> {
+        let Some(pass) = self.gate.breaker.pass(&self.gate.stats) else {
+            self.gate.stats.short_circuited.inc();
+            return None;
+        };
+        let result = self.redis.remote(plan, items, now, apply, out).await;
+        // A full Redis is not down: it answers, its states stand.
+        let full = matches!(&result, Err(e) if is_memory_full(e));
+        let ok = result.is_ok() || full;
+        match pass {
+            // Closed once every connection answers: one still failed from
+            // the outage would otherwise leave the next decisions it
+            // carries to the failure policy.
+            Pass::Probe(p) => p.finish(ok && self.redis.ping().await.is_ok()),
+            Pass::Call if ok => self.gate.breaker.success(),
+            Pass::Call => self.gate.breaker.failure(&self.gate.stats),
+        }
+        if ok {
+            self.deliver_deferred();
+        }
+        if full {
+            return Some(self.when_full(plan, items, now, apply, out, policy).await);
+        }
+        if let Ok((d, _)) = result {
+            self.gate.stats.decisions.inc();
+            if apply.charge_if_allowed() && d.is_allowed() {
+                self.remember_issued(items, now);
+            }
+            return Some(Ok(d));
+        }
+        self.gate.stats.backend_errors.inc();
+        None
     }
 
     /// Sends the queued releases in the background if there are any.
@@ -518,6 +548,8 @@ impl ResilientBackend {
         self.apply_policy(items, now, apply, out, policy)
     }
 
+    /// Decides the batch by the failure `policy` (Redis was not asked, or
+    /// failed).
     fn apply_policy(
         &self,
         items: &[Item<'_>],

@@ -14,11 +14,12 @@ use floodgate_http::HttpIdentity;
 use floodgate_http::identity::{NoExtensions, RequestDescriptors};
 use floodgate_policy::Descriptor;
 
-use crate::format::{LineError, Parser};
+use crate::format::{Fields, LineError, Parser};
 use crate::printable::printable;
 use crate::record::{Built, BuiltSet, HeaderSet, Parsed, Rec, RecView, Span};
 use crate::reorder::{Late, Ordered, Reorder};
 
+/// The client address of a line that logs none.
 const NO_PEER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
 
 /// Bytes read at a time (whole lines are kept; the rest waits).
@@ -134,11 +135,14 @@ pub const KEPT_ISSUES: usize = 1000;
 
 /// Where issues go: the summary keeps the first, a sink gets all.
 pub(crate) struct Issues<'a> {
+    /// Counts every issue and keeps the first [`KEPT_ISSUES`].
     pub summary: &'a mut InputSummary,
+    /// Gets every issue (`--rejected FILE`).
     pub sink: Option<&'a mut dyn FnMut(&Issue)>,
 }
 
 impl Issues<'_> {
+    /// Counts `issue`, hands it to the sink, and keeps it among the first.
     fn add(&mut self, issue: Issue) {
         match issue.kind {
             IssueKind::Late { .. } => self.summary.late += 1,
@@ -153,6 +157,7 @@ impl Issues<'_> {
     }
 }
 
+/// The start of a line, printable, to show in an issue.
 fn excerpt(line: &[u8]) -> String {
     const MAX: usize = 120;
     let cut = &line[..line.len().min(MAX)];
@@ -165,9 +170,11 @@ fn excerpt(line: &[u8]) -> String {
 
 /// What reading carries from chunk to chunk (and file to file).
 struct Stream {
+    /// Lines held until they are in arrival order.
     reorder: Reorder,
     /// One per identity.
     outs: Vec<RequestDescriptors>,
+    /// Buffers reused from line to line.
     scratch: Scratch,
     /// The last chunk's size and what its lines needed, to reserve as
     /// much per byte for the next (no regrowing, no copies).
@@ -186,6 +193,7 @@ struct Sizes {
 }
 
 impl Sizes {
+    /// The sizes of a chunk of `bytes` parsed into `p`.
     fn of(bytes: usize, p: &Parsed) -> Sizes {
         Sizes {
             bytes,
@@ -225,7 +233,9 @@ struct Scratch {
 
 /// Counts the bytes read through it.
 struct Counted<R> {
+    /// The source.
     inner: R,
+    /// Bytes read so far (shared with the progress report).
     counter: Arc<AtomicU64>,
 }
 
@@ -261,16 +271,22 @@ fn open(source: &LogSource, counter: Arc<AtomicU64>) -> io::Result<Box<dyn Read 
 /// Reads every source in order, parses each line, puts them in arrival
 /// order and hands them over in batches to `deliver`.
 pub(crate) struct Reader<'a> {
+    /// The log's format.
     pub parser: &'a Parser,
+    /// The headers the identities read, kept from each line.
     pub headers: &'a HeaderSet,
     /// The identities the candidates use: each line's descriptors are
     /// built here, once per identity, beside the parsing.
     pub identities: &'a [HttpIdentity],
+    /// The reordering window: a line later than this behind the latest
+    /// is not decided.
     pub window: u64,
+    /// Bytes read so far, for a progress report.
     pub progress: Arc<AtomicU64>,
 }
 
 impl Reader<'_> {
+    /// Reads `sources` in order, reporting lines not decided to `issues`.
     pub(crate) fn run(
         &self,
         sources: &[LogSource],
@@ -312,6 +328,8 @@ impl Reader<'_> {
         Ok(())
     }
 
+    /// Reads one log to its end, chunk by chunk, delivering its records
+    /// in time order as the reordering window releases them.
     fn read_one(
         &self,
         reader: &mut dyn Read,
@@ -352,33 +370,12 @@ impl Reader<'_> {
                 if eof {
                     break;
                 }
-                if text.len() > MAX_LINE {
-                    line_no += 1;
-                    issues.add(Issue {
-                        source: name.to_owned(),
-                        line: line_no,
-                        kind: IssueKind::TooLong,
-                        excerpt: excerpt(&text),
-                    });
-                    skipping = true;
-                    text.clear();
-                }
+                skipping = too_long(&mut text, name, &mut line_no, issues);
                 continue;
             }
             let parsed = self.parse_chunk(&text[..whole], file, name, &mut line_no, stream, issues);
             text.drain(..whole);
-            let reorder = &mut stream.reorder;
-            reorder.push(parsed, |l: Late| {
-                issues.add(Issue {
-                    source: name.to_owned(),
-                    line: l.line,
-                    kind: IssueKind::Late { behind: l.behind },
-                    excerpt: String::new(),
-                })
-            });
-            if reorder.ready() >= BATCH {
-                deliver(reorder.take());
-            }
+            reorder(&mut stream.reorder, parsed, name, issues, deliver);
             if eof {
                 break;
             }
@@ -397,24 +394,9 @@ impl Reader<'_> {
         stream: &mut Stream,
         issues: &mut Issues<'_>,
     ) -> Parsed {
-        let width = self.headers.len();
         let mut p = Parsed::default();
         stream.last.reserve(text.len(), &mut p);
-        let Parsed {
-            recs,
-            dtext,
-            entries,
-            built,
-            sets,
-        } = &mut p;
-        let Stream {
-            outs,
-            scratch,
-            last,
-            ..
-        } = stream;
-        let Scratch { extra, spans } = scratch;
-        extra.clear();
+        stream.scratch.extra.clear();
         let mut start = 0;
         while start < text.len() {
             let nl = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
@@ -424,74 +406,130 @@ impl Reader<'_> {
             }
             *line_no += 1;
             issues.summary.lines += 1;
+            let issue = |kind| Issue {
+                source: name.to_owned(),
+                line: *line_no,
+                kind,
+                excerpt: excerpt(&text[start..end]),
+            };
             if text[start..end].iter().all(u8::is_ascii_whitespace) {
                 issues.summary.blank += 1;
             } else if end - start > MAX_LINE {
-                issues.add(Issue {
-                    source: name.to_owned(),
-                    line: *line_no,
-                    kind: IssueKind::TooLong,
-                    excerpt: excerpt(&text[start..end]),
-                });
+                issues.add(issue(IssueKind::TooLong));
             } else {
-                spans.clear();
-                spans.resize(width, Span::NONE);
-                match self.parser.parse(text, start, end, extra, spans) {
-                    Ok(f) => {
-                        let view = RecView {
-                            text,
-                            extra,
-                            spans,
-                            method: f.method,
-                            path: f.path,
-                            headers: self.headers,
-                        };
-                        let first_set = sets.len() as u32;
-                        let peer = f.peer.unwrap_or(NO_PEER);
-                        for (identity, out) in self.identities.iter().zip(outs.iter_mut()) {
-                            identity.build(&view, peer, &NoExtensions, out);
-                            let first_built = built.len() as u32;
-                            for d in out.as_slice() {
-                                let first_entry = entries.len() as u32;
-                                for (k, v) in d.entries() {
-                                    let a = dtext.len() as u32;
-                                    dtext.push_str(k);
-                                    let b = dtext.len() as u32;
-                                    dtext.push_str(v);
-                                    entries.push([a, b, dtext.len() as u32]);
-                                }
-                                built.push(Built {
-                                    first: first_entry,
-                                    len: entries.len() as u32 - first_entry,
-                                    hits: d.hits_addend(),
-                                });
-                            }
-                            sets.push(BuiltSet {
-                                first: first_built,
-                                len: built.len() as u32 - first_built,
-                                hits: out.hits_addend(),
-                            });
-                        }
-                        recs.push(Rec {
-                            file,
-                            line: *line_no,
-                            time: f.time,
-                            duration: f.duration,
-                            status: f.status,
-                            sets: first_set,
-                        });
-                    }
-                    Err(e) => issues.add(Issue {
-                        source: name.to_owned(),
+                let first_set = p.sets.len() as u32;
+                match self.parse_line(text, start, end, stream, &mut p) {
+                    Ok(f) => p.recs.push(Rec {
+                        file,
                         line: *line_no,
-                        kind: IssueKind::Malformed(e),
-                        excerpt: excerpt(&text[start..end]),
+                        time: f.time,
+                        duration: f.duration,
+                        status: f.status,
+                        sets: first_set,
                     }),
+                    Err(e) => issues.add(issue(IssueKind::Malformed(e))),
                 }
             }
             start = nl + 1;
         }
-        *last = Sizes::of(text.len(), &p);
+        stream.last = Sizes::of(text.len(), &p);
         p
     }
+
+    /// Parses the line `text[start..end]` and builds every identity's
+    /// descriptors of it into `p`; the line's fields.
+    fn parse_line(
+        &self,
+        text: &[u8],
+        start: usize,
+        end: usize,
+        stream: &mut Stream,
+        p: &mut Parsed,
+    ) -> Result<Fields, LineError> {
+        let Stream { outs, scratch, .. } = stream;
+        let Scratch { extra, spans } = scratch;
+        spans.clear();
+        spans.resize(self.headers.len(), Span::NONE);
+        let f = self.parser.parse(text, start, end, extra, spans)?;
+        let view = RecView {
+            text,
+            extra,
+            spans,
+            method: f.method,
+            path: f.path,
+            headers: self.headers,
+        };
+        let peer = f.peer.unwrap_or(NO_PEER);
+        for (identity, out) in self.identities.iter().zip(outs.iter_mut()) {
+            identity.build(&view, peer, &NoExtensions, out);
+            keep_descriptors(p, out);
+        }
+        Ok(f)
+    }
+}
+
+/// Hands a chunk's records to the reordering window (those too late for it
+/// are reported as issues of `name`), delivering a batch once one is ready.
+fn reorder(
+    reorder: &mut Reorder,
+    parsed: Parsed,
+    name: &str,
+    issues: &mut Issues<'_>,
+    deliver: &mut dyn FnMut(Ordered),
+) {
+    reorder.push(parsed, |l: Late| {
+        issues.add(Issue {
+            source: name.to_owned(),
+            line: l.line,
+            kind: IssueKind::Late { behind: l.behind },
+            excerpt: String::new(),
+        })
+    });
+    if reorder.ready() >= BATCH {
+        deliver(reorder.take());
+    }
+}
+
+/// Whether `text`, a line not ended yet, is too long to keep: if so, it is
+/// reported (as line `line_no` + 1 of `name`) and dropped, and the rest of
+/// the line is to be skipped.
+fn too_long(text: &mut Vec<u8>, name: &str, line_no: &mut u64, issues: &mut Issues<'_>) -> bool {
+    if text.len() <= MAX_LINE {
+        return false;
+    }
+    *line_no += 1;
+    issues.add(Issue {
+        source: name.to_owned(),
+        line: *line_no,
+        kind: IssueKind::TooLong,
+        excerpt: excerpt(text),
+    });
+    text.clear();
+    true
+}
+
+/// Copies one identity's descriptors of a line into `p`'s buffers, as one
+/// set.
+fn keep_descriptors(p: &mut Parsed, out: &RequestDescriptors) {
+    let first_built = p.built.len() as u32;
+    for d in out.as_slice() {
+        let first_entry = p.entries.len() as u32;
+        for (k, v) in d.entries() {
+            let a = p.dtext.len() as u32;
+            p.dtext.push_str(k);
+            let b = p.dtext.len() as u32;
+            p.dtext.push_str(v);
+            p.entries.push([a, b, p.dtext.len() as u32]);
+        }
+        p.built.push(Built {
+            first: first_entry,
+            len: p.entries.len() as u32 - first_entry,
+            hits: d.hits_addend(),
+        });
+    }
+    p.sets.push(BuiltSet {
+        first: first_built,
+        len: p.built.len() as u32 - first_built,
+        hits: out.hits_addend(),
+    });
 }

@@ -17,9 +17,10 @@ use anyhow::{Context, bail};
 use clap::Args;
 use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use redis::IntoConnectionInfo;
+use tonic::transport::Channel;
 
 use super::cpu::cpu_time;
-use super::load::{ClosedLoop, connect, request};
+use super::load::{ClosedLoop, Seen, connect, request};
 
 /// Settings of `floodgate bench fleet`.
 #[derive(Args, Debug, Clone)]
@@ -329,11 +330,7 @@ async fn measure(
     hot: bool,
     memory: &mut HashMap<bool, f64>,
 ) -> anyhow::Result<()> {
-    let mut redis = match mode {
-        "memory" | "local" => None,
-        "exact" | "lease" | "sync" => Some(RedisServer::start(&args.redis_server)?),
-        other => bail!("unknown mode `{other}` (expected memory, local, exact, lease or sync)"),
-    };
+    let mut redis = redis_for(mode, args)?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("floodgate.yaml");
     std::fs::write(&path, config(redis.as_ref().map(|r| r.port), mode, args))?;
@@ -346,21 +343,8 @@ async fn measure(
     for _ in 0..count {
         servers.push(start_server(bin, &path, args.workers).await?);
     }
-    let mut channels = Vec::new();
-    for s in &servers {
-        for _ in 0..args.connections.max(1) {
-            channels.push(connect(s.grpc).await?);
-        }
-    }
-    let keys = args.keys.max(1);
-    let load = ClosedLoop::start(&channels, args.concurrency, true, move |rng| {
-        if hot {
-            (0, request("bench", "hot", "x".into()))
-        } else {
-            let n = rng.u64(..keys);
-            (n, request("bench", "key", format!("k{n}")))
-        }
-    });
+    // The channels stay open until the case ends, used or not.
+    let (_channels, load) = start_load(args, &servers, hot).await?;
     tokio::time::sleep(args.warmup).await;
     let pids: Vec<u32> = servers.iter().map(|s| s.proc.0.id()).collect();
     let server_cpu = || -> f64 {
@@ -378,7 +362,7 @@ async fn measure(
     let redis1 = redis.as_mut().map(RedisServer::usage).transpose()?;
     let fallbacks1 = fallbacks()?;
     let seen = load.finish().await?;
-    let (decisions, admitted) = (seen.decisions().max(1) as f64, &seen.admitted);
+    let decisions = seen.decisions().max(1) as f64;
     let limit = if hot { args.hot_limit } else { args.key_limit };
     let server_us = (cpu1 - cpu0) * 1e6 / decisions;
     // Decisions per server CPU second, against the in-memory store's.
@@ -386,38 +370,113 @@ async fn measure(
     if mode == "memory" {
         memory.insert(hot, per_cpu);
     }
-    let usage = redis0.zip(redis1);
-    let redis = |f: fn(&Usage) -> f64, scale: f64, p: usize| {
-        usage.map_or("-".to_owned(), |(a, b)| {
-            format!("{:.p$}", (f(&b) - f(&a)) * scale / decisions)
-        })
-    };
-    let ratio = memory.get(&hot).map(|m| per_cpu / m);
-    let case = match (mode, hot) {
-        ("memory", true) => "memory, hot key".to_owned(),
-        ("memory", false) => format!("memory, {} keys", args.keys),
-        (_, true) => format!("{mode} ×{count}, hot key"),
-        (_, false) => format!("{mode} ×{count}, {} keys", args.keys),
-    };
-    let fallbacks = (redis0.is_some()).then(|| fallbacks1.saturating_sub(fallbacks0));
-    println!(
-        "{:<22} {:>11.0} {:>11.1} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>8} {:>9} {:>6} {:>8.2} {:>8.2}",
-        case,
-        seen.decisions() as f64 / elapsed,
+    Row {
+        case: case_name(mode, hot, count, args.keys),
+        rate: seen.decisions() as f64 / elapsed,
         server_us,
-        ratio.map_or("-".to_owned(), |r| format!("{r:.2}")),
-        redis(|u| u.cpu, 1e6, 1),
-        redis(|u| u.scripts as f64, 1.0, 4),
-        redis(|u| u.commands as f64, 1.0, 4),
-        format!("{}/{limit}", admitted.values().copied().max().unwrap_or(0)),
-        admitted.values().filter(|&&n| n > limit).count(),
-        seen.unplaced,
-        fallbacks.map_or("-".to_owned(), |f| f.to_string()),
-        seen.errors,
-        seen.hist.value_at_quantile(0.5) as f64 / 1000.0,
-        seen.hist.value_at_quantile(0.99) as f64 / 1000.0,
-    );
+        ratio: memory.get(&hot).map(|m| per_cpu / m),
+        usage: redis0.zip(redis1),
+        limit,
+        fallbacks: (redis0.is_some()).then(|| fallbacks1.saturating_sub(fallbacks0)),
+        seen: &seen,
+    }
+    .print(decisions);
     Ok(())
+}
+
+/// The Redis server `mode` needs, started; `None` for the modes without
+/// one.
+fn redis_for(mode: &str, args: &FleetArgs) -> anyhow::Result<Option<RedisServer>> {
+    Ok(match mode {
+        "memory" | "local" => None,
+        "exact" | "lease" | "sync" => Some(RedisServer::start(&args.redis_server)?),
+        other => bail!("unknown mode `{other}` (expected memory, local, exact, lease or sync)"),
+    })
+}
+
+/// How the table names a case: its mode (with the instance `count` beside
+/// Redis), and its keys.
+fn case_name(mode: &str, hot: bool, count: usize, keys: u64) -> String {
+    match (mode, hot) {
+        ("memory", true) => "memory, hot key".to_owned(),
+        ("memory", false) => format!("memory, {keys} keys"),
+        (_, true) => format!("{mode} ×{count}, hot key"),
+        (_, false) => format!("{mode} ×{count}, {keys} keys"),
+    }
+}
+
+/// The closed loop of requests on `args.connections` channels to each
+/// server (returned with it): one hot key, or `args.keys` keys drawn at
+/// random.
+async fn start_load(
+    args: &FleetArgs,
+    servers: &[Server],
+    hot: bool,
+) -> anyhow::Result<(Vec<Channel>, ClosedLoop)> {
+    let mut channels = Vec::new();
+    for s in servers {
+        for _ in 0..args.connections.max(1) {
+            channels.push(connect(s.grpc).await?);
+        }
+    }
+    let keys = args.keys.max(1);
+    let load = ClosedLoop::start(&channels, args.concurrency, true, move |rng| {
+        if hot {
+            (0, request("bench", "hot", "x".into()))
+        } else {
+            let n = rng.u64(..keys);
+            (n, request("bench", "key", format!("k{n}")))
+        }
+    });
+    Ok((channels, load))
+}
+
+/// One case's figures, as its row of the table prints them.
+struct Row<'a> {
+    case: String,
+    /// Decisions per second.
+    rate: f64,
+    /// Server CPU µs per decision.
+    server_us: f64,
+    /// Decisions per server CPU second against the in-memory store's.
+    ratio: Option<f64>,
+    /// What Redis had used before and after, if there is one.
+    usage: Option<(Usage, Usage)>,
+    /// The limit of each key.
+    limit: u64,
+    /// Decisions the failure policy made, with Redis.
+    fallbacks: Option<u64>,
+    seen: &'a Seen,
+}
+
+impl Row<'_> {
+    /// Prints the row; Redis's figures are per decision (of `decisions`).
+    fn print(&self, decisions: f64) {
+        let redis = |f: fn(&Usage) -> f64, scale: f64, p: usize| {
+            self.usage.map_or("-".to_owned(), |(a, b)| {
+                format!("{:.p$}", (f(&b) - f(&a)) * scale / decisions)
+            })
+        };
+        let (seen, limit) = (self.seen, self.limit);
+        let admitted = &seen.admitted;
+        println!(
+            "{:<22} {:>11.0} {:>11.1} {:>9} {:>10} {:>10} {:>10} {:>13} {:>7} {:>8} {:>9} {:>6} {:>8.2} {:>8.2}",
+            self.case,
+            self.rate,
+            self.server_us,
+            self.ratio.map_or("-".to_owned(), |r| format!("{r:.2}")),
+            redis(|u| u.cpu, 1e6, 1),
+            redis(|u| u.scripts as f64, 1.0, 4),
+            redis(|u| u.commands as f64, 1.0, 4),
+            format!("{}/{limit}", admitted.values().copied().max().unwrap_or(0)),
+            admitted.values().filter(|&&n| n > limit).count(),
+            seen.unplaced,
+            self.fallbacks.map_or("-".to_owned(), |f| f.to_string()),
+            seen.errors,
+            seen.hist.value_at_quantile(0.5) as f64 / 1000.0,
+            seen.hist.value_at_quantile(0.99) as f64 / 1000.0,
+        );
+    }
 }
 
 /// Runs every case and prints the table.

@@ -55,9 +55,13 @@ pub(super) async fn connect(addr: SocketAddr) -> anyhow::Result<Channel> {
 
 /// What the workers saw while measuring.
 pub(super) struct Seen {
+    /// Round-trip times, µs.
     pub hist: Histogram<u64>,
+    /// Answers `OK`.
     pub ok: u64,
+    /// Answers `OVER_LIMIT`.
     pub over: u64,
+    /// Failed calls.
     pub errors: u64,
     /// With windows counted: admissions per (key, window start in seconds
     /// since the epoch), of the decisions whose round trip began and ended
@@ -220,23 +224,8 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
     let rss1 = args.server_pid.and_then(rss_bytes);
     let self1 = cpu_time(std::process::id());
     let seen = load.finish().await?;
+    let mut line = report(&args.label, &seen, elapsed);
     let total = seen.decisions();
-    let rps = total as f64 / elapsed.as_secs_f64();
-    let ms = |q: f64| seen.hist.value_at_quantile(q) as f64 / 1000.0;
-    let mut line = format!(
-        "{label}req/s {rps:.0}  p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  ok {}  over_limit {}  errors {}",
-        ms(0.5),
-        ms(0.99),
-        ms(0.999),
-        seen.ok,
-        seen.over,
-        seen.errors,
-        label = if args.label.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", args.label)
-        },
-    );
     if let (Some(a), Some(b)) = (cpu0, cpu1) {
         let used = (b - a).as_secs_f64();
         line.push_str(&format!(
@@ -257,4 +246,25 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
     }
     println!("{line}");
     Ok(())
+}
+
+/// The report line's start: the rate, the latencies and the answers seen
+/// in `elapsed`, after the run's `label`.
+fn report(label: &str, seen: &Seen, elapsed: Duration) -> String {
+    let rps = seen.decisions() as f64 / elapsed.as_secs_f64();
+    let ms = |q: f64| seen.hist.value_at_quantile(q) as f64 / 1000.0;
+    format!(
+        "{label}req/s {rps:.0}  p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  ok {}  over_limit {}  errors {}",
+        ms(0.5),
+        ms(0.99),
+        ms(0.999),
+        seen.ok,
+        seen.over,
+        seen.errors,
+        label = if label.is_empty() {
+            String::new()
+        } else {
+            format!("{label}: ")
+        },
+    )
 }

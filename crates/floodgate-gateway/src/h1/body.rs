@@ -77,7 +77,69 @@ impl ResponseBody {
     pub fn close(&mut self) {
         self.reading = None;
     }
+
+    /// The next frame of what is buffered (the body's end included);
+    /// `None` when more must be read first.
+    #[inline]
+    fn next_frame(&mut self) -> Option<Polled> {
+        let r = self.reading.as_mut()?;
+        match r.framing.step(&mut r.conn.buf) {
+            Ok(Step::Data(d)) => {
+                // The last bytes of a length: the connection is free now
+                // (the server may not poll again).
+                if r.framing == Framing::Length(0) {
+                    self.end();
+                }
+                Some(Some(Ok(Frame::data(d))))
+            }
+            Ok(Step::Trailers(t)) => {
+                self.end();
+                Some(Some(Ok(Frame::trailers(t))))
+            }
+            Ok(Step::End) => {
+                self.end();
+                Some(None)
+            }
+            Ok(Step::More) => None,
+            Err(e) => {
+                self.reading = None;
+                Some(Some(Err(e.into())))
+            }
+        }
+    }
+
+    /// Reads more of the body into the spent buffer; `None` once some was
+    /// read, else what the body then is (pending, ended, failed).
+    #[inline]
+    fn read_more(&mut self, cx: &mut Context<'_>) -> Option<Poll<Polled>> {
+        let r = self.reading.as_mut()?;
+        let buf = &mut r.conn.buf;
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK * 2);
+        }
+        let read = std::pin::pin!(r.conn.stream.read_buf(&mut r.conn.buf)).poll(cx);
+        match read {
+            Poll::Pending => Some(Poll::Pending),
+            Poll::Ready(Ok(0)) => {
+                let complete = r.framing == Framing::Close;
+                self.reading = None;
+                Some(Poll::Ready(if complete {
+                    None
+                } else {
+                    Some(Err(ExchangeError::Incomplete))
+                }))
+            }
+            Poll::Ready(Ok(_)) => None,
+            Poll::Ready(Err(e)) => {
+                self.reading = None;
+                Some(Poll::Ready(Some(Err(ExchangeError::Read(e)))))
+            }
+        }
+    }
 }
+
+/// What polling the body gives when ready: a frame, an error, or its end.
+type Polled = Option<Result<Frame<Bytes>, ExchangeError>>;
 
 impl Body for ResponseBody {
     type Data = Bytes;
@@ -101,51 +163,11 @@ impl Body for ResponseBody {
                     Poll::Pending => {}
                 }
             }
-            let buf = &mut r.conn.buf;
-            match r.framing.step(buf) {
-                Ok(Step::Data(d)) => {
-                    // The last bytes of a length: the connection is free
-                    // now (the server may not poll again).
-                    if r.framing == Framing::Length(0) {
-                        self.end();
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(d))));
-                }
-                Ok(Step::Trailers(t)) => {
-                    self.end();
-                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
-                }
-                Ok(Step::End) => {
-                    self.end();
-                    return Poll::Ready(None);
-                }
-                Ok(Step::More) => {}
-                Err(e) => {
-                    self.reading = None;
-                    return Poll::Ready(Some(Err(e.into())));
-                }
+            if let Some(frame) = self.next_frame() {
+                return Poll::Ready(frame);
             }
-            // The buffer is spent: read more.
-            if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-                buf.reserve(READ_CHUNK * 2);
-            }
-            let read = std::pin::pin!(r.conn.stream.read_buf(&mut r.conn.buf)).poll(cx);
-            match read {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(0)) => {
-                    let complete = r.framing == Framing::Close;
-                    self.reading = None;
-                    return Poll::Ready(if complete {
-                        None
-                    } else {
-                        Some(Err(ExchangeError::Incomplete))
-                    });
-                }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => {
-                    self.reading = None;
-                    return Poll::Ready(Some(Err(ExchangeError::Read(e))));
-                }
+            if let Some(done) = self.read_more(cx) {
+                return done;
             }
         }
     }

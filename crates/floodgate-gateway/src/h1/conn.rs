@@ -29,7 +29,9 @@ pub(crate) const READ_CHUNK: usize = 8 * 1024;
 /// An upstream connection, idle between two exchanges.
 #[derive(Debug)]
 pub struct Conn {
+    /// The socket (plain or TLS).
     pub(crate) stream: Stream,
+    /// Bytes read and not consumed yet.
     pub(crate) buf: BytesMut,
     out: Vec<u8>,
     /// The field names of the last response head (see

@@ -110,39 +110,14 @@ pub fn parse_response(
     names: &mut Vec<HeaderName>,
 ) -> Result<Parsed, FramingError> {
     let mut fields = [Field::default(); MAX_HEADERS];
-    let (len, code, version, count) = {
-        // Left uninitialised: the parser writes what it finds.
-        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-        let mut res = httparse::Response::new(&mut []);
-        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-            &mut res,
-            buf,
-            &mut headers,
-        ) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
-                return Err(FramingError::HeadTooLarge);
-            }
-            Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
-            Err(e) => return Err(FramingError::Head(e)),
-        };
-        if len > MAX_HEAD_BYTES {
-            return Err(FramingError::HeadTooLarge);
-        }
-        let base = buf.as_ptr() as usize;
-        let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
-        for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
-            *slot = Field {
-                name: at(h.name.as_bytes()),
-                value: at(h.value),
-            };
-        }
-        (
-            len,
-            res.code.unwrap_or(0),
-            res.version.unwrap_or(1),
-            res.headers.len(),
-        )
+    let Some(Scanned {
+        len,
+        code,
+        version,
+        count,
+    }) = scan(buf, &mut fields)?
+    else {
+        return Ok(Parsed::Partial);
     };
     let status = StatusCode::from_u16(code).map_err(|_| FramingError::Status(code))?;
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
@@ -158,44 +133,13 @@ pub fn parse_response(
     // written response's map for the connection's next request) for that
     // request's forwarding fields: no growth of the map per request.
     let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
-    let mut length: Option<u64> = None;
-    let mut transfer_encoding = false;
-    let mut chunked = false;
-    let mut close = false;
-    let mut keep_alive_token = false;
+    let mut cues = Cues::default();
     names.truncate(count);
     for (i, f) in fields[..count].iter().enumerate() {
-        let spelled = &head[f.name.0 as usize..(f.name.0 + f.name.1) as usize];
-        let name = match names.get(i) {
-            Some(n) if n.as_str().as_bytes() == spelled => n.clone(),
-            _ => {
-                let n = HeaderName::from_bytes(spelled).map_err(|_| FramingError::FieldName)?;
-                names.truncate(i);
-                if n.as_str().as_bytes() == spelled {
-                    names.push(n.clone());
-                }
-                n
-            }
-        };
+        let name = name_of(&head, f.name, i, names)?;
         let value = HeaderValue::from_maybe_shared(slice(&head, f.value))
             .map_err(|_| FramingError::FieldValue)?;
-        if name == CONTENT_LENGTH {
-            let n = content_length(value.as_bytes())?;
-            if length.is_some_and(|l| l != n) {
-                return Err(FramingError::ContentLength);
-            }
-            length = Some(n);
-        } else if name == TRANSFER_ENCODING {
-            transfer_encoding = true;
-            // Only the last coding decides; a later field is appended.
-            chunked = last_token_is(value.as_bytes(), b"chunked");
-        } else if name == CONNECTION {
-            for token in value.as_bytes().split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        }
+        cues.note(&name, value.as_bytes())?;
         headers.append(name, value);
     }
     let version = if version == 0 {
@@ -203,33 +147,11 @@ pub fn parse_response(
     } else {
         Version::HTTP_11
     };
-    let mut keep_alive = !close && (version == Version::HTTP_11 || keep_alive_token);
     let no_body = method == Method::HEAD
         || switching
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let framing = if no_body {
-        Framing::Length(0)
-    } else if transfer_encoding {
-        // Both fields: the coding wins, and the connection is not trusted
-        // with another message (RFC 9112 §6.3, item 3).
-        if length.is_some() {
-            keep_alive = false;
-        }
-        if chunked {
-            Framing::Chunked
-        } else {
-            Framing::Close
-        }
-    } else {
-        match length {
-            Some(n) => Framing::Length(n),
-            None => Framing::Close,
-        }
-    };
-    if framing == Framing::Close {
-        keep_alive = false;
-    }
+    let (framing, keep_alive) = cues.framing(version, no_body);
     let (mut parts, ()) = http::Response::new(()).into_parts();
     parts.status = status;
     parts.version = version;
@@ -241,6 +163,147 @@ pub fn parse_response(
     }))
 }
 
+/// What the parser found of a whole head: its length, status code, minor
+/// version and number of fields.
+struct Scanned {
+    len: usize,
+    code: u16,
+    version: u8,
+    count: usize,
+}
+
+/// Parses the head at the start of `buf` into `fields` (offsets in
+/// `buf`); `None` while it is not whole.
+#[inline]
+fn scan(
+    buf: &BytesMut,
+    fields: &mut [Field; MAX_HEADERS],
+) -> Result<Option<Scanned>, FramingError> {
+    // Left uninitialised: the parser writes what it finds.
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut res,
+        buf,
+        &mut headers,
+    ) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+            return Err(FramingError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(FramingError::Head(e)),
+    };
+    if len > MAX_HEAD_BYTES {
+        return Err(FramingError::HeadTooLarge);
+    }
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
+    for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
+        *slot = Field {
+            name: at(h.name.as_bytes()),
+            value: at(h.value),
+        };
+    }
+    Ok(Some(Scanned {
+        len,
+        code: res.code.unwrap_or(0),
+        version: res.version.unwrap_or(1),
+        count: res.headers.len(),
+    }))
+}
+
+/// The name of field `i` (at `name` in `head`): the previous head's name
+/// at the same place when spelled the same, else parsed (and remembered
+/// in `names` when spelled in lower case).
+#[inline]
+fn name_of(
+    head: &Bytes,
+    name: (u32, u32),
+    i: usize,
+    names: &mut Vec<HeaderName>,
+) -> Result<HeaderName, FramingError> {
+    let spelled = &head[name.0 as usize..(name.0 + name.1) as usize];
+    if let Some(n) = names.get(i)
+        && n.as_str().as_bytes() == spelled
+    {
+        return Ok(n.clone());
+    }
+    let n = HeaderName::from_bytes(spelled).map_err(|_| FramingError::FieldName)?;
+    names.truncate(i);
+    if n.as_str().as_bytes() == spelled {
+        names.push(n.clone());
+    }
+    Ok(n)
+}
+
+/// What a head's fields say of its body's framing and of the connection.
+#[derive(Default)]
+struct Cues {
+    length: Option<u64>,
+    transfer_encoding: bool,
+    chunked: bool,
+    close: bool,
+    keep_alive_token: bool,
+}
+
+impl Cues {
+    /// Notes field `name`'s `value` if it frames the body or speaks of the
+    /// connection.
+    #[inline]
+    fn note(&mut self, name: &HeaderName, value: &[u8]) -> Result<(), FramingError> {
+        if name == CONTENT_LENGTH {
+            let n = content_length(value)?;
+            if self.length.is_some_and(|l| l != n) {
+                return Err(FramingError::ContentLength);
+            }
+            self.length = Some(n);
+        } else if name == TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+            // Only the last coding decides; a later field is appended.
+            self.chunked = last_token_is(value, b"chunked");
+        } else if name == CONNECTION {
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        Ok(())
+    }
+
+    /// The body's framing (none when the response has no body), and
+    /// whether the connection can carry another message.
+    #[inline]
+    fn framing(&self, version: Version, no_body: bool) -> (Framing, bool) {
+        let mut keep_alive = !self.close && (version == Version::HTTP_11 || self.keep_alive_token);
+        let framing = if no_body {
+            Framing::Length(0)
+        } else if self.transfer_encoding {
+            // Both fields: the coding wins, and the connection is not
+            // trusted with another message (RFC 9112 §6.3, item 3).
+            if self.length.is_some() {
+                keep_alive = false;
+            }
+            if self.chunked {
+                Framing::Chunked
+            } else {
+                Framing::Close
+            }
+        } else {
+            match self.length {
+                Some(n) => Framing::Length(n),
+                None => Framing::Close,
+            }
+        };
+        if framing == Framing::Close {
+            keep_alive = false;
+        }
+        (framing, keep_alive)
+    }
+}
+
+/// The bytes of `head` at `(offset, length)`, shared.
 fn slice(head: &Bytes, (at, len): (u32, u32)) -> Bytes {
     head.slice(at as usize..(at + len) as usize)
 }

@@ -214,6 +214,9 @@ impl Action {
         }
     }
 
+    /// Why the action cannot be used, if it cannot: an empty key, a key or
+    /// value over [`MAX_VALUE_LEN`], an empty value, or a `route` action
+    /// without route templates (`has_routes`).
     pub(crate) fn validate(&self, has_routes: bool) -> Result<(), String> {
         if self.key.is_empty() {
             return Err("an entry key must not be empty".into());

@@ -27,6 +27,7 @@ pub(crate) struct Chain<'a> {
 }
 
 impl<'a> Chain<'a> {
+    /// An empty chain.
     pub(crate) fn new() -> Self {
         Chain {
             ring: [Entry::default(); CHAIN],

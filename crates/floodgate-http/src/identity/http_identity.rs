@@ -151,20 +151,9 @@ impl HttpIdentity {
         // partial entry is left: the descriptor is dropped).
         let mut run = |action: &Action, d: &mut HttpDescriptor| {
             d.entry(&action.key, |text| match &action.kind {
-                ActionKind::ClientIp => {
-                    let client_ip = &self.config.client_ip;
-                    let ip = *client.get_or_insert_with(|| client_ip.resolve(head, peer));
-                    client_ip.render(ip, text);
-                    true
-                }
+                ActionKind::ClientIp => self.write_client(head, peer, &mut client, text),
                 ActionKind::Value { source, hash } => {
-                    match (source_value(source, head, ext), hash) {
-                        (Some(v), _) if is_host(source) => write_host(text, v, *hash, max),
-                        (Some(v), true) => write_secret_hash(text, v),
-                        (Some(v), false) => write_bounded(text, v, max),
-                        (None, _) => return false,
-                    }
-                    true
+                    write_value(text, source_value(source, head, ext), source, *hash, max)
                 }
                 ActionKind::Method => {
                     write_bounded(text, head.method().as_bytes(), max);
@@ -175,11 +164,7 @@ impl HttpIdentity {
                     let value = found.or(unmatched.as_deref());
                     value.map(|v| text.push_str(v)).is_some()
                 }
-                ActionKind::Path => {
-                    let path = head.path();
-                    write_bounded(text, path.as_bytes(), max);
-                    !path.is_empty()
-                }
+                ActionKind::Path => write_path(text, head.path(), max),
                 ActionKind::Generic(value) => {
                     text.push_str(value);
                     true
@@ -190,18 +175,7 @@ impl HttpIdentity {
                     default,
                 } => {
                     let given = source_value(source, head, ext);
-                    let known = given.and_then(|g| {
-                        if is_host(source) {
-                            let host = Authority::new(g, None).host();
-                            values
-                                .iter()
-                                .find(|v| v.as_bytes().eq_ignore_ascii_case(host))
-                        } else {
-                            values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g))
-                        }
-                    });
-                    let tier = known.or(default.as_ref());
-                    tier.map(|v| text.push_str(v)).is_some()
+                    write_tier(text, given, source, values, default.as_ref())
                 }
             })
         };
@@ -209,6 +183,22 @@ impl HttpIdentity {
             out.push(per_descriptor, |slot| actions.iter().all(|a| run(a, slot)));
         }
         out.client = client;
+    }
+
+    /// Writes the client address (`client`, resolved from `head` and `peer`
+    /// the first time a descriptor needs it), as the identity groups it.
+    #[inline]
+    fn write_client<H: RequestHead + ?Sized>(
+        &self,
+        head: &H,
+        peer: IpAddr,
+        client: &mut Option<IpAddr>,
+        text: &mut String,
+    ) -> bool {
+        let client_ip = &self.config.client_ip;
+        let ip = *client.get_or_insert_with(|| client_ip.resolve(head, peer));
+        client_ip.render(ip, text);
+        true
     }
 
     /// The client address of a request from `peer` (after trusted proxies;
@@ -221,6 +211,58 @@ impl HttpIdentity {
     pub fn route(&self, path: &str) -> Option<&str> {
         self.routes.find(path)
     }
+}
+
+/// Writes a source's value `given` (none: nothing is written, `false`): a
+/// host as a host, any other value hashed (`hash`) or bounded to `max`
+/// bytes.
+#[inline]
+fn write_value(
+    text: &mut String,
+    given: Option<&[u8]>,
+    source: &Source,
+    hash: bool,
+    max: usize,
+) -> bool {
+    match (given, hash) {
+        (Some(v), _) if is_host(source) => write_host(text, v, hash, max),
+        (Some(v), true) => write_secret_hash(text, v),
+        (Some(v), false) => write_bounded(text, v, max),
+        (None, _) => return false,
+    }
+    true
+}
+
+/// Writes the tier of a source's value `given`: the known value it is (in
+/// any case; a host without its port), else `default`; `false` when
+/// neither.
+#[inline]
+fn write_tier(
+    text: &mut String,
+    given: Option<&[u8]>,
+    source: &Source,
+    values: &[String],
+    default: Option<&String>,
+) -> bool {
+    let known = given.and_then(|g| {
+        if is_host(source) {
+            let host = Authority::new(g, None).host();
+            values
+                .iter()
+                .find(|v| v.as_bytes().eq_ignore_ascii_case(host))
+        } else {
+            values.iter().find(|v| v.as_bytes().eq_ignore_ascii_case(g))
+        }
+    });
+    let tier = known.or(default);
+    tier.map(|v| text.push_str(v)).is_some()
+}
+
+/// Writes the path, bounded to `max` bytes; `false` when it is empty.
+#[inline]
+fn write_path(text: &mut String, path: &str, max: usize) -> bool {
+    write_bounded(text, path.as_bytes(), max);
+    !path.is_empty()
 }
 
 /// Whether `source` is the request's authority (`header: host`).

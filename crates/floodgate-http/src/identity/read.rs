@@ -280,6 +280,7 @@ fn read_source(map: &Map<'_>, what: &str, errors: &mut Errors) -> Option<Source>
     }
 }
 
+/// An action's name and options: `name` alone, or `{name: {options}}`.
 fn opts<'a>(at: Node<'a>, errors: &mut Errors) -> Option<Opts<'a>> {
     if let Some(name) = at.scalar_text() {
         let map = None;
@@ -329,48 +330,12 @@ fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
             ActionKind::Generic(value.to_owned())
         }
         "header" | "extension" => {
-            let name_node = errors.take(o.required("name"))?;
-            let name = errors.take(name_node.str())?;
-            let source = match o.name {
-                "header" => Source::Header(errors.take(header_name(name_node))?),
-                _ => Source::Extension(name.to_owned()),
-            };
-            // The key defaults to the (lowercase) header or extension name.
-            named = Some(match &source {
-                Source::Header(h) => h.as_str().to_owned(),
-                _ => name.to_owned(),
-            });
-            ActionKind::Value {
-                source,
-                hash: false,
-            }
+            let (kind, name) = read_named(&o, errors)?;
+            named = Some(name);
+            kind
         }
-        "user" | "tenant" => {
-            let Some(map) = &o.map else {
-                errors.push(n.error(format!(
-                    "{} needs 'header' or 'extension', e.g. {{{}: {{header: x-{}-id}}}}",
-                    o.name, o.name, o.name
-                )));
-                return None;
-            };
-            ActionKind::Value {
-                source: read_source(map, o.name, errors)?,
-                hash: false,
-            }
-        }
-        "api_key" | "bearer" => {
-            let source = match o.get("header").filter(|_| o.name == "api_key") {
-                Some(h) => Source::Header(errors.take(header_name(h))?),
-                None if o.name == "bearer" => Source::Bearer,
-                None => Source::Header(HeaderName::from_static("x-api-key")),
-            };
-            ActionKind::Value {
-                source,
-                hash: o
-                    .get("hash")
-                    .is_some_and(|h| errors.take(h.bool()) == Some(true)),
-            }
-        }
+        "user" | "tenant" => read_owner(&o, errors)?,
+        "api_key" | "bearer" => read_credential(&o, errors)?,
         _ => read_tier(&o, errors)?,
     };
     Some(Action {
@@ -379,6 +344,59 @@ fn read_action(n: Node<'_>, errors: &mut Errors) -> Option<Action> {
     })
 }
 
+/// `header` or `extension`: its value, and the key it names by default
+/// (the lowercase header name, or the extension's).
+fn read_named(o: &Opts<'_>, errors: &mut Errors) -> Option<(ActionKind, String)> {
+    let name_node = errors.take(o.required("name"))?;
+    let name = errors.take(name_node.str())?;
+    let source = match o.name {
+        "header" => Source::Header(errors.take(header_name(name_node))?),
+        _ => Source::Extension(name.to_owned()),
+    };
+    let named = match &source {
+        Source::Header(h) => h.as_str().to_owned(),
+        _ => name.to_owned(),
+    };
+    let kind = ActionKind::Value {
+        source,
+        hash: false,
+    };
+    Some((kind, named))
+}
+
+/// `user` or `tenant`: the value of the header or extension it names.
+fn read_owner(o: &Opts<'_>, errors: &mut Errors) -> Option<ActionKind> {
+    let Some(map) = &o.map else {
+        errors.push(o.at.error(format!(
+            "{} needs 'header' or 'extension', e.g. {{{}: {{header: x-{}-id}}}}",
+            o.name, o.name, o.name
+        )));
+        return None;
+    };
+    Some(ActionKind::Value {
+        source: read_source(map, o.name, errors)?,
+        hash: false,
+    })
+}
+
+/// `api_key` (a header, `x-api-key` by default) or `bearer` (the token of
+/// `Authorization: Bearer`), hashed when `hash: true`.
+fn read_credential(o: &Opts<'_>, errors: &mut Errors) -> Option<ActionKind> {
+    let source = match o.get("header").filter(|_| o.name == "api_key") {
+        Some(h) => Source::Header(errors.take(header_name(h))?),
+        None if o.name == "bearer" => Source::Bearer,
+        None => Source::Header(HeaderName::from_static("x-api-key")),
+    };
+    Some(ActionKind::Value {
+        source,
+        hash: o
+            .get("hash")
+            .is_some_and(|h| errors.take(h.bool()) == Some(true)),
+    })
+}
+
+/// `tier`: the value of a header or extension, one of `values` (in any
+/// case) or `default`.
 fn read_tier(o: &Opts<'_>, errors: &mut Errors) -> Option<ActionKind> {
     let Some(map) = &o.map else {
         errors.push(o.at.error(

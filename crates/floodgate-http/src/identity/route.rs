@@ -37,6 +37,46 @@ pub(crate) struct Routes {
     nodes: Vec<Node>,
 }
 
+/// One segment of a template.
+enum Segment<'t> {
+    /// Literal text.
+    Static(&'t str),
+    /// `{name}`: any one segment.
+    Param,
+    /// `{*name}`: the rest of the path.
+    CatchAll,
+}
+
+/// Parses the template segment `part`; the reason it is malformed if it is.
+fn segment(part: &str) -> Result<Segment<'_>, String> {
+    if part == ".." {
+        return Err("'..' segments are not allowed".into());
+    }
+    match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+        Some(inner) => {
+            let name = inner.strip_prefix('*').unwrap_or(inner);
+            let valid = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !valid {
+                return Err(format!(
+                    "invalid parameter `{part}` (expected {{name}} or {{*name}})"
+                ));
+            }
+            Ok(if name.len() < inner.len() {
+                Segment::CatchAll
+            } else {
+                Segment::Param
+            })
+        }
+        None if part.contains(['{', '}']) => Err(format!(
+            "invalid segment `{part}`: a parameter must be a whole segment, e.g. /files/{{name}}"
+        )),
+        None => Ok(Segment::Static(part)),
+    }
+}
+
 impl Default for Routes {
     fn default() -> Self {
         Routes {
@@ -67,49 +107,31 @@ impl Routes {
         let index = self.templates.len() as u32;
         let mut node = 0usize;
         for (i, part) in parts.iter().enumerate() {
-            if *part == ".." {
-                return Err(err("'..' segments are not allowed".into()));
-            }
             let next = self.nodes.len() as u32;
             let n = &mut self.nodes[node];
-            let child = match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-                Some(inner) => {
-                    let name = inner.strip_prefix('*').unwrap_or(inner);
-                    let valid = !name.is_empty()
-                        && name
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                    if !valid {
-                        return Err(err(format!(
-                            "invalid parameter `{part}` (expected {{name}} or {{*name}})"
-                        )));
+            let child = match segment(part).map_err(err)? {
+                Segment::CatchAll => {
+                    if i + 1 != parts.len() {
+                        let last = "a catch-all {*name} must be the last segment";
+                        return Err(err(last.into()));
                     }
-                    if name.len() < inner.len() {
-                        if i + 1 != parts.len() {
-                            let last = "a catch-all {*name} must be the last segment";
-                            return Err(err(last.into()));
-                        }
-                        if let Some(other) = n.catch_all {
-                            return Err(err(self.same_as(other)));
-                        }
-                        n.catch_all = Some(index);
-                        self.templates.push(template.into());
-                        return Ok(());
+                    if let Some(other) = n.catch_all {
+                        return Err(err(self.same_as(other)));
                     }
-                    *n.param.get_or_insert(next)
+                    n.catch_all = Some(index);
+                    self.templates.push(template.into());
+                    return Ok(());
                 }
-                None if part.contains(['{', '}']) => {
-                    return Err(err(format!(
-                        "invalid segment `{part}`: a parameter must be a whole segment, e.g. /files/{{name}}"
-                    )));
-                }
-                None => match n.statics.iter().find(|(l, _)| **l == *part.as_bytes()) {
-                    Some(&(_, c)) => c,
-                    None => {
-                        n.statics.push((part.as_bytes().into(), next));
-                        next
+                Segment::Param => *n.param.get_or_insert(next),
+                Segment::Static(part) => {
+                    match n.statics.iter().find(|(l, _)| **l == *part.as_bytes()) {
+                        Some(&(_, c)) => c,
+                        None => {
+                            n.statics.push((part.as_bytes().into(), next));
+                            next
+                        }
                     }
-                },
+                }
             };
             if child == next {
                 self.nodes.push(Node::default());
@@ -124,6 +146,8 @@ impl Routes {
         Ok(())
     }
 
+    /// The reason a template is refused for matching what template
+    /// `other` matches.
     fn same_as(&self, other: u32) -> String {
         format!(
             "it matches the same paths as `{}`",

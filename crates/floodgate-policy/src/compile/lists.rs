@@ -10,18 +10,23 @@ use crate::spec::ListSpec;
 /// One compiled list entry.
 #[derive(Debug)]
 struct Entry {
+    /// The descriptor entry key it applies to.
     key: Box<str>,
+    /// The values it lists.
     values: HashSet<Box<str>>,
+    /// The networks it lists (address, prefix length).
     networks: Box<[(IpAddr, u8)]>,
 }
 
 /// A compiled allow or deny list.
 #[derive(Debug, Default)]
 pub struct List {
+    /// Its entries, in file order.
     entries: Box<[Entry]>,
 }
 
 impl List {
+    /// Compiles the entries of `specs`.
     pub(crate) fn new(specs: &[ListSpec]) -> List {
         List {
             entries: specs

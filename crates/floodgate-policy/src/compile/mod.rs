@@ -48,14 +48,19 @@ pub struct Domain {
 pub struct PolicySet {
     /// Global settings.
     pub settings: Settings,
+    /// The domains, by name.
     domains: HashMap<Box<str>, Domain>,
+    /// Every domain's rules, by [`RuleId`].
     rules: Vec<Rule>,
+    /// Unique to this policy in the process: plans made for another are
+    /// told apart.
     generation: u64,
 }
 
 /// The generation of the next policy compiled in this process.
 static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// A generation no policy of this process has had.
 fn next_generation() -> u64 {
     GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
@@ -130,6 +135,8 @@ impl PolicySet {
     }
 }
 
+/// Compiles one domain: its rule tree (its rules added to `rules`) and
+/// its allow and deny lists; errors go to `errors`.
 fn compile_domain(
     d: &DomainSpec,
     settings: &Settings,
@@ -162,15 +169,23 @@ fn compile_domain(
     }
 }
 
+/// What compiling a domain's tree needs at every level.
 struct Ctx<'a> {
+    /// The domain's name.
     domain: &'a Arc<str>,
+    /// The format its file is in.
     dialect: Dialect,
+    /// The policy's settings.
     settings: &'a Settings,
+    /// The policy's rules, each rule compiled added.
     rules: &'a mut Vec<Rule>,
+    /// Where errors go.
     errors: &'a mut Errors,
 }
 
 impl Ctx<'_> {
+    /// Adds `nodes` (at `path`, the key prefix of their rules' paths) to
+    /// `level` of `tree`, then their children below them.
     fn level(
         &mut self,
         tree: &mut Tree,
@@ -213,6 +228,9 @@ impl Ctx<'_> {
         }
     }
 
+    /// Compiles the rule of node `n` (at `path`, whose hash `path_hash`
+    /// is) into the policy's rules; `None` (its errors recorded) when none
+    /// of its limits could be built.
     fn rule(
         &mut self,
         n: &NodeSpec,
@@ -234,26 +252,7 @@ impl Ctx<'_> {
                 reported: rl.reported,
             }
         } else {
-            let mut limits = Vec::with_capacity(rl.limits.len());
-            for spec in &rl.limits {
-                fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
-                match rule::build_limit(spec, penalty, rl.block_for) {
-                    Ok(Some(limit)) => limits.push(RuleLimit {
-                        limit,
-                        reported: reported_of(spec, rl.reported),
-                        zone: None,
-                    }),
-                    Ok(None) => self.errors.push(ConfigError::new(
-                        rl.at.clone(),
-                        "a rule with several limits cannot include a zero limit (use requests_per_unit: 0 alone to block)",
-                    )),
-                    Err(e) => self.errors.push(ConfigError::new(rl.at.clone(), e.to_string())),
-                }
-            }
-            if limits.is_empty() {
-                return None;
-            }
-            Action::Limit(limits.into_boxed_slice())
+            Action::Limit(self.limits(rl, penalty, &mut fingerprint)?)
         };
         let fingerprint = fingerprint.finish();
         let mut action = action;
@@ -280,6 +279,34 @@ impl Ctx<'_> {
             metrics: Default::default(),
         });
         Some(id)
+    }
+
+    /// The limits of `rl` under `penalty`, each added to the rule's
+    /// `fingerprint`; `None` (the errors recorded) when none could be
+    /// built.
+    fn limits(
+        &mut self,
+        rl: &crate::spec::RateLimitSpec,
+        penalty: Penalty,
+        fingerprint: &mut StableHasher,
+    ) -> Option<Box<[RuleLimit]>> {
+        let mut limits = Vec::with_capacity(rl.limits.len());
+        for spec in &rl.limits {
+            fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
+            match rule::build_limit(spec, penalty, rl.block_for) {
+                Ok(Some(limit)) => limits.push(RuleLimit {
+                    limit,
+                    reported: reported_of(spec, rl.reported),
+                    zone: None,
+                }),
+                Ok(None) => self.errors.push(ConfigError::new(
+                    rl.at.clone(),
+                    "a rule with several limits cannot include a zero limit (use requests_per_unit: 0 alone to block)",
+                )),
+                Err(e) => self.errors.push(ConfigError::new(rl.at.clone(), e.to_string())),
+            }
+        }
+        (!limits.is_empty()).then(|| limits.into_boxed_slice())
     }
 }
 

@@ -6,6 +6,7 @@
 pub struct Pattern {
     /// The literal parts between the stars, in order.
     parts: Box<[Box<str>]>,
+    /// The pattern as written.
     text: Box<str>,
 }
 

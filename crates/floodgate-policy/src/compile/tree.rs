@@ -23,11 +23,74 @@ pub type NodeId = u32;
 /// Deepest descriptor matched (entries beyond are rejected by the engine).
 pub const MAX_DEPTH: usize = 64;
 
+/// One level of the tree: its nodes by how they match a value.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
+    /// Nodes of one key and value, by the hash of both.
     exact: HashTable<(Box<str>, Box<str>, NodeId)>,
+    /// Nodes of a key and a wildcard value, in file order.
     wildcards: Vec<(Box<str>, Pattern, NodeId)>,
+    /// Nodes of a key and any value, by the key's hash.
     defaults: HashTable<(Box<str>, NodeId)>,
+}
+
+impl Level {
+    /// Adds node `id` for exactly `key`/`value`; `false` if an exact or
+    /// wildcard node of the same key and text is already there.
+    fn add_exact(&mut self, hasher: &impl BuildHasher, key: &str, v: &str, id: NodeId) -> bool {
+        let h = hasher.hash_one((key, v));
+        let dup = self
+            .exact
+            .find(h, |(k, val, _)| &**k == key && &**val == v)
+            .is_some()
+            || self
+                .wildcards
+                .iter()
+                .any(|(k, p, _)| &**k == key && p.as_str() == v);
+        if !dup {
+            self.exact
+                .insert_unique(h, (key.into(), v.into(), id), |(k, v, _)| {
+                    hasher.hash_one((&**k, &**v))
+                });
+        }
+        !dup
+    }
+
+    /// Adds node `id` for `key` with values matching `p`, after the
+    /// wildcards before it; `false` if a node of the same key and text is
+    /// already there.
+    fn add_wildcard(
+        &mut self,
+        hasher: &impl BuildHasher,
+        key: &str,
+        p: Pattern,
+        id: NodeId,
+    ) -> bool {
+        let h = hasher.hash_one((key, p.as_str()));
+        let dup = self
+            .exact
+            .find(h, |(k, v, _)| &**k == key && **v == *p.as_str())
+            .is_some()
+            || self
+                .wildcards
+                .iter()
+                .any(|(k, q, _)| &**k == key && q == &p);
+        if !dup {
+            self.wildcards.push((key.into(), p, id));
+        }
+        !dup
+    }
+
+    /// Adds node `id` for `key` with any value; `false` if there is one.
+    fn add_default(&mut self, hasher: &impl BuildHasher, key: &str, id: NodeId) -> bool {
+        let h = hasher.hash_one(key);
+        if self.defaults.find(h, |(k, _)| &**k == key).is_some() {
+            return false;
+        }
+        self.defaults
+            .insert_unique(h, (key.into(), id), |(k, _)| hasher.hash_one(&**k));
+        true
+    }
 }
 
 /// A node of the tree.
@@ -35,6 +98,7 @@ pub(crate) struct Level {
 pub struct TreeNode {
     /// The rule applied when a descriptor ends here.
     pub rule: Option<RuleId>,
+    /// The level of its children, once it has some.
     children: Option<u32>,
     /// For a wildcard node with `share_threshold`, the pattern: every
     /// matching value shares one counter.
@@ -47,8 +111,11 @@ pub type Path = SmallVec<[NodeId; 8]>;
 /// A domain's rule tree.
 #[derive(Debug)]
 pub struct Tree {
+    /// The levels: the root first, then one per node with children.
     levels: Vec<Level>,
+    /// The nodes, by [`NodeId`].
     nodes: Vec<TreeNode>,
+    /// Hashes keys and values (fixed: lookups hash borrowed strings).
     hasher: foldhash::fast::FixedState,
 }
 
@@ -84,51 +151,21 @@ impl Tree {
         share: bool,
     ) -> Option<NodeId> {
         let id = self.nodes.len() as NodeId;
-        let hasher = self.hasher.clone();
+        let hasher = &self.hasher;
         let lvl = &mut self.levels[level as usize];
         let mut shared_pattern = None;
-        match value {
-            NodeValue::Exact(v) => {
-                let h = hasher.hash_one((key, v));
-                let dup = lvl
-                    .exact
-                    .find(h, |(k, val, _)| &**k == key && &**val == v)
-                    .is_some()
-                    || lvl
-                        .wildcards
-                        .iter()
-                        .any(|(k, p, _)| &**k == key && p.as_str() == v);
-                if dup {
-                    return None;
-                }
-                lvl.exact
-                    .insert_unique(h, (key.into(), v.into(), id), |(k, v, _)| {
-                        hasher.hash_one((&**k, &**v))
-                    });
-            }
+        let added = match value {
+            NodeValue::Exact(v) => lvl.add_exact(hasher, key, v, id),
             NodeValue::Wildcard(p) => {
-                let h = hasher.hash_one((key, p.as_str()));
-                let dup = lvl
-                    .exact
-                    .find(h, |(k, v, _)| &**k == key && **v == *p.as_str())
-                    .is_some()
-                    || lvl.wildcards.iter().any(|(k, q, _)| &**k == key && q == &p);
-                if dup {
-                    return None;
-                }
                 if share {
                     shared_pattern = Some(p.as_str().into());
                 }
-                lvl.wildcards.push((key.into(), p, id));
+                lvl.add_wildcard(hasher, key, p, id)
             }
-            NodeValue::Any => {
-                let h = hasher.hash_one(key);
-                if lvl.defaults.find(h, |(k, _)| &**k == key).is_some() {
-                    return None;
-                }
-                lvl.defaults
-                    .insert_unique(h, (key.into(), id), |(k, _)| hasher.hash_one(&**k));
-            }
+            NodeValue::Any => lvl.add_default(hasher, key, id),
+        };
+        if !added {
+            return None;
         }
         self.nodes.push(TreeNode {
             rule,
@@ -167,6 +204,8 @@ impl Tree {
         &self.nodes[id as usize]
     }
 
+    /// The node one entry selects at `level`: the exact node, else the
+    /// first matching wildcard, else the key-only node.
     fn step(&self, level: u32, key: &str, value: &str) -> Option<NodeId> {
         let lvl = &self.levels[level as usize];
         let h = self.hasher.hash_one((key, value));

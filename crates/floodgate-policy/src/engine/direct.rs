@@ -12,10 +12,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use floodgate::{Apply, Clock, Decision};
+use floodgate::{Apply, Clock, Decision, Timestamp};
 use smallvec::SmallVec;
 
-use crate::backend::{Backend, Item};
+use crate::backend::{Backend, Item, SyncBackend};
 use crate::compile::{Action, PolicySet, Rule, RuleId, RuleLimit};
 
 use super::finish::{narrowest_index, over_limit, settle};
@@ -32,7 +32,9 @@ const MAX_LIMITS: usize = 8;
 /// [`Engine::direct_plan`]; stale plans are refused, never misapplied.
 #[derive(Clone, Debug)]
 pub struct DirectPlan {
+    /// The descriptor's entry keys, in order.
     keys: Box<[Box<str>]>,
+    /// The rule they select.
     rule: RuleId,
     /// The generation of the policy it was made for. Not the policy itself:
     /// a plan cached by a caller never keeps a replaced policy alive.
@@ -139,18 +141,8 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         response: &mut Response,
     ) -> Option<()> {
         let backend = self.backend.as_sync()?;
-        if d.limit_override().is_some()
-            || d.len() != plan.keys.len()
-            || d.len() > self.limits.max_entries
-        {
+        if !self.fits(plan, d) {
             return None;
-        }
-        let max = self.limits.max_entry_bytes;
-        for (j, key) in plan.keys.iter().enumerate() {
-            let (k, v) = d.entry(j);
-            if k != &**key || v.len() > max {
-                return None;
-            }
         }
         // The plan's policy, while it is the current one.
         let guard = self.policy.load();
@@ -163,58 +155,18 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return None;
         };
         let now = self.clock.now();
-        // The response, as the general path resets it (a status kept from
-        // the last request keeps its reported limit: no name to copy).
-        response.overall = Code::Ok;
-        response.shadowed = false;
-        response.limited = false;
-        response.generation = policy.generation();
-        response.scratch.clear();
-        response.statuses.truncate(1);
-        if response.statuses.is_empty() {
-            response.statuses.push(Status::default());
-        }
         let hits = d.hits_addend().unwrap_or((hits_addend as u64).max(1));
-        let status = &mut response.statuses[0];
-        status.code = Code::Ok;
-        status.limit_remaining = 0;
-        status.decision = None;
-        status.rule = Some(plan.rule);
-        status.reason = Reason::Limited;
-        status.shadow = rule.shadow;
-        status.quota = rule.quota;
-        status.hits = hits;
-        // The counters' keys, as matching lays them out.
-        let buf = &mut response.scratch.keys;
-        // Key-only nodes share no pattern: the values themselves.
-        let group = keys::group_plain(buf, rule.fingerprint, d);
-        let cost = hits.saturating_mul(rule.cost);
+        start_response(response, policy.generation(), plan.rule, rule, hits);
         let mut one = [PLACEHOLDER];
         let mut many: SmallVec<[Decision; MAX_LIMITS]> = SmallVec::new();
-        let out: &mut [Decision] = if let [l] = &limits[..] {
-            // One limit: its key is the group's plus its index, in place.
-            buf.push(0);
-            let items = [counter(&response.scratch.keys, l, cost, rule)];
-            backend.decide_now(&items, now, apply, &mut one);
-            &mut one
-        } else {
-            let mut ranges: SmallVec<[(u32, u32); MAX_LIMITS]> = SmallVec::new();
-            for idx in 0..limits.len() {
-                ranges.push(keys::member(buf, group, idx as u8));
-            }
-            let buf = &response.scratch.keys;
-            let items: SmallVec<[Item<'_>; MAX_LIMITS]> = ranges
-                .iter()
-                .zip(limits.iter())
-                .map(|(&(a, b), l)| counter(&buf[a as usize..b as usize], l, cost, rule))
-                .collect();
-            many.resize(items.len(), PLACEHOLDER);
-            backend.decide_now(&items, now, apply, &mut many);
-            &mut many
+        let charge = Charge {
+            rule,
+            limits,
+            cost: hits.saturating_mul(rule.cost),
+            now,
+            apply,
         };
-        for (d, l) in out.iter_mut().zip(limits.iter()) {
-            reset::fill_empty_reset(&l.limit, now, d);
-        }
+        let out = decide_counters(backend, &charge, d, response, &mut one, &mut many);
         let pick = narrowest_index(out);
         let reported = limits[pick].reported;
         let status = &mut response.statuses[0];
@@ -232,6 +184,112 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         self.observe(policy, now, std::slice::from_ref(d), response);
         Some(())
     }
+
+    /// Whether `d` has the plan's entry keys, in order, and entries the
+    /// general path would accept: no limit override, no value over the
+    /// size limit.
+    #[inline]
+    fn fits<D: Descriptor>(&self, plan: &DirectPlan, d: &D) -> bool {
+        if d.limit_override().is_some()
+            || d.len() != plan.keys.len()
+            || d.len() > self.limits.max_entries
+        {
+            return false;
+        }
+        let max = self.limits.max_entry_bytes;
+        plan.keys.iter().enumerate().all(|(j, key)| {
+            let (k, v) = d.entry(j);
+            k == &**key && v.len() <= max
+        })
+    }
+}
+
+/// What one descriptor of a directly decided rule charges, and how.
+struct Charge<'p> {
+    /// The rule.
+    rule: &'p Rule,
+    /// Its limits, one counter each.
+    limits: &'p [RuleLimit],
+    /// The descriptor's hits times the rule's cost.
+    cost: u64,
+    /// When it is decided.
+    now: Timestamp,
+    /// Whether it is charged.
+    apply: Apply,
+}
+
+/// Resets `response` as the general path does for one descriptor of
+/// `rule` (a status kept from the last request keeps its reported limit:
+/// no name to copy).
+#[inline]
+fn start_response(response: &mut Response, generation: u64, id: RuleId, rule: &Rule, hits: u64) {
+    response.overall = Code::Ok;
+    response.shadowed = false;
+    response.limited = false;
+    response.generation = generation;
+    response.scratch.clear();
+    response.statuses.truncate(1);
+    if response.statuses.is_empty() {
+        response.statuses.push(Status::default());
+    }
+    let status = &mut response.statuses[0];
+    status.code = Code::Ok;
+    status.limit_remaining = 0;
+    status.decision = None;
+    status.rule = Some(id);
+    status.reason = Reason::Limited;
+    status.shadow = rule.shadow;
+    status.quota = rule.quota;
+    status.hits = hits;
+}
+
+/// Decides every limit of the rule on `d`'s counters, their keys laid out
+/// in `response`'s scratch as matching lays them out; the decisions, an
+/// empty reset filled in, in `one` for a single limit, else in `many`.
+#[inline]
+fn decide_counters<'o, D: Descriptor>(
+    backend: &dyn SyncBackend,
+    charge: &Charge<'_>,
+    d: &D,
+    response: &mut Response,
+    one: &'o mut [Decision; 1],
+    many: &'o mut SmallVec<[Decision; MAX_LIMITS]>,
+) -> &'o mut [Decision] {
+    let Charge {
+        rule,
+        limits,
+        cost,
+        now,
+        apply,
+    } = *charge;
+    let buf = &mut response.scratch.keys;
+    // Key-only nodes share no pattern: the values themselves.
+    let group = keys::group_plain(buf, rule.fingerprint, d);
+    let out: &mut [Decision] = if let [l] = limits {
+        // One limit: its key is the group's plus its index, in place.
+        buf.push(0);
+        let items = [counter(&response.scratch.keys, l, cost, rule)];
+        backend.decide_now(&items, now, apply, one);
+        one
+    } else {
+        let mut ranges: SmallVec<[(u32, u32); MAX_LIMITS]> = SmallVec::new();
+        for idx in 0..limits.len() {
+            ranges.push(keys::member(buf, group, idx as u8));
+        }
+        let buf = &response.scratch.keys;
+        let items: SmallVec<[Item<'_>; MAX_LIMITS]> = ranges
+            .iter()
+            .zip(limits.iter())
+            .map(|(&(a, b), l)| counter(&buf[a as usize..b as usize], l, cost, rule))
+            .collect();
+        many.resize(items.len(), PLACEHOLDER);
+        backend.decide_now(&items, now, apply, many);
+        many
+    };
+    for (d, l) in out.iter_mut().zip(limits.iter()) {
+        reset::fill_empty_reset(&l.limit, now, d);
+    }
+    out
 }
 
 /// The backend's item for a counter `key` of `rule` (its group: all but

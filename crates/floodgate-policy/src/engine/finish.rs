@@ -6,7 +6,7 @@ use crate::compile::{PolicySet, Rule};
 use crate::spec::Reported;
 
 use super::response::{Code, Reason, Response, Status};
-use super::scratch::LimitRef;
+use super::scratch::{LimitRef, Scratch};
 use super::{PLACEHOLDER, current, limit_of, reset};
 
 /// Which of `decisions` [`Decision::narrowest`] takes its numbers from: the
@@ -36,8 +36,20 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
     for (slot, d) in scratch.slots.iter().zip(scratch.decisions.iter_mut()) {
         reset::fill_empty_reset(limit_of(policy, &scratch.overrides, slot.limit), now, d);
     }
-    let ratio = policy.settings.near_limit_ratio;
     // Kept in a local until the end (not written through on each status).
+    let mut any_limited = settle_all(policy, statuses, scratch);
+    any_limited |= count_blocks(policy, statuses);
+    *limited = any_limited;
+    if is_over(policy, statuses) {
+        over_limit(policy, overall, shadowed);
+    }
+}
+
+/// Settles each descriptor's status from its run of counters' decisions;
+/// whether any rule limited the request.
+#[inline]
+fn settle_all(policy: &PolicySet, statuses: &mut [Status], scratch: &Scratch) -> bool {
+    let ratio = policy.settings.near_limit_ratio;
     let mut any_limited = false;
     let mut k = 0;
     let slots = &scratch.slots;
@@ -59,21 +71,33 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
         any_limited |= settle(&mut statuses[desc], decisions, reported, ratio);
         k = end;
     }
-    // Blocking rules without a counter count as over-limit decisions too.
+    any_limited
+}
+
+/// Blocking rules without a counter count as over-limit decisions too:
+/// whether any blocked the request.
+#[inline]
+fn count_blocks(policy: &PolicySet, statuses: &[Status]) -> bool {
+    let mut any = false;
     for s in statuses.iter() {
         if s.reason == Reason::Blocked && s.code == Code::OverLimit {
             if let Some(rule) = s.rule.map(|id| policy.rule(id)) {
-                any_limited = true;
+                any = true;
                 if matches!(rule.action, crate::compile::Action::Block { .. }) {
                     rule.metrics().over_limit.increment(1);
                 }
             }
         }
     }
-    *limited = any_limited;
-    // Overall: any enforced over-limit descriptor, or every quota one.
-    // An unlimited descriptor is no quota descriptor, whatever its rule says
-    // (envoyproxy/ratelimit leaves unlimited descriptors out of the count).
+    any
+}
+
+/// Whether the request is over the limit overall: any enforced over-limit
+/// descriptor, or every quota one. An unlimited descriptor is no quota
+/// descriptor, whatever its rule says (envoyproxy/ratelimit leaves
+/// unlimited descriptors out of the count).
+#[inline]
+fn is_over(policy: &PolicySet, statuses: &[Status]) -> bool {
     let quota = |s: &Status| {
         s.reason != Reason::Unlimited && s.rule.is_some_and(|id| policy.rule(id).quota)
     };
@@ -82,9 +106,7 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
         .any(|s| s.code == Code::OverLimit && !quota(s));
     let mut quotas = statuses.iter().filter(|s| quota(s)).peekable();
     let quota_over = quotas.peek().is_some() && quotas.all(|s| s.code == Code::OverLimit);
-    if hard_over || quota_over {
-        over_limit(policy, overall, shadowed);
-    }
+    hard_over || quota_over
 }
 
 /// The response is over the limit: so it answers, unless global shadow
@@ -131,39 +153,52 @@ pub(super) fn settle(
         narrowest.remaining.min(u32::MAX as u64) as u32
     };
     if let Some((rule, _)) = reported {
-        // A counter must never wrap (Prometheus would read a reset):
-        // one request adds at most 2³².
-        rule.metrics()
-            .hits
-            .increment(status.hits.saturating_mul(rule.cost).min(1 << 32));
-        if over {
-            if status.shadow {
-                rule.metrics().shadow_mode.increment(1);
-            } else {
-                rule.metrics().over_limit.increment(1);
-            }
-        } else {
-            let used = narrowest.limit.saturating_sub(narrowest.remaining);
-            // Over ⌊limit × ratio⌋, in integers (no call to `floor`):
-            // truncation is the floor of a non-negative product; a negative
-            // one is below any count, NaN above every count.
-            let threshold = narrowest.limit as f64 * ratio;
-            let near = if threshold >= 0.0 {
-                used > threshold as u64
-            } else {
-                threshold < 0.0
-            };
-            if near {
-                rule.metrics().near_limit.increment(1);
-            }
-            rule.metrics().within_limit.increment(1);
-            if delayed {
-                rule.metrics().delayed.increment(1);
-            }
-        }
+        count(rule, status, &narrowest, delayed, ratio);
     }
     if over && !status.shadow {
         status.code = Code::OverLimit;
     }
     over || delayed
+}
+
+/// Counts one descriptor's decision `narrowest` (delayed or not) in its
+/// rule's metrics.
+// Always inlined: it is `settle`'s own tail, on every decision's path.
+#[inline(always)]
+fn count(rule: &Rule, status: &Status, narrowest: &Decision, delayed: bool, ratio: f64) {
+    // A counter must never wrap (Prometheus would read a reset):
+    // one request adds at most 2³².
+    rule.metrics()
+        .hits
+        .increment(status.hits.saturating_mul(rule.cost).min(1 << 32));
+    if narrowest.is_denied() {
+        if status.shadow {
+            rule.metrics().shadow_mode.increment(1);
+        } else {
+            rule.metrics().over_limit.increment(1);
+        }
+        return;
+    }
+    if near_limit(narrowest, ratio) {
+        rule.metrics().near_limit.increment(1);
+    }
+    rule.metrics().within_limit.increment(1);
+    if delayed {
+        rule.metrics().delayed.increment(1);
+    }
+}
+
+/// Whether an admitting decision used more than ⌊limit × `ratio`⌋, in
+/// integers (no call to `floor`): truncation is the floor of a
+/// non-negative product; a negative one is below any count, NaN above
+/// every count.
+#[inline]
+fn near_limit(narrowest: &Decision, ratio: f64) -> bool {
+    let used = narrowest.limit.saturating_sub(narrowest.remaining);
+    let threshold = narrowest.limit as f64 * ratio;
+    if threshold >= 0.0 {
+        used > threshold as u64
+    } else {
+        threshold < 0.0
+    }
 }

@@ -42,6 +42,7 @@ pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The error of a file over `max` bytes.
 fn too_large(max: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,

@@ -15,22 +15,32 @@ use super::descriptors::read_nodes;
 /// Top-level keys of a Floodgate file that this crate reads.
 pub const POLICY_SECTIONS: &[&str] = &["settings", "domains", "envoy_configs"];
 
+/// Keys of `settings:`.
 const SETTINGS_KEYS: &[&str] = &[
     "shadow_mode",
     "enforce",
     "near_limit_ratio",
     "envoy_increment_all",
 ];
+/// Keys of a domain of `domains:`.
 const DOMAIN_KEYS: &[&str] = &["domain", "descriptors", "allow", "deny"];
+/// Keys of an entry of an `allow:` or `deny:` list.
 const LIST_KEYS: &[&str] = &["key", "values", "cidrs"];
 
 /// What a Floodgate file holds for policies.
 pub(crate) struct FloodgateFile {
+    /// `settings:`, if given.
     pub settings: Option<Settings>,
+    /// The domains it defines.
     pub domains: Vec<DomainSpec>,
+    /// `envoy_configs:`: envoyproxy/ratelimit files or directories to load
+    /// too (relative paths resolved against the file's directory).
     pub envoy_configs: Vec<PathBuf>,
 }
 
+/// Reads a Floodgate file's top level: `settings`, `domains`,
+/// `envoy_configs`; the `other_sections` other components read are
+/// accepted, any other key is an error.
 pub(crate) fn read_floodgate_file(
     root: &Map<'_>,
     dir: &Path,
@@ -69,6 +79,7 @@ pub(crate) fn read_floodgate_file(
     }
 }
 
+/// `settings:`: the flags, and `near_limit_ratio` (0 to 1).
 fn read_settings(n: Node<'_>, errors: &mut Errors) -> Option<Settings> {
     let map = errors.take(n.map())?;
     let mut s = Settings::default();
@@ -96,6 +107,7 @@ fn read_settings(n: Node<'_>, errors: &mut Errors) -> Option<Settings> {
     Some(s)
 }
 
+/// A domain of `domains:`; `None` without a name.
 fn read_domain(n: Node<'_>, errors: &mut Errors) -> Option<DomainSpec> {
     let map = errors.take(n.map())?;
     let name = map
@@ -124,6 +136,8 @@ fn read_domain(n: Node<'_>, errors: &mut Errors) -> Option<DomainSpec> {
     })
 }
 
+/// The `allow:` or `deny:` list (`section`): per key, values and
+/// networks (CIDRs).
 fn read_lists(map: &Map<'_>, section: &str, errors: &mut Errors) -> Vec<ListSpec> {
     let mut out = Vec::new();
     let Some(list) = map.get(section) else {

@@ -22,6 +22,7 @@ pub const ALGORITHMS: &[&str] = &[
     "concurrency",
 ];
 
+/// Keys of an entry of `limits:`.
 const LIMIT_KEYS: &[&str] = &[
     "algorithm",
     "requests",
@@ -90,110 +91,152 @@ fn read_one(
     unit: Option<Unit>,
     errors: &mut Errors,
 ) -> Option<(LimitSpec, Reported)> {
-    let algorithm = match map.get("algorithm") {
-        Some(n) => {
-            let name = errors.take(n.str())?;
-            match ALGORITHMS.iter().find(|a| **a == name) {
-                Some(a) => *a,
-                None => {
-                    errors.push(n.error(format!(
-                        "unknown algorithm '{}' (expected one of: {})",
-                        excerpt(name),
-                        ALGORITHMS.join(", ")
-                    )));
-                    return None;
-                }
-            }
-        }
-        None => "fixed_window",
+    let algorithm = read_algorithm(map, errors)?;
+    let requests =
+        u64_key(map, "requests", errors).or_else(|| u64_key(map, "requests_per_unit", errors));
+    let per = read_per(map, unit, errors)?;
+    let fields = Fields {
+        map,
+        algorithm,
+        requests,
+        per,
     };
-    let node = map.node();
-    let u64_key = |key: &str, errors: &mut Errors| -> Option<u64> {
-        map.get(key).and_then(|n| errors.take(n.u64()))
+    match algorithm {
+        "fixed_window" | "sliding_log" | "sliding_window" => fields.window(errors),
+        "token_bucket" | "gcra" | "leaky_bucket" => fields.bucket(errors),
+        "shaper" => read_shaper(map, requests, per, errors),
+        "concurrency" => fields.concurrency(errors),
+        _ => unreachable!("algorithm names are checked by read_algorithm"),
+    }
+}
+
+/// `algorithm`: one of [`ALGORITHMS`], `fixed_window` when missing.
+fn read_algorithm(map: &Map<'_>, errors: &mut Errors) -> Option<&'static str> {
+    let Some(n) = map.get("algorithm") else {
+        return Some("fixed_window");
     };
-    let requests = u64_key("requests", errors).or_else(|| u64_key("requests_per_unit", errors));
-    let per = match (map.get("per"), unit) {
-        (Some(p), _) => errors.take(p.duration(false)),
-        (None, Some(u)) => Some(u.duration()),
-        (None, None) => {
-            if map.has("unit") {
-                let text = map.get("unit").and_then(|n| n.scalar_text()).unwrap_or("");
-                errors.push(node.error(format!("invalid rate limit unit '{}'", excerpt(text))));
-                return None;
-            }
+    let name = errors.take(n.str())?;
+    let found = ALGORITHMS.iter().find(|a| **a == name).copied();
+    if found.is_none() {
+        errors.push(n.error(format!(
+            "unknown algorithm '{}' (expected one of: {})",
+            excerpt(name),
+            ALGORITHMS.join(", ")
+        )));
+    }
+    found
+}
+
+/// An unsigned key of `map`, if present and valid.
+fn u64_key(map: &Map<'_>, key: &str, errors: &mut Errors) -> Option<u64> {
+    map.get(key).and_then(|n| errors.take(n.u64()))
+}
+
+/// The period: `per`, else the `unit` already read; `None` (an error) when
+/// neither is given but a `unit` that names none is.
+fn read_per(map: &Map<'_>, unit: Option<Unit>, errors: &mut Errors) -> Option<Option<Duration>> {
+    match (map.get("per"), unit) {
+        (Some(p), _) => Some(errors.take(p.duration(false))),
+        (None, Some(u)) => Some(Some(u.duration())),
+        (None, None) if map.has("unit") => {
+            let text = map.get("unit").and_then(|n| n.scalar_text()).unwrap_or("");
+            let message = format!("invalid rate limit unit '{}'", excerpt(text));
+            errors.push(map.node().error(message));
             None
         }
-    };
-    let reported = |requests: u64, per: Duration| Reported::of(requests, per, requests);
-    let need = |what: &str, v: Option<u64>, errors: &mut Errors| -> Option<u64> {
+        (None, None) => Some(None),
+    }
+}
+
+/// The keys every algorithm shares, read from one limit's mapping.
+struct Fields<'m, 'a> {
+    /// The limit's mapping.
+    map: &'m Map<'a>,
+    /// Its algorithm.
+    algorithm: &'static str,
+    /// `requests` (or `requests_per_unit`).
+    requests: Option<u64>,
+    /// `per` (or the `unit`'s period).
+    per: Option<Duration>,
+}
+
+impl Fields<'_, '_> {
+    /// `v`, or an error that the algorithm needs `what`.
+    fn need(&self, what: &str, v: Option<u64>, errors: &mut Errors) -> Option<u64> {
         if v.is_none() {
-            errors.push(node.error(format!("the {algorithm} algorithm needs '{what}'")));
+            let algorithm = self.algorithm;
+            errors.push(
+                self.map
+                    .node()
+                    .error(format!("the {algorithm} algorithm needs '{what}'")),
+            );
         }
         v
-    };
-    let spec = match algorithm {
-        "fixed_window" | "sliding_log" | "sliding_window" => {
-            let requests = need("requests", requests, errors)?;
-            let window = per.or_else(|| {
-                errors
-                    .push(node.error(format!("the {algorithm} algorithm needs 'per' (or 'unit')")));
-                None
-            })?;
-            if requests == 0 {
-                return Some((LimitSpec::Block { window }, reported(0, window)));
-            }
-            let l = match algorithm {
-                "fixed_window" => LimitSpec::FixedWindow {
+    }
+
+    /// The period, or an error that the algorithm needs one.
+    fn need_per(&self, errors: &mut Errors) -> Option<Duration> {
+        if self.per.is_none() {
+            let algorithm = self.algorithm;
+            let message = format!("the {algorithm} algorithm needs 'per' (or 'unit')");
+            errors.push(self.map.node().error(message));
+        }
+        self.per
+    }
+
+    /// A window's limit (fixed, sliding log, sliding window): a block when
+    /// it allows no request.
+    fn window(&self, errors: &mut Errors) -> Option<(LimitSpec, Reported)> {
+        let requests = self.need("requests", self.requests, errors)?;
+        let window = self.need_per(errors)?;
+        if requests == 0 {
+            return Some((LimitSpec::Block { window }, Reported::of(0, window, 0)));
+        }
+        let l = match self.algorithm {
+            "fixed_window" => LimitSpec::FixedWindow {
+                limit: requests,
+                window,
+            },
+            "sliding_log" => LimitSpec::SlidingLog {
+                limit: requests,
+                window,
+            },
+            _ => {
+                let sub = u64_key(self.map, "sub_windows", errors).unwrap_or(1);
+                LimitSpec::SlidingWindow {
                     limit: requests,
                     window,
-                },
-                "sliding_log" => LimitSpec::SlidingLog {
-                    limit: requests,
-                    window,
-                },
-                _ => {
-                    let sub = u64_key("sub_windows", errors).unwrap_or(1);
-                    LimitSpec::SlidingWindow {
-                        limit: requests,
-                        window,
-                        sub_windows: u32::try_from(sub).unwrap_or(u32::MAX),
-                    }
+                    sub_windows: u32::try_from(sub).unwrap_or(u32::MAX),
                 }
-            };
-            (l, reported(requests, window))
-        }
-        "token_bucket" | "gcra" | "leaky_bucket" => {
-            let count = need("requests", requests, errors)?;
-            let period = per.or_else(|| {
-                errors
-                    .push(node.error(format!("the {algorithm} algorithm needs 'per' (or 'unit')")));
-                None
-            })?;
-            let burst = u64_key("burst", errors).unwrap_or(count);
-            (
-                LimitSpec::Gcra {
-                    count,
-                    period,
-                    burst,
-                },
-                Reported::of(count, period, burst),
-            )
-        }
-        "shaper" => read_shaper(map, requests, per, errors)?,
-        "concurrency" => {
-            let max = u64_key("max", errors).or(requests);
-            let max = need("max", max, errors)?;
-            (
-                LimitSpec::Concurrency { max },
-                Reported {
-                    requests_per_unit: max.min(u32::MAX as u64) as u32,
-                    unit: Unit::Second,
-                },
-            )
-        }
-        _ => unreachable!("algorithm names are checked above"),
-    };
-    Some(spec)
+            }
+        };
+        Some((l, Reported::of(requests, window, requests)))
+    }
+
+    /// A bucket's limit (token bucket, GCRA, leaky bucket): `requests` per
+    /// period, `burst` at most at once (`requests` by default).
+    fn bucket(&self, errors: &mut Errors) -> Option<(LimitSpec, Reported)> {
+        let count = self.need("requests", self.requests, errors)?;
+        let period = self.need_per(errors)?;
+        let burst = u64_key(self.map, "burst", errors).unwrap_or(count);
+        let spec = LimitSpec::Gcra {
+            count,
+            period,
+            burst,
+        };
+        Some((spec, Reported::of(count, period, burst)))
+    }
+
+    /// A concurrency limit: `max` (or `requests`) units in flight.
+    fn concurrency(&self, errors: &mut Errors) -> Option<(LimitSpec, Reported)> {
+        let max = u64_key(self.map, "max", errors).or(self.requests);
+        let max = self.need("max", max, errors)?;
+        let reported = Reported {
+            requests_per_unit: max.min(u32::MAX as u64) as u32,
+            unit: Unit::Second,
+        };
+        Some((LimitSpec::Concurrency { max }, reported))
+    }
 }
 
 /// The shaper: `rate: 10r/s` (or `requests` + `per: 1s|1m`), `burst`,

@@ -11,6 +11,7 @@ mod descriptors;
 mod envoy;
 mod floodgate;
 pub(crate) mod limits;
+mod rate_limit;
 mod sync_mode;
 
 use std::path::{Path, PathBuf};
@@ -186,6 +187,10 @@ fn check_not_empty(spec: &PolicySpec, options: &LoadOptions, at: Location, error
     }
 }
 
+/// Reads one file's `text` into `loaded`: an envoyproxy/ratelimit
+/// domain, or a Floodgate file's settings (once in all files) and
+/// domains; the envoyproxy/ratelimit files it lists go to
+/// `envoy_queue`. An empty file is an error unless allowed.
 fn load_file(
     file: &Path,
     text: &str,
@@ -304,6 +309,8 @@ fn expand(path: &Path, errors: &mut Errors) -> Vec<PathBuf> {
     }
 }
 
+/// The text of `file`, read up to the size limit; `None` (an error
+/// recorded) when it cannot be read, is too large or is not UTF-8.
 fn read_text(file: &Path, errors: &mut Errors) -> Option<String> {
     let name: Arc<str> = file.display().to_string().into();
     // Bounded whatever the path names (a device, a pipe): never read

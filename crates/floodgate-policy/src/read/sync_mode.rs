@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::error::Errors;
 use crate::sync_mode::SyncMode;
-use crate::yaml::Node;
+use crate::yaml::{Map, Node};
 
+/// Keys a `sync:` mapping may have.
 const SYNC_KEYS: &[&str] = &["mode", "interval", "duration"];
 
 /// Reads a synchronisation mode: `exact`, `lease`, `sync`, or a mapping
@@ -40,17 +41,8 @@ pub fn read_sync_mode(n: Node<'_>, errors: &mut Errors) -> Option<SyncMode> {
     };
     let name = errors.take(mode_node.str())?;
     let mut mode = errors.take(SyncMode::read(name).map_err(|m| mode_node.error(m)))?;
-    let period = |key: &str, errors: &mut Errors| -> Option<Option<Duration>> {
-        let Some(p) = map.get(key) else {
-            return Some(None);
-        };
-        let d = SyncMode::read_period(errors.take(p.str())?);
-        errors
-            .take(d.map_err(|m| p.error(format!("{key}: {m}"))))
-            .map(Some)
-    };
-    let interval = period("interval", errors);
-    let duration = period("duration", errors);
+    let interval = read_period(&map, "interval", errors);
+    let duration = read_period(&map, "duration", errors);
     match &mut mode {
         SyncMode::Exact => {}
         SyncMode::Lease { duration: d } => {
@@ -64,6 +56,30 @@ pub fn read_sync_mode(n: Node<'_>, errors: &mut Errors) -> Option<SyncMode> {
             }
         }
     }
+    check_periods(&map, &mode, errors);
+    for e in map.deny_unknown(SYNC_KEYS) {
+        errors.push(e);
+    }
+    if interval.is_none() || duration.is_none() {
+        return None;
+    }
+    Some(mode)
+}
+
+/// The period under `key`: `Some(None)` when missing, `None` when invalid
+/// (the error recorded).
+fn read_period(map: &Map<'_>, key: &str, errors: &mut Errors) -> Option<Option<Duration>> {
+    let Some(p) = map.get(key) else {
+        return Some(None);
+    };
+    let d = SyncMode::read_period(errors.take(p.str())?);
+    errors
+        .take(d.map_err(|m| p.error(format!("{key}: {m}"))))
+        .map(Some)
+}
+
+/// Reports a period given to a mode it does not apply to.
+fn check_periods(map: &Map<'_>, mode: &SyncMode, errors: &mut Errors) {
     for (key, applies) in [
         ("interval", matches!(mode, SyncMode::Sync { .. })),
         ("duration", matches!(mode, SyncMode::Lease { .. })),
@@ -80,13 +96,6 @@ pub fn read_sync_mode(n: Node<'_>, errors: &mut Errors) -> Option<SyncMode> {
             )));
         }
     }
-    for e in map.deny_unknown(SYNC_KEYS) {
-        errors.push(e);
-    }
-    if interval.is_none() || duration.is_none() {
-        return None;
-    }
-    Some(mode)
 }
 
 #[cfg(test)]

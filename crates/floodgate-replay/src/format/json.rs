@@ -40,20 +40,25 @@ pub(crate) enum Role {
 /// Field names and their roles.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct JsonFormat {
+    /// Each field name read, and what it gives.
     pub fields: Vec<(String, Role)>,
     /// Header positions by lowercase name, for [`Role::Headers`] objects.
     pub header_names: Vec<String>,
 }
 
 impl JsonFormat {
+    /// The role of field `key`, if it is read.
     fn role(&self, key: &str) -> Option<Role> {
         self.fields.iter().find(|(k, _)| k == key).map(|&(_, r)| r)
     }
 
+    /// Whether some field plays a role `pred` accepts.
     fn has(&self, pred: impl Fn(Role) -> bool) -> bool {
         self.fields.iter().any(|(_, r)| pred(*r))
     }
 
+    /// What lines give, of what a replay needs (`headers`: the headers
+    /// the identities read).
     pub(crate) fn provides(&self, headers: &HeaderSet) -> Provides {
         let mut given: Vec<String> = self
             .fields
@@ -129,6 +134,8 @@ impl JsonFormat {
     }
 }
 
+/// Why a line is not a JSON object, without serde_json's position (the
+/// column is reported apart).
 fn json_reason(e: &serde_json::Error) -> String {
     let text = e.to_string();
     // serde_json appends " at line L column C": the column is reported apart.
@@ -138,16 +145,29 @@ fn json_reason(e: &serde_json::Error) -> String {
     }
 }
 
+/// A line being read: where its values go, the times found so far, and
+/// the first error.
 struct State<'f, 'x> {
+    /// The fields to read.
     format: &'f JsonFormat,
+    /// The address of the text the line is in (a value borrowed from it
+    /// is kept as its span there).
     base: usize,
+    /// The length of that text.
     text_len: usize,
+    /// Values that had to be unescaped.
     extra: &'x mut Vec<u8>,
+    /// The span of each header the identities read.
     hdrs: &'x mut [Span],
+    /// The fields read so far.
     fields: Fields,
+    /// When the request arrived, if logged.
     start: Option<u64>,
+    /// When it ended, if logged.
     end: Option<u64>,
+    /// How long it took, to tell its arrival from its end.
     elapsed: Option<u64>,
+    /// The first field that did not fit its role.
     error: Option<LineError>,
 }
 
@@ -163,12 +183,15 @@ impl State<'_, '_> {
         }
     }
 
+    /// Fails the line for field `key` (the first failure is reported).
     fn fail(&mut self, key: &str, what: &str) {
         if self.error.is_none() {
             self.error = Some(LineError::at(0, format!("field `{key}` {what}")));
         }
     }
 
+    /// Takes the value `v` of field `key` as `role` (nothing for a null or
+    /// `-`); a value that does not fit the role fails the line.
     fn set(&mut self, key: &str, role: Role, v: Scalar<'_>) {
         let text = match v {
             Scalar::Null => return,
@@ -177,47 +200,11 @@ impl State<'_, '_> {
         };
         let bytes = text.as_bytes();
         match role {
-            Role::Start | Role::End => {
-                let t = match v {
-                    Scalar::F64(x) => float_nanos(x),
-                    _ => time::any(bytes),
-                };
-                match t {
-                    Some(t) if role == Role::Start => self.start = Some(t),
-                    Some(t) => self.end = Some(t),
-                    None => self.fail(key, "is not a time"),
-                }
-            }
+            Role::Start | Role::End => self.set_time(key, role, &v, bytes),
             Role::Elapsed(unit) | Role::Duration(unit) => {
-                let d = match v {
-                    Scalar::F64(x) if x >= 0.0 => Some((x * unit as f64) as u64),
-                    _ if unit == time::NANOS => time::seconds(bytes),
-                    _ => time::scaled(bytes, unit),
-                };
-                match (d, role) {
-                    (Some(d), Role::Elapsed(_)) => self.elapsed = Some(d),
-                    (Some(d), _) => self.fields.duration = Some(d),
-                    (None, _) => self.fail(key, "is not a duration"),
-                }
+                self.set_duration(key, role, unit, &v, bytes)
             }
-            Role::Method | Role::Path => {
-                let s = match &v {
-                    Scalar::Str(s) => *s,
-                    Scalar::Owned(s) => s.as_str(),
-                    _ => return self.fail(key, "is not a string"),
-                };
-                let s = if role == Role::Path {
-                    s.split('?').next().unwrap_or_default()
-                } else {
-                    s
-                };
-                let span = self.span(s);
-                if role == Role::Path {
-                    self.fields.path = span;
-                } else {
-                    self.fields.method = span;
-                }
-            }
+            Role::Method | Role::Path => self.set_request(key, role, &v),
             Role::Address => match parse_ip(bytes) {
                 Some(ip) => self.fields.peer = Some(ip),
                 None => self.fail(key, "is not an address"),
@@ -242,8 +229,59 @@ impl State<'_, '_> {
             Role::Headers => {}
         }
     }
+
+    /// A start or end time: seconds since the epoch as a number (its
+    /// scale told by its size), or any time text (`bytes`).
+    fn set_time(&mut self, key: &str, role: Role, v: &Scalar<'_>, bytes: &[u8]) {
+        let t = match v {
+            Scalar::F64(x) => float_nanos(*x),
+            _ => time::any(bytes),
+        };
+        match t {
+            Some(t) if role == Role::Start => self.start = Some(t),
+            Some(t) => self.end = Some(t),
+            None => self.fail(key, "is not a time"),
+        }
+    }
+
+    /// An elapsed time or a duration, in `unit` (nanoseconds each); its
+    /// text is `bytes`.
+    fn set_duration(&mut self, key: &str, role: Role, unit: u64, v: &Scalar<'_>, bytes: &[u8]) {
+        let d = match v {
+            Scalar::F64(x) if *x >= 0.0 => Some((x * unit as f64) as u64),
+            _ if unit == time::NANOS => time::seconds(bytes),
+            _ => time::scaled(bytes, unit),
+        };
+        match (d, role) {
+            (Some(d), Role::Elapsed(_)) => self.elapsed = Some(d),
+            (Some(d), _) => self.fields.duration = Some(d),
+            (None, _) => self.fail(key, "is not a duration"),
+        }
+    }
+
+    /// The method, or the path (its query left out): strings only.
+    fn set_request(&mut self, key: &str, role: Role, v: &Scalar<'_>) {
+        let s = match v {
+            Scalar::Str(s) => *s,
+            Scalar::Owned(s) => s.as_str(),
+            _ => return self.fail(key, "is not a string"),
+        };
+        let s = if role == Role::Path {
+            s.split('?').next().unwrap_or_default()
+        } else {
+            s
+        };
+        let span = self.span(s);
+        if role == Role::Path {
+            self.fields.path = span;
+        } else {
+            self.fields.method = span;
+        }
+    }
 }
 
+/// Seconds since the epoch as a number, in nanoseconds: values too large
+/// for seconds are read as milliseconds, microseconds or nanoseconds.
 fn float_nanos(x: f64) -> Option<u64> {
     if !(0.0..1e19).contains(&x) {
         return None;
@@ -271,6 +309,7 @@ enum Scalar<'a> {
 }
 
 impl Scalar<'_> {
+    /// The value as text (numbers and booleans as JSON writes them).
     fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Scalar::Null => "".into(),
@@ -283,6 +322,7 @@ impl Scalar<'_> {
     }
 }
 
+/// Reads any JSON value as a [`Scalar`] (objects and arrays refused).
 struct ScalarVisitor;
 
 impl<'de> Visitor<'de> for ScalarVisitor {
@@ -320,6 +360,7 @@ impl<'de> Visitor<'de> for ScalarVisitor {
     }
 }
 
+/// Reads one value with [`ScalarVisitor`].
 struct ScalarSeed;
 
 impl<'de> DeserializeSeed<'de> for ScalarSeed {
@@ -351,6 +392,7 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
     }
 }
 
+/// Reads a line's object into its state, skipping fields not read.
 struct LineSeed<'s, 'f, 'x>(&'s mut State<'f, 'x>);
 
 impl<'de> DeserializeSeed<'de> for LineSeed<'_, '_, '_> {
@@ -384,6 +426,7 @@ impl<'de> Visitor<'de> for LineSeed<'_, '_, '_> {
     }
 }
 
+/// Reads an object of headers, keeping those the identities read.
 struct HeadersSeed<'s, 'f, 'x>(&'s mut State<'f, 'x>);
 
 impl<'de> DeserializeSeed<'de> for HeadersSeed<'_, '_, '_> {

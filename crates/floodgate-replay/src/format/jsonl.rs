@@ -7,6 +7,7 @@ use super::json::{JsonFormat, Role};
 use super::time::NANOS;
 use crate::record::HeaderSet;
 
+/// Nanoseconds per unit `name` of a time field.
 fn unit(name: &str) -> Result<u64, String> {
     match name {
         "s" => Ok(NANOS),
@@ -16,6 +17,27 @@ fn unit(name: &str) -> Result<u64, String> {
         other => Err(format!("unknown unit `{other}` (expected s, ms, us or ns)")),
     }
 }
+
+/// The fields of the usual names, and the role each plays.
+const USUAL: [(&str, Role); 17] = [
+    ("start_time", Role::Start),
+    ("timestamp", Role::End),
+    ("time", Role::End),
+    ("@timestamp", Role::End),
+    ("ts", Role::End),
+    ("micros", Role::Elapsed(1_000)),
+    ("request_time", Role::Elapsed(NANOS)),
+    ("method", Role::Method),
+    ("request_method", Role::Method),
+    ("path", Role::Path),
+    ("uri", Role::Path),
+    ("request_uri", Role::Path),
+    ("client", Role::Address),
+    ("client_ip", Role::Address),
+    ("remote_addr", Role::Address),
+    ("status", Role::Status),
+    ("headers", Role::Headers),
+];
 
 /// The format for `role=field` pairs, or the usual names.
 pub(crate) fn format(spec: Option<&str>, headers: &HeaderSet) -> Result<JsonFormat, String> {
@@ -28,26 +50,8 @@ pub(crate) fn format(spec: Option<&str>, headers: &HeaderSet) -> Result<JsonForm
         ..Default::default()
     };
     let Some(spec) = spec else {
-        let fixed = [
-            ("start_time", Role::Start),
-            ("timestamp", Role::End),
-            ("time", Role::End),
-            ("@timestamp", Role::End),
-            ("ts", Role::End),
-            ("micros", Role::Elapsed(1_000)),
-            ("request_time", Role::Elapsed(NANOS)),
-            ("method", Role::Method),
-            ("request_method", Role::Method),
-            ("path", Role::Path),
-            ("uri", Role::Path),
-            ("request_uri", Role::Path),
-            ("client", Role::Address),
-            ("client_ip", Role::Address),
-            ("remote_addr", Role::Address),
-            ("status", Role::Status),
-            ("headers", Role::Headers),
-        ];
-        f.fields = fixed.iter().map(|(k, r)| (k.to_string(), *r)).collect();
+        f.fields = USUAL.iter().map(|(k, r)| (k.to_string(), *r)).collect();
+        // A header as `http_NAME`, `-` as `_` (nginx's variables).
         for (i, name) in headers.names().iter().enumerate() {
             let under = name.as_str().replace('-', "_");
             f.fields.push((format!("http_{under}"), Role::Header(i)));
@@ -55,41 +59,48 @@ pub(crate) fn format(spec: Option<&str>, headers: &HeaderSet) -> Result<JsonForm
         return f.check();
     };
     for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (role, field) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("`{pair}` is not role=field"))?;
-        let timed = |make: fn(u64) -> Role| -> Result<(String, Role), String> {
-            match field.rsplit_once(':') {
-                Some((name, u)) => Ok((name.to_owned(), make(unit(u)?))),
-                None => Ok((field.to_owned(), make(NANOS))),
-            }
-        };
-        let entry = match role {
-            "time" => (field.to_owned(), Role::Start),
-            "end" => (field.to_owned(), Role::End),
-            "elapsed" => timed(Role::Elapsed)?,
-            "duration" => timed(Role::Duration)?,
-            "method" => (field.to_owned(), Role::Method),
-            "path" => (field.to_owned(), Role::Path),
-            "client" => (field.to_owned(), Role::Address),
-            "status" => (field.to_owned(), Role::Status),
-            "headers" => (field.to_owned(), Role::Headers),
-            other => match other.strip_prefix("header.") {
-                Some(h) => match headers.position(h.as_bytes()) {
-                    Some(i) => (field.to_owned(), Role::Header(i)),
-                    // A header no identity reads: nothing to take.
-                    None => continue,
-                },
-                None => {
-                    return Err(format!(
-                        "unknown role `{other}` (expected time, end, elapsed, duration, method, path, client, status, headers or header.<name>)"
-                    ));
-                }
-            },
-        };
-        f.fields.push(entry);
+        if let Some(entry) = field_of(pair, headers)? {
+            f.fields.push(entry);
+        }
     }
     f.check()
+}
+
+/// The field and role one `role=field` pair names (a time with its unit,
+/// `field:ms`); `None` for a header no identity reads: nothing to take.
+fn field_of(pair: &str, headers: &HeaderSet) -> Result<Option<(String, Role)>, String> {
+    let (role, field) = pair
+        .split_once('=')
+        .ok_or_else(|| format!("`{pair}` is not role=field"))?;
+    let timed = |make: fn(u64) -> Role| -> Result<(String, Role), String> {
+        match field.rsplit_once(':') {
+            Some((name, u)) => Ok((name.to_owned(), make(unit(u)?))),
+            None => Ok((field.to_owned(), make(NANOS))),
+        }
+    };
+    let entry = match role {
+        "time" => (field.to_owned(), Role::Start),
+        "end" => (field.to_owned(), Role::End),
+        "elapsed" => timed(Role::Elapsed)?,
+        "duration" => timed(Role::Duration)?,
+        "method" => (field.to_owned(), Role::Method),
+        "path" => (field.to_owned(), Role::Path),
+        "client" => (field.to_owned(), Role::Address),
+        "status" => (field.to_owned(), Role::Status),
+        "headers" => (field.to_owned(), Role::Headers),
+        other => match other.strip_prefix("header.") {
+            Some(h) => match headers.position(h.as_bytes()) {
+                Some(i) => (field.to_owned(), Role::Header(i)),
+                None => return Ok(None),
+            },
+            None => {
+                return Err(format!(
+                    "unknown role `{other}` (expected time, end, elapsed, duration, method, path, client, status, headers or header.<name>)"
+                ));
+            }
+        },
+    };
+    Ok(Some(entry))
 }
 
 #[cfg(test)]

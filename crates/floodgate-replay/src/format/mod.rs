@@ -68,11 +68,17 @@ impl FromStr for LogFormat {
 /// The fields of a line besides its headers.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fields {
+    /// When the request arrived (ns since the epoch).
     pub time: u64,
+    /// How long it took (ns), if logged.
     pub duration: Option<u64>,
+    /// The response status (0 if not logged).
     pub status: u16,
+    /// The client's address, if logged.
     pub peer: Option<IpAddr>,
+    /// The method, if logged.
     pub method: Span,
+    /// The path (without its query), if logged.
     pub path: Span,
 }
 
@@ -99,6 +105,7 @@ pub struct LineError {
 }
 
 impl LineError {
+    /// The line is wrong at byte `column` for `reason`.
     pub(crate) fn at(column: usize, reason: impl Into<String>) -> Self {
         LineError {
             column,
@@ -117,9 +124,14 @@ impl fmt::Display for LineError {
 /// What a format gives a replay: checked against what the identities read.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Provides {
+    /// The client's address.
     pub address: bool,
+    /// The path.
     pub path: bool,
+    /// The method.
     pub method: bool,
+    /// How long requests took (concurrency limits hold their units that
+    /// long).
     pub duration: bool,
     /// Header names given (lowercase).
     pub headers: Vec<String>,
@@ -142,6 +154,8 @@ impl Parser {
         }
     }
 
+    /// What the format's lines give, of what a replay needs (`headers`:
+    /// the headers the identities read).
     pub(crate) fn provides(&self, headers: &HeaderSet) -> Provides {
         match self {
             Parser::Nginx(n) => n.provides(headers),

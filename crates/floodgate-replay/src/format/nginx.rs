@@ -41,20 +41,26 @@ enum Var {
     Other,
 }
 
+/// A piece of a `log_format`.
 #[derive(Clone, Debug)]
 enum Token {
     /// Text, and a searcher for it built once.
     Literal(Vec<u8>, Box<memchr::memmem::Finder<'static>>),
+    /// A variable's value.
     Var(Var),
 }
 
 /// A compiled `log_format`.
 #[derive(Clone, Debug)]
 pub(crate) struct NginxFormat {
+    /// The format, in order.
     tokens: Vec<Token>,
+    /// A variable gives the time (always, once compiled).
     has_time: bool,
 }
 
+/// What variable `$name` gives (`$http_NAME`: a header the identities
+/// read, else nothing).
 fn var_of(name: &str, headers: &HeaderSet) -> Var {
     match name {
         "remote_addr" => Var::RemoteAddr,
@@ -127,6 +133,8 @@ impl NginxFormat {
         Ok(NginxFormat { tokens, has_time })
     }
 
+    /// What lines give, of what a replay needs (`headers`: the headers
+    /// the identities read).
     pub(crate) fn provides(&self, headers: &HeaderSet) -> Provides {
         let vars: Vec<Var> = self
             .tokens
@@ -162,14 +170,15 @@ impl NginxFormat {
         hdrs: &mut [Span],
     ) -> Result<Fields, LineError> {
         debug_assert!(self.has_time);
-        let mut f = Fields::default();
-        let mut end_time: Option<u64> = None;
-        let mut msec: Option<u64> = None;
-        let mut took: Option<u64> = None;
+        let mut line = Line {
+            f: Fields::default(),
+            times: Times::default(),
+            extra,
+            hdrs,
+        };
         let mut p = start;
-        let mut k = 0;
-        while k < self.tokens.len() {
-            match &self.tokens[k] {
+        for (k, token) in self.tokens.iter().enumerate() {
+            match token {
                 Token::Literal(lit, _) => {
                     if !text[p..end].starts_with(lit) {
                         return Err(LineError::at(p - start, "does not match the format"));
@@ -188,82 +197,110 @@ impl NginxFormat {
                         _ => end,
                     };
                     let v = &text[p..value_end];
-                    let present = v != b"-";
-                    match *var {
-                        Var::RemoteAddr if present => {
-                            f.peer = Some(parse_ip(v).ok_or_else(|| {
-                                LineError::at(p - start, "$remote_addr is not an address")
-                            })?)
-                        }
-                        Var::TimeLocal if present => {
-                            end_time = Some(time::time_local(v).ok_or_else(|| {
-                                LineError::at(p - start, "$time_local is not a time")
-                            })?)
-                        }
-                        Var::TimeIso if present => {
-                            end_time = Some(time::rfc3339(v).ok_or_else(|| {
-                                LineError::at(p - start, "$time_iso8601 is not a time")
-                            })?)
-                        }
-                        Var::Msec if present => {
-                            msec =
-                                Some(time::epoch_seconds(v).ok_or_else(|| {
-                                    LineError::at(p - start, "$msec is not a time")
-                                })?)
-                        }
-                        Var::RequestTime if present => {
-                            took = Some(time::seconds(v).ok_or_else(|| {
-                                LineError::at(p - start, "$request_time is not a duration")
-                            })?)
-                        }
-                        Var::Request if present => {
-                            let (m, path) = split_request(v).ok_or_else(|| {
-                                LineError::at(p - start, "$request is not `METHOD URI PROTOCOL`")
-                            })?;
-                            f.method = Parsed::span(p + m.0, p + m.1);
-                            f.path = Parsed::span(p + path.0, p + path.1);
-                        }
-                        Var::RequestMethod if present => f.method = Parsed::span(p, value_end),
-                        Var::Uri if present => {
-                            let q = memchr::memchr(b'?', v).unwrap_or(v.len());
-                            f.path = Parsed::span(p, p + q);
-                        }
-                        Var::Status if present => {
-                            f.status = std::str::from_utf8(v)
-                                .ok()
-                                .and_then(|s| s.parse().ok())
-                                .ok_or_else(|| {
-                                    LineError::at(p - start, "$status is not a status")
-                                })?
-                        }
-                        Var::Header(i) if present => {
-                            hdrs[i] = if memchr::memchr(b'\\', v).is_some() {
-                                Parsed::push_extra(extra, |out| unescape_into(v, out))
-                            } else {
-                                Parsed::span(p, value_end)
-                            };
-                        }
-                        _ => {}
+                    if v != b"-" {
+                        line.set(*var, v, p, p - start)?;
                     }
                     p = value_end;
                 }
             }
-            k += 1;
         }
         if p != end {
             return Err(LineError::at(p - start, "has text after the format's end"));
         }
-        let logged = msec
-            .or(end_time)
+        let Line { mut f, times, .. } = line;
+        let logged = times
+            .msec
+            .or(times.end_time)
             .ok_or_else(|| LineError::at(0, "has no time (`-`)"))?;
         // nginx logs when the request ends: it arrived `$request_time`
         // earlier.
-        f.time = logged.saturating_sub(took.unwrap_or(0));
-        f.duration = took;
+        f.time = logged.saturating_sub(times.took.unwrap_or(0));
+        f.duration = times.took;
         Ok(f)
     }
 }
 
+/// The times a line gives: when nginx logged it (`$time_local`,
+/// `$time_iso8601` or `$msec`) and how long the request took.
+#[derive(Default)]
+struct Times {
+    /// `$time_local` or `$time_iso8601` (whole seconds).
+    end_time: Option<u64>,
+    /// `$msec`: preferred, for its milliseconds.
+    msec: Option<u64>,
+    /// `$request_time`.
+    took: Option<u64>,
+}
+
+/// A line being parsed: the fields read so far, and where header values go.
+struct Line<'o> {
+    /// The fields read so far.
+    f: Fields,
+    /// The times read so far.
+    times: Times,
+    /// Header values that had to be unescaped.
+    extra: &'o mut Vec<u8>,
+    /// The span of each header the identities read.
+    hdrs: &'o mut [Span],
+}
+
+impl Line<'_> {
+    /// Reads `var`'s value `v` (not `-`), found at byte `at` of the text,
+    /// column `col` of the line.
+    fn set(&mut self, var: Var, v: &[u8], at: usize, col: usize) -> Result<(), LineError> {
+        let err = |what: &str| LineError::at(col, what);
+        let f = &mut self.f;
+        match var {
+            Var::RemoteAddr => {
+                f.peer = Some(parse_ip(v).ok_or_else(|| err("$remote_addr is not an address"))?)
+            }
+            Var::TimeLocal => {
+                let t = time::time_local(v).ok_or_else(|| err("$time_local is not a time"))?;
+                self.times.end_time = Some(t);
+            }
+            Var::TimeIso => {
+                let t = time::rfc3339(v).ok_or_else(|| err("$time_iso8601 is not a time"))?;
+                self.times.end_time = Some(t);
+            }
+            Var::Msec => {
+                let t = time::epoch_seconds(v).ok_or_else(|| err("$msec is not a time"))?;
+                self.times.msec = Some(t);
+            }
+            Var::RequestTime => {
+                let t = time::seconds(v).ok_or_else(|| err("$request_time is not a duration"))?;
+                self.times.took = Some(t);
+            }
+            Var::Request => {
+                let (m, path) =
+                    split_request(v).ok_or_else(|| err("$request is not `METHOD URI PROTOCOL`"))?;
+                f.method = Parsed::span(at + m.0, at + m.1);
+                f.path = Parsed::span(at + path.0, at + path.1);
+            }
+            Var::RequestMethod => f.method = Parsed::span(at, at + v.len()),
+            Var::Uri => {
+                let q = memchr::memchr(b'?', v).unwrap_or(v.len());
+                f.path = Parsed::span(at, at + q);
+            }
+            Var::Status => {
+                f.status = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| err("$status is not a status"))?
+            }
+            Var::Header(i) => {
+                self.hdrs[i] = if memchr::memchr(b'\\', v).is_some() {
+                    Parsed::push_extra(self.extra, |out| unescape_into(v, out))
+                } else {
+                    Parsed::span(at, at + v.len())
+                };
+            }
+            Var::Other => {}
+        }
+        Ok(())
+    }
+}
+
+/// A literal token, with its searcher.
 fn literal_token(text: Vec<u8>) -> Token {
     let finder = Box::new(memchr::memmem::Finder::new(&text).into_owned());
     Token::Literal(text, finder)

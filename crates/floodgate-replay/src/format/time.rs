@@ -49,6 +49,7 @@ pub(crate) fn write_rfc3339(nanos: u64, out: &mut String) {
     );
 }
 
+/// A decimal number of 1 to 18 digits (no sign, no point).
 fn digits(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 18 || !b.iter().all(u8::is_ascii_digit) {
         return None;
@@ -67,6 +68,8 @@ fn civil(y: u64, mo: u32, d: u32, h: u64, mi: u64, s: u64) -> Option<i64> {
     valid.then(|| days_from_civil(y as i64, mo, d) * 86_400 + (h * 3600 + mi * 60 + s) as i64)
 }
 
+/// `secs` since the epoch plus `frac` ns, in ns; `None` before the epoch
+/// or past `u64`.
 fn to_nanos(secs: i64, frac: u64) -> Option<u64> {
     u64::try_from(secs)
         .ok()?
@@ -109,6 +112,7 @@ pub(crate) fn scaled(b: &[u8], unit: u64) -> Option<u64> {
     digits(b)?.checked_mul(unit)
 }
 
+/// Month abbreviations, as `$time_local` writes them.
 const MONTHS: [&[u8; 3]; 12] = [
     b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
 ];
@@ -152,6 +156,7 @@ pub(crate) fn time_local(b: &[u8]) -> Option<u64> {
     Some(time)
 }
 
+/// `$time_local` (`10/Oct/2000:13:55:36 -0700`) in ns since the epoch.
 fn parse_time_local(b: &[u8; 26]) -> Option<u64> {
     if b[2] != b'/' || b[6] != b'/' || b[11] != b':' || b[20] != b' ' {
         return None;

@@ -6,6 +6,8 @@ use std::io::{self, Write};
 use crate::run::Replay;
 use crate::stats::DelayStats;
 
+/// A CSV field: quoted when it holds a separator, a quote or a line
+/// break.
 fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -14,6 +16,7 @@ fn field(s: &str) -> String {
     }
 }
 
+/// The delay columns (p50, p99, max in ms), empty when none.
 fn delay(d: &DelayStats) -> String {
     if d.count == 0 {
         ",,".into()

@@ -8,7 +8,7 @@ use super::plots;
 use crate::format::time::write_rfc3339;
 use crate::printable::push_printable;
 use crate::run::Replay;
-use crate::stats::{CandidateReport, DelayStats};
+use crate::stats::{CandidateReport, DelayStats, KeyCount, RuleReport};
 
 /// Escapes text for HTML, control characters as in the terminal summary
 /// (see [`printable`](crate::printable)).
@@ -27,6 +27,7 @@ pub(crate) fn escape(s: &str) -> String {
     out
 }
 
+/// The page's style sheet.
 const STYLE: &str = r#"
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 960px; color: #222; }
 h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; } h3 { margin-top: 1.5em; }
@@ -39,6 +40,7 @@ figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 "#;
 
+/// An instant (ns since the epoch) in RFC 3339; empty for none.
 fn time(ns: u64) -> String {
     let mut s = String::new();
     if ns > 0 {
@@ -47,6 +49,7 @@ fn time(ns: u64) -> String {
     s
 }
 
+/// `part` as a percentage of `whole`, `–` of nothing.
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         return "–".into();
@@ -54,6 +57,7 @@ fn pct(part: u64, whole: u64) -> String {
     format!("{:.2} %", part as f64 * 100.0 / whole as f64)
 }
 
+/// Delays as `p50 / p99 / max` in ms, `–` when none.
 fn delay_cell(d: &DelayStats) -> String {
     if d.count == 0 {
         return "–".into();
@@ -89,30 +93,8 @@ pub fn render(r: &Replay) -> String {
         );
     }
     input_section(&mut h, r);
-    if !r.warnings.is_empty() {
-        h.push_str("<div class=\"warn\"><strong>Warnings</strong><ul>");
-        for w in &r.warnings {
-            let _ = write!(h, "<li>{}</li>", escape(w));
-        }
-        h.push_str("</ul></div>\n");
-    }
-    h.push_str("<h2 id=\"candidates\">Candidates</h2>\n<table><tr><th class=\"l\">candidate</th><th>requests</th><th>allowed</th><th>delayed</th><th>denied</th><th>denied %</th><th>delay p50 / p99 / max (ms)</th><th>distinct keys limited</th><th>keys held</th></tr>\n");
-    for c in &r.candidates {
-        let _ = writeln!(
-            h,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&c.name),
-            c.requests,
-            c.allowed,
-            c.delayed,
-            c.denied,
-            pct(c.denied, c.requests),
-            delay_cell(&c.delay),
-            c.distinct_limited,
-            c.keys_held
-        );
-    }
-    h.push_str("</table>\n");
+    warnings_section(&mut h, &r.warnings);
+    candidates_table(&mut h, &r.candidates);
     if r.candidates.len() > 1 {
         figure(&mut h, "side-by-side", &plots::side_by_side(&r.candidates));
         figure(
@@ -128,10 +110,45 @@ pub fn render(r: &Replay) -> String {
     h
 }
 
+/// The replay's warnings, if any.
+fn warnings_section(h: &mut String, warnings: &[String]) {
+    if warnings.is_empty() {
+        return;
+    }
+    h.push_str("<div class=\"warn\"><strong>Warnings</strong><ul>");
+    for w in warnings {
+        let _ = write!(h, "<li>{}</li>", escape(w));
+    }
+    h.push_str("</ul></div>\n");
+}
+
+/// One row of totals per candidate.
+fn candidates_table(h: &mut String, candidates: &[CandidateReport]) {
+    h.push_str("<h2 id=\"candidates\">Candidates</h2>\n<table><tr><th class=\"l\">candidate</th><th>requests</th><th>allowed</th><th>delayed</th><th>denied</th><th>denied %</th><th>delay p50 / p99 / max (ms)</th><th>distinct keys limited</th><th>keys held</th></tr>\n");
+    for c in candidates {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&c.name),
+            c.requests,
+            c.allowed,
+            c.delayed,
+            c.denied,
+            pct(c.denied, c.requests),
+            delay_cell(&c.delay),
+            c.distinct_limited,
+            c.keys_held
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// An SVG plot, as a figure of the page with id `id`.
 fn figure(h: &mut String, id: &str, svg: &str) {
     let _ = writeln!(h, "<figure class=\"plot\" id=\"{id}\">{svg}</figure>");
 }
 
+/// What was read, and the first lines not decided.
 fn input_section(h: &mut String, r: &Replay) {
     let i = &r.input;
     let _ = writeln!(
@@ -155,6 +172,8 @@ fn input_section(h: &mut String, r: &Replay) {
     }
 }
 
+/// Candidate `i`'s section: its totals, its rules, its plots and the
+/// keys it denied most.
 fn candidate_section(h: &mut String, i: usize, c: &CandidateReport) {
     let _ = writeln!(h, "<h2 id=\"candidate-{i}\">{}</h2>", escape(&c.name));
     for n in &c.notes {
@@ -181,8 +200,25 @@ fn candidate_section(h: &mut String, i: usize, c: &CandidateReport) {
         c.keys_held,
         full_store(c)
     );
+    rules_table(h, &c.rules);
+    figure(h, &format!("over-time-{i}"), &plots::over_time(c));
+    if c.rules.iter().any(|r| r.denied > 0) {
+        figure(h, &format!("rule-denials-{i}"), &plots::rule_denials(c));
+    }
+    top_denied(h, i, &c.top_denied);
+    if c.delay.count > 0 {
+        figure(
+            h,
+            &format!("delays-{i}"),
+            &plots::delays("Delay distribution", &c.delay.buckets),
+        );
+    }
+}
+
+/// A candidate's table of rules.
+fn rules_table(h: &mut String, rules: &[RuleReport]) {
     h.push_str("<h3>Per rule</h3>\n<table><tr><th class=\"l\">rule</th><th class=\"l\">limits</th><th>requests</th><th>allowed</th><th>delayed</th><th>denied</th><th>shadow-mode hits</th><th>delay p50 / p99 / max (ms)</th><th>distinct keys limited</th></tr>\n");
-    for r in &c.rules {
+    for r in rules {
         let _ = writeln!(
             h,
             "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -199,43 +235,36 @@ fn candidate_section(h: &mut String, i: usize, c: &CandidateReport) {
         );
     }
     h.push_str("</table>\n");
-    figure(h, &format!("over-time-{i}"), &plots::over_time(c));
-    if c.rules.iter().any(|r| r.denied > 0) {
-        figure(h, &format!("rule-denials-{i}"), &plots::rule_denials(c));
+}
+
+/// The keys candidate `i` denied most: a plot of the first 15, and a table.
+fn top_denied(h: &mut String, i: usize, top: &[KeyCount]) {
+    if top.is_empty() {
+        return;
     }
-    if !c.top_denied.is_empty() {
-        let rows: Vec<(String, u64)> = c
-            .top_denied
-            .iter()
-            .take(15)
-            .map(|k| (format!("{}: {}", k.rule, k.key), k.count))
-            .collect();
-        figure(
+    let rows: Vec<(String, u64)> = top
+        .iter()
+        .take(15)
+        .map(|k| (format!("{}: {}", k.rule, k.key), k.count))
+        .collect();
+    figure(
+        h,
+        &format!("top-keys-{i}"),
+        &plots::bars("Keys denied most", "denials", &rows),
+    );
+    h.push_str("<table><tr><th class=\"l\">rule</th><th class=\"l\">key</th><th>denials</th><th>± (sketch)</th></tr>\n");
+    for k in top {
+        let _ = writeln!(
             h,
-            &format!("top-keys-{i}"),
-            &plots::bars("Keys denied most", "denials", &rows),
-        );
-        h.push_str("<table><tr><th class=\"l\">rule</th><th class=\"l\">key</th><th>denials</th><th>± (sketch)</th></tr>\n");
-        for k in &c.top_denied {
-            let _ = writeln!(
-                h,
-                "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&k.rule),
-                if k.shadow { " (shadow)" } else { "" },
-                escape(&k.key),
-                k.count,
-                k.error
-            );
-        }
-        h.push_str("</table>\n");
-    }
-    if c.delay.count > 0 {
-        figure(
-            h,
-            &format!("delays-{i}"),
-            &plots::delays("Delay distribution", &c.delay.buckets),
+            "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&k.rule),
+            if k.shadow { " (shadow)" } else { "" },
+            escape(&k.key),
+            k.count,
+            k.error
         );
     }
+    h.push_str("</table>\n");
 }
 
 /// What the full store did, if anything: keys evicted, requests of new

@@ -6,7 +6,9 @@ use plotters::prelude::*;
 use crate::printable::printable;
 use crate::stats::{CandidateReport, Timeline};
 
+/// A plot's width, px.
 const WIDTH: u32 = 900;
+/// A plot's usual height, px.
 const HEIGHT: u32 = 320;
 /// Series colours, in order.
 const PALETTE: [RGBColor; 8] = [
@@ -25,6 +27,7 @@ pub(crate) fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
+/// What drawing a plot gives.
 type Draw = Result<(), Box<dyn std::error::Error>>;
 
 /// Runs `draw` on an SVG canvas of `height`; the SVG text, or an inline
@@ -56,6 +59,7 @@ fn x_of(t: &Timeline, k: usize) -> f64 {
     k as f64 * t.width as f64 / 1e9
 }
 
+/// The time axis' label, with `t`'s bucket width.
 fn axis_label(t: &Timeline) -> String {
     let w = t.width as f64 / 1e9;
     format!("seconds from the first request (buckets of {w} s)")
@@ -287,6 +291,7 @@ pub(crate) fn denials_by_candidate(cands: &[CandidateReport]) -> String {
     lines("Denials over time, by candidate", &first.timeline, &series)
 }
 
+/// `s`, printable, cut to `max` characters (`…` ending a cut one).
 fn shorten(s: &str, max: usize) -> String {
     let s = printable(s);
     if s.chars().count() <= max {

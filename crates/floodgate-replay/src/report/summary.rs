@@ -6,8 +6,9 @@ use std::io::{self, Write};
 
 use crate::printable::printable;
 use crate::run::Replay;
-use crate::stats::DelayStats;
+use crate::stats::{CandidateReport, DelayStats, KeyCount, RuleReport};
 
+/// Delays as `p50/p99/max` in ms, `-` when none.
 fn delays(d: &DelayStats) -> String {
     if d.count == 0 {
         "-".into()
@@ -16,6 +17,7 @@ fn delays(d: &DelayStats) -> String {
     }
 }
 
+/// `part` as a percentage of `whole`, `-` of nothing.
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         "-".into()
@@ -26,6 +28,20 @@ fn pct(part: u64, whole: u64) -> String {
 
 /// Writes the summary (at most `issues` lines not decided are listed).
 pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Result<()> {
+    write_input(r, out, issues)?;
+    write_totals(&r.candidates, out)?;
+    for c in &r.candidates {
+        writeln!(out, "\n{}:", printable(&c.name))?;
+        write_notes(c, out)?;
+        write_rules(&c.rules, out)?;
+        write_top_denied(&c.top_denied, out)?;
+    }
+    Ok(())
+}
+
+/// What was read: lines, how fast, and the first `issues` lines not
+/// decided; then the replay's warnings.
+fn write_input(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Result<()> {
     let i = &r.input;
     writeln!(
         out,
@@ -56,9 +72,12 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
     for w in &r.warnings {
         writeln!(out, "warning: {}", printable(w))?;
     }
-    writeln!(out)?;
-    let name_w = r
-        .candidates
+    writeln!(out)
+}
+
+/// One line of totals per candidate.
+fn write_totals(candidates: &[CandidateReport], out: &mut dyn Write) -> io::Result<()> {
+    let name_w = candidates
         .iter()
         .map(|c| printable(&c.name).chars().count())
         .max()
@@ -76,7 +95,7 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
         "delay p50/p99/max ms",
         "limited"
     )?;
-    for c in &r.candidates {
+    for c in candidates {
         writeln!(
             out,
             "{:<name_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {:>8}",
@@ -90,88 +109,101 @@ pub fn write_summary(r: &Replay, out: &mut dyn Write, issues: usize) -> io::Resu
             c.distinct_limited
         )?;
     }
-    for c in &r.candidates {
-        writeln!(out, "\n{}:", printable(&c.name))?;
-        if c.delay_queue_full > 0 {
-            writeln!(
-                out,
-                "  {} denied because http.layer.max_delayed requests were already waiting",
-                c.delay_queue_full
-            )?;
-        }
-        if c.errors > 0 {
-            writeln!(
-                out,
-                "  {} requests the engine refused (see --decisions)",
-                c.errors
-            )?;
-        }
-        if c.evictions > 0 {
-            writeln!(
-                out,
-                "  {} keys evicted when the store was full (--capacity)",
-                c.evictions
-            )?;
-        }
-        if c.admitted_full > 0 {
-            writeln!(
-                out,
-                "  {} requests of new keys decided without state when the store was full (--capacity)",
-                c.admitted_full
-            )?;
-        }
-        for n in &c.notes {
-            writeln!(out, "  note: {}", printable(n))?;
-        }
-        let rule_w = c
-            .rules
-            .iter()
-            .map(|r| printable(&r.name).chars().count() + if r.shadow { 9 } else { 0 })
-            .max()
-            .unwrap_or(4)
-            .max(4);
+    Ok(())
+}
+
+/// A candidate's counts that only some replays have (a full delay queue,
+/// refused requests, a full store), and its notes.
+fn write_notes(c: &CandidateReport, out: &mut dyn Write) -> io::Result<()> {
+    if c.delay_queue_full > 0 {
         writeln!(
             out,
-            "  {:<rule_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  limits",
-            "rule", "requests", "allowed", "delayed", "denied", "shadow", "delay p50/p99/max ms",
+            "  {} denied because http.layer.max_delayed requests were already waiting",
+            c.delay_queue_full
         )?;
-        for r in &c.rules {
-            let name = if r.shadow {
-                format!("{} (shadow)", printable(&r.name))
-            } else {
-                printable(&r.name).into_owned()
-            };
-            writeln!(
-                out,
-                "  {:<rule_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {}",
-                name,
-                r.requests,
-                r.allowed,
-                r.delayed,
-                r.denied,
-                r.shadow_hits,
-                delays(&r.delay),
-                printable(&r.limits)
-            )?;
-        }
-        if !c.top_denied.is_empty() {
-            writeln!(out, "  keys denied most:")?;
-            for k in c.top_denied.iter().take(10) {
-                let err = if k.error > 0 {
-                    format!(" (±{})", k.error)
-                } else {
-                    String::new()
-                };
-                writeln!(
-                    out,
-                    "    {:>9}{err}  {}{}: {}",
-                    k.count,
-                    printable(&k.rule),
-                    if k.shadow { " (shadow)" } else { "" },
-                    printable(&k.key)
-                )?;
-            }
-        }
+    }
+    if c.errors > 0 {
+        writeln!(
+            out,
+            "  {} requests the engine refused (see --decisions)",
+            c.errors
+        )?;
+    }
+    if c.evictions > 0 {
+        writeln!(
+            out,
+            "  {} keys evicted when the store was full (--capacity)",
+            c.evictions
+        )?;
+    }
+    if c.admitted_full > 0 {
+        writeln!(
+            out,
+            "  {} requests of new keys decided without state when the store was full (--capacity)",
+            c.admitted_full
+        )?;
+    }
+    for n in &c.notes {
+        writeln!(out, "  note: {}", printable(n))?;
+    }
+    Ok(())
+}
+
+/// A candidate's table of rules.
+fn write_rules(rules: &[RuleReport], out: &mut dyn Write) -> io::Result<()> {
+    let rule_w = rules
+        .iter()
+        .map(|r| printable(&r.name).chars().count() + if r.shadow { 9 } else { 0 })
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        out,
+        "  {:<rule_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  limits",
+        "rule", "requests", "allowed", "delayed", "denied", "shadow", "delay p50/p99/max ms",
+    )?;
+    for r in rules {
+        let name = if r.shadow {
+            format!("{} (shadow)", printable(&r.name))
+        } else {
+            printable(&r.name).into_owned()
+        };
+        writeln!(
+            out,
+            "  {:<rule_w$}  {:>10}  {:>10}  {:>9}  {:>9}  {:>8}  {:>20}  {}",
+            name,
+            r.requests,
+            r.allowed,
+            r.delayed,
+            r.denied,
+            r.shadow_hits,
+            delays(&r.delay),
+            printable(&r.limits)
+        )?;
+    }
+    Ok(())
+}
+
+/// The ten keys a candidate denied most (none: nothing written).
+fn write_top_denied(top: &[KeyCount], out: &mut dyn Write) -> io::Result<()> {
+    if top.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "  keys denied most:")?;
+    for k in top.iter().take(10) {
+        let err = if k.error > 0 {
+            format!(" (±{})", k.error)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "    {:>9}{err}  {}{}: {}",
+            k.count,
+            printable(&k.rule),
+            if k.shadow { " (shadow)" } else { "" },
+            printable(&k.key)
+        )?;
     }
     Ok(())
 }

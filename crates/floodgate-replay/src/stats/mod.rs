@@ -8,7 +8,7 @@ mod timeline;
 use std::time::Duration;
 
 use cardinality_estimator::CardinalityEstimator;
-use floodgate_policy::observe::TopKeys;
+use floodgate_policy::observe::{TopKey, TopKeys};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -20,8 +20,11 @@ pub const TRACKED_KEYS: usize = 4096;
 /// Series of a candidate's timeline: requests, delayed, denied; then
 /// two per rule (its requests and its denials).
 pub(crate) const REQUESTS: usize = 0;
+/// The series of delayed requests.
 pub(crate) const DELAYED: usize = 1;
+/// The series of denied requests.
 pub(crate) const DENIED: usize = 2;
+/// The first rule's first series.
 const RULE_SERIES: usize = 3;
 
 /// The verdict on one request.
@@ -191,17 +194,27 @@ impl CandidateReport {
 
 /// Per-rule accumulators.
 struct RuleAcc {
+    /// Requests the rule decided.
     requests: u64,
+    /// Of them, allowed at once.
     allowed: u64,
+    /// Allowed after a delay.
     delayed: u64,
+    /// Denied.
     denied: u64,
+    /// Over the limit of the rule in shadow mode.
     shadow_hits: u64,
+    /// Delays (µs).
     delay: Histogram<u64>,
+    /// The longest delay, exact.
     delay_max: Duration,
+    /// The keys it delayed, denied or hit in shadow mode (an estimate of
+    /// how many), once there is one.
     limited: Option<CardinalityEstimator<u64>>,
 }
 
 impl RuleAcc {
+    /// Nothing counted yet.
     fn new() -> Self {
         RuleAcc {
             requests: 0,
@@ -216,6 +229,7 @@ impl RuleAcc {
     }
 }
 
+/// An empty histogram of delays (µs).
 fn new_histogram() -> Histogram<u64> {
     // Microseconds, 3 significant digits, growing as needed.
     Histogram::new(3).expect("3 significant digits are valid")
@@ -224,35 +238,57 @@ fn new_histogram() -> Histogram<u64> {
 /// What one rule did to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RuleOutcome {
+    /// Allowed at once.
     Allowed,
+    /// Allowed after this delay.
     Delayed(Duration),
+    /// Denied.
     Denied,
+    /// Over the limit of a shadow-mode rule: allowed, counted.
     ShadowHit,
 }
 
 /// A candidate's accumulators.
 pub(crate) struct Acc {
+    /// Requests decided.
     pub requests: u64,
+    /// Requests no rule limited.
     pub unlimited: u64,
+    /// Requests allowed at once.
     pub allowed: u64,
+    /// Requests allowed after a delay.
     pub delayed: u64,
+    /// Requests denied.
     pub denied: u64,
+    /// Of the denied, those denied because the delay queue was full.
     pub delay_queue_full: u64,
+    /// Requests the engine refused.
     pub errors: u64,
+    /// Delays (µs).
     delay: Histogram<u64>,
+    /// The longest delay, exact.
     delay_max: Duration,
+    /// Per rule of the policy, once it decides a request.
     rules: Vec<Option<RuleAcc>>,
+    /// Requests, delays and denials over time, in all and per rule.
     timeline: Timeline,
+    /// The keys denied most (shadow-mode hits included).
     top: TopKeys,
+    /// The keys delayed, denied or hit in shadow mode (an estimate of how
+    /// many).
     limited: CardinalityEstimator<u64>,
+    /// Hashes a limited key (with its rule) for the estimates.
     hasher: foldhash::fast::FixedState,
+    /// When the first request arrived.
     first: Option<u64>,
+    /// When the last request arrived.
     last: u64,
     /// The bucket of the request being counted.
     bucket: usize,
 }
 
 impl Acc {
+    /// Empty accumulators for a candidate of `rules` rules.
     pub(crate) fn new(rules: usize) -> Self {
         Acc {
             requests: 0,
@@ -365,49 +401,8 @@ impl Acc {
         top: usize,
         (keys_held, evictions, admitted_full): (u64, u64, u64),
     ) -> CandidateReport {
-        let mut reports = Vec::new();
-        let mut rule_index = Vec::new();
-        for (i, acc) in self.rules.iter().enumerate() {
-            let Some(acc) = acc else { continue };
-            let (rule, domain, limits, shadow) = rules
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| (format!("#{i}"), String::new(), String::new(), false));
-            rule_index.push(i);
-            reports.push(RuleReport {
-                name: rule,
-                domain,
-                limits,
-                shadow,
-                requests: acc.requests,
-                allowed: acc.allowed,
-                delayed: acc.delayed,
-                denied: acc.denied,
-                shadow_hits: acc.shadow_hits,
-                delay: delay_stats(&acc.delay, acc.delay_max),
-                distinct_limited: acc.limited.as_ref().map_or(0, |e| e.estimate() as u64),
-            });
-        }
-        let top_denied = self
-            .top
-            .top(top)
-            .into_iter()
-            .map(|t| {
-                let text = String::from_utf8_lossy(t.key);
-                let (rule, key) = text.split_once('\u{1f}').unwrap_or(("", &text));
-                let (rule, shadow) = match rule.strip_suffix(" (shadow)") {
-                    Some(r) => (r, true),
-                    None => (rule, false),
-                };
-                KeyCount {
-                    rule: rule.to_owned(),
-                    key: key.to_owned(),
-                    count: t.count,
-                    error: t.error,
-                    shadow,
-                }
-            })
-            .collect();
+        let (reports, rule_index) = self.rule_reports(rules);
+        let top_denied = self.top.top(top).into_iter().map(key_count).collect();
         CandidateReport {
             name,
             notes,
@@ -431,8 +426,59 @@ impl Acc {
             rule_index,
         }
     }
+
+    /// A report per rule that decided at least one request (named by
+    /// `rules`, by index), and the index of each.
+    fn rule_reports(
+        &self,
+        rules: &[(String, String, String, bool)],
+    ) -> (Vec<RuleReport>, Vec<usize>) {
+        let mut reports = Vec::new();
+        let mut rule_index = Vec::new();
+        for (i, acc) in self.rules.iter().enumerate() {
+            let Some(acc) = acc else { continue };
+            let (rule, domain, limits, shadow) = rules
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| (format!("#{i}"), String::new(), String::new(), false));
+            rule_index.push(i);
+            reports.push(RuleReport {
+                name: rule,
+                domain,
+                limits,
+                shadow,
+                requests: acc.requests,
+                allowed: acc.allowed,
+                delayed: acc.delayed,
+                denied: acc.denied,
+                shadow_hits: acc.shadow_hits,
+                delay: delay_stats(&acc.delay, acc.delay_max),
+                distinct_limited: acc.limited.as_ref().map_or(0, |e| e.estimate() as u64),
+            });
+        }
+        (reports, rule_index)
+    }
 }
 
+/// A key denied often, from its tracked text: `rule\u{1f}key`, the rule
+/// marked ` (shadow)` when in shadow mode.
+fn key_count(t: TopKey<'_>) -> KeyCount {
+    let text = String::from_utf8_lossy(t.key);
+    let (rule, key) = text.split_once('\u{1f}').unwrap_or(("", &text));
+    let (rule, shadow) = match rule.strip_suffix(" (shadow)") {
+        Some(r) => (r, true),
+        None => (rule, false),
+    };
+    KeyCount {
+        rule: rule.to_owned(),
+        key: key.to_owned(),
+        count: t.count,
+        error: t.error,
+        shadow,
+    }
+}
+
+/// `d` in whole microseconds (saturating).
 fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }

@@ -24,6 +24,7 @@ pub struct Timeline {
 }
 
 impl Timeline {
+    /// An empty timeline of `series` series.
     pub(crate) fn new(series: usize) -> Self {
         Timeline {
             origin: 0,
@@ -51,6 +52,7 @@ impl Timeline {
         k
     }
 
+    /// Halves the resolution: buckets twice as wide, merged in pairs.
     fn merge(&mut self) {
         let width = self.width * 2;
         let origin = self.origin - self.origin % width;

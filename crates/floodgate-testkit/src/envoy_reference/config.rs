@@ -341,45 +341,10 @@ fn load(tree: &mut Tree, parent: &str, nodes: &[Node]) -> Result<(), ConfigError
                 "duplicate descriptor composite key '{new_parent}'"
             )));
         }
-        let mut limit = None;
-        if let Some(rl) = &n.rate_limit {
-            let unit = rl.unit.as_deref().and_then(unit_number);
-            if rl.unlimited {
-                if unit.is_some() {
-                    return Err(ConfigError(
-                        "should not specify rate limit unit when unlimited".into(),
-                    ));
-                }
-            } else if unit.is_none() {
-                return Err(ConfigError(format!(
-                    "invalid rate limit unit '{}'",
-                    rl.unit.as_deref().unwrap_or("")
-                )));
-            }
-            for r in &rl.replaces {
-                if r.is_empty() {
-                    return Err(ConfigError(
-                        "should not have an empty replaces entry".into(),
-                    ));
-                }
-                if *r == rl.name {
-                    return Err(ConfigError(
-                        "replaces should not contain name of same descriptor".into(),
-                    ));
-                }
-            }
-            limit = Some(Limit {
-                full_key: new_parent.clone(),
-                requests_per_unit: rl.requests_per_unit.unwrap_or(0),
-                unit: unit.unwrap_or(0),
-                name: rl.name.clone(),
-                unlimited: rl.unlimited,
-                shadow_mode: n.shadow_mode,
-                quota_mode: n.quota_mode,
-                replaces: rl.replaces.clone(),
-                share_threshold: Vec::new(),
-            });
-        }
+        let limit = match &n.rate_limit {
+            Some(rl) => Some(load_limit(n, rl, &new_parent)?),
+            None => None,
+        };
         if n.share_threshold && !final_key.contains('*') {
             return Err(ConfigError(format!(
                 "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
@@ -405,6 +370,47 @@ fn load(tree: &mut Tree, parent: &str, nodes: &[Node]) -> Result<(), ConfigError
         tree.descriptors.insert(final_key, child);
     }
     Ok(())
+}
+
+/// The limit of node `n` (at `full_key`), its `rate_limit` checked as
+/// `loadDescriptors` checks it.
+fn load_limit(n: &Node, rl: &RateLimit, full_key: &str) -> Result<Limit, ConfigError> {
+    let unit = rl.unit.as_deref().and_then(unit_number);
+    if rl.unlimited {
+        if unit.is_some() {
+            return Err(ConfigError(
+                "should not specify rate limit unit when unlimited".into(),
+            ));
+        }
+    } else if unit.is_none() {
+        return Err(ConfigError(format!(
+            "invalid rate limit unit '{}'",
+            rl.unit.as_deref().unwrap_or("")
+        )));
+    }
+    for r in &rl.replaces {
+        if r.is_empty() {
+            return Err(ConfigError(
+                "should not have an empty replaces entry".into(),
+            ));
+        }
+        if *r == rl.name {
+            return Err(ConfigError(
+                "replaces should not contain name of same descriptor".into(),
+            ));
+        }
+    }
+    Ok(Limit {
+        full_key: full_key.to_owned(),
+        requests_per_unit: rl.requests_per_unit.unwrap_or(0),
+        unit: unit.unwrap_or(0),
+        name: rl.name.clone(),
+        unlimited: rl.unlimited,
+        shadow_mode: n.shadow_mode,
+        quota_mode: n.quota_mode,
+        replaces: rl.replaces.clone(),
+        share_threshold: Vec::new(),
+    })
 }
 
 #[cfg(test)]

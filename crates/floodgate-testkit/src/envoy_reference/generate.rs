@@ -252,26 +252,7 @@ impl Requests {
     /// The next request against `files`.
     pub fn next(&mut self, rng: &mut Rng, files: &[File], shape: &Shape) -> Request {
         if rng.chance(shape.malformed) {
-            return match rng.below(3) {
-                0 => Request {
-                    domain: String::new(),
-                    descriptors: vec![Descriptor::default()],
-                    hits_addend: 0,
-                },
-                1 => Request {
-                    domain: "d0".into(),
-                    ..Request::default()
-                },
-                _ => Request {
-                    domain: "d0".into(),
-                    descriptors: vec![Descriptor {
-                        entries: vec![("bad".into(), "unit".into())],
-                        limit: Some((1, if rng.chance(50) { 0 } else { 8 })),
-                        hits_addend: None,
-                    }],
-                    hits_addend: 0,
-                },
-            };
+            return malformed(rng);
         }
         let file = rng.pick(files);
         let domain = if rng.chance(5) {
@@ -286,40 +267,9 @@ impl Requests {
                 descriptors.push(again);
                 continue;
             }
-            let mut entries = Vec::new();
-            match rng.below(20) {
-                0 => {}
-                1 => entries.push((String::new(), rng.pick(REQUEST_VALUES).to_string())),
-                2 | 3 => {
-                    for _ in 0..1 + rng.below(3) {
-                        entries.push((
-                            rng.pick(KEYS).to_string(),
-                            rng.pick(REQUEST_VALUES).to_string(),
-                        ));
-                    }
-                }
-                _ => walk(rng, &file.descriptors, &mut entries),
-            }
-            let unit = *self
-                .overridden
-                .entry(entries.clone())
-                .or_insert_with(|| rng.chance(shape.overrides).then(|| *rng.pick(shape.units)));
-            let limit = unit.map(|u| {
-                let rpu = match rng.below(6) {
-                    0 => 0,
-                    1 => 1,
-                    _ => 1 + rng.below(5) as u32,
-                };
-                (rpu, u)
-            });
-            let hits_addend = match rng.below(12) {
-                0..=6 => None,
-                7 => Some(0),
-                8 => Some(1),
-                9 => Some(2 + rng.below(4)),
-                10 => Some(1 << 40),
-                _ => Some(u32::MAX as u64 + rng.below(1000)),
-            };
+            let entries = entries(rng, file);
+            let limit = self.limit(rng, &entries, shape);
+            let hits_addend = descriptor_hits(rng);
             if !shape.duplicates && descriptors.iter().any(|d| d.entries == entries) {
                 continue;
             }
@@ -341,5 +291,86 @@ impl Requests {
             descriptors,
             hits_addend,
         }
+    }
+
+    /// The limit override of a descriptor of `entries`: overridden or not
+    /// (and in which unit) as it was the first time, with a small
+    /// `requests_per_unit` drawn each time.
+    fn limit(
+        &mut self,
+        rng: &mut Rng,
+        entries: &[(String, String)],
+        shape: &Shape,
+    ) -> Option<(u32, i32)> {
+        let unit = *self
+            .overridden
+            .entry(entries.to_vec())
+            .or_insert_with(|| rng.chance(shape.overrides).then(|| *rng.pick(shape.units)));
+        unit.map(|u| {
+            let rpu = match rng.below(6) {
+                0 => 0,
+                1 => 1,
+                _ => 1 + rng.below(5) as u32,
+            };
+            (rpu, u)
+        })
+    }
+}
+
+/// A request the service refuses: no domain, no descriptors, or a limit
+/// override with an unknown unit (or none).
+fn malformed(rng: &mut Rng) -> Request {
+    match rng.below(3) {
+        0 => Request {
+            domain: String::new(),
+            descriptors: vec![Descriptor::default()],
+            hits_addend: 0,
+        },
+        1 => Request {
+            domain: "d0".into(),
+            ..Request::default()
+        },
+        _ => Request {
+            domain: "d0".into(),
+            descriptors: vec![Descriptor {
+                entries: vec![("bad".into(), "unit".into())],
+                limit: Some((1, if rng.chance(50) { 0 } else { 8 })),
+                hits_addend: None,
+            }],
+            hits_addend: 0,
+        },
+    }
+}
+
+/// A descriptor's entries: none, an empty key, random keys and values, or
+/// (mostly) a walk down `file`'s tree.
+fn entries(rng: &mut Rng, file: &File) -> Vec<(String, String)> {
+    let mut entries = Vec::new();
+    match rng.below(20) {
+        0 => {}
+        1 => entries.push((String::new(), rng.pick(REQUEST_VALUES).to_string())),
+        2 | 3 => {
+            for _ in 0..1 + rng.below(3) {
+                entries.push((
+                    rng.pick(KEYS).to_string(),
+                    rng.pick(REQUEST_VALUES).to_string(),
+                ));
+            }
+        }
+        _ => walk(rng, &file.descriptors, &mut entries),
+    }
+    entries
+}
+
+/// A descriptor's `hits_addend`: mostly none, else from zero to past
+/// `u32::MAX`.
+fn descriptor_hits(rng: &mut Rng) -> Option<u64> {
+    match rng.below(12) {
+        0..=6 => None,
+        7 => Some(0),
+        8 => Some(1),
+        9 => Some(2 + rng.below(4)),
+        10 => Some(1 << 40),
+        _ => Some(u32::MAX as u64 + rng.below(1000)),
     }
 }

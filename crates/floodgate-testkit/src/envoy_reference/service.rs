@@ -192,16 +192,7 @@ impl Service {
 
     /// `ShouldRateLimit` at `now` (Unix seconds).
     pub fn should_rate_limit(&mut self, req: &Request, now: i64) -> Result<Response, Failure> {
-        if req.domain.is_empty() {
-            return Err(Failure::Service(
-                "rate limit domain must not be empty".into(),
-            ));
-        }
-        if req.descriptors.is_empty() {
-            return Err(Failure::Service(
-                "rate limit descriptor list must not be empty".into(),
-            ));
-        }
+        check_request(req)?;
         let (limits, unlimited) = self.limits_to_check(req);
         let statuses = self.do_limit(req, &limits, now)?;
         let mut response = Response {
@@ -248,15 +239,8 @@ impl Service {
         if failed_rate > 0 || (total_quota > 0 && total_quota == failed_quota) {
             response.overall_code = Code::OverLimit;
         }
-        if let (Some((limit, remaining, reset)), Some(i)) = (&self.settings.headers, minimum) {
-            let s = &statuses[i];
-            let cl = s.current_limit.as_ref().expect("a limit");
-            let secs = unit_seconds(cl.unit).expect("a configured unit");
-            response.headers = vec![
-                (limit.clone(), cl.requests_per_unit.to_string()),
-                (remaining.clone(), s.limit_remaining.to_string()),
-                (reset.clone(), (secs - now % secs).to_string()),
-            ];
+        if let (Some(names), Some(i)) = (&self.settings.headers, minimum) {
+            response.headers = headers(names, &statuses[i], now);
         }
         if response.overall_code == Code::OverLimit && self.settings.global_shadow_mode {
             response.overall_code = Code::Ok;
@@ -385,33 +369,16 @@ impl Service {
             .iter()
             .map(|d| d.hits_addend.unwrap_or((req.hits_addend as u64).max(1)))
             .collect();
-        // GenerateCacheKeys (and the total hits of each limit).
-        let mut keys: Vec<Option<String>> = Vec::with_capacity(limits.len());
-        for (i, (d, l)) in req.descriptors.iter().zip(limits).enumerate() {
-            match l {
-                Some(l) => {
-                    keys.push(Some(self.cache_key(&req.domain, d, l, now)?));
-                    self.stat(l).total_hits += hits[i];
-                }
-                None => keys.push(None),
-            }
-        }
+        let keys = self.cache_keys(req, limits, &hits, now)?;
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: the keys this
         // request would take over their limit (read before incrementing).
         let stop = self.settings.stop_increment_when_over_limit;
-        let mut near = vec![false; limits.len()];
-        let mut any_near = false;
-        if stop {
-            for i in 0..limits.len() {
-                if let (Some(k), Some(l)) = (&keys[i], &limits[i]) {
-                    let before = self.redis.get(k).copied().unwrap_or(0) as u64;
-                    if before.wrapping_add(hits[i]) > l.requests_per_unit as u64 {
-                        near[i] = true;
-                        any_near = true;
-                    }
-                }
-            }
-        }
+        let near = if stop {
+            self.over_after(&keys, limits, &hits)
+        } else {
+            vec![false; limits.len()]
+        };
+        let any_near = near.contains(&true);
         // The pipeline: INCRBY in order; an error after the pipeline ran.
         let mut after = vec![0u64; limits.len()];
         let mut failure = None;
@@ -448,6 +415,47 @@ impl Service {
         Ok(out)
     }
 
+    /// `GenerateCacheKeys`: each limited descriptor's cache key, adding
+    /// its hits to its limit's total.
+    fn cache_keys(
+        &mut self,
+        req: &Request,
+        limits: &[Option<Limit>],
+        hits: &[u64],
+        now: i64,
+    ) -> Result<Vec<Option<String>>, Failure> {
+        let mut keys: Vec<Option<String>> = Vec::with_capacity(limits.len());
+        for (i, (d, l)) in req.descriptors.iter().zip(limits).enumerate() {
+            match l {
+                Some(l) => {
+                    keys.push(Some(self.cache_key(&req.domain, d, l, now)?));
+                    self.stat(l).total_hits += hits[i];
+                }
+                None => keys.push(None),
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Which keys the request's hits would take over their limit, read
+    /// before incrementing.
+    fn over_after(
+        &self,
+        keys: &[Option<String>],
+        limits: &[Option<Limit>],
+        hits: &[u64],
+    ) -> Vec<bool> {
+        let mut near = vec![false; limits.len()];
+        for i in 0..limits.len() {
+            if let (Some(k), Some(l)) = (&keys[i], &limits[i]) {
+                let before = self.redis.get(k).copied().unwrap_or(0) as u64;
+                near[i] = before.wrapping_add(hits[i]) > l.requests_per_unit as u64;
+            }
+        }
+        near
+    }
+
+    /// The statistics of limit `l`.
     fn stat(&mut self, l: &Limit) -> &mut Stats {
         self.stats.entry(l.full_key.clone()).or_default()
     }
@@ -525,4 +533,35 @@ fn descriptor_key(domain: &str, d: &Descriptor) -> String {
         }
     }
     format!("{domain}.{key}")
+}
+
+/// The request checks of `ShouldRateLimit`: a domain and descriptors.
+fn check_request(req: &Request) -> Result<(), Failure> {
+    if req.domain.is_empty() {
+        return Err(Failure::Service(
+            "rate limit domain must not be empty".into(),
+        ));
+    }
+    if req.descriptors.is_empty() {
+        return Err(Failure::Service(
+            "rate limit descriptor list must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The rate-limit headers (named `limit`, `remaining`, `reset`) of the
+/// status `s` that decides them, at `now`.
+fn headers(
+    (limit, remaining, reset): &(String, String, String),
+    s: &Status,
+    now: i64,
+) -> Vec<(String, String)> {
+    let cl = s.current_limit.as_ref().expect("a limit");
+    let secs = unit_seconds(cl.unit).expect("a configured unit");
+    vec![
+        (limit.clone(), cl.requests_per_unit.to_string()),
+        (remaining.clone(), s.limit_remaining.to_string()),
+        (reset.clone(), (secs - now % secs).to_string()),
+    ]
 }

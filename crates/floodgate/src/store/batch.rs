@@ -5,8 +5,9 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::shard::{Shard, Swept, idle_secs, prefetch_entry};
+use super::shard::{Shard, Swept, prefetch_entry};
 use super::slot::SlotGuard;
+use super::visit::Room;
 use super::{Store, WhenFull};
 use crate::algorithm::{Algorithm, Apply};
 use crate::key::ToKey;
@@ -30,26 +31,74 @@ impl<Q: ?Sized, A> Clone for Item<'_, Q, A> {
 }
 impl<Q: ?Sized, A> Copy for Item<'_, Q, A> {}
 
-/// Whether a batch's new key finds a place in a full store
-/// ([`WhenFull::Deny`]).
-enum Room {
-    /// Not a new key that keeps a state: it needs none.
-    NotNeeded,
-    /// A place for it.
-    Taken,
-    /// None: the batch is refused.
-    Refused,
-}
-
 /// Per-item bookkeeping: hash, the index of its shard's guard, and the item
 /// it is merged into (items with the same key share one state).
 #[derive(Clone, Copy, Default)]
-struct Slot {
-    hash: u64,
+pub(super) struct Slot {
+    /// The key's hash.
+    pub(super) hash: u64,
+    /// Its shard.
     shard: usize,
+    /// The index of its shard's guard.
     guard: usize,
+    /// The first item with the same key.
     lead: usize,
+    /// For that first item, the summed cost of every item with the key.
     cost: u64,
+}
+
+/// A batch being decided: its items, their bookkeeping, and how it runs.
+struct Batch<'b, 'a, Q: ?Sized, A> {
+    items: &'b [Item<'a, Q, A>],
+    slots: &'b [Slot],
+    /// Some key is shared by several items.
+    duplicates: bool,
+    /// Items sharing a key, and dry runs, decide on copies of states.
+    views: bool,
+    /// Nothing is changed ([`Store::simulate_many`]).
+    dry: bool,
+}
+
+impl<Q: ?Sized, A> Batch<'_, '_, Q, A> {
+    /// The items that come first among those sharing their key.
+    #[inline]
+    fn leads(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.items.len()).filter(|&i| self.slots[i].lead == i)
+    }
+
+    /// The items sharing the key of the item at `lead`, in order.
+    #[inline]
+    fn members(&self, lead: usize) -> impl Iterator<Item = usize> + '_ {
+        (lead..self.items.len()).filter(move |&j| self.slots[j].lead == lead)
+    }
+
+    /// Whether the key of the item at `lead` is shared by more items.
+    #[inline]
+    fn shared(&self, lead: usize) -> bool {
+        self.duplicates && self.members(lead).nth(1).is_some()
+    }
+}
+
+/// What the check decided the batch's charge is.
+struct Verdict {
+    /// How every key is charged.
+    mode: Apply,
+    /// A rejected request charged by [`Apply::Force`].
+    forced: bool,
+    /// The item whose new key a full store has no room for, under
+    /// [`WhenFull::Deny`]: the whole batch is rejected for it.
+    refused: Option<usize>,
+}
+
+impl Verdict {
+    /// `mode` applied to every key, as asked.
+    fn applying(mode: Apply) -> Self {
+        Verdict {
+            mode,
+            forced: false,
+            refused: None,
+        }
+    }
 }
 
 impl<K: Hash + Eq, S> Store<K, S> {
@@ -129,6 +178,8 @@ impl<K: Hash + Eq, S> Store<K, S> {
         self.run_many(items, now, Apply::Commit, true, out)
     }
 
+    /// The batch proper (two items or more): places the items, locks their
+    /// shards, checks every item, then charges (or reports) each.
     fn run_many<A, Q>(
         &self,
         items: &[Item<'_, Q, A>],
@@ -144,12 +195,59 @@ impl<K: Hash + Eq, S> Store<K, S> {
     {
         let mut inline = [Slot::default(); 16];
         let mut heap = Vec::new();
-        let slots: &mut [Slot] = if items.len() <= inline.len() {
-            &mut inline[..items.len()]
-        } else {
-            heap.resize(items.len(), Slot::default());
-            &mut heap
+        let slots = on_stack(&mut inline, &mut heap, items.len(), Slot::default);
+        let duplicates = self.place(items, slots);
+        // Items sharing a key, and dry runs, decide on copies of states.
+        let views = (duplicates || dry) && copies(items);
+        let mut small = [0usize; 16];
+        let mut order = Vec::new();
+        let distinct = distinct_shards(slots, &mut small, &mut order);
+        let mut inline_guards: [Option<SlotGuard<'_, Shard<K, S>>>; 16] =
+            std::array::from_fn(|_| None);
+        let mut heap_guards = Vec::new();
+        let guards = on_stack(&mut inline_guards, &mut heap_guards, distinct.len(), || {
+            None
+        });
+        let now = self.lock_all(guards, distinct, now);
+        for slot in slots.iter_mut() {
+            slot.guard = distinct.binary_search(&slot.shard).unwrap_or(0);
+        }
+        let batch = Batch {
+            items,
+            slots,
+            duplicates,
+            views,
+            dry,
         };
+        let verdict = match apply {
+            Apply::Commit | Apply::Force => self.check_all(&batch, guards, now, apply),
+            other => Verdict::applying(other),
+        };
+        let swept = self.charge_all(&batch, guards, now, &verdict, out);
+        drop(inline_guards);
+        drop(heap_guards);
+        self.record(swept);
+        if let Some(i) = verdict.refused {
+            for j in batch.members(i) {
+                out[j] = self.without_room(out[j]);
+            }
+        }
+        out[..items.len()]
+            .iter()
+            .copied()
+            .reduce(Decision::narrowest)
+            .expect("items is not empty")
+    }
+
+    /// Fills each item's slot: its hash, its shard (whose entry is
+    /// prefetched), and the first item with the same key, which carries
+    /// their summed cost. Whether any key repeats.
+    #[inline]
+    fn place<A, Q>(&self, items: &[Item<'_, Q, A>], slots: &mut [Slot]) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let mut duplicates = false;
         for (i, item) in items.iter().enumerate() {
             let hash = self.hash(item.key);
@@ -168,45 +266,23 @@ impl<K: Hash + Eq, S> Store<K, S> {
             };
             slots[lead].cost = slots[lead].cost.saturating_add(item.cost);
         }
-        // Items sharing a key, and dry runs, decide on copies of states.
-        let views = (duplicates || dry) && copies(items);
-        // Lock the distinct shards in ascending order.
-        let mut order: Vec<usize> = Vec::new();
-        let mut small = [0usize; 16];
-        let distinct: &mut [usize] = if items.len() <= small.len() {
-            for (d, s) in small.iter_mut().zip(slots.iter()) {
-                *d = s.shard;
-            }
-            &mut small[..items.len()]
-        } else {
-            order.extend(slots.iter().map(|s| s.shard));
-            &mut order
-        };
-        distinct.sort_unstable();
-        let mut n = 0;
-        for i in 0..distinct.len() {
-            if i == 0 || distinct[i] != distinct[n - 1] {
-                distinct[n] = distinct[i];
-                n += 1;
-            }
-        }
-        let distinct = &distinct[..n];
-        // The guards live on the stack for the usual small batches.
-        let mut inline_guards: [Option<SlotGuard<'_, Shard<K, S>>>; 16] =
-            std::array::from_fn(|_| None);
-        let mut heap_guards: Vec<Option<SlotGuard<'_, Shard<K, S>>>> = Vec::new();
-        let guards: &mut [Option<SlotGuard<'_, Shard<K, S>>>] = if n <= inline_guards.len() {
-            &mut inline_guards[..n]
-        } else {
-            heap_guards.resize_with(n, || None);
-            &mut heap_guards
-        };
+        duplicates
+    }
+
+    /// Locks the `distinct` shards in ascending order (two batches never
+    /// wait on each other) and returns the batch's one instant: the latest
+    /// any of its shards has seen (a clock that went backwards is no time
+    /// elapsed), recorded in all of them.
+    #[inline]
+    fn lock_all<'s>(
+        &'s self,
+        guards: &mut [Option<SlotGuard<'s, Shard<K, S>>>],
+        distinct: &[usize],
+        now: Timestamp,
+    ) -> Timestamp {
         for (g, &s) in guards.iter_mut().zip(distinct) {
             *g = Some(self.shards[s].lock());
         }
-        // One instant for the whole batch: the latest any of its shards has
-        // seen (a clock that went backwards is no time elapsed), recorded
-        // in all of them.
         let mut latest = now.as_nanos();
         for g in guards.iter_mut() {
             latest = latest.max(locked(g).monotonic(now.as_nanos()));
@@ -214,281 +290,229 @@ impl<K: Hash + Eq, S> Store<K, S> {
         for g in guards.iter_mut() {
             locked(g).monotonic(latest);
         }
-        let now = Timestamp::from_nanos(latest);
-        for slot in slots.iter_mut() {
-            slot.guard = distinct.binary_search(&slot.shard).unwrap_or(0);
-        }
-        let slots: &[Slot] = slots;
-        let members = |lead: usize| (lead..items.len()).filter(move |&j| slots[j].lead == lead);
-        // The item whose new key a full store has no room for, under
-        // `WhenFull::Deny`: the whole batch is rejected for it. New keys
-        // found room for so far, per guard: two in one shard need two
-        // places.
-        let mut refused = None;
-        let mut reserved: Vec<usize> = Vec::new();
-        let (mode, forced) = match apply {
-            Apply::Commit | Apply::Force => {
-                let mut all = true;
-                for i in (0..items.len()).filter(|&i| slots[i].lead == i) {
-                    let guard = locked(&mut guards[slots[i].guard]);
-                    let admitted = if views && duplicates && members(i).nth(1).is_some() {
-                        // In order, each against what the ones before it
-                        // would leave.
-                        let Some(mut view) = self.snapshot(guard, &slots[i], &items[i]) else {
-                            unreachable!("states are copied when `views`")
-                        };
-                        members(i).all(|j| {
-                            items[j]
-                                .limit
-                                .decide(&mut view, now, items[j].cost, Apply::Commit)
-                                .is_allowed()
-                        })
-                    } else {
-                        let cost = if views { items[i].cost } else { slots[i].cost };
-                        let (d, _) =
-                            self.visit(guard, &slots[i], &items[i], cost, now, Apply::Check, false);
-                        d.is_allowed()
-                    };
-                    if admitted && !dry && self.when_full == WhenFull::Deny {
-                        if reserved.is_empty() {
-                            reserved.resize(distinct.len(), 0);
-                        }
-                        let held = &mut reserved[slots[i].guard];
-                        match self.room(
-                            guard,
-                            &slots[i],
-                            &items[i],
-                            slots[i].cost,
-                            now,
-                            *held,
-                            apply,
-                        ) {
-                            Room::Refused => {
-                                refused = Some(i);
-                                all = false;
-                                break;
-                            }
-                            Room::Taken => *held += 1,
-                            Room::NotNeeded => {}
-                        }
-                    }
-                    if !admitted {
-                        all = false;
-                        break;
-                    }
-                }
-                match (all, apply) {
-                    (true, a) => (a, false),
-                    (false, Apply::Force) => (Apply::Force, true),
-                    (false, _) => (Apply::Rejected, false),
-                }
-            }
-            other => (other, false),
-        };
-        let mut swept = Swept::default();
-        for i in (0..items.len()).filter(|&i| slots[i].lead == i) {
-            let slot = slots[i];
-            let guard = locked(&mut guards[slot.guard]);
-            // A forced charge of a rejected request spares in-flight
-            // limits: they never charge what they did not admit.
-            let mode = if forced && items[i].limit.in_flight() {
-                Apply::Rejected
-            } else {
-                mode
-            };
-            let single = !duplicates || members(i).nth(1).is_none();
-            if (single || !views) && !dry {
-                // One item, or items whose states cannot be copied: their
-                // costs added up, one decision for all.
-                let (d, s) = self.visit(guard, &slot, &items[i], slot.cost, now, mode, true);
-                swept.reclaimed += s.reclaimed;
-                swept.evicted += s.evicted;
-                if duplicates {
-                    for j in members(i) {
-                        out[j] = d;
-                    }
-                } else {
-                    out[i] = d;
-                }
-                continue;
-            }
-            if dry || matches!(mode, Apply::Check | Apply::Rejected) {
-                // Reported in order against a view of the key where the
-                // items before each one were charged.
-                let Some(mut view) = self.snapshot(guard, &slot, &items[i]) else {
-                    unreachable!("states are copied when `views`")
-                };
-                let charging = matches!(mode, Apply::Commit | Apply::Force);
-                for j in members(i) {
-                    let item = &items[j];
-                    if charging {
-                        out[j] = item.limit.decide(&mut view, now, item.cost, mode);
-                    } else {
-                        let Some(mut probe) = item.limit.snapshot(&view) else {
-                            unreachable!("states are copied when `views`")
-                        };
-                        out[j] = item.limit.decide(&mut probe, now, item.cost, mode);
-                        item.limit.decide(&mut view, now, item.cost, Apply::Force);
-                    }
-                }
-                if !dry && mode == Apply::Rejected {
-                    // The key itself takes the summed cost, rejected.
-                    let (_, s) = self.visit(
-                        guard,
-                        &slot,
-                        &items[i],
-                        slot.cost,
-                        now,
-                        Apply::Rejected,
-                        true,
-                    );
-                    swept.reclaimed += s.reclaimed;
-                    swept.evicted += s.evicted;
-                }
-                continue;
-            }
-            // Charged in order.
-            for j in members(i) {
-                let (d, s) = self.visit(guard, &slot, &items[j], items[j].cost, now, mode, true);
-                swept.reclaimed += s.reclaimed;
-                swept.evicted += s.evicted;
-                out[j] = d;
-            }
-        }
-        drop(inline_guards);
-        drop(heap_guards);
-        self.record(swept);
-        if let Some(i) = refused {
-            for j in members(i) {
-                out[j] = self.without_room(out[j]);
-            }
-        }
-        out[..items.len()]
-            .iter()
-            .copied()
-            .reduce(Decision::narrowest)
-            .expect("items is not empty")
+        Timestamp::from_nanos(latest)
     }
 
-    /// A copy of the state `item`'s key holds in its (locked) shard, or a
-    /// fresh one; `None` when its limit cannot copy states.
-    fn snapshot<A, Q>(
+    /// The check before anything is charged ([`Apply::Commit`] or
+    /// [`Apply::Force`]): whether every key admits the request in its turn
+    /// and, under [`WhenFull::Deny`], finds room if new; it stops at the
+    /// first that does not.
+    #[inline]
+    fn check_all<'s, A, Q>(
         &self,
-        shard: &mut SlotGuard<'_, Shard<K, S>>,
-        slot: &Slot,
-        item: &Item<'_, Q, A>,
-    ) -> Option<S>
-    where
-        A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        match shard.table.find(slot.hash, |e| e.key.borrow() == item.key) {
-            Some(e) => item.limit.snapshot(&e.state),
-            None => Some(item.limit.fresh()),
-        }
-    }
-
-    /// Under [`WhenFull::Deny`], whether `item`'s key needs a place in its
-    /// shard (it is new and would keep a state after `cost`) and, if so,
-    /// whether the shard has one beside the `held` places the batch's
-    /// earlier new keys took there (looked for as an insertion would, so
-    /// room made now is kept for them).
-    #[allow(clippy::too_many_arguments)]
-    fn room<A, Q>(
-        &self,
-        shard: &mut SlotGuard<'_, Shard<K, S>>,
-        slot: &Slot,
-        item: &Item<'_, Q, A>,
-        cost: u64,
-        now: Timestamp,
-        held: usize,
-        apply: Apply,
-    ) -> Room
-    where
-        A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let known = shard
-            .table
-            .find(slot.hash, |e| e.key.borrow() == item.key)
-            .is_some();
-        if known {
-            return Room::NotNeeded;
-        }
-        let mut state = item.limit.fresh();
-        let (_, idle) = item.limit.decide_idle(&mut state, now, cost, apply);
-        if idle <= now && idle != Timestamp::MAX {
-            return Room::NotNeeded;
-        }
-        let tick = shard.tick();
-        let (swept, room) = shard.before_insert(now, self.shard_cap, tick, self.when_full);
-        self.record(swept);
-        if room && shard.table.len() + held < self.shard_cap {
-            Room::Taken
-        } else {
-            Room::Refused
-        }
-    }
-
-    /// Decides `cost` on one key in its (locked) shard; inserts the key
-    /// when `store` is set and its state is no longer fresh (without state
-    /// when the full store has no room: the batch's check has already
-    /// refused it under [`WhenFull::Deny`], so it is admitted, counted).
-    #[allow(clippy::too_many_arguments)]
-    fn visit<A, Q>(
-        &self,
-        shard: &mut SlotGuard<'_, Shard<K, S>>,
-        slot: &Slot,
-        item: &Item<'_, Q, A>,
-        cost: u64,
+        batch: &Batch<'_, '_, Q, A>,
+        guards: &mut [Option<SlotGuard<'s, Shard<K, S>>>],
         now: Timestamp,
         apply: Apply,
-        store: bool,
-    ) -> (Decision, Swept)
+    ) -> Verdict
     where
         A: Algorithm<State = S>,
         K: Borrow<Q>,
         Q: Hash + Eq + ToKey<K> + ?Sized,
     {
-        let tick = shard.next_tick();
-        let limit = item.limit;
-        let base = shard.base();
-        if let Some(e) = shard
-            .table
-            .find_mut(slot.hash, |e| e.key.borrow() == item.key)
-        {
-            if !store {
-                return (
-                    limit.decide(&mut e.state, now, cost, apply),
-                    Swept::default(),
-                );
+        // New keys found room for so far, per guard: two in one shard need
+        // two places.
+        let mut reserved: Vec<usize> = Vec::new();
+        let shards = guards.len();
+        let mut refused = None;
+        let mut all = true;
+        for i in batch.leads() {
+            let slot = &batch.slots[i];
+            let guard = locked(&mut guards[slot.guard]);
+            let admitted = self.admits(batch, guard, i, now);
+            if admitted && !batch.dry && self.when_full == WhenFull::Deny {
+                if reserved.is_empty() {
+                    reserved.resize(shards, 0);
+                }
+                let held = &mut reserved[slot.guard];
+                match self.room(guard, slot, &batch.items[i], slot.cost, now, *held, apply) {
+                    Room::Refused => {
+                        refused = Some(i);
+                        all = false;
+                        break;
+                    }
+                    Room::Taken => *held += 1,
+                    Room::NotNeeded => {}
+                }
             }
-            let (d, idle) = limit.decide_idle(&mut e.state, now, cost, apply);
-            e.idle = idle_secs(idle, now, base, limit.pins());
-            e.touched = tick;
-            return (d, Swept::default());
+            if !admitted {
+                all = false;
+                break;
+            }
         }
-        let mut state = limit.fresh();
-        let (d, idle) = limit.decide_idle(&mut state, now, cost, apply);
+        let (mode, forced) = match (all, apply) {
+            (true, a) => (a, false),
+            (false, Apply::Force) => (Apply::Force, true),
+            (false, _) => (Apply::Rejected, false),
+        };
+        Verdict {
+            mode,
+            forced,
+            refused,
+        }
+    }
+
+    /// Whether the key of the item at `lead` admits the request, changing
+    /// nothing: the items sharing it in order, each against what the ones
+    /// before it would leave, when their states are copied; otherwise
+    /// their summed cost at once.
+    #[inline]
+    fn admits<A, Q>(
+        &self,
+        batch: &Batch<'_, '_, Q, A>,
+        guard: &mut SlotGuard<'_, Shard<K, S>>,
+        lead: usize,
+        now: Timestamp,
+    ) -> bool
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        let (slot, item) = (&batch.slots[lead], &batch.items[lead]);
+        if batch.views && batch.shared(lead) {
+            let Some(mut view) = self.snapshot(guard, slot, item) else {
+                unreachable!("states are copied when `views`")
+            };
+            return batch.members(lead).all(|j| {
+                let member = &batch.items[j];
+                member
+                    .limit
+                    .decide(&mut view, now, member.cost, Apply::Commit)
+                    .is_allowed()
+            });
+        }
+        let cost = if batch.views { item.cost } else { slot.cost };
+        let (d, _) = self.visit(guard, slot, item, cost, now, Apply::Check, false);
+        d.is_allowed()
+    }
+
+    /// Applies the verdict to every key, writing each item's decision to
+    /// `out`; what the insertions swept.
+    #[inline]
+    fn charge_all<'s, A, Q>(
+        &self,
+        batch: &Batch<'_, '_, Q, A>,
+        guards: &mut [Option<SlotGuard<'s, Shard<K, S>>>],
+        now: Timestamp,
+        verdict: &Verdict,
+        out: &mut [Decision],
+    ) -> Swept
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
         let mut swept = Swept::default();
-        // Kept: not idle yet, or pinned (permits held, even at the end of time).
-        if store && (idle > now || idle == Timestamp::MAX) {
-            let kept;
-            (swept, kept) = self.insert(
-                shard,
-                slot.hash,
-                || item.key.to_key(),
-                state,
-                (idle, limit.pins()),
-                now,
-            );
-            if !kept {
-                self.count_full(WhenFull::Admit);
+        for i in batch.leads() {
+            let guard = locked(&mut guards[batch.slots[i].guard]);
+            // A forced charge of a rejected request spares in-flight
+            // limits: they never charge what they did not admit.
+            let mode = if verdict.forced && batch.items[i].limit.in_flight() {
+                Apply::Rejected
+            } else {
+                verdict.mode
+            };
+            swept += self.charge(batch, guard, i, now, mode, out);
+        }
+        swept
+    }
+
+    /// Applies `mode` to the key of the item at `lead` for every item
+    /// sharing it, writing their decisions to `out`.
+    #[inline]
+    fn charge<A, Q>(
+        &self,
+        batch: &Batch<'_, '_, Q, A>,
+        guard: &mut SlotGuard<'_, Shard<K, S>>,
+        lead: usize,
+        now: Timestamp,
+        mode: Apply,
+        out: &mut [Decision],
+    ) -> Swept
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        let slot = &batch.slots[lead];
+        let single = !batch.shared(lead);
+        if (single || !batch.views) && !batch.dry {
+            // One item, or items whose states cannot be copied: their
+            // costs added up, one decision for all.
+            let (d, s) = self.visit(guard, slot, &batch.items[lead], slot.cost, now, mode, true);
+            if batch.duplicates {
+                for j in batch.members(lead) {
+                    out[j] = d;
+                }
+            } else {
+                out[lead] = d;
+            }
+            return s;
+        }
+        if batch.dry || matches!(mode, Apply::Check | Apply::Rejected) {
+            return self.report_in_order(batch, guard, lead, now, mode, out);
+        }
+        // Charged in order.
+        let mut swept = Swept::default();
+        for j in batch.members(lead) {
+            let item = &batch.items[j];
+            let (d, s) = self.visit(guard, slot, item, item.cost, now, mode, true);
+            swept += s;
+            out[j] = d;
+        }
+        swept
+    }
+
+    /// Reports the items sharing the key of the item at `lead` in order,
+    /// against a view of the key where the items before each one were
+    /// charged; a rejected request (not a dry run) then leaves the key as
+    /// their summed cost, rejected, leaves it.
+    fn report_in_order<A, Q>(
+        &self,
+        batch: &Batch<'_, '_, Q, A>,
+        guard: &mut SlotGuard<'_, Shard<K, S>>,
+        lead: usize,
+        now: Timestamp,
+        mode: Apply,
+        out: &mut [Decision],
+    ) -> Swept
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToKey<K> + ?Sized,
+    {
+        let (slot, lead_item) = (&batch.slots[lead], &batch.items[lead]);
+        let Some(mut view) = self.snapshot(guard, slot, lead_item) else {
+            unreachable!("states are copied when `views`")
+        };
+        let charging = matches!(mode, Apply::Commit | Apply::Force);
+        for j in batch.members(lead) {
+            let item = &batch.items[j];
+            if charging {
+                out[j] = item.limit.decide(&mut view, now, item.cost, mode);
+            } else {
+                let Some(mut probe) = item.limit.snapshot(&view) else {
+                    unreachable!("states are copied when `views`")
+                };
+                out[j] = item.limit.decide(&mut probe, now, item.cost, mode);
+                item.limit.decide(&mut view, now, item.cost, Apply::Force);
             }
         }
-        (d, swept)
+        if batch.dry || mode != Apply::Rejected {
+            return Swept::default();
+        }
+        // The key itself takes the summed cost, rejected.
+        let (_, s) = self.visit(
+            guard,
+            slot,
+            lead_item,
+            slot.cost,
+            now,
+            Apply::Rejected,
+            true,
+        );
+        s
     }
 }
 
@@ -504,4 +528,44 @@ fn copies<Q: ?Sized, A: Algorithm>(items: &[Item<'_, Q, A>]) -> bool {
 fn locked<'a, 'g, T>(g: &'a mut Option<SlotGuard<'g, T>>) -> &'a mut SlotGuard<'g, T> {
     g.as_mut()
         .expect("every shard of the batch is locked before any item is visited")
+}
+
+/// The first `n` places of `inline` when they suffice, else `heap` grown to
+/// `n`: the usual small batches keep their bookkeeping on the stack.
+#[inline]
+fn on_stack<'s, T, const N: usize>(
+    inline: &'s mut [T; N],
+    heap: &'s mut Vec<T>,
+    n: usize,
+    fill: impl FnMut() -> T,
+) -> &'s mut [T] {
+    if n <= N {
+        &mut inline[..n]
+    } else {
+        heap.resize_with(n, fill);
+        heap
+    }
+}
+
+/// The distinct shards of `slots` in ascending order (the order they are
+/// locked in), kept in `small` when it suffices, else in `order`.
+#[inline]
+fn distinct_shards<'s>(
+    slots: &[Slot],
+    small: &'s mut [usize; 16],
+    order: &'s mut Vec<usize>,
+) -> &'s [usize] {
+    let shards = on_stack(small, order, slots.len(), || 0);
+    for (d, s) in shards.iter_mut().zip(slots) {
+        *d = s.shard;
+    }
+    shards.sort_unstable();
+    let mut n = 0;
+    for i in 0..shards.len() {
+        if i == 0 || shards[i] != shards[n - 1] {
+            shards[n] = shards[i];
+            n += 1;
+        }
+    }
+    &shards[..n]
 }

@@ -56,6 +56,7 @@ mod lock;
 mod prefetch;
 mod shard;
 mod slot;
+mod visit;
 mod zone;
 
 use std::borrow::Borrow;

@@ -15,6 +15,7 @@ pub(crate) struct Prefetch {
 }
 
 impl Prefetch {
+    /// What this CPU can prefetch.
     pub(crate) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {

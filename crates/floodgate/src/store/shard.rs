@@ -20,8 +20,11 @@ const FAR: u32 = PINNED - 1;
 /// Seconds past a shard's base after which the base moves up to now.
 const REBASE: u64 = 1 << 31;
 
+/// A key and its limit's state.
 pub(crate) struct Entry<K, S> {
+    /// The limit's state.
     pub(crate) state: S,
+    /// The key.
     pub(crate) key: K,
     /// Whole seconds after the shard's base (rounded up) at which the state
     /// equals a fresh one.
@@ -30,7 +33,9 @@ pub(crate) struct Entry<K, S> {
     pub(crate) touched: u32,
 }
 
+/// A part of the store, locked as one.
 pub(crate) struct Shard<K, S> {
+    /// The entries, by key hash.
     pub(crate) table: HashTable<Entry<K, S>>,
     sweep_at: usize,
     /// The instant (whole seconds) entries' idle times count from: moved up
@@ -49,8 +54,17 @@ const NEVER: u64 = u64::MAX;
 /// What a sweep removed.
 #[derive(Default)]
 pub(crate) struct Swept {
+    /// Idle entries dropped.
     pub(crate) reclaimed: u64,
+    /// Entries evicted at capacity.
     pub(crate) evicted: u64,
+}
+
+impl std::ops::AddAssign for Swept {
+    fn add_assign(&mut self, other: Swept) {
+        self.reclaimed += other.reclaimed;
+        self.evicted += other.evicted;
+    }
 }
 
 /// The idle instant `t` of a state decided at `now` by a limit that `pins`
@@ -138,9 +152,10 @@ impl<K, S> Shard<K, S> {
         self.base += delta;
     }
 
-    /// The table's location for [`prefetch`]: the address of its control
-    /// bytes (found from any occupied bucket, hashbrown keeping bucket `i`
-    /// `(i + 1)` entries below them) and its bucket mask; zeros when empty.
+    /// The table's location for [`prefetch_entry`]: the address of its
+    /// control bytes (found from any occupied bucket, hashbrown keeping
+    /// bucket `i` `(i + 1)` entries below them) and its bucket mask; zeros
+    /// when empty.
     pub(crate) fn table_hint(&self) -> [usize; 2] {
         let Some(i) = self.table.iter_buckets().next() else {
             return [0, 0];

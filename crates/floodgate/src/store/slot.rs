@@ -47,6 +47,7 @@ unsafe impl<T: Send> Sync for Slot<T> {}
 unsafe impl<T: Send> Send for Slot<T> {}
 
 impl<T> Slot<T> {
+    /// An unlocked slot holding `value`.
     pub(crate) fn new(value: T) -> Self {
         Slot {
             head: CachePadded::new(Head {
