@@ -40,7 +40,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 id.build(black_box(&parts), peer, &NoExtensions, &mut out);
                 black_box(out.len())
-            })
+            });
         });
     }
 }

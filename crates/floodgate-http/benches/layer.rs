@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
                         .unwrap(),
                 )
             })
-        })
+        });
     });
     g.bench_function("behind the layer, admitted", |b| {
         b.iter(|| {
@@ -123,7 +123,7 @@ fn bench(c: &mut Criterion) {
                         .unwrap(),
                 )
             })
-        })
+        });
     });
     for (name, svc) in [
         ("one descriptor, planned", &mut planned),
@@ -141,7 +141,7 @@ fn bench(c: &mut Criterion) {
                             .unwrap(),
                     )
                 })
-            })
+            });
         });
     }
     g.bench_function("behind the layer, denied (429 + problem body)", |b| {
@@ -157,7 +157,7 @@ fn bench(c: &mut Criterion) {
                         .unwrap(),
                 )
             })
-        })
+        });
     });
     g.finish();
 }

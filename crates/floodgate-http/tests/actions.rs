@@ -239,7 +239,7 @@ descriptors: [[client_ip]]",
             &NoExtensions,
             &mut out,
         );
-        assert_eq!(out[0].hits_addend(), Some(out.hits_addend() as u64));
+        assert_eq!(out[0].hits_addend(), Some(u64::from(out.hits_addend())));
         out.hits_addend()
     };
     assert_eq!(hits(Some("5")), 5);

@@ -185,7 +185,7 @@ async fn the_epoch_reset_does_not_wobble() {
             .await
             .unwrap();
         let reset_after = r.narrowest().unwrap().reset_after;
-        let later = clock.now().as_nanos() as u128 + reset_after.as_nanos();
+        let later = u128::from(clock.now().as_nanos()) + reset_after.as_nanos();
         naive.push(later.div_ceil(1_000_000_000) as u64);
     }
     assert!(resets.iter().all(|&r| r == 1_700_000_010), "{resets:?}");

@@ -20,7 +20,9 @@ fn param<'a>(item: &'a sfv::Item, key: &str) -> Option<&'a BareItem> {
 }
 
 fn int(item: &sfv::Item, key: &str) -> Option<i64> {
-    param(item, key).and_then(|v| v.as_integer()).map(i64::from)
+    param(item, key)
+        .and_then(sfv::GenericBareItem::as_integer)
+        .map(i64::from)
 }
 
 fn items(text: &str) -> Vec<sfv::Item> {

@@ -114,6 +114,7 @@ impl Schedule {
 
 #[tokio::test(start_paused = true)]
 async fn the_plan_answers_exactly_as_the_engine_lookup() {
+    use floodgate_http::layer::LayerStats as S;
     let mut compared = 0;
     let mut denied = 0;
     for rules in RULES {
@@ -141,7 +142,6 @@ async fn the_plan_answers_exactly_as_the_engine_lookup() {
                 denied += usize::from(a.0 != 200);
             }
             let (d, g) = (direct.stats(), general.stats());
-            use floodgate_http::layer::LayerStats as S;
             assert_eq!(S::get(&d.decided), S::get(&g.decided));
             assert_eq!(S::get(&d.denied), S::get(&g.denied));
             assert_eq!(S::get(&d.delayed), S::get(&g.delayed));

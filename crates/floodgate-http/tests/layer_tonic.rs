@@ -168,7 +168,10 @@ http:
 "#;
     let identity = floodgate_http::HttpIdentity::from_yaml_str("t.yaml", text).unwrap();
     let settings = floodgate_http::layer::LayerSettings {
-        peer: |e| e.get::<TcpConnectInfo>().and_then(|c| c.remote_addr()),
+        peer: |e| {
+            e.get::<TcpConnectInfo>()
+                .and_then(tonic::transport::server::TcpConnectInfo::remote_addr)
+        },
         ..Default::default()
     };
     let layer = floodgate_http::FloodgateLayer::with(

@@ -187,7 +187,7 @@ fn run_1(engine: &Bench, requests: &[[OwnedDescriptor; 1]], n: usize, response: 
 #[inline(never)]
 fn case_3_descriptors(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
     black_box("3_descriptors");
-    run_3(e, r, n, out)
+    run_3(e, r, n, out);
 }
 
 #[inline(never)]
@@ -198,19 +198,19 @@ fn case_3_descriptors_observed(
     out: &mut Response,
 ) {
     black_box("3_descriptors_observed");
-    run_3(e, r, n, out)
+    run_3(e, r, n, out);
 }
 
 #[inline(never)]
 fn case_1_denied(e: &Bench, r: &[[OwnedDescriptor; 1]], n: usize, out: &mut Response) {
     black_box("1_denied");
-    run_1(e, r, n, out)
+    run_1(e, r, n, out);
 }
 
 #[inline(never)]
 fn case_1_denied_observed(e: &Bench, r: &[[OwnedDescriptor; 1]], n: usize, out: &mut Response) {
     black_box("1_denied_observed");
-    run_1(e, r, n, out)
+    run_1(e, r, n, out);
 }
 
 fn run_direct(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
@@ -225,13 +225,13 @@ fn run_direct(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Respons
 #[inline(never)]
 fn case_1_direct(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
     black_box("1_direct");
-    run_direct(e, r, n, out)
+    run_direct(e, r, n, out);
 }
 
 #[inline(never)]
 fn case_1_direct_observed(e: &Bench, r: &[[OwnedDescriptor; 3]], n: usize, out: &mut Response) {
     black_box("1_direct_observed");
-    run_direct(e, r, n, out)
+    run_direct(e, r, n, out);
 }
 
 /// Runs each case `n` times, for counting instructions (see the module
@@ -281,7 +281,7 @@ fn bench(c: &mut Criterion) {
             ready(engine.evaluate("api", black_box(&requests[i % 1024]), 1, &mut response))
                 .unwrap();
             black_box(response.overall)
-        })
+        });
     });
     // One descriptor of the per-IP rule (no value changes it): matched
     // and decided the general way, and by a direct plan.
@@ -299,7 +299,7 @@ fn bench(c: &mut Criterion) {
                 .unwrap()
                 .unwrap();
             black_box(response.overall)
-        })
+        });
     });
     group.bench_function("1_descriptor_direct", |b| {
         let mut i = 0usize;
@@ -310,7 +310,7 @@ fn bench(c: &mut Criterion) {
                 .evaluate_direct(&plan, d, 1, Apply::Commit, &mut response)
                 .unwrap();
             black_box(response.overall)
-        })
+        });
     });
     // The same with limited decisions recorded: on admitted requests (all
     // of the 3-descriptor ones) and on denied ones.
@@ -322,7 +322,7 @@ fn bench(c: &mut Criterion) {
             ready(observed.evaluate("api", black_box(&requests[i % 1024]), 1, &mut response))
                 .unwrap();
             black_box(response.overall)
-        })
+        });
     });
     let clients = clients();
     for (name, engine) in [
@@ -344,7 +344,7 @@ fn bench(c: &mut Criterion) {
                     .unwrap()
                     .unwrap();
                 black_box(response.overall)
-            })
+            });
         });
     }
     group.finish();

@@ -108,7 +108,13 @@ mod tests {
 
     #[test]
     fn text_round_trips_and_refuses_what_is_no_permit() {
-        for v in [1u128, 42, u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX] {
+        for v in [
+            1u128,
+            42,
+            u128::from(u64::MAX),
+            u128::from(u64::MAX) + 1,
+            u128::MAX,
+        ] {
             let p = Permit::from(v);
             assert_eq!(p.get(), v);
             assert_eq!(p.to_string().parse::<Permit>(), Ok(p));

@@ -195,12 +195,12 @@ impl Reported {
             .find(|u| u.duration().as_nanos() >= nanos)
             .unwrap_or(Unit::Year);
         let per_unit = if unit.duration().as_nanos() == nanos {
-            count as u128
+            u128::from(count)
         } else {
-            count as u128 * unit.duration().as_nanos() / nanos
+            u128::from(count) * unit.duration().as_nanos() / nanos
         };
         Reported {
-            requests_per_unit: per_unit.max(quota as u128).min(u32::MAX as u128) as u32,
+            requests_per_unit: per_unit.max(u128::from(quota)).min(u128::from(u32::MAX)) as u32,
             unit,
         }
     }

@@ -72,10 +72,18 @@ impl Zones {
     }
 
     fn get(&self, id: u64) -> Arc<ShaperZone<u128>> {
-        if let Some(z) = self.map.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        if let Some(z) = self
+            .map
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+        {
             return Arc::clone(z);
         }
-        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self
+            .map
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(map.entry(id).or_insert_with(|| {
             Arc::new(ShaperZone::new(self.capacity).expect("the store's capacity is a zone's"))
         }))
@@ -91,7 +99,7 @@ impl Zones {
             .collect();
         self.map
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|id, _| live.contains(id));
     }
 
@@ -99,7 +107,7 @@ impl Zones {
     pub(crate) fn len(&self) -> usize {
         self.map
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
             .map(|z| z.len())
             .sum()

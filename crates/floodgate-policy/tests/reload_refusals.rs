@@ -101,7 +101,7 @@ fn an_emptied_or_truncated_file_is_refused_and_the_limits_stay() {
         std::fs::write(&file, &text).unwrap();
         match reloader.poll() {
             ReloadOutcome::Rejected(e) => {
-                assert!(e.to_string().contains(expected), "{text:?}: {e}")
+                assert!(e.to_string().contains(expected), "{text:?}: {e}");
             }
             other => panic!("{text:?}: {other:?}"),
         }

@@ -36,7 +36,7 @@ pub(crate) struct Lead {
 impl Lead {
     /// Whether deciding this key for a request another limit denied can
     /// change it: a penalty charges the denial, a block starts one.
-    pub fn acts_when_rejected(&self) -> bool {
+    pub(crate) fn acts_when_rejected(&self) -> bool {
         self.penalty != Penalty::None || self.block_us > 0
     }
 }
@@ -78,7 +78,7 @@ pub(crate) enum Call {
 impl Call {
     /// The call deciding a batch decided with `apply` in one call
     /// ([`Apply::Check`] is a dry run).
-    pub fn of(apply: Apply) -> Call {
+    pub(crate) fn of(apply: Apply) -> Call {
         match apply {
             Apply::Check => Call::DryCommit,
             Apply::Commit => Call::Commit,
@@ -100,7 +100,7 @@ impl Call {
 }
 
 impl Plan {
-    pub fn new(items: &[Item<'_>], layout: &KeyLayout) -> Result<Plan, UnsupportedLimit> {
+    pub(crate) fn new(items: &[Item<'_>], layout: &KeyLayout) -> Result<Plan, UnsupportedLimit> {
         let mut leads: Vec<Lead> = Vec::with_capacity(items.len());
         let mut lead_of = Vec::with_capacity(items.len());
         // Large batches find duplicates by hashing, small ones by scanning.
@@ -140,7 +140,7 @@ impl Plan {
 
     /// The leads grouped by hash slot (one group unless `cluster`), each
     /// group in batch order.
-    pub fn groups(&self, cluster: bool) -> Vec<Vec<usize>> {
+    pub(crate) fn groups(&self, cluster: bool) -> Vec<Vec<usize>> {
         if !cluster {
             return vec![(0..self.leads.len()).collect()];
         }
@@ -157,20 +157,26 @@ impl Plan {
     }
 
     /// The number of items of the batch.
-    pub fn items(&self) -> usize {
+    pub(crate) fn items(&self) -> usize {
         self.lead_of.len()
     }
 
     /// The items the script answers for `group`, in the order of its reply
     /// (each key's items in turn).
-    pub fn answered<'a>(&'a self, group: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    pub(crate) fn answered<'a>(&'a self, group: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
         group
             .iter()
             .flat_map(|&l| self.leads[l].members.iter().map(|&(i, _)| i))
     }
 
     /// The script call deciding `group` as `call` says.
-    pub fn command(&self, script: &Script, group: &[usize], call: Call, args: &CallArgs) -> Cmd {
+    pub(crate) fn command(
+        &self,
+        script: &Script,
+        group: &[usize],
+        call: Call,
+        args: &CallArgs,
+    ) -> Cmd {
         let mut cmd = script.call(group.len());
         for &i in group {
             cmd.arg(&self.leads[i].key);

@@ -50,7 +50,7 @@ pub(crate) struct ProbeGuard<'a> {
 }
 
 impl ProbeGuard<'_> {
-    pub fn finish(mut self, ok: bool) {
+    pub(crate) fn finish(mut self, ok: bool) {
         self.done = true;
         if ok {
             self.breaker.close(self.stats);
@@ -69,7 +69,7 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl Breaker {
-    pub fn new(config: BreakerConfig) -> Self {
+    pub(crate) fn new(config: BreakerConfig) -> Self {
         Breaker {
             state: AtomicU8::new(CLOSED),
             failures: AtomicU32::new(0),
@@ -91,7 +91,7 @@ impl Breaker {
         self.now().saturating_add(cool_down)
     }
 
-    pub fn state(&self) -> BreakerState {
+    pub(crate) fn state(&self) -> BreakerState {
         match self.state.load(Ordering::Acquire) {
             CLOSED => BreakerState::Closed,
             OPEN => BreakerState::Open,
@@ -100,7 +100,7 @@ impl Breaker {
     }
 
     /// Whether this call may go to Redis, and as what.
-    pub fn pass<'a>(&'a self, stats: &'a ResilienceStats) -> Option<Pass<'a>> {
+    pub(crate) fn pass<'a>(&'a self, stats: &'a ResilienceStats) -> Option<Pass<'a>> {
         match self.state.load(Ordering::Acquire) {
             CLOSED => Some(Pass::Call),
             OPEN if self.now() >= self.retry_at.load(Ordering::Acquire) => self
@@ -120,14 +120,14 @@ impl Breaker {
     }
 
     /// A call made while closed succeeded.
-    pub fn success(&self) {
+    pub(crate) fn success(&self) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
     }
 
     /// A call made while closed failed.
-    pub fn failure(&self, stats: &ResilienceStats) {
+    pub(crate) fn failure(&self, stats: &ResilienceStats) {
         let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if n >= self.config.failure_threshold {
             self.retry_at.store(self.cool_down_end(), Ordering::Release);
@@ -154,7 +154,7 @@ impl Breaker {
 
     /// Opens the breaker now, with a probe allowed at once (Redis is known
     /// to be unreachable, as at start-up).
-    pub fn open_now(&self, stats: &ResilienceStats) {
+    pub(crate) fn open_now(&self, stats: &ResilienceStats) {
         self.retry_at.store(self.now(), Ordering::Release);
         if self.state.swap(OPEN, Ordering::AcqRel) == CLOSED {
             stats.breaker_opened.inc();

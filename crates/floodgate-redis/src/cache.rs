@@ -89,7 +89,7 @@ pub(crate) struct OverLimitCache {
 }
 
 impl OverLimitCache {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         OverLimitCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
@@ -103,11 +103,20 @@ impl OverLimitCache {
 
     /// The denial still in force for `key` under `limit` at cost `cost`, as
     /// seen at `now` (cache-clock nanoseconds).
-    pub fn get(&self, key: &[u8], limit: &AnyLimit, cost: u64, now: u64) -> Option<Decision> {
+    pub(crate) fn get(
+        &self,
+        key: &[u8],
+        limit: &AnyLimit,
+        cost: u64,
+        now: u64,
+    ) -> Option<Decision> {
         if key.len() > MAX_KEY || cost == 0 {
             return None;
         }
-        let shard = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        let shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let e = shard.get(key)?;
         if e.until <= now || cost < e.min_cost || cost > e.quota || &e.limit != limit {
             return None;
@@ -124,7 +133,7 @@ impl OverLimitCache {
     /// Remembers Redis's denial of `key` (cost `cost`) for a request sent at
     /// `sent`; `charged` says whether Redis was asked to charge it (not a dry
     /// run). Returns whether it was stored.
-    pub fn insert(
+    pub(crate) fn insert(
         &self,
         key: &[u8],
         limit: &AnyLimit,
@@ -155,7 +164,10 @@ impl OverLimitCache {
             quota: d.limit,
             remaining: d.remaining,
         };
-        let mut shard = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        let mut shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if shard.len() >= self.per_shard && !shard.contains_key(key) {
             shard.retain(|_, e| e.until > sent);
             if shard.len() >= self.per_shard {
@@ -174,10 +186,14 @@ impl OverLimitCache {
 
     /// Entries held (expired ones included until they are swept).
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .len()
+            })
             .sum()
     }
 }
@@ -246,8 +262,8 @@ mod tests {
                 &i.to_le_bytes(),
                 &l,
                 1,
-                i as u64,
-                &denial(1 + i as u64 % 7),
+                u64::from(i),
+                &denial(1 + u64::from(i) % 7),
                 true,
             );
         }

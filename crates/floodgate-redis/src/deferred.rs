@@ -76,7 +76,9 @@ impl DeferredReleases {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Pending>> {
         // A panic never happens under this lock; a poisoned one still holds
         // a consistent queue.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Keeps a release for later; when the queue is full the oldest is

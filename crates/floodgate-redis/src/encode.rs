@@ -76,7 +76,7 @@ pub fn validate(limit: &AnyLimit) -> Result<(), UnsupportedLimit> {
 pub(crate) fn block_micros(limit: &AnyLimit) -> Result<u64, UnsupportedLimit> {
     let block = limit.block();
     let us = block.as_nanos().div_ceil(1000);
-    if us > EXACT as u128 {
+    if us > u128::from(EXACT) {
         return Err(UnsupportedLimit::new(format!(
             "the block duration ({block:?}) is out of range"
         )));
@@ -101,7 +101,7 @@ fn micros(what: &str, d: Duration) -> Result<u64, UnsupportedLimit> {
         )));
     }
     let us = nanos / 1000;
-    if us == 0 || us > EXACT as u128 {
+    if us == 0 || us > u128::from(EXACT) {
         return Err(UnsupportedLimit::new(format!(
             "the {what} ({d:?}) is out of range"
         )));
@@ -124,7 +124,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 impl Params {
     /// The parameters of `limit`'s algorithm, or why the scripts cannot
     /// decide it exactly.
-    pub fn of(limit: &AnyLimit) -> Result<Params, UnsupportedLimit> {
+    pub(crate) fn of(limit: &AnyLimit) -> Result<Params, UnsupportedLimit> {
         Ok(match limit.kind() {
             LimitKind::Gcra(g) => Params::gcra(g)?,
             LimitKind::FixedWindow(f) => Params::Fixed {
@@ -138,7 +138,7 @@ impl Params {
             LimitKind::SubWindows(w) => Params::SubWindows {
                 limit: w.limit(),
                 sub: micros("sub-window", w.window() / w.sub_windows())?,
-                n: w.sub_windows() as u64,
+                n: u64::from(w.sub_windows()),
             },
             LimitKind::SlidingLog(l) => Params::Log {
                 limit: l.limit(),
@@ -156,9 +156,9 @@ impl Params {
         let g2 = gcd(period, count);
         let (p, c) = (period / g2, count / g2);
         let burst = g.burst();
-        let window = burst as u128 * p as u128;
-        let (wq, wr) = (window / c as u128, window % c as u128);
-        if wq > EXACT as u128 {
+        let window = u128::from(burst) * u128::from(p);
+        let (wq, wr) = (window / u128::from(c), window % u128::from(c));
+        if wq > u128::from(EXACT) {
             return Err(UnsupportedLimit::new(format!(
                 "a burst of {burst} at {count} per {period} µs takes more than 2^52 µs to refill"
             )));
@@ -179,14 +179,15 @@ impl Params {
         // Milliseconds to drain a full burst: must stay well inside
         // the exact range once turned into microseconds.
         let max_drain = EXACT / 1000;
-        let drain = ((burst as u128 + 1000) * 1000).div_ceil(rate as u128);
-        if drain > max_drain as u128 {
+        let drain = ((u128::from(burst) + 1000) * 1000).div_ceil(u128::from(rate));
+        if drain > u128::from(max_drain) {
             return Err(UnsupportedLimit::new(format!(
                 "a burst of {} at {rate} milli-requests/s takes more than 2^52 µs to drain",
                 s.burst()
             )));
         }
-        let emax = (max_drain as u128 * rate as u128 / 1000 - 1000).min(EXACT as u128 / 2);
+        let emax =
+            (u128::from(max_drain) * u128::from(rate) / 1000 - 1000).min(u128::from(EXACT) / 2);
         let delay = match s.delay_millis() {
             u64::MAX => -1,
             d => d as i64,
@@ -200,7 +201,7 @@ impl Params {
     }
 
     /// The quota a decision reports as `limit`.
-    pub fn quota(&self) -> u64 {
+    pub(crate) fn quota(&self) -> u64 {
         match *self {
             Params::Gcra { burst, .. } => burst,
             Params::Fixed { limit, .. }
@@ -213,7 +214,7 @@ impl Params {
     }
 
     /// The kind the scripts dispatch on (see `lua/dispatch.lua`).
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Params::Gcra { .. } => "g",
             Params::Fixed { .. } => "f",
@@ -231,7 +232,7 @@ impl Params {
     /// With `members` (a key shared by several items: their costs, in
     /// order), the cost argument lists them, comma-separated, and the
     /// parameters derived from a cost are those of their sum, `cost`.
-    pub fn push_args(
+    pub(crate) fn push_args(
         &self,
         cost: u64,
         members: Option<&[(usize, u64)]>,
@@ -271,8 +272,8 @@ impl Params {
                 wr,
             } => {
                 let (nq, nr) = if cost <= burst {
-                    let t = cost as u128 * p as u128;
-                    ((t / c as u128) as u64, (t % c as u128) as u64)
+                    let t = u128::from(cost) * u128::from(p);
+                    ((t / u128::from(c)) as u64, (t % u128::from(c)) as u64)
                 } else {
                     (0, 0)
                 };

@@ -83,7 +83,7 @@ pub fn scale(limit: &AnyLimit, d: u32) -> AnyLimit {
 
 impl LocalFallback {
     /// A store of `capacity` keys dividing limits by `divide_by`.
-    pub fn new(capacity: usize, divide_by: u32) -> Result<Self, floodgate::ConfigError> {
+    pub(crate) fn new(capacity: usize, divide_by: u32) -> Result<Self, floodgate::ConfigError> {
         Ok(LocalFallback {
             memory: MemoryBackend::new(StoreConfig::with_capacity(capacity.max(1)))?,
             divide_by,
@@ -93,7 +93,7 @@ impl LocalFallback {
 
     /// The permits admitted here and not given back (one per permit and
     /// key).
-    pub fn permits(&self) -> usize {
+    pub(crate) fn permits(&self) -> usize {
         self.memory.held_permits()
     }
 
@@ -104,13 +104,16 @@ impl LocalFallback {
         if let Some(s) = self
             .scaled
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(limit)
         {
             return Some(s.clone());
         }
         let s = Arc::new(scale(limit, self.divide_by));
-        let mut map = self.scaled.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .scaled
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Limits come from configuration, so the map stays small; bound it
         // anyway against a stream of ever-new limits.
         if map.len() >= 10_000 {
@@ -119,7 +122,7 @@ impl LocalFallback {
         Some(map.entry(limit.clone()).or_insert(s).clone())
     }
 
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         items: &[Item<'_>],
         now: Timestamp,
@@ -147,7 +150,7 @@ impl LocalFallback {
     /// that permit and it still holds units of `item.key`: the units given
     /// back, or `None` (the store is left as it is). Costs one atomic load
     /// while no permit is held.
-    pub fn release_permit(&self, item: Item<'_>, units: u64, now: Timestamp) -> Option<u64> {
+    pub(crate) fn release_permit(&self, item: Item<'_>, units: u64, now: Timestamp) -> Option<u64> {
         if self.memory.held_permits() == 0 {
             return None;
         }
@@ -158,7 +161,7 @@ impl LocalFallback {
     }
 
     /// Gives back up to what `item.permit` holds of `item.key` here.
-    pub fn release(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
+    pub(crate) fn release(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
         let scaled = self.limit_for(item.limit);
         let item = Item {
             limit: scaled.as_deref().unwrap_or(item.limit),

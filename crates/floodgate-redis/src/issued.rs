@@ -75,7 +75,7 @@ impl Shard {
 impl IssuedPermits {
     /// A set remembering at most `bound` permits (at least 2), each for at
     /// least `lease` (`None`: until forgotten for room).
-    pub fn new(bound: usize, lease: Option<Duration>) -> Self {
+    pub(crate) fn new(bound: usize, lease: Option<Duration>) -> Self {
         let bound = bound.max(2);
         let shards = (bound / MIN_PER_SHARD).clamp(1, MAX_SHARDS);
         IssuedPermits {
@@ -88,12 +88,12 @@ impl IssuedPermits {
     }
 
     /// The most permits remembered at once.
-    pub fn bound(&self) -> usize {
+    pub(crate) fn bound(&self) -> usize {
         self.shards.len() * 2 * self.half
     }
 
     /// Permits remembered now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Acquire)
     }
 
@@ -108,7 +108,9 @@ impl IssuedPermits {
         let shard = &self.shards[(mixed % self.shards.len() as u64) as usize];
         // Nothing panics under this lock; a poisoned one is still
         // consistent.
-        let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = now.as_nanos();
         let age = now.saturating_sub(s.since);
         if self.lease_ns != 0 && age >= self.lease_ns {
@@ -125,7 +127,7 @@ impl IssuedPermits {
 
     /// Remembers that `permit` took `units` more of the counter `key` at
     /// `now`.
-    pub fn insert(&self, permit: Permit, key: &[u8], units: u64, now: Timestamp) {
+    pub(crate) fn insert(&self, permit: Permit, key: &[u8], units: u64, now: Timestamp) {
         let id = self.id(permit, key);
         let mut shard = self.shard(id, now);
         let shard = &mut *shard;
@@ -151,7 +153,13 @@ impl IssuedPermits {
     /// If `permit` is remembered for `key`: takes up to `units` from it
     /// (forgetting it once it holds nothing) and returns them. `None`: this
     /// instance did not issue it, gave it back already, or forgot it.
-    pub fn take(&self, permit: Permit, key: &[u8], units: u64, now: Timestamp) -> Option<u64> {
+    pub(crate) fn take(
+        &self,
+        permit: Permit,
+        key: &[u8],
+        units: u64,
+        now: Timestamp,
+    ) -> Option<u64> {
         if self.len() == 0 {
             return None;
         }

@@ -37,13 +37,13 @@ fn hex(bytes: &[u8], out: &mut Vec<u8>) {
 
 impl KeyLayout {
     /// `prefix` has been checked to hold no `{` or `}`.
-    pub fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         KeyLayout {
             prefix: prefix.as_bytes().to_vec(),
         }
     }
 
-    pub fn key(&self, group: &[u8], key: &[u8]) -> StateKey {
+    pub(crate) fn key(&self, group: &[u8], key: &[u8]) -> StateKey {
         let mut name = Vec::with_capacity(self.prefix.len() + 19 + key.len().min(MAX_RAW_KEY));
         name.extend_from_slice(&self.prefix);
         name.push(b'{');
@@ -66,7 +66,7 @@ impl KeyLayout {
 pub(crate) fn crc16(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &b in data {
-        crc ^= (b as u16) << 8;
+        crc ^= u16::from(b) << 8;
         for _ in 0..8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021

@@ -29,7 +29,7 @@ pub(crate) enum Fallback {
 
 impl Fallback {
     /// The item's own policy, else the backend's `default`.
-    pub fn of(item: &Item<'_>, default: FailurePolicy) -> Fallback {
+    pub(crate) fn of(item: &Item<'_>, default: FailurePolicy) -> Fallback {
         match (item.on_failure, default) {
             (Some(OnFailure::FailOpen), _) | (None, FailurePolicy::FailOpen) => Fallback::Open,
             (Some(OnFailure::FailClosed), _) | (None, FailurePolicy::FailClosed) => {

@@ -214,7 +214,7 @@ async fn open_sentinel(
 impl Pool {
     /// Opens the connections. With `lazy`, nothing is dialled until the
     /// first request (so a backend can be built while Redis is down).
-    pub async fn open(
+    pub(crate) async fn open(
         config: &RedisConfig,
         lazy: bool,
         stats: Arc<RedisStats>,
@@ -250,7 +250,7 @@ impl Pool {
     }
 
     /// Sends one command on the next connection.
-    pub async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         match &self.conns {
             Conns::Single(v) => {
@@ -274,7 +274,7 @@ impl Pool {
     /// that failure once and starts connecting again; it is asked once
     /// more, so that it answers if the server does. The cluster client
     /// reconnects per node by itself: one of its connections is asked.
-    pub async fn query_every(&self, cmd: &Cmd) -> RedisResult<()> {
+    pub(crate) async fn query_every(&self, cmd: &Cmd) -> RedisResult<()> {
         /// `cmd` on `c`, asked again once if it fails.
         async fn twice(mut c: ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
             match cmd.query_async(&mut c).await {
@@ -299,7 +299,7 @@ impl Pool {
     /// A call failed for lack of a server: with Sentinel, checks in the
     /// background whether the primary moved. (The other modes' clients
     /// reconnect and follow failovers by themselves.)
-    pub fn suspect(&self) {
+    pub(crate) fn suspect(&self) {
         if let Conns::Sentinel(p) = &self.conns {
             p.suspect();
         }

@@ -88,7 +88,7 @@ pub(crate) struct PrimarySettings {
 impl Primary {
     /// Finds the primary and connects to it; with `lazy`, returns at once
     /// and looks for it in the background (calls fail until it is found).
-    pub async fn open(s: PrimarySettings, lazy: bool) -> RedisResult<Primary> {
+    pub(crate) async fn open(s: PrimarySettings, lazy: bool) -> RedisResult<Primary> {
         let shared = Arc::new(Shared {
             sentinels: s.sentinels,
             template: s.template,
@@ -111,7 +111,7 @@ impl Primary {
     }
 
     /// Sends `cmd` on connection `i` (modulo their number) to the primary.
-    pub async fn query(&self, cmd: &Cmd, i: usize) -> RedisResult<Value> {
+    pub(crate) async fn query(&self, cmd: &Cmd, i: usize) -> RedisResult<Value> {
         if !self.shared.watching.load(Ordering::Relaxed) {
             // The runtime that ran the watcher is gone: start another.
             watch(&self.shared);
@@ -129,7 +129,7 @@ impl Primary {
     }
 
     /// The connections to the current primary (none before one is found).
-    pub fn connections(&self) -> Vec<ConnectionManager> {
+    pub(crate) fn connections(&self) -> Vec<ConnectionManager> {
         self.shared
             .current()
             .map(|c| c.conns.clone())
@@ -139,7 +139,7 @@ impl Primary {
     /// A call failed: checks with the sentinels, in the background, whether
     /// the primary moved (at most one check at a time, and not more often
     /// than every 100 ms).
-    pub fn suspect(&self) {
+    pub(crate) fn suspect(&self) {
         suspect(&self.shared);
     }
 }
@@ -152,7 +152,10 @@ fn suspect(shared: &Arc<Shared>) {
         return;
     }
     {
-        let mut last = shared.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = shared
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let recent = last.is_some_and(|t| t.elapsed() < MIN_GAP);
         if recent && shared.current().is_some() {
             shared.following.store(false, Ordering::Release);
@@ -246,13 +249,16 @@ impl Shared {
     fn current(&self) -> Option<Arc<Current>> {
         self.current
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
     /// Makes `found` the current connections (unless they already are).
     fn install(&self, found: Arc<Current>) {
-        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &found)) {
             *current = Some(found);
         }

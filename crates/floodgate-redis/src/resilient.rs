@@ -307,7 +307,10 @@ impl ResilientBackend {
                 .await;
             self.sharing.decided_in_redis(items, now);
         }
-        if let Some(decided) = self.decide_remote(&plan, items, now, apply, out, policy).await {
+        if let Some(decided) = self
+            .decide_remote(&plan, items, now, apply, out, policy)
+            .await
+        {
             return decided;
         }
         self.apply_policy(items, now, apply, out, policy)

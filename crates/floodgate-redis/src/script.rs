@@ -117,7 +117,7 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    pub fn new(code: &'static str) -> Self {
+    pub(crate) fn new(code: &'static str) -> Self {
         Script {
             code,
             sha: Sha1::from(code).digest().to_string(),
@@ -125,17 +125,17 @@ impl Script {
     }
 
     /// The script's SHA-1 (what `EVALSHA` names it by).
-    pub fn sha(&self) -> &str {
+    pub(crate) fn sha(&self) -> &str {
         &self.sha
     }
 
     /// The script's source.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         self.code
     }
 
     /// Starts a call: `EVALSHA <sha> <numkeys>`; keys and arguments follow.
-    pub fn call(&self, numkeys: usize) -> Cmd {
+    pub(crate) fn call(&self, numkeys: usize) -> Cmd {
         let mut c = cmd("EVALSHA");
         c.arg(&self.sha).arg(numkeys);
         c
@@ -143,7 +143,12 @@ impl Script {
 
     /// Runs `call` (built by [`Script::call`]); on `NOSCRIPT`, runs it again
     /// as `EVAL` with the script's source.
-    pub async fn run(&self, pool: &Pool, call: &Cmd, stats: &RedisStats) -> RedisResult<Value> {
+    pub(crate) async fn run(
+        &self,
+        pool: &Pool,
+        call: &Cmd,
+        stats: &RedisStats,
+    ) -> RedisResult<Value> {
         stats.calls.inc();
         match pool.query(call).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {

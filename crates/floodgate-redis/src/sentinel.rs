@@ -28,7 +28,7 @@ pub(crate) struct Sentinels {
 impl Sentinels {
     /// `clients` (one per sentinel) asked about `master_name`, each
     /// exchange bounded by `timeout`.
-    pub fn new(clients: Vec<Client>, master_name: &str, timeout: Duration) -> Self {
+    pub(crate) fn new(clients: Vec<Client>, master_name: &str, timeout: Duration) -> Self {
         Sentinels {
             conns: Mutex::new(vec![None; clients.len()]),
             clients,
@@ -65,17 +65,19 @@ impl Sentinels {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<MultiplexedConnection>>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The name the sentinels monitor the primary under.
-    pub fn master_name(&self) -> &str {
+    pub(crate) fn master_name(&self) -> &str {
         &self.master_name
     }
 
     /// The primary's address as the sentinels report it: every distinct
     /// answer, the most reported first (ties in the sentinels' order).
-    pub async fn candidates(&self) -> RedisResult<Vec<Addr>> {
+    pub(crate) async fn candidates(&self) -> RedisResult<Vec<Addr>> {
         let mut ask = Cmd::new();
         ask.arg("SENTINEL")
             .arg("get-master-addr-by-name")

@@ -114,7 +114,7 @@ mod linux {
                 },
                 it_value: libc::timespec {
                     tv_sec: after.as_secs().min(i32::MAX as u64) as libc::time_t,
-                    tv_nsec: after.subsec_nanos() as libc::c_long,
+                    tv_nsec: libc::c_long::from(after.subsec_nanos()),
                 },
             };
             // SAFETY: the descriptor is open (owned by `self`) and `spec`

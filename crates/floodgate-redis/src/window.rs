@@ -85,7 +85,9 @@ impl Window {
             reply,
         };
         let sent = {
-            let tx = lane.read().unwrap_or_else(|p| p.into_inner());
+            let tx = lane
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             match tx.as_ref() {
                 Some(tx) => tx.send(pending).map_err(|e| e.0),
                 None => Err(pending),
@@ -94,7 +96,9 @@ impl Window {
         if let Err(back) = sent {
             // No flusher yet, or its runtime is gone: start one here.
             pending = back;
-            let mut tx = lane.write().unwrap_or_else(|p| p.into_inner());
+            let mut tx = lane
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let live = match tx.as_ref() {
                 Some(t) if !t.is_closed() => t,
                 _ => tx.insert(self.spawn(conn.clone())),

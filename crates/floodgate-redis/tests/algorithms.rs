@@ -329,6 +329,7 @@ async fn magnitudes_beyond_2_pow_53_in_products() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_denials_charge_only_the_denying_limit() {
+    use floodgate_policy::Backend;
     let server = Server::start();
     let t = twin(&server).await;
     let sec = Duration::from_secs(1);
@@ -349,7 +350,6 @@ async fn own_denials_charge_only_the_denying_limit() {
     }
     // Two admitted, then two denied by `small` alone: `small` and `all`
     // count the denials, `large` does not.
-    use floodgate_policy::Backend;
     let now = floodgate::Timestamp::from_micros(T0 + 10);
     let peek = [
         item(b"o", b"o:small", &small, 0),

@@ -71,7 +71,7 @@ async fn hammer(
                     .decide(&items, Timestamp::ZERO, Apply::Commit, &mut out)
                     .await
                     .expect("decision");
-                admitted += d.is_allowed() as u64;
+                admitted += u64::from(d.is_allowed());
             }
             admitted
         }));

@@ -40,7 +40,7 @@ impl Spec {
             Spec::Gcra(count, period, burst) => Gcra::new(count, us(period), burst).unwrap().into(),
             Spec::Fixed(l, w) => FixedWindow::new(l, us(w)).unwrap().into(),
             Spec::Two(l, w) => SlidingWindow::new(l, us(w)).unwrap().into(),
-            Spec::Subs(l, s, n) => SubWindowCounter::new(l, us(s * n as u64), n)
+            Spec::Subs(l, s, n) => SubWindowCounter::new(l, us(s * u64::from(n)), n)
                 .unwrap()
                 .into(),
             Spec::Log(l, w) => SlidingLog::new(l, us(w)).unwrap().into(),
@@ -74,7 +74,7 @@ fn big_spec() -> impl Strategy<Value = Spec> {
     prop_oneof![
         (1u64..=MAX, 1u64..=100_000_000_000, 1u64..=MAX).prop_map(|(c, p, b)| Spec::Gcra(c, p, b)),
         (1u64..=MAX, 1u64..=3_000_000_000_000_000).prop_map(|(l, w)| Spec::Fixed(l, w)),
-        (1u64..=u32::MAX as u64, 1u64..=3_000_000_000_000).prop_map(|(l, w)| Spec::Two(l, w)),
+        (1u64..=u64::from(u32::MAX), 1u64..=3_000_000_000_000).prop_map(|(l, w)| Spec::Two(l, w)),
         (1u64..=MAX, 1u64..=100_000_000_000, 1u32..=6).prop_map(|(l, s, n)| Spec::Subs(l, s, n)),
         (
             (1u64..=1 << 30).prop_map(NginxRate::PerSecond),

@@ -234,11 +234,13 @@ async fn each_policy_when_redis_is_gone() {
                 .unwrap()
                 .is_denied()
         );
-        admitted += local
-            .decide(&key, now, Apply::Commit, &mut out)
-            .await
-            .unwrap()
-            .is_allowed() as u32;
+        admitted += u32::from(
+            local
+                .decide(&key, now, Apply::Commit, &mut out)
+                .await
+                .unwrap()
+                .is_allowed(),
+        );
         assert_bounded(started.elapsed() / 3);
         // The denial Redis gave stays in force locally, even failing open.
         let d = open

@@ -678,7 +678,7 @@ async fn over_limit_cache_leaves_costs_that_never_fit_to_redis() {
         }
         assert_eq!(
             cached.stats().cache_hits.get(),
-            hits + hit as u64,
+            hits + u64::from(hit),
             "step {step}"
         );
         assert_eq!(dc, dp, "step {step}");

@@ -45,7 +45,7 @@ impl Kind {
         match self {
             Kind::Fixed(_, w) => FixedWindow::new(n, us(w)).unwrap().into(),
             Kind::Gcra(c, p, _) => Gcra::new(c, us(p), n).unwrap().into(),
-            Kind::Subs(_, s, k) => SubWindowCounter::new(n, us(s * k as u64), k)
+            Kind::Subs(_, s, k) => SubWindowCounter::new(n, us(s * u64::from(k)), k)
                 .unwrap()
                 .into(),
             Kind::Conc(_) => Concurrency::new(n).unwrap().into(),

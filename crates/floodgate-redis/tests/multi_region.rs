@@ -162,7 +162,7 @@ async fn leased(home: &str, rates: [u64; 2], run: &str) -> (PerWindow, f64) {
         if decide(&regions[r], &limit, t, Apply::Commit).await {
             admitted[(t / WINDOW_US) as usize] += 1;
         }
-        remote += (r == 1) as u64;
+        remote += u64::from(r == 1);
     }
     let calls = regions[1].sharing_stats().lease_calls.get();
     (admitted, calls as f64 / remote.max(1) as f64)

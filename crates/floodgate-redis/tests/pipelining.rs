@@ -123,7 +123,7 @@ async fn noscript_inside_a_pipeline_is_answered() {
     let server = Server::start();
     let b = backend(&server, |c| c.pipeline_window = Duration::from_millis(5)).await;
     let (outcomes, _) = burst(&b, 8, "warm").await;
-    assert!(outcomes.iter().all(|o| o.is_ok()));
+    assert!(outcomes.iter().all(std::result::Result::is_ok));
     assert_eq!(server.cli(&["script", "flush"]).trim(), "OK");
     let loads = b.stats().script_loads.get();
     let (outcomes, _) = burst(&b, 32, "cold").await;
@@ -143,7 +143,7 @@ async fn a_paused_server_still_gives_every_caller_its_timeout() {
     })
     .await;
     let (outcomes, _) = burst(&b, 4, "before").await;
-    assert!(outcomes.iter().all(|o| o.is_ok()));
+    assert!(outcomes.iter().all(std::result::Result::is_ok));
     server.pause();
     let (outcomes, took) = burst(&b, 16, "paused").await;
     server.resume();
@@ -156,7 +156,7 @@ async fn a_paused_server_still_gives_every_caller_its_timeout() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (outcomes, _) = burst(&b, 4, "after").await;
-        if outcomes.iter().all(|o| o.is_ok()) {
+        if outcomes.iter().all(std::result::Result::is_ok) {
             break;
         }
         assert!(Instant::now() < deadline, "{outcomes:?}");

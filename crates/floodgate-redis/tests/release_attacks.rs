@@ -258,6 +258,7 @@ async fn permits_cannot_be_guessed_from_ones_own() {
 /// the ten-minute leases end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
+    const FORGED: usize = 100_000;
     let server = Server::start();
     let e = Arc::new(engine(&config(vec![server.url()], Mode::Single)).await);
     let victim = job("render");
@@ -270,7 +271,6 @@ async fn a_release_flood_during_a_paused_redis_does_not_jam_a_limit() {
     // A normal client, deciding all along.
     let probe = Probe::start(&e);
 
-    const FORGED: usize = 100_000;
     let attackers: Vec<_> = (0..4)
         .map(|t| {
             let e = e.clone();

@@ -100,7 +100,7 @@ async fn each_item_follows_its_rules_policy() {
             .decide(&[local, open], now, Apply::Commit, &mut out)
             .await
             .unwrap();
-        admitted += d.is_allowed() as u32;
+        admitted += u32::from(d.is_allowed());
     }
     assert_eq!(admitted, 3);
     assert!(out[0].is_denied() && out[0].retry_after.is_some());

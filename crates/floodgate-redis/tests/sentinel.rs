@@ -68,7 +68,7 @@ async fn exact(b: &ResilientBackend, key: &str, n: usize) -> usize {
             before + 1,
             "decided by Redis"
         );
-        admitted += d.is_allowed() as usize;
+        admitted += usize::from(d.is_allowed());
     }
     admitted
 }

@@ -38,7 +38,7 @@ impl Kind {
         match self {
             Kind::Fixed(l, w) => FixedWindow::new(l + extra, us(w)).unwrap().into(),
             Kind::Gcra(c, p, b) => Gcra::new(c, us(p), b + extra).unwrap().into(),
-            Kind::Subs(l, s, k) => SubWindowCounter::new(l + extra, us(s * k as u64), k)
+            Kind::Subs(l, s, k) => SubWindowCounter::new(l + extra, us(s * u64::from(k)), k)
                 .unwrap()
                 .into(),
         }

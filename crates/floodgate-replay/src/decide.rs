@@ -328,7 +328,7 @@ impl<'a> Decider<'a> {
         }
         if rec.status != 0 {
             l.push_str(",\"logged_status\":");
-            push_u64(l, rec.status as u64);
+            push_u64(l, u64::from(rec.status));
         }
         if let Some(e) = error {
             l.push_str(",\"error\":");
@@ -462,7 +462,7 @@ fn push_millis(l: &mut String, delay: Duration) {
 }
 
 fn nanos(d: Duration) -> u64 {
-    d.as_nanos().min(u64::MAX as u128) as u64
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 fn push_u64(s: &mut String, n: u64) {

@@ -113,7 +113,7 @@ impl std::fmt::Display for Issue {
 
 /// What reading found, besides the lines.
 #[derive(Debug, Default)]
-pub struct InputSummary {
+pub(crate) struct InputSummary {
     /// Lines read (blank ones included).
     pub lines: u64,
     /// Blank lines (not requests).
@@ -483,7 +483,7 @@ fn reorder(
             line: l.line,
             kind: IssueKind::Late { behind: l.behind },
             excerpt: String::new(),
-        })
+        });
     });
     if reorder.ready() >= BATCH {
         deliver(reorder.take());

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::fmt::Write;
 
 /// `s` with every control character escaped (borrowed when it has none).
-pub fn printable(s: &str) -> Cow<'_, str> {
+pub(crate) fn printable(s: &str) -> Cow<'_, str> {
     if !s.chars().any(char::is_control) {
         return Cow::Borrowed(s);
     }

@@ -206,14 +206,14 @@ mod tests {
         // 120 - 10 = 110: 95 and 100 go, in time order.
         assert_eq!(lines(&r.take()), [2, 1]);
         r.push(chunk(&[(4, 99), (5, 115), (6, 112), (7, 150)]), |l| {
-            late.push(l)
+            late.push(l);
         });
         assert_eq!(late.len(), 1);
         assert_eq!((late[0].line, late[0].behind), (4, 1));
         assert_eq!(lines(&r.take()), [6, 5, 3]);
         // Late within one chunk too: 119 comes after 120 went.
         r.push(chunk(&[(8, 150), (9, 149), (10, 151), (11, 119)]), |l| {
-            late.push(l)
+            late.push(l);
         });
         assert_eq!(late.len(), 2);
         assert_eq!(late[1].line, 11);

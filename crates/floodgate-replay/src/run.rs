@@ -196,7 +196,7 @@ pub fn replay(options: &ReplayOptions) -> Result<Replay, ReplayError> {
         parser: &parser,
         headers: &headers,
         identities: &identities,
-        window: options.window.as_nanos().min(u64::MAX as u128) as u64,
+        window: options.window.as_nanos().min(u128::from(u64::MAX)) as u64,
         progress: Arc::new(AtomicU64::new(0)),
     };
     let deciders = loaded.iter().zip(policies).zip(writers).zip(identity_of);

@@ -12,30 +12,30 @@ use floodgate_replay::{
 };
 
 /// 2024-05-01T12:00:00Z in seconds.
-pub const T0: u64 = 1_714_564_800;
+pub(crate) const T0: u64 = 1_714_564_800;
 
-pub struct Dir {
+pub(crate) struct Dir {
     pub dir: tempfile::TempDir,
 }
 
 impl Dir {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Dir {
             dir: tempfile::tempdir().unwrap(),
         }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.path(name);
         std::fs::write(&p, text).unwrap();
         p
     }
 
-    pub fn write_gz(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write_gz(&self, name: &str, text: &str) -> PathBuf {
         let p = self.path(name);
         let f = std::fs::File::create(&p).unwrap();
         let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
@@ -44,12 +44,12 @@ impl Dir {
         p
     }
 
-    pub fn read(&self, name: &str) -> String {
+    pub(crate) fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap()
     }
 }
 
-pub fn options(configs: &[&PathBuf], logs: &[&PathBuf], format: &str) -> ReplayOptions {
+pub(crate) fn options(configs: &[&PathBuf], logs: &[&PathBuf], format: &str) -> ReplayOptions {
     ReplayOptions {
         candidates: configs
             .iter()
@@ -62,24 +62,24 @@ pub fn options(configs: &[&PathBuf], logs: &[&PathBuf], format: &str) -> ReplayO
     }
 }
 
-pub fn run(configs: &[&PathBuf], logs: &[&PathBuf], format: &str) -> Replay {
+pub(crate) fn run(configs: &[&PathBuf], logs: &[&PathBuf], format: &str) -> Replay {
     replay(&options(configs, logs, format)).unwrap()
 }
 
-pub fn with_variants(mut o: ReplayOptions, v: &[Variant]) -> Replay {
+pub(crate) fn with_variants(mut o: ReplayOptions, v: &[Variant]) -> Replay {
     o.variants = v.to_vec();
     replay(&o).unwrap()
 }
 
 /// The decisions file's lines as JSON values.
-pub fn decisions(text: &str) -> Vec<serde_json::Value> {
+pub(crate) fn decisions(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
 
 /// `(line, outcome)` of each decision.
-pub fn outcomes(text: &str) -> Vec<(u64, String)> {
+pub(crate) fn outcomes(text: &str) -> Vec<(u64, String)> {
     decisions(text)
         .iter()
         .map(|d| {
@@ -92,7 +92,7 @@ pub fn outcomes(text: &str) -> Vec<(u64, String)> {
 }
 
 /// An nginx `$msec` value for `T0 + ms` milliseconds.
-pub fn msec(ms: u64) -> String {
+pub(crate) fn msec(ms: u64) -> String {
     let t = T0 * 1000 + ms;
     format!("{}.{:03}", t / 1000, t % 1000)
 }

@@ -132,7 +132,7 @@ fn run(addr: SocketAddr, kind: Kind, n: usize, tick: Duration, stop: &AtomicBool
     let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let mut first = true;
     while !stop.load(Ordering::Relaxed) {
-        for c in conns.iter_mut() {
+        for c in &mut conns {
             if stop.load(Ordering::Relaxed) {
                 break;
             }

@@ -101,7 +101,7 @@ impl Browser {
                             .map(|a| {
                                 a.value
                                     .as_ref()
-                                    .map(|v| v.to_string())
+                                    .map(std::string::ToString::to_string)
                                     .or_else(|| a.description.clone())
                                     .unwrap_or_default()
                             })

@@ -25,7 +25,9 @@ pub fn free_port() -> u16 {
     );
     // Processes running at once start apart in the range.
     let mut n = std::process::id().wrapping_mul(7_919);
-    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let given = given.get_or_insert_with(HashSet::new);
     loop {
         n = n.wrapping_add(1);

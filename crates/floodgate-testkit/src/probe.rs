@@ -9,11 +9,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The longest any probe may take, attack or not.
-pub const SLOWEST: Duration = Duration::from_secs(2);
+pub(crate) const SLOWEST: Duration = Duration::from_secs(2);
 /// The share of probes that must be answered within the time asked (the
 /// median): a loaded 2-core machine delays some on its own; an attack
 /// that denies service delays them all.
-pub const SHARE: f64 = 0.5;
+pub(crate) const SHARE: f64 = 0.5;
 
 /// A client asking `GET` of a server again and again, each time on a new
 /// connection (what an attack on connections or descriptors denies first),

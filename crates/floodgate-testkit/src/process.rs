@@ -86,7 +86,10 @@ impl Process {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+        self.child
+            .as_ref()
+            .map(std::process::Child::id)
+            .unwrap_or(0)
     }
 
     /// The process's resident size now, in bytes (`VmRSS` of

@@ -38,7 +38,7 @@ impl Redis {
     fn try_start_on(port: u16, args: &[&str]) -> Option<Redis> {
         require("redis-server");
         let dir = tempfile::tempdir().expect("temp dir");
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let args: Vec<String> = args.iter().map(std::string::ToString::to_string).collect();
         let child = Self::spawn(port, &args, dir.path());
         let mut r = Redis {
             child,

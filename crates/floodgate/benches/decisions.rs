@@ -89,7 +89,9 @@ fn limiters() -> Vec<Make> {
             // burst of u32::MAX: the same quota.
             Box::new(|| {
                 let one_ns = Duration::from_nanos(1);
-                Box::new(floodgate(Gcra::new(1, one_ns, u32::MAX as u64).unwrap()))
+                Box::new(floodgate(
+                    Gcra::new(1, one_ns, u64::from(u32::MAX)).unwrap(),
+                ))
             }),
         ),
         (
@@ -99,7 +101,9 @@ fn limiters() -> Vec<Make> {
         (
             "sliding_window",
             Box::new(move || {
-                Box::new(floodgate(SlidingWindow::new(u32::MAX as u64, sec).unwrap()))
+                Box::new(floodgate(
+                    SlidingWindow::new(u64::from(u32::MAX), sec).unwrap(),
+                ))
             }),
         ),
         (
@@ -138,7 +142,7 @@ fn run(limiter: &dyn Decide, keys: &[u64], start: usize, iters: u64) -> u64 {
     let mask = STREAM - 1;
     let mut admitted = 0u64;
     for i in 0..iters as usize {
-        admitted += limiter.decide(black_box(keys[(start + i) & mask])) as u64;
+        admitted += u64::from(limiter.decide(black_box(keys[(start + i) & mask])));
     }
     admitted
 }
@@ -189,7 +193,7 @@ fn bench(c: &mut Criterion) {
                     black_box(run(&*limiter, &stream, start, iters));
                     start = start.wrapping_add(iters as usize);
                     t.elapsed()
-                })
+                });
             });
             group.bench_function(BenchmarkId::new(name, "2_threads"), |b| {
                 let mut start = 0;
@@ -204,7 +208,7 @@ fn bench(c: &mut Criterion) {
                     });
                     start = start.wrapping_add(iters as usize);
                     t.elapsed()
-                })
+                });
             });
         }
         group.finish();

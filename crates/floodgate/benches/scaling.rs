@@ -86,11 +86,13 @@ fn mix(mut h: u64, rounds: u32) -> u64 {
 }
 
 #[inline(always)]
-fn prefetch_write(_addr: *const i8) {
+fn prefetch_write(addr: *const i8) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it reads nothing and never faults.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(_addr);
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(addr);
     }
 }
 
@@ -167,9 +169,9 @@ fn make(name: &str, keys: u64) -> Arc<dyn Decide> {
         "governor" => Arc::new(Governor(governor::RateLimiter::keyed(
             governor::Quota::per_second(NonZeroU32::MAX),
         ))),
-        "gcra" => floodgate(Gcra::new(1, Duration::from_nanos(1), u32::MAX as u64).unwrap()),
+        "gcra" => floodgate(Gcra::new(1, Duration::from_nanos(1), u64::from(u32::MAX)).unwrap()),
         "fixed_window" => floodgate(FixedWindow::new(MAX_COUNT, sec).unwrap()),
-        "sliding_window" => floodgate(SlidingWindow::new(u32::MAX as u64, sec).unwrap()),
+        "sliding_window" => floodgate(SlidingWindow::new(u64::from(u32::MAX), sec).unwrap()),
         _ => floodgate(
             Shaper::new(NginxRate::PerSecond(1 << 30), 1 << 30, ShaperDelay::NoDelay).unwrap(),
         ),
@@ -186,14 +188,14 @@ fn run(l: &dyn Decide, keys: &[u64], start: usize, n: usize, (mask, bit): Keys) 
     let mut admitted = 0;
     for i in 0..n {
         let key = keys[(start + i) & (STREAM - 1)] & mask | bit;
-        admitted += l.decide(black_box(key)) as u64;
+        admitted += u64::from(l.decide(black_box(key)));
     }
     admitted
 }
 
 /// ns per decision: fastest and median.
 fn stats(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(|a, b| a.total_cmp(b));
+    v.sort_by(f64::total_cmp);
     (v[0], v[v.len() / 2])
 }
 

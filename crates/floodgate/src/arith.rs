@@ -8,10 +8,10 @@ pub(crate) fn div(x: u128, d: u64) -> u128 {
     debug_assert!(d != 0);
     if d == 1 {
         x
-    } else if x <= u64::MAX as u128 {
-        ((x as u64) / d) as u128
+    } else if x <= u128::from(u64::MAX) {
+        u128::from((x as u64) / d)
     } else {
-        x / d as u128
+        x / u128::from(d)
     }
 }
 
@@ -21,17 +21,17 @@ pub(crate) fn div_ceil(x: u128, d: u64) -> u128 {
     debug_assert!(d != 0);
     if d == 1 {
         x
-    } else if x <= u64::MAX as u128 {
-        (x as u64).div_ceil(d) as u128
+    } else if x <= u128::from(u64::MAX) {
+        u128::from((x as u64).div_ceil(d))
     } else {
-        x.div_ceil(d as u128)
+        x.div_ceil(u128::from(d))
     }
 }
 
 /// Saturating conversion to `u64`.
 #[inline]
 pub(crate) fn sat64(x: u128) -> u64 {
-    if x > u64::MAX as u128 {
+    if x > u128::from(u64::MAX) {
         u64::MAX
     } else {
         x as u64
@@ -73,7 +73,7 @@ impl Divisor {
     #[inline]
     pub(crate) fn div(&self, x: u64) -> u64 {
         // q ∈ {x/d − 1, x/d} because m·d > 2^64 − 1 − d: one correction.
-        let q = ((x as u128 * self.m as u128) >> 64) as u64;
+        let q = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
         if x - q * self.d >= self.d { q + 1 } else { q }
     }
 
@@ -87,10 +87,10 @@ impl Divisor {
     /// `floor(x / d)` for a 128-bit `x`.
     #[inline]
     pub(crate) fn div_wide(&self, x: u128) -> u128 {
-        if x <= u64::MAX as u128 {
-            self.div(x as u64) as u128
+        if x <= u128::from(u64::MAX) {
+            u128::from(self.div(x as u64))
         } else {
-            x / self.d as u128
+            x / u128::from(self.d)
         }
     }
 }
@@ -132,7 +132,10 @@ mod tests {
             for x in xs {
                 assert_eq!(div.div(x), x / d, "{x} / {d}");
                 assert_eq!(div.div_ceil(x), x.div_ceil(d), "ceil {x} / {d}");
-                assert_eq!(div.div_wide(x as u128 * 3), (x as u128 * 3) / d as u128);
+                assert_eq!(
+                    div.div_wide(u128::from(x) * 3),
+                    (u128::from(x) * 3) / u128::from(d)
+                );
             }
         }
     }

@@ -65,7 +65,7 @@ pub(crate) fn check_period(
     if nanos == 0 {
         return Err(ConfigError::new(field, "must be longer than zero"));
     }
-    if nanos > MAX_PERIOD_NANOS as u128 {
+    if nanos > u128::from(MAX_PERIOD_NANOS) {
         return Err(ConfigError::new(
             field,
             format!("must be at most 100 years (got {period:?})"),

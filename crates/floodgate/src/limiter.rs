@@ -177,7 +177,7 @@ impl<K: Hash + Eq, C: Clock> RateLimiter<K, Concurrency, C> {
     fn release(&self, key: &K, units: u64) {
         let now = self.clock.now();
         self.store.update(&self.limit, key, now, |held| {
-            self.limit.release(held, units)
+            self.limit.release(held, units);
         });
     }
 }

@@ -200,7 +200,7 @@ impl Anchor {
             // CPU has an invariant TSC); `rdtsc` has no preconditions.
             let raw = unsafe { core::arch::x86_64::_rdtsc() };
             let ticks = raw.saturating_sub(self.origin);
-            return ((ticks as u128 * self.tsc_scale as u128) >> 32) as u64;
+            return ((u128::from(ticks) * u128::from(self.tsc_scale)) >> 32) as u64;
         }
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }

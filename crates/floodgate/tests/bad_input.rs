@@ -28,8 +28,8 @@ fn any_u64() -> impl Strategy<Value = u64> {
         Just(u64::MAX - 1),
         Just(1_000_000u64),
         Just(1_000_001u64),
-        Just(u32::MAX as u64),
-        Just(u32::MAX as u64 + 1),
+        Just(u64::from(u32::MAX)),
+        Just(u64::from(u32::MAX) + 1),
         0..=100u64,
         any::<u64>(),
         (0..64u32).prop_map(|b| 1u64 << b),
@@ -56,7 +56,7 @@ fn count_ok(v: u64) -> bool {
 }
 
 fn period_ok(d: Duration) -> bool {
-    (1..=MAX_PERIOD_NANOS as u128).contains(&d.as_nanos())
+    (1..=u128::from(MAX_PERIOD_NANOS)).contains(&d.as_nanos())
 }
 
 /// `result` is `Ok` iff every parameter is valid, and otherwise names one
@@ -131,7 +131,11 @@ fn extreme_limit() -> impl Strategy<Value = AnyLimit> {
         )
             .prop_map(|(l, w)| SlidingLog::new(l, Duration::from_nanos(w)).unwrap().into()),
         (
-            prop_oneof![Just(1u64), Just(u32::MAX as u64), 1..=u32::MAX as u64],
+            prop_oneof![
+                Just(1u64),
+                Just(u64::from(u32::MAX)),
+                1..=u64::from(u32::MAX)
+            ],
             extreme_period()
         )
             .prop_map(|(l, w)| SlidingWindow::new(l, Duration::from_nanos(w))
@@ -143,8 +147,8 @@ fn extreme_limit() -> impl Strategy<Value = AnyLimit> {
             extreme_period()
         )
             .prop_map(|(l, n, w)| {
-                let sub = (w / n as u64).max(1);
-                SubWindowCounter::new(l, Duration::from_nanos(sub * n as u64), n)
+                let sub = (w / u64::from(n)).max(1);
+                SubWindowCounter::new(l, Duration::from_nanos(sub * u64::from(n)), n)
                     .unwrap()
                     .into()
             }),
@@ -210,10 +214,10 @@ proptest! {
         judged(SlidingLog::new(limit, window), &[("limit", l && limit <= 1_000_000), ("window", w)])?;
         // The two-window counter may also cap its limit lower (32-bit counts).
         match SlidingWindow::new(limit, window) {
-            Err(e) if e.field() == "limit" && l && limit > u32::MAX as u64 => {}
+            Err(e) if e.field() == "limit" && l && limit > u64::from(u32::MAX) => {}
             other => { judged(other, &[("limit", l), ("window", w)])?; }
         }
-        let divides = window.as_nanos() % n.max(1) as u128 == 0;
+        let divides = window.as_nanos() % u128::from(n.max(1)) == 0;
         judged(
             SubWindowCounter::new(limit, window, n),
             &[("limit", l), ("window", w), ("sub_windows", (1..=1024).contains(&n) && divides)],

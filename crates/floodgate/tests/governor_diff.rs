@@ -58,7 +58,7 @@ fn compare(quota: Quota, gcra: &Gcra, steps: &[(u64, u32, bool)]) -> Result<(), 
         let d = gcra.decide(
             &mut tat,
             Timestamp::from_nanos(now),
-            cost as u64,
+            u64::from(cost),
             Apply::Commit,
         );
         prop_assert_eq!(ours(&d), said, "at {} ns, cost {}: {:?}", now, cost, d);
@@ -67,7 +67,7 @@ fn compare(quota: Quota, gcra: &Gcra, steps: &[(u64, u32, bool)]) -> Result<(), 
 }
 
 fn steps(t: u64, burst: u32) -> impl Strategy<Value = Vec<(u64, u32, bool)>> {
-    let gap = gap(t, t.saturating_mul(burst as u64)).prop_map(|g| g.min(1 << 44));
+    let gap = gap(t, t.saturating_mul(u64::from(burst))).prop_map(|g| g.min(1 << 44));
     let cost = prop_oneof![
         6 => Just(1u32),
         3 => 1..=burst,
@@ -90,7 +90,7 @@ proptest! {
         let quota = Quota::with_period(Duration::from_nanos(t))
             .unwrap()
             .allow_burst(NonZeroU32::new(burst).unwrap());
-        let gcra = Gcra::new(1, Duration::from_nanos(t), burst as u64).unwrap();
+        let gcra = Gcra::new(1, Duration::from_nanos(t), u64::from(burst)).unwrap();
         compare(quota, &gcra, &steps)?;
     }
 
@@ -100,10 +100,10 @@ proptest! {
     #[test]
     fn per_second_matches_governor(
         (n, steps) in prop::sample::select(vec![1u32, 2, 4, 5, 8, 10, 16, 20, 25, 40, 50, 100, 125, 1000])
-            .prop_flat_map(|n| (Just(n), steps((SEC / n as u64).max(1), n)))
+            .prop_flat_map(|n| (Just(n), steps((SEC / u64::from(n)).max(1), n)))
     ) {
         let quota = Quota::per_second(NonZeroU32::new(n).unwrap());
-        compare(quota, &Gcra::per_second(n as u64).unwrap(), &steps)?;
+        compare(quota, &Gcra::per_second(u64::from(n)).unwrap(), &steps)?;
     }
 }
 

@@ -152,8 +152,8 @@ proptest! {
     fn concurrency_clock_backwards(max in max(), steps in backwards_schedule(SEC, 10 * SEC, 10, 40)) {
         let c = Concurrency::new(max).unwrap();
         check_backwards(&c, &steps, |admitted| {
-            let taken: u128 = admitted.iter().map(|&(_, units)| units as u128).sum();
-            prop_assert!(taken <= max as u128);
+            let taken: u128 = admitted.iter().map(|&(_, units)| u128::from(units)).sum();
+            prop_assert!(taken <= u128::from(max));
             Ok(())
         })?;
     }

@@ -81,8 +81,8 @@ proptest! {
         burst in prop_oneof![3 => 1..=12u64, 1 => 1..=MAX_COUNT, 1 => Just(MAX_COUNT)],
         tat in prop_oneof![
             2 => Just(0u128),
-            2 => 0..=u64::MAX as u128,
-            1 => u64::MAX as u128 - 1_000..=u64::MAX as u128 + 1_000,
+            2 => 0..=u128::from(u64::MAX),
+            1 => u128::from(u64::MAX) - 1_000..=u128::from(u64::MAX) + 1_000,
             1 => any::<u128>(),
         ],
         steps in steps(),

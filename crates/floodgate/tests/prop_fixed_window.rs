@@ -23,7 +23,7 @@ impl Windows {
     fn new(limit: u64, window: u64) -> Self {
         Windows {
             limit,
-            window: window as u128,
+            window: u128::from(window),
             counts: BTreeMap::new(),
         }
     }
@@ -38,13 +38,13 @@ impl Model for Windows {
         self.limit
     }
     fn remaining_at(&self, t: u128) -> u64 {
-        (self.limit as u128).saturating_sub(self.count_at(t)) as u64
+        u128::from(self.limit).saturating_sub(self.count_at(t)) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.count_at(t) + cost as u128 <= self.limit as u128
+        self.count_at(t) + u128::from(cost) <= u128::from(self.limit)
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        *self.counts.entry(t / self.window).or_default() += cost as u128;
+        *self.counts.entry(t / self.window).or_default() += u128::from(cost);
     }
     fn counts_over(&self) -> bool {
         true
@@ -74,11 +74,11 @@ fn case() -> impl Strategy<Value = ((u64, u64), Vec<Step>)> {
 fn per_window(admitted: &[(u64, u64)], limit: u64, window: u64) -> Result<(), TestCaseError> {
     let mut per: BTreeMap<u64, u128> = BTreeMap::new();
     for &(t, c) in admitted {
-        *per.entry(t / window).or_default() += c as u128;
+        *per.entry(t / window).or_default() += u128::from(c);
     }
     for (w, n) in per {
         prop_assert!(
-            n <= limit as u128,
+            n <= u128::from(limit),
             "window {} admitted {} > {}",
             w,
             n,

@@ -30,15 +30,15 @@ impl TokenBucket {
     fn new(capacity: u64, count: u64, period: u64) -> Self {
         TokenBucket {
             capacity,
-            count: count as i128,
-            period: period as i128,
-            scaled: capacity as i128 * period as i128,
+            count: i128::from(count),
+            period: i128::from(period),
+            scaled: i128::from(capacity) * i128::from(period),
             at: 0,
         }
     }
 
     fn full(&self) -> i128 {
-        self.capacity as i128 * self.period
+        i128::from(self.capacity) * self.period
     }
 
     fn scaled_at(&self, t: u128) -> i128 {
@@ -61,10 +61,10 @@ impl Model for TokenBucket {
         (self.scaled_at(t).max(0) / self.period) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.scaled_at(t) >= cost as i128 * self.period
+        self.scaled_at(t) >= i128::from(cost) * self.period
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        self.scaled = self.scaled_at(t) - cost as i128 * self.period;
+        self.scaled = self.scaled_at(t) - i128::from(cost) * self.period;
         self.at = self.at.max(t);
     }
 }
@@ -85,8 +85,8 @@ impl LeakyMeter {
     fn new(capacity: u64, leak: u64, per: u64) -> Self {
         LeakyMeter {
             capacity,
-            count: leak as i128,
-            period: per as i128,
+            count: i128::from(leak),
+            period: i128::from(per),
             scaled_level: 0,
             at: 0,
         }
@@ -107,14 +107,14 @@ impl Model for LeakyMeter {
         self.capacity
     }
     fn remaining_at(&self, t: u128) -> u64 {
-        let room = self.capacity as i128 * self.period - self.level_at(t);
+        let room = i128::from(self.capacity) * self.period - self.level_at(t);
         (room.max(0) / self.period) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.level_at(t) + cost as i128 * self.period <= self.capacity as i128 * self.period
+        self.level_at(t) + i128::from(cost) * self.period <= i128::from(self.capacity) * self.period
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        self.scaled_level = self.level_at(t) + cost as i128 * self.period;
+        self.scaled_level = self.level_at(t) + i128::from(cost) * self.period;
         self.at = self.at.max(t);
     }
 }
@@ -164,10 +164,11 @@ fn rate_bound(
     for i in 0..v.len() {
         let mut sum = 0u128;
         for j in i..v.len() {
-            sum += v[j].1 as u128;
-            let w = (v[j].0 - v[i].0) as u128;
+            sum += u128::from(v[j].1);
+            let w = u128::from(v[j].0 - v[i].0);
             prop_assert!(
-                sum * period as u128 <= burst as u128 * period as u128 + count as u128 * w,
+                sum * u128::from(period)
+                    <= u128::from(burst) * u128::from(period) + u128::from(count) * w,
                 "admitted {} in {} ns with burst {} and {} per {} ns",
                 sum,
                 w,

@@ -49,7 +49,7 @@ fn any_limit() -> impl Strategy<Value = (AnyLimit, AnyState)> {
             )
         }),
         (n.clone(), period.clone(), 1..=4u32).prop_map(|(l, w, k)| {
-            let s = SubWindowCounter::new(l, Duration::from_nanos(w * k as u64), k).unwrap();
+            let s = SubWindowCounter::new(l, Duration::from_nanos(w * u64::from(k)), k).unwrap();
             (AnyLimit::from(s.clone()), AnyState::SubWindows(s.fresh()))
         }),
         (n.clone(), period).prop_map(|(l, w)| {

@@ -32,17 +32,17 @@ struct Nginx {
 impl Nginx {
     fn new(rate: NginxRate, burst: u64, delay: ShaperDelay) -> Self {
         let rate = match rate {
-            NginxRate::PerSecond(n) => n as u128 * 1000,
-            NginxRate::PerMinute(n) => n as u128 * 1000 / 60,
+            NginxRate::PerSecond(n) => u128::from(n) * 1000,
+            NginxRate::PerMinute(n) => u128::from(n) * 1000 / 60,
         };
         let delay = match delay {
             ShaperDelay::Queue => Some(0),
             ShaperDelay::NoDelay => None,
-            ShaperDelay::After(n) => Some(n as u128 * 1000),
+            ShaperDelay::After(n) => Some(u128::from(n) * 1000),
         };
         Nginx {
             rate,
-            burst: burst as u128 * 1000,
+            burst: u128::from(burst) * 1000,
             delay,
             node: None,
         }
@@ -64,7 +64,7 @@ impl Nginx {
     }
 
     fn excess_with_cost(&self, t: u128, cost: u64) -> u128 {
-        self.excess_at(t) + 1000 * (cost as u128 - 1)
+        self.excess_at(t) + 1000 * (u128::from(cost) - 1)
     }
 }
 
@@ -130,7 +130,7 @@ fn scales(rate: NginxRate, burst: u64) -> (u64, u64) {
         NginxRate::PerSecond(n) => n.saturating_mul(1000),
         NginxRate::PerMinute(n) => n.saturating_mul(1000) / 60,
     };
-    let per_request = (1_000_000u128 * SEC as u128 / milli_per_sec as u128).max(1) as u64;
+    let per_request = (1_000_000u128 * u128::from(SEC) / u128::from(milli_per_sec)).max(1) as u64;
     (per_request, per_request.saturating_mul(burst.min(64) + 1))
 }
 
@@ -151,8 +151,8 @@ fn drain_bound(admitted: &[(u64, u64)], model: &Nginx) -> Result<(), TestCaseErr
     for i in 0..v.len() {
         let mut sum = 0u128;
         for j in i + 1..v.len() {
-            sum += v[j].1 as u128;
-            let ms = (v[j].0 / MS - v[i].0 / MS) as u128;
+            sum += u128::from(v[j].1);
+            let ms = u128::from(v[j].0 / MS - v[i].0 / MS);
             prop_assert!(
                 1000 * sum * 1000 <= model.burst * 1000 + model.rate * ms,
                 "passed {} within {} ms",

@@ -24,7 +24,7 @@ impl Log {
     fn new(limit: u64, window: u64) -> Self {
         Log {
             limit,
-            window: window as u128,
+            window: u128::from(window),
             entries: Vec::new(),
         }
     }
@@ -33,7 +33,7 @@ impl Log {
         self.entries
             .iter()
             .filter(|&&(a, _)| a <= t && t < a + self.window)
-            .map(|&(_, c)| c as u128)
+            .map(|&(_, c)| u128::from(c))
             .sum()
     }
 }
@@ -43,10 +43,10 @@ impl Model for Log {
         self.limit
     }
     fn remaining_at(&self, t: u128) -> u64 {
-        (self.limit as u128).saturating_sub(self.count_at(t)) as u64
+        u128::from(self.limit).saturating_sub(self.count_at(t)) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.count_at(t) + cost as u128 <= self.limit as u128
+        self.count_at(t) + u128::from(cost) <= u128::from(self.limit)
     }
     fn charge(&mut self, t: u128, cost: u64) {
         self.entries.push((t, cost));
@@ -78,7 +78,7 @@ fn case() -> impl Strategy<Value = ((u64, u64), Vec<Step>)> {
 fn per_window(admitted: &[(u64, u64)], limit: u64, window: u64) -> Result<(), TestCaseError> {
     let max = max_in_any_interval(admitted, window);
     prop_assert!(
-        max <= limit as u128,
+        max <= u128::from(limit),
         "{} admitted within one window, limit {}",
         max,
         limit

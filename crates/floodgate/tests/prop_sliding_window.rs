@@ -38,8 +38,8 @@ impl History {
     fn new(limit: u64, sub: u64, n: u64) -> Self {
         History {
             limit,
-            sub: sub as u128,
-            n: n as u128,
+            sub: u128::from(sub),
+            n: u128::from(n),
             counts: BTreeMap::new(),
         }
     }
@@ -72,14 +72,14 @@ impl Model for History {
         self.limit
     }
     fn remaining_at(&self, t: u128) -> u64 {
-        let cap = self.limit as u128 * self.sub;
+        let cap = u128::from(self.limit) * self.sub;
         (cap.saturating_sub(self.scaled_estimate(t)) / self.sub) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.scaled_estimate(t) + cost as u128 * self.sub <= self.limit as u128 * self.sub
+        self.scaled_estimate(t) + u128::from(cost) * self.sub <= u128::from(self.limit) * self.sub
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        *self.counts.entry(t / self.sub).or_default() += cost as u128;
+        *self.counts.entry(t / self.sub).or_default() += u128::from(cost);
     }
 }
 
@@ -112,29 +112,29 @@ fn invariants(admitted: &[(u64, u64)], limit: u64, sub: u64, n: u64) -> Result<(
     let mut replay = History::new(limit, sub, n);
     for &(t, c) in admitted {
         prop_assert!(
-            replay.admits_at(t as u128, c),
+            replay.admits_at(u128::from(t), c),
             "over-admitted {} at {}",
             c,
             t
         );
-        replay.charge(t as u128, c);
+        replay.charge(u128::from(t), c);
     }
     // N consecutive aligned sub-windows hold at most `limit`.
     let per = &replay.counts;
-    for (&i, _) in per.iter() {
-        let group: u128 = per.range(i..i + n as u128).map(|(_, c)| c).sum();
+    for &i in per.keys() {
+        let group: u128 = per.range(i..i + u128::from(n)).map(|(_, c)| c).sum();
         prop_assert!(
-            group <= limit as u128,
+            group <= u128::from(limit),
             "{} in sub-windows {}..{}",
             group,
             i,
-            i + n as u128
+            i + u128::from(n)
         );
     }
     // Any window-length interval holds at most 2·limit.
     let max = max_in_any_interval(admitted, sub * n);
     prop_assert!(
-        max <= 2 * limit as u128,
+        max <= 2 * u128::from(limit),
         "{} in one window length, limit {}",
         max,
         limit

@@ -181,7 +181,7 @@ fn the_system_clock_keeps_pace_with_the_monotonic_clock() {
     let (t0, s0) = (Instant::now(), SystemClock.now());
     std::thread::sleep(Duration::from_millis(50));
     let (s1, t1) = (SystemClock.now(), Instant::now());
-    let ours = s1.as_nanos() as i128 - s0.as_nanos() as i128;
+    let ours = i128::from(s1.as_nanos()) - i128::from(s0.as_nanos());
     let mono = t1.duration_since(t0).as_nanos() as i128;
     // A re-anchor in between may move it by the drift of a second.
     assert!((ours - mono).abs() < 2_000_000, "{ours} vs {mono}");

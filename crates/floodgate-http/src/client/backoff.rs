@@ -32,7 +32,7 @@ impl Backoff {
 
     /// A wait for retry `attempt`, uniform in `[0, ceiling]`.
     pub fn wait(&self, attempt: u32, rng: &mut Rng) -> Duration {
-        let ceiling = self.ceiling(attempt).as_nanos().min(u64::MAX as u128) as u64;
+        let ceiling = self.ceiling(attempt).as_nanos().min(u128::from(u64::MAX)) as u64;
         Duration::from_nanos(rng.u64(..=ceiling))
     }
 }

@@ -233,7 +233,7 @@ impl RetryState {
     fn pace(&self, s: &Signals) -> Duration {
         match (s.remaining, s.reset) {
             (Some(r), Some(reset)) if r <= self.policy.spread_below => {
-                (reset / (r.min(u32::MAX as u64 - 1) as u32 + 1)).min(self.policy.max_wait)
+                (reset / (r.min(u64::from(u32::MAX) - 1) as u32 + 1)).min(self.policy.max_wait)
             }
             _ => Duration::ZERO,
         }

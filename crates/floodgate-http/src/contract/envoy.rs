@@ -203,7 +203,7 @@ mod tests {
     fn emitted(h: &EnvoyHeaders, response: &Response) -> Vec<(String, String)> {
         let mut out = Vec::new();
         h.emit(response, &mut String::new(), |name, v| {
-            out.push((name.text.to_string(), v.to_owned()))
+            out.push((name.text.to_string(), v.to_owned()));
         });
         out
     }

@@ -22,8 +22,8 @@ fn delta(line: &CurrentLine, elapsed: Duration) -> u64 {
 /// decision's instant `now`: one clock reading, so the value is the same
 /// for every response of one window state.
 pub fn epoch_reset(now: Timestamp, reset: Duration) -> u64 {
-    let at = now.as_nanos() as u128 + reset.as_nanos();
-    clamp(at.div_ceil(1_000_000_000).min(u64::MAX as u128) as u64)
+    let at = u128::from(now.as_nanos()) + reset.as_nanos();
+    clamp(at.div_ceil(1_000_000_000).min(u128::from(u64::MAX)) as u64)
 }
 
 fn put(headers: &mut HeaderMap, name: HeaderName, out: &mut HeaderBuf) {

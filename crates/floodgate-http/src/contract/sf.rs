@@ -12,26 +12,26 @@ pub const MAX_NAME_LEN: usize = 128;
 
 /// `d` in whole seconds, rounded **up**: a client that waits this long never
 /// comes back early. Zero stays zero.
-pub fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// `n` clamped to the Structured Field Integer range.
 #[inline]
-pub fn clamp(n: u64) -> u64 {
+pub(super) fn clamp(n: u64) -> u64 {
     n.min(MAX_SF_INTEGER)
 }
 
 /// Appends `n` (clamped to 15 digits) in decimal.
 #[inline]
-pub fn push_int(out: &mut String, n: u64) {
+pub(super) fn push_int(out: &mut String, n: u64) {
     out.push_str(itoa::Buffer::new().format(clamp(n)));
 }
 
 /// Appends `name` as an sf-string: quoted, `"` and `\` escaped, every byte
 /// outside printable ASCII replaced by `_`, cut to [`MAX_NAME_LEN`] bytes.
 /// An empty name is written as `"-"`.
-pub fn push_string(out: &mut String, name: &str) {
+pub(crate) fn push_string(out: &mut String, name: &str) {
     out.push('"');
     if name.is_empty() {
         out.push('-');

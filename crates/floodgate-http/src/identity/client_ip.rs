@@ -88,11 +88,11 @@ impl ClientIpConfig {
         }
         let net = match ip {
             IpAddr::V4(a) => {
-                let mask = u32::MAX.checked_shl(32 - prefix as u32).unwrap_or(0);
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
             }
             IpAddr::V6(a) => {
-                let mask = u128::MAX.checked_shl(128 - prefix as u32).unwrap_or(0);
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
             }
         };

@@ -302,11 +302,11 @@ pub fn cost_of(value: Option<&[u8]>, c: &CostConfig) -> u32 {
     }
     let mut n: u64 = 0;
     for &d in digits {
-        n = n.saturating_mul(10).saturating_add((d - b'0') as u64);
+        n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
     }
     match n {
         0 => c.default,
-        n if n > c.max as u64 => c.max,
+        n if n > u64::from(c.max) => c.max,
         n => n as u32,
     }
 }
@@ -342,12 +342,12 @@ impl IdentityConfig {
         in_bounds("max_value_len", self.max_value_len as u64, min, max).map_err(Invalid)?;
         let ip = &self.client_ip;
         let prefix =
-            |what, v: Option<u8>, max| v.map_or(Ok(0), |v| in_bounds(what, v as u64, 1, max));
+            |what, v: Option<u8>, max| v.map_or(Ok(0), |v| in_bounds(what, u64::from(v), 1, max));
         in_bounds(
             "trusted_hops",
-            ip.trusted_hops as u64,
+            u64::from(ip.trusted_hops),
             0,
-            MAX_TRUSTED_HOPS as u64,
+            u64::from(MAX_TRUSTED_HOPS),
         )
         .and(prefix("ipv4_prefix", ip.ipv4_prefix, 32))
         .and(prefix("ipv6_prefix", ip.ipv6_prefix, 128))
@@ -358,8 +358,8 @@ impl IdentityConfig {
             }
         }
         if let Some(c) = &self.cost {
-            in_bounds("cost max", c.max as u64, 1, MAX_COST as u64)
-                .and_then(|max| in_bounds("cost default", c.default as u64, 1, max))
+            in_bounds("cost max", u64::from(c.max), 1, u64::from(MAX_COST))
+                .and_then(|max| in_bounds("cost default", u64::from(c.default), 1, max))
                 .map_err(Cost)?;
         }
         let n = self.descriptors.len();

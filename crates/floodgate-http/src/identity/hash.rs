@@ -13,7 +13,7 @@ pub const SECRET_HASH_LEN: usize = 32;
 /// Hex digits of the hash that ends a shortened value (64 bits).
 const SHORTENED_HASH_LEN: usize = 16;
 /// Marks a shortened value: `<prefix>~<16 hex digits>`.
-pub const SHORTENED_MARK: char = '~';
+pub(super) const SHORTENED_MARK: char = '~';
 /// Shortest `max_value_len` allowed (room for the mark and the hash).
 pub const MIN_VALUE_LEN: usize = 1 + SHORTENED_HASH_LEN + 15;
 

@@ -142,7 +142,7 @@ impl HttpIdentity {
         let cost = self.config.cost.as_ref();
         let hits = cost.map_or(1, |c| cost_of(source_value(&c.source, head, ext), c));
         out.hits = hits;
-        let per_descriptor = cost.map(|_| hits as u64);
+        let per_descriptor = cost.map(|_| u64::from(hits));
         let max = self.config.max_value_len;
         // Worked out at most once per request: the client address (unless
         // given) and the route template.

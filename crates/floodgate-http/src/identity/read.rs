@@ -133,7 +133,7 @@ fn read_client_ip(n: Node<'_>, errors: &mut Errors) -> ClientIpConfig {
         return c;
     };
     if let Some(h) = map.get("trusted_hops") {
-        let max = MAX_TRUSTED_HOPS as u64;
+        let max = u64::from(MAX_TRUSTED_HOPS);
         c.trusted_hops = errors.take(int_in(h, "trusted_hops", 0, max)).unwrap_or(0) as u8;
     }
     if let Some(list) = map.get("trusted_proxies") {
@@ -182,11 +182,11 @@ fn read_cost(n: Node<'_>, errors: &mut Errors) -> Option<CostConfig> {
     let source = read_source(&map, "cost", errors);
     let max = map
         .required("max")
-        .and_then(|m| int_in(m, "cost max", 1, MAX_COST as u64));
+        .and_then(|m| int_in(m, "cost max", 1, u64::from(MAX_COST)));
     let max = errors.take(max).map(|v| v as u32);
     let mut default = 1;
     if let Some(d) = map.get("default") {
-        let upper = max.unwrap_or(MAX_COST) as u64;
+        let upper = u64::from(max.unwrap_or(MAX_COST));
         default = errors
             .take(int_in(d, "cost default", 1, upper))
             .unwrap_or(1) as u32;

@@ -89,7 +89,7 @@ impl Default for Routes {
 impl Routes {
     /// Adds `template`; an error if it is malformed or matches exactly the
     /// same paths as an earlier one.
-    pub fn insert(&mut self, template: &str) -> Result<(), IdentityError> {
+    pub(super) fn insert(&mut self, template: &str) -> Result<(), IdentityError> {
         let err = |reason: String| IdentityError::Route {
             template: template.to_owned(),
             reason,
@@ -156,12 +156,12 @@ impl Routes {
     }
 
     /// The longest template, in bytes.
-    pub fn longest(&self) -> usize {
+    pub(super) fn longest(&self) -> usize {
         self.templates.iter().map(|t| t.len()).max().unwrap_or(0)
     }
 
     /// The template matching `path` (a request path without the query).
-    pub fn find(&self, path: &str) -> Option<&str> {
+    pub(super) fn find(&self, path: &str) -> Option<&str> {
         if has_dot_dot(path.as_bytes()) {
             return None;
         }

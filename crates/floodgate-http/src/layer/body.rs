@@ -89,11 +89,8 @@ where
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         };
-        match &polled {
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
-                this.held.take();
-            }
-            _ => {}
+        if let Poll::Ready(None | Some(Err(_))) = &polled {
+            this.held.take();
         }
         polled
     }

@@ -163,7 +163,10 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
 
     /// Values with a per-key concurrency queue now.
     pub fn keyed_queues(&self) -> usize {
-        self.shared.keyed.as_ref().map_or(0, |k| k.len())
+        self.shared
+            .keyed
+            .as_ref()
+            .map_or(0, super::queue::KeyedQueues::len)
     }
 
     /// The engine.

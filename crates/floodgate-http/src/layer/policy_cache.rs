@@ -91,7 +91,7 @@ impl PolicyCache {
     /// `RateLimit-Policy` for `report`, filled from `policy` under
     /// `contract`, when its lines are one rule's; none otherwise (render
     /// it).
-    pub fn get(
+    pub(super) fn get(
         &self,
         policy: &Arc<PolicySet>,
         report: &Report,
@@ -114,7 +114,7 @@ impl PolicyCache {
     /// from a filled report — when the rule's pieces are rendered already
     /// and the rule qualifies (see [`Rendered::current_name`]); none
     /// otherwise (fill the report).
-    pub fn admitted(
+    pub(super) fn admitted(
         &self,
         generation: u64,
         rule: RuleId,
@@ -134,7 +134,7 @@ impl PolicyCache {
 
     /// Decides the request's one descriptor (in `s`) by the plan if it
     /// applies; `false`: decide it with the engine's lookup.
-    pub fn decide<B: Backend, C: Clock>(
+    pub(super) fn decide<B: Backend, C: Clock>(
         &self,
         engine: &Engine<B, C>,
         domain: &str,

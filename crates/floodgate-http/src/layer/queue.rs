@@ -27,7 +27,7 @@ pub(crate) struct ConcurrencyQueue {
 }
 
 impl ConcurrencyQueue {
-    pub fn new(limit: QueueLimit) -> Self {
+    pub(super) fn new(limit: QueueLimit) -> Self {
         ConcurrencyQueue {
             permits: Arc::new(Semaphore::new(limit.max.min(Semaphore::MAX_PERMITS))),
             limit,
@@ -36,7 +36,7 @@ impl ConcurrencyQueue {
     }
 
     /// A permit now, or after waiting in line (bounded, with a timeout).
-    pub async fn acquire(&self) -> Result<OwnedSemaphorePermit, QueueError> {
+    pub(super) async fn acquire(&self) -> Result<OwnedSemaphorePermit, QueueError> {
         if let Ok(p) = self.permits.clone().try_acquire_owned() {
             return Ok(p);
         }
@@ -94,7 +94,7 @@ impl Drop for KeyedPermit {
 }
 
 impl KeyedQueues {
-    pub fn new(config: KeyedQueueLimit) -> Self {
+    pub(super) fn new(config: KeyedQueueLimit) -> Self {
         KeyedQueues {
             name: format!("concurrency:{}", config.key).into(),
             config,
@@ -103,7 +103,7 @@ impl KeyedQueues {
     }
 
     /// A permit for `value`.
-    pub async fn acquire(&self, value: &str) -> Result<KeyedPermit, QueueError> {
+    pub(super) async fn acquire(&self, value: &str) -> Result<KeyedPermit, QueueError> {
         let queue = {
             let mut map = self.map.lock().map_err(|_| QueueError::Full)?;
             map.entry(value.into())
@@ -123,7 +123,7 @@ impl KeyedQueues {
     }
 
     /// Values with a queue (requests in flight or waiting).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.map.lock().map_or(0, |m| m.len())
     }
 }

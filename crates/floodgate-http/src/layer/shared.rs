@@ -110,7 +110,7 @@ pub(crate) struct Shared<B, C> {
 }
 
 impl<B: Backend, C: Clock + 'static> Shared<B, C> {
-    pub fn new(
+    pub(super) fn new(
         engine: Arc<Engine<B, C>>,
         identity: HttpIdentity,
         contract: Contract,
@@ -132,7 +132,7 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
         }
     }
 
-    pub fn take(&self) -> Box<Scratch> {
+    pub(super) fn take(&self) -> Box<Scratch> {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
         pooled.unwrap_or_else(|| {
             Box::new(Scratch {
@@ -142,7 +142,7 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
         })
     }
 
-    pub fn put(&self, scratch: Box<Scratch>) {
+    pub(super) fn put(&self, scratch: Box<Scratch>) {
         if let Ok(mut p) = self.pool.lock() {
             if p.len() < POOL_MAX {
                 p.push(scratch);
@@ -165,7 +165,7 @@ pub(crate) struct Held<B: Backend, C: Clock + 'static> {
 }
 
 impl<B: Backend, C: Clock + 'static> Held<B, C> {
-    pub fn scratch(&mut self) -> &mut Scratch {
+    pub(super) fn scratch(&mut self) -> &mut Scratch {
         self.scratch.get_or_insert_with(Box::default)
     }
 }

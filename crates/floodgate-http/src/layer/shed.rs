@@ -17,20 +17,20 @@ pub(crate) struct GaugeGuard(Arc<AtomicUsize>);
 
 impl Gauge {
     /// Takes a unit if fewer than `max` are taken.
-    pub fn try_enter(&self, max: usize) -> Option<GaugeGuard> {
+    pub(crate) fn try_enter(&self, max: usize) -> Option<GaugeGuard> {
         let (n, add) = (&self.0, |cur| (cur < max).then_some(cur + 1));
         let entered = n.fetch_update(Ordering::AcqRel, Ordering::Relaxed, add);
         entered.ok().map(|_| GaugeGuard(n.clone()))
     }
 
     /// Takes a unit whatever the count.
-    pub fn enter(&self) -> GaugeGuard {
+    pub(crate) fn enter(&self) -> GaugeGuard {
         self.0.fetch_add(1, Ordering::AcqRel);
         GaugeGuard(self.0.clone())
     }
 
     /// The units taken.
-    pub fn get(&self) -> usize {
+    pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::Relaxed)
     }
 }

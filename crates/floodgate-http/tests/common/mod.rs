@@ -9,13 +9,13 @@ use floodgate_http::identity::{HttpIdentity, NoExtensions, RequestDescriptors};
 use floodgate_policy::Descriptor;
 
 /// An identity from the `http:` section `body` (indented under `http:`).
-pub fn identity(body: &str) -> HttpIdentity {
+pub(crate) fn identity(body: &str) -> HttpIdentity {
     let text = format!("http:\n{}", indent(body));
     HttpIdentity::from_yaml_str("test.yaml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
 /// The errors of the `http:` section `body`, one message a line.
-pub fn errors(body: &str) -> String {
+pub(crate) fn errors(body: &str) -> String {
     let text = format!("http:\n{}", indent(body));
     match HttpIdentity::from_yaml_str("test.yaml", &text) {
         Ok(_) => panic!("expected errors for\n{text}"),
@@ -28,7 +28,7 @@ fn indent(body: &str) -> String {
 }
 
 /// A request head: `method path` with `headers` (a header may repeat).
-pub fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+pub(crate) fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> http::request::Parts {
     let mut b = http::Request::builder().method(method).uri(path);
     for (k, v) in headers {
         b = b.header(*k, *v);
@@ -36,17 +36,17 @@ pub fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> http::requ
     b.body(()).unwrap().into_parts().0
 }
 
-pub fn peer(addr: &str) -> SocketAddr {
+pub(crate) fn peer(addr: &str) -> SocketAddr {
     match addr.parse::<SocketAddr>() {
         Ok(a) => a,
         Err(_) => SocketAddr::new(addr.parse().unwrap(), 40000),
     }
 }
 
-pub type Entries = Vec<Vec<(String, String)>>;
+pub(crate) type Entries = Vec<Vec<(String, String)>>;
 
 /// The descriptors of a request as plain entries.
-pub fn plain(out: &RequestDescriptors) -> Entries {
+pub(crate) fn plain(out: &RequestDescriptors) -> Entries {
     out.iter()
         .map(|d| {
             (0..d.len())
@@ -60,18 +60,18 @@ pub fn plain(out: &RequestDescriptors) -> Entries {
 }
 
 /// The descriptors of `GET /` from `from` with `headers`.
-pub fn run(id: &HttpIdentity, from: &str, headers: &[(&str, &str)]) -> Entries {
+pub(crate) fn run(id: &HttpIdentity, from: &str, headers: &[(&str, &str)]) -> Entries {
     run_request(id, &request("GET", "/", headers), from)
 }
 
-pub fn run_request(id: &HttpIdentity, parts: &http::request::Parts, from: &str) -> Entries {
+pub(crate) fn run_request(id: &HttpIdentity, parts: &http::request::Parts, from: &str) -> Entries {
     let mut out = RequestDescriptors::new();
     id.build(parts, peer(from).ip(), &NoExtensions, &mut out);
     plain(&out)
 }
 
 /// Expected entries from literals.
-pub fn e(descriptors: &[&[(&str, &str)]]) -> Entries {
+pub(crate) fn e(descriptors: &[&[(&str, &str)]]) -> Entries {
     descriptors
         .iter()
         .map(|d| {
@@ -83,7 +83,7 @@ pub fn e(descriptors: &[&[(&str, &str)]]) -> Entries {
 }
 
 /// The client address key of a request (first descriptor `[client_ip]`).
-pub fn client(id: &HttpIdentity, from: &str, headers: &[(&str, &str)]) -> String {
+pub(crate) fn client(id: &HttpIdentity, from: &str, headers: &[(&str, &str)]) -> String {
     let d = run(id, from, headers);
     d[0][0].1.clone()
 }

@@ -16,7 +16,7 @@ fn count() {
 }
 
 /// Allocations made by this thread so far.
-pub fn allocations() -> u64 {
+pub(crate) fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 

@@ -23,13 +23,16 @@ use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use http_body::Frame;
 
-pub fn peer(e: &http::Extensions) -> Option<SocketAddr> {
+pub(crate) fn peer(e: &http::Extensions) -> Option<SocketAddr> {
     e.get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0)
         .or_else(|| floodgate_http::layer::default_peer(e))
 }
 
-pub fn engine_with<C: Clock + 'static>(text: &str, clock: C) -> Arc<Engine<MemoryBackend, C>> {
+pub(crate) fn engine_with<C: Clock + 'static>(
+    text: &str,
+    clock: C,
+) -> Arc<Engine<MemoryBackend, C>> {
     let options = LoadOptions {
         other_sections: vec!["http"],
         ..Default::default()
@@ -40,7 +43,7 @@ pub fn engine_with<C: Clock + 'static>(text: &str, clock: C) -> Arc<Engine<Memor
     Arc::new(Engine::with_clock(policy, backend, clock))
 }
 
-pub fn layer_for<C: Clock + 'static>(
+pub(crate) fn layer_for<C: Clock + 'static>(
     engine: Arc<Engine<MemoryBackend, C>>,
     text: &str,
 ) -> FloodgateLayer<MemoryBackend, C> {
@@ -49,7 +52,7 @@ pub fn layer_for<C: Clock + 'static>(
     FloodgateLayer::with(engine, s.identity, s.contract, s.layer)
 }
 
-pub fn manual() -> Arc<ManualClock> {
+pub(crate) fn manual() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(Timestamp::from_secs(1_700_000_000)))
 }
 
@@ -70,7 +73,7 @@ async fn auth(mut req: Request, next: Next) -> Response {
 }
 
 /// A body of `n` chunks, `gap` apart.
-pub struct SlowBody {
+pub(crate) struct SlowBody {
     left: usize,
     gap: Duration,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -105,7 +108,7 @@ impl http_body::Body for SlowBody {
 /// The app: `/` answers "ok"; `/slow` streams 5 chunks 200 ms apart;
 /// `/reports/{id}` and `/charges` for priorities; `/wait` answers after
 /// 300 ms. An auth middleware runs before the limiter.
-pub fn app<C: Clock + 'static>(layer: FloodgateLayer<MemoryBackend, C>) -> Router {
+pub(crate) fn app<C: Clock + 'static>(layer: FloodgateLayer<MemoryBackend, C>) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/me", get(|| async { "me" }))
@@ -133,7 +136,7 @@ pub fn app<C: Clock + 'static>(layer: FloodgateLayer<MemoryBackend, C>) -> Route
 }
 
 /// Serves `app` on 127.0.0.1:0; returns its base URL.
-pub async fn serve(app: Router) -> String {
+pub(crate) async fn serve(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -147,13 +150,13 @@ pub async fn serve(app: Router) -> String {
     format!("http://{addr}")
 }
 
-pub fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap()
 }
 
-pub fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     r.headers().get(name).and_then(|v| v.to_str().ok())
 }

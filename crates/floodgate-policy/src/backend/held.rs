@@ -28,7 +28,7 @@ pub(crate) struct HeldPermits {
 }
 
 impl HeldPermits {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         HeldPermits {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             len: AtomicUsize::new(0),
@@ -36,7 +36,7 @@ impl HeldPermits {
     }
 
     /// Entries (permit and key pairs holding units).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.len.load(Ordering::Acquire)
     }
 
@@ -45,11 +45,13 @@ impl HeldPermits {
         let i = (permit.get() as usize ^ key as usize) & (SHARDS - 1);
         // Nothing panics under this lock; a poisoned one is still
         // consistent.
-        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `permit` took `units` more of the counter `key`.
-    pub fn insert(&self, permit: Permit, key: u128, units: u64) {
+    pub(super) fn insert(&self, permit: Permit, key: u128, units: u64) {
         if units == 0 {
             return;
         }
@@ -63,7 +65,7 @@ impl HeldPermits {
 
     /// Takes up to `units` of what `permit` holds of `key` and returns
     /// them; `None` when it holds nothing there.
-    pub fn take(&self, permit: Permit, key: u128, units: u64) -> Option<u64> {
+    pub(super) fn take(&self, permit: Permit, key: u128, units: u64) -> Option<u64> {
         let mut t = self.shard(permit, key);
         let held = t.get_mut(&(permit, key))?;
         let given = units.min(*held);

@@ -71,15 +71,15 @@ fn parse_ip(value: &str) -> Option<IpAddr> {
 pub fn in_network(ip: IpAddr, (net, prefix): (IpAddr, u8)) -> bool {
     let ip = match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
+        v4 @ IpAddr::V4(_) => v4,
     };
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = u32::MAX.checked_shl(32 - prefix as u32).unwrap_or(0);
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
             u32::from(a) & mask == u32::from(n) & mask
         }
         (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = u128::MAX.checked_shl(128 - prefix as u32).unwrap_or(0);
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
             u128::from(a) & mask == u128::from(n) & mask
         }
         _ => false,

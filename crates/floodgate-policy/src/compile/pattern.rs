@@ -35,9 +35,8 @@ impl Pattern {
     /// assert!(Pattern::new("*").unwrap().matches(""));
     /// ```
     pub fn matches(&self, value: &str) -> bool {
-        let (first, rest) = match self.parts.split_first() {
-            Some(x) => x,
-            None => return value.is_empty(),
+        let Some((first, rest)) = self.parts.split_first() else {
+            return value.is_empty();
         };
         let Some(mut tail) = value.strip_prefix(&**first) else {
             return false;

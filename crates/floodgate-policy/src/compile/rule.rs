@@ -173,7 +173,7 @@ pub(crate) fn build_limit(
             limit,
             window,
             sub_windows: 1,
-        } if *limit <= u32::MAX as u64 => SlidingWindow::new(*limit, *window)?.into(),
+        } if *limit <= u64::from(u32::MAX) => SlidingWindow::new(*limit, *window)?.into(),
         LimitSpec::SlidingWindow {
             limit,
             window,

@@ -16,7 +16,7 @@ impl StableHasher {
     /// Adds raw bytes.
     pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
         for &b in bytes {
-            self.0 ^= b as u64;
+            self.0 ^= u64::from(b);
             self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
         }
         self

@@ -155,7 +155,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             return None;
         };
         let now = self.clock.now();
-        let hits = d.hits_addend().unwrap_or((hits_addend as u64).max(1));
+        let hits = d.hits_addend().unwrap_or(u64::from(hits_addend).max(1));
         start_response(response, policy.generation(), plan.rule, rule, hits);
         let mut one = [PLACEHOLDER];
         let mut many: SmallVec<[Decision; MAX_LIMITS]> = SmallVec::new();

@@ -79,7 +79,7 @@ fn settle_all(policy: &PolicySet, statuses: &mut [Status], scratch: &Scratch) ->
 #[inline]
 fn count_blocks(policy: &PolicySet, statuses: &[Status]) -> bool {
     let mut any = false;
-    for s in statuses.iter() {
+    for s in statuses {
         if s.reason == Reason::Blocked && s.code == Code::OverLimit {
             if let Some(rule) = s.rule.map(|id| policy.rule(id)) {
                 any = true;
@@ -150,7 +150,7 @@ pub(super) fn settle(
     status.limit_remaining = if over {
         0
     } else {
-        narrowest.remaining.min(u32::MAX as u64) as u32
+        narrowest.remaining.min(u64::from(u32::MAX)) as u32
     };
     if let Some((rule, _)) = reported {
         count(rule, status, &narrowest, delayed, ratio);

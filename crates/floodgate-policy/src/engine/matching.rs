@@ -31,7 +31,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         let Response {
             statuses, scratch, ..
         } = response;
-        let default_hits = (hits_addend as u64).max(1);
+        let default_hits = u64::from(hits_addend).max(1);
         for (i, d) in descriptors.iter().enumerate() {
             let status = &mut statuses[i];
             let hits = d.hits_addend().unwrap_or(default_hits);
@@ -88,7 +88,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         // charges (as envoyproxy/ratelimit's counter does).
         let limit = match requests_per_unit {
             0 => FixedWindow::closed(window),
-            n => FixedWindow::new(n as u64, window),
+            n => FixedWindow::new(u64::from(n), window),
         };
         let Ok(limit) = limit else {
             // Unreachable: a unit's window and a u32 count are valid.

@@ -62,7 +62,7 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.keys.clear();
         self.slots.clear();
         self.overrides.clear();

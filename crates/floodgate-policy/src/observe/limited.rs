@@ -121,7 +121,7 @@ impl LimitedKeys {
                     previous: TopKeys::new(per),
                 })
             }),
-            window: (window.as_nanos().min(u64::MAX as u128) as u64).max(1),
+            window: (window.as_nanos().min(u128::from(u64::MAX)) as u64).max(1),
             hasher: foldhash::fast::RandomState::default(),
         }
     }

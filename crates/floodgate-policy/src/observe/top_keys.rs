@@ -259,7 +259,7 @@ mod tests {
         let mut t = TopKeys::new(8);
         for i in 0..1000u32 {
             let k = (i * 7919 % 23).to_le_bytes();
-            t.add(&k, 1 + (i % 3) as u64);
+            t.add(&k, 1 + u64::from(i % 3));
             for (at, &id) in t.heap.iter().enumerate() {
                 assert_eq!(t.slots[id as usize].at as usize, at);
                 if at > 0 {

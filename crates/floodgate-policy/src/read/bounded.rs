@@ -29,7 +29,7 @@ pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let hint = file
         .metadata()
         .ok()
-        .filter(|m| m.is_file())
+        .filter(std::fs::Metadata::is_file)
         .map_or(0, |m| m.len());
     if hint > max {
         return Err(too_large(max));

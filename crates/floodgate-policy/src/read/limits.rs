@@ -42,7 +42,7 @@ const LIMIT_KEYS: &[&str] = &[
 /// as that service's counter does).
 pub(crate) fn envoy_limit(rpu: u32, unit: Unit) -> LimitSpec {
     LimitSpec::FixedWindow {
-        limit: rpu as u64,
+        limit: u64::from(rpu),
         window: unit.duration(),
     }
 }
@@ -232,7 +232,7 @@ impl Fields<'_, '_> {
         let max = u64_key(self.map, "max", errors).or(self.requests);
         let max = self.need("max", max, errors)?;
         let reported = Reported {
-            requests_per_unit: max.min(u32::MAX as u64) as u32,
+            requests_per_unit: max.min(u64::from(u32::MAX)) as u32,
             unit: Unit::Second,
         };
         Some((LimitSpec::Concurrency { max }, reported))

@@ -22,12 +22,12 @@ fn add(bytes: i64, blocks: i64) {
 }
 
 /// How many allocations this thread has made so far.
-pub fn made() -> u64 {
+pub(crate) fn made() -> u64 {
     MADE.with(Cell::get)
 }
 
 /// What this thread's allocations hold now: bytes asked for, and blocks.
-pub fn held() -> (i64, i64) {
+pub(crate) fn held() -> (i64, i64) {
     (BYTES.with(Cell::get), BLOCKS.with(Cell::get))
 }
 

@@ -49,6 +49,6 @@ pub(crate) fn pin(pid: u32, cpu: usize) {
 }
 
 pub(crate) fn pinned() -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     !smoke() && cores >= 2 && std::env::var("BENCH_PIN").map_or(true, |v| v != "0")
 }

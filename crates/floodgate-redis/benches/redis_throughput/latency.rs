@@ -84,7 +84,7 @@ impl Alarm {
             },
             it_value: libc::timespec {
                 tv_sec: wait.as_secs() as _,
-                tv_nsec: wait.subsec_nanos() as _,
+                tv_nsec: wait.subsec_nanos().into(),
             },
         };
         // SAFETY: a plain syscall on a descriptor we own.

@@ -258,7 +258,7 @@ fn main() {
     if smoke() {
         println!("smoke run (numbers come from `cargo bench`)");
     }
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let pinned = pinned();
     if pinned {
         // Before any thread starts, so that all of them inherit it.

@@ -27,12 +27,12 @@ use floodgate::algorithms::{AnyLimit, LimitKind};
 /// token bucket's refill; `None` for limits `sync` does not apply to.
 fn rate(limit: &AnyLimit) -> Option<(u128, u128)> {
     Some(match limit.kind() {
-        LimitKind::FixedWindow(f) => (f.limit() as u128, f.window().as_nanos()),
-        LimitKind::SlidingWindow(w) => (w.limit() as u128, w.window().as_nanos()),
-        LimitKind::SubWindows(w) => (w.limit() as u128, w.window().as_nanos()),
+        LimitKind::FixedWindow(f) => (u128::from(f.limit()), f.window().as_nanos()),
+        LimitKind::SlidingWindow(w) => (u128::from(w.limit()), w.window().as_nanos()),
+        LimitKind::SubWindows(w) => (u128::from(w.limit()), w.window().as_nanos()),
         LimitKind::Gcra(g) => {
             let (count, period) = g.rate();
-            (count as u128, period.as_nanos())
+            (u128::from(count), period.as_nanos())
         }
         LimitKind::SlidingLog(_) | LimitKind::Shaper(_) | LimitKind::Concurrency(_) => {
             return None;

@@ -40,7 +40,7 @@ pub(crate) struct Clock {
 }
 
 impl Clock {
-    pub fn new(client: bool) -> Self {
+    pub(super) fn new(client: bool) -> Self {
         Clock {
             client,
             epoch: Instant::now(),
@@ -51,12 +51,12 @@ impl Clock {
     }
 
     /// This process's monotonic clock (ns since the backend was built).
-    pub fn local(&self) -> u64 {
+    pub(super) fn local(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The time to decide at, `None` until Redis's clock is known.
-    pub fn now(&self, caller: Timestamp) -> Option<Timestamp> {
+    pub(super) fn now(&self, caller: Timestamp) -> Option<Timestamp> {
         if self.client {
             self.latest.fetch_max(caller.as_nanos(), Ordering::Relaxed);
             return Some(caller);
@@ -73,7 +73,7 @@ impl Clock {
     /// counts no hits of a window it has not reached: a caller's clock
     /// stepping back must not date a push before its hits. (With Redis's
     /// clock, Redis dates its calls itself.)
-    pub fn call_time(&self, caller: Timestamp) -> Timestamp {
+    pub(super) fn call_time(&self, caller: Timestamp) -> Timestamp {
         if !self.client {
             return caller;
         }
@@ -83,14 +83,17 @@ impl Clock {
 
     /// A reply dated `redis_us` by Redis to a request sent at `sent` and
     /// answered at `got` (this process's clock).
-    pub fn observe(&self, sent: u64, got: u64, redis_us: u64) {
+    pub(super) fn observe(&self, sent: u64, got: u64, redis_us: u64) {
         if self.client {
             return;
         }
         let redis = redis_us.saturating_mul(1000);
         let high = redis.saturating_sub(sent);
         let low = redis.saturating_sub(got.max(sent));
-        let mut best = self.best.lock().unwrap_or_else(|p| p.into_inner());
+        let mut best = self
+            .best
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let offset = match *best {
             // The old bound, grown by the drift since, while it is still
             // the tighter one and not behind Redis's clock.
@@ -114,7 +117,7 @@ impl Clock {
     /// How much earlier than its end a lease of `duration` (ns) stops
     /// being used (ns): nothing with the caller's clock; with Redis's, the
     /// drift of two clocks over the lease, at least 1 ms.
-    pub fn margin(&self, duration: u64) -> u64 {
+    pub(super) fn margin(&self, duration: u64) -> u64 {
         if self.client {
             0
         } else {

@@ -21,7 +21,7 @@ impl Sharing {
     /// could not answer; `Failed::Starved` when the request should be
     /// decided by Redis instead.
     #[allow(clippy::too_many_arguments)]
-    pub async fn decide(
+    pub(crate) async fn decide(
         self: &Arc<Self>,
         redis: &Arc<RedisBackend>,
         gate: &Gate,

@@ -71,7 +71,7 @@ impl Tally {
         }
     }
 
-    pub fn add(&mut self, at: u64, units: u64) {
+    pub(super) fn add(&mut self, at: u64, units: u64) {
         if units == 0 {
             return;
         }
@@ -94,20 +94,20 @@ impl Tally {
 
     /// Whether units of the (sub-)window at `at` would be kept apart
     /// (not made one with an older window's).
-    pub fn fits(&self, at: u64) -> bool {
+    pub(super) fn fits(&self, at: u64) -> bool {
         self.slot(at).is_some()
     }
 
     /// The units, taken.
-    pub fn take(&mut self) -> [(u64, u64); 2] {
+    pub(super) fn take(&mut self) -> [(u64, u64); 2] {
         std::mem::take(&mut self.0)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0[0].1 == 0 && self.0[1].1 == 0
     }
 
-    pub fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         self.0[0].1.saturating_add(self.0[1].1)
     }
 }
@@ -133,13 +133,13 @@ pub(crate) struct View {
 
 impl View {
     /// Records `units` admitted in the (sub-)window starting at `at`.
-    pub fn add(&mut self, at: u64, units: u64) {
+    pub(super) fn add(&mut self, at: u64, units: u64) {
         self.since = self.since.saturating_add(units);
         self.hits.add(at, units);
     }
 
     /// Whether anything is waiting to be pushed.
-    pub fn dirty(&self) -> bool {
+    pub(super) fn dirty(&self) -> bool {
         !self.hits.is_empty() || self.block != 0
     }
 }
@@ -165,7 +165,7 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    pub fn new(limit: &AnyLimit, names: Option<Arc<Names>>) -> Self {
+    pub(super) fn new(limit: &AnyLimit, names: Option<Arc<Names>>) -> Self {
         Entry {
             limit: limit.clone(),
             replica: AnyState::Fresh,
@@ -180,7 +180,7 @@ impl Entry {
     /// Whether the entry holds something it must not forget: units of a
     /// lease, permits given out, hits or penalties Redis has not seen, a
     /// call on its way.
-    pub fn holds(&self) -> bool {
+    pub(super) fn holds(&self) -> bool {
         let l = &self.lease;
         l.units != 0
             || l.open
@@ -195,7 +195,7 @@ impl Entry {
 
     /// When the entry may be forgotten: never while it holds something,
     /// otherwise when the replica is idle.
-    pub fn idle_at(&self, now: Timestamp) -> Timestamp {
+    pub(super) fn idle_at(&self, now: Timestamp) -> Timestamp {
         if self.holds() {
             Timestamp::MAX
         } else {
@@ -208,7 +208,7 @@ impl Entry {
     /// The units of the lease usable at `now` (ns): before its end (less
     /// `margin`) and, for a window limit, in the (sub-)window it was
     /// granted in.
-    pub fn usable(&self, now: Timestamp, margin: u64) -> u64 {
+    pub(super) fn usable(&self, now: Timestamp, margin: u64) -> u64 {
         let l = &self.lease;
         if l.units == 0 || now.as_nanos().saturating_add(margin) >= l.end {
             return 0;
@@ -221,7 +221,7 @@ impl Entry {
 
     /// The limit changed under the same key (a reload): the replica starts
     /// afresh; what was held is given back at the next contact.
-    pub fn retire(&mut self, limit: &AnyLimit) {
+    pub(super) fn retire(&mut self, limit: &AnyLimit) {
         self.limit = limit.clone();
         self.replica = AnyState::Fresh;
         self.view.synced = false;
@@ -233,7 +233,7 @@ impl Entry {
     /// Records what a denial of `cost` decided here changed in the
     /// replica (`before`: its [`load`] before): a penalty's charge (owed to
     /// Redis, or pushed with the hits), a block started.
-    pub fn owe(&mut self, before: (u64, u128), cost: u64, sync: bool) {
+    pub(super) fn owe(&mut self, before: (u64, u128), cost: u64, sync: bool) {
         if let AnyState::Blocked(until) = self.replica {
             if sync {
                 self.view.block = until;

@@ -45,13 +45,14 @@ impl Sharing {
             limit: item.limit,
             names: &names,
             f: std::sync::Mutex::new(Some(|e: &mut Entry| {
-                *out.lock().unwrap_or_else(|p| p.into_inner()) =
+                *out.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
                     Some(take_from(e, share, need, now, Caller::Request));
             })),
         };
         self.store.decide(&take, item.key, now, 0, Apply::Check);
         out.into_inner()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .unwrap_or(Taken::Nothing)
     }
 
@@ -331,7 +332,7 @@ fn units_of(limit: &AnyLimit, delta: u128) -> u64 {
         LimitKind::Gcra(g) => {
             let (count, period) = g.rate();
             let period = period.as_nanos();
-            delta / (period / gcd(period, count as u128)).max(1)
+            delta / (period / gcd(period, u128::from(count))).max(1)
         }
         LimitKind::FixedWindow(_)
         | LimitKind::SlidingWindow(_)

@@ -18,7 +18,7 @@ impl Sharing {
     /// lease (a permit it gave out); returns the units given back here and
     /// the units left to give back elsewhere (all of them when it admitted
     /// none).
-    pub fn release(&self, item: &Item<'_>, units: u64, now: Timestamp) -> (u64, u64) {
+    pub(crate) fn release(&self, item: &Item<'_>, units: u64, now: Timestamp) -> (u64, u64) {
         if self.share_of(item).is_none() && item.permit.is_none() {
             return (0, units);
         }
@@ -56,7 +56,7 @@ impl Sharing {
     /// starved here): what this instance holds of them goes to Redis first
     /// (leases given back, hits pushed, penalties told), so that Redis
     /// decides on the same counts as this instance would.
-    pub async fn settle(
+    pub(crate) async fn settle(
         &self,
         redis: &RedisBackend,
         gate: &Gate,
@@ -87,7 +87,7 @@ impl Sharing {
     /// Redis decided `items` (a batch decided there as a whole): the ones
     /// decided here otherwise ask Redis again before their next decision
     /// here.
-    pub fn decided_in_redis(&self, items: &[Item<'_>], now: Timestamp) {
+    pub(crate) fn decided_in_redis(&self, items: &[Item<'_>], now: Timestamp) {
         let t = self.clock.now(now).unwrap_or(Timestamp::ZERO);
         // (Also when no entry has been created: nothing to mark then.)
         for item in items {
@@ -98,7 +98,7 @@ impl Sharing {
     }
 
     /// The mode deciding `item` and what this instance holds of it.
-    pub fn held(&self, item: &Item<'_>, now: Timestamp) -> Held {
+    pub(crate) fn held(&self, item: &Item<'_>, now: Timestamp) -> Held {
         let Some(share) = self.share_of(item) else {
             return Held {
                 mode: SyncMode::Exact,

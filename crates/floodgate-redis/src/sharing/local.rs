@@ -52,22 +52,22 @@ impl Signal {
     }
 
     /// Whether any item needs Redis.
-    pub fn any(&self) -> bool {
+    pub(super) fn any(&self) -> bool {
         self.short.load(Ordering::Relaxed) != 0
     }
 
     /// Whether item `index` may need Redis.
-    pub fn marks(&self, index: usize) -> bool {
+    pub(super) fn marks(&self, index: usize) -> bool {
         self.short.load(Ordering::Relaxed) & bit(index) != 0
     }
 
     /// Whether any item was left undecided by the second pass.
-    pub fn any_late(&self) -> bool {
+    pub(super) fn any_late(&self) -> bool {
         self.late.load(Ordering::Relaxed) != 0
     }
 
     /// Whether item `index` may have been left undecided.
-    pub fn marks_late(&self, index: usize) -> bool {
+    pub(super) fn marks_late(&self, index: usize) -> bool {
         self.late.load(Ordering::Relaxed) & bit(index) != 0
     }
 }
@@ -324,7 +324,12 @@ impl<F: FnOnce(&mut Entry) + Send> Algorithm for Take<'_, F> {
         if e.names.is_none() {
             e.names = Some(self.names.clone());
         }
-        if let Some(f) = self.f.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(f) = self
+            .f
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
             f(e);
         }
         SHORT

@@ -108,7 +108,7 @@ pub(crate) enum Failed {
 }
 
 impl Sharing {
-    pub fn new(
+    pub(crate) fn new(
         capacity: usize,
         default: SyncMode,
         client_time: bool,
@@ -128,18 +128,18 @@ impl Sharing {
         })
     }
 
-    pub fn stats(&self) -> &Arc<SharingStats> {
+    pub(crate) fn stats(&self) -> &Arc<SharingStats> {
         &self.stats
     }
 
     /// The store-wide default mode.
-    pub fn default_mode(&self) -> SyncMode {
+    pub(crate) fn default_mode(&self) -> SyncMode {
         self.default
     }
 
     /// How `item` is decided: `None` in Redis.
     #[inline]
-    pub fn share_of(&self, item: &Item<'_>) -> Option<Share> {
+    pub(crate) fn share_of(&self, item: &Item<'_>) -> Option<Share> {
         let mode = item.sync.unwrap_or(self.default);
         if mode == SyncMode::Exact {
             return None;
@@ -149,12 +149,12 @@ impl Sharing {
 
     /// Whether any of `items` is decided here.
     #[inline]
-    pub fn any_local(&self, items: &[Item<'_>]) -> bool {
+    pub(crate) fn any_local(&self, items: &[Item<'_>]) -> bool {
         items.iter().any(|i| self.share_of(i).is_some())
     }
 
     /// The mode deciding `item` (for reports).
-    pub fn mode_of(&self, item: &Item<'_>) -> SyncMode {
+    pub(crate) fn mode_of(&self, item: &Item<'_>) -> SyncMode {
         let mode = item.sync.unwrap_or(self.default);
         match self.share_of(item) {
             Some(_) => mode,
@@ -166,7 +166,7 @@ impl Sharing {
         // FNV-1a: any spread will do.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for &b in key.iter().rev().take(32) {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
         &self.wake[(h % WAKE_GROUPS as u64) as usize]
     }

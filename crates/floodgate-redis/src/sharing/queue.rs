@@ -39,16 +39,19 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    pub fn push(&self, due: u64, names: Arc<Names>) {
+    pub(super) fn push(&self, due: u64, names: Arc<Names>) {
         self.heap
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(Job { due, names });
     }
 
     /// The keys due at `now` (all of them when `now` is `u64::MAX`).
-    pub fn due(&self, now: u64) -> Vec<Arc<Names>> {
-        let mut heap = self.heap.lock().unwrap_or_else(|p| p.into_inner());
+    pub(super) fn due(&self, now: u64) -> Vec<Arc<Names>> {
+        let mut heap = self
+            .heap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = Vec::new();
         while heap.peek().is_some_and(|j| j.due <= now) {
             if let Some(j) = heap.pop() {
@@ -58,7 +61,10 @@ impl Queue {
         out
     }
 
-    pub fn len(&self) -> usize {
-        self.heap.lock().unwrap_or_else(|p| p.into_inner()).len()
+    pub(super) fn len(&self) -> usize {
+        self.heap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }

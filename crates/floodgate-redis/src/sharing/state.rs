@@ -20,7 +20,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 /// A GCRA's tick sizes: `C` (ticks per µs in Redis) and `k = 1000·c / C`
 /// (core ticks per Redis tick).
 fn gcra_ticks(count: u64, period_ns: u128) -> (u128, u128) {
-    let count = count as u128;
+    let count = u128::from(count);
     let period_us = period_ns / 1000;
     let big_c = count / gcd(period_us.max(1), count);
     let c = count / gcd(period_ns.max(1), count);
@@ -67,7 +67,7 @@ fn install_fields(state: &mut AnyState, limit: &AnyLimit, fields: &[u64], held: 
             };
         }
         (LimitKind::SlidingWindow(_), &[start, prev, cur]) => {
-            let c = |x: u64| x.min(u32::MAX as u64) as u32;
+            let c = |x: u64| x.min(u64::from(u32::MAX)) as u32;
             *state = AnyState::SlidingWindow(SlidingWindowState::new(at(start), c(prev), c(cur)));
         }
         (LimitKind::SubWindows(w), [start, counts @ ..])
@@ -78,7 +78,7 @@ fn install_fields(state: &mut AnyState, limit: &AnyLimit, fields: &[u64], held: 
         (LimitKind::Gcra(g), &[ti, tf]) => {
             let (count, period) = g.rate();
             let (big_c, k) = gcra_ticks(count, period.as_nanos());
-            let ticks = (ti as u128 * big_c + tf as u128) * k;
+            let ticks = (u128::from(ti) * big_c + u128::from(tf)) * k;
             *state = if ticks == 0 {
                 AnyState::Fresh
             } else {
@@ -141,14 +141,14 @@ pub(crate) fn gcra_floor(state: &AnyState, limit: &AnyLimit) -> (u64, u64) {
 /// start (ns) and the units of its current (sub-)window, a TAT in ticks.
 pub(crate) fn load(state: &AnyState) -> (u64, u128) {
     match state {
-        AnyState::FixedWindow(s) => (s.start().as_nanos(), s.count() as u128),
-        AnyState::SlidingWindow(s) => (s.start().as_nanos(), s.counts()[1] as u128),
+        AnyState::FixedWindow(s) => (s.start().as_nanos(), u128::from(s.count())),
+        AnyState::SlidingWindow(s) => (s.start().as_nanos(), u128::from(s.counts()[1])),
         AnyState::SubWindows(s) => (
             s.start().as_nanos(),
-            s.counts().last().copied().unwrap_or(0) as u128,
+            u128::from(s.counts().last().copied().unwrap_or(0)),
         ),
         AnyState::Gcra(t) => (0, *t),
-        AnyState::Concurrency(h) => (0, *h as u128),
+        AnyState::Concurrency(h) => (0, u128::from(*h)),
         // Nothing charged yet, or not shared (decided in Redis only).
         AnyState::Fresh | AnyState::Blocked(_) | AnyState::SlidingLog(_) | AnyState::Shaper(_) => {
             (0, 0)

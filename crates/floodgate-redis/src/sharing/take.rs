@@ -30,7 +30,7 @@ fn want(e: &Entry, need: u64, now: u64, duration: u64) -> u64 {
         return need;
     }
     let elapsed = now.saturating_sub(l.granted_at).max(1_000_000);
-    let pace = (l.used as u128 * duration as u128 / elapsed as u128) as u64;
+    let pace = (u128::from(l.used) * u128::from(duration) / u128::from(elapsed)) as u64;
     let mut w = pace.saturating_add(pace / 4);
     if l.used >= l.granted {
         w = w.max(l.granted.saturating_mul(2));

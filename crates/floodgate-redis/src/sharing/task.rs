@@ -93,7 +93,13 @@ impl Sharing {
     /// key when `all`): pushes hits, gives back leases that ended, tells
     /// Redis what is owed. With Redis's clock, `now` only matters before
     /// Redis has answered once.
-    pub async fn run_due(&self, redis: &RedisBackend, gate: &Gate, now: Timestamp, all: bool) {
+    pub(crate) async fn run_due(
+        &self,
+        redis: &RedisBackend,
+        gate: &Gate,
+        now: Timestamp,
+        all: bool,
+    ) {
         let Some(t) = self.clock.now(now) else {
             return;
         };
@@ -155,7 +161,7 @@ impl Sharing {
     }
 
     /// The keys waiting for the background task.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.queue.len()
     }
 }

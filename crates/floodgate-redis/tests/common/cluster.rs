@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use super::server::Server;
 
 /// A Redis Cluster: three primaries, each with one replica.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub nodes: Vec<Server>,
 }
 
 impl Cluster {
-    pub fn start() -> Cluster {
+    pub(crate) fn start() -> Cluster {
         let nodes: Vec<Server> = (0..6)
             .map(|_| {
                 Server::start_with(&[
@@ -41,13 +41,13 @@ impl Cluster {
         cluster
     }
 
-    pub fn urls(&self) -> Vec<String> {
+    pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
     }
 
     /// Waits until every node reports `cluster_state:ok`, every replica's
     /// link to its primary is up, and every slot is served.
-    pub fn wait_ok(&self, within: Duration) {
+    pub(crate) fn wait_ok(&self, within: Duration) {
         let end = Instant::now() + within;
         loop {
             let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
@@ -67,7 +67,7 @@ impl Cluster {
 
     /// The node serving `slot` as primary, and its replica if it has one,
     /// as seen by a live node (`None` while nobody serves the slot).
-    pub fn owners(&self, slot: u16) -> Option<(usize, Option<usize>)> {
+    pub(crate) fn owners(&self, slot: u16) -> Option<(usize, Option<usize>)> {
         let live = self.nodes.iter().find(|n| n.child.is_some())?;
         let nodes = live.cli(&["cluster", "nodes"]);
         let port_of = |addr: &str| -> Option<u16> {
@@ -97,7 +97,7 @@ impl Cluster {
     }
 
     /// A synchronous cluster connection for inspecting keys.
-    pub fn conn(&self) -> redis::cluster::ClusterConnection {
+    pub(crate) fn conn(&self) -> redis::cluster::ClusterConnection {
         redis::cluster::ClusterClient::new(self.urls())
             .and_then(|c| c.get_connection())
             .expect("connect to test cluster")

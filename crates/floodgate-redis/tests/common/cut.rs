@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
-pub struct CutProxy {
+pub(crate) struct CutProxy {
     port: u16,
     open: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<AbortHandle>>>,
@@ -18,7 +18,7 @@ pub struct CutProxy {
 
 impl CutProxy {
     /// A proxy to `127.0.0.1:target`, on the current runtime.
-    pub async fn start(target: u16) -> CutProxy {
+    pub(crate) async fn start(target: u16) -> CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let open = Arc::new(AtomicBool::new(true));
@@ -54,12 +54,12 @@ impl CutProxy {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Closes every connection and refuses new ones.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.open.store(false, Ordering::SeqCst);
         for h in self.conns.lock().unwrap().drain(..) {
             h.abort();
@@ -67,7 +67,7 @@ impl CutProxy {
     }
 
     /// Accepts connections again.
-    pub fn heal(&self) {
+    pub(crate) fn heal(&self) {
         self.open.store(true, Ordering::SeqCst);
     }
 }

@@ -15,14 +15,14 @@ use super::{blank, item};
 /// Beside them a timer measures how late the machine wakes a task (a
 /// loaded two-core machine can be 100 ms late), so that the bound checked
 /// is the code's, not the scheduler's.
-pub struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     handles: Vec<tokio::task::JoinHandle<(u64, Duration)>>,
     lateness: tokio::task::JoinHandle<Duration>,
 }
 
 impl Load {
-    pub fn start(b: &Arc<ResilientBackend>, tasks: usize, groups: usize) -> Load {
+    pub(crate) fn start(b: &Arc<ResilientBackend>, tasks: usize, groups: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let handles = (0..tasks)
             .map(|t| {
@@ -66,7 +66,7 @@ impl Load {
 
     /// Stops the callers; returns the decisions made and the slowest one,
     /// less the most the timer beside them was woken late.
-    pub async fn finish(self) -> (u64, Duration) {
+    pub(crate) async fn finish(self) -> (u64, Duration) {
         self.stop.store(true, Ordering::Relaxed);
         let mut total = (0, Duration::ZERO);
         for h in self.handles {

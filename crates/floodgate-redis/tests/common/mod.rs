@@ -24,17 +24,17 @@ use floodgate::algorithms::AnyLimit;
 use floodgate::{Decision, Outcome};
 use floodgate_policy::{Item, Permit};
 
-pub use cluster::Cluster;
-pub use cut::CutProxy;
-pub use load::Load;
-pub use permit_key::PermitKey;
-pub use process::{free_port, ping};
-pub use sentinel::{MASTER, Sentinel, SentinelSet, wait};
-pub use server::{Server, cli};
-pub use twin::Twin;
+pub(crate) use cluster::Cluster;
+pub(crate) use cut::CutProxy;
+pub(crate) use load::Load;
+pub(crate) use permit_key::PermitKey;
+pub(crate) use process::{free_port, ping};
+pub(crate) use sentinel::{MASTER, Sentinel, SentinelSet, wait};
+pub(crate) use server::{Server, cli};
+pub(crate) use twin::Twin;
 
 /// The slot of a key (CRC16 of its hash tag).
-pub fn slot(key: &[u8]) -> u16 {
+pub(crate) fn slot(key: &[u8]) -> u16 {
     let tag = key
         .iter()
         .position(|&b| b == b'{')
@@ -48,7 +48,7 @@ pub fn slot(key: &[u8]) -> u16 {
         .unwrap_or(key);
     let mut crc: u16 = 0;
     for &b in tag {
-        crc ^= (b as u16) << 8;
+        crc ^= u16::from(b) << 8;
         for _ in 0..8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
@@ -61,7 +61,7 @@ pub fn slot(key: &[u8]) -> u16 {
 }
 
 /// A placeholder decision to fill output slices with.
-pub fn blank() -> Decision {
+pub(crate) fn blank() -> Decision {
     Decision {
         outcome: Outcome::Never,
         limit: u64::MAX,
@@ -73,7 +73,9 @@ pub fn blank() -> Decision {
 
 /// An instance of the fleet: a backend of its own on `config`'s Redis
 /// (connected lazily), with the resilience layer and sync modes.
-pub async fn instance(config: &floodgate_redis::RedisConfig) -> floodgate_redis::ResilientBackend {
+pub(crate) async fn instance(
+    config: &floodgate_redis::RedisConfig,
+) -> floodgate_redis::ResilientBackend {
     let redis = floodgate_redis::RedisBackend::connect_lazy(config)
         .await
         .expect("backend");
@@ -81,7 +83,7 @@ pub async fn instance(config: &floodgate_redis::RedisConfig) -> floodgate_redis:
 }
 
 /// A batch item (holding permit 0 if it is a concurrency limit).
-pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) -> Item<'a> {
+pub(crate) fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) -> Item<'a> {
     Item {
         group,
         key,
@@ -95,7 +97,7 @@ pub fn item<'a>(group: &'a [u8], key: &'a [u8], limit: &'a AnyLimit, cost: u64) 
 }
 
 /// A concurrency item holding permit number `permit` (0: none).
-pub fn permit<'a>(
+pub(crate) fn permit<'a>(
     group: &'a [u8],
     key: &'a [u8],
     limit: &'a AnyLimit,
@@ -109,13 +111,13 @@ pub fn permit<'a>(
 }
 
 /// `d` rounded up to whole microseconds.
-pub fn ceil_us(d: Duration) -> Duration {
+pub(crate) fn ceil_us(d: Duration) -> Duration {
     Duration::from_micros(d.as_nanos().div_ceil(1000) as u64)
 }
 
 /// The in-memory decision with its durations rounded up to whole µs, as
 /// Redis reports them.
-pub fn as_redis(d: Decision) -> Decision {
+pub(crate) fn as_redis(d: Decision) -> Decision {
     Decision {
         reset_after: ceil_us(d.reset_after),
         retry_after: d.retry_after.map(ceil_us),
@@ -124,7 +126,7 @@ pub fn as_redis(d: Decision) -> Decision {
 }
 
 /// A multi-threaded runtime for tests that are not `#[tokio::test]`.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -7,7 +7,7 @@ use floodgate_policy::{Backend, BackendError, Item, Permit, Released};
 use super::{blank, item};
 
 /// One concurrency key of a group, decided through backend `b`.
-pub struct PermitKey<'a, B> {
+pub(crate) struct PermitKey<'a, B> {
     pub b: &'a B,
     pub group: &'static [u8],
     pub limit: AnyLimit,
@@ -16,7 +16,7 @@ pub struct PermitKey<'a, B> {
 
 impl<'a, B: Backend> PermitKey<'a, B> {
     /// Key `key` of `group`, at most `max` units in flight.
-    pub fn new(b: &'a B, group: &'static [u8], max: u64, key: &'static [u8]) -> Self {
+    pub(crate) fn new(b: &'a B, group: &'static [u8], max: u64, key: &'static [u8]) -> Self {
         PermitKey {
             b,
             group,
@@ -26,12 +26,12 @@ impl<'a, B: Backend> PermitKey<'a, B> {
     }
 
     /// Takes `cost` units under permit `id` at `at` µs.
-    pub async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
+    pub(crate) async fn acquire(&self, id: u64, cost: u64, at: u64) -> Decision {
         self.acquire_as(Permit::from(id), cost, at).await
     }
 
     /// Takes `cost` units under `permit` at `at` µs.
-    pub async fn acquire_as(&self, permit: Permit, cost: u64, at: u64) -> Decision {
+    pub(crate) async fn acquire_as(&self, permit: Permit, cost: u64, at: u64) -> Decision {
         let items = [Item {
             permit,
             ..item(self.group, self.key, &self.limit, cost)
@@ -44,7 +44,7 @@ impl<'a, B: Backend> PermitKey<'a, B> {
     }
 
     /// Gives back `units` of permit `id` at `at` µs: what the backend says.
-    pub async fn try_release(
+    pub(crate) async fn try_release(
         &self,
         id: u64,
         units: u64,
@@ -54,7 +54,7 @@ impl<'a, B: Backend> PermitKey<'a, B> {
     }
 
     /// Gives back `units` of `permit` at `at` µs: what the backend says.
-    pub async fn try_release_as(
+    pub(crate) async fn try_release_as(
         &self,
         permit: Permit,
         units: u64,
@@ -69,13 +69,13 @@ impl<'a, B: Backend> PermitKey<'a, B> {
 
     /// Gives back `units` of permit `id` at `at` µs, which must succeed:
     /// what it gave back.
-    pub async fn release(&self, id: u64, units: u64, at: u64) -> Released {
+    pub(crate) async fn release(&self, id: u64, units: u64, at: u64) -> Released {
         self.try_release(id, units, at).await.expect("release")
     }
 
     /// The units held at `at` µs (a decision of cost 0: it takes nothing,
     /// and drops the permits whose lease has ended).
-    pub async fn held(&self, at: u64) -> u64 {
+    pub(crate) async fn held(&self, at: u64) -> u64 {
         let items = [item(self.group, self.key, &self.limit, 0)];
         let mut out = [blank()];
         let d = self

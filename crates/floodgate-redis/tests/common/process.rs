@@ -33,7 +33,7 @@ pub(crate) fn spawn(mut cmd: Command) -> std::io::Result<Child> {
     }
     let (reply_tx, reply_rx) = mpsc::channel();
     tx.lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .send((cmd, reply_tx))
         .expect("spawner thread");
     reply_rx.recv().expect("spawner reply")
@@ -81,7 +81,7 @@ fn port_free(port: u16) -> bool {
 }
 
 /// A port that is free, with `port + 10000` free too (a cluster bus port).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let seed = (std::process::id() as u16).wrapping_mul(97) % 20_000;
@@ -95,7 +95,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Sends `PING` and waits for `+PONG`.
-pub fn ping(port: u16, within: Duration) -> bool {
+pub(crate) fn ping(port: u16, within: Duration) -> bool {
     let end = Instant::now() + within;
     while Instant::now() < end {
         if let Ok(mut s) =

@@ -12,10 +12,10 @@ use super::process::{free_port, ping, require, scratch_dir, spawn};
 use super::server::{Server, cli};
 
 /// The name the sentinels monitor the primary under.
-pub const MASTER: &str = "mymaster";
+pub(crate) const MASTER: &str = "mymaster";
 
 /// One sentinel process.
-pub struct Sentinel {
+pub(crate) struct Sentinel {
     port: u16,
     child: Option<Child>,
 }
@@ -55,16 +55,16 @@ impl Sentinel {
         panic!("could not start a sentinel");
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// `host:port`, as `REDIS_URL` lists sentinels.
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn cli(&self, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
         cli(self.port, args)
     }
 
@@ -81,12 +81,12 @@ impl Sentinel {
     }
 
     /// The port of the primary this sentinel reports.
-    pub fn primary_port(&self) -> Option<u16> {
+    pub(crate) fn primary_port(&self) -> Option<u16> {
         let out = self.cli(&["sentinel", "get-master-addr-by-name", MASTER]);
         out.lines().nth(1).and_then(|p| p.trim().parse().ok())
     }
 
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -102,14 +102,14 @@ impl Drop for Sentinel {
 
 /// A primary, its replica and `n` sentinels, all ready: the replica in
 /// sync, every sentinel aware of the replica and of the other sentinels.
-pub struct SentinelSet {
+pub(crate) struct SentinelSet {
     /// `[first primary, first replica]`; roles change with failovers.
     pub servers: Vec<Server>,
     pub sentinels: Vec<Sentinel>,
 }
 
 impl SentinelSet {
-    pub fn start(n: usize) -> SentinelSet {
+    pub(crate) fn start(n: usize) -> SentinelSet {
         require("redis-server");
         require("redis-cli");
         let primary = Server::start();
@@ -135,12 +135,12 @@ impl SentinelSet {
     }
 
     /// The sentinels' addresses, `host:port` each.
-    pub fn addrs(&self) -> Vec<String> {
+    pub(crate) fn addrs(&self) -> Vec<String> {
         self.sentinels.iter().map(Sentinel::addr).collect()
     }
 
     /// The role server `i` reports (`master`, `slave`).
-    pub fn role(&self, i: usize) -> String {
+    pub(crate) fn role(&self, i: usize) -> String {
         let out = self.servers[i].cli(&["role"]);
         out.lines().next().unwrap_or("").to_owned()
     }
@@ -148,7 +148,7 @@ impl SentinelSet {
     /// Waits until server `i` says it is a primary and every live sentinel
     /// names it. (A primary failed over while up is demoted by the
     /// sentinels later, when they next look at it: up to ten seconds.)
-    pub fn wait_primary(&self, i: usize, within: Duration) {
+    pub(crate) fn wait_primary(&self, i: usize, within: Duration) {
         let port = self.servers[i].port();
         wait(within, "the failover", || {
             self.role(i) == "master"
@@ -162,7 +162,7 @@ impl SentinelSet {
 }
 
 /// Polls `ok` every 50 ms; panics after `within`.
-pub fn wait(within: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+pub(crate) fn wait(within: Duration, what: &str, mut ok: impl FnMut() -> bool) {
     let end = Instant::now() + within;
     while !ok() {
         assert!(Instant::now() < end, "timed out waiting for {what}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::process::{free_port, ping, require, scratch_dir, spawn};
 
 /// One `redis-server` process.
-pub struct Server {
+pub(crate) struct Server {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
@@ -16,12 +16,12 @@ pub struct Server {
 
 impl Server {
     /// A standalone server on a free port.
-    pub fn start() -> Server {
+    pub(crate) fn start() -> Server {
         Self::start_with(&[])
     }
 
     /// A server with extra configuration arguments (`--name value`).
-    pub fn start_with(extra: &[&str]) -> Server {
+    pub(crate) fn start_with(extra: &[&str]) -> Server {
         require("redis-server");
         require("redis-cli");
         for _ in 0..5 {
@@ -31,7 +31,7 @@ impl Server {
             let mut s = Server {
                 port,
                 dir,
-                extra: extra.iter().map(|s| s.to_string()).collect(),
+                extra: extra.iter().map(std::string::ToString::to_string).collect(),
                 child: None,
             };
             if s.launch() {
@@ -66,11 +66,11 @@ impl Server {
         }
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
@@ -85,17 +85,17 @@ impl Server {
     }
 
     /// Freezes the process (SIGSTOP): connections stay open, nothing answers.
-    pub fn pause(&self) {
+    pub(crate) fn pause(&self) {
         self.signal("-STOP");
     }
 
     /// Thaws it (SIGCONT).
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         self.signal("-CONT");
     }
 
     /// Kills the process (SIGKILL) and reaps it.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -103,7 +103,7 @@ impl Server {
     }
 
     /// Starts it again on the same port, empty (no data, no scripts).
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill();
         let _ = std::fs::remove_file(self.dir.join(format!("nodes-{}.conf", self.port)));
         for _ in 0..50 {
@@ -116,12 +116,12 @@ impl Server {
     }
 
     /// Runs `redis-cli -p <port> args…` and returns its output.
-    pub fn cli(&self, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
         cli(self.port, args)
     }
 
     /// A plain synchronous connection for inspecting keys.
-    pub fn conn(&self) -> redis::Connection {
+    pub(crate) fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
             .and_then(|c| c.get_connection())
             .expect("connect to test server")
@@ -136,7 +136,7 @@ impl Drop for Server {
 }
 
 /// Runs `redis-cli -p <port> args…`.
-pub fn cli(port: u16, args: &[&str]) -> String {
+pub(crate) fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .arg("-p")
         .arg(port.to_string())

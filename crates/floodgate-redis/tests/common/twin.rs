@@ -9,7 +9,7 @@ use super::{as_redis, blank};
 
 /// The same decisions made by the in-memory backend and a Redis backend
 /// (client-supplied time), compared item by item.
-pub struct Twin {
+pub(crate) struct Twin {
     memory: std::sync::Mutex<floodgate_policy::MemoryBackend>,
     /// The latest time the in-memory side has decided at (µs).
     latest: std::sync::atomic::AtomicU64,
@@ -26,12 +26,12 @@ pub struct Twin {
 
 impl Twin {
     /// A twin over `urls` in `mode`, keys under `prefix`.
-    pub async fn new(urls: Vec<String>, mode: floodgate_redis::Mode, prefix: &str) -> Twin {
+    pub(crate) async fn new(urls: Vec<String>, mode: floodgate_redis::Mode, prefix: &str) -> Twin {
         Twin::with(urls, mode, prefix, |_| {}).await
     }
 
     /// [`Twin::new`], with the Redis side's settings changed by `f`.
-    pub async fn with(
+    pub(crate) async fn with(
         urls: Vec<String>,
         mode: floodgate_redis::Mode,
         prefix: &str,
@@ -66,7 +66,7 @@ impl Twin {
     /// Starts the in-memory side afresh (a new store), so that a case whose
     /// keys are new in Redis too does not depend on the times earlier cases
     /// used.
-    pub fn forget_memory(&self) {
+    pub(crate) fn forget_memory(&self) {
         *self.memory.lock().expect("memory backend") = fresh_memory();
         self.latest.store(0, std::sync::atomic::Ordering::Relaxed);
         self.afresh
@@ -103,7 +103,7 @@ impl Twin {
     /// client-supplied time as it comes. Tests that go back in time do so
     /// to start new keys, so only a test that went back on a key it still
     /// uses would then differ, and always.
-    pub async fn step(
+    pub(crate) async fn step(
         &self,
         items: &[Item<'_>],
         now_us: u64,
@@ -114,7 +114,7 @@ impl Twin {
     }
 
     /// [`step`](Self::step), with each item's decision too.
-    pub async fn step_each(
+    pub(crate) async fn step_each(
         &self,
         items: &[Item<'_>],
         now_us: u64,
@@ -189,7 +189,7 @@ impl Twin {
     }
 
     /// Releases on both.
-    pub async fn release(&self, item: Item<'_>, units: u64) {
+    pub(crate) async fn release(&self, item: Item<'_>, units: u64) {
         use floodgate_policy::Backend;
         let now = floodgate::Timestamp::ZERO;
         self.memory

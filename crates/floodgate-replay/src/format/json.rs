@@ -202,7 +202,7 @@ impl State<'_, '_> {
         match role {
             Role::Start | Role::End => self.set_time(key, role, &v, bytes),
             Role::Elapsed(unit) | Role::Duration(unit) => {
-                self.set_duration(key, role, unit, &v, bytes)
+                self.set_duration(key, role, unit, &v, bytes);
             }
             Role::Method | Role::Path => self.set_request(key, role, &v),
             Role::Address => match parse_ip(bytes) {

@@ -252,7 +252,7 @@ impl Line<'_> {
         let f = &mut self.f;
         match var {
             Var::RemoteAddr => {
-                f.peer = Some(parse_ip(v).ok_or_else(|| err("$remote_addr is not an address"))?)
+                f.peer = Some(parse_ip(v).ok_or_else(|| err("$remote_addr is not an address"))?);
             }
             Var::TimeLocal => {
                 let t = time::time_local(v).ok_or_else(|| err("$time_local is not a time"))?;
@@ -285,7 +285,7 @@ impl Line<'_> {
                 f.status = std::str::from_utf8(v)
                     .ok()
                     .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| err("$status is not a status"))?
+                    .ok_or_else(|| err("$status is not a status"))?;
             }
             Var::Header(i) => {
                 self.hdrs[i] = if memchr::memchr(b'\\', v).is_some() {

@@ -12,8 +12,8 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let mp = (i64::from(m) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
 }
@@ -54,7 +54,7 @@ fn digits(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 18 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(b.iter().fold(0u64, |n, &d| n * 10 + (d - b'0') as u64))
+    Some(b.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
 /// Seconds of the civil time, checked.
@@ -85,7 +85,7 @@ fn fraction(b: &[u8]) -> Option<u64> {
     }
     let mut n = 0u64;
     for i in 0..9 {
-        n = n * 10 + b.get(i).map_or(0, |&d| (d - b'0') as u64);
+        n = n * 10 + b.get(i).map_or(0, |&d| u64::from(d - b'0'));
     }
     Some(n)
 }

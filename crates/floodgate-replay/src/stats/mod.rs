@@ -480,7 +480,7 @@ fn key_count(t: TopKey<'_>) -> KeyCount {
 
 /// `d` in whole microseconds (saturating).
 fn micros(d: Duration) -> u64 {
-    d.as_micros().min(u64::MAX as u128) as u64
+    d.as_micros().min(u128::from(u64::MAX)) as u64
 }
 
 /// The distribution of `h` (microseconds; `max` exact: a histogram keeps

@@ -371,6 +371,6 @@ fn descriptor_hits(rng: &mut Rng) -> Option<u64> {
         8 => Some(1),
         9 => Some(2 + rng.below(4)),
         10 => Some(1 << 40),
-        _ => Some(u32::MAX as u64 + rng.below(1000)),
+        _ => Some(u64::from(u32::MAX) + rng.below(1000)),
     }
 }

@@ -367,7 +367,7 @@ impl Service {
         let hits: Vec<u64> = req
             .descriptors
             .iter()
-            .map(|d| d.hits_addend.unwrap_or((req.hits_addend as u64).max(1)))
+            .map(|d| d.hits_addend.unwrap_or(u64::from(req.hits_addend).max(1)))
             .collect();
         let keys = self.cache_keys(req, limits, &hits, now)?;
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: the keys this
@@ -449,7 +449,7 @@ impl Service {
         for i in 0..limits.len() {
             if let (Some(k), Some(l)) = (&keys[i], &limits[i]) {
                 let before = self.redis.get(k).copied().unwrap_or(0) as u64;
-                near[i] = before.wrapping_add(hits[i]) > l.requests_per_unit as u64;
+                near[i] = before.wrapping_add(hits[i]) > u64::from(l.requests_per_unit);
             }
         }
         near
@@ -463,9 +463,9 @@ impl Service {
     /// `GetResponseDescriptorStatus` with the counter after the increment.
     fn status(&mut self, l: &Limit, after: u64, hits: u64, now: i64) -> Status {
         let before = after.wrapping_sub(hits);
-        let over_threshold = l.requests_per_unit as u64;
+        let over_threshold = u64::from(l.requests_per_unit);
         let near_threshold =
-            ((over_threshold as f32 * self.settings.near_limit_ratio) as f64).floor() as u64;
+            f64::from(over_threshold as f32 * self.settings.near_limit_ratio).floor() as u64;
         let secs = unit_seconds(l.unit).expect("a cache key was made");
         let limit = RateLimitMsg {
             requests_per_unit: l.requests_per_unit,

@@ -84,11 +84,11 @@ impl Gcra {
             t,
             c,
             burst,
-            window: burst as u128 * t as u128,
+            window: u128::from(burst) * u128::from(t),
             count,
             period,
             per_t: Divisor::new(t),
-            window64: match u64::try_from(burst as u128 * t as u128) {
+            window64: match u64::try_from(u128::from(burst) * u128::from(t)) {
                 Ok(w) if c == 1 => w,
                 _ => 0,
             },
@@ -177,7 +177,7 @@ impl Gcra {
             return None;
         }
         let after = if apply.charge_if_allowed() {
-            *tat = next as u128;
+            *tat = u128::from(next);
             next
         } else {
             base
@@ -207,7 +207,7 @@ impl Shape for Gcra {
     /// The burst, refilled over burst × emission interval.
     fn quota(&self) -> Quota {
         let (count, period) = self.rate();
-        let nanos = (self.burst as u128 * period.as_nanos()).div_ceil(count.max(1) as u128);
+        let nanos = (u128::from(self.burst) * period.as_nanos()).div_ceil(u128::from(count.max(1)));
         Quota {
             limit: self.burst,
             window: Some(saturating_nanos(nanos)),
@@ -238,7 +238,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn decide(&self, tat: &mut GcraState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
-        let now_t = now.as_nanos() as u128 * self.c as u128;
+        let now_t = u128::from(now.as_nanos()) * u128::from(self.c);
         let limit_t = now_t + self.window;
         let base = (*tat).max(now_t);
         if cost > self.burst {
@@ -250,7 +250,7 @@ impl Algorithm for Gcra {
                 retry_after: None,
             };
         }
-        let next = base.saturating_add(cost as u128 * self.t as u128);
+        let next = base.saturating_add(u128::from(cost) * u128::from(self.t));
         // A cost of 0 only peeks: always admitted, never charged (even when
         // penalties or a clock gone backwards put `TAT` past the window).
         if cost == 0 || next <= limit_t {
@@ -276,7 +276,7 @@ impl Algorithm for Gcra {
             };
             // Admitted at t iff after + cost·T ≤ t·c + B·T.
             let at = after
-                .saturating_add(cost as u128 * self.t as u128)
+                .saturating_add(u128::from(cost) * u128::from(self.t))
                 .saturating_sub(self.window);
             Decision {
                 outcome: Outcome::Denied,
@@ -306,7 +306,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn idle_at(&self, tat: &GcraState, now: Timestamp) -> Timestamp {
-        let now_t = now.as_nanos() as u128 * self.c as u128;
+        let now_t = u128::from(now.as_nanos()) * u128::from(self.c);
         if *tat <= now_t {
             now
         } else if self.c == 1 {

@@ -146,7 +146,10 @@ impl<A: Algorithm> Algorithm for Limits<A> {
     type State = Box<[A::State]>;
 
     fn fresh(&self) -> Self::State {
-        self.members.iter().map(|m| m.fresh()).collect()
+        self.members
+            .iter()
+            .map(super::super::algorithm::Algorithm::fresh)
+            .collect()
     }
 
     fn decide(&self, s: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision {

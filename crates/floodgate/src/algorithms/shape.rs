@@ -65,7 +65,7 @@ pub(crate) fn per_window(f: &mut fmt::Formatter<'_>, limit: u64, window: Duratio
 
 /// A duration of `nanos` ns, saturating.
 pub(crate) fn saturating_nanos(nanos: u128) -> Duration {
-    Duration::from_nanos(nanos.min(u64::MAX as u128) as u64)
+    Duration::from_nanos(nanos.min(u128::from(u64::MAX)) as u64)
 }
 
 #[cfg(test)]

@@ -187,7 +187,7 @@ impl Shaper {
     fn drained(&self, ms: u64) -> u64 {
         match self.rate.checked_mul(ms) {
             Some(p) => p / 1000,
-            None => sat64(self.rate as u128 * ms as u128 / 1000),
+            None => sat64(u128::from(self.rate) * u128::from(ms) / 1000),
         }
     }
 
@@ -213,7 +213,7 @@ impl Shaper {
     /// everything, whatever the rest of its zone does.
     #[inline]
     pub fn expiry_shows(&self) -> bool {
-        (self.rate as u128) * 60 < self.burst as u128 + 1000
+        u128::from(self.rate) * 60 < u128::from(self.burst) + 1000
     }
 
     /// Milliseconds after `last` at which `rate·ms/1000 ≥ units`.
@@ -223,8 +223,8 @@ impl Shaper {
             .ok()
             .and_then(|u| self.ms_to_drain_64(u))
         {
-            Some(ms) => ms as u128,
-            None => (units * 1000).div_ceil(self.rate as u128),
+            Some(ms) => u128::from(ms),
+            None => (units * 1000).div_ceil(u128::from(self.rate)),
         }
     }
 
@@ -244,7 +244,7 @@ impl Shaper {
         match excess.checked_sub(self.delay) {
             Some(over) if over > 0 => match over.checked_mul(1000) {
                 Some(scaled) => self.per_rate.div(scaled),
-                None => sat64(over as u128 * 1000 / self.rate as u128),
+                None => sat64(u128::from(over) * 1000 / u128::from(self.rate)),
             },
             _ => 0,
         }
@@ -270,8 +270,9 @@ impl Shaper {
     /// ≤ burst`.
     #[inline]
     fn retry_after(&self, s: &ShaperState, extra: u64, now: Timestamp) -> Duration {
-        let need = (s.excess as u128 + 1000 + extra as u128).saturating_sub(self.burst as u128);
-        until_ms(s.last as u128 + self.ms_to_drain(need), now)
+        let need = (u128::from(s.excess) + 1000 + u128::from(extra))
+            .saturating_sub(u128::from(self.burst));
+        until_ms(u128::from(s.last) + self.ms_to_drain(need), now)
     }
 
     /// The time until the node is idle (its reset) and that instant.
@@ -279,7 +280,7 @@ impl Shaper {
     fn reset_and_idle(&self, s: &ShaperState, now: Timestamp) -> (Duration, Timestamp) {
         match self.idle_ms(s) {
             // The usual case in 64 bits: an instant before the end of time.
-            Some(at) if at <= (u64::MAX / 1_000_000) as u128 => {
+            Some(at) if at <= u128::from(u64::MAX / 1_000_000) => {
                 let at = at as u64 * 1_000_000;
                 (
                     Duration::from_nanos(at.saturating_sub(now.as_nanos())),
@@ -289,7 +290,7 @@ impl Shaper {
             Some(at) => {
                 let at = at_nanos(at);
                 (
-                    Duration::from_nanos(sat64(at.saturating_sub(now.as_nanos() as u128))),
+                    Duration::from_nanos(sat64(at.saturating_sub(u128::from(now.as_nanos())))),
                     Timestamp::from_nanos(sat64(at)),
                 )
             }
@@ -307,8 +308,8 @@ impl Shaper {
                 Some(units) => self.ms_to_drain_64(units).map(u128::from),
                 None => None,
             }
-            .unwrap_or_else(|| self.ms_to_drain(s.excess as u128 + 1000));
-            s.last as u128 + drained
+            .unwrap_or_else(|| self.ms_to_drain(u128::from(s.excess) + 1000));
+            u128::from(s.last) + drained
         })
     }
 }
@@ -316,7 +317,7 @@ impl Shaper {
 #[inline]
 fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
     Duration::from_nanos(sat64(
-        at_nanos(at_ms).saturating_sub(now.as_nanos() as u128),
+        at_nanos(at_ms).saturating_sub(u128::from(now.as_nanos())),
     ))
 }
 
@@ -324,8 +325,8 @@ fn until_ms(at_ms: u128, now: Timestamp) -> Duration {
 /// itself may not fit in 64 bits.
 #[inline]
 fn at_nanos(at_ms: u128) -> u128 {
-    if at_ms <= (u64::MAX / 1_000_000) as u128 {
-        (at_ms as u64 * 1_000_000) as u128
+    if at_ms <= u128::from(u64::MAX / 1_000_000) {
+        u128::from(at_ms as u64 * 1_000_000)
     } else {
         at_ms.saturating_mul(1_000_000)
     }
@@ -339,10 +340,12 @@ impl Shape for Shaper {
     /// The burst plus the request passed at once, drained at the rate.
     fn quota(&self) -> Quota {
         let limit = self.burst() + 1;
-        let millis = (limit as u128 * 1_000_000).div_ceil(self.rate.max(1) as u128);
+        let millis = (u128::from(limit) * 1_000_000).div_ceil(u128::from(self.rate.max(1)));
         Quota {
             limit,
-            window: Some(Duration::from_millis(millis.min(u64::MAX as u128) as u64)),
+            window: Some(Duration::from_millis(
+                millis.min(u128::from(u64::MAX)) as u64
+            )),
         }
     }
 

@@ -131,7 +131,7 @@ impl SlidingWindow {
     /// same semantics with 64-bit counts.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let limit = check_count("limit", limit)?;
-        if limit > u32::MAX as u64 {
+        if limit > u64::from(u32::MAX) {
             return Err(ConfigError::new(
                 "limit",
                 format!(
@@ -169,7 +169,7 @@ impl SubWindowCounter {
                 format!("must be between 1 and 1024 (got {sub_windows})"),
             ));
         }
-        if window % sub_windows as u64 != 0 {
+        if window % u64::from(sub_windows) != 0 {
             return Err(ConfigError::new(
                 "sub_windows",
                 format!("the window ({window} ns) must divide evenly into {sub_windows} parts"),
@@ -178,7 +178,7 @@ impl SubWindowCounter {
         Ok(SubWindowCounter {
             limit,
             window,
-            sub: window / sub_windows as u64,
+            sub: window / u64::from(sub_windows),
             n: sub_windows as usize,
         })
     }
@@ -317,17 +317,17 @@ fn decide_two(
     let current = now - now % window;
     // The counts as seen at `now`; only a charge stores them.
     let (start, prev, curr) = if current <= s.start {
-        (s.start, s.counts[0] as u64, s.counts[1] as u64)
+        (s.start, u64::from(s.counts[0]), u64::from(s.counts[1]))
     } else if current - s.start == window {
-        (current, s.counts[1] as u64, 0)
+        (current, u64::from(s.counts[1]), 0)
     } else {
         (current, 0, 0)
     };
     let e = now.max(start) - start;
-    let w = window as u128;
-    let cap = limit as u128 * w;
-    let aged = prev as u128 * (window - e) as u128;
-    let estimate = |curr: u64| aged + curr as u128 * w;
+    let w = u128::from(window);
+    let cap = u128::from(limit) * w;
+    let aged = u128::from(prev) * u128::from(window - e);
+    let estimate = |curr: u64| aged + u128::from(curr) * w;
     let (outcome, charge) = if cost > limit {
         (Outcome::Never, false)
     } else if cost == 0 || estimate(curr + cost) <= cap {
@@ -336,7 +336,7 @@ fn decide_two(
         (Outcome::Denied, apply.charge_if_denied())
     };
     let curr = if charge && cost > 0 {
-        let c = curr.saturating_add(cost).min(u32::MAX as u64);
+        let c = curr.saturating_add(cost).min(u64::from(u32::MAX));
         *s = SlidingWindowState {
             start,
             counts: [prev as u32, c as u32],
@@ -400,12 +400,12 @@ fn scaled_estimate(counts: &[u64], k: usize, e: u64, sub: u64, extra: u64) -> u1
         Some((o, r)) => (*o, r),
         None => (0, &[][..]),
     };
-    let rest = sum(rest).saturating_add(extra as u128);
-    (oldest as u128 * (sub - e) as u128).saturating_add(rest.saturating_mul(sub as u128))
+    let rest = sum(rest).saturating_add(u128::from(extra));
+    (u128::from(oldest) * u128::from(sub - e)).saturating_add(rest.saturating_mul(u128::from(sub)))
 }
 
 fn sum(counts: &[u64]) -> u128 {
-    counts.iter().map(|&c| c as u128).sum()
+    counts.iter().map(|&c| u128::from(c)).sum()
 }
 
 /// How many counts have left the window at `now`, and the start of the
@@ -432,7 +432,7 @@ fn decide(
     // zeros; only a charge actually moves them.
     let (mut gone, current) = view(*start, counts.len(), sub, now);
     let e = now.max(current) - current;
-    let cap = limit as u128 * sub as u128;
+    let cap = u128::from(limit) * u128::from(sub);
     let (outcome, charge) = if cost > limit {
         (Outcome::Never, false)
     } else if cost == 0 || scaled_estimate(&counts[gone..], 0, e, sub, cost) <= cap {
@@ -449,7 +449,7 @@ fn decide(
     let counts = &counts[gone..];
     let retry_after = (outcome == Outcome::Denied).then(|| retry(counts, e, sub, limit, cost));
     let used = scaled_estimate(counts, 0, e, sub, 0);
-    let remaining = (cap.saturating_sub(used) / sub as u128) as u64;
+    let remaining = (cap.saturating_sub(used) / u128::from(sub)) as u64;
     // Every count has left the window once the newest non-zero one has.
     let reset_after = match counts.iter().rposition(|&c| c != 0) {
         Some(j) => Duration::from_nanos((j as u64 + 1).saturating_mul(sub) - e),
@@ -468,23 +468,23 @@ fn decide(
 /// sub-window. The estimate only falls as time passes, so the first solution
 /// found walking forward is the earliest.
 fn retry(counts: &[u64], e: u64, sub: u64, limit: u64, cost: u64) -> Duration {
-    let cap = limit as u128 * sub as u128;
+    let cap = u128::from(limit) * u128::from(sub);
     for k in 0..=counts.len() {
         let shifted = counts.get(k..).unwrap_or(&[]);
         let (oldest, rest) = match shifted.split_first() {
-            Some((o, r)) => (*o as u128, r),
+            Some((o, r)) => (u128::from(*o), r),
             None => (0, &[][..]),
         };
         let rest_scaled = sum(rest)
-            .saturating_add(cost as u128)
-            .saturating_mul(sub as u128);
+            .saturating_add(u128::from(cost))
+            .saturating_mul(u128::from(sub));
         if rest_scaled > cap {
             continue;
         }
         // Need oldest · (sub − x) ≤ cap − rest·sub; the smallest such x.
         let x = match (cap - rest_scaled).checked_div(oldest) {
             None => 0,
-            Some(room) => (sub as u128).saturating_sub(room) as u64,
+            Some(room) => u128::from(sub).saturating_sub(room) as u64,
         };
         let x = if k == 0 { x.max(e) } else { x };
         if x < sub {

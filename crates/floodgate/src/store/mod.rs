@@ -371,7 +371,7 @@ where
     /// Drops every key whose state equals a fresh key's at `now`. Sweeps run
     /// by themselves as keys are inserted; this forces one everywhere.
     pub fn sweep(&self, now: Timestamp) {
-        for shard in self.shards.iter() {
+        for shard in &self.shards {
             let reclaimed = shard.lock().reclaim(now);
             self.record(Swept {
                 reclaimed,

@@ -83,14 +83,14 @@ pub(crate) fn idle_secs(t: Timestamp, now: Timestamp, base: u64, pins: bool) -> 
         };
     }
     let secs = t.as_nanos().div_ceil(1_000_000_000);
-    secs.saturating_sub(base).min(FAR as u64) as u32
+    secs.saturating_sub(base).min(u64::from(FAR)) as u32
 }
 
 /// `now` as whole seconds after `base`, rounded down: below [`FAR`], so an
 /// entry is idle at `now` iff its `idle` is at most this.
 #[inline]
 fn now_secs(now: Timestamp, base: u64) -> u32 {
-    now.as_secs().saturating_sub(base).min(FAR as u64 - 1) as u32
+    now.as_secs().saturating_sub(base).min(u64::from(FAR) - 1) as u32
 }
 
 /// Where a key's entry probably is, from a shard's published [`table_hint`]
@@ -144,9 +144,9 @@ impl<K, S> Shard<K, S> {
         if delta < REBASE {
             return;
         }
-        for e in self.table.iter_mut() {
+        for e in &mut self.table {
             if e.idle < FAR {
-                e.idle = (e.idle as u64).saturating_sub(delta) as u32;
+                e.idle = u64::from(e.idle).saturating_sub(delta) as u32;
             }
         }
         self.base += delta;
@@ -216,7 +216,7 @@ impl<K, S> Shard<K, S> {
         let target = (len + 1).saturating_sub(cap - cap / 8).max(1);
         let mut ages = [0u32; SAMPLE];
         let mut n = 0;
-        for e in self.table.iter() {
+        for e in &self.table {
             if e.idle != PINNED {
                 ages[n] = tick.wrapping_sub(e.touched);
                 n += 1;

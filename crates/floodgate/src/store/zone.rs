@@ -116,7 +116,10 @@ impl<K: Hash + Eq + Clone> ShaperZone<K> {
             // A panic while the lock was held cannot leave the queue half
             // linked (no code that panics runs while it is), so the nodes
             // are usable.
-            nodes: self.nodes.lock().unwrap_or_else(|e| e.into_inner()),
+            nodes: self
+                .nodes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         }
     }
 

@@ -19,14 +19,14 @@ use floodgate::{Algorithm, Apply, Decision, Outcome, Timestamp};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-pub const US: u64 = 1_000;
-pub const MS: u64 = 1_000_000;
-pub const SEC: u64 = 1_000_000_000;
+pub(crate) const US: u64 = 1_000;
+pub(crate) const MS: u64 = 1_000_000;
+pub(crate) const SEC: u64 = 1_000_000_000;
 
 /// One request of a schedule: at `at` (ns), of `cost`, applied as `apply`.
 /// `back`, when set, sends the request back in time (see [`check_backwards`]).
 #[derive(Clone, Copy, Debug)]
-pub struct Step {
+pub(crate) struct Step {
     pub at: u64,
     pub cost: u64,
     pub apply: Apply,
@@ -39,7 +39,7 @@ pub struct Step {
 
 /// `N` decisions to be written by `decide_many` (their contents are
 /// overwritten).
-pub fn blank_decisions<const N: usize>() -> [Decision; N] {
+pub(crate) fn blank_decisions<const N: usize>() -> [Decision; N] {
     [Decision {
         outcome: Outcome::Never,
         limit: 0,
@@ -52,7 +52,7 @@ pub fn blank_decisions<const N: usize>() -> [Decision; N] {
 /// A gap between two requests: often none (repeats), often below `small`,
 /// around `big` (typically a period or window), sometimes many `big`s, and
 /// occasionally a big absolute jump.
-pub fn gap(small: u64, big: u64) -> BoxedStrategy<u64> {
+pub(crate) fn gap(small: u64, big: u64) -> BoxedStrategy<u64> {
     let small = small.max(1);
     let big = big.max(1);
     prop_oneof![
@@ -67,7 +67,7 @@ pub fn gap(small: u64, big: u64) -> BoxedStrategy<u64> {
 }
 
 /// A cost: 0, 1, anything up to the limit, just above it, or anything.
-pub fn cost(limit: u64) -> BoxedStrategy<u64> {
+pub(crate) fn cost(limit: u64) -> BoxedStrategy<u64> {
     prop_oneof![
         2 => Just(0u64),
         6 => Just(1u64),
@@ -81,7 +81,7 @@ pub fn cost(limit: u64) -> BoxedStrategy<u64> {
 
 /// Mostly `Commit`, sometimes a dry `Check`, a penalty `Force`, or
 /// `Rejected` (denied by another limit of a set).
-pub fn apply() -> BoxedStrategy<Apply> {
+pub(crate) fn apply() -> BoxedStrategy<Apply> {
     prop_oneof![
         14 => Just(Apply::Commit),
         2 => Just(Apply::Check),
@@ -93,7 +93,7 @@ pub fn apply() -> BoxedStrategy<Apply> {
 
 /// Where a schedule starts: 0, a few periods in, anywhere up to 2^60 ns, or
 /// (rarely) right before the end of representable time.
-pub fn start(big: u64) -> BoxedStrategy<u64> {
+pub(crate) fn start(big: u64) -> BoxedStrategy<u64> {
     prop_oneof![
         3 => Just(0u64),
         3 => 0..=big.saturating_mul(3),
@@ -105,7 +105,7 @@ pub fn start(big: u64) -> BoxedStrategy<u64> {
 
 /// A random schedule of up to `len` requests at non-decreasing times
 /// (saturating at `u64::MAX`).
-pub fn schedule(small: u64, big: u64, limit: u64, len: usize) -> BoxedStrategy<Vec<Step>> {
+pub(crate) fn schedule(small: u64, big: u64, limit: u64, len: usize) -> BoxedStrategy<Vec<Step>> {
     let step = (
         gap(small, big),
         cost(limit),
@@ -137,7 +137,7 @@ pub fn schedule(small: u64, big: u64, limit: u64, len: usize) -> BoxedStrategy<V
 
 /// The smallest `t ≥ lo` with `pred(t)`, for a monotone `pred` (false, then
 /// true forever). Exponential then binary search over exact integers.
-pub fn earliest(lo: u128, pred: impl Fn(u128) -> bool) -> u128 {
+pub(crate) fn earliest(lo: u128, pred: impl Fn(u128) -> bool) -> u128 {
     if pred(lo) {
         return lo;
     }
@@ -165,19 +165,19 @@ pub fn earliest(lo: u128, pred: impl Fn(u128) -> bool) -> u128 {
 }
 
 /// `to − from` as a duration, saturating at `u64::MAX` ns.
-pub fn dur(from: u128, to: u128) -> Duration {
+pub(crate) fn dur(from: u128, to: u128) -> Duration {
     Duration::from_nanos(u64::try_from(to.saturating_sub(from)).unwrap_or(u64::MAX))
 }
 
 /// Two waits from `now` agree: exactly, or both reach the end of representable
 /// time (how far past it cannot be expressed, so any saturation is fine).
-pub fn same_wait(actual: Duration, expected: Duration, now: u64) -> bool {
-    let end = (u64::MAX - now) as u128;
+pub(crate) fn same_wait(actual: Duration, expected: Duration, now: u64) -> bool {
+    let end = u128::from(u64::MAX - now);
     actual == expected || (actual.as_nanos() >= end && expected.as_nanos() >= end)
 }
 
 /// Asserts that the crate's decision equals the model's, field by field.
-pub fn assert_decision(
+pub(crate) fn assert_decision(
     actual: &Decision,
     expected: &Decision,
     now: u64,
@@ -206,7 +206,7 @@ pub fn assert_decision(
 /// An independent reference model of one limit on one key. Time is exact
 /// nanoseconds as `u128` (so the model can look past `u64::MAX`); calls come
 /// in non-decreasing time.
-pub trait Model: Clone + Debug {
+pub(crate) trait Model: Clone + Debug {
     /// The quota reported as `Decision::limit`; a cost above it is `Never`.
     fn limit(&self) -> u64;
     /// Requests of cost 1 admissible at `t`, given no traffic in between.
@@ -268,7 +268,7 @@ pub trait Model: Clone + Debug {
 }
 
 /// How `apply` reaches a limit in penalty mode.
-pub fn penalized(apply: Apply) -> Apply {
+pub(crate) fn penalized(apply: Apply) -> Apply {
     match apply {
         Apply::Check => Apply::Check,
         _ => Apply::Force,
@@ -280,7 +280,7 @@ pub fn penalized(apply: Apply) -> Apply {
 // ---------------------------------------------------------------------------
 
 /// How a subject is run against its model.
-pub struct Opts<'a, S> {
+pub(crate) struct Opts<'a, S> {
     /// The subject runs in penalty mode (the model is driven with `Force`).
     pub penalty: bool,
     /// Denials come with a known `retry_after` (all but in-flight limits).
@@ -292,7 +292,7 @@ pub struct Opts<'a, S> {
 }
 
 /// Requests admitted and charged, as `(time, cost)`, for invariant checks.
-pub type Admitted = Vec<(u64, u64)>;
+pub(crate) type Admitted = Vec<(u64, u64)>;
 
 /// Runs `steps` through `alg` (from state `init`) and through `model` side by
 /// side, comparing every decision in full, and checks on the way:
@@ -302,7 +302,7 @@ pub type Admitted = Vec<(u64, u64)>;
 /// * `retry_after` is exact: the same request is still denied 1 ns and 1 µs
 ///   before it, and admitted at it;
 /// * from `idle_at` on, the state decides exactly like a fresh one.
-pub fn check_model<A, M>(
+pub(crate) fn check_model<A, M>(
     alg: &A,
     init: A::State,
     mut model: M,
@@ -325,7 +325,7 @@ where
         } else {
             step.apply
         };
-        let m = model.decide(step.at as u128, step.cost, model_apply);
+        let m = model.decide(u128::from(step.at), step.cost, model_apply);
         assert_decision(&d, &m, step.at).map_err(|e| note(e, step, &before))?;
         check_universal(alg, &before, &s, step, &d, opts)?;
         if d.is_allowed() && step.cost > 0 && matches!(model_apply, Apply::Commit | Apply::Force) {
@@ -394,7 +394,7 @@ where
 
 /// The same request (a dry check on a copy of the state) is denied just
 /// before `now + wait` and admitted at it.
-pub fn probe_retry<A>(
+pub(crate) fn probe_retry<A>(
     alg: &A,
     s: &A::State,
     now: u64,
@@ -433,7 +433,7 @@ where
 
 /// From `idle_at` on, the state must decide exactly like a fresh one (that is
 /// what lets a store forget the key).
-pub fn check_idle<A>(alg: &A, s: &A::State, now: u64, cost: u64) -> Result<(), TestCaseError>
+pub(crate) fn check_idle<A>(alg: &A, s: &A::State, now: u64, cost: u64) -> Result<(), TestCaseError>
 where
     A: Algorithm,
     A::State: Clone + Debug,
@@ -467,14 +467,14 @@ where
 // ---------------------------------------------------------------------------
 
 /// Whether an `AnyState` is a fresh key's state in any representation.
-pub fn any_fresh(s: &AnyState, inner_fresh: &AnyState) -> bool {
+pub(crate) fn any_fresh(s: &AnyState, inner_fresh: &AnyState) -> bool {
     *s == AnyState::Fresh || s == inner_fresh
 }
 
 /// Runs `alg` against `model` plain, wrapped in `Penalize`, and as an
 /// `AnyLimit` with penalty mode off and on. Returns the admissions of the
 /// plain and the penalty runs.
-pub fn check_all_modes<A, M>(
+pub(crate) fn check_all_modes<A, M>(
     alg: &A,
     model: &M,
     steps: &[Step],
@@ -533,7 +533,7 @@ where
 /// * restamping every charged request at the latest time the state has been
 ///   charged at (what "no time has passed" means), the admissions satisfy
 ///   `invariant`.
-pub fn check_backwards<A>(
+pub(crate) fn check_backwards<A>(
     alg: &A,
     steps: &[Step],
     invariant: impl Fn(&[(u64, u64)]) -> Result<(), TestCaseError>,
@@ -549,7 +549,7 @@ where
     for step in steps {
         let back = step
             .back
-            .map(|f| (latest as u128 * f as u128 / 65_536) as u64)
+            .map(|f| (u128::from(latest) * u128::from(f) / 65_536) as u64)
             .unwrap_or(latest / 2);
         if latest > 0 {
             let b = alg.decide(
@@ -605,7 +605,7 @@ where
 
 /// A schedule for [`check_backwards`]: forward times that stay well inside
 /// the representable range.
-pub fn backwards_schedule(
+pub(crate) fn backwards_schedule(
     small: u64,
     big: u64,
     limit: u64,
@@ -641,22 +641,22 @@ pub fn backwards_schedule(
 // ---------------------------------------------------------------------------
 
 /// Sorted by time (restamped admissions already are).
-pub fn sorted(admitted: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(crate) fn sorted(admitted: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut v = admitted.to_vec();
     v.sort_by_key(|&(t, _)| t);
     v
 }
 
 /// The largest admitted cost over any half-open interval `[t, t + len)`.
-pub fn max_in_any_interval(admitted: &[(u64, u64)], len: u64) -> u128 {
+pub(crate) fn max_in_any_interval(admitted: &[(u64, u64)], len: u64) -> u128 {
     let v = sorted(admitted);
     let mut best = 0u128;
     for (i, &(t, _)) in v.iter().enumerate() {
-        let end = t as u128 + len as u128;
+        let end = u128::from(t) + u128::from(len);
         let sum: u128 = v[i..]
             .iter()
-            .take_while(|&&(u, _)| (u as u128) < end)
-            .map(|&(_, c)| c as u128)
+            .take_while(|&&(u, _)| u128::from(u) < end)
+            .map(|&(_, c)| u128::from(c))
             .sum();
         best = best.max(sum);
     }
@@ -665,7 +665,7 @@ pub fn max_in_any_interval(admitted: &[(u64, u64)], len: u64) -> u128 {
 
 /// `cases` cases (times `PROPTEST_SCALE` if set, for longer soaks), without
 /// writing regression files.
-pub fn config(cases: u32) -> ProptestConfig {
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     let scale = std::env::var("PROPTEST_SCALE")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
