@@ -29,7 +29,7 @@ use crate::forward::Hop;
 use crate::gateway::Gateway;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::reload::{Reload, read_sections};
-use crate::tls::ServerTls;
+use floodgate_runtime::tls::Certificates;
 use crate::upstream::Upstream;
 use floodgate_http::HttpSection;
 
@@ -175,12 +175,13 @@ pub async fn start(
         &config.limits,
         &config.forwarding,
     );
-    let tls = config.tls.as_ref().map(ServerTls::new).transpose()?;
-    let tls = tls.map(Arc::new);
+    let mut certificates = Certificates::default();
+    let tls = certificates.add(config.tls.clone()).map_err(RuntimeError::from)?;
+    let admin_tls = certificates.add(settings.server.tls.admin.files());
+    let admin_tls = admin_tls.map_err(RuntimeError::from)?;
     let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));
     gateway.set_limiter(http);
     let reload = Reload::new(gateway.clone(), settings.policy, given, &loaded.documents);
-    let certificate = tls.clone();
     // A renewed certificate is picked up at the policies' pace, and re-read
     // whatever its files look like when a reload is asked for.
     let watching = Watching::start(
@@ -192,11 +193,7 @@ pub async fn start(
         },
         settings.server.reload_interval,
         move |c: Compiled| reload.apply(c),
-        move |forced| {
-            if let Some(t) = &certificate {
-                t.reload(forced);
-            }
-        },
+        move |forced| certificates.reload(forced),
     );
     let listener = bind("gateway", config.listen).await?;
     let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
@@ -211,6 +208,7 @@ pub async fn start(
         &server.admin_hosts,
         router,
         &server.limits,
+        admin_tls,
         stopped.clone(),
     );
     let admin_task = admin.await?;
@@ -245,7 +243,7 @@ pub async fn start(
         places,
         counters,
         http,
-        tls.as_ref().map(|t| t.acceptor().clone()),
+        tls,
         stopped,
         move |peer, slot| {
             // Each request goes to the gateway with what the proxy needs to

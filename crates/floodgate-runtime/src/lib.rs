@@ -48,6 +48,7 @@ pub mod settings;
 pub mod signals;
 pub mod sync_report;
 pub mod threads;
+pub mod tls;
 
 pub use backend::AnyBackend;
 pub use error::RuntimeError;

@@ -525,3 +525,52 @@ fn settings_of_another_store_or_mode_are_refused_where_they_mislead() {
     ]);
     assert_eq!(memory.unwrap().store.backend, StoreKind::Memory);
 }
+
+/// Every listener's TLS: the certificate and key both or neither, the
+/// files read and checked where they were given, paths relative to the
+/// file naming them; envoyproxy/ratelimit's gRPC TLS variables.
+#[test]
+fn listener_tls_is_checked_where_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+    let file = dir.path().join("floodgate.yaml").display().to_string();
+    let read = |text: &str| {
+        let doc = Document::parse(&Arc::from(file.as_str()), text).unwrap();
+        Settings::from_documents(&[doc])
+    };
+
+    let s = read("server: {tls: {admin: {cert: tls.crt, key: tls.key}}}").unwrap();
+    let admin = s.server.tls.admin.files().expect("TLS on the admin listener");
+    assert_eq!(admin.cert, dir.path().join("tls.crt"));
+    assert_eq!(s.server.tls.grpc.files(), None);
+
+    let e = read("server: {tls: {http: {cert: tls.crt}}}").unwrap_err().to_string();
+    assert!(e.contains("missing required key 'key'") && e.contains(":1:"), "{e}");
+    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.crt}}}").unwrap_err().to_string();
+    assert!(e.contains("tls.crt"), "{e}");
+    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.key, client_ca: none.pem}}}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("none.pem"), "{e}");
+
+    let crt = dir.path().join("tls.crt").display().to_string();
+    let key = dir.path().join("tls.key").display().to_string();
+    let s = env_only(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+    ])
+    .unwrap();
+    assert!(s.server.tls.grpc.files().is_some());
+    // Without GRPC_SERVER_USE_TLS the files are not read, as envoyproxy/ratelimit does.
+    let s = env_only(&[("GRPC_SERVER_TLS_CERT", &crt)]).unwrap();
+    assert_eq!(s.server.tls.grpc.files(), None);
+    let e = env_only(&[("GRPC_SERVER_USE_TLS", "true")]).unwrap_err().to_string();
+    assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
+}

@@ -12,6 +12,7 @@ use floodgate_runtime::config::Loaded;
 use floodgate_runtime::lifecycle::{Watching, shut_down};
 use floodgate_runtime::listener::{Http, Protocols, bind, descriptors, spawn_service};
 use floodgate_runtime::settings::StartupSections;
+use floodgate_runtime::tls::Certificates;
 use floodgate_runtime::{Health, RuntimeError};
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -68,12 +69,18 @@ pub async fn serve(
         startup.check_reload(&given, &c.loaded.documents);
         reloaded.replace_policy(c.policy)
     };
-    let interval = settings.server.reload_interval;
-    let _watching = Watching::start(thread, source, compiled, interval, apply, |_| {});
+    let s = &settings.server;
+    let mut certificates = Certificates::default();
+    let grpc_tls = certificates.add(s.tls.grpc.files())?;
+    let http_tls = certificates.add(s.tls.http.files())?;
+    let admin_tls = certificates.add(s.tls.admin.files())?;
+    // Renewed certificates are picked up at the policies' pace.
+    let reload_certificates = move |forced| certificates.reload(forced);
+    let interval = s.reload_interval;
+    let _watching = Watching::start(thread, source, compiled, interval, apply, reload_certificates);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-    let s = &settings.server;
     // Each public listener has its cap, the admin listener its own;
     // together they fit the open files limit.
     let listeners = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
@@ -82,12 +89,14 @@ pub async fn serve(
     // metrics are there too.
     let admin = crate::admin::router(svc.clone(), prometheus);
     let hosts = &s.admin_hosts;
-    let admin = floodgate_runtime::admin::spawn(s.admin, hosts, admin, &s.limits, stop_rx.clone());
+    let stop = stop_rx.clone();
+    let admin = floodgate_runtime::admin::spawn(s.admin, hosts, admin, &s.limits, admin_tls, stop);
     tasks.extend(admin.await?);
     if let Some(addr) = s.grpc {
         let listener = bind("grpc", addr).await?;
         let http = Http::new(&s.limits, Protocols::Http2);
-        tasks.push(crate::grpc::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?);
+        let stop = stop_rx.clone();
+        tasks.push(crate::grpc::spawn(svc.clone(), listener, http, grpc_tls, public, stop).await?);
     }
     if let Some(addr) = s.http {
         let listener = bind("http", addr).await?;
@@ -95,7 +104,7 @@ pub async fn serve(
         let api = hyper_util::service::TowerToHyperService::new(api);
         let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
         let stop = stop_rx.clone();
-        tasks.push(spawn_service("http", listener, api, http, public, stop));
+        tasks.push(spawn_service("http", listener, api, http, http_tls, public, stop));
     }
 
     // Serve until the signal, or until a server fails.

@@ -6,7 +6,8 @@
 //! client (xds-protos), the probe that hostile tests measure a server by (a normal client
 //! served on time while an attack runs) and the attackers they run,
 //! the timer's lateness on a loaded machine ([`timer_lateness`]), HTTP/2
-//! clients whose receive window stays shut ([`ZeroWindow`]), and
+//! clients whose receive window stays shut ([`ZeroWindow`]), throwaway
+//! certificates and TLS clients ([`tls`]), and
 //! (feature `browser`) a headless Chromium.
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
@@ -27,6 +28,7 @@ mod nginx;
 mod probe;
 mod process;
 mod redis;
+pub mod tls;
 mod upstream;
 mod zero_window;
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_runtime::listener::{Http, spawn_service};
+use floodgate_runtime::tls::TlsAcceptor;
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -26,12 +27,14 @@ use floodgate_runtime::RuntimeError;
 /// The RLS service name, as health checks ask for it.
 pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Starts serving on `listener` under `http`'s protections, at most
-/// `places` connections at once, until `stop` turns true.
+/// Starts serving on `listener` under `http`'s protections, TLS
+/// terminated by `tls` if any, at most `places` connections at once, until
+/// `stop` turns true.
 pub async fn spawn(
     svc: Arc<DecisionService>,
     listener: TcpListener,
     http: Http,
+    tls: Option<TlsAcceptor>,
     places: usize,
     stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, RuntimeError> {
@@ -89,5 +92,5 @@ pub async fn spawn(
         let grpc = grpc.clone();
         async move { grpc.call(req).await }
     });
-    Ok(spawn_service("grpc", listener, service, http, places, stop))
+    Ok(spawn_service("grpc", listener, service, http, tls, places, stop))
 }
