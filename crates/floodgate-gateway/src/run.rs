@@ -10,26 +10,26 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use floodgate_policy::ConfigErrors;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
-use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listener::{Counters, Http, Protocols, bind, descriptors, serve};
-use floodgate_runtime::settings::{Env, Flags, Given};
+use floodgate_policy::yaml::Document;
+use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
+use floodgate_runtime::listener::{Counters, Http, Protocols, descriptors, serve};
+use floodgate_runtime::settings::{Env, Flags, Given, Settings, StartupSections};
 use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::forward::Hop;
 use crate::gateway::Gateway;
 use crate::proxy::{ClientInfo, Proxy};
-use crate::reload::{Reload, read_sections};
-use floodgate_runtime::tls::Certificates;
+use crate::reload::read_sections;
+use crate::settings::Draft;
 use crate::upstream::Upstream;
 use floodgate_http::HttpSection;
 
@@ -71,46 +71,26 @@ pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
 }
 
 /// Runs the gateway on a new runtime (`server.workers` threads; one is a
-/// current-thread runtime) until
-/// SIGTERM or SIGINT; logging must already be set up.
+/// current-thread runtime) until SIGTERM or SIGINT; logging must already be
+/// set up.
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), GatewayError> {
-    let server = &loaded.runtime.settings.server;
-    let runtime = floodgate_runtime::threads::runtime(server.workers, "floodgate-gw")
-        .map_err(|e| GatewayError::Startup(e.to_string()))?;
-    let delay = server.shutdown_delay;
-    runtime.block_on(async move {
-        let shutdown = floodgate_runtime::signals::shutdown_signal();
-        let running = start(loaded, prometheus).await?;
-        shutdown.await;
-        running.shutdown_after(delay).await;
-        Ok(())
-    })
+    let parts = Parts::of(&loaded)?;
+    host::run::<Proxying>(loaded.runtime, parts, prometheus, "floodgate-gw")?;
+    Ok(())
 }
 
 /// A gateway serving in the background.
-pub struct Running {
-    addr: SocketAddr,
-    gateway: Arc<Gateway<AnyBackend>>,
-    health: Arc<Health>,
-    stop: watch::Sender<bool>,
-    grace: Duration,
-    task: JoinHandle<()>,
-    admin_task: Option<JoinHandle<()>>,
-    /// Reloads on SIGHUP, when asked and every `server.reload_interval`,
-    /// the listener's certificate with the configuration (stops when the
-    /// gateway is dropped).
-    watching: Watching,
-}
+pub struct Running(host::Running<Proxying>);
 
 impl Running {
     /// The client-facing address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addrs()[0]
     }
 
     /// The gateway.
     pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
-        &self.gateway
+        &self.0.frontend().gateway
     }
 
     /// Reloads now, as on SIGHUP: the configuration files are checked at
@@ -118,7 +98,14 @@ impl Running {
     /// thread; the outcome is logged and counted as any reload's), and the
     /// listener's certificate is re-read.
     pub fn reload_now(&self) {
-        self.watching.reload_now();
+        self.0.reload_now();
+    }
+
+    /// Puts `compiled` in force as a reload does, all or nothing, at once:
+    /// every section and the policies read and checked before any is
+    /// applied.
+    pub fn apply(&self, compiled: Compiled) -> Result<(), GatewayError> {
+        Ok(self.0.apply(compiled)?)
     }
 
     /// Shuts down behind a load balancer: `/ready` answers 503 at once
@@ -126,18 +113,13 @@ impl Running {
     /// `delay`, so that the balancer takes this instance out of rotation
     /// first; then stops accepting and drains within the grace period.
     /// True when every request in flight finished.
-    pub async fn shutdown_after(mut self, delay: Duration) -> bool {
-        let drained = shut_down(&self.health, delay, &self.stop, self.grace, &mut self.task).await;
-        self.task.abort();
-        if let Some(a) = self.admin_task.take() {
-            a.abort();
-        }
-        drained
+    pub async fn shutdown_after(self, delay: Duration) -> bool {
+        self.0.shutdown_after(delay).await
     }
 
     /// [`shutdown_after`](Self::shutdown_after) without a delay.
     pub async fn shutdown(self) -> bool {
-        self.shutdown_after(Duration::ZERO).await
+        self.0.shutdown().await
     }
 }
 
@@ -147,130 +129,145 @@ pub async fn start(
     loaded: Loaded,
     prometheus: Option<PrometheusHandle>,
 ) -> Result<Running, GatewayError> {
-    let Loaded {
-        runtime,
-        gateway: config,
-        http,
-    } = loaded;
-    let floodgate_runtime::config::Loaded {
-        source,
-        compiled,
-        settings,
-        given,
-        thread,
-    } = runtime;
-    if config.upstream.urls.is_empty() {
-        return Err(GatewayError::Startup("no upstream URL".into()));
+    let parts = Parts::of(&loaded)?;
+    let running = host::start::<Proxying>(loaded.runtime, parts, prometheus).await?;
+    Ok(Running(running))
+}
+
+/// What the gateway is built from.
+pub struct Parts {
+    config: GatewayConfig,
+    http: Option<HttpSection>,
+    started_with: StartupSections<Draft>,
+}
+
+impl Parts {
+    /// The sections of `loaded`.
+    fn of(loaded: &Loaded) -> Result<Parts, GatewayError> {
+        let config = loaded.gateway.clone();
+        if config.upstream.urls.is_empty() {
+            return Err(GatewayError::Startup("no upstream URL".into()));
+        }
+        let documents = &loaded.runtime.compiled.loaded.documents;
+        Ok(Parts {
+            config,
+            http: loaded.http.clone(),
+            started_with: StartupSections::of(documents),
+        })
     }
-    if let Some(h) = &prometheus {
-        floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
+}
+
+/// The gateway as a frontend of the host: its `gateway:` and `http:`
+/// sections, its listener.
+pub struct Proxying {
+    gateway: Arc<Gateway<AnyBackend>>,
+    config: GatewayConfig,
+    started_with: StartupSections<Draft>,
+}
+
+impl Frontend for Proxying {
+    const SECTIONS: &'static [&'static str] =
+        &[crate::settings::SECTION, floodgate_http::identity::SECTION];
+
+    type Config = Parts;
+
+    fn build(parts: Parts, health: &Arc<Health>, _: &Settings) -> Result<Self, RuntimeError> {
+        let Parts {
+            config,
+            http,
+            started_with,
+        } = parts;
+        // The upstream's pools are reaped by a task of the host's runtime.
+        let upstream = Upstream::new(&config.upstream)?;
+        let proxy = Proxy::with_limits(upstream, &config.limits, &config.forwarding);
+        let engine = health.engine().clone();
+        let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));
+        gateway.set_limiter(http);
+        Ok(Proxying {
+            gateway,
+            config,
+            started_with,
+        })
     }
-    let Compiled { policy, loaded } = compiled;
-    let health = Health::start(&settings, policy).await?;
-    let engine = health.engine().clone();
-    let limited = http.is_some();
-    floodgate_runtime::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
-    let proxy = Proxy::with_limits(
-        Upstream::new(&config.upstream)?,
-        &config.limits,
-        &config.forwarding,
-    );
-    let mut certificates = Certificates::default();
-    let tls = certificates.add(config.tls.clone()).map_err(RuntimeError::from)?;
-    let admin_tls = certificates.add(settings.server.tls.admin.files());
-    let admin_tls = admin_tls.map_err(RuntimeError::from)?;
-    let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));
-    gateway.set_limiter(http);
-    let reload = Reload::new(gateway.clone(), settings.policy, given, &loaded.documents);
-    // A renewed certificate is picked up at the policies' pace, and re-read
-    // whatever its files look like when a reload is asked for.
-    let watching = Watching::start(
-        thread,
-        source,
-        Compiled {
-            policy: floodgate_policy::PolicySet::empty(),
-            loaded,
-        },
-        settings.server.reload_interval,
-        move |c: Compiled| reload.apply(c),
-        move |forced| certificates.reload(forced),
-    );
-    let listener = bind("gateway", config.listen).await?;
-    let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let (stop, stopped) = watch::channel(false);
-    let router = floodgate_runtime::admin::router(health.clone(), prometheus);
-    let server = &settings.server;
-    let admin = floodgate_runtime::admin::spawn(
-        server.admin,
-        &server.admin_hosts,
-        router,
-        &server.limits,
-        admin_tls,
-        stopped.clone(),
-    );
-    let admin_task = admin.await?;
-    let upstreams: Vec<&str> = config
-        .upstream
-        .urls
-        .iter()
-        .map(|u| u.authority.as_str())
-        .collect();
-    tracing::info!(
-        %addr,
-        tls = tls.is_some(),
-        upstream = %upstreams.join(","),
-        protocol = config.upstream.protocol.name(),
-        limited,
-        rules = gateway.engine().policy().rules().len(),
-        "gateway listening"
-    );
-    // Two descriptors a connection count against the open files limit:
-    // the client's and an upstream's.
-    let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
-    let counters = Counters {
+
+    fn read_reload(&self, given: &Given, documents: &[Document]) -> Result<Apply, ConfigErrors> {
+        let http = crate::reload::read_reload(given, documents)?;
+        let changed = self.started_with.changed(documents);
+        let gateway = self.gateway.clone();
+        Ok(Box::new(move || {
+            if changed {
+                tracing::warn!("the gateway section changed: it is only read at startup");
+            }
+            if gateway.set_limiter(http) {
+                tracing::info!("http section reloaded: new limiter");
+            }
+        }))
+    }
+
+    async fn serve(self: &Arc<Self>, listeners: &mut Listeners<'_>) -> Result<(), RuntimeError> {
+        let config = &self.config;
+        let tls = listeners.tls(config.tls.clone())?;
+        let listener = listeners.bind("gateway", config.listen).await?;
+        let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let upstreams: Vec<&str> = config
+            .upstream
+            .urls
+            .iter()
+            .map(|u| u.authority.as_str())
+            .collect();
+        tracing::info!(
+            %addr,
+            tls = tls.is_some(),
+            upstream = %upstreams.join(","),
+            protocol = config.upstream.protocol.name(),
+            limited = self.gateway.limiter().is_some(),
+            rules = self.gateway.engine().policy().rules().len(),
+            "gateway listening"
+        );
+        // Two descriptors a connection count against the open files limit:
+        // the client's and an upstream's.
+        let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
+        let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
+        let served = self.gateway.clone();
+        let https = tls.is_some();
+        let stop = listeners.stop();
+        listeners.push(tokio::spawn(serve(
+            listener,
+            places,
+            counters(),
+            http,
+            tls,
+            stop,
+            move |peer, slot| {
+                // Each request goes to the gateway with what the proxy needs to
+                // know of its connection; the connection's place is held by a
+                // tunnel it is upgraded to too, whichever ends last.
+                let (gateway, slot) = (served.clone(), slot.clone());
+                let hop = Arc::new(Hop::new(peer.ip(), https));
+                service_fn(move |req: Request<Incoming>| {
+                    let client = ClientInfo {
+                        peer,
+                        hop: hop.clone(),
+                        tls: https,
+                        trusted_hop: false,
+                        slot: Some(slot.clone()),
+                    };
+                    gateway.clone().handle(req, client)
+                })
+            },
+        )));
+        Ok(())
+    }
+}
+
+/// The gateway listener's metrics.
+fn counters() -> Counters {
+    Counters {
         connections: metrics::gauge!("floodgate_gateway_connections"),
         evicted: metrics::counter!("floodgate_gateway_connections_evicted_total"),
         accept_errors: metrics::counter!("floodgate_gateway_accept_errors_total"),
-    };
-    let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
-    let served = gateway.clone();
-    let https = tls.is_some();
-    let task = tokio::spawn(serve(
-        listener,
-        places,
-        counters,
-        http,
-        tls,
-        stopped,
-        move |peer, slot| {
-            // Each request goes to the gateway with what the proxy needs to
-            // know of its connection; the connection's place is held by a
-            // tunnel it is upgraded to too, whichever ends last.
-            let (gateway, slot) = (served.clone(), slot.clone());
-            let hop = Arc::new(Hop::new(peer.ip(), https));
-            service_fn(move |req: Request<Incoming>| {
-                let client = ClientInfo {
-                    peer,
-                    hop: hop.clone(),
-                    tls: https,
-                    trusted_hop: false,
-                    slot: Some(slot.clone()),
-                };
-                gateway.clone().handle(req, client)
-            })
-        },
-    ));
-    Ok(Running {
-        addr,
-        gateway,
-        health,
-        stop,
-        grace: settings.server.shutdown_grace,
-        task,
-        admin_task,
-        watching,
-    })
+    }
 }

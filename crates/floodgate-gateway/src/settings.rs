@@ -23,7 +23,8 @@ use floodgate_runtime::settings::{
 };
 
 use crate::config::{
-    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, UpstreamConfig, UpstreamProtocol, UpstreamUrl,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, UpstreamConfig,
+    UpstreamProtocol, UpstreamUrl,
 };
 use floodgate_runtime::tls::pem::{certificates, private_key};
 
@@ -329,7 +330,10 @@ fn pair(
     let (co, ko) = (origins.of(keys[0]), origins.of(keys[1]));
     match files {
         (Some(cert), Some(key)) => {
-            let (cert, key) = (relative_to_origin(&cert, &co), relative_to_origin(&key, &ko));
+            let (cert, key) = (
+                relative_to_origin(&cert, &co),
+                relative_to_origin(&key, &ko),
+            );
             if let Err(e) = certificates(&cert) {
                 errors.push(co.error(e.to_string()));
             } else if let Err(e) = private_key(&key) {

@@ -40,6 +40,7 @@ pub mod config_thread;
 mod dashboard;
 pub mod error;
 pub mod health;
+pub mod host;
 pub mod lifecycle;
 pub mod listener;
 pub mod logging;

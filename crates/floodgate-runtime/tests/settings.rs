@@ -546,13 +546,25 @@ fn listener_tls_is_checked_where_it_is_given() {
     };
 
     let s = read("server: {tls: {admin: {cert: tls.crt, key: tls.key}}}").unwrap();
-    let admin = s.server.tls.admin.files().expect("TLS on the admin listener");
+    let admin = s
+        .server
+        .tls
+        .admin
+        .files()
+        .expect("TLS on the admin listener");
     assert_eq!(admin.cert, dir.path().join("tls.crt"));
     assert_eq!(s.server.tls.grpc.files(), None);
 
-    let e = read("server: {tls: {http: {cert: tls.crt}}}").unwrap_err().to_string();
-    assert!(e.contains("missing required key 'key'") && e.contains(":1:"), "{e}");
-    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.crt}}}").unwrap_err().to_string();
+    let e = read("server: {tls: {http: {cert: tls.crt}}}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("missing required key 'key'") && e.contains(":1:"),
+        "{e}"
+    );
+    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.crt}}}")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("tls.crt"), "{e}");
     let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.key, client_ca: none.pem}}}")
         .unwrap_err()
@@ -571,6 +583,8 @@ fn listener_tls_is_checked_where_it_is_given() {
     // Without GRPC_SERVER_USE_TLS the files are not read, as envoyproxy/ratelimit does.
     let s = env_only(&[("GRPC_SERVER_TLS_CERT", &crt)]).unwrap();
     assert_eq!(s.server.tls.grpc.files(), None);
-    let e = env_only(&[("GRPC_SERVER_USE_TLS", "true")]).unwrap_err().to_string();
+    let e = env_only(&[("GRPC_SERVER_USE_TLS", "true")])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
 }

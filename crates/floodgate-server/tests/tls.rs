@@ -79,18 +79,23 @@ async fn start(dir: &Path, tls: &str, ready_on: impl Fn(&Ports) -> u16) -> Runni
         let shutdown = async move {
             let _ = stopped.await;
         };
-        floodgate_server::serve(loaded, None, shutdown).await.unwrap();
+        floodgate_server::serve(loaded, None, shutdown)
+            .await
+            .unwrap();
     });
     let port = ready_on(&ports);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "the listener on {port} never came up");
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the listener on {port} never came up"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Running {
-        ports,
-        _stop: stop,
-    }
+    Running { ports, _stop: stop }
 }
 
 /// One `ShouldRateLimit` for `user` as a gRPC frame.
@@ -167,7 +172,10 @@ async fn the_http_and_admin_listeners_over_tls() {
     let running = start(pki.dir.path(), &tls, |p| p.admin).await;
     let Ports { http, admin, .. } = running.ports;
     let config = || client_config(pki.roots(), None, &[]);
-    assert_eq!(https_get(http, "/healthcheck", config()).await.unwrap(), 200);
+    assert_eq!(
+        https_get(http, "/healthcheck", config()).await.unwrap(),
+        200
+    );
     assert_eq!(https_get(admin, "/metrics", config()).await.unwrap(), 200);
     // The gRPC listener stays in cleartext: a TLS handshake fails there.
     assert!(tls_connect(running.ports.grpc, config()).await.is_err());
@@ -183,7 +191,10 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     };
     std::fs::copy(&first.cert, &live.cert).unwrap();
     std::fs::copy(&first.key, &live.key).unwrap();
-    let running = start(pki.dir.path(), &listener_tls("grpc", &live, None), |p| p.grpc).await;
+    let running = start(pki.dir.path(), &listener_tls("grpc", &live, None), |p| {
+        p.grpc
+    })
+    .await;
     let port = running.ports.grpc;
     let der = |leaf: &Leaf| floodgate_testkit::tls::chain(&leaf.cert)[0].to_vec();
     assert_eq!(presented(port, pki.roots()).await, der(&first));
@@ -197,7 +208,10 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     std::fs::rename(staged.join("c"), &live.cert).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while presented(port, pki.roots()).await != der(&renewed) {
-        assert!(Instant::now() < deadline, "the renewed certificate is never served");
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate is never served"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 pub use rustls::ClientConfig;
 use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -114,7 +114,9 @@ pub async fn tls_connect(port: u16, config: ClientConfig) -> std::io::Result<Tls
 /// The certificate the TLS server at 127.0.0.1:`port` presents (its
 /// leaf, DER) to a client trusting `roots`.
 pub async fn presented(port: u16, roots: RootCertStore) -> Vec<u8> {
-    let tls = tls_connect(port, client_config(roots, None, &[])).await.unwrap();
+    let tls = tls_connect(port, client_config(roots, None, &[]))
+        .await
+        .unwrap();
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 

@@ -123,7 +123,9 @@ pub fn declare_tls<T, A: TlsAt<T>>(t: &mut Vec<Setting<T>>, at: &TlsInstance) {
     let docs = [
         format!("TLS on {l}: PEM certificate chain (with `key`)"),
         format!("TLS on {l}: its PEM private key"),
-        format!("TLS on {l}: PEM bundle of the authorities a client certificate must come from (mTLS: clients without one are refused)"),
+        format!(
+            "TLS on {l}: PEM bundle of the authorities a client certificate must come from (mTLS: clients without one are refused)"
+        ),
     ];
     let names = ["cert", "key", "client_ca"];
     for (i, (set, doc)) in [cert, key, client_ca].into_iter().zip(docs).enumerate() {
@@ -203,7 +205,11 @@ pub fn relative_to_origin(path: &Path, origin: &Origin) -> PathBuf {
 pub fn finish_tls(tls: &mut TlsSettings, at: &TlsInstance, origins: &Origins, errors: &mut Errors) {
     let origin = |name: &str| origins.of(&format!("{}.{name}", at.key));
     let (co, ko, ao) = (origin("cert"), origin("key"), origin("client_ca"));
-    for (file, o) in [(&mut tls.cert, &co), (&mut tls.key, &ko), (&mut tls.client_ca, &ao)] {
+    for (file, o) in [
+        (&mut tls.cert, &co),
+        (&mut tls.key, &ko),
+        (&mut tls.client_ca, &ao),
+    ] {
         *file = file.as_deref().map(|f| relative_to_origin(f, o));
     }
     match (&tls.cert, &tls.key) {

@@ -5,12 +5,9 @@ use std::path::PathBuf;
 
 use floodgate_policy::engine::LimitOverrides;
 
+use super::listener::{self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings};
 use super::parse::{
-    ANY, LOOPBACK, boolean, choice, count_in, duration, parse_listen_on,
-    positive_duration, size,
-};
-use super::listener::{
-    self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings,
+    ANY, LOOPBACK, boolean, choice, count_in, duration, parse_listen_on, positive_duration, size,
 };
 use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
 use super::{LogFormat, Settings};
@@ -67,7 +64,11 @@ pub(super) fn finish_tls(
 /// envoyproxy/ratelimit's TLS file `name`, read with `GRPC_SERVER_USE_TLS`
 /// on (and then `required`).
 fn envoy_tls(env: &Env<'_>, name: &str, required: bool) -> Result<Option<String>, String> {
-    match env.get("GRPC_SERVER_USE_TLS").map(|v| boolean(&v)).transpose()? {
+    match env
+        .get("GRPC_SERVER_USE_TLS")
+        .map(|v| boolean(&v))
+        .transpose()?
+    {
         Some(true) if required && env.get(name).is_none() => {
             Err(format!("GRPC_SERVER_USE_TLS needs {name}"))
         }

@@ -12,7 +12,7 @@ pub mod pem;
 mod server;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 pub use tokio_rustls::TlsAcceptor;
 
@@ -35,25 +35,34 @@ pub struct ListenerTls {
 }
 
 /// The certificates of a process's listeners, reloaded together at the
-/// configuration's pace.
+/// configuration's pace (listeners are added while the reloads already
+/// run: the list is behind a lock, taken at startup and on reloads only).
 #[derive(Default)]
-pub struct Certificates(Vec<Arc<ServerTls>>);
+pub struct Certificates(Mutex<Vec<Arc<ServerTls>>>);
 
 impl Certificates {
     /// The acceptor of a listener with TLS `files` (none: cleartext),
     /// its certificate reloaded with the others'.
-    pub fn add(&mut self, files: Option<ListenerTls>) -> Result<Option<TlsAcceptor>, TlsError> {
+    pub fn add(&self, files: Option<ListenerTls>) -> Result<Option<TlsAcceptor>, TlsError> {
         let Some(files) = files else { return Ok(None) };
         let tls = Arc::new(ServerTls::new(&files)?);
         let acceptor = tls.acceptor().clone();
-        self.0.push(tls);
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(tls);
         Ok(Some(acceptor))
     }
 
     /// Re-reads every certificate whose files changed (all of them if
     /// `forced`), as [`ServerTls::reload`] does.
     pub fn reload(&self, forced: bool) {
-        for tls in &self.0 {
+        let all = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for tls in all {
             tls.reload(forced);
         }
     }

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rustls::pki_types::pem::PemObject;
 use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Why a TLS configuration could not be built.

@@ -92,5 +92,7 @@ pub async fn spawn(
         let grpc = grpc.clone();
         async move { grpc.call(req).await }
     });
-    Ok(spawn_service("grpc", listener, service, http, tls, places, stop))
+    Ok(spawn_service(
+        "grpc", listener, service, http, tls, places, stop,
+    ))
 }
