@@ -76,7 +76,7 @@ fn check(
     }
     let env = Env::new(&env);
     let mut errors = Errors::default();
-    let loaded = match floodgate_runtime::config::load(&flags, &env) {
+    let loaded = match floodgate_runtime::config::load(&flags, &env, &crate::flags::sections()) {
         Ok(l) => Some(l),
         Err(RuntimeError::Config(e)) => {
             errors.extend(e);

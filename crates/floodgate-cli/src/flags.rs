@@ -51,3 +51,14 @@ impl<const GATEWAY: bool> Args for SettingFlags<GATEWAY> {
 pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
+
+/// The sections a configuration may hold for any command: every
+/// frontend's (a file may configure both `serve` and `gateway`).
+pub fn sections() -> Vec<&'static str> {
+    use floodgate_runtime::host::Frontend;
+    [
+        floodgate_server::Rls::SECTIONS,
+        floodgate_gateway::Proxying::SECTIONS,
+    ]
+    .concat()
+}

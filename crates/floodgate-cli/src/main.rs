@@ -77,7 +77,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 fn serve(flags: ServeFlags) -> anyhow::Result<()> {
     // Before loading: rules resolve their metric handles when compiled.
     let prometheus = floodgate_runtime::metrics::install()?;
-    let loaded = floodgate_runtime::config::load(&flags.0, &Env::new(&env))?;
+    let loaded = floodgate_runtime::config::load(&flags.0, &Env::new(&env), &flags::sections())?;
     logging::init(&loaded.settings.server.log)?;
     warn_unsupported(env);
     floodgate_server::run(loaded, Some(prometheus)).context("floodgate serve")

@@ -42,7 +42,9 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
     let source = ConfigSource {
         paths: vec![file.path.clone()],
         options: LoadOptions {
-            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+            other_sections: floodgate_runtime::host::sections(
+                <floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::SECTIONS,
+            ),
             ..Default::default()
         },
     };

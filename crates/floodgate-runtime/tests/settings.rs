@@ -588,3 +588,22 @@ fn listener_tls_is_checked_where_it_is_given() {
         .to_string();
     assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
 }
+
+/// A file may hold the sections of the frontends a binary runs, and no
+/// other: the host names none but its own.
+#[test]
+fn the_sections_a_file_may_hold_are_the_frontends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("floodgate.yaml");
+    std::fs::write(
+        &path,
+        "server: {workers: 1}\nproxy: {to: here}\ndomains:\n  - domain: api\n    descriptors:\n      - key: user\n        rate_limit: {requests: 1, per: 1s}\n",
+    )
+    .unwrap();
+    let flags = Flags::new().with("config", path.display().to_string());
+    let env = Env::new(&|_| None);
+    let loaded = floodgate_runtime::config::load(&flags, &env, &["proxy"]).unwrap();
+    assert_eq!(loaded.settings.server.workers, Some(1));
+    let refused = floodgate_runtime::config::load(&flags, &env, &[]).unwrap_err();
+    assert!(refused.to_string().contains("proxy"), "{refused}");
+}

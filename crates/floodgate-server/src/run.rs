@@ -92,8 +92,8 @@ mod tests {
     use floodgate_redis::{RedisBackend, ResilientBackend};
     use floodgate_runtime::AnyBackend;
     use floodgate_runtime::backend::replace_policy;
-    use floodgate_runtime::settings::PolicyOverrides;
     use floodgate_runtime::config::Loaded;
+    use floodgate_runtime::settings::PolicyOverrides;
     use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
 
     const GOOD: &str = "
@@ -130,7 +130,7 @@ store:
     fn load(path: &std::path::Path) -> Result<Loaded, RuntimeError> {
         let mut flags = Flags::new();
         flags.set("config", Value::one(path.display().to_string()));
-        floodgate_runtime::config::load(&flags, &Env::new(&|_| None))
+        floodgate_runtime::config::load(&flags, &Env::new(&|_| None), &[])
     }
 
     fn policy_of(text: &str) -> PolicySet {

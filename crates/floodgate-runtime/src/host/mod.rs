@@ -38,6 +38,22 @@ use crate::tls::Certificates;
 pub use listeners::Listeners;
 use reload::Reload;
 
+/// The top-level sections of the files the host reads itself: its
+/// settings ([`Settings`]) and the store's.
+pub const SECTIONS: &[&str] = &["server", "store"];
+
+/// The sections a configuration may hold besides the policies: the
+/// host's and `frontends'`, once each.
+pub fn sections(frontends: &[&'static str]) -> Vec<&'static str> {
+    let mut all = SECTIONS.to_vec();
+    for s in frontends {
+        if !all.contains(s) {
+            all.push(s);
+        }
+    }
+    all
+}
+
 /// What putting a frontend's reloaded sections in force does.
 pub type Apply = Box<dyn FnOnce() + Send>;
 

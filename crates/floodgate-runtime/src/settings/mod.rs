@@ -304,9 +304,10 @@ impl Default for Settings {
     }
 }
 
-/// The top-level sections of Floodgate files besides the policies: the
-/// runtime's (`server`, `store`) and the gateway's (`gateway`, `http`).
-/// Every binary accepts them all, so one file can configure both.
+/// The top-level sections `floodgate replay` accepts besides the
+/// policies. Its caller is to pass them (the host's and its frontends'):
+/// the runtime names no frontend otherwise.
+#[doc(hidden)]
 pub const SECTIONS: &[&str] = &["server", "store", "gateway", "http"];
 
 impl Settings {
