@@ -76,7 +76,7 @@ fn check(
     }
     let env = Env::new(&env);
     let mut errors = Errors::default();
-    let loaded = match floodgate_runtime::config::load(&flags, &env, &crate::flags::sections()) {
+    let loaded = match floodgate_runtime::host::load(&flags, &env, &crate::flags::sections()) {
         Ok(l) => Some(l),
         Err(RuntimeError::Config(e)) => {
             errors.extend(e);
@@ -90,7 +90,7 @@ fn check(
     if let Some(l) = &loaded {
         // What the store cannot decide, as `serve` and `gateway` refuse it.
         if let Err(e) =
-            floodgate_runtime::backend::check_policy(l.settings.store.backend, &l.compiled.policy)
+            floodgate_runtime::host::check_policy(l.settings.store.backend, &l.compiled.policy)
         {
             eprintln!("{e}");
             return ExitCode::FAILURE;

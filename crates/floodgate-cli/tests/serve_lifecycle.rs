@@ -315,7 +315,7 @@ fn the_quick_start_denies_any_fourth_call_within_a_minute() {
         "config",
         root.join("examples/floodgate.yaml").display().to_string(),
     );
-    let compiled = floodgate_runtime::config::load(
+    let compiled = floodgate_runtime::host::load(
         &flags,
         &floodgate_runtime::settings::Env::new(&|_| None),
         &[],

@@ -14,10 +14,11 @@ use floodgate_policy::ConfigErrors;
 use floodgate_policy::error::Errors;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
+use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
+use floodgate_runtime::host::{AnyBackend, Health};
 use floodgate_runtime::listener::{Counters, Http, Protocols, descriptors, serve};
 use floodgate_runtime::settings::{Env, Flags, Given, Settings, StartupSections};
-use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -39,7 +40,7 @@ pub struct Loaded {
     /// What every command loads: the policies, the settings the gateway
     /// shares with the service (`server:`, `store:`, ...), where they came
     /// from.
-    pub runtime: floodgate_runtime::config::Loaded,
+    pub runtime: floodgate_runtime::host::Loaded,
     /// The `gateway:` section.
     pub gateway: GatewayConfig,
     /// The `http:` section (none: nothing is limited).
@@ -47,12 +48,12 @@ pub struct Loaded {
 }
 
 /// Loads the configuration `flags` and `env` point to, as every command
-/// does ([`floodgate_runtime::config::load`]), with the gateway's sections;
+/// does ([`floodgate_runtime::host::load`]), with the gateway's sections;
 /// every problem is reported at once. Install the metrics recorder first:
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
     let (read, given) = Given::record(flags, env, |flags, env| {
-        let runtime = floodgate_runtime::config::load(flags, env, Proxying::SECTIONS)?;
+        let runtime = floodgate_runtime::host::load(flags, env, Proxying::SECTIONS)?;
         let mut errors = Errors::default();
         let docs = &runtime.compiled.loaded.documents;
         let (gateway, http) = read_sections(flags, env, docs, &mut errors);

@@ -24,7 +24,7 @@ pub struct Loaded {
     /// files with them).
     pub given: Given,
     /// The thread it was loaded on, where it is watched and reloaded (see
-    /// [`Watching`](crate::lifecycle::Watching)).
+    /// `Watching`).
     pub thread: ConfigThread,
 }
 

@@ -8,8 +8,9 @@ use floodgate::Apply;
 use floodgate_policy::engine::ReleaseReport;
 use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
 
+use floodgate_runtime::RuntimeError;
+use floodgate_runtime::host::{AnyBackend, Health};
 use floodgate_runtime::settings::Settings;
-use floodgate_runtime::{AnyBackend, Health, RuntimeError};
 
 use crate::call::Calls;
 use crate::headers::RateLimitHeaders;

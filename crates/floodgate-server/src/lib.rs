@@ -21,12 +21,12 @@
 //! # fn main() -> Result<(), floodgate_runtime::RuntimeError> {
 //! // What `floodgate serve --config floodgate.yaml` does: flags over the
 //! // environment over the file.
-//! let prometheus = floodgate_runtime::metrics::install()?;
+//! let prometheus = floodgate_runtime::host::metrics::install()?;
 //! let flags = Flags::new().with("config", "floodgate.yaml");
 //! let environment = |name: &str| std::env::var(name).ok();
 //! let sections = floodgate_server::Rls::SECTIONS;
-//! let loaded = floodgate_runtime::config::load(&flags, &Env::new(&environment), sections)?;
-//! floodgate_runtime::logging::init(&loaded.settings.server.log)?;
+//! let loaded = floodgate_runtime::host::load(&flags, &Env::new(&environment), sections)?;
+//! floodgate_runtime::host::logging::init(&loaded.settings.server.log)?;
 //! // Serves until SIGTERM or SIGINT, then drains.
 //! floodgate_server::run(loaded, Some(prometheus))?;
 //! # Ok(())

@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use floodgate_policy::ConfigErrors;
 use floodgate_policy::yaml::Document;
-use floodgate_runtime::config::Loaded;
+use floodgate_runtime::RuntimeError;
+use floodgate_runtime::host::Health;
+use floodgate_runtime::host::Loaded;
 use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
 use floodgate_runtime::listener::{Http, Protocols, descriptors, spawn_service};
 use floodgate_runtime::settings::{Given, Settings};
-use floodgate_runtime::{Health, RuntimeError};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::decision::DecisionService;
@@ -70,7 +71,7 @@ impl Frontend for Rls {
 
 /// Runs the service on a new runtime (`server.workers` threads) until a
 /// shutdown signal; logging must already be set up (see
-/// [`floodgate_runtime::logging::init`]).
+/// [`floodgate_runtime::host::logging::init`]).
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
     host::run::<Rls>(loaded, (), prometheus, "floodgate")
 }
@@ -90,9 +91,9 @@ mod tests {
     use super::*;
     use floodgate_policy::{Engine, PolicySet};
     use floodgate_redis::{RedisBackend, ResilientBackend};
-    use floodgate_runtime::AnyBackend;
-    use floodgate_runtime::backend::replace_policy;
-    use floodgate_runtime::config::Loaded;
+    use floodgate_runtime::host::AnyBackend;
+    use floodgate_runtime::host::Loaded;
+    use floodgate_runtime::host::replace_policy;
     use floodgate_runtime::settings::PolicyOverrides;
     use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
 
@@ -130,7 +131,7 @@ store:
     fn load(path: &std::path::Path) -> Result<Loaded, RuntimeError> {
         let mut flags = Flags::new();
         flags.set("config", Value::one(path.display().to_string()));
-        floodgate_runtime::config::load(&flags, &Env::new(&|_| None), &[])
+        floodgate_runtime::host::load(&flags, &Env::new(&|_| None), &[])
     }
 
     fn policy_of(text: &str) -> PolicySet {

@@ -28,15 +28,30 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::Loaded;
 use crate::error::RuntimeError;
-use crate::health::Health;
 use crate::lifecycle::{Watching, shut_down};
 use crate::settings::{Given, Settings, StartupSections};
 use crate::tls::Certificates;
 
+pub use crate::admin::health_routes;
+pub use crate::backend::{AnyBackend, check_policy, replace_policy};
+pub use crate::config::{Loaded, load};
+pub use crate::health::Health;
+pub use crate::signals::shutdown_signal;
+pub use crate::threads::runtime;
 pub use listeners::Listeners;
 use reload::Reload;
+
+/// Logs: set up once, from the `server.log` settings.
+pub mod logging {
+    pub use crate::logging::init;
+}
+
+/// Metrics: the Prometheus recorder, installed once, before the
+/// configuration is loaded.
+pub mod metrics {
+    pub use crate::metrics::install;
+}
 
 /// The top-level sections of the files the host reads itself: its
 /// settings ([`Settings`]) and the store's.
