@@ -108,7 +108,7 @@ fn check(
                 c.policy.domains().count(),
                 c.policy.rules().len()
             );
-            let sync = floodgate_runtime::sync_report::sync_report(&l.settings.store, &c.policy);
+            let sync = crate::sync_report::sync_report(&l.settings.store, &c.policy);
             if !sync.is_empty() {
                 println!("decided in memory, shared through Redis:");
                 for line in sync {

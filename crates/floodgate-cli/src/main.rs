@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod flags;
 mod replay;
+mod sync_report;
 
 use std::process::ExitCode;
 

@@ -49,7 +49,6 @@ mod logging;
 mod metrics;
 pub mod settings;
 mod signals;
-pub mod sync_report;
 mod threads;
 pub mod tls;
 
