@@ -110,10 +110,26 @@ impl Declared for Draft {
 
 const UPSTREAM: &[(&str, &str)] = &[("gateway.upstream.url", "http://127.0.0.1:9")];
 
-// One setting in a few lines each: a table, laid out by hand.
-#[rustfmt::skip]
+// One setting in a few lines each: tables, laid out by hand, one per topic.
 fn declare() -> Vec<S> {
-    let mut t = vec![
+    let mut t = listener();
+    t.extend(upstream());
+    t.extend(upstream_tls());
+    listener::declare_tls::<_, Draft>(&mut t, &TLS);
+    t.extend(limits());
+    listener::declare_protections::<_, Draft>(&mut t, &PROTECTIONS);
+    t.extend(forwarding());
+    // Every setting but the upstream needs one to apply.
+    for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
+        s.context = UPSTREAM;
+    }
+    t
+}
+
+/// The listener and its log.
+#[rustfmt::skip]
+fn listener() -> Vec<S> {
+    vec![
         S::new("gateway.listen", "FLOODGATE_GATEWAY_LISTEN", "listen", Kind::Addr, "0.0.0.0:8000",
             "the client-facing listener (`host:port`, `:port` or a port on all interfaces)",
             |s, v| {
@@ -124,6 +140,13 @@ fn declare() -> Vec<S> {
         S::new("gateway.access_log", "FLOODGATE_ACCESS_LOG", "access-log", Kind::Bool, "false",
             "one log line per request",
             |s, v| { s.config.access_log = boolean(&v.text())?; Ok(()) }),
+    ]
+}
+
+/// Where requests go and how.
+#[rustfmt::skip]
+fn upstream() -> Vec<S> {
+    vec![
         S::new("gateway.upstream.url", "FLOODGATE_UPSTREAM", "upstream", Kind::List, "",
             "upstream base URLs, used in turn (`http://host:port[/prefix]` or `https://`; `gateway.upstream: URL` for one); required",
             |s, v| {
@@ -172,6 +195,13 @@ fn declare() -> Vec<S> {
                 Ok(())
             })
             .samples("upstream", "preserve"),
+    ]
+}
+
+/// TLS towards `https://` upstreams.
+#[rustfmt::skip]
+fn upstream_tls() -> Vec<S> {
+    vec![
         S::new("gateway.upstream.tls.ca", "FLOODGATE_UPSTREAM_TLS_CA", "upstream-tls-ca", Kind::Text, "",
             "`https://` upstreams: PEM file of the trusted authorities (default: the system's roots)",
             |s, v| { s.config.upstream.tls.ca = Some(path(v)?); Ok(()) }),
@@ -181,6 +211,13 @@ fn declare() -> Vec<S> {
         S::new("gateway.upstream.tls.key", "FLOODGATE_UPSTREAM_TLS_KEY", "upstream-tls-key", Kind::Text, "",
             "`https://` upstreams: the client certificate's PEM key",
             |s, v| { s.config.upstream.tls.key = Some(path(v)?); Ok(()) }),
+    ]
+}
+
+/// What a request's body may be.
+#[rustfmt::skip]
+fn limits() -> Vec<S> {
+    vec![
         S::new("gateway.limits.body_read_timeout", "FLOODGATE_GATEWAY_BODY_READ_TIMEOUT", "gateway-body-read-timeout", Kind::Duration, "60s",
             "longest pause in a request body while it is forwarded (beyond: 408)",
             |s, v| { s.config.limits.body_read_timeout = positive_duration(&v.text())?; Ok(()) }),
@@ -199,6 +236,13 @@ fn declare() -> Vec<S> {
                 };
                 Ok(())
             }),
+    ]
+}
+
+/// What of a request's protocol goes through.
+#[rustfmt::skip]
+fn forwarding() -> Vec<S> {
+    vec![
         S::new("gateway.upgrades", "FLOODGATE_GATEWAY_UPGRADES", "gateway-upgrades", Kind::List, "websocket",
             "protocols a client may upgrade a connection to (`Upgrade`); any other is dropped from the request, which goes on as a plain one; `h2c` is never allowed; `[]`: none",
             |s, v| { s.config.forwarding.upgrades = upgrade_list(v)?; Ok(()) })
@@ -213,14 +257,7 @@ fn declare() -> Vec<S> {
                 Ok(())
             })
             .samples("keep", "refuse"),
-    ];
-    listener::declare_tls::<_, Draft>(&mut t, &TLS);
-    listener::declare_protections::<_, Draft>(&mut t, &PROTECTIONS);
-    // Every setting but the upstream needs one to apply.
-    for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
-        s.context = UPSTREAM;
-    }
-    t
+    ]
 }
 
 /// The protocols of `gateway.upgrades`: tokens, lower-cased; `h2c` is

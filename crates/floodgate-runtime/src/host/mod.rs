@@ -172,12 +172,9 @@ pub async fn start<F: Frontend>(
         move |forced| reloaded.reload(forced),
     );
     let (stop, stopped) = watch::channel(false);
-    let mut listeners = Listeners::new(&settings, &certificates, stopped);
-    // The admin listener first: once a public listener answers ready, the
-    // metrics are there too.
     let admin = crate::admin::router(health.clone(), prometheus).merge(frontend.admin_routes());
-    listeners.admin(admin).await?;
-    frontend.serve(&mut listeners).await?;
+    let mut listeners = Listeners::new(&settings, &certificates, stopped);
+    bind(&frontend, admin, &mut listeners).await?;
     let (tasks, addrs) = listeners.into_parts();
     Ok(Running {
         frontend,
@@ -190,6 +187,18 @@ pub async fn start<F: Frontend>(
         reload,
         watching,
     })
+}
+
+/// Serves the `admin` routes and `frontend`'s listeners: the admin
+/// listener first, so that once a public listener answers ready the
+/// metrics are there too.
+async fn bind<F: Frontend>(
+    frontend: &Arc<F>,
+    admin: Router,
+    listeners: &mut Listeners<'_>,
+) -> Result<(), RuntimeError> {
+    listeners.admin(admin).await?;
+    frontend.serve(listeners).await
 }
 
 /// Runs `F` on a new runtime (`server.workers` threads named `name`)

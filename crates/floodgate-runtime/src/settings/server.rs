@@ -161,9 +161,20 @@ fn stop_increment(env: &Env<'_>) -> Result<Option<String>, String> {
     }
 }
 
-// One setting in a few lines each: a table, laid out by hand.
-#[rustfmt::skip]
+// One setting in a few lines each: tables, laid out by hand, one per topic.
 pub(super) fn declare(t: &mut Vec<S>) {
+    config(t);
+    listeners(t);
+    requests(t);
+    headers(t);
+    process(t);
+    policy(t);
+}
+
+/// The configuration's own settings: where the files are, how they are
+/// read.
+#[rustfmt::skip]
+fn config(t: &mut Vec<S>) {
     t.push(S::new("config", "FLOODGATE_CONFIG", "config", Kind::List, "",
         "configuration files or directories (repeatable; default: `./floodgate.yaml`, else `./examples/floodgate.yaml`)",
         |s, v| { s.config.paths = v.items().iter().map(PathBuf::from).collect(); Ok(()) })
@@ -179,6 +190,12 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "accept an empty configuration (a file with nothing in it, no domain, a domain without rules), an error otherwise and refused on reload; never in a file, which cannot vouch for its own emptiness",
         |s, v| { s.config.allow_empty = boolean(&v.text())?; Ok(()) })
         .in_file(InFile::No));
+}
+
+/// The listeners: their addresses, the names the admin listener answers
+/// to, their TLS.
+#[rustfmt::skip]
+fn listeners(t: &mut Vec<S>) {
     // envoyproxy/ratelimit's ports: 8081 (gRPC), 8080 (HTTP), 6070 (debug,
     // here on loopback only).
     t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, "0.0.0.0:8081",
@@ -206,6 +223,12 @@ pub(super) fn declare(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("admin.internal", "metrics.example"));
+}
+
+/// What a request may be and take: its size, its descriptors, its
+/// caller's overrides, the connections' protections, the calls in flight.
+#[rustfmt::skip]
+fn requests(t: &mut Vec<S>) {
     t.push(S::new("server.body_limit", "FLOODGATE_BODY_LIMIT", "body-limit", Kind::Size, "1MiB",
         "largest HTTP body or gRPC message",
         |s, v| { s.server.body_limit = size(&v.text())?; Ok(()) }));
@@ -233,6 +256,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.limits.request_timeout", "FLOODGATE_REQUEST_TIMEOUT", "request-timeout", Kind::Duration, "10s",
         "longest a call may take, body included, when the caller sets no shorter `grpc-timeout` (`DEADLINE_EXCEEDED`, 504)",
         |s, v| { s.server.request_timeout = positive_duration(&v.text())?; Ok(()) }));
+}
+
+/// The rate limit headers of answers.
+#[rustfmt::skip]
+fn headers(t: &mut Vec<S>) {
     t.push(S::new("server.response_headers.enabled", "FLOODGATE_RESPONSE_HEADERS", "response-headers", Kind::Bool, "false",
         "add `RateLimit-Limit`, `-Remaining`, `-Reset` of the most restrictive descriptor",
         |s, v| { s.server.headers.enabled = boolean(&v.text())?; Ok(()) })
@@ -255,6 +283,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.response_headers.x_ratelimit", "FLOODGATE_X_RATELIMIT_HEADERS", "x-ratelimit-headers", Kind::Bool, "false",
         "add Envoy's `DRAFT_VERSION_03` `X-RateLimit-*` headers",
         |s, v| { s.server.headers.x_ratelimit = boolean(&v.text())?; Ok(()) }));
+}
+
+/// Reload, shutdown, threads and logs.
+#[rustfmt::skip]
+fn process(t: &mut Vec<S>) {
     t.push(S::new("server.reload_interval", "FLOODGATE_RELOAD_INTERVAL", "reload-interval", Kind::Duration, "1s",
         "how often the files are checked for changes (`0`: only on SIGHUP)",
         |s, v| { s.server.reload_interval = duration(&v.text())?; Ok(()) }));
@@ -281,6 +314,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         })
         .envoy(Envoy::Var("LOG_FORMAT"))
         .samples("json", "text"));
+}
+
+/// The policy settings forced over the file's `settings:`.
+#[rustfmt::skip]
+fn policy(t: &mut Vec<S>) {
     t.push(S::new("settings.shadow_mode", "FLOODGATE_SHADOW_MODE", "shadow-mode", Kind::Bool, "",
         "forces the policies' global shadow mode (count and report, never deny)",
         |s, v| { s.policy.shadow_mode = Some(boolean(&v.text())?); Ok(()) })

@@ -63,9 +63,22 @@ fn cache_bytes(env: &Env<'_>) -> Result<Option<String>, String> {
     }
 }
 
-// One setting in a few lines each: a table, laid out by hand.
-#[rustfmt::skip]
+// One setting in a few lines each: tables, laid out by hand, one per topic.
 pub(super) fn declare(t: &mut Vec<S>) {
+    memory(t);
+    redis_address(t);
+    redis_connections(t);
+    redis_failures(t);
+    sync(t);
+    let redis = |s: &&mut S| s.key.starts_with("store.") && !MEMORY.contains(&s.key);
+    for s in t.iter_mut().filter(redis).filter(|s| s.context.is_empty()) {
+        s.context = REDIS;
+    }
+}
+
+/// Which store, and the in-memory store's.
+#[rustfmt::skip]
+fn memory(t: &mut Vec<S>) {
     t.push(S::new("store.backend", "FLOODGATE_STORE", "store", Kind::Choice, "memory",
         "`memory` (this process) or `redis` (shared by every instance; implied by a Redis URL given more strongly)",
         |s, v| {
@@ -87,6 +100,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("deny", "evict"));
+}
+
+/// Where Redis is and how it is reached: mode, addresses, credentials, TLS.
+#[rustfmt::skip]
+fn redis_address(t: &mut Vec<S>) {
     t.push(S::new("store.mode", "FLOODGATE_REDIS_MODE", "redis-mode", Kind::Choice, "single",
         "redis: `single`, `cluster` or `sentinel`",
         |s, v| {
@@ -140,6 +158,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "redis, TLS: the client certificate's PEM key",
         |s, v| { s.store.redis.tls.client_key_file = Some(PathBuf::from(v.text())); Ok(()) })
         .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY")));
+}
+
+/// The Redis connections: the key prefix, the pool, timeouts, pipelining.
+#[rustfmt::skip]
+fn redis_connections(t: &mut Vec<S>) {
     t.push(S::new("store.prefix", "FLOODGATE_REDIS_PREFIX", "redis-prefix", Kind::Text, "fg:",
         "redis: prefix of every key",
         |s, v| {
@@ -171,6 +194,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "redis: ... or until this many commands wait (`0`: no limit)",
         |s, v| { s.store.redis.pipeline_limit = count(&v.text())?; Ok(()) })
         .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT")));
+}
+
+/// What happens when Redis fails, the local caches and the clock.
+#[rustfmt::skip]
+fn redis_failures(t: &mut Vec<S>) {
     t.push(S::new("store.failure_policy", "FLOODGATE_FAILURE_POLICY", "failure-policy", Kind::Choice, "local",
         "redis: when Redis cannot decide, `fail_open`, `fail_closed`, or `local` (an in-process store decides; `local/N` sets `divide_by`)",
         |s, v| { s.store.redis.failure_policy = parse_failure_policy(&v.text())?; Ok(()) })
@@ -205,6 +233,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.concurrency_lease", "FLOODGATE_CONCURRENCY_LEASE", "concurrency-lease", Kind::Duration, "10m",
         "redis: lease of a concurrency permit not released (`0`: until released)",
         |s, v| { let d = duration(&v.text())?; s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d); Ok(()) }));
+}
+
+/// How instances share counters (`store.sync`).
+#[rustfmt::skip]
+fn sync(t: &mut Vec<S>) {
     t.push(S::new("store.sync.mode", "FLOODGATE_SYNC", "sync", Kind::Choice, "exact",
         "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
         |s, v| {
@@ -232,10 +265,6 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.sync.instances", "FLOODGATE_INSTANCES", "instances", Kind::Count, "0",
         "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
         |s, v| { s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32; Ok(()) }));
-    let redis = |s: &&mut S| s.key.starts_with("store.") && !MEMORY.contains(&s.key);
-    for s in t.iter_mut().filter(redis).filter(|s| s.context.is_empty()) {
-        s.context = REDIS;
-    }
 }
 
 /// The settings of the store that are not the Redis store's.
