@@ -10,12 +10,12 @@ use floodgate_policy::yaml::Document;
 use floodgate_redis::{FailurePolicy, Mode};
 
 use floodgate_policy::error::ConfigErrors;
-use floodgate_runtime::settings::checks::{
-    check_declared_once, check_defaults, check_docs, check_precedence,
-};
 use floodgate_runtime::settings::{
     Declared, Env, Flags, LogFormat, Settings, StoreKind, UNSUPPORTED_ENVOY_VARIABLES, Value,
     redact, unsupported,
+};
+use floodgate_testkit::settings::{
+    check_declared_once, check_defaults, check_docs, check_precedence,
 };
 
 /// One order for every setting: flags, environment (Floodgate's variable,

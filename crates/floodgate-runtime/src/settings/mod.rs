@@ -9,7 +9,6 @@
 //! structures' own `Default` is blank, and [`Settings::default`] is every
 //! declared default, read from nothing.
 
-pub mod checks;
 mod envoy;
 mod given;
 pub mod listener;
