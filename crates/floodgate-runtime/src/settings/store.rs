@@ -321,55 +321,15 @@ fn not_applicable<'k>(
 /// The Redis configuration from the addresses, mode and credentials.
 fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, errors: &mut Errors) {
     let r = &mut store.redis;
-    let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
     // The credentials added to the URLs without any.
     let url_auth = if let Mode::Sentinel { .. } = r.mode {
-        let (name, urls) = match &a.master {
-            Some(master) => {
-                let master = Mode::sentinel(master)
-                    .map_err(|e| origins.of("store.master").error(e.to_string()));
-                // The sentinels, possibly written the envoyproxy/ratelimit
-                // way (`name,host:port,...`, the name then replaced).
-                let urls = if a.url.split(',').next().unwrap_or("").contains([':', '/']) {
-                    parse_redis_urls(&a.url)
-                } else {
-                    parse_sentinel_url(&a.url).map(|(_, urls)| urls)
-                };
-                (errors.take(master), errors.take(urls.map_err(url_error)))
-            }
-            None if origins.given("store.url") => match parse_sentinel_url(&a.url) {
-                Ok((name, urls)) => (Some(Mode::Sentinel { master_name: name }), Some(urls)),
-                Err(e) => {
-                    errors.push(url_error(e));
-                    (None, None)
-                }
-            },
-            None => {
-                errors.push(origins.of("store.mode").error(
-                    "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
-                ));
-                (None, None)
-            }
-        };
-        if let (Some(mode), Some(urls)) = (name, urls) {
-            r.mode = mode;
-            r.urls = urls;
-        }
-        // The primary's credentials: the more strongly given of
-        // `master_auth` and `auth`.
-        let auth_first = origins.of("store.auth").rank() > origins.of("store.master_auth").rank();
-        let (first, second) = if auth_first {
-            (&a.auth, &a.master_auth)
-        } else {
-            (&a.master_auth, &a.auth)
-        };
-        r.primary_auth = first.clone().or(second.clone()).or(r.primary_auth.take());
-        &a.sentinel_auth
+        sentinels(r, a, origins, errors)
     } else {
         let sentinel_only = ["store.master", "store.master_auth", "store.sentinel_auth"];
         let why = "only applies to mode: sentinel";
         not_applicable(sentinel_only, true, why, origins, errors);
-        if let Some(urls) = errors.take(parse_redis_urls(&a.url).map_err(url_error)) {
+        let urls = parse_redis_urls(&a.url).map_err(|e| url_error(origins, e));
+        if let Some(urls) = errors.take(urls) {
             r.urls = urls;
         }
         &a.auth
@@ -382,6 +342,77 @@ fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, erro
             *u = format!("rediss://{rest}");
         }
     }
+    failure_policy(r, a, origins, errors);
+    modes_and_pipelining(r, origins, errors);
+}
+
+/// An error about `store.url`.
+fn url_error(
+    origins: &Origins,
+    e: floodgate_redis::ConfigError,
+) -> floodgate_policy::error::ConfigError {
+    origins.of("store.url").error(e.to_string())
+}
+
+/// Sentinel mode: the master's name and the sentinels' addresses, and the
+/// primary's credentials; the sentinels' credentials, for their URLs.
+fn sentinels<'a>(
+    r: &mut floodgate_redis::RedisConfig,
+    a: &'a RedisAddress,
+    origins: &Origins,
+    errors: &mut Errors,
+) -> &'a Option<String> {
+    let url_error = |e| url_error(origins, e);
+    let (name, urls) = match &a.master {
+        Some(master) => {
+            let master =
+                Mode::sentinel(master).map_err(|e| origins.of("store.master").error(e.to_string()));
+            // The sentinels, possibly written the envoyproxy/ratelimit
+            // way (`name,host:port,...`, the name then replaced).
+            let urls = if a.url.split(',').next().unwrap_or("").contains([':', '/']) {
+                parse_redis_urls(&a.url)
+            } else {
+                parse_sentinel_url(&a.url).map(|(_, urls)| urls)
+            };
+            (errors.take(master), errors.take(urls.map_err(url_error)))
+        }
+        None if origins.given("store.url") => match parse_sentinel_url(&a.url) {
+            Ok((name, urls)) => (Some(Mode::Sentinel { master_name: name }), Some(urls)),
+            Err(e) => {
+                errors.push(url_error(e));
+                (None, None)
+            }
+        },
+        None => {
+            errors.push(origins.of("store.mode").error(
+                "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
+            ));
+            (None, None)
+        }
+    };
+    if let (Some(mode), Some(urls)) = (name, urls) {
+        r.mode = mode;
+        r.urls = urls;
+    }
+    // The primary's credentials: the more strongly given of
+    // `master_auth` and `auth`.
+    let auth_first = origins.of("store.auth").rank() > origins.of("store.master_auth").rank();
+    let (first, second) = if auth_first {
+        (&a.auth, &a.master_auth)
+    } else {
+        (&a.master_auth, &a.auth)
+    };
+    r.primary_auth = first.clone().or(second.clone()).or(r.primary_auth.take());
+    &a.sentinel_auth
+}
+
+/// `store.divide_by` belongs to `failure_policy: local`.
+fn failure_policy(
+    r: &mut floodgate_redis::RedisConfig,
+    a: &RedisAddress,
+    origins: &Origins,
+    errors: &mut Errors,
+) {
     match r.failure_policy {
         FailurePolicy::Local { .. } if origins.given("store.divide_by") => {
             r.failure_policy = FailurePolicy::Local {
@@ -394,6 +425,11 @@ fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, erro
             not_applicable(["store.divide_by"], true, why, origins, errors);
         }
     }
+}
+
+/// A sync mode's period given to another mode, and a pipelining window
+/// no shorter than the timeout, are errors.
+fn modes_and_pipelining(r: &floodgate_redis::RedisConfig, origins: &Origins, errors: &mut Errors) {
     // A period given in the file belongs to its mode (`interval` to `sync`,
     // `duration` to `lease`).
     let why = format!("does not apply to sync mode {}", r.sync.name());
