@@ -55,10 +55,6 @@ pub fn env(name: &str) -> Option<String> {
 /// The sections a configuration may hold for any command: every
 /// frontend's (a file may configure both `serve` and `gateway`).
 pub fn sections() -> Vec<&'static str> {
-    use floodgate_runtime::host::Frontend;
-    [
-        floodgate_server::Rls::SECTIONS,
-        floodgate_gateway::Proxying::SECTIONS,
-    ]
-    .concat()
+    use floodgate_runtime::host::{Both, Frontend};
+    Both::<floodgate_server::Rls, floodgate_gateway::Proxying>::sections()
 }

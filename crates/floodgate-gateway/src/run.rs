@@ -53,7 +53,7 @@ pub struct Loaded {
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
     let (read, given) = Given::record(flags, env, |flags, env| {
-        let runtime = floodgate_runtime::host::load(flags, env, Proxying::SECTIONS)?;
+        let runtime = floodgate_runtime::host::load(flags, env, &Proxying::sections())?;
         let mut errors = Errors::default();
         let docs = &runtime.compiled.loaded.documents;
         let (gateway, http) = read_sections(flags, env, docs, &mut errors);
@@ -91,7 +91,7 @@ impl Running {
 
     /// The gateway.
     pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
-        &self.0.frontend().gateway
+        self.0.frontend().gateway()
     }
 
     /// Reloads now, as on SIGHUP: the configuration files are checked at
@@ -143,8 +143,9 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// The sections of `loaded`.
-    fn of(loaded: &Loaded) -> Result<Parts, GatewayError> {
+    /// The sections of `loaded`, to build the gateway from (with another
+    /// frontend, [`Both`](floodgate_runtime::host::Both)).
+    pub fn of(loaded: &Loaded) -> Result<Parts, GatewayError> {
         let config = loaded.gateway.clone();
         if config.upstream.urls.is_empty() {
             return Err(GatewayError::Startup("no upstream URL".into()));
@@ -166,9 +167,17 @@ pub struct Proxying {
     started_with: StartupSections<Draft>,
 }
 
+impl Proxying {
+    /// The gateway.
+    pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
+        &self.gateway
+    }
+}
+
 impl Frontend for Proxying {
-    const SECTIONS: &'static [&'static str] =
-        &[crate::settings::SECTION, floodgate_http::identity::SECTION];
+    fn sections() -> Vec<&'static str> {
+        vec![crate::settings::SECTION, floodgate_http::identity::SECTION]
+    }
 
     type Config = Parts;
 

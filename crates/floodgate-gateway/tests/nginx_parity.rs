@@ -88,7 +88,7 @@ impl Replay {
     fn new(text: &str) -> Self {
         let options = LoadOptions {
             other_sections: floodgate_runtime::host::sections(
-                <floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::SECTIONS,
+                &<floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::sections(),
             ),
             ..Default::default()
         };

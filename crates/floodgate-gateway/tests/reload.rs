@@ -43,7 +43,7 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
         paths: vec![file.path.clone()],
         options: LoadOptions {
             other_sections: floodgate_runtime::host::sections(
-                <floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::SECTIONS,
+                &<floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::sections(),
             ),
             ..Default::default()
         },

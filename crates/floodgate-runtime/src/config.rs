@@ -1,8 +1,8 @@
 //! Loading the configuration, the one way every command does: the
 //! settings read before the files (their paths, merging) from flags, the
-//! environment and the defaults; the files, with every section of
-//! [`SECTIONS`] accepted; then every setting
-//! (flags > environment > file > defaults).
+//! environment and the defaults; the files, with the host's sections and
+//! the frontends' accepted ([`sections`](crate::host::sections)); then
+//! every setting (flags > environment > file > defaults).
 
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource};
@@ -48,7 +48,7 @@ pub fn log_loaded(
 
 /// Loads the configuration that `flags` and `env` point to, its files
 /// holding the host's sections, the policies and `sections` (the
-/// frontends' a binary runs: [`Frontend::SECTIONS`](crate::host::Frontend::SECTIONS)). Install the
+/// frontends' a binary runs: [`Frontend::sections`](crate::host::Frontend::sections)). Install the
 /// metrics recorder before serving: a rule resolves its metric handles
 /// from it on its first decision.
 pub fn load(

@@ -24,8 +24,8 @@
 //! let prometheus = floodgate_runtime::host::metrics::install()?;
 //! let flags = Flags::new().with("config", "floodgate.yaml");
 //! let environment = |name: &str| std::env::var(name).ok();
-//! let sections = floodgate_server::Rls::SECTIONS;
-//! let loaded = floodgate_runtime::host::load(&flags, &Env::new(&environment), sections)?;
+//! let sections = floodgate_server::Rls::sections();
+//! let loaded = floodgate_runtime::host::load(&flags, &Env::new(&environment), &sections)?;
 //! floodgate_runtime::host::logging::init(&loaded.settings.server.log)?;
 //! // Serves until SIGTERM or SIGINT, then drains.
 //! floodgate_server::run(loaded, Some(prometheus))?;

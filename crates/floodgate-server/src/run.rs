@@ -9,9 +9,9 @@ use std::sync::Arc;
 use floodgate_policy::ConfigErrors;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::RuntimeError;
-use floodgate_runtime::host::Health;
 use floodgate_runtime::host::Loaded;
 use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
+use floodgate_runtime::host::{AnyBackend, Health};
 use floodgate_runtime::listener::{Http, Protocols, descriptors, spawn_service};
 use floodgate_runtime::settings::{Given, Settings};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -23,8 +23,17 @@ pub struct Rls {
     svc: Arc<DecisionService>,
 }
 
+impl Rls {
+    /// The engine it decides with.
+    pub fn engine(&self) -> &floodgate_policy::Engine<AnyBackend> {
+        self.svc.engine()
+    }
+}
+
 impl Frontend for Rls {
-    const SECTIONS: &'static [&'static str] = &[];
+    fn sections() -> Vec<&'static str> {
+        Vec::new()
+    }
 
     type Config = ();
 
@@ -91,7 +100,6 @@ mod tests {
     use super::*;
     use floodgate_policy::{Engine, PolicySet};
     use floodgate_redis::{RedisBackend, ResilientBackend};
-    use floodgate_runtime::host::AnyBackend;
     use floodgate_runtime::host::Loaded;
     use floodgate_runtime::host::replace_policy;
     use floodgate_runtime::settings::PolicyOverrides;

@@ -11,6 +11,7 @@
 //!
 //! [loaded]: crate::config::load
 
+mod both;
 mod listeners;
 mod reload;
 
@@ -39,6 +40,7 @@ pub use crate::config::{Loaded, load};
 pub use crate::health::Health;
 pub use crate::signals::shutdown_signal;
 pub use crate::threads::runtime;
+pub use both::Both;
 pub use listeners::Listeners;
 use reload::Reload;
 
@@ -77,7 +79,7 @@ pub type Apply = Box<dyn FnOnce() + Send>;
 pub trait Frontend: Send + Sync + Sized + 'static {
     /// The top-level sections of the files it reads besides the host's
     /// (`server:`, `store:`) and the policies.
-    const SECTIONS: &'static [&'static str];
+    fn sections() -> Vec<&'static str>;
 
     /// What it is built from: its sections as startup read them.
     type Config: Send;

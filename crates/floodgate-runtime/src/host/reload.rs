@@ -92,7 +92,9 @@ mod tests {
     }
 
     impl Frontend for Fake {
-        const SECTIONS: &'static [&'static str] = &["fake"];
+        fn sections() -> Vec<&'static str> {
+            vec!["fake"]
+        }
         type Config = Arc<AtomicUsize>;
 
         fn build(
