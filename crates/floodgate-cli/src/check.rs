@@ -76,7 +76,7 @@ fn check(
     }
     let env = Env::new(&env);
     let mut errors = Errors::default();
-    let loaded = match floodgate_runtime::config::load(&flags, &env) {
+    let loaded = match floodgate_runtime::host::load(&flags, &env, &crate::flags::sections()) {
         Ok(l) => Some(l),
         Err(RuntimeError::Config(e)) => {
             errors.extend(e);
@@ -90,7 +90,7 @@ fn check(
     if let Some(l) = &loaded {
         // What the store cannot decide, as `serve` and `gateway` refuse it.
         if let Err(e) =
-            floodgate_runtime::backend::check_policy(l.settings.store.backend, &l.compiled.policy)
+            floodgate_runtime::host::check_policy(l.settings.store.backend, &l.compiled.policy)
         {
             eprintln!("{e}");
             return ExitCode::FAILURE;
@@ -101,20 +101,7 @@ fn check(
     }
     match errors.finish(loaded) {
         Ok(Some(l)) => {
-            let c = &l.compiled;
-            println!(
-                "{label}OK: {} file(s), {} domain(s), {} rule(s)",
-                c.loaded.files.len(),
-                c.policy.domains().count(),
-                c.policy.rules().len()
-            );
-            let sync = floodgate_runtime::sync_report::sync_report(&l.settings.store, &c.policy);
-            if !sync.is_empty() {
-                println!("decided in memory, shared through Redis:");
-                for line in sync {
-                    println!("  {line}");
-                }
-            }
+            print_summary(&l, label);
             ExitCode::SUCCESS
         }
         Ok(None) => ExitCode::FAILURE,
@@ -124,6 +111,25 @@ fn check(
             }
             eprintln!("{} problem(s) found", errors.0.len());
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// What a valid configuration `l` holds, and how a Redis store shares what
+/// is decided in memory.
+fn print_summary(l: &floodgate_runtime::host::Loaded, label: &str) {
+    let c = &l.compiled;
+    println!(
+        "{label}OK: {} file(s), {} domain(s), {} rule(s)",
+        c.loaded.files.len(),
+        c.policy.domains().count(),
+        c.policy.rules().len()
+    );
+    let sync = crate::sync_report::sync_report(&l.settings.store, &c.policy);
+    if !sync.is_empty() {
+        println!("decided in memory, shared through Redis:");
+        for line in sync {
+            println!("  {line}");
         }
     }
 }

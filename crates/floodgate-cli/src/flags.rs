@@ -51,3 +51,10 @@ impl<const GATEWAY: bool> Args for SettingFlags<GATEWAY> {
 pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
+
+/// The sections a configuration may hold for any command: every
+/// frontend's (a file may configure both `serve` and `gateway`).
+pub fn sections() -> Vec<&'static str> {
+    use floodgate_runtime::host::{Both, Frontend};
+    Both::<floodgate_server::Rls, floodgate_gateway::Proxying>::sections()
+}

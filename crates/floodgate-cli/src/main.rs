@@ -4,12 +4,13 @@ mod bench;
 mod check;
 mod flags;
 mod replay;
+mod sync_report;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use floodgate_runtime::logging;
+use floodgate_runtime::host::logging;
 use floodgate_runtime::settings::{Env, warn_unsupported};
 
 use flags::{GatewayFlags, ServeFlags, env};
@@ -76,8 +77,8 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 /// the environment and the configuration file.
 fn serve(flags: ServeFlags) -> anyhow::Result<()> {
     // Before loading: rules resolve their metric handles when compiled.
-    let prometheus = floodgate_runtime::metrics::install()?;
-    let loaded = floodgate_runtime::config::load(&flags.0, &Env::new(&env))?;
+    let prometheus = floodgate_runtime::host::metrics::install()?;
+    let loaded = floodgate_runtime::host::load(&flags.0, &Env::new(&env), &flags::sections())?;
     logging::init(&loaded.settings.server.log)?;
     warn_unsupported(env);
     floodgate_server::run(loaded, Some(prometheus)).context("floodgate serve")
@@ -85,7 +86,7 @@ fn serve(flags: ServeFlags) -> anyhow::Result<()> {
 
 /// `floodgate gateway`, until SIGTERM/SIGINT, read as `serve` is.
 fn gateway(flags: GatewayFlags) -> anyhow::Result<()> {
-    let prometheus = floodgate_runtime::metrics::install()?;
+    let prometheus = floodgate_runtime::host::metrics::install()?;
     let loaded = floodgate_gateway::load(&flags.0, &Env::new(&env))?;
     let mut log = loaded.runtime.settings.server.log.clone();
     if loaded.gateway.access_log {

@@ -120,12 +120,12 @@ fn unsupported_envoy_variables_are_warned_about_by_name() {
         ONE_PER_DAY,
         &[],
         &[
-            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_CLIENT_TLS_SAN", "rls.internal"),
             ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
         ],
     );
     let log = s.log();
-    for name in ["GRPC_SERVER_USE_TLS", "REDIS_PERSECOND_URL"] {
+    for name in ["GRPC_CLIENT_TLS_SAN", "REDIS_PERSECOND_URL"] {
         let warnings: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("WARN") && l.contains(name))

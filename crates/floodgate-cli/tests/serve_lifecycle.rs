@@ -315,10 +315,13 @@ fn the_quick_start_denies_any_fourth_call_within_a_minute() {
         "config",
         root.join("examples/floodgate.yaml").display().to_string(),
     );
-    let compiled =
-        floodgate_runtime::config::load(&flags, &floodgate_runtime::settings::Env::new(&|_| None))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .compiled;
+    let compiled = floodgate_runtime::host::load(
+        &flags,
+        &floodgate_runtime::settings::Env::new(&|_| None),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .compiled;
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000_000)));
     let engine = Engine::with_clock(
         compiled.policy,

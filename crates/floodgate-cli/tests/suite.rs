@@ -17,6 +17,7 @@ mod hostile_store_flood;
 mod redis_down_at_startup;
 mod release_hostile;
 mod replay;
+mod serve_and_gateway;
 mod serve_apis_agree;
 mod serve_env;
 mod serve_envoy_reference;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub use floodgate_http::identity::EncodedSlashes;
 use floodgate_runtime::listener::ConnectionLimits;
+pub use floodgate_runtime::tls::ListenerTls;
 use http::Uri;
 
 /// The protocol spoken to the upstream.
@@ -116,15 +117,6 @@ pub struct UpstreamTls {
     pub cert: Option<PathBuf>,
     /// PEM private key of `cert`.
     pub key: Option<PathBuf>,
-}
-
-/// TLS on the client-facing listener.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListenerTls {
-    /// PEM certificate chain (leaf first).
-    pub cert: PathBuf,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
 }
 
 /// Where requests go and how (`Default`: blank, see

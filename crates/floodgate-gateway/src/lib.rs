@@ -76,6 +76,7 @@ mod connection;
 pub mod demo;
 mod error;
 mod forward;
+mod frontend;
 mod gateway;
 // Public for the fuzz targets only (its response parsing), not the API.
 #[doc(hidden)]
@@ -101,9 +102,10 @@ pub use config::{
 };
 pub use error::GatewayError;
 pub use floodgate_http::HttpSection;
+pub use frontend::{Parts, Proxying};
 pub use gateway::{Gateway, Limiter};
 pub use proxy::{Proxy, ProxyStats};
-pub use reload::{Reload, read_sections};
+pub use reload::read_sections;
 pub use run::{Loaded, Running, load, run, start};
 pub use tls::TlsError;
 pub use upstream::Upstream;

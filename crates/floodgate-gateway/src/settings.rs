@@ -8,22 +8,25 @@
 //! directory.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
+use floodgate_runtime::listener::ConnectionLimits;
+use floodgate_runtime::settings::listener::{
+    self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings, relative_to_origin,
+};
 use floodgate_runtime::settings::table::{self, Declared, Env, Flags, Kind, Origin, Origins};
 use floodgate_runtime::settings::{
-    ANY, boolean, choice, count_in, header_bytes, parse_listen_on, parse_size, positive_duration,
+    ANY, boolean, choice, count_in, parse_listen_on, parse_size, positive_duration,
 };
 
 use crate::config::{
-    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls,
-    UpstreamConfig, UpstreamProtocol, UpstreamUrl,
+    EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, UpstreamConfig,
+    UpstreamProtocol, UpstreamUrl,
 };
-use crate::tls::pem::{certificates, private_key};
-use crate::tls::server::load_certified_key;
+use floodgate_runtime::tls::pem::{certificates, private_key};
 
 /// The top-level key of the gateway's settings.
 pub const SECTION: &str = "gateway";
@@ -33,9 +36,41 @@ pub const SECTION: &str = "gateway";
 #[derive(Clone, Debug, PartialEq)]
 pub struct Draft {
     config: GatewayConfig,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
+    tls: TlsSettings,
 }
+
+impl TlsAt<Draft> for Draft {
+    fn tls(s: &mut Draft) -> &mut TlsSettings {
+        &mut s.tls
+    }
+}
+
+impl ProtectionsAt<Draft> for Draft {
+    fn limits(s: &mut Draft) -> &mut ConnectionLimits {
+        &mut s.config.limits.connection
+    }
+    fn max_connections(s: &mut Draft) -> &mut usize {
+        &mut s.config.limits.max_connections
+    }
+}
+
+/// The listener's TLS settings: `gateway.tls.*`.
+const TLS: TlsInstance = TlsInstance {
+    key: "gateway.tls",
+    env: "FLOODGATE_GATEWAY_TLS",
+    flag: "tls",
+    listener: "the listener",
+    envoy: None,
+};
+
+/// The listener's protections: `gateway.limits.*`.
+const PROTECTIONS: ProtectionsInstance = ProtectionsInstance {
+    key: "gateway.limits",
+    env: "FLOODGATE_GATEWAY_",
+    flag: "gateway-",
+    max_concurrent_streams: "256",
+    http2_idle_timeout: "10s",
+};
 
 type S = table::Setting<Draft>;
 
@@ -68,18 +103,33 @@ impl Declared for Draft {
         };
         Draft {
             config,
-            tls_cert: None,
-            tls_key: None,
+            tls: TlsSettings::default(),
         }
     }
 }
 
 const UPSTREAM: &[(&str, &str)] = &[("gateway.upstream.url", "http://127.0.0.1:9")];
 
-// One setting in a few lines each: a table, laid out by hand.
-#[rustfmt::skip]
+// One setting in a few lines each: tables, laid out by hand, one per topic.
 fn declare() -> Vec<S> {
-    let mut t = vec![
+    let mut t = listener();
+    t.extend(upstream());
+    t.extend(upstream_tls());
+    listener::declare_tls::<_, Draft>(&mut t, &TLS);
+    t.extend(limits());
+    listener::declare_protections::<_, Draft>(&mut t, &PROTECTIONS);
+    t.extend(forwarding());
+    // Every setting but the upstream needs one to apply.
+    for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
+        s.context = UPSTREAM;
+    }
+    t
+}
+
+/// The listener and its log.
+#[rustfmt::skip]
+fn listener() -> Vec<S> {
+    vec![
         S::new("gateway.listen", "FLOODGATE_GATEWAY_LISTEN", "listen", Kind::Addr, "0.0.0.0:8000",
             "the client-facing listener (`host:port`, `:port` or a port on all interfaces)",
             |s, v| {
@@ -90,12 +140,13 @@ fn declare() -> Vec<S> {
         S::new("gateway.access_log", "FLOODGATE_ACCESS_LOG", "access-log", Kind::Bool, "false",
             "one log line per request",
             |s, v| { s.config.access_log = boolean(&v.text())?; Ok(()) }),
-        S::new("gateway.tls.cert", "FLOODGATE_GATEWAY_TLS_CERT", "tls-cert", Kind::Text, "",
-            "TLS on the listener: PEM certificate chain (with `key`)",
-            |s, v| { s.tls_cert = Some(path(v)?); Ok(()) }),
-        S::new("gateway.tls.key", "FLOODGATE_GATEWAY_TLS_KEY", "tls-key", Kind::Text, "",
-            "TLS on the listener: its PEM private key",
-            |s, v| { s.tls_key = Some(path(v)?); Ok(()) }),
+    ]
+}
+
+/// Where requests go and how.
+#[rustfmt::skip]
+fn upstream() -> Vec<S> {
+    vec![
         S::new("gateway.upstream.url", "FLOODGATE_UPSTREAM", "upstream", Kind::List, "",
             "upstream base URLs, used in turn (`http://host:port[/prefix]` or `https://`; `gateway.upstream: URL` for one); required",
             |s, v| {
@@ -144,6 +195,13 @@ fn declare() -> Vec<S> {
                 Ok(())
             })
             .samples("upstream", "preserve"),
+    ]
+}
+
+/// TLS towards `https://` upstreams.
+#[rustfmt::skip]
+fn upstream_tls() -> Vec<S> {
+    vec![
         S::new("gateway.upstream.tls.ca", "FLOODGATE_UPSTREAM_TLS_CA", "upstream-tls-ca", Kind::Text, "",
             "`https://` upstreams: PEM file of the trusted authorities (default: the system's roots)",
             |s, v| { s.config.upstream.tls.ca = Some(path(v)?); Ok(()) }),
@@ -153,15 +211,16 @@ fn declare() -> Vec<S> {
         S::new("gateway.upstream.tls.key", "FLOODGATE_UPSTREAM_TLS_KEY", "upstream-tls-key", Kind::Text, "",
             "`https://` upstreams: the client certificate's PEM key",
             |s, v| { s.config.upstream.tls.key = Some(path(v)?); Ok(()) }),
-        S::new("gateway.limits.header_read_timeout", "FLOODGATE_GATEWAY_HEADER_READ_TIMEOUT", "gateway-header-read-timeout", Kind::Duration, "10s",
-            "time a client has for a request head (or the HTTP/2 preface), and for an idle keep-alive connection",
-            |s, v| { s.config.limits.connection.header_read_timeout = positive_duration(&v.text())?; Ok(()) }),
+    ]
+}
+
+/// What a request's body may be.
+#[rustfmt::skip]
+fn limits() -> Vec<S> {
+    vec![
         S::new("gateway.limits.body_read_timeout", "FLOODGATE_GATEWAY_BODY_READ_TIMEOUT", "gateway-body-read-timeout", Kind::Duration, "60s",
             "longest pause in a request body while it is forwarded (beyond: 408)",
             |s, v| { s.config.limits.body_read_timeout = positive_duration(&v.text())?; Ok(()) }),
-        S::new("gateway.limits.max_header_bytes", "FLOODGATE_GATEWAY_MAX_HEADER_BYTES", "gateway-max-header-bytes", Kind::Size, "64KiB",
-            "largest request head (beyond: 431), from 1KiB to 16MiB",
-            |s, v| { s.config.limits.connection.max_header_bytes = header_bytes(&v.text())?; Ok(()) }),
         S::new("gateway.limits.max_body_bytes", "FLOODGATE_GATEWAY_MAX_BODY_BYTES", "gateway-max-body-bytes", Kind::Size, "0",
             "largest request body (beyond: 413, before any of it reaches the upstream; `0`: no limit)",
             |s, v| {
@@ -177,21 +236,13 @@ fn declare() -> Vec<S> {
                 };
                 Ok(())
             }),
-        S::new("gateway.limits.max_headers", "FLOODGATE_GATEWAY_MAX_HEADERS", "gateway-max-headers", Kind::Count, "100",
-            "most header fields in an HTTP/1.1 request (beyond: 431)",
-            |s, v| { s.config.limits.connection.max_headers = count_in(&v.text(), 1, 10_000)?; Ok(()) }),
-        S::new("gateway.limits.max_connections", "FLOODGATE_GATEWAY_MAX_CONNECTIONS", "gateway-max-connections", Kind::Count, "10000",
-            "open client connections at most (beyond, new ones wait in the kernel's backlog)",
-            |s, v| { s.config.limits.max_connections = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }),
-        S::new("gateway.limits.max_concurrent_streams", "FLOODGATE_GATEWAY_MAX_CONCURRENT_STREAMS", "gateway-max-concurrent-streams", Kind::Count, "256",
-            "concurrent streams per HTTP/2 connection",
-            |s, v| { s.config.limits.connection.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32; Ok(()) }),
-        S::new("gateway.limits.http2_idle_timeout", "FLOODGATE_GATEWAY_HTTP2_IDLE_TIMEOUT", "gateway-http2-idle-timeout", Kind::Duration, "10s",
-            "an HTTP/2 connection without a stream this long is closed",
-            |s, v| { s.config.limits.connection.http2_idle_timeout = positive_duration(&v.text())?; Ok(()) }),
-        S::new("gateway.limits.send_timeout", "FLOODGATE_GATEWAY_SEND_TIMEOUT", "gateway-send-timeout", Kind::Duration, "60s",
-            "longest a client may accept nothing sent to it (nginx's `send_timeout`): its connection is closed, or its HTTP/2 stream reset when its window stays shut",
-            |s, v| { s.config.limits.connection.send_timeout = positive_duration(&v.text())?; Ok(()) }),
+    ]
+}
+
+/// What of a request's protocol goes through.
+#[rustfmt::skip]
+fn forwarding() -> Vec<S> {
+    vec![
         S::new("gateway.upgrades", "FLOODGATE_GATEWAY_UPGRADES", "gateway-upgrades", Kind::List, "websocket",
             "protocols a client may upgrade a connection to (`Upgrade`); any other is dropped from the request, which goes on as a plain one; `h2c` is never allowed; `[]`: none",
             |s, v| { s.config.forwarding.upgrades = upgrade_list(v)?; Ok(()) })
@@ -206,12 +257,7 @@ fn declare() -> Vec<S> {
                 Ok(())
             })
             .samples("keep", "refuse"),
-    ];
-    // Every setting but the upstream needs one to apply.
-    for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
-        s.context = UPSTREAM;
-    }
-    t
+    ]
 }
 
 /// The protocols of `gateway.upgrades`: tokens, lower-cased; `h2c` is
@@ -279,36 +325,15 @@ impl Default for GatewayConfig {
     }
 }
 
-/// A path as given: relative to the directory of the file that names it.
-fn relative_to_origin(path: &Path, origin: &Origin) -> PathBuf {
-    if path.is_absolute() {
-        return path.to_owned();
-    }
-    match origin {
-        Origin::File(at) => match Path::new(&*at.file).parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.join(path),
-            _ => path.to_owned(),
-        },
-        _ => path.to_owned(),
-    }
-}
-
 /// The TLS files resolved and checked (each problem where its setting was
 /// given).
 fn finish(draft: Draft, origins: &Origins, errors: &mut Errors) -> GatewayConfig {
     let Draft {
         mut config,
-        tls_cert,
-        tls_key,
+        mut tls,
     } = draft;
-    config.tls = pair(
-        (tls_cert, tls_key),
-        ["gateway.tls.cert", "gateway.tls.key"],
-        ["missing required key 'key'", "missing required key 'cert'"],
-        |tls| load_certified_key(tls).map(drop),
-        origins,
-        errors,
-    );
+    listener::finish_tls(&mut tls, &TLS, origins, errors);
+    config.tls = tls.files();
     let up = &mut config.upstream.tls;
     if let Some(ca) = &up.ca {
         let o = origins.of("gateway.upstream.tls.ca");
@@ -322,46 +347,43 @@ fn finish(draft: Draft, origins: &Origins, errors: &mut Errors) -> GatewayConfig
     let client = pair(
         (up.cert.take(), up.key.take()),
         ["gateway.upstream.tls.cert", "gateway.upstream.tls.key"],
-        [half, half],
-        |_| Ok(()),
+        half,
         origins,
         errors,
     );
-    (up.cert, up.key) = client.map(|c| (c.cert, c.key)).unzip();
+    (up.cert, up.key) = client.unzip();
     config
 }
 
-/// A certificate and its key (settings `keys`), given both or neither
-/// (else the error of `half` for the one given), resolved and read; when
-/// both read, `check` tells whether they go together.
+/// A client certificate and its key (settings `keys`), given both or
+/// neither (else the error `half` for the one given), resolved and read.
 fn pair(
     files: (Option<PathBuf>, Option<PathBuf>),
     keys: [&str; 2],
-    half: [&str; 2],
-    check: impl Fn(&ListenerTls) -> Result<(), crate::tls::TlsError>,
+    half: &str,
     origins: &Origins,
     errors: &mut Errors,
-) -> Option<ListenerTls> {
+) -> Option<(PathBuf, PathBuf)> {
     let (co, ko) = (origins.of(keys[0]), origins.of(keys[1]));
     match files {
         (Some(cert), Some(key)) => {
-            let pair = ListenerTls {
-                cert: relative_to_origin(&cert, &co),
-                key: relative_to_origin(&key, &ko),
-            };
-            if let Err(e) = certificates(&pair.cert) {
+            let (cert, key) = (
+                relative_to_origin(&cert, &co),
+                relative_to_origin(&key, &ko),
+            );
+            if let Err(e) = certificates(&cert) {
                 errors.push(co.error(e.to_string()));
-            } else if let Err(e) = private_key(&pair.key).map(drop).and_then(|()| check(&pair)) {
+            } else if let Err(e) = private_key(&key) {
                 errors.push(ko.error(e.to_string()));
             }
-            Some(pair)
+            Some((cert, key))
         }
         (Some(_), None) => {
-            errors.push(co.error(half[0]));
+            errors.push(co.error(half));
             None
         }
         (None, Some(_)) => {
-            errors.push(ko.error(half[1]));
+            errors.push(ko.error(half));
             None
         }
         (None, None) => None,

@@ -87,7 +87,9 @@ struct Replay {
 impl Replay {
     fn new(text: &str) -> Self {
         let options = LoadOptions {
-            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+            other_sections: floodgate_runtime::host::sections(
+                &<floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::sections(),
+            ),
             ..Default::default()
         };
         let spec = load_str("g.yaml", text, &options).unwrap();

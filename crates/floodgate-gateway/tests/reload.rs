@@ -7,7 +7,6 @@ use crate::support;
 
 use std::sync::Arc;
 
-use floodgate_gateway::Reload;
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::ConfigSource;
 use support::{ConfigFile, gateway, upstream};
@@ -43,17 +42,13 @@ async fn an_invalid_part_changes_nothing_and_a_valid_file_changes_both() {
     let source = ConfigSource {
         paths: vec![file.path.clone()],
         options: LoadOptions {
-            other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+            other_sections: floodgate_runtime::host::sections(
+                &<floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::sections(),
+            ),
             ..Default::default()
         },
     };
-    let started = source.compile().unwrap();
-    let reload = Reload::new(
-        g.clone(),
-        Default::default(),
-        Default::default(),
-        &started.loaded.documents,
-    );
+    let reload = &gw;
     let (policy, limiter) = (g.engine().policy(), g.limiter());
 
     for (what, text, error) in [

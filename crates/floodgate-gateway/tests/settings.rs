@@ -11,7 +11,7 @@ use floodgate_policy::error::ConfigErrors;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::Settings;
 use floodgate_runtime::settings::Declared;
-use floodgate_runtime::settings::checks::{
+use floodgate_testkit::settings::{
     check_declared_once, check_defaults, check_docs, check_precedence,
 };
 

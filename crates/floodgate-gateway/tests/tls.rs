@@ -289,3 +289,38 @@ fn pem_der(path: &std::path::Path) -> Vec<u8> {
         .unwrap()
         .to_vec()
 }
+
+/// With `gateway.tls.client_ca`, only clients presenting a certificate of
+/// that authority reach the upstream (mTLS); the others are refused at the
+/// handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_refuses_clients_without_its_certificate() {
+    use floodgate_testkit::tls::{client_config, https_get};
+    let (pki, clients) = (Pki::new("edge"), Pki::new("clients"));
+    let (front, client) = (pki.leaf("gateway"), clients.leaf("client"));
+    let up = support::upstream().await;
+    let url = format!("http://{}", up.addr);
+    let listener = format!(
+        "  tls: {{cert: {}, key: {}, client_ca: {}}}\n",
+        front.cert.display(),
+        front.key.display(),
+        clients.ca_file.display()
+    );
+    let text = config(
+        &listener,
+        &format!("    url: {url}\n"),
+        "server: {reload_interval: 0}\n",
+    );
+    let file = ConfigFile::new(&text);
+    let gw = gateway(&file, &url).await;
+    let port = gw.addr().port();
+    let with = client_config(pki.roots(), Some(&client), &[]);
+    assert_eq!(https_get(port, "/", with).await.unwrap(), 200);
+    let without = https_get(port, "/", client_config(pki.roots(), None, &[])).await;
+    assert!(without.is_err(), "{without:?}");
+    let stranger = pki.leaf("stranger");
+    let other = https_get(port, "/", client_config(pki.roots(), Some(&stranger), &[])).await;
+    assert!(other.is_err(), "{other:?}");
+    assert_eq!(up.requests(), 1);
+    gw.shutdown().await;
+}

@@ -16,6 +16,7 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 use crate::admin_hosts::{AdminHosts, authority_of, misdirected};
 use crate::error::RuntimeError;
@@ -53,7 +54,8 @@ pub fn health_routes<S: Clone + Send + Sync + 'static>(health: Arc<Health>) -> R
 }
 
 /// Serves `router` on the admin listener `addr` (none: no admin
-/// listener) under `limits`' protections, HTTP/1.1 and HTTP/2, with a cap
+/// listener) under `limits`' protections, TLS terminated by `tls` if any,
+/// HTTP/1.1 and HTTP/2, with a cap
 /// of its own ([`ADMIN_CONNECTIONS`]: a flood of the public listeners
 /// leaves it reachable), until `stop` turns true. It answers requests for
 /// loopback names, IP addresses and `hosts` (`server.admin_hosts`), and
@@ -63,6 +65,7 @@ pub async fn spawn(
     hosts: &[String],
     router: Router,
     limits: &ConnectionLimits,
+    tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) -> Result<Option<JoinHandle<()>>, RuntimeError> {
     let Some(addr) = addr else { return Ok(None) };
@@ -73,7 +76,7 @@ pub async fn spawn(
     let service = hyper_util::service::TowerToHyperService::new(router);
     let places = ADMIN_CONNECTIONS;
     Ok(Some(spawn_service(
-        "admin", listener, service, http, places, stop,
+        "admin", listener, service, http, tls, places, stop,
     )))
 }
 

@@ -1,15 +1,15 @@
 //! Loading the configuration, the one way every command does: the
 //! settings read before the files (their paths, merging) from flags, the
-//! environment and the defaults; the files, with every section of
-//! [`SECTIONS`] accepted; then every setting
-//! (flags > environment > file > defaults).
+//! environment and the defaults; the files, with the host's sections and
+//! the frontends' accepted ([`sections`](crate::host::sections)); then
+//! every setting (flags > environment > file > defaults).
 
 use floodgate_policy::read::LoadOptions;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 
 use crate::config_thread::ConfigThread;
 use crate::error::RuntimeError;
-use crate::settings::{Env, Flags, Given, SECTIONS, Settings};
+use crate::settings::{Env, Flags, Given, Settings};
 
 /// A loaded configuration.
 #[derive(Debug)]
@@ -24,7 +24,7 @@ pub struct Loaded {
     /// files with them).
     pub given: Given,
     /// The thread it was loaded on, where it is watched and reloaded (see
-    /// [`Watching`](crate::lifecycle::Watching)).
+    /// `Watching`).
     pub thread: ConfigThread,
 }
 
@@ -46,15 +46,21 @@ pub fn log_loaded(
     );
 }
 
-/// Loads the configuration that `flags` and `env` point to. Install the
+/// Loads the configuration that `flags` and `env` point to, its files
+/// holding the host's sections, the policies and `sections` (the
+/// frontends' a binary runs: [`Frontend::sections`](crate::host::Frontend::sections)). Install the
 /// metrics recorder before serving: a rule resolves its metric handles
 /// from it on its first decision.
-pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
-    let (loaded, given) = Given::record(flags, env, read);
+pub fn load(
+    flags: &Flags,
+    env: &Env<'_>,
+    sections: &[&'static str],
+) -> Result<Loaded, RuntimeError> {
+    let (loaded, given) = Given::record(flags, env, |flags, env| read(flags, env, sections));
     loaded.map(|loaded| Loaded { given, ..loaded })
 }
 
-fn read(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
+fn read(flags: &Flags, env: &Env<'_>, sections: &[&'static str]) -> Result<Loaded, RuntimeError> {
     let boot = Settings::resolve(flags, env, &[]).map_err(RuntimeError::Config)?;
     let paths = boot
         .config
@@ -64,7 +70,7 @@ fn read(flags: &Flags, env: &Env<'_>) -> Result<Loaded, RuntimeError> {
         paths,
         options: LoadOptions {
             merge_domains: boot.config.merge_domains,
-            other_sections: SECTIONS.to_vec(),
+            other_sections: crate::host::sections(sections),
             envoy_increment_all: boot.policy.envoy_increment_all,
             allow_empty: boot.config.allow_empty,
         },

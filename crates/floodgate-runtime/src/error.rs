@@ -21,6 +21,9 @@ pub enum RuntimeError {
         /// Why.
         source: std::io::Error,
     },
+    /// A listener's TLS could not be set up.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// Metrics, logging or a server failed.
     #[error("{0}")]
     Runtime(String),

@@ -1,11 +1,13 @@
 //! # Floodgate's runtime
 //!
-//! What the decision service (`floodgate serve`) and the gateway
-//! (`floodgate gateway`) share besides their protocols: the settings
-//! ([`settings`]), the store ([`AnyBackend`]), metrics and logs, signals,
-//! reload and shutdown ([`lifecycle`]), liveness and readiness
-//! ([`Health`]), the admin listener ([`admin`]) and its live dashboard
-//! (`dashboard`).
+//! The host of Floodgate's frontends — the decision service
+//! (`floodgate serve`) and the gateway (`floodgate gateway`): a frontend
+//! ([`host::Frontend`]) brings its protocol, its sections of the file and
+//! its listeners; the [`host`] runs it through one lifecycle (the store,
+//! metrics and logs, health, reload all or nothing, the admin listener and
+//! its live dashboard, signals, the shutdown delay and the drain). Every
+//! listener is made the same way ([`listener`]): its protections and its
+//! TLS ([`tls`]) are one group of [`settings`] instantiated per listener.
 //!
 //! Every setting is declared once and read the same way by every binary:
 //! a flag over the environment over the file over its default.
@@ -32,24 +34,23 @@
 
 #![warn(missing_docs)]
 
-pub mod admin;
+mod admin;
 mod admin_hosts;
-pub mod backend;
-pub mod config;
-pub mod config_thread;
+mod backend;
+mod config;
+mod config_thread;
 mod dashboard;
-pub mod error;
-pub mod health;
-pub mod lifecycle;
+mod error;
+mod health;
+pub mod host;
+mod lifecycle;
 pub mod listener;
-pub mod logging;
-pub mod metrics;
+mod logging;
+mod metrics;
 pub mod settings;
-pub mod signals;
-pub mod sync_report;
-pub mod threads;
+mod signals;
+mod threads;
+pub mod tls;
 
-pub use backend::AnyBackend;
 pub use error::RuntimeError;
-pub use health::Health;
 pub use settings::Settings;

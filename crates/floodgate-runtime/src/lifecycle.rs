@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use floodgate_policy::reload::{Compiled, ConfigSource, HandOver, ReloadTrigger, Reloader};
 use futures_util::future::OptionFuture;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
@@ -66,33 +66,12 @@ impl Watching {
         let watch = reloader.spawn_on(interval, |watch| thread.finish(watch));
         let trigger = watch.trigger();
         let also: Arc<dyn Fn(bool) + Send + Sync> = Arc::new(also);
-        let (t, a) = (trigger.clone(), also.clone());
-        let mut hangup = signal(SignalKind::hangup())
+        // Listened to at once: from now on a SIGHUP does not end the process.
+        let hangup = signal(SignalKind::hangup())
             .map_err(|e| tracing::warn!(error = %e, "cannot listen to SIGHUP"))
             .ok();
-        let mut tick = interval.map(|i| {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            tick
-        });
-        let signals = tokio::spawn(async move {
-            loop {
-                // Without SIGHUP or a poll, its branch is off (`None`).
-                let hup = OptionFuture::from(hangup.as_mut().map(|h| h.recv()));
-                let polled = OptionFuture::from(tick.as_mut().map(|t| t.tick()));
-                tokio::select! {
-                    Some(got) = hup => {
-                        // None: the runtime is shutting down.
-                        let Some(()) = got else { return };
-                        tracing::info!("SIGHUP received: reloading the configuration");
-                        t.request();
-                        a(true);
-                    }
-                    Some(_) = polled => a(false),
-                    else => return,
-                }
-            }
-        });
+        let reloads = (trigger.clone(), also.clone());
+        let signals = tokio::spawn(on_signal_or_tick(reloads, hangup, interval));
         Watching {
             trigger,
             also,
@@ -107,6 +86,37 @@ impl Watching {
     pub fn reload_now(&self) {
         self.trigger.request();
         (self.also)(true);
+    }
+}
+
+/// Until the runtime shuts down: on a `hangup` signal, asks `trigger` for
+/// a reload and runs `also(true)`; every `interval` (if any), runs
+/// `also(false)`.
+async fn on_signal_or_tick(
+    (trigger, also): (ReloadTrigger, Arc<dyn Fn(bool) + Send + Sync>),
+    mut hangup: Option<Signal>,
+    interval: Option<Duration>,
+) {
+    let mut tick = interval.map(|i| {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tick
+    });
+    loop {
+        // Without SIGHUP or a poll, its branch is off (`None`).
+        let hup = OptionFuture::from(hangup.as_mut().map(|h| h.recv()));
+        let polled = OptionFuture::from(tick.as_mut().map(|t| t.tick()));
+        tokio::select! {
+            Some(got) = hup => {
+                // None: the runtime is shutting down.
+                let Some(()) = got else { return };
+                tracing::info!("SIGHUP received: reloading the configuration");
+                trigger.request();
+                also(true);
+            }
+            Some(_) = polled => also(false),
+            else => return,
+        }
     }
 }
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use floodgate_redis::ResilientBackend;
+
 use crate::backend::AnyBackend;
 use crate::error::RuntimeError;
 
@@ -91,56 +93,114 @@ pub fn export_store(backend: &AnyBackend) {
         AnyBackend::Memory(m) => return export_memory(&m.store().stats()),
         AnyBackend::Redis(r) => r,
     };
-    let (s, rs, sh) = (r.stats(), r.redis().stats(), r.sharing_stats());
-    for (name, v) in [
-        ("floodgate_redis_decisions_total", &s.decisions),
-        ("floodgate_redis_backend_errors_total", &s.backend_errors),
-        ("floodgate_redis_memory_full_total", &s.memory_full),
-        ("floodgate_redis_short_circuited_total", &s.short_circuited),
-        ("floodgate_redis_fail_open_total", &s.fail_open),
-        ("floodgate_redis_fail_closed_total", &s.fail_closed),
-        ("floodgate_redis_local_fallbacks_total", &s.local_fallbacks),
-        ("floodgate_redis_breaker_opened_total", &s.breaker_opened),
-        ("floodgate_redis_breaker_closed_total", &s.breaker_closed),
-        ("floodgate_redis_breaker_probes_total", &s.breaker_probes),
+    export_resilience(r);
+    export_client(r);
+    export_sharing(r);
+    export_redis_gauges(r);
+}
+
+/// Sets each counter `name` to its value.
+fn absolute(counters: &[(&'static str, u64)]) {
+    for &(name, v) in counters {
+        metrics::counter!(name).absolute(v);
+    }
+}
+
+/// The failure policy's and the breaker's counters, and the deferred releases'.
+fn export_resilience(r: &ResilientBackend) {
+    let s = r.stats();
+    absolute(&[
+        ("floodgate_redis_decisions_total", s.decisions.get()),
+        (
+            "floodgate_redis_backend_errors_total",
+            s.backend_errors.get(),
+        ),
+        ("floodgate_redis_memory_full_total", s.memory_full.get()),
+        (
+            "floodgate_redis_short_circuited_total",
+            s.short_circuited.get(),
+        ),
+        ("floodgate_redis_fail_open_total", s.fail_open.get()),
+        ("floodgate_redis_fail_closed_total", s.fail_closed.get()),
+        (
+            "floodgate_redis_local_fallbacks_total",
+            s.local_fallbacks.get(),
+        ),
+        (
+            "floodgate_redis_breaker_opened_total",
+            s.breaker_opened.get(),
+        ),
+        (
+            "floodgate_redis_breaker_closed_total",
+            s.breaker_closed.get(),
+        ),
+        (
+            "floodgate_redis_breaker_probes_total",
+            s.breaker_probes.get(),
+        ),
         (
             "floodgate_redis_releases_deferred_total",
-            &s.releases_deferred,
+            s.releases_deferred.get(),
         ),
         (
             "floodgate_redis_releases_redelivered_total",
-            &s.releases_redelivered,
+            s.releases_redelivered.get(),
         ),
         (
             "floodgate_redis_releases_dropped_total",
-            &s.releases_dropped,
+            s.releases_dropped.get(),
         ),
-        ("floodgate_redis_calls_total", &rs.calls),
-        ("floodgate_redis_pipelines_total", &rs.pipelines),
-        ("floodgate_redis_errors_total", &rs.errors),
-        ("floodgate_redis_timeouts_total", &rs.timeouts),
-        ("floodgate_redis_script_loads_total", &rs.script_loads),
-        ("floodgate_redis_cross_slot_total", &rs.cross_slot),
-        ("floodgate_redis_local_cache_hits_total", &rs.cache_hits),
+    ]);
+}
+
+/// The Redis client's counters.
+fn export_client(r: &ResilientBackend) {
+    let rs = r.redis().stats();
+    absolute(&[
+        ("floodgate_redis_calls_total", rs.calls.get()),
+        ("floodgate_redis_pipelines_total", rs.pipelines.get()),
+        ("floodgate_redis_errors_total", rs.errors.get()),
+        ("floodgate_redis_timeouts_total", rs.timeouts.get()),
+        ("floodgate_redis_script_loads_total", rs.script_loads.get()),
+        ("floodgate_redis_cross_slot_total", rs.cross_slot.get()),
+        (
+            "floodgate_redis_local_cache_hits_total",
+            rs.cache_hits.get(),
+        ),
         (
             "floodgate_redis_local_cache_inserts_total",
-            &rs.cache_inserts,
+            rs.cache_inserts.get(),
         ),
-        ("floodgate_redis_state_resets_total", &rs.state_resets),
-        ("floodgate_sync_local_decisions_total", &sh.local_decisions),
-        ("floodgate_sync_lease_calls_total", &sh.lease_calls),
-        ("floodgate_sync_lease_grants_total", &sh.lease_grants),
-        ("floodgate_sync_leased_units_total", &sh.lease_units),
-        ("floodgate_sync_lease_returns_total", &sh.lease_returns),
-        ("floodgate_sync_returned_units_total", &sh.returned_units),
-        ("floodgate_sync_syncs_total", &sh.syncs),
-        ("floodgate_sync_keys_synced_total", &sh.keys_synced),
-        ("floodgate_sync_drift_units_total", &sh.drift_units),
-        ("floodgate_sync_drift_samples_total", &sh.drift_samples),
-        ("floodgate_sync_starved_total", &sh.starved),
-    ] {
-        metrics::counter!(name).absolute(v.get());
-    }
+        ("floodgate_redis_state_resets_total", rs.state_resets.get()),
+    ]);
+}
+
+/// The synchronisation modes' counters.
+fn export_sharing(r: &ResilientBackend) {
+    let sh = r.sharing_stats();
+    absolute(&[
+        (
+            "floodgate_sync_local_decisions_total",
+            sh.local_decisions.get(),
+        ),
+        ("floodgate_sync_lease_calls_total", sh.lease_calls.get()),
+        ("floodgate_sync_lease_grants_total", sh.lease_grants.get()),
+        ("floodgate_sync_leased_units_total", sh.lease_units.get()),
+        ("floodgate_sync_lease_returns_total", sh.lease_returns.get()),
+        (
+            "floodgate_sync_returned_units_total",
+            sh.returned_units.get(),
+        ),
+        ("floodgate_sync_syncs_total", sh.syncs.get()),
+        ("floodgate_sync_keys_synced_total", sh.keys_synced.get()),
+        ("floodgate_sync_drift_units_total", sh.drift_units.get()),
+        ("floodgate_sync_drift_samples_total", sh.drift_samples.get()),
+        ("floodgate_sync_starved_total", sh.starved.get()),
+    ]);
+}
+
+/// The Redis store's gauges: the breaker's state, the permits and releases held.
+fn export_redis_gauges(r: &ResilientBackend) {
     let state = match r.breaker_state() {
         floodgate_redis::BreakerState::Closed => 0.0,
         floodgate_redis::BreakerState::Open => 1.0,

@@ -10,12 +10,12 @@ use floodgate_policy::yaml::Document;
 use floodgate_redis::{FailurePolicy, Mode};
 
 use floodgate_policy::error::ConfigErrors;
-use floodgate_runtime::settings::checks::{
-    check_declared_once, check_defaults, check_docs, check_precedence,
-};
 use floodgate_runtime::settings::{
     Declared, Env, Flags, LogFormat, Settings, StoreKind, UNSUPPORTED_ENVOY_VARIABLES, Value,
     redact, unsupported,
+};
+use floodgate_testkit::settings::{
+    check_declared_once, check_defaults, check_docs, check_precedence,
 };
 
 /// One order for every setting: flags, environment (Floodgate's variable,
@@ -524,4 +524,86 @@ fn settings_of_another_store_or_mode_are_refused_where_they_mislead() {
         ("FLOODGATE_REDIS_TIMEOUT", "1s"),
     ]);
     assert_eq!(memory.unwrap().store.backend, StoreKind::Memory);
+}
+
+/// Every listener's TLS: the certificate and key both or neither, the
+/// files read and checked where they were given, paths relative to the
+/// file naming them; envoyproxy/ratelimit's gRPC TLS variables.
+#[test]
+fn listener_tls_is_checked_where_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+    let file = dir.path().join("floodgate.yaml").display().to_string();
+    let read = |text: &str| {
+        let doc = Document::parse(&Arc::from(file.as_str()), text).unwrap();
+        Settings::from_documents(&[doc])
+    };
+
+    let s = read("server: {tls: {admin: {cert: tls.crt, key: tls.key}}}").unwrap();
+    let admin = s
+        .server
+        .tls
+        .admin
+        .files()
+        .expect("TLS on the admin listener");
+    assert_eq!(admin.cert, dir.path().join("tls.crt"));
+    assert_eq!(s.server.tls.grpc.files(), None);
+
+    let e = read("server: {tls: {http: {cert: tls.crt}}}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("missing required key 'key'") && e.contains(":1:"),
+        "{e}"
+    );
+    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.crt}}}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tls.crt"), "{e}");
+    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.key, client_ca: none.pem}}}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("none.pem"), "{e}");
+
+    let crt = dir.path().join("tls.crt").display().to_string();
+    let key = dir.path().join("tls.key").display().to_string();
+    let s = env_only(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", &crt),
+        ("GRPC_SERVER_TLS_KEY", &key),
+    ])
+    .unwrap();
+    assert!(s.server.tls.grpc.files().is_some());
+    // Without GRPC_SERVER_USE_TLS the files are not read, as envoyproxy/ratelimit does.
+    let s = env_only(&[("GRPC_SERVER_TLS_CERT", &crt)]).unwrap();
+    assert_eq!(s.server.tls.grpc.files(), None);
+    let e = env_only(&[("GRPC_SERVER_USE_TLS", "true")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
+}
+
+/// A file may hold the sections of the frontends a binary runs, and no
+/// other: the host names none but its own.
+#[test]
+fn the_sections_a_file_may_hold_are_the_frontends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("floodgate.yaml");
+    std::fs::write(
+        &path,
+        "server: {workers: 1}\nproxy: {to: here}\ndomains:\n  - domain: api\n    descriptors:\n      - key: user\n        rate_limit: {requests: 1, per: 1s}\n",
+    )
+    .unwrap();
+    let flags = Flags::new().with("config", path.display().to_string());
+    let env = Env::new(&|_| None);
+    let loaded = floodgate_runtime::host::load(&flags, &env, &["proxy"]).unwrap();
+    assert_eq!(loaded.settings.server.workers, Some(1));
+    let refused = floodgate_runtime::host::load(&flags, &env, &[]).unwrap_err();
+    assert!(refused.to_string().contains("proxy"), "{refused}");
 }

@@ -1,6 +1,6 @@
-//! The service's admin listener (loopback by default): the runtime's
-//! `/metrics`, `/healthcheck` and `/ready`, and `/rlconfig` (the rules in
-//! force).
+//! What the service adds to the host's admin listener (loopback by
+//! default; the host serves `/metrics`, `/healthcheck`, `/ready`):
+//! `/rlconfig`, the rules in force.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -10,18 +10,14 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::decision::DecisionService;
 
-/// The admin routes: the runtime's (`/metrics`, `/healthcheck`, `/ready`)
-/// and the rules in force (`/rlconfig`).
-pub fn router(service: Arc<DecisionService>, metrics: Option<PrometheusHandle>) -> Router {
-    floodgate_runtime::admin::router(service.health().clone(), metrics).merge(
-        Router::new()
-            .route("/rlconfig", get(rlconfig))
-            .with_state(service),
-    )
+/// The service's admin route: the rules in force (`/rlconfig`).
+pub fn routes(service: Arc<DecisionService>) -> Router {
+    Router::new()
+        .route("/rlconfig", get(rlconfig))
+        .with_state(service)
 }
 
 /// The rules in force, one per line: `domain path: limits`.

@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use floodgate::Apply;
 use floodgate_policy::engine::ReleaseReport;
-use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, PolicySet, Response};
+use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
 
-use floodgate_runtime::settings::{PolicyOverrides, Settings};
-use floodgate_runtime::{AnyBackend, Health, RuntimeError};
+use floodgate_runtime::RuntimeError;
+use floodgate_runtime::host::{AnyBackend, Health};
+use floodgate_runtime::settings::Settings;
 
 use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};
@@ -26,7 +27,6 @@ pub struct DecisionService {
     pub headers: EnvoyHeaders,
     /// Request-path metric handles.
     pub metrics: ServiceMetrics,
-    overrides: PolicyOverrides,
     /// Places for the calls in flight (`server.limits.max_requests`),
     /// each held until its response is sent.
     pub calls: Calls,
@@ -47,7 +47,6 @@ impl DecisionService {
             headers: crate::headers::envoy_headers(&settings.server.headers)
                 .map_err(|e| RuntimeError::Runtime(e.to_string()))?,
             metrics: ServiceMetrics::default(),
-            overrides: settings.policy,
             calls: Calls::new(settings.server.max_requests),
             request_timeout: settings.server.request_timeout,
             body_limit: settings.server.body_limit,
@@ -62,13 +61,6 @@ impl DecisionService {
     /// Liveness and readiness.
     pub fn health(&self) -> &Arc<Health> {
         &self.health
-    }
-
-    /// Swaps in a reloaded policy (with the forced settings applied),
-    /// unless its store cannot decide one of its limits: the running policy
-    /// then stays.
-    pub fn replace_policy(&self, policy: PolicySet) -> Result<(), RuntimeError> {
-        floodgate_runtime::backend::replace_policy(&self.engine, &self.overrides, policy)
     }
 
     /// Decides one request and records its metrics.

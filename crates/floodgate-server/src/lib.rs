@@ -9,22 +9,24 @@
 //! * envoyproxy/ratelimit's `/json`, and Floodgate's own `/v1/check` and
 //!   `/v1/release`, over HTTP;
 //!
-//! with the rate limit headers of `floodgate-http`'s contract. The process
-//! plumbing (settings, store, metrics, logs, reload, admin listener,
-//! shutdown) is [`floodgate_runtime`]'s; [`proto`] holds the protocol's
-//! generated types, for clients.
+//! with the rate limit headers of `floodgate-http`'s contract. It is a
+//! frontend ([`Rls`]) of [`floodgate_runtime`]'s host, which runs the
+//! process (settings, store, metrics, logs, reload, admin listener,
+//! shutdown); [`proto`] holds the protocol's generated types, for clients.
 //!
 //! ```no_run
+//! use floodgate_runtime::host::Frontend;
 //! use floodgate_runtime::settings::{Env, Flags};
 //!
 //! # fn main() -> Result<(), floodgate_runtime::RuntimeError> {
 //! // What `floodgate serve --config floodgate.yaml` does: flags over the
 //! // environment over the file.
-//! let prometheus = floodgate_runtime::metrics::install()?;
+//! let prometheus = floodgate_runtime::host::metrics::install()?;
 //! let flags = Flags::new().with("config", "floodgate.yaml");
 //! let environment = |name: &str| std::env::var(name).ok();
-//! let loaded = floodgate_runtime::config::load(&flags, &Env::new(&environment))?;
-//! floodgate_runtime::logging::init(&loaded.settings.server.log)?;
+//! let sections = floodgate_server::Rls::sections();
+//! let loaded = floodgate_runtime::host::load(&flags, &Env::new(&environment), &sections)?;
+//! floodgate_runtime::host::logging::init(&loaded.settings.server.log)?;
 //! // Serves until SIGTERM or SIGINT, then drains.
 //! floodgate_server::run(loaded, Some(prometheus))?;
 //! # Ok(())
@@ -46,7 +48,7 @@ mod pool;
 pub mod proto;
 mod run;
 
-pub use run::{run, serve};
+pub use run::{Rls, run, serve};
 
 /// What the crate's tests and fuzz targets drive directly: the gRPC
 /// message codec, the header renderer, the HTTP router and the service

@@ -1,36 +1,88 @@
-//! Running the service: load the configuration, build the store, bind the
-//! listeners, serve until SIGTERM/SIGINT, turn not-ready and keep serving
-//! for the shutdown delay, then drain within the grace period and return.
-//! The configuration is reloaded while serving: polled every
-//! `server.reload_interval`, and at once on SIGHUP.
+//! `floodgate serve`: the host ([`floodgate_runtime::host`]) running the
+//! rate limit service, [`Rls`]: its gRPC listener (Envoy RLS v3, health,
+//! reflection), its HTTP listener (`/json`, `/v1/check`, ...) and
+//! `/rlconfig` on the admin listener. It reads no section of its own: a
+//! reload puts the new policies in force.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use floodgate_policy::reload::Compiled;
-use floodgate_runtime::config::Loaded;
-use floodgate_runtime::lifecycle::{Watching, shut_down};
-use floodgate_runtime::listener::{Http, Protocols, bind, descriptors, spawn_service};
-use floodgate_runtime::settings::StartupSections;
-use floodgate_runtime::{Health, RuntimeError};
-use futures_util::future::join_all;
+use floodgate_policy::ConfigErrors;
+use floodgate_policy::yaml::Document;
+use floodgate_runtime::RuntimeError;
+use floodgate_runtime::host::Loaded;
+use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
+use floodgate_runtime::host::{AnyBackend, Health};
+use floodgate_runtime::listener::{Http, Protocols, descriptors, spawn_service};
+use floodgate_runtime::settings::{Given, Settings};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::decision::DecisionService;
 
+/// The rate limit service as a frontend of the host.
+pub struct Rls {
+    svc: Arc<DecisionService>,
+}
+
+impl Rls {
+    /// The engine it decides with.
+    pub fn engine(&self) -> &floodgate_policy::Engine<AnyBackend> {
+        self.svc.engine()
+    }
+}
+
+impl Frontend for Rls {
+    fn sections() -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    type Config = ();
+
+    fn build((): (), health: &Arc<Health>, settings: &Settings) -> Result<Self, RuntimeError> {
+        let svc = Arc::new(DecisionService::new(health.clone(), settings)?);
+        Ok(Rls { svc })
+    }
+
+    fn read_reload(&self, _: &Given, _: &[Document]) -> Result<Apply, ConfigErrors> {
+        Ok(Box::new(|| {}))
+    }
+
+    fn admin_routes(self: &Arc<Self>) -> axum::Router {
+        crate::admin::routes(self.svc.clone())
+    }
+
+    async fn serve(self: &Arc<Self>, listeners: &mut Listeners<'_>) -> Result<(), RuntimeError> {
+        let s = &listeners.settings().server;
+        // Each public listener has its cap, the admin listener its own;
+        // together they fit the open files limit.
+        let public = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
+        let places = descriptors::fit_max_connections("grpc, http", s.max_connections, public);
+        if let Some(addr) = s.grpc {
+            let tls = listeners.tls(s.tls.grpc.files())?;
+            let listener = listeners.bind("grpc", addr).await?;
+            let http = Http::new(&s.limits, Protocols::Http2);
+            let (svc, stop) = (self.svc.clone(), listeners.stop());
+            listeners.push(crate::grpc::spawn(svc, listener, http, tls, places, stop).await?);
+        }
+        if let Some(addr) = s.http {
+            let tls = listeners.tls(s.tls.http.files())?;
+            let listener = listeners.bind("http", addr).await?;
+            let api = crate::http::router(self.svc.clone());
+            let api = hyper_util::service::TowerToHyperService::new(api);
+            let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
+            let stop = listeners.stop();
+            listeners.push(spawn_service(
+                "http", listener, api, http, tls, places, stop,
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Runs the service on a new runtime (`server.workers` threads) until a
 /// shutdown signal; logging must already be set up (see
-/// [`floodgate_runtime::logging::init`]).
+/// [`floodgate_runtime::host::logging::init`]).
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
-    let runtime = floodgate_runtime::threads::runtime(loaded.settings.server.workers, "floodgate")
-        .map_err(|e| RuntimeError::Runtime(e.to_string()))?;
-    let shutdown = {
-        let _entered = runtime.enter();
-        floodgate_runtime::signals::shutdown_signal()
-    };
-    runtime.block_on(serve(loaded, prometheus, shutdown))
+    host::run::<Rls>(loaded, (), prometheus, "floodgate")
 }
 
 /// Serves until `shutdown` resolves, then drains.
@@ -39,82 +91,8 @@ pub async fn serve(
     prometheus: Option<PrometheusHandle>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RuntimeError> {
-    let Loaded {
-        source,
-        compiled,
-        settings,
-        given,
-        thread,
-    } = loaded;
-    if let Some(h) = &prometheus {
-        floodgate_runtime::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
-    }
-    let startup = StartupSections::of(&compiled.loaded.documents);
-    let Compiled { policy, loaded } = compiled;
-    let health = Health::start(&settings, policy).await?;
-    let svc = Arc::new(DecisionService::new(health, &settings)?);
-    // The reloader only needs the files that were read.
-    let compiled = Compiled {
-        policy: floodgate_policy::PolicySet::empty(),
-        loaded,
-    };
-    floodgate_runtime::config::log_loaded(
-        &compiled.loaded.files,
-        &svc.engine().policy(),
-        &settings.store,
-    );
-    let reloaded = svc.clone();
-    let apply = move |c: Compiled| {
-        startup.check_reload(&given, &c.loaded.documents);
-        reloaded.replace_policy(c.policy)
-    };
-    let interval = settings.server.reload_interval;
-    let _watching = Watching::start(thread, source, compiled, interval, apply, |_| {});
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-    let s = &settings.server;
-    // Each public listener has its cap, the admin listener its own;
-    // together they fit the open files limit.
-    let listeners = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
-    let public = descriptors::fit_max_connections("grpc, http", s.max_connections, listeners);
-    // The admin listener first: once a public listener answers ready, the
-    // metrics are there too.
-    let admin = crate::admin::router(svc.clone(), prometheus);
-    let hosts = &s.admin_hosts;
-    let admin = floodgate_runtime::admin::spawn(s.admin, hosts, admin, &s.limits, stop_rx.clone());
-    tasks.extend(admin.await?);
-    if let Some(addr) = s.grpc {
-        let listener = bind("grpc", addr).await?;
-        let http = Http::new(&s.limits, Protocols::Http2);
-        tasks.push(crate::grpc::spawn(svc.clone(), listener, http, public, stop_rx.clone()).await?);
-    }
-    if let Some(addr) = s.http {
-        let listener = bind("http", addr).await?;
-        let api = crate::http::router(svc.clone());
-        let api = hyper_util::service::TowerToHyperService::new(api);
-        let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
-        let stop = stop_rx.clone();
-        tasks.push(spawn_service("http", listener, api, http, public, stop));
-    }
-
-    // Serve until the signal, or until a server fails.
-    let failed = tokio::select! {
-        _ = shutdown => None,
-        (res, _, _) = futures_util::future::select_all(tasks.iter_mut()) => Some(match res {
-            Ok(()) => "a server stopped".to_owned(),
-            Err(e) => e.to_string(),
-        }),
-    };
-    // A failed listener ends the process at once; a signal after the
-    // shutdown delay.
-    let delay = match failed {
-        None => settings.server.shutdown_delay,
-        Some(_) => Duration::ZERO,
-    };
-    let grace = settings.server.shutdown_grace;
-    shut_down(svc.health(), delay, &stop_tx, grace, join_all(tasks)).await;
-    failed.map_or(Ok(()), |e| Err(RuntimeError::Runtime(e)))
+    let running = host::start::<Rls>(loaded, (), prometheus).await?;
+    running.serve_until(shutdown).await
 }
 
 #[cfg(test)]
@@ -122,7 +100,9 @@ mod tests {
     use super::*;
     use floodgate_policy::{Engine, PolicySet};
     use floodgate_redis::{RedisBackend, ResilientBackend};
-    use floodgate_runtime::AnyBackend;
+    use floodgate_runtime::host::Loaded;
+    use floodgate_runtime::host::replace_policy;
+    use floodgate_runtime::settings::PolicyOverrides;
     use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
 
     const GOOD: &str = "
@@ -159,7 +139,7 @@ store:
     fn load(path: &std::path::Path) -> Result<Loaded, RuntimeError> {
         let mut flags = Flags::new();
         flags.set("config", Value::one(path.display().to_string()));
-        floodgate_runtime::config::load(&flags, &Env::new(&|_| None))
+        floodgate_runtime::host::load(&flags, &Env::new(&|_| None), &[])
     }
 
     fn policy_of(text: &str) -> PolicySet {
@@ -195,11 +175,12 @@ store:
             p.rules().iter().map(|r| r.label().to_owned()).collect()
         };
         assert_eq!(labels(&svc), ["per-user"]);
-        let err = svc.replace_policy(policy_of(BAD)).unwrap_err();
+        let replace = |policy| replace_policy(svc.engine(), &PolicyOverrides::default(), policy);
+        let err = replace(policy_of(BAD)).unwrap_err();
         assert!(err.to_string().contains("too-fine"), "{err}");
         assert_eq!(labels(&svc), ["per-user"]);
         let fixed = BAD.replace("1500ns", "2us");
-        svc.replace_policy(policy_of(&fixed)).unwrap();
+        replace(policy_of(&fixed)).unwrap();
         assert_eq!(labels(&svc), ["per-user", "too-fine"]);
     }
 }

@@ -2,3 +2,4 @@
 //! linked into one binary.
 
 mod envoy_differential;
+mod tls;

@@ -6,7 +6,9 @@
 //! client (xds-protos), the probe that hostile tests measure a server by (a normal client
 //! served on time while an attack runs) and the attackers they run,
 //! the timer's lateness on a loaded machine ([`timer_lateness`]), HTTP/2
-//! clients whose receive window stays shut ([`ZeroWindow`]), and
+//! clients whose receive window stays shut ([`ZeroWindow`]), throwaway
+//! certificates and TLS clients ([`tls`]), (feature `settings`) the checks
+//! of a table of settings, and
 //! (feature `browser`) a headless Chromium.
 //!
 //! Everything fails loudly: a missing tool is a test failure, never a skip.
@@ -27,6 +29,9 @@ mod nginx;
 mod probe;
 mod process;
 mod redis;
+#[cfg(feature = "settings")]
+pub mod settings;
+pub mod tls;
 mod upstream;
 mod zero_window;
 

@@ -106,7 +106,7 @@ pub struct UpstreamArgs {
 
 /// Serves the demo upstream forever.
 fn run_upstream(args: UpstreamArgs) -> anyhow::Result<()> {
-    let rt = floodgate_runtime::threads::runtime(args.workers, "upstream")?;
+    let rt = floodgate_runtime::host::runtime(args.workers, "upstream")?;
     eprintln!("upstream listening on http://{}", args.listen);
     rt.block_on(floodgate_gateway::demo::run_demo(
         args.listen,

@@ -36,7 +36,7 @@ impl RateLimitService for Null {
 
 /// Serves until SIGTERM or SIGINT.
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
-    let shutdown = floodgate_runtime::signals::shutdown_signal();
+    let shutdown = floodgate_runtime::host::shutdown_signal();
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("null RLS server listening on {}", listener.local_addr()?);
     tonic::transport::Server::builder()

@@ -1,9 +1,8 @@
-//! Throwaway certificates (rcgen) and TLS peers for the TLS tests: an
-//! HTTPS upstream (the same answers as the cleartext one) and HTTPS
+//! TLS peers for the TLS tests (certificates from the testkit's [`Pki`]):
+//! an HTTPS upstream (the same answers as the cleartext one) and HTTPS
 //! clients trusting a given CA.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,79 +11,15 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+pub use floodgate_testkit::tls::{Leaf, Pki};
+use floodgate_testkit::tls::{chain, key};
 
 use super::{Seen, Upstream, accept_upstream, spawn_upstream_connection};
 
-/// A certificate authority and the files of what it issued, in a
-/// temporary directory.
-pub struct Pki {
-    pub dir: tempfile::TempDir,
-    ca: CertifiedIssuer<'static, KeyPair>,
-    /// The CA certificate (PEM).
-    pub ca_file: PathBuf,
-}
-
-/// A leaf certificate and its key, as PEM files.
-pub struct Leaf {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-impl Pki {
-    /// A new CA named `name`.
-    pub fn new(name: &str) -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let ca_file = dir.path().join(format!("{name}-ca.pem"));
-        std::fs::write(&ca_file, ca.pem()).unwrap();
-        Pki { dir, ca, ca_file }
-    }
-
-    /// A certificate for `localhost` and 127.0.0.1, files named `name`.
-    pub fn leaf(&self, name: &str) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        let leaf = Leaf {
-            cert: self.dir.path().join(format!("{name}.crt")),
-            key: self.dir.path().join(format!("{name}.key")),
-        };
-        std::fs::write(&leaf.cert, cert.pem()).unwrap();
-        std::fs::write(&leaf.key, key.serialize_pem()).unwrap();
-        leaf
-    }
-
-    /// The roots trusting this CA only.
-    pub fn roots(&self) -> RootCertStore {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.ca.der().clone()).unwrap();
-        roots
-    }
-}
-
-fn chain(path: &Path) -> Vec<CertificateDer<'static>> {
-    CertificateDer::pem_file_iter(path)
-        .unwrap()
-        .map(|c| c.unwrap())
-        .collect()
-}
-
-fn key(path: &Path) -> PrivateKeyDer<'static> {
-    PrivateKeyDer::from_pem_file(path).unwrap()
 }
 
 /// An HTTPS upstream with `leaf`, offering `alpn` (empty: none); with

@@ -144,8 +144,38 @@ pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> S
     let engine = health.engine();
     let policy = engine.policy();
     let text = metrics.map(|h| h.render()).unwrap_or_default();
+    let mut counts = rule_counts(&text);
+    let rules = policy
+        .rules()
+        .iter()
+        .map(|r| {
+            let key = (r.domain.to_string(), r.label().to_owned());
+            let c = counts.remove(&key).unwrap_or_default();
+            RuleCounts {
+                domain: key.0,
+                rule: key.1,
+                ..c
+            }
+        })
+        .collect();
+    let now = engine.clock().now();
+    let (top, top_window_secs) = top_keys(engine, now);
+    Snapshot {
+        time_ms: now.as_nanos() / 1_000_000,
+        ready: health.is_ready(),
+        draining: health.is_draining(),
+        config: config_state(&text, policy.generation(), policy.rules().len()),
+        rules,
+        top,
+        top_window_secs,
+        store: store_state(engine.backend()),
+    }
+}
+
+/// Each rule's decisions by outcome, from the metrics `text`.
+fn rule_counts(text: &str) -> HashMap<(String, String), RuleCounts> {
     let mut counts: HashMap<(String, String), RuleCounts> = HashMap::new();
-    for s in samples(&text, "floodgate_rule_decisions_total") {
+    for s in samples(text, "floodgate_rule_decisions_total") {
         let (Some(domain), Some(rule), Some(outcome)) =
             (s.label("domain"), s.label("rule"), s.label("outcome"))
         else {
@@ -163,20 +193,13 @@ pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> S
             _ => {}
         }
     }
-    let rules = policy
-        .rules()
-        .iter()
-        .map(|r| {
-            let key = (r.domain.to_string(), r.label().to_owned());
-            let c = counts.remove(&key).unwrap_or_default();
-            RuleCounts {
-                domain: key.0,
-                rule: key.1,
-                ..c
-            }
-        })
-        .collect();
-    let reloads = samples(&text, "floodgate_config_reloads_total");
+    counts
+}
+
+/// The configuration in force (its `generation`, its `rules`) and its
+/// reloads, from the metrics `text`.
+fn config_state(text: &str, generation: u64, rules: usize) -> ConfigState {
+    let reloads = samples(text, "floodgate_config_reloads_total");
     let reloaded = |result: &str| {
         reloads
             .iter()
@@ -184,40 +207,37 @@ pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> S
             .map(|s| s.value as u64)
             .sum()
     };
-    let last_reload_ok = samples(&text, "floodgate_config_last_reload_ok")
+    let last_reload_ok = samples(text, "floodgate_config_last_reload_ok")
         .first()
         .map(|s| s.value >= 1.0);
-    let now = engine.clock().now();
-    let (top, window) = match engine.observer() {
-        Some(keys) => (
-            keys.top(now, TOP)
-                .into_iter()
-                .map(|k| TopKey {
-                    rule: k.rule,
-                    key: k.key,
-                    how: k.how.name(),
-                    count: k.count,
-                    error: k.error,
-                })
-                .collect(),
-            keys.window().as_secs(),
-        ),
-        None => (Vec::new(), 0),
-    };
-    Snapshot {
-        time_ms: now.as_nanos() / 1_000_000,
-        ready: health.is_ready(),
-        draining: health.is_draining(),
-        config: ConfigState {
-            generation: policy.generation(),
-            rules: policy.rules().len(),
-            reloads_ok: reloaded("ok"),
-            reloads_failed: reloaded("error"),
-            last_reload_ok,
-        },
+    ConfigState {
+        generation,
         rules,
-        top,
-        top_window_secs: window,
-        store: store_state(engine.backend()),
+        reloads_ok: reloaded("ok"),
+        reloads_failed: reloaded("error"),
+        last_reload_ok,
     }
+}
+
+/// The keys decided most often in the observer's window (none without an
+/// observer), and the window in seconds.
+fn top_keys(
+    engine: &floodgate_policy::Engine<AnyBackend>,
+    now: floodgate::Timestamp,
+) -> (Vec<TopKey>, u64) {
+    let Some(keys) = engine.observer() else {
+        return (Vec::new(), 0);
+    };
+    let top = keys
+        .top(now, TOP)
+        .into_iter()
+        .map(|k| TopKey {
+            rule: k.rule,
+            key: k.key,
+            how: k.how.name(),
+            count: k.count,
+            error: k.error,
+        })
+        .collect();
+    (top, keys.window().as_secs())
 }

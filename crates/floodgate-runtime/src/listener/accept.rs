@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,7 +107,7 @@ pub async fn accept_loop<F, Fut>(
         let _ = stopping.wait_for(|s| *s).await;
     };
     tokio::pin!(shutdown);
-    'accepting: loop {
+    loop {
         let (stream, peer) = tokio::select! {
             biased;
             _ = &mut shutdown => break,
@@ -115,57 +116,97 @@ pub async fn accept_loop<F, Fut>(
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(TryAcquireError::Closed) => break,
-            // Every place taken: room is made by closing the connection
-            // that has waited longest without a request, else this one
-            // waits for a connection to end.
-            Err(TryAcquireError::NoPermits) => loop {
-                registry.evict_waiting(room_batch);
-                tokio::select! {
-                    biased;
-                    _ = &mut shutdown => break 'accepting,
-                    p = permits.clone().acquire_owned() => match p {
-                        Ok(p) => break p,
-                        Err(_) => break 'accepting,
-                    },
-                    _ = tokio::time::sleep(ROOM_RETRY) => {}
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let registered = registry.register();
-        // A request sent with the connection is there already: its head is
-        // arriving, not a connection that waits for nothing.
-        if has_bytes(&stream) {
-            registered.activity().heard();
-        }
-        counters.connections.increment(1.0);
-        let activity = registered.activity().clone();
-        let serving = serve(Accepted {
-            stream,
-            peer,
-            slot: Slot {
-                _permit: permit,
-                gauge: counters.connections.clone(),
-            },
-            activity: activity.clone(),
-            stop: stop.clone(),
-        });
-        connections.spawn(async move {
-            // The connection first: the check for eviction is the cheap
-            // one, made at each of its wake-ups.
-            tokio::select! {
-                biased;
-                _ = serving => {}
-                _ = closed_to_make_room(&activity) => {
-                    tracing::debug!(%peer, "connection closed to make room");
+            Err(TryAcquireError::NoPermits) => {
+                let room = place_when_room(&permits, &registry, room_batch, shutdown.as_mut());
+                match room.await {
+                    Some(p) => p,
+                    None => break,
                 }
             }
-            drop(registered);
-        });
+        };
+        let accepted = (stream, peer);
+        spawn_connection(
+            accepted,
+            permit,
+            &registry,
+            &counters,
+            &stop,
+            &mut serve,
+            &connections,
+        );
     }
     drop(listener);
     connections.close();
     connections.wait().await;
+}
+
+/// Every place is taken: room is made by closing the connections that
+/// have waited longest without a request (`batch` at a time), else the
+/// new one waits for a connection to end. None: `shutdown` came first, or
+/// the places are gone.
+async fn place_when_room(
+    permits: &Arc<Semaphore>,
+    registry: &Connections,
+    batch: usize,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> Option<OwnedSemaphorePermit> {
+    loop {
+        registry.evict_waiting(batch);
+        tokio::select! {
+            biased;
+            _ = shutdown.as_mut() => return None,
+            p = permits.clone().acquire_owned() => return p.ok(),
+            _ = tokio::time::sleep(ROOM_RETRY) => {}
+        }
+    }
+}
+
+/// Serves the accepted connection (`stream` from `peer`) in a task of
+/// `connections`, holding its place `permit`, registered in `registry` so
+/// that it is closed to make room while it waits for nothing.
+fn spawn_connection<F, Fut>(
+    (stream, peer): (TcpStream, SocketAddr),
+    permit: OwnedSemaphorePermit,
+    registry: &Arc<Connections>,
+    counters: &Counters,
+    stop: &watch::Receiver<bool>,
+    serve: &mut F,
+    connections: &TaskTracker,
+) where
+    F: FnMut(Accepted) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let _ = stream.set_nodelay(true);
+    let registered = registry.register();
+    // A request sent with the connection is there already: its head is
+    // arriving, not a connection that waits for nothing.
+    if has_bytes(&stream) {
+        registered.activity().heard();
+    }
+    counters.connections.increment(1.0);
+    let activity = registered.activity().clone();
+    let serving = serve(Accepted {
+        stream,
+        peer,
+        slot: Slot {
+            _permit: permit,
+            gauge: counters.connections.clone(),
+        },
+        activity: activity.clone(),
+        stop: stop.clone(),
+    });
+    connections.spawn(async move {
+        // The connection first: the check for eviction is the cheap
+        // one, made at each of its wake-ups.
+        tokio::select! {
+            biased;
+            _ = serving => {}
+            _ = closed_to_make_room(&activity) => {
+                tracing::debug!(%peer, "connection closed to make room");
+            }
+        }
+        drop(registered);
+    });
 }
 
 /// Whether bytes wait to be read on `stream` (one non-blocking peek).

@@ -123,8 +123,8 @@ pub async fn serve<S, B>(
     .await;
 }
 
-/// [`serve`] in a task, without TLS, with the same `service` on every
-/// connection (an axum router through
+/// [`serve`] in a task, TLS terminated by `tls` if any, with the same
+/// `service` on every connection (an axum router through
 /// [`TowerToHyperService`](hyper_util::service::TowerToHyperService));
 /// connections are counted in `floodgate_connections{listener}`
 /// ([`Counters::of`]).
@@ -133,6 +133,7 @@ pub fn spawn_service<S, B>(
     listener: TcpListener,
     service: S,
     http: Http,
+    tls: Option<TlsAcceptor>,
     places: usize,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()>
@@ -142,5 +143,5 @@ where
 {
     let counters = Counters::of(what);
     let service = move |_: SocketAddr, _: &Arc<Slot>| service.clone();
-    tokio::spawn(serve(listener, places, counters, http, None, stop, service))
+    tokio::spawn(serve(listener, places, counters, http, tls, stop, service))
 }

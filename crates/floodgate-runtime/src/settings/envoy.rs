@@ -9,12 +9,8 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["PROTO"], "the listeners are TCP"),
     (&["GRPC_UDS"], "the gRPC listener is TCP (FLOODGATE_GRPC_ADDR)"),
     (&["GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"], "connections are not aged out"),
-    (&["GRPC_SERVER_USE_TLS"],
-        "the gRPC listener speaks plaintext HTTP/2; terminate TLS in front of it"),
-    (&[
-        "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
-        "GRPC_CLIENT_TLS_SAN",
-    ], "the gRPC listener has no TLS"),
+    (&["GRPC_CLIENT_TLS_SAN"],
+        "client certificates are checked against their authority (`server.tls.grpc.client_ca`), not a SAN"),
     (&["CONFIG_TYPE"], "the configuration comes from files only"),
     (&["FORCE_START_WITHOUT_INITIAL_CONFIG"], "a configuration file is required"),
     (&[

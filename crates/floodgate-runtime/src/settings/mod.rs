@@ -9,9 +9,9 @@
 //! structures' own `Default` is blank, and [`Settings::default`] is every
 //! declared default, read from nothing.
 
-pub mod checks;
 mod envoy;
 mod given;
+pub mod listener;
 mod parse;
 mod server;
 mod store;
@@ -32,6 +32,7 @@ use crate::listener::ConnectionLimits;
 
 pub use envoy::{UNSUPPORTED_ENVOY_VARIABLES, unsupported, warn_unsupported};
 pub use given::Given;
+pub use listener::TlsSettings;
 pub use parse::{
     ANY, boolean, choice, count_in, duration, header_bytes, parse_listen_on, parse_size,
     positive_duration,
@@ -101,6 +102,8 @@ pub struct ServerSettings {
     /// The names the admin listener answers to besides loopback names and
     /// IP addresses (others: 421).
     pub admin_hosts: Vec<String>,
+    /// TLS on each listener.
+    pub tls: ListenersTls,
     /// Largest request body or gRPC message accepted, in bytes.
     pub body_limit: usize,
     /// The engine's bounds on a request: most descriptors, longest key or
@@ -132,6 +135,18 @@ pub struct ServerSettings {
     pub workers: Option<usize>,
     /// Logging.
     pub log: LogSettings,
+}
+
+/// TLS on each of the service's listeners (`server.tls.*`; none given:
+/// cleartext).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListenersTls {
+    /// The gRPC listener's.
+    pub grpc: TlsSettings,
+    /// The HTTP listener's.
+    pub http: TlsSettings,
+    /// The admin listener's.
+    pub admin: TlsSettings,
 }
 
 /// Which rate limit headers responses carry (gRPC
@@ -288,9 +303,10 @@ impl Default for Settings {
     }
 }
 
-/// The top-level sections of Floodgate files besides the policies: the
-/// runtime's (`server`, `store`) and the gateway's (`gateway`, `http`).
-/// Every binary accepts them all, so one file can configure both.
+/// The top-level sections `floodgate replay` accepts besides the
+/// policies. Its caller is to pass them (the host's and its frontends'):
+/// the runtime names no frontend otherwise.
+#[doc(hidden)]
 pub const SECTIONS: &[&str] = &["server", "store", "gateway", "http"];
 
 impl Settings {
@@ -306,7 +322,11 @@ impl Settings {
         let mut errors = Errors::default();
         let read = table::read(flags, env, documents, &mut errors);
         // None only with errors.
-        errors.finish(read.map_or_else(Settings::blank, |(settings, _)| settings))
+        let settings = read.map_or_else(Settings::blank, |(mut settings, origins)| {
+            server::finish_tls(&mut settings, &origins, &mut errors);
+            settings
+        });
+        errors.finish(settings)
     }
 
     /// [`resolve`](Self::resolve) with the `server:` and `store:` sections

@@ -5,14 +5,114 @@ use std::path::PathBuf;
 
 use floodgate_policy::engine::LimitOverrides;
 
+use super::listener::{self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings};
 use super::parse::{
-    ANY, LOOPBACK, boolean, choice, count_in, duration, header_bytes, parse_listen_on,
-    positive_duration, size,
+    ANY, LOOPBACK, boolean, choice, count_in, duration, parse_listen_on, positive_duration, size,
 };
 use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
 use super::{LogFormat, Settings};
+use crate::listener::ConnectionLimits;
 
 type S = Setting<Settings>;
+
+/// The protections of the service's listeners, `server.limits.*` (the
+/// admin listener's too, its connections capped apart).
+pub(super) struct ServeProtections;
+
+impl ProtectionsAt<Settings> for ServeProtections {
+    fn limits(s: &mut Settings) -> &mut ConnectionLimits {
+        &mut s.server.limits
+    }
+    fn max_connections(s: &mut Settings) -> &mut usize {
+        &mut s.server.max_connections
+    }
+}
+
+const PROTECTIONS: ProtectionsInstance = ProtectionsInstance {
+    key: "server.limits",
+    env: "FLOODGATE_",
+    flag: "",
+    max_concurrent_streams: "1024",
+    http2_idle_timeout: "30s",
+};
+
+/// Where each of the service's listeners keeps its TLS.
+macro_rules! tls_at {
+    ($($marker:ident: $field:ident),*) => {$(
+        pub(super) struct $marker;
+        impl TlsAt<Settings> for $marker {
+            fn tls(s: &mut Settings) -> &mut TlsSettings {
+                &mut s.server.tls.$field
+            }
+        }
+    )*};
+}
+tls_at!(GrpcTls: grpc, HttpTls: http, AdminTls: admin);
+
+/// Checks the TLS files of every listener ([`listener::finish_tls`]).
+pub(super) fn finish_tls(
+    s: &mut Settings,
+    origins: &super::table::Origins,
+    errors: &mut floodgate_policy::error::Errors,
+) {
+    let tls = &mut s.server.tls;
+    listener::finish_tls(&mut tls.grpc, &GRPC_TLS, origins, errors);
+    listener::finish_tls(&mut tls.http, &HTTP_TLS, origins, errors);
+    listener::finish_tls(&mut tls.admin, &ADMIN_TLS, origins, errors);
+}
+
+/// envoyproxy/ratelimit's TLS file `name`, read with `GRPC_SERVER_USE_TLS`
+/// on (and then `required`).
+fn envoy_tls(env: &Env<'_>, name: &str, required: bool) -> Result<Option<String>, String> {
+    match env
+        .get("GRPC_SERVER_USE_TLS")
+        .map(|v| boolean(&v))
+        .transpose()?
+    {
+        Some(true) if required && env.get(name).is_none() => {
+            Err(format!("GRPC_SERVER_USE_TLS needs {name}"))
+        }
+        Some(true) => Ok(env.get(name)),
+        _ => Ok(None),
+    }
+}
+
+pub(super) const GRPC_TLS: TlsInstance = TlsInstance {
+    key: "server.tls.grpc",
+    env: "FLOODGATE_GRPC_TLS",
+    flag: "grpc-tls",
+    listener: "the gRPC listener",
+    envoy: Some([
+        Envoy::Read {
+            names: "`GRPC_SERVER_TLS_CERT` (with `GRPC_SERVER_USE_TLS`)",
+            read: |env| envoy_tls(env, "GRPC_SERVER_TLS_CERT", true),
+        },
+        Envoy::Read {
+            names: "`GRPC_SERVER_TLS_KEY` (with `GRPC_SERVER_USE_TLS`)",
+            read: |env| envoy_tls(env, "GRPC_SERVER_TLS_KEY", true),
+        },
+        Envoy::Read {
+            names: "`GRPC_CLIENT_TLS_CACERT` (with `GRPC_SERVER_USE_TLS`)",
+            read: |env| envoy_tls(env, "GRPC_CLIENT_TLS_CACERT", false),
+        },
+    ]),
+};
+
+pub(super) const HTTP_TLS: TlsInstance = TlsInstance {
+    key: "server.tls.http",
+    env: "FLOODGATE_HTTP_TLS",
+    flag: "http-tls",
+    listener: "the HTTP listener",
+    envoy: None,
+};
+
+pub(super) const ADMIN_TLS: TlsInstance = TlsInstance {
+    key: "server.tls.admin",
+    env: "FLOODGATE_ADMIN_TLS",
+    flag: "admin-tls",
+    listener: "the admin listener",
+    envoy: None,
+};
 
 fn header_name(v: &Value) -> Result<String, String> {
     let t = v.text();
@@ -61,9 +161,20 @@ fn stop_increment(env: &Env<'_>) -> Result<Option<String>, String> {
     }
 }
 
-// One setting in a few lines each: a table, laid out by hand.
-#[rustfmt::skip]
+// One setting in a few lines each: tables, laid out by hand, one per topic.
 pub(super) fn declare(t: &mut Vec<S>) {
+    config(t);
+    listeners(t);
+    requests(t);
+    headers(t);
+    process(t);
+    policy(t);
+}
+
+/// The configuration's own settings: where the files are, how they are
+/// read.
+#[rustfmt::skip]
+fn config(t: &mut Vec<S>) {
     t.push(S::new("config", "FLOODGATE_CONFIG", "config", Kind::List, "",
         "configuration files or directories (repeatable; default: `./floodgate.yaml`, else `./examples/floodgate.yaml`)",
         |s, v| { s.config.paths = v.items().iter().map(PathBuf::from).collect(); Ok(()) })
@@ -79,6 +190,12 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "accept an empty configuration (a file with nothing in it, no domain, a domain without rules), an error otherwise and refused on reload; never in a file, which cannot vouch for its own emptiness",
         |s, v| { s.config.allow_empty = boolean(&v.text())?; Ok(()) })
         .in_file(InFile::No));
+}
+
+/// The listeners: their addresses, the names the admin listener answers
+/// to, their TLS.
+#[rustfmt::skip]
+fn listeners(t: &mut Vec<S>) {
     // envoyproxy/ratelimit's ports: 8081 (gRPC), 8080 (HTTP), 6070 (debug,
     // here on loopback only).
     t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, "0.0.0.0:8081",
@@ -93,6 +210,9 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
         |s, v| { s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?; Ok(()) })
         .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`", read: debug_listener }));
+    listener::declare_tls::<_, GrpcTls>(t, &GRPC_TLS);
+    listener::declare_tls::<_, HttpTls>(t, &HTTP_TLS);
+    listener::declare_tls::<_, AdminTls>(t, &ADMIN_TLS);
     t.push(S::new("server.admin_hosts", "FLOODGATE_ADMIN_HOSTS", "admin-hosts", Kind::List, "",
         "names the admin listener answers to (`Host`) besides `localhost`, `*.localhost` and IP addresses, e.g. a Service's DNS name; any other: 421 (a page rebinding its name to the listener reads nothing)",
         |s, v| {
@@ -103,6 +223,12 @@ pub(super) fn declare(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("admin.internal", "metrics.example"));
+}
+
+/// What a request may be and take: its size, its descriptors, its
+/// caller's overrides, the connections' protections, the calls in flight.
+#[rustfmt::skip]
+fn requests(t: &mut Vec<S>) {
     t.push(S::new("server.body_limit", "FLOODGATE_BODY_LIMIT", "body-limit", Kind::Size, "1MiB",
         "largest HTTP body or gRPC message",
         |s, v| { s.server.body_limit = size(&v.text())?; Ok(()) }));
@@ -123,33 +249,18 @@ pub(super) fn declare(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("ignore", "refuse"));
-    t.push(S::new("server.limits.header_read_timeout", "FLOODGATE_HEADER_READ_TIMEOUT", "header-read-timeout", Kind::Duration, "10s",
-        "time a client has for a request head or the HTTP/2 preface; an idle keep-alive connection closes after it",
-        |s, v| { s.server.limits.header_read_timeout = positive_duration(&v.text())?; Ok(()) }));
-    t.push(S::new("server.limits.max_header_bytes", "FLOODGATE_MAX_HEADER_BYTES", "max-header-bytes", Kind::Size, "64KiB",
-        "largest request head (HTTP/1.1: 431 beyond; HTTP/2: the header list)",
-        |s, v| { s.server.limits.max_header_bytes = header_bytes(&v.text())?; Ok(()) }));
-    t.push(S::new("server.limits.max_headers", "FLOODGATE_MAX_HEADERS", "max-headers", Kind::Count, "100",
-        "most header fields of an HTTP/1.1 request (431 beyond)",
-        |s, v| { s.server.limits.max_headers = count_in(&v.text(), 1, 10_000)?; Ok(()) }));
-    t.push(S::new("server.limits.max_connections", "FLOODGATE_MAX_CONNECTIONS", "max-connections", Kind::Count, "10000",
-        "connections of each public listener (beyond, those waiting longest for nothing are closed, else new ones wait in the backlog; lowered to fit `ulimit -n`)",
-        |s, v| { s.server.max_connections = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }));
-    t.push(S::new("server.limits.max_concurrent_streams", "FLOODGATE_MAX_CONCURRENT_STREAMS", "max-concurrent-streams", Kind::Count, "1024",
-        "concurrent streams (calls) per HTTP/2 connection",
-        |s, v| { s.server.limits.max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32; Ok(()) }));
-    t.push(S::new("server.limits.http2_idle_timeout", "FLOODGATE_HTTP2_IDLE_TIMEOUT", "http2-idle-timeout", Kind::Duration, "30s",
-        "an HTTP/2 connection without a stream this long is closed",
-        |s, v| { s.server.limits.http2_idle_timeout = positive_duration(&v.text())?; Ok(()) }));
-    t.push(S::new("server.limits.send_timeout", "FLOODGATE_SEND_TIMEOUT", "send-timeout", Kind::Duration, "60s",
-        "longest a client may accept nothing sent to it (nginx's `send_timeout`): its connection is closed, or its HTTP/2 stream reset when its window stays shut",
-        |s, v| { s.server.limits.send_timeout = positive_duration(&v.text())?; Ok(()) }));
+    listener::declare_protections::<_, ServeProtections>(t, &PROTECTIONS);
     t.push(S::new("server.limits.max_requests", "FLOODGATE_MAX_REQUESTS", "max-requests", Kind::Count, "10000",
         "calls in flight over every connection, answers not yet sent included (beyond: `RESOURCE_EXHAUSTED`, 503, at once)",
         |s, v| { s.server.max_requests = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }));
     t.push(S::new("server.limits.request_timeout", "FLOODGATE_REQUEST_TIMEOUT", "request-timeout", Kind::Duration, "10s",
         "longest a call may take, body included, when the caller sets no shorter `grpc-timeout` (`DEADLINE_EXCEEDED`, 504)",
         |s, v| { s.server.request_timeout = positive_duration(&v.text())?; Ok(()) }));
+}
+
+/// The rate limit headers of answers.
+#[rustfmt::skip]
+fn headers(t: &mut Vec<S>) {
     t.push(S::new("server.response_headers.enabled", "FLOODGATE_RESPONSE_HEADERS", "response-headers", Kind::Bool, "false",
         "add `RateLimit-Limit`, `-Remaining`, `-Reset` of the most restrictive descriptor",
         |s, v| { s.server.headers.enabled = boolean(&v.text())?; Ok(()) })
@@ -172,6 +283,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.response_headers.x_ratelimit", "FLOODGATE_X_RATELIMIT_HEADERS", "x-ratelimit-headers", Kind::Bool, "false",
         "add Envoy's `DRAFT_VERSION_03` `X-RateLimit-*` headers",
         |s, v| { s.server.headers.x_ratelimit = boolean(&v.text())?; Ok(()) }));
+}
+
+/// Reload, shutdown, threads and logs.
+#[rustfmt::skip]
+fn process(t: &mut Vec<S>) {
     t.push(S::new("server.reload_interval", "FLOODGATE_RELOAD_INTERVAL", "reload-interval", Kind::Duration, "1s",
         "how often the files are checked for changes (`0`: only on SIGHUP)",
         |s, v| { s.server.reload_interval = duration(&v.text())?; Ok(()) }));
@@ -198,6 +314,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         })
         .envoy(Envoy::Var("LOG_FORMAT"))
         .samples("json", "text"));
+}
+
+/// The policy settings forced over the file's `settings:`.
+#[rustfmt::skip]
+fn policy(t: &mut Vec<S>) {
     t.push(S::new("settings.shadow_mode", "FLOODGATE_SHADOW_MODE", "shadow-mode", Kind::Bool, "",
         "forces the policies' global shadow mode (count and report, never deny)",
         |s, v| { s.policy.shadow_mode = Some(boolean(&v.text())?); Ok(()) })

@@ -63,9 +63,22 @@ fn cache_bytes(env: &Env<'_>) -> Result<Option<String>, String> {
     }
 }
 
-// One setting in a few lines each: a table, laid out by hand.
-#[rustfmt::skip]
+// One setting in a few lines each: tables, laid out by hand, one per topic.
 pub(super) fn declare(t: &mut Vec<S>) {
+    memory(t);
+    redis_address(t);
+    redis_connections(t);
+    redis_failures(t);
+    sync(t);
+    let redis = |s: &&mut S| s.key.starts_with("store.") && !MEMORY.contains(&s.key);
+    for s in t.iter_mut().filter(redis).filter(|s| s.context.is_empty()) {
+        s.context = REDIS;
+    }
+}
+
+/// Which store, and the in-memory store's.
+#[rustfmt::skip]
+fn memory(t: &mut Vec<S>) {
     t.push(S::new("store.backend", "FLOODGATE_STORE", "store", Kind::Choice, "memory",
         "`memory` (this process) or `redis` (shared by every instance; implied by a Redis URL given more strongly)",
         |s, v| {
@@ -87,6 +100,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("deny", "evict"));
+}
+
+/// Where Redis is and how it is reached: mode, addresses, credentials, TLS.
+#[rustfmt::skip]
+fn redis_address(t: &mut Vec<S>) {
     t.push(S::new("store.mode", "FLOODGATE_REDIS_MODE", "redis-mode", Kind::Choice, "single",
         "redis: `single`, `cluster` or `sentinel`",
         |s, v| {
@@ -140,6 +158,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "redis, TLS: the client certificate's PEM key",
         |s, v| { s.store.redis.tls.client_key_file = Some(PathBuf::from(v.text())); Ok(()) })
         .envoy(Envoy::Var("REDIS_TLS_CLIENT_KEY")));
+}
+
+/// The Redis connections: the key prefix, the pool, timeouts, pipelining.
+#[rustfmt::skip]
+fn redis_connections(t: &mut Vec<S>) {
     t.push(S::new("store.prefix", "FLOODGATE_REDIS_PREFIX", "redis-prefix", Kind::Text, "fg:",
         "redis: prefix of every key",
         |s, v| {
@@ -171,6 +194,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
         "redis: ... or until this many commands wait (`0`: no limit)",
         |s, v| { s.store.redis.pipeline_limit = count(&v.text())?; Ok(()) })
         .envoy(Envoy::Var("REDIS_PIPELINE_LIMIT")));
+}
+
+/// What happens when Redis fails, the local caches and the clock.
+#[rustfmt::skip]
+fn redis_failures(t: &mut Vec<S>) {
     t.push(S::new("store.failure_policy", "FLOODGATE_FAILURE_POLICY", "failure-policy", Kind::Choice, "local",
         "redis: when Redis cannot decide, `fail_open`, `fail_closed`, or `local` (an in-process store decides; `local/N` sets `divide_by`)",
         |s, v| { s.store.redis.failure_policy = parse_failure_policy(&v.text())?; Ok(()) })
@@ -205,6 +233,11 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.concurrency_lease", "FLOODGATE_CONCURRENCY_LEASE", "concurrency-lease", Kind::Duration, "10m",
         "redis: lease of a concurrency permit not released (`0`: until released)",
         |s, v| { let d = duration(&v.text())?; s.store.redis.concurrency_lease = (!d.is_zero()).then_some(d); Ok(()) }));
+}
+
+/// How instances share counters (`store.sync`).
+#[rustfmt::skip]
+fn sync(t: &mut Vec<S>) {
     t.push(S::new("store.sync.mode", "FLOODGATE_SYNC", "sync", Kind::Choice, "exact",
         "redis: how rules without their own `sync` share counters: `exact` (a round trip per decision), `lease` (in memory within leases: never past the limit) or `sync` (in memory on views pushed every interval: past the limit by a computed bound); `sync: lease` is short for `sync: {mode: lease}`",
         |s, v| {
@@ -232,10 +265,6 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("store.sync.instances", "FLOODGATE_INSTANCES", "instances", Kind::Count, "0",
         "redis: how many instances share the counters, for the over-admission bound of `sync` that `floodgate config check` prints (`0`: not said)",
         |s, v| { s.store.instances = count_in(&v.text(), 0, u32::MAX as usize)? as u32; Ok(()) }));
-    let redis = |s: &&mut S| s.key.starts_with("store.") && !MEMORY.contains(&s.key);
-    for s in t.iter_mut().filter(redis).filter(|s| s.context.is_empty()) {
-        s.context = REDIS;
-    }
 }
 
 /// The settings of the store that are not the Redis store's.
@@ -292,55 +321,15 @@ fn not_applicable<'k>(
 /// The Redis configuration from the addresses, mode and credentials.
 fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, errors: &mut Errors) {
     let r = &mut store.redis;
-    let url_error = |e: floodgate_redis::ConfigError| origins.of("store.url").error(e.to_string());
     // The credentials added to the URLs without any.
     let url_auth = if let Mode::Sentinel { .. } = r.mode {
-        let (name, urls) = match &a.master {
-            Some(master) => {
-                let master = Mode::sentinel(master)
-                    .map_err(|e| origins.of("store.master").error(e.to_string()));
-                // The sentinels, possibly written the envoyproxy/ratelimit
-                // way (`name,host:port,...`, the name then replaced).
-                let urls = if a.url.split(',').next().unwrap_or("").contains([':', '/']) {
-                    parse_redis_urls(&a.url)
-                } else {
-                    parse_sentinel_url(&a.url).map(|(_, urls)| urls)
-                };
-                (errors.take(master), errors.take(urls.map_err(url_error)))
-            }
-            None if origins.given("store.url") => match parse_sentinel_url(&a.url) {
-                Ok((name, urls)) => (Some(Mode::Sentinel { master_name: name }), Some(urls)),
-                Err(e) => {
-                    errors.push(url_error(e));
-                    (None, None)
-                }
-            },
-            None => {
-                errors.push(origins.of("store.mode").error(
-                    "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
-                ));
-                (None, None)
-            }
-        };
-        if let (Some(mode), Some(urls)) = (name, urls) {
-            r.mode = mode;
-            r.urls = urls;
-        }
-        // The primary's credentials: the more strongly given of
-        // `master_auth` and `auth`.
-        let auth_first = origins.of("store.auth").rank() > origins.of("store.master_auth").rank();
-        let (first, second) = if auth_first {
-            (&a.auth, &a.master_auth)
-        } else {
-            (&a.master_auth, &a.auth)
-        };
-        r.primary_auth = first.clone().or(second.clone()).or(r.primary_auth.take());
-        &a.sentinel_auth
+        sentinels(r, a, origins, errors)
     } else {
         let sentinel_only = ["store.master", "store.master_auth", "store.sentinel_auth"];
         let why = "only applies to mode: sentinel";
         not_applicable(sentinel_only, true, why, origins, errors);
-        if let Some(urls) = errors.take(parse_redis_urls(&a.url).map_err(url_error)) {
+        let urls = parse_redis_urls(&a.url).map_err(|e| url_error(origins, e));
+        if let Some(urls) = errors.take(urls) {
             r.urls = urls;
         }
         &a.auth
@@ -353,6 +342,77 @@ fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, erro
             *u = format!("rediss://{rest}");
         }
     }
+    failure_policy(r, a, origins, errors);
+    modes_and_pipelining(r, origins, errors);
+}
+
+/// An error about `store.url`.
+fn url_error(
+    origins: &Origins,
+    e: floodgate_redis::ConfigError,
+) -> floodgate_policy::error::ConfigError {
+    origins.of("store.url").error(e.to_string())
+}
+
+/// Sentinel mode: the master's name and the sentinels' addresses, and the
+/// primary's credentials; the sentinels' credentials, for their URLs.
+fn sentinels<'a>(
+    r: &mut floodgate_redis::RedisConfig,
+    a: &'a RedisAddress,
+    origins: &Origins,
+    errors: &mut Errors,
+) -> &'a Option<String> {
+    let url_error = |e| url_error(origins, e);
+    let (name, urls) = match &a.master {
+        Some(master) => {
+            let master =
+                Mode::sentinel(master).map_err(|e| origins.of("store.master").error(e.to_string()));
+            // The sentinels, possibly written the envoyproxy/ratelimit
+            // way (`name,host:port,...`, the name then replaced).
+            let urls = if a.url.split(',').next().unwrap_or("").contains([':', '/']) {
+                parse_redis_urls(&a.url)
+            } else {
+                parse_sentinel_url(&a.url).map(|(_, urls)| urls)
+            };
+            (errors.take(master), errors.take(urls.map_err(url_error)))
+        }
+        None if origins.given("store.url") => match parse_sentinel_url(&a.url) {
+            Ok((name, urls)) => (Some(Mode::Sentinel { master_name: name }), Some(urls)),
+            Err(e) => {
+                errors.push(url_error(e));
+                (None, None)
+            }
+        },
+        None => {
+            errors.push(origins.of("store.mode").error(
+                "mode: sentinel needs `master` (the name the sentinels monitor) and `url` (the sentinels)",
+            ));
+            (None, None)
+        }
+    };
+    if let (Some(mode), Some(urls)) = (name, urls) {
+        r.mode = mode;
+        r.urls = urls;
+    }
+    // The primary's credentials: the more strongly given of
+    // `master_auth` and `auth`.
+    let auth_first = origins.of("store.auth").rank() > origins.of("store.master_auth").rank();
+    let (first, second) = if auth_first {
+        (&a.auth, &a.master_auth)
+    } else {
+        (&a.master_auth, &a.auth)
+    };
+    r.primary_auth = first.clone().or(second.clone()).or(r.primary_auth.take());
+    &a.sentinel_auth
+}
+
+/// `store.divide_by` belongs to `failure_policy: local`.
+fn failure_policy(
+    r: &mut floodgate_redis::RedisConfig,
+    a: &RedisAddress,
+    origins: &Origins,
+    errors: &mut Errors,
+) {
     match r.failure_policy {
         FailurePolicy::Local { .. } if origins.given("store.divide_by") => {
             r.failure_policy = FailurePolicy::Local {
@@ -365,6 +425,11 @@ fn assemble(store: &mut StoreSettings, a: &RedisAddress, origins: &Origins, erro
             not_applicable(["store.divide_by"], true, why, origins, errors);
         }
     }
+}
+
+/// A sync mode's period given to another mode, and a pipelining window
+/// no shorter than the timeout, are errors.
+fn modes_and_pipelining(r: &floodgate_redis::RedisConfig, origins: &Origins, errors: &mut Errors) {
     // A period given in the file belongs to its mode (`interval` to `sync`,
     // `duration` to `lease`).
     let why = format!("does not apply to sync mode {}", r.sync.name());

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_runtime::listener::{Http, spawn_service};
+use floodgate_runtime::tls::TlsAcceptor;
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -26,12 +27,14 @@ use floodgate_runtime::RuntimeError;
 /// The RLS service name, as health checks ask for it.
 pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Starts serving on `listener` under `http`'s protections, at most
-/// `places` connections at once, until `stop` turns true.
+/// Starts serving on `listener` under `http`'s protections, TLS
+/// terminated by `tls` if any, at most `places` connections at once, until
+/// `stop` turns true.
 pub async fn spawn(
     svc: Arc<DecisionService>,
     listener: TcpListener,
     http: Http,
+    tls: Option<TlsAcceptor>,
     places: usize,
     stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, RuntimeError> {
@@ -45,40 +48,7 @@ pub async fn spawn(
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
-    // Health follows readiness (the store, and draining on shutdown or the
-    // listener's stop, which turn it NOT_SERVING for good).
-    let watcher = {
-        let svc = svc.clone();
-        let mut stop = stop.clone();
-        let mut draining = svc.health().watch_draining();
-        async move {
-            let set = async |status| {
-                for service in ["", RLS_SERVICE] {
-                    reporter.set_service_status(service, status).await;
-                }
-            };
-            let mut last = None;
-            loop {
-                let ready = svc.health().is_ready();
-                if last != Some(ready) {
-                    set(if ready {
-                        ServingStatus::Serving
-                    } else {
-                        ServingStatus::NotServing
-                    })
-                    .await;
-                    last = Some(ready);
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
-                    _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
-                    _ = stop.changed() => {}
-                }
-                return set(ServingStatus::NotServing).await;
-            }
-        }
-    };
-    tokio::spawn(watcher);
+    tokio::spawn(follow_readiness(svc.clone(), reporter, stop.clone()));
 
     let routes = tonic::service::Routes::new(health)
         .add_service(reflection_v1)
@@ -89,5 +59,41 @@ pub async fn spawn(
         let grpc = grpc.clone();
         async move { grpc.call(req).await }
     });
-    Ok(spawn_service("grpc", listener, service, http, places, stop))
+    Ok(spawn_service(
+        "grpc", listener, service, http, tls, places, stop,
+    ))
+}
+
+/// Health follows readiness (the store, and draining on shutdown or the
+/// listener's stop, which turn it NOT_SERVING for good).
+async fn follow_readiness(
+    svc: Arc<DecisionService>,
+    reporter: tonic_health::server::HealthReporter,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut draining = svc.health().watch_draining();
+    let set = async |status| {
+        for service in ["", RLS_SERVICE] {
+            reporter.set_service_status(service, status).await;
+        }
+    };
+    let mut last = None;
+    loop {
+        let ready = svc.health().is_ready();
+        if last != Some(ready) {
+            set(if ready {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            })
+            .await;
+            last = Some(ready);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+            _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
+            _ = stop.changed() => {}
+        }
+        return set(ServingStatus::NotServing).await;
+    }
 }

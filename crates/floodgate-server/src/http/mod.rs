@@ -28,7 +28,7 @@ pub fn router(service: Arc<DecisionService>) -> Router {
         .route("/json", post(envoy_json::handle))
         .route("/v1/check", post(check::handle))
         .route("/v1/release", post(release::handle))
-        .merge(floodgate_runtime::admin::health_routes(
+        .merge(floodgate_runtime::host::health_routes(
             service.health().clone(),
         ))
         .fallback(not_found)

@@ -6,7 +6,7 @@
 use floodgate_policy::{PolicySet, SyncMode};
 use floodgate_redis::FailurePolicy;
 
-use crate::settings::{StoreKind, StoreSettings};
+use floodgate_runtime::settings::{StoreKind, StoreSettings};
 
 /// One line per limit decided in memory (none for the in-memory store, or
 /// when every rule is exact).

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -97,6 +98,18 @@ pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
             message: other.to_string(),
         },
     })
+}
+
+/// The authorities of the PEM bundle at `path`, as trusted roots.
+pub fn authorities(path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for cert in certificates(path)? {
+        store.add(cert).map_err(|source| TlsError::Rustls {
+            context: format!("CA file {}", path.display()),
+            source,
+        })?;
+    }
+    Ok(store)
 }
 
 #[cfg(test)]

@@ -1,24 +1,22 @@
 //! The rustls configuration towards `https://` upstreams: trusted roots
 //! (a CA file, or the system's), an optional client certificate. ALPN is
 //! set by the connector from the upstream protocol (`h2` for `http2`).
+//! The listener's TLS is every listener's
+//! ([`floodgate_runtime::tls`]).
 
+use floodgate_runtime::tls::pem::{authorities, certificates, private_key};
+use floodgate_runtime::tls::{provider, versions};
 use rustls::{ClientConfig, RootCertStore};
 
-use super::pem::{TlsError, certificates, private_key};
+pub use floodgate_runtime::tls::TlsError;
+
 use crate::config::UpstreamTls;
 
 /// The trusted roots: every certificate of `tls.ca`, else the system's.
 fn roots(tls: &UpstreamTls) -> Result<RootCertStore, TlsError> {
     let mut store = RootCertStore::empty();
     match &tls.ca {
-        Some(path) => {
-            for cert in certificates(path)? {
-                store.add(cert).map_err(|source| TlsError::Rustls {
-                    context: format!("CA file {}", path.display()),
-                    source,
-                })?;
-            }
-        }
+        Some(path) => store = authorities(path)?,
         None => {
             let native = rustls_native_certs::load_native_certs();
             let (added, _ignored) = store.add_parsable_certificates(native.certs);
@@ -38,7 +36,7 @@ fn roots(tls: &UpstreamTls) -> Result<RootCertStore, TlsError> {
 
 /// The client configuration for `tls` (TLS 1.2 and 1.3, no ALPN yet).
 pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
-    let builder = super::versions(ClientConfig::builder_with_provider(super::provider()))?
+    let builder = versions(ClientConfig::builder_with_provider(provider()))?
         .with_root_certificates(roots(tls)?);
     match (&tls.cert, &tls.key) {
         (Some(cert), Some(key)) => {

@@ -1,4 +1,4 @@
-//! [`ServerTls`]: TLS termination on the listener. The certificate is
+//! [`ServerTls`]: TLS termination on a listener. The certificate is
 //! served through a resolver whose key pair can be swapped while running:
 //! [`ServerTls::reload`] re-reads the files when they changed, called at the
 //! configuration's pace (new handshakes use the new certificate;
@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use floodgate_policy::reload::FileStamp;
-use rustls::ServerConfig;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{ConfigBuilder, ServerConfig, WantsVerifier};
 use tokio_rustls::TlsAcceptor;
 
-use super::pem::{TlsError, certificates, private_key};
-use crate::config::ListenerTls;
+use super::ListenerTls;
+use super::pem::{TlsError, authorities, certificates, private_key};
 
 /// ALPN protocols offered to clients, preferred first.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -61,7 +61,26 @@ pub fn load_certified_key(files: &ListenerTls) -> Result<CertifiedKey, TlsError>
     Ok(certified)
 }
 
-/// TLS termination for the listener.
+/// The clients `files` accept: any (no `client_ca`), or those presenting
+/// a certificate issued by `client_ca`.
+fn client_auth(
+    builder: ConfigBuilder<ServerConfig, WantsVerifier>,
+    files: &ListenerTls,
+) -> Result<ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>, TlsError> {
+    let Some(ca) = &files.client_ca else {
+        return Ok(builder.with_no_client_auth());
+    };
+    let roots = Arc::new(authorities(ca)?);
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots, super::provider())
+        .build()
+        .map_err(|e| TlsError::Pem {
+            path: ca.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(builder.with_client_cert_verifier(verifier))
+}
+
+/// TLS termination for a listener.
 pub struct ServerTls {
     files: ListenerTls,
     resolver: Arc<Resolver>,
@@ -71,16 +90,16 @@ pub struct ServerTls {
 
 impl ServerTls {
     /// Loads the certificate and key of `files` and builds the acceptor
-    /// (TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`).
+    /// (TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`; a client certificate
+    /// from `files.client_ca` required if given).
     pub fn new(files: &ListenerTls) -> Result<Self, TlsError> {
         let stamp = stamp(files);
         let certified = load_certified_key(files)?;
         let resolver = Arc::new(Resolver {
             current: ArcSwap::from_pointee(certified),
         });
-        let mut config = super::versions(ServerConfig::builder_with_provider(super::provider()))?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver.clone());
+        let builder = super::versions(ServerConfig::builder_with_provider(super::provider()))?;
+        let mut config = client_auth(builder, files)?.with_cert_resolver(resolver.clone());
         config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
         Ok(ServerTls {
             files: files.clone(),

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use floodgate_policy::error::Errors;
 use floodgate_policy::yaml::Document;
 
-use super::table::{Declared, Env, Envoy, Flags, InFile, Setting, Value, markdown, read};
+use floodgate_runtime::settings::table::{
+    Declared, Env, Envoy, Flags, InFile, Setting, Value, markdown, read,
+};
 
 /// One place a setting is given.
 #[derive(Clone, Copy, Debug, PartialEq)]

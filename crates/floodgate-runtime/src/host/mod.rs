@@ -1,0 +1,293 @@
+//! The host: one lifecycle for every frontend. [`start`] loads the
+//! store and the engine (the configuration is already [loaded]), keeps the
+//! metrics, checks the store's health, watches the configuration (a
+//! reload reads every frontend's sections first, then applies them with
+//! the policies, all or nothing: [`Frontend::read_reload`]), serves the
+//! admin listener with the frontend's routes, and binds the frontend's
+//! listeners ([`Frontend::serve`]). [`Running::serve_until`] serves until a
+//! shutdown signal (or a listener failing), turns not ready for the
+//! shutdown delay, drains within the grace period and gives the store back,
+//! once.
+//!
+//! [loaded]: crate::config::load
+
+mod both;
+mod listeners;
+mod reload;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use floodgate_policy::ConfigErrors;
+use floodgate_policy::reload::Compiled;
+use floodgate_policy::yaml::Document;
+use futures_util::future::join_all;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::error::RuntimeError;
+use crate::lifecycle::{Watching, shut_down};
+use crate::settings::{Given, Settings, StartupSections};
+use crate::tls::Certificates;
+
+pub use crate::admin::health_routes;
+pub use crate::backend::{AnyBackend, check_policy, replace_policy};
+pub use crate::config::{Loaded, load};
+pub use crate::health::Health;
+pub use crate::signals::shutdown_signal;
+pub use crate::threads::runtime;
+pub use both::Both;
+pub use listeners::Listeners;
+use reload::Reload;
+
+/// Logs: set up once, from the `server.log` settings.
+pub mod logging {
+    pub use crate::logging::init;
+}
+
+/// Metrics: the Prometheus recorder, installed once, before the
+/// configuration is loaded.
+pub mod metrics {
+    pub use crate::metrics::install;
+}
+
+/// The top-level sections of the files the host reads itself: its
+/// settings ([`Settings`]) and the store's.
+pub const SECTIONS: &[&str] = &["server", "store"];
+
+/// The sections a configuration may hold besides the policies: the
+/// host's and `frontends'`, once each.
+pub fn sections(frontends: &[&'static str]) -> Vec<&'static str> {
+    let mut all = SECTIONS.to_vec();
+    for s in frontends {
+        if !all.contains(s) {
+            all.push(s);
+        }
+    }
+    all
+}
+
+/// What putting a frontend's reloaded sections in force does.
+pub type Apply = Box<dyn FnOnce() + Send>;
+
+/// A protocol served on the host's engine: `floodgate serve`'s RLS, the
+/// gateway.
+pub trait Frontend: Send + Sync + Sized + 'static {
+    /// The top-level sections of the files it reads besides the host's
+    /// (`server:`, `store:`) and the policies.
+    fn sections() -> Vec<&'static str>;
+
+    /// What it is built from: its sections as startup read them.
+    type Config: Send;
+
+    /// Builds it on the engine `health` watches, with the host's
+    /// `settings`.
+    fn build(
+        config: Self::Config,
+        health: &Arc<Health>,
+        settings: &Settings,
+    ) -> Result<Self, RuntimeError>;
+
+    /// Reads its sections of the reloaded configuration `documents`, as
+    /// startup read them (with what it was `given`): what putting them in
+    /// force does, or every problem. The host applies it only once every
+    /// section and the policies are valid.
+    fn read_reload(&self, given: &Given, documents: &[Document]) -> Result<Apply, ConfigErrors>;
+
+    /// The routes it adds to the admin listener.
+    fn admin_routes(self: &Arc<Self>) -> Router {
+        Router::new()
+    }
+
+    /// Binds its listeners and serves them in tasks of `listeners` until
+    /// the host stops them.
+    fn serve(
+        self: &Arc<Self>,
+        listeners: &mut Listeners<'_>,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+}
+
+/// A frontend served by the host, in the background.
+pub struct Running<F> {
+    frontend: Arc<F>,
+    health: Arc<Health>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    addrs: Vec<SocketAddr>,
+    delay: Duration,
+    grace: Duration,
+    reload: Arc<Reload<F>>,
+    /// Reloads on SIGHUP, when asked and every `server.reload_interval`,
+    /// the listeners' certificates with the configuration (stops when
+    /// dropped).
+    watching: Watching,
+}
+
+/// Builds the engine and `F` from `loaded` and `config`, watches the
+/// configuration and serves the admin listener and `F`'s listeners in the
+/// background (`prometheus`: the metrics the admin listener shows).
+pub async fn start<F: Frontend>(
+    loaded: Loaded,
+    config: F::Config,
+    prometheus: Option<PrometheusHandle>,
+) -> Result<Running<F>, RuntimeError> {
+    let Loaded {
+        source,
+        compiled,
+        settings,
+        given,
+        thread,
+    } = loaded;
+    if let Some(h) = &prometheus {
+        crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
+    }
+    let startup = StartupSections::of(&compiled.loaded.documents);
+    let Compiled { policy, loaded } = compiled;
+    let health = Health::start(&settings, policy).await?;
+    let engine = health.engine();
+    crate::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
+    let frontend = Arc::new(F::build(config, &health, &settings)?);
+    let certificates = Arc::new(Certificates::default());
+    let reload = Arc::new(Reload::new(
+        frontend.clone(),
+        engine.clone(),
+        &settings,
+        given,
+        startup,
+    ));
+    let (reloading, reloaded) = (reload.clone(), certificates.clone());
+    // Renewed certificates are picked up at the policies' pace, and re-read
+    // whatever their files look like when a reload is asked for.
+    let watching = Watching::start(
+        thread,
+        source,
+        Compiled {
+            policy: floodgate_policy::PolicySet::empty(),
+            loaded,
+        },
+        settings.server.reload_interval,
+        move |c: Compiled| reloading.apply(c),
+        move |forced| reloaded.reload(forced),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let admin = crate::admin::router(health.clone(), prometheus).merge(frontend.admin_routes());
+    let mut listeners = Listeners::new(&settings, &certificates, stopped);
+    bind(&frontend, admin, &mut listeners).await?;
+    let (tasks, addrs) = listeners.into_parts();
+    Ok(Running {
+        frontend,
+        health,
+        stop,
+        tasks,
+        addrs,
+        delay: settings.server.shutdown_delay,
+        grace: settings.server.shutdown_grace,
+        reload,
+        watching,
+    })
+}
+
+/// Serves the `admin` routes and `frontend`'s listeners: the admin
+/// listener first, so that once a public listener answers ready the
+/// metrics are there too.
+async fn bind<F: Frontend>(
+    frontend: &Arc<F>,
+    admin: Router,
+    listeners: &mut Listeners<'_>,
+) -> Result<(), RuntimeError> {
+    listeners.admin(admin).await?;
+    frontend.serve(listeners).await
+}
+
+/// Runs `F` on a new runtime (`server.workers` threads named `name`)
+/// until SIGTERM or SIGINT ([`Running::serve_until`]); logging must
+/// already be set up.
+pub fn run<F: Frontend>(
+    loaded: Loaded,
+    config: F::Config,
+    prometheus: Option<PrometheusHandle>,
+    name: &str,
+) -> Result<(), RuntimeError> {
+    let runtime = crate::threads::runtime(loaded.settings.server.workers, name)
+        .map_err(|e| RuntimeError::Runtime(e.to_string()))?;
+    let shutdown = {
+        let _entered = runtime.enter();
+        crate::signals::shutdown_signal()
+    };
+    runtime.block_on(async move {
+        let running = start::<F>(loaded, config, prometheus).await?;
+        running.serve_until(shutdown).await
+    })
+}
+
+impl<F: Frontend> Running<F> {
+    /// The frontend.
+    pub fn frontend(&self) -> &Arc<F> {
+        &self.frontend
+    }
+
+    /// The addresses the frontend's listeners are bound to, in the order it
+    /// bound them.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Reloads now, as on SIGHUP: the configuration files are checked at
+    /// once, contents compared (in the background, on the watcher's
+    /// thread; the outcome is logged and counted as any reload's), and the
+    /// listeners' certificates are re-read.
+    pub fn reload_now(&self) {
+        self.watching.reload_now();
+    }
+
+    /// Puts `compiled` in force as a reload does, all or nothing (here, at
+    /// once).
+    pub fn apply(&self, compiled: Compiled) -> Result<(), RuntimeError> {
+        self.reload.apply(compiled)
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down after
+    /// `server.shutdown_delay` ([`shutdown_after`](Self::shutdown_after));
+    /// a listener that stops first ends the process at once, an error.
+    pub async fn serve_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), RuntimeError> {
+        let failed = tokio::select! {
+            _ = shutdown => None,
+            (res, _, _) = futures_util::future::select_all(self.tasks.iter_mut()) => Some(match res {
+                Ok(()) => "a server stopped".to_owned(),
+                Err(e) => e.to_string(),
+            }),
+        };
+        let delay = if failed.is_some() {
+            Duration::ZERO
+        } else {
+            self.delay
+        };
+        self.shutdown_after(delay).await;
+        failed.map_or(Ok(()), |e| Err(RuntimeError::Runtime(e)))
+    }
+
+    /// Shuts down behind a load balancer: `/ready` answers 503 at once
+    /// while the listeners keep serving (new connections included) for
+    /// `delay`, so that the balancer takes this instance out of rotation
+    /// first; then stops accepting, drains within the grace period and
+    /// gives the store back. True when every request in flight finished.
+    pub async fn shutdown_after(mut self, delay: Duration) -> bool {
+        let tasks = std::mem::take(&mut self.tasks);
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        let drained = shut_down(&self.health, delay, &self.stop, self.grace, join_all(tasks)).await;
+        aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        drained
+    }
+
+    /// [`shutdown_after`](Self::shutdown_after) without a delay.
+    pub async fn shutdown(self) -> bool {
+        self.shutdown_after(Duration::ZERO).await
+    }
+}
