@@ -73,6 +73,9 @@ cargo test --workspace --doc --quiet
 # reader can see.
 echo "==> cargo doc (workspace, links checked)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# The workspace's lints (Cargo.toml), warnings denied.
+echo "==> cargo clippy (workspace, all targets)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Dependencies point one way, and the offline replay links no server part.
 echo "==> layers"
 scripts/check-layers

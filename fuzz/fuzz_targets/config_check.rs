@@ -11,6 +11,7 @@ use std::sync::Arc;
 use floodgate_policy::PolicySet;
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::yaml::Document;
+use floodgate_runtime::host::{Both, Frontend};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -22,7 +23,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let options = LoadOptions {
-        other_sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+        other_sections: floodgate_runtime::host::sections(&Both::<
+            floodgate_server::Rls,
+            floodgate_gateway::Proxying,
+        >::sections()),
         ..LoadOptions::default()
     };
     if let Ok(spec) = load_str("fuzz.yaml", text, &options) {

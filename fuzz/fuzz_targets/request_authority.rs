@@ -33,7 +33,11 @@ fuzz_target!(|input: Input<'_>| {
         2 => Version::HTTP_2,
         _ => Version::HTTP_09,
     };
-    let mut req = Request::builder().version(version).uri(uri).body(()).unwrap();
+    let mut req = Request::builder()
+        .version(version)
+        .uri(uri)
+        .body(())
+        .unwrap();
     for h in input.hosts.iter().take(3) {
         let Ok(v) = HeaderValue::from_bytes(h) else {
             return;
@@ -63,7 +67,10 @@ fuzz_target!(|input: Input<'_>| {
         assert_eq!(hosts.len(), 1);
     }
     let before = req.headers().clone();
-    assert!(normalize_host(&mut req).is_ok(), "accepted once, accepted again");
+    assert!(
+        normalize_host(&mut req).is_ok(),
+        "accepted once, accepted again"
+    );
     assert_eq!(req.headers(), &before);
 });
 

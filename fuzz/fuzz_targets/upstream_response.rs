@@ -37,7 +37,9 @@ fn run(method: &Method, bytes: &[u8], pieces: &[u8]) -> Outcome {
         if fed >= bytes.len() {
             return false;
         }
-        let n = pieces.get(k % pieces.len().max(1)).map_or(bytes.len(), |&p| p.max(1) as usize);
+        let n = pieces
+            .get(k % pieces.len().max(1))
+            .map_or(bytes.len(), |&p| p.max(1) as usize);
         k += 1;
         let n = n.min(bytes.len() - fed);
         buf.extend_from_slice(&bytes[fed..fed + n]);
@@ -86,7 +88,11 @@ fn run(method: &Method, bytes: &[u8], pieces: &[u8]) -> Outcome {
 }
 
 fuzz_target!(|a: Answer<'_>| {
-    let method = if a.head_request { Method::HEAD } else { Method::GET };
+    let method = if a.head_request {
+        Method::HEAD
+    } else {
+        Method::GET
+    };
     let pieced = run(&method, a.bytes, &a.pieces);
     if let Outcome::Body(_, data, _, _) = &pieced {
         assert!(data.len() <= a.bytes.len());

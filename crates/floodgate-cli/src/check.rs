@@ -14,7 +14,7 @@ use crate::flags::{GatewayFlags, env};
 
 /// `floodgate config check`.
 #[derive(Args, Debug)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Files or directories (Floodgate or envoyproxy/ratelimit format);
     /// the same as `--config`.
     pub paths: Vec<PathBuf>,
@@ -28,7 +28,7 @@ pub struct CheckArgs {
     pub flags: GatewayFlags,
 }
 
-pub fn run(args: CheckArgs) -> ExitCode {
+pub(crate) fn run(args: CheckArgs) -> ExitCode {
     if !args.each {
         return check(args.flags.0, &args.paths, "");
     }

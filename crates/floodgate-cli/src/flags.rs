@@ -10,12 +10,12 @@ use floodgate_runtime::settings::table::add_flags;
 /// The flags of a command: every setting of the runtime, and with
 /// `GATEWAY` every setting of the gateway too.
 #[derive(Clone, Debug, Default)]
-pub struct SettingFlags<const GATEWAY: bool>(pub Flags);
+pub(crate) struct SettingFlags<const GATEWAY: bool>(pub Flags);
 
 /// The flags of `floodgate serve`.
-pub type ServeFlags = SettingFlags<false>;
+pub(crate) type ServeFlags = SettingFlags<false>;
 /// The flags of `floodgate gateway` and `floodgate config check`.
-pub type GatewayFlags = SettingFlags<true>;
+pub(crate) type GatewayFlags = SettingFlags<true>;
 
 impl<const GATEWAY: bool> FromArgMatches for SettingFlags<GATEWAY> {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
@@ -48,13 +48,13 @@ impl<const GATEWAY: bool> Args for SettingFlags<GATEWAY> {
 }
 
 /// The process's environment.
-pub fn env(name: &str) -> Option<String> {
+pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
 /// The sections a configuration may hold for any command: every
 /// frontend's (a file may configure both `serve` and `gateway`).
-pub fn sections() -> Vec<&'static str> {
+pub(crate) fn sections() -> Vec<&'static str> {
     use floodgate_runtime::host::{Both, Frontend};
     Both::<floodgate_server::Rls, floodgate_gateway::Proxying>::sections()
 }

@@ -12,7 +12,7 @@ use floodgate_replay::{CandidateSpec, LogFormat, LogSource, ReplayOptions, Varia
 
 /// Flags of `floodgate replay`.
 #[derive(Args, Debug)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// A candidate configuration: `[NAME=]PATH[,PATH...]` (Floodgate files
     /// or directories with the policies and the `http:` section), repeatable
     /// to compare several side by side.
@@ -75,7 +75,7 @@ fn write_file(
 }
 
 /// Runs the replay and writes what was asked.
-pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let variants = match args.compare_algorithms.as_deref() {
         None => Vec::new(),
         Some("all") => Variant::ALL.to_vec(),
@@ -96,7 +96,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         rejected: args.rejected,
         top: args.top,
         progress: !args.quiet,
-        sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+        sections: floodgate_runtime::host::sections(&crate::flags::sections()),
     };
     let result = floodgate_replay::replay(&options)?;
     report::write_summary(&result, &mut std::io::stdout().lock(), 10)?;

@@ -10,7 +10,7 @@ use floodgate_runtime::settings::{StoreKind, StoreSettings};
 
 /// One line per limit decided in memory (none for the in-memory store, or
 /// when every rule is exact).
-pub fn sync_report(store: &StoreSettings, policy: &PolicySet) -> Vec<String> {
+pub(crate) fn sync_report(store: &StoreSettings, policy: &PolicySet) -> Vec<String> {
     if store.backend != StoreKind::Redis {
         return Vec::new();
     }

@@ -35,7 +35,7 @@ fn start(config: &str, upstream: SocketAddr) -> Gateway {
     // Some configurations are plain proxies, without a domain.
     let args = ["--upstream", &upstream, "--allow-empty-config"];
     let mut gw = Gateway::spawn(bin(), config, &args, &[], |cmd| {
-        limit_open_files(cmd, OPEN_FILES)
+        limit_open_files(cmd, OPEN_FILES);
     });
     let admin = gw.admin;
     gw.wait_ready(admin);

@@ -30,7 +30,7 @@ const CONFIG: &str = "domains:\n  - domain: d\n    descriptors:\n      - key: us
 fn serve(args: &[&str], nofile: u64) -> Floodgate {
     let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
     let mut s = Floodgate::spawn(bin, CONFIG, "1s", args, &[], |cmd| {
-        limit_open_files(cmd, nofile)
+        limit_open_files(cmd, nofile);
     });
     let http = s.http;
     s.wait_ready(http);

@@ -205,8 +205,8 @@ async fn drive(ports: &[u16], run: Duration, load: Load) -> Vec<Answer> {
                 };
                 let key = match (load, x % 3) {
                     (Load::Hot(_), _) | (Load::Mixed(_), 0) => HOT_KEY,
-                    (_, 1) => ((x >> 8) % WARM as u64) as u32,
-                    _ => ((x >> 8) % USERS as u64) as u32,
+                    (_, 1) => ((x >> 8) % u64::from(WARM)) as u32,
+                    _ => ((x >> 8) % u64::from(USERS)) as u32,
                 };
                 n += 1;
                 if let Some((a, _)) = check_one(&client, ports[n % ports.len()], key, 1, tag).await
@@ -231,7 +231,7 @@ fn windows(answers: &[Answer]) -> HashMap<(u32, u64, u64), (u64, u64)> {
     let mut w: HashMap<(u32, u64, u64), (u64, u64)> = HashMap::new();
     for a in answers {
         let e = w.entry((a.key, a.window, a.limit)).or_default();
-        e.0 += a.allowed as u64;
+        e.0 += u64::from(a.allowed);
         e.1 += 1;
     }
     w

@@ -75,7 +75,7 @@ impl ExchangeError {
 
 /// A request a connection could not exchange, given back when it may be
 /// sent again on another connection.
-pub struct Unsent {
+pub(crate) struct Unsent {
     /// What broke.
     pub error: ExchangeError,
     /// The request, when the upstream did not act on it.
@@ -90,7 +90,7 @@ pub struct Unsent {
 /// request and the connection once, not once more as parameters moved
 /// into the body.
 #[allow(clippy::manual_async_fn)]
-pub fn send_http1(
+pub(crate) fn send_http1(
     mut conn: h1::Conn,
     req: Request<UploadBody>,
     upgrade: bool,
@@ -133,7 +133,7 @@ pub fn send_http1(
 
 /// Sends `req` (prepared for the upstream) on the shared HTTP/2
 /// connection `sender`.
-pub async fn send_http2(
+pub(crate) async fn send_http2(
     mut sender: http2::SendRequest<UploadBody>,
     req: Request<UploadBody>,
 ) -> Result<Response<UpstreamBody>, Unsent> {

@@ -13,9 +13,9 @@ use http::header::{
 };
 
 /// `X-Forwarded-For`.
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// `X-Forwarded-Proto`.
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 /// The settings of an HTTP/2 upgrade (`h2c`), hop-by-hop (RFC 7540 §3.2.1).
@@ -37,7 +37,7 @@ const KEPT: [HeaderName; 6] = [
 
 /// What [`strip_hop_by_hop`] took out that the message still needs.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Stripped {
+pub(crate) struct Stripped {
     /// The `Upgrade` removed when `Connection` names it (an upgrade asked
     /// for).
     pub upgrade: Option<HeaderValue>,
@@ -52,7 +52,7 @@ pub struct Stripped {
 /// `Transfer-Encoding`, `Upgrade`, `HTTP2-Settings`, and `TE` unless it is
 /// exactly `trailers` (which gRPC needs end to end and HTTP/2 allows); and
 /// `also`, a field of the message's own to drop.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Stripped {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, also: Option<HeaderName>) -> Stripped {
     // One pass over the names first (most messages carry none of them)
     // rather than a lookup per field.
     let mut connection = false;
@@ -128,7 +128,7 @@ fn codings(headers: &HeaderMap) -> Option<HeaderValue> {
 
 /// The field names a list field (`Connection`, `Trailer`) names:
 /// comma-separated tokens, over all its lines.
-pub fn named_fields<'a>(
+pub(crate) fn named_fields<'a>(
     headers: &'a HeaderMap,
     list: &HeaderName,
 ) -> impl Iterator<Item = HeaderName> + 'a {
@@ -143,14 +143,14 @@ pub fn named_fields<'a>(
 /// the RFC 7239 element up to its host, `for=<peer>;proto=http[s]` (IPv6
 /// addresses quoted and bracketed; `https` when the connection is TLS).
 #[derive(Debug)]
-pub struct Hop {
+pub(crate) struct Hop {
     peer: Bytes,
     element: String,
 }
 
 impl Hop {
     /// The values of a connection from `peer` (`https`: over TLS).
-    pub fn new(peer: IpAddr, https: bool) -> Self {
+    pub(crate) fn new(peer: IpAddr, https: bool) -> Self {
         let proto = if https { "https" } else { "http" };
         let element = match peer {
             IpAddr::V4(a) => format!("for={a};proto={proto}"),
@@ -165,7 +165,7 @@ impl Hop {
 /// one, as nginx's `$proxy_add_x_forwarded_for`). The value is the hop's
 /// own, or split off `buf` (the forwarding values of a request share one
 /// buffer, empty between two values).
-pub fn append_x_forwarded_for(headers: &mut HeaderMap, hop: &Hop, buf: &mut BytesMut) {
+pub(crate) fn append_x_forwarded_for(headers: &mut HeaderMap, hop: &Hop, buf: &mut BytesMut) {
     let field = headers.entry(X_FORWARDED_FOR);
     join_existing(&field, buf);
     if buf.is_empty() {
@@ -177,7 +177,7 @@ pub fn append_x_forwarded_for(headers: &mut HeaderMap, hop: &Hop, buf: &mut Byte
 
 /// Appends this hop's element to `Forwarded`:
 /// `for=<peer>;proto=http[s][;host="<host>"]`, split off `buf`.
-pub fn append_forwarded(
+pub(crate) fn append_forwarded(
     headers: &mut HeaderMap,
     hop: &Hop,
     host: Option<&[u8]>,
@@ -205,7 +205,7 @@ pub fn append_forwarded(
 /// Sets `X-Forwarded-Proto` to the client connection's scheme (`http`, or
 /// `https` over TLS), unless `keep` (the request came through a trusted
 /// proxy) and the field is present.
-pub fn set_x_forwarded_proto(headers: &mut HeaderMap, keep: bool, https: bool) {
+pub(crate) fn set_x_forwarded_proto(headers: &mut HeaderMap, keep: bool, https: bool) {
     if keep && headers.contains_key(&X_FORWARDED_PROTO) {
         return;
     }

@@ -122,7 +122,11 @@ http:
 
     #[test]
     fn the_keyed_fields() {
-        let names: Vec<String> = keyed(ID).names.iter().map(|n| n.to_string()).collect();
+        let names: Vec<String> = keyed(ID)
+            .names
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         assert_eq!(names, ["x-api-key", "authorization", "x_plan", "x-cost"]);
     }
 

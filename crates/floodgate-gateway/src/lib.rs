@@ -66,8 +66,6 @@
 //!
 //! See `docs/gateway.md`.
 
-#![warn(missing_docs)]
-
 pub mod access;
 mod body;
 mod config;
@@ -96,6 +94,7 @@ mod upgrade;
 mod upload;
 mod upstream;
 
+pub use body::{BodyError, ProxyBody};
 pub use config::{
     EncodedSlashes, Forwarding, GatewayConfig, HostHeader, ListenerLimits, ListenerTls,
     UpstreamConfig, UpstreamProtocol, UpstreamTls, UpstreamUrl,

@@ -121,7 +121,7 @@ impl HostPool {
 }
 
 /// Reaps the pools every `every` while any of them is alive.
-pub fn spawn_reaper(pools: &[Arc<HostPool>], every: Duration) {
+pub(crate) fn spawn_reaper(pools: &[Arc<HostPool>], every: Duration) {
     let weak: Vec<Weak<HostPool>> = pools.iter().map(Arc::downgrade).collect();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);

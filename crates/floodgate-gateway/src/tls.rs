@@ -21,10 +21,10 @@ fn roots(tls: &UpstreamTls) -> Result<RootCertStore, TlsError> {
             let native = rustls_native_certs::load_native_certs();
             let (added, _ignored) = store.add_parsable_certificates(native.certs);
             if added == 0 {
-                let why = native
-                    .errors
-                    .first()
-                    .map_or_else(|| "the system store is empty".to_owned(), |e| e.to_string());
+                let why = native.errors.first().map_or_else(
+                    || "the system store is empty".to_owned(),
+                    std::string::ToString::to_string,
+                );
                 return Err(TlsError::NoRoots(format!(
                     "{why} (set gateway.upstream.tls.ca)"
                 )));
@@ -35,7 +35,7 @@ fn roots(tls: &UpstreamTls) -> Result<RootCertStore, TlsError> {
 }
 
 /// The client configuration for `tls` (TLS 1.2 and 1.3, no ALPN yet).
-pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
+pub(crate) fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
     let builder = versions(ClientConfig::builder_with_provider(provider()))?
         .with_root_certificates(roots(tls)?);
     match (&tls.cert, &tls.key) {

@@ -27,14 +27,14 @@ use crate::h1::Conn;
 /// its hop-by-hop fields removed (see
 /// [`strip_hop_by_hop`](crate::forward::strip_hop_by_hop)): over
 /// HTTP/1.1 only.
-pub fn requested(version: Version, removed: Option<HeaderValue>) -> Option<HeaderValue> {
+pub(crate) fn requested(version: Version, removed: Option<HeaderValue>) -> Option<HeaderValue> {
     removed.filter(|_| version == Version::HTTP_11)
 }
 
 /// The protocols of `asked` (an `Upgrade` value) that `allowed` lists
 /// (by name, any case; `websocket` allows `websocket/13`), in the
 /// client's order: `asked` itself when they all are, none when none is.
-pub fn allowed(asked: HeaderValue, allowed: &[String]) -> Option<HeaderValue> {
+pub(crate) fn allowed(asked: HeaderValue, allowed: &[String]) -> Option<HeaderValue> {
     let text = asked.to_str().ok()?;
     let ok = |p: &&str| {
         let name = p.split('/').next().unwrap_or(p).trim();
@@ -54,7 +54,7 @@ pub fn allowed(asked: HeaderValue, allowed: &[String]) -> Option<HeaderValue> {
 
 /// Puts back the two fields an upgrade travels with (after the hop-by-hop
 /// fields were removed).
-pub fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
+pub(crate) fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
     headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(UPGRADE, upgrade);
 }
@@ -63,7 +63,7 @@ pub fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
 /// upstream's (`upstream`, whose read buffer holds what the upstream sent
 /// after its `101`), and copies bytes both ways until either side closes;
 /// the client connection's place under the cap, `slot`, is held until then.
-pub fn spawn_tunnel(client: OnUpgrade, upstream: Conn, slot: Option<Arc<Slot>>) {
+pub(crate) fn spawn_tunnel(client: OnUpgrade, upstream: Conn, slot: Option<Arc<Slot>>) {
     tokio::spawn(async move {
         let mut client = match client.await {
             Ok(c) => TokioIo::new(c),

@@ -116,7 +116,7 @@ impl Progress {
     }
 
     fn touch(&self) {
-        let nanos = self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let nanos = self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         self.last.store(nanos, Ordering::Relaxed);
     }
 

@@ -258,7 +258,7 @@ async fn nginx_run(s: &Scenario, schedule: &[Req], text: &str) -> Result<String,
             schedule[i].keys,
             status,
             code,
-            delays.get(&i).map_or("-".to_owned(), |d| d.to_string()),
+            delays.get(&i).map_or("-".to_owned(), std::string::ToString::to_string),
             n.latency,
         ));
         if n.limit_status != *status || n.status != *code {

@@ -57,7 +57,9 @@ async fn attempt(c: &Case, dir: &tempfile::TempDir) -> Result<String, String> {
         logs: vec![LogSource::File(log.clone())],
         format: FORMAT.parse::<LogFormat>().unwrap(),
         decisions: Some(decisions.clone()),
-        sections: floodgate_runtime::settings::SECTIONS.to_vec(),
+        sections: floodgate_runtime::host::sections(
+            &<floodgate_gateway::Proxying as floodgate_runtime::host::Frontend>::sections(),
+        ),
         ..Default::default()
     };
     let r = floodgate_replay::replay(&options).map_err(|e| e.to_string())?;

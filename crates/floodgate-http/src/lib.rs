@@ -15,8 +15,6 @@
 //!
 //! See `docs/http-contract.md`.
 
-#![warn(missing_docs)]
-
 pub mod authority;
 pub mod client;
 pub mod contract;

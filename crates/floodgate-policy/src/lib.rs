@@ -1,7 +1,5 @@
 //! Floodgate policies: who is limited, by what, at how many layers.
 
-#![warn(missing_docs)]
-
 pub mod backend;
 pub mod compile;
 pub mod engine;

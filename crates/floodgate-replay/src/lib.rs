@@ -31,8 +31,6 @@
 //! the keys denied most are kept in a Space-Saving sketch, distinct keys
 //! are estimated, and only the reordering window's lines are held.
 
-#![warn(missing_docs)]
-
 mod candidate;
 mod decide;
 mod error;

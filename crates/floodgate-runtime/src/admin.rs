@@ -32,7 +32,7 @@ pub(crate) struct Admin {
 
 /// The admin routes every binary serves: `/metrics` (empty without a
 /// recorder), `/healthcheck`, `/ready`, `/dashboard`.
-pub fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
+pub(crate) fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/dashboard", get(crate::dashboard::page))
@@ -60,7 +60,7 @@ pub fn health_routes<S: Clone + Send + Sync + 'static>(health: Arc<Health>) -> R
 /// leaves it reachable), until `stop` turns true. It answers requests for
 /// loopback names, IP addresses and `hosts` (`server.admin_hosts`), and
 /// 421 to any other.
-pub async fn spawn(
+pub(crate) async fn spawn(
     addr: Option<SocketAddr>,
     hosts: &[String],
     router: Router,
@@ -82,7 +82,11 @@ pub async fn spawn(
 
 async fn render_metrics(State(a): State<Admin>) -> impl IntoResponse {
     a.health.export_metrics();
-    let text = a.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    let text = a
+        .metrics
+        .as_ref()
+        .map(metrics_exporter_prometheus::PrometheusHandle::render)
+        .unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 

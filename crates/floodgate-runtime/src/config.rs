@@ -31,7 +31,7 @@ pub struct Loaded {
 /// Logs what a binary loaded and runs with: the files read, the domains
 /// and rules they hold, the store (once logging is set up, which the
 /// loaded settings configure).
-pub fn log_loaded(
+pub(crate) fn log_loaded(
     files: &[std::path::PathBuf],
     policy: &floodgate_policy::PolicySet,
     store: &crate::settings::StoreSettings,

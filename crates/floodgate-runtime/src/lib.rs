@@ -32,8 +32,6 @@
 //!
 //! See `docs/service.md` for the settings.
 
-#![warn(missing_docs)]
-
 mod admin;
 mod admin_hosts;
 mod backend;

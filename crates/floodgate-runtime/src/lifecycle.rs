@@ -20,7 +20,7 @@ use crate::health::Health;
 /// The configuration watcher: polls every interval, checks at once on
 /// SIGHUP and when [`reload_now`](Self::reload_now) asks; stops when
 /// dropped.
-pub struct Watching {
+pub(crate) struct Watching {
     trigger: ReloadTrigger,
     also: Arc<dyn Fn(bool) + Send + Sync>,
     signals: JoinHandle<()>,
@@ -35,7 +35,7 @@ impl Watching {
     /// (SIGHUP, [`reload_now`](Self::reload_now)) rather than polled: e.g.
     /// to re-read a certificate that changed, or at once when asked. A
     /// SIGHUP no longer ends the process, as it would by default.
-    pub fn start<F, R>(
+    pub(crate) fn start<F, R>(
         thread: ConfigThread,
         source: ConfigSource,
         current: Compiled,
@@ -83,7 +83,7 @@ impl Watching {
     /// Reloads now, as on SIGHUP: the files are checked at once, contents
     /// compared (on the watcher's thread; the outcome is logged and
     /// counted as any reload's).
-    pub fn reload_now(&self) {
+    pub(crate) fn reload_now(&self) {
         self.trigger.request();
         (self.also)(true);
     }
@@ -104,8 +104,8 @@ async fn on_signal_or_tick(
     });
     loop {
         // Without SIGHUP or a poll, its branch is off (`None`).
-        let hup = OptionFuture::from(hangup.as_mut().map(|h| h.recv()));
-        let polled = OptionFuture::from(tick.as_mut().map(|t| t.tick()));
+        let hup = OptionFuture::from(hangup.as_mut().map(tokio::signal::unix::Signal::recv));
+        let polled = OptionFuture::from(tick.as_mut().map(tokio::time::Interval::tick));
         tokio::select! {
             Some(got) = hup => {
                 // None: the runtime is shutting down.
@@ -156,7 +156,7 @@ fn give_back_freed() {
 /// `grace`; last, the store gives back what this instance holds of its
 /// counters ([`AnyBackend::give_back`](crate::AnyBackend::give_back)).
 /// Returns whether the requests finished in time.
-pub async fn shut_down(
+pub(crate) async fn shut_down(
     health: &Health,
     delay: Duration,
     stop: &watch::Sender<bool>,

@@ -61,7 +61,7 @@ fn describe() {
 }
 
 /// Runs the recorder's upkeep (draining histogram buffers) every `every`.
-pub fn spawn_upkeep(handle: PrometheusHandle, every: Duration) {
+pub(crate) fn spawn_upkeep(handle: PrometheusHandle, every: Duration) {
     tokio::spawn(async move {
         let mut t = tokio::time::interval(every);
         loop {
@@ -88,7 +88,7 @@ fn export_memory(s: &floodgate::StoreStats) {
 
 /// Copies the store's own counters into the registry (called before each
 /// scrape).
-pub fn export_store(backend: &AnyBackend) {
+pub(crate) fn export_store(backend: &AnyBackend) {
     let r = match backend {
         AnyBackend::Memory(m) => return export_memory(&m.store().stats()),
         AnyBackend::Redis(r) => r,
@@ -204,7 +204,7 @@ fn export_redis_gauges(r: &ResilientBackend) {
     let state = match r.breaker_state() {
         floodgate_redis::BreakerState::Closed => 0.0,
         floodgate_redis::BreakerState::Open => 1.0,
-        _ => 2.0,
+        floodgate_redis::BreakerState::HalfOpen => 2.0,
     };
     for (name, v) in [
         ("floodgate_redis_breaker_state", state),

@@ -196,7 +196,7 @@ fn a_store_flag_keeps_the_environments_redis_settings() {
     ]
     .into_iter()
     .collect();
-    let lookup = |k: &str| env.get(k).map(|v| v.to_string());
+    let lookup = |k: &str| env.get(k).map(std::string::ToString::to_string);
     let mut flags = Flags::new();
     flags.set("store.backend", Value::one("redis"));
     let s = Settings::resolve(&flags, &Env::new(&lookup), &[doc]).unwrap();

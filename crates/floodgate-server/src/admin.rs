@@ -14,7 +14,7 @@ use axum::routing::get;
 use crate::decision::DecisionService;
 
 /// The service's admin route: the rules in force (`/rlconfig`).
-pub fn routes(service: Arc<DecisionService>) -> Router {
+pub(crate) fn routes(service: Arc<DecisionService>) -> Router {
     Router::new()
         .route("/rlconfig", get(rlconfig))
         .with_state(service)

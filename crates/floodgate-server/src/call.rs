@@ -40,14 +40,14 @@ impl Calls {
 }
 
 /// A response body that holds its call's place until it is dropped.
-pub struct Counted<B> {
+pub(crate) struct Counted<B> {
     body: B,
     _call: Option<Call>,
 }
 
 impl<B> Counted<B> {
     /// `body`, holding `call` (none: a call refused, holding nothing).
-    pub fn new(body: B, call: Option<Call>) -> Self {
+    pub(crate) fn new(body: B, call: Option<Call>) -> Self {
         Counted { body, _call: call }
     }
 }

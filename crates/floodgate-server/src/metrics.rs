@@ -32,7 +32,7 @@ fn describe() {
 /// `floodgate_releases_total` result), or to a descriptor's, the least
 /// favourable of its limits'.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// No concurrency limit to give back (none matched, or `hits: 0`).
     None,
     /// Given back.
@@ -47,7 +47,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// A limit's release result.
-    pub fn of(r: Result<Released, ErrorCode>) -> Self {
+    pub(crate) fn of(r: Result<Released, ErrorCode>) -> Self {
         match r {
             Ok(Released::Given(_)) => Outcome::Released,
             Ok(Released::Queued(_)) => Outcome::Queued,
@@ -57,7 +57,7 @@ impl Outcome {
     }
 
     /// Its name, as the metric and `/v1/release` write it.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Outcome::None => "none",
             Outcome::Released => "released",
@@ -69,7 +69,7 @@ impl Outcome {
 }
 
 /// Counts what a `/v1/release` did to each concurrency limit of `response`.
-pub fn released(response: &floodgate_policy::Response) {
+pub(crate) fn released(response: &floodgate_policy::Response) {
     for r in response.limits().filter_map(|l| l.release) {
         let result = Outcome::of(r).label();
         metrics::counter!("floodgate_releases_total", "result" => result).increment(1);

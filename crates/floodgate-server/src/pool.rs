@@ -22,7 +22,7 @@ impl ResponsePool {
         let r = self
             .idle
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop()
             .unwrap_or_default();
         Pooled {
@@ -54,7 +54,11 @@ impl std::ops::DerefMut for Pooled<'_> {
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
         if let Some(r) = self.response.take() {
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut idle = self
+                .pool
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if idle.len() < MAX_IDLE {
                 idle.push(r);
             }

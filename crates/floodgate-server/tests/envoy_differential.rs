@@ -33,7 +33,7 @@ use prost::Message;
 
 /// The answer of one side: a response, or the refusal of the request.
 #[derive(Debug, PartialEq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// The response.
     Response(RateLimitResponse),
     /// Refused (invalid argument, or what the reference fails with).
@@ -41,7 +41,7 @@ pub enum Answer {
 }
 
 /// The reference's answer as the protocol's message.
-pub fn reference_answer(r: Result<reference::Response, Failure>) -> Answer {
+pub(crate) fn reference_answer(r: Result<reference::Response, Failure>) -> Answer {
     match r {
         Ok(r) => Answer::Response(proto_response(&r)),
         Err(f) => Answer::Refused(format!("{f:?}")),
@@ -49,7 +49,7 @@ pub fn reference_answer(r: Result<reference::Response, Failure>) -> Answer {
 }
 
 /// A model response as the protocol's message.
-pub fn proto_response(r: &reference::Response) -> RateLimitResponse {
+pub(crate) fn proto_response(r: &reference::Response) -> RateLimitResponse {
     use floodgate_server::proto::envoy::config::core::v3::HeaderValue;
     use floodgate_server::proto::rls::rate_limit_response::{DescriptorStatus, RateLimit};
     RateLimitResponse {
@@ -85,7 +85,7 @@ pub fn proto_response(r: &reference::Response) -> RateLimitResponse {
 }
 
 /// A model request as the protocol's message.
-pub fn proto_request(r: &Request) -> RateLimitRequest {
+pub(crate) fn proto_request(r: &Request) -> RateLimitRequest {
     RateLimitRequest {
         domain: r.domain.clone(),
         descriptors: r
@@ -112,7 +112,7 @@ pub fn proto_request(r: &Request) -> RateLimitRequest {
 }
 
 /// Floodgate's policy of `files`, in reference mode when `increment_all`.
-pub fn floodgate_policy(files: &[File], increment_all: bool) -> Result<PolicySet, String> {
+pub(crate) fn floodgate_policy(files: &[File], increment_all: bool) -> Result<PolicySet, String> {
     let opts = LoadOptions {
         envoy_increment_all: Some(increment_all),
         ..Default::default()

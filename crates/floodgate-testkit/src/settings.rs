@@ -44,9 +44,8 @@ impl Given {
             Level::Flag => self.flags.push((s.key, value.to_owned())),
             Level::Env => self.env.push((s.env.to_owned(), value.to_owned())),
             Level::Envoy => {
-                let name = match s.envoy {
-                    Some(Envoy::Var(n) | Envoy::NonZero(n)) => n,
-                    _ => unreachable!("{}", s.key),
+                let Some(Envoy::Var(name) | Envoy::NonZero(name)) = s.envoy else {
+                    unreachable!("{}", s.key)
                 };
                 self.env.push((name.to_owned(), value.to_owned()));
             }

@@ -38,8 +38,6 @@
 //! }
 //! ```
 
-#![warn(missing_docs)]
-
 mod algorithm;
 pub mod algorithms;
 mod arith;

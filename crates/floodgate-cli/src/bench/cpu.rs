@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// The CPU time `pid` has used so far, if it can be read.
-pub fn cpu_time(pid: u32) -> Option<Duration> {
+pub(super) fn cpu_time(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may contain spaces).
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -17,7 +17,7 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
 }
 
 /// The resident memory of `pid` in bytes (`VmRSS`), if it can be read.
-pub fn rss_bytes(pid: u32) -> Option<u64> {
+pub(super) fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

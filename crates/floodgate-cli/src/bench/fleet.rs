@@ -24,7 +24,7 @@ use super::load::{ClosedLoop, Seen, connect, request};
 
 /// Settings of `floodgate bench fleet`.
 #[derive(Args, Debug, Clone)]
-pub struct FleetArgs {
+pub(crate) struct FleetArgs {
     /// `floodgate serve` processes sharing one Redis.
     #[arg(long, default_value_t = 4)]
     pub instances: usize,
@@ -353,7 +353,7 @@ async fn measure(
             .map(|d| d.as_secs_f64())
             .sum()
     };
-    let fallbacks = || -> anyhow::Result<u64> { servers.iter().map(|s| s.fallbacks()).sum() };
+    let fallbacks = || -> anyhow::Result<u64> { servers.iter().map(Server::fallbacks).sum() };
     let fallbacks0 = fallbacks()?;
     let redis0 = redis.as_mut().map(RedisServer::usage).transpose()?;
     let cpu0 = server_cpu();
@@ -480,7 +480,7 @@ impl Row<'_> {
 }
 
 /// Runs every case and prints the table.
-pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
+pub(super) async fn run(args: FleetArgs) -> anyhow::Result<()> {
     let bin = match &args.floodgate {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("locating the floodgate binary")?,

@@ -84,7 +84,7 @@ impl Seen {
     }
 
     /// Decisions measured.
-    pub fn decisions(&self) -> u64 {
+    pub(super) fn decisions(&self) -> u64 {
         self.ok + self.over + self.errors
     }
 
@@ -121,7 +121,7 @@ impl ClosedLoop {
     /// Starts `concurrency` workers over `channels` (in turn), each asking
     /// `pick` for its next request (a key number and the request); with
     /// `windows`, admissions are counted per key and window.
-    pub fn start<P>(channels: &[Channel], concurrency: usize, windows: bool, pick: P) -> Self
+    pub(super) fn start<P>(channels: &[Channel], concurrency: usize, windows: bool, pick: P) -> Self
     where
         P: Fn(&mut fastrand::Rng) -> (u64, RateLimitRequest) + Clone + Send + 'static,
     {
@@ -179,7 +179,7 @@ impl ClosedLoop {
     }
 
     /// Measures for `duration`: the time it took.
-    pub async fn measure(&self, duration: Duration) -> Duration {
+    pub(super) async fn measure(&self, duration: Duration) -> Duration {
         let t0 = Instant::now();
         self.measuring.store(true, Ordering::Relaxed);
         tokio::time::sleep(duration).await;
@@ -188,7 +188,7 @@ impl ClosedLoop {
     }
 
     /// Stops the workers: what they saw.
-    pub async fn finish(self) -> anyhow::Result<Seen> {
+    pub(super) async fn finish(self) -> anyhow::Result<Seen> {
         self.stop.store(true, Ordering::Relaxed);
         let mut seen = Seen::new();
         for t in self.tasks {
@@ -199,7 +199,7 @@ impl ClosedLoop {
 }
 
 /// Runs the load and prints one report line.
-pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
+pub(super) async fn run(args: RlsArgs) -> anyhow::Result<()> {
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections.max(1) {
         channels.push(connect(args.addr).await?);
@@ -235,7 +235,7 @@ pub async fn run(args: RlsArgs) -> anyhow::Result<()> {
         ));
     }
     if let (Some(a), Some(b)) = (rss0, rss1) {
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
         line.push_str(&format!("  server RSS {:.1} → {:.1} MiB", mib(a), mib(b)));
     }
     if let (Some(a), Some(b)) = (self0, self1) {

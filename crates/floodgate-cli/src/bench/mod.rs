@@ -16,7 +16,7 @@ use clap::{Args, Subcommand};
 
 /// Benchmarks.
 #[derive(Subcommand, Debug)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     /// Closed-loop load on an Envoy RLS v3 server over HTTP/2.
     Rls(RlsArgs),
     /// Several `floodgate serve` processes on one `redis-server`, for each
@@ -37,7 +37,7 @@ pub enum BenchCommand {
 
 /// Load generator settings.
 #[derive(Args, Debug, Clone)]
-pub struct RlsArgs {
+pub(crate) struct RlsArgs {
     /// The server's gRPC address.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub addr: SocketAddr,
@@ -76,7 +76,7 @@ pub struct RlsArgs {
 }
 
 /// Runs a benchmark command.
-pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let runtime = || {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -92,7 +92,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
 
 /// Flags of `floodgate bench upstream`.
 #[derive(Args, Debug, Clone)]
-pub struct UpstreamArgs {
+pub(crate) struct UpstreamArgs {
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,

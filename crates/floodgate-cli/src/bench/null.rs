@@ -35,7 +35,7 @@ impl RateLimitService for Null {
 }
 
 /// Serves until SIGTERM or SIGINT.
-pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
+pub(super) async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
     let shutdown = floodgate_runtime::host::shutdown_signal();
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("null RLS server listening on {}", listener.local_addr()?);

@@ -6,7 +6,7 @@ use serde_json::Value;
 /// One `POST` of `body` (JSON) to `http://127.0.0.1:{port}{path}` with
 /// `client`: the status, the headers, and the body as JSON (a JSON string
 /// of the text when it is not JSON).
-pub async fn post_json(
+pub(crate) async fn post_json(
     client: &reqwest::Client,
     port: u16,
     path: &str,

@@ -4,20 +4,20 @@
 //! expects a count to persist between calls would fail if a window
 //! boundary fell between them.
 
-pub mod json_api;
-pub mod rls;
+pub(crate) mod json_api;
+pub(crate) mod rls;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A day: the boundary of `unit: day` windows is 00:00 UTC; week windows
 /// end on day boundaries too.
-pub const DAY: Duration = Duration::from_secs(86_400);
+pub(crate) const DAY: Duration = Duration::from_secs(86_400);
 
 /// Returns once at least `margin` is left before the next boundary of the
 /// epoch-aligned windows of `period`, waiting just past that boundary
 /// when it is nearer. Call it before the calls whose counts must stay in
 /// one window, with a margin longer than they take.
-pub fn clear_of_boundary(period: Duration, margin: Duration) {
+pub(crate) fn clear_of_boundary(period: Duration, margin: Duration) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("the clock is after 1970")

@@ -10,7 +10,7 @@ use prost::Message;
 
 /// One `RateLimitRequest` of `domain` with one descriptor `user: value`,
 /// as a gRPC message.
-pub fn user_frame(domain: &str, value: &str) -> Bytes {
+pub(crate) fn user_frame(domain: &str, value: &str) -> Bytes {
     let request = RateLimitRequest {
         domain: domain.into(),
         descriptors: vec![RateLimitDescriptor {

@@ -144,7 +144,7 @@ fn chunk_size(line: &[u8]) -> Result<u64, FramingError> {
         return Err(FramingError::Chunk("control byte in a chunk extension"));
     }
     line[..digits].iter().try_fold(0u64, |size, &b| {
-        let d = (b as char).to_digit(16).unwrap_or(0) as u64;
+        let d = u64::from((b as char).to_digit(16).unwrap_or(0));
         size.checked_mul(16)
             .and_then(|s| s.checked_add(d))
             .ok_or(FramingError::Chunk("chunk size overflows"))

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub mod model;
+pub(crate) mod model;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,13 +17,13 @@ use model::{Req, Zone};
 
 /// The request headers holding the keys of the first and second limits
 /// (the ones nginx's access log records).
-pub const HEADERS: [&str; 2] = ["x-limit-key", "x-limit-key2"];
+pub(crate) const HEADERS: [&str; 2] = ["x-limit-key", "x-limit-key2"];
 
 /// The gateway configuration deciding as nginx does: one shaper rule per
 /// limit (`rules`: their `rate_limit` bodies), keyed by [`HEADERS`], in
 /// shadow mode when `dry_run` (as `limit_req_dry_run`), rejecting with
 /// `status`.
-pub fn gateway_config(rules: &[&str], dry_run: bool, status: u16) -> String {
+pub(crate) fn gateway_config(rules: &[&str], dry_run: bool, status: u16) -> String {
     let mut descriptors = String::new();
     let mut rule_lines = String::new();
     for (i, rule) in rules.iter().enumerate() {
@@ -42,7 +42,7 @@ pub fn gateway_config(rules: &[&str], dry_run: bool, status: u16) -> String {
 
 /// One `limit_req` of the location: its zone's key header, rate, and the
 /// directive's parameters, as nginx writes them.
-pub struct Limit {
+pub(crate) struct Limit {
     /// The request header holding the key (`x-limit-key`).
     pub header: &'static str,
     /// `10r/s`, `30r/m`.
@@ -54,7 +54,7 @@ pub struct Limit {
 
 /// A running nginx limiting one location with `limit_req`; killed when
 /// dropped.
-pub struct LimitReq {
+pub(crate) struct LimitReq {
     nginx: Nginx,
     pub port: u16,
 }
@@ -62,7 +62,7 @@ pub struct LimitReq {
 impl LimitReq {
     /// Starts nginx with one location limited by `limits`, serving a static
     /// file, logging each request's decision.
-    pub fn start(limits: &[Limit], dry_run: bool, status: u16) -> LimitReq {
+    pub(crate) fn start(limits: &[Limit], dry_run: bool, status: u16) -> LimitReq {
         LimitReq::start_with_clock(limits, dry_run, status, 1)
     }
 
@@ -73,7 +73,12 @@ impl LimitReq {
     /// decisions read only its clocks, so they are the ones it would make
     /// at its own times; its log gives those times. Panics when libfaketime
     /// is missing.
-    pub fn start_with_clock(limits: &[Limit], dry_run: bool, status: u16, speed: u32) -> LimitReq {
+    pub(crate) fn start_with_clock(
+        limits: &[Limit],
+        dry_run: bool,
+        status: u16,
+        speed: u32,
+    ) -> LimitReq {
         let nginx = Nginx::start(1024, speed, |port, dir| {
             std::fs::create_dir_all(dir.join("www/t")).unwrap();
             std::fs::write(dir.join("www/t/x"), "ok").unwrap();
@@ -119,13 +124,13 @@ impl LimitReq {
     /// The access log's path (written in the `decisions` format:
     /// `$msec $request_time $http_x_req $limit_req_status $status
     /// $remote_addr "$http_x_limit_key" "$http_x_limit_key2"`).
-    pub fn access_log(&self) -> PathBuf {
+    pub(crate) fn access_log(&self) -> PathBuf {
         self.nginx.dir().join("access.log")
     }
 
     /// [`decisions`](Self::decisions) once nginx has logged `n` requests
     /// (it logs one when its response has gone out), or after 10 s.
-    pub async fn logged(&self, n: usize) -> Vec<(u64, u64, usize, String, u16)> {
+    pub(crate) async fn logged(&self, n: usize) -> Vec<(u64, u64, usize, String, u16)> {
         let end = Instant::now() + Duration::from_secs(10);
         let mut logged = self.decisions();
         while logged.len() < n && Instant::now() < end {
@@ -141,7 +146,7 @@ impl LimitReq {
     /// id, see [`fire`]); with `zones`, the location's, that is the delay
     /// in ms. Exact whatever the load: the time nginx took to release the
     /// request is not. Dry-run delays are included.
-    pub fn delays(&self, zones: &[Zone]) -> HashMap<usize, u64> {
+    pub(crate) fn delays(&self, zones: &[Zone]) -> HashMap<usize, u64> {
         let text = std::fs::read_to_string(self.nginx.dir().join("error.log")).unwrap_or_default();
         text.lines()
             .filter_map(|l| {
@@ -164,7 +169,7 @@ impl LimitReq {
 
     /// nginx's own log: per request id, (arrival ms on nginx's wall clock,
     /// `$request_time` in ms, `$limit_req_status`, status).
-    pub fn decisions(&self) -> Vec<(u64, u64, usize, String, u16)> {
+    pub(crate) fn decisions(&self) -> Vec<(u64, u64, usize, String, u16)> {
         let text = std::fs::read_to_string(self.access_log()).unwrap_or_default();
         text.lines()
             .filter_map(|l| {
@@ -191,11 +196,11 @@ impl LimitReq {
 /// millisecond clocks (its wall clock, which its log shows, and its
 /// monotonic one, which it decides with, truncate apart) and the whole
 /// milliseconds of the models.
-pub const CLOCKS: u64 = 2;
+pub(crate) const CLOCKS: u64 = 2;
 
 /// What a client saw for one request.
 #[derive(Clone, Debug)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub status: u16,
     /// nginx's `X-Limit-Status` (empty for the gateway).
     pub limit_status: String,
@@ -208,7 +213,7 @@ pub struct Seen {
 }
 
 /// What a schedule's client saw.
-pub struct Fired {
+pub(crate) struct Fired {
     /// Per request, in schedule order.
     pub seen: Vec<Seen>,
     /// The most a timer beside the requests was woken late, in ms: how
@@ -221,7 +226,7 @@ pub struct Fired {
 /// arrived in the same millisecond (handled in one pass of nginx's event
 /// loop, in an order its logs do not show) in every order; at most
 /// `limit` orders, the first by request id.
-pub fn handling_orders(logged: &[(u64, usize)], limit: usize) -> Vec<Vec<usize>> {
+pub(crate) fn handling_orders(logged: &[(u64, usize)], limit: usize) -> Vec<Vec<usize>> {
     let mut sorted = logged.to_vec();
     sorted.sort();
     let mut groups: Vec<Vec<Vec<usize>>> = Vec::new();
@@ -275,7 +280,12 @@ fn permutations(ids: &[usize]) -> Vec<Vec<usize>> {
 /// start), with the keys in headers named `headers[z]` and the request's
 /// index in `X-Req` and in the query (`?r=`, for nginx's error log);
 /// returns what each request saw.
-pub async fn fire(url: &str, schedule: &[Req], headers: &[&'static str], prefix: &str) -> Fired {
+pub(crate) async fn fire(
+    url: &str,
+    schedule: &[Req],
+    headers: &[&'static str],
+    prefix: &str,
+) -> Fired {
     let client = reqwest::Client::builder()
         .http1_only()
         .no_proxy()

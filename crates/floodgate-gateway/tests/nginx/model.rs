@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// One `limit_req` (its zone's rate and the directive's burst and delay).
 #[derive(Clone, Copy, Debug)]
-pub struct Zone {
+pub(crate) struct Zone {
     /// Units (milli-requests) per second: `N·1000` for r/s, `N·1000/60` for r/m.
     pub rate: u64,
     /// `burst·1000`.
@@ -18,7 +18,7 @@ pub struct Zone {
 }
 
 impl Zone {
-    pub fn per_second(n: u64, burst: u64, delay: Option<u64>) -> Zone {
+    pub(crate) fn per_second(n: u64, burst: u64, delay: Option<u64>) -> Zone {
         Zone {
             rate: n * 1000,
             burst: burst * 1000,
@@ -26,7 +26,7 @@ impl Zone {
         }
     }
 
-    pub fn per_minute(n: u64, burst: u64, delay: Option<u64>) -> Zone {
+    pub(crate) fn per_minute(n: u64, burst: u64, delay: Option<u64>) -> Zone {
         Zone {
             rate: n * 1000 / 60,
             ..Zone::per_second(n, burst, delay)
@@ -34,7 +34,7 @@ impl Zone {
     }
 
     /// nginx's delay (ms) for a request that leaves `excess` in this zone.
-    pub fn delay_of(&self, excess: u64) -> u64 {
+    pub(crate) fn delay_of(&self, excess: u64) -> u64 {
         if excess > self.delay {
             (excess - self.delay) * 1000 / self.rate
         } else {
@@ -45,14 +45,14 @@ impl Zone {
 
 /// nginx's decision on one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     Pass,
     Delay(u64),
     Reject,
 }
 
 impl Class {
-    pub fn kind(self) -> u8 {
+    pub(crate) fn kind(self) -> u8 {
         match self {
             Class::Pass => 0,
             Class::Delay(_) => 1,
@@ -107,25 +107,25 @@ impl Nodes {
 
 /// The zones of one location, in configuration order.
 #[derive(Clone)]
-pub struct Model {
+pub(crate) struct Model {
     zones: Vec<(Zone, Nodes)>,
 }
 
 impl Model {
-    pub fn new(zones: &[Zone]) -> Self {
+    pub(crate) fn new(zones: &[Zone]) -> Self {
         Model {
             zones: zones.iter().map(|z| (*z, Nodes::default())).collect(),
         }
     }
 
     /// Keys with a node in zone `z`.
-    pub fn nodes(&self, z: usize) -> usize {
+    pub(crate) fn nodes(&self, z: usize) -> usize {
         self.zones[z].1.map.len()
     }
 
     /// The decision at `now` (ms) for a request with key `keys[z]` in zone
     /// `z` (none or empty: that limit is skipped).
-    pub fn decide(&mut self, now: u64, keys: &[Option<String>]) -> Option<Class> {
+    pub(crate) fn decide(&mut self, now: u64, keys: &[Option<String>]) -> Option<Class> {
         let mut found: Vec<(usize, u64)> = Vec::new();
         for (z, (zone, nodes)) in self.zones.iter_mut().enumerate() {
             let Some(key) = keys
@@ -168,13 +168,13 @@ impl Model {
 /// One request of a schedule: when (ms after the start) and its key in
 /// each zone.
 #[derive(Clone, Debug)]
-pub struct Req {
+pub(crate) struct Req {
     pub at: u64,
     pub keys: Vec<Option<String>>,
 }
 
 /// The decisions of a whole schedule.
-pub fn run(zones: &[Zone], schedule: &[Req], base: u64) -> Vec<Option<Class>> {
+pub(crate) fn run(zones: &[Zone], schedule: &[Req], base: u64) -> Vec<Option<Class>> {
     let mut m = Model::new(zones);
     schedule
         .iter()
@@ -183,16 +183,16 @@ pub fn run(zones: &[Zone], schedule: &[Req], base: u64) -> Vec<Option<Class>> {
 }
 
 /// A small deterministic generator (xorshift).
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -200,7 +200,7 @@ impl Rng {
 /// Whether every decision of `schedule` is the same kind when any one
 /// request arrives up to `margin` ms earlier or later, and every delay is
 /// at least `min_delay` ms: nginx's ±1 ms clock cannot change anything.
-pub fn robust(zones: &[Zone], schedule: &[Req], margin: u64, min_delay: u64) -> bool {
+pub(crate) fn robust(zones: &[Zone], schedule: &[Req], margin: u64, min_delay: u64) -> bool {
     let base = 1_000_000;
     let exact = run(zones, schedule, base);
     if exact
@@ -237,7 +237,13 @@ pub fn robust(zones: &[Zone], schedule: &[Req], margin: u64, min_delay: u64) -> 
 /// sharing a key in any zone are at least `spacing` ms apart (so network
 /// and scheduling noise cannot reorder them). `keys[z]` lists the keys
 /// zone `z` draws from.
-pub fn generate(rng: &mut Rng, n: usize, span: u64, spacing: u64, keys: &[&[&str]]) -> Vec<Req> {
+pub(crate) fn generate(
+    rng: &mut Rng,
+    n: usize,
+    span: u64,
+    spacing: u64,
+    keys: &[&[&str]],
+) -> Vec<Req> {
     let mut out: Vec<Req> = Vec::new();
     let mut t = 0;
     while out.len() < n {
@@ -267,7 +273,7 @@ pub fn generate(rng: &mut Rng, n: usize, span: u64, spacing: u64, keys: &[&[&str
 /// Whether the decisions of `schedule` show what `zones` are about: a
 /// pass, a rejection, and a delay when a zone delays (a delay below its
 /// burst).
-pub fn covers(zones: &[Zone], schedule: &[Req]) -> bool {
+pub(crate) fn covers(zones: &[Zone], schedule: &[Req]) -> bool {
     let decisions = run(zones, schedule, 1_000_000);
     let seen = |kind: u8| decisions.iter().flatten().any(|c| c.kind() == kind);
     let delays = zones.iter().any(|z| z.delay < z.burst);
@@ -276,7 +282,7 @@ pub fn covers(zones: &[Zone], schedule: &[Req]) -> bool {
 
 /// The first robust schedule from successive seeds that
 /// [`covers`] its zones.
-pub fn robust_schedule(
+pub(crate) fn robust_schedule(
     zones: &[Zone],
     seed: u64,
     n: usize,

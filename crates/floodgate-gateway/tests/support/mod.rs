@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-pub mod tls;
+pub(crate) mod tls;
 
 use std::convert::Infallible;
 use std::io::{Read, Write};
@@ -27,13 +27,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 /// What the upstream saw.
 #[derive(Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub requests: AtomicU64,
     pub connections: AtomicU64,
 }
 
 /// A running upstream.
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Seen>,
 }
@@ -52,7 +52,7 @@ fn query(req: &Request<Incoming>, key: &str) -> Option<u64> {
 }
 
 /// The byte at offset `i` of the generated bodies.
-pub fn pattern(i: u64) -> u8 {
+pub(crate) fn pattern(i: u64) -> u8 {
     (i.wrapping_mul(2_654_435_761) >> 13) as u8
 }
 
@@ -105,7 +105,7 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
     // The names spelled with `_`, which CGI-style upstreams read as `-`.
     let underscored: Vec<&str> = h
         .keys()
-        .map(|k| k.as_str())
+        .map(http::HeaderName::as_str)
         .filter(|k| k.contains('_'))
         .collect();
     let underscored = HeaderValue::from_str(&underscored.join(",")).unwrap();
@@ -133,7 +133,7 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
 }
 
 /// Serves one upstream connection (HTTP/1.1 or HTTP/2 by its first bytes).
-pub fn spawn_upstream_connection<I>(mut stream: I, seen: Arc<Seen>)
+pub(crate) fn spawn_upstream_connection<I>(mut stream: I, seen: Arc<Seen>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -156,7 +156,7 @@ where
 }
 
 /// Starts the upstream (HTTP/1.1 and HTTP/2 prior knowledge).
-pub async fn upstream() -> Upstream {
+pub(crate) async fn upstream() -> Upstream {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Seen::default());
@@ -166,7 +166,7 @@ pub async fn upstream() -> Upstream {
 
 /// Accepts connections on `listener` forever (on a task of its own),
 /// counting them in `seen`, each handed to `serve`.
-pub fn accept_upstream(
+pub(crate) fn accept_upstream(
     listener: tokio::net::TcpListener,
     seen: Arc<Seen>,
     serve: impl Fn(tokio::net::TcpStream, Arc<Seen>) + Send + 'static,
@@ -183,30 +183,30 @@ pub fn accept_upstream(
 }
 
 impl Upstream {
-    pub fn requests(&self) -> u64 {
+    pub(crate) fn requests(&self) -> u64 {
         self.seen.requests.load(Ordering::SeqCst)
     }
-    pub fn connections(&self) -> u64 {
+    pub(crate) fn connections(&self) -> u64 {
         self.seen.connections.load(Ordering::SeqCst)
     }
 }
 
 /// A configuration file in a temporary directory (kept while the value
 /// lives).
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     pub dir: tempfile::TempDir,
     pub path: PathBuf,
 }
 
 impl ConfigFile {
-    pub fn new(text: &str) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gateway.yaml");
         std::fs::write(&path, text).unwrap();
         ConfigFile { dir, path }
     }
 
-    pub fn rewrite(&self, text: &str) {
+    pub(crate) fn rewrite(&self, text: &str) {
         // A new file swapped in (as editors and ConfigMaps do).
         let tmp = self.dir.path().join("next.yaml");
         std::fs::write(&tmp, text).unwrap();
@@ -217,7 +217,7 @@ impl ConfigFile {
 /// Starts a gateway on 127.0.0.1:0 for `text` (which needs no `gateway:`
 /// section: the upstream is `upstream`; nor any domain: a plain proxy is
 /// allowed). Admin listener off.
-pub async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
+pub(crate) async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
     let flags = Flags::new()
         .with("config", file.path.display().to_string())
         .with("gateway.listen", "127.0.0.1:0")
@@ -233,7 +233,7 @@ pub async fn gateway(file: &ConfigFile, upstream: &str) -> Running {
 
 /// Polls `f` every 20 ms until it is true or `timeout` passes; whether it
 /// became true (the async [`floodgate_testkit::wait_until`]).
-pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = tokio::time::Instant::now() + timeout;
     while tokio::time::Instant::now() < end {
         if f() {
@@ -246,7 +246,7 @@ pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool 
 
 /// One request over a raw TCP connection: writes `raw`, reads until the
 /// server closes or `timeout`; returns what was read.
-pub fn raw(addr: SocketAddr, raw: &[u8], timeout: Duration) -> String {
+pub(crate) fn raw(addr: SocketAddr, raw: &[u8], timeout: Duration) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(timeout)).unwrap();
     s.write_all(raw).unwrap();
@@ -256,7 +256,7 @@ pub fn raw(addr: SocketAddr, raw: &[u8], timeout: Duration) -> String {
 }
 
 /// The value of field `name` in the head of the raw response `text`.
-pub fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let head = text.split("\r\n\r\n").next()?;
     head.lines().skip(1).find_map(|l| {
         let (k, v) = l.split_once(':')?;
@@ -265,11 +265,11 @@ pub fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// The status of the first response in `text`.
-pub fn status_of(text: &str) -> Option<u16> {
+pub(crate) fn status_of(text: &str) -> Option<u16> {
     text.split_whitespace().nth(1)?.parse().ok()
 }
 
-pub fn h1() -> reqwest::Client {
+pub(crate) fn h1() -> reqwest::Client {
     reqwest::Client::builder()
         .http1_only()
         .no_proxy()
@@ -277,7 +277,7 @@ pub fn h1() -> reqwest::Client {
         .unwrap()
 }
 
-pub fn h2() -> reqwest::Client {
+pub(crate) fn h2() -> reqwest::Client {
     reqwest::Client::builder()
         .http2_prior_knowledge()
         .no_proxy()
@@ -285,12 +285,12 @@ pub fn h2() -> reqwest::Client {
         .unwrap()
 }
 
-pub fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     r.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
 /// `GET http://{addr}{path}` with `c`: asserts a 200 and returns the body.
-pub async fn get_ok(c: &reqwest::Client, addr: SocketAddr, path: &str) -> String {
+pub(crate) async fn get_ok(c: &reqwest::Client, addr: SocketAddr, path: &str) -> String {
     let r = c.get(format!("http://{addr}{path}")).send().await.unwrap();
     assert_eq!(r.status(), 200, "GET {path}");
     r.text().await.unwrap()

@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-pub use floodgate_testkit::tls::{Leaf, Pki};
+pub(crate) use floodgate_testkit::tls::{Leaf, Pki};
 use floodgate_testkit::tls::{chain, key};
 
 use super::{Seen, Upstream, accept_upstream, spawn_upstream_connection};
@@ -24,7 +24,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// An HTTPS upstream with `leaf`, offering `alpn` (empty: none); with
 /// `client_ca`, it requires a client certificate issued by that CA.
-pub async fn tls_upstream(leaf: &Leaf, alpn: &[&[u8]], client_ca: Option<&Pki>) -> Upstream {
+pub(crate) async fn tls_upstream(leaf: &Leaf, alpn: &[&[u8]], client_ca: Option<&Pki>) -> Upstream {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap();
@@ -60,7 +60,7 @@ pub async fn tls_upstream(leaf: &Leaf, alpn: &[&[u8]], client_ca: Option<&Pki>) 
 
 /// An HTTPS client trusting `roots`: HTTP/2 (ALPN `h2` only) or HTTP/1.1
 /// (no ALPN).
-pub fn https_client(
+pub(crate) fn https_client(
     roots: RootCertStore,
     http2: bool,
 ) -> Client<HttpsConnector<HttpConnector>, Full<Bytes>> {
@@ -82,7 +82,7 @@ pub fn https_client(
 }
 
 /// The certificate a TLS server at `addr` presents (its leaf, DER).
-pub async fn presented(addr: SocketAddr, roots: RootCertStore) -> Vec<u8> {
+pub(crate) async fn presented(addr: SocketAddr, roots: RootCertStore) -> Vec<u8> {
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()

@@ -27,13 +27,13 @@ const PAGE: &str = include_str!("page.html");
 /// else, whatever a key's text holds.
 const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 /// Keys recorded per window (across the engine's shards).
-pub const TRACKED_KEYS: usize = 2048;
+pub(crate) const TRACKED_KEYS: usize = 2048;
 /// The window the keys are counted over (they cover one or two of them).
-pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The observer to give the engine (`Engine::with_observer`) so that the
 /// dashboard lists the keys limited most.
-pub fn observer() -> Arc<floodgate_policy::observe::LimitedKeys> {
+pub(crate) fn observer() -> Arc<floodgate_policy::observe::LimitedKeys> {
     Arc::new(floodgate_policy::observe::LimitedKeys::new(
         TRACKED_KEYS,
         WINDOW,

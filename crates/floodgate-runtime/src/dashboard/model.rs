@@ -122,7 +122,7 @@ fn store_state(backend: &AnyBackend) -> StoreState {
                 breaker: match breaker {
                     floodgate_redis::BreakerState::Closed => "closed",
                     floodgate_redis::BreakerState::Open => "open",
-                    _ => "half_open",
+                    floodgate_redis::BreakerState::HalfOpen => "half_open",
                 },
                 breaker_opened: s.breaker_opened.get(),
                 local_fallbacks: s.local_fallbacks.get(),
@@ -143,7 +143,9 @@ fn store_state(backend: &AnyBackend) -> StoreState {
 pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> Snapshot {
     let engine = health.engine();
     let policy = engine.policy();
-    let text = metrics.map(|h| h.render()).unwrap_or_default();
+    let text = metrics
+        .map(metrics_exporter_prometheus::PrometheusHandle::render)
+        .unwrap_or_default();
     let mut counts = rule_counts(&text);
     let rules = policy
         .rules()

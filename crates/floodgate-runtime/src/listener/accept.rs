@@ -40,7 +40,7 @@ impl Drop for Slot {
 }
 
 /// An accepted connection.
-pub struct Accepted {
+pub(super) struct Accepted {
     /// The socket.
     pub stream: TcpStream,
     /// The client's address.
@@ -83,7 +83,7 @@ impl Counters {
 /// to make room while it has no request in flight); then stops accepting
 /// and returns once every connection has ended (the caller bounds the
 /// wait).
-pub async fn accept_loop<F, Fut>(
+pub(super) async fn accept_loop<F, Fut>(
     listener: TcpListener,
     places: usize,
     counters: Counters,
@@ -328,11 +328,11 @@ mod tests {
             },
         ));
         let mut first = TcpStream::connect(addr).await.unwrap();
-        let _second = TcpStream::connect(addr).await.unwrap();
+        let second = TcpStream::connect(addr).await.unwrap();
         for _ in 0..2 {
             seen.recv().await.unwrap();
         }
-        let _third = TcpStream::connect(addr).await.unwrap();
+        let third = TcpStream::connect(addr).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), seen.recv())
             .await
             .expect("room made for the third")
@@ -347,7 +347,7 @@ mod tests {
         .unwrap();
         assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
         tx.send_replace(true);
-        drop((_second, _third));
+        drop((second, third));
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
             .unwrap()

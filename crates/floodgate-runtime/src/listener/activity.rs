@@ -31,16 +31,16 @@ const EVICTED: u64 = 1 << 63;
 
 /// How long a new connection whose first bytes have arrived is left to
 /// finish its request head before it may be closed to make room.
-pub const HEAD_GRACE: Duration = Duration::from_secs(1);
+pub(super) const HEAD_GRACE: Duration = Duration::from_secs(1);
 /// When every waiting connection is a head within its [`HEAD_GRACE`] (a
 /// flood of clients that dribble their heads), those that have been
 /// arriving for longer than this may be closed, the oldest first: a
 /// client's head arrives within a round trip.
-pub const HEAD_GRACE_WHEN_FULL: Duration = Duration::from_millis(100);
+pub(super) const HEAD_GRACE_WHEN_FULL: Duration = Duration::from_millis(100);
 
 /// One connection's requests in flight, and since when it has waited.
 #[derive(Debug)]
-pub struct Activity {
+pub(super) struct Activity {
     /// Requests in flight, and [`EVICTED`].
     state: AtomicU64,
     /// Microseconds from the registry's epoch to when the connection last
@@ -58,37 +58,37 @@ pub struct Activity {
 
 impl Activity {
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_micros().min(u64::MAX as u128) as u64
+        self.epoch.elapsed().as_micros().min(u128::from(u64::MAX)) as u64
     }
 
     /// The connection's first bytes have arrived: it is sending its
     /// request head (see [`HEAD_GRACE`]).
-    pub fn heard(&self) {
+    pub(super) fn heard(&self) {
         self.heard.store(true, Ordering::Relaxed);
     }
 
     /// What arrived is no request head (an HTTP/2 connection's preface):
     /// the connection waits as one that sent nothing.
-    pub fn silent(&self) {
+    pub(super) fn silent(&self) {
         self.heard.store(false, Ordering::Relaxed);
     }
 
     /// A request (or HTTP/2 stream) begins; it is in flight until the
     /// returned value is dropped (with its response body).
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    pub(super) fn begin(self: &Arc<Self>) -> InFlight {
         self.state.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
     }
 
     /// Requests in flight.
-    pub fn in_flight(&self) -> u64 {
+    pub(super) fn in_flight(&self) -> u64 {
         self.state.load(Ordering::Acquire) & !EVICTED
     }
 
     /// Resolves when the connection has been chosen to close to make
     /// room. Check [`keep`](Self::keep) then: a request that began in the
     /// meantime keeps it open.
-    pub async fn evicted(&self) {
+    pub(super) async fn evicted(&self) {
         std::future::poll_fn(|cx| {
             self.close.register(cx.waker());
             if self.state.load(Ordering::Acquire) & EVICTED != 0 {
@@ -97,14 +97,14 @@ impl Activity {
                 Poll::Pending
             }
         })
-        .await
+        .await;
     }
 
     /// Resolves once the connection has had no request in flight for
     /// `timeout`, counted from now at the earliest.
-    pub async fn idle_for(&self, timeout: Duration) {
+    pub(super) async fn idle_for(&self, timeout: Duration) {
         let start = self.now();
-        let timeout = timeout.as_micros().min(u64::MAX as u128) as u64;
+        let timeout = timeout.as_micros().min(u128::from(u64::MAX)) as u64;
         loop {
             // A request in flight: looked at again a timeout later (it may
             // have ended by then).
@@ -125,7 +125,7 @@ impl Activity {
 
     /// After [`evicted`](Self::evicted): whether the connection is to stay
     /// after all (a request began as it was chosen; the choice is undone).
-    pub fn keep(&self) -> bool {
+    pub(super) fn keep(&self) -> bool {
         let state = self.state.load(Ordering::Acquire);
         if state & !EVICTED == 0 {
             return false;
@@ -161,7 +161,7 @@ impl Activity {
 
 /// A request in flight on a connection (see [`Activity::begin`]).
 #[derive(Debug)]
-pub struct InFlight(Arc<Activity>);
+pub(super) struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -177,7 +177,7 @@ impl Drop for InFlight {
 
 /// The connections of one listener.
 #[derive(Debug)]
-pub struct Connections {
+pub(super) struct Connections {
     epoch: Instant,
     inner: Mutex<Inner>,
     evicted: metrics::Counter,
@@ -192,7 +192,7 @@ struct Inner {
 impl Connections {
     /// No connection yet; the connections closed to make room are
     /// counted in `evicted`.
-    pub fn new(evicted: metrics::Counter) -> Self {
+    pub(super) fn new(evicted: metrics::Counter) -> Self {
         Connections {
             epoch: Instant::now(),
             inner: Mutex::new(Inner::default()),
@@ -202,7 +202,7 @@ impl Connections {
 
     /// A new connection, waiting from now; it leaves the registry when the
     /// returned value is dropped.
-    pub fn register(self: &Arc<Self>) -> Registered {
+    pub(super) fn register(self: &Arc<Self>) -> Registered {
         let activity = Arc::new(Activity {
             state: AtomicU64::new(0),
             since: AtomicU64::new(0),
@@ -224,13 +224,13 @@ impl Connections {
 
     /// Connections registered now.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.lock().live.len()
     }
 
     /// Whether none is registered.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -239,8 +239,8 @@ impl Connections {
     /// [`HEAD_GRACE`] alone, unless there is no other: then within
     /// [`HEAD_GRACE_WHEN_FULL`]), and tells them to close; returns how
     /// many were chosen.
-    pub fn evict_waiting(&self, n: usize) -> usize {
-        let now = self.epoch.elapsed().as_micros().min(u64::MAX as u128) as u64;
+    pub(super) fn evict_waiting(&self, n: usize) -> usize {
+        let now = self.epoch.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
         self.evict_at(n, now)
     }
 
@@ -279,13 +279,15 @@ impl Connections {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 /// A connection's place in the registry (see [`Connections::register`]).
 #[derive(Debug)]
-pub struct Registered {
+pub(super) struct Registered {
     id: u64,
     connections: Arc<Connections>,
     activity: Arc<Activity>,
@@ -293,7 +295,7 @@ pub struct Registered {
 
 impl Registered {
     /// The connection's activity.
-    pub fn activity(&self) -> &Arc<Activity> {
+    pub(super) fn activity(&self) -> &Arc<Activity> {
         &self.activity
     }
 }

@@ -200,14 +200,26 @@ impl Http {
             (Sniffed::Closed, _) | (Sniffed::Http1, Protocols::Http2) => return,
             (Sniffed::Http1, Protocols::Http1AndHttp2) => {
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
-                drive(conn, |c| c.graceful_shutdown(), stop, None).await
+                drive(
+                    conn,
+                    hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown,
+                    stop,
+                    None,
+                )
+                .await
             }
             (Sniffed::Http2, _) => {
                 // A connection with no stream in flight for the idle timeout
                 // closes.
                 let conn = self.h2.serve_connection(io, svc);
                 let idle = Some((&*activity, self.limits.http2_idle_timeout));
-                drive(conn, |c| c.graceful_shutdown(), stop, idle).await
+                drive(
+                    conn,
+                    hyper::server::conn::http2::Connection::graceful_shutdown,
+                    stop,
+                    idle,
+                )
+                .await
             }
         };
         if let Err(e) = result {

@@ -117,7 +117,7 @@ pub async fn serve<S, B>(
         let shared = shared.clone();
         async move {
             let (http, tls, service) = &*shared;
-            http.serve(a, tls.as_ref(), service).await
+            http.serve(a, tls.as_ref(), service).await;
         }
     })
     .await;

@@ -15,7 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 /// `io` whose writes fail with [`io::ErrorKind::TimedOut`] once they have
 /// waited `timeout` without progress.
-pub struct SendTimed<I> {
+pub(super) struct SendTimed<I> {
     io: I,
     timeout: Duration,
     // Made at the first wait (boxed: hyper wants its IO `Unpin`), armed
@@ -27,7 +27,7 @@ pub struct SendTimed<I> {
 
 impl<I> SendTimed<I> {
     /// `io` under `timeout` (zero: no timeout).
-    pub fn new(io: I, timeout: Duration) -> Self {
+    pub(super) fn new(io: I, timeout: Duration) -> Self {
         SendTimed {
             io,
             timeout,

@@ -51,7 +51,7 @@ pub(super) fn waiting() {
 /// The executor of an HTTP/2 connection's stream tasks: each runs
 /// [`Watched`] under the send timeout (zero: none).
 #[derive(Clone, Copy, Debug)]
-pub struct StreamExec {
+pub(super) struct StreamExec {
     pub(super) send_timeout: Duration,
 }
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 use floodgate::Timestamp;
 
 /// Lines from libraries let through in one interval.
-pub const BURST: u32 = 5;
+pub(super) const BURST: u32 = 5;
 
 /// The interval of the budget, and the longest a summary waits.
-pub const INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const INTERVAL: Duration = Duration::from_secs(10);
 
 /// What becomes of one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +59,10 @@ impl Throttle {
     /// The verdict on a line logged at `now`. A clock gone backwards is
     /// the same interval, never a new budget.
     pub(crate) fn admit(&self, now: Timestamp) -> Verdict {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = now.as_nanos();
         if s.passed == 0 || now.saturating_sub(s.window_start) >= self.interval_nanos {
             s.window_start = now;
@@ -77,7 +80,10 @@ impl Throttle {
 
     /// Lines suppressed since the last call.
     pub(crate) fn take_suppressed(&self) -> u64 {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         std::mem::take(&mut s.suppressed)
     }
 }

@@ -303,12 +303,6 @@ impl Default for Settings {
     }
 }
 
-/// The top-level sections `floodgate replay` accepts besides the
-/// policies. Its caller is to pass them (the host's and its frontends'):
-/// the runtime names no frontend otherwise.
-#[doc(hidden)]
-pub const SECTIONS: &[&str] = &["server", "store", "gateway", "http"];
-
 impl Settings {
     /// Resolves every setting from `flags`, `env` and the `server:` and
     /// `store:` sections of `documents` (none: only the settings read

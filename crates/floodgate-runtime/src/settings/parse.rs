@@ -10,7 +10,7 @@ use floodgate_redis::FailurePolicy;
 /// All interfaces, for the public listeners written without an address.
 pub const ANY: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 /// Loopback, for the admin listener written without an address.
-pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+pub(super) const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Parses a listen address: `host:port`, `:port` or a bare port (on
 /// `default_host`), or `off` (no listener).
@@ -107,7 +107,7 @@ pub fn boolean(v: &str) -> Result<bool, String> {
 }
 
 /// A size above zero.
-pub fn size(v: &str) -> Result<usize, String> {
+pub(super) fn size(v: &str) -> Result<usize, String> {
     parse_size(v).filter(|s| *s > 0).ok_or_else(|| {
         format!(
             "expected a size such as 1MiB or 65536, found `{}`",
@@ -117,7 +117,7 @@ pub fn size(v: &str) -> Result<usize, String> {
 }
 
 /// A whole number, 0 included.
-pub fn count(v: &str) -> Result<usize, String> {
+pub(super) fn count(v: &str) -> Result<usize, String> {
     let t = v.trim().replace('_', "");
     t.parse()
         .map_err(|_| format!("expected a whole number (0 or more), found `{}`", v.trim()))

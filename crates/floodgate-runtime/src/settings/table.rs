@@ -491,7 +491,7 @@ impl FileValues {
     /// appear in one file only): every key must be a setting, or a group
     /// of settings (`server.log`), or a shorthand
     /// ([`Declared::SHORTHANDS`]). Problems are added to `errors`.
-    pub fn read<T: Declared>(documents: &[Document], errors: &mut Errors) -> FileValues {
+    pub(crate) fn read<T: Declared>(documents: &[Document], errors: &mut Errors) -> FileValues {
         let mut values = FileValues::default();
         let mut sections: Vec<&str> = Vec::new();
         for s in T::table().iter().filter(|s| s.in_file == InFile::Yes) {
@@ -574,7 +574,7 @@ impl FileValues {
     }
 
     /// Whether both say the same (wherever they say it).
-    pub fn same_values(&self, other: &FileValues) -> bool {
+    pub(crate) fn same_values(&self, other: &FileValues) -> bool {
         self.values.len() == other.values.len()
             && self
                 .values

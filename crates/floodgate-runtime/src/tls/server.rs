@@ -17,7 +17,7 @@ use super::ListenerTls;
 use super::pem::{TlsError, authorities, certificates, private_key};
 
 /// ALPN protocols offered to clients, preferred first.
-pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+pub(super) const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// The certificate currently served.
 #[derive(Debug)]
@@ -134,7 +134,7 @@ impl ServerTls {
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
             }
             Err(e) => {
-                tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays")
+                tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays");
             }
         }
     }

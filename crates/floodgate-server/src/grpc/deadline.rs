@@ -14,7 +14,7 @@ const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Parses a `grpc-timeout` value (`TimeoutValue TimeoutUnit`: 1 to 8 ASCII
 /// digits, then one of `H M S m u n`). `None` for a malformed value: like
 /// tonic, a header that cannot be read imposes no deadline.
-pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+pub(super) fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;

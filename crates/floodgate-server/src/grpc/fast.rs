@@ -23,7 +23,7 @@ use crate::decision::DecisionService;
 use crate::metrics::{Api, ErrorClass};
 
 /// The RLS method's path.
-pub const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub(super) const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 fn grpc_headers(map: &mut HeaderMap) {
     map.insert(
@@ -77,20 +77,20 @@ fn not_grpc(status: StatusCode, message: String) -> Response<tonic::body::Body> 
 
 /// The gRPC listener's service: the fast RLS path, tonic for the rest.
 #[derive(Clone)]
-pub struct GrpcService {
+pub(super) struct GrpcService {
     service: Arc<DecisionService>,
     routes: Routes,
 }
 
 impl GrpcService {
     /// The fast path for `service`, `routes` for every other method.
-    pub fn new(service: Arc<DecisionService>, routes: Routes) -> Self {
+    pub(super) fn new(service: Arc<DecisionService>, routes: Routes) -> Self {
         GrpcService { service, routes }
     }
 
     /// Answers one request; its response holds its place among the calls
     /// in flight until it is sent.
-    pub async fn call<B>(
+    pub(super) async fn call<B>(
         &self,
         req: Request<B>,
     ) -> Result<Response<Counted<tonic::body::Body>>, Infallible>

@@ -25,12 +25,12 @@ use fast::GrpcService;
 use floodgate_runtime::RuntimeError;
 
 /// The RLS service name, as health checks ask for it.
-pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+pub(crate) const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
 /// Starts serving on `listener` under `http`'s protections, TLS
 /// terminated by `tls` if any, at most `places` connections at once, until
 /// `stop` turns true.
-pub async fn spawn(
+pub(crate) async fn spawn(
     svc: Arc<DecisionService>,
     listener: TcpListener,
     http: Http,

@@ -148,7 +148,7 @@ impl Descriptor for WireDescriptor<'_> {
 }
 
 /// Entries of all descriptors, back to back (inline for small requests).
-pub type Entries<'a> = SmallVec<[(&'a str, &'a str); 16]>;
+pub(crate) type Entries<'a> = SmallVec<[(&'a str, &'a str); 16]>;
 
 /// Where a descriptor's entries are, and its other fields.
 #[derive(Clone, Copy, Debug)]
@@ -409,7 +409,7 @@ pub fn generated(
             key: name.text.to_string(),
             value: value.to_owned(),
             raw_value: Vec::new(),
-        })
+        });
     });
     out
 }

@@ -15,7 +15,7 @@ use crate::decision::DecisionService;
 use crate::metrics::{Api, ErrorClass};
 
 /// The body, or the error to answer (413 when over the limit).
-pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|r| {
         let status = r.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -31,7 +31,7 @@ pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 }
 
 /// Requires `Content-Type: application/json` (415 otherwise).
-pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -53,14 +53,18 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Parses JSON, borrowing strings from `bytes` where it can.
-pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+pub(super) fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON request: {e}")))
 }
 
 /// Counts a refused call of `api` as an invalid argument, passing its
 /// error on.
-pub fn invalid(svc: &DecisionService, api: Api, started: Instant) -> impl Fn(ApiError) -> ApiError {
+pub(super) fn invalid(
+    svc: &DecisionService,
+    api: Api,
+    started: Instant,
+) -> impl Fn(ApiError) -> ApiError {
     move |e| {
         svc.metrics
             .failed(api, ErrorClass::InvalidArgument, started);
@@ -71,7 +75,7 @@ pub fn invalid(svc: &DecisionService, api: Api, started: Instant) -> impl Fn(Api
 /// A JSON API call's body (`api`), read and checked: its bytes, or the
 /// error to answer, counted in the call's metrics (413 as resource
 /// exhaustion, every other refusal as an invalid argument).
-pub fn json_call(
+pub(super) fn json_call(
     svc: &DecisionService,
     api: Api,
     headers: &HeaderMap,
@@ -92,12 +96,15 @@ pub fn json_call(
 
 /// The policy a response was decided under (replaced by a reload since:
 /// an empty one, so that no name is shown).
-pub fn policy_of(svc: &DecisionService, response: &floodgate_policy::Response) -> Arc<PolicySet> {
+pub(super) fn policy_of(
+    svc: &DecisionService,
+    response: &floodgate_policy::Response,
+) -> Arc<PolicySet> {
     (svc.engine().policy_of(response)).unwrap_or_else(|| Arc::new(PolicySet::empty()))
 }
 
 /// The label of the rule that decided `s`, in `policy`.
-pub fn rule_label<'a>(policy: &'a PolicySet, s: &Status) -> Option<&'a str> {
+pub(super) fn rule_label<'a>(policy: &'a PolicySet, s: &Status) -> Option<&'a str> {
     let rule = policy.rules().get(s.rule? as usize)?;
     Some(rule.label())
 }

@@ -111,7 +111,7 @@ pub(super) struct DecisionJson {
 
 /// Milliseconds, rounded up (so a client never retries early).
 fn ms(d: Duration) -> u64 {
-    d.as_nanos().div_ceil(1_000_000).min(u64::MAX as u128) as u64
+    d.as_nanos().div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
 }
 
 /// The name of a reason.
@@ -167,7 +167,7 @@ fn status<'a>(
 }
 
 /// `POST /v1/check`.
-pub async fn handle(
+pub(super) async fn handle(
     State(svc): State<Arc<DecisionService>>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
@@ -236,7 +236,11 @@ fn respond(
     if let Some(r) = retry_after {
         h.insert(
             header::RETRY_AFTER,
-            HeaderValue::from(r.as_nanos().div_ceil(1_000_000_000).min(u64::MAX as u128) as u64),
+            HeaderValue::from(
+                r.as_nanos()
+                    .div_ceil(1_000_000_000)
+                    .min(u128::from(u64::MAX)) as u64,
+            ),
         );
     }
     let mut buf = String::new();

@@ -11,7 +11,7 @@ use super::check::{DecisionJson, Limit, decision};
 
 /// One limit of a descriptor and its decision.
 #[derive(Serialize)]
-pub struct LimitJson<'a> {
+pub(super) struct LimitJson<'a> {
     /// The limit's position in the rule's `limits:` (0 for a single limit
     /// or an override).
     index: usize,
@@ -33,7 +33,7 @@ pub struct LimitJson<'a> {
 
 /// A counter's synchronisation mode and what this instance holds of it.
 #[derive(Serialize)]
-pub struct SyncJson {
+pub(super) struct SyncJson {
     /// `exact`, `lease` or `sync`.
     mode: &'static str,
     /// `lease`: units of this instance's lease not used yet (for an
@@ -54,14 +54,14 @@ fn sync_json(h: &Held) -> SyncJson {
 }
 
 /// The name of a limit's algorithm.
-pub fn algorithm(limit: &AnyLimit) -> &'static str {
+pub(super) fn algorithm(limit: &AnyLimit) -> &'static str {
     limit.name()
 }
 
 /// The limits of descriptor `index` (whose status is `status`), in their
 /// configured order; `held` is what the store holds of each limit of the
 /// response ([`Engine::held`](floodgate_policy::Engine::held)).
-pub fn limits<'a>(
+pub(super) fn limits<'a>(
     response: &Response,
     index: usize,
     status: &'a Status,

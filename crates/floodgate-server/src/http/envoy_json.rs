@@ -77,7 +77,7 @@ fn is_zero(v: &u32) -> bool {
 }
 
 /// The proto name of a code.
-pub fn code_name(c: Code) -> &'static str {
+pub(super) fn code_name(c: Code) -> &'static str {
     match c {
         Code::Ok => "OK",
         Code::OverLimit => "OVER_LIMIT",
@@ -101,7 +101,7 @@ fn status(s: &Status) -> JsonStatus<'_> {
 }
 
 /// `POST /json`.
-pub async fn handle(
+pub(super) async fn handle(
     State(svc): State<Arc<DecisionService>>,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -138,7 +138,7 @@ async fn run(
         headers.push(JsonHeader {
             key: name.text.to_string(),
             value: value.to_owned(),
-        })
+        });
     });
     let http_status = match response.overall {
         Code::Ok => StatusCode::OK,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// An error answer: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Serialize)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     #[serde(skip)]
     status: StatusCode,
     code: &'static str,
@@ -17,7 +17,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with a status, a code name and a message.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -26,17 +26,17 @@ impl ApiError {
     }
 
     /// A malformed request (400).
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
     }
 
     /// An engine error, with the status of its [`ErrorCode`].
-    pub fn engine(e: &EngineError) -> Self {
+    pub(crate) fn engine(e: &EngineError) -> Self {
         Self::of_code(e.code(), e.to_string())
     }
 
     /// An error of class `code`, with its status.
-    pub fn of_code(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn of_code(code: ErrorCode, message: impl Into<String>) -> Self {
         let name = match code {
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::Unavailable => "UNAVAILABLE",
@@ -49,13 +49,13 @@ impl ApiError {
     }
 
     /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
 
     /// The same error with another status (envoyproxy/ratelimit's `/json`
     /// answers 400 for every error).
-    pub fn with_status(mut self, status: StatusCode) -> Self {
+    pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
         self
     }

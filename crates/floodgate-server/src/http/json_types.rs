@@ -14,7 +14,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 /// One entry.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Entry<'a> {
+pub(super) struct Entry<'a> {
     /// The key.
     #[serde(borrow)]
     pub key: Cow<'a, str>,
@@ -26,7 +26,7 @@ pub struct Entry<'a> {
 /// A limit override.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Override {
+pub(super) struct Override {
     /// Requests per unit.
     #[serde(
         rename = "requestsPerUnit",
@@ -43,7 +43,7 @@ pub struct Override {
 /// One descriptor.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct JsonDescriptor<'a> {
+pub(super) struct JsonDescriptor<'a> {
     /// The entries: a list of `{key, value}`, or (in the check API) an
     /// object whose members are the entries in order.
     #[serde(borrow, deserialize_with = "entries")]
@@ -128,7 +128,7 @@ impl<'de> Deserialize<'de> for Num {
 }
 
 /// A u32 as a number or a string.
-pub fn u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+pub(super) fn u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     to_u32(Num::deserialize(d)?.0)
 }
 
@@ -137,18 +137,18 @@ fn to_u32<E: de::Error>(v: u64) -> Result<u32, E> {
 }
 
 /// An optional u64 (null: absent).
-pub fn opt_u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(super) fn opt_u64_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     Ok(Option::<Num>::deserialize(d)?.map(|n| n.0))
 }
 
 /// An optional u32 (null: absent).
-pub fn opt_u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+pub(super) fn opt_u32_num<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     opt_u64_num(d)?.map(to_u32).transpose()
 }
 
 /// A unit by name (`MINUTE`, any case) or protocol number (an unknown
 /// number is the engine's to refuse, as over gRPC).
-pub fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+pub(super) fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = i32;

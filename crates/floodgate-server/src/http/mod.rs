@@ -19,7 +19,7 @@ use axum::routing::post;
 use crate::call::Counted;
 use crate::decision::DecisionService;
 
-pub use error::ApiError;
+pub(crate) use error::ApiError;
 
 /// The public HTTP routes, with bodies limited to the service's
 /// `body_limit` bytes.

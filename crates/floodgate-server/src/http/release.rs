@@ -105,7 +105,7 @@ fn opt_permit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Permit>, D::Erro
 }
 
 /// `POST /v1/release`.
-pub async fn handle(
+pub(super) async fn handle(
     State(svc): State<Arc<DecisionService>>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
