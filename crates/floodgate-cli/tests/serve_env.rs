@@ -29,10 +29,12 @@ fn call(s: &Floodgate, user: &str) -> (u16, String) {
 }
 
 /// `floodgate serve` on [`ONE_PER_DAY`] and `redis`, configured by the
-/// environment alone: `env`, with no shutdown grace and no polling.
+/// environment alone: `env`, with no shutdown grace and no polling. Redis
+/// is given 10 s unless `env` says otherwise: on a loaded machine the
+/// default 50 ms can pass, and the local fallback would decide a call.
 fn on_redis(redis: &Redis, env: &[(&str, &str)]) -> Floodgate {
     let url = redis.addr();
-    let mut all = vec![("REDIS_URL", url.as_str())];
+    let mut all = vec![("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT", "10s")];
     all.extend_from_slice(env);
     all.extend([
         ("FLOODGATE_SHUTDOWN_GRACE", "0"),
