@@ -10,6 +10,7 @@ mod dashboard;
 mod gateway_hostile;
 mod gateway_lifecycle;
 mod headers_parity;
+mod help;
 mod hostile_listeners;
 mod hostile_log_flood;
 mod hostile_reloads;

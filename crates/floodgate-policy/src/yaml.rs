@@ -252,6 +252,45 @@ pub fn excerpt(s: &str) -> String {
     out.escape_debug().to_string()
 }
 
+/// The message for a key `name` (of the part of the file `within` names,
+/// if given) that is not one of `allowed`: the keys allowed, and the
+/// nearest of them when `name` looks like a misspelling.
+///
+/// ```
+/// use floodgate_policy::yaml::unknown_key;
+/// let allowed = ["domain", "descriptors", "allow", "deny"];
+/// assert_eq!(
+///     unknown_key("descriptor", None, &allowed),
+///     "unknown key 'descriptor' (did you mean 'descriptors'? expected one of: domain, descriptors, allow, deny)"
+/// );
+/// assert_eq!(
+///     unknown_key("zzz", Some("a domain"), &allowed),
+///     "unknown key 'zzz' for a domain (expected one of: domain, descriptors, allow, deny)"
+/// );
+/// ```
+pub fn unknown_key(name: &str, within: Option<&str>, allowed: &[&str]) -> String {
+    let within = within.map(|w| format!(" for {w}")).unwrap_or_default();
+    let near = nearest(name, allowed)
+        .map(|k| format!("did you mean '{k}'? "))
+        .unwrap_or_default();
+    format!(
+        "unknown key '{}'{within} ({near}expected one of: {})",
+        excerpt(name),
+        allowed.join(", ")
+    )
+}
+
+/// The candidate most like `name`, if one is alike enough to be what was
+/// meant (Jaro–Winkler similarity above 0.8, as for misspelt commands).
+pub fn nearest<'c>(name: &str, candidates: &[&'c str]) -> Option<&'c str> {
+    candidates
+        .iter()
+        .map(|c| (strsim::jaro_winkler(name, c), *c))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
 #[derive(Debug)]
 struct MapEntry<'a> {
     name: &'a str,
@@ -323,13 +362,7 @@ impl<'a> Map<'a> {
     /// allowed here.
     pub fn deny_unknown(&self, allowed: &[&str]) -> Vec<ConfigError> {
         self.unread()
-            .map(|(name, key)| {
-                key.error(format!(
-                    "unknown key '{}' (expected one of: {})",
-                    excerpt(name),
-                    allowed.join(", ")
-                ))
-            })
+            .map(|(name, key)| key.error(unknown_key(name, None, allowed)))
             .collect()
     }
 }

@@ -95,6 +95,12 @@ fn two_files_of_one_domain_are_rejected_unless_merging() {
             .contains("duplicate domain 'd' in config file"),
         "{err}"
     );
+    // Where the other one is, and the two ways out.
+    let first = dir.path().join("a.yaml").display().to_string();
+    let text = err.to_string();
+    assert!(text.contains(&format!("(first at {first}:1:")), "{text}");
+    assert!(text.contains("`--merge-domains`"), "{text}");
+    assert!(text.contains("`floodgate config check --each`"), "{text}");
     let merged = load(
         &paths,
         &LoadOptions {
@@ -128,6 +134,15 @@ domains:
         "{text}"
     );
     assert!(text.contains("burst"), "lists the allowed keys: {text}");
+    assert!(
+        text.contains("(did you mean 'burst'? expected one of:"),
+        "suggests the key meant: {text}"
+    );
+    let unlike = yaml.replace("burts", "colour");
+    let text = load_str("floodgate.yaml", &unlike, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(!text.contains("did you mean"), "no key is like it: {text}");
 }
 
 #[test]

@@ -252,6 +252,7 @@ fn file_errors_have_positions() {
         .to_string();
     assert!(e.contains("f.yaml:2:9: grpc: expected host:port"), "{e}");
     assert!(e.contains("f.yaml:3:11: unknown key 'colour'"), "{e}");
+    assert!(e.contains("expected one of: grpc, http, admin,"), "{e}");
     assert!(
         e.contains("f.yaml:5:12: backend: expected memory or redis, found `etcd`"),
         "{e}"
@@ -606,4 +607,19 @@ fn the_sections_a_file_may_hold_are_the_frontends() {
     assert_eq!(loaded.settings.server.workers, Some(1));
     let refused = floodgate_runtime::host::load(&flags, &env, &[]).unwrap_err();
     assert!(refused.to_string().contains("proxy"), "{refused}");
+}
+
+#[test]
+fn a_misspelt_setting_is_named_with_the_one_meant() {
+    let e = file("server:\n  grcp: 127.0.0.1:1\n  limits: {max_conections: 5}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("f.yaml:2:9: unknown key 'grcp' (did you mean 'grpc'? expected one of:"),
+        "{e}"
+    );
+    assert!(
+        e.contains("unknown key 'max_conections' (did you mean 'max_connections'?"),
+        "{e}"
+    );
 }

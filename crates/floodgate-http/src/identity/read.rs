@@ -249,12 +249,8 @@ impl<'a> Opts<'a> {
         let Some(m) = &self.map else { return };
         for (key, node) in m.keys() {
             if !allowed.contains(&key) {
-                errors.push(node.error(format!(
-                    "unknown key '{}' for {} (expected one of: {})",
-                    excerpt(key),
-                    self.name,
-                    allowed.join(", ")
-                )));
+                let message = floodgate_policy::yaml::unknown_key(key, Some(self.name), allowed);
+                errors.push(node.error(message));
             }
         }
     }

@@ -262,9 +262,14 @@ fn merge_domains(spec: &mut PolicySpec, merge: bool, errors: &mut Errors) {
                 first.allow.extend(d.allow);
                 first.deny.extend(d.deny);
             }
-            Some(_) => errors.push(ConfigError::new(
+            Some(first) => errors.push(ConfigError::new(
                 d.at.clone(),
-                format!("duplicate domain '{}' in config file", d.name),
+                format!(
+                    "duplicate domain '{}' in config file (first at {}; merge them with \
+                     `--merge-domains`, or check files of separate deployments one by one \
+                     with `floodgate config check --each`)",
+                    d.name, first.at
+                ),
             )),
             None => out.push(d),
         }

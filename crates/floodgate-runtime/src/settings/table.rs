@@ -400,6 +400,22 @@ pub fn add_flags<T: Declared>(mut cmd: clap::Command, heading: &'static str) -> 
     cmd
 }
 
+/// The keys a file may write under `path` (`server` → `grpc`, `limits`,
+/// ...), in the table's order.
+fn children<T>(table: &'static [Setting<T>], path: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for s in table.iter().filter(|s| s.in_file == InFile::Yes) {
+        let Some(rest) = s.key.strip_prefix(path).and_then(|r| r.strip_prefix('.')) else {
+            continue;
+        };
+        let child = rest.split('.').next().unwrap_or(rest);
+        if !out.contains(&child) {
+            out.push(child);
+        }
+    }
+    out
+}
+
 /// A structure read from declared settings: the runtime's
 /// [`Settings`](super::Settings), the gateway's.
 pub trait Declared: Sized + 'static {
@@ -535,7 +551,8 @@ impl FileValues {
             }
             let group = format!("{key}.");
             if !table.iter().any(|s| s.key.starts_with(&group)) {
-                errors.push(child.error(format!("unknown key '{name}'")));
+                let known = children(table, path);
+                errors.push(child.error(floodgate_policy::yaml::unknown_key(name, None, &known)));
                 continue;
             }
             let is_map = child.map().is_ok() && !child.is_null();
