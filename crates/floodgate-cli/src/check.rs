@@ -76,7 +76,12 @@ fn check(
     }
     let env = Env::new(&env);
     let mut errors = Errors::default();
-    let loaded = match floodgate_runtime::host::load(&flags, &env, &crate::flags::sections()) {
+    let loaded = match floodgate_runtime::host::load(
+        &flags,
+        &env,
+        &crate::flags::sections(),
+        floodgate_server::DEFAULT_CONFIG,
+    ) {
         Ok(l) => Some(l),
         Err(RuntimeError::Config(e)) => {
             errors.extend(e);

@@ -78,7 +78,12 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 fn serve(flags: ServeFlags) -> anyhow::Result<()> {
     // Before loading: rules resolve their metric handles when compiled.
     let prometheus = floodgate_runtime::host::metrics::install()?;
-    let loaded = floodgate_runtime::host::load(&flags.0, &Env::new(&env), &flags::sections())?;
+    let loaded = floodgate_runtime::host::load(
+        &flags.0,
+        &Env::new(&env),
+        &flags::sections(),
+        floodgate_server::DEFAULT_CONFIG,
+    )?;
     logging::init(&loaded.settings.server.log)?;
     warn_unsupported(env);
     floodgate_server::run(loaded, Some(prometheus)).context("floodgate serve")

@@ -315,6 +315,70 @@ fn the_gateway_logs_what_it_loaded() {
     }
 }
 
+/// A gateway that limits nothing (no `http:` section, no rule) says so at
+/// WARN: a proxy without limits is allowed, never silent.
+#[test]
+fn a_gateway_that_limits_nothing_says_so() {
+    let up = upstream();
+    let gw = Gateway::start(
+        bin(),
+        &plain_config(up.addr, "shutdown_grace: 0s"),
+        &[],
+        &[PLAIN],
+    );
+    assert_eq!(gw.get("/", "u").0, 200);
+    assert!(
+        wait_until(Duration::from_secs(10), || gw
+            .log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("limits nothing"))),
+        "{}",
+        gw.log()
+    );
+    let limited = Gateway::start(bin(), &Parts::plain(up.addr).yaml(), &[], &[]);
+    assert!(
+        limited.log().contains("gateway listening"),
+        "{}",
+        limited.log()
+    );
+    assert!(
+        !limited.log().contains("limits nothing"),
+        "{}",
+        limited.log()
+    );
+}
+
+/// Without `--config`, the gateway reads `./floodgate.yaml` or its own
+/// quick start, never the decision service's example (which has no
+/// `gateway:` section), and says which files it looked for.
+#[test]
+fn without_a_configuration_the_gateway_names_its_own_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("examples")).unwrap();
+    let root = floodgate_testkit::workspace_root();
+    std::fs::copy(
+        root.join("examples/floodgate.yaml"),
+        dir.path().join("examples/floodgate.yaml"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("gateway")
+        .current_dir(dir.path())
+        .env_remove("FLOODGATE_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("./examples/gateway.yaml not found"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("upstream"),
+        "read the service's example: {stderr}"
+    );
+}
+
 /// With polling off (`reload_interval: 0`) an edit waits for SIGHUP, which
 /// puts the new policies and `http:` section in force at once and leaves
 /// the gateway serving.

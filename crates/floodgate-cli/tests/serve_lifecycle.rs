@@ -319,6 +319,7 @@ fn the_quick_start_denies_any_fourth_call_within_a_minute() {
         &flags,
         &floodgate_runtime::settings::Env::new(&|_| None),
         &[],
+        &[],
     )
     .unwrap_or_else(|e| panic!("{e}"))
     .compiled;

@@ -62,6 +62,20 @@ impl Proxying {
     pub fn gateway(&self) -> &Arc<Gateway<AnyBackend>> {
         &self.gateway
     }
+
+    /// Says at WARN when the gateway limits nothing: a proxy started
+    /// without an `http:` section or without a rule forwards every request.
+    fn warn_if_unlimited(&self) {
+        if self.gateway.limiter().is_none() {
+            tracing::warn!(
+                "no http: section: the gateway forwards every request and limits nothing"
+            );
+        } else if self.gateway.engine().policy().rules().is_empty() {
+            tracing::warn!(
+                "no rule in the policies: the gateway forwards every request and limits nothing"
+            );
+        }
+    }
 }
 
 impl Frontend for Proxying {
@@ -127,6 +141,7 @@ impl Frontend for Proxying {
             rules = self.gateway.engine().policy().rules().len(),
             "gateway listening"
         );
+        self.warn_if_unlimited();
         // Two descriptors a connection count against the open files limit:
         // the client's and an upstream's.
         let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);

@@ -106,5 +106,10 @@ pub use gateway::{Gateway, Limiter};
 pub use proxy::{Proxy, ProxyStats};
 pub use reload::read_sections;
 pub use run::{Loaded, Running, load, run, start};
+
+/// The files `floodgate gateway` reads when given none, the first that
+/// exists: the deployment's, else the gateway's quick start (never the
+/// decision service's, which has no `gateway:` section).
+pub const DEFAULT_CONFIG: &[&str] = &["floodgate.yaml", "examples/gateway.yaml"];
 pub use tls::TlsError;
 pub use upstream::Upstream;

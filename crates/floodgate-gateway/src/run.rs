@@ -43,7 +43,12 @@ pub struct Loaded {
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
     let (read, given) = Given::record(flags, env, |flags, env| {
-        let runtime = floodgate_runtime::host::load(flags, env, &Proxying::sections())?;
+        let runtime = floodgate_runtime::host::load(
+            flags,
+            env,
+            &Proxying::sections(),
+            crate::DEFAULT_CONFIG,
+        )?;
         let mut errors = Errors::default();
         let docs = &runtime.compiled.loaded.documents;
         let (gateway, http) = read_sections(flags, env, docs, &mut errors);

@@ -46,7 +46,8 @@ pub(crate) fn log_loaded(
     );
 }
 
-/// Loads the configuration that `flags` and `env` point to, its files
+/// Loads the configuration that `flags` and `env` point to (none: the
+/// first of `default_config` that exists, the command's), its files
 /// holding the host's sections, the policies and `sections` (the
 /// frontends' a binary runs: [`Frontend::sections`](crate::host::Frontend::sections)). Install the
 /// metrics recorder before serving: a rule resolves its metric handles
@@ -55,16 +56,24 @@ pub fn load(
     flags: &Flags,
     env: &Env<'_>,
     sections: &[&'static str],
+    default_config: &[&str],
 ) -> Result<Loaded, RuntimeError> {
-    let (loaded, given) = Given::record(flags, env, |flags, env| read(flags, env, sections));
+    let (loaded, given) = Given::record(flags, env, |flags, env| {
+        read(flags, env, sections, default_config)
+    });
     loaded.map(|loaded| Loaded { given, ..loaded })
 }
 
-fn read(flags: &Flags, env: &Env<'_>, sections: &[&'static str]) -> Result<Loaded, RuntimeError> {
+fn read(
+    flags: &Flags,
+    env: &Env<'_>,
+    sections: &[&'static str],
+    default_config: &[&str],
+) -> Result<Loaded, RuntimeError> {
     let boot = Settings::resolve(flags, env, &[]).map_err(RuntimeError::Config)?;
     let paths = boot
         .config
-        .resolved_paths()
+        .resolved_paths(default_config)
         .map_err(RuntimeError::Runtime)?;
     let source = ConfigSource {
         paths,

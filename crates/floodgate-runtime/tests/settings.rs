@@ -603,9 +603,9 @@ fn the_sections_a_file_may_hold_are_the_frontends() {
     .unwrap();
     let flags = Flags::new().with("config", path.display().to_string());
     let env = Env::new(&|_| None);
-    let loaded = floodgate_runtime::host::load(&flags, &env, &["proxy"]).unwrap();
+    let loaded = floodgate_runtime::host::load(&flags, &env, &["proxy"], &[]).unwrap();
     assert_eq!(loaded.settings.server.workers, Some(1));
-    let refused = floodgate_runtime::host::load(&flags, &env, &[]).unwrap_err();
+    let refused = floodgate_runtime::host::load(&flags, &env, &[], &[]).unwrap_err();
     assert!(refused.to_string().contains("proxy"), "{refused}");
 }
 

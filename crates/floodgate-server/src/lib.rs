@@ -25,7 +25,12 @@
 //! let flags = Flags::new().with("config", "floodgate.yaml");
 //! let environment = |name: &str| std::env::var(name).ok();
 //! let sections = floodgate_server::Rls::sections();
-//! let loaded = floodgate_runtime::host::load(&flags, &Env::new(&environment), &sections)?;
+//! let loaded = floodgate_runtime::host::load(
+//!     &flags,
+//!     &Env::new(&environment),
+//!     &sections,
+//!     floodgate_server::DEFAULT_CONFIG,
+//! )?;
 //! floodgate_runtime::host::logging::init(&loaded.settings.server.log)?;
 //! // Serves until SIGTERM or SIGINT, then drains.
 //! floodgate_server::run(loaded, Some(prometheus))?;
@@ -51,6 +56,10 @@ pub mod proto;
 mod run;
 
 pub use run::{Rls, run, serve};
+
+/// The files `floodgate serve` reads when given none, the first that
+/// exists: the deployment's, else the quick start's.
+pub const DEFAULT_CONFIG: &[&str] = &["floodgate.yaml", "examples/floodgate.yaml"];
 
 /// What the crate's tests and fuzz targets drive directly: the gRPC
 /// message codec, the header renderer, the HTTP router and the service

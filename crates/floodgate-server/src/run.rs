@@ -139,7 +139,7 @@ store:
     fn load(path: &std::path::Path) -> Result<Loaded, RuntimeError> {
         let mut flags = Flags::new();
         flags.set("config", Value::one(path.display().to_string()));
-        floodgate_runtime::host::load(&flags, &Env::new(&|_| None), &[])
+        floodgate_runtime::host::load(&flags, &Env::new(&|_| None), &[], &[])
     }
 
     fn policy_of(text: &str) -> PolicySet {

@@ -57,7 +57,7 @@ pub struct Settings {
 /// The configuration files and how they are loaded.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ConfigSettings {
-    /// Files or directories (none: [`DEFAULT_CONFIG_PATHS`], the first that
+    /// Files or directories (none: the command's defaults, the first that
     /// exists).
     pub paths: Vec<PathBuf>,
     /// Merge several files of one domain instead of rejecting them
@@ -68,24 +68,23 @@ pub struct ConfigSettings {
     pub allow_empty: bool,
 }
 
-/// The files read when no path is given, the first that exists.
-pub const DEFAULT_CONFIG_PATHS: &[&str] = &["floodgate.yaml", "examples/floodgate.yaml"];
-
 impl ConfigSettings {
-    /// The paths to load: those given, else the first of
-    /// [`DEFAULT_CONFIG_PATHS`] that exists.
-    pub fn resolved_paths(&self) -> Result<Vec<PathBuf>, String> {
+    /// The paths to load: those given, else the first of `defaults` (the
+    /// command's) that exists.
+    pub fn resolved_paths(&self, defaults: &[&str]) -> Result<Vec<PathBuf>, String> {
         if !self.paths.is_empty() {
             return Ok(self.paths.clone());
         }
-        DEFAULT_CONFIG_PATHS
+        defaults
             .iter()
             .find(|p| Path::new(p).exists())
             .map(|p| vec![PathBuf::from(p)])
             .ok_or_else(|| {
-                "no configuration: pass --config FILE (or set FLOODGATE_CONFIG); \
-                 ./floodgate.yaml and ./examples/floodgate.yaml do not exist"
-                    .to_owned()
+                let tried: Vec<String> = defaults.iter().map(|p| format!("./{p}")).collect();
+                format!(
+                    "no configuration: pass --config FILE (or set FLOODGATE_CONFIG); {} not found",
+                    tried.join(" and ")
+                )
             })
     }
 }

@@ -176,7 +176,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
 #[rustfmt::skip]
 fn config(t: &mut Vec<S>) {
     t.push(S::new("config", "FLOODGATE_CONFIG", "config", Kind::List, "",
-        "configuration files or directories (repeatable; default: `./floodgate.yaml`, else `./examples/floodgate.yaml`)",
+        "configuration files or directories (repeatable; default: `./floodgate.yaml`, else the command's example: `./examples/floodgate.yaml` for `serve` and `config check`, `./examples/gateway.yaml` for `gateway`)",
         |s, v| { s.config.paths = v.items().iter().map(PathBuf::from).collect(); Ok(()) })
         .in_file(InFile::No)
         .envoy(Envoy::Read { names: "`RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/`RUNTIME_APPDIRECTORY`", read: runtime_root })
