@@ -44,7 +44,7 @@ pub(crate) fn sync_report(store: &StoreSettings, policy: &PolicySet) -> Vec<Stri
                     match worst {
                         Some(w) if instances >= 1 => format!(
                             "{name}: sync (every {interval:?}): at most {} unit(s) past the limit {per} \
-                             ({} instance(s) × {} unit(s) slice, {:.1} % of {})",
+                             (the {} other instance(s) of {instances} × {} unit(s) slice, {:.1} % of {})",
                             w.units,
                             instances.saturating_sub(1),
                             w.slice.max(rule.cost),
@@ -105,7 +105,7 @@ domains:
         assert_eq!(
             lines,
             [
-                "rule 'per-user' of domain 'api': sync (every 100ms): at most 6 unit(s) past the limit per window (3 instance(s) × 2 unit(s) slice, 0.6 % of 1000)",
+                "rule 'per-user' of domain 'api': sync (every 100ms): at most 6 unit(s) past the limit per window (the 3 other instance(s) of 4 × 2 unit(s) slice, 0.6 % of 1000)",
                 "rule 'bucket' of domain 'api': lease (1s): never admits past the limit",
             ]
         );

@@ -496,13 +496,35 @@ fn delay_stats(h: &Histogram<u64>, max: Duration) -> DelayStats {
         .iter_linear(step)
         .map(|v| (ms(v.value_iterated_to()), v.count_since_last_iteration()))
         .collect();
+    // A quantile is its bucket's highest value, which may pass the
+    // longest delay kept exactly: never more than it.
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    let at = |q: f64| ms(h.value_at_quantile(q).min(max_us));
     DelayStats {
         count: h.len(),
         mean_ms: h.mean() / 1000.0,
-        p50_ms: ms(h.value_at_quantile(0.5)),
-        p90_ms: ms(h.value_at_quantile(0.9)),
-        p99_ms: ms(h.value_at_quantile(0.99)),
+        p50_ms: at(0.5),
+        p90_ms: at(0.9),
+        p99_ms: at(0.99),
         max_ms: max.as_micros() as f64 / 1000.0,
         buckets,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_quantile_passes_the_longest_delay() {
+        let mut h = new_histogram();
+        // 100 001 µs falls in a bucket whose highest value is above it.
+        h.record(100_001).unwrap();
+        assert!(h.value_at_quantile(0.99) > 100_001);
+        let d = delay_stats(&h, Duration::from_micros(100_001));
+        assert_eq!(
+            (d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms),
+            (100.001, 100.001, 100.001, 100.001)
+        );
     }
 }
