@@ -335,9 +335,13 @@ fn a_gateway_that_limits_nothing_says_so() {
         "{}",
         gw.log()
     );
+    // A limiting gateway: no warning up to its "listening" line, which
+    // follows the warning when there is one.
     let limited = Gateway::start(bin(), &Parts::plain(up.addr).yaml(), &[], &[]);
     assert!(
-        limited.log().contains("gateway listening"),
+        wait_until(Duration::from_secs(10), || limited
+            .log()
+            .contains("gateway listening")),
         "{}",
         limited.log()
     );

@@ -132,6 +132,7 @@ impl Frontend for Proxying {
             .iter()
             .map(|u| u.authority.as_str())
             .collect();
+        self.warn_if_unlimited();
         tracing::info!(
             %addr,
             tls = tls.is_some(),
@@ -141,7 +142,6 @@ impl Frontend for Proxying {
             rules = self.gateway.engine().policy().rules().len(),
             "gateway listening"
         );
-        self.warn_if_unlimited();
         // Two descriptors a connection count against the open files limit:
         // the client's and an upstream's.
         let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);

@@ -165,12 +165,10 @@ fn reset_seconds(status: &Status) -> u64 {
 mod tests {
     use std::time::Duration;
 
-    use floodgate_policy::engine::CurrentLimit;
-    use floodgate_policy::spec::Reported;
-    use floodgate_policy::unit::Unit;
-    use floodgate_policy::{Code, Response, Status};
+    use floodgate_policy::{Response, Status};
 
     use super::*;
+    use crate::contract::primary::tests::status;
 
     /// envoyproxy/ratelimit's default names.
     const NAMES: EnvoyNames<'static> = EnvoyNames {
@@ -178,26 +176,6 @@ mod tests {
         remaining: "RateLimit-Remaining",
         reset: "RateLimit-Reset",
     };
-
-    fn status(remaining: u32, reset: Duration) -> Status {
-        Status {
-            code: if remaining == 0 {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            },
-            current_limit: Some(CurrentLimit {
-                reported: Reported {
-                    requests_per_unit: 3,
-                    unit: Unit::Minute,
-                },
-                name: None,
-            }),
-            limit_remaining: remaining,
-            duration_until_reset: reset,
-            ..Status::default()
-        }
-    }
 
     /// The headers `emit` produces for `response`, as (name, value).
     fn emitted(h: &EnvoyHeaders, response: &Response) -> Vec<(String, String)> {

@@ -63,7 +63,7 @@ pub(crate) fn most_restrictive(statuses: &[Status]) -> Option<&Status> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use floodgate_policy::engine::CurrentLimit;
@@ -72,7 +72,8 @@ mod tests {
 
     use super::*;
 
-    fn status(remaining: u32, reset: Duration) -> Status {
+    /// An RLS status of a 3-per-minute limit: over it when nothing remains.
+    pub(in crate::contract) fn status(remaining: u32, reset: Duration) -> Status {
         Status {
             code: if remaining == 0 {
                 Code::OverLimit
