@@ -65,6 +65,16 @@ fn data(admin: u16) -> serde_json::Value {
     serde_json::from_str(&body).unwrap()
 }
 
+/// The per-user rule's denials so far, as the page's rule table shows
+/// them (-1 before it shows the rule).
+fn per_user_denials(page: &floodgate_testkit::browser::Page) -> i64 {
+    page.eval(
+        "Number([...document.querySelectorAll('#rates tbody tr')].find(tr => tr.children[1].textContent === 'per-user')?.children[6].textContent ?? -1)",
+    )
+    .as_i64()
+    .unwrap_or(-1)
+}
+
 /// A client's key carrying markup and script.
 const HOSTILE: &str = "<img src=x onerror=\"document.title='owned'\">";
 
@@ -84,9 +94,18 @@ fn the_dashboard_moves_with_the_traffic_in_a_browser() {
         "1"
     );
 
+    // The page first shows the rule having denied nothing, alice at her
+    // limit: the next render's rate counts her first denial from that zero.
+    assert_eq!(get(port, "alice"), 200);
+    assert_eq!(get(port, "alice"), 200);
+    let shown = wait_until(Duration::from_secs(10), || per_user_denials(&page) == 0);
+    assert!(shown, "the rule never appeared: {:?}", page.problems());
+    let mut updated = page.eval("document.getElementById('updated').textContent");
+    let mut denials = per_user_denials(&page);
+
     // Traffic for a while: a few users, one of them hostile, each over
-    // its limit before the rates are read (so that every sample of the
-    // page, however early, covers denials).
+    // its limit (alice at once, so that every render from now on covers
+    // denials).
     for user in ["alice", "bob", HOSTILE] {
         let over = wait_until(Duration::from_secs(10), || get(port, user) == 429);
         assert!(over, "{user} was never limited");
@@ -112,7 +131,12 @@ fn the_dashboard_moves_with_the_traffic_in_a_browser() {
     let mut rates = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline && rates.len() < 6 {
-        std::thread::sleep(Duration::from_millis(1100));
+        // Every render is read, the first one after the denials included.
+        let rendered = wait_until(Duration::from_secs(5), || {
+            page.eval("document.getElementById('updated').textContent") != updated
+        });
+        assert!(rendered, "the page stopped updating: {:?}", page.problems());
+        updated = page.eval("document.getElementById('updated').textContent");
         let total: f64 = page
             .eval("document.getElementById('total-rate').textContent")
             .as_str()
@@ -125,9 +149,12 @@ fn the_dashboard_moves_with_the_traffic_in_a_browser() {
             .unwrap()
             .parse()
             .unwrap();
-        if total > 0.0 {
+        // Every render whose interval holds denials shows them.
+        let denied_so_far = per_user_denials(&page);
+        if denied_so_far > denials {
             rates.push((total, denied));
         }
+        denials = denied_so_far;
     }
     stop.store(true, Ordering::Relaxed);
     let sent = sender.join().unwrap();
