@@ -27,6 +27,9 @@ pub struct Settings {
     /// incremented on every request, admitted or not
     /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`). Off by default:
     /// a denied request then only counts against the limits that denied it.
+    /// Either way it applies to the fixed windows of envoyproxy/ratelimit
+    /// files whose rules do not set `penalty` (see
+    /// [`Penalty::default_for`]).
     pub envoy_increment_all: bool,
 }
 
@@ -127,8 +130,10 @@ pub struct RateLimitSpec {
     pub unlimited: bool,
     /// The limits, checked atomically; empty when unlimited.
     pub limits: Vec<LimitSpec>,
-    /// Who pays for a denied request.
-    pub penalty: Penalty,
+    /// Who pays for a denied request, as the rule says (`penalty:`);
+    /// `None` when it does not: each limit's default then applies (see
+    /// [`Penalty::default_for`]).
+    pub penalty: Option<Penalty>,
     /// After a denial, deny the key outright for this long.
     pub block_for: Option<Duration>,
     /// What a shared store does with this rule's counters when it cannot
@@ -154,6 +159,27 @@ pub enum Penalty {
     /// (Kong and HAProxy's "denied requests still count"; envoyproxy/ratelimit
     /// by default).
     AllDenials,
+}
+
+impl Penalty {
+    /// What a denied request is charged by `limit` of a rule of a
+    /// `dialect` file that does not say. Nothing in a Floodgate file. In an
+    /// envoyproxy/ratelimit file, a fixed window counts as that service's
+    /// counters do ([`OwnDenials`](Penalty::OwnDenials), or
+    /// [`AllDenials`](Penalty::AllDenials) with
+    /// [`Settings::envoy_increment_all`]); any other algorithm charges
+    /// nothing, as its usual implementations do (governor, redis-cell,
+    /// nginx): a charged denial would keep a client calling steadily out
+    /// for as long as it calls.
+    pub fn default_for(dialect: Dialect, limit: &LimitSpec, settings: &Settings) -> Penalty {
+        match (dialect, limit) {
+            (Dialect::Envoy, LimitSpec::FixedWindow { .. }) if settings.envoy_increment_all => {
+                Penalty::AllDenials
+            }
+            (Dialect::Envoy, LimitSpec::FixedWindow { .. }) => Penalty::OwnDenials,
+            _ => Penalty::None,
+        }
+    }
 }
 
 /// The limit as an Envoy `RateLimit` message reports it.

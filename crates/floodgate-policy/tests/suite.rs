@@ -8,6 +8,7 @@ mod config_files;
 mod direct_plan;
 mod docs_examples;
 mod envoy_fidelity;
+mod envoy_penalty;
 mod envoy_semantics;
 mod floodgate_features;
 mod hot_reload;

@@ -238,10 +238,6 @@ impl Ctx<'_> {
         path: &str,
         path_hash: &StableHasher,
     ) -> Option<RuleId> {
-        let penalty = match (self.dialect, rl.penalty) {
-            (Dialect::Envoy, _) if self.settings.envoy_increment_all => Penalty::AllDenials,
-            (_, p) => p,
-        };
         let mut fingerprint = path_hash.clone();
         fingerprint.field(self.domain.as_bytes());
         let action = if rl.unlimited {
@@ -252,7 +248,7 @@ impl Ctx<'_> {
                 reported: rl.reported,
             }
         } else {
-            Action::Limit(self.limits(rl, penalty, &mut fingerprint)?)
+            Action::Limit(self.limits(rl, &mut fingerprint)?)
         };
         let fingerprint = fingerprint.finish();
         let mut action = action;
@@ -281,17 +277,20 @@ impl Ctx<'_> {
         Some(id)
     }
 
-    /// The limits of `rl` under `penalty`, each added to the rule's
+    /// The limits of `rl`, each charged for denials as the rule says (else
+    /// as [`Penalty::default_for`] it) and added to the rule's
     /// `fingerprint`; `None` (the errors recorded) when none could be
     /// built.
     fn limits(
         &mut self,
         rl: &crate::spec::RateLimitSpec,
-        penalty: Penalty,
         fingerprint: &mut StableHasher,
     ) -> Option<Box<[RuleLimit]>> {
         let mut limits = Vec::with_capacity(rl.limits.len());
         for spec in &rl.limits {
+            let penalty = rl
+                .penalty
+                .unwrap_or_else(|| Penalty::default_for(self.dialect, spec, self.settings));
             fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
             match rule::build_limit(spec, penalty, rl.block_for) {
                 Ok(Some(limit)) => limits.push(RuleLimit {

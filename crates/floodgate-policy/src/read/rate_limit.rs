@@ -1,6 +1,6 @@
 //! Reading a rule's `rate_limit:`, in both dialects: envoyproxy/ratelimit's
-//! `unit` and `requests_per_unit` (with Floodgate's limit definitions as an
-//! extension), and Floodgate's limits with their penalty, block and failure
+//! `unit` and `requests_per_unit` (with Floodgate's limit definitions and
+//! their `penalty` as an extension), and Floodgate's limits with their penalty, block and failure
 //! policy.
 
 use crate::error::{ConfigError, Errors};
@@ -15,8 +15,9 @@ use super::limits::read_limits;
 /// Keys Floodgate reads inside the `rate_limit:` of an envoyproxy/ratelimit
 /// file besides that service's own: Floodgate's limit definitions (any
 /// algorithm, any period, several limits), so a rule can choose its
-/// algorithm without converting the file. Any other key is refused there
-/// as that service refuses it.
+/// algorithm without converting the file. A rule with any of them may also
+/// say `penalty`; any other key is refused there as that service refuses
+/// it.
 pub(crate) const ENVOY_RATE_LIMIT_EXTENSIONS: &[&str] = &[
     "algorithm",
     "requests",
@@ -77,10 +78,7 @@ pub(super) fn read_rate_limit(
         replaces,
         unlimited,
         limits: Vec::new(),
-        penalty: match dialect {
-            Dialect::Envoy => Penalty::OwnDenials,
-            Dialect::Floodgate => Penalty::None,
-        },
+        penalty: None,
         block_for: None,
         on_failure: None,
         sync: None,
@@ -195,9 +193,9 @@ fn read_replaces(
     replaces
 }
 
-/// Floodgate's limit definitions in an envoyproxy/ratelimit file: a unit
-/// that is given must be one, even beside a `per`. `None` when they define
-/// no limit.
+/// Floodgate's limit definitions in an envoyproxy/ratelimit file, with
+/// their `penalty`: a unit that is given must be one, even beside a `per`.
+/// `None` when they define no limit.
 fn read_extended(
     n: Node<'_>,
     map: &Map<'_>,
@@ -213,6 +211,7 @@ fn read_extended(
         spec.limits = limits;
         spec.reported = reported;
     }
+    spec.penalty = read_penalty(map, &spec.limits, errors);
     check_keys_with(
         map,
         Dialect::Envoy,
@@ -257,23 +256,10 @@ fn read_floodgate_limits(
     let (limits, reported) = read_limits(map, unit.unit, errors)?;
     spec.limits = limits;
     spec.reported = reported;
-    // Neither applies to units in flight: a denied request holds
-    // nothing to count, and a block would lose the held count.
-    let in_flight = !spec.limits.is_empty()
-        && spec
-            .limits
-            .iter()
-            .all(|l| matches!(l, LimitSpec::Concurrency { .. }));
-    if let Some(p) = map.get("penalty") {
-        if errors.take(p.bool()) == Some(true) {
-            if in_flight {
-                errors.push(p.error("penalty does not apply to a concurrency limit (a denied request holds nothing to count)"));
-            }
-            spec.penalty = Penalty::AllDenials;
-        }
-    }
+    spec.penalty = read_penalty(map, &spec.limits, errors);
     if let Some(b) = map.get("block_for") {
-        if in_flight {
+        // A block would lose the count of units in flight.
+        if in_flight(&spec.limits) {
             errors.push(b.error("block_for does not apply to a concurrency limit (permits are given back by releases, not by time)"));
         }
         spec.block_for = errors.take(b.duration(false));
@@ -282,6 +268,31 @@ fn read_floodgate_limits(
         spec.on_failure = read_on_failure(f, errors);
     }
     Some(())
+}
+
+/// `penalty`, the same in both dialects: `true` charges every denied
+/// request to the rule's limits, whichever limit or rule denied it; `false`
+/// charges none. `None` when not given (each limit's default applies).
+fn read_penalty(map: &Map<'_>, limits: &[LimitSpec], errors: &mut Errors) -> Option<Penalty> {
+    let p = map.get("penalty")?;
+    let penalty = errors.take(p.bool())?;
+    if penalty && in_flight(limits) {
+        errors.push(p.error("penalty does not apply to a concurrency limit (a denied request holds nothing to count)"));
+    }
+    Some(if penalty {
+        Penalty::AllDenials
+    } else {
+        Penalty::None
+    })
+}
+
+/// Whether `limits` only count units in flight, to which neither a penalty
+/// nor a block applies: a denied request holds nothing to count.
+fn in_flight(limits: &[LimitSpec]) -> bool {
+    !limits.is_empty()
+        && limits
+            .iter()
+            .all(|l| matches!(l, LimitSpec::Concurrency { .. }))
 }
 
 /// `on_failure`: `fail_open`, `fail_closed` or `local`.
