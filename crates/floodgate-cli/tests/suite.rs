@@ -21,6 +21,7 @@ mod replay;
 mod serve_and_gateway;
 mod serve_apis_agree;
 mod serve_env;
+mod serve_envoy_penalty;
 mod serve_envoy_reference;
 mod serve_grpc;
 mod serve_grpc_checks;
