@@ -1,7 +1,7 @@
 //! Reading a rule's `rate_limit:`, in both dialects: envoyproxy/ratelimit's
 //! `unit` and `requests_per_unit` (with Floodgate's limit definitions and
-//! their `penalty` as an extension), and Floodgate's limits with their penalty, block and failure
-//! policy.
+//! their `penalty` as an extension), and Floodgate's limits with their
+//! penalty, block and failure policy.
 
 use crate::error::{ConfigError, Errors};
 use crate::failure::OnFailure;
