@@ -5,8 +5,10 @@
 //! per rule (the narrowest is reported, and each in `limits`).
 //!
 //! 200 when the request may proceed, 429 when it is over the limit (with
-//! `Retry-After` when known); errors as `{"error": {...}}` with the status
-//! of their [`ErrorCode`](floodgate_policy::ErrorCode).
+//! `Retry-After` when known), and the rate limit headers when enabled,
+//! rendered as the gateway renders them (each limit in its own window,
+//! shadow-mode rules never shown); errors as `{"error": {...}}` with the
+//! status of their [`ErrorCode`](floodgate_policy::ErrorCode).
 
 use std::cell::RefCell;
 use std::sync::{Arc, LazyLock};
