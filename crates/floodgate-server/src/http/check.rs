@@ -271,6 +271,11 @@ fn rate_limit_headers(
     policy: &PolicySet,
     h: &mut HeaderMap,
 ) {
+    if response.generation() != 0 && policy.generation() != response.generation() {
+        // Reloaded since: the rules it was decided by are gone (the body
+        // leaves their details out too).
+        return;
+    }
     REPORT.with_borrow_mut(|(report, buf)| {
         report.fill(response, policy, &CONTRACT);
         svc.headers.emit_report(report, buf, |name, value| {
