@@ -136,6 +136,21 @@ struct Floodgate {
 }
 
 impl Floodgate {
+    /// The engine deciding by `policy` on the in-memory store at `clock`'s
+    /// time, its headers as `headers` configures them.
+    fn new(policy: PolicySet, headers: &HeaderSettings, clock: Arc<ManualClock>) -> Self {
+        let store = MemoryBackend::new(StoreConfig {
+            capacity: 4096,
+            shards: 4,
+            ..StoreConfig::default()
+        });
+        Floodgate {
+            engine: Engine::with_clock(policy, store.unwrap(), clock),
+            headers: envoy_headers(headers).unwrap(),
+            response: Response::default(),
+        }
+    }
+
     fn answer(&mut self, request: &RateLimitRequest) -> Answer {
         let bytes = request.encode_to_vec();
         let wire = match WireRequest::decode(&bytes) {
@@ -231,20 +246,7 @@ fn run_case(seed: u64, steps: usize, stop: bool) -> Result<(), String> {
     // anywhere within that second for Floodgate.
     let mut now: i64 = 1_700_000_000 + rng.below(86_400 * 30) as i64;
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(now as u64)));
-    let mut floodgate = Floodgate {
-        engine: Engine::with_clock(
-            policy,
-            MemoryBackend::new(StoreConfig {
-                capacity: 4096,
-                shards: 4,
-                ..StoreConfig::default()
-            })
-            .unwrap(),
-            clock.clone(),
-        ),
-        headers: envoy_headers(&header_settings).unwrap(),
-        response: Response::default(),
-    };
+    let mut floodgate = Floodgate::new(policy, &header_settings, clock.clone());
     let mut service = Service::new(config, settings);
     let mut requests = Requests::default();
     let mut sent: Vec<(i64, Duration, Request)> = Vec::with_capacity(steps);
@@ -340,4 +342,72 @@ fn floodgate_answers_as_envoyproxy_ratelimit_in_reference_mode() {
 #[test]
 fn floodgates_default_answers_as_envoyproxy_ratelimit_stopping_increments() {
     run(400, true);
+}
+
+/// A shadow-mode rule over its limit, beside an enforced one with room
+/// left: envoyproxy/ratelimit describes the descriptor with the least
+/// remaining in its headers, shadow or not (`shouldRateLimitWorker`), and
+/// so does Floodgate over RLS — the request passes, and the headers say
+/// the dark-launched rule's 0.
+#[test]
+fn rls_headers_describe_shadow_rules_as_envoyproxy_ratelimit_does() {
+    use floodgate_testkit::envoy_reference::{Descriptor, Node, RateLimit};
+    let node = |key: &str, requests: u32, shadow_mode: bool| Node {
+        key: key.into(),
+        shadow_mode,
+        rate_limit: Some(RateLimit {
+            requests_per_unit: Some(requests),
+            unit: Some("minute".into()),
+            name: key.into(),
+            ..RateLimit::default()
+        }),
+        ..Node::default()
+    };
+    let files = vec![File {
+        domain: "d".into(),
+        descriptors: vec![node("user", 10, false), node("dark", 1, true)],
+    }];
+    let names = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset");
+    let settings = Settings {
+        headers: Some((names.0.into(), names.1.into(), names.2.into())),
+        ..Settings::default()
+    };
+    let header_settings = HeaderSettings {
+        enabled: true,
+        limit: names.0.into(),
+        remaining: names.1.into(),
+        reset: names.2.into(),
+        x_ratelimit: false,
+    };
+    let now: i64 = 1_700_000_000;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(now as u64)));
+    let policy = floodgate_policy(&files, true).unwrap();
+    let mut floodgate = Floodgate::new(policy, &header_settings, clock);
+    let mut service = Service::new(Config::load(&files, false).unwrap(), settings);
+    let descriptor = |key: &str| Descriptor {
+        entries: vec![(key.into(), "alice".into())],
+        ..Descriptor::default()
+    };
+    let request = Request {
+        domain: "d".into(),
+        descriptors: vec![descriptor("user"), descriptor("dark")],
+        hits_addend: 0,
+    };
+    for step in 0..3 {
+        let expected = reference_answer(service.should_rate_limit(&request, now));
+        let actual = floodgate.answer(&proto_request(&request));
+        assert_eq!(expected, actual, "step {step}");
+        let Answer::Response(r) = actual else {
+            panic!("step {step}: refused: {actual:?}")
+        };
+        assert_eq!(r.overall_code, 1, "step {step}: OK");
+        let headers: Vec<(&str, &str)> = (r.response_headers_to_add.iter())
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            headers[..2],
+            [(names.0, "1"), (names.1, "0")],
+            "step {step}: the shadow rule's"
+        );
+    }
 }

@@ -2,15 +2,20 @@
 //! envoyproxy/ratelimit's `RateLimit-Limit/-Remaining/-Reset` (names
 //! configurable) and Envoy's `DRAFT_VERSION_03` `X-RateLimit-*`, rendered
 //! from an engine [`Response`]'s statuses (gRPC `response_headers_to_add`,
-//! HTTP response headers) for the status [`most_restrictive`] picks.
+//! HTTP response headers) for the status [`most_restrictive`] picks — or,
+//! where Floodgate chooses what to say (its own `/v1/check`), from a
+//! contract [`Report`]: each limit in its own window, shadow-mode rules left
+//! out, no reset for a limit that frees on release.
 
 use std::fmt::Write;
+use std::time::Duration;
 
 use floodgate_policy::{Response, Status};
 use http::HeaderName;
 
-use super::headers::draft03_value;
+use super::headers::{delta, draft03_limit, draft03_value};
 use super::primary::most_restrictive;
+use super::report::Report;
 
 /// A header name that is not one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -138,6 +143,40 @@ impl EnvoyHeaders {
     }
 }
 
+impl EnvoyHeaders {
+    /// Calls `emit` for each header of `report` (nothing when it has no
+    /// position), as the contract's single-valued forms render it: the
+    /// position [`Report::primary`] picks, its policy's quota in its own
+    /// window (a limit of 3 per 10 s is `3`, draft-03's `3, 3;w=10`), and
+    /// no reset header for a position without a time (a concurrency limit,
+    /// whose units come back on release). `buf` is scratch space.
+    pub fn emit_report<'s>(
+        &'s self,
+        report: &Report,
+        buf: &mut String,
+        mut emit: impl FnMut(&'s EnvoyHeader, &str),
+    ) {
+        let Some(line) = report.primary() else {
+            return;
+        };
+        let quota = report.policies().get(line.policy).map_or(0, |p| p.quota);
+        for (header, value) in &self.headers {
+            buf.clear();
+            let _ = match value {
+                Value::Limit => write!(buf, "{quota}"),
+                Value::Remaining => write!(buf, "{}", line.remaining),
+                Value::Reset if !line.timed => continue,
+                Value::Reset => write!(buf, "{}", delta(line, Duration::ZERO)),
+                Value::Draft03Limit => {
+                    draft03_limit(report, quota, buf);
+                    Ok(())
+                }
+            };
+            emit(header, buf);
+        }
+    }
+}
+
 /// Every limited descriptor's policy, as draft-03 lists them: (quota,
 /// window in seconds, name).
 fn policies(response: &Response) -> impl Iterator<Item = (u64, u64, &str)> {
@@ -242,6 +281,65 @@ mod tests {
         assert_eq!(reset_of(status(0, Duration::ZERO)), ["1", "1"]);
         // With some left, a limit that resets now says so.
         assert_eq!(reset_of(status(2, Duration::ZERO)), ["0", "0"]);
+    }
+
+    /// The headers `emit_report` produces for `report`, as (name, value).
+    fn from_report(report: &Report) -> Vec<(String, String)> {
+        let h = EnvoyHeaders::new(NAMES, true, true).unwrap();
+        let mut out = Vec::new();
+        h.emit_report(report, &mut String::new(), |name, v| {
+            out.push((name.text.to_string(), v.to_owned()));
+        });
+        out
+    }
+
+    /// Where Floodgate chooses the form, a limit is stated in its own
+    /// window (3 per 10 s, not 18 per minute), and a position without a
+    /// time (a concurrency limit) has no reset.
+    #[test]
+    fn a_report_is_rendered_in_its_own_windows() {
+        use floodgate::{Decision, Outcome};
+
+        use crate::contract::QuotaUnit;
+        let decision = |outcome, remaining, retry_after| Decision {
+            outcome,
+            limit: 3,
+            remaining,
+            reset_after: Duration::from_millis(7_200),
+            retry_after,
+        };
+        let mut report = Report::new();
+        let p = report.add_policy("per-user", 3, Some(10), QuotaUnit::Requests);
+        report.add_current(p, &decision(Outcome::Allowed, 2, None));
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        };
+        assert_eq!(
+            from_report(&report),
+            pairs(&[
+                ("RateLimit-Limit", "3"),
+                ("RateLimit-Remaining", "2"),
+                ("RateLimit-Reset", "8"),
+                ("X-RateLimit-Limit", r#"3, 3;w=10;name="per-user""#),
+                ("X-RateLimit-Remaining", "2"),
+                ("X-RateLimit-Reset", "8"),
+            ])
+        );
+        report.clear();
+        let p = report.add_policy("jobs", 1, None, QuotaUnit::ConcurrentRequests);
+        report.add_current(p, &decision(Outcome::Denied, 0, None));
+        assert_eq!(
+            from_report(&report),
+            pairs(&[
+                ("RateLimit-Limit", "1"),
+                ("RateLimit-Remaining", "0"),
+                ("X-RateLimit-Limit", "1"),
+                ("X-RateLimit-Remaining", "0"),
+            ])
+        );
+        // Nothing to describe, nothing sent.
+        report.clear();
+        assert!(from_report(&report).is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::report::{CurrentLine, QuotaUnit, Report, Verdict};
 use super::sf::{ceil_secs, clamp, push_int, push_string};
 
 /// Seconds until `line` resets, `elapsed` after the decision, rounded up.
-fn delta(line: &CurrentLine, elapsed: Duration) -> u64 {
+pub(super) fn delta(line: &CurrentLine, elapsed: Duration) -> u64 {
     clamp(ceil_secs(line.reset.saturating_sub(elapsed)))
 }
 

@@ -7,9 +7,17 @@
 //!   seconds like GitHub), or the draft-03 form Envoy emits.
 //! * **The Envoy form**, for a decision service answering Envoy
 //!   ([`EnvoyHeaders`]): envoyproxy/ratelimit's `RateLimit-Limit/-Remaining/-Reset`
-//!   and Envoy's draft-03 `X-RateLimit-*`, from an engine response's
-//!   statuses. Single-valued headers describe one position, picked by one
-//!   picker (see [`Report::primary`]).
+//!   and Envoy's draft-03 `X-RateLimit-*`, over RLS from an engine
+//!   response's statuses exactly as envoyproxy/ratelimit renders them (in
+//!   the protocol's units, shadow-mode descriptors included), and where
+//!   Floodgate chooses (its own API) from a [`Report`]. Single-valued
+//!   headers describe one position, picked by one picker (see
+//!   [`Report::primary`]).
+//! * **Windows**: every form states a limit in its own window (3 per 10 s
+//!   is `q=3;w=10`, draft-03's `3, 3;w=10`), except over RLS, where the
+//!   protocol's `current_limit` counts per unit and the headers say what it
+//!   says. A concurrency limit has no reset (its units come back on
+//!   release); a request that can never pass gets no wait.
 //! * **Rejections**: 429 (or a rule's status, e.g. 503), `Retry-After` in
 //!   delay-seconds rounded up from the exact wait, `Cache-Control:
 //!   no-store`, and an RFC 9457 problem (`application/problem+json`) or a

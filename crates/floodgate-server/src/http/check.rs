@@ -5,10 +5,13 @@
 //! per rule (the narrowest is reported, and each in `limits`).
 //!
 //! 200 when the request may proceed, 429 when it is over the limit (with
-//! `Retry-After` when known); errors as `{"error": {...}}` with the status
-//! of their [`ErrorCode`](floodgate_policy::ErrorCode).
+//! `Retry-After` when known), and the rate limit headers when enabled,
+//! rendered as the gateway renders them (each limit in its own window,
+//! shadow-mode rules never shown); errors as `{"error": {...}}` with the
+//! status of their [`ErrorCode`](floodgate_policy::ErrorCode).
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::Json;
@@ -18,6 +21,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floodgate::{Apply, Decision, Outcome};
+use floodgate_http::contract::{Contract, Report};
 use floodgate_policy::engine::{CurrentLimit, Reason};
 use floodgate_policy::spec::Reported;
 use floodgate_policy::{Code, PolicySet, Status};
@@ -214,15 +218,16 @@ pub(super) async fn handle(
             .map(|(i, s)| status(&response, i, s, &policy, &held))
             .collect(),
     };
-    Ok(respond(&svc, &response, body, retry_after))
+    Ok(respond(&svc, &response, &policy, body, retry_after))
 }
 
 /// The HTTP answer carrying `body`: 429 when over the limit, with
 /// `Retry-After` (`retry_after`, when known) and the rate limit headers of
-/// `response`.
+/// `response` decided under `policy`.
 fn respond(
     svc: &DecisionService,
     response: &floodgate_policy::Response,
+    policy: &PolicySet,
     body: CheckResponse<'_>,
     retry_after: Option<std::time::Duration>,
 ) -> Response {
@@ -243,11 +248,40 @@ fn respond(
             ),
         );
     }
-    let mut buf = String::new();
-    svc.headers.emit(response, &mut buf, |name, value| {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name.http.clone(), v);
-        }
-    });
+    rate_limit_headers(svc, response, policy, h);
     out
+}
+
+/// The contract every `/v1/check` answer is rendered under: no rule hidden
+/// or renamed (the body names every rule anyway).
+static CONTRACT: LazyLock<Contract> = LazyLock::new(Contract::default);
+
+thread_local! {
+    /// The report of the answer being written, reused from one to the next.
+    static REPORT: RefCell<(Report, String)> = RefCell::default();
+}
+
+/// Adds the rate limit headers of `response` to `h`: Floodgate chooses
+/// their form here, so they are rendered from the contract's report (each
+/// limit in its own window, shadow-mode rules left out), as the gateway
+/// renders them — not in the RLS protocol's units.
+fn rate_limit_headers(
+    svc: &DecisionService,
+    response: &floodgate_policy::Response,
+    policy: &PolicySet,
+    h: &mut HeaderMap,
+) {
+    if response.generation() != 0 && policy.generation() != response.generation() {
+        // Reloaded since: the rules it was decided by are gone (the body
+        // leaves their details out too).
+        return;
+    }
+    REPORT.with_borrow_mut(|(report, buf)| {
+        report.fill(response, policy, &CONTRACT);
+        svc.headers.emit_report(report, buf, |name, value| {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                h.insert(name.http.clone(), v);
+            }
+        });
+    });
 }
