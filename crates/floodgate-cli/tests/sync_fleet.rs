@@ -282,10 +282,12 @@ fn ports(fleet: &[Floodgate]) -> Vec<u16> {
 /// The hot key and 10 000 keys at once, over two windows or so.
 async fn hot_and_many(what: &str, fleet: &[Floodgate], bounds: &Bounds, tag: u32) {
     let answers = drive(&ports(fleet), Duration::from_millis(1300), Load::Mixed(tag)).await;
-    // Leases give the limit out, not a fraction of it.
+    // Leases give the limit out, not a fraction of it (a quarter each for
+    // four instances). More than half, not all of it: on a busy machine an
+    // instance starved of CPU holds a lease it cannot use until it ends.
     if let Some(best) = check(what, &answers, bounds) {
         assert!(
-            best >= HOT * 3 / 4,
+            best > HOT / 2,
             "{what}: at most {best} of {HOT} admitted in a busy window"
         );
     }
@@ -425,7 +427,7 @@ async fn on_one_server(lease: bool) {
         &bounds,
     ) {
         assert!(
-            best >= LOWER * 3 / 4,
+            best > LOWER / 2,
             "{mode}: at most {best} of {LOWER} admitted in a busy window"
         );
     }
