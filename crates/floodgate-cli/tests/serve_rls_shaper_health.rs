@@ -7,10 +7,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use floodgate_testkit::grpc::grpc_frame;
+use floodgate_server::proto::rls::RateLimitResponse;
+use floodgate_testkit::grpc::{grpc_frame, rls_request};
 use floodgate_testkit::{Floodgate, Redis, h2_connect, http_request};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
+use prost::Message;
+use serde_json::Value;
 use tokio::sync::mpsc;
+
+use crate::serve_support::rls::user_frame;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -50,7 +56,11 @@ async fn watch_health(port: u16) -> mpsc::UnboundedReceiver<(u8, Instant)> {
                 if buf.len() < 5 + len {
                     break;
                 }
-                let status = if len >= 2 && buf[5] == 0x08 { buf[6] } else { 0 };
+                let status = if len >= 2 && buf[5] == 0x08 {
+                    buf[6]
+                } else {
+                    0
+                };
                 buf.advance(5 + len);
                 let _ = tx.send((status, Instant::now()));
             }
@@ -125,4 +135,122 @@ async fn grpc_health_follows_the_store_as_it_changes() {
             s.log()
         );
     }
+}
+
+/// A shaper of 30 r/m (one every 2 s), a burst of 5.
+const SHAPER: &str = "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {algorithm: shaper, rate: 30r/m, burst: 5}\n";
+
+const OK: i32 = 1;
+const OVER_LIMIT: i32 = 2;
+
+/// One `ShouldRateLimit` call for `user`.
+async fn rls(send: &mut SendRequest<Full<Bytes>>, port: u16, user: &str) -> RateLimitResponse {
+    let req = rls_request(port, Full::new(user_frame("d", user)));
+    let resp = send.send_request(req).await.unwrap();
+    let data = resp.into_body().collect().await.unwrap().to_bytes();
+    RateLimitResponse::decode(&data[5..]).unwrap()
+}
+
+/// One `/json` call for `user`: the status and the body.
+fn json(s: &Floodgate, user: &str) -> (u16, Value) {
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
+    );
+    let (status, text) = http_request(s.http, "POST", "/json", None, body.as_bytes()).unwrap();
+    (status, serde_json::from_str(&text).unwrap())
+}
+
+/// The delay an RLS answer carries (`dynamic_metadata.delay_ms`).
+fn carried(r: &RateLimitResponse) -> Option<f64> {
+    let field = r.dynamic_metadata.as_ref()?.fields.get("delay_ms")?;
+    match field.kind {
+        Some(prost_types::value::Kind::NumberValue(ms)) => Some(ms),
+        _ => None,
+    }
+}
+
+/// By default a call the shaper would delay is refused, over gRPC and
+/// `/json` alike: `OVER_LIMIT` with the delay as its reset (2 s), charged
+/// nothing — however many are refused, a call sent once the delay is over
+/// passes, without a delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shapers_delay_is_refused_over_rls_and_charges_nothing() {
+    let s = Floodgate::start(bin(), SHAPER, &[], &[]);
+    let mut send = h2_connect(s.grpc).await;
+    let first = Instant::now();
+    assert_eq!(rls(&mut send, s.grpc, "g").await.overall_code, OK);
+    assert_eq!(json(&s, "j").0, 200);
+    for _ in 0..8 {
+        let r = rls(&mut send, s.grpc, "g").await;
+        assert_eq!(r.overall_code, OVER_LIMIT, "{r:?}");
+        let status = &r.statuses[0];
+        assert_eq!((status.code, status.limit_remaining), (OVER_LIMIT, 0));
+        assert_eq!(status.duration_until_reset.unwrap().seconds, 2, "{r:?}");
+        assert_eq!(carried(&r), None);
+        let (code, body) = json(&s, "j");
+        assert_eq!(code, 429, "{body}");
+        assert_eq!(body["statuses"][0]["durationUntilReset"], "2s", "{body}");
+        assert!(body.get("dynamicMetadata").is_none(), "{body}");
+    }
+    // The refused calls took nothing: once the 2 s are over, a call
+    // passes at once (charged, each refused one would have added 2 s).
+    let mut grpc_passed = None;
+    let mut json_passed = None;
+    while grpc_passed.is_none() || json_passed.is_none() {
+        assert!(
+            first.elapsed() < Duration::from_secs(6),
+            "still refused; log:\n{}",
+            s.log()
+        );
+        if grpc_passed.is_none() {
+            let r = rls(&mut send, s.grpc, "g").await;
+            if r.overall_code == OK {
+                assert_eq!(carried(&r), None, "{r:?}");
+                grpc_passed = Some(first.elapsed());
+            }
+        }
+        if json_passed.is_none() && json(&s, "j").0 == 200 {
+            json_passed = Some(first.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for passed in [grpc_passed, json_passed] {
+        assert!(
+            passed.unwrap() >= Duration::from_millis(1_900),
+            "{passed:?}"
+        );
+    }
+}
+
+/// With `server.rls_delayed: ok`, a call the shaper delays is admitted at
+/// once and charged (as `nodelay` would), its delay carried in
+/// `dynamic_metadata`: 2 s more for each call of the burst, and the burst
+/// spent, the next call is over the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_rls_delayed_ok_a_delay_is_admitted_charged_and_carried() {
+    let s = Floodgate::start(bin(), SHAPER, &["--rls-delayed", "ok"], &[]);
+    let mut send = h2_connect(s.grpc).await;
+    let r = rls(&mut send, s.grpc, "g").await;
+    assert_eq!((r.overall_code, carried(&r)), (OK, None));
+    let (code, body) = json(&s, "j");
+    assert_eq!(code, 200);
+    assert!(body.get("dynamicMetadata").is_none(), "{body}");
+    for k in 1..=5 {
+        // 2 s per call ahead of the rate, less what drained since.
+        let expected = 2_000.0 * f64::from(k);
+        let r = rls(&mut send, s.grpc, "g").await;
+        assert_eq!(r.overall_code, OK, "{r:?}");
+        let delay = carried(&r).expect("a delay carried");
+        assert!(
+            delay <= expected && delay > expected - 500.0,
+            "{delay} for call {k}"
+        );
+        let (code, body) = json(&s, "j");
+        assert_eq!(code, 200, "{body}");
+        let delay = body["dynamicMetadata"]["delay_ms"].as_f64().unwrap();
+        assert!(delay <= expected && delay > expected - 500.0, "{body}");
+    }
+    let r = rls(&mut send, s.grpc, "g").await;
+    assert_eq!((r.overall_code, carried(&r)), (OVER_LIMIT, None), "{r:?}");
+    assert_eq!(json(&s, "j").0, 429);
 }

@@ -241,7 +241,12 @@ mod tests {
             cool_down: Duration::ZERO,
         });
         let mut w = b.watch();
-        let mut told = || w.has_changed().unwrap() && { w.mark_unchanged(); true };
+        let mut told = || {
+            w.has_changed().unwrap() && {
+                w.mark_unchanged();
+                true
+            }
+        };
         b.success();
         assert!(!told(), "no change, nothing told");
         b.failure(&stats);

@@ -107,6 +107,6 @@ async fn store_changed(store: &mut Option<watch::Receiver<()>>) {
         return std::future::pending().await;
     };
     if rx.changed().await.is_err() {
-        std::future::pending().await
+        std::future::pending::<()>().await;
     }
 }
