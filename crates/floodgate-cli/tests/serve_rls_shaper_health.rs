@@ -172,10 +172,19 @@ fn carried(r: &RateLimitResponse) -> Option<f64> {
 /// By default a call the shaper would delay is refused, over gRPC and
 /// `/json` alike: `OVER_LIMIT` with the delay as its reset (2 s), charged
 /// nothing — however many are refused, a call sent once the delay is over
-/// passes, without a delay.
+/// passes, without a delay. In memory and on Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shapers_delay_is_refused_over_rls_and_charges_nothing() {
-    let s = Floodgate::start(bin(), SHAPER, &[], &[]);
+    refused_and_uncharged(SHAPER).await;
+    let redis = Redis::start();
+    let store = format!("store:\n  backend: redis\n  url: {}\n", redis.addr());
+    refused_and_uncharged(&(store + SHAPER)).await;
+}
+
+/// [`a_shapers_delay_is_refused_over_rls_and_charges_nothing`] on the
+/// service `config` starts.
+async fn refused_and_uncharged(config: &str) {
+    let s = Floodgate::start(bin(), config, &[], &[]);
     let mut send = h2_connect(s.grpc).await;
     let first = Instant::now();
     assert_eq!(rls(&mut send, s.grpc, "g").await.overall_code, OK);
