@@ -189,7 +189,7 @@ async fn refused_and_uncharged(config: &str) {
     let first = Instant::now();
     assert_eq!(rls(&mut send, s.grpc, "g").await.overall_code, OK);
     assert_eq!(json(&s, "j").0, 200);
-    for _ in 0..8 {
+    for _ in 0..5 {
         let r = rls(&mut send, s.grpc, "g").await;
         assert_eq!(r.overall_code, OVER_LIMIT, "{r:?}");
         let status = &r.statuses[0];
@@ -245,19 +245,20 @@ async fn with_rls_delayed_ok_a_delay_is_admitted_charged_and_carried() {
     assert_eq!(code, 200);
     assert!(body.get("dynamicMetadata").is_none(), "{body}");
     for k in 1..=5 {
-        // 2 s per call ahead of the rate, less what drained since.
+        // 2 s per call ahead of the rate, less what drained since (1 ms
+        // of delay per ms: up to 1.5 s on a slow machine).
         let expected = 2_000.0 * f64::from(k);
         let r = rls(&mut send, s.grpc, "g").await;
         assert_eq!(r.overall_code, OK, "{r:?}");
         let delay = carried(&r).expect("a delay carried");
         assert!(
-            delay <= expected && delay > expected - 500.0,
+            delay <= expected && delay > expected - 1_500.0,
             "{delay} for call {k}"
         );
         let (code, body) = json(&s, "j");
         assert_eq!(code, 200, "{body}");
         let delay = body["dynamicMetadata"]["delay_ms"].as_f64().unwrap();
-        assert!(delay <= expected && delay > expected - 500.0, "{body}");
+        assert!(delay <= expected && delay > expected - 1_500.0, "{body}");
     }
     let r = rls(&mut send, s.grpc, "g").await;
     assert_eq!((r.overall_code, carried(&r)), (OVER_LIMIT, None), "{r:?}");
