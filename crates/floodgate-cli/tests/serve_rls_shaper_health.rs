@@ -99,7 +99,7 @@ fn when_ready_is(s: &Floodgate, status: u16, mut meanwhile: impl FnMut()) -> Ins
 
 /// A Redis outage with `fail_closed` turns readiness off, and gRPC health
 /// with it, at once; so does its end turn them on. The lag of the health
-/// stream behind `/ready` is measured both ways.
+/// stream behind `/ready` is measured both ways, over three outages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_health_follows_the_store_as_it_changes() {
     let redis = Redis::start();
@@ -109,28 +109,32 @@ async fn grpc_health_follows_the_store_as_it_changes() {
     let mut watch = watch_health(s.grpc).await;
     assert_eq!(next(&mut watch, &s).await.0, SERVING);
 
-    redis.pause();
     let json = br#"{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}"#;
-    // Calls fail until the breaker opens: readiness is off from then on.
-    let off = when_ready_is(&s, 503, || {
-        http_request(s.http, "POST", "/json", None, json);
-    });
-    let (status, seen) = next(&mut watch, &s).await;
-    assert_eq!(status, NOT_SERVING, "{}", s.log());
-    let off_lag = seen.saturating_duration_since(off);
+    let mut lags = Vec::new();
+    // Three outages: health lagging by chance would not pass them all.
+    for _ in 0..3 {
+        redis.pause();
+        // Calls fail until the breaker opens: readiness is off from then on.
+        let off = when_ready_is(&s, 503, || {
+            http_request(s.http, "POST", "/json", None, json);
+        });
+        let (status, seen) = next(&mut watch, &s).await;
+        assert_eq!(status, NOT_SERVING, "{}", s.log());
+        lags.push(seen.saturating_duration_since(off));
 
-    // Redis back: the store's probe closes the breaker.
-    redis.resume();
-    let on = when_ready_is(&s, 200, || {});
-    let (status, seen) = next(&mut watch, &s).await;
-    assert_eq!(status, SERVING, "{}", s.log());
-    let on_lag = seen.saturating_duration_since(on);
-
-    eprintln!("gRPC health behind /ready: {off_lag:?} (outage), {on_lag:?} (recovery)");
-    // Polling every 500 ms, health lagged by up to that much each way.
-    for lag in [off_lag, on_lag] {
+        // Redis back: the store's probe closes the breaker.
+        redis.resume();
+        let on = when_ready_is(&s, 200, || {});
+        let (status, seen) = next(&mut watch, &s).await;
+        assert_eq!(status, SERVING, "{}", s.log());
+        lags.push(seen.saturating_duration_since(on));
+    }
+    eprintln!("gRPC health behind /ready (outage, recovery, ...): {lags:?}");
+    // Polling every 500 ms, health lagged by up to that much each way;
+    // it now follows within a loaded machine's scheduling delays.
+    for lag in lags {
         assert!(
-            lag < Duration::from_millis(100),
+            lag < Duration::from_millis(200),
             "health lagged {lag:?} behind /ready; log:\n{}",
             s.log()
         );
