@@ -1,10 +1,13 @@
 //! A circuit breaker: after `failure_threshold` consecutive failures it
 //! opens and keeps requests away from Redis for `cool_down`; then it lets a
 //! single probe through (half-open). A probe that succeeds closes it; one
-//! that fails (or is abandoned) opens it for another cool-down.
+//! that fails (or is abandoned) opens it for another cool-down. Each change
+//! of state is told to its [watchers](Breaker::watch) as it happens.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
+
+use tokio::sync::watch;
 
 use crate::BreakerConfig;
 use crate::stats::ResilienceStats;
@@ -31,6 +34,8 @@ pub(crate) struct Breaker {
     retry_at: AtomicU64,
     epoch: Instant,
     config: BreakerConfig,
+    /// Told of every change of state (readiness follows it).
+    changes: watch::Sender<()>,
 }
 
 /// Permission to call Redis.
@@ -76,7 +81,20 @@ impl Breaker {
             retry_at: AtomicU64::new(0),
             epoch: Instant::now(),
             config,
+            changes: watch::Sender::new(()),
         }
+    }
+
+    /// A receiver marked changed each time the state changes (read
+    /// [`state`](Self::state) then: it is never older than the mark).
+    pub(crate) fn watch(&self) -> watch::Receiver<()> {
+        self.changes.subscribe()
+    }
+
+    /// Tells the watchers, after a change of state (rare: never on a
+    /// decision that leaves the state as it is).
+    fn changed(&self) {
+        self.changes.send_replace(());
     }
 
     fn now(&self) -> u64 {
@@ -108,6 +126,7 @@ impl Breaker {
                 .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
                 .ok()
                 .map(|_| {
+                    self.changed();
                     stats.breaker_probes.inc();
                     Pass::Probe(ProbeGuard {
                         breaker: self,
@@ -136,6 +155,7 @@ impl Breaker {
                 .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                self.changed();
                 stats.breaker_opened.inc();
             }
         }
@@ -148,6 +168,7 @@ impl Breaker {
             .compare_exchange(HALF_OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
+            self.changed();
             stats.breaker_closed.inc();
         }
     }
@@ -156,14 +177,20 @@ impl Breaker {
     /// to be unreachable, as at start-up).
     pub(crate) fn open_now(&self, stats: &ResilienceStats) {
         self.retry_at.store(self.now(), Ordering::Release);
-        if self.state.swap(OPEN, Ordering::AcqRel) == CLOSED {
+        let was = self.state.swap(OPEN, Ordering::AcqRel);
+        if was != OPEN {
+            self.changed();
+        }
+        if was == CLOSED {
             stats.breaker_opened.inc();
         }
     }
 
     fn reopen(&self) {
         self.retry_at.store(self.cool_down_end(), Ordering::Release);
-        self.state.store(OPEN, Ordering::Release);
+        if self.state.swap(OPEN, Ordering::AcqRel) != OPEN {
+            self.changed();
+        }
     }
 }
 
@@ -203,6 +230,43 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(stats.breaker_opened.get(), 1);
         assert_eq!(stats.breaker_closed.get(), 1);
+    }
+
+    /// Watchers are told of each change of state, and only of those.
+    #[test]
+    fn watchers_are_told_of_each_change() {
+        let stats = ResilienceStats::default();
+        let b = Breaker::new(BreakerConfig {
+            failure_threshold: 1,
+            cool_down: Duration::ZERO,
+        });
+        let mut w = b.watch();
+        let mut told = || {
+            w.has_changed().unwrap() && {
+                w.mark_unchanged();
+                true
+            }
+        };
+        b.success();
+        assert!(!told(), "no change, nothing told");
+        b.failure(&stats);
+        assert!(told(), "opened");
+        b.failure(&stats);
+        assert!(!told(), "open already");
+        let Some(Pass::Probe(p)) = b.pass(&stats) else {
+            panic!("expected a probe")
+        };
+        assert!(told(), "half-open");
+        p.finish(false);
+        assert!(told(), "open again");
+        let Some(Pass::Probe(p)) = b.pass(&stats) else {
+            panic!("expected a probe")
+        };
+        assert!(told());
+        p.finish(true);
+        assert!(told(), "closed");
+        b.open_now(&stats);
+        assert!(told(), "opened at once");
     }
 
     /// A cool-down too long to count in nanoseconds keeps the breaker open,

@@ -230,6 +230,13 @@ impl ResilientBackend {
         self.gate.breaker.state()
     }
 
+    /// A receiver marked changed as soon as the breaker's state changes
+    /// (opening, probing, closing): [`breaker_state`](Self::breaker_state)
+    /// is then the new state, with no polling.
+    pub fn watch_breaker(&self) -> tokio::sync::watch::Receiver<()> {
+        self.gate.breaker.watch()
+    }
+
     /// The store-wide synchronisation mode (rules may set their own).
     pub fn default_sync_mode(&self) -> SyncMode {
         self.sharing.default_mode()

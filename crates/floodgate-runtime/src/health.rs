@@ -88,6 +88,17 @@ impl Health {
         self.draining.subscribe()
     }
 
+    /// A receiver marked changed as soon as the store's readiness may have
+    /// changed (Redis's circuit breaker opening, probing or closing): read
+    /// [`is_ready`](Self::is_ready) then. `None` for a store that is
+    /// always ready (in memory).
+    pub fn watch_store(&self) -> Option<watch::Receiver<()>> {
+        match self.engine.backend() {
+            AnyBackend::Redis(r) => Some(r.watch_breaker()),
+            AnyBackend::Memory(_) => None,
+        }
+    }
+
     /// The answer to `/healthcheck`: 200 while serving, 503 once shutdown
     /// begins.
     pub fn healthcheck(&self) -> (StatusCode, &'static str) {

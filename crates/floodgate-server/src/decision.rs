@@ -2,7 +2,7 @@
 //! store, pooled responses, header names, metric handles, readiness.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use floodgate::Apply;
 use floodgate_policy::engine::ReleaseReport;
@@ -10,7 +10,7 @@ use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
 
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{AnyBackend, Health};
-use floodgate_runtime::settings::Settings;
+use floodgate_runtime::settings::{RlsDelayed, Settings};
 
 use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};
@@ -35,6 +35,8 @@ pub struct DecisionService {
     pub request_timeout: std::time::Duration,
     /// Largest request body or gRPC message, in bytes.
     pub body_limit: usize,
+    /// What a shaper's delay becomes over RLS (`server.rls_delayed`).
+    rls_delayed: RlsDelayed,
 }
 
 impl DecisionService {
@@ -50,6 +52,7 @@ impl DecisionService {
             calls: Calls::new(settings.server.max_requests),
             request_timeout: settings.server.request_timeout,
             body_limit: settings.server.body_limit,
+            rls_delayed: settings.server.rls_delayed,
         })
     }
 
@@ -78,7 +81,53 @@ impl DecisionService {
             .engine
             .evaluate_with(domain, descriptors, hits_addend, apply, response)
             .await;
-        match &result {
+        self.record(api, started, &result, response);
+        result
+    }
+
+    /// Decides one request of an RLS caller (`ShouldRateLimit`, `/json`),
+    /// which cannot hold a request for a shaper's delay: as
+    /// `server.rls_delayed` says, the delay is refused (`OVER_LIMIT`, its
+    /// reset the delay, nothing charged: see
+    /// [`Engine::evaluate_undelayed`]) or admitted at once, charged, the
+    /// delay carried in the answer ([`carried_delay`]). Records its
+    /// metrics.
+    pub async fn decide_rls<D: Descriptor>(
+        &self,
+        api: Api,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        response: &mut Response,
+    ) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let engine = &self.engine;
+        let result = match self.rls_delayed {
+            RlsDelayed::OverLimit => {
+                engine
+                    .evaluate_undelayed(domain, descriptors, hits_addend, response)
+                    .await
+            }
+            RlsDelayed::Ok => {
+                engine
+                    .evaluate_with(domain, descriptors, hits_addend, Apply::Commit, response)
+                    .await
+            }
+        };
+        self.record(api, started, &result, response);
+        result
+    }
+
+    /// Records a decision's metrics; logs a failure other than the
+    /// caller's.
+    fn record(
+        &self,
+        api: Api,
+        started: Instant,
+        result: &Result<(), EngineError>,
+        response: &Response,
+    ) {
+        match result {
             Ok(()) => self.metrics.decided(api, response.overall, started),
             Err(e) => {
                 self.metrics.failed(api, e.code(), started);
@@ -87,7 +136,6 @@ impl DecisionService {
                 }
             }
         }
-        result
     }
 
     /// Gives back the in-flight units `permit` took when a request of
@@ -120,3 +168,18 @@ impl DecisionService {
         result
     }
 }
+
+/// The delay an RLS answer carries (`dynamic_metadata`'s `delay_ms`): an
+/// `OK` answer's longest enforced shaper delay, none when nothing delays
+/// it. An RLS caller proceeds at once; this says how long it would have
+/// waited.
+pub(crate) fn carried_delay(response: &Response) -> Option<Duration> {
+    if response.overall != Code::Ok {
+        return None;
+    }
+    let delay = response.narrowest()?.delay();
+    (!delay.is_zero()).then_some(delay)
+}
+
+/// The name of the carried delay in `dynamic_metadata`, in milliseconds.
+pub(crate) const DELAY_KEY: &str = "delay_ms";

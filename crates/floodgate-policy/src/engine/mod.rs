@@ -15,6 +15,7 @@ mod request;
 mod reset;
 mod response;
 mod scratch;
+mod undelayed;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -134,6 +134,22 @@ pub struct ServerSettings {
     pub workers: Option<usize>,
     /// Logging.
     pub log: LogSettings,
+    /// What a shaper's delay becomes over RLS (`ShouldRateLimit`, `/json`),
+    /// whose callers cannot hold a request.
+    pub rls_delayed: RlsDelayed,
+}
+
+/// What a shaper's delayed decision becomes over RLS
+/// (`server.rls_delayed`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RlsDelayed {
+    /// `OVER_LIMIT`, its reset the delay, nothing charged: the request
+    /// sent again after the delay is admitted.
+    #[default]
+    OverLimit,
+    /// `OK` at once, charged, the delay carried in the answer's
+    /// `dynamic_metadata` (`delay_ms`) for the caller to honour.
+    Ok,
 }
 
 /// TLS on each of the service's listeners (`server.tls.*`; none given:

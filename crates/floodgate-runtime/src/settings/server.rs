@@ -10,7 +10,7 @@ use super::parse::{
     ANY, LOOPBACK, boolean, choice, count_in, duration, parse_listen_on, positive_duration, size,
 };
 use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
-use super::{LogFormat, Settings};
+use super::{LogFormat, RlsDelayed, Settings};
 use crate::listener::ConnectionLimits;
 
 type S = Setting<Settings>;
@@ -169,6 +169,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
     headers(t);
     process(t);
     policy(t);
+    rls(t);
 }
 
 /// The configuration's own settings: where the files are, how they are
@@ -344,4 +345,20 @@ fn policy(t: &mut Vec<S>) {
         |s, v| { s.policy.envoy_increment_all = Some(boolean(&v.text())?); Ok(()) })
         .in_file(InFile::Policies)
         .envoy(Envoy::Read { names: "`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (inverted)", read: stop_increment }));
+}
+
+/// What RLS callers (`ShouldRateLimit`, `/json`) are told of a shaper's
+/// delay, which they cannot wait out.
+#[rustfmt::skip]
+fn rls(t: &mut Vec<S>) {
+    t.push(S::new("server.rls_delayed", "FLOODGATE_RLS_DELAYED", "rls-delayed", Kind::Choice, "over_limit",
+        "what a shaper's delay becomes over RLS (`ShouldRateLimit`, `/json`): `over_limit` (refused, its reset the delay, nothing charged: sent again after it, the request passes) or `ok` (admitted at once and charged, as with `nodelay`; the delay in `dynamic_metadata` as `delay_ms`)",
+        |s, v| {
+            s.server.rls_delayed = choice(&v.text(), &[
+                (&["over_limit"], RlsDelayed::OverLimit),
+                (&["ok"], RlsDelayed::Ok),
+            ])?;
+            Ok(())
+        })
+        .samples("ok", "over_limit"));
 }

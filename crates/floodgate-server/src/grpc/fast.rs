@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use floodgate::Apply;
 use floodgate_policy::ErrorCode;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body;
@@ -173,12 +172,11 @@ impl GrpcService {
         let descriptors = request.descriptors();
         let mut response = svc.pool.take();
         if let Err(e) = svc
-            .decide(
+            .decide_rls(
                 Api::Grpc,
                 request.domain,
                 &descriptors,
                 request.hits_addend,
-                Apply::Commit,
                 &mut response,
             )
             .await

@@ -7,7 +7,6 @@ mod fast;
 pub(crate) mod wire;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use floodgate_runtime::listener::{Http, spawn_service};
 use floodgate_runtime::tls::TlsAcceptor;
@@ -64,14 +63,17 @@ pub(crate) async fn spawn(
     ))
 }
 
-/// Health follows readiness (the store, and draining on shutdown or the
-/// listener's stop, which turn it NOT_SERVING for good).
+/// Health follows readiness as it changes (the store, told by
+/// [`Health::watch_store`](floodgate_runtime::host::Health::watch_store), and
+/// draining on shutdown or the listener's stop, which turn it NOT_SERVING
+/// for good).
 async fn follow_readiness(
     svc: Arc<DecisionService>,
     reporter: tonic_health::server::HealthReporter,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut draining = svc.health().watch_draining();
+    let mut store = svc.health().watch_store();
     let set = async |status| {
         for service in ["", RLS_SERVICE] {
             reporter.set_service_status(service, status).await;
@@ -90,10 +92,21 @@ async fn follow_readiness(
             last = Some(ready);
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+            () = store_changed(&mut store) => continue,
             _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
             _ = stop.changed() => {}
         }
         return set(ServingStatus::NotServing).await;
+    }
+}
+
+/// Waits for the store's next change; forever for a store that never
+/// changes (or is gone).
+async fn store_changed(store: &mut Option<watch::Receiver<()>>) {
+    let Some(rx) = store else {
+        return std::future::pending().await;
+    };
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

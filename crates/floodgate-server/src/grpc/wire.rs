@@ -4,12 +4,16 @@
 //! Field numbers are those of `proto/`; unknown fields are skipped, as
 //! protobuf requires.
 
+use std::time::Duration;
+
 use bytes::{BufMut, BytesMut};
 use floodgate_policy::engine::LimitOverride;
 use floodgate_policy::{Code, Descriptor, Response, Status};
 use smallvec::SmallVec;
 
 use floodgate_http::contract::EnvoyHeaders;
+
+use crate::decision::{DELAY_KEY, carried_delay};
 
 /// A malformed message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -347,6 +351,22 @@ fn put_status(out: &mut BytesMut, s: &Status) {
     });
 }
 
+/// `dynamic_metadata` (a `google.protobuf.Struct`) holding the carried
+/// delay: one entry of `fields`, its value a `number_value`, in
+/// milliseconds.
+fn put_delay(out: &mut BytesMut, delay: Duration) {
+    put_message(out, 6, |out| {
+        put_message(out, 1, |out| {
+            put_str(out, 1, DELAY_KEY);
+            put_message(out, 2, |out| {
+                // Field 2 (`number_value`), a double: wire type 1.
+                out.put_u8(2 << 3 | 1);
+                out.put_f64_le(delay.as_secs_f64() * 1000.0);
+            });
+        });
+    });
+}
+
 /// Appends the gRPC frame (5-byte prefix and message) of the response to
 /// `response` to `out`.
 pub fn encode_response(response: &Response, headers: &EnvoyHeaders, out: &mut BytesMut) {
@@ -363,6 +383,9 @@ pub fn encode_response(response: &Response, headers: &EnvoyHeaders, out: &mut By
             put_str(out, 2, v);
         });
     });
+    if let Some(delay) = carried_delay(response) {
+        put_delay(out, delay);
+    }
     let len = (out.len() - start - 5) as u32;
     out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
 }
@@ -410,6 +433,16 @@ pub fn generated(
             value: value.to_owned(),
             raw_value: Vec::new(),
         });
+    });
+    out.dynamic_metadata = carried_delay(response).map(|d| {
+        let ms = prost_types::Value {
+            kind: Some(prost_types::value::Kind::NumberValue(
+                d.as_secs_f64() * 1000.0,
+            )),
+        };
+        prost_types::Struct {
+            fields: [(DELAY_KEY.to_owned(), ms)].into(),
+        }
     });
     out
 }
@@ -628,5 +661,50 @@ mod tests {
         assert_eq!(out.len() - 5, expected.encoded_len());
         assert_eq!(decoded, expected);
         assert_eq!(decoded.response_headers_to_add.len(), 6);
+    }
+
+    /// An `OK` answer a shaper delays carries the longest delay in
+    /// `dynamic_metadata` (`delay_ms`), as the generated types write it;
+    /// an answer without a delay, or over the limit, carries none.
+    #[test]
+    fn carries_a_delay_in_dynamic_metadata() {
+        use crate::proto::rls::RateLimitResponse;
+        use floodgate::{Decision, Outcome};
+        use std::time::Duration;
+
+        let delayed = |ms| Status {
+            decision: Some(Decision {
+                outcome: Outcome::Delayed(Duration::from_millis(ms)),
+                limit: 6,
+                remaining: 3,
+                reset_after: Duration::from_millis(400),
+                retry_after: None,
+            }),
+            ..Status::default()
+        };
+        let headers =
+            crate::headers::envoy_headers(&floodgate_runtime::Settings::default().server.headers)
+                .unwrap();
+        let encode = |r: &Response| {
+            let mut out = BytesMut::new();
+            encode_response(r, &headers, &mut out);
+            let decoded = RateLimitResponse::decode(&out[5..]).unwrap();
+            assert_eq!(decoded, generated(r, &headers));
+            decoded.dynamic_metadata
+        };
+        let mut r = Response::default();
+        r.statuses
+            .extend([delayed(150), Status::default(), delayed(250)]);
+        let metadata = encode(&r).expect("a delay carried");
+        let value = &metadata.fields["delay_ms"];
+        assert_eq!(
+            value.kind,
+            Some(prost_types::value::Kind::NumberValue(250.0))
+        );
+        r.overall = Code::OverLimit;
+        assert_eq!(encode(&r), None);
+        r.overall = Code::Ok;
+        r.statuses = vec![Status::default()];
+        assert_eq!(encode(&r), None);
     }
 }

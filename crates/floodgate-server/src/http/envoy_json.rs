@@ -1,6 +1,8 @@
 //! envoyproxy/ratelimit's `POST /json`: a proto3-JSON `RateLimitRequest`
 //! in, a proto3-JSON `RateLimitResponse` out; 200 when OK, 429 when over
-//! the limit, 400 for any error (as that service answers).
+//! the limit, 400 for any error (as that service answers). A shaper's
+//! delay is decided as over gRPC
+//! ([`decide_rls`](DecisionService::decide_rls)).
 
 use std::sync::Arc;
 
@@ -10,13 +12,12 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use floodgate::Apply;
 use floodgate_policy::{Code, Status};
 use serde::{Deserialize, Serialize};
 
 use super::json_types::{JsonDescriptor, opt_u32_num};
 use super::{ApiError, body};
-use crate::decision::DecisionService;
+use crate::decision::{DecisionService, carried_delay};
 use crate::metrics::Api;
 
 #[derive(Deserialize)]
@@ -42,6 +43,15 @@ struct JsonResponse<'a> {
     statuses: Vec<JsonStatus<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     response_headers_to_add: Vec<JsonHeader>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dynamic_metadata: Option<JsonMetadata>,
+}
+
+/// `dynamic_metadata`: the delay an `OK` answer carries
+/// ([`carried_delay`]).
+#[derive(Serialize)]
+struct JsonMetadata {
+    delay_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -122,12 +132,11 @@ async fn run(
     let bytes = body::bytes(raw)?;
     let req: Request<'_> = body::parse(&bytes).map_err(body::invalid(svc, Api::Json, started))?;
     let mut response = svc.pool.take();
-    svc.decide(
+    svc.decide_rls(
         Api::Json,
         &req.domain,
         &req.descriptors,
         req.hits_addend.unwrap_or(0),
-        Apply::Commit,
         &mut response,
     )
     .await
@@ -148,6 +157,9 @@ async fn run(
         overall_code: code_name(response.overall),
         statuses: response.statuses.iter().map(status).collect(),
         response_headers_to_add: headers,
+        dynamic_metadata: carried_delay(&response).map(|d| JsonMetadata {
+            delay_ms: d.as_secs_f64() * 1000.0,
+        }),
     };
     Ok((http_status, Json(body)).into_response())
 }
