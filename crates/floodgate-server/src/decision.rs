@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use floodgate::Apply;
 use floodgate_policy::engine::ReleaseReport;
-use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
+use floodgate_policy::{Descriptor, Engine, EngineError, Permit, Response};
 
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{AnyBackend, Health};
@@ -14,6 +14,7 @@ use floodgate_runtime::settings::Settings;
 
 use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};
+use floodgate_http::layer::RequestResult;
 use crate::pool::ResponsePool;
 use floodgate_http::contract::EnvoyHeaders;
 
@@ -79,7 +80,7 @@ impl DecisionService {
             .evaluate_with(domain, descriptors, hits_addend, apply, response)
             .await;
         match &result {
-            Ok(()) => self.metrics.decided(api, response.overall, started),
+            Ok(()) => self.metrics.decided(api, response, started),
             Err(e) => {
                 self.metrics.failed(api, e.code(), started);
                 if !matches!(e, EngineError::InvalidArgument(_)) {
@@ -109,7 +110,7 @@ impl DecisionService {
             .await;
         match &result {
             Ok(report) => {
-                self.metrics.decided(Api::Release, Code::Ok, started);
+                self.metrics.counted(Api::Release, RequestResult::Allowed, started);
                 crate::metrics::released(response);
                 if let Some(e) = &report.error {
                     tracing::warn!(error = %e, "release failed");

@@ -26,6 +26,7 @@ use super::admission;
 use super::body::FloodgateBody;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
+use super::requests::RequestResult;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
 use crate::contract::{HeaderBuf, QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
@@ -215,6 +216,7 @@ where
         if admission::refused_for_want_of_slot(report) {
             LayerStats::inc(&shared.stats.decided);
             LayerStats::inc(&shared.stats.delay_queue_full);
+            shared.counted(RequestResult::Denied);
             let res = shared.contract.reject(
                 Rejection::Limited(&s.report),
                 req.headers(),
@@ -300,17 +302,22 @@ fn conclude<B: Backend, C: Clock + 'static>(
     decided: Result<Decided, EngineError>,
 ) -> Next<B, C> {
     let planned = match decided {
-        Ok(Decided::Nothing) => return Admitted::bare(keep),
+        Ok(Decided::Nothing) => {
+            shared.counted(RequestResult::Allowed);
+            return Admitted::bare(keep);
+        }
         Ok(Decided::Planned) => true,
         Ok(Decided::Engine) => false,
         Err(_) => match shared.settings.on_error {
             OnError::Allow => {
                 LayerStats::inc(&shared.stats.fail_open);
                 metrics::counter!("floodgate_http_fail_open_total").increment(1);
+                shared.counted(RequestResult::FailedOpen);
                 return Admitted::bare(keep);
             }
             OnError::Reject => {
                 LayerStats::inc(&shared.stats.fail_closed);
+                shared.counted(RequestResult::FailedClosed);
                 let res = shared.contract.reject(
                     Rejection::Unavailable,
                     headers,
@@ -325,6 +332,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
     let on_success = shared.contract.on_success;
     // A planned rule holds no units: an admitted request keeps nothing.
     if planned && !on_success && admission::plainly_allowed(&held.scratch().response) {
+        shared.counted(RequestResult::Allowed);
         return Admitted::bare(keep);
     }
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
@@ -333,13 +341,21 @@ fn conclude<B: Backend, C: Clock + 'static>(
     let delay = match held.scratch().report.verdict() {
         Verdict::Denied => {
             LayerStats::inc(&shared.stats.denied);
+            shared.counted(RequestResult::Denied);
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
             return Err(shared.contract.reject(rejection, headers, now, &mut s.buf));
         }
+        // Counted once the delay is over (shed or queued out then, it is
+        // counted so instead).
         Verdict::Delayed(delay) => delay,
-        Verdict::Allowed if !on_success && !held.holds_units => return Admitted::bare(keep),
-        Verdict::Allowed => Duration::ZERO,
+        Verdict::Allowed => {
+            shared.counted(RequestResult::Allowed);
+            if !on_success && !held.holds_units {
+                return Admitted::bare(keep);
+            }
+            Duration::ZERO
+        }
     };
     Ok(Admitted {
         headers: Some((held, now, delay)),
@@ -410,6 +426,7 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
             if let Some(rejected) = queues(&shared, held, req.headers(), keep).await {
                 return Ok(full(rejected));
             }
+            shared.counted(RequestResult::Delayed);
         }
         Ok(self.respond(inner(req).await?))
     }
@@ -531,6 +548,7 @@ fn shed<B: Backend, C: Clock + 'static, T>(
         None => {
             LayerStats::inc(&shared.stats.shed);
             metrics::counter!("floodgate_http_shed_total").increment(1);
+            shared.counted(RequestResult::Shed);
             let retry_after = shedding.retry_after;
             Some(shared.contract.reject(
                 Rejection::Overloaded { retry_after },
@@ -573,6 +591,7 @@ async fn queues<B: Backend, C: Clock + 'static>(
     metrics::counter!("floodgate_http_concurrency_rejected_total",
         "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
     .increment(1);
+    shared.counted(RequestResult::Denied);
     let now = shared.engine.clock().now();
     let s = held.scratch();
     s.report.clear();
