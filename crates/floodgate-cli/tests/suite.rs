@@ -18,6 +18,7 @@ mod hostile_store_flood;
 mod redis_down_at_startup;
 mod release_hostile;
 mod replay;
+mod request_counts;
 mod serve_and_gateway;
 mod serve_apis_agree;
 mod serve_env;
