@@ -108,6 +108,14 @@ fn the_gateway_counts_requests_as_its_clients_and_access_log_saw_them() {
         rule_decisions(m, "edge", "strict", "over_limit"),
         N - STRICT
     );
+    // Their help says which counts what.
+    let (_, text) = http_request(gw.admin, "GET", "/metrics", None, b"").unwrap();
+    for help in [
+        "# HELP floodgate_requests_total Requests by API and final outcome",
+        "# HELP floodgate_rule_decisions_total A rule's verdict on each request it matched",
+    ] {
+        assert!(text.contains(help), "{help}\n{text}");
+    }
 }
 
 fn rls_request(user: &str) -> RateLimitRequest {

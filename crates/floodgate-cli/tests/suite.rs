@@ -15,6 +15,7 @@ mod hostile_listeners;
 mod hostile_log_flood;
 mod hostile_reloads;
 mod hostile_store_flood;
+mod metric_docs;
 mod redis_down_at_startup;
 mod release_hostile;
 mod replay;
