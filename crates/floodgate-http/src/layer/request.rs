@@ -308,25 +308,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
         }
         Ok(Decided::Planned) => true,
         Ok(Decided::Engine) => false,
-        Err(_) => match shared.settings.on_error {
-            OnError::Allow => {
-                LayerStats::inc(&shared.stats.fail_open);
-                metrics::counter!("floodgate_http_fail_open_total").increment(1);
-                shared.counted(RequestResult::FailedOpen);
-                return Admitted::bare(keep);
-            }
-            OnError::Reject => {
-                LayerStats::inc(&shared.stats.fail_closed);
-                shared.counted(RequestResult::FailedClosed);
-                let res = shared.contract.reject(
-                    Rejection::Unavailable,
-                    headers,
-                    now,
-                    &mut HeaderBuf::new(),
-                );
-                return Err(res);
-            }
-        },
+        Err(_) => return limiter_failed(shared, keep, headers, now),
     };
     LayerStats::inc(&shared.stats.decided);
     let on_success = shared.contract.on_success;
@@ -361,6 +343,33 @@ fn conclude<B: Backend, C: Clock + 'static>(
         headers: Some((held, now, delay)),
         keep,
     })
+}
+
+/// A request the engine could not decide: let through (fail open) or
+/// rejected with 503, per `on_error`.
+#[allow(clippy::result_large_err)]
+fn limiter_failed<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    keep: Keep,
+    headers: &HeaderMap,
+    now: Timestamp,
+) -> Next<B, C> {
+    match shared.settings.on_error {
+        OnError::Allow => {
+            LayerStats::inc(&shared.stats.fail_open);
+            metrics::counter!("floodgate_http_fail_open_total").increment(1);
+            shared.counted(RequestResult::FailedOpen);
+            Admitted::bare(keep)
+        }
+        OnError::Reject => {
+            LayerStats::inc(&shared.stats.fail_closed);
+            shared.counted(RequestResult::FailedClosed);
+            let mut buf = HeaderBuf::new();
+            Err(shared
+                .contract
+                .reject(Rejection::Unavailable, headers, now, &mut buf))
+        }
+    }
 }
 
 /// What an admitted request adds to the inner service's response, and
