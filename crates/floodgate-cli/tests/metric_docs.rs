@@ -60,9 +60,10 @@ fn documented_in(line: &str, names: &mut BTreeSet<String>) {
     let mut family = None;
     for word in line.split('`').skip(1).step_by(2) {
         let word = word.split('{').next().unwrap_or(word);
-        if word.starts_with("floodgate_") {
-            let second = word["floodgate_".len()..].find('_');
-            family = second.map(|i| word[..="floodgate_".len() + i - 1].to_owned());
+        if let Some(rest) = word.strip_prefix("floodgate_") {
+            family = rest
+                .find('_')
+                .map(|i| word[.."floodgate_".len() + i].to_owned());
             names.insert(word.to_owned());
         } else if let (Some(f), true) = (&family, word.starts_with('_')) {
             names.insert(format!("{f}{word}"));
