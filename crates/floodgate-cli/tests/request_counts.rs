@@ -279,3 +279,31 @@ fn the_generation_counts_applied_configurations() {
     assert!(seen, "{}", gw.log());
     assert_eq!(data()["config"]["generation"], 3);
 }
+
+/// A shaper on `/v1/check`: the requests it delays are counted delayed,
+/// as their answers say (`outcome: delayed`), apart from those it admits
+/// at once and those it denies.
+#[tokio::test]
+async fn serve_counts_delayed_requests_as_their_answers_say() {
+    let config = "domains:\n  - domain: api\n    descriptors:\n      - key: user\n        rate_limit: {name: smooth, algorithm: shaper, rate: 1r/m, burst: 3}\n";
+    let fg = Floodgate::start(bin(), config, &[], &[]);
+    let client = reqwest::Client::new();
+    let body = json!({"domain": "api", "descriptors": [{"entries": {"user": "cy"}}]});
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..6 {
+        let (status, _, answer) = post_json(&client, fg.http, "/v1/check", &body).await;
+        let outcome = answer["statuses"][0]["decision"]["outcome"].as_str();
+        let outcome = outcome.unwrap_or_else(|| panic!("{answer}")).to_owned();
+        assert_eq!(status == 429, outcome == "denied", "{status} {answer}");
+        *seen.entry(outcome).or_insert(0u64) += 1;
+    }
+    assert_eq!(
+        seen.keys().collect::<Vec<_>>(),
+        ["allowed", "delayed", "denied"],
+        "{seen:?}"
+    );
+    let m = |p: &str| fg.metric(p);
+    for (outcome, n) in &seen {
+        assert_eq!(requests(m, "check", outcome), *n, "{outcome}: {seen:?}");
+    }
+}
