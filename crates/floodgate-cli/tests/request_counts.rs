@@ -5,6 +5,7 @@
 //! counts each request it allowed — on the gateway, over gRPC and on
 //! `/v1/check`. The dashboard's headline reads the same metric.
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -306,4 +307,26 @@ async fn serve_counts_delayed_requests_as_their_answers_say() {
     for (outcome, n) in &seen {
         assert_eq!(requests(m, "check", outcome), *n, "{outcome}: {seen:?}");
     }
+}
+
+/// A gateway limiting nothing counts what it forwards as allowed, and a
+/// request it refuses before any limit (no `Host`) as an error.
+#[test]
+fn a_gateway_without_limits_counts_its_requests_too() {
+    let up = upstream();
+    let config = format!("gateway:\n  upstream: http://{}\n", up.addr);
+    let env = [("FLOODGATE_ALLOW_EMPTY_CONFIG", "true")];
+    let gw = Gateway::start(bin(), &config, &[], &env);
+    for _ in 0..3 {
+        assert_eq!(get(gw.port, "ann"), 200);
+    }
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let m = |p: &str| gw.metric(p);
+    assert_eq!(requests(m, "http", "allowed"), 3);
+    assert_eq!(requests(m, "http", "error"), 1);
 }
