@@ -334,6 +334,12 @@ async fn calls_in_flight_are_bounded() {
         http_request(s.http, "POST", "/json", None, json_body("x").as_bytes()).unwrap();
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("RESOURCE_EXHAUSTED"), "{body}");
+    // Counted as shed requests, of their APIs.
+    assert!(s.metric("floodgate_requests_total{api=\"grpc\",result=\"shed\"}") >= 1.0);
+    assert_eq!(
+        s.metric("floodgate_requests_total{api=\"json\",result=\"shed\"}"),
+        1.0
+    );
     // Each stalled call held until its deadline or refused at once.
     let mut held = 0;
     for call in stalled {

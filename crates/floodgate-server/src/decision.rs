@@ -14,9 +14,9 @@ use floodgate_runtime::settings::Settings;
 
 use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};
-use floodgate_http::layer::RequestResult;
 use crate::pool::ResponsePool;
 use floodgate_http::contract::EnvoyHeaders;
+use floodgate_http::layer::RequestResult;
 
 /// Everything a request needs, built once at startup.
 pub struct DecisionService {
@@ -110,7 +110,8 @@ impl DecisionService {
             .await;
         match &result {
             Ok(report) => {
-                self.metrics.counted(Api::Release, RequestResult::Allowed, started);
+                self.metrics
+                    .counted(Api::Release, RequestResult::Allowed, started);
                 crate::metrics::released(response);
                 if let Some(e) = &report.error {
                     tracing::warn!(error = %e, "release failed");

@@ -90,6 +90,18 @@ pub enum Api {
 
 const API_LABELS: [&str; 4] = ["grpc", "json", "check", "release"];
 
+impl Api {
+    /// The HTTP API served at `path`, if any.
+    pub(crate) fn of_path(path: &str) -> Option<Api> {
+        match path {
+            "/json" => Some(Api::Json),
+            "/v1/check" => Some(Api::Check),
+            "/v1/release" => Some(Api::Release),
+            _ => None,
+        }
+    }
+}
+
 /// The class of a failed request, as its `floodgate_request_errors_total`
 /// label names it: the gRPC status code it was answered with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +179,22 @@ impl ServiceMetrics {
         let h = &self.apis[api as usize];
         h.requests.count(result);
         h.latency.record(started.elapsed().as_secs_f64());
+    }
+
+    /// Records a request refused for want of a place among the calls in
+    /// flight (`server.limits.max_requests`): shed, answered
+    /// `RESOURCE_EXHAUSTED`.
+    pub(crate) fn shed(&self, api: Api, started: Instant) {
+        self.counted(api, RequestResult::Shed, started);
+        self.errors[ErrorClass::ResourceExhausted as usize].increment(1);
+    }
+
+    /// [`shed`](Self::shed), for an HTTP request to `path` (not counted
+    /// when no API is served there).
+    pub(crate) fn shed_at(&self, path: &str) {
+        if let Some(api) = Api::of_path(path) {
+            self.shed(api, Instant::now());
+        }
     }
 
     /// Records a failed request (`class`: an [`ErrorClass`] or the

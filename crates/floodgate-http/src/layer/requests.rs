@@ -19,7 +19,8 @@ pub enum RequestResult {
     Delayed,
     /// Rejected by a limit (a rule, a concurrency queue, or no delay slot).
     Denied,
-    /// Rejected by load shedding (the layer overloaded).
+    /// Rejected by load shedding: the layer's `shedding`, or `serve`'s
+    /// calls in flight at `server.limits.max_requests`.
     Shed,
     /// The limiter failed and the request was let through (`on_error: allow`).
     FailedOpen,

@@ -54,6 +54,7 @@ async fn bounded(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let Some(call) = s.calls.begin() else {
+        s.metrics.shed_at(request.uri().path());
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "RESOURCE_EXHAUSTED",
