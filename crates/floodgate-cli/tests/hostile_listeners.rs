@@ -254,6 +254,13 @@ fn idle_and_half_sent_requests_are_released() {
         "half-sent body: {answer}"
     );
     assert!(answer.contains("DEADLINE_EXCEEDED"), "{answer}");
+    // Counted as an error of its API.
+    let errors = "floodgate_request_errors_total{class=\"deadline_exceeded\"}";
+    assert_eq!(s.metric(errors), 1.0);
+    assert_eq!(
+        s.metric("floodgate_requests_total{api=\"json\",result=\"error\"}"),
+        1.0
+    );
 }
 
 /// gRPC calls whose message never arrives whole, with no `grpc-timeout`,

@@ -189,11 +189,19 @@ impl ServiceMetrics {
         self.errors[ErrorClass::ResourceExhausted as usize].increment(1);
     }
 
-    /// [`shed`](Self::shed), for an HTTP request to `path` (not counted
-    /// when no API is served there).
-    pub(crate) fn shed_at(&self, path: &str) {
-        if let Some(api) = Api::of_path(path) {
-            self.shed(api, Instant::now());
+    /// [`shed`](Self::shed), for an HTTP request to `api` (none: a path
+    /// serving no API, not counted).
+    pub(crate) fn shed_at(&self, api: Option<Api>, started: Instant) {
+        if let Some(api) = api {
+            self.shed(api, started);
+        }
+    }
+
+    /// [`failed`](Self::failed), for an HTTP request to `api` (none: a
+    /// path serving no API, not counted).
+    pub(crate) fn failed_at(&self, api: Option<Api>, class: ErrorClass, started: Instant) {
+        if let Some(api) = api {
+            self.failed(api, class, started);
         }
     }
 
