@@ -42,11 +42,20 @@ server: {{reload_interval: 100ms}}
 }
 
 fn get(port: u16, user: &str) -> u16 {
+    get_with(port, &[("x-user", user)])
+}
+
+/// The status of `GET /` with `headers` (0: no answer).
+pub(crate) fn get_with(port: u16, headers: &[(&str, &str)]) -> u16 {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return 0;
     };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let req = format!("GET / HTTP/1.1\r\nHost: gw\r\nx-user: {user}\r\nConnection: close\r\n\r\n");
+    let lines: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let req = format!("GET / HTTP/1.1\r\nHost: gw\r\n{lines}Connection: close\r\n\r\n");
     if s.write_all(req.as_bytes()).is_err() {
         return 0;
     }

@@ -259,7 +259,10 @@ fn a_request_that_can_never_pass_is_told_what_remains_and_no_wait() {
     let st = &body["statuses"][0];
     let d = &st["decision"];
     assert_eq!(d["outcome"], "never", "{body}");
-    assert_eq!((d["limit"].clone(), d["remaining"].clone()), (json!(5), json!(5)));
+    assert_eq!(
+        (d["limit"].clone(), d["remaining"].clone()),
+        (json!(5), json!(5))
+    );
     assert_eq!(d["retry_after_ms"], json!(null), "{body}");
     assert!(body.get("retry_after_ms").is_none(), "{body}");
     // The RLS protocol's field: this status is over, nothing remains for

@@ -254,6 +254,13 @@ fn idle_and_half_sent_requests_are_released() {
         "half-sent body: {answer}"
     );
     assert!(answer.contains("DEADLINE_EXCEEDED"), "{answer}");
+    // Counted as an error of its API.
+    let errors = "floodgate_request_errors_total{class=\"deadline_exceeded\"}";
+    assert_eq!(s.metric(errors), 1.0);
+    assert_eq!(
+        s.metric("floodgate_requests_total{api=\"json\",result=\"error\"}"),
+        1.0
+    );
 }
 
 /// gRPC calls whose message never arrives whole, with no `grpc-timeout`,
@@ -334,6 +341,12 @@ async fn calls_in_flight_are_bounded() {
         http_request(s.http, "POST", "/json", None, json_body("x").as_bytes()).unwrap();
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("RESOURCE_EXHAUSTED"), "{body}");
+    // Counted as shed requests, of their APIs.
+    assert!(s.metric("floodgate_requests_total{api=\"grpc\",result=\"shed\"}") >= 1.0);
+    assert_eq!(
+        s.metric("floodgate_requests_total{api=\"json\",result=\"shed\"}"),
+        1.0
+    );
     // Each stalled call held until its deadline or refused at once.
     let mut held = 0;
     for call in stalled {

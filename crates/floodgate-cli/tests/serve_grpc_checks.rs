@@ -89,7 +89,8 @@ async fn the_fast_path_refuses_what_is_not_a_grpc_call() {
     let s = Floodgate::start(Path::new(env!("CARGO_BIN_EXE_floodgate")), CONFIG, &[], &[]);
     let mut h2 = h2_connect(s.grpc).await;
     let frame = rls_frame("checked");
-    let decided = |s: &Floodgate| s.metric("floodgate_requests_total{api=\"grpc\",result=\"ok\"}");
+    let decided =
+        |s: &Floodgate| s.metric("floodgate_requests_total{api=\"grpc\",result=\"allowed\"}");
 
     // Wrong content types: 415, no gRPC status, nothing decoded or decided.
     for ct in [

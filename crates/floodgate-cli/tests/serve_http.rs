@@ -401,8 +401,9 @@ async fn release_gives_back_in_flight_units() {
 
     let (_, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
     for needle in [
-        "floodgate_requests_total{api=\"release\",result=\"ok\"} 10",
-        "floodgate_requests_total{api=\"release\",result=\"error\"} 11",
+        "floodgate_requests_total{api=\"release\",result=\"allowed\"} 10",
+        // The refusals above, the declared oversized body included.
+        "floodgate_requests_total{api=\"release\",result=\"error\"} 12",
         "floodgate_releases_total{result=\"released\"} 5",
         "floodgate_releases_total{result=\"not_held\"} 3",
     ] {
@@ -600,8 +601,8 @@ async fn health_readiness_and_metrics() {
     let (status, text) = http_request(s.admin, "GET", "/metrics", None, b"").unwrap();
     assert_eq!(status, 200);
     for needle in [
-        "floodgate_requests_total{api=\"json\",result=\"ok\"} 3",
-        "floodgate_requests_total{api=\"json\",result=\"over_limit\"} 1",
+        "floodgate_requests_total{api=\"json\",result=\"allowed\"} 3",
+        "floodgate_requests_total{api=\"json\",result=\"denied\"} 1",
         "floodgate_request_duration_seconds_bucket{api=\"json\"",
         "floodgate_rule_decisions_total",
         "floodgate_backend_ready 1",

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use floodgate::SystemClock;
 use floodgate_http::FloodgateLayer;
-use floodgate_http::layer::{ClientAddr, FloodgateBody};
+use floodgate_http::layer::{ClientAddr, FloodgateBody, RequestCounters, RequestResult};
 use floodgate_policy::{Backend, Engine};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -67,6 +67,9 @@ pub struct Gateway<B> {
     limiter: ArcSwap<Option<Limiter<B>>>,
     proxy: Proxy,
     access_log: bool,
+    /// `floodgate_requests_total{api="http"}` of the requests the limiter
+    /// has no part in (the layer counts the others).
+    requests: RequestCounters,
 }
 
 impl<B: Backend> Gateway<B> {
@@ -79,6 +82,7 @@ impl<B: Backend> Gateway<B> {
             limiter: ArcSwap::from_pointee(None),
             proxy,
             access_log,
+            requests: RequestCounters::new("http"),
         }
     }
 
@@ -130,6 +134,7 @@ impl<B: Backend> Gateway<B> {
         // limit, is the client's error: refused before it is limited
         // (nothing is charged for it) or forwarded.
         if let Some(res) = self.proxy.check_request(&mut req) {
+            self.requests.count(RequestResult::Error);
             return Ok(unlimited(access, res));
         }
         let limiter = self.limiter.load_full();
@@ -137,6 +142,7 @@ impl<B: Backend> Gateway<B> {
             // Boxed (here and below): the forwarding future is kilobytes,
             // and a future held inline is copied whole each time the one
             // holding it moves (into hyper's connection, per request).
+            self.requests.count(RequestResult::Allowed);
             let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
             return Ok(unlimited(access, res));
         };
@@ -144,6 +150,7 @@ impl<B: Backend> Gateway<B> {
         // identity: refused, or removed (see `crate::keyed`).
         if l.keyed.check(req.headers_mut()).is_err() {
             let res = self.proxy.duplicate_keyed_field(req.version());
+            self.requests.count(RequestResult::Error);
             return Ok(unlimited(access, res));
         }
         let from = l.client(&req, &mut client, access.as_deref_mut());

@@ -4,7 +4,8 @@
 //! all reuse memory. A counting global allocator (per thread) proves it;
 //! the requests and the inner service's responses are built outside the
 //! measured calls, and the futures are polled by hand (an admitted request
-//! on the in-memory store completes at its first poll).
+//! on the in-memory store completes at its first poll). Each request is
+//! counted (`floodgate_requests_total`) in a recorder, as in the binaries.
 
 use crate::counting;
 use crate::support;
@@ -19,6 +20,7 @@ use floodgate_http::layer::PeerAddr;
 use std::future::Future;
 
 use counting::allocations;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::{engine_with, layer_for};
 
 const CONFIG: &str = r#"
@@ -66,7 +68,11 @@ fn admitted_requests_of_several_descriptors_allocate_nothing() {
 /// `per_chunk`: responses whose header values fill one pooled 4 KiB
 /// buffer (less some slack), when responses are all kept alive.
 fn admitted_requests_allocate_nothing_under(config: &str, per_chunk: u64) {
-    let layer = layer_for(engine_with(config, SystemClock), config);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let layer = metrics::with_local_recorder(&recorder, || {
+        layer_for(engine_with(config, SystemClock), config)
+    });
     let peer: SocketAddr = "198.51.100.7:4000".parse().unwrap();
     let requests = |n: u64| -> Vec<(http::Request<()>, http::Response<()>)> {
         (0..n)
@@ -129,4 +135,20 @@ fn admitted_requests_allocate_nothing_under(config: &str, per_chunk: u64) {
         "{used} allocations for {n} requests ({:.2} per request)",
         used as f64 / n as f64
     );
+    // Every request was counted meanwhile.
+    let allowed = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find_map(|(k, _, _, v)| {
+            let k = k.key();
+            let is =
+                |name: &str, value: &str| k.labels().any(|l| l.key() == name && l.value() == value);
+            let counted = k.name() == "floodgate_requests_total" && is("result", "allowed");
+            match v {
+                DebugValue::Counter(n) if counted => Some(n),
+                _ => None,
+            }
+        });
+    assert!(allowed.is_some_and(|a| a >= 2 * n), "{allowed:?}");
 }

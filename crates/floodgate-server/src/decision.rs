@@ -16,6 +16,7 @@ use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
 use floodgate_http::contract::EnvoyHeaders;
+use floodgate_http::layer::RequestResult;
 
 /// Everything a request needs, built once at startup.
 pub struct DecisionService {
@@ -128,7 +129,7 @@ impl DecisionService {
         response: &Response,
     ) {
         match result {
-            Ok(()) => self.metrics.decided(api, response.overall, started),
+            Ok(()) => self.metrics.decided(api, response, started),
             Err(e) => {
                 self.metrics.failed(api, e.code(), started);
                 if !matches!(e, EngineError::InvalidArgument(_)) {
@@ -157,7 +158,8 @@ impl DecisionService {
             .await;
         match &result {
             Ok(report) => {
-                self.metrics.decided(Api::Release, Code::Ok, started);
+                self.metrics
+                    .counted(Api::Release, RequestResult::Allowed, started);
                 crate::metrics::released(response);
                 if let Some(e) = &report.error {
                     tracing::warn!(error = %e, "release failed");

@@ -1,18 +1,17 @@
-//! The service's request metrics: per-API request counters and latency
-//! histograms, handles resolved once at startup. Labels are bounded: an API name, a
-//! result, an error class — never a request value.
+//! The service's request metrics: per-API request counters (the
+//! `floodgate_requests_total` the gateway counts too, by final outcome) and
+//! latency histograms, handles resolved once at startup. Labels are
+//! bounded: an API name, a result, an error class — never a request value.
 
 use std::time::Instant;
 
-use floodgate_policy::{Code, ErrorCode, Released};
+use floodgate::Outcome as Verdict;
+use floodgate_http::layer::{RequestCounters, RequestResult};
+use floodgate_policy::{Code, ErrorCode, Released, Response};
 use metrics::{Counter, Histogram};
 
 /// Describes the request-path metrics (once the recorder is installed).
 fn describe() {
-    metrics::describe_counter!(
-        "floodgate_requests_total",
-        "Decision requests by API and result (ok, over_limit, error)."
-    );
     metrics::describe_histogram!(
         "floodgate_request_duration_seconds",
         metrics::Unit::Seconds,
@@ -85,11 +84,23 @@ pub enum Api {
     Json,
     /// HTTP `POST /v1/check`.
     Check,
-    /// HTTP `POST /v1/release` (counted as `ok` or `error`).
+    /// HTTP `POST /v1/release` (counted as `allowed` or `error`).
     Release,
 }
 
 const API_LABELS: [&str; 4] = ["grpc", "json", "check", "release"];
+
+impl Api {
+    /// The HTTP API served at `path`, if any.
+    pub(crate) fn of_path(path: &str) -> Option<Api> {
+        match path {
+            "/json" => Some(Api::Json),
+            "/v1/check" => Some(Api::Check),
+            "/v1/release" => Some(Api::Release),
+            _ => None,
+        }
+    }
+}
 
 /// The class of a failed request, as its `floodgate_request_errors_total`
 /// label names it: the gRPC status code it was answered with.
@@ -130,9 +141,7 @@ impl From<ErrorCode> for ErrorClass {
 /// Handles of one API.
 #[derive(Clone)]
 struct ApiHandles {
-    ok: Counter,
-    over: Counter,
-    error: Counter,
+    requests: RequestCounters,
     latency: Histogram,
 }
 
@@ -146,12 +155,9 @@ pub struct ServiceMetrics {
 impl Default for ServiceMetrics {
     fn default() -> Self {
         describe();
-        let total = |l: &'static str, result: &'static str| metrics::counter!("floodgate_requests_total", "api" => l, "result" => result);
         ServiceMetrics {
             apis: API_LABELS.map(|l| ApiHandles {
-                ok: total(l, "ok"),
-                over: total(l, "over_limit"),
-                error: total(l, "error"),
+                requests: RequestCounters::new(l),
                 latency: metrics::histogram!("floodgate_request_duration_seconds", "api" => l),
             }),
             errors: ERROR_LABELS
@@ -161,23 +167,67 @@ impl Default for ServiceMetrics {
 }
 
 impl ServiceMetrics {
-    /// Records a decided request.
+    /// Records a decided request, by the answer `response` gives.
     #[inline]
-    pub fn decided(&self, api: Api, code: Code, started: Instant) {
+    pub fn decided(&self, api: Api, response: &Response, started: Instant) {
+        self.counted(api, result_of(response), started);
+    }
+
+    /// Records a request of outcome `result`.
+    #[inline]
+    pub(crate) fn counted(&self, api: Api, result: RequestResult, started: Instant) {
         let h = &self.apis[api as usize];
-        match code {
-            Code::Ok => h.ok.increment(1),
-            Code::OverLimit => h.over.increment(1),
-        }
+        h.requests.count(result);
         h.latency.record(started.elapsed().as_secs_f64());
+    }
+
+    /// Records a request refused for want of a place among the calls in
+    /// flight (`server.limits.max_requests`): shed, answered
+    /// `RESOURCE_EXHAUSTED`.
+    pub(crate) fn shed(&self, api: Api, started: Instant) {
+        self.counted(api, RequestResult::Shed, started);
+        self.errors[ErrorClass::ResourceExhausted as usize].increment(1);
+    }
+
+    /// [`shed`](Self::shed), for an HTTP request to `api` (none: a path
+    /// serving no API, not counted).
+    pub(crate) fn shed_at(&self, api: Option<Api>, started: Instant) {
+        if let Some(api) = api {
+            self.shed(api, started);
+        }
+    }
+
+    /// [`failed`](Self::failed), for an HTTP request to `api` (none: a
+    /// path serving no API, not counted).
+    pub(crate) fn failed_at(&self, api: Option<Api>, class: ErrorClass, started: Instant) {
+        if let Some(api) = api {
+            self.failed(api, class, started);
+        }
     }
 
     /// Records a failed request (`class`: an [`ErrorClass`] or the
     /// engine's [`ErrorCode`]).
     pub fn failed(&self, api: Api, class: impl Into<ErrorClass>, started: Instant) {
-        let h = &self.apis[api as usize];
-        h.error.increment(1);
-        h.latency.record(started.elapsed().as_secs_f64());
+        self.counted(api, RequestResult::Error, started);
         self.errors[class.into() as usize].increment(1);
+    }
+}
+
+/// A decided request's final outcome: denied when over the limit, delayed
+/// when an enforced rule asks it to wait (a shaper), else allowed.
+fn result_of(response: &Response) -> RequestResult {
+    if response.overall == Code::OverLimit {
+        return RequestResult::Denied;
+    }
+    let delayed = response
+        .statuses
+        .iter()
+        .filter(|s| !s.shadow)
+        .filter_map(|s| s.decision)
+        .any(|d| matches!(d.outcome, Verdict::Delayed(_)));
+    if delayed {
+        RequestResult::Delayed
+    } else {
+        RequestResult::Allowed
     }
 }

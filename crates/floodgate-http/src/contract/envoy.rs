@@ -312,7 +312,9 @@ mod tests {
         let p = report.add_policy("per-user", 3, Some(10), QuotaUnit::Requests);
         report.add_current(p, &decision(Outcome::Allowed, 2, None));
         let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
         };
         assert_eq!(
             from_report(&report),

@@ -23,6 +23,9 @@
 //!    (cancellation and panics included);
 //! 6. on an engine error, fails open (default; counted) or rejects with 503.
 //!
+//! Each request is counted once by its final outcome in
+//! `floodgate_requests_total{api="http"}` ([`RequestResult`]).
+//!
 //! A request that waits for nothing (no queue, an in-memory store, no
 //! delay) is decided as it arrives: what is left to wait for is the inner
 //! service alone. One descriptor whose rule is known in advance is decided
@@ -64,6 +67,7 @@ mod policy_cache;
 mod queue;
 mod read;
 mod request;
+mod requests;
 mod shared;
 mod shed;
 
@@ -75,4 +79,5 @@ pub use config::{
 pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;
 pub use request::ResponseFuture;
+pub use requests::{REQUESTS_TOTAL, RequestCounters, RequestResult};
 pub use shared::LayerStats;

@@ -26,6 +26,7 @@ use super::admission;
 use super::body::FloodgateBody;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
+use super::requests::RequestResult;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
 use crate::contract::{HeaderBuf, QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
@@ -215,6 +216,7 @@ where
         if admission::refused_for_want_of_slot(report) {
             LayerStats::inc(&shared.stats.decided);
             LayerStats::inc(&shared.stats.delay_queue_full);
+            shared.counted(RequestResult::Denied);
             let res = shared.contract.reject(
                 Rejection::Limited(&s.report),
                 req.headers(),
@@ -300,31 +302,19 @@ fn conclude<B: Backend, C: Clock + 'static>(
     decided: Result<Decided, EngineError>,
 ) -> Next<B, C> {
     let planned = match decided {
-        Ok(Decided::Nothing) => return Admitted::bare(keep),
+        Ok(Decided::Nothing) => {
+            shared.counted(RequestResult::Allowed);
+            return Admitted::bare(keep);
+        }
         Ok(Decided::Planned) => true,
         Ok(Decided::Engine) => false,
-        Err(_) => match shared.settings.on_error {
-            OnError::Allow => {
-                LayerStats::inc(&shared.stats.fail_open);
-                metrics::counter!("floodgate_http_fail_open_total").increment(1);
-                return Admitted::bare(keep);
-            }
-            OnError::Reject => {
-                LayerStats::inc(&shared.stats.fail_closed);
-                let res = shared.contract.reject(
-                    Rejection::Unavailable,
-                    headers,
-                    now,
-                    &mut HeaderBuf::new(),
-                );
-                return Err(res);
-            }
-        },
+        Err(_) => return limiter_failed(shared, keep, headers, now),
     };
     LayerStats::inc(&shared.stats.decided);
     let on_success = shared.contract.on_success;
     // A planned rule holds no units: an admitted request keeps nothing.
     if planned && !on_success && admission::plainly_allowed(&held.scratch().response) {
+        shared.counted(RequestResult::Allowed);
         return Admitted::bare(keep);
     }
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
@@ -333,18 +323,53 @@ fn conclude<B: Backend, C: Clock + 'static>(
     let delay = match held.scratch().report.verdict() {
         Verdict::Denied => {
             LayerStats::inc(&shared.stats.denied);
+            shared.counted(RequestResult::Denied);
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
             return Err(shared.contract.reject(rejection, headers, now, &mut s.buf));
         }
+        // Counted once the delay is over (shed or queued out then, it is
+        // counted so instead).
         Verdict::Delayed(delay) => delay,
-        Verdict::Allowed if !on_success && !held.holds_units => return Admitted::bare(keep),
-        Verdict::Allowed => Duration::ZERO,
+        Verdict::Allowed => {
+            shared.counted(RequestResult::Allowed);
+            if !on_success && !held.holds_units {
+                return Admitted::bare(keep);
+            }
+            Duration::ZERO
+        }
     };
     Ok(Admitted {
         headers: Some((held, now, delay)),
         keep,
     })
+}
+
+/// A request the engine could not decide: let through (fail open) or
+/// rejected with 503, per `on_error`.
+#[allow(clippy::result_large_err)]
+fn limiter_failed<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    keep: Keep,
+    headers: &HeaderMap,
+    now: Timestamp,
+) -> Next<B, C> {
+    match shared.settings.on_error {
+        OnError::Allow => {
+            LayerStats::inc(&shared.stats.fail_open);
+            metrics::counter!("floodgate_http_fail_open_total").increment(1);
+            shared.counted(RequestResult::FailedOpen);
+            Admitted::bare(keep)
+        }
+        OnError::Reject => {
+            LayerStats::inc(&shared.stats.fail_closed);
+            shared.counted(RequestResult::FailedClosed);
+            let mut buf = HeaderBuf::new();
+            Err(shared
+                .contract
+                .reject(Rejection::Unavailable, headers, now, &mut buf))
+        }
+    }
 }
 
 /// What an admitted request adds to the inner service's response, and
@@ -410,6 +435,7 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
             if let Some(rejected) = queues(&shared, held, req.headers(), keep).await {
                 return Ok(full(rejected));
             }
+            shared.counted(RequestResult::Delayed);
         }
         Ok(self.respond(inner(req).await?))
     }
@@ -531,6 +557,7 @@ fn shed<B: Backend, C: Clock + 'static, T>(
         None => {
             LayerStats::inc(&shared.stats.shed);
             metrics::counter!("floodgate_http_shed_total").increment(1);
+            shared.counted(RequestResult::Shed);
             let retry_after = shedding.retry_after;
             Some(shared.contract.reject(
                 Rejection::Overloaded { retry_after },
@@ -573,6 +600,7 @@ async fn queues<B: Backend, C: Clock + 'static>(
     metrics::counter!("floodgate_http_concurrency_rejected_total",
         "reason" => match e { QueueError::Full => "full", QueueError::Timeout => "timeout" })
     .increment(1);
+    shared.counted(RequestResult::Denied);
     let now = shared.engine.clock().now();
     let s = held.scratch();
     s.report.clear();

@@ -13,6 +13,7 @@ use floodgate_policy::{Backend, Engine, Response};
 use super::config::LayerSettings;
 use super::policy_cache::PolicyCache;
 use super::queue::{ConcurrencyQueue, KeyedQueues};
+use super::requests::{RequestCounters, RequestResult};
 use super::shed::Gauge;
 use crate::contract::{Contract, HeaderBuf, Report};
 use crate::identity::{HttpIdentity, RequestDescriptors};
@@ -96,6 +97,8 @@ pub(crate) struct Shared<B, C> {
     pub contract: Contract,
     pub settings: LayerSettings,
     pub stats: LayerStats,
+    /// `floodgate_requests_total{api="http"}`, by final outcome.
+    pub requests: RequestCounters,
     /// Requests in flight (counted when shedding is on).
     pub in_flight: Gauge,
     pub global: Option<ConcurrencyQueue>,
@@ -128,8 +131,15 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
             contract,
             settings,
             stats: LayerStats::default(),
+            requests: RequestCounters::new("http"),
             pool: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Counts a request by its final outcome.
+    #[inline]
+    pub(super) fn counted(&self, result: RequestResult) {
+        self.requests.count(result);
     }
 
     pub(super) fn take(&self) -> Box<Scratch> {

@@ -122,13 +122,14 @@ impl Rule {
 pub struct RuleMetrics {
     /// Hits (cost units) seen.
     pub hits: Counter,
-    /// Requests admitted.
+    /// Requests this rule admitted (whatever the request's other rules
+    /// decided: the request may still be denied).
     pub within_limit: Counter,
-    /// Requests admitted with more than the near-limit ratio used.
+    /// Requests this rule admitted with more than the near-limit ratio used.
     pub near_limit: Counter,
-    /// Requests denied.
+    /// Requests this rule denied.
     pub over_limit: Counter,
-    /// Requests a shadow-mode rule would have denied.
+    /// Requests this shadow-mode rule would have denied.
     pub shadow_mode: Counter,
     /// Requests admitted after a shaper's delay (counted in
     /// `within_limit` too).
@@ -138,6 +139,7 @@ pub struct RuleMetrics {
 impl RuleMetrics {
     /// Handles for `domain`/`rule` from the installed metrics recorder.
     pub fn new(domain: &str, rule: &str) -> Self {
+        describe();
         let labels = [("domain", domain.to_owned()), ("rule", rule.to_owned())];
         let decision = |outcome: &'static str| {
             metrics::counter!("floodgate_rule_decisions_total",
@@ -152,6 +154,18 @@ impl RuleMetrics {
             delayed: decision("delayed"),
         }
     }
+}
+
+/// Says what the rule counters count (each rule's verdicts, not requests).
+fn describe() {
+    metrics::describe_counter!(
+        "floodgate_rule_decisions_total",
+        "A rule's verdict on each request it matched, by outcome (within_limit, near_limit, over_limit, shadow_mode, delayed), whatever the request's other rules decided: a request one rule denies is within_limit for the rules that allowed it. floodgate_requests_total counts requests by final outcome."
+    );
+    metrics::describe_counter!(
+        "floodgate_rule_hits_total",
+        "The hits (units) each rule was asked for, over the requests it matched."
+    );
 }
 
 /// Builds the core limit of a spec, with the rule's penalty and block.

@@ -1,7 +1,7 @@
 //! The live dashboard on the admin listener: `/dashboard`, one page of
 //! plain HTML and script (nothing fetched from anywhere else), updated
-//! every second from `/dashboard/data` — the rules' decisions per second
-//! by outcome, the keys limited most right now (the engine's
+//! every second from `/dashboard/data` — the requests per second by final
+//! outcome, the rules' decisions per second by outcome, the keys limited most right now (the engine's
 //! [`LimitedKeys`](floodgate_policy::observe::LimitedKeys)), the store's
 //! state, the configuration's generation and the reloads' results.
 //!
@@ -11,6 +11,7 @@
 
 mod model;
 mod prometheus;
+mod requests;
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! What the dashboard shows, as one JSON document (`/dashboard/data`):
-//! the rules' decisions so far (the page turns them into rates), the keys
+//! the requests by final outcome and the rules' decisions so far (the page
+//! turns them into rates), the keys
 //! limited most right now, the store's state, the configuration's
 //! generation and the reloads' results.
 
@@ -10,6 +11,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 
 use super::prometheus::samples;
+use super::requests::{RequestCounts, request_counts};
 use crate::backend::AnyBackend;
 use crate::health::Health;
 
@@ -24,6 +26,7 @@ pub(crate) struct Snapshot {
     ready: bool,
     draining: bool,
     config: ConfigState,
+    requests: RequestCounts,
     rules: Vec<RuleCounts>,
     top: Vec<TopKey>,
     top_window_secs: u64,
@@ -32,6 +35,8 @@ pub(crate) struct Snapshot {
 
 #[derive(Debug, Serialize)]
 struct ConfigState {
+    /// The configurations applied: 1 at start, one more per reload put in
+    /// force (none for a reload refused, or of unchanged files).
     generation: u64,
     rules: usize,
     reloads_ok: u64,
@@ -41,7 +46,9 @@ struct ConfigState {
     last_reload_ok: Option<bool>,
 }
 
-/// One rule's decisions since start (cumulative; the page takes rates).
+/// One rule's decisions since start (cumulative; the page takes rates):
+/// its verdict on each request it matched, whatever the other rules
+/// decided.
 #[derive(Debug, Default, Serialize)]
 struct RuleCounts {
     domain: String,
@@ -166,7 +173,8 @@ pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> S
         time_ms: now.as_nanos() / 1_000_000,
         ready: health.is_ready(),
         draining: health.is_draining(),
-        config: config_state(&text, policy.generation(), policy.rules().len()),
+        config: config_state(&text, policy.rules().len()),
+        requests: request_counts(&text),
         rules,
         top,
         top_window_secs,
@@ -198,9 +206,12 @@ fn rule_counts(text: &str) -> HashMap<(String, String), RuleCounts> {
     counts
 }
 
-/// The configuration in force (its `generation`, its `rules`) and its
-/// reloads, from the metrics `text`.
-fn config_state(text: &str, generation: u64, rules: usize) -> ConfigState {
+/// The configuration in force (its `rules`) and its reloads, from the
+/// metrics `text`: its generation counts the configurations applied, the
+/// first and each reload counted `ok` (the policy's own
+/// [`generation`](floodgate_policy::PolicySet::generation) tells compiled
+/// policies apart, refused ones included, and counts nothing).
+fn config_state(text: &str, rules: usize) -> ConfigState {
     let reloads = samples(text, "floodgate_config_reloads_total");
     let reloaded = |result: &str| {
         reloads
@@ -212,10 +223,11 @@ fn config_state(text: &str, generation: u64, rules: usize) -> ConfigState {
     let last_reload_ok = samples(text, "floodgate_config_last_reload_ok")
         .first()
         .map(|s| s.value >= 1.0);
+    let reloads_ok = reloaded("ok");
     ConfigState {
-        generation,
+        generation: 1 + reloads_ok,
         rules,
-        reloads_ok: reloaded("ok"),
+        reloads_ok,
         reloads_failed: reloaded("error"),
         last_reload_ok,
     }

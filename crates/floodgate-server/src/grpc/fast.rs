@@ -100,9 +100,7 @@ impl GrpcService {
         // Calls in flight over every connection are bounded: beyond, a
         // call is refused at once rather than held.
         let Some(call) = self.service.calls.begin() else {
-            self.service
-                .metrics
-                .failed(Api::Grpc, ErrorClass::ResourceExhausted, Instant::now());
+            self.service.metrics.shed(Api::Grpc, Instant::now());
             let refused = error(
                 tonic::Code::ResourceExhausted as i32,
                 "too many calls in flight; try again",

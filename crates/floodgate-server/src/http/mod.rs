@@ -10,6 +10,7 @@ mod json_types;
 mod release;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -18,6 +19,7 @@ use axum::routing::post;
 
 use crate::call::Counted;
 use crate::decision::DecisionService;
+use crate::metrics::{Api, ErrorClass};
 
 pub(crate) use error::ApiError;
 
@@ -53,7 +55,10 @@ async fn bounded(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
+    // The API refusals below are counted under (a match, nothing kept).
+    let api = Api::of_path(request.uri().path());
     let Some(call) = s.calls.begin() else {
+        s.metrics.shed_at(api, Instant::now());
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "RESOURCE_EXHAUSTED",
@@ -65,6 +70,8 @@ async fn bounded(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > s.body_limit as u64) {
+        s.metrics
+            .failed_at(api, ErrorClass::ResourceExhausted, Instant::now());
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "PAYLOAD_TOO_LARGE",
@@ -78,12 +85,16 @@ async fn bounded(
     match tokio::time::timeout(s.request_timeout, next.run(request)).await {
         // The call holds its place until its response is sent.
         Ok(response) => response.map(|b| axum::body::Body::new(Counted::new(b, Some(call)))),
-        Err(_) => ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "DEADLINE_EXCEEDED",
-            format!("the call took longer than {:?}", s.request_timeout),
-        )
-        .into_response(),
+        Err(_) => {
+            s.metrics
+                .failed_at(api, ErrorClass::DeadlineExceeded, Instant::now());
+            ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "DEADLINE_EXCEEDED",
+                format!("the call took longer than {:?}", s.request_timeout),
+            )
+            .into_response()
+        }
     }
 }
 
