@@ -30,6 +30,7 @@ pub struct Parts {
     config: GatewayConfig,
     http: Option<HttpSection>,
     started_with: StartupSections<Draft>,
+    frontend_keys: Vec<&'static str>,
 }
 
 impl Parts {
@@ -45,6 +46,7 @@ impl Parts {
             config,
             http: loaded.http.clone(),
             started_with: StartupSections::of(documents),
+            frontend_keys: loaded.runtime.frontend_keys.clone(),
         })
     }
 }
@@ -55,6 +57,8 @@ pub struct Proxying {
     gateway: Arc<Gateway<AnyBackend>>,
     config: GatewayConfig,
     started_with: StartupSections<Draft>,
+    /// The keys of the host's sections another binary reads.
+    frontend_keys: Vec<&'static str>,
 }
 
 impl Proxying {
@@ -90,6 +94,7 @@ impl Frontend for Proxying {
             config,
             http,
             started_with,
+            frontend_keys,
         } = parts;
         // The upstream's pools are reaped by a task of the host's runtime.
         let upstream = Upstream::new(&config.upstream)?;
@@ -101,11 +106,12 @@ impl Frontend for Proxying {
             gateway,
             config,
             started_with,
+            frontend_keys,
         })
     }
 
     fn read_reload(&self, given: &Given, documents: &[Document]) -> Result<Apply, ConfigErrors> {
-        let http = crate::reload::read_reload(given, documents)?;
+        let http = crate::reload::read_reload(given, documents, &self.frontend_keys)?;
         let changed = self.started_with.changed(documents);
         let gateway = self.gateway.clone();
         Ok(Box::new(move || {

@@ -3,7 +3,7 @@
 //! (`server.response_headers.*`) configure it.
 
 use floodgate_http::contract::{EnvoyHeaders, EnvoyNames, InvalidHeaderName};
-use floodgate_runtime::settings::HeaderSettings;
+use crate::settings::HeaderSettings;
 
 /// The Envoy form of `s`: envoyproxy/ratelimit's headers when enabled,
 /// draft-03's when enabled (every name is checked, enabled or not).

@@ -609,10 +609,10 @@ mod tests {
             }),
             ..Status::default()
         });
-        let settings = floodgate_runtime::settings::HeaderSettings {
+        let settings = crate::settings::HeaderSettings {
             enabled: true,
             x_ratelimit: true,
-            ..floodgate_runtime::Settings::default().server.headers
+            ..crate::RlsSettings::default().headers
         };
         let headers = crate::headers::envoy_headers(&settings).unwrap();
         let mut out = BytesMut::new();
