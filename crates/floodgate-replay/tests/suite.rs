@@ -5,6 +5,7 @@ mod common;
 
 mod algorithms;
 mod browser;
+mod legends;
 mod formats;
 mod ordering;
 mod outputs;
