@@ -78,11 +78,18 @@ fn hidden<T: Declared>(cmd: Command) -> Command {
 
 /// An error for the first of `T`'s flags given in `m`: a setting of
 /// `binary` only, which `command` does not read.
-fn refuse_given<T: Declared>(m: &ArgMatches, binary: &str, command: &str) -> Result<(), clap::Error> {
+fn refuse_given<T: Declared>(
+    m: &ArgMatches,
+    binary: &str,
+    command: &str,
+) -> Result<(), clap::Error> {
     let mut given = Flags::new();
     given.read_matches::<T>(m);
     let table = T::table().iter();
-    match table.filter_map(|s| s.flag.map(|f| (f, s.key))).find(|(_, k)| given.get(k).is_some()) {
+    match table
+        .filter_map(|s| s.flag.map(|f| (f, s.key)))
+        .find(|(_, k)| given.get(k).is_some())
+    {
         Some((flag, key)) => Err(clap::Error::raw(
             ErrorKind::ArgumentConflict,
             format!("--{flag} (`{key}`) is a setting of `{binary}`: `{command}` does not read it"),

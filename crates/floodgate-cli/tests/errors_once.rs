@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn example(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
     path.display().to_string()
 }
 
@@ -23,7 +25,11 @@ fn fails(args: &[&str]) -> String {
 
 /// `text` holds `what` exactly once.
 fn once(text: &str, what: &str) {
-    assert_eq!(text.matches(what).count(), 1, "`{what}` not said once:\n{text}");
+    assert_eq!(
+        text.matches(what).count(),
+        1,
+        "`{what}` not said once:\n{text}"
+    );
 }
 
 #[test]
@@ -32,7 +38,11 @@ fn a_listener_address_in_use_is_said_once() {
     let addr = taken.local_addr().unwrap().to_string();
     let serve = example("floodgate.yaml");
     let gateway = example("gateway.yaml");
-    for logs in [&["--log-format", "text"][..], &["--log-format", "json"], &["--log-level", "off"]] {
+    for logs in [
+        &["--log-format", "text"][..],
+        &["--log-format", "json"],
+        &["--log-level", "off"],
+    ] {
         let mut args = vec!["serve", "--config", &serve, "--grpc-addr", &addr];
         args.extend(["--http-addr", "off", "--admin-addr", "off"]);
         args.extend(logs);
@@ -59,6 +69,12 @@ fn a_configuration_that_does_not_load_is_said_once() {
             once(&err, "/nonexistent/floodgate.yaml");
         }
     }
-    let err = fails(&["replay", "--config", "/nonexistent/floodgate.yaml", "--log", "-"]);
+    let err = fails(&[
+        "replay",
+        "--config",
+        "/nonexistent/floodgate.yaml",
+        "--log",
+        "-",
+    ]);
     once(&err, "/nonexistent/floodgate.yaml");
 }

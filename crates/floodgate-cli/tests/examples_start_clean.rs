@@ -14,7 +14,9 @@ use floodgate_testkit::{Process, free_port, limit_open_files, wait_until};
 const OPEN_FILES: u64 = 4096;
 
 fn example(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
     std::fs::read_to_string(path).unwrap()
 }
 

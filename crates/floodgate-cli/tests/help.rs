@@ -59,8 +59,19 @@ fn each_command_offers_the_settings_it_reads() {
         "--response-headers",
         "--x-ratelimit-headers",
     ];
-    let gateway = ["--listen", "--upstream", "--gateway-max-connections", "--access-log"];
-    let shared = ["--admin-addr", "--log-level", "--store", "--reload-interval", "--workers"];
+    let gateway = [
+        "--listen",
+        "--upstream",
+        "--gateway-max-connections",
+        "--access-log",
+    ];
+    let shared = [
+        "--admin-addr",
+        "--log-level",
+        "--store",
+        "--reload-interval",
+        "--workers",
+    ];
     let (serve, gateway_help) = (help("serve"), help("gateway"));
     // `--flag <VALUE>`, or `--flag[=<BOOL>]`.
     let offers = |help: &str, flag: &str| {

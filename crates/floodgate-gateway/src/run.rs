@@ -55,8 +55,7 @@ pub fn load_beside(
     let mut sections = Proxying::sections();
     sections.extend(others);
     let (read, given) = Given::record(flags, env, |flags, env| {
-        let runtime =
-            floodgate_runtime::host::load(flags, env, &sections, crate::DEFAULT_CONFIG)?;
+        let runtime = floodgate_runtime::host::load(flags, env, &sections, crate::DEFAULT_CONFIG)?;
         let mut errors = Errors::default();
         let docs = &runtime.compiled.loaded.documents;
         let (gateway, http) = read_sections(flags, env, docs, &mut errors);

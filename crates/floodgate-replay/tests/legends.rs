@@ -28,7 +28,10 @@ domains:
 fn no_legend_covers_the_plotted_area() {
     let d = Dir::new();
     let c = d.write("c.yaml", CONFIG);
-    let stricter = d.write("stricter.yaml", &CONFIG.replace("requests: 2", "requests: 1"));
+    let stricter = d.write(
+        "stricter.yaml",
+        &CONFIG.replace("requests: 2", "requests: 1"),
+    );
     let mut text = String::new();
     for i in 0..600u64 {
         let ip = ["192.0.2.1", "192.0.2.2"][(i % 2) as usize];
@@ -36,7 +39,11 @@ fn no_legend_covers_the_plotted_area() {
         text.push_str(&format!("{} {ip} \"GET {path} HTTP/1.1\"\n", msec(i * 20)));
     }
     let l = d.write("a.log", &text);
-    let r = run(&[&c, &stricter], &[&l], "nginx:$msec $remote_addr \"$request\"");
+    let r = run(
+        &[&c, &stricter],
+        &[&l],
+        "nginx:$msec $remote_addr \"$request\"",
+    );
     let html = d.path("report.html");
     std::fs::write(&html, report::html(&r)).unwrap();
     let names: Vec<&str> = r.candidates.iter().map(|c| c.name.as_str()).collect();
@@ -58,7 +65,10 @@ fn no_legend_covers_the_plotted_area() {
         let legend: Vec<String> = serde_json::from_str(legend.as_str().unwrap()).unwrap();
         assert!(!legend.is_empty(), "{id}: no legend");
         for name in &names {
-            assert!(legend.iter().any(|l| l == name), "{id}: {name} not in {legend:?}");
+            assert!(
+                legend.iter().any(|l| l == name),
+                "{id}: {name} not in {legend:?}"
+            );
         }
         // The legend's box and the plot's (its SVG, plotted area within)
         // meet nowhere.

@@ -5,8 +5,8 @@ mod common;
 
 mod algorithms;
 mod browser;
-mod legends;
 mod formats;
+mod legends;
 mod ordering;
 mod outputs;
 mod semantics;

@@ -239,7 +239,10 @@ fn file_errors_have_positions() {
         .to_string();
     assert!(e.contains("f.yaml:2:10: admin: expected host:port"), "{e}");
     assert!(e.contains("f.yaml:3:11: unknown key 'colour'"), "{e}");
-    assert!(e.contains("expected one of: admin, tls, admin_hosts,"), "{e}");
+    assert!(
+        e.contains("expected one of: admin, tls, admin_hosts,"),
+        "{e}"
+    );
     assert!(
         e.contains("f.yaml:5:12: backend: expected memory or redis, found `etcd`"),
         "{e}"
@@ -534,7 +537,11 @@ fn listener_tls_is_checked_where_it_is_given() {
     };
 
     let s = read("server: {tls: {admin: {cert: tls.crt, key: tls.key}}}").unwrap();
-    let admin = s.server.admin_tls.files().expect("TLS on the admin listener");
+    let admin = s
+        .server
+        .admin_tls
+        .files()
+        .expect("TLS on the admin listener");
     assert_eq!(admin.cert, dir.path().join("tls.crt"));
 
     let e = read("server: {tls: {admin: {cert: tls.crt}}}")
@@ -594,7 +601,11 @@ fn a_misspelt_setting_is_named_with_the_one_meant() {
 #[test]
 fn the_keys_a_frontend_reads_are_left_to_it() {
     let doc = |text: &str| Document::parse(&Arc::from("f.yaml"), text).unwrap();
-    let frontend = ["server.grpc", "server.tls.grpc.cert", "server.limits.max_requests"];
+    let frontend = [
+        "server.grpc",
+        "server.tls.grpc.cert",
+        "server.limits.max_requests",
+    ];
     let read = |text: &str, keys: &[&'static str]| {
         Settings::resolve(&Flags::new(), &Env::new(&|_| None), &[doc(text)], keys)
     };
@@ -604,6 +615,11 @@ fn the_keys_a_frontend_reads_are_left_to_it() {
     assert_eq!(s.server.limits.max_headers, 7);
     let e = read(text, &[]).unwrap_err().to_string();
     assert!(e.contains("unknown key 'grpc'"), "{e}");
-    let e = read("server:\n  grcp: here\n", &frontend).unwrap_err().to_string();
-    assert!(e.contains("unknown key 'grcp' (did you mean 'grpc'?"), "{e}");
+    let e = read("server:\n  grcp: here\n", &frontend)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown key 'grcp' (did you mean 'grpc'?"),
+        "{e}"
+    );
 }

@@ -12,9 +12,9 @@ use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{AnyBackend, Health};
 
 use crate::call::Calls;
-use crate::settings::RlsSettings;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
+use crate::settings::RlsSettings;
 use floodgate_http::contract::EnvoyHeaders;
 
 /// Everything a request needs, built once at startup.

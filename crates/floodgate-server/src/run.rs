@@ -80,7 +80,11 @@ impl Frontend for Rls {
         settings.request_limits
     }
 
-    fn build(settings: RlsSettings, health: &Arc<Health>, _: &Settings) -> Result<Self, RuntimeError> {
+    fn build(
+        settings: RlsSettings,
+        health: &Arc<Health>,
+        _: &Settings,
+    ) -> Result<Self, RuntimeError> {
         let svc = Arc::new(DecisionService::new(health.clone(), &settings)?);
         Ok(Rls { svc, settings })
     }
@@ -91,8 +95,13 @@ impl Frontend for Rls {
         let read = given.replay(|flags, env| RlsSettings::resolve(flags, env, documents));
         let changed = read.map(|s| s != self.settings);
         Ok(Box::new(move || match changed {
-            Err(e) => tracing::warn!(errors = %e, "the service's settings are invalid (they are only read at startup)"),
-            Ok(true) => tracing::warn!("the service's settings changed: they are only read at startup (restart to apply them)"),
+            Err(e) => tracing::warn!(
+                errors = %e,
+                "the service's settings are invalid (they are only read at startup)"
+            ),
+            Ok(true) => tracing::warn!(
+                "the service's settings changed: they are only read at startup (restart to apply them)"
+            ),
             Ok(false) => {}
         }))
     }

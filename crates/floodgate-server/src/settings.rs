@@ -100,14 +100,20 @@ impl RlsSettings {
     /// for [`Frontend::sections`](floodgate_runtime::host::Frontend::sections).
     pub fn keys() -> Vec<&'static str> {
         let table = RlsSettings::table().iter();
-        table.filter(|s| s.in_file == InFile::Yes).map(|s| s.key).collect()
+        table
+            .filter(|s| s.in_file == InFile::Yes)
+            .map(|s| s.key)
+            .collect()
     }
 }
 
 /// The keys the host reads in the sections the service shares with it.
 static HOST_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let table = Settings::table().iter();
-    table.filter(|s| s.in_file == InFile::Yes).map(|s| s.key).collect()
+    table
+        .filter(|s| s.in_file == InFile::Yes)
+        .map(|s| s.key)
+        .collect()
 });
 
 impl Declared for RlsSettings {

@@ -78,7 +78,9 @@ fn envoy_names() {
     // The public listeners: all interfaces, as envoyproxy/ratelimit.
     let s = env_only(&[("FLOODGATE_HTTP_ADDR", ":7001")]).unwrap();
     assert_eq!(s.http, Some("0.0.0.0:7001".parse().unwrap()));
-    let e = env_only(&[("GRPC_PORT", "eighty")]).unwrap_err().to_string();
+    let e = env_only(&[("GRPC_PORT", "eighty")])
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "GRPC_PORT: expected a port number, found `eighty`");
 }
 
@@ -125,9 +127,8 @@ fn listener_tls_is_checked_where_it_is_given() {
     let pki = Pki::new("settings");
     let leaf = pki.leaf("tls");
     let name = pki.dir.path().join("floodgate.yaml").display().to_string();
-    let read = |text: &str| {
-        RlsSettings::resolve(&Flags::new(), &Env::new(&|_| None), &[doc(&name, text)])
-    };
+    let read =
+        |text: &str| RlsSettings::resolve(&Flags::new(), &Env::new(&|_| None), &[doc(&name, text)]);
     let s = read("server: {tls: {grpc: {cert: tls.crt, key: tls.key}}}").unwrap();
     assert_eq!(s.grpc_tls.files().expect("TLS on gRPC").cert, leaf.cert);
     assert_eq!(s.http_tls.files(), None);
@@ -143,7 +144,10 @@ fn listener_tls_is_checked_where_it_is_given() {
         .to_string();
     assert!(e.contains("tls.crt"), "{e}");
 
-    let (crt, key) = (leaf.cert.display().to_string(), leaf.key.display().to_string());
+    let (crt, key) = (
+        leaf.cert.display().to_string(),
+        leaf.key.display().to_string(),
+    );
     let s = env_only(&[
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", &crt),

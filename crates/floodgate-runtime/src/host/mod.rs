@@ -75,7 +75,11 @@ pub fn sections(frontends: &[&'static str]) -> Vec<&'static str> {
 /// The keys of the host's sections among what `frontends` read
 /// (`server.grpc`: the service's listener).
 pub fn keys(frontends: &[&'static str]) -> Vec<&'static str> {
-    frontends.iter().copied().filter(|s| s.contains('.')).collect()
+    frontends
+        .iter()
+        .copied()
+        .filter(|s| s.contains('.'))
+        .collect()
 }
 
 /// What putting a frontend's reloaded sections in force does.
@@ -161,20 +165,18 @@ pub async fn start<F: Frontend>(
     if let Some(h) = &prometheus {
         crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
-    let startup = StartupSections::of(&compiled.loaded.documents);
+    let startup = (
+        StartupSections::of(&compiled.loaded.documents),
+        frontend_keys,
+    );
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, F::request_limits(&config), policy).await?;
     let engine = health.engine();
     crate::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
     let frontend = Arc::new(F::build(config, &health, &settings)?);
     let certificates = Arc::new(Certificates::default());
-    let reload = Arc::new(Reload::new(
-        frontend.clone(),
-        engine.clone(),
-        &settings,
-        given,
-        (startup, frontend_keys),
-    ));
+    let reload = Reload::new(frontend.clone(), engine.clone(), &settings, given, startup);
+    let reload = Arc::new(reload);
     let (reloading, reloaded) = (reload.clone(), certificates.clone());
     // Renewed certificates are picked up at the policies' pace, and re-read
     // whatever their files look like when a reload is asked for.

@@ -57,7 +57,8 @@ impl<F: Frontend> Reload<F> {
             .frontend
             .read_reload(&self.given, docs)
             .map_err(RuntimeError::Config)?;
-        self.startup.check_reload(&self.given, docs, &self.frontend_keys);
+        self.startup
+            .check_reload(&self.given, docs, &self.frontend_keys);
         replace_policy(&self.engine, &self.overrides, compiled.policy)?;
         apply();
         Ok(())

@@ -304,8 +304,7 @@ impl<T: Declared> StartupSections<T> {
     /// Whether `documents` give the sections other values (wherever they
     /// give them).
     pub fn changed(&self, documents: &[Document]) -> bool {
-        !table::FileValues::read::<T>(documents, &[], &mut Errors::default())
-            .same_values(&self.0)
+        !table::FileValues::read::<T>(documents, &[], &mut Errors::default()).same_values(&self.0)
     }
 }
 
@@ -313,7 +312,8 @@ impl StartupSections {
     /// Logs what a reload to `documents` cannot apply, reading them with
     /// what startup was `given` (the keys `frontends` read left to them).
     pub fn check_reload(&self, given: &Given, documents: &[Document], frontends: &[&'static str]) {
-        let resolve = |flags: &Flags, env: &Env<'_>| Settings::resolve(flags, env, documents, frontends);
+        let resolve =
+            |flags: &Flags, env: &Env<'_>| Settings::resolve(flags, env, documents, frontends);
         if let Err(e) = given.replay(resolve) {
             tracing::warn!(errors = %e, "the server and store sections are invalid (they are only read at startup)");
         } else if self.changed(documents) {

@@ -402,9 +402,16 @@ pub fn add_flags<T: Declared>(mut cmd: clap::Command, heading: &'static str) -> 
 
 /// The keys a file may write under `path` (`server` → `grpc`, `limits`,
 /// ...): `T`'s in the table's order, then those `others` read.
-fn children<T>(table: &'static [Setting<T>], others: &[&'static str], path: &str) -> Vec<&'static str> {
+fn children<T>(
+    table: &'static [Setting<T>],
+    others: &[&'static str],
+    path: &str,
+) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    let own = table.iter().filter(|s| s.in_file == InFile::Yes).map(|s| s.key);
+    let own = table
+        .iter()
+        .filter(|s| s.in_file == InFile::Yes)
+        .map(|s| s.key);
     for key in own.chain(others.iter().copied()) {
         let Some(rest) = key.strip_prefix(path).and_then(|r| r.strip_prefix('.')) else {
             continue;
@@ -638,8 +645,11 @@ pub fn warn_not_read<T: Declared>(documents: &[Document], binary: &str) {
 /// in the files' order.
 fn file_keys<T: Declared>(documents: &[Document]) -> Vec<(&'static str, Location)> {
     let file = FileValues::read::<T>(documents, &[], &mut Errors::default());
-    let mut given: Vec<(&'static str, Location)> =
-        file.values.into_iter().map(|(k, (at, _))| (k, at)).collect();
+    let mut given: Vec<(&'static str, Location)> = file
+        .values
+        .into_iter()
+        .map(|(k, (at, _))| (k, at))
+        .collect();
     given.sort_by(|(_, a), (_, b)| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
     given
 }
