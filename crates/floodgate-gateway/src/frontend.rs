@@ -127,6 +127,9 @@ impl Frontend for Proxying {
     async fn serve(self: &Arc<Self>, listeners: &mut Listeners<'_>) -> Result<(), RuntimeError> {
         let config = &self.config;
         let tls = listeners.tls(config.tls.clone())?;
+        // Two descriptors a connection count against the open files limit:
+        // the client's and an upstream's (said before the listener is).
+        let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
         let listener = listeners.bind("gateway", config.listen).await?;
         let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
             addr: config.listen,
@@ -148,9 +151,6 @@ impl Frontend for Proxying {
             rules = self.gateway.engine().policy().rules().len(),
             "gateway listening"
         );
-        // Two descriptors a connection count against the open files limit:
-        // the client's and an upstream's.
-        let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
         let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
         let served = self.gateway.clone();
         let https = tls.is_some();
