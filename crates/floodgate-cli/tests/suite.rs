@@ -33,4 +33,5 @@ mod serve_http;
 mod serve_lifecycle;
 mod serve_memory;
 mod serve_slow_readers;
+mod service_settings_reload;
 mod sync_fleet;
