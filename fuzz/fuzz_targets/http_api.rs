@@ -12,7 +12,7 @@ use floodgate::StoreConfig;
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::{Engine, MemoryBackend, PolicySet};
 use floodgate_runtime::host::{AnyBackend, Health};
-use floodgate_runtime::settings::Settings;
+use floodgate_server::RlsSettings;
 use floodgate_server::internals::DecisionService;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
@@ -65,9 +65,9 @@ static ROUTER: LazyLock<Router> = LazyLock::new(|| {
     let spec = load_str("fuzz.yaml", POLICY, &LoadOptions::default()).expect("the policy reads");
     let policy = PolicySet::compile(&spec).expect("the policy compiles");
     let backend = AnyBackend::Memory(MemoryBackend::new(StoreConfig::default()).expect("a store"));
-    let mut settings = Settings::default();
-    settings.server.body_limit = 64 * 1024;
-    let engine = Engine::new(policy, backend).with_request_limits(settings.server.request_limits);
+    let mut settings = RlsSettings::default();
+    settings.body_limit = 64 * 1024;
+    let engine = Engine::new(policy, backend).with_request_limits(settings.request_limits);
     let health = Arc::new(Health::new(Arc::new(engine)));
     let service = DecisionService::new(health, &settings).expect("a service");
     floodgate_server::internals::router(Arc::new(service))

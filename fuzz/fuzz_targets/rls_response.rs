@@ -12,9 +12,10 @@ use floodgate_policy::engine::CurrentLimit;
 use floodgate_policy::spec::Reported;
 use floodgate_policy::unit::Unit;
 use floodgate_policy::{Code, Response, Status};
-use floodgate_runtime::settings::{HeaderSettings, Settings};
+use floodgate_server::RlsSettings;
 use floodgate_server::internals::{encode_response, envoy_headers, generated};
 use floodgate_server::proto::rls::RateLimitResponse;
+use floodgate_server::settings::HeaderSettings;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -60,7 +61,7 @@ fuzz_target!(|input: Input<'_>| {
     let settings = HeaderSettings {
         enabled: input.headers & 1 == 1,
         x_ratelimit: input.headers & 2 == 2,
-        ..Settings::default().server.headers
+        ..RlsSettings::default().headers
     };
     let headers = envoy_headers(&settings).expect("the default header names are valid");
     let mut out = BytesMut::new();

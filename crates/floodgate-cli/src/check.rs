@@ -10,7 +10,7 @@ use floodgate_policy::error::Errors;
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::settings::{Env, Value};
 
-use crate::flags::{GatewayFlags, env};
+use crate::flags::{CheckFlags, env};
 
 /// `floodgate config check`.
 #[derive(Args, Debug)]
@@ -25,7 +25,7 @@ pub(crate) struct CheckArgs {
     #[arg(long)]
     pub each: bool,
     #[command(flatten)]
-    pub flags: GatewayFlags,
+    pub flags: CheckFlags,
 }
 
 pub(crate) fn run(args: CheckArgs) -> ExitCode {
@@ -100,8 +100,12 @@ fn check(
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
-        // The gateway's sections, read as `floodgate gateway` reads them.
+        // The service's settings and the gateway's sections, read as
+        // `floodgate serve` and `floodgate gateway` read them.
         let docs = &l.compiled.loaded.documents;
+        if let Err(e) = floodgate_server::RlsSettings::resolve(&flags, &env, docs) {
+            errors.extend(e);
+        }
         floodgate_gateway::read_sections(&flags, &env, docs, &mut errors);
     }
     match errors.finish(loaded) {

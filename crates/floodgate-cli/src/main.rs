@@ -8,9 +8,9 @@ mod sync_report;
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
-use floodgate_runtime::host::logging;
+use floodgate_runtime::host::{Frontend, logging};
+use floodgate_runtime::settings::table::warn_not_read;
 use floodgate_runtime::settings::{Env, warn_unsupported};
 
 use flags::{GatewayFlags, ServeFlags, env};
@@ -67,10 +67,27 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("floodgate: {e:#}");
+            eprintln!("floodgate: {}", message(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes, each said once: a cause its error already states
+/// (`cannot listen on …: Address already in use`) is not repeated.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// `floodgate serve`, until SIGTERM/SIGINT: every setting has a flag, over
@@ -78,21 +95,22 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 fn serve(flags: ServeFlags) -> anyhow::Result<()> {
     // Before loading: rules resolve their metric handles when compiled.
     let prometheus = floodgate_runtime::host::metrics::install()?;
-    let loaded = floodgate_runtime::host::load(
+    let loaded = floodgate_server::load(
         &flags.0,
         &Env::new(&env),
         &flags::sections(),
         floodgate_server::DEFAULT_CONFIG,
     )?;
-    logging::init(&loaded.settings.server.log)?;
+    logging::init(&loaded.runtime.settings.server.log)?;
     warn_unsupported(env);
-    floodgate_server::run(loaded, Some(prometheus)).context("floodgate serve")
+    Ok(floodgate_server::run(loaded, Some(prometheus))?)
 }
 
 /// `floodgate gateway`, until SIGTERM/SIGINT, read as `serve` is.
 fn gateway(flags: GatewayFlags) -> anyhow::Result<()> {
     let prometheus = floodgate_runtime::host::metrics::install()?;
-    let loaded = floodgate_gateway::load(&flags.0, &Env::new(&env))?;
+    let service = floodgate_server::Rls::sections();
+    let loaded = floodgate_gateway::load_beside(&flags.0, &Env::new(&env), &service)?;
     let mut log = loaded.runtime.settings.server.log.clone();
     if loaded.gateway.access_log {
         // Access lines pass whatever level the other logs are filtered at.
@@ -100,7 +118,9 @@ fn gateway(flags: GatewayFlags) -> anyhow::Result<()> {
     }
     logging::init(&log)?;
     warn_unsupported(env);
-    floodgate_gateway::run(loaded, Some(prometheus)).context("floodgate gateway")
+    let documents = &loaded.runtime.compiled.loaded.documents;
+    warn_not_read::<floodgate_server::RlsSettings>(documents, "floodgate serve");
+    Ok(floodgate_gateway::run(loaded, Some(prometheus))?)
 }
 
 fn main() -> ExitCode {

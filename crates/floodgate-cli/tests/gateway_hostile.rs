@@ -42,7 +42,8 @@ fn start(config: &str, upstream: SocketAddr) -> Gateway {
     gw
 }
 
-const CONFIG: &str = "gateway:\n  upstream: http://127.0.0.1:1\n  limits: {header_read_timeout: 10s}\nserver: {reload_interval: 0}\n";
+/// A cap given beyond what the open files allow: lowered, with a warning.
+const CONFIG: &str = "gateway:\n  upstream: http://127.0.0.1:1\n  limits: {header_read_timeout: 10s, max_connections: 10000}\nserver: {reload_interval: 0}\n";
 
 #[test]
 fn a_connection_flood_under_a_low_open_files_limit() {

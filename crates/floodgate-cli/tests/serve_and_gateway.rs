@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use floodgate_gateway::{Parts, Proxying};
-use floodgate_runtime::host::{self, Both};
+use floodgate_runtime::host::{self, Both, Frontend};
 use floodgate_runtime::settings::{Env, Flags};
-use floodgate_server::Rls;
+use floodgate_server::{Rls, RlsSettings};
 use floodgate_testkit::Upstream;
 use floodgate_testkit::{free_port, http_request, wait_until};
 
@@ -25,13 +25,16 @@ fn the_service_and_the_gateway_run_in_one_process() {
     );
     std::fs::write(&path, config).unwrap();
     let flags = Flags::new().with("config", path.display().to_string());
-    let loaded = floodgate_gateway::load(&flags, &Env::new(&|_| None)).unwrap();
+    let env = Env::new(&|_| None);
+    let loaded = floodgate_gateway::load_beside(&flags, &env, &Rls::sections()).unwrap();
     let parts = Parts::of(&loaded).unwrap();
+    let documents = &loaded.runtime.compiled.loaded.documents;
+    let rls = RlsSettings::resolve(&flags, &env, documents).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let running = runtime
         .block_on(host::start::<Both<Rls, Proxying>>(
             loaded.runtime,
-            ((), parts),
+            (rls, parts),
             None,
         ))
         .unwrap();

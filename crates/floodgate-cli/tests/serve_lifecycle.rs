@@ -275,12 +275,22 @@ fn config_check_validates_the_service_sections() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("bad.yaml:2:"), "{err}");
     assert!(err.contains("unknown key 'colour'"), "{err}");
     assert!(
         err.contains("backend: expected memory or redis, found `etcd`"),
         "{err}"
     );
+    // The service's own keys are read once the host's are valid.
+    let service = dir.path().join("service.yaml");
+    std::fs::write(&service, "server:\n  grpc: somewhere\n  workers: 1\n").unwrap();
+    let out = Command::new(bin())
+        .args(["config", "check", "--allow-empty-config"])
+        .arg(&service)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("service.yaml:2:9: grpc: "), "{err}");
     // serve refuses it the same way, naming the problems.
     let out = Command::new(bin())
         .args(["serve", "--allow-empty-config", "--config"])
@@ -320,7 +330,7 @@ fn the_quick_start_denies_any_fourth_call_within_a_minute() {
     let compiled = floodgate_runtime::host::load(
         &flags,
         &floodgate_runtime::settings::Env::new(&|_| None),
-        &[],
+        &<floodgate_server::Rls as floodgate_runtime::host::Frontend>::sections(),
         &[],
     )
     .unwrap_or_else(|e| panic!("{e}"))

@@ -161,8 +161,9 @@ pub struct ListenerLimits {
     /// grows past it → 413 and the upload aborted. None: any size.
     pub max_body_bytes: Option<u64>,
     /// Open client connections at most; beyond, new connections wait in
-    /// the kernel's accept backlog.
-    pub max_connections: usize,
+    /// the kernel's accept backlog (`None`: 10 000, or what the open files
+    /// limit leaves room for).
+    pub max_connections: Option<usize>,
 }
 
 /// What of a request's protocol the gateway lets through to the upstream

@@ -30,6 +30,7 @@ pub struct Parts {
     config: GatewayConfig,
     http: Option<HttpSection>,
     started_with: StartupSections<Draft>,
+    frontend_keys: Vec<&'static str>,
 }
 
 impl Parts {
@@ -45,6 +46,7 @@ impl Parts {
             config,
             http: loaded.http.clone(),
             started_with: StartupSections::of(documents),
+            frontend_keys: loaded.runtime.frontend_keys.clone(),
         })
     }
 }
@@ -55,6 +57,8 @@ pub struct Proxying {
     gateway: Arc<Gateway<AnyBackend>>,
     config: GatewayConfig,
     started_with: StartupSections<Draft>,
+    /// The keys of the host's sections another binary reads.
+    frontend_keys: Vec<&'static str>,
 }
 
 impl Proxying {
@@ -90,6 +94,7 @@ impl Frontend for Proxying {
             config,
             http,
             started_with,
+            frontend_keys,
         } = parts;
         // The upstream's pools are reaped by a task of the host's runtime.
         let upstream = Upstream::new(&config.upstream)?;
@@ -101,11 +106,12 @@ impl Frontend for Proxying {
             gateway,
             config,
             started_with,
+            frontend_keys,
         })
     }
 
     fn read_reload(&self, given: &Given, documents: &[Document]) -> Result<Apply, ConfigErrors> {
-        let http = crate::reload::read_reload(given, documents)?;
+        let http = crate::reload::read_reload(given, documents, &self.frontend_keys)?;
         let changed = self.started_with.changed(documents);
         let gateway = self.gateway.clone();
         Ok(Box::new(move || {
@@ -121,6 +127,9 @@ impl Frontend for Proxying {
     async fn serve(self: &Arc<Self>, listeners: &mut Listeners<'_>) -> Result<(), RuntimeError> {
         let config = &self.config;
         let tls = listeners.tls(config.tls.clone())?;
+        // Two descriptors a connection count against the open files limit:
+        // the client's and an upstream's (said before the listener is).
+        let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
         let listener = listeners.bind("gateway", config.listen).await?;
         let addr = listener.local_addr().map_err(|source| RuntimeError::Bind {
             addr: config.listen,
@@ -142,9 +151,6 @@ impl Frontend for Proxying {
             rules = self.gateway.engine().policy().rules().len(),
             "gateway listening"
         );
-        // Two descriptors a connection count against the open files limit:
-        // the client's and an upstream's.
-        let places = descriptors::fit_max_connections("gateway", config.limits.max_connections, 2);
         let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
         let served = self.gateway.clone();
         let https = tls.is_some();

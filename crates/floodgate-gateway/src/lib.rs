@@ -105,7 +105,7 @@ pub use frontend::{Parts, Proxying};
 pub use gateway::{Gateway, Limiter};
 pub use proxy::{Proxy, ProxyStats};
 pub use reload::read_sections;
-pub use run::{Loaded, Running, load, run, start};
+pub use run::{Loaded, Running, load, load_beside, run, start};
 
 /// The files `floodgate gateway` reads when given none, the first that
 /// exists: the deployment's, else the gateway's quick start (never the

@@ -11,16 +11,17 @@ use crate::config::GatewayConfig;
 use floodgate_http::HttpSection;
 
 /// Reads a reloaded configuration's `documents` as startup read them
-/// (with what it was `given`): the `server:` and `store:` sections must
-/// still read, the gateway's too; the `http:` section to put in force, or
-/// every problem.
+/// (with what it was `given`, the keys `frontend_keys` left to others):
+/// the `server:` and `store:` sections must still read, the gateway's too;
+/// the `http:` section to put in force, or every problem.
 pub(crate) fn read_reload(
     given: &Given,
     documents: &[Document],
+    frontend_keys: &[&'static str],
 ) -> Result<Option<HttpSection>, ConfigErrors> {
     let mut errors = Errors::default();
     let (_, http) = given.replay(|flags, env| {
-        if let Err(e) = Settings::resolve(flags, env, documents) {
+        if let Err(e) = Settings::resolve(flags, env, documents, frontend_keys) {
             errors.extend(e);
         }
         read_sections(flags, env, documents, &mut errors)

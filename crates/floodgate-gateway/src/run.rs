@@ -42,13 +42,20 @@ pub struct Loaded {
 /// every problem is reported at once. Install the metrics recorder first:
 /// rules resolve their metric handles when they are compiled.
 pub fn load(flags: &Flags, env: &Env<'_>) -> Result<Loaded, GatewayError> {
+    load_beside(flags, env, &[])
+}
+
+/// [`load`], the files also holding what `others` read (another binary's
+/// frontends: [`Frontend::sections`]), which the gateway ignores.
+pub fn load_beside(
+    flags: &Flags,
+    env: &Env<'_>,
+    others: &[&'static str],
+) -> Result<Loaded, GatewayError> {
+    let mut sections = Proxying::sections();
+    sections.extend(others);
     let (read, given) = Given::record(flags, env, |flags, env| {
-        let runtime = floodgate_runtime::host::load(
-            flags,
-            env,
-            &Proxying::sections(),
-            crate::DEFAULT_CONFIG,
-        )?;
+        let runtime = floodgate_runtime::host::load(flags, env, &sections, crate::DEFAULT_CONFIG)?;
         let mut errors = Errors::default();
         let docs = &runtime.compiled.loaded.documents;
         let (gateway, http) = read_sections(flags, env, docs, &mut errors);

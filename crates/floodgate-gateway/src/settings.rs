@@ -15,7 +15,8 @@ use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::listener::ConnectionLimits;
 use floodgate_runtime::settings::listener::{
-    self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings, relative_to_origin,
+    self, ConnectionsAt, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings,
+    relative_to_origin,
 };
 use floodgate_runtime::settings::table::{self, Declared, Env, Flags, Kind, Origin, Origins};
 use floodgate_runtime::settings::{
@@ -49,7 +50,10 @@ impl ProtectionsAt<Draft> for Draft {
     fn limits(s: &mut Draft) -> &mut ConnectionLimits {
         &mut s.config.limits.connection
     }
-    fn max_connections(s: &mut Draft) -> &mut usize {
+}
+
+impl ConnectionsAt<Draft> for Draft {
+    fn max_connections(s: &mut Draft) -> &mut Option<usize> {
         &mut s.config.limits.max_connections
     }
 }
@@ -118,6 +122,7 @@ fn declare() -> Vec<S> {
     listener::declare_tls::<_, Draft>(&mut t, &TLS);
     t.extend(limits());
     listener::declare_protections::<_, Draft>(&mut t, &PROTECTIONS);
+    listener::declare_max_connections::<_, Draft>(&mut t, &PROTECTIONS);
     t.extend(forwarding());
     // Every setting but the upstream needs one to apply.
     for s in t.iter_mut().filter(|s| s.key != "gateway.upstream.url") {
@@ -295,7 +300,7 @@ impl GatewayConfig {
         documents: &[Document],
     ) -> Result<Option<GatewayConfig>, ConfigErrors> {
         let mut errors = Errors::default();
-        let Some((draft, origins)) = table::read::<Draft>(flags, env, documents, &mut errors)
+        let Some((draft, origins)) = table::read::<Draft>(flags, env, documents, &[], &mut errors)
         else {
             return errors.finish(None);
         };

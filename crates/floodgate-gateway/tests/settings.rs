@@ -73,7 +73,7 @@ fn full_section() {
         Duration::from_secs(2)
     );
     assert_eq!(c.limits.connection.max_header_bytes, 16 << 10);
-    assert_eq!(c.limits.max_connections, 5);
+    assert_eq!(c.limits.max_connections, Some(5));
     assert_eq!(c.limits.max_body_bytes, Some(1 << 20));
 }
 

@@ -6,6 +6,7 @@ mod common;
 mod algorithms;
 mod browser;
 mod formats;
+mod legends;
 mod ordering;
 mod outputs;
 mod semantics;

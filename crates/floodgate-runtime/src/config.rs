@@ -23,6 +23,9 @@ pub struct Loaded {
     /// The flags and environment it was read with (a reload reads its
     /// files with them).
     pub given: Given,
+    /// The keys of the host's sections its frontends read themselves (a
+    /// reload leaves them to them too).
+    pub frontend_keys: Vec<&'static str>,
     /// The thread it was loaded on, where it is watched and reloaded (see
     /// `Watching`).
     pub thread: ConfigThread,
@@ -48,8 +51,9 @@ pub(crate) fn log_loaded(
 
 /// Loads the configuration that `flags` and `env` point to (none: the
 /// first of `default_config` that exists, the command's), its files
-/// holding the host's sections, the policies and `sections` (the
-/// frontends' a binary runs: [`Frontend::sections`](crate::host::Frontend::sections)). Install the
+/// holding the host's sections, the policies and `sections` (what the
+/// frontends read: [`Frontend::sections`](crate::host::Frontend::sections),
+/// their top-level sections and their keys of the host's). Install the
 /// metrics recorder before serving: a rule resolves its metric handles
 /// from it on its first decision.
 pub fn load(
@@ -70,7 +74,8 @@ fn read(
     sections: &[&'static str],
     default_config: &[&str],
 ) -> Result<Loaded, RuntimeError> {
-    let boot = Settings::resolve(flags, env, &[]).map_err(RuntimeError::Config)?;
+    let frontend_keys = crate::host::keys(sections);
+    let boot = Settings::resolve(flags, env, &[], &frontend_keys).map_err(RuntimeError::Config)?;
     let paths = boot
         .config
         .resolved_paths(default_config)
@@ -89,13 +94,15 @@ fn read(
     let compiled = thread
         .run(move || files.compile())
         .map_err(RuntimeError::Config)?;
+    let documents = &compiled.loaded.documents;
     let settings =
-        Settings::resolve(flags, env, &compiled.loaded.documents).map_err(RuntimeError::Config)?;
+        Settings::resolve(flags, env, documents, &frontend_keys).map_err(RuntimeError::Config)?;
     Ok(Loaded {
         source,
         compiled,
         settings,
         given: Given::default(),
+        frontend_keys,
         thread,
     })
 }

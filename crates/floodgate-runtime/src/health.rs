@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::{Backend, Engine, PolicySet};
 use floodgate_redis::{BreakerState, FailurePolicy};
 use http::StatusCode;
@@ -26,18 +27,19 @@ impl Health {
     /// Starts deciding with `policy` as `settings` say, for either binary:
     /// the policy checked against the store ([`check_policy`]), the store
     /// built ([`AnyBackend::build`]), the forced policy settings applied,
-    /// the engine given the request limits and the dashboard's observer;
+    /// the engine given the `request_limits` and the dashboard's observer;
     /// the store's probes run from now on. The engine is
     /// [`engine`](Self::engine).
     pub async fn start(
         settings: &Settings,
+        request_limits: RequestLimits,
         mut policy: PolicySet,
     ) -> Result<Arc<Health>, RuntimeError> {
         check_policy(settings.store.backend, &policy)?;
         let backend = AnyBackend::build(&settings.store).await?;
         settings.policy.apply(&mut policy.settings);
         let engine = Engine::new(policy, backend)
-            .with_request_limits(settings.server.request_limits)
+            .with_request_limits(request_limits)
             .with_observer(crate::dashboard::observer());
         let health = Arc::new(Health::new(Arc::new(engine)));
         health.spawn_store_probes();

@@ -20,12 +20,12 @@
 //! let file = "server: {workers: 1, shutdown_grace: 20s}";
 //! let files = [Document::parse(&"floodgate.yaml".into(), file)?];
 //! let env = |name: &str| (name == "FLOODGATE_WORKERS").then(|| "2".to_owned());
-//! let settings = Settings::resolve(&Flags::new(), &Env::new(&env), &files)?;
+//! let settings = Settings::resolve(&Flags::new(), &Env::new(&env), &files, &[])?;
 //! assert_eq!(settings.server.workers, Some(2)); // the environment over the file
 //! assert_eq!(settings.server.shutdown_grace.as_secs(), 20); // the file over the default
 //!
 //! let flags = Flags::new().with("server.workers", "4"); // `--workers 4`
-//! let settings = Settings::resolve(&flags, &Env::new(&env), &files)?;
+//! let settings = Settings::resolve(&flags, &Env::new(&env), &files, &[])?;
 //! assert_eq!(settings.server.workers, Some(4)); // the flag over everything
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -50,7 +50,7 @@ fn env_only(pairs: &[(&str, &str)]) -> Result<Settings, ConfigErrors> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let lookup = move |k: &str| map.get(k).cloned();
-    Settings::resolve(&Flags::new(), &Env::new(&lookup), &[])
+    Settings::resolve(&Flags::new(), &Env::new(&lookup), &[], &[])
 }
 
 fn file(text: &str) -> Result<Settings, ConfigErrors> {
@@ -61,8 +61,6 @@ fn file(text: &str) -> Result<Settings, ConfigErrors> {
 #[test]
 fn envoy_names() {
     let s = env_only(&[
-        ("GRPC_PORT", "9001"),
-        ("PORT", "9002"),
         ("USE_PROMETHEUS", "true"),
         ("PROMETHEUS_ADDR", ":9090"),
         ("REDIS_URL", "r:6379"),
@@ -70,7 +68,6 @@ fn envoy_names() {
         ("REDIS_POOL_SIZE", "4"),
         ("SHADOW_MODE", "true"),
         ("NEAR_LIMIT_RATIO", "0.9"),
-        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
         ("LOG_LEVEL", "debug"),
         ("LOG_FORMAT", "json"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false"),
@@ -82,8 +79,6 @@ fn envoy_names() {
     .unwrap();
     assert_eq!(s.policy.envoy_increment_all, Some(true));
     assert_eq!(s.store.redis.local_cache_capacity, 16_384);
-    assert_eq!(s.server.grpc, Some("0.0.0.0:9001".parse().unwrap()));
-    assert_eq!(s.server.http, Some("0.0.0.0:9002".parse().unwrap()));
     // A bare port: the admin listener stays on loopback.
     assert_eq!(s.server.admin, Some("127.0.0.1:9090".parse().unwrap()));
     assert_eq!(s.store.backend, StoreKind::Redis);
@@ -92,7 +87,6 @@ fn envoy_names() {
     assert_eq!(s.store.redis.connections, 4);
     assert_eq!(s.policy.shadow_mode, Some(true));
     assert_eq!(s.policy.near_limit_ratio, Some(0.9));
-    assert!(s.server.headers.enabled);
     assert_eq!(s.server.log.format, LogFormat::Json);
     assert_eq!(s.server.log.level, "debug");
     assert!(s.config.merge_domains);
@@ -119,17 +113,14 @@ fn a_bare_admin_port_is_loopback_everywhere() {
     // An address, any address, is taken as given.
     let s = env_only(&[("DEBUG_HOST", "0.0.0.0"), ("DEBUG_PORT", "7000")]).unwrap();
     assert_eq!(s.server.admin, Some("0.0.0.0:7000".parse().unwrap()));
-    // The public listeners: all interfaces, as envoyproxy/ratelimit.
-    let s = env_only(&[("FLOODGATE_HTTP_ADDR", ":7001")]).unwrap();
-    assert_eq!(s.server.http, Some("0.0.0.0:7001".parse().unwrap()));
 }
 
 #[test]
 fn bad_values_name_where_they_came_from() {
-    let e = env_only(&[("GRPC_PORT", "eighty")])
+    let e = env_only(&[("FLOODGATE_ADMIN_ADDR", "eighty")])
         .unwrap_err()
         .to_string();
-    assert_eq!(e, "GRPC_PORT: expected a port number, found `eighty`");
+    assert!(e.starts_with("FLOODGATE_ADMIN_ADDR: "), "{e}");
     let e = env_only(&[("REDIS_TYPE", "sentinal")])
         .unwrap_err()
         .to_string();
@@ -141,7 +132,7 @@ fn bad_values_name_where_they_came_from() {
     assert!(e.starts_with("REDIS_PIPELINE_WINDOW: "), "{e}");
     let mut flags = Flags::new();
     flags.set("server.shutdown_delay", Value::one("soon"));
-    let e = Settings::resolve(&flags, &Env::new(&|_| None), &[])
+    let e = Settings::resolve(&flags, &Env::new(&|_| None), &[], &[])
         .unwrap_err()
         .to_string();
     assert!(
@@ -176,7 +167,7 @@ fn the_environment_mode_keeps_the_files_master_name() {
     let text = "store:\n  backend: redis\n  mode: sentinel\n  master: from-file\n  url: s1:26379\n";
     let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
     let env = |k: &str| (k == "REDIS_TYPE").then(|| "sentinel".to_owned());
-    let s = Settings::resolve(&Flags::new(), &Env::new(&env), &[doc]).unwrap();
+    let s = Settings::resolve(&Flags::new(), &Env::new(&env), &[doc], &[]).unwrap();
     assert_eq!(s.store.redis.mode, Mode::sentinel("from-file").unwrap());
     assert_eq!(s.store.redis.urls, ["redis://s1:26379"]);
 }
@@ -199,7 +190,7 @@ fn a_store_flag_keeps_the_environments_redis_settings() {
     let lookup = |k: &str| env.get(k).map(std::string::ToString::to_string);
     let mut flags = Flags::new();
     flags.set("store.backend", Value::one("redis"));
-    let s = Settings::resolve(&flags, &Env::new(&lookup), &[doc]).unwrap();
+    let s = Settings::resolve(&flags, &Env::new(&lookup), &[doc], &[]).unwrap();
     let r = &s.store.redis;
     assert_eq!(s.store.backend, StoreKind::Redis);
     assert_eq!(r.local_cache_capacity, 100);
@@ -212,14 +203,10 @@ fn a_store_flag_keeps_the_environments_redis_settings() {
 #[test]
 fn full_sections() {
     let s = file(
-        "server:\n  grpc: 127.0.0.1:9001\n  http: off\n  body_limit: 64KiB\n  response_headers: {enabled: true, limit: X-Limit, x_ratelimit: yes}\n  log: {level: debug, format: json}\nstore:\n  backend: redis\n  url: [a:1, b:2]\n  mode: cluster\n  timeout: 20ms\n  failure_policy: local\n  divide_by: 3\n  breaker: {failures: 2, cool_down: 5s}\n",
+        "server:\n  log: {level: debug, format: json}\nstore:\n  backend: redis\n  url: [a:1, b:2]\n  mode: cluster\n  timeout: 20ms\n  failure_policy: local\n  divide_by: 3\n  breaker: {failures: 2, cool_down: 5s}\n",
     )
     .unwrap();
-    assert_eq!(s.server.grpc, Some("127.0.0.1:9001".parse().unwrap()));
-    assert_eq!(s.server.http, None);
-    assert_eq!(s.server.body_limit, 64 << 10);
-    assert!(s.server.headers.enabled && s.server.headers.x_ratelimit);
-    assert_eq!(s.server.headers.limit, "X-Limit");
+    assert_eq!(s.server.log.format, LogFormat::Json);
     let r = &s.store.redis;
     assert_eq!(r.urls, ["redis://a:1", "redis://b:2"]);
     assert_eq!(r.timeout, Duration::from_millis(20));
@@ -247,12 +234,15 @@ fn one_duration_grammar() {
 
 #[test]
 fn file_errors_have_positions() {
-    let e = file("server:\n  grpc: nowhere\n  colour: blue\nstore:\n  backend: etcd\n")
+    let e = file("server:\n  admin: nowhere\n  colour: blue\nstore:\n  backend: etcd\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("f.yaml:2:9: grpc: expected host:port"), "{e}");
+    assert!(e.contains("f.yaml:2:10: admin: expected host:port"), "{e}");
     assert!(e.contains("f.yaml:3:11: unknown key 'colour'"), "{e}");
-    assert!(e.contains("expected one of: grpc, http, admin,"), "{e}");
+    assert!(
+        e.contains("expected one of: admin, tls, admin_hosts,"),
+        "{e}"
+    );
     assert!(
         e.contains("f.yaml:5:12: backend: expected memory or redis, found `etcd`"),
         "{e}"
@@ -491,7 +481,7 @@ fn settings_of_another_store_or_mode_are_refused_where_they_mislead() {
             .collect();
         let lookup = move |k: &str| env.get(k).cloned();
         let doc = Document::parse(&Arc::from("f.yaml"), text).unwrap();
-        Settings::resolve(&flags, &Env::new(&lookup), &[doc]).map_err(|e| e.to_string())
+        Settings::resolve(&flags, &Env::new(&lookup), &[doc], &[]).map_err(|e| e.to_string())
     };
     let e = with_env(&[("FLOODGATE_REDIS_MASTER", "mymaster")], "").unwrap_err();
     assert!(
@@ -527,9 +517,9 @@ fn settings_of_another_store_or_mode_are_refused_where_they_mislead() {
     assert_eq!(memory.unwrap().store.backend, StoreKind::Memory);
 }
 
-/// Every listener's TLS: the certificate and key both or neither, the
-/// files read and checked where they were given, paths relative to the
-/// file naming them; envoyproxy/ratelimit's gRPC TLS variables.
+/// The admin listener's TLS: the certificate and key both or neither,
+/// the files read and checked where they were given, paths relative to
+/// the file naming them (the service's listeners: its own tests).
 #[test]
 fn listener_tls_is_checked_where_it_is_given() {
     let dir = tempfile::tempdir().unwrap();
@@ -549,45 +539,26 @@ fn listener_tls_is_checked_where_it_is_given() {
     let s = read("server: {tls: {admin: {cert: tls.crt, key: tls.key}}}").unwrap();
     let admin = s
         .server
-        .tls
-        .admin
+        .admin_tls
         .files()
         .expect("TLS on the admin listener");
     assert_eq!(admin.cert, dir.path().join("tls.crt"));
-    assert_eq!(s.server.tls.grpc.files(), None);
 
-    let e = read("server: {tls: {http: {cert: tls.crt}}}")
+    let e = read("server: {tls: {admin: {cert: tls.crt}}}")
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("missing required key 'key'") && e.contains(":1:"),
         "{e}"
     );
-    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.crt}}}")
+    let e = read("server: {tls: {admin: {cert: tls.crt, key: tls.crt}}}")
         .unwrap_err()
         .to_string();
     assert!(e.contains("tls.crt"), "{e}");
-    let e = read("server: {tls: {grpc: {cert: tls.crt, key: tls.key, client_ca: none.pem}}}")
+    let e = read("server: {tls: {admin: {cert: tls.crt, key: tls.key, client_ca: none.pem}}}")
         .unwrap_err()
         .to_string();
     assert!(e.contains("none.pem"), "{e}");
-
-    let crt = dir.path().join("tls.crt").display().to_string();
-    let key = dir.path().join("tls.key").display().to_string();
-    let s = env_only(&[
-        ("GRPC_SERVER_USE_TLS", "true"),
-        ("GRPC_SERVER_TLS_CERT", &crt),
-        ("GRPC_SERVER_TLS_KEY", &key),
-    ])
-    .unwrap();
-    assert!(s.server.tls.grpc.files().is_some());
-    // Without GRPC_SERVER_USE_TLS the files are not read, as envoyproxy/ratelimit does.
-    let s = env_only(&[("GRPC_SERVER_TLS_CERT", &crt)]).unwrap();
-    assert_eq!(s.server.tls.grpc.files(), None);
-    let e = env_only(&[("GRPC_SERVER_USE_TLS", "true")])
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
 }
 
 /// A file may hold the sections of the frontends a binary runs, and no
@@ -611,15 +582,44 @@ fn the_sections_a_file_may_hold_are_the_frontends() {
 
 #[test]
 fn a_misspelt_setting_is_named_with_the_one_meant() {
-    let e = file("server:\n  grcp: 127.0.0.1:1\n  limits: {max_conections: 5}\n")
+    let e = file("server:\n  admn: 127.0.0.1:1\n  limits: {max_header_byte: 5}\n")
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("f.yaml:2:9: unknown key 'grcp' (did you mean 'grpc'? expected one of:"),
+        e.contains("f.yaml:2:9: unknown key 'admn' (did you mean 'admin'? expected one of:"),
         "{e}"
     );
     assert!(
-        e.contains("unknown key 'max_conections' (did you mean 'max_connections'?"),
+        e.contains("unknown key 'max_header_byte' (did you mean 'max_header_bytes'?"),
+        "{e}"
+    );
+}
+
+/// The keys of the host's sections a frontend reads are left to it: read
+/// with them, a file may give them; a key neither declares is refused,
+/// the frontend's among those it might have meant.
+#[test]
+fn the_keys_a_frontend_reads_are_left_to_it() {
+    let doc = |text: &str| Document::parse(&Arc::from("f.yaml"), text).unwrap();
+    let frontend = [
+        "server.grpc",
+        "server.tls.grpc.cert",
+        "server.limits.max_requests",
+    ];
+    let read = |text: &str, keys: &[&'static str]| {
+        Settings::resolve(&Flags::new(), &Env::new(&|_| None), &[doc(text)], keys)
+    };
+    let text = "server:\n  grpc: here\n  tls: {grpc: {cert: x}}\n  limits: {max_requests: 3, max_headers: 7}\n  workers: 2\n";
+    let s = read(text, &frontend).unwrap();
+    assert_eq!(s.server.workers, Some(2));
+    assert_eq!(s.server.limits.max_headers, 7);
+    let e = read(text, &[]).unwrap_err().to_string();
+    assert!(e.contains("unknown key 'grpc'"), "{e}");
+    let e = read("server:\n  grcp: here\n", &frontend)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown key 'grcp' (did you mean 'grpc'?"),
         "{e}"
     );
 }

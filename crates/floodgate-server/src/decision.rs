@@ -10,11 +10,11 @@ use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
 
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{AnyBackend, Health};
-use floodgate_runtime::settings::{RlsDelayed, Settings};
 
 use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};
 use crate::pool::ResponsePool;
+use crate::settings::{RlsDelayed, RlsSettings};
 use floodgate_http::contract::EnvoyHeaders;
 use floodgate_http::layer::RequestResult;
 
@@ -42,18 +42,18 @@ pub struct DecisionService {
 
 impl DecisionService {
     /// A service deciding with `health`'s engine ([`Health::start`]).
-    pub fn new(health: Arc<Health>, settings: &Settings) -> Result<Self, RuntimeError> {
+    pub fn new(health: Arc<Health>, settings: &RlsSettings) -> Result<Self, RuntimeError> {
         Ok(DecisionService {
             engine: health.engine().clone(),
             health,
             pool: ResponsePool::default(),
-            headers: crate::headers::envoy_headers(&settings.server.headers)
+            headers: crate::headers::envoy_headers(&settings.headers)
                 .map_err(|e| RuntimeError::Runtime(e.to_string()))?,
             metrics: ServiceMetrics::default(),
-            calls: Calls::new(settings.server.max_requests),
-            request_timeout: settings.server.request_timeout,
-            body_limit: settings.server.body_limit,
-            rls_delayed: settings.server.rls_delayed,
+            calls: Calls::new(settings.max_requests),
+            request_timeout: settings.request_timeout,
+            body_limit: settings.body_limit,
+            rls_delayed: settings.rls_delayed,
         })
     }
 

@@ -2,8 +2,8 @@
 //! HTTP response headers): `floodgate-http`'s Envoy form, as the settings
 //! (`server.response_headers.*`) configure it.
 
+use crate::settings::HeaderSettings;
 use floodgate_http::contract::{EnvoyHeaders, EnvoyNames, InvalidHeaderName};
-use floodgate_runtime::settings::HeaderSettings;
 
 /// The Envoy form of `s`: envoyproxy/ratelimit's headers when enabled,
 /// draft-03's when enabled (every name is checked, enabled or not).

@@ -25,13 +25,13 @@
 //! let flags = Flags::new().with("config", "floodgate.yaml");
 //! let environment = |name: &str| std::env::var(name).ok();
 //! let sections = floodgate_server::Rls::sections();
-//! let loaded = floodgate_runtime::host::load(
+//! let loaded = floodgate_server::load(
 //!     &flags,
 //!     &Env::new(&environment),
 //!     &sections,
 //!     floodgate_server::DEFAULT_CONFIG,
 //! )?;
-//! floodgate_runtime::host::logging::init(&loaded.settings.server.log)?;
+//! floodgate_runtime::host::logging::init(&loaded.runtime.settings.server.log)?;
 //! // Serves until SIGTERM or SIGINT, then drains.
 //! floodgate_server::run(loaded, Some(prometheus))?;
 //! # Ok(())
@@ -54,8 +54,10 @@ mod metrics;
 mod pool;
 pub mod proto;
 mod run;
+pub mod settings;
 
-pub use run::{Rls, run, serve};
+pub use run::{Loaded, Rls, load, run, serve};
+pub use settings::RlsSettings;
 
 /// The files `floodgate serve` reads when given none, the first that
 /// exists: the deployment's, else the quick start's.

@@ -1,26 +1,64 @@
 //! `floodgate serve`: the host ([`floodgate_runtime::host`]) running the
 //! rate limit service, [`Rls`]: its gRPC listener (Envoy RLS v3, health,
 //! reflection), its HTTP listener (`/json`, `/v1/check`, ...) and
-//! `/rlconfig` on the admin listener. It reads no section of its own: a
-//! reload puts the new policies in force.
+//! `/rlconfig` on the admin listener. Its settings ([`RlsSettings`]) are
+//! keys of the `server:` section, read at startup only (a change is
+//! logged); a reload puts the new policies in force.
 
 use std::sync::Arc;
 
 use floodgate_policy::ConfigErrors;
+use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::RuntimeError;
-use floodgate_runtime::host::Loaded;
 use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
 use floodgate_runtime::host::{AnyBackend, Health};
 use floodgate_runtime::listener::{Http, Protocols, descriptors, spawn_service};
-use floodgate_runtime::settings::{Given, Settings};
+use floodgate_runtime::settings::{Env, Flags, Given, Settings};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::decision::DecisionService;
+use crate::settings::RlsSettings;
+
+/// A configuration loaded for the service: what every command loads, and
+/// the service's settings.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The policies, the settings the service shares with the gateway
+    /// (`store:`, the admin listener, logs, ...), where they came from.
+    pub runtime: host::Loaded,
+    /// The service's own settings.
+    pub rls: RlsSettings,
+}
+
+/// Loads the configuration `flags` and `env` point to, as every command
+/// does ([`floodgate_runtime::host::load`], with `sections`: the
+/// frontends' a file may hold, the service's among them, see
+/// [`Frontend::sections`]; none given: the first of `default_config`),
+/// and the service's settings; every problem is reported. Install the
+/// metrics recorder first: rules resolve their metric handles when they
+/// are compiled.
+pub fn load(
+    flags: &Flags,
+    env: &Env<'_>,
+    sections: &[&'static str],
+    default_config: &[&str],
+) -> Result<Loaded, RuntimeError> {
+    let (read, given) = Given::record(flags, env, |flags, env| {
+        let runtime = host::load(flags, env, sections, default_config)?;
+        let rls = RlsSettings::resolve(flags, env, &runtime.compiled.loaded.documents);
+        Ok::<_, RuntimeError>((runtime, rls.map_err(RuntimeError::Config)?))
+    });
+    let (mut runtime, rls) = read?;
+    // What the service's settings read too.
+    runtime.given = given;
+    Ok(Loaded { runtime, rls })
+}
 
 /// The rate limit service as a frontend of the host.
 pub struct Rls {
     svc: Arc<DecisionService>,
+    settings: RlsSettings,
 }
 
 impl Rls {
@@ -31,19 +69,41 @@ impl Rls {
 }
 
 impl Frontend for Rls {
+    /// Its keys of the `server:` section.
     fn sections() -> Vec<&'static str> {
-        Vec::new()
+        RlsSettings::keys()
     }
 
-    type Config = ();
+    type Config = RlsSettings;
 
-    fn build((): (), health: &Arc<Health>, settings: &Settings) -> Result<Self, RuntimeError> {
-        let svc = Arc::new(DecisionService::new(health.clone(), settings)?);
-        Ok(Rls { svc })
+    fn request_limits(settings: &RlsSettings) -> RequestLimits {
+        settings.request_limits
     }
 
-    fn read_reload(&self, _: &Given, _: &[Document]) -> Result<Apply, ConfigErrors> {
-        Ok(Box::new(|| {}))
+    fn build(
+        settings: RlsSettings,
+        health: &Arc<Health>,
+        _: &Settings,
+    ) -> Result<Self, RuntimeError> {
+        let svc = Arc::new(DecisionService::new(health.clone(), &settings)?);
+        Ok(Rls { svc, settings })
+    }
+
+    /// Its settings are read at startup only: a reload that changes them
+    /// (or makes them invalid) is logged, and applies the rest.
+    fn read_reload(&self, given: &Given, documents: &[Document]) -> Result<Apply, ConfigErrors> {
+        let read = given.replay(|flags, env| RlsSettings::resolve(flags, env, documents));
+        let changed = read.map(|s| s != self.settings);
+        Ok(Box::new(move || match changed {
+            Err(e) => tracing::warn!(
+                errors = %e,
+                "the service's settings are invalid (they are only read at startup)"
+            ),
+            Ok(true) => tracing::warn!(
+                "the service's settings changed: they are only read at startup (restart to apply them)"
+            ),
+            Ok(false) => {}
+        }))
     }
 
     fn admin_routes(self: &Arc<Self>) -> axum::Router {
@@ -51,24 +111,25 @@ impl Frontend for Rls {
     }
 
     async fn serve(self: &Arc<Self>, listeners: &mut Listeners<'_>) -> Result<(), RuntimeError> {
-        let s = &listeners.settings().server;
+        let s = &self.settings;
+        let limits = &listeners.settings().server.limits;
         // Each public listener has its cap, the admin listener its own;
         // together they fit the open files limit.
         let public = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
         let places = descriptors::fit_max_connections("grpc, http", s.max_connections, public);
         if let Some(addr) = s.grpc {
-            let tls = listeners.tls(s.tls.grpc.files())?;
+            let tls = listeners.tls(s.grpc_tls.files())?;
             let listener = listeners.bind("grpc", addr).await?;
-            let http = Http::new(&s.limits, Protocols::Http2);
+            let http = Http::new(limits, Protocols::Http2);
             let (svc, stop) = (self.svc.clone(), listeners.stop());
             listeners.push(crate::grpc::spawn(svc, listener, http, tls, places, stop).await?);
         }
         if let Some(addr) = s.http {
-            let tls = listeners.tls(s.tls.http.files())?;
+            let tls = listeners.tls(s.http_tls.files())?;
             let listener = listeners.bind("http", addr).await?;
             let api = crate::http::router(self.svc.clone());
             let api = hyper_util::service::TowerToHyperService::new(api);
-            let http = Http::new(&s.limits, Protocols::Http1AndHttp2);
+            let http = Http::new(limits, Protocols::Http1AndHttp2);
             let stop = listeners.stop();
             listeners.push(spawn_service(
                 "http", listener, api, http, tls, places, stop,
@@ -82,7 +143,7 @@ impl Frontend for Rls {
 /// shutdown signal; logging must already be set up (see
 /// [`floodgate_runtime::host::logging::init`]).
 pub fn run(loaded: Loaded, prometheus: Option<PrometheusHandle>) -> Result<(), RuntimeError> {
-    host::run::<Rls>(loaded, (), prometheus, "floodgate")
+    host::run::<Rls>(loaded.runtime, loaded.rls, prometheus, "floodgate")
 }
 
 /// Serves until `shutdown` resolves, then drains.
@@ -91,7 +152,7 @@ pub async fn serve(
     prometheus: Option<PrometheusHandle>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RuntimeError> {
-    let running = host::start::<Rls>(loaded, (), prometheus).await?;
+    let running = host::start::<Rls>(loaded.runtime, loaded.rls, prometheus).await?;
     running.serve_until(shutdown).await
 }
 
@@ -100,10 +161,9 @@ mod tests {
     use super::*;
     use floodgate_policy::{Engine, PolicySet};
     use floodgate_redis::{RedisBackend, ResilientBackend};
-    use floodgate_runtime::host::Loaded;
     use floodgate_runtime::host::replace_policy;
     use floodgate_runtime::settings::PolicyOverrides;
-    use floodgate_runtime::settings::{Env, Flags, Settings, StoreKind, Value};
+    use floodgate_runtime::settings::{Env, Flags, StoreKind, Value};
 
     const GOOD: &str = "
 domains:
@@ -139,19 +199,19 @@ store:
     fn load(path: &std::path::Path) -> Result<Loaded, RuntimeError> {
         let mut flags = Flags::new();
         flags.set("config", Value::one(path.display().to_string()));
-        floodgate_runtime::host::load(&flags, &Env::new(&|_| None), &[], &[])
+        super::load(&flags, &Env::new(&|_| None), &Rls::sections(), &[])
     }
 
     fn policy_of(text: &str) -> PolicySet {
         let dir = tempfile::tempdir().unwrap();
-        load(&write(&dir, text)).unwrap().compiled.policy
+        load(&write(&dir, text)).unwrap().runtime.compiled.policy
     }
 
     #[tokio::test]
     async fn a_rule_redis_cannot_decide_fails_startup_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let loaded = load(&write(&dir, &format!("{REDIS}{BAD}"))).unwrap();
-        assert_eq!(loaded.settings.store.backend, StoreKind::Redis);
+        assert_eq!(loaded.runtime.settings.store.backend, StoreKind::Redis);
         // Refused before any connection is attempted (none could succeed).
         let err = serve(loaded, None, std::future::pending())
             .await
@@ -169,7 +229,7 @@ store:
         let redis = RedisBackend::connect_lazy(&config).await.unwrap();
         let backend = AnyBackend::Redis(Box::new(ResilientBackend::new(redis, &config).unwrap()));
         let health = Arc::new(Health::new(Arc::new(Engine::new(policy_of(GOOD), backend))));
-        let svc = DecisionService::new(health, &Settings::default()).unwrap();
+        let svc = DecisionService::new(health, &RlsSettings::default()).unwrap();
         let labels = |svc: &DecisionService| -> Vec<String> {
             let p = svc.engine().policy();
             p.rules().iter().map(|r| r.label().to_owned()).collect()

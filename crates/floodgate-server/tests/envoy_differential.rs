@@ -21,11 +21,11 @@ use floodgate_http::contract::EnvoyHeaders;
 use floodgate_policy::read::{LoadOptions, load_str};
 use floodgate_policy::spec::PolicySpec;
 use floodgate_policy::{Engine, MemoryBackend, PolicySet, Response};
-use floodgate_runtime::settings::HeaderSettings;
 use floodgate_server::internals::{WireRequest, encode_response, envoy_headers};
 use floodgate_server::proto::ratelimit::RateLimitDescriptor;
 use floodgate_server::proto::ratelimit::rate_limit_descriptor::{Entry, RateLimitOverride};
 use floodgate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
+use floodgate_server::settings::HeaderSettings;
 use floodgate_testkit::envoy_reference::{
     self as reference, Config, Failure, File, Request, Requests, Rng, Service, Settings, Shape,
 };
@@ -240,7 +240,7 @@ fn run_case(seed: u64, steps: usize, stop: bool) -> Result<(), String> {
             reset: reset.clone(),
             x_ratelimit: false,
         },
-        None => floodgate_runtime::Settings::default().server.headers,
+        None => floodgate_server::RlsSettings::default().headers,
     };
     // Whole seconds for the reference (its clock is `time.Now().Unix()`),
     // anywhere within that second for Floodgate.

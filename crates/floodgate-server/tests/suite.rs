@@ -2,4 +2,5 @@
 //! linked into one binary.
 
 mod envoy_differential;
+mod settings;
 mod tls;

@@ -73,7 +73,8 @@ async fn start(dir: &Path, tls: &str, ready_on: impl Fn(&Ports) -> u16) -> Runni
     std::fs::write(&path, config(&ports, tls)).unwrap();
     let mut flags = Flags::new();
     flags.set("config", Value::one(path.display().to_string()));
-    let loaded = floodgate_runtime::host::load(&flags, &Env::new(&|_| None), &[], &[]).unwrap();
+    let sections = <floodgate_server::Rls as floodgate_runtime::host::Frontend>::sections();
+    let loaded = floodgate_server::load(&flags, &Env::new(&|_| None), &sections, &[]).unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let shutdown = async move {

@@ -66,7 +66,7 @@ impl Given {
         let text = yaml(&self.file);
         let doc = Document::parse(&Arc::from("f.yaml"), &text).unwrap();
         let mut errors = Errors::default();
-        let read = read(&flags, &Env::new(&lookup), &[doc], &mut errors);
+        let read = read(&flags, &Env::new(&lookup), &[doc], &[], &mut errors);
         match errors.finish(read) {
             Ok(Some((value, _))) => value,
             e => panic!(

@@ -36,7 +36,9 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f4f4f4; } td.l, th.l { text-align: left; }
 .warn { background: #fff6e0; border-left: 4px solid #e0a000; padding: 0.5em 1em; }
 .note { color: #555; font-size: 0.9em; }
-figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
+figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; display: block; }
+ul.legend { list-style: none; margin: 0.3em 0 0 0; padding: 0; display: flex; flex-wrap: wrap; gap: 0.3em 1.5em; font-size: 0.9em; }
+ul.legend .swatch { display: inline-block; width: 1.2em; height: 0.7em; margin-right: 0.4em; vertical-align: middle; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 "#;
 

@@ -1,5 +1,7 @@
 //! The report's plots, drawn by plotters into SVG text (embedded in the
-//! HTML page as it is: no file, no script, no network).
+//! HTML page as it is: no file, no script, no network). A plot's legend
+//! is HTML beside its SVG, never over the plotted area, where it would
+//! hide the data.
 
 use plotters::prelude::*;
 
@@ -65,8 +67,29 @@ fn axis_label(t: &Timeline) -> String {
     format!("seconds from the first request (buckets of {w} s)")
 }
 
-/// Lines over one timeline: (name, values, colour).
+/// The legend of a plot's series, (name, colour) each, as HTML below the
+/// plot.
+fn legend<'a>(entries: impl IntoIterator<Item = (&'a str, RGBColor)>) -> String {
+    let mut out = String::from("<ul class=\"legend\">");
+    for (name, RGBColor(r, g, b)) in entries {
+        out.push_str(&format!(
+            "<li><span class=\"swatch\" style=\"background: rgb({r}, {g}, {b})\"></span>{}</li>",
+            super::html::escape(name)
+        ));
+    }
+    out.push_str("</ul>");
+    out
+}
+
+/// Lines over one timeline: (name, values, colour); the plot and its
+/// legend.
 pub(crate) fn lines(title: &str, t: &Timeline, series: &[(String, Vec<u64>, RGBColor)]) -> String {
+    let names = series.iter().map(|(name, _, c)| (name.as_str(), *c));
+    lines_svg(title, t, series) + &legend(names)
+}
+
+/// The SVG of [`lines`].
+fn lines_svg(title: &str, t: &Timeline, series: &[(String, Vec<u64>, RGBColor)]) -> String {
     svg(HEIGHT, |root| {
         let len = t.len.max(1);
         let x_max = x_of(t, len).max(1.0);
@@ -88,26 +111,15 @@ pub(crate) fn lines(title: &str, t: &Timeline, series: &[(String, Vec<u64>, RGBC
             .x_desc(axis_label(t))
             .y_desc("requests per bucket")
             .draw()?;
-        for (name, values, c) in series {
-            let c = *c;
-            chart
-                .draw_series(LineSeries::new(
-                    values
-                        .iter()
-                        .enumerate()
-                        .map(|(k, &v)| (x_of(t, k), v as f64)),
-                    c.stroke_width(2),
-                ))?
-                .label(name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
-                });
+        for (_, values, c) in series {
+            chart.draw_series(LineSeries::new(
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| (x_of(t, k), v as f64)),
+                c.stroke_width(2),
+            ))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
         Ok(())
     })
 }
@@ -212,8 +224,17 @@ pub(crate) fn delays(title: &str, buckets: &[(f64, u64)]) -> String {
     })
 }
 
-/// Candidates side by side: allowed, delayed and denied per candidate.
+/// The parts of each candidate's bar in [`side_by_side`], in order.
+const PARTS: [(&str, usize); 3] = [("allowed", 3), ("delayed", 2), ("denied", 1)];
+
+/// Candidates side by side: allowed, delayed and denied per candidate;
+/// the plot and its legend.
 pub(crate) fn side_by_side(cands: &[CandidateReport]) -> String {
+    side_by_side_svg(cands) + &legend(PARTS.iter().map(|&(name, c)| (name, colour(c))))
+}
+
+/// The SVG of [`side_by_side`].
+fn side_by_side_svg(cands: &[CandidateReport]) -> String {
     let height = 80 + 34 * cands.len().max(1) as u32;
     svg(height.max(160), |root| {
         let n = cands.len().max(1);
@@ -237,36 +258,21 @@ pub(crate) fn side_by_side(cands: &[CandidateReport]) -> String {
                 SegmentValue::Last => String::new(),
             })
             .draw()?;
-        let parts = [
-            ("allowed", colour(3)),
-            ("delayed", colour(2)),
-            ("denied", colour(1)),
-        ];
-        for (p, (label, c)) in parts.iter().enumerate() {
-            let c = *c;
-            chart
-                .draw_series(cands.iter().enumerate().map(|(i, cand)| {
-                    let counts = [cand.allowed, cand.delayed, cand.denied];
-                    let start: u64 = counts[..p].iter().sum();
-                    let mut bar = Rectangle::new(
-                        [
-                            (start as f64, SegmentValue::Exact(i)),
-                            ((start + counts[p]) as f64, SegmentValue::Exact(i + 1)),
-                        ],
-                        c.filled(),
-                    );
-                    bar.set_margin(5, 5, 0, 0);
-                    bar
-                }))?
-                .label(*label)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        for (p, &(_, c)) in PARTS.iter().enumerate() {
+            chart.draw_series(cands.iter().enumerate().map(|(i, cand)| {
+                let counts = [cand.allowed, cand.delayed, cand.denied];
+                let start: u64 = counts[..p].iter().sum();
+                let mut bar = Rectangle::new(
+                    [
+                        (start as f64, SegmentValue::Exact(i)),
+                        ((start + counts[p]) as f64, SegmentValue::Exact(i + 1)),
+                    ],
+                    colour(c).filled(),
+                );
+                bar.set_margin(5, 5, 0, 0);
+                bar
+            }))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
         Ok(())
     })
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use floodgate_policy::ConfigErrors;
+use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::yaml::Document;
 
 use super::{Apply, Frontend, Listeners};
@@ -24,6 +25,11 @@ impl<A: Frontend, B: Frontend> Frontend for Both<A, B> {
     }
 
     type Config = (A::Config, B::Config);
+
+    /// `A`'s (the engine is one).
+    fn request_limits((a, _): &Self::Config) -> RequestLimits {
+        A::request_limits(a)
+    }
 
     fn build(
         (a, b): Self::Config,

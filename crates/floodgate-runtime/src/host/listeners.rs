@@ -78,7 +78,7 @@ impl<'a> Listeners<'a> {
     /// `server.tls.admin`).
     pub(super) async fn admin(&mut self, router: Router) -> Result<(), RuntimeError> {
         let s = &self.settings.server;
-        let tls = self.tls(s.tls.admin.files())?;
+        let tls = self.tls(s.admin_tls.files())?;
         let (hosts, limits) = (&s.admin_hosts, &s.limits);
         let admin = crate::admin::spawn(s.admin, hosts, router, limits, tls, self.stop()).await?;
         self.tasks.extend(admin);

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use axum::Router;
 use floodgate_policy::ConfigErrors;
+use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::reload::Compiled;
 use floodgate_policy::yaml::Document;
 use futures_util::future::join_all;
@@ -60,15 +61,25 @@ pub mod metrics {
 pub const SECTIONS: &[&str] = &["server", "store"];
 
 /// The sections a configuration may hold besides the policies: the
-/// host's and `frontends'`, once each.
+/// host's and `frontends'` (their top-level ones), once each.
 pub fn sections(frontends: &[&'static str]) -> Vec<&'static str> {
     let mut all = SECTIONS.to_vec();
-    for s in frontends {
+    for s in frontends.iter().filter(|s| !s.contains('.')) {
         if !all.contains(s) {
             all.push(s);
         }
     }
     all
+}
+
+/// The keys of the host's sections among what `frontends` read
+/// (`server.grpc`: the service's listener).
+pub fn keys(frontends: &[&'static str]) -> Vec<&'static str> {
+    frontends
+        .iter()
+        .copied()
+        .filter(|s| s.contains('.'))
+        .collect()
 }
 
 /// What putting a frontend's reloaded sections in force does.
@@ -77,9 +88,17 @@ pub type Apply = Box<dyn FnOnce() + Send>;
 /// A protocol served on the host's engine: `floodgate serve`'s RLS, the
 /// gateway.
 pub trait Frontend: Send + Sync + Sized + 'static {
-    /// The top-level sections of the files it reads besides the host's
-    /// (`server:`, `store:`) and the policies.
+    /// What of the files it reads besides the policies: its top-level
+    /// sections (`gateway`), and the keys of the host's sections
+    /// (`server:`, `store:`) it reads itself, dotted (`server.grpc`: the
+    /// service's listener; the host leaves them to it).
     fn sections() -> Vec<&'static str>;
+
+    /// The bounds on a request its engine checks: its own settings' (in
+    /// `config`), else the engine's defaults.
+    fn request_limits(_config: &Self::Config) -> RequestLimits {
+        RequestLimits::default()
+    }
 
     /// What it is built from: its sections as startup read them.
     type Config: Send;
@@ -140,25 +159,24 @@ pub async fn start<F: Frontend>(
         compiled,
         settings,
         given,
+        frontend_keys,
         thread,
     } = loaded;
     if let Some(h) = &prometheus {
         crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
     }
-    let startup = StartupSections::of(&compiled.loaded.documents);
+    let startup = (
+        StartupSections::of(&compiled.loaded.documents),
+        frontend_keys,
+    );
     let Compiled { policy, loaded } = compiled;
-    let health = Health::start(&settings, policy).await?;
+    let health = Health::start(&settings, F::request_limits(&config), policy).await?;
     let engine = health.engine();
     crate::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
     let frontend = Arc::new(F::build(config, &health, &settings)?);
     let certificates = Arc::new(Certificates::default());
-    let reload = Arc::new(Reload::new(
-        frontend.clone(),
-        engine.clone(),
-        &settings,
-        given,
-        startup,
-    ));
+    let reload = Reload::new(frontend.clone(), engine.clone(), &settings, given, startup);
+    let reload = Arc::new(reload);
     let (reloading, reloaded) = (reload.clone(), certificates.clone());
     // Renewed certificates are picked up at the policies' pace, and re-read
     // whatever their files look like when a reload is asked for.

@@ -22,18 +22,21 @@ pub(super) struct Reload<F> {
     overrides: PolicyOverrides,
     given: Given,
     startup: StartupSections,
+    /// The keys of the host's sections the frontends read.
+    frontend_keys: Vec<&'static str>,
 }
 
 impl<F: Frontend> Reload<F> {
     /// Reloads for `frontend` on `engine`, started with `settings` and
     /// what it was `given` besides the files (new files are read with
-    /// them) and the `startup` sections.
+    /// them), the `startup` sections and the keys of them the frontends
+    /// read.
     pub(super) fn new(
         frontend: Arc<F>,
         engine: Arc<Engine<AnyBackend>>,
         settings: &Settings,
         given: Given,
-        startup: StartupSections,
+        (startup, frontend_keys): (StartupSections, Vec<&'static str>),
     ) -> Self {
         Reload {
             frontend,
@@ -41,6 +44,7 @@ impl<F: Frontend> Reload<F> {
             overrides: settings.policy,
             given,
             startup,
+            frontend_keys,
         }
     }
 
@@ -53,7 +57,8 @@ impl<F: Frontend> Reload<F> {
             .frontend
             .read_reload(&self.given, docs)
             .map_err(RuntimeError::Config)?;
-        self.startup.check_reload(&self.given, docs);
+        self.startup
+            .check_reload(&self.given, docs, &self.frontend_keys);
         replace_policy(&self.engine, &self.overrides, compiled.policy)?;
         apply();
         Ok(())
@@ -168,7 +173,7 @@ domains:
             engine.clone(),
             &settings,
             Given::default(),
-            startup,
+            (startup, Vec::new()),
         );
         let running = engine.policy();
         let applied = || count.load(Ordering::SeqCst);

@@ -32,25 +32,38 @@ pub fn connection_budget(limit: u64, per_connection: u64) -> usize {
     usize::try_from(budget).unwrap_or(usize::MAX).max(1)
 }
 
-/// `configured` connections of the `what` listeners, lowered to what the
-/// open files limit (raised to its hard limit first) leaves room for at
-/// `per_connection` descriptors each, with a warning.
-pub fn fit_max_connections(what: &str, configured: usize, per_connection: u64) -> usize {
+/// The connections of a listener when its settings give no cap.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// The connections of each of the `what` listeners: `configured` (none:
+/// [`DEFAULT_MAX_CONNECTIONS`]), lowered to what the open files limit
+/// (raised to its hard limit first) leaves room for at `per_connection`
+/// descriptors each. A cap the settings gave is lowered with a warning;
+/// the default follows the limit, said at INFO.
+pub fn fit_max_connections(what: &str, configured: Option<usize>, per_connection: u64) -> usize {
+    let cap = configured.unwrap_or(DEFAULT_MAX_CONNECTIONS);
     let Some(files) = raise_limit() else {
-        return configured;
+        return cap;
     };
     let budget = connection_budget(files, per_connection);
-    if budget < configured {
+    if budget < cap && configured.is_none() {
+        tracing::info!(
+            listeners = what,
+            max_connections = budget,
+            open_files_limit = files,
+            "max_connections: what the open files limit leaves room for"
+        );
+    } else if budget < cap {
         tracing::warn!(
             listeners = what,
-            max_connections = configured,
+            max_connections = cap,
             open_files_limit = files,
             lowered_to = budget,
             "max_connections is more than the open files limit allows: lowered; raise the \
              limit (ulimit -n, LimitNOFILE) to use the setting"
         );
     }
-    budget.min(configured)
+    budget.min(cap)
 }
 
 /// Whether `accept` failed because the process (or the system) is out of

@@ -1,12 +1,14 @@
 //! The settings every listener has, declared once and instantiated per
 //! listener: its TLS ([`declare_tls`]: certificate, key, client CA) and
 //! the protections of its connections ([`declare_protections`]: header
-//! timeout and limits, connections at once, HTTP/2 limits, send timeout).
+//! timeout and limits, HTTP/2 limits, send timeout; and
+//! [`declare_max_connections`]: connections at once, where a listener
+//! group has its own cap).
 //!
 //! An instance names where its settings are (file key, variable and flag
 //! prefixes) and where they go in the structure read ([`TlsAt`],
-//! [`ProtectionsAt`]); a setting added here is a setting of every
-//! listener.
+//! [`ProtectionsAt`], [`ConnectionsAt`]); a setting added here is a setting
+//! of every listener.
 
 use std::path::{Path, PathBuf};
 
@@ -53,8 +55,15 @@ pub trait TlsAt<T>: 'static {
 pub trait ProtectionsAt<T>: 'static {
     /// The protections of each connection.
     fn limits(settings: &mut T) -> &mut ConnectionLimits;
-    /// Connections of each listener at once.
-    fn max_connections(settings: &mut T) -> &mut usize;
+}
+
+/// Where a settings structure `T` keeps the cap on one listener group's
+/// connections.
+pub trait ConnectionsAt<T>: 'static {
+    /// Connections of each listener at once (`None`: as many as the open
+    /// files limit leaves room for, up to
+    /// [`DEFAULT_MAX_CONNECTIONS`](crate::listener::descriptors::DEFAULT_MAX_CONNECTIONS)).
+    fn max_connections(settings: &mut T) -> &mut Option<usize>;
 }
 
 /// One listener's TLS settings: `{key}.cert`, `{env}_CERT`,
@@ -152,7 +161,7 @@ pub fn declare_protections<T, A: ProtectionsAt<T>>(
     t: &mut Vec<Setting<T>>,
     at: &ProtectionsInstance,
 ) {
-    let group: [Protection<T>; 7] = [
+    let group: [Protection<T>; 6] = [
         ("header_read_timeout", Kind::Duration, "10s",
             "time a client has for a request head or the HTTP/2 preface (and the TLS handshake); an idle keep-alive connection closes after it",
             |s, v| { A::limits(s).header_read_timeout = positive_duration(&v.text())?; Ok(()) }),
@@ -162,9 +171,6 @@ pub fn declare_protections<T, A: ProtectionsAt<T>>(
         ("max_headers", Kind::Count, "100",
             "most header fields of an HTTP/1.1 request (431 beyond)",
             |s, v| { A::limits(s).max_headers = count_in(&v.text(), 1, 10_000)?; Ok(()) }),
-        ("max_connections", Kind::Count, "10000",
-            "connections at once (beyond, those waiting longest for nothing are closed, else new ones wait in the backlog; lowered to fit `ulimit -n`)",
-            |s, v| { *A::max_connections(s) = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }),
         ("max_concurrent_streams", Kind::Count, at.max_concurrent_streams,
             "concurrent streams (calls) per HTTP/2 connection",
             |s, v| { A::limits(s).max_concurrent_streams = count_in(&v.text(), 1, 1 << 20)? as u32; Ok(()) }),
@@ -176,11 +182,36 @@ pub fn declare_protections<T, A: ProtectionsAt<T>>(
             |s, v| { A::limits(s).send_timeout = positive_duration(&v.text())?; Ok(()) }),
     ];
     for (name, kind, default, doc, set) in group {
-        let key = leak(format!("{}.{name}", at.key));
-        let env = leak(format!("{}{}", at.env, name.to_ascii_uppercase()));
-        let flag = leak(format!("{}{}", at.flag, name.replace('_', "-")));
-        t.push(Setting::new(key, env, flag, kind, default, doc, set));
+        t.push(protection(at, name, kind, default, doc, set));
     }
+}
+
+/// Declares the cap on the connections of each listener of the group `at`
+/// into `t`.
+// One setting in a few lines: laid out as the others.
+#[rustfmt::skip]
+pub fn declare_max_connections<T, A: ConnectionsAt<T>>(
+    t: &mut Vec<Setting<T>>,
+    at: &ProtectionsInstance,
+) {
+    t.push(protection(at, "max_connections", Kind::Count, "",
+        "connections at once (beyond, those waiting longest for nothing are closed, else new ones wait in the backlog); empty: 10000, or what the open files limit (`ulimit -n`, raised to its hard limit) leaves room for; a value given beyond that room is lowered, with a warning",
+        |s, v| { *A::max_connections(s) = Some(count_in(&v.text(), 1, 10_000_000)?); Ok(()) }));
+}
+
+/// The protection `name` of the group `at`.
+fn protection<T>(
+    at: &ProtectionsInstance,
+    name: &'static str,
+    kind: Kind,
+    default: &'static str,
+    doc: &'static str,
+    set: Set<T>,
+) -> Setting<T> {
+    let key = leak(format!("{}.{name}", at.key));
+    let env = leak(format!("{}{}", at.env, name.to_ascii_uppercase()));
+    let flag = leak(format!("{}{}", at.flag, name.replace('_', "-")));
+    Setting::new(key, env, flag, kind, default, doc, set)
 }
 
 /// A path as given: relative to the directory of the file that names it.

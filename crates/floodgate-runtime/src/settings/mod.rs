@@ -23,7 +23,6 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_redis::RedisConfig;
@@ -35,7 +34,7 @@ pub use given::Given;
 pub use listener::TlsSettings;
 pub use parse::{
     ANY, boolean, choice, count_in, duration, header_bytes, parse_listen_on, parse_size,
-    positive_duration,
+    positive_duration, size,
 };
 pub use store::StoreKind;
 pub use table::{Declared, Env, Flags, Origins, Setting, Value};
@@ -89,37 +88,22 @@ impl ConfigSettings {
     }
 }
 
-/// The `server:` section (`Default`: blank, see [`Settings::default`]).
+/// The `server:` section's keys both binaries read (`Default`: blank, see
+/// [`Settings::default`]); the service's listeners and requests are its
+/// frontend's.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerSettings {
-    /// The gRPC listener (Envoy RLS v3, health, reflection).
-    pub grpc: Option<SocketAddr>,
-    /// The HTTP listener (`/json`, `/v1/check`, `/healthcheck`, `/ready`).
-    pub http: Option<SocketAddr>,
-    /// The admin listener (`/metrics`, `/rlconfig`); loopback by default.
+    /// The admin listener (`/metrics`, `/healthcheck`, `/ready`,
+    /// `/dashboard`); loopback by default.
     pub admin: Option<SocketAddr>,
     /// The names the admin listener answers to besides loopback names and
     /// IP addresses (others: 421).
     pub admin_hosts: Vec<String>,
-    /// TLS on each listener.
-    pub tls: ListenersTls,
-    /// Largest request body or gRPC message accepted, in bytes.
-    pub body_limit: usize,
-    /// The engine's bounds on a request: most descriptors, longest key or
-    /// value, what a caller's per-request `limit` override does.
-    pub request_limits: RequestLimits,
-    /// The protections of every connection of the public listeners.
+    /// TLS on the admin listener.
+    pub admin_tls: TlsSettings,
+    /// The protections of every connection of the admin listener (and of
+    /// the service's listeners).
     pub limits: ConnectionLimits,
-    /// Connections of each public listener (gRPC, HTTP) at once.
-    pub max_connections: usize,
-    /// Calls in flight at once, over every connection; beyond, a call is
-    /// refused at once (`RESOURCE_EXHAUSTED`, 503).
-    pub max_requests: usize,
-    /// The longest a call may take — its body read, its decision — when
-    /// the caller sets no shorter deadline (`DEADLINE_EXCEEDED`, 504).
-    pub request_timeout: Duration,
-    /// Rate limit headers added to responses.
-    pub headers: HeaderSettings,
     /// How often the configuration files are checked for changes (zero:
     /// never).
     pub reload_interval: Duration,
@@ -134,54 +118,6 @@ pub struct ServerSettings {
     pub workers: Option<usize>,
     /// Logging.
     pub log: LogSettings,
-    /// What a shaper's delay becomes over RLS (`ShouldRateLimit`, `/json`),
-    /// whose callers cannot hold a request.
-    pub rls_delayed: RlsDelayed,
-}
-
-/// What a shaper's delayed decision becomes over RLS
-/// (`server.rls_delayed`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RlsDelayed {
-    /// `OVER_LIMIT`, its reset the delay, nothing charged: the request
-    /// sent again after the delay is admitted.
-    #[default]
-    OverLimit,
-    /// `OK` at once, charged, the delay carried in the answer's
-    /// `dynamic_metadata` (`delay_ms`) for the caller to honour.
-    Ok,
-}
-
-/// TLS on each of the service's listeners (`server.tls.*`; none given:
-/// cleartext).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListenersTls {
-    /// The gRPC listener's.
-    pub grpc: TlsSettings,
-    /// The HTTP listener's.
-    pub http: TlsSettings,
-    /// The admin listener's.
-    pub admin: TlsSettings,
-}
-
-/// Which rate limit headers responses carry (gRPC
-/// `response_headers_to_add`, and HTTP response headers). `Default`:
-/// blank, see [`Settings::default`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HeaderSettings {
-    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` headers:
-    /// limit, remaining and reset (seconds) of the most restrictive
-    /// descriptor.
-    pub enabled: bool,
-    /// Name of the limit header (`RateLimit-Limit`).
-    pub limit: String,
-    /// Name of the remaining header (`RateLimit-Remaining`).
-    pub remaining: String,
-    /// Name of the reset header (`RateLimit-Reset`).
-    pub reset: String,
-    /// Envoy's `DRAFT_VERSION_03` headers: `X-RateLimit-Limit` (with quota
-    /// policies), `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    pub x_ratelimit: bool,
 }
 
 /// Log output.
@@ -266,7 +202,8 @@ pub struct PolicyOverrides {
     /// Force the near-limit ratio.
     pub near_limit_ratio: Option<f64>,
     /// Force envoyproxy/ratelimit's accounting (every matched counter
-    /// counts every request); applied when the files are compiled.
+    /// counts every request: the fixed windows of its files whose rules
+    /// set no `penalty`); applied when the files are compiled.
     pub envoy_increment_all: Option<bool>,
 }
 
@@ -321,15 +258,18 @@ impl Default for Settings {
 impl Settings {
     /// Resolves every setting from `flags`, `env` and the `server:` and
     /// `store:` sections of `documents` (none: only the settings read
-    /// before the files, such as their paths, are meaningful). Every
+    /// before the files, such as their paths, are meaningful), leaving the
+    /// keys of those sections that `frontends` read to them (see
+    /// [`Frontend::sections`](crate::host::Frontend::sections)). Every
     /// problem is reported, each where its value came from.
     pub fn resolve(
         flags: &Flags,
         env: &Env<'_>,
         documents: &[Document],
+        frontends: &[&'static str],
     ) -> Result<Settings, ConfigErrors> {
         let mut errors = Errors::default();
-        let read = table::read(flags, env, documents, &mut errors);
+        let read = table::read(flags, env, documents, frontends, &mut errors);
         // None only with errors.
         let settings = read.map_or_else(Settings::blank, |(mut settings, origins)| {
             server::finish_tls(&mut settings, &origins, &mut errors);
@@ -339,9 +279,10 @@ impl Settings {
     }
 
     /// [`resolve`](Self::resolve) with the `server:` and `store:` sections
-    /// of `documents` only (defaults elsewhere): what the file says.
+    /// of `documents` only (defaults elsewhere), every key of them the
+    /// host's: what the file says.
     pub fn from_documents(documents: &[Document]) -> Result<Settings, ConfigErrors> {
-        Settings::resolve(&Flags::new(), &Env::new(&|_| None), documents)
+        Settings::resolve(&Flags::new(), &Env::new(&|_| None), documents, &[])
     }
 }
 
@@ -356,7 +297,7 @@ impl<T: Declared> StartupSections<T> {
     /// with.
     pub fn of(documents: &[Document]) -> Self {
         StartupSections(
-            table::FileValues::read::<T>(documents, &mut Errors::default()),
+            table::FileValues::read::<T>(documents, &[], &mut Errors::default()),
             PhantomData,
         )
     }
@@ -364,15 +305,17 @@ impl<T: Declared> StartupSections<T> {
     /// Whether `documents` give the sections other values (wherever they
     /// give them).
     pub fn changed(&self, documents: &[Document]) -> bool {
-        !table::FileValues::read::<T>(documents, &mut Errors::default()).same_values(&self.0)
+        !table::FileValues::read::<T>(documents, &[], &mut Errors::default()).same_values(&self.0)
     }
 }
 
 impl StartupSections {
     /// Logs what a reload to `documents` cannot apply, reading them with
-    /// what startup was `given`.
-    pub fn check_reload(&self, given: &Given, documents: &[Document]) {
-        if let Err(e) = given.replay(|flags, env| Settings::resolve(flags, env, documents)) {
+    /// what startup was `given` (the keys `frontends` read left to them).
+    pub fn check_reload(&self, given: &Given, documents: &[Document], frontends: &[&'static str]) {
+        let resolve =
+            |flags: &Flags, env: &Env<'_>| Settings::resolve(flags, env, documents, frontends);
+        if let Err(e) = given.replay(resolve) {
             tracing::warn!(errors = %e, "the server and store sections are invalid (they are only read at startup)");
         } else if self.changed(documents) {
             tracing::warn!(

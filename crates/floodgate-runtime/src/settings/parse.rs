@@ -107,7 +107,7 @@ pub fn boolean(v: &str) -> Result<bool, String> {
 }
 
 /// A size above zero.
-pub(super) fn size(v: &str) -> Result<usize, String> {
+pub fn size(v: &str) -> Result<usize, String> {
     parse_size(v).filter(|s| *s > 0).ok_or_else(|| {
         format!(
             "expected a size such as 1MiB or 65536, found `{}`",

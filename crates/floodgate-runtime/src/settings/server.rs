@@ -1,34 +1,32 @@
 //! The declarations of the configuration's own settings, the `server:`
-//! section and the policy settings forced from outside the file.
+//! section's keys both binaries read (the admin listener, its protections,
+//! reload, shutdown, threads, logs; the service's own listeners and
+//! requests are its frontend's: `floodgate_server::RlsSettings`) and the
+//! policy settings forced from outside the file.
 
 use std::path::PathBuf;
 
-use floodgate_policy::engine::LimitOverrides;
-
 use super::listener::{self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings};
-use super::parse::{
-    ANY, LOOPBACK, boolean, choice, count_in, duration, parse_listen_on, positive_duration, size,
-};
-use super::table::{Env, Envoy, InFile, Kind, Setting, Value};
-use super::{LogFormat, RlsDelayed, Settings};
+use super::parse::{LOOPBACK, boolean, choice, count_in, duration, parse_listen_on};
+use super::table::{Env, Envoy, InFile, Kind, Setting};
+use super::{LogFormat, Settings};
 use crate::listener::ConnectionLimits;
 
 type S = Setting<Settings>;
 
-/// The protections of the service's listeners, `server.limits.*` (the
-/// admin listener's too, its connections capped apart).
-pub(super) struct ServeProtections;
+/// The protections of the admin listener's connections (and the
+/// service's listeners'), `server.limits.*`.
+pub(super) struct ServerProtections;
 
-impl ProtectionsAt<Settings> for ServeProtections {
+impl ProtectionsAt<Settings> for ServerProtections {
     fn limits(s: &mut Settings) -> &mut ConnectionLimits {
         &mut s.server.limits
     }
-    fn max_connections(s: &mut Settings) -> &mut usize {
-        &mut s.server.max_connections
-    }
 }
 
-const PROTECTIONS: ProtectionsInstance = ProtectionsInstance {
+/// The `server.limits` group: its keys, variables and flags, and the
+/// defaults of its HTTP/2 protections.
+pub(super) const PROTECTIONS: ProtectionsInstance = ProtectionsInstance {
     key: "server.limits",
     env: "FLOODGATE_",
     flag: "",
@@ -36,75 +34,23 @@ const PROTECTIONS: ProtectionsInstance = ProtectionsInstance {
     http2_idle_timeout: "30s",
 };
 
-/// Where each of the service's listeners keeps its TLS.
-macro_rules! tls_at {
-    ($($marker:ident: $field:ident),*) => {$(
-        pub(super) struct $marker;
-        impl TlsAt<Settings> for $marker {
-            fn tls(s: &mut Settings) -> &mut TlsSettings {
-                &mut s.server.tls.$field
-            }
-        }
-    )*};
-}
-tls_at!(GrpcTls: grpc, HttpTls: http, AdminTls: admin);
+/// Where the admin listener keeps its TLS.
+pub(super) struct AdminTls;
 
-/// Checks the TLS files of every listener ([`listener::finish_tls`]).
+impl TlsAt<Settings> for AdminTls {
+    fn tls(s: &mut Settings) -> &mut TlsSettings {
+        &mut s.server.admin_tls
+    }
+}
+
+/// Checks the TLS files of the admin listener ([`listener::finish_tls`]).
 pub(super) fn finish_tls(
     s: &mut Settings,
     origins: &super::table::Origins,
     errors: &mut floodgate_policy::error::Errors,
 ) {
-    let tls = &mut s.server.tls;
-    listener::finish_tls(&mut tls.grpc, &GRPC_TLS, origins, errors);
-    listener::finish_tls(&mut tls.http, &HTTP_TLS, origins, errors);
-    listener::finish_tls(&mut tls.admin, &ADMIN_TLS, origins, errors);
+    listener::finish_tls(&mut s.server.admin_tls, &ADMIN_TLS, origins, errors);
 }
-
-/// envoyproxy/ratelimit's TLS file `name`, read with `GRPC_SERVER_USE_TLS`
-/// on (and then `required`).
-fn envoy_tls(env: &Env<'_>, name: &str, required: bool) -> Result<Option<String>, String> {
-    match env
-        .get("GRPC_SERVER_USE_TLS")
-        .map(|v| boolean(&v))
-        .transpose()?
-    {
-        Some(true) if required && env.get(name).is_none() => {
-            Err(format!("GRPC_SERVER_USE_TLS needs {name}"))
-        }
-        Some(true) => Ok(env.get(name)),
-        _ => Ok(None),
-    }
-}
-
-pub(super) const GRPC_TLS: TlsInstance = TlsInstance {
-    key: "server.tls.grpc",
-    env: "FLOODGATE_GRPC_TLS",
-    flag: "grpc-tls",
-    listener: "the gRPC listener",
-    envoy: Some([
-        Envoy::Read {
-            names: "`GRPC_SERVER_TLS_CERT` (with `GRPC_SERVER_USE_TLS`)",
-            read: |env| envoy_tls(env, "GRPC_SERVER_TLS_CERT", true),
-        },
-        Envoy::Read {
-            names: "`GRPC_SERVER_TLS_KEY` (with `GRPC_SERVER_USE_TLS`)",
-            read: |env| envoy_tls(env, "GRPC_SERVER_TLS_KEY", true),
-        },
-        Envoy::Read {
-            names: "`GRPC_CLIENT_TLS_CACERT` (with `GRPC_SERVER_USE_TLS`)",
-            read: |env| envoy_tls(env, "GRPC_CLIENT_TLS_CACERT", false),
-        },
-    ]),
-};
-
-pub(super) const HTTP_TLS: TlsInstance = TlsInstance {
-    key: "server.tls.http",
-    env: "FLOODGATE_HTTP_TLS",
-    flag: "http-tls",
-    listener: "the HTTP listener",
-    envoy: None,
-};
 
 pub(super) const ADMIN_TLS: TlsInstance = TlsInstance {
     key: "server.tls.admin",
@@ -113,13 +59,6 @@ pub(super) const ADMIN_TLS: TlsInstance = TlsInstance {
     listener: "the admin listener",
     envoy: None,
 };
-
-fn header_name(v: &Value) -> Result<String, String> {
-    let t = v.text();
-    http::HeaderName::from_bytes(t.as_bytes())
-        .map(|_| t.clone())
-        .map_err(|_| format!("`{t}` is not a valid header name"))
-}
 
 /// envoyproxy/ratelimit's runtime directory:
 /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` (the app
@@ -165,11 +104,9 @@ fn stop_increment(env: &Env<'_>) -> Result<Option<String>, String> {
 pub(super) fn declare(t: &mut Vec<S>) {
     config(t);
     listeners(t);
-    requests(t);
-    headers(t);
+    protections(t);
     process(t);
     policy(t);
-    rls(t);
 }
 
 /// The configuration's own settings: where the files are, how they are
@@ -193,26 +130,14 @@ fn config(t: &mut Vec<S>) {
         .in_file(InFile::No));
 }
 
-/// The listeners: their addresses, the names the admin listener answers
-/// to, their TLS.
+/// The admin listener: its address, the names it answers to, its TLS.
 #[rustfmt::skip]
 fn listeners(t: &mut Vec<S>) {
-    // envoyproxy/ratelimit's ports: 8081 (gRPC), 8080 (HTTP), 6070 (debug,
-    // here on loopback only).
-    t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, "0.0.0.0:8081",
-        "gRPC listener (`host:port`, `:port` or a port on all interfaces, or `off`)",
-        |s, v| { s.server.grpc = parse_listen_on(&v.text(), ANY)?; Ok(()) })
-        .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT")));
-    t.push(S::new("server.http", "FLOODGATE_HTTP_ADDR", "http-addr", Kind::Addr, "0.0.0.0:8080",
-        "HTTP listener (as `grpc`)",
-        |s, v| { s.server.http = parse_listen_on(&v.text(), ANY)?; Ok(()) })
-        .envoy(Envoy::HostPort("HOST", "PORT")));
+    // envoyproxy/ratelimit's debug port, here on loopback only.
     t.push(S::new("server.admin", "FLOODGATE_ADMIN_ADDR", "admin-addr", Kind::Addr, "127.0.0.1:6070",
         "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
         |s, v| { s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?; Ok(()) })
         .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`", read: debug_listener }));
-    listener::declare_tls::<_, GrpcTls>(t, &GRPC_TLS);
-    listener::declare_tls::<_, HttpTls>(t, &HTTP_TLS);
     listener::declare_tls::<_, AdminTls>(t, &ADMIN_TLS);
     t.push(S::new("server.admin_hosts", "FLOODGATE_ADMIN_HOSTS", "admin-hosts", Kind::List, "",
         "names the admin listener answers to (`Host`) besides `localhost`, `*.localhost` and IP addresses, e.g. a Service's DNS name; any other: 421 (a page rebinding its name to the listener reads nothing)",
@@ -226,64 +151,11 @@ fn listeners(t: &mut Vec<S>) {
         .samples("admin.internal", "metrics.example"));
 }
 
-/// What a request may be and take: its size, its descriptors, its
-/// caller's overrides, the connections' protections, the calls in flight.
-#[rustfmt::skip]
-fn requests(t: &mut Vec<S>) {
-    t.push(S::new("server.body_limit", "FLOODGATE_BODY_LIMIT", "body-limit", Kind::Size, "1MiB",
-        "largest HTTP body or gRPC message",
-        |s, v| { s.server.body_limit = size(&v.text())?; Ok(()) }));
-    t.push(S::new("server.max_descriptors", "FLOODGATE_MAX_DESCRIPTORS", "max-descriptors", Kind::Count, "256",
-        "most descriptors in a request",
-        |s, v| { s.server.request_limits.max_descriptors = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
-    t.push(S::new("server.max_value_bytes", "FLOODGATE_MAX_VALUE_BYTES", "max-value-bytes", Kind::Size, "16KiB",
-        "longest descriptor key or value",
-        |s, v| { s.server.request_limits.max_entry_bytes = size(&v.text())?; Ok(()) }));
-    t.push(S::new("server.limit_overrides", "FLOODGATE_LIMIT_OVERRIDES", "limit-overrides", Kind::Choice, "allow",
-        "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
-        |s, v| {
-            s.server.request_limits.overrides = choice(&v.text(), &[
-                (&["allow"], LimitOverrides::Allow),
-                (&["ignore"], LimitOverrides::Ignore),
-                (&["refuse"], LimitOverrides::Refuse),
-            ])?;
-            Ok(())
-        })
-        .samples("ignore", "refuse"));
-    listener::declare_protections::<_, ServeProtections>(t, &PROTECTIONS);
-    t.push(S::new("server.limits.max_requests", "FLOODGATE_MAX_REQUESTS", "max-requests", Kind::Count, "10000",
-        "calls in flight over every connection, answers not yet sent included (beyond: `RESOURCE_EXHAUSTED`, 503, at once)",
-        |s, v| { s.server.max_requests = count_in(&v.text(), 1, 10_000_000)?; Ok(()) }));
-    t.push(S::new("server.limits.request_timeout", "FLOODGATE_REQUEST_TIMEOUT", "request-timeout", Kind::Duration, "10s",
-        "longest a call may take, body included, when the caller sets no shorter `grpc-timeout` (`DEADLINE_EXCEEDED`, 504)",
-        |s, v| { s.server.request_timeout = positive_duration(&v.text())?; Ok(()) }));
-}
-
-/// The rate limit headers of answers.
-#[rustfmt::skip]
-fn headers(t: &mut Vec<S>) {
-    t.push(S::new("server.response_headers.enabled", "FLOODGATE_RESPONSE_HEADERS", "response-headers", Kind::Bool, "false",
-        "add `RateLimit-Limit`, `-Remaining`, `-Reset` of the most restrictive descriptor",
-        |s, v| { s.server.headers.enabled = boolean(&v.text())?; Ok(()) })
-        .envoy(Envoy::Var("LIMIT_RESPONSE_HEADERS_ENABLED")));
-    t.push(S::new("server.response_headers.limit", "FLOODGATE_LIMIT_HEADER", "limit-header", Kind::Text, "RateLimit-Limit",
-        "name of the limit header",
-        |s, v| { s.server.headers.limit = header_name(v)?; Ok(()) })
-        .envoy(Envoy::Var("LIMIT_LIMIT_HEADER"))
-        .samples("X-Limit", "X-Quota"));
-    t.push(S::new("server.response_headers.remaining", "FLOODGATE_REMAINING_HEADER", "remaining-header", Kind::Text, "RateLimit-Remaining",
-        "name of the remaining header",
-        |s, v| { s.server.headers.remaining = header_name(v)?; Ok(()) })
-        .envoy(Envoy::Var("LIMIT_REMAINING_HEADER"))
-        .samples("X-Left", "X-Rest"));
-    t.push(S::new("server.response_headers.reset", "FLOODGATE_RESET_HEADER", "reset-header", Kind::Text, "RateLimit-Reset",
-        "name of the reset header",
-        |s, v| { s.server.headers.reset = header_name(v)?; Ok(()) })
-        .envoy(Envoy::Var("LIMIT_RESET_HEADER"))
-        .samples("X-Reset", "X-Again"));
-    t.push(S::new("server.response_headers.x_ratelimit", "FLOODGATE_X_RATELIMIT_HEADERS", "x-ratelimit-headers", Kind::Bool, "false",
-        "add Envoy's `DRAFT_VERSION_03` `X-RateLimit-*` headers",
-        |s, v| { s.server.headers.x_ratelimit = boolean(&v.text())?; Ok(()) }));
+/// The protections of every connection of the listeners (the admin
+/// listener's in both binaries; the service's declares the rest of its
+/// `server.limits`).
+fn protections(t: &mut Vec<S>) {
+    listener::declare_protections::<_, ServerProtections>(t, &PROTECTIONS);
 }
 
 /// Reload, shutdown, threads and logs.
@@ -341,24 +213,8 @@ fn policy(t: &mut Vec<S>) {
         .in_file(InFile::Policies)
         .envoy(Envoy::Var("NEAR_LIMIT_RATIO")));
     t.push(S::new("settings.envoy_increment_all", "FLOODGATE_ENVOY_INCREMENT_ALL", "envoy-increment-all", Kind::Bool, "",
-        "forces envoyproxy/ratelimit's accounting: every matched counter counts every request",
+        "forces envoyproxy/ratelimit's accounting: every matched counter counts every request (the fixed windows of its files whose rules set no `penalty`)",
         |s, v| { s.policy.envoy_increment_all = Some(boolean(&v.text())?); Ok(()) })
         .in_file(InFile::Policies)
         .envoy(Envoy::Read { names: "`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (inverted)", read: stop_increment }));
-}
-
-/// What RLS callers (`ShouldRateLimit`, `/json`) are told of a shaper's
-/// delay, which they cannot wait out.
-#[rustfmt::skip]
-fn rls(t: &mut Vec<S>) {
-    t.push(S::new("server.rls_delayed", "FLOODGATE_RLS_DELAYED", "rls-delayed", Kind::Choice, "over_limit",
-        "what a shaper's delay becomes over RLS (`ShouldRateLimit`, `/json`): `over_limit` (refused, its reset the delay, nothing charged: sent again after it, the request passes) or `ok` (admitted at once and charged, as with `nodelay`; the delay in `dynamic_metadata` as `delay_ms`)",
-        |s, v| {
-            s.server.rls_delayed = choice(&v.text(), &[
-                (&["over_limit"], RlsDelayed::OverLimit),
-                (&["ok"], RlsDelayed::Ok),
-            ])?;
-            Ok(())
-        })
-        .samples("ok", "over_limit"));
 }

@@ -401,11 +401,19 @@ pub fn add_flags<T: Declared>(mut cmd: clap::Command, heading: &'static str) -> 
 }
 
 /// The keys a file may write under `path` (`server` → `grpc`, `limits`,
-/// ...), in the table's order.
-fn children<T>(table: &'static [Setting<T>], path: &str) -> Vec<&'static str> {
+/// ...): `T`'s in the table's order, then those `others` read.
+fn children<T>(
+    table: &'static [Setting<T>],
+    others: &[&'static str],
+    path: &str,
+) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for s in table.iter().filter(|s| s.in_file == InFile::Yes) {
-        let Some(rest) = s.key.strip_prefix(path).and_then(|r| r.strip_prefix('.')) else {
+    let own = table
+        .iter()
+        .filter(|s| s.in_file == InFile::Yes)
+        .map(|s| s.key);
+    for key in own.chain(others.iter().copied()) {
+        let Some(rest) = key.strip_prefix(path).and_then(|r| r.strip_prefix('.')) else {
             continue;
         };
         let child = rest.split('.').next().unwrap_or(rest);
@@ -439,6 +447,7 @@ pub trait Declared: Sized + 'static {
             &Flags::new(),
             &Env::new(&|_| None),
             &[],
+            &[],
             &mut Errors::default(),
         );
         read.expect("the declared defaults are valid").0
@@ -448,16 +457,19 @@ pub trait Declared: Sized + 'static {
 /// Reads every setting of `T` from the first place that gives it:
 /// `flags`, then `env` (Floodgate's variable, then envoyproxy/ratelimit's),
 /// then the sections of `documents`, then its declared default, and
-/// [finishes](Declared::finish) the structure. Every problem is added to
-/// `errors`, each at its origin (a file position, a variable, a flag);
-/// `None` when a setting did not read.
+/// [finishes](Declared::finish) the structure. Keys of `T`'s sections that
+/// `others` read (another reader of a shared section: `server.grpc` is
+/// the service's) are left to them. Every problem is added to `errors`,
+/// each at its origin (a file position, a variable, a flag); `None` when a
+/// setting did not read.
 pub fn read<T: Declared>(
     flags: &Flags,
     env: &Env<'_>,
     documents: &[Document],
+    others: &[&'static str],
     errors: &mut Errors,
 ) -> Option<(T, Origins)> {
-    let file = FileValues::read::<T>(documents, errors);
+    let file = FileValues::read::<T>(documents, others, errors);
     let mut origins = Origins {
         given: HashMap::new(),
         sections: file.sections.clone(),
@@ -506,8 +518,13 @@ impl FileValues {
     /// Reads the sections of `documents` that `T` declares (each may
     /// appear in one file only): every key must be a setting, or a group
     /// of settings (`server.log`), or a shorthand
-    /// ([`Declared::SHORTHANDS`]). Problems are added to `errors`.
-    pub(crate) fn read<T: Declared>(documents: &[Document], errors: &mut Errors) -> FileValues {
+    /// ([`Declared::SHORTHANDS`]), or a key `others` read (left to
+    /// them). Problems are added to `errors`.
+    pub(crate) fn read<T: Declared>(
+        documents: &[Document],
+        others: &[&'static str],
+        errors: &mut Errors,
+    ) -> FileValues {
         let mut values = FileValues::default();
         let mut sections: Vec<&str> = Vec::new();
         for s in T::table().iter().filter(|s| s.in_file == InFile::Yes) {
@@ -529,13 +546,19 @@ impl FileValues {
                     continue;
                 }
                 values.sections.insert(section.to_owned(), node.at());
-                values.walk::<T>(node, section, errors);
+                values.walk::<T>(node, section, others, errors);
             }
         }
         values
     }
 
-    fn walk<T: Declared>(&mut self, node: Node<'_>, path: &str, errors: &mut Errors) {
+    fn walk<T: Declared>(
+        &mut self,
+        node: Node<'_>,
+        path: &str,
+        others: &[&'static str],
+        errors: &mut Errors,
+    ) {
         let Some(map) = errors.take(node.map()) else {
             return;
         };
@@ -551,8 +574,11 @@ impl FileValues {
             }
             let group = format!("{key}.");
             if !table.iter().any(|s| s.key.starts_with(&group)) {
-                let known = children(table, path);
-                errors.push(child.error(floodgate_policy::yaml::unknown_key(name, None, &known)));
+                if !others.iter().any(|o| *o == key || o.starts_with(&group)) {
+                    let known = children(table, others, path);
+                    let message = floodgate_policy::yaml::unknown_key(name, None, &known);
+                    errors.push(child.error(message));
+                }
                 continue;
             }
             let is_map = child.map().is_ok() && !child.is_null();
@@ -564,7 +590,7 @@ impl FileValues {
                         .map_or(Kind::Text, |s| s.kind);
                     self.take(child, target, kind, errors);
                 }
-                _ => self.walk::<T>(child, &key, errors),
+                _ => self.walk::<T>(child, &key, others, errors),
             }
         }
     }
@@ -598,6 +624,34 @@ impl FileValues {
                 .iter()
                 .all(|(k, (_, v))| other.values.get(k).is_some_and(|(_, w)| v == w))
     }
+}
+
+/// Says at WARN which settings of `T` (`binary`'s: another command's) the
+/// sections of `documents` give, and where: the command running ignores
+/// them.
+pub fn warn_not_read<T: Declared>(documents: &[Document], binary: &str) {
+    let given = file_keys::<T>(documents);
+    if given.is_empty() {
+        return;
+    }
+    let keys: Vec<String> = given.iter().map(|(k, at)| format!("{k} ({at})")).collect();
+    tracing::warn!(
+        settings = %keys.join(", "),
+        "settings of `{binary}` only: this command does not read them"
+    );
+}
+
+/// The settings of `T` that the sections of `documents` give, with where,
+/// in the files' order.
+fn file_keys<T: Declared>(documents: &[Document]) -> Vec<(&'static str, Location)> {
+    let file = FileValues::read::<T>(documents, &[], &mut Errors::default());
+    let mut given: Vec<(&'static str, Location)> = file
+        .values
+        .into_iter()
+        .map(|(k, (at, _))| (k, at))
+        .collect();
+    given.sort_by(|(_, a), (_, b)| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    given
 }
 
 /// Where each setting's value came from (settings left at their default

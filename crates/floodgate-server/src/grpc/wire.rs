@@ -642,10 +642,10 @@ mod tests {
             }),
             ..Status::default()
         });
-        let settings = floodgate_runtime::settings::HeaderSettings {
+        let settings = crate::settings::HeaderSettings {
             enabled: true,
             x_ratelimit: true,
-            ..floodgate_runtime::Settings::default().server.headers
+            ..crate::RlsSettings::default().headers
         };
         let headers = crate::headers::envoy_headers(&settings).unwrap();
         let mut out = BytesMut::new();
@@ -683,8 +683,7 @@ mod tests {
             ..Status::default()
         };
         let headers =
-            crate::headers::envoy_headers(&floodgate_runtime::Settings::default().server.headers)
-                .unwrap();
+            crate::headers::envoy_headers(&crate::RlsSettings::default().headers).unwrap();
         let encode = |r: &Response| {
             let mut out = BytesMut::new();
             encode_response(r, &headers, &mut out);
