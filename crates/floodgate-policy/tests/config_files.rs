@@ -113,6 +113,25 @@ fn two_files_of_one_domain_are_rejected_unless_merging() {
     assert_eq!(merged.spec.domains[0].descriptors.len(), 2);
 }
 
+/// A file named twice, or on its own and through its directory, is one
+/// file: read once, never a duplicate of itself.
+#[test]
+fn a_file_reached_twice_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.yaml");
+    std::fs::write(&file, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n").unwrap();
+    let through = dir.path().join(".").join("a.yaml");
+    for paths in [
+        vec![file.clone(), file.clone()],
+        vec![dir.path().to_path_buf(), file.clone()],
+        vec![file.clone(), through],
+    ] {
+        let loaded =
+            load(&paths, &LoadOptions::default()).unwrap_or_else(|e| panic!("{paths:?}: {e}"));
+        assert_eq!(loaded.spec.domains.len(), 1, "{paths:?}");
+    }
+}
+
 #[test]
 fn floodgate_format_reports_unknown_keys_with_line_and_column() {
     let yaml = "settings:

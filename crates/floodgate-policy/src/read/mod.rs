@@ -70,8 +70,12 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigEr
     let mut loaded = Loaded::default();
     let mut settings_from: Option<Location> = None;
     let mut envoy_queue: Vec<PathBuf> = Vec::new();
+    let mut seen = Seen::default();
     for path in paths {
         for file in expand(path, &mut errors) {
+            if !seen.first_time(&file) {
+                continue;
+            }
             let Some(text) = read_text(&file, &mut errors) else {
                 continue;
             };
@@ -89,6 +93,9 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigEr
     // envoyproxy/ratelimit files referenced from Floodgate files.
     for path in envoy_queue {
         for file in expand(&path, &mut errors) {
+            if !seen.first_time(&file) {
+                continue;
+            }
             let Some(text) = read_text(&file, &mut errors) else {
                 continue;
             };
@@ -275,6 +282,20 @@ fn merge_domains(spec: &mut PolicySpec, merge: bool, errors: &mut Errors) {
         }
     }
     spec.domains = out;
+}
+
+/// The files read so far, by their canonical path: a file named twice,
+/// or both on its own and through its directory, is read once.
+#[derive(Default)]
+struct Seen(std::collections::HashSet<PathBuf>);
+
+impl Seen {
+    /// Whether `file` is met for the first time (a path that cannot be
+    /// resolved is taken as written: reading it reports why).
+    fn first_time(&mut self, file: &Path) -> bool {
+        let canonical = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+        self.0.insert(canonical)
+    }
 }
 
 /// The files a path stands for.
