@@ -130,6 +130,28 @@ fn bad_values_name_where_they_came_from() {
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("REDIS_PIPELINE_WINDOW: "), "{e}");
+    // envoyproxy/ratelimit's variables read together: the one at fault.
+    for (env, var) in [
+        (
+            &[("DEBUG_HOST", "0.0.0.0"), ("DEBUG_PORT", "x")][..],
+            "DEBUG_PORT",
+        ),
+        (
+            &[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "nowhere")][..],
+            "PROMETHEUS_ADDR",
+        ),
+        (
+            &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "maybe")][..],
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        ),
+        (
+            &[("LOCAL_CACHE_SIZE_IN_BYTES", "lots")][..],
+            "LOCAL_CACHE_SIZE_IN_BYTES",
+        ),
+    ] {
+        let e = env_only(env).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{var}: ")), "{env:?}: {e}");
+    }
     let mut flags = Flags::new();
     flags.set("server.shutdown_delay", Value::one("soon"));
     let e = Settings::resolve(&flags, &Env::new(&|_| None), &[], &[])

@@ -17,7 +17,9 @@ use floodgate_runtime::Settings;
 use floodgate_runtime::settings::listener::{
     self, ConnectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings,
 };
-use floodgate_runtime::settings::table::{self, Declared, Env, Envoy, Flags, InFile, Kind};
+use floodgate_runtime::settings::table::{
+    self, Declared, Env, Envoy, EnvoyRead, Flags, InFile, Kind,
+};
 use floodgate_runtime::settings::{
     ANY, boolean, choice, count_in, parse_listen_on, positive_duration, size,
 };
@@ -198,16 +200,18 @@ const PROTECTIONS: ProtectionsInstance = ProtectionsInstance {
 
 /// envoyproxy/ratelimit's TLS file `name`, read with `GRPC_SERVER_USE_TLS`
 /// on (and then `required`).
-fn envoy_tls(env: &Env<'_>, name: &str, required: bool) -> Result<Option<String>, String> {
+fn envoy_tls(env: &Env<'_>, name: &'static str, required: bool) -> EnvoyRead {
+    const USE: &str = "GRPC_SERVER_USE_TLS";
     match env
-        .get("GRPC_SERVER_USE_TLS")
+        .get(USE)
         .map(|v| boolean(&v))
-        .transpose()?
+        .transpose()
+        .map_err(|m| (USE, m))?
     {
         Some(true) if required && env.get(name).is_none() => {
-            Err(format!("GRPC_SERVER_USE_TLS needs {name}"))
+            Err((USE, format!("{USE} needs {name}")))
         }
-        Some(true) => Ok(env.get(name)),
+        Some(true) => Ok(env.get(name).map(|v| (name, v))),
         _ => Ok(None),
     }
 }

@@ -162,4 +162,17 @@ fn listener_tls_is_checked_where_it_is_given() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
+    assert!(e.starts_with("GRPC_SERVER_USE_TLS: "), "{e}");
+    let e = env_only(&[("GRPC_SERVER_USE_TLS", "yes please")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("GRPC_SERVER_USE_TLS: "), "{e}");
+    let e = env_only(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/nowhere/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/nowhere/tls.key"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::listener::{self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings};
 use super::parse::{LOOPBACK, boolean, choice, count_in, duration, parse_listen_on};
-use super::table::{Env, Envoy, InFile, Kind, Setting};
+use super::table::{Env, Envoy, EnvoyRead, InFile, Kind, Setting};
 use super::{LogFormat, Settings};
 use crate::listener::ConnectionLimits;
 
@@ -63,7 +63,7 @@ pub(super) const ADMIN_TLS: TlsInstance = TlsInstance {
 /// envoyproxy/ratelimit's runtime directory:
 /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` (the app
 /// directory defaulting to `config`).
-fn runtime_root(env: &Env<'_>) -> Result<Option<String>, String> {
+fn runtime_root(env: &Env<'_>) -> EnvoyRead {
     let Some(root) = env.get("RUNTIME_ROOT") else {
         return Ok(None);
     };
@@ -75,28 +75,35 @@ fn runtime_root(env: &Env<'_>) -> Result<Option<String>, String> {
         env.get("RUNTIME_APPDIRECTORY")
             .unwrap_or_else(|| "config".into()),
     );
-    Ok(Some(path.display().to_string()))
+    Ok(Some(("RUNTIME_ROOT", path.display().to_string())))
 }
 
 /// envoyproxy/ratelimit's debug listener: `DEBUG_HOST` + `DEBUG_PORT`, or
 /// `PROMETHEUS_ADDR` when `USE_PROMETHEUS` is on (a bare port on loopback).
-fn debug_listener(env: &Env<'_>) -> Result<Option<String>, String> {
+fn debug_listener(env: &Env<'_>) -> EnvoyRead {
     // No host: on loopback, as a bare port is.
-    if let Some(debug) = env.host_port("DEBUG_HOST", "DEBUG_PORT", "")? {
-        return Ok(Some(debug));
+    let debug = env
+        .host_port("DEBUG_HOST", "DEBUG_PORT", "")
+        .map_err(|m| ("DEBUG_PORT", m))?;
+    if let Some(debug) = debug {
+        return Ok(Some(("DEBUG_PORT", debug)));
     }
     let prometheus = env.get("USE_PROMETHEUS").map(|v| boolean(&v));
     Ok(env
         .get("PROMETHEUS_ADDR")
-        .filter(|_| prometheus == Some(Ok(true))))
+        .filter(|_| prometheus == Some(Ok(true)))
+        .map(|addr| ("PROMETHEUS_ADDR", addr)))
 }
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: envoyproxy/ratelimit
 /// increments every matched counter unless told to stop at the limit.
-fn stop_increment(env: &Env<'_>) -> Result<Option<String>, String> {
-    match env.get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+fn stop_increment(env: &Env<'_>) -> EnvoyRead {
+    const VAR: &str = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
+    match env.get(VAR) {
         None => Ok(None),
-        Some(v) => boolean(&v).map(|stop| Some((!stop).to_string())),
+        Some(v) => boolean(&v)
+            .map(|stop| Some((VAR, (!stop).to_string())))
+            .map_err(|m| (VAR, m)),
     }
 }
 

@@ -13,7 +13,7 @@ use floodgate_redis::{FailurePolicy, Mode, TimeSource, parse_redis_urls, parse_s
 use super::parse::{
     boolean, choice, count, count_in, duration, parse_failure_policy, positive_duration,
 };
-use super::table::{Declared, Env, Envoy, Kind, Origin, Origins, Setting};
+use super::table::{Declared, Env, Envoy, EnvoyRead, Kind, Origin, Origins, Setting};
 use super::{Settings, StoreSettings};
 
 type S = Setting<Settings>;
@@ -56,10 +56,13 @@ const LEASE: &[(&str, &str)] = &[("store.backend", "redis"), ("store.sync.mode",
 
 /// envoyproxy/ratelimit sizes its over-limit cache in bytes; an entry is
 /// about 64. 0 (its default) turns the cache off.
-fn cache_bytes(env: &Env<'_>) -> Result<Option<String>, String> {
-    match env.get("LOCAL_CACHE_SIZE_IN_BYTES") {
+fn cache_bytes(env: &Env<'_>) -> EnvoyRead {
+    const VAR: &str = "LOCAL_CACHE_SIZE_IN_BYTES";
+    match env.get(VAR) {
         None => Ok(None),
-        Some(v) => count(&v).map(|bytes| Some(bytes.div_ceil(64).to_string())),
+        Some(v) => count(&v)
+            .map(|bytes| Some((VAR, bytes.div_ceil(64).to_string())))
+            .map_err(|m| (VAR, m)),
     }
 }
 

@@ -86,9 +86,14 @@ pub enum Envoy {
         /// The variables, as the docs name them.
         names: &'static str,
         /// Their value as the setting's, if they give one.
-        read: fn(&Env<'_>) -> Result<Option<String>, String>,
+        read: fn(&Env<'_>) -> EnvoyRead,
     },
 }
+
+/// What an [`Envoy::Read`] finds: the setting's value and the variable it
+/// came from, or what is wrong and with which variable (named in the
+/// messages about it).
+pub type EnvoyRead = Result<Option<(&'static str, String)>, (&'static str, String)>;
 
 impl Envoy {
     /// The variables, as the docs name them.
@@ -101,26 +106,21 @@ impl Envoy {
         }
     }
 
-    /// The first variable, for messages.
-    fn first(&self) -> &'static str {
+    fn read(&self, env: &Env<'_>) -> EnvoyRead {
+        let found = |var: &'static str, v: Option<String>| Ok(v.map(|v| (var, v)));
         match self {
-            Envoy::Var(n) | Envoy::NonZero(n) | Envoy::HostPort(_, n) => n,
-            Envoy::Read { names, .. } => names
-                .trim_start_matches('`')
-                .split(['`', ' ', ','])
-                .next()
-                .unwrap_or(names),
-        }
-    }
-
-    fn read(&self, env: &Env<'_>) -> Result<Option<String>, String> {
-        match self {
-            Envoy::Var(n) => Ok(env.get(n)),
-            Envoy::NonZero(n) => Ok(env.get(n).filter(|v| {
-                let v = v.trim();
-                v != "0" && v != "0s"
-            })),
-            Envoy::HostPort(host, port) => env.host_port(host, port, "0.0.0.0"),
+            Envoy::Var(n) => found(n, env.get(n)),
+            Envoy::NonZero(n) => found(
+                n,
+                env.get(n).filter(|v| {
+                    let v = v.trim();
+                    v != "0" && v != "0s"
+                }),
+            ),
+            Envoy::HostPort(host, port) => env
+                .host_port(host, port, "0.0.0.0")
+                .map_err(|m| (*port, m))
+                .and_then(|v| found(port, v)),
             Envoy::Read { read, .. } => read(env),
         }
     }
@@ -693,11 +693,10 @@ fn pick<T>(
         return Ok(Some((Origin::Env(s.env), Value::one(v))));
     }
     if let Some(e) = &s.envoy {
-        let origin = Origin::Env(e.first());
         match e.read(env) {
-            Ok(Some(v)) => return Ok(Some((origin, Value::one(v)))),
+            Ok(Some((var, v))) => return Ok(Some((Origin::Env(var), Value::one(v)))),
             Ok(None) => {}
-            Err(m) => return Err(origin.error(m)),
+            Err((var, m)) => return Err(Origin::Env(var).error(m)),
         }
     }
     if let Some((at, v)) = file.values.get(s.key) {
