@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use floodgate_testkit::{Floodgate, Gateway};
+use floodgate_testkit::{Floodgate, Gateway, Upstream};
 use reqwest::header::HeaderMap;
 use serde_json::json;
 
@@ -34,6 +34,57 @@ const NAMES: [&str; 3] = [
     "x-ratelimit-reset",
 ];
 
+/// `floodgate serve` (with `flags`) and `floodgate gateway` (keyed by
+/// `x-user` under each of `keys`, sending the header `forms`) on the same
+/// `domains`, and a client of both.
+struct Both {
+    serve: Floodgate,
+    gateway: Gateway,
+    _upstream: Upstream,
+    client: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Both {
+    fn start(domains: &str, flags: &[&str], keys: &[&str], forms: &str) -> Both {
+        let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
+        let serve = Floodgate::start(bin, domains, flags, &[]);
+        let upstream = upstream();
+        let descriptors: String = keys
+            .iter()
+            .map(|k| format!("    - [{{header: {{name: x-user, key: {k}}}}}]\n"))
+            .collect();
+        let config = format!(
+            "gateway:\n  upstream: http://{}\nhttp:\n  domain: gw\n  descriptors:\n{descriptors}  responses:\n    headers: [{forms}]\n{domains}",
+            upstream.addr
+        );
+        Both {
+            serve,
+            gateway: Gateway::start(bin, &config, &[], &[]),
+            _upstream: upstream,
+            client: reqwest::Client::new(),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// `floodgate serve`'s answer to a `/v1/check` of `request`.
+    fn check(&self, request: &serde_json::Value) -> reqwest::Response {
+        let url = format!("http://127.0.0.1:{}/v1/check", self.serve.http);
+        let sent = self.client.post(url).json(request).send();
+        self.runtime.block_on(sent).unwrap()
+    }
+
+    /// The gateway's answer to a request of `user`.
+    fn proxy(&self, user: &str) -> reqwest::Response {
+        let url = format!("http://127.0.0.1:{}/", self.gateway.port);
+        let sent = self.client.get(url).header("x-user", user).send();
+        self.runtime.block_on(sent).unwrap()
+    }
+}
+
 /// The draft-03 headers of a response, in order.
 fn draft03(headers: &HeaderMap) -> Vec<String> {
     NAMES
@@ -49,37 +100,14 @@ fn draft03(headers: &HeaderMap) -> Vec<String> {
 
 #[test]
 fn serve_and_gateway_send_the_same_draft03_headers() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
-    let serve = Floodgate::start(bin, DOMAINS, &["--x-ratelimit-headers"], &[]);
-    let up = upstream();
-    let gateway = Gateway::start(
-        bin,
-        &format!(
-            "gateway:\n  upstream: http://{}\nhttp:\n  domain: gw\n  descriptors:\n    - [{{header: {{name: x-user, key: user}}}}]\n  responses:\n    headers: [draft-03]\n{DOMAINS}",
-            up.addr
-        ),
-        &[],
-        &[],
-    );
-    let client = reqwest::Client::new();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let both = Both::start(DOMAINS, &["--x-ratelimit-headers"], &["user"], "draft-03");
     // The two requests of each step are answered within a second of one
     // another, in one window.
     clear_of_boundary(Duration::from_secs(60), Duration::from_secs(10));
     for step in 0..4 {
-        let served = client
-            .post(format!("http://127.0.0.1:{}/v1/check", serve.http))
-            .json(&json!({"domain": "gw", "descriptors": [{"entries": {"user": "alice"}}]}))
-            .send();
-        let served = runtime.block_on(served).unwrap();
-        let proxied = client
-            .get(format!("http://127.0.0.1:{}/", gateway.port))
-            .header("x-user", "alice")
-            .send();
-        let proxied = runtime.block_on(proxied).unwrap();
+        let served =
+            both.check(&json!({"domain": "gw", "descriptors": [{"entries": {"user": "alice"}}]}));
+        let proxied = both.proxy("alice");
         let denied = step == 3;
         assert_eq!(served.status().as_u16(), if denied { 429 } else { 200 });
         assert_eq!(proxied.status().as_u16(), if denied { 429 } else { 200 });
@@ -126,38 +154,14 @@ fn no_shadow_rule(headers: &HeaderMap) {
 
 #[test]
 fn both_binaries_state_a_limit_in_its_own_window_and_hide_shadow_rules() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
     let flags = ["--response-headers", "--x-ratelimit-headers"];
-    let serve = Floodgate::start(bin, WINDOWED, &flags, &[]);
-    let up = upstream();
-    let gateway = Gateway::start(
-        bin,
-        &format!(
-            "gateway:\n  upstream: http://{}\nhttp:\n  domain: gw\n  descriptors:\n    - [{{header: {{name: x-user, key: user}}}}]\n    - [{{header: {{name: x-user, key: dark}}}}]\n  responses:\n    headers: [ietf, draft-03]\n{WINDOWED}",
-            up.addr
-        ),
-        &[],
-        &[],
-    );
-    let client = reqwest::Client::new();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let both = Both::start(WINDOWED, &flags, &["user", "dark"], "ietf, draft-03");
     clear_of_boundary(Duration::from_secs(10), Duration::from_secs(4));
     let limit = r#"3, 3;w=10;name="per-user""#;
     for step in 0..4u64 {
-        let served = client
-            .post(format!("http://127.0.0.1:{}/v1/check", serve.http))
-            .json(&json!({"domain": "gw", "descriptors": [
-                {"entries": {"user": "alice"}}, {"entries": {"dark": "alice"}}]}))
-            .send();
-        let served = runtime.block_on(served).unwrap();
-        let proxied = client
-            .get(format!("http://127.0.0.1:{}/", gateway.port))
-            .header("x-user", "alice")
-            .send();
-        let proxied = runtime.block_on(proxied).unwrap();
+        let served = both.check(&json!({"domain": "gw", "descriptors": [
+            {"entries": {"user": "alice"}}, {"entries": {"dark": "alice"}}]}));
+        let proxied = both.proxy("alice");
         let denied = step == 3;
         assert_eq!(served.status().as_u16(), if denied { 429 } else { 200 });
         assert_eq!(proxied.status().as_u16(), if denied { 429 } else { 200 });
@@ -229,33 +233,14 @@ fn a_concurrency_limit_has_no_reset_in_headers_or_body() {
 /// of it), as `/v1/check`'s decision says it.
 #[test]
 fn a_request_that_can_never_pass_is_told_what_remains_and_no_wait() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
     let domains = "domains:\n  - domain: gw\n    descriptors:\n      - key: user\n        cost: 10\n        rate_limit: {name: export, algorithm: sliding_log, requests: 5, per: 1m}\n";
     let flags = ["--response-headers", "--x-ratelimit-headers"];
-    let serve = Floodgate::start(bin, domains, &flags, &[]);
-    let up = upstream();
-    let gateway = Gateway::start(
-        bin,
-        &format!(
-            "gateway:\n  upstream: http://{}\nhttp:\n  domain: gw\n  descriptors:\n    - [{{header: {{name: x-user, key: user}}}}]\n  responses:\n    headers: [ietf, draft-03]\n{domains}",
-            up.addr
-        ),
-        &[],
-        &[],
-    );
-    let client = reqwest::Client::new();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let served = client
-        .post(format!("http://127.0.0.1:{}/v1/check", serve.http))
-        .json(&json!({"domain": "gw", "descriptors": [{"entries": {"user": "carol"}}]}))
-        .send();
-    let served = runtime.block_on(served).unwrap();
+    let both = Both::start(domains, &flags, &["user"], "ietf, draft-03");
+    let served =
+        both.check(&json!({"domain": "gw", "descriptors": [{"entries": {"user": "carol"}}]}));
     assert_eq!(served.status().as_u16(), 429);
     let s = served.headers().clone();
-    let body: serde_json::Value = runtime.block_on(served.json()).unwrap();
+    let body: serde_json::Value = both.runtime.block_on(served.json()).unwrap();
     let st = &body["statuses"][0];
     let d = &st["decision"];
     assert_eq!(d["outcome"], "never", "{body}");
@@ -268,11 +253,7 @@ fn a_request_that_can_never_pass_is_told_what_remains_and_no_wait() {
     // The RLS protocol's field: this status is over, nothing remains for
     // this request.
     assert_eq!(st["limit_remaining"], 0, "{body}");
-    let proxied = client
-        .get(format!("http://127.0.0.1:{}/", gateway.port))
-        .header("x-user", "carol")
-        .send();
-    let proxied = runtime.block_on(proxied).unwrap();
+    let proxied = both.proxy("carol");
     assert_eq!(proxied.status().as_u16(), 429);
     let p = proxied.headers();
     assert_eq!(header(&s, "ratelimit-limit"), "5");
