@@ -79,18 +79,7 @@ pub(crate) fn decide(
     }
     if !locals.is_empty() {
         stats.local_fallbacks.inc();
-        // A fail-closed item denies the request: the local limits then
-        // charge nothing, as when one limit of a batch denies it.
-        let local_apply = match apply {
-            Apply::Commit if closed => Apply::Rejected,
-            other => other,
-        };
-        let batch: Vec<Item<'_>> = locals.iter().map(|&i| items[i]).collect();
-        let mut decided = vec![unevaluated(0); batch.len()];
-        local.decide(&batch, now, local_apply, &mut decided);
-        for (&i, d) in locals.iter().zip(decided) {
-            out[i] = d;
-        }
+        decide_locals(local, items, &locals, now, apply, closed, out);
     }
     if open {
         stats.fail_open.inc();
@@ -105,6 +94,31 @@ pub(crate) fn decide(
     Decided {
         decision: combined,
         fallback: Some(answered_by(open, closed, combined)),
+    }
+}
+
+/// Decides the items at `locals` together on the local store, writing
+/// their decisions to `out`. A fail-closed item (`closed`) denies the
+/// request: the local limits then charge nothing, as when one limit of a
+/// batch denies it.
+fn decide_locals(
+    local: &LocalFallback,
+    items: &[Item<'_>],
+    locals: &[usize],
+    now: Timestamp,
+    apply: Apply,
+    closed: bool,
+    out: &mut [Decision],
+) {
+    let local_apply = match apply {
+        Apply::Commit if closed => Apply::Rejected,
+        other => other,
+    };
+    let batch: Vec<Item<'_>> = locals.iter().map(|&i| items[i]).collect();
+    let mut decided = vec![unevaluated(0); batch.len()];
+    local.decide(&batch, now, local_apply, &mut decided);
+    for (&i, d) in locals.iter().zip(decided) {
+        out[i] = d;
     }
 }
 

@@ -581,6 +581,7 @@ impl ResilientBackend {
     }
 }
 
+#[allow(clippy::manual_async_fn)] // the trait requires the futures to be `Send`
 impl Backend for ResilientBackend {
     fn decide<'a>(
         &'a self,
@@ -606,7 +607,6 @@ impl Backend for ResilientBackend {
         self.decide_with_policy(items, now, apply, out, self.policy)
     }
 
-    #[allow(clippy::manual_async_fn)] // the trait requires the future to be `Send`
     fn release<'a>(
         &'a self,
         item: Item<'a>,

@@ -297,7 +297,10 @@ async fn decide_by_says_which_policy_answered() {
     assert_eq!(by(&[open, closed]).await, (true, None), "Redis decided");
     tokio::task::block_in_place(|| server.kill());
 
-    assert_eq!(by(&[open, closed]).await, (false, Some(Fallback::FailedClosed)));
+    assert_eq!(
+        by(&[open, closed]).await,
+        (false, Some(Fallback::FailedClosed))
+    );
     assert_eq!(by(&[open]).await, (true, Some(Fallback::FailedOpen)));
     assert_eq!(by(&[global]).await, (true, Some(Fallback::FailedOpen)));
     assert_eq!(by(&[local]).await, (true, Some(Fallback::Local)));

@@ -191,7 +191,9 @@ impl Backend for AnyBackend {
     ) -> impl Future<Output = Result<Decided, BackendError>> + Send + 'a {
         async move {
             match self {
-                AnyBackend::Memory(m) => Ok(Decided::by_store(m.decide_now(items, now, apply, out))),
+                AnyBackend::Memory(m) => {
+                    Ok(Decided::by_store(m.decide_now(items, now, apply, out)))
+                }
                 AnyBackend::Redis(r) => r.decide_by(items, now, apply, out).await,
             }
         }
