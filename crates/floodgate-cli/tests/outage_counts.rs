@@ -3,7 +3,8 @@
 //! and `fail_closed` denies it, and both binaries count them `failed_open`
 //! or `failed_closed` — exactly the requests sent during the outage, not
 //! `allowed` or `denied` — and count by Redis's decisions again once it is
-//! back. On `floodgate serve`'s `/v1/check` and on the gateway.
+//! back. On `floodgate serve`'s `/v1/check` and on the gateway, and in
+//! their dashboards' headline.
 
 use std::path::Path;
 use std::time::Duration;
@@ -31,6 +32,8 @@ struct Probe<'a> {
     metric: &'a dyn Fn(&str) -> f64,
     /// The `floodgate_requests_total` series' `api` label.
     api: &'static str,
+    /// The admin listener's port (the dashboard's data).
+    admin: u16,
 }
 
 impl Probe<'_> {
@@ -39,6 +42,17 @@ impl Probe<'_> {
             "floodgate_requests_total{{api=\"{}\",result=\"{result}\"}}",
             self.api
         )) as u64
+    }
+
+    /// The dashboard headline's count of `result` (every API together).
+    fn shown(&self, result: &str) -> u64 {
+        let (status, body) = http_request(self.admin, "GET", "/dashboard/data", None, b"")
+            .expect("the dashboard's data");
+        assert_eq!(status, 200, "{body}");
+        let data: serde_json::Value = serde_json::from_str(&body).unwrap();
+        data["requests"][result]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{data}"))
     }
 
     /// Two requests of a fresh user, decided by Redis: allowed, then denied.
@@ -76,6 +90,7 @@ fn outage(probe: &Probe<'_>, mut redis: Option<Redis>, failed: &str, status: u16
     probe.decided_by_redis("after");
 
     assert_eq!(probe.requests(failed), during, "{failed}");
+    assert_eq!(probe.shown(failed), during, "{failed}: the dashboard");
     assert_eq!(probe.requests("allowed"), 2, "{failed}");
     assert_eq!(probe.requests("denied"), 2, "{failed}");
     for other in ["failed_open", "failed_closed", "error", "shed", "delayed"] {
@@ -130,6 +145,7 @@ fn serve_counts_an_outages_requests_as_failed_open_or_closed() {
             call: &call,
             metric: &metric,
             api: "check",
+            admin: fg.admin,
         };
         outage(&probe, Some(redis), failed, status);
     }
@@ -152,6 +168,7 @@ fn the_gateway_counts_an_outages_requests_as_failed_open_or_closed() {
             call: &call,
             metric: &metric,
             api: "http",
+            admin: gw.admin,
         };
         outage(&probe, Some(redis), failed, status);
     }
