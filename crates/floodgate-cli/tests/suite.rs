@@ -19,6 +19,7 @@ mod hostile_reloads;
 mod hostile_store_flood;
 mod metric_docs;
 mod other_commands_settings;
+mod outage_counts;
 mod redis_down_at_startup;
 mod release_hostile;
 mod replay;

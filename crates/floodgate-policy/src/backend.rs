@@ -1,6 +1,7 @@
 //! Where counters live. The engine decides through a [`Backend`]: the
 //! embedded in-memory store ([`MemoryBackend`]) or a shared one (Redis).
 
+mod decided;
 mod held;
 
 use std::future::Future;
@@ -18,6 +19,8 @@ use crate::permit::Permit;
 use crate::sync_mode::{Held, SyncMode};
 use crate::zones::Zones;
 use held::HeldPermits;
+
+pub use decided::{Decided, Fallback};
 
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
@@ -115,6 +118,26 @@ pub trait Backend: Send + Sync + 'static {
         apply: Apply,
         out: &'a mut [Decision],
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
+
+    /// [`decide`](Self::decide), saying also who decided: the store, or a
+    /// failure policy standing in for it ([`Decided::fallback`]). What the
+    /// engine calls, so that a request answered by a failure policy is
+    /// counted so. By default the store always decides (the in-memory
+    /// store); a backend with a failure policy says when it acted.
+    #[allow(clippy::manual_async_fn)] // the future must be `Send`
+    fn decide_by<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decided, BackendError>> + Send + 'a {
+        async move {
+            self.decide(items, now, apply, out)
+                .await
+                .map(Decided::by_store)
+        }
+    }
 
     /// Gives back up to `units` of a concurrency limit that `item.permit`
     /// took of `item.key` when it was admitted: at most what that permit

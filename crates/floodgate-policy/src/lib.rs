@@ -15,7 +15,9 @@ pub mod unit;
 pub mod yaml;
 mod zones;
 
-pub use backend::{Backend, BackendError, Item, MemoryBackend, Released, SyncBackend};
+pub use backend::{
+    Backend, BackendError, Decided, Fallback, Item, MemoryBackend, Released, SyncBackend,
+};
 pub use compile::PolicySet;
 pub use engine::{
     Code, Descriptor, DirectPlan, Engine, EngineError, ErrorCode, OwnedDescriptor, Response, Status,

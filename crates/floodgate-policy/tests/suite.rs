@@ -10,6 +10,7 @@ mod docs_examples;
 mod envoy_fidelity;
 mod envoy_penalty;
 mod envoy_semantics;
+mod fallback;
 mod floodgate_features;
 mod hot_reload;
 mod memory;

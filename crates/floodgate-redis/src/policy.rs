@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use floodgate::{Apply, Decision, Outcome, Timestamp};
-use floodgate_policy::{Item, OnFailure};
+use floodgate_policy::{Decided, Fallback, Item, OnFailure};
 
 use crate::FailurePolicy;
 use crate::backend::unevaluated;
@@ -21,27 +21,28 @@ use crate::stats::ResilienceStats;
 
 /// What happens to one item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fallback {
+pub(crate) enum ItemPolicy {
     Open,
     Closed,
     Local,
 }
 
-impl Fallback {
+impl ItemPolicy {
     /// The item's own policy, else the backend's `default`.
-    pub(crate) fn of(item: &Item<'_>, default: FailurePolicy) -> Fallback {
+    pub(crate) fn of(item: &Item<'_>, default: FailurePolicy) -> ItemPolicy {
         match (item.on_failure, default) {
-            (Some(OnFailure::FailOpen), _) | (None, FailurePolicy::FailOpen) => Fallback::Open,
+            (Some(OnFailure::FailOpen), _) | (None, FailurePolicy::FailOpen) => ItemPolicy::Open,
             (Some(OnFailure::FailClosed), _) | (None, FailurePolicy::FailClosed) => {
-                Fallback::Closed
+                ItemPolicy::Closed
             }
-            (Some(OnFailure::Local), _) | (None, FailurePolicy::Local { .. }) => Fallback::Local,
+            (Some(OnFailure::Local), _) | (None, FailurePolicy::Local { .. }) => ItemPolicy::Local,
         }
     }
 }
 
 /// Decides `items` without Redis. Writes each item's decision to `out` and
-/// returns the narrowest; counts each policy used once per decision.
+/// returns the narrowest, and which policy it answers for (see
+/// [`Fallback`]); counts each policy used once per decision.
 pub(crate) fn decide(
     local: &LocalFallback,
     stats: &ResilienceStats,
@@ -50,43 +51,35 @@ pub(crate) fn decide(
     apply: Apply,
     out: &mut [Decision],
     default: FailurePolicy,
-) -> Decision {
+) -> Decided {
     stats.decisions.inc();
-    let first = Fallback::of(&items[0], default);
-    let uniform = items.iter().all(|i| Fallback::of(i, default) == first);
-    if uniform && first == Fallback::Local {
+    let first = ItemPolicy::of(&items[0], default);
+    let uniform = items.iter().all(|i| ItemPolicy::of(i, default) == first);
+    if uniform && first == ItemPolicy::Local {
         // The common case: one policy for the whole batch.
         stats.local_fallbacks.inc();
-        return local.decide(items, now, apply, out);
+        return Decided {
+            decision: local.decide(items, now, apply, out),
+            fallback: Some(Fallback::Local),
+        };
     }
     let (mut open, mut closed, mut locals) = (false, false, Vec::new());
     for (i, item) in items.iter().enumerate() {
-        match Fallback::of(item, default) {
-            Fallback::Open => {
+        match ItemPolicy::of(item, default) {
+            ItemPolicy::Open => {
                 open = true;
                 out[i] = unevaluated(quota(item));
             }
-            Fallback::Closed => {
+            ItemPolicy::Closed => {
                 closed = true;
                 out[i] = denied(quota(item));
             }
-            Fallback::Local => locals.push(i),
+            ItemPolicy::Local => locals.push(i),
         }
     }
     if !locals.is_empty() {
         stats.local_fallbacks.inc();
-        // A fail-closed item denies the request: the local limits then
-        // charge nothing, as when one limit of a batch denies it.
-        let local_apply = match apply {
-            Apply::Commit if closed => Apply::Rejected,
-            other => other,
-        };
-        let batch: Vec<Item<'_>> = locals.iter().map(|&i| items[i]).collect();
-        let mut decided = vec![unevaluated(0); batch.len()];
-        local.decide(&batch, now, local_apply, &mut decided);
-        for (&i, d) in locals.iter().zip(decided) {
-            out[i] = d;
-        }
+        decide_locals(local, items, &locals, now, apply, closed, out);
     }
     if open {
         stats.fail_open.inc();
@@ -98,7 +91,47 @@ pub(crate) fn decide(
     for d in &out[1..items.len()] {
         combined = combined.narrowest(*d);
     }
-    combined
+    Decided {
+        decision: combined,
+        fallback: Some(answered_by(open, closed, combined)),
+    }
+}
+
+/// Decides the items at `locals` together on the local store, writing
+/// their decisions to `out`. A fail-closed item (`closed`) denies the
+/// request: the local limits then charge nothing, as when one limit of a
+/// batch denies it.
+fn decide_locals(
+    local: &LocalFallback,
+    items: &[Item<'_>],
+    locals: &[usize],
+    now: Timestamp,
+    apply: Apply,
+    closed: bool,
+    out: &mut [Decision],
+) {
+    let local_apply = match apply {
+        Apply::Commit if closed => Apply::Rejected,
+        other => other,
+    };
+    let batch: Vec<Item<'_>> = locals.iter().map(|&i| items[i]).collect();
+    let mut decided = vec![unevaluated(0); batch.len()];
+    local.decide(&batch, now, local_apply, &mut decided);
+    for (&i, d) in locals.iter().zip(decided) {
+        out[i] = d;
+    }
+}
+
+/// Which policy a batch's answer stands for: a fail-closed item denies
+/// it; items failing open admit it unless a local decision denied it.
+fn answered_by(open: bool, closed: bool, combined: Decision) -> Fallback {
+    if closed {
+        Fallback::FailedClosed
+    } else if open && combined.is_allowed() {
+        Fallback::FailedOpen
+    } else {
+        Fallback::Local
+    }
 }
 
 fn quota(item: &Item<'_>) -> u64 {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use floodgate::{Apply, Decision, Timestamp};
-use floodgate_policy::{Backend, BackendError, Held, Item, Released, SyncMode};
+use floodgate_policy::{Backend, BackendError, Decided, Held, Item, Released, SyncMode};
 use smallvec::SmallVec;
 
 use crate::breaker::{Breaker, BreakerState, Pass};
@@ -13,7 +13,7 @@ use crate::deferred::{DeferredReleases, deliver_soon};
 use crate::error::is_memory_full;
 use crate::fallback::LocalFallback;
 use crate::issued::IssuedPermits;
-use crate::policy::{self, Fallback};
+use crate::policy::{self, ItemPolicy};
 use crate::sharing::{Failed, Gate, Share, Sharing};
 use crate::stats::{ResilienceStats, SharingStats};
 use crate::{ConfigError, FailurePolicy, RedisBackend, RedisConfig};
@@ -281,7 +281,8 @@ impl ResilientBackend {
     /// Decides with `policy` instead of the backend's own as the policy of
     /// the items that carry none (`Item::on_failure`). The local fallback
     /// divides limits by the backend's `divide_by` (1 unless its own policy
-    /// is local), whatever `divide_by` `policy` names.
+    /// is local), whatever `divide_by` `policy` names. Says whether the
+    /// failure policy answered, as [`Backend::decide_by`].
     pub async fn decide_with_policy(
         &self,
         items: &[Item<'_>],
@@ -289,7 +290,7 @@ impl ResilientBackend {
         apply: Apply,
         out: &mut [Decision],
         policy: FailurePolicy,
-    ) -> Result<Decision, BackendError> {
+    ) -> Result<Decided, BackendError> {
         if items.is_empty() || out.len() < items.len() {
             return Err(BackendError::Protocol(
                 "a batch needs at least one item and as many outputs".into(),
@@ -306,7 +307,7 @@ impl ResilientBackend {
         // Known denials are answered locally, whatever the breaker says.
         if let Some(d) = self.redis.cached(&plan, items, now, apply, out) {
             self.gate.stats.decisions.inc();
-            return Ok(d);
+            return Ok(Decided::by_store(d));
         }
         if self.sharing.any_local(items) {
             self.sharing
@@ -334,7 +335,7 @@ impl ResilientBackend {
         apply: Apply,
         out: &mut [Decision],
         policy: FailurePolicy,
-    ) -> Option<Result<Decision, BackendError>> {
+    ) -> Option<Result<Decided, BackendError>> {
         let mut shares: SmallVec<[Share; 16]> = SmallVec::new();
         for item in items {
             shares.push(self.sharing.share_of(item)?);
@@ -348,7 +349,7 @@ impl ResilientBackend {
             Ok(d) => {
                 self.gate.stats.decisions.inc();
                 self.deliver_deferred();
-                Some(Ok(d))
+                Some(Ok(Decided::by_store(d)))
             }
             Err(Failed::Unsupported(e)) => Some(Err(e.into())),
             Err(Failed::Backend) => Some(self.apply_policy(items, now, apply, out, policy)),
@@ -368,7 +369,7 @@ impl ResilientBackend {
         apply: Apply,
         out: &mut [Decision],
         policy: FailurePolicy,
-    ) -> Option<Result<Decision, BackendError>> {
+    ) -> Option<Result<Decided, BackendError>> {
         let Some(pass) = self.gate.breaker.pass(&self.gate.stats) else {
             self.gate.stats.short_circuited.inc();
             return None;
@@ -396,7 +397,7 @@ impl ResilientBackend {
             if apply.charge_if_allowed() && d.is_allowed() {
                 self.remember_issued(items, now);
             }
-            return Some(Ok(d));
+            return Some(Ok(Decided::by_store(d)));
         }
         self.gate.stats.backend_errors.inc();
         None
@@ -472,7 +473,7 @@ impl ResilientBackend {
         } else {
             Err(BackendError::Unavailable("circuit breaker open".into()))
         };
-        if result.is_err() && Fallback::of(&item, self.policy) == Fallback::Local {
+        if result.is_err() && ItemPolicy::of(&item, self.policy) == ItemPolicy::Local {
             self.local.release(item, units, now);
         }
         result
@@ -545,7 +546,7 @@ impl ResilientBackend {
         apply: Apply,
         out: &mut [Decision],
         policy: FailurePolicy,
-    ) -> Result<Decision, BackendError> {
+    ) -> Result<Decided, BackendError> {
         self.gate.stats.memory_full.inc();
         // A dry run, which a full server still runs (see `DECIDE_READ_ONLY`).
         if apply != Apply::Check
@@ -553,7 +554,7 @@ impl ResilientBackend {
             && d.is_denied()
         {
             self.gate.stats.decisions.inc();
-            return Ok(d);
+            return Ok(Decided::by_store(d));
         }
         self.apply_policy(items, now, apply, out, policy)
     }
@@ -567,7 +568,7 @@ impl ResilientBackend {
         apply: Apply,
         out: &mut [Decision],
         policy: FailurePolicy,
-    ) -> Result<Decision, BackendError> {
+    ) -> Result<Decided, BackendError> {
         Ok(policy::decide(
             &self.local,
             &self.gate.stats,
@@ -580,6 +581,7 @@ impl ResilientBackend {
     }
 }
 
+#[allow(clippy::manual_async_fn)] // the trait requires the futures to be `Send`
 impl Backend for ResilientBackend {
     fn decide<'a>(
         &'a self,
@@ -588,10 +590,23 @@ impl Backend for ResilientBackend {
         apply: Apply,
         out: &'a mut [Decision],
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        async move {
+            self.decide_with_policy(items, now, apply, out, self.policy)
+                .await
+                .map(|d| d.decision)
+        }
+    }
+
+    fn decide_by<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decided, BackendError>> + Send + 'a {
         self.decide_with_policy(items, now, apply, out, self.policy)
     }
 
-    #[allow(clippy::manual_async_fn)] // the trait requires the future to be `Send`
     fn release<'a>(
         &'a self,
         item: Item<'a>,

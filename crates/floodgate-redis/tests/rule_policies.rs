@@ -269,3 +269,82 @@ async fn readiness_follows_whether_the_global_policy_decides() {
         assert!(b.stats().backend_errors.get() >= 1);
     }
 }
+
+/// `decide_by` says who answered: Redis while it decides, else the
+/// policy the batch's answer stands for — failed closed when a fail-closed
+/// item denies it, failed open when items failing open admit it, local when
+/// the local store's decision is the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decide_by_says_which_policy_answered() {
+    use floodgate_policy::Fallback;
+    let mut server = Server::start();
+    let b = backend(&server, FailurePolicy::FailOpen).await;
+    let ten = AnyLimit::from(FixedWindow::new(10, Duration::from_secs(3600)).unwrap());
+    let one = AnyLimit::from(FixedWindow::new(1, Duration::from_secs(3600)).unwrap());
+    let now = Timestamp::from_secs(1_000_000);
+    let open = with(Some(OnFailure::FailOpen), item(b"o", b"o:1", &ten, 1));
+    let closed = with(Some(OnFailure::FailClosed), item(b"c", b"c:1", &ten, 1));
+    let local = with(Some(OnFailure::Local), item(b"l", b"l:1", &one, 1));
+    let global = item(b"g", b"g:1", &ten, 1);
+    let mut out = [blank(); 2];
+    let mut by = async |items: &[Item<'_>]| {
+        let d = b
+            .decide_by(items, now, Apply::Commit, &mut out)
+            .await
+            .unwrap();
+        (d.decision.is_allowed(), d.fallback)
+    };
+    assert_eq!(by(&[open, closed]).await, (true, None), "Redis decided");
+    tokio::task::block_in_place(|| server.kill());
+
+    assert_eq!(
+        by(&[open, closed]).await,
+        (false, Some(Fallback::FailedClosed))
+    );
+    assert_eq!(by(&[open]).await, (true, Some(Fallback::FailedOpen)));
+    assert_eq!(by(&[global]).await, (true, Some(Fallback::FailedOpen)));
+    assert_eq!(by(&[local]).await, (true, Some(Fallback::Local)));
+    // The local limit (1) is spent: its denial is the answer.
+    assert_eq!(by(&[local, open]).await, (false, Some(Fallback::Local)));
+    assert_eq!(by(&[local]).await, (false, Some(Fallback::Local)));
+}
+
+/// The engine's response carries who answered, so that a frontend counts a
+/// request decided by a failure policy as failed open or failed closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_response_says_which_policy_answered() {
+    use floodgate_policy::Fallback;
+    let mut server = Server::start();
+    let spec = load_str("shop.yaml", POLICY, &LoadOptions::default()).unwrap();
+    let policy = PolicySet::compile(&spec).unwrap();
+    let engine = Engine::new(policy, backend(&server, FailurePolicy::FailOpen).await);
+    let mut r = Response::default();
+    let login_and_browse = [d("login", "alice"), d("browse", "home")];
+    let mut answer = async |descriptors: &[OwnedDescriptor]| {
+        engine
+            .evaluate("shop", descriptors, 1, &mut r)
+            .await
+            .unwrap();
+        (r.overall, r.fallback())
+    };
+    assert_eq!(answer(&login_and_browse).await, (Code::Ok, None));
+    tokio::task::block_in_place(|| server.kill());
+
+    assert_eq!(
+        answer(&login_and_browse).await,
+        (Code::OverLimit, Some(Fallback::FailedClosed))
+    );
+    assert_eq!(
+        answer(&[d("browse", "home")]).await,
+        (Code::Ok, Some(Fallback::FailedOpen))
+    );
+    assert_eq!(
+        answer(&[d("upload", "bob")]).await,
+        (Code::Ok, Some(Fallback::Local))
+    );
+    // A shadow-mode rule's batch changes no answer and is not reported.
+    let shadow = "domains:\n  - domain: shop\n    descriptors:\n      - key: login\n        rate_limit: {requests: 100, per: 1h, on_failure: fail_closed}\n        shadow_mode: true\n";
+    let spec = load_str("shop.yaml", shadow, &LoadOptions::default()).unwrap();
+    engine.replace_policy(PolicySet::compile(&spec).unwrap());
+    assert_eq!(answer(&[d("login", "alice")]).await, (Code::Ok, None));
+}

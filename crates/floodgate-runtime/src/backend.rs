@@ -4,7 +4,7 @@ use std::future::Future;
 
 use floodgate::{Apply, Clock, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{
-    Backend, BackendError, Engine, Item, MemoryBackend, PolicySet, Released, SyncBackend,
+    Backend, BackendError, Decided, Engine, Item, MemoryBackend, PolicySet, Released, SyncBackend,
 };
 use floodgate_redis::{ConnectError, MemoryPolicy, RedisBackend, ResilientBackend};
 
@@ -178,6 +178,23 @@ impl Backend for AnyBackend {
             match self {
                 AnyBackend::Memory(m) => Ok(m.decide_now(items, now, apply, out)),
                 AnyBackend::Redis(r) => r.decide(items, now, apply, out).await,
+            }
+        }
+    }
+
+    fn decide_by<'a>(
+        &'a self,
+        items: &'a [Item<'a>],
+        now: Timestamp,
+        apply: Apply,
+        out: &'a mut [Decision],
+    ) -> impl Future<Output = Result<Decided, BackendError>> + Send + 'a {
+        async move {
+            match self {
+                AnyBackend::Memory(m) => {
+                    Ok(Decided::by_store(m.decide_now(items, now, apply, out)))
+                }
+                AnyBackend::Redis(r) => r.decide_by(items, now, apply, out).await,
             }
         }
     }

@@ -214,10 +214,12 @@ impl ServiceMetrics {
 }
 
 /// A decided request's final outcome: denied when over the limit, delayed
-/// when an enforced rule asks it to wait (a shaper), else allowed.
+/// when an enforced rule asks it to wait (a shaper), else allowed — failed
+/// closed or failed open instead of denied or allowed when a store's
+/// failure policy answered in its place.
 fn result_of(response: &Response) -> RequestResult {
     if response.overall == Code::OverLimit {
-        return RequestResult::Denied;
+        return RequestResult::denied_by(response.fallback());
     }
     let delayed = response
         .statuses
@@ -228,6 +230,6 @@ fn result_of(response: &Response) -> RequestResult {
     if delayed {
         RequestResult::Delayed
     } else {
-        RequestResult::Allowed
+        RequestResult::allowed_by(response.fallback())
     }
 }

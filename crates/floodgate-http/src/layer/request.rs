@@ -320,10 +320,11 @@ fn conclude<B: Backend, C: Clock + 'static>(
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
         settle(shared, &mut held);
     }
+    let fallback = held.scratch().response.fallback();
     let delay = match held.scratch().report.verdict() {
         Verdict::Denied => {
             LayerStats::inc(&shared.stats.denied);
-            shared.counted(RequestResult::Denied);
+            shared.counted(RequestResult::denied_by(fallback));
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
             return Err(shared.contract.reject(rejection, headers, now, &mut s.buf));
@@ -332,7 +333,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
         // counted so instead).
         Verdict::Delayed(delay) => delay,
         Verdict::Allowed => {
-            shared.counted(RequestResult::Allowed);
+            shared.counted(RequestResult::allowed_by(fallback));
             if !on_success && !held.holds_units {
                 return Admitted::bare(keep);
             }

@@ -5,6 +5,7 @@
 //! are registered once per API, when the frontend is built: counting a
 //! request is one atomic increment, no lookup.
 
+use floodgate_policy::Fallback;
 use metrics::Counter;
 
 /// The name of the metric.
@@ -22,15 +23,41 @@ pub enum RequestResult {
     /// Rejected by load shedding: the layer's `shedding`, or `serve`'s
     /// calls in flight at `server.limits.max_requests`.
     Shed,
-    /// The limiter failed and the request was let through (`on_error: allow`).
+    /// The limiter could not decide and the request was let through: a
+    /// store's failure policy admitted it unevaluated (`fail_open`), or the
+    /// gateway's limiter failed (`on_error: allow`).
     FailedOpen,
-    /// The limiter failed and the request was rejected (`on_error: reject`).
+    /// The limiter could not decide and the request was rejected: a
+    /// store's failure policy denied it unevaluated (`fail_closed`), or the
+    /// gateway's limiter failed (`on_error: reject`).
     FailedClosed,
     /// Answered with an error (malformed, or the store could not decide).
     Error,
 }
 
 impl RequestResult {
+    /// A request admitted at once: `failed_open` when a failure policy
+    /// admitted it in the store's place ([`Response::fallback`](floodgate_policy::Response::fallback)),
+    /// else `allowed` (the local fallback store's decisions count as what
+    /// they decided).
+    #[inline]
+    pub fn allowed_by(fallback: Option<Fallback>) -> Self {
+        match fallback {
+            Some(Fallback::FailedOpen) => RequestResult::FailedOpen,
+            _ => RequestResult::Allowed,
+        }
+    }
+
+    /// A request refused by a limit: `failed_closed` when a failure policy
+    /// denied it in the store's place, else `denied`.
+    #[inline]
+    pub fn denied_by(fallback: Option<Fallback>) -> Self {
+        match fallback {
+            Some(Fallback::FailedClosed) => RequestResult::FailedClosed,
+            _ => RequestResult::Denied,
+        }
+    }
+
     /// Every result, in the order of [`RequestResult::label`]'s values.
     pub const ALL: [RequestResult; 7] = [
         RequestResult::Allowed,

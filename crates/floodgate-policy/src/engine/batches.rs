@@ -6,7 +6,7 @@
 use floodgate::{Apply, Decision, Timestamp};
 use smallvec::SmallVec;
 
-use crate::backend::{Backend, SyncBackend};
+use crate::backend::{Backend, Fallback, SyncBackend};
 use crate::compile::PolicySet;
 
 use super::errors::EngineError;
@@ -16,7 +16,8 @@ use super::{Engine, PLACEHOLDER, item};
 
 /// The decision loop, written once for both paths: `$decide` decides the
 /// group of items `$items` into `$out` (awaiting the backend's future, or
-/// calling it synchronously). A macro, not a function taking a closure, so
+/// calling it synchronously) and says who decided (`None`: the store); the
+/// response keeps the greatest [`Fallback`] of its enforced batches. A macro, not a function taking a closure, so
 /// that the futures path can await inside it.
 macro_rules! decide_groups {
     ($policy:expr, $response:expr, |$items:ident, $out:ident| $decide:expr) => {{
@@ -43,7 +44,10 @@ macro_rules! decide_groups {
                 continue;
             }
             let mut $out: SmallVec<[Decision; 16]> = SmallVec::from_elem(PLACEHOLDER, $items.len());
-            $decide;
+            let by: Option<Fallback> = $decide;
+            if batch == Batch::Enforced {
+                $response.fallback = $response.fallback.max(by);
+            }
             for (d, &k) in $out.iter().zip(&at) {
                 scratch.decisions[k as usize] = *d;
             }
@@ -63,7 +67,8 @@ macro_rules! decide_groups {
                     .collect();
                 let mut $out: SmallVec<[Decision; 4]> =
                     SmallVec::from_elem(PLACEHOLDER, $items.len());
-                $decide;
+                let by: Option<Fallback> = $decide;
+                $response.fallback = $response.fallback.max(by);
                 scratch.decisions[k..end].copy_from_slice(&$out);
             }
             k = end;
@@ -84,8 +89,9 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
     ) -> Result<(), EngineError> {
         decide_groups!(policy, response, |items, out| self
             .backend
-            .decide(&items, now, apply, &mut out)
-            .await?);
+            .decide_by(&items, now, apply, &mut out)
+            .await?
+            .fallback);
         Ok(())
     }
 
@@ -98,7 +104,9 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         apply: Apply,
         response: &mut Response,
     ) {
-        decide_groups!(policy, response, |items, out| backend
-            .decide_now(&items, now, apply, &mut out));
+        decide_groups!(policy, response, |items, out| {
+            backend.decide_now(&items, now, apply, &mut out);
+            None
+        });
     }
 }

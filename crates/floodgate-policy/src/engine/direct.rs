@@ -226,6 +226,7 @@ fn start_response(response: &mut Response, generation: u64, id: RuleId, rule: &R
     response.overall = Code::Ok;
     response.shadowed = false;
     response.limited = false;
+    response.fallback = None;
     response.generation = generation;
     response.scratch.clear();
     response.statuses.truncate(1);

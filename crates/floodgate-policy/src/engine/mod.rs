@@ -301,6 +301,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         response.overall = Code::Ok;
         response.shadowed = false;
         response.limited = false;
+        response.fallback = None;
         response.generation = 0;
         response.statuses.clear();
         response

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use floodgate::Decision;
 
+use crate::backend::Fallback;
 use crate::compile::RuleId;
 use crate::spec::Reported;
 
@@ -106,6 +107,8 @@ pub struct Response {
     /// Some rule limited the request: a denial, a shaper's delay or a
     /// shadow-mode hit (what an observer records).
     pub(crate) limited: bool,
+    /// Who decided in the store's place, if anyone (see [`fallback`](Self::fallback)).
+    pub(crate) fallback: Option<Fallback>,
     pub(crate) scratch: super::scratch::Scratch,
 }
 
@@ -118,6 +121,15 @@ impl Response {
             .filter(|s| !s.shadow)
             .filter_map(|s| s.decision)
             .reduce(Decision::narrowest)
+    }
+
+    /// `None` when the store decided every enforced counter of the
+    /// request; else what decided in its place while it could not (a
+    /// Redis outage: its failure policy), the greatest over the request's
+    /// batches ([`Fallback`]'s order). Shadow-mode counters do not count:
+    /// they change no answer.
+    pub fn fallback(&self) -> Option<Fallback> {
+        self.fallback
     }
 
     /// The [generation](crate::PolicySet::generation) of the policy it was

@@ -15,9 +15,11 @@ pub(crate) struct RequestCounts {
     denied: u64,
     /// Rejected by load shedding.
     shed: u64,
-    /// The limiter failed; let through.
+    /// The store could not decide (a Redis outage's `fail_open`, the
+    /// gateway's `on_error: allow`); let through.
     failed_open: u64,
-    /// The limiter failed; rejected.
+    /// The store could not decide (`fail_closed`, `on_error: reject`);
+    /// rejected.
     failed_closed: u64,
     error: u64,
 }
