@@ -115,11 +115,16 @@ async fn a_full_redis_erases_no_restriction() {
             }
         }
         if let FailurePolicy::Local { .. } = policy {
-            // The local store charges them: the limit holds there.
-            for _ in 0..2 {
-                assert!(decide(&b, b"newcomer-0", &hourly, 1).await.is_allowed());
+            // The local store charges them: the limit holds there. (Redis,
+            // full to within a key, may find room for this one later:
+            // then it holds the limit, counting from there. Either way the
+            // key is over its 3 within 5 more requests, and stays over.)
+            let mut answers = Vec::new();
+            for _ in 0..6 {
+                answers.push(decide(&b, b"newcomer-0", &hourly, 1).await.is_allowed());
             }
-            assert!(decide(&b, b"newcomer-0", &hourly, 1).await.is_denied());
+            let admitted = answers.iter().filter(|a| **a).count();
+            assert!(admitted >= 2 && !answers[5], "{answers:?}");
         }
         // Not an outage: the breaker stays closed, and the restriction
         // Redis holds still denies.
