@@ -38,11 +38,10 @@ use crate::error::RuntimeError;
 pub const ADMIN_CONNECTIONS: usize = 32;
 
 /// Binds `addr`, logging it as the `what` listener, and a warning when it
-/// is reachable beyond loopback.
+/// is reachable beyond loopback. `[::]` listens on IPv4 and IPv6 alike,
+/// whatever the system's default for IPv6 sockets.
 pub async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, RuntimeError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| RuntimeError::Bind { addr, source })?;
+    let listener = bind_socket(addr).map_err(|source| RuntimeError::Bind { addr, source })?;
     if let Ok(a) = listener.local_addr() {
         tracing::info!(listener = what, addr = %a, "listening");
         if !a.ip().is_loopback() {
@@ -54,6 +53,23 @@ pub async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, RuntimeEr
         }
     }
     Ok(listener)
+}
+
+/// A listening socket on `addr` as tokio's `TcpListener::bind` makes it
+/// (address reuse, the standard library's backlog), dual-stack when `addr`
+/// is `[::]`.
+fn bind_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        socket.set_only_v6(false)?;
+    }
+    #[cfg(unix)]
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// What a listener serves: a hyper service that answers every request
@@ -144,4 +160,24 @@ where
     let counters = Counters::of(what);
     let service = move |_: SocketAddr, _: &Arc<Slot>| service.clone();
     tokio::spawn(serve(listener, places, counters, http, tls, stop, service))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[::]` takes IPv4 connections too, on one socket, even where the
+    /// system's default for IPv6 sockets is IPv6 only.
+    #[tokio::test]
+    async fn the_ipv6_wildcard_listens_on_both_families() {
+        let listener = bind("test", "[::]:0".parse().unwrap()).await.unwrap();
+        assert!(!socket2::SockRef::from(&listener).only_v6().unwrap());
+        let port = listener.local_addr().unwrap().port();
+        for ip in ["127.0.0.1", "::1"] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let client = tokio::net::TcpStream::connect((ip, port));
+            let (client, accepted) = tokio::join!(client, listener.accept());
+            assert!(client.is_ok() && accepted.is_ok(), "{ip}");
+        }
+    }
 }
