@@ -252,3 +252,84 @@ fn a_bare_admin_port_is_loopback_and_exposed_listeners_are_logged() {
         "{log}"
     );
 }
+
+/// `GET /ready` on `[ip]:port` over HTTP/1.1: the status.
+fn ready_at(ip: std::net::IpAddr, port: u16) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((ip, port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let host = std::net::SocketAddr::new(ip, port);
+    let head = format!("GET /ready HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// envoyproxy/ratelimit's `HOST`, `GRPC_HOST` and `DEBUG_HOST` alone: each
+/// listener on that host at envoyproxy/ratelimit's port (8080, 8081,
+/// 6070), and `::` answers over IPv4 and IPv6 alike. (These fixed ports
+/// must be free on the machine running the test.)
+#[test]
+fn envoy_hosts_alone_listen_dual_stack_on_envoy_ports() {
+    use floodgate_testkit::Process;
+    for port in [8080, 8081, 6070] {
+        assert!(
+            std::net::TcpListener::bind(("::", port)).is_ok(),
+            "port {port} is taken on this machine: the test needs it"
+        );
+    }
+    let mut p = Process::spawn("floodgate.yaml", ONE_PER_DAY, |path| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("serve").arg("--config").arg(path);
+        for v in [
+            "FLOODGATE_GRPC_ADDR",
+            "FLOODGATE_HTTP_ADDR",
+            "FLOODGATE_ADMIN_ADDR",
+        ] {
+            cmd.env_remove(v);
+        }
+        for v in ["PORT", "GRPC_PORT", "DEBUG_PORT", "USE_PROMETHEUS"] {
+            cmd.env_remove(v);
+        }
+        cmd.envs([("HOST", "::"), ("GRPC_HOST", "::"), ("DEBUG_HOST", "::")]);
+        cmd
+    });
+    p.wait_ready(8080);
+    let log = p.log();
+    for (name, port) in [("http", 8080), ("grpc", 8081), ("admin", 6070)] {
+        let line = format!("listener=\"{name}\" addr=[::]:{port}");
+        assert!(log.contains(&line), "{line}:\n{log}");
+    }
+    for ip in ["127.0.0.1", "::1"] {
+        let ip = ip.parse().unwrap();
+        for port in [8080, 6070] {
+            assert_eq!(ready_at(ip, port), Some(200), "{ip} {port}:\n{log}");
+        }
+        let grpc = std::net::TcpStream::connect((ip, 8081));
+        assert!(grpc.is_ok(), "{ip} 8081: {grpc:?}");
+    }
+}
+
+/// `LOG_LEVEL` takes logrus' names: `warning` keeps the WARN lines and
+/// drops the INFO ones.
+#[test]
+fn log_level_warning_keeps_warnings_only() {
+    let s = Floodgate::start(
+        bin(),
+        ONE_PER_DAY,
+        &[],
+        &[
+            ("LOG_LEVEL", "warning"),
+            ("GRPC_CLIENT_TLS_SAN", "rls.internal"),
+        ],
+    );
+    assert_eq!(call(&s, "logged").0, 200);
+    let log = s.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("GRPC_CLIENT_TLS_SAN")),
+        "{log}"
+    );
+    assert!(!log.lines().any(|l| l.contains("INFO")), "{log}");
+}

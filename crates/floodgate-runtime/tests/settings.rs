@@ -113,6 +113,38 @@ fn a_bare_admin_port_is_loopback_everywhere() {
     // An address, any address, is taken as given.
     let s = env_only(&[("DEBUG_HOST", "0.0.0.0"), ("DEBUG_PORT", "7000")]).unwrap();
     assert_eq!(s.server.admin, Some("0.0.0.0:7000".parse().unwrap()));
+    // A host alone: envoyproxy/ratelimit's port.
+    let s = env_only(&[("DEBUG_HOST", "::")]).unwrap();
+    assert_eq!(s.server.admin, Some("[::]:6070".parse().unwrap()));
+}
+
+/// `LOG_LEVEL` takes logrus' level names, any case, as envoyproxy/ratelimit
+/// does; `FLOODGATE_LOG` stays a `tracing` filter.
+#[test]
+fn log_level_takes_logrus_names() {
+    for (given, level) in [
+        ("trace", "trace"),
+        ("DEBUG", "debug"),
+        ("Info", "info"),
+        ("warning", "warn"),
+        ("WARN", "warn"),
+        ("error", "error"),
+        ("fatal", "error"),
+        ("panic", "error"),
+    ] {
+        let s = env_only(&[("LOG_LEVEL", given)]).unwrap();
+        assert_eq!(s.server.log.level, level, "{given}");
+    }
+    let e = env_only(&[("LOG_LEVEL", "verbose")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("LOG_LEVEL: ") && e.contains("logrus"), "{e}");
+    let s = env_only(&[
+        ("FLOODGATE_LOG", "floodgate=debug,warn"),
+        ("LOG_LEVEL", "x"),
+    ])
+    .unwrap();
+    assert_eq!(s.server.log.level, "floodgate=debug,warn");
 }
 
 #[test]

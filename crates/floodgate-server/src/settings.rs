@@ -261,11 +261,11 @@ fn listeners(t: &mut Vec<S>) {
     t.push(S::new("server.grpc", "FLOODGATE_GRPC_ADDR", "grpc-addr", Kind::Addr, "0.0.0.0:8081",
         "gRPC listener (`host:port`, `:port` or a port on all interfaces, or `off`)",
         |s, v| { s.grpc = parse_listen_on(&v.text(), ANY)?; Ok(()) })
-        .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT")));
+        .envoy(Envoy::HostPort("GRPC_HOST", "GRPC_PORT", 8081)));
     t.push(S::new("server.http", "FLOODGATE_HTTP_ADDR", "http-addr", Kind::Addr, "0.0.0.0:8080",
         "HTTP listener (as `grpc`)",
         |s, v| { s.http = parse_listen_on(&v.text(), ANY)?; Ok(()) })
-        .envoy(Envoy::HostPort("HOST", "PORT")));
+        .envoy(Envoy::HostPort("HOST", "PORT", 8080)));
     listener::declare_tls::<_, GrpcTls>(t, &GRPC_TLS);
     listener::declare_tls::<_, HttpTls>(t, &HTTP_TLS);
 }

@@ -84,6 +84,23 @@ fn envoy_names() {
     assert_eq!(e, "GRPC_PORT: expected a port number, found `eighty`");
 }
 
+/// envoyproxy/ratelimit joins each host and port, each half defaulting on
+/// its own (`HOST` 0.0.0.0, `PORT` 8080, `GRPC_PORT` 8081).
+#[test]
+fn a_host_or_a_port_alone_takes_the_other_half_s_default() {
+    let s = env_only(&[("HOST", "::"), ("GRPC_HOST", "127.0.0.1")]).unwrap();
+    assert_eq!(s.http, Some("[::]:8080".parse().unwrap()));
+    assert_eq!(s.grpc, Some("127.0.0.1:8081".parse().unwrap()));
+    let s = env_only(&[("GRPC_HOST", "::1"), ("PORT", "9002")]).unwrap();
+    assert_eq!(s.grpc, Some("[::1]:8081".parse().unwrap()));
+    assert_eq!(s.http, Some("0.0.0.0:9002".parse().unwrap()));
+    // A bad host is named as the variable that gave it.
+    let e = env_only(&[("HOST", "no such host")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("HOST: "), "{e}");
+}
+
 /// One `server:` section, two readers: the service's keys and the host's
 /// beside them, each reading its own; a key neither reads is refused,
 /// with the one meant.
@@ -175,4 +192,45 @@ fn listener_tls_is_checked_where_it_is_given() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("GRPC_SERVER_TLS_CERT"), "{e}");
+}
+
+/// Every variable of envoyproxy/ratelimit's `src/settings/settings.go`
+/// (kept in `envoy_variables.txt`) is read by a setting of the runtime or
+/// the service, or named in a warning at start-up when set: never
+/// silently ignored.
+#[test]
+fn every_envoy_variable_is_read_or_warned_about() {
+    use floodgate_runtime::settings::UNSUPPORTED_ENVOY_VARIABLES;
+    let list = include_str!("../../floodgate-runtime/src/settings/envoy_variables.txt");
+    let names: Vec<&str> = list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(names.len() > 100, "{} names", names.len());
+    let host = Settings::table().iter().filter_map(|s| s.envoy);
+    let service = RlsSettings::table().iter().filter_map(|s| s.envoy);
+    let read: Vec<&str> = host.chain(service).flat_map(|e| e.variables()).collect();
+    let warned: Vec<&str> = UNSUPPORTED_ENVOY_VARIABLES
+        .iter()
+        .flat_map(|(names, _)| names.iter().copied())
+        .collect();
+    let neither: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !read.contains(n) && !warned.contains(n))
+        .collect();
+    assert!(
+        neither.is_empty(),
+        "neither read nor warned about: {neither:?}"
+    );
+    let both: Vec<&str> = read
+        .iter()
+        .copied()
+        .filter(|n| warned.contains(n))
+        .collect();
+    assert!(
+        both.is_empty(),
+        "read and warned about as ignored: {both:?}"
+    );
 }

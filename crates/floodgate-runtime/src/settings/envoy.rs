@@ -1,5 +1,8 @@
 //! envoyproxy/ratelimit's environment variables that Floodgate does not
-//! implement: each one set is named in a warning at startup.
+//! implement: each one set is named in a warning at startup. With the
+//! variables the settings read, they cover every variable of its
+//! `src/settings/settings.go` (listed in `envoy_variables.txt`; checked
+//! by floodgate-server's settings tests).
 
 /// envoyproxy/ratelimit's variables that Floodgate does not implement,
 /// in groups, each with what to do instead. Setting one changes nothing, so startup
@@ -21,6 +24,7 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
         "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
         "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
         "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
+        "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
     ], "no xDS configuration source"),
     (&[
         "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS",
@@ -30,6 +34,8 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["DISABLE_STATS"], "metrics are always kept; turn the admin listener off to hide them"),
     (&["PROMETHEUS_PATH"], "metrics are served at /metrics"),
     (&["PROMETHEUS_MAPPER_YAML"], "metric names are fixed"),
+    (&["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"],
+        "response times are histograms in seconds (floodgate_request_duration_seconds)"),
     (&["RUNTIME_IGNOREDOTFILES"], "files and directories are read as configured"),
     (&["RUNTIME_WATCH_ROOT"], "the configured files are polled (FLOODGATE_RELOAD_INTERVAL)"),
     (&["EXPIRATION_JITTER_MAX_SECONDS"], "counter expiry is exact, without jitter"),
@@ -38,11 +44,18 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["REDIS_SOCKET_TYPE"], "REDIS_URL decides: host:port for TCP, unix:///path for a socket"),
     (&["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"], "Redis TLS always verifies the host name"),
     (&["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"], "readiness follows the store's circuit breaker"),
+    (&["REDIS_POOL_ON_EMPTY_BEHAVIOR"],
+        "the connections are multiplexed (FLOODGATE_REDIS_CONNECTIONS): a call never waits for a free one"),
+    (&["REDIS_CLUSTER_PIPELINE_PARALLELISM"],
+        "a cluster's commands go out at once, on one multiplexed connection per node"),
+    (&["REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"],
+        "startup does not wait for Redis: calls follow FLOODGATE_FAILURE_POLICY until it answers"),
     (&[
         "REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE",
         "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH",
         "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_TIMEOUT",
         "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
     ], "one Redis serves every limit"),
     (&[
         "MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH",

@@ -81,12 +81,9 @@ fn runtime_root(env: &Env<'_>) -> EnvoyRead {
 /// envoyproxy/ratelimit's debug listener: `DEBUG_HOST` + `DEBUG_PORT`, or
 /// `PROMETHEUS_ADDR` when `USE_PROMETHEUS` is on (a bare port on loopback).
 fn debug_listener(env: &Env<'_>) -> EnvoyRead {
-    // No host: on loopback, as a bare port is.
-    let debug = env
-        .host_port("DEBUG_HOST", "DEBUG_PORT", "")
-        .map_err(|m| ("DEBUG_PORT", m))?;
-    if let Some(debug) = debug {
-        return Ok(Some(("DEBUG_PORT", debug)));
+    // No host: on loopback, as a bare port is; no port: envoyproxy/ratelimit's.
+    if let Some(debug) = env.host_port("DEBUG_HOST", "DEBUG_PORT", "", 6070)? {
+        return Ok(Some(debug));
     }
     let prometheus = env.get("USE_PROMETHEUS").map(|v| boolean(&v));
     Ok(env
@@ -105,6 +102,30 @@ fn stop_increment(env: &Env<'_>) -> EnvoyRead {
             .map(|stop| Some((VAR, (!stop).to_string())))
             .map_err(|m| (VAR, m)),
     }
+}
+
+/// `LOG_LEVEL`: a logrus level name, any case, as its `ParseLevel` reads
+/// it, as the `tracing` filter of the same level (`fatal` and `panic`,
+/// which `tracing` lacks: `error`).
+fn logrus_level(env: &Env<'_>) -> EnvoyRead {
+    const VAR: &str = "LOG_LEVEL";
+    let Some(v) = env.get(VAR) else {
+        return Ok(None);
+    };
+    let level = match v.trim().to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warning" | "warn" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        _ => {
+            let m = format!(
+                "expected a logrus level (trace, debug, info, warning, warn, error, fatal, panic), found `{v}`"
+            );
+            return Err((VAR, m));
+        }
+    };
+    Ok(Some((VAR, level.to_owned())))
 }
 
 // One setting in a few lines each: tables, laid out by hand, one per topic.
@@ -183,7 +204,7 @@ fn process(t: &mut Vec<S>) {
     t.push(S::new("server.log.level", "FLOODGATE_LOG", "log-level", Kind::Text, "info",
         "a `tracing` filter (`debug`, `floodgate_server=debug,info`)",
         |s, v| { s.server.log.level = v.text(); Ok(()) })
-        .envoy(Envoy::Var("LOG_LEVEL"))
+        .envoy(Envoy::Read { names: "`LOG_LEVEL` (logrus' level names)", read: logrus_level })
         .samples("debug", "warn"));
     t.push(S::new("server.log.format", "FLOODGATE_LOG_FORMAT", "log-format", Kind::Choice, "text",
         "`text` or `json` (one object per line)",

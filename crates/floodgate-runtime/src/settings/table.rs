@@ -78,9 +78,10 @@ pub enum Envoy {
     Var(&'static str),
     /// This variable; `0` means "not set" (the default stays).
     NonZero(&'static str),
-    /// A host and a port variable: `host:port`, the host defaulting to
-    /// all interfaces.
-    HostPort(&'static str, &'static str),
+    /// A host and a port variable, either alone: `host:port`, the host
+    /// defaulting to all interfaces and the port to this one (as
+    /// envoyproxy/ratelimit joins them).
+    HostPort(&'static str, &'static str, u16),
     /// Variables converted to the setting's value (`names` for the docs).
     Read {
         /// The variables, as the docs name them.
@@ -101,8 +102,26 @@ impl Envoy {
         match self {
             Envoy::Var(n) => format!("`{n}`"),
             Envoy::NonZero(n) => format!("`{n}` (`0`: the default)"),
-            Envoy::HostPort(h, p) => format!("`{h}` + `{p}`"),
+            Envoy::HostPort(h, p, _) => format!("`{h}` + `{p}`"),
             Envoy::Read { names, .. } => (*names).to_owned(),
+        }
+    }
+
+    /// The variables read (those of [`Envoy::Read`]: the ones its `names`
+    /// writes in backticks).
+    pub fn variables(&self) -> Vec<&'static str> {
+        match self {
+            Envoy::Var(n) | Envoy::NonZero(n) => vec![n],
+            Envoy::HostPort(h, p, _) => vec![h, p],
+            Envoy::Read { names, .. } => names
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|n| {
+                    n.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                })
+                .collect(),
         }
     }
 
@@ -117,10 +136,7 @@ impl Envoy {
                     v != "0" && v != "0s"
                 }),
             ),
-            Envoy::HostPort(host, port) => env
-                .host_port(host, port, "0.0.0.0")
-                .map_err(|m| (*port, m))
-                .and_then(|v| found(port, v)),
+            Envoy::HostPort(host, port, default) => env.host_port(host, port, "0.0.0.0", *default),
             Envoy::Read { read, .. } => read(env),
         }
     }
@@ -208,28 +224,37 @@ impl<'a> Env<'a> {
         (self.0)(name).filter(|v| !v.trim().is_empty())
     }
 
-    /// `host:port` from a host and a port variable (the host defaulting to
-    /// `default_host`, an IPv6 one in brackets; an empty host: `:port`),
-    /// if the port is set.
+    /// `host:port` from a host and a port variable, if either is set: each
+    /// half defaults on its own (the host to `default_host`, empty for
+    /// `:port`; the port to `default_port`), an IPv6 host in brackets, as
+    /// envoyproxy/ratelimit's `net.JoinHostPort`. The variable named is
+    /// the port's when it is set, else the host's.
     pub(super) fn host_port(
         &self,
-        host: &str,
-        port: &str,
+        host: &'static str,
+        port: &'static str,
         default_host: &str,
-    ) -> Result<Option<String>, String> {
-        let Some(p) = self.get(port) else {
+        default_port: u16,
+    ) -> EnvoyRead {
+        let (h, p) = (self.get(host), self.get(port));
+        let var = if p.is_some() { port } else { host };
+        if h.is_none() && p.is_none() {
             return Ok(None);
+        }
+        let p: u16 = match p {
+            None => default_port,
+            Some(p) => p
+                .trim()
+                .parse()
+                .map_err(|_| (port, format!("expected a port number, found `{p}`")))?,
         };
-        let p: u16 = p
-            .trim()
-            .parse()
-            .map_err(|_| format!("expected a port number, found `{p}`"))?;
-        let h = self.get(host).unwrap_or_else(|| default_host.into());
-        Ok(Some(if h.contains(':') && !h.starts_with('[') {
+        let h = h.map_or_else(|| default_host.to_owned(), |h| h.trim().to_owned());
+        let value = if h.contains(':') && !h.starts_with('[') {
             format!("[{h}]:{p}")
         } else {
             format!("{h}:{p}")
-        }))
+        };
+        Ok(Some((var, value)))
     }
 }
 
