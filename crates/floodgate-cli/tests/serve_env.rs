@@ -266,19 +266,15 @@ fn ready_at(ip: std::net::IpAddr, port: u16) -> Option<u16> {
     out.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// envoyproxy/ratelimit's `HOST`, `GRPC_HOST` and `DEBUG_HOST` alone: each
-/// listener on that host at envoyproxy/ratelimit's port (8080, 8081,
-/// 6070), and `::` answers over IPv4 and IPv6 alike. (These fixed ports
-/// must be free on the machine running the test.)
+/// envoyproxy/ratelimit's `HOST`, `GRPC_HOST` and `DEBUG_HOST` as `::`:
+/// each listener answers over IPv4 and IPv6 alike, on one socket. (A host
+/// or a port alone taking the other half's default is checked by the
+/// settings' tests, without needing envoyproxy/ratelimit's fixed ports
+/// free on the machine.)
 #[test]
-fn envoy_hosts_alone_listen_dual_stack_on_envoy_ports() {
-    use floodgate_testkit::Process;
-    for port in [8080, 8081, 6070] {
-        assert!(
-            std::net::TcpListener::bind(("::", port)).is_ok(),
-            "port {port} is taken on this machine: the test needs it"
-        );
-    }
+fn envoy_hosts_listen_dual_stack() {
+    use floodgate_testkit::{Process, free_port};
+    let (http, grpc, admin) = (free_port(), free_port(), free_port());
     let mut p = Process::spawn("floodgate.yaml", ONE_PER_DAY, |path| {
         let mut cmd = std::process::Command::new(bin());
         cmd.arg("serve").arg("--config").arg(path);
@@ -286,28 +282,31 @@ fn envoy_hosts_alone_listen_dual_stack_on_envoy_ports() {
             "FLOODGATE_GRPC_ADDR",
             "FLOODGATE_HTTP_ADDR",
             "FLOODGATE_ADMIN_ADDR",
+            "USE_PROMETHEUS",
         ] {
             cmd.env_remove(v);
         }
-        for v in ["PORT", "GRPC_PORT", "DEBUG_PORT", "USE_PROMETHEUS"] {
-            cmd.env_remove(v);
-        }
         cmd.envs([("HOST", "::"), ("GRPC_HOST", "::"), ("DEBUG_HOST", "::")]);
+        cmd.envs([
+            ("PORT", http.to_string()),
+            ("GRPC_PORT", grpc.to_string()),
+            ("DEBUG_PORT", admin.to_string()),
+        ]);
         cmd
     });
-    p.wait_ready(8080);
+    p.wait_ready(http);
     let log = p.log();
-    for (name, port) in [("http", 8080), ("grpc", 8081), ("admin", 6070)] {
+    for (name, port) in [("http", http), ("grpc", grpc), ("admin", admin)] {
         let line = format!("listener=\"{name}\" addr=[::]:{port}");
         assert!(log.contains(&line), "{line}:\n{log}");
     }
     for ip in ["127.0.0.1", "::1"] {
         let ip = ip.parse().unwrap();
-        for port in [8080, 6070] {
+        for port in [http, admin] {
             assert_eq!(ready_at(ip, port), Some(200), "{ip} {port}:\n{log}");
         }
-        let grpc = std::net::TcpStream::connect((ip, 8081));
-        assert!(grpc.is_ok(), "{ip} 8081: {grpc:?}");
+        let connected = std::net::TcpStream::connect((ip, grpc));
+        assert!(connected.is_ok(), "{ip} {grpc}: {connected:?}");
     }
 }
 
