@@ -3,9 +3,12 @@
 mod bench;
 mod check;
 mod flags;
+mod healthcheck;
 mod replay;
 mod sync_report;
 
+use std::ffi::OsString;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +55,9 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// GETs a URL (default: the admin listener's `/ready` on loopback),
+    /// exits 0 on a 2xx answer: a probe for images without a shell.
+    Healthcheck(healthcheck::HealthcheckArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,8 +129,23 @@ fn gateway(flags: GatewayFlags) -> anyhow::Result<()> {
     Ok(floodgate_gateway::run(loaded, Some(prometheus))?)
 }
 
+/// The name envoyproxy/ratelimit's image runs (`/bin/ratelimit`), so that
+/// its manifests' `command` works unchanged: it means `floodgate serve`.
+const RATELIMIT: &str = "ratelimit";
+
+/// The command line, `serve` inserted when the program is called by
+/// [`RATELIMIT`]'s name (whatever its directory).
+fn arguments() -> Vec<OsString> {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    let called = args.first().and_then(|a| Path::new(a).file_name());
+    if called.is_some_and(|name| name == RATELIMIT) {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(arguments());
     match cli.command {
         Command::Serve(flags) => report(serve(flags)),
         Command::Gateway(flags) => report(gateway(flags)),
@@ -133,5 +154,6 @@ fn main() -> ExitCode {
         } => check::run(*args),
         Command::Replay(args) => report(replay::run(*args)),
         Command::Bench { command } => report(bench::run(command)),
+        Command::Healthcheck(args) => report(healthcheck::run(&args)),
     }
 }
