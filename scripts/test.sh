@@ -44,6 +44,18 @@ ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_gw+=(faketime)
 command -v wrk >/dev/null 2>&1 || need_gw+=(wrk)
 scripts/apt-install "${need_gw[@]}"
 
+# ---- The image (Containerfile, scripts/image.sh) ----------------------------
+# Its tests (crates/floodgate-cli/tests/image.rs) build the image from the
+# test build's binary with Debian's podman, on a base made from Debian's
+# packages (scripts/image-base.sh: apt-get download and dpkg-deb, nothing
+# pulled), and run it with Debian's runc (crun refuses this machine's cgroup
+# layout), as root: each container's network namespace is entered to reach
+# it. They fail, never skip, when podman or runc is missing.
+need_image=()
+command -v podman >/dev/null 2>&1 || need_image+=(podman)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need_image+=(runc)
+scripts/apt-install "${need_image[@]}"
+
 # ---- Pages in a real browser ------------------------------------------------
 # The replay's HTML report and the admin dashboard are opened in Debian's
 # headless Chromium by the tests (crates/floodgate-replay/tests/browser.rs,

@@ -2,6 +2,7 @@
 //! linked into one binary: one link instead of one per file, and a
 //! fraction of the disk a clean test build needs.
 
+mod image_support;
 mod serve_support;
 
 mod admin_hosts;
@@ -18,6 +19,7 @@ mod hostile_listeners;
 mod hostile_log_flood;
 mod hostile_reloads;
 mod hostile_store_flood;
+mod image;
 mod metric_docs;
 mod other_commands_settings;
 mod outage_counts;
