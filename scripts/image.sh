@@ -13,7 +13,7 @@
 #
 # Prints the built image's reference on its last line.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo="$(cd "$(dirname "$0")/.." && pwd)"
 
 usage() {
     echo "usage: scripts/image.sh [--tag TAG] [--from-binary PATH] [--base IMAGE]" >&2
@@ -39,9 +39,11 @@ while [ $# -gt 0 ]; do
         *) usage "unknown argument: $1" ;;
     esac
 done
-if [ -n "$binary" ] && [ ! -f "$binary" ]; then
-    usage "--from-binary: no such file: $binary"
+if [ -n "$binary" ]; then
+    [ -f "$binary" ] || usage "--from-binary: no such file: $binary"
+    binary="$(realpath "$binary")"
 fi
+cd "$repo"
 
 if command -v podman >/dev/null 2>&1; then
     # HEALTHCHECK exists in the docker image format only: podman's default

@@ -38,10 +38,23 @@ pub(crate) fn image() -> &'static str {
         let base = script(&root.join("scripts/image-base.sh"), &[BASE]);
         let bin = bin.to_str().expect("a UTF-8 binary path");
         let args = ["--tag", &tag, "--from-binary", bin, "--base", &base];
+        let previous = image_id(&tag);
         let built = script(&root.join("scripts/image.sh"), &args);
         assert_eq!(built, tag, "scripts/image.sh's last line names the image");
+        // The previous run's build, untagged now: removed, unless a
+        // container still uses it, so that runs do not pile images up.
+        if let Some(old) = previous.filter(|old| Some(old) != image_id(&tag).as_ref()) {
+            let _ = podman(&["rmi", &old]);
+        }
         tag
     })
+}
+
+/// The id of the image `tag` names, if there is one.
+fn image_id(tag: &str) -> Option<String> {
+    let out = podman(&["image", "inspect", "--format", "{{.Id}}", tag]);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !id.is_empty()).then_some(id)
 }
 
 /// A short, stable name for `path`.
