@@ -9,8 +9,9 @@
 #
 #   scripts/image-base.sh [TAG]     (default: localhost/floodgate-test-base)
 #
-# Built once: a base already present is reused. Prints the image's
-# reference on its last line. Needs podman and apt-get (the packages are
+# Built once: a base already present is reused (`podman rmi` it, and the
+# images built on it, to make it again). Prints the image's reference on
+# its last line. Needs podman and apt-get (the packages are
 # downloaded from the configured Debian mirror, not installed).
 set -euo pipefail
 tag="${1:-localhost/floodgate-test-base}"
@@ -23,7 +24,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/debs" "$work/root"
-(cd "$work/debs" && apt-get download -qq libc6 libgcc-s1 ca-certificates tzdata netbase 2>/dev/null)
+(cd "$work/debs" && apt-get download -qq libc6 libgcc-s1 ca-certificates tzdata netbase)
 for deb in "$work"/debs/*.deb; do
     dpkg-deb -x "$deb" "$work/root"
 done
@@ -34,6 +35,8 @@ mkdir -p "$root/etc/ssl/certs" "$root/bin" "$root/tmp" "$root/home/nonroot"
 find "$root/usr/share/ca-certificates" -name '*.crt' -print0 | sort -z |
     xargs -0 cat >"$root/etc/ssl/certs/ca-certificates.crt"
 ln -sf /usr/share/zoneinfo/Etc/UTC "$root/etc/localtime"
+# Names from /etc/hosts first (a container's added hosts), as distroless.
+echo "hosts: files dns" >"$root/etc/nsswitch.conf"
 # distroless' users: root, nobody and nonroot (65532), none with a shell.
 cat >"$root/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/sbin/nologin
@@ -50,7 +53,7 @@ chmod 1777 "$root/tmp"
 # Documentation is not needed at run time.
 rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/lintian"
 
-tar -C "$root" -c . | podman import \
+tar -C "$root" -c . | podman import --quiet \
     --change 'USER 65532:65532' --change 'WORKDIR /home/nonroot' \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' - "$tag" >/dev/null
 echo "$tag"

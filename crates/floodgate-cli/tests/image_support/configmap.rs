@@ -67,6 +67,7 @@ impl ConfigMapVolume {
     }
 }
 
+/// `chmod mode path`.
 fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
