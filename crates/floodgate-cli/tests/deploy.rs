@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::{
-    Process, Redis, free_port, http_request, python, wait_until, workspace_root,
+    Process, Redis, free_port, http_request, python, require, wait_until, workspace_root,
 };
 use serde_json::Value;
 
@@ -53,6 +53,22 @@ fn yaml(path: &Path) -> Value {
     let code = "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))";
     let out = run_python(&["-c".as_ref(), code.as_ref(), path.as_os_str()]);
     serde_json::from_str(&out).expect("JSON")
+}
+
+/// A JSON list of strings.
+fn strings(v: &Value) -> Vec<String> {
+    let list = v.as_array().expect("a list");
+    list.iter()
+        .map(|s| s.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+/// A JSON object of strings.
+fn string_map(v: &Value) -> BTreeMap<String, String> {
+    let map = v.as_object().expect("a map");
+    map.iter()
+        .map(|(k, v)| (k.clone(), v.as_str().expect("a string").to_owned()))
+        .collect()
 }
 
 /// What a container runs: its arguments, its environment, the directory
@@ -205,25 +221,12 @@ fn compose_service(file: &str, name: &str, here: &Here) -> Container {
     let path = deploy(file);
     let compose = yaml(&path);
     let service = &compose["services"][name];
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .expect("a list")
-            .iter()
-            .map(|s| s.as_str().unwrap().to_owned())
-            .collect()
-    };
     let volume = strings(&service["volumes"]).remove(0);
     let mut parts = volume.split(':');
     let (source, mount) = (parts.next().unwrap(), parts.next().unwrap());
-    let env = service["environment"]
-        .as_object()
-        .expect("environment as a map")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().expect("a string").to_owned()))
-        .collect();
     let mut container = Container {
         args: strings(&service["command"]),
-        env,
+        env: string_map(&service["environment"]),
         mount: mount.to_owned(),
         config_dir: path.parent().unwrap().join(source),
     };
@@ -259,22 +262,9 @@ fn overlay(name: &str, dir: &Path, here: &Here) -> (Container, u64) {
     for (file, text) in rendered["files"].as_object().expect("files") {
         std::fs::write(dir.join(file), text.as_str().unwrap()).unwrap();
     }
-    let strings = |v: &Value| {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_owned())
-            .collect()
-    };
-    let env = rendered["env"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-        .collect();
     let mut container = Container {
         args: strings(&rendered["args"]),
-        env,
+        env: string_map(&rendered["env"]),
         mount: rendered["mount"].as_str().unwrap().to_owned(),
         config_dir: dir.to_owned(),
     };
@@ -284,6 +274,7 @@ fn overlay(name: &str, dir: &Path, here: &Here) -> (Container, u64) {
 
 #[test]
 fn the_kubernetes_overlays_validate_and_their_containers_run_as_rendered() {
+    require("kubectl");
     let redis = Redis::start();
     let (_upstream, upstream) = upstream();
     let here = Here {
