@@ -24,8 +24,13 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 scripts/apt-install "${need_apt[@]}"
 VENV=.venv
-PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1)
-if ! "$VENV/bin/python" -c 'import grpc, h2.connection; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
+# The deployment examples (deploy/, crates/floodgate-cli/tests/deploy.rs) are
+# read with PyYAML, validated against Kubernetes' schemas with
+# kubernetes-validate and rendered with `kubectl kustomize` (kubectl is not
+# in Debian's archive: the test fails, naming it, when it is missing).
+PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1
+         PyYAML==6.0.4 kubernetes-validate==1.37.0)
+if ! "$VENV/bin/python" -c 'import grpc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
     echo "==> creating $VENV with ${PY_PINS[*]}"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"

@@ -8,6 +8,7 @@ mod serve_support;
 mod admin_hosts;
 mod config_check;
 mod dashboard;
+mod deploy;
 mod errors_once;
 mod examples_start_clean;
 mod gateway_hostile;
