@@ -1,15 +1,18 @@
-//! The deployment examples of deploy/ are checked and run:
+//! The deployment examples of deploy/ are checked and run on the image:
 //! - the Envoy configuration of the compose example parses as Envoy's own
 //!   `Bootstrap` (xds-protos, strict) and its references resolve;
-//! - each compose file's Floodgate service runs with its command and
-//!   environment (the hosts it names replaced by a real Redis and a real
-//!   upstream, its ports by free ones) and limits as its comments say;
+//! - each compose file's Floodgate service runs in the image with its
+//!   command, environment and volume, and limits as its comments say;
 //! - each Kubernetes overlay renders with `kubectl kustomize`, validates
 //!   against Kubernetes' schemas (strict), fits together, and its
-//!   container's command and environment run: probes and metrics answer
-//!   on the metrics port, the limits hold, and SIGTERM ends it within the
-//!   pod's termination grace period.
+//!   container runs in the image with the rendered arguments and
+//!   environment, its ConfigMap in kubelet's layout: probes and metrics
+//!   answer on the metrics port, the limits hold, and SIGTERM ends it
+//!   within the pod's termination grace period.
 //!
+//! Each container has a network namespace of its own (`image_support`):
+//! the manifests' ports are used unchanged, and the hosts they name
+//! (`redis`, the gateway's backend) are real servers on its loopback.
 //! The Python checks are in tests/python/deploy_envoy.py and
 //! tests/python/deploy_kubernetes.py.
 
@@ -19,9 +22,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::{
-    Process, Redis, free_port, http_request, python, require, wait_until, workspace_root,
+    Process, Redis, http_request, python, require, wait_until, workspace_root,
 };
 use serde_json::Value;
+
+use crate::image_support::configmap::ConfigMapVolume;
+use crate::image_support::{Container, podman};
 
 fn deploy(path: &str) -> PathBuf {
     workspace_root().join("deploy").join(path)
@@ -71,138 +77,156 @@ fn string_map(v: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// What a container runs: its arguments, its environment, the directory
-/// its configuration is mounted at and where that is here.
-struct Container {
+/// What a deployment runs in the image: the arguments after the image's
+/// entrypoint, the environment, and the directory mounted as its
+/// configuration.
+struct Spec {
     args: Vec<String>,
     env: BTreeMap<String, String>,
     mount: String,
     config_dir: PathBuf,
 }
 
-/// The places a deployment names, here.
-struct Here {
-    redis: String,
-    upstream: String,
-}
-
-impl Container {
-    /// Rewrites what names the deployment's network for this machine:
-    /// every listener on a free port of the same host, Redis and the
-    /// upstream to the real ones here.
-    fn localise(&mut self, here: &Here) {
-        // The admin listener stays on loopback, at its default port unless
-        // told otherwise: a free one here, as tests run side by side.
-        self.env
-            .entry("FLOODGATE_ADMIN_ADDR".to_owned())
-            .or_insert_with(|| "127.0.0.1:6070".to_owned());
-        for (name, value) in self.env.iter_mut() {
-            if name.ends_with("_ADDR") || name == "FLOODGATE_GATEWAY_LISTEN" {
-                let host = value.rsplit_once(':').map_or("", |(h, _)| h);
-                *value = format!("{host}:{}", free_port());
-            } else if name == "FLOODGATE_REDIS_URL" {
-                value.clone_from(&here.redis);
-            } else if name == "FLOODGATE_UPSTREAM" {
-                value.clone_from(&here.upstream);
-            }
-        }
-    }
-
+impl Spec {
+    /// The port of the listener `var` names.
     fn port(&self, var: &str) -> u16 {
         let addr = &self.env[var];
-        addr.rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .expect("a port")
+        let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok());
+        port.unwrap_or_else(|| panic!("{var}={addr} has no port"))
     }
 
-    fn spawn(&self) -> Process {
-        let args: Vec<String> = self
-            .args
-            .iter()
-            .map(|a| a.replace(&self.mount, &self.config_dir.to_string_lossy()))
-            .collect();
-        Process::spawn("unused.yaml", "", |_| {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
-            cmd.args(&args).env_clear().envs(&self.env);
-            cmd
-        })
+    /// The image running it, `hosts` resolving to the container's loopback.
+    fn run(&self, hosts: &[&str]) -> Container {
+        let mut options = vec![
+            "-v".to_owned(),
+            format!("{}:{}:ro", self.config_dir.display(), self.mount),
+        ];
+        for host in hosts {
+            options.extend(["--add-host".to_owned(), format!("{host}:127.0.0.1")]);
+        }
+        for (name, value) in &self.env {
+            options.extend(["-e".to_owned(), format!("{name}={value}")]);
+        }
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        Container::run(&options, &args)
     }
 }
 
-/// A real upstream: `floodgate bench upstream`.
-fn upstream() -> (Process, String) {
-    let port = free_port();
-    let p = Process::spawn("unused.yaml", "", |_| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
-        cmd.args([
-            "bench",
-            "upstream",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ]);
-        cmd
+/// The host and port of `url` (`redis://redis:6379`, `http://backend:80`).
+fn host_port(url: &str) -> (String, u16) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = authority.rsplit_once(':').expect("a port");
+    (host.to_owned(), port.parse().expect("a port number"))
+}
+
+/// The servers a spec names, started on `c`'s loopback: its Redis and its
+/// upstream (`floodgate bench upstream`).
+struct Neighbours {
+    _redis: Option<Redis>,
+    _upstream: Option<Process>,
+}
+
+fn neighbours(spec: &Spec, c: &Container) -> Neighbours {
+    let redis = spec.env.get("FLOODGATE_REDIS_URL").map(|url| {
+        let (_, port) = host_port(url);
+        c.in_netns(|| Redis::start_on(port))
     });
-    assert!(
-        wait_until(Duration::from_secs(20), || std::net::TcpStream::connect((
-            "127.0.0.1",
-            port
-        ))
-        .is_ok()),
-        "the upstream did not listen: {}",
-        p.log()
-    );
-    (p, format!("http://127.0.0.1:{port}"))
+    let upstream = spec.env.get("FLOODGATE_UPSTREAM").map(|url| {
+        let (_, port) = host_port(url);
+        let p = c.in_netns(|| {
+            Process::spawn("unused.yaml", "", |_| {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+                let listen = format!("127.0.0.1:{port}");
+                cmd.args(["bench", "upstream", "--listen", &listen]);
+                cmd
+            })
+        });
+        let up = wait_until(Duration::from_secs(20), || {
+            c.in_netns(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
+        });
+        assert!(up, "the upstream did not listen: {}", p.log());
+        p
+    });
+    Neighbours {
+        _redis: redis,
+        _upstream: upstream,
+    }
 }
 
-/// Six requests with one API key through the gateway on `port`: the
-/// examples allow 5 a minute.
-fn six_through_the_gateway(port: u16) -> Vec<String> {
-    let key = format!("key-{}", std::process::id());
+/// The hosts a spec's environment names.
+fn hosts(spec: &Spec) -> Vec<String> {
+    ["FLOODGATE_REDIS_URL", "FLOODGATE_UPSTREAM"]
+        .iter()
+        .filter_map(|var| spec.env.get(*var))
+        .map(|url| host_port(url).0)
+        .collect()
+}
+
+/// Six requests with one API key through the gateway on `port` of `c`:
+/// the examples allow 5 a minute.
+fn six_through_the_gateway(c: &Container, port: u16) -> Vec<String> {
+    let url = format!("http://127.0.0.1:{port}/");
     (0..6)
         .map(|_| {
-            let out = Command::new("curl")
-                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
-                .arg(format!("x-api-key: {key}"))
-                .arg(format!("http://127.0.0.1:{port}/"))
-                .output()
-                .expect("curl");
+            let out = c.in_netns(|| {
+                Command::new("curl")
+                    .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+                    .args(["-H", "x-api-key: demo", &url])
+                    .output()
+                    .expect("curl")
+            });
             String::from_utf8_lossy(&out.stdout).into_owned()
         })
         .collect()
 }
 
-/// Starts `container` and checks it limits as the examples say, its
-/// probes and metrics on the metrics port.
-fn run_and_check(container: &Container) -> Process {
-    let mut p = container.spawn();
-    let metrics = container.port("FLOODGATE_METRICS_ADDR");
-    p.wait_ready(metrics);
-    assert_eq!(
-        http_request(metrics, "GET", "/healthcheck", None, b"").map(|r| r.0),
-        Some(200)
-    );
-    if container.args[0] == "serve" {
-        let grpc = format!("127.0.0.1:{}", container.port("FLOODGATE_GRPC_ADDR"));
+/// The status of `GET path` on `port` of `c`.
+fn status(c: &Container, port: u16, path: &str) -> Option<u16> {
+    c.in_netns(|| http_request(port, "GET", path, None, b""))
+        .map(|r| r.0)
+}
+
+/// Runs `spec` in the image and checks it limits as the examples say,
+/// its probes and metrics on the metrics port.
+fn run_and_check(spec: &Spec) -> (Container, Neighbours) {
+    let hosts = hosts(spec);
+    let c = spec.run(&hosts.iter().map(String::as_str).collect::<Vec<_>>());
+    let around = neighbours(spec, &c);
+    let metrics = spec.port("FLOODGATE_METRICS_ADDR");
+    let ready = wait_until(Duration::from_secs(30), || {
+        status(&c, metrics, "/ready") == Some(200)
+    });
+    assert!(ready, "not ready on the metrics port; log:\n{}", c.log());
+    assert_eq!(status(&c, metrics, "/healthcheck"), Some(200));
+    if spec.args[0] == "serve" {
+        let grpc = format!("127.0.0.1:{}", spec.port("FLOODGATE_GRPC_ADDR"));
         let envoy = deploy("compose/envoy.yaml");
-        let out = run_python(&[
-            script("deploy_envoy.py").as_os_str(),
-            "play".as_ref(),
-            envoy.as_os_str(),
-            grpc.as_ref(),
-        ]);
+        let player = script("deploy_envoy.py");
+        let out = c.in_netns(|| {
+            run_python(&[
+                player.as_os_str(),
+                "play".as_ref(),
+                envoy.as_os_str(),
+                grpc.as_ref(),
+            ])
+        });
         assert!(out.contains("played: OK OK OK OK OK OVER_LIMIT"), "{out}");
     } else {
-        let codes = six_through_the_gateway(container.port("FLOODGATE_GATEWAY_LISTEN"));
+        let codes = six_through_the_gateway(&c, spec.port("FLOODGATE_GATEWAY_LISTEN"));
         assert_eq!(
             codes,
             ["200", "200", "200", "200", "200", "429"],
             "{}",
-            p.log()
+            c.log()
         );
     }
-    let (_, text) = http_request(metrics, "GET", "/metrics", None, b"").expect("metrics");
+    let (_, text) = c
+        .in_netns(|| http_request(metrics, "GET", "/metrics", None, b""))
+        .expect("metrics");
     assert!(text.contains("floodgate_requests_total"), "{text}");
-    p
+    (c, around)
 }
 
 #[test]
@@ -216,91 +240,91 @@ fn the_envoy_configuration_is_an_envoy_bootstrap_whose_references_resolve() {
     assert_eq!(out.trim(), "edge");
 }
 
-/// The service `name` of the compose file `file`, as it runs here.
-fn compose_service(file: &str, name: &str, here: &Here) -> Container {
+/// The service `name` of the compose file `file`.
+fn compose_service(file: &str, name: &str) -> Spec {
     let path = deploy(file);
     let compose = yaml(&path);
     let service = &compose["services"][name];
     let volume = strings(&service["volumes"]).remove(0);
     let mut parts = volume.split(':');
     let (source, mount) = (parts.next().unwrap(), parts.next().unwrap());
-    let mut container = Container {
+    assert_eq!(service["read_only"], Value::Bool(true), "{file}: {name}");
+    Spec {
         args: strings(&service["command"]),
         env: string_map(&service["environment"]),
         mount: mount.to_owned(),
         config_dir: path.parent().unwrap().join(source),
-    };
-    container.localise(here);
-    container
+    }
 }
 
 #[test]
 fn the_compose_examples_floodgate_services_run_as_written() {
-    let redis = Redis::start();
-    let (_upstream, upstream) = upstream();
-    let here = Here {
-        redis: format!("redis://{}", redis.addr()),
-        upstream,
-    };
     for (file, service) in [
         ("compose/compose.yaml", "floodgate"),
         ("compose/compose.gateway.yaml", "gateway"),
     ] {
-        let container = compose_service(file, service, &here);
-        run_and_check(&container);
+        let spec = compose_service(file, service);
+        run_and_check(&spec);
     }
 }
 
-/// The overlay `name`, checked, as its container runs here (its ConfigMap
-/// written to `dir`).
-fn overlay(name: &str, dir: &Path, here: &Here) -> (Container, u64) {
+/// The overlay `name`, checked: its container's spec, its ConfigMap in
+/// `volume`'s place, and the pod's termination grace period.
+fn overlay(name: &str) -> (Spec, ConfigMapVolume, u64) {
     let out = run_python(&[
         script("deploy_kubernetes.py").as_os_str(),
         deploy(&format!("kubernetes/overlays/{name}")).as_os_str(),
     ]);
     let rendered: Value = serde_json::from_str(out.trim()).expect("JSON");
-    for (file, text) in rendered["files"].as_object().expect("files") {
-        std::fs::write(dir.join(file), text.as_str().unwrap()).unwrap();
-    }
-    let mut container = Container {
+    let files = string_map(&rendered["files"]);
+    assert_eq!(files.len(), 1, "{name}: one configuration file");
+    let (file, text) = files.into_iter().next().unwrap();
+    let volume = ConfigMapVolume::new(&file, &text);
+    let spec = Spec {
         args: strings(&rendered["args"]),
         env: string_map(&rendered["env"]),
         mount: rendered["mount"].as_str().unwrap().to_owned(),
-        config_dir: dir.to_owned(),
+        config_dir: volume.path().to_owned(),
     };
-    container.localise(here);
-    (container, rendered["grace_seconds"].as_u64().unwrap())
+    (spec, volume, rendered["grace_seconds"].as_u64().unwrap())
+}
+
+/// Whether `c` still runs, and its exit code once it has stopped.
+fn state(c: &Container) -> (bool, String) {
+    let out = podman(&[
+        "inspect",
+        "-f",
+        "{{.State.Running}} {{.State.ExitCode}}",
+        c.id(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let (running, code) = text.split_once(' ').unwrap_or((&text, ""));
+    (running == "true", code.to_owned())
 }
 
 #[test]
 fn the_kubernetes_overlays_validate_and_their_containers_run_as_rendered() {
     require("kubectl");
-    let redis = Redis::start();
-    let (_upstream, upstream) = upstream();
-    let here = Here {
-        redis: format!("redis://{}", redis.addr()),
-        upstream,
-    };
     for name in ["memory", "redis", "gateway"] {
-        let dir = tempfile::tempdir().unwrap();
-        let (container, grace) = overlay(name, dir.path(), &here);
-        let mut p = run_and_check(&container);
-        // SIGTERM: not ready at once (the endpoints drop the pod), gone
-        // within the pod's termination grace period.
-        let metrics = container.port("FLOODGATE_METRICS_ADDR");
+        let (spec, _volume, grace) = overlay(name);
+        let (c, _around) = run_and_check(&spec);
+        // SIGTERM, as kubelet sends it: not ready at once (the endpoints
+        // drop the pod), gone within the termination grace period.
+        let metrics = spec.port("FLOODGATE_METRICS_ADDR");
         let asked = Instant::now();
-        p.signal("TERM");
+        let out = podman(&["kill", "--signal", "TERM", c.id()]);
+        assert!(out.status.success(), "podman kill");
+        let unready = wait_until(Duration::from_secs(5), || {
+            status(&c, metrics, "/ready") != Some(200)
+        });
+        assert!(unready, "{name}: still ready after SIGTERM");
+        let stopped = wait_until(Duration::from_secs(grace), || !state(&c).0);
         assert!(
-            wait_until(Duration::from_secs(5), || {
-                http_request(metrics, "GET", "/ready", None, b"").map(|r| r.0) != Some(200)
-            }),
-            "{name}: still ready after SIGTERM"
+            stopped,
+            "{name}: still running {:?} after SIGTERM; log:\n{}",
+            asked.elapsed(),
+            c.log()
         );
-        let exited = p.wait_exit(Duration::from_secs(grace));
-        assert!(
-            exited.is_some(),
-            "{name}: still running {:?} after SIGTERM",
-            asked.elapsed()
-        );
+        assert_eq!(state(&c).1, "0", "{name}: exit code; log:\n{}", c.log());
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// A ConfigMap volume's directory with one key.
 pub(crate) struct ConfigMapVolume {
     dir: tempfile::TempDir,
-    key: &'static str,
+    key: String,
     /// The timestamped directory `..data` points to.
     current: String,
     writes: u32,
@@ -19,12 +19,12 @@ pub(crate) struct ConfigMapVolume {
 impl ConfigMapVolume {
     /// The volume holding `key` with `text`. Readable by every user, as
     /// kubelet makes it (the image runs as nonroot).
-    pub(crate) fn new(key: &'static str, text: &str) -> ConfigMapVolume {
+    pub(crate) fn new(key: &str, text: &str) -> ConfigMapVolume {
         let dir = tempfile::tempdir().expect("temp dir");
         set_mode(dir.path(), 0o755);
         let mut v = ConfigMapVolume {
             dir,
-            key,
+            key: key.to_owned(),
             current: String::new(),
             writes: 0,
         };
@@ -60,7 +60,7 @@ impl ConfigMapVolume {
         let data: PathBuf = self.path().join(&name);
         std::fs::create_dir(&data).expect("the data directory");
         set_mode(&data, 0o755);
-        let file = data.join(self.key);
+        let file = data.join(&self.key);
         std::fs::write(&file, text).expect("the key's file");
         set_mode(&file, 0o644);
         name
