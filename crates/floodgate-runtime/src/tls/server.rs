@@ -14,6 +14,7 @@ use rustls::{ConfigBuilder, ServerConfig, WantsVerifier};
 use tokio_rustls::TlsAcceptor;
 
 use super::ListenerTls;
+use super::san::RequireSan;
 use super::pem::{TlsError, authorities, certificates, private_key};
 
 /// ALPN protocols offered to clients, preferred first.
@@ -62,7 +63,8 @@ pub fn load_certified_key(files: &ListenerTls) -> Result<CertifiedKey, TlsError>
 }
 
 /// The clients `files` accept: any (no `client_ca`), or those presenting
-/// a certificate issued by `client_ca`.
+/// a certificate issued by `client_ca` (and valid for `client_san`, if
+/// given).
 fn client_auth(
     builder: ConfigBuilder<ServerConfig, WantsVerifier>,
     files: &ListenerTls,
@@ -77,7 +79,15 @@ fn client_auth(
             path: ca.clone(),
             message: e.to_string(),
         })?;
-    Ok(builder.with_client_cert_verifier(verifier))
+    let Some(san) = &files.client_san else {
+        return Ok(builder.with_client_cert_verifier(verifier));
+    };
+    let san = super::san::client_san(san).map_err(TlsError::ClientSan)?;
+    let verifier = RequireSan {
+        inner: verifier,
+        san,
+    };
+    Ok(builder.with_client_cert_verifier(Arc::new(verifier)))
 }
 
 /// TLS termination for a listener.
