@@ -117,8 +117,8 @@ impl RlsSettings {
         let settings = read.map_or_else(RlsSettings::blank, |(mut settings, origins)| {
             listener::finish_tls(&mut settings.grpc_tls, &GRPC_TLS, &origins, &mut errors);
             let uds = origins.of("server.grpc_uds");
-            settings.grpc_uds = (settings.grpc_uds.as_deref())
-                .map(|p| listener::relative_to_origin(p, &uds));
+            settings.grpc_uds =
+                (settings.grpc_uds.as_deref()).map(|p| listener::relative_to_origin(p, &uds));
             listener::finish_tls(&mut settings.http_tls, &HTTP_TLS, &origins, &mut errors);
             settings
         });

@@ -218,7 +218,7 @@ impl Http {
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
                 drive(
                     conn,
-                    hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown,
+                    http1::UpgradeableConnection::graceful_shutdown,
                     ends,
                     None,
                 )
@@ -229,13 +229,7 @@ impl Http {
                 // closes.
                 let conn = self.h2.serve_connection(io, svc);
                 let idle = Some((&*activity, self.limits.http2_idle_timeout));
-                drive(
-                    conn,
-                    hyper::server::conn::http2::Connection::graceful_shutdown,
-                    ends,
-                    idle,
-                )
-                .await
+                drive(conn, http2::Connection::graceful_shutdown, ends, idle).await
             }
         };
         if let Err(e) = result {
