@@ -41,10 +41,9 @@ pub enum RuntimeError {
 /// apart.
 fn unix_bind_reason(e: &std::io::Error) -> String {
     match e.kind() {
-        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AlreadyExists => format!(
-            "the path exists ({e}): another process's socket, or one left by a process that \
-             did not stop cleanly (remove it if so)"
-        ),
+        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AlreadyExists => {
+            format!("the path exists ({e}): a file, or a socket another process listens on")
+        }
         _ => e.to_string(),
     }
 }

@@ -280,7 +280,7 @@ fn listeners(t: &mut Vec<S>) {
         |s, v| { s.http = parse_listen_on(&v.text(), ANY)?; Ok(()) })
         .envoy(Envoy::HostPort("HOST", "PORT", 8080)));
     t.push(S::new("server.grpc_uds", "FLOODGATE_GRPC_UDS", "grpc-uds", Kind::Text, "",
-        "a Unix socket path the gRPC listener listens on instead of `grpc` (as envoyproxy/ratelimit's `GRPC_UDS`); a file already there is an error (removed at shutdown)",
+        "a Unix socket path the gRPC listener listens on instead of `grpc` (as envoyproxy/ratelimit's `GRPC_UDS`); a file already there is an error, unless it is a socket nobody listens on (removed at shutdown)",
         |s, v| { s.grpc_uds = Some(socket_path(v)?); Ok(()) })
         .envoy(Envoy::Var("GRPC_UDS")));
     t.push(S::new("server.grpc_max_connection_age", "FLOODGATE_GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", Kind::Duration, "24h",

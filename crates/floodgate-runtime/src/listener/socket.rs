@@ -6,6 +6,7 @@ use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -50,13 +51,13 @@ pub struct UnixSocket {
 
 impl UnixSocket {
     /// Listens on a new socket at `path`, logged as the `what` listener.
-    /// A file already there is an error naming it, left in place: it may
-    /// be another process's socket (as envoyproxy/ratelimit's `GRPC_UDS`,
-    /// a socket left by a process killed before it could remove it is
-    /// removed by hand). The socket's permissions are what the process's
-    /// umask leaves of `rwxrwxrwx` (umask 022: `rwxr-xr-x`, so that only
-    /// its owner's user, and root, may connect).
+    /// A socket there that nobody listens on (left by a process killed
+    /// before it could remove it) is replaced; a live socket, or any other
+    /// file, is an error naming it, left in place. The socket's permissions
+    /// are what the process's umask leaves of `rwxrwxrwx` (umask 022:
+    /// `rwxr-xr-x`, so that only its owner's user, and root, may connect).
     pub fn bind(what: &str, path: &Path) -> Result<UnixSocket, RuntimeError> {
+        remove_if_stale(what, path);
         let listener = UnixListener::bind(path).map_err(|source| RuntimeError::BindUnix {
             path: path.to_owned(),
             source,
@@ -71,6 +72,25 @@ impl UnixSocket {
     /// The socket's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Removes the socket at `path` if nothing listens on it (connecting is
+/// refused): a process killed (`SIGKILL`, out of memory) leaves its socket
+/// behind, and a container restarted in the same pod finds it there.
+fn remove_if_stale(what: &str, path: &Path) {
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if !is_socket {
+        return;
+    }
+    let refused = std::os::unix::net::UnixStream::connect(path)
+        .is_err_and(|e| e.kind() == io::ErrorKind::ConnectionRefused);
+    if refused && std::fs::remove_file(path).is_ok() {
+        tracing::warn!(
+            listener = what,
+            path = %path.display(),
+            "removed a stale Unix socket (nothing listened on it)"
+        );
     }
 }
 
@@ -93,10 +113,11 @@ impl Listen for UnixSocket {
 mod tests {
     use super::*;
 
-    /// A path that exists is an error naming it, the file left alone; the
-    /// socket is removed when its listener is dropped.
+    /// A file, or a live socket, at the path is an error naming it, left
+    /// alone; a stale socket is replaced; the socket is removed when its
+    /// listener is dropped.
     #[tokio::test]
-    async fn an_existing_path_is_refused_and_the_socket_removed_after() {
+    async fn an_existing_path_is_refused_unless_stale_and_the_socket_removed_after() {
         let dir = tempfile::tempdir().unwrap();
         let taken = dir.path().join("taken.sock");
         std::fs::write(&taken, "someone's").unwrap();
@@ -106,7 +127,17 @@ mod tests {
         assert!(e.to_string().contains("taken.sock"), "{e}");
         assert_eq!(std::fs::read_to_string(&taken).unwrap(), "someone's");
 
+        // A live socket is another process's.
+        let live = dir.path().join("live.sock");
+        let _other = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        assert!(UnixSocket::bind("test", &live).is_err());
+        assert!(live.exists());
+
+        // A socket nobody listens on is replaced (the standard library's
+        // listener leaves its file, as a killed process does).
         let path = dir.path().join("grpc.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
         let socket = UnixSocket::bind("test", &path).unwrap();
         let client = UnixStream::connect(&path);
         let (client, accepted) = tokio::join!(client, Listen::accept(&socket));
