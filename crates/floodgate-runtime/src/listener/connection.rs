@@ -60,9 +60,10 @@ pub struct ConnectionLimits {
     /// closed; an HTTP/2 stream that waits this long for room in its
     /// flow-control window is reset. Zero: no timeout.
     pub send_timeout: Duration,
-    /// A connection older than this, give or take a tenth, is asked to
-    /// close (`GOAWAY`) once its calls in flight complete (gRPC's
-    /// `MaxConnectionAge`, see [`age`](super::age)). Zero: never.
+    /// A connection older than this, give or take a tenth drawn per
+    /// connection, is asked to close (`GOAWAY`): its calls in flight
+    /// complete, its client opens a new one for the next (gRPC's
+    /// `MaxConnectionAge`). Zero: never.
     pub max_connection_age: Duration,
     /// How long a connection asked to close for its age has to finish
     /// its calls before it is closed. Zero: however long they take.
