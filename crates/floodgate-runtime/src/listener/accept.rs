@@ -9,11 +9,10 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::os::fd::AsFd;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
 use tokio_util::task::TaskTracker;
