@@ -122,12 +122,12 @@ fn unsupported_envoy_variables_are_warned_about_by_name() {
         ONE_PER_DAY,
         &[],
         &[
-            ("GRPC_CLIENT_TLS_SAN", "rls.internal"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
             ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
         ],
     );
     let log = s.log();
-    for name in ["GRPC_CLIENT_TLS_SAN", "REDIS_PERSECOND_URL"] {
+    for name in ["EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PERSECOND_URL"] {
         let warnings: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("WARN") && l.contains(name))
@@ -320,14 +320,14 @@ fn log_level_warning_keeps_warnings_only() {
         &[],
         &[
             ("LOG_LEVEL", "warning"),
-            ("GRPC_CLIENT_TLS_SAN", "rls.internal"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
         ],
     );
     assert_eq!(call(&s, "logged").0, 200);
     let log = s.log();
     assert!(
         log.lines()
-            .any(|l| l.contains("WARN") && l.contains("GRPC_CLIENT_TLS_SAN")),
+            .any(|l| l.contains("WARN") && l.contains("EXPIRATION_JITTER_MAX_SECONDS")),
         "{log}"
     );
     assert!(!log.lines().any(|l| l.contains("INFO")), "{log}");

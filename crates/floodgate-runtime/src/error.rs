@@ -21,10 +21,29 @@ pub enum RuntimeError {
         /// Why.
         source: std::io::Error,
     },
+    /// A Unix socket listener could not be created.
+    #[error("cannot listen on the Unix socket {}: {}", path.display(), unix_bind_reason(source))]
+    BindUnix {
+        /// The socket's path.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A listener's TLS could not be set up.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
     /// Metrics, logging or a server failed.
     #[error("{0}")]
     Runtime(String),
+}
+
+/// Why a Unix socket could not be bound, a file already at its path told
+/// apart.
+fn unix_bind_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AlreadyExists => {
+            format!("the path exists ({e}): a file, or a socket another process listens on")
+        }
+        _ => e.to_string(),
+    }
 }

@@ -13,7 +13,7 @@ use floodgate_policy::yaml::Document;
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{self, Apply, Frontend, Listeners};
 use floodgate_runtime::host::{AnyBackend, Health};
-use floodgate_runtime::listener::{Http, Protocols, descriptors, spawn_service};
+use floodgate_runtime::listener::{Http, Protocols, UnixSocket, descriptors, spawn_service};
 use floodgate_runtime::settings::{Env, Flags, Given, Settings};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -115,15 +115,10 @@ impl Frontend for Rls {
         let limits = &listeners.settings().server.limits;
         // Each public listener has its cap, the admin listener its own;
         // together they fit the open files limit.
-        let public = u64::from(s.grpc.is_some()) + u64::from(s.http.is_some());
+        let grpc = s.grpc.is_some() || s.grpc_uds.is_some();
+        let public = u64::from(grpc) + u64::from(s.http.is_some());
         let places = descriptors::fit_max_connections("grpc, http", s.max_connections, public);
-        if let Some(addr) = s.grpc {
-            let tls = listeners.tls(s.grpc_tls.files())?;
-            let listener = listeners.bind("grpc", addr).await?;
-            let http = Http::new(limits, Protocols::Http2);
-            let (svc, stop) = (self.svc.clone(), listeners.stop());
-            listeners.push(crate::grpc::spawn(svc, listener, http, tls, places, stop).await?);
-        }
+        self.serve_grpc(listeners, places).await?;
         if let Some(addr) = s.http {
             let tls = listeners.tls(s.http_tls.files())?;
             let listener = listeners.bind("http", addr).await?;
@@ -135,6 +130,36 @@ impl Frontend for Rls {
                 "http", listener, api, http, tls, places, stop,
             ));
         }
+        Ok(())
+    }
+}
+
+impl Rls {
+    /// Serves the gRPC listener, if any: on its Unix socket (`grpc_uds`,
+    /// instead of TCP, as envoyproxy/ratelimit's `GRPC_UDS`), else on
+    /// `grpc`; TLS as set either way; connections aged as set.
+    async fn serve_grpc(
+        &self,
+        listeners: &mut Listeners<'_>,
+        places: usize,
+    ) -> Result<(), RuntimeError> {
+        let s = &self.settings;
+        let mut limits = listeners.settings().server.limits.clone();
+        (limits.max_connection_age, limits.max_connection_age_grace) = s.grpc_max_connection_age;
+        let http = Http::new(&limits, Protocols::Http2);
+        let (svc, stop) = (self.svc.clone(), listeners.stop());
+        let task = if let Some(path) = &s.grpc_uds {
+            let tls = listeners.tls(s.grpc_tls.files())?;
+            let socket = UnixSocket::bind("grpc", path)?;
+            crate::grpc::spawn(svc, socket, http, tls, places, stop).await?
+        } else if let Some(addr) = s.grpc {
+            let tls = listeners.tls(s.grpc_tls.files())?;
+            let listener = listeners.bind("grpc", addr).await?;
+            crate::grpc::spawn(svc, listener, http, tls, places, stop).await?
+        } else {
+            return Ok(());
+        };
+        listeners.push(task);
         Ok(())
     }
 }

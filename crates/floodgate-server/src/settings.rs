@@ -7,6 +7,7 @@
 //! the rest of the section, shared with the gateway.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use floodgate_runtime::settings::table::{
     self, Declared, Env, Envoy, EnvoyRead, Flags, InFile, Kind,
 };
 use floodgate_runtime::settings::{
-    ANY, boolean, choice, count_in, parse_listen_on, positive_duration, size,
+    ANY, boolean, choice, count_in, duration, parse_listen_on, positive_duration, size,
 };
 
 /// The service's settings (`Default`: every setting at its declared
@@ -30,8 +31,15 @@ use floodgate_runtime::settings::{
 pub struct RlsSettings {
     /// The gRPC listener (Envoy RLS v3, health, reflection).
     pub grpc: Option<SocketAddr>,
+    /// The gRPC listener's Unix socket, instead of `grpc` (as
+    /// envoyproxy/ratelimit's `GRPC_UDS`).
+    pub grpc_uds: Option<PathBuf>,
     /// The HTTP listener (`/json`, `/v1/check`, `/healthcheck`, `/ready`).
     pub http: Option<SocketAddr>,
+    /// The age of a gRPC connection (give or take a tenth) at which it is
+    /// asked to close, and the grace it then has (zero: never; zero grace:
+    /// however long its calls take).
+    pub grpc_max_connection_age: (Duration, Duration),
     /// TLS on the gRPC listener.
     pub grpc_tls: TlsSettings,
     /// TLS on the HTTP listener.
@@ -108,6 +116,9 @@ impl RlsSettings {
         let read = table::read::<RlsSettings>(flags, env, documents, &HOST_KEYS, &mut errors);
         let settings = read.map_or_else(RlsSettings::blank, |(mut settings, origins)| {
             listener::finish_tls(&mut settings.grpc_tls, &GRPC_TLS, &origins, &mut errors);
+            let uds = origins.of("server.grpc_uds");
+            settings.grpc_uds =
+                (settings.grpc_uds.as_deref()).map(|p| listener::relative_to_origin(p, &uds));
             listener::finish_tls(&mut settings.http_tls, &HTTP_TLS, &origins, &mut errors);
             settings
         });
@@ -150,7 +161,9 @@ impl Declared for RlsSettings {
     fn blank() -> Self {
         RlsSettings {
             grpc: None,
+            grpc_uds: None,
             http: None,
+            grpc_max_connection_age: (Duration::ZERO, Duration::ZERO),
             grpc_tls: TlsSettings::default(),
             http_tls: TlsSettings::default(),
             body_limit: 0,
@@ -266,8 +279,32 @@ fn listeners(t: &mut Vec<S>) {
         "HTTP listener (as `grpc`)",
         |s, v| { s.http = parse_listen_on(&v.text(), ANY)?; Ok(()) })
         .envoy(Envoy::HostPort("HOST", "PORT", 8080)));
+    t.push(S::new("server.grpc_uds", "FLOODGATE_GRPC_UDS", "grpc-uds", Kind::Text, "",
+        "a Unix socket path the gRPC listener listens on instead of `grpc` (as envoyproxy/ratelimit's `GRPC_UDS`); a file already there is an error, unless it is a socket nobody listens on (removed at shutdown)",
+        |s, v| { s.grpc_uds = Some(socket_path(v)?); Ok(()) })
+        .envoy(Envoy::Var("GRPC_UDS")));
+    t.push(S::new("server.grpc_max_connection_age", "FLOODGATE_GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", Kind::Duration, "24h",
+        "a gRPC connection this old (give or take a tenth) is asked to close (`GOAWAY`): its calls complete, its client reconnects, reaching instances added since; `0`: never",
+        |s, v| { s.grpc_max_connection_age.0 = duration(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("GRPC_MAX_CONNECTION_AGE")));
+    t.push(S::new("server.grpc_max_connection_age_grace", "FLOODGATE_GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", Kind::Duration, "1h",
+        "how long a gRPC connection asked to close for its age has to finish its calls before it is closed; `0`: however long they take",
+        |s, v| { s.grpc_max_connection_age.1 = duration(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("GRPC_MAX_CONNECTION_AGE_GRACE")));
     listener::declare_tls::<_, GrpcTls>(t, &GRPC_TLS);
+    listener::declare_client_san::<_, GrpcTls>(t, &GRPC_TLS, Some(Envoy::Read {
+        names: "`GRPC_CLIENT_TLS_SAN` (with `GRPC_SERVER_USE_TLS`)",
+        read: |env| envoy_tls(env, "GRPC_CLIENT_TLS_SAN", false),
+    }));
     listener::declare_tls::<_, HttpTls>(t, &HTTP_TLS);
+}
+
+fn socket_path(v: &table::Value) -> Result<PathBuf, String> {
+    let t = v.text();
+    if t.trim().is_empty() {
+        return Err("expected a socket path".into());
+    }
+    Ok(PathBuf::from(t.trim()))
 }
 
 /// What a request may be and take: its size, its descriptors, its

@@ -1,6 +1,10 @@
 //! Every integration test of this crate, one module per file of `tests/`,
 //! linked into one binary.
 
+mod ageing;
 mod envoy_differential;
+mod grpc_tls_python;
 mod settings;
+mod support;
 mod tls;
+mod uds;

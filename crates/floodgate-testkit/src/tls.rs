@@ -52,9 +52,15 @@ impl Pki {
 
     /// A certificate for `localhost` and 127.0.0.1, files named `name`.
     pub fn leaf(&self, name: &str) -> Leaf {
+        self.leaf_for(name, &["localhost", "127.0.0.1"])
+    }
+
+    /// A certificate for the subject alternative names `sans` (DNS names
+    /// or IP addresses), files named `name`.
+    pub fn leaf_for(&self, name: &str, sans: &[&str]) -> Leaf {
         let key = KeyPair::generate().unwrap();
-        let params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        let sans = sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let params = CertificateParams::new(sans).unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
         let leaf = Leaf {
             cert: self.dir.path().join(format!("{name}.crt")),

@@ -9,16 +9,17 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
 use tokio_util::task::TaskTracker;
 
 use super::activity::{Activity, Connections};
 use super::descriptors;
+use super::socket::Listen;
 
 /// Connections closed at a time to make room when descriptors run out.
 const EVICT_BATCH: usize = 8;
@@ -39,10 +40,10 @@ impl Drop for Slot {
     }
 }
 
-/// An accepted connection.
-pub(super) struct Accepted {
+/// An accepted connection (on a socket whose connections are `S`).
+pub(super) struct Accepted<S> {
     /// The socket.
-    pub stream: TcpStream,
+    pub stream: S,
     /// The client's address.
     pub peer: SocketAddr,
     /// Its place under the cap.
@@ -83,14 +84,14 @@ impl Counters {
 /// to make room while it has no request in flight); then stops accepting
 /// and returns once every connection has ended (the caller bounds the
 /// wait).
-pub(super) async fn accept_loop<F, Fut>(
-    listener: TcpListener,
+pub(super) async fn accept_loop<L: Listen, F, Fut>(
+    listener: L,
     places: usize,
     counters: Counters,
     stop: watch::Receiver<bool>,
     mut serve: F,
 ) where
-    F: FnMut(Accepted) -> Fut,
+    F: FnMut(Accepted<L::Stream>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     // Connections closed at a time when every place is taken: room for
@@ -125,7 +126,7 @@ pub(super) async fn accept_loop<F, Fut>(
             }
         };
         let accepted = (stream, peer);
-        spawn_connection(
+        spawn_connection::<L, _, _>(
             accepted,
             permit,
             &registry,
@@ -164,8 +165,8 @@ async fn place_when_room(
 /// Serves the accepted connection (`stream` from `peer`) in a task of
 /// `connections`, holding its place `permit`, registered in `registry` so
 /// that it is closed to make room while it waits for nothing.
-fn spawn_connection<F, Fut>(
-    (stream, peer): (TcpStream, SocketAddr),
+fn spawn_connection<L: Listen, F, Fut>(
+    (stream, peer): (L::Stream, SocketAddr),
     permit: OwnedSemaphorePermit,
     registry: &Arc<Connections>,
     counters: &Counters,
@@ -173,10 +174,10 @@ fn spawn_connection<F, Fut>(
     serve: &mut F,
     connections: &TaskTracker,
 ) where
-    F: FnMut(Accepted) -> Fut,
+    F: FnMut(Accepted<L::Stream>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let _ = stream.set_nodelay(true);
+    L::ready(&stream);
     let registered = registry.register();
     // A request sent with the connection is there already: its head is
     // arriving, not a connection that waits for nothing.
@@ -210,7 +211,7 @@ fn spawn_connection<F, Fut>(
 }
 
 /// Whether bytes wait to be read on `stream` (one non-blocking peek).
-fn has_bytes(stream: &TcpStream) -> bool {
+fn has_bytes(stream: &impl AsFd) -> bool {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
     matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
 }
@@ -245,12 +246,12 @@ impl Accepting {
     /// run out, the connections that have waited longest are closed and
     /// `accept` is retried after a growing pause, never at once; a run of
     /// failures is logged when it starts and when it ends.
-    async fn accept(
+    async fn accept<L: Listen>(
         &mut self,
-        listener: &TcpListener,
+        listener: &L,
         registry: &Connections,
         errors: &metrics::Counter,
-    ) -> (TcpStream, SocketAddr) {
+    ) -> (L::Stream, SocketAddr) {
         loop {
             match listener.accept().await {
                 Ok(a) => {
@@ -294,6 +295,7 @@ impl Accepting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::net::{TcpListener, TcpStream};
 
     #[test]
     fn the_pause_grows_to_a_second() {
@@ -316,7 +318,7 @@ mod tests {
             2,
             Counters::of("test"),
             rx,
-            move |a: Accepted| {
+            move |a: Accepted<TcpStream>| {
                 let seen_tx = seen_tx.clone();
                 async move {
                     let _ = seen_tx.send(a.peer);

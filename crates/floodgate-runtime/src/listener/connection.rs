@@ -32,6 +32,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::accept::{Accepted, Slot};
 use super::activity::{Activity, InFlight};
+use super::age::Ageing;
 use super::send::SendTimed;
 use super::sniff::{Prefixed, Sniffed, sniff};
 use super::stall::{self, StreamExec};
@@ -59,6 +60,14 @@ pub struct ConnectionLimits {
     /// closed; an HTTP/2 stream that waits this long for room in its
     /// flow-control window is reset. Zero: no timeout.
     pub send_timeout: Duration,
+    /// A connection older than this, give or take a tenth drawn per
+    /// connection, is asked to close (`GOAWAY`): its calls in flight
+    /// complete, its client opens a new one for the next (gRPC's
+    /// `MaxConnectionAge`). Zero: never.
+    pub max_connection_age: Duration,
+    /// How long a connection asked to close for its age has to finish
+    /// its calls before it is closed. Zero: however long they take.
+    pub max_connection_age_grace: Duration,
 }
 
 /// Which protocols a listener speaks.
@@ -113,12 +122,14 @@ impl Http {
     /// by its preface), the service made for the connection by `service`
     /// from its client's address and its place under the cap (held until
     /// the connection and whatever it was upgraded to end).
-    pub(super) async fn serve<S: HttpService<B>, B: ResponseBody>(
+    pub(super) async fn serve<S: HttpService<B>, B: ResponseBody, T>(
         &self,
-        accepted: Accepted,
+        accepted: Accepted<T>,
         tls: Option<&TlsAcceptor>,
         service: impl FnOnce(SocketAddr, &Arc<Slot>) -> S,
-    ) {
+    ) where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let Accepted {
             stream,
             peer,
@@ -130,12 +141,17 @@ impl Http {
         // timeout; a connection that has sent nothing when shutdown begins
         // has nothing in flight.
         let deadline = Instant::now() + self.limits.header_read_timeout;
+        let ends = |stop| Ends {
+            stop,
+            aged: Ageing::of(&self.limits),
+        };
         let slot = Arc::new(slot);
         let service = service(peer, &slot);
         let Some(tls) = tls else {
             let sniffed = first_bytes(stream, deadline, &mut stop).await;
             if let Some((io, kind)) = sniffed {
-                self.serve_io(io, kind, peer, activity, stop, service).await;
+                let ends = ends(stop);
+                self.serve_io(io, kind, peer, activity, ends, service).await;
             }
             return;
         };
@@ -153,7 +169,8 @@ impl Http {
             first_bytes(stream, deadline, &mut stop).await
         };
         if let Some((io, kind)) = sniffed {
-            self.serve_io(io, kind, peer, activity, stop, service).await;
+            let ends = ends(stop);
+            self.serve_io(io, kind, peer, activity, ends, service).await;
         }
     }
 
@@ -166,7 +183,7 @@ impl Http {
         kind: Sniffed,
         peer: SocketAddr,
         activity: Arc<Activity>,
-        stop: watch::Receiver<bool>,
+        ends: Ends,
         service: S,
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -202,8 +219,8 @@ impl Http {
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
                 drive(
                     conn,
-                    hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown,
-                    stop,
+                    http1::UpgradeableConnection::graceful_shutdown,
+                    ends,
                     None,
                 )
                 .await
@@ -213,13 +230,7 @@ impl Http {
                 // closes.
                 let conn = self.h2.serve_connection(io, svc);
                 let idle = Some((&*activity, self.limits.http2_idle_timeout));
-                drive(
-                    conn,
-                    hyper::server::conn::http2::Connection::graceful_shutdown,
-                    stop,
-                    idle,
-                )
-                .await
+                drive(conn, http2::Connection::graceful_shutdown, ends, idle).await
             }
         };
         if let Err(e) = result {
@@ -284,19 +295,37 @@ async fn signalled(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Drives `conn` to its end. On shutdown, or (HTTP/2, with `idle`) once it
-/// has had no open stream for the idle timeout, `graceful` asks it to
-/// finish its requests in flight and close (`GOAWAY`); a client that then
-/// opens no stream for the idle timeout either is disconnected.
+/// What asks a connection to close besides its client: shutdown (`stop`
+/// turns true) and its age.
+pub(super) struct Ends {
+    stop: watch::Receiver<bool>,
+    aged: Option<Ageing>,
+}
+
+/// Why a connection was asked to finish.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Shutdown,
+    Idle,
+    Aged,
+}
+
+/// Drives `conn` to its end. On shutdown, once it is old (its `ends`), or
+/// (HTTP/2, with `idle`) once it has had no open stream for the idle
+/// timeout, `graceful` asks it to finish its requests in flight and close
+/// (`GOAWAY`). An idle client that then opens no stream for the idle
+/// timeout either is disconnected; an old one is at the end of its
+/// grace.
 async fn drive<C>(
     conn: C,
     graceful: impl FnOnce(Pin<&mut C>),
-    mut stop: watch::Receiver<bool>,
+    ends: Ends,
     idle: Option<(&Activity, Duration)>,
 ) -> Result<(), hyper::Error>
 where
     C: Future<Output = Result<(), hyper::Error>>,
 {
+    let Ends { mut stop, aged } = ends;
     let mut conn = pin!(conn);
     let streams = idle.map(|(activity, _)| activity);
     let idle_for = async {
@@ -305,25 +334,39 @@ where
             None => std::future::pending().await,
         }
     };
+    let old = async {
+        match aged {
+            Some(a) => tokio::time::sleep_until(a.at).await,
+            None => std::future::pending().await,
+        }
+    };
     // The connection first: the signal's check takes a lock. Without an
-    // idle timeout the timer is not polled at all.
-    let idled = tokio::select! {
+    // idle timeout or an age the timers are not polled at all.
+    let asked = tokio::select! {
         biased;
         out = poll_fn(|cx| poll_batched(conn.as_mut(), cx, streams)) => return out,
-        _ = signalled(&mut stop) => false,
-        _ = idle_for, if idle.is_some() => true,
+        _ = old, if aged.is_some() => Asked::Aged,
+        _ = signalled(&mut stop) => Asked::Shutdown,
+        _ = idle_for, if idle.is_some() => Asked::Idle,
     };
     graceful(conn.as_mut());
     let finished = poll_fn(|cx| poll_batched(conn.as_mut(), cx, streams));
-    match idle.filter(|_| idled) {
-        None => finished.await,
-        Some((activity, timeout)) => tokio::select! {
+    match (asked, idle, aged) {
+        (Asked::Idle, Some((activity, timeout)), _) => tokio::select! {
             out = finished => out,
             _ = activity.idle_for(timeout) => {
                 tracing::debug!("idle HTTP/2 connection closed");
                 Ok(())
             }
         },
+        (Asked::Aged, _, Some(a)) if !a.grace.is_zero() => {
+            let out = tokio::time::timeout(a.grace, finished).await;
+            out.unwrap_or_else(|_| {
+                tracing::debug!("connection closed at the end of its age's grace");
+                Ok(())
+            })
+        }
+        _ => finished.await,
     }
 }
 
@@ -365,10 +408,36 @@ mod tests {
         let graceful = move |_: Pin<&mut _>| {
             let _ = finish.send(());
         };
-        let driven = tokio::spawn(drive(conn, graceful, stopped, None));
+        let ends = Ends {
+            stop: stopped,
+            aged: None,
+        };
+        let driven = tokio::spawn(drive(conn, graceful, ends, None));
         stop.send_replace(true);
         let out = tokio::time::timeout(Duration::from_secs(5), driven).await;
         assert!(matches!(out, Ok(Ok(Ok(())))));
+    }
+
+    /// An old connection is asked to finish (at its age, not before),
+    /// then closed at the end of its grace whatever it still carries.
+    #[tokio::test(start_paused = true)]
+    async fn an_old_connection_is_asked_to_finish_then_closed() {
+        let (_stop, stopped) = watch::channel(false);
+        let asked = Arc::new(std::sync::Mutex::new(None));
+        let at = Instant::now() + Duration::from_secs(10);
+        let graceful = {
+            let asked = asked.clone();
+            move |_: Pin<&mut _>| *asked.lock().unwrap() = Some(Instant::now())
+        };
+        let conn = std::future::pending::<Result<(), hyper::Error>>();
+        let grace = Duration::from_secs(3);
+        let ends = Ends {
+            stop: stopped,
+            aged: Some(Ageing { at, grace }),
+        };
+        drive(conn, graceful, ends, None).await.unwrap();
+        assert_eq!(*asked.lock().unwrap(), Some(at));
+        assert_eq!(Instant::now(), at + grace);
     }
 
     /// An HTTP/2 connection whose poll began a stream is polled again

@@ -1,14 +1,17 @@
 //! The listeners' machinery, one for every binary: the accept loop (a cap
 //! on connections fitted to the open files limit, room made under a flood,
 //! a back-off when descriptors run out), the protections of each
-//! connection (header, idle, send and HTTP/2 limits), and the graceful drain.
+//! connection (header, idle, send and HTTP/2 limits, its age), and the
+//! graceful drain.
 
 mod accept;
 mod activity;
+mod age;
 mod connection;
 pub mod descriptors;
 mod send;
 mod sniff;
+mod socket;
 mod stall;
 
 use std::convert::Infallible;
@@ -30,6 +33,7 @@ use accept::accept_loop;
 pub use accept::{Counters, Slot};
 pub use connection::{ConnectionLimits, Http, Protocols};
 pub use sniff::{Prefixed, Sniffed, sniff};
+pub use socket::{Listen, UNIX_PEER, UnixSocket};
 
 use crate::error::RuntimeError;
 
@@ -109,15 +113,15 @@ impl<B> ResponseBody for B where
 {
 }
 
-/// Serves on `listener` under `http`'s protections, TLS terminated by
+/// Serves on `listener` (TCP or a [`UnixSocket`]) under `http`'s protections, TLS terminated by
 /// `tls` first if any, at most `places` connections at once (room made
 /// under a flood, counted in `counters`), until `stop` turns true; then
 /// stops accepting and waits for the connections to finish their requests
 /// in flight (the caller bounds the wait). Each connection's service is
 /// made by `service` from its client's address and its place under the
 /// cap (held until the connection and whatever it was upgraded to end).
-pub async fn serve<S, B>(
-    listener: TcpListener,
+pub async fn serve<L: Listen, S, B>(
+    listener: L,
     places: usize,
     counters: Counters,
     http: Http,
@@ -144,9 +148,9 @@ pub async fn serve<S, B>(
 /// [`TowerToHyperService`](hyper_util::service::TowerToHyperService));
 /// connections are counted in `floodgate_connections{listener}`
 /// ([`Counters::of`]).
-pub fn spawn_service<S, B>(
+pub fn spawn_service<L: Listen, S, B>(
     what: &'static str,
-    listener: TcpListener,
+    listener: L,
     service: S,
     http: Http,
     tls: Option<TlsAcceptor>,

@@ -10,10 +10,6 @@
 #[rustfmt::skip]
 pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["PROTO"], "the listeners are TCP"),
-    (&["GRPC_UDS"], "the gRPC listener is TCP (FLOODGATE_GRPC_ADDR)"),
-    (&["GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"], "connections are not aged out"),
-    (&["GRPC_CLIENT_TLS_SAN"],
-        "client certificates are checked against their authority (`server.tls.grpc.client_ca`), not a SAN"),
     (&["CONFIG_TYPE"], "the configuration comes from files only"),
     (&["FORCE_START_WITHOUT_INITIAL_CONFIG"], "a configuration file is required"),
     (&[

@@ -31,6 +31,10 @@ pub struct TlsSettings {
     /// PEM bundle of the authorities a client certificate must come from
     /// (mTLS).
     pub client_ca: Option<PathBuf>,
+    /// A name the client certificate must be valid for, besides its
+    /// authority (where the listener declares it:
+    /// [`declare_client_san`]).
+    pub client_san: Option<String>,
 }
 
 impl TlsSettings {
@@ -41,6 +45,7 @@ impl TlsSettings {
             cert: self.cert.clone()?,
             key: self.key.clone()?,
             client_ca: self.client_ca.clone(),
+            client_san: self.client_san.clone(),
         })
     }
 }
@@ -150,6 +155,34 @@ pub fn declare_tls<T, A: TlsAt<T>>(t: &mut Vec<Setting<T>>, at: &TlsInstance) {
     }
 }
 
+/// Declares the client certificate's required name on the listener
+/// `at` (`{key}.client_san`, read from `envoy` too if given), for the
+/// listeners that have it.
+pub fn declare_client_san<T, A: TlsAt<T>>(
+    t: &mut Vec<Setting<T>>,
+    at: &TlsInstance,
+    envoy: Option<Envoy>,
+) {
+    let set: Set<T> = |s, v| {
+        crate::tls::san::client_san(&v.text())?;
+        A::tls(s).client_san = Some(v.text().trim().to_owned());
+        Ok(())
+    };
+    let doc = format!(
+        "TLS on {}: a name (DNS name or IP address) the client certificate must be valid for, as a server's certificate is for its host name (a wildcard matches), besides coming from `client_ca` (which it needs)",
+        at.listener
+    );
+    let key = leak(format!("{}.client_san", at.key));
+    let env = leak(format!("{}_CLIENT_SAN", at.env));
+    let flag = leak(format!("{}-client-san", at.flag));
+    let mut s = Setting::new(key, env, flag, Kind::Text, "", leak(doc), set)
+        .samples("client.example.com", "10.0.0.7");
+    if let Some(envoy) = envoy {
+        s = s.envoy(envoy);
+    }
+    t.push(s);
+}
+
 /// One protection: its name in the group, kind, default, doc and parser.
 type Protection<T> = (&'static str, Kind, &'static str, &'static str, Set<T>);
 
@@ -236,6 +269,10 @@ pub fn relative_to_origin(path: &Path, origin: &Origin) -> PathBuf {
 pub fn finish_tls(tls: &mut TlsSettings, at: &TlsInstance, origins: &Origins, errors: &mut Errors) {
     let origin = |name: &str| origins.of(&format!("{}.{name}", at.key));
     let (co, ko, ao) = (origin("cert"), origin("key"), origin("client_ca"));
+    if tls.client_san.is_some() && tls.client_ca.is_none() {
+        let so = origin("client_san");
+        errors.push(so.error("a client SAN needs the listener's 'client_ca' (mTLS)"));
+    }
     for (file, o) in [
         (&mut tls.cert, &co),
         (&mut tls.key, &ko),

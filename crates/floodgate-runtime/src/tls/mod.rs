@@ -5,10 +5,12 @@
 //!   from PEM files, offers `h2` and `http/1.1` by ALPN, asks clients for a
 //!   certificate from a CA when one is given (mTLS), and picks up a renewed
 //!   certificate without a restart.
+//!   A client certificate may also be required to carry a name ([`san`]).
 //! * [`pem`]: reading certificates, keys and CA bundles, with errors
 //!   naming the file.
 
 pub mod pem;
+pub mod san;
 mod server;
 
 use std::path::PathBuf;
@@ -32,6 +34,9 @@ pub struct ListenerTls {
     /// PEM bundle of the authorities client certificates must come from
     /// (none: no client certificate asked for; some: one required, mTLS).
     pub client_ca: Option<PathBuf>,
+    /// A name (DNS name or IP address) the client certificate must be
+    /// valid for, besides coming from `client_ca` ([`san`]).
+    pub client_san: Option<String>,
 }
 
 /// The certificates of a process's listeners, reloaded together at the

@@ -51,6 +51,9 @@ pub enum TlsError {
     /// configured.
     #[error("no trusted root certificates: {0}")]
     NoRoots(String),
+    /// A client certificate's required name is not one.
+    #[error("client SAN: {0}")]
+    ClientSan(String),
     /// A client certificate without its key, or a key without its
     /// certificate.
     #[error("a client certificate needs both `cert` and `key`")]

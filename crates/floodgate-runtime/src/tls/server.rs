@@ -15,6 +15,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::ListenerTls;
 use super::pem::{TlsError, authorities, certificates, private_key};
+use super::san::RequireSan;
 
 /// ALPN protocols offered to clients, preferred first.
 pub(super) const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -62,7 +63,8 @@ pub fn load_certified_key(files: &ListenerTls) -> Result<CertifiedKey, TlsError>
 }
 
 /// The clients `files` accept: any (no `client_ca`), or those presenting
-/// a certificate issued by `client_ca`.
+/// a certificate issued by `client_ca` (and valid for `client_san`, if
+/// given).
 fn client_auth(
     builder: ConfigBuilder<ServerConfig, WantsVerifier>,
     files: &ListenerTls,
@@ -77,7 +79,15 @@ fn client_auth(
             path: ca.clone(),
             message: e.to_string(),
         })?;
-    Ok(builder.with_client_cert_verifier(verifier))
+    let Some(san) = &files.client_san else {
+        return Ok(builder.with_client_cert_verifier(verifier));
+    };
+    let san = super::san::client_san(san).map_err(TlsError::ClientSan)?;
+    let verifier = RequireSan {
+        inner: verifier,
+        san,
+    };
+    Ok(builder.with_client_cert_verifier(Arc::new(verifier)))
 }
 
 /// TLS termination for a listener.
@@ -137,5 +147,78 @@ impl ServerTls {
                 tracing::warn!(error = %e, "TLS certificate not reloaded; the current one stays");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    /// A self-signed certificate for `localhost` and its key, as PEM.
+    fn pair() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    /// What is logged, kept.
+    #[derive(Clone, Default)]
+    struct Logged(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Logged {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A reload that finds a key not matching the certificate, or an
+    /// unreadable file, keeps the current certificate and logs why; the
+    /// next good pair is served.
+    #[test]
+    fn a_bad_reload_keeps_the_current_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = ListenerTls {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: None,
+            client_san: None,
+        };
+        let ((cert_a, key_a), (cert_b, key_b)) = (pair(), pair());
+        std::fs::write(&files.cert, &cert_a).unwrap();
+        std::fs::write(&files.key, &key_a).unwrap();
+        let tls = ServerTls::new(&files).unwrap();
+        let served = || tls.resolver.current.load().cert[0].to_vec();
+        let first = served();
+
+        let logged = Logged::default();
+        let writer = logged.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            std::fs::write(&files.key, &key_b).unwrap();
+            tls.reload(true);
+            assert_eq!(served(), first);
+            std::fs::remove_file(&files.cert).unwrap();
+            tls.reload(true);
+            assert_eq!(served(), first);
+            std::fs::write(&files.cert, &cert_b).unwrap();
+            tls.reload(true);
+        });
+        assert_ne!(served(), first, "the good pair is served");
+        let log = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let refused: Vec<&str> = log.lines().filter(|l| l.contains("not reloaded")).collect();
+        assert_eq!(refused.len(), 2, "{log}");
+        assert!(
+            refused[0].contains("tls.key") && refused[1].contains("cannot read"),
+            "{log}"
+        );
     }
 }

@@ -8,12 +8,11 @@ pub(crate) mod wire;
 
 use std::sync::Arc;
 
-use floodgate_runtime::listener::{Http, spawn_service};
+use floodgate_runtime::listener::{Http, Listen, spawn_service};
 use floodgate_runtime::tls::TlsAcceptor;
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
@@ -26,12 +25,12 @@ use floodgate_runtime::RuntimeError;
 /// The RLS service name, as health checks ask for it.
 pub(crate) const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Starts serving on `listener` under `http`'s protections, TLS
+/// Starts serving on `listener` (TCP or a Unix socket) under `http`'s protections, TLS
 /// terminated by `tls` if any, at most `places` connections at once, until
 /// `stop` turns true.
-pub(crate) async fn spawn(
+pub(crate) async fn spawn<L: Listen>(
     svc: Arc<DecisionService>,
-    listener: TcpListener,
+    listener: L,
     http: Http,
     tls: Option<TlsAcceptor>,
     places: usize,
