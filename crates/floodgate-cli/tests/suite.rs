@@ -18,6 +18,7 @@ mod hostile_log_flood;
 mod hostile_reloads;
 mod hostile_store_flood;
 mod metric_docs;
+mod metrics_listener;
 mod other_commands_settings;
 mod outage_counts;
 mod redis_down_at_startup;

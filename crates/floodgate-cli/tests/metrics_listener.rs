@@ -1,0 +1,189 @@
+//! The metrics listener of both binaries (`--metrics-addr`,
+//! envoyproxy/ratelimit's `USE_PROMETHEUS` + `PROMETHEUS_ADDR`), reached
+//! from the pod network as Prometheus and the kubelet reach it: a port
+//! alone binds every interface; `/metrics`, `/healthcheck` and `/ready`
+//! answer for any `Host`; the dashboard, `/rlconfig` and every other path
+//! are 404 and show nothing; the internals stay on the loopback admin
+//! listener.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+
+use floodgate_testkit::{Floodgate, Gateway, Process, free_port};
+
+const CONFIG: &str = "domains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {requests_per_unit: 10, unit: minute}\n";
+
+/// What the metrics listener serves.
+const SERVED: [&str; 3] = ["/metrics", "/healthcheck", "/ready"];
+
+/// What it does not: the admin listener's internals and anything else.
+const NOT_SERVED: [&str; 9] = [
+    "/",
+    "/dashboard",
+    "/dashboard/data",
+    "/rlconfig",
+    "/json",
+    "/debug/pprof/",
+    "/metrics/",
+    "/Metrics",
+    "/ready/../dashboard",
+];
+
+/// `Host` headers a client may send: its own address, a Service's name,
+/// one a rebinding page would send.
+const HOSTS: [&str; 4] = [
+    "",
+    "floodgate.default.svc.cluster.local:9901",
+    "attacker.example",
+    "localhost",
+];
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+/// The IPv4 addresses of this machine's interfaces other than loopback
+/// (the kernel's table of local addresses), if any.
+fn pod_addresses() -> Vec<IpAddr> {
+    let trie = std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default();
+    let lines: Vec<&str> = trie.lines().collect();
+    let mut found: Vec<IpAddr> = lines
+        .windows(2)
+        .filter(|w| w[1].trim() == "/32 host LOCAL")
+        .filter_map(|w| w[0].trim().trim_start_matches("|-- ").parse().ok())
+        .filter(|ip: &IpAddr| !ip.is_loopback())
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Where a listener bound to every interface on `port` is reached from:
+/// the machine's other addresses, and 127.0.0.1 (the only one on a
+/// machine without another interface).
+fn reach(port: u16) -> Vec<SocketAddr> {
+    let mut at = vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)];
+    at.extend(pod_addresses().into_iter().map(|ip| SocketAddr::new(ip, port)));
+    at
+}
+
+/// `GET http://at{path}` with `Host: host` (blank: the address's):
+/// status and body.
+async fn get(client: &reqwest::Client, at: SocketAddr, path: &str, host: &str) -> (u16, String) {
+    let mut req = client.get(format!("http://{at}{path}"));
+    if !host.is_empty() {
+        req = req.header("host", host);
+    }
+    let res = req.send().await.unwrap_or_else(|e| panic!("{at}{path}: {e}"));
+    let status = res.status().as_u16();
+    (status, res.text().await.unwrap_or_default())
+}
+
+/// The metrics listener at `at` serves [`SERVED`] and nothing else, for
+/// every one of [`HOSTS`].
+async fn serves_probes_only(at: SocketAddr) {
+    let client = reqwest::Client::new();
+    for host in HOSTS {
+        for path in SERVED {
+            let (status, body) = get(&client, at, path, host).await;
+            assert_eq!(status, 200, "{at}{path} for `{host}`: {body}");
+        }
+        let (_, metrics) = get(&client, at, "/metrics", host).await;
+        assert!(metrics.contains("floodgate_"), "{at} for `{host}`: {metrics}");
+        for path in NOT_SERVED {
+            let (status, body) = get(&client, at, path, host).await;
+            assert_eq!(status, 404, "{at}{path} for `{host}`: {body}");
+            assert!(body.is_empty(), "{at}{path} shows nothing: {body}");
+        }
+    }
+}
+
+/// The listener named `what` is bound to the wildcard address on `port`
+/// (its start-up line says so).
+fn bound_to_every_interface(log: &str, what: &str, port: u16) {
+    let line = format!("listener=\"{what}\" addr=0.0.0.0:{port}");
+    assert!(log.contains(&line), "{line}:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_metrics_listener_serves_probes_only_on_every_interface() {
+    let port = free_port();
+    let metrics = format!(":{port}");
+    let serve = Floodgate::start(bin(), CONFIG, &["--metrics-addr", &metrics], &[]);
+    bound_to_every_interface(&serve.log(), "metrics", port);
+    for at in reach(port) {
+        serves_probes_only(at).await;
+    }
+    // The internals are where they were: the admin listener, on loopback.
+    let client = reqwest::Client::new();
+    let admin = SocketAddr::from(([127, 0, 0, 1], serve.admin));
+    for path in ["/dashboard", "/rlconfig"] {
+        assert_eq!(get(&client, admin, path, "").await.0, 200, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_probes_are_on_the_pod_network() {
+    let port = free_port();
+    let config = format!("gateway:\n  upstream: http://127.0.0.1:{}\n", free_port());
+    let env = [("FLOODGATE_ALLOW_EMPTY_CONFIG", "true")];
+    let metrics = format!(":{port}");
+    let gw = Gateway::start(bin(), &config, &["--metrics-addr", &metrics], &env);
+    bound_to_every_interface(&gw.log(), "metrics", port);
+    for at in reach(port) {
+        serves_probes_only(at).await;
+    }
+}
+
+/// envoyproxy/ratelimit's Prometheus variables: `PROMETHEUS_ADDR=":PORT"`
+/// (Go's empty host: every interface) puts the metrics listener on every
+/// interface; `DEBUG_PORT` alone keeps the admin listener, the dashboard
+/// and `/rlconfig` with it, on loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_prometheus_addr_is_scrapable_and_the_internals_stay_on_loopback() {
+    let (port, debug) = (free_port(), free_port());
+    let env = [
+        ("USE_PROMETHEUS", "true".to_owned()),
+        ("PROMETHEUS_ADDR", format!(":{port}")),
+        ("DEBUG_PORT", debug.to_string()),
+    ];
+    let http = free_port();
+    let mut serve = Process::spawn("floodgate.yaml", CONFIG, |path| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("serve").arg("--config").arg(path);
+        cmd.args(["--grpc-addr", "off", "--http-addr", &format!("127.0.0.1:{http}")]);
+        cmd.env_remove("FLOODGATE_ADMIN_ADDR").envs(env);
+        cmd
+    });
+    serve.wait_ready(http);
+    let log = serve.log();
+    bound_to_every_interface(&log, "metrics", port);
+    let line = format!("listener=\"admin\" addr=127.0.0.1:{debug}");
+    assert!(log.contains(&line), "{line}:\n{log}");
+    for at in reach(port) {
+        serves_probes_only(at).await;
+    }
+    let client = reqwest::Client::new();
+    let admin = SocketAddr::from(([127, 0, 0, 1], debug));
+    assert_eq!(get(&client, admin, "/dashboard", "").await.0, 200);
+    for ip in pod_addresses() {
+        let beyond = std::net::TcpStream::connect((ip, debug));
+        assert!(beyond.is_err(), "the admin listener on {ip}: {beyond:?}");
+    }
+}
+
+/// `PROMETHEUS_ADDR` with a host: exactly there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_prometheus_addr_with_a_host_binds_that_host() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let env = [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", addr.as_str())];
+    let serve = Floodgate::start(bin(), CONFIG, &[], &env);
+    let line = format!("listener=\"metrics\" addr={addr}");
+    assert!(serve.log().contains(&line), "{line}:\n{}", serve.log());
+    serves_probes_only(addr.parse().unwrap()).await;
+    for ip in pod_addresses() {
+        let beyond = std::net::TcpStream::connect((ip, port));
+        assert!(beyond.is_err(), "{ip}: {beyond:?}");
+    }
+}
