@@ -187,3 +187,37 @@ async fn envoy_prometheus_addr_with_a_host_binds_that_host() {
         assert!(beyond.is_err(), "{ip}: {beyond:?}");
     }
 }
+
+/// `server.tls.metrics`: the probes over TLS, as every listener's; the
+/// other paths still 404; cleartext is not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_takes_tls() {
+    use floodgate_testkit::tls::{Pki, client_config, tls_connect};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = Pki::new("metrics");
+    let leaf = pki.leaf("metrics");
+    let port = free_port();
+    let args = [
+        "--metrics-addr".to_owned(),
+        format!("127.0.0.1:{port}"),
+        "--metrics-tls-cert".to_owned(),
+        leaf.cert.display().to_string(),
+        "--metrics-tls-key".to_owned(),
+        leaf.key.display().to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _serve = Floodgate::start(bin(), CONFIG, &args, &[]);
+    for (path, expected) in [("/ready", 200), ("/metrics", 200), ("/dashboard", 404)] {
+        let config = client_config(pki.roots(), None, &[b"http/1.1"]);
+        let mut tls = tls_connect(port, config).await.unwrap();
+        let head = format!("GET {path} HTTP/1.1\r\nHost: 10.0.0.7\r\nConnection: close\r\n\r\n");
+        tls.write_all(head.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tls.read_to_end(&mut out).await;
+        let text = String::from_utf8_lossy(&out);
+        let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok());
+        assert_eq!(status, Some(expected), "{path}: {text}");
+    }
+    let cleartext = floodgate_testkit::http_request(port, "GET", "/ready", None, b"");
+    assert!(cleartext.as_ref().is_none_or(|(s, _)| *s != 200), "{cleartext:?}");
+}
