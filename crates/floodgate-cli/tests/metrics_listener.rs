@@ -63,7 +63,11 @@ fn pod_addresses() -> Vec<IpAddr> {
 /// machine without another interface).
 fn reach(port: u16) -> Vec<SocketAddr> {
     let mut at = vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)];
-    at.extend(pod_addresses().into_iter().map(|ip| SocketAddr::new(ip, port)));
+    at.extend(
+        pod_addresses()
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port)),
+    );
     at
 }
 
@@ -74,7 +78,10 @@ async fn get(client: &reqwest::Client, at: SocketAddr, path: &str, host: &str) -
     if !host.is_empty() {
         req = req.header("host", host);
     }
-    let res = req.send().await.unwrap_or_else(|e| panic!("{at}{path}: {e}"));
+    let res = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{at}{path}: {e}"));
     let status = res.status().as_u16();
     (status, res.text().await.unwrap_or_default())
 }
@@ -89,7 +96,10 @@ async fn serves_probes_only(at: SocketAddr) {
             assert_eq!(status, 200, "{at}{path} for `{host}`: {body}");
         }
         let (_, metrics) = get(&client, at, "/metrics", host).await;
-        assert!(metrics.contains("floodgate_"), "{at} for `{host}`: {metrics}");
+        assert!(
+            metrics.contains("floodgate_"),
+            "{at} for `{host}`: {metrics}"
+        );
         for path in NOT_SERVED {
             let (status, body) = get(&client, at, path, host).await;
             assert_eq!(status, 404, "{at}{path} for `{host}`: {body}");
@@ -151,7 +161,12 @@ async fn envoy_prometheus_addr_is_scrapable_and_the_internals_stay_on_loopback()
     let mut serve = Process::spawn("floodgate.yaml", CONFIG, |path| {
         let mut cmd = std::process::Command::new(bin());
         cmd.arg("serve").arg("--config").arg(path);
-        cmd.args(["--grpc-addr", "off", "--http-addr", &format!("127.0.0.1:{http}")]);
+        cmd.args([
+            "--grpc-addr",
+            "off",
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+        ]);
         cmd.env_remove("FLOODGATE_ADMIN_ADDR").envs(env);
         cmd
     });
@@ -177,7 +192,10 @@ async fn envoy_prometheus_addr_is_scrapable_and_the_internals_stay_on_loopback()
 async fn envoy_prometheus_addr_with_a_host_binds_that_host() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let env = [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", addr.as_str())];
+    let env = [
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", addr.as_str()),
+    ];
     let serve = Floodgate::start(bin(), CONFIG, &[], &env);
     let line = format!("listener=\"metrics\" addr={addr}");
     assert!(serve.log().contains(&line), "{line}:\n{}", serve.log());
@@ -219,5 +237,8 @@ async fn the_metrics_listener_takes_tls() {
         assert_eq!(status, Some(expected), "{path}: {text}");
     }
     let cleartext = floodgate_testkit::http_request(port, "GET", "/ready", None, b"");
-    assert!(cleartext.as_ref().is_none_or(|(s, _)| *s != 200), "{cleartext:?}");
+    assert!(
+        cleartext.as_ref().is_none_or(|(s, _)| *s != 200),
+        "{cleartext:?}"
+    );
 }

@@ -141,9 +141,15 @@ fn the_metrics_listener_takes_a_port_on_every_interface() {
     let addr = |a: &str| Some(a.parse().unwrap());
     // envoyproxy/ratelimit's default address, and its switch.
     assert_eq!(at(&[("USE_PROMETHEUS", "TRUE")]), addr("0.0.0.0:9090"));
-    assert_eq!(at(&[("USE_PROMETHEUS", "false"), ("PROMETHEUS_ADDR", ":1")]), None);
+    assert_eq!(
+        at(&[("USE_PROMETHEUS", "false"), ("PROMETHEUS_ADDR", ":1")]),
+        None
+    );
     assert_eq!(at(&[("PROMETHEUS_ADDR", ":1")]), None);
-    let local = [("USE_PROMETHEUS", "1"), ("PROMETHEUS_ADDR", "127.0.0.1:19001")];
+    let local = [
+        ("USE_PROMETHEUS", "1"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:19001"),
+    ];
     assert_eq!(at(&local), addr("127.0.0.1:19001"));
     let both = [("USE_PROMETHEUS", "1"), ("PROMETHEUS_ADDR", "[::]:19001")];
     assert_eq!(at(&both), addr("[::]:19001"));
