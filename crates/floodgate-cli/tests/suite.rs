@@ -6,6 +6,7 @@ mod serve_support;
 
 mod admin_hosts;
 mod config_check;
+mod configmap_reload;
 mod dashboard;
 mod errors_once;
 mod examples_start_clean;
