@@ -468,6 +468,21 @@ fn unsupported_envoy_variables_are_named() {
     let found = unsupported(env);
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].0, "USE_STATSD");
+    // The Istio sample's values ask for what Floodgate does: no warning;
+    // the others are named.
+    let istio = |k: &str| match k {
+        "RUNTIME_IGNOREDOTFILES" => Some("true".to_owned()),
+        "RUNTIME_WATCH_ROOT" => Some("False".to_owned()),
+        _ => None,
+    };
+    assert_eq!(unsupported(istio), []);
+    let other = |k: &str| match k {
+        "RUNTIME_IGNOREDOTFILES" => Some("false".to_owned()),
+        "RUNTIME_WATCH_ROOT" => Some("true".to_owned()),
+        _ => None,
+    };
+    let named: Vec<&str> = unsupported(other).iter().map(|(n, _)| *n).collect();
+    assert_eq!(named, ["RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"]);
     // Every variable a setting reads is supported.
     for s in Settings::table() {
         for name in UNSUPPORTED_ENVOY_VARIABLES
