@@ -242,3 +242,28 @@ async fn the_metrics_listener_takes_tls() {
         "{cleartext:?}"
     );
 }
+
+/// envoyproxy/ratelimit's `PROMETHEUS_PATH` moves the metrics on the
+/// metrics listener; the admin listener's stay at `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_prometheus_path_moves_the_metrics() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let env = [
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", addr.as_str()),
+        ("PROMETHEUS_PATH", "/stats/prometheus"),
+    ];
+    let serve = Floodgate::start(bin(), CONFIG, &[], &env);
+    assert!(!serve.log().contains("PROMETHEUS_PATH"), "{}", serve.log());
+    let client = reqwest::Client::new();
+    let at: SocketAddr = addr.parse().unwrap();
+    let (status, body) = get(&client, at, "/stats/prometheus", "").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("floodgate_"), "{body}");
+    for (path, status) in [("/metrics", 404), ("/ready", 200), ("/healthcheck", 200)] {
+        assert_eq!(get(&client, at, path, "").await.0, status, "{path}");
+    }
+    let admin = SocketAddr::from(([127, 0, 0, 1], serve.admin));
+    assert_eq!(get(&client, admin, "/metrics", "").await.0, 200);
+}

@@ -5,8 +5,8 @@
 //! requests that name it (loopback names, IP addresses, `server.admin_hosts`).
 //!
 //! The metrics listener (`server.metrics`, off by default, on every
-//! interface when given a port alone) serves [`probes`] only: `/metrics`,
-//! `/healthcheck` and `/ready`, to any `Host`, for Prometheus and the
+//! interface when given a port alone) serves [`probes`] only: `/metrics`
+//! (`server.metrics_path`), `/healthcheck` and `/ready`, to any `Host`, for Prometheus and the
 //! kubelet on the pod network; the same routes' handlers, served by
 //! [`serve`] as the admin listener is, the internals left out.
 
@@ -46,18 +46,18 @@ pub(crate) fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> 
         .route("/dashboard", get(crate::dashboard::page))
         .route("/dashboard/data", get(crate::dashboard::data))
         .with_state(admin)
-        .merge(probes(health, metrics))
+        .merge(probes(health, metrics, "/metrics"))
 }
 
-/// What the metrics listener serves, and nothing else: `/metrics` (empty
-/// without a recorder), `/healthcheck`, `/ready`.
-pub(crate) fn probes(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
+/// What the metrics listener serves, and nothing else: the metrics at
+/// `path` (`/metrics`; empty without a recorder), `/healthcheck`, `/ready`.
+pub(crate) fn probes(health: Arc<Health>, metrics: Option<PrometheusHandle>, path: &str) -> Router {
     let admin = Admin {
         health: health.clone(),
         metrics,
     };
     Router::new()
-        .route("/metrics", get(render_metrics))
+        .route(path, get(render_metrics))
         .with_state(admin)
         .merge(health_routes(health))
 }

@@ -158,6 +158,23 @@ fn the_metrics_listener_takes_a_port_on_every_interface() {
     assert_eq!(at(&over), None);
     let e = env_only(&[("USE_PROMETHEUS", "sometimes")]).unwrap_err();
     assert!(e.to_string().starts_with("USE_PROMETHEUS: "), "{e}");
+    // Its path: envoyproxy/ratelimit's PROMETHEUS_PATH, never a probe's.
+    assert_eq!(off.server.metrics_path, "/metrics");
+    let s = env_only(&[("PROMETHEUS_PATH", "/stats/prometheus")]).unwrap();
+    assert_eq!(s.server.metrics_path, "/stats/prometheus");
+    for bad in [
+        "/ready",
+        "/healthcheck",
+        "metrics",
+        "/{x}",
+        "/a b",
+        "/m?x=1",
+    ] {
+        let e = env_only(&[("PROMETHEUS_PATH", bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("PROMETHEUS_PATH: "), "{bad}: {e}");
+    }
 }
 
 /// `LOG_LEVEL` takes logrus' level names, any case, as envoyproxy/ratelimit

@@ -192,7 +192,8 @@ pub async fn start<F: Frontend>(
         move |forced| reloaded.reload(forced),
     );
     let (stop, stopped) = watch::channel(false);
-    let probes = crate::admin::probes(health.clone(), prometheus.clone());
+    let path = &settings.server.metrics_path;
+    let probes = crate::admin::probes(health.clone(), prometheus.clone(), path);
     let admin = crate::admin::router(health.clone(), prometheus).merge(frontend.admin_routes());
     let mut listeners = Listeners::new(&settings, &certificates, stopped);
     bind(&frontend, admin, probes, &mut listeners).await?;

@@ -32,7 +32,6 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["EXTRA_TAGS"], "metric labels are fixed"),
     (&["STATS_FLUSH_INTERVAL"], "metrics are scraped, not pushed"),
     (&["DISABLE_STATS"], "metrics are always kept; turn the admin listener off to hide them"),
-    (&["PROMETHEUS_PATH"], "metrics are served at /metrics"),
     (&["PROMETHEUS_MAPPER_YAML"], "metric names are fixed"),
     (&["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"],
         "response times are histograms in seconds (floodgate_request_duration_seconds)"),

@@ -105,6 +105,8 @@ pub struct ServerSettings {
     /// any `Host`): for Prometheus and probes from the pod network; off by
     /// default.
     pub metrics: Option<SocketAddr>,
+    /// The path of the metrics on the metrics listener (`/metrics`).
+    pub metrics_path: String,
     /// TLS on the metrics listener.
     pub metrics_tls: TlsSettings,
     /// The protections of every connection of the admin listener (and of

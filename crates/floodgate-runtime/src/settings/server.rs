@@ -122,6 +122,21 @@ fn prometheus_listener(env: &Env<'_>) -> EnvoyRead {
     }))
 }
 
+/// A path for the metrics: `/` then letters, digits, `-`, `.`, `_`, `~`
+/// and `/`, neither probe's.
+fn metrics_path(text: &str) -> Result<String, String> {
+    let path = text.trim();
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._~/".contains(&b);
+    if !path.starts_with('/') || !path.bytes().all(allowed) {
+        let m = "expected a path: `/` then letters, digits, `-`, `.`, `_`, `~` or `/`";
+        return Err(format!("{m}, found `{path}`"));
+    }
+    if path == "/healthcheck" || path == "/ready" {
+        return Err(format!("`{path}` is a probe's path"));
+    }
+    Ok(path.to_owned())
+}
+
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: envoyproxy/ratelimit
 /// increments every matched counter unless told to stop at the limit.
 fn stop_increment(env: &Env<'_>) -> EnvoyRead {
@@ -213,6 +228,11 @@ fn listeners(t: &mut Vec<S>) {
         |s, v| { s.server.metrics = parse_listen_on(&v.text(), ANY)?; Ok(()) })
         .envoy(Envoy::Read { names: "`USE_PROMETHEUS` + `PROMETHEUS_ADDR` (`:port`: every interface)", read: prometheus_listener })
         .samples(":9901", "127.0.0.1:9901"));
+    t.push(S::new("server.metrics_path", "FLOODGATE_METRICS_PATH", "metrics-path", Kind::Text, "/metrics",
+        "the metrics listener's path of the metrics (its probes stay `/healthcheck` and `/ready`; the admin listener's stays `/metrics`)",
+        |s, v| { s.server.metrics_path = metrics_path(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("PROMETHEUS_PATH"))
+        .samples("/stats/prometheus", "/metrics"));
     listener::declare_tls::<_, MetricsTls>(t, &METRICS_TLS);
 }
 
