@@ -6,7 +6,7 @@
 //! are 404 and show nothing; the internals stay on the loopback admin
 //! listener.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
 use floodgate_testkit::{Floodgate, Gateway, Process, free_port};
@@ -42,32 +42,39 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
 }
 
-/// The IPv4 addresses of this machine's interfaces other than loopback
-/// (the kernel's table of local addresses), if any.
+/// The addresses of this machine's interfaces other than loopback (the
+/// kernel's tables of local addresses; IPv6's of global scope), if any.
 fn pod_addresses() -> Vec<IpAddr> {
     let trie = std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default();
     let lines: Vec<&str> = trie.lines().collect();
-    let mut found: Vec<IpAddr> = lines
+    let v4 = lines
         .windows(2)
         .filter(|w| w[1].trim() == "/32 host LOCAL")
-        .filter_map(|w| w[0].trim().trim_start_matches("|-- ").parse().ok())
-        .filter(|ip: &IpAddr| !ip.is_loopback())
-        .collect();
+        .filter_map(|w| w[0].trim().trim_start_matches("|-- ").parse().ok());
+    let inet6 = std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default();
+    let v6 = inet6.lines().filter_map(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        let global = fields.get(3) == Some(&"00");
+        let bits = u128::from_str_radix(fields.first()?, 16).ok()?;
+        global.then(|| IpAddr::from(Ipv6Addr::from(bits)))
+    });
+    let mut found: Vec<IpAddr> = v4.chain(v6).filter(|ip| !ip.is_loopback()).collect();
     found.sort();
     found.dedup();
     found
 }
 
-/// Where a listener bound to every interface on `port` is reached from:
-/// the machine's other addresses, and 127.0.0.1 (the only one on a
-/// machine without another interface).
-fn reach(port: u16) -> Vec<SocketAddr> {
+/// Where a listener bound to the `wildcard` address on `port` is reached
+/// from: loopback, and the machine's other addresses (of the wildcard's
+/// family, both for `[::]`, dual-stack).
+fn reach(wildcard: IpAddr, port: u16) -> Vec<SocketAddr> {
     let mut at = vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)];
-    at.extend(
-        pod_addresses()
-            .into_iter()
-            .map(|ip| SocketAddr::new(ip, port)),
-    );
+    if wildcard.is_ipv6() {
+        at.push(SocketAddr::new(Ipv6Addr::LOCALHOST.into(), port));
+    }
+    let pod = pod_addresses().into_iter();
+    let pod = pod.filter(|ip| ip.is_ipv4() || wildcard.is_ipv6());
+    at.extend(pod.map(|ip| SocketAddr::new(ip, port)));
     at
 }
 
@@ -108,20 +115,29 @@ async fn serves_probes_only(at: SocketAddr) {
     }
 }
 
-/// The listener named `what` is bound to the wildcard address on `port`
-/// (its start-up line says so).
-fn bound_to_every_interface(log: &str, what: &str, port: u16) {
-    let line = format!("listener=\"{what}\" addr=0.0.0.0:{port}");
+/// The listener named `what` is bound to `wildcard` on `port` (its
+/// start-up line says so), which is the unspecified address.
+fn bound_to_every_interface(log: &str, what: &str, wildcard: IpAddr, port: u16) {
+    assert!(wildcard.is_unspecified(), "{wildcard}");
+    let line = format!(
+        "listener=\"{what}\" addr={}",
+        SocketAddr::new(wildcard, port)
+    );
     assert!(log.contains(&line), "{line}:\n{log}");
 }
+
+/// `0.0.0.0`: every IPv4 interface, what a port alone binds.
+const EVERY_V4: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+/// `[::]`: every interface, IPv4 and IPv6, what Go's `:port` binds.
+const EVERY: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_metrics_listener_serves_probes_only_on_every_interface() {
     let port = free_port();
     let metrics = format!(":{port}");
     let serve = Floodgate::start(bin(), CONFIG, &["--metrics-addr", &metrics], &[]);
-    bound_to_every_interface(&serve.log(), "metrics", port);
-    for at in reach(port) {
+    bound_to_every_interface(&serve.log(), "metrics", EVERY_V4, port);
+    for at in reach(EVERY_V4, port) {
         serves_probes_only(at).await;
     }
     // The internals are where they were: the admin listener, on loopback.
@@ -139,15 +155,15 @@ async fn the_gateways_probes_are_on_the_pod_network() {
     let env = [("FLOODGATE_ALLOW_EMPTY_CONFIG", "true")];
     let metrics = format!(":{port}");
     let gw = Gateway::start(bin(), &config, &["--metrics-addr", &metrics], &env);
-    bound_to_every_interface(&gw.log(), "metrics", port);
-    for at in reach(port) {
+    bound_to_every_interface(&gw.log(), "metrics", EVERY_V4, port);
+    for at in reach(EVERY_V4, port) {
         serves_probes_only(at).await;
     }
 }
 
 /// envoyproxy/ratelimit's Prometheus variables: `PROMETHEUS_ADDR=":PORT"`
-/// (Go's empty host: every interface) puts the metrics listener on every
-/// interface; `DEBUG_PORT` alone keeps the admin listener, the dashboard
+/// (Go's empty host: every interface, IPv4 and IPv6) puts the metrics
+/// listener on `[::]`, reached over both; `DEBUG_PORT` alone keeps the admin listener, the dashboard
 /// and `/rlconfig` with it, on loopback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_prometheus_addr_is_scrapable_and_the_internals_stay_on_loopback() {
@@ -172,10 +188,10 @@ async fn envoy_prometheus_addr_is_scrapable_and_the_internals_stay_on_loopback()
     });
     serve.wait_ready(http);
     let log = serve.log();
-    bound_to_every_interface(&log, "metrics", port);
+    bound_to_every_interface(&log, "metrics", EVERY, port);
     let line = format!("listener=\"admin\" addr=127.0.0.1:{debug}");
     assert!(log.contains(&line), "{line}:\n{log}");
-    for at in reach(port) {
+    for at in reach(EVERY, port) {
         serves_probes_only(at).await;
     }
     let client = reqwest::Client::new();

@@ -81,7 +81,7 @@ fn envoy_names() {
     assert_eq!(s.store.redis.local_cache_capacity, 16_384);
     // Go's `:port`: the metrics listener on every interface; the admin
     // listener stays on loopback.
-    assert_eq!(s.server.metrics, Some("0.0.0.0:9090".parse().unwrap()));
+    assert_eq!(s.server.metrics, Some("[::]:9090".parse().unwrap()));
     assert_eq!(s.server.admin, Some("127.0.0.1:6070".parse().unwrap()));
     assert_eq!(s.store.backend, StoreKind::Redis);
     assert_eq!(s.store.redis.mode, Mode::Cluster);
@@ -121,9 +121,10 @@ fn a_bare_admin_port_is_loopback_everywhere() {
 }
 
 /// The metrics listener: off unless asked for; a port alone on every
-/// interface, as envoyproxy/ratelimit's `PROMETHEUS_ADDR` (Go's empty
-/// host) is; with a host, exactly there; never moving the admin
-/// listener.
+/// IPv4 interface, as Floodgate's public listeners, and
+/// envoyproxy/ratelimit's `PROMETHEUS_ADDR=:port` on every interface,
+/// IPv4 and IPv6, as Go's empty host; with a host, exactly there; never
+/// moving the admin listener.
 #[test]
 fn the_metrics_listener_takes_a_port_on_every_interface() {
     let off = env_only(&[]).unwrap();
@@ -132,15 +133,17 @@ fn the_metrics_listener_takes_a_port_on_every_interface() {
         env_only(&[("FLOODGATE_METRICS_ADDR", ":9901")]).unwrap(),
         env_only(&[("FLOODGATE_METRICS_ADDR", "9901")]).unwrap(),
         file("server: {metrics: ':9901'}\n").unwrap(),
-        env_only(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", ":9901")]).unwrap(),
     ] {
         assert_eq!(s.server.metrics, Some("0.0.0.0:9901".parse().unwrap()));
         assert_eq!(s.server.admin, off.server.admin);
     }
     let at = |env: &[(&str, &str)]| env_only(env).unwrap().server.metrics;
     let addr = |a: &str| Some(a.parse().unwrap());
+    let go = [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", " :9901")];
+    assert_eq!(at(&go), addr("[::]:9901"));
+    assert_eq!(env_only(&go).unwrap().server.admin, off.server.admin);
     // envoyproxy/ratelimit's default address, and its switch.
-    assert_eq!(at(&[("USE_PROMETHEUS", "TRUE")]), addr("0.0.0.0:9090"));
+    assert_eq!(at(&[("USE_PROMETHEUS", "TRUE")]), addr("[::]:9090"));
     assert_eq!(
         at(&[("USE_PROMETHEUS", "false"), ("PROMETHEUS_ADDR", ":1")]),
         None

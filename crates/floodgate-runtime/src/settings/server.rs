@@ -106,8 +106,9 @@ fn debug_listener(env: &Env<'_>) -> EnvoyRead {
 }
 
 /// envoyproxy/ratelimit's Prometheus listener, the metrics listener here:
-/// with `USE_PROMETHEUS` on, `PROMETHEUS_ADDR` (Go's `host:port`, an
-/// empty host meaning every interface), by default `:9090` as there.
+/// with `USE_PROMETHEUS` on, `PROMETHEUS_ADDR` (Go's `host:port`), by
+/// default `:9090` as there. Go's empty host listens on every interface,
+/// IPv4 and IPv6: `[::]`, one dual-stack socket.
 fn prometheus_listener(env: &Env<'_>) -> EnvoyRead {
     const USE: &str = "USE_PROMETHEUS";
     let Some(on) = env.get(USE) else {
@@ -116,10 +117,19 @@ fn prometheus_listener(env: &Env<'_>) -> EnvoyRead {
     if !boolean(&on).map_err(|m| (USE, m))? {
         return Ok(None);
     }
-    Ok(Some(match env.get("PROMETHEUS_ADDR") {
-        Some(addr) => ("PROMETHEUS_ADDR", addr),
+    let (var, addr) = match env.get("PROMETHEUS_ADDR") {
+        Some(addr) => ("PROMETHEUS_ADDR", addr.trim().to_owned()),
         None => (USE, ":9090".to_owned()),
-    }))
+    };
+    let every_interface = addr.starts_with(':');
+    Ok(Some((
+        var,
+        if every_interface {
+            format!("[::]{addr}")
+        } else {
+            addr
+        },
+    )))
 }
 
 /// A path for the metrics: `/` then letters, digits, `-`, `.`, `_`, `~`
@@ -226,7 +236,7 @@ fn listeners(t: &mut Vec<S>) {
     t.push(S::new("server.metrics", "FLOODGATE_METRICS_ADDR", "metrics-addr", Kind::Addr, "off",
         "metrics listener, for Prometheus and probes from the pod network: `/metrics`, `/healthcheck`, `/ready` only, any `Host` (`:port` or a port: on every IPv4 interface, `[::]:port` for IPv6 too; `off`)",
         |s, v| { s.server.metrics = parse_listen_on(&v.text(), ANY)?; Ok(()) })
-        .envoy(Envoy::Read { names: "`USE_PROMETHEUS` + `PROMETHEUS_ADDR` (`:port`: every interface)", read: prometheus_listener })
+        .envoy(Envoy::Read { names: "`USE_PROMETHEUS` + `PROMETHEUS_ADDR` (`:port`: `[::]:port`, as Go)", read: prometheus_listener })
         .samples(":9901", "127.0.0.1:9901"));
     t.push(S::new("server.metrics_path", "FLOODGATE_METRICS_PATH", "metrics-path", Kind::Text, "/metrics",
         "the metrics listener's path of the metrics (its probes stay `/healthcheck` and `/ready`; the admin listener's stays `/metrics`)",
