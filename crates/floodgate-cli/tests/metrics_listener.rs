@@ -283,3 +283,39 @@ async fn envoy_prometheus_path_moves_the_metrics() {
     let admin = SocketAddr::from(([127, 0, 0, 1], serve.admin));
     assert_eq!(get(&client, admin, "/metrics", "").await.0, 200);
 }
+
+/// The admin listener's protections: a half-sent head is closed at
+/// `server.limits.header_read_timeout`, and a flood of idle connections
+/// fills the metrics listener's own places, never the admin listener's.
+#[test]
+fn the_metrics_listener_has_the_admin_listeners_protections() {
+    use std::io::{Read, Write};
+    let port = free_port();
+    let args = [
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+        "--header-read-timeout",
+        "1s",
+    ];
+    let serve = Floodgate::start(bin(), CONFIG, &args, &[]);
+    let mut head = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    head.write_all(b"GET /ready HTTP/1.1\r\n").unwrap();
+    head.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = head.read_to_end(&mut rest);
+    assert!(closed.is_ok(), "a half-sent head held: {closed:?}");
+    let flood: Vec<_> = (0..64)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    for listener in [serve.admin, serve.http] {
+        let ready = floodgate_testkit::http_request(listener, "GET", "/ready", None, b"");
+        assert_eq!(ready.map(|r| r.0), Some(200), "{listener}");
+    }
+    drop(flood);
+    let back = floodgate_testkit::wait_until(std::time::Duration::from_secs(20), || {
+        floodgate_testkit::http_request(port, "GET", "/ready", None, b"")
+            .is_some_and(|r| r.0 == 200)
+    });
+    assert!(back, "{}", serve.log());
+}
