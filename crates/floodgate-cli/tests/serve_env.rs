@@ -183,9 +183,10 @@ fn a_bad_boolean_flag_is_refused() {
     );
 }
 
-/// A port without an address (`:port`, a bare port, `DEBUG_PORT` alone,
-/// `PROMETHEUS_ADDR=:port`) puts the admin listener on loopback, as the
-/// docs promise; every listener bound beyond loopback is named in a
+/// A port without an address (`:port`, a bare port, `DEBUG_PORT` alone)
+/// puts the admin listener on loopback, as the docs promise
+/// (`PROMETHEUS_ADDR=:port` is the metrics listener, on every interface:
+/// `metrics_listener`); every listener bound beyond loopback is named in a
 /// warning at start-up.
 #[test]
 fn a_bare_admin_port_is_loopback_and_exposed_listeners_are_logged() {
@@ -207,18 +208,14 @@ fn a_bare_admin_port_is_loopback_and_exposed_listeners_are_logged() {
         p.wait_ready(http);
         p
     };
-    for how in ["flag", "bare", "DEBUG_PORT", "PROMETHEUS_ADDR"] {
+    for how in ["flag", "bare", "DEBUG_PORT"] {
         let (http, admin) = (free_port(), free_port());
         let mut args = vec!["--http-addr".to_owned(), format!("127.0.0.1:{http}")];
         let mut env = Vec::new();
         match how {
             "flag" => args.extend(["--admin-addr".to_owned(), format!(":{admin}")]),
             "bare" => args.extend(["--admin-addr".to_owned(), admin.to_string()]),
-            "DEBUG_PORT" => env.push(("DEBUG_PORT", admin.to_string())),
-            _ => {
-                env.push(("USE_PROMETHEUS", "true".to_owned()));
-                env.push(("PROMETHEUS_ADDR", format!(":{admin}")));
-            }
+            _ => env.push(("DEBUG_PORT", admin.to_string())),
         }
         let p = start(args, env, http);
         let log = p.log();

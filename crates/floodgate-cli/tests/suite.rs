@@ -7,6 +7,7 @@ mod serve_support;
 
 mod admin_hosts;
 mod config_check;
+mod configmap_reload;
 mod dashboard;
 mod deploy;
 mod errors_once;
@@ -22,6 +23,7 @@ mod hostile_reloads;
 mod hostile_store_flood;
 mod image;
 mod metric_docs;
+mod metrics_listener;
 mod other_commands_settings;
 mod outage_counts;
 mod program_name;

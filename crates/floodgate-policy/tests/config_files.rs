@@ -132,6 +132,42 @@ fn a_file_reached_twice_is_read_once() {
     }
 }
 
+/// An entry named as a configuration file that is none — a directory, a
+/// symbolic link to nothing (a ConfigMap whose key became a directory, a
+/// link left by a half-done swap) — is a configuration that cannot be
+/// read, never one without that file: a clear error, even when an empty
+/// configuration is allowed.
+#[test]
+fn an_entry_named_as_a_file_that_is_none_is_an_error() {
+    let options = LoadOptions {
+        allow_empty: true,
+        ..Default::default()
+    };
+    for (make, why) in [
+        (
+            (|p: &Path| std::fs::create_dir(p).unwrap()) as fn(&Path),
+            "cannot read: a directory, not a file",
+        ),
+        (
+            |p: &Path| std::os::unix::fs::symlink("gone.yaml", p).unwrap(),
+            "cannot read: a symbolic link to nothing",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        make(&dir.path().join("config.yaml"));
+        let err = load(&[dir.path().to_path_buf()], &options).unwrap_err();
+        let at = dir.path().join("config.yaml").display().to_string();
+        assert!(err.to_string().contains(&format!("{at}: {why}")), "{err}");
+    }
+    // Hidden entries and other names stay out of it, whatever they are.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("..2026_11_29_13_00_00.123456789")).unwrap();
+    std::os::unix::fs::symlink("gone", dir.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("gone", dir.path().join(".x.yaml")).unwrap();
+    std::fs::create_dir(dir.path().join("notes")).unwrap();
+    assert!(load(&[dir.path().to_path_buf()], &options).is_ok());
+}
+
 #[test]
 fn floodgate_format_reports_unknown_keys_with_line_and_column() {
     let yaml = "settings:

@@ -3,6 +3,12 @@
 //! (`/dashboard`, see `docs/service.md`), and whatever routes a binary
 //! adds to [`router`]'s answer (`Router::merge`), served by [`spawn`] to
 //! requests that name it (loopback names, IP addresses, `server.admin_hosts`).
+//!
+//! The metrics listener (`server.metrics`, off by default, on every
+//! interface when given a port alone) serves [`probes`] only: `/metrics`
+//! (`server.metrics_path`), `/healthcheck` and `/ready`, to any `Host`, for Prometheus and the
+//! kubelet on the pod network; the same routes' handlers, served by
+//! [`serve`] as the admin listener is, the internals left out.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,17 +36,29 @@ pub(crate) struct Admin {
     pub metrics: Option<PrometheusHandle>,
 }
 
-/// The admin routes every binary serves: `/metrics` (empty without a
-/// recorder), `/healthcheck`, `/ready`, `/dashboard`.
+/// The admin routes every binary serves: [`probes`] and `/dashboard`.
 pub(crate) fn router(health: Arc<Health>, metrics: Option<PrometheusHandle>) -> Router {
+    let admin = Admin {
+        health: health.clone(),
+        metrics: metrics.clone(),
+    };
     Router::new()
-        .route("/metrics", get(render_metrics))
         .route("/dashboard", get(crate::dashboard::page))
         .route("/dashboard/data", get(crate::dashboard::data))
-        .with_state(Admin {
-            health: health.clone(),
-            metrics,
-        })
+        .with_state(admin)
+        .merge(probes(health, metrics, "/metrics"))
+}
+
+/// What the metrics listener serves, and nothing else: the metrics at
+/// `path` (`/metrics`; empty without a recorder), `/healthcheck`, `/ready`.
+pub(crate) fn probes(health: Arc<Health>, metrics: Option<PrometheusHandle>, path: &str) -> Router {
+    let admin = Admin {
+        health: health.clone(),
+        metrics,
+    };
+    Router::new()
+        .route(path, get(render_metrics))
+        .with_state(admin)
         .merge(health_routes(health))
 }
 
@@ -68,15 +86,30 @@ pub(crate) async fn spawn(
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) -> Result<Option<JoinHandle<()>>, RuntimeError> {
-    let Some(addr) = addr else { return Ok(None) };
     let hosts = Arc::new(AdminHosts::new(hosts));
     let router = router.layer(axum::middleware::from_fn_with_state(hosts, only_its_names));
-    let listener = bind("admin", addr).await?;
+    serve("admin", addr, router, limits, tls, stop).await
+}
+
+/// Serves `router` as the `what` listener on `addr` (none: no listener)
+/// as [`spawn`] serves the admin listener, for any `Host`: the metrics
+/// listener, with [`probes`]. Its connections have a cap of their own
+/// ([`ADMIN_CONNECTIONS`]).
+pub(crate) async fn serve(
+    what: &'static str,
+    addr: Option<SocketAddr>,
+    router: Router,
+    limits: &ConnectionLimits,
+    tls: Option<TlsAcceptor>,
+    stop: watch::Receiver<bool>,
+) -> Result<Option<JoinHandle<()>>, RuntimeError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = bind(what, addr).await?;
     let http = Http::new(limits, Protocols::Http1AndHttp2);
     let service = hyper_util::service::TowerToHyperService::new(router);
     let places = ADMIN_CONNECTIONS;
     Ok(Some(spawn_service(
-        "admin", listener, service, http, tls, places, stop,
+        what, listener, service, http, tls, places, stop,
     )))
 }
 

@@ -79,8 +79,10 @@ fn envoy_names() {
     .unwrap();
     assert_eq!(s.policy.envoy_increment_all, Some(true));
     assert_eq!(s.store.redis.local_cache_capacity, 16_384);
-    // A bare port: the admin listener stays on loopback.
-    assert_eq!(s.server.admin, Some("127.0.0.1:9090".parse().unwrap()));
+    // Go's `:port`: the metrics listener on every interface; the admin
+    // listener stays on loopback.
+    assert_eq!(s.server.metrics, Some("[::]:9090".parse().unwrap()));
+    assert_eq!(s.server.admin, Some("127.0.0.1:6070".parse().unwrap()));
     assert_eq!(s.store.backend, StoreKind::Redis);
     assert_eq!(s.store.redis.mode, Mode::Cluster);
     assert_eq!(s.store.redis.urls, ["redis://r:6379"]);
@@ -116,6 +118,66 @@ fn a_bare_admin_port_is_loopback_everywhere() {
     // A host alone: envoyproxy/ratelimit's port.
     let s = env_only(&[("DEBUG_HOST", "::")]).unwrap();
     assert_eq!(s.server.admin, Some("[::]:6070".parse().unwrap()));
+}
+
+/// The metrics listener: off unless asked for; a port alone on every
+/// IPv4 interface, as Floodgate's public listeners, and
+/// envoyproxy/ratelimit's `PROMETHEUS_ADDR=:port` on every interface,
+/// IPv4 and IPv6, as Go's empty host; with a host, exactly there; never
+/// moving the admin listener.
+#[test]
+fn the_metrics_listener_takes_a_port_on_every_interface() {
+    let off = env_only(&[]).unwrap();
+    assert_eq!(off.server.metrics, None);
+    for s in [
+        env_only(&[("FLOODGATE_METRICS_ADDR", ":9901")]).unwrap(),
+        env_only(&[("FLOODGATE_METRICS_ADDR", "9901")]).unwrap(),
+        file("server: {metrics: ':9901'}\n").unwrap(),
+    ] {
+        assert_eq!(s.server.metrics, Some("0.0.0.0:9901".parse().unwrap()));
+        assert_eq!(s.server.admin, off.server.admin);
+    }
+    let at = |env: &[(&str, &str)]| env_only(env).unwrap().server.metrics;
+    let addr = |a: &str| Some(a.parse().unwrap());
+    let go = [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", " :9901")];
+    assert_eq!(at(&go), addr("[::]:9901"));
+    assert_eq!(env_only(&go).unwrap().server.admin, off.server.admin);
+    // envoyproxy/ratelimit's default address, and its switch.
+    assert_eq!(at(&[("USE_PROMETHEUS", "TRUE")]), addr("[::]:9090"));
+    assert_eq!(
+        at(&[("USE_PROMETHEUS", "false"), ("PROMETHEUS_ADDR", ":1")]),
+        None
+    );
+    assert_eq!(at(&[("PROMETHEUS_ADDR", ":1")]), None);
+    let local = [
+        ("USE_PROMETHEUS", "1"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:19001"),
+    ];
+    assert_eq!(at(&local), addr("127.0.0.1:19001"));
+    let both = [("USE_PROMETHEUS", "1"), ("PROMETHEUS_ADDR", "[::]:19001")];
+    assert_eq!(at(&both), addr("[::]:19001"));
+    // Floodgate's own setting first.
+    let over = [("FLOODGATE_METRICS_ADDR", "off"), ("USE_PROMETHEUS", "1")];
+    assert_eq!(at(&over), None);
+    let e = env_only(&[("USE_PROMETHEUS", "sometimes")]).unwrap_err();
+    assert!(e.to_string().starts_with("USE_PROMETHEUS: "), "{e}");
+    // Its path: envoyproxy/ratelimit's PROMETHEUS_PATH, never a probe's.
+    assert_eq!(off.server.metrics_path, "/metrics");
+    let s = env_only(&[("PROMETHEUS_PATH", "/stats/prometheus")]).unwrap();
+    assert_eq!(s.server.metrics_path, "/stats/prometheus");
+    for bad in [
+        "/ready",
+        "/healthcheck",
+        "metrics",
+        "/{x}",
+        "/a b",
+        "/m?x=1",
+    ] {
+        let e = env_only(&[("PROMETHEUS_PATH", bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("PROMETHEUS_PATH: "), "{bad}: {e}");
+    }
 }
 
 /// `LOG_LEVEL` takes logrus' level names, any case, as envoyproxy/ratelimit
@@ -426,6 +488,21 @@ fn unsupported_envoy_variables_are_named() {
     let found = unsupported(env);
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].0, "USE_STATSD");
+    // The Istio sample's values ask for what Floodgate does: no warning;
+    // the others are named.
+    let istio = |k: &str| match k {
+        "RUNTIME_IGNOREDOTFILES" => Some("true".to_owned()),
+        "RUNTIME_WATCH_ROOT" => Some("False".to_owned()),
+        _ => None,
+    };
+    assert_eq!(unsupported(istio), []);
+    let other = |k: &str| match k {
+        "RUNTIME_IGNOREDOTFILES" => Some("false".to_owned()),
+        "RUNTIME_WATCH_ROOT" => Some("true".to_owned()),
+        _ => None,
+    };
+    let named: Vec<&str> = unsupported(other).iter().map(|(n, _)| *n).collect();
+    assert_eq!(named, ["RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"]);
     // Every variable a setting reads is supported.
     for s in Settings::table() {
         for name in UNSUPPORTED_ENVOY_VARIABLES

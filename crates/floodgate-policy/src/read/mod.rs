@@ -306,12 +306,7 @@ fn expand(path: &Path, errors: &mut Errors) -> Vec<PathBuf> {
             let mut files: Vec<PathBuf> = match std::fs::read_dir(path) {
                 Ok(rd) => rd
                     .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| {
-                        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                        !file.starts_with('.')
-                            && (file.ends_with(".yaml") || file.ends_with(".yml"))
-                            && p.is_file()
-                    })
+                    .filter(|p| is_config_name(p) && is_file(p, errors))
                     .collect(),
                 Err(e) => {
                     errors.push(ConfigError::new(
@@ -333,6 +328,37 @@ fn expand(path: &Path, errors: &mut Errors) -> Vec<PathBuf> {
             Vec::new()
         }
     }
+}
+
+/// Whether an entry of a configuration directory is named as a
+/// configuration file: `*.yaml` or `*.yml`, not hidden (a dot-entry:
+/// kubelet's `..data` and timestamped copies of a ConfigMap, editors'
+/// files).
+fn is_config_name(p: &Path) -> bool {
+    let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    !file.starts_with('.') && (file.ends_with(".yaml") || file.ends_with(".yml"))
+}
+
+/// Whether `p`, named as a configuration file, is one (following
+/// symbolic links); an error otherwise: a directory or a link to nothing
+/// in its place is a configuration that cannot be read, never one
+/// without that file.
+fn is_file(p: &Path, errors: &mut Errors) -> bool {
+    let why = match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => return true,
+        Ok(m) if m.is_dir() => "a directory, not a file".to_owned(),
+        Ok(_) => "not a regular file".to_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            "a symbolic link to nothing".to_owned()
+        }
+        Err(e) => e.to_string(),
+    };
+    let name: Arc<str> = p.display().to_string().into();
+    errors.push(ConfigError::new(
+        Location::file(&name),
+        format!("cannot read: {why}"),
+    ));
+    false
 }
 
 /// The text of `file`, read up to the size limit; `None` (an error

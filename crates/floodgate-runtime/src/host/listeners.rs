@@ -85,6 +85,18 @@ impl<'a> Listeners<'a> {
         Ok(())
     }
 
+    /// Serves `router` ([`crate::admin::probes`]) on the metrics listener
+    /// (`server.metrics`, if any, with `server.tls.metrics`), for any
+    /// `Host`.
+    pub(super) async fn metrics(&mut self, router: Router) -> Result<(), RuntimeError> {
+        let s = &self.settings.server;
+        let tls = self.tls(s.metrics_tls.files())?;
+        let (addr, limits) = (s.metrics, &s.limits);
+        let metrics = crate::admin::serve("metrics", addr, router, limits, tls, self.stop()).await;
+        self.tasks.extend(metrics?);
+        Ok(())
+    }
+
     pub(super) fn into_parts(self) -> (Vec<JoinHandle<()>>, Vec<SocketAddr>) {
         (self.tasks, self.addrs)
     }

@@ -192,9 +192,8 @@ pub async fn start<F: Frontend>(
         move |forced| reloaded.reload(forced),
     );
     let (stop, stopped) = watch::channel(false);
-    let admin = crate::admin::router(health.clone(), prometheus).merge(frontend.admin_routes());
     let mut listeners = Listeners::new(&settings, &certificates, stopped);
-    bind(&frontend, admin, &mut listeners).await?;
+    bind(&frontend, &health, prometheus, &mut listeners).await?;
     let (tasks, addrs) = listeners.into_parts();
     Ok(Running {
         frontend,
@@ -209,15 +208,21 @@ pub async fn start<F: Frontend>(
     })
 }
 
-/// Serves the `admin` routes and `frontend`'s listeners: the admin
-/// listener first, so that once a public listener answers ready the
-/// metrics are there too.
+/// Serves the admin routes (with `frontend`'s), the probes on the
+/// metrics listener and `frontend`'s listeners: the first two first, so
+/// that once a public listener answers ready the metrics are there too
+/// (`prometheus`'s).
 async fn bind<F: Frontend>(
     frontend: &Arc<F>,
-    admin: Router,
+    health: &Arc<Health>,
+    prometheus: Option<PrometheusHandle>,
     listeners: &mut Listeners<'_>,
 ) -> Result<(), RuntimeError> {
+    let path = &listeners.settings().server.metrics_path;
+    let probes = crate::admin::probes(health.clone(), prometheus.clone(), path);
+    let admin = crate::admin::router(health.clone(), prometheus).merge(frontend.admin_routes());
     listeners.admin(admin).await?;
+    listeners.metrics(probes).await?;
     frontend.serve(listeners).await
 }
 

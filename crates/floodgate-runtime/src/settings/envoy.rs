@@ -28,12 +28,13 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["EXTRA_TAGS"], "metric labels are fixed"),
     (&["STATS_FLUSH_INTERVAL"], "metrics are scraped, not pushed"),
     (&["DISABLE_STATS"], "metrics are always kept; turn the admin listener off to hide them"),
-    (&["PROMETHEUS_PATH"], "metrics are served at /metrics"),
     (&["PROMETHEUS_MAPPER_YAML"], "metric names are fixed"),
     (&["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"],
         "response times are histograms in seconds (floodgate_request_duration_seconds)"),
-    (&["RUNTIME_IGNOREDOTFILES"], "files and directories are read as configured"),
-    (&["RUNTIME_WATCH_ROOT"], "the configured files are polled (FLOODGATE_RELOAD_INTERVAL)"),
+    (&["RUNTIME_IGNOREDOTFILES"],
+        "the dot-entries of a configuration directory are always skipped, as with `true`"),
+    (&["RUNTIME_WATCH_ROOT"],
+        "the configuration directory is polled (FLOODGATE_RELOAD_INTERVAL), kubelet's ConfigMap swaps included, as with `false`"),
     (&["EXPIRATION_JITTER_MAX_SECONDS"], "counter expiry is exact, without jitter"),
     (&["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"],
         "the service starts only with a valid configuration"),
@@ -67,14 +68,27 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     ], "no OpenTelemetry tracing"),
 ];
 
+/// Unsupported variables whose value asks for what Floodgate does anyway
+/// (the Istio sample's): set so, they are not warned about.
+const WHAT_FLOODGATE_DOES: &[(&str, bool)] = &[
+    ("RUNTIME_IGNOREDOTFILES", true),
+    ("RUNTIME_WATCH_ROOT", false),
+];
+
 /// The unsupported envoyproxy/ratelimit variables that are set (to
-/// anything but blanks), each with what to do instead, in the order of
-/// [`UNSUPPORTED_ENVOY_VARIABLES`].
+/// anything but blanks, or what Floodgate does anyway), each with what to
+/// do instead, in the order of [`UNSUPPORTED_ENVOY_VARIABLES`].
 pub fn unsupported(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
     let variables = UNSUPPORTED_ENVOY_VARIABLES.iter();
     let each = variables.flat_map(|(names, instead)| names.iter().map(move |n| (*n, *instead)));
-    each.filter(|(name, _)| env(name).is_some_and(|v| !v.trim().is_empty()))
+    each.filter(|(name, _)| env(name).is_some_and(|v| !v.trim().is_empty() && !as_done(name, &v)))
         .collect()
+}
+
+/// Whether `name` set to `value` asks for what Floodgate does anyway.
+fn as_done(name: &str, value: &str) -> bool {
+    let done = WHAT_FLOODGATE_DOES.iter().find(|(n, _)| *n == name);
+    done.is_some_and(|(_, does)| super::boolean(value) == Ok(*does))
 }
 
 /// Logs one warning per unsupported envoyproxy/ratelimit variable that is

@@ -101,6 +101,14 @@ pub struct ServerSettings {
     pub admin_hosts: Vec<String>,
     /// TLS on the admin listener.
     pub admin_tls: TlsSettings,
+    /// The metrics listener (`/metrics`, `/healthcheck`, `/ready` only,
+    /// any `Host`): for Prometheus and probes from the pod network; off by
+    /// default.
+    pub metrics: Option<SocketAddr>,
+    /// The path of the metrics on the metrics listener (`/metrics`).
+    pub metrics_path: String,
+    /// TLS on the metrics listener.
+    pub metrics_tls: TlsSettings,
     /// The protections of every connection of the admin listener (and of
     /// the service's listeners).
     pub limits: ConnectionLimits,

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::listener::{self, ProtectionsAt, ProtectionsInstance, TlsAt, TlsInstance, TlsSettings};
-use super::parse::{LOOPBACK, boolean, choice, count_in, duration, parse_listen_on};
+use super::parse::{ANY, LOOPBACK, boolean, choice, count_in, duration, parse_listen_on};
 use super::table::{Env, Envoy, EnvoyRead, InFile, Kind, Setting};
 use super::{LogFormat, Settings};
 use crate::listener::ConnectionLimits;
@@ -43,13 +43,24 @@ impl TlsAt<Settings> for AdminTls {
     }
 }
 
-/// Checks the TLS files of the admin listener ([`listener::finish_tls`]).
+/// Where the metrics listener keeps its TLS.
+pub(super) struct MetricsTls;
+
+impl TlsAt<Settings> for MetricsTls {
+    fn tls(s: &mut Settings) -> &mut TlsSettings {
+        &mut s.server.metrics_tls
+    }
+}
+
+/// Checks the TLS files of the admin and metrics listeners
+/// ([`listener::finish_tls`]).
 pub(super) fn finish_tls(
     s: &mut Settings,
     origins: &super::table::Origins,
     errors: &mut floodgate_policy::error::Errors,
 ) {
     listener::finish_tls(&mut s.server.admin_tls, &ADMIN_TLS, origins, errors);
+    listener::finish_tls(&mut s.server.metrics_tls, &METRICS_TLS, origins, errors);
 }
 
 pub(super) const ADMIN_TLS: TlsInstance = TlsInstance {
@@ -57,6 +68,14 @@ pub(super) const ADMIN_TLS: TlsInstance = TlsInstance {
     env: "FLOODGATE_ADMIN_TLS",
     flag: "admin-tls",
     listener: "the admin listener",
+    envoy: None,
+};
+
+pub(super) const METRICS_TLS: TlsInstance = TlsInstance {
+    key: "server.tls.metrics",
+    env: "FLOODGATE_METRICS_TLS",
+    flag: "metrics-tls",
+    listener: "the metrics listener",
     envoy: None,
 };
 
@@ -78,18 +97,54 @@ fn runtime_root(env: &Env<'_>) -> EnvoyRead {
     Ok(Some(("RUNTIME_ROOT", path.display().to_string())))
 }
 
-/// envoyproxy/ratelimit's debug listener: `DEBUG_HOST` + `DEBUG_PORT`, or
-/// `PROMETHEUS_ADDR` when `USE_PROMETHEUS` is on (a bare port on loopback).
+/// envoyproxy/ratelimit's debug listener, the admin listener here:
+/// `DEBUG_HOST` + `DEBUG_PORT`. Its `DEBUG_HOST` defaults to every
+/// interface; here the internals stay on loopback unless `DEBUG_HOST` says
+/// otherwise (`DEBUG_PORT` alone: a bare port, on loopback).
 fn debug_listener(env: &Env<'_>) -> EnvoyRead {
-    // No host: on loopback, as a bare port is; no port: envoyproxy/ratelimit's.
-    if let Some(debug) = env.host_port("DEBUG_HOST", "DEBUG_PORT", "", 6070)? {
-        return Ok(Some(debug));
+    env.host_port("DEBUG_HOST", "DEBUG_PORT", "", 6070)
+}
+
+/// envoyproxy/ratelimit's Prometheus listener, the metrics listener here:
+/// with `USE_PROMETHEUS` on, `PROMETHEUS_ADDR` (Go's `host:port`), by
+/// default `:9090` as there. Go's empty host listens on every interface,
+/// IPv4 and IPv6: `[::]`, one dual-stack socket.
+fn prometheus_listener(env: &Env<'_>) -> EnvoyRead {
+    const USE: &str = "USE_PROMETHEUS";
+    let Some(on) = env.get(USE) else {
+        return Ok(None);
+    };
+    if !boolean(&on).map_err(|m| (USE, m))? {
+        return Ok(None);
     }
-    let prometheus = env.get("USE_PROMETHEUS").map(|v| boolean(&v));
-    Ok(env
-        .get("PROMETHEUS_ADDR")
-        .filter(|_| prometheus == Some(Ok(true)))
-        .map(|addr| ("PROMETHEUS_ADDR", addr)))
+    let (var, addr) = match env.get("PROMETHEUS_ADDR") {
+        Some(addr) => ("PROMETHEUS_ADDR", addr.trim().to_owned()),
+        None => (USE, ":9090".to_owned()),
+    };
+    let every_interface = addr.starts_with(':');
+    Ok(Some((
+        var,
+        if every_interface {
+            format!("[::]{addr}")
+        } else {
+            addr
+        },
+    )))
+}
+
+/// A path for the metrics: `/` then letters, digits, `-`, `.`, `_`, `~`
+/// and `/`, neither probe's.
+fn metrics_path(text: &str) -> Result<String, String> {
+    let path = text.trim();
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._~/".contains(&b);
+    if !path.starts_with('/') || !path.bytes().all(allowed) {
+        let m = "expected a path: `/` then letters, digits, `-`, `.`, `_`, `~` or `/`";
+        return Err(format!("{m}, found `{path}`"));
+    }
+    if path == "/healthcheck" || path == "/ready" {
+        return Err(format!("`{path}` is a probe's path"));
+    }
+    Ok(path.to_owned())
 }
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: envoyproxy/ratelimit
@@ -158,14 +213,15 @@ fn config(t: &mut Vec<S>) {
         .in_file(InFile::No));
 }
 
-/// The admin listener: its address, the names it answers to, its TLS.
+/// The admin listener (its address, the names it answers to, its TLS)
+/// and the metrics listener (its address, its TLS).
 #[rustfmt::skip]
 fn listeners(t: &mut Vec<S>) {
-    // envoyproxy/ratelimit's debug port, here on loopback only.
+    // envoyproxy/ratelimit's debug port, here on loopback unless its host is given.
     t.push(S::new("server.admin", "FLOODGATE_ADMIN_ADDR", "admin-addr", Kind::Addr, "127.0.0.1:6070",
-        "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` (`:port` or a port: on loopback; `off`)",
+        "admin listener: `/metrics`, `/healthcheck`, `/ready`, `/dashboard` and the binary's internals (`:port` or a port: on loopback; `off`)",
         |s, v| { s.server.admin = parse_listen_on(&v.text(), LOOPBACK)?; Ok(()) })
-        .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT`; `USE_PROMETHEUS` + `PROMETHEUS_ADDR`", read: debug_listener }));
+        .envoy(Envoy::Read { names: "`DEBUG_HOST` + `DEBUG_PORT` (`DEBUG_PORT` alone: on loopback)", read: debug_listener }));
     listener::declare_tls::<_, AdminTls>(t, &ADMIN_TLS);
     t.push(S::new("server.admin_hosts", "FLOODGATE_ADMIN_HOSTS", "admin-hosts", Kind::List, "",
         "names the admin listener answers to (`Host`) besides `localhost`, `*.localhost` and IP addresses, e.g. a Service's DNS name; any other: 421 (a page rebinding its name to the listener reads nothing)",
@@ -177,6 +233,17 @@ fn listeners(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("admin.internal", "metrics.example"));
+    t.push(S::new("server.metrics", "FLOODGATE_METRICS_ADDR", "metrics-addr", Kind::Addr, "off",
+        "metrics listener, for Prometheus and probes from the pod network: `/metrics`, `/healthcheck`, `/ready` only, any `Host` (`:port` or a port: on every IPv4 interface, `[::]:port` for IPv6 too; `off`)",
+        |s, v| { s.server.metrics = parse_listen_on(&v.text(), ANY)?; Ok(()) })
+        .envoy(Envoy::Read { names: "`USE_PROMETHEUS` + `PROMETHEUS_ADDR` (`:port`: `[::]:port`, as Go)", read: prometheus_listener })
+        .samples(":9901", "127.0.0.1:9901"));
+    t.push(S::new("server.metrics_path", "FLOODGATE_METRICS_PATH", "metrics-path", Kind::Text, "/metrics",
+        "the metrics listener's path of the metrics (its probes stay `/healthcheck` and `/ready`; the admin listener's stays `/metrics`)",
+        |s, v| { s.server.metrics_path = metrics_path(&v.text())?; Ok(()) })
+        .envoy(Envoy::Var("PROMETHEUS_PATH"))
+        .samples("/stats/prometheus", "/metrics"));
+    listener::declare_tls::<_, MetricsTls>(t, &METRICS_TLS);
 }
 
 /// The protections of every connection of the listeners (the admin
