@@ -5,7 +5,8 @@
 //! a cap on concurrent streams and closed once it has had no open stream
 //! for the idle timeout, a client that accepts nothing sent to it for the
 //! send timeout cut off (its connection, or its HTTP/2 stream whose window
-//! stays shut); on shutdown each connection finishes its requests
+//! stays shut), a PROXY protocol header read first where configured; on
+//! shutdown each connection finishes its requests
 //! in flight and closes.
 
 use std::convert::Infallible;
@@ -32,6 +33,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::accept::{Accepted, Slot};
 use super::activity::{Activity, InFlight};
+use super::proxy_protocol::ProxyProtocol;
 use super::send::SendTimed;
 use super::sniff::{Prefixed, Sniffed, sniff};
 use super::stall::{self, StreamExec};
@@ -77,6 +79,7 @@ pub struct Http {
     h2: http2::Builder<StreamExec>,
     limits: ConnectionLimits,
     protocols: Protocols,
+    proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl Http {
@@ -104,7 +107,15 @@ impl Http {
             h2,
             limits: limits.clone(),
             protocols,
+            proxy_protocol: None,
         }
+    }
+
+    /// With the PROXY protocol header read first on each connection
+    /// ([`proxy_protocol`](super::proxy_protocol)), before TLS.
+    pub fn with_proxy_protocol(mut self, proxy_protocol: ProxyProtocol) -> Self {
+        self.proxy_protocol = Some(proxy_protocol);
+        self
     }
 
     /// Serves an accepted connection until the client closes it, a
@@ -130,6 +141,14 @@ impl Http {
         // timeout; a connection that has sent nothing when shutdown begins
         // has nothing in flight.
         let deadline = Instant::now() + self.limits.header_read_timeout;
+        // Behind a load balancer, the client is who its header says.
+        let peer = match &self.proxy_protocol {
+            None => peer,
+            Some(p) => match p.client(&stream, peer, deadline, &mut stop).await {
+                Some(client) => client,
+                None => return,
+            },
+        };
         let slot = Arc::new(slot);
         let service = service(peer, &slot);
         let Some(tls) = tls else {
