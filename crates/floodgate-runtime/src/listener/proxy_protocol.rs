@@ -113,6 +113,12 @@ fn parse_v1(bytes: &[u8]) -> Result<Parsed, HeaderError> {
         None if bytes.len() < V1_MAX => return Ok(Parsed::Incomplete),
         None => &bytes[..V1_MAX],
     };
+    // The protocol's `\r\n`: a bare `\n` is not an end (ppp takes one
+    // after a space).
+    if !line.ends_with(b"\r\n") {
+        let suffix = v1::BinaryParseError::Parse(v1::ParseError::InvalidSuffix);
+        return Err(HeaderError::V1(suffix));
+    }
     let h = v1::Header::try_from(line).map_err(HeaderError::V1)?;
     Ok(Parsed::Header {
         len: h.header.len(),
@@ -378,8 +384,15 @@ mod tests {
         assert_eq!(parse(&long).unwrap(), Parsed::Incomplete);
         long.push(b' ');
         assert!(matches!(parse(&long), Err(HeaderError::V1(_))));
-        // A line end without `\r`, a bare `\r`: malformed, not waited on.
+        // A line end without `\r`, a bare `\r`: malformed, not waited on
+        // (ppp alone accepts ` \n`: found by the fuzzer).
         assert!(matches!(parse(b"PROXY UNKNOWN\n"), Err(HeaderError::V1(_))));
+        for bare in [
+            &b"PROXY UNKNOWN 4KNOY TCP6 200NKNO711 \n"[..],
+            b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 \n",
+        ] {
+            assert!(matches!(parse(bare), Err(HeaderError::V1(_))), "{bare:?}");
+        }
         assert!(matches!(
             parse(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\rX\n"),
             Err(HeaderError::V1(_))
