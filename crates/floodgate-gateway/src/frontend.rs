@@ -152,10 +152,7 @@ impl Frontend for Proxying {
             rules = self.gateway.engine().policy().rules().len(),
             "gateway listening"
         );
-        let mut http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
-        if !config.proxy_protocol.is_empty() {
-            http = http.with_proxy_protocol(ProxyProtocol::new(config.proxy_protocol.clone()));
-        }
+        let http = http(config);
         let served = self.gateway.clone();
         let https = tls.is_some();
         let stop = listeners.stop();
@@ -186,6 +183,16 @@ impl Frontend for Proxying {
         )));
         Ok(())
     }
+}
+
+/// The listener's protocols and protections, the PROXY protocol among
+/// them when sources are trusted to send it.
+fn http(config: &GatewayConfig) -> Http {
+    let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
+    if config.proxy_protocol.is_empty() {
+        return http;
+    }
+    http.with_proxy_protocol(ProxyProtocol::new(config.proxy_protocol.clone()))
 }
 
 /// The gateway listener's metrics.

@@ -34,11 +34,11 @@ server: {reload_interval: 0}
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n";
 
 /// A gateway whose PROXY protocol sources are `trusted`, header timeout
-/// `timeout`.
+/// `timeout`, with its access log.
 async fn start(trusted: &str, timeout: &str) -> (Running, ConfigFile) {
     let up = upstream().await;
     let text = format!(
-        "{LIMITED}gateway:\n  proxy_protocol: [{trusted}]\n  limits: {{header_read_timeout: {timeout}}}\n"
+        "{LIMITED}gateway:\n  proxy_protocol: [{trusted}]\n  access_log: true\n  limits: {{header_read_timeout: {timeout}}}\n"
     );
     let file = ConfigFile::new(&text);
     let gw = gateway(&file, &format!("http://{}", up.addr)).await;
@@ -294,6 +294,8 @@ async fn malformed_headers_close_their_connection_with_a_reason() {
     let text = send(a, &v1("198.51.100.9:1")).await.expect("answered");
     assert_eq!(status_of(&text), Some(200), "{text}");
     assert_eq!(field(&text, "x-seen-xff"), Some("198.51.100.9"));
+    // The access log's client is the header's.
+    assert!(logs.wait_for("client=198.51.100.9").await);
     gw.shutdown().await;
 }
 
@@ -399,6 +401,10 @@ async fn the_client_address_is_nginx_s() {
         (
             "bad v1 protocol",
             b"PROXY TCP5 1.2.3.4 5.6.7.8 1 2\r\n".to_vec(),
+        ),
+        (
+            "v1 without \\r",
+            b"PROXY TCP4 198.51.100.1 192.0.2.1 1 2 \n".to_vec(),
         ),
         ("v2 shorter than its addresses", v2_raw(0x21, 0x11, &[0; 8])),
         ("bad v2 version", v2_raw(0x11, 0x11, &[0; 12])),
