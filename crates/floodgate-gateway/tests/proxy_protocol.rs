@@ -123,11 +123,14 @@ async fn send(addr: SocketAddr, header: &[u8]) -> Option<String> {
     send_from("127.0.0.1", addr, header, REQUEST).await
 }
 
+/// A header from a source address.
+type Header = fn(&str) -> Vec<u8>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_give_the_client_address_for_keys_and_upstream() {
     let (gw, _file) = start("127.0.0.1", "5s").await;
     let a = gw.addr();
-    let cases: [(&str, fn(&str) -> Vec<u8>, &str, &str); 4] = [
+    let cases: [(&str, Header, &str, &str); 4] = [
         ("v1", v1, "198.51.100.1:4711", "198.51.100.2:4711"),
         ("v1", v1, "[2001:db8::1]:4711", "[2001:db8::2]:4711"),
         ("v2", v2, "198.51.100.3:4711", "198.51.100.4:4711"),
