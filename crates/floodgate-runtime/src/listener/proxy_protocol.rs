@@ -64,6 +64,10 @@ pub enum HeaderError {
     /// A v2 header longer than [`MAX_HEADER`].
     #[error("PROXY protocol v2 header of {0} bytes, longer than {MAX_HEADER}")]
     TooLong(usize),
+    /// The connection closed before its first byte (a balancer's TCP
+    /// health check).
+    #[error("the connection closed before its first byte")]
+    Closed,
     /// The connection closed within the header.
     #[error("the connection closed within the PROXY protocol header")]
     Truncated,
@@ -212,6 +216,11 @@ impl ProxyProtocol {
             // A silent peer that is not trusted: the usual header timeout,
             // closed as quietly as without the PROXY protocol.
             Err(HeaderError::Timeout) if !trusted => None,
+            // A TCP health check: nothing to say.
+            Err(e @ HeaderError::Closed) => {
+                tracing::debug!(%peer, error = %e, "connection closed");
+                None
+            }
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "connection closed");
                 None
@@ -228,10 +237,10 @@ async fn read(
     trusted: bool,
 ) -> Result<SocketAddr, HeaderError> {
     if !trusted {
-        return match peek_until(stream, has_signature).await? {
-            Some(true) => Err(HeaderError::Untrusted),
-            // Anything else (or nothing) goes the usual way.
-            Some(false) | None => Ok(peer),
+        return match peek_until(stream, has_signature).await {
+            Ok(Some(true)) => Err(HeaderError::Untrusted),
+            // Anything else (or nothing, or an error) goes the usual way.
+            Ok(Some(false) | None) | Err(_) => Ok(peer),
         };
     }
     let decided = peek_until(stream, |b| match parse(b) {
@@ -239,14 +248,18 @@ async fn read(
         Ok(Parsed::Header { len, source }) => Some(Ok((len, source))),
         Err(e) => Some(Err(e)),
     });
-    let (len, source) = decided.await?.ok_or(HeaderError::Truncated)??;
+    let (len, source) = match decided.await {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(HeaderError::Closed),
+        other => other?.ok_or(HeaderError::Truncated)??,
+    };
     consume(stream, len).await?;
     Ok(source.unwrap_or(peer))
 }
 
 /// Peeks at what `stream` has received, as it arrives, until `decide`
-/// says something of it (`None`: the peer closed first). Waits for new
-/// bytes between two looks rather than looking again at the same ones.
+/// says something of it (`None`: the peer closed first; `UnexpectedEof`:
+/// before its first byte). Waits for new bytes between two looks rather
+/// than looking again at the same ones.
 async fn peek_until<T>(
     stream: &TcpStream,
     mut decide: impl FnMut(&[u8]) -> Option<T>,
@@ -258,7 +271,8 @@ async fn peek_until<T>(
             let n = peek(stream, &mut buf)?;
             match decide(&buf[..n]) {
                 Some(t) => Ok(Some(t)),
-                None if n == 0 || ready.is_read_closed() => Ok(None),
+                None if n == 0 => Err(io::ErrorKind::UnexpectedEof.into()),
+                None if ready.is_read_closed() => Ok(None),
                 // Nothing new to decide on: wait for more (clears the
                 // readiness tokio saw).
                 None => Err(io::ErrorKind::WouldBlock.into()),
