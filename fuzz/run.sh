@@ -29,7 +29,7 @@ fi
 SECS=${1:-$([ $QUICK = 1 ] && echo 5 || echo 60)}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority request_path)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority request_path proxy_header)
 
 if [ $QUICK = 1 ]; then
     HOST=$(rustc -vV | sed -n 's/^host: //p')
@@ -97,6 +97,15 @@ for p in '/login' '/x/../login' '/a/%2e%2E/login' '//login/./' '/%6Cogin%3a' '/a
         { printf "\\00$keep"; printf '%s' "$p"; } > "corpus/request_path/seed-$keep-$(printf '%s' "$p" | sha1sum | cut -c1-12)"
     done
 done
+
+# PROXY protocol headers: v1 (TCP4, TCP6, UNKNOWN) then a request, v2
+# (TCP over IPv4 with a TLV, LOCAL).
+mkdir -p corpus/proxy_header
+printf 'PROXY TCP4 192.0.2.1 198.51.100.1 4711 443\r\nGET / HTTP/1.1\r\n' > corpus/proxy_header/seed-v1-tcp4
+printf 'PROXY TCP6 2001:db8::1 2001:db8::2 4711 443\r\n' > corpus/proxy_header/seed-v1-tcp6
+printf 'PROXY UNKNOWN\r\n' > corpus/proxy_header/seed-v1-unknown
+printf '\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x13\xc0\x00\x02\x01\xc6\x33\x64\x01\x12\x67\x01\xbb\xea\x00\x04\x01vpc' > corpus/proxy_header/seed-v2-tcp4
+printf '\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00' > corpus/proxy_header/seed-v2-local
 
 failed=0
 run() {

@@ -1,7 +1,7 @@
 //! The gateway's settings as plain data: what the `gateway:` section of a
 //! Floodgate file reads into, and what code can build directly.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -194,6 +194,11 @@ pub struct GatewayConfig {
     pub forwarding: Forwarding,
     /// One log line per request (see [`crate::access`]).
     pub access_log: bool,
+    /// The sources (networks, `(address, prefix length)`) whose
+    /// connections start with a PROXY protocol header, and only they
+    /// may ([`floodgate_runtime::listener::proxy_protocol`]); empty: no
+    /// header is read.
+    pub proxy_protocol: Vec<(IpAddr, u8)>,
 }
 
 #[cfg(test)]

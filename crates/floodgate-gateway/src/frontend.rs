@@ -10,7 +10,7 @@ use floodgate_policy::ConfigErrors;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{AnyBackend, Apply, Frontend, Health, Listeners};
-use floodgate_runtime::listener::{Counters, Http, Protocols, descriptors, serve};
+use floodgate_runtime::listener::{Counters, Http, Protocols, ProxyProtocol, descriptors, serve};
 use floodgate_runtime::settings::{Given, Settings, StartupSections};
 use http::Request;
 use hyper::body::Incoming;
@@ -145,13 +145,14 @@ impl Frontend for Proxying {
         tracing::info!(
             %addr,
             tls = tls.is_some(),
+            proxy_protocol = !config.proxy_protocol.is_empty(),
             upstream = %upstreams.join(","),
             protocol = config.upstream.protocol.name(),
             limited = self.gateway.limiter().is_some(),
             rules = self.gateway.engine().policy().rules().len(),
             "gateway listening"
         );
-        let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
+        let http = http(config);
         let served = self.gateway.clone();
         let https = tls.is_some();
         let stop = listeners.stop();
@@ -182,6 +183,16 @@ impl Frontend for Proxying {
         )));
         Ok(())
     }
+}
+
+/// The listener's protocols and protections, the PROXY protocol among
+/// them when sources are trusted to send it.
+fn http(config: &GatewayConfig) -> Http {
+    let http = Http::new(&config.limits.connection, Protocols::Http1AndHttp2);
+    if config.proxy_protocol.is_empty() {
+        return http;
+    }
+    http.with_proxy_protocol(ProxyProtocol::new(config.proxy_protocol.clone()))
 }
 
 /// The gateway listener's metrics.

@@ -19,6 +19,10 @@
 //!   concurrency queues and priority shedding as the tower layer.
 //! * An unreachable upstream is answered 502, a slow one 504 — never a
 //!   rate-limit status.
+//! * Behind an L4 load balancer, the PROXY protocol header (v1 or v2) its
+//!   trusted sources send gives the client address
+//!   (`gateway.proxy_protocol`; see
+//!   [`proxy_protocol`](floodgate_runtime::listener::proxy_protocol)).
 //! * Slow clients are disconnected after the header timeout, request heads
 //!   are bounded, request smuggling is rejected by hyper's parser,
 //!   connections are capped, and shutdown drains requests in flight.

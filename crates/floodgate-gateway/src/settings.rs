@@ -7,11 +7,13 @@
 //! the setting was given; relative paths in a file are relative to its
 //! directory.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use floodgate_policy::error::{ConfigError, ConfigErrors, Errors};
+use floodgate_policy::read::parse_cidr;
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::listener::ConnectionLimits;
 use floodgate_runtime::settings::listener::{
@@ -104,6 +106,7 @@ impl Declared for Draft {
             limits: ListenerLimits::default(),
             forwarding: Forwarding::default(),
             access_log: false,
+            proxy_protocol: Vec::new(),
         };
         Draft {
             config,
@@ -145,7 +148,26 @@ fn listener() -> Vec<S> {
         S::new("gateway.access_log", "FLOODGATE_ACCESS_LOG", "access-log", Kind::Bool, "false",
             "one log line per request",
             |s, v| { s.config.access_log = boolean(&v.text())?; Ok(()) }),
+        S::new("gateway.proxy_protocol", "FLOODGATE_GATEWAY_PROXY_PROTOCOL", "gateway-proxy-protocol", Kind::List, "",
+            "load balancers (addresses or networks) whose connections start with a PROXY protocol header (v1 or v2), whose source is then the client address; a header from any other peer closes its connection; `[]`: no header is read",
+            |s, v| { s.config.proxy_protocol = networks(v)?; Ok(()) })
+            .samples("10.0.0.0/8", "192.0.2.1,2001:db8::/32"),
     ]
+}
+
+/// Addresses or networks (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.1`),
+/// as items or comma-separated.
+fn networks(v: &table::Value) -> Result<Vec<(IpAddr, u8)>, String> {
+    let mut list = Vec::new();
+    for item in v.items() {
+        for n in item.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let net = parse_cidr(n).ok_or_else(|| {
+                format!("`{n}` is not an address or network (e.g. 10.0.0.0/8, 2001:db8::/32)")
+            })?;
+            list.push(net);
+        }
+    }
+    Ok(list)
 }
 
 /// Where requests go and how.

@@ -20,6 +20,7 @@ mod nginx_parity;
 mod nginx_replay;
 mod pool;
 mod proxy;
+mod proxy_protocol;
 mod reload;
 mod response_framing;
 mod settings;

@@ -5,7 +5,8 @@
 //! a cap on concurrent streams and closed once it has had no open stream
 //! for the idle timeout, a client that accepts nothing sent to it for the
 //! send timeout cut off (its connection, or its HTTP/2 stream whose window
-//! stays shut); on shutdown each connection finishes its requests
+//! stays shut), a PROXY protocol header read first where configured; on
+//! shutdown each connection finishes its requests
 //! in flight and closes.
 
 use std::convert::Infallible;
@@ -33,6 +34,7 @@ use tokio_rustls::TlsAcceptor;
 use super::accept::{Accepted, Slot};
 use super::activity::{Activity, InFlight};
 use super::age::Ageing;
+use super::proxy_protocol::{Peek, ProxyProtocol};
 use super::send::SendTimed;
 use super::sniff::{Prefixed, Sniffed, sniff};
 use super::stall::{self, StreamExec};
@@ -86,6 +88,7 @@ pub struct Http {
     h2: http2::Builder<StreamExec>,
     limits: ConnectionLimits,
     protocols: Protocols,
+    proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl Http {
@@ -113,7 +116,15 @@ impl Http {
             h2,
             limits: limits.clone(),
             protocols,
+            proxy_protocol: None,
         }
+    }
+
+    /// With the PROXY protocol header read first on each connection
+    /// ([`proxy_protocol`](super::proxy_protocol)), before TLS.
+    pub fn with_proxy_protocol(mut self, proxy_protocol: ProxyProtocol) -> Self {
+        self.proxy_protocol = Some(proxy_protocol);
+        self
     }
 
     /// Serves an accepted connection until the client closes it, a
@@ -128,7 +139,7 @@ impl Http {
         tls: Option<&TlsAcceptor>,
         service: impl FnOnce(SocketAddr, &Arc<Slot>) -> S,
     ) where
-        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        T: AsyncRead + AsyncWrite + Peek + Unpin + Send + 'static,
     {
         let Accepted {
             stream,
@@ -144,6 +155,14 @@ impl Http {
         let ends = |stop| Ends {
             stop,
             aged: Ageing::of(&self.limits),
+        };
+        // Behind a load balancer, the client is who its header says.
+        let peer = match &self.proxy_protocol {
+            None => peer,
+            Some(p) => match p.client(&stream, peer, deadline, &mut stop).await {
+                Some(client) => client,
+                None => return,
+            },
         };
         let slot = Arc::new(slot);
         let service = service(peer, &slot);

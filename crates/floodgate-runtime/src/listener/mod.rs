@@ -1,14 +1,15 @@
 //! The listeners' machinery, one for every binary: the accept loop (a cap
 //! on connections fitted to the open files limit, room made under a flood,
 //! a back-off when descriptors run out), the protections of each
-//! connection (header, idle, send and HTTP/2 limits, its age), and the
-//! graceful drain.
+//! connection (header, idle, send and HTTP/2 limits, its age, the PROXY
+//! protocol header), and the graceful drain.
 
 mod accept;
 mod activity;
 mod age;
 mod connection;
 pub mod descriptors;
+pub mod proxy_protocol;
 mod send;
 mod sniff;
 mod socket;
@@ -32,6 +33,7 @@ use accept::accept_loop;
 
 pub use accept::{Counters, Slot};
 pub use connection::{ConnectionLimits, Http, Protocols};
+pub use proxy_protocol::ProxyProtocol;
 pub use sniff::{Prefixed, Sniffed, sniff};
 pub use socket::{Listen, UNIX_PEER, UnixSocket};
 

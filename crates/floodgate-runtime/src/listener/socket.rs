@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+use super::proxy_protocol::Peek;
 use crate::error::RuntimeError;
 
 /// A listening socket.
 pub trait Listen: Send + Sync + 'static {
     /// An accepted connection.
-    type Stream: AsyncRead + AsyncWrite + AsFd + Unpin + Send + 'static;
+    type Stream: AsyncRead + AsyncWrite + AsFd + Peek + Unpin + Send + 'static;
 
     /// The next connection and its client's address.
     fn accept(&self) -> impl Future<Output = io::Result<(Self::Stream, SocketAddr)>> + Send;
