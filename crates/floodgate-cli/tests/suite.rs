@@ -10,6 +10,7 @@ mod config_check;
 mod configmap_reload;
 mod dashboard;
 mod deploy;
+mod envoy_metrics;
 mod errors_once;
 mod examples_start_clean;
 mod gateway_hostile;

@@ -174,7 +174,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             status,
             out,
             Some((rule, reported)),
-            policy.settings.near_limit_ratio,
+            &policy.settings,
         );
         // One descriptor: over overall exactly when it is (a quota rule
         // being every quota rule of the request).
