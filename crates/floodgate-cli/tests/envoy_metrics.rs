@@ -55,7 +55,10 @@ fn request(entries: &[(&str, &str)], hits: u64) -> Request {
     Request {
         domain: "dash".into(),
         descriptors: vec![Descriptor {
-            entries: entries.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+            entries: entries
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
             limit: None,
             hits_addend: Some(hits),
         }],
@@ -162,7 +165,10 @@ fn run() -> Option<(BTreeMap<String, Stats>, BTreeMap<String, Stats>)> {
     let addr = format!("127.0.0.1:{port}");
     let server = Floodgate::start(
         Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!("envoy_configs:\n  - {:?}\n", dir.path().display().to_string()),
+        &format!(
+            "envoy_configs:\n  - {:?}\n",
+            dir.path().display().to_string()
+        ),
         &[],
         &[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)],
     );
@@ -196,13 +202,20 @@ fn without_use_prometheus_no_compatible_name_is_written() {
     std::fs::write(dir.path().join("dash.yaml"), files()[0].to_yaml()).unwrap();
     let server = Floodgate::start(
         Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!("envoy_configs:\n  - {:?}\n", dir.path().display().to_string()),
+        &format!(
+            "envoy_configs:\n  - {:?}\n",
+            dir.path().display().to_string()
+        ),
         &[],
         &[],
     );
     send(&server.grpc_addr(), &script()[..3]);
     let samples = scrape(server.admin, "/metrics");
-    assert!(samples.iter().any(|s| s.name == "floodgate_rule_hits_total"));
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "floodgate_rule_hits_total")
+    );
     assert!(
         !samples
             .iter()
