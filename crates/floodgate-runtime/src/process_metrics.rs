@@ -31,7 +31,11 @@ fn build_info() {
         "floodgate_build_info",
         "1, labelled with the build: version (the crate's) and profile (release or debug)."
     );
-    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
     metrics::gauge!("floodgate_build_info",
         "version" => env!("CARGO_PKG_VERSION"), "profile" => profile)
     .set(1.0);

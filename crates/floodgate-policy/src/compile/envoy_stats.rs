@@ -100,13 +100,33 @@ fn near_threshold(limit: u64, ratio: f64) -> u64 {
 /// Says what the compatible counters count.
 fn describe() {
     for (name, what) in [
-        ("ratelimit_service_rate_limit_total_hits", "hits asked of the rule"),
-        ("ratelimit_service_rate_limit_over_limit", "hits over the rule's limit"),
-        ("ratelimit_service_rate_limit_near_limit", "hits above the near-limit ratio, within the limit"),
-        ("ratelimit_service_rate_limit_within_limit", "hits the rule admitted"),
-        ("ratelimit_service_rate_limit_shadow_mode", "hits over the limit of a rule in shadow mode"),
+        (
+            "ratelimit_service_rate_limit_total_hits",
+            "hits asked of the rule",
+        ),
+        (
+            "ratelimit_service_rate_limit_over_limit",
+            "hits over the rule's limit",
+        ),
+        (
+            "ratelimit_service_rate_limit_near_limit",
+            "hits above the near-limit ratio, within the limit",
+        ),
+        (
+            "ratelimit_service_rate_limit_within_limit",
+            "hits the rule admitted",
+        ),
+        (
+            "ratelimit_service_rate_limit_shadow_mode",
+            "hits over the limit of a rule in shadow mode",
+        ),
     ] {
-        metrics::describe_counter!(name, format!("envoyproxy/ratelimit's statistic: {what}, by the rule's stats key (domain, key1, key2)."));
+        metrics::describe_counter!(
+            name,
+            format!(
+                "envoyproxy/ratelimit's statistic: {what}, by the rule's stats key (domain, key1, key2)."
+            )
+        );
     }
 }
 
@@ -116,7 +136,12 @@ mod tests {
 
     #[test]
     fn labels_follow_the_default_mapper() {
-        let l = |p| labels(p).into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>();
+        let l = |p| {
+            labels(p)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(l("d.k_v"), ["domain=d", "key1=k_v"]);
         assert_eq!(l("d.a_1.b"), ["domain=d", "key1=a_1", "key2=b"]);
         assert_eq!(l("d.a.b_2.c"), ["domain=d", "key1=a", "key2=b_2"]);

@@ -161,7 +161,8 @@ pub(super) fn settle(
         if settings.envoy_stats {
             let hits = status.hits.saturating_mul(rule.cost).min(1 << 32);
             let ratio = settings.near_limit_ratio;
-            rule.envoy_stats().count(hits, &narrowest, status.shadow, ratio);
+            rule.envoy_stats()
+                .count(hits, &narrowest, status.shadow, ratio);
         }
     }
     if over && !status.shadow {
