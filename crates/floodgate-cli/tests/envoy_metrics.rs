@@ -5,7 +5,8 @@
 //! levels), each rule's `ratelimit_service_rate_limit_*{domain,key1,key2}`
 //! equals the statistics of the reference model of envoyproxy/ratelimit
 //! (`floodgate_testkit::envoy_reference`) for the same sequence, labelled
-//! as its statsd exporter's default mapper labels them.
+//! as its statsd exporter's default mapper labels them; its service
+//! counters count the calls, their times and a refused call.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -119,7 +120,8 @@ fn send(grpc: &str, requests: &[Request]) -> bool {
         let mut line = String::new();
         output.read_line(&mut line).unwrap();
         let answer: Value = serde_json::from_str(&line).unwrap();
-        assert!(answer.get("response").is_some(), "{answer}");
+        let refused = r.domain.is_empty();
+        assert_eq!(answer.get("error").is_some(), refused, "{answer}");
         for t in ["before", "after"] {
             minutes.push((answer[t].as_f64().unwrap() / 60.0) as i64);
         }
@@ -156,6 +158,35 @@ fn compatible(samples: &[Sample]) -> BTreeMap<String, Stats> {
     out
 }
 
+/// The value of the sample `name` whose label `label` is `value`.
+fn sample(samples: &[Sample], name: &str, (label, value): (&str, &str)) -> f64 {
+    samples
+        .iter()
+        .find(|s| s.name == name && s.labels.get(label).is_some_and(|v| v == value))
+        .map_or(0.0, |s| s.value)
+}
+
+/// The service's own counters after `calls` calls, the last one refused
+/// (an empty domain): counted calls and times, one `service_error`.
+fn service_counters(samples: &[Sample], calls: usize) {
+    let method = ("grpc_method", "ShouldRateLimit");
+    let count = |name| sample(samples, name, method);
+    assert_eq!(count("ratelimit_service_total_requests"), calls as f64);
+    assert_eq!(
+        count("ratelimit_service_response_time_seconds_count"),
+        calls as f64
+    );
+    let error = |t| {
+        sample(
+            samples,
+            "ratelimit_service_should_rate_limit_error",
+            ("err_type", t),
+        )
+    };
+    assert_eq!(error("service_error"), 1.0);
+    assert_eq!(error("redis_error"), 0.0);
+}
+
 /// One run of the script: `None` when a minute ended during it.
 fn run() -> Option<(BTreeMap<String, Stats>, BTreeMap<String, Stats>)> {
     let dir = tempfile::tempdir().unwrap();
@@ -172,16 +203,20 @@ fn run() -> Option<(BTreeMap<String, Stats>, BTreeMap<String, Stats>)> {
         &[],
         &[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)],
     );
-    let script = script();
+    let mut script = script();
+    script.push(Request::default());
     if !send(&server.grpc_addr(), &script) {
         return None;
     }
+    let samples = scrape(port, "/metrics");
+    service_counters(&samples, script.len());
+    script.pop();
     let mut reference = Service::new(Config::load(&files, false).unwrap(), Settings::default());
     for r in &script {
         reference.should_rate_limit(r, 0).unwrap();
     }
     let want = reference.stats.into_iter().collect();
-    Some((want, compatible(&scrape(port, "/metrics"))))
+    Some((want, compatible(&samples)))
 }
 
 #[test]
