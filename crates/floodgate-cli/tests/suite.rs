@@ -16,6 +16,7 @@ mod errors_once;
 mod examples_start_clean;
 mod gateway_hostile;
 mod gateway_lifecycle;
+mod gateway_metrics;
 mod headers_parity;
 mod healthcheck;
 mod help;
