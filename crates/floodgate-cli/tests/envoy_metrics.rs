@@ -6,18 +6,20 @@
 //! equals the statistics of the reference model of envoyproxy/ratelimit
 //! (`floodgate_testkit::envoy_reference`) for the same sequence, labelled
 //! as its statsd exporter's default mapper labels them; its service
-//! counters count the calls, their times and a refused call.
+//! counters count the calls, their times and a refused call, and each
+//! configuration load, the first included.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use floodgate_testkit::envoy_reference::{
     Config, Descriptor, File, Node, RateLimit, Request, Service, Settings, Stats,
 };
 use floodgate_testkit::prometheus::{Sample, scrape};
-use floodgate_testkit::{Floodgate, free_port, python, workspace_root};
+use floodgate_testkit::{Floodgate, free_port, python, wait_until, workspace_root};
 use serde_json::{Value, json};
 
 /// A rule of `requests_per_unit` a minute.
@@ -256,5 +258,48 @@ fn without_use_prometheus_no_compatible_name_is_written() {
             .iter()
             .any(|s| s.name.starts_with("ratelimit_") || s.name.starts_with("go_")),
         "compatible names without USE_PROMETHEUS"
+    );
+}
+
+#[test]
+fn configuration_loads_are_counted_under_its_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dash.yaml");
+    std::fs::write(&file, files()[0].to_yaml()).unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let _server = Floodgate::start(
+        Path::new(env!("CARGO_BIN_EXE_floodgate")),
+        &format!(
+            "envoy_configs:\n  - {:?}\n",
+            dir.path().display().to_string()
+        ),
+        &[],
+        &[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)],
+    );
+    let loads = || {
+        let s = scrape(port, "/metrics");
+        let v = |name| s.iter().find(|x| x.name == name).map_or(0.0, |x| x.value);
+        (
+            v("ratelimit_service_config_load_success"),
+            v("ratelimit_service_config_load_error"),
+        )
+    };
+    assert_eq!(loads(), (1.0, 0.0), "the first load");
+    std::fs::write(
+        &file,
+        "domain: dash\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n",
+    )
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || loads() == (1.0, 1.0)),
+        "{:?}",
+        loads()
+    );
+    std::fs::write(&file, files()[0].to_yaml().replace("10", "11")).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || loads() == (2.0, 1.0)),
+        "{:?}",
+        loads()
     );
 }
