@@ -147,6 +147,60 @@ mod tests {
         assert_eq!(l("d.a.b_2.c"), ["domain=d", "key1=a", "key2=b_2"]);
     }
 
+    /// The five counters of the stats key `d.k_v` after `run` counts on
+    /// them: total, over, near, within, shadow.
+    fn counted(run: impl FnOnce(&EnvoyStats)) -> [u64; 5] {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || run(&EnvoyStats::new("d.k_v")));
+        let values: std::collections::HashMap<String, u64> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(k, _, _, v)| match v {
+                DebugValue::Counter(c) => Some((k.key().name().to_owned(), c)),
+                _ => None,
+            })
+            .collect();
+        [
+            "total_hits",
+            "over_limit",
+            "near_limit",
+            "within_limit",
+            "shadow_mode",
+        ]
+        .map(|s| values[&format!("ratelimit_service_rate_limit_{s}")])
+    }
+
+    fn decision(outcome: floodgate::Outcome, limit: u64, remaining: u64) -> Decision {
+        Decision {
+            outcome,
+            limit,
+            remaining,
+            reset_after: std::time::Duration::ZERO,
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn hits_split_at_the_thresholds_as_base_limiter_splits_them() {
+        use floodgate::Outcome::{Allowed, Denied};
+        // Limit 10, near from 8. Admitted 3 taking the count from 6 to 9:
+        // one near. Then 3 more with 1 left, not charged: from 9 to 12,
+        // two over, and the one between 9 and the limit near.
+        let got = counted(|s| {
+            s.count(3, &decision(Allowed, 10, 1), false, 0.8);
+            s.count(3, &decision(Denied, 10, 1), false, 0.8);
+        });
+        assert_eq!(got, [6, 2, 2, 3, 0]);
+        // At the limit already: every hit over, and shadow for a shadow rule.
+        let got = counted(|s| s.count(4, &decision(Denied, 10, 0), true, 0.8));
+        assert_eq!(got, [4, 4, 0, 0, 4]);
+        // A block: every hit over.
+        assert_eq!(counted(|s| s.blocked(5)), [5, 5, 0, 0, 0]);
+    }
+
     #[test]
     fn near_threshold_is_float32s() {
         assert_eq!(near_threshold(10, 0.8), 8);
