@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use floodgate::SystemClock;
@@ -21,6 +22,7 @@ use crate::body::ProxyBody;
 use crate::forward::X_FORWARDED_PROTO;
 use crate::keyed::KeyedFields;
 use crate::proxy::{ClientInfo, Proxy};
+use crate::responses::ResponseMetrics;
 use floodgate_http::HttpSection;
 
 /// The limiter of a gateway: the layer and the identity it was built from.
@@ -70,6 +72,8 @@ pub struct Gateway<B> {
     /// `floodgate_requests_total{api="http"}` of the requests the limiter
     /// has no part in (the layer counts the others).
     requests: RequestCounters,
+    /// Responses by status class, and their time.
+    responses: ResponseMetrics,
 }
 
 impl<B: Backend> Gateway<B> {
@@ -83,6 +87,7 @@ impl<B: Backend> Gateway<B> {
             proxy,
             access_log,
             requests: RequestCounters::new("http"),
+            responses: ResponseMetrics::new(),
         }
     }
 
@@ -127,6 +132,7 @@ impl<B: Backend> Gateway<B> {
         mut req: Request<Incoming>,
         mut client: ClientInfo,
     ) -> Result<Response<GatewayBody>, Infallible> {
+        let started = Instant::now();
         let mut access = self
             .access_log
             .then(|| AccessEntry::begin(&req, client.peer));
@@ -135,7 +141,7 @@ impl<B: Backend> Gateway<B> {
         // (nothing is charged for it) or forwarded.
         if let Some(res) = self.proxy.check_request(&mut req) {
             self.requests.count(RequestResult::Error);
-            return Ok(unlimited(access, res));
+            return Ok(self.unlimited(access, res, started));
         }
         let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
@@ -144,14 +150,14 @@ impl<B: Backend> Gateway<B> {
             // holding it moves (into hyper's connection, per request).
             self.requests.count(RequestResult::Allowed);
             let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
-            return Ok(unlimited(access, res));
+            return Ok(self.unlimited(access, res, started));
         };
         // A keyed field the upstream could read otherwise than the
         // identity: refused, or removed (see `crate::keyed`).
         if l.keyed.check(req.headers_mut()).is_err() {
             let res = self.proxy.duplicate_keyed_field(req.version());
             self.requests.count(RequestResult::Error);
-            return Ok(unlimited(access, res));
+            return Ok(self.unlimited(access, res, started));
         }
         let from = l.client(&req, &mut client, access.as_deref_mut());
         let proxy = self.proxy.clone();
@@ -160,16 +166,27 @@ impl<B: Backend> Gateway<B> {
             // box rather than on the stack and copied there (kilobytes).
             in_box(proxy.forward(req, client))
         });
-        match access {
-            // Mapped straight into the result: the response is not moved
-            // once more through a local.
-            None => limited.await,
-            Some(a) => {
-                let res = limited.await?;
-                a.finish(res.status(), res.body().is_from_layer());
-                Ok(res)
-            }
+        let res = limited.await?;
+        self.responses.finished(res.status(), started);
+        if let Some(a) = access {
+            a.finish(res.status(), res.body().is_from_layer());
         }
+        Ok(res)
+    }
+
+    /// A response the limiter had no part in, counted and logged.
+    #[inline]
+    fn unlimited(
+        &self,
+        access: Option<Box<AccessEntry>>,
+        res: Response<ProxyBody>,
+        started: Instant,
+    ) -> Response<GatewayBody> {
+        self.responses.finished(res.status(), started);
+        if let Some(a) = access {
+            a.finish(res.status(), false);
+        }
+        res.map(FloodgateBody::new)
     }
 }
 
@@ -197,15 +214,6 @@ impl<B: Backend> Limiter<B> {
         }
         from
     }
-}
-
-/// A response the limiter had no part in, logged.
-#[inline]
-fn unlimited(access: Option<Box<AccessEntry>>, res: Response<ProxyBody>) -> Response<GatewayBody> {
-    if let Some(a) = access {
-        a.finish(res.status(), false);
-    }
-    res.map(FloodgateBody::new)
 }
 
 /// A response body of the gateway: the limiter's (holding its permits

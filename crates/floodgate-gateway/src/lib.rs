@@ -91,6 +91,7 @@ mod keyed;
 mod pool;
 mod proxy;
 mod reload;
+mod responses;
 mod run;
 pub mod settings;
 mod tls;

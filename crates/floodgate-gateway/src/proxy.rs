@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use floodgate_http::identity::{EncodedSlashes, PathError, normalize_path};
@@ -102,6 +102,9 @@ struct Shared {
     stats: ProxyStats,
     /// The counter of each fault (see [`METRICS`]).
     metrics: [metrics::Counter; METRICS.len()],
+    /// `floodgate_gateway_upstream_duration_seconds`: from sending a
+    /// request upstream to its response head.
+    upstream_time: metrics::Histogram,
 }
 
 /// A fault the gateway answers itself: the client's (400, 408, 413), or
@@ -278,6 +281,7 @@ impl Proxy {
                 encoded_slashes: forwarding.encoded_slashes,
                 stats: ProxyStats::default(),
                 metrics: METRICS.map(|(name, kind)| metrics::counter!(name, "kind" => kind)),
+                upstream_time: upstream_time(),
             }),
         }
     }
@@ -366,6 +370,7 @@ impl Proxy {
                 Err(res) => return Ok(*res),
             };
             let up = &shared.upstream;
+            let sent = Instant::now();
             let result = {
                 // Pinned here, once: the exchange borrows it rather than holding
                 // (and moving) a copy of its own. Gone at the end of this block:
@@ -378,6 +383,7 @@ impl Proxy {
                 Ok(res) => res,
                 Err(failure) => return Ok(shared.failed(failure, version)),
             };
+            shared.upstream_time.record(sent.elapsed().as_secs_f64());
             let switched = switch(&mut res, client_upgrade);
             let (mut parts, mut body) = res.into_parts();
             // The first frame, when it is there already: a body broken
@@ -397,6 +403,16 @@ impl Proxy {
             Ok(Response::from_parts(parts, body))
         }
     }
+}
+
+/// The histogram of the upstream's time to a response head.
+fn upstream_time() -> metrics::Histogram {
+    metrics::describe_histogram!(
+        "floodgate_gateway_upstream_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time from sending a request upstream (connecting included) to its response head, for the exchanges that brought one."
+    );
+    metrics::histogram!("floodgate_gateway_upstream_duration_seconds")
 }
 
 /// The client broke its own upload: its error, whatever the upstream's

@@ -393,6 +393,17 @@ where
         errors.finish(())
     }
 
+    /// Counts a reload that was applied (`ok`) or not: under
+    /// envoyproxy/ratelimit's names too with its `USE_PROMETHEUS`
+    /// ([`LoadOptions::envoy_stats`](crate::read::LoadOptions::envoy_stats)).
+    fn count(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        metrics::counter!("floodgate_config_reloads_total", "result" => result).increment(1);
+        if self.source.options.envoy_stats {
+            count_envoy_load(ok);
+        }
+    }
+
     /// Hands over what settled files loaded into, or reports why not.
     fn settled(&mut self, result: Result<Compiled, ConfigErrors>) -> ReloadOutcome {
         let result = result.and_then(|c| self.emptied(&c).map(|()| c));
@@ -408,22 +419,19 @@ where
                 match (self.apply)(compiled).refused() {
                     Ok(()) => {
                         self.held = held;
-                        metrics::counter!("floodgate_config_reloads_total", "result" => "ok")
-                            .increment(1);
+                        self.count(true);
                         tracing::info!("configuration reloaded");
                         ReloadOutcome::Applied
                     }
                     Err(reason) => {
-                        metrics::counter!("floodgate_config_reloads_total", "result" => "error")
-                            .increment(1);
+                        self.count(false);
                         tracing::error!(%reason, "configuration refused; the running configuration stays in force");
                         ReloadOutcome::Refused(reason)
                     }
                 }
             }
             Err(errors) => {
-                metrics::counter!("floodgate_config_reloads_total", "result" => "error")
-                    .increment(1);
+                self.count(false);
                 tracing::error!(%errors, "configuration rejected; the running configuration stays in force");
                 ReloadOutcome::Rejected(errors)
             }
@@ -576,4 +584,24 @@ impl std::fmt::Debug for ReloadTrigger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ReloadTrigger")
     }
+}
+
+/// Counts a configuration load under envoyproxy/ratelimit's names
+/// (`ratelimit_service_config_load_success`, `_error`), as its service
+/// counts each load of its runtime files.
+pub fn count_envoy_load(ok: bool) {
+    metrics::describe_counter!(
+        "ratelimit_service_config_load_success",
+        "envoyproxy/ratelimit's name: configurations loaded and put in force (the first one included)."
+    );
+    metrics::describe_counter!(
+        "ratelimit_service_config_load_error",
+        "envoyproxy/ratelimit's name: configurations that could not be loaded or put in force."
+    );
+    let name = if ok {
+        "ratelimit_service_config_load_success"
+    } else {
+        "ratelimit_service_config_load_error"
+    };
+    metrics::counter!(name).increment(1);
 }

@@ -31,6 +31,10 @@ pub struct Settings {
     /// files whose rules do not set `penalty` (see
     /// [`Penalty::default_for`]).
     pub envoy_increment_all: bool,
+    /// Also counts each rule's hits under envoyproxy/ratelimit's
+    /// Prometheus names (`ratelimit_service_rate_limit_*{domain,key1,key2}`),
+    /// with its semantics: its `USE_PROMETHEUS`.
+    pub envoy_stats: bool,
 }
 
 impl Default for Settings {
@@ -40,6 +44,7 @@ impl Default for Settings {
             enforce: true,
             near_limit_ratio: 0.8,
             envoy_increment_all: false,
+            envoy_stats: false,
         }
     }
 }

@@ -87,6 +87,7 @@ fn read(
             other_sections: crate::host::sections(sections),
             envoy_increment_all: boot.policy.envoy_increment_all,
             allow_empty: boot.config.allow_empty,
+            envoy_stats: boot.policy.envoy_stats.unwrap_or(false),
         },
     };
     let thread = ConfigThread::spawn().map_err(|e| RuntimeError::Runtime(e.to_string()))?;
@@ -94,6 +95,9 @@ fn read(
     let compiled = thread
         .run(move || files.compile())
         .map_err(RuntimeError::Config)?;
+    if source.options.envoy_stats {
+        floodgate_policy::reload::count_envoy_load(true);
+    }
     let documents = &compiled.loaded.documents;
     let settings =
         Settings::resolve(flags, env, documents, &frontend_keys).map_err(RuntimeError::Config)?;

@@ -170,10 +170,14 @@ impl Health {
         });
     }
 
-    /// Copies the store's counters into the metrics registry (before a
-    /// scrape).
+    /// Copies the store's counters and the process's figures into the
+    /// metrics registry (before a scrape).
     pub fn export_metrics(&self) {
         crate::metrics::export_store(self.engine.backend());
+        crate::process_metrics::collect();
+        if self.engine.policy().settings.envoy_stats {
+            crate::process_metrics::collect_envoy();
+        }
         self.store_ready();
     }
 }

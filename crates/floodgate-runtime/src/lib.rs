@@ -45,6 +45,7 @@ mod lifecycle;
 pub mod listener;
 mod logging;
 mod metrics;
+mod process_metrics;
 pub mod settings;
 mod signals;
 mod threads;

@@ -26,6 +26,7 @@ pub fn install() -> Result<PrometheusHandle, RuntimeError> {
     metrics::set_global_recorder(recorder)
         .map_err(|e| RuntimeError::Runtime(format!("metrics recorder: {e}")))?;
     describe();
+    crate::process_metrics::install();
     Ok(handle)
 }
 

@@ -44,12 +44,12 @@ impl DecisionService {
     /// A service deciding with `health`'s engine ([`Health::start`]).
     pub fn new(health: Arc<Health>, settings: &RlsSettings) -> Result<Self, RuntimeError> {
         Ok(DecisionService {
+            metrics: ServiceMetrics::new(health.engine().policy().settings.envoy_stats),
             engine: health.engine().clone(),
             health,
             pool: ResponsePool::default(),
             headers: crate::headers::envoy_headers(&settings.headers)
                 .map_err(|e| RuntimeError::Runtime(e.to_string()))?,
-            metrics: ServiceMetrics::default(),
             calls: Calls::new(settings.max_requests),
             request_timeout: settings.request_timeout,
             body_limit: settings.body_limit,

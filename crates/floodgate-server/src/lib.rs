@@ -47,6 +47,7 @@
 mod admin;
 mod call;
 mod decision;
+mod envoy_metrics;
 mod grpc;
 mod headers;
 mod http;

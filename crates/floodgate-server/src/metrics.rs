@@ -10,6 +10,8 @@ use floodgate_http::layer::{RequestCounters, RequestResult};
 use floodgate_policy::{Code, ErrorCode, Released, Response};
 use metrics::{Counter, Histogram};
 
+use crate::envoy_metrics::EnvoyServiceMetrics;
+
 /// Describes the request-path metrics (once the recorder is installed).
 fn describe() {
     metrics::describe_histogram!(
@@ -150,10 +152,19 @@ struct ApiHandles {
 pub struct ServiceMetrics {
     apis: [ApiHandles; 4],
     errors: [Counter; 5],
+    /// The same under envoyproxy/ratelimit's names, when on.
+    envoy: Option<EnvoyServiceMetrics>,
 }
 
 impl Default for ServiceMetrics {
     fn default() -> Self {
+        Self::new(false)
+    }
+}
+
+impl ServiceMetrics {
+    /// Every handle, under envoyproxy/ratelimit's names too with `envoy`.
+    pub fn new(envoy: bool) -> Self {
         describe();
         ServiceMetrics {
             apis: API_LABELS.map(|l| ApiHandles {
@@ -162,11 +173,10 @@ impl Default for ServiceMetrics {
             }),
             errors: ERROR_LABELS
                 .map(|class| metrics::counter!("floodgate_request_errors_total", "class" => class)),
+            envoy: envoy.then(EnvoyServiceMetrics::new),
         }
     }
-}
 
-impl ServiceMetrics {
     /// Records a decided request, by the answer `response` gives.
     #[inline]
     pub fn decided(&self, api: Api, response: &Response, started: Instant) {
@@ -178,7 +188,11 @@ impl ServiceMetrics {
     pub(crate) fn counted(&self, api: Api, result: RequestResult, started: Instant) {
         let h = &self.apis[api as usize];
         h.requests.count(result);
-        h.latency.record(started.elapsed().as_secs_f64());
+        let seconds = started.elapsed().as_secs_f64();
+        h.latency.record(seconds);
+        if let Some(e) = &self.envoy {
+            e.counted(api, seconds);
+        }
     }
 
     /// Records a request refused for want of a place among the calls in
@@ -187,6 +201,7 @@ impl ServiceMetrics {
     pub(crate) fn shed(&self, api: Api, started: Instant) {
         self.counted(api, RequestResult::Shed, started);
         self.errors[ErrorClass::ResourceExhausted as usize].increment(1);
+        // envoyproxy/ratelimit counts no error for a call it sheds.
     }
 
     /// [`shed`](Self::shed), for an HTTP request to `api` (none: a path
@@ -209,7 +224,11 @@ impl ServiceMetrics {
     /// engine's [`ErrorCode`]).
     pub fn failed(&self, api: Api, class: impl Into<ErrorClass>, started: Instant) {
         self.counted(api, RequestResult::Error, started);
-        self.errors[class.into() as usize].increment(1);
+        let class = class.into();
+        self.errors[class as usize].increment(1);
+        if let Some(e) = &self.envoy {
+            e.failed(api, class);
+        }
     }
 }
 

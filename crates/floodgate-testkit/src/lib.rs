@@ -1,6 +1,7 @@
 //! Process helpers for end-to-end tests: free ports, `redis-server`
 //! processes, the `floodgate` binary (`serve` or `gateway`) started on a
-//! temporary configuration and awaited until ready, its metrics, an
+//! temporary configuration and awaited until ready, its metrics (one
+//! value, or every sample: [`prometheus`]), an
 //! upstream served in the test process, raw HTTP/2 and gRPC ([`grpc`]),
 //! a real nginx, the Python interpreter with Envoy's generated gRPC
 //! client (xds-protos), the probe that hostile tests measure a server by (a normal client
@@ -28,6 +29,7 @@ mod net;
 mod nginx;
 mod probe;
 mod process;
+pub mod prometheus;
 mod redis;
 #[cfg(feature = "settings")]
 pub mod settings;

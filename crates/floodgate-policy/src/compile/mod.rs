@@ -1,6 +1,7 @@
 //! Compiling a [`PolicySpec`] into a [`PolicySet`]: rule trees with hashed
 //! levels, core limits built once, fingerprints.
 
+mod envoy_stats;
 mod lists;
 mod pattern;
 mod rule;
@@ -273,6 +274,7 @@ impl Ctx<'_> {
             sync: rl.sync,
             fingerprint,
             metrics: Default::default(),
+            envoy_stats: Default::default(),
         });
         Some(id)
     }

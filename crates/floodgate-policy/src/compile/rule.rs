@@ -11,6 +11,7 @@ use floodgate::algorithms::{
 };
 use metrics::Counter;
 
+use super::envoy_stats::EnvoyStats;
 use crate::failure::OnFailure;
 use crate::spec::{LimitSpec, Penalty, Reported};
 use crate::sync_mode::SyncMode;
@@ -92,6 +93,9 @@ pub struct Rule {
     /// never decides holds no series in the recorder (a configuration of a
     /// rule per tenant pays for the tenants that send traffic).
     pub(crate) metrics: OnceLock<Box<RuleMetrics>>,
+    /// Its statistics under envoyproxy/ratelimit's names, resolved on its
+    /// first decision with `Settings::envoy_stats` on.
+    pub(crate) envoy_stats: OnceLock<Box<EnvoyStats>>,
 }
 
 impl Rule {
@@ -105,6 +109,13 @@ impl Rule {
     pub fn metrics(&self) -> &RuleMetrics {
         self.metrics
             .get_or_init(|| Box::new(RuleMetrics::new(&self.domain, self.label())))
+    }
+
+    /// Its statistics under envoyproxy/ratelimit's names, from the
+    /// installed recorder on first use.
+    pub(crate) fn envoy_stats(&self) -> &EnvoyStats {
+        self.envoy_stats
+            .get_or_init(|| Box::new(EnvoyStats::new(&self.path)))
     }
 
     /// The limits, if it counts.

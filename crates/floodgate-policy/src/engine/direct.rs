@@ -170,12 +170,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         let pick = narrowest_index(out);
         let reported = limits[pick].reported;
         let status = &mut response.statuses[0];
-        response.limited = settle(
-            status,
-            out,
-            Some((rule, reported)),
-            policy.settings.near_limit_ratio,
-        );
+        response.limited = settle(status, out, Some((rule, reported)), &policy.settings);
         // One descriptor: over overall exactly when it is (a quota rule
         // being every quota rule of the request).
         if status.code == Code::OverLimit {

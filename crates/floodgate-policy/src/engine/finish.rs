@@ -3,7 +3,7 @@
 use floodgate::{Decision, Timestamp};
 
 use crate::compile::{PolicySet, Rule};
-use crate::spec::Reported;
+use crate::spec::{Reported, Settings};
 
 use super::response::{Code, Reason, Response, Status};
 use super::scratch::{LimitRef, Scratch};
@@ -49,7 +49,7 @@ pub(super) fn finish(policy: &PolicySet, now: Timestamp, response: &mut Response
 /// whether any rule limited the request.
 #[inline]
 fn settle_all(policy: &PolicySet, statuses: &mut [Status], scratch: &Scratch) -> bool {
-    let ratio = policy.settings.near_limit_ratio;
+    let settings = &policy.settings;
     let mut any_limited = false;
     let mut k = 0;
     let slots = &scratch.slots;
@@ -68,7 +68,7 @@ fn settle_all(policy: &PolicySet, statuses: &mut [Status], scratch: &Scratch) ->
             }
             LimitRef::Override(_) => None,
         };
-        any_limited |= settle(&mut statuses[desc], decisions, reported, ratio);
+        any_limited |= settle(&mut statuses[desc], decisions, reported, settings);
         k = end;
     }
     any_limited
@@ -85,6 +85,9 @@ fn count_blocks(policy: &PolicySet, statuses: &[Status]) -> bool {
                 any = true;
                 if matches!(rule.action, crate::compile::Action::Block { .. }) {
                     rule.metrics().over_limit.increment(1);
+                    if policy.settings.envoy_stats {
+                        rule.envoy_stats().blocked(s.hits.saturating_mul(rule.cost));
+                    }
                 }
             }
         }
@@ -122,14 +125,15 @@ pub(super) fn over_limit(policy: &PolicySet, overall: &mut Code, shadowed: &mut 
 
 /// One descriptor's status from the decisions of its counters (resets
 /// already filled): the narrowest decides, `reported` is the rule and limit
-/// it comes from (none for a limit override). Counts the rule's metrics.
+/// it comes from (none for a limit override). Counts the rule's metrics
+/// (under envoyproxy/ratelimit's names too when `settings` say so).
 /// Returns whether the rule limited the request (denied, delayed, or a
 /// shadow-mode hit).
 pub(super) fn settle(
     status: &mut Status,
     decisions: &[Decision],
     reported: Option<(&Rule, Reported)>,
-    ratio: f64,
+    settings: &Settings,
 ) -> bool {
     let narrowest = decisions
         .iter()
@@ -153,7 +157,13 @@ pub(super) fn settle(
         narrowest.remaining.min(u64::from(u32::MAX)) as u32
     };
     if let Some((rule, _)) = reported {
-        count(rule, status, &narrowest, delayed, ratio);
+        count(rule, status, &narrowest, delayed, settings.near_limit_ratio);
+        if settings.envoy_stats {
+            let hits = status.hits.saturating_mul(rule.cost).min(1 << 32);
+            let ratio = settings.near_limit_ratio;
+            rule.envoy_stats()
+                .count(hits, &narrowest, status.shadow, ratio);
+        }
     }
     if over && !status.shadow {
         status.code = Code::OverLimit;

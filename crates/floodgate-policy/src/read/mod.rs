@@ -46,6 +46,10 @@ pub struct LoadOptions {
     /// never the files themselves: a file cannot vouch for its own
     /// emptiness.
     pub allow_empty: bool,
+    /// Counts each reload under envoyproxy/ratelimit's names too
+    /// (`ratelimit_service_config_load_success`, `_error`): its
+    /// `USE_PROMETHEUS`.
+    pub envoy_stats: bool,
 }
 
 /// The result of loading.

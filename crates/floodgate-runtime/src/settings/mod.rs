@@ -213,6 +213,8 @@ pub struct PolicyOverrides {
     /// counts every request: the fixed windows of its files whose rules
     /// set no `penalty`); applied when the files are compiled.
     pub envoy_increment_all: Option<bool>,
+    /// Also count each rule under envoyproxy/ratelimit's Prometheus names.
+    pub envoy_stats: Option<bool>,
 }
 
 impl PolicyOverrides {
@@ -226,6 +228,9 @@ impl PolicyOverrides {
         }
         if let Some(e) = self.envoy_increment_all {
             settings.envoy_increment_all = e;
+        }
+        if let Some(e) = self.envoy_stats {
+            settings.envoy_stats = e;
         }
     }
 }

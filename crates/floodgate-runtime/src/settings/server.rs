@@ -312,4 +312,21 @@ fn policy(t: &mut Vec<S>) {
         |s, v| { s.policy.envoy_increment_all = Some(boolean(&v.text())?); Ok(()) })
         .in_file(InFile::Policies)
         .envoy(Envoy::Read { names: "`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (inverted)", read: stop_increment }));
+    t.push(S::new("settings.envoy_stats", "FLOODGATE_ENVOY_STATS", "envoy-stats", Kind::Bool, "",
+        "also counts each rule's hits under envoyproxy/ratelimit's Prometheus names and labels (`ratelimit_service_rate_limit_*{domain,key1,key2}`), with its semantics",
+        |s, v| { s.policy.envoy_stats = Some(boolean(&v.text())?); Ok(()) })
+        .in_file(InFile::Policies)
+        .envoy(Envoy::Read { names: "`USE_PROMETHEUS`", read: use_prometheus }));
+}
+
+/// `USE_PROMETHEUS`: envoyproxy/ratelimit's statistics under its own
+/// Prometheus names.
+fn use_prometheus(env: &Env<'_>) -> EnvoyRead {
+    const VAR: &str = "USE_PROMETHEUS";
+    match env.get(VAR) {
+        None => Ok(None),
+        Some(v) => boolean(&v)
+            .map(|on| Some((VAR, on.to_string())))
+            .map_err(|m| (VAR, m)),
+    }
 }
