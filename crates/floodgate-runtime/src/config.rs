@@ -9,7 +9,7 @@ use floodgate_policy::reload::{Compiled, ConfigSource};
 
 use crate::config_thread::ConfigThread;
 use crate::error::RuntimeError;
-use crate::settings::{Env, Flags, Given, Settings};
+use crate::settings::{ConfigType, Env, Flags, Given, Settings};
 
 /// A loaded configuration.
 #[derive(Debug)]
@@ -29,6 +29,10 @@ pub struct Loaded {
     /// The thread it was loaded on, where it is watched and reloaded (see
     /// `Watching`).
     pub thread: ConfigThread,
+    /// Whether a configuration was loaded: false when the binary starts
+    /// without one (`start_without_config`, or from an xDS server), until
+    /// the first comes.
+    pub configured: bool,
 }
 
 /// Logs what a binary loaded and runs with: the files read, the domains
@@ -76,10 +80,15 @@ fn read(
 ) -> Result<Loaded, RuntimeError> {
     let frontend_keys = crate::host::keys(sections);
     let boot = Settings::resolve(flags, env, &[], &frontend_keys).map_err(RuntimeError::Config)?;
-    let paths = boot
-        .config
-        .resolved_paths(default_config)
-        .map_err(RuntimeError::Runtime)?;
+    let xds = boot.config.config_type == ConfigType::XdsSotw;
+    // Over xDS the policies come from the server only: no file is read.
+    let paths = if xds {
+        Vec::new()
+    } else {
+        boot.config
+            .resolved_paths(default_config)
+            .map_err(RuntimeError::Runtime)?
+    };
     let source = ConfigSource {
         paths,
         options: LoadOptions {
@@ -90,10 +99,16 @@ fn read(
         },
     };
     let thread = ConfigThread::spawn().map_err(|e| RuntimeError::Runtime(e.to_string()))?;
-    let files = source.clone();
-    let compiled = thread
-        .run(move || files.compile())
-        .map_err(RuntimeError::Config)?;
+    let compiled = if xds {
+        None
+    } else {
+        first_load(&thread, &source, boot.config.start_without_config)?
+    };
+    let configured = compiled.is_some();
+    let compiled = compiled.unwrap_or_else(|| Compiled {
+        policy: floodgate_policy::PolicySet::empty(),
+        loaded: floodgate_policy::read::Loaded::default(),
+    });
     let documents = &compiled.loaded.documents;
     let settings =
         Settings::resolve(flags, env, documents, &frontend_keys).map_err(RuntimeError::Config)?;
@@ -104,5 +119,25 @@ fn read(
         given: Given::default(),
         frontend_keys,
         thread,
+        configured,
     })
+}
+
+/// The files' first load, on `thread`; when `start_without_config`, one
+/// that fails is logged and the binary starts without a configuration
+/// (the files are watched: the first valid one is applied).
+fn first_load(
+    thread: &ConfigThread,
+    source: &ConfigSource,
+    start_without_config: bool,
+) -> Result<Option<Compiled>, RuntimeError> {
+    let files = source.clone();
+    match thread.run(move || files.compile()) {
+        Ok(compiled) => Ok(Some(compiled)),
+        Err(errors) if start_without_config => {
+            tracing::warn!(%errors, "no valid configuration at startup: starting without one (not ready until one is loaded)");
+            Ok(None)
+        }
+        Err(errors) => Err(RuntimeError::Config(errors)),
+    }
 }

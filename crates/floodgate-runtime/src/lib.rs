@@ -45,10 +45,12 @@ mod lifecycle;
 pub mod listener;
 mod logging;
 mod metrics;
+pub mod proto;
 pub mod settings;
 mod signals;
 mod threads;
 pub mod tls;
+mod xds;
 
 pub use error::RuntimeError;
 pub use settings::Settings;

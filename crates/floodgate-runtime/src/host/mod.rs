@@ -144,6 +144,9 @@ pub struct Running<F> {
     /// the listeners' certificates with the configuration (stops when
     /// dropped).
     watching: Watching,
+    /// The xDS client, when the policies come from an xDS server (stops
+    /// when dropped).
+    _xds: Option<AbortOnDrop>,
 }
 
 /// Builds the engine and `F` from `loaded` and `config`, watches the
@@ -161,6 +164,7 @@ pub async fn start<F: Frontend>(
         given,
         frontend_keys,
         thread,
+        configured,
     } = loaded;
     if let Some(h) = &prometheus {
         crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
@@ -171,12 +175,17 @@ pub async fn start<F: Frontend>(
     );
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, F::request_limits(&config), policy).await?;
-    let engine = health.engine();
-    crate::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
+    if configured {
+        let policy = health.engine().policy();
+        crate::config::log_loaded(&loaded.files, &policy, &settings.store);
+    } else {
+        health.set_unconfigured();
+    }
     let frontend = Arc::new(F::build(config, &health, &settings)?);
     let certificates = Arc::new(Certificates::default());
-    let reload = Reload::new(frontend.clone(), engine.clone(), &settings, given, startup);
+    let reload = Reload::new(frontend.clone(), health.clone(), &settings, given, startup);
     let reload = Arc::new(reload);
+    let xds = xds_source(&settings, &source, &reload, &health)?;
     let (reloading, reloaded) = (reload.clone(), certificates.clone());
     // Renewed certificates are picked up at the policies' pace, and re-read
     // whatever their files look like when a reload is asked for.
@@ -191,6 +200,11 @@ pub async fn start<F: Frontend>(
         move |c: Compiled| reloading.apply(c),
         move |forced| reloaded.reload(forced),
     );
+    if xds.is_some() && !settings.config.start_without_config {
+        // As envoyproxy/ratelimit: the listeners wait for the first
+        // configuration (dropping this future stops the client).
+        let _ = health.watch_configured().wait_for(|c| *c).await;
+    }
     let (stop, stopped) = watch::channel(false);
     let mut listeners = Listeners::new(&settings, &certificates, stopped);
     bind(&frontend, &health, prometheus, &mut listeners).await?;
@@ -205,7 +219,41 @@ pub async fn start<F: Frontend>(
         grace: settings.server.shutdown_grace,
         reload,
         watching,
+        _xds: xds,
     })
+}
+
+/// The xDS client of a host whose policies come from an xDS server
+/// (`config_type: xds`), started: it applies what the server sends with
+/// `reload`, reading as `source` says.
+fn xds_source<F: Frontend>(
+    settings: &Settings,
+    source: &floodgate_policy::reload::ConfigSource,
+    reload: &Arc<Reload<F>>,
+    health: &Arc<Health>,
+) -> Result<Option<AbortOnDrop>, RuntimeError> {
+    if settings.config.config_type != crate::settings::ConfigType::XdsSotw {
+        return Ok(None);
+    }
+    let endpoint = crate::xds::channel::endpoint(&settings.config.xds).map_err(RuntimeError::Runtime)?;
+    let reload = reload.clone();
+    let apply: crate::xds::ApplyFn = Arc::new(move |c: Compiled| reload.apply(c));
+    let client = crate::xds::Source::new(
+        settings.config.xds.clone(),
+        source.options.clone(),
+        apply,
+        health.clone(),
+    );
+    Ok(Some(AbortOnDrop(client.spawn(endpoint))))
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Serves the admin routes (with `frontend`'s), the probes on the
