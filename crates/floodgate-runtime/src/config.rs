@@ -29,10 +29,10 @@ pub struct Loaded {
     /// The thread it was loaded on, where it is watched and reloaded (see
     /// `Watching`).
     pub thread: ConfigThread,
-    /// Whether a configuration was loaded: false when the binary starts
-    /// without one (`start_without_config`, or from an xDS server), until
-    /// the first comes.
-    pub configured: bool,
+    /// Why the binary starts without a configuration (none: it has one),
+    /// not ready until the first comes: it comes from an xDS server, or
+    /// the files did not load and `start_without_config` is set.
+    pub without_config: Option<String>,
 }
 
 /// Logs what a binary loaded and runs with: the files read, the domains
@@ -99,16 +99,17 @@ fn read(
         },
     };
     let thread = ConfigThread::spawn().map_err(|e| RuntimeError::Runtime(e.to_string()))?;
-    let compiled = if xds {
-        None
+    let (compiled, first) = if xds {
+        (None, None)
     } else {
         first_load(&thread, &source, boot.config.start_without_config)?
     };
-    let configured = compiled.is_some();
-    let compiled = compiled.unwrap_or_else(|| Compiled {
-        policy: floodgate_policy::PolicySet::empty(),
-        loaded: floodgate_policy::read::Loaded::default(),
-    });
+    let without_config = match (&compiled, xds) {
+        (Some(_), _) => None,
+        (None, true) => Some("it comes from the xDS server".to_owned()),
+        (None, false) => Some(format!("the files do not load: {}", first.unwrap_or_default())),
+    };
+    let compiled = compiled.unwrap_or_else(|| unloaded(&source));
     let documents = &compiled.loaded.documents;
     let settings =
         Settings::resolve(flags, env, documents, &frontend_keys).map_err(RuntimeError::Config)?;
@@ -119,25 +120,38 @@ fn read(
         given: Given::default(),
         frontend_keys,
         thread,
-        configured,
+        without_config,
     })
 }
 
+/// What runs before the first configuration: no policy, the files of
+/// `source` watched as if they held none (the first that loads is
+/// applied).
+fn unloaded(source: &ConfigSource) -> Compiled {
+    let loaded = floodgate_policy::read::Loaded {
+        files: source.paths.clone(),
+        held: vec![0; source.paths.len()],
+        ..Default::default()
+    };
+    Compiled {
+        policy: floodgate_policy::PolicySet::empty(),
+        loaded,
+    }
+}
+
 /// The files' first load, on `thread`; when `start_without_config`, one
-/// that fails is logged and the binary starts without a configuration
-/// (the files are watched: the first valid one is applied).
+/// that fails leaves the binary to start without a configuration (the
+/// files are watched: the first valid version is applied), its errors
+/// returned to be logged once logging is set up.
 fn first_load(
     thread: &ConfigThread,
     source: &ConfigSource,
     start_without_config: bool,
-) -> Result<Option<Compiled>, RuntimeError> {
+) -> Result<(Option<Compiled>, Option<String>), RuntimeError> {
     let files = source.clone();
     match thread.run(move || files.compile()) {
-        Ok(compiled) => Ok(Some(compiled)),
-        Err(errors) if start_without_config => {
-            tracing::warn!(%errors, "no valid configuration at startup: starting without one (not ready until one is loaded)");
-            Ok(None)
-        }
+        Ok(compiled) => Ok((Some(compiled), None)),
+        Err(errors) if start_without_config => Ok((None, Some(errors.to_string()))),
         Err(errors) => Err(RuntimeError::Config(errors)),
     }
 }

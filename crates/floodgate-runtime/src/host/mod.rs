@@ -164,7 +164,7 @@ pub async fn start<F: Frontend>(
         given,
         frontend_keys,
         thread,
-        configured,
+        without_config,
     } = loaded;
     if let Some(h) = &prometheus {
         crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
@@ -175,11 +175,12 @@ pub async fn start<F: Frontend>(
     );
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, F::request_limits(&config), policy).await?;
-    if configured {
+    if let Some(reason) = &without_config {
+        tracing::warn!(%reason, "starting without a configuration: not ready, and every decision refused, until one is loaded");
+        health.set_unconfigured();
+    } else {
         let policy = health.engine().policy();
         crate::config::log_loaded(&loaded.files, &policy, &settings.store);
-    } else {
-        health.set_unconfigured();
     }
     let frontend = Arc::new(F::build(config, &health, &settings)?);
     let certificates = Arc::new(Certificates::default());
@@ -275,8 +276,9 @@ async fn bind<F: Frontend>(
 }
 
 /// Runs `F` on a new runtime (`server.workers` threads named `name`)
-/// until SIGTERM or SIGINT ([`Running::serve_until`]); logging must
-/// already be set up.
+/// until SIGTERM or SIGINT ([`Running::serve_until`]), which also ends a
+/// start still waiting for its first configuration; logging must already
+/// be set up.
 pub fn run<F: Frontend>(
     loaded: Loaded,
     config: F::Config,
@@ -290,7 +292,13 @@ pub fn run<F: Frontend>(
         crate::signals::shutdown_signal()
     };
     runtime.block_on(async move {
-        let running = start::<F>(loaded, config, prometheus).await?;
+        let mut shutdown = std::pin::pin!(shutdown);
+        // A start waiting for its first configuration (xDS) ends on a
+        // shutdown signal too.
+        let running = tokio::select! {
+            running = start::<F>(loaded, config, prometheus) => running?,
+            () = &mut shutdown => return Ok(()),
+        };
         running.serve_until(shutdown).await
     })
 }

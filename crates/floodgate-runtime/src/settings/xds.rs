@@ -96,15 +96,18 @@ impl Default for XdsSettings {
 /// gRPC's own default limit on a received message.
 const DEFAULT_MAX_MESSAGE: usize = 4 << 20;
 
-/// Pairs `a<sep>b` of a list (a pair without `sep` is an error).
+/// Pairs `a<sep>b` of a list, its items split at commas too (as
+/// envoyproxy/ratelimit reads its variables); a pair without `sep` is an
+/// error.
 fn pairs(items: &[String], sep: char) -> Result<Vec<(String, String)>, String> {
-    let pair = |item: &String| {
+    let pair = |item: &str| {
         let (k, v) = item
             .split_once(sep)
             .ok_or_else(|| format!("expected `name{sep}value`, found `{item}`"))?;
         Ok((k.trim().to_owned(), v.trim().to_owned()))
     };
-    items.iter().filter(|i| !i.trim().is_empty()).map(pair).collect()
+    let items = items.iter().flat_map(|i| i.split(','));
+    items.filter(|i| !i.trim().is_empty()).map(pair).collect()
 }
 
 /// The configuration's source and the xDS client.
@@ -158,7 +161,7 @@ fn tls(t: &mut Vec<S>) {
         |s, v| { s.config.xds.tls_key = v.text(); Ok(()) })
         .in_file(InFile::No).envoy(Envoy::Var("CONFIG_GRPC_XDS_CLIENT_TLS_KEY")));
     t.push(S::new("xds.tls_ca", "FLOODGATE_XDS_TLS_CA", "xds-tls-ca", Kind::Text, "",
-        "the CA the xDS server's certificate is verified with, PEM (none: the system's)",
+        "the CA the xDS server's certificate is verified with, PEM (required with TLS: the system's roots are not read)",
         |s, v| { s.config.xds.tls_ca = v.text(); Ok(()) })
         .in_file(InFile::No).envoy(Envoy::Var("CONFIG_GRPC_XDS_SERVER_TLS_CACERT")));
     t.push(S::new("xds.tls_san", "FLOODGATE_XDS_TLS_SAN", "xds-tls-san", Kind::Text, "",

@@ -60,7 +60,10 @@ pub(super) async fn run(
         answered();
         held.nonce.clone_from(&response.nonce);
         let error = match refused_as_older(&response, applied_here) {
-            Some(e) => Some(e),
+            Some(e) => {
+                source.count(&response.version_info, &Err(e.clone()));
+                Some(e)
+            }
             None => source.apply(&response).await.err(),
         };
         if error.is_none() {
