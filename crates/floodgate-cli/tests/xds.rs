@@ -90,21 +90,35 @@ impl XdsServer {
         let mut found = None;
         let seen = wait_until(WAIT, || {
             let events = self.events.lock().unwrap();
-            found = events.iter().find(|e| e["event"] == name && pred(e)).cloned();
+            found = events
+                .iter()
+                .find(|e| e["event"] == name && pred(e))
+                .cloned();
             found.is_some()
         });
-        assert!(seen, "no `{name}` event as expected; events: {:?}", self.events.lock().unwrap());
+        assert!(
+            seen,
+            "no `{name}` event as expected; events: {:?}",
+            self.events.lock().unwrap()
+        );
         found.unwrap()
     }
 
     /// How many events named `name` came.
     fn count(&self, name: &str) -> usize {
-        self.events.lock().unwrap().iter().filter(|e| e["event"] == name).count()
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == name)
+            .count()
     }
 
     /// The ACK of `version` (a request carrying it, without error).
     fn wait_ack(&self, version: &str) -> Value {
-        self.wait_event("request", |e| e["version"] == version && e["error"].is_null() && e["nonce"] != "")
+        self.wait_event("request", |e| {
+            e["version"] == version && e["error"].is_null() && e["nonce"] != ""
+        })
     }
 
     /// The NACK of a response (its error) once the client holds `held`.
@@ -141,8 +155,14 @@ fn xds_env(server: &str) -> Vec<(&'static str, String)> {
         ("CONFIG_GRPC_XDS_SERVER_URL", server.into()),
         ("CONFIG_GRPC_XDS_NODE_ID", "floodgate-test".into()),
         ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,team=b".into()),
-        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant:t1".into()),
-        ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "200ms".into()),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "x-tenant:t1".into(),
+        ),
+        (
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            "200ms".into(),
+        ),
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
         ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "200ms".into()),
     ]
@@ -155,12 +175,21 @@ fn spawn(env: &[(&'static str, String)]) -> Floodgate {
 
 /// The overall code of `/json` for `user`, or the status of an error.
 fn decide(fg: &Floodgate, user: &str) -> String {
-    let body = json!({"domain": "xds", "descriptors": [{"entries": [{"key": "user", "value": user}]}]});
-    let (status, text) =
-        http_request(fg.http, "POST", "/json", Some("application/json"), body.to_string().as_bytes())
-            .expect("an answer");
+    let body =
+        json!({"domain": "xds", "descriptors": [{"entries": [{"key": "user", "value": user}]}]});
+    let (status, text) = http_request(
+        fg.http,
+        "POST",
+        "/json",
+        Some("application/json"),
+        body.to_string().as_bytes(),
+    )
+    .expect("an answer");
     match status {
-        200 | 429 => serde_json::from_str::<Value>(&text).unwrap()["overallCode"].as_str().unwrap().to_owned(),
+        200 | 429 => serde_json::from_str::<Value>(&text).unwrap()["overallCode"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
         other => format!("{other} {text}"),
     }
 }
@@ -186,8 +215,14 @@ fn pushes_update_and_a_bad_resource_is_nacked() {
     let first = server.wait_event("request", |_| true);
     assert_eq!(first["node"], "floodgate-test");
     assert_eq!(first["metadata"], json!({"zone": "a", "team": "b"}));
-    assert_eq!(first["type_url"], "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig");
-    assert_eq!(server.wait_event("stream", |_| true)["headers"]["x-tenant"], "t1");
+    assert_eq!(
+        first["type_url"],
+        "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+    );
+    assert_eq!(
+        server.wait_event("stream", |_| true)["headers"]["x-tenant"],
+        "t1"
+    );
     assert_ne!(ready(&fg).0, 200, "ready before any configuration");
 
     server.push(1, config(2));
@@ -210,8 +245,14 @@ fn pushes_update_and_a_bad_resource_is_nacked() {
     server.wait_nack("2", "older than the version held");
     assert_eq!(allowed(&fg, "d"), 4, "an older version is not applied");
 
-    assert_eq!(fg.metric("floodgate_config_reloads_total{result=\"ok\"}"), 2.0);
-    assert_eq!(fg.metric("floodgate_config_reloads_total{result=\"error\"}"), 2.0);
+    assert_eq!(
+        fg.metric("floodgate_config_reloads_total{result=\"ok\"}"),
+        2.0
+    );
+    assert_eq!(
+        fg.metric("floodgate_config_reloads_total{result=\"error\"}"),
+        2.0
+    );
     assert_eq!(fg.metric("floodgate_config_last_reload_ok"), 0.0);
 }
 
@@ -227,19 +268,27 @@ fn a_killed_server_leaves_the_configuration_and_is_reconnected_to() {
     let http = fg.http;
     fg.wait_ready(http);
     drop(server);
-    assert!(wait_until(WAIT, || fg.metric("floodgate_xds_reconnects_total") >= 1.0));
+    assert!(wait_until(WAIT, || fg
+        .metric("floodgate_xds_reconnects_total")
+        >= 1.0));
     assert_eq!(allowed(&fg, "a"), 2, "the last configuration stays");
     assert_eq!(ready(&fg).0, 200, "still ready on the last configuration");
 
     let mut server = XdsServer::start(port, &[]);
     server.push(1, config(3));
     server.wait_ack("1");
-    assert!(wait_until(WAIT, || allowed(&fg, &format!("u{}", fastish())) == 3));
+    assert!(wait_until(WAIT, || allowed(
+        &fg,
+        &format!("u{}", fastish())
+    ) == 3));
 }
 
 /// A distinct user name per call.
 fn fastish() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 /// Over mTLS, as Envoy Gateway configures it: the client's certificate,
@@ -250,14 +299,25 @@ fn configuration_over_mtls() {
     let (srv, client) = (pki.leaf("xds-server"), pki.leaf("xds-client"));
     let ca = pki.ca_file.to_str().unwrap();
     let port = free_port();
-    let tls = ["--tls", srv.cert.to_str().unwrap(), srv.key.to_str().unwrap(), ca];
+    let tls = [
+        "--tls",
+        srv.cert.to_str().unwrap(),
+        srv.key.to_str().unwrap(),
+        ca,
+    ];
     let mut server = XdsServer::start(port, &tls);
     server.push(1, config(2));
     let mut env = xds_env(&format!("localhost:{port}"));
     env.extend([
         ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", client.cert.display().to_string()),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", client.key.display().to_string()),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            client.cert.display().to_string(),
+        ),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            client.key.display().to_string(),
+        ),
         ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca.to_owned()),
     ]);
     let mut fg = spawn(&env);
@@ -270,18 +330,38 @@ fn configuration_over_mtls() {
 /// `ShouldRateLimit` before any configuration: envoyproxy/ratelimit's
 /// answer (`UNKNOWN`, "no rate limit configuration loaded").
 fn grpc_error(fg: &Floodgate) -> (tonic::Code, String) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let mut client = RateLimitServiceClient::connect(format!("http://{}", fg.grpc_addr())).await.unwrap();
-        let entry = Entry { key: "user".into(), value: "a".into() };
+    block_on(async {
+        let mut client = RateLimitServiceClient::connect(format!("http://{}", fg.grpc_addr()))
+            .await
+            .unwrap();
+        let entry = Entry {
+            key: "user".into(),
+            value: "a".into(),
+        };
         let request = RateLimitRequest {
             domain: "xds".into(),
-            descriptors: vec![RateLimitDescriptor { entries: vec![entry], ..Default::default() }],
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![entry],
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let status = client.should_rate_limit(request).await.unwrap_err();
         (status.code(), status.message().to_owned())
     })
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(f)
+}
+
+/// The gRPC health of the RLS service: 1 SERVING, 2 NOT_SERVING.
+fn grpc_health(fg: &Floodgate) -> u8 {
+    block_on(crate::serve_grpc_drain::health(fg.grpc))
 }
 
 /// `FORCE_START_WITHOUT_INITIAL_CONFIG` with the server down: listening,
@@ -293,14 +373,33 @@ fn force_start_with_the_server_down() {
     let mut env = xds_env(&format!("127.0.0.1:{port}"));
     env.push(("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()));
     let fg = spawn(&env);
-    assert!(wait_until(WAIT, || http_request(fg.http, "GET", "/healthcheck", None, b"").is_some_and(|r| r.0 == 200)));
+    assert!(wait_until(WAIT, || http_request(
+        fg.http,
+        "GET",
+        "/healthcheck",
+        None,
+        b""
+    )
+    .is_some_and(|r| r.0 == 200)));
     assert_eq!(ready(&fg), (503, "no configuration loaded\n".to_owned()));
-    assert_eq!(grpc_error(&fg), (tonic::Code::Unknown, "no rate limit configuration loaded".to_owned()));
+    assert_eq!(
+        grpc_health(&fg),
+        2,
+        "gRPC health serving without a configuration"
+    );
+    assert_eq!(
+        grpc_error(&fg),
+        (
+            tonic::Code::Unknown,
+            "no rate limit configuration loaded".to_owned()
+        )
+    );
     assert!(decide(&fg, "a").starts_with("400 "), "{}", decide(&fg, "a"));
 
     let mut server = XdsServer::start(port, &[]);
     server.push(1, config(2));
     assert!(wait_until(WAIT, || ready(&fg).0 == 200), "{}", fg.log());
+    assert!(wait_until(WAIT, || grpc_health(&fg) == 1));
     assert_eq!(allowed(&fg, "a"), 2);
 }
 
@@ -318,7 +417,11 @@ fn a_stream_that_never_answers_blocks_neither_decisions_nor_shutdown() {
         assert!(wait_until(WAIT, || server.count("stream") > streams));
         fg.signal("TERM");
         let exited = fg.wait_exit(Duration::from_secs(10));
-        assert!(exited.is_some(), "a waiting stream held the shutdown: {}", fg.log());
+        assert!(
+            exited.is_some(),
+            "a waiting stream held the shutdown: {}",
+            fg.log()
+        );
     }
 }
 
@@ -334,8 +437,16 @@ fn a_huge_resource_is_refused_and_the_configuration_kept() {
     let http = fg.http;
     fg.wait_ready(http);
     server.send(json!({"push_huge": 2, "bytes": 100_000}));
-    assert!(wait_until(WAIT, || server.count("stream") >= 2), "{}", fg.log());
-    assert!(fg.log().contains("message length too large") || fg.log().contains("too large"), "{}", fg.log());
+    assert!(
+        wait_until(WAIT, || server.count("stream") >= 2),
+        "{}",
+        fg.log()
+    );
+    assert!(
+        fg.log().contains("message length too large") || fg.log().contains("too large"),
+        "{}",
+        fg.log()
+    );
     assert_eq!(allowed(&fg, "a"), 2);
     assert_eq!(ready(&fg).0, 200);
 }
@@ -353,8 +464,19 @@ fn force_start_on_a_bad_file_waits_for_a_good_one() {
     assert_eq!(grpc_error(&fg).0, tonic::Code::Unknown);
     fg.write_config(&bad.replace("fortnight", "minute"));
     assert!(wait_until(WAIT, || ready(&fg).0 == 200), "{}", fg.log());
-    let body = json!({"domain": "files", "descriptors": [{"entries": [{"key": "user", "value": "a"}]}]});
-    let call = || http_request(fg.http, "POST", "/json", Some("application/json"), body.to_string().as_bytes()).unwrap().0;
+    let body =
+        json!({"domain": "files", "descriptors": [{"entries": [{"key": "user", "value": "a"}]}]});
+    let call = || {
+        http_request(
+            fg.http,
+            "POST",
+            "/json",
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+        .unwrap()
+        .0
+    };
     assert_eq!((call(), call()), (200, 429));
 
     let mut refused = Floodgate::spawn(bin(), bad, "100ms", &[], &[], |_| {});

@@ -107,7 +107,10 @@ fn read(
     let without_config = match (&compiled, xds) {
         (Some(_), _) => None,
         (None, true) => Some("it comes from the xDS server".to_owned()),
-        (None, false) => Some(format!("the files do not load: {}", first.unwrap_or_default())),
+        (None, false) => Some(format!(
+            "the files do not load: {}",
+            first.unwrap_or_default()
+        )),
     };
     let compiled = compiled.unwrap_or_else(|| unloaded(&source));
     let documents = &compiled.loaded.documents;

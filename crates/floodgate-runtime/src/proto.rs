@@ -16,8 +16,8 @@ pub use generated::{envoy, google};
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
 
+pub use envoy::extensions::common::ratelimit::v3 as ratelimit;
+pub use envoy::service::discovery::v3 as discovery;
+pub use envoy::service::ratelimit::v3 as rls;
 /// envoyproxy/ratelimit's configuration as xDS resources.
 pub use generated::ratelimit::config::ratelimit::v3 as rls_config;
-pub use envoy::extensions::common::ratelimit::v3 as ratelimit;
-pub use envoy::service::ratelimit::v3 as rls;
-pub use envoy::service::discovery::v3 as discovery;

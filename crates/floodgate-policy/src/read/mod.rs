@@ -167,7 +167,10 @@ pub fn load_str(name: &str, text: &str, options: &LoadOptions) -> Result<PolicyS
 /// written out as that service writes them before loading): each is read
 /// as a file of that service is, the domains merged or refused as
 /// `options` say. Nothing is watched: [`Loaded::files`] stays empty.
-pub fn load_envoy_texts(texts: &[(String, String)], options: &LoadOptions) -> Result<Loaded, ConfigErrors> {
+pub fn load_envoy_texts(
+    texts: &[(String, String)],
+    options: &LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
     let mut errors = Errors::default();
     let mut loaded = Loaded::default();
     for (name, text) in texts {

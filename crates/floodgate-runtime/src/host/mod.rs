@@ -236,7 +236,8 @@ fn xds_source<F: Frontend>(
     if settings.config.config_type != crate::settings::ConfigType::XdsSotw {
         return Ok(None);
     }
-    let endpoint = crate::xds::channel::endpoint(&settings.config.xds).map_err(RuntimeError::Runtime)?;
+    let endpoint =
+        crate::xds::channel::endpoint(&settings.config.xds).map_err(RuntimeError::Runtime)?;
     let reload = reload.clone();
     let apply: crate::xds::ApplyFn = Arc::new(move |c: Compiled| reload.apply(c));
     let client = crate::xds::Source::new(

@@ -38,8 +38,8 @@ pub use parse::{
     positive_duration, size,
 };
 pub use store::StoreKind;
-pub use xds::{Backoff, ConfigType, XdsSettings};
 pub use table::{Declared, Env, Flags, Origins, Setting, Value};
+pub use xds::{Backoff, ConfigType, XdsSettings};
 
 /// Everything a binary reads at startup besides its own sections;
 /// `Default` is every setting at its declared default.

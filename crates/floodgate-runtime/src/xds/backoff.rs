@@ -69,7 +69,10 @@ mod tests {
         let mut p = pauses(2.0, true);
         for _ in 0..5 {
             let d = p.next();
-            assert!(d >= Duration::from_secs(1) && d <= Duration::from_secs(5), "{d:?}");
+            assert!(
+                d >= Duration::from_secs(1) && d <= Duration::from_secs(5),
+                "{d:?}"
+            );
         }
     }
 }

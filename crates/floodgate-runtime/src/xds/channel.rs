@@ -36,7 +36,8 @@ fn tls(settings: &XdsSettings) -> Result<ClientTlsConfig, String> {
     if settings.tls_ca.is_empty() {
         return Err("xDS over TLS needs the server's CA (CONFIG_GRPC_XDS_SERVER_TLS_CACERT, FLOODGATE_XDS_TLS_CA)".into());
     }
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("CA", &settings.tls_ca)?));
+    let mut tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("CA", &settings.tls_ca)?));
     match (settings.tls_cert.is_empty(), settings.tls_key.is_empty()) {
         (true, true) => {}
         (false, false) => {

@@ -7,7 +7,9 @@
 use prost_types::value::Kind;
 use serde_json::{Map, Value, json};
 
-use crate::proto::rls_config::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
+use crate::proto::rls_config::{
+    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+};
 
 /// `config` as the text of an envoyproxy/ratelimit file.
 pub(super) fn to_text(config: &RateLimitConfig) -> String {
@@ -84,5 +86,123 @@ fn value(v: &prost_types::Value) -> Value {
         Some(Kind::BoolValue(b)) => (*b).into(),
         Some(Kind::StructValue(s)) => structure(s),
         Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use floodgate_policy::read::{LoadOptions, load_envoy_texts, load_str};
+
+    use super::*;
+    use crate::proto::rls_config::{RateLimitReplace, RateLimitUnit};
+
+    /// `{:?}` of `v` without its locations (`at: Location { … }`).
+    fn without_locations(v: &impl std::fmt::Debug) -> String {
+        let text = format!("{v:?}");
+        let mut out = String::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("at: Location {") {
+            out.push_str(&rest[..i]);
+            let mut depth = 0;
+            let end = rest[i..].char_indices().find_map(|(j, c)| {
+                depth += i32::from(c == '{') - i32::from(c == '}');
+                (c == '}' && depth == 0).then_some(i + j + 1)
+            });
+            rest = &rest[end.unwrap()..];
+        }
+        out + rest
+    }
+
+    fn node(key: &str, value: &str) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        }
+    }
+
+    fn policy(unit: RateLimitUnit, n: u32, name: &str) -> Option<RateLimitPolicy> {
+        Some(RateLimitPolicy {
+            unit: unit as i32,
+            requests_per_unit: n,
+            name: name.into(),
+            ..Default::default()
+        })
+    }
+
+    /// A resource reads as the envoyproxy/ratelimit file it stands for:
+    /// nested descriptors, values, units, names, `replaces`, shadow and
+    /// quota modes, `unlimited`, metadata.
+    #[test]
+    fn a_resource_reads_as_its_file() {
+        let mut user = node("user", "");
+        user.rate_limit = policy(RateLimitUnit::Minute, 10, "per-user");
+        user.shadow_mode = true;
+        let mut vip = node("user", "vip");
+        vip.rate_limit = policy(RateLimitUnit::Hour, 100, "vip");
+        if let Some(p) = vip.rate_limit.as_mut() {
+            p.replaces = vec![RateLimitReplace {
+                name: "per-user".into(),
+            }];
+        }
+        vip.quota_mode = true;
+        let mut open = node("path", "/health");
+        open.rate_limit = Some(RateLimitPolicy {
+            unlimited: true,
+            ..Default::default()
+        });
+        open.metadata = Some(prost_types::Struct::default());
+        let mut tenant = node("tenant", "");
+        tenant.descriptors = vec![user, vip];
+        let config = RateLimitConfig {
+            name: "r".into(),
+            domain: "api".into(),
+            descriptors: vec![tenant, open],
+        };
+        let file = "
+domain: api
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 10, name: per-user}
+        shadow_mode: true
+      - key: user
+        value: vip
+        rate_limit: {unit: hour, requests_per_unit: 100, name: vip, replaces: [{name: per-user}]}
+        quota_mode: true
+  - key: path
+    value: /health
+    rate_limit: {unlimited: true}
+    metadata: {}
+";
+        let options = LoadOptions::default();
+        let from_file = load_str("api.yaml", file, &options).unwrap();
+        let texts = [("xds:r".to_owned(), to_text(&config))];
+        let from_resource = load_envoy_texts(&texts, &options).unwrap().spec;
+        assert_eq!(
+            without_locations(&from_resource.domains),
+            without_locations(&from_file.domains)
+        );
+    }
+
+    /// A rate limit without a unit is refused with envoyproxy/ratelimit's
+    /// message, as in a file.
+    #[test]
+    fn a_unit_left_unknown_is_refused() {
+        let mut user = node("user", "");
+        user.rate_limit = policy(RateLimitUnit::Unknown, 1, "");
+        let config = RateLimitConfig {
+            name: "r".into(),
+            domain: "api".into(),
+            descriptors: vec![user],
+        };
+        let texts = [("xds:r".to_owned(), to_text(&config))];
+        let err = load_envoy_texts(&texts, &LoadOptions::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("invalid rate limit unit 'UNKNOWN'"),
+            "{err}"
+        );
     }
 }

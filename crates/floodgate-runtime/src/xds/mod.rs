@@ -41,7 +41,8 @@ use crate::settings::XdsSettings;
 
 /// The resource type asked for (envoyproxy/go-control-plane's
 /// `resource.RateLimitConfigType`).
-pub(crate) const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+pub(crate) const TYPE_URL: &str =
+    "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
 /// What puts a configuration in force (the host's reload).
 pub(crate) type ApplyFn = Arc<dyn Fn(Compiled) -> Result<(), RuntimeError> + Send + Sync>;

@@ -46,13 +46,20 @@ pub(super) async fn run(
     });
     let mut call = Request::new(outbound);
     for (name, value) in &source.settings.headers {
-        if let (Ok(k), Ok(v)) = (name.parse::<MetadataKey<_>>(), MetadataValue::try_from(value)) {
+        if let (Ok(k), Ok(v)) = (
+            name.parse::<MetadataKey<_>>(),
+            MetadataValue::try_from(value),
+        ) {
             call.metadata_mut().insert(k, v);
         }
     }
     let client = AggregatedDiscoveryServiceClient::new(channel)
         .max_decoding_message_size(source.settings.max_message_size);
-    let mut responses = client.clone().stream_aggregated_resources(call).await?.into_inner();
+    let mut responses = client
+        .clone()
+        .stream_aggregated_resources(call)
+        .await?
+        .into_inner();
     // Versions are compared within one stream only: a server that restarts
     // may count its versions from 1 again.
     let mut applied_here: Option<u64> = None;
@@ -74,7 +81,9 @@ pub(super) async fn run(
             break;
         }
     }
-    Err(tonic::Status::unavailable("the xDS server ended the stream"))
+    Err(tonic::Status::unavailable(
+        "the xDS server ended the stream",
+    ))
 }
 
 /// A response whose version is older than the one applied on this stream
@@ -83,7 +92,8 @@ pub(super) async fn run(
 fn refused_as_older(response: &DiscoveryResponse, applied_here: Option<u64>) -> Option<String> {
     let version: u64 = response.version_info.parse().ok()?;
     let held = applied_here?;
-    (version < held).then(|| format!("version {version} is older than the version held ({held}); not applied"))
+    (version < held)
+        .then(|| format!("version {version} is older than the version held ({held}); not applied"))
 }
 
 /// The client's node: its id and metadata.
@@ -128,11 +138,17 @@ pub(super) fn texts(response: &DiscoveryResponse) -> Result<Vec<(String, String)
         .iter()
         .map(|any| {
             if any.type_url != TYPE_URL {
-                return Err(format!("resource of type `{}`, expected `{TYPE_URL}`", any.type_url));
+                return Err(format!(
+                    "resource of type `{}`, expected `{TYPE_URL}`",
+                    any.type_url
+                ));
             }
             let config = RateLimitConfig::decode(any.value.as_slice())
                 .map_err(|e| format!("resource cannot be decoded: {e}"))?;
-            Ok((format!("xds:{}", config.name), super::convert::to_text(&config)))
+            Ok((
+                format!("xds:{}", config.name),
+                super::convert::to_text(&config),
+            ))
         })
         .collect()
 }

@@ -19,8 +19,8 @@ use tonic_health::ServingStatus;
 
 use crate::decision::DecisionService;
 use crate::proto::FILE_DESCRIPTOR_SET;
-pub(crate) use fast::NO_CONFIGURATION;
 use fast::GrpcService;
+pub(crate) use fast::NO_CONFIGURATION;
 use floodgate_runtime::RuntimeError;
 
 /// The RLS service name, as health checks ask for it.
