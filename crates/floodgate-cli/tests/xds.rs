@@ -482,3 +482,35 @@ fn force_start_on_a_bad_file_waits_for_a_good_one() {
     let mut refused = Floodgate::spawn(bin(), bad, "100ms", &[], &[], |_| {});
     assert!(refused.wait_exit(WAIT).is_some_and(|s| !s.success()));
 }
+
+/// The gateway reads its own section from files: over xDS it refuses to
+/// start, saying why; `config check` checks the files whatever source the
+/// environment names.
+#[test]
+fn the_gateway_and_config_check_keep_to_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("floodgate.yaml");
+    std::fs::write(&file, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n").unwrap();
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .arg("--config")
+            .arg(&file)
+            .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+            .env("CONFIG_GRPC_XDS_SERVER_URL", "127.0.0.1:1")
+            .output()
+            .unwrap()
+    };
+    let gateway = run(&["gateway", "--upstream", "http://127.0.0.1:1"]);
+    let said = String::from_utf8_lossy(&gateway.stderr);
+    assert!(
+        !gateway.status.success() && said.contains("reads its `gateway:` section from files"),
+        "{said}"
+    );
+    let check = run(&["config", "check"]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}

@@ -226,7 +226,8 @@ pub async fn start<F: Frontend>(
 
 /// The xDS client of a host whose policies come from an xDS server
 /// (`config_type: xds`), started: it applies what the server sends with
-/// `reload`, reading as `source` says.
+/// `reload`, reading as `source` says. A frontend with a section of its
+/// own (the gateway's) keeps to files: xDS carries no such section.
 fn xds_source<F: Frontend>(
     settings: &Settings,
     source: &floodgate_policy::reload::ConfigSource,
@@ -235,6 +236,11 @@ fn xds_source<F: Frontend>(
 ) -> Result<Option<AbortOnDrop>, RuntimeError> {
     if settings.config.config_type != crate::settings::ConfigType::XdsSotw {
         return Ok(None);
+    }
+    if let Some(own) = F::sections().into_iter().find(|s| !s.contains('.')) {
+        return Err(RuntimeError::Runtime(format!(
+            "configuration over xDS (CONFIG_TYPE=GRPC_XDS_SOTW) carries policies only, and this command reads its `{own}:` section from files: use `--config-type file`"
+        )));
     }
     let endpoint =
         crate::xds::channel::endpoint(&settings.config.xds).map_err(RuntimeError::Runtime)?;

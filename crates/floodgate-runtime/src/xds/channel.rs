@@ -1,7 +1,7 @@
 //! The connection to the xDS server: plaintext or TLS (mTLS with a client
 //! certificate), each attempt bounded by the connect retry interval.
 
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::settings::XdsSettings;
 
@@ -51,9 +51,4 @@ fn tls(settings: &XdsSettings) -> Result<ClientTlsConfig, String> {
         tls = tls.domain_name(settings.tls_san.clone());
     }
     Ok(tls)
-}
-
-/// Connects once, within the endpoint's connect timeout.
-pub(super) async fn connect(endpoint: &Endpoint) -> Result<Channel, tonic::transport::Error> {
-    endpoint.connect().await
 }

@@ -88,7 +88,7 @@ impl Source {
         let mut held = stream::Held::default();
         tracing::info!(server = %self.settings.server, node = %self.settings.node_id, "xDS: connecting for the rate limit configuration");
         loop {
-            let Ok(channel) = channel::connect(&endpoint).await.inspect_err(|e| {
+            let Ok(channel) = endpoint.connect().await.inspect_err(|e| {
                 tracing::warn!(server = %self.settings.server, error = %e, "xDS: cannot connect");
             }) else {
                 tokio::time::sleep(jittered(self.settings.connect_retry_interval)).await;
