@@ -9,7 +9,7 @@
 //! listener is made the same way ([`listener`]): its protections and its
 //! TLS ([`tls`]) are one group of [`settings`] instantiated per listener.
 //! The policies come from files, watched, or from an xDS management server
-//! (envoyproxy/ratelimit's `RateLimitConfig` resources, [`proto`]); either
+//! (envoyproxy/ratelimit's `RateLimitConfig` resources, [`host::proto`]); either
 //! way they are compiled and put in force the same way, and a binary may
 //! start before the first is loaded (not ready until then).
 //!
@@ -49,7 +49,6 @@ mod lifecycle;
 pub mod listener;
 mod logging;
 mod metrics;
-pub mod proto;
 pub mod settings;
 mod signals;
 mod threads;

@@ -13,6 +13,7 @@
 
 mod both;
 mod listeners;
+pub mod proto;
 mod reload;
 
 use std::future::Future;

@@ -7,7 +7,7 @@
 use prost_types::value::Kind;
 use serde_json::{Map, Value, json};
 
-use crate::proto::rls_config::{
+use crate::host::proto::rls_config::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 
@@ -94,7 +94,7 @@ mod tests {
     use floodgate_policy::read::{LoadOptions, load_envoy_texts, load_str};
 
     use super::*;
-    use crate::proto::rls_config::{RateLimitReplace, RateLimitUnit};
+    use crate::host::proto::rls_config::{RateLimitReplace, RateLimitUnit};
 
     /// `{:?}` of `v` without its locations (`at: Location { … }`).
     fn without_locations(v: &impl std::fmt::Debug) -> String {

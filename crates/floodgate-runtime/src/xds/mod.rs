@@ -36,7 +36,7 @@ use tonic::transport::Endpoint;
 
 use crate::error::RuntimeError;
 use crate::health::Health;
-use crate::proto::discovery::DiscoveryResponse;
+use crate::host::proto::discovery::DiscoveryResponse;
 use crate::settings::XdsSettings;
 
 /// The resource type asked for (envoyproxy/go-control-plane's

@@ -14,11 +14,11 @@ use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::Channel;
 
 use super::{Source, TYPE_URL};
-use crate::proto::discovery::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use crate::proto::discovery::{DiscoveryRequest, DiscoveryResponse};
-use crate::proto::envoy::config::core::v3::Node;
-use crate::proto::google::rpc::Status;
-use crate::proto::rls_config::RateLimitConfig;
+use crate::host::proto::discovery::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use crate::host::proto::discovery::{DiscoveryRequest, DiscoveryResponse};
+use crate::host::proto::envoy::config::core::v3::Node;
+use crate::host::proto::google::rpc::Status;
+use crate::host::proto::rls_config::RateLimitConfig;
 
 /// What a client keeps from stream to stream: the last version applied,
 /// sent again when a new stream starts (as envoyproxy/ratelimit's client
@@ -53,13 +53,9 @@ pub(super) async fn run(
             call.metadata_mut().insert(k, v);
         }
     }
-    let client = AggregatedDiscoveryServiceClient::new(channel)
+    let mut client = AggregatedDiscoveryServiceClient::new(channel)
         .max_decoding_message_size(source.settings.max_message_size);
-    let mut responses = client
-        .clone()
-        .stream_aggregated_resources(call)
-        .await?
-        .into_inner();
+    let mut responses = client.stream_aggregated_resources(call).await?.into_inner();
     // Versions are compared within one stream only: a server that restarts
     // may count its versions from 1 again.
     let mut applied_here: Option<u64> = None;
@@ -122,10 +118,10 @@ fn request(node: &Node, held: &Held, error: Option<String>) -> DiscoveryRequest 
         resource_names: Vec::new(),
         type_url: TYPE_URL.into(),
         response_nonce: held.nonce.clone(),
+        // The message alone, as envoyproxy/ratelimit NACKs.
         error_detail: error.map(|message| Status {
-            code: tonic::Code::InvalidArgument as i32,
             message,
-            details: Vec::new(),
+            ..Status::default()
         }),
     }
 }
