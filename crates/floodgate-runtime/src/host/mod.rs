@@ -176,13 +176,7 @@ pub async fn start<F: Frontend>(
     );
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, F::request_limits(&config), policy).await?;
-    if let Some(reason) = &without_config {
-        tracing::warn!(%reason, "starting without a configuration: not ready, and every decision refused, until one is loaded");
-        health.set_unconfigured();
-    } else {
-        let policy = health.engine().policy();
-        crate::config::log_loaded(&loaded.files, &policy, &settings.store);
-    }
+    announce(without_config.as_deref(), &health, &loaded.files, &settings);
     let frontend = Arc::new(F::build(config, &health, &settings)?);
     let certificates = Arc::new(Certificates::default());
     let reload = Reload::new(frontend.clone(), health.clone(), &settings, given, startup);
@@ -223,6 +217,24 @@ pub async fn start<F: Frontend>(
         watching,
         _xds: xds,
     })
+}
+
+/// Logs what the host starts with: the configuration loaded (`files`),
+/// or why there is none yet (`without_config`: `health` not ready, and
+/// every decision refused, until one is loaded).
+fn announce(
+    without_config: Option<&str>,
+    health: &Health,
+    files: &[std::path::PathBuf],
+    settings: &Settings,
+) {
+    if let Some(reason) = without_config {
+        tracing::warn!(%reason, "starting without a configuration: not ready, and every decision refused, until one is loaded");
+        health.set_unconfigured();
+    } else {
+        let policy = health.engine().policy();
+        crate::config::log_loaded(files, &policy, &settings.store);
+    }
 }
 
 /// The xDS client of a host whose policies come from an xDS server
