@@ -514,3 +514,29 @@ fn the_gateway_and_config_check_keep_to_files() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// A resource of another type, and one whose bytes do not decode, are
+/// NACKed with what is wrong; the configuration in force stays.
+#[test]
+fn malformed_resources_are_nacked() {
+    let mut server = XdsServer::start(free_port(), &[]);
+    server.push(1, config(2));
+    let mut fg = spawn(&xds_env(&server.url()));
+    let http = fg.http;
+    fg.wait_ready(http);
+    server.wait_ack("1");
+    let other = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    server.send(json!({"push_raw": 2, "type_url": other, "value_hex": ""}));
+    server.wait_nack(
+        "1",
+        "resource of type `type.googleapis.com/envoy.config.cluster.v3.Cluster`",
+    );
+    let ours = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+    server.send(json!({"push_raw": 3, "type_url": ours, "value_hex": "0aff"}));
+    server.wait_nack("1", "resource cannot be decoded");
+    assert_eq!(allowed(&fg, "a"), 2);
+    assert_eq!(
+        fg.metric("floodgate_config_reloads_total{result=\"error\"}"),
+        2.0
+    );
+}
