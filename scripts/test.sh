@@ -27,10 +27,12 @@ VENV=.venv
 # The deployment examples (deploy/, crates/floodgate-cli/tests/deploy.rs) are
 # read with PyYAML, validated against Kubernetes' schemas with
 # kubernetes-validate and rendered with `kubectl kustomize` (kubectl is not
-# in Debian's archive: the test fails, naming it, when it is missing).
-PY_PINS=(grpcio==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1
+# in Debian's archive: the test fails, naming it, when it is missing). The
+# xDS tests generate envoyproxy/ratelimit's RateLimitConfig code from
+# crates/floodgate-runtime/proto with grpcio-tools.
+PY_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1
          PyYAML==6.0.4 kubernetes-validate==1.37.0)
-if ! "$VENV/bin/python" -c 'import grpc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c 'import grpc, grpc_tools.protoc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
     echo "==> creating $VENV with ${PY_PINS[*]}"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"

@@ -74,6 +74,8 @@ fn check(
         let paths = paths.iter().map(|p| p.display().to_string());
         flags.set("config", Value::many(paths));
     }
+    // Files are checked whatever source the environment names.
+    flags.set("config_type", Value::one("file"));
     let env = Env::new(&env);
     let mut errors = Errors::default();
     let loaded = match floodgate_runtime::host::load(

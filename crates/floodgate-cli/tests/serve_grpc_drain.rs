@@ -124,7 +124,7 @@ async fn a_call_past_its_grpc_timeout_gets_deadline_exceeded() {
 }
 
 /// The gRPC health status of the RLS service: 1 SERVING, 2 NOT_SERVING.
-async fn health(port: u16) -> u8 {
+pub(crate) async fn health(port: u16) -> u8 {
     let mut send = h2_connect::<http_body_util::Full<Bytes>>(port).await;
     let name = b"envoy.service.ratelimit.v3.RateLimitService";
     let mut msg = vec![0x0a, name.len() as u8];

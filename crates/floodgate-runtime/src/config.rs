@@ -9,7 +9,7 @@ use floodgate_policy::reload::{Compiled, ConfigSource};
 
 use crate::config_thread::ConfigThread;
 use crate::error::RuntimeError;
-use crate::settings::{Env, Flags, Given, Settings};
+use crate::settings::{ConfigType, Env, Flags, Given, Settings};
 
 /// A loaded configuration.
 #[derive(Debug)]
@@ -29,6 +29,10 @@ pub struct Loaded {
     /// The thread it was loaded on, where it is watched and reloaded (see
     /// `Watching`).
     pub thread: ConfigThread,
+    /// Why the binary starts without a configuration (none: it has one),
+    /// not ready until the first comes: it comes from an xDS server, or
+    /// the files did not load and `start_without_config` is set.
+    pub without_config: Option<String>,
 }
 
 /// Logs what a binary loaded and runs with: the files read, the domains
@@ -76,10 +80,15 @@ fn read(
 ) -> Result<Loaded, RuntimeError> {
     let frontend_keys = crate::host::keys(sections);
     let boot = Settings::resolve(flags, env, &[], &frontend_keys).map_err(RuntimeError::Config)?;
-    let paths = boot
-        .config
-        .resolved_paths(default_config)
-        .map_err(RuntimeError::Runtime)?;
+    let xds = boot.config.config_type == ConfigType::XdsSotw;
+    // Over xDS the policies come from the server only: no file is read.
+    let paths = if xds {
+        Vec::new()
+    } else {
+        boot.config
+            .resolved_paths(default_config)
+            .map_err(RuntimeError::Runtime)?
+    };
     let source = ConfigSource {
         paths,
         options: LoadOptions {
@@ -91,13 +100,25 @@ fn read(
         },
     };
     let thread = ConfigThread::spawn().map_err(|e| RuntimeError::Runtime(e.to_string()))?;
-    let files = source.clone();
-    let compiled = thread
-        .run(move || files.compile())
-        .map_err(RuntimeError::Config)?;
-    if source.options.envoy_stats {
-        floodgate_policy::reload::count_envoy_load(true);
+    let (compiled, first) = if xds {
+        (None, None)
+    } else {
+        first_load(&thread, &source, boot.config.start_without_config)?
+    };
+    // The files' first load, under envoyproxy/ratelimit's names too (over
+    // xDS, the first configuration counts as every later one does).
+    if source.options.envoy_stats && !xds {
+        floodgate_policy::reload::count_envoy_load(compiled.is_some());
     }
+    let without_config = match (&compiled, xds) {
+        (Some(_), _) => None,
+        (None, true) => Some("it comes from the xDS server".to_owned()),
+        (None, false) => Some(format!(
+            "the files do not load: {}",
+            first.unwrap_or_default()
+        )),
+    };
+    let compiled = compiled.unwrap_or_else(|| unloaded(&source));
     let documents = &compiled.loaded.documents;
     let settings =
         Settings::resolve(flags, env, documents, &frontend_keys).map_err(RuntimeError::Config)?;
@@ -108,5 +129,38 @@ fn read(
         given: Given::default(),
         frontend_keys,
         thread,
+        without_config,
     })
+}
+
+/// What runs before the first configuration: no policy, the files of
+/// `source` watched as if they held none (the first that loads is
+/// applied).
+fn unloaded(source: &ConfigSource) -> Compiled {
+    let loaded = floodgate_policy::read::Loaded {
+        files: source.paths.clone(),
+        held: vec![0; source.paths.len()],
+        ..Default::default()
+    };
+    Compiled {
+        policy: floodgate_policy::PolicySet::empty(),
+        loaded,
+    }
+}
+
+/// The files' first load, on `thread`; when `start_without_config`, one
+/// that fails leaves the binary to start without a configuration (the
+/// files are watched: the first valid version is applied), its errors
+/// returned to be logged once logging is set up.
+fn first_load(
+    thread: &ConfigThread,
+    source: &ConfigSource,
+    start_without_config: bool,
+) -> Result<(Option<Compiled>, Option<String>), RuntimeError> {
+    let files = source.clone();
+    match thread.run(move || files.compile()) {
+        Ok(compiled) => Ok((Some(compiled), None)),
+        Err(errors) if start_without_config => Ok((None, Some(errors.to_string()))),
+        Err(errors) => Err(RuntimeError::Config(errors)),
+    }
 }

@@ -1,9 +1,11 @@
 //! Liveness and readiness, one meaning for every binary and listener:
 //! `/healthcheck` answers 200 while the process serves and 503 once
-//! shutdown begins; `/ready` answers 200 when the store can decide (Redis
-//! included, as its failure policy allows) and shutdown has not begun.
+//! shutdown begins; `/ready` answers 200 when a configuration is loaded,
+//! the store can decide (Redis included, as its failure policy allows) and
+//! shutdown has not begun.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::{Backend, Engine, PolicySet};
@@ -20,6 +22,11 @@ use crate::settings::Settings;
 pub struct Health {
     engine: Arc<Engine<AnyBackend>>,
     draining: watch::Sender<bool>,
+    /// Whether a configuration is in force (false only for a binary
+    /// started without one, until the first is loaded); read by every
+    /// decision, hence an atomic, and watched for the gRPC health.
+    configured: AtomicBool,
+    configured_watch: watch::Sender<bool>,
     ready_gauge: Gauge,
 }
 
@@ -51,6 +58,8 @@ impl Health {
         Health {
             engine,
             draining: watch::Sender::new(false),
+            configured: AtomicBool::new(true),
+            configured_watch: watch::Sender::new(true),
             ready_gauge: metrics::gauge!("floodgate_backend_ready"),
         }
     }
@@ -68,9 +77,34 @@ impl Health {
         ready
     }
 
-    /// Ready to take traffic: not draining, and the store can decide.
+    /// Ready to take traffic: not draining, a configuration loaded, and
+    /// the store can decide.
     pub fn is_ready(&self) -> bool {
-        !self.is_draining() && self.store_ready()
+        !self.is_draining() && self.is_configured() && self.store_ready()
+    }
+
+    /// Whether a configuration is in force (false only while a binary
+    /// started without one waits for its first).
+    pub fn is_configured(&self) -> bool {
+        self.configured.load(Ordering::Acquire)
+    }
+
+    /// A receiver that turns true once a configuration is in force.
+    pub fn watch_configured(&self) -> watch::Receiver<bool> {
+        self.configured_watch.subscribe()
+    }
+
+    /// Marks the process as started without a configuration: not ready,
+    /// every decision refused, until [`set_configured`](Self::set_configured).
+    pub(crate) fn set_unconfigured(&self) {
+        self.configured.store(false, Ordering::Release);
+        self.configured_watch.send_replace(false);
+    }
+
+    /// Marks a configuration as in force.
+    pub(crate) fn set_configured(&self) {
+        self.configured.store(true, Ordering::Release);
+        self.configured_watch.send_replace(true);
     }
 
     /// Marks the process as shutting down: readiness and liveness turn
@@ -116,6 +150,8 @@ impl Health {
     pub fn ready(&self) -> (StatusCode, &'static str) {
         if self.is_draining() {
             (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        } else if !self.is_configured() {
+            (StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n")
         } else if !self.store_ready() {
             (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
         } else {

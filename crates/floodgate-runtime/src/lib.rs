@@ -8,6 +8,10 @@
 //! its live dashboard, signals, the shutdown delay and the drain). Every
 //! listener is made the same way ([`listener`]): its protections and its
 //! TLS ([`tls`]) are one group of [`settings`] instantiated per listener.
+//! The policies come from files, watched, or from an xDS management server
+//! (envoyproxy/ratelimit's `RateLimitConfig` resources, [`host::proto`]); either
+//! way they are compiled and put in force the same way, and a binary may
+//! start before the first is loaded (not ready until then).
 //!
 //! Every setting is declared once and read the same way by every binary:
 //! a flag over the environment over the file over its default.
@@ -50,6 +54,7 @@ pub mod settings;
 mod signals;
 mod threads;
 pub mod tls;
+mod xds;
 
 pub use error::RuntimeError;
 pub use settings::Settings;

@@ -166,6 +166,41 @@ pub fn load_str(name: &str, text: &str, options: &LoadOptions) -> Result<PolicyS
     errors.finish(loaded.spec)
 }
 
+/// Loads envoyproxy/ratelimit configurations that come as named texts
+/// rather than files (the `RateLimitConfig` resources of an xDS server,
+/// written out as that service writes them before loading): each is read
+/// as a file of that service is, the domains merged or refused as
+/// `options` say. Nothing is watched: [`Loaded::files`] stays empty.
+pub fn load_envoy_texts(
+    texts: &[(String, String)],
+    options: &LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
+    let mut errors = Errors::default();
+    let mut loaded = Loaded::default();
+    for (name, text) in texts {
+        let name: Arc<str> = name.as_str().into();
+        let doc = match Document::parse(&name, text) {
+            Ok(doc) => doc,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        let Some(root) = errors.take(doc.root().map()) else {
+            continue;
+        };
+        if let Some(d) = envoy::read_envoy_file(&root, &mut errors) {
+            loaded.spec.domains.push(d);
+        }
+    }
+    merge_domains(&mut loaded.spec, options.merge_domains, &mut errors);
+    if let Some(v) = options.envoy_increment_all {
+        loaded.spec.settings.envoy_increment_all = v;
+    }
+    check_not_empty(&loaded.spec, options, Location::default(), &mut errors);
+    errors.finish(loaded)
+}
+
 /// Refuses a configuration that limits nothing unless
 /// [`LoadOptions::allow_empty`] says it is intended: no domain at all, or
 /// a Floodgate domain without a single rule or list. (An

@@ -13,6 +13,7 @@
 
 mod both;
 mod listeners;
+pub mod proto;
 mod reload;
 
 use std::future::Future;
@@ -144,6 +145,9 @@ pub struct Running<F> {
     /// the listeners' certificates with the configuration (stops when
     /// dropped).
     watching: Watching,
+    /// The xDS client, when the policies come from an xDS server (stops
+    /// when dropped).
+    _xds: Option<AbortOnDrop>,
 }
 
 /// Builds the engine and `F` from `loaded` and `config`, watches the
@@ -161,6 +165,7 @@ pub async fn start<F: Frontend>(
         given,
         frontend_keys,
         thread,
+        without_config,
     } = loaded;
     if let Some(h) = &prometheus {
         crate::metrics::spawn_upkeep(h.clone(), Duration::from_secs(5));
@@ -171,12 +176,12 @@ pub async fn start<F: Frontend>(
     );
     let Compiled { policy, loaded } = compiled;
     let health = Health::start(&settings, F::request_limits(&config), policy).await?;
-    let engine = health.engine();
-    crate::config::log_loaded(&loaded.files, &engine.policy(), &settings.store);
+    announce(without_config.as_deref(), &health, &loaded.files, &settings);
     let frontend = Arc::new(F::build(config, &health, &settings)?);
     let certificates = Arc::new(Certificates::default());
-    let reload = Reload::new(frontend.clone(), engine.clone(), &settings, given, startup);
+    let reload = Reload::new(frontend.clone(), health.clone(), &settings, given, startup);
     let reload = Arc::new(reload);
+    let xds = xds_source(&settings, &source, &reload, &health)?;
     let (reloading, reloaded) = (reload.clone(), certificates.clone());
     // Renewed certificates are picked up at the policies' pace, and re-read
     // whatever their files look like when a reload is asked for.
@@ -191,6 +196,11 @@ pub async fn start<F: Frontend>(
         move |c: Compiled| reloading.apply(c),
         move |forced| reloaded.reload(forced),
     );
+    if xds.is_some() && !settings.config.start_without_config {
+        // As envoyproxy/ratelimit: the listeners wait for the first
+        // configuration (dropping this future stops the client).
+        let _ = health.watch_configured().wait_for(|c| *c).await;
+    }
     let (stop, stopped) = watch::channel(false);
     let mut listeners = Listeners::new(&settings, &certificates, stopped);
     bind(&frontend, &health, prometheus, &mut listeners).await?;
@@ -205,7 +215,66 @@ pub async fn start<F: Frontend>(
         grace: settings.server.shutdown_grace,
         reload,
         watching,
+        _xds: xds,
     })
+}
+
+/// Logs what the host starts with: the configuration loaded (`files`),
+/// or why there is none yet (`without_config`: `health` not ready, and
+/// every decision refused, until one is loaded).
+fn announce(
+    without_config: Option<&str>,
+    health: &Health,
+    files: &[std::path::PathBuf],
+    settings: &Settings,
+) {
+    if let Some(reason) = without_config {
+        tracing::warn!(%reason, "starting without a configuration: not ready, and every decision refused, until one is loaded");
+        health.set_unconfigured();
+    } else {
+        let policy = health.engine().policy();
+        crate::config::log_loaded(files, &policy, &settings.store);
+    }
+}
+
+/// The xDS client of a host whose policies come from an xDS server
+/// (`config_type: xds`), started: it applies what the server sends with
+/// `reload`, reading as `source` says. A frontend with a section of its
+/// own (the gateway's) keeps to files: xDS carries no such section.
+fn xds_source<F: Frontend>(
+    settings: &Settings,
+    source: &floodgate_policy::reload::ConfigSource,
+    reload: &Arc<Reload<F>>,
+    health: &Arc<Health>,
+) -> Result<Option<AbortOnDrop>, RuntimeError> {
+    if settings.config.config_type != crate::settings::ConfigType::XdsSotw {
+        return Ok(None);
+    }
+    if let Some(own) = F::sections().into_iter().find(|s| !s.contains('.')) {
+        return Err(RuntimeError::Runtime(format!(
+            "configuration over xDS (CONFIG_TYPE=GRPC_XDS_SOTW) carries policies only, and this command reads its `{own}:` section from files: use `--config-type file`"
+        )));
+    }
+    let endpoint =
+        crate::xds::channel::endpoint(&settings.config.xds).map_err(RuntimeError::Runtime)?;
+    let reload = reload.clone();
+    let apply: crate::xds::ApplyFn = Arc::new(move |c: Compiled| reload.apply(c));
+    let client = crate::xds::Source::new(
+        settings.config.xds.clone(),
+        source.options.clone(),
+        apply,
+        health.clone(),
+    );
+    Ok(Some(AbortOnDrop(client.spawn(endpoint))))
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Serves the admin routes (with `frontend`'s), the probes on the
@@ -227,8 +296,9 @@ async fn bind<F: Frontend>(
 }
 
 /// Runs `F` on a new runtime (`server.workers` threads named `name`)
-/// until SIGTERM or SIGINT ([`Running::serve_until`]); logging must
-/// already be set up.
+/// until SIGTERM or SIGINT ([`Running::serve_until`]), which also ends a
+/// start still waiting for its first configuration; logging must already
+/// be set up.
 pub fn run<F: Frontend>(
     loaded: Loaded,
     config: F::Config,
@@ -242,7 +312,13 @@ pub fn run<F: Frontend>(
         crate::signals::shutdown_signal()
     };
     runtime.block_on(async move {
-        let running = start::<F>(loaded, config, prometheus).await?;
+        let mut shutdown = std::pin::pin!(shutdown);
+        // A start waiting for its first configuration (xDS) ends on a
+        // shutdown signal too.
+        let running = tokio::select! {
+            running = start::<F>(loaded, config, prometheus) => running?,
+            () = &mut shutdown => return Ok(()),
+        };
         running.serve_until(shutdown).await
     })
 }

@@ -13,11 +13,13 @@ use floodgate_policy::reload::Compiled;
 use super::Frontend;
 use crate::backend::{AnyBackend, replace_policy};
 use crate::error::RuntimeError;
+use crate::health::Health;
 use crate::settings::{Given, PolicyOverrides, Settings, StartupSections};
 
 /// Reloads the configuration of one running host.
 pub(super) struct Reload<F> {
     frontend: Arc<F>,
+    health: Arc<Health>,
     engine: Arc<Engine<AnyBackend>>,
     overrides: PolicyOverrides,
     given: Given,
@@ -27,20 +29,21 @@ pub(super) struct Reload<F> {
 }
 
 impl<F: Frontend> Reload<F> {
-    /// Reloads for `frontend` on `engine`, started with `settings` and
+    /// Reloads for `frontend` on `health`'s engine, started with `settings` and
     /// what it was `given` besides the files (new files are read with
     /// them), the `startup` sections and the keys of them the frontends
     /// read.
     pub(super) fn new(
         frontend: Arc<F>,
-        engine: Arc<Engine<AnyBackend>>,
+        health: Arc<Health>,
         settings: &Settings,
         given: Given,
         (startup, frontend_keys): (StartupSections, Vec<&'static str>),
     ) -> Self {
         Reload {
             frontend,
-            engine,
+            engine: health.engine().clone(),
+            health,
             overrides: settings.policy,
             given,
             startup,
@@ -50,7 +53,8 @@ impl<F: Frontend> Reload<F> {
 
     /// Reads the frontend's sections of `compiled`, then, when they and
     /// the policies are valid, puts both in force: the policies, then the
-    /// sections (requests in flight finish with what they started on).
+    /// sections (requests in flight finish with what they started on). A
+    /// binary started without a configuration has one from then on.
     pub(super) fn apply(&self, compiled: Compiled) -> Result<(), RuntimeError> {
         let docs = &compiled.loaded.documents;
         let apply = self
@@ -61,6 +65,7 @@ impl<F: Frontend> Reload<F> {
             .check_reload(&self.given, docs, &self.frontend_keys);
         replace_policy(&self.engine, &self.overrides, compiled.policy)?;
         apply();
+        self.health.set_configured();
         Ok(())
     }
 }
@@ -77,7 +82,6 @@ mod tests {
     use floodgate_redis::{Mode, RedisBackend, RedisConfig, ResilientBackend};
 
     use super::*;
-    use crate::health::Health;
     use crate::host::{Apply, Listeners};
 
     /// A frontend reading `fake: ok` or `fake: bad` (refused), counting
@@ -170,7 +174,7 @@ domains:
         let startup = StartupSections::of(&[]);
         let reload = Reload::new(
             frontend,
-            engine.clone(),
+            Arc::new(Health::new(engine.clone())),
             &settings,
             Given::default(),
             (startup, Vec::new()),

@@ -10,18 +10,6 @@
 #[rustfmt::skip]
 pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     (&["PROTO"], "the listeners are TCP"),
-    (&["CONFIG_TYPE"], "the configuration comes from files only"),
-    (&["FORCE_START_WITHOUT_INITIAL_CONFIG"], "a configuration file is required"),
-    (&[
-        "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
-        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
-        "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-    ], "no xDS configuration source"),
     (&[
         "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS",
     ], "metrics are Prometheus only (admin listener /metrics)"),

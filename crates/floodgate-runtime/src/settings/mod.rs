@@ -16,6 +16,7 @@ mod parse;
 mod server;
 mod store;
 pub mod table;
+mod xds;
 
 use std::marker::PhantomData;
 use std::net::SocketAddr;
@@ -38,6 +39,7 @@ pub use parse::{
 };
 pub use store::StoreKind;
 pub use table::{Declared, Env, Flags, Origins, Setting, Value};
+pub use xds::{Backoff, ConfigType, XdsSettings};
 
 /// Everything a binary reads at startup besides its own sections;
 /// `Default` is every setting at its declared default.
@@ -65,6 +67,13 @@ pub struct ConfigSettings {
     /// Accept an empty configuration (see
     /// [`LoadOptions::allow_empty`](floodgate_policy::read::LoadOptions::allow_empty)).
     pub allow_empty: bool,
+    /// Where the policies come from.
+    pub config_type: ConfigType,
+    /// Start before a first configuration is loaded (not ready until one
+    /// is).
+    pub start_without_config: bool,
+    /// The xDS client, when the policies come from an xDS server.
+    pub xds: XdsSettings,
 }
 
 impl ConfigSettings {

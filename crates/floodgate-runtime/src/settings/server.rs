@@ -186,6 +186,7 @@ fn logrus_level(env: &Env<'_>) -> EnvoyRead {
 // One setting in a few lines each: tables, laid out by hand, one per topic.
 pub(super) fn declare(t: &mut Vec<S>) {
     config(t);
+    super::xds::declare(t);
     listeners(t);
     protections(t);
     process(t);

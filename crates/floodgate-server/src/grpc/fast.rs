@@ -159,6 +159,9 @@ impl GrpcService {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let svc = &*self.service;
+        if !svc.health().is_configured() {
+            return unconfigured();
+        }
         let body = match read_message(svc, req.into_body(), started).await {
             Ok(body) => body,
             Err(r) => return r,
@@ -214,6 +217,15 @@ fn not_a_grpc_call<B>(req: &Request<B>) -> Option<Response<tonic::body::Body>> {
         ),
     ))
 }
+
+/// The answer of a service started without a configuration, until its
+/// first: envoyproxy/ratelimit's (`UNKNOWN`, its message).
+fn unconfigured() -> Response<tonic::body::Body> {
+    error(tonic::Code::Unknown as i32, NO_CONFIGURATION)
+}
+
+/// What a call is answered before the first configuration is loaded.
+pub(crate) const NO_CONFIGURATION: &str = "no rate limit configuration loaded";
 
 /// An invalid call's error, counted.
 fn invalid(svc: &DecisionService, started: Instant, message: &str) -> Response<tonic::body::Body> {

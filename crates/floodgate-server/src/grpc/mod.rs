@@ -20,6 +20,7 @@ use tonic_health::ServingStatus;
 use crate::decision::DecisionService;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use fast::GrpcService;
+pub(crate) use fast::NO_CONFIGURATION;
 use floodgate_runtime::RuntimeError;
 
 /// The RLS service name, as health checks ask for it.
@@ -63,7 +64,8 @@ pub(crate) async fn spawn<L: Listen>(
 }
 
 /// Health follows readiness as it changes (the store, told by
-/// [`Health::watch_store`](floodgate_runtime::host::Health::watch_store), and
+/// [`Health::watch_store`](floodgate_runtime::host::Health::watch_store), the
+/// first configuration of a binary started without one, and
 /// draining on shutdown or the listener's stop, which turn it NOT_SERVING
 /// for good).
 async fn follow_readiness(
@@ -73,6 +75,7 @@ async fn follow_readiness(
 ) {
     let mut draining = svc.health().watch_draining();
     let mut store = svc.health().watch_store();
+    let mut configured = svc.health().watch_configured();
     let set = async |status| {
         for service in ["", RLS_SERVICE] {
             reporter.set_service_status(service, status).await;
@@ -92,6 +95,7 @@ async fn follow_readiness(
         }
         tokio::select! {
             () = store_changed(&mut store) => continue,
+            Ok(()) = configured.changed() => continue,
             _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {}
             _ = stop.changed() => {}
         }

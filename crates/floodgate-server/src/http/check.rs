@@ -177,6 +177,9 @@ pub(super) async fn handle(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
+    if !svc.health().is_configured() {
+        return Err(ApiError::unconfigured());
+    }
     let bytes = body::json_call(&svc, Api::Check, &headers, raw, started)?;
     let req: CheckRequest<'_> =
         body::parse(&bytes).map_err(body::invalid(&svc, Api::Check, started))?;

@@ -129,6 +129,9 @@ async fn run(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
+    if !svc.health().is_configured() {
+        return Err(ApiError::unconfigured());
+    }
     let bytes = body::bytes(raw)?;
     let req: Request<'_> = body::parse(&bytes).map_err(body::invalid(svc, Api::Json, started))?;
     let mut response = svc.pool.take();

@@ -30,6 +30,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
     }
 
+    /// The answer before a service started without a configuration has
+    /// its first (503, `UNAVAILABLE`).
+    pub(crate) fn unconfigured() -> Self {
+        Self::of_code(ErrorCode::Unavailable, crate::grpc::NO_CONFIGURATION)
+    }
+
     /// An engine error, with the status of its [`ErrorCode`].
     pub(crate) fn engine(e: &EngineError) -> Self {
         Self::of_code(e.code(), e.to_string())
