@@ -493,6 +493,7 @@ fn unsupported_envoy_variables_are_named() {
     let istio = |k: &str| match k {
         "RUNTIME_IGNOREDOTFILES" => Some("true".to_owned()),
         "RUNTIME_WATCH_ROOT" => Some("False".to_owned()),
+        "USE_STATSD" | "DISABLE_STATS" => Some("false".to_owned()),
         _ => None,
     };
     assert_eq!(unsupported(istio), []);

@@ -62,6 +62,10 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
 const WHAT_FLOODGATE_DOES: &[(&str, bool)] = &[
     ("RUNTIME_IGNOREDOTFILES", true),
     ("RUNTIME_WATCH_ROOT", false),
+    // Envoy Gateway's and most manifests': no StatsD, stats kept.
+    ("USE_STATSD", false),
+    ("USE_DOG_STATSD", false),
+    ("DISABLE_STATS", false),
 ];
 
 /// The unsupported envoyproxy/ratelimit variables that are set (to
