@@ -24,13 +24,14 @@ use std::time::Duration;
 use axum::Router;
 use floodgate_policy::ConfigErrors;
 use floodgate_policy::engine::RequestLimits;
-use floodgate_policy::reload::Compiled;
+use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_policy::yaml::Document;
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::config_thread::ConfigThread;
 use crate::error::RuntimeError;
 use crate::lifecycle::{Watching, shut_down};
 use crate::settings::{Given, Settings, StartupSections};
@@ -182,20 +183,7 @@ pub async fn start<F: Frontend>(
     let reload = Reload::new(frontend.clone(), health.clone(), &settings, given, startup);
     let reload = Arc::new(reload);
     let xds = xds_source(&settings, &source, &reload, &health)?;
-    let (reloading, reloaded) = (reload.clone(), certificates.clone());
-    // Renewed certificates are picked up at the policies' pace, and re-read
-    // whatever their files look like when a reload is asked for.
-    let watching = Watching::start(
-        thread,
-        source,
-        Compiled {
-            policy: floodgate_policy::PolicySet::empty(),
-            loaded,
-        },
-        settings.server.reload_interval,
-        move |c: Compiled| reloading.apply(c),
-        move |forced| reloaded.reload(forced),
-    );
+    let watching = watch_files(thread, source, loaded, &settings, &reload, &certificates);
     if xds.is_some() && !settings.config.start_without_config {
         // As envoyproxy/ratelimit: the listeners wait for the first
         // configuration (dropping this future stops the client).
@@ -217,6 +205,33 @@ pub async fn start<F: Frontend>(
         watching,
         _xds: xds,
     })
+}
+
+/// Watches the configuration's files (`loaded`: as they are now), applying
+/// each change through `reload`; renewed certificates are picked up at the
+/// policies' pace, and re-read whatever their files look like when a
+/// reload is asked for.
+fn watch_files<F: Frontend>(
+    thread: ConfigThread,
+    source: ConfigSource,
+    loaded: floodgate_policy::read::Loaded,
+    settings: &Settings,
+    reload: &Arc<Reload<F>>,
+    certificates: &Arc<Certificates>,
+) -> Watching {
+    let (reloading, reloaded) = (reload.clone(), certificates.clone());
+    let now = Compiled {
+        policy: floodgate_policy::PolicySet::empty(),
+        loaded,
+    };
+    Watching::start(
+        thread,
+        source,
+        now,
+        settings.server.reload_interval,
+        move |c: Compiled| reloading.apply(c),
+        move |forced| reloaded.reload(forced),
+    )
 }
 
 /// Logs what the host starts with: the configuration loaded (`files`),
