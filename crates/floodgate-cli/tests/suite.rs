@@ -47,3 +47,4 @@ mod serve_rls_shaper_health;
 mod serve_slow_readers;
 mod service_settings_reload;
 mod sync_fleet;
+mod tracing_otlp;

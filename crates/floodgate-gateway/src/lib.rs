@@ -90,6 +90,7 @@ mod reload;
 mod run;
 pub mod settings;
 mod tls;
+mod trace;
 mod upgrade;
 mod upload;
 mod upstream;

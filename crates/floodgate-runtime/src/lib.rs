@@ -45,6 +45,7 @@ mod lifecycle;
 pub mod listener;
 mod logging;
 mod metrics;
+pub mod otel;
 pub mod settings;
 mod signals;
 mod threads;

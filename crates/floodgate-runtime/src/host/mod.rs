@@ -241,10 +241,15 @@ pub fn run<F: Frontend>(
         let _entered = runtime.enter();
         crate::signals::shutdown_signal()
     };
-    runtime.block_on(async move {
+    let grace = loaded.settings.server.shutdown_grace;
+    let served = runtime.block_on(async move {
         let running = start::<F>(loaded, config, prometheus).await?;
         running.serve_until(shutdown).await
-    })
+    });
+    // The spans of the last requests, within the grace again: the drain
+    // may have used it all.
+    crate::otel::shut_down(grace);
+    served
 }
 
 impl<F: Frontend> Running<F> {

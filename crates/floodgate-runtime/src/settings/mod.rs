@@ -16,6 +16,7 @@ mod parse;
 mod server;
 mod store;
 pub mod table;
+mod trace;
 
 use std::marker::PhantomData;
 use std::net::SocketAddr;
@@ -38,6 +39,7 @@ pub use parse::{
 };
 pub use store::StoreKind;
 pub use table::{Declared, Env, Flags, Origins, Setting, Value};
+pub use trace::{OtlpProtocol, TracingSettings};
 
 /// Everything a binary reads at startup besides its own sections;
 /// `Default` is every setting at its declared default.
@@ -126,6 +128,8 @@ pub struct ServerSettings {
     pub workers: Option<usize>,
     /// Logging.
     pub log: LogSettings,
+    /// OpenTelemetry tracing.
+    pub tracing: TracingSettings,
 }
 
 /// Log output.
