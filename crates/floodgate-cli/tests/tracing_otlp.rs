@@ -321,3 +321,25 @@ fn gateway_requests_continue_their_clients_trace() {
     );
     assert_eq!(span["attributes"]["outcome"], "forwarded", "{span}");
 }
+
+/// On the Redis store, a decision's script call is a client span, child
+/// of the call it decides for; the request's span names the store.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_call_is_a_child_of_the_decision() {
+    let redis = floodgate_testkit::Redis::start();
+    let receiver = Receiver::start("answer");
+    let env = tracing_env("grpc", format!("http://127.0.0.1:{}", receiver.grpc));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let args = ["--redis-url", &redis.addr()];
+    let server = Floodgate::start(bin(), CONFIG, &args, &env);
+    assert_eq!(
+        rls(server.grpc, "frank", &[("traceparent", traceparent(TRACE))]).await,
+        "0"
+    );
+    let call = receiver.span("ShouldRateLimit", TRACE);
+    assert_eq!(call["attributes"]["store"], "redis", "{call}");
+    assert_eq!(call["attributes"]["sync_mode"], "exact", "{call}");
+    let script = receiver.span("redis EVALSHA", TRACE);
+    assert_eq!(script["parent"], call["span_id"], "{script}");
+    assert_eq!(script["kind"], 3, "a client span: {script}");
+}

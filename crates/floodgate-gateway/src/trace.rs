@@ -1,4 +1,4 @@
-//! The gateway's request spans (see [`floodgate_runtime::otel`]): with
+//! The gateway's request spans (see [`floodgate_runtime::host::otel`]): with
 //! tracing on, each request is handled in a span of its own continuing the
 //! client's `traceparent`, its answer's status and whether the limiter
 //! answered recorded on it. Off, the request is handled as it is, no span
@@ -48,7 +48,7 @@ pub(crate) fn handle<B: Backend>(
     req: Request<Incoming>,
     client: ClientInfo,
 ) -> Handled<impl Future<Output = Answer>, impl Future<Output = Answer>> {
-    if !floodgate_runtime::otel::enabled() {
+    if !floodgate_runtime::host::otel::enabled() {
         return Handled::Plain {
             handling: gateway.handle(req, client),
         };
@@ -65,14 +65,14 @@ async fn traced<B: Backend>(
     client: ClientInfo,
 ) -> Answer {
     let span = tracing::info_span!(
-        target: floodgate_runtime::otel::TARGET,
+        target: floodgate_runtime::host::otel::TARGET,
         "gateway request",
         otel.kind = "server",
         http.request.method = req.method().as_str(),
         http.response.status_code = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    floodgate_runtime::otel::continue_trace(&span, req.headers());
+    floodgate_runtime::host::otel::continue_trace(&span, req.headers());
     let Ok(res) = gateway.handle(req, client).instrument(span.clone()).await;
     span.record(
         "http.response.status_code",

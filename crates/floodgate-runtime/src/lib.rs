@@ -45,7 +45,7 @@ mod lifecycle;
 pub mod listener;
 mod logging;
 mod metrics;
-pub mod otel;
+mod otel;
 pub mod settings;
 mod signals;
 mod threads;

@@ -10,7 +10,7 @@ use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
 
 use floodgate_runtime::RuntimeError;
 use floodgate_runtime::host::{AnyBackend, Health};
-use floodgate_runtime::otel;
+use floodgate_runtime::host::otel;
 
 use crate::call::Calls;
 use crate::metrics::{Api, ServiceMetrics};

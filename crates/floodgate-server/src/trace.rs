@@ -1,7 +1,7 @@
-//! The service's request spans (see [`floodgate_runtime::otel`]): one
+//! The service's request spans (see [`floodgate_runtime::host::otel`]): one
 //! per `ShouldRateLimit`, `/json` and `/v1/check` call, continuing the
 //! caller's `traceparent`; the decision fills in their attributes
-//! ([`floodgate_runtime::otel::record_decision`]). With tracing off, making
+//! ([`floodgate_runtime::host::otel::record_decision`]). With tracing off, making
 //! one is a disabled call site: no span.
 
 use tracing::Span;
@@ -12,7 +12,7 @@ use crate::metrics::Api;
 macro_rules! request_span {
     ($name:literal) => {
         tracing::info_span!(
-            target: floodgate_runtime::otel::TARGET,
+            target: floodgate_runtime::host::otel::TARGET,
             $name,
             otel.kind = "server",
             domain = tracing::field::Empty,
@@ -27,7 +27,7 @@ macro_rules! request_span {
 /// The span of a `ShouldRateLimit` call of `headers` (its metadata).
 pub(crate) fn rls(headers: &http::HeaderMap) -> Span {
     let span = request_span!("ShouldRateLimit");
-    floodgate_runtime::otel::continue_trace(&span, headers);
+    floodgate_runtime::host::otel::continue_trace(&span, headers);
     span
 }
 
@@ -39,6 +39,6 @@ pub(crate) fn http_call(api: Option<Api>, headers: &http::HeaderMap) -> Span {
         Some(Api::Check) => request_span!("POST /v1/check"),
         _ => return Span::none(),
     };
-    floodgate_runtime::otel::continue_trace(&span, headers);
+    floodgate_runtime::host::otel::continue_trace(&span, headers);
     span
 }

@@ -50,6 +50,20 @@ pub mod logging {
     pub use crate::logging::init;
 }
 
+/// OpenTelemetry tracing (`server.tracing`): the frontends' request spans
+/// and the Redis store's calls are `tracing` spans of the target
+/// [`TARGET`](otel::TARGET), exported over OTLP in batches by threads of
+/// their own (set up with the log: [`logging::init`]; flushed at shutdown
+/// by [`run`]). With tracing off no span is made: each call site is
+/// disabled. A span continues its caller's `traceparent`
+/// ([`continue_trace`](otel::continue_trace)); the decision's attributes
+/// are recorded on it ([`record_decision`](otel::record_decision)).
+pub mod otel {
+    pub use crate::otel::{
+        DROPPED_TOTAL, TARGET, continue_trace, enabled, record_decision, shut_down,
+    };
+}
+
 /// Metrics: the Prometheus recorder, installed once, before the
 /// configuration is loaded.
 pub mod metrics {

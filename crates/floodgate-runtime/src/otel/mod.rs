@@ -22,6 +22,7 @@ use std::time::Duration;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::error::RuntimeError;
@@ -50,19 +51,21 @@ static PROVIDER: Mutex<Option<Exporting>> = Mutex::new(None);
 /// The provider and the runtime its gRPC client lives on.
 struct Exporting {
     provider: SdkTracerProvider,
-    _runtime: tokio::runtime::Runtime,
+    runtime: tokio::runtime::Runtime,
 }
 
-/// The layer that exports [`TARGET`]'s spans as `settings` say, none when
-/// tracing is off; the exporter starts now, on its own threads.
+/// The layer that exports [`TARGET`]'s spans as `settings` say, one that
+/// wants nothing when tracing is off (an absent layer would want
+/// everything); the exporter starts now, on its own threads.
 pub(crate) fn layer<S>(
     settings: &TracingSettings,
-) -> Result<Option<Box<dyn Layer<S> + Send + Sync>>, RuntimeError>
+) -> Result<Box<dyn Layer<S> + Send + Sync>, RuntimeError>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
 {
     if !settings.enabled {
-        return Ok(None);
+        let nothing = tracing_subscriber::layer::Identity::new();
+        return Ok(Box::new(nothing.with_filter(LevelFilter::OFF)));
     }
     let runtime = export::runtime()?;
     let provider = export::provider(settings, &runtime)?;
@@ -71,7 +74,7 @@ where
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Exporting {
         provider,
-        _runtime: runtime,
+        runtime,
     });
     ENABLED.store(true, Ordering::Relaxed);
     let only_ours = tracing_subscriber::filter::filter_fn(|m| m.target() == TARGET);
@@ -83,7 +86,7 @@ where
         .with_target(false)
         .with_tracked_inactivity(false)
         .with_filter(only_ours);
-    Ok(Some(Box::new(layer)))
+    Ok(Box::new(layer))
 }
 
 /// Exports the spans still waiting within `within` and stops the exporter
@@ -98,5 +101,5 @@ pub fn shut_down(within: Duration) {
         tracing::warn!(error = %e, "tracing: spans not all exported at shutdown");
     }
     // The runtime is dropped here, off any other runtime's threads.
-    std::thread::spawn(move || drop(exporting._runtime));
+    std::thread::spawn(move || drop(exporting.runtime));
 }

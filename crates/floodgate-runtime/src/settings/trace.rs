@@ -1,5 +1,5 @@
 //! The `server.tracing` group: OpenTelemetry spans exported over OTLP
-//! ([`crate::otel`]), with envoyproxy/ratelimit's `TRACING_*` variables and
+//! ([`crate::host::otel`]), with envoyproxy/ratelimit's `TRACING_*` variables and
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`.
 
 use std::time::Duration;
