@@ -343,3 +343,22 @@ async fn a_redis_call_is_a_child_of_the_decision() {
     assert_eq!(script["parent"], call["span_id"], "{script}");
     assert_eq!(script["kind"], 3, "a client span: {script}");
 }
+
+/// The spans still waiting at SIGTERM are exported before the process
+/// exits, within the shutdown grace, however far the next export was.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_exports_the_spans_still_waiting() {
+    let receiver = Receiver::start("answer");
+    let mut env = tracing_env("grpc", format!("http://127.0.0.1:{}", receiver.grpc));
+    env.push(("FLOODGATE_TRACING_EXPORT_INTERVAL", "1h".into()));
+    env.push(("FLOODGATE_SHUTDOWN_GRACE", "5s".into()));
+    let mut server = start(&env);
+    assert_eq!(
+        rls(server.grpc, "gina", &[("traceparent", traceparent(TRACE))]).await,
+        "0"
+    );
+    server.signal("TERM");
+    let exited = server.wait_exit(Duration::from_secs(20));
+    assert!(exited.is_some_and(|s| s.success()), "{}", server.log());
+    receiver.span("ShouldRateLimit", TRACE);
+}

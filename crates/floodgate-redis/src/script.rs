@@ -144,7 +144,7 @@ impl Script {
 
     /// Runs `call` (built by [`Script::call`]); on `NOSCRIPT`, runs it again
     /// as `EVAL` with the script's source. In a client span of the target
-    /// `floodgate_trace`, which Floodgate's runtime exports as OpenTelemetry
+    /// `floodgate::trace`, which Floodgate's runtime exports as OpenTelemetry
     /// when tracing is on (and which is never made otherwise).
     pub(crate) async fn run(
         &self,
@@ -153,7 +153,7 @@ impl Script {
         stats: &RedisStats,
     ) -> RedisResult<Value> {
         let span = tracing::info_span!(
-            target: "floodgate_trace",
+            target: "floodgate::trace",
             "redis EVALSHA",
             otel.kind = "client",
             db.system.name = "redis",

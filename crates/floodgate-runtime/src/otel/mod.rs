@@ -33,7 +33,7 @@ pub use span::{continue_trace, record_decision};
 
 /// The `tracing` target of every span exported (the Redis store, which
 /// knows nothing of OpenTelemetry, spells it out).
-pub const TARGET: &str = "floodgate_trace";
+pub const TARGET: &str = "floodgate::trace";
 
 /// Whether spans are exported (set once, when the layer is made).
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -72,10 +72,7 @@ where
     let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "floodgate");
     *PROVIDER
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Exporting {
-        provider,
-        runtime,
-    });
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Exporting { provider, runtime });
     ENABLED.store(true, Ordering::Relaxed);
     let only_ours = tracing_subscriber::filter::filter_fn(|m| m.target() == TARGET);
     let layer = tracing_opentelemetry::layer()
