@@ -29,10 +29,11 @@ VENV=.venv
 # kubernetes-validate and rendered with `kubectl kustomize` (kubectl is not
 # in Debian's archive: the test fails, naming it, when it is missing). The
 # xDS tests generate envoyproxy/ratelimit's RateLimitConfig code from
-# crates/floodgate-runtime/proto with grpcio-tools.
+# crates/floodgate-runtime/proto with grpcio-tools; the tracing tests receive
+# spans with OpenTelemetry's protocol code (opentelemetry-proto).
 PY_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1
-         PyYAML==6.0.4 kubernetes-validate==1.37.0)
-if ! "$VENV/bin/python" -c 'import grpc, grpc_tools.protoc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc' >/dev/null 2>&1; then
+         PyYAML==6.0.4 kubernetes-validate==1.37.0 opentelemetry-proto==1.45.2)
+if ! "$VENV/bin/python" -c 'import grpc, grpc_tools.protoc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' >/dev/null 2>&1; then
     echo "==> creating $VENV with ${PY_PINS[*]}"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"

@@ -107,7 +107,10 @@ fn serve(flags: ServeFlags) -> anyhow::Result<()> {
         &flags::sections(),
         floodgate_server::DEFAULT_CONFIG,
     )?;
-    logging::init(&loaded.runtime.settings.server.log)?;
+    logging::init(
+        &loaded.runtime.settings.server.log,
+        &loaded.runtime.settings.server.tracing,
+    )?;
     warn_unsupported(env);
     Ok(floodgate_server::run(loaded, Some(prometheus))?)
 }
@@ -122,7 +125,7 @@ fn gateway(flags: GatewayFlags) -> anyhow::Result<()> {
         // Access lines pass whatever level the other logs are filtered at.
         log.level = format!("{},{}=info", log.level, floodgate_gateway::access::TARGET);
     }
-    logging::init(&log)?;
+    logging::init(&log, &loaded.runtime.settings.server.tracing)?;
     warn_unsupported(env);
     let documents = &loaded.runtime.compiled.loaded.documents;
     warn_not_read::<floodgate_server::RlsSettings>(documents, "floodgate serve");

@@ -51,4 +51,5 @@ mod serve_rls_shaper_health;
 mod serve_slow_readers;
 mod service_settings_reload;
 mod sync_fleet;
+mod tracing_otlp;
 mod xds;

@@ -177,7 +177,7 @@ impl Frontend for Proxying {
                         trusted_hop: false,
                         slot: Some(slot.clone()),
                     };
-                    gateway.clone().handle(req, client)
+                    crate::trace::handle(gateway.clone(), req, client)
                 })
             },
         )));

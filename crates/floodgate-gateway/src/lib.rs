@@ -95,6 +95,7 @@ mod responses;
 mod run;
 pub mod settings;
 mod tls;
+mod trace;
 mod upgrade;
 mod upload;
 mod upstream;

@@ -7,6 +7,7 @@
 
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value, cmd};
 use sha1_smol::Sha1;
+use tracing::Instrument;
 
 use crate::pool::Pool;
 use crate::stats::RedisStats;
@@ -142,13 +143,27 @@ impl Script {
     }
 
     /// Runs `call` (built by [`Script::call`]); on `NOSCRIPT`, runs it again
-    /// as `EVAL` with the script's source.
+    /// as `EVAL` with the script's source. In a client span of the target
+    /// `floodgate::trace`, which Floodgate's runtime exports as OpenTelemetry
+    /// when tracing is on (and which is never made otherwise).
     pub(crate) async fn run(
         &self,
         pool: &Pool,
         call: &Cmd,
         stats: &RedisStats,
     ) -> RedisResult<Value> {
+        let span = tracing::info_span!(
+            target: "floodgate::trace",
+            "redis EVALSHA",
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = "EVALSHA",
+        );
+        self.attempt(pool, call, stats).instrument(span).await
+    }
+
+    /// [`run`](Self::run), outside its span.
+    async fn attempt(&self, pool: &Pool, call: &Cmd, stats: &RedisStats) -> RedisResult<Value> {
         stats.calls.inc();
         match pool.query(call).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {

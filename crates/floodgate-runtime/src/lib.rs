@@ -49,6 +49,7 @@ mod lifecycle;
 pub mod listener;
 mod logging;
 mod metrics;
+mod otel;
 mod process_metrics;
 pub mod settings;
 mod signals;

@@ -755,3 +755,43 @@ fn the_keys_a_frontend_reads_are_left_to_it() {
         "{e}"
     );
 }
+
+/// envoyproxy/ratelimit's tracing variables, read as it reads them: a
+/// protocol of `grpc` or `http` (empty: `http`), a sampling rate whose
+/// values beyond 0 and 1 mean never and always, the collector's base URL
+/// from `OTEL_EXPORTER_OTLP_ENDPOINT`; off by default.
+#[test]
+fn tracing_takes_envoys_variables() {
+    use floodgate_runtime::settings::OtlpProtocol;
+    let off = env_only(&[]).unwrap().server.tracing;
+    assert!(!off.enabled);
+    assert_eq!(off.protocol, OtlpProtocol::Http);
+    assert_eq!(off.sampling_ratio, 1.0);
+    let on = env_only(&[
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+        ("TRACING_SAMPLING_RATE", "2.5"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+        ("TRACING_SERVICE_NAME", "RateLimit"),
+    ])
+    .unwrap()
+    .server
+    .tracing;
+    assert!(on.enabled);
+    assert_eq!(on.protocol, OtlpProtocol::Grpc);
+    assert_eq!(on.sampling_ratio, 1.0, "above 1: always");
+    assert_eq!(on.endpoint, "http://collector:4317");
+    assert_eq!(on.service_name, "RateLimit");
+    let never = env_only(&[
+        ("TRACING_SAMPLING_RATE", "-1"),
+        ("TRACING_EXPORTER_PROTOCOL", ""),
+    ]);
+    let never = never.unwrap().server.tracing;
+    assert_eq!(never.sampling_ratio, 0.0, "below 0: never");
+    assert_eq!(never.protocol, OtlpProtocol::Http);
+    let bad = env_only(&[("TRACING_EXPORTER_PROTOCOL", "thrift")]).unwrap_err();
+    assert!(
+        bad.to_string().contains("TRACING_EXPORTER_PROTOCOL"),
+        "{bad}"
+    );
+}

@@ -9,6 +9,7 @@ use floodgate_policy::engine::ReleaseReport;
 use floodgate_policy::{Code, Descriptor, Engine, EngineError, Permit, Response};
 
 use floodgate_runtime::RuntimeError;
+use floodgate_runtime::host::otel;
 use floodgate_runtime::host::{AnyBackend, Health};
 
 use crate::call::Calls;
@@ -82,7 +83,7 @@ impl DecisionService {
             .engine
             .evaluate_with(domain, descriptors, hits_addend, apply, response)
             .await;
-        self.record(api, started, &result, response);
+        self.record(api, domain, started, &result, response);
         result
     }
 
@@ -115,22 +116,28 @@ impl DecisionService {
                     .await
             }
         };
-        self.record(api, started, &result, response);
+        self.record(api, domain, started, &result, response);
         result
     }
 
-    /// Records a decision's metrics; logs a failure other than the
-    /// caller's.
+    /// Records a decision's metrics and, when tracing, its attributes on
+    /// the request's span; logs a failure other than the caller's.
     fn record(
         &self,
         api: Api,
+        domain: &str,
         started: Instant,
         result: &Result<(), EngineError>,
         response: &Response,
     ) {
+        let backend = self.engine.backend();
         match result {
-            Ok(()) => self.metrics.decided(api, response, started),
+            Ok(()) => {
+                let outcome = self.metrics.decided(api, response, started);
+                otel::record_decision(backend, domain, outcome.label(), Some(response));
+            }
             Err(e) => {
+                otel::record_decision(backend, domain, RequestResult::Error.label(), None);
                 self.metrics.failed(api, e.code(), started);
                 if !matches!(e, EngineError::InvalidArgument(_)) {
                     tracing::warn!(error = %e, "decision failed");

@@ -31,7 +31,7 @@
 //!     &sections,
 //!     floodgate_server::DEFAULT_CONFIG,
 //! )?;
-//! floodgate_runtime::host::logging::init(&loaded.runtime.settings.server.log)?;
+//! floodgate_runtime::host::logging::init(&loaded.runtime.settings.server.log, &loaded.runtime.settings.server.tracing)?;
 //! // Serves until SIGTERM or SIGINT, then drains.
 //! floodgate_server::run(loaded, Some(prometheus))?;
 //! # Ok(())
@@ -56,6 +56,7 @@ mod pool;
 pub mod proto;
 mod run;
 pub mod settings;
+mod trace;
 
 pub use run::{Loaded, Rls, load, run, serve};
 pub use settings::RlsSettings;

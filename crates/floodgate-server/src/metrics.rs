@@ -177,10 +177,13 @@ impl ServiceMetrics {
         }
     }
 
-    /// Records a decided request, by the answer `response` gives.
+    /// Records a decided request, by the answer `response` gives; its
+    /// outcome.
     #[inline]
-    pub fn decided(&self, api: Api, response: &Response, started: Instant) {
-        self.counted(api, result_of(response), started);
+    pub fn decided(&self, api: Api, response: &Response, started: Instant) -> RequestResult {
+        let result = result_of(response);
+        self.counted(api, result, started);
+        result
     }
 
     /// Records a request of outcome `result`.

@@ -52,6 +52,20 @@ pub mod logging {
     pub use crate::logging::init;
 }
 
+/// OpenTelemetry tracing (`server.tracing`): the frontends' request spans
+/// and the Redis store's calls are `tracing` spans of the target
+/// [`TARGET`](otel::TARGET), exported over OTLP in batches by threads of
+/// their own (set up with the log: [`logging::init`]; flushed at shutdown
+/// by [`run`]). With tracing off no span is made: each call site is
+/// disabled. A span continues its caller's `traceparent`
+/// ([`continue_trace`](otel::continue_trace)); the decision's attributes
+/// are recorded on it ([`record_decision`](otel::record_decision)).
+pub mod otel {
+    pub use crate::otel::{
+        DROPPED_TOTAL, TARGET, continue_trace, enabled, record_decision, shut_down,
+    };
+}
+
 /// Metrics: the Prometheus recorder, installed once, before the
 /// configuration is loaded.
 pub mod metrics {
@@ -326,7 +340,8 @@ pub fn run<F: Frontend>(
         let _entered = runtime.enter();
         crate::signals::shutdown_signal()
     };
-    runtime.block_on(async move {
+    let grace = loaded.settings.server.shutdown_grace;
+    let served = runtime.block_on(async move {
         let mut shutdown = std::pin::pin!(shutdown);
         // A start waiting for its first configuration (xDS) ends on a
         // shutdown signal too.
@@ -335,7 +350,11 @@ pub fn run<F: Frontend>(
             () = &mut shutdown => return Ok(()),
         };
         running.serve_until(shutdown).await
-    })
+    });
+    // The spans of the last requests, within the grace again: the drain
+    // may have used it all.
+    crate::otel::shut_down(grace);
+    served
 }
 
 impl<F: Frontend> Running<F> {

@@ -50,11 +50,6 @@ pub const UNSUPPORTED_ENVOY_VARIABLES: &[(&[&str], &str)] = &[
     ], "the stores are memory and Redis"),
     (&["RESPONSE_DYNAMIC_METADATA"], "responses carry no dynamic metadata"),
     (&["QUOTA_MODE"], "set quota_mode: true on the rules that are quotas"),
-    (&["TRACING_ENABLED"], "no OpenTelemetry tracing; logs are structured (LOG_FORMAT=json)"),
-    (&[
-        "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
-        "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
-    ], "no OpenTelemetry tracing"),
 ];
 
 /// Unsupported variables whose value asks for what Floodgate does anyway

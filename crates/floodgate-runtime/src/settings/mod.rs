@@ -16,6 +16,7 @@ mod parse;
 mod server;
 mod store;
 pub mod table;
+mod trace;
 mod xds;
 
 use std::marker::PhantomData;
@@ -39,6 +40,7 @@ pub use parse::{
 };
 pub use store::StoreKind;
 pub use table::{Declared, Env, Flags, Origins, Setting, Value};
+pub use trace::{OtlpProtocol, TracingSettings};
 pub use xds::{Backoff, ConfigType, XdsSettings};
 
 /// Everything a binary reads at startup besides its own sections;
@@ -135,6 +137,8 @@ pub struct ServerSettings {
     pub workers: Option<usize>,
     /// Logging.
     pub log: LogSettings,
+    /// OpenTelemetry tracing.
+    pub tracing: TracingSettings,
 }
 
 /// Log output.

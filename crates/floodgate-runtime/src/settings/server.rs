@@ -190,6 +190,7 @@ pub(super) fn declare(t: &mut Vec<S>) {
     listeners(t);
     protections(t);
     process(t);
+    super::trace::declare(t);
     policy(t);
 }
 

@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tonic::service::Routes;
+use tracing::Instrument;
 
 use super::deadline::parse_grpc_timeout;
 use super::wire::{WireRequest, encode_response};
@@ -134,9 +135,10 @@ impl GrpcService {
             .and_then(|v| parse_grpc_timeout(v.as_bytes()))
             .map_or(longest, |t| t.min(longest));
         let started = Instant::now();
+        let span = crate::trace::rls(req.headers());
         // Boxed: the decision's state is a few KiB, and the task that polls
         // it is moved around by the runtime; a pointer moves cheaper.
-        let answer = Box::pin(self.rls(req, started));
+        let answer = Box::pin(self.rls(req, started).instrument(span));
         // The caller has given up by then: stop waiting (for the body or
         // for the store) and say so.
         match tokio::time::timeout(timeout, answer).await {

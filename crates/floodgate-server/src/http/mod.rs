@@ -16,6 +16,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::routing::post;
+use tracing::Instrument;
 
 use crate::call::Counted;
 use crate::decision::DecisionService;
@@ -82,7 +83,9 @@ async fn bounded(
         )
         .into_response();
     }
-    match tokio::time::timeout(s.request_timeout, next.run(request)).await {
+    let span = crate::trace::http_call(api, request.headers());
+    let answer = next.run(request).instrument(span);
+    match tokio::time::timeout(s.request_timeout, answer).await {
         // The call holds its place until its response is sent.
         Ok(response) => response.map(|b| axum::body::Body::new(Counted::new(b, Some(call)))),
         Err(_) => {
