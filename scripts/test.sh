@@ -30,13 +30,18 @@ VENV=.venv
 # in Debian's archive: the test fails, naming it, when it is missing). The
 # xDS tests generate envoyproxy/ratelimit's RateLimitConfig code from
 # crates/floodgate-runtime/proto with grpcio-tools; the tracing tests receive
-# spans with OpenTelemetry's protocol code (opentelemetry-proto).
+# spans with OpenTelemetry's protocol code (opentelemetry-proto). xds-protos
+# carries an older copy of OpenTelemetry's modules under the same names:
+# opentelemetry-proto is installed after it, so that its own files win (the
+# check below asks for a field the old copy lacks).
 PY_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 protobuf==7.36.2 xds-protos==1.85.0 h2==4.4.1
-         PyYAML==6.0.4 kubernetes-validate==1.37.0 opentelemetry-proto==1.45.2)
-if ! "$VENV/bin/python" -c 'import grpc, grpc_tools.protoc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' >/dev/null 2>&1; then
-    echo "==> creating $VENV with ${PY_PINS[*]}"
+         PyYAML==6.0.4 kubernetes-validate==1.37.0)
+OTEL_PROTO=opentelemetry-proto==1.45.2
+if ! "$VENV/bin/python" -c 'import grpc, grpc_tools.protoc, h2.connection, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc; from opentelemetry.proto.trace.v1 import trace_pb2; trace_pb2.ResourceSpans.DESCRIPTOR.fields_by_name["scope_spans"]' >/dev/null 2>&1; then
+    echo "==> creating $VENV with ${PY_PINS[*]} $OTEL_PROTO"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$OTEL_PROTO"
 fi
 export FLOODGATE_PYTHON="$PWD/$VENV/bin/python"
 

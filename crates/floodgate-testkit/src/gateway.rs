@@ -4,9 +4,10 @@ use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::floodgate::command;
-use crate::{Process, free_port, metric};
+use crate::{Process, free_port, metric, wait_until};
 
 /// A running `floodgate gateway` on free ports (its listener by flag, its
 /// admin listener by environment), with its configuration in a temporary
@@ -22,11 +23,22 @@ pub struct Gateway {
 
 impl Gateway {
     /// Starts `bin gateway` on `config` (YAML text) with extra arguments
-    /// and environment variables, and waits until `/ready` answers 200.
+    /// and environment variables, and waits until `/ready` answers 200
+    /// and its listener takes connections (the admin listener is bound
+    /// first).
     pub fn start(bin: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Gateway {
         let mut gateway = Self::spawn(bin, config, args, env, |_| {});
         let admin = gateway.admin;
         gateway.wait_ready(admin);
+        let port = gateway.port;
+        let listening = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(
+            listening,
+            "the gateway does not listen; its log:\n{}",
+            gateway.log()
+        );
         gateway
     }
 
