@@ -50,7 +50,7 @@ domains:
   - domain: api
     descriptors:
       - key: generic_key
-        rate_limit: {name: smooth, algorithm: shaper, rate: 2r/s, burst: 10}
+        rate_limit: {name: smooth, algorithm: shaper, rate: 20r/m, burst: 10}
 http:
   domain: api
   descriptors:
@@ -59,8 +59,8 @@ http:
 "#;
 
 /// Five at once against a shaper with two delay slots: one passes, two
-/// wait their turn (half a second and a second: still waiting when the
-/// last arrive, however slow the machine), two are rejected.
+/// wait their turn (three and six seconds: still waiting when the last
+/// arrive, however slow the machine), two are rejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_requests_are_counted_once_they_pass() {
     let recorder = DebuggingRecorder::new();
