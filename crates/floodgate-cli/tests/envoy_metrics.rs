@@ -189,22 +189,25 @@ fn service_counters(samples: &[Sample], calls: usize) {
     assert_eq!(error("redis_error"), 0.0);
 }
 
+/// `floodgate serve` on the rules of `files()[0]`, written to `dir`, with
+/// `env`.
+fn serve_rules(dir: &Path, env: &[(&str, &str)]) -> Floodgate {
+    std::fs::write(dir.join("dash.yaml"), files()[0].to_yaml()).unwrap();
+    Floodgate::start(
+        Path::new(env!("CARGO_BIN_EXE_floodgate")),
+        &format!("envoy_configs:\n  - {:?}\n", dir.display().to_string()),
+        &[],
+        env,
+    )
+}
+
 /// One run of the script: `None` when a minute ended during it.
 fn run() -> Option<(BTreeMap<String, Stats>, BTreeMap<String, Stats>)> {
     let dir = tempfile::tempdir().unwrap();
-    let files = files();
-    std::fs::write(dir.path().join("dash.yaml"), files[0].to_yaml()).unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let server = Floodgate::start(
-        Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!(
-            "envoy_configs:\n  - {:?}\n",
-            dir.path().display().to_string()
-        ),
-        &[],
-        &[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)],
-    );
+    let env = [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)];
+    let server = serve_rules(dir.path(), &env);
     let mut script = script();
     script.push(Request::default());
     if !send(&server.grpc_addr(), &script) {
@@ -213,7 +216,7 @@ fn run() -> Option<(BTreeMap<String, Stats>, BTreeMap<String, Stats>)> {
     let samples = scrape(port, "/metrics");
     service_counters(&samples, script.len());
     script.pop();
-    let mut reference = Service::new(Config::load(&files, false).unwrap(), Settings::default());
+    let mut reference = Service::new(Config::load(&files(), false).unwrap(), Settings::default());
     for r in &script {
         reference.should_rate_limit(r, 0).unwrap();
     }
@@ -236,16 +239,7 @@ fn the_compatible_counters_count_hits_as_envoyproxy_ratelimit() {
 #[test]
 fn without_use_prometheus_no_compatible_name_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("dash.yaml"), files()[0].to_yaml()).unwrap();
-    let server = Floodgate::start(
-        Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!(
-            "envoy_configs:\n  - {:?}\n",
-            dir.path().display().to_string()
-        ),
-        &[],
-        &[],
-    );
+    let server = serve_rules(dir.path(), &[]);
     send(&server.grpc_addr(), &script()[..3]);
     let samples = scrape(server.admin, "/metrics");
     assert!(
@@ -265,18 +259,10 @@ fn without_use_prometheus_no_compatible_name_is_written() {
 fn configuration_loads_are_counted_under_its_names() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("dash.yaml");
-    std::fs::write(&file, files()[0].to_yaml()).unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let _server = Floodgate::start(
-        Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!(
-            "envoy_configs:\n  - {:?}\n",
-            dir.path().display().to_string()
-        ),
-        &[],
-        &[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)],
-    );
+    let env = [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)];
+    let _server = serve_rules(dir.path(), &env);
     let loads = || {
         let s = scrape(port, "/metrics");
         let v = |name| s.iter().find(|x| x.name == name).map_or(0.0, |x| x.value);
