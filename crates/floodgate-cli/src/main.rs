@@ -1,5 +1,6 @@
 //! `floodgate`: the rate limiting service, gateway and tools.
 
+mod allocator;
 mod bench;
 mod check;
 mod flags;
@@ -17,14 +18,6 @@ use floodgate_runtime::settings::table::warn_not_read;
 use floodgate_runtime::settings::{Env, warn_unsupported};
 
 use flags::{GatewayFlags, ServeFlags, env};
-
-/// mimalloc: the proxy and the service allocate and free small buffers on
-/// every request (HTTP/2 frames, headers, futures), where it is measurably
-/// cheaper than the system allocator (docs/benchmarks.md). Its stable v2
-/// line: v3's path for Rust's (aligned) allocations cost the gateway about
-/// 200 more instructions per request.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Floodgate: rate limiting, exact and fast.
 #[derive(Parser, Debug)]
