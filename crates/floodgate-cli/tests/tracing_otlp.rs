@@ -269,6 +269,60 @@ async fn a_ratio_of_zero_samples_only_the_callers_sampled_traces() {
     assert!(spans.iter().all(|s| s["trace_id"] == TRACE), "{spans:?}");
 }
 
+/// B3, as Envoy's Zipkin tracer sends it, names the caller's trace too:
+/// the single `b3` header and the `x-b3-*` headers, sampled or not (ratio
+/// 0: only a caller's sampled trace is exported); given with a
+/// `traceparent`, B3 wins, as in envoyproxy/ratelimit.
+#[tokio::test(flavor = "multi_thread")]
+async fn b3_headers_name_the_callers_trace() {
+    let receiver = Receiver::start("answer");
+    let mut env = tracing_env("grpc", format!("http://127.0.0.1:{}", receiver.grpc));
+    env.push(("TRACING_SAMPLING_RATE", "0".into()));
+    let server = start(&env);
+    let unsampled = "cccccccccccccccc1111111111111111";
+    let not_kept = [("b3", format!("{unsampled}-{PARENT}-0"))];
+    assert_eq!(rls(server.grpc, "erin", &not_kept).await, "0");
+
+    let (single, multi, both, w3c) = (
+        "aaaaaaaaaaaaaaaa1111111111111111",
+        "bbbbbbbbbbbbbbbb1111111111111111",
+        "dddddddddddddddd1111111111111111",
+        "eeeeeeeeeeeeeeee1111111111111111",
+    );
+    let calls = [
+        vec![("b3", format!("{single}-{PARENT}-1"))],
+        vec![
+            ("x-b3-traceid", multi.to_owned()),
+            ("x-b3-spanid", PARENT.to_owned()),
+            ("x-b3-sampled", "1".to_owned()),
+        ],
+        vec![
+            ("traceparent", traceparent(w3c)),
+            ("b3", format!("{both}-{PARENT}-1")),
+        ],
+    ];
+    let arrived = |trace| receiver.span_within("ShouldRateLimit", trace, Duration::from_secs(5));
+    // OTLP does not retry a lost export: sent again until the spans arrive.
+    for _ in 0..5 {
+        for headers in &calls {
+            assert_eq!(rls(server.grpc, "erin", headers).await, "0");
+        }
+        if [single, multi, both].iter().all(|t| arrived(t).is_some()) {
+            break;
+        }
+    }
+    for trace in [single, multi, both] {
+        let span = receiver.span("ShouldRateLimit", trace);
+        assert_eq!(span["parent"], PARENT, "{span}");
+    }
+    let spans = receiver.spans.lock().unwrap();
+    let traces: Vec<&Value> = spans.iter().map(|s| &s["trace_id"]).collect();
+    assert!(
+        !traces.iter().any(|t| *t == unsampled || *t == w3c),
+        "an unsampled B3 trace, or the traceparent B3 overrides: {traces:?}"
+    );
+}
+
 /// Decisions answered while the collector is unreachable, then while it
 /// accepts exports and never answers them: each within a bound generous
 /// for a loaded machine, none failed; the spans beyond the queue are

@@ -12,14 +12,24 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// the first ones.
 const RULES: usize = 8;
 
-/// Makes `span` a child of the W3C `traceparent` (and `tracestate`) of
-/// `headers` — an HTTP request's headers or a gRPC call's metadata — when
-/// they carry one; a span made while tracing is off is left alone.
+/// The headers that name a caller's trace: W3C trace context's, then
+/// Zipkin's B3 (single `b3`, or `x-b3-*`).
+const TRACE_HEADERS: [&str; 3] = ["traceparent", "b3", "x-b3-traceid"];
+
+/// Makes `span` a child of the caller's span that `headers` — an HTTP
+/// request's headers or a gRPC call's metadata — name, when they name
+/// one: W3C `traceparent` (and `tracestate`), or B3 as Envoy's Zipkin
+/// tracer sends it, single header or several. B3 wins when both are
+/// given, as in envoyproxy/ratelimit (`src/trace/trace.go`: trace
+/// context, then B3). A span made while tracing is off is left alone.
 pub fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) {
-    if span.is_disabled() || !headers.contains_key("traceparent") {
+    if span.is_disabled() || !TRACE_HEADERS.iter().any(|h| headers.contains_key(*h)) {
         return;
     }
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
+    let headers = Headers(headers);
+    let w3c = TraceContextPropagator::new().extract(&headers);
+    let parent =
+        opentelemetry_propagator_b3::Propagator::new().extract_with_context(&w3c, &headers);
     // Refused only for a span already started, which these are not.
     let _ = span.set_parent(parent);
 }
