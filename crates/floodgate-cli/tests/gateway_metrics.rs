@@ -1,13 +1,17 @@
-//! The gateway's responses by status class and their time, against a
-//! counted run: requests the upstream answers (2xx), the limiter denies
-//! (429: 4xx) and an unreachable upstream fails (502: 5xx) — each counted
-//! once in its class, and each in the duration histogram; the upstream's
-//! time counted for each exchange that brought a response.
+//! The gateway's request metrics against counted runs: responses by
+//! status class and their time — requests the upstream answers (2xx), the
+//! limiter denies (429: 4xx) and an unreachable upstream fails (502: 5xx),
+//! each counted once in its class and in the duration histogram, the
+//! upstream's time for each exchange that brought a response — and
+//! requests by route, outcome and status class, with the upstream's
+//! failures by kind, from a real misbehaving upstream.
 
 use std::path::Path;
+use std::time::Duration;
 
 use floodgate_testkit::prometheus::{Sample, scrape};
-use floodgate_testkit::{Gateway, free_port, http_request};
+use floodgate_testkit::{Gateway, Upstream, free_port, http_request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -69,4 +73,119 @@ fn an_unreachable_upstream_counts_as_5xx() {
     assert_eq!(send(&gw, "/other", 3), [502, 502, 502]);
     // No exchange brought a response head: none timed upstream.
     assert_eq!(counted(&gw), ([0.0, 0.0, 3.0], 3.0, 0.0));
+    let s = scrape(gw.admin, "/metrics");
+    let refused = [("kind", "connect_refused")];
+    assert_eq!(
+        sum(&s, "floodgate_gateway_upstream_errors_total", &refused),
+        3.0
+    );
+}
+
+/// The value of the series of `name` with `labels` (0 when absent).
+fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+/// An upstream that answers 200 (closing the connection after it), except
+/// to a path holding `/reset`, whose connection it resets on reading the
+/// request head.
+async fn misbehave(listener: tokio::net::TcpListener) {
+    while let Ok((mut conn, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+            if line.windows(6).any(|w| w == b"/reset") {
+                // A zero linger: closing sends RST, not FIN.
+                let _ = socket2::SockRef::from(&conn).set_linger(Some(Duration::ZERO));
+                return;
+            }
+            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n";
+            let _ = conn.write_all(ok).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
+/// Two routes of two requests an hour each; other paths unlimited.
+fn routed_config(upstream: &str) -> String {
+    format!(
+        "gateway:\n  upstream: http://{upstream}\nhttp:\n  domain: gw\n  routes: [\"/api/{{*rest}}\", \"/users/{{id}}\"]\n  descriptors:\n    - [route]\ndomains:\n  - domain: gw\n    descriptors:\n      - key: route\n        rate_limit: {{requests: 2, per: 1h}}\n"
+    )
+}
+
+#[test]
+fn requests_are_counted_by_route_outcome_and_upstream_failure() {
+    let up = Upstream::start(misbehave);
+    let gw = Gateway::start(bin(), &routed_config(&up.addr.to_string()), &[], &[]);
+    let statuses = [
+        send(&gw, "/api/a", 3),
+        send(&gw, "/users/1", 1),
+        send(&gw, "/users/reset", 1),
+        send(&gw, "/users/2", 1),
+        send(&gw, "/other", 2),
+        send(&gw, "/other/reset", 1),
+        send(&gw, "/bad%zz", 1),
+    ];
+    let want: [&[u16]; 7] = [
+        &[200, 200, 429],
+        &[200],
+        &[502],
+        &[429],
+        &[200, 200],
+        &[502],
+        &[400],
+    ];
+    assert_eq!(statuses, want);
+    // Nothing listens on the upstream's port any more: refused.
+    drop(up);
+    assert_eq!(send(&gw, "/other", 2), [502, 502]);
+    let s = scrape(gw.admin, "/metrics");
+    let requests = |route, outcome, status| {
+        let labels = [("route", route), ("outcome", outcome), ("status", status)];
+        sum(&s, "floodgate_gateway_requests_total", &labels)
+    };
+    let counts = [
+        ("/api/{*rest}", "allowed", "2xx", 2.0),
+        ("/api/{*rest}", "limited", "4xx", 1.0),
+        ("/users/{id}", "allowed", "2xx", 1.0),
+        ("/users/{id}", "allowed", "5xx", 1.0),
+        ("/users/{id}", "limited", "4xx", 1.0),
+        ("none", "allowed", "2xx", 2.0),
+        ("none", "allowed", "5xx", 3.0),
+        ("none", "error", "4xx", 1.0),
+    ];
+    for (route, outcome, status, n) in counts {
+        assert_eq!(
+            requests(route, outcome, status),
+            n,
+            "{route} {outcome} {status}"
+        );
+    }
+    // Nothing else: every request counted once.
+    assert_eq!(sum(&s, "floodgate_gateway_requests_total", &[]), 12.0);
+    let kinds = |kind| {
+        sum(
+            &s,
+            "floodgate_gateway_upstream_errors_total",
+            &[("kind", kind)],
+        )
+    };
+    assert_eq!((kinds("reset"), kinds("connect_refused")), (2.0, 2.0));
+    assert_eq!(sum(&s, "floodgate_gateway_upstream_errors_total", &[]), 4.0);
 }

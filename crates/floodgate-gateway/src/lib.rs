@@ -92,6 +92,7 @@ mod pool;
 mod proxy;
 mod reload;
 mod responses;
+mod route_metrics;
 mod run;
 pub mod settings;
 mod tls;
@@ -99,6 +100,7 @@ mod trace;
 mod upgrade;
 mod upload;
 mod upstream;
+mod upstream_errors;
 
 pub use body::{BodyError, ProxyBody};
 pub use config::{
