@@ -189,3 +189,37 @@ fn requests_are_counted_by_route_outcome_and_upstream_failure() {
     assert_eq!((kinds("reset"), kinds("connect_refused")), (2.0, 2.0));
     assert_eq!(sum(&s, "floodgate_gateway_upstream_errors_total", &[]), 4.0);
 }
+
+/// A gateway of `routes` (a YAML list), limiting nothing it is sent here.
+fn reloadable_config(upstream: &str, routes: &str) -> String {
+    format!(
+        "gateway:\n  upstream: http://{upstream}\nserver: {{reload_interval: 100ms}}\nhttp:\n  domain: gw\n  routes: {routes}\n  descriptors:\n    - [route]\ndomains:\n  - domain: gw\n    descriptors:\n      - key: route\n        rate_limit: {{requests: 100, per: 1h}}\n"
+    )
+}
+
+#[test]
+fn a_reload_counts_under_the_new_routes() {
+    let up = crate::gateway_lifecycle::upstream();
+    let addr = up.addr.to_string();
+    let gw = Gateway::start(bin(), &reloadable_config(&addr, r#"["/a"]"#), &[], &[]);
+    assert_eq!([send(&gw, "/a", 1), send(&gw, "/b/1", 1)], [[200], [200]]);
+    gw.write_config(&reloadable_config(&addr, r#"["/a", "/b/{id}"]"#));
+    // The new route's counters are registered with its section, at 0.
+    let registered = floodgate_testkit::wait_until(Duration::from_secs(10), || {
+        let s = scrape(gw.admin, "/metrics");
+        s.iter()
+            .any(|x| x.labels.get("route").is_some_and(|r| r == "/b/{id}"))
+    });
+    assert!(registered, "{}", gw.log());
+    assert_eq!([send(&gw, "/a", 1), send(&gw, "/b/1", 1)], [[200], [200]]);
+    let s = scrape(gw.admin, "/metrics");
+    let forwarded = |route| {
+        let labels = [("route", route), ("outcome", "allowed"), ("status", "2xx")];
+        sum(&s, "floodgate_gateway_requests_total", &labels)
+    };
+    // `/a` counts on across the reload; `/b/1` was `none` before it.
+    assert_eq!(
+        (forwarded("/a"), forwarded("/b/{id}"), forwarded("none")),
+        (2.0, 1.0, 1.0)
+    );
+}
