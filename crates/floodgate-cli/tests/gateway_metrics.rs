@@ -6,6 +6,7 @@
 //! requests by route, outcome and status class, with the upstream's
 //! failures by kind, from a real misbehaving upstream.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -96,8 +97,9 @@ fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 /// An upstream that answers 200 (closing the connection after it), except
-/// to a path holding `/reset`, whose connection it resets on reading the
-/// request head.
+/// to a path holding `/reset` (the connection reset on reading the request
+/// head), `/close` (closed, without a response), `/garbage` (not an HTTP
+/// response) or `/slow` (no response for 30 s).
 async fn misbehave(listener: tokio::net::TcpListener) {
     while let Ok((mut conn, _)) = listener.accept().await {
         tokio::spawn(async move {
@@ -110,13 +112,22 @@ async fn misbehave(listener: tokio::net::TcpListener) {
                 }
             }
             let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-            if line.windows(6).any(|w| w == b"/reset") {
+            let asks = |word: &[u8]| line.windows(word.len()).any(|w| w == word);
+            let answer: &[u8] = if asks(b"/reset") {
                 // A zero linger: closing sends RST, not FIN.
                 let _ = socket2::SockRef::from(&conn).set_linger(Some(Duration::ZERO));
                 return;
-            }
-            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n";
-            let _ = conn.write_all(ok).await;
+            } else if asks(b"/close") {
+                b""
+            } else if asks(b"/garbage") {
+                b"garbage\r\n\r\n"
+            } else if asks(b"/slow") {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                return;
+            } else {
+                b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n"
+            };
+            let _ = conn.write_all(answer).await;
             let _ = conn.shutdown().await;
         });
     }
@@ -188,6 +199,42 @@ fn requests_are_counted_by_route_outcome_and_upstream_failure() {
     };
     assert_eq!((kinds("reset"), kinds("connect_refused")), (2.0, 2.0));
     assert_eq!(sum(&s, "floodgate_gateway_upstream_errors_total", &[]), 4.0);
+}
+
+/// The gateway's upstream failures of each kind.
+fn failures(gw: &Gateway) -> BTreeMap<String, f64> {
+    let s = scrape(gw.admin, "/metrics");
+    let of_kind = s
+        .iter()
+        .filter(|x| x.name == "floodgate_gateway_upstream_errors_total" && x.value > 0.0);
+    of_kind
+        .map(|x| (x.labels["kind"].clone(), x.value))
+        .collect()
+}
+
+#[test]
+fn each_kind_of_upstream_failure_is_counted() {
+    let up = Upstream::start(misbehave);
+    let args = ["--upstream-response-timeout", "300ms"];
+    let gw = Gateway::start(bin(), &config(&up.addr.to_string()), &args, &[]);
+    let statuses = [
+        send(&gw, "/close", 1),
+        send(&gw, "/garbage", 2),
+        send(&gw, "/slow", 1),
+    ];
+    assert_eq!(statuses, [vec![502], vec![502, 502], vec![504]]);
+    let want = [
+        ("closed", 1.0),
+        ("protocol", 2.0),
+        ("response_timeout", 1.0),
+    ];
+    assert_eq!(failures(&gw), want.map(|(k, n)| (k.to_owned(), n)).into());
+    // An `https://` upstream that speaks plain HTTP fails the handshake.
+    let plain = crate::gateway_lifecycle::upstream();
+    let tls = config(&plain.addr.to_string()).replace("http://", "https://");
+    let gw = Gateway::start(bin(), &tls, &[], &[]);
+    assert_eq!(send(&gw, "/other", 1), [502]);
+    assert_eq!(failures(&gw), [("tls".to_owned(), 1.0)].into());
 }
 
 /// A gateway of `routes` (a YAML list), limiting nothing it is sent here.
