@@ -88,11 +88,12 @@ impl RouteMetrics {
         }
     }
 
-    /// Counts a request to the template of index `route` (none: no
-    /// template matched) answered `status`, of `outcome`.
+    /// Counts a request to the template of index `route` (of the
+    /// templates these counters were registered for; none: no template
+    /// matched) answered `status`, of `outcome`.
     #[inline]
     pub(crate) fn count(&self, route: Option<usize>, outcome: Outcome, status: StatusCode) {
-        let row = route.unwrap_or(self.none).min(self.none);
+        let row = route.unwrap_or(self.none);
         let at = row * PER_ROUTE + outcome as usize * CLASSES.len() + class_of(status);
         self.counters[at].increment(1);
     }
