@@ -169,7 +169,9 @@ impl<B: Backend> Gateway<B> {
             let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
             return Ok(self.unlimited(access, res, &tally, Outcome::Allowed));
         };
-        // Matched once, on the normal path the limiter reads.
+        // On the normal path the limiter reads. (The layer's identity
+        // matches on its own for a `route` action: it cannot be handed
+        // this index.)
         tally.route = l.section.identity.route_index(req.uri().path());
         // A keyed field the upstream could read otherwise than the
         // identity: refused, or removed (see `crate::keyed`).
