@@ -1,13 +1,18 @@
-//! The gateway's responses by status class and their time, against a
-//! counted run: requests the upstream answers (2xx), the limiter denies
-//! (429: 4xx) and an unreachable upstream fails (502: 5xx) — each counted
-//! once in its class, and each in the duration histogram; the upstream's
-//! time counted for each exchange that brought a response.
+//! The gateway's request metrics against counted runs: responses by
+//! status class and their time — requests the upstream answers (2xx), the
+//! limiter denies (429: 4xx) and an unreachable upstream fails (502: 5xx),
+//! each counted once in its class and in the duration histogram, the
+//! upstream's time for each exchange that brought a response — and
+//! requests by route, outcome and status class, with the upstream's
+//! failures by kind, from a real misbehaving upstream.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use floodgate_testkit::prometheus::{Sample, scrape};
-use floodgate_testkit::{Gateway, free_port, http_request};
+use floodgate_testkit::{Gateway, Upstream, free_port, http_request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -69,4 +74,199 @@ fn an_unreachable_upstream_counts_as_5xx() {
     assert_eq!(send(&gw, "/other", 3), [502, 502, 502]);
     // No exchange brought a response head: none timed upstream.
     assert_eq!(counted(&gw), ([0.0, 0.0, 3.0], 3.0, 0.0));
+    let s = scrape(gw.admin, "/metrics");
+    let refused = [("kind", "connect_refused")];
+    assert_eq!(
+        sum(&s, "floodgate_gateway_upstream_errors_total", &refused),
+        3.0
+    );
+}
+
+/// The value of the series of `name` with `labels` (0 when absent).
+fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+/// An upstream that answers 200 (closing the connection after it), except
+/// to a path holding `/reset` (the connection reset on reading the request
+/// head), `/close` (closed, without a response), `/garbage` (not an HTTP
+/// response) or `/slow` (no response for 30 s).
+async fn misbehave(listener: tokio::net::TcpListener) {
+    while let Ok((mut conn, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+            let asks = |word: &[u8]| line.windows(word.len()).any(|w| w == word);
+            let answer: &[u8] = if asks(b"/reset") {
+                // A zero linger: closing sends RST, not FIN.
+                let _ = socket2::SockRef::from(&conn).set_linger(Some(Duration::ZERO));
+                return;
+            } else if asks(b"/close") {
+                b""
+            } else if asks(b"/garbage") {
+                b"garbage\r\n\r\n"
+            } else if asks(b"/slow") {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                return;
+            } else {
+                b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n"
+            };
+            let _ = conn.write_all(answer).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
+/// Two routes of two requests an hour each; other paths unlimited.
+fn routed_config(upstream: &str) -> String {
+    format!(
+        "gateway:\n  upstream: http://{upstream}\nhttp:\n  domain: gw\n  routes: [\"/api/{{*rest}}\", \"/users/{{id}}\"]\n  descriptors:\n    - [route]\ndomains:\n  - domain: gw\n    descriptors:\n      - key: route\n        rate_limit: {{requests: 2, per: 1h}}\n"
+    )
+}
+
+#[test]
+fn requests_are_counted_by_route_outcome_and_upstream_failure() {
+    let up = Upstream::start(misbehave);
+    let gw = Gateway::start(bin(), &routed_config(&up.addr.to_string()), &[], &[]);
+    let statuses = [
+        send(&gw, "/api/a", 3),
+        send(&gw, "/users/1", 1),
+        send(&gw, "/users/reset", 1),
+        send(&gw, "/users/2", 1),
+        send(&gw, "/other", 2),
+        send(&gw, "/other/reset", 1),
+        send(&gw, "/bad%zz", 1),
+    ];
+    let want: [&[u16]; 7] = [
+        &[200, 200, 429],
+        &[200],
+        &[502],
+        &[429],
+        &[200, 200],
+        &[502],
+        &[400],
+    ];
+    assert_eq!(statuses, want);
+    // Nothing listens on the upstream's port any more: refused.
+    drop(up);
+    assert_eq!(send(&gw, "/other", 2), [502, 502]);
+    let s = scrape(gw.admin, "/metrics");
+    let requests = |route, outcome, status| {
+        let labels = [("route", route), ("outcome", outcome), ("status", status)];
+        sum(&s, "floodgate_gateway_requests_total", &labels)
+    };
+    let counts = [
+        ("/api/{*rest}", "allowed", "2xx", 2.0),
+        ("/api/{*rest}", "limited", "4xx", 1.0),
+        ("/users/{id}", "allowed", "2xx", 1.0),
+        ("/users/{id}", "allowed", "5xx", 1.0),
+        ("/users/{id}", "limited", "4xx", 1.0),
+        ("none", "allowed", "2xx", 2.0),
+        ("none", "allowed", "5xx", 3.0),
+        ("none", "error", "4xx", 1.0),
+    ];
+    for (route, outcome, status, n) in counts {
+        assert_eq!(
+            requests(route, outcome, status),
+            n,
+            "{route} {outcome} {status}"
+        );
+    }
+    // Nothing else: every request counted once.
+    assert_eq!(sum(&s, "floodgate_gateway_requests_total", &[]), 12.0);
+    let kinds = |kind| {
+        sum(
+            &s,
+            "floodgate_gateway_upstream_errors_total",
+            &[("kind", kind)],
+        )
+    };
+    assert_eq!((kinds("reset"), kinds("connect_refused")), (2.0, 2.0));
+    assert_eq!(sum(&s, "floodgate_gateway_upstream_errors_total", &[]), 4.0);
+}
+
+/// The gateway's upstream failures of each kind.
+fn failures(gw: &Gateway) -> BTreeMap<String, f64> {
+    let s = scrape(gw.admin, "/metrics");
+    let of_kind = s
+        .iter()
+        .filter(|x| x.name == "floodgate_gateway_upstream_errors_total" && x.value > 0.0);
+    of_kind
+        .map(|x| (x.labels["kind"].clone(), x.value))
+        .collect()
+}
+
+#[test]
+fn each_kind_of_upstream_failure_is_counted() {
+    let up = Upstream::start(misbehave);
+    let args = ["--upstream-response-timeout", "300ms"];
+    let gw = Gateway::start(bin(), &config(&up.addr.to_string()), &args, &[]);
+    let statuses = [
+        send(&gw, "/close", 1),
+        send(&gw, "/garbage", 2),
+        send(&gw, "/slow", 1),
+    ];
+    assert_eq!(statuses, [vec![502], vec![502, 502], vec![504]]);
+    let want = [
+        ("closed", 1.0),
+        ("protocol", 2.0),
+        ("response_timeout", 1.0),
+    ];
+    assert_eq!(failures(&gw), want.map(|(k, n)| (k.to_owned(), n)).into());
+    // An `https://` upstream that speaks plain HTTP fails the handshake.
+    let plain = crate::gateway_lifecycle::upstream();
+    let tls = config(&plain.addr.to_string()).replace("http://", "https://");
+    let gw = Gateway::start(bin(), &tls, &[], &[]);
+    assert_eq!(send(&gw, "/other", 1), [502]);
+    assert_eq!(failures(&gw), [("tls".to_owned(), 1.0)].into());
+}
+
+/// A gateway of `routes` (a YAML list), limiting nothing it is sent here.
+fn reloadable_config(upstream: &str, routes: &str) -> String {
+    format!(
+        "gateway:\n  upstream: http://{upstream}\nserver: {{reload_interval: 100ms}}\nhttp:\n  domain: gw\n  routes: {routes}\n  descriptors:\n    - [route]\ndomains:\n  - domain: gw\n    descriptors:\n      - key: route\n        rate_limit: {{requests: 100, per: 1h}}\n"
+    )
+}
+
+#[test]
+fn a_reload_counts_under_the_new_routes() {
+    let up = crate::gateway_lifecycle::upstream();
+    let addr = up.addr.to_string();
+    let gw = Gateway::start(bin(), &reloadable_config(&addr, r#"["/a"]"#), &[], &[]);
+    assert_eq!([send(&gw, "/a", 1), send(&gw, "/b/1", 1)], [[200], [200]]);
+    gw.write_config(&reloadable_config(&addr, r#"["/a", "/b/{id}"]"#));
+    // The new route's counters are registered with its section, at 0.
+    let registered = floodgate_testkit::wait_until(Duration::from_secs(10), || {
+        let s = scrape(gw.admin, "/metrics");
+        s.iter()
+            .any(|x| x.labels.get("route").is_some_and(|r| r == "/b/{id}"))
+    });
+    assert!(registered, "{}", gw.log());
+    assert_eq!([send(&gw, "/a", 1), send(&gw, "/b/1", 1)], [[200], [200]]);
+    let s = scrape(gw.admin, "/metrics");
+    let forwarded = |route| {
+        let labels = [("route", route), ("outcome", "allowed"), ("status", "2xx")];
+        sum(&s, "floodgate_gateway_requests_total", &labels)
+    };
+    // `/a` counts on across the reload; `/b/1` was `none` before it.
+    assert_eq!(
+        (forwarded("/a"), forwarded("/b/{id}"), forwarded("none")),
+        (2.0, 1.0, 1.0)
+    );
 }

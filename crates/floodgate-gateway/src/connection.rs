@@ -33,9 +33,12 @@ pub enum ExchangeError {
     /// The client's request body failed.
     #[error(transparent)]
     Upload(#[from] UploadError),
-    /// The connection closed (or was reset) before any byte of a response.
+    /// The connection closed before any byte of a response.
     #[error("the connection closed before a response")]
     Closed,
+    /// The connection was reset before any byte of a response.
+    #[error("the connection was reset before a response")]
+    Reset,
     /// Reading failed mid-response.
     #[error("reading the response: {0}")]
     Read(io::Error),
@@ -59,7 +62,7 @@ impl ExchangeError {
         use http::Method;
         match self {
             ExchangeError::Write(_) => true,
-            ExchangeError::Closed => matches!(
+            ExchangeError::Closed | ExchangeError::Reset => matches!(
                 *method,
                 Method::GET
                     | Method::HEAD

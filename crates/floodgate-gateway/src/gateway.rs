@@ -23,6 +23,7 @@ use crate::forward::X_FORWARDED_PROTO;
 use crate::keyed::KeyedFields;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::responses::ResponseMetrics;
+use crate::route_metrics::{Outcome, RouteMetrics};
 use floodgate_http::HttpSection;
 
 /// The limiter of a gateway: the layer and the identity it was built from.
@@ -31,6 +32,8 @@ pub struct Limiter<B> {
     layer: FloodgateLayer<B, SystemClock>,
     trusts_proxies: bool,
     keyed: KeyedFields,
+    /// Requests by the section's routes, outcome and status class.
+    routes: RouteMetrics,
 }
 
 impl<B: Backend> Limiter<B> {
@@ -46,6 +49,7 @@ impl<B: Backend> Limiter<B> {
         Limiter {
             trusts_proxies: section.identity.config().client_ip.trusts_proxies(),
             keyed: KeyedFields::new(section.identity.config()),
+            routes: RouteMetrics::new(&section.identity.config().routes),
             section,
             layer,
         }
@@ -74,6 +78,9 @@ pub struct Gateway<B> {
     requests: RequestCounters,
     /// Responses by status class, and their time.
     responses: ResponseMetrics,
+    /// Requests by outcome and status class while no limiter (and so no
+    /// route) is loaded: all under `none`.
+    unrouted: RouteMetrics,
 }
 
 impl<B: Backend> Gateway<B> {
@@ -88,6 +95,7 @@ impl<B: Backend> Gateway<B> {
             access_log,
             requests: RequestCounters::new("http"),
             responses: ResponseMetrics::new(),
+            unrouted: RouteMetrics::new(&[]),
         }
     }
 
@@ -136,28 +144,41 @@ impl<B: Backend> Gateway<B> {
         let mut access = self
             .access_log
             .then(|| AccessEntry::begin(&req, client.peer));
+        let limiter = self.limiter.load_full();
+        let routes = limiter
+            .as_ref()
+            .as_ref()
+            .map_or(&self.unrouted, |l| &l.routes);
+        let mut tally = Tally {
+            routes,
+            route: None,
+            started,
+        };
         // A request without one authority, or announcing a body over the
         // limit, is the client's error: refused before it is limited
         // (nothing is charged for it) or forwarded.
         if let Some(res) = self.proxy.check_request(&mut req) {
             self.requests.count(RequestResult::Error);
-            return Ok(self.unlimited(access, res, started));
+            return Ok(self.unlimited(access, res, &tally, Outcome::Error));
         }
-        let limiter = self.limiter.load_full();
         let Some(l) = limiter.as_ref() else {
             // Boxed (here and below): the forwarding future is kilobytes,
             // and a future held inline is copied whole each time the one
             // holding it moves (into hyper's connection, per request).
             self.requests.count(RequestResult::Allowed);
             let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
-            return Ok(self.unlimited(access, res, started));
+            return Ok(self.unlimited(access, res, &tally, Outcome::Allowed));
         };
+        // On the normal path the limiter reads. (The layer's identity
+        // matches on its own for a `route` action: it cannot be handed
+        // this index.)
+        tally.route = l.section.identity.route_index(req.uri().path());
         // A keyed field the upstream could read otherwise than the
         // identity: refused, or removed (see `crate::keyed`).
         if l.keyed.check(req.headers_mut()).is_err() {
             let res = self.proxy.duplicate_keyed_field(req.version());
             self.requests.count(RequestResult::Error);
-            return Ok(self.unlimited(access, res, started));
+            return Ok(self.unlimited(access, res, &tally, Outcome::Error));
         }
         let from = l.client(&req, &mut client, access.as_deref_mut());
         let proxy = self.proxy.clone();
@@ -167,9 +188,15 @@ impl<B: Backend> Gateway<B> {
             in_box(proxy.forward(req, client))
         });
         let res = limited.await?;
-        self.responses.finished(res.status(), started);
+        let from_layer = res.body().is_from_layer();
+        let outcome = if from_layer {
+            Outcome::Limited
+        } else {
+            Outcome::Allowed
+        };
+        self.finished(&tally, outcome, res.status());
         if let Some(a) = access {
-            a.finish(res.status(), res.body().is_from_layer());
+            a.finish(res.status(), from_layer);
         }
         Ok(res)
     }
@@ -180,14 +207,33 @@ impl<B: Backend> Gateway<B> {
         &self,
         access: Option<Box<AccessEntry>>,
         res: Response<ProxyBody>,
-        started: Instant,
+        tally: &Tally<'_>,
+        outcome: Outcome,
     ) -> Response<GatewayBody> {
-        self.responses.finished(res.status(), started);
+        self.finished(tally, outcome, res.status());
         if let Some(a) = access {
             a.finish(res.status(), false);
         }
         res.map(FloodgateBody::new)
     }
+
+    /// Counts a request of `outcome` answered `status`: by status class,
+    /// by route, and timed.
+    #[inline]
+    fn finished(&self, tally: &Tally<'_>, outcome: Outcome, status: http::StatusCode) {
+        self.responses.finished(status, tally.started);
+        tally.routes.count(tally.route, outcome, status);
+    }
+}
+
+/// What a request is counted under once answered.
+struct Tally<'a> {
+    /// The counters of the limiter in force when it arrived.
+    routes: &'a RouteMetrics,
+    /// The index of its route template, once matched.
+    route: Option<usize>,
+    /// When its head arrived.
+    started: Instant,
 }
 
 impl<B: Backend> Limiter<B> {

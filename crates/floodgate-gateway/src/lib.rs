@@ -18,7 +18,13 @@
 //!   every response), shaper delays (nginx `limit_req` semantics),
 //!   concurrency queues and priority shedding as the tower layer.
 //! * An unreachable upstream is answered 502, a slow one 504 — never a
-//!   rate-limit status.
+//!   rate-limit status — and counted by what broke
+//!   (`floodgate_gateway_upstream_errors_total{kind}`: refused, timed
+//!   out, TLS, reset, closed, protocol, …).
+//! * Requests are counted by route template, outcome and status class
+//!   (`floodgate_gateway_requests_total{route,outcome,status}`), from
+//!   handles registered when the `http:` section is loaded: one atomic
+//!   increment per request.
 //! * Behind an L4 load balancer, the PROXY protocol header (v1 or v2) its
 //!   trusted sources send gives the client address
 //!   (`gateway.proxy_protocol`; see
@@ -92,6 +98,7 @@ mod pool;
 mod proxy;
 mod reload;
 mod responses;
+mod route_metrics;
 mod run;
 pub mod settings;
 mod tls;
@@ -99,6 +106,7 @@ mod trace;
 mod upgrade;
 mod upload;
 mod upstream;
+mod upstream_errors;
 
 pub use body::{BodyError, ProxyBody};
 pub use config::{

@@ -27,7 +27,6 @@ use hyper::upgrade::OnUpgrade;
 
 use crate::body::ProxyBody;
 use crate::config::{Forwarding, ListenerLimits};
-use crate::connect::ConnectError;
 use crate::connection::{ExchangeError, UpstreamBody};
 use crate::forward::{
     Hop, append_forwarded, append_x_forwarded_for, set_x_forwarded_proto, strip_hop_by_hop,
@@ -36,6 +35,7 @@ use crate::host::{HostError, normalize_host};
 use crate::upgrade;
 use crate::upload::{ClientBodyError, Progress, UploadBody};
 use crate::upstream::Upstream;
+use crate::upstream_errors::{UpstreamErrors, UpstreamFailure};
 
 /// What the proxy needs to know of the client connection a request came
 /// on (passed along with the request rather than in its extensions: no
@@ -100,8 +100,10 @@ struct Shared {
     upgrades: Box<[String]>,
     encoded_slashes: EncodedSlashes,
     stats: ProxyStats,
-    /// The counter of each fault (see [`METRICS`]).
-    metrics: [metrics::Counter; METRICS.len()],
+    /// The counter of each client fault (see [`CLIENT_ERRORS`]).
+    client_errors: [metrics::Counter; CLIENT_ERRORS.len()],
+    /// The counter of each kind of upstream failure.
+    upstream_errors: UpstreamErrors,
     /// `floodgate_gateway_upstream_duration_seconds`: from sending a
     /// request upstream to its response head.
     upstream_time: metrics::Histogram,
@@ -119,29 +121,26 @@ enum Fault {
     Coding,
     Body(ClientBodyError),
     BodyTimeout,
-    BadGateway,
-    Timeout,
+    /// The upstream brought no response (502, or 504 for a timeout).
+    Upstream(UpstreamFailure),
     DuplicateKeyedField,
 }
 
 const CLIENT: &str = "floodgate_gateway_client_errors_total";
-const UPSTREAM: &str = "floodgate_gateway_upstream_errors_total";
 
-/// The metric and `kind` label of each fault's counter, in the order of
-/// the rows [`Shared::answer`] gives.
-const METRICS: [(&str, &str); 12] = [
-    (CLIENT, "bad_host"),
-    (CLIENT, "bad_target"),
-    (CLIENT, "malformed_body"),
-    (CLIENT, "incomplete_body"),
-    (CLIENT, "body_too_large"),
-    (CLIENT, "body_timeout"),
-    (UPSTREAM, "bad_gateway"),
-    (UPSTREAM, "timeout"),
-    (CLIENT, "duplicate_keyed_field"),
-    (CLIENT, "bad_path"),
-    (CLIENT, "bad_method"),
-    (CLIENT, "bad_coding"),
+/// The `kind` label of each client fault's counter, in the order of the
+/// rows [`Shared::answer`] gives.
+const CLIENT_ERRORS: [&str; 10] = [
+    "bad_host",
+    "bad_target",
+    "malformed_body",
+    "incomplete_body",
+    "body_too_large",
+    "body_timeout",
+    "duplicate_keyed_field",
+    "bad_path",
+    "bad_method",
+    "bad_coding",
 ];
 
 impl Shared {
@@ -149,9 +148,10 @@ impl Shared {
     fn answer(&self, fault: Fault) -> Response<ProxyBody> {
         use ClientBodyError::*;
         let s = &self.stats;
-        // The fault's row in `METRICS`, its counter, and the answer, whose
-        // first word is the status it is sent with.
+        // The fault's row in `CLIENT_ERRORS`, its counter, and the answer,
+        // whose first word is the status it is sent with.
         let (row, stat, text) = match fault {
+            Fault::Upstream(kind) => return self.upstream_failed(kind),
             Fault::Host(h) => (0, &s.bad_host, host_text(h)),
             Fault::Target => (
                 1,
@@ -170,34 +170,45 @@ impl Shared {
             ),
             Fault::Body(TooLarge) => (4, &s.bodies_too_large, "413 Content Too Large\n"),
             Fault::BodyTimeout => (5, &s.upload_timeouts, "408 Request Timeout\n"),
-            Fault::BadGateway => (6, &s.bad_gateway, "502 Bad Gateway\n"),
-            Fault::Timeout => (7, &s.timeouts, "504 Gateway Timeout\n"),
             Fault::DuplicateKeyedField => (
-                8,
+                6,
                 &s.duplicate_keyed_fields,
                 "400 Bad Request: a rate-limited header field sent more than once\n",
             ),
-            Fault::Path(p) => (9, &s.bad_path, path_text(p)),
+            Fault::Path(p) => (7, &s.bad_path, path_text(p)),
             Fault::Connect => (
-                10,
+                8,
                 &s.bad_method,
                 "400 Bad Request: CONNECT is not proxied\n",
             ),
             Fault::Method => (
-                10,
+                8,
                 &s.bad_method,
                 "400 Bad Request: invalid method (methods are upper case)\n",
             ),
             Fault::Coding => (
-                11,
+                9,
                 &s.bad_coding,
                 "501 Not Implemented: transfer coding other than chunked\n",
             ),
         };
         stat.fetch_add(1, Ordering::Relaxed);
-        self.metrics[row].increment(1);
+        self.client_errors[row].increment(1);
         let status = StatusCode::from_bytes(&text.as_bytes()[..3]);
         error(status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), text)
+    }
+
+    /// Counts an upstream failure of `kind` and answers it: 504 for a
+    /// timeout, else 502.
+    fn upstream_failed(&self, kind: UpstreamFailure) -> Response<ProxyBody> {
+        self.upstream_errors.count(kind);
+        if kind.is_timeout() {
+            self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            error(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout\n")
+        } else {
+            self.stats.bad_gateway.fetch_add(1, Ordering::Relaxed);
+            error(StatusCode::BAD_GATEWAY, "502 Bad Gateway\n")
+        }
     }
 
     /// Answers a client's fault (the connection closed after it over
@@ -213,16 +224,11 @@ impl Shared {
         res
     }
 
-    /// Answers an upstream timeout (504).
-    fn gateway_timeout(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
-        tracing::debug!(error = %e, "upstream timed out");
-        self.answer(Fault::Timeout)
-    }
-
-    /// Answers an upstream failure (502).
-    fn bad_gateway(&self, e: &dyn std::fmt::Display) -> Response<ProxyBody> {
+    /// Answers an exchange that broke (502, or 504 for a connect
+    /// timeout), counted by what broke.
+    fn bad_gateway(&self, e: &ExchangeError) -> Response<ProxyBody> {
         tracing::debug!(error = %e, "upstream request failed");
-        self.answer(Fault::BadGateway)
+        self.answer(Fault::Upstream(UpstreamFailure::of(e)))
     }
 }
 
@@ -280,7 +286,8 @@ impl Proxy {
                 upgrades: forwarding.upgrades.clone().into(),
                 encoded_slashes: forwarding.encoded_slashes,
                 stats: ProxyStats::default(),
-                metrics: METRICS.map(|(name, kind)| metrics::counter!(name, "kind" => kind)),
+                client_errors: CLIENT_ERRORS.map(|kind| metrics::counter!(CLIENT, "kind" => kind)),
+                upstream_errors: UpstreamErrors::new(),
                 upstream_time: upstream_time(),
             }),
         }
@@ -474,14 +481,12 @@ impl Shared {
     fn failed(&self, failure: Failure, version: Version) -> Response<ProxyBody> {
         match failure {
             Failure::ClientBody(e) => self.client_error(Fault::Body(e), version),
-            Failure::Failed(e @ ExchangeError::Connect(ConnectError::Timeout(_))) => {
-                self.gateway_timeout(&e)
-            }
             Failure::Failed(e) => self.bad_gateway(&e),
-            Failure::TimedOut => self.gateway_timeout(&format_args!(
-                "upstream response timed out after {:?}",
-                self.upstream.response_timeout()
-            )),
+            Failure::TimedOut => {
+                let timeout = self.upstream.response_timeout();
+                tracing::debug!(?timeout, "upstream response timed out");
+                self.answer(Fault::Upstream(UpstreamFailure::ResponseTimeout))
+            }
             Failure::UploadStalled => {
                 tracing::debug!(timeout = ?self.body_read_timeout, "request body stalled");
                 self.client_error(Fault::BodyTimeout, version)

@@ -11,7 +11,7 @@ use http::StatusCode;
 use metrics::{Counter, Histogram};
 
 /// The status classes, in the order of their counters.
-const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+pub(crate) const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// The handles.
 pub(crate) struct ResponseMetrics {
@@ -42,9 +42,14 @@ impl ResponseMetrics {
     /// `started`.
     #[inline]
     pub(crate) fn finished(&self, status: StatusCode, started: Instant) {
-        // A status is 100 to 999; the classes past 5xx count as 5xx.
-        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
-        self.classes[class].increment(1);
+        self.classes[class_of(status)].increment(1);
         self.duration.record(started.elapsed().as_secs_f64());
     }
+}
+
+/// The position of `status`'s class in [`CLASSES`].
+#[inline]
+pub(crate) fn class_of(status: StatusCode) -> usize {
+    // A status is 100 to 999; the classes past 5xx count as 5xx.
+    usize::from(status.as_u16() / 100).clamp(1, 5) - 1
 }

@@ -129,7 +129,7 @@ impl Conn {
                 Ok(0) => return Err(ExchangeError::Incomplete),
                 Ok(_) => {}
                 Err(e) if nothing_yet && e.kind() == io::ErrorKind::ConnectionReset => {
-                    return Err(ExchangeError::Closed);
+                    return Err(ExchangeError::Reset);
                 }
                 Err(e) => return Err(ExchangeError::Read(e)),
             }
@@ -198,10 +198,14 @@ mod tests {
         conn.buf.clear();
         let err = conn.request(&parts, None, false).await.unwrap_err();
         assert!(
-            matches!(err, ExchangeError::Closed | ExchangeError::Write(_)),
+            matches!(
+                err,
+                ExchangeError::Closed | ExchangeError::Reset | ExchangeError::Write(_)
+            ),
             "{err:?}"
         );
         assert!(err.may_retry(&http::Method::GET));
         assert!(!ExchangeError::Closed.may_retry(&http::Method::POST));
+        assert!(ExchangeError::Reset.may_retry(&http::Method::GET));
     }
 }

@@ -211,6 +211,27 @@ impl HttpIdentity {
     pub fn route(&self, path: &str) -> Option<&str> {
         self.routes.find(path)
     }
+
+    /// The position in [`IdentityConfig::routes`] of the template matching
+    /// `path`, if any: a table built per template at configuration time
+    /// (metric handles, say) is indexed by it, with no lookup by name.
+    ///
+    /// ```
+    /// use floodgate_http::HttpIdentity;
+    ///
+    /// let id = HttpIdentity::from_yaml_str("gw.yaml", r#"
+    /// http:
+    ///   domain: api
+    ///   routes: ["/users/{id}", "/orders/{id}"]
+    ///   descriptors: [[route]]
+    /// "#).unwrap();
+    /// assert_eq!(id.route_index("/orders/7"), Some(1));
+    /// assert_eq!(id.config().routes[1], "/orders/{id}");
+    /// assert_eq!(id.route_index("/"), None);
+    /// ```
+    pub fn route_index(&self, path: &str) -> Option<usize> {
+        self.routes.find_index(path)
+    }
 }
 
 /// Writes a source's value `given` (none: nothing is written, `false`): a

@@ -162,11 +162,17 @@ impl Routes {
 
     /// The template matching `path` (a request path without the query).
     pub(super) fn find(&self, path: &str) -> Option<&str> {
-        if has_dot_dot(path.as_bytes()) {
+        let index = self.find_index(path)?;
+        self.templates.get(index).map(|t| &**t)
+    }
+
+    /// The position, in the order inserted, of the template matching
+    /// `path`: what a table built per template is indexed by.
+    pub(super) fn find_index(&self, path: &str) -> Option<usize> {
+        if self.templates.is_empty() || has_dot_dot(path.as_bytes()) {
             return None;
         }
-        let index = self.walk(0, segments(path.as_bytes()))?;
-        self.templates.get(index as usize).map(|t| &**t)
+        self.walk(0, segments(path.as_bytes())).map(|i| i as usize)
     }
 
     fn walk<'p>(&self, node: u32, mut segs: impl Iterator<Item = &'p [u8]> + Clone) -> Option<u32> {
@@ -238,6 +244,16 @@ mod tests {
         assert_eq!(r.find("/static"), None);
         assert_eq!(r.find("/users/42/posts"), None);
         assert_eq!(r.find("/nope"), None);
+    }
+
+    #[test]
+    fn indexes_follow_the_order_inserted() {
+        let r = routes(&["/users/{id}", "/users/me", "/static/{*rest}"]);
+        assert_eq!(r.find_index("/users/42"), Some(0));
+        assert_eq!(r.find_index("/users/me"), Some(1));
+        assert_eq!(r.find_index("/static/a/b"), Some(2));
+        assert_eq!(r.find_index("/nope"), None);
+        assert_eq!(Routes::default().find_index("/"), None);
     }
 
     #[test]
