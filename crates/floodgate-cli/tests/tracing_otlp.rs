@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use floodgate_testkit::grpc::{grpc_status, rls_request};
+use floodgate_testkit::tls::{Leaf, Pki};
 use floodgate_testkit::{
     Floodgate, Gateway, free_port, h2_connect, python, wait_until, workspace_root,
 };
@@ -50,10 +51,22 @@ struct Receiver {
 impl Receiver {
     /// Starts the receiver: `answer` answers exports, `hang` never does.
     fn start(mode: &str) -> Receiver {
+        Receiver::start_with(&[mode])
+    }
+
+    /// Starts an answering receiver over TLS with `server`'s certificate,
+    /// requiring a client certificate from `client_ca`.
+    fn start_tls(server: &Leaf, client_ca: &Path) -> Receiver {
+        let path = |p: &Path| p.to_str().unwrap().to_owned();
+        let (cert, key, ca) = (path(&server.cert), path(&server.key), path(client_ca));
+        Receiver::start_with(&["answer", &cert, &key, &ca])
+    }
+
+    fn start_with(args: &[&str]) -> Receiver {
         let script = workspace_root().join("crates/floodgate-cli/tests/python/otlp_receiver.py");
         let mut child = Command::new(python())
             .arg(script)
-            .arg(mode)
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .expect("run the OTLP receiver");
@@ -321,6 +334,84 @@ async fn b3_headers_name_the_callers_trace() {
         !traces.iter().any(|t| *t == unsampled || *t == w3c),
         "an unsampled B3 trace, or the traceparent B3 overrides: {traces:?}"
     );
+}
+
+/// An `https://` collector requiring a client certificate, over gRPC and
+/// over HTTP, reached with the OpenTelemetry SDK's variables: the CA, the
+/// client certificate and key, and headers (a percent-encoded value) that
+/// every export carries.
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_reach_a_collector_over_mtls_with_its_headers() {
+    let pki = Pki::new("otlp");
+    let (collector, client) = (pki.leaf("collector"), pki.leaf("client"));
+    let receiver = Receiver::start_tls(&collector, &pki.ca_file);
+    let file = |p: &Path| p.display().to_string();
+    for (protocol, port, trace) in [
+        ("grpc", receiver.grpc, "12121212121212121212121212121212"),
+        ("http", receiver.http, "34343434343434343434343434343434"),
+    ] {
+        let mut env = tracing_env(protocol, format!("https://localhost:{port}"));
+        env.extend([
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", file(&pki.ca_file)),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+                file(&client.cert),
+            ),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", file(&client.key)),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-api-key=s3cret%20key".into(),
+            ),
+        ]);
+        let server = start(&env);
+        let arrived = || receiver.span_within("ShouldRateLimit", trace, Duration::from_secs(5));
+        for _ in 0..5 {
+            let traced = [("traceparent", traceparent(trace))];
+            assert_eq!(rls(server.grpc, "ivy", &traced).await, "0");
+            if arrived().is_some() {
+                break;
+            }
+        }
+        let span = receiver.span("ShouldRateLimit", trace);
+        assert_eq!(span["api_key"], "s3cret key", "{protocol}: {span}");
+    }
+}
+
+/// A client certificate without its key, an unreadable CA, a header that
+/// is not one: refused at startup, naming what is wrong.
+#[test]
+fn bad_collector_settings_are_refused_at_startup() {
+    let pki = Pki::new("otlp-bad");
+    let client = pki.leaf("client");
+    let cert = client.cert.display().to_string();
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert)],
+            "needs both",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")],
+            "/nonexistent/ca.pem",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "bad name=1")],
+            "not a header name",
+        ),
+    ];
+    for (vars, expected) in cases {
+        let out = Command::new(bin())
+            .args(["serve", "--config"])
+            .arg(workspace_root().join("examples/floodgate.yaml"))
+            .env("TRACING_ENABLED", "true")
+            .env("TRACING_EXPORTER_PROTOCOL", "grpc")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://localhost:4317")
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{vars:?} accepted: {err}");
+        assert!(err.contains(expected), "{vars:?}: {err}");
+    }
 }
 
 /// Decisions answered while the collector is unreachable, then while it

@@ -1,16 +1,23 @@
 //! The OTLP exporter, its batches and the sampler: what turns finished
 //! spans into requests to a collector.
 
+use std::collections::HashMap;
+use std::path::Path;
+
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
 };
+use tonic::metadata::MetadataMap;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
+use super::http_client::CollectorClient;
 use super::queue::{Bounded, Pending};
 use crate::error::RuntimeError;
 use crate::settings::{OtlpProtocol, TracingSettings};
+use crate::tls::{ClientFiles, client_config};
 
 /// Spans per export request.
 const BATCH: usize = 512;
@@ -50,7 +57,8 @@ pub(super) fn provider(
 }
 
 /// The OTLP exporter of `s.protocol` to `s.endpoint` (the protocol's
-/// default when empty); gRPC's connection lives on `runtime`.
+/// default when empty), with `s.headers` and `s.timeout`, over TLS for an
+/// `https://` endpoint; gRPC's connection lives on `runtime`.
 fn exporter(
     s: &TracingSettings,
     runtime: &tokio::runtime::Runtime,
@@ -69,18 +77,95 @@ fn exporter(
     match s.protocol {
         OtlpProtocol::Grpc => {
             let _entered = runtime.enter();
-            SpanExporter::builder()
+            let endpoint = base("http://localhost:4317");
+            let mut builder = SpanExporter::builder()
                 .with_tonic()
-                .with_endpoint(base("http://localhost:4317"))
+                .with_endpoint(&endpoint)
+                .with_timeout(s.timeout)
+                .with_metadata(metadata(&s.headers));
+            if is_https(&endpoint) {
+                builder = builder.with_tls_config(grpc_tls(s)?);
+            }
+            builder.build().map_err(fail)
+        }
+        OtlpProtocol::Http => {
+            let endpoint = base("http://localhost:4318");
+            let tls = if is_https(&endpoint) {
+                rustls_config(s)?
+            } else {
+                no_tls()
+            };
+            let client = CollectorClient::new(tls, runtime.handle().clone(), s.timeout);
+            SpanExporter::builder()
+                .with_http()
+                .with_endpoint(format!("{endpoint}/v1/traces"))
+                .with_timeout(s.timeout)
+                .with_headers(s.headers.iter().cloned().collect::<HashMap<_, _>>())
+                .with_http_client(client)
                 .build()
                 .map_err(fail)
         }
-        OtlpProtocol::Http => SpanExporter::builder()
-            .with_http()
-            .with_endpoint(format!("{}/v1/traces", base("http://localhost:4318")))
-            .build()
-            .map_err(fail),
     }
+}
+
+fn is_https(endpoint: &str) -> bool {
+    endpoint
+        .get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+}
+
+/// The collector's TLS as rustls sees it: the CA (or the system's roots)
+/// and the client certificate, every file read and checked now.
+fn rustls_config(s: &TracingSettings) -> Result<rustls::ClientConfig, RuntimeError> {
+    let files = ClientFiles {
+        ca: path(&s.tls_ca),
+        cert: path(&s.tls_cert),
+        key: path(&s.tls_key),
+    };
+    client_config(files, "server.tracing.tls_ca")
+        .map_err(|e| RuntimeError::Runtime(format!("tracing: the collector's TLS: {e}")))
+}
+
+/// A file setting's path (none when blank).
+fn path(p: &str) -> Option<&Path> {
+    (!p.is_empty()).then(|| Path::new(p))
+}
+
+/// A configuration that trusts no one, for a client that speaks plain
+/// HTTP only.
+fn no_tls() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+/// The gRPC exporter's TLS, from the files [`rustls_config`] checked.
+fn grpc_tls(s: &TracingSettings) -> Result<ClientTlsConfig, RuntimeError> {
+    rustls_config(s)?;
+    let read =
+        |p: &str| std::fs::read(p).map_err(|e| RuntimeError::Runtime(format!("tracing: {p}: {e}")));
+    let mut tls = ClientTlsConfig::new();
+    tls = if s.tls_ca.is_empty() {
+        tls.with_native_roots()
+    } else {
+        tls.ca_certificate(Certificate::from_pem(read(&s.tls_ca)?))
+    };
+    if !s.tls_cert.is_empty() {
+        tls = tls.identity(Identity::from_pem(read(&s.tls_cert)?, read(&s.tls_key)?));
+    }
+    Ok(tls)
+}
+
+/// `headers` as gRPC metadata (checked as header names and values when
+/// read).
+fn metadata(headers: &[(String, String)]) -> MetadataMap {
+    let map: http::HeaderMap = headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.parse().ok()?, v.parse().ok()?)))
+        .collect();
+    MetadataMap::from_headers(map)
 }
 
 /// `service.name`, `service.namespace` (when given) and

@@ -12,6 +12,7 @@
 //! rate-limited key's value.
 
 mod export;
+mod http_client;
 mod queue;
 mod span;
 

@@ -143,6 +143,20 @@ pub fn count_in(v: &str, min: usize, max: usize) -> Result<usize, String> {
     }
 }
 
+/// Pairs `a<sep>b` of a list, its items split at commas too (as
+/// envoyproxy/ratelimit reads its variables); a pair without `sep` is an
+/// error.
+pub(super) fn pairs(items: &[String], sep: char) -> Result<Vec<(String, String)>, String> {
+    let pair = |item: &str| {
+        let (k, v) = item
+            .split_once(sep)
+            .ok_or_else(|| format!("expected `name{sep}value`, found `{item}`"))?;
+        Ok((k.trim().to_owned(), v.trim().to_owned()))
+    };
+    let items = items.iter().flat_map(|i| i.split(','));
+    items.filter(|i| !i.trim().is_empty()).map(pair).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

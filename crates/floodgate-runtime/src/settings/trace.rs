@@ -1,12 +1,13 @@
 //! The `server.tracing` group: OpenTelemetry spans exported over OTLP
 //! ([`crate::host::otel`]), with envoyproxy/ratelimit's `TRACING_*` variables and
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`.
+//! the OpenTelemetry SDK's `OTEL_EXPORTER_OTLP_*` (the traces' own, then the
+//! general ones).
 
 use std::time::Duration;
 
 use super::Settings;
-use super::parse::{boolean, choice, count_in, positive_duration};
-use super::table::{Envoy, Kind, Setting};
+use super::parse::{boolean, choice, count_in, pairs, positive_duration};
+use super::table::{Env, Envoy, EnvoyRead, Kind, Setting};
 
 type S = Setting<Settings>;
 
@@ -36,6 +37,18 @@ pub struct TracingSettings {
     pub queue_size: usize,
     /// How often waiting spans are exported.
     pub export_interval: Duration,
+    /// Headers (or gRPC metadata) sent with every export, e.g. a
+    /// collector's API key.
+    pub headers: Vec<(String, String)>,
+    /// How long one export may take.
+    pub timeout: Duration,
+    /// The CA the collector's certificate is verified with, PEM (empty:
+    /// the system's roots), for an `https://` endpoint.
+    pub tls_ca: String,
+    /// The client certificate shown to the collector (mTLS), PEM.
+    pub tls_cert: String,
+    /// The client certificate's key, PEM.
+    pub tls_key: String,
 }
 
 /// OTLP's transports.
@@ -70,6 +83,79 @@ fn protocol(text: &str) -> Result<OtlpProtocol, String> {
             (&["http", ""], OtlpProtocol::Http),
             (&["grpc"], OtlpProtocol::Grpc),
         ],
+    )
+}
+
+/// Headers `name=value`, values percent-encoded (OpenTelemetry's
+/// `OTEL_EXPORTER_OTLP_HEADERS`), each a valid HTTP header.
+fn headers(items: &[String]) -> Result<Vec<(String, String)>, String> {
+    let mut out = pairs(items, '=')?;
+    for (name, value) in &mut out {
+        let decoded = percent_encoding::percent_decode_str(value).decode_utf8();
+        *value = decoded
+            .map_err(|_| format!("header `{name}`: not UTF-8 once decoded"))?
+            .into_owned();
+        http::HeaderName::try_from(name.as_str())
+            .map_err(|_| format!("`{name}` is not a header name"))?;
+        http::HeaderValue::try_from(value.as_str())
+            .map_err(|_| format!("header `{name}`: not a header value"))?;
+    }
+    Ok(out)
+}
+
+/// The traces' own OpenTelemetry variable `OTEL_EXPORTER_OTLP_TRACES_<name>`,
+/// else the general `OTEL_EXPORTER_OTLP_<name>`, as the SDKs read them.
+fn otlp(env: &Env<'_>, traces: &'static str, general: &'static str) -> EnvoyRead {
+    let found = env.get(traces).map(|v| (traces, v));
+    Ok(found.or_else(|| env.get(general).map(|v| (general, v))))
+}
+
+fn otlp_headers(env: &Env<'_>) -> EnvoyRead {
+    otlp(
+        env,
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    )
+}
+
+/// The timeout variables are milliseconds.
+fn otlp_timeout(env: &Env<'_>) -> EnvoyRead {
+    let found = otlp(
+        env,
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    )?;
+    let Some((var, ms)) = found else {
+        return Ok(None);
+    };
+    let ms: u64 = ms
+        .trim()
+        .parse()
+        .map_err(|_| (var, format!("expected milliseconds, found `{}`", ms.trim())))?;
+    Ok(Some((var, format!("{ms}ms"))))
+}
+
+fn otlp_ca(env: &Env<'_>) -> EnvoyRead {
+    otlp(
+        env,
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    )
+}
+
+fn otlp_cert(env: &Env<'_>) -> EnvoyRead {
+    otlp(
+        env,
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    )
+}
+
+fn otlp_key(env: &Env<'_>) -> EnvoyRead {
+    otlp(
+        env,
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
     )
 }
 
@@ -116,4 +202,31 @@ pub(super) fn declare(t: &mut Vec<S>) {
     t.push(S::new("server.tracing.export_interval", "FLOODGATE_TRACING_EXPORT_INTERVAL", "tracing-export-interval", Kind::Duration, "5s",
         "how often waiting spans are sent (and sooner when a batch of 512 is ready)",
         |s, v| { s.server.tracing.export_interval = positive_duration(&v.text())?; Ok(()) }));
+    collector(t);
+}
+
+/// How the collector is reached: headers, timeout, TLS.
+#[rustfmt::skip]
+fn collector(t: &mut Vec<S>) {
+    t.push(S::new("server.tracing.headers", "FLOODGATE_TRACING_HEADERS", "tracing-header", Kind::List, "",
+        "headers (gRPC metadata) sent with every export, `name=value` (value percent-encoded), repeatable or commas",
+        |s, v| { s.server.tracing.headers = headers(v.items())?; Ok(()) })
+        .envoy(Envoy::Read { names: "`OTEL_EXPORTER_OTLP_TRACES_HEADERS`/`OTEL_EXPORTER_OTLP_HEADERS`", read: otlp_headers })
+        .samples("api-key=s3cret", "x-tenant=edge"));
+    t.push(S::new("server.tracing.timeout", "FLOODGATE_TRACING_TIMEOUT", "tracing-timeout", Kind::Duration, "10s",
+        "how long one export may take",
+        |s, v| { s.server.tracing.timeout = positive_duration(&v.text())?; Ok(()) })
+        .envoy(Envoy::Read { names: "`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`/`OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds)", read: otlp_timeout }));
+    t.push(S::new("server.tracing.tls_ca", "FLOODGATE_TRACING_TLS_CA", "tracing-tls-ca", Kind::Text, "",
+        "for an `https://` endpoint: the CA the collector's certificate is verified with, PEM (empty: the system's roots)",
+        |s, v| { s.server.tracing.tls_ca = v.text().trim().to_owned(); Ok(()) })
+        .envoy(Envoy::Read { names: "`OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE`/`OTEL_EXPORTER_OTLP_CERTIFICATE`", read: otlp_ca }));
+    t.push(S::new("server.tracing.tls_cert", "FLOODGATE_TRACING_TLS_CERT", "tracing-tls-cert", Kind::Text, "",
+        "the client certificate shown to the collector (mTLS, with `tls_key`), PEM",
+        |s, v| { s.server.tracing.tls_cert = v.text().trim().to_owned(); Ok(()) })
+        .envoy(Envoy::Read { names: "`OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE`/`OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`", read: otlp_cert }));
+    t.push(S::new("server.tracing.tls_key", "FLOODGATE_TRACING_TLS_KEY", "tracing-tls-key", Kind::Text, "",
+        "the client certificate's key, PEM",
+        |s, v| { s.server.tracing.tls_key = v.text().trim().to_owned(); Ok(()) })
+        .envoy(Envoy::Read { names: "`OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY`/`OTEL_EXPORTER_OTLP_CLIENT_KEY`", read: otlp_key }));
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::Settings;
-use super::parse::{boolean, choice, duration, positive_duration, size};
+use super::parse::{boolean, choice, duration, pairs, positive_duration, size};
 use super::table::{Envoy, InFile, Kind, Setting};
 
 type S = Setting<Settings>;
@@ -95,20 +95,6 @@ impl Default for XdsSettings {
 
 /// gRPC's own default limit on a received message.
 const DEFAULT_MAX_MESSAGE: usize = 4 << 20;
-
-/// Pairs `a<sep>b` of a list, its items split at commas too (as
-/// envoyproxy/ratelimit reads its variables); a pair without `sep` is an
-/// error.
-fn pairs(items: &[String], sep: char) -> Result<Vec<(String, String)>, String> {
-    let pair = |item: &str| {
-        let (k, v) = item
-            .split_once(sep)
-            .ok_or_else(|| format!("expected `name{sep}value`, found `{item}`"))?;
-        Ok((k.trim().to_owned(), v.trim().to_owned()))
-    };
-    let items = items.iter().flat_map(|i| i.split(','));
-    items.filter(|i| !i.trim().is_empty()).map(pair).collect()
-}
 
 /// The configuration's source and the xDS client.
 #[rustfmt::skip]

@@ -6,9 +6,13 @@
 //!   certificate from a CA when one is given (mTLS), and picks up a renewed
 //!   certificate without a restart.
 //!   A client certificate may also be required to carry a name ([`san`]).
+//! * [`client_config`]: a client's trusted roots (a CA file or the
+//!   system's) and certificate, for the gateway's upstreams and the
+//!   tracing exporter's collector.
 //! * [`pem`]: reading certificates, keys and CA bundles, with errors
 //!   naming the file.
 
+mod client;
 pub mod pem;
 pub mod san;
 mod server;
@@ -21,6 +25,7 @@ pub use tokio_rustls::TlsAcceptor;
 use rustls::crypto::CryptoProvider;
 use rustls::{ConfigBuilder, ConfigSide, WantsVerifier, WantsVersions};
 
+pub use client::{ClientFiles, client_config};
 pub use pem::TlsError;
 pub use server::{ServerTls, load_certified_key};
 
