@@ -6,6 +6,7 @@ mod common;
 mod support;
 
 mod actions;
+mod adaptive_sim;
 mod admission;
 mod client;
 mod client_ip;

@@ -58,6 +58,7 @@
 //!       per_key: {key: user, max: 4, queue: 8, timeout: 500ms}
 //! ```
 
+pub mod adaptive;
 pub mod admission;
 mod body;
 mod config;
@@ -73,8 +74,8 @@ mod shed;
 
 pub use body::FloodgateBody;
 pub use config::{
-    ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit,
-    Shedding, default_peer,
+    Adaptive, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
+    QueueLimit, Shedding, default_peer,
 };
 pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;
