@@ -15,6 +15,7 @@ mod contract_exact;
 mod contract_grammar;
 mod docs_policies;
 mod engine;
+mod layer_adaptive;
 mod layer_axum;
 mod layer_direct;
 mod layer_flow;
