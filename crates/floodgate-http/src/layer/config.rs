@@ -80,7 +80,9 @@ pub struct Adaptive {
     pub min: usize,
     /// The limit never goes above.
     pub max: usize,
-    /// The limit before anything is measured.
+    /// The limit before anything is measured. The first measured interval
+    /// runs under it: below the upstream's own concurrency, it measures
+    /// the no-load latency at once.
     pub initial: usize,
     /// Latency tolerated over the no-load latency, as a fraction (0.5: up to
     /// 1.5 times): the limit settles where the mean latency is
@@ -89,12 +91,16 @@ pub struct Adaptive {
     /// The weight of a new estimate in the limit (0 < smoothing ≤ 1; 1:
     /// the new estimate replaces the limit).
     pub smoothing: f64,
-    /// A control interval lasts at least this long...
+    /// A control interval lasts at least this long (and twice the last mean
+    /// latency)...
     pub interval: Duration,
-    /// ...and until this many requests completed in it.
+    /// ...and until this many requests completed in it (twice as many in
+    /// the measured half of a drain). A heavy-tailed service time needs
+    /// more: a window's mean is noisy.
     pub min_samples: u64,
     /// Control intervals between two drains that re-measure the no-load
-    /// latency (0: never; it is then only lowered by what is measured).
+    /// latency (0: never; it is then only lowered, by intervals faster than
+    /// it).
     pub probe_every: u32,
     /// Sheddable requests are admitted while fewer than this fraction of
     /// the limit are in flight.

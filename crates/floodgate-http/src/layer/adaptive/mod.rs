@@ -1,39 +1,44 @@
 //! An adaptive concurrency limit: the number of requests let through to
 //! the upstream at once follows the latency measured, so the layer protects
 //! a backend whose capacity nobody wrote down, and moves when it moves.
+//! Configured as `shedding.adaptive` (see [`Adaptive`](super::Adaptive));
+//! the results of its simulation are in `docs/http-contract.md`.
 //!
 //! # The controller
 //!
 //! A gradient controller, as Envoy's adaptive concurrency filter and
 //! Netflix's concurrency-limits `Gradient2` are. Each control interval (at
-//! least `interval`, and until `min_samples` requests completed in it) the
-//! mean latency of the requests that succeeded is compared with a target,
+//! least `interval` and twice the last mean latency, and until
+//! `min_samples` requests completed in it) the mean latency of the
+//! requests that succeeded is compared with a target,
 //! `no-load latency × (1 + tolerance)`:
 //!
 //! ```text
 //! gradient = clamp(target / measured, 0.5, 1 + tolerance)
-//! estimate = limit × gradient + √limit
+//! estimate = limit × gradient (+ √limit while the gradient is at least 1)
 //! limit    = limit × (1 − smoothing) + estimate × smoothing,  within [min, max]
 //! ```
 //!
-//! Below the limit, the product `limit × target / measured` is the
-//! upstream's concurrency times `1 + tolerance` whatever the limit (the
-//! latency grows with the queue), so the limit settles there, the upstream
-//! kept busy by a small queue whose wait is the tolerance: throughput at
-//! the upstream's capacity, latency bounded. A halving of capacity doubles
-//! the latency: the gradient halves the limit at once; a doubling is found
-//! by the gradient's upper clamp (`1 + tolerance` a step while the latency
-//! is at its baseline), not by `√limit` steps alone as in `Gradient2`,
-//! whose gradient never exceeds 1 — so both converge in a few intervals.
-//! The limit grows only when it was used (half of it in flight at some
-//! completion of the interval, as `Gradient2` does): an idle period does
-//! not leave a limit nothing has tested.
+//! Above the upstream's own concurrency, the latency grows with the queue,
+//! so `limit × target / measured` is that concurrency times
+//! `1 + tolerance` whatever the limit: the limit settles there, the
+//! upstream kept busy by a small queue whose wait is the tolerance —
+//! throughput at capacity, latency bounded. A halving of capacity doubles
+//! the latency and the gradient halves the estimate at once; a doubling is
+//! found by the gradient's upper clamp (`1 + tolerance` a step while the
+//! latency is at its baseline), not by `√limit` steps alone as in
+//! `Gradient2`, whose gradient never exceeds 1. The limit grows only when
+//! it was used (at some completion of the interval, a quarter of it in
+//! flight — half the sheddable class's share — as `Gradient2` grows only
+//! above half its limit): an idle period does not leave a limit nothing has
+//! tested. The first interval is not measured (only the fast requests of
+//! those it admitted have completed by its end).
 //!
 //! **Errors and timeouts** (the layer counts a 502, 503 or 504 answer, and
-//! an error of the service) are overload: an interval with a fraction `f`
-//! of failures caps the gradient at `1 − f` (not below 0.5) and stops
-//! growth. Their latencies are not samples (an upstream failing fast
-//! would look fast).
+//! an error of the inner service) are overload: an interval with a share
+//! `f` of failures caps the gradient at `1 − f` (not below 0.5) and stops
+//! growth. Their latencies are not samples (an upstream failing fast would
+//! look fast). A request whose client went away tells nothing.
 //!
 //! # The no-load latency
 //!
@@ -44,16 +49,25 @@
 //! moving average of latency as the baseline, which drifts up under
 //! sustained load (its limit then creeps up with the queue it causes).
 //!
-//! Here, every `probe_every` intervals one interval is a **drain**: the
-//! limit applied is the estimate without its tolerated queue,
-//! `limit / (1 + tolerance)` — the upstream's own concurrency at the
-//! operating point, so it stays busy and the throughput (and what is
-//! shed) does not change — and the mean latency of the requests admitted
-//! during the drain (only those: older ones waited in the queue) is the new
-//! baseline. It may fall at once, and rise by at most `1 + tolerance / 2` a
-//! drain (a drain while the capacity falls sees queueing it did not cause;
-//! a slow drift of the service time is followed). Between drains, an
-//! interval faster than the baseline lowers it half way.
+//! Here, every `probe_every` intervals, once the limit is settled (a
+//! gradient of at least `1 / (1 + tolerance)`; postponed three times at
+//! most), the limit is **drained**: for one interval that is not measured
+//! (the queue goes) and one that is, the default and sheddable classes are
+//! admitted under `limit / (1 + tolerance)` — the upstream's own
+//! concurrency at the operating point, so it stays busy and the throughput
+//! (hence what is shed) does not change. Only requests admitted since the
+//! drain began are samples. The drain's mean latency becomes the baseline
+//! when the drain left workers idle (its throughput fell by a quarter of
+//! the tolerance, its latency too: no queue then); otherwise it may only
+//! lower it (a drain that still queued would confirm a baseline too high:
+//! the limit holds the latency at the target, and a drain by the same
+//! factor finds the baseline it assumed). Every fourth drain is **deep**,
+//! under `limit / (1 + tolerance)^1.5`; a deep drain that lowered the
+//! baseline by more than 5 % is followed by a deeper one, until one finds
+//! nothing lower — how a baseline learned too high (during a latency spike,
+//! or before the upstream got faster) is found again. Between drains, an
+//! interval faster than the baseline lowers it half way. The critical
+//! class keeps the whole estimate during a drain: drains cost it nothing.
 //!
 //! # Priorities
 //!
