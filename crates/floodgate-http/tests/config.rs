@@ -329,6 +329,24 @@ fn adaptive_settings_are_read_with_their_defaults() {
 }
 
 #[test]
+fn the_documented_adaptive_settings_read_as_their_defaults() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/http-contract.md"
+    ))
+    .unwrap();
+    let section = &doc[doc.find("### Adaptive concurrency").unwrap()..];
+    let start = section.find("```yaml\n").unwrap() + 8;
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    let layer: String = block.lines().map(|l| format!("    {l}\n")).collect();
+    let text = format!("http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n{layer}");
+    let s = HttpSection::from_yaml_str("test.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let shedding = s.layer.shedding.unwrap();
+    assert_eq!(shedding.adaptive, Some(Default::default()));
+    assert_eq!(shedding.critical.routes, ["/checkout"]);
+}
+
+#[test]
 fn bad_adaptive_settings_are_refused_with_the_reason() {
     let e = layer_errors("    shedding:\n      adaptive: {min: 10, max: 5}\n");
     has(&e, 6, 23, "min (10) is above max (5)");
