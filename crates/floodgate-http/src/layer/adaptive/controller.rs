@@ -206,9 +206,9 @@ impl Controller {
     }
 
     /// A drain's mean is the new baseline if the drain left the upstream
-    /// idle at times (its throughput fell by `tolerance / 4` or more, and
-    /// its latency too: fewer requests in flight than workers, so no
-    /// queue); else it only
+    /// idle at times (its throughput fell by `tolerance / 4` or more, its
+    /// latency did not rise by as much: fewer requests in flight than
+    /// workers, so no queue); else it only
     /// lowers it (a drain still queued would confirm a baseline too high:
     /// the limit then holds its latency at the target). A deep drain that
     /// lowered it by more than 5 % is followed by a deeper one, until one
@@ -220,10 +220,11 @@ impl Controller {
             self.descent = 0;
             return;
         };
-        // Slower and lower latency: workers idle. (Slower and higher
-        // latency: the capacity fell meanwhile, the drain was queued.)
-        let slower = w.rate() < self.rate * (1.0 - self.cfg.tolerance / 4.0);
-        let idle = slower && mean < self.before_drain;
+        // Slower, and no slower to answer: workers idle. (Slower and
+        // clearly slower to answer: the capacity fell meanwhile.)
+        let tol = self.cfg.tolerance;
+        let slower = w.rate() < self.rate * (1.0 - tol / 4.0);
+        let idle = slower && mean <= self.before_drain * (1.0 + tol / 4.0);
         let lower = deep && !idle && mean < b * 0.95 && self.descent < 5;
         self.descent = if lower { self.descent + 1 } else { 0 };
         self.baseline = Some(if idle { mean } else { mean.min(b) });

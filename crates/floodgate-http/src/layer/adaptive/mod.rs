@@ -58,7 +58,8 @@
 //! (hence what is shed) does not change. Only requests admitted since the
 //! drain began are samples. The drain's mean latency becomes the baseline
 //! when the drain left workers idle (its throughput fell by a quarter of
-//! the tolerance, its latency too: no queue then); otherwise it may only
+//! the tolerance, its latency did not rise as much — a fall of capacity
+//! meanwhile would raise it: no queue then); otherwise it may only
 //! lower it (a drain that still queued would confirm a baseline too high:
 //! the limit holds the latency at the target, and a drain by the same
 //! factor finds the baseline it assumed). Every fourth drain is **deep**,
