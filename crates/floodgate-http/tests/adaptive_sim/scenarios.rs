@@ -85,6 +85,10 @@ fn converged_after(r: &Report, at: f64, n: usize, (lo, hi): (usize, usize)) {
     let after = r.limits_between(at, f64::MAX);
     let settled = &after[n.min(after.len())..];
     assert!(after.len() > n + 5, "{after:?}");
+    // How long the n intervals took (shown with --nocapture).
+    if let Some(end) = r.limits.iter().map(|l| l.0).filter(|t| *t >= at).nth(n) {
+        eprintln!("interval {n} after {at} s ends {:.2} s later", end - at);
+    }
     assert!(
         settled.iter().all(|l| (lo..=hi).contains(l)),
         "{lo}..={hi}: {after:?}"
