@@ -218,6 +218,36 @@ mod tests {
     }
 
     #[test]
+    fn never_more_in_flight_than_the_limit_under_contention() {
+        use std::sync::atomic::AtomicUsize;
+        // Four threads, a limit of two.
+        let l = limit(2);
+        let (holders, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for i in 0..4u64 {
+                let (l, holders, most) = (&l, &holders, &most);
+                s.spawn(move || {
+                    for n in 0..20_000u64 {
+                        let now = Timestamp::from_nanos(i * 1_000_000_000 + n);
+                        let Some(t) = l.try_acquire(Priority::Critical, now) else {
+                            continue;
+                        };
+                        let held = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(held, Ordering::SeqCst);
+                        for _ in 0..50 {
+                            std::hint::spin_loop();
+                        }
+                        holders.fetch_sub(1, Ordering::SeqCst);
+                        l.release(t, now, Completion::Cancelled);
+                    }
+                });
+            }
+        });
+        assert!(most.load(Ordering::SeqCst) <= 2);
+        assert_eq!(l.in_flight(), 0);
+    }
+
+    #[test]
     fn the_smallest_limit_admits_one_of_each_class() {
         let l = limit(1);
         let t = l.try_acquire(Priority::Sheddable, Timestamp::ZERO).unwrap();
