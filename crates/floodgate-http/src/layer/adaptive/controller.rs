@@ -208,11 +208,10 @@ impl Controller {
     /// A drain's mean is the new baseline if the drain left the upstream
     /// idle at times (its throughput fell by `tolerance / 4` or more, its
     /// latency did not rise by as much: fewer requests in flight than
-    /// workers, so no queue); else it only
-    /// lowers it (a drain still queued would confirm a baseline too high:
-    /// the limit then holds its latency at the target). A deep drain that
-    /// lowered it by more than 5 % is followed by a deeper one, until one
-    /// finds nothing lower.
+    /// workers, so no queue); else it only lowers it (a drain still queued
+    /// would confirm a baseline too high: the limit then holds its latency
+    /// at the target). A deep drain that lowered it by more than 5 % is
+    /// followed by a deeper one, until one finds nothing lower.
     fn end_drain(&mut self, w: &Window) {
         let deep = self.draining == 2;
         self.draining = 0;
