@@ -303,6 +303,100 @@ fn layer_settings_errors_name_the_setting() {
     has(&e, 5, 48, "per_key needs 'key'");
 }
 
+/// The errors of an `http.layer` section `layer` (indented under it).
+fn layer_errors(layer: &str) -> String {
+    let text = format!("http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n{layer}");
+    HttpSection::from_yaml_str("test.yaml", &text)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn adaptive_settings_are_read_with_their_defaults() {
+    let text = "http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n    shedding:\n      critical: {routes: ['/pay']}\n      adaptive: {min: 2, max: 50, tolerance: 1, shares: {sheddable: 0.25}}\n";
+    let s = HttpSection::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let shedding = s.layer.shedding.unwrap();
+    assert_eq!(shedding.low_priority_above, usize::MAX);
+    assert_eq!(shedding.critical.routes, ["/pay"]);
+    let expected = floodgate_http::layer::Adaptive {
+        min: 2,
+        max: 50,
+        tolerance: 1.0,
+        sheddable_share: 0.25,
+        ..Default::default()
+    };
+    assert_eq!(shedding.adaptive, Some(expected));
+}
+
+#[test]
+fn the_documented_adaptive_settings_read_as_their_defaults() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/http-contract.md"
+    ))
+    .unwrap();
+    let section = &doc[doc.find("### Adaptive concurrency").unwrap()..];
+    let start = section.find("```yaml\n").unwrap() + 8;
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    let layer: String = block.lines().map(|l| format!("    {l}\n")).collect();
+    let text = format!("http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n{layer}");
+    let s = HttpSection::from_yaml_str("test.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let shedding = s.layer.shedding.unwrap();
+    assert_eq!(shedding.adaptive, Some(Default::default()));
+    assert_eq!(shedding.critical.routes, ["/checkout"]);
+}
+
+#[test]
+fn bad_adaptive_settings_are_refused_with_the_reason() {
+    let e = layer_errors("    shedding:\n      adaptive: {min: 10, max: 5}\n");
+    has(&e, 6, 23, "min (10) is above max (5)");
+    let e = layer_errors("    shedding:\n      adaptive: {min: 0, max: 0, initial: -3}\n");
+    has(&e, 6, 23, "min must be in 1..=16777216 (got 0)");
+    has(&e, 6, 31, "max must be in 1..=16777216 (got 0)");
+    has(&e, 6, 43, "expected a non-negative integer, found `-3`");
+    let e = layer_errors("    shedding:\n      adaptive: {min: 5, max: 9, initial: 20}\n");
+    has(&e, 6, 43, "initial (20) must be within min..=max (5..=9)");
+    let e = layer_errors(
+        "    shedding:\n      adaptive: {tolerance: 0, smoothing: 1.5, interval: 0s, min_samples: 0}\n",
+    );
+    has(
+        &e,
+        6,
+        29,
+        "tolerance must be a number above 0, at most 10 (got `0`)",
+    );
+    has(
+        &e,
+        6,
+        43,
+        "smoothing must be a number above 0, at most 1 (got `1.5`)",
+    );
+    has(&e, 6, 58, "expected a duration above zero, found `0s`");
+    has(&e, 6, 75, "min_samples must be in 1..=1000000 (got 0)");
+    let e = layer_errors(
+        "    shedding:\n      adaptive: {tolerance: lots, interval: 2h, shares: {sheddable: 0.9, default: 0.5}}\n",
+    );
+    has(
+        &e,
+        6,
+        29,
+        "tolerance must be a number above 0, at most 10 (got `lots`)",
+    );
+    has(&e, 6, 45, "interval must be at most 60s");
+    has(
+        &e,
+        6,
+        57,
+        "shares: sheddable (0.9) must not be above default (0.5)",
+    );
+    let e = layer_errors("    shedding:\n      adaptive: {max: 99999999999, colour: red}\n");
+    has(&e, 6, 23, "max must be in 1..=16777216 (got 99999999999)");
+    has(&e, 6, 36, "unknown key 'colour'");
+    let e = layer_errors("    shedding: {critical: {header: {name: x-p}}}\n");
+    has(&e, 5, 15, "missing required key 'low_priority_above'");
+    has(&e, 5, 35, "the critical header needs 'values'");
+}
+
 #[test]
 fn response_settings_errors_name_the_setting() {
     let text = "http:\n  domain: api\n  descriptors: [[client_ip]]\n  responses:\n    headers: [ietf, x-rate]\n    status: 200\n    error_status: 700\n    hide_headers: maybe\n    rules: {per-ip: {status: 302, color: red}}\n";

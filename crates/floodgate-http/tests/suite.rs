@@ -6,6 +6,7 @@ mod common;
 mod support;
 
 mod actions;
+mod adaptive_sim;
 mod admission;
 mod client;
 mod client_ip;
@@ -14,6 +15,7 @@ mod contract_exact;
 mod contract_grammar;
 mod docs_policies;
 mod engine;
+mod layer_adaptive;
 mod layer_axum;
 mod layer_direct;
 mod layer_flow;

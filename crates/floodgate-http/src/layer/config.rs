@@ -39,29 +39,92 @@ pub struct KeyedQueueLimit {
     pub limit: QueueLimit,
 }
 
-/// How requests are classified as low priority.
+/// A selection of requests by route template or header value: which are
+/// low priority (the sheddable class), and which are critical.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LowPriority {
-    /// Route templates (of `http.routes`) that are low priority.
+    /// Route templates (of `http.routes`) that are selected.
     pub routes: Vec<String>,
-    /// A header whose value (any case) marks low priority.
+    /// A header whose value (any case) selects the request.
     pub header: Option<(HeaderName, Vec<String>)>,
 }
 
 /// Priority load shedding (Stripe's fleet usage shedder): beyond a number of
 /// requests in flight in this layer, low-priority requests are rejected with
-/// 503 so the remaining capacity serves critical ones.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// 503 so the remaining capacity serves critical ones. With `adaptive`, that
+/// number follows the upstream's measured latency
+/// ([`adaptive`](super::adaptive)).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Shedding {
     /// In-flight requests (all priorities) above which low-priority ones are
-    /// shed.
+    /// shed (`usize::MAX`: none, the adaptive limit alone).
     pub low_priority_above: usize,
     /// In-flight requests above which every request is shed (optional).
     pub max_in_flight: Option<usize>,
-    /// What is low priority.
+    /// What is low priority (the sheddable class).
     pub low_priority: LowPriority,
+    /// What is critical (the class that keeps a reserved share of the
+    /// adaptive limit); the rest is the default class.
+    pub critical: LowPriority,
+    /// An adaptive concurrency limit shared by the three classes.
+    pub adaptive: Option<Adaptive>,
     /// `Retry-After` of a shed request (none: not sent).
     pub retry_after: Option<Duration>,
+}
+
+/// The adaptive concurrency limit's settings (see
+/// [`adaptive`](super::adaptive) for the controller they drive).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Adaptive {
+    /// The limit never goes below (at least 1: it never stalls at zero).
+    pub min: usize,
+    /// The limit never goes above.
+    pub max: usize,
+    /// The limit before anything is measured. The first measured interval
+    /// runs under it: below the upstream's own concurrency, it measures
+    /// the no-load latency at once.
+    pub initial: usize,
+    /// Latency tolerated over the no-load latency, as a fraction (0.5: up to
+    /// 1.5 times): the limit settles where the mean latency is
+    /// `no-load × (1 + tolerance)`.
+    pub tolerance: f64,
+    /// The weight of a new estimate in the limit (0 < smoothing ≤ 1; 1:
+    /// the new estimate replaces the limit).
+    pub smoothing: f64,
+    /// A control interval lasts at least this long (and twice the last mean
+    /// latency)...
+    pub interval: Duration,
+    /// ...and until this many requests completed in it (twice as many in
+    /// the measured half of a drain). A heavy-tailed service time needs
+    /// more: a window's mean is noisy.
+    pub min_samples: u64,
+    /// Control intervals between two drains that re-measure the no-load
+    /// latency (0: never; it is then only lowered, by intervals faster than
+    /// it).
+    pub probe_every: u32,
+    /// Sheddable requests are admitted while fewer than this fraction of
+    /// the limit are in flight.
+    pub sheddable_share: f64,
+    /// Default requests are admitted while fewer than this fraction of the
+    /// limit are in flight; critical ones up to the whole limit.
+    pub default_share: f64,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Adaptive {
+            min: 1,
+            max: 1000,
+            initial: 4,
+            tolerance: 0.5,
+            smoothing: 0.3,
+            interval: Duration::from_millis(100),
+            min_samples: 100,
+            probe_every: 10,
+            sheddable_share: 0.5,
+            default_share: 0.8,
+        }
+    }
 }
 
 /// Where the layer finds the client's socket address in a request's

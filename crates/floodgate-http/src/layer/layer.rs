@@ -156,6 +156,15 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         self.shared.in_flight.get()
     }
 
+    /// The adaptive concurrency limit now (none without
+    /// `shedding.adaptive`).
+    pub fn adaptive_limit(&self) -> Option<usize> {
+        self.shared
+            .adaptive
+            .as_ref()
+            .map(super::adaptive::AdaptiveLimit::limit)
+    }
+
     /// Shaper-delayed requests waiting now.
     pub fn delayed(&self) -> usize {
         self.shared.delayed.get()

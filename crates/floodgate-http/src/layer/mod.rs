@@ -3,8 +3,11 @@
 //!
 //! For each request the layer:
 //!
-//! 1. sheds it with 503 if shedding is on, the layer is busy and the
-//!    request is low priority (by route template or header);
+//! 1. sheds it with 503 if shedding is on and the layer is busy for its
+//!    class (critical, default or low priority, by route template or
+//!    header): beyond fixed counts of requests in flight, or beyond its
+//!    share of an [`adaptive`] concurrency limit that follows the
+//!    upstream's latency;
 //! 2. builds its descriptors ([`HttpIdentity`](crate::HttpIdentity), with
 //!    `extension` values from the [`Attributes`](crate::identity::Attributes)
 //!    an earlier middleware put in the request's extensions) into pooled
@@ -53,11 +56,24 @@
 //!       low_priority:
 //!         routes: ["/reports/{id}"]
 //!         header: {name: x-priority, values: [low, batch]}
+//!       critical:                # same form as low_priority
+//!         routes: ["/checkout"]
+//!       adaptive:                # optional; then low_priority_above is too
+//!         min: 1
+//!         max: 1000
+//!         initial: 4
+//!         tolerance: 0.5         # latency up to 1.5 × the no-load latency
+//!         smoothing: 0.3
+//!         interval: 100ms
+//!         min_samples: 100
+//!         probe_every: 10        # intervals between drains
+//!         shares: {sheddable: 0.5, default: 0.8}
 //!     concurrency:
 //!       global: {max: 100, queue: 50, timeout: 2s}
 //!       per_key: {key: user, max: 4, queue: 8, timeout: 500ms}
 //! ```
 
+pub mod adaptive;
 pub mod admission;
 mod body;
 mod config;
@@ -73,8 +89,8 @@ mod shed;
 
 pub use body::FloodgateBody;
 pub use config::{
-    ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn, QueueLimit,
-    Shedding, default_peer,
+    Adaptive, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
+    QueueLimit, Shedding, default_peer,
 };
 pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;

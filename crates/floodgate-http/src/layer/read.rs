@@ -3,6 +3,7 @@
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::{Map, Node, excerpt};
 
+use super::adaptive::read::read_adaptive;
 use super::config::{KeyedQueueLimit, LayerSettings, LowPriority, OnError, QueueLimit, Shedding};
 use crate::read::{deny_unknown, each_string, header_name};
 
@@ -15,6 +16,8 @@ const SHED_KEYS: &[&str] = &[
     "max_in_flight",
     "retry_after",
     "low_priority",
+    "critical",
+    "adaptive",
 ];
 const LOW_KEYS: &[&str] = &["routes", "header"];
 const HEADER_KEYS: &[&str] = &["name", "values"];
@@ -61,7 +64,8 @@ fn read_queue<'a>(n: Node<'a>, errors: &mut Errors) -> Option<(QueueLimit, Optio
     Some((limit, key))
 }
 
-fn read_low(n: Node<'_>, errors: &mut Errors) -> LowPriority {
+/// A selection of requests (`low_priority`, `critical`).
+fn read_low(n: Node<'_>, what: &str, errors: &mut Errors) -> LowPriority {
     let mut low = LowPriority::default();
     let Some(map) = errors.take(n.map()) else {
         return low;
@@ -76,13 +80,42 @@ fn read_low(n: Node<'_>, errors: &mut Errors) -> LowPriority {
             each_string(list, errors, |t, _, _| values.push(t.to_owned()));
         }
         if values.is_empty() {
-            errors.push(h.node().error("the low-priority header needs 'values'"));
+            errors.push(h.node().error(format!("the {what} header needs 'values'")));
         }
         deny_unknown(&h, HEADER_KEYS, errors);
         low.header = name.map(|n| (n, values));
     }
     deny_unknown(&map, LOW_KEYS, errors);
     low
+}
+
+/// A selection under `key`, if any.
+fn selection(m: &Map<'_>, key: &str, what: &str, errors: &mut Errors) -> LowPriority {
+    m.get(key)
+        .map(|l| read_low(l, what, errors))
+        .unwrap_or_default()
+}
+
+/// The `shedding` mapping: `low_priority_above` is required unless an
+/// adaptive limit sheds instead.
+fn read_shedding(m: &Map<'_>, errors: &mut Errors) -> Shedding {
+    let adaptive = m.get("adaptive").and_then(|a| read_adaptive(a, errors));
+    let low_priority_above = match adaptive {
+        Some(_) => count(m, "low_priority_above", errors).unwrap_or(usize::MAX),
+        None => required(m, "low_priority_above", errors).unwrap_or(0),
+    };
+    let shedding = Shedding {
+        low_priority_above,
+        max_in_flight: count(m, "max_in_flight", errors),
+        retry_after: m
+            .get("retry_after")
+            .and_then(|t| errors.take(t.duration(true))),
+        low_priority: selection(m, "low_priority", "low-priority", errors),
+        critical: selection(m, "critical", "critical", errors),
+        adaptive,
+    };
+    deny_unknown(m, SHED_KEYS, errors);
+    shedding
 }
 
 impl LayerSettings {
@@ -108,18 +141,7 @@ impl LayerSettings {
         if let Some(n) = map.get("shedding")
             && let Some(m) = errors.take(n.map())
         {
-            s.shedding = Some(Shedding {
-                low_priority_above: required(&m, "low_priority_above", &mut errors).unwrap_or(0),
-                max_in_flight: count(&m, "max_in_flight", &mut errors),
-                retry_after: m
-                    .get("retry_after")
-                    .and_then(|t| errors.take(t.duration(true))),
-                low_priority: m
-                    .get("low_priority")
-                    .map(|l| read_low(l, &mut errors))
-                    .unwrap_or_default(),
-            });
-            deny_unknown(&m, SHED_KEYS, &mut errors);
+            s.shedding = Some(read_shedding(&m, &mut errors));
         }
         if let Some(n) = map.get("concurrency")
             && let Some(m) = errors.take(n.map())

@@ -28,6 +28,7 @@ use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
 use super::requests::RequestResult;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
+use super::shed::ShedHold;
 use crate::contract::{HeaderBuf, QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
 pub(crate) type Out<B> = HttpResponse<FloodgateBody<B>>;
@@ -84,9 +85,15 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Inner { fut, admitted } => {
-                let res = ready!(fut.poll(cx))?;
-                let admitted = admitted.take().expect("polled after completion");
-                Poll::Ready(Ok(admitted.respond(res)))
+                let res = ready!(fut.poll(cx));
+                let mut admitted = admitted.take().expect("polled after completion");
+                Poll::Ready(match res {
+                    Ok(res) => Ok(admitted.respond(res)),
+                    Err(e) => {
+                        admitted.keep.answered(None);
+                        Err(e)
+                    }
+                })
             }
             StateProj::Answered { res } => {
                 Poll::Ready(Ok(full(res.take().expect("polled after completion"))))
@@ -438,13 +445,20 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
             }
             shared.counted(RequestResult::Delayed);
         }
-        Ok(self.respond(inner(req).await?))
+        match inner(req).await {
+            Ok(res) => Ok(self.respond(res)),
+            Err(e) => {
+                self.keep.answered(None);
+                Err(e)
+            }
+        }
     }
 
     /// The inner service's response, with the contract's headers, its
     /// body holding what the request keeps.
     fn respond<RB>(self, mut res: HttpResponse<RB>) -> Out<RB> {
         let Admitted { headers, mut keep } = self;
+        keep.answered(Some(res.status()));
         if let Some((mut held, now, elapsed)) = headers {
             let contract = &held.shared.contract;
             let s = held.scratch.get_or_insert_with(Box::default);
@@ -542,17 +556,25 @@ fn admitted_headers<B: Backend, C: Clock + 'static>(
     true
 }
 
-/// Priority shedding: counts the request in flight (in `keep`), or
-/// answers 503 when it must be shed.
+/// Priority shedding: counts the request in flight, under the adaptive
+/// limit if there is one (in `keep`), or answers 503 when it must be shed.
 fn shed<B: Backend, C: Clock + 'static, T>(
-    shared: &Shared<B, C>,
+    shared: &Arc<Shared<B, C>>,
     req: &Request<T>,
     keep: &mut Keep,
 ) -> Option<Answer> {
     let shedding = shared.settings.shedding.as_ref()?;
-    match shedding.enter(req, &shared.identity, &shared.in_flight) {
-        Some(g) => {
-            keep.push(Box::new(g));
+    let priority = shedding.priority(req, &shared.identity);
+    let admitted = shedding.enter(priority, &shared.in_flight).and_then(|g| {
+        let Some(limit) = &shared.adaptive else {
+            return Some(ShedHold::new(g, None));
+        };
+        let ticket = limit.try_acquire(priority, shared.engine.clock().now())?;
+        Some(ShedHold::new(g, Some((shared.clone(), ticket))))
+    });
+    match admitted {
+        Some(hold) => {
+            keep.push(Box::new(hold));
             None
         }
         None => {

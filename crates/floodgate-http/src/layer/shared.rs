@@ -10,6 +10,7 @@ use std::task::{Context, Waker};
 use floodgate::Clock;
 use floodgate_policy::{Backend, Engine, Response};
 
+use super::adaptive::AdaptiveLimit;
 use super::config::LayerSettings;
 use super::policy_cache::PolicyCache;
 use super::queue::{ConcurrencyQueue, KeyedQueues};
@@ -101,6 +102,8 @@ pub(crate) struct Shared<B, C> {
     pub requests: RequestCounters,
     /// Requests in flight (counted when shedding is on).
     pub in_flight: Gauge,
+    /// The adaptive concurrency limit (`shedding.adaptive`).
+    pub adaptive: Option<AdaptiveLimit>,
     pub global: Option<ConcurrencyQueue>,
     pub keyed: Option<KeyedQueues>,
     pub delayed: Gauge,
@@ -119,8 +122,11 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
         contract: Contract,
         settings: LayerSettings,
     ) -> Self {
+        let adaptive = settings.shedding.as_ref().and_then(|s| s.adaptive);
+        let now = engine.clock().now();
         Shared {
             in_flight: Gauge::default(),
+            adaptive: adaptive.map(|a| AdaptiveLimit::new(a, now)),
             global: settings.global_concurrency.map(ConcurrencyQueue::new),
             keyed: settings.keyed_concurrency.clone().map(KeyedQueues::new),
             delayed: Gauge::default(),
@@ -162,8 +168,22 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
 }
 
 /// Anything kept alive until a request ends; dropping it does the work.
-pub(crate) trait Hold: Send + Sync {}
-impl<T: Send + Sync> Hold for T {}
+pub(crate) trait Hold: Send + Sync {
+    /// How the request was answered: its response's status, or none when
+    /// the inner service failed. Told before the response goes out.
+    fn answered(&mut self, _status: Option<http::StatusCode>) {}
+}
+
+impl Hold for tokio::sync::OwnedSemaphorePermit {}
+impl Hold for super::queue::KeyedPermit {}
+impl<B: Backend, C: Clock + 'static> Hold for Held<B, C> {}
+impl Hold for Vec<Box<dyn Hold>> {
+    fn answered(&mut self, status: Option<http::StatusCode>) {
+        for h in self {
+            h.answered(status);
+        }
+    }
+}
 
 /// A request's buffers, holding concurrency units when `holds_units`:
 /// dropping it gives them back (at body end, on cancellation, on panic),

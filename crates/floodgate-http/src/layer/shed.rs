@@ -1,11 +1,17 @@
-//! Priority load shedding: an in-flight gauge and the low-priority test.
+//! Priority load shedding: an in-flight gauge, the classes of requests, and
+//! what a request holds until it ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use floodgate::Clock;
+use floodgate_policy::Backend;
+
 use crate::identity::HttpIdentity;
 
-use super::config::Shedding;
+use super::adaptive::{Completion, Priority, Ticket};
+use super::config::{LowPriority, Shedding};
+use super::shared::{Hold, Shared};
 
 /// A count of requests in some state, decremented by its [`GaugeGuard`].
 #[derive(Clone, Debug, Default)]
@@ -41,33 +47,85 @@ impl Drop for GaugeGuard {
     }
 }
 
+/// A request's place in the in-flight count and, with an adaptive limit,
+/// under it: given back when the request ends, telling the controller how
+/// it ended.
+pub(crate) struct ShedHold<B: Backend, C: Clock + 'static> {
+    _gauge: GaugeGuard,
+    adaptive: Option<(Arc<Shared<B, C>>, Ticket)>,
+    how: Completion,
+}
+
+impl<B: Backend, C: Clock + 'static> ShedHold<B, C> {
+    pub(crate) fn new(gauge: GaugeGuard, adaptive: Option<(Arc<Shared<B, C>>, Ticket)>) -> Self {
+        // Until answered, a request that ends was cancelled.
+        let how = Completion::Cancelled;
+        ShedHold {
+            _gauge: gauge,
+            adaptive,
+            how,
+        }
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> Hold for ShedHold<B, C> {
+    fn answered(&mut self, status: Option<http::StatusCode>) {
+        let overloaded = status.is_none_or(|s| matches!(s.as_u16(), 502..=504));
+        self.how = match overloaded {
+            true => Completion::Overloaded,
+            false => Completion::Ok,
+        };
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> Drop for ShedHold<B, C> {
+    fn drop(&mut self) {
+        if let Some((shared, ticket)) = self.adaptive.take()
+            && let Some(limit) = &shared.adaptive
+        {
+            limit.release(ticket, shared.engine.clock().now(), self.how);
+        }
+    }
+}
+
+/// Whether `sel` selects the request (its `route` template, when it was
+/// needed, or a header value).
+fn selects<T>(sel: &LowPriority, req: &http::Request<T>, route: Option<&str>) -> bool {
+    let header = sel.header.as_ref().is_some_and(|(name, values)| {
+        req.headers().get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| values.iter().any(|x| x.eq_ignore_ascii_case(v.trim())))
+        })
+    });
+    header || route.is_some_and(|t| sel.routes.iter().any(|r| r == t))
+}
+
 impl Shedding {
-    /// Counts a request in `in_flight`, or sheds it (`None`): beyond
-    /// `max_in_flight`, or beyond `low_priority_above` when it is low
-    /// priority — its route template is listed, or its header has a listed
-    /// value.
-    pub(crate) fn enter<T>(
-        &self,
-        req: &http::Request<T>,
-        identity: &HttpIdentity,
-        in_flight: &Gauge,
-    ) -> Option<GaugeGuard> {
-        let low = &self.low_priority;
-        let header = low.header.as_ref().is_some_and(|(name, values)| {
-            req.headers().get_all(name).iter().any(|v| {
-                v.to_str()
-                    .is_ok_and(|v| values.iter().any(|x| x.eq_ignore_ascii_case(v.trim())))
-            })
-        });
-        let is_low = header
-            || !low.routes.is_empty()
-                && identity
-                    .route(req.uri().path())
-                    .is_some_and(|t| low.routes.iter().any(|r| r == t));
+    /// The request's class: critical when `critical` selects it, sheddable
+    /// when `low_priority` does, default otherwise.
+    pub(crate) fn priority<T>(&self, req: &http::Request<T>, identity: &HttpIdentity) -> Priority {
+        let (low, critical) = (&self.low_priority, &self.critical);
+        let route = match low.routes.is_empty() && critical.routes.is_empty() {
+            true => None,
+            false => identity.route(req.uri().path()),
+        };
+        if selects(critical, req, route) {
+            Priority::Critical
+        } else if selects(low, req, route) {
+            Priority::Sheddable
+        } else {
+            Priority::Default
+        }
+    }
+
+    /// Counts a request of class `p` in `in_flight`, or sheds it (`None`):
+    /// beyond `max_in_flight`, or beyond `low_priority_above` when it is
+    /// sheddable.
+    pub(crate) fn enter(&self, p: Priority, in_flight: &Gauge) -> Option<GaugeGuard> {
         let hard = self.max_in_flight.unwrap_or(usize::MAX);
-        in_flight.try_enter(match is_low {
-            true => hard.min(self.low_priority_above),
-            false => hard,
+        in_flight.try_enter(match p {
+            Priority::Sheddable => hard.min(self.low_priority_above),
+            _ => hard,
         })
     }
 }

@@ -1,0 +1,6 @@
+//! The adaptive concurrency limit in a deterministic simulation: the
+//! layer's controller and admission driving a simulated upstream on a
+//! virtual clock (see `model`), one test per scenario.
+
+mod model;
+mod scenarios;
