@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use floodgate_testkit::prometheus::{Sample, scrape};
-use floodgate_testkit::{Gateway, Upstream, free_port, http_request};
+use floodgate_testkit::{Gateway, Upstream, free_port, http_request, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn bin() -> &'static Path {
@@ -269,4 +269,57 @@ fn a_reload_counts_under_the_new_routes() {
         (forwarded("/a"), forwarded("/b/{id}"), forwarded("none")),
         (2.0, 1.0, 1.0)
     );
+}
+
+/// A gateway whose adaptive limit is pinned at 2: the sheddable class
+/// (`x-priority: low`) gets one place, the default class both.
+fn adaptive_config(upstream: &str) -> String {
+    format!(
+        "gateway:\n  upstream: http://{upstream}\nhttp:\n  domain: gw\n  descriptors:\n    - [method]\n  layer:\n    shedding:\n      low_priority: {{header: {{name: x-priority, values: [low]}}}}\n      adaptive: {{min: 2, max: 2, initial: 2}}\ndomains:\n  - domain: gw\n    descriptors:\n      - key: method\n        rate_limit: {{requests: 1000, per: 1h}}\n"
+    )
+}
+
+/// GET `path` through curl with `header`: its status.
+fn curl(port: u16, path: &str, header: &str) -> u16 {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", header])
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
+/// The adaptive limit is on `/metrics`, and what it sheds is counted by
+/// class: with one request held at the upstream, a sheddable request is
+/// shed while a default one passes.
+#[test]
+fn the_adaptive_limit_and_its_sheds_by_class_are_on_metrics() {
+    let upstream = Upstream::start(misbehave);
+    let gw = Gateway::start(
+        bin(),
+        &adaptive_config(&upstream.addr.to_string()),
+        &[],
+        &[],
+    );
+    let samples = scrape(gw.admin, "/metrics");
+    assert_eq!(sum(&samples, "floodgate_http_adaptive_limit", &[]), 2.0);
+    let mut held = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "--max-time", "120"])
+        .arg(format!("http://127.0.0.1:{}/slow", gw.port))
+        .spawn()
+        .expect("curl");
+    let mut shed = 0;
+    let held_in_flight = wait_until(Duration::from_secs(30), || {
+        let status = curl(gw.port, "/x", "x-priority: low");
+        shed += usize::from(status == 503);
+        status == 503
+    });
+    assert!(held_in_flight, "a sheddable request was never shed");
+    assert_eq!(curl(gw.port, "/x", "x-priority: normal"), 200);
+    let samples = scrape(gw.admin, "/metrics");
+    let by_class = |c| sum(&samples, "floodgate_http_shed_total", &[("class", c)]);
+    assert_eq!(by_class("sheddable"), shed as f64);
+    assert_eq!(by_class("default"), 0.0);
+    let _ = held.kill();
+    let _ = held.wait();
 }

@@ -579,7 +579,8 @@ fn shed<B: Backend, C: Clock + 'static, T>(
         }
         None => {
             LayerStats::inc(&shared.stats.shed);
-            metrics::counter!("floodgate_http_shed_total").increment(1);
+            metrics::counter!("floodgate_http_shed_total", "class" => priority.label())
+                .increment(1);
             shared.counted(RequestResult::Shed);
             let retry_after = shedding.retry_after;
             Some(shared.contract.reject(

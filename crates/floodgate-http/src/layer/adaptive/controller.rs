@@ -31,7 +31,7 @@ pub struct Window {
 
 impl Window {
     /// The successes' mean latency, in nanoseconds (none without successes).
-    fn mean(&self) -> Option<f64> {
+    pub(super) fn mean(&self) -> Option<f64> {
         (self.successes > 0).then(|| self.latency_sum as f64 / self.successes as f64)
     }
 

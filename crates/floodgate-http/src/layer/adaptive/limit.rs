@@ -10,6 +10,7 @@ use floodgate::Timestamp;
 
 use super::super::config::Adaptive;
 use super::controller::Controller;
+use super::gauges::Gauges;
 use super::window::OpenWindow;
 
 /// A request's class: lower classes are shed first.
@@ -23,6 +24,17 @@ pub enum Priority {
     /// Admitted while fewer than `sheddable_share` of the limit are in
     /// flight.
     Sheddable = 2,
+}
+
+impl Priority {
+    /// Its `class` label on `/metrics`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Priority::Critical => "critical",
+            Priority::Default => "default",
+            Priority::Sheddable => "sheddable",
+        }
+    }
 }
 
 /// How an admitted request ended, as the controller reads it.
@@ -61,6 +73,7 @@ pub struct AdaptiveLimit {
     interval: AtomicU64,
     /// ...and least number of completions.
     min_samples: AtomicU64,
+    gauges: Gauges,
 }
 
 impl AdaptiveLimit {
@@ -77,6 +90,7 @@ impl AdaptiveLimit {
             interval: AtomicU64::new(0),
             min_samples: AtomicU64::new(0),
             controller: Mutex::new(controller.clone()),
+            gauges: Gauges::new(),
         };
         limit.window.start.store(now.as_nanos(), Ordering::Relaxed);
         limit.publish(&controller, now);
@@ -133,6 +147,7 @@ impl AdaptiveLimit {
         }
         let window = self.window.take(now);
         c.update(&window);
+        self.gauges.measured(window.mean());
         self.publish(&c, now);
         self.updates.fetch_add(1, Ordering::Relaxed);
     }
@@ -159,6 +174,8 @@ impl AdaptiveLimit {
         let interval = u64::try_from(c.interval().as_nanos()).unwrap_or(u64::MAX);
         self.interval.store(interval, Ordering::Relaxed);
         self.min_samples.store(c.min_samples(), Ordering::Relaxed);
+        self.gauges
+            .publish(c.limit(), self.in_flight(), c.baseline());
     }
 
     /// The current limit (of the critical class: the whole limit).

@@ -92,6 +92,7 @@
 //! so a simulation drives the same code on a virtual clock.
 
 mod controller;
+mod gauges;
 mod limit;
 pub(crate) mod read;
 mod window;
