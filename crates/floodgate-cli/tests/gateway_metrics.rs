@@ -173,10 +173,10 @@ fn requests_are_counted_by_route_outcome_and_upstream_failure() {
     };
     let counts = [
         ("/api/{*rest}", "allowed", "2xx", 2.0),
-        ("/api/{*rest}", "limited", "4xx", 1.0),
+        ("/api/{*rest}", "denied", "4xx", 1.0),
         ("/users/{id}", "allowed", "2xx", 1.0),
         ("/users/{id}", "allowed", "5xx", 1.0),
-        ("/users/{id}", "limited", "4xx", 1.0),
+        ("/users/{id}", "denied", "4xx", 1.0),
         ("none", "allowed", "2xx", 2.0),
         ("none", "allowed", "5xx", 3.0),
         ("none", "error", "4xx", 1.0),
@@ -290,8 +290,8 @@ fn curl(port: u16, path: &str, header: &str) -> u16 {
 }
 
 /// The adaptive limit is on `/metrics`, and what it sheds is counted by
-/// class: with one request held at the upstream, a sheddable request is
-/// shed while a default one passes.
+/// class and, per route, as `shed`: with one request held at the
+/// upstream, a sheddable request is shed while a default one passes.
 #[test]
 fn the_adaptive_limit_and_its_sheds_by_class_are_on_metrics() {
     let upstream = Upstream::start(misbehave);
@@ -320,6 +320,12 @@ fn the_adaptive_limit_and_its_sheds_by_class_are_on_metrics() {
     let by_class = |c| sum(&samples, "floodgate_http_shed_total", &[("class", c)]);
     assert_eq!(by_class("sheddable"), shed as f64);
     assert_eq!(by_class("default"), 0.0);
+    let shed_requests = [("outcome", "shed"), ("status", "5xx")];
+    let by_route = sum(&samples, "floodgate_gateway_requests_total", &shed_requests);
+    assert_eq!(
+        by_route, shed as f64,
+        "the route metric's outcome is the layer's"
+    );
     let _ = held.kill();
     let _ = held.wait();
 }

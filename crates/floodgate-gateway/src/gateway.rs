@@ -23,7 +23,7 @@ use crate::forward::X_FORWARDED_PROTO;
 use crate::keyed::KeyedFields;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::responses::ResponseMetrics;
-use crate::route_metrics::{Outcome, RouteMetrics};
+use crate::route_metrics::RouteMetrics;
 use floodgate_http::HttpSection;
 
 /// The limiter of a gateway: the layer and the identity it was built from.
@@ -159,7 +159,7 @@ impl<B: Backend> Gateway<B> {
         // (nothing is charged for it) or forwarded.
         if let Some(res) = self.proxy.check_request(&mut req) {
             self.requests.count(RequestResult::Error);
-            return Ok(self.unlimited(access, res, &tally, Outcome::Error));
+            return Ok(self.unlimited(access, res, &tally, RequestResult::Error));
         }
         let Some(l) = limiter.as_ref() else {
             // Boxed (here and below): the forwarding future is kilobytes,
@@ -167,7 +167,7 @@ impl<B: Backend> Gateway<B> {
             // holding it moves (into hyper's connection, per request).
             self.requests.count(RequestResult::Allowed);
             let Ok(res) = in_box(self.proxy.clone().forward(req, client)).await;
-            return Ok(self.unlimited(access, res, &tally, Outcome::Allowed));
+            return Ok(self.unlimited(access, res, &tally, RequestResult::Allowed));
         };
         // On the normal path the limiter reads. (The layer's identity
         // matches on its own for a `route` action: it cannot be handed
@@ -178,7 +178,7 @@ impl<B: Backend> Gateway<B> {
         if l.keyed.check(req.headers_mut()).is_err() {
             let res = self.proxy.duplicate_keyed_field(req.version());
             self.requests.count(RequestResult::Error);
-            return Ok(self.unlimited(access, res, &tally, Outcome::Error));
+            return Ok(self.unlimited(access, res, &tally, RequestResult::Error));
         }
         let from = l.client(&req, &mut client, access.as_deref_mut());
         let proxy = self.proxy.clone();
@@ -189,11 +189,7 @@ impl<B: Backend> Gateway<B> {
         });
         let res = limited.await?;
         let from_layer = res.body().is_from_layer();
-        let outcome = if from_layer {
-            Outcome::Limited
-        } else {
-            Outcome::Allowed
-        };
+        let outcome = res.body().result().unwrap_or(RequestResult::Allowed);
         self.finished(&tally, outcome, res.status());
         if let Some(a) = access {
             a.finish(res.status(), from_layer);
@@ -208,7 +204,7 @@ impl<B: Backend> Gateway<B> {
         access: Option<Box<AccessEntry>>,
         res: Response<ProxyBody>,
         tally: &Tally<'_>,
-        outcome: Outcome,
+        outcome: RequestResult,
     ) -> Response<GatewayBody> {
         self.finished(tally, outcome, res.status());
         if let Some(a) = access {
@@ -220,7 +216,7 @@ impl<B: Backend> Gateway<B> {
     /// Counts a request of `outcome` answered `status`: by status class,
     /// by route, and timed.
     #[inline]
-    fn finished(&self, tally: &Tally<'_>, outcome: Outcome, status: http::StatusCode) {
+    fn finished(&self, tally: &Tally<'_>, outcome: RequestResult, status: http::StatusCode) {
         self.responses.finished(status, tally.started);
         tally.routes.count(tally.route, outcome, status);
     }

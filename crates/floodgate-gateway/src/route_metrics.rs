@@ -11,6 +11,7 @@
 //!
 //! [`HttpIdentity::route_index`]: floodgate_http::HttpIdentity::route_index
 
+use floodgate_http::layer::RequestResult;
 use http::StatusCode;
 use metrics::Counter;
 
@@ -22,33 +23,6 @@ const REQUESTS: &str = "floodgate_gateway_requests_total";
 /// The `route` label of a path no template matches.
 const NO_ROUTE: &str = "none";
 
-/// What became of a request (its `outcome` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Forwarded to the upstream: admitted by the limiter (at once, after
-    /// a shaper's delay, or failing open), or with no limiter loaded.
-    Allowed,
-    /// Answered by the limiter instead of the upstream: a limit, load
-    /// shedding, a concurrency queue, or the limiter failing closed.
-    Limited,
-    /// Refused by the gateway before it was limited (a client's fault).
-    Error,
-}
-
-impl Outcome {
-    /// Every outcome, in the order of [`Outcome::label`]'s values.
-    const ALL: [Outcome; 3] = [Outcome::Allowed, Outcome::Limited, Outcome::Error];
-
-    /// Its `outcome` label.
-    const fn label(self) -> &'static str {
-        match self {
-            Outcome::Allowed => "allowed",
-            Outcome::Limited => "limited",
-            Outcome::Error => "error",
-        }
-    }
-}
-
 /// The counters of one set of routes: one per route (and `none`),
 /// outcome and status class.
 pub(crate) struct RouteMetrics {
@@ -58,7 +32,7 @@ pub(crate) struct RouteMetrics {
 }
 
 /// Counters per route: one per outcome and status class.
-const PER_ROUTE: usize = Outcome::ALL.len() * CLASSES.len();
+const PER_ROUTE: usize = RequestResult::ALL.len() * CLASSES.len();
 
 impl RouteMetrics {
     /// Registers the counters of `templates` (in the order of their
@@ -66,12 +40,12 @@ impl RouteMetrics {
     pub(crate) fn new(templates: &[String]) -> Self {
         metrics::describe_counter!(
             REQUESTS,
-            "Requests by route template (none: no template matched), status class of the response and outcome: allowed (forwarded), limited (answered by the limiter), error (refused by the gateway before the limiter)."
+            "Requests by route template (none: no template matched), status class of the response and outcome, as floodgate_requests_total's result: allowed, delayed, denied, shed, failed_open, failed_closed, error (refused by the gateway before the limiter)."
         );
         let routes = templates.iter().map(String::as_str).chain([NO_ROUTE]);
         let mut counters = Vec::with_capacity((templates.len() + 1) * PER_ROUTE);
         for route in routes {
-            for outcome in Outcome::ALL {
+            for outcome in RequestResult::ALL {
                 for class in CLASSES {
                     counters.push(metrics::counter!(
                         REQUESTS,
@@ -92,7 +66,7 @@ impl RouteMetrics {
     /// templates these counters were registered for; none: no template
     /// matched) answered `status`, of `outcome`.
     #[inline]
-    pub(crate) fn count(&self, route: Option<usize>, outcome: Outcome, status: StatusCode) {
+    pub(crate) fn count(&self, route: Option<usize>, outcome: RequestResult, status: StatusCode) {
         let row = route.unwrap_or(self.none);
         let at = row * PER_ROUTE + outcome as usize * CLASSES.len() + class_of(status);
         self.counters[at].increment(1);
@@ -130,17 +104,21 @@ mod tests {
         let m = metrics::with_local_recorder(&recorder, || {
             RouteMetrics::new(&["/a/{id}".into(), "/b".into()])
         });
-        m.count(Some(0), Outcome::Allowed, StatusCode::OK);
-        m.count(Some(0), Outcome::Allowed, StatusCode::OK);
-        m.count(Some(1), Outcome::Limited, StatusCode::TOO_MANY_REQUESTS);
-        m.count(None, Outcome::Allowed, StatusCode::BAD_GATEWAY);
-        m.count(None, Outcome::Error, StatusCode::BAD_REQUEST);
+        m.count(Some(0), RequestResult::Allowed, StatusCode::OK);
+        m.count(Some(0), RequestResult::Allowed, StatusCode::OK);
+        m.count(
+            Some(1),
+            RequestResult::Denied,
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+        m.count(None, RequestResult::Allowed, StatusCode::BAD_GATEWAY);
+        m.count(None, RequestResult::Error, StatusCode::BAD_REQUEST);
         let s = |a: &str, b: &str, c: &str, n| (a.into(), b.into(), c.into(), n);
         assert_eq!(
             counts(snapshotter.snapshot()),
             [
                 s("/a/{id}", "allowed", "2xx", 2),
-                s("/b", "limited", "4xx", 1),
+                s("/b", "denied", "4xx", 1),
                 s("none", "allowed", "5xx", 1),
                 s("none", "error", "4xx", 1),
             ]

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::requests::RequestResult;
 use super::shared::Hold;
 
 pin_project! {
@@ -28,23 +29,37 @@ pin_project! {
         #[pin]
         kind: Kind<B>,
         held: Option<Box<dyn Hold>>,
+        result: Option<RequestResult>,
     }
 }
 
 impl<B> FloodgateBody<B> {
-    /// The inner service's body, holding `held` until it ends.
-    pub(crate) fn inner(body: B, held: Option<Box<dyn Hold>>) -> Self {
+    /// The inner service's body of a request counted as `result`,
+    /// holding `held` until it ends.
+    pub(crate) fn inner(body: B, held: Option<Box<dyn Hold>>, result: RequestResult) -> Self {
         FloodgateBody {
             kind: Kind::Inner { body },
             held,
+            result: Some(result),
         }
     }
 
     /// A body the layer did not see (a server's own answer beside the
     /// layer's, such as a request refused before it is limited): holds
-    /// nothing.
+    /// nothing, counted as nothing.
     pub fn new(body: B) -> Self {
-        Self::inner(body, None)
+        FloodgateBody {
+            kind: Kind::Inner { body },
+            held: None,
+            result: None,
+        }
+    }
+
+    /// The outcome the layer counted its request as
+    /// (`floodgate_requests_total`'s `result`); none for a body it did
+    /// not see.
+    pub fn result(&self) -> Option<RequestResult> {
+        self.result
     }
 
     /// Whether the layer answered with this body itself (a rejection, a
@@ -54,13 +69,14 @@ impl<B> FloodgateBody<B> {
         matches!(self.kind, Kind::Full { .. })
     }
 
-    /// A complete body (a rejection).
-    pub(crate) fn full(data: Bytes) -> Self {
+    /// A complete body (a rejection) of a request counted as `result`.
+    pub(crate) fn full(data: Bytes, result: RequestResult) -> Self {
         FloodgateBody {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
             held: None,
+            result: Some(result),
         }
     }
 }

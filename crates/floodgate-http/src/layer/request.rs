@@ -68,7 +68,7 @@ pin_project! {
         Inner { #[pin] fut: Fut, admitted: Option<Admitted<B, C>> },
         /// Answered by the layer (its own body, whatever the inner
         /// service's: the future stays small, moved per request).
-        Answered { res: Option<Answer> },
+        Answered { res: Option<(Answer, RequestResult)> },
         /// Waiting for a permit, the store or a delay.
         Waiting { fut: Boxed<RB, E> },
     }
@@ -96,7 +96,8 @@ where
                 })
             }
             StateProj::Answered { res } => {
-                Poll::Ready(Ok(full(res.take().expect("polled after completion"))))
+                let (res, result) = res.take().expect("polled after completion");
+                Poll::Ready(Ok(full(res, result)))
             }
             StateProj::Waiting { fut } => fut.as_mut().poll(cx),
         }
@@ -131,7 +132,7 @@ where
     // Priority shedding first: it protects everything behind it.
     if let Some(rejected) = shed(shared, &req, &mut keep) {
         return state(State::Answered {
-            res: Some(rejected),
+            res: Some((rejected, RequestResult::Shed)),
         });
     }
     let mut held = describe(shared, &req, client);
@@ -205,7 +206,7 @@ where
 {
     // Layer concurrency limits, waiting in line when configured.
     if let Some(rejected) = queues(&shared, &mut held, req.headers(), &mut keep).await {
-        return Ok(full(rejected));
+        return Ok(full(rejected, RequestResult::Denied));
     }
     // The decision, from one clock reading taken just before it.
     let now = shared.engine.clock().now();
@@ -230,12 +231,12 @@ where
                 now,
                 &mut s.buf,
             );
-            return Ok(full(res));
+            return Ok(full(res, RequestResult::Denied));
         }
     }
     let decided = decide(&shared, &mut held, Apply::Commit).await;
     match conclude(&shared, held, keep, req.headers(), now, decided) {
-        Err(res) => Ok(full(res)),
+        Err((res, result)) => Ok(full(res, result)),
         Ok(admitted) => admitted.run(shared, req, inner).await,
     }
 }
@@ -295,7 +296,7 @@ async fn decide<B: Backend, C: Clock + 'static>(
 /// What is left once a request is decided: admitted (maybe after a
 /// shaper's delay), or answered by the layer (a rejection, moved as it
 /// is: no allocation per answer).
-type Next<B, C> = Result<Admitted<B, C>, Answer>;
+type Next<B, C> = Result<Admitted<B, C>, (Answer, RequestResult)>;
 
 /// The outcome of a decision: rejected, delayed or admitted (a limiter
 /// failure is let through or rejected, per `on_error`).
@@ -311,7 +312,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
     let planned = match decided {
         Ok(Decided::Nothing) => {
             shared.counted(RequestResult::Allowed);
-            return Admitted::bare(keep);
+            return Admitted::bare(keep, RequestResult::Allowed);
         }
         Ok(Decided::Planned) => true,
         Ok(Decided::Engine) => false,
@@ -322,7 +323,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
     // A planned rule holds no units: an admitted request keeps nothing.
     if planned && !on_success && admission::plainly_allowed(&held.scratch().response) {
         shared.counted(RequestResult::Allowed);
-        return Admitted::bare(keep);
+        return Admitted::bare(keep, RequestResult::Allowed);
     }
     if !(planned && on_success && admitted_headers(shared, held.scratch())) {
         settle(shared, &mut held);
@@ -331,25 +332,34 @@ fn conclude<B: Backend, C: Clock + 'static>(
     let delay = match held.scratch().report.verdict() {
         Verdict::Denied => {
             LayerStats::inc(&shared.stats.denied);
-            shared.counted(RequestResult::denied_by(fallback));
+            let result = RequestResult::denied_by(fallback);
+            shared.counted(result);
             let s = held.scratch();
             let rejection = Rejection::Limited(&s.report);
-            return Err(shared.contract.reject(rejection, headers, now, &mut s.buf));
+            let res = shared.contract.reject(rejection, headers, now, &mut s.buf);
+            return Err((res, result));
         }
         // Counted once the delay is over (shed or queued out then, it is
         // counted so instead).
         Verdict::Delayed(delay) => delay,
         Verdict::Allowed => {
-            shared.counted(RequestResult::allowed_by(fallback));
+            let result = RequestResult::allowed_by(fallback);
+            shared.counted(result);
             if !on_success && !held.holds_units {
-                return Admitted::bare(keep);
+                return Admitted::bare(keep, result);
             }
             Duration::ZERO
         }
     };
+    let result = match fallback {
+        // Counted once its delay is over.
+        _ if !delay.is_zero() => RequestResult::Delayed,
+        f => RequestResult::allowed_by(f),
+    };
     Ok(Admitted {
         headers: Some((held, now, delay)),
         keep,
+        result,
     })
 }
 
@@ -367,15 +377,16 @@ fn limiter_failed<B: Backend, C: Clock + 'static>(
             LayerStats::inc(&shared.stats.fail_open);
             metrics::counter!("floodgate_http_fail_open_total").increment(1);
             shared.counted(RequestResult::FailedOpen);
-            Admitted::bare(keep)
+            Admitted::bare(keep, RequestResult::FailedOpen)
         }
         OnError::Reject => {
             LayerStats::inc(&shared.stats.fail_closed);
             shared.counted(RequestResult::FailedClosed);
             let mut buf = HeaderBuf::new();
-            Err(shared
+            let res = shared
                 .contract
-                .reject(Rejection::Unavailable, headers, now, &mut buf))
+                .reject(Rejection::Unavailable, headers, now, &mut buf);
+            Err((res, RequestResult::FailedClosed))
         }
     }
 }
@@ -388,15 +399,18 @@ struct Admitted<B: Backend, C: Clock + 'static> {
     /// none).
     headers: Option<(Held<B, C>, Timestamp, Duration)>,
     keep: Keep,
+    /// What the request is counted as.
+    result: RequestResult,
 }
 
 impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
-    /// Admitted with nothing to write.
+    /// Admitted with nothing to write, counted as `result`.
     #[allow(clippy::result_large_err)]
-    fn bare(keep: Keep) -> Next<B, C> {
+    fn bare(keep: Keep, result: RequestResult) -> Next<B, C> {
         Ok(Admitted {
             headers: None,
             keep,
+            result,
         })
     }
 
@@ -438,10 +452,10 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
             drop(slot);
             let keep = &mut self.keep;
             if let Some(rejected) = shed(&shared, &req, keep) {
-                return Ok(full(rejected));
+                return Ok(full(rejected, RequestResult::Shed));
             }
             if let Some(rejected) = queues(&shared, held, req.headers(), keep).await {
-                return Ok(full(rejected));
+                return Ok(full(rejected, RequestResult::Denied));
             }
             shared.counted(RequestResult::Delayed);
         }
@@ -457,7 +471,11 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
     /// The inner service's response, with the contract's headers, its
     /// body holding what the request keeps.
     fn respond<RB>(self, mut res: HttpResponse<RB>) -> Out<RB> {
-        let Admitted { headers, mut keep } = self;
+        let Admitted {
+            headers,
+            mut keep,
+            result,
+        } = self;
         keep.answered(Some(res.status()));
         if let Some((mut held, now, elapsed)) = headers {
             let contract = &held.shared.contract;
@@ -479,15 +497,16 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
             }
         }
         let keep = (!keep.is_empty()).then(|| Box::new(keep) as Box<dyn Hold>);
-        res.map(|b| FloodgateBody::inner(b, keep))
+        res.map(|b| FloodgateBody::inner(b, keep, result))
     }
 }
 
 /// What a request keeps until its response body ends.
 type Keep = Vec<Box<dyn Hold>>;
 
-fn full<B>(res: HttpResponse<bytes::Bytes>) -> Out<B> {
-    res.map(FloodgateBody::full)
+/// The layer's own answer to a request counted as `result`.
+fn full<B>(res: HttpResponse<bytes::Bytes>, result: RequestResult) -> Out<B> {
+    res.map(|b| FloodgateBody::full(b, result))
 }
 
 /// The report of a decided request (its headers, its verdict), and whether
