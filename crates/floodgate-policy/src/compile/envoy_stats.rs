@@ -7,7 +7,7 @@
 use floodgate::Decision;
 use metrics::Counter;
 
-/// The five counters of one rule (envoyproxy/ratelimit's
+/// The counters of one rule (envoyproxy/ratelimit's
 /// `stats.RateLimitStats`).
 #[derive(Debug, Clone)]
 pub(crate) struct EnvoyStats {
@@ -16,6 +16,7 @@ pub(crate) struct EnvoyStats {
     near_limit: Counter,
     within_limit: Counter,
     shadow_mode: Counter,
+    total_negative_hits: Counter,
 }
 
 /// The labels the default mapper gives the stats key `path`
@@ -47,6 +48,7 @@ impl EnvoyStats {
             near_limit: c("ratelimit_service_rate_limit_near_limit"),
             within_limit: c("ratelimit_service_rate_limit_within_limit"),
             shadow_mode: c("ratelimit_service_rate_limit_shadow_mode"),
+            total_negative_hits: c("ratelimit_service_rate_limit_total_negative_hits"),
         }
     }
 
@@ -84,6 +86,12 @@ impl EnvoyStats {
         self.within_limit.increment(hits);
     }
 
+    /// Counts `hits` given back (negative hits): only in
+    /// `total_negative_hits`, as `GenerateCacheKeys` counts them.
+    pub(crate) fn negative(&self, hits: u64) {
+        self.total_negative_hits.increment(hits);
+    }
+
     /// Counts `hits` of a rule that denies every request
     /// (`requests_per_unit: 0`): all over the limit.
     pub(crate) fn blocked(&self, hits: u64) {
@@ -119,6 +127,10 @@ fn describe() {
         (
             "ratelimit_service_rate_limit_shadow_mode",
             "hits over the limit of a rule in shadow mode",
+        ),
+        (
+            "ratelimit_service_rate_limit_total_negative_hits",
+            "hits given back (negative hits)",
         ),
     ] {
         metrics::describe_counter!(

@@ -363,13 +363,15 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             match s.batch {
                 Batch::Enforced => together[0] &= allowed(k),
                 Batch::Shadow => together[1] &= allowed(k),
-                Batch::Own => {}
+                Batch::Own | Batch::Refund => {}
             }
         }
         let slots = &scratch.slots;
         let admitted = |k: usize| match slots[k].batch {
             Batch::Enforced => together[0],
             Batch::Shadow => together[1],
+            // Negative hits took nothing to give back.
+            Batch::Refund => false,
             Batch::Own => {
                 let of = |j: &usize| slots[*j].descriptor == slots[k].descriptor;
                 let start = (0..k).rev().take_while(of).last().unwrap_or(k);

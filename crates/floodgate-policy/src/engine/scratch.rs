@@ -22,6 +22,10 @@ pub(crate) enum Batch {
     Shadow,
     /// A quota-mode rule, decided on its own.
     Own,
+    /// The counters of descriptors whose hits are given back (negative
+    /// hits), together: each gives its units back whatever the others and
+    /// the request's other limits decide, in any mode.
+    Refund,
 }
 
 /// Where a counter's limit comes from.
