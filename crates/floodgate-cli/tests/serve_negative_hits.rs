@@ -17,7 +17,7 @@ use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
 use floodgate_server::proto::rls::RateLimitRequest;
 use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit::prometheus::{Sample, scrape};
-use floodgate_testkit::{Floodgate, Redis, RedisCluster, free_port};
+use floodgate_testkit::{Floodgate, Redis, RedisCluster, free_port, http_request};
 
 /// 3 a day per user.
 const RULES: &str = "domain: refunds
@@ -139,7 +139,13 @@ async fn refunds_as_envoyproxy_ratelimit(s: &Floodgate, metrics: u16) {
         call(&mut c, vec![user("b", 3, true)]).await,
         (OK, vec![(OK, 3)])
     );
-    // Given back: 2 + 100 + 5 + 1 + 3; charged: 3 + 1 + 1 + 4 + 4.
+    // The same over `/json` (proto3 JSON's `isNegativeHits`).
+    let body = r#"{"domain":"refunds","descriptors":[{"entries":[{"key":"user","value":"b"}],"hitsAddend":"2","isNegativeHits":true}]}"#;
+    let (status, text) = http_request(s.http, "POST", "/json", None, body.as_bytes()).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["statuses"][0]["limitRemaining"], 3, "{text}");
+    // Given back: 2 + 100 + 5 + 1 + 3 + 2; charged: 3 + 1 + 1 + 4 + 4.
     let samples = scrape(metrics, "/metrics");
     let value = |name: &str, label: Option<(&str, &str)>| -> f64 {
         samples
@@ -152,7 +158,7 @@ async fn refunds_as_envoyproxy_ratelimit(s: &Floodgate, metrics: u16) {
     let user_key = Some(("key1", "user"));
     assert_eq!(
         value("ratelimit_service_rate_limit_total_negative_hits", user_key),
-        111.0
+        113.0
     );
     assert_eq!(
         value("ratelimit_service_rate_limit_total_hits", user_key),
@@ -167,9 +173,9 @@ async fn refunds_as_envoyproxy_ratelimit(s: &Floodgate, metrics: u16) {
             .map(|x| x.value)
             .sum()
     };
-    assert_eq!(own("floodgate_rule_negative_hits_total", None), 111.0);
+    assert_eq!(own("floodgate_rule_negative_hits_total", None), 113.0);
     assert_eq!(own("floodgate_rule_hits_total", None), 13.0);
-    assert_eq!(own("floodgate_rule_decisions_total", Some("refunded")), 5.0);
+    assert_eq!(own("floodgate_rule_decisions_total", Some("refunded")), 6.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
