@@ -119,3 +119,32 @@ fn a_dry_run_gives_nothing_back() {
     assert_eq!(h.response.overall, Code::Ok);
     assert_eq!(h.send("neg", &[user]), Code::OverLimit);
 }
+
+/// Where callers are not trusted, negative hits can be ignored (nothing
+/// given back, answered OK) or refused (an invalid argument).
+#[test]
+fn negative_hits_can_be_ignored_or_refused() {
+    use floodgate_policy::engine::{Honour, RequestLimits};
+    let with = |negative_hits| {
+        let mut h = Harness::new(YAML);
+        h.engine = h.engine.with_request_limits(RequestLimits {
+            negative_hits,
+            ..RequestLimits::default()
+        });
+        h
+    };
+    let user = d(&[("user", "f")]);
+    let refund = [user.clone().hits(5).negative()];
+    let mut h = with(Honour::Ignore);
+    assert_eq!(h.send_hits("neg", std::slice::from_ref(&user), 5), Code::Ok);
+    assert_eq!(h.send("neg", &refund), Code::Ok);
+    assert_eq!((remaining(&h), h.response.statuses[0].hits), (0, 0));
+    assert_eq!(h.send("neg", std::slice::from_ref(&user)), Code::OverLimit);
+    let mut h = with(Honour::Refuse);
+    let e = ready(h.engine.evaluate("neg", &refund, 0, &mut h.response)).unwrap_err();
+    assert!(
+        e.to_string().contains("negative hits are not accepted"),
+        "{e}"
+    );
+    assert_eq!(h.admitted(6, "neg", &[user]), 5, "positive hits: decided");
+}

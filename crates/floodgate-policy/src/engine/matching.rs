@@ -34,16 +34,22 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         let default_hits = u64::from(hits_addend).max(1);
         for (i, d) in descriptors.iter().enumerate() {
             let status = &mut statuses[i];
-            let hits = d.hits_addend().unwrap_or(default_hits);
-            status.hits = hits;
             status.negative = d.is_negative_hits();
+            // Negative hits ignored: nothing is given back.
+            let ignored = status.negative && self.limits.negative_hits == super::Honour::Ignore;
+            let hits = if ignored {
+                0
+            } else {
+                d.hits_addend().unwrap_or(default_hits)
+            };
+            status.hits = hits;
             if settle_by_lists(dom, d, status) {
                 continue;
             }
             // Its unit was checked with the request.
             if let Some(ov) = d
                 .limit_override()
-                .filter(|_| self.limits.overrides == super::LimitOverrides::Allow)
+                .filter(|_| self.limits.overrides == super::Honour::Allow)
                 && let Some(unit) = ov.unit()
             {
                 let ov = (ov.requests_per_unit, unit);

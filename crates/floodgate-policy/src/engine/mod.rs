@@ -56,7 +56,9 @@ pub struct RequestLimits {
     pub max_entry_bytes: usize,
     /// What a descriptor's own `limit` (a caller's override of the
     /// configured limit) does.
-    pub overrides: LimitOverrides,
+    pub overrides: Honour,
+    /// What a descriptor's `is_negative_hits` (hits given back) does.
+    pub negative_hits: Honour,
 }
 
 impl Default for RequestLimits {
@@ -65,24 +67,28 @@ impl Default for RequestLimits {
             max_descriptors: 256,
             max_entries: crate::compile::MAX_DEPTH,
             max_entry_bytes: 16 * 1024,
-            overrides: LimitOverrides::Allow,
+            overrides: Honour::Allow,
+            negative_hits: Honour::Allow,
         }
     }
 }
 
-/// What a descriptor's `limit` override does. Envoy's protocol lets every
-/// caller replace the configured limit of a descriptor with its own (and
-/// envoyproxy/ratelimit honours it), so a caller can lift its own limit;
-/// where callers are not trusted, ignore or refuse overrides.
+/// What a descriptor field that loosens limits does when a caller sends
+/// it. Envoy's protocol lets every caller replace the configured limit of a
+/// descriptor with its own (`limit`), and give hits back
+/// (`is_negative_hits`), and envoyproxy/ratelimit honours both: a caller
+/// can lift its own limit, or free units of a counter it shares with
+/// others. Where callers are not trusted, ignore or refuse them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LimitOverrides {
-    /// The override replaces the configured limit (envoyproxy/ratelimit's
-    /// behaviour).
+pub enum Honour {
+    /// The field does what it says: the override replaces the configured
+    /// limit, the hits are given back (envoyproxy/ratelimit's behaviour).
     #[default]
     Allow,
-    /// The override is ignored: the configured limit decides.
+    /// The field is ignored: the configured limit decides; nothing is given
+    /// back (the descriptor is answered as a refund of no hits).
     Ignore,
-    /// A request with an override is refused as an invalid argument.
+    /// A request with the field is refused as an invalid argument.
     Refuse,
 }
 
@@ -422,9 +428,14 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                     ov.unit_number
                 )));
             }
-            if l.overrides == LimitOverrides::Refuse && d.limit_override().is_some() {
+            if l.overrides == Honour::Refuse && d.limit_override().is_some() {
                 return Err(EngineError::InvalidArgument(format!(
                     "descriptor {i}: limit overrides are not accepted here"
+                )));
+            }
+            if l.negative_hits == Honour::Refuse && d.is_negative_hits() {
+                return Err(EngineError::InvalidArgument(format!(
+                    "descriptor {i}: negative hits are not accepted here"
                 )));
             }
             if d.len() > l.max_entries {
