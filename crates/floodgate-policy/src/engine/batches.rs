@@ -26,7 +26,12 @@ macro_rules! decide_groups {
         let scratch = &mut $response.scratch;
         let n = scratch.slots.len();
         scratch.decisions.resize(n, PLACEHOLDER);
-        for batch in [Batch::Enforced, Batch::Shadow, Batch::Refund] {
+        let batches: &[Batch] = if scratch.refunds {
+            &[Batch::Enforced, Batch::Shadow, Batch::Refund]
+        } else {
+            &[Batch::Enforced, Batch::Shadow]
+        };
+        for &batch in batches {
             let $apply = refund_or($request, batch);
             let mut $items: SmallVec<[_; 16]> = SmallVec::new();
             let mut at: SmallVec<[u32; 16]> = SmallVec::new();

@@ -156,7 +156,8 @@ fn on_list<D: Descriptor>(list: &crate::compile::List, d: &D) -> bool {
 /// Moves the counters of descriptors whose hits are given back to the
 /// refund batch.
 fn refund_negative(statuses: &[Status], scratch: &mut scratch::Scratch) {
-    if !statuses.iter().any(|s| s.negative) {
+    scratch.refunds = statuses.iter().any(|s| s.negative);
+    if !scratch.refunds {
         return;
     }
     for slot in &mut scratch.slots {
