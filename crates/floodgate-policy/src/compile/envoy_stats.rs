@@ -159,9 +159,9 @@ mod tests {
         assert_eq!(l("d.a.b_2.c"), ["domain=d", "key1=a", "key2=b_2"]);
     }
 
-    /// The five counters of the stats key `d.k_v` after `run` counts on
-    /// them: total, over, near, within, shadow.
-    fn counted(run: impl FnOnce(&EnvoyStats)) -> [u64; 5] {
+    /// The counters of the stats key `d.k_v` after `run` counts on them:
+    /// total, over, near, within, shadow, negative.
+    fn counted(run: impl FnOnce(&EnvoyStats)) -> [u64; 6] {
         use metrics_util::debugging::{DebugValue, DebuggingRecorder};
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -181,6 +181,7 @@ mod tests {
             "near_limit",
             "within_limit",
             "shadow_mode",
+            "total_negative_hits",
         ]
         .map(|s| values[&format!("ratelimit_service_rate_limit_{s}")])
     }
@@ -205,12 +206,15 @@ mod tests {
             s.count(3, &decision(Allowed, 10, 1), false, 0.8);
             s.count(3, &decision(Denied, 10, 1), false, 0.8);
         });
-        assert_eq!(got, [6, 2, 2, 3, 0]);
+        assert_eq!(got, [6, 2, 2, 3, 0, 0]);
         // At the limit already: every hit over, and shadow for a shadow rule.
         let got = counted(|s| s.count(4, &decision(Denied, 10, 0), true, 0.8));
-        assert_eq!(got, [4, 4, 0, 0, 4]);
+        assert_eq!(got, [4, 4, 0, 0, 4, 0]);
         // A block: every hit over.
-        assert_eq!(counted(|s| s.blocked(5)), [5, 5, 0, 0, 0]);
+        assert_eq!(counted(|s| s.blocked(5)), [5, 5, 0, 0, 0, 0]);
+        // Negative hits: only in their own counter, as `GenerateCacheKeys`
+        // counts them.
+        assert_eq!(counted(|s| s.negative(7)), [0, 0, 0, 0, 0, 7]);
     }
 
     #[test]
