@@ -2,6 +2,12 @@
 //! [`PolicySet`], decided atomically by a [`Backend`], answered with one
 //! status per descriptor — envoyproxy/ratelimit's semantics, plus
 //! Floodgate's algorithms, layers, lists and switches.
+//!
+//! A descriptor whose hits are negative
+//! ([`Descriptor::is_negative_hits`]) gives them back instead: its
+//! counters are decided apart, with [`Apply::Refund`], after the others,
+//! and its status is OK with what remains ([`Status::negative`]).
+//! [`RequestLimits::negative_hits`] says whether callers may.
 
 mod batches;
 mod direct;
