@@ -62,8 +62,8 @@ fn request(entries: &[(&str, &str)], hits: u64) -> Request {
                 .iter()
                 .map(|(k, v)| ((*k).into(), (*v).into()))
                 .collect(),
-            limit: None,
             hits_addend: Some(hits),
+            ..Descriptor::default()
         }],
         hits_addend: 0,
     }
@@ -154,6 +154,7 @@ fn compatible(samples: &[Sample]) -> BTreeMap<String, Stats> {
             "near_limit" => e.near_limit = v,
             "within_limit" => e.within_limit = v,
             "shadow_mode" => e.shadow_mode = v,
+            "total_negative_hits" => e.total_negative_hits = v,
             other => panic!("unexpected statistic {other}"),
         }
     }

@@ -53,6 +53,7 @@ fn each_command_offers_the_settings_it_reads() {
         "--max-descriptors",
         "--max-value-bytes",
         "--limit-overrides",
+        "--negative-hits",
         "--max-connections",
         "--max-requests",
         "--request-timeout",

@@ -110,6 +110,9 @@ fn run_sequence(seed: u64) -> Result<bool, String> {
     let mut rng = Rng::new(seed);
     let shape = Shape {
         units: LONG_UNITS,
+        // The Python `xds-protos` package carries no `is_negative_hits`
+        // (serve_negative_hits sends them through the Rust client).
+        negative: 0,
         ..Shape::default()
     };
     let files = reference::generate::config(&mut rng, &shape);

@@ -47,6 +47,7 @@ mod serve_grpc_field_zero;
 mod serve_http;
 mod serve_lifecycle;
 mod serve_memory;
+mod serve_negative_hits;
 mod serve_rls_shaper_health;
 mod serve_slow_readers;
 mod service_settings_reload;

@@ -404,7 +404,7 @@ descriptors:
 /// invalid argument.
 #[test]
 fn limit_overrides_can_be_ignored_or_refused() {
-    use floodgate_policy::engine::{LimitOverrides, RequestLimits};
+    use floodgate_policy::engine::{Honour, RequestLimits};
     const FILE: &str = "domain: ov
 descriptors:
   - key: k
@@ -425,9 +425,9 @@ descriptors:
         });
         h
     };
-    let mut h = with(LimitOverrides::Ignore);
+    let mut h = with(Honour::Ignore);
     assert_eq!(h.admitted(5, "ov", &lifted), 2, "ignored");
-    let mut h = with(LimitOverrides::Refuse);
+    let mut h = with(Honour::Refuse);
     let e = common::ready(h.engine.evaluate("ov", &lifted, 0, &mut h.response)).unwrap_err();
     assert!(
         e.to_string().contains("limit overrides are not accepted"),
@@ -445,17 +445,13 @@ descriptors:
 /// before the domain is looked up and whatever the overrides setting.
 #[test]
 fn an_override_of_an_unknown_unit_is_an_invalid_argument() {
-    use floodgate_policy::engine::{LimitOverride, LimitOverrides, RequestLimits};
+    use floodgate_policy::engine::{Honour, LimitOverride, RequestLimits};
     const FILE: &str = "domain: ov
 descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 2}
 ";
-    for overrides in [
-        LimitOverrides::Allow,
-        LimitOverrides::Ignore,
-        LimitOverrides::Refuse,
-    ] {
+    for overrides in [Honour::Allow, Honour::Ignore, Honour::Refuse] {
         for (domain, number) in [("ov", 0), ("ov", 8), ("unknown", -1), ("ov", i32::MAX)] {
             let mut h = Harness::new(FILE);
             h.engine = h.engine.with_request_limits(RequestLimits {

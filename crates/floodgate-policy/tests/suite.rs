@@ -15,6 +15,7 @@ mod floodgate_features;
 mod hot_reload;
 mod memory;
 mod near_limit;
+mod negative_hits;
 mod nginx_zones;
 mod on_failure;
 mod permits;

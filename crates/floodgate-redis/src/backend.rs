@@ -288,7 +288,11 @@ impl RedisBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Option<(Decision, Timestamp)> {
-        let cache = self.cache.as_ref().filter(|_| apply != Apply::Force)?;
+        // A refund must reach Redis: it changes the count whatever it is.
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| !matches!(apply, Apply::Force | Apply::Refund))?;
         let t = self.cache_clock(now);
         let hits: Vec<Option<Decision>> = plan
             .leads
@@ -344,7 +348,12 @@ impl RedisBackend {
             out[i] = d;
             combined = Some(combined.map_or(d, |c| c.narrowest(d)));
         }
-        if let Some(cache) = self.cache.as_ref().filter(|_| apply != Apply::Force) {
+        if let Some(cache) = self.cache.as_ref().filter(|_| apply == Apply::Refund) {
+            // Units given back: a denial remembered here may not hold.
+            for l in &plan.leads {
+                cache.forget(items[l.item].key);
+            }
+        } else if let Some(cache) = self.cache.as_ref().filter(|_| apply != Apply::Force) {
             let charged = apply != Apply::Check;
             for l in &plan.leads {
                 let item = &items[l.item];
@@ -498,7 +507,9 @@ impl RedisBackend {
             }
             latest = latest.max(now_us);
         };
-        if groups.len() == 1 || apply == Apply::Rejected {
+        // Refunds, like rejections, need no check across groups: each key
+        // gives its units back whatever the others do.
+        if groups.len() == 1 || matches!(apply, Apply::Rejected | Apply::Refund) {
             let call = Call::of(apply);
             let all = try_join_all(groups.iter().map(|g| self.call(plan, g, call, &args))).await?;
             for (g, r) in groups.iter().zip(all) {

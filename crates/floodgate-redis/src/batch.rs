@@ -73,6 +73,9 @@ pub(crate) enum Call {
     DryCommit,
     /// A dry run: decide as `Rejected` would, write nothing.
     DryRejected,
+    /// [`Apply::Refund`]: give the costs back, in the same script as a
+    /// charge (atomic, whatever the key's kind).
+    Refund,
 }
 
 impl Call {
@@ -84,6 +87,7 @@ impl Call {
             Apply::Commit => Call::Commit,
             Apply::Force => Call::Force,
             Apply::Rejected => Call::Rejected,
+            Apply::Refund => Call::Refund,
         }
     }
 
@@ -95,6 +99,7 @@ impl Call {
             Call::Rejected => 3,
             Call::DryCommit => 5,
             Call::DryRejected => 6,
+            Call::Refund => 7,
         }
     }
 }

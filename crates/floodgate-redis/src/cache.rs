@@ -184,6 +184,18 @@ impl OverLimitCache {
         true
     }
 
+    /// Forgets the denial of `key`: units were given back there (a
+    /// refund), so a request may fit before the retry instant.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        if key.len() > MAX_KEY {
+            return;
+        }
+        self.shard(key)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+
     /// Entries held (expired ones included until they are swept).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

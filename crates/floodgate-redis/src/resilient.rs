@@ -296,7 +296,12 @@ impl ResilientBackend {
                 "a batch needs at least one item and as many outputs".into(),
             ));
         }
-        if let Some(decided) = self.decide_shared(items, now, apply, out, policy).await {
+        // Refunds go to Redis's counts, after what this instance holds of
+        // them was settled there (below): the units given back are then
+        // every instance's at once.
+        if apply != Apply::Refund
+            && let Some(decided) = self.decide_shared(items, now, apply, out, policy).await
+        {
             return decided;
         }
         // A limit Redis cannot decide is a configuration error, not an outage.

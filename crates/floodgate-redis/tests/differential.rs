@@ -1,7 +1,7 @@
 //! Differential tests: random limits (every kind, every penalty mode, with
 //! and without a block duration), random schedules of microsecond-aligned times, random costs (0, within, equal to
-//! and above the quota), multi-item batches with duplicate keys, dry runs
-//! and releases — decided by the in-memory backend and by Redis (a single
+//! and above the quota), multi-item batches with duplicate keys, dry runs,
+//! refunds (negative hits) and releases — decided by the in-memory backend and by Redis (a single
 //! server and a cluster, where batches span several slots) must agree on
 //! every item: outcome, limit and remaining exactly, durations after
 //! rounding the in-memory ones up to whole microseconds.
@@ -120,8 +120,9 @@ fn small_spec() -> impl Strategy<Value = Spec> {
 
 #[derive(Clone, Debug)]
 enum Step {
-    /// Advance time, then decide on (key, cost selector) picks.
-    Decide(u64, bool, Vec<(usize, u64)>),
+    /// Advance time, then decide on (key, cost selector) picks: commit,
+    /// check or refund them.
+    Decide(u64, Apply, Vec<(usize, u64)>),
     /// Give back units of a key (a no-op unless it is a concurrency limit).
     Release(usize, u64),
 }
@@ -143,8 +144,8 @@ fn case() -> impl Strategy<Value = Case> {
         1 => 3_000_000u64..20_000_000,
     ];
     let step = prop_oneof![
-        9 => (dt, prop::bool::weighted(0.15), prop::collection::vec((0usize..4, 0u64..=11), 1..=3))
-            .prop_map(|(dt, check, picks)| Step::Decide(dt, check, picks)),
+        9 => (dt, apply(), prop::collection::vec((0usize..4, 0u64..=11), 1..=3))
+            .prop_map(|(dt, apply, picks)| Step::Decide(dt, apply, picks)),
         1 => (0usize..4, 1u64..=3).prop_map(|(k, u)| Step::Release(k, u)),
     ];
     (
@@ -157,6 +158,14 @@ fn case() -> impl Strategy<Value = Case> {
             base_us,
             steps,
         })
+}
+
+fn apply() -> impl Strategy<Value = Apply> {
+    prop_oneof![
+        15 => Just(Apply::Check),
+        15 => Just(Apply::Refund),
+        70 => Just(Apply::Commit),
+    ]
 }
 
 fn penalty() -> impl Strategy<Value = Penalty> {
@@ -211,7 +220,8 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
     let mut now = c.base_us;
     for (n, step) in c.steps.iter().enumerate() {
         match step {
-            Step::Decide(dt, check, picks) => {
+            Step::Decide(dt, apply, picks) => {
+                let check = *apply == Apply::Check;
                 now += dt;
                 // Lease and sync modes decide the items of a batch that
                 // share a key together (their costs added up), and a dry
@@ -228,7 +238,7 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
                         seen.push(k);
                         new
                     });
-                    if *check {
+                    if check {
                         picks.truncate(1);
                     }
                 }
@@ -245,8 +255,7 @@ async fn run_case(t: &Twin, c: &Case, id: u64) {
                         )
                     })
                     .collect();
-                let apply = if *check { Apply::Check } else { Apply::Commit };
-                t.step(&items, now, apply, &format!("case {id} step {n}"))
+                t.step(&items, now, *apply, &format!("case {id} step {n}"))
                     .await;
             }
             Step::Release(k, units) => {
@@ -389,11 +398,11 @@ fn lease_mode_owes_penalties_of_three_sub_windows_exactly() {
                 keys: vec![(Spec::Subs(12, 856_904, 6), penalty, 0, 0)],
                 base_us: 1_700_000_000_000_000 + offset,
                 steps: vec![
-                    Step::Decide(0, false, vec![(0, 1)]),
-                    Step::Decide(0, false, vec![(0, 9)]),
-                    Step::Decide(229_600, false, vec![(0, 1)]),
-                    Step::Decide(856_904, false, vec![(0, 1)]),
-                    Step::Decide(0, false, vec![(0, 1)]),
+                    Step::Decide(0, Apply::Commit, vec![(0, 1)]),
+                    Step::Decide(0, Apply::Commit, vec![(0, 9)]),
+                    Step::Decide(229_600, Apply::Commit, vec![(0, 1)]),
+                    Step::Decide(856_904, Apply::Commit, vec![(0, 1)]),
+                    Step::Decide(0, Apply::Commit, vec![(0, 1)]),
                 ],
             };
             id += 1;

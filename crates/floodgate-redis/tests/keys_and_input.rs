@@ -724,3 +724,44 @@ async fn cache_hits_are_dated_by_the_server_clock() {
         at.saturating_add(denied.retry_after.unwrap())
     );
 }
+
+/// A refund (negative hits) goes to Redis past the over-limit cache, and
+/// makes the cache forget the key's denial: the units given back are
+/// admitted at once, not after the retry instant the cache remembers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_reaches_redis_and_clears_the_over_limit_cache() {
+    let server = Server::start();
+    let b = backend(&server, |c| c.local_cache_capacity = 100).await;
+    let limit = AnyLimit::from(FixedWindow::new(2, Duration::from_secs(3600)).unwrap());
+    let one = |cost| [item(b"rc", b"rc:a", &limit, cost)];
+    let mut out = [blank()];
+    let now = Timestamp::ZERO;
+    for _ in 0..2 {
+        let d = b.decide(&one(1), now, Apply::Commit, &mut out).await;
+        assert!(d.unwrap().is_allowed());
+    }
+    for _ in 0..2 {
+        let d = b.decide(&one(1), now, Apply::Commit, &mut out).await;
+        assert!(d.unwrap().is_denied());
+    }
+    assert_eq!(b.stats().cache_hits.get(), 1);
+    let calls = b.stats().calls.get();
+    let d = b
+        .decide(&one(1), now, Apply::Refund, &mut out)
+        .await
+        .unwrap();
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 1));
+    assert_eq!(b.stats().calls.get(), calls + 1, "decided by Redis");
+    let d = b
+        .decide(&one(1), now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert_eq!(b.stats().cache_hits.get(), 1);
+    // The key holds what Redis counted: nothing left.
+    let d = b
+        .decide(&one(1), now, Apply::Commit, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_denied());
+}

@@ -484,3 +484,48 @@ fn tokens_leased_and_not_used_yet_are_never_refilled() {
         assert!(banked >= 6, "no tokens were banked ({banked} leased)");
     });
 }
+
+/// Negative hits in `sync: lease` across instances: units one instance
+/// admitted and another gives back (Envoy's refund reaching another
+/// instance) are every instance's again, and no more: the fleet admits
+/// the limit, plus exactly what was given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refunds_reach_every_instance_and_free_no_more_than_given() {
+    let server = Server::start();
+    let config = config(&server.url(), "lr:", 60_000_000);
+    let (a, b) = (instance(&config).await, instance(&config).await);
+    let limit = AnyLimit::from(FixedWindow::new(6, Duration::from_secs(60)).unwrap());
+    let one = |cost| {
+        [Item {
+            sync: Some(config.sync),
+            ..common::item(b"lr", b"lr:k", &limit, cost)
+        }]
+    };
+    let now = Timestamp::from_secs(600);
+    let mut out = [blank()];
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += u64::from(
+            a.decide(&one(1), now, Apply::Commit, &mut out)
+                .await
+                .unwrap()
+                .is_allowed(),
+        );
+    }
+    assert_eq!(admitted, 6);
+    let d = b
+        .decide(&one(3), now, Apply::Refund, &mut out)
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    for i in 0..10 {
+        let by = if i % 2 == 0 { &a } else { &b };
+        admitted += u64::from(
+            by.decide(&one(1), now, Apply::Commit, &mut out)
+                .await
+                .unwrap()
+                .is_allowed(),
+        );
+    }
+    assert_eq!(admitted, 9, "the limit and the 3 given back");
+}

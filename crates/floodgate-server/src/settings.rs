@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use floodgate_policy::engine::{LimitOverrides, RequestLimits};
+use floodgate_policy::engine::{Honour, RequestLimits};
 use floodgate_policy::error::{ConfigErrors, Errors};
 use floodgate_policy::yaml::Document;
 use floodgate_runtime::Settings;
@@ -324,9 +324,20 @@ fn requests(t: &mut Vec<S>) {
         "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
         |s, v| {
             s.request_limits.overrides = choice(&v.text(), &[
-                (&["allow"], LimitOverrides::Allow),
-                (&["ignore"], LimitOverrides::Ignore),
-                (&["refuse"], LimitOverrides::Refuse),
+                (&["allow"], Honour::Allow),
+                (&["ignore"], Honour::Ignore),
+                (&["refuse"], Honour::Refuse),
+            ])?;
+            Ok(())
+        })
+        .samples("ignore", "refuse"));
+    t.push(S::new("server.negative_hits", "FLOODGATE_NEGATIVE_HITS", "negative-hits", Kind::Choice, "allow",
+        "a descriptor's `is_negative_hits` (its hits given back): `allow` (the counters fall by them, as Envoy's API and envoyproxy/ratelimit do: any caller can free units of a counter it shares with others), `ignore` (nothing given back, answered OK) or `refuse` (400 / `INVALID_ARGUMENT`)",
+        |s, v| {
+            s.request_limits.negative_hits = choice(&v.text(), &[
+                (&["allow"], Honour::Allow),
+                (&["ignore"], Honour::Ignore),
+                (&["refuse"], Honour::Refuse),
             ])?;
             Ok(())
         })

@@ -110,6 +110,7 @@ fn rls_call(user: &str) -> Full<Bytes> {
             }],
             limit: None,
             hits_addend: None,
+            is_negative_hits: false,
         }],
         hits_addend: 1,
     };

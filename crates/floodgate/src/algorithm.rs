@@ -19,6 +19,12 @@ pub enum Apply {
     /// one: charge nothing (a penalty-mode limit charges anyway, except an
     /// [in-flight](Algorithm::in_flight) one).
     Rejected,
+    /// Give back `cost` units that earlier requests were charged (Envoy's
+    /// negative hits): the count falls by `cost`, never below nothing, and
+    /// the decision says what remains. A limit that cannot give units back
+    /// this way only checks (an [in-flight](Algorithm::in_flight) limit
+    /// gives its units back to the permit that took them, never here).
+    Refund,
 }
 
 impl Apply {
@@ -172,6 +178,7 @@ impl<A: Algorithm> Algorithm for Penalize<A> {
     fn decide(&self, state: &mut Self::State, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let apply = match apply {
             Apply::Check => Apply::Check,
+            Apply::Refund => Apply::Refund,
             Apply::Rejected if self.0.in_flight() => Apply::Rejected,
             Apply::Commit | Apply::Force | Apply::Rejected => Apply::Force,
         };

@@ -163,3 +163,62 @@ fn penalty_counts_denied_requests() {
     let d = fw.decide(&mut s, t, 0, Apply::Commit);
     assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 0));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Charges and refunds (Envoy's negative hits) against per-window
+    /// counts that a refund lowers and floors at 0: the count never goes
+    /// below nothing, a refund is always allowed and reports what remains,
+    /// and a refund in a new window gives back nothing of the last.
+    #[test]
+    fn refunds_floor_the_count_at_zero(
+        (limit, window) in (1..=20u64, 1..=10 * SEC),
+        steps in proptest::collection::vec((0..3 * SEC, 0..30u64, any::<bool>()), 1..60),
+    ) {
+        let fw = FixedWindow::new(limit, Duration::from_nanos(window)).unwrap();
+        let mut s = fw.fresh();
+        let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut t = 0u64;
+        for (dt, cost, refund) in steps {
+            t += dt;
+            let count = counts.entry(t / window).or_default();
+            let d = if refund {
+                let d = fw.decide(&mut s, Timestamp::from_nanos(t), cost, Apply::Refund);
+                *count = count.saturating_sub(cost);
+                prop_assert!(d.is_allowed());
+                d
+            } else {
+                let d = fw.decide(&mut s, Timestamp::from_nanos(t), cost, Apply::Force);
+                *count = count.saturating_add(cost);
+                d
+            };
+            prop_assert_eq!(d.remaining, limit.saturating_sub(*count), "at {} ({:?})", t, d);
+        }
+    }
+}
+
+#[test]
+fn a_refund_gives_back_units_and_never_creates_a_window() {
+    let fw = FixedWindow::new(5, Duration::from_secs(60)).unwrap();
+    let mut s = fw.fresh();
+    let t = Timestamp::from_secs(120);
+    let d = fw.decide(&mut s, t, 3, Apply::Refund);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 5));
+    assert_eq!(
+        s,
+        WindowState::default(),
+        "nothing to give back: no window stored"
+    );
+    assert!(fw.decide(&mut s, t, 5, Apply::Commit).is_allowed());
+    assert!(fw.decide(&mut s, t, 1, Apply::Commit).is_denied());
+    let d = fw.decide(&mut s, t, 2, Apply::Refund);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 2));
+    assert!(fw.decide(&mut s, t, 2, Apply::Commit).is_allowed());
+    let d = fw.decide(&mut s, t, 100, Apply::Refund);
+    assert_eq!((d.remaining, s.count()), (5, 0));
+    // The next window's refund leaves the last window's count alone.
+    assert!(fw.decide(&mut s, t, 4, Apply::Commit).is_allowed());
+    let d = fw.decide(&mut s, Timestamp::from_secs(180), 1, Apply::Refund);
+    assert_eq!((d.remaining, s.count()), (5, 4));
+}

@@ -223,3 +223,38 @@ fn two_windows_can_admit_almost_twice_the_limit() {
     }
     assert_eq!(admitted, 19);
 }
+
+/// A refund (negative hits) gives back the newest counts first, never
+/// below 0, on both counters: what remains rises by what was given back,
+/// as far as the counts go.
+#[test]
+fn refunds_give_back_the_newest_counts_first() {
+    let w = SlidingWindow::new(10, Duration::from_secs(60)).unwrap();
+    let n = SubWindowCounter::new(10, Duration::from_secs(60), 3).unwrap();
+    let at = Timestamp::from_secs;
+    let mut sw = w.fresh();
+    let mut sn = n.fresh();
+    // A fresh key has nothing to give back, and keeps no state.
+    assert!(w.decide(&mut sw, at(0), 4, Apply::Refund).is_allowed());
+    assert_eq!(w.decide(&mut sw, at(0), 0, Apply::Check).remaining, 10);
+    // 6 in the first window, 4 in the second: at 90 s, half of the first
+    // counts (3) and all of the second (4).
+    assert!(w.decide(&mut sw, at(0), 6, Apply::Commit).is_allowed());
+    assert!(w.decide(&mut sw, at(60), 4, Apply::Commit).is_allowed());
+    assert_eq!(w.decide(&mut sw, at(90), 0, Apply::Check).remaining, 3);
+    // 5 back: the second window's 4, then 1 of the first (5 left, half of
+    // which counts).
+    let d = w.decide(&mut sw, at(90), 5, Apply::Refund);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 7));
+    let d = w.decide(&mut sw, at(90), 100, Apply::Refund);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 10));
+    // Sub-windows of 20 s: 3, then 4, then 2; 5 back leaves the 3 less 1.
+    for (t, c) in [(0, 3), (20, 4), (40, 2)] {
+        assert!(n.decide(&mut sn, at(t), c, Apply::Commit).is_allowed());
+    }
+    let d = n.decide(&mut sn, at(45), 7, Apply::Refund);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 8));
+    // What is left (2, of the first sub-window) slides out by 80 s.
+    assert_eq!(n.decide(&mut sn, at(60), 0, Apply::Check).remaining, 8);
+    assert_eq!(n.decide(&mut sn, at(80), 0, Apply::Check).remaining, 10);
+}

@@ -7,7 +7,7 @@
 use floodgate::Decision;
 use metrics::Counter;
 
-/// The five counters of one rule (envoyproxy/ratelimit's
+/// The counters of one rule (envoyproxy/ratelimit's
 /// `stats.RateLimitStats`).
 #[derive(Debug, Clone)]
 pub(crate) struct EnvoyStats {
@@ -16,6 +16,7 @@ pub(crate) struct EnvoyStats {
     near_limit: Counter,
     within_limit: Counter,
     shadow_mode: Counter,
+    total_negative_hits: Counter,
 }
 
 /// The labels the default mapper gives the stats key `path`
@@ -47,6 +48,7 @@ impl EnvoyStats {
             near_limit: c("ratelimit_service_rate_limit_near_limit"),
             within_limit: c("ratelimit_service_rate_limit_within_limit"),
             shadow_mode: c("ratelimit_service_rate_limit_shadow_mode"),
+            total_negative_hits: c("ratelimit_service_rate_limit_total_negative_hits"),
         }
     }
 
@@ -82,6 +84,12 @@ impl EnvoyStats {
             self.near_limit.increment(after - near.max(before));
         }
         self.within_limit.increment(hits);
+    }
+
+    /// Counts `hits` given back (negative hits): only in
+    /// `total_negative_hits`, as `GenerateCacheKeys` counts them.
+    pub(crate) fn negative(&self, hits: u64) {
+        self.total_negative_hits.increment(hits);
     }
 
     /// Counts `hits` of a rule that denies every request
@@ -120,6 +128,10 @@ fn describe() {
             "ratelimit_service_rate_limit_shadow_mode",
             "hits over the limit of a rule in shadow mode",
         ),
+        (
+            "ratelimit_service_rate_limit_total_negative_hits",
+            "hits given back (negative hits)",
+        ),
     ] {
         metrics::describe_counter!(
             name,
@@ -147,9 +159,9 @@ mod tests {
         assert_eq!(l("d.a.b_2.c"), ["domain=d", "key1=a", "key2=b_2"]);
     }
 
-    /// The five counters of the stats key `d.k_v` after `run` counts on
-    /// them: total, over, near, within, shadow.
-    fn counted(run: impl FnOnce(&EnvoyStats)) -> [u64; 5] {
+    /// The counters of the stats key `d.k_v` after `run` counts on them:
+    /// total, over, near, within, shadow, negative.
+    fn counted(run: impl FnOnce(&EnvoyStats)) -> [u64; 6] {
         use metrics_util::debugging::{DebugValue, DebuggingRecorder};
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -169,6 +181,7 @@ mod tests {
             "near_limit",
             "within_limit",
             "shadow_mode",
+            "total_negative_hits",
         ]
         .map(|s| values[&format!("ratelimit_service_rate_limit_{s}")])
     }
@@ -193,12 +206,15 @@ mod tests {
             s.count(3, &decision(Allowed, 10, 1), false, 0.8);
             s.count(3, &decision(Denied, 10, 1), false, 0.8);
         });
-        assert_eq!(got, [6, 2, 2, 3, 0]);
+        assert_eq!(got, [6, 2, 2, 3, 0, 0]);
         // At the limit already: every hit over, and shadow for a shadow rule.
         let got = counted(|s| s.count(4, &decision(Denied, 10, 0), true, 0.8));
-        assert_eq!(got, [4, 4, 0, 0, 4]);
+        assert_eq!(got, [4, 4, 0, 0, 4, 0]);
         // A block: every hit over.
-        assert_eq!(counted(|s| s.blocked(5)), [5, 5, 0, 0, 0]);
+        assert_eq!(counted(|s| s.blocked(5)), [5, 5, 0, 0, 0, 0]);
+        // Negative hits: only in their own counter, as `GenerateCacheKeys`
+        // counts them.
+        assert_eq!(counted(|s| s.negative(7)), [0, 0, 0, 0, 0, 7]);
     }
 
     #[test]

@@ -145,6 +145,11 @@ pub struct RuleMetrics {
     /// Requests admitted after a shaper's delay (counted in
     /// `within_limit` too).
     pub delayed: Counter,
+    /// Requests whose hits this rule gave back (negative hits): counted in
+    /// no other outcome.
+    pub refunded: Counter,
+    /// Hits (cost units) given back, never counted in `hits`.
+    pub negative_hits: Counter,
 }
 
 impl RuleMetrics {
@@ -163,6 +168,8 @@ impl RuleMetrics {
             over_limit: decision("over_limit"),
             shadow_mode: decision("shadow_mode"),
             delayed: decision("delayed"),
+            refunded: decision("refunded"),
+            negative_hits: metrics::counter!("floodgate_rule_negative_hits_total", &labels),
         }
     }
 }
@@ -171,11 +178,15 @@ impl RuleMetrics {
 fn describe() {
     metrics::describe_counter!(
         "floodgate_rule_decisions_total",
-        "A rule's verdict on each request it matched, by outcome (within_limit, near_limit, over_limit, shadow_mode, delayed), whatever the request's other rules decided: a request one rule denies is within_limit for the rules that allowed it. floodgate_requests_total counts requests by final outcome."
+        "A rule's verdict on each request it matched, by outcome (within_limit, near_limit, over_limit, shadow_mode, delayed; refunded for negative hits), whatever the request's other rules decided: a request one rule denies is within_limit for the rules that allowed it. floodgate_requests_total counts requests by final outcome."
     );
     metrics::describe_counter!(
         "floodgate_rule_hits_total",
         "The hits (units) each rule was asked for, over the requests it matched."
+    );
+    metrics::describe_counter!(
+        "floodgate_rule_negative_hits_total",
+        "The hits (units) each rule gave back: negative hits, which lower its counters."
     );
 }
 

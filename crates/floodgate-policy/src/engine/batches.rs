@@ -1,7 +1,7 @@
 //! Deciding a request's counters through the backend: the enforced ones in
-//! one atomic batch, the shadow-mode ones in another, quota rules each on
-//! their own — through the backend's future, or synchronously when the
-//! backend needs no IO.
+//! one atomic batch, the shadow-mode ones in another, the ones given back
+//! (negative hits) in a third, quota rules each on their own — through the
+//! backend's future, or synchronously when the backend needs no IO.
 
 use floodgate::{Apply, Decision, Timestamp};
 use smallvec::SmallVec;
@@ -15,17 +15,24 @@ use super::scratch::Batch;
 use super::{Engine, PLACEHOLDER, item};
 
 /// The decision loop, written once for both paths: `$decide` decides the
-/// group of items `$items` into `$out` (awaiting the backend's future, or
+/// group of items `$items` into `$out` with `$apply` (the request's own,
+/// or [`Apply::Refund`] for negative hits), awaiting the backend's future, or
 /// calling it synchronously) and says who decided (`None`: the store); the
 /// response keeps the greatest [`Fallback`] of its enforced batches. A macro, not a function taking a closure, so
 /// that the futures path can await inside it.
 macro_rules! decide_groups {
-    ($policy:expr, $response:expr, |$items:ident, $out:ident| $decide:expr) => {{
+    ($policy:expr, $response:expr, $request:expr, |$items:ident, $out:ident, $apply:ident| $decide:expr) => {{
         let policy: &PolicySet = $policy;
         let scratch = &mut $response.scratch;
         let n = scratch.slots.len();
         scratch.decisions.resize(n, PLACEHOLDER);
-        for batch in [Batch::Enforced, Batch::Shadow] {
+        let batches: &[Batch] = if scratch.refunds {
+            &[Batch::Enforced, Batch::Shadow, Batch::Refund]
+        } else {
+            &[Batch::Enforced, Batch::Shadow]
+        };
+        for &batch in batches {
+            let $apply = refund_or($request, batch);
             let mut $items: SmallVec<[_; 16]> = SmallVec::new();
             let mut at: SmallVec<[u32; 16]> = SmallVec::new();
             for (k, slot) in scratch.slots.iter().enumerate() {
@@ -61,6 +68,7 @@ macro_rules! decide_groups {
                 end += 1;
             }
             if slot.batch == Batch::Own {
+                let $apply = $request;
                 let $items: SmallVec<[_; 4]> = scratch.slots[k..end]
                     .iter()
                     .map(|s| item(policy, &scratch.keys, &scratch.overrides, scratch.permit, s))
@@ -76,6 +84,16 @@ macro_rules! decide_groups {
     }};
 }
 
+/// How the counters of `batch` are decided in a request decided with
+/// `apply`: given back for negative hits (checked only in a dry run).
+fn refund_or(apply: Apply, batch: Batch) -> Apply {
+    if batch == Batch::Refund && apply != Apply::Check {
+        Apply::Refund
+    } else {
+        apply
+    }
+}
+
 impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
     /// Decides the counters: the enforced ones in one atomic batch, the
     /// shadow-mode ones in another (as if enforced, like nginx's dry run),
@@ -87,9 +105,9 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         apply: Apply,
         response: &mut Response,
     ) -> Result<(), EngineError> {
-        decide_groups!(policy, response, |items, out| self
+        decide_groups!(policy, response, apply, |items, out, how| self
             .backend
-            .decide_by(&items, now, apply, &mut out)
+            .decide_by(&items, now, how, &mut out)
             .await?
             .fallback);
         Ok(())
@@ -104,8 +122,8 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         apply: Apply,
         response: &mut Response,
     ) {
-        decide_groups!(policy, response, |items, out| {
-            backend.decide_now(&items, now, apply, &mut out);
+        decide_groups!(policy, response, apply, |items, out, how| {
+            backend.decide_now(&items, now, how, &mut out);
             None
         });
     }

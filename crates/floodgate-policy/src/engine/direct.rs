@@ -182,10 +182,11 @@ impl<B: Backend, C: Clock> Engine<B, C> {
 
     /// Whether `d` has the plan's entry keys, in order, and entries the
     /// general path would accept: no limit override, no value over the
-    /// size limit.
+    /// size limit, hits charged (negative hits take the general path).
     #[inline]
     fn fits<D: Descriptor>(&self, plan: &DirectPlan, d: &D) -> bool {
         if d.limit_override().is_some()
+            || d.is_negative_hits()
             || d.len() != plan.keys.len()
             || d.len() > self.limits.max_entries
         {
@@ -237,6 +238,7 @@ fn start_response(response: &mut Response, generation: u64, id: RuleId, rule: &R
     status.shadow = rule.shadow;
     status.quota = rule.quota;
     status.hits = hits;
+    status.negative = false;
 }
 
 /// Decides every limit of the rule on `d`'s counters, their keys laid out

@@ -147,6 +147,9 @@ pub(super) fn settle(
             slot => *slot = Some(current(rule, r)),
         }
     }
+    if status.negative {
+        return settle_refund(status, narrowest, reported, settings);
+    }
     let over = narrowest.is_denied();
     let delayed = matches!(narrowest.outcome, floodgate::Outcome::Delayed(x) if !x.is_zero());
     status.decision = Some(narrowest);
@@ -169,6 +172,35 @@ pub(super) fn settle(
         status.code = Code::OverLimit;
     }
     over || delayed
+}
+
+/// The status of a descriptor whose hits were given back (as
+/// envoyproxy/ratelimit's `GetResponseDescriptorStatusForNegativeHits`
+/// answers them): OK, with what remains after the refund, whatever the
+/// count; counted as negative hits, never as a verdict. Limits nothing.
+fn settle_refund(
+    status: &mut Status,
+    narrowest: Decision,
+    reported: Option<(&Rule, Reported)>,
+    settings: &Settings,
+) -> bool {
+    let admitted = Decision {
+        outcome: floodgate::Outcome::Allowed,
+        retry_after: None,
+        ..narrowest
+    };
+    status.decision = Some(admitted);
+    status.duration_until_reset = narrowest.reset_after;
+    status.limit_remaining = narrowest.remaining.min(u64::from(u32::MAX)) as u32;
+    if let Some((rule, _)) = reported {
+        let hits = status.hits.saturating_mul(rule.cost).min(1 << 32);
+        rule.metrics().negative_hits.increment(hits);
+        rule.metrics().refunded.increment(1);
+        if settings.envoy_stats {
+            rule.envoy_stats().negative(hits);
+        }
+    }
+    false
 }
 
 /// Counts one descriptor's decision `narrowest` (delayed or not) in its

@@ -34,7 +34,14 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         let default_hits = u64::from(hits_addend).max(1);
         for (i, d) in descriptors.iter().enumerate() {
             let status = &mut statuses[i];
-            let hits = d.hits_addend().unwrap_or(default_hits);
+            status.negative = d.is_negative_hits();
+            // Negative hits ignored: nothing is given back.
+            let ignored = status.negative && self.limits.negative_hits == super::Honour::Ignore;
+            let hits = if ignored {
+                0
+            } else {
+                d.hits_addend().unwrap_or(default_hits)
+            };
             status.hits = hits;
             if settle_by_lists(dom, d, status) {
                 continue;
@@ -42,7 +49,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             // Its unit was checked with the request.
             if let Some(ov) = d
                 .limit_override()
-                .filter(|_| self.limits.overrides == super::LimitOverrides::Allow)
+                .filter(|_| self.limits.overrides == super::Honour::Allow)
                 && let Some(unit) = ov.unit()
             {
                 let ov = (ov.requests_per_unit, unit);
@@ -60,6 +67,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             apply_rule(dom, d, i, (id, rule), hits, now, scratch, status);
         }
         apply_replaces(policy, statuses, scratch);
+        refund_negative(statuses, scratch);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -145,12 +153,26 @@ fn on_list<D: Descriptor>(list: &crate::compile::List, d: &D) -> bool {
         })
 }
 
-/// `status` blocked: denied when it charges, reset at the end of the
-/// current `window`.
+/// Moves the counters of descriptors whose hits are given back to the
+/// refund batch.
+fn refund_negative(statuses: &[Status], scratch: &mut scratch::Scratch) {
+    scratch.refunds = statuses.iter().any(|s| s.negative);
+    if !scratch.refunds {
+        return;
+    }
+    for slot in &mut scratch.slots {
+        if statuses[slot.descriptor as usize].negative {
+            slot.batch = Batch::Refund;
+        }
+    }
+}
+
+/// `status` blocked: denied when it charges (negative hits charge
+/// nothing), reset at the end of the current `window`.
 fn block(status: &mut Status, now: Timestamp, window: std::time::Duration, hits: u64) {
     status.reason = Reason::Blocked;
     status.duration_until_reset = until_window_end(now, window);
-    if hits > 0 {
+    if hits > 0 && !status.negative {
         status.code = Code::OverLimit;
     }
 }

@@ -2,6 +2,12 @@
 //! [`PolicySet`], decided atomically by a [`Backend`], answered with one
 //! status per descriptor — envoyproxy/ratelimit's semantics, plus
 //! Floodgate's algorithms, layers, lists and switches.
+//!
+//! A descriptor whose hits are negative
+//! ([`Descriptor::is_negative_hits`]) gives them back instead: its
+//! counters are decided apart, with [`Apply::Refund`], after the others,
+//! and its status is OK with what remains ([`Status::negative`]).
+//! [`RequestLimits::negative_hits`] says whether callers may.
 
 mod batches;
 mod direct;
@@ -56,7 +62,9 @@ pub struct RequestLimits {
     pub max_entry_bytes: usize,
     /// What a descriptor's own `limit` (a caller's override of the
     /// configured limit) does.
-    pub overrides: LimitOverrides,
+    pub overrides: Honour,
+    /// What a descriptor's `is_negative_hits` (hits given back) does.
+    pub negative_hits: Honour,
 }
 
 impl Default for RequestLimits {
@@ -65,24 +73,28 @@ impl Default for RequestLimits {
             max_descriptors: 256,
             max_entries: crate::compile::MAX_DEPTH,
             max_entry_bytes: 16 * 1024,
-            overrides: LimitOverrides::Allow,
+            overrides: Honour::Allow,
+            negative_hits: Honour::Allow,
         }
     }
 }
 
-/// What a descriptor's `limit` override does. Envoy's protocol lets every
-/// caller replace the configured limit of a descriptor with its own (and
-/// envoyproxy/ratelimit honours it), so a caller can lift its own limit;
-/// where callers are not trusted, ignore or refuse overrides.
+/// What a descriptor field that loosens limits does when a caller sends
+/// it. Envoy's protocol lets every caller replace the configured limit of a
+/// descriptor with its own (`limit`), and give hits back
+/// (`is_negative_hits`), and envoyproxy/ratelimit honours both: a caller
+/// can lift its own limit, or free units of a counter it shares with
+/// others. Where callers are not trusted, ignore or refuse them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LimitOverrides {
-    /// The override replaces the configured limit (envoyproxy/ratelimit's
-    /// behaviour).
+pub enum Honour {
+    /// The field does what it says: the override replaces the configured
+    /// limit, the hits are given back (envoyproxy/ratelimit's behaviour).
     #[default]
     Allow,
-    /// The override is ignored: the configured limit decides.
+    /// The field is ignored: the configured limit decides; nothing is given
+    /// back (the descriptor is answered as a refund of no hits).
     Ignore,
-    /// A request with an override is refused as an invalid argument.
+    /// A request with the field is refused as an invalid argument.
     Refuse,
 }
 
@@ -363,13 +375,15 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             match s.batch {
                 Batch::Enforced => together[0] &= allowed(k),
                 Batch::Shadow => together[1] &= allowed(k),
-                Batch::Own => {}
+                Batch::Own | Batch::Refund => {}
             }
         }
         let slots = &scratch.slots;
         let admitted = |k: usize| match slots[k].batch {
             Batch::Enforced => together[0],
             Batch::Shadow => together[1],
+            // Negative hits took nothing to give back.
+            Batch::Refund => false,
             Batch::Own => {
                 let of = |j: &usize| slots[*j].descriptor == slots[k].descriptor;
                 let start = (0..k).rev().take_while(of).last().unwrap_or(k);
@@ -420,9 +434,14 @@ impl<B: Backend, C: Clock> Engine<B, C> {
                     ov.unit_number
                 )));
             }
-            if l.overrides == LimitOverrides::Refuse && d.limit_override().is_some() {
+            if l.overrides == Honour::Refuse && d.limit_override().is_some() {
                 return Err(EngineError::InvalidArgument(format!(
                     "descriptor {i}: limit overrides are not accepted here"
+                )));
+            }
+            if l.negative_hits == Honour::Refuse && d.is_negative_hits() {
+                return Err(EngineError::InvalidArgument(format!(
+                    "descriptor {i}: negative hits are not accepted here"
                 )));
             }
             if d.len() > l.max_entries {

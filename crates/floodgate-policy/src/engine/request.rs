@@ -46,6 +46,12 @@ pub trait Descriptor {
     fn hits_addend(&self) -> Option<u64> {
         None
     }
+    /// Whether the hits are given back instead of charged (Envoy's
+    /// `is_negative_hits`): the counters fall by them, never below none,
+    /// and the descriptor is answered OK.
+    fn is_negative_hits(&self) -> bool {
+        false
+    }
     /// True when there are no entries.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -62,6 +68,8 @@ pub struct OwnedDescriptor {
     pub limit: Option<LimitOverride>,
     /// Hits addend.
     pub hits_addend: Option<u64>,
+    /// Whether the hits are given back (Envoy's `is_negative_hits`).
+    pub negative_hits: bool,
 }
 
 impl OwnedDescriptor {
@@ -81,6 +89,12 @@ impl OwnedDescriptor {
     /// With a hits addend.
     pub fn hits(mut self, hits: u64) -> Self {
         self.hits_addend = Some(hits);
+        self
+    }
+
+    /// With its hits given back instead of charged (negative hits).
+    pub fn negative(mut self) -> Self {
+        self.negative_hits = true;
         self
     }
 
@@ -105,6 +119,9 @@ impl Descriptor for OwnedDescriptor {
     fn hits_addend(&self) -> Option<u64> {
         self.hits_addend
     }
+    fn is_negative_hits(&self) -> bool {
+        self.negative_hits
+    }
 }
 
 impl<D: Descriptor + ?Sized> Descriptor for &D {
@@ -119,5 +136,8 @@ impl<D: Descriptor + ?Sized> Descriptor for &D {
     }
     fn hits_addend(&self) -> Option<u64> {
         (**self).hits_addend()
+    }
+    fn is_negative_hits(&self) -> bool {
+        (**self).is_negative_hits()
     }
 }

@@ -71,6 +71,9 @@ pub struct Status {
     pub quota: bool,
     /// The hits charged (before the rule's cost multiplier).
     pub hits: u64,
+    /// The hits were given back instead of charged (negative hits): the
+    /// counters fell by them, and the status is OK with what remains.
+    pub negative: bool,
 }
 
 impl Status {

@@ -22,6 +22,10 @@ pub(crate) enum Batch {
     Shadow,
     /// A quota-mode rule, decided on its own.
     Own,
+    /// The counters of descriptors whose hits are given back (negative
+    /// hits), together: each gives its units back whatever the others and
+    /// the request's other limits decide, in any mode.
+    Refund,
 }
 
 /// Where a counter's limit comes from.
@@ -53,6 +57,9 @@ pub(crate) struct Scratch {
     pub path: Path,
     /// The request's permit if it holds a concurrency limit.
     pub permit: Permit,
+    /// Some counter is in [`Batch::Refund`] (negative hits): most
+    /// requests have none, and skip that batch.
+    pub refunds: bool,
     /// What a [`release_request`](super::Engine::release_request) did to
     /// each slot (empty after a decision).
     pub released: Vec<Option<Result<Released, ErrorCode>>>,
@@ -69,6 +76,7 @@ impl Scratch {
         self.decisions.clear();
         self.released.clear();
         self.permit = Permit::NONE;
+        self.refunds = false;
         self.policy = None;
     }
 }

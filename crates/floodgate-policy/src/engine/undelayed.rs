@@ -80,7 +80,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
 fn may_delay(policy: &PolicySet, scratch: &Scratch) -> bool {
     !policy.settings.shadow_mode
         && scratch.slots.iter().any(|slot| {
-            slot.batch != Batch::Shadow
+            !matches!(slot.batch, Batch::Shadow | Batch::Refund)
                 && matches!(
                     limit_of(policy, &scratch.overrides, slot.limit).kind(),
                     LimitKind::Shaper(s) if s.delay_millis() != u64::MAX
@@ -100,7 +100,7 @@ fn delay_of(d: &Decision) -> Option<Duration> {
 /// is all that keeps the request out (a request denied anyway is left to
 /// be decided, and charged, as usual); whether it did.
 fn refuse_delays(scratch: &mut Scratch) -> bool {
-    let enforced = |batch: Batch| batch != Batch::Shadow;
+    let enforced = |batch: Batch| !matches!(batch, Batch::Shadow | Batch::Refund);
     let pairs = || scratch.slots.iter().zip(&scratch.decisions);
     let denied = pairs().any(|(s, d)| enforced(s.batch) && d.is_denied());
     let delayed = pairs().any(|(s, d)| enforced(s.batch) && delay_of(d).is_some());

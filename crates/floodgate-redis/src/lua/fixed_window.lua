@@ -21,7 +21,14 @@ if need.f then
     end
     local stop = W - (math.max(now, start) - start)
     local o, retry, charged = NEVER, -1, false
-    if cost <= L then
+    if apply == 7 then
+      -- A refund: only the current window holds units to give back.
+      o = ALLOWED
+      if cost > 0 and count > 0 then
+        count = math.max(count - cost, 0)
+        charged = true
+      end
+    elseif cost <= L then
       -- A check (cost 0) on a window that forced charges took past its
       -- limit is over until the window ends.
       local fits = (cost == 0 and count <= L) or (cost > 0 and count + cost <= L)

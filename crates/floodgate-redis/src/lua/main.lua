@@ -31,7 +31,8 @@ end
 -- or of a concurrency limit) under a limit with a block starts one.
 local function step(it, a, now)
   local o, limit, remaining, reset, retry, delay, v, idle = decide(it, a, now)
-  if o == DENIED and it.block > 0 and it.kind ~= 'c' and a ~= 0 and not it.blocked then
+  -- Neither a peek nor a refund (7) starts a block: they charge nothing.
+  if o == DENIED and it.block > 0 and it.kind ~= 'c' and a ~= 0 and a ~= 7 and not it.blocked then
     local u = now + it.block
     remaining, reset, retry, delay = 0, it.block, it.block, 0
     v, idle = 'b' .. format('%d', u), u

@@ -3,7 +3,8 @@
 -- KEYS[i]    the state key of item i (distinct: the client sends a key once
 --            for all the items of the batch that share it, with their costs).
 -- ARGV[1]    apply: 0 peek, 1 commit, 2 force (penalty), 3 rejected; 5 and 6
---            are dry runs of 1 and 3 (the same decisions, nothing written).
+--            are dry runs of 1 and 3 (the same decisions, nothing written);
+--            7 refunds (each item gives its cost back, floored at none).
 -- ARGV[2]    now in microseconds, or '' to read the server clock (TIME).
 -- ARGV[3]    '' to expire keys at their absolute idle instant (server clock);
 --            otherwise a slack in ms added to a relative expiry (client time).

@@ -53,7 +53,30 @@ if need.w or need.n then
       return oldest, rest
     end
     local o, charged = NEVER, false
-    if cost <= L then
+    local any = false
+    for i = gone + 1, len do
+      any = any or counts[i] > 0
+    end
+    if apply == 7 then
+      -- A refund: the newest counts give back first, none below 0.
+      o = ALLOWED
+      if cost > 0 and any then
+        charged = true
+        if current > start then
+          local shifted = {}
+          for i = 1, len do
+            shifted[i] = counts[i + gone] or 0
+          end
+          counts, start = shifted, current
+        end
+        gone = 0
+        local left = cost
+        for i = len, 1, -1 do
+          local take = math.min(left, counts[i])
+          counts[i], left = counts[i] - take, left - take
+        end
+      end
+    elseif cost <= L then
       local fits = true
       if cost > 0 then
         local oldest, rest = parts(gone + 1)

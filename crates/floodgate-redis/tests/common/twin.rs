@@ -147,9 +147,11 @@ impl Twin {
                 .decide(items, now, apply, &mut r)
                 .await
                 .unwrap_or_else(|e| panic!("{ctx}: redis failed: {e}"));
-            let local = items
-                .iter()
-                .all(|i| floodgate_redis::supports_mode(i.limit, self.config.sync).is_ok());
+            // Refunds are decided in Redis, whatever the mode.
+            let local = apply != floodgate::Apply::Refund
+                && items
+                    .iter()
+                    .all(|i| floodgate_redis::supports_mode(i.limit, self.config.sync).is_ok());
             let round = |d: Decision| if local { d } else { as_redis(d) };
             for (i, (a, b)) in m.iter().zip(&r).enumerate() {
                 assert_eq!(round(*a), *b, "{ctx}: item {i} at {now_us} µs ({apply:?})");

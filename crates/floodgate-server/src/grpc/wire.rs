@@ -127,6 +127,7 @@ pub struct WireDescriptor<'a> {
     entries: &'a [(&'a str, &'a str)],
     limit: Option<(u32, i32)>,
     hits: Option<u64>,
+    negative: bool,
 }
 
 impl Descriptor for WireDescriptor<'_> {
@@ -149,6 +150,10 @@ impl Descriptor for WireDescriptor<'_> {
     fn hits_addend(&self) -> Option<u64> {
         self.hits
     }
+    #[inline]
+    fn is_negative_hits(&self) -> bool {
+        self.negative
+    }
 }
 
 /// Entries of all descriptors, back to back (inline for small requests).
@@ -161,6 +166,7 @@ struct Meta {
     end: u32,
     limit: Option<(u32, i32)>,
     hits: Option<u64>,
+    negative: bool,
 }
 
 /// A decoded request.
@@ -205,6 +211,7 @@ impl<'a> WireRequest<'a> {
             end: start,
             limit: None,
             hits: None,
+            negative: false,
         };
         while !r.done() {
             match r.key()? {
@@ -244,6 +251,8 @@ impl<'a> WireRequest<'a> {
                     }
                     meta.hits = Some(value);
                 }
+                // `is_negative_hits`: any non-zero varint is true.
+                (4, 0) => meta.negative = r.varint()? != 0,
                 (f, w) => r.skip(f, w)?,
             }
         }
@@ -260,6 +269,7 @@ impl<'a> WireRequest<'a> {
                 entries: &self.entries[m.start as usize..m.end as usize],
                 limit: m.limit,
                 hits: m.hits,
+                negative: m.negative,
             })
             .collect()
     }
@@ -478,12 +488,14 @@ mod tests {
                         unit: 2,
                     }),
                     hits_addend: Some(0),
+                    is_negative_hits: false,
                 },
                 RateLimitDescriptor {
                     entries: vec![Entry {
                         key: "k".into(),
                         value: "v".into(),
                     }],
+                    is_negative_hits: true,
                     ..Default::default()
                 },
             ],
@@ -499,6 +511,7 @@ mod tests {
         assert_eq!(d[0].limit_override().unwrap().requests_per_unit, 9);
         assert_eq!(d[1].len(), 1);
         assert_eq!(d[1].hits_addend(), None);
+        assert!(!d[0].is_negative_hits() && d[1].is_negative_hits());
         for cut in 1..bytes.len() {
             // Never panics on truncated input.
             let _ = WireRequest::decode(&bytes[..cut]);

@@ -1,5 +1,5 @@
 //! Descriptors as JSON: proto3-JSON field names (`hitsAddend` or
-//! `hits_addend`), 64-bit numbers as numbers or strings, units by name or
+//! `hits_addend`, `isNegativeHits` or `is_negative_hits`), 64-bit numbers as numbers or strings, units by name or
 //! number; strings are borrowed from the request body.
 
 use std::borrow::Cow;
@@ -60,6 +60,9 @@ pub(super) struct JsonDescriptor<'a> {
         deserialize_with = "opt_u64_num"
     )]
     pub hits_addend: Option<u64>,
+    /// The hits are given back instead of charged (negative hits).
+    #[serde(rename = "isNegativeHits", alias = "is_negative_hits", default)]
+    pub is_negative_hits: bool,
 }
 
 impl Descriptor for JsonDescriptor<'_> {
@@ -78,6 +81,9 @@ impl Descriptor for JsonDescriptor<'_> {
     }
     fn hits_addend(&self) -> Option<u64> {
         self.hits_addend
+    }
+    fn is_negative_hits(&self) -> bool {
+        self.is_negative_hits
     }
 }
 
@@ -194,4 +200,23 @@ fn entries<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<Entry<'a>>, D:
         }
     }
     d.deserialize_any(V)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JsonDescriptor;
+    use floodgate_policy::Descriptor;
+
+    #[test]
+    fn negative_hits_by_either_name() {
+        for text in [
+            r#"{"entries":[{"key":"k","value":"v"}],"hitsAddend":"3","isNegativeHits":true}"#,
+            r#"{"entries":[{"key":"k","value":"v"}],"hits_addend":3,"is_negative_hits":true}"#,
+        ] {
+            let d: JsonDescriptor<'_> = serde_json::from_str(text).unwrap();
+            assert_eq!((d.hits_addend(), d.is_negative_hits()), (Some(3), true));
+        }
+        let d: JsonDescriptor<'_> = serde_json::from_str(r#"{"entries":[]}"#).unwrap();
+        assert!(!d.is_negative_hits());
+    }
 }

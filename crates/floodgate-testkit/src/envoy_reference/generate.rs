@@ -4,7 +4,8 @@
 //! `replaces`, unlimited rules, shadow and quota modes, every unit in any
 //! case, `requests_per_unit` 0 or missing; requests with several
 //! descriptors, duplicates, descriptors without entries, empty keys and
-//! values, limit overrides, `hits_addend` 0, 1 or huge, unknown domains.
+//! values, limit overrides, `hits_addend` 0, 1 or huge, negative hits,
+//! unknown domains.
 //!
 //! Sequences stay clear of the reference's documented counter collisions
 //! (see [`Service::shared_keys`](super::Service::shared_keys)): keys and
@@ -108,6 +109,8 @@ pub struct Shape {
     /// A request may send a descriptor twice, or two that share a counter
     /// (wildcards with `share_threshold`).
     pub duplicates: bool,
+    /// Percent of descriptors whose hits are negative (`is_negative_hits`).
+    pub negative: u64,
 }
 
 /// Every unit.
@@ -123,6 +126,7 @@ impl Default for Shape {
             malformed: 2,
             modes: true,
             duplicates: true,
+            negative: 20,
         }
     }
 }
@@ -261,6 +265,7 @@ impl Requests {
             file.domain.clone()
         };
         let mut descriptors: Vec<Descriptor> = Vec::new();
+        let mut signs: Vec<(Vec<String>, bool)> = Vec::new();
         for _ in 0..1 + rng.below(4) {
             if shape.duplicates && !descriptors.is_empty() && rng.chance(20) {
                 let again = rng.pick(&descriptors).clone();
@@ -270,6 +275,7 @@ impl Requests {
             let entries = entries(rng, file);
             let limit = self.limit(rng, &entries, shape);
             let hits_addend = descriptor_hits(rng);
+            let negative = sign(rng, shape, &entries, &mut signs);
             if !shape.duplicates && descriptors.iter().any(|d| d.entries == entries) {
                 continue;
             }
@@ -277,6 +283,7 @@ impl Requests {
                 entries,
                 limit,
                 hits_addend,
+                negative,
             });
         }
         let hits_addend = match rng.below(10) {
@@ -317,6 +324,26 @@ impl Requests {
     }
 }
 
+/// Whether a descriptor of `entries` is negative: drawn once per request
+/// for each sequence of keys (`signs`), as descriptors that can share a
+/// counter (the same entries, or values under one `share_threshold`)
+/// have the same keys. A request that charges a counter and gives back to
+/// it is decided in another order by Floodgate (docs/service.md).
+fn sign(
+    rng: &mut Rng,
+    shape: &Shape,
+    entries: &[(String, String)],
+    signs: &mut Vec<(Vec<String>, bool)>,
+) -> bool {
+    let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+    if let Some((_, s)) = signs.iter().find(|(k, _)| *k == keys) {
+        return *s;
+    }
+    let s = rng.chance(shape.negative);
+    signs.push((keys, s));
+    s
+}
+
 /// A request the service refuses: no domain, no descriptors, or a limit
 /// override with an unknown unit (or none).
 fn malformed(rng: &mut Rng) -> Request {
@@ -335,7 +362,7 @@ fn malformed(rng: &mut Rng) -> Request {
             descriptors: vec![Descriptor {
                 entries: vec![("bad".into(), "unit".into())],
                 limit: Some((1, if rng.chance(50) { 0 } else { 8 })),
-                hits_addend: None,
+                ..Descriptor::default()
             }],
             hits_addend: 0,
         },

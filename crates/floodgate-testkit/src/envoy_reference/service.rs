@@ -8,6 +8,15 @@
 //! `CalculateReset` (`src/utils/utilities.go`). Redis is a map of counters
 //! (`INCRBY`'s 64-bit signed integers); expiry never matters, as every key
 //! names its window's start.
+//!
+//! Negative hits (`is_negative_hits`) follow envoyproxy/ratelimit pull
+//! request #1140 (commit 5a56d24, not on `main` when this was written):
+//! `GetHitsAddends` (`src/utils/utilities.go`) marks them,
+//! `GenerateCacheKeys` counts them in `total_negative_hits`,
+//! `DoLimit` (`src/redis/fixed_cache_impl.go`) leaves them out of the
+//! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` reads and runs
+//! `DecrementScript` (`src/limiter/base_limiter.go`) on their keys, and
+//! `GetResponseDescriptorStatusForNegativeHits` answers them.
 
 use std::collections::HashMap;
 
@@ -76,6 +85,8 @@ pub struct Descriptor {
     pub limit: Option<(u32, i32)>,
     /// `hits_addend` (the `UInt64Value` wrapper).
     pub hits_addend: Option<u64>,
+    /// `is_negative_hits`.
+    pub negative: bool,
 }
 
 /// A `RateLimitRequest`.
@@ -144,6 +155,8 @@ pub struct Stats {
     pub within_limit: u64,
     /// `shadow_mode`.
     pub shadow_mode: u64,
+    /// `total_negative_hits`.
+    pub total_negative_hits: u64,
 }
 
 /// Who a Redis counter belongs to: the entries it was made of (values
@@ -167,6 +180,7 @@ pub struct Service {
     /// different entries: see [`Service::shared_keys`]).
     owners: HashMap<String, Owner>,
     shared: Vec<String>,
+    texts: Vec<String>,
 }
 
 impl Service {
@@ -179,7 +193,18 @@ impl Service {
             stats: HashMap::new(),
             owners: HashMap::new(),
             shared: Vec::new(),
+            texts: Vec::new(),
         }
+    }
+
+    /// Counters the reference's `DecrementScript` left as text no later
+    /// `INCRBY` takes: a count of 10¹⁴ or more after a decrement, which Lua
+    /// 5.1 (Redis's) writes as `%.14g` (`1e+14`), so every later increment
+    /// of the key fails with `ERR value is not an integer or out of range`.
+    /// Empty unless a request met that case (where the model stops being
+    /// exact: its count is kept as an integer).
+    pub fn text_keys(&self) -> &[String] {
+        &self.texts
     }
 
     /// Cache keys the reference shared between different owners (different
@@ -369,36 +394,28 @@ impl Service {
             .iter()
             .map(|d| d.hits_addend.unwrap_or(u64::from(req.hits_addend).max(1)))
             .collect();
+        let negative: Vec<bool> = req.descriptors.iter().map(|d| d.negative).collect();
         let keys = self.cache_keys(req, limits, &hits, now)?;
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: the keys this
-        // request would take over their limit (read before incrementing).
+        // request would take over their limit (read before incrementing;
+        // negative hits are not read).
         let stop = self.settings.stop_increment_when_over_limit;
         let near = if stop {
-            self.over_after(&keys, limits, &hits)
+            self.over_after(&keys, limits, &hits, &negative)
         } else {
             vec![false; limits.len()]
         };
+        // What each key takes: every hit, unless some key goes over
+        // while increments stop there (then only those keys' hits);
+        // negative hits always decrement.
         let any_near = near.contains(&true);
-        // The pipeline: INCRBY in order; an error after the pipeline ran.
-        let mut after = vec![0u64; limits.len()];
-        let mut failure = None;
-        for i in 0..limits.len() {
-            let Some(k) = keys[i].clone() else { continue };
-            let add = if !stop || !any_near || near[i] {
-                hits[i]
-            } else {
-                0
-            };
-            match self.incrby(&k, add) {
-                Ok(c) => after[i] = c as u64,
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        let adds: Vec<u64> = (0..limits.len())
+            .map(|i| {
+                let all = !stop || !any_near || near[i] || negative[i];
+                if all { hits[i] } else { 0 }
+            })
+            .collect();
+        let after = self.pipeline(&keys, &adds, &negative)?;
         let mut out = Vec::with_capacity(limits.len());
         for i in 0..limits.len() {
             let Some(l) = &limits[i] else {
@@ -410,9 +427,55 @@ impl Service {
                 });
                 continue;
             };
-            out.push(self.status(l, after[i], hits[i], now));
+            out.push(if negative[i] {
+                negative_status(l, after[i], now)
+            } else {
+                self.status(l, after[i], hits[i], now)
+            });
         }
         Ok(out)
+    }
+
+    /// The pipeline: `INCRBY` each key by `adds`, or the decrement script
+    /// for negative hits, in order; the counts after, or the first error
+    /// once the pipeline ran.
+    fn pipeline(
+        &mut self,
+        keys: &[Option<String>],
+        adds: &[u64],
+        negative: &[bool],
+    ) -> Result<Vec<u64>, Failure> {
+        let mut after = vec![0u64; keys.len()];
+        let mut failure = None;
+        for (i, k) in keys.iter().enumerate() {
+            let Some(k) = k else { continue };
+            if negative[i] {
+                after[i] = self.decrement(k, adds[i]);
+                continue;
+            }
+            match self.incrby(k, adds[i]) {
+                Ok(c) => after[i] = c as u64,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        failure.map_or(Ok(after), Err)
+    }
+
+    /// `DecrementScript` on `key`: nothing for a key Redis does not hold
+    /// (no key made), else the count less `hits`, floored at 0 (the Lua
+    /// arithmetic is in doubles: exact below 2⁵³). The count after.
+    fn decrement(&mut self, key: &str, hits: u64) -> u64 {
+        let Some(c) = self.redis.get_mut(key) else {
+            return 0;
+        };
+        let after = (i128::from(*c) - i128::from(hits)).max(0) as i64;
+        *c = after;
+        if after >= 100_000_000_000_000 && !self.texts.iter().any(|k| k == key) {
+            self.texts.push(key.to_owned());
+        }
+        after as u64
     }
 
     /// `GenerateCacheKeys`: each limited descriptor's cache key, adding
@@ -429,7 +492,11 @@ impl Service {
             match l {
                 Some(l) => {
                     keys.push(Some(self.cache_key(&req.domain, d, l, now)?));
-                    self.stat(l).total_hits += hits[i];
+                    if d.negative {
+                        self.stat(l).total_negative_hits += hits[i];
+                    } else {
+                        self.stat(l).total_hits += hits[i];
+                    }
                 }
                 None => keys.push(None),
             }
@@ -444,9 +511,13 @@ impl Service {
         keys: &[Option<String>],
         limits: &[Option<Limit>],
         hits: &[u64],
+        negative: &[bool],
     ) -> Vec<bool> {
         let mut near = vec![false; limits.len()];
         for i in 0..limits.len() {
+            if negative[i] {
+                continue;
+            }
             if let (Some(k), Some(l)) = (&keys[i], &limits[i]) {
                 let before = self.redis.get(k).copied().unwrap_or(0) as u64;
                 near[i] = before.wrapping_add(hits[i]) > u64::from(l.requests_per_unit);
@@ -516,6 +587,24 @@ impl Service {
         }
         *self.stat(l) = st;
         status
+    }
+}
+
+/// `GetResponseDescriptorStatusForNegativeHits` with the counter after the
+/// decrement: OK, with what remains of the limit (0 when the count is still
+/// above it), whatever the shadow mode; no statistic but
+/// `total_negative_hits`.
+fn negative_status(l: &Limit, after: u64, now: i64) -> Status {
+    let secs = unit_seconds(l.unit).expect("a cache key was made");
+    Status {
+        code: Code::Ok,
+        current_limit: Some(RateLimitMsg {
+            requests_per_unit: l.requests_per_unit,
+            unit: l.unit,
+            name: l.name.clone(),
+        }),
+        limit_remaining: u64::from(l.requests_per_unit).saturating_sub(after) as u32,
+        duration_until_reset: Some(secs - now % secs),
     }
 }
 

@@ -381,7 +381,11 @@ impl Algorithm for AnyLimit {
             }
             (_, a) => self.run(state, now, cost, a),
         };
-        if self.block > 0 && d.outcome == Outcome::Denied && apply != Apply::Check {
+        // Neither a check nor a refund starts a block: they charge nothing.
+        if self.block > 0
+            && d.outcome == Outcome::Denied
+            && !matches!(apply, Apply::Check | Apply::Refund)
+        {
             let until = now.as_nanos().saturating_add(self.block);
             *state = AnyState::Blocked(until);
             return self.blocked(until, now, cost);

@@ -149,7 +149,14 @@ impl Algorithm for FixedWindow {
             (s.start, s.count)
         };
         let window_end = Duration::from_nanos(self.window - (now.max(start) - start));
-        let (outcome, retry_after) = if cost > self.limit {
+        let (outcome, retry_after) = if apply == Apply::Refund {
+            // Only the current window holds units to give back.
+            if cost > 0 && count > 0 {
+                count = count.saturating_sub(cost);
+                *s = WindowState { start, count };
+            }
+            (Outcome::Allowed, None)
+        } else if cost > self.limit {
             // No window can admit it; a forced charge (penalty mode) still
             // counts it, as envoyproxy/ratelimit's INCRBY does, so the
             // window stays over its limit until it ends.

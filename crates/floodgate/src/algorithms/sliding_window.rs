@@ -314,21 +314,15 @@ fn decide_two(
     cost: u64,
     apply: Apply,
 ) -> Decision {
-    let current = now - now % window;
-    // The counts as seen at `now`; only a charge stores them.
-    let (start, prev, curr) = if current <= s.start {
-        (s.start, u64::from(s.counts[0]), u64::from(s.counts[1]))
-    } else if current - s.start == window {
-        (current, u64::from(s.counts[1]), 0)
-    } else {
-        (current, 0, 0)
-    };
+    let (start, prev, curr) = seen_two(s, window, now, cost, apply);
     let e = now.max(start) - start;
     let w = u128::from(window);
     let cap = u128::from(limit) * w;
     let aged = u128::from(prev) * u128::from(window - e);
     let estimate = |curr: u64| aged + u128::from(curr) * w;
-    let (outcome, charge) = if cost > limit {
+    let (outcome, charge) = if apply == Apply::Refund {
+        (Outcome::Allowed, false)
+    } else if cost > limit {
         (Outcome::Never, false)
     } else if cost == 0 || estimate(curr + cost) <= cap {
         (Outcome::Allowed, apply.charge_if_allowed())
@@ -364,12 +358,54 @@ fn decide_two(
     }
 }
 
+/// The two counts as seen at `now` (the window's start, the previous count
+/// and the current one); only a charge stores them, or a refund, which
+/// gives `cost` back first.
+#[inline]
+fn seen_two(
+    s: &mut SlidingWindowState,
+    window: u64,
+    now: u64,
+    cost: u64,
+    apply: Apply,
+) -> (u64, u64, u64) {
+    let current = now - now % window;
+    let (start, prev, curr) = if current <= s.start {
+        (s.start, u64::from(s.counts[0]), u64::from(s.counts[1]))
+    } else if current - s.start == window {
+        (current, u64::from(s.counts[1]), 0)
+    } else {
+        (current, 0, 0)
+    };
+    if apply != Apply::Refund || cost == 0 || (prev | curr) == 0 {
+        return (start, prev, curr);
+    }
+    let mut c = [prev, curr];
+    give_back(&mut c, cost);
+    *s = SlidingWindowState {
+        start,
+        counts: [c[0] as u32, c[1] as u32],
+    };
+    (start, c[0], c[1])
+}
+
 /// When every count has left the window: the end of the sub-window after the
 /// newest non-zero count's window.
 fn idle_at(start: u64, counts: &[u64], sub: u64, now: Timestamp) -> Timestamp {
     match counts.iter().rposition(|&c| c != 0) {
         Some(j) => Timestamp::from_nanos(start.saturating_add((j as u64 + 1).saturating_mul(sub))),
         None => now,
+    }
+}
+
+/// Gives `cost` units back (negative hits): the newest counts first, none
+/// below 0.
+fn give_back(counts: &mut [u64], cost: u64) {
+    let mut left = cost;
+    for c in counts.iter_mut().rev() {
+        let take = left.min(*c);
+        *c -= take;
+        left -= take;
     }
 }
 
@@ -431,9 +467,16 @@ fn decide(
     // The counts as seen at `now` are `counts[gone..]` followed by `gone`
     // zeros; only a charge actually moves them.
     let (mut gone, current) = view(*start, counts.len(), sub, now);
+    if apply == Apply::Refund && cost > 0 && counts[gone..].iter().any(|&c| c > 0) {
+        roll(start, counts, sub, now);
+        gone = 0;
+        give_back(counts, cost);
+    }
     let e = now.max(current) - current;
     let cap = u128::from(limit) * u128::from(sub);
-    let (outcome, charge) = if cost > limit {
+    let (outcome, charge) = if apply == Apply::Refund {
+        (Outcome::Allowed, false)
+    } else if cost > limit {
         (Outcome::Never, false)
     } else if cost == 0 || scaled_estimate(&counts[gone..], 0, e, sub, cost) <= cap {
         (Outcome::Allowed, apply.charge_if_allowed())

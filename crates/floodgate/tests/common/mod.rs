@@ -373,6 +373,8 @@ where
     }
     let charges = match step.apply {
         Apply::Check => false,
+        // Gives back, never charges (a penalty aside).
+        Apply::Refund => false,
         _ if opts.penalty => true,
         Apply::Commit => d.is_allowed(),
         Apply::Force => true,
