@@ -188,13 +188,23 @@ impl<B: Backend> Gateway<B> {
             in_box(proxy.forward(req, client))
         });
         let res = limited.await?;
-        let from_layer = res.body().is_from_layer();
-        let outcome = res.body().result().unwrap_or(RequestResult::Allowed);
-        self.finished(&tally, outcome, res.status());
-        if let Some(a) = access {
-            a.finish(res.status(), from_layer);
-        }
+        self.limited(access, &res, &tally);
         Ok(res)
+    }
+
+    /// A response of the limiter's, counted as it counted it, and logged.
+    #[inline]
+    fn limited(
+        &self,
+        access: Option<Box<AccessEntry>>,
+        res: &Response<GatewayBody>,
+        tally: &Tally<'_>,
+    ) {
+        let outcome = res.body().result().unwrap_or(RequestResult::Allowed);
+        self.finished(tally, outcome, res.status());
+        if let Some(a) = access {
+            a.finish(res.status(), res.body().is_from_layer());
+        }
     }
 
     /// A response the limiter had no part in, counted and logged.

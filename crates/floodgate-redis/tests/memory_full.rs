@@ -106,6 +106,7 @@ async fn a_full_redis_erases_no_restriction() {
         eprintln!("{policy:?}: full after {sent} keys");
         // New keys: Redis cannot charge them, the failure policy answers
         // (more of them than the breaker's threshold of failures).
+        let full_before = b.stats().memory_full.get();
         for n in 0..5 {
             let key = format!("newcomer-{n}");
             let first = decide(&b, key.as_bytes(), &hourly, 1).await;
@@ -133,7 +134,10 @@ async fn a_full_redis_erases_no_restriction() {
             let d = decide(&b, b"victim", &hourly, 1).await;
             assert!(d.is_denied(), "{policy:?}: the victim was admitted: {d:?}");
         }
-        assert!(b.stats().memory_full.get() >= 5, "{:?}", b.stats());
+        // Redis, full to within a key, may find room for one of them (its
+        // clients' buffers shrink): most are refused as memory full.
+        let refused = b.stats().memory_full.get() - full_before;
+        assert!(refused >= 3, "{refused} of 5 refused: {:?}", b.stats());
     }
 }
 

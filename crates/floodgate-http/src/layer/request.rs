@@ -18,7 +18,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use floodgate::{Apply, Clock, Decision, Outcome, Timestamp};
-use floodgate_policy::{Backend, Code, EngineError};
+use floodgate_policy::{Backend, Code, EngineError, Fallback};
 use http::{HeaderMap, Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
 
@@ -351,16 +351,21 @@ fn conclude<B: Backend, C: Clock + 'static>(
             Duration::ZERO
         }
     };
-    let result = match fallback {
-        // Counted once its delay is over.
-        _ if !delay.is_zero() => RequestResult::Delayed,
-        f => RequestResult::allowed_by(f),
-    };
     Ok(Admitted {
         headers: Some((held, now, delay)),
         keep,
-        result,
+        result: admitted_as(delay, fallback),
     })
+}
+
+/// What an admitted request delayed by `delay` counts as (a delayed one
+/// is counted once its delay is over).
+fn admitted_as(delay: Duration, fallback: Option<Fallback>) -> RequestResult {
+    if delay.is_zero() {
+        RequestResult::allowed_by(fallback)
+    } else {
+        RequestResult::Delayed
+    }
 }
 
 /// A request the engine could not decide: let through (fail open) or
