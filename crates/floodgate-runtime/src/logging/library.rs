@@ -1,24 +1,30 @@
-//! The layer that holds lines from libraries to the [`throttle`] budget,
+//! The filter that holds lines from libraries to the [`throttle`] budget,
 //! and the thread that reports what it dropped.
 //!
 //! A line is a library's when its target is not one of Floodgate's crates
 //! (`floodgate*`). A library the operator's filter names (`h2=debug`,
 //! `info,hyper=warn`) is not throttled: asking for its lines is asking for
-//! all of them.
+//! all of them. The throttle filters the log's layer after the level's
+//! filter ([`FilterExt::and`](tracing_subscriber::filter::FilterExt::and)):
+//! it judges only lines that would be written, so the events below the
+//! level — HTTP/2's `trace!` lines, dozens per request — keep call sites
+//! disabled once and for all, cost nothing, and spend no budget.
 
 use std::sync::Arc;
 use std::thread::Thread;
 
 use floodgate::{Clock, SystemClock};
-use tracing::{Event, Subscriber};
-use tracing_subscriber::layer::{Context, Layer};
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata};
+use tracing_subscriber::layer::{Context, Filter};
 
 use super::throttle::{self, Throttle, Verdict};
 
 /// The target of the summary lines.
 const TARGET: &str = "floodgate_runtime::logging";
 
-/// Drops the lines of libraries beyond the budget (see the module).
+/// Drops the lines of libraries beyond the budget (see the module): a
+/// filter of the log's layer.
 pub(crate) struct LibraryThrottle {
     throttle: Arc<Throttle>,
     /// Target prefixes the operator's filter names.
@@ -49,8 +55,22 @@ impl LibraryThrottle {
     }
 }
 
-impl<S: Subscriber> Layer<S> for LibraryThrottle {
-    fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
+impl<S> Filter<S> for LibraryThrottle {
+    fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        true
+    }
+
+    /// A library's events are judged one by one; the rest pass as the
+    /// level's filter says.
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if meta.is_event() && self.throttled(meta.target()) {
+            Interest::sometimes()
+        } else {
+            Interest::always()
+        }
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
         if !self.throttled(event.metadata().target()) {
             return true;
         }
@@ -104,6 +124,44 @@ fn named_targets(directives: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::FilterExt;
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+
+    /// Counts the events it is given.
+    struct Written(Arc<AtomicUsize>);
+
+    impl<S: tracing::Subscriber> Layer<S> for Written {
+        fn on_event(&self, _: &Event<'_>, _: Context<'_, S>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A library's lines below the level are neither written nor counted
+    /// against the budget (HTTP/2 makes dozens a request): the budget is
+    /// whole for the lines that would be written.
+    #[test]
+    fn lines_below_the_level_spend_no_budget() {
+        let libraries = LibraryThrottle::start("info").unwrap();
+        let throttle = libraries.throttle.clone();
+        let written = Arc::new(AtomicUsize::new(0));
+        // The log's own directives: a test's dispatcher alive beside
+        // another's changes the interest of the call sites both see.
+        let directives = format!("info,{}=off", crate::otel::TARGET);
+        let filter = EnvFilter::new(directives).and(libraries);
+        let log = tracing_subscriber::registry().with(Written(written.clone()).with_filter(filter));
+        tracing::subscriber::with_default(log, || {
+            for _ in 0..1000 {
+                tracing::trace!(target: "h2::proto", "below the level");
+            }
+            for _ in 0..throttle::BURST {
+                tracing::warn!(target: "h2::proto", "a library's warning");
+            }
+        });
+        assert_eq!(written.load(Ordering::Relaxed), throttle::BURST as usize);
+        assert_eq!(throttle.take_suppressed(), 0);
+    }
 
     #[test]
     fn the_targets_a_filter_names() {

@@ -8,8 +8,7 @@
 mod library;
 mod throttle;
 
-use tracing::Metadata;
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -44,9 +43,7 @@ fn subscriber(
     };
     Ok(tracing_subscriber::registry()
         .with(crate::otel::layer(tracing)?)
-        .with(fmt.with_filter(filter))
-        // It judges events only: no span is made for it.
-        .with(libraries.with_filter(filter_fn(|m: &Metadata<'_>| m.is_event()))))
+        .with(fmt.with_filter(filter.and(libraries))))
 }
 
 #[cfg(test)]
