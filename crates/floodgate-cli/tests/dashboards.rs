@@ -287,10 +287,7 @@ fn the_dashboards_read_what_serve_writes() {
     std::fs::write(dir.path().join("eg.yaml"), eg_config()).unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let config = format!(
-        "envoy_configs:\n  - {:?}\n",
-        dir.path().display().to_string()
-    );
+    let config = crate::serve_support::envoy_directory(dir.path());
     let serve = Floodgate::start_polling(
         bin(),
         &config,

@@ -196,7 +196,7 @@ fn serve_rules(dir: &Path, env: &[(&str, &str)]) -> Floodgate {
     std::fs::write(dir.join("dash.yaml"), files()[0].to_yaml()).unwrap();
     Floodgate::start(
         Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!("envoy_configs:\n  - {:?}\n", dir.display().to_string()),
+        &crate::serve_support::envoy_directory(dir),
         &[],
         env,
     )

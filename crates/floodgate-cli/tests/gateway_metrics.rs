@@ -99,7 +99,7 @@ fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 /// An upstream that answers 200 (closing the connection after it), except
 /// to a path holding `/reset` (the connection reset on reading the request
 /// head), `/close` (closed, without a response), `/garbage` (not an HTTP
-/// response) or `/slow` (no response for 30 s).
+/// response) or `/slow` (no response ever).
 async fn misbehave(listener: tokio::net::TcpListener) {
     while let Ok((mut conn, _)) = listener.accept().await {
         tokio::spawn(async move {
@@ -122,8 +122,8 @@ async fn misbehave(listener: tokio::net::TcpListener) {
             } else if asks(b"/garbage") {
                 b"garbage\r\n\r\n"
             } else if asks(b"/slow") {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                return;
+                // Never answers: held until the gateway gives up.
+                return std::future::pending().await;
             } else {
                 b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n"
             };

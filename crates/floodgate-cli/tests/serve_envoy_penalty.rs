@@ -4,10 +4,11 @@
 //! Redis: a client that keeps calling is admitted again as soon as the
 //! algorithm allows, its denied calls charged nothing.
 
-use std::path::Path;
 use std::time::Duration;
 
 use floodgate_testkit::{Floodgate, Redis, http_request, wait_until};
+
+use crate::serve_support::serve_envoy_file;
 
 /// 2 per second, as a sliding log and as a token bucket.
 const MOVED: &str = "domain: moved
@@ -21,24 +22,12 @@ descriptors:
 /// `floodgate serve` on [`MOVED`], loaded from its own directory as an
 /// envoyproxy/ratelimit deployment is, with `env`.
 fn serve(env: &[(&str, &str)]) -> (tempfile::TempDir, Floodgate) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("moved.yaml"), MOVED).unwrap();
     let mut all = vec![
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false"),
         ("FLOODGATE_SHUTDOWN_GRACE", "0"),
     ];
     all.extend_from_slice(env);
-    let config = format!(
-        "envoy_configs:\n  - {:?}\n",
-        dir.path().display().to_string()
-    );
-    let s = Floodgate::start(
-        Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &config,
-        &[],
-        &all,
-    );
-    (dir, s)
+    serve_envoy_file("moved.yaml", MOVED, &all)
 }
 
 /// The status of one `/json` call of `key` for client `value`.

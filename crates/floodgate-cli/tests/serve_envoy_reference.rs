@@ -135,10 +135,7 @@ fn run_sequence(seed: u64) -> Result<bool, String> {
     }
     let server = Floodgate::start(
         Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &format!(
-            "envoy_configs:\n  - {:?}\n",
-            dir.path().display().to_string()
-        ),
+        &crate::serve_support::envoy_directory(dir.path()),
         &[],
         &env,
     );

@@ -9,8 +9,7 @@
 //! The client is Rust's (tonic, from the service's own protocol files):
 //! the Python `xds-protos` package does not carry the field yet.
 
-use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use floodgate_server::proto::ratelimit::RateLimitDescriptor;
 use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
@@ -18,6 +17,8 @@ use floodgate_server::proto::rls::RateLimitRequest;
 use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit::prometheus::{Sample, scrape};
 use floodgate_testkit::{Floodgate, Redis, RedisCluster, free_port, http_request};
+
+use crate::serve_support::{DAY, clear_of_boundary, serve_envoy_file};
 
 /// 3 a day per user.
 const RULES: &str = "domain: refunds
@@ -31,8 +32,6 @@ type Client = RateLimitServiceClient<tonic::transport::Channel>;
 /// `floodgate serve` on [`RULES`] (an envoyproxy/ratelimit file in its own
 /// directory) with `env`, its envoyproxy/ratelimit names on `metrics`.
 fn serve(env: &[(&str, &str)], metrics: u16) -> (tempfile::TempDir, Floodgate) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("refunds.yaml"), RULES).unwrap();
     let addr = format!("127.0.0.1:{metrics}");
     let mut all = vec![
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false"),
@@ -41,17 +40,7 @@ fn serve(env: &[(&str, &str)], metrics: u16) -> (tempfile::TempDir, Floodgate) {
         ("FLOODGATE_SHUTDOWN_GRACE", "0"),
     ];
     all.extend_from_slice(env);
-    let config = format!(
-        "envoy_configs:\n  - {:?}\n",
-        dir.path().display().to_string()
-    );
-    let s = Floodgate::start(
-        Path::new(env!("CARGO_BIN_EXE_floodgate")),
-        &config,
-        &[],
-        &all,
-    );
-    (dir, s)
+    serve_envoy_file("refunds.yaml", RULES, &all)
 }
 
 /// A descriptor `user: value` of `hits`, negative or not.
@@ -83,22 +72,13 @@ async fn call(c: &mut Client, descriptors: Vec<RateLimitDescriptor>) -> (i32, Ve
     (r.overall_code, statuses)
 }
 
-/// Returns once at least a minute is left in the UTC day (the limit's
-/// window): the sequence runs in one window.
-fn clear_of_midnight() {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let left = 86_400 - now.as_secs() % 86_400;
-    if left < 60 {
-        std::thread::sleep(Duration::from_secs(left + 1));
-    }
-}
-
 const OK: i32 = 1;
 const OVER: i32 = 2;
 
 /// The sequence, and the counters it leaves.
 async fn refunds_as_envoyproxy_ratelimit(s: &Floodgate, metrics: u16) {
-    clear_of_midnight();
+    // The sequence runs in one window of the limit (a UTC day).
+    clear_of_boundary(DAY, Duration::from_secs(60));
     let mut c = Client::connect(format!("http://{}", s.grpc_addr()))
         .await
         .unwrap();

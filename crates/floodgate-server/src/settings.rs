@@ -309,6 +309,19 @@ fn socket_path(v: &table::Value) -> Result<PathBuf, String> {
 
 /// What a request may be and take: its size, its descriptors, its
 /// caller's overrides, the connections and calls at once.
+/// What is done with a caller's request to change what it is charged:
+/// `allow`, `ignore` or `refuse`.
+fn honour(text: &str) -> Result<Honour, String> {
+    choice(
+        text,
+        &[
+            (&["allow"], Honour::Allow),
+            (&["ignore"], Honour::Ignore),
+            (&["refuse"], Honour::Refuse),
+        ],
+    )
+}
+
 #[rustfmt::skip]
 fn requests(t: &mut Vec<S>) {
     t.push(S::new("server.body_limit", "FLOODGATE_BODY_LIMIT", "body-limit", Kind::Size, "1MiB",
@@ -322,25 +335,11 @@ fn requests(t: &mut Vec<S>) {
         |s, v| { s.request_limits.max_entry_bytes = size(&v.text())?; Ok(()) }));
     t.push(S::new("server.limit_overrides", "FLOODGATE_LIMIT_OVERRIDES", "limit-overrides", Kind::Choice, "allow",
         "a caller's per-request `limit` override: `allow` (replaces the configured limit, as Envoy's API and envoyproxy/ratelimit do: any caller can lift its limit), `ignore` or `refuse` (400 / `INVALID_ARGUMENT`)",
-        |s, v| {
-            s.request_limits.overrides = choice(&v.text(), &[
-                (&["allow"], Honour::Allow),
-                (&["ignore"], Honour::Ignore),
-                (&["refuse"], Honour::Refuse),
-            ])?;
-            Ok(())
-        })
+        |s, v| { s.request_limits.overrides = honour(&v.text())?; Ok(()) })
         .samples("ignore", "refuse"));
     t.push(S::new("server.negative_hits", "FLOODGATE_NEGATIVE_HITS", "negative-hits", Kind::Choice, "allow",
         "a descriptor's `is_negative_hits` (its hits given back): `allow` (the counters fall by them, as Envoy's API and envoyproxy/ratelimit do: any caller can free units of a counter it shares with others), `ignore` (nothing given back, answered OK) or `refuse` (400 / `INVALID_ARGUMENT`)",
-        |s, v| {
-            s.request_limits.negative_hits = choice(&v.text(), &[
-                (&["allow"], Honour::Allow),
-                (&["ignore"], Honour::Ignore),
-                (&["refuse"], Honour::Refuse),
-            ])?;
-            Ok(())
-        })
+        |s, v| { s.request_limits.negative_hits = honour(&v.text())?; Ok(()) })
         .samples("ignore", "refuse"));
     listener::declare_max_connections::<_, RlsSettings>(t, &PROTECTIONS);
     t.push(S::new("server.limits.max_requests", "FLOODGATE_MAX_REQUESTS", "max-requests", Kind::Count, "10000",

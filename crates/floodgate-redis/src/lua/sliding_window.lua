@@ -52,6 +52,18 @@ if need.w or need.n then
       end
       return oldest, rest
     end
+    -- Before a charge or a refund: the counts moved to the current
+    -- sub-window, every one visible.
+    local function advance()
+      if current > start then
+        local shifted = {}
+        for i = 1, len do
+          shifted[i] = counts[i + gone] or 0
+        end
+        counts, start = shifted, current
+      end
+      gone = 0
+    end
     local o, charged = NEVER, false
     local any = false
     for i = gone + 1, len do
@@ -62,14 +74,7 @@ if need.w or need.n then
       o = ALLOWED
       if cost > 0 and any then
         charged = true
-        if current > start then
-          local shifted = {}
-          for i = 1, len do
-            shifted[i] = counts[i + gone] or 0
-          end
-          counts, start = shifted, current
-        end
-        gone = 0
+        advance()
         local left = cost
         for i = len, 1, -1 do
           local take = math.min(left, counts[i])
@@ -86,19 +91,12 @@ if need.w or need.n then
       o = fits and ALLOWED or DENIED
       if cost > 0 and charges(apply, fits) then
         charged = true
-        if current > start then
-          local shifted = {}
-          for i = 1, len do
-            shifted[i] = counts[i + gone] or 0
-          end
-          counts, start = shifted, current
-        end
+        advance()
         counts[len] = counts[len] + cost
-      if it.kind == 'w' then
-        -- The two-window state holds 32-bit counts, and decides with them.
-        counts[len] = math.min(counts[len], U32)
-      end
-        gone = 0
+        if it.kind == 'w' then
+          -- The two-window state holds 32-bit counts, and decides with them.
+          counts[len] = math.min(counts[len], U32)
+        end
       end
     end
     local retry = -1
