@@ -101,7 +101,7 @@ impl Frontend for Proxying {
         let proxy = Proxy::with_limits(upstream, &config.limits, &config.forwarding);
         let engine = health.engine().clone();
         let gateway = Arc::new(Gateway::new(engine, proxy, config.access_log));
-        gateway.set_limiter(http);
+        gateway.set_limiter(http, &health.engine().policy());
         Ok(Proxying {
             gateway,
             config,
@@ -114,11 +114,11 @@ impl Frontend for Proxying {
         let http = crate::reload::read_reload(given, documents, &self.frontend_keys)?;
         let changed = self.started_with.changed(documents);
         let gateway = self.gateway.clone();
-        Ok(Box::new(move || {
+        Ok(Box::new(move |policy| {
             if changed {
                 tracing::warn!("the gateway section changed: it is only read at startup");
             }
-            if gateway.set_limiter(http) {
+            if gateway.set_limiter(http, policy) {
                 tracing::info!("http section reloaded: new limiter");
             }
         }))

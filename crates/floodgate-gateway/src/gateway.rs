@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use floodgate::SystemClock;
 use floodgate_http::FloodgateLayer;
 use floodgate_http::layer::{ClientAddr, FloodgateBody, RequestCounters, RequestResult};
-use floodgate_policy::{Backend, Engine};
+use floodgate_policy::{Backend, Engine, PolicySet};
 use http::{Request, Response};
 use hyper::body::Incoming;
 
@@ -37,21 +37,39 @@ pub struct Limiter<B> {
 }
 
 impl<B: Backend> Limiter<B> {
-    /// A limiter deciding with `engine` per `section`.
-    pub(crate) fn new(engine: Arc<Engine<B, SystemClock>>, section: HttpSection) -> Self {
+    /// A limiter deciding with `engine` per `section`, under `policy`
+    /// (compiled from the same files as `section`).
+    pub(crate) fn new(
+        engine: Arc<Engine<B, SystemClock>>,
+        section: HttpSection,
+        policy: &Arc<PolicySet>,
+    ) -> Self {
         let identity = section.identity.clone();
         let layer = FloodgateLayer::with(
             engine,
             identity,
             section.contract.clone(),
             section.layer.clone(),
-        );
+        )
+        .pinned_to(policy.clone());
         Limiter {
             trusts_proxies: section.identity.config().client_ip.trusts_proxies(),
             keyed: KeyedFields::new(section.identity.config()),
             routes: RouteMetrics::new(&section.identity.config().routes),
             section,
             layer,
+        }
+    }
+
+    /// The same limiter (its layer's queues, counts and adaptive limit)
+    /// deciding under `policy`.
+    fn pinned_to(&self, policy: &Arc<PolicySet>) -> Self {
+        Limiter {
+            section: self.section.clone(),
+            layer: self.layer.pinned_to(policy.clone()),
+            trusts_proxies: self.trusts_proxies,
+            keyed: self.keyed.clone(),
+            routes: self.routes.clone(),
         }
     }
 
@@ -115,20 +133,26 @@ impl<B: Backend> Gateway<B> {
     }
 
     /// Puts in force the limiter for a (re)loaded `http:` section (none:
-    /// limit nothing); requests in flight finish with the previous one.
-    /// An unchanged section keeps the running limiter, with its queues and
-    /// counts: false.
-    pub(crate) fn set_limiter(&self, section: Option<HttpSection>) -> bool {
-        let unchanged = match (self.limiter.load().as_ref(), &section) {
-            (None, None) => true,
-            (Some(l), Some(s)) => l.section == *s,
-            _ => false,
+    /// limit nothing), deciding under `policy`, compiled from the same
+    /// files; requests in flight finish with the previous one. An
+    /// unchanged section keeps the running limiter's queues and counts,
+    /// under the new policy: false.
+    pub(crate) fn set_limiter(
+        &self,
+        section: Option<HttpSection>,
+        policy: &Arc<PolicySet>,
+    ) -> bool {
+        let current = self.limiter.load_full();
+        let limiter = match (current.as_ref(), section) {
+            (None, None) => return false,
+            (Some(l), Some(s)) if l.section == s => {
+                self.limiter.store(Arc::new(Some(l.pinned_to(policy))));
+                return false;
+            }
+            (_, s) => s.map(|s| Limiter::new(self.engine.clone(), s, policy)),
         };
-        if !unchanged {
-            let limiter = section.map(|s| Limiter::new(self.engine.clone(), s));
-            self.limiter.store(Arc::new(limiter));
-        }
-        !unchanged
+        self.limiter.store(Arc::new(limiter));
+        true
     }
 
     /// Handles one client request from `client`: limited per the contract,

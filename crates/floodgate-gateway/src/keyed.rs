@@ -19,7 +19,7 @@ use http::header::{AUTHORIZATION, HOST};
 use http::{HeaderMap, HeaderName};
 
 /// The fields an identity keys on (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct KeyedFields {
     names: Vec<HeaderName>,
 }

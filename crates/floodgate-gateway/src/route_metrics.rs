@@ -25,6 +25,7 @@ const NO_ROUTE: &str = "none";
 
 /// The counters of one set of routes: one per route (and `none`),
 /// outcome and status class.
+#[derive(Clone)]
 pub(crate) struct RouteMetrics {
     counters: Box<[Counter]>,
     /// The row of `none`: the number of templates.

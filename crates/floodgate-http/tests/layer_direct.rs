@@ -199,6 +199,46 @@ async fn after_a_reload_the_new_policy_decides_with_or_without_a_plan() {
     assert_eq!(other, [200, 429]);
 }
 
+/// A layer pinned to a policy decides under it while the engine runs
+/// another (a server swapping its layer's section and the policies of one
+/// file): its limits, its counters and its headers are that policy's,
+/// with or without a plan; the same layer unpinned follows the engine.
+#[tokio::test(start_paused = true)]
+async fn a_pinned_layer_decides_under_its_policy_while_the_engine_runs_another() {
+    for general in [false, true] {
+        let (layer, _clock) = twin(RULES[2], RESPONSES[0], general);
+        let pinned = layer.pinned_to(layer.engine().policy());
+        let text = config(
+            "      - key: key\n        rate_limit: {requests_per_unit: 5, unit: second}\n",
+            RESPONSES[0],
+            general,
+        );
+        let options = LoadOptions {
+            other_sections: vec!["http"],
+            ..Default::default()
+        };
+        let policy = PolicySet::compile(&load_str("t.yaml", &text, &options).unwrap()).unwrap();
+        layer.engine().replace_policy(policy);
+        let mut codes = Vec::new();
+        for _ in 0..3 {
+            let (status, headers, _) = send(&pinned, Some("k")).await;
+            codes.push(status);
+            let quota = headers.iter().find(|(n, _)| n == "ratelimit-policy");
+            assert!(quota.unwrap().1.contains("q=2"), "{general}: {headers:?}");
+        }
+        assert_eq!(codes, [200, 200, 429], "general: {general}");
+        let (status, headers, _) = send(&layer, Some("k")).await;
+        assert_eq!(status, 200);
+        let quota = headers.iter().find(|(n, _)| n == "ratelimit-policy");
+        assert!(quota.unwrap().1.contains("q=5"), "{general}: {headers:?}");
+        let repinned = pinned.pinned_to(layer.engine().policy());
+        assert_eq!(
+            futures_codes(&repinned, "k", 5).await,
+            [200, 200, 200, 200, 429]
+        );
+    }
+}
+
 async fn futures_codes(layer: &Layer, key: &str, n: usize) -> Vec<u16> {
     let mut codes = Vec::new();
     for _ in 0..n {

@@ -1,6 +1,7 @@
 //! The store chosen at startup: the embedded in-memory store or Redis.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use floodgate::{Apply, Clock, Decision, StoreConfig, Timestamp};
 use floodgate_policy::{
@@ -59,12 +60,23 @@ pub fn check_policy(store: StoreKind, policy: &PolicySet) -> Result<(), RuntimeE
 pub fn replace_policy(
     engine: &Engine<AnyBackend>,
     overrides: &PolicyOverrides,
-    mut policy: PolicySet,
+    policy: PolicySet,
 ) -> Result<(), RuntimeError> {
+    engine.replace_policy(prepare_policy(engine, overrides, policy)?);
+    Ok(())
+}
+
+/// A reloaded `policy` as `engine` would run it (with the settings
+/// `overrides` force), unless its store cannot decide one of its limits
+/// ([`check_policy`]).
+pub(crate) fn prepare_policy(
+    engine: &Engine<AnyBackend>,
+    overrides: &PolicyOverrides,
+    mut policy: PolicySet,
+) -> Result<Arc<PolicySet>, RuntimeError> {
     overrides.apply(&mut policy.settings);
     check_policy(engine.backend().kind(), &policy)?;
-    engine.replace_policy(policy);
-    Ok(())
+    Ok(Arc::new(policy))
 }
 
 /// Either store, behind one [`Backend`].

@@ -94,7 +94,7 @@ impl Frontend for Rls {
     fn read_reload(&self, given: &Given, documents: &[Document]) -> Result<Apply, ConfigErrors> {
         let read = given.replay(|flags, env| RlsSettings::resolve(flags, env, documents));
         let changed = read.map(|s| s != self.settings);
-        Ok(Box::new(move || match changed {
+        Ok(Box::new(move |_| match changed {
             Err(e) => tracing::warn!(
                 errors = %e,
                 "the service's settings are invalid (they are only read at startup)"

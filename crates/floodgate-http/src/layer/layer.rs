@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use floodgate::Clock;
 use floodgate_policy::error::ConfigErrors;
-use floodgate_policy::{Backend, Engine};
+use floodgate_policy::{Backend, Engine, PolicySet};
 use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -48,12 +48,16 @@ use crate::identity::HttpIdentity;
 /// ```
 pub struct FloodgateLayer<B, C> {
     shared: Arc<Shared<B, C>>,
+    /// The policy its requests are decided under, if not the engine's
+    /// current one (see [`pinned_to`](Self::pinned_to)).
+    pinned: Option<Arc<PolicySet>>,
 }
 
 impl<B, C> Clone for FloodgateLayer<B, C> {
     fn clone(&self) -> Self {
         FloodgateLayer {
             shared: self.shared.clone(),
+            pinned: self.pinned.clone(),
         }
     }
 }
@@ -85,6 +89,21 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
     ) -> Self {
         FloodgateLayer {
             shared: Arc::new(Shared::new(engine, identity, contract, settings)),
+            pinned: None,
+        }
+    }
+
+    /// The same layer (its queues, counts and adaptive limit), deciding
+    /// the requests it [serves](Self::serve) under `policy` rather than
+    /// the engine's current policy. A server whose configuration holds
+    /// both the layer's section and the policies pins the layer built
+    /// from a file to the policy compiled from that file, so that a
+    /// reload, swapping both, never answers a request with one file's
+    /// limits and the other's contract.
+    pub fn pinned_to(&self, policy: Arc<PolicySet>) -> Self {
+        FloodgateLayer {
+            shared: self.shared.clone(),
+            pinned: Some(policy),
         }
     }
 
@@ -133,7 +152,12 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         ResBody: Send + 'static,
         E: Send + 'static,
     {
-        request::start(&self.shared, req, client.into(), inner)
+        request::start(
+            &self.shared,
+            req,
+            (client.into(), self.pinned.as_ref()),
+            inner,
+        )
     }
 
     /// The address of the client that sent `req` from `client`'s peer,
@@ -245,6 +269,6 @@ where
         // The clone is not ready; keep it and send the ready one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        request::start(&self.shared, req, None, move |r| inner.call(r))
+        request::start(&self.shared, req, (None, None), move |r| inner.call(r))
     }
 }

@@ -18,7 +18,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use floodgate::{Apply, Clock, Decision, Outcome, Timestamp};
-use floodgate_policy::{Backend, Code, EngineError, Fallback};
+use floodgate_policy::{Backend, Code, EngineError, Fallback, PolicySet};
 use http::{HeaderMap, Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
 
@@ -111,11 +111,13 @@ impl<Fut, RB, E, B: Backend, C: Clock + 'static> fmt::Debug for ResponseFuture<F
 }
 
 /// One request from `client` (none: its peer is looked up in the request's
-/// extensions); `inner` is called, at most once, when it is admitted.
+/// extensions), decided under the `pinned` policy if any (else the
+/// engine's current one); `inner` is called, at most once, when it is
+/// admitted.
 pub(crate) fn start<F, Fut, ReqBody, RB, E, B, C>(
     shared: &Arc<Shared<B, C>>,
     req: Request<ReqBody>,
-    client: Option<ClientAddr>,
+    (client, pinned): (Option<ClientAddr>, Option<&Arc<PolicySet>>),
     inner: F,
 ) -> ResponseFuture<Fut, RB, E, B, C>
 where
@@ -136,6 +138,11 @@ where
         });
     }
     let mut held = describe(shared, &req, client);
+    let response = &mut held.scratch().response;
+    match pinned {
+        Some(policy) => response.pin(policy),
+        None => response.unpin(),
+    }
     // The layer's queues wait; so does a request that may have to be
     // rejected for want of a delay slot (it is first decided without
     // charging: see `steps`).

@@ -144,12 +144,30 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         if !self.fits(plan, d) {
             return None;
         }
-        // The plan's policy, while it is the current one.
-        let guard = self.policy.load();
-        let policy: &PolicySet = &guard;
+        // The plan's policy, while it is the one to decide under.
+        let policy = super::Current::of(&self.policy, response);
         if policy.generation() != plan.generation {
+            policy.give_back(response);
             return None;
         }
+        let decided =
+            self.decide_planned(backend, &policy, plan, d, (hits_addend, apply), response);
+        policy.give_back(response);
+        decided
+    }
+
+    /// [`evaluate_direct`](Self::evaluate_direct) under `policy`, the
+    /// plan's.
+    #[inline]
+    fn decide_planned<D: Descriptor>(
+        &self,
+        backend: &dyn SyncBackend,
+        policy: &PolicySet,
+        plan: &DirectPlan,
+        d: &D,
+        (hits_addend, apply): (u32, Apply),
+        response: &mut Response,
+    ) -> Option<()> {
         let rule = policy.rule(plan.rule);
         let Action::Limit(limits) = &rule.action else {
             return None;

@@ -49,7 +49,46 @@ use scratch::{Batch, LimitRef, Slot};
 
 /// What [`Engine::begin`] hands to the decision: the policy the request
 /// was matched against and the time to decide at.
-type Begun = (arc_swap::Guard<Arc<PolicySet>>, Timestamp);
+type Begun = (Current, Timestamp);
+
+/// The policy a request is decided under: the engine's current one, or
+/// the one its response was [pinned](Response::pin) to (moved out of the
+/// response for the decision and [given back](Current::give_back) after).
+enum Current {
+    Loaded(arc_swap::Guard<Arc<PolicySet>>),
+    Pinned(Arc<PolicySet>),
+}
+
+impl Current {
+    /// The pinned policy of `response`, else the engine's `policy`.
+    #[inline]
+    fn of(policy: &ArcSwap<PolicySet>, response: &mut Response) -> Self {
+        match response.pinned.take() {
+            Some(p) => Current::Pinned(p),
+            None => Current::Loaded(policy.load()),
+        }
+    }
+
+    /// Pins `response` again to the policy it was pinned to.
+    #[inline]
+    fn give_back(self, response: &mut Response) {
+        if let Current::Pinned(p) = self {
+            response.pinned = Some(p);
+        }
+    }
+}
+
+impl std::ops::Deref for Current {
+    type Target = Arc<PolicySet>;
+
+    #[inline]
+    fn deref(&self) -> &Arc<PolicySet> {
+        match self {
+            Current::Loaded(g) => g,
+            Current::Pinned(p) => p,
+        }
+    }
+}
 
 /// Bounds on a request, so hostile input costs bounded work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +217,13 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         if let Some(p) = &response.scratch.policy {
             return Some(Arc::clone(p));
         }
+        if let Some(p) = response
+            .pinned
+            .as_ref()
+            .filter(|p| p.generation() == response.generation)
+        {
+            return Some(Arc::clone(p));
+        }
         let current = self.policy.load_full();
         (response.generation != 0 && current.generation() == response.generation).then_some(current)
     }
@@ -185,9 +231,9 @@ impl<B: Backend, C: Clock> Engine<B, C> {
     /// Swaps in a new policy atomically (requests in flight finish on the
     /// old one); returns the old one. Counters of unchanged rules carry over
     /// (their keys are equal).
-    pub fn replace_policy(&self, policy: PolicySet) -> Arc<PolicySet> {
+    pub fn replace_policy(&self, policy: impl Into<Arc<PolicySet>>) -> Arc<PolicySet> {
+        let policy = policy.into();
         let generation = policy.generation();
-        let policy = Arc::new(policy);
         let old = self.policy.swap(Arc::clone(&policy));
         self.generation
             .store(generation, std::sync::atomic::Ordering::Release);
@@ -238,6 +284,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         self.decide(&policy, now, apply, response).await?;
         finish::finish(&policy, now, response);
         self.observe(&policy, now, descriptors, response);
+        policy.give_back(response);
         Ok(())
     }
 
@@ -294,6 +341,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         self.decide_sync(backend, &policy, now, apply, response);
         finish::finish(&policy, now, response);
         self.observe(&policy, now, descriptors, response);
+        policy.give_back(response);
         Ok(())
     }
 
@@ -309,7 +357,7 @@ impl<B: Backend, C: Clock> Engine<B, C> {
         response: &mut Response,
     ) -> Result<Option<Begun>, EngineError> {
         self.validate(domain, descriptors)?;
-        let policy = self.policy.load();
+        let policy = Current::of(&self.policy, response);
         response.overall = Code::Ok;
         response.shadowed = false;
         response.limited = false;
@@ -324,10 +372,12 @@ impl<B: Backend, C: Clock> Engine<B, C> {
             for s in &mut response.statuses {
                 s.reason = Reason::Disabled;
             }
+            policy.give_back(response);
             return Ok(None);
         }
         let Some(dom) = policy.domain(domain) else {
             metrics::counter!("floodgate_domain_not_found_total").increment(1);
+            policy.give_back(response);
             return Ok(None);
         };
         let now = self.clock.now();

@@ -1,11 +1,12 @@
 //! The answer: one status per descriptor, in order, and the overall code.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::Decision;
 
 use crate::backend::Fallback;
-use crate::compile::RuleId;
+use crate::compile::{PolicySet, RuleId};
 use crate::spec::Reported;
 
 /// Envoy's response codes.
@@ -113,6 +114,9 @@ pub struct Response {
     /// Who decided in the store's place, if anyone (see [`fallback`](Self::fallback)).
     pub(crate) fallback: Option<Fallback>,
     pub(crate) scratch: super::scratch::Scratch,
+    /// The policy to decide under in place of the engine's current one
+    /// (see [`pin`](Self::pin)).
+    pub(crate) pinned: Option<Arc<PolicySet>>,
 }
 
 impl Response {
@@ -139,5 +143,23 @@ impl Response {
     /// decided under (0: none yet).
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Decides the next requests with this response under `policy` rather
+    /// than the engine's current policy, until pinned to another: a
+    /// frontend whose own configuration was built with `policy` (the
+    /// status it answers with, the descriptors it builds) stays consistent
+    /// with it while a reload swaps both. Pinning to the policy already
+    /// pinned is a pointer comparison.
+    pub fn pin(&mut self, policy: &Arc<PolicySet>) {
+        if !self.pinned.as_ref().is_some_and(|p| Arc::ptr_eq(p, policy)) {
+            self.pinned = Some(Arc::clone(policy));
+        }
+    }
+
+    /// Decides the next requests with this response under the engine's
+    /// current policy again.
+    pub fn unpin(&mut self) {
+        self.pinned = None;
     }
 }

@@ -53,6 +53,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         }
         finish::finish(&policy, now, response);
         self.observe(&policy, now, descriptors, response);
+        policy.give_back(response);
         Ok(())
     }
 

@@ -45,9 +45,9 @@ impl<A: Frontend, B: Frontend> Frontend for Both<A, B> {
         let a = self.0.read_reload(given, documents);
         let b = self.1.read_reload(given, documents);
         match (a, b) {
-            (Ok(a), Ok(b)) => Ok(Box::new(move || {
-                a();
-                b();
+            (Ok(a), Ok(b)) => Ok(Box::new(move |policy| {
+                a(policy);
+                b(policy);
             })),
             (Err(mut a), Err(b)) => {
                 a.0.extend(b.0);

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use floodgate_policy::ConfigErrors;
 use floodgate_policy::engine::RequestLimits;
 use floodgate_policy::reload::{Compiled, ConfigSource};
 use floodgate_policy::yaml::Document;
+use floodgate_policy::{ConfigErrors, PolicySet};
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
@@ -98,8 +98,13 @@ pub fn keys(frontends: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
-/// What putting a frontend's reloaded sections in force does.
-pub type Apply = Box<dyn FnOnce() + Send>;
+/// What putting a frontend's reloaded sections in force does, given the
+/// policy compiled from the same files: the host calls it just before
+/// the engine takes that policy, so a frontend that decides its requests
+/// under the policy it was given (see `FloodgateLayer::pinned_to` in
+/// floodgate-http) never mixes one file's sections with the other's
+/// limits.
+pub type Apply = Box<dyn FnOnce(&Arc<PolicySet>) + Send>;
 
 /// A protocol served on the host's engine: `floodgate serve`'s RLS, the
 /// gateway.

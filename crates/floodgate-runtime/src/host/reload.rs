@@ -11,7 +11,7 @@ use floodgate_policy::Engine;
 use floodgate_policy::reload::Compiled;
 
 use super::Frontend;
-use crate::backend::{AnyBackend, replace_policy};
+use crate::backend::{AnyBackend, prepare_policy};
 use crate::error::RuntimeError;
 use crate::health::Health;
 use crate::settings::{Given, PolicyOverrides, Settings, StartupSections};
@@ -52,9 +52,10 @@ impl<F: Frontend> Reload<F> {
     }
 
     /// Reads the frontend's sections of `compiled`, then, when they and
-    /// the policies are valid, puts both in force: the policies, then the
-    /// sections (requests in flight finish with what they started on). A
-    /// binary started without a configuration has one from then on.
+    /// the policies are valid, puts both in force: the sections, given
+    /// the new policies, then the policies in the engine (requests in
+    /// flight finish with what they started on). A binary started without
+    /// a configuration has one from then on.
     pub(super) fn apply(&self, compiled: Compiled) -> Result<(), RuntimeError> {
         let docs = &compiled.loaded.documents;
         let apply = self
@@ -63,8 +64,9 @@ impl<F: Frontend> Reload<F> {
             .map_err(RuntimeError::Config)?;
         self.startup
             .check_reload(&self.given, docs, &self.frontend_keys);
-        replace_policy(&self.engine, &self.overrides, compiled.policy)?;
-        apply();
+        let policy = prepare_policy(&self.engine, &self.overrides, compiled.policy)?;
+        apply(&policy);
+        self.engine.replace_policy(policy);
         self.health.set_configured();
         Ok(())
     }
@@ -85,8 +87,12 @@ mod tests {
     use crate::host::{Apply, Listeners};
 
     /// A frontend reading `fake: ok` or `fake: bad` (refused), counting
-    /// the sections it applied.
-    struct Fake(Arc<AtomicUsize>);
+    /// the sections it applied; with the last, it keeps the policy it was
+    /// given and the one its engine ran at that moment.
+    struct Fake(Arc<AtomicUsize>, Arc<Engine<AnyBackend>>, Arc<Seen>);
+
+    /// The policy given with a section, and the engine's then.
+    type Seen = std::sync::Mutex<Option<(Arc<PolicySet>, Arc<PolicySet>)>>;
 
     /// Refuses `fake: bad`.
     fn read_fake(docs: &[Document]) -> Result<(), ConfigErrors> {
@@ -104,20 +110,21 @@ mod tests {
         fn sections() -> Vec<&'static str> {
             vec!["fake"]
         }
-        type Config = Arc<AtomicUsize>;
+        type Config = (Arc<AtomicUsize>, Arc<Engine<AnyBackend>>, Arc<Seen>);
 
         fn build(
             applied: Self::Config,
             _: &Arc<Health>,
             _: &Settings,
         ) -> Result<Self, RuntimeError> {
-            Ok(Fake(applied))
+            Ok(Fake(applied.0, applied.1, applied.2))
         }
 
         fn read_reload(&self, _: &Given, docs: &[Document]) -> Result<Apply, ConfigErrors> {
             read_fake(docs)?;
-            let applied = self.0.clone();
-            Ok(Box::new(move || {
+            let (applied, engine, seen) = (self.0.clone(), self.1.clone(), self.2.clone());
+            Ok(Box::new(move |policy| {
+                *seen.lock().unwrap() = Some((policy.clone(), engine.policy()));
                 applied.fetch_add(1, Ordering::SeqCst);
             }))
         }
@@ -169,7 +176,8 @@ domains:
         let dir = tempfile::tempdir().unwrap();
         let engine = redis_engine(compile(&dir, GOOD).policy).await;
         let count = Arc::new(AtomicUsize::new(0));
-        let frontend = Arc::new(Fake(count.clone()));
+        let seen = Arc::new(Seen::default());
+        let frontend = Arc::new(Fake(count.clone(), engine.clone(), seen.clone()));
         let settings = Settings::default();
         let startup = StartupSections::of(&[]);
         let reload = Reload::new(
@@ -205,5 +213,11 @@ domains:
         reload.apply(compile(&dir, &both_valid)).unwrap();
         assert_eq!(applied(), 1);
         assert!(!Arc::ptr_eq(&engine.policy(), &running));
+        // The section was put in force given the new policy, while the
+        // engine still ran the old one: a frontend deciding under the
+        // policy it is given never mixes the two files.
+        let (given, then) = seen.lock().unwrap().take().unwrap();
+        assert!(Arc::ptr_eq(&given, &engine.policy()));
+        assert!(Arc::ptr_eq(&then, &running));
     }
 }
