@@ -89,8 +89,8 @@ mod shed;
 
 pub use body::FloodgateBody;
 pub use config::{
-    Adaptive, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
-    QueueLimit, Shedding, default_peer,
+    Adaptive, AdaptiveQueue, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
+    QueueLimit, QueueOrder, Shedding, default_peer,
 };
 pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;

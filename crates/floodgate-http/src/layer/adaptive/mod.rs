@@ -91,11 +91,14 @@
 //! not waited for). Time is the caller's [`Timestamp`](floodgate::Timestamp),
 //! so a simulation drives the same code on a virtual clock.
 
+mod admit;
 mod controller;
 mod gauges;
 mod limit;
+mod queue;
 pub(crate) mod read;
 mod window;
 
+pub use admit::{Admission, Waited, Waiter};
 pub use controller::{Controller, Window};
 pub use limit::{AdaptiveLimit, Completion, Priority, Ticket};
