@@ -78,6 +78,7 @@ fn check(
     flags.set("config_type", Value::one("file"));
     let env = Env::new(&env);
     let mut errors = Errors::default();
+    let mut http = None;
     let loaded = match floodgate_runtime::host::load(
         &flags,
         &env,
@@ -108,11 +109,17 @@ fn check(
         if let Err(e) = floodgate_server::RlsSettings::resolve(&flags, &env, docs) {
             errors.extend(e);
         }
-        floodgate_gateway::read_sections(&flags, &env, docs, &mut errors);
+        http = floodgate_gateway::read_sections(&flags, &env, docs, &mut errors).1;
     }
     match errors.finish(loaded) {
         Ok(Some(l)) => {
             print_summary(&l, label);
+            if let Some(adaptive) = http.and_then(|h| h.layer.shedding?.adaptive) {
+                println!("adaptive concurrency limit (http.layer.shedding.adaptive):");
+                for line in adaptive.explain() {
+                    println!("  {line}");
+                }
+            }
             ExitCode::SUCCESS
         }
         Ok(None) => ExitCode::FAILURE,

@@ -58,6 +58,11 @@ pub struct Ticket {
     pub(super) start: Timestamp,
 }
 
+/// The limit of a class admitted below `share` of `limit` (at least 1).
+pub(super) fn class_limit(limit: usize, share: f64) -> usize {
+    ((limit as f64 * share).round() as usize).max(1)
+}
+
 /// An adaptive concurrency limit (see the [module docs](super)).
 #[derive(Debug)]
 pub struct AdaptiveLimit {
@@ -166,13 +171,11 @@ impl AdaptiveLimit {
     /// limit of the default and sheddable classes; the critical class
     /// keeps the estimate (a drain costs it nothing).
     fn publish(&self, c: &Controller, now: Timestamp) {
-        let limit = c.limit();
-        let cfg = c.settings();
-        let share = |s: f64| ((limit as f64 * s).round() as usize).max(1);
+        let (limit, cfg) = (c.limit(), c.settings());
         let by_class = [
             c.estimate(),
-            share(cfg.default_share),
-            share(cfg.sheddable_share),
+            class_limit(limit, cfg.default_share),
+            class_limit(limit, cfg.sheddable_share),
         ];
         for (slot, v) in self.limits.iter().zip(by_class) {
             slot.store(v, Ordering::Relaxed);

@@ -93,6 +93,7 @@
 
 mod admit;
 mod controller;
+mod explain;
 mod gauges;
 mod limit;
 mod queue;
