@@ -360,6 +360,25 @@ fn the_adaptive_queue_is_read_with_its_defaults() {
 }
 
 #[test]
+fn the_documented_queue_settings_read_as_their_defaults() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/http-contract.md"
+    ))
+    .unwrap();
+    let section = &doc[doc.find("#### The queue").unwrap()..];
+    let start = section.find("```yaml\n").unwrap() + 8;
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    let queue: String = block.lines().map(|l| format!("        {l}\n")).collect();
+    let text = format!(
+        "http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n    shedding:\n      adaptive:\n{queue}"
+    );
+    let s = HttpSection::from_yaml_str("test.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let adaptive = s.layer.shedding.unwrap().adaptive.unwrap();
+    assert_eq!(adaptive.queue, Some(Default::default()));
+}
+
+#[test]
 fn bad_adaptive_queue_settings_are_refused_with_the_reason() {
     let e = layer_errors(
         "    shedding:\n      adaptive: {queue: {max_waiting: 0, timeout: 0s, interval: 2m, order: random}}\n",

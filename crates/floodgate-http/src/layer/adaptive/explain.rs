@@ -1,8 +1,6 @@
 //! What a configured adaptive limit will do, in words and numbers: the
 //! lines `floodgate config check` prints for `shedding.adaptive`.
 
-use std::time::Duration;
-
 use super::super::config::{Adaptive, AdaptiveQueue, QueueOrder};
 use super::limit::class_limit;
 
@@ -91,17 +89,15 @@ impl Adaptive {
 impl AdaptiveQueue {
     /// What the queue will do, in one line.
     fn explain(&self) -> String {
-        let ms = |d: Duration| format!("{:?}", d);
+        let (timeout, interval, target) = (self.timeout, self.interval, self.target);
         let bound = match self.order {
             QueueOrder::Codel => format!(
-                "each waits at most {}, oldest first; once the queue has not been empty for {}, \
-                 at most {} and newest first (controlled delay, adaptive LIFO)",
-                ms(self.timeout),
-                ms(self.interval),
-                ms(self.target)
+                "each waits at most {timeout:?}, oldest first; once the queue has not been empty \
+                 for {interval:?}, at most {target:?} and newest first (controlled delay, adaptive \
+                 LIFO)"
             ),
-            QueueOrder::Lifo => format!("each waits at most {}, newest first", ms(self.timeout)),
-            QueueOrder::Fifo => format!("each waits at most {}, oldest first", ms(self.timeout)),
+            QueueOrder::Lifo => format!("each waits at most {timeout:?}, newest first"),
+            QueueOrder::Fifo => format!("each waits at most {timeout:?}, oldest first"),
         };
         format!(
             "queue: up to {} requests over their class's limit wait for a slot, the highest class \
