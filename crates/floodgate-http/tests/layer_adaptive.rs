@@ -212,3 +212,19 @@ async fn a_standing_queue_sheds_a_request_that_would_wait_past_its_target_at_onc
     drop(first.await.unwrap());
     assert_eq!(second.await.unwrap().status(), 200);
 }
+
+#[tokio::test]
+async fn a_higher_class_pushes_a_lower_one_out_of_a_full_queue_which_is_shed_then() {
+    let (layer, _clock) = queued_layer("{max_waiting: 1, order: fifo, timeout: 60s}");
+    let (first, go) = held(&layer, "critical");
+    let first = tokio::spawn(first);
+    let low = tokio::spawn(start(&layer, "low", 200));
+    let critical = tokio::spawn(start(&layer, "critical", 200));
+    let low = low.await.unwrap();
+    assert_eq!(low.status(), 503);
+    assert_eq!(low.headers()["retry-after"], "1");
+    assert_eq!(layer.adaptive_waiting(), Some(1));
+    go.send(()).unwrap();
+    drop(first.await.unwrap());
+    assert_eq!(critical.await.unwrap().status(), 200);
+}
