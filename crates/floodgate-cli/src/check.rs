@@ -94,25 +94,22 @@ fn check(
             return ExitCode::FAILURE;
         }
     };
+    let mut explained = Vec::new();
     if let Some(l) = &loaded {
-        // What the store cannot decide, as `serve` and `gateway` refuse it.
-        if let Err(e) =
-            floodgate_runtime::host::check_policy(l.settings.store.backend, &l.compiled.policy)
-        {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
+        match check_sections(l, &flags, &env, &mut errors) {
+            Ok(lines) => explained = lines,
+            Err(code) => return code,
         }
-        // The service's settings and the gateway's sections, read as
-        // `floodgate serve` and `floodgate gateway` read them.
-        let docs = &l.compiled.loaded.documents;
-        if let Err(e) = floodgate_server::RlsSettings::resolve(&flags, &env, docs) {
-            errors.extend(e);
-        }
-        floodgate_gateway::read_sections(&flags, &env, docs, &mut errors);
     }
     match errors.finish(loaded) {
         Ok(Some(l)) => {
             print_summary(&l, label);
+            if !explained.is_empty() {
+                println!("adaptive concurrency limit (http.layer.shedding.adaptive):");
+                for line in explained {
+                    println!("  {line}");
+                }
+            }
             ExitCode::SUCCESS
         }
         Ok(None) => ExitCode::FAILURE,
@@ -124,6 +121,33 @@ fn check(
             ExitCode::FAILURE
         }
     }
+}
+
+/// Checks what the loaded configuration `l` asks of the store, and the
+/// service's and the gateway's sections (into `errors`); gives the
+/// explanation of its adaptive concurrency limit, if it has one.
+fn check_sections(
+    l: &floodgate_runtime::host::Loaded,
+    flags: &floodgate_runtime::settings::Flags,
+    env: &Env<'_>,
+    errors: &mut Errors,
+) -> Result<Vec<String>, ExitCode> {
+    // What the store cannot decide, as `serve` and `gateway` refuse it.
+    if let Err(e) =
+        floodgate_runtime::host::check_policy(l.settings.store.backend, &l.compiled.policy)
+    {
+        eprintln!("{e}");
+        return Err(ExitCode::FAILURE);
+    }
+    // The service's settings and the gateway's sections, read as
+    // `floodgate serve` and `floodgate gateway` read them.
+    let docs = &l.compiled.loaded.documents;
+    if let Err(e) = floodgate_server::RlsSettings::resolve(flags, env, docs) {
+        errors.extend(e);
+    }
+    let (_, http) = floodgate_gateway::read_sections(flags, env, docs, errors);
+    let adaptive = http.and_then(|h| h.layer.shedding?.adaptive);
+    Ok(adaptive.map(|a| a.explain()).unwrap_or_default())
 }
 
 /// What a valid configuration `l` holds, and how a Redis store shares what

@@ -248,3 +248,31 @@ fn every_section_reads_durations_the_one_way() {
         }
     }
 }
+
+/// With `shedding.adaptive`, `config check` explains the controller in
+/// words and numbers: bounds, target, interval, drains, the classes'
+/// limits, the queue's bound; without it, nothing of the kind.
+#[test]
+fn the_adaptive_limit_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("adaptive.yaml");
+    let layer = "    shedding:\n      adaptive: {min: 2, max: 100, initial: 10, tolerance: 1, probe_every: 5, queue: {max_waiting: 64, order: lifo, timeout: 50ms}}\n";
+    let base = "domains:\n  - domain: api\n    descriptors:\n      - key: method\n        rate_limit: {requests: 10, per: 1s}\nhttp:\n  domain: api\n  descriptors: [[method]]\n";
+    std::fs::write(&config, format!("{base}  layer:\n{layer}")).unwrap();
+    let (ok, stdout, stderr) = check(&[config.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    for expected in [
+        "adaptive concurrency limit (http.layer.shedding.adaptive):",
+        "  limit between 2 and 100 requests in flight, 10 before anything is measured",
+        "no-load latency × (1 + 1) = 2.00 × the no-load latency",
+        "re-measured every 5 intervals",
+        "sheddable requests admitted below 50% of the limit: 5 of 10 at the initial limit, 50 of 100 at the largest",
+        "default requests admitted below 80% of the limit: 8 of 10 at the initial limit, 80 of 100 at the largest",
+        "queue: up to 64 requests over their class's limit wait for a slot, the highest class first; each waits at most 50ms, newest first",
+    ] {
+        assert!(stdout.contains(expected), "no `{expected}` in:\n{stdout}");
+    }
+    std::fs::write(&config, base).unwrap();
+    let (ok, stdout, _) = check(&[config.to_str().unwrap()]);
+    assert!(ok && !stdout.contains("adaptive"), "{stdout}");
+}

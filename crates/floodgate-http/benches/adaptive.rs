@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use floodgate::Timestamp;
 use floodgate_http::layer::Adaptive;
-use floodgate_http::layer::adaptive::{AdaptiveLimit, Completion, Priority};
+use floodgate_http::layer::adaptive::{AdaptiveLimit, Admission, Completion, Priority};
 
 fn limit() -> AdaptiveLimit {
     let cfg = Adaptive {
@@ -25,7 +25,9 @@ fn limit() -> AdaptiveLimit {
 fn once(l: &AdaptiveLimit, t: &mut u64) {
     *t += 1_000;
     let now = Timestamp::from_nanos(*t);
-    let ticket = l.try_acquire(black_box(Priority::Default), now).unwrap();
+    let Admission::Admitted(ticket) = l.admit(black_box(Priority::Default), now) else {
+        panic!("under the limit");
+    };
     let done = Timestamp::from_nanos(*t + 500_000);
     l.release(ticket, done, black_box(Completion::Ok));
 }
@@ -45,8 +47,8 @@ fn bench(c: &mut Criterion) {
         );
         let _held = full.try_acquire(Priority::Critical, Timestamp::ZERO);
         b.iter(|| {
-            let admitted = full.try_acquire(black_box(Priority::Sheddable), Timestamp::ZERO);
-            black_box(admitted.is_none());
+            let admitted = full.admit(black_box(Priority::Sheddable), Timestamp::ZERO);
+            black_box(matches!(admitted, Admission::Shed));
         });
     });
     let shared = Arc::new(limit());

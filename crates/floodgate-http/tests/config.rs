@@ -347,6 +347,56 @@ fn the_documented_adaptive_settings_read_as_their_defaults() {
 }
 
 #[test]
+fn the_adaptive_queue_is_read_with_its_defaults() {
+    let text = "http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n    shedding:\n      adaptive: {queue: {order: lifo, timeout: 50ms}}\n";
+    let s = HttpSection::from_yaml_str("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let adaptive = s.layer.shedding.unwrap().adaptive.unwrap();
+    let expected = floodgate_http::layer::AdaptiveQueue {
+        order: floodgate_http::layer::QueueOrder::Lifo,
+        timeout: std::time::Duration::from_millis(50),
+        ..Default::default()
+    };
+    assert_eq!(adaptive.queue, Some(expected));
+}
+
+#[test]
+fn the_documented_queue_settings_read_as_their_defaults() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/http-contract.md"
+    ))
+    .unwrap();
+    let section = &doc[doc.find("#### The queue").unwrap()..];
+    let start = section.find("```yaml\n").unwrap() + 8;
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    let queue: String = block.lines().map(|l| format!("        {l}\n")).collect();
+    let text = format!(
+        "http:\n  domain: api\n  descriptors: [[client_ip]]\n  layer:\n    shedding:\n      adaptive:\n{queue}"
+    );
+    let s = HttpSection::from_yaml_str("test.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let adaptive = s.layer.shedding.unwrap().adaptive.unwrap();
+    assert_eq!(adaptive.queue, Some(Default::default()));
+}
+
+#[test]
+fn bad_adaptive_queue_settings_are_refused_with_the_reason() {
+    let e = layer_errors(
+        "    shedding:\n      adaptive: {queue: {max_waiting: 0, timeout: 0s, interval: 2m, order: random}}\n",
+    );
+    has(&e, 6, 39, "max_waiting must be in 1..=16777216 (got 0)");
+    has(&e, 6, 51, "expected a duration above zero, found `0s`");
+    has(&e, 6, 65, "interval must be at most 60s");
+    has(&e, 6, 76, "order must be codel, lifo or fifo (got 'random')");
+    let e = layer_errors(
+        "    shedding:\n      adaptive: {queue: {timeout: 10ms, target: 20ms, colour: red}}\n",
+    );
+    has(&e, 6, 49, "target (20ms) must not be above timeout (10ms)");
+    has(&e, 6, 55, "unknown key 'colour'");
+    let e = layer_errors("    shedding:\n      adaptive: {queue: 5}\n");
+    assert!(e.contains("6:"), "{e}");
+}
+
+#[test]
 fn bad_adaptive_settings_are_refused_with_the_reason() {
     let e = layer_errors("    shedding:\n      adaptive: {min: 10, max: 5}\n");
     has(&e, 6, 23, "min (10) is above max (5)");

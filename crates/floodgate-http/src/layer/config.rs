@@ -108,6 +108,54 @@ pub struct Adaptive {
     /// Default requests are admitted while fewer than this fraction of the
     /// limit are in flight; critical ones up to the whole limit.
     pub default_share: f64,
+    /// A queue for the requests over their class's limit (none: they are
+    /// shed at once).
+    pub queue: Option<AdaptiveQueue>,
+}
+
+/// The order in which waiting requests of one class get a slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// Oldest first while the queue empties now and then; newest first,
+    /// and a bound of `target`, once it has not been empty for `interval`
+    /// (controlled delay with adaptive LIFO).
+    #[default]
+    Codel,
+    /// Newest first, each waiting at most `timeout`.
+    Lifo,
+    /// Oldest first, each waiting at most `timeout`.
+    Fifo,
+}
+
+/// The queue in front of the adaptive limit (see
+/// [`adaptive`](super::adaptive)): a request over its class's limit waits
+/// for a slot, never longer than its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveQueue {
+    /// Requests waiting at most.
+    pub max_waiting: usize,
+    /// The bound on a wait while the queue empties now and then (and
+    /// always with `lifo` and `fifo`).
+    pub timeout: Duration,
+    /// The bound on a wait once the queue has stood (not been empty) for
+    /// `interval` (`codel` only).
+    pub target: Duration,
+    /// How long the queue must stand before the bound drops to `target`.
+    pub interval: Duration,
+    /// Which waiting request of a class is served first.
+    pub order: QueueOrder,
+}
+
+impl Default for AdaptiveQueue {
+    fn default() -> Self {
+        AdaptiveQueue {
+            max_waiting: 128,
+            timeout: Duration::from_millis(100),
+            target: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            order: QueueOrder::Codel,
+        }
+    }
 }
 
 impl Default for Adaptive {
@@ -123,6 +171,7 @@ impl Default for Adaptive {
             probe_every: 10,
             sheddable_share: 0.5,
             default_share: 0.8,
+            queue: None,
         }
     }
 }

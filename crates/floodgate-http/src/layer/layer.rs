@@ -175,7 +175,8 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
         &self.shared.stats
     }
 
-    /// Requests in flight through the layer (counted when shedding is on).
+    /// Requests in flight through the layer (counted when shedding is on;
+    /// those waiting in the adaptive limit's queue included).
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.get()
     }
@@ -187,6 +188,15 @@ impl<B: Backend, C: Clock + 'static> FloodgateLayer<B, C> {
             .adaptive
             .as_ref()
             .map(super::adaptive::AdaptiveLimit::limit)
+    }
+
+    /// Requests waiting in the adaptive limit's queue now (none without
+    /// `shedding.adaptive`).
+    pub fn adaptive_waiting(&self) -> Option<usize> {
+        self.shared
+            .adaptive
+            .as_ref()
+            .map(super::adaptive::AdaptiveLimit::waiting)
     }
 
     /// Shaper-delayed requests waiting now.

@@ -7,7 +7,8 @@
 //!    class (critical, default or low priority, by route template or
 //!    header): beyond fixed counts of requests in flight, or beyond its
 //!    share of an [`adaptive`] concurrency limit that follows the
-//!    upstream's latency;
+//!    upstream's latency (or, with its queue, after waiting for a slot
+//!    within a bound);
 //! 2. builds its descriptors ([`HttpIdentity`](crate::HttpIdentity), with
 //!    `extension` values from the [`Attributes`](crate::identity::Attributes)
 //!    an earlier middleware put in the request's extensions) into pooled
@@ -68,6 +69,12 @@
 //!         min_samples: 100
 //!         probe_every: 10        # intervals between drains
 //!         shares: {sheddable: 0.5, default: 0.8}
+//!         queue:             # optional: wait for a slot, within a bound
+//!           max_waiting: 128
+//!           timeout: 100ms
+//!           target: 5ms          # the bound once the queue stands (codel)
+//!           interval: 100ms
+//!           order: codel         # codel | lifo | fifo
 //!     concurrency:
 //!       global: {max: 100, queue: 50, timeout: 2s}
 //!       per_key: {key: user, max: 4, queue: 8, timeout: 500ms}
@@ -89,8 +96,8 @@ mod shed;
 
 pub use body::FloodgateBody;
 pub use config::{
-    Adaptive, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
-    QueueLimit, Shedding, default_peer,
+    Adaptive, AdaptiveQueue, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
+    QueueLimit, QueueOrder, Shedding, default_peer,
 };
 pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;

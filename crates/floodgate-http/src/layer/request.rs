@@ -28,7 +28,8 @@ use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
 use super::requests::RequestResult;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
-use super::shed::ShedHold;
+use super::adaptive::{Admission, Priority};
+use super::shed::{Queued, ShedHold};
 use crate::contract::{HeaderBuf, QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
 pub(crate) type Out<B> = HttpResponse<FloodgateBody<B>>;
@@ -132,10 +133,17 @@ where
     let state = |state| ResponseFuture { state };
     let mut keep = Keep::default();
     // Priority shedding first: it protects everything behind it.
-    if let Some(rejected) = shed(shared, &req, &mut keep) {
-        return state(State::Answered {
-            res: Some((rejected, RequestResult::Shed)),
-        });
+    match shed(shared, &req, &mut keep) {
+        ShedOutcome::Pass => {}
+        ShedOutcome::Shed(rejected) => {
+            return state(State::Answered {
+                res: Some((rejected, RequestResult::Shed)),
+            });
+        }
+        ShedOutcome::Wait(queued) => {
+            let fut = after_queue(shared.clone(), queued, req, client, keep, inner);
+            return state(State::Waiting { fut: Box::pin(fut) });
+        }
     }
     let mut held = describe(shared, &req, client);
     let response = &mut held.scratch().response;
@@ -194,6 +202,29 @@ fn describe<B: Backend, C: Clock + 'static, T>(
         .identity
         .build_resolved(req, peer, resolved, ext, &mut s.out);
     held
+}
+
+/// A request that waits in the adaptive limit's queue first, then goes
+/// through the other [`steps`].
+async fn after_queue<F, Fut, ReqBody, RB, E, B, C>(
+    shared: Arc<Shared<B, C>>,
+    queued: Queued<B, C>,
+    req: Request<ReqBody>,
+    client: Option<ClientAddr>,
+    mut keep: Keep,
+    inner: F,
+) -> Result<Out<RB>, E>
+where
+    F: FnOnce(Request<ReqBody>) -> Fut,
+    Fut: Future<Output = Result<HttpResponse<RB>, E>>,
+    B: Backend,
+    C: Clock + 'static,
+{
+    if let Some(rejected) = waited(&shared, queued, req.headers(), &mut keep).await {
+        return Ok(full(rejected, RequestResult::Shed));
+    }
+    let held = describe(&shared, &req, client);
+    steps(shared, held, keep, req, inner).await
 }
 
 /// The steps of a request that waits: the layer's queues, then the
@@ -463,7 +494,8 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
             tokio::time::sleep(*delay).await;
             drop(slot);
             let keep = &mut self.keep;
-            if let Some(rejected) = shed(&shared, &req, keep) {
+            let outcome = shed(&shared, &req, keep);
+            if let Some(rejected) = shed_or_wait(&shared, outcome, req.headers(), keep).await {
                 return Ok(full(rejected, RequestResult::Shed));
             }
             if let Some(rejected) = queues(&shared, held, req.headers(), keep).await {
@@ -587,41 +619,96 @@ fn admitted_headers<B: Backend, C: Clock + 'static>(
     true
 }
 
+/// What priority shedding made of a request.
+enum ShedOutcome<B: Backend, C: Clock + 'static> {
+    /// Counted in flight (under the adaptive limit if there is one): on.
+    Pass,
+    /// Shed: the layer's 503.
+    Shed(Answer),
+    /// Waiting in the adaptive limit's queue.
+    Wait(Queued<B, C>),
+}
+
 /// Priority shedding: counts the request in flight, under the adaptive
-/// limit if there is one (in `keep`), or answers 503 when it must be shed.
+/// limit if there is one (in `keep`), lets it wait in the adaptive limit's
+/// queue, or answers 503 when it must be shed.
 fn shed<B: Backend, C: Clock + 'static, T>(
     shared: &Arc<Shared<B, C>>,
     req: &Request<T>,
     keep: &mut Keep,
-) -> Option<Answer> {
-    let shedding = shared.settings.shedding.as_ref()?;
+) -> ShedOutcome<B, C> {
+    let Some(shedding) = shared.settings.shedding.as_ref() else {
+        return ShedOutcome::Pass;
+    };
     let priority = shedding.priority(req, &shared.identity);
-    let admitted = shedding.enter(priority, &shared.in_flight).and_then(|g| {
-        let Some(limit) = &shared.adaptive else {
-            return Some(ShedHold::new(g, None));
-        };
-        let ticket = limit.try_acquire(priority, shared.engine.clock().now())?;
-        Some(ShedHold::new(g, Some((shared.clone(), ticket))))
-    });
-    match admitted {
+    let Some(gauge) = shedding.enter(priority, &shared.in_flight) else {
+        return ShedOutcome::Shed(shed_answer(shared, req.headers(), priority));
+    };
+    let Some(limit) = &shared.adaptive else {
+        keep.push(Box::new(ShedHold::<B, C>::new(gauge, None)));
+        return ShedOutcome::Pass;
+    };
+    match limit.admit(priority, shared.engine.clock().now()) {
+        Admission::Admitted(ticket) => {
+            let hold = ShedHold::new(gauge, Some((shared.clone(), ticket)));
+            keep.push(Box::new(hold));
+            ShedOutcome::Pass
+        }
+        Admission::Waiting(w) => ShedOutcome::Wait(Queued::new(gauge, shared.clone(), w, priority)),
+        Admission::Shed => ShedOutcome::Shed(shed_answer(shared, req.headers(), priority)),
+    }
+}
+
+/// What [`shed`] made of a request, waiting in the adaptive limit's
+/// queue if it must: none when the request goes on (its place in `keep`),
+/// the 503 when it is shed.
+async fn shed_or_wait<B: Backend, C: Clock + 'static>(
+    shared: &Arc<Shared<B, C>>,
+    shed: ShedOutcome<B, C>,
+    headers: &HeaderMap,
+    keep: &mut Keep,
+) -> Option<Answer> {
+    match shed {
+        ShedOutcome::Pass => None,
+        ShedOutcome::Shed(answer) => Some(answer),
+        ShedOutcome::Wait(queued) => waited(shared, queued, headers, keep).await,
+    }
+}
+
+/// Waits in the adaptive limit's queue: none when admitted (its place in
+/// `keep`), the 503 when shed (its bound passed, or it was pushed out).
+async fn waited<B: Backend, C: Clock + 'static>(
+    shared: &Arc<Shared<B, C>>,
+    queued: Queued<B, C>,
+    headers: &HeaderMap,
+    keep: &mut Keep,
+) -> Option<Answer> {
+    let priority = queued.priority;
+    match queued.admitted().await {
         Some(hold) => {
             keep.push(Box::new(hold));
             None
         }
-        None => {
-            LayerStats::inc(&shared.stats.shed);
-            metrics::counter!("floodgate_http_shed_total", "class" => priority.label())
-                .increment(1);
-            shared.counted(RequestResult::Shed);
-            let retry_after = shedding.retry_after;
-            Some(shared.contract.reject(
-                Rejection::Overloaded { retry_after },
-                req.headers(),
-                shared.engine.clock().now(),
-                &mut HeaderBuf::new(),
-            ))
-        }
+        None => Some(shed_answer(shared, headers, priority)),
     }
+}
+
+/// The 503 of a request of class `priority` that is shed, counted.
+fn shed_answer<B: Backend, C: Clock + 'static>(
+    shared: &Shared<B, C>,
+    headers: &HeaderMap,
+    priority: Priority,
+) -> Answer {
+    LayerStats::inc(&shared.stats.shed);
+    metrics::counter!("floodgate_http_shed_total", "class" => priority.label()).increment(1);
+    shared.counted(RequestResult::Shed);
+    let retry_after = shared.settings.shedding.as_ref().and_then(|s| s.retry_after);
+    shared.contract.reject(
+        Rejection::Overloaded { retry_after },
+        headers,
+        shared.engine.clock().now(),
+        &mut HeaderBuf::new(),
+    )
 }
 
 /// The layer's concurrency permits (global, then per key), waited for in

@@ -9,7 +9,7 @@ use floodgate_policy::Backend;
 
 use crate::identity::HttpIdentity;
 
-use super::adaptive::{Completion, Priority, Ticket};
+use super::adaptive::{Completion, Priority, Ticket, Waiter};
 use super::config::{LowPriority, Shedding};
 use super::shared::{Hold, Shared};
 
@@ -84,6 +84,62 @@ impl<B: Backend, C: Clock + 'static> Drop for ShedHold<B, C> {
             && let Some(limit) = &shared.adaptive
         {
             limit.release(ticket, shared.engine.clock().now(), self.how);
+        }
+    }
+}
+
+/// A request waiting in the adaptive limit's queue, counted in flight in
+/// the layer meanwhile. Dropped while it waits (its client went away), it
+/// leaves the queue, and gives back the slot it was handed meanwhile.
+pub(crate) struct Queued<B: Backend, C: Clock + 'static> {
+    gauge: Option<GaugeGuard>,
+    shared: Arc<Shared<B, C>>,
+    waiter: Option<Waiter>,
+    pub(crate) priority: Priority,
+}
+
+impl<B: Backend, C: Clock + 'static> Queued<B, C> {
+    pub(crate) fn new(
+        gauge: GaugeGuard,
+        shared: Arc<Shared<B, C>>,
+        waiter: Waiter,
+        priority: Priority,
+    ) -> Self {
+        Queued {
+            gauge: Some(gauge),
+            shared,
+            waiter: Some(waiter),
+            priority,
+        }
+    }
+
+    /// Waits for a slot until the waiter's deadline: the request's hold
+    /// then, or none when it is shed.
+    pub(crate) async fn admitted(mut self) -> Option<ShedHold<B, C>> {
+        let (shared, w) = (self.shared.clone(), self.waiter.as_mut()?);
+        let limit = shared.adaptive.as_ref()?;
+        let left = w.deadline().saturating_duration_since(shared.engine.clock().now());
+        let ticket = match tokio::time::timeout(left, w.granted()).await {
+            Ok(granted) => {
+                self.waiter = None;
+                granted
+            }
+            Err(_) => limit.leave(self.waiter.take()?, shared.engine.clock().now()),
+        }?;
+        let adaptive = Some((shared.clone(), ticket));
+        Some(ShedHold::new(self.gauge.take()?, adaptive))
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> Drop for Queued<B, C> {
+    fn drop(&mut self) {
+        if let Some(w) = self.waiter.take()
+            && let Some(limit) = &self.shared.adaptive
+        {
+            let now = self.shared.engine.clock().now();
+            if let Some(ticket) = limit.leave(w, now) {
+                limit.release(ticket, now, Completion::Cancelled);
+            }
         }
     }
 }

@@ -1,15 +1,18 @@
 //! The simulated world: an upstream of `servers` workers with a FIFO
 //! queue, whose capacity, service time and failures change by phase; an
 //! open-loop (Poisson, seeded) arrival process of three classes and
-//! tenants; a client timeout. Time is virtual (nanoseconds), events in a
-//! heap; the admission is the layer's own [`AdaptiveLimit`].
+//! tenants, whose rate may burst for a while; a client timeout. Time is
+//! virtual (nanoseconds), events in a heap; the admission is the layer's
+//! own [`AdaptiveLimit`], with its queue when configured.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use floodgate::Timestamp;
 use floodgate_http::layer::Adaptive;
-use floodgate_http::layer::adaptive::{AdaptiveLimit, Completion, Priority, Ticket};
+use floodgate_http::layer::adaptive::{
+    AdaptiveLimit, Admission, Completion, Priority, Ticket, Waited, Waiter,
+};
 
 /// A service-time distribution, in seconds.
 #[derive(Clone, Copy, Debug)]
@@ -75,6 +78,8 @@ pub(super) struct Scenario {
     pub(super) phases: Vec<Phase>,
     /// Offered load, as a multiple of the first phase's capacity.
     pub(super) offered: f64,
+    /// A burst: from, to (seconds), and the offered load meanwhile.
+    pub(super) burst: Option<(f64, f64, f64)>,
     /// Shares of arrivals: critical, default, sheddable.
     pub(super) mix: [f64; 3],
     /// Share of arrivals from the hot tenant (tenant 0), and its keyed
@@ -147,6 +152,16 @@ enum Event {
     Arrival,
     Done(usize),
     Timeout(usize),
+    /// A waiting request's bound passes.
+    Deadline(usize),
+}
+
+/// A request waiting in the adaptive limit's queue.
+struct Pending {
+    waiter: Waiter,
+    class: usize,
+    tenant: bool,
+    arrived: f64,
 }
 
 struct Request {
@@ -160,6 +175,10 @@ struct Request {
 
 const NS: f64 = 1e9;
 
+fn ts(seconds: f64) -> Timestamp {
+    Timestamp::from_nanos((seconds * NS) as u64)
+}
+
 /// The world's state while it runs.
 struct World<'s> {
     s: &'s Scenario,
@@ -172,6 +191,9 @@ struct World<'s> {
     requests: Vec<Request>,
     hot_in_flight: usize,
     limit: Option<AdaptiveLimit>,
+    /// Requests waiting in the limit's queue (by arrival), and which.
+    pending: Vec<Option<Pending>>,
+    live: Vec<usize>,
     seen_updates: u64,
     report: Report,
 }
@@ -189,6 +211,8 @@ pub(super) fn run(s: &Scenario) -> Report {
         requests: Vec::new(),
         hot_in_flight: 0,
         limit: s.adaptive.map(|a| AdaptiveLimit::new(a, Timestamp::ZERO)),
+        pending: Vec::new(),
+        live: Vec::new(),
         seen_updates: 0,
         report: Report::default(),
     };
@@ -243,11 +267,67 @@ impl World<'_> {
                     self.release(now, id, Completion::Overloaded);
                 }
             }
+            Event::Deadline(k) => self.deadline(now, k),
         }
     }
 
+    /// The offered load at `now`.
+    fn offered(&self, now: f64) -> f64 {
+        match self.s.burst {
+            Some((from, to, offered)) if (from..to).contains(&now) => offered,
+            _ => self.s.offered,
+        }
+    }
+
+    /// A waiting request's bound passed: it leaves the queue (admitted if
+    /// it was handed a slot meanwhile).
+    fn deadline(&mut self, now: f64, k: usize) {
+        let (Some(p), Some(l)) = (self.pending[k].take(), &self.limit) else {
+            return;
+        };
+        self.live.retain(|i| *i != k);
+        if let Some(t) = l.leave(p.waiter, ts(now)) {
+            self.admit(now, p.arrived, p.class, p.tenant, Some(t));
+        }
+    }
+
+    /// Admits the waiting requests handed a slot; forgets those shed.
+    fn serve_pending(&mut self, now: f64) {
+        let mut i = 0;
+        while i < self.live.len() {
+            let k = self.live[i];
+            let p = self.pending[k].as_mut().expect("live");
+            match p.waiter.try_granted() {
+                Waited::Waiting => i += 1,
+                Waited::Shed => {
+                    self.pending[k] = None;
+                    self.live.swap_remove(i);
+                }
+                Waited::Granted(t) => {
+                    let p = self.pending[k].take().expect("live");
+                    self.live.swap_remove(i);
+                    self.admit(now, p.arrived, p.class, p.tenant, Some(t));
+                }
+            }
+        }
+    }
+
+    /// A request over its class's limit waits in the queue.
+    fn wait(&mut self, waiter: Waiter, class: usize, tenant: bool, now: f64) {
+        let k = self.pending.len();
+        let deadline = waiter.deadline().as_nanos() as f64 / NS;
+        self.pending.push(Some(Pending {
+            waiter,
+            class,
+            tenant,
+            arrived: now,
+        }));
+        self.live.push(k);
+        self.at(deadline, Event::Deadline(k));
+    }
+
     fn arrive(&mut self, now: f64) {
-        let rate = self.s.offered * self.s.phases[0].capacity();
+        let rate = self.offered(now) * self.s.phases[0].capacity();
         let next = now + exp(&mut self.rng, 1.0 / rate);
         self.at(next, Event::Arrival);
         let u = self.rng.f64();
@@ -270,18 +350,26 @@ impl World<'_> {
             return;
         }
         let priority = [Priority::Critical, Priority::Default, Priority::Sheddable][class];
-        let ts = Timestamp::from_nanos((now * NS) as u64);
         let ticket = match &self.limit {
-            Some(l) => match l.try_acquire(priority, ts) {
-                Some(t) => Some(t),
-                None => return,
+            Some(l) => match l.admit(priority, ts(now)) {
+                Admission::Admitted(t) => Some(t),
+                Admission::Waiting(w) => return self.wait(w, class, tenant, now),
+                Admission::Shed => return,
             },
             None => None,
         };
-        self.admit(now, class, tenant, ticket);
+        self.admit(now, now, class, tenant, ticket);
     }
 
-    fn admit(&mut self, now: f64, class: usize, tenant: bool, ticket: Option<Ticket>) {
+    /// Admits at `now` a request that arrived at `arrived`.
+    fn admit(
+        &mut self,
+        now: f64,
+        arrived: f64,
+        class: usize,
+        tenant: bool,
+        ticket: Option<Ticket>,
+    ) {
         // `class` counted; the upstream treats every class alike.
         if self.measured(now) {
             self.report.admitted[class] += 1;
@@ -291,13 +379,13 @@ impl World<'_> {
         let failed = self.rng.f64() < self.phase.fail;
         let open = true;
         self.requests.push(Request {
-            start: now,
+            start: arrived,
             tenant,
             open,
             ticket,
             failed,
         });
-        self.at(now + self.s.timeout, Event::Timeout(id));
+        self.at(arrived + self.s.timeout, Event::Timeout(id));
         self.queue.push_back(id);
         self.start_queued(now);
     }
@@ -344,10 +432,13 @@ impl World<'_> {
         let (Some(l), Some(ticket)) = (&self.limit, r.ticket.take()) else {
             return;
         };
-        l.release(ticket, Timestamp::from_nanos((now * NS) as u64), how);
+        l.release(ticket, ts(now), how);
         if l.updates() != self.seen_updates {
             self.seen_updates = l.updates();
             self.report.limits.push((now, l.limit()));
+        }
+        if !self.live.is_empty() {
+            self.serve_pending(now);
         }
     }
 }

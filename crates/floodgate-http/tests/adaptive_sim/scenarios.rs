@@ -12,10 +12,10 @@ use super::model::{Phase, Report, Scenario, Service, run, unloaded_p99};
 
 /// The upstream's workers in most scenarios, and their mean service time:
 /// 1 000 requests a second.
-const SERVERS: usize = 20;
-const SERVICE: Service = Service::Exp(0.02);
+pub(super) const SERVERS: usize = 20;
+pub(super) const SERVICE: Service = Service::Exp(0.02);
 
-fn phase(at: f64, servers: usize, service: Service) -> Phase {
+pub(super) fn phase(at: f64, servers: usize, service: Service) -> Phase {
     Phase {
         at,
         servers,
@@ -24,13 +24,14 @@ fn phase(at: f64, servers: usize, service: Service) -> Phase {
     }
 }
 
-fn scenario(offered: f64, phases: Vec<Phase>) -> Scenario {
+pub(super) fn scenario(offered: f64, phases: Vec<Phase>) -> Scenario {
     Scenario {
         seed: 2,
         duration: 14.0,
         measure_from: 3.0,
         phases,
         offered,
+        burst: None,
         mix: [0.0, 1.0, 0.0],
         hot: None,
         timeout: 1.0,
@@ -43,19 +44,19 @@ fn scenario(offered: f64, phases: Vec<Phase>) -> Scenario {
     }
 }
 
-fn steady(offered: f64) -> Scenario {
+pub(super) fn steady(offered: f64) -> Scenario {
     scenario(offered, vec![phase(0.0, SERVERS, SERVICE)])
 }
 
 /// Runs `s`; asserts its goodput at least `goodput` and the p99 of its
 /// admitted requests at most twice the unloaded p99 of the first phase.
-fn check(name: &str, s: &Scenario, goodput: f64) -> Report {
+pub(super) fn check(name: &str, s: &Scenario, goodput: f64) -> Report {
     check_p99(name, s, goodput, 2.0)
 }
 
 /// [`check`] with the p99 of admitted requests at most `p99` times the
 /// unloaded one.
-fn check_p99(name: &str, s: &Scenario, goodput: f64, p99_bound: f64) -> Report {
+pub(super) fn check_p99(name: &str, s: &Scenario, goodput: f64, p99_bound: f64) -> Report {
     let mut r = run(s);
     let (p99, unloaded) = (r.p99(), unloaded_p99(&s.phases[0], 1));
     let limits: Vec<usize> = r.limits.iter().map(|l| l.1).collect();

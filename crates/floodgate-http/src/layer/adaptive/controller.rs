@@ -143,6 +143,12 @@ impl Controller {
         self.baseline.map(|b| Duration::from_nanos(b as u64))
     }
 
+    /// Completions a second, a moving average over the intervals that are
+    /// not drains (0: not measured yet).
+    pub(super) fn rate(&self) -> f64 {
+        self.rate
+    }
+
     /// Whether the current interval is a drain (its samples must come from
     /// requests admitted since the drain began).
     pub fn draining(&self) -> bool {

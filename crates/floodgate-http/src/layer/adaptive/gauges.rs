@@ -11,6 +11,7 @@ pub(super) struct Gauges {
     in_flight: Gauge,
     baseline: Gauge,
     latency: Gauge,
+    waiting: Gauge,
 }
 
 impl std::fmt::Debug for Gauges {
@@ -38,7 +39,12 @@ impl Gauges {
             "floodgate_http_adaptive_latency_seconds",
             "The mean latency of the successful requests of the last control interval."
         );
+        metrics::describe_gauge!(
+            "floodgate_http_adaptive_waiting",
+            "Requests waiting in the adaptive limit's queue (shedding.adaptive.queue)."
+        );
         Gauges {
+            waiting: metrics::gauge!("floodgate_http_adaptive_waiting"),
             limit: metrics::gauge!("floodgate_http_adaptive_limit"),
             in_flight: metrics::gauge!("floodgate_http_adaptive_in_flight"),
             baseline: metrics::gauge!("floodgate_http_adaptive_baseline_seconds"),
@@ -51,6 +57,12 @@ impl Gauges {
         self.limit.set(limit as f64);
         self.in_flight.set(in_flight as f64);
         self.baseline.set(baseline.map_or(0.0, |b| b.as_secs_f64()));
+    }
+
+    /// Sets the requests waiting in the queue (set whenever it changes,
+    /// under its lock: only while something waits).
+    pub(super) fn waiting(&self, n: usize) {
+        self.waiting.set(n as f64);
     }
 
     /// Sets the last interval's mean latency (none: no success in it).

@@ -9,6 +9,7 @@ use std::time::Duration;
 use floodgate::Timestamp;
 
 use super::super::config::Adaptive;
+use super::admit::Slots;
 use super::controller::Controller;
 use super::gauges::Gauges;
 use super::window::OpenWindow;
@@ -54,15 +55,22 @@ pub enum Completion {
 #[derive(Debug)]
 #[must_use = "a ticket holds its place until released"]
 pub struct Ticket {
-    start: Timestamp,
+    pub(super) start: Timestamp,
+}
+
+/// The limit of a class admitted below `share` of `limit` (at least 1).
+pub(super) fn class_limit(limit: usize, share: f64) -> usize {
+    ((limit as f64 * share).round() as usize).max(1)
 }
 
 /// An adaptive concurrency limit (see the [module docs](super)).
 #[derive(Debug)]
 pub struct AdaptiveLimit {
-    in_flight: AtomicUsize,
+    pub(super) in_flight: AtomicUsize,
     /// The limit of each [`Priority`], by its index.
     limits: [AtomicUsize; 3],
+    /// The queue for requests over their class's limit, if configured.
+    pub(super) slots: Slots,
     draining: AtomicBool,
     /// When the current drain began (nanoseconds).
     drain_from: AtomicU64,
@@ -73,7 +81,7 @@ pub struct AdaptiveLimit {
     interval: AtomicU64,
     /// ...and least number of completions.
     min_samples: AtomicU64,
-    gauges: Gauges,
+    pub(super) gauges: Gauges,
 }
 
 impl AdaptiveLimit {
@@ -83,6 +91,7 @@ impl AdaptiveLimit {
         let limit = AdaptiveLimit {
             in_flight: AtomicUsize::new(0),
             limits: Default::default(),
+            slots: Slots::new(cfg.queue),
             draining: AtomicBool::new(false),
             drain_from: AtomicU64::new(0),
             updates: AtomicU64::new(0),
@@ -98,14 +107,17 @@ impl AdaptiveLimit {
     }
 
     /// Admits a request of class `p` arriving at `now` if fewer than its
-    /// class's limit are in flight.
+    /// class's limit are in flight (whatever waits in the queue: see
+    /// [`admit`](Self::admit)).
     #[inline]
     pub fn try_acquire(&self, p: Priority, now: Timestamp) -> Option<Ticket> {
         let max = self.limits[p as usize].load(Ordering::Relaxed);
         let add = |n: usize| (n < max).then_some(n + 1);
+        // Sequentially consistent with the queue's count of waiters (see
+        // `Slots`): a slot freed is seen by a waiter or its releaser.
         let admitted = self
             .in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, add);
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, add);
         admitted.ok().map(|_| Ticket { start: now })
     }
 
@@ -113,7 +125,10 @@ impl AdaptiveLimit {
     /// ended; closes the control interval when it is over.
     #[inline]
     pub fn release(&self, ticket: Ticket, now: Timestamp, how: Completion) {
-        let in_flight = self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let in_flight = self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.slots.waiting() > 0 {
+            self.dispatch(now);
+        }
         // A drain measures only what it admitted itself.
         let before_drain = self.draining.load(Ordering::Relaxed)
             && ticket.start.as_nanos() < self.drain_from.load(Ordering::Relaxed);
@@ -156,13 +171,11 @@ impl AdaptiveLimit {
     /// limit of the default and sheddable classes; the critical class
     /// keeps the estimate (a drain costs it nothing).
     fn publish(&self, c: &Controller, now: Timestamp) {
-        let limit = c.limit();
-        let cfg = c.settings();
-        let share = |s: f64| ((limit as f64 * s).round() as usize).max(1);
+        let (limit, cfg) = (c.limit(), c.settings());
         let by_class = [
             c.estimate(),
-            share(cfg.default_share),
-            share(cfg.sheddable_share),
+            class_limit(limit, cfg.default_share),
+            class_limit(limit, cfg.sheddable_share),
         ];
         for (slot, v) in self.limits.iter().zip(by_class) {
             slot.store(v, Ordering::Relaxed);
@@ -176,6 +189,10 @@ impl AdaptiveLimit {
         self.min_samples.store(c.min_samples(), Ordering::Relaxed);
         self.gauges
             .publish(c.limit(), self.in_flight(), c.baseline());
+        self.slots.measured(c.rate());
+        if self.slots.waiting() > 0 {
+            self.dispatch(now);
+        }
     }
 
     /// The current limit (of the critical class: the whole limit).

@@ -80,6 +80,23 @@
 //! `1 − default_share` of the limit to themselves, while any class may use
 //! what the others leave.
 //!
+//! # The queue
+//!
+//! With `shedding.adaptive.queue` ([`AdaptiveQueue`](super::AdaptiveQueue)),
+//! a request over its class's limit waits for a slot
+//! ([`AdaptiveLimit::admit`]) instead of being shed at once, never longer
+//! than its bound: controlled delay as in Facebook's server queues ("Fail
+//! at Scale", after CoDel) — `timeout` while the queue empties now and
+//! then, `target` once it has not been empty for `interval` — with
+//! adaptive LIFO, newest first while it stands (the oldest are the
+//! likeliest to have been given up by their clients); or plain LIFO or
+//! FIFO with `timeout`. A request whose expected wait (a slot's time, from
+//! the measured completion rate, for each request served before it) is
+//! past its bound is shed as it arrives. A slot freed goes to the highest
+//! class waiting, within its share of the limit. While nobody waits,
+//! admission is the one compare-and-swap below; the queue's lock is taken
+//! only by waiting requests and the completions that hand them a slot.
+//!
 //! # Admission
 //!
 //! Exact and lock-free: [`AdaptiveLimit::try_acquire`] compares the atomic
@@ -91,11 +108,15 @@
 //! not waited for). Time is the caller's [`Timestamp`](floodgate::Timestamp),
 //! so a simulation drives the same code on a virtual clock.
 
+mod admit;
 mod controller;
+mod explain;
 mod gauges;
 mod limit;
+mod queue;
 pub(crate) mod read;
 mod window;
 
+pub use admit::{Admission, Waited, Waiter};
 pub use controller::{Controller, Window};
 pub use limit::{AdaptiveLimit, Completion, Priority, Ticket};

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use floodgate_policy::error::Errors;
-use floodgate_policy::yaml::{Map, Node};
+use floodgate_policy::yaml::{Map, Node, excerpt};
 
-use super::super::config::Adaptive;
+use super::super::config::{Adaptive, AdaptiveQueue, QueueOrder};
 use crate::read::deny_unknown;
 
 const KEYS: &[&str] = &[
@@ -19,7 +19,9 @@ const KEYS: &[&str] = &[
     "min_samples",
     "probe_every",
     "shares",
+    "queue",
 ];
+const QUEUE_KEYS: &[&str] = &["max_waiting", "timeout", "target", "interval", "order"];
 const SHARE_KEYS: &[&str] = &["sheddable", "default"];
 /// Beyond this, a limit is no limit (a count of requests in flight).
 const MAX_LIMIT: u64 = 1 << 24;
@@ -66,19 +68,56 @@ pub(crate) fn read_adaptive(n: Node<'_>, errors: &mut Errors) -> Option<Adaptive
     a.min_samples = int(&map, "min_samples", (1, 1_000_000), errors).unwrap_or(a.min_samples);
     a.probe_every =
         int(&map, "probe_every", (0, 1_000_000), errors).map_or(a.probe_every, |v| v as u32);
-    if let Some(t) = map
-        .get("interval")
-        .and_then(|t| errors.take(t.duration(false)))
-    {
-        match t <= Duration::from_secs(60) {
-            true => a.interval = t,
-            false => errors.push(map.get("interval")?.error("interval must be at most 60s")),
-        }
-    }
+    a.interval = duration(&map, "interval", errors).unwrap_or(a.interval);
     read_shares(&map, &mut a, errors);
+    a.queue = map.get("queue").and_then(|q| read_queue(q, errors));
     check_bounds(&map, &a, errors);
     deny_unknown(&map, KEYS, errors);
     Some(a)
+}
+
+/// A duration under `key`, above zero and at most 60 s.
+fn duration(map: &Map<'_>, key: &str, errors: &mut Errors) -> Option<Duration> {
+    let n = map.get(key)?;
+    let t = errors.take(n.duration(false))?;
+    if t > Duration::from_secs(60) {
+        errors.push(n.error(format!("{key} must be at most 60s")));
+        return None;
+    }
+    Some(t)
+}
+
+/// The `queue` mapping: defaults for what it leaves out, `target` no
+/// longer than `timeout`.
+fn read_queue(n: Node<'_>, errors: &mut Errors) -> Option<AdaptiveQueue> {
+    let map = errors.take(n.map())?;
+    let mut q = AdaptiveQueue::default();
+    let waiting = int(&map, "max_waiting", (1, MAX_LIMIT), errors);
+    q.max_waiting = waiting.map_or(q.max_waiting, |v| v as usize);
+    q.timeout = duration(&map, "timeout", errors).unwrap_or(q.timeout);
+    q.target = duration(&map, "target", errors).unwrap_or(q.target);
+    q.interval = duration(&map, "interval", errors).unwrap_or(q.interval);
+    if let Some(o) = map.get("order") {
+        match errors.take(o.str()) {
+            Some("codel") => q.order = QueueOrder::Codel,
+            Some("lifo") => q.order = QueueOrder::Lifo,
+            Some("fifo") => q.order = QueueOrder::Fifo,
+            Some(other) => errors.push(o.error(format!(
+                "order must be codel, lifo or fifo (got '{}')",
+                excerpt(other)
+            ))),
+            None => {}
+        }
+    }
+    if q.target > q.timeout {
+        let at = map.get("target").unwrap_or(map.node());
+        let (t, to) = (q.target, q.timeout);
+        errors.push(at.error(format!(
+            "target ({t:?}) must not be above timeout ({to:?})"
+        )));
+    }
+    deny_unknown(&map, QUEUE_KEYS, errors);
+    Some(q)
 }
 
 fn read_shares(map: &Map<'_>, a: &mut Adaptive, errors: &mut Errors) {
