@@ -386,7 +386,12 @@ fn bad_adaptive_queue_settings_are_refused_with_the_reason() {
     has(&e, 6, 39, "max_waiting must be in 1..=16777216 (got 0)");
     has(&e, 6, 51, "expected a duration above zero, found `0s`");
     has(&e, 6, 65, "interval must be at most 60s");
-    has(&e, 6, 76, "order must be codel, lifo or fifo (got 'random')");
+    has(
+        &e,
+        6,
+        76,
+        "order must be codel, lifo or fifo (got 'random')",
+    );
     let e = layer_errors(
         "    shedding:\n      adaptive: {queue: {timeout: 10ms, target: 20ms, colour: red}}\n",
     );

@@ -109,7 +109,10 @@ fn queued_layer(queue: &str) -> (Layer, Arc<ManualClock>) {
         &format!("adaptive: {{queue: {queue}, min: 1, max: 1, initial: 1,"),
     );
     let clock = manual();
-    (layer_for(engine_with(&config, clock.clone()), &config), clock)
+    (
+        layer_for(engine_with(&config, clock.clone()), &config),
+        clock,
+    )
 }
 
 /// Starts a request whose inner service answers 200 once `go` is told

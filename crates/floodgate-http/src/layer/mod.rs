@@ -96,8 +96,8 @@ mod shed;
 
 pub use body::FloodgateBody;
 pub use config::{
-    Adaptive, AdaptiveQueue, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError, PeerAddr, PeerFn,
-    QueueLimit, QueueOrder, Shedding, default_peer,
+    Adaptive, AdaptiveQueue, ClientAddr, KeyedQueueLimit, LayerSettings, LowPriority, OnError,
+    PeerAddr, PeerFn, QueueLimit, QueueOrder, Shedding, default_peer,
 };
 pub use layer::{FloodgateLayer, FloodgateService};
 pub use read::LAYER;

@@ -22,13 +22,13 @@ use floodgate_policy::{Backend, Code, EngineError, Fallback, PolicySet};
 use http::{HeaderMap, Request, Response as HttpResponse};
 use pin_project_lite::pin_project;
 
+use super::adaptive::{Admission, Priority};
 use super::admission;
 use super::body::FloodgateBody;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
 use super::requests::RequestResult;
 use super::shared::{Held, Hold, LayerStats, Scratch, Shared};
-use super::adaptive::{Admission, Priority};
 use super::shed::{Queued, ShedHold};
 use crate::contract::{HeaderBuf, QuotaUnit, RATELIMIT, RATELIMIT_POLICY, Rejection, Verdict};
 
@@ -141,16 +141,12 @@ where
             });
         }
         ShedOutcome::Wait(queued) => {
-            let fut = after_queue(shared.clone(), queued, req, client, keep, inner);
+            let pinned = pinned.cloned();
+            let fut = after_queue(shared.clone(), queued, req, (client, pinned), keep, inner);
             return state(State::Waiting { fut: Box::pin(fut) });
         }
     }
-    let mut held = describe(shared, &req, client);
-    let response = &mut held.scratch().response;
-    match pinned {
-        Some(policy) => response.pin(policy),
-        None => response.unpin(),
-    }
+    let mut held = describe(shared, &req, (client, pinned));
     // The layer's queues wait; so does a request that may have to be
     // rejected for want of a delay slot (it is first decided without
     // charging: see `steps`).
@@ -180,11 +176,12 @@ where
 }
 
 /// The request's descriptors, built in pooled buffers, for `client` (none:
-/// its peer is looked up in the request's extensions).
+/// its peer is looked up in the request's extensions), to be decided
+/// under the `pinned` policy (none: the engine's current one).
 fn describe<B: Backend, C: Clock + 'static, T>(
     shared: &Arc<Shared<B, C>>,
     req: &Request<T>,
-    client: Option<ClientAddr>,
+    (client, pinned): (Option<ClientAddr>, Option<&Arc<PolicySet>>),
 ) -> Held<B, C> {
     let mut held = Held {
         shared: shared.clone(),
@@ -196,6 +193,10 @@ fn describe<B: Backend, C: Clock + 'static, T>(
     });
     let s = held.scratch();
     s.prerendered = false;
+    match pinned {
+        Some(policy) => s.response.pin(policy),
+        None => s.response.unpin(),
+    }
     let (peer, resolved) = (client.peer.ip(), client.resolved);
     let ext = req.extensions();
     shared
@@ -210,7 +211,7 @@ async fn after_queue<F, Fut, ReqBody, RB, E, B, C>(
     shared: Arc<Shared<B, C>>,
     queued: Queued<B, C>,
     req: Request<ReqBody>,
-    client: Option<ClientAddr>,
+    (client, pinned): (Option<ClientAddr>, Option<Arc<PolicySet>>),
     mut keep: Keep,
     inner: F,
 ) -> Result<Out<RB>, E>
@@ -223,7 +224,7 @@ where
     if let Some(rejected) = waited(&shared, queued, req.headers(), &mut keep).await {
         return Ok(full(rejected, RequestResult::Shed));
     }
-    let held = describe(&shared, &req, client);
+    let held = describe(&shared, &req, (client, pinned.as_ref()));
     steps(shared, held, keep, req, inner).await
 }
 
@@ -702,7 +703,11 @@ fn shed_answer<B: Backend, C: Clock + 'static>(
     LayerStats::inc(&shared.stats.shed);
     metrics::counter!("floodgate_http_shed_total", "class" => priority.label()).increment(1);
     shared.counted(RequestResult::Shed);
-    let retry_after = shared.settings.shedding.as_ref().and_then(|s| s.retry_after);
+    let retry_after = shared
+        .settings
+        .shedding
+        .as_ref()
+        .and_then(|s| s.retry_after);
     shared.contract.reject(
         Rejection::Overloaded { retry_after },
         headers,

@@ -118,7 +118,9 @@ impl<B: Backend, C: Clock + 'static> Queued<B, C> {
     pub(crate) async fn admitted(mut self) -> Option<ShedHold<B, C>> {
         let (shared, w) = (self.shared.clone(), self.waiter.as_mut()?);
         let limit = shared.adaptive.as_ref()?;
-        let left = w.deadline().saturating_duration_since(shared.engine.clock().now());
+        let left = w
+            .deadline()
+            .saturating_duration_since(shared.engine.clock().now());
         let ticket = match tokio::time::timeout(left, w.granted()).await {
             Ok(granted) => {
                 self.waiter = None;

@@ -38,7 +38,11 @@ fn shed(r: &Report) -> u64 {
 #[test]
 fn a_short_burst_above_the_limit_waits_instead_of_being_shed() {
     let without = run(&bursty());
-    let with = check("burst, queued", &with_queue(bursty(), QueueOrder::Codel), 0.59);
+    let with = check(
+        "burst, queued",
+        &with_queue(bursty(), QueueOrder::Codel),
+        0.59,
+    );
     eprintln!(
         "shed without the queue {}, with {}; goodput {:.4} → {:.4}",
         shed(&without),
@@ -54,8 +58,16 @@ fn a_short_burst_above_the_limit_waits_instead_of_being_shed() {
 #[test]
 fn with_the_queue_overload_waits_are_bounded_at_2x_and_10x() {
     for order in [QueueOrder::Codel, QueueOrder::Lifo] {
-        check(&format!("2x {order:?}"), &with_queue(steady(2.0), order), 0.95);
-        check(&format!("10x {order:?}"), &with_queue(steady(10.0), order), 0.90);
+        check(
+            &format!("2x {order:?}"),
+            &with_queue(steady(2.0), order),
+            0.95,
+        );
+        check(
+            &format!("10x {order:?}"),
+            &with_queue(steady(10.0), order),
+            0.90,
+        );
     }
 }
 
@@ -63,7 +75,21 @@ fn with_the_queue_overload_waits_are_bounded_at_2x_and_10x() {
 fn a_fifo_queue_under_overload_holds_requests_to_their_timeout() {
     // Oldest first, a standing queue makes every request wait about its
     // timeout: the p99 grows by it.
-    let mut codel = check("2x codel", &with_queue(steady(2.0), QueueOrder::Codel), 0.95);
-    let mut fifo = check_p99("2x fifo", &with_queue(steady(2.0), QueueOrder::Fifo), 0.95, 3.0);
-    assert!(fifo.p99() > codel.p99() + 0.05, "{} {}", fifo.p99(), codel.p99());
+    let mut codel = check(
+        "2x codel",
+        &with_queue(steady(2.0), QueueOrder::Codel),
+        0.95,
+    );
+    let mut fifo = check_p99(
+        "2x fifo",
+        &with_queue(steady(2.0), QueueOrder::Fifo),
+        0.95,
+        3.0,
+    );
+    assert!(
+        fifo.p99() > codel.p99() + 0.05,
+        "{} {}",
+        fifo.p99(),
+        codel.p99()
+    );
 }

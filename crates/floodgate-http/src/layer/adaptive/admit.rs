@@ -343,15 +343,13 @@ mod tests {
                     for _ in 0..2_000 {
                         let t = match l.admit(Priority::Critical, T0) {
                             Admission::Admitted(t) => t,
-                            Admission::Waiting(mut w) => {
-                                loop {
-                                    match w.try_granted() {
-                                        Waited::Granted(t) => break t,
-                                        Waited::Waiting => std::thread::yield_now(),
-                                        Waited::Shed => panic!("shed"),
-                                    }
+                            Admission::Waiting(mut w) => loop {
+                                match w.try_granted() {
+                                    Waited::Granted(t) => break t,
+                                    Waited::Waiting => std::thread::yield_now(),
+                                    Waited::Shed => panic!("shed"),
                                 }
-                            }
+                            },
                             Admission::Shed => continue,
                         };
                         served.fetch_add(1, Ordering::Relaxed);

@@ -123,7 +123,9 @@ impl<T> WaitQueue<T> {
     /// Takes out the oldest request of the lowest class waiting, if a
     /// newcomer of class `p` may push it out.
     fn evict(&mut self, p: Priority, now: Timestamp) -> Option<Entry<T>> {
-        let lowest = (p as usize..3).rev().find(|c| !self.classes[*c].is_empty())?;
+        let lowest = (p as usize..3)
+            .rev()
+            .find(|c| !self.classes[*c].is_empty())?;
         if lowest == p as usize && !self.lifo(now) {
             return None;
         }

@@ -112,9 +112,7 @@ fn read_queue(n: Node<'_>, errors: &mut Errors) -> Option<AdaptiveQueue> {
     if q.target > q.timeout {
         let at = map.get("target").unwrap_or(map.node());
         let (t, to) = (q.target, q.timeout);
-        errors.push(at.error(format!(
-            "target ({t:?}) must not be above timeout ({to:?})"
-        )));
+        errors.push(at.error(format!("target ({t:?}) must not be above timeout ({to:?})")));
     }
     deny_unknown(&map, QUEUE_KEYS, errors);
     Some(q)
