@@ -1,9 +1,11 @@
 //! The open-loop load generator: requests sent at a fixed arrival rate
 //! (Poisson or evenly spaced), each at its time whatever the answers to
 //! the others — unlike a closed loop, it does not slow down with the
-//! server. HTTP/1.1 keep-alive connections, as many as are in flight; a
-//! request not answered within the client timeout is given up (its
-//! connection closed).
+//! server. HTTP/2 (prior knowledge) over a few connections, the requests
+//! spread over them in turn: a request not answered within the client
+//! timeout is given up (its stream reset) without closing a connection —
+//! HTTP/1.1 would close one per timeout and open another, a storm of
+//! connections when the gateway falls behind.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -42,6 +44,8 @@ pub(super) struct Load {
     pub duration: Duration,
     /// The client timeout.
     pub timeout: Duration,
+    /// HTTP/2 connections.
+    pub connections: usize,
 }
 
 /// What became of one request.
@@ -106,7 +110,7 @@ type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 /// Sends the load and waits for the last counted answer (or its
 /// timeout): what became of the counted requests.
 pub(super) async fn run(load: &Load) -> Tally {
-    let client = client();
+    let clients: Vec<HttpClient> = (0..load.connections.max(1)).map(|_| client()).collect();
     let uri: http::Uri = format!("http://{}/", load.target)
         .parse()
         .expect("an address is a URI");
@@ -116,13 +120,16 @@ pub(super) async fn run(load: &Load) -> Tally {
     let mut requests = JoinSet::new();
     let mut tally = Tally::new();
     let mut at = start;
+    let mut sent = 0usize;
     while at < end {
         if at > Instant::now() {
             tokio::time::sleep_until(at).await;
         }
-        let (client, uri, timeout) = (client.clone(), uri.clone(), load.timeout);
+        let client = clients[sent % clients.len()].clone();
+        sent += 1;
+        let (uri, timeout) = (uri.clone(), load.timeout);
         let counted = at >= counted_from;
-        requests.spawn(async move { (counted, send(&client, uri, timeout).await) });
+        requests.spawn(async move { (counted, send(&client, uri, at, timeout).await) });
         while let Some(Ok((counted, (outcome, latency)))) = requests.try_join_next() {
             if counted {
                 tally.add(outcome, latency);
@@ -147,18 +154,24 @@ fn gap(load: &Load, rng: &mut fastrand::Rng) -> Duration {
     })
 }
 
-/// A keep-alive HTTP/1.1 client opening connections as requests need.
+/// An HTTP/2 client: one connection, its requests multiplexed on it.
 fn client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(usize::MAX)
+        .http2_only(true)
         .build(connector)
 }
 
-/// Sends one request: its outcome and latency.
-async fn send(client: &HttpClient, uri: http::Uri, timeout: Duration) -> (Outcome, Duration) {
-    let t0 = Instant::now();
+/// Sends one request due `at`: its outcome and latency, both from `at`
+/// (a request the generator sends late waits the longer, as one queued
+/// at the client would).
+async fn send(
+    client: &HttpClient,
+    uri: http::Uri,
+    at: Instant,
+    timeout: Duration,
+) -> (Outcome, Duration) {
     let request = Request::get(uri)
         .body(Empty::new())
         .expect("a GET without fields is a request");
@@ -169,9 +182,9 @@ async fn send(client: &HttpClient, uri: http::Uri, timeout: Duration) -> (Outcom
         let from_upstream = head.headers.contains_key(ANSWERED_BY);
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(classify(head.status, from_upstream))
     };
-    match tokio::time::timeout(timeout, answer).await {
-        Ok(Ok(outcome)) => (outcome, t0.elapsed()),
-        Ok(Err(_)) => (Outcome::Error, t0.elapsed()),
+    match tokio::time::timeout_at(at + timeout, answer).await {
+        Ok(Ok(outcome)) => (outcome, at.elapsed().min(timeout)),
+        Ok(Err(_)) => (Outcome::Error, at.elapsed().min(timeout)),
         Err(_) => (Outcome::TimedOut, timeout),
     }
 }

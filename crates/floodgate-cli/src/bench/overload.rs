@@ -37,8 +37,9 @@ pub(crate) struct OverloadArgs {
     /// Measured time of each run.
     #[arg(long, default_value = "5s", value_parser = floodgate_runtime::settings::positive_duration)]
     pub duration: Duration,
-    /// Unmeasured time before (the adaptive limit learns meanwhile).
-    #[arg(long, default_value = "2s", value_parser = floodgate_runtime::settings::duration)]
+    /// Unmeasured time before (the adaptive limit learns meanwhile: from
+    /// its `initial` 4, a few seconds).
+    #[arg(long, default_value = "5s", value_parser = floodgate_runtime::settings::duration)]
     pub warmup: Duration,
     /// The client timeout: a request not answered within it is given up.
     #[arg(long, default_value = "1s", value_parser = floodgate_runtime::settings::positive_duration)]
@@ -46,6 +47,11 @@ pub(crate) struct OverloadArgs {
     /// How arrivals are spaced.
     #[arg(long, value_enum, default_value = "poisson")]
     pub arrivals: Arrivals,
+    /// HTTP/2 connections of the load generator to the gateway (each takes
+    /// `gateway.limits.max_concurrent_streams` requests at once, 256 by
+    /// default).
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
     /// The gateway's `http.layer.shedding.adaptive` section with the
     /// limiter on (YAML).
     #[arg(long, default_value = "{}")]
@@ -163,6 +169,7 @@ async fn one_run(
         warmup: args.warmup,
         duration: args.duration,
         timeout: args.timeout,
+        connections: args.connections,
     };
     let cpu0 = cpu_time(gateway.pid());
     let tally = open_loop::run(&load).await;

@@ -2,13 +2,16 @@
 //! once, the others waiting their turn in arrival order, as in a server's
 //! worker pool; each takes a service time drawn for it and spent asleep
 //! (a timer, not the CPU the gateway in front needs). Its throughput is
-//! at most `servers / mean service time` requests a second.
+//! `servers / mean service time` requests a second under a queue: a
+//! server hands over at its deadline, not when its timer fires, so the
+//! timer's millisecond ticks and a late wake-up do not cost capacity.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::time::Instant;
 
 /// What serving one request takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,7 +31,10 @@ pub trait ServiceTime: Send + Sync + 'static {
 /// A pool of servers with a FIFO queue (clones share it).
 #[derive(Clone)]
 pub struct Capacity {
-    servers: Arc<Semaphore>,
+    /// Idle servers, each as the time it became free; the lock is taken
+    /// in arrival order (tokio's mutex is fair): the queue.
+    idle: Arc<Mutex<mpsc::UnboundedReceiver<Instant>>>,
+    free: mpsc::UnboundedSender<Instant>,
     count: Arc<AtomicUsize>,
     service: Arc<dyn ServiceTime>,
 }
@@ -37,12 +43,15 @@ impl Capacity {
     /// `servers` servers (at least 1), each request's work drawn from
     /// `service`.
     pub fn new(servers: usize, service: impl ServiceTime) -> Self {
-        let servers = servers.max(1);
-        Capacity {
-            servers: Arc::new(Semaphore::new(servers)),
-            count: Arc::new(servers.into()),
+        let (free, idle) = mpsc::unbounded_channel();
+        let capacity = Capacity {
+            idle: Arc::new(Mutex::new(idle)),
+            free,
+            count: Arc::new(AtomicUsize::new(0)),
             service: Arc::new(service),
-        }
+        };
+        capacity.set_servers(servers);
+        capacity
     }
 
     /// Serves one request: waits for a server (first come, first served),
@@ -51,13 +60,17 @@ impl Capacity {
     /// abandoned in the queue still costs its service time.
     pub(crate) async fn serve(&self) -> bool {
         let (done, answer) = oneshot::channel();
-        let (servers, service) = (self.servers.clone(), self.service.clone());
+        let this = self.clone();
+        let arrived = Instant::now();
         tokio::spawn(async move {
-            let Ok(_server) = servers.acquire_owned().await else {
+            let Some(free_since) = this.idle.lock().await.recv().await else {
                 return;
             };
-            let work = service.draw();
-            tokio::time::sleep(work.time).await;
+            let work = this.service.draw();
+            // Started when both were there: the server and the request.
+            let deadline = free_since.max(arrived) + work.time;
+            tokio::time::sleep_until(deadline).await;
+            let _ = this.free.send(deadline);
             let _ = done.send(work.fail);
         });
         answer.await.unwrap_or(true)
@@ -68,14 +81,15 @@ impl Capacity {
     pub fn set_servers(&self, servers: usize) {
         let servers = servers.max(1);
         let before = self.count.swap(servers, Ordering::Relaxed);
-        if servers > before {
-            self.servers.add_permits(servers - before);
-        } else if servers < before {
-            let gone = u32::try_from(before - servers).unwrap_or(u32::MAX);
-            let pool = self.servers.clone();
+        for _ in before..servers {
+            let _ = self.free.send(Instant::now());
+        }
+        if servers < before {
+            let idle = self.idle.clone();
             tokio::spawn(async move {
-                if let Ok(p) = pool.acquire_many_owned(gone).await {
-                    p.forget();
+                let mut idle = idle.lock().await;
+                for _ in servers..before {
+                    idle.recv().await;
                 }
             });
         }

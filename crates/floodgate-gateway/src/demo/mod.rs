@@ -21,9 +21,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-/// A field on every answer of the demo upstream, so that a client tells
-/// its answers (its failures included) from the gateway's own (a 503 of
-/// shedding, a 504 of an upstream timeout).
+/// A field on every answer of the demo upstream with a [`Capacity`], so
+/// that a client tells its answers (its failures included) from the
+/// gateway's own (a 503 of shedding, a 504 of an upstream timeout).
 pub const ANSWERED_BY: HeaderName = HeaderName::from_static("x-demo-upstream");
 
 /// Serves the demo upstream on `listener` forever; every answer is `body`.
@@ -64,6 +64,7 @@ async fn answer(
     capacity: Option<Capacity>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let _ = req.into_body().collect().await;
+    let marked = capacity.is_some();
     let failed = match capacity {
         Some(c) => c.serve().await,
         None => false,
@@ -74,7 +75,9 @@ async fn answer(
     }
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    headers.insert(ANSWERED_BY, HeaderValue::from_static("1"));
+    if marked {
+        headers.insert(ANSWERED_BY, HeaderValue::from_static("1"));
+    }
     Ok(res)
 }
 
