@@ -64,6 +64,9 @@ enum Outcome {
 
 /// The counted requests' outcomes.
 pub(super) struct Tally {
+    /// Every request sent, the warm-up's included.
+    pub all: u64,
+    /// The counted ones, and what became of them.
     pub sent: u64,
     pub ok: u64,
     pub shed: u64,
@@ -77,6 +80,7 @@ pub(super) struct Tally {
 impl Tally {
     fn new() -> Self {
         Tally {
+            all: 0,
             sent: 0,
             ok: 0,
             shed: 0,
@@ -120,12 +124,12 @@ pub(super) async fn run(load: &Load) -> Tally {
     let mut requests = JoinSet::new();
     let mut tally = Tally::new();
     let mut at = start;
-    let mut sent = 0usize;
+    let mut sent = 0;
     while at < end {
         if at > Instant::now() {
             tokio::time::sleep_until(at).await;
         }
-        let client = clients[sent % clients.len()].clone();
+        let client = clients[sent as usize % clients.len()].clone();
         sent += 1;
         let (uri, timeout) = (uri.clone(), load.timeout);
         let counted = at >= counted_from;
@@ -142,6 +146,7 @@ pub(super) async fn run(load: &Load) -> Tally {
             tally.add(outcome, latency);
         }
     }
+    tally.all = sent;
     tally
 }
 

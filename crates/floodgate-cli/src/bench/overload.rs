@@ -87,8 +87,6 @@ struct Run {
     tally: Tally,
     /// The gateway's CPU time over the whole run.
     gateway_cpu: Option<Duration>,
-    /// Requests sent over the whole run (warm-up included).
-    all_sent: f64,
 }
 
 impl Run {
@@ -182,7 +180,6 @@ async fn one_run(
         capacity,
         tally,
         gateway_cpu: cpu0.zip(cpu1).map(|(a, b)| b.saturating_sub(a)),
-        all_sent: load.rate * (args.warmup + args.duration).as_secs_f64(),
     })
 }
 
@@ -205,7 +202,7 @@ fn ms(d: Duration) -> f64 {
 /// The gateway's CPU µs per request sent (warm-up included).
 fn cpu_us(r: &Run) -> Option<f64> {
     r.gateway_cpu
-        .map(|c| c.as_secs_f64() * 1e6 / r.all_sent.max(1.0))
+        .map(|c| c.as_secs_f64() * 1e6 / r.tally.all.max(1) as f64)
 }
 
 fn json_line(r: &Run, args: &OverloadArgs, base: Duration, baseline: bool) -> String {
