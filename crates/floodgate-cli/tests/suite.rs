@@ -6,6 +6,7 @@ mod image_support;
 mod serve_support;
 
 mod admin_hosts;
+mod bench_overload;
 mod config_check;
 mod configmap_reload;
 mod dashboard;

@@ -8,9 +8,9 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 
 use super::cpu::cpu_time;
 use super::load::{ClosedLoop, Seen, connect, request};
+use super::process::{Proc, STARTS, free_port};
 
 /// Settings of `floodgate bench fleet`.
 #[derive(Args, Debug, Clone)]
@@ -83,25 +84,6 @@ pub(crate) struct FleetArgs {
     /// The `floodgate` binary to start (this one by default).
     #[arg(long)]
     pub floodgate: Option<PathBuf>,
-}
-
-/// Picks a free port on the loopback interface.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// How many times a server is started on new ports when the ones picked
-/// were taken before it bound them (by another process's connection).
-const STARTS: usize = 5;
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 struct RedisServer {

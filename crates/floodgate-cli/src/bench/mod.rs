@@ -1,12 +1,18 @@
 //! `floodgate bench`: a closed-loop load generator for Envoy RLS servers,
 //! a fleet of `floodgate serve` processes on one Redis measured under it,
-//! a do-nothing RLS server (the harness's ceiling), and a tiny upstream
-//! for the gateway.
+//! a do-nothing RLS server (the harness's ceiling), an upstream for the
+//! gateway (tiny, or of a limited capacity), and the gateway's adaptive
+//! limit measured in front of that upstream under open-loop overload.
 
+mod capacity;
 mod cpu;
 mod fleet;
+mod gateway;
 mod load;
 mod null;
+mod open_loop;
+mod overload;
+mod process;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -31,8 +37,14 @@ pub(crate) enum BenchCommand {
         addr: SocketAddr,
     },
     /// A tiny HTTP/1.1 and HTTP/2 upstream answering 200 with a small body
-    /// (for the gateway's quick start and benchmarks).
+    /// (for the gateway's quick start and benchmarks); with `--servers`, of
+    /// a limited capacity: a worker pool with a queue and a service time.
     Upstream(UpstreamArgs),
+    /// The gateway with the adaptive concurrency limit and without it, in
+    /// front of a capacity-limited upstream, under open-loop load at
+    /// multiples of its capacity: goodput and p99 against the unloaded
+    /// p99, one row (or JSON line) per run.
+    Overload(Box<overload::OverloadArgs>),
 }
 
 /// Load generator settings.
@@ -87,6 +99,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Fleet(args) => runtime()?.block_on(fleet::run(*args)),
         BenchCommand::NullRls { addr } => runtime()?.block_on(null::serve(addr)),
         BenchCommand::Upstream(args) => run_upstream(args),
+        BenchCommand::Overload(args) => runtime()?.block_on(overload::run(*args)),
     }
 }
 
@@ -102,15 +115,40 @@ pub(crate) struct UpstreamArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub workers: Option<usize>,
+    #[command(flatten)]
+    pub capacity: capacity::CapacityArgs,
+    /// With `--servers`: the servers from given times on, e.g.
+    /// `10s:4,20s:8` (halved after 10 s, back after 20 s).
+    #[arg(long, value_delimiter = ',', value_parser = capacity::schedule_step)]
+    pub capacity_schedule: Vec<(Duration, usize)>,
 }
 
 /// Serves the demo upstream forever.
 fn run_upstream(args: UpstreamArgs) -> anyhow::Result<()> {
     let rt = floodgate_runtime::host::runtime(args.workers, "upstream")?;
-    eprintln!("upstream listening on http://{}", args.listen);
-    rt.block_on(floodgate_gateway::demo::run_demo(
-        args.listen,
-        bytes::Bytes::from(args.body.into_bytes()),
-    ))
-    .with_context(|| format!("listen on {}", args.listen))
+    let body = bytes::Bytes::from(args.body.into_bytes());
+    let listen = args.listen;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .with_context(|| format!("listen on {listen}"))?;
+    let Some(servers) = args.capacity.servers else {
+        eprintln!("upstream listening on http://{listen}");
+        rt.block_on(floodgate_gateway::demo::serve_demo(listener, body));
+        return Ok(());
+    };
+    let servers = args.capacity.servers_or(servers)?;
+    let capacity = args.capacity.capacity(servers);
+    eprintln!(
+        "upstream listening on http://{listen}: {servers} servers × {:?} mean, {:.0} req/s",
+        args.capacity.mean(),
+        args.capacity.rate(servers)
+    );
+    rt.spawn(capacity::follow_schedule(
+        capacity.clone(),
+        args.capacity_schedule,
+    ));
+    rt.block_on(floodgate_gateway::demo::serve_with_capacity(
+        listener, body, capacity,
+    ));
+    Ok(())
 }

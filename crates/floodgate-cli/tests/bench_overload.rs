@@ -1,0 +1,99 @@
+//! `floodgate bench overload`: the real gateway, with the adaptive
+//! concurrency limit and without it, in front of the capacity-limited
+//! bench upstream under open-loop load at twice its capacity. The bounds
+//! are loose enough for a loaded two-core machine and a debug build; the
+//! figures of a quiet machine are in docs/benchmarks.md.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["bench", "overload"])
+        .args(args)
+        .output()
+        .expect("floodgate bench overload")
+}
+
+/// The JSON line of the run at `offered` with the limiter `on` or off.
+fn run(runs: &[Value], offered: f64, on: bool) -> &Value {
+    runs.iter()
+        .find(|r| r["offered"] == offered && r["limiter"] == on && r["baseline"] == false)
+        .unwrap_or_else(|| panic!("no run at {offered}× with the limiter {on}: {runs:?}"))
+}
+
+/// At twice the capacity (8 servers × 20 ms: 400 requests a second), the
+/// adaptive limit keeps most of the capacity doing useful work at a
+/// latency near the unloaded one; without it the upstream's queue grows
+/// until every request waits past the client's timeout.
+#[test]
+fn the_adaptive_limit_keeps_goodput_at_twice_the_capacity() {
+    let out = bench(&[
+        "--servers",
+        "8",
+        "--service",
+        "20ms",
+        "--loads",
+        "2",
+        // The limit starts at 4 and grows once the no-load latency is
+        // learned: about 3.5 s at this rate.
+        "--warmup",
+        "6s",
+        "--duration",
+        "3s",
+        "--timeout",
+        "1s",
+        "--json",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let runs: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let seen = format!("{stdout}\n{stderr}");
+    let (on, off) = (run(&runs, 2.0, true), run(&runs, 2.0, false));
+    let num = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {seen}"));
+    assert!(num(on, "goodput") >= 0.6, "{seen}");
+    assert!(num(on, "p99_ratio") <= 5.0, "{seen}");
+    assert!(num(on, "shed") > 0.0, "{seen}");
+    // The collapse the limit prevents.
+    assert!(num(off, "goodput") <= 0.3, "{seen}");
+    assert!(
+        num(off, "p99_ratio") >= 3.0 * num(on, "p99_ratio"),
+        "{seen}"
+    );
+    assert_eq!(num(off, "shed"), 0.0, "{seen}");
+}
+
+/// Flags that make no comparison are refused before anything starts,
+/// with what is wrong.
+#[test]
+fn bad_flags_are_refused() {
+    for (args, says) in [
+        (&["--servers", "0"][..], "--servers must be at least 1"),
+        (
+            &["--service-dist", "gauss"],
+            "unknown service-time distribution",
+        ),
+        (
+            &["--service-dist", "bimodal:1.5:100ms"],
+            "must be from 0 to 1",
+        ),
+        (&["--loads", "0"], "--loads must be multiples"),
+        (&["--loads=2,-1"], "--loads must be multiples"),
+        (&["--fail", "1"], "--fail must be a share"),
+        (&["--service", "0"], "--service must be above zero"),
+        (&["--limiter", "maybe"], "neither on nor off"),
+    ] {
+        let out = bench(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} ran");
+    }
+}
