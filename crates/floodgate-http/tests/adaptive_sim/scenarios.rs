@@ -178,6 +178,26 @@ fn an_error_burst_lowers_the_limit_which_recovers_after() {
 }
 
 #[test]
+fn a_steady_share_of_failures_is_not_taken_for_overload() {
+    // One request in ten fails whatever the load (a broken replica behind
+    // the upstream's balancer): below capacity, nothing is shed for it.
+    let mut failing = phase(0.0, SERVERS, SERVICE);
+    failing.fail = 0.1;
+    let r = run(&scenario(0.8, vec![failing]));
+    let admitted = r.admitted_share(Priority::Default);
+    assert!(
+        admitted >= 0.99,
+        "admitted {admitted:.3}, limits {:?}",
+        r.limits
+    );
+    assert!(
+        r.goodput() >= 0.8 * 0.9 * 0.97,
+        "goodput {:.3}",
+        r.goodput()
+    );
+}
+
+#[test]
 fn an_outage_lowers_the_limit_never_to_zero_and_it_recovers() {
     // Nothing completes for two seconds: requests time out (overload).
     let phases = vec![

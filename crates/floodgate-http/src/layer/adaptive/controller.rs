@@ -39,6 +39,11 @@ impl Window {
         self.successes + self.errors
     }
 
+    /// The share of the requests that failed (0 without requests).
+    fn failed_share(&self) -> f64 {
+        self.errors as f64 / self.total().max(1) as f64
+    }
+
     /// Completions a second.
     fn rate(&self) -> f64 {
         self.completed as f64 * 1e9 / self.elapsed.max(1) as f64
@@ -77,6 +82,11 @@ pub struct Controller {
     rate: f64,
     /// The mean latency of the last interval that was not a drain.
     before_drain: f64,
+    /// The share of requests that fail without overload (measured when
+    /// the baseline is: at the first measured interval, then a moving
+    /// average over drains): a broken replica behind the upstream fails
+    /// its share at any load, and only failures above it are overload's.
+    background: f64,
 }
 
 impl Controller {
@@ -94,6 +104,7 @@ impl Controller {
             last_mean: 0.0,
             rate: 0.0,
             before_drain: 0.0,
+            background: 0.0,
         }
     }
 
@@ -176,6 +187,7 @@ impl Controller {
         let gradient = match (self.baseline, w.mean()) {
             (None, Some(mean)) => {
                 self.baseline = Some(mean);
+                self.background = w.failed_share();
                 return self.limit();
             }
             (None, None) => self.adjust(f64::MAX, None, w),
@@ -221,6 +233,8 @@ impl Controller {
     fn end_drain(&mut self, w: &Window) {
         let deep = self.draining == 2;
         self.draining = 0;
+        // Slowly: a burst of failures met by a drain stays a signal.
+        self.background = self.background * 0.75 + w.failed_share() * 0.25;
         let (Some(mean), Some(b)) = (w.mean(), self.baseline) else {
             self.descent = 0;
             return;
@@ -233,6 +247,19 @@ impl Controller {
         let lower = deep && !idle && mean < b * 0.95 && self.descent < 5;
         self.descent = if lower { self.descent + 1 } else { 0 };
         self.baseline = Some(if idle { mean } else { mean.min(b) });
+    }
+
+    /// The share of `w`'s requests that failed beyond the background
+    /// share, less two standard errors of that share (a window of a
+    /// hundred requests failing one in ten at random varies by ±3 %):
+    /// what overload made fail.
+    fn excess_failures(&self, w: &Window) -> f64 {
+        if w.errors == 0 {
+            return 0.0;
+        }
+        let p = self.background;
+        let noise = 2.0 * (p * (1.0 - p) / w.total() as f64).sqrt();
+        w.failed_share() - p - noise
     }
 
     /// Whether the limit was used: at some completion, at least half of the
@@ -258,9 +285,9 @@ impl Controller {
         let mut gradient = mean.map_or(MIN_GRADIENT, |m| target / m.max(1.0));
         gradient = gradient.clamp(MIN_GRADIENT, 1.0 + tol);
         let mut grow = self.used(w);
-        if w.errors > 0 {
-            let failed = w.errors as f64 / w.total() as f64;
-            gradient = gradient.min(1.0 - failed).max(MIN_GRADIENT);
+        let excess = self.excess_failures(w);
+        if excess > 0.0 {
+            gradient = gradient.min(1.0 - excess).max(MIN_GRADIENT);
             grow = false;
         }
         if !grow {

@@ -35,9 +35,11 @@
 //! those it admitted have completed by its end).
 //!
 //! **Errors and timeouts** (the layer counts a 502, 503 or 504 answer, and
-//! an error of the inner service) are overload: an interval with a share
-//! `f` of failures caps the gradient at `1 − f` (not below 0.5) and stops
-//! growth. Their latencies are not samples (an upstream failing fast would
+//! an error of the inner service) are overload beyond the share that fails
+//! without it (measured with the no-load latency: at the first measured
+//! interval, then a slow moving average over drains): an interval whose
+//! share of failures exceeds it by `e` (less two standard errors) caps
+//! the gradient at `1 − e` (not below 0.5) and stops growth. Their latencies are not samples (an upstream failing fast would
 //! look fast). A request whose client went away tells nothing.
 //!
 //! # The no-load latency
