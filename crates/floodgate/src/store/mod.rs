@@ -56,6 +56,7 @@ mod lock;
 mod prefetch;
 mod shard;
 mod slot;
+mod spread;
 mod visit;
 mod zone;
 
@@ -72,6 +73,7 @@ use full::without_room;
 use prefetch::Prefetch;
 use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
+use spread::Spread;
 
 pub use batch::Item;
 pub use full::WhenFull;
@@ -138,8 +140,9 @@ pub struct Store<K, S> {
     /// middle bits, and with the fast variant some process-wide seeds send
     /// whole ranges of sequential keys (user ids) to a few shards.
     hasher: foldhash::quality::RandomState,
-    mask: usize,
-    shard_cap: usize,
+    spread: Spread,
+    /// The shards' capacities added up.
+    capacity: usize,
     when_full: WhenFull,
     prefetch: Prefetch,
     /// Reclaimed and evicted keys, and new keys admitted and denied when
@@ -166,14 +169,18 @@ where
         let shards = config
             .shards
             .min(config.capacity.min(1 << 16).next_power_of_two());
-        let shard_cap = config.capacity.div_ceil(shards);
+        let spread = Spread::new(shards);
+        let shards: Shards<K, S> = spread
+            .caps(config.capacity)
+            .map(|cap| Slot::new(Shard::new(cap)))
+            .collect();
         Ok(Store {
-            shards: (0..shards)
-                .map(|_| Slot::new(Shard::new(shard_cap)))
-                .collect(),
+            capacity: shards
+                .iter()
+                .fold(0, |sum: usize, s| sum.saturating_add(s.lock().cap())),
+            shards,
             hasher: foldhash::quality::RandomState::default(),
-            mask: shards - 1,
-            shard_cap,
+            spread,
             when_full: config.when_full,
             prefetch: Prefetch::detect(),
             counters: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
@@ -186,10 +193,10 @@ where
     }
 
     /// Shard from bits the table does not use for buckets (low bits) or
-    /// tags (top seven bits).
+    /// tags (top seven bits), in staggered shares (see [`Spread`]).
     #[inline]
     fn shard_of(&self, hash: u64) -> usize {
-        (hash >> 40) as usize & self.mask
+        self.spread.shard_of(hash)
     }
 
     fn record(&self, swept: Swept) {
@@ -300,7 +307,7 @@ where
         now: Timestamp,
     ) -> (Swept, bool) {
         let touched = shard.tick();
-        let (swept, room) = shard.before_insert(now, self.shard_cap, touched, self.when_full);
+        let (swept, room) = shard.before_insert(now, touched, self.when_full);
         if !room {
             return (swept, false);
         }
@@ -395,15 +402,32 @@ where
         self.shards.iter().map(|s| s.lock().table.capacity()).sum()
     }
 
+    /// The bytes of one entry: the key, its state, its idle time and its
+    /// LRU tick (4 bytes each), aligned.
+    pub const ENTRY: usize = std::mem::size_of::<Entry<K, S>>();
+
+    /// Bytes the shards' tables take: each bucket holds an entry of
+    /// [`ENTRY`](Self::ENTRY) bytes and a control byte, each table a group
+    /// of control bytes more.
+    pub fn bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| match s.lock().table.num_buckets() {
+                0 => 0,
+                n => n * (Self::ENTRY + 1) + shard::GROUP,
+            })
+            .sum()
+    }
+
     /// What the store does with a new key when full.
     pub fn when_full(&self) -> WhenFull {
         self.when_full
     }
 
-    /// The configured capacity (rounded up to a multiple of the shards,
+    /// The configured capacity (each shard's share rounded up,
     /// saturating).
     pub fn capacity(&self) -> usize {
-        self.shard_cap.saturating_mul(self.shards.len())
+        self.capacity
     }
 
     /// Counters.

@@ -1,0 +1,110 @@
+//! Which shard a hash belongs to: shards of staggered sizes, so that their
+//! tables do not all grow at once.
+//!
+//! A hash table doubles when it is 7/8 full, so it sits between 7/16 and
+//! 7/8 full. Were the shards of equal size, they would all double at the
+//! same number of keys and the whole store would swing between 44 % and
+//! 87.5 % full (69 and 38 bytes a key for 32-byte entries). Instead the
+//! shards' shares of the keys grow geometrically over one octave (the last
+//! shard's share is twice the first's), so at any number of keys their
+//! tables stand at evenly spread points of their growth: together they are
+//! about 63 % full whatever the count (52–56 bytes a key for 32-byte
+//! entries). Each shard's capacity is the same share of the store's.
+//!
+//! The shares are drawn from [`CLASSES`] size classes (2^(c/C) for class
+//! `c` of `C`), each given a run of the [`SLICES`] slices of twelve hash
+//! bits; with more shards than classes, each class is split evenly by ten
+//! further bits.
+
+/// The most size classes: enough for an even spread, few enough that each
+/// has some 45–90 slices of [`SLICES`].
+const CLASSES: usize = 64;
+/// The slices of hash bits shared out among the classes.
+const SLICES: usize = 1 << 12;
+/// The class's slice: twelve bits below the table's tag bits (the top
+/// seven) and above any bucket index.
+const CLASS_SHIFT: u32 = 44;
+/// The shard within its class: ten bits below those.
+const WITHIN_SHIFT: u32 = 34;
+
+/// Where each hash goes (see the module docs).
+pub(crate) struct Spread {
+    /// The class of each slice, in ascending runs.
+    class_of: Box<[u8; SLICES]>,
+    /// Slices per class.
+    slices: Box<[u16]>,
+    /// log2 of the shards per class.
+    split: u32,
+}
+
+impl Spread {
+    /// The spread over `shards` shards, a power of two up to 2^16.
+    pub(crate) fn new(shards: usize) -> Self {
+        let classes = shards.min(CLASSES);
+        let bound = |c: usize| {
+            let share = (c as f64 / classes as f64).exp2() - 1.0;
+            (share * SLICES as f64).round() as usize
+        };
+        let mut class_of = Box::new([0u8; SLICES]);
+        let mut slices = Vec::with_capacity(classes);
+        for c in 0..classes {
+            let run = bound(c)..bound(c + 1);
+            slices.push(run.len() as u16);
+            class_of[run].fill(c as u8);
+        }
+        Spread {
+            class_of,
+            slices: slices.into(),
+            split: (shards / classes).trailing_zeros(),
+        }
+    }
+
+    /// The shard of `hash`.
+    #[inline]
+    pub(crate) fn shard_of(&self, hash: u64) -> usize {
+        let class = self.class_of[(hash >> CLASS_SHIFT) as usize & (SLICES - 1)] as usize;
+        let within = (hash >> WITHIN_SHIFT) as usize & ((1 << self.split) - 1);
+        (class << self.split) | within
+    }
+
+    /// Each shard's capacity: its share of `capacity`, rounded up.
+    pub(crate) fn caps(&self, capacity: usize) -> impl Iterator<Item = usize> + '_ {
+        let per_class = 1usize << self.split;
+        let whole = (SLICES as u128) << self.split;
+        self.slices.iter().flat_map(move |&s| {
+            let cap = (capacity as u128 * u128::from(s)).div_ceil(whole).max(1);
+            std::iter::repeat_n(cap as usize, per_class)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLASS_SHIFT, SLICES, Spread};
+
+    /// Every shard is reached, its share follows its class, and the
+    /// capacities add up to the store's (plus at most one per shard).
+    #[test]
+    fn shares_grow_over_one_octave() {
+        for shards in [1, 2, 8, 64, 256, 1 << 16] {
+            let spread = Spread::new(shards);
+            let mut seen = vec![0u64; shards];
+            for slice in 0..SLICES as u64 {
+                for within in 0..1024u64 {
+                    let hash = (slice << CLASS_SHIFT) | (within << super::WITHIN_SHIFT);
+                    seen[spread.shard_of(hash)] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&n| n > 0), "{shards} shards");
+            if shards >= 64 {
+                let (first, last) = (seen[0], seen[shards - 1]);
+                let ratio = last as f64 / first as f64;
+                assert!((1.9..2.1).contains(&ratio), "{shards}: {ratio}");
+            }
+            let caps: Vec<usize> = spread.caps(1_000_000).collect();
+            assert_eq!(caps.len(), shards);
+            let total: usize = caps.iter().sum();
+            assert!((1_000_000..=1_000_000 + shards).contains(&total), "{total}");
+        }
+    }
+}
