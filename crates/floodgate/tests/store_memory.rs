@@ -374,3 +374,19 @@ fn memory_per_key_stays_low_at_every_count() {
         assert!(worst <= 60.0, "{figures:?}");
     }
 }
+
+/// Entry sizes: a 16-byte state with a `u64` key is a 32-byte entry, and
+/// the state of any kind ([`AnyState`], 24 bytes: the largest unboxed
+/// state, 16 bytes, and its kind) a 40-byte one.
+///
+/// [`AnyState`]: floodgate::algorithms::AnyState
+#[test]
+fn entries_are_compact() {
+    use floodgate::Store;
+    use floodgate::algorithms::{AnyState, GcraState, SlidingWindowState, WindowState};
+    assert_eq!(std::mem::size_of::<AnyState>(), 24);
+    assert_eq!(Store::<u64, AnyState>::ENTRY, 40);
+    assert_eq!(Store::<u64, GcraState>::ENTRY, 32);
+    assert_eq!(Store::<u64, WindowState>::ENTRY, 32);
+    assert_eq!(Store::<u64, SlidingWindowState>::ENTRY, 32);
+}
