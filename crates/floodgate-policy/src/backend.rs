@@ -229,6 +229,12 @@ impl MemoryBackend {
         &self.store
     }
 
+    /// Bytes the store's tables take once `keys` counters are held in a
+    /// store sized by `config` (see [`Store::bytes_holding`]).
+    pub fn bytes_holding(config: StoreConfig, keys: usize) -> usize {
+        Store::<KeyId, AnyState>::bytes_holding(config, keys)
+    }
+
     /// Counters held in nginx zones (shaper limits whose node expiry can
     /// change a decision), which the [`store`](Self::store) does not hold.
     pub fn zone_keys(&self) -> usize {

@@ -117,6 +117,8 @@ impl StoreConfig {
 pub struct StoreStats {
     /// Keys currently held.
     pub keys: usize,
+    /// Bytes their tables take ([`Store::bytes`]).
+    pub bytes: usize,
     /// Keys dropped because their state had become equal to a fresh key's.
     pub reclaimed: u64,
     /// Keys evicted (least recently used first) because the store was full
@@ -132,6 +134,17 @@ pub struct StoreStats {
 }
 
 type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
+
+/// The shards of a store sized by `config`: as configured, but no more than
+/// the capacity rounded up to a power of two (and at least one).
+fn shard_count(config: StoreConfig) -> usize {
+    let most = config.capacity.clamp(1, 1 << 16).next_power_of_two();
+    config
+        .shards
+        .clamp(1, 1 << 16)
+        .next_power_of_two()
+        .min(most)
+}
 
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
@@ -166,10 +179,7 @@ where
                 format!("must be a power of two up to 65536 (got {})", config.shards),
             ));
         }
-        let shards = config
-            .shards
-            .min(config.capacity.min(1 << 16).next_power_of_two());
-        let spread = Spread::new(shards);
+        let spread = Spread::new(shard_count(config));
         let shards: Shards<K, S> = spread
             .caps(config.capacity)
             .map(|cap| Slot::new(Shard::new(cap)))
@@ -408,14 +418,19 @@ where
 
     /// Bytes the shards' tables take: each bucket holds an entry of
     /// [`ENTRY`](Self::ENTRY) bytes and a control byte, each table a group
-    /// of control bytes more.
+    /// of control bytes more. What a state allocates beside its entry (a
+    /// sliding log's entries, sub-window counts) is not counted.
     pub fn bytes(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| match s.lock().table.num_buckets() {
-                0 => 0,
-                n => n * (Self::ENTRY + 1) + shard::GROUP,
-            })
+        self.shards.iter().map(|s| s.lock().bytes()).sum()
+    }
+
+    /// Bytes the tables of a store sized by `config` take once `keys` keys
+    /// (up to its capacity) have been inserted: what [`bytes`](Self::bytes)
+    /// then reports, give or take the keys' uneven spread over the shards.
+    pub fn bytes_holding(config: StoreConfig, keys: usize) -> usize {
+        Spread::new(shard_count(config))
+            .caps(keys.min(config.capacity))
+            .map(|n| shard::table_bytes::<K, S>(shard::buckets_holding(n)))
             .sum()
     }
 
@@ -424,16 +439,20 @@ where
         self.when_full
     }
 
-    /// The configured capacity (each shard's share rounded up,
-    /// saturating).
+    /// The configured capacity (but at least one key per shard).
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Counters.
     pub fn stats(&self) -> StoreStats {
+        let (keys, bytes) = self.shards.iter().fold((0, 0), |(keys, bytes), s| {
+            let shard = s.lock();
+            (keys + shard.table.len(), bytes + shard.bytes())
+        });
         StoreStats {
-            keys: self.len(),
+            keys,
+            bytes,
             reclaimed: self.counters[0].load(Ordering::Relaxed),
             evictions: self.counters[1].load(Ordering::Relaxed),
             admitted_full: self.counters[2].load(Ordering::Relaxed),

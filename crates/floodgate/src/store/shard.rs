@@ -53,6 +53,25 @@ pub(crate) struct Shard<K, S> {
     full_in: u64,
 }
 
+/// Bytes a table of `buckets` buckets takes.
+pub(crate) fn table_bytes<K, S>(buckets: usize) -> usize {
+    match buckets {
+        0 => 0,
+        n => n * (std::mem::size_of::<Entry<K, S>>() + 1) + GROUP,
+    }
+}
+
+/// The buckets of a table grown to hold `keys`: it doubles when 7/8 full
+/// (tables of fewer than 8 buckets hold one less than their buckets).
+pub(crate) fn buckets_holding(keys: usize) -> usize {
+    match keys {
+        0 => 0,
+        1..4 => 4,
+        4..8 => 8,
+        _ => (keys.saturating_mul(8) / 7).next_power_of_two(),
+    }
+}
+
 /// [`Shard::full_in`] before any sweep has found the shard full.
 const NEVER: u64 = u64::MAX;
 
@@ -126,6 +145,12 @@ impl<K, S> Shard<K, S> {
             base: 0,
             full_in: NEVER,
         }
+    }
+
+    /// Bytes the table takes: an entry and a control byte per bucket, and
+    /// a group of control bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        table_bytes::<K, S>(self.table.num_buckets())
     }
 
     /// The most entries held.
