@@ -44,12 +44,15 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// RSS growth from `keys()` keys charged `cost` each, at one instant (so
+/// that no key turns idle while they are inserted, however long that takes).
 fn fill<A: Algorithm>(limit: A, cost: u64) -> u64 {
     let before = rss_bytes();
-    let limiter: RateLimiter<u64, A> = RateLimiter::with_config(
+    let clock = floodgate::ManualClock::new(floodgate::Timestamp::from_secs(1_700_000_000));
+    let limiter: RateLimiter<u64, A, _> = RateLimiter::with_config(
         limit,
         StoreConfig::with_capacity(2 * keys() as usize),
-        floodgate::SystemClock,
+        &clock,
     )
     .unwrap();
     for k in 0..keys() {
