@@ -336,7 +336,7 @@ fn keys_outlive_the_year_2106() {
 /// Bytes per key held, for the algorithms whose states are 16 bytes (a
 /// 32-byte entry with a `u64` key), at every 50 000 keys from 100 000 to
 /// 1 000 000: the shards' staggered sizes keep the tables about 63 % full
-/// at any count (52–56 bytes a key), where shards of one size swing
+/// at any count (52–57 bytes a key), where shards of one size swing
 /// between 44 % and 87.5 % (69 bytes a key at 1 000 000). What the store
 /// reports is what [`Store::bytes_holding`] foresees, within 5 %.
 ///

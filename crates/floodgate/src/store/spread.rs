@@ -8,7 +8,7 @@
 //! shards' shares of the keys grow geometrically over one octave (the last
 //! shard's share is twice the first's), so at any number of keys their
 //! tables stand at evenly spread points of their growth: together they are
-//! about 63 % full whatever the count (52–56 bytes a key for 32-byte
+//! about 63 % full whatever the count (52–57 bytes a key for 32-byte
 //! entries). Each shard's capacity is the same share of the store's.
 //!
 //! The shares are drawn from [`CLASSES`] size classes (2^(c/C) for class
