@@ -29,12 +29,16 @@ const WITHIN_SHIFT: u32 = 34;
 
 /// Where each hash goes (see the module docs).
 pub(crate) struct Spread {
-    /// The class of each slice, in ascending runs.
-    class_of: Box<[u8; SLICES]>,
+    /// The first shard of each slice's class, in ascending runs (held
+    /// inline, and shifted already: fewer instructions per decision).
+    first_of: [u16; SLICES],
     /// Slices per class.
     slices: Box<[u16]>,
     /// log2 of the shards per class.
     split: u32,
+    /// The shards per class, less one: the mask of the bits choosing among
+    /// them.
+    within: usize,
 }
 
 impl Spread {
@@ -45,26 +49,27 @@ impl Spread {
             let share = (c as f64 / classes as f64).exp2() - 1.0;
             (share * SLICES as f64).round() as usize
         };
-        let mut class_of = Box::new([0u8; SLICES]);
+        let split = (shards / classes).trailing_zeros();
+        let mut first_of = [0u16; SLICES];
         let mut slices = Vec::with_capacity(classes);
         for c in 0..classes {
             let run = bound(c)..bound(c + 1);
             slices.push(run.len() as u16);
-            class_of[run].fill(c as u8);
+            first_of[run].fill((c << split) as u16);
         }
         Spread {
-            class_of,
+            first_of,
             slices: slices.into(),
-            split: (shards / classes).trailing_zeros(),
+            split,
+            within: (1 << split) - 1,
         }
     }
 
     /// The shard of `hash`.
     #[inline]
     pub(crate) fn shard_of(&self, hash: u64) -> usize {
-        let class = self.class_of[(hash >> CLASS_SHIFT) as usize & (SLICES - 1)] as usize;
-        let within = (hash >> WITHIN_SHIFT) as usize & ((1 << self.split) - 1);
-        (class << self.split) | within
+        let first = self.first_of[(hash >> CLASS_SHIFT) as usize & (SLICES - 1)] as usize;
+        first | (hash >> WITHIN_SHIFT) as usize & self.within
     }
 
     /// Each shard's capacity: its share of `capacity`, rounded so that
