@@ -160,6 +160,9 @@ fn print_summary(l: &floodgate_runtime::host::Loaded, label: &str) {
         c.policy.domains().count(),
         c.policy.rules().len()
     );
+    if let Some(line) = crate::memory_report::memory_report(&l.settings.store) {
+        println!("{line}");
+    }
     let sync = crate::sync_report::sync_report(&l.settings.store, &c.policy);
     if !sync.is_empty() {
         println!("decided in memory, shared through Redis:");

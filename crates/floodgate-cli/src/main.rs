@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod flags;
 mod healthcheck;
+mod memory_report;
 mod replay;
 mod sync_report;
 

@@ -27,6 +27,11 @@ fn valid_files_pass_and_invalid_ones_are_reported_with_positions() {
     let (ok, stdout, _) = check(&[good.to_str().unwrap()]);
     assert!(ok);
     assert!(stdout.contains("1 domain(s), 1 rule(s)"), "{stdout}");
+    // The default store: a million keys in memory, and what they take.
+    assert!(
+        stdout.contains("in-memory store: ") && stdout.contains("1000000 keys, "),
+        "{stdout}"
+    );
 
     let bad = dir.path().join("bad.yaml");
     std::fs::write(

@@ -3,14 +3,13 @@
 
 mod decided;
 mod held;
+mod key_id;
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use floodgate::algorithms::{AnyLimit, AnyState};
 use floodgate::{Apply, Decision, Store, StoreConfig, Timestamp};
-use siphasher::sip128::{Hasher128, SipHasher13};
 use smallvec::SmallVec;
 use thiserror::Error;
 
@@ -19,8 +18,10 @@ use crate::permit::Permit;
 use crate::sync_mode::{Held, SyncMode};
 use crate::zones::Zones;
 use held::HeldPermits;
+use key_id::KeyIds;
 
 pub use decided::{Decided, Fallback};
+pub use key_id::KeyId;
 
 /// One counter of a request: a key, its limit and the request's cost.
 #[derive(Clone, Copy, Debug)]
@@ -195,50 +196,20 @@ pub trait SyncBackend: Send + Sync {
     ) -> Decision;
 }
 
-/// The embedded store: counters in this process's memory.
-///
-/// A counter is held under a 128-bit keyed hash of its key (SipHash-1-3
-/// with a key drawn at random per store) instead of the key's bytes: an
-/// entry then holds no pointer to chase and no allocation of its own, so a
-/// decision touches one line less and a new key allocates nothing. Two
-/// distinct keys share a counter only if their 128-bit hashes collide,
-/// about 2⁻⁸⁹ for a million keys held, and the hash key is secret, so
-/// clients cannot aim at a collision.
+/// The embedded store: counters in this process's memory, each held
+/// under its key's [`KeyId`], a 64-bit keyed hash (see [`KeyId`] for what
+/// that changes: two keys share a counter with a chance of about n²/2⁶⁵
+/// among `n` keys held).
 ///
 /// The concurrency units each permit took of each key are remembered
 /// while they are held (one entry per permit and key, so never more
 /// entries than units held), and a release gives back at most those:
 /// permits cannot be forged, released twice, or released for another key.
 pub struct MemoryBackend {
-    store: Store<u128, AnyState>,
+    store: Store<KeyId, AnyState>,
     ids: KeyIds,
     zones: Zones,
     permits: HeldPermits,
-}
-
-/// The 128-bit identity of a counter key (see [`MemoryBackend`]).
-struct KeyIds {
-    k0: u64,
-    k1: u64,
-}
-
-impl KeyIds {
-    fn random() -> Self {
-        // `RandomState` is seeded from the OS once per process and differs
-        // per instance; its hashes of two constants are two secret words.
-        let seed = std::hash::RandomState::new();
-        KeyIds {
-            k0: seed.hash_one(0x243f_6a88_85a3_08d3_u64),
-            k1: seed.hash_one(0x1319_8a2e_0370_7344_u64),
-        }
-    }
-
-    #[inline]
-    fn of(&self, key: &[u8]) -> u128 {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write(key);
-        h.finish128().as_u128()
-    }
 }
 
 impl MemoryBackend {
@@ -253,9 +224,15 @@ impl MemoryBackend {
     }
 
     /// The underlying store (sizes and counters), keyed by each counter
-    /// key's 128-bit hash.
-    pub fn store(&self) -> &Store<u128, AnyState> {
+    /// key's [`KeyId`].
+    pub fn store(&self) -> &Store<KeyId, AnyState> {
         &self.store
+    }
+
+    /// Bytes the store's tables take once `keys` counters are held in a
+    /// store sized by `config` (see [`Store::bytes_holding`]).
+    pub fn bytes_holding(config: StoreConfig, keys: usize) -> usize {
+        Store::<KeyId, AnyState>::bytes_holding(config, keys)
     }
 
     /// Counters held in nginx zones (shaper limits whose node expiry can
@@ -283,7 +260,7 @@ impl MemoryBackend {
     /// Remembers the units the concurrency items of a decided batch took
     /// (all of them when it was admitted and charged, none otherwise).
     #[inline]
-    fn record(&self, items: &[Item<'_>], ids: &[u128], d: Decision, apply: Apply) {
+    fn record(&self, items: &[Item<'_>], ids: &[KeyId], d: Decision, apply: Apply) {
         if !(apply.charge_if_allowed() && d.is_allowed()) {
             return;
         }
@@ -305,7 +282,7 @@ impl SyncBackend for MemoryBackend {
     ) -> Decision {
         const INLINE: usize = 16;
         if Zones::any(items) {
-            let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
+            let ids: SmallVec<[KeyId; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
             let d = self.zones.decide(&self.store, items, &ids, now, apply, out);
             self.record(items, &ids, d, apply);
             return d;
@@ -322,11 +299,11 @@ impl SyncBackend for MemoryBackend {
             return d;
         }
         if items.len() <= INLINE {
-            let mut ids = [0u128; INLINE];
+            let mut ids = [0; INLINE];
             for (id, i) in ids.iter_mut().zip(items) {
                 *id = self.ids.of(i.key);
             }
-            let batch: [floodgate::store::Item<'_, u128, AnyLimit>; INLINE] =
+            let batch: [floodgate::store::Item<'_, KeyId, AnyLimit>; INLINE] =
                 std::array::from_fn(|n| {
                     let i = &items[n.min(items.len() - 1)];
                     floodgate::store::Item {
@@ -341,7 +318,7 @@ impl SyncBackend for MemoryBackend {
             self.record(items, &ids[..items.len()], d, apply);
             d
         } else {
-            let ids: Vec<u128> = items.iter().map(|i| self.ids.of(i.key)).collect();
+            let ids: Vec<KeyId> = items.iter().map(|i| self.ids.of(i.key)).collect();
             let batch: Vec<_> = items
                 .iter()
                 .zip(&ids)
@@ -361,8 +338,8 @@ impl SyncBackend for MemoryBackend {
 impl MemoryBackend {
     /// A dry run: what a commit would decide, changing nothing.
     fn simulate(&self, items: &[Item<'_>], now: Timestamp, out: &mut [Decision]) -> Decision {
-        let ids: SmallVec<[u128; 16]> = items.iter().map(|i| self.ids.of(i.key)).collect();
-        let batch: SmallVec<[floodgate::store::Item<'_, u128, AnyLimit>; 16]> = items
+        let ids: SmallVec<[KeyId; 16]> = items.iter().map(|i| self.ids.of(i.key)).collect();
+        let batch: SmallVec<[floodgate::store::Item<'_, KeyId, AnyLimit>; 16]> = items
             .iter()
             .zip(&ids)
             .map(|(i, id)| floodgate::store::Item {

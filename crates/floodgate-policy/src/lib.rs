@@ -16,7 +16,7 @@ pub mod yaml;
 mod zones;
 
 pub use backend::{
-    Backend, BackendError, Decided, Fallback, Item, MemoryBackend, Released, SyncBackend,
+    Backend, BackendError, Decided, Fallback, Item, KeyId, MemoryBackend, Released, SyncBackend,
 };
 pub use compile::PolicySet;
 pub use engine::{

@@ -21,7 +21,7 @@ use floodgate::store::{ShaperZone, ZoneGuard};
 use floodgate::{Apply, Decision, Store, Timestamp};
 use smallvec::SmallVec;
 
-use crate::backend::Item;
+use crate::backend::{Item, KeyId};
 use crate::compile::PolicySet;
 
 /// The zone a limit's counters need: `Some` for a shaper on its own
@@ -53,7 +53,7 @@ fn zoned<'a>(item: &Item<'a>) -> Option<(u64, &'a Shaper)> {
 /// The in-memory backend's zones, by id.
 pub(crate) struct Zones {
     capacity: usize,
-    map: RwLock<HashMap<u64, Arc<ShaperZone<u128>>>>,
+    map: RwLock<HashMap<u64, Arc<ShaperZone<KeyId>>>>,
 }
 
 impl Zones {
@@ -71,7 +71,7 @@ impl Zones {
         items.iter().any(|i| i.zone.is_some())
     }
 
-    fn get(&self, id: u64) -> Arc<ShaperZone<u128>> {
+    fn get(&self, id: u64) -> Arc<ShaperZone<KeyId>> {
         if let Some(z) = self
             .map
             .read()
@@ -117,9 +117,9 @@ impl Zones {
     /// batch; `ids` are the items' counter ids.
     pub(crate) fn decide(
         &self,
-        store: &Store<u128, floodgate::algorithms::AnyState>,
+        store: &Store<KeyId, floodgate::algorithms::AnyState>,
         items: &[Item<'_>],
-        ids: &[u128],
+        ids: &[KeyId],
         now: Timestamp,
         apply: Apply,
         out: &mut [Decision],
@@ -129,7 +129,7 @@ impl Zones {
             items.iter().filter_map(|i| zoned(i).map(|z| z.0)).collect();
         order.sort_unstable();
         order.dedup();
-        let zones: SmallVec<[Arc<ShaperZone<u128>>; 4]> =
+        let zones: SmallVec<[Arc<ShaperZone<KeyId>>; 4]> =
             order.iter().map(|&id| self.get(id)).collect();
         let mut locked = Locked {
             guards: zones.iter().map(|z| z.lock()).collect(),
@@ -170,12 +170,12 @@ struct Locked<'z> {
     /// Their ids, ascending.
     order: SmallVec<[u64; 4]>,
     /// Their guards, in the same order.
-    guards: SmallVec<[ZoneGuard<'z, u128>; 4]>,
+    guards: SmallVec<[ZoneGuard<'z, KeyId>; 4]>,
 }
 
 impl<'z> Locked<'z> {
     /// The guard of zone `id`.
-    fn guard(&mut self, id: u64) -> &mut ZoneGuard<'z, u128> {
+    fn guard(&mut self, id: u64) -> &mut ZoneGuard<'z, KeyId> {
         let i = self.order.binary_search(&id).expect("every zone is locked");
         &mut self.guards[i]
     }
@@ -191,7 +191,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn of(items: &[Item<'_>], ids: &[u128]) -> Self {
+    fn of(items: &[Item<'_>], ids: &[KeyId]) -> Self {
         let n = items.len();
         let mut lead: SmallVec<[usize; 16]> = SmallVec::with_capacity(n);
         let mut cost: SmallVec<[u64; 16]> = SmallVec::from_elem(0, n);
@@ -209,7 +209,7 @@ impl Shared {
 /// One call's items and how they are applied (a dry run's as its real call).
 struct Call<'c, 'a> {
     items: &'c [Item<'a>],
-    ids: &'c [u128],
+    ids: &'c [KeyId],
     now: Timestamp,
     apply: Apply,
 }
@@ -239,7 +239,7 @@ impl Call<'_, '_> {
     /// zone admits the request); returns the first refusal so far.
     fn decide_stored(
         &self,
-        store: &Store<u128, floodgate::algorithms::AnyState>,
+        store: &Store<KeyId, floodgate::algorithms::AnyState>,
         dry: bool,
         mut refused: usize,
         out: &mut [Decision],
@@ -255,7 +255,7 @@ impl Call<'_, '_> {
             Apply::Commit if refused != usize::MAX => Apply::Rejected,
             other => other,
         };
-        let batch: SmallVec<[floodgate::store::Item<'_, u128, AnyLimit>; 16]> = stored
+        let batch: SmallVec<[floodgate::store::Item<'_, KeyId, AnyLimit>; 16]> = stored
             .iter()
             .map(|&i| floodgate::store::Item {
                 key: &self.ids[i],

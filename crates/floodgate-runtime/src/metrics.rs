@@ -72,11 +72,12 @@ pub(crate) fn spawn_upkeep(handle: PrometheusHandle, every: Duration) {
     });
 }
 
-/// The in-memory store's keys, and what became of new keys when it was
+/// The in-memory store's keys and their tables' bytes, and what became of new keys when it was
 /// full (`outcome`: `evicted` keys, requests `admitted` without state or
 /// `denied`; see `store.when_full`).
 fn export_memory(s: &floodgate::StoreStats) {
     metrics::gauge!("floodgate_store_keys").set(s.keys as f64);
+    metrics::gauge!("floodgate_store_bytes").set(s.bytes as f64);
     metrics::counter!("floodgate_store_reclaimed_total").absolute(s.reclaimed);
     for (outcome, v) in [
         ("evicted", s.evictions),

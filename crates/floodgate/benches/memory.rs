@@ -1,8 +1,11 @@
-//! Memory per key at 1 000 000 keys: resident set size delta / keys, for
-//! every algorithm and for governor's keyed limiter, each measured in a fresh
-//! child process so that one measurement cannot reuse another's pages.
+//! Memory per key at 1 000 000 keys (`KEYS` overrides): resident set size
+//! delta / keys, for every algorithm and for governor's keyed limiter (or
+//! those named after `--bench`), each measured in a fresh child process so
+//! that one measurement cannot reuse another's pages. Each store has room
+//! for twice the keys.
 //!
 //! `cargo bench -p floodgate --bench memory`
+//! `KEYS=10000000 cargo bench -p floodgate --bench memory -- gcra fixed_window`
 
 use std::num::NonZeroU32;
 use std::process::Command;
@@ -19,7 +22,7 @@ const SMOKE_KEYS: u64 = 10_000;
 
 fn keys() -> u64 {
     if std::env::args().any(|a| a == "--bench" || a == "--child") {
-        KEYS
+        std::env::var("KEYS").map_or(KEYS, |k| k.parse().expect("KEYS: a number"))
     } else {
         SMOKE_KEYS
     }
@@ -41,12 +44,15 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// RSS growth from `keys()` keys charged `cost` each, at one instant (so
+/// that no key turns idle while they are inserted, however long that takes).
 fn fill<A: Algorithm>(limit: A, cost: u64) -> u64 {
     let before = rss_bytes();
-    let limiter: RateLimiter<u64, A> = RateLimiter::with_config(
+    let clock = floodgate::ManualClock::new(floodgate::Timestamp::from_secs(1_700_000_000));
+    let limiter: RateLimiter<u64, A, _> = RateLimiter::with_config(
         limit,
-        StoreConfig::with_capacity(2_000_000),
-        floodgate::SystemClock,
+        StoreConfig::with_capacity(2 * keys() as usize),
+        &clock,
     )
     .unwrap();
     for k in 0..keys() {
@@ -105,7 +111,15 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
+    let named: Vec<&String> = args
+        .iter()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     for name in NAMES {
+        if !named.is_empty() && !named.iter().any(|n| *n == name) {
+            continue;
+        }
         let out = Command::new(&exe).args(["--child", name]).output().unwrap();
         assert!(
             out.status.success(),

@@ -322,8 +322,8 @@ proptest! {
 }
 
 /// `Store::new` over the whole `usize` range, including capacities above
-/// 2^63 (whose next power of two does not exist); `capacity` (rounded up
-/// per shard) saturates.
+/// 2^63 (whose next power of two does not exist): the shards' capacities
+/// add up to `capacity`.
 #[test]
 fn store_constructor_full_range() {
     for capacity in [(1usize << 63) + 1, usize::MAX - 1, usize::MAX] {

@@ -10,7 +10,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use floodgate::algorithms::{Gcra, NginxRate, Shaper, ShaperDelay};
+use floodgate::algorithms::{Gcra, GcraState, NginxRate, Shaper, ShaperDelay};
 use floodgate::{Algorithm, Apply, MAX_COUNT, MAX_PERIOD_NANOS, Timestamp};
 use proptest::prelude::*;
 
@@ -88,7 +88,7 @@ proptest! {
         steps in steps(),
     ) {
         let gcra = Gcra::new(count, Duration::from_nanos(period), burst).unwrap();
-        same(&gcra, tat, &steps)?;
+        same(&gcra, GcraState::from_ticks(tat), &steps)?;
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use floodgate::algorithms::{AnyState, Gcra};
+use floodgate::algorithms::{AnyState, Gcra, GcraState};
 use floodgate::{Algorithm, Apply, MAX_COUNT, MAX_PERIOD_NANOS, Outcome, Timestamp};
 use proptest::prelude::*;
 
@@ -191,7 +191,7 @@ proptest! {
     fn gcra_is_a_token_bucket(((count, period, burst), steps) in case()) {
         let gcra = Gcra::new(count, Duration::from_nanos(period), burst).unwrap();
         let model = TokenBucket::new(burst, count, period);
-        let (admitted, admitted_pen) = check_all_modes(&gcra, &model, &steps, AnyState::Gcra(0))?;
+        let (admitted, admitted_pen) = check_all_modes(&gcra, &model, &steps, AnyState::Gcra(GcraState::default()))?;
         rate_bound(&admitted, count, period, burst)?;
         rate_bound(&admitted_pen, count, period, burst)?;
     }
@@ -205,7 +205,7 @@ proptest! {
         prop_assert_eq!(&Gcra::token_bucket(burst, count, per).unwrap(), &gcra);
         let meter = Gcra::leaky_meter(burst, count, per).unwrap();
         prop_assert_eq!(&meter, &gcra);
-        let exact = |a: &u128, b: &u128| a == b;
+        let exact = |a: &GcraState, b: &GcraState| a == b;
         let opts = Opts { penalty: false, retry_known: true, same_state: &exact, counts_over: false };
         check_model(&meter, meter.fresh(), LeakyMeter::new(burst, count, period), &steps, &opts)?;
     }

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use common::*;
 use floodgate::algorithms::{
-    AnyLimit, AnyState, Concurrency, FixedWindow, Gcra, Limits, NginxRate, Shaper, ShaperDelay,
-    SlidingLog, SlidingWindow, SubWindowCounter,
+    AnyLimit, AnyState, Concurrency, FixedWindow, Gcra, GcraState, Limits, NginxRate, Shaper,
+    ShaperDelay, SlidingLog, SlidingWindow, SubWindowCounter,
 };
 use floodgate::store::Item;
 use floodgate::{Algorithm, Apply, Decision, Outcome, Penalize, Store, StoreConfig, Timestamp};
@@ -35,7 +35,7 @@ fn any_limit() -> impl Strategy<Value = (AnyLimit, AnyState)> {
     let kind = prop_oneof![
         (n.clone(), period.clone(), n.clone()).prop_map(|(c, p, b)| {
             let g = Gcra::new(c, Duration::from_nanos(p), b).unwrap();
-            (AnyLimit::from(g), AnyState::Gcra(0))
+            (AnyLimit::from(g), AnyState::Gcra(GcraState::default()))
         }),
         (n.clone(), period.clone()).prop_map(|(l, w)| {
             let f = FixedWindow::new(l, Duration::from_nanos(w)).unwrap();
@@ -50,7 +50,10 @@ fn any_limit() -> impl Strategy<Value = (AnyLimit, AnyState)> {
         }),
         (n.clone(), period.clone(), 1..=4u32).prop_map(|(l, w, k)| {
             let s = SubWindowCounter::new(l, Duration::from_nanos(w * u64::from(k)), k).unwrap();
-            (AnyLimit::from(s.clone()), AnyState::SubWindows(s.fresh()))
+            (
+                AnyLimit::from(s.clone()),
+                AnyState::SubWindows(Box::new(s.fresh())),
+            )
         }),
         (n.clone(), period).prop_map(|(l, w)| {
             let s = SlidingLog::new(l, Duration::from_nanos(w)).unwrap();
@@ -300,7 +303,7 @@ proptest! {
             FixedWindow::new(l, Duration::from_millis(700)).unwrap(),
         );
         let ms = vec![
-            Member::<(u128, _)> {
+            Member::<(GcraState, _)> {
                 penalty: false,
                 in_flight: false,
                 decide: Box::new(|s, now, cost, a| set.0.decide(&mut s.0, now, cost, a)),

@@ -3,7 +3,6 @@
 
 use crate::common;
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use common::*;
@@ -98,7 +97,7 @@ proptest! {
         let log = SlidingLog::new(limit, Duration::from_nanos(window)).unwrap();
         let model = Log::new(limit, window);
         let (admitted, admitted_pen) =
-            check_all_modes(&log, &model, &steps, AnyState::SlidingLog(VecDeque::new()))?;
+            check_all_modes(&log, &model, &steps, AnyState::SlidingLog(Box::default()))?;
         per_window(&admitted, limit, window)?;
         per_window(&admitted_pen, limit, window)?;
     }

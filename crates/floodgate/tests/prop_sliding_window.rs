@@ -165,7 +165,7 @@ proptest! {
     fn sub_window_counter_matches_model(((limit, sub, n), steps) in case()) {
         let sw = SubWindowCounter::new(limit, Duration::from_nanos(sub * n), n as u32).unwrap();
         let model = History::new(limit, sub, n);
-        let fresh = AnyState::SubWindows(sw.fresh());
+        let fresh = AnyState::SubWindows(Box::new(sw.fresh()));
         let (admitted, admitted_pen) = check_all_modes(&sw, &model, &steps, fresh)?;
         invariants(&admitted, limit, sub, n)?;
         invariants(&admitted_pen, limit, sub, n)?;

@@ -14,13 +14,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::KeyId;
 use crate::permit::Permit;
 
 /// Shards (a power of two): releases and acquisitions of unrelated permits
 /// rarely wait for one another.
 const SHARDS: usize = 64;
 
-type Table = HashMap<(Permit, u128), u64, foldhash::fast::RandomState>;
+type Table = HashMap<(Permit, KeyId), u64, foldhash::fast::RandomState>;
 
 pub(crate) struct HeldPermits {
     shards: Box<[Mutex<Table>]>,
@@ -40,7 +41,7 @@ impl HeldPermits {
         self.len.load(Ordering::Acquire)
     }
 
-    fn shard(&self, permit: Permit, key: u128) -> std::sync::MutexGuard<'_, Table> {
+    fn shard(&self, permit: Permit, key: KeyId) -> std::sync::MutexGuard<'_, Table> {
         // Permits are random, so their low bits spread the shards evenly.
         let i = (permit.get() as usize ^ key as usize) & (SHARDS - 1);
         // Nothing panics under this lock; a poisoned one is still
@@ -51,7 +52,7 @@ impl HeldPermits {
     }
 
     /// `permit` took `units` more of the counter `key`.
-    pub(super) fn insert(&self, permit: Permit, key: u128, units: u64) {
+    pub(super) fn insert(&self, permit: Permit, key: KeyId, units: u64) {
         if units == 0 {
             return;
         }
@@ -65,7 +66,7 @@ impl HeldPermits {
 
     /// Takes up to `units` of what `permit` holds of `key` and returns
     /// them; `None` when it holds nothing there.
-    pub(super) fn take(&self, permit: Permit, key: u128, units: u64) -> Option<u64> {
+    pub(super) fn take(&self, permit: Permit, key: KeyId, units: u64) -> Option<u64> {
         let mut t = self.shard(permit, key);
         let held = t.get_mut(&(permit, key))?;
         let given = units.min(*held);

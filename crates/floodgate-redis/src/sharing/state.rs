@@ -7,7 +7,7 @@
 
 use floodgate::Timestamp;
 use floodgate::algorithms::{
-    AnyLimit, AnyState, LimitKind, SlidingWindowState, SubWindowState, WindowState,
+    AnyLimit, AnyState, GcraState, LimitKind, SlidingWindowState, SubWindowState, WindowState,
 };
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -82,7 +82,7 @@ fn install_fields(state: &mut AnyState, limit: &AnyLimit, fields: &[u64], held: 
             *state = if ticks == 0 {
                 AnyState::Fresh
             } else {
-                AnyState::Gcra(ticks)
+                AnyState::Gcra(GcraState::from_ticks(ticks))
             };
         }
         (LimitKind::Concurrency(_), &[others]) => {
@@ -108,11 +108,11 @@ fn install_fields(state: &mut AnyState, limit: &AnyLimit, fields: &[u64], held: 
 fn install_counts(state: &mut AnyState, start: Timestamp, counts: &[u64]) {
     match state {
         AnyState::SubWindows(s) if s.counts().len() == counts.len() => {
-            let mut boxed = std::mem::take(s).into_counts();
+            let mut boxed = std::mem::take(&mut **s).into_counts();
             boxed.copy_from_slice(counts);
-            *s = SubWindowState::new(start, boxed);
+            **s = SubWindowState::new(start, boxed);
         }
-        _ => *state = AnyState::SubWindows(SubWindowState::new(start, counts.into())),
+        _ => *state = AnyState::SubWindows(Box::new(SubWindowState::new(start, counts.into()))),
     }
 }
 
@@ -125,6 +125,7 @@ pub(crate) fn gcra_floor(state: &AnyState, limit: &AnyLimit) -> (u64, u64) {
     let (count, period) = g.rate();
     let (big_c, k) = gcra_ticks(count, period.as_nanos());
     let per_us = big_c * k;
+    let ticks = ticks.ticks();
     let (mut us, rem) = (ticks / per_us, ticks % per_us);
     let mut tf = rem.div_ceil(k);
     if tf == big_c {
@@ -147,7 +148,7 @@ pub(crate) fn load(state: &AnyState) -> (u64, u128) {
             s.start().as_nanos(),
             u128::from(s.counts().last().copied().unwrap_or(0)),
         ),
-        AnyState::Gcra(t) => (0, *t),
+        AnyState::Gcra(t) => (0, t.ticks()),
         AnyState::Concurrency(h) => (0, u128::from(*h)),
         // Nothing charged yet, or not shared (decided in Redis only).
         AnyState::Fresh | AnyState::Blocked(_) | AnyState::SlidingLog(_) | AnyState::Shaper(_) => {

@@ -84,10 +84,12 @@ pub enum AnyState {
     FixedWindow(WindowState),
     /// See [`SlidingWindow`].
     SlidingWindow(SlidingWindowState),
-    /// See [`SubWindowCounter`].
-    SubWindows(SubWindowState),
-    /// See [`SlidingLog`].
-    SlidingLog(LogState),
+    /// See [`SubWindowCounter`]; boxed, as its counts are, so that the
+    /// states of the other kinds need not be as large.
+    SubWindows(Box<SubWindowState>),
+    /// See [`SlidingLog`]; boxed, as its entries are, so that the states
+    /// of the other kinds need not be as large.
+    SlidingLog(Box<LogState>),
     /// See [`Shaper`].
     Shaper(ShaperState),
     /// See [`Concurrency`].
@@ -334,7 +336,8 @@ impl AnyLimit {
                 match &self.kind {
                     $(Kind::$k(a) => {
                         if !matches!(state, AnyState::$k(_)) {
-                            *state = AnyState::$k(a.fresh());
+                            // Boxed for the kinds held boxed.
+                            *state = AnyState::$k(a.fresh().into());
                         }
                         let AnyState::$k(s) = state else { unreachable!() };
                         a.decide(s, now, cost, apply)

@@ -69,8 +69,32 @@ pub struct Gcra {
     window64: u64,
 }
 
-/// GCRA state: the theoretical arrival time in ticks (0 for a fresh key).
-pub type GcraState = u128;
+/// GCRA state: the theoretical arrival time in ticks (0 for a fresh key),
+/// held as two 64-bit words: 8-byte aligned, so that it adds no padding to
+/// a store entry or to [`AnyState`](super::AnyState) (24 bytes, where a
+/// `u128` would make it 32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GcraState {
+    lo: u64,
+    hi: u64,
+}
+
+impl GcraState {
+    /// The state whose theoretical arrival time is `ticks`.
+    #[inline]
+    pub const fn from_ticks(ticks: u128) -> Self {
+        GcraState {
+            lo: ticks as u64,
+            hi: (ticks >> 64) as u64,
+        }
+    }
+
+    /// The theoretical arrival time in ticks.
+    #[inline]
+    pub const fn ticks(self) -> u128 {
+        ((self.hi as u128) << 64) | self.lo as u128
+    }
+}
 
 impl Gcra {
     /// `count` requests per `period`, admitting up to `burst` at once.
@@ -167,7 +191,10 @@ impl Gcra {
         if self.window64 == 0 || cost == 0 || cost > self.burst {
             return None;
         }
-        let tat64 = u64::try_from(*tat).ok()?;
+        if tat.hi != 0 {
+            return None;
+        }
+        let tat64 = tat.lo;
         let now = now.as_nanos();
         let limit = now.checked_add(self.window64)?;
         let base = tat64.max(now);
@@ -177,7 +204,7 @@ impl Gcra {
             return None;
         }
         let after = if apply.charge_if_allowed() {
-            *tat = u128::from(next);
+            *tat = GcraState { lo: next, hi: 0 };
             next
         } else {
             base
@@ -233,14 +260,14 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn fresh(&self) -> GcraState {
-        0
+        GcraState::default()
     }
 
     #[inline]
     fn decide(&self, tat: &mut GcraState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
         let now_t = u128::from(now.as_nanos()) * u128::from(self.c);
         let limit_t = now_t + self.window;
-        let base = (*tat).max(now_t);
+        let base = tat.ticks().max(now_t);
         if cost > self.burst {
             return Decision {
                 outcome: Outcome::Never,
@@ -255,7 +282,7 @@ impl Algorithm for Gcra {
         // penalties or a clock gone backwards put `TAT` past the window).
         if cost == 0 || next <= limit_t {
             let after = if cost > 0 && apply.charge_if_allowed() {
-                *tat = next;
+                *tat = GcraState::from_ticks(next);
                 next
             } else {
                 base
@@ -269,7 +296,7 @@ impl Algorithm for Gcra {
             }
         } else {
             let after = if apply.charge_if_denied() {
-                *tat = next;
+                *tat = GcraState::from_ticks(next);
                 next
             } else {
                 base
@@ -307,12 +334,13 @@ impl Algorithm for Gcra {
     #[inline]
     fn idle_at(&self, tat: &GcraState, now: Timestamp) -> Timestamp {
         let now_t = u128::from(now.as_nanos()) * u128::from(self.c);
-        if *tat <= now_t {
+        let tat = tat.ticks();
+        if tat <= now_t {
             now
         } else if self.c == 1 {
-            Timestamp::from_nanos(sat64(*tat))
+            Timestamp::from_nanos(sat64(tat))
         } else {
-            Timestamp::from_nanos(sat64(div_ceil(*tat, self.c)))
+            Timestamp::from_nanos(sat64(div_ceil(tat, self.c)))
         }
     }
 }

@@ -56,6 +56,7 @@ mod lock;
 mod prefetch;
 mod shard;
 mod slot;
+mod spread;
 mod visit;
 mod zone;
 
@@ -72,6 +73,7 @@ use full::without_room;
 use prefetch::Prefetch;
 use shard::{Entry, Shard, Swept, idle_secs, prefetch_entry};
 use slot::{Slot, SlotGuard};
+use spread::Spread;
 
 pub use batch::Item;
 pub use full::WhenFull;
@@ -115,6 +117,8 @@ impl StoreConfig {
 pub struct StoreStats {
     /// Keys currently held.
     pub keys: usize,
+    /// Bytes their tables take ([`Store::bytes`]).
+    pub bytes: usize,
     /// Keys dropped because their state had become equal to a fresh key's.
     pub reclaimed: u64,
     /// Keys evicted (least recently used first) because the store was full
@@ -131,6 +135,17 @@ pub struct StoreStats {
 
 type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
 
+/// The shards of a store sized by `config`: as configured, but no more than
+/// the capacity rounded up to a power of two (and at least one).
+fn shard_count(config: StoreConfig) -> usize {
+    let most = config.capacity.clamp(1, 1 << 16).next_power_of_two();
+    config
+        .shards
+        .clamp(1, 1 << 16)
+        .next_power_of_two()
+        .min(most)
+}
+
 /// A concurrent map from keys to algorithm states. See the module docs.
 pub struct Store<K, S> {
     shards: Shards<K, S>,
@@ -138,8 +153,9 @@ pub struct Store<K, S> {
     /// middle bits, and with the fast variant some process-wide seeds send
     /// whole ranges of sequential keys (user ids) to a few shards.
     hasher: foldhash::quality::RandomState,
-    mask: usize,
-    shard_cap: usize,
+    spread: Spread,
+    /// The shards' capacities added up.
+    capacity: usize,
     when_full: WhenFull,
     prefetch: Prefetch,
     /// Reclaimed and evicted keys, and new keys admitted and denied when
@@ -163,17 +179,18 @@ where
                 format!("must be a power of two up to 65536 (got {})", config.shards),
             ));
         }
-        let shards = config
-            .shards
-            .min(config.capacity.min(1 << 16).next_power_of_two());
-        let shard_cap = config.capacity.div_ceil(shards);
+        let spread = Spread::new(shard_count(config));
+        let shards: Shards<K, S> = spread
+            .caps(config.capacity)
+            .map(|cap| Slot::new(Shard::new(cap)))
+            .collect();
         Ok(Store {
-            shards: (0..shards)
-                .map(|_| Slot::new(Shard::new(shard_cap)))
-                .collect(),
+            capacity: shards
+                .iter()
+                .fold(0, |sum: usize, s| sum.saturating_add(s.lock().cap())),
+            shards,
             hasher: foldhash::quality::RandomState::default(),
-            mask: shards - 1,
-            shard_cap,
+            spread,
             when_full: config.when_full,
             prefetch: Prefetch::detect(),
             counters: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
@@ -186,10 +203,10 @@ where
     }
 
     /// Shard from bits the table does not use for buckets (low bits) or
-    /// tags (top seven bits).
+    /// tags (top seven bits), in staggered shares (see [`Spread`]).
     #[inline]
     fn shard_of(&self, hash: u64) -> usize {
-        (hash >> 40) as usize & self.mask
+        self.spread.shard_of(hash)
     }
 
     fn record(&self, swept: Swept) {
@@ -300,7 +317,7 @@ where
         now: Timestamp,
     ) -> (Swept, bool) {
         let touched = shard.tick();
-        let (swept, room) = shard.before_insert(now, self.shard_cap, touched, self.when_full);
+        let (swept, room) = shard.before_insert(now, touched, self.when_full);
         if !room {
             return (swept, false);
         }
@@ -395,21 +412,47 @@ where
         self.shards.iter().map(|s| s.lock().table.capacity()).sum()
     }
 
+    /// The bytes of one entry: the key, its state, its idle time and its
+    /// LRU tick (4 bytes each), aligned.
+    pub const ENTRY: usize = std::mem::size_of::<Entry<K, S>>();
+
+    /// Bytes the shards' tables take: each bucket holds an entry of
+    /// [`ENTRY`](Self::ENTRY) bytes and a control byte, each table a group
+    /// of control bytes more. What a state allocates beside its entry (a
+    /// sliding log's entries, sub-window counts) is not counted.
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().bytes()).sum()
+    }
+
+    /// Bytes the tables of a store sized by `config` take once `keys` keys
+    /// (up to its capacity) have been inserted: what [`bytes`](Self::bytes)
+    /// then reports, give or take the keys' uneven spread over the shards.
+    pub fn bytes_holding(config: StoreConfig, keys: usize) -> usize {
+        Spread::new(shard_count(config))
+            .caps(keys.min(config.capacity))
+            .map(|n| shard::table_bytes::<K, S>(shard::buckets_holding(n)))
+            .sum()
+    }
+
     /// What the store does with a new key when full.
     pub fn when_full(&self) -> WhenFull {
         self.when_full
     }
 
-    /// The configured capacity (rounded up to a multiple of the shards,
-    /// saturating).
+    /// The configured capacity (but at least one key per shard).
     pub fn capacity(&self) -> usize {
-        self.shard_cap.saturating_mul(self.shards.len())
+        self.capacity
     }
 
     /// Counters.
     pub fn stats(&self) -> StoreStats {
+        let (keys, bytes) = self.shards.iter().fold((0, 0), |(keys, bytes), s| {
+            let shard = s.lock();
+            (keys + shard.table.len(), bytes + shard.bytes())
+        });
         StoreStats {
-            keys: self.len(),
+            keys,
+            bytes,
             reclaimed: self.counters[0].load(Ordering::Relaxed),
             evictions: self.counters[1].load(Ordering::Relaxed),
             admitted_full: self.counters[2].load(Ordering::Relaxed),

@@ -17,6 +17,9 @@ pub(crate) const PINNED: u32 = u32::MAX;
 /// `idle` of an entry idle too far ahead to say: never reclaimed, but
 /// evicted like any other.
 const FAR: u32 = PINNED - 1;
+/// Control bytes a table has beyond one per bucket (hashbrown's group
+/// width, mirrored at the end).
+pub(crate) const GROUP: usize = 16;
 /// Seconds past a shard's base after which the base moves up to now.
 const REBASE: u64 = 1 << 31;
 
@@ -37,6 +40,8 @@ pub(crate) struct Entry<K, S> {
 pub(crate) struct Shard<K, S> {
     /// The entries, by key hash.
     pub(crate) table: HashTable<Entry<K, S>>,
+    /// The most entries held.
+    cap: usize,
     sweep_at: usize,
     /// The instant (whole seconds) entries' idle times count from: moved up
     /// every 2^31 s, so that 32 bits reach past any instant a key is seen at.
@@ -46,6 +51,25 @@ pub(crate) struct Shard<K, S> {
     /// none either, without a sweep each (which would let a flood of new
     /// keys make every request scan the shard).
     full_in: u64,
+}
+
+/// Bytes a table of `buckets` buckets takes.
+pub(crate) fn table_bytes<K, S>(buckets: usize) -> usize {
+    match buckets {
+        0 => 0,
+        n => n * (std::mem::size_of::<Entry<K, S>>() + 1) + GROUP,
+    }
+}
+
+/// The buckets of a table grown to hold `keys`: it doubles when 7/8 full
+/// (tables of fewer than 8 buckets hold one less than their buckets).
+pub(crate) fn buckets_holding(keys: usize) -> usize {
+    match keys {
+        0 => 0,
+        1..4 => 4,
+        4..8 => 8,
+        _ => (keys.saturating_mul(8) / 7).next_power_of_two(),
+    }
 }
 
 /// [`Shard::full_in`] before any sweep has found the shard full.
@@ -116,10 +140,22 @@ impl<K, S> Shard<K, S> {
     pub(crate) fn new(cap: usize) -> Self {
         Shard {
             table: HashTable::new(),
+            cap,
             sweep_at: MIN_SWEEP.min(cap),
             base: 0,
             full_in: NEVER,
         }
+    }
+
+    /// Bytes the table takes: an entry and a control byte per bucket, and
+    /// a group of control bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        table_bytes::<K, S>(self.table.num_buckets())
+    }
+
+    /// The most entries held.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
     }
 
     /// The instant (whole seconds) entries' idle times count from.
@@ -181,10 +217,10 @@ impl<K, S> Shard<K, S> {
     pub(crate) fn before_insert(
         &mut self,
         now: Timestamp,
-        cap: usize,
         tick: u32,
         when_full: WhenFull,
     ) -> (Swept, bool) {
+        let cap = self.cap;
         let mut swept = Swept::default();
         self.rebase(now);
         let len = self.table.len();

@@ -77,9 +77,9 @@ impl<K: Hash + Eq, S> Store<K, S> {
             return Room::NotNeeded;
         }
         let tick = shard.tick();
-        let (swept, room) = shard.before_insert(now, self.shard_cap, tick, self.when_full);
+        let (swept, room) = shard.before_insert(now, tick, self.when_full);
         self.record(swept);
-        if room && shard.table.len() + held < self.shard_cap {
+        if room && shard.table.len() + held < shard.cap() {
             Room::Taken
         } else {
             Room::Refused
