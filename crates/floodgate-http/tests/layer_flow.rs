@@ -10,18 +10,7 @@ use std::time::{Duration, Instant};
 use floodgate::SystemClock;
 use floodgate_http::layer::LayerStats;
 use floodgate_policy::engine::RequestLimits;
-use support::{app, client, engine_with, header, layer_for, serve};
-
-async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use support::{app, client, engine_with, header, layer_for, serve, wait_until};
 
 const SHAPER: &str = r#"
 domains:

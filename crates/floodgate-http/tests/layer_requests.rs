@@ -12,7 +12,7 @@ use floodgate::SystemClock;
 use floodgate_http::layer::RequestResult;
 use floodgate_policy::engine::RequestLimits;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use support::{app, client, engine_with, layer_for, serve};
+use support::{app, client, engine_with, layer_for, serve, wait_until};
 
 /// The counts of every result, in [`RequestResult::ALL`]'s order.
 fn counts(snapshotter: &Snapshotter) -> [u64; 7] {
@@ -58,9 +58,9 @@ http:
   layer: {max_delayed: 2}
 "#;
 
-/// Five at once against a shaper with two delay slots: one passes, two
-/// wait their turn (three and six seconds: still waiting when the last
-/// arrive, however slow the machine), two are rejected.
+/// Five against a shaper with two delay slots: the first passes, the next
+/// two wait their turn (three and six seconds), and the last two, sent
+/// once both slots are seen taken, are rejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_requests_are_counted_once_they_pass() {
     let recorder = DebuggingRecorder::new();
@@ -68,22 +68,30 @@ async fn delayed_requests_are_counted_once_they_pass() {
     let layer = metrics::with_local_recorder(&recorder, || {
         layer_for(engine_with(SHAPER, SystemClock), SHAPER)
     });
-    let url = serve(app(layer)).await;
+    let url = serve(app(layer.clone())).await;
     let c = client();
-    let mut tasks = Vec::new();
-    for _ in 0..5 {
-        let (c, url) = (c.clone(), url.clone());
-        tasks.push(tokio::spawn(async move {
-            c.get(format!("{url}/"))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }));
-    }
+    let send = |n: usize| {
+        (0..n)
+            .map(|_| {
+                let (c, url) = (c.clone(), url.clone());
+                tokio::spawn(async move {
+                    c.get(format!("{url}/"))
+                        .send()
+                        .await
+                        .unwrap()
+                        .status()
+                        .as_u16()
+                })
+            })
+            .collect::<Vec<_>>()
+    };
     let mut statuses = Vec::new();
-    for t in tasks {
+    for t in send(1) {
+        statuses.push(t.await.unwrap());
+    }
+    let waiting = send(2);
+    wait_until("two requests waiting", || layer.delayed() == 2).await;
+    for t in send(2).into_iter().chain(waiting) {
         statuses.push(t.await.unwrap());
     }
     statuses.sort();

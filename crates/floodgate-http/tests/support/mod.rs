@@ -160,3 +160,15 @@ pub(crate) fn client() -> reqwest::Client {
 pub(crate) fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     r.headers().get(name).and_then(|v| v.to_str().ok())
 }
+
+/// Polls `f` every 10 ms until it holds; fails naming `what` after 10 s.
+pub(crate) async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
