@@ -3,6 +3,7 @@
 
 mod decided;
 mod held;
+mod leased;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -266,6 +267,9 @@ impl MemoryBackend {
 
     /// The synchronous [`release`](Backend::release).
     pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
+        if item.limit.is_leased() {
+            return self.release_leased(item, units, now);
+        }
         let id = self.ids.of(item.key);
         let Some(given) = self.permits.take(item.permit, id, units) else {
             return Released::NotHeld;
@@ -288,7 +292,8 @@ impl MemoryBackend {
             return;
         }
         for (i, id) in items.iter().zip(ids) {
-            if i.cost > 0 && i.limit.is_concurrency() {
+            // Leased units are kept with their holders in the state itself.
+            if i.cost > 0 && i.limit.is_concurrency() && !i.limit.is_leased() {
                 self.permits.insert(i.permit, *id, i.cost);
             }
         }
@@ -309,6 +314,9 @@ impl SyncBackend for MemoryBackend {
             let d = self.zones.decide(&self.store, items, &ids, now, apply, out);
             self.record(items, &ids, d, apply);
             return d;
+        }
+        if items.iter().any(|i| i.limit.is_leased()) {
+            return self.decide_leased(items, now, apply, out);
         }
         if apply == Apply::Check {
             return self.simulate(items, now, out);

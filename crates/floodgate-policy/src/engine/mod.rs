@@ -550,7 +550,10 @@ fn item<'a>(
         cost: slot.cost,
         on_failure: on_failure_of(policy, slot.limit),
         sync: sync_of(policy, slot.limit),
-        permit: if limit.is_concurrency() {
+        permit: if limit.is_leased() {
+            // Leased units are their holder's, whoever asks.
+            Permit::from(slot.holder)
+        } else if limit.is_concurrency() {
             permit
         } else {
             Permit::NONE

@@ -31,7 +31,11 @@
 --   l  sliding log   L W
 --   s  shaper        R B D E            (milli-requests; D = -1: nodelay;
 --                                        E: the largest excess kept)
---   c  concurrency   M id               (id: the request's permit, hex digits)
+--   c  concurrency   M id L             (id: the request's permit, hex digits;
+--                                        L: the limit's own lease in µs, 0:
+--                                        ARGV[4]'s. With its own lease, each
+--                                        charge is a permit of its own, and a
+--                                        refund (7) gives back id's units)
 --
 -- Reply: {now, resets, then per item (each member of a shared key in
 -- turn): outcome, limit, remaining, reset_us,

@@ -81,6 +81,13 @@ pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode>
                 .to_owned(),
         ));
     }
+    if limit.is_leased() && mode != SyncMode::Exact {
+        return Err(UnsupportedMode::new(format!(
+            "sync mode {} does not apply to a concurrency limit with a lease (its holders' \
+             units are given back in Redis); use exact",
+            mode.name()
+        )));
+    }
     let modes = modes(limit.kind());
     let ok = match mode {
         SyncMode::Exact => true,

@@ -1,0 +1,137 @@
+//! A leased concurrency limit driven over RLS, as Envoy drives it (an
+//! increment at the request's start, a negative hit when its stream is
+//! done, `x-request-id` as the holder entry), through two real
+//! `floodgate serve` instances sharing one Redis: units taken through one
+//! instance by a client that never gives them back (its Envoy died) are
+//! back on the other within one lease; decrements, forged or repeated, on
+//! either instance free their own holder's units only, once.
+
+use std::time::{Duration, Instant};
+
+use floodgate_server::proto::ratelimit::RateLimitDescriptor;
+use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
+use floodgate_server::proto::rls::RateLimitRequest;
+use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
+use floodgate_testkit::{Floodgate, Redis};
+
+use crate::serve_support::serve_envoy_file;
+
+/// At most 2 in flight per user, each unit held 2 s at most.
+const RULES: &str = "domain: inflight
+descriptors:
+  - key: user
+    descriptors:
+      - key: request_id
+        rate_limit: {algorithm: concurrency, max: 2, lease: 2s, holder: true}
+";
+
+const LEASE: Duration = Duration::from_secs(2);
+
+type Client = RateLimitServiceClient<tonic::transport::Channel>;
+
+const OK: i32 = 1;
+const OVER: i32 = 2;
+
+fn serve(redis: &str) -> (tempfile::TempDir, Floodgate) {
+    let env = [
+        ("REDIS_URL", redis),
+        // A timeout a loaded machine never reaches: every answer is Redis's.
+        ("REDIS_TIMEOUT", "10s"),
+        ("FLOODGATE_SHUTDOWN_GRACE", "0"),
+    ];
+    serve_envoy_file("inflight.yaml", RULES, &env)
+}
+
+/// `user: u, request_id: r`, given back (`is_negative_hits`) or taken.
+fn descriptor(user: &str, request: &str, negative: bool) -> RateLimitDescriptor {
+    let entry = |key: &str, value: &str| Entry {
+        key: key.into(),
+        value: value.into(),
+    };
+    RateLimitDescriptor {
+        entries: vec![entry("user", user), entry("request_id", request)],
+        is_negative_hits: negative,
+        ..Default::default()
+    }
+}
+
+/// The code and what remains, for one descriptor.
+async fn call(c: &mut Client, d: RateLimitDescriptor) -> (i32, u32) {
+    let request = RateLimitRequest {
+        domain: "inflight".into(),
+        descriptors: vec![d],
+        hits_addend: 0,
+    };
+    let r = c.should_rate_limit(request).await.unwrap().into_inner();
+    (r.overall_code, r.statuses[0].limit_remaining)
+}
+
+async fn take(c: &mut Client, user: &str, request: &str) -> i32 {
+    call(c, descriptor(user, request, false)).await.0
+}
+
+async fn give_back(c: &mut Client, user: &str, request: &str) -> u32 {
+    let (code, remaining) = call(c, descriptor(user, request, true)).await;
+    assert_eq!(code, OK, "a decrement is always OK");
+    remaining
+}
+
+async fn client(s: &Floodgate) -> Client {
+    Client::connect(format!("http://{}", s.grpc_addr()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_envoys_units_return_within_one_lease_on_another_instance() {
+    let redis = Redis::start();
+    let (_da, a) = serve(&redis.addr());
+    let (_db, b) = serve(&redis.addr());
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    // Through a: two requests whose Envoy dies, never decremented.
+    let taken = Instant::now();
+    assert_eq!(take(&mut ca, "alice", "r1").await, OK);
+    assert_eq!(take(&mut ca, "alice", "r2").await, OK);
+    drop(ca);
+    drop(a);
+    assert_eq!(take(&mut cb, "alice", "r3").await, OVER);
+    // Back on b once their lease ends, not before.
+    loop {
+        let code = take(&mut cb, "alice", "r3").await;
+        if code == OK {
+            break;
+        }
+        assert!(taken.elapsed() < LEASE + Duration::from_secs(5), "never back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(taken.elapsed() >= LEASE - Duration::from_millis(5), "{:?}", taken.elapsed());
+    assert_eq!(give_back(&mut cb, "alice", "r3").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decrements_on_either_instance_free_only_their_own_holders_units() {
+    let redis = Redis::start();
+    let (_da, a) = serve(&redis.addr());
+    let (_db, b) = serve(&redis.addr());
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    assert_eq!(take(&mut ca, "dave", "r1").await, OK);
+    assert_eq!(take(&mut ca, "dave", "r2").await, OK);
+    // A forged holder, a repeated decrement: nothing freed.
+    assert_eq!(give_back(&mut cb, "dave", "forged").await, 0);
+    assert_eq!(give_back(&mut cb, "dave", "r1").await, 1);
+    assert_eq!(give_back(&mut ca, "dave", "r1").await, 1, "once");
+    assert_eq!(give_back(&mut cb, "dave", "r1").await, 1);
+    assert_eq!(take(&mut cb, "dave", "r3").await, OK);
+    assert_eq!(take(&mut ca, "dave", "r4").await, OVER);
+    // Exact while nothing crashes: two in flight, never three.
+    assert_eq!(give_back(&mut ca, "dave", "r2").await, 1);
+    assert_eq!(give_back(&mut cb, "dave", "r3").await, 2);
+    for n in 0..20 {
+        let (x, y) = (format!("x{n}"), format!("y{n}"));
+        assert_eq!(take(&mut ca, "erin", &x).await, OK);
+        assert_eq!(take(&mut cb, "erin", &y).await, OK);
+        assert_eq!(take(&mut ca, "erin", "z").await, OVER);
+        assert_eq!(give_back(&mut cb, "erin", &x).await, 1);
+        assert_eq!(give_back(&mut ca, "erin", &y).await, 2);
+    }
+}
