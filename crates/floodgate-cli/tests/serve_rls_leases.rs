@@ -101,10 +101,17 @@ async fn a_dead_envoys_units_return_within_one_lease_on_another_instance() {
         if code == OK {
             break;
         }
-        assert!(taken.elapsed() < LEASE + Duration::from_secs(5), "never back");
+        assert!(
+            taken.elapsed() < LEASE + Duration::from_secs(5),
+            "never back"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(taken.elapsed() >= LEASE - Duration::from_millis(5), "{:?}", taken.elapsed());
+    assert!(
+        taken.elapsed() >= LEASE - Duration::from_millis(5),
+        "{:?}",
+        taken.elapsed()
+    );
     assert_eq!(give_back(&mut cb, "alice", "r3").await, 2);
 }
 
@@ -134,4 +141,59 @@ async fn decrements_on_either_instance_free_only_their_own_holders_units() {
         assert_eq!(give_back(&mut cb, "erin", &x).await, 1);
         assert_eq!(give_back(&mut ca, "erin", &y).await, 2);
     }
+}
+
+/// `POST /v1/release` of `user: u, request_id: r` with any permit: its
+/// status and body.
+fn release_http(s: &Floodgate, user: &str, request: &str) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({
+        "domain": "inflight",
+        "descriptors": [{"entries": [
+            {"key": "user", "value": user},
+            {"key": "request_id", "value": request},
+        ]}],
+        "permit": "218897262380372659016410457313861270815",
+    });
+    let (status, text) = floodgate_testkit::http_request(
+        s.http,
+        "POST",
+        "/v1/release",
+        Some("application/json"),
+        body.to_string().as_bytes(),
+    )
+    .unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// In memory, through the HTTP API as well as RLS: a release or a negative
+/// hit naming another holder, or repeated, frees nothing (409
+/// `PERMIT_NOT_HELD`, counted `not_held`); the holder's own frees its unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_repeated_releases_free_nothing_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("inflight.yaml"), RULES).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_floodgate"));
+    let config = crate::serve_support::envoy_directory(dir.path());
+    let s = Floodgate::start(bin, &config, &[], &[("FLOODGATE_SHUTDOWN_GRACE", "0")]);
+    let mut c = client(&s).await;
+    assert_eq!(take(&mut c, "frank", "r1").await, OK);
+    assert_eq!(take(&mut c, "frank", "r2").await, OK);
+    for forged in ["r3", "R1", "r1 ", ""] {
+        let (status, body) = release_http(&s, "frank", forged);
+        assert_eq!(status, 409, "{forged:?}: {body}");
+        assert_eq!(body["error"]["code"], "PERMIT_NOT_HELD", "{body}");
+        assert_eq!(give_back(&mut c, "frank", forged).await, 0);
+    }
+    assert_eq!(take(&mut c, "frank", "r3").await, OVER);
+    let (status, body) = release_http(&s, "frank", "r1");
+    assert_eq!(
+        (status, &body["units"]),
+        (200, &serde_json::json!(1)),
+        "{body}"
+    );
+    assert_eq!(release_http(&s, "frank", "r1").0, 409, "once");
+    assert_eq!(give_back(&mut c, "frank", "r1").await, 1);
+    assert_eq!(take(&mut c, "frank", "r3").await, OK);
+    assert_eq!(take(&mut c, "frank", "r4").await, OVER);
+    assert!(s.metric("floodgate_releases_total{result=\"not_held\"}") >= 5.0);
 }

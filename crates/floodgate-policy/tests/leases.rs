@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crate::common::*;
-use floodgate_policy::{Code, OwnedDescriptor};
 use floodgate_policy::read::{LoadOptions, load_str};
+use floodgate_policy::{Code, OwnedDescriptor};
 
 const YAML: &str = "domain: rls
 descriptors:
@@ -42,7 +42,11 @@ fn units_of_a_client_that_dies_come_back_within_one_lease() {
     h.advance(LEASE - Duration::from_secs(10) - Duration::from_millis(1));
     assert_eq!(h.send("rls", &[start("alice", "r3")]), Code::OverLimit);
     h.advance(Duration::from_millis(1));
-    assert_eq!(h.send("rls", &[start("alice", "r3")]), Code::Ok, "r1's lease ended");
+    assert_eq!(
+        h.send("rls", &[start("alice", "r3")]),
+        Code::Ok,
+        "r1's lease ended"
+    );
     assert_eq!(h.send("rls", &[start("alice", "r4")]), Code::OverLimit);
     // Another user's count is its own.
     assert_eq!(h.send("rls", &[start("bob", "r1")]), Code::Ok);
@@ -55,7 +59,11 @@ fn exact_while_nothing_crashes() {
         let (a, b) = (format!("a{round}"), format!("b{round}"));
         assert_eq!(h.send("rls", &[start("carol", &a)]), Code::Ok);
         assert_eq!(h.send("rls", &[start("carol", &b)]), Code::Ok);
-        assert_eq!(h.send("rls", &[start("carol", "x")]), Code::OverLimit, "never 3 in flight");
+        assert_eq!(
+            h.send("rls", &[start("carol", "x")]),
+            Code::OverLimit,
+            "never 3 in flight"
+        );
         assert_eq!(h.send("rls", &[stop("carol", &a)]), Code::Ok);
         assert_eq!(h.response.statuses[0].limit_remaining, 1);
         assert_eq!(h.send("rls", &[stop("carol", &b)]), Code::Ok);
@@ -71,7 +79,10 @@ fn forged_and_repeated_decrements_free_nothing_another_holds() {
     assert_eq!(h.send("rls", &[start("dave", "r2")]), Code::Ok);
     // A stranger's decrement, with or without a holder of its own.
     assert_eq!(h.send_hits("rls", &[stop("dave", "forged")], 5), Code::Ok);
-    assert_eq!(h.send("rls", &[d(&[("user", "dave")]).negative()]), Code::Ok);
+    assert_eq!(
+        h.send("rls", &[d(&[("user", "dave")]).negative()]),
+        Code::Ok
+    );
     assert_eq!(h.send("rls", &[start("dave", "r3")]), Code::OverLimit);
     // r1 gives back its one unit, once, whatever it asks for.
     assert_eq!(h.send_hits("rls", &[stop("dave", "r1")], 5), Code::Ok);
@@ -94,7 +105,10 @@ fn without_a_holder_a_decrement_frees_one_unit_floored() {
     assert_eq!(h.send("rls", &[t.clone().negative()]), Code::Ok);
     assert_eq!(h.response.statuses[0].limit_remaining, 1);
     assert_eq!(h.send_hits("rls", &[t.clone().negative()], 9), Code::Ok);
-    assert_eq!(h.response.statuses[0].limit_remaining, 2, "never below none");
+    assert_eq!(
+        h.response.statuses[0].limit_remaining, 2,
+        "never below none"
+    );
     assert_eq!(h.admitted(3, "rls", std::slice::from_ref(&t)), 2);
     h.advance(LEASE);
     assert_eq!(h.admitted(3, "rls", &[t]), 2, "leases ended");

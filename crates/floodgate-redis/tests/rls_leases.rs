@@ -75,7 +75,11 @@ async fn two_instances(urls: Vec<String>, mode: Mode) -> (Instance, Instance, Ar
 
 /// Instance `a` admits two requests whose Envoy dies; `b` has the units
 /// back one lease after each was taken, not before.
-async fn a_dead_clients_units_return_within_one_lease(a: &Instance, b: &Instance, clock: &ManualClock) {
+async fn a_dead_clients_units_return_within_one_lease(
+    a: &Instance,
+    b: &Instance,
+    clock: &ManualClock,
+) {
     assert_eq!(send(a, start("alice", "r1"), 1).await.0, Code::Ok);
     clock.advance(Duration::from_secs(10));
     assert_eq!(send(a, start("alice", "r2"), 1).await.0, Code::Ok);
@@ -83,10 +87,18 @@ async fn a_dead_clients_units_return_within_one_lease(a: &Instance, b: &Instance
     clock.advance(LEASE - Duration::from_secs(10) - Duration::from_millis(1));
     assert_eq!(send(b, start("alice", "r3"), 1).await.0, Code::OverLimit);
     clock.advance(Duration::from_millis(1));
-    assert_eq!(send(b, start("alice", "r3"), 1).await.0, Code::Ok, "r1's lease ended");
+    assert_eq!(
+        send(b, start("alice", "r3"), 1).await.0,
+        Code::Ok,
+        "r1's lease ended"
+    );
     assert_eq!(send(b, start("alice", "r4"), 1).await.0, Code::OverLimit);
     clock.advance(Duration::from_secs(10));
-    assert_eq!(send(b, start("alice", "r4"), 1).await.0, Code::Ok, "r2's lease ended");
+    assert_eq!(
+        send(b, start("alice", "r4"), 1).await.0,
+        Code::Ok,
+        "r2's lease ended"
+    );
 }
 
 /// Decrements from either instance: a stranger's frees nothing, a
@@ -97,7 +109,11 @@ async fn decrements_free_only_their_holders_units(a: &Instance, b: &Instance, cl
     assert_eq!(send(a, start("dave", "r2"), 1).await.0, Code::Ok);
     assert_eq!(send(b, stop("dave", "forged"), 5).await, (Code::Ok, 0));
     assert_eq!(send(b, start("dave", "r3"), 1).await.0, Code::OverLimit);
-    assert_eq!(send(b, stop("dave", "r1"), 5).await, (Code::Ok, 1), "r1's one unit");
+    assert_eq!(
+        send(b, stop("dave", "r1"), 5).await,
+        (Code::Ok, 1),
+        "r1's one unit"
+    );
     assert_eq!(send(a, stop("dave", "r1"), 1).await, (Code::Ok, 1), "once");
     assert_eq!(send(b, start("dave", "r3"), 1).await.0, Code::Ok);
     assert_eq!(send(a, start("dave", "r4"), 1).await.0, Code::OverLimit);
@@ -115,7 +131,11 @@ async fn anonymous_decrements_floor(a: &Instance, b: &Instance) {
     assert_eq!(send(b, t(), 1).await.0, Code::Ok);
     assert_eq!(send(a, t(), 1).await.0, Code::OverLimit);
     assert_eq!(send(b, t().negative(), 1).await, (Code::Ok, 1));
-    assert_eq!(send(a, t().negative(), 9).await, (Code::Ok, 2), "never below none");
+    assert_eq!(
+        send(a, t().negative(), 9).await,
+        (Code::Ok, 2),
+        "never below none"
+    );
     assert_eq!(send(a, t(), 2).await.0, Code::Ok);
     assert_eq!(send(b, t(), 1).await.0, Code::OverLimit);
 }

@@ -30,8 +30,10 @@ impl MemoryBackend {
         out: &mut [Decision],
     ) -> Decision {
         let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
-        let held: SmallVec<[HeldBy<'_>; INLINE]> =
-            items.iter().map(|i| HeldBy::new(i.limit, holder(i))).collect();
+        let held: SmallVec<[HeldBy<'_>; INLINE]> = items
+            .iter()
+            .map(|i| HeldBy::new(i.limit, holder(i)))
+            .collect();
         let batch: SmallVec<[floodgate::store::Item<'_, u128, HeldBy<'_>>; INLINE]> = held
             .iter()
             .zip(&ids)
@@ -58,7 +60,9 @@ impl MemoryBackend {
         let limit: &AnyLimit = item.limit;
         let given = self
             .store
-            .update(limit, &id, now, |s| limit.give_back(s, now, units, holder(&item)))
+            .update(limit, &id, now, |s| {
+                limit.give_back(s, now, units, holder(&item))
+            })
             .unwrap_or(0);
         if given == 0 {
             Released::NotHeld

@@ -4,8 +4,8 @@
 use crate::algorithm::{Algorithm, Apply};
 use crate::{Decision, Outcome, Timestamp};
 
-use super::shape::{Quota, Shape};
 use super::leases::{ANONYMOUS, LeaseState};
+use super::shape::{Quota, Shape};
 use super::{
     Concurrency, FixedWindow, Gcra, GcraState, LogState, Shaper, ShaperState, SlidingLog,
     SlidingWindow, SlidingWindowState, SubWindowCounter, SubWindowState, WindowState,
@@ -364,7 +364,9 @@ impl AnyLimit {
             if !matches!(state, AnyState::Leases(_)) {
                 *state = AnyState::Leases(LeaseState::default());
             }
-            let AnyState::Leases(st) = state else { unreachable!() };
+            let AnyState::Leases(st) = state else {
+                unreachable!()
+            };
             return c.decide_leased(lease, st, now, cost, apply, holder);
         }
         macro_rules! run {

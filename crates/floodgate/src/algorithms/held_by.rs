@@ -23,7 +23,13 @@ impl<'a> HeldBy<'a> {
     }
 
     /// [`Algorithm::decide`], callable without the trait in scope.
-    pub fn decide(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+    pub fn decide(
+        &self,
+        state: &mut AnyState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+    ) -> Decision {
         self.limit.decide_held(state, now, cost, apply, self.holder)
     }
 }

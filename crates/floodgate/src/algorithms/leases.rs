@@ -29,14 +29,18 @@ struct Lot {
 /// the limit's `max` together, so there are never more lots than `max`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseState {
-    // Boxed: a key without units (most of them) costs one word.
-    lots: Option<Box<Vec<Lot>>>,
+    // Empty (no allocation) while nothing is held.
+    lots: Vec<Lot>,
 }
 
 impl LeaseState {
     /// Units held at `now` (those whose lease has not ended).
     pub fn held(&self, now: Timestamp) -> u64 {
-        self.lots().iter().filter(|l| l.until > now.as_nanos()).map(|l| l.units).sum()
+        self.lots()
+            .iter()
+            .filter(|l| l.until > now.as_nanos())
+            .map(|l| l.units)
+            .sum()
     }
 
     /// Units `holder` holds at `now`.
@@ -49,23 +53,20 @@ impl LeaseState {
     }
 
     fn lots(&self) -> &[Lot] {
-        self.lots.as_deref().map_or(&[], Vec::as_slice)
+        &self.lots
     }
 
     /// Drops the lots whose lease ended by `now`; returns their units.
     fn expire(&mut self, now: Timestamp) -> u64 {
-        let Some(lots) = self.lots.as_deref_mut() else {
-            return 0;
-        };
-        let ended = lots.partition_point(|l| l.until <= now.as_nanos());
-        let units = lots.drain(..ended).map(|l| l.units).sum();
+        let ended = self.lots.partition_point(|l| l.until <= now.as_nanos());
+        let units = self.lots.drain(..ended).map(|l| l.units).sum();
         self.tidy();
         units
     }
 
     /// Adds `units` held by `holder` until `until`, keeping the order.
     fn take(&mut self, holder: u64, until: u64, units: u64) {
-        let lots = self.lots.get_or_insert_with(Box::default);
+        let lots = &mut self.lots;
         let at = lots.partition_point(|l| l.until <= until);
         if let Some(l) = at.checked_sub(1).map(|i| &mut lots[i])
             && l.holder == holder
@@ -74,17 +75,21 @@ impl LeaseState {
             l.units += units;
             return;
         }
-        lots.insert(at, Lot { holder, until, units });
+        lots.insert(
+            at,
+            Lot {
+                holder,
+                until,
+                units,
+            },
+        );
     }
 
     /// Gives back up to `units` that `holder` holds, those whose lease ends
     /// first first; returns how many.
     fn give_back(&mut self, holder: u64, units: u64) -> u64 {
-        let Some(lots) = self.lots.as_deref_mut() else {
-            return 0;
-        };
         let mut left = units;
-        for l in lots.iter_mut().filter(|l| l.holder == holder) {
+        for l in self.lots.iter_mut().filter(|l| l.holder == holder) {
             let n = l.units.min(left);
             l.units -= n;
             left -= n;
@@ -92,7 +97,7 @@ impl LeaseState {
                 break;
             }
         }
-        lots.retain(|l| l.units > 0);
+        self.lots.retain(|l| l.units > 0);
         self.tidy();
         units - left
     }
@@ -102,9 +107,11 @@ impl LeaseState {
         self.lots().last().map(|l| Timestamp::from_nanos(l.until))
     }
 
+    /// Frees the allocation once nothing is held, so an idle key costs
+    /// no more than a fresh one.
     fn tidy(&mut self) {
-        if self.lots.as_ref().is_some_and(|l| l.is_empty()) {
-            self.lots = None;
+        if self.lots.is_empty() {
+            self.lots = Vec::new();
         }
     }
 }
@@ -179,13 +186,27 @@ mod tests {
     }
 
     fn take(c: &Concurrency, st: &mut LeaseState, at: u64, cost: u64, holder: u64) -> Outcome {
-        c.decide_leased(LEASE, st, Timestamp::from_secs(at), cost, Apply::Commit, holder)
-            .outcome
+        c.decide_leased(
+            LEASE,
+            st,
+            Timestamp::from_secs(at),
+            cost,
+            Apply::Commit,
+            holder,
+        )
+        .outcome
     }
 
     fn refund(c: &Concurrency, st: &mut LeaseState, at: u64, units: u64, holder: u64) -> u64 {
         let before = st.held(Timestamp::from_secs(at));
-        c.decide_leased(LEASE, st, Timestamp::from_secs(at), units, Apply::Refund, holder);
+        c.decide_leased(
+            LEASE,
+            st,
+            Timestamp::from_secs(at),
+            units,
+            Apply::Refund,
+            holder,
+        );
         before - st.held(Timestamp::from_secs(at))
     }
 
@@ -210,7 +231,11 @@ mod tests {
         take(&c, &mut st, 0, 2, 7);
         take(&c, &mut st, 1, 1, 8);
         assert_eq!(refund(&c, &mut st, 2, 5, 9), 0, "a stranger frees nothing");
-        assert_eq!(refund(&c, &mut st, 2, 5, ANONYMOUS), 0, "nor does no holder");
+        assert_eq!(
+            refund(&c, &mut st, 2, 5, ANONYMOUS),
+            0,
+            "nor does no holder"
+        );
         assert_eq!(refund(&c, &mut st, 2, 5, 7), 2, "at most what it holds");
         assert_eq!(refund(&c, &mut st, 2, 1, 7), 0, "once");
         assert_eq!(st.held_by(8, Timestamp::from_secs(2)), 1);
