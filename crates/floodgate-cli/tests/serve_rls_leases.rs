@@ -94,11 +94,28 @@ async fn a_dead_envoys_units_return_within_one_lease_on_another_instance() {
     assert_eq!(take(&mut ca, "alice", "r2").await, OK);
     drop(ca);
     drop(a);
-    assert_eq!(take(&mut cb, "alice", "r3").await, OVER);
-    // Back on b once their lease ends, not before.
+    back_within_one_lease(&mut cb, taken).await;
+    assert!(b.metric("floodgate_redis_lease_expired_total") >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_envoys_units_return_within_one_lease_in_memory() {
+    let (_dir, s) = serve_in_memory();
+    let mut c = client(&s).await;
+    let taken = Instant::now();
+    assert_eq!(take(&mut c, "alice", "r1").await, OK);
+    assert_eq!(take(&mut c, "alice", "r2").await, OK);
+    back_within_one_lease(&mut c, taken).await;
+    assert!(s.metric("floodgate_store_lease_expired_total") >= 1.0);
+}
+
+/// `alice` holds 2 units taken at `taken` and never given back: a third
+/// is refused until their lease ends, then admitted (and given back).
+async fn back_within_one_lease(c: &mut Client, taken: Instant) {
+    assert_eq!(take(c, "alice", "r3").await, OVER);
+    // Back once their lease ends, not before.
     loop {
-        let code = take(&mut cb, "alice", "r3").await;
-        if code == OK {
+        if take(c, "alice", "r3").await == OK {
             break;
         }
         assert!(
@@ -107,12 +124,14 @@ async fn a_dead_envoys_units_return_within_one_lease_on_another_instance() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(
-        taken.elapsed() >= LEASE - Duration::from_millis(5),
-        "{:?}",
-        taken.elapsed()
-    );
-    assert_eq!(give_back(&mut cb, "alice", "r3").await, 2);
+    let elapsed = taken.elapsed();
+    assert!(elapsed >= LEASE - Duration::from_millis(5), "{elapsed:?}");
+    assert_eq!(give_back(c, "alice", "r3").await, 2);
+}
+
+/// `floodgate serve` on [`RULES`] with the in-memory store.
+fn serve_in_memory() -> (tempfile::TempDir, Floodgate) {
+    serve_envoy_file("inflight.yaml", RULES, &[("FLOODGATE_SHUTDOWN_GRACE", "0")])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,11 +189,7 @@ fn release_http(s: &Floodgate, user: &str, request: &str) -> (u16, serde_json::V
 /// `PERMIT_NOT_HELD`, counted `not_held`); the holder's own frees its unit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_and_repeated_releases_free_nothing_in_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("inflight.yaml"), RULES).unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_floodgate"));
-    let config = crate::serve_support::envoy_directory(dir.path());
-    let s = Floodgate::start(bin, &config, &[], &[("FLOODGATE_SHUTDOWN_GRACE", "0")]);
+    let (_dir, s) = serve_in_memory();
     let mut c = client(&s).await;
     assert_eq!(take(&mut c, "frank", "r1").await, OK);
     assert_eq!(take(&mut c, "frank", "r2").await, OK);

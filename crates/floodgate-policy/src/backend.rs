@@ -308,15 +308,28 @@ impl SyncBackend for MemoryBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Decision {
+        if items.iter().any(|i| i.limit.is_leased()) {
+            return self.decide_leased(items, now, apply, out);
+        }
+        self.decide_unleased(items, now, apply, out)
+    }
+}
+
+impl MemoryBackend {
+    /// [`SyncBackend::decide_now`] of a request without leased limits.
+    fn decide_unleased(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
         const INLINE: usize = 16;
         if Zones::any(items) {
             let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
             let d = self.zones.decide(&self.store, items, &ids, now, apply, out);
             self.record(items, &ids, d, apply);
             return d;
-        }
-        if items.iter().any(|i| i.limit.is_leased()) {
-            return self.decide_leased(items, now, apply, out);
         }
         if apply == Apply::Check {
             return self.simulate(items, now, out);

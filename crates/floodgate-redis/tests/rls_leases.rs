@@ -175,6 +175,8 @@ async fn exact_under_concurrency(a: Arc<Instance>, b: Arc<Instance>) {
 async fn all(urls: Vec<String>, mode: Mode) {
     let (a, b, clock) = two_instances(urls, mode).await;
     a_dead_clients_units_return_within_one_lease(&a, &b, &clock).await;
+    let expired = |e: &Instance| e.backend().redis().stats().lease_expired.get();
+    assert_eq!(expired(&a) + expired(&b), 2, "r1 and r2, each once");
     decrements_free_only_their_holders_units(&a, &b, &clock).await;
     anonymous_decrements_floor(&a, &b).await;
     exact_under_concurrency(Arc::new(a), Arc::new(b)).await;

@@ -4,7 +4,9 @@
 //! never gives them back return when their lease ends, and a holder gives
 //! back only its own. The permits table is not used for them.
 
-use floodgate::algorithms::{AnyLimit, HeldBy};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use floodgate::algorithms::{AnyLimit, HeldBy, Holder};
 use floodgate::{Apply, Decision, Timestamp};
 use smallvec::SmallVec;
 
@@ -14,9 +16,21 @@ use super::{Item, MemoryBackend, Released};
 const INLINE: usize = 16;
 
 /// The holder `item` names (its permit, for a leased limit: see
-/// [`Item::permit`]).
-fn holder(item: &Item<'_>) -> u64 {
-    item.permit.get() as u64
+/// [`Item::permit`]), counting the units whose lease ended in `expired`.
+fn holder<'a>(item: &Item<'_>, expired: &'a AtomicU64) -> Holder<'a> {
+    Holder {
+        id: item.permit.get() as u64,
+        expired: Some(expired),
+    }
+}
+
+/// Adds the units a call found expired to `floodgate_store_lease_expired_total`
+/// (rare: only a call that drops a lease ended unreturned).
+fn count_expired(expired: &AtomicU64) {
+    let n = expired.load(Ordering::Relaxed);
+    if n > 0 {
+        metrics::counter!("floodgate_store_lease_expired_total").increment(n);
+    }
 }
 
 impl MemoryBackend {
@@ -29,10 +43,11 @@ impl MemoryBackend {
         apply: Apply,
         out: &mut [Decision],
     ) -> Decision {
+        let expired = AtomicU64::new(0);
         let ids: SmallVec<[u128; INLINE]> = items.iter().map(|i| self.ids.of(i.key)).collect();
         let held: SmallVec<[HeldBy<'_>; INLINE]> = items
             .iter()
-            .map(|i| HeldBy::new(i.limit, holder(i)))
+            .map(|i| HeldBy::holding(i.limit, holder(i, &expired)))
             .collect();
         let batch: SmallVec<[floodgate::store::Item<'_, u128, HeldBy<'_>>; INLINE]> = held
             .iter()
@@ -50,6 +65,7 @@ impl MemoryBackend {
             self.store.decide_many(&batch, now, apply, out)
         };
         self.record(items, &ids, d, apply);
+        count_expired(&expired);
         d
     }
 
@@ -58,12 +74,14 @@ impl MemoryBackend {
     pub(super) fn release_leased(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
         let id = self.ids.of(item.key);
         let limit: &AnyLimit = item.limit;
+        let expired = AtomicU64::new(0);
         let given = self
             .store
             .update(limit, &id, now, |s| {
-                limit.give_back(s, now, units, holder(&item))
+                limit.give_back(s, now, units, holder(&item, &expired))
             })
             .unwrap_or(0);
+        count_expired(&expired);
         if given == 0 {
             Released::NotHeld
         } else {

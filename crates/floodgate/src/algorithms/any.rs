@@ -4,7 +4,7 @@
 use crate::algorithm::{Algorithm, Apply};
 use crate::{Decision, Outcome, Timestamp};
 
-use super::leases::{ANONYMOUS, LeaseState};
+use super::leases::{Holder, LeaseState};
 use super::shape::{Quota, Shape};
 use super::{
     Concurrency, FixedWindow, Gcra, GcraState, LogState, Shaper, ShaperState, SlidingLog,
@@ -247,7 +247,13 @@ impl AnyLimit {
 
     /// Gives back up to `units` that `holder` holds of a leased concurrency
     /// limit at `now`; returns how many (0 for other limits).
-    pub fn give_back(&self, state: &mut AnyState, now: Timestamp, units: u64, holder: u64) -> u64 {
+    pub fn give_back(
+        &self,
+        state: &mut AnyState,
+        now: Timestamp,
+        units: u64,
+        holder: Holder<'_>,
+    ) -> u64 {
         match (&self.kind, state) {
             (Kind::Concurrency(c), AnyState::Leases(st)) => c.give_back(st, now, units, holder),
             _ => 0,
@@ -347,7 +353,7 @@ impl AnyLimit {
     }
 
     fn run(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
-        self.run_held(state, now, cost, apply, ANONYMOUS)
+        self.run_held(state, now, cost, apply, Holder::default())
     }
 
     fn run_held(
@@ -356,7 +362,7 @@ impl AnyLimit {
         now: Timestamp,
         cost: u64,
         apply: Apply,
-        holder: u64,
+        holder: Holder<'_>,
     ) -> Decision {
         if let Kind::Concurrency(c) = &self.kind
             && let Some(lease) = c.lease()
@@ -402,7 +408,7 @@ impl Algorithm for AnyLimit {
     }
 
     fn decide(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
-        self.decide_held(state, now, cost, apply, ANONYMOUS)
+        self.decide_held(state, now, cost, apply, Holder::default())
     }
 
     fn idle_at(&self, state: &AnyState, now: Timestamp) -> Timestamp {
@@ -436,7 +442,7 @@ impl AnyLimit {
         now: Timestamp,
         cost: u64,
         apply: Apply,
-        holder: u64,
+        holder: Holder<'_>,
     ) -> Decision {
         if let AnyState::Blocked(until) = *state {
             if now.as_nanos() < until {

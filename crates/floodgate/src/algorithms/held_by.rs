@@ -3,7 +3,7 @@
 use crate::algorithm::{Algorithm, Apply};
 use crate::{Decision, Timestamp};
 
-use super::{AnyLimit, AnyState};
+use super::{AnyLimit, AnyState, Holder};
 
 /// An [`AnyLimit`] decided for `holder`: the units a leased concurrency
 /// limit ([`Concurrency::leased`](super::Concurrency::leased)) admits are
@@ -13,12 +13,18 @@ use super::{AnyLimit, AnyState};
 #[derive(Clone, Copy, Debug)]
 pub struct HeldBy<'a> {
     limit: &'a AnyLimit,
-    holder: u64,
+    holder: Holder<'a>,
 }
 
 impl<'a> HeldBy<'a> {
-    /// `limit`, decided for `holder`.
-    pub fn new(limit: &'a AnyLimit, holder: u64) -> Self {
+    /// `limit`, decided for holder `id`.
+    pub fn new(limit: &'a AnyLimit, id: u64) -> Self {
+        HeldBy::holding(limit, Holder::new(id))
+    }
+
+    /// `limit`, decided for `holder` (who may count the units whose lease
+    /// ended).
+    pub fn holding(limit: &'a AnyLimit, holder: Holder<'a>) -> Self {
         HeldBy { limit, holder }
     }
 

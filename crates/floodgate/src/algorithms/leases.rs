@@ -4,6 +4,7 @@
 //! never gives its units back (a client that crashed mid-request) holds
 //! them for one lease at most.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::algorithm::Apply;
@@ -14,6 +15,30 @@ use super::Concurrency;
 /// The holder of units taken without naming one: every such unit is
 /// anyone's to give back.
 pub const ANONYMOUS: u64 = 0;
+
+/// Who takes or gives back a leased limit's units, and where the units
+/// whose lease ended unreturned are counted (if anywhere) when a decision
+/// drops them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Holder<'a> {
+    /// The holder ([`ANONYMOUS`]: one who names none).
+    pub id: u64,
+    /// Counts the units dropped because their lease ended.
+    pub expired: Option<&'a AtomicU64>,
+}
+
+impl Holder<'_> {
+    /// Holder `id`, counting nothing.
+    pub fn new(id: u64) -> Self {
+        Holder { id, expired: None }
+    }
+
+    fn count_expired(&self, units: u64) {
+        if let Some(c) = self.expired.filter(|_| units > 0) {
+            c.fetch_add(units, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Units taken together: by one holder, until one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,20 +154,20 @@ impl Concurrency {
         now: Timestamp,
         cost: u64,
         apply: Apply,
-        holder: u64,
+        holder: Holder<'_>,
     ) -> Decision {
         if apply != Apply::Check {
-            st.expire(now);
+            holder.count_expired(st.expire(now));
         }
         let held = st.held(now);
         let outcome = if apply == Apply::Refund {
-            st.give_back(holder, cost);
+            st.give_back(holder.id, cost);
             Outcome::Allowed
         } else if cost > self.max() {
             Outcome::Never
         } else if held.saturating_add(cost) <= self.max() {
             if apply.charge_if_allowed() && cost > 0 {
-                st.take(holder, now.saturating_add(lease).as_nanos(), cost);
+                st.take(holder.id, now.saturating_add(lease).as_nanos(), cost);
             }
             Outcome::Allowed
         } else {
@@ -159,14 +184,15 @@ impl Concurrency {
 
     /// Gives back up to `units` that `holder` holds at `now` (the ends of
     /// leases dropped first); returns how many.
-    pub fn give_back(&self, st: &mut LeaseState, now: Timestamp, units: u64, holder: u64) -> u64 {
-        st.expire(now);
-        st.give_back(holder, units)
-    }
-
-    /// Units whose lease ended by `now`, dropped from `st`.
-    pub fn expire(&self, st: &mut LeaseState, now: Timestamp) -> u64 {
-        st.expire(now)
+    pub fn give_back(
+        &self,
+        st: &mut LeaseState,
+        now: Timestamp,
+        units: u64,
+        holder: Holder<'_>,
+    ) -> u64 {
+        holder.count_expired(st.expire(now));
+        st.give_back(holder.id, units)
     }
 
     /// When `st` holds nothing any more: the end of its last lease.
@@ -192,7 +218,7 @@ mod tests {
             Timestamp::from_secs(at),
             cost,
             Apply::Commit,
-            holder,
+            Holder::new(holder),
         )
         .outcome
     }
@@ -205,9 +231,29 @@ mod tests {
             Timestamp::from_secs(at),
             units,
             Apply::Refund,
-            holder,
+            Holder::new(holder),
         );
         before - st.held(Timestamp::from_secs(at))
+    }
+
+    #[test]
+    fn expired_units_are_counted_when_a_decision_drops_them() {
+        let c = limit(3);
+        let mut st = LeaseState::default();
+        take(&c, &mut st, 0, 2, 7);
+        take(&c, &mut st, 10, 1, 8);
+        let expired = AtomicU64::new(0);
+        let holder = Holder {
+            id: 9,
+            expired: Some(&expired),
+        };
+        let t = Timestamp::from_secs(35);
+        c.decide_leased(LEASE, &mut st, t, 0, Apply::Check, holder);
+        assert_eq!(expired.load(Ordering::Relaxed), 0, "a check drops nothing");
+        c.decide_leased(LEASE, &mut st, t, 1, Apply::Commit, holder);
+        assert_eq!(expired.load(Ordering::Relaxed), 2);
+        c.give_back(&mut st, Timestamp::from_secs(45), 1, holder);
+        assert_eq!(expired.load(Ordering::Relaxed), 3);
     }
 
     #[test]
@@ -273,7 +319,8 @@ mod tests {
         }
         assert_eq!(st.lots().len(), 4);
         let before = st.clone();
-        let d = c.decide_leased(LEASE, &mut st, Timestamp::from_secs(40), 1, Apply::Check, 1);
+        let t = Timestamp::from_secs(40);
+        let d = c.decide_leased(LEASE, &mut st, t, 1, Apply::Check, Holder::new(1));
         assert!(d.is_allowed());
         assert_eq!(st, before);
         assert_eq!(take(&c, &mut st, 0, 5, 1), Outcome::Never);

@@ -49,7 +49,7 @@ pub use concurrency::Concurrency;
 pub use fixed_window::{FixedWindow, WindowState};
 pub use gcra::{Gcra, GcraState};
 pub use held_by::HeldBy;
-pub use leases::{ANONYMOUS, LeaseState};
+pub use leases::{ANONYMOUS, Holder, LeaseState};
 pub use set::Limits;
 pub use shape::Quota;
 pub use shaper::{NginxRate, Shaper, ShaperDelay, ShaperState};
