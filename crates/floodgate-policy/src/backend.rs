@@ -48,7 +48,10 @@ pub struct Item<'a> {
     /// permit, the same value at [`Backend::release`] as at
     /// [`Backend::decide`]. A backend records the units each permit took
     /// of each key and gives back at most those, once (see
-    /// [`Released`]). [`Permit::NONE`] for other limits.
+    /// [`Released`]). For a concurrency limit with a lease, the holder of
+    /// its units instead (the low 64 bits: the hash of the descriptor's
+    /// holder entry, or [`Permit::NONE`] for none), whose units live in the
+    /// counter's state. [`Permit::NONE`] for other limits.
     pub permit: Permit,
     /// The nginx zone the counter belongs to, when its limit is a shaper
     /// whose node expiry can change a decision (see
