@@ -135,3 +135,42 @@ fn holder_needs_a_lease_and_a_lease_a_concurrency_limit() {
         assert!(text.contains(message), "{text}");
     }
 }
+
+/// Threads taking and giving back units of one user on one engine: never
+/// more than the limit in flight, and every unit back at the end.
+#[test]
+fn exact_under_concurrency() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let h = Harness::new(YAML);
+    let engine = Arc::new(h.engine);
+    let (held, most) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (engine, held, most) = (engine.clone(), held.clone(), most.clone());
+            std::thread::spawn(move || {
+                let mut r = floodgate_policy::Response::default();
+                for n in 0..500 {
+                    let id = format!("t{t}n{n}");
+                    ready(engine.evaluate("rls", &[start("erin", &id)], 0, &mut r)).unwrap();
+                    if r.overall != Code::Ok {
+                        continue;
+                    }
+                    let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::yield_now();
+                    held.fetch_sub(1, Ordering::SeqCst);
+                    ready(engine.evaluate("rls", &[stop("erin", &id)], 0, &mut r)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= 2, "{most:?} in flight");
+    let mut r = floodgate_policy::Response::default();
+    ready(engine.evaluate("rls", &[start("erin", "last")], 2, &mut r)).unwrap();
+    assert_eq!(r.overall, Code::Ok, "every unit back");
+}
