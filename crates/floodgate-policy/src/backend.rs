@@ -4,6 +4,7 @@
 mod decided;
 mod held;
 mod key_id;
+mod leased;
 
 use std::future::Future;
 use std::time::Duration;
@@ -48,7 +49,10 @@ pub struct Item<'a> {
     /// permit, the same value at [`Backend::release`] as at
     /// [`Backend::decide`]. A backend records the units each permit took
     /// of each key and gives back at most those, once (see
-    /// [`Released`]). [`Permit::NONE`] for other limits.
+    /// [`Released`]). For a concurrency limit with a lease, the holder of
+    /// its units instead (the low 64 bits: the hash of the descriptor's
+    /// holder entry, or [`Permit::NONE`] for none), whose units live in the
+    /// counter's state. [`Permit::NONE`] for other limits.
     pub permit: Permit,
     /// The nginx zone the counter belongs to, when its limit is a shaper
     /// whose node expiry can change a decision (see
@@ -243,6 +247,9 @@ impl MemoryBackend {
 
     /// The synchronous [`release`](Backend::release).
     pub fn release_now(&self, item: Item<'_>, units: u64, now: Timestamp) -> Released {
+        if item.limit.is_leased() {
+            return self.release_leased(item, units, now);
+        }
         let id = self.ids.of(item.key);
         let Some(given) = self.permits.take(item.permit, id, units) else {
             return Released::NotHeld;
@@ -265,7 +272,8 @@ impl MemoryBackend {
             return;
         }
         for (i, id) in items.iter().zip(ids) {
-            if i.cost > 0 && i.limit.is_concurrency() {
+            // Leased units are kept with their holders in the state itself.
+            if i.cost > 0 && i.limit.is_concurrency() && !i.limit.is_leased() {
                 self.permits.insert(i.permit, *id, i.cost);
             }
         }
@@ -274,6 +282,22 @@ impl MemoryBackend {
 
 impl SyncBackend for MemoryBackend {
     fn decide_now(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
+        if items.iter().any(|i| i.limit.is_leased()) {
+            return self.decide_leased(items, now, apply, out);
+        }
+        self.decide_unleased(items, now, apply, out)
+    }
+}
+
+impl MemoryBackend {
+    /// [`SyncBackend::decide_now`] of a request without leased limits.
+    fn decide_unleased(
         &self,
         items: &[Item<'_>],
         now: Timestamp,

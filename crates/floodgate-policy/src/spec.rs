@@ -147,6 +147,13 @@ pub struct RateLimitSpec {
     /// How a shared store shares the rule's counters between instances
     /// (`None`: the store's default).
     pub sync: Option<SyncMode>,
+    /// How long each unit its concurrency limits admit is held at most
+    /// (`lease:`): units never given back return when it ends.
+    pub lease: Option<Duration>,
+    /// The descriptor's last entry names who holds the units of its
+    /// concurrency limits (`holder: true`) instead of being part of their
+    /// counter: negative hits give back that holder's units only.
+    pub holder: bool,
     /// What to report as the current limit in Envoy responses.
     pub reported: Reported,
 }

@@ -13,6 +13,7 @@ mod envoy_semantics;
 mod fallback;
 mod floodgate_features;
 mod hot_reload;
+mod leases;
 mod memory;
 mod near_limit;
 mod negative_hits;

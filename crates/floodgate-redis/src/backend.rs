@@ -563,6 +563,9 @@ impl RedisBackend {
             .await
             .map_err(|e| map_error(&e, self.timeout))?;
         let r = reply::parse(value, plan.answered(group).count())?;
+        if r.expired > 0 {
+            self.stats.lease_expired.add(r.expired);
+        }
         if r.resets > 0 {
             self.stats.state_resets.add(r.resets);
         }

@@ -49,8 +49,11 @@ pub(crate) enum Params {
         delay: i64,
         emax: u64,
     },
+    /// `lease`: the limit's own lease in µs (0: the store's
+    /// `concurrency_lease`).
     Concurrency {
         max: u64,
+        lease: u64,
     },
 }
 
@@ -145,7 +148,10 @@ impl Params {
                 window: micros("window", l.window())?,
             },
             LimitKind::Shaper(s) => Params::shaper(s)?,
-            LimitKind::Concurrency(c) => Params::Concurrency { max: c.max() },
+            LimitKind::Concurrency(c) => Params::Concurrency {
+                max: c.max(),
+                lease: c.lease().map_or(Ok(0), |l| micros("lease", l))?,
+            },
         })
     }
 
@@ -209,7 +215,7 @@ impl Params {
             | Params::SubWindows { limit, .. }
             | Params::Log { limit, .. } => limit,
             Params::Shaper { burst, .. } => burst / 1000 + 1,
-            Params::Concurrency { max } => max,
+            Params::Concurrency { max, .. } => max,
         }
     }
 
@@ -296,8 +302,8 @@ impl Params {
             } => {
                 cmd.arg(rate).arg(burst).arg(delay).arg(emax);
             }
-            Params::Concurrency { max } => {
-                cmd.arg(max).arg(permit_arg(permit));
+            Params::Concurrency { max, lease } => {
+                cmd.arg(max).arg(permit_arg(permit)).arg(lease);
             }
         }
     }

@@ -1,5 +1,5 @@
-//! The decision script's reply: `{now, resets, (outcome, limit, remaining,
-//! reset_us, retry_us, delay_ms) per item}`, all integers. Anything else is
+//! The decision script's reply: `{now, resets, expired, (outcome, limit,
+//! remaining, reset_us, retry_us, delay_ms) per item}`, all integers. Anything else is
 //! a [`BackendError::Protocol`]; nothing here panics on a strange reply.
 
 use std::time::Duration;
@@ -11,12 +11,18 @@ use redis::Value;
 /// Fields per item in the reply.
 const FIELDS: usize = 6;
 
+/// Fields before the items'.
+const HEAD: usize = 3;
+
 /// A decoded reply.
 pub(crate) struct Reply {
     /// The time of the decision, µs.
     pub now_us: u64,
     /// Keys reset because they held something else.
     pub resets: u64,
+    /// Concurrency units whose lease ended before they were given back,
+    /// dropped by this decision.
+    pub expired: u64,
     pub decisions: Vec<Decision>,
 }
 
@@ -41,7 +47,7 @@ pub(crate) fn parse(value: Value, items: usize) -> Result<Reply, BackendError> {
         Value::Array(values) => values,
         other => return Err(bad(format_args!("{other:?}"))),
     };
-    if values.len() != 2 + FIELDS * items {
+    if values.len() != HEAD + FIELDS * items {
         return Err(bad(format_args!(
             "{} values for {items} items",
             values.len()
@@ -49,8 +55,9 @@ pub(crate) fn parse(value: Value, items: usize) -> Result<Reply, BackendError> {
     }
     let now_us = nonneg(&values[0])?;
     let resets = nonneg(&values[1])?;
+    let expired = nonneg(&values[2])?;
     let mut decisions = Vec::with_capacity(items);
-    for f in values[2..].chunks_exact(FIELDS) {
+    for f in values[HEAD..].chunks_exact(FIELDS) {
         let outcome = match int(&f[0])? {
             0 => Outcome::Allowed,
             1 => Outcome::Delayed(Duration::from_millis(nonneg(&f[5])?)),
@@ -76,6 +83,7 @@ pub(crate) fn parse(value: Value, items: usize) -> Result<Reply, BackendError> {
     Ok(Reply {
         now_us,
         resets,
+        expired,
         decisions,
     })
 }
@@ -87,24 +95,24 @@ mod tests {
     #[test]
     fn decodes_and_rejects() {
         let ok = Value::Array(
-            [5, 0, 2, 10, 0, 7, 3, 0]
+            [5, 0, 4, 2, 10, 0, 7, 3, 0]
                 .into_iter()
                 .map(Value::Int)
                 .collect(),
         );
         let r = parse(ok, 1).unwrap();
-        assert_eq!(r.now_us, 5);
+        assert_eq!((r.now_us, r.expired), (5, 4));
         assert_eq!(r.decisions[0].retry_after, Some(Duration::from_micros(3)));
         assert!(parse(Value::Nil, 1).is_err());
         assert!(parse(Value::Array(vec![Value::Int(1)]), 1).is_err());
         let bad_outcome = Value::Array(
-            [5, 0, 9, 1, 1, 1, -1, 0]
+            [5, 0, 0, 9, 1, 1, 1, -1, 0]
                 .into_iter()
                 .map(Value::Int)
                 .collect(),
         );
         assert!(parse(bad_outcome, 1).is_err());
-        let text = Value::Array(vec![Value::SimpleString("x".into()); 8]);
+        let text = Value::Array(vec![Value::SimpleString("x".into()); 9]);
         assert!(parse(text, 1).is_err());
     }
 }

@@ -420,7 +420,10 @@ impl ResilientBackend {
     /// decided.
     fn remember_issued(&self, items: &[Item<'_>], now: Timestamp) {
         for i in items {
-            if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() {
+            // Leased units go back by their holders' negative hits or
+            // their leases, never by a release kept for later.
+            if !i.permit.is_none() && i.cost > 0 && i.limit.is_concurrency() && !i.limit.is_leased()
+            {
                 self.issued.insert(i.permit, i.key, i.cost, now);
             }
         }

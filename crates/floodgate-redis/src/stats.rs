@@ -50,6 +50,10 @@ pub struct RedisStats {
     /// Keys found holding something that is not a state of their limit's
     /// kind (another Redis type, or unparseable bytes): reset to fresh.
     pub state_resets: Counter,
+    /// Concurrency units whose lease ended before they were given back
+    /// (their holder died, or never sent its release or negative hit),
+    /// counted when a decision on their key drops them.
+    pub lease_expired: Counter,
 }
 
 /// Counters of a [`ResilientBackend`](crate::ResilientBackend).

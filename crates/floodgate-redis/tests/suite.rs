@@ -17,6 +17,7 @@ mod multi_region;
 mod permit_routing;
 mod pipelining;
 mod release_attacks;
+mod rls_leases;
 mod rule_policies;
 mod sentinel;
 mod sync_bound;

@@ -174,6 +174,10 @@ fn export_client(r: &ResilientBackend) {
             rs.cache_inserts.get(),
         ),
         ("floodgate_redis_state_resets_total", rs.state_resets.get()),
+        (
+            "floodgate_redis_lease_expired_total",
+            rs.lease_expired.get(),
+        ),
     ]);
 }
 

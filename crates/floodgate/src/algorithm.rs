@@ -23,7 +23,9 @@ pub enum Apply {
     /// negative hits): the count falls by `cost`, never below nothing, and
     /// the decision says what remains. A limit that cannot give units back
     /// this way only checks (an [in-flight](Algorithm::in_flight) limit
-    /// gives its units back to the permit that took them, never here).
+    /// gives its units back to the permit that took them, never here; one
+    /// with a lease gives back its holder's own units: see
+    /// [`HeldBy`](crate::algorithms::HeldBy)).
     Refund,
 }
 

@@ -272,6 +272,7 @@ impl Ctx<'_> {
             cost: n.cost,
             on_failure: rl.on_failure,
             sync: rl.sync,
+            holder: rl.holder,
             fingerprint,
             metrics: Default::default(),
             envoy_stats: Default::default(),
@@ -294,7 +295,12 @@ impl Ctx<'_> {
                 .penalty
                 .unwrap_or_else(|| Penalty::default_for(self.dialect, spec, self.settings));
             fingerprint.field(format!("{spec:?}/{penalty:?}/{:?}", rl.block_for).as_bytes());
-            match rule::build_limit(spec, penalty, rl.block_for) {
+            if let Some(lease) = rl.lease {
+                // Leased units are another state: never shared with a
+                // counter of the same rule without a lease.
+                fingerprint.field(format!("lease {lease:?} holder {}", rl.holder).as_bytes());
+            }
+            match rule::build_limit(spec, penalty, rl.block_for, rl.lease) {
                 Ok(Some(limit)) => limits.push(RuleLimit {
                     limit,
                     reported: reported_of(spec, rl.reported),

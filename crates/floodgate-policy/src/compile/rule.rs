@@ -86,6 +86,10 @@ pub struct Rule {
     /// rule; not part of the fingerprint (every mode keeps the same
     /// counters, so instances in different modes share them).
     pub sync: Option<SyncMode>,
+    /// The descriptor's last entry names the holder of the units of its
+    /// leased concurrency limits and is left out of their counters' keys
+    /// (`holder: true`).
+    pub holder: bool,
     /// A fingerprint of everything that defines the rule's counters: equal
     /// across processes and reloads for an unchanged rule.
     pub fingerprint: u64,
@@ -195,6 +199,7 @@ pub(crate) fn build_limit(
     spec: &LimitSpec,
     penalty: Penalty,
     block_for: Option<Duration>,
+    lease: Option<Duration>,
 ) -> Result<Option<AnyLimit>, floodgate::ConfigError> {
     let limit: AnyLimit = match spec {
         LimitSpec::Block { .. } => return Ok(None),
@@ -217,7 +222,10 @@ pub(crate) fn build_limit(
         } => SubWindowCounter::new(*limit, *window, *sub_windows)?.into(),
         LimitSpec::SlidingLog { limit, window } => SlidingLog::new(*limit, *window)?.into(),
         LimitSpec::Shaper { rate, burst, delay } => Shaper::new(*rate, *burst, *delay)?.into(),
-        LimitSpec::Concurrency { max } => Concurrency::new(*max)?.into(),
+        LimitSpec::Concurrency { max } => match lease {
+            Some(lease) => Concurrency::leased(*max, lease)?.into(),
+            None => Concurrency::new(*max)?.into(),
+        },
     };
     let penalty = match penalty {
         Penalty::None => CorePenalty::None,

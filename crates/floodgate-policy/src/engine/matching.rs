@@ -124,6 +124,7 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
             limit: LimitRef::Override(index),
             cost: hits,
             batch: Batch::Enforced,
+            holder: floodgate::algorithms::ANONYMOUS,
         });
     }
 }
@@ -235,10 +236,11 @@ fn lay_out_rule<D: Descriptor>(
     } else {
         Batch::Enforced
     };
+    let (entries, holder) = keys::holder(rule.holder, d);
     let (start, end) = keys::group(
         &mut scratch.keys,
         rule.fingerprint,
-        d,
+        (d, entries),
         &scratch.path,
         &dom.tree,
     );
@@ -253,6 +255,7 @@ fn lay_out_rule<D: Descriptor>(
             limit: LimitRef::Rule(id, idx as u8),
             cost: hits.saturating_mul(rule.cost),
             batch,
+            holder,
         });
     }
 }

@@ -7,7 +7,10 @@
 //! ([`Descriptor::is_negative_hits`]) gives them back instead: its
 //! counters are decided apart, with [`Apply::Refund`], after the others,
 //! and its status is OK with what remains ([`Status::negative`]).
-//! [`RequestLimits::negative_hits`] says whether callers may.
+//! [`RequestLimits::negative_hits`] says whether callers may. A
+//! concurrency limit with a lease takes an increment's units for the
+//! descriptor's holder (its last entry, for a rule with `holder: true`;
+//! nobody's otherwise) and gives a negative hit back that holder's own.
 
 mod batches;
 mod direct;
@@ -532,8 +535,8 @@ fn limit_of<'a>(policy: &'a PolicySet, overrides: &'a [AnyLimit], r: LimitRef) -
 }
 
 /// The backend's item for `slot`: its key, limit and cost, and the
-/// request's `permit` when the limit is a concurrency limit (other limits
-/// hold none).
+/// request's `permit` when the limit is a concurrency limit (the slot's
+/// holder when it has a lease; other limits hold none).
 fn item<'a>(
     policy: &'a PolicySet,
     keys: &'a [u8],
@@ -550,7 +553,10 @@ fn item<'a>(
         cost: slot.cost,
         on_failure: on_failure_of(policy, slot.limit),
         sync: sync_of(policy, slot.limit),
-        permit: if limit.is_concurrency() {
+        permit: if limit.is_leased() {
+            // Leased units are their holder's, whoever asks.
+            Permit::from(slot.holder)
+        } else if limit.is_concurrency() {
             permit
         } else {
             Permit::NONE

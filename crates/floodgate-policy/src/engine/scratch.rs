@@ -45,6 +45,10 @@ pub(crate) struct Slot {
     pub limit: LimitRef,
     pub cost: u64,
     pub batch: Batch,
+    /// Who holds the units of a leased concurrency limit: the hash of the
+    /// descriptor's holder entry (a rule with `holder: true`), else
+    /// [`ANONYMOUS`](floodgate::algorithms::ANONYMOUS).
+    pub holder: u64,
 }
 
 #[derive(Debug, Default)]

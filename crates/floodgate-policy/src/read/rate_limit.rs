@@ -29,6 +29,8 @@ pub(crate) const ENVOY_RATE_LIMIT_EXTENSIONS: &[&str] = &[
     "delay",
     "max",
     "limits",
+    "lease",
+    "holder",
 ];
 
 /// Keys a `rate_limit:` may have.
@@ -52,6 +54,8 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "block_for",
     "on_failure",
     "sync",
+    "lease",
+    "holder",
 ];
 
 /// Reads a `rate_limit:` mapping; `None` when it defines no limit.
@@ -82,6 +86,8 @@ pub(super) fn read_rate_limit(
         block_for: None,
         on_failure: None,
         sync: None,
+        lease: None,
+        holder: false,
         reported: Reported {
             requests_per_unit: 0,
             unit: unit.unit.unwrap_or(Unit::Second),
@@ -212,6 +218,7 @@ fn read_extended(
         spec.reported = reported;
     }
     spec.penalty = read_penalty(map, &spec.limits, errors);
+    read_lease(map, &mut spec, errors);
     check_keys_with(
         map,
         Dialect::Envoy,
@@ -267,7 +274,25 @@ fn read_floodgate_limits(
     if let Some(f) = map.get("on_failure") {
         spec.on_failure = read_on_failure(f, errors);
     }
+    read_lease(map, spec, errors);
     Some(())
+}
+
+/// `lease` and `holder`, which only a rule of concurrency limits takes; a
+/// holder needs a lease (its units would be held forever otherwise).
+fn read_lease(map: &Map<'_>, spec: &mut RateLimitSpec, errors: &mut Errors) {
+    if let Some(l) = map.get("lease") {
+        if !in_flight(&spec.limits) {
+            errors.push(l.error("lease applies to a concurrency limit only"));
+        }
+        spec.lease = errors.take(l.duration(false));
+    }
+    if let Some(h) = map.get("holder") {
+        spec.holder = errors.take(h.bool()).unwrap_or(false);
+        if spec.holder && spec.lease.is_none() {
+            errors.push(h.error("holder needs a lease (units of a holder that never gives them back would be held forever)"));
+        }
+    }
 }
 
 /// `penalty`, the same in both dialects: `true` charges every denied

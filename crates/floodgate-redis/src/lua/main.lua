@@ -4,6 +4,15 @@
 local now = clock(ARGV[2])
 local resets = read_states(items, n, now)
 
+-- The units of concurrency permits whose lease ended unreturned, as read:
+-- counted once the write that drops them is done.
+for i = 1, n do
+  local it = items[i]
+  if it.kind == 'c' and it.st then
+    it.expired = permits_expired(it.st, now)
+  end
+end
+
 -- A dry run decides as a commit (5) or a rejection (6) would, and writes
 -- nothing.
 local dry = false
@@ -129,8 +138,8 @@ if (n > 1 or items[1].members) and (apply == 1 or apply == 2) then
   end
 end
 
-local reply = { now, resets }
-local r = 2
+local reply = { now, resets, 0 }
+local r = 3
 local function put(o, limit, remaining, reset, retry, delay)
   reply[r + 1], reply[r + 2], reply[r + 3] = o, limit, remaining
   reply[r + 4], reply[r + 5], reply[r + 6] = reset, retry, delay
@@ -191,6 +200,7 @@ local slack = ARGV[3]
 for i = 1, n do
   local it = items[i]
   if it.v then
+    reply[3] = reply[3] + (it.expired or 0)
     write_state(KEYS[i], it.v, it.idle, now, slack)
   end
 end

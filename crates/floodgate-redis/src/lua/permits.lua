@@ -11,7 +11,7 @@
 -- The legacy state 'c<held>' (one count for the whole key) reads as one
 -- permit without an id, which no release names, whose lease ends a lease
 -- after the decision that reads it.
-local permits_parse, permits_live, permits_value
+local permits_parse, permits_live, permits_value, permits_expired
 if need.c then
   -- The permits of `v`, a list of { id, units, until } (until -1: the
   -- legacy count's), or false when `v` is not a concurrency state (a key
@@ -66,6 +66,18 @@ if need.c then
       end
     end
     return live, held, (not never) and last, changed
+  end
+
+  -- The units of `ps` whose lease ended by `now` (the legacy count, whose
+  -- lease starts when it is read, never has).
+  permits_expired = function(ps, now)
+    local units = 0
+    for _, p in ipairs(ps) do
+      if p[3] > 0 and p[3] <= now then
+        units = units + p[2]
+      end
+    end
+    return units
   end
 
   -- The state holding `ps`; '' when there is none (the key goes).

@@ -31,14 +31,20 @@
 --   l  sliding log   L W
 --   s  shaper        R B D E            (milli-requests; D = -1: nodelay;
 --                                        E: the largest excess kept)
---   c  concurrency   M id               (id: the request's permit, hex digits)
+--   c  concurrency   M id L             (id: the request's permit, hex digits;
+--                                        L: the limit's own lease in µs, 0:
+--                                        ARGV[4]'s. With its own lease, each
+--                                        charge is a permit of its own, and a
+--                                        refund (7) gives back id's units)
 --
--- Reply: {now, resets, then per item (each member of a shared key in
+-- Reply: {now, resets, expired, then per item (each member of a shared key in
 -- turn): outcome, limit, remaining, reset_us,
 -- retry_us (-1: none), delay_ms}; outcome 0 allowed, 1 delayed, 2 denied,
 -- 3 never. `resets` counts keys that held something other than a state of
 -- the item's kind (another type, or garbage): they are treated as fresh and
--- overwritten on the next charge.
+-- overwritten on the next charge. `expired` counts the units of
+-- concurrency permits whose lease ended before they were released, dropped
+-- by this call's writes.
 --
 -- Every number is an integer below 2^53, so Lua's doubles are exact; the
 -- products that could exceed 2^53 go through muldiv. All reads and all

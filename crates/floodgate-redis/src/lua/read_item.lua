@@ -48,11 +48,14 @@ local function read_item(pos, need)
     }
     pos = a + 4
   elseif kind == 'c' then
-    it = { kind = kind, cost = cost, penalty = penalty, block = block, M = tonumber(ARGV[a]), id = ARGV[a + 1] }
-    if not string.match(it.id, '^%x+$') then
+    it = {
+      kind = kind, cost = cost, penalty = penalty, block = block,
+      M = tonumber(ARGV[a]), id = ARGV[a + 1], L = tonumber(ARGV[a + 2]),
+    }
+    if not string.match(it.id, '^%x+$') or not it.L then
       return nil, redis.error_reply('floodgate: bad permit id')
     end
-    pos = a + 2
+    pos = a + 3
   else
     return nil, redis.error_reply('floodgate: unknown limit kind')
   end

@@ -22,16 +22,21 @@ end
 local units, id = tonumber(ARGV[1]), ARGV[2]
 
 local live, _, _, changed = permits_live(ps, now, 0)
+-- A permit of a limit with its own lease may hold several entries (one
+-- per charge): the earliest given back first.
 local given = 0
 for j, p in ipairs(live) do
-  if p[1] == id then
-    given = math.min(units, p[2])
-    live[j] = { id, p[2] - given, p[3] }
-    changed = true
+  if given == units then
     break
   end
+  if p[1] == id then
+    local n = math.min(units - given, p[2])
+    live[j] = { id, p[2] - n, p[3] }
+    given = given + n
+    changed = true
+  end
 end
-if not changed then
+if given == 0 then
   return 0
 end
 

@@ -81,6 +81,13 @@ pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode>
                 .to_owned(),
         ));
     }
+    if limit.is_leased() && mode != SyncMode::Exact {
+        return Err(UnsupportedMode::new(format!(
+            "sync mode {} does not apply to a concurrency limit with a lease (its holders' \
+             units are given back in Redis); use exact",
+            mode.name()
+        )));
+    }
     let modes = modes(limit.kind());
     let ok = match mode {
         SyncMode::Exact => true,
@@ -101,6 +108,19 @@ pub fn supports(limit: &AnyLimit, mode: SyncMode) -> Result<(), UnsupportedMode>
 mod tests {
     use super::*;
     use crate::encode::{Params, every_algorithm};
+
+    /// A concurrency limit with its own lease is decided in Redis only:
+    /// its holders' units are given back there.
+    #[test]
+    fn a_leased_concurrency_limit_is_exact_only() {
+        let c = floodgate::algorithms::Concurrency::leased(3, std::time::Duration::from_secs(30));
+        let limit = AnyLimit::from(c.unwrap());
+        assert!(supports(&limit, SyncMode::Exact).is_ok());
+        for mode in ["lease", "sync"] {
+            let err = supports(&limit, SyncMode::parse(mode).unwrap()).unwrap_err();
+            assert!(err.to_string().contains("with a lease"), "{err}");
+        }
+    }
 
     /// The lease and sync scripts refuse, by their kind, the limits that
     /// [`modes`] says their mode does not apply to, and only those.

@@ -151,9 +151,11 @@ pub(crate) fn load(state: &AnyState) -> (u64, u128) {
         AnyState::Gcra(t) => (0, t.ticks()),
         AnyState::Concurrency(h) => (0, u128::from(*h)),
         // Nothing charged yet, or not shared (decided in Redis only).
-        AnyState::Fresh | AnyState::Blocked(_) | AnyState::SlidingLog(_) | AnyState::Shaper(_) => {
-            (0, 0)
-        }
+        AnyState::Fresh
+        | AnyState::Blocked(_)
+        | AnyState::SlidingLog(_)
+        | AnyState::Shaper(_)
+        | AnyState::Leases(_) => (0, 0),
     }
 }
 

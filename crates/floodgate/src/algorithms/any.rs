@@ -4,6 +4,7 @@
 use crate::algorithm::{Algorithm, Apply};
 use crate::{Decision, Outcome, Timestamp};
 
+use super::leases::{Holder, LeaseState};
 use super::shape::{Quota, Shape};
 use super::{
     Concurrency, FixedWindow, Gcra, GcraState, LogState, Shaper, ShaperState, SlidingLog,
@@ -94,6 +95,8 @@ pub enum AnyState {
     Shaper(ShaperState),
     /// See [`Concurrency`].
     Concurrency(u64),
+    /// See [`Concurrency::leased`].
+    Leases(Box<LeaseState>),
     /// Denied outright until this instant (ns), after a denial of a limit
     /// with a block duration.
     Blocked(u64),
@@ -237,6 +240,27 @@ impl AnyLimit {
             c.release(held, units);
         }
     }
+
+    /// True for a concurrency limit with a lease: its units are held by
+    /// holders, each until its lease ends ([`Concurrency::leased`]).
+    pub fn is_leased(&self) -> bool {
+        matches!(&self.kind, Kind::Concurrency(c) if c.lease().is_some())
+    }
+
+    /// Gives back up to `units` that `holder` holds of a leased concurrency
+    /// limit at `now`; returns how many (0 for other limits).
+    pub fn give_back(
+        &self,
+        state: &mut AnyState,
+        now: Timestamp,
+        units: u64,
+        holder: Holder<'_>,
+    ) -> u64 {
+        match (&self.kind, state) {
+            (Kind::Concurrency(c), AnyState::Leases(st)) => c.give_back(st, now, units, holder),
+            _ => 0,
+        }
+    }
 }
 
 /// What the limit looks like from outside its decisions (see [`Quota`]).
@@ -331,6 +355,28 @@ impl AnyLimit {
     }
 
     fn run(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        self.run_held(state, now, cost, apply, Holder::default())
+    }
+
+    fn run_held(
+        &self,
+        state: &mut AnyState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+        holder: Holder<'_>,
+    ) -> Decision {
+        if let Kind::Concurrency(c) = &self.kind
+            && let Some(lease) = c.lease()
+        {
+            if !matches!(state, AnyState::Leases(_)) {
+                *state = AnyState::Leases(Box::default());
+            }
+            let AnyState::Leases(st) = state else {
+                unreachable!()
+            };
+            return c.decide_leased(lease, st, now, cost, apply, holder);
+        }
         macro_rules! run {
             ($($k:ident),+) => {
                 match &self.kind {
@@ -365,6 +411,42 @@ impl Algorithm for AnyLimit {
     }
 
     fn decide(&self, state: &mut AnyState, now: Timestamp, cost: u64, apply: Apply) -> Decision {
+        self.decide_held(state, now, cost, apply, Holder::default())
+    }
+
+    fn idle_at(&self, state: &AnyState, now: Timestamp) -> Timestamp {
+        if let (Kind::Concurrency(c), AnyState::Leases(st)) = (&self.kind, state) {
+            return c.leased_idle_at(st, now);
+        }
+        self.idle_at_unleased(state, now)
+    }
+
+    fn in_flight(&self) -> bool {
+        self.is_concurrency()
+    }
+
+    fn snapshot(&self, state: &AnyState) -> Option<AnyState> {
+        Some(state.clone())
+    }
+
+    /// A concurrency limit pins (it is never blocked, so a blocked key's
+    /// end of time is only an instant).
+    fn pins(&self) -> bool {
+        self.is_concurrency()
+    }
+}
+
+impl AnyLimit {
+    /// [`Algorithm::decide`] for `holder`, who takes the units of a leased
+    /// concurrency limit or gives back its own ([`HeldBy`]).
+    pub(crate) fn decide_held(
+        &self,
+        state: &mut AnyState,
+        now: Timestamp,
+        cost: u64,
+        apply: Apply,
+        holder: Holder<'_>,
+    ) -> Decision {
         if let AnyState::Blocked(until) = *state {
             if now.as_nanos() < until {
                 return self.blocked(until, now, cost);
@@ -382,7 +464,7 @@ impl Algorithm for AnyLimit {
                     self.run(state, now, cost, Apply::Force)
                 }
             }
-            (_, a) => self.run(state, now, cost, a),
+            (_, a) => self.run_held(state, now, cost, a, holder),
         };
         // Neither a check nor a refund starts a block: they charge nothing.
         if self.block > 0
@@ -396,7 +478,7 @@ impl Algorithm for AnyLimit {
         d
     }
 
-    fn idle_at(&self, state: &AnyState, now: Timestamp) -> Timestamp {
+    fn idle_at_unleased(&self, state: &AnyState, now: Timestamp) -> Timestamp {
         macro_rules! idle_at {
             ($($k:ident),+) => {
                 match (&self.kind, state) {
@@ -416,19 +498,5 @@ impl Algorithm for AnyLimit {
             Shaper,
             Concurrency
         )
-    }
-
-    fn in_flight(&self) -> bool {
-        self.is_concurrency()
-    }
-
-    fn snapshot(&self, state: &AnyState) -> Option<AnyState> {
-        Some(state.clone())
-    }
-
-    /// A concurrency limit pins (it is never blocked, so a blocked key's
-    /// end of time is only an instant).
-    fn pins(&self) -> bool {
-        self.is_concurrency()
     }
 }

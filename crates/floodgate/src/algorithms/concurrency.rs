@@ -2,12 +2,19 @@
 //! taken by an admitted request and given back when it completes; the
 //! [`RateLimiter::acquire`](crate::RateLimiter::acquire) permit does that on
 //! drop, so a holder that panics still releases.
+//!
+//! With a lease ([`Concurrency::leased`]), each unit taken is held until it
+//! is given back or its lease ends, whichever comes first: units a holder
+//! never gives back (Envoy driving the limit over RLS and dying
+//! mid-request) return within one lease. Its state is then a
+//! [`LeaseState`](super::LeaseState), and units are given back by their
+//! holder only.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Apply};
-use crate::error::{ConfigError, check_count};
+use crate::error::{ConfigError, check_count, check_period};
 use crate::{Decision, Outcome, Timestamp};
 
 use super::shape::{Quota, Shape};
@@ -29,6 +36,7 @@ use super::shape::{Quota, Shape};
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Concurrency {
     max: u64,
+    lease: Option<Duration>,
 }
 
 impl Concurrency {
@@ -36,7 +44,37 @@ impl Concurrency {
     pub fn new(max: u64) -> Result<Self, ConfigError> {
         Ok(Concurrency {
             max: check_count("max", max)?,
+            lease: None,
         })
+    }
+
+    /// At most `max` units in flight, each held for `lease` at most.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{Apply, Timestamp};
+    /// use floodgate::algorithms::{AnyLimit, AnyState, Concurrency, HeldBy};
+    ///
+    /// let limit = AnyLimit::from(Concurrency::leased(1, Duration::from_secs(30)).unwrap());
+    /// let mut s = AnyState::Fresh;
+    /// let (alice, bob) = (HeldBy::new(&limit, 1), HeldBy::new(&limit, 2));
+    /// assert!(alice.decide(&mut s, Timestamp::ZERO, 1, Apply::Commit).is_allowed());
+    /// // Bob cannot give back Alice's unit; her lease ends at 30 s.
+    /// bob.decide(&mut s, Timestamp::ZERO, 1, Apply::Refund);
+    /// assert!(bob.decide(&mut s, Timestamp::from_secs(29), 1, Apply::Commit).is_denied());
+    /// assert!(bob.decide(&mut s, Timestamp::from_secs(30), 1, Apply::Commit).is_allowed());
+    /// ```
+    pub fn leased(max: u64, lease: Duration) -> Result<Self, ConfigError> {
+        check_period("lease", lease)?;
+        Ok(Concurrency {
+            lease: Some(lease),
+            ..Concurrency::new(max)?
+        })
+    }
+
+    /// How long a unit is held at most, when the limit has a lease.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
     }
 
     /// The maximum in flight.
@@ -71,7 +109,11 @@ impl Shape for Concurrency {
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.max)
+        write!(f, "{}", self.max)?;
+        if let Some(lease) = self.lease {
+            write!(f, " lease {}s", lease.as_secs_f64().ceil() as u64)?;
+        }
+        Ok(())
     }
 }
 
