@@ -2,6 +2,7 @@
 //! linked into one binary.
 
 mod ageing;
+mod allocations;
 mod envoy_differential;
 mod grpc_tls_python;
 mod settings;
