@@ -399,3 +399,22 @@ fn entries_are_compact() {
     assert_eq!(Store::<u64, WindowState>::ENTRY, 32);
     assert_eq!(Store::<u64, SlidingWindowState>::ENTRY, 32);
 }
+
+/// A store's shards share out exactly its capacity, however small beside
+/// the shards asked for: full, it holds that many keys and no more.
+#[test]
+fn a_small_store_holds_exactly_its_capacity() {
+    use floodgate::Store;
+    use floodgate::algorithms::WindowState;
+    for capacity in (1..=300).chain([1_000, 4_097]) {
+        for shards in [1, 64, 1 << 16] {
+            let config = StoreConfig {
+                capacity,
+                shards,
+                ..StoreConfig::default()
+            };
+            let store: Store<u64, WindowState> = Store::new(config).unwrap();
+            assert_eq!(store.capacity(), capacity, "{shards} shards");
+        }
+    }
+}

@@ -136,9 +136,13 @@ pub struct StoreStats {
 type Shards<K, S> = Box<[Slot<Shard<K, S>>]>;
 
 /// The shards of a store sized by `config`: as configured, but no more than
-/// the capacity rounded up to a power of two (and at least one).
+/// half the capacity rounded down to a power of two (and at least one), so
+/// that the smallest share of the capacity ([`spread`]: the largest is
+/// twice the smallest) is at least one key and the shards' capacities add
+/// up to the store's exactly.
 fn shard_count(config: StoreConfig) -> usize {
-    let most = config.capacity.clamp(1, 1 << 16).next_power_of_two();
+    let half = (config.capacity / 2).clamp(1, 1 << 16);
+    let most = 1 << half.ilog2();
     config
         .shards
         .clamp(1, 1 << 16)
