@@ -23,25 +23,28 @@ fn run(runs: &[Value], offered: f64, on: bool) -> &Value {
         .unwrap_or_else(|| panic!("no run at {offered}× with the limiter {on}: {runs:?}"))
 }
 
-/// At twice the capacity (8 servers × 20 ms: 400 requests a second), the
-/// adaptive limit keeps most of the capacity doing useful work at a
-/// latency near the unloaded one; without it the upstream's queue grows
-/// until every request waits past the client's timeout.
+/// At twice the capacity (8 servers × 50 ms: 160 requests a second, few
+/// enough that a debug gateway on a busy machine keeps up), the adaptive
+/// limit keeps most of the capacity doing useful work at a latency near
+/// the unloaded one; without it the upstream's queue grows until every
+/// request waits past the client's timeout.
 #[test]
 fn the_adaptive_limit_keeps_goodput_at_twice_the_capacity() {
     let out = bench(&[
         "--servers",
         "8",
         "--service",
-        "20ms",
+        "50ms",
         "--loads",
         "2",
-        // The limit starts at 4 and grows once the no-load latency is
-        // learned: about 3.5 s at this rate.
+        // Started near the upstream's concurrency and learning from fewer
+        // samples, the limit settles within the warm-up at this rate.
+        "--adaptive",
+        "{initial: 8, min_samples: 30}",
         "--warmup",
         "6s",
         "--duration",
-        "3s",
+        "4s",
         "--timeout",
         "1s",
         "--json",
@@ -61,12 +64,10 @@ fn the_adaptive_limit_keeps_goodput_at_twice_the_capacity() {
     assert!(num(on, "goodput") >= 0.6, "{seen}");
     assert!(num(on, "p99_ratio") <= 5.0, "{seen}");
     assert!(num(on, "shed") > 0.0, "{seen}");
-    // The collapse the limit prevents.
+    // The collapse the limit prevents: the upstream's queue grows by its
+    // capacity every second, so its requests wait out the client's 1 s.
     assert!(num(off, "goodput") <= 0.3, "{seen}");
-    assert!(
-        num(off, "p99_ratio") >= 3.0 * num(on, "p99_ratio"),
-        "{seen}"
-    );
+    assert!(num(off, "p99_ms") >= 900.0, "{seen}");
     assert_eq!(num(off, "shed"), 0.0, "{seen}");
 }
 
