@@ -1,0 +1,130 @@
+//! The rate limit quota service (RLQS) seen from Envoy instances built
+//! from Envoy's published protos (grpcio, `tests/python/rlqs.py`), on
+//! [`POLICY`](crate::support::POLICY) (100 a minute per user): shares
+//! that add up to the limit, deny-all once it is spent, counts kept
+//! across a cut stream, an unknown bucket allowed, a lying instance's
+//! damage, bad reports refused with a clear status, bounded buckets, and
+//! a bucket abandoned when a reload removes its rule.
+
+use crate::support::{Service, python, start};
+
+async fn scenario(service: &Service, name: &str, extra: &[String]) -> Vec<String> {
+    let mut args = vec![format!("127.0.0.1:{}", service.grpc), name.to_owned()];
+    args.extend_from_slice(extra);
+    python("rlqs.py", args).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "shares", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a share 100/MINUTE ttl=10",
+            "two: user=a share 50/MINUTE ttl=10",
+            "one: user=a share 50/MINUTE ttl=10",
+            "one: tier=x allow_all ttl=10",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 4s\n").await;
+    let lines = scenario(&service, "spent", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a share 100/MINUTE ttl=4",
+            // The cut stream no longer shares the limit; its 60 still count.
+            "again: user=a share 100/MINUTE ttl=4",
+            "again: user=a deny_all ttl=4",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "liar", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "honest: user=a share 100/MINUTE ttl=10",
+            // Reporting nothing earns the liar its share, no more: the
+            // honest instance's share does not grow from its silence.
+            "liar: user=a share 50/MINUTE ttl=10",
+            "honest: user=a share 50/MINUTE ttl=10",
+            // Over-reporting spends the counter: every instance is denied
+            // until the rule's window refills it.
+            "liar: user=a deny_all ttl=10",
+            "honest: user=a deny_all ttl=10",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_reports_end_their_stream_with_a_clear_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "refused", &[]).await;
+    let expect = [
+        (
+            "huge: ERR INVALID_ARGUMENT",
+            "18446744073709551615 requests were allowed",
+        ),
+        ("negative: ERR INVALID_ARGUMENT", "(a negative count?)"),
+        ("nodomain: ERR INVALID_ARGUMENT", "names no domain"),
+        ("emptyvalue: ERR INVALID_ARGUMENT", "empty key or value"),
+        ("otherdomain: user=a share 100/MINUTE", ""),
+        (
+            "otherdomain: ERR INVALID_ARGUMENT",
+            "a report names `elsewhere`",
+        ),
+    ];
+    assert_eq!(lines.len(), expect.len(), "{lines:#?}");
+    for (line, (start, has)) in lines.iter().zip(expect) {
+        assert!(line.starts_with(start) && line.contains(has), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_are_bounded_per_stream_and_overall() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = "  rlqs:\n    max_buckets_per_stream: 2\n    max_buckets: 1\n";
+    let service = start(dir.path(), server).await;
+    let many = scenario(&service, "many", &[]).await;
+    assert_eq!(many.len(), 1);
+    assert!(
+        many[0].starts_with("many: ERR RESOURCE_EXHAUSTED") && many[0].contains("max_buckets"),
+        "{many:?}"
+    );
+    let full = scenario(&service, "full", &[]).await;
+    assert_eq!(full[0], "one: user=a share 100/MINUTE ttl=10");
+    assert!(
+        full[1].starts_with("two: ERR RESOURCE_EXHAUSTED")
+            && full[1].contains("server.rlqs.max_buckets"),
+        "{full:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_whose_rule_a_reload_removes_is_abandoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
+    let config = dir.path().join("floodgate.yaml").display().to_string();
+    let lines = scenario(&service, "reload", &[config]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            "one: user=a abandon",
+            // Reported again: a new subscription, no rule limits it.
+            "one: user=a allow_all ttl=1",
+        ]
+    );
+}
