@@ -128,3 +128,25 @@ async fn a_bucket_whose_rule_a_reload_removes_is_abandoned() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
+    let lines = scenario(&service, "silent", &[]).await;
+    assert_eq!(
+        lines[..2],
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            "two: user=a share 50/MINUTE ttl=1"
+        ]
+    );
+    let whole: f64 = lines[2]
+        .strip_prefix("one: whole again after ")
+        .and_then(|s| s.strip_suffix('s'))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .parse()
+        .unwrap();
+    // Not before the silent stream's time to live ended.
+    assert!(whole >= 0.9, "{lines:?}");
+}

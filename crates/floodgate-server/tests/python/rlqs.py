@@ -12,6 +12,7 @@ or `NAME: ERR <status code> <details>` when the stream ends in error.
 import os
 import queue
 import sys
+import time
 
 import grpc
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
@@ -140,6 +141,29 @@ def reload(stub):
     os.replace(path + ".new", path)
     one.answer()
     one.report({A: 0})
+
+
+def silent(stub):
+    """One of two instances falls silent: once the time to live has passed
+    since its last report, the other's share is the whole limit again."""
+    one, two = Instance(stub, "one"), Instance(stub, "two")
+    one.report({A: 0})
+    two.report({A: 0})
+    started = time.monotonic()
+    while "share 100/" not in quiet(one, {A: 0}):
+        assert time.monotonic() - started < 10, "the silent stream kept its share"
+        time.sleep(0.05)
+    print(f"one: whole again after {time.monotonic() - started:.1f}s", flush=True)
+
+
+def quiet(instance, usages):
+    """A report whose answer is not printed."""
+    saved = sys.stdout
+    sys.stdout = open(os.devnull, "w")
+    try:
+        return instance.report(usages)
+    finally:
+        sys.stdout = saved
 
 
 def main():
