@@ -150,3 +150,14 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
     // Not before the silent stream's time to live ended.
     assert!(whole >= 0.9, "{lines:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_enforcing_its_shares_admits_the_limit_and_one_round_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "fleet", &[]).await;
+    let admitted: u64 = lines[0].strip_prefix("admitted ").unwrap().parse().unwrap();
+    // The bound of docs/service.md: the limit (100), plus what the three
+    // instances admit in one reporting interval (10 each) once it is spent.
+    assert!((100..=130).contains(&admitted), "{lines:?}");
+}

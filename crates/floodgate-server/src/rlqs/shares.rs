@@ -38,7 +38,10 @@ impl Shares {
         now: Instant,
         recent: Duration,
     ) -> Result<usize, Full> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !buckets.contains_key(key) && buckets.len() >= self.max_buckets {
             return Err(Full);
         }
@@ -51,7 +54,10 @@ impl Shares {
     /// Forgets `stream`'s reports of `keys` (it ended, or abandoned them);
     /// a bucket nobody reports any more is dropped.
     pub(crate) fn leave<'a>(&self, keys: impl IntoIterator<Item = &'a BucketKey>, stream: u64) {
-        let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for key in keys {
             if let Some(streams) = buckets.get_mut(key) {
                 streams.remove(&stream);
@@ -64,7 +70,10 @@ impl Shares {
 
     /// Buckets held.
     pub(crate) fn len(&self) -> usize {
-        self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }
 

@@ -166,6 +166,38 @@ def quiet(instance, usages):
         sys.stdout = saved
 
 
+class Enforcer:
+    """What Envoy does with its assignments: a new strategy starts a full
+    bucket of its share; deny-all (or none yet) admits nothing. The run is
+    shorter than the rule's minute, so nothing refills."""
+
+    def __init__(self, instance):
+        self.instance, self.strategy, self.tokens = instance, "none", 0
+
+    def round(self, demand):
+        admitted = min(demand, self.tokens)
+        self.tokens -= admitted
+        line = quiet(self.instance, {A: admitted})
+        strategy = line.split(" ttl=")[0]
+        if strategy != self.strategy:
+            self.strategy = strategy
+            self.tokens = int(strategy.split("share ")[1].split("/")[0]) if "share" in strategy else 0
+        return admitted
+
+
+def fleet(stub):
+    """Three instances joining one after another, each offered 10 requests
+    a round, reporting each round: the fleet's admitted total."""
+    if time.time() % 60 > 50:  # keep the run inside one minute of the rule
+        time.sleep(60 - time.time() % 60)
+    enforcers, total = [], 0
+    for r in range(40):
+        if r in (0, 5, 10):
+            enforcers.append(Enforcer(Instance(stub, f"i{r}")))
+        total += sum(e.round(10) for e in enforcers)
+    print(f"admitted {total}", flush=True)
+
+
 def main():
     target, scenario = sys.argv[1], sys.argv[2]
     with grpc.insecure_channel(target) as channel:
