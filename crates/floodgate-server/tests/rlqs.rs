@@ -161,3 +161,33 @@ async fn a_fleet_enforcing_its_shares_admits_the_limit_and_one_round_at_most() {
     // instances admit in one reporting interval (10 each) once it is spent.
     assert!((100..=130).contains(&admitted), "{lines:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_stream_ends_unavailable_when_the_service_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let marker = dir.path().join("open");
+    let args = [marker.display().to_string()];
+    let target = format!("127.0.0.1:{}", service.grpc);
+    let client = tokio::spawn(async move {
+        let mut all = vec![target, "hold".to_owned()];
+        all.extend(args);
+        python("rlqs.py", all).await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never opened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), service.stop());
+    stopped
+        .await
+        .expect("an open stream held up shutdown")
+        .unwrap();
+    let lines = client.await.unwrap();
+    assert_eq!(lines[0], "one: user=a share 100/MINUTE ttl=10");
+    assert!(lines[1].starts_with("one: ERR UNAVAILABLE"), "{lines:?}");
+}

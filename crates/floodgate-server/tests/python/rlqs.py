@@ -198,6 +198,15 @@ def fleet(stub):
     print(f"admitted {total}", flush=True)
 
 
+def hold(stub):
+    """A stream left open while the service shuts down (argv[3]: a file
+    written once the stream has its first answer)."""
+    one = Instance(stub, "one")
+    one.report({A: 0})
+    open(sys.argv[3], "w").close()
+    one.answer()
+
+
 def main():
     target, scenario = sys.argv[1], sys.argv[2]
     with grpc.insecure_channel(target) as channel:
