@@ -2,9 +2,12 @@
 //! from Envoy's published protos (grpcio, `tests/python/rlqs.py`), on
 //! [`POLICY`](crate::support::POLICY) (100 a minute per user): shares
 //! that add up to the limit, deny-all once it is spent, counts kept
-//! across a cut stream, an unknown bucket allowed, a lying instance's
-//! damage, bad reports refused with a clear status, bounded buckets, and
-//! a bucket abandoned when a reload removes its rule.
+//! across a cut stream, a silent stream's share given back after the time
+//! to live, an unknown bucket allowed, a lying instance's damage, a fleet
+//! enforcing its shares within the stated bound, bad reports refused with
+//! a clear status, bounded buckets, a bucket abandoned when a reload
+//! removes its rule, shutdown with a stream open, and a limit shared by
+//! two instances through Redis.
 
 use crate::support::{Service, python, start};
 
@@ -190,4 +193,25 @@ async fn an_open_stream_ends_unavailable_when_the_service_shuts_down() {
     let lines = client.await.unwrap();
     assert_eq!(lines[0], "one: user=a share 100/MINUTE ttl=10");
     assert!(lines[1].starts_with("one: ERR UNAVAILABLE"), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_one_instances_reports_spend_the_limit_for_every_instance() {
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n",
+        redis.addr()
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(a_dir.path(), &store).await;
+    let b = start(b_dir.path(), &store).await;
+    assert_eq!(report(&b, 0).await, ["one: user=a share 100/MINUTE ttl=10"]);
+    assert_eq!(report(&a, 100).await, ["one: user=a deny_all ttl=10"]);
+    // The other instance's streams see the shared counter spent.
+    assert_eq!(report(&b, 0).await, ["one: user=a deny_all ttl=10"]);
+}
+
+/// One instance's one report of `allowed` requests to `service`.
+async fn report(service: &Service, allowed: u64) -> Vec<String> {
+    scenario(service, "report", &[allowed.to_string()]).await
 }

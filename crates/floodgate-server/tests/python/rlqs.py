@@ -207,6 +207,11 @@ def hold(stub):
     one.answer()
 
 
+def report(stub):
+    """One instance's one report of argv[3] requests allowed."""
+    Instance(stub, "one").report({A: int(sys.argv[3])})
+
+
 def main():
     target, scenario = sys.argv[1], sys.argv[2]
     with grpc.insecure_channel(target) as channel:
