@@ -215,3 +215,13 @@ async fn with_redis_one_instances_reports_spend_the_limit_for_every_instance() {
 async fn report(service: &Service, allowed: u64) -> Vec<String> {
     scenario(service, "report", &[allowed.to_string()]).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shortest_time_to_live_still_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1ns\n").await;
+    assert_eq!(
+        report(&service, 0).await,
+        ["one: user=a share 100/MINUTE ttl=0"]
+    );
+}

@@ -61,7 +61,7 @@ impl QuotaStream {
         let metrics = self.rlqs.metrics.clone();
         metrics.streams.increment(1.0);
         let mut draining = self.rlqs.svc.health().watch_draining();
-        let mut tick = tokio::time::interval(self.rlqs.settings.assignment_ttl / 2);
+        let mut tick = tokio::time::interval(removals_every(self.rlqs.settings.assignment_ttl));
         loop {
             let answer = tokio::select! {
                 message = inbound.message() => match message {
@@ -223,4 +223,11 @@ async fn drained(draining: &mut tokio::sync::watch::Receiver<bool>) {
     if draining.wait_for(|d| *d).await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// How often a stream looks for buckets a reload removed: every half time
+/// to live, at least every 10 ms however short the time to live (a timer
+/// needs a period).
+fn removals_every(ttl: std::time::Duration) -> std::time::Duration {
+    (ttl / 2).max(std::time::Duration::from_millis(10))
 }
