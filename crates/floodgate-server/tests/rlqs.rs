@@ -225,3 +225,22 @@ async fn the_shortest_time_to_live_still_answers() {
         ["one: user=a share 100/MINUTE ttl=0"]
     );
 }
+
+#[test]
+fn reflection_describes_the_rlqs_service() {
+    use prost::Message;
+    let set = prost_types::FileDescriptorSet::decode(floodgate_server::proto::FILE_DESCRIPTOR_SET);
+    let services: Vec<String> = (set.unwrap().file.iter())
+        .flat_map(|f| {
+            f.service
+                .iter()
+                .map(move |s| format!("{}.{}", f.package(), s.name()))
+        })
+        .collect();
+    for expected in [
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+    ] {
+        assert!(services.iter().any(|s| s == expected), "{services:?}");
+    }
+}
