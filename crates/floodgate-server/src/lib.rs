@@ -6,6 +6,9 @@
 //! * Envoy's rate limit service protocol (RLS v3,
 //!   `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) over
 //!   gRPC, with gRPC health checking and server reflection;
+//! * Envoy's rate limit quota service (RLQS v3,
+//!   `envoy.service.rate_limit_quota.v3.RateLimitQuotaService`) on the
+//!   same listener;
 //! * envoyproxy/ratelimit's `/json`, and Floodgate's own `/v1/check` and
 //!   `/v1/release`, over HTTP;
 //!
@@ -54,10 +57,12 @@ mod http;
 mod metrics;
 mod pool;
 pub mod proto;
+mod rlqs;
 mod run;
 pub mod settings;
 mod trace;
 
+pub use rlqs::RlqsSettings;
 pub use run::{Loaded, Rls, load, run, serve};
 pub use settings::RlsSettings;
 

@@ -151,11 +151,11 @@ impl Rls {
         let task = if let Some(path) = &s.grpc_uds {
             let tls = listeners.tls(s.grpc_tls.files())?;
             let socket = UnixSocket::bind("grpc", path)?;
-            crate::grpc::spawn(svc, socket, http, tls, places, stop).await?
+            crate::grpc::spawn(svc, s.rlqs, socket, http, tls, places, stop).await?
         } else if let Some(addr) = s.grpc {
             let tls = listeners.tls(s.grpc_tls.files())?;
             let listener = listeners.bind("grpc", addr).await?;
-            crate::grpc::spawn(svc, listener, http, tls, places, stop).await?
+            crate::grpc::spawn(svc, s.rlqs, listener, http, tls, places, stop).await?
         } else {
             return Ok(());
         };

@@ -63,6 +63,8 @@ pub struct RlsSettings {
     /// What a shaper's delay becomes over RLS (`ShouldRateLimit`, `/json`),
     /// whose callers cannot hold a request.
     pub rls_delayed: RlsDelayed,
+    /// The rate limit quota service's assignments and bounds.
+    pub rlqs: crate::RlqsSettings,
 }
 
 /// What a shaper's delayed decision becomes over RLS
@@ -153,6 +155,7 @@ impl Declared for RlsSettings {
             requests(&mut t);
             headers(&mut t);
             rls(&mut t);
+            rlqs(&mut t);
             t
         });
         &TABLE
@@ -173,6 +176,11 @@ impl Declared for RlsSettings {
             request_timeout: Duration::ZERO,
             headers: HeaderSettings::default(),
             rls_delayed: RlsDelayed::default(),
+            rlqs: crate::RlqsSettings {
+                assignment_ttl: Duration::ZERO,
+                max_buckets: 0,
+                max_buckets_per_stream: 0,
+            },
         }
     }
 }
@@ -391,4 +399,19 @@ fn rls(t: &mut Vec<S>) {
             Ok(())
         })
         .samples("ok", "over_limit"));
+}
+
+/// The rate limit quota service (RLQS): its assignments' time to live and
+/// the buckets it holds.
+#[rustfmt::skip]
+fn rlqs(t: &mut Vec<S>) {
+    t.push(S::new("server.rlqs.assignment_ttl", "FLOODGATE_RLQS_ASSIGNMENT_TTL", "rlqs-assignment-ttl", Kind::Duration, "10s",
+        "how long an RLQS assignment holds (set it to two of Envoy's `reporting_interval`); a stream that has not reported a bucket for as long no longer shares its limit",
+        |s, v| { s.rlqs.assignment_ttl = positive_duration(&v.text())?; Ok(()) }));
+    t.push(S::new("server.rlqs.max_buckets", "FLOODGATE_RLQS_MAX_BUCKETS", "rlqs-max-buckets", Kind::Count, "100000",
+        "most RLQS buckets held at once over every stream (beyond: the stream reporting a new one ends `RESOURCE_EXHAUSTED`)",
+        |s, v| { s.rlqs.max_buckets = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
+    t.push(S::new("server.rlqs.max_buckets_per_stream", "FLOODGATE_RLQS_MAX_BUCKETS_PER_STREAM", "rlqs-max-buckets-per-stream", Kind::Count, "1000",
+        "most RLQS buckets one stream may report (beyond: it ends `RESOURCE_EXHAUSTED`)",
+        |s, v| { s.rlqs.max_buckets_per_stream = count_in(&v.text(), 1, usize::MAX)?; Ok(()) }));
 }

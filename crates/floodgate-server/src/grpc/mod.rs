@@ -1,6 +1,7 @@
 //! The gRPC listener: `RateLimitService` (on the fast path, see
 //! [`GrpcService`]), `grpc.health.v1.Health` (serving while the store can
-//! decide) and server reflection (v1 and v1alpha), over HTTP/2.
+//! decide), the rate limit quota service (RLQS) and server reflection
+//! (v1 and v1alpha), over HTTP/2.
 
 mod deadline;
 mod fast;
@@ -26,11 +27,12 @@ use floodgate_runtime::RuntimeError;
 /// The RLS service name, as health checks ask for it.
 pub(crate) const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Starts serving on `listener` (TCP or a Unix socket) under `http`'s protections, TLS
+/// Starts serving (RLQS with `rlqs`) on `listener` (TCP or a Unix socket) under `http`'s protections, TLS
 /// terminated by `tls` if any, at most `places` connections at once, until
 /// `stop` turns true.
 pub(crate) async fn spawn<L: Listen>(
     svc: Arc<DecisionService>,
+    rlqs: crate::RlqsSettings,
     listener: L,
     http: Http,
     tls: Option<TlsAcceptor>,
@@ -52,6 +54,7 @@ pub(crate) async fn spawn<L: Listen>(
     let routes = tonic::service::Routes::new(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
+        .add_service(crate::rlqs::Rlqs::server(svc.clone(), rlqs))
         .prepare();
     let grpc = Arc::new(GrpcService::new(svc, routes));
     let service = service_fn(move |req: Request<Incoming>| {

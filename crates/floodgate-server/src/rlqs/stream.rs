@@ -1,0 +1,233 @@
+//! One RLQS stream (one Envoy instance): its domain, the buckets it
+//! reported, and the loop that answers each report with the buckets'
+//! assignments and abandons a bucket whose rule a reload removed. A
+//! stream holds state only for the buckets it reported: one that never
+//! reports costs its connection only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use floodgate::Apply;
+use floodgate_policy::engine::{EngineError, Reason, Response};
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
+use crate::proto::rlqs::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+
+use super::Rlqs;
+use super::assignment::{self, Kind};
+use super::mapping::{self, BucketKey};
+
+/// What the stream sends: answers, and an error status that ends it.
+pub(crate) type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// A stream's state.
+pub(crate) struct QuotaStream {
+    rlqs: Arc<Rlqs>,
+    id: u64,
+    domain: Option<String>,
+    /// Each bucket reported, and whether a rule limited it when last seen.
+    buckets: HashMap<BucketKey, bool>,
+    /// The policy generation the buckets were last checked against.
+    generation: u64,
+    response: Response,
+}
+
+impl QuotaStream {
+    /// A new stream, numbered `id`.
+    pub(crate) fn new(rlqs: Arc<Rlqs>, id: u64) -> Self {
+        let generation = rlqs.svc.engine().policy().generation();
+        QuotaStream {
+            rlqs,
+            id,
+            domain: None,
+            buckets: HashMap::new(),
+            generation,
+            response: Response::default(),
+        }
+    }
+
+    /// Answers `inbound` on `out` until either ends, the service drains,
+    /// or a report is refused (its status sent last); then forgets the
+    /// stream's buckets.
+    pub(crate) async fn run(
+        mut self,
+        mut inbound: Streaming<RateLimitQuotaUsageReports>,
+        out: Outbound,
+    ) {
+        let metrics = self.rlqs.metrics.clone();
+        metrics.streams.increment(1.0);
+        let mut draining = self.rlqs.svc.health().watch_draining();
+        let mut tick = tokio::time::interval(removals_every(self.rlqs.settings.assignment_ttl));
+        loop {
+            let answer = tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(reports)) => self.on_reports(reports).await,
+                    Ok(None) | Err(_) => break,
+                },
+                _ = tick.tick() => Ok(self.abandon_removed().await),
+                () = drained(&mut draining) => Err(Status::unavailable("the service is shutting down")),
+                () = out.closed() => break,
+            };
+            let end = answer.is_err();
+            let message = answer.map(|actions| (!actions.is_empty()).then_some(actions));
+            if let Some(message) = message.transpose()
+                && (out
+                    .send(message.map(|bucket_action| RateLimitQuotaResponse { bucket_action }))
+                    .await
+                    .is_err()
+                    || end)
+            {
+                break;
+            }
+        }
+        self.rlqs.shares.leave(self.buckets.keys(), self.id);
+        metrics.streams.decrement(1.0);
+        metrics.buckets.set(self.rlqs.shares.len() as f64);
+    }
+
+    /// The actions answering `reports`, or the status refusing them.
+    async fn on_reports(
+        &mut self,
+        reports: RateLimitQuotaUsageReports,
+    ) -> Result<Vec<BucketAction>, Status> {
+        let domain = self.domain_of(reports.domain)?;
+        let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
+        for usage in reports.bucket_quota_usages {
+            self.rlqs.metrics.reports.increment(1);
+            if let Some(action) = self.on_usage(&domain, usage).await? {
+                actions.push(action);
+            }
+        }
+        self.rlqs.metrics.buckets.set(self.rlqs.shares.len() as f64);
+        Ok(actions)
+    }
+
+    /// The stream's domain: named by its first report; a later report
+    /// naming another is refused.
+    fn domain_of(&mut self, named: String) -> Result<String, Status> {
+        match &self.domain {
+            Some(d) if named.is_empty() || *d == named => Ok(d.clone()),
+            Some(d) => Err(Status::invalid_argument(format!(
+                "the stream's domain is `{d}`, a report names `{named}`: open a new stream for another domain"
+            ))),
+            None if named.is_empty() => Err(Status::invalid_argument(
+                "the first report of a stream names no domain",
+            )),
+            None => {
+                self.domain = Some(named.clone());
+                Ok(named)
+            }
+        }
+    }
+
+    /// Charges one bucket's allowed requests and chooses its assignment
+    /// (none if the store cannot decide now: the bucket keeps its
+    /// assignment until its time to live ends).
+    async fn on_usage(
+        &mut self,
+        domain: &str,
+        usage: BucketQuotaUsage,
+    ) -> Result<Option<BucketAction>, Status> {
+        let bucket = usage
+            .bucket_id
+            .ok_or_else(|| Status::invalid_argument("a usage report has no bucket id"))?;
+        let key = BucketKey::of(domain, &bucket)?;
+        let allowed = mapping::allowed(usage.num_requests_allowed)?;
+        let settings = self.rlqs.settings;
+        if !self.buckets.contains_key(&key) && self.buckets.len() >= settings.max_buckets_per_stream
+        {
+            return Err(Status::resource_exhausted(format!(
+                "a stream may report at most {} buckets (server.rlqs.max_buckets_per_stream)",
+                settings.max_buckets_per_stream
+            )));
+        }
+        let streams = (self.rlqs.shares)
+            .report(&key, self.id, Instant::now(), settings.assignment_ttl)
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "the service holds {} buckets, its most (server.rlqs.max_buckets)",
+                    settings.max_buckets
+                ))
+            })?;
+        self.buckets.insert(key.clone(), false);
+        // Allowed requests were admitted already: charged whatever the
+        // counter says. None allowed: only looked at.
+        let apply = if allowed > 0 {
+            Apply::Force
+        } else {
+            Apply::Check
+        };
+        let descriptor = [key.descriptor(allowed.max(1))];
+        let engine = self.rlqs.svc.engine();
+        match engine
+            .evaluate_with(domain, &descriptor, 0, apply, &mut self.response)
+            .await
+        {
+            Ok(()) => {}
+            Err(EngineError::InvalidArgument(e)) => return Err(Status::invalid_argument(e)),
+            Err(e) => {
+                tracing::warn!(error = %e, "an RLQS usage report could not be charged");
+                return Ok(None);
+            }
+        }
+        let status = &self.response.statuses[0];
+        self.buckets.insert(
+            key.clone(),
+            matches!(status.reason, Reason::Limited | Reason::Blocked),
+        );
+        let (kind, strategy) = assignment::strategy(status, streams);
+        self.rlqs.metrics.action(kind);
+        Ok(Some(assignment::assign(
+            &key,
+            strategy,
+            settings.assignment_ttl,
+        )))
+    }
+
+    /// After a reload, abandons the buckets a rule limited that no rule
+    /// matches any more.
+    async fn abandon_removed(&mut self) -> Vec<BucketAction> {
+        let generation = self.rlqs.svc.engine().policy().generation();
+        let (Some(domain), true) = (self.domain.clone(), generation != self.generation) else {
+            return Vec::new();
+        };
+        self.generation = generation;
+        let limited: Vec<BucketKey> = (self.buckets.iter())
+            .filter(|(_, l)| **l)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut actions = Vec::new();
+        for key in limited {
+            let descriptor = [key.descriptor(1)];
+            let engine = self.rlqs.svc.engine();
+            let checked = engine
+                .evaluate_with(&domain, &descriptor, 0, Apply::Check, &mut self.response)
+                .await;
+            if checked.is_ok() && self.response.statuses[0].rule.is_none() {
+                self.buckets.remove(&key);
+                self.rlqs.shares.leave([&key], self.id);
+                self.rlqs.metrics.action(Kind::Abandon);
+                actions.push(assignment::abandon(&key));
+            }
+        }
+        actions
+    }
+}
+
+/// Resolves once the service drains (never if it cannot tell).
+async fn drained(draining: &mut tokio::sync::watch::Receiver<bool>) {
+    if draining.wait_for(|d| *d).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// How often a stream looks for buckets a reload removed: every half time
+/// to live, at least every 10 ms however short the time to live (a timer
+/// needs a period).
+fn removals_every(ttl: std::time::Duration) -> std::time::Duration {
+    (ttl / 2).max(std::time::Duration::from_millis(10))
+}

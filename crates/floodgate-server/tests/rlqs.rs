@@ -1,0 +1,246 @@
+//! The rate limit quota service (RLQS) seen from Envoy instances built
+//! from Envoy's published protos (grpcio, `tests/python/rlqs.py`), on
+//! [`POLICY`](crate::support::POLICY) (100 a minute per user): shares
+//! that add up to the limit, deny-all once it is spent, counts kept
+//! across a cut stream, a silent stream's share given back after the time
+//! to live, an unknown bucket allowed, a lying instance's damage, a fleet
+//! enforcing its shares within the stated bound, bad reports refused with
+//! a clear status, bounded buckets, a bucket abandoned when a reload
+//! removes its rule, shutdown with a stream open, and a limit shared by
+//! two instances through Redis.
+
+use crate::support::{Service, python, start};
+
+async fn scenario(service: &Service, name: &str, extra: &[String]) -> Vec<String> {
+    let mut args = vec![format!("127.0.0.1:{}", service.grpc), name.to_owned()];
+    args.extend_from_slice(extra);
+    python("rlqs.py", args).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "shares", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a share 100/MINUTE ttl=10",
+            "two: user=a share 50/MINUTE ttl=10",
+            "one: user=a share 50/MINUTE ttl=10",
+            "one: tier=x allow_all ttl=10",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 4s\n").await;
+    let lines = scenario(&service, "spent", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a share 100/MINUTE ttl=4",
+            // The cut stream no longer shares the limit; its 60 still count.
+            "again: user=a share 100/MINUTE ttl=4",
+            "again: user=a deny_all ttl=4",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "liar", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "honest: user=a share 100/MINUTE ttl=10",
+            // Reporting nothing earns the liar its share, no more: the
+            // honest instance's share does not grow from its silence.
+            "liar: user=a share 50/MINUTE ttl=10",
+            "honest: user=a share 50/MINUTE ttl=10",
+            // Over-reporting spends the counter: every instance is denied
+            // until the rule's window refills it.
+            "liar: user=a deny_all ttl=10",
+            "honest: user=a deny_all ttl=10",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_reports_end_their_stream_with_a_clear_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "refused", &[]).await;
+    let expect = [
+        (
+            "huge: ERR INVALID_ARGUMENT",
+            "18446744073709551615 requests were allowed",
+        ),
+        ("negative: ERR INVALID_ARGUMENT", "(a negative count?)"),
+        ("nodomain: ERR INVALID_ARGUMENT", "names no domain"),
+        ("emptyvalue: ERR INVALID_ARGUMENT", "empty key or value"),
+        ("otherdomain: user=a share 100/MINUTE", ""),
+        (
+            "otherdomain: ERR INVALID_ARGUMENT",
+            "a report names `elsewhere`",
+        ),
+    ];
+    assert_eq!(lines.len(), expect.len(), "{lines:#?}");
+    for (line, (start, has)) in lines.iter().zip(expect) {
+        assert!(line.starts_with(start) && line.contains(has), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_are_bounded_per_stream_and_overall() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = "  rlqs:\n    max_buckets_per_stream: 2\n    max_buckets: 1\n";
+    let service = start(dir.path(), server).await;
+    let many = scenario(&service, "many", &[]).await;
+    assert_eq!(many.len(), 1);
+    assert!(
+        many[0].starts_with("many: ERR RESOURCE_EXHAUSTED") && many[0].contains("max_buckets"),
+        "{many:?}"
+    );
+    let full = scenario(&service, "full", &[]).await;
+    assert_eq!(full[0], "one: user=a share 100/MINUTE ttl=10");
+    assert!(
+        full[1].starts_with("two: ERR RESOURCE_EXHAUSTED")
+            && full[1].contains("server.rlqs.max_buckets"),
+        "{full:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_whose_rule_a_reload_removes_is_abandoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
+    let config = dir.path().join("floodgate.yaml").display().to_string();
+    let lines = scenario(&service, "reload", &[config]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            "one: user=a abandon",
+            // Reported again: a new subscription, no rule limits it.
+            "one: user=a allow_all ttl=1",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
+    let lines = scenario(&service, "silent", &[]).await;
+    assert_eq!(
+        lines[..2],
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            "two: user=a share 50/MINUTE ttl=1"
+        ]
+    );
+    let whole: f64 = lines[2]
+        .strip_prefix("one: whole again after ")
+        .and_then(|s| s.strip_suffix('s'))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .parse()
+        .unwrap();
+    // Not before the silent stream's time to live ended.
+    assert!(whole >= 0.9, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_enforcing_its_shares_admits_the_limit_and_one_round_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "fleet", &[]).await;
+    let admitted: u64 = lines[0].strip_prefix("admitted ").unwrap().parse().unwrap();
+    // The bound of docs/service.md: the limit (100), plus what the three
+    // instances admit in one reporting interval (10 each) once it is spent.
+    assert!((100..=130).contains(&admitted), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_stream_ends_unavailable_when_the_service_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let marker = dir.path().join("open");
+    let args = [marker.display().to_string()];
+    let target = format!("127.0.0.1:{}", service.grpc);
+    let client = tokio::spawn(async move {
+        let mut all = vec![target, "hold".to_owned()];
+        all.extend(args);
+        python("rlqs.py", all).await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never opened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), service.stop());
+    stopped
+        .await
+        .expect("an open stream held up shutdown")
+        .unwrap();
+    let lines = client.await.unwrap();
+    assert_eq!(lines[0], "one: user=a share 100/MINUTE ttl=10");
+    assert!(lines[1].starts_with("one: ERR UNAVAILABLE"), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_one_instances_reports_spend_the_limit_for_every_instance() {
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n",
+        redis.addr()
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(a_dir.path(), &store).await;
+    let b = start(b_dir.path(), &store).await;
+    assert_eq!(report(&b, 0).await, ["one: user=a share 100/MINUTE ttl=10"]);
+    assert_eq!(report(&a, 100).await, ["one: user=a deny_all ttl=10"]);
+    // The other instance's streams see the shared counter spent.
+    assert_eq!(report(&b, 0).await, ["one: user=a deny_all ttl=10"]);
+}
+
+/// One instance's one report of `allowed` requests to `service`.
+async fn report(service: &Service, allowed: u64) -> Vec<String> {
+    scenario(service, "report", &[allowed.to_string()]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shortest_time_to_live_still_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1ns\n").await;
+    assert_eq!(
+        report(&service, 0).await,
+        ["one: user=a share 100/MINUTE ttl=0"]
+    );
+}
+
+#[test]
+fn reflection_describes_the_rlqs_service() {
+    use prost::Message;
+    let set = prost_types::FileDescriptorSet::decode(floodgate_server::proto::FILE_DESCRIPTOR_SET);
+    let services: Vec<String> = (set.unwrap().file.iter())
+        .flat_map(|f| {
+            f.service
+                .iter()
+                .map(move |s| format!("{}.{}", f.package(), s.name()))
+        })
+        .collect();
+    for expected in [
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+    ] {
+        assert!(services.iter().any(|s| s == expected), "{services:?}");
+    }
+}
