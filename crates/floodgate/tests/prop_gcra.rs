@@ -65,9 +65,12 @@ impl Model for TokenBucket {
     }
     fn charge(&mut self, t: u128, cost: u64) {
         // Saturating: debts of u64::MAX costs outlast representable time.
-        self.scaled = self.scaled_at(t).saturating_sub(i128::from(cost) * self.period);
+        self.scaled = self
+            .scaled_at(t)
+            .saturating_sub(i128::from(cost) * self.period);
         self.at = self.at.max(t);
-    }    fn counts_over(&self) -> bool {
+    }
+    fn counts_over(&self) -> bool {
         true
     }
 }
@@ -114,12 +117,17 @@ impl Model for LeakyMeter {
         (room.max(0) / self.period) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.level_at(t).saturating_add(i128::from(cost) * self.period) <= i128::from(self.capacity) * self.period
+        self.level_at(t)
+            .saturating_add(i128::from(cost) * self.period)
+            <= i128::from(self.capacity) * self.period
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        self.scaled_level = self.level_at(t).saturating_add(i128::from(cost) * self.period);
+        self.scaled_level = self
+            .level_at(t)
+            .saturating_add(i128::from(cost) * self.period);
         self.at = self.at.max(t);
-    }    fn counts_over(&self) -> bool {
+    }
+    fn counts_over(&self) -> bool {
         true
     }
 }
@@ -296,8 +304,17 @@ fn a_forced_cost_above_burst_is_charged_whole_and_repaid_by_the_drip() {
     let one = gcra.decide(&mut s.clone(), t0, 1, Apply::Commit);
     assert_eq!(one.retry_after, Some(Duration::from_millis(400)));
     let at = |ms| t0 + Duration::from_millis(ms);
-    assert!(gcra.decide(&mut s.clone(), at(299), 0, Apply::Commit).is_denied());
-    assert!(gcra.decide(&mut s.clone(), at(300), 0, Apply::Commit).is_allowed());
-    assert!(gcra.decide(&mut s.clone(), at(399), 1, Apply::Commit).is_denied());
+    assert!(
+        gcra.decide(&mut s.clone(), at(299), 0, Apply::Commit)
+            .is_denied()
+    );
+    assert!(
+        gcra.decide(&mut s.clone(), at(300), 0, Apply::Commit)
+            .is_allowed()
+    );
+    assert!(
+        gcra.decide(&mut s.clone(), at(399), 1, Apply::Commit)
+            .is_denied()
+    );
     assert!(gcra.decide(&mut s, at(400), 1, Apply::Commit).is_allowed());
 }
