@@ -49,6 +49,7 @@ mod serve_http;
 mod serve_lifecycle;
 mod serve_memory;
 mod serve_negative_hits;
+mod serve_rls_debt;
 mod serve_rls_leases;
 mod serve_rls_shaper_health;
 mod serve_slow_readers;

@@ -5,6 +5,7 @@
 mod common;
 
 mod config_files;
+mod debt;
 mod direct_plan;
 mod docs_examples;
 mod envoy_fidelity;

@@ -277,12 +277,11 @@ impl Params {
                 wq,
                 wr,
             } => {
-                let (nq, nr) = if cost <= burst {
-                    let t = u128::from(cost) * u128::from(p);
-                    ((t / u128::from(c)) as u64, (t % u128::from(c)) as u64)
-                } else {
-                    (0, 0)
-                };
+                // Over the burst too: a forced charge (penalty) counts it
+                // all; past 2^52 µs the script saturates anyway.
+                let t = u128::from(cost) * u128::from(p);
+                let nq = (t / u128::from(c)).min(u128::from(EXACT)) as u64;
+                let nr = (t % u128::from(c)) as u64;
                 cmd.arg(p).arg(c).arg(burst).arg(wq).arg(wr).arg(nq).arg(nr);
             }
             Params::Fixed { limit, window } | Params::Log { limit, window } => {

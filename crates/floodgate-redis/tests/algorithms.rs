@@ -486,3 +486,34 @@ async fn a_rejected_request_takes_no_permit_units() {
         .await;
     assert_eq!(d.remaining, 1, "one request admitted, one unit in flight");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_debt_from_a_cost_known_after_the_response() {
+    let server = Server::start();
+    let t = twin(&server).await;
+    // 10 per second, 5 at most, penalty: a cost of 8 charged after the
+    // response is counted whole, 3 tokens in debt.
+    let limit =
+        AnyLimit::from(Gcra::new(10, Duration::from_secs(1), 5).unwrap()).with_penalty(true);
+    let check = [item(b"g", b"g:debt", &limit, 0)];
+    let cost = [item(b"g", b"g:debt", &limit, 8)];
+    assert!(t.step(&check, T0, Commit, "admission").await.is_allowed());
+    assert_eq!(
+        t.step(&cost, T0, Commit, "cost").await.outcome,
+        Outcome::Never
+    );
+    let d = t.step(&check, T0, Commit, "in debt").await;
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
+    assert_eq!(d.reset_after, Duration::from_millis(800));
+    assert!(
+        t.step(&check, T0 + 299_999, Commit, "early")
+            .await
+            .is_denied()
+    );
+    assert!(
+        t.step(&check, T0 + 300_000, Commit, "repaid")
+            .await
+            .is_allowed()
+    );
+}

@@ -12,7 +12,9 @@ pub enum Apply {
     /// Charge the cost if this limit admits the request (the normal case).
     Commit,
     /// Charge the cost whether or not the request is admitted (penalty mode:
-    /// denied requests still count, as in Kong and HAProxy). An
+    /// denied requests still count, as in Kong and HAProxy). A fixed window
+    /// and a bucket count even a cost above their limit, going into debt
+    /// (a cost known after the response); an
     /// [in-flight](Algorithm::in_flight) limit charges only what it admits.
     Force,
     /// The request was denied by another limit checked together with this

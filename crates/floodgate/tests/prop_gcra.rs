@@ -43,7 +43,7 @@ impl TokenBucket {
 
     fn scaled_at(&self, t: u128) -> i128 {
         let dt = t.saturating_sub(self.at);
-        let missing = self.full() - self.scaled;
+        let missing = self.full().saturating_sub(self.scaled);
         // Refilling for longer than it takes to fill up changes nothing.
         if dt >= (missing / self.count + 1) as u128 {
             self.full()
@@ -64,8 +64,14 @@ impl Model for TokenBucket {
         self.scaled_at(t) >= i128::from(cost) * self.period
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        self.scaled = self.scaled_at(t) - i128::from(cost) * self.period;
+        // Saturating: debts of u64::MAX costs outlast representable time.
+        self.scaled = self
+            .scaled_at(t)
+            .saturating_sub(i128::from(cost) * self.period);
         self.at = self.at.max(t);
+    }
+    fn counts_over(&self) -> bool {
+        true
     }
 }
 
@@ -111,11 +117,18 @@ impl Model for LeakyMeter {
         (room.max(0) / self.period) as u64
     }
     fn admits_at(&self, t: u128, cost: u64) -> bool {
-        self.level_at(t) + i128::from(cost) * self.period <= i128::from(self.capacity) * self.period
+        self.level_at(t)
+            .saturating_add(i128::from(cost) * self.period)
+            <= i128::from(self.capacity) * self.period
     }
     fn charge(&mut self, t: u128, cost: u64) {
-        self.scaled_level = self.level_at(t) + i128::from(cost) * self.period;
+        self.scaled_level = self
+            .level_at(t)
+            .saturating_add(i128::from(cost) * self.period);
         self.at = self.at.max(t);
+    }
+    fn counts_over(&self) -> bool {
+        true
     }
 }
 
@@ -206,7 +219,7 @@ proptest! {
         let meter = Gcra::leaky_meter(burst, count, per).unwrap();
         prop_assert_eq!(&meter, &gcra);
         let exact = |a: &GcraState, b: &GcraState| a == b;
-        let opts = Opts { penalty: false, retry_known: true, same_state: &exact, counts_over: false };
+        let opts = Opts { penalty: false, retry_known: true, same_state: &exact, counts_over: true };
         check_model(&meter, meter.fresh(), LeakyMeter::new(burst, count, period), &steps, &opts)?;
     }
 
@@ -268,10 +281,40 @@ fn three_per_second_is_exact() {
 fn cost_above_burst_is_never_even_when_full() {
     let gcra = Gcra::new(10, Duration::from_secs(1), 5).unwrap();
     let mut s = gcra.fresh();
-    let d = gcra.decide(&mut s, Timestamp::from_secs(5), 6, Apply::Force);
+    let d = gcra.decide(&mut s, Timestamp::from_secs(5), 6, Apply::Commit);
     assert_eq!(
         (d.outcome, d.retry_after, d.remaining),
         (Outcome::Never, None, 5)
     );
     assert_eq!(s, gcra.fresh());
+}
+
+#[test]
+fn a_forced_cost_above_burst_is_charged_whole_and_repaid_by_the_drip() {
+    // 10 per second, 5 at most; a cost of 8 known after the response.
+    let gcra = Gcra::new(10, Duration::from_secs(1), 5).unwrap();
+    let mut s = gcra.fresh();
+    let t0 = Timestamp::from_secs(5);
+    let d = gcra.decide(&mut s, t0, 8, Apply::Force);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Never, 0));
+    // 3 tokens in debt: a check is denied until they drip back (300 ms),
+    // a request of cost 1 until one more has (400 ms).
+    let check = gcra.decide(&mut s.clone(), t0, 0, Apply::Commit);
+    assert_eq!(check.retry_after, Some(Duration::from_millis(300)));
+    let one = gcra.decide(&mut s.clone(), t0, 1, Apply::Commit);
+    assert_eq!(one.retry_after, Some(Duration::from_millis(400)));
+    let at = |ms| t0 + Duration::from_millis(ms);
+    assert!(
+        gcra.decide(&mut s.clone(), at(299), 0, Apply::Commit)
+            .is_denied()
+    );
+    assert!(
+        gcra.decide(&mut s.clone(), at(300), 0, Apply::Commit)
+            .is_allowed()
+    );
+    assert!(
+        gcra.decide(&mut s.clone(), at(399), 1, Apply::Commit)
+            .is_denied()
+    );
+    assert!(gcra.decide(&mut s, at(400), 1, Apply::Commit).is_allowed());
 }

@@ -49,21 +49,24 @@ if need.g then
     end
     local li, lf = now + it.Wq, it.Wr
     local o, ai, af, retry, new = NEVER, bi, bf, -1, nil
+    local xi, xf = bi + it.Nq, bf + it.Nr
+    if xf >= C then
+      xf = xf - C
+      xi = xi + 1
+    end
+    if xi > TWO52 then
+      xi, xf = TWO52, 0
+    end
+    -- A cost over the burst is never admitted, but a charge that must
+    -- commit (penalty mode) counts all of it: debt. A cost of 0 only
+    -- peeks, denied while the bucket is in debt.
+    local fits = cost <= it.B and (xi < li or (xi == li and xf <= lf))
+    if cost > 0 and charges(apply, fits) then
+      ai, af = xi, xf
+      new = { xi, xf }
+    end
     if cost <= it.B then
-      local xi, xf = bi + it.Nq, bf + it.Nr
-      if xf >= C then
-        xf = xf - C
-        xi = xi + 1
-      end
-      if xi > TWO52 then
-        xi, xf = TWO52, 0
-      end
-      local fits = cost == 0 or xi < li or (xi == li and xf <= lf)
       o = fits and ALLOWED or DENIED
-      if cost > 0 and charges(apply, fits) then
-        ai, af = xi, xf
-        new = { xi, xf }
-      end
       if not fits then
         local ti, tf = ai + it.Nq - it.Wq, af + it.Nr - it.Wr
         if tf >= C then

@@ -28,11 +28,7 @@ end
 local function set_cost(it, c)
   it.cost = c
   if it.kind == 'g' then
-    if c <= it.B then
-      it.Nq, it.Nr = muldiv(c, it.P, it.C)
-    else
-      it.Nq, it.Nr = 0, 0
-    end
+    it.Nq, it.Nr = muldiv(c, it.P, it.C)
   end
 end
 

@@ -268,19 +268,28 @@ impl Algorithm for Gcra {
         let now_t = u128::from(now.as_nanos()) * u128::from(self.c);
         let limit_t = now_t + self.window;
         let base = tat.ticks().max(now_t);
+        let next = base.saturating_add(u128::from(cost) * u128::from(self.t));
         if cost > self.burst {
+            // No bucket admits it; a charge that must commit (penalty mode:
+            // a cost known after the response) still counts all of it, so
+            // the bucket goes into debt, repaid by the drip.
+            let after = if apply.charge_if_denied() {
+                *tat = GcraState::from_ticks(next);
+                next
+            } else {
+                base
+            };
             return Decision {
                 outcome: Outcome::Never,
                 limit: self.burst,
-                remaining: self.per_t.div_wide(limit_t.saturating_sub(base)) as u64,
-                reset_after: self.nanos_until(base, now_t),
+                remaining: self.per_t.div_wide(limit_t.saturating_sub(after)) as u64,
+                reset_after: self.nanos_until(after, now_t),
                 retry_after: None,
             };
         }
-        let next = base.saturating_add(u128::from(cost) * u128::from(self.t));
-        // A cost of 0 only peeks: always admitted, never charged (even when
-        // penalties or a clock gone backwards put `TAT` past the window).
-        if cost == 0 || next <= limit_t {
+        // A cost of 0 only peeks, never charged: admitted unless the bucket
+        // is in debt (`TAT` past the window), then denied until it is repaid.
+        if next <= limit_t {
             let after = if cost > 0 && apply.charge_if_allowed() {
                 *tat = GcraState::from_ticks(next);
                 next
@@ -295,7 +304,7 @@ impl Algorithm for Gcra {
                 retry_after: None,
             }
         } else {
-            let after = if apply.charge_if_denied() {
+            let after = if cost > 0 && apply.charge_if_denied() {
                 *tat = GcraState::from_ticks(next);
                 next
             } else {
