@@ -160,17 +160,7 @@ async fn after_a_reload_the_new_policy_decides_with_or_without_a_plan() {
     assert_eq!(send(&layer, key).await.0, 429);
     // A policy with a larger limit replaces it: the next requests are
     // decided under it, on a counter of its own (the rule changed).
-    let text = config(
-        "      - key: key\n        rate_limit: {requests_per_unit: 5, unit: second}\n",
-        RESPONSES[0],
-        false,
-    );
-    let options = LoadOptions {
-        other_sections: vec!["http"],
-        ..Default::default()
-    };
-    let policy = PolicySet::compile(&load_str("t.yaml", &text, &options).unwrap()).unwrap();
-    layer.engine().replace_policy(policy);
+    layer.engine().replace_policy(five_a_second(false));
     let mut codes = Vec::new();
     for _ in 0..6 {
         let (status, headers, _) = send(&layer, key).await;
@@ -188,7 +178,7 @@ async fn after_a_reload_the_new_policy_decides_with_or_without_a_plan() {
         RESPONSES[0],
         false,
     );
-    let policy = PolicySet::compile(&load_str("t.yaml", &text, &options).unwrap()).unwrap();
+    let policy = compiled(&text);
     layer.engine().replace_policy(policy);
     let vip: Vec<u16> = futures_codes(&layer, "vip", 10).await;
     assert_eq!(
@@ -208,17 +198,7 @@ async fn a_pinned_layer_decides_under_its_policy_while_the_engine_runs_another()
     for general in [false, true] {
         let (layer, _clock) = twin(RULES[2], RESPONSES[0], general);
         let pinned = layer.pinned_to(layer.engine().policy());
-        let text = config(
-            "      - key: key\n        rate_limit: {requests_per_unit: 5, unit: second}\n",
-            RESPONSES[0],
-            general,
-        );
-        let options = LoadOptions {
-            other_sections: vec!["http"],
-            ..Default::default()
-        };
-        let policy = PolicySet::compile(&load_str("t.yaml", &text, &options).unwrap()).unwrap();
-        layer.engine().replace_policy(policy);
+        layer.engine().replace_policy(five_a_second(general));
         let mut codes = Vec::new();
         for _ in 0..3 {
             let (status, headers, _) = send(&pinned, Some("k")).await;
@@ -237,6 +217,26 @@ async fn a_pinned_layer_decides_under_its_policy_while_the_engine_runs_another()
             [200, 200, 200, 200, 429]
         );
     }
+}
+
+/// The policies of a file whose one rule admits 5 a second per key (with
+/// the twin layer's unplanned descriptor if `general`).
+fn five_a_second(general: bool) -> PolicySet {
+    let text = config(
+        "      - key: key\n        rate_limit: {requests_per_unit: 5, unit: second}\n",
+        RESPONSES[0],
+        general,
+    );
+    compiled(&text)
+}
+
+/// The policies of `text`, which has an `http:` section.
+fn compiled(text: &str) -> PolicySet {
+    let options = LoadOptions {
+        other_sections: vec!["http"],
+        ..Default::default()
+    };
+    PolicySet::compile(&load_str("t.yaml", text, &options).unwrap()).unwrap()
 }
 
 async fn futures_codes(layer: &Layer, key: &str, n: usize) -> Vec<u16> {
