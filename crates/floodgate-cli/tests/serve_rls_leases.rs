@@ -122,23 +122,31 @@ async fn a_dead_envoys_units_return_within_one_lease_in_memory() {
 }
 
 /// `alice` holds 2 units taken at `taken` and never given back: a third
-/// is refused until their lease ends, then admitted (and given back).
+/// is refused until their lease ends, then admitted, and so is a fourth
+/// once the second lease ends too (each lease ends on its own: `r2` was
+/// taken a little after `r1`); both are given back.
 async fn back_within_one_lease(c: &mut Client, taken: Instant) {
     assert_eq!(take(c, ("dying", "alice"), "r3").await, OVER);
     // Back once their lease ends, not before.
-    loop {
-        if take(c, ("dying", "alice"), "r3").await == OK {
-            break;
-        }
+    for request in ["r3", "r4"] {
+        admitted_once_the_lease_ends(c, request, taken).await;
+    }
+    assert_eq!(give_back(c, ("dying", "alice"), "r3").await, 1);
+    assert_eq!(give_back(c, ("dying", "alice"), "r4").await, 2);
+}
+
+/// Polls until `request` is admitted for `alice`: never before one lease
+/// from `taken`, and not much later.
+async fn admitted_once_the_lease_ends(c: &mut Client, request: &str, taken: Instant) {
+    while take(c, ("dying", "alice"), request).await != OK {
         assert!(
             taken.elapsed() < LEASE + Duration::from_secs(5),
-            "never back"
+            "{request} never admitted"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = taken.elapsed();
     assert!(elapsed >= LEASE - Duration::from_millis(5), "{elapsed:?}");
-    assert_eq!(give_back(c, ("dying", "alice"), "r3").await, 2);
 }
 
 /// `floodgate serve` on [`RULES`] with the in-memory store.
