@@ -16,6 +16,7 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tonic::service::Routes;
 use tracing::Instrument;
 
+use super::answer::{Answer, GRPC_MESSAGE, GRPC_STATUS, GrpcBody, encoded};
 use super::deadline::parse_grpc_timeout;
 use super::wire::{WireRequest, encode_response};
 use crate::call::Counted;
@@ -37,9 +38,9 @@ fn error(code: i32, message: &str) -> Response<tonic::body::Body> {
     let mut r = Response::new(tonic::body::Body::empty());
     grpc_headers(r.headers_mut());
     r.headers_mut()
-        .insert("grpc-status", HeaderValue::from(code));
+        .insert(GRPC_STATUS.clone(), HeaderValue::from(code));
     r.headers_mut().insert(
-        "grpc-message",
+        GRPC_MESSAGE.clone(),
         floodgate_http::contract::grpc_message(message),
     );
     r
@@ -93,7 +94,7 @@ impl GrpcService {
     pub(super) async fn call<B>(
         &self,
         req: Request<B>,
-    ) -> Result<Response<Counted<tonic::body::Body>>, Infallible>
+    ) -> Result<Response<Counted<GrpcBody>>, Infallible>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -106,14 +107,14 @@ impl GrpcService {
                 tonic::Code::ResourceExhausted as i32,
                 "too many calls in flight; try again",
             );
-            return Ok(refused.map(|b| Counted::new(b, None)));
+            return Ok(refused.map(|b| Counted::new(b.into(), None)));
         };
         let answer = self.answer(req).await;
         Ok(answer.map(|b| Counted::new(b, Some(call))))
     }
 
     /// Answers an admitted call.
-    async fn answer<B>(&self, req: Request<B>) -> Response<tonic::body::Body>
+    async fn answer<B>(&self, req: Request<B>) -> Response<GrpcBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -121,10 +122,10 @@ impl GrpcService {
         if req.uri().path() != RLS_PATH {
             let mut routes = self.routes.clone();
             let Ok(r) = tower_service::Service::call(&mut routes, req).await;
-            return r;
+            return r.map(GrpcBody::from);
         }
         if let Some(r) = not_a_grpc_call(&req) {
-            return r;
+            return r.map(GrpcBody::from);
         }
         // The caller's deadline, or the server's when it sets none (a call
         // whose body never comes is not held forever).
@@ -151,27 +152,38 @@ impl GrpcService {
                     ErrorCode::DeadlineExceeded.grpc_code(),
                     &format!("no decision within the call's deadline ({timeout:?})"),
                 )
+                .map(GrpcBody::from)
             }
         }
     }
 
-    async fn rls<B>(&self, req: Request<B>, started: Instant) -> Response<tonic::body::Body>
+    async fn rls<B>(&self, req: Request<B>, started: Instant) -> Response<GrpcBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.decide(req, started)
+            .await
+            .unwrap_or_else(|e| e.map(GrpcBody::from))
+    }
+
+    /// The answer to an RLS call, or the error answering it.
+    async fn decide<B>(
+        &self,
+        req: Request<B>,
+        started: Instant,
+    ) -> Result<Response<GrpcBody>, Response<tonic::body::Body>>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let svc = &*self.service;
         if !svc.health().is_configured() {
-            return unconfigured();
+            return Err(unconfigured());
         }
-        let body = match read_message(svc, req.into_body(), started).await {
-            Ok(body) => body,
-            Err(r) => return r,
-        };
-        let request = match WireRequest::decode(&body[5..]) {
-            Ok(r) => r,
-            Err(e) => return invalid(svc, started, &e.to_string()),
-        };
+        let body = read_message(svc, req.into_body(), started).await?;
+        let request =
+            WireRequest::decode(&body[5..]).map_err(|e| invalid(svc, started, &e.to_string()))?;
         let descriptors = request.descriptors();
         let mut response = svc.pool.take();
         if let Err(e) = svc
@@ -184,12 +196,11 @@ impl GrpcService {
             )
             .await
         {
-            return error(e.code().grpc_code(), &e.to_string());
+            return Err(error(e.code().grpc_code(), &e.to_string()));
         }
-        let mut out = BytesMut::with_capacity(256 + 48 * response.statuses.len());
-        encode_response(&response, &svc.headers, &mut out);
+        let message = encoded(|out| encode_response(&response, &svc.headers, out));
         drop(response);
-        answered(out)
+        Ok(answered(message))
     }
 }
 
@@ -248,8 +259,8 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let body = match Limited::new(body, svc.body_limit + 5).collect().await {
-        Ok(b) => b.to_bytes(),
+    let body = match whole(Limited::new(body, svc.body_limit + 5)).await {
+        Ok(b) => b,
         Err(e) if e.is::<LengthLimitError>() => {
             // As gRPC servers answer a message over their limit.
             svc.metrics
@@ -290,14 +301,34 @@ where
     Ok(body)
 }
 
-/// The answer carrying the encoded message `out`: one message, then the
+/// A body's data, whole: its one chunk as it came (a call's message
+/// usually arrives in one DATA frame), or the chunks joined.
+async fn whole<B: Body<Data = Bytes>>(body: B) -> Result<Bytes, B::Error> {
+    let mut body = std::pin::pin!(body);
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame?.into_data() else {
+            continue;
+        };
+        match &mut joined {
+            Some(j) => j.extend_from_slice(&chunk),
+            None if first.is_empty() => first = chunk,
+            None => {
+                let mut j = BytesMut::with_capacity(first.len() + chunk.len());
+                j.extend_from_slice(&first);
+                j.extend_from_slice(&chunk);
+                joined = Some(j);
+            }
+        }
+    }
+    Ok(joined.map_or(first, BytesMut::freeze))
+}
+
+/// The answer carrying the encoded message: one message, then the
 /// trailers.
-fn answered(out: BytesMut) -> Response<tonic::body::Body> {
-    let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let trailers = std::future::ready(Some(Ok(trailers)));
-    let body = Full::new(out.freeze()).with_trailers(trailers);
-    let mut r = Response::new(tonic::body::Body::new(body));
+fn answered(message: Bytes) -> Response<GrpcBody> {
+    let mut r = Response::new(GrpcBody::Answer(Answer::new(message)));
     grpc_headers(r.headers_mut());
     r
 }

@@ -3,6 +3,7 @@
 //! decide), the rate limit quota service (RLQS) and server reflection
 //! (v1 and v1alpha), over HTTP/2.
 
+mod answer;
 mod deadline;
 mod fast;
 pub(crate) mod wire;
