@@ -140,9 +140,14 @@ impl HttpIdentity {
         let descriptors = &self.config.descriptors;
         out.prepare(descriptors.len(), self.slot_bytes, self.slot_entries);
         let cost = self.config.cost.as_ref();
-        let hits = cost.map_or(1, |c| cost_of(source_value(&c.source, head, ext), c));
+        // A cost known after the response alone: admitted by a check.
+        let unweighted = u32::from(self.config.response_cost.is_none());
+        let hits = cost.map_or(unweighted, |c| {
+            cost_of(source_value(&c.source, head, ext), c)
+        });
         out.hits = hits;
-        let per_descriptor = cost.map(|_| u64::from(hits));
+        let weighted = cost.is_some() || self.config.response_cost.is_some();
+        let per_descriptor = weighted.then_some(u64::from(hits));
         let max = self.config.max_value_len;
         // Worked out at most once per request: the client address (unless
         // given) and the route template.

@@ -96,9 +96,17 @@ impl RequestDescriptors {
     }
 
     /// The request's cost: the hits addend to evaluate with (1 without a
-    /// cost source).
+    /// cost source; 0, a check, with a response cost alone).
     pub fn hits_addend(&self) -> u32 {
         self.hits
+    }
+
+    /// Sets every descriptor's hits addend to `hits` (the cost charged
+    /// after the response).
+    pub(crate) fn charge(&mut self, hits: u64) {
+        for slot in self.slots.iter_mut().take(self.len) {
+            slot.hits = Some(hits);
+        }
     }
 
     /// The client address, when an action needed it (for logs).
