@@ -1,0 +1,101 @@
+//! Costs known after the response through the gateway, on a real clock
+//! against a real upstream: the tokens it says it used (a header, or a
+//! trailer over HTTP/1.1 chunked and HTTP/2) put the user in debt; the
+//! next request is 429 with `Retry-After` until the refill repays it.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use support::{ConfigFile, gateway, h1, h2, header, upstream};
+
+/// 10 tokens a second per user (one every 100 ms, a burst of 10).
+fn config(field: &str, protocol: &str) -> String {
+    format!(
+        r#"
+http:
+  domain: llm
+  descriptors:
+    - [{{user: {{header: x-user}}}}]
+  response_cost: {{{field}: x-tokens-used, cap: 1000}}
+domains:
+  - domain: llm
+    descriptors:
+      - key: user
+        rate_limit: {{name: tokens, algorithm: token_bucket, requests: 10, per: 1s}}
+gateway: {{upstream: {{url: http://127.0.0.1:1, protocol: {protocol}}}}}
+server: {{reload_interval: 0}}
+"#
+    )
+}
+
+/// `GET url` as `user`, its body read to the end: the status and its
+/// `Retry-After`.
+async fn ask(c: &reqwest::Client, url: &str, user: &str) -> (u16, Option<u64>) {
+    let r = c
+        .get(url)
+        .header("x-user", user)
+        .header("te", "trailers")
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let retry = header(&r, "retry-after").map(|v| v.parse().unwrap());
+    r.bytes().await.unwrap();
+    (status, retry)
+}
+
+/// 30 tokens used on a bucket of 10: 20 owed, about 2 s of refill.
+async fn debt_through_the_gateway(
+    field: &str,
+    path: &str,
+    protocol: &str,
+    client: reqwest::Client,
+) {
+    let up = upstream().await;
+    let file = ConfigFile::new(&config(field, protocol));
+    let gw = gateway(&file, &format!("http://{}", up.addr)).await;
+    let url = format!("http://{}{path}?n=30", gw.addr());
+    let ctx = format!("{field} over {protocol}");
+    let user = format!("{field}-{protocol}");
+    let charged = Instant::now();
+    assert_eq!(ask(&client, &url, &user).await.0, 200, "{ctx}");
+    let (status, retry) = ask(&client, &url, &user).await;
+    assert_eq!(status, 429, "{ctx}: in debt");
+    assert_eq!(retry, Some(2), "{ctx}: 20 tokens owed at 10 a second");
+    assert_eq!(ask(&client, &url, "someone-else").await.0, 200, "{ctx}");
+    let requests = up.requests();
+    loop {
+        let (status, _) = ask(&client, &url, &user).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            charged.elapsed() < Duration::from_secs(6),
+            "{ctx}: never repaid"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waited = charged.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "{ctx}: repaid after {waited:?}"
+    );
+    assert_eq!(
+        up.requests(),
+        requests + 1,
+        "{ctx}: denied requests never reach the upstream"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_in_a_header_put_a_user_in_debt_until_refill_repays_it() {
+    debt_through_the_gateway("header", "/tokens", "http1", h1()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_in_a_trailer_are_charged_over_http1_and_http2() {
+    debt_through_the_gateway("trailer", "/tokens/trailer", "http1", h1()).await;
+    debt_through_the_gateway("trailer", "/tokens/trailer", "http2", h2()).await;
+}
