@@ -252,6 +252,83 @@ async fn a_request_cost_is_a_deposit_the_response_completes() {
     assert_eq!(llm.call("alice", None).await, (429, Some(3)));
 }
 
+/// Beside the tokens, requests per address (3 a minute) and at most 2 in
+/// flight per user.
+const MIXED: &str = r#"
+domains:
+  - domain: llm
+    descriptors:
+      - key: user
+        rate_limit: {name: tokens, algorithm: token_bucket, requests: 100, per: 10s}
+      - key: remote_address
+        rate_limit: {name: requests, requests: 3, per: 1m}
+      - key: inflight
+        rate_limit: {name: inflight, algorithm: concurrency, max: 2}
+http:
+  domain: llm
+  descriptors:
+    - [{user: {header: x-user}}]
+    - [client_ip]
+    - [{user: {header: x-user, key: inflight}}]
+  response_cost: {header: x-tokens-used, cap: 1000, keys: [user]}
+"#;
+
+/// An [`Llm`] of the policy file `text`.
+fn llm_of(text: &str) -> Llm {
+    let clock = manual();
+    let engine = engine_with(text, clock.clone());
+    Llm {
+        layer: layer_for(engine, text),
+        clock,
+        snapshotter: DebuggingRecorder::new().snapshotter(),
+    }
+}
+
+/// With `keys`, the tokens go to the descriptors named; the others count
+/// requests as ever.
+#[tokio::test]
+async fn keys_choose_the_descriptors_that_carry_the_cost() {
+    let llm = llm_of(MIXED);
+    assert_eq!(llm.call("alice", Some("1")).await.0, 200);
+    let held = [
+        llm.ask("alice", Some("1")).await,
+        llm.ask("alice", Some("1")).await,
+    ];
+    assert!(held.iter().all(|r| r.status() == 200));
+    assert_eq!(
+        llm.ask("alice", None).await.status(),
+        429,
+        "3 requests a minute"
+    );
+    drop(held);
+    llm.advance(Duration::from_secs(60));
+    assert_eq!(llm.call("bob", Some("1")).await.0, 200);
+    let held = [llm.ask("bob", None).await, llm.ask("bob", None).await];
+    assert_eq!(llm.ask("bob", None).await.status(), 429, "2 in flight");
+    drop(held);
+    // The tokens alone reach the bucket: 150 of 100, 50 owed.
+    llm.advance(Duration::from_secs(60));
+    assert_eq!(llm.call("carol", Some("150")).await.0, 200);
+    assert_eq!(llm.call("carol", None).await, (429, Some(5)));
+}
+
+/// A concurrency limit among the descriptors carrying the cost is never
+/// charged after: its units would never come back.
+#[tokio::test]
+async fn a_concurrency_limit_is_never_charged_after() {
+    let text = MIXED.replace("    - [client_ip]\n", "").replace(
+        "response_cost: {header: x-tokens-used, cap: 1000, keys: [user]}",
+        "cost: {header: x-estimate, max: 10}\n  response_cost: {header: x-tokens-used, cap: 1000}",
+    );
+    let llm = llm_of(&text);
+    for _ in 0..3 {
+        // 1 unit taken at admission and given back, 1 more token after.
+        assert_eq!(llm.call("alice", Some("2")).await.0, 200);
+    }
+    let held = [llm.ask("alice", None).await, llm.ask("alice", None).await];
+    assert!(held.iter().all(|r| r.status() == 200), "no unit leaked");
+}
+
 #[test]
 fn nonsense_is_refused_where_it_is_written() {
     let errors = |cost: &str| {
@@ -280,6 +357,13 @@ fn nonsense_is_refused_where_it_is_written() {
     );
     let e = errors("response_cost: {header: x-t}");
     assert!(e.contains("missing required key 'cap'"), "{e}");
+    let e = errors("response_cost: {header: x-t, cap: 5, keys: [user, plan]}");
+    assert!(
+        e.contains(
+            "test.yaml:11:53: response_cost keys: no descriptor starts with an entry of `plan`"
+        ),
+        "{e}"
+    );
     let e = errors("response_cost: {header: x-t, cap: 5, capp: 6}");
     assert!(e.contains("capp"), "{e}");
 }

@@ -369,7 +369,7 @@ impl IdentityConfig {
                 .map_err(Cost)?;
         }
         if let Some(c) = &self.response_cost {
-            c.validate().map_err(Cost)?;
+            c.validate(&self.descriptors).map_err(Cost)?;
         }
         let n = self.descriptors.len();
         count("descriptors", n, MAX_DESCRIPTORS, "descriptors").map_err(Invalid)?;

@@ -24,7 +24,7 @@
 //!     ipv4_prefix: 32            # group IPv4 clients by /N (default: none)
 //!   routes: ["/users/{id}", "/orders/{id}/items/{item}", "/static/{*rest}"]
 //!   cost: {header: x-request-cost, max: 100, default: 1}
-//!   response_cost: {header: x-tokens-used, cap: 100000, default: 0}  # or trailer:
+//!   response_cost: {header: x-tokens-used, cap: 100000, default: 0, keys: [user]}  # or trailer:
 //!   max_value_len: 256           # longer values: prefix + "~" + hash
 //!   descriptors:
 //!     - [{generic: {key: scope, value: global}}]
@@ -91,16 +91,21 @@
 //!
 //! ## `response_cost`
 //!
-//! `{header: NAME | trailer: NAME, cap, default}`: the cost known only once
-//! the response is, charged after it by the [layer](crate::layer) (see its
-//! docs: *Costs known after the response*). A decimal integer from 0 to
+//! `{header: NAME | trailer: NAME, cap, default, keys}`: the cost known only
+//! once the response is, charged after it by the [layer](crate::layer) (see
+//! its docs: *Costs known after the response*) to the descriptors whose
+//! first entry's key is in `keys` (each must start one; without `keys`,
+//! every descriptor). The other descriptors are decided as any request's
+//! and charged nothing after; a descriptor decided by a concurrency limit
+//! is never charged after (its units would never come back). A decimal integer from 0 to
 //! `cap` is charged as it is; a larger one (however long) as `cap`; an
 //! absent or malformed one (empty, signed, fractional) as `default` (from 0
 //! to `cap`; by default `cap`); a `trailer` never seen because the body did
 //! not end (the client went away, the upstream failed mid-body) as `cap`.
-//! Without `cost`, a request is admitted by a check that charges nothing;
-//! with it, admission charges the request's cost and the response is
-//! charged the rest (nothing when its cost is not larger).
+//! Without `cost`, a descriptor carrying the response's cost is admitted
+//! by a check that charges nothing; with it, admission charges the
+//! request's cost and the response is charged the rest (nothing when its
+//! cost is not larger).
 
 mod client_ip;
 mod config;

@@ -13,6 +13,8 @@ pub struct HttpDescriptor {
     /// (key start, key end = value start, value end).
     entries: Vec<[u32; 3]>,
     hits: Option<u64>,
+    /// It carries the cost known after the response.
+    after: bool,
 }
 
 impl HttpDescriptor {
@@ -38,6 +40,7 @@ impl HttpDescriptor {
         self.text.clear();
         self.entries.clear();
         self.hits = None;
+        self.after = false;
     }
 
     /// Appends an entry of `key` whose value `value` writes; false when it
@@ -96,16 +99,24 @@ impl RequestDescriptors {
     }
 
     /// The request's cost: the hits addend to evaluate with (1 without a
-    /// cost source; 0, a check, with a response cost alone).
+    /// cost source).
     pub fn hits_addend(&self) -> u32 {
         self.hits
     }
 
-    /// Sets every descriptor's hits addend to `hits` (the cost charged
-    /// after the response).
+    /// Sets the hits addend of every descriptor carrying the cost known
+    /// after the response to `hits`, and of the others to 0 (nothing
+    /// charged): the charge after the response.
     pub(crate) fn charge(&mut self, hits: u64) {
         for slot in self.slots.iter_mut().take(self.len) {
-            slot.hits = Some(hits);
+            slot.hits = Some(if slot.after { hits } else { 0 });
+        }
+    }
+
+    /// Leaves descriptor `i` out of [`charge`](Self::charge).
+    pub(crate) fn spare(&mut self, i: usize) {
+        if let Some(slot) = self.slots.get_mut(i) {
+            slot.after = false;
         }
     }
 
@@ -132,10 +143,12 @@ impl RequestDescriptors {
 
     /// Builds the next descriptor with `build` (after
     /// [`prepare`](Self::prepare)), keeping it when `build` returns true,
-    /// with the hits addend `hits`.
+    /// with the hits addend `hits`, carrying the cost known after the
+    /// response if `after`.
     pub(crate) fn push(
         &mut self,
         hits: Option<u64>,
+        after: bool,
         build: impl FnOnce(&mut HttpDescriptor) -> bool,
     ) {
         let Some(slot) = self.slots.get_mut(self.len) else {
@@ -143,6 +156,7 @@ impl RequestDescriptors {
         };
         if build(slot) {
             slot.hits = hits;
+            slot.after = after;
             self.len += 1;
         } else {
             slot.clear();

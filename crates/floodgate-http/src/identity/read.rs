@@ -16,7 +16,7 @@ use super::config::{
 };
 use super::hash::MIN_VALUE_LEN;
 use super::http_identity::HttpIdentity;
-use super::response_cost::read_response_cost;
+use super::response_cost::{check_keys, read_response_cost};
 use super::route::Routes;
 use crate::read::{deny_unknown, each_string, header_name};
 
@@ -95,6 +95,9 @@ impl HttpIdentity {
         match map.get("descriptors") {
             Some(n) => read_descriptors(n, &mut c, &mut errors),
             None => errors.push(node.error("missing required key 'descriptors'")),
+        }
+        if let Some(n) = map.get("response_cost") {
+            check_keys(n, &c.descriptors, &mut errors);
         }
         // Read by the contract and the layer.
         let _ = (map.get("responses"), map.get("layer"));

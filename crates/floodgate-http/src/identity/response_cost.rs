@@ -8,13 +8,13 @@ use floodgate_policy::error::Errors;
 use floodgate_policy::yaml::Node;
 use http::HeaderName;
 
-use super::config::in_bounds;
-use crate::read::{deny_unknown, header_name};
+use super::config::{Action, in_bounds};
+use crate::read::{deny_unknown, each_string, header_name};
 
 /// The largest `cap` of a response cost.
 pub const MAX_RESPONSE_COST: u64 = 1_000_000_000_000;
 
-const KEYS: &[&str] = &["header", "trailer", "cap", "default"];
+const KEYS: &[&str] = &["header", "trailer", "cap", "default", "keys"];
 
 /// Where a response's cost is read, its cap, and the cost of a response
 /// without a valid value.
@@ -28,6 +28,10 @@ pub struct ResponseCost {
     /// What a response is charged when its value is absent or malformed
     /// (from 0 to `cap`; by default `cap`).
     pub default: u64,
+    /// The descriptors carrying the cost: those whose first entry's key is
+    /// one of these (empty: every descriptor). The others are decided as
+    /// any request's, and charged nothing after.
+    pub keys: Vec<String>,
 }
 
 /// The response field holding the cost.
@@ -98,6 +102,7 @@ impl CostRead {
 ///     field: CostField::Header(http::HeaderName::from_static("x-tokens-used")),
 ///     cap: 1000,
 ///     default: 0,
+///     keys: Vec::new(),
 /// };
 /// assert_eq!(response_cost_of(Some(b" 250 "), &c), CostRead::Read(250));
 /// assert_eq!(response_cost_of(Some(b"0"), &c), CostRead::Read(0));
@@ -136,11 +141,46 @@ impl ResponseCost {
         matches!(self.field, CostField::Trailer(_))
     }
 
-    /// Checks the bounds of `cap` and `default`.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// Whether the descriptor of `actions` carries the cost.
+    pub fn carried_by(&self, actions: &[Action]) -> bool {
+        self.keys.is_empty() || actions.first().is_some_and(|a| self.keys.contains(&a.key))
+    }
+
+    /// Checks the bounds of `cap` and `default`, and that each of `keys`
+    /// starts one of `descriptors`.
+    pub(crate) fn validate(&self, descriptors: &[Vec<Action>]) -> Result<(), String> {
         in_bounds("response_cost cap", self.cap, 1, MAX_RESPONSE_COST)
-            .and_then(|cap| in_bounds("response_cost default", self.default, 0, cap))
-            .map(|_| ())
+            .and_then(|cap| in_bounds("response_cost default", self.default, 0, cap))?;
+        match self.keys.iter().find(|k| !starts_one(k, descriptors)) {
+            Some(k) => Err(no_descriptor(k)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether a descriptor's first entry is of `key`.
+fn starts_one(key: &str, descriptors: &[Vec<Action>]) -> bool {
+    descriptors
+        .iter()
+        .any(|d| d.first().is_some_and(|a| a.key == key))
+}
+
+fn no_descriptor(key: &str) -> String {
+    format!("response_cost keys: no descriptor starts with an entry of `{key}`")
+}
+
+/// Reports each of `keys` of `response_cost` (its node `n`) that starts
+/// none of `descriptors`, where it is written.
+pub(crate) fn check_keys(n: Node<'_>, descriptors: &[Vec<Action>], errors: &mut Errors) {
+    let Some(list) = n.map().ok().and_then(|m| m.get("keys")) else {
+        return;
+    };
+    for item in list.list().unwrap_or_default() {
+        if let Ok(key) = item.str()
+            && !starts_one(key, descriptors)
+        {
+            errors.push(item.error(no_descriptor(key)));
+        }
     }
 }
 
@@ -170,11 +210,16 @@ pub(crate) fn read_response_cost(n: Node<'_>, errors: &mut Errors) -> Option<Res
             .and_then(|v| in_bounds("response_cost default", v, 0, cap).map_err(|e| d.error(e)));
         default = errors.take(value);
     }
+    let mut keys = Vec::new();
+    if let Some(list) = map.get("keys") {
+        each_string(list, errors, |key, _, _| keys.push(key.to_owned()));
+    }
     deny_unknown(&map, KEYS, errors);
     Some(ResponseCost {
         field: field?,
         cap: cap?,
         default: default?,
+        keys,
     })
 }
 
@@ -188,6 +233,7 @@ mod tests {
             field: CostField::Trailer(HeaderName::from_static("x-tokens-used")),
             cap: 50,
             default: 7,
+            keys: Vec::new(),
         };
         let read = |s: &str| response_cost_of(Some(s.as_bytes()), &c);
         assert_eq!(read("50"), CostRead::Read(50));

@@ -5,11 +5,11 @@
 //! call as the request's decision.
 
 use floodgate::Clock;
-use floodgate_policy::Backend;
+use floodgate_policy::{Backend, Engine};
 use http::HeaderMap;
 use metrics::Counter;
 
-use super::shared::{Held, Hold};
+use super::shared::{Held, Hold, Scratch};
 use crate::identity::{CostRead, ResponseCost, response_cost_of};
 
 /// An admitted request waiting for its cost: its buffers (descriptors,
@@ -68,11 +68,11 @@ impl<B: Backend, C: Clock + 'static> Drop for ChargeAfter<B, C> {
         let cost = read.cost(cost_config(&self.held));
         // What admission charged already (the request's cost; 0 for a
         // check).
-        let deposit = self
-            .held
-            .scratch
-            .as_ref()
-            .map_or(0, |s| u64::from(s.out.hits_addend()));
+        let weighted = self.held.shared.identity.config().cost.is_some();
+        let deposit = match &self.held.scratch {
+            Some(s) if weighted => u64::from(s.out.hits_addend()),
+            _ => 0,
+        };
         self.held.finish(cost.saturating_sub(deposit));
     }
 }
@@ -95,5 +95,23 @@ impl CostCounters {
 
     fn count(&self, read: CostRead) {
         self.0[read.index()].increment(1);
+    }
+}
+
+/// Leaves out of the charge after the response every descriptor of
+/// `scratch` decided by a rule with a concurrency limit: a forced charge
+/// would take units nothing gives back.
+pub(super) fn spare_in_flight<B: Backend, C: Clock + 'static>(
+    engine: &Engine<B, C>,
+    scratch: &mut Scratch,
+) {
+    let Some(policy) = engine.policy_of(&scratch.response) else {
+        return;
+    };
+    for (i, status) in scratch.response.statuses.iter().enumerate() {
+        let limits = status.rule.map(|id| policy.rule(id).limits());
+        if limits.is_some_and(|l| l.iter().any(|l| l.limit.is_concurrency())) {
+            scratch.out.spare(i);
+        }
     }
 }

@@ -254,6 +254,7 @@ impl<B: Backend, C: Clock + 'static> Held<B, C> {
                 }
             }
             if after > 0 {
+                super::charge::spare_in_flight(&shared.engine, &mut scratch);
                 scratch.out.charge(after);
                 let (domain, out) = (shared.identity.domain(), &scratch.out);
                 let forced = shared.engine.evaluate_with(
