@@ -125,8 +125,10 @@ impl Llm {
         let mut req = http::Request::new(());
         let peer: SocketAddr = "198.51.100.7:40000".parse().unwrap();
         req.extensions_mut().insert(PeerAddr(peer));
-        req.headers_mut()
-            .insert("x-user", HeaderValue::from_str(user).unwrap());
+        for name in ["x-user", "x-user-id"] {
+            req.headers_mut()
+                .insert(name, HeaderValue::from_str(user).unwrap());
+        }
         svc.oneshot(req).await.unwrap()
     }
 
@@ -327,6 +329,28 @@ async fn a_concurrency_limit_is_never_charged_after() {
     }
     let held = [llm.ask("alice", None).await, llm.ask("alice", None).await];
     assert!(held.iter().all(|r| r.status() == 200), "no unit leaked");
+}
+
+/// The recipe of docs/gateway.md reads, and charges as it says: 30 000
+/// tokens on 20 000 a minute owe 10 000, repaid in 30 s; the day's window
+/// counts them too.
+#[tokio::test]
+async fn the_documented_recipe_charges_as_it_says() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/gateway.md"
+    ))
+    .unwrap();
+    let recipe = doc
+        .split("```yaml\n")
+        .find(|b| b.starts_with("http:\n  domain: llm"))
+        .and_then(|b| b.split("```").next())
+        .expect("docs/gateway.md has the token recipe");
+    let llm = llm_of(recipe);
+    assert_eq!(llm.call("alice", Some("30000")).await.0, 200);
+    assert_eq!(llm.call("alice", None).await, (429, Some(30)));
+    llm.advance(Duration::from_secs(30));
+    assert_eq!(llm.call("alice", Some("0")).await, (200, None));
 }
 
 #[test]
