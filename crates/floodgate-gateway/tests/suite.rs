@@ -22,6 +22,7 @@ mod pool;
 mod proxy;
 mod proxy_protocol;
 mod reload;
+mod response_cost;
 mod response_framing;
 mod settings;
 mod tls;

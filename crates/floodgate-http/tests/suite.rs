@@ -23,6 +23,7 @@ mod layer_hyper;
 mod layer_policy_headers;
 mod layer_release;
 mod layer_requests;
+mod layer_response_cost;
 mod layer_tonic;
 mod props;
 mod truthful_numbers;

@@ -83,6 +83,29 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
             });
             Response::new(StreamBody::new(futures_util::stream::iter(chunks)).boxed())
         }
+        // `n` tokens used, said in a header.
+        "/tokens" => {
+            let mut res = Response::new(full("answer"));
+            let n = HeaderValue::from(query(&req, "n").unwrap_or(0));
+            res.headers_mut().insert("x-tokens-used", n);
+            res
+        }
+        // `n` tokens used, said in a trailer as the body ends.
+        "/tokens/trailer" => {
+            let mut trailers = http::HeaderMap::new();
+            let n = HeaderValue::from(query(&req, "n").unwrap_or(0));
+            trailers.insert("x-tokens-used", n);
+            let frames = [
+                Ok::<_, hyper::Error>(Frame::data(Bytes::from_static(b"answer"))),
+                Ok(Frame::trailers(trailers)),
+            ];
+            let mut res =
+                Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
+            // HTTP/1.1 sends the trailers it announces.
+            res.headers_mut()
+                .insert("trailer", HeaderValue::from_static("x-tokens-used"));
+            res
+        }
         _ => Response::new(full("ok")),
     };
     // What arrived, for the header tests.

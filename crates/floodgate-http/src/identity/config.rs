@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use http::HeaderName;
 
 use super::hash::MIN_VALUE_LEN;
+use super::response_cost::ResponseCost;
 
 /// Default longest value of an entry read from a request, in bytes.
 pub const DEFAULT_MAX_VALUE_LEN: usize = 256;
@@ -64,6 +65,10 @@ pub struct IdentityConfig {
     /// Where a request's weighted cost comes from (none: every request
     /// costs 1).
     pub cost: Option<CostConfig>,
+    /// Where the cost known only once the response is comes from (none:
+    /// nothing is charged after the response). With it and no `cost`,
+    /// a request is admitted by a check that charges nothing.
+    pub response_cost: Option<ResponseCost>,
     /// Longest value taken from a request as it is, in bytes; longer values
     /// (and values that are not UTF-8) are shortened to a prefix, `~` and a
     /// hash of the whole value.
@@ -79,6 +84,7 @@ impl Default for IdentityConfig {
             client_ip: ClientIpConfig::default(),
             routes: Vec::new(),
             cost: None,
+            response_cost: None,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             descriptors: Vec::new(),
         }
@@ -361,6 +367,9 @@ impl IdentityConfig {
             in_bounds("cost max", u64::from(c.max), 1, u64::from(MAX_COST))
                 .and_then(|max| in_bounds("cost default", u64::from(c.default), 1, max))
                 .map_err(Cost)?;
+        }
+        if let Some(c) = &self.response_cost {
+            c.validate(&self.descriptors).map_err(Cost)?;
         }
         let n = self.descriptors.len();
         count("descriptors", n, MAX_DESCRIPTORS, "descriptors").map_err(Invalid)?;

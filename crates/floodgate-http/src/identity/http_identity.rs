@@ -53,6 +53,9 @@ pub struct HttpIdentity {
     pub(super) routes: Routes,
     slot_bytes: usize,
     slot_entries: usize,
+    /// Per descriptor, whether it carries the response's cost (none
+    /// without `response_cost`).
+    charged_after: Vec<bool>,
 }
 
 impl HttpIdentity {
@@ -78,11 +81,16 @@ impl HttpIdentity {
         let slot_bytes = descriptors.clone().map(|d| d.iter().map(bound).sum());
         let slot_bytes = slot_bytes.max().unwrap_or(0);
         let slot_entries = descriptors.map(Vec::len).max().unwrap_or(0);
+        let charged_after = match &config.response_cost {
+            Some(c) => config.descriptors.iter().map(|d| c.carried_by(d)).collect(),
+            None => Vec::new(),
+        };
         Ok(HttpIdentity {
             config,
             routes,
             slot_bytes,
             slot_entries,
+            charged_after,
         })
     }
 
@@ -143,6 +151,9 @@ impl HttpIdentity {
         let hits = cost.map_or(1, |c| cost_of(source_value(&c.source, head, ext), c));
         out.hits = hits;
         let per_descriptor = cost.map(|_| u64::from(hits));
+        // A descriptor carrying the response's cost is admitted by a check
+        // (nothing charged), or charged the request's cost if it has one.
+        let deposit = Some(per_descriptor.unwrap_or(0));
         let max = self.config.max_value_len;
         // Worked out at most once per request: the client address (unless
         // given) and the route template.
@@ -179,8 +190,10 @@ impl HttpIdentity {
                 }
             })
         };
-        for actions in descriptors {
-            out.push(per_descriptor, |slot| actions.iter().all(|a| run(a, slot)));
+        for (i, actions) in descriptors.iter().enumerate() {
+            let after = self.charged_after.get(i).copied().unwrap_or(false);
+            let hits = if after { deposit } else { per_descriptor };
+            out.push(hits, after, |slot| actions.iter().all(|a| run(a, slot)));
         }
         out.client = client;
     }

@@ -24,6 +24,7 @@
 //!     ipv4_prefix: 32            # group IPv4 clients by /N (default: none)
 //!   routes: ["/users/{id}", "/orders/{id}/items/{item}", "/static/{*rest}"]
 //!   cost: {header: x-request-cost, max: 100, default: 1}
+//!   response_cost: {header: x-tokens-used, cap: 100000, default: 0, keys: [user]}  # or trailer:
 //!   max_value_len: 256           # longer values: prefix + "~" + hash
 //!   descriptors:
 //!     - [{generic: {key: scope, value: global}}]
@@ -87,6 +88,24 @@
 //! from 1 to `max` is the request's cost; larger ones count as `max`;
 //! absent, `0` or malformed values count as `default`. It is
 //! [`RequestDescriptors::hits_addend`] and every descriptor's hits addend.
+//!
+//! ## `response_cost`
+//!
+//! `{header: NAME | trailer: NAME, cap, default, keys}`: the cost known only
+//! once the response is, charged after it by the [layer](crate::layer) (see
+//! its docs: *Costs known after the response*) to the descriptors whose
+//! first entry's key is in `keys` (each must start one; without `keys`,
+//! every descriptor). The other descriptors are decided as any request's
+//! and charged nothing after; a descriptor decided by a concurrency limit
+//! is never charged after (its units would never come back). A decimal integer from 0 to
+//! `cap` is charged as it is; a larger one (however long) as `cap`; an
+//! absent or malformed one (empty, signed, fractional) as `default` (from 0
+//! to `cap`; by default `cap`); a `trailer` never seen because the body did
+//! not end (the client went away, the upstream failed mid-body) as `cap`.
+//! Without `cost`, a descriptor carrying the response's cost is admitted
+//! by a check that charges nothing; with it, admission charges the
+//! request's cost and the response is charged the rest (nothing when its
+//! cost is not larger).
 
 mod client_ip;
 mod config;
@@ -97,6 +116,7 @@ mod output;
 mod path;
 mod read;
 mod request;
+mod response_cost;
 mod route;
 
 pub use config::{
@@ -110,4 +130,5 @@ pub use output::{HttpDescriptor, RequestDescriptors};
 pub use path::{EncodedSlashes, PathError, escapes_root, normalize_path};
 pub use read::SECTION;
 pub use request::{Attributes, ExtensionSource, NoExtensions, RequestHead};
+pub use response_cost::{CostField, CostRead, MAX_RESPONSE_COST, ResponseCost, response_cost_of};
 pub use route::MAX_TEMPLATE_SEGMENTS;

@@ -13,6 +13,8 @@ pub struct HttpDescriptor {
     /// (key start, key end = value start, value end).
     entries: Vec<[u32; 3]>,
     hits: Option<u64>,
+    /// It carries the cost known after the response.
+    after: bool,
 }
 
 impl HttpDescriptor {
@@ -38,6 +40,7 @@ impl HttpDescriptor {
         self.text.clear();
         self.entries.clear();
         self.hits = None;
+        self.after = false;
     }
 
     /// Appends an entry of `key` whose value `value` writes; false when it
@@ -101,6 +104,22 @@ impl RequestDescriptors {
         self.hits
     }
 
+    /// Sets the hits addend of every descriptor carrying the cost known
+    /// after the response to `hits`, and of the others to 0 (nothing
+    /// charged): the charge after the response.
+    pub(crate) fn charge(&mut self, hits: u64) {
+        for slot in self.slots.iter_mut().take(self.len) {
+            slot.hits = Some(if slot.after { hits } else { 0 });
+        }
+    }
+
+    /// Leaves descriptor `i` out of [`charge`](Self::charge).
+    pub(crate) fn spare(&mut self, i: usize) {
+        if let Some(slot) = self.slots.get_mut(i) {
+            slot.after = false;
+        }
+    }
+
     /// The client address, when an action needed it (for logs).
     pub fn client_ip(&self) -> Option<IpAddr> {
         self.client
@@ -124,10 +143,12 @@ impl RequestDescriptors {
 
     /// Builds the next descriptor with `build` (after
     /// [`prepare`](Self::prepare)), keeping it when `build` returns true,
-    /// with the hits addend `hits`.
+    /// with the hits addend `hits`, carrying the cost known after the
+    /// response if `after`.
     pub(crate) fn push(
         &mut self,
         hits: Option<u64>,
+        after: bool,
         build: impl FnOnce(&mut HttpDescriptor) -> bool,
     ) {
         let Some(slot) = self.slots.get_mut(self.len) else {
@@ -135,6 +156,7 @@ impl RequestDescriptors {
         };
         if build(slot) {
             slot.hits = hits;
+            slot.after = after;
             self.len += 1;
         } else {
             slot.clear();

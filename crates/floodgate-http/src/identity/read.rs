@@ -16,6 +16,7 @@ use super::config::{
 };
 use super::hash::MIN_VALUE_LEN;
 use super::http_identity::HttpIdentity;
+use super::response_cost::{check_keys, read_response_cost};
 use super::route::Routes;
 use crate::read::{deny_unknown, each_string, header_name};
 
@@ -27,6 +28,7 @@ const HTTP_KEYS: &[&str] = &[
     "client_ip",
     "routes",
     "cost",
+    "response_cost",
     "max_value_len",
     "descriptors",
     // Read by the contract and the layer.
@@ -81,6 +83,9 @@ impl HttpIdentity {
         if let Some(n) = map.get("cost") {
             c.cost = read_cost(n, &mut errors);
         }
+        if let Some(n) = map.get("response_cost") {
+            c.response_cost = read_response_cost(n, &mut errors);
+        }
         if let Some(n) = map.get("max_value_len") {
             let max = MAX_VALUE_LEN as u64;
             if let Some(v) = errors.take(int_in(n, "max_value_len", MIN_VALUE_LEN as u64, max)) {
@@ -90,6 +95,9 @@ impl HttpIdentity {
         match map.get("descriptors") {
             Some(n) => read_descriptors(n, &mut c, &mut errors),
             None => errors.push(node.error("missing required key 'descriptors'")),
+        }
+        if let Some(n) = map.get("response_cost") {
+            check_keys(n, &c.descriptors, &mut errors);
         }
         // Read by the contract and the layer.
         let _ = (map.get("responses"), map.get("layer"));

@@ -105,8 +105,20 @@ where
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         };
-        if let Poll::Ready(None | Some(Err(_))) = &polled {
-            this.held.take();
+        match (&polled, this.held.as_mut()) {
+            (Poll::Ready(Some(Ok(frame))), Some(held)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    held.trailers(trailers);
+                }
+            }
+            (Poll::Ready(None), Some(held)) => {
+                held.ended();
+                this.held.take();
+            }
+            (Poll::Ready(Some(Err(_))), _) => {
+                this.held.take();
+            }
+            _ => {}
         }
         polled
     }

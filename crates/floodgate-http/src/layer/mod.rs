@@ -35,6 +35,26 @@
 //! service alone. One descriptor whose rule is known in advance is decided
 //! by that rule directly (an engine plan).
 //!
+//! # Costs known after the response
+//!
+//! With `http.response_cost` (see [`identity`](crate::identity)), an
+//! admitted request keeps its descriptors until its cost is known: read
+//! from a response header as the response's head is seen, or from a
+//! trailer as its body ends. That cost (less what admission charged: the
+//! request's `cost`, if any) is charged to every descriptor of the
+//! request, forced ([`Apply::Force`](floodgate::Apply::Force), what a
+//! rule's `penalty: true` makes of every charge): it counts whole even
+//! past the limit, even past the whole limit. The limit is then in debt:
+//! every request is denied (429, with `Retry-After` and `RateLimit` exact
+//! as for any denial) until the refill repays it — a token bucket by its
+//! drip, a fixed window at its end. A request the layer denies is not
+//! charged after; neither is one whose inner service fails without a
+//! response, nor one let through because the limiter failed. A charge the
+//! store refuses is counted (`floodgate_http_response_charge_failures_total`).
+//! Each charge is counted by how its cost was found in
+//! `floodgate_http_response_costs_total{result}` (`read`, `capped`,
+//! `missing`, `invalid`, `unfinished`).
+//!
 //! # Use
 //!
 //! As a tower layer ([`FloodgateLayer`] makes a [`FloodgateService`]), or
@@ -83,6 +103,7 @@
 pub mod adaptive;
 pub mod admission;
 mod body;
+mod charge;
 mod config;
 #[allow(clippy::module_inception)]
 mod layer;

@@ -25,6 +25,7 @@ use pin_project_lite::pin_project;
 use super::adaptive::{Admission, Priority};
 use super::admission;
 use super::body::FloodgateBody;
+use super::charge::ChargeAfter;
 use super::config::{ClientAddr, OnError};
 use super::queue::QueueError;
 use super::requests::RequestResult;
@@ -360,7 +361,11 @@ fn conclude<B: Backend, C: Clock + 'static>(
     LayerStats::inc(&shared.stats.decided);
     let on_success = shared.contract.on_success;
     // A planned rule holds no units: an admitted request keeps nothing.
-    if planned && !on_success && admission::plainly_allowed(&held.scratch().response) {
+    if planned
+        && !on_success
+        && shared.response_costs.is_none()
+        && admission::plainly_allowed(&held.scratch().response)
+    {
         shared.counted(RequestResult::Allowed);
         return Admitted::bare(keep, RequestResult::Allowed);
     }
@@ -384,7 +389,7 @@ fn conclude<B: Backend, C: Clock + 'static>(
         Verdict::Allowed => {
             let result = RequestResult::allowed_by(fallback);
             shared.counted(result);
-            if !on_success && !held.holds_units {
+            if !on_success && !held.holds_units && shared.response_costs.is_none() {
                 return Admitted::bare(keep, result);
             }
             Duration::ZERO
@@ -537,7 +542,10 @@ impl<B: Backend, C: Clock + 'static> Admitted<B, C> {
                 let policy = s.policy_value.as_ref();
                 contract.write_headers(&s.report, now, elapsed, headers, &mut s.buf, policy);
             }
-            if held.holds_units {
+            if held.shared.response_costs.is_some() {
+                let charge = ChargeAfter::new(held, res.headers());
+                keep.extend(charge.map(|c| Box::new(c) as Box<dyn Hold>));
+            } else if held.holds_units {
                 keep.push(Box::new(held));
             }
         }

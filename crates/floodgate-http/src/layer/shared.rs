@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
-use floodgate::Clock;
+use floodgate::{Apply, Clock};
 use floodgate_policy::{Backend, Engine, Response};
 
 use super::adaptive::AdaptiveLimit;
+use super::charge::CostCounters;
 use super::config::LayerSettings;
 use super::policy_cache::PolicyCache;
 use super::queue::{ConcurrencyQueue, KeyedQueues};
@@ -38,7 +39,8 @@ pub struct LayerStats {
     pub fail_open: AtomicU64,
     /// Limiter failures rejected (fail closed).
     pub fail_closed: AtomicU64,
-    /// Concurrency releases that could not run (no async runtime).
+    /// Concurrency releases or charges after the response that could not
+    /// run (no async runtime).
     pub release_lost: AtomicU64,
     /// Concurrency limits whose release found the request's permit holding
     /// nothing: with Redis, its lease ended before the request did (the
@@ -47,6 +49,8 @@ pub struct LayerStats {
     /// Concurrency limits the store could neither release nor queue the
     /// release of (their units are freed when their leases end).
     pub release_failed: AtomicU64,
+    /// Costs known after the response the store could not charge.
+    pub charge_failed: AtomicU64,
 }
 
 impl LayerStats {
@@ -111,6 +115,9 @@ pub(crate) struct Shared<B, C> {
     /// header pieces, per policy set.
     pub policy_cache: PolicyCache,
     pub plannable: bool,
+    /// A cost is charged after the response (`response_cost`): an admitted
+    /// request keeps its descriptors until it is. Its counters.
+    pub response_costs: Option<CostCounters>,
     #[allow(clippy::vec_box)] // moved in and out whole
     pool: Mutex<Vec<Box<Scratch>>>,
 }
@@ -132,6 +139,11 @@ impl<B: Backend, C: Clock + 'static> Shared<B, C> {
             delayed: Gauge::default(),
             policy_cache: PolicyCache::default(),
             plannable: identity.descriptor_count() == 1,
+            response_costs: identity
+                .config()
+                .response_cost
+                .as_ref()
+                .map(|_| CostCounters::new()),
             engine,
             identity,
             contract,
@@ -172,6 +184,13 @@ pub(crate) trait Hold: Send + Sync {
     /// How the request was answered: its response's status, or none when
     /// the inner service failed. Told before the response goes out.
     fn answered(&mut self, _status: Option<http::StatusCode>) {}
+
+    /// The response's trailers, as its body ends with them.
+    fn trailers(&mut self, _trailers: &http::HeaderMap) {}
+
+    /// The response's body ended (with or without trailers); not told
+    /// when it fails or is dropped first.
+    fn ended(&mut self) {}
 }
 
 impl Hold for tokio::sync::OwnedSemaphorePermit {}
@@ -181,6 +200,18 @@ impl Hold for Vec<Box<dyn Hold>> {
     fn answered(&mut self, status: Option<http::StatusCode>) {
         for h in self {
             h.answered(status);
+        }
+    }
+
+    fn trailers(&mut self, trailers: &http::HeaderMap) {
+        for h in self {
+            h.trailers(trailers);
+        }
+    }
+
+    fn ended(&mut self) {
+        for h in self {
+            h.ended();
         }
     }
 }
@@ -200,33 +231,60 @@ impl<B: Backend, C: Clock + 'static> Held<B, C> {
     }
 }
 
-impl<B: Backend, C: Clock + 'static> Drop for Held<B, C> {
-    fn drop(&mut self) {
-        let Some(scratch) = self.scratch.take() else {
+impl<B: Backend, C: Clock + 'static> Held<B, C> {
+    /// Gives back the request's units (if it holds any), then charges its
+    /// descriptors `after` (if not 0: a cost known after the response,
+    /// forced, so that it counts whole, debt included), then returns the
+    /// buffers to the pool. An in-memory store is done at once; a remote
+    /// one finishes on the runtime.
+    pub(super) fn finish(&mut self, after: u64) {
+        let Some(mut scratch) = self.scratch.take() else {
             return;
         };
-        if !self.holds_units {
+        if !self.holds_units && after == 0 {
             self.shared.put(scratch);
             return;
         }
-        let shared = self.shared.clone();
-        let mut release = Box::pin(async move {
-            let report = shared.engine.release(&scratch.response).await;
-            if report.not_held + report.failed > 0 {
-                shared.stats.count_release_anomalies(&report);
+        let (shared, units) = (self.shared.clone(), self.holds_units);
+        let mut finish = Box::pin(async move {
+            if units {
+                let report = shared.engine.release(&scratch.response).await;
+                if report.not_held + report.failed > 0 {
+                    shared.stats.count_release_anomalies(&report);
+                }
+            }
+            if after > 0 {
+                super::charge::spare_in_flight(&shared.engine, &mut scratch);
+                scratch.out.charge(after);
+                let (domain, out) = (shared.identity.domain(), &scratch.out);
+                let forced = shared.engine.evaluate_with(
+                    domain,
+                    out,
+                    0,
+                    Apply::Force,
+                    &mut scratch.response,
+                );
+                if forced.await.is_err() {
+                    LayerStats::inc(&shared.stats.charge_failed);
+                    metrics::counter!("floodgate_http_response_charge_failures_total").increment(1);
+                }
             }
             shared.put(scratch);
         });
-        // The in-memory backend is done at the first poll; a remote one
-        // finishes on the runtime.
         let mut cx = Context::from_waker(Waker::noop());
-        if release.as_mut().poll(&mut cx).is_pending() {
+        if finish.as_mut().poll(&mut cx).is_pending() {
             match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
-                    handle.spawn(release);
+                    handle.spawn(finish);
                 }
                 Err(_) => LayerStats::inc(&self.shared.stats.release_lost),
             }
         }
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> Drop for Held<B, C> {
+    fn drop(&mut self) {
+        self.finish(0);
     }
 }
