@@ -6,8 +6,9 @@
 //! to live, an unknown bucket allowed, a lying instance's damage, a fleet
 //! enforcing its shares within the stated bound, bad reports refused with
 //! a clear status, bounded buckets, a bucket abandoned when a reload
-//! removes its rule, shutdown with a stream open, and a limit shared by
-//! two instances through Redis.
+//! removes its rule, shutdown with a stream open, and with Redis: a limit
+//! and its streams shared by two instances, and the failure policy's
+//! assignments while Redis is down.
 
 use crate::support::{Service, python, start};
 
@@ -209,6 +210,107 @@ async fn with_redis_one_instances_reports_spend_the_limit_for_every_instance() {
     assert_eq!(report(&a, 100).await, ["one: user=a deny_all ttl=10"]);
     // The other instance's streams see the shared counter spent.
     assert_eq!(report(&b, 0).await, ["one: user=a deny_all ttl=10"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_streams_on_two_instances_share_the_limit_and_a_silent_one_gives_its_share_back()
+{
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "  rlqs:\n    assignment_ttl: 1s\nstore:\n  backend: redis\n  url: redis://{}\n",
+        redis.addr()
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(a_dir.path(), &store).await;
+    let b = start(b_dir.path(), &store).await;
+    let other = format!("127.0.0.1:{}", b.grpc);
+    let lines = scenario(&a, "across", &[other]).await;
+    assert_eq!(
+        lines[..3],
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            // Another instance's stream: half each, over the fleet.
+            "two: user=a share 50/MINUTE ttl=1",
+            "one: user=a share 50/MINUTE ttl=1",
+        ]
+    );
+    let whole: f64 = lines[3]
+        .strip_prefix("one: whole again after ")
+        .and_then(|s| s.strip_suffix('s'))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .parse()
+        .unwrap();
+    assert!(whole >= 0.9, "{lines:?}");
+}
+
+/// What a stream is assigned once Redis stops answering, under the store's
+/// failure policy `policy`.
+async fn assigned_in_an_outage(policy: &str) -> Vec<String> {
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n  failure_policy: {policy}\n  timeout: 100ms\n",
+        redis.addr()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), &store).await;
+    let (first, paused) = (dir.path().join("first"), dir.path().join("paused"));
+    let args = [first.display().to_string(), paused.display().to_string()];
+    let target = format!("127.0.0.1:{}", service.grpc);
+    let client = tokio::spawn(async move {
+        let mut all = vec![target, "outage".to_owned()];
+        all.extend(args);
+        python("rlqs.py", all).await
+    });
+    wait_for(&first).await;
+    redis.pause();
+    std::fs::write(&paused, "").unwrap();
+    let lines = client.await.unwrap();
+    redis.resume();
+    lines
+}
+
+async fn wait_for(path: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{path:?} never came");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_a_report_is_assigned_by_the_failure_policy() {
+    let before = unshared(recorder());
+    assert_eq!(
+        assigned_in_an_outage("fail_open").await,
+        [
+            "one: user=a share 100/MINUTE ttl=10",
+            "one: user=a allow_all ttl=10"
+        ]
+    );
+    assert_eq!(
+        assigned_in_an_outage("local/2").await,
+        [
+            "one: user=a share 100/MINUTE ttl=10",
+            // This instance's one stream, the limit divided by 2.
+            "one: user=a share 50/MINUTE ttl=10"
+        ]
+    );
+    assert!(unshared(recorder()) >= before + 2);
+}
+
+/// This process's Prometheus recorder, installed by the first call (before
+/// the services whose metrics it records start).
+fn recorder() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE.get_or_init(|| floodgate_runtime::host::metrics::install().unwrap())
+}
+
+/// `floodgate_rlqs_unshared_total` as `handle` has it.
+fn unshared(handle: &metrics_exporter_prometheus::PrometheusHandle) -> u64 {
+    (handle.render().lines())
+        .find_map(|l| l.strip_prefix("floodgate_rlqs_unshared_total "))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }
 
 /// One instance's one report of `allowed` requests to `service`.

@@ -75,6 +75,21 @@ pub(crate) fn strategy(status: &Status, streams: usize) -> (Kind, Strategy) {
     (Kind::Share, Strategy::RequestsPerTimeUnit(rate))
 }
 
+/// The blanket rule of `kind` (`AllowAll` or `DenyAll`; any other kind
+/// denies).
+pub(crate) fn blanket(kind: Kind) -> (Kind, Strategy) {
+    let rule = match kind {
+        Kind::AllowAll => BlanketRule::AllowAll,
+        _ => BlanketRule::DenyAll,
+    };
+    let kind = if rule == BlanketRule::AllowAll {
+        kind
+    } else {
+        Kind::DenyAll
+    };
+    (kind, Strategy::BlanketRule(rule as i32))
+}
+
 /// A rate in the units RLQS has (no week: a week's count is spread over
 /// its days, rounded down).
 fn protocol_rate(count: u32, unit: Unit) -> (u64, RateLimitUnit) {

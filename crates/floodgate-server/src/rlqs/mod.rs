@@ -5,9 +5,11 @@
 //! back. A bucket is a descriptor of the report's domain
 //! ([`mapping`]), its allowed requests charged to the rule that matches
 //! it, its assignment a share of that rule's limit ([`assignment`])
-//! among the streams reporting it ([`shares`]).
+//! among the streams reporting it: this instance's ([`shares`]), or with
+//! Redis every instance's ([`fleet`]).
 
 mod assignment;
+mod fleet;
 mod mapping;
 mod shares;
 mod stream;
@@ -46,6 +48,7 @@ pub struct RlqsSettings {
 pub(crate) struct Rlqs {
     svc: Arc<DecisionService>,
     shares: Shares,
+    fleet: fleet::Fleet,
     settings: RlqsSettings,
     metrics: Arc<RlqsMetrics>,
     next_stream: AtomicU64,
@@ -60,6 +63,7 @@ impl Rlqs {
         let rlqs = Rlqs {
             svc,
             shares: Shares::new(settings.max_buckets),
+            fleet: fleet::Fleet::new(),
             settings,
             metrics: Arc::new(RlqsMetrics::new()),
             next_stream: AtomicU64::new(0),
@@ -98,6 +102,7 @@ struct RlqsMetrics {
     streams: Gauge,
     buckets: Gauge,
     reports: Counter,
+    unshared: Counter,
     actions: [Counter; 4],
 }
 
@@ -113,6 +118,10 @@ impl RlqsMetrics {
             "RLQS bucket usage reports received."
         );
         metrics::describe_counter!(
+            "floodgate_rlqs_unshared_total",
+            "RLQS bucket reports whose streams Redis could not count over the fleet, assigned by the store's failure policy."
+        );
+        metrics::describe_counter!(
             "floodgate_rlqs_actions_total",
             "RLQS bucket actions sent, by kind."
         );
@@ -120,6 +129,7 @@ impl RlqsMetrics {
             streams: metrics::gauge!("floodgate_rlqs_streams"),
             buckets: metrics::gauge!("floodgate_rlqs_buckets"),
             reports: metrics::counter!("floodgate_rlqs_reports_total"),
+            unshared: metrics::counter!("floodgate_rlqs_unshared_total"),
             actions: Kind::ALL
                 .map(|k| metrics::counter!("floodgate_rlqs_actions_total", "kind" => k.label())),
         }

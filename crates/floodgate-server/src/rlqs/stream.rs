@@ -19,6 +19,7 @@ use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 
 use super::Rlqs;
 use super::assignment::{self, Kind};
+use super::fleet::Sharing;
 use super::mapping::{self, BucketKey};
 
 /// What the stream sends: answers, and an error status that ends it.
@@ -85,6 +86,13 @@ impl QuotaStream {
             }
         }
         self.rlqs.shares.leave(self.buckets.keys(), self.id);
+        let (backend, ttl) = (
+            self.rlqs.svc.engine().backend(),
+            self.rlqs.settings.assignment_ttl,
+        );
+        (self.rlqs.fleet)
+            .leave(backend, self.buckets.keys(), self.id, ttl)
+            .await;
         metrics.streams.decrement(1.0);
         metrics.buckets.set(self.rlqs.shares.len() as f64);
     }
@@ -132,6 +140,41 @@ impl QuotaStream {
         domain: &str,
         usage: BucketQuotaUsage,
     ) -> Result<Option<BucketAction>, Status> {
+        let (key, allowed, local) = self.accept(domain, usage)?;
+        if !self.charge(domain, &key, allowed).await? {
+            return Ok(None);
+        }
+        let status = &self.response.statuses[0];
+        let limited = matches!(status.reason, Reason::Limited | Reason::Blocked);
+        self.buckets.insert(key.clone(), limited);
+        let ttl = self.rlqs.settings.assignment_ttl;
+        let (mut kind, mut strategy) = assignment::strategy(status, local);
+        if kind == Kind::Share {
+            let backend = self.rlqs.svc.engine().backend();
+            let (sharing, counted) = (self.rlqs.fleet)
+                .report(backend, &key, self.id, local, ttl)
+                .await;
+            if !counted {
+                self.rlqs.metrics.unshared.increment(1);
+            }
+            let status = &self.response.statuses[0];
+            (kind, strategy) = match sharing {
+                Sharing::Streams(n) => assignment::strategy(status, n),
+                Sharing::Blanket(k) => assignment::blanket(k),
+            };
+        }
+        self.rlqs.metrics.action(kind);
+        Ok(Some(assignment::assign(&key, strategy, ttl)))
+    }
+
+    /// Checks one bucket's usage and records that this stream reported
+    /// it: its key, the requests it allowed, and how many of this
+    /// instance's streams report it.
+    fn accept(
+        &mut self,
+        domain: &str,
+        usage: BucketQuotaUsage,
+    ) -> Result<(BucketKey, u64, usize), Status> {
         let bucket = usage
             .bucket_id
             .ok_or_else(|| Status::invalid_argument("a usage report has no bucket id"))?;
@@ -145,7 +188,7 @@ impl QuotaStream {
                 settings.max_buckets_per_stream
             )));
         }
-        let streams = (self.rlqs.shares)
+        let local = (self.rlqs.shares)
             .report(&key, self.id, Instant::now(), settings.assignment_ttl)
             .map_err(|_| {
                 Status::resource_exhausted(format!(
@@ -153,9 +196,21 @@ impl QuotaStream {
                     settings.max_buckets
                 ))
             })?;
-        self.buckets.insert(key.clone(), false);
+        self.buckets.entry(key.clone()).or_insert(false);
+        Ok((key, allowed, local))
+    }
+
+    /// Charges `allowed` requests to `key`'s rule (looks only, when none),
+    /// its status in `self.response`; false when the store cannot decide
+    /// now.
+    async fn charge(
+        &mut self,
+        domain: &str,
+        key: &BucketKey,
+        allowed: u64,
+    ) -> Result<bool, Status> {
         // Allowed requests were admitted already: charged whatever the
-        // counter says. None allowed: only looked at.
+        // counter says.
         let apply = if allowed > 0 {
             Apply::Force
         } else {
@@ -167,25 +222,13 @@ impl QuotaStream {
             .evaluate_with(domain, &descriptor, 0, apply, &mut self.response)
             .await
         {
-            Ok(()) => {}
-            Err(EngineError::InvalidArgument(e)) => return Err(Status::invalid_argument(e)),
+            Ok(()) => Ok(true),
+            Err(EngineError::InvalidArgument(e)) => Err(Status::invalid_argument(e)),
             Err(e) => {
                 tracing::warn!(error = %e, "an RLQS usage report could not be charged");
-                return Ok(None);
+                Ok(false)
             }
         }
-        let status = &self.response.statuses[0];
-        self.buckets.insert(
-            key.clone(),
-            matches!(status.reason, Reason::Limited | Reason::Blocked),
-        );
-        let (kind, strategy) = assignment::strategy(status, streams);
-        self.rlqs.metrics.action(kind);
-        Ok(Some(assignment::assign(
-            &key,
-            strategy,
-            settings.assignment_ttl,
-        )))
     }
 
     /// After a reload, abandons the buckets a rule limited that no rule
@@ -210,6 +253,8 @@ impl QuotaStream {
             if checked.is_ok() && self.response.statuses[0].rule.is_none() {
                 self.buckets.remove(&key);
                 self.rlqs.shares.leave([&key], self.id);
+                let (backend, ttl) = (engine.backend(), self.rlqs.settings.assignment_ttl);
+                self.rlqs.fleet.leave(backend, [&key], self.id, ttl).await;
                 self.rlqs.metrics.action(Kind::Abandon);
                 actions.push(assignment::abandon(&key));
             }

@@ -156,6 +156,37 @@ def silent(stub):
     print(f"one: whole again after {time.monotonic() - started:.1f}s", flush=True)
 
 
+def across(stub):
+    """One stream on each of two instances sharing Redis (argv[3]: the
+    second's target): each gets half the limit; once the second's stream
+    has been silent for the time to live, the first's is the whole limit."""
+    with grpc.insecure_channel(sys.argv[3]) as channel:
+        other = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+        one, two = Instance(stub, "one"), Instance(other, "two")
+        one.report({A: 0})
+        two.report({A: 0})
+        one.report({A: 0})
+        started = time.monotonic()
+        while "share 100/" not in quiet(one, {A: 0}):
+            assert time.monotonic() - started < 10, "the silent stream kept its share"
+            time.sleep(0.05)
+        print(f"one: whole again after {time.monotonic() - started:.1f}s", flush=True)
+
+
+def outage(stub):
+    """A report before Redis stops answering, and one while it does not
+    (argv[3]: a file written between them, argv[4]: a file that exists
+    once Redis is paused)."""
+    one = Instance(stub, "one")
+    one.report({A: 0})
+    open(sys.argv[3], "w").close()
+    started = time.monotonic()
+    while not os.path.exists(sys.argv[4]):
+        assert time.monotonic() - started < 10, "Redis was never paused"
+        time.sleep(0.02)
+    one.report({A: 1})
+
+
 def quiet(instance, usages):
     """A report whose answer is not printed."""
     saved = sys.stdout
