@@ -35,6 +35,21 @@ async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bucket_rule_is_assigned_shares_of_its_burst_and_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "tokens", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a token_bucket max=20 fill=10/1s ttl=10",
+            "two: user=a token_bucket max=10 fill=5/1s ttl=10",
+            "one: user=a token_bucket max=10 fill=5/1s ttl=10",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
     let dir = tempfile::tempdir().unwrap();
     let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 4s\n").await;

@@ -11,13 +11,18 @@ use floodgate_testkit::free_port;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A policy of 100 calls a minute per user, in domain `api`.
+/// A policy of 100 calls a minute per user, in domain `api`, and a token
+/// bucket of 10 a second, bursts of 20, per user in domain `tokens`.
 pub(crate) const POLICY: &str = "
 domains:
   - domain: api
     descriptors:
       - key: user
         rate_limit: {name: per-user, requests: 100, per: 1m}
+  - domain: tokens
+    descriptors:
+      - key: user
+        rate_limit: {algorithm: token_bucket, requests: 10, per: 1s, burst: 20}
 ";
 
 /// A service running in the background; stopped when dropped.

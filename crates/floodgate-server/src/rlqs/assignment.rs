@@ -2,7 +2,10 @@
 //! when no rule limits it (as RLS answers `OK` to a descriptor no rule
 //! matches), everything denied while the rule's counter is spent (or the
 //! rule blocks or denies), else the rule's limit divided among the
-//! streams reporting the bucket, per the rule's unit.
+//! streams reporting the bucket, per the rule's unit — or, for a
+//! token-bucket rule, a share of its burst and rate ([`token_bucket`]).
+
+use floodgate::algorithms::Gcra;
 
 use std::time::Duration;
 
@@ -19,6 +22,7 @@ use crate::proto::rlqs::rate_limit_quota_response::{
 };
 
 use super::mapping::BucketKey;
+use super::token_bucket;
 
 /// An assignment's kind, the `kind` label of
 /// `floodgate_rlqs_actions_total`.
@@ -32,11 +36,19 @@ pub(crate) enum Kind {
     Share,
     /// `abandon_action`.
     Abandon,
+    /// `token_bucket`: a share of a token-bucket rule's burst and rate.
+    TokenBucket,
 }
 
 impl Kind {
     /// Every kind, as labelled.
-    pub(crate) const ALL: [Kind; 4] = [Kind::AllowAll, Kind::DenyAll, Kind::Share, Kind::Abandon];
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::AllowAll,
+        Kind::DenyAll,
+        Kind::Share,
+        Kind::Abandon,
+        Kind::TokenBucket,
+    ];
 
     /// Its label.
     pub(crate) fn label(self) -> &'static str {
@@ -45,13 +57,19 @@ impl Kind {
             Kind::DenyAll => "deny_all",
             Kind::Share => "requests_per_time_unit",
             Kind::Abandon => "abandon",
+            Kind::TokenBucket => "token_bucket",
         }
     }
 }
 
 /// The strategy for a bucket whose rule answered `status`, reported by
-/// `streams` streams (at least 1).
-pub(crate) fn strategy(status: &Status, streams: usize) -> (Kind, Strategy) {
+/// `streams` streams (at least 1); `bucket`: the rule's token bucket and
+/// its cost per request, when it is a token-bucket rule.
+pub(crate) fn strategy(
+    status: &Status,
+    streams: usize,
+    bucket: Option<(&Gcra, u64)>,
+) -> (Kind, Strategy) {
     let blanket = |kind, rule: BlanketRule| (kind, Strategy::BlanketRule(rule as i32));
     match status.reason {
         Reason::Blocked | Reason::Denied => return blanket(Kind::DenyAll, BlanketRule::DenyAll),
@@ -65,6 +83,10 @@ pub(crate) fn strategy(status: &Status, streams: usize) -> (Kind, Strategy) {
     };
     if status.code == Code::OverLimit || status.limit_remaining == 0 {
         return blanket(Kind::DenyAll, BlanketRule::DenyAll);
+    }
+    if let Some((gcra, cost)) = bucket {
+        let share = token_bucket::share(gcra, streams, cost);
+        return (Kind::TokenBucket, Strategy::TokenBucket(share));
     }
     let (per_unit, unit) = protocol_rate(limit.reported.requests_per_unit, limit.reported.unit);
     let share = per_unit / streams.max(1) as u64;
@@ -163,13 +185,13 @@ mod tests {
         let status = limited(100, Unit::Minute, 40, Code::Ok);
         let minute = RateLimitUnit::Minute as i32;
         for (streams, each) in [(1, 100), (2, 50), (3, 33), (0, 100)] {
-            let (kind, s) = strategy(&status, streams);
+            let (kind, s) = strategy(&status, streams, None);
             assert_eq!(kind, Kind::Share);
             assert_eq!(share(s), (each, minute));
         }
         let weekly = limited(700, Unit::Week, 1, Code::Ok);
         assert_eq!(
-            share(strategy(&weekly, 2).1),
+            share(strategy(&weekly, 2, None).1),
             (50, RateLimitUnit::Day as i32)
         );
     }
@@ -179,14 +201,17 @@ mod tests {
         let deny = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
         let allow = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
         let over = limited(100, Unit::Minute, 0, Code::OverLimit);
-        assert_eq!(strategy(&over, 1), (Kind::DenyAll, deny.clone()));
+        assert_eq!(strategy(&over, 1, None), (Kind::DenyAll, deny.clone()));
         let spent = limited(100, Unit::Minute, 0, Code::Ok);
-        assert_eq!(strategy(&spent, 1), (Kind::DenyAll, deny.clone()));
+        assert_eq!(strategy(&spent, 1, None), (Kind::DenyAll, deny.clone()));
         let blocked = Status {
             reason: Reason::Blocked,
             ..Status::default()
         };
-        assert_eq!(strategy(&blocked, 1), (Kind::DenyAll, deny.clone()));
-        assert_eq!(strategy(&Status::default(), 1), (Kind::AllowAll, allow));
+        assert_eq!(strategy(&blocked, 1, None), (Kind::DenyAll, deny.clone()));
+        assert_eq!(
+            strategy(&Status::default(), 1, None),
+            (Kind::AllowAll, allow)
+        );
     }
 }

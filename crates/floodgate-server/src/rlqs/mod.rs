@@ -13,6 +13,7 @@ mod fleet;
 mod mapping;
 mod shares;
 mod stream;
+mod token_bucket;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -103,7 +104,7 @@ struct RlqsMetrics {
     buckets: Gauge,
     reports: Counter,
     unshared: Counter,
-    actions: [Counter; 4],
+    actions: [Counter; 5],
 }
 
 impl RlqsMetrics {

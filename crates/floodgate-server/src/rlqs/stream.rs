@@ -21,6 +21,7 @@ use super::Rlqs;
 use super::assignment::{self, Kind};
 use super::fleet::Sharing;
 use super::mapping::{self, BucketKey};
+use super::token_bucket;
 
 /// What the stream sends: answers, and an error status that ends it.
 pub(crate) type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
@@ -148,8 +149,11 @@ impl QuotaStream {
         let limited = matches!(status.reason, Reason::Limited | Reason::Blocked);
         self.buckets.insert(key.clone(), limited);
         let ttl = self.rlqs.settings.assignment_ttl;
-        let (mut kind, mut strategy) = assignment::strategy(status, local);
-        if kind == Kind::Share {
+        let policy = self.rlqs.svc.engine().policy_of(&self.response);
+        let rule = policy.as_ref().zip(status.rule).map(|(p, id)| p.rule(id));
+        let bucket = rule.and_then(|r| Some((token_bucket::of(r)?, r.cost)));
+        let (mut kind, mut strategy) = assignment::strategy(status, local, bucket);
+        if matches!(kind, Kind::Share | Kind::TokenBucket) {
             let backend = self.rlqs.svc.engine().backend();
             let (sharing, counted) = (self.rlqs.fleet)
                 .report(backend, &key, self.id, local, ttl)
@@ -159,7 +163,7 @@ impl QuotaStream {
             }
             let status = &self.response.statuses[0];
             (kind, strategy) = match sharing {
-                Sharing::Streams(n) => assignment::strategy(status, n),
+                Sharing::Streams(n) => assignment::strategy(status, n, bucket),
                 Sharing::Blanket(k) => assignment::blanket(k),
             };
         }

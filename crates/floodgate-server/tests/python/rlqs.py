@@ -5,7 +5,7 @@ Usage: rlqs.py TARGET SCENARIO
 
 Each instance is one StreamRateLimitQuotas stream. A scenario prints one
 line per answer: `NAME: ACTION[; ACTION...]`, each action
-`k=v[,k=v] allow_all|deny_all|share N/UNIT|abandon ttl=SECONDS`,
+`k=v[,k=v] allow_all|deny_all|share N/UNIT|token_bucket max=N fill=N/Ss|abandon ttl=SECONDS`,
 or `NAME: ERR <status code> <details>` when the stream ends in error.
 """
 
@@ -70,6 +70,11 @@ def action(a):
         r = s.requests_per_time_unit
         unit = ratelimit_unit_pb2.RateLimitUnit.Name(r.time_unit)
         return f"{bucket} share {r.requests_per_time_unit}/{unit} ttl={ttl}"
+    if kind == "token_bucket":
+        t = s.token_bucket
+        every = t.fill_interval.seconds + t.fill_interval.nanos / 1e9
+        return (f"{bucket} token_bucket max={t.max_tokens} "
+                f"fill={t.tokens_per_fill.value}/{every:g}s ttl={ttl}")
     rule = STRATEGY.BlanketRule.Name(s.blanket_rule).lower()
     return f"{bucket} {rule} ttl={ttl}"
 
@@ -84,6 +89,15 @@ def shares(stub):
     two.report({A: 0})
     one.report({A: 0})
     one.report({(("tier", "x"),): 5})
+
+
+def tokens(stub):
+    """Two instances sharing a token-bucket rule's burst and rate."""
+    one = Instance(stub, "one", domain="tokens")
+    one.report({A: 0})
+    two = Instance(stub, "two", domain="tokens")
+    two.report({A: 0})
+    one.report({A: 0})
 
 
 def spent(stub):
