@@ -32,7 +32,18 @@ impl RedisBackend {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<u64, BackendError> {
-        self.rlqs_streams(bucket, stream, ttl, now, true).await
+        self.rlqs_streams(bucket, stream, ttl, now, "1").await
+    }
+
+    /// How many streams, over every instance, reported `bucket` within
+    /// `ttl` (recording nothing).
+    pub async fn rlqs_count(
+        &self,
+        bucket: &[u8],
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<u64, BackendError> {
+        self.rlqs_streams(bucket, "", ttl, now, "").await
     }
 
     /// Removes `stream` from `bucket`'s streams (it ended, or abandoned
@@ -44,7 +55,7 @@ impl RedisBackend {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<u64, BackendError> {
-        self.rlqs_streams(bucket, stream, ttl, now, false).await
+        self.rlqs_streams(bucket, stream, ttl, now, "0").await
     }
 
     async fn rlqs_streams(
@@ -53,7 +64,7 @@ impl RedisBackend {
         stream: &str,
         ttl: Duration,
         now: Timestamp,
-        reports: bool,
+        what: &str,
     ) -> Result<u64, BackendError> {
         let key = self.layout().key(bucket, NAME);
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -62,7 +73,7 @@ impl RedisBackend {
             .arg(self.now_arg(now))
             .arg(ttl_ms)
             .arg(stream)
-            .arg(if reports { "1" } else { "0" });
+            .arg(what);
         match self.run_script(&STREAMS, &call).await? {
             Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
             other => Err(BackendError::Protocol(format!(

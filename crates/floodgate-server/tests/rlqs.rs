@@ -28,6 +28,8 @@ async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
         [
             "one: user=a share 100/MINUTE ttl=10",
             "two: user=a share 50/MINUTE ttl=10",
+            // Pushed at once, without waiting for its next report.
+            "one pushed: user=a share 50/MINUTE ttl=10",
             "one: user=a share 50/MINUTE ttl=10",
             "one: tier=x allow_all ttl=10",
         ]
@@ -44,6 +46,7 @@ async fn a_token_bucket_rule_is_assigned_shares_of_its_burst_and_rate() {
         [
             "one: user=a token_bucket max=20 fill=10/1s ttl=10",
             "two: user=a token_bucket max=10 fill=5/1s ttl=10",
+            "one pushed: user=a token_bucket max=10 fill=5/1s ttl=10",
             "one: user=a token_bucket max=10 fill=5/1s ttl=10",
         ]
     );
@@ -77,6 +80,7 @@ async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_wind
             // Reporting nothing earns the liar its share, no more: the
             // honest instance's share does not grow from its silence.
             "liar: user=a share 50/MINUTE ttl=10",
+            "honest pushed: user=a share 50/MINUTE ttl=10",
             "honest: user=a share 50/MINUTE ttl=10",
             // Over-reporting spends the counter: every instance is denied
             // until the rule's window refills it.
@@ -154,13 +158,14 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
     let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
     let lines = scenario(&service, "silent", &[]).await;
     assert_eq!(
-        lines[..2],
+        lines[..3],
         [
             "one: user=a share 100/MINUTE ttl=1",
-            "two: user=a share 50/MINUTE ttl=1"
+            "two: user=a share 50/MINUTE ttl=1",
+            "one pushed: user=a share 50/MINUTE ttl=1",
         ]
     );
-    let whole: f64 = lines[2]
+    let whole: f64 = lines[3]
         .strip_prefix("one: whole again after ")
         .and_then(|s| s.strip_suffix('s'))
         .unwrap_or_else(|| panic!("{lines:?}"))
@@ -168,6 +173,32 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
         .unwrap();
     // Not before the silent stream's time to live ended.
     assert!(whole >= 0.9, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_pushed_the_whole_limit_once_the_other_falls_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
+    let lines = scenario(&service, "expired", &[]).await;
+    assert_eq!(
+        lines[..5],
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            "two: user=a share 50/MINUTE ttl=1",
+            "one pushed: user=a share 50/MINUTE ttl=1",
+            "one: user=a share 50/MINUTE ttl=1",
+            // No report asked: the silent stream's time to live ended.
+            "one pushed: user=a share 100/MINUTE ttl=1",
+        ]
+    );
+    let after: f64 = lines[5]
+        .strip_prefix("one: pushed after ")
+        .and_then(|s| s.strip_suffix('s'))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .parse()
+        .unwrap();
+    // After the time to live, within half of it more (the check's period).
+    assert!((0.9..=2.0).contains(&after), "{lines:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

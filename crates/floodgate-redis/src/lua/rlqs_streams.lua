@@ -10,7 +10,7 @@
 -- ARGV[1]    now in microseconds, or '' to read the server clock (TIME).
 -- ARGV[2]    the time to live in ms (at least 1).
 -- ARGV[3]    the stream's id.
--- ARGV[4]    '1': the stream reports now; '0': it leaves.
+-- ARGV[4]    '1': the stream reports now; '0': it leaves; '': count only.
 --
 -- Reply: the streams that reported within the time to live.
 local now
@@ -23,7 +23,7 @@ end
 local ttl = tonumber(ARGV[2])
 if ARGV[4] == '1' then
   redis.call('ZADD', KEYS[1], now, ARGV[3])
-else
+elseif ARGV[4] == '0' then
   redis.call('ZREM', KEYS[1], ARGV[3])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl))

@@ -41,14 +41,15 @@ impl Fleet {
         Fleet { instance }
     }
 
-    /// Records that `stream` reported `key`, seen by `local` streams of
-    /// this instance: how many share it, and whether they were counted
-    /// (false: Redis could not, the failure policy chose).
+    /// Records that `stream` reported `key` (`None`: records nothing),
+    /// seen by `local` streams of this instance: how many share it, and
+    /// whether they were counted (false: Redis could not, the failure
+    /// policy chose).
     pub(crate) async fn report(
         &self,
         backend: &AnyBackend,
         key: &BucketKey,
-        stream: u64,
+        stream: Option<u64>,
         local: usize,
         ttl: Duration,
     ) -> (Sharing, bool) {
@@ -57,10 +58,13 @@ impl Fleet {
         };
         let counted = if redis.breaker_state() == BreakerState::Open {
             None
-        } else {
+        } else if let Some(stream) = stream {
             let id = self.stream_id(stream);
             let now = SystemClock.now();
             (redis.redis().rlqs_report(&key.bytes(), &id, ttl, now).await).ok()
+        } else {
+            let now = SystemClock.now();
+            (redis.redis().rlqs_count(&key.bytes(), ttl, now).await).ok()
         };
         match counted {
             Some(n) => (

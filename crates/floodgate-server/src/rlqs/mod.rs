@@ -11,6 +11,7 @@
 mod assignment;
 mod fleet;
 mod mapping;
+mod push;
 mod shares;
 mod stream;
 mod token_bucket;

@@ -1,8 +1,9 @@
 //! One RLQS stream (one Envoy instance): its domain, the buckets it
 //! reported, and the loop that answers each report with the buckets'
-//! assignments and abandons a bucket whose rule a reload removed. A
-//! stream holds state only for the buckets it reported: one that never
-//! reports costs its connection only.
+//! assignments, pushes a bucket's new assignment when the streams sharing
+//! it change, and abandons a bucket whose rule a reload removed
+//! ([`push`](super::push)). A stream holds state only for the buckets it
+//! reported: one that never reports costs its connection only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,27 +22,45 @@ use super::Rlqs;
 use super::assignment::{self, Kind};
 use super::fleet::Sharing;
 use super::mapping::{self, BucketKey};
+use super::shares::Nudge;
 use super::token_bucket;
 
 /// What the stream sends: answers, and an error status that ends it.
 pub(crate) type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 
+/// Nudges a stream may have waiting (more are dropped: the bucket's
+/// next report answers).
+const NUDGES: usize = 64;
+
+/// What a stream holds of a bucket it reported.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// A rule limited it when last seen.
+    pub(super) limited: bool,
+    /// When its assignment was last pushed (not answering a report).
+    pub(super) pushed: Option<Instant>,
+}
+
 /// A stream's state.
 pub(crate) struct QuotaStream {
-    rlqs: Arc<Rlqs>,
-    id: u64,
-    domain: Option<String>,
-    /// Each bucket reported, and whether a rule limited it when last seen.
-    buckets: HashMap<BucketKey, bool>,
+    pub(super) rlqs: Arc<Rlqs>,
+    pub(super) id: u64,
+    pub(super) domain: Option<String>,
+    /// Each bucket reported.
+    pub(super) buckets: HashMap<BucketKey, Held>,
     /// The policy generation the buckets were last checked against.
-    generation: u64,
-    response: Response,
+    pub(super) generation: u64,
+    pub(super) response: Response,
+    /// Where the shares tell this stream its buckets' streams changed.
+    nudge: Nudge,
+    nudges: Option<mpsc::Receiver<BucketKey>>,
 }
 
 impl QuotaStream {
     /// A new stream, numbered `id`.
     pub(crate) fn new(rlqs: Arc<Rlqs>, id: u64) -> Self {
         let generation = rlqs.svc.engine().policy().generation();
+        let (nudge, nudges) = mpsc::channel(NUDGES);
         QuotaStream {
             rlqs,
             id,
@@ -49,6 +68,8 @@ impl QuotaStream {
             buckets: HashMap::new(),
             generation,
             response: Response::default(),
+            nudge,
+            nudges: Some(nudges),
         }
     }
 
@@ -64,13 +85,15 @@ impl QuotaStream {
         metrics.streams.increment(1.0);
         let mut draining = self.rlqs.svc.health().watch_draining();
         let mut tick = tokio::time::interval(removals_every(self.rlqs.settings.assignment_ttl));
+        let mut nudges = self.nudges.take().unwrap_or_else(|| mpsc::channel(1).1);
         loop {
             let answer = tokio::select! {
                 message = inbound.message() => match message {
                     Ok(Some(reports)) => self.on_reports(reports).await,
                     Ok(None) | Err(_) => break,
                 },
-                _ = tick.tick() => Ok(self.abandon_removed().await),
+                _ = tick.tick() => Ok(self.on_tick().await),
+                Some(key) = nudges.recv() => Ok(self.push(&key).await.into_iter().collect()),
                 () = drained(&mut draining) => Err(Status::unavailable("the service is shutting down")),
                 () = out.closed() => break,
             };
@@ -145,9 +168,22 @@ impl QuotaStream {
         if !self.charge(domain, &key, allowed).await? {
             return Ok(None);
         }
+        Ok(Some(self.assign(&key, local, true).await))
+    }
+
+    /// The assignment of `key` from its status in `self.response`, shared
+    /// among its streams (`local` of this instance; `reporting`: this
+    /// stream reported it now, and counts among the fleet's).
+    pub(super) async fn assign(
+        &mut self,
+        key: &BucketKey,
+        local: usize,
+        reporting: bool,
+    ) -> BucketAction {
         let status = &self.response.statuses[0];
-        let limited = matches!(status.reason, Reason::Limited | Reason::Blocked);
-        self.buckets.insert(key.clone(), limited);
+        if let Some(held) = self.buckets.get_mut(key) {
+            held.limited = matches!(status.reason, Reason::Limited | Reason::Blocked);
+        }
         let ttl = self.rlqs.settings.assignment_ttl;
         let policy = self.rlqs.svc.engine().policy_of(&self.response);
         let rule = policy.as_ref().zip(status.rule).map(|(p, id)| p.rule(id));
@@ -155,8 +191,9 @@ impl QuotaStream {
         let (mut kind, mut strategy) = assignment::strategy(status, local, bucket);
         if matches!(kind, Kind::Share | Kind::TokenBucket) {
             let backend = self.rlqs.svc.engine().backend();
+            let stream = reporting.then_some(self.id);
             let (sharing, counted) = (self.rlqs.fleet)
-                .report(backend, &key, self.id, local, ttl)
+                .report(backend, key, stream, local, ttl)
                 .await;
             if !counted {
                 self.rlqs.metrics.unshared.increment(1);
@@ -168,7 +205,7 @@ impl QuotaStream {
             };
         }
         self.rlqs.metrics.action(kind);
-        Ok(Some(assignment::assign(&key, strategy, ttl)))
+        assignment::assign(key, strategy, ttl)
     }
 
     /// Checks one bucket's usage and records that this stream reported
@@ -193,21 +230,27 @@ impl QuotaStream {
             )));
         }
         let local = (self.rlqs.shares)
-            .report(&key, self.id, Instant::now(), settings.assignment_ttl)
+            .report(
+                &key,
+                self.id,
+                &self.nudge,
+                Instant::now(),
+                settings.assignment_ttl,
+            )
             .map_err(|_| {
                 Status::resource_exhausted(format!(
                     "the service holds {} buckets, its most (server.rlqs.max_buckets)",
                     settings.max_buckets
                 ))
             })?;
-        self.buckets.entry(key.clone()).or_insert(false);
+        self.buckets.entry(key.clone()).or_default();
         Ok((key, allowed, local))
     }
 
     /// Charges `allowed` requests to `key`'s rule (looks only, when none),
     /// its status in `self.response`; false when the store cannot decide
     /// now.
-    async fn charge(
+    pub(super) async fn charge(
         &mut self,
         domain: &str,
         key: &BucketKey,
@@ -234,37 +277,6 @@ impl QuotaStream {
             }
         }
     }
-
-    /// After a reload, abandons the buckets a rule limited that no rule
-    /// matches any more.
-    async fn abandon_removed(&mut self) -> Vec<BucketAction> {
-        let generation = self.rlqs.svc.engine().policy().generation();
-        let (Some(domain), true) = (self.domain.clone(), generation != self.generation) else {
-            return Vec::new();
-        };
-        self.generation = generation;
-        let limited: Vec<BucketKey> = (self.buckets.iter())
-            .filter(|(_, l)| **l)
-            .map(|(k, _)| k.clone())
-            .collect();
-        let mut actions = Vec::new();
-        for key in limited {
-            let descriptor = [key.descriptor(1)];
-            let engine = self.rlqs.svc.engine();
-            let checked = engine
-                .evaluate_with(&domain, &descriptor, 0, Apply::Check, &mut self.response)
-                .await;
-            if checked.is_ok() && self.response.statuses[0].rule.is_none() {
-                self.buckets.remove(&key);
-                self.rlqs.shares.leave([&key], self.id);
-                let (backend, ttl) = (engine.backend(), self.rlqs.settings.assignment_ttl);
-                self.rlqs.fleet.leave(backend, [&key], self.id, ttl).await;
-                self.rlqs.metrics.action(Kind::Abandon);
-                actions.push(assignment::abandon(&key));
-            }
-        }
-        actions
-    }
 }
 
 /// Resolves once the service drains (never if it cannot tell).
@@ -274,9 +286,10 @@ async fn drained(draining: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-/// How often a stream looks for buckets a reload removed: every half time
-/// to live, at least every 10 ms however short the time to live (a timer
-/// needs a period).
-fn removals_every(ttl: std::time::Duration) -> std::time::Duration {
+/// How often a stream looks for buckets a reload removed and for streams
+/// fallen silent, and pushes a bucket's assignment at most: every half
+/// time to live, at least every 10 ms however short the time to live (a
+/// timer needs a period).
+pub(super) fn removals_every(ttl: std::time::Duration) -> std::time::Duration {
     (ttl / 2).max(std::time::Duration::from_millis(10))
 }
