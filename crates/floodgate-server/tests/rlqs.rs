@@ -69,7 +69,7 @@ async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_window() {
+async fn an_idle_or_lying_instance_keeps_a_quarter_share_and_cannot_deny_past_the_window() {
     let dir = tempfile::tempdir().unwrap();
     let service = start(dir.path(), "").await;
     let lines = scenario(&service, "liar", &[]).await;
@@ -77,11 +77,12 @@ async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_wind
         lines,
         [
             "honest: user=a share 100/MINUTE ttl=10",
-            // Reporting nothing earns the liar its share, no more: the
-            // honest instance's share does not grow from its silence.
-            "liar: user=a share 50/MINUTE ttl=10",
-            "honest pushed: user=a share 50/MINUTE ttl=10",
-            "honest: user=a share 50/MINUTE ttl=10",
+            // Reporting nothing (an idle instance, or one hiding what it
+            // admits) earns the liar a quarter of its equal share; the
+            // busy honest instance gets the rest, at once.
+            "liar: user=a share 12/MINUTE ttl=10",
+            "honest pushed: user=a share 88/MINUTE ttl=10",
+            "honest: user=a share 88/MINUTE ttl=10",
             // Over-reporting spends the counter: every instance is denied
             // until the rule's window refills it.
             "liar: user=a deny_all ttl=10",
@@ -287,6 +288,29 @@ async fn with_redis_streams_on_two_instances_share_the_limit_and_a_silent_one_gi
         .parse()
         .unwrap();
     assert!(whole >= 0.9, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_an_idle_instance_gives_what_it_does_not_use_to_a_busy_one() {
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n",
+        redis.addr()
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(a_dir.path(), &store).await;
+    let b = start(b_dir.path(), &store).await;
+    let other = format!("127.0.0.1:{}", b.grpc);
+    assert_eq!(
+        scenario(&a, "busy_across", &[other]).await,
+        [
+            "idle: user=a share 100/MINUTE ttl=10",
+            // 10 in a second is busy; the other instance's stream used
+            // nothing: it keeps a quarter of its half.
+            "busy: user=a share 88/MINUTE ttl=10",
+            "idle: user=a share 12/MINUTE ttl=10",
+        ]
+    );
 }
 
 /// What a stream is assigned once Redis stops answering, under the store's

@@ -2,7 +2,8 @@
 //! when no rule limits it (as RLS answers `OK` to a descriptor no rule
 //! matches), everything denied while the rule's counter is spent (or the
 //! rule blocks or denies), else the rule's limit divided among the
-//! streams reporting the bucket, per the rule's unit — or, for a
+//! streams reporting the bucket (weighted by their use, [`weights`]), per
+//! the rule's unit — or, for a
 //! token-bucket rule, a share of its burst and rate ([`token_bucket`]).
 
 use floodgate::algorithms::Gcra;
@@ -23,6 +24,7 @@ use crate::proto::rlqs::rate_limit_quota_response::{
 
 use super::mapping::BucketKey;
 use super::token_bucket;
+use super::weights::{self, Peers};
 
 /// An assignment's kind, the `kind` label of
 /// `floodgate_rlqs_actions_total`.
@@ -63,11 +65,13 @@ impl Kind {
 }
 
 /// The strategy for a bucket whose rule answered `status`, reported by
-/// `streams` streams (at least 1); `bucket`: the rule's token bucket and
-/// its cost per request, when it is a token-bucket rule.
+/// `peers` (this stream, whose use is `mine`, among them); `bucket`: the
+/// rule's token bucket and its cost per request, when it is a
+/// token-bucket rule (its shares are equal, not weighted by use).
 pub(crate) fn strategy(
     status: &Status,
-    streams: usize,
+    peers: &Peers,
+    mine: Option<u64>,
     bucket: Option<(&Gcra, u64)>,
 ) -> (Kind, Strategy) {
     let blanket = |kind, rule: BlanketRule| (kind, Strategy::BlanketRule(rule as i32));
@@ -85,11 +89,16 @@ pub(crate) fn strategy(
         return blanket(Kind::DenyAll, BlanketRule::DenyAll);
     }
     if let Some((gcra, cost)) = bucket {
+        let streams = usize::try_from(peers.streams()).unwrap_or(usize::MAX);
         let share = token_bucket::share(gcra, streams, cost);
         return (Kind::TokenBucket, Strategy::TokenBucket(share));
     }
     let (per_unit, unit) = protocol_rate(limit.reported.requests_per_unit, limit.reported.unit);
-    let share = per_unit / streams.max(1) as u64;
+    let length = match limit.reported.unit {
+        Unit::Week => Unit::Day.duration(),
+        other => other.duration(),
+    };
+    let share = weights::share(per_unit, length, peers, mine);
     let rate = RequestsPerTimeUnit {
         requests_per_time_unit: share,
         time_unit: unit as i32,
@@ -185,13 +194,13 @@ mod tests {
         let status = limited(100, Unit::Minute, 40, Code::Ok);
         let minute = RateLimitUnit::Minute as i32;
         for (streams, each) in [(1, 100), (2, 50), (3, 33), (0, 100)] {
-            let (kind, s) = strategy(&status, streams, None);
+            let (kind, s) = strategy(&status, &Peers::unknown(streams), None, None);
             assert_eq!(kind, Kind::Share);
             assert_eq!(share(s), (each, minute));
         }
         let weekly = limited(700, Unit::Week, 1, Code::Ok);
         assert_eq!(
-            share(strategy(&weekly, 2, None).1),
+            share(strategy(&weekly, &Peers::unknown(2), None, None).1),
             (50, RateLimitUnit::Day as i32)
         );
     }
@@ -201,16 +210,25 @@ mod tests {
         let deny = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
         let allow = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
         let over = limited(100, Unit::Minute, 0, Code::OverLimit);
-        assert_eq!(strategy(&over, 1, None), (Kind::DenyAll, deny.clone()));
+        assert_eq!(
+            strategy(&over, &Peers::unknown(1), None, None),
+            (Kind::DenyAll, deny.clone())
+        );
         let spent = limited(100, Unit::Minute, 0, Code::Ok);
-        assert_eq!(strategy(&spent, 1, None), (Kind::DenyAll, deny.clone()));
+        assert_eq!(
+            strategy(&spent, &Peers::unknown(1), None, None),
+            (Kind::DenyAll, deny.clone())
+        );
         let blocked = Status {
             reason: Reason::Blocked,
             ..Status::default()
         };
-        assert_eq!(strategy(&blocked, 1, None), (Kind::DenyAll, deny.clone()));
         assert_eq!(
-            strategy(&Status::default(), 1, None),
+            strategy(&blocked, &Peers::unknown(1), None, None),
+            (Kind::DenyAll, deny.clone())
+        );
+        assert_eq!(
+            strategy(&Status::default(), &Peers::unknown(1), None, None),
             (Kind::AllowAll, allow)
         );
     }

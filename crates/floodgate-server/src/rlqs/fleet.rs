@@ -14,13 +14,14 @@ use floodgate_runtime::host::AnyBackend;
 
 use super::assignment::Kind;
 use super::mapping::BucketKey;
+use super::weights::Peers;
 
 /// A bucket's streams, or the blanket assignment the failure policy
 /// chooses when they cannot be counted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Sharing {
-    /// The streams sharing its limit (at least 1).
-    Streams(usize),
+    /// The streams sharing its limit.
+    Streams(Peers),
     /// `AllowAll` or `DenyAll`, by the failure policy.
     Blanket(Kind),
 }
@@ -41,36 +42,44 @@ impl Fleet {
         Fleet { instance }
     }
 
-    /// Records that `stream` reported `key` (`None`: records nothing),
-    /// seen by `local` streams of this instance: how many share it, and
-    /// whether they were counted (false: Redis could not, the failure
-    /// policy chose).
+    /// Records that `stream` reported `key` with its use (`None`: records
+    /// nothing), seen by `local` streams of this instance (their use): the
+    /// streams that share it, and whether they were counted (false: Redis
+    /// could not, the failure policy chose).
     pub(crate) async fn report(
         &self,
         backend: &AnyBackend,
         key: &BucketKey,
-        stream: Option<u64>,
-        local: usize,
+        stream: Option<(u64, Option<u64>)>,
+        local: Vec<Option<u64>>,
         ttl: Duration,
     ) -> (Sharing, bool) {
         let AnyBackend::Redis(redis) = backend else {
-            return (Sharing::Streams(local), true);
+            return (
+                Sharing::Streams(Peers {
+                    usages: local,
+                    times: 1,
+                }),
+                true,
+            );
         };
         let counted = if redis.breaker_state() == BreakerState::Open {
             None
-        } else if let Some(stream) = stream {
+        } else if let Some((stream, usage)) = stream {
             let id = self.stream_id(stream);
             let now = SystemClock.now();
-            (redis.redis().rlqs_report(&key.bytes(), &id, ttl, now).await).ok()
+            let mine = (id.as_str(), usage);
+            (redis
+                .redis()
+                .rlqs_report(&key.bytes(), mine, ttl, now)
+                .await)
+                .ok()
         } else {
             let now = SystemClock.now();
-            (redis.redis().rlqs_count(&key.bytes(), ttl, now).await).ok()
+            (redis.redis().rlqs_streams_of(&key.bytes(), ttl, now).await).ok()
         };
         match counted {
-            Some(n) => (
-                Sharing::Streams(usize::try_from(n).unwrap_or(usize::MAX).max(1)),
-                true,
-            ),
+            Some(usages) => (Sharing::Streams(Peers { usages, times: 1 }), true),
             None => (failure_policy(redis, local), false),
         }
     }
@@ -90,12 +99,7 @@ impl Fleet {
         let id = self.stream_id(stream);
         for key in keys {
             let now = SystemClock.now();
-            if redis
-                .redis()
-                .rlqs_leave(&key.bytes(), &id, ttl, now)
-                .await
-                .is_err()
-            {
+            if (redis.redis().rlqs_leave(&key.bytes(), &id, ttl, now).await).is_err() {
                 return;
             }
         }
@@ -107,14 +111,14 @@ impl Fleet {
 }
 
 /// The assignment the failure policy chooses for a bucket Redis could not
-/// count, seen by `local` streams of this instance.
-fn failure_policy(redis: &ResilientBackend, local: usize) -> Sharing {
+/// count, seen by `local` streams of this instance (their use).
+fn failure_policy(redis: &ResilientBackend, local: Vec<Option<u64>>) -> Sharing {
     match redis.failure_policy() {
         FailurePolicy::FailOpen => Sharing::Blanket(Kind::AllowAll),
         FailurePolicy::FailClosed => Sharing::Blanket(Kind::DenyAll),
-        FailurePolicy::Local { divide_by } => {
-            let divide_by = usize::try_from(divide_by).unwrap_or(usize::MAX);
-            Sharing::Streams(local.max(1).saturating_mul(divide_by.max(1)))
-        }
+        FailurePolicy::Local { divide_by } => Sharing::Streams(Peers {
+            usages: local,
+            times: u64::from(divide_by.max(1)),
+        }),
     }
 }

@@ -15,6 +15,7 @@ mod push;
 mod shares;
 mod stream;
 mod token_bucket;
+mod weights;
 
 use std::pin::Pin;
 use std::sync::Arc;

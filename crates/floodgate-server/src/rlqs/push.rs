@@ -33,7 +33,7 @@ impl QuotaStream {
         if !self.charge(&domain, key, 0).await.ok()? {
             return None;
         }
-        let local = self.rlqs.shares.count(key, now, ttl).max(1);
+        let local = self.rlqs.shares.usages(key, now, ttl);
         Some(self.assign(key, local, false).await)
     }
 

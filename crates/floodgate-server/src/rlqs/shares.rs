@@ -18,10 +18,12 @@ use super::mapping::BucketKey;
 /// Where a stream is told that one of its buckets' streams changed.
 pub(crate) type Nudge = mpsc::Sender<BucketKey>;
 
-/// A stream reporting a bucket: when it last did, and its nudges.
+/// A stream reporting a bucket: when it last did, its use then (see
+/// [`weights`](super::weights)), and its nudges.
 #[derive(Debug)]
 struct Member {
     at: Instant,
+    usage: Option<u64>,
     nudge: Nudge,
 }
 
@@ -52,16 +54,17 @@ impl Shares {
     }
 
     /// Records that `stream` (nudged through `nudge`) reported `key` at
-    /// `now`; the streams that reported it since `now - recent` (this one
-    /// included). The others are nudged if the set changed.
+    /// `now`, having used `usage`; the use of each stream that reported it
+    /// since `now - recent` (this one included). The others are nudged if
+    /// the set changed.
     pub(crate) fn report(
         &self,
         key: &BucketKey,
-        stream: u64,
+        (stream, usage): (u64, Option<u64>),
         nudge: &Nudge,
         now: Instant,
         recent: Duration,
-    ) -> Result<usize, Full> {
+    ) -> Result<Vec<Option<u64>>, Full> {
         let mut buckets = self.lock();
         if !buckets.contains_key(key) && buckets.len() >= self.max_buckets {
             return Err(Full);
@@ -70,12 +73,19 @@ impl Shares {
         let before = streams.len();
         let joined = match streams.get_mut(&stream) {
             Some(member) => {
-                member.at = now;
+                (member.at, member.usage) = (now, usage);
                 false
             }
             None => {
                 let nudge = nudge.clone();
-                streams.insert(stream, Member { at: now, nudge });
+                streams.insert(
+                    stream,
+                    Member {
+                        at: now,
+                        usage,
+                        nudge,
+                    },
+                );
                 true
             }
         };
@@ -83,15 +93,21 @@ impl Shares {
         if joined || streams.len() != before {
             nudge_others(key, streams, stream);
         }
-        Ok(streams.len())
+        Ok(streams.values().map(|m| m.usage).collect())
     }
 
-    /// The streams that reported `key` since `now - recent`.
-    pub(crate) fn count(&self, key: &BucketKey, now: Instant, recent: Duration) -> usize {
-        (self.lock().get(key)).map_or(0, |streams| {
+    /// The use of each stream that reported `key` since `now - recent`.
+    pub(crate) fn usages(
+        &self,
+        key: &BucketKey,
+        now: Instant,
+        recent: Duration,
+    ) -> Vec<Option<u64>> {
+        (self.lock().get(key)).map_or_else(Vec::new, |streams| {
             (streams.values())
                 .filter(|m| now.saturating_duration_since(m.at) <= recent)
-                .count()
+                .map(|m| m.usage)
+                .collect()
         })
     }
 
@@ -166,13 +182,28 @@ mod tests {
         let shares = Shares::new(10);
         let ((n1, _r1), (n2, _r2)) = (nudges(), nudges());
         let (t0, ttl) = (Instant::now(), Duration::from_secs(2));
-        assert_eq!(shares.report(&key("a"), 1, &n1, t0, ttl), Ok(1));
-        assert_eq!(shares.report(&key("a"), 2, &n2, t0, ttl), Ok(2));
-        assert_eq!(shares.count(&key("a"), t0, ttl), 2);
+        assert_eq!(
+            shares
+                .report(&key("a"), (1, None), &n1, t0, ttl)
+                .map(|u| u.len()),
+            Ok(1)
+        );
+        assert_eq!(
+            shares
+                .report(&key("a"), (2, None), &n2, t0, ttl)
+                .map(|u| u.len()),
+            Ok(2)
+        );
+        assert_eq!(shares.usages(&key("a"), t0, ttl).len(), 2);
         // Stream 1 fell silent for longer than the time to live.
         let later = t0 + Duration::from_secs(3);
-        assert_eq!(shares.count(&key("a"), later, ttl), 0);
-        assert_eq!(shares.report(&key("a"), 2, &n2, later, ttl), Ok(1));
+        assert_eq!(shares.usages(&key("a"), later, ttl).len(), 0);
+        assert_eq!(
+            shares
+                .report(&key("a"), (2, None), &n2, later, ttl)
+                .map(|u| u.len()),
+            Ok(1)
+        );
         shares.leave([&key("a")], 2);
         assert_eq!(shares.len(), 0);
     }
@@ -182,9 +213,19 @@ mod tests {
         let shares = Shares::new(1);
         let (n, _r) = nudges();
         let (now, ttl) = (Instant::now(), Duration::from_secs(2));
-        assert_eq!(shares.report(&key("a"), 1, &n, now, ttl), Ok(1));
-        assert_eq!(shares.report(&key("b"), 1, &n, now, ttl), Err(Full));
-        assert_eq!(shares.report(&key("a"), 2, &n, now, ttl), Ok(2));
+        assert_eq!(
+            shares
+                .report(&key("a"), (1, None), &n, now, ttl)
+                .map(|u| u.len()),
+            Ok(1)
+        );
+        assert_eq!(shares.report(&key("b"), (1, None), &n, now, ttl), Err(Full));
+        assert_eq!(
+            shares
+                .report(&key("a"), (2, None), &n, now, ttl)
+                .map(|u| u.len()),
+            Ok(2)
+        );
     }
 
     #[test]
@@ -192,19 +233,23 @@ mod tests {
         let shares = Shares::new(10);
         let ((n1, mut r1), (n2, mut r2)) = (nudges(), nudges());
         let (t0, ttl) = (Instant::now(), Duration::from_secs(2));
-        shares.report(&key("a"), 1, &n1, t0, ttl).unwrap();
+        shares.report(&key("a"), (1, None), &n1, t0, ttl).unwrap();
         assert!(r1.try_recv().is_err(), "alone: nobody to nudge");
-        shares.report(&key("a"), 2, &n2, t0, ttl).unwrap();
+        shares.report(&key("a"), (2, None), &n2, t0, ttl).unwrap();
         assert_eq!(r1.try_recv().unwrap(), key("a"));
         assert!(r2.try_recv().is_err(), "the joiner has its answer");
         // Reporting again changes nothing.
-        shares.report(&key("a"), 1, &n1, t0, ttl).unwrap();
+        shares.report(&key("a"), (1, None), &n1, t0, ttl).unwrap();
         assert!(r1.try_recv().is_err() && r2.try_recv().is_err());
         // Stream 2 falls silent: stream 1 learns it when it looks.
-        shares.report(&key("a"), 1, &n1, t0 + ttl, ttl).unwrap();
+        shares
+            .report(&key("a"), (1, None), &n1, t0 + ttl, ttl)
+            .unwrap();
         shares.expire([&key("a")], t0 + ttl + Duration::from_millis(1), ttl);
         assert_eq!(r1.try_recv().unwrap(), key("a"));
-        shares.report(&key("a"), 2, &n2, t0 + ttl, ttl).unwrap();
+        shares
+            .report(&key("a"), (2, None), &n2, t0 + ttl, ttl)
+            .unwrap();
         let _ = r1.try_recv();
         shares.leave([&key("a")], 2);
         assert_eq!(r1.try_recv().unwrap(), key("a"));

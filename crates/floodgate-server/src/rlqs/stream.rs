@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use floodgate::Apply;
 use floodgate_policy::engine::{EngineError, Reason, Response};
@@ -24,6 +24,7 @@ use super::fleet::Sharing;
 use super::mapping::{self, BucketKey};
 use super::shares::Nudge;
 use super::token_bucket;
+use super::weights::{self, Peers};
 
 /// What the stream sends: answers, and an error status that ends it.
 pub(crate) type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
@@ -39,6 +40,8 @@ pub(super) struct Held {
     pub(super) limited: bool,
     /// When its assignment was last pushed (not answering a report).
     pub(super) pushed: Option<Instant>,
+    /// Its use as of its last report (see [`weights`](super::weights)).
+    pub(super) usage: Option<u64>,
 }
 
 /// A stream's state.
@@ -172,26 +175,32 @@ impl QuotaStream {
     }
 
     /// The assignment of `key` from its status in `self.response`, shared
-    /// among its streams (`local` of this instance; `reporting`: this
-    /// stream reported it now, and counts among the fleet's).
+    /// among its streams (`local`: the use of this instance's; `reporting`:
+    /// this stream reported it now, and counts among the fleet's).
     pub(super) async fn assign(
         &mut self,
         key: &BucketKey,
-        local: usize,
+        local: Vec<Option<u64>>,
         reporting: bool,
     ) -> BucketAction {
         let status = &self.response.statuses[0];
+        let mut mine = None;
         if let Some(held) = self.buckets.get_mut(key) {
             held.limited = matches!(status.reason, Reason::Limited | Reason::Blocked);
+            mine = held.usage;
         }
         let ttl = self.rlqs.settings.assignment_ttl;
         let policy = self.rlqs.svc.engine().policy_of(&self.response);
         let rule = policy.as_ref().zip(status.rule).map(|(p, id)| p.rule(id));
         let bucket = rule.and_then(|r| Some((token_bucket::of(r)?, r.cost)));
-        let (mut kind, mut strategy) = assignment::strategy(status, local, bucket);
+        let peers = Peers {
+            usages: local.clone(),
+            times: 1,
+        };
+        let (mut kind, mut strategy) = assignment::strategy(status, &peers, mine, bucket);
         if matches!(kind, Kind::Share | Kind::TokenBucket) {
             let backend = self.rlqs.svc.engine().backend();
-            let stream = reporting.then_some(self.id);
+            let stream = reporting.then_some((self.id, mine));
             let (sharing, counted) = (self.rlqs.fleet)
                 .report(backend, key, stream, local, ttl)
                 .await;
@@ -200,7 +209,7 @@ impl QuotaStream {
             }
             let status = &self.response.statuses[0];
             (kind, strategy) = match sharing {
-                Sharing::Streams(n) => assignment::strategy(status, n, bucket),
+                Sharing::Streams(peers) => assignment::strategy(status, &peers, mine, bucket),
                 Sharing::Blanket(k) => assignment::blanket(k),
             };
         }
@@ -209,13 +218,13 @@ impl QuotaStream {
     }
 
     /// Checks one bucket's usage and records that this stream reported
-    /// it: its key, the requests it allowed, and how many of this
-    /// instance's streams report it.
+    /// it: its key, the requests it allowed, and the use of each of this
+    /// instance's streams that report it.
     fn accept(
         &mut self,
         domain: &str,
         usage: BucketQuotaUsage,
-    ) -> Result<(BucketKey, u64, usize), Status> {
+    ) -> Result<(BucketKey, u64, Vec<Option<u64>>), Status> {
         let bucket = usage
             .bucket_id
             .ok_or_else(|| Status::invalid_argument("a usage report has no bucket id"))?;
@@ -229,10 +238,12 @@ impl QuotaStream {
                 settings.max_buckets_per_stream
             )));
         }
+        let elapsed = (usage.time_elapsed).and_then(|d| Duration::try_from(d).ok());
+        let used = weights::usage(allowed, elapsed);
         let local = (self.rlqs.shares)
             .report(
                 &key,
-                self.id,
+                (self.id, used),
                 &self.nudge,
                 Instant::now(),
                 settings.assignment_ttl,
@@ -243,7 +254,7 @@ impl QuotaStream {
                     settings.max_buckets
                 ))
             })?;
-        self.buckets.entry(key.clone()).or_default();
+        self.buckets.entry(key.clone()).or_default().usage = used;
         Ok((key, allowed, local))
     }
 

@@ -220,6 +220,17 @@ def across(stub):
         print(f"one: whole again after {time.monotonic() - started:.1f}s", flush=True)
 
 
+def busy_across(stub):
+    """An idle stream on one instance, a busy one on another (argv[3]: its
+    target): the busy one gets what the idle one does not use."""
+    with grpc.insecure_channel(sys.argv[3]) as channel:
+        other = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+        idle, busy = Instance(stub, "idle"), Instance(other, "busy")
+        idle.report({A: 0})
+        busy.report({A: 10})
+        idle.report({A: 0})
+
+
 def outage(stub):
     """A report before Redis stops answering, and one while it does not
     (argv[3]: a file written between them, argv[4]: a file that exists
