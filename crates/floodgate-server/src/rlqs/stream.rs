@@ -239,7 +239,10 @@ impl QuotaStream {
             )));
         }
         let elapsed = (usage.time_elapsed).and_then(|d| Duration::try_from(d).ok());
-        let used = weights::usage(allowed, elapsed);
+        // Its demand: what it denied was asked of it too (a stream denied
+        // all is not idle).
+        let asked = allowed.saturating_add(usage.num_requests_denied.min(mapping::MAX_REPORTED));
+        let used = weights::usage(asked, elapsed);
         let local = (self.rlqs.shares)
             .report(
                 &key,

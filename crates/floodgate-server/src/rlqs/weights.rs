@@ -5,9 +5,11 @@
 //! stream gets its equal share. Every share is rounded down, so however
 //! the streams are classed the shares add up to at most the limit.
 //!
-//! A stream's use is its last report's `num_requests_allowed` over its
-//! `time_elapsed`, in thousandths of a request per second; a report with
-//! no elapsed time gives no use, and the stream counts as busy.
+//! A stream's use is its last report's requests (`num_requests_allowed`
+//! plus `num_requests_denied`: what was asked of it, so that a stream
+//! denied everything is not taken for idle) over its `time_elapsed`, in
+//! thousandths of a request per second; a report with no elapsed time
+//! gives no use, and the stream counts as busy.
 
 use std::time::Duration;
 
@@ -39,11 +41,11 @@ impl Peers {
     }
 }
 
-/// A report's use: `allowed` requests over `elapsed`, in thousandths of a
+/// A report's use: `asked` requests over `elapsed`, in thousandths of a
 /// request per second (`None` with no elapsed time).
-pub(crate) fn usage(allowed: u64, elapsed: Option<Duration>) -> Option<u64> {
+pub(crate) fn usage(asked: u64, elapsed: Option<Duration>) -> Option<u64> {
     let nanos = elapsed.filter(|d| !d.is_zero())?.as_nanos();
-    let per = u128::from(allowed) * 1_000_000_000_000 / nanos;
+    let per = u128::from(asked) * 1_000_000_000_000 / nanos;
     Some(u64::try_from(per).unwrap_or(u64::MAX))
 }
 
