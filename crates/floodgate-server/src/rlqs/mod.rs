@@ -13,6 +13,8 @@ mod fleet;
 mod mapping;
 mod push;
 mod shares;
+#[cfg(test)]
+mod simulation;
 mod stream;
 mod token_bucket;
 mod weights;
