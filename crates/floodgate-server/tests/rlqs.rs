@@ -214,6 +214,50 @@ async fn a_fleet_enforcing_its_shares_admits_the_limit_and_one_round_at_most() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_the_buckets_their_streams_and_assignments_in_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let marker = dir.path().join("open");
+    let args = vec![
+        format!("127.0.0.1:{}", service.grpc),
+        "shown".to_owned(),
+        marker.display().to_string(),
+    ];
+    let url = format!("http://127.0.0.1:{}/dashboard", service.admin);
+    let runtime = tokio::runtime::Handle::current();
+    let client = tokio::task::spawn_blocking(move || {
+        use floodgate_testkit::{browser::Browser, wait_until};
+        let long = std::time::Duration::from_secs(30);
+        // The page first, then the streams (open for 20 s at most).
+        let browser = Browser::start();
+        let page = browser.open(&url);
+        let updated = "document.getElementById('updated').textContent";
+        assert!(wait_until(long, || page.eval(updated) != "never"));
+        let client = runtime.spawn(python("rlqs.py", args));
+        let rows = || {
+            let text = page.eval("JSON.stringify([...document.querySelectorAll('#panels tbody tr')].map(tr => [...tr.children].map(td => td.textContent)))");
+            serde_json::from_str::<serde_json::Value>(text.as_str().unwrap_or("null")).unwrap()
+        };
+        // The bucket two streams share first, each assigned half; then the
+        // one whose value is markup, shown as text.
+        let hostile = "user=<img src=x onerror=\"document.title='owned'\">";
+        let expected = serde_json::json!([
+            ["api", "user=a", "2", "50 per minute; 50 per minute", "0.0", "requests_per_time_unit"],
+            ["api", hostile, "1", "100 per minute", "0.0", "requests_per_time_unit"],
+        ]);
+        let listed = wait_until(long, || marker.exists() && rows() == expected);
+        assert!(listed, "{} {:?}", rows(), page.problems());
+        assert_eq!(page.eval("document.title"), "Floodgate dashboard");
+        assert!(page.problems().is_empty(), "{:?}", page.problems());
+        client
+    })
+    .await
+    .unwrap();
+    service.stop().await.unwrap();
+    client.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_stream_ends_unavailable_when_the_service_shuts_down() {
     let dir = tempfile::tempdir().unwrap();
     let service = start(dir.path(), "").await;

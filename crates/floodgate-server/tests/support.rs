@@ -29,6 +29,8 @@ domains:
 pub(crate) struct Service {
     /// Its gRPC port (unless it listens on a Unix socket).
     pub(crate) grpc: u16,
+    /// Its admin port (the dashboard).
+    pub(crate) admin: u16,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), RuntimeError>>,
 }
@@ -42,10 +44,9 @@ impl Service {
 }
 
 /// The service's configuration in `dir`: its listeners on `grpc`, `http`
-/// and a free admin port, reloading every 100 ms, `server` (lines of the
+/// and `admin`, reloading every 100 ms, `server` (lines of the
 /// `server:` section, indented by two) and [`POLICY`].
-fn write_config(dir: &Path, grpc: u16, http: u16, server: &str) -> PathBuf {
-    let admin = free_port();
+fn write_config(dir: &Path, (grpc, http, admin): (u16, u16, u16), server: &str) -> PathBuf {
     let path = dir.join("floodgate.yaml");
     let config = format!(
         "server:\n  grpc: 127.0.0.1:{grpc}\n  http: 127.0.0.1:{http}\n  admin: 127.0.0.1:{admin}\n  \
@@ -58,8 +59,8 @@ fn write_config(dir: &Path, grpc: u16, http: u16, server: &str) -> PathBuf {
 /// Starts the service on `server` (see [`write_config`]) in the
 /// background; its outcome if it fails to start.
 pub(crate) async fn try_start(dir: &Path, server: &str) -> Result<Service, RuntimeError> {
-    let (grpc, http) = (free_port(), free_port());
-    let path = write_config(dir, grpc, http, server);
+    let (grpc, http, admin) = (free_port(), free_port(), free_port());
+    let path = write_config(dir, (grpc, http, admin), server);
     let mut flags = Flags::new();
     flags.set("config", Value::one(path.display().to_string()));
     let sections = <floodgate_server::Rls as floodgate_runtime::host::Frontend>::sections();
@@ -73,6 +74,7 @@ pub(crate) async fn try_start(dir: &Path, server: &str) -> Result<Service, Runti
     });
     let mut service = Service {
         grpc,
+        admin,
         stop: Some(stop),
         task,
     };

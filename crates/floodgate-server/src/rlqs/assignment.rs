@@ -121,6 +121,32 @@ pub(crate) fn blanket(kind: Kind) -> (Kind, Strategy) {
     (kind, Strategy::BlanketRule(rule as i32))
 }
 
+/// `strategy` in words, for the dashboard.
+pub(crate) fn terms(strategy: &Strategy) -> String {
+    match strategy {
+        Strategy::RequestsPerTimeUnit(r) => {
+            let unit = RateLimitUnit::try_from(r.time_unit).map_or("?", |u| u.as_str_name());
+            format!(
+                "{} per {}",
+                r.requests_per_time_unit,
+                unit.to_ascii_lowercase()
+            )
+        }
+        Strategy::TokenBucket(t) => {
+            let every = t
+                .fill_interval
+                .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+            let per_fill = t.tokens_per_fill.unwrap_or(1);
+            format!(
+                "token bucket of {}, {per_fill} every {every}s",
+                t.max_tokens
+            )
+        }
+        Strategy::BlanketRule(r) if *r == BlanketRule::AllowAll as i32 => "allow all".into(),
+        Strategy::BlanketRule(_) => "deny all".into(),
+    }
+}
+
 /// A rate in the units RLQS has (no week: a week's count is spread over
 /// its days, rounded down).
 fn protocol_rate(count: u32, unit: Unit) -> (u64, RateLimitUnit) {

@@ -11,6 +11,7 @@
 mod assignment;
 mod fleet;
 mod mapping;
+mod panel;
 mod push;
 mod shares;
 #[cfg(test)]
@@ -65,15 +66,17 @@ impl Rlqs {
         svc: Arc<DecisionService>,
         settings: RlqsSettings,
     ) -> RateLimitQuotaServiceServer<RlqsService> {
-        let rlqs = Rlqs {
+        let health = svc.health().clone();
+        let rlqs = Arc::new(Rlqs {
             svc,
             shares: Shares::new(settings.max_buckets),
             fleet: fleet::Fleet::new(),
             settings,
             metrics: Arc::new(RlqsMetrics::new()),
             next_stream: AtomicU64::new(0),
-        };
-        RateLimitQuotaServiceServer::new(RlqsService(Arc::new(rlqs)))
+        });
+        health.add_dashboard_panel(panel::source(Arc::downgrade(&rlqs)));
+        RateLimitQuotaServiceServer::new(RlqsService(rlqs))
     }
 }
 

@@ -13,18 +13,37 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::assignment::Kind;
 use super::mapping::BucketKey;
 
 /// Where a stream is told that one of its buckets' streams changed.
 pub(crate) type Nudge = mpsc::Sender<BucketKey>;
 
 /// A stream reporting a bucket: when it last did, its use then (see
-/// [`weights`](super::weights)), and its nudges.
+/// [`weights`](super::weights)), its nudges, and its last assignment (for
+/// the dashboard).
 #[derive(Debug)]
 struct Member {
     at: Instant,
     usage: Option<u64>,
     nudge: Nudge,
+    last: Option<Assigned>,
+}
+
+/// An assignment sent: when, its kind, and its terms in words.
+#[derive(Clone, Debug)]
+pub(crate) struct Assigned {
+    pub(crate) at: Instant,
+    pub(crate) kind: Kind,
+    pub(crate) terms: String,
+}
+
+/// A bucket as the dashboard lists it.
+#[derive(Debug)]
+pub(crate) struct BucketView {
+    pub(crate) key: BucketKey,
+    /// Each stream's use and last assignment.
+    pub(crate) streams: Vec<(Option<u64>, Option<Assigned>)>,
 }
 
 /// The streams reporting each bucket, and when each last did.
@@ -78,12 +97,14 @@ impl Shares {
             }
             None => {
                 let nudge = nudge.clone();
+                let last = None;
                 streams.insert(
                     stream,
                     Member {
                         at: now,
                         usage,
                         nudge,
+                        last,
                     },
                 );
                 true
@@ -146,6 +167,44 @@ impl Shares {
                 }
             }
         }
+    }
+
+    /// Records the assignment `stream` was sent for `key`.
+    pub(crate) fn assigned(&self, key: &BucketKey, stream: u64, assigned: Assigned) {
+        if let Some(member) = self.lock().get_mut(key).and_then(|s| s.get_mut(&stream)) {
+            member.last = Some(assigned);
+        }
+    }
+
+    /// The `n` buckets with the most streams (then the most recent
+    /// assignment), for the dashboard.
+    pub(crate) fn top(&self, n: usize) -> Vec<BucketView> {
+        let buckets = self.lock();
+        let latest = |streams: &HashMap<u64, Member>| {
+            streams
+                .values()
+                .filter_map(|m| m.last.as_ref().map(|l| l.at))
+                .max()
+        };
+        let rank = |(_, streams): &(&BucketKey, &HashMap<u64, Member>)| {
+            std::cmp::Reverse((streams.len(), latest(streams)))
+        };
+        let mut ranked: Vec<_> = buckets.iter().collect();
+        // The first n in linear time, then only they are sorted.
+        if n > 0 && ranked.len() > n {
+            ranked.select_nth_unstable_by_key(n, rank);
+            ranked.truncate(n);
+        }
+        ranked.sort_by_key(rank);
+        (ranked.into_iter().take(n))
+            .map(|(key, streams)| BucketView {
+                key: key.clone(),
+                streams: streams
+                    .values()
+                    .map(|m| (m.usage, m.last.clone()))
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Buckets held.
@@ -253,5 +312,23 @@ mod tests {
         let _ = r1.try_recv();
         shares.leave([&key("a")], 2);
         assert_eq!(r1.try_recv().unwrap(), key("a"));
+    }
+
+    #[test]
+    fn the_top_buckets_are_those_with_the_most_streams() {
+        let shares = Shares::new(10);
+        let (n, _r) = nudges();
+        let (now, ttl) = (Instant::now(), Duration::from_secs(2));
+        for (bucket, streams) in [("a", 1), ("b", 3), ("c", 2)] {
+            for s in 0..streams {
+                shares
+                    .report(&key(bucket), (s, Some(1000)), &n, now, ttl)
+                    .unwrap();
+            }
+        }
+        let top: Vec<_> = (shares.top(2).into_iter())
+            .map(|v| (v.key.entries[0].1.clone(), v.streams.len()))
+            .collect();
+        assert_eq!(top, [("b".to_owned(), 3), ("c".to_owned(), 2)]);
     }
 }

@@ -22,7 +22,7 @@ use super::Rlqs;
 use super::assignment::{self, Kind};
 use super::fleet::Sharing;
 use super::mapping::{self, BucketKey};
-use super::shares::Nudge;
+use super::shares::{Assigned, Nudge};
 use super::token_bucket;
 use super::weights::{self, Peers};
 
@@ -214,6 +214,13 @@ impl QuotaStream {
             };
         }
         self.rlqs.metrics.action(kind);
+        let terms = assignment::terms(&strategy);
+        let assigned = Assigned {
+            at: Instant::now(),
+            kind,
+            terms,
+        };
+        self.rlqs.shares.assigned(key, self.id, assigned);
         assignment::assign(key, strategy, ttl)
     }
 

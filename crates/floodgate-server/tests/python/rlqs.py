@@ -315,6 +315,21 @@ def hold(stub):
     one.answer()
 
 
+def shown(stub):
+    """Two streams reporting one bucket and one a bucket whose value is
+    markup, left open until the service shuts down (argv[3]: a file
+    written once they have their answers)."""
+    one, two = Instance(stub, "one"), Instance(stub, "two")
+    one.report({A: 0, (("user", HOSTILE),): 0})
+    two.report({A: 0})
+    one.pushed()
+    open(sys.argv[3], "w").close()
+    one.answer()
+
+
+HOSTILE = "<img src=x onerror=\"document.title='owned'\">"
+
+
 def report(stub):
     """One instance's one report of argv[3] requests allowed."""
     Instance(stub, "one").report({A: int(sys.argv[3])})
