@@ -6,7 +6,11 @@
 //! ([`mapping`]), its allowed requests charged to the rule that matches
 //! it, its assignment a share of that rule's limit ([`assignment`])
 //! among the streams reporting it: this instance's ([`shares`]), or with
-//! Redis every instance's ([`fleet`]).
+//! Redis every instance's ([`fleet`]), weighted by their use
+//! ([`weights`]) — for a token-bucket rule a share of its burst and rate
+//! ([`token_bucket`]). A bucket's new assignment is pushed when its
+//! streams change ([`push`]); the dashboard lists the buckets
+//! ([`panel`]).
 
 mod assignment;
 mod fleet;
