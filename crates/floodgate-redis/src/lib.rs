@@ -63,6 +63,7 @@ mod pool;
 mod primary;
 mod reply;
 mod resilient;
+mod rlqs_streams;
 mod script;
 mod sentinel;
 mod sharing;

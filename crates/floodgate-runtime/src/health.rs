@@ -28,6 +28,8 @@ pub struct Health {
     configured: AtomicBool,
     configured_watch: watch::Sender<bool>,
     ready_gauge: Gauge,
+    /// The tables frontends add to the dashboard.
+    panels: crate::dashboard::Panels,
 }
 
 impl Health {
@@ -61,7 +63,19 @@ impl Health {
             configured: AtomicBool::new(true),
             configured_watch: watch::Sender::new(true),
             ready_gauge: metrics::gauge!("floodgate_backend_ready"),
+            panels: crate::dashboard::Panels::default(),
         }
+    }
+
+    /// Adds a table to the dashboard (`/dashboard`), built by `source`
+    /// each time the page asks.
+    pub fn add_dashboard_panel(&self, source: crate::dashboard::PanelSource) {
+        self.panels.add(source);
+    }
+
+    /// The tables frontends added to the dashboard.
+    pub(crate) fn dashboard_panels(&self) -> &crate::dashboard::Panels {
+        &self.panels
     }
 
     /// The engine whose store is watched.

@@ -6,8 +6,9 @@
 //! to live, an unknown bucket allowed, a lying instance's damage, a fleet
 //! enforcing its shares within the stated bound, bad reports refused with
 //! a clear status, bounded buckets, a bucket abandoned when a reload
-//! removes its rule, shutdown with a stream open, and a limit shared by
-//! two instances through Redis.
+//! removes its rule, shutdown with a stream open, and with Redis: a limit
+//! and its streams shared by two instances, and the failure policy's
+//! assignments while Redis is down.
 
 use crate::support::{Service, python, start};
 
@@ -27,8 +28,26 @@ async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
         [
             "one: user=a share 100/MINUTE ttl=10",
             "two: user=a share 50/MINUTE ttl=10",
+            // Pushed at once, without waiting for its next report.
+            "one pushed: user=a share 50/MINUTE ttl=10",
             "one: user=a share 50/MINUTE ttl=10",
             "one: tier=x allow_all ttl=10",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bucket_rule_is_assigned_shares_of_its_burst_and_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let lines = scenario(&service, "tokens", &[]).await;
+    assert_eq!(
+        lines,
+        [
+            "one: user=a token_bucket max=20 fill=10/1s ttl=10",
+            "two: user=a token_bucket max=10 fill=5/1s ttl=10",
+            "one pushed: user=a token_bucket max=10 fill=5/1s ttl=10",
+            "one: user=a token_bucket max=10 fill=5/1s ttl=10",
         ]
     );
 }
@@ -50,7 +69,7 @@ async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_window() {
+async fn an_idle_or_lying_instance_keeps_a_quarter_share_and_cannot_deny_past_the_window() {
     let dir = tempfile::tempdir().unwrap();
     let service = start(dir.path(), "").await;
     let lines = scenario(&service, "liar", &[]).await;
@@ -58,10 +77,12 @@ async fn a_lying_instance_cannot_take_more_than_its_share_nor_deny_past_the_wind
         lines,
         [
             "honest: user=a share 100/MINUTE ttl=10",
-            // Reporting nothing earns the liar its share, no more: the
-            // honest instance's share does not grow from its silence.
-            "liar: user=a share 50/MINUTE ttl=10",
-            "honest: user=a share 50/MINUTE ttl=10",
+            // Reporting nothing (an idle instance, or one hiding what it
+            // admits) earns the liar a quarter of its equal share; the
+            // busy honest instance gets the rest, at once.
+            "liar: user=a share 12/MINUTE ttl=10",
+            "honest pushed: user=a share 88/MINUTE ttl=10",
+            "honest: user=a share 88/MINUTE ttl=10",
             // Over-reporting spends the counter: every instance is denied
             // until the rule's window refills it.
             "liar: user=a deny_all ttl=10",
@@ -138,13 +159,14 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
     let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
     let lines = scenario(&service, "silent", &[]).await;
     assert_eq!(
-        lines[..2],
+        lines[..3],
         [
             "one: user=a share 100/MINUTE ttl=1",
-            "two: user=a share 50/MINUTE ttl=1"
+            "two: user=a share 50/MINUTE ttl=1",
+            "one pushed: user=a share 50/MINUTE ttl=1",
         ]
     );
-    let whole: f64 = lines[2]
+    let whole: f64 = lines[3]
         .strip_prefix("one: whole again after ")
         .and_then(|s| s.strip_suffix('s'))
         .unwrap_or_else(|| panic!("{lines:?}"))
@@ -152,6 +174,32 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
         .unwrap();
     // Not before the silent stream's time to live ended.
     assert!(whole >= 0.9, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_pushed_the_whole_limit_once_the_other_falls_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
+    let lines = scenario(&service, "expired", &[]).await;
+    assert_eq!(
+        lines[..5],
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            "two: user=a share 50/MINUTE ttl=1",
+            "one pushed: user=a share 50/MINUTE ttl=1",
+            "one: user=a share 50/MINUTE ttl=1",
+            // No report asked: the silent stream's time to live ended.
+            "one pushed: user=a share 100/MINUTE ttl=1",
+        ]
+    );
+    let after: f64 = lines[5]
+        .strip_prefix("one: pushed after ")
+        .and_then(|s| s.strip_suffix('s'))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .parse()
+        .unwrap();
+    // After the time to live, within half of it more (the check's period).
+    assert!((0.9..=2.0).contains(&after), "{lines:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,6 +211,50 @@ async fn a_fleet_enforcing_its_shares_admits_the_limit_and_one_round_at_most() {
     // The bound of docs/service.md: the limit (100), plus what the three
     // instances admit in one reporting interval (10 each) once it is spent.
     assert!((100..=130).contains(&admitted), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_the_buckets_their_streams_and_assignments_in_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), "").await;
+    let marker = dir.path().join("open");
+    let args = vec![
+        format!("127.0.0.1:{}", service.grpc),
+        "shown".to_owned(),
+        marker.display().to_string(),
+    ];
+    let url = format!("http://127.0.0.1:{}/dashboard", service.admin);
+    let runtime = tokio::runtime::Handle::current();
+    let client = tokio::task::spawn_blocking(move || {
+        use floodgate_testkit::{browser::Browser, wait_until};
+        let long = std::time::Duration::from_secs(30);
+        // The page first, then the streams (open for 20 s at most).
+        let browser = Browser::start();
+        let page = browser.open(&url);
+        let updated = "document.getElementById('updated').textContent";
+        assert!(wait_until(long, || page.eval(updated) != "never"));
+        let client = runtime.spawn(python("rlqs.py", args));
+        let rows = || {
+            let text = page.eval("JSON.stringify([...document.querySelectorAll('#panels tbody tr')].map(tr => [...tr.children].map(td => td.textContent)))");
+            serde_json::from_str::<serde_json::Value>(text.as_str().unwrap_or("null")).unwrap()
+        };
+        // The bucket two streams share first, each assigned half; then the
+        // one whose value is markup, shown as text.
+        let hostile = "user=<img src=x onerror=\"document.title='owned'\">";
+        let expected = serde_json::json!([
+            ["api", "user=a", "2", "50 per minute; 50 per minute", "0.0", "requests_per_time_unit"],
+            ["api", hostile, "1", "100 per minute", "0.0", "requests_per_time_unit"],
+        ]);
+        let listed = wait_until(long, || marker.exists() && rows() == expected);
+        assert!(listed, "{} {:?}", rows(), page.problems());
+        assert_eq!(page.eval("document.title"), "Floodgate dashboard");
+        assert!(page.problems().is_empty(), "{:?}", page.problems());
+        client
+    })
+    .await
+    .unwrap();
+    service.stop().await.unwrap();
+    client.await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,6 +301,130 @@ async fn with_redis_one_instances_reports_spend_the_limit_for_every_instance() {
     assert_eq!(report(&a, 100).await, ["one: user=a deny_all ttl=10"]);
     // The other instance's streams see the shared counter spent.
     assert_eq!(report(&b, 0).await, ["one: user=a deny_all ttl=10"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_streams_on_two_instances_share_the_limit_and_a_silent_one_gives_its_share_back()
+{
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "  rlqs:\n    assignment_ttl: 1s\nstore:\n  backend: redis\n  url: redis://{}\n",
+        redis.addr()
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(a_dir.path(), &store).await;
+    let b = start(b_dir.path(), &store).await;
+    let other = format!("127.0.0.1:{}", b.grpc);
+    let lines = scenario(&a, "across", &[other]).await;
+    assert_eq!(
+        lines[..3],
+        [
+            "one: user=a share 100/MINUTE ttl=1",
+            // Another instance's stream: half each, over the fleet.
+            "two: user=a share 50/MINUTE ttl=1",
+            "one: user=a share 50/MINUTE ttl=1",
+        ]
+    );
+    let whole: f64 = lines[3]
+        .strip_prefix("one: whole again after ")
+        .and_then(|s| s.strip_suffix('s'))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .parse()
+        .unwrap();
+    assert!(whole >= 0.9, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_an_idle_instance_gives_what_it_does_not_use_to_a_busy_one() {
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n",
+        redis.addr()
+    );
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(a_dir.path(), &store).await;
+    let b = start(b_dir.path(), &store).await;
+    let other = format!("127.0.0.1:{}", b.grpc);
+    assert_eq!(
+        scenario(&a, "busy_across", &[other]).await,
+        [
+            "idle: user=a share 100/MINUTE ttl=10",
+            // 10 in a second is busy; the other instance's stream used
+            // nothing: it keeps a quarter of its half.
+            "busy: user=a share 88/MINUTE ttl=10",
+            "idle: user=a share 12/MINUTE ttl=10",
+        ]
+    );
+}
+
+/// What a stream is assigned once Redis stops answering, under the store's
+/// failure policy `policy`.
+async fn assigned_in_an_outage(policy: &str) -> Vec<String> {
+    let redis = floodgate_testkit::Redis::start();
+    let store = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n  failure_policy: {policy}\n  timeout: 100ms\n",
+        redis.addr()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), &store).await;
+    let (first, paused) = (dir.path().join("first"), dir.path().join("paused"));
+    let args = [first.display().to_string(), paused.display().to_string()];
+    let target = format!("127.0.0.1:{}", service.grpc);
+    let client = tokio::spawn(async move {
+        let mut all = vec![target, "outage".to_owned()];
+        all.extend(args);
+        python("rlqs.py", all).await
+    });
+    wait_for(&first).await;
+    redis.pause();
+    std::fs::write(&paused, "").unwrap();
+    let lines = client.await.unwrap();
+    redis.resume();
+    lines
+}
+
+async fn wait_for(path: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{path:?} never came");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_a_report_is_assigned_by_the_failure_policy() {
+    let before = unshared(recorder());
+    assert_eq!(
+        assigned_in_an_outage("fail_open").await,
+        [
+            "one: user=a share 100/MINUTE ttl=10",
+            "one: user=a allow_all ttl=10"
+        ]
+    );
+    assert_eq!(
+        assigned_in_an_outage("local/2").await,
+        [
+            "one: user=a share 100/MINUTE ttl=10",
+            // This instance's one stream, the limit divided by 2.
+            "one: user=a share 50/MINUTE ttl=10"
+        ]
+    );
+    assert!(unshared(recorder()) >= before + 2);
+}
+
+/// This process's Prometheus recorder, installed by the first call (before
+/// the services whose metrics it records start).
+fn recorder() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE.get_or_init(|| floodgate_runtime::host::metrics::install().unwrap())
+}
+
+/// `floodgate_rlqs_unshared_total` as `handle` has it.
+fn unshared(handle: &metrics_exporter_prometheus::PrometheusHandle) -> u64 {
+    (handle.render().lines())
+        .find_map(|l| l.strip_prefix("floodgate_rlqs_unshared_total "))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }
 
 /// One instance's one report of `allowed` requests to `service`.

@@ -11,19 +11,26 @@ use floodgate_testkit::free_port;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A policy of 100 calls a minute per user, in domain `api`.
+/// A policy of 100 calls a minute per user, in domain `api`, and a token
+/// bucket of 10 a second, bursts of 20, per user in domain `tokens`.
 pub(crate) const POLICY: &str = "
 domains:
   - domain: api
     descriptors:
       - key: user
         rate_limit: {name: per-user, requests: 100, per: 1m}
+  - domain: tokens
+    descriptors:
+      - key: user
+        rate_limit: {algorithm: token_bucket, requests: 10, per: 1s, burst: 20}
 ";
 
 /// A service running in the background; stopped when dropped.
 pub(crate) struct Service {
     /// Its gRPC port (unless it listens on a Unix socket).
     pub(crate) grpc: u16,
+    /// Its admin port (the dashboard).
+    pub(crate) admin: u16,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), RuntimeError>>,
 }
@@ -37,10 +44,9 @@ impl Service {
 }
 
 /// The service's configuration in `dir`: its listeners on `grpc`, `http`
-/// and a free admin port, reloading every 100 ms, `server` (lines of the
+/// and `admin`, reloading every 100 ms, `server` (lines of the
 /// `server:` section, indented by two) and [`POLICY`].
-fn write_config(dir: &Path, grpc: u16, http: u16, server: &str) -> PathBuf {
-    let admin = free_port();
+fn write_config(dir: &Path, (grpc, http, admin): (u16, u16, u16), server: &str) -> PathBuf {
     let path = dir.join("floodgate.yaml");
     let config = format!(
         "server:\n  grpc: 127.0.0.1:{grpc}\n  http: 127.0.0.1:{http}\n  admin: 127.0.0.1:{admin}\n  \
@@ -53,8 +59,8 @@ fn write_config(dir: &Path, grpc: u16, http: u16, server: &str) -> PathBuf {
 /// Starts the service on `server` (see [`write_config`]) in the
 /// background; its outcome if it fails to start.
 pub(crate) async fn try_start(dir: &Path, server: &str) -> Result<Service, RuntimeError> {
-    let (grpc, http) = (free_port(), free_port());
-    let path = write_config(dir, grpc, http, server);
+    let (grpc, http, admin) = (free_port(), free_port(), free_port());
+    let path = write_config(dir, (grpc, http, admin), server);
     let mut flags = Flags::new();
     flags.set("config", Value::one(path.display().to_string()));
     let sections = <floodgate_server::Rls as floodgate_runtime::host::Frontend>::sections();
@@ -68,6 +74,7 @@ pub(crate) async fn try_start(dir: &Path, server: &str) -> Result<Service, Runti
     });
     let mut service = Service {
         grpc,
+        admin,
         stop: Some(stop),
         task,
     };

@@ -3,13 +3,15 @@
 //! every second from `/dashboard/data` — the requests per second by final
 //! outcome, the rules' decisions per second by outcome, the keys limited most right now (the engine's
 //! [`LimitedKeys`](floodgate_policy::observe::LimitedKeys)), the store's
-//! state, the configuration's generation and the reloads' results.
+//! state, the configuration's generation and the reloads' results, and
+//! the tables frontends add ([`Panel`]).
 //!
 //! The page writes every value as text (never as markup): keys come from
 //! clients. Its Content-Security-Policy allows its own inline script and
 //! style and requests to this listener only.
 
 mod model;
+mod panels;
 mod prometheus;
 mod requests;
 
@@ -21,6 +23,8 @@ use axum::response::IntoResponse;
 
 use crate::admin::Admin;
 use model::snapshot;
+pub(crate) use panels::Panels;
+pub use panels::{Panel, PanelSource};
 
 /// The page.
 const PAGE: &str = include_str!("page.html");

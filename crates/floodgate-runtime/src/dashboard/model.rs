@@ -31,6 +31,8 @@ pub(crate) struct Snapshot {
     top: Vec<TopKey>,
     top_window_secs: u64,
     store: StoreState,
+    /// The frontends' tables.
+    panels: Vec<super::Panel>,
 }
 
 #[derive(Debug, Serialize)]
@@ -179,6 +181,7 @@ pub(crate) fn snapshot(health: &Health, metrics: Option<&PrometheusHandle>) -> S
         top,
         top_window_secs,
         store: store_state(engine.backend()),
+        panels: health.dashboard_panels().build(),
     }
 }
 

@@ -66,6 +66,12 @@ pub mod otel {
     };
 }
 
+/// The dashboard's tables a frontend adds
+/// ([`Health::add_dashboard_panel`](crate::host::Health::add_dashboard_panel)).
+pub mod dashboard {
+    pub use crate::dashboard::{Panel, PanelSource};
+}
+
 /// Metrics: the Prometheus recorder, installed once, before the
 /// configuration is loaded.
 pub mod metrics {

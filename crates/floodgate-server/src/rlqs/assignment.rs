@@ -2,7 +2,11 @@
 //! when no rule limits it (as RLS answers `OK` to a descriptor no rule
 //! matches), everything denied while the rule's counter is spent (or the
 //! rule blocks or denies), else the rule's limit divided among the
-//! streams reporting the bucket, per the rule's unit.
+//! streams reporting the bucket (weighted by their use, [`weights`]), per
+//! the rule's unit — or, for a
+//! token-bucket rule, a share of its burst and rate ([`token_bucket`]).
+
+use floodgate::algorithms::Gcra;
 
 use std::time::Duration;
 
@@ -19,6 +23,8 @@ use crate::proto::rlqs::rate_limit_quota_response::{
 };
 
 use super::mapping::BucketKey;
+use super::token_bucket;
+use super::weights::{self, Peers};
 
 /// An assignment's kind, the `kind` label of
 /// `floodgate_rlqs_actions_total`.
@@ -32,11 +38,19 @@ pub(crate) enum Kind {
     Share,
     /// `abandon_action`.
     Abandon,
+    /// `token_bucket`: a share of a token-bucket rule's burst and rate.
+    TokenBucket,
 }
 
 impl Kind {
     /// Every kind, as labelled.
-    pub(crate) const ALL: [Kind; 4] = [Kind::AllowAll, Kind::DenyAll, Kind::Share, Kind::Abandon];
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::AllowAll,
+        Kind::DenyAll,
+        Kind::Share,
+        Kind::Abandon,
+        Kind::TokenBucket,
+    ];
 
     /// Its label.
     pub(crate) fn label(self) -> &'static str {
@@ -45,13 +59,21 @@ impl Kind {
             Kind::DenyAll => "deny_all",
             Kind::Share => "requests_per_time_unit",
             Kind::Abandon => "abandon",
+            Kind::TokenBucket => "token_bucket",
         }
     }
 }
 
 /// The strategy for a bucket whose rule answered `status`, reported by
-/// `streams` streams (at least 1).
-pub(crate) fn strategy(status: &Status, streams: usize) -> (Kind, Strategy) {
+/// `peers` (this stream, whose use is `mine`, among them); `bucket`: the
+/// rule's token bucket and its cost per request, when it is a
+/// token-bucket rule (its shares are equal, not weighted by use).
+pub(crate) fn strategy(
+    status: &Status,
+    peers: &Peers,
+    mine: Option<u64>,
+    bucket: Option<(&Gcra, u64)>,
+) -> (Kind, Strategy) {
     let blanket = |kind, rule: BlanketRule| (kind, Strategy::BlanketRule(rule as i32));
     match status.reason {
         Reason::Blocked | Reason::Denied => return blanket(Kind::DenyAll, BlanketRule::DenyAll),
@@ -66,13 +88,63 @@ pub(crate) fn strategy(status: &Status, streams: usize) -> (Kind, Strategy) {
     if status.code == Code::OverLimit || status.limit_remaining == 0 {
         return blanket(Kind::DenyAll, BlanketRule::DenyAll);
     }
+    if let Some((gcra, cost)) = bucket {
+        let streams = usize::try_from(peers.streams()).unwrap_or(usize::MAX);
+        let share = token_bucket::share(gcra, streams, cost);
+        return (Kind::TokenBucket, Strategy::TokenBucket(share));
+    }
     let (per_unit, unit) = protocol_rate(limit.reported.requests_per_unit, limit.reported.unit);
-    let share = per_unit / streams.max(1) as u64;
+    let length = match limit.reported.unit {
+        Unit::Week => Unit::Day.duration(),
+        other => other.duration(),
+    };
+    let share = weights::share(per_unit, length, peers, mine);
     let rate = RequestsPerTimeUnit {
         requests_per_time_unit: share,
         time_unit: unit as i32,
     };
     (Kind::Share, Strategy::RequestsPerTimeUnit(rate))
+}
+
+/// The blanket rule of `kind` (`AllowAll` or `DenyAll`; any other kind
+/// denies).
+pub(crate) fn blanket(kind: Kind) -> (Kind, Strategy) {
+    let rule = match kind {
+        Kind::AllowAll => BlanketRule::AllowAll,
+        _ => BlanketRule::DenyAll,
+    };
+    let kind = if rule == BlanketRule::AllowAll {
+        kind
+    } else {
+        Kind::DenyAll
+    };
+    (kind, Strategy::BlanketRule(rule as i32))
+}
+
+/// `strategy` in words, for the dashboard.
+pub(crate) fn terms(strategy: &Strategy) -> String {
+    match strategy {
+        Strategy::RequestsPerTimeUnit(r) => {
+            let unit = RateLimitUnit::try_from(r.time_unit).map_or("?", |u| u.as_str_name());
+            format!(
+                "{} per {}",
+                r.requests_per_time_unit,
+                unit.to_ascii_lowercase()
+            )
+        }
+        Strategy::TokenBucket(t) => {
+            let every = t
+                .fill_interval
+                .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+            let per_fill = t.tokens_per_fill.unwrap_or(1);
+            format!(
+                "token bucket of {}, {per_fill} every {every}s",
+                t.max_tokens
+            )
+        }
+        Strategy::BlanketRule(r) if *r == BlanketRule::AllowAll as i32 => "allow all".into(),
+        Strategy::BlanketRule(_) => "deny all".into(),
+    }
 }
 
 /// A rate in the units RLQS has (no week: a week's count is spread over
@@ -148,13 +220,13 @@ mod tests {
         let status = limited(100, Unit::Minute, 40, Code::Ok);
         let minute = RateLimitUnit::Minute as i32;
         for (streams, each) in [(1, 100), (2, 50), (3, 33), (0, 100)] {
-            let (kind, s) = strategy(&status, streams);
+            let (kind, s) = strategy(&status, &Peers::unknown(streams), None, None);
             assert_eq!(kind, Kind::Share);
             assert_eq!(share(s), (each, minute));
         }
         let weekly = limited(700, Unit::Week, 1, Code::Ok);
         assert_eq!(
-            share(strategy(&weekly, 2).1),
+            share(strategy(&weekly, &Peers::unknown(2), None, None).1),
             (50, RateLimitUnit::Day as i32)
         );
     }
@@ -164,14 +236,26 @@ mod tests {
         let deny = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
         let allow = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
         let over = limited(100, Unit::Minute, 0, Code::OverLimit);
-        assert_eq!(strategy(&over, 1), (Kind::DenyAll, deny.clone()));
+        assert_eq!(
+            strategy(&over, &Peers::unknown(1), None, None),
+            (Kind::DenyAll, deny.clone())
+        );
         let spent = limited(100, Unit::Minute, 0, Code::Ok);
-        assert_eq!(strategy(&spent, 1), (Kind::DenyAll, deny.clone()));
+        assert_eq!(
+            strategy(&spent, &Peers::unknown(1), None, None),
+            (Kind::DenyAll, deny.clone())
+        );
         let blocked = Status {
             reason: Reason::Blocked,
             ..Status::default()
         };
-        assert_eq!(strategy(&blocked, 1), (Kind::DenyAll, deny.clone()));
-        assert_eq!(strategy(&Status::default(), 1), (Kind::AllowAll, allow));
+        assert_eq!(
+            strategy(&blocked, &Peers::unknown(1), None, None),
+            (Kind::DenyAll, deny.clone())
+        );
+        assert_eq!(
+            strategy(&Status::default(), &Peers::unknown(1), None, None),
+            (Kind::AllowAll, allow)
+        );
     }
 }

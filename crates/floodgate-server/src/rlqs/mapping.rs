@@ -52,6 +52,24 @@ impl BucketKey {
         OwnedDescriptor::new(self.entries.iter().cloned()).hits(hits)
     }
 
+    /// The bucket as bytes, unique per domain and key/values (Redis's name
+    /// for it): each part preceded by its length, so no two differ only
+    /// in where one part ends.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        let parts = std::iter::once(self.domain.as_str()).chain(
+            self.entries
+                .iter()
+                .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
+        );
+        let mut out = Vec::new();
+        for part in parts {
+            out.extend_from_slice(part.len().to_string().as_bytes());
+            out.push(b':');
+            out.extend_from_slice(part.as_bytes());
+        }
+        out
+    }
+
     /// The bucket id it came from (for the answer).
     pub(crate) fn bucket_id(&self) -> BucketId {
         BucketId {
@@ -90,6 +108,16 @@ mod tests {
         let pairs = [("a", "2"), ("z", "1")].map(|(k, v)| (k.to_owned(), v.to_owned()));
         assert_eq!(key.entries, pairs);
         assert_eq!(key.descriptor(3).hits_addend, Some(3));
+    }
+
+    #[test]
+    fn bucket_bytes_tell_where_each_part_ends() {
+        let one = BucketKey::of("api", &bucket(&[("a", "bc")])).unwrap();
+        let two = BucketKey::of("api", &bucket(&[("ab", "c")])).unwrap();
+        let other = BucketKey::of("ap", &bucket(&[("ia", "bc")])).unwrap();
+        assert_eq!(one.bytes(), b"3:api1:a2:bc");
+        assert_ne!(one.bytes(), two.bytes());
+        assert_ne!(one.bytes(), other.bytes());
     }
 
     #[test]

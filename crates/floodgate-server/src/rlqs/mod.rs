@@ -5,12 +5,24 @@
 //! back. A bucket is a descriptor of the report's domain
 //! ([`mapping`]), its allowed requests charged to the rule that matches
 //! it, its assignment a share of that rule's limit ([`assignment`])
-//! among the streams reporting it ([`shares`]).
+//! among the streams reporting it: this instance's ([`shares`]), or with
+//! Redis every instance's ([`fleet`]), weighted by their use
+//! ([`weights`]) — for a token-bucket rule a share of its burst and rate
+//! ([`token_bucket`]). A bucket's new assignment is pushed when its
+//! streams change ([`push`]); the dashboard lists the buckets
+//! ([`panel`]).
 
 mod assignment;
+mod fleet;
 mod mapping;
+mod panel;
+mod push;
 mod shares;
+#[cfg(test)]
+mod simulation;
 mod stream;
+mod token_bucket;
+mod weights;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,6 +58,7 @@ pub struct RlqsSettings {
 pub(crate) struct Rlqs {
     svc: Arc<DecisionService>,
     shares: Shares,
+    fleet: fleet::Fleet,
     settings: RlqsSettings,
     metrics: Arc<RlqsMetrics>,
     next_stream: AtomicU64,
@@ -57,14 +70,17 @@ impl Rlqs {
         svc: Arc<DecisionService>,
         settings: RlqsSettings,
     ) -> RateLimitQuotaServiceServer<RlqsService> {
-        let rlqs = Rlqs {
+        let health = svc.health().clone();
+        let rlqs = Arc::new(Rlqs {
             svc,
             shares: Shares::new(settings.max_buckets),
+            fleet: fleet::Fleet::new(),
             settings,
             metrics: Arc::new(RlqsMetrics::new()),
             next_stream: AtomicU64::new(0),
-        };
-        RateLimitQuotaServiceServer::new(RlqsService(Arc::new(rlqs)))
+        });
+        health.add_dashboard_panel(panel::source(Arc::downgrade(&rlqs)));
+        RateLimitQuotaServiceServer::new(RlqsService(rlqs))
     }
 }
 
@@ -98,7 +114,8 @@ struct RlqsMetrics {
     streams: Gauge,
     buckets: Gauge,
     reports: Counter,
-    actions: [Counter; 4],
+    unshared: Counter,
+    actions: [Counter; 5],
 }
 
 impl RlqsMetrics {
@@ -113,6 +130,10 @@ impl RlqsMetrics {
             "RLQS bucket usage reports received."
         );
         metrics::describe_counter!(
+            "floodgate_rlqs_unshared_total",
+            "RLQS bucket reports whose streams Redis could not count over the fleet, assigned by the store's failure policy."
+        );
+        metrics::describe_counter!(
             "floodgate_rlqs_actions_total",
             "RLQS bucket actions sent, by kind."
         );
@@ -120,6 +141,7 @@ impl RlqsMetrics {
             streams: metrics::gauge!("floodgate_rlqs_streams"),
             buckets: metrics::gauge!("floodgate_rlqs_buckets"),
             reports: metrics::counter!("floodgate_rlqs_reports_total"),
+            unshared: metrics::counter!("floodgate_rlqs_unshared_total"),
             actions: Kind::ALL
                 .map(|k| metrics::counter!("floodgate_rlqs_actions_total", "kind" => k.label())),
         }

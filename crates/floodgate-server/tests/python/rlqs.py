@@ -5,13 +5,14 @@ Usage: rlqs.py TARGET SCENARIO
 
 Each instance is one StreamRateLimitQuotas stream. A scenario prints one
 line per answer: `NAME: ACTION[; ACTION...]`, each action
-`k=v[,k=v] allow_all|deny_all|share N/UNIT|abandon ttl=SECONDS`,
+`k=v[,k=v] allow_all|deny_all|share N/UNIT|token_bucket max=N fill=N/Ss|abandon ttl=SECONDS`,
 or `NAME: ERR <status code> <details>` when the stream ends in error.
 """
 
 import os
 import queue
 import sys
+import threading
 import time
 
 import grpc
@@ -23,12 +24,23 @@ STRATEGY = ratelimit_strategy_pb2.RateLimitStrategy
 
 
 class Instance:
-    """One Envoy instance: a stream, fed from a queue."""
+    """One Envoy instance: a stream, fed from a queue, its answers read by
+    a thread into another (so that pushes between reports can wait)."""
 
     def __init__(self, stub, name, domain="api"):
         self.name, self.domain = name, domain
-        self.sent = queue.Queue()
-        self.answers = stub.StreamRateLimitQuotas(iter(self.sent.get, None), timeout=20)
+        self.sent, self.received = queue.Queue(), queue.Queue()
+        answers = stub.StreamRateLimitQuotas(iter(self.sent.get, None), timeout=20)
+        threading.Thread(target=self.read, args=(answers,), daemon=True).start()
+
+    def read(self, answers):
+        """Every answer, then the error that ended the stream or None."""
+        try:
+            for answer in answers:
+                self.received.put(answer)
+            self.received.put(None)
+        except grpc.RpcError as e:
+            self.received.put(e)
 
     def report(self, usages, domain=None, bucket_ids=None):
         """Sends one report of `usages` ({(k, v) tuple: allowed}); prints the answer."""
@@ -42,20 +54,37 @@ class Instance:
         self.sent.put(reports)
         return self.answer()
 
-    def answer(self):
-        """The next answer, printed."""
-        try:
-            line = "; ".join(action(a) for a in next(self.answers).bucket_action)
-        except grpc.RpcError as e:
-            line = f"ERR {e.code().name} {(e.details() or '')}"
-        print(f"{self.name}: {line}", flush=True)
+    def answer(self, label=""):
+        """The next answer, printed (after `label`)."""
+        line = describe(self.received.get(timeout=20))
+        print(f"{self.name}{label}: {line}", flush=True)
         return line
+
+    def pushed(self):
+        """The next answer, which no report asked for, printed."""
+        return self.answer(" pushed")
+
+    def drain(self):
+        """The answers already received (pushes), not printed."""
+        lines = []
+        while not self.received.empty():
+            lines.append(describe(self.received.get()))
+        return lines
 
     def close(self):
         """Ends the stream, and waits for the service to end its side."""
         self.sent.put(None)
-        for _ in self.answers:
+        while isinstance(self.received.get(timeout=20), rlqs_pb2.RateLimitQuotaResponse):
             pass
+
+
+def describe(answer):
+    """An answer's line: its actions, or the error that ended the stream."""
+    if isinstance(answer, grpc.RpcError):
+        return f"ERR {answer.code().name} {(answer.details() or '')}"
+    if answer is None:
+        return "END"
+    return "; ".join(action(a) for a in answer.bucket_action)
 
 
 def action(a):
@@ -70,6 +99,11 @@ def action(a):
         r = s.requests_per_time_unit
         unit = ratelimit_unit_pb2.RateLimitUnit.Name(r.time_unit)
         return f"{bucket} share {r.requests_per_time_unit}/{unit} ttl={ttl}"
+    if kind == "token_bucket":
+        t = s.token_bucket
+        every = t.fill_interval.seconds + t.fill_interval.nanos / 1e9
+        return (f"{bucket} token_bucket max={t.max_tokens} "
+                f"fill={t.tokens_per_fill.value}/{every:g}s ttl={ttl}")
     rule = STRATEGY.BlanketRule.Name(s.blanket_rule).lower()
     return f"{bucket} {rule} ttl={ttl}"
 
@@ -82,8 +116,19 @@ def shares(stub):
     one, two = Instance(stub, "one"), Instance(stub, "two")
     one.report({A: 0})
     two.report({A: 0})
+    one.pushed()
     one.report({A: 0})
     one.report({(("tier", "x"),): 5})
+
+
+def tokens(stub):
+    """Two instances sharing a token-bucket rule's burst and rate."""
+    one = Instance(stub, "one", domain="tokens")
+    one.report({A: 0})
+    two = Instance(stub, "two", domain="tokens")
+    two.report({A: 0})
+    one.pushed()
+    one.report({A: 0})
 
 
 def spent(stub):
@@ -101,6 +146,7 @@ def liar(stub):
     honest, liar = Instance(stub, "honest"), Instance(stub, "liar")
     honest.report({A: 10})
     liar.report({A: 0})
+    honest.pushed()
     honest.report({A: 10})
     liar.report({A: 4294967295})
     honest.report({A: 0})
@@ -149,11 +195,69 @@ def silent(stub):
     one, two = Instance(stub, "one"), Instance(stub, "two")
     one.report({A: 0})
     two.report({A: 0})
+    one.pushed()
     started = time.monotonic()
     while "share 100/" not in quiet(one, {A: 0}):
         assert time.monotonic() - started < 10, "the silent stream kept its share"
         time.sleep(0.05)
     print(f"one: whole again after {time.monotonic() - started:.1f}s", flush=True)
+
+
+def across(stub):
+    """One stream on each of two instances sharing Redis (argv[3]: the
+    second's target): each gets half the limit; once the second's stream
+    has been silent for the time to live, the first's is the whole limit."""
+    with grpc.insecure_channel(sys.argv[3]) as channel:
+        other = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+        one, two = Instance(stub, "one"), Instance(other, "two")
+        one.report({A: 0})
+        two.report({A: 0})
+        one.report({A: 0})
+        started = time.monotonic()
+        while "share 100/" not in quiet(one, {A: 0}):
+            assert time.monotonic() - started < 10, "the silent stream kept its share"
+            time.sleep(0.05)
+        print(f"one: whole again after {time.monotonic() - started:.1f}s", flush=True)
+
+
+def busy_across(stub):
+    """An idle stream on one instance, a busy one on another (argv[3]: its
+    target): the busy one gets what the idle one does not use."""
+    with grpc.insecure_channel(sys.argv[3]) as channel:
+        other = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+        idle, busy = Instance(stub, "idle"), Instance(other, "busy")
+        idle.report({A: 0})
+        busy.report({A: 10})
+        idle.report({A: 0})
+
+
+def outage(stub):
+    """A report before Redis stops answering, and one while it does not
+    (argv[3]: a file written between them, argv[4]: a file that exists
+    once Redis is paused)."""
+    one = Instance(stub, "one")
+    one.report({A: 0})
+    open(sys.argv[3], "w").close()
+    started = time.monotonic()
+    while not os.path.exists(sys.argv[4]):
+        assert time.monotonic() - started < 10, "Redis was never paused"
+        time.sleep(0.02)
+    one.report({A: 1})
+
+
+def expired(stub):
+    """Two instances; the second falls silent while the first reports once
+    more: the first is pushed the whole limit once the second's time to
+    live has passed, without reporting again."""
+    one, two = Instance(stub, "one"), Instance(stub, "two")
+    one.report({A: 0})
+    started = time.monotonic()
+    two.report({A: 0})
+    one.pushed()
+    time.sleep(0.6)
+    one.report({A: 0})
+    one.pushed()
+    print(f"one: pushed after {time.monotonic() - started:.1f}s", flush=True)
 
 
 def quiet(instance, usages):
@@ -175,14 +279,18 @@ class Enforcer:
         self.instance, self.strategy, self.tokens = instance, "none", 0
 
     def round(self, demand):
+        for line in self.instance.drain():
+            self.assigned(line)
         admitted = min(demand, self.tokens)
         self.tokens -= admitted
-        line = quiet(self.instance, {A: admitted})
+        self.assigned(quiet(self.instance, {A: admitted}))
+        return admitted
+
+    def assigned(self, line):
         strategy = line.split(" ttl=")[0]
         if strategy != self.strategy:
             self.strategy = strategy
             self.tokens = int(strategy.split("share ")[1].split("/")[0]) if "share" in strategy else 0
-        return admitted
 
 
 def fleet(stub):
@@ -205,6 +313,21 @@ def hold(stub):
     one.report({A: 0})
     open(sys.argv[3], "w").close()
     one.answer()
+
+
+def shown(stub):
+    """Two streams reporting one bucket and one a bucket whose value is
+    markup, left open until the service shuts down (argv[3]: a file
+    written once they have their answers)."""
+    one, two = Instance(stub, "one"), Instance(stub, "two")
+    one.report({A: 0, (("user", HOSTILE),): 0})
+    two.report({A: 0})
+    one.pushed()
+    open(sys.argv[3], "w").close()
+    one.answer()
+
+
+HOSTILE = "<img src=x onerror=\"document.title='owned'\">"
 
 
 def report(stub):
