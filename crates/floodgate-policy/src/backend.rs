@@ -325,6 +325,19 @@ impl MemoryBackend {
             self.record(items, &[id], d, apply);
             return d;
         }
+        self.decide_batch(items, now, apply, out)
+    }
+
+    /// [`decide_unleased`](Self::decide_unleased) of several counters, none
+    /// in a zone: one batch of the store.
+    fn decide_batch(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
+        const INLINE: usize = 16;
         if items.len() <= INLINE {
             let mut ids = [0; INLINE];
             for (id, i) in ids.iter_mut().zip(items) {
