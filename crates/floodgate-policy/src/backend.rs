@@ -255,7 +255,7 @@ impl MemoryBackend {
             return Released::NotHeld;
         };
         self.store.update(&Packed(item.limit), &id, now, |s| {
-            s.update(|s| item.limit.release(s, given))
+            s.update(|s| item.limit.release(s, given));
         });
         Released::Given(given)
     }

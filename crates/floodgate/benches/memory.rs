@@ -122,7 +122,7 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
-    println!("{:<18} {:>14} {:>12}", "limiter", "RSS delta", "bytes/key");
+    println!("{:<22} {:>14} {:>12}", "limiter", "RSS delta", "bytes/key");
     if keys() == SMOKE_KEYS {
         for name in NAMES {
             measure(name);
@@ -148,7 +148,7 @@ fn main() {
         );
         let bytes: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
         println!(
-            "{:<18} {:>11} MiB {:>12.1}",
+            "{:<22} {:>11} MiB {:>12.1}",
             name,
             bytes / (1 << 20),
             bytes as f64 / keys() as f64

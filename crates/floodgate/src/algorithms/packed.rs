@@ -2,22 +2,6 @@
 //! a store holding keys of every kind of limit has 32-byte entries with a
 //! 64-bit key (an [`AnyState`] takes 24); and [`Packed`], a limit deciding
 //! on it.
-//!
-//! The states of the common kinds (GCRA and the token bucket, the fixed
-//! window, the two-window sliding counter, the shaper, a concurrency count,
-//! a block) are held inline: 120 bits of state beside a byte naming the
-//! kind. The rest are held boxed, as the [`AnyState`] itself: the kinds
-//! whose state is on the heap anyway (a sliding log, sub-windows, leases),
-//! and values too large for the inline layout (a fixed window counting
-//! 2^56 or more, a sliding window counting 2^28 or more in either of its
-//! windows, a GCRA arrival time of 2^120 ticks or more, a shaper's last
-//! instant 2^56 ms after the epoch). Nothing is rounded: every state packs
-//! and unpacks exactly, so a limit decides on a packed state as on the
-//! [`AnyState`] it holds.
-//!
-//! There is no `unsafe` here: the boxed form is a Rust enum variant whose
-//! discriminant lives in the spare values of the inline form's kind byte
-//! (a niche), so the compiler drops and clones it.
 
 use std::fmt;
 
@@ -31,8 +15,25 @@ const HI_BITS: u32 = 56;
 /// Bits of each of a sliding window's two counts, inline.
 const COUNT_BITS: u32 = HI_BITS / 2;
 
-/// An [`AnyState`] in 16 bytes (see the [module](self) docs): what
-/// [`Packed`] limits decide on.
+/// An [`AnyState`] in 16 bytes, its kind included: what [`Packed`] limits
+/// decide on, so that a store holding keys of every kind of limit has
+/// 32-byte entries with a 64-bit key.
+///
+/// The states of the common kinds (GCRA and the token bucket, the fixed
+/// window, the two-window sliding counter, the shaper, a concurrency count,
+/// a block) are held inline: 120 bits of state beside a byte naming the
+/// kind. The rest are held boxed, as the [`AnyState`] itself: the kinds
+/// whose state is on the heap anyway (a sliding log, sub-windows, leases),
+/// and values too large for the inline layout (a fixed window counting
+/// 2^56 or more, a sliding window counting 2^28 or more in either of its
+/// windows, a GCRA arrival time of 2^120 ticks or more). A boxed value is
+/// unboxed by the first change after which it fits again. Nothing is
+/// rounded: every state packs and unpacks exactly, so a limit decides on a
+/// packed state as on the [`AnyState`] it holds.
+///
+/// There is no `unsafe` code behind it: the boxed form is an enum variant
+/// whose discriminant lives in the unused values of the kind byte (a
+/// niche), so the compiler drops and clones it.
 ///
 /// ```
 /// use floodgate::algorithms::{AnyState, PackedState, WindowState};
@@ -186,7 +187,7 @@ impl From<PackedState> for AnyState {
 }
 
 impl PackedState {
-    /// True when the state is held boxed (see the [module](self) docs).
+    /// True when the state is held boxed (see [`PackedState`]).
     pub fn is_boxed(&self) -> bool {
         matches!(self.0, Repr::Boxed(_))
     }
