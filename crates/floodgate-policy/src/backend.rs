@@ -228,7 +228,8 @@ impl MemoryBackend {
     }
 
     /// The underlying store (sizes and counters), keyed by each counter
-    /// key's [`KeyId`].
+    /// key's [`KeyId`], each state packed in 16 bytes ([`PackedState`]):
+    /// 32-byte entries.
     pub fn store(&self) -> &Store<KeyId, PackedState> {
         &self.store
     }
