@@ -9,7 +9,7 @@ mod leased;
 use std::future::Future;
 use std::time::Duration;
 
-use floodgate::algorithms::{AnyLimit, AnyState};
+use floodgate::algorithms::{AnyLimit, Packed, PackedState};
 use floodgate::{Apply, Decision, Store, StoreConfig, Timestamp};
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -210,7 +210,7 @@ pub trait SyncBackend: Send + Sync {
 /// entries than units held), and a release gives back at most those:
 /// permits cannot be forged, released twice, or released for another key.
 pub struct MemoryBackend {
-    store: Store<KeyId, AnyState>,
+    store: Store<KeyId, PackedState>,
     ids: KeyIds,
     zones: Zones,
     permits: HeldPermits,
@@ -228,15 +228,16 @@ impl MemoryBackend {
     }
 
     /// The underlying store (sizes and counters), keyed by each counter
-    /// key's [`KeyId`].
-    pub fn store(&self) -> &Store<KeyId, AnyState> {
+    /// key's [`KeyId`], each state packed in 16 bytes ([`PackedState`]):
+    /// 32-byte entries.
+    pub fn store(&self) -> &Store<KeyId, PackedState> {
         &self.store
     }
 
     /// Bytes the store's tables take once `keys` counters are held in a
     /// store sized by `config` (see [`Store::bytes_holding`]).
     pub fn bytes_holding(config: StoreConfig, keys: usize) -> usize {
-        Store::<KeyId, AnyState>::bytes_holding(config, keys)
+        Store::<KeyId, PackedState>::bytes_holding(config, keys)
     }
 
     /// Counters held in nginx zones (shaper limits whose node expiry can
@@ -254,8 +255,9 @@ impl MemoryBackend {
         let Some(given) = self.permits.take(item.permit, id, units) else {
             return Released::NotHeld;
         };
-        self.store
-            .update(item.limit, &id, now, |s| item.limit.release(s, given));
+        self.store.update(&Packed(item.limit), &id, now, |s| {
+            s.update(|s| item.limit.release(s, given));
+        });
         Released::Given(given)
     }
 
@@ -317,24 +319,38 @@ impl MemoryBackend {
         if let [item] = items {
             // One counter: no batch to lay out.
             let id = self.ids.of(item.key);
-            let d = self.store.decide(item.limit, &id, now, item.cost, apply);
+            let d = self
+                .store
+                .decide(&Packed(item.limit), &id, now, item.cost, apply);
             out[0] = d;
             self.record(items, &[id], d, apply);
             return d;
         }
+        self.decide_batch(items, now, apply, out)
+    }
+
+    /// [`decide_unleased`](Self::decide_unleased) of several counters, none
+    /// in a zone: one batch of the store.
+    fn decide_batch(
+        &self,
+        items: &[Item<'_>],
+        now: Timestamp,
+        apply: Apply,
+        out: &mut [Decision],
+    ) -> Decision {
+        const INLINE: usize = 16;
         if items.len() <= INLINE {
             let mut ids = [0; INLINE];
             for (id, i) in ids.iter_mut().zip(items) {
                 *id = self.ids.of(i.key);
             }
-            let batch: [floodgate::store::Item<'_, KeyId, AnyLimit>; INLINE] =
-                std::array::from_fn(|n| {
-                    let i = &items[n.min(items.len() - 1)];
-                    floodgate::store::Item {
-                        key: &ids[n],
-                        limit: i.limit,
-                        cost: i.cost,
-                    }
+            let limits: [Packed<&AnyLimit>; INLINE] =
+                std::array::from_fn(|n| Packed(items[n.min(items.len() - 1)].limit));
+            let batch: [floodgate::store::Item<'_, KeyId, Packed<&AnyLimit>>; INLINE] =
+                std::array::from_fn(|n| floodgate::store::Item {
+                    key: &ids[n],
+                    limit: &limits[n],
+                    cost: items[n.min(items.len() - 1)].cost,
                 });
             let d = self
                 .store
@@ -343,12 +359,14 @@ impl MemoryBackend {
             d
         } else {
             let ids: Vec<KeyId> = items.iter().map(|i| self.ids.of(i.key)).collect();
+            let limits: Vec<Packed<&AnyLimit>> = items.iter().map(|i| Packed(i.limit)).collect();
             let batch: Vec<_> = items
                 .iter()
                 .zip(&ids)
-                .map(|(i, id)| floodgate::store::Item {
+                .zip(&limits)
+                .map(|((i, id), limit)| floodgate::store::Item {
                     key: id,
-                    limit: i.limit,
+                    limit,
                     cost: i.cost,
                 })
                 .collect();
@@ -363,12 +381,15 @@ impl MemoryBackend {
     /// A dry run: what a commit would decide, changing nothing.
     fn simulate(&self, items: &[Item<'_>], now: Timestamp, out: &mut [Decision]) -> Decision {
         let ids: SmallVec<[KeyId; 16]> = items.iter().map(|i| self.ids.of(i.key)).collect();
-        let batch: SmallVec<[floodgate::store::Item<'_, KeyId, AnyLimit>; 16]> = items
+        let limits: SmallVec<[Packed<&AnyLimit>; 16]> =
+            items.iter().map(|i| Packed(i.limit)).collect();
+        let batch: SmallVec<[floodgate::store::Item<'_, KeyId, Packed<&AnyLimit>>; 16]> = items
             .iter()
             .zip(&ids)
-            .map(|(i, id)| floodgate::store::Item {
+            .zip(&limits)
+            .map(|((i, id), limit)| floodgate::store::Item {
                 key: id,
-                limit: i.limit,
+                limit,
                 cost: i.cost,
             })
             .collect();

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use floodgate::algorithms::{AnyLimit, LimitKind, Penalty, Shaper};
+use floodgate::algorithms::{AnyLimit, LimitKind, Packed, PackedState, Penalty, Shaper};
 use floodgate::store::{ShaperZone, ZoneGuard};
 use floodgate::{Apply, Decision, Store, Timestamp};
 use smallvec::SmallVec;
@@ -117,7 +117,7 @@ impl Zones {
     /// batch; `ids` are the items' counter ids.
     pub(crate) fn decide(
         &self,
-        store: &Store<KeyId, floodgate::algorithms::AnyState>,
+        store: &Store<KeyId, PackedState>,
         items: &[Item<'_>],
         ids: &[KeyId],
         now: Timestamp,
@@ -239,7 +239,7 @@ impl Call<'_, '_> {
     /// zone admits the request); returns the first refusal so far.
     fn decide_stored(
         &self,
-        store: &Store<KeyId, floodgate::algorithms::AnyState>,
+        store: &Store<KeyId, PackedState>,
         dry: bool,
         mut refused: usize,
         out: &mut [Decision],
@@ -255,11 +255,14 @@ impl Call<'_, '_> {
             Apply::Commit if refused != usize::MAX => Apply::Rejected,
             other => other,
         };
-        let batch: SmallVec<[floodgate::store::Item<'_, KeyId, AnyLimit>; 16]> = stored
+        let limits: SmallVec<[Packed<&AnyLimit>; 16]> =
+            stored.iter().map(|&i| Packed(items[i].limit)).collect();
+        let batch: SmallVec<[floodgate::store::Item<'_, KeyId, Packed<&AnyLimit>>; 16]> = stored
             .iter()
-            .map(|&i| floodgate::store::Item {
+            .zip(&limits)
+            .map(|(&i, limit)| floodgate::store::Item {
                 key: &self.ids[i],
-                limit: items[i].limit,
+                limit,
                 cost: items[i].cost,
             })
             .collect();

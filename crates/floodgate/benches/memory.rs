@@ -2,7 +2,9 @@
 //! delta / keys, for every algorithm and for governor's keyed limiter (or
 //! those named after `--bench`), each measured in a fresh child process so
 //! that one measurement cannot reuse another's pages. Each store has room
-//! for twice the keys.
+//! for twice the keys. `any_*` hold an [`AnyLimit`]'s state of any kind
+//! (`AnyState`, 24 bytes), `packed_*` the same packed as the policy's
+//! store keeps it (`PackedState`, 16 bytes).
 //!
 //! `cargo bench -p floodgate --bench memory`
 //! `KEYS=10000000 cargo bench -p floodgate --bench memory -- gcra fixed_window`
@@ -12,7 +14,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use floodgate::algorithms::{
-    FixedWindow, Gcra, NginxRate, Shaper, ShaperDelay, SlidingLog, SlidingWindow, SubWindowCounter,
+    AnyLimit, FixedWindow, Gcra, NginxRate, Packed, Shaper, ShaperDelay, SlidingLog, SlidingWindow,
+    SubWindowCounter,
 };
 use floodgate::{Algorithm, RateLimiter, StoreConfig};
 
@@ -27,7 +30,7 @@ fn keys() -> u64 {
         SMOKE_KEYS
     }
 }
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 12] = [
     "governor",
     "gcra",
     "fixed_window",
@@ -36,6 +39,10 @@ const NAMES: [&str; 8] = [
     "shaper",
     "sliding_log_10",
     "sliding_log_100",
+    "any_fixed_window",
+    "packed_fixed_window",
+    "packed_gcra",
+    "packed_sliding_window",
 ];
 
 fn rss_bytes() -> u64 {
@@ -89,6 +96,19 @@ fn measure(name: &str) -> u64 {
         // A full log: every key holds `limit` timestamps.
         "sliding_log_10" => fill(SlidingLog::new(10, hour).unwrap(), 10),
         "sliding_log_100" => fill(SlidingLog::new(100, hour).unwrap(), 100),
+        "any_fixed_window" => fill(AnyLimit::from(FixedWindow::new(1000, hour).unwrap()), 1),
+        "packed_fixed_window" => fill(
+            Packed(AnyLimit::from(FixedWindow::new(1000, hour).unwrap())),
+            1,
+        ),
+        "packed_gcra" => fill(
+            Packed(AnyLimit::from(Gcra::new(1000, hour, 1000).unwrap())),
+            1,
+        ),
+        "packed_sliding_window" => fill(
+            Packed(AnyLimit::from(SlidingWindow::new(1000, hour).unwrap())),
+            1,
+        ),
         other => panic!("unknown limiter {other}"),
     }
 }
@@ -102,7 +122,7 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
-    println!("{:<18} {:>14} {:>12}", "limiter", "RSS delta", "bytes/key");
+    println!("{:<22} {:>14} {:>12}", "limiter", "RSS delta", "bytes/key");
     if keys() == SMOKE_KEYS {
         for name in NAMES {
             measure(name);
@@ -128,7 +148,7 @@ fn main() {
         );
         let bytes: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
         println!(
-            "{:<18} {:>11} MiB {:>12.1}",
+            "{:<22} {:>11} MiB {:>12.1}",
             name,
             bytes / (1 << 20),
             bytes as f64 / keys() as f64

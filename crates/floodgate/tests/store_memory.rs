@@ -384,17 +384,23 @@ fn memory_per_key_stays_low_at_every_count() {
     }
 }
 
-/// Entry sizes: a 16-byte state with a `u64` key is a 32-byte entry, and
-/// the state of any kind ([`AnyState`], 24 bytes: the largest unboxed
-/// state, 16 bytes, and its kind) a 40-byte one.
+/// Entry sizes: a 16-byte state with a `u64` key is a 32-byte entry; the
+/// state of any kind ([`AnyState`], 24 bytes: the largest unboxed state, 16
+/// bytes, and its kind) a 40-byte one, and packed ([`PackedState`], its
+/// kind in the inline state's spare bits) a 32-byte one again.
 ///
 /// [`AnyState`]: floodgate::algorithms::AnyState
+/// [`PackedState`]: floodgate::algorithms::PackedState
 #[test]
 fn entries_are_compact() {
     use floodgate::Store;
-    use floodgate::algorithms::{AnyState, GcraState, SlidingWindowState, WindowState};
+    use floodgate::algorithms::{
+        AnyState, GcraState, PackedState, SlidingWindowState, WindowState,
+    };
     assert_eq!(std::mem::size_of::<AnyState>(), 24);
     assert_eq!(Store::<u64, AnyState>::ENTRY, 40);
+    assert_eq!(std::mem::size_of::<PackedState>(), 16);
+    assert_eq!(Store::<u64, PackedState>::ENTRY, 32);
     assert_eq!(Store::<u64, GcraState>::ENTRY, 32);
     assert_eq!(Store::<u64, WindowState>::ENTRY, 32);
     assert_eq!(Store::<u64, SlidingWindowState>::ENTRY, 32);

@@ -7,6 +7,7 @@ mod common;
 mod bad_input;
 mod blocking;
 mod governor_diff;
+mod packed_state;
 mod prop_concurrency;
 mod prop_decide_idle;
 mod prop_fixed_window;

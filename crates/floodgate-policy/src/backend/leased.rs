@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use floodgate::algorithms::{AnyLimit, HeldBy, Holder};
+use floodgate::algorithms::{AnyLimit, HeldBy, Holder, Packed};
 use floodgate::{Apply, Decision, Timestamp};
 use smallvec::SmallVec;
 
@@ -46,11 +46,13 @@ impl MemoryBackend {
         let expired = AtomicU64::new(0);
         let ids: SmallVec<[super::KeyId; INLINE]> =
             items.iter().map(|i| self.ids.of(i.key)).collect();
-        let held: SmallVec<[HeldBy<'_>; INLINE]> = items
+        let held: SmallVec<[Packed<HeldBy<'_>>; INLINE]> = items
             .iter()
-            .map(|i| HeldBy::holding(i.limit, holder(i, &expired)))
+            .map(|i| Packed(HeldBy::holding(i.limit, holder(i, &expired))))
             .collect();
-        let batch: SmallVec<[floodgate::store::Item<'_, super::KeyId, HeldBy<'_>>; INLINE]> = held
+        let batch: SmallVec<
+            [floodgate::store::Item<'_, super::KeyId, Packed<HeldBy<'_>>>; INLINE],
+        > = held
             .iter()
             .zip(&ids)
             .zip(items)
@@ -78,8 +80,8 @@ impl MemoryBackend {
         let expired = AtomicU64::new(0);
         let given = self
             .store
-            .update(limit, &id, now, |s| {
-                limit.give_back(s, now, units, holder(&item, &expired))
+            .update(&Packed(limit), &id, now, |s| {
+                s.update(|s| limit.give_back(s, now, units, holder(&item, &expired)))
             })
             .unwrap_or(0);
         count_expired(&expired);

@@ -9,7 +9,9 @@
 //! ([`AnyLimit::counting_window`], [`AnyLimit::reset_window`]) and its
 //! parameters in words ([`AnyLimit::describe`]). Layers that implement an
 //! algorithm elsewhere (the Redis store's scripts) match on
-//! [`AnyLimit::kind`], exhaustively.
+//! [`AnyLimit::kind`], exhaustively. A store holding keys of every kind
+//! keeps each state as a 16-byte [`PackedState`] and decides through a
+//! [`Packed`] limit, so that its entries are 32 bytes.
 //!
 //! # Adding an algorithm
 //!
@@ -20,10 +22,11 @@
 //!    quota, windows, words), with tests;
 //! 2. a variant of `AnyLimit`'s kinds, of [`AnyState`] and of
 //!    [`LimitKind`]: from there the compiler points at every match that must
-//!    handle it (the dispatch in `any.rs`; in `floodgate-redis`, its
-//!    encoding for the scripts, its scaling for the local fallback, the
-//!    synchronisation modes it supports and how their state is installed;
-//!    the tests that list one limit of every algorithm);
+//!    handle it (the dispatch in `any.rs`, the packing in `packed.rs`; in
+//!    `floodgate-redis`, its encoding for the scripts, its scaling for the
+//!    local fallback, the synchronisation modes it supports and how their
+//!    state is installed; the tests that list one limit of every
+//!    algorithm);
 //! 3. its Redis script, `floodgate-redis/src/lua/foo.lua`, included with
 //!    the others (`script.rs`), its arguments read in `read_item.lua` and
 //!    its functions called in `dispatch.lua`;
@@ -38,6 +41,7 @@ mod fixed_window;
 mod gcra;
 mod held_by;
 mod leases;
+mod packed;
 mod set;
 mod shape;
 mod shaper;
@@ -50,6 +54,7 @@ pub use fixed_window::{FixedWindow, WindowState};
 pub use gcra::{Gcra, GcraState};
 pub use held_by::HeldBy;
 pub use leases::{ANONYMOUS, Holder, LeaseState};
+pub use packed::{Packed, PackedState};
 pub use set::Limits;
 pub use shape::Quota;
 pub use shaper::{NginxRate, Shaper, ShaperDelay, ShaperState};

@@ -118,6 +118,16 @@ impl ShaperState {
     pub fn excess(&self) -> u64 {
         self.excess
     }
+
+    /// The excess and the last instant (ms), as held.
+    pub(crate) fn parts(&self) -> (u64, u64) {
+        (self.excess, self.last)
+    }
+
+    /// The state of these [`parts`](Self::parts).
+    pub(crate) fn from_parts(excess: u64, last: u64) -> Self {
+        ShaperState { excess, last }
+    }
 }
 
 impl Shaper {
