@@ -207,6 +207,24 @@ async fn a_header_is_charged_with_the_head_a_trailer_at_the_end() {
     assert_eq!(llm.call("alice", None).await, (429, Some(5)));
 }
 
+/// A trailer's cost counts as the trailers are seen, before the body's
+/// end is asked for (in memory at once; a remote store's charge holds the
+/// trailers back until it is done): a client that sends its next request
+/// as soon as they arrive finds it charged.
+#[tokio::test]
+async fn a_trailer_is_charged_before_it_goes_out() {
+    let llm = Llm::new(TRAILER);
+    let mut body = llm.ask("alice", Some("150")).await.into_body();
+    loop {
+        let frame = body.frame().await.expect("trailers").unwrap();
+        if frame.is_trailers() {
+            break;
+        }
+    }
+    assert_eq!(llm.call("alice", None).await, (429, Some(5)));
+    assert!(body.frame().await.is_none());
+}
+
 /// Above the cap (however long) charges the cap; absent or garbage charges
 /// `default`; each counted by how it was found.
 #[tokio::test]

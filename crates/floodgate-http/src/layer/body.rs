@@ -2,15 +2,16 @@
 //! rejection; either way it holds what a request keeps until its body
 //! ends (concurrency units, permits, the in-flight count).
 
+use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::requests::RequestResult;
-use super::shared::Hold;
+use super::shared::{Finishing, Hold};
 
 pin_project! {
     #[project = KindProj]
@@ -29,6 +30,9 @@ pin_project! {
         #[pin]
         kind: Kind<B>,
         held: Option<Box<dyn Hold>>,
+        // The trailers, held back while what their request left running
+        // (the charge of the cost they tell) finishes.
+        closing: Option<(Finishing, Frame<Bytes>)>,
         result: Option<RequestResult>,
     }
 }
@@ -40,6 +44,7 @@ impl<B> FloodgateBody<B> {
         FloodgateBody {
             kind: Kind::Inner { body },
             held,
+            closing: None,
             result: Some(result),
         }
     }
@@ -51,6 +56,7 @@ impl<B> FloodgateBody<B> {
         FloodgateBody {
             kind: Kind::Inner { body },
             held: None,
+            closing: None,
             result: None,
         }
     }
@@ -76,6 +82,7 @@ impl<B> FloodgateBody<B> {
                 data: (!data.is_empty()).then_some(data),
             },
             held: None,
+            closing: None,
             result: Some(result),
         }
     }
@@ -101,29 +108,50 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
+        if let Some((finishing, _)) = this.closing {
+            // Finished or failed alike: the trailers go out now.
+            let _ = ready!(Pin::new(finishing).poll(cx));
+            return Poll::Ready(this.closing.take().map(|(_, trailers)| Ok(trailers)));
+        }
         let polled = match this.kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         };
-        match (&polled, this.held.as_mut()) {
-            (Poll::Ready(Some(Ok(frame))), Some(held)) => {
-                if let Some(trailers) = frame.trailers_ref() {
+        let Some(held) = this.held.as_mut() else {
+            return polled;
+        };
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => match frame.trailers_ref() {
+                Some(trailers) => {
                     held.trailers(trailers);
+                    let Some(mut f) = this.held.take().and_then(Hold::close) else {
+                        return Poll::Ready(Some(Ok(frame)));
+                    };
+                    if Pin::new(&mut f).poll(cx).is_ready() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    *this.closing = Some((f, frame));
+                    Poll::Pending
                 }
-            }
-            (Poll::Ready(None), Some(held)) => {
+                None => Poll::Ready(Some(Ok(frame))),
+            },
+            Poll::Ready(None) => {
                 held.ended();
                 this.held.take();
+                Poll::Ready(None)
             }
-            (Poll::Ready(Some(Err(_))), _) => {
+            Poll::Ready(Some(Err(e))) => {
                 this.held.take();
+                Poll::Ready(Some(Err(e)))
             }
-            _ => {}
+            Poll::Pending => Poll::Pending,
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.closing.is_some() {
+            return false;
+        }
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),

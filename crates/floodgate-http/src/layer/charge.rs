@@ -9,7 +9,7 @@ use floodgate_policy::{Backend, Engine};
 use http::HeaderMap;
 use metrics::Counter;
 
-use super::shared::{Held, Hold, Scratch};
+use super::shared::{Finishing, Held, Hold, Scratch};
 use crate::identity::{CostRead, ResponseCost, response_cost_of};
 
 /// An admitted request waiting for its cost: its buffers (descriptors,
@@ -57,10 +57,18 @@ impl<B: Backend, C: Clock + 'static> Hold for ChargeAfter<B, C> {
     fn ended(&mut self) {
         self.read.get_or_insert(CostRead::Missing);
     }
+
+    fn close(mut self: Box<Self>) -> Option<Finishing> {
+        self.ended();
+        self.charge()
+    }
 }
 
-impl<B: Backend, C: Clock + 'static> Drop for ChargeAfter<B, C> {
-    fn drop(&mut self) {
+impl<B: Backend, C: Clock + 'static> ChargeAfter<B, C> {
+    /// Charges what was read (once: the request's buffers go back with
+    /// the first call); the charge's task when it runs on.
+    fn charge(&mut self) -> Option<Finishing> {
+        self.held.scratch.as_ref()?;
         let read = self.read.unwrap_or(CostRead::Unfinished);
         if let Some(counters) = &self.held.shared.response_costs {
             counters.count(read);
@@ -73,7 +81,13 @@ impl<B: Backend, C: Clock + 'static> Drop for ChargeAfter<B, C> {
             Some(s) if weighted => u64::from(s.out.hits_addend()),
             _ => 0,
         };
-        self.held.finish(cost.saturating_sub(deposit));
+        self.held.finish(cost.saturating_sub(deposit))
+    }
+}
+
+impl<B: Backend, C: Clock + 'static> Drop for ChargeAfter<B, C> {
+    fn drop(&mut self) {
+        self.charge();
     }
 }
 

@@ -191,7 +191,18 @@ pub(crate) trait Hold: Send + Sync {
     /// The response's body ended (with or without trailers); not told
     /// when it fails or is dropped first.
     fn ended(&mut self) {}
+
+    /// Done with the request as its body ends with trailers (the last
+    /// frame), before they are sent: what still runs (a remote store's
+    /// charge of the cost they tell), for them to wait for, so that the
+    /// client sees the response end once its cost counts.
+    fn close(self: Box<Self>) -> Option<Finishing> {
+        None
+    }
 }
+
+/// Work a request left running on the runtime as it ended.
+pub(crate) type Finishing = tokio::task::JoinHandle<()>;
 
 impl Hold for tokio::sync::OwnedSemaphorePermit {}
 impl Hold for super::queue::KeyedPermit {}
@@ -213,6 +224,12 @@ impl Hold for Vec<Box<dyn Hold>> {
         for h in self {
             h.ended();
         }
+    }
+
+    fn close(self: Box<Self>) -> Option<Finishing> {
+        // A request holds one charge after the response at most.
+        self.into_iter()
+            .fold(None, |running, h| h.close().or(running))
     }
 }
 
@@ -236,14 +253,12 @@ impl<B: Backend, C: Clock + 'static> Held<B, C> {
     /// descriptors `after` (if not 0: a cost known after the response,
     /// forced, so that it counts whole, debt included), then returns the
     /// buffers to the pool. An in-memory store is done at once; a remote
-    /// one finishes on the runtime.
-    pub(super) fn finish(&mut self, after: u64) {
-        let Some(mut scratch) = self.scratch.take() else {
-            return;
-        };
+    /// one finishes on the runtime: its task.
+    pub(super) fn finish(&mut self, after: u64) -> Option<Finishing> {
+        let mut scratch = self.scratch.take()?;
         if !self.holds_units && after == 0 {
             self.shared.put(scratch);
-            return;
+            return None;
         }
         let (shared, units) = (self.shared.clone(), self.holds_units);
         let mut finish = Box::pin(async move {
@@ -272,12 +287,14 @@ impl<B: Backend, C: Clock + 'static> Held<B, C> {
             shared.put(scratch);
         });
         let mut cx = Context::from_waker(Waker::noop());
-        if finish.as_mut().poll(&mut cx).is_pending() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    handle.spawn(finish);
-                }
-                Err(_) => LayerStats::inc(&self.shared.stats.release_lost),
+        if finish.as_mut().poll(&mut cx).is_ready() {
+            return None;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => Some(handle.spawn(finish)),
+            Err(_) => {
+                LayerStats::inc(&self.shared.stats.release_lost);
+                None
             }
         }
     }
