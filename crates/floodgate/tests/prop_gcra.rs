@@ -45,7 +45,7 @@ impl TokenBucket {
         let dt = t.saturating_sub(self.at);
         let missing = self.full().saturating_sub(self.scaled);
         // Refilling for longer than it takes to fill up changes nothing.
-        if dt >= (missing / self.count + 1) as u128 {
+        if dt >= (missing / self.count).saturating_add(1) as u128 {
             self.full()
         } else {
             (self.scaled + self.count * dt as i128).min(self.full())
@@ -100,7 +100,7 @@ impl LeakyMeter {
 
     fn level_at(&self, t: u128) -> i128 {
         let dt = t.saturating_sub(self.at);
-        if dt >= (self.scaled_level / self.count + 1) as u128 {
+        if dt >= (self.scaled_level / self.count).saturating_add(1) as u128 {
             0
         } else {
             (self.scaled_level - self.count * dt as i128).max(0)
@@ -317,4 +317,21 @@ fn a_forced_cost_above_burst_is_charged_whole_and_repaid_by_the_drip() {
             .is_denied()
     );
     assert!(gcra.decide(&mut s, at(400), 1, Apply::Commit).is_allowed());
+}
+
+/// The models' own arithmetic at their extremes: a debt (a level)
+/// saturated by costs of `u64::MAX` is still a balance they can refill
+/// (drain) from (a case the property test once drew).
+#[test]
+fn the_models_survive_a_saturated_balance() {
+    let mut bucket = TokenBucket::new(266, 1, 3_153_600_000_000_000_000);
+    let end = u128::from(u64::MAX);
+    bucket.charge(end, u64::MAX);
+    bucket.scaled = i128::MIN;
+    assert_eq!(bucket.remaining_at(end), 0);
+    assert!(!bucket.admits_at(end, 1));
+    let mut meter = LeakyMeter::new(266, 1, 3_153_600_000_000_000_000);
+    meter.charge(end, u64::MAX);
+    meter.scaled_level = i128::MAX;
+    assert_eq!(meter.remaining_at(end), 0);
 }
