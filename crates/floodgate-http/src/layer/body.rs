@@ -31,8 +31,9 @@ pin_project! {
         kind: Kind<B>,
         held: Option<Box<dyn Hold>>,
         // The trailers, held back while what their request left running
-        // (the charge of the cost they tell) finishes.
-        closing: Option<(Finishing, Frame<Bytes>)>,
+        // (the charge of the cost they tell) finishes; boxed, as every
+        // response carries the field and few ever fill it.
+        closing: Option<Box<(Finishing, Frame<Bytes>)>>,
         result: Option<RequestResult>,
     }
 }
@@ -108,10 +109,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
-        if let Some((finishing, _)) = this.closing {
+        if let Some(closing) = this.closing {
             // Finished or failed alike: the trailers go out now.
-            let _ = ready!(Pin::new(finishing).poll(cx));
-            return Poll::Ready(this.closing.take().map(|(_, trailers)| Ok(trailers)));
+            let _ = ready!(Pin::new(&mut closing.0).poll(cx));
+            return Poll::Ready(this.closing.take().map(|c| Ok(c.1)));
         }
         let polled = match this.kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
@@ -130,7 +131,7 @@ where
                     if Pin::new(&mut f).poll(cx).is_ready() {
                         return Poll::Ready(Some(Ok(frame)));
                     }
-                    *this.closing = Some((f, frame));
+                    *this.closing = Some(Box::new((f, frame)));
                     Poll::Pending
                 }
                 None => Poll::Ready(Some(Ok(frame))),
