@@ -12,6 +12,16 @@
 
 use crate::support::{Service, python, start};
 
+/// The seconds line `i` of a scenario's `lines` tells after `prefix`
+/// (`<prefix>1.25s`).
+fn seconds(lines: &[String], i: usize, prefix: &str) -> f64 {
+    lines[i]
+        .strip_prefix(prefix)
+        .and_then(|s| s.strip_suffix('s'))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("line {i} is not `{prefix}<seconds>s`: {lines:?}"))
+}
+
 async fn scenario(service: &Service, name: &str, extra: &[String]) -> Vec<String> {
     let mut args = vec![format!("127.0.0.1:{}", service.grpc), name.to_owned()];
     args.extend_from_slice(extra);
@@ -166,12 +176,7 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
             "one pushed: user=a share 50/MINUTE ttl=1",
         ]
     );
-    let whole: f64 = lines[3]
-        .strip_prefix("one: whole again after ")
-        .and_then(|s| s.strip_suffix('s'))
-        .unwrap_or_else(|| panic!("{lines:?}"))
-        .parse()
-        .unwrap();
+    let whole = seconds(&lines, 3, "one: whole again after ");
     // Not before the silent stream's time to live ended.
     assert!(whole >= 0.9, "{lines:?}");
 }
@@ -192,12 +197,7 @@ async fn a_stream_is_pushed_the_whole_limit_once_the_other_falls_silent() {
             "one pushed: user=a share 100/MINUTE ttl=1",
         ]
     );
-    let after: f64 = lines[5]
-        .strip_prefix("one: pushed after ")
-        .and_then(|s| s.strip_suffix('s'))
-        .unwrap_or_else(|| panic!("{lines:?}"))
-        .parse()
-        .unwrap();
+    let after = seconds(&lines, 5, "one: pushed after ");
     // After the time to live, within half of it more (the check's period).
     assert!((0.9..=2.0).contains(&after), "{lines:?}");
 }
@@ -325,12 +325,7 @@ async fn with_redis_streams_on_two_instances_share_the_limit_and_a_silent_one_gi
             "one: user=a share 50/MINUTE ttl=1",
         ]
     );
-    let whole: f64 = lines[3]
-        .strip_prefix("one: whole again after ")
-        .and_then(|s| s.strip_suffix('s'))
-        .unwrap_or_else(|| panic!("{lines:?}"))
-        .parse()
-        .unwrap();
+    let whole = seconds(&lines, 3, "one: whole again after ");
     assert!(whole >= 0.9, "{lines:?}");
 }
 
