@@ -22,6 +22,14 @@ fn seconds(lines: &[String], i: usize, prefix: &str) -> f64 {
         .unwrap_or_else(|| panic!("line {i} is not `{prefix}<seconds>s`: {lines:?}"))
 }
 
+/// The lines of the scenario `name`, played against a service of its own
+/// started with `settings` (the server section's extra lines).
+async fn played(settings: &str, name: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let service = start(dir.path(), settings).await;
+    scenario(&service, name, &[]).await
+}
+
 async fn scenario(service: &Service, name: &str, extra: &[String]) -> Vec<String> {
     let mut args = vec![format!("127.0.0.1:{}", service.grpc), name.to_owned()];
     args.extend_from_slice(extra);
@@ -30,9 +38,7 @@ async fn scenario(service: &Service, name: &str, extra: &[String]) -> Vec<String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "").await;
-    let lines = scenario(&service, "shares", &[]).await;
+    let lines = played("", "shares").await;
     assert_eq!(
         lines,
         [
@@ -48,9 +54,7 @@ async fn two_instances_share_one_limit_and_an_unknown_bucket_is_allowed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_bucket_rule_is_assigned_shares_of_its_burst_and_rate() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "").await;
-    let lines = scenario(&service, "tokens", &[]).await;
+    let lines = played("", "tokens").await;
     assert_eq!(
         lines,
         [
@@ -64,9 +68,7 @@ async fn a_token_bucket_rule_is_assigned_shares_of_its_burst_and_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 4s\n").await;
-    let lines = scenario(&service, "spent", &[]).await;
+    let lines = played("  rlqs:\n    assignment_ttl: 4s\n", "spent").await;
     assert_eq!(
         lines,
         [
@@ -80,9 +82,7 @@ async fn a_spent_limit_denies_all_and_a_resumed_stream_keeps_the_count() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_or_lying_instance_keeps_a_quarter_share_and_cannot_deny_past_the_window() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "").await;
-    let lines = scenario(&service, "liar", &[]).await;
+    let lines = played("", "liar").await;
     assert_eq!(
         lines,
         [
@@ -103,9 +103,7 @@ async fn an_idle_or_lying_instance_keeps_a_quarter_share_and_cannot_deny_past_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_reports_end_their_stream_with_a_clear_status() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "").await;
-    let lines = scenario(&service, "refused", &[]).await;
+    let lines = played("", "refused").await;
     let expect = [
         (
             "huge: ERR INVALID_ARGUMENT",
@@ -165,9 +163,7 @@ async fn a_bucket_whose_rule_a_reload_removes_is_abandoned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
-    let lines = scenario(&service, "silent", &[]).await;
+    let lines = played("  rlqs:\n    assignment_ttl: 1s\n", "silent").await;
     assert_eq!(
         lines[..3],
         [
@@ -183,9 +179,7 @@ async fn a_silent_stream_stops_sharing_once_the_time_to_live_has_passed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_is_pushed_the_whole_limit_once_the_other_falls_silent() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "  rlqs:\n    assignment_ttl: 1s\n").await;
-    let lines = scenario(&service, "expired", &[]).await;
+    let lines = played("  rlqs:\n    assignment_ttl: 1s\n", "expired").await;
     assert_eq!(
         lines[..5],
         [
@@ -204,9 +198,7 @@ async fn a_stream_is_pushed_the_whole_limit_once_the_other_falls_silent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_enforcing_its_shares_admits_the_limit_and_one_round_at_most() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = start(dir.path(), "").await;
-    let lines = scenario(&service, "fleet", &[]).await;
+    let lines = played("", "fleet").await;
     let admitted: u64 = lines[0].strip_prefix("admitted ").unwrap().parse().unwrap();
     // The bound of docs/service.md: the limit (100), plus what the three
     // instances admit in one reporting interval (10 each) once it is spent.
@@ -269,14 +261,7 @@ async fn an_open_stream_ends_unavailable_when_the_service_shuts_down() {
         all.extend(args);
         python("rlqs.py", all).await
     });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !marker.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the stream never opened"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for(&marker).await;
     let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), service.stop());
     stopped
         .await
