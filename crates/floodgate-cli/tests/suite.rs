@@ -21,6 +21,7 @@ mod gateway_metrics;
 mod headers_parity;
 mod healthcheck;
 mod help;
+mod hostile_http2;
 mod hostile_listeners;
 mod hostile_log_flood;
 mod hostile_reloads;
