@@ -7,6 +7,7 @@ Usage: h2_hostile.py PORT SCENARIO
 Prints one JSON line with what the client observed and exits 0, unless
 the script itself failed. Observations of one connection:
   closed    the server closed it (EOF, a reset, or a write refused);
+  throttled a write blocked: the server stopped reading;
   goaway    the error code of the server's GOAWAY, or null;
   resets    [[stream, error code], ...] of the server's RST_STREAMs;
   answered  how many streams got a whole response;
@@ -23,6 +24,7 @@ import struct
 import sys
 import time
 
+import h2.events
 import hpack
 
 import rapid_reset
@@ -87,19 +89,21 @@ class Conn:
         self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
         self.decoder.max_header_list_size = 1 << 24
         self.buf = b""
-        self.closed, self.goaway, self.resets = False, None, []
+        self.closed, self.throttled, self.goaway, self.resets = False, False, None, []
         self.settings, self.acks = {}, {PING: 0, SETTINGS: 0}
         self.streams = {}
         if preface:
             self.send(PREFACE + frame(SETTINGS, 0, 0))
 
     def send(self, data):
-        """Writes `data`; False (and closed) when the server refused it."""
+        """Writes `data`; False when the server refused it (closed) or
+        stopped reading it for WAIT (throttled)."""
         try:
             self.sock.sendall(data)
             return True
         except socket.timeout:
-            raise
+            self.throttled = True
+            return False
         except OSError:
             self.closed = True
             return False
@@ -202,7 +206,8 @@ class Conn:
     def observed(self, **extra):
         ended = {k: v for k, v in self.streams.items() if v["ended"]}
         seen = {
-            "closed": self.closed, "goaway": self.goaway, "resets": self.resets,
+            "closed": self.closed, "throttled": self.throttled,
+            "goaway": self.goaway, "resets": self.resets,
             "answered": len(ended),
             "grpc": [[k, int(v["grpc-status"])] for k, v in ended.items() if "grpc-status" in v],
             "http": [[k, int(v[":status"])] for k, v in ended.items() if ":status" in v],
@@ -218,17 +223,13 @@ class Conn:
 
 def send_for(conn, data, chunk):
     """Writes `data` in pieces of `chunk` bytes without reading; how many
-    bytes the server took before it closed or stopped reading (throttled:
-    a write blocked for WAIT)."""
+    bytes the server took before it closed or stopped reading."""
     sent = 0
     for i in range(0, len(data), chunk):
-        try:
-            if not conn.send(data[i:i + chunk]):
-                return sent, False
-        except socket.timeout:
-            return sent, True
+        if not conn.send(data[i:i + chunk]):
+            return sent
         sent += min(chunk, len(data) - i)
-    return sent, False
+    return sent
 
 
 # -- Scenarios -------------------------------------------------------------
@@ -270,9 +271,9 @@ def continuation_flood(port):
     piece = flood_block(MAX_FRAME // 113)
     head = frame(HEADERS, 0, 1, c.block(call_headers(port)))
     frames = head + frame(CONTINUATION, 0, 1, piece) * (total // len(piece))
-    sent, throttled = send_for(c, frames, 1 << 16)
+    sent = send_for(c, frames, 1 << 16)
     c.until_closed()
-    return c.observed(sent=sent, total=len(frames), throttled=throttled)
+    return c.observed(sent=sent, total=len(frames))
 
 
 def header_list_too_large(port):
@@ -310,8 +311,41 @@ def bad_hpack(port):
     }}
 
 
+def call_on(s, conn, port):
+    """A ShouldRateLimit call on an `h2` library connection: its
+    grpc-status, or None when the connection ends or WAIT passes first."""
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, call_headers(port))
+    conn.send_data(sid, rls_message("after-resets"), end_stream=True)
+    end = time.monotonic() + WAIT
+    try:
+        s.sendall(conn.data_to_send())
+        while time.monotonic() < end:
+            s.settimeout(max(end - time.monotonic(), 0.01))
+            data = s.recv(1 << 16)
+            if not data:
+                return None
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ConnectionTerminated):
+                    return None
+                if getattr(event, "stream_id", None) == sid and hasattr(event, "headers"):
+                    status = dict(event.headers).get("grpc-status")
+                    if status is not None:
+                        return int(status)
+            s.sendall(conn.data_to_send())
+    except OSError:
+        return None
+    return None
+
+
 def rapid_reset_flood(port):
-    return {"closed": rapid_reset.flood(port, 10_000)}
+    """rapid_reset.py's flood of 10 000 streams on one connection; then,
+    when the server kept it open, one call on it."""
+    s, conn = rapid_reset.connect(port)
+    closed = rapid_reset.reset_streams(s, conn, 10_000)
+    after = None if closed else call_on(s, conn, port)
+    s.close()
+    return {"closed": closed, "after": after}
 
 
 def control_flood(port, kind, payload):
@@ -320,10 +354,9 @@ def control_flood(port, kind, payload):
     c.handshake()
     count = 100_000
     one = frame(kind, 0, 0, payload)
-    sent, throttled = send_for(c, one * count, len(one) * 1000)
-    c.pump(lambda: c.acks[kind] >= sent // len(one), seconds=2 * WAIT)
-    return c.observed(sent=sent // len(one), count=count, throttled=throttled,
-                      acks=c.acks[kind])
+    sent = send_for(c, one * count, len(one) * 1000) // len(one)
+    c.pump(lambda: c.acks[kind] >= sent, seconds=2 * WAIT)
+    return c.observed(sent=sent, count=count, acks=c.acks[kind])
 
 
 def ping_flood(port):
@@ -440,11 +473,11 @@ def zero_length_flood(port):
     c = Conn(port)
     c.handshake()
     c.request(1, call_headers(port), end=False)
-    sent, throttled = send_for(c, frame(DATA, 0, 1) * 100_000, 9 * 1000)
-    if not c.closed and not throttled:
+    sent = send_for(c, frame(DATA, 0, 1) * 100_000, 9 * 1000)
+    if not c.closed and not c.throttled:
         c.send(frame(DATA, END_STREAM, 1, rls_message("after-empty")))
     c.pump(lambda: c.done(1))
-    return c.observed(sent=sent // 9, throttled=throttled)
+    return c.observed(sent=sent // 9)
 
 
 def malformed(port, headers):

@@ -14,15 +14,21 @@ import h2.config
 import h2.connection
 
 
-def flood(port, streams):
-    """One connection; whether the server closed it before the last stream."""
+def connect(port):
+    """A client connection to `port`: its socket and its `h2` state, the
+    preface queued to go with the first stream."""
     s = socket.create_connection(("127.0.0.1", port), timeout=2)
     conn = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
     )
     conn.initiate_connection()
+    return s, conn
+
+
+def reset_streams(s, conn, streams):
+    """Up to `streams` times HEADERS then RST_STREAM on `conn`, without
+    reading; whether the server closed it before the last stream."""
     try:
-        s.sendall(conn.data_to_send())
         for _ in range(streams):
             sid = conn.get_next_available_stream_id()
             headers = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")]
@@ -32,6 +38,13 @@ def flood(port, streams):
         return False
     except OSError:
         return True
+
+
+def flood(port, streams):
+    """One connection; whether the server closed it before the last stream."""
+    s, conn = connect(port)
+    try:
+        return reset_streams(s, conn, streams)
     finally:
         s.close()
 
