@@ -101,10 +101,11 @@ fn ensure(holds: bool, what: &str) -> Result<(), String> {
     if holds { Ok(()) } else { Err(what.to_owned()) }
 }
 
-/// Runs `scenario` of the script against `port`: what it saw.
-fn run(port: u16, scenario: &str) -> Value {
+/// Runs `scenario` of the script with `python` against `port`: what it
+/// saw.
+fn run(python: &Path, port: u16, scenario: &str) -> Value {
     let script = workspace_root().join("crates/floodgate-cli/tests/python/h2_hostile.py");
-    let out = Command::new(python())
+    let out = Command::new(python)
         .arg(&script)
         .arg(port.to_string())
         .arg(scenario)
@@ -343,13 +344,15 @@ fn alive(pid: u32) -> bool {
 fn battery(extra_args: &[&str]) {
     let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
     let serve = Floodgate::start(bin, CONFIG, extra_args, &[]);
+    // Found (and its packages checked) once: that takes a second.
+    let python = python();
     let mut failures = Vec::new();
     for (name, check) in SCENARIOS {
-        let seen = run(serve.grpc, name);
+        let seen = run(&python, serve.grpc, name);
         if let Err(e) = check(&seen) {
             failures.push(format!("{name}: {e}; observed {seen}"));
         }
-        let after = run(serve.grpc, "valid_call");
+        let after = run(&python, serve.grpc, "valid_call");
         if !alive(serve.pid()) {
             failures.push(format!("{name}: the process died"));
             break;
