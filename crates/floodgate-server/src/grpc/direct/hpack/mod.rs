@@ -8,6 +8,8 @@
 mod huffman;
 mod huffman_codes;
 mod reader;
+#[cfg(test)]
+mod roundtrip;
 mod table;
 #[cfg(test)]
 mod tests;
