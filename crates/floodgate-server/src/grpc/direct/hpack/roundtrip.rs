@@ -91,10 +91,10 @@ impl Encoder {
     }
 
     fn field(&mut self, out: &mut Vec<u8>, f: &FieldSpec) {
-        if let Kind::Indexed = f.kind {
-            if let Some(index) = self.find(|n, v| n == f.name && v == f.value) {
-                return integer(out, 0x80, 7, index);
-            }
+        if let Kind::Indexed = f.kind
+            && let Some(index) = self.find(|n, v| n == f.name && v == f.value)
+        {
+            return integer(out, 0x80, 7, index);
         }
         let (pattern, prefix) = match f.kind {
             Kind::Indexed | Kind::WithIndexing => (0x40, 6),
