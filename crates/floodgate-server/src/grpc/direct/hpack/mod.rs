@@ -104,19 +104,6 @@ enum Name<'b> {
     Dynamic(usize),
 }
 
-/// A field representation as read (§6).
-enum Field<'b> {
-    /// A dynamic table entry, name and value.
-    Dynamic(usize),
-    /// A name and a value; `indexed` when the field joins the dynamic
-    /// table.
-    Literal {
-        name: Name<'b>,
-        value: Text<'b>,
-        indexed: bool,
-    },
-}
-
 impl Decoder {
     /// A decoder whose dynamic table holds at most `max_table_size` bytes
     /// (what the connection announces in SETTINGS_HEADER_TABLE_SIZE). It
@@ -140,37 +127,13 @@ impl Decoder {
     ) -> Result<(), HpackError> {
         let mut reader = Reader::new(block);
         self.size_updates(&mut reader)?;
-        while !reader.is_empty() {
-            self.scratch.clear();
-            match self.field(&mut reader)? {
-                Field::Dynamic(index) => {
-                    let (name, value) = self.dynamic(index)?;
-                    each(name, value)
-                }
-                Field::Literal {
-                    name,
-                    value,
-                    indexed: false,
-                } => {
-                    let name = match name {
-                        Name::Text(text) => text.bytes(&self.scratch),
-                        Name::Dynamic(index) => self.dynamic(index)?.0,
-                    };
-                    each(name, value.bytes(&self.scratch))
-                }
-                Field::Literal {
-                    name,
-                    value,
-                    indexed: true,
-                } => {
-                    let name = self.own_name(name)?;
-                    let name = name.bytes(&self.scratch);
-                    let value = value.bytes(&self.scratch);
-                    self.table.insert(name, value);
-                    each(name, value)
-                }
+        while let Some(first) = reader.peek() {
+            if first >= 0x80 {
+                let (name, value) = lookup(&self.table, reader.integer(7)?)?;
+                each(name, value).map_err(|()| HpackError::Stopped)?;
+            } else {
+                self.literal(&mut reader, first, &mut each)?;
             }
-            .map_err(|()| HpackError::Stopped)?;
         }
         Ok(())
     }
@@ -190,10 +153,16 @@ impl Decoder {
         Ok(())
     }
 
-    /// Reads the next field representation (§6).
-    fn field<'b>(&mut self, reader: &mut Reader<'b>) -> Result<Field<'b>, HpackError> {
-        let (prefix, indexed) = match reader.peek().unwrap_or(0) {
-            0x80.. => return self.entry(reader.integer(7)?),
+    /// Decodes a literal field (§6.2) starting with `first`, adding it
+    /// to the dynamic table if it asks to be.
+    fn literal(
+        &mut self,
+        reader: &mut Reader<'_>,
+        first: u8,
+        each: &mut impl FnMut(&[u8], &[u8]) -> Result<(), ()>,
+    ) -> Result<(), HpackError> {
+        self.scratch.clear();
+        let (prefix, indexed) = match first {
             0x40.. => (6, true),
             0x20.. => return Err(HpackError::SizeUpdateNotFirst),
             // Without indexing (0000) and never indexed (0001) read alike.
@@ -201,41 +170,32 @@ impl Decoder {
         };
         let name = match reader.integer(prefix)? {
             0 => Name::Text(self.string(reader)?),
-            index => match self.entry(index)? {
-                Field::Dynamic(index) => Name::Dynamic(index),
-                Field::Literal { name, .. } => name,
-            },
+            index => self.name(index)?,
         };
         let value = self.string(reader)?;
-        Ok(Field::Literal {
-            name,
-            value,
-            indexed,
-        })
+        let (name, value) = if indexed {
+            let name = self.own_name(name)?;
+            let (name, value) = (name.bytes(&self.scratch), value.bytes(&self.scratch));
+            self.table.insert(name, value);
+            (name, value)
+        } else {
+            let name = match name {
+                Name::Text(text) => text.bytes(&self.scratch),
+                Name::Dynamic(index) => dynamic(&self.table, index)?.0,
+            };
+            (name, value.bytes(&self.scratch))
+        };
+        each(name, value).map_err(|()| HpackError::Stopped)
     }
 
-    /// Entry `index` of the static then the dynamic table (§2.3.3).
-    fn entry(&self, index: u32) -> Result<Field<'static>, HpackError> {
+    /// The name of entry `index` of the static then the dynamic table.
+    fn name(&self, index: u32) -> Result<Name<'static>, HpackError> {
         let i = index as usize;
-        match i {
-            0 => Err(HpackError::ZeroIndex),
-            1..=61 => {
-                let (name, value) = STATIC[i - 1];
-                Ok(Field::Literal {
-                    name: Name::Text(Text::Borrowed(name)),
-                    value: Text::Borrowed(value),
-                    indexed: false,
-                })
-            }
-            _ => self.dynamic(i - 62).map(|_| Field::Dynamic(i - 62)),
+        if (1..=STATIC.len()).contains(&i) {
+            return Ok(Name::Text(Text::Borrowed(STATIC[i - 1].0)));
         }
-    }
-
-    /// Entry `index` of the dynamic table (0 the newest).
-    fn dynamic(&self, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
-        self.table
-            .get(index)
-            .ok_or_else(|| out_of_range(&self.table, index))
+        lookup(&self.table, index)?;
+        Ok(Name::Dynamic(i - STATIC.len() - 1))
     }
 
     /// The name of a field joining the table, out of the table: inserting
@@ -246,10 +206,7 @@ impl Decoder {
             Name::Text(text) => return Ok(text),
             Name::Dynamic(index) => index,
         };
-        let (name, _) = self
-            .table
-            .get(index)
-            .ok_or_else(|| out_of_range(&self.table, index))?;
+        let (name, _) = dynamic(&self.table, index)?;
         let start = self.scratch.len();
         self.scratch.extend_from_slice(name);
         Ok(Text::Scratch(start..self.scratch.len()))
@@ -266,6 +223,21 @@ impl Decoder {
         huffman::decode(bytes, &mut self.scratch)?;
         Ok(Text::Scratch(start..self.scratch.len()))
     }
+}
+
+/// Entry `index` (from 1) of the static then the dynamic table (§2.3.3).
+fn lookup(table: &Table, index: u32) -> Result<(&[u8], &[u8]), HpackError> {
+    match index as usize {
+        0 => Err(HpackError::ZeroIndex),
+        i @ 1..=61 => Ok(STATIC[i - 1]),
+        i => dynamic(table, i - STATIC.len() - 1),
+    }
+}
+
+/// Entry `index` of the dynamic table (0 the newest).
+#[inline]
+fn dynamic(table: &Table, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
+    table.get(index).ok_or_else(|| out_of_range(table, index))
 }
 
 /// The error of dynamic table entry `index` (0 the newest) beyond the

@@ -29,6 +29,7 @@ impl<'b> Reader<'b> {
 
     /// An integer whose first byte keeps its value in the low `prefix`
     /// bits (the high ones being the representation's pattern).
+    #[inline]
     pub(super) fn integer(&mut self, prefix: u32) -> Result<u32, HpackError> {
         let (&first, mut rest) = self
             .block

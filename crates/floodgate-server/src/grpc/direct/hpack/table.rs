@@ -150,11 +150,17 @@ impl Table {
 
     /// Entry `index` (0 the newest): its name and value. `None` beyond the
     /// oldest.
+    #[inline]
     pub(super) fn get(&self, index: usize) -> Option<(&[u8], &[u8])> {
         if index >= self.len {
             return None;
         }
-        let slot = self.slots[(self.newest + self.slots.len() - index) % self.slots.len()];
+        // Older entries are before the newest, circularly.
+        let at = match self.newest.checked_sub(index) {
+            Some(at) => at,
+            None => self.newest + self.slots.len() - index,
+        };
+        let slot = self.slots[at];
         let name_end = slot.offset + slot.name_len;
         Some((
             &self.bytes[slot.offset..name_end],
