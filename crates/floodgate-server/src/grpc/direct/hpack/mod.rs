@@ -87,6 +87,7 @@ enum Text<'b> {
 }
 
 impl<'b> Text<'b> {
+    /// The string's bytes, `scratch` being the decoder's scratch buffer.
     fn bytes<'a>(&self, scratch: &'a [u8]) -> &'a [u8]
     where
         'b: 'a,
