@@ -25,6 +25,10 @@ struct Canonical {
     offset: [u16; 31],
     /// The symbols by code (by length, then symbol).
     symbols: [u16; 257],
+    /// By a window's first byte: the symbol of 8 bits or fewer it starts
+    /// with and its length, or length 0 when its code is longer (what
+    /// header text is made of, mostly, found in one step).
+    short: [(u16, u8); 256],
 }
 
 /// Builds the tables; fails to compile if the code is not canonical.
@@ -34,6 +38,7 @@ const fn canonical() -> Canonical {
         first: [0; 31],
         offset: [0; 31],
         symbols: [0; 257],
+        short: [(0, 0); 256],
     };
     let mut placed = 0;
     let mut next_code: u32 = 0;
@@ -59,6 +64,14 @@ const fn canonical() -> Canonical {
         placed == CODES.len() && t.limit[30] == 1 << 32,
         "the code is complete"
     );
+    let mut byte = 0;
+    while byte < 256 {
+        let (symbol, len) = long_symbol(&t, (byte as u64) << 24);
+        if len <= 8 {
+            t.short[byte] = (symbol, len as u8);
+        }
+        byte += 1;
+    }
     t
 }
 
@@ -67,13 +80,21 @@ static CANONICAL: Canonical = canonical();
 /// The symbol the 32-bit left-aligned `window` starts with, and its
 /// length in bits.
 fn symbol(window: u64) -> (u16, u32) {
-    let t = &CANONICAL;
+    let (symbol, len) = CANONICAL.short[(window >> 24) as usize];
+    if len != 0 {
+        return (symbol, u32::from(len));
+    }
+    long_symbol(&CANONICAL, window)
+}
+
+/// [`symbol`], by comparing the window with each length's codes.
+const fn long_symbol(t: &Canonical, window: u64) -> (u16, u32) {
     let mut len = 5;
     while window >= t.limit[len] {
         len += 1;
     }
     let code = (window >> (32 - len)) as u32;
-    let index = usize::from(t.offset[len]) + (code - t.first[len]) as usize;
+    let index = t.offset[len] as usize + (code - t.first[len]) as usize;
     (t.symbols[index], len as u32)
 }
 
@@ -84,23 +105,42 @@ fn symbol(window: u64) -> (u16, u32) {
 pub(super) fn decode(coded: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
     // The shortest code is 5 bits.
     out.reserve(coded.len() * 8 / 5);
-    // The bits read and not yet decoded, right-aligned (fewer than 38).
+    // The bits read and not yet decoded, right-aligned (fewer than 38;
+    // above `count`, bits already decoded until the byte's end).
     let mut bits: u64 = 0;
     let mut count: u32 = 0;
     for &byte in coded {
         bits = (bits << 8) | u64::from(byte);
         count += 8;
-        while count >= LONGEST {
-            let (symbol, len) = symbol((bits >> (count - LONGEST)) << 2);
+        while count >= 8 {
+            let Some((symbol, len)) = next_symbol(bits, count) else {
+                break;
+            };
             if symbol == EOS {
                 return Err(HpackError::HuffmanEos);
             }
             out.push(symbol as u8);
             count -= len;
-            bits &= (1 << count) - 1;
         }
+        bits &= (1 << count) - 1;
     }
     decode_tail(bits, count, out)
+}
+
+/// The symbol the last `count` bits of `bits` start with, and its length,
+/// once they decide it: a code of 8 bits or fewer needs 8 bits, a longer
+/// one 30.
+#[inline]
+fn next_symbol(bits: u64, count: u32) -> Option<(u16, u32)> {
+    let (symbol, len) = CANONICAL.short[((bits >> (count - 8)) & 0xff) as usize];
+    if len != 0 {
+        return Some((symbol, u32::from(len)));
+    }
+    if count < LONGEST {
+        return None;
+    }
+    let window = ((bits >> (count - LONGEST)) & 0x3fff_ffff) << 2;
+    Some(long_symbol(&CANONICAL, window))
 }
 
 /// Decodes the last `count` bits (fewer than 30), then checks the padding.
