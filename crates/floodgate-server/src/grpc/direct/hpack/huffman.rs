@@ -1,9 +1,10 @@
 //! Huffman-coded strings (RFC 7541 §5.2, Appendix B). The code is
 //! canonical: codes of one length are consecutive numbers, in the order
 //! of their symbols, and each length's codes follow the shorter ones. A
-//! code is therefore found by comparing the next 32 bits, left-aligned,
-//! with the end of each length's codes, shortest first (tables built at
-//! compile time from [`CODES`]).
+//! code of up to 8 bits (most of header text) is found by its first byte
+//! in a table; a longer one by comparing the next 32 bits, left-aligned,
+//! with the end of each length's codes, shortest first (the tables built
+//! at compile time from [`CODES`]).
 
 use super::HpackError;
 use super::huffman_codes::CODES;
