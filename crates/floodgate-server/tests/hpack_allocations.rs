@@ -115,7 +115,8 @@ fn a_warm_decoder_allocates_nothing_per_block() {
 }
 
 /// The time to decode a warm gRPC request block: run with `cargo test
-/// --release -p floodgate-server --test suite -- --ignored hpack`.
+/// --release -p floodgate-server --test suite -- --ignored --nocapture
+/// measure_a_warm`.
 #[test]
 #[ignore = "a measure, for release builds"]
 fn measure_a_warm_request_block() {
