@@ -29,7 +29,7 @@ fi
 SECS=${1:-$([ $QUICK = 1 ] && echo 5 || echo 60)}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority request_path proxy_header)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_config http_section config_check request_head client_signals rls_wire rls_response http_api upstream_response request_authority request_path proxy_header hpack_decoder)
 
 if [ $QUICK = 1 ]; then
     HOST=$(rustc -vV | sed -n 's/^host: //p')
@@ -106,6 +106,25 @@ printf 'PROXY TCP6 2001:db8::1 2001:db8::2 4711 443\r\n' > corpus/proxy_header/s
 printf 'PROXY UNKNOWN\r\n' > corpus/proxy_header/seed-v1-unknown
 printf '\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x13\xc0\x00\x02\x01\xc6\x33\x64\x01\x12\x67\x01\xbb\xea\x00\x04\x01vpc' > corpus/proxy_header/seed-v2-tcp4
 printf '\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00' > corpus/proxy_header/seed-v2-local
+
+# HPACK: RFC 7541's requests (C.3, C.4; a 4096-byte table) and responses
+# (C.6; 256 bytes), each block after its length.
+mkdir -p corpus/hpack_decoder
+hpack_seed() { # $1: name, $2: the table size's index in the target's SIZES, then the blocks' hex
+    python3 - "$@" <<'PY'
+import pathlib, sys
+name, size, *blocks = sys.argv[1:]
+data = bytes([int(size)]) + b"".join(bytes([len(bytes.fromhex(b))]) + bytes.fromhex(b) for b in blocks)
+pathlib.Path(f"corpus/hpack_decoder/seed-{name}").write_bytes(data)
+PY
+}
+hpack_seed c3 3 828684410f7777772e6578616d706c652e636f6d 828684be58086e6f2d6361636865 \
+    828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565
+hpack_seed c4 3 828684418cf1e3c2e5f23a6ba0ab90f4ff 828684be5886a8eb10649cbf \
+    828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf
+hpack_seed c6 2 488264025885aec3771a4b6196d07abe941054d444a8200595040b8166e082a62d1bff6e919d29ad171863c78f0b97c8e9ae82ae43d3 \
+    4883640effc1c0bf \
+    88c16196d07abe941054d444a8200595040b8166e084a62d1bffc05a839bd9ab77ad94e7821dd7f2e6c7b335dfdfcd5b3960d5af27087f3672c1ab270fb5291f9587316065c003ed4ee5b1063d5007
 
 failed=0
 run() {

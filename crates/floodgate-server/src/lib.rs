@@ -71,12 +71,13 @@ pub use settings::RlsSettings;
 pub const DEFAULT_CONFIG: &[&str] = &["floodgate.yaml", "examples/floodgate.yaml"];
 
 /// What the crate's tests and fuzz targets drive directly: the gRPC
-/// message codec, the header renderer, the HTTP router and the service
-/// behind them. Not a stable API (feature `internals`).
+/// message codec, the HPACK decoder, the header renderer, the HTTP router
+/// and the service behind them. Not a stable API (feature `internals`).
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals {
     pub use crate::decision::DecisionService;
+    pub use crate::grpc::direct::hpack::{Decoder as HpackDecoder, HpackError};
     pub use crate::grpc::wire::{WireRequest, encode_response, generated};
     pub use crate::headers::envoy_headers;
     pub use crate::http::router;

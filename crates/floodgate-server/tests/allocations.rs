@@ -6,6 +6,9 @@
 //!
 //! The bound is today's count with a margin; docs/benchmarks.md records
 //! the count itself.
+//!
+//! The counting allocator serves the whole test binary: each thread's own
+//! count is [`on_this_thread`]'s.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -23,12 +26,15 @@ struct Counting;
 thread_local! {
     /// This thread is one of the service's.
     static SERVICE: Cell<bool> = const { Cell::new(false) };
+    /// Allocations made on this thread.
+    static THIS_THREAD: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Allocations made on the service's threads.
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 fn count() {
+    let _ = THIS_THREAD.try_with(|n| n.set(n.get() + 1));
     if SERVICE.try_with(Cell::get).unwrap_or(false) {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     }
@@ -51,6 +57,11 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) }
     }
+}
+
+/// The allocations made so far on the calling thread.
+pub(crate) fn on_this_thread() -> u64 {
+    THIS_THREAD.with(Cell::get)
 }
 
 #[global_allocator]

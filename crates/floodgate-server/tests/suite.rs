@@ -5,6 +5,7 @@ mod ageing;
 mod allocations;
 mod envoy_differential;
 mod grpc_tls_python;
+mod hpack_allocations;
 mod rlqs;
 mod settings;
 mod support;

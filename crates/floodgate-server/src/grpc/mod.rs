@@ -5,6 +5,7 @@
 
 mod answer;
 mod deadline;
+pub(crate) mod direct;
 mod fast;
 pub(crate) mod wire;
 
