@@ -380,3 +380,8 @@ fn battery(extra_args: &[&str]) {
 fn the_hyper_server_survives_hostile_http2_clients() {
     battery(&[]);
 }
+
+#[test]
+fn the_own_http2_server_survives_hostile_http2_clients() {
+    battery(&["--grpc-http2", "direct"]);
+}

@@ -5,6 +5,7 @@
 # unlike time, the count does not move with the machine's load.
 #
 #   crates/floodgate-server/bench/instructions.sh [DURATION]
+#   SERVE_ARGS="--grpc-http2 direct" crates/floodgate-server/bench/instructions.sh
 #
 # Prints the decisions counted and the instructions per decision; with
 # TOP=N also the N functions that cost most per decision. The count covers
@@ -26,7 +27,7 @@ trap cleanup EXIT
 
 valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
     --callgrind-out-file="$WORK/cg.out" \
-    "$BIN" serve --config examples/bench.yaml --workers 1 >"$WORK/valgrind.log" 2>&1 &
+    "$BIN" serve --config examples/bench.yaml --workers 1 ${SERVE_ARGS:-} >"$WORK/valgrind.log" 2>&1 &
 PID=$!
 for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/18181) 2>/dev/null && break; sleep 0.1; done
 load() { # $1: duration

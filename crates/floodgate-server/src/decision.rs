@@ -120,6 +120,37 @@ impl DecisionService {
         result
     }
 
+    /// Whether the store decides without IO (in memory):
+    /// [`decide_rls_now`](Self::decide_rls_now) then always decides.
+    pub fn decides_at_once(&self) -> bool {
+        floodgate_policy::Backend::as_sync(self.engine.backend()).is_some()
+    }
+
+    /// [`decide_rls`](Self::decide_rls) at once, without a future, when
+    /// the store needs no IO (in memory); none, with nothing done, when
+    /// it does.
+    pub fn decide_rls_now<D: Descriptor>(
+        &self,
+        api: Api,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        response: &mut Response,
+    ) -> Option<Result<(), EngineError>> {
+        let started = Instant::now();
+        let engine = &self.engine;
+        let result = match self.rls_delayed {
+            RlsDelayed::OverLimit => {
+                engine.evaluate_undelayed_now(domain, descriptors, hits_addend, response)
+            }
+            RlsDelayed::Ok => {
+                engine.evaluate_now(domain, descriptors, hits_addend, Apply::Commit, response)
+            }
+        }?;
+        self.record(api, domain, started, &result, response);
+        Some(result)
+    }
+
     /// Records a decision's metrics and, when tracing, its attributes on
     /// the request's span; logs a failure other than the caller's.
     fn record(

@@ -148,14 +148,18 @@ impl Rls {
         (limits.max_connection_age, limits.max_connection_age_grace) = s.grpc_max_connection_age;
         let http = Http::new(&limits, Protocols::Http2);
         let (svc, stop) = (self.svc.clone(), listeners.stop());
+        let grpc = crate::grpc::Grpc {
+            rlqs: s.rlqs,
+            http2: s.grpc_http2,
+        };
         let task = if let Some(path) = &s.grpc_uds {
             let tls = listeners.tls(s.grpc_tls.files())?;
             let socket = UnixSocket::bind("grpc", path)?;
-            crate::grpc::spawn(svc, s.rlqs, socket, http, tls, places, stop).await?
+            crate::grpc::spawn(svc, grpc, socket, http, tls, places, stop).await?
         } else if let Some(addr) = s.grpc {
             let tls = listeners.tls(s.grpc_tls.files())?;
             let listener = listeners.bind("grpc", addr).await?;
-            crate::grpc::spawn(svc, s.rlqs, listener, http, tls, places, stop).await?
+            crate::grpc::spawn(svc, grpc, listener, http, tls, places, stop).await?
         } else {
             return Ok(());
         };

@@ -40,6 +40,8 @@ pub struct RlsSettings {
     /// asked to close, and the grace it then has (zero: never; zero grace:
     /// however long its calls take).
     pub grpc_max_connection_age: (Duration, Duration),
+    /// Which HTTP/2 server serves the gRPC listener.
+    pub grpc_http2: GrpcHttp2,
     /// TLS on the gRPC listener.
     pub grpc_tls: TlsSettings,
     /// TLS on the HTTP listener.
@@ -65,6 +67,19 @@ pub struct RlsSettings {
     pub rls_delayed: RlsDelayed,
     /// The rate limit quota service's assignments and bounds.
     pub rlqs: crate::RlqsSettings,
+}
+
+/// Which HTTP/2 server serves the gRPC listener (`server.grpc_http2`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GrpcHttp2 {
+    /// hyper's, with tonic's services: every method, streaming ones
+    /// included (RLQS, reflection, health's `Watch`).
+    #[default]
+    Hyper,
+    /// The service's own: unary calls only, `ShouldRateLimit` with no
+    /// per-call allocation in memory and each wake-up's answers written
+    /// at once; streaming methods answered `UNIMPLEMENTED`.
+    Direct,
 }
 
 /// What a shaper's delayed decision becomes over RLS
@@ -167,6 +182,7 @@ impl Declared for RlsSettings {
             grpc_uds: None,
             http: None,
             grpc_max_connection_age: (Duration::ZERO, Duration::ZERO),
+            grpc_http2: GrpcHttp2::default(),
             grpc_tls: TlsSettings::default(),
             http_tls: TlsSettings::default(),
             body_limit: 0,
@@ -299,6 +315,16 @@ fn listeners(t: &mut Vec<S>) {
         "how long a gRPC connection asked to close for its age has to finish its calls before it is closed; `0`: however long they take",
         |s, v| { s.grpc_max_connection_age.1 = duration(&v.text())?; Ok(()) })
         .envoy(Envoy::Var("GRPC_MAX_CONNECTION_AGE_GRACE")));
+    t.push(S::new("server.grpc_http2", "FLOODGATE_GRPC_HTTP2", "grpc-http2", Kind::Choice, "hyper",
+        "the gRPC listener's HTTP/2 server: `hyper` (every method, streaming ones included: RLQS, reflection, health's `Watch`) or `direct` (the service's own, unary calls only: `ShouldRateLimit` and health's `Check` at a lower cost per call; streaming methods answered `UNIMPLEMENTED`)",
+        |s, v| {
+            s.grpc_http2 = choice(&v.text(), &[
+                (&["hyper"], GrpcHttp2::Hyper),
+                (&["direct"], GrpcHttp2::Direct),
+            ])?;
+            Ok(())
+        })
+        .samples("direct", "hyper"));
     listener::declare_tls::<_, GrpcTls>(t, &GRPC_TLS);
     listener::declare_client_san::<_, GrpcTls>(t, &GRPC_TLS, Some(Envoy::Read {
         names: "`GRPC_CLIENT_TLS_SAN` (with `GRPC_SERVER_USE_TLS`)",

@@ -3,6 +3,7 @@
 
 mod ageing;
 mod allocations;
+mod direct;
 mod envoy_differential;
 mod grpc_tls_python;
 mod hpack_allocations;

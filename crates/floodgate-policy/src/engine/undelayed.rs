@@ -14,7 +14,7 @@ use super::errors::EngineError;
 use super::request::Descriptor;
 use super::response::Response;
 use super::scratch::{Batch, Scratch};
-use super::{Engine, finish, limit_of};
+use super::{Current, Engine, finish, limit_of};
 
 impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
     /// Like [`evaluate`](Self::evaluate), for a caller that cannot hold a
@@ -38,41 +38,67 @@ impl<B: Backend, C: floodgate::Clock> Engine<B, C> {
         hits_addend: u32,
         response: &mut Response,
     ) -> Result<(), EngineError> {
+        if let Some(decided) =
+            self.evaluate_undelayed_now(domain, descriptors, hits_addend, response)
+        {
+            return decided;
+        }
         let Some((policy, now)) = self.begin(domain, descriptors, hits_addend, response)? else {
             return Ok(());
         };
         let mut refused = false;
         if may_delay(&policy, &response.scratch) {
-            self.decide_any(&policy, now, Apply::Check, response)
-                .await?;
+            self.decide(&policy, now, Apply::Check, response).await?;
             refused = refuse_delays(&mut response.scratch);
         }
         if !refused {
-            self.decide_any(&policy, now, Apply::Commit, response)
-                .await?;
+            self.decide(&policy, now, Apply::Commit, response).await?;
         }
-        finish::finish(&policy, now, response);
-        self.observe(&policy, now, descriptors, response);
-        policy.give_back(response);
+        self.end_undelayed(policy, now, descriptors, response);
         Ok(())
     }
 
-    /// Decides the counters with `apply`, without building a future when
-    /// the backend needs no IO.
-    async fn decide_any(
+    /// [`evaluate_undelayed`](Self::evaluate_undelayed) at once, without
+    /// a future, when the backend needs no IO (the in-memory store); none,
+    /// with nothing done, when it does.
+    pub fn evaluate_undelayed_now<D: Descriptor>(
         &self,
-        policy: &PolicySet,
-        now: Timestamp,
-        apply: Apply,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
         response: &mut Response,
-    ) -> Result<(), EngineError> {
-        match self.backend.as_sync() {
-            Some(backend) => {
-                self.decide_sync(backend, policy, now, apply, response);
-                Ok(())
-            }
-            None => self.decide(policy, now, apply, response).await,
+    ) -> Option<Result<(), EngineError>> {
+        let backend = self.backend.as_sync()?;
+        let begun = self.begin(domain, descriptors, hits_addend, response);
+        let Some((policy, now)) = (match begun {
+            Ok(begun) => begun,
+            Err(e) => return Some(Err(e)),
+        }) else {
+            return Some(Ok(()));
+        };
+        let refused = may_delay(&policy, &response.scratch) && {
+            self.decide_sync(backend, &policy, now, Apply::Check, response);
+            refuse_delays(&mut response.scratch)
+        };
+        if !refused {
+            self.decide_sync(backend, &policy, now, Apply::Commit, response);
         }
+        self.end_undelayed(policy, now, descriptors, response);
+        Some(Ok(()))
+    }
+
+    /// What ends a decision: its answer finished, observed, the policy's
+    /// buffers given back.
+    fn end_undelayed<D: Descriptor>(
+        &self,
+        policy: Current,
+        now: Timestamp,
+        descriptors: &[D],
+        response: &mut Response,
+    ) {
+        finish::finish(&policy, now, response);
+        self.observe(&policy, now, descriptors, response);
+        policy.give_back(response);
     }
 }
 

@@ -34,6 +34,7 @@ use tokio_rustls::TlsAcceptor;
 use super::accept::{Accepted, Slot};
 use super::activity::{Activity, InFlight};
 use super::age::Ageing;
+use super::own_http2::{Http2Connection, Http2Server, Streams};
 use super::proxy_protocol::{Peek, ProxyProtocol};
 use super::send::SendTimed;
 use super::sniff::{Prefixed, Sniffed, sniff};
@@ -89,6 +90,7 @@ pub struct Http {
     limits: ConnectionLimits,
     protocols: Protocols,
     proxy_protocol: Option<ProxyProtocol>,
+    own_http2: Option<Arc<dyn Http2Server>>,
 }
 
 impl Http {
@@ -117,6 +119,7 @@ impl Http {
             limits: limits.clone(),
             protocols,
             proxy_protocol: None,
+            own_http2: None,
         }
     }
 
@@ -124,6 +127,12 @@ impl Http {
     /// ([`proxy_protocol`](super::proxy_protocol)), before TLS.
     pub fn with_proxy_protocol(mut self, proxy_protocol: ProxyProtocol) -> Self {
         self.proxy_protocol = Some(proxy_protocol);
+        self
+    }
+
+    /// With HTTP/2 connections served by `server` rather than hyper.
+    pub fn with_http2_server(mut self, server: Arc<dyn Http2Server>) -> Self {
+        self.own_http2 = Some(server);
         self
     }
 
@@ -216,7 +225,20 @@ impl Http {
             Sniffed::Http1 => activity.heard(),
             Sniffed::Http2 | Sniffed::Closed => activity.silent(),
         }
-        let io = TokioIo::new(SendTimed::new(io, self.limits.send_timeout));
+        let io = SendTimed::new(io, self.limits.send_timeout);
+        if let (Sniffed::Http2, Some(server)) = (kind, &self.own_http2) {
+            let conn =
+                server.connection(Box::new(io), peer, Streams(activity.clone()), &self.limits);
+            let idle = Some((&*activity, self.limits.http2_idle_timeout));
+            let graceful = |c: Pin<&mut Pin<Box<dyn Http2Connection>>>| {
+                c.get_mut().as_mut().graceful_shutdown();
+            };
+            if let Err(e) = drive(conn, graceful, ends, idle).await {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+            return;
+        }
+        let io = TokioIo::new(io);
         // A request (an HTTP/2 stream) is in flight until its response body
         // is dropped.
         let counted = activity.clone();
@@ -335,14 +357,14 @@ enum Asked {
 /// (`GOAWAY`). An idle client that then opens no stream for the idle
 /// timeout either is disconnected; an old one is at the end of its
 /// grace.
-async fn drive<C>(
+async fn drive<C, E>(
     conn: C,
     graceful: impl FnOnce(Pin<&mut C>),
     ends: Ends,
     idle: Option<(&Activity, Duration)>,
-) -> Result<(), hyper::Error>
+) -> Result<(), E>
 where
-    C: Future<Output = Result<(), hyper::Error>>,
+    C: Future<Output = Result<(), E>>,
 {
     let Ends { mut stop, aged } = ends;
     let mut conn = pin!(conn);
@@ -422,7 +444,7 @@ mod tests {
         let (finish, finished) = tokio::sync::oneshot::channel::<()>();
         let conn = async move {
             let _ = finished.await;
-            Ok(())
+            Ok::<(), hyper::Error>(())
         };
         let graceful = move |_: Pin<&mut _>| {
             let _ = finish.send(());

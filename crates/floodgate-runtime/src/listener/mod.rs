@@ -9,6 +9,7 @@ mod activity;
 mod age;
 mod connection;
 pub mod descriptors;
+mod own_http2;
 pub mod proxy_protocol;
 mod send;
 mod sniff;
@@ -33,6 +34,7 @@ use accept::accept_loop;
 
 pub use accept::{Counters, Slot};
 pub use connection::{ConnectionLimits, Http, Protocols};
+pub use own_http2::{ConnectionError, Http2Connection, Http2Server, Io, Open, Streams};
 pub use proxy_protocol::ProxyProtocol;
 pub use sniff::{Prefixed, Sniffed, sniff};
 pub use socket::{Listen, UNIX_PEER, UnixSocket};

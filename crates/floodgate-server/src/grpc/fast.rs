@@ -137,9 +137,7 @@ impl GrpcService {
             .map_or(longest, |t| t.min(longest));
         let started = Instant::now();
         let span = crate::trace::rls(req.headers());
-        // Boxed: the decision's state is a few KiB, and the task that polls
-        // it is moved around by the runtime; a pointer moves cheaper.
-        let answer = Box::pin(self.rls(req, started).instrument(span));
+        let answer = self.rls(req, started).instrument(span);
         // The caller has given up by then: stop waiting (for the body or
         // for the store) and say so.
         match tokio::time::timeout(timeout, answer).await {
@@ -168,11 +166,7 @@ impl GrpcService {
     }
 
     /// The answer to an RLS call, or the error answering it.
-    async fn decide<B>(
-        &self,
-        req: Request<B>,
-        started: Instant,
-    ) -> Result<Response<GrpcBody>, Response<tonic::body::Body>>
+    async fn decide<B>(&self, req: Request<B>, started: Instant) -> Answered
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -182,11 +176,46 @@ impl GrpcService {
             return Err(unconfigured());
         }
         let body = read_message(svc, req.into_body(), started).await?;
-        let request =
-            WireRequest::decode(&body[5..]).map_err(|e| invalid(svc, started, &e.to_string()))?;
+        // In memory the decision is made at once, with no future. A remote
+        // store's decision holds a few KiB of state while it waits: boxed,
+        // so that the call's own task, moved around by the runtime, stays
+        // small.
+        match self.decide_now(&body, started) {
+            Some(answer) => answer,
+            None => Box::pin(self.decide_later(&body, started)).await,
+        }
+    }
+
+    /// The answer to the call of `body`, decided at once; none when the
+    /// store needs IO (nothing done then).
+    fn decide_now(&self, body: &Bytes, started: Instant) -> Option<Answered> {
+        let svc = &*self.service;
+        if !svc.decides_at_once() {
+            return None;
+        }
+        let request = match decode(svc, body, started) {
+            Ok(request) => request,
+            Err(e) => return Some(Err(e)),
+        };
         let descriptors = request.descriptors();
         let mut response = svc.pool.take();
-        if let Err(e) = svc
+        let decided = svc.decide_rls_now(
+            Api::Grpc,
+            request.domain,
+            &descriptors,
+            request.hits_addend,
+            &mut response,
+        )?;
+        Some(answer_to(svc, decided, &response))
+    }
+
+    /// The answer to the call of `body`, decided by a store that needs IO.
+    async fn decide_later(&self, body: &Bytes, started: Instant) -> Answered {
+        let svc = &*self.service;
+        let request = decode(svc, body, started)?;
+        let descriptors = request.descriptors();
+        let mut response = svc.pool.take();
+        let decided = svc
             .decide_rls(
                 Api::Grpc,
                 request.domain,
@@ -194,14 +223,37 @@ impl GrpcService {
                 request.hits_addend,
                 &mut response,
             )
-            .await
-        {
-            return Err(error(e.code().grpc_code(), &e.to_string()));
-        }
-        let message = encoded(|out| encode_response(&response, &svc.headers, out));
-        drop(response);
-        Ok(answered(message))
+            .await;
+        answer_to(svc, decided, &response)
     }
+}
+
+/// An RLS call's answer, or the error answering it.
+type Answered = Result<Response<GrpcBody>, Response<tonic::body::Body>>;
+
+/// The request `body` holds, decoded in place; or the error answering it.
+#[allow(clippy::result_large_err)] // the error is the call's answer, as it goes out
+fn decode<'b>(
+    svc: &DecisionService,
+    body: &'b Bytes,
+    started: Instant,
+) -> Result<WireRequest<'b>, Response<tonic::body::Body>> {
+    WireRequest::decode(&body[5..]).map_err(|e| invalid(svc, started, &e.to_string()))
+}
+
+/// The answer carrying `response`, once `decided`.
+#[allow(clippy::result_large_err)] // the error is the call's answer, as it goes out
+fn answer_to(
+    svc: &DecisionService,
+    decided: Result<(), floodgate_policy::EngineError>,
+    response: &floodgate_policy::Response,
+) -> Answered {
+    if let Err(e) = decided {
+        return Err(error(e.code().grpc_code(), &e.to_string()));
+    }
+    Ok(answered(encoded(|out| {
+        encode_response(response, &svc.headers, out);
+    })))
 }
 
 /// The plain HTTP answer to a call of the RLS method that is not a gRPC
@@ -212,10 +264,7 @@ fn not_a_grpc_call<B>(req: &Request<B>) -> Option<Response<tonic::body::Body>> {
     if req.method() != Method::POST {
         let mut r = not_grpc(
             StatusCode::METHOD_NOT_ALLOWED,
-            format!(
-                "{RLS_PATH} is a gRPC method: expected POST, found {}\n",
-                req.method()
-            ),
+            not_post(req.method().as_str()),
         );
         r.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
@@ -224,11 +273,23 @@ fn not_a_grpc_call<B>(req: &Request<B>) -> Option<Response<tonic::body::Body>> {
     let found = grpc_content_type(req.headers()).err()?;
     Some(not_grpc(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        format!(
-            "{RLS_PATH} is a gRPC method: expected Content-Type: application/grpc \
-             (or application/grpc+proto), found {found}\n"
-        ),
+        not_grpc_type(&found),
     ))
+}
+
+/// What a call of the RLS method with the HTTP `method` other than POST
+/// is told.
+pub(super) fn not_post(method: &str) -> String {
+    format!("{RLS_PATH} is a gRPC method: expected POST, found {method}\n")
+}
+
+/// What a call of the RLS method with a content type other than gRPC's
+/// is told (`found`: the type, or `none`).
+pub(super) fn not_grpc_type(found: &str) -> String {
+    format!(
+        "{RLS_PATH} is a gRPC method: expected Content-Type: application/grpc \
+         (or application/grpc+proto), found {found}\n"
+    )
 }
 
 /// The answer of a service started without a configuration, until its
@@ -281,24 +342,40 @@ where
             ));
         }
     };
+    match message_fault(&body) {
+        None => Ok(body),
+        Some((code, message, true)) => Err(counted(svc, started, code, message)),
+        Some((code, message, false)) => Err(error(code, message)),
+    }
+}
+
+/// Why a call's body is not exactly one uncompressed gRPC message: the
+/// error's code, its message, and whether the call counts as invalid.
+pub(super) fn message_fault(body: &[u8]) -> Option<(i32, &'static str, bool)> {
+    let invalid = ErrorCode::InvalidArgument.grpc_code();
     if body.len() < 5 {
-        return Err(invalid(svc, started, "missing gRPC message"));
+        return Some((invalid, "missing gRPC message", true));
     }
     if body[0] != 0 {
-        return Err(error(
-            tonic::Code::Unimplemented as i32,
-            "compressed messages are not supported",
-        ));
+        let code = tonic::Code::Unimplemented as i32;
+        return Some((code, "compressed messages are not supported", false));
     }
     let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
     if len != body.len() - 5 {
-        return Err(invalid(
-            svc,
-            started,
-            "exactly one gRPC message is expected",
-        ));
+        return Some((invalid, "exactly one gRPC message is expected", true));
     }
-    Ok(body)
+    None
+}
+
+/// An invalid call's error, counted (`code` is `INVALID_ARGUMENT`'s).
+fn counted(
+    svc: &DecisionService,
+    started: Instant,
+    code: i32,
+    message: &str,
+) -> Response<tonic::body::Body> {
+    debug_assert_eq!(code, ErrorCode::InvalidArgument.grpc_code());
+    invalid(svc, started, message)
 }
 
 /// A body's data, whole: its one chunk as it came (a call's message

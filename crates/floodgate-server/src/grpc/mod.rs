@@ -22,6 +22,7 @@ use tonic_health::ServingStatus;
 
 use crate::decision::DecisionService;
 use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::settings::GrpcHttp2;
 use fast::GrpcService;
 pub(crate) use fast::NO_CONFIGURATION;
 use floodgate_runtime::RuntimeError;
@@ -29,12 +30,18 @@ use floodgate_runtime::RuntimeError;
 /// The RLS service name, as health checks ask for it.
 pub(crate) const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Starts serving (RLQS with `rlqs`) on `listener` (TCP or a Unix socket) under `http`'s protections, TLS
+/// What the gRPC listener serves, and with which HTTP/2 server.
+pub(crate) struct Grpc {
+    pub rlqs: crate::RlqsSettings,
+    pub http2: crate::settings::GrpcHttp2,
+}
+
+/// Starts serving (RLQS with `grpc.rlqs`) on `listener` (TCP or a Unix socket) under `http`'s protections, TLS
 /// terminated by `tls` if any, at most `places` connections at once, until
 /// `stop` turns true.
 pub(crate) async fn spawn<L: Listen>(
     svc: Arc<DecisionService>,
-    rlqs: crate::RlqsSettings,
+    grpc: Grpc,
     listener: L,
     http: Http,
     tls: Option<TlsAcceptor>,
@@ -56,8 +63,15 @@ pub(crate) async fn spawn<L: Listen>(
     let routes = tonic::service::Routes::new(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(crate::rlqs::Rlqs::server(svc.clone(), rlqs))
+        .add_service(crate::rlqs::Rlqs::server(svc.clone(), grpc.rlqs))
         .prepare();
+    let http = match grpc.http2 {
+        GrpcHttp2::Hyper => http,
+        GrpcHttp2::Direct => {
+            let server = direct::DirectServer::new(svc.clone(), routes.clone());
+            http.with_http2_server(Arc::new(server))
+        }
+    };
     let grpc = Arc::new(GrpcService::new(svc, routes));
     let service = service_fn(move |req: Request<Incoming>| {
         let grpc = grpc.clone();

@@ -3,7 +3,6 @@
 //! per block once the decoder's buffers have grown to the blocks it reads.
 //! Any input is safe: what RFC 7541 does not allow is an [`HpackError`],
 //! the connection's COMPRESSION_ERROR.
-#![cfg_attr(not(test), allow(dead_code))]
 
 mod huffman;
 mod huffman_codes;

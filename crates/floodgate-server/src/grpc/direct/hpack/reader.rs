@@ -18,10 +18,6 @@ impl<'b> Reader<'b> {
         Reader { block }
     }
 
-    pub(super) fn is_empty(&self) -> bool {
-        self.block.is_empty()
-    }
-
     /// The next byte, not consumed.
     pub(super) fn peek(&self) -> Option<u8> {
         self.block.first().copied()
@@ -74,7 +70,7 @@ mod tests {
     fn integer(bytes: &[u8], prefix: u32) -> Result<u32, HpackError> {
         let mut reader = Reader::new(bytes);
         let value = reader.integer(prefix)?;
-        assert!(reader.is_empty(), "the whole integer is read");
+        assert!(reader.peek().is_none(), "the whole integer is read");
         Ok(value)
     }
 

@@ -1,0 +1,194 @@
+//! The gRPC listener on the service's own HTTP/2 server
+//! (`server.grpc_http2: direct`) against the same listener on hyper's:
+//! the same calls get the same answers from tonic's client (decisions,
+//! errors, health checks, unknown methods); streaming methods are refused
+//! with a message naming the setting; grpcio calls over TLS.
+
+use floodgate_server::proto::ratelimit::RateLimitDescriptor;
+use floodgate_server::proto::ratelimit::rate_limit_descriptor::Entry;
+use floodgate_server::proto::rls::RateLimitRequest;
+use floodgate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
+use floodgate_testkit::tls::Pki;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::{Service, python, start};
+
+const DIRECT: &str = "  grpc_http2: direct\n";
+
+async fn channel(service: &Service) -> Channel {
+    let url = format!("http://127.0.0.1:{}", service.grpc);
+    Channel::from_shared(url).unwrap().connect().await.unwrap()
+}
+
+fn request(domain: &str, entries: &[(&str, &str)], hits: u32) -> RateLimitRequest {
+    let entries = entries
+        .iter()
+        .map(|(k, v)| Entry {
+            key: (*k).into(),
+            value: (*v).into(),
+        })
+        .collect();
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries,
+            ..Default::default()
+        }],
+        hits_addend: hits,
+    }
+}
+
+/// A sequence of calls covering passes, refusals and errors, each
+/// answer summed up as a line.
+async fn answers(service: &Service) -> Vec<String> {
+    let mut rls = RateLimitServiceClient::new(channel(service).await);
+    let mut calls = vec![request("api", &[("user", "a")], 60); 3];
+    calls.push(request("tokens", &[("user", "a")], 0));
+    calls.extend(vec![request("tokens", &[("user", "b")], 7); 4]);
+    calls.push(request("nope", &[("user", "a")], 0));
+    calls.push(request("", &[], 0));
+    calls.push(request("api", &[("", "x")], 0));
+    let mut seen = Vec::new();
+    for call in calls {
+        seen.push(match rls.should_rate_limit(call).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                let statuses: Vec<_> = r
+                    .statuses
+                    .iter()
+                    .map(|s| (s.code, s.limit_remaining))
+                    .collect();
+                format!("{} {statuses:?}", r.overall_code)
+            }
+            Err(e) => format!("{:?} {}", e.code(), e.message()),
+        });
+    }
+    seen
+}
+
+/// What the health service says of `service_name`.
+async fn health(service: &Service, name: &str) -> String {
+    let mut client = HealthClient::new(channel(service).await);
+    let asked = HealthCheckRequest {
+        service: name.into(),
+    };
+    match client.check(asked).await {
+        Ok(r) => format!("{:?}", r.into_inner().status),
+        Err(e) => format!("{:?} {}", e.code(), e.message()),
+    }
+}
+
+/// The `grpc-status` and `grpc-message` of a call of `path` with an
+/// empty message, sent as raw HTTP/2.
+async fn raw_call(service: &Service, path: &str) -> (String, String) {
+    use tower_service::Service as _;
+    let mut channel = channel(service).await;
+    let uri = format!("http://127.0.0.1:{}{path}", service.grpc);
+    let body = tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from_static(&[
+        0, 0, 0, 0, 0,
+    ])));
+    let req = http::Request::post(uri)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap();
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .unwrap();
+    let answer = channel.call(req).await.unwrap();
+    let (head, body) = answer.into_parts();
+    let all = http_body_util::BodyExt::collect(body).await.unwrap();
+    let fields = all.trailers().cloned().unwrap_or(head.headers);
+    let text = |name| {
+        fields
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    (text("grpc-status"), text("grpc-message"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_own_server_answers_as_hyper_does() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let hyper = start(a.path(), "").await;
+    let direct = start(b.path(), DIRECT).await;
+    let seen = answers(&direct).await;
+    assert_eq!(seen, answers(&hyper).await);
+    assert!(
+        seen[2].starts_with("2 "),
+        "the third call is over: {seen:?}"
+    );
+    for name in ["", "envoy.service.ratelimit.v3.RateLimitService", "nope"] {
+        assert_eq!(
+            health(&direct, name).await,
+            health(&hyper, name).await,
+            "{name}"
+        );
+    }
+    assert_eq!(health(&direct, "").await, "1", "SERVING");
+    let unknown = raw_call(&direct, "/nope.Nope/Call").await;
+    assert_eq!(unknown, raw_call(&hyper, "/nope.Nope/Call").await);
+    assert_eq!(unknown.0, "12", "UNIMPLEMENTED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_methods_are_refused_with_the_setting_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let direct = start(dir.path(), DIRECT).await;
+    for path in [
+        "/grpc.health.v1.Health/Watch",
+        "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    ] {
+        let (status, message) = raw_call(&direct, path).await;
+        assert_eq!(status, "12", "{path}: UNIMPLEMENTED");
+        assert!(message.contains("server.grpc_http2"), "{path}: {message}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_calls_the_own_server_over_tls() {
+    let pki = Pki::new("serve");
+    let leaf = pki.leaf("grpc");
+    let server = format!(
+        "{DIRECT}  tls:\n    grpc:\n      cert: {}\n      key: {}\n",
+        leaf.cert.display(),
+        leaf.key.display()
+    );
+    let service = start(pki.dir.path(), &server).await;
+    let args = vec![
+        format!("localhost:{}", service.grpc),
+        "--ca".into(),
+        pki.ca_file.display().to_string(),
+        "--calls".into(),
+        "3".into(),
+    ];
+    assert_eq!(python("grpc_call.py", args).await, vec!["OK OK"; 3]);
+}
+
+/// With Redis, a decision waits for its round trip: the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_the_own_server_answers_as_hyper_does() {
+    let store = |redis: &floodgate_testkit::Redis| {
+        format!(
+            "store:\n  backend: redis\n  url: redis://{}\n",
+            redis.addr()
+        )
+    };
+    let (r1, r2) = (
+        floodgate_testkit::Redis::start(),
+        floodgate_testkit::Redis::start(),
+    );
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let hyper = start(a.path(), &store(&r1)).await;
+    let direct = start(b.path(), &format!("{DIRECT}{}", store(&r2))).await;
+    let seen = answers(&direct).await;
+    assert_eq!(seen, answers(&hyper).await);
+    assert!(
+        seen[2].starts_with("2 "),
+        "the third call is over: {seen:?}"
+    );
+}
