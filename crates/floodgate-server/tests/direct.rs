@@ -192,3 +192,54 @@ async fn with_redis_the_own_server_answers_as_hyper_does() {
         "the third call is over: {seen:?}"
     );
 }
+
+/// On shutdown an idle connection is told to go away (`GOAWAY`,
+/// `NO_ERROR`), then closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_tells_an_idle_connection_to_go_away() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let direct = start(dir.path(), DIRECT).await;
+    let mut client = tokio::net::TcpStream::connect(("127.0.0.1", direct.grpc))
+        .await
+        .unwrap();
+    client
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    client
+        .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    // The server's SETTINGS: the connection is being served.
+    let mut head = [0; 9];
+    client.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[3], 4, "SETTINGS first");
+    let stopping = tokio::spawn(direct.stop());
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        client.read_to_end(&mut rest),
+    );
+    read.await.expect("closed").unwrap();
+    let goaway = frames(&rest[usize::from(head[2])..]).find(|f| f.0 == 7);
+    assert_eq!(
+        goaway.map(|f| f.1[4..8].to_vec()),
+        Some(vec![0, 0, 0, 0]),
+        "GOAWAY NO_ERROR"
+    );
+    stopping.await.unwrap().unwrap();
+}
+
+/// The frames in `bytes`: type and payload.
+fn frames(mut bytes: &[u8]) -> impl Iterator<Item = (u8, Vec<u8>)> + '_ {
+    std::iter::from_fn(move || {
+        if bytes.len() < 9 {
+            return None;
+        }
+        let len = usize::from(bytes[0]) << 16 | usize::from(bytes[1]) << 8 | usize::from(bytes[2]);
+        let frame = (bytes[3], bytes[9..9 + len].to_vec());
+        bytes = &bytes[9 + len..];
+        Some(frame)
+    })
+}

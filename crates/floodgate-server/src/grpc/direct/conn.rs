@@ -162,6 +162,8 @@ impl Conn {
         shutdown: Arc<Notify>,
     ) -> Result<(), ConnectionError> {
         let mut read = BytesMut::with_capacity(2 * READ_ROOM);
+        // The listener has read the preface already (it tells HTTP/2 by
+        // it): this takes it again from what the listener kept.
         preface(&mut io, &mut read).await?;
         self.start();
         loop {
