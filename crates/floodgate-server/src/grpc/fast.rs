@@ -16,9 +16,9 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tonic::service::Routes;
 use tracing::Instrument;
 
-use super::answer::{Answer, GRPC_MESSAGE, GRPC_STATUS, GrpcBody, encoded};
+use super::answer::{Answer, GRPC_MESSAGE, GRPC_STATUS, GrpcBody};
 use super::deadline::parse_grpc_timeout;
-use super::wire::{WireRequest, encode_response};
+use super::rls::{self, Decided};
 use crate::call::Counted;
 use crate::decision::DecisionService;
 use crate::metrics::{Api, ErrorClass};
@@ -180,81 +180,20 @@ impl GrpcService {
         // store's decision holds a few KiB of state while it waits: boxed,
         // so that the call's own task, moved around by the runtime, stays
         // small.
-        match self.decide_now(&body, started) {
-            Some(answer) => answer,
-            None => Box::pin(self.decide_later(&body, started)).await,
-        }
-    }
-
-    /// The answer to the call of `body`, decided at once; none when the
-    /// store needs IO (nothing done then).
-    fn decide_now(&self, body: &Bytes, started: Instant) -> Option<Answered> {
-        let svc = &*self.service;
-        if !svc.decides_at_once() {
-            return None;
-        }
-        let request = match decode(svc, body, started) {
-            Ok(request) => request,
-            Err(e) => return Some(Err(e)),
+        let message = &body[5..];
+        let decided = match rls::decide_now(svc, message, started) {
+            Some(decided) => decided,
+            None => Box::pin(rls::decide_later(svc, message, started)).await,
         };
-        let descriptors = request.descriptors();
-        let mut response = svc.pool.take();
-        let decided = svc.decide_rls_now(
-            Api::Grpc,
-            request.domain,
-            &descriptors,
-            request.hits_addend,
-            &mut response,
-        )?;
-        Some(answer_to(svc, decided, &response))
-    }
-
-    /// The answer to the call of `body`, decided by a store that needs IO.
-    async fn decide_later(&self, body: &Bytes, started: Instant) -> Answered {
-        let svc = &*self.service;
-        let request = decode(svc, body, started)?;
-        let descriptors = request.descriptors();
-        let mut response = svc.pool.take();
-        let decided = svc
-            .decide_rls(
-                Api::Grpc,
-                request.domain,
-                &descriptors,
-                request.hits_addend,
-                &mut response,
-            )
-            .await;
-        answer_to(svc, decided, &response)
+        match decided {
+            Decided::Message(m) => Ok(answered(m)),
+            Decided::Failed(code, message) => Err(error(code, &message)),
+        }
     }
 }
 
 /// An RLS call's answer, or the error answering it.
 type Answered = Result<Response<GrpcBody>, Response<tonic::body::Body>>;
-
-/// The request `body` holds, decoded in place; or the error answering it.
-#[allow(clippy::result_large_err)] // the error is the call's answer, as it goes out
-fn decode<'b>(
-    svc: &DecisionService,
-    body: &'b Bytes,
-    started: Instant,
-) -> Result<WireRequest<'b>, Response<tonic::body::Body>> {
-    WireRequest::decode(&body[5..]).map_err(|e| invalid(svc, started, &e.to_string()))
-}
-
-/// The answer carrying `response`, once `decided`.
-#[allow(clippy::result_large_err)] // the error is the call's answer, as it goes out
-fn answer_to(
-    svc: &DecisionService,
-    decided: Result<(), floodgate_policy::EngineError>,
-    response: &floodgate_policy::Response,
-) -> Answered {
-    if let Err(e) = decided {
-        return Err(error(e.code().grpc_code(), &e.to_string()));
-    }
-    Ok(answered(encoded(|out| {
-        encode_response(response, &svc.headers, out);
-    })))
-}
 
 /// The plain HTTP answer to a call of the RLS method that is not a gRPC
 /// call, as the gRPC-over-HTTP/2 protocol prescribes (so that no client

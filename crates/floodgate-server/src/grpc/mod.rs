@@ -7,6 +7,7 @@ mod answer;
 mod deadline;
 pub(crate) mod direct;
 mod fast;
+mod rls;
 pub(crate) mod wire;
 
 use std::sync::Arc;

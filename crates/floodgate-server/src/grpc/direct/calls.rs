@@ -15,9 +15,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use tonic::service::Routes;
 use tracing::Instrument;
 
-use super::super::answer::encoded;
 use super::super::fast::{NO_CONFIGURATION, message_fault, not_grpc_type, not_post};
-use super::super::wire::{WireRequest, encode_response};
+use super::super::rls::{self, Decided};
 use super::request::RequestHead;
 use crate::decision::DecisionService;
 use crate::metrics::{Api, ErrorClass};
@@ -68,13 +67,17 @@ impl Calls {
             return Ok(Answer::Error(code, message.to_owned()));
         }
         let span = crate::trace::rls(fields.unwrap_or(&NO_FIELDS));
-        if svc.decides_at_once() {
-            let _entered = span.enter();
-            return Ok(decide_now(svc, body, started));
+        if let Some(decided) = span.in_scope(|| rls::decide_now(svc, &body[5..], started)) {
+            return Ok(decided.into());
         }
         let svc = svc.clone();
-        let body = Bytes::copy_from_slice(body);
-        let decided = async move { decide_later(&svc, &body, started, timeout).await };
+        let body = Bytes::copy_from_slice(&body[5..]);
+        let decided = async move {
+            match tokio::time::timeout(timeout, rls::decide_later(&svc, &body, started)).await {
+                Ok(decided) => decided.into(),
+                Err(_) => expired(&svc, started, timeout),
+            }
+        };
         Err(Box::pin(
             async move { (id, decided.await) }.instrument(span),
         ))
@@ -169,72 +172,23 @@ impl Calls {
 
     /// A call whose deadline passed before its body ended.
     pub(super) fn expired(&self, started: Instant, timeout: Duration) -> Answer {
-        self.svc
-            .metrics
-            .failed(Api::Grpc, ErrorCode::DeadlineExceeded, started);
-        let message = format!("no decision within the call's deadline ({timeout:?})");
-        Answer::Error(ErrorCode::DeadlineExceeded.grpc_code(), message)
+        expired(&self.svc, started, timeout)
     }
 }
 
-/// An RLS call decided in memory.
-fn decide_now(svc: &DecisionService, body: &[u8], started: Instant) -> Answer {
-    let request = match WireRequest::decode(&body[5..]) {
-        Ok(r) => r,
-        Err(e) => return invalid(svc, started, e.to_string()),
-    };
-    let descriptors = request.descriptors();
-    let mut response = svc.pool.take();
-    let decided = svc.decide_rls_now(
-        Api::Grpc,
-        request.domain,
-        &descriptors,
-        request.hits_addend,
-        &mut response,
-    );
-    match decided {
-        Some(Ok(())) => {
-            Answer::Message(encoded(|out| encode_response(&response, &svc.headers, out)))
-        }
-        Some(Err(e)) => Answer::Error(e.code().grpc_code(), e.to_string()),
-        None => Answer::Error(tonic::Code::Internal as i32, "the store needs IO".into()),
-    }
-}
-
-/// An RLS call decided by a store that needs IO, within `timeout`.
-async fn decide_later(
-    svc: &DecisionService,
-    body: &[u8],
-    started: Instant,
-    timeout: Duration,
-) -> Answer {
-    let request = match WireRequest::decode(&body[5..]) {
-        Ok(r) => r,
-        Err(e) => return invalid(svc, started, e.to_string()),
-    };
-    let descriptors = request.descriptors();
-    let mut response = svc.pool.take();
-    let decided = svc.decide_rls(
-        Api::Grpc,
-        request.domain,
-        &descriptors,
-        request.hits_addend,
-        &mut response,
-    );
-    match tokio::time::timeout(timeout, decided).await {
-        Ok(Ok(())) => Answer::Message(encoded(|out| encode_response(&response, &svc.headers, out))),
-        Ok(Err(e)) => Answer::Error(e.code().grpc_code(), e.to_string()),
-        Err(_) => {
-            svc.metrics
-                .failed(Api::Grpc, ErrorCode::DeadlineExceeded, started);
-            let message = format!("no decision within the call's deadline ({timeout:?})");
-            Answer::Error(ErrorCode::DeadlineExceeded.grpc_code(), message)
-        }
-    }
-}
-
-fn invalid(svc: &DecisionService, started: Instant, message: String) -> Answer {
+/// A call whose deadline passed before it was decided.
+fn expired(svc: &DecisionService, started: Instant, timeout: Duration) -> Answer {
     svc.metrics
-        .failed(Api::Grpc, ErrorCode::InvalidArgument, started);
-    Answer::Error(ErrorCode::InvalidArgument.grpc_code(), message)
+        .failed(Api::Grpc, ErrorCode::DeadlineExceeded, started);
+    let message = format!("no decision within the call's deadline ({timeout:?})");
+    Answer::Error(ErrorCode::DeadlineExceeded.grpc_code(), message)
+}
+
+impl From<Decided> for Answer {
+    fn from(decided: Decided) -> Self {
+        match decided {
+            Decided::Message(m) => Answer::Message(m),
+            Decided::Failed(code, message) => Answer::Error(code, message),
+        }
+    }
 }
