@@ -243,3 +243,42 @@ fn frames(mut bytes: &[u8]) -> impl Iterator<Item = (u8, Vec<u8>)> + '_ {
         Some(frame)
     })
 }
+
+/// A message over the body limit, sent in many frames, is answered
+/// `RESOURCE_EXHAUSTED` once the limit is passed; the rest of its body is
+/// ignored, and the connection goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_limit_is_refused_and_the_connection_goes_on() {
+    use tower_service::Service as _;
+    let dir = tempfile::tempdir().unwrap();
+    let direct = start(dir.path(), &format!("{DIRECT}  body_limit: 1KiB\n")).await;
+    let mut channel = channel(&direct).await;
+    // A gRPC frame announcing 64 KiB, sent 1 KiB at a time.
+    let mut chunks = vec![Ok::<_, std::convert::Infallible>(http_body::Frame::data(
+        bytes::Bytes::from_static(&[0, 0, 1, 0, 0]),
+    ))];
+    chunks.extend((0..64).map(|_| Ok(http_body::Frame::data(bytes::Bytes::from(vec![0u8; 1024])))));
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+    let uri = format!(
+        "http://127.0.0.1:{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        direct.grpc
+    );
+    let req = http::Request::post(uri)
+        .header("content-type", "application/grpc")
+        .body(tonic::body::Body::new(body))
+        .unwrap();
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .unwrap();
+    let answer = channel.call(req).await.unwrap();
+    assert_eq!(answer.headers()["grpc-status"], "8", "RESOURCE_EXHAUSTED");
+    let mut rls = RateLimitServiceClient::new(channel);
+    let next = rls
+        .should_rate_limit(request("api", &[("user", "z")], 0))
+        .await;
+    assert_eq!(
+        next.unwrap().into_inner().overall_code,
+        1,
+        "OK on the same connection"
+    );
+}

@@ -87,6 +87,9 @@ impl Conn {
             return Ok(());
         };
         let s = &mut self.table[i];
+        if s.stopped {
+            return Ok(());
+        }
         s.recv_window -= payload.len() as i64;
         if s.recv_window < 0 {
             self.reset_stream(i, Reason::FlowControlError);
@@ -266,6 +269,9 @@ impl Conn {
                 "HEADERS on a stream closed or never opened",
             ));
         };
+        if self.table[i].stopped {
+            return Ok(());
+        }
         if !end_stream || self.table[i].ended {
             self.reset_stream(i, Reason::ProtocolError);
             return Ok(());

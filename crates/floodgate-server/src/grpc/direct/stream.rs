@@ -47,6 +47,9 @@ pub(super) struct Stream {
     pub(super) body: BytesMut,
     /// The client has ended its side.
     pub(super) ended: bool,
+    /// The server answered before the client ended its side, and reset
+    /// the stream: what the client still sends on it is ignored.
+    pub(super) stopped: bool,
     /// When its call times out, or its answer has waited too long for
     /// room.
     pub(super) deadline: Option<Instant>,
@@ -68,6 +71,7 @@ impl Stream {
             fields: head.fields,
             body: BytesMut::new(),
             ended: false,
+            stopped: false,
             deadline: Some(started + timeout),
             timeout,
             recv_window: windows.0,
@@ -136,8 +140,8 @@ impl Out<'_> {
     /// A stream answered before its client finished sending is told to
     /// stop (RFC 9113 §8.1).
     fn stop_reading(&mut self, s: &mut Stream) {
-        if !s.ended {
-            s.ended = true;
+        if !s.ended && !s.stopped {
+            s.stopped = true;
             self.reset(s.id, frame::Reason::NoError);
         }
     }
