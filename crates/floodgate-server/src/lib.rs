@@ -12,7 +12,11 @@
 //! * envoyproxy/ratelimit's `/json`, and Floodgate's own `/v1/check` and
 //!   `/v1/release`, over HTTP;
 //!
-//! with the rate limit headers of `floodgate-http`'s contract. It is a
+//! with the rate limit headers of `floodgate-http`'s contract. The gRPC
+//! listener is served by hyper's HTTP/2 server, or, with
+//! `server.grpc_http2: direct`, by the service's own for unary calls (no
+//! allocation per `ShouldRateLimit` call in memory, half the CPU; no
+//! streaming method). It is a
 //! frontend ([`Rls`]) of [`floodgate_runtime`]'s host, which runs the
 //! process (settings, store, metrics, logs, reload, admin listener,
 //! shutdown); [`proto`] holds the protocol's generated types, for clients.
