@@ -252,10 +252,10 @@ impl Conn {
         let mut out = out!(self);
         match self.table.iter_mut().find(|s| s.id == id && !s.is_done()) {
             Some(s) => out.answer(s, answer),
-            None => {
-                self.orphans = self.orphans.saturating_sub(1);
-                self.calm = (self.calm + 1).min(IDLE_FRAMES);
-            }
+            // The client reset it: the answer is dropped, and gives back
+            // no idle frame (so that resets of calls still being decided,
+            // the rapid-reset attack, run out of them).
+            None => self.orphans = self.orphans.saturating_sub(1),
         }
     }
 
