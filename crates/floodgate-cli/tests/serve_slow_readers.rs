@@ -21,7 +21,8 @@ const CONFIG: &str = "domains:\n  - domain: d\n    descriptors:\n      - key: us
 /// Calls in flight at most, in these tests.
 const MAX_REQUESTS: usize = 20;
 
-fn serve(send_timeout: &str) -> Floodgate {
+/// The service on `http2` (the gRPC listener's HTTP/2 server).
+fn serve(send_timeout: &str, http2: &str) -> Floodgate {
     let bin = Path::new(env!("CARGO_BIN_EXE_floodgate"));
     let max = MAX_REQUESTS.to_string();
     // Two workers, whatever the machine: the resident size measured does
@@ -33,6 +34,8 @@ fn serve(send_timeout: &str) -> Floodgate {
         send_timeout,
         "--workers",
         "2",
+        "--grpc-http2",
+        http2,
     ];
     Floodgate::start(bin, CONFIG, &args, &[])
 }
@@ -83,8 +86,33 @@ async fn normal_call(s: &Floodgate) -> String {
     grpc_status(send.send_request(req).await.unwrap()).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unread_answers_count_against_max_requests() {
+/// Each test on hyper's HTTP/2 server and on the service's own.
+macro_rules! on_both_servers {
+    ($test:ident, $hyper:ident, $direct:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $hyper() {
+            $test("hyper").await
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $direct() {
+            $test("direct").await
+        }
+    };
+}
+
+on_both_servers!(
+    unread_answers_are_held,
+    unread_answers_count_against_max_requests,
+    on_the_own_server_unread_answers_count_against_max_requests
+);
+on_both_servers!(
+    unread_answers_are_reset,
+    unread_answers_are_reset_after_the_send_timeout,
+    on_the_own_server_unread_answers_are_reset_after_the_send_timeout
+);
+
+async fn unread_answers_are_held(http2: &str) {
     // Waves of zero-window connections, each answered (or refused) whole
     // before the next comes, all kept open: what the service holds for
     // them shows, not the peak of one burst.
@@ -92,7 +120,7 @@ async fn unread_answers_count_against_max_requests() {
     const CONNECTIONS: usize = 2;
     const STREAMS: usize = 250;
     let wave = CONNECTIONS * STREAMS;
-    let s = serve("60s");
+    let s = serve("60s", http2);
     let mut first = unread_calls(&s, CONNECTIONS, STREAMS);
     assert!(first.wait_for("headers", wave, Duration::from_secs(60)));
     let before = s.resident_bytes();
@@ -139,9 +167,8 @@ async fn admitted_within(s: &Floodgate, within: Duration) -> bool {
     false
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unread_answers_are_reset_after_the_send_timeout() {
-    let s = serve("1s");
+async fn unread_answers_are_reset(http2: &str) {
+    let s = serve("1s", http2);
     let mut z = unread_calls(&s, 2, MAX_REQUESTS / 2);
     assert!(z.wait_for("headers", MAX_REQUESTS, Duration::from_secs(20)));
     assert_eq!(admitted_and_refused(&z), (MAX_REQUESTS, 0));
@@ -164,7 +191,7 @@ async fn unread_answers_are_reset_after_the_send_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_json_answers_count_against_max_requests() {
     const STREAMS: usize = 30;
-    let s = serve("60s");
+    let s = serve("60s", "hyper");
     let body = br#"{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"reader"}]}]}"#;
     let request = Stalled {
         headers: &[

@@ -62,4 +62,11 @@ impl Streams {
             _in_flight: self.0.begin(),
         }
     }
+
+    /// A stream was reset for waiting past the send timeout for room in
+    /// its client's window: counted as hyper's are
+    /// (`floodgate_send_timeouts_total{kind="stream"}`).
+    pub fn send_timed_out(&self) {
+        super::send::count_timeout("stream");
+    }
 }

@@ -46,14 +46,21 @@ fn error(code: i32, message: &str) -> Response<tonic::body::Body> {
     r
 }
 
-/// Checks that a request's content type is gRPC's protobuf one:
-/// `application/grpc`, optionally `+proto`, optionally with parameters (any
-/// case); on failure, what was found, for the message.
-fn grpc_content_type(headers: &HeaderMap) -> Result<(), String> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+/// Checks that a content type (`None`: absent) is gRPC's protobuf one:
+/// `application/grpc`, optionally `+proto`, optionally with parameters
+/// (any case); on failure, what was found, for the message.
+pub(super) fn grpc_content_type(value: Option<&[u8]>) -> Result<(), String> {
+    let Some(value) = value else {
         return Err("none".into());
     };
-    let text = value.to_str().map_err(|_| "a non-ASCII value".to_owned())?;
+    // As `HeaderValue::to_str`: visible ASCII and tabs.
+    let visible = value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+    let text = std::str::from_utf8(value)
+        .ok()
+        .filter(|_| visible)
+        .ok_or_else(|| "a non-ASCII value".to_owned())?;
     let media = text.split(';').next().unwrap_or("").trim();
     if media.eq_ignore_ascii_case("application/grpc")
         || media.eq_ignore_ascii_case("application/grpc+proto")
@@ -209,7 +216,8 @@ fn not_a_grpc_call<B>(req: &Request<B>) -> Option<Response<tonic::body::Body>> {
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return Some(r);
     }
-    let found = grpc_content_type(req.headers()).err()?;
+    let content_type = req.headers().get(header::CONTENT_TYPE);
+    let found = grpc_content_type(content_type.map(HeaderValue::as_bytes)).err()?;
     Some(not_grpc(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         not_grpc_type(&found),

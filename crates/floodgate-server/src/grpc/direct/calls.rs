@@ -136,10 +136,7 @@ impl Calls {
         }
         match &head.content_type {
             None => return Some(Answer::Plain(415, not_grpc_type("none"))),
-            Some(Err(found)) => {
-                let found = found.as_deref().unwrap_or("none");
-                return Some(Answer::Plain(415, not_grpc_type(found)));
-            }
+            Some(Err(found)) => return Some(Answer::Plain(415, not_grpc_type(found))),
             Some(Ok(())) => {}
         }
         if !self.svc.health().is_configured() {

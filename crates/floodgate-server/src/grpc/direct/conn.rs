@@ -51,19 +51,12 @@ macro_rules! out {
 pub(super) use out;
 
 /// A connection-level error: what the `GOAWAY` says.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{reason:?}: {why}")]
 pub(super) struct Fault {
     pub(super) reason: Reason,
     pub(super) why: &'static str,
 }
-
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}: {}", self.reason, self.why)
-    }
-}
-
-impl std::error::Error for Fault {}
 
 pub(super) fn fault(reason: Reason, why: &'static str) -> Fault {
     Fault { reason, why }
@@ -305,6 +298,7 @@ impl Conn {
             } else {
                 out.reset(s.id, Reason::Cancel);
                 s.phase = super::stream::Phase::Done;
+                self.streams.send_timed_out();
             }
         }
     }

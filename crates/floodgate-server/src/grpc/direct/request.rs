@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::super::deadline::parse_grpc_timeout;
-use super::super::fast::RLS_PATH;
+use super::super::fast::{RLS_PATH, grpc_content_type};
 use super::respond::is_connection_specific;
 
 /// The methods this server does not serve: they stream, and it answers
@@ -39,8 +39,9 @@ pub(super) struct RequestHead {
     pub(super) target: Target,
     /// The method, when it is not `POST`.
     pub(super) not_post: Option<String>,
-    /// The content type, when it is not gRPC's (`None` when absent).
-    pub(super) content_type: Option<Result<(), Option<String>>>,
+    /// Whether the content type is gRPC's (`None`: absent; see
+    /// [`grpc_content_type`]).
+    pub(super) content_type: Option<Result<(), String>>,
     /// The caller's deadline (`grpc-timeout`).
     pub(super) timeout: Option<Duration>,
     /// The fields of a call for tonic, and the trace context of any call.
@@ -83,7 +84,7 @@ impl RequestHead {
         }
         match name {
             "te" if value != b"trailers" => return Err("`te` other than `trailers`"),
-            "content-type" => self.content_type = Some(grpc_content_type(value)),
+            "content-type" => self.content_type = Some(grpc_content_type(Some(value))),
             "grpc-timeout" => self.timeout = parse_grpc_timeout(value),
             _ => {}
         }
@@ -142,21 +143,6 @@ fn target(path: &[u8]) -> Result<Target, &'static str> {
         return Ok(Target::Streaming);
     }
     Ok(Target::Other(path.to_owned()))
-}
-
-/// Whether a content type is gRPC's protobuf one (`application/grpc`,
-/// optionally `+proto`, optionally with parameters, any case); if not,
-/// what it is.
-fn grpc_content_type(value: &[u8]) -> Result<(), Option<String>> {
-    let text = std::str::from_utf8(value).map_err(|_| Some("a non-ASCII value".to_owned()))?;
-    let media = text.split(';').next().unwrap_or("").trim();
-    if media.eq_ignore_ascii_case("application/grpc")
-        || media.eq_ignore_ascii_case("application/grpc+proto")
-    {
-        Ok(())
-    } else {
-        Err(Some(format!("`{text}`")))
-    }
 }
 
 #[cfg(test)]
@@ -222,7 +208,7 @@ mod tests {
             ("x-a", "1"),
         ]);
         assert_eq!(h.not_post.as_deref(), Some("GET"));
-        assert_eq!(h.content_type, Some(Err(Some("`text/plain`".into()))));
+        assert_eq!(h.content_type, Some(Err("`text/plain`".into())));
         assert_eq!(h.fields.unwrap().get("x-a").unwrap(), "1");
         assert_eq!(
             head(&[(":path", "/grpc.health.v1.Health/Watch")]).target,

@@ -57,7 +57,8 @@ pub(super) struct Stream {
     pub(super) recv_window: i64,
     pub(super) send_window: i64,
     pub(super) started: Instant,
-    /// Its place among the calls in flight.
+    /// Its place among the calls in flight, held until its answer has
+    /// gone out whole (the stream is then dropped).
     pub(super) call: Option<Call>,
 }
 
@@ -102,7 +103,6 @@ impl Out<'_> {
     /// message as the windows allow.
     pub(super) fn answer(&mut self, s: &mut Stream, answer: Answer) {
         s.deadline = None;
-        s.call = None;
         *self.calm = (*self.calm + 1).min(IDLE_FRAMES);
         match answer {
             Answer::Message(m) => {
