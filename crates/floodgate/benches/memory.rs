@@ -51,7 +51,8 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
-/// RSS growth from `keys()` keys charged `cost` each, at one instant (so
+/// RSS growth (none if the process shrank meanwhile, as it may under a
+/// short test run) from `keys()` keys charged `cost` each, at one instant (so
 /// that no key turns idle while they are inserted, however long that takes).
 fn fill<A: Algorithm>(limit: A, cost: u64) -> u64 {
     let before = rss_bytes();
@@ -68,7 +69,7 @@ fn fill<A: Algorithm>(limit: A, cost: u64) -> u64 {
     assert_eq!(limiter.store().len() as u64, keys());
     let after = rss_bytes();
     std::hint::black_box(&limiter);
-    after - before
+    after.saturating_sub(before)
 }
 
 fn measure(name: &str) -> u64 {
@@ -83,7 +84,7 @@ fn measure(name: &str) -> u64 {
             }
             let after = rss_bytes();
             std::hint::black_box(&limiter);
-            after - before
+            after.saturating_sub(before)
         }
         "gcra" => fill(Gcra::new(1000, hour, 1000).unwrap(), 1),
         "fixed_window" => fill(FixedWindow::new(1000, hour).unwrap(), 1),
